@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages sandboxd builds and tests with. Idempotent and quiet when
+# everything is already present; non-interactive, so it runs the same in CI.
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config
+  libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
+  libyaml-cpp-dev libseccomp-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev
+  libmagic-dev libspdlog-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  e2fsprogs util-linux iproute2 bubblewrap
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

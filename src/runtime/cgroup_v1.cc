@@ -1,0 +1,119 @@
+// cgroup v1: one hierarchy per controller. Limits go on the sandbox's cgroup in the
+// memory, pids and cpu hierarchies; per-execution children only in the freezer
+// hierarchy (one mkdir per command, and freezing makes the tree kill race-free).
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "runtime/cgroup.h"
+#include "runtime/syscall_error.h"
+
+namespace sandboxd::runtime {
+namespace {
+
+using namespace cgroupfs;
+
+class CgroupV1 final : public CgroupBackend {
+ public:
+  explicit CgroupV1(const CgroupOptions& options) {
+    for (const char* controller : {"memory", "pids", "cpu", "freezer"}) {
+      std::string mount = options.v1_root + "/" + controller;
+      if (!exists(mount + "/cgroup.procs")) continue;
+      std::string base = mount + "/sandboxd";
+      make_dir(base);
+      make_dir(base + "/" + options.instance);
+      roots_.push_back({controller, base + "/" + options.instance});
+    }
+    if (roots_.empty())
+      throw SyscallError("cgroup v1: no memory, pids, cpu or freezer hierarchy under " + options.v1_root,
+                         ENOENT);
+  }
+
+  std::string version() const override { return "v1"; }
+
+  SandboxCgroups create(const std::string& sandbox, const CgroupLimits& limits) override {
+    SandboxCgroups out;
+    for (const auto& root : roots_) {
+      std::string dir = root.path + "/" + sandbox;
+      make_dir(dir);
+      out.join_dirs.push_back(dir);
+      if (root.controller == "memory" && limits.memory_bytes > 0) {
+        write_file(dir + "/memory.limit_in_bytes", std::to_string(limits.memory_bytes));
+        // With swap accounting on, the limit covers memory and swap together.
+        if (exists(dir + "/memory.memsw.limit_in_bytes"))
+          write_file(dir + "/memory.memsw.limit_in_bytes", std::to_string(limits.memory_bytes));
+        try_write_file(dir + "/memory.swappiness", "0");
+      } else if (root.controller == "pids" && limits.pids > 0) {
+        write_file(dir + "/pids.max", std::to_string(limits.pids));
+      } else if (root.controller == "cpu" && limits.cpu_millis > 0) {
+        write_file(dir + "/cpu.cfs_period_us", "100000");
+        write_file(dir + "/cpu.cfs_quota_us", std::to_string(limits.cpu_millis * 100));
+      }
+    }
+    if (const Root* freezer = find("freezer")) {
+      out.exec_parent = freezer->path + "/" + sandbox;
+      out.kill_method = KillMethod::kFreezer;
+    } else {
+      const Root* any = find("pids") ? find("pids") : &roots_.front();
+      out.exec_parent = any->path + "/" + sandbox;
+      out.kill_method = KillMethod::kSignalLoop;
+    }
+    return out;
+  }
+
+  void destroy(const std::string& sandbox) override {
+    for (const auto& root : roots_)
+      remove_tree(root.path + "/" + sandbox,
+                  root.controller == "freezer" ? KillMethod::kFreezer : KillMethod::kSignalLoop);
+  }
+
+  size_t destroy_all() override {
+    size_t found = 0;
+    for (const auto& root : roots_) {
+      std::vector<std::string> names = list_children(root.path);
+      found = std::max(found, names.size());
+      for (const auto& name : names)
+        remove_tree(root.path + "/" + name,
+                    root.controller == "freezer" ? KillMethod::kFreezer : KillMethod::kSignalLoop);
+    }
+    return found;
+  }
+
+  uint64_t memory_usage(const std::string& sandbox) const override {
+    const Root* memory = find("memory");
+    if (!memory) return 0;
+    return std::strtoull(read_file(memory->path + "/" + sandbox + "/memory.usage_in_bytes").c_str(), nullptr, 10);
+  }
+
+  uint64_t oom_kills(const std::string& sandbox) const override {
+    const Root* memory = find("memory");
+    if (!memory) return 0;
+    std::string control = read_file(memory->path + "/" + sandbox + "/memory.oom_control");
+    auto pos = control.find("oom_kill ");
+    return pos == std::string::npos ? 0 : std::strtoull(control.c_str() + pos + 9, nullptr, 10);
+  }
+
+ private:
+  struct Root {
+    std::string controller;
+    std::string path;
+  };
+
+  const Root* find(const std::string& controller) const {
+    for (const auto& root : roots_)
+      if (root.controller == controller) return &root;
+    return nullptr;
+  }
+
+  std::vector<Root> roots_;
+};
+
+}  // namespace
+
+std::unique_ptr<CgroupBackend> make_cgroup_v1(const CgroupOptions& options) {
+  return std::make_unique<CgroupV1>(options);
+}
+
+}  // namespace sandboxd::runtime

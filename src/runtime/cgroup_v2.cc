@@ -1,0 +1,116 @@
+// cgroup v2 (unified): controllers enabled down to the instance's cgroup; the sandbox's
+// cgroup carries the limits and holds PID 1; each execution gets a child (no
+// controllers of its own, so the no-internal-process rule does not apply) that
+// cgroup.kill empties in one write.
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "runtime/cgroup.h"
+#include "runtime/syscall_error.h"
+
+namespace sandboxd::runtime {
+namespace {
+
+using namespace cgroupfs;
+
+class CgroupV2 final : public CgroupBackend {
+ public:
+  explicit CgroupV2(const CgroupOptions& options) {
+    std::istringstream available(read_file(options.v2_root + "/cgroup.controllers"));
+    for (std::string name; available >> name;)
+      if (name == "memory" || name == "pids" || name == "cpu") controllers_.push_back(name);
+    std::string enable;
+    for (const auto& name : controllers_) enable += (enable.empty() ? "+" : " +") + name;
+    std::string base = options.v2_root + "/sandboxd";
+    root_ = base + "/" + options.instance;
+    // Each level hands the controllers down; the sandbox level does not, so that it
+    // may hold PID 1 itself.
+    if (!enable.empty()) write_file(options.v2_root + "/cgroup.subtree_control", enable);
+    make_dir(base);
+    if (!enable.empty()) write_file(base + "/cgroup.subtree_control", enable);
+    make_dir(root_);
+    if (!enable.empty()) write_file(root_ + "/cgroup.subtree_control", enable);
+    kill_method_ = probe_kill_method();
+  }
+
+  std::string version() const override { return "v2"; }
+
+  SandboxCgroups create(const std::string& sandbox, const CgroupLimits& limits) override {
+    std::string dir = root_ + "/" + sandbox;
+    make_dir(dir);
+    if (limits.memory_bytes > 0) {
+      require("memory");
+      write_file(dir + "/memory.max", std::to_string(limits.memory_bytes));
+      // Swap included: the sandbox may not go past its limit by swapping.
+      if (exists(dir + "/memory.swap.max")) write_file(dir + "/memory.swap.max", "0");
+    }
+    if (limits.pids > 0) {
+      require("pids");
+      write_file(dir + "/pids.max", std::to_string(limits.pids));
+    }
+    if (limits.cpu_millis > 0) {
+      require("cpu");
+      write_file(dir + "/cpu.max", std::to_string(limits.cpu_millis * 100) + " 100000");
+    }
+    SandboxCgroups out;
+    out.join_dirs.push_back(dir);
+    out.exec_parent = dir;
+    out.kill_method = kill_method();
+    return out;
+  }
+
+  void destroy(const std::string& sandbox) override { remove_tree(root_ + "/" + sandbox, kill_method()); }
+
+  size_t destroy_all() override {
+    auto names = list_children(root_);
+    for (const auto& name : names) remove_tree(root_ + "/" + name, kill_method());
+    return names.size();
+  }
+
+  uint64_t memory_usage(const std::string& sandbox) const override {
+    return std::strtoull(read_file(root_ + "/" + sandbox + "/memory.current").c_str(), nullptr, 10);
+  }
+
+  uint64_t oom_kills(const std::string& sandbox) const override {
+    std::string events = read_file(root_ + "/" + sandbox + "/memory.events");
+    auto pos = events.find("oom_kill ");
+    return pos == std::string::npos ? 0 : std::strtoull(events.c_str() + pos + 9, nullptr, 10);
+  }
+
+ private:
+  void require(const std::string& controller) const {
+    if (std::find(controllers_.begin(), controllers_.end(), controller) == controllers_.end())
+      throw SyscallError("cgroup v2: the " + controller + " controller is not available under " + root_,
+                         ENOTSUP);
+  }
+
+  KillMethod kill_method() const { return kill_method_; }
+
+  // cgroup.kill exists from Linux 5.14 (and never in the root cgroup); earlier kernels
+  // get the signal loop.
+  KillMethod probe_kill_method() const {
+    std::string probe = root_ + "/.kill-probe";
+    make_dir(probe);
+    bool found = exists(probe + "/cgroup.kill");
+    rmdir(probe.c_str());
+    return found ? KillMethod::kCgroupKill : KillMethod::kSignalLoop;
+  }
+
+  std::vector<std::string> controllers_;
+  std::string root_;
+  KillMethod kill_method_ = KillMethod::kSignalLoop;
+};
+
+}  // namespace
+
+std::unique_ptr<CgroupBackend> make_cgroup_v2(const CgroupOptions& options) {
+  return std::make_unique<CgroupV2>(options);
+}
+
+}  // namespace sandboxd::runtime

@@ -1,0 +1,282 @@
+// sandboxd-init: PID 1 of every sandbox.
+//
+// The server (multithreaded) never forks except to exec this helper. Started with the
+// control socket on fd 3, it reads the sandbox spec, joins the sandbox's cgroups,
+// prepares the user namespace for commands, unshares the other namespaces and forks
+// PID 1, which builds the filesystem and then serves spawn and kill requests. The
+// launching process reports PID 1's host pid (and a pidfd) and exits, so PID 1 is
+// re-parented to the server (a child subreaper).
+//
+// PID 1 reaps every zombie in the sandbox and exits when the control socket closes,
+// which ends every process of the sandbox with it.
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/poll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+
+#include "runtime/cgroup_kill.h"
+#include "runtime/mount.h"
+#include "runtime/net.h"
+#include "runtime/process.h"
+#include "runtime/protocol.h"
+#include "runtime/seccomp.h"
+#include "runtime/spec.h"
+#include "runtime/syscall_error.h"
+#include "runtime/user.h"
+
+namespace rt = sandboxd::runtime;
+namespace proto = sandboxd::runtime::protocol;
+
+namespace {
+
+constexpr int kControlFd = 3;
+
+struct Execution {
+  pid_t pid = -1;
+  int cgroup_fd = -1;
+  std::string cgroup_name;
+};
+
+class Init {
+ public:
+  Init(rt::Spec spec, int userns_fd, int exec_parent_fd, rt::SeccompProgram seccomp)
+      : spec_(std::move(spec)), exec_parent_fd_(exec_parent_fd), seccomp_(std::move(seccomp)) {
+    ctx_.userns_fd = userns_fd;
+    ctx_.last_cap = rt::read_last_cap();
+    ctx_.max_open_files = spec_.max_open_files;
+    ctx_.seccomp = &seccomp_;
+  }
+
+  [[noreturn]] void serve() {
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    int sfd = static_cast<int>(rt::check(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK), "signalfd(SIGCHLD)"));
+    pollfd fds[2] = {{kControlFd, POLLIN, 0}, {sfd, POLLIN, 0}};
+    for (;;) {
+      int n = poll(fds, 2, -1);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        _exit(2);
+      }
+      if (fds[1].revents & POLLIN) {
+        signalfd_siginfo info;
+        while (read(sfd, &info, sizeof info) == sizeof info) {
+        }
+        reap();
+      }
+      if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+        proto::Message msg;
+        int rc = proto::receive_message(kControlFd, msg, /*dont_wait=*/true);
+        if (rc == 0 || (rc < 0 && rc != -EAGAIN)) _exit(0);  // the server is gone
+        if (rc > 0) handle(msg);
+      }
+    }
+  }
+
+ private:
+  void handle(proto::Message& msg) {
+    for (int fd : msg.fds) close(fd);
+    switch (msg.header.type) {
+      case proto::Type::kSpawn: spawn(msg.header.id, msg.payload); break;
+      case proto::Type::kKill: kill_execution(msg.header.id); break;
+      default: break;
+    }
+  }
+
+  void spawn(uint32_t id, const std::string& payload) {
+    proto::SpawnRequest req;
+    if (!proto::decode(payload, req)) {
+      fail(id, EINVAL, "malformed spawn request");
+      return;
+    }
+    Execution exec;
+    exec.cgroup_name = "e" + std::to_string(id);
+    if (mkdirat(exec_parent_fd_, exec.cgroup_name.c_str(), 0755) != 0 && errno != EEXIST) {
+      fail(id, errno, rt::describe_errno("mkdirat(exec cgroup " + exec.cgroup_name + ")", errno));
+      return;
+    }
+    exec.cgroup_fd = openat(exec_parent_fd_, exec.cgroup_name.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (exec.cgroup_fd < 0) {
+      int err = errno;
+      unlinkat(exec_parent_fd_, exec.cgroup_name.c_str(), AT_REMOVEDIR);
+      fail(id, err, rt::describe_errno("openat(exec cgroup " + exec.cgroup_name + ")", err));
+      return;
+    }
+    rt::StartedCommand started;
+    std::string error;
+    int rc = rt::start_command(ctx_, req, exec.cgroup_fd, started, error);
+    if (rc < 0) {
+      if (started.pid > 0) failed_pids_.insert(started.pid);
+      fail(id, -rc, error);
+      lingering_.push_back(exec);
+      sweep_lingering();
+      return;
+    }
+    exec.pid = started.pid;
+    int fds[2] = {started.stdout_read, started.stderr_read};
+    proto::send_message(kControlFd, proto::Type::kSpawned, id, started.pid, {}, fds, 2);
+    close(started.stdout_read);
+    close(started.stderr_read);
+    running_[id] = exec;
+    by_pid_[started.pid] = id;
+  }
+
+  void fail(uint32_t id, int err, const std::string& what) {
+    proto::send_message(kControlFd, proto::Type::kSpawnFailed, id, err, what);
+  }
+
+  void kill_execution(uint32_t id) {
+    auto it = running_.find(id);
+    int rc = 0;
+    if (it != running_.end()) rc = rt::kill_cgroup_tree(it->second.cgroup_fd, spec_.kill_method);
+    proto::send_message(kControlFd, proto::Type::kKilled, id, rc, {});
+    reap();
+  }
+
+  void reap() {
+    for (;;) {
+      int status = 0;
+      pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      if (failed_pids_.erase(pid)) continue;
+      auto it = by_pid_.find(pid);
+      if (it == by_pid_.end()) continue;  // an orphan re-parented to us
+      uint32_t id = it->second;
+      by_pid_.erase(it);
+      auto exec = running_.find(id);
+      if (exec != running_.end()) {
+        lingering_.push_back(exec->second);
+        running_.erase(exec);
+      }
+      proto::send_message(kControlFd, proto::Type::kExited, id, status, {});
+    }
+    sweep_lingering();
+  }
+
+  // Per-execution cgroups stay while background processes live in them; they are
+  // removed as soon as they empty.
+  void sweep_lingering() {
+    for (auto it = lingering_.begin(); it != lingering_.end();) {
+      if (unlinkat(exec_parent_fd_, it->cgroup_name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) {
+        close(it->cgroup_fd);
+        it = lingering_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  rt::Spec spec_;
+  int exec_parent_fd_;
+  rt::SeccompProgram seccomp_;
+  rt::CommandContext ctx_;
+  std::map<uint32_t, Execution> running_;
+  std::map<pid_t, uint32_t> by_pid_;
+  std::set<pid_t> failed_pids_;
+  std::vector<Execution> lingering_;
+};
+
+void join_cgroup(const std::string& dir) {
+  std::string path = dir + "/cgroup.procs";
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw rt::SyscallError("open(" + path + ")", errno);
+  if (write(fd, "0", 1) != 1) {
+    int err = errno;
+    close(fd);
+    throw rt::SyscallError("write(" + path + ", 0)", err);
+  }
+  close(fd);
+}
+
+[[noreturn]] void report_failure(const std::string& what) {
+  proto::send_message(kControlFd, proto::Type::kSetupFailed, 0, 0, what);
+  _exit(1);
+}
+
+// PID 1: build the filesystem and serve.
+[[noreturn]] void run_pid1(rt::Spec spec, int userns_fd, int exec_parent_fd, rt::SeccompProgram seccomp) {
+  try {
+    rt::setup_filesystem(spec);
+    rt::check(sethostname(spec.hostname.data(), spec.hostname.size()), "sethostname(" + spec.hostname + ")");
+    rt::bring_up_loopback();
+    // Nothing in the sandbox may read PID 1's memory or descriptors.
+    rt::check(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE, 0)");
+  } catch (const std::exception& e) {
+    report_failure(e.what());
+  }
+  Init init(std::move(spec), userns_fd, exec_parent_fd, std::move(seccomp));
+  proto::send_message(kControlFd, proto::Type::kReady, 0, 0, {});
+  init.serve();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--version") == 0) {
+    std::puts("sandboxd-init " SANDBOXD_VERSION);
+    return 0;
+  }
+  if (fcntl(kControlFd, F_GETFD) < 0) {
+    std::fprintf(stderr, "sandboxd-init: started by sandboxd with its control socket on fd 3\n");
+    return 2;
+  }
+  // Only stdio and the control socket cross from the server.
+  close_range(kControlFd + 1, ~0U, 0);
+  // If the server dies while the sandbox is being set up, so does the launcher.
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+
+  proto::Message msg;
+  if (proto::receive_message(kControlFd, msg) <= 0 || msg.header.type != proto::Type::kSpec)
+    report_failure("expected the sandbox spec as the first control message");
+  rt::Spec spec;
+  if (std::string err = rt::decode(msg.payload, spec); !err.empty())
+    report_failure("bad sandbox spec: " + err);
+
+  int userns_fd = -1, exec_parent_fd = -1;
+  rt::SeccompProgram seccomp;
+  try {
+    for (const auto& dir : spec.cgroup_dirs) join_cgroup(dir);
+    exec_parent_fd = static_cast<int>(rt::check(
+        open(spec.exec_cgroup_parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC),
+        "open(" + spec.exec_cgroup_parent + ")"));
+    userns_fd = rt::create_agent_userns(spec.host_uid, spec.host_gid);
+    seccomp = rt::build_seccomp_program();
+    rt::check(unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
+                      CLONE_NEWCGROUP),
+              "unshare(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWCGROUP)");
+  } catch (const std::exception& e) {
+    report_failure(e.what());
+  }
+  pid_t pid1 = fork();
+  if (pid1 < 0) report_failure(rt::describe_errno("fork(pid 1)", errno));
+  if (pid1 == 0) {
+    prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);  // its parent, the launcher, exits next
+    run_pid1(std::move(spec), userns_fd, exec_parent_fd, std::move(seccomp));
+  }
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid1, 0));
+  if (pidfd < 0) {
+    kill(pid1, SIGKILL);
+    report_failure(rt::describe_errno("pidfd_open(pid 1)", errno));
+  }
+  proto::send_message(kControlFd, proto::Type::kInitPid, 0, pid1, {}, &pidfd, 1);
+  _exit(0);
+}

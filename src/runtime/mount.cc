@@ -1,0 +1,325 @@
+#include "runtime/mount.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/syscall_error.h"
+#include "runtime/user.h"
+
+namespace sandboxd::runtime {
+namespace {
+
+// Where the staging tmpfs goes before the first pivot_root, as in bubblewrap. Sources
+// are then reached under /oldroot and the sandbox is assembled under /newroot.
+constexpr const char* kBase = "/tmp";
+
+std::string flag_names(unsigned long flags) {
+  std::string out;
+  auto add = [&](unsigned long bit, const char* name) {
+    if (flags & bit) out += out.empty() ? name : std::string("|") + name;
+  };
+  add(MS_BIND, "MS_BIND");
+  add(MS_REC, "MS_REC");
+  add(MS_REMOUNT, "MS_REMOUNT");
+  add(MS_RDONLY, "MS_RDONLY");
+  add(MS_NOSUID, "MS_NOSUID");
+  add(MS_NODEV, "MS_NODEV");
+  add(MS_NOEXEC, "MS_NOEXEC");
+  add(MS_PRIVATE, "MS_PRIVATE");
+  return out.empty() ? "0" : out;
+}
+
+void do_mount(const char* source, const std::string& target, const char* fstype,
+              unsigned long flags, const std::string& data = "") {
+  if (mount(source, target.c_str(), fstype, flags, data.empty() ? nullptr : data.c_str()) != 0)
+    throw SyscallError(std::string("mount(") + (source ? source : "NULL") + ", " + target + ", " +
+                           (fstype ? fstype : "NULL") + ", " + flag_names(flags) + ", \"" + data +
+                           "\")",
+                       errno);
+}
+
+void mkdir_p(const std::string& path, mode_t mode = 0755) {
+  for (size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos != path.size() && path[pos] != '/') continue;
+    std::string part = path.substr(0, pos);
+    if (mkdir(part.c_str(), mode) != 0 && errno != EEXIST)
+      throw SyscallError("mkdir(" + part + ")", errno);
+  }
+}
+
+void make_file(const std::string& path, const std::string& content = "", mode_t mode = 0644) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0) throw SyscallError("open(" + path + ", O_CREAT)", errno);
+  if (!content.empty() && write(fd, content.data(), content.size()) != ssize_t(content.size())) {
+    int err = errno;
+    close(fd);
+    throw SyscallError("write(" + path + ")", err);
+  }
+  close(fd);
+}
+
+void make_symlink(const std::string& target, const std::string& path) {
+  if (symlink(target.c_str(), path.c_str()) != 0 && errno != EEXIST)
+    throw SyscallError("symlink(" + target + ", " + path + ")", errno);
+}
+
+std::string parent_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Applies per-mount attributes to a mount and every mount below it. mount_setattr does
+// it in one call (Linux 5.12); older kernels get the classic remount of each submount.
+void set_attributes(const std::string& target, bool read_only, bool allow_dev, bool no_exec) {
+  mount_attr attr{};
+  attr.attr_set = MOUNT_ATTR_NOSUID | (read_only ? MOUNT_ATTR_RDONLY : 0) |
+                  (allow_dev ? 0 : MOUNT_ATTR_NODEV) | (no_exec ? MOUNT_ATTR_NOEXEC : 0);
+  if (syscall(SYS_mount_setattr, AT_FDCWD, target.c_str(), AT_RECURSIVE, &attr, sizeof attr) == 0)
+    return;
+  if (errno != ENOSYS)
+    throw SyscallError("mount_setattr(" + target + ", AT_RECURSIVE)", errno);
+  unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | (read_only ? MS_RDONLY : 0) |
+                        (allow_dev ? 0 : MS_NODEV) | (no_exec ? MS_NOEXEC : 0);
+  std::vector<std::string> targets{target};
+  if (FILE* info = std::fopen("/proc/self/mountinfo", "re")) {
+    char line[4096];
+    while (std::fgets(line, sizeof line, info)) {
+      char mount_point[4096];
+      if (std::sscanf(line, "%*s %*s %*s %*s %4095s", mount_point) != 1) continue;
+      std::string mp = mount_point;
+      if (mp.size() > target.size() && mp.compare(0, target.size(), target) == 0 &&
+          mp[target.size()] == '/')
+        targets.push_back(mp);
+    }
+    std::fclose(info);
+  }
+  for (const auto& t : targets) do_mount(nullptr, t, nullptr, flags);
+}
+
+// Binds a host path (seen under /oldroot) into the new root.
+void bind(const std::string& source, const std::string& target, bool read_only,
+          bool allow_dev = false, bool no_exec = false) {
+  struct stat st;
+  if (stat(source.c_str(), &st) != 0) throw SyscallError("stat(" + source + ")", errno);
+  if (S_ISDIR(st.st_mode)) {
+    mkdir_p(target);
+  } else {
+    mkdir_p(parent_of(target));
+    make_file(target);
+  }
+  do_mount(source.c_str(), target, nullptr, MS_BIND | MS_REC);
+  set_attributes(target, read_only, allow_dev, no_exec);
+}
+
+void mount_tmpfs(const std::string& target, const std::string& options, unsigned long flags) {
+  mkdir_p(target);
+  do_mount("tmpfs", target, "tmpfs", flags, options);
+}
+
+// Recreates an entry of the image root: symlinks are copied (never followed, so an
+// image's absolute link cannot point the bind at the host), folders and files bound.
+void mirror_entry(const std::string& source, const std::string& target) {
+  struct stat st;
+  if (lstat(source.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;
+    throw SyscallError("lstat(" + source + ")", errno);
+  }
+  if (S_ISLNK(st.st_mode)) {
+    char link[4096];
+    ssize_t n = readlink(source.c_str(), link, sizeof link - 1);
+    if (n < 0) throw SyscallError("readlink(" + source + ")", errno);
+    link[n] = '\0';
+    make_symlink(link, target);
+  } else if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
+    bind(source, target, /*read_only=*/true);
+  }
+}
+
+// The host's /etc entries a sandbox may see: what programs need to run, never
+// passwd/shadow or anything of sandboxd's.
+constexpr const char* kHostEtcAllowList[] = {
+    "alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf", "debian_version",
+    "environment", "fonts", "gai.conf", "host.conf", "inputrc", "issue", "ld.so.cache",
+    "ld.so.conf", "ld.so.conf.d", "locale.alias", "locale.gen", "localtime", "magic",
+    "magic.mime", "matplotlibrc", "mime.types", "os-release", "profile", "protocols",
+    "python3", "python3.11", "services", "ssl", "terminfo", "timezone", "vim", "xdg"};
+
+// Generated /etc files: replaced whatever the image has.
+constexpr const char* kGeneratedEtc[] = {"passwd", "group", "hosts", "hostname", "resolv.conf",
+                                         "nsswitch.conf", "shadow", "gshadow", "subuid", "subgid"};
+
+// Top-level entries of an image root that the sandbox builds itself.
+constexpr const char* kBuiltTopLevel[] = {"dev", "proc", "sys", "tmp", "home", "mnt", "run",
+                                          "etc", "root", "boot", "media", "lost+found"};
+
+bool in_list(const char* const* begin, const char* const* end, const std::string& name) {
+  for (auto it = begin; it != end; ++it)
+    if (name == *it) return true;
+  return false;
+}
+
+std::vector<std::string> list_dir(const std::string& path) {
+  std::vector<std::string> names;
+  DIR* dir = opendir(path.c_str());
+  if (!dir) throw SyscallError("opendir(" + path + ")", errno);
+  while (dirent* entry = readdir(dir)) {
+    std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(dir);
+  return names;
+}
+
+void setup_image(const Spec& spec) {
+  if (spec.image_root.empty()) {
+    for (const char* top : {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"})
+      mirror_entry(std::string("/oldroot/") + top, std::string("/newroot/") + top);
+    mkdir_p("/newroot/etc");
+    for (const char* name : kHostEtcAllowList)
+      mirror_entry(std::string("/oldroot/etc/") + name, std::string("/newroot/etc/") + name);
+    mkdir_p("/newroot/var");
+    make_symlink("/tmp", "/newroot/var/tmp");
+    return;
+  }
+  std::string root = "/oldroot" + spec.image_root;
+  for (const auto& name : list_dir(root)) {
+    if (in_list(std::begin(kBuiltTopLevel), std::end(kBuiltTopLevel), name)) continue;
+    mirror_entry(root + "/" + name, "/newroot/" + name);
+  }
+  mkdir_p("/newroot/etc");
+  struct stat st;
+  if (stat((root + "/etc").c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    for (const auto& name : list_dir(root + "/etc")) {
+      if (in_list(std::begin(kGeneratedEtc), std::end(kGeneratedEtc), name)) continue;
+      mirror_entry(root + "/etc/" + name, "/newroot/etc/" + name);
+    }
+  }
+}
+
+void write_etc(const Spec& spec) {
+  make_file("/newroot/etc/passwd",
+            "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+            "agent:x:1000:1000:agent:/home/agent:/bin/bash\n"
+            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+  make_file("/newroot/etc/group", "root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n");
+  std::string hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" +
+                      spec.hostname + "\n";
+  for (const auto& entry : spec.hosts_entries) hosts += entry + "\n";
+  make_file("/newroot/etc/hosts", hosts);
+  make_file("/newroot/etc/hostname", spec.hostname + "\n");
+  // No resolver: names resolve through /etc/hosts only, so an unknown name fails at
+  // once instead of waiting on a DNS server that cannot be reached.
+  make_file("/newroot/etc/resolv.conf", "# sandboxd: no DNS; known names are in /etc/hosts\n");
+  make_file("/newroot/etc/nsswitch.conf",
+            "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
+            "protocols: files\nservices: files\n");
+}
+
+void setup_proc() {
+  mkdir_p("/newroot/proc");
+  do_mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  // Docker's masked and read-only paths.
+  for (const char* file : {"kcore", "keys", "timer_list", "sched_debug", "sysrq-trigger",
+                           "latency_stats", "kpagecount", "kpageflags", "kpagecgroup",
+                           "config.gz", "kallsyms", "interrupts"}) {
+    std::string target = std::string("/newroot/proc/") + file;
+    if (access(target.c_str(), F_OK) != 0) continue;
+    do_mount("/oldroot/dev/null", target, nullptr, MS_BIND);
+    set_attributes(target, true, true, true);
+  }
+  for (const char* dir : {"acpi", "scsi", "asound", "driver"}) {
+    std::string target = std::string("/newroot/proc/") + dir;
+    if (access(target.c_str(), F_OK) != 0) continue;
+    do_mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0");
+  }
+  for (const char* dir : {"bus", "fs", "irq", "sys"}) {
+    std::string target = std::string("/newroot/proc/") + dir;
+    if (access(target.c_str(), F_OK) != 0) continue;
+    do_mount(target.c_str(), target, nullptr, MS_BIND | MS_REC);
+    set_attributes(target, true, false, true);
+  }
+}
+
+void setup_dev(const Spec& spec) {
+  mount_tmpfs("/newroot/dev", "mode=0755,size=64k,nr_inodes=64", MS_NOSUID | MS_NOEXEC);
+  for (const char* dev : {"null", "zero", "full", "random", "urandom", "tty"})
+    bind(std::string("/oldroot/dev/") + dev, std::string("/newroot/dev/") + dev,
+         /*read_only=*/false, /*allow_dev=*/true, /*no_exec=*/true);
+  mkdir_p("/newroot/dev/pts");
+  do_mount("devpts", "/newroot/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+           "newinstance,ptmxmode=0666,mode=0620");
+  make_symlink("pts/ptmx", "/newroot/dev/ptmx");
+  mount_tmpfs("/newroot/dev/shm", "mode=1777,size=" + std::to_string(spec.shm_size_bytes),
+              MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  make_symlink("/proc/self/fd", "/newroot/dev/fd");
+  make_symlink("/proc/self/fd/0", "/newroot/dev/stdin");
+  make_symlink("/proc/self/fd/1", "/newroot/dev/stdout");
+  make_symlink("/proc/self/fd/2", "/newroot/dev/stderr");
+  do_mount(nullptr, "/newroot/dev", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
+           "mode=0755,size=64k,nr_inodes=64");
+}
+
+void setup_sys() {
+  mkdir_p("/newroot/sys");
+  do_mount("sysfs", "/newroot/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  if (access("/newroot/sys/firmware", F_OK) == 0)
+    do_mount("tmpfs", "/newroot/sys/firmware", "tmpfs",
+             MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0");
+}
+
+void setup_container_mounts(const Spec& spec) {
+  std::string owner = ",uid=" + std::to_string(spec.host_uid) + ",gid=" + std::to_string(spec.host_gid);
+  mount_tmpfs("/newroot/tmp", "mode=1777,size=" + std::to_string(spec.tmp_size_bytes),
+              MS_NOSUID | MS_NODEV);
+  mkdir_p("/newroot/home");
+  mount_tmpfs("/newroot/home/agent", "mode=0755,size=" + std::to_string(spec.home_size_bytes) + owner,
+              MS_NOSUID | MS_NODEV);
+  bind("/oldroot" + spec.workspace_dir, "/newroot/home/agent/workspace", /*read_only=*/false);
+  bind("/oldroot" + spec.uploads_dir, "/newroot/mnt/user-data/uploads", /*read_only=*/true);
+  bind("/oldroot" + spec.outputs_dir, "/newroot/mnt/user-data/outputs", /*read_only=*/false);
+  if (!spec.skills_dir.empty())
+    bind("/oldroot" + spec.skills_dir, "/newroot/mnt/skills", /*read_only=*/true);
+  else
+    mkdir_p("/newroot/mnt/skills");
+}
+
+}  // namespace
+
+void setup_filesystem(const Spec& spec) {
+  // 1. Nothing we mount may propagate back to the host.
+  do_mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE);
+  // 2. A staging tmpfs becomes the root; the host stays reachable under /oldroot.
+  do_mount("tmpfs", kBase, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k,nr_inodes=16");
+  check(chdir(kBase), std::string("chdir(") + kBase + ")");
+  mkdir_p(std::string(kBase) + "/newroot");
+  mkdir_p(std::string(kBase) + "/oldroot");
+  check(syscall(SYS_pivot_root, kBase, (std::string(kBase) + "/oldroot").c_str()),
+        std::string("pivot_root(") + kBase + ", " + kBase + "/oldroot)");
+  check(chdir("/"), "chdir(/)");
+  // 3. The sandbox's own root: a small tmpfs made read-only once assembled.
+  do_mount("tmpfs", "/newroot", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096");
+  setup_image(spec);
+  write_etc(spec);
+  setup_proc();
+  setup_dev(spec);
+  setup_sys();
+  setup_container_mounts(spec);
+  do_mount(nullptr, "/newroot", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV);
+  // 4. Drop the host, then make /newroot the root and detach the staging tmpfs.
+  check(umount2("/oldroot", MNT_DETACH), "umount2(/oldroot, MNT_DETACH)");
+  check(chdir("/newroot"), "chdir(/newroot)");
+  check(syscall(SYS_pivot_root, ".", "."), "pivot_root(., .)");
+  check(umount2(".", MNT_DETACH), "umount2(., MNT_DETACH)");
+  check(chdir("/"), "chdir(/)");
+}
+
+}  // namespace sandboxd::runtime

@@ -1,0 +1,58 @@
+// The control protocol between the server and a sandbox's sandboxd-init, over a
+// SOCK_SEQPACKET socketpair: one message per packet, a fixed header, a payload, and
+// file descriptors passed with SCM_RIGHTS (the pipe ends of a command, a pidfd).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sandboxd::runtime::protocol {
+
+enum class Type : uint32_t {
+  kSpec = 1,          // server -> init: the sandbox spec (payload: encoded Spec)
+  kInitPid = 2,       // launcher -> server: value = host pid of PID 1, fds: [pidfd]
+  kReady = 3,         // init -> server: the sandbox is set up
+  kSetupFailed = 4,   // init -> server: payload = what failed
+  kSpawn = 5,         // server -> init: id, payload = encoded SpawnRequest
+  kSpawned = 6,       // init -> server: id, fds: [stdout read end, stderr read end]
+  kSpawnFailed = 7,   // init -> server: id, value = errno, payload = what failed
+  kExited = 8,        // init -> server: id, value = wait status of the shell
+  kKill = 9,          // server -> init: kill the whole process tree of execution id
+  kKilled = 10,       // init -> server: id, value = 0 or errno
+};
+
+struct Header {
+  Type type;
+  uint32_t id;
+  int64_t value;
+};
+
+struct Message {
+  Header header{};
+  std::string payload;
+  std::vector<int> fds;  // owned by the receiver
+};
+
+inline constexpr size_t kMaxMessage = 256 * 1024;
+inline constexpr size_t kMaxFds = 4;
+
+// Sends one packet. Returns 0 or -errno (EAGAIN included: the caller decides).
+int send_message(int sock, Type type, uint32_t id, int64_t value, std::string_view payload,
+                 const int* fds = nullptr, size_t nfds = 0, bool dont_wait = false);
+
+// Receives one packet. Returns 1 on a message, 0 on orderly EOF, -errno on error
+// (-EAGAIN on a non-blocking socket with nothing queued).
+int receive_message(int sock, Message& out, bool dont_wait = false);
+
+// The command the init spawns: argv and environment, NUL-separated.
+struct SpawnRequest {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+  std::string cwd;
+};
+std::string encode(const SpawnRequest& req);
+bool decode(std::string_view payload, SpawnRequest& out);
+
+}  // namespace sandboxd::runtime::protocol

@@ -1,0 +1,104 @@
+#include "runtime/runtime.h"
+
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/use_awaitable.hpp>
+#include <climits>
+
+#include "runtime/spawn.h"
+#include "runtime/spec.h"
+#include "runtime/syscall_error.h"
+
+namespace sandboxd::runtime {
+
+std::string default_init_path() {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "sandboxd-init";
+  self[n] = '\0';
+  std::string path = self;
+  return path.substr(0, path.rfind('/') + 1) + "sandboxd-init";
+}
+
+bool Runtime::valid_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) return false;
+  return true;
+}
+
+Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
+  if (!valid_name(options_.instance))
+    throw std::invalid_argument("runtime instance name must be 1-64 of [A-Za-z0-9_-]");
+  if (options_.host_uid == 0 || options_.host_gid == 0)
+    throw std::invalid_argument("the sandbox's host uid/gid must not be 0");
+  if (options_.init_path.empty()) options_.init_path = default_init_path();
+  if (access(options_.init_path.c_str(), X_OK) != 0)
+    throw SyscallError("access(" + options_.init_path + ", X_OK)", errno);
+  options_.cgroups.instance = options_.instance;
+  cgroups_ = detect_cgroups(options_.cgroups);
+  // Every sandbox's PID 1 is re-parented to this process when its launcher exits, so
+  // that we can reap it and learn of its exit through a pidfd.
+  check(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)");
+}
+
+size_t Runtime::cleanup_stale() { return cgroups_->destroy_all(); }
+
+asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor executor,
+                                                         SandboxOptions options) {
+  if (!valid_name(options.name)) throw SandboxError("invalid sandbox name: " + options.name);
+  Spec spec;
+  spec.image_root = options_.image_root;
+  spec.workspace_dir = options.workspace_dir;
+  spec.uploads_dir = options.uploads_dir;
+  spec.outputs_dir = options.outputs_dir;
+  spec.skills_dir = options.skills_dir;
+  spec.host_uid = options_.host_uid;
+  spec.host_gid = options_.host_gid;
+  spec.tmp_size_bytes = options.tmp_size_bytes;
+  spec.home_size_bytes = options.home_size_bytes;
+  spec.max_open_files = options.max_open_files;
+  spec.hosts_entries = options.hosts_entries;
+  std::string payload;
+  try {
+    SandboxCgroups cg = cgroups_->create(options.name, options.limits);
+    spec.cgroup_dirs = cg.join_dirs;
+    spec.exec_cgroup_parent = cg.exec_parent;
+    spec.kill_method = cg.kill_method;
+    payload = encode(spec);
+  } catch (const std::exception& e) {
+    try {
+      cgroups_->destroy(options.name);
+    } catch (...) {
+    }
+    throw SandboxError(std::string("creating the sandbox's cgroups: ") + e.what());
+  }
+
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+    int err = errno;
+    cgroups_->destroy(options.name);
+    throw SandboxError(describe_errno("socketpair(AF_UNIX, SOCK_SEQPACKET)", err));
+  }
+  pid_t launcher = -1;
+  try {
+    launcher = spawn_program({options_.init_path}, pair[1]);
+  } catch (const std::exception& e) {
+    close(pair[0]);
+    close(pair[1]);
+    cgroups_->destroy(options.name);
+    throw SandboxError(e.what());
+  }
+  close(pair[1]);
+  auto sandbox = std::make_shared<Sandbox>(executor, options.name, pair[0], launcher, cgroups_.get());
+  if (int rc = protocol::send_message(pair[0], protocol::Type::kSpec, 0, 0, payload); rc < 0) {
+    co_await sandbox->stop();
+    throw SandboxError(describe_errno("sending the spec to sandboxd-init", -rc));
+  }
+  co_await sandbox->wait_ready(options_.start_timeout);
+  co_return sandbox;
+}
+
+}  // namespace sandboxd::runtime

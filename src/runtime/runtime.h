@@ -1,0 +1,63 @@
+// The runtime: starts sandboxes over container directories. Owns the cgroup backend
+// and the identity of this sandboxd instance (its cgroups are named after it, so a
+// restarted server can find and remove what its predecessor left).
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/cgroup.h"
+#include "runtime/sandbox.h"
+
+namespace sandboxd::runtime {
+
+struct RuntimeOptions {
+  std::string init_path;           // empty: sandboxd-init next to this executable
+  std::string instance = "default";  // [A-Za-z0-9_-]{1,64}
+  uint32_t host_uid = 101000;      // what agent (1000) is on the host
+  uint32_t host_gid = 101000;
+  std::string image_root;          // empty: the host's /usr and friends
+  CgroupOptions cgroups;           // .instance is set from `instance`
+  std::chrono::milliseconds start_timeout{10'000};
+};
+
+struct SandboxOptions {
+  std::string name;  // unique among running sandboxes: [A-Za-z0-9_-]{1,64}
+  std::string workspace_dir, uploads_dir, outputs_dir, skills_dir;  // host paths
+  CgroupLimits limits;
+  uint64_t tmp_size_bytes = 64ull << 20;
+  uint64_t home_size_bytes = 64ull << 20;
+  uint64_t max_open_files = 0;
+  std::vector<std::string> hosts_entries;
+};
+
+class Runtime {
+ public:
+  explicit Runtime(RuntimeOptions options);
+
+  // Starts a sandbox; returns once its PID 1 is ready. Throws SandboxError.
+  asio::awaitable<std::shared_ptr<Sandbox>> start(asio::any_io_executor executor, SandboxOptions options);
+
+  // Kills and removes every sandbox cgroup this instance left behind (a crashed
+  // predecessor's). Returns how many sandboxes were found.
+  size_t cleanup_stale();
+
+  CgroupBackend& cgroups() { return *cgroups_; }
+  const RuntimeOptions& options() const { return options_; }
+
+  static bool valid_name(const std::string& name);
+
+ private:
+  RuntimeOptions options_;
+  std::unique_ptr<CgroupBackend> cgroups_;
+};
+
+// The sandboxd-init next to the running executable.
+std::string default_init_path();
+
+}  // namespace sandboxd::runtime

@@ -1,0 +1,388 @@
+#include "runtime/sandbox.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <cstdio>
+
+#include "runtime/syscall_error.h"
+
+namespace sandboxd::runtime {
+namespace {
+
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::array<const char*, 5> kFixedEnv = {
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/home/agent",
+    "USER=agent", "LANG=C.UTF-8", "TERM=dumb"};
+
+int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 255;
+}
+
+// Waits on `timer` until it is cancelled (an event) or expires (a deadline).
+// Returns true when the deadline passed.
+asio::awaitable<bool> wait_event(asio::steady_timer& timer) {
+  error_code ec;
+  co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  co_return !ec;
+}
+
+}  // namespace
+
+std::string timeout_message(std::chrono::milliseconds timeout) {
+  char seconds[32];
+  if (timeout.count() % 1000 == 0)
+    std::snprintf(seconds, sizeof seconds, "%lld", static_cast<long long>(timeout.count() / 1000));
+  else
+    std::snprintf(seconds, sizeof seconds, "%g", static_cast<double>(timeout.count()) / 1000.0);
+  return std::string("Command timed out after ") + seconds + "s.";
+}
+
+// One pipe of a running command. Reads continuously so the writer never blocks on a
+// full pipe; keeps the first `limit` bytes and counts the rest as truncated. After the
+// shell exits the result is taken, and the stream keeps draining (and discarding) what
+// background processes still write, until they close it.
+struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
+  OutputStream(Strand& strand, int fd, size_t limit) : pipe(strand, fd), limit(limit) {
+    int flags = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  }
+
+  void take(size_t n) {
+    if (detached) return;
+    size_t room = data.size() < limit ? limit - data.size() : 0;
+    data.append(buffer.data(), std::min(n, room));
+    if (n > room) truncated = true;
+  }
+
+  void read_more() {
+    pipe.async_read_some(asio::buffer(buffer), [self = shared_from_this()](error_code ec, size_t n) {
+      if (ec) {
+        self->pipe.close(ec);
+        return;
+      }
+      self->take(n);
+      self->read_more();
+    });
+  }
+
+  // What is already in the pipe, read now (everything the shell wrote before exiting).
+  void drain_now() {
+    if (!pipe.is_open()) return;
+    for (;;) {
+      ssize_t n = ::read(pipe.native_handle(), buffer.data(), buffer.size());
+      if (n > 0) {
+        take(static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      break;
+    }
+  }
+
+  std::string result() {
+    detached = true;
+    std::string out = std::move(data);
+    data = std::string();
+    if (truncated) out.append(kTruncationMarker);
+    return out;
+  }
+
+  asio::posix::stream_descriptor pipe;
+  size_t limit;
+  std::string data;
+  bool truncated = false;
+  bool detached = false;
+  std::array<char, 64 * 1024> buffer{};
+};
+
+struct Sandbox::Execution {
+  explicit Execution(Strand& strand) : wake(strand) {}
+  asio::steady_timer wake;
+  bool spawned = false;
+  bool failed = false;
+  bool exited = false;
+  int status = 0;
+  std::string error;
+  std::vector<int> fds;
+};
+
+Sandbox::Sandbox(asio::any_io_executor executor, std::string name, int control_fd, pid_t launcher,
+                 CgroupBackend* cgroups)
+    : strand_(asio::make_strand(executor)),
+      name_(std::move(name)),
+      control_(strand_, control_fd),
+      launcher_(launcher),
+      cgroups_(cgroups),
+      state_changed_(strand_, Clock::time_point::max()),
+      started_at_(Clock::now()) {}
+
+Sandbox::~Sandbox() {
+  // stop() is the orderly way; a sandbox dropped while running is killed so that it
+  // never outlives its owner unnoticed (cgroups are then removed by cleanup_stale).
+  if (pidfd_ && pidfd_->is_open() && state_ != State::kStopped)
+    syscall(SYS_pidfd_send_signal, pidfd_->native_handle(), SIGKILL, nullptr, 0);
+}
+
+int Sandbox::send(protocol::Type type, uint32_t id, std::string_view payload) {
+  if (!control_.is_open()) return -EPIPE;
+  return protocol::send_message(control_.native_handle(), type, id, 0, payload);
+}
+
+uint64_t Sandbox::memory_usage() const { return cgroups_->memory_usage(name_); }
+
+void Sandbox::wake_all() {
+  state_changed_.cancel();
+  for (auto& [id, exec] : executions_) exec->wake.cancel();
+}
+
+asio::awaitable<void> Sandbox::wait_ready(std::chrono::milliseconds limit) {
+  co_await asio::co_spawn(strand_, wait_ready_on_strand(limit), asio::use_awaitable);
+}
+
+asio::awaitable<void> Sandbox::wait_ready_on_strand(std::chrono::milliseconds limit) {
+  asio::co_spawn(strand_, read_control(), asio::detached);
+  auto deadline = Clock::now() + limit;
+  while (state_ == State::kStarting && setup_error_.empty()) {
+    state_changed_.expires_at(deadline);
+    if (co_await wait_event(state_changed_)) {
+      setup_error_ = "sandbox did not become ready in time";
+      break;
+    }
+  }
+  if (state_ == State::kRunning) co_return;
+  // Failed: make sure nothing is left, then report why.
+  std::string reason = setup_error_.empty() ? "sandboxd-init exited during set-up" : setup_error_;
+  if (pidfd_) syscall(SYS_pidfd_send_signal, pidfd_->native_handle(), SIGKILL, nullptr, 0);
+  co_await stop_on_strand();
+  throw SandboxError("sandbox " + name_ + " failed to start: " + reason);
+}
+
+asio::awaitable<void> Sandbox::read_control() {
+  auto self = shared_from_this();
+  for (;;) {
+    error_code ec;
+    co_await control_.async_wait(asio::posix::descriptor_base::wait_read,
+                                 asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) break;
+    for (;;) {
+      protocol::Message msg;
+      int rc = protocol::receive_message(control_.native_handle(), msg, /*dont_wait=*/true);
+      if (rc == -EAGAIN) break;
+      if (rc <= 0) {
+        // PID 1 is gone (or the socket broke): the pidfd watcher finishes the stop.
+        control_.close(ec);
+        if (!pidfd_) on_pid1_exit();  // PID 1 was never announced
+        wake_all();
+        co_return;
+      }
+      dispatch(msg);
+    }
+  }
+}
+
+void Sandbox::dispatch(protocol::Message& msg) {
+  using protocol::Type;
+  switch (msg.header.type) {
+    case Type::kInitPid: {
+      pid1_ = static_cast<pid_t>(msg.header.value);
+      if (!msg.fds.empty()) {
+        pidfd_ = std::make_unique<asio::posix::stream_descriptor>(strand_, msg.fds[0]);
+        for (size_t i = 1; i < msg.fds.size(); ++i) close(msg.fds[i]);
+        asio::co_spawn(strand_, watch_pid1(), asio::detached);
+      }
+      // The launcher exits right after sending this; reap it (a few microseconds).
+      if (launcher_ > 0) {
+        int status;
+        retry_eintr([&] { return waitpid(launcher_, &status, 0); });
+        launcher_ = -1;
+      }
+      return;
+    }
+    case Type::kReady:
+      if (state_ == State::kStarting) state_ = State::kRunning;
+      state_changed_.cancel();
+      return;
+    case Type::kSetupFailed:
+      setup_error_ = msg.payload;
+      state_changed_.cancel();
+      return;
+    default:
+      break;
+  }
+  auto it = executions_.find(msg.header.id);
+  if (it == executions_.end()) {
+    for (int fd : msg.fds) close(fd);
+    return;
+  }
+  Execution& exec = *it->second;
+  switch (msg.header.type) {
+    case Type::kSpawned:
+      exec.spawned = true;
+      exec.fds = std::move(msg.fds);
+      break;
+    case Type::kSpawnFailed:
+      exec.failed = true;
+      exec.error = msg.payload;
+      break;
+    case Type::kExited:
+      exec.exited = true;
+      exec.status = static_cast<int>(msg.header.value);
+      break;
+    default:
+      for (int fd : msg.fds) close(fd);
+      break;
+  }
+  exec.wake.cancel();
+}
+
+asio::awaitable<void> Sandbox::watch_pid1() {
+  auto self = shared_from_this();
+  error_code ec;
+  co_await pidfd_->async_wait(asio::posix::descriptor_base::wait_read,
+                              asio::redirect_error(asio::use_awaitable, ec));
+  // We are PID 1's parent once the launcher has exited (we are a child subreaper).
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    siginfo_t info{};
+    int rc = waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_->native_handle()), &info,
+                    WEXITED | WNOHANG);
+    if (rc == 0 && info.si_pid != 0) break;
+    if (rc != 0 && errno != ECHILD && errno != EINTR) break;
+    asio::steady_timer pause(strand_, std::chrono::milliseconds(1));
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  on_pid1_exit();
+}
+
+void Sandbox::on_pid1_exit() {
+  if (state_ == State::kStopped) return;
+  state_ = State::kStopped;
+  error_code ec;
+  control_.close(ec);
+  if (pidfd_) pidfd_->close(ec);
+  if (launcher_ > 0) {
+    int status;
+    retry_eintr([&] { return waitpid(launcher_, &status, 0); });
+    launcher_ = -1;
+  }
+  // PID 1 is gone, so is every process of its namespace; remove the cgroups.
+  try {
+    cgroups_->destroy(name_);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sandboxd: removing cgroups of sandbox %s: %s\n", name_.c_str(), e.what());
+  }
+  wake_all();
+}
+
+asio::awaitable<void> Sandbox::stop() {
+  co_await asio::co_spawn(strand_, stop_on_strand(), asio::use_awaitable);
+}
+
+asio::awaitable<void> Sandbox::stop_on_strand() {
+  auto self = shared_from_this();
+  if (state_ == State::kStopped) co_return;
+  if (state_ != State::kStopping) {
+    state_ = State::kStopping;
+    if (pidfd_ && pidfd_->is_open())
+      syscall(SYS_pidfd_send_signal, pidfd_->native_handle(), SIGKILL, nullptr, 0);
+    else
+      on_pid1_exit();  // never got as far as PID 1
+  }
+  while (state_ != State::kStopped) {
+    state_changed_.expires_at(Clock::time_point::max());
+    co_await wait_event(state_changed_);
+  }
+}
+
+asio::awaitable<ExecResult> Sandbox::exec(ExecRequest request) {
+  co_return co_await asio::co_spawn(strand_, exec_on_strand(std::move(request)), asio::use_awaitable);
+}
+
+asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
+  auto self = shared_from_this();
+  if (state_ != State::kRunning) throw SandboxError("sandbox " + name_ + " is not running");
+  const auto started = Clock::now();
+  const uint32_t id = next_id_++;
+  auto exec = std::make_shared<Execution>(strand_);
+  executions_[id] = exec;
+  ++active_;
+  struct Done {
+    Sandbox* sandbox;
+    uint32_t id;
+    ~Done() {
+      sandbox->executions_.erase(id);
+      --sandbox->active_;
+    }
+  } done{this, id};
+
+  protocol::SpawnRequest spawn;
+  spawn.argv = {"/bin/bash", "-c", request.command};
+  spawn.env.assign(kFixedEnv.begin(), kFixedEnv.end());
+  spawn.env.push_back(std::string("PWD=") + kWorkspacePath);
+  for (auto& extra : request.extra_env) spawn.env.push_back(std::move(extra));
+  spawn.cwd = kWorkspacePath;
+  std::string payload = protocol::encode(spawn);
+  if (payload.size() + sizeof(protocol::Header) > protocol::kMaxMessage)
+    throw SandboxError("command too long (" + std::to_string(request.command.size()) + " bytes)");
+  if (int rc = send(protocol::Type::kSpawn, id, payload); rc < 0)
+    throw SandboxError(describe_errno("sending the command to sandbox " + name_, -rc));
+
+  while (!exec->spawned && !exec->failed && state_ == State::kRunning) {
+    exec->wake.expires_at(Clock::time_point::max());
+    co_await wait_event(exec->wake);
+  }
+  if (exec->failed) throw SandboxError("starting the command failed: " + exec->error);
+  if (!exec->spawned || exec->fds.size() != 2) {
+    for (int fd : exec->fds) close(fd);
+    throw SandboxError("sandbox " + name_ + " stopped");
+  }
+  auto out = std::make_shared<OutputStream>(strand_, exec->fds[0], request.output_limit);
+  auto err = std::make_shared<OutputStream>(strand_, exec->fds[1], request.output_limit);
+  exec->fds.clear();
+  out->read_more();
+  err->read_more();
+
+  ExecResult result;
+  const auto deadline = started + request.timeout;
+  bool kill_sent = false;
+  while (!exec->exited && state_ != State::kStopped) {
+    exec->wake.expires_at(kill_sent ? Clock::time_point::max() : deadline);
+    bool expired = co_await wait_event(exec->wake);
+    if (expired && !kill_sent && !exec->exited) {
+      // Kill the whole tree of this call (its cgroup), nothing else.
+      result.timed_out = true;
+      kill_sent = true;
+      send(protocol::Type::kKill, id);
+    }
+  }
+  out->drain_now();
+  err->drain_now();
+  result.stdout_text = out->result();
+  result.stderr_text = err->result();
+  result.stdout_truncated = out->truncated;
+  result.stderr_truncated = err->truncated;
+  if (result.timed_out) {
+    result.return_code = 124;
+    result.stderr_text = timeout_message(request.timeout);
+  } else if (exec->exited) {
+    result.return_code = exit_code(exec->status);
+  } else {
+    throw SandboxError("sandbox " + name_ + " stopped while the command ran");
+  }
+  result.duration = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started);
+  co_return result;
+}
+
+}  // namespace sandboxd::runtime

@@ -1,0 +1,116 @@
+// One running sandbox, seen from the server: a PID 1 (sandboxd-init) reached over a
+// control socket, executions started on request, their output read asynchronously.
+// Every member runs on the sandbox's strand; the public coroutines hop onto it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/cgroup.h"
+#include "runtime/protocol.h"
+
+namespace sandboxd::runtime {
+
+namespace asio = boost::asio;
+
+inline constexpr std::string_view kTruncationMarker = "...[truncated]";
+inline constexpr const char* kWorkspacePath = "/home/agent/workspace";
+
+struct ExecRequest {
+  std::string command;
+  std::chrono::milliseconds timeout{60'000};
+  size_t output_limit = 1 << 20;  // per stream
+  // Added to the fixed environment (PATH, HOME, USER, LANG, TERM, PWD).
+  std::vector<std::string> extra_env;
+};
+
+struct ExecResult {
+  std::string stdout_text;  // capped; ends with "...[truncated]" past the cap
+  std::string stderr_text;
+  int return_code = 0;      // 128+N for a signal, 124 on timeout
+  bool timed_out = false;
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  std::chrono::microseconds duration{};
+};
+
+// A sandbox that cannot start, or a command that cannot be started in it.
+class SandboxError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// "Command timed out after 60s." (fractional seconds are kept: "after 0.5s").
+std::string timeout_message(std::chrono::milliseconds timeout);
+
+class Sandbox : public std::enable_shared_from_this<Sandbox> {
+ public:
+  using Strand = asio::strand<asio::any_io_executor>;
+
+  Sandbox(asio::any_io_executor executor, std::string name, int control_fd, pid_t launcher,
+          CgroupBackend* cgroups);
+  ~Sandbox();
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
+
+  // Runs `bash -c command` as agent in the workspace. Throws SandboxError when the
+  // command cannot be started (the sandbox stopped, the spawn failed).
+  asio::awaitable<ExecResult> exec(ExecRequest request);
+  // Kills everything in the sandbox and removes its cgroups. Idempotent.
+  asio::awaitable<void> stop();
+
+  const std::string& name() const { return name_; }
+  bool running() const { return state_ == State::kRunning; }
+  pid_t pid() const { return pid1_; }  // host pid of PID 1
+  size_t active_executions() const { return active_; }
+  std::chrono::steady_clock::time_point started_at() const { return started_at_; }
+  uint64_t memory_usage() const;
+
+  // Used by Runtime::start: waits for PID 1 to report ready. Throws SandboxError.
+  asio::awaitable<void> wait_ready(std::chrono::milliseconds limit);
+
+ private:
+  enum class State { kStarting, kRunning, kStopping, kStopped };
+  struct Execution;
+  struct OutputStream;
+
+  asio::awaitable<ExecResult> exec_on_strand(ExecRequest request);
+  asio::awaitable<void> stop_on_strand();
+  asio::awaitable<void> wait_ready_on_strand(std::chrono::milliseconds limit);
+  asio::awaitable<void> read_control();
+  asio::awaitable<void> watch_pid1();
+  void dispatch(protocol::Message& msg);
+  void on_pid1_exit();
+  void wake_all();
+  int send(protocol::Type type, uint32_t id, std::string_view payload = {});
+
+  Strand strand_;
+  std::string name_;
+  asio::posix::stream_descriptor control_;
+  pid_t launcher_;
+  CgroupBackend* cgroups_;
+  State state_ = State::kStarting;
+  std::string setup_error_;
+  pid_t pid1_ = -1;
+  std::unique_ptr<asio::posix::stream_descriptor> pidfd_;
+  asio::steady_timer state_changed_;  // cancelled to wake waiters on state changes
+  std::map<uint32_t, std::shared_ptr<Execution>> executions_;
+  uint32_t next_id_ = 1;
+  size_t active_ = 0;
+  std::chrono::steady_clock::time_point started_at_;
+};
+
+}  // namespace sandboxd::runtime

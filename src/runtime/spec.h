@@ -1,0 +1,49 @@
+// What sandboxd-init needs to build one sandbox. The server fills it in, encodes it and
+// sends it as the first control message; the init decodes it before touching anything.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sandboxd::runtime {
+
+// How the per-execution cgroup's process tree is killed.
+enum class KillMethod { kCgroupKill /* v2 cgroup.kill */, kFreezer /* v1 freezer */, kSignalLoop };
+
+struct Spec {
+  // Image: empty = the host's /usr, /bin, /sbin, /lib* and an allow-list of /etc.
+  std::string image_root;
+  // Container directories on the host (bind-mounted into the sandbox).
+  std::string workspace_dir;  // -> /home/agent/workspace (rw)
+  std::string uploads_dir;    // -> /mnt/user-data/uploads (ro)
+  std::string outputs_dir;    // -> /mnt/user-data/outputs (rw)
+  std::string skills_dir;     // -> /mnt/skills (ro); empty = an empty read-only folder
+
+  // Host ids that uid/gid 1000 ("agent") map to through the sandbox's user namespace.
+  uint32_t host_uid = 0;
+  uint32_t host_gid = 0;
+
+  uint64_t tmp_size_bytes = 64ull << 20;   // /tmp tmpfs
+  uint64_t home_size_bytes = 64ull << 20;  // /home/agent tmpfs (outside the workspace)
+  uint64_t shm_size_bytes = 64ull << 20;   // /dev/shm
+  uint64_t max_open_files = 0;             // RLIMIT_NOFILE; 0 = inherit
+  std::string hostname = "sandbox";
+
+  // cgroup directories (host paths) PID 1 joins before unsharing its cgroup namespace:
+  // one per hierarchy (v1) or one (v2).
+  std::vector<std::string> cgroup_dirs;
+  // The directory under which per-execution child cgroups are made, and how to kill one.
+  std::string exec_cgroup_parent;
+  KillMethod kill_method = KillMethod::kSignalLoop;
+
+  // Extra /etc/hosts lines ("ADDRESS NAME"): the seam for allow-listed services.
+  std::vector<std::string> hosts_entries;
+};
+
+std::string encode(const Spec& spec);
+// Returns an empty string on success, otherwise what is wrong with the payload.
+std::string decode(std::string_view payload, Spec& out);
+
+}  // namespace sandboxd::runtime

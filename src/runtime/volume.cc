@@ -1,0 +1,157 @@
+#include "runtime/volume.h"
+
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/spawn.h"
+#include "runtime/syscall_error.h"
+
+namespace sandboxd::runtime {
+namespace {
+
+std::string find_mke2fs() {
+  for (const char* path : {"/usr/sbin/mke2fs", "/sbin/mke2fs"})
+    if (access(path, X_OK) == 0) return path;
+  throw SyscallError("access(mke2fs): install e2fsprogs", ENOENT);
+}
+
+// Mount points in mountinfo escape space, tab, newline and backslash as \ooo.
+std::string unescape_mountinfo(const std::string& in) {
+  std::string out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '\\' && i + 3 < in.size()) {
+      int value = 0;
+      bool octal = true;
+      for (size_t j = 1; j <= 3; ++j) {
+        if (in[i + j] < '0' || in[i + j] > '7') {
+          octal = false;
+          break;
+        }
+        value = value * 8 + (in[i + j] - '0');
+      }
+      if (octal) {
+        out.push_back(static_cast<char>(value));
+        i += 3;
+        continue;
+      }
+    }
+    out.push_back(in[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+void Volume::create(const std::string& image, uint64_t size_bytes, uint32_t uid, uint32_t gid) {
+  std::string tmp = image + ".tmp";
+  int fd = static_cast<int>(check(open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600),
+                                  "open(" + tmp + ")"));
+  if (ftruncate(fd, static_cast<off_t>(size_bytes)) != 0) {
+    int err = errno;
+    close(fd);
+    throw SyscallError("ftruncate(" + tmp + ", " + std::to_string(size_bytes) + ")", err);
+  }
+  close(fd);
+  std::string output;
+  int status = run_program({find_mke2fs(), "-q", "-F", "-t", "ext4", "-m", "0", "-L", "sandboxd",
+                            "-E", "root_owner=" + std::to_string(uid) + ":" + std::to_string(gid), tmp},
+                           output);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    unlink(tmp.c_str());
+    throw SyscallError("mke2fs(" + tmp + "): " + output, EIO);
+  }
+  check(rename(tmp.c_str(), image.c_str()), "rename(" + tmp + ", " + image + ")");
+}
+
+void Volume::mount(const std::string& image, const std::string& target) {
+  int control = static_cast<int>(check(open("/dev/loop-control", O_RDWR | O_CLOEXEC), "open(/dev/loop-control)"));
+  int backing = open(image.c_str(), O_RDWR | O_CLOEXEC);
+  if (backing < 0) {
+    int err = errno;
+    close(control);
+    throw SyscallError("open(" + image + ")", err);
+  }
+  std::string device;
+  int loop = -1;
+  // Another process may take the free device between GET_FREE and CONFIGURE: retry.
+  for (int attempt = 0; attempt < 16 && loop < 0; ++attempt) {
+    int number = ioctl(control, LOOP_CTL_GET_FREE);
+    if (number < 0) {
+      int err = errno;
+      close(control);
+      close(backing);
+      throw SyscallError("ioctl(/dev/loop-control, LOOP_CTL_GET_FREE)", err);
+    }
+    device = "/dev/loop" + std::to_string(number);
+    int fd = open(device.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) continue;
+    loop_config config{};
+    config.fd = static_cast<uint32_t>(backing);
+    config.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+    std::strncpy(reinterpret_cast<char*>(config.info.lo_file_name), image.c_str(), LO_NAME_SIZE - 1);
+    if (ioctl(fd, LOOP_CONFIGURE, &config) == 0) {
+      loop = fd;
+      break;
+    }
+    int err = errno;
+    close(fd);
+    if (err != EBUSY) {
+      close(control);
+      close(backing);
+      throw SyscallError("ioctl(" + device + ", LOOP_CONFIGURE, " + image + ")", err);
+    }
+  }
+  close(control);
+  close(backing);
+  if (loop < 0) throw SyscallError("ioctl(LOOP_CONFIGURE): no free loop device", EBUSY);
+  if (::mount(device.c_str(), target.c_str(), "ext4", MS_NOSUID | MS_NODEV, "") != 0) {
+    int err = errno;
+    ioctl(loop, LOOP_CLR_FD);
+    close(loop);
+    throw SyscallError("mount(" + device + ", " + target + ", ext4, MS_NOSUID|MS_NODEV)", err);
+  }
+  close(loop);  // the mount keeps the device; AUTOCLEAR frees it at unmount
+}
+
+void Volume::unmount(const std::string& target) {
+  if (umount2(target.c_str(), 0) != 0) {
+    if (errno == EINVAL || errno == ENOENT) return;  // not mounted
+    if (errno != EBUSY) throw SyscallError("umount2(" + target + ")", errno);
+    check(umount2(target.c_str(), MNT_DETACH), "umount2(" + target + ", MNT_DETACH)");
+  }
+}
+
+bool Volume::is_mounted(const std::string& target) {
+  auto mounts = mounts_under(target);
+  return std::find(mounts.begin(), mounts.end(), target) != mounts.end();
+}
+
+std::vector<std::string> Volume::mounts_under(const std::string& prefix) {
+  std::vector<std::string> found;
+  std::ifstream info("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(info, line)) {
+    std::istringstream fields(line);
+    std::string id, parent, devno, root, mount_point;
+    if (!(fields >> id >> parent >> devno >> root >> mount_point)) continue;
+    mount_point = unescape_mountinfo(mount_point);
+    if (mount_point == prefix ||
+        (mount_point.size() > prefix.size() && mount_point.compare(0, prefix.size(), prefix) == 0 &&
+         mount_point[prefix.size()] == '/'))
+      found.push_back(mount_point);
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  return found;
+}
+
+}  // namespace sandboxd::runtime

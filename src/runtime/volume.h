@@ -1,0 +1,27 @@
+// A container's size-limited volume: a sparse file holding an ext4 file system with a
+// journal, loop-mounted on the host while the container is in use. Writes past its size
+// fail inside the sandbox with ENOSPC and never damage what was written before. (This
+// kernel has no ext4/XFS quota support, so project quotas are not an option; a loop
+// image works on any kernel with loop and ext4.)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sandboxd::runtime {
+
+struct Volume {
+  // Creates and formats the image, its root owned by uid:gid. Runs mke2fs: off the
+  // request path. Throws SyscallError.
+  static void create(const std::string& image, uint64_t size_bytes, uint32_t uid, uint32_t gid);
+  // Attaches the image to a free loop device (auto-clearing) and mounts it at target.
+  static void mount(const std::string& image, const std::string& target);
+  // Unmounts target (the loop device detaches itself).
+  static void unmount(const std::string& target);
+  static bool is_mounted(const std::string& target);
+  // Mount points at or below `prefix` (deepest first), from /proc/self/mountinfo.
+  static std::vector<std::string> mounts_under(const std::string& prefix);
+};
+
+}  // namespace sandboxd::runtime
