@@ -1,2 +1,222 @@
+// The sandbox contract of SPEC §2, checked from inside real sandboxes: identity,
+// environment, filesystem layout, executions (timeouts, output caps, background
+// processes, concurrency), lifecycle.
+
 #include <gtest/gtest.h>
-TEST(Placeholder, Builds) { EXPECT_TRUE(true); }
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "sandbox_harness.h"
+
+using namespace sandboxd::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+class RuntimeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { harness = new Harness(); }
+  static void TearDownTestSuite() {
+    delete harness;
+    harness = nullptr;
+  }
+  void SetUp() override {
+    dirs = std::make_unique<ContainerDirs>(harness->runtime->options().host_uid,
+                                           harness->runtime->options().host_gid);
+    sandbox = harness->start(harness->options_for(*dirs));
+  }
+  void TearDown() override {
+    if (sandbox) harness->stop(*sandbox);
+  }
+  rt::ExecResult run(const std::string& command, std::chrono::milliseconds timeout = 30s,
+                     size_t limit = 1 << 20) {
+    return harness->exec(*sandbox, command, timeout, limit);
+  }
+
+  static Harness* harness;
+  std::unique_ptr<ContainerDirs> dirs;
+  std::shared_ptr<rt::Sandbox> sandbox;
+};
+Harness* RuntimeTest::harness = nullptr;
+
+TEST_F(RuntimeTest, RunsAsAgentInTheWorkspace) {
+  auto r = run("id; pwd; echo $HOME");
+  EXPECT_EQ(r.return_code, 0) << r.stderr_text;
+  EXPECT_EQ(r.stdout_text,
+            "uid=1000(agent) gid=1000(agent) groups=1000(agent)\n/home/agent/workspace\n/home/agent\n");
+}
+
+TEST_F(RuntimeTest, PassesStdoutStderrAndExitCode) {
+  auto r = run("echo out; echo err >&2; exit 7");
+  EXPECT_EQ(r.stdout_text, "out\n");
+  EXPECT_EQ(r.stderr_text, "err\n");
+  EXPECT_EQ(r.return_code, 7);
+  auto killed = run("kill -TERM $$");
+  EXPECT_EQ(killed.return_code, 128 + SIGTERM);
+}
+
+TEST_F(RuntimeTest, EnvironmentIsFixedAndNothingOfTheServerLeaks) {
+  setenv("SANDBOXD_TEST_SECRET", "do-not-leak", 1);
+  auto r = run("env | sort");
+  unsetenv("SANDBOXD_TEST_SECRET");
+  EXPECT_EQ(r.stdout_text,
+            "HOME=/home/agent\nLANG=C.UTF-8\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+            "PWD=/home/agent/workspace\nSHLVL=1\nTERM=dumb\nUSER=agent\n_=/usr/bin/env\n");
+}
+
+TEST_F(RuntimeTest, EachCallIsANewShellButFilesPersist) {
+  run("export FOO=bar; cd /tmp; echo hi > /home/agent/workspace/note.txt");
+  auto r = run("echo \"[$FOO]\"; pwd; cat note.txt");
+  EXPECT_EQ(r.stdout_text, "[]\n/home/agent/workspace\nhi\n");
+  EXPECT_EQ(read_text(dirs->workspace / "note.txt"), "hi\n");
+}
+
+TEST_F(RuntimeTest, FilesystemLayoutMatchesTheContract) {
+  write_text(dirs->uploads / "in.csv", "a,b\n");
+  fs::create_directories(dirs->skills / "pdf");
+  write_text(dirs->skills / "pdf" / "SKILL.md", "skill\n");
+  auto r = run(R"(
+    cat /mnt/user-data/uploads/in.csv
+    cat /mnt/skills/pdf/SKILL.md
+    echo made > /mnt/user-data/outputs/chart.txt && echo outputs-rw
+    touch /mnt/user-data/uploads/x 2>/dev/null || echo uploads-ro
+    touch /mnt/skills/x 2>/dev/null || echo skills-ro
+    touch /usr/x /etc/x /x /bin/x 2>/dev/null || echo image-ro
+    touch /tmp/t /home/agent/.cache && echo tmp-home-rw
+    stat -c '%U:%G %a' /home/agent/workspace /mnt/user-data/outputs /home/agent
+    echo x > w.txt; ls -l w.txt | awk '{print $3, $4}'
+  )");
+  EXPECT_EQ(r.stdout_text,
+            "a,b\nskill\noutputs-rw\nuploads-ro\nskills-ro\nimage-ro\ntmp-home-rw\n"
+            "agent:agent 755\nagent:agent 755\nagent:agent 755\nagent agent\n")
+      << r.stderr_text;
+  EXPECT_EQ(read_text(dirs->outputs / "chart.txt"), "made\n");
+  struct stat st;
+  ASSERT_EQ(stat((dirs->workspace / "w.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, harness->runtime->options().host_uid) << "agent is an unprivileged host uid";
+}
+
+TEST_F(RuntimeTest, GeneratedEtcAndMinimalDev) {
+  auto r = run(R"(
+    getent passwd agent; getent group agent; hostname
+    test -e /etc/shadow && echo shadow-visible
+    ls /dev | tr '\n' ' '; echo
+    head -c 4 /dev/zero | od -An -tx1; echo x > /dev/null && echo null-ok
+  )");
+  EXPECT_EQ(r.stdout_text,
+            "agent:x:1000:1000:agent:/home/agent:/bin/bash\nagent:x:1000:\nsandbox\n"
+            "fd full null ptmx pts random shm stderr stdin stdout tty urandom zero \n"
+            " 00 00 00 00\nnull-ok\n")
+      << r.stderr_text;
+}
+
+TEST_F(RuntimeTest, TmpIsSizeLimited) {
+  auto r = run("head -c 100M /dev/zero > /tmp/big; echo rc=$?; df -k /tmp | tail -1 | awk '{print $2}'");
+  EXPECT_NE(r.stdout_text.find("rc=1"), std::string::npos) << r.stdout_text;
+  EXPECT_NE(r.stderr_text.find("No space left on device"), std::string::npos) << r.stderr_text;
+  EXPECT_NE(r.stdout_text.find("65536"), std::string::npos) << r.stdout_text;  // 64 MiB in KiB
+}
+
+TEST_F(RuntimeTest, TimeoutKillsTheWholeTreeIncludingDetachedDescendants) {
+  auto r = run("setsid bash -c 'sleep 1000' & (sleep 1001 &); nohup sleep 1002 >/dev/null 2>&1 & "
+               "echo started; sleep 1003",
+               1s);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(r.return_code, 124);
+  EXPECT_EQ(r.stderr_text, "Command timed out after 1s.");
+  EXPECT_EQ(r.stdout_text, "started\n");
+  auto after = run("ps -eo comm= | sort | uniq -c | tr -s ' '");
+  EXPECT_EQ(after.stdout_text.find("sleep"), std::string::npos) << after.stdout_text;
+}
+
+TEST_F(RuntimeTest, TimeoutKillsOnlyItsOwnCall) {
+  run("sleep 300 >/dev/null 2>&1 &");
+  auto r = run("sleep 100", 500ms);
+  EXPECT_EQ(r.return_code, 124);
+  EXPECT_EQ(r.stderr_text, "Command timed out after 0.5s.");
+  auto after = run("pgrep -c -x sleep");
+  EXPECT_EQ(after.stdout_text, "1\n") << "the background sleep of the earlier call survives";
+}
+
+TEST_F(RuntimeTest, OutputIsCappedAndTheWriterNeverBlocks) {
+  auto r = run("head -c 50000000 /dev/zero | tr '\\0' a; echo tail >&2", 60s, 1000);
+  EXPECT_EQ(r.return_code, 0);
+  EXPECT_TRUE(r.stdout_truncated);
+  EXPECT_FALSE(r.stderr_truncated);
+  EXPECT_EQ(r.stdout_text, std::string(1000, 'a') + "...[truncated]");
+  EXPECT_EQ(r.stderr_text, "tail\n");
+}
+
+TEST_F(RuntimeTest, BackgroundProcessesKeepRunningAndDoNotHoldTheResult) {
+  auto start = std::chrono::steady_clock::now();
+  auto r = run("(sleep 0.1; while true; do echo tick; sleep 0.2; done) & sleep 60 & echo started");
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.stdout_text.rfind("started\n", 0), 0u) << r.stdout_text;
+  EXPECT_LT(elapsed, 20s) << "the call returned when its shell exited";  // behaviour, not a timing bar
+  std::this_thread::sleep_for(500ms);
+  auto later = run("pgrep -c -x sleep");
+  EXPECT_NE(later.stdout_text, "0\n");
+  EXPECT_EQ(later.return_code, 0) << "the background loop still runs (its output pipe is drained)";
+}
+
+TEST_F(RuntimeTest, ConcurrentExecutionsInOneSandbox) {
+  using namespace boost::asio::experimental::awaitable_operators;
+  auto work = [&]() -> asio::awaitable<std::vector<std::string>> {
+    std::vector<std::string> out;
+    auto request = [](int i) {
+      rt::ExecRequest req;
+      req.command = "sleep 0.3; echo " + std::to_string(i);
+      return req;
+    };
+    auto [a, b] = co_await (sandbox->exec(request(1)) && sandbox->exec(request(2)));
+    auto [c, d] = co_await (sandbox->exec(request(3)) && sandbox->exec(request(4)));
+    for (auto* r : {&a, &b, &c, &d}) out.push_back(r->stdout_text);
+    co_return out;
+  };
+  auto outputs = run_sync(harness->io, work());
+  EXPECT_EQ(outputs, (std::vector<std::string>{"1\n", "2\n", "3\n", "4\n"}));
+}
+
+TEST_F(RuntimeTest, NonUtf8AndBinaryOutputComeBackAsBytes) {
+  auto r = run("printf '\\xff\\xfe\\x00ok'");
+  EXPECT_EQ(r.stdout_text, std::string("\xff\xfe\0ok", 5));
+}
+
+TEST_F(RuntimeTest, StopLeavesNothingBehindAndFilesPersistAcrossRestart) {
+  run("echo keep > /home/agent/workspace/keep.txt; echo out > /mnt/user-data/outputs/o.txt; sleep 500 &");
+  pid_t pid1 = sandbox->pid();
+  std::string name = sandbox->name();
+  ASSERT_GT(pid1, 0);
+  ASSERT_EQ(kill(pid1, 0), 0);
+  harness->stop(*sandbox);
+  EXPECT_FALSE(sandbox->running());
+  EXPECT_NE(kill(pid1, 0), 0) << "PID 1 is gone (and with it every process of the sandbox)";
+  for (const char* controller : {"memory", "pids", "cpu", "freezer"}) {
+    fs::path dir = fs::path("/sys/fs/cgroup") / controller / "sandboxd" / harness->runtime->options().instance / name;
+    EXPECT_FALSE(fs::exists(dir)) << dir;
+  }
+  EXPECT_THROW(run("true"), rt::SandboxError);
+  // A fresh sandbox over the same container: files are there, processes are not.
+  sandbox = harness->start(harness->options_for(*dirs));
+  auto r = run("cat keep.txt /mnt/user-data/outputs/o.txt; pgrep -c sleep");
+  EXPECT_EQ(r.stdout_text, "keep\nout\n0\n");
+}
+
+TEST_F(RuntimeTest, ManyCommandsInARow) {
+  for (int i = 0; i < 200; ++i) {
+    auto r = run("echo " + std::to_string(i));
+    ASSERT_EQ(r.stdout_text, std::to_string(i) + "\n");
+  }
+  // Per-execution cgroups are removed once their processes are gone.
+  auto leftover = fs::path("/sys/fs/cgroup/freezer/sandboxd") / harness->runtime->options().instance / sandbox->name();
+  if (fs::exists(leftover)) {
+    size_t children = 0;
+    for (auto& entry : fs::directory_iterator(leftover)) children += entry.is_directory();
+    EXPECT_LE(children, 1u);
+  }
+}
+
+}  // namespace

@@ -67,29 +67,33 @@ struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
     if (n > room) truncated = true;
   }
 
+  // Waits for readiness and reads here, never through async_read_some: a read that
+  // completed in the reactor but whose handler had not run yet would otherwise be lost
+  // when the result is taken at exit.
   void read_more() {
-    pipe.async_read_some(asio::buffer(buffer), [self = shared_from_this()](error_code ec, size_t n) {
-      if (ec) {
+    pipe.async_wait(asio::posix::descriptor_base::wait_read, [self = shared_from_this()](error_code ec) {
+      if (ec || !self->drain_now()) {
         self->pipe.close(ec);
         return;
       }
-      self->take(n);
       self->read_more();
     });
   }
 
-  // What is already in the pipe, read now (everything the shell wrote before exiting).
-  void drain_now() {
-    if (!pipe.is_open()) return;
-    for (;;) {
+  // Reads what is in the pipe now, at most `max_reads` chunks (a writer that never
+  // stops must not keep us here). Returns false at end of file.
+  bool drain_now(int max_reads = 16) {
+    if (!pipe.is_open()) return false;
+    for (int reads = 0; reads < max_reads; ++reads) {
       ssize_t n = ::read(pipe.native_handle(), buffer.data(), buffer.size());
       if (n > 0) {
         take(static_cast<size_t>(n));
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
-      break;
+      return n < 0 && errno == EAGAIN;
     }
+    return true;
   }
 
   std::string result() {
@@ -367,8 +371,10 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
       send(protocol::Type::kKill, id);
     }
   }
-  out->drain_now();
-  err->drain_now();
+  // Everything the shell wrote before it exited is in the pipes now (one pipe holds at
+  // most 1 MiB, and whatever a background writer adds meanwhile is not owed).
+  out->drain_now(64);
+  err->drain_now(64);
   result.stdout_text = out->result();
   result.stderr_text = err->result();
   result.stdout_truncated = out->truncated;
