@@ -73,6 +73,7 @@ int run_command(const std::string& container_arg, double timeout_seconds, const 
     if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
     container = pattern;
   }
+  fs::create_directories(container);
   const uint32_t uid = options.host_uid, gid = options.host_gid;
   fs::path data_root = container;
   fs::path volume_mount;

@@ -10,6 +10,7 @@
 #include "runtime/spawn.h"
 #include "runtime/spec.h"
 #include "runtime/syscall_error.h"
+#include "runtime/volume.h"
 
 namespace sandboxd::runtime {
 
@@ -44,7 +45,14 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   check(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)");
 }
 
-size_t Runtime::cleanup_stale() { return cgroups_->destroy_all(); }
+size_t Runtime::cleanup_stale(const std::string& volumes_root) {
+  // Processes first (killing PID 1 ends each sandbox's namespaces and the mounts in
+  // them), then the host-side volume mounts those sandboxes used.
+  size_t found = cgroups_->destroy_all();
+  if (!volumes_root.empty())
+    for (const auto& mount_point : Volume::mounts_under(volumes_root)) Volume::unmount(mount_point);
+  return found;
+}
 
 asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor executor,
                                                          SandboxOptions options) {

@@ -44,8 +44,9 @@ class Runtime {
   asio::awaitable<std::shared_ptr<Sandbox>> start(asio::any_io_executor executor, SandboxOptions options);
 
   // Kills and removes every sandbox cgroup this instance left behind (a crashed
-  // predecessor's). Returns how many sandboxes were found.
-  size_t cleanup_stale();
+  // predecessor's), and unmounts every volume still mounted under `volumes_root` (when
+  // given). Returns how many sandboxes were found.
+  size_t cleanup_stale(const std::string& volumes_root = "");
 
   CgroupBackend& cgroups() { return *cgroups_; }
   const RuntimeOptions& options() const { return options_; }

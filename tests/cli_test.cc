@@ -1,0 +1,96 @@
+// `sandboxd run` and `sandboxd version`, as a user runs them.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include "sandbox_harness.h"
+
+using namespace sandboxd::testing;
+
+namespace {
+
+struct Outcome {
+  std::string out, err;
+  int code = -1;
+};
+
+Outcome run_cli(std::vector<std::string> args) {
+  args.insert(args.begin(), SANDBOXD_PATH);
+  ContainerDirs tmp(0, 0);
+  fs::path out_file = tmp.root / "out", err_file = tmp.root / "err";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&actions, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  Outcome outcome;
+  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) return outcome;
+  posix_spawn_file_actions_destroy(&actions);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  outcome.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  outcome.out = read_text(out_file);
+  outcome.err = read_text(err_file);
+  return outcome;
+}
+
+TEST(Cli, VersionPrintsTheVersion) {
+  auto r = run_cli({"version"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, std::string("sandboxd ") + SANDBOXD_VERSION + "\n");
+}
+
+TEST(Cli, RunPassesOutputAndExitStatusThrough) {
+  auto r = run_cli({"run", "--", "echo hi; echo err >&2; whoami; exit 3"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "hi\nagent\n");
+  EXPECT_EQ(r.err, "err\n");
+  auto words = run_cli({"run", "--", "printf", "%s|", "a b", "$HOME"});
+  EXPECT_EQ(words.out, "a b|$HOME|") << "several words are one command, quoted";
+}
+
+TEST(Cli, RunTimesOut) {
+  auto r = run_cli({"run", "--timeout", "1", "--", "echo before; sleep 30"});
+  EXPECT_EQ(r.code, 124);
+  EXPECT_EQ(r.out, "before\n");
+  EXPECT_EQ(r.err, "Command timed out after 1s.\n");
+}
+
+TEST(Cli, RunKeepsFilesInTheContainerDirectory) {
+  ContainerDirs tmp(0, 0);
+  fs::path container = tmp.root / "c";
+  auto first = run_cli({"run", "--container", container, "--", "echo data > result.txt; cp result.txt /mnt/user-data/outputs/"});
+  EXPECT_EQ(first.code, 0) << first.err;
+  EXPECT_EQ(read_text(container / "workspace" / "result.txt"), "data\n");
+  EXPECT_EQ(read_text(container / "outputs" / "result.txt"), "data\n");
+  EXPECT_TRUE(fs::is_directory(container / "uploads"));
+  auto second = run_cli({"run", "--container", container, "--", "cat result.txt"});
+  EXPECT_EQ(second.out, "data\n");
+}
+
+TEST(Cli, RunEnforcesMemoryAndWorkspaceLimits) {
+  auto oom = run_cli({"run", "--memory", "32Mi", "--", "python3 -c 'b = bytearray(256 << 20)'"});
+  EXPECT_EQ(oom.code, 137);
+  ContainerDirs tmp(0, 0);
+  fs::path container = tmp.root / "c";
+  auto full = run_cli({"run", "--container", container, "--workspace-size", "16Mi", "--",
+                       "head -c 32M /dev/zero > big; echo rc=$?"});
+  EXPECT_EQ(full.out, "rc=1\n");
+  EXPECT_NE(full.err.find("No space left on device"), std::string::npos) << full.err;
+  EXPECT_TRUE(fs::exists(container / "volume.img"));
+}
+
+TEST(Cli, RunRejectsBadArguments) {
+  auto r = run_cli({"run", "--memory", "lots", "--", "true"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("lots"), std::string::npos) << r.err;
+  auto none = run_cli({"run"});
+  EXPECT_NE(none.code, 0);
+}
+
+}  // namespace

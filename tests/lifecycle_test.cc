@@ -1,0 +1,206 @@
+// cgroup v2, crash recovery and the workspace size limit.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+
+#include <linux/magic.h>
+
+#include "runtime/syscall_error.h"
+#include "runtime/volume.h"
+#include "sandbox_harness.h"
+
+using namespace sandboxd::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+uint32_t kHostId = 101000;
+
+// The v2 writer against a scratch tree laid out like a cgroup2 mount: this machine's
+// controllers are all bound to v1 hierarchies, so limits cannot be enabled in a real
+// cgroup2 mount here.
+TEST(CgroupV2, WritesLimitsAndEnablesControllersDownTheTree) {
+  ContainerDirs scratch(0, 0);
+  fs::path root = scratch.root / "cgroup2";
+  fs::path sandbox = root / "sandboxd" / "inst" / "sbx";
+  fs::create_directories(sandbox);
+  write_text(root / "cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc\n");
+  for (const auto& dir : {root, root / "sandboxd", root / "sandboxd" / "inst"})
+    write_text(dir / "cgroup.subtree_control", "");
+  for (const char* file : {"memory.max", "memory.swap.max", "pids.max", "cpu.max", "cgroup.procs"})
+    write_text(sandbox / file, "");
+
+  rt::CgroupOptions options;
+  options.mode = "v2";
+  options.v2_root = root;
+  options.instance = "inst";
+  auto backend = rt::detect_cgroups(options);
+  ASSERT_EQ(backend->version(), "v2");
+  rt::CgroupLimits limits;
+  limits.memory_bytes = 512ull << 20;
+  limits.pids = 100;
+  limits.cpu_millis = 500;
+  auto created = backend->create("sbx", limits);
+  for (const auto& dir : {root, root / "sandboxd", root / "sandboxd" / "inst"})
+    EXPECT_EQ(read_text(dir / "cgroup.subtree_control"), "+cpu +memory +pids") << dir;
+  EXPECT_EQ(read_text(sandbox / "memory.max"), "536870912");
+  EXPECT_EQ(read_text(sandbox / "memory.swap.max"), "0");
+  EXPECT_EQ(read_text(sandbox / "pids.max"), "100");
+  EXPECT_EQ(read_text(sandbox / "cpu.max"), "50000 100000");
+  EXPECT_EQ(created.join_dirs, std::vector<std::string>{sandbox.string()});
+  EXPECT_EQ(created.exec_parent, sandbox.string());
+}
+
+TEST(CgroupV2, RefusesALimitWhoseControllerIsMissing) {
+  ContainerDirs scratch(0, 0);
+  fs::path root = scratch.root / "cgroup2";
+  fs::create_directories(root / "sandboxd" / "inst");
+  write_text(root / "cgroup.controllers", "pids\n");
+  for (const auto& dir : {root, root / "sandboxd", root / "sandboxd" / "inst"})
+    write_text(dir / "cgroup.subtree_control", "");
+  rt::CgroupOptions options{"v2", root, "/sys/fs/cgroup", "inst"};
+  auto backend = rt::detect_cgroups(options);
+  rt::CgroupLimits limits;
+  limits.pids = 0;
+  limits.memory_bytes = 1 << 30;
+  EXPECT_THROW(backend->create("sbx", limits), rt::SyscallError);
+}
+
+// A whole sandbox on a real cgroup2 hierarchy (the hybrid layout's "unified" mount, or
+// the host's own on a pure v2 machine): PID 1 joins it, each execution gets a child
+// cgroup, and a timeout empties that child with cgroup.kill.
+TEST(CgroupV2, SandboxOnARealCgroup2Hierarchy) {
+  std::string v2_root;
+  for (const char* candidate : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+    struct statfs st;
+    if (statfs(candidate, &st) == 0 && st.f_type == CGROUP2_SUPER_MAGIC) {
+      v2_root = candidate;
+      break;
+    }
+  }
+  if (v2_root.empty()) GTEST_SKIP() << "no cgroup2 mount on this machine";
+  rt::RuntimeOptions options;
+  options.cgroups.mode = "v2";
+  options.cgroups.v2_root = v2_root;
+  Harness harness(options);
+  ASSERT_EQ(harness.runtime->cgroups().version(), "v2");
+  ContainerDirs dirs(kHostId, kHostId);
+  auto sandbox_options = harness.options_for(dirs);
+  std::string controllers = read_text(fs::path(v2_root) / "cgroup.controllers");
+  if (controllers.find("pids") == std::string::npos) sandbox_options.limits.pids = 0;
+  auto sandbox = harness.start(sandbox_options);
+  fs::path cgroup = fs::path(v2_root) / "sandboxd" / harness.runtime->options().instance / sandbox->name();
+  EXPECT_TRUE(fs::exists(cgroup / "cgroup.kill"));
+  auto procs = read_text(cgroup / "cgroup.procs");
+  EXPECT_EQ(procs, std::to_string(sandbox->pid()) + "\n") << "PID 1 sits in the sandbox cgroup";
+  auto r = harness.exec(*sandbox, "cat /proc/self/cgroup | grep -o '0::.*'; setsid sleep 1000 & sleep 1000", 1s);
+  EXPECT_EQ(r.return_code, 124);
+  EXPECT_EQ(r.stdout_text, "0::/e1\n") << "the cgroup namespace is rooted at the sandbox";
+  auto after = harness.exec(*sandbox, "pgrep -c sleep");
+  EXPECT_EQ(after.stdout_text, "0\n");
+  harness.stop(*sandbox);
+  EXPECT_FALSE(fs::exists(cgroup));
+}
+
+// A server killed with SIGKILL leaves running sandboxes (here PID 1 is even stopped, so
+// it cannot notice its socket closing) and mounted volumes; the next server with the
+// same instance removes all of it.
+TEST(Recovery, ANewServerCleansWhatAKilledOneLeft) {
+  std::string instance = "crash-" + unique_suffix();
+  ContainerDirs data(0, 0);
+  fs::path volume_image = data.root / "vol.img";
+  fs::path volume_mount = data.root / "volumes" / "c1";
+  fs::create_directories(volume_mount);
+  rt::Volume::create(volume_image, 16 << 20, kHostId, kHostId);
+  // This process adopts the orphans, as the real server does.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+
+  int report[2];
+  ASSERT_EQ(pipe(report), 0);
+  pid_t server = fork();
+  if (server == 0) {
+    close(report[0]);
+    rt::RuntimeOptions options;
+    options.instance = instance;
+    Harness harness(options);
+    rt::Volume::mount(volume_image, volume_mount);
+    fs::create_directories(volume_mount / "workspace");
+    fs::create_directories(volume_mount / "outputs");
+    chown((volume_mount / "workspace").c_str(), kHostId, kHostId);
+    chown((volume_mount / "outputs").c_str(), kHostId, kHostId);
+    rt::SandboxOptions o;
+    o.name = "victim";
+    o.workspace_dir = volume_mount / "workspace";
+    o.outputs_dir = volume_mount / "outputs";
+    o.uploads_dir = data.uploads;
+    auto sandbox = harness.start(o);
+    harness.exec(*sandbox, "echo kept > kept.txt; sleep 1000 >/dev/null 2>&1 &");
+    pid_t pid1 = sandbox->pid();
+    (void)!write(report[1], &pid1, sizeof pid1);
+    pause();
+    _exit(0);
+  }
+  close(report[1]);
+  pid_t pid1 = 0;
+  ASSERT_EQ(read(report[0], &pid1, sizeof pid1), static_cast<ssize_t>(sizeof pid1));
+  close(report[0]);
+  ASSERT_EQ(kill(pid1, SIGSTOP), 0);
+  kill(server, SIGKILL);
+  waitpid(server, nullptr, 0);
+  ASSERT_EQ(kill(pid1, 0), 0) << "the sandbox outlived its server";
+  ASSERT_TRUE(rt::Volume::is_mounted(volume_mount));
+
+  rt::RuntimeOptions options;
+  options.instance = instance;
+  Harness next(options);
+  EXPECT_EQ(next.runtime->cleanup_stale(data.root / "volumes"), 1u);
+  int status = 0;
+  EXPECT_EQ(waitpid(pid1, &status, 0), pid1) << "PID 1 was killed";
+  for (const char* controller : {"memory", "pids", "cpu", "freezer"}) {
+    fs::path dir = fs::path("/sys/fs/cgroup") / controller / "sandboxd" / instance / "victim";
+    EXPECT_FALSE(fs::exists(dir)) << dir;
+  }
+  EXPECT_FALSE(rt::Volume::is_mounted(volume_mount));
+  // The files written before the crash are intact.
+  rt::Volume::mount(volume_image, volume_mount);
+  EXPECT_EQ(read_text(volume_mount / "workspace" / "kept.txt"), "kept\n");
+  rt::Volume::unmount(volume_mount);
+}
+
+TEST(Volume, WorkspaceAndOutputsShareAHardLimit) {
+  Harness harness;
+  ContainerDirs data(kHostId, kHostId);
+  fs::path image = data.root / "vol.img";
+  fs::path mount = data.root / "vol";
+  fs::create_directories(mount);
+  rt::Volume::create(image, 32 << 20, kHostId, kHostId);
+  rt::Volume::mount(image, mount);
+  for (const char* sub : {"workspace", "outputs"}) {
+    fs::create_directories(mount / sub);
+    ASSERT_EQ(chown((mount / sub).c_str(), kHostId, kHostId), 0);
+  }
+  auto o = harness.options_for(data);
+  o.workspace_dir = mount / "workspace";
+  o.outputs_dir = mount / "outputs";
+  auto sandbox = harness.start(o);
+  auto r = harness.exec(*sandbox, R"(
+    head -c 12M /dev/urandom > first.bin && md5sum first.bin > first.md5 && echo first-ok
+    head -c 40M /dev/zero > /mnt/user-data/outputs/big.bin; echo big=$?
+    head -c 1M /dev/zero > more.bin; echo more=$?
+    md5sum -c first.md5 >/dev/null && echo first-intact)");
+  EXPECT_NE(r.stdout_text.find("first-ok\nbig=1\n"), std::string::npos) << r.stdout_text << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("No space left on device"), std::string::npos) << r.stderr_text;
+  EXPECT_NE(r.stdout_text.find("first-intact"), std::string::npos);
+  harness.stop(*sandbox);
+  rt::Volume::unmount(mount);
+  EXPECT_FALSE(rt::Volume::is_mounted(mount));
+  // Remounted: everything that fit is still there.
+  rt::Volume::mount(image, mount);
+  EXPECT_EQ(fs::file_size(mount / "workspace" / "first.bin"), 12u << 20);
+  rt::Volume::unmount(mount);
+}
+
+}  // namespace
