@@ -1,1 +1,183 @@
-int main() { return 0; }
+// Runtime benchmark: sandbox start and command latency through the library, side by
+// side with bubblewrap, plain fork+exec and (when an engine runs) Docker, plus the host
+// memory an idle sandbox costs. Prints figures and ratios; asserts nothing.
+//   BENCH_COLD, BENCH_WARM, BENCH_IDLE: iteration counts (default 200, 2000, 200).
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "bench_util.h"
+#include "runtime/runtime.h"
+
+namespace fs = std::filesystem;
+namespace rt = sandboxd::runtime;
+namespace asio = boost::asio;
+using namespace sandboxd::bench;
+
+namespace {
+
+template <typename T>
+T run_sync(asio::io_context& io, asio::awaitable<T> work) {
+  auto future = asio::co_spawn(io, std::move(work), asio::use_future);
+  io.restart();
+  while (future.wait_for(std::chrono::seconds(0)) != std::future_status::ready) io.run_one();
+  return future.get();
+}
+
+long mem_available_kib() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  long value;
+  while (in >> key >> value >> unit)
+    if (key == "MemAvailable:") return value;
+  return 0;
+}
+
+struct Container {
+  fs::path root;
+  explicit Container(uint32_t id) {
+    std::string pattern = (fs::temp_directory_path() / "sandboxd-bench-XXXXXX").string();
+    root = mkdtemp(pattern.data());
+    for (const char* sub : {"workspace", "uploads", "outputs"}) {
+      fs::create_directories(root / sub);
+      (void)!chown((root / sub).c_str(), id, id);
+    }
+  }
+  ~Container() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+};
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+}  // namespace
+
+int main() {
+  const int cold_n = env_int("BENCH_COLD", 200), warm_n = env_int("BENCH_WARM", 2000);
+  const int idle_n = env_int("BENCH_IDLE", 200);
+  rt::RuntimeOptions options;
+  options.init_path = SANDBOXD_INIT_PATH;
+  options.instance = "bench-" + std::to_string(getpid());
+  rt::Runtime runtime(options);
+  asio::io_context io;
+  Container container(options.host_uid);
+  int counter = 0;
+  auto sandbox_options = [&](const Container& c) {
+    rt::SandboxOptions o;
+    o.name = "b" + std::to_string(++counter);
+    o.workspace_dir = c.root / "workspace";
+    o.uploads_dir = c.root / "uploads";
+    o.outputs_dir = c.root / "outputs";
+    return o;
+  };
+  rt::ExecRequest true_cmd;
+  true_cmd.command = "true";
+
+  std::printf("sandboxd runtime benchmark (cgroup %s, %ld cores)\n", runtime.cgroups().version().c_str(),
+              sysconf(_SC_NPROCESSORS_ONLN));
+
+  // Cold: a new sandbox, `true`, stop.
+  std::vector<double> cold_first, cold_total;
+  for (int i = 0; i < cold_n; ++i) {
+    auto start = Clock::now();
+    auto sandbox = run_sync(io, runtime.start(io.get_executor(), sandbox_options(container)));
+    auto result = run_sync(io, sandbox->exec(true_cmd));
+    cold_first.push_back(ms_since(start));
+    run_sync(io, sandbox->stop());
+    cold_total.push_back(ms_since(start));
+    if (result.return_code != 0) {
+      std::fprintf(stderr, "cold run failed: %s\n", result.stderr_text.c_str());
+      return 1;
+    }
+  }
+  // Warm: `true` in a running sandbox.
+  auto warm_sandbox = run_sync(io, runtime.start(io.get_executor(), sandbox_options(container)));
+  std::vector<double> warm;
+  for (int i = 0; i < warm_n; ++i) {
+    auto start = Clock::now();
+    auto result = run_sync(io, warm_sandbox->exec(true_cmd));
+    warm.push_back(ms_since(start));
+    if (result.return_code != 0) return 1;
+  }
+  run_sync(io, warm_sandbox->stop());
+
+  // Peers, same machine, same run.
+  bool bwrap_ok = false;
+  Stats bwrap = time_command({"/usr/bin/bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin",
+                              "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc",
+                              "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"},
+                             cold_n, &bwrap_ok);
+  Stats fork_exec = time_command({"/bin/true"}, warm_n);
+  Stats fork_bash = time_command({"/bin/bash", "-c", "true"}, warm_n);
+  bool docker_ok = access("/usr/bin/docker", X_OK) == 0 && run_quiet({"/usr/bin/docker", "info"}) == 0;
+  Stats docker_run, docker_exec;
+  if (docker_ok) {
+    docker_run = time_command({"/usr/bin/docker", "run", "--rm", "--network", "none", "debian:bookworm-slim", "true"}, 20);
+    run_quiet({"/usr/bin/docker", "run", "-d", "--name", "sandboxd-bench", "--network", "none",
+               "debian:bookworm-slim", "sleep", "600"});
+    docker_exec = time_command({"/usr/bin/docker", "exec", "sandboxd-bench", "true"}, 50);
+    run_quiet({"/usr/bin/docker", "rm", "-f", "sandboxd-bench"});
+  }
+
+  Stats cold1 = summarize(cold_first), cold2 = summarize(cold_total), warm_s = summarize(warm);
+  std::printf("\nlatency\n");
+  print_row("sandboxd cold: start + true (first result)", cold1);
+  print_row("sandboxd cold: start + true + stop", cold2);
+  print_row("sandboxd warm: true in a running sandbox", warm_s);
+  if (bwrap_ok) print_row("bwrap --unshare-all ... true", bwrap);
+  else std::printf("  bwrap: not usable here\n");
+  print_row("fork+exec /bin/true", fork_exec);
+  print_row("fork+exec bash -c true (no sandbox)", fork_bash);
+  if (docker_ok) {
+    print_row("docker run --rm --network none ... true", docker_run);
+    print_row("docker exec ... true", docker_exec);
+  } else {
+    std::printf("  docker: no engine running, not measured\n");
+  }
+  std::printf("\nratios and targets (p50)\n");
+  if (bwrap_ok)
+    std::printf("  cold (start+true+stop) / bwrap         %6.2fx   (target <= 2x)\n", cold2.p50_ms / bwrap.p50_ms);
+  std::printf("  warm / fork+exec bash -c true          %6.2fx   (a sandboxed call runs bash -c)\n",
+              warm_s.p50_ms / fork_bash.p50_ms);
+  std::printf("  warm / fork+exec /bin/true             %6.2fx\n", warm_s.p50_ms / fork_exec.p50_ms);
+  std::printf("  warm p50 %.3f ms; sandboxd's own share over bare bash -c true: %.3f ms   (target <= 1 ms)\n",
+              warm_s.p50_ms, warm_s.p50_ms - fork_bash.p50_ms);
+  if (docker_ok) {
+    std::printf("  docker run / sandboxd cold             %6.2fx\n", docker_run.p50_ms / cold2.p50_ms);
+    std::printf("  docker exec / sandboxd warm            %6.2fx\n", docker_exec.p50_ms / warm_s.p50_ms);
+  }
+
+  // Idle memory: many running sandboxes at once, each having served one command.
+  sync();
+  long before = mem_available_kib();
+  std::vector<std::shared_ptr<rt::Sandbox>> idle;
+  std::vector<std::unique_ptr<Container>> idle_containers;
+  for (int i = 0; i < idle_n; ++i) {
+    idle_containers.push_back(std::make_unique<Container>(options.host_uid));
+    idle.push_back(run_sync(io, runtime.start(io.get_executor(), sandbox_options(*idle_containers.back()))));
+  }
+  for (auto& sandbox : idle) run_sync(io, sandbox->exec(true_cmd));
+  usleep(200'000);
+  long after = mem_available_kib();
+  uint64_t charged = 0;
+  for (auto& sandbox : idle) charged += sandbox->memory_usage();
+  std::printf("\nidle sandboxes (%d running at once)\n", idle_n);
+  std::printf("  host MemAvailable drop per sandbox     %8.1f KiB  (target <= 2048 KiB)\n",
+              static_cast<double>(before - after) / idle_n);
+  std::printf("  memory cgroup charge per sandbox       %8.1f KiB\n", static_cast<double>(charged) / 1024.0 / idle_n);
+  for (auto& sandbox : idle) run_sync(io, sandbox->stop());
+  runtime.cleanup_stale();
+  return 0;
+}
