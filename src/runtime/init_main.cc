@@ -24,7 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <set>
+#include <vector>
 #include <string>
 
 #include "runtime/cgroup_kill.h"
@@ -45,8 +45,11 @@ namespace {
 constexpr int kControlFd = 3;
 
 struct Execution {
+  uint32_t id = 0;
   pid_t pid = -1;
   int cgroup_fd = -1;
+  int report_fd = -1;  // open until the child's execve (or its failure) is known
+  bool failed = false;
   std::string cgroup_name;
 };
 
@@ -65,13 +68,23 @@ class Init {
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
     int sfd = static_cast<int>(rt::check(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK), "signalfd(SIGCHLD)"));
-    pollfd fds[2] = {{kControlFd, POLLIN, 0}, {sfd, POLLIN, 0}};
+    std::vector<pollfd> fds;
+    std::vector<uint32_t> report_ids;
     for (;;) {
-      int n = poll(fds, 2, -1);
+      fds.assign({{kControlFd, POLLIN, 0}, {sfd, POLLIN, 0}});
+      report_ids.clear();
+      for (auto& [id, exec] : running_) {
+        if (exec.report_fd < 0) continue;
+        fds.push_back({exec.report_fd, POLLIN, 0});
+        report_ids.push_back(id);
+      }
+      int n = poll(fds.data(), fds.size(), -1);
       if (n < 0) {
         if (errno == EINTR) continue;
         _exit(2);
       }
+      for (size_t i = 0; i < report_ids.size(); ++i)
+        if (fds[i + 2].revents) check_report(report_ids[i]);
       if (fds[1].revents & POLLIN) {
         signalfd_siginfo info;
         while (read(sfd, &info, sizeof info) == sizeof info) {
@@ -120,19 +133,37 @@ class Init {
     std::string error;
     int rc = rt::start_command(ctx_, req, exec.cgroup_fd, started, error);
     if (rc < 0) {
-      if (started.pid > 0) failed_pids_.insert(started.pid);
       fail(id, -rc, error);
       lingering_.push_back(exec);
       sweep_lingering();
       return;
     }
+    exec.id = id;
     exec.pid = started.pid;
+    exec.report_fd = started.report_read;
     int fds[2] = {started.stdout_read, started.stderr_read};
     proto::send_message(kControlFd, proto::Type::kSpawned, id, started.pid, {}, fds, 2);
     close(started.stdout_read);
     close(started.stderr_read);
     running_[id] = exec;
     by_pid_[started.pid] = id;
+  }
+
+  // EOF on the report pipe: execve succeeded. Data: a step before it failed.
+  void check_report(uint32_t id) {
+    auto it = running_.find(id);
+    if (it == running_.end() || it->second.report_fd < 0) return;
+    Execution& exec = it->second;
+    rt::SpawnFailure failure{};
+    ssize_t n = rt::retry_eintr([&] { return read(exec.report_fd, &failure, sizeof failure); });
+    if (n < 0 && errno == EAGAIN) return;
+    close(exec.report_fd);
+    exec.report_fd = -1;
+    if (n == static_cast<ssize_t>(sizeof failure)) {
+      failure.step[sizeof failure.step - 1] = '\0';
+      exec.failed = true;
+      fail(id, failure.err, rt::describe_errno(failure.step, failure.err));
+    }
   }
 
   void fail(uint32_t id, int err, const std::string& what) {
@@ -152,17 +183,21 @@ class Init {
       int status = 0;
       pid_t pid = waitpid(-1, &status, WNOHANG);
       if (pid <= 0) break;
-      if (failed_pids_.erase(pid)) continue;
       auto it = by_pid_.find(pid);
       if (it == by_pid_.end()) continue;  // an orphan re-parented to us
       uint32_t id = it->second;
       by_pid_.erase(it);
       auto exec = running_.find(id);
+      bool failed = false;
       if (exec != running_.end()) {
+        // The report pipe is complete once the child is gone: read it first, so a
+        // failed start is reported as such and not as an exit status.
+        check_report(id);
+        failed = exec->second.failed;
         lingering_.push_back(exec->second);
         running_.erase(exec);
       }
-      proto::send_message(kControlFd, proto::Type::kExited, id, status, {});
+      if (!failed) proto::send_message(kControlFd, proto::Type::kExited, id, status, {});
     }
     sweep_lingering();
   }
@@ -186,7 +221,6 @@ class Init {
   rt::CommandContext ctx_;
   std::map<uint32_t, Execution> running_;
   std::map<pid_t, uint32_t> by_pid_;
-  std::set<pid_t> failed_pids_;
   std::vector<Execution> lingering_;
 };
 

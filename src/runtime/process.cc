@@ -14,13 +14,8 @@
 namespace sandboxd::runtime {
 namespace {
 
-struct ChildFailure {
-  int err;
-  char step[96];
-};
-
 [[noreturn]] void child_fail(int report_fd, const char* step, int err) {
-  ChildFailure failure{err, {}};
+  SpawnFailure failure{err, {}};
   std::strncpy(failure.step, step, sizeof failure.step - 1);
   (void)!write(report_fd, &failure, sizeof failure);
   _exit(127);
@@ -102,21 +97,10 @@ int start_command(const CommandContext& ctx, const protocol::SpawnRequest& req, 
     error = describe_errno("fork()", fork_errno);
     return -fork_errno;
   }
-  ChildFailure failure{};
-  ssize_t n = retry_eintr([&] { return read(report[0], &failure, sizeof failure); });
-  close(report[0]);
-  if (n > 0) {
-    close(out_pipe[0]);
-    close(err_pipe[0]);
-    // The child has exited; the caller's SIGCHLD handling reaps it.
-    failure.step[sizeof failure.step - 1] = '\0';
-    error = describe_errno(failure.step, failure.err);
-    out.pid = pid;
-    return -(failure.err ? failure.err : EIO);
-  }
   out.pid = pid;
   out.stdout_read = out_pipe[0];
   out.stderr_read = err_pipe[0];
+  out.report_read = report[0];
   return 0;
 }
 

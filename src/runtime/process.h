@@ -24,10 +24,19 @@ struct StartedCommand {
   pid_t pid = -1;
   int stdout_read = -1;
   int stderr_read = -1;
+  // Closes (EOF) when execve succeeds; carries a SpawnFailure when a step before it
+  // failed. Polled, so PID 1 never waits for a child's execve.
+  int report_read = -1;
 };
 
-// Forks and execs the command with its cgroup at cgroup_dirfd. On failure returns a
-// negative errno and fills `error` with the failed call.
+// What a child that could not reach execve writes to its report pipe.
+struct SpawnFailure {
+  int err;
+  char step[96];
+};
+
+// Forks the command with its cgroup at cgroup_dirfd and returns at once. On failure
+// to fork returns a negative errno and fills `error` with the failed call.
 int start_command(const CommandContext& ctx, const protocol::SpawnRequest& req, int cgroup_dirfd,
                   StartedCommand& out, std::string& error);
 

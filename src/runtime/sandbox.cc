@@ -361,7 +361,7 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   ExecResult result;
   const auto deadline = started + request.timeout;
   bool kill_sent = false;
-  while (!exec->exited && state_ != State::kStopped) {
+  while (!exec->exited && !exec->failed && state_ != State::kStopped) {
     exec->wake.expires_at(kill_sent ? Clock::time_point::max() : deadline);
     bool expired = co_await wait_event(exec->wake);
     if (expired && !kill_sent && !exec->exited) {
@@ -373,6 +373,7 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   }
   // Everything the shell wrote before it exited is in the pipes now (one pipe holds at
   // most 1 MiB, and whatever a background writer adds meanwhile is not owed).
+  if (exec->failed) throw SandboxError("starting the command failed: " + exec->error);
   out->drain_now(64);
   err->drain_now(64);
   result.stdout_text = out->result();
