@@ -264,6 +264,7 @@ int main(int argc, char** argv) {
     std::puts("sandboxd-init " SANDBOXD_VERSION);
     return 0;
   }
+  if (argc > 1 && std::strcmp(argv[1], "--userns-holder") == 0) return rt::run_userns_holder();
   if (fcntl(kControlFd, F_GETFD) < 0) {
     std::fprintf(stderr, "sandboxd-init: started by sandboxd with its control socket on fd 3\n");
     return 2;
@@ -285,15 +286,16 @@ int main(int argc, char** argv) {
   if (std::string err = rt::decode(msg.payload, spec); !err.empty())
     report_failure("bad sandbox spec: " + err);
 
-  int userns_fd = -1, exec_parent_fd = -1;
+  if (msg.fds.size() != 1) report_failure("expected the agent user namespace with the spec");
+  int userns_fd = msg.fds[0], exec_parent_fd = -1;
   rt::SeccompProgram seccomp;
+  seccomp.instructions.resize(spec.seccomp_bpf.size() / sizeof(sock_filter));
+  std::memcpy(seccomp.instructions.data(), spec.seccomp_bpf.data(), spec.seccomp_bpf.size());
   try {
     for (const auto& dir : spec.cgroup_dirs) join_cgroup(dir);
     exec_parent_fd = static_cast<int>(rt::check(
         open(spec.exec_cgroup_parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC),
         "open(" + spec.exec_cgroup_parent + ")"));
-    userns_fd = rt::create_agent_userns(spec.host_uid, spec.host_gid);
-    seccomp = rt::build_seccomp_program();
     rt::check(unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
                       CLONE_NEWCGROUP),
               "unshare(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWCGROUP)");

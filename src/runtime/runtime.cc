@@ -7,7 +7,9 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <climits>
 
+#include "runtime/seccomp.h"
 #include "runtime/spawn.h"
+#include "runtime/user.h"
 #include "runtime/spec.h"
 #include "runtime/syscall_error.h"
 #include "runtime/volume.h"
@@ -40,9 +42,17 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
     throw SyscallError("access(" + options_.init_path + ", X_OK)", errno);
   options_.cgroups.instance = options_.instance;
   cgroups_ = detect_cgroups(options_.cgroups);
+  auto program = build_seccomp_program();
+  seccomp_bpf_.assign(reinterpret_cast<const char*>(program.instructions.data()),
+                      program.instructions.size() * sizeof(sock_filter));
+  userns_fd_ = create_agent_userns(options_.init_path, options_.host_uid, options_.host_gid);
   // Every sandbox's PID 1 is re-parented to this process when its launcher exits, so
   // that we can reap it and learn of its exit through a pidfd.
   check(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)");
+}
+
+Runtime::~Runtime() {
+  if (userns_fd_ >= 0) close(userns_fd_);
 }
 
 size_t Runtime::cleanup_stale(const std::string& volumes_root) {
@@ -69,6 +79,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
   spec.home_size_bytes = options.home_size_bytes;
   spec.max_open_files = options.max_open_files;
   spec.hosts_entries = options.hosts_entries;
+  spec.seccomp_bpf = seccomp_bpf_;
   std::string payload;
   try {
     SandboxCgroups cg = cgroups_->create(options.name, options.limits);
@@ -101,7 +112,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
   }
   close(pair[1]);
   auto sandbox = std::make_shared<Sandbox>(executor, options.name, pair[0], launcher, cgroups_.get());
-  if (int rc = protocol::send_message(pair[0], protocol::Type::kSpec, 0, 0, payload); rc < 0) {
+  if (int rc = protocol::send_message(pair[0], protocol::Type::kSpec, 0, 0, payload, &userns_fd_, 1); rc < 0) {
     co_await sandbox->stop();
     throw SandboxError(describe_errno("sending the spec to sandboxd-init", -rc));
   }

@@ -39,6 +39,9 @@ struct SandboxOptions {
 class Runtime {
  public:
   explicit Runtime(RuntimeOptions options);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
 
   // Starts a sandbox; returns once its PID 1 is ready. Throws SandboxError.
   asio::awaitable<std::shared_ptr<Sandbox>> start(asio::any_io_executor executor, SandboxOptions options);
@@ -56,6 +59,8 @@ class Runtime {
  private:
   RuntimeOptions options_;
   std::unique_ptr<CgroupBackend> cgroups_;
+  std::string seccomp_bpf_;  // compiled once, sent to every sandbox
+  int userns_fd_ = -1;       // the agent user namespace, shared by all sandboxes
 };
 
 // The sandboxd-init next to the running executable.

@@ -14,7 +14,8 @@ struct SeccompProgram {
   std::vector<sock_filter> instructions;
 };
 
-// Builds the filter once (in sandboxd-init, before any command). Throws SyscallError.
+// Builds the filter (once, in the server; it reaches each sandboxd-init in its spec).
+// Throws SyscallError.
 SeccompProgram build_seccomp_program();
 
 // In a forked child, last before execve: no_new_privs, then the filter.

@@ -20,6 +20,31 @@ bool parse_u64(std::string_view text, uint64_t& out) {
   return ec == std::errc() && ptr == text.data() + text.size();
 }
 
+std::string to_hex(std::string_view bytes) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
+
+bool from_hex(std::string_view hex, std::string& out) {
+  if (hex.size() % 2) return false;
+  auto value = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  out.clear();
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    int hi = value(hex[i]), lo = value(hex[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return true;
+}
+
 const char* kill_method_name(KillMethod m) {
   switch (m) {
     case KillMethod::kCgroupKill: return "cgroup.kill";
@@ -49,6 +74,7 @@ std::string encode(const Spec& spec) {
   put(out, "exec_cgroup_parent", spec.exec_cgroup_parent);
   put(out, "kill_method", kill_method_name(spec.kill_method));
   for (const auto& line : spec.hosts_entries) put(out, "hosts_entry", line);
+  put(out, "seccomp_bpf", to_hex(spec.seccomp_bpf));
   return out;
 }
 
@@ -73,6 +99,9 @@ std::string decode(std::string_view payload, Spec& out) {
     else if (key == "cgroup_dir") out.cgroup_dirs.emplace_back(value);
     else if (key == "exec_cgroup_parent") out.exec_cgroup_parent = value;
     else if (key == "hosts_entry") out.hosts_entries.emplace_back(value);
+    else if (key == "seccomp_bpf") {
+      if (!from_hex(value, out.seccomp_bpf)) return "bad seccomp_bpf";
+    }
     else if (key == "kill_method") {
       if (value == "cgroup.kill") out.kill_method = KillMethod::kCgroupKill;
       else if (value == "freezer") out.kill_method = KillMethod::kFreezer;
@@ -94,6 +123,7 @@ std::string decode(std::string_view payload, Spec& out) {
   if (out.workspace_dir.empty() || out.uploads_dir.empty() || out.outputs_dir.empty())
     return "workspace, uploads and outputs directories are required";
   if (out.host_uid == 0 || out.host_gid == 0) return "host uid/gid 0 is not allowed";
+  if (out.seccomp_bpf.empty() || out.seccomp_bpf.size() % 8) return "a seccomp filter is required";
   return "";
 }
 

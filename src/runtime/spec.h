@@ -38,6 +38,10 @@ struct Spec {
   std::string exec_cgroup_parent;
   KillMethod kill_method = KillMethod::kSignalLoop;
 
+  // The seccomp filter of every command, as BPF instructions (struct sock_filter[]),
+  // compiled once by the server.
+  std::string seccomp_bpf;
+
   // Extra /etc/hosts lines ("ADDRESS NAME"): the seam for allow-listed services.
   std::vector<std::string> hosts_entries;
 };

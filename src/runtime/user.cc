@@ -15,62 +15,13 @@
 #include "runtime/syscall_error.h"
 
 namespace sandboxd::runtime {
-namespace {
-
-void write_file(const std::string& path, const std::string& content) {
-  int fd = static_cast<int>(check(open(path.c_str(), O_WRONLY | O_CLOEXEC), "open(" + path + ")"));
-  ssize_t n = write(fd, content.data(), content.size());
-  int err = errno;
-  close(fd);
-  if (n != static_cast<ssize_t>(content.size()))
-    throw SyscallError("write(" + path + ", \"" + content.substr(0, content.size() - 1) + "\")",
-                       n < 0 ? err : EIO);
-}
-
-}  // namespace
-
-int create_agent_userns(uint32_t host_uid, uint32_t host_gid) {
-  // A short-lived child makes the namespace; the parent (privileged in the parent
-  // namespace) writes its maps and keeps a reference through /proc/PID/ns/user.
-  int ready[2], release[2];
-  check(pipe2(ready, O_CLOEXEC), "pipe2(ready)");
-  check(pipe2(release, O_CLOEXEC), "pipe2(release)");
-  pid_t child = fork();
-  if (child < 0) throw SyscallError("fork(userns holder)", errno);
-  if (child == 0) {
-    close(ready[0]);
-    close(release[1]);
-    char byte = unshare(CLONE_NEWUSER) == 0 ? 'o' : 'e';
-    (void)!write(ready[1], &byte, 1);
-    (void)!read(release[0], &byte, 1);
-    _exit(0);
+int run_userns_holder() {
+  constexpr int kReportFd = 3;
+  char byte = unshare(CLONE_NEWUSER) == 0 ? 'o' : 'e';
+  if (write(kReportFd, &byte, 1) != 1 || byte != 'o') return 1;
+  while (read(kReportFd, &byte, 1) > 0) {
   }
-  close(ready[1]);
-  close(release[0]);
-  auto finish = [&]() {
-    close(release[1]);
-    close(ready[0]);
-    int status;
-    retry_eintr([&] { return waitpid(child, &status, 0); });
-  };
-  char byte = 0;
-  if (retry_eintr([&] { return read(ready[0], &byte, 1); }) != 1 || byte != 'o') {
-    finish();
-    throw SyscallError("unshare(CLONE_NEWUSER)", EPERM);
-  }
-  int fd = -1;
-  try {
-    std::string proc = "/proc/" + std::to_string(child);
-    write_file(proc + "/uid_map", std::to_string(kAgentUid) + " " + std::to_string(host_uid) + " 1\n");
-    write_file(proc + "/gid_map", std::to_string(kAgentGid) + " " + std::to_string(host_gid) + " 1\n");
-    fd = static_cast<int>(check(open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC),
-                                "open(" + proc + "/ns/user)"));
-  } catch (...) {
-    finish();
-    throw;
-  }
-  finish();
-  return fd;
+  return 0;
 }
 
 int read_last_cap() {

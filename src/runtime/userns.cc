@@ -1,0 +1,66 @@
+// Server side of the agent user namespace (see user.h).
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "runtime/spawn.h"
+#include "runtime/syscall_error.h"
+#include "runtime/user.h"
+
+namespace sandboxd::runtime {
+namespace {
+
+void write_map(const std::string& path, const std::string& content) {
+  int fd = static_cast<int>(check(open(path.c_str(), O_WRONLY | O_CLOEXEC), "open(" + path + ")"));
+  ssize_t n = write(fd, content.data(), content.size());
+  int err = errno;
+  close(fd);
+  if (n != static_cast<ssize_t>(content.size()))
+    throw SyscallError("write(" + path + ", \"" + content.substr(0, content.size() - 1) + "\")",
+                       n < 0 ? err : EIO);
+}
+
+}  // namespace
+
+int create_agent_userns(const std::string& init_path, uint32_t host_uid, uint32_t host_gid) {
+  int pair[2];
+  check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), "socketpair(userns holder)");
+  pid_t holder;
+  try {
+    holder = spawn_program({init_path, "--userns-holder"}, pair[1]);
+  } catch (...) {
+    close(pair[0]);
+    close(pair[1]);
+    throw;
+  }
+  close(pair[1]);
+  auto finish = [&]() {
+    close(pair[0]);  // the holder exits
+    int status;
+    retry_eintr([&] { return waitpid(holder, &status, 0); });
+  };
+  char byte = 0;
+  if (retry_eintr([&] { return read(pair[0], &byte, 1); }) != 1 || byte != 'o') {
+    finish();
+    throw SyscallError("unshare(CLONE_NEWUSER) in " + init_path + " --userns-holder", EPERM);
+  }
+  int fd = -1;
+  try {
+    std::string proc = "/proc/" + std::to_string(holder);
+    write_map(proc + "/uid_map", std::to_string(kAgentUid) + " " + std::to_string(host_uid) + " 1\n");
+    write_map(proc + "/gid_map", std::to_string(kAgentGid) + " " + std::to_string(host_gid) + " 1\n");
+    fd = static_cast<int>(check(open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC),
+                                "open(" + proc + "/ns/user)"));
+  } catch (...) {
+    finish();
+    throw;
+  }
+  finish();
+  return fd;
+}
+
+}  // namespace sandboxd::runtime
