@@ -1,0 +1,80 @@
+// The metadata index: containers and files, in SQLite (WAL). File bodies live on disk;
+// this index only says which files exist, since when, and what they hold.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace sandboxd::store {
+
+struct ContainerRecord {
+  std::string owner;
+  std::string id;         // the client's container id
+  std::string storage;    // internal directory name (never derived from the id)
+  int64_t created_at = 0;    // unix seconds
+  int64_t last_used_at = 0;  // unix seconds
+};
+
+struct FileRecord {
+  std::string storage;       // container storage name
+  std::string path;          // sandbox path, e.g. /mnt/user-data/outputs/chart.png
+  int64_t created_at = 0;    // unix seconds, when first stored or first seen
+  int64_t seq = 0;           // insertion order: ties in created_at sort by it
+  uint64_t size = 0;
+  std::string etag;          // MD5 hex of the content
+  std::string mime;
+  int64_t mtime_ns = 0;      // the body's mtime when etag was computed
+};
+
+struct FilePage {
+  std::vector<FileRecord> files;
+  bool has_more = false;
+};
+
+// Thread-safe (one connection, serialised by a mutex; SQLite is fast enough that the
+// lock is held for microseconds). Throws std::runtime_error on SQLite failures.
+class Metadata {
+ public:
+  explicit Metadata(const std::string& db_path);
+  ~Metadata();
+  Metadata(const Metadata&) = delete;
+  Metadata& operator=(const Metadata&) = delete;
+
+  std::optional<ContainerRecord> find_container(const std::string& owner, const std::string& id);
+  // Inserts; if (owner, id) exists already, returns the existing record instead.
+  ContainerRecord create_container(const ContainerRecord& record);
+  void touch_container(const std::string& owner, const std::string& id, int64_t now);
+  // Ordered by created_at, then id; `after_id` continues a page.
+  std::vector<ContainerRecord> list_containers(const std::string& owner, size_t limit,
+                                               const std::string& after_id);
+  std::vector<ContainerRecord> all_containers();
+  // Removes the container and all its file records.
+  void delete_container(const std::string& owner, const std::string& id);
+
+  std::optional<FileRecord> find_file(const std::string& storage, const std::string& path);
+  // Inserts or replaces (keeping created_at and seq of an existing row unless
+  // `reset_created` is true, as for an overwrite by upload).
+  void put_file(const FileRecord& record, bool reset_created);
+  bool delete_file(const std::string& storage, const std::string& path);
+  // Deletes every file whose path starts with `path_prefix`; returns how many.
+  size_t delete_prefix(const std::string& storage, const std::string& path_prefix);
+  // Files of a storage whose path starts with any of `path_prefixes`, ordered by
+  // (created_at, seq). after/before are cursor paths (exclusive); limit rows at most.
+  FilePage list_files(const std::string& storage, const std::vector<std::string>& path_prefixes,
+                      size_t limit, const std::optional<std::string>& after_path,
+                      const std::optional<std::string>& before_path);
+  std::vector<FileRecord> files_of(const std::string& storage);
+  uint64_t total_bytes();
+
+ private:
+  std::mutex mutex_;
+  sqlite3* db_ = nullptr;
+};
+
+}  // namespace sandboxd::store

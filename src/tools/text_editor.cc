@@ -1,0 +1,1 @@
+#include "tools/text_editor.h"

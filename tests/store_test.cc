@@ -1,0 +1,2 @@
+#include <gtest/gtest.h>
+// Written by the store_test work in progress.
