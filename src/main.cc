@@ -1,5 +1,7 @@
 // The sandboxd command line.
 //   sandboxd run [--container DIR] [--timeout S] [--memory BYTES] [--workspace-size BYTES] -- CMD...
+//   sandboxd serve [--config FILE]
+//   sandboxd config check FILE
 //   sandboxd version
 
 #include <sys/stat.h>
@@ -14,6 +16,8 @@
 #include <iostream>
 #include <random>
 
+#include "ops/config.h"
+#include "ops/serve.h"
 #include "runtime/runtime.h"
 #include "runtime/volume.h"
 
@@ -164,7 +168,39 @@ int main(int argc, char** argv) {
   run->add_option("command", command, "The command (one argument: a bash script)")->required();
   run->positionals_at_end();
 
+  std::string config_file;
+  auto* serve = app.add_subcommand("serve", "Run the service (embedded defaults without --config)");
+  serve->add_option("--config", config_file, "YAML configuration file")->check(CLI::ExistingFile);
+
+  std::string check_file;
+  auto* config_cmd = app.add_subcommand("config", "Configuration tools");
+  auto* check = config_cmd->add_subcommand("check", "Validate a configuration file without starting");
+  check->add_option("file", check_file, "YAML configuration file")->required();
+  config_cmd->require_subcommand(1);
+
   CLI11_PARSE(app, argc, argv);
+  if (serve->parsed()) {
+    try {
+      auto config = config_file.empty() ? sandboxd::ops::default_config() : sandboxd::ops::load_config_file(config_file);
+      return sandboxd::ops::serve(std::move(config));
+    } catch (const sandboxd::ops::ConfigError& e) {
+      std::fprintf(stderr, "sandboxd: configuration: %s\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sandboxd serve: %s\n", e.what());
+      return 1;
+    }
+  }
+  if (check->parsed()) {
+    try {
+      sandboxd::ops::load_config_file(check_file);
+      std::printf("%s: ok\n", check_file.c_str());
+      return 0;
+    } catch (const sandboxd::ops::ConfigError& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 2;
+    }
+  }
   if (run->parsed()) {
     try {
       return run_command(container, timeout, memory, workspace_size, command);

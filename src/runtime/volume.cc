@@ -131,6 +131,12 @@ void Volume::unmount(const std::string& target) {
   }
 }
 
+bool Volume::try_unmount(const std::string& target) {
+  if (umount2(target.c_str(), 0) == 0 || errno == EINVAL || errno == ENOENT) return true;
+  if (errno == EBUSY) return false;
+  throw SyscallError("umount2(" + target + ")", errno);
+}
+
 bool Volume::is_mounted(const std::string& target) {
   auto mounts = mounts_under(target);
   return std::find(mounts.begin(), mounts.end(), target) != mounts.end();

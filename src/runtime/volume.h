@@ -17,8 +17,11 @@ struct Volume {
   static void create(const std::string& image, uint64_t size_bytes, uint32_t uid, uint32_t gid);
   // Attaches the image to a free loop device (auto-clearing) and mounts it at target.
   static void mount(const std::string& image, const std::string& target);
-  // Unmounts target (the loop device detaches itself).
+  // Unmounts target (the loop device detaches itself); a busy mount is detached lazily.
   static void unmount(const std::string& target);
+  // Unmounts target only if nothing uses it; false when busy. Never detaches lazily, so
+  // the image can never end up mounted twice.
+  static bool try_unmount(const std::string& target);
   static bool is_mounted(const std::string& target);
   // Mount points at or below `prefix` (deepest first), from /proc/self/mountinfo.
   static std::vector<std::string> mounts_under(const std::string& prefix);

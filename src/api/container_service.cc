@@ -1,0 +1,369 @@
+#include "api/container_service.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <spdlog/spdlog.h>
+
+#include "runtime/volume.h"
+
+namespace sandboxd::api {
+namespace {
+
+namespace fs = std::filesystem;
+using runtime::Volume;
+
+int64_t now_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string random_hex(size_t chars) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < chars; ++i) out.push_back(kHex[rng() % 16]);
+  return out;
+}
+
+void make_owned_dir(const fs::path& dir, uid_t uid, gid_t gid) {
+  fs::create_directories(dir);
+  if (chown(dir.c_str(), uid, gid) != 0) throw std::runtime_error("chown(" + dir.string() + ") failed");
+}
+
+}  // namespace
+
+ContainerService::ContainerService(asio::io_context& io, const ops::Config& config, runtime::Runtime& runtime,
+                                   store::Metadata& metadata)
+    : io_(io),
+      config_(config),
+      runtime_(runtime),
+      metadata_(metadata),
+      containers_dir_((fs::path(config.data_dir) / "containers").string()),
+      spares_dir_((fs::path(config.data_dir) / "spares").string()),
+      reaper_timer_(io) {
+  fs::create_directories(containers_dir_);
+  fs::create_directories(spares_dir_);
+  fs::permissions(config.data_dir, fs::perms::owner_all, fs::perm_options::replace);
+  for (const auto& entry : fs::directory_iterator(spares_dir_)) {
+    if (entry.path().extension() == ".img") spares_.push_back(entry.path());
+    else fs::remove(entry.path());  // a spare whose formatting was interrupted
+  }
+  spare_thread_ = std::thread([this] { spare_volume_loop(); });
+  asio::co_spawn(io_, reap_idle(), asio::detached);
+}
+
+ContainerService::~ContainerService() {
+  {
+    std::lock_guard lock(spares_mutex_);
+    stopping_spares_ = true;
+  }
+  spares_cv_.notify_all();
+  if (spare_thread_.joinable()) spare_thread_.join();
+}
+
+bool ContainerService::valid_id(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '-')) return false;
+  return true;
+}
+
+std::string ContainerService::new_id() const { return "cntr_" + random_hex(24); }
+
+std::string ContainerService::format_time(int64_t unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void ContainerService::touch(Container& container) {
+  int64_t now = now_seconds();
+  int64_t previous = container.last_used_at.exchange(now);
+  // The index only needs second resolution; skip the write within the same second.
+  if (previous != now) metadata_.touch_container(container.owner, container.id, now);
+}
+
+int64_t ContainerService::expires_at(const Container& container) const {
+  return container.last_used_at.load() + config_.session_ttl_sec;
+}
+
+size_t ContainerService::running_sandboxes() const {
+  std::lock_guard lock(mutex_);
+  size_t n = 0;
+  for (const auto& [key, container] : open_) n += container->sandbox != nullptr;
+  return n;
+}
+
+void ContainerService::take_volume(const std::string& image) {
+  std::string spare;
+  {
+    std::lock_guard lock(spares_mutex_);
+    if (!spares_.empty()) {
+      spare = spares_.back();
+      spares_.pop_back();
+    }
+  }
+  spares_cv_.notify_all();
+  if (!spare.empty() && ::rename(spare.c_str(), image.c_str()) == 0) return;
+  Volume::create(image, volume_image_bytes(), config_.sandbox_host_uid, config_.sandbox_host_uid);
+}
+
+uint64_t ContainerService::volume_image_bytes() const {
+  // ext4's journal, inode tables and group descriptors take about a tenth of a small
+  // image; add that, so the space code can use is the configured limit.
+  return config_.workspace_size_bytes + config_.workspace_size_bytes / 9 + (4u << 20);
+}
+
+void ContainerService::spare_volume_loop() {
+  constexpr size_t kSpares = 2;
+  std::unique_lock lock(spares_mutex_);
+  while (!stopping_spares_) {
+    if (spares_.size() >= kSpares) {
+      spares_cv_.wait_for(lock, std::chrono::seconds(5));
+      continue;
+    }
+    lock.unlock();
+    std::string image = (fs::path(spares_dir_) / ("spare-" + random_hex(16) + ".img")).string();
+    try {
+      Volume::create(image, volume_image_bytes(), config_.sandbox_host_uid, config_.sandbox_host_uid);
+    } catch (const std::exception& e) {
+      spdlog::warn("preparing a spare volume: {}", e.what());
+      lock.lock();
+      spares_cv_.wait_for(lock, std::chrono::seconds(5));
+      continue;
+    }
+    lock.lock();
+    spares_.push_back(image);
+  }
+}
+
+void ContainerService::prepare_storage(Container& container, bool fresh) {
+  fs::path root = fs::path(containers_dir_) / container.storage;
+  const uid_t uid = config_.sandbox_host_uid;
+  container.volume_image = (root / "volume.img").string();
+  container.volume_mount = (root / "volume").string();
+  container.paths.workspace = (root / "volume" / "workspace").string();
+  container.paths.outputs = (root / "volume" / "outputs").string();
+  container.paths.uploads = (root / "uploads").string();
+  container.paths.skills = config_.skills_dir;
+  if (fresh) {
+    fs::create_directories(root);
+    take_volume(container.volume_image);
+  }
+  fs::create_directories(container.volume_mount);
+  make_owned_dir(container.paths.uploads, uid, uid);
+  if (!Volume::is_mounted(container.volume_mount)) Volume::mount(container.volume_image, container.volume_mount);
+  make_owned_dir(container.paths.workspace, uid, uid);
+  make_owned_dir(container.paths.outputs, uid, uid);
+}
+
+std::shared_ptr<Container> ContainerService::load(const store::ContainerRecord& record) {
+  auto container = std::make_shared<Container>(io_.get_executor());
+  container->owner = record.owner;
+  container->id = record.id;
+  container->storage = record.storage;
+  container->created_at = record.created_at;
+  container->last_used_at = record.last_used_at;
+  prepare_storage(*container, /*fresh=*/false);
+  return container;
+}
+
+Result<std::shared_ptr<Container>> ContainerService::open(const std::string& owner, const std::string& id,
+                                                          bool create) {
+  if (!valid_id(id))
+    return ApiError::invalid_request("Invalid container id: must be 1-128 characters of [A-Za-z0-9._:-]");
+  if (shutting_down_) return ApiError::overloaded("The server is shutting down", config_.retry_after_sec);
+  // Creating or mounting happens under the lock so that one (owner, id) is only ever
+  // prepared once; both are quick (a rename and a mount).
+  std::lock_guard lock(mutex_);
+  auto key = std::make_pair(owner, id);
+  if (auto it = open_.find(key); it != open_.end()) return it->second;
+  if (auto record = metadata_.find_container(owner, id)) {
+    auto container = load(*record);
+    open_[key] = container;
+    return container;
+  }
+  if (!create) return ApiError::not_found("Container not found: " + id);
+  store::ContainerRecord record;
+  record.owner = owner;
+  record.id = id;
+  record.storage = "c" + random_hex(20);
+  record.created_at = record.last_used_at = now_seconds();
+  auto container = std::make_shared<Container>(io_.get_executor());
+  container->owner = owner;
+  container->id = id;
+  container->storage = record.storage;
+  container->created_at = record.created_at;
+  container->last_used_at = record.last_used_at;
+  prepare_storage(*container, /*fresh=*/true);
+  metadata_.create_container(record);
+  open_[key] = container;
+  return container;
+}
+
+std::vector<store::ContainerRecord> ContainerService::list(const std::string& owner, size_t limit,
+                                                           const std::string& after_id) {
+  return metadata_.list_containers(owner, limit, after_id);
+}
+
+asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ensure_sandbox(
+    std::shared_ptr<Container> container) {
+  for (;;) {
+    if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
+    if (container->sandbox && container->sandbox->running()) co_return container->sandbox;
+    if (container->starting) {
+      boost::system::error_code ec;
+      co_await container->started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    container->starting = true;
+    container->started_event = std::make_unique<asio::steady_timer>(container->strand,
+                                                                    std::chrono::steady_clock::time_point::max());
+    runtime::SandboxOptions options;
+    options.name = container->storage + "-" + std::to_string(++sandbox_counter_);
+    options.workspace_dir = container->paths.workspace;
+    options.uploads_dir = container->paths.uploads;
+    options.outputs_dir = container->paths.outputs;
+    options.skills_dir = container->paths.skills;
+    options.tmp_size_bytes = config_.tmp_size_bytes;
+    options.home_size_bytes = config_.tmp_size_bytes;
+    options.max_open_files = config_.open_files_limit;
+    options.limits.pids = config_.pids_limit;
+    options.limits.memory_bytes = config_.memory_limit_bytes;
+    if (config_.limit_range_enabled) {
+      if (!options.limits.memory_bytes) options.limits.memory_bytes = config_.limit_memory_bytes;
+      options.limits.cpu_millis = config_.limit_cpu_millis;
+    }
+    std::string error;
+    try {
+      container->sandbox = co_await runtime_.start(container->strand, options);
+    } catch (const std::exception& e) {
+      error = e.what();
+      spdlog::error("starting a sandbox for container {} of {}: {}", container->id, container->owner, error);
+    }
+    container->starting = false;
+    container->started_event->cancel();
+    if (!error.empty()) co_return ApiError{server::http::status::service_unavailable, "api_error",
+                                           "The sandbox could not be started", {}};
+  }
+}
+
+asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_ptr<Container> container,
+                                                                    runtime::ExecRequest request, bool restart) {
+  touch(*container);
+  if (restart) {
+    co_await asio::co_spawn(container->strand, stop_on_strand(container), asio::use_awaitable);
+    // restart empties the workspace; uploads and outputs are kept.
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(container->paths.workspace, ec))
+      fs::remove_all(entry.path(), ec);
+    if (request.command.empty()) co_return runtime::ExecResult{};
+  }
+  auto sandbox = co_await asio::co_spawn(container->strand, ensure_sandbox(container), asio::use_awaitable);
+  if (!sandbox) co_return sandbox.error();
+  Result<runtime::ExecResult> outcome = ApiError::internal();
+  try {
+    outcome = co_await (*sandbox)->exec(std::move(request));
+  } catch (const runtime::SandboxError& e) {
+    spdlog::warn("execution in container {} failed: {}", container->id, e.what());
+    outcome = ApiError{server::http::status::service_unavailable, "api_error", "The sandbox stopped during the command", {}};
+  }
+  touch(*container);
+  co_return outcome;
+}
+
+asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container> container) {
+  while (container->starting) {
+    boost::system::error_code ec;
+    co_await container->started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (auto sandbox = std::move(container->sandbox)) co_await sandbox->stop();
+}
+
+asio::awaitable<void> ContainerService::stop(std::shared_ptr<Container> container) {
+  co_await asio::co_spawn(container->strand, stop_on_strand(container), asio::use_awaitable);
+}
+
+asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> container) {
+  container->deleted = true;
+  co_await stop(container);
+  {
+    std::lock_guard lock(mutex_);
+    open_.erase({container->owner, container->id});
+  }
+  metadata_.delete_container(container->owner, container->id);
+  try {
+    Volume::unmount(container->volume_mount);
+  } catch (const std::exception& e) {
+    spdlog::warn("unmounting {}: {}", container->volume_mount, e.what());
+  }
+  std::error_code ec;
+  fs::remove_all(fs::path(containers_dir_) / container->storage, ec);
+}
+
+asio::awaitable<void> ContainerService::reap_idle() {
+  const auto interval = std::chrono::seconds(std::clamp(config_.session_ttl_sec / 4, 1, 30));
+  while (!shutting_down_) {
+    reaper_timer_.expires_after(interval);
+    boost::system::error_code ec;
+    co_await reaper_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (shutting_down_) break;
+    const int64_t now = now_seconds();
+    std::vector<std::shared_ptr<Container>> idle;
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& [key, container] : open_)
+        if (container->last_used_at.load() + config_.session_ttl_sec <= now) idle.push_back(container);
+    }
+    for (auto& container : idle) {
+      if (container->sandbox && container->sandbox->active_executions() > 0) continue;
+      co_await stop(container);
+    }
+    // Unmount volumes nobody holds (the map is then the only owner).
+    std::lock_guard lock(mutex_);
+    for (auto& container : idle) {
+      auto it = open_.find({container->owner, container->id});
+      if (it == open_.end() || it->second != container) continue;
+      if (container->sandbox || container->last_used_at.load() + config_.session_ttl_sec > now) continue;
+      if (container.use_count() > 2) continue;  // `idle` and the map: nobody else
+      try {
+        if (Volume::try_unmount(container->volume_mount)) open_.erase(it);
+      } catch (const std::exception& e) {
+        spdlog::warn("unmounting idle volume {}: {}", container->volume_mount, e.what());
+      }
+    }
+  }
+}
+
+asio::awaitable<void> ContainerService::shutdown() {
+  shutting_down_ = true;
+  reaper_timer_.cancel();
+  std::vector<std::shared_ptr<Container>> all;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, container] : open_) all.push_back(container);
+  }
+  for (auto& container : all) co_await stop(container);
+  std::lock_guard lock(mutex_);
+  for (auto& container : all) {
+    try {
+      Volume::unmount(container->volume_mount);
+    } catch (const std::exception& e) {
+      spdlog::warn("unmounting {}: {}", container->volume_mount, e.what());
+    }
+  }
+  open_.clear();
+}
+
+}  // namespace sandboxd::api

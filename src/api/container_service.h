@@ -1,0 +1,120 @@
+// Containers and their sandboxes: the service behind the containers, tools, files and
+// thread endpoints. A container is a persistent file space (owner, id) on disk — an
+// ext4 volume for workspace and outputs (the size limit) and a folder for uploads —
+// and at most one running sandbox, started on demand and stopped when idle for
+// sessionTTLSeconds (files kept).
+#pragma once
+
+#include <atomic>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ops/config.h"
+#include "runtime/runtime.h"
+#include "server/errors.h"
+#include "store/file_store.h"
+#include "store/metadata.h"
+#include "tools/paths.h"
+
+namespace sandboxd::api {
+
+namespace asio = boost::asio;
+using server::ApiError;
+using server::Result;
+
+struct Container {
+  std::string owner;
+  std::string id;
+  std::string storage;
+  int64_t created_at = 0;
+  std::atomic<int64_t> last_used_at{0};  // unix seconds
+  tools::ContainerPaths paths;
+  std::string volume_image, volume_mount;
+
+  // Guarded by `strand`.
+  asio::strand<asio::any_io_executor> strand;
+  std::shared_ptr<runtime::Sandbox> sandbox;
+  bool starting = false;
+  bool deleted = false;
+  std::unique_ptr<asio::steady_timer> started_event;  // cancelled when a start ends
+  std::string start_error;
+
+  explicit Container(asio::any_io_executor executor) : strand(asio::make_strand(executor)) {}
+  bool running() const { return sandbox && sandbox->running(); }
+};
+
+class ContainerService {
+ public:
+  ContainerService(asio::io_context& io, const ops::Config& config, runtime::Runtime& runtime,
+                   store::Metadata& metadata);
+  ~ContainerService();
+
+  // 1-128 characters of [A-Za-z0-9._:-].
+  static bool valid_id(std::string_view id);
+  static std::string default_id() { return "default"; }
+  std::string new_id() const;  // "cntr_" + random
+
+  // The container (owner, id); with `create`, made if missing. 404 for a missing (or
+  // another owner's) container.
+  Result<std::shared_ptr<Container>> open(const std::string& owner, const std::string& id, bool create);
+  std::vector<store::ContainerRecord> list(const std::string& owner, size_t limit, const std::string& after_id);
+
+  // Runs a command, starting the sandbox first if needed. `restart` stops the sandbox
+  // and empties the workspace before running.
+  asio::awaitable<Result<runtime::ExecResult>> exec(std::shared_ptr<Container> container,
+                                                    runtime::ExecRequest request, bool restart);
+  asio::awaitable<void> stop(std::shared_ptr<Container> container);
+  asio::awaitable<void> remove(std::shared_ptr<Container> container);
+
+  // Refreshes last activity (expires_at rolls).
+  void touch(Container& container);
+  int64_t expires_at(const Container& container) const;
+  static std::string format_time(int64_t unix_seconds);
+
+  store::Metadata& metadata() { return metadata_; }
+  const ops::Config& config() const { return config_; }
+  size_t running_sandboxes() const;
+
+  // Stops every sandbox and unmounts every volume (graceful shutdown).
+  asio::awaitable<void> shutdown();
+
+ private:
+  asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ensure_sandbox(std::shared_ptr<Container> container);
+  asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container);
+  std::shared_ptr<Container> load(const store::ContainerRecord& record);
+  void prepare_storage(Container& container, bool fresh);
+  void take_volume(const std::string& image);
+  uint64_t volume_image_bytes() const;
+  asio::awaitable<void> reap_idle();
+  void spare_volume_loop();
+
+  asio::io_context& io_;
+  const ops::Config& config_;
+  runtime::Runtime& runtime_;
+  store::Metadata& metadata_;
+  std::string containers_dir_, spares_dir_;
+
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<Container>> open_;
+
+  // Pre-formatted volumes, so that formatting stays off the request path.
+  std::mutex spares_mutex_;
+  std::condition_variable spares_cv_;
+  std::vector<std::string> spares_;
+  bool stopping_spares_ = false;
+  std::thread spare_thread_;
+  std::atomic<bool> shutting_down_{false};
+  asio::steady_timer reaper_timer_;
+  std::atomic<uint64_t> sandbox_counter_{0};
+};
+
+}  // namespace sandboxd::api

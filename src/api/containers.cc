@@ -1,0 +1,173 @@
+// Containers and direct execution (SPEC §3.2): create, list, get, stop, delete, and the
+// two sub-tool endpoints, whose answer is the tool result's `content` object exactly as
+// it appears inside a messages response.
+
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+#include <filesystem>
+
+#include "api/routes.h"
+#include "tools/bash_tool.h"
+#include "tools/text_editor.h"
+
+namespace sandboxd::api {
+namespace {
+
+namespace fs = std::filesystem;
+namespace http = server::http;
+using server::ApiError;
+using server::RequestContext;
+using server::Response;
+using server::Result;
+
+constexpr size_t kToolBodyLimit = 16u << 20;
+
+// Bytes and files of a container: its three folders, symlinks not followed.
+boost::json::object usage_of(const tools::ContainerPaths& paths) {
+  uint64_t bytes = 0, files = 0;
+  for (const auto* dir : {&paths.workspace, &paths.uploads, &paths.outputs}) {
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(*dir, fs::directory_options::skip_permission_denied, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (it->is_regular_file(ec) && !it->is_symlink(ec)) {
+        ++files;
+        bytes += it->file_size(ec);
+      }
+    }
+  }
+  return {{"bytes", bytes}, {"files", files}};
+}
+
+boost::json::object container_json(ContainerService& service, const Container& c) {
+  return {{"id", c.id},
+          {"type", "container"},
+          {"created_at", ContainerService::format_time(c.created_at)},
+          {"expires_at", ContainerService::format_time(service.expires_at(c))},
+          {"state", c.running() ? "running" : "stopped"},
+          {"usage", usage_of(c.paths)}};
+}
+
+asio::awaitable<Result<Response>> create_container(ApiContext& api, RequestContext& ctx) {
+  auto body = co_await ctx.read_body(64 * 1024);
+  if (!body) co_return body.error();
+  std::string id;
+  if (!body->empty()) {
+    auto object = parse_json_object(*body);
+    if (!object) co_return object.error();
+    for (const auto& [key, value] : *object) {
+      if (key != "id") co_return ApiError::invalid_request("Unknown field '" + std::string(key) + "'");
+      if (!value.is_string()) co_return ApiError::invalid_request("'id' must be a string");
+      id = std::string(value.as_string());
+    }
+  }
+  if (id.empty()) id = api.containers.new_id();
+  auto container = api.containers.open(ctx.owner, id, /*create=*/true);
+  if (!container) co_return container.error();
+  api.containers.touch(**container);
+  co_return json_ok(container_json(api.containers, **container));
+}
+
+asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContext& ctx) {
+  size_t limit = 20;
+  if (auto text = ctx.query_value("limit")) {
+    char* end = nullptr;
+    long value = std::strtol(text->c_str(), &end, 10);
+    if (text->empty() || *end || value < 1 || value > 1000)
+      co_return ApiError::invalid_request("'limit' must be an integer from 1 to 1000");
+    limit = static_cast<size_t>(value);
+  }
+  auto records = api.containers.list(ctx.owner, limit + 1, ctx.query_value("after_id").value_or(""));
+  bool has_more = records.size() > limit;
+  if (has_more) records.pop_back();
+  boost::json::array data;
+  for (const auto& record : records) {
+    auto container = api.containers.open(ctx.owner, record.id, false);
+    if (container) data.push_back(container_json(api.containers, **container));
+  }
+  boost::json::object out{{"data", data}, {"has_more", has_more}};
+  out["first_id"] = records.empty() ? boost::json::value(nullptr) : boost::json::value(records.front().id);
+  out["last_id"] = records.empty() ? boost::json::value(nullptr) : boost::json::value(records.back().id);
+  co_return json_ok(out);
+}
+
+asio::awaitable<Result<Response>> get_container(ApiContext& api, RequestContext& ctx) {
+  auto container = api.containers.open(ctx.owner, ctx.params["id"], false);
+  if (!container) co_return container.error();
+  api.containers.touch(**container);
+  co_return json_ok(container_json(api.containers, **container));
+}
+
+asio::awaitable<Result<Response>> stop_container(ApiContext& api, RequestContext& ctx) {
+  auto container = api.containers.open(ctx.owner, ctx.params["id"], false);
+  if (!container) co_return container.error();
+  co_await api.containers.stop(*container);
+  co_return json_ok(container_json(api.containers, **container));
+}
+
+asio::awaitable<Result<Response>> delete_container(ApiContext& api, RequestContext& ctx) {
+  auto container = api.containers.open(ctx.owner, ctx.params["id"], false);
+  if (!container) co_return container.error();
+  co_await api.containers.remove(*container);
+  co_return json_ok(boost::json::object{{"id", (*container)->id}, {"type", "container_deleted"}});
+}
+
+asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx) {
+  const std::string tool = ctx.params["tool"];
+  if (tool != "bash_code_execution" && tool != "text_editor_code_execution")
+    co_return ApiError::not_found("Unknown tool: " + tool);
+  auto body = co_await ctx.read_body(kToolBodyLimit);
+  if (!body) co_return body.error();
+  auto input = parse_json_object(*body);
+  if (!input) co_return input.error();
+  auto container = api.containers.open(ctx.owner, ctx.params["id"], /*create=*/true);
+  if (!container) co_return container.error();
+  api.containers.touch(**container);
+
+  if (tool == "text_editor_code_execution") {
+    tools::EditorOptions options;
+    options.uid = api.config.sandbox_host_uid;
+    options.gid = api.config.sandbox_host_uid;
+    auto content = tools::run_text_editor((*container)->paths, *input, options);
+    co_return json_ok(content);
+  }
+  auto parsed = tools::parse_bash_input(*input);
+  if (auto* error = std::get_if<std::string>(&parsed))
+    co_return json_ok(tools::tool_error(tools::kBashErrorType, "invalid_tool_input", *error, true));
+  auto& bash = std::get<tools::BashInput>(parsed);
+  runtime::ExecRequest request;
+  request.command = bash.command;
+  request.timeout = std::chrono::seconds(bash.timeout_sec.value_or(api.config.code_execution_timeout_sec));
+  request.output_limit = api.config.output_limit_bytes;
+  auto result = co_await api.containers.exec(*container, std::move(request), bash.restart);
+  if (!result) co_return json_ok(tools::tool_error(tools::kBashErrorType, "unavailable", result.error().message, true));
+  co_return json_ok(tools::bash_result(*result));
+}
+
+}  // namespace
+
+server::StringResponse json_ok(const boost::json::value& body, http::status status) {
+  return server::json_response(status, boost::json::serialize(body));
+}
+
+Result<boost::json::object> parse_json_object(std::string_view body) {
+  boost::system::error_code ec;
+  boost::json::value value = boost::json::parse(body, ec);
+  if (ec) return ApiError::invalid_request("The request body is not valid JSON: " + ec.message());
+  if (!value.is_object()) return ApiError::invalid_request("The request body must be a JSON object");
+  return std::move(value.as_object());
+}
+
+void register_container_routes(server::HttpServer& http, ApiContext& api) {
+  auto bind = [&api](auto fn) {
+    return [&api, fn](RequestContext& ctx) { return fn(api, ctx); };
+  };
+  const std::string base = "/api/gpt/v1/containers";
+  http.route(http::verb::post, base, "containers.create", bind(create_container));
+  http.route(http::verb::get, base, "containers.list", bind(list_containers));
+  http.route(http::verb::get, base + "/{id}", "containers.get", bind(get_container));
+  http.route(http::verb::delete_, base + "/{id}", "containers.delete", bind(delete_container));
+  http.route(http::verb::post, base + "/{id}/stop", "containers.stop", bind(stop_container));
+  http.route(http::verb::post, base + "/{id}/tools/{tool}", "containers.tool", bind(run_tool));
+}
+
+}  // namespace sandboxd::api

@@ -1,0 +1,28 @@
+// Registers each API surface's routes on the HTTP server (one file per surface).
+#pragma once
+
+#include <boost/json.hpp>
+
+#include "api/container_service.h"
+#include "server/http_server.h"
+#include "store/file_store.h"
+
+namespace sandboxd::api {
+
+struct ApiContext {
+  ContainerService& containers;
+  store::FileStore& files;
+  const ops::Config& config;
+};
+
+void register_container_routes(server::HttpServer& http, ApiContext& api);
+void register_file_routes(server::HttpServer& http, ApiContext& api);
+void register_thread_routes(server::HttpServer& http, ApiContext& api);
+void register_ops_routes(server::HttpServer& http, ApiContext& api);
+
+// Shared by the surfaces: a JSON response from a value.
+server::StringResponse json_ok(const boost::json::value& body, server::http::status status = server::http::status::ok);
+// Parses a JSON object body; 400 with the parser's reason otherwise.
+server::Result<boost::json::object> parse_json_object(std::string_view body);
+
+}  // namespace sandboxd::api

@@ -1,0 +1,289 @@
+#include "ops/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace sandboxd::ops {
+namespace {
+
+std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+
+// Refuses keys the schema does not know, naming the first one.
+void only_keys(const YAML::Node& node, const std::string& path, std::initializer_list<const char*> allowed) {
+  if (!node) return;
+  if (!node.IsMap()) throw ConfigError((path.empty() ? "(top level)" : path) + ": must be a mapping");
+  std::set<std::string> known(allowed.begin(), allowed.end());
+  for (const auto& entry : node) {
+    std::string key = entry.first.as<std::string>();
+    if (!known.count(key)) throw ConfigError(join(path, key) + ": unknown key");
+  }
+}
+
+std::string scalar(const YAML::Node& node, const std::string& path) {
+  if (!node.IsScalar()) throw ConfigError(path + ": must be a scalar value");
+  return node.Scalar();
+}
+
+bool read_bool(const YAML::Node& node, const std::string& path) {
+  std::string v = scalar(node, path);
+  if (v == "true") return true;
+  if (v == "false") return false;
+  throw ConfigError(path + ": must be true or false, not '" + v + "'");
+}
+
+int64_t read_int(const YAML::Node& node, const std::string& path, int64_t min, int64_t max) {
+  std::string v = scalar(node, path);
+  try {
+    size_t pos = 0;
+    long long value = std::stoll(v, &pos);
+    if (pos != v.size()) throw std::invalid_argument("trailing");
+    if (value < min || value > max)
+      throw ConfigError(path + ": must be between " + std::to_string(min) + " and " + std::to_string(max));
+    return value;
+  } catch (const ConfigError&) {
+    throw;
+  } catch (...) {
+    throw ConfigError(path + ": must be an integer, not '" + v + "'");
+  }
+}
+
+uint64_t read_bytes(const YAML::Node& node, const std::string& path) {
+  std::string v = scalar(node, path);
+  auto bytes = parse_bytes(v);
+  if (!bytes) throw ConfigError(path + ": must be a size such as 512Mi or 40Gi, not '" + v + "'");
+  return *bytes;
+}
+
+uint64_t read_cpu(const YAML::Node& node, const std::string& path) {
+  std::string v = scalar(node, path);
+  auto millis = parse_cpu_millis(v);
+  if (!millis || *millis == 0) throw ConfigError(path + ": must be a CPU quantity such as 500m or 2, not '" + v + "'");
+  return *millis;
+}
+
+template <typename F>
+void with(const YAML::Node& parent, const char* key, const std::string& path, F&& apply) {
+  if (const YAML::Node child = parent[key]; child && !child.IsNull()) apply(child, join(path, key));
+}
+
+}  // namespace
+
+std::optional<uint64_t> parse_bytes(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  size_t pos = 0;
+  double value;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    return std::nullopt;
+  }
+  if (value < 0 || !std::isfinite(value)) return std::nullopt;
+  std::string unit = text.substr(pos);
+  static const std::pair<const char*, double> units[] = {
+      {"", 1},       {"k", 1e3},          {"K", 1e3},          {"M", 1e6},          {"G", 1e9},
+      {"T", 1e12},   {"Ki", 1024.0},      {"Mi", 1048576.0},   {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
+  for (const auto& [name, factor] : units) {
+    if (unit == name) {
+      double bytes = value * factor;
+      if (bytes > 1.8e19) return std::nullopt;
+      return static_cast<uint64_t>(std::llround(bytes));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<uint64_t> parse_cpu_millis(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  size_t pos = 0;
+  double value;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    return std::nullopt;
+  }
+  if (value < 0 || !std::isfinite(value) || value > 1e6) return std::nullopt;
+  std::string unit = text.substr(pos);
+  if (unit == "m") return static_cast<uint64_t>(std::llround(value));
+  if (unit.empty()) return static_cast<uint64_t>(std::llround(value * 1000));
+  return std::nullopt;
+}
+
+Config default_config() { return Config{}; }
+
+Config parse_config(const std::string& yaml_text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(std::string("not valid YAML: ") + e.what());
+  }
+  Config c;
+  if (!root || root.IsNull()) return c;
+  only_keys(root, "", {"server", "auth", "model", "features", "external", "opensandbox", "capacity",
+                       "codeInterpreter", "workspace", "runtime"});
+
+  with(root, "server", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"listen", "dataDir", "maxUploadSize"});
+    with(n, "listen", p, [&](const YAML::Node& v, const std::string& kp) {
+      std::string listen = scalar(v, kp);
+      auto colon = listen.rfind(':');
+      if (colon == std::string::npos) throw ConfigError(kp + ": must be HOST:PORT");
+      c.listen_host = listen.substr(0, colon);
+      if (c.listen_host.size() > 2 && c.listen_host.front() == '[') c.listen_host = c.listen_host.substr(1, c.listen_host.size() - 2);
+      YAML::Node port_node(listen.substr(colon + 1));
+      c.listen_port = static_cast<uint16_t>(read_int(port_node, kp + " (port)", 0, 65535));
+    });
+    with(n, "dataDir", p, [&](const YAML::Node& v, const std::string& kp) { c.data_dir = scalar(v, kp); });
+    with(n, "maxUploadSize", p, [&](const YAML::Node& v, const std::string& kp) { c.max_upload_bytes = read_bytes(v, kp); });
+  });
+
+  with(root, "auth", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"tokens", "adminToken"});
+    with(n, "tokens", p, [&](const YAML::Node& list, const std::string& kp) {
+      if (!list.IsSequence()) throw ConfigError(kp + ": must be a list of {token, owner}");
+      for (size_t i = 0; i < list.size(); ++i) {
+        std::string ip = kp + "[" + std::to_string(i) + "]";
+        only_keys(list[i], ip, {"token", "owner"});
+        if (!list[i]["token"] || !list[i]["owner"]) throw ConfigError(ip + ": needs token and owner");
+        TokenEntry entry{scalar(list[i]["token"], ip + ".token"), scalar(list[i]["owner"], ip + ".owner")};
+        if (entry.token.size() < 8) throw ConfigError(ip + ".token: must be at least 8 characters");
+        if (entry.owner.empty()) throw ConfigError(ip + ".owner: must not be empty");
+        for (const auto& other : c.tokens)
+          if (other.token == entry.token) throw ConfigError(ip + ".token: duplicate token");
+        c.tokens.push_back(entry);
+      }
+    });
+    with(n, "adminToken", p, [&](const YAML::Node& v, const std::string& kp) { c.admin_token = scalar(v, kp); });
+  });
+
+  with(root, "model", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"provider", "baseUrl", "apiKey", "models", "maxToolIterations", "timeoutSec"});
+    with(n, "provider", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.model_provider = scalar(v, kp);
+      if (c.model_provider != "anthropic") throw ConfigError(kp + ": only 'anthropic' is supported");
+    });
+    with(n, "baseUrl", p, [&](const YAML::Node& v, const std::string& kp) { c.model_base_url = scalar(v, kp); });
+    with(n, "apiKey", p, [&](const YAML::Node& v, const std::string& kp) { c.model_api_key = scalar(v, kp); });
+    with(n, "models", p, [&](const YAML::Node& v, const std::string& kp) {
+      if (!v.IsMap()) throw ConfigError(kp + ": must be a mapping of name to upstream model");
+      for (const auto& entry : v) c.model_names[entry.first.as<std::string>()] = scalar(entry.second, kp + "." + entry.first.as<std::string>());
+    });
+    with(n, "maxToolIterations", p, [&](const YAML::Node& v, const std::string& kp) { c.max_tool_iterations = static_cast<int>(read_int(v, kp, 1, 1000)); });
+    with(n, "timeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.model_timeout_sec = static_cast<int>(read_int(v, kp, 1, 86400)); });
+  });
+
+  with(root, "features", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"codeExecution"});
+    with(n, "codeExecution", p, [&](const YAML::Node& ce, const std::string& cp) {
+      only_keys(ce, cp, {"enabled", "timeout"});
+      with(ce, "enabled", cp, [&](const YAML::Node& v, const std::string& kp) { c.code_execution_enabled = read_bool(v, kp); });
+      with(ce, "timeout", cp, [&](const YAML::Node& v, const std::string& kp) { c.code_execution_timeout_sec = static_cast<int>(read_int(v, kp, 1, 86400)); });
+    });
+  });
+
+  with(root, "external", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"opensandbox"});
+    with(n, "opensandbox", p, [&](const YAML::Node& os, const std::string& op) {
+      only_keys(os, op, {"sessionTTLSeconds", "codeExecution"});
+      with(os, "sessionTTLSeconds", op, [&](const YAML::Node& v, const std::string& kp) { c.session_ttl_sec = static_cast<int>(read_int(v, kp, 1, 31 * 86400)); });
+      with(os, "codeExecution", op, [&](const YAML::Node& ce, const std::string& cp) {
+        only_keys(ce, cp, {"internal", "image"});
+        with(ce, "internal", cp, [&](const YAML::Node& in, const std::string& ip) {
+          only_keys(in, ip, {"services"});
+          with(in, "services", ip, [&](const YAML::Node& list, const std::string& sp) {
+            if (!list.IsSequence()) throw ConfigError(sp + ": must be a list");
+            for (size_t i = 0; i < list.size(); ++i) {
+              std::string ep = sp + "[" + std::to_string(i) + "]";
+              if (list[i]["namespaceSelector"] || list[i]["podSelector"])
+                throw ConfigError(ep + ": Kubernetes selectors are not supported by this runtime; use {name, host, port}");
+              only_keys(list[i], ep, {"name", "host", "port"});
+              if (!list[i]["name"] || !list[i]["host"] || !list[i]["port"]) throw ConfigError(ep + ": needs name, host and port");
+              c.internal_services.push_back({scalar(list[i]["name"], ep + ".name"), scalar(list[i]["host"], ep + ".host"),
+                                             static_cast<uint16_t>(read_int(list[i]["port"], ep + ".port", 1, 65535))});
+            }
+          });
+        });
+        with(ce, "image", cp, [&](const YAML::Node& im, const std::string& ip) {
+          only_keys(im, ip, {"repository", "tag"});
+          with(im, "repository", ip, [&](const YAML::Node& v, const std::string& kp) { c.image_repository = scalar(v, kp); });
+          with(im, "tag", ip, [&](const YAML::Node& v, const std::string& kp) { c.image_tag = scalar(v, kp); });
+        });
+      });
+    });
+  });
+
+  with(root, "opensandbox", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"runtime"});
+    with(n, "runtime", p, [&](const YAML::Node& rt, const std::string& rp) {
+      only_keys(rt, rp, {"resourceQuota", "limitRange"});
+      with(rt, "resourceQuota", rp, [&](const YAML::Node& q, const std::string& qp) {
+        only_keys(q, qp, {"enabled", "pods", "cpu", "memory"});
+        with(q, "enabled", qp, [&](const YAML::Node& v, const std::string& kp) { c.quota_enabled = read_bool(v, kp); });
+        with(q, "pods", qp, [&](const YAML::Node& v, const std::string& kp) { c.quota_pods = static_cast<uint64_t>(read_int(v, kp, 1, 1000000)); });
+        with(q, "cpu", qp, [&](const YAML::Node& v, const std::string& kp) { c.quota_cpu_millis = read_cpu(v, kp); });
+        with(q, "memory", qp, [&](const YAML::Node& v, const std::string& kp) { c.quota_memory_bytes = read_bytes(v, kp); });
+      });
+      with(rt, "limitRange", rp, [&](const YAML::Node& l, const std::string& lp) {
+        only_keys(l, lp, {"enabled", "cpu", "memory"});
+        with(l, "enabled", lp, [&](const YAML::Node& v, const std::string& kp) { c.limit_range_enabled = read_bool(v, kp); });
+        with(l, "cpu", lp, [&](const YAML::Node& v, const std::string& kp) { c.limit_cpu_millis = read_cpu(v, kp); });
+        with(l, "memory", lp, [&](const YAML::Node& v, const std::string& kp) { c.limit_memory_bytes = read_bytes(v, kp); });
+      });
+    });
+  });
+
+  with(root, "capacity", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"maxConcurrentExecutions", "queueTimeoutSec", "retryAfterSec", "capacityRetryAfterSec"});
+    with(n, "maxConcurrentExecutions", p, [&](const YAML::Node& v, const std::string& kp) { c.max_concurrent_executions = static_cast<int>(read_int(v, kp, 1, 100000)); });
+    with(n, "queueTimeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.queue_timeout_sec = static_cast<int>(read_int(v, kp, 0, 3600)); });
+    with(n, "retryAfterSec", p, [&](const YAML::Node& v, const std::string& kp) { c.retry_after_sec = static_cast<int>(read_int(v, kp, 0, 3600)); });
+    with(n, "capacityRetryAfterSec", p, [&](const YAML::Node& v, const std::string& kp) { c.capacity_retry_after_sec = static_cast<int>(read_int(v, kp, 0, 3600)); });
+  });
+
+  with(root, "codeInterpreter", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"memoryLimitMb", "workspaceSizeLimit", "tmpSizeLimit", "outputLimit", "pidsLimit", "openFilesLimit"});
+    with(n, "memoryLimitMb", p, [&](const YAML::Node& v, const std::string& kp) { c.memory_limit_bytes = static_cast<uint64_t>(read_int(v, kp, 0, 1 << 24)) << 20; });
+    with(n, "workspaceSizeLimit", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.workspace_size_bytes = read_bytes(v, kp);
+      if (c.workspace_size_bytes < (8u << 20)) throw ConfigError(kp + ": must be at least 8Mi");
+    });
+    with(n, "tmpSizeLimit", p, [&](const YAML::Node& v, const std::string& kp) { c.tmp_size_bytes = read_bytes(v, kp); });
+    with(n, "outputLimit", p, [&](const YAML::Node& v, const std::string& kp) { c.output_limit_bytes = read_bytes(v, kp); });
+    with(n, "pidsLimit", p, [&](const YAML::Node& v, const std::string& kp) { c.pids_limit = static_cast<uint64_t>(read_int(v, kp, 0, 1 << 22)); });
+    with(n, "openFilesLimit", p, [&](const YAML::Node& v, const std::string& kp) { c.open_files_limit = static_cast<uint64_t>(read_int(v, kp, 0, 1 << 20)); });
+  });
+
+  with(root, "workspace", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"downloads"});
+    with(n, "downloads", p, [&](const YAML::Node& d, const std::string& dp) {
+      only_keys(d, dp, {"generatedResources", "uploadedResources"});
+      with(d, "generatedResources", dp, [&](const YAML::Node& v, const std::string& kp) { c.download_generated = read_bool(v, kp); });
+      with(d, "uploadedResources", dp, [&](const YAML::Node& v, const std::string& kp) { c.download_uploaded = read_bool(v, kp); });
+    });
+  });
+
+  with(root, "runtime", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"sandboxUid", "cgroupMode", "skillsDir"});
+    with(n, "sandboxUid", p, [&](const YAML::Node& v, const std::string& kp) { c.sandbox_host_uid = static_cast<uint32_t>(read_int(v, kp, 1000, 4000000000LL)); });
+    with(n, "cgroupMode", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.cgroup_mode = scalar(v, kp);
+      if (c.cgroup_mode != "auto" && c.cgroup_mode != "v1" && c.cgroup_mode != "v2") throw ConfigError(kp + ": must be auto, v1 or v2");
+    });
+    with(n, "skillsDir", p, [&](const YAML::Node& v, const std::string& kp) { c.skills_dir = scalar(v, kp); });
+  });
+  return c;
+}
+
+Config load_config_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str());
+}
+
+}  // namespace sandboxd::ops

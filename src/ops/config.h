@@ -1,0 +1,94 @@
+// sandboxd's configuration: one YAML file, every key optional (SPEC §4). Unknown keys
+// and bad values are refused with the key's path in the message.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace sandboxd::ops {
+
+struct TokenEntry {
+  std::string token;
+  std::string owner;
+};
+
+struct InternalService {
+  std::string name;
+  std::string host;
+  uint16_t port = 0;
+};
+
+struct Config {
+  // server
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 8080;
+  std::string data_dir = "./sandboxd-data";
+  uint64_t max_upload_bytes = 512ull << 20;
+  // auth
+  std::vector<TokenEntry> tokens;  // empty: one development token is generated at start
+  std::string admin_token;
+  // model (the upstream; used by /messages)
+  std::string model_provider = "anthropic";
+  std::string model_base_url;
+  std::string model_api_key;
+  std::map<std::string, std::string> model_names;  // "default" -> upstream name
+  int max_tool_iterations = 20;
+  int model_timeout_sec = 600;
+  // features
+  bool code_execution_enabled = true;
+  int code_execution_timeout_sec = 60;
+  // external.opensandbox
+  int session_ttl_sec = 600;
+  std::vector<InternalService> internal_services;
+  std::string image_repository = "zylon-sandbox-templates/code-execution";
+  std::string image_tag = "1.1.0";
+  // opensandbox.runtime
+  bool quota_enabled = false;
+  uint64_t quota_pods = 50;
+  uint64_t quota_cpu_millis = 20000;
+  uint64_t quota_memory_bytes = 40ull << 30;
+  bool limit_range_enabled = false;
+  uint64_t limit_cpu_millis = 1000;
+  uint64_t limit_memory_bytes = 512ull << 20;
+  // capacity
+  int max_concurrent_executions = 16;
+  int queue_timeout_sec = 30;
+  int retry_after_sec = 2;
+  int capacity_retry_after_sec = 10;
+  // codeInterpreter
+  uint64_t memory_limit_bytes = 0;  // codeInterpreter.memoryLimitMb; 0 = none
+  uint64_t workspace_size_bytes = 100ull << 20;
+  uint64_t tmp_size_bytes = 64ull << 20;
+  uint64_t output_limit_bytes = 1ull << 20;
+  uint64_t pids_limit = 512;
+  uint64_t open_files_limit = 0;
+  // workspace (organisation settings)
+  bool download_generated = true;
+  bool download_uploaded = false;
+  // runtime
+  uint32_t sandbox_host_uid = 101000;
+  std::string cgroup_mode = "auto";
+  std::string skills_dir;  // the operator's skills library (one folder per skill)
+};
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The embedded defaults.
+Config default_config();
+// Parses YAML text. Throws ConfigError("key.path: problem").
+Config parse_config(const std::string& yaml_text);
+Config load_config_file(const std::string& path);
+
+// Kubernetes-style quantities: "512Mi", "40Gi", "100M", "1.5Gi", plain bytes.
+std::optional<uint64_t> parse_bytes(const std::string& text);
+// CPU: "500m" -> 500, "2" -> 2000, "0.5" -> 500 (millicores).
+std::optional<uint64_t> parse_cpu_millis(const std::string& text);
+
+}  // namespace sandboxd::ops

@@ -1,0 +1,123 @@
+#include "ops/serve.h"
+
+#include <signal.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <filesystem>
+#include <random>
+#include <spdlog/spdlog.h>
+#include <thread>
+
+#include "api/container_service.h"
+#include "api/routes.h"
+#include "runtime/runtime.h"
+#include "server/auth.h"
+#include "server/http_server.h"
+#include "store/file_store.h"
+#include "store/metadata.h"
+
+namespace sandboxd::ops {
+namespace {
+
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+
+std::string random_token() {
+  std::random_device rd;
+  static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+  std::string token = "sbx_dev_";
+  for (int i = 0; i < 32; ++i) token.push_back(kAlphabet[rd() % 36]);
+  return token;
+}
+
+}  // namespace
+
+int serve(Config config) {
+  signal(SIGPIPE, SIG_IGN);
+  fs::create_directories(config.data_dir);
+  config.data_dir = fs::canonical(config.data_dir).string();
+
+  std::vector<std::pair<std::string, std::string>> tokens;
+  for (const auto& entry : config.tokens) tokens.emplace_back(entry.token, entry.owner);
+  if (tokens.empty()) {
+    std::string token = random_token();
+    tokens.emplace_back(token, "dev");
+    std::printf("sandboxd: no auth.tokens configured; development token for owner 'dev':\n  %s\n", token.c_str());
+    std::fflush(stdout);
+  }
+
+  runtime::RuntimeOptions runtime_options;
+  // The instance is tied to the data directory: a restarted server finds (and removes)
+  // exactly what its predecessor left.
+  runtime_options.instance = "s" + server::sha256_hex(config.data_dir).substr(0, 16);
+  runtime_options.host_uid = runtime_options.host_gid = config.sandbox_host_uid;
+  runtime_options.cgroups.mode = config.cgroup_mode;
+  runtime::Runtime runtime(runtime_options);
+  std::string containers_dir = (fs::path(config.data_dir) / "containers").string();
+  if (size_t stale = runtime.cleanup_stale(containers_dir); stale > 0)
+    spdlog::warn("removed {} sandbox(es) left by a previous sandboxd", stale);
+
+  store::Metadata metadata((fs::path(config.data_dir) / "sandboxd.db").string());
+  store::FileStore files(metadata, config.sandbox_host_uid, config.sandbox_host_uid);
+
+  asio::io_context io;
+  api::ContainerService containers(io, config, runtime, metadata);
+  server::ServerLimits limits;
+  server::HttpServer http(io, limits);
+  server::TokenAuth auth(tokens);
+  http.set_authenticator([&auth](server::RequestContext& ctx) { return auth.authenticate(ctx); });
+  api::ApiContext api{containers, files, config};
+  api::register_ops_routes(http, api);
+  api::register_container_routes(http, api);
+  api::register_file_routes(http, api);
+  api::register_thread_routes(http, api);
+
+  auto endpoint = http.listen(config.listen_host, config.listen_port);
+  std::printf("sandboxd: listening on http://%s:%u (data in %s, cgroup %s)\n",
+              endpoint.address().to_string().c_str(), endpoint.port(), config.data_dir.c_str(),
+              runtime.cgroups().version().c_str());
+  std::fflush(stdout);
+
+  asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
+  std::function<void()> wait_signal = [&]() {
+    signals.async_wait([&](const boost::system::error_code& ec, int signo) {
+      if (ec) return;
+      if (signo == SIGHUP) {
+        spdlog::info("SIGHUP: configuration reload is not implemented yet; keeping the current one");
+        wait_signal();
+        return;
+      }
+      spdlog::info("signal {}: shutting down", signo);
+      http.stop_accepting();
+      asio::co_spawn(
+          io,
+          [&]() -> asio::awaitable<void> {
+            asio::steady_timer pause(io);
+            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+            while (http.requests_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+              pause.expires_after(std::chrono::milliseconds(50));
+              co_await pause.async_wait(asio::use_awaitable);
+            }
+            co_await containers.shutdown();
+            io.stop();
+          },
+          asio::detached);
+    });
+  };
+  wait_signal();
+
+  unsigned threads = std::max(2u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < threads; ++i) pool.emplace_back([&io] { io.run(); });
+  io.run();
+  for (auto& t : pool) t.join();
+  spdlog::info("sandboxd stopped");
+  return 0;
+}
+
+}  // namespace sandboxd::ops

@@ -1,0 +1,38 @@
+#include "server/auth.h"
+
+#include <openssl/evp.h>
+
+namespace sandboxd::server {
+
+std::string sha256_hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < length; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 15]);
+  }
+  return out;
+}
+
+TokenAuth::TokenAuth(const std::vector<std::pair<std::string, std::string>>& tokens) {
+  for (const auto& [token, owner] : tokens) owners_by_digest_[sha256_hex(token)] = owner;
+}
+
+Result<void> TokenAuth::authenticate(RequestContext& ctx) const {
+  std::string_view token = ctx.header_value("x-api-key");
+  if (token.empty()) {
+    std::string_view authorization = ctx.header_value(http::field::authorization);
+    if (authorization.size() > 7 && beast::iequals(authorization.substr(0, 7), "Bearer ")) token = authorization.substr(7);
+  }
+  if (token.empty())
+    return ApiError::authentication("Missing API token: send 'Authorization: Bearer <token>' or 'x-api-key: <token>'");
+  auto it = owners_by_digest_.find(sha256_hex(token));
+  if (it == owners_by_digest_.end()) return ApiError::authentication("Invalid API token");
+  ctx.owner = it->second;
+  return {};
+}
+
+}  // namespace sandboxd::server

@@ -1,0 +1,319 @@
+#include "server/http_server.h"
+
+#include <sys/sendfile.h>
+#include <unistd.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/url/parse.hpp>
+#include <random>
+#include <spdlog/spdlog.h>
+
+namespace sandboxd::server {
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+std::string new_request_id() {
+  static constexpr char kAlphabet[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id = "req_";
+  for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[rng() % 62]);
+  return id;
+}
+
+StringResponse json_response(http::status status, std::string body) {
+  StringResponse res{status, 11};
+  res.set(http::field::content_type, "application/json");
+  res.body() = std::move(body);
+  return res;
+}
+
+StringResponse error_response(const ApiError& error) {
+  auto res = json_response(error.status, error_body(error));
+  if (error.retry_after) res.set(http::field::retry_after, std::to_string(*error.retry_after));
+  return res;
+}
+
+// ---------------------------------------------------------------------------------
+RequestContext::RequestContext(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                               http::request_parser<http::buffer_body>& parser, const ServerLimits& limits)
+    : stream_(stream), buffer_(buffer), parser_(parser), limits_(limits) {}
+
+std::string_view RequestContext::header_value(http::field field) const {
+  auto it = header().find(field);
+  return it == header().end() ? std::string_view() : std::string_view(it->value());
+}
+
+std::string_view RequestContext::header_value(std::string_view name) const {
+  auto it = header().find(name);
+  return it == header().end() ? std::string_view() : std::string_view(it->value());
+}
+
+std::optional<std::string> RequestContext::query_value(const std::string& name) const {
+  auto it = query.find(name);
+  if (it == query.end()) return std::nullopt;
+  return it->second;
+}
+
+asio::awaitable<Result<void>> RequestContext::read_body_stream(
+    size_t limit, const std::function<Result<void>(std::string_view)>& on_chunk) {
+  if (parser_.is_done()) co_return Result<void>();
+  if (auto length = parser_.content_length(); length && *length > limit)
+    co_return ApiError::too_large("Request body is " + std::to_string(*length) + " bytes; the limit is " +
+                                  std::to_string(limit) + " bytes");
+  // curl and others wait for this before sending a large body.
+  if (beast::iequals(header_value(http::field::expect), "100-continue")) {
+    http::response<http::empty_body> cont{http::status::continue_, 11};
+    stream_.expires_after(limits_.write_timeout);
+    auto [ec, n] = co_await http::async_write(stream_, cont, use_tuple);
+    if (ec) co_return ApiError::invalid_request("connection lost");
+  }
+  std::vector<char> chunk(256 * 1024);
+  size_t total = 0;
+  while (!parser_.is_done()) {
+    parser_.get().body().data = chunk.data();
+    parser_.get().body().size = chunk.size();
+    stream_.expires_after(limits_.body_idle_timeout);
+    auto [ec, n] = co_await http::async_read(stream_, buffer_, parser_, use_tuple);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      stream_.expires_never();
+      co_return ApiError::invalid_request("The request body could not be read: " + ec.message());
+    }
+    size_t got = chunk.size() - parser_.get().body().size;
+    total += got;
+    if (total > limit) {
+      stream_.expires_never();
+      co_return ApiError::too_large("Request body exceeds the limit of " + std::to_string(limit) + " bytes");
+    }
+    if (got > 0) {
+      auto accepted = on_chunk(std::string_view(chunk.data(), got));
+      if (!accepted) {
+        stream_.expires_never();
+        co_return accepted.error();
+      }
+    }
+  }
+  stream_.expires_never();
+  co_return Result<void>();
+}
+
+asio::awaitable<Result<std::string>> RequestContext::read_body(size_t limit) {
+  std::string body;
+  auto rc = co_await read_body_stream(limit, [&](std::string_view chunk) -> Result<void> {
+    body.append(chunk);
+    return {};
+  });
+  if (!rc) co_return rc.error();
+  co_return body;
+}
+
+// ---------------------------------------------------------------------------------
+HttpServer::HttpServer(asio::io_context& io, ServerLimits limits) : io_(io), limits_(limits) {}
+
+void HttpServer::route(http::verb method, std::string pattern, std::string name, Handler handler,
+                       RouteOptions options) {
+  router_.add(method, std::move(pattern), std::move(name));
+  handlers_.push_back(std::move(handler));
+  route_options_.push_back(options);
+}
+
+tcp::endpoint HttpServer::listen(const std::string& host, uint16_t port) {
+  tcp::endpoint endpoint{asio::ip::make_address(host), port};
+  acceptor_.emplace(io_);
+  acceptor_->open(endpoint.protocol());
+  acceptor_->set_option(asio::socket_base::reuse_address(true));
+  acceptor_->bind(endpoint);
+  acceptor_->listen(asio::socket_base::max_listen_connections);
+  asio::co_spawn(io_, accept_loop(), asio::detached);
+  return acceptor_->local_endpoint();
+}
+
+void HttpServer::stop_accepting() {
+  stopping_ = true;
+  if (acceptor_) {
+    asio::post(acceptor_->get_executor(), [this] {
+      boost::system::error_code ec;
+      acceptor_->close(ec);
+    });
+  }
+}
+
+asio::awaitable<void> HttpServer::accept_loop() {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor_->async_accept(asio::make_strand(io_), use_tuple);
+    if (ec) {
+      if (stopping_ || ec == asio::error::operation_aborted) co_return;
+      // Out of descriptors or similar: back off instead of spinning.
+      spdlog::warn("accept: {}", ec.message());
+      asio::steady_timer pause(io_, std::chrono::milliseconds(50));
+      co_await pause.async_wait(use_tuple);
+      continue;
+    }
+    socket.set_option(tcp::no_delay(true));
+    auto executor = socket.get_executor();
+    asio::co_spawn(executor, session(std::move(socket)), asio::detached);
+  }
+}
+
+asio::awaitable<void> HttpServer::session(tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::request_parser<http::buffer_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(limits_.header_limit));
+    parser.body_limit(boost::none);  // each route enforces its own limit while reading
+    stream.expires_after(limits_.header_timeout);
+    auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+    if (ec) {
+      if (ec == http::error::header_limit || ec == http::error::bad_target || ec == http::error::bad_method ||
+          ec == http::error::bad_field || ec == http::error::bad_value || ec == http::error::bad_version ||
+          ec == http::error::bad_line_ending || ec == http::error::bad_content_length) {
+        ApiError error = ec == http::error::header_limit
+                             ? ApiError{http::status::request_header_fields_too_large, "invalid_request_error",
+                                        "Request headers are too large", {}}
+                             : ApiError::invalid_request("Malformed HTTP request: " + ec.message());
+        auto res = error_response(error);
+        res.set("request-id", new_request_id());
+        res.keep_alive(false);
+        res.prepare_payload();
+        stream.expires_after(limits_.write_timeout);
+        co_await http::async_write(stream, res, use_tuple);
+      }
+      break;  // end of stream, timeout (slowloris), reset: just close
+    }
+    stream.expires_never();
+    ++in_flight_;
+    auto started = Clock::now();
+    RequestContext ctx(stream, buffer, parser, limits_);
+    ctx.request_id = new_request_id();
+    Response response = co_await dispatch(ctx, parser);
+    bool keep_alive = parser.get().keep_alive() && parser.is_done() && !stopping_;
+    std::visit(
+        [&](auto& res) {
+          auto& base = [&]() -> auto& {
+            if constexpr (std::is_same_v<std::decay_t<decltype(res)>, FileResponse>) return res.header;
+            else return res;
+          }();
+          base.set("request-id", ctx.request_id);
+          base.keep_alive(keep_alive);
+        },
+        response);
+    unsigned status = 0;
+    size_t bytes = 0;
+    bool sent = co_await send(stream, response, ctx.method() == http::verb::head, status, bytes);
+    --in_flight_;
+    double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    spdlog::info("{} {} {} {} {:.2f}ms {}B owner={} route={}", ctx.request_id, http::to_string(ctx.method()),
+                 std::string_view(parser.get().target()).substr(0, 256), status, seconds * 1000, bytes,
+                 ctx.owner.empty() ? "-" : ctx.owner, ctx.route_name.empty() ? "unmatched" : ctx.route_name);
+    if (observer_) observer_(ctx.route_name.empty() ? "unmatched" : ctx.route_name, status, seconds);
+    if (!sent || !keep_alive) break;
+  }
+  boost::system::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx, http::request_parser<http::buffer_body>& parser) {
+  auto parsed = boost::urls::parse_origin_form(parser.get().target());
+  if (!parsed) co_return error_response(ApiError::invalid_request("Malformed request target"));
+  auto url = *parsed;
+  for (auto param : url.params()) ctx.query[std::string(param.key)] = std::string(param.value);
+  std::string path(url.encoded_path());
+  RouteMatch match = router_.match(ctx.method(), path);
+  if (match.kind == RouteMatch::Kind::kNotFound)
+    co_return error_response(ApiError::not_found("No route for " + std::string(http::to_string(ctx.method())) +
+                                                 " " + path.substr(0, 200)));
+  if (match.kind == RouteMatch::Kind::kMethodNotAllowed) {
+    auto res = error_response({http::status::method_not_allowed, "invalid_request_error",
+                               "Method " + std::string(http::to_string(ctx.method())) + " is not allowed here",
+                               {}});
+    res.set(http::field::allow, match.allow);
+    co_return res;
+  }
+  ctx.params = std::move(match.params);
+  ctx.route_name = router_.name(match.route);
+  if (route_options_[match.route].authenticated) {
+    if (!authenticator_) co_return error_response(ApiError::authentication("Authentication is not configured"));
+    auto auth = authenticator_(ctx);
+    if (!auth) co_return error_response(auth.error());
+  }
+  try {
+    auto result = co_await handlers_[match.route](ctx);
+    if (!result) co_return error_response(result.error());
+    co_return std::move(*result);
+  } catch (const std::exception& e) {
+    // Unexpected: log the detail, answer without it.
+    spdlog::error("{} {} failed: {}", ctx.request_id, ctx.route_name, e.what());
+    co_return error_response(ApiError::internal());
+  }
+}
+
+asio::awaitable<bool> HttpServer::send(beast::tcp_stream& stream, Response& response, bool head,
+                                       unsigned& status, size_t& bytes) {
+  stream.expires_after(limits_.write_timeout);
+  if (auto* res = std::get_if<StringResponse>(&response)) {
+    status = res->result_int();
+    res->prepare_payload();
+    boost::system::error_code ec;
+    if (head) {
+      // The headers of the GET answer (Content-Length included), no body.
+      http::response_serializer<http::string_body> serializer{*res};
+      std::tie(ec, std::ignore) = co_await http::async_write_header(stream, serializer, use_tuple);
+    } else {
+      bytes = res->body().size();
+      std::tie(ec, std::ignore) = co_await http::async_write(stream, *res, use_tuple);
+    }
+    stream.expires_never();
+    co_return !ec;
+  }
+  auto& file = std::get<FileResponse>(response);
+  status = file.header.result_int();
+  file.header.content_length(file.length);
+  struct CloseFd {
+    int fd;
+    ~CloseFd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{file.fd};
+  http::response_serializer<http::empty_body> serializer{file.header};
+  auto [ec, n] = co_await http::async_write_header(stream, serializer, use_tuple);
+  stream.expires_never();
+  if (ec) co_return false;
+  if (head) co_return true;
+  // Zero-copy: sendfile from the file to the socket, waiting for writability.
+  auto& socket = stream.socket();
+  socket.native_non_blocking(true);
+  off_t offset = static_cast<off_t>(file.offset);
+  uint64_t remaining = file.length;
+  asio::steady_timer deadline(socket.get_executor());
+  while (remaining > 0) {
+    ssize_t sent = ::sendfile(socket.native_handle(), file.fd, &offset, std::min<uint64_t>(remaining, 4u << 20));
+    if (sent > 0) {
+      remaining -= static_cast<uint64_t>(sent);
+      bytes += static_cast<size_t>(sent);
+      continue;
+    }
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0 && errno == EAGAIN) {
+      using namespace asio::experimental::awaitable_operators;
+      deadline.expires_after(limits_.write_timeout);
+      auto outcome = co_await (socket.async_wait(tcp::socket::wait_write, use_tuple) || deadline.async_wait(use_tuple));
+      if (outcome.index() == 1) co_return false;  // the client stopped reading
+      continue;
+    }
+    co_return false;  // error, or the file shrank under us
+  }
+  co_return true;
+}
+
+}  // namespace sandboxd::server

@@ -1,0 +1,135 @@
+// HTTP/1.1 transport on Boost.Beast and C++20 coroutines: an acceptor, one coroutine
+// per connection (keep-alive), header and body timeouts (a slowloris client holds a
+// socket, not a thread), per-route body limits, request ids, one access-log line per
+// request, and graceful shutdown. Handlers get a RequestContext and return a Response.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "server/errors.h"
+#include "server/router.h"
+
+namespace sandboxd::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+using StringResponse = http::response<http::string_body>;
+
+// A response whose body is a range of an open file, sent with sendfile().
+struct FileResponse {
+  http::response<http::empty_body> header;  // Content-Length is set by the server
+  int fd = -1;                              // owned: closed after sending
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+using Response = std::variant<StringResponse, FileResponse>;
+
+struct ServerLimits {
+  size_t header_limit = 16 * 1024;
+  std::chrono::seconds header_timeout{15};     // the whole header must arrive in this time
+  std::chrono::seconds body_idle_timeout{60};  // at most this long without body bytes
+  std::chrono::seconds write_timeout{60};
+  size_t json_body_limit = 32u << 20;
+};
+
+class RequestContext {
+ public:
+  RequestContext(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                 http::request_parser<http::buffer_body>& parser, const ServerLimits& limits);
+
+  const http::request_header<>& header() const { return parser_.get().base(); }
+  http::verb method() const { return parser_.get().method(); }
+  std::string_view header_value(http::field field) const;
+  std::string_view header_value(std::string_view name) const;
+
+  // Path parameters of the matched route (percent-decoded).
+  std::map<std::string, std::string> params;
+  // Query parameters (percent-decoded; the last one wins).
+  std::map<std::string, std::string> query;
+  std::optional<std::string> query_value(const std::string& name) const;
+
+  std::string request_id;
+  std::string route_name;
+  std::string owner;  // set once authenticated
+
+  // The whole body, up to `limit` bytes (413 beyond it).
+  asio::awaitable<Result<std::string>> read_body(size_t limit);
+  // The body in chunks, as it arrives; `on_chunk` may refuse (its error is returned).
+  asio::awaitable<Result<void>> read_body_stream(size_t limit,
+                                                 const std::function<Result<void>(std::string_view)>& on_chunk);
+  bool body_complete() const { return parser_.is_done(); }
+
+  beast::tcp_stream& stream() { return stream_; }
+
+ private:
+  beast::tcp_stream& stream_;
+  beast::flat_buffer& buffer_;
+  http::request_parser<http::buffer_body>& parser_;
+  const ServerLimits& limits_;
+};
+
+using Handler = std::function<asio::awaitable<Result<Response>>(RequestContext&)>;
+// Authenticates a request: sets ctx.owner or returns the 401.
+using Authenticator = std::function<Result<void>(RequestContext&)>;
+
+struct RouteOptions {
+  bool authenticated = true;
+};
+
+// Called after each request with (route name or "unmatched", status, seconds).
+using RequestObserver = std::function<void(const std::string&, unsigned, double)>;
+
+class HttpServer {
+ public:
+  HttpServer(asio::io_context& io, ServerLimits limits);
+
+  void route(http::verb method, std::string pattern, std::string name, Handler handler, RouteOptions options = {});
+  void set_authenticator(Authenticator authenticator) { authenticator_ = std::move(authenticator); }
+  void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
+
+  // Binds and starts accepting. Throws on a bind failure.
+  tcp::endpoint listen(const std::string& host, uint16_t port);
+  // Stops accepting new connections; idle keep-alive connections close.
+  void stop_accepting();
+  size_t requests_in_flight() const { return in_flight_; }
+
+ private:
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> session(tcp::socket socket);
+  asio::awaitable<Response> dispatch(RequestContext& ctx, http::request_parser<http::buffer_body>& parser);
+  asio::awaitable<bool> send(beast::tcp_stream& stream, Response& response, bool head, unsigned& status,
+                             size_t& bytes);
+
+  asio::io_context& io_;
+  ServerLimits limits_;
+  Router router_;
+  std::vector<Handler> handlers_;
+  std::vector<RouteOptions> route_options_;
+  Authenticator authenticator_;
+  RequestObserver observer_;
+  std::optional<tcp::acceptor> acceptor_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<size_t> in_flight_{0};
+};
+
+// Builders for handlers.
+StringResponse json_response(http::status status, std::string body);
+StringResponse error_response(const ApiError& error);
+std::string new_request_id();
+
+}  // namespace sandboxd::server

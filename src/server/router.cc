@@ -1,0 +1,117 @@
+#include "server/router.h"
+
+#include <algorithm>
+
+namespace sandboxd::server {
+namespace {
+
+std::vector<std::string_view> split_path(std::string_view path) {
+  std::vector<std::string_view> parts;
+  if (!path.empty() && path[0] == '/') path.remove_prefix(1);
+  while (true) {
+    auto slash = path.find('/');
+    parts.push_back(path.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    path.remove_prefix(slash + 1);
+  }
+  return parts;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+bool percent_decode(std::string_view in, std::string& out) {
+  out.clear();
+  out.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out.push_back(in[i]);
+      continue;
+    }
+    if (i + 2 >= in.size()) return false;
+    int hi = hex_value(in[i + 1]), lo = hex_value(in[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return true;
+}
+
+size_t Router::add(http::verb method, std::string pattern, std::string name) {
+  Route route{method, {}, std::move(name)};
+  for (auto part : split_path(pattern)) route.segments.emplace_back(part);
+  routes_.push_back(std::move(route));
+  return routes_.size() - 1;
+}
+
+bool Router::match_segments(const Route& route, const std::vector<std::string_view>& parts,
+                            std::map<std::string, std::string>& params) {
+  params.clear();
+  for (size_t i = 0; i < route.segments.size(); ++i) {
+    const std::string& seg = route.segments[i];
+    bool is_param = seg.size() > 2 && seg.front() == '{' && seg.back() == '}';
+    if (is_param && seg[seg.size() - 2] == '+') {
+      // {key+}: the rest of the path, at least one segment, decoded segment by segment
+      // so an encoded "/" inside a segment stays distinguishable only as a character.
+      if (i >= parts.size()) return false;
+      std::string rest, decoded;
+      for (size_t j = i; j < parts.size(); ++j) {
+        if (!percent_decode(parts[j], decoded)) return false;
+        if (j > i) rest.push_back('/');
+        rest += decoded;
+      }
+      params[seg.substr(1, seg.size() - 3)] = rest;
+      return true;
+    }
+    if (i >= parts.size()) return false;
+    if (is_param) {
+      std::string decoded;
+      if (parts[i].empty() || !percent_decode(parts[i], decoded)) return false;
+      params[seg.substr(1, seg.size() - 2)] = decoded;
+    } else if (seg != parts[i]) {
+      return false;
+    }
+  }
+  return parts.size() == route.segments.size();
+}
+
+RouteMatch Router::match(http::verb method, std::string_view path) const {
+  RouteMatch result;
+  auto parts = split_path(path);
+  std::vector<std::string> allowed;
+  std::map<std::string, std::string> params;
+  for (size_t i = 0; i < routes_.size(); ++i) {
+    if (!match_segments(routes_[i], parts, params)) continue;
+    http::verb route_method = routes_[i].method;
+    bool head_via_get = method == http::verb::head && route_method == http::verb::get;
+    if (route_method == method || head_via_get) {
+      // An explicit HEAD route wins over GET-as-HEAD.
+      if (head_via_get) {
+        bool explicit_head = false;
+        std::map<std::string, std::string> other;
+        for (size_t j = 0; j < routes_.size(); ++j)
+          if (routes_[j].method == http::verb::head && match_segments(routes_[j], parts, other)) explicit_head = true;
+        if (explicit_head) continue;
+      }
+      result.kind = RouteMatch::Kind::kFound;
+      result.route = i;
+      result.params = std::move(params);
+      return result;
+    }
+    std::string name(http::to_string(route_method));
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) allowed.push_back(name);
+  }
+  if (!allowed.empty()) {
+    result.kind = RouteMatch::Kind::kMethodNotAllowed;
+    for (const auto& m : allowed) result.allow += (result.allow.empty() ? "" : ", ") + m;
+  }
+  return result;
+}
+
+}  // namespace sandboxd::server
