@@ -1,6 +1,182 @@
-// Files API (SPEC §3.3) — pending the store module.
+// Files API (SPEC §3.3, seed 002 "Work with files"): upload (multipart), put at a key,
+// list, metadata, HEAD, content, delete one, delete by prefix. Every call names its
+// container with scope_id.
+
+#include <boost/json.hpp>
+
+#include "api/file_transfer.h"
 #include "api/routes.h"
+#include "store/keys.h"
 
 namespace sandboxd::api {
-void register_file_routes(server::HttpServer&, ApiContext&) {}
+namespace {
+
+namespace http = server::http;
+using server::ApiError;
+using server::RequestContext;
+using server::Response;
+using server::Result;
+
+Result<std::shared_ptr<Container>> scoped_container(ApiContext& api, RequestContext& ctx, bool create) {
+  auto scope = ctx.query_value("scope_id");
+  if (!scope || scope->empty()) return ApiError::invalid_request("The 'scope_id' query parameter (the container id) is required");
+  auto container = api.containers.open(ctx.owner, *scope, create);
+  if (container) api.containers.touch(**container);
+  return container;
+}
+
+Result<std::string> path_of_id(const std::string& id) {
+  auto path = store::path_for_file_id(id);
+  if (!path) return ApiError::invalid_request("Invalid file id: " + id.substr(0, 200));
+  return *path;
+}
+
+// The file named by the {file_id} parameter, synced with the disk; 404 when missing.
+Result<store::FileRecord> find_file(ApiContext& api, Container& container, const std::string& id) {
+  auto path = path_of_id(id);
+  if (!path) return path.error();
+  if (!tools::resolve_sandbox_path(container.paths, *path)) return ApiError::not_found("File not found: " + id);
+  auto record = api.files.stat_file(container.storage, container.paths, *path);
+  if (!record) return ApiError::not_found("File not found: " + id);
+  return *record;
+}
+
+asio::awaitable<Result<Response>> upload(ApiContext& api, RequestContext& ctx) {
+  auto container = scoped_container(api, ctx, /*create=*/true);
+  if (!container) co_return container.error();
+  auto record = co_await receive_multipart(api, ctx, **container, ctx.query_value("path"));
+  if (!record) co_return record.error();
+  co_return json_ok(file_object((*container)->id, *record));
+}
+
+asio::awaitable<Result<Response>> put(ApiContext& api, RequestContext& ctx) {
+  auto container = scoped_container(api, ctx, /*create=*/true);
+  if (!container) co_return container.error();
+  auto record = co_await receive_raw(api, ctx, **container, ctx.params["key"]);
+  if (!record) co_return record.error();
+  co_return json_ok(file_object((*container)->id, *record));
+}
+
+// The sandbox-path prefixes that a key prefix selects, in uploads and outputs.
+std::vector<std::string> path_prefixes_for(const std::string& key_prefix) {
+  const std::string uploads = std::string(tools::kUploadsMount) + "/";
+  const std::string outputs = std::string(tools::kOutputsMount) + "/";
+  const std::string outputs_key = "outputs/";
+  std::vector<std::string> prefixes{uploads + key_prefix};
+  if (key_prefix.rfind(outputs_key, 0) == 0) prefixes.push_back(outputs + key_prefix.substr(outputs_key.size()));
+  else if (outputs_key.rfind(key_prefix, 0) == 0) prefixes.push_back(outputs);
+  return prefixes;
+}
+
+asio::awaitable<Result<Response>> list(ApiContext& api, RequestContext& ctx) {
+  auto container = scoped_container(api, ctx, /*create=*/false);
+  if (!container) co_return container.error();
+  size_t limit = 20;
+  if (auto text = ctx.query_value("limit")) {
+    char* end = nullptr;
+    long value = std::strtol(text->c_str(), &end, 10);
+    if (text->empty() || *end || value < 1 || value > 1000)
+      co_return ApiError::invalid_request("'limit' must be an integer from 1 to 1000");
+    limit = static_cast<size_t>(value);
+  }
+  std::string prefix = ctx.query_value("prefix").value_or("");
+  for (unsigned char c : prefix)
+    if (c < 0x20 || c == 0x7f) co_return ApiError::invalid_request("'prefix' must not contain control characters");
+  std::optional<std::string> after, before;
+  if (auto id = ctx.query_value("after_id")) {
+    auto path = path_of_id(*id);
+    if (!path) co_return path.error();
+    after = *path;
+  }
+  if (auto id = ctx.query_value("before_id")) {
+    auto path = path_of_id(*id);
+    if (!path) co_return path.error();
+    before = *path;
+  }
+  Container& c = **container;
+  api.files.sync(c.storage, c.paths);  // files that code wrote appear here
+  auto page = api.containers.metadata().list_files(c.storage, path_prefixes_for(prefix), limit, after, before);
+  boost::json::array data;
+  for (const auto& record : page.files) data.push_back(file_object(c.id, record));
+  boost::json::object out{{"data", std::move(data)}, {"has_more", page.has_more}};
+  out["first_id"] = page.files.empty() ? boost::json::value(nullptr) : boost::json::value(store::file_id_for_path(page.files.front().path));
+  out["last_id"] = page.files.empty() ? boost::json::value(nullptr) : boost::json::value(store::file_id_for_path(page.files.back().path));
+  co_return json_ok(out);
+}
+
+asio::awaitable<Result<Response>> metadata(ApiContext& api, RequestContext& ctx) {
+  auto container = scoped_container(api, ctx, /*create=*/false);
+  if (!container) co_return container.error();
+  auto record = find_file(api, **container, ctx.params["file_id"]);
+  if (!record) co_return record.error();
+  co_return json_ok(file_object((*container)->id, *record));
+}
+
+asio::awaitable<Result<Response>> head(ApiContext& api, RequestContext& ctx) {
+  auto container = scoped_container(api, ctx, /*create=*/false);
+  if (!container) co_return container.error();
+  auto record = find_file(api, **container, ctx.params["file_id"]);
+  if (!record) co_return record.error();
+  auto object = file_object((*container)->id, *record);
+  server::StringResponse res{http::status::ok, 11};
+  res.set("X-File-Id", std::string(object["id"].as_string()));
+  res.set("X-File-Filename", std::string(object["filename"].as_string()));
+  res.set("X-File-Mime-Type", std::string(object["mime_type"].as_string()));
+  res.set("X-File-Size-Bytes", std::to_string(record->size));
+  res.set("X-File-Created-At", std::string(object["created_at"].as_string()));
+  res.set("X-File-Downloadable", object["downloadable"].as_bool() ? "true" : "false");
+  res.set("X-File-Etag", record->etag);
+  co_return Response(std::move(res));
+}
+
+asio::awaitable<Result<Response>> content(ApiContext& api, RequestContext& ctx) {
+  auto container = scoped_container(api, ctx, /*create=*/false);
+  if (!container) co_return container.error();
+  auto record = find_file(api, **container, ctx.params["file_id"]);
+  if (!record) co_return record.error();
+  if (!file_object((*container)->id, *record)["downloadable"].as_bool())
+    co_return ApiError::permission("File is not downloadable: only files in /mnt/user-data/outputs/ can be downloaded");
+  co_return send_content(api, ctx, **container, *record, ctx.query_value("disposition") == "inline");
+}
+
+asio::awaitable<Result<Response>> remove_one(ApiContext& api, RequestContext& ctx) {
+  auto container = scoped_container(api, ctx, /*create=*/false);
+  if (!container) co_return container.error();
+  const std::string id = ctx.params["file_id"];
+  auto path = path_of_id(id);
+  if (!path) co_return path.error();
+  if (!tools::resolve_sandbox_path((*container)->paths, *path)) co_return ApiError::not_found("File not found: " + id);
+  auto error = api.files.remove((*container)->storage, (*container)->paths, *path);
+  if (error == store::FileError::kNotFound) co_return ApiError::not_found("File not found: " + id);
+  if (error != store::FileError::kNone) co_return file_error(error, *path);
+  co_return json_ok(boost::json::object{{"id", id}, {"type", "file_deleted"}});
+}
+
+asio::awaitable<Result<Response>> remove_prefix(ApiContext& api, RequestContext& ctx) {
+  auto container = scoped_container(api, ctx, /*create=*/false);
+  if (!container) co_return container.error();
+  auto prefix = ctx.query_value("prefix");
+  if (!prefix || prefix->empty())
+    co_return ApiError::invalid_request("The 'prefix' query parameter is required to delete files by prefix");
+  size_t count = api.files.remove_prefix((*container)->storage, (*container)->paths, *prefix);
+  co_return json_ok(boost::json::object{{"prefix", *prefix}, {"deleted_count", count}, {"type", "prefix_deleted"}});
+}
+
+}  // namespace
+
+void register_file_routes(server::HttpServer& http, ApiContext& api) {
+  auto bind = [&api](auto fn) {
+    return [&api, fn](RequestContext& ctx) { return fn(api, ctx); };
+  };
+  const std::string base = "/api/gpt/v1/files";
+  http.route(http::verb::post, base, "files.upload", bind(upload));
+  http.route(http::verb::get, base, "files.list", bind(list));
+  http.route(http::verb::delete_, base, "files.delete_prefix", bind(remove_prefix));
+  http.route(http::verb::put, base + "/{key+}", "files.put", bind(put));
+  http.route(http::verb::get, base + "/{file_id}", "files.get", bind(metadata));
+  http.route(http::verb::head, base + "/{file_id}", "files.head", bind(head));
+  http.route(http::verb::delete_, base + "/{file_id}", "files.delete", bind(remove_one));
+  http.route(http::verb::get, base + "/{file_id}/content", "files.content", bind(content));
+}
+
 }  // namespace sandboxd::api

@@ -1,6 +1,71 @@
-// Workspace thread file endpoints (SPEC §3.4) — pending the store module.
+// Workspace thread file endpoints (SPEC §3.4): the container is the thread id.
+// Downloads follow the organisation's settings: generated files (outputs/) need
+// workspace.downloads.generatedResources, uploaded files need uploadedResources.
+
+#include <boost/json.hpp>
+
+#include "api/file_transfer.h"
 #include "api/routes.h"
 
 namespace sandboxd::api {
-void register_thread_routes(server::HttpServer&, ApiContext&) {}
+namespace {
+
+namespace http = server::http;
+using server::ApiError;
+using server::RequestContext;
+using server::Response;
+using server::Result;
+
+Result<std::shared_ptr<Container>> thread_container(ApiContext& api, RequestContext& ctx, bool create) {
+  auto container = api.containers.open(ctx.owner, ctx.params["thread_id"], create);
+  if (container) api.containers.touch(**container);
+  return container;
+}
+
+asio::awaitable<Result<Response>> upload_file(ApiContext& api, RequestContext& ctx) {
+  auto container = thread_container(api, ctx, /*create=*/true);
+  if (!container) co_return container.error();
+  auto record = co_await receive_multipart(api, ctx, **container, ctx.query_value("path"));
+  if (!record) co_return record.error();
+  co_return json_ok(file_object((*container)->id, *record));
+}
+
+asio::awaitable<Result<Response>> put_file(ApiContext& api, RequestContext& ctx) {
+  auto container = thread_container(api, ctx, /*create=*/true);
+  if (!container) co_return container.error();
+  auto record = co_await receive_raw(api, ctx, **container, ctx.params["path"]);
+  if (!record) co_return record.error();
+  co_return json_ok(file_object((*container)->id, *record));
+}
+
+asio::awaitable<Result<Response>> download_file(ApiContext& api, RequestContext& ctx) {
+  auto path = ctx.query_value("path");
+  if (!path || path->empty()) co_return ApiError::invalid_request("The 'path' query parameter (a sandbox path) is required");
+  auto container = thread_container(api, ctx, /*create=*/false);
+  if (!container) co_return container.error();
+  auto resolved = tools::resolve_sandbox_path((*container)->paths, *path);
+  if (!resolved) co_return ApiError::invalid_request("Path '" + path->substr(0, 300) + "' does not match any session mount");
+  if (resolved->mount == tools::Mount::kOutputs && !api.config.download_generated)
+    co_return ApiError::permission("Downloads of generated files are disabled by the organisation's settings");
+  if (resolved->mount == tools::Mount::kUploads && !api.config.download_uploaded)
+    co_return ApiError::permission("Downloads of uploaded files are disabled by the organisation's settings");
+  if (resolved->mount != tools::Mount::kOutputs && resolved->mount != tools::Mount::kUploads)
+    co_return ApiError::permission("Only files in /mnt/user-data/outputs/ and /mnt/user-data/uploads/ can be downloaded");
+  auto record = api.files.stat_file((*container)->storage, (*container)->paths, resolved->sandbox_path);
+  if (!record) co_return ApiError::not_found("File not found: " + resolved->sandbox_path);
+  co_return send_content(api, ctx, **container, *record, ctx.query_value("disposition") == "inline");
+}
+
+}  // namespace
+
+void register_thread_routes(server::HttpServer& http, ApiContext& api) {
+  auto bind = [&api](auto fn) {
+    return [&api, fn](RequestContext& ctx) { return fn(api, ctx); };
+  };
+  const std::string base = "/api/v1/app/thread/{thread_id}";
+  http.route(http::verb::post, base + "/upload-file", "threads.upload_file", bind(upload_file));
+  http.route(http::verb::put, base + "/put-file/{path+}", "threads.put_file", bind(put_file));
+  http.route(http::verb::get, base + "/download-file", "threads.download_file", bind(download_file));
+}
+
 }  // namespace sandboxd::api

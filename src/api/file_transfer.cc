@@ -1,0 +1,250 @@
+#include "api/file_transfer.h"
+
+#include <unistd.h>
+
+#include "store/keys.h"
+#include "store/multipart.h"
+
+namespace sandboxd::api {
+namespace {
+
+namespace http = server::http;
+using server::ApiError;
+using server::Result;
+
+std::string leaf(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+// Content-Disposition with an ASCII fallback and the exact name in filename*.
+std::string disposition(bool inline_disposition, const std::string& filename) {
+  std::string ascii, encoded;
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (unsigned char c : filename) {
+    ascii.push_back(c >= 0x20 && c < 0x7f && c != '"' && c != '\\' ? static_cast<char>(c) : '_');
+    if (std::isalnum(c) || c == '.' || c == '-' || c == '_' || c == '~') {
+      encoded.push_back(static_cast<char>(c));
+    } else {
+      encoded.push_back('%');
+      encoded.push_back(kHex[c >> 4]);
+      encoded.push_back(kHex[c & 15]);
+    }
+  }
+  return std::string(inline_disposition ? "inline" : "attachment") + "; filename=\"" + ascii +
+         "\"; filename*=UTF-8''" + encoded;
+}
+
+struct ByteRange {
+  uint64_t first = 0, last = 0;
+};
+
+// One "bytes=a-b" range (the only form clients use for resuming and seeking).
+// nullopt: not satisfiable. A header this does not understand is ignored (200).
+std::optional<std::optional<ByteRange>> parse_range(std::string_view header, uint64_t size) {
+  if (header.substr(0, 6) != "bytes=" || header.find(',') != std::string_view::npos) return std::optional<ByteRange>();
+  std::string_view spec = header.substr(6);
+  auto dash = spec.find('-');
+  if (dash == std::string_view::npos) return std::optional<ByteRange>();
+  auto number = [](std::string_view text, uint64_t& out) {
+    if (text.empty() || text.size() > 19) return false;
+    out = 0;
+    for (char c : text) {
+      if (c < '0' || c > '9') return false;
+      out = out * 10 + static_cast<uint64_t>(c - '0');
+    }
+    return true;
+  };
+  uint64_t a = 0, b = 0;
+  std::string_view first = spec.substr(0, dash), last = spec.substr(dash + 1);
+  if (first.empty()) {  // suffix: the last N bytes
+    if (!number(last, b)) return std::optional<ByteRange>();
+    if (b == 0 || size == 0) return std::nullopt;
+    return std::optional<ByteRange>(ByteRange{size - std::min(b, size), size - 1});
+  }
+  if (!number(first, a)) return std::optional<ByteRange>();
+  if (last.empty()) b = size == 0 ? 0 : size - 1;
+  else if (!number(last, b) || b < a) return std::optional<ByteRange>();
+  if (a >= size) return std::nullopt;
+  return std::optional<ByteRange>(ByteRange{a, std::min(b, size - 1)});
+}
+
+Result<std::string> checked_key(const std::string& key) {
+  if (std::string problem = store::validate_key(key); !problem.empty())
+    return ApiError::invalid_request("Invalid key '" + key.substr(0, 200) + "': " + problem);
+  return key;
+}
+
+}  // namespace
+
+ApiError file_error(store::FileError error, const std::string& path) {
+  switch (error) {
+    case store::FileError::kNotFound: return ApiError::not_found("File not found: " + path);
+    case store::FileError::kNotAFile: return ApiError::invalid_request("Not a regular file: " + path);
+    case store::FileError::kOutsideMounts: return ApiError::invalid_request("Path '" + path + "' does not match any session mount");
+    case store::FileError::kNoSpace: return ApiError::too_large("Not enough space in the container for " + path);
+    case store::FileError::kTooLarge: return ApiError::too_large("File too large: " + path);
+    default: return ApiError::internal();
+  }
+}
+
+boost::json::object file_object(const std::string& container_id, const store::FileRecord& record) {
+  bool downloadable = record.path.rfind(std::string(tools::kOutputsMount) + "/", 0) == 0;
+  return {{"id", store::file_id_for_path(record.path)},
+          {"created_at", ContainerService::format_time(record.created_at)},
+          {"filename", leaf(record.path)},
+          {"mime_type", record.mime},
+          {"size_bytes", record.size},
+          {"type", "file"},
+          {"downloadable", downloadable},
+          {"etag", record.etag},
+          {"namespace", "session"},
+          {"scope", {{"id", container_id}, {"type", "session"}}}};
+}
+
+asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::RequestContext& ctx,
+                                                      Container& container, const std::string& key) {
+  auto valid = checked_key(key);
+  if (!valid) co_return valid.error();
+  std::string path = store::sandbox_path_for_key(key);
+  store::FileError error = store::FileError::kNone;
+  auto writer = api.files.begin_write(container.paths, path, error);
+  if (!writer) co_return file_error(error, path);
+  auto received = co_await ctx.read_body_stream(api.config.max_upload_bytes, [&](std::string_view chunk) -> Result<void> {
+    if (auto e = writer->write(chunk.data(), chunk.size()); e != store::FileError::kNone) return file_error(e, path);
+    return {};
+  });
+  if (!received) {
+    writer->abort();  // the previous version of the key stays
+    co_return received.error();
+  }
+  store::FileRecord record;
+  if (auto e = writer->commit(record); e != store::FileError::kNone) co_return file_error(e, path);
+  record.storage = container.storage;
+  api.containers.metadata().put_file(record, /*reset_created=*/true);
+  co_return record;
+}
+
+asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, server::RequestContext& ctx,
+                                                            Container& container, std::optional<std::string> key) {
+  auto boundary = store::MultipartParser::boundary_from_content_type(ctx.header_value(http::field::content_type));
+  if (!boundary) co_return ApiError::invalid_request("Expected a multipart/form-data body with a 'file' field");
+  std::unique_ptr<store::FileWriter> writer;
+  std::optional<ApiError> failure;
+  std::string path, path_field;
+  enum class Part { kOther, kPath, kFile } current = Part::kOther;
+  bool file_done = false;
+  store::MultipartParser parser(
+      *boundary,
+      [&](const store::PartHeaders& part) {
+        current = Part::kOther;
+        if (part.name == "path" && !part.filename) {
+          current = Part::kPath;
+          path_field.clear();
+          return true;
+        }
+        if (part.name != "file" || file_done || writer) return true;  // other fields are ignored
+        std::string chosen = key ? *key : !path_field.empty() ? path_field : leaf(part.filename.value_or(""));
+        if (chosen.empty()) {
+          failure = ApiError::invalid_request("The 'file' part has no filename; pass ?path=KEY");
+          return false;
+        }
+        auto valid = checked_key(chosen);
+        if (!valid) {
+          failure = valid.error();
+          return false;
+        }
+        path = store::sandbox_path_for_key(chosen);
+        store::FileError error = store::FileError::kNone;
+        writer = api.files.begin_write(container.paths, path, error);
+        if (!writer) {
+          failure = file_error(error, path);
+          return false;
+        }
+        current = Part::kFile;
+        return true;
+      },
+      [&](std::string_view data) {
+        if (current == Part::kPath) {
+          path_field.append(data);
+          return path_field.size() <= store::kMaxKeyLength;
+        }
+        if (current != Part::kFile) return true;
+        if (auto e = writer->write(data.data(), data.size()); e != store::FileError::kNone) {
+          failure = file_error(e, path);
+          return false;
+        }
+        return true;
+      },
+      [&]() {
+        if (current == Part::kFile) file_done = true;
+        current = Part::kOther;
+        return true;
+      });
+  auto received = co_await ctx.read_body_stream(api.config.max_upload_bytes, [&](std::string_view chunk) -> Result<void> {
+    if (parser.feed(chunk)) return {};
+    if (failure) return *failure;
+    return ApiError::invalid_request("Malformed multipart body: " + parser.error());
+  });
+  if (!received) {
+    if (writer) writer->abort();
+    co_return received.error();
+  }
+  if (!writer || !file_done || !parser.finished()) {
+    if (writer) writer->abort();
+    co_return ApiError::invalid_request(writer ? "The multipart body ended before its closing boundary"
+                                               : "The multipart body has no 'file' field");
+  }
+  store::FileRecord record;
+  if (auto e = writer->commit(record); e != store::FileError::kNone) co_return file_error(e, path);
+  record.storage = container.storage;
+  api.containers.metadata().put_file(record, /*reset_created=*/true);
+  co_return record;
+}
+
+Result<server::Response> send_content(ApiContext& api, server::RequestContext& ctx, Container& container,
+                                      const store::FileRecord& record, bool inline_disposition) {
+  store::OpenedFile file;
+  if (auto e = api.files.open_for_read(container.paths, record.path, file); e != store::FileError::kNone)
+    return file_error(e, record.path);
+  struct Closer {
+    int& fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{file.fd};
+  const std::string etag = "\"" + record.etag + "\"";
+  std::string_view if_none_match = ctx.header_value(http::field::if_none_match);
+  if (!if_none_match.empty() && (if_none_match == "*" || if_none_match.find(etag) != std::string_view::npos)) {
+    server::StringResponse not_modified{http::status::not_modified, 11};
+    not_modified.set(http::field::etag, etag);
+    return server::Response(std::move(not_modified));
+  }
+  server::FileResponse response;
+  response.header.version(11);
+  response.header.set(http::field::content_type, record.mime.empty() ? "application/octet-stream" : record.mime);
+  response.header.set(http::field::etag, etag);
+  response.header.set(http::field::accept_ranges, "bytes");
+  response.header.set(http::field::content_disposition, disposition(inline_disposition, leaf(record.path)));
+  response.header.set("X-Content-Type-Options", "nosniff");
+  response.length = file.size;
+  response.header.result(http::status::ok);
+  if (std::string_view range = ctx.header_value(http::field::range); !range.empty()) {
+    auto parsed = parse_range(range, file.size);
+    if (!parsed) {
+      auto res = server::error_response({http::status::range_not_satisfiable, "invalid_request_error",
+                                         "Range not satisfiable for a file of " + std::to_string(file.size) + " bytes", {}});
+      res.set(http::field::content_range, "bytes */" + std::to_string(file.size));
+      return server::Response(std::move(res));
+    }
+    if (*parsed) {
+      response.header.result(http::status::partial_content);
+      response.offset = (*parsed)->first;
+      response.length = (*parsed)->last - (*parsed)->first + 1;
+      response.header.set(http::field::content_range, "bytes " + std::to_string((*parsed)->first) + "-" +
+                                                          std::to_string((*parsed)->last) + "/" + std::to_string(file.size));
+    }
+  }
+  response.fd = file.fd;
+  file.fd = -1;
+  return server::Response(std::move(response));
+}
+
+}  // namespace sandboxd::api

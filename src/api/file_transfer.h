@@ -1,0 +1,32 @@
+// Moving file bodies over HTTP, shared by the Files API and the thread endpoints:
+// uploads streamed from the socket to disk (multipart or raw), downloads streamed from
+// disk to the socket (sendfile), with Range, ETag and If-None-Match.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "api/routes.h"
+
+namespace sandboxd::api {
+
+// The file object of seed 002.
+boost::json::object file_object(const std::string& container_id, const store::FileRecord& record);
+
+// A multipart upload (field `file`). The key is `key` when given, else a `path` form
+// field sent before the file, else the part's filename (its last segment).
+asio::awaitable<server::Result<store::FileRecord>> receive_multipart(ApiContext& api, server::RequestContext& ctx,
+                                                                     Container& container,
+                                                                     std::optional<std::string> key);
+// A raw body stored at `key`.
+asio::awaitable<server::Result<store::FileRecord>> receive_raw(ApiContext& api, server::RequestContext& ctx,
+                                                               Container& container, const std::string& key);
+
+// The content of a file, honouring Range and If-None-Match.
+server::Result<server::Response> send_content(ApiContext& api, server::RequestContext& ctx, Container& container,
+                                              const store::FileRecord& record, bool inline_disposition);
+
+// Maps a store error to the API's answer.
+server::ApiError file_error(store::FileError error, const std::string& path);
+
+}  // namespace sandboxd::api
