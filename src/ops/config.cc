@@ -127,7 +127,8 @@ Config parse_config(const std::string& yaml_text) {
                        "codeInterpreter", "workspace", "runtime"});
 
   with(root, "server", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"listen", "dataDir", "maxUploadSize"});
+    only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec"});
+    with(n, "headerTimeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.header_timeout_sec = static_cast<int>(read_int(v, kp, 1, 3600)); });
     with(n, "listen", p, [&](const YAML::Node& v, const std::string& kp) {
       std::string listen = scalar(v, kp);
       auto colon = listen.rfind(':');

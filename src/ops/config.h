@@ -28,6 +28,7 @@ struct Config {
   uint16_t listen_port = 8080;
   std::string data_dir = "./sandboxd-data";
   uint64_t max_upload_bytes = 512ull << 20;
+  int header_timeout_sec = 15;  // the whole request header must arrive in this time
   // auth
   std::vector<TokenEntry> tokens;  // empty: one development token is generated at start
   std::string admin_token;

@@ -68,6 +68,7 @@ int serve(Config config) {
   asio::io_context io;
   api::ContainerService containers(io, config, runtime, metadata);
   server::ServerLimits limits;
+  limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
   server::HttpServer http(io, limits);
   server::TokenAuth auth(tokens);
   http.set_authenticator([&auth](server::RequestContext& ctx) { return auth.authenticate(ctx); });

@@ -1,0 +1,170 @@
+// Test support for end-to-end tests: a real `sandboxd serve` on loopback with its own
+// data directory and configuration, and curl, as a user would drive it.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+extern char** environ;
+
+namespace sandboxd::testing {
+
+namespace fs = std::filesystem;
+
+// Runs a shell command; returns its stdout (stderr goes to the test log).
+inline std::string sh(const std::string& command, int* status = nullptr) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) throw std::runtime_error("popen failed");
+  std::string out;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+  int rc = pclose(pipe);
+  if (status) *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return out;
+}
+
+inline std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline boost::json::value json(const std::string& text) {
+  boost::system::error_code ec;
+  auto value = boost::json::parse(text, ec);
+  if (ec) throw std::runtime_error("not JSON: " + text.substr(0, 500));
+  return value;
+}
+
+class ServerProcess {
+ public:
+  // `extra_yaml` is appended to a configuration that sets the data dir, a free port
+  // and two owners: alice (token secret-alice) and bob (token secret-bob).
+  explicit ServerProcess(const std::string& extra_yaml = "", fs::path data_dir = {}) {
+    std::string pattern = (fs::temp_directory_path() / "sandboxd-e2e-XXXXXX").string();
+    dir_ = mkdtemp(pattern.data());
+    data_dir_ = data_dir.empty() ? dir_ / "data" : data_dir;
+    config_ = dir_ / "config.yaml";
+    std::ofstream(config_) << "server:\n  listen: \"127.0.0.1:0\"\n  dataDir: \"" << data_dir_.string()
+                           << "\"\n" << server_extra(extra_yaml)
+                           << "auth:\n  tokens:\n    - { token: secret-alice, owner: alice }\n"
+                              "    - { token: secret-bob-x, owner: bob }\n"
+                           << strip_server(extra_yaml);
+    start();
+  }
+  ~ServerProcess() {
+    stop(SIGTERM);
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  void start() {
+    log_ = dir_ / ("server-" + std::to_string(++starts_) + ".log");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    std::string binary = SANDBOXD_PATH, config = config_.string();
+    char* argv[] = {binary.data(), const_cast<char*>("serve"), const_cast<char*>("--config"), config.data(), nullptr};
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv, environ) != 0) throw std::runtime_error("spawn failed");
+    posix_spawn_file_actions_destroy(&actions);
+    std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+    for (int i = 0; i < 300; ++i) {
+      std::smatch m;
+      std::string text = log();
+      if (std::regex_search(text, m, listening)) {
+        port_ = std::stoi(m[1]);
+        return;
+      }
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) throw std::runtime_error("server exited: " + text);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    throw std::runtime_error("server did not start: " + log());
+  }
+
+  // Stops the server with `signo`; returns its exit status (or -signal).
+  int stop(int signo) {
+    if (pid_ <= 0) return 0;
+    kill(pid_, signo);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+  void restart() {
+    stop(SIGTERM);
+    start();
+  }
+
+  std::string log() const {
+    std::ifstream in(log_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  std::string url(const std::string& path = "") const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string base() const { return url("/api/gpt/v1"); }
+  const fs::path& dir() const { return dir_; }
+  const fs::path& data_dir() const { return data_dir_; }
+
+  // curl with alice's token; returns the body.
+  std::string curl(const std::string& args, const std::string& token = "secret-alice") const {
+    return sh("curl -sS -H 'Authorization: Bearer " + token + "' " + args);
+  }
+  boost::json::value curl_json(const std::string& args, const std::string& token = "secret-alice") const {
+    return json(curl(args, token));
+  }
+  // Status code only.
+  int status(const std::string& args, const std::string& token = "secret-alice") const {
+    return std::stoi(sh("curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer " + token + "' " + args));
+  }
+
+ private:
+  // Keys for the server: section are merged into ours; the rest is appended.
+  static std::string server_extra(const std::string& yaml) {
+    auto pos = yaml.find("server:\n");
+    if (pos == std::string::npos) return "";
+    std::string out;
+    std::istringstream lines(yaml.substr(pos + 8));
+    for (std::string line; std::getline(lines, line) && line.rfind("  ", 0) == 0;) out += line + "\n";
+    return out;
+  }
+  static std::string strip_server(const std::string& yaml) {
+    auto pos = yaml.find("server:\n");
+    if (pos == std::string::npos) return yaml;
+    std::string out = yaml.substr(0, pos);
+    std::istringstream lines(yaml.substr(pos + 8));
+    bool in_server = true;
+    for (std::string line; std::getline(lines, line);) {
+      if (in_server && line.rfind("  ", 0) == 0) continue;
+      in_server = false;
+      out += line + "\n";
+    }
+    return out;
+  }
+
+  fs::path dir_, data_dir_, config_, log_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  int starts_ = 0;
+};
+
+}  // namespace sandboxd::testing
