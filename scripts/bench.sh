@@ -5,3 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_TYPE=Release bash scripts/build.sh
 ./build/bench/sandboxd_runtime_bench
+echo
+./build/bench/sandboxd_server_bench

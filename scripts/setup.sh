@@ -7,7 +7,7 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
   libyaml-cpp-dev libseccomp-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev
   libmagic-dev libspdlog-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  e2fsprogs util-linux iproute2 bubblewrap
+  e2fsprogs util-linux iproute2 bubblewrap curl wrk
 )
 missing=()
 for p in "${packages[@]}"; do

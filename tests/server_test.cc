@@ -445,3 +445,26 @@ TEST(ServerLifecycle, KillDashNineLosesNoAcknowledgedFile) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(ServerLifecycle, IdleSandboxesStopAfterTheTtlAndKeepTheirFiles) {
+  ServerProcess server("external:\n  opensandbox:\n    sessionTTLSeconds: 2\n");
+  auto run = [&](const std::string& command) {
+    return server.curl_json("-X POST " + server.base() + "/containers/idle/tools/bash_code_execution -d '{\"command\":\"" +
+                            command + "\"}'");
+  };
+  run("echo kept > k.txt; sleep 600 >/dev/null 2>&1 &");
+  auto running = server.curl_json(server.base() + "/containers/idle");
+  EXPECT_EQ(running.at("state"), "running");
+  std::string expires = std::string(running.at("expires_at").as_string());
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  EXPECT_EQ(sh("pgrep -f 'slee[p] 600' | wc -l"), "0\n") << "the idle sandbox was stopped";
+  EXPECT_EQ(sh("grep -c " + server.data_dir().string() + "/containers /proc/mounts"), "0\n") << "and its volume unmounted";
+  auto stopped = server.curl_json(server.base() + "/containers/idle");
+  EXPECT_EQ(stopped.at("state"), "stopped");
+  EXPECT_GT(std::string(stopped.at("expires_at").as_string()), expires) << "expires_at rolls with activity";
+  EXPECT_EQ(run("cat k.txt; pgrep -c sleep").at("stdout"), "kept\n0\n");
+}
+
+}  // namespace

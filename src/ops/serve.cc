@@ -39,6 +39,10 @@ std::string random_token() {
 
 int serve(Config config) {
   signal(SIGPIPE, SIG_IGN);
+  // One access-log line per request: flushed every second (and at once for warnings),
+  // so a log file is current without a write per request.
+  spdlog::flush_every(std::chrono::seconds(1));
+  spdlog::flush_on(spdlog::level::warn);
   fs::create_directories(config.data_dir);
   config.data_dir = fs::canonical(config.data_dir).string();
 

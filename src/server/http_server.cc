@@ -77,7 +77,39 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
     auto [ec, n] = co_await http::async_write(stream_, cont, use_tuple);
     if (ec) co_return ApiError::invalid_request("connection lost");
   }
-  std::vector<char> chunk(256 * 1024);
+  std::vector<char> chunk(1024 * 1024);
+  if (auto length = parser_.content_length(); length && !parser_.chunked()) {
+    // A sized body is read straight from the socket in large pieces: what the header
+    // read already buffered first, then the rest. (The parser would copy every piece
+    // through its own buffer, in small reads.)
+    uint64_t remaining = *length;
+    while (remaining > 0 && buffer_.size() > 0) {
+      size_t take = std::min<uint64_t>(remaining, buffer_.size());
+      auto data = buffer_.data();
+      auto accepted = on_chunk(std::string_view(static_cast<const char*>(data.data()), take));
+      buffer_.consume(take);
+      remaining -= take;
+      if (!accepted) co_return accepted.error();
+    }
+    while (remaining > 0) {
+      stream_.expires_after(limits_.body_idle_timeout);
+      auto [ec, n] = co_await stream_.async_read_some(
+          asio::buffer(chunk.data(), static_cast<size_t>(std::min<uint64_t>(remaining, chunk.size()))), use_tuple);
+      if (ec) {
+        stream_.expires_never();
+        co_return ApiError::invalid_request("The request body could not be read: " + ec.message());
+      }
+      remaining -= n;
+      auto accepted = on_chunk(std::string_view(chunk.data(), n));
+      if (!accepted) {
+        stream_.expires_never();
+        co_return accepted.error();
+      }
+    }
+    stream_.expires_never();
+    body_read_ = true;
+    co_return Result<void>();
+  }
   size_t total = 0;
   while (!parser_.is_done()) {
     parser_.get().body().data = chunk.data();
@@ -197,7 +229,7 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket) {
     RequestContext ctx(stream, buffer, parser, limits_);
     ctx.request_id = new_request_id();
     Response response = co_await dispatch(ctx, parser);
-    bool keep_alive = parser.get().keep_alive() && parser.is_done() && !stopping_;
+    bool keep_alive = parser.get().keep_alive() && ctx.body_complete() && !stopping_;
     std::visit(
         [&](auto& res) {
           auto& base = [&]() -> auto& {

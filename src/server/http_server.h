@@ -72,7 +72,8 @@ class RequestContext {
   // The body in chunks, as it arrives; `on_chunk` may refuse (its error is returned).
   asio::awaitable<Result<void>> read_body_stream(size_t limit,
                                                  const std::function<Result<void>(std::string_view)>& on_chunk);
-  bool body_complete() const { return parser_.is_done(); }
+  // The whole body has been read (the connection can serve another request).
+  bool body_complete() const { return parser_.is_done() || body_read_; }
 
   beast::tcp_stream& stream() { return stream_; }
 
@@ -81,6 +82,7 @@ class RequestContext {
   beast::flat_buffer& buffer_;
   http::request_parser<http::buffer_body>& parser_;
   const ServerLimits& limits_;
+  bool body_read_ = false;
 };
 
 using Handler = std::function<asio::awaitable<Result<Response>>(RequestContext&)>;

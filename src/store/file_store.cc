@@ -257,6 +257,7 @@ class AtomicFileWriter final : public FileWriter {
  private:
   FileError finish_file(FileRecord& record) {
     if (fchown(file_.get(), uid_, gid_) != 0 || fchmod(file_.get(), 0644) != 0) return FileError::kIo;
+    if (!stamp_precise_mtime()) return FileError::kIo;
     // Delayed allocation can report a full volume only here.
     if (fsync(file_.get()) != 0) return error_from_errno(errno);
     struct stat st;
@@ -271,6 +272,18 @@ class AtomicFileWriter final : public FileWriter {
     record.created_at = now_seconds();
     record.mtime_ns = mtime_ns_of(st);
     return FileError::kNone;
+  }
+
+  // File systems stamp mtime from a coarse clock, so two uploads of the same size to
+  // one key within a few milliseconds could share (size, mtime) and sync/stat_file
+  // could not tell which one is on disk. A nanosecond clock reading keeps versions
+  // apart: if two commits race and the metadata ends up describing the loser, the
+  // next stat_file or sync sees the mismatch and re-reads the body.
+  bool stamp_precise_mtime() {
+    timespec now;
+    if (clock_gettime(CLOCK_REALTIME, &now) != 0) return false;
+    const timespec times[2] = {now, now};
+    return futimens(file_.get(), times) == 0;
   }
 
   // Moves the finished body over the target in one rename, so readers see either the
@@ -536,7 +549,7 @@ std::unique_ptr<FileWriter> FileStore::begin_write(const tools::ContainerPaths& 
     error = FileError::kIo;
     return nullptr;
   }
-  // A path component that is a file where a folder is needed.
+  // ENOTDIR: a path component is a file where a folder is needed.
   auto fail = [&error](int err) -> std::unique_ptr<FileWriter> {
     error = err == ENOTDIR ? FileError::kNotAFile : error_from_errno(err);
     return nullptr;
@@ -544,8 +557,9 @@ std::unique_ptr<FileWriter> FileStore::begin_write(const tools::ContainerPaths& 
   if (int rc = tools::make_parents_beneath(root.get(), resolved->relative, uid_, gid_); rc < 0) return fail(-rc);
 
   SplitPath target = split_relative(resolved->relative);
-  UniqueFd directory(tools::open_beneath(root.get(), target.parent, O_RDONLY | O_DIRECTORY));
-  if (!directory.valid()) return fail(-directory.release());
+  int directory_fd = tools::open_beneath(root.get(), target.parent, O_RDONLY | O_DIRECTORY);
+  if (directory_fd < 0) return fail(-directory_fd);
+  UniqueFd directory(directory_fd);
 
   // Only regular files are created or replaced: never a folder, and never a symlink
   // (whatever it points to), so nothing is written through a link code made.
@@ -574,11 +588,9 @@ FileError FileStore::open_for_read(const tools::ContainerPaths& paths, const std
   UniqueFd root = open_directory(resolved->host_root, O_PATH);
   if (!root.valid()) return FileError::kNotFound;
   // O_NONBLOCK: opening a FIFO that code left behind must not hang the server.
-  UniqueFd file(tools::open_beneath(root.get(), resolved->relative, O_RDONLY | O_NONBLOCK | O_NOCTTY));
-  if (!file.valid()) {
-    int err = -file.release();
-    return err == EXDEV || err == ELOOP ? FileError::kNotAFile : error_from_errno(err);
-  }
+  int fd = tools::open_beneath(root.get(), resolved->relative, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return fd == -EXDEV || fd == -ELOOP ? FileError::kNotAFile : error_from_errno(-fd);
+  UniqueFd file(fd);
   struct stat st;
   if (fstat(file.get(), &st) != 0) return FileError::kIo;
   if (!S_ISREG(st.st_mode)) return FileError::kNotAFile;
@@ -596,10 +608,15 @@ FileError FileStore::open_for_read(const tools::ContainerPaths& paths, const std
 void FileStore::sync(const std::string& storage, const tools::ContainerPaths& paths) {
   const std::pair<std::string_view, const std::string*> mounts[] = {{tools::kUploadsMount, &paths.uploads},
                                                                       {tools::kOutputsMount, &paths.outputs}};
-  std::unordered_map<std::string, FileRecord> unseen;
+  auto synced_here = [&mounts](std::string_view path) {
+    return std::any_of(std::begin(mounts), std::end(mounts),
+                       [path](const auto& mount) { return below_mount(path, mount.first).has_value(); });
+  };
+  std::unordered_map<std::string, FileRecord> unseen;  // rows not (yet) matched by a file on disk
   for (auto& record : metadata_.files_of(storage)) {
-    for (const auto& [mount, host] : mounts) {
-      if (below_mount(record.path, mount)) unseen.emplace(record.path, std::move(record));
+    if (synced_here(record.path)) {
+      std::string path = record.path;
+      unseen.emplace(std::move(path), std::move(record));
     }
   }
 
@@ -647,17 +664,17 @@ std::optional<FileRecord> FileStore::stat_file(const std::string& storage, const
   UniqueFd root = open_directory(resolved->host_root, O_PATH);
   if (!root.valid()) return std::nullopt;
 
-  UniqueFd file(
-      tools::open_beneath(root.get(), resolved->relative, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY));
-  struct stat st;
-  bool regular = file.valid() && fstat(file.get(), &st) == 0 && S_ISREG(st.st_mode);
-  if (!regular) {
-    // Only a definite answer drops the row; a transient error (EMFILE, EIO) must not.
-    int err = file.valid() ? 0 : -file.release();
-    bool gone = err == 0 || err == ENOENT || err == ENOTDIR || err == ELOOP || err == EXDEV;
-    if (gone) metadata_.delete_file(storage, resolved->sandbox_path);
+  int fd = tools::open_beneath(root.get(), resolved->relative, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
+  // Only a definite answer drops the row; a transient error (EMFILE, EIO) must not.
+  auto absent = [&](bool definite) -> std::optional<FileRecord> {
+    if (definite) metadata_.delete_file(storage, resolved->sandbox_path);
     return std::nullopt;
-  }
+  };
+  if (fd < 0) return absent(fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP || fd == -EXDEV);
+  UniqueFd file(fd);
+  struct stat st;
+  if (fstat(file.get(), &st) != 0) return std::nullopt;
+  if (!S_ISREG(st.st_mode)) return absent(true);
 
   auto known = metadata_.find_file(storage, resolved->sandbox_path);
   if (known && unchanged(*known, st)) return known;
@@ -682,11 +699,11 @@ FileError FileStore::remove(const std::string& storage, const tools::ContainerPa
     metadata_.delete_file(storage, resolved->sandbox_path);
     return FileError::kNotFound;
   };
-  UniqueFd directory(tools::open_beneath(root.get(), target.parent, O_PATH | O_DIRECTORY));
-  if (!directory.valid()) {
-    int err = -directory.release();
-    return err == ENOENT || err == ENOTDIR ? absent() : error_from_errno(err);
+  int directory_fd = tools::open_beneath(root.get(), target.parent, O_PATH | O_DIRECTORY);
+  if (directory_fd < 0) {
+    return directory_fd == -ENOENT || directory_fd == -ENOTDIR ? absent() : error_from_errno(-directory_fd);
   }
+  UniqueFd directory(directory_fd);
   struct stat st;
   if (fstatat(directory.get(), target.leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return errno == ENOENT ? absent() : error_from_errno(errno);

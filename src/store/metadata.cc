@@ -52,7 +52,8 @@ constexpr const char* kContainerColumns = "owner, id, storage, created_at, last_
   throw std::runtime_error("metadata: " + what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
 }
 
-// A prepared statement; finalized on scope exit. Binding is by 1-based index.
+// A prepared statement; finalized on scope exit. bind() takes a 1-based index; add()
+// binds the next parameter in order, for SQL assembled from optional pieces.
 class Statement {
  public:
   Statement(sqlite3* db, const std::string& sql) : db_(db) {
@@ -71,6 +72,10 @@ class Statement {
   Statement& bind(int index, int64_t value) {
     check(sqlite3_bind_int64(stmt_, index, value));
     return *this;
+  }
+  template <typename T>
+  Statement& add(const T& value) {
+    return bind(next_index_++, value);
   }
 
   // True while a row is available.
@@ -98,6 +103,7 @@ class Statement {
 
   sqlite3* db_;
   sqlite3_stmt* stmt_ = nullptr;
+  int next_index_ = 1;
 };
 
 void exec(sqlite3* db, const char* sql) {
@@ -291,10 +297,9 @@ std::vector<ContainerRecord> Metadata::list_containers(const std::string& owner,
   }
   sql += " ORDER BY created_at, id LIMIT ?";
   Statement query(db_, sql);
-  int index = 1;
-  query.bind(index++, owner);
-  if (after_created) query.bind(index++, *after_created).bind(index++, after_id);
-  query.bind(index++, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
+  query.add(owner);
+  if (after_created) query.add(*after_created).add(after_id);
+  query.add(static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
   while (query.step()) out.push_back(read_container_row(query));
   return out;
 }
@@ -361,8 +366,8 @@ size_t Metadata::delete_prefix(const std::string& storage, const std::string& pa
   std::lock_guard lock(mutex_);
   PrefixFilter filter = prefix_filter({path_prefix});
   Statement remove(db_, "DELETE FROM files WHERE storage = ?" + filter.sql);
-  remove.bind(1, storage);
-  for (size_t i = 0; i < filter.values.size(); ++i) remove.bind(static_cast<int>(i + 2), filter.values[i]);
+  remove.add(storage);
+  for (const auto& value : filter.values) remove.add(value);
   remove.run();
   return static_cast<size_t>(sqlite3_changes(db_));
 }
@@ -390,14 +395,13 @@ FilePage Metadata::list_files(const std::string& storage, const std::vector<std:
   sql += " LIMIT ?";
 
   Statement query(db_, sql);
-  int index = 1;
-  query.bind(index++, storage);
-  if (after) query.bind(index++, after->created_at).bind(index++, after->seq);
-  if (before) query.bind(index++, before->created_at).bind(index++, before->seq);
-  for (const auto& value : filter.values) query.bind(index++, value);
+  query.add(storage);
+  if (after) query.add(after->created_at).add(after->seq);
+  if (before) query.add(before->created_at).add(before->seq);
+  for (const auto& value : filter.values) query.add(value);
   // One row beyond the page tells whether there is more.
   size_t wanted = std::min<size_t>(limit, INT64_MAX - 1) + 1;
-  query.bind(index++, static_cast<int64_t>(wanted));
+  query.add(static_cast<int64_t>(wanted));
 
   while (query.step()) page.files.push_back(read_file_row(query));
   if (page.files.size() > limit) {
