@@ -52,10 +52,9 @@ ContainerService::ContainerService(asio::io_context& io, const ops::Config& conf
   fs::create_directories(containers_dir_);
   fs::create_directories(spares_dir_);
   fs::permissions(config.data_dir, fs::perms::owner_all, fs::perm_options::replace);
-  for (const auto& entry : fs::directory_iterator(spares_dir_)) {
-    if (entry.path().extension() == ".img") spares_.push_back(entry.path());
-    else fs::remove(entry.path());  // a spare whose formatting was interrupted
-  }
+  // Spares of an earlier run are unmounted by now (start-up cleanup): simply remade.
+  fs::remove_all(spares_dir_);
+  fs::create_directories(spares_dir_);
   spare_thread_ = std::thread([this] { spare_volume_loop(); });
   asio::co_spawn(io_, reap_idle(), asio::detached);
 }
@@ -67,6 +66,13 @@ ContainerService::~ContainerService() {
   }
   spares_cv_.notify_all();
   if (spare_thread_.joinable()) spare_thread_.join();
+  for (const auto& spare : spares_) {
+    try {
+      Volume::unmount(spare + ".mnt");
+    } catch (const std::exception& e) {
+      spdlog::warn("unmounting spare {}: {}", spare, e.what());
+    }
+  }
 }
 
 bool ContainerService::valid_id(std::string_view id) {
@@ -101,22 +107,34 @@ int64_t ContainerService::expires_at(const Container& container) const {
 size_t ContainerService::running_sandboxes() const {
   std::lock_guard lock(mutex_);
   size_t n = 0;
-  for (const auto& [key, container] : open_) n += container->sandbox != nullptr;
+  for (const auto& [key, container] : open_) n += container->running();
   return n;
 }
 
-void ContainerService::take_volume(const std::string& image) {
-  std::string spare;
-  {
-    std::lock_guard lock(spares_mutex_);
-    if (!spares_.empty()) {
-      spare = spares_.back();
-      spares_.pop_back();
+void ContainerService::take_volume(const std::string& image, const std::string& mount_point) {
+  fs::create_directories(mount_point);
+  for (;;) {
+    std::string spare;
+    {
+      std::lock_guard lock(spares_mutex_);
+      if (!spares_.empty()) {
+        spare = spares_.back();
+        spares_.pop_back();
+      }
+    }
+    spares_cv_.notify_all();
+    if (spare.empty()) break;
+    try {
+      Volume::move(spare + ".mnt", mount_point);
+      fs::rename(spare, image);
+      fs::remove(spare + ".mnt");
+      return;
+    } catch (const std::exception& e) {
+      spdlog::warn("taking spare volume {}: {}", spare, e.what());
     }
   }
-  spares_cv_.notify_all();
-  if (!spare.empty() && ::rename(spare.c_str(), image.c_str()) == 0) return;
   Volume::create(image, volume_image_bytes(), config_.sandbox_host_uid, config_.sandbox_host_uid);
+  Volume::mount(image, mount_point);
 }
 
 uint64_t ContainerService::volume_image_bytes() const {
@@ -137,8 +155,12 @@ void ContainerService::spare_volume_loop() {
     std::string image = (fs::path(spares_dir_) / ("spare-" + random_hex(16) + ".img")).string();
     try {
       Volume::create(image, volume_image_bytes(), config_.sandbox_host_uid, config_.sandbox_host_uid);
+      fs::create_directories(image + ".mnt");
+      Volume::mount(image, image + ".mnt");
     } catch (const std::exception& e) {
       spdlog::warn("preparing a spare volume: {}", e.what());
+      std::error_code ec;
+      fs::remove(image, ec);
       lock.lock();
       spares_cv_.wait_for(lock, std::chrono::seconds(5));
       continue;
@@ -159,7 +181,7 @@ void ContainerService::prepare_storage(Container& container, bool fresh) {
   container.paths.skills = config_.skills_dir;
   if (fresh) {
     fs::create_directories(root);
-    take_volume(container.volume_image);
+    take_volume(container.volume_image, container.volume_mount);
   }
   fs::create_directories(container.volume_mount);
   make_owned_dir(container.paths.uploads, uid, uid);
@@ -222,6 +244,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
   for (;;) {
     if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
     if (container->sandbox && container->sandbox->running()) co_return container->sandbox;
+    container->sandbox_up = false;  // it stopped by itself (PID 1 died)
     if (container->starting) {
       boost::system::error_code ec;
       co_await container->started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -248,6 +271,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
     std::string error;
     try {
       container->sandbox = co_await runtime_.start(container->strand, options);
+      container->sandbox_up = true;
     } catch (const std::exception& e) {
       error = e.what();
       spdlog::error("starting a sandbox for container {} of {}: {}", container->id, container->owner, error);
@@ -273,6 +297,11 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
   auto sandbox = co_await asio::co_spawn(container->strand, ensure_sandbox(container), asio::use_awaitable);
   if (!sandbox) co_return sandbox.error();
   Result<runtime::ExecResult> outcome = ApiError::internal();
+  ++container->executing;
+  struct Done {
+    std::atomic<int>& count;
+    ~Done() { --count; }
+  } done{container->executing};
   try {
     outcome = co_await (*sandbox)->exec(std::move(request));
   } catch (const runtime::SandboxError& e) {
@@ -288,6 +317,7 @@ asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container
     boost::system::error_code ec;
     co_await container->started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
+  container->sandbox_up = false;
   if (auto sandbox = std::move(container->sandbox)) co_await sandbox->stop();
 }
 
@@ -327,7 +357,7 @@ asio::awaitable<void> ContainerService::reap_idle() {
         if (container->last_used_at.load() + config_.session_ttl_sec <= now) idle.push_back(container);
     }
     for (auto& container : idle) {
-      if (container->sandbox && container->sandbox->active_executions() > 0) continue;
+      if (container->executing.load() > 0) continue;
       co_await stop(container);
     }
     // Unmount volumes nobody holds (the map is then the only owner).
@@ -335,7 +365,7 @@ asio::awaitable<void> ContainerService::reap_idle() {
     for (auto& container : idle) {
       auto it = open_.find({container->owner, container->id});
       if (it == open_.end() || it->second != container) continue;
-      if (container->sandbox || container->last_used_at.load() + config_.session_ttl_sec > now) continue;
+      if (container->running() || container->last_used_at.load() + config_.session_ttl_sec > now) continue;
       if (container.use_count() > 2) continue;  // `idle` and the map: nobody else
       try {
         if (Volume::try_unmount(container->volume_mount)) open_.erase(it);

@@ -48,8 +48,17 @@ struct Container {
   std::unique_ptr<asio::steady_timer> started_event;  // cancelled when a start ends
   std::string start_error;
 
+  // File discovery (see discovery.h), guarded by sync_mutex.
+  std::mutex sync_mutex;
+  std::chrono::steady_clock::time_point synced_at{};
+  bool index_dirty = true;  // code may have written files since the last sync
+  bool sync_scheduled = false;
+
   explicit Container(asio::any_io_executor executor) : strand(asio::make_strand(executor)) {}
-  bool running() const { return sandbox && sandbox->running(); }
+  // Readable from any thread (the sandbox pointer itself belongs to the strand).
+  bool running() const { return sandbox_up.load(); }
+  std::atomic<bool> sandbox_up{false};
+  std::atomic<int> executing{0};  // commands running now
 };
 
 class ContainerService {
@@ -92,7 +101,9 @@ class ContainerService {
   asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container);
   std::shared_ptr<Container> load(const store::ContainerRecord& record);
   void prepare_storage(Container& container, bool fresh);
-  void take_volume(const std::string& image);
+  // Gives a new container its volume, formatted and mounted at `mount_point`: a spare
+  // one when there is one (a rename and a mount move), else made on the spot.
+  void take_volume(const std::string& image, const std::string& mount_point);
   uint64_t volume_image_bytes() const;
   asio::awaitable<void> reap_idle();
   void spare_volume_loop();
@@ -109,7 +120,7 @@ class ContainerService {
   // Pre-formatted volumes, so that formatting stays off the request path.
   std::mutex spares_mutex_;
   std::condition_variable spares_cv_;
-  std::vector<std::string> spares_;
+  std::vector<std::string> spares_;  // image paths; each is mounted at <image>.mnt
   bool stopping_spares_ = false;
   std::thread spare_thread_;
   std::atomic<bool> shutting_down_{false};

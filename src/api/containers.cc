@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 #include <filesystem>
 
+#include "api/discovery.h"
 #include "api/routes.h"
 #include "tools/bash_tool.h"
 #include "tools/text_editor.h"
@@ -140,9 +141,8 @@ asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx)
   request.timeout = std::chrono::seconds(bash.timeout_sec.value_or(api.config.code_execution_timeout_sec));
   request.output_limit = api.config.output_limit_bytes;
   auto result = co_await api.containers.exec(*container, std::move(request), bash.restart);
-  // Files the command wrote get their created_at now, not when someone lists them;
-  // after the response, so the call does not wait for the walk.
-  asio::post(ctx.stream().get_executor(), [&api, c = *container] { api.files.sync(c->storage, c->paths); });
+  // Files the command wrote get their created_at now, not when someone lists them.
+  after_execution(api, *container);
   if (!result) co_return json_ok(tools::tool_error(tools::kBashErrorType, "unavailable", result.error().message, true));
   co_return json_ok(tools::bash_result(*result));
 }

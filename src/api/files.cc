@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 
+#include "api/discovery.h"
 #include "api/file_transfer.h"
 #include "api/routes.h"
 #include "store/keys.h"
@@ -94,7 +95,7 @@ asio::awaitable<Result<Response>> list(ApiContext& api, RequestContext& ctx) {
     before = *path;
   }
   Container& c = **container;
-  api.files.sync(c.storage, c.paths);  // files that code wrote appear here
+  before_listing(api, c);  // files that code wrote appear here
   auto page = api.containers.metadata().list_files(c.storage, path_prefixes_for(prefix), limit, after, before);
   boost::json::array data;
   for (const auto& record : page.files) data.push_back(file_object(c.id, record));

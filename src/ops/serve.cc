@@ -16,6 +16,7 @@
 #include "api/container_service.h"
 #include "api/routes.h"
 #include "runtime/runtime.h"
+#include "runtime/volume.h"
 #include "server/auth.h"
 #include "server/http_server.h"
 #include "store/file_store.h"
@@ -62,13 +63,16 @@ int serve(Config config) {
   runtime_options.host_uid = runtime_options.host_gid = config.sandbox_host_uid;
   runtime_options.cgroups.mode = config.cgroup_mode;
   runtime::Runtime runtime(runtime_options);
-  std::string containers_dir = (fs::path(config.data_dir) / "containers").string();
-  if (size_t stale = runtime.cleanup_stale(containers_dir); stale > 0)
+  // Whatever a killed predecessor left: sandboxes (by cgroup) and mounts under the data
+  // directory (volumes, spares, the data directory's own private bind).
+  if (size_t stale = runtime.cleanup_stale(config.data_dir); stale > 0)
     spdlog::warn("removed {} sandbox(es) left by a previous sandboxd", stale);
+  runtime::Volume::make_private_mount(config.data_dir);
 
   store::Metadata metadata((fs::path(config.data_dir) / "sandboxd.db").string());
   store::FileStore files(metadata, config.sandbox_host_uid, config.sandbox_host_uid);
 
+  {  // the service's objects end before the data directory's bind is unmounted
   asio::io_context io;
   api::ContainerService containers(io, config, runtime, metadata);
   server::ServerLimits limits;
@@ -121,6 +125,12 @@ int serve(Config config) {
   for (unsigned i = 1; i < threads; ++i) pool.emplace_back([&io] { io.run(); });
   io.run();
   for (auto& t : pool) t.join();
+  }
+  try {
+    runtime::Volume::unmount(config.data_dir);  // the private bind made at start
+  } catch (const std::exception& e) {
+    spdlog::warn("unmounting {}: {}", config.data_dir, e.what());
+  }
   spdlog::info("sandboxd stopped");
   return 0;
 }

@@ -137,6 +137,18 @@ bool Volume::try_unmount(const std::string& target) {
   throw SyscallError("umount2(" + target + ")", errno);
 }
 
+void Volume::move(const std::string& from, const std::string& to) {
+  if (::mount(from.c_str(), to.c_str(), nullptr, MS_MOVE, nullptr) != 0)
+    throw SyscallError("mount(" + from + ", " + to + ", MS_MOVE)", errno);
+}
+
+void Volume::make_private_mount(const std::string& dir) {
+  if (!is_mounted(dir) && ::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND, nullptr) != 0)
+    throw SyscallError("mount(" + dir + ", " + dir + ", MS_BIND)", errno);
+  if (::mount(nullptr, dir.c_str(), nullptr, MS_PRIVATE, nullptr) != 0)
+    throw SyscallError("mount(" + dir + ", MS_PRIVATE)", errno);
+}
+
 bool Volume::is_mounted(const std::string& target) {
   auto mounts = mounts_under(target);
   return std::find(mounts.begin(), mounts.end(), target) != mounts.end();

@@ -23,6 +23,12 @@ struct Volume {
   // the image can never end up mounted twice.
   static bool try_unmount(const std::string& target);
   static bool is_mounted(const std::string& target);
+  // Moves a mounted volume to another mount point (cheap: no unmount, no fsck).
+  static void move(const std::string& from, const std::string& to);
+  // Makes `dir` a mount point of its own with private propagation, so that mounts below
+  // it can be moved (MS_MOVE refuses under a shared parent, systemd's default) and
+  // never propagate elsewhere.
+  static void make_private_mount(const std::string& dir);
   // Mount points at or below `prefix` (deepest first), from /proc/self/mountinfo.
   static std::vector<std::string> mounts_under(const std::string& prefix);
 };
