@@ -162,16 +162,13 @@ Result<boost::json::object> parse_json_object(std::string_view body) {
 }
 
 void register_container_routes(server::HttpServer& http, ApiContext& api) {
-  auto bind = [&api](auto fn) {
-    return [&api, fn](RequestContext& ctx) { return fn(api, ctx); };
-  };
   const std::string base = "/api/gpt/v1/containers";
-  http.route(http::verb::post, base, "containers.create", bind(create_container));
-  http.route(http::verb::get, base, "containers.list", bind(list_containers));
-  http.route(http::verb::get, base + "/{id}", "containers.get", bind(get_container));
-  http.route(http::verb::delete_, base + "/{id}", "containers.delete", bind(delete_container));
-  http.route(http::verb::post, base + "/{id}/stop", "containers.stop", bind(stop_container));
-  http.route(http::verb::post, base + "/{id}/tools/{tool}", "containers.tool", bind(run_tool));
+  http.route(http::verb::post, base, "containers.create", with_api(api, create_container));
+  http.route(http::verb::get, base, "containers.list", with_api(api, list_containers));
+  http.route(http::verb::get, base + "/{id}", "containers.get", with_api(api, get_container));
+  http.route(http::verb::delete_, base + "/{id}", "containers.delete", with_api(api, delete_container));
+  http.route(http::verb::post, base + "/{id}/stop", "containers.stop", with_api(api, stop_container));
+  http.route(http::verb::post, base + "/{id}/tools/{tool}", "containers.tool", with_api(api, run_tool));
 }
 
 }  // namespace sandboxd::api

@@ -199,6 +199,16 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
   co_return record;
 }
 
+asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, server::RequestContext& ctx,
+                                                          Result<std::shared_ptr<Container>> container,
+                                                          std::optional<std::string> raw_key) {
+  if (!container) co_return container.error();
+  auto record = raw_key ? co_await receive_raw(api, ctx, **container, *raw_key)
+                        : co_await receive_multipart(api, ctx, **container, ctx.query_value("path"));
+  if (!record) co_return record.error();
+  co_return json_ok(file_object((*container)->id, *record));
+}
+
 Result<server::Response> send_content(ApiContext& api, server::RequestContext& ctx, Container& container,
                                       const store::FileRecord& record, bool inline_disposition) {
   store::OpenedFile file;

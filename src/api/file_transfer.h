@@ -22,6 +22,12 @@ asio::awaitable<server::Result<store::FileRecord>> receive_multipart(ApiContext&
 asio::awaitable<server::Result<store::FileRecord>> receive_raw(ApiContext& api, server::RequestContext& ctx,
                                                                Container& container, const std::string& key);
 
+// An upload into `container` answered with its file object: the raw body at `raw_key`
+// when given, else a multipart body (key from ?path= or the part).
+asio::awaitable<server::Result<server::Response>> upload_response(ApiContext& api, server::RequestContext& ctx,
+                                                                  server::Result<std::shared_ptr<Container>> container,
+                                                                  std::optional<std::string> raw_key);
+
 // The content of a file, honouring Range and If-None-Match.
 server::Result<server::Response> send_content(ApiContext& api, server::RequestContext& ctx, Container& container,
                                               const store::FileRecord& record, bool inline_disposition);

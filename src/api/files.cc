@@ -43,19 +43,11 @@ Result<store::FileRecord> find_file(ApiContext& api, Container& container, const
 }
 
 asio::awaitable<Result<Response>> upload(ApiContext& api, RequestContext& ctx) {
-  auto container = scoped_container(api, ctx, /*create=*/true);
-  if (!container) co_return container.error();
-  auto record = co_await receive_multipart(api, ctx, **container, ctx.query_value("path"));
-  if (!record) co_return record.error();
-  co_return json_ok(file_object((*container)->id, *record));
+  co_return co_await upload_response(api, ctx, scoped_container(api, ctx, /*create=*/true), std::nullopt);
 }
 
 asio::awaitable<Result<Response>> put(ApiContext& api, RequestContext& ctx) {
-  auto container = scoped_container(api, ctx, /*create=*/true);
-  if (!container) co_return container.error();
-  auto record = co_await receive_raw(api, ctx, **container, ctx.params["key"]);
-  if (!record) co_return record.error();
-  co_return json_ok(file_object((*container)->id, *record));
+  co_return co_await upload_response(api, ctx, scoped_container(api, ctx, /*create=*/true), ctx.params["key"]);
 }
 
 // The sandbox-path prefixes that a key prefix selects, in uploads and outputs.
@@ -166,18 +158,15 @@ asio::awaitable<Result<Response>> remove_prefix(ApiContext& api, RequestContext&
 }  // namespace
 
 void register_file_routes(server::HttpServer& http, ApiContext& api) {
-  auto bind = [&api](auto fn) {
-    return [&api, fn](RequestContext& ctx) { return fn(api, ctx); };
-  };
   const std::string base = "/api/gpt/v1/files";
-  http.route(http::verb::post, base, "files.upload", bind(upload));
-  http.route(http::verb::get, base, "files.list", bind(list));
-  http.route(http::verb::delete_, base, "files.delete_prefix", bind(remove_prefix));
-  http.route(http::verb::put, base + "/{key+}", "files.put", bind(put));
-  http.route(http::verb::get, base + "/{file_id}", "files.get", bind(metadata));
-  http.route(http::verb::head, base + "/{file_id}", "files.head", bind(head));
-  http.route(http::verb::delete_, base + "/{file_id}", "files.delete", bind(remove_one));
-  http.route(http::verb::get, base + "/{file_id}/content", "files.content", bind(content));
+  http.route(http::verb::post, base, "files.upload", with_api(api, upload));
+  http.route(http::verb::get, base, "files.list", with_api(api, list));
+  http.route(http::verb::delete_, base, "files.delete_prefix", with_api(api, remove_prefix));
+  http.route(http::verb::put, base + "/{key+}", "files.put", with_api(api, put));
+  http.route(http::verb::get, base + "/{file_id}", "files.get", with_api(api, metadata));
+  http.route(http::verb::head, base + "/{file_id}", "files.head", with_api(api, head));
+  http.route(http::verb::delete_, base + "/{file_id}", "files.delete", with_api(api, remove_one));
+  http.route(http::verb::get, base + "/{file_id}/content", "files.content", with_api(api, content));
 }
 
 }  // namespace sandboxd::api

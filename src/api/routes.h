@@ -20,6 +20,12 @@ void register_file_routes(server::HttpServer& http, ApiContext& api);
 void register_thread_routes(server::HttpServer& http, ApiContext& api);
 void register_ops_routes(server::HttpServer& http, ApiContext& api);
 
+// A route handler from a function of (ApiContext&, RequestContext&).
+template <typename Fn>
+server::Handler with_api(ApiContext& api, Fn fn) {
+  return [&api, fn](server::RequestContext& ctx) { return fn(api, ctx); };
+}
+
 // Shared by the surfaces: a JSON response from a value.
 server::StringResponse json_ok(const boost::json::value& body, server::http::status status = server::http::status::ok);
 // Parses a JSON object body; 400 with the parser's reason otherwise.

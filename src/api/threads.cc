@@ -23,19 +23,11 @@ Result<std::shared_ptr<Container>> thread_container(ApiContext& api, RequestCont
 }
 
 asio::awaitable<Result<Response>> upload_file(ApiContext& api, RequestContext& ctx) {
-  auto container = thread_container(api, ctx, /*create=*/true);
-  if (!container) co_return container.error();
-  auto record = co_await receive_multipart(api, ctx, **container, ctx.query_value("path"));
-  if (!record) co_return record.error();
-  co_return json_ok(file_object((*container)->id, *record));
+  co_return co_await upload_response(api, ctx, thread_container(api, ctx, /*create=*/true), std::nullopt);
 }
 
 asio::awaitable<Result<Response>> put_file(ApiContext& api, RequestContext& ctx) {
-  auto container = thread_container(api, ctx, /*create=*/true);
-  if (!container) co_return container.error();
-  auto record = co_await receive_raw(api, ctx, **container, ctx.params["path"]);
-  if (!record) co_return record.error();
-  co_return json_ok(file_object((*container)->id, *record));
+  co_return co_await upload_response(api, ctx, thread_container(api, ctx, /*create=*/true), ctx.params["path"]);
 }
 
 asio::awaitable<Result<Response>> download_file(ApiContext& api, RequestContext& ctx) {
@@ -59,13 +51,10 @@ asio::awaitable<Result<Response>> download_file(ApiContext& api, RequestContext&
 }  // namespace
 
 void register_thread_routes(server::HttpServer& http, ApiContext& api) {
-  auto bind = [&api](auto fn) {
-    return [&api, fn](RequestContext& ctx) { return fn(api, ctx); };
-  };
   const std::string base = "/api/v1/app/thread/{thread_id}";
-  http.route(http::verb::post, base + "/upload-file", "threads.upload_file", bind(upload_file));
-  http.route(http::verb::put, base + "/put-file/{path+}", "threads.put_file", bind(put_file));
-  http.route(http::verb::get, base + "/download-file", "threads.download_file", bind(download_file));
+  http.route(http::verb::post, base + "/upload-file", "threads.upload_file", with_api(api, upload_file));
+  http.route(http::verb::put, base + "/put-file/{path+}", "threads.put_file", with_api(api, put_file));
+  http.route(http::verb::get, base + "/download-file", "threads.download_file", with_api(api, download_file));
 }
 
 }  // namespace sandboxd::api

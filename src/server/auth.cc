@@ -2,19 +2,15 @@
 
 #include <openssl/evp.h>
 
+#include "tools/unique_fd.h"
+
 namespace sandboxd::server {
 
 std::string sha256_hex(std::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < length; ++i) {
-    out.push_back(kHex[digest[i] >> 4]);
-    out.push_back(kHex[digest[i] & 15]);
-  }
-  return out;
+  return tools::hex_encode(digest, length);
 }
 
 TokenAuth::TokenAuth(const std::vector<std::pair<std::string, std::string>>& tokens) {

@@ -1,4 +1,5 @@
 #include "store/file_store.h"
+#include "tools/unique_fd.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,6 +21,8 @@
 namespace sandboxd::store {
 namespace {
 
+using tools::UniqueFd;
+
 // Named temporary files (used when the file system lacks O_TMPFILE, and briefly while
 // an O_TMPFILE body is linked in) start with this; sync never records them.
 constexpr std::string_view kTempPrefix = ".sandboxd-tmp-";
@@ -28,30 +31,6 @@ constexpr size_t kReadChunkBytes = 64 * 1024;
 // Deeper trees are left unlisted rather than holding one fd per level without bound.
 constexpr int kMaxWalkDepth = 128;
 
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 int64_t now_seconds() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -136,13 +115,7 @@ class Md5 {
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int length = 0;
     EVP_DigestFinal_ex(context_, digest, &length);
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < length; ++i) {
-      out.push_back(kHex[digest[i] >> 4]);
-      out.push_back(kHex[digest[i] & 15]);
-    }
-    return out;
+    return tools::hex_encode(digest, length);
   }
 
  private:

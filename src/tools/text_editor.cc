@@ -7,6 +7,7 @@
 // was itself opened beneath the mount.
 
 #include "tools/text_editor.h"
+#include "tools/unique_fd.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -72,31 +73,6 @@ json::object error_block(std::string_view code, std::string_view explanation, bo
 // ---------------------------------------------------------------------------------
 // File descriptors.
 
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { reset(); }
-
-  int get() const { return fd_; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // Explains why opening `path` failed with `err`, in the words the seed uses.
 [[noreturn]] void fail_to_open(int err, const ResolvedPath& path) {
