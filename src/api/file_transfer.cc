@@ -203,8 +203,10 @@ asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, serve
                                                           Result<std::shared_ptr<Container>> container,
                                                           std::optional<std::string> raw_key) {
   if (!container) co_return container.error();
-  auto record = raw_key ? co_await receive_raw(api, ctx, **container, *raw_key)
-                        : co_await receive_multipart(api, ctx, **container, ctx.query_value("path"));
+  // (Two statements, not a conditional expression: GCC 12 miscompiles co_await in ?:.)
+  Result<store::FileRecord> record = ApiError::internal();
+  if (raw_key) record = co_await receive_raw(api, ctx, **container, *raw_key);
+  else record = co_await receive_multipart(api, ctx, **container, ctx.query_value("path"));
   if (!record) co_return record.error();
   co_return json_ok(file_object((*container)->id, *record));
 }
