@@ -204,3 +204,44 @@ TEST(Volume, WorkspaceAndOutputsShareAHardLimit) {
 }
 
 }  // namespace
+
+namespace {
+
+// A sandbox started before it has a container (its folders are empty slots) receives
+// the container's folders when the server binds them onto the slots: writes land in the
+// container, uploads stay read-only, nothing of the slot's previous life shows.
+TEST(PreStarted, ASandboxReceivesItsContainerWhenClaimed) {
+  Harness harness;
+  ContainerDirs slot(kHostId, kHostId), container(kHostId, kHostId);
+  rt::Volume::make_private_mount(slot.root);
+  for (const auto& dir : {slot.workspace, slot.uploads, slot.outputs}) rt::Volume::make_shared_mount(dir);
+  auto options = harness.options_for(slot);
+  options.pre_started = true;
+  auto sandbox = harness.start(options);
+  auto before = harness.exec(*sandbox, "ls -A /home/agent/workspace | wc -l");
+  EXPECT_EQ(before.stdout_text, "0\n");
+
+  write_text(container.workspace / "w.txt", "workspace\n");
+  write_text(container.uploads / "u.txt", "upload\n");
+  rt::Volume::attach_bind(container.workspace, slot.workspace, false);
+  rt::Volume::attach_bind(container.uploads, slot.uploads, true);
+  rt::Volume::attach_bind(container.outputs, slot.outputs, false);
+  auto r = harness.exec(*sandbox, "cat w.txt /mnt/user-data/uploads/u.txt; echo new > made.txt; "
+                                  "echo out > /mnt/user-data/outputs/o.txt; touch /mnt/user-data/uploads/x 2>&1 | grep -o 'Read-only'; "
+                                  "grep -c ' /home/agent/workspace ' /proc/self/mountinfo");
+  EXPECT_EQ(r.stdout_text, "workspace\nupload\nRead-only\n2\n") << r.stderr_text;
+  EXPECT_EQ(read_text(container.workspace / "made.txt"), "new\n");
+  EXPECT_EQ(read_text(container.outputs / "o.txt"), "out\n");
+  auto setuid = harness.exec(*sandbox, "cp /bin/true /home/agent/workspace/t && chmod u+s t && "
+                                       "grep ' /home/agent/workspace ' /proc/self/mountinfo | tail -1 | grep -o nosuid");
+  EXPECT_EQ(setuid.stdout_text, "nosuid\n");
+  harness.stop(*sandbox);
+  for (const auto& dir : {slot.workspace, slot.uploads, slot.outputs}) {
+    rt::Volume::unmount(dir);  // the container's bind
+    EXPECT_TRUE(fs::is_empty(dir)) << "the slot itself stays empty: " << dir;
+    rt::Volume::unmount(dir);  // the slot's own shared bind
+  }
+  rt::Volume::unmount(slot.root);
+}
+
+}  // namespace

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <tuple>
 #include <random>
 #include <spdlog/spdlog.h>
 
@@ -48,8 +49,12 @@ ContainerService::ContainerService(asio::io_context& io, const ops::Config& conf
       metadata_(metadata),
       containers_dir_((fs::path(config.data_dir) / "containers").string()),
       spares_dir_((fs::path(config.data_dir) / "spares").string()),
-      reaper_timer_(io) {
+      reaper_timer_(io),
+      slots_dir_((fs::path(config.data_dir) / "slots").string()) {
   fs::create_directories(containers_dir_);
+  // Slots of an earlier run were unmounted by the start-up cleanup: remade on demand.
+  fs::remove_all(slots_dir_);
+  fs::create_directories(slots_dir_);
   fs::create_directories(spares_dir_);
   fs::permissions(config.data_dir, fs::perms::owner_all, fs::perm_options::replace);
   // Spares of an earlier run are unmounted by now (start-up cleanup): simply remade.
@@ -57,6 +62,7 @@ ContainerService::ContainerService(asio::io_context& io, const ops::Config& conf
   fs::create_directories(spares_dir_);
   spare_thread_ = std::thread([this] { spare_volume_loop(); });
   asio::co_spawn(io_, reap_idle(), asio::detached);
+  asio::co_spawn(io_, refill_pool(), asio::detached);
 }
 
 ContainerService::~ContainerService() {
@@ -239,6 +245,130 @@ std::vector<store::ContainerRecord> ContainerService::list(const std::string& ow
   return metadata_.list_containers(owner, limit, after_id);
 }
 
+std::shared_ptr<Slot> ContainerService::new_slot() {
+  auto slot = std::make_shared<Slot>();
+  {
+    std::lock_guard lock(pool_mutex_);
+    slot->root = (fs::path(slots_dir_) / std::to_string(slots_made_++)).string();
+  }
+  slot->dirs.workspace = slot->root + "/workspace";
+  slot->dirs.uploads = slot->root + "/uploads";
+  slot->dirs.outputs = slot->root + "/outputs";
+  for (const auto* dir : {&slot->dirs.workspace, &slot->dirs.uploads, &slot->dirs.outputs}) {
+    make_owned_dir(*dir, config_.sandbox_host_uid, config_.sandbox_host_uid);
+    Volume::make_shared_mount(*dir);
+  }
+  return slot;
+}
+
+runtime::SandboxOptions ContainerService::sandbox_options(const tools::ContainerPaths& dirs, const std::string& name) const {
+  runtime::SandboxOptions options;
+  options.name = name;
+  options.workspace_dir = dirs.workspace;
+  options.uploads_dir = dirs.uploads;
+  options.outputs_dir = dirs.outputs;
+  options.skills_dir = config_.skills_dir;
+  options.tmp_size_bytes = config_.tmp_size_bytes;
+  options.home_size_bytes = config_.tmp_size_bytes;
+  options.max_open_files = config_.open_files_limit;
+  options.limits.pids = config_.pids_limit;
+  options.limits.memory_bytes = config_.memory_limit_bytes;
+  if (config_.limit_range_enabled) {
+    if (!options.limits.memory_bytes) options.limits.memory_bytes = config_.limit_memory_bytes;
+    options.limits.cpu_millis = config_.limit_cpu_millis;
+  }
+  return options;
+}
+
+asio::awaitable<void> ContainerService::refill_pool() {
+  for (;;) {
+    std::shared_ptr<Slot> slot;
+    {
+      std::lock_guard lock(pool_mutex_);
+      if (shutting_down_ ||
+          static_cast<int>(ready_slots_.size()) + pool_starting_ >= config_.prestarted_sandboxes)
+        co_return;
+      ++pool_starting_;
+      if (!free_slots_.empty()) {
+        slot = free_slots_.back();
+        free_slots_.pop_back();
+      }
+    }
+    bool ok = false;
+    try {
+      if (!slot) slot = new_slot();
+      auto options = sandbox_options(slot->dirs, "pool-" + std::to_string(++sandbox_counter_));
+      options.pre_started = true;
+      slot->sandbox = co_await runtime_.start(io_.get_executor(), options);
+      ok = true;
+      if (shutting_down_) {  // shutdown began while it started: it is not wanted
+        co_await slot->sandbox->stop();
+        slot->sandbox.reset();
+        ok = false;
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("pre-starting a sandbox: {}", e.what());
+    }
+    std::lock_guard lock(pool_mutex_);
+    --pool_starting_;
+    if (!ok) {
+      if (slot) free_slots_.push_back(slot);
+      co_return;  // try again on the next claim
+    }
+    ready_slots_.push_back(slot);
+  }
+}
+
+std::shared_ptr<Slot> ContainerService::claim_prestarted(Container& container) {
+  std::shared_ptr<Slot> slot;
+  {
+    std::lock_guard lock(pool_mutex_);
+    while (!ready_slots_.empty() && !slot) {
+      slot = ready_slots_.back();
+      ready_slots_.pop_back();
+      if (!slot->sandbox->running()) {  // died while waiting
+        slot->sandbox.reset();
+        free_slots_.push_back(slot);
+        slot.reset();
+      }
+    }
+  }
+  asio::co_spawn(io_, refill_pool(), asio::detached);
+  if (!slot) return nullptr;
+  try {
+    for (auto [source, target, read_only] : {std::tuple{&container.paths.workspace, &slot->dirs.workspace, false},
+                                             std::tuple{&container.paths.uploads, &slot->dirs.uploads, true},
+                                             std::tuple{&container.paths.outputs, &slot->dirs.outputs, false}}) {
+      Volume::attach_bind(*source, *target, read_only);
+      slot->bound.push_back(*target);
+    }
+    return slot;
+  } catch (const std::exception& e) {
+    spdlog::warn("handing a pre-started sandbox to container {}: {}", container.id, e.what());
+    auto sandbox = std::move(slot->sandbox);
+    asio::co_spawn(io_, [this, sandbox, slot]() -> asio::awaitable<void> {
+      co_await sandbox->stop();
+      release_slot(slot);
+    }, asio::detached);
+    return nullptr;
+  }
+}
+
+// After its sandbox has stopped: the container's binds come off and the slot is reused.
+void ContainerService::release_slot(const std::shared_ptr<Slot>& slot) {
+  for (const auto& dir : slot->bound) {
+    try {
+      Volume::unmount(dir);  // the topmost mount there: the container's bind
+    } catch (const std::exception& e) {
+      spdlog::warn("releasing slot {}: {}", dir, e.what());
+    }
+  }
+  slot->bound.clear();
+  slot->sandbox.reset();
+  std::lock_guard lock(pool_mutex_);
+  free_slots_.push_back(slot);
+}
+
 asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ensure_sandbox(
     std::shared_ptr<Container> container) {
   for (;;) {
@@ -250,24 +380,17 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
       co_await container->started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
+    // A pre-started sandbox first: it only needs the container's folders bound in.
+    if (auto slot = claim_prestarted(*container)) {
+      container->slot = slot;
+      container->sandbox = slot->sandbox;
+      container->sandbox_up = true;
+      co_return container->sandbox;
+    }
     container->starting = true;
     container->started_event = std::make_unique<asio::steady_timer>(container->strand,
                                                                     std::chrono::steady_clock::time_point::max());
-    runtime::SandboxOptions options;
-    options.name = container->storage + "-" + std::to_string(++sandbox_counter_);
-    options.workspace_dir = container->paths.workspace;
-    options.uploads_dir = container->paths.uploads;
-    options.outputs_dir = container->paths.outputs;
-    options.skills_dir = container->paths.skills;
-    options.tmp_size_bytes = config_.tmp_size_bytes;
-    options.home_size_bytes = config_.tmp_size_bytes;
-    options.max_open_files = config_.open_files_limit;
-    options.limits.pids = config_.pids_limit;
-    options.limits.memory_bytes = config_.memory_limit_bytes;
-    if (config_.limit_range_enabled) {
-      if (!options.limits.memory_bytes) options.limits.memory_bytes = config_.limit_memory_bytes;
-      options.limits.cpu_millis = config_.limit_cpu_millis;
-    }
+    auto options = sandbox_options(container->paths, container->storage + "-" + std::to_string(++sandbox_counter_));
     std::string error;
     try {
       container->sandbox = co_await runtime_.start(container->strand, options);
@@ -319,6 +442,7 @@ asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container
   }
   container->sandbox_up = false;
   if (auto sandbox = std::move(container->sandbox)) co_await sandbox->stop();
+  if (auto slot = std::move(container->slot)) release_slot(slot);
 }
 
 asio::awaitable<void> ContainerService::stop(std::shared_ptr<Container> container) {
@@ -385,6 +509,34 @@ asio::awaitable<void> ContainerService::shutdown() {
     for (const auto& [key, container] : open_) all.push_back(container);
   }
   for (auto& container : all) co_await stop(container);
+  // Pre-starts under way finish (and stop themselves, seeing the shutdown) first.
+  for (asio::steady_timer pause(io_);;) {
+    {
+      std::lock_guard lock(pool_mutex_);
+      if (pool_starting_ == 0) break;
+    }
+    pause.expires_after(std::chrono::milliseconds(10));
+    boost::system::error_code ec;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  std::vector<std::shared_ptr<Slot>> slots;
+  {
+    std::lock_guard lock(pool_mutex_);
+    slots = ready_slots_;
+    slots.insert(slots.end(), free_slots_.begin(), free_slots_.end());
+    ready_slots_.clear();
+    free_slots_.clear();
+  }
+  for (auto& slot : slots) {
+    if (slot->sandbox) co_await slot->sandbox->stop();
+    for (const auto& mount_point : Volume::mounts_under(slot->root)) {
+      try {
+        Volume::unmount(mount_point);
+      } catch (const std::exception& e) {
+        spdlog::warn("unmounting {}: {}", mount_point, e.what());
+      }
+    }
+  }
   std::lock_guard lock(mutex_);
   for (auto& container : all) {
     try {

@@ -31,6 +31,16 @@ namespace asio = boost::asio;
 using server::ApiError;
 using server::Result;
 
+// A pre-started sandbox over empty slot folders (shared mount points), waiting to be
+// handed to a container: claiming binds the container's folders onto the slots, and the
+// binds propagate into the sandbox (see runtime::SandboxOptions::pre_started).
+struct Slot {
+  std::string root;
+  tools::ContainerPaths dirs;  // workspace, uploads, outputs slot folders
+  std::shared_ptr<runtime::Sandbox> sandbox;
+  std::vector<std::string> bound;  // slot folders carrying a container's bind now
+};
+
 struct Container {
   std::string owner;
   std::string id;
@@ -43,6 +53,7 @@ struct Container {
   // Guarded by `strand`.
   asio::strand<asio::any_io_executor> strand;
   std::shared_ptr<runtime::Sandbox> sandbox;
+  std::shared_ptr<Slot> slot;  // when the sandbox came from the pre-started pool
   bool starting = false;
   bool deleted = false;
   std::unique_ptr<asio::steady_timer> started_event;  // cancelled when a start ends
@@ -106,6 +117,12 @@ class ContainerService {
   void take_volume(const std::string& image, const std::string& mount_point);
   uint64_t volume_image_bytes() const;
   asio::awaitable<void> reap_idle();
+  // The pre-started pool.
+  std::shared_ptr<Slot> claim_prestarted(Container& container);
+  void release_slot(const std::shared_ptr<Slot>& slot);
+  asio::awaitable<void> refill_pool();
+  std::shared_ptr<Slot> new_slot();
+  runtime::SandboxOptions sandbox_options(const tools::ContainerPaths& dirs, const std::string& name) const;
   void spare_volume_loop();
 
   asio::io_context& io_;
@@ -125,6 +142,11 @@ class ContainerService {
   std::thread spare_thread_;
   std::atomic<bool> shutting_down_{false};
   asio::steady_timer reaper_timer_;
+  std::string slots_dir_;
+  std::mutex pool_mutex_;
+  std::vector<std::shared_ptr<Slot>> ready_slots_, free_slots_;
+  size_t slots_made_ = 0;
+  int pool_starting_ = 0;
   std::atomic<uint64_t> sandbox_counter_{0};
 };
 

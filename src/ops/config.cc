@@ -268,7 +268,8 @@ Config parse_config(const std::string& yaml_text) {
   });
 
   with(root, "runtime", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"sandboxUid", "cgroupMode", "skillsDir"});
+    only_keys(n, p, {"sandboxUid", "cgroupMode", "skillsDir", "prestartedSandboxes"});
+    with(n, "prestartedSandboxes", p, [&](const YAML::Node& v, const std::string& kp) { c.prestarted_sandboxes = static_cast<int>(read_int(v, kp, 0, 64)); });
     with(n, "sandboxUid", p, [&](const YAML::Node& v, const std::string& kp) { c.sandbox_host_uid = static_cast<uint32_t>(read_int(v, kp, 1000, 4000000000LL)); });
     with(n, "cgroupMode", p, [&](const YAML::Node& v, const std::string& kp) {
       c.cgroup_mode = scalar(v, kp);

@@ -74,6 +74,7 @@ struct Config {
   uint32_t sandbox_host_uid = 101000;
   std::string cgroup_mode = "auto";
   std::string skills_dir;  // the operator's skills library (one folder per skill)
+  int prestarted_sandboxes = 2;  // started ahead, handed to new containers on demand
 };
 
 class ConfigError : public std::runtime_error {

@@ -38,6 +38,8 @@ class CgroupBackend {
   // Removes every sandbox cgroup of this instance (start-up cleanup). Returns how many
   // sandbox cgroups were found.
   virtual size_t destroy_all() = 0;
+  // Removes this instance's own (empty) cgroup folders; best effort.
+  virtual void remove_instance() = 0;
   // Memory charged to the sandbox, in bytes (0 when not measurable).
   virtual uint64_t memory_usage(const std::string& sandbox) const = 0;
   // Number of OOM kills in the sandbox so far (when the kernel reports it).

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+
+#include <unistd.h>
 #include <vector>
 
 #include "runtime/cgroup.h"
@@ -81,6 +83,10 @@ class CgroupV1 final : public CgroupBackend {
                     root.controller == "freezer" ? KillMethod::kFreezer : KillMethod::kSignalLoop);
     }
     return found;
+  }
+
+  void remove_instance() override {
+    for (const auto& root : roots_) rmdir(root.path.c_str());
   }
 
   uint64_t memory_usage(const std::string& sandbox) const override {

@@ -73,6 +73,8 @@ class CgroupV2 final : public CgroupBackend {
     return names.size();
   }
 
+  void remove_instance() override { rmdir(root_.c_str()); }
+
   uint64_t memory_usage(const std::string& sandbox) const override {
     return std::strtoull(read_file(root_ + "/" + sandbox + "/memory.current").c_str(), nullptr, 10);
   }

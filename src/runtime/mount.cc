@@ -295,8 +295,10 @@ void setup_container_mounts(const Spec& spec) {
 }  // namespace
 
 void setup_filesystem(const Spec& spec) {
-  // 1. Nothing we mount may propagate back to the host.
-  do_mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE);
+  // 1. Nothing we mount may propagate back to the host. A pre-started sandbox is a
+  //    slave instead (as bubblewrap makes its sandboxes): it still sends nothing back,
+  //    and receives the container binds the server makes on its slot directories.
+  do_mount(nullptr, "/", nullptr, MS_REC | (spec.receive_mounts ? MS_SLAVE : MS_PRIVATE));
   // 2. A staging tmpfs becomes the root; the host stays reachable under /oldroot.
   do_mount("tmpfs", kBase, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k,nr_inodes=16");
   check(chdir(kBase), std::string("chdir(") + kBase + ")");

@@ -53,6 +53,8 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
 
 Runtime::~Runtime() {
   if (userns_fd_ >= 0) close(userns_fd_);
+  // Leaves no empty instance folder behind (one with sandboxes in it stays).
+  cgroups_->remove_instance();
 }
 
 size_t Runtime::cleanup_stale(const std::string& volumes_root) {
@@ -80,6 +82,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
   spec.max_open_files = options.max_open_files;
   spec.hosts_entries = options.hosts_entries;
   spec.seccomp_bpf = seccomp_bpf_;
+  spec.receive_mounts = options.pre_started;
   std::string payload;
   try {
     SandboxCgroups cg = cgroups_->create(options.name, options.limits);

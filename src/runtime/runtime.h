@@ -34,6 +34,9 @@ struct SandboxOptions {
   uint64_t home_size_bytes = 64ull << 20;
   uint64_t max_open_files = 0;
   std::vector<std::string> hosts_entries;
+  // The directories are slots: shared mount points on which attach_container() binds
+  // a container later (see Spec::receive_mounts).
+  bool pre_started = false;
 };
 
 class Runtime {

@@ -75,6 +75,7 @@ std::string encode(const Spec& spec) {
   put(out, "kill_method", kill_method_name(spec.kill_method));
   for (const auto& line : spec.hosts_entries) put(out, "hosts_entry", line);
   put(out, "seccomp_bpf", to_hex(spec.seccomp_bpf));
+  put(out, "receive_mounts", spec.receive_mounts ? "1" : "0");
   return out;
 }
 
@@ -99,7 +100,10 @@ std::string decode(std::string_view payload, Spec& out) {
     else if (key == "cgroup_dir") out.cgroup_dirs.emplace_back(value);
     else if (key == "exec_cgroup_parent") out.exec_cgroup_parent = value;
     else if (key == "hosts_entry") out.hosts_entries.emplace_back(value);
-    else if (key == "seccomp_bpf") {
+    else if (key == "receive_mounts") {
+      if (value != "0" && value != "1") return "bad receive_mounts";
+      out.receive_mounts = value == "1";
+    } else if (key == "seccomp_bpf") {
       if (!from_hex(value, out.seccomp_bpf)) return "bad seccomp_bpf";
     }
     else if (key == "kill_method") {

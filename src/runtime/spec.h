@@ -42,6 +42,11 @@ struct Spec {
   // compiled once by the server.
   std::string seccomp_bpf;
 
+  // Receive mounts the server later makes on the container directories' host paths
+  // (slave propagation instead of private): how a pre-started sandbox is given its
+  // container when it is claimed.
+  bool receive_mounts = false;
+
   // Extra /etc/hosts lines ("ADDRESS NAME"): the seam for allow-listed services.
   std::vector<std::string> hosts_entries;
 };

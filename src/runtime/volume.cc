@@ -149,6 +149,31 @@ void Volume::make_private_mount(const std::string& dir) {
     throw SyscallError("mount(" + dir + ", MS_PRIVATE)", errno);
 }
 
+void Volume::make_shared_mount(const std::string& dir) {
+  if (!is_mounted(dir) && ::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND, nullptr) != 0)
+    throw SyscallError("mount(" + dir + ", " + dir + ", MS_BIND)", errno);
+  if (::mount(nullptr, dir.c_str(), nullptr, MS_SHARED, nullptr) != 0)
+    throw SyscallError("mount(" + dir + ", MS_SHARED)", errno);
+}
+
+void Volume::attach_bind(const std::string& source, const std::string& target, bool read_only) {
+  int tree = static_cast<int>(
+      check(open_tree(AT_FDCWD, source.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC), "open_tree(" + source + ")"));
+  mount_attr attr{};
+  attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (read_only ? MOUNT_ATTR_RDONLY : 0);
+  if (mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) {
+    int err = errno;
+    close(tree);
+    throw SyscallError("mount_setattr(" + source + ")", err);
+  }
+  if (move_mount(tree, "", AT_FDCWD, target.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+    int err = errno;
+    close(tree);
+    throw SyscallError("move_mount(" + source + ", " + target + ")", err);
+  }
+  close(tree);
+}
+
 bool Volume::is_mounted(const std::string& target) {
   auto mounts = mounts_under(target);
   return std::find(mounts.begin(), mounts.end(), target) != mounts.end();

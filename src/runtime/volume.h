@@ -29,6 +29,12 @@ struct Volume {
   // it can be moved (MS_MOVE refuses under a shared parent, systemd's default) and
   // never propagate elsewhere.
   static void make_private_mount(const std::string& dir);
+  // Makes `dir` a mount point of its own in a new peer group (shared propagation): a
+  // slot whose later mounts reach the slave sandbox that binds it.
+  static void make_shared_mount(const std::string& dir);
+  // Binds `source` onto `target` with nosuid,nodev (and read-only) already set when the
+  // mount appears, so that copies propagated into a sandbox carry them too.
+  static void attach_bind(const std::string& source, const std::string& target, bool read_only);
   // Mount points at or below `prefix` (deepest first), from /proc/self/mountinfo.
   static std::vector<std::string> mounts_under(const std::string& prefix);
 };
