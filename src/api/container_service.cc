@@ -150,13 +150,18 @@ uint64_t ContainerService::volume_image_bytes() const {
 }
 
 void ContainerService::spare_volume_loop() {
-  constexpr size_t kSpares = 2;
+  constexpr size_t kSpares = 3;
   std::unique_lock lock(spares_mutex_);
   while (!stopping_spares_) {
     if (spares_.size() >= kSpares) {
       spares_cv_.wait_for(lock, std::chrono::seconds(5));
       continue;
     }
+    // A container that just took a spare is about to start its first command: format
+    // the replacement a moment later (formatting and mounting compete for the same
+    // cores and kernel locks), unless no spare is left at all.
+    if (!spares_.empty()) spares_cv_.wait_for(lock, std::chrono::milliseconds(300));
+    if (stopping_spares_) break;
     lock.unlock();
     std::string image = (fs::path(spares_dir_) / ("spare-" + random_hex(16) + ".img")).string();
     try {
@@ -333,7 +338,13 @@ std::shared_ptr<Slot> ContainerService::claim_prestarted(Container& container) {
       }
     }
   }
-  asio::co_spawn(io_, refill_pool(), asio::detached);
+  // Refill a little later: starting a sandbox migrates a process between cgroups, which
+  // on cgroup v1 stalls every fork on the host for a moment (the claimed sandbox is
+  // about to fork its first command).
+  auto later = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
+  later->async_wait([this, later](const boost::system::error_code&) {
+    asio::co_spawn(io_, refill_pool(), asio::detached);
+  });
   if (!slot) return nullptr;
   try {
     for (auto [source, target, read_only] : {std::tuple{&container.paths.workspace, &slot->dirs.workspace, false},

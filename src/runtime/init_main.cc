@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <vector>
 #include <string>
 
@@ -61,6 +62,12 @@ class Init {
     ctx_.last_cap = rt::read_last_cap();
     ctx_.max_open_files = spec_.max_open_files;
     ctx_.seccomp = &seccomp_;
+  }
+
+  // The first command's child, forked as soon as the sandbox is ready.
+  void prepare_first() {
+    std::string ignored;
+    prepare_next(ignored);
   }
 
   [[noreturn]] void serve() {
@@ -116,37 +123,64 @@ class Init {
       fail(id, EINVAL, "malformed spawn request");
       return;
     }
-    Execution exec;
-    exec.cgroup_name = "e" + std::to_string(id);
-    if (mkdirat(exec_parent_fd_, exec.cgroup_name.c_str(), 0755) != 0 && errno != EEXIST) {
-      fail(id, errno, rt::describe_errno("mkdirat(exec cgroup " + exec.cgroup_name + ")", errno));
+    // The prepared child takes the command; if it is gone, one fresh attempt.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (!next_) {
+        std::string error;
+        if (int rc = prepare_next(error); rc < 0) {
+          fail(id, -rc, error);
+          return;
+        }
+      }
+      Prepared prepared = std::move(*next_);
+      next_.reset();
+      if (rt::launch_command(prepared.command, payload) < 0) {
+        rt::discard_prepared(prepared.command);
+        lingering_.push_back(prepared.exec);
+        continue;
+      }
+      Execution exec = prepared.exec;
+      exec.id = id;
+      exec.pid = prepared.command.pid;
+      exec.report_fd = prepared.command.report_read;
+      int fds[2] = {prepared.command.stdout_read, prepared.command.stderr_read};
+      proto::send_message(kControlFd, proto::Type::kSpawned, id, exec.pid, {}, fds, 2);
+      close(prepared.command.stdout_read);
+      close(prepared.command.stderr_read);
+      running_[id] = exec;
+      by_pid_[exec.pid] = id;
+      // The next command's child is forked now, while this one runs.
+      std::string ignored;
+      prepare_next(ignored);
       return;
     }
-    exec.cgroup_fd = openat(exec_parent_fd_, exec.cgroup_name.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (exec.cgroup_fd < 0) {
+    fail(id, EPIPE, "the prepared command process went away");
+  }
+
+  // Forks the child for the next command into a fresh execution cgroup.
+  int prepare_next(std::string& error) {
+    Prepared prepared;
+    prepared.exec.cgroup_name = "e" + std::to_string(++cgroup_counter_);
+    if (mkdirat(exec_parent_fd_, prepared.exec.cgroup_name.c_str(), 0755) != 0 && errno != EEXIST) {
       int err = errno;
-      unlinkat(exec_parent_fd_, exec.cgroup_name.c_str(), AT_REMOVEDIR);
-      fail(id, err, rt::describe_errno("openat(exec cgroup " + exec.cgroup_name + ")", err));
-      return;
+      error = rt::describe_errno("mkdirat(exec cgroup " + prepared.exec.cgroup_name + ")", err);
+      return -err;
     }
-    rt::StartedCommand started;
-    std::string error;
-    int rc = rt::start_command(ctx_, req, exec.cgroup_fd, started, error);
-    if (rc < 0) {
-      fail(id, -rc, error);
-      lingering_.push_back(exec);
+    prepared.exec.cgroup_fd =
+        openat(exec_parent_fd_, prepared.exec.cgroup_name.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (prepared.exec.cgroup_fd < 0) {
+      int err = errno;
+      unlinkat(exec_parent_fd_, prepared.exec.cgroup_name.c_str(), AT_REMOVEDIR);
+      error = rt::describe_errno("openat(exec cgroup " + prepared.exec.cgroup_name + ")", err);
+      return -err;
+    }
+    if (int rc = rt::prepare_command(ctx_, prepared.exec.cgroup_fd, prepared.command, error); rc < 0) {
+      lingering_.push_back(prepared.exec);
       sweep_lingering();
-      return;
+      return rc;
     }
-    exec.id = id;
-    exec.pid = started.pid;
-    exec.report_fd = started.report_read;
-    int fds[2] = {started.stdout_read, started.stderr_read};
-    proto::send_message(kControlFd, proto::Type::kSpawned, id, started.pid, {}, fds, 2);
-    close(started.stdout_read);
-    close(started.stderr_read);
-    running_[id] = exec;
-    by_pid_[started.pid] = id;
+    next_ = std::move(prepared);
+    return 0;
   }
 
   // EOF on the report pipe: execve succeeded. Data: a step before it failed.
@@ -222,6 +256,12 @@ class Init {
   std::map<uint32_t, Execution> running_;
   std::map<pid_t, uint32_t> by_pid_;
   std::vector<Execution> lingering_;
+  struct Prepared {
+    Execution exec;  // its cgroup
+    rt::PreparedCommand command;
+  };
+  std::optional<Prepared> next_;
+  uint32_t cgroup_counter_ = 0;
 };
 
 void join_cgroup(const std::string& dir) {
@@ -254,6 +294,7 @@ void join_cgroup(const std::string& dir) {
   }
   Init init(std::move(spec), userns_fd, exec_parent_fd, std::move(seccomp));
   proto::send_message(kControlFd, proto::Type::kReady, 0, 0, {});
+  init.prepare_first();
   init.serve();
 }
 

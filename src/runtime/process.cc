@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <initializer_list>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/syscall_error.h"
@@ -21,9 +24,20 @@ namespace {
   _exit(127);
 }
 
-// Everything from fork to execve: async-signal-safe calls only.
-[[noreturn]] void run_child(const CommandContext& ctx, char* const* argv, char* const* envp,
-                            const char* cwd, int cgroup_dirfd, int out_w, int err_w,
+bool read_exactly(int fd, void* data, size_t size) {
+  auto* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = read(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The child, from fork to execve. PID 1 is single-threaded, so allocating here is safe.
+[[noreturn]] void run_child(const CommandContext& ctx, int cgroup_dirfd, int request_read, int out_w, int err_w,
                             int report_fd) {
   sigset_t none;
   sigemptyset(&none);
@@ -34,6 +48,22 @@ namespace {
   if (procs < 0) child_fail(report_fd, "openat(exec cgroup, cgroup.procs)", errno);
   if (write(procs, "0", 1) != 1) child_fail(report_fd, "write(exec cgroup.procs, 0)", errno);
   close(procs);
+  // Ready: wait for the command (a length, then the encoded request). Later siblings
+  // may hold copies of the write end, so the length, not EOF, ends the message.
+  uint32_t length = 0;
+  if (!read_exactly(request_read, &length, sizeof length)) _exit(0);  // never used
+  if (length > protocol::kMaxMessage) child_fail(report_fd, "read(spawn request): too long", E2BIG);
+  std::string payload(length, '\0');
+  if (!read_exactly(request_read, payload.data(), length)) child_fail(report_fd, "read(spawn request)", EPIPE);
+  close(request_read);
+  protocol::SpawnRequest req;
+  if (!protocol::decode(payload, req)) child_fail(report_fd, "decode(spawn request)", EINVAL);
+  std::vector<char*> argv, envp;
+  for (auto& a : req.argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : req.env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
   int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd < 0) child_fail(report_fd, "open(/dev/null)", errno);
   if (dup2(null_fd, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
@@ -45,63 +75,77 @@ namespace {
   const char* step = nullptr;
   if (int rc = become_agent(ctx.userns_fd, ctx.last_cap, &step); rc < 0)
     child_fail(report_fd, step, -rc);
-  if (chdir(cwd) != 0) child_fail(report_fd, "chdir(cwd)", errno);
+  if (chdir(req.cwd.c_str()) != 0) child_fail(report_fd, "chdir(cwd)", errno);
   // Every inherited descriptor but stdio closes at exec (the report pipe must survive
   // until then to tell the parent about a failed execve).
   if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) child_fail(report_fd, "close_range(3, ~0)", errno);
   if (int rc = apply_seccomp(*ctx.seccomp, &step); rc < 0) child_fail(report_fd, step, -rc);
-  execve(argv[0], argv, envp);
+  execve(argv[0], argv.data(), envp.data());
   child_fail(report_fd, "execve", errno);
+}
+
+void close_all(std::initializer_list<int> fds) {
+  for (int fd : fds)
+    if (fd >= 0) close(fd);
 }
 
 }  // namespace
 
-int start_command(const CommandContext& ctx, const protocol::SpawnRequest& req, int cgroup_dirfd,
-                  StartedCommand& out, std::string& error) {
-  // Prepare everything that allocates before fork.
-  std::vector<char*> argv, envp;
-  for (const auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : req.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  int out_pipe[2], err_pipe[2], report[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0) {
-    error = describe_errno("pipe2(stdout)", errno);
-    return -errno;
-  }
-  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
-    int err = errno;
-    close(out_pipe[0]);
-    close(out_pipe[1]);
-    error = describe_errno("pipe2(stderr)", err);
-    return -err;
-  }
-  if (pipe2(report, O_CLOEXEC) != 0) {
-    int err = errno;
-    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
-    error = describe_errno("pipe2(report)", err);
-    return -err;
+int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand& out, std::string& error) {
+  int request[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, report[2] = {-1, -1};
+  for (auto [pipe_fds, name] : {std::pair{request, "pipe2(request)"}, std::pair{out_pipe, "pipe2(stdout)"},
+                                std::pair{err_pipe, "pipe2(stderr)"}, std::pair{report, "pipe2(report)"}}) {
+    if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
+      int err = errno;
+      close_all({request[0], request[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], report[0], report[1]});
+      error = describe_errno(name, err);
+      return -err;
+    }
   }
   pid_t pid = fork();
-  if (pid == 0)
-    run_child(ctx, argv.data(), envp.data(), req.cwd.c_str(), cgroup_dirfd, out_pipe[1],
-              err_pipe[1], report[1]);
+  if (pid == 0) {
+    close_all({request[1], out_pipe[0], err_pipe[0], report[0]});
+    run_child(ctx, cgroup_dirfd, request[0], out_pipe[1], err_pipe[1], report[1]);
+  }
   int fork_errno = errno;
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  close(report[1]);
+  close_all({request[0], out_pipe[1], err_pipe[1], report[1]});
   if (pid < 0) {
-    close(out_pipe[0]);
-    close(err_pipe[0]);
-    close(report[0]);
+    close_all({request[1], out_pipe[0], err_pipe[0], report[0]});
     error = describe_errno("fork()", fork_errno);
     return -fork_errno;
   }
   out.pid = pid;
+  out.request_write = request[1];
   out.stdout_read = out_pipe[0];
   out.stderr_read = err_pipe[0];
   out.report_read = report[0];
   return 0;
+}
+
+int launch_command(PreparedCommand& prepared, const std::string& encoded_request) {
+  std::string message(sizeof(uint32_t), '\0');
+  uint32_t length = static_cast<uint32_t>(encoded_request.size());
+  std::memcpy(message.data(), &length, sizeof length);
+  message += encoded_request;
+  size_t sent = 0;
+  int rc = 0;
+  while (sent < message.size()) {
+    ssize_t n = write(prepared.request_write, message.data() + sent, message.size() - sent);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      rc = -(n < 0 ? errno : EPIPE);
+      break;
+    }
+    sent += static_cast<size_t>(n);
+  }
+  close(prepared.request_write);
+  prepared.request_write = -1;
+  return rc;
+}
+
+void discard_prepared(PreparedCommand& prepared) {
+  close_all({prepared.request_write, prepared.stdout_read, prepared.stderr_read, prepared.report_read});
+  prepared = PreparedCommand{};
 }
 
 }  // namespace sandboxd::runtime

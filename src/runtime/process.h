@@ -20,8 +20,13 @@ struct CommandContext {
   const SeccompProgram* seccomp = nullptr;
 };
 
-struct StartedCommand {
+// A child forked ahead of its command: already in its own session and in its
+// execution cgroup (joining one is the slow part of a start on cgroup v1: the first
+// migration after a quiet spell waits for an RCU grace period), waiting for the
+// command on a pipe. PID 1 keeps one ready, so a command only pays for the exec.
+struct PreparedCommand {
   pid_t pid = -1;
+  int request_write = -1;  // the encoded SpawnRequest goes here, length first
   int stdout_read = -1;
   int stderr_read = -1;
   // Closes (EOF) when execve succeeds; carries a SpawnFailure when a step before it
@@ -35,9 +40,15 @@ struct SpawnFailure {
   char step[96];
 };
 
-// Forks the command with its cgroup at cgroup_dirfd and returns at once. On failure
-// to fork returns a negative errno and fills `error` with the failed call.
-int start_command(const CommandContext& ctx, const protocol::SpawnRequest& req, int cgroup_dirfd,
-                  StartedCommand& out, std::string& error);
+// Forks a child that joins the cgroup at cgroup_dirfd and waits for its command.
+// Returns 0, or a negative errno with `error` naming the failed call.
+int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand& out, std::string& error);
+
+// Hands the encoded SpawnRequest to a prepared child and closes request_write.
+// Returns 0, or -EPIPE when the child is gone (prepare another).
+int launch_command(PreparedCommand& prepared, const std::string& encoded_request);
+
+// Closes every descriptor the parent holds for a prepared child.
+void discard_prepared(PreparedCommand& prepared);
 
 }  // namespace sandboxd::runtime
