@@ -255,6 +255,15 @@ int main(int argc, char** argv) {
     fs::remove(copy);
     return t;
   });
+  // The server's own write path: write() then fsync, as dd does with conv=fsync (cp
+  // copies in the kernel with copy_file_range, which no network receiver can use).
+  double dd_s = median3([&] {
+    double t = seconds_of([&] {
+      run_quiet({"/bin/dd", "if=" + big.string(), "of=" + copy.string(), "bs=1M", "conv=fsync", "status=none"});
+    });
+    fs::remove(copy);
+    return t;
+  });
   long rss_before = rss_kib(server.pid);
   const std::string auth = std::string("Authorization: Bearer ") + kToken;
   const std::string origin = "http://127.0.0.1:" + std::to_string(server.port);
@@ -279,8 +288,10 @@ int main(int argc, char** argv) {
   fs::remove(down);
   std::printf("\nfile transfer, 1 GiB (same disk)\n");
   std::printf("  cp                   %6.2f s  %7.1f MiB/s\n", cp_s, 1024 / cp_s);
-  std::printf("  upload (PUT)         %6.2f s  %7.1f MiB/s  = %3.0f%% of cp   (SPEC bar >= 70%%)\n", up_s, 1024 / up_s,
-              100 * cp_s / up_s);
+  std::printf("  dd bs=1M conv=fsync  %6.2f s  %7.1f MiB/s  (write+fsync, the path an upload takes)\n", dd_s,
+              1024 / dd_s);
+  std::printf("  upload (PUT)         %6.2f s  %7.1f MiB/s  = %3.0f%% of cp, %3.0f%% of dd   (SPEC bar >= 70%% of cp)\n",
+              up_s, 1024 / up_s, 100 * cp_s / up_s, 100 * dd_s / up_s);
   std::printf("  download (GET)       %6.2f s  %7.1f MiB/s  = %3.0f%% of cp   (SPEC bar >= 70%%)%s\n", down_s,
               1024 / down_s, 100 * cp_s / down_s, same ? "" : "  CONTENT MISMATCH");
   std::printf("  server RSS: %ld KiB before, %ld after upload, %ld after download: growth %ld KiB (bar <= 32768)\n",

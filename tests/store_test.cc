@@ -617,6 +617,29 @@ TEST_F(FileStoreTest, RefusesFoldersAndPathsOutsideTheWritableMounts) {
   EXPECT_EQ(error, FileError::kOutsideMounts);
 }
 
+// Past the first 4 MiB the MD5 is computed on a worker thread while the body streams;
+// the etag must still be the MD5 of every byte, in order.
+TEST_F(FileStoreTest, LargeBodiesGetTheRightEtag) {
+  std::string content;
+  for (int i = 0; content.size() < (13u << 20); ++i) content += "line " + std::to_string(i) + " of a large body\n";
+  FileError error;
+  auto writer = store_.begin_write(paths_, kUploads + "/large.txt", error);
+  ASSERT_TRUE(writer);
+  for (size_t offset = 0; offset < content.size(); offset += 100'003)
+    ASSERT_EQ(writer->write(content.data() + offset, std::min<size_t>(100'003, content.size() - offset)), FileError::kNone);
+  FileRecord record;
+  ASSERT_EQ(writer->commit(record), FileError::kNone);
+  EXPECT_EQ(record.size, content.size());
+  EXPECT_EQ(record.etag, md5_hex(content));
+  EXPECT_EQ(read_host_file(uploads_ / "large.txt"), content);
+  // An abandoned large write stops its worker cleanly and leaves nothing.
+  auto dropped = store_.begin_write(paths_, kUploads + "/dropped.txt", error);
+  ASSERT_TRUE(dropped);
+  ASSERT_EQ(dropped->write(content.data(), content.size()), FileError::kNone);
+  dropped.reset();
+  EXPECT_FALSE(fs::exists(uploads_ / "dropped.txt"));
+}
+
 TEST_F(FileStoreTest, ConcurrentWritersNeverMixTheirContent) {
   constexpr size_t kSize = 1 << 20;
   std::string pattern_a(kSize, '\0'), pattern_b(kSize, '\0'), initial(kSize, 'i');
