@@ -70,14 +70,9 @@ asio::awaitable<Result<Response>> create_container(ApiContext& api, RequestConte
 }
 
 asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContext& ctx) {
-  size_t limit = 20;
-  if (auto text = ctx.query_value("limit")) {
-    char* end = nullptr;
-    long value = std::strtol(text->c_str(), &end, 10);
-    if (text->empty() || *end || value < 1 || value > 1000)
-      co_return ApiError::invalid_request("'limit' must be an integer from 1 to 1000");
-    limit = static_cast<size_t>(value);
-  }
+  auto page = page_limit(ctx);
+  if (!page) co_return page.error();
+  const size_t limit = *page;
   auto records = api.containers.list(ctx.owner, limit + 1, ctx.query_value("after_id").value_or(""));
   bool has_more = records.size() > limit;
   if (has_more) records.pop_back();
@@ -151,6 +146,16 @@ asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx)
 
 server::StringResponse json_ok(const boost::json::value& body, http::status status) {
   return server::json_response(status, boost::json::serialize(body));
+}
+
+Result<size_t> page_limit(const RequestContext& ctx) {
+  auto text = ctx.query_value("limit");
+  if (!text) return size_t{20};
+  char* end = nullptr;
+  long value = std::strtol(text->c_str(), &end, 10);
+  if (text->empty() || *end || value < 1 || value > 1000)
+    return ApiError::invalid_request("'limit' must be an integer from 1 to 1000");
+  return static_cast<size_t>(value);
 }
 
 Result<boost::json::object> parse_json_object(std::string_view body) {

@@ -64,14 +64,9 @@ std::vector<std::string> path_prefixes_for(const std::string& key_prefix) {
 asio::awaitable<Result<Response>> list(ApiContext& api, RequestContext& ctx) {
   auto container = scoped_container(api, ctx, /*create=*/false);
   if (!container) co_return container.error();
-  size_t limit = 20;
-  if (auto text = ctx.query_value("limit")) {
-    char* end = nullptr;
-    long value = std::strtol(text->c_str(), &end, 10);
-    if (text->empty() || *end || value < 1 || value > 1000)
-      co_return ApiError::invalid_request("'limit' must be an integer from 1 to 1000");
-    limit = static_cast<size_t>(value);
-  }
+  auto requested = page_limit(ctx);
+  if (!requested) co_return requested.error();
+  const size_t limit = *requested;
   std::string prefix = ctx.query_value("prefix").value_or("");
   for (unsigned char c : prefix)
     if (c < 0x20 || c == 0x7f) co_return ApiError::invalid_request("'prefix' must not contain control characters");

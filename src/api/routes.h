@@ -28,6 +28,9 @@ server::Handler with_api(ApiContext& api, Fn fn) {
 
 // Shared by the surfaces: a JSON response from a value.
 server::StringResponse json_ok(const boost::json::value& body, server::http::status status = server::http::status::ok);
+// The `limit` query parameter of a listing: 1-1000, default 20.
+server::Result<size_t> page_limit(const server::RequestContext& ctx);
+
 // Parses a JSON object body; 400 with the parser's reason otherwise.
 server::Result<boost::json::object> parse_json_object(std::string_view body);
 
