@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -10,7 +11,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <filesystem>
 #include <random>
-#include <spdlog/spdlog.h>
 #include <thread>
 
 #include "api/container_service.h"
@@ -52,7 +52,8 @@ int serve(Config config) {
   if (tokens.empty()) {
     std::string token = random_token();
     tokens.emplace_back(token, "dev");
-    std::printf("sandboxd: no auth.tokens configured; development token for owner 'dev':\n  %s\n", token.c_str());
+    std::printf("sandboxd: no auth.tokens configured; development token for owner 'dev':\n  %s\n",
+                token.c_str());
     std::fflush(stdout);
   }
 
@@ -73,58 +74,58 @@ int serve(Config config) {
   store::FileStore files(metadata, config.sandbox_host_uid, config.sandbox_host_uid);
 
   {  // the service's objects end before the data directory's bind is unmounted
-  asio::io_context io;
-  api::ContainerService containers(io, config, runtime, metadata);
-  server::ServerLimits limits;
-  limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
-  server::HttpServer http(io, limits);
-  server::TokenAuth auth(tokens);
-  http.set_authenticator([&auth](server::RequestContext& ctx) { return auth.authenticate(ctx); });
-  api::ApiContext api{containers, files, config};
-  api::register_ops_routes(http, api);
-  api::register_container_routes(http, api);
-  api::register_file_routes(http, api);
-  api::register_thread_routes(http, api);
+    asio::io_context io;
+    api::ContainerService containers(io, config, runtime, metadata);
+    server::ServerLimits limits;
+    limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
+    server::HttpServer http(io, limits);
+    server::TokenAuth auth(tokens);
+    http.set_authenticator([&auth](server::RequestContext& ctx) { return auth.authenticate(ctx); });
+    api::ApiContext api{containers, files, config};
+    api::register_ops_routes(http, api);
+    api::register_container_routes(http, api);
+    api::register_file_routes(http, api);
+    api::register_thread_routes(http, api);
 
-  auto endpoint = http.listen(config.listen_host, config.listen_port);
-  std::printf("sandboxd: listening on http://%s:%u (data in %s, cgroup %s)\n",
-              endpoint.address().to_string().c_str(), endpoint.port(), config.data_dir.c_str(),
-              runtime.cgroups().version().c_str());
-  std::fflush(stdout);
+    auto endpoint = http.listen(config.listen_host, config.listen_port);
+    std::printf("sandboxd: listening on http://%s:%u (data in %s, cgroup %s)\n",
+                endpoint.address().to_string().c_str(), endpoint.port(), config.data_dir.c_str(),
+                runtime.cgroups().version().c_str());
+    std::fflush(stdout);
 
-  asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
-  std::function<void()> wait_signal = [&]() {
-    signals.async_wait([&](const boost::system::error_code& ec, int signo) {
-      if (ec) return;
-      if (signo == SIGHUP) {
-        spdlog::info("SIGHUP: configuration reload is not implemented yet; keeping the current one");
-        wait_signal();
-        return;
-      }
-      spdlog::info("signal {}: shutting down", signo);
-      http.stop_accepting();
-      asio::co_spawn(
-          io,
-          [&]() -> asio::awaitable<void> {
-            asio::steady_timer pause(io);
-            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-            while (http.requests_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
-              pause.expires_after(std::chrono::milliseconds(50));
-              co_await pause.async_wait(asio::use_awaitable);
-            }
-            co_await containers.shutdown();
-            io.stop();
-          },
-          asio::detached);
-    });
-  };
-  wait_signal();
+    asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
+    std::function<void()> wait_signal = [&]() {
+      signals.async_wait([&](const boost::system::error_code& ec, int signo) {
+        if (ec) return;
+        if (signo == SIGHUP) {
+          spdlog::info("SIGHUP: configuration reload is not implemented yet; keeping the current one");
+          wait_signal();
+          return;
+        }
+        spdlog::info("signal {}: shutting down", signo);
+        http.stop_accepting();
+        asio::co_spawn(
+            io,
+            [&]() -> asio::awaitable<void> {
+              asio::steady_timer pause(io);
+              auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+              while (http.requests_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+                pause.expires_after(std::chrono::milliseconds(50));
+                co_await pause.async_wait(asio::use_awaitable);
+              }
+              co_await containers.shutdown();
+              io.stop();
+            },
+            asio::detached);
+      });
+    };
+    wait_signal();
 
-  unsigned threads = std::max(2u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (unsigned i = 1; i < threads; ++i) pool.emplace_back([&io] { io.run(); });
-  io.run();
-  for (auto& t : pool) t.join();
+    unsigned threads = std::max(2u, std::thread::hardware_concurrency());
+    std::vector<std::thread> pool;
+    for (unsigned i = 1; i < threads; ++i) pool.emplace_back([&io] { io.run(); });
+    io.run();
+    for (auto& t : pool) t.join();
   }
   try {
     runtime::Volume::unmount(config.data_dir);  // the private bind made at start
