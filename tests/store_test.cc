@@ -448,17 +448,10 @@ TEST_F(MetadataTest, TenThousandFilesPageCorrectlyAndQuickly) {
   }
   EXPECT_EQ(backward, expected);
 
-  std::vector<double> timings_ms;
-  for (int run = 0; run < 5; ++run) {
-    auto start = std::chrono::steady_clock::now();
-    auto page = metadata_.list_files("s1", prefixes, 1000, expected[4000], std::nullopt);
-    timings_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-    ASSERT_EQ(page.files.size(), 1000u);
-    EXPECT_EQ(page.files.front().path, expected[4001]);
-  }
-  std::sort(timings_ms.begin(), timings_ms.end());
-  std::cout << "listing 1000 of 10000 files: median " << timings_ms[2] << " ms\n";
-  EXPECT_LT(timings_ms[2], 25.0);
+  // A page from the middle (its speed is measured by bench/, not here).
+  auto page = metadata_.list_files("s1", prefixes, 1000, expected[4000], std::nullopt);
+  ASSERT_EQ(page.files.size(), 1000u);
+  EXPECT_EQ(page.files.front().path, expected[4001]);
 }
 
 TEST_F(MetadataTest, ReopensTheSameDatabaseWithItsSchemaVersion) {
@@ -854,9 +847,7 @@ TEST_F(FileStoreTest, SyncOfAnUnchangedTreeOnlyStats) {
     write_host_file(uploads_ / ("d" + std::to_string(i % 100)) / ("f" + std::to_string(i) + ".txt"),
                     "file " + std::to_string(i) + "\n");
   }
-  auto start = std::chrono::steady_clock::now();
   store_.sync(kStorage, paths_);
-  double first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(metadata_.files_of(kStorage).size(), 10'000u);
 
   // Rewrite one body behind the store's back, restoring size and mtime: a stat-only
@@ -868,11 +859,7 @@ TEST_F(FileStoreTest, SyncOfAnUnchangedTreeOnlyStats) {
   timespec times[2] = {st.st_atim, st.st_mtim};
   ASSERT_EQ(utimensat(AT_FDCWD, probe.c_str(), times, 0), 0);
 
-  start = std::chrono::steady_clock::now();
   store_.sync(kStorage, paths_);
-  double second_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  std::cout << "sync of 10000 files: first " << first_ms << " ms, unchanged " << second_ms << " ms\n";
-  EXPECT_LT(second_ms, 2000.0);
   EXPECT_EQ(metadata_.find_file(kStorage, kUploads + "/d7/f7.txt")->etag, md5_hex("file 7\n"));
 
   set_mtime(probe, 1'800'000'000);
