@@ -154,12 +154,13 @@ TEST_F(SecurityTest, OnlyLoopbackAndNoRouteToTheHost) {
   int port = ntohs(addr.sin_port);
   auto r = run("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; "
                "timeout 5 bash -c 'echo > /dev/tcp/127.0.0.1/" + std::to_string(port) + "' 2>/dev/null && echo reached-host; "
-               "timeout 5 bash -c 'echo > /dev/tcp/10.0.2.2/80' 2>&1 | grep -q 'Network is unreachable' && echo unreachable; "
+               // No route at all (checked from the tables: no packet is sent anywhere).
                "cat /proc/net/route | tail -n +2 | wc -l; "
+               "grep -vc ' lo$' /proc/net/ipv6_route; "
                "start=$(date +%s%N); getent hosts example.com || echo no-name; "
                "echo $(( ($(date +%s%N) - start) / 1000000 < 1000 ))");
   close(listener);
-  EXPECT_EQ(r.stdout_text, "lo\nunreachable\n0\nno-name\n1\n") << r.stderr_text;
+  EXPECT_EQ(r.stdout_text, "lo\n0\n0\nno-name\n1\n") << r.stderr_text;
 }
 
 TEST_F(SecurityTest, ForkBombIsContainedAndTheSandboxStaysUsable) {
