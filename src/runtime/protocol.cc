@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace sandboxd::runtime::protocol {
 
@@ -38,8 +39,10 @@ int send_message(int sock, Type type, uint32_t id, int64_t value, std::string_vi
 
 int receive_message(int sock, Message& out, bool dont_wait) {
   out = Message{};
-  out.payload.resize(kMaxMessage);
-  iovec iov[2] = {{&out.header, sizeof out.header}, {out.payload.data(), out.payload.size()}};
+  // One receive buffer per thread: a message is copied out at its real size, instead
+  // of zero-filling kMaxMessage bytes for every packet.
+  thread_local std::vector<char> buffer(kMaxMessage);
+  iovec iov[2] = {{&out.header, sizeof out.header}, {buffer.data(), buffer.size()}};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
   msghdr msg{};
   msg.msg_iov = iov;
@@ -51,10 +54,7 @@ int receive_message(int sock, Message& out, bool dont_wait) {
     n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | (dont_wait ? MSG_DONTWAIT : 0));
     if (n >= 0 || errno != EINTR) break;
   }
-  if (n < 0) {
-    out.payload.clear();
-    return -errno;
-  }
+  if (n < 0) return -errno;
   for (cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
     if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS) {
       size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -65,17 +65,13 @@ int receive_message(int sock, Message& out, bool dont_wait) {
       }
     }
   }
-  if (n == 0) {
-    out.payload.clear();
-    return 0;
-  }
+  if (n == 0) return 0;
   if (static_cast<size_t>(n) < sizeof out.header || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
     for (int fd : out.fds) close(fd);
     out.fds.clear();
-    out.payload.clear();
     return -EBADMSG;
   }
-  out.payload.resize(static_cast<size_t>(n) - sizeof out.header);
+  out.payload.assign(buffer.data(), static_cast<size_t>(n) - sizeof out.header);
   return 1;
 }
 
