@@ -8,6 +8,8 @@
 
 #include <linux/magic.h>
 
+#include <thread>
+
 #include "runtime/syscall_error.h"
 #include "runtime/volume.h"
 #include "sandbox_harness.h"
@@ -94,8 +96,15 @@ TEST(CgroupV2, SandboxOnARealCgroup2Hierarchy) {
   auto sandbox = harness.start(sandbox_options);
   fs::path cgroup = fs::path(v2_root) / "sandboxd" / harness.runtime->options().instance / sandbox->name();
   EXPECT_TRUE(fs::exists(cgroup / "cgroup.kill"));
-  auto procs = read_text(cgroup / "cgroup.procs");
-  EXPECT_EQ(procs, std::to_string(sandbox->pid()) + "\n") << "PID 1 sits in the sandbox cgroup";
+  // PID 1 sits in the sandbox cgroup; the child it keeps ready for the next command
+  // moves into its own execution cgroup right after it is forked.
+  std::string procs;
+  for (int i = 0; i < 200; ++i) {
+    procs = read_text(cgroup / "cgroup.procs");
+    if (procs == std::to_string(sandbox->pid()) + "\n") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(procs, std::to_string(sandbox->pid()) + "\n") << "PID 1 alone in the sandbox cgroup";
   auto r = harness.exec(*sandbox, "cat /proc/self/cgroup | grep -o '0::.*'; setsid sleep 1000 & sleep 1000", 1s);
   EXPECT_EQ(r.return_code, 124);
   EXPECT_EQ(r.stdout_text, "0::/e1\n") << "the cgroup namespace is rooted at the sandbox";

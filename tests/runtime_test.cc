@@ -210,12 +210,13 @@ TEST_F(RuntimeTest, ManyCommandsInARow) {
     auto r = run("echo " + std::to_string(i));
     ASSERT_EQ(r.stdout_text, std::to_string(i) + "\n");
   }
-  // Per-execution cgroups are removed once their processes are gone.
+  // Per-execution cgroups are removed once their processes are gone: what remains is
+  // the one prepared for the next command (and, for a moment, the last one's).
   auto leftover = fs::path("/sys/fs/cgroup/freezer/sandboxd") / harness->runtime->options().instance / sandbox->name();
   if (fs::exists(leftover)) {
     size_t children = 0;
     for (auto& entry : fs::directory_iterator(leftover)) children += entry.is_directory();
-    EXPECT_LE(children, 1u);
+    EXPECT_LE(children, 2u);
   }
 }
 
