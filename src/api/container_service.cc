@@ -380,6 +380,12 @@ void ContainerService::release_slot(const std::shared_ptr<Slot>& slot) {
   free_slots_.push_back(slot);
 }
 
+std::shared_ptr<Container> ContainerService::find_open(const std::string& owner, const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  auto it = open_.find({owner, id});
+  return it == open_.end() ? nullptr : it->second;
+}
+
 asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ensure_sandbox(
     std::shared_ptr<Container> container) {
   for (;;) {

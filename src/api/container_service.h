@@ -87,6 +87,8 @@ class ContainerService {
   // another owner's) container.
   Result<std::shared_ptr<Container>> open(const std::string& owner, const std::string& id, bool create);
   std::vector<store::ContainerRecord> list(const std::string& owner, size_t limit, const std::string& after_id);
+  // The container if it is open (its volume mounted) now; nothing is mounted for it.
+  std::shared_ptr<Container> find_open(const std::string& owner, const std::string& id) const;
 
   // Runs a command, starting the sandbox first if needed. `restart` stops the sandbox
   // and empties the workspace before running.

@@ -78,8 +78,23 @@ asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContex
   if (has_more) records.pop_back();
   boost::json::array data;
   for (const auto& record : records) {
-    auto container = api.containers.open(ctx.owner, record.id, false);
-    if (container) data.push_back(container_json(api.containers, **container));
+    if (auto container = api.containers.find_open(ctx.owner, record.id)) {
+      data.push_back(container_json(api.containers, *container));
+      continue;
+    }
+    // Not open: described from the index, without mounting its volume just to list it.
+    uint64_t bytes = 0, files = 0;
+    for (const auto& file : api.containers.metadata().files_of(record.storage)) {
+      bytes += file.size;
+      ++files;
+    }
+    data.push_back(boost::json::object{
+        {"id", record.id},
+        {"type", "container"},
+        {"created_at", ContainerService::format_time(record.created_at)},
+        {"expires_at", ContainerService::format_time(record.last_used_at + api.config.session_ttl_sec)},
+        {"state", "stopped"},
+        {"usage", {{"bytes", bytes}, {"files", files}}}});
   }
   boost::json::object out{{"data", data}, {"has_more", has_more}};
   out["first_id"] = records.empty() ? boost::json::value(nullptr) : boost::json::value(records.front().id);

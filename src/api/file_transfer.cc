@@ -72,6 +72,10 @@ Result<std::string> checked_key(const std::string& key) {
   return key;
 }
 
+// Puts the body in place, then its record (an overwrite is a new file: created_at now).
+Result<store::FileRecord> commit_upload(ApiContext& api, Container& container, store::FileWriter& writer,
+                                        const std::string& path);
+
 }  // namespace
 
 ApiError file_error(store::FileError error, const std::string& path) {
@@ -99,6 +103,17 @@ boost::json::object file_object(const std::string& container_id, const store::Fi
           {"scope", {{"id", container_id}, {"type", "session"}}}};
 }
 
+namespace {
+Result<store::FileRecord> commit_upload(ApiContext& api, Container& container, store::FileWriter& writer,
+                                        const std::string& path) {
+  store::FileRecord record;
+  if (auto e = writer.commit(record); e != store::FileError::kNone) return file_error(e, path);
+  record.storage = container.storage;
+  api.containers.metadata().put_file(record, /*reset_created=*/true);
+  return record;
+}
+}  // namespace
+
 asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::RequestContext& ctx,
                                                       Container& container, const std::string& key) {
   auto valid = checked_key(key);
@@ -115,11 +130,7 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
     writer->abort();  // the previous version of the key stays
     co_return received.error();
   }
-  store::FileRecord record;
-  if (auto e = writer->commit(record); e != store::FileError::kNone) co_return file_error(e, path);
-  record.storage = container.storage;
-  api.containers.metadata().put_file(record, /*reset_created=*/true);
-  co_return record;
+  co_return commit_upload(api, container, *writer, path);
 }
 
 asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, server::RequestContext& ctx,
@@ -192,11 +203,7 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
     co_return ApiError::invalid_request(writer ? "The multipart body ended before its closing boundary"
                                                : "The multipart body has no 'file' field");
   }
-  store::FileRecord record;
-  if (auto e = writer->commit(record); e != store::FileError::kNone) co_return file_error(e, path);
-  record.storage = container.storage;
-  api.containers.metadata().put_file(record, /*reset_created=*/true);
-  co_return record;
+  co_return commit_upload(api, container, *writer, path);
 }
 
 asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, server::RequestContext& ctx,
