@@ -7,10 +7,8 @@
 #include <boost/json.hpp>
 #include <filesystem>
 
-#include "api/discovery.h"
 #include "api/routes.h"
-#include "tools/bash_tool.h"
-#include "tools/text_editor.h"
+#include "api/tool_calls.h"
 
 namespace sandboxd::api {
 namespace {
@@ -133,28 +131,7 @@ asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx)
   if (!input) co_return input.error();
   auto container = api.containers.open(ctx.owner, ctx.params["id"], /*create=*/true);
   if (!container) co_return container.error();
-  api.containers.touch(**container);
-
-  if (tool == "text_editor_code_execution") {
-    tools::EditorOptions options;
-    options.uid = api.config.sandbox_host_uid;
-    options.gid = api.config.sandbox_host_uid;
-    auto content = tools::run_text_editor((*container)->paths, *input, options);
-    co_return json_ok(content);
-  }
-  auto parsed = tools::parse_bash_input(*input);
-  if (auto* error = std::get_if<std::string>(&parsed))
-    co_return json_ok(tools::tool_error(tools::kBashErrorType, "invalid_tool_input", *error, true));
-  auto& bash = std::get<tools::BashInput>(parsed);
-  runtime::ExecRequest request;
-  request.command = bash.command;
-  request.timeout = std::chrono::seconds(bash.timeout_sec.value_or(api.config.code_execution_timeout_sec));
-  request.output_limit = api.config.output_limit_bytes;
-  auto result = co_await api.containers.exec(*container, std::move(request), bash.restart);
-  // Files the command wrote get their created_at now, not when someone lists them.
-  after_execution(api, *container);
-  if (!result) co_return json_ok(tools::tool_error(tools::kBashErrorType, "unavailable", result.error().message, true));
-  co_return json_ok(tools::bash_result(*result));
+  co_return json_ok(co_await run_sub_tool(api, *container, tool, *input));
 }
 
 }  // namespace

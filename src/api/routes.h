@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 
 #include "api/container_service.h"
+#include "model/upstream_client.h"
 #include "server/http_server.h"
 #include "store/file_store.h"
 
@@ -13,12 +14,14 @@ struct ApiContext {
   ContainerService& containers;
   store::FileStore& files;
   const ops::Config& config;
+  std::shared_ptr<model::UpstreamClient> upstream;  // the /messages model client
 };
 
 void register_container_routes(server::HttpServer& http, ApiContext& api);
 void register_file_routes(server::HttpServer& http, ApiContext& api);
 void register_thread_routes(server::HttpServer& http, ApiContext& api);
 void register_ops_routes(server::HttpServer& http, ApiContext& api);
+void register_messages_routes(server::HttpServer& http, ApiContext& api);
 
 // A route handler from a function of (ApiContext&, RequestContext&).
 template <typename Fn>

@@ -162,12 +162,18 @@ Config parse_config(const std::string& yaml_text) {
   });
 
   with(root, "model", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"provider", "baseUrl", "apiKey", "models", "maxToolIterations", "timeoutSec"});
+    only_keys(n, p, {"provider", "baseUrl", "apiKey", "models", "maxToolIterations", "timeoutSec",
+                     "pingIntervalSec"});
     with(n, "provider", p, [&](const YAML::Node& v, const std::string& kp) {
       c.model_provider = scalar(v, kp);
       if (c.model_provider != "anthropic") throw ConfigError(kp + ": only 'anthropic' is supported");
     });
-    with(n, "baseUrl", p, [&](const YAML::Node& v, const std::string& kp) { c.model_base_url = scalar(v, kp); });
+    with(n, "baseUrl", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.model_base_url = scalar(v, kp);
+      if (!c.model_base_url.empty() && c.model_base_url.rfind("http://", 0) != 0 &&
+          c.model_base_url.rfind("https://", 0) != 0)
+        throw ConfigError(kp + ": must be an http:// or https:// URL");
+    });
     with(n, "apiKey", p, [&](const YAML::Node& v, const std::string& kp) { c.model_api_key = scalar(v, kp); });
     with(n, "models", p, [&](const YAML::Node& v, const std::string& kp) {
       if (!v.IsMap()) throw ConfigError(kp + ": must be a mapping of name to upstream model");
@@ -175,6 +181,7 @@ Config parse_config(const std::string& yaml_text) {
     });
     with(n, "maxToolIterations", p, [&](const YAML::Node& v, const std::string& kp) { c.max_tool_iterations = static_cast<int>(read_int(v, kp, 1, 1000)); });
     with(n, "timeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.model_timeout_sec = static_cast<int>(read_int(v, kp, 1, 86400)); });
+    with(n, "pingIntervalSec", p, [&](const YAML::Node& v, const std::string& kp) { c.model_ping_interval_sec = static_cast<int>(read_int(v, kp, 1, 3600)); });
   });
 
   with(root, "features", "", [&](const YAML::Node& n, const std::string& p) {

@@ -38,7 +38,8 @@ struct Config {
   std::string model_api_key;
   std::map<std::string, std::string> model_names;  // "default" -> upstream name
   int max_tool_iterations = 20;
-  int model_timeout_sec = 600;
+  int model_timeout_sec = 600;      // one upstream call, connect to last byte
+  int model_ping_interval_sec = 5;  // SSE pings while a command runs in a streamed turn
   // features
   bool code_execution_enabled = true;
   int code_execution_timeout_sec = 60;

@@ -15,6 +15,7 @@
 
 #include "api/container_service.h"
 #include "api/routes.h"
+#include "model/upstream_client.h"
 #include "runtime/runtime.h"
 #include "runtime/volume.h"
 #include "server/auth.h"
@@ -81,11 +82,16 @@ int serve(Config config) {
     server::HttpServer http(io, limits);
     server::TokenAuth auth(tokens);
     http.set_authenticator([&auth](server::RequestContext& ctx) { return auth.authenticate(ctx); });
-    api::ApiContext api{containers, files, config};
+    // The upstream model's client (its own event-loop thread) exists only when one is
+    // configured; /messages answers with a clear 400 otherwise.
+    std::shared_ptr<model::UpstreamClient> upstream;
+    if (!config.model_base_url.empty()) upstream = model::UpstreamClient::create();
+    api::ApiContext api{containers, files, config, upstream};
     api::register_ops_routes(http, api);
     api::register_container_routes(http, api);
     api::register_file_routes(http, api);
     api::register_thread_routes(http, api);
+    api::register_messages_routes(http, api);
 
     auto endpoint = http.listen(config.listen_host, config.listen_port);
     std::printf("sandboxd: listening on http://%s:%u (data in %s, cgroup %s)\n",
@@ -113,6 +119,7 @@ int serve(Config config) {
                 pause.expires_after(std::chrono::milliseconds(50));
                 co_await pause.async_wait(asio::use_awaitable);
               }
+              if (upstream) upstream->shutdown();
               co_await containers.shutdown();
               io.stop();
             },

@@ -9,6 +9,7 @@
 #include <array>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cstdio>
@@ -361,9 +362,32 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   ExecResult result;
   const auto deadline = started + request.timeout;
   bool kill_sent = false;
+  // A cancelled request wakes the wait below (on this strand); it then kills the tree.
+  uint64_t subscription = 0;
+  if (request.cancellation) {
+    std::weak_ptr<Execution> weak = exec;
+    subscription = request.cancellation->subscribe([this, weak, self] {
+      asio::post(strand_, [weak] {
+        if (auto e = weak.lock()) e->wake.cancel();
+      });
+    });
+  }
+  struct Unsubscribe {
+    std::shared_ptr<Cancellation> cancellation;
+    uint64_t id;
+    ~Unsubscribe() {
+      if (cancellation && id) cancellation->unsubscribe(id);
+    }
+  } unsubscribe{request.cancellation, subscription};
   while (!exec->exited && !exec->failed && state_ != State::kStopped) {
     exec->wake.expires_at(kill_sent ? Clock::time_point::max() : deadline);
     bool expired = co_await wait_event(exec->wake);
+    if (!kill_sent && !exec->exited && request.cancellation && request.cancellation->cancelled()) {
+      result.cancelled = true;
+      kill_sent = true;
+      send(protocol::Type::kKill, id);
+      continue;
+    }
     if (expired && !kill_sent && !exec->exited) {
       // Kill the whole tree of this call (its cgroup), nothing else.
       result.timed_out = true;

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/cancellation.h"
 #include "runtime/cgroup.h"
 #include "runtime/protocol.h"
 
@@ -35,6 +36,8 @@ struct ExecRequest {
   size_t output_limit = 1 << 20;  // per stream
   // Added to the fixed environment (PATH, HOME, USER, LANG, TERM, PWD).
   std::vector<std::string> extra_env;
+  // When set and cancelled, the command's process tree is killed (its client left).
+  std::shared_ptr<Cancellation> cancellation;
 };
 
 struct ExecResult {
@@ -42,6 +45,7 @@ struct ExecResult {
   std::string stderr_text;
   int return_code = 0;      // 128+N for a signal, 124 on timeout
   bool timed_out = false;
+  bool cancelled = false;
   bool stdout_truncated = false;
   bool stderr_truncated = false;
   std::chrono::microseconds duration{};

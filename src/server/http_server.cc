@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/asio/as_tuple.hpp>
@@ -39,6 +40,7 @@ StringResponse json_response(http::status status, std::string body) {
 
 StringResponse error_response(const ApiError& error) {
   auto res = json_response(error.status, error_body(error));
+  if (error.status == static_cast<http::status>(529)) res.reason("Overloaded");
   if (error.retry_after) res.set(http::field::retry_after, std::to_string(*error.retry_after));
   return res;
 }
@@ -150,6 +152,49 @@ asio::awaitable<Result<std::string>> RequestContext::read_body(size_t limit) {
 }
 
 // ---------------------------------------------------------------------------------
+asio::awaitable<bool> ChunkWriter::write(std::string_view data) {
+  if (failed_) co_return false;
+  if (data.empty()) co_return true;  // an empty chunk would end the body
+  stream_.expires_after(write_timeout_);
+  auto [ec, n] = co_await asio::async_write(stream_, http::make_chunk(asio::const_buffer(data.data(), data.size())),
+                                            use_tuple);
+  stream_.expires_never();
+  if (ec) failed_ = true;
+  co_return !failed_;
+}
+
+std::shared_ptr<DisconnectWatch> DisconnectWatch::start(tcp::socket& socket, std::function<void()> on_gone) {
+  std::shared_ptr<DisconnectWatch> watch(new DisconnectWatch(socket, std::move(on_gone)));
+  asio::co_spawn(socket.get_executor(), [watch]() { return watch->watch(); }, asio::detached);
+  return watch;
+}
+
+asio::awaitable<void> DisconnectWatch::watch() {
+  auto self = shared_from_this();
+  for (;;) {
+    auto [ec] = co_await socket_.async_wait(tcp::socket::wait_read, use_tuple);
+    if (stopped_) co_return;  // the socket may be gone: touch nothing
+    if (ec) {
+      if (ec != asio::error::operation_aborted) on_gone_();
+      co_return;
+    }
+    char byte;
+    ssize_t n = ::recv(socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) co_return;  // a pipelined request: the client is still there
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      on_gone_();
+      co_return;
+    }
+  }
+}
+
+void DisconnectWatch::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  boost::system::error_code ignored;
+  socket_.cancel(ignored);  // wakes the pending wait; no write is pending now
+}
+
 HttpServer::HttpServer(asio::io_context& io, ServerLimits limits) : io_(io), limits_(limits) {}
 
 void HttpServer::route(http::verb method, std::string pattern, std::string name, Handler handler,
@@ -233,7 +278,8 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket) {
     std::visit(
         [&](auto& res) {
           auto& base = [&]() -> auto& {
-            if constexpr (std::is_same_v<std::decay_t<decltype(res)>, FileResponse>) return res.header;
+            using T = std::decay_t<decltype(res)>;
+            if constexpr (std::is_same_v<T, FileResponse> || std::is_same_v<T, StreamResponse>) return res.header;
             else return res;
           }();
           base.set("request-id", ctx.request_id);
@@ -305,6 +351,21 @@ asio::awaitable<bool> HttpServer::send(beast::tcp_stream& stream, Response& resp
       bytes = res->body().size();
       std::tie(ec, std::ignore) = co_await http::async_write(stream, *res, use_tuple);
     }
+    stream.expires_never();
+    co_return !ec;
+  }
+  if (auto* streamed = std::get_if<StreamResponse>(&response)) {
+    status = streamed->header.result_int();
+    streamed->header.chunked(true);
+    http::response_serializer<http::empty_body> serializer{streamed->header};
+    auto [ec, n] = co_await http::async_write_header(stream, serializer, use_tuple);
+    stream.expires_never();
+    if (ec) co_return false;
+    ChunkWriter writer(stream, limits_.write_timeout);
+    co_await streamed->produce(writer);
+    if (writer.failed()) co_return false;
+    stream.expires_after(limits_.write_timeout);
+    std::tie(ec, std::ignore) = co_await asio::async_write(stream, http::make_chunk_last(), use_tuple);
     stream.expires_never();
     co_return !ec;
   }

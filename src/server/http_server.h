@@ -37,7 +37,47 @@ struct FileResponse {
   uint64_t length = 0;
 };
 
-using Response = std::variant<StringResponse, FileResponse>;
+// Writes the chunks of a streamed body (chunked transfer encoding).
+class ChunkWriter {
+ public:
+  ChunkWriter(beast::tcp_stream& stream, std::chrono::seconds write_timeout)
+      : stream_(stream), write_timeout_(write_timeout) {}
+  // Sends one chunk at once; false (and every later call false) once the client is gone.
+  asio::awaitable<bool> write(std::string_view data);
+  bool failed() const { return failed_; }
+  beast::tcp_stream& stream() { return stream_; }
+
+ private:
+  beast::tcp_stream& stream_;
+  std::chrono::seconds write_timeout_;
+  bool failed_ = false;
+};
+
+// Watches a connection, while a long request works, for the client closing it: then
+// `on_gone` runs (on the socket's executor), so the work can be cancelled. stop() must
+// be called before the socket is used for anything but writes, or goes away.
+class DisconnectWatch : public std::enable_shared_from_this<DisconnectWatch> {
+ public:
+  static std::shared_ptr<DisconnectWatch> start(tcp::socket& socket, std::function<void()> on_gone);
+  void stop();
+
+ private:
+  DisconnectWatch(tcp::socket& socket, std::function<void()> on_gone)
+      : socket_(socket), on_gone_(std::move(on_gone)) {}
+  asio::awaitable<void> watch();
+  tcp::socket& socket_;
+  std::function<void()> on_gone_;
+  bool stopped_ = false;
+};
+
+// A response whose body a producer writes as it goes (server-sent events): the header
+// is sent first, then `produce` writes chunks until it returns.
+struct StreamResponse {
+  http::response<http::empty_body> header;
+  std::function<asio::awaitable<void>(ChunkWriter&)> produce;
+};
+
+using Response = std::variant<StringResponse, FileResponse, StreamResponse>;
 
 struct ServerLimits {
   size_t header_limit = 16 * 1024;

@@ -1,0 +1,150 @@
+// Messages (SPEC §3.1): POST /api/gpt/v1/messages runs the tool loop against the
+// upstream model, as JSON or as server-sent events; /messages/validate checks a body
+// and runs nothing. A client that goes away cancels the upstream call and the command.
+
+#include <boost/json.hpp>
+
+#include "api/routes.h"
+#include "api/tool_calls.h"
+#include "model/sse.h"
+#include "model/tool_loop.h"
+
+namespace sandboxd::api {
+namespace {
+
+namespace http = server::http;
+namespace json = boost::json;
+using server::ApiError;
+using server::RequestContext;
+using server::Response;
+using server::Result;
+
+constexpr size_t kMessagesBodyLimit = 32u << 20;
+
+// Runs the loop's sub-tool calls in the request's container.
+class ContainerRunner : public model::ToolRunner {
+ public:
+  ContainerRunner(ApiContext& api, std::shared_ptr<Container> container,
+                  std::shared_ptr<runtime::Cancellation> cancellation)
+      : api_(api), container_(std::move(container)), cancellation_(std::move(cancellation)) {}
+
+  asio::awaitable<json::object> run(std::string_view tool, const json::object& input) override {
+    co_return co_await run_sub_tool(api_, container_, tool, input, cancellation_);
+  }
+
+  json::value container() override {
+    if (!container_) return nullptr;
+    api_.containers.touch(*container_);
+    return json::object{{"id", container_->id},
+                        {"expires_at", ContainerService::format_time(api_.containers.expires_at(*container_))}};
+  }
+
+ private:
+  ApiContext& api_;
+  std::shared_ptr<Container> container_;
+  std::shared_ptr<runtime::Cancellation> cancellation_;
+};
+
+class SseSink : public model::EventSink {
+ public:
+  explicit SseSink(server::ChunkWriter& writer) : writer_(writer) {}
+  asio::awaitable<bool> send(std::string_view event, const json::object& data) override {
+    co_return co_await writer_.write(model::format_sse(event, json::serialize(data)));
+  }
+
+ private:
+  server::ChunkWriter& writer_;
+};
+
+// Everything one request's loop needs, kept alive until its stream ends.
+struct Turn {
+  std::shared_ptr<runtime::Cancellation> cancellation = std::make_shared<runtime::Cancellation>();
+  std::unique_ptr<ContainerRunner> runner;
+  std::unique_ptr<model::ToolLoop> loop;
+  std::shared_ptr<server::DisconnectWatch> watch;
+};
+
+asio::awaitable<Result<model::MessagesRequest>> read_request(RequestContext& ctx) {
+  auto body = co_await ctx.read_body(kMessagesBodyLimit);
+  if (!body) co_return body.error();
+  auto object = parse_json_object(*body);
+  if (!object) co_return object.error();
+  co_return model::parse_messages_request(std::move(*object), &ContainerService::valid_id);
+}
+
+model::LoopSettings loop_settings(const ops::Config& config) {
+  model::LoopSettings settings;
+  std::string base = config.model_base_url;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  settings.messages_url = base + "/v1/messages";
+  settings.headers = {"Content-Type: application/json", "anthropic-version: 2023-06-01"};
+  if (!config.model_api_key.empty()) settings.headers.push_back("x-api-key: " + config.model_api_key);
+  settings.timeout = std::chrono::seconds(config.model_timeout_sec);
+  settings.max_tool_iterations = config.max_tool_iterations;
+  settings.ping_interval = std::chrono::seconds(config.model_ping_interval_sec);
+  return settings;
+}
+
+asio::awaitable<Result<Response>> validate(ApiContext&, RequestContext& ctx) {
+  auto request = co_await read_request(ctx);
+  if (!request) co_return request.error();
+  co_return json_ok(json::object{{"valid", true}});
+}
+
+asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext& ctx) {
+  auto request = co_await read_request(ctx);
+  if (!request) co_return request.error();
+  if (api.config.model_base_url.empty() || !api.upstream)
+    co_return ApiError::invalid_request(
+        "No upstream model is configured for /messages: set model.baseUrl in sandboxd's configuration");
+  std::string upstream_model = request->model;
+  if (auto it = api.config.model_names.find(request->model); it != api.config.model_names.end())
+    upstream_model = it->second;
+
+  auto turn = std::make_shared<Turn>();
+  std::shared_ptr<Container> container;
+  if (request->code_tool != model::CodeToolVersion::kNone) {
+    // No container named: the owner's own stable one.
+    auto opened = api.containers.open(ctx.owner, request->container.value_or(ContainerService::default_id()), true);
+    if (!opened) co_return opened.error();
+    container = *opened;
+  }
+  turn->runner = std::make_unique<ContainerRunner>(api, container, turn->cancellation);
+  const bool stream = request->stream;
+  turn->loop = std::make_unique<model::ToolLoop>(api.upstream, loop_settings(api.config), std::move(*request),
+                                                 upstream_model, *turn->runner, turn->cancellation);
+  turn->watch = server::DisconnectWatch::start(ctx.stream().socket(),
+                                               [cancellation = turn->cancellation] { cancellation->cancel(); });
+  if (!stream) {
+    auto message = co_await turn->loop->run();
+    turn->watch->stop();
+    if (!message) co_return message.error();
+    co_return json_ok(*message);
+  }
+  // The first upstream answer decides between an HTTP error and a stream.
+  auto opened = co_await turn->loop->open();
+  if (!opened) {
+    turn->watch->stop();
+    co_return opened.error();
+  }
+  server::StreamResponse response;
+  response.header.result(http::status::ok);
+  response.header.version(11);
+  response.header.set(http::field::content_type, "text/event-stream");
+  response.header.set(http::field::cache_control, "no-cache");
+  response.produce = [turn](server::ChunkWriter& writer) -> asio::awaitable<void> {
+    SseSink sink(writer);
+    co_await turn->loop->stream(sink);
+    turn->watch->stop();
+  };
+  co_return response;
+}
+
+}  // namespace
+
+void register_messages_routes(server::HttpServer& http, ApiContext& api) {
+  http.route(http::verb::post, "/api/gpt/v1/messages", "messages.create", with_api(api, create_message));
+  http.route(http::verb::post, "/api/gpt/v1/messages/validate", "messages.validate", with_api(api, validate));
+}
+
+}  // namespace sandboxd::api

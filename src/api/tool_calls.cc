@@ -1,0 +1,35 @@
+#include "api/tool_calls.h"
+
+#include "api/discovery.h"
+#include "tools/bash_tool.h"
+#include "tools/text_editor.h"
+
+namespace sandboxd::api {
+
+asio::awaitable<boost::json::object> run_sub_tool(ApiContext& api, std::shared_ptr<Container> container,
+                                                  std::string_view tool, const boost::json::object& input,
+                                                  std::shared_ptr<runtime::Cancellation> cancellation) {
+  api.containers.touch(*container);
+  if (tool == "text_editor_code_execution") {
+    tools::EditorOptions options;
+    options.uid = api.config.sandbox_host_uid;
+    options.gid = api.config.sandbox_host_uid;
+    co_return tools::run_text_editor(container->paths, input, options);
+  }
+  auto parsed = tools::parse_bash_input(input);
+  if (auto* error = std::get_if<std::string>(&parsed))
+    co_return tools::tool_error(tools::kBashErrorType, "invalid_tool_input", *error, true);
+  auto& bash = std::get<tools::BashInput>(parsed);
+  runtime::ExecRequest request;
+  request.command = bash.command;
+  request.timeout = std::chrono::seconds(bash.timeout_sec.value_or(api.config.code_execution_timeout_sec));
+  request.output_limit = api.config.output_limit_bytes;
+  request.cancellation = std::move(cancellation);
+  auto result = co_await api.containers.exec(container, std::move(request), bash.restart);
+  // Files the command wrote get their created_at now, not when someone lists them.
+  after_execution(api, container);
+  if (!result) co_return tools::tool_error(tools::kBashErrorType, "unavailable", result.error().message, true);
+  co_return tools::bash_result(*result);
+}
+
+}  // namespace sandboxd::api

@@ -1,0 +1,22 @@
+// One sub-tool call in a container, the same for the direct tool endpoints and the
+// /messages tool loop: bash runs in the container's sandbox (started on demand), the
+// editor works on the container's folders. Returns the tool result block's `content`.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/json/object.hpp>
+#include <memory>
+#include <string_view>
+
+#include "api/routes.h"
+#include "runtime/cancellation.h"
+
+namespace sandboxd::api {
+
+// `tool` is bash_code_execution or text_editor_code_execution. Errors come back as
+// *_tool_result_error blocks (with `detail`); a cancelled call kills its command.
+asio::awaitable<boost::json::object> run_sub_tool(ApiContext& api, std::shared_ptr<Container> container,
+                                                  std::string_view tool, const boost::json::object& input,
+                                                  std::shared_ptr<runtime::Cancellation> cancellation = nullptr);
+
+}  // namespace sandboxd::api

@@ -1,0 +1,443 @@
+#include "model/messages_request.h"
+
+#include <set>
+
+namespace sandboxd::model {
+namespace {
+
+namespace json = boost::json;
+using server::ApiError;
+using server::Result;
+
+ApiError invalid(const std::string& path, const std::string& problem) {
+  return ApiError::invalid_request(path + ": " + problem);
+}
+
+bool is_integer(const json::value& v) { return v.is_int64() || v.is_uint64(); }
+int64_t integer(const json::value& v) {
+  return v.is_int64() ? v.as_int64() : static_cast<int64_t>(std::min<uint64_t>(v.as_uint64(), INT64_MAX));
+}
+
+// Checks that `object` holds `field` of the right JSON kind.
+std::optional<ApiError> need_string(const json::object& object, const char* field, const std::string& path) {
+  auto* v = object.if_contains(field);
+  if (!v) return invalid(path + "." + field, "Field required");
+  if (!v->is_string()) return invalid(path + "." + field, "Input should be a valid string");
+  return std::nullopt;
+}
+std::optional<ApiError> need_object(const json::object& object, const char* field, const std::string& path) {
+  auto* v = object.if_contains(field);
+  if (!v) return invalid(path + "." + field, "Field required");
+  if (!v->is_object()) return invalid(path + "." + field, "Input should be a valid dictionary");
+  return std::nullopt;
+}
+
+const std::set<std::string, std::less<>> kUserBlocks = {"text", "image", "document", "search_result", "tool_result"};
+const std::set<std::string, std::less<>> kAssistantBlocks = {
+    "text", "thinking", "redacted_thinking", "tool_use", "server_tool_use",
+    "bash_code_execution_tool_result", "text_editor_code_execution_tool_result"};
+
+std::optional<ApiError> check_block(const json::value& value, const std::string& path, bool assistant) {
+  if (!value.is_object()) return invalid(path, "Input should be a valid dictionary");
+  const auto& block = value.as_object();
+  auto* type_value = block.if_contains("type");
+  if (!type_value) return invalid(path + ".type", "Field required");
+  if (!type_value->is_string()) return invalid(path + ".type", "Input should be a valid string");
+  std::string type(type_value->as_string());
+  const auto& allowed = assistant ? kAssistantBlocks : kUserBlocks;
+  if (!allowed.count(type)) {
+    std::string expected;
+    for (const auto& t : allowed) expected += (expected.empty() ? "'" : ", '") + t + "'";
+    return invalid(path + ".type", "block type '" + type + "' is not allowed in a" +
+                                       (assistant ? "n assistant" : " user") + " message (expected one of " +
+                                       expected + ")");
+  }
+  if (type == "text") return need_string(block, "text", path);
+  if (type == "image" || type == "document") return need_object(block, "source", path);
+  if (type == "thinking") {
+    if (auto e = need_string(block, "thinking", path)) return e;
+    return need_string(block, "signature", path);
+  }
+  if (type == "redacted_thinking") return need_string(block, "data", path);
+  if (type == "tool_use" || type == "server_tool_use") {
+    if (auto e = need_string(block, "id", path)) return e;
+    if (auto e = need_string(block, "name", path)) return e;
+    if (type == "server_tool_use" && !is_sub_tool(block.at("name").as_string()))
+      return invalid(path + ".name", "unknown server tool '" + std::string(block.at("name").as_string()) + "'");
+    return need_object(block, "input", path);
+  }
+  if (type == "tool_result") {
+    if (auto e = need_string(block, "tool_use_id", path)) return e;
+    if (auto* content = block.if_contains("content"); content && !content->is_string() && !content->is_array())
+      return invalid(path + ".content", "Input should be a valid string or list");
+    if (auto* is_error = block.if_contains("is_error"); is_error && !is_error->is_bool())
+      return invalid(path + ".is_error", "Input should be a valid boolean");
+    return std::nullopt;
+  }
+  if (type.ends_with("_tool_result")) {  // a server tool result
+    if (auto e = need_string(block, "tool_use_id", path)) return e;
+    return need_object(block, "content", path);
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> check_messages(const json::value& value, bool& has_server_blocks) {
+  if (!value.is_array()) return invalid("messages", "Input should be a valid list");
+  const auto& messages = value.as_array();
+  if (messages.empty()) return invalid("messages", "at least one message is required");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    std::string path = "messages." + std::to_string(i);
+    if (!messages[i].is_object()) return invalid(path, "Input should be a valid dictionary");
+    const auto& message = messages[i].as_object();
+    for (const auto& [key, v] : message)
+      if (key != "role" && key != "content") return invalid(path + "." + std::string(key), "Extra inputs are not permitted");
+    auto* role = message.if_contains("role");
+    if (!role) return invalid(path + ".role", "Field required");
+    if (!role->is_string() || (role->as_string() != "user" && role->as_string() != "assistant"))
+      return invalid(path + ".role", "Input should be 'user' or 'assistant'");
+    bool assistant = role->as_string() == "assistant";
+    auto* content = message.if_contains("content");
+    if (!content) return invalid(path + ".content", "Field required");
+    if (content->is_string()) continue;
+    if (!content->is_array()) return invalid(path + ".content", "Input should be a valid string or list");
+    std::set<std::string> server_ids;
+    const auto& blocks = content->as_array();
+    for (size_t j = 0; j < blocks.size(); ++j) {
+      std::string block_path = path + ".content." + std::to_string(j);
+      if (auto e = check_block(blocks[j], block_path, assistant)) return e;
+      const auto& block = blocks[j].as_object();
+      std::string_view type = block.at("type").as_string();
+      if (type == "server_tool_use") {
+        has_server_blocks = true;
+        server_ids.insert(std::string(block.at("id").as_string()));
+      } else if (type.ends_with("_code_execution_tool_result")) {
+        has_server_blocks = true;
+        std::string id(block.at("tool_use_id").as_string());
+        if (!server_ids.count(id))
+          return invalid(block_path + ".tool_use_id",
+                         "'" + id + "' does not match an earlier server_tool_use block of this message");
+        server_ids.erase(id);
+      }
+    }
+    if (!server_ids.empty())
+      return invalid(path + ".content", "server_tool_use block '" + *server_ids.begin() + "' has no result block");
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> check_system(const json::value& value) {
+  if (value.is_string()) return std::nullopt;
+  if (!value.is_array()) return invalid("system", "Input should be a valid string or list");
+  const auto& blocks = value.as_array();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::string path = "system." + std::to_string(i);
+    if (!blocks[i].is_object()) return invalid(path, "Input should be a valid dictionary");
+    const auto& block = blocks[i].as_object();
+    auto* type = block.if_contains("type");
+    if (!type || !type->is_string() || type->as_string() != "text") return invalid(path + ".type", "Input should be 'text'");
+    if (auto e = need_string(block, "text", path)) return e;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> check_tools(const json::value& value, CodeToolVersion& code_tool) {
+  if (!value.is_array()) return invalid("tools", "Input should be a valid list");
+  std::set<std::string> names;
+  const auto& tools = value.as_array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    std::string path = "tools." + std::to_string(i);
+    if (!tools[i].is_object()) return invalid(path, "Input should be a valid dictionary");
+    const auto& tool = tools[i].as_object();
+    if (auto e = need_string(tool, "name", path)) return e;
+    std::string name(tool.at("name").as_string());
+    std::string type;
+    if (auto* t = tool.if_contains("type")) {
+      if (!t->is_string()) return invalid(path + ".type", "Input should be a valid string");
+      type = std::string(t->as_string());
+    }
+    if (name == "code_execution" || type.starts_with("code_execution")) {
+      if (type == "code_execution_v1") {
+        code_tool = CodeToolVersion::kV1;
+      } else if (type == "code_execution_20250825") {
+        code_tool = CodeToolVersion::k20250825;
+      } else {
+        return invalid(path + ".type", "the code_execution tool's type must be 'code_execution_v1' or "
+                                       "'code_execution_20250825', not '" + type + "'");
+      }
+      if (name != "code_execution") return invalid(path + ".name", "the code execution tool must be named 'code_execution'");
+    } else if (type.empty() || type == "custom") {
+      if (name.empty() || name.size() > 128) return invalid(path + ".name", "must be 1 to 128 characters");
+      for (char c : name)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'))
+          return invalid(path + ".name", "String should match pattern '^[a-zA-Z0-9_-]{1,128}$'");
+      if (is_sub_tool(name))
+        return invalid(path + ".name", "'" + name + "' is reserved for the code_execution tool");
+      if (auto e = need_object(tool, "input_schema", path)) return e;
+      if (auto* d = tool.if_contains("description"); d && !d->is_string())
+        return invalid(path + ".description", "Input should be a valid string");
+    } else {
+      return invalid(path + ".type", "tool type '" + type + "' is not supported by this server");
+    }
+    if (!names.insert(name).second) return invalid("tools", "tool names must be unique ('" + name + "' repeats)");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<MessagesRequest> parse_messages_request(json::object body, bool (*valid_container_id)(std::string_view)) {
+  static const std::set<std::string, std::less<>> kKnown = {
+      "model",    "messages", "max_tokens",  "system",   "stream",       "temperature", "top_p",
+      "top_k",    "stop_sequences", "metadata", "tools", "tool_choice", "thinking",   "container",
+      "service_tier"};
+  for (const auto& [key, v] : body)
+    if (!kKnown.count(key)) return invalid(std::string(key), "Extra inputs are not permitted");
+  MessagesRequest request;
+  auto* model = body.if_contains("model");
+  if (!model) return invalid("model", "Field required");
+  if (!model->is_string() || model->as_string().empty()) return invalid("model", "Input should be a non-empty string");
+  request.model = std::string(model->as_string());
+  auto* max_tokens = body.if_contains("max_tokens");
+  if (!max_tokens) return invalid("max_tokens", "Field required");
+  if (!is_integer(*max_tokens) || integer(*max_tokens) < 1)
+    return invalid("max_tokens", "Input should be an integer greater than or equal to 1");
+  auto* messages = body.if_contains("messages");
+  if (!messages) return invalid("messages", "Field required");
+  bool has_server_blocks = false;
+  if (auto e = check_messages(*messages, has_server_blocks)) return *e;
+  if (auto* system = body.if_contains("system"))
+    if (auto e = check_system(*system)) return *e;
+  if (auto* stream = body.if_contains("stream")) {
+    if (!stream->is_bool()) return invalid("stream", "Input should be a valid boolean");
+    request.stream = stream->as_bool();
+  }
+  if (auto* t = body.if_contains("temperature"); t && (!t->is_number() || t->to_number<double>() < 0 || t->to_number<double>() > 1))
+    return invalid("temperature", "Input should be a number from 0 to 1");
+  if (auto* t = body.if_contains("top_p"); t && (!t->is_number() || t->to_number<double>() < 0 || t->to_number<double>() > 1))
+    return invalid("top_p", "Input should be a number from 0 to 1");
+  if (auto* t = body.if_contains("top_k"); t && (!is_integer(*t) || integer(*t) < 0))
+    return invalid("top_k", "Input should be a non-negative integer");
+  if (auto* s = body.if_contains("stop_sequences")) {
+    if (!s->is_array()) return invalid("stop_sequences", "Input should be a valid list");
+    for (size_t i = 0; i < s->as_array().size(); ++i)
+      if (!s->as_array()[i].is_string()) return invalid("stop_sequences." + std::to_string(i), "Input should be a valid string");
+  }
+  if (auto* m = body.if_contains("metadata"); m && !m->is_object()) return invalid("metadata", "Input should be a valid dictionary");
+  if (auto* t = body.if_contains("thinking"); t && !t->is_object()) return invalid("thinking", "Input should be a valid dictionary");
+  if (auto* tools = body.if_contains("tools"))
+    if (auto e = check_tools(*tools, request.code_tool)) return *e;
+  if (auto* choice = body.if_contains("tool_choice")) {
+    if (!choice->is_object()) return invalid("tool_choice", "Input should be a valid dictionary");
+    auto* type = choice->as_object().if_contains("type");
+    static const std::set<std::string, std::less<>> kChoices = {"auto", "any", "tool", "none"};
+    if (!type || !type->is_string() || !kChoices.count(type->as_string()))
+      return invalid("tool_choice.type", "Input should be 'auto', 'any', 'tool' or 'none'");
+    if (type->as_string() == "tool") {
+      if (auto e = need_string(choice->as_object(), "name", "tool_choice")) return *e;
+    }
+  }
+  if (auto* container = body.if_contains("container"); container && !container->is_null()) {
+    const json::value* id = container;
+    if (container->is_object()) {
+      id = container->as_object().if_contains("id");
+      if (!id) return invalid("container.id", "Field required");
+    }
+    if (!id->is_string()) return invalid("container", "Input should be a string or an object with a string 'id'");
+    if (!valid_container_id(id->as_string()))
+      return invalid("container", "a container id is 1 to 128 characters of letters, digits, '.', '_', ':' and '-'");
+    request.container = std::string(id->as_string());
+  }
+  if (has_server_blocks && request.code_tool == CodeToolVersion::kNone)
+    return invalid("tools", "the messages hold code execution blocks; include the code_execution tool");
+  request.body = std::move(body);
+  return request;
+}
+
+// ---------------------------------------------------------------------------------
+std::string server_tool_id(std::string_view upstream_id) {
+  std::string_view rest = upstream_id.starts_with("toolu_") ? upstream_id.substr(6) : upstream_id;
+  std::string id = "srvtoolu_";
+  for (char c : rest) id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ? c : '_');
+  return id;
+}
+
+bool result_is_error(const json::object& content) {
+  auto* type = content.if_contains("type");
+  return type && type->is_string() && type->as_string().ends_with("_tool_result_error");
+}
+
+std::string result_text_for_model(const json::object& content) {
+  if (result_is_error(content)) {
+    std::string text = "Error";
+    if (auto* code = content.if_contains("error_code"); code && code->is_string())
+      text += " (" + std::string(code->as_string()) + ")";
+    if (auto* detail = content.if_contains("detail"); detail && detail->is_object())
+      if (auto* why = detail->as_object().if_contains("explanation"); why && why->is_string())
+        text += ": " + std::string(why->as_string());
+    return text;
+  }
+  // The result without its type tag, as JSON: lossless, and plain for a model to read.
+  json::object fields = content;
+  fields.erase("type");
+  return json::serialize(fields);
+}
+
+json::array translate_history(const json::array& messages) {
+  json::array out;
+  // Appends a message, merging into the previous one when the roles repeat (a tool
+  // result turn followed by the client's own user turn).
+  auto append = [&](const char* role, json::array content) {
+    if (content.empty()) return;
+    if (!out.empty() && out.back().as_object().at("role").as_string() == role) {
+      auto& previous = out.back().as_object()["content"];
+      if (previous.is_string()) previous = json::array{json::object{{"type", "text"}, {"text", previous.as_string()}}};
+      for (auto& block : content) previous.as_array().push_back(std::move(block));
+      return;
+    }
+    out.push_back(json::object{{"role", role}, {"content", std::move(content)}});
+  };
+  for (const auto& message_value : messages) {
+    const auto& message = message_value.as_object();
+    std::string role(message.at("role").as_string());
+    const auto& content = message.at("content");
+    if (role == "user" || content.is_string()) {
+      append(role.c_str(), content.is_string() ? json::array{json::object{{"type", "text"}, {"text", content.as_string()}}}
+                                               : content.as_array());
+      continue;
+    }
+    json::array turn, results;
+    for (const auto& block_value : content.as_array()) {
+      const auto& block = block_value.as_object();
+      std::string_view type = block.at("type").as_string();
+      if (type == "server_tool_use") {
+        if (!results.empty() ) {  // a new step after results: close the step
+          append("assistant", std::move(turn));
+          append("user", std::move(results));
+          turn = {};
+          results = {};
+        }
+        turn.push_back(json::object{{"type", "tool_use"}, {"id", block.at("id")}, {"name", block.at("name")},
+                                    {"input", block.at("input")}});
+      } else if (type.ends_with("_code_execution_tool_result")) {
+        const auto& result = block.at("content").as_object();
+        json::object tool_result{{"type", "tool_result"},
+                                 {"tool_use_id", block.at("tool_use_id")},
+                                 {"content", result_text_for_model(result)}};
+        if (result_is_error(result)) tool_result["is_error"] = true;
+        results.push_back(std::move(tool_result));
+      } else if (type == "tool_use" && !results.empty()) {
+        // A client tool called in the same model turn as the server tools before it:
+        // it stays in that turn, and the client's result joins the results after it.
+        turn.push_back(block);
+      } else {
+        if (!results.empty()) {
+          append("assistant", std::move(turn));
+          append("user", std::move(results));
+          turn = {};
+          results = {};
+        }
+        turn.push_back(block);
+      }
+    }
+    append("assistant", std::move(turn));
+    append("user", std::move(results));
+  }
+  return out;
+}
+
+json::array sub_tool_definitions() {
+  static const json::array kTools = [] {
+    json::object bash_schema{
+        {"type", "object"},
+        {"properties",
+         {{"command", {{"type", "string"}, {"description", "The bash command to run (bash -c)."}}},
+          {"timeout",
+           {{"type", "integer"},
+            {"minimum", 1},
+            {"maximum", 86400},
+            {"description", "Seconds before the command is killed (default 60); it then returns code 124."}}},
+          {"restart",
+           {{"type", "boolean"},
+            {"description", "Stop every process in the sandbox and empty /home/agent/workspace before running."}}}}},
+        {"required", json::array{"command"}}};
+    json::object editor_schema{
+        {"type", "object"},
+        {"properties",
+         {{"command",
+           {{"type", "string"},
+            {"enum", json::array{"view", "create", "str_replace", "insert"}},
+            {"description", "view a file or list a directory; create (or overwrite) a file; str_replace one "
+                            "exact, unique string; insert text after a line."}}},
+          {"path",
+           {{"type", "string"},
+            {"description", "The file or directory. Relative paths resolve against /home/agent/workspace/."}}},
+          {"view_range",
+           {{"type", "array"},
+            {"items", {{"type", "integer"}}},
+            {"minItems", 2},
+            {"maxItems", 2},
+            {"description", "view: [start, end] lines, 1-based; end -1 means the end of the file."}}},
+          {"file_text", {{"type", "string"}, {"description", "create: the whole content of the file."}}},
+          {"old_str", {{"type", "string"}, {"description", "str_replace: the exact text to replace; it must occur once."}}},
+          {"new_str", {{"type", "string"}, {"description", "str_replace: the replacement text."}}},
+          {"insert_line",
+           {{"type", "integer"}, {"minimum", 0}, {"description", "insert: the line after which to insert (0 = start)."}}},
+          {"insert_text", {{"type", "string"}, {"description", "insert: the text to insert."}}}}},
+        {"required", json::array{"command", "path"}}};
+    const char* sandbox =
+        " The sandbox is a Linux container with bash, Python 3 and common data libraries. "
+        "/home/agent/workspace/ is the working directory (read-write, scratch). "
+        "/mnt/user-data/uploads/ holds the user's uploaded files (read-only). "
+        "Save deliverables the user should download to /mnt/user-data/outputs/. "
+        "/mnt/skills/ holds read-only skills, one folder per skill. "
+        "Files persist between calls and later requests; processes, environment variables and the current "
+        "directory do not. There is no internet access: packages cannot be installed.";
+    return json::array{
+        json::object{{"name", kBashTool},
+                     {"description", std::string("Run a shell command in the sandbox. Each call runs in a new bash "
+                                                 "shell; output beyond 1 MiB is truncated.") + sandbox},
+                     {"input_schema", bash_schema}},
+        json::object{{"name", kEditorTool},
+                     {"description", std::string("View, create and edit text files in the sandbox. uploads/ and "
+                                                 "skills/ are read-only; paths outside the sandbox folders are "
+                                                 "refused.") + sandbox},
+                     {"input_schema", editor_schema}}};
+  }();
+  return kTools;
+}
+
+json::object upstream_body(const MessagesRequest& request, const std::string& upstream_model, bool stream) {
+  json::object out;
+  for (const auto& [key, value] : request.body) {
+    if (key == "container" || key == "tools" || key == "messages" || key == "stream" || key == "model") continue;
+    out[key] = value;
+  }
+  out["model"] = upstream_model;
+  out["messages"] = translate_history(request.body.at("messages").as_array());
+  json::array tools;
+  if (auto* client_tools = request.body.if_contains("tools")) {
+    for (const auto& tool : client_tools->as_array()) {
+      if (tool.as_object().at("name").as_string() == "code_execution") {
+        for (const auto& sub : sub_tool_definitions()) tools.push_back(sub);
+        continue;
+      }
+      json::object plain = tool.as_object();
+      plain.erase("type");  // "custom" is the default
+      tools.push_back(std::move(plain));
+    }
+  }
+  if (!tools.empty()) out["tools"] = std::move(tools);
+  if (auto* choice = out.if_contains("tool_choice"); choice && choice->is_object()) {
+    auto& c = choice->as_object();
+    // Forcing code_execution means forcing one of its sub-tools.
+    if (c.at("type").as_string() == "tool" && c.at("name").as_string() == "code_execution") {
+      json::object any{{"type", "any"}};
+      if (auto* p = c.if_contains("disable_parallel_tool_use")) any["disable_parallel_tool_use"] = *p;
+      *choice = std::move(any);
+    }
+  }
+  if (stream) out["stream"] = true;
+  return out;
+}
+
+}  // namespace sandboxd::model

@@ -1,0 +1,503 @@
+#include "model/tool_loop.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <random>
+#include <spdlog/spdlog.h>
+
+#include "model/sse.h"
+
+namespace sandboxd::model {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using server::ApiError;
+using server::Result;
+
+namespace {
+
+constexpr size_t kMaxUpstreamBody = 64u << 20;  // one upstream answer
+constexpr size_t kMaxErrorBody = 1u << 20;
+
+ApiError bad_gateway(std::string message) {
+  return ApiError{server::http::status::bad_gateway, "api_error", std::move(message), {}};
+}
+
+ApiError overloaded_529(std::string message) {
+  return ApiError{static_cast<server::http::status>(529), "overloaded_error", std::move(message), {}};
+}
+
+json::object error_event(const ApiError& error) {
+  return {{"type", "error"}, {"error", {{"type", error.type}, {"message", error.message}}}};
+}
+
+}  // namespace
+
+std::string new_message_id() {
+  static constexpr char kAlphabet[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id = "msg_";
+  for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[rng() % 62]);
+  return id;
+}
+
+ApiError upstream_http_error(long status, std::string_view body) {
+  std::string type, message;
+  boost::system::error_code ec;
+  json::value parsed = json::parse(body, ec);
+  if (!ec && parsed.is_object()) {
+    if (auto* error = parsed.as_object().if_contains("error"); error && error->is_object()) {
+      if (auto* t = error->as_object().if_contains("type"); t && t->is_string()) type = std::string(t->as_string());
+      if (auto* m = error->as_object().if_contains("message"); m && m->is_string()) message = std::string(m->as_string());
+    }
+  }
+  if (status == 529 || type == "overloaded_error")
+    return overloaded_529(message.empty() ? "The upstream model is overloaded" : message);
+  if (status >= 400 && status < 500) {
+    if (type.empty()) {
+      type = status == 401 ? "authentication_error" : status == 403 ? "permission_error"
+             : status == 404 ? "not_found_error" : status == 413 ? "request_too_large"
+             : status == 429 ? "rate_limit_error" : "invalid_request_error";
+    }
+    if (message.empty()) message = "The upstream model answered HTTP " + std::to_string(status);
+    return ApiError{static_cast<server::http::status>(status), type, message, {}};
+  }
+  return bad_gateway("The upstream model failed (HTTP " + std::to_string(status) + ")" +
+                     (message.empty() ? std::string() : ": " + message));
+}
+
+struct ToolLoop::UpstreamTurn {
+  json::array content;
+  std::string stop_reason;
+  json::value stop_sequence;
+  json::object usage;
+};
+
+ToolLoop::ToolLoop(std::shared_ptr<UpstreamClient> client, LoopSettings settings, MessagesRequest request,
+                   std::string upstream_model, ToolRunner& runner, std::shared_ptr<runtime::Cancellation> cancellation)
+    : client_(std::move(client)),
+      settings_(std::move(settings)),
+      request_(std::move(request)),
+      upstream_model_(std::move(upstream_model)),
+      runner_(runner),
+      cancellation_(std::move(cancellation)),
+      id_(new_message_id()) {
+  conversation_ = translate_history(request_.body.at("messages").as_array());
+}
+
+ToolLoop::~ToolLoop() {
+  if (first_call_) first_call_->cancel();
+}
+
+asio::awaitable<Result<std::shared_ptr<UpstreamCall>>> ToolLoop::call_upstream(bool stream) {
+  json::object body = upstream_body(request_, upstream_model_, stream);
+  body["messages"] = conversation_;
+  UpstreamRequest request;
+  request.url = settings_.messages_url;
+  request.headers = settings_.headers;
+  request.body = json::serialize(body);
+  request.timeout = settings_.timeout;
+  auto executor = co_await asio::this_coro::executor;
+  auto call = client_->post(executor, std::move(request), cancellation_);
+  const auto seconds = std::to_string(settings_.timeout.count() / 1000);
+  UpstreamEvent event = co_await call->next();
+  if (event.kind == UpstreamEvent::Kind::kEnd) {
+    if (event.timed_out) co_return bad_gateway("The upstream model did not answer within " + seconds + "s");
+    co_return bad_gateway("The upstream model could not be reached: " + event.error);
+  }
+  if (event.status >= 200 && event.status < 300) co_return call;
+  // An error answer: read its body (bounded) to pass its type and message on.
+  const long status = event.status;
+  std::string body_text;
+  for (;;) {
+    UpstreamEvent piece = co_await call->next();
+    if (piece.kind == UpstreamEvent::Kind::kEnd) break;
+    if (body_text.size() < kMaxErrorBody) body_text.append(piece.data);
+  }
+  co_return upstream_http_error(status, body_text);
+}
+
+json::object ToolLoop::shown_block(const json::object& block) const {
+  auto* type = block.if_contains("type");
+  auto* name = block.if_contains("name");
+  if (request_.code_tool != CodeToolVersion::kNone && type && type->is_string() && type->as_string() == "tool_use" &&
+      name && name->is_string() && is_sub_tool(name->as_string())) {
+    json::object shown{{"type", "server_tool_use"}, {"id", server_tool_id(block.at("id").as_string())}, {"name", *name}};
+    auto* input = block.if_contains("input");
+    shown["input"] = input ? *input : json::object{};
+    return shown;
+  }
+  return block;
+}
+
+void ToolLoop::add_usage(const json::object& usage) {
+  for (const auto& [key, value] : usage) {
+    if (value.is_int64() || value.is_uint64()) {
+      int64_t add = value.is_int64() ? value.as_int64() : static_cast<int64_t>(value.as_uint64());
+      auto* have = usage_.if_contains(key);
+      usage_[key] = (have && have->is_int64() ? have->as_int64() : 0) + add;
+    } else if (value.is_string()) {
+      usage_[key] = value;
+    }
+  }
+}
+
+json::object ToolLoop::final_usage() const {
+  json::object usage = usage_;
+  if (!usage.contains("input_tokens")) usage["input_tokens"] = 0;
+  if (!usage.contains("output_tokens")) usage["output_tokens"] = 0;
+  usage["server_tool_use"] = {{"code_execution_requests", code_execution_requests_}};
+  return usage;
+}
+
+json::object ToolLoop::strip_detail(json::object content) const {
+  // The Anthropic-compatible tool version has no `detail` (a Zylon extension).
+  if (request_.code_tool == CodeToolVersion::k20250825 && result_is_error(content)) content.erase("detail");
+  return content;
+}
+
+asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_json_turn(std::shared_ptr<UpstreamCall> call) {
+  std::string body;
+  for (;;) {
+    UpstreamEvent event = co_await call->next();
+    if (event.kind == UpstreamEvent::Kind::kData) {
+      if (body.size() + event.data.size() > kMaxUpstreamBody) {
+        call->cancel();
+        co_return bad_gateway("The upstream model's answer is larger than 64 MiB");
+      }
+      body.append(event.data);
+      continue;
+    }
+    if (event.kind != UpstreamEvent::Kind::kEnd) continue;
+    if (!event.error.empty()) {
+      if (event.timed_out)
+        co_return bad_gateway("The upstream model did not finish within " +
+                              std::to_string(settings_.timeout.count() / 1000) + "s");
+      co_return bad_gateway("The upstream model's answer was cut off: " + event.error);
+    }
+    break;
+  }
+  boost::system::error_code ec;
+  json::value parsed = json::parse(body, ec);
+  if (ec || !parsed.is_object() || !parsed.as_object().contains("content") ||
+      !parsed.as_object().at("content").is_array())
+    co_return bad_gateway("The upstream model sent an answer that is not a Messages response");
+  auto& message = parsed.as_object();
+  UpstreamTurn turn;
+  turn.content = std::move(message["content"].as_array());
+  for (const auto& block : turn.content)
+    if (!block.is_object()) co_return bad_gateway("The upstream model sent an invalid content block");
+  if (auto* r = message.if_contains("stop_reason"); r && r->is_string()) turn.stop_reason = std::string(r->as_string());
+  if (auto* s = message.if_contains("stop_sequence")) turn.stop_sequence = *s;
+  if (auto* u = message.if_contains("usage"); u && u->is_object()) turn.usage = u->as_object();
+  co_return turn;
+}
+
+asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::shared_ptr<UpstreamCall> call,
+                                                                          EventSink& sink) {
+  UpstreamTurn turn;
+  std::vector<SseEvent> pending;
+  SseParser parser([&](const SseEvent& event) { pending.push_back(event); });
+  std::map<int64_t, std::string> partial_json;  // tool input being streamed, by block
+  const size_t base = content_.size();
+  bool stopped = false;
+  auto index_of = [&](const json::object& data) -> std::optional<int64_t> {
+    auto* index = data.if_contains("index");
+    if (!index || !index->is_int64() || index->as_int64() < 0 || index->as_int64() > 100000) return std::nullopt;
+    return index->as_int64();
+  };
+  for (;;) {
+    UpstreamEvent event = co_await call->next();
+    if (event.kind == UpstreamEvent::Kind::kEnd) {
+      if (!stopped) {
+        if (event.timed_out)
+          co_return bad_gateway("The upstream model did not finish within " +
+                                std::to_string(settings_.timeout.count() / 1000) + "s");
+        co_return bad_gateway("The upstream model's stream ended before message_stop" +
+                              (event.error.empty() ? std::string() : ": " + event.error));
+      }
+      break;
+    }
+    if (event.kind != UpstreamEvent::Kind::kData) continue;
+    parser.feed(event.data);
+    if (parser.pending_bytes() > kMaxUpstreamBody) {
+      call->cancel();
+      co_return bad_gateway("The upstream model sent an over-long event");
+    }
+    for (auto& sse : pending) {
+      if (stopped) break;
+      boost::system::error_code ec;
+      json::value parsed = json::parse(sse.data, ec);
+      if (ec || !parsed.is_object()) {
+        call->cancel();
+        co_return bad_gateway("The upstream model sent an invalid stream event");
+      }
+      auto& data = parsed.as_object();
+      std::string type = sse.event;
+      if (auto* t = data.if_contains("type"); t && t->is_string()) type = std::string(t->as_string());
+      bool delivered = true;
+      if (type == "message_start") {
+        auto* message = data.if_contains("message");
+        if (message && message->is_object())
+          if (auto* u = message->as_object().if_contains("usage"); u && u->is_object()) turn.usage = u->as_object();
+        if (iterations_ == 0 && content_.empty()) {
+          json::object usage = turn.usage;
+          json::object start{{"id", id_},
+                             {"type", "message"},
+                             {"role", "assistant"},
+                             {"model", request_.model},
+                             {"content", json::array{}},
+                             {"stop_reason", nullptr},
+                             {"stop_sequence", nullptr},
+                             {"usage", usage}};
+          json::object event_data{{"type", "message_start"}, {"message", std::move(start)}};
+          delivered = co_await sink.send("message_start", event_data);
+        }
+      } else if (type == "content_block_start" || type == "content_block_delta" || type == "content_block_stop") {
+        auto index = index_of(data);
+        if (!index) {
+          call->cancel();
+          co_return bad_gateway("The upstream model sent a stream event without a valid index");
+        }
+        if (type == "content_block_start") {
+          auto* block = data.if_contains("content_block");
+          if (!block || !block->is_object() || static_cast<size_t>(*index) != turn.content.size()) {
+            call->cancel();
+            co_return bad_gateway("The upstream model sent an invalid content_block_start");
+          }
+          turn.content.push_back(block->as_object());
+          data["content_block"] = shown_block(block->as_object());
+        } else {
+          if (static_cast<size_t>(*index) >= turn.content.size()) {
+            call->cancel();
+            co_return bad_gateway("The upstream model sent an event for a block it never started");
+          }
+          auto& block = turn.content[*index].as_object();
+          if (type == "content_block_delta") {
+            auto* delta_value = data.if_contains("delta");
+            if (!delta_value || !delta_value->is_object()) {
+              call->cancel();
+              co_return bad_gateway("The upstream model sent a delta without a body");
+            }
+            const auto& delta = delta_value->as_object();
+            auto text_of = [&](const char* field) -> std::string_view {
+              auto* v = delta.if_contains(field);
+              return v && v->is_string() ? std::string_view(v->as_string()) : std::string_view();
+            };
+            std::string_view delta_type = text_of("type");
+            auto append = [&](const char* field, std::string_view text) {
+              auto* have = block.if_contains(field);
+              std::string joined = have && have->is_string() ? std::string(have->as_string()) : std::string();
+              joined.append(text);
+              block[field] = joined;
+            };
+            if (delta_type == "text_delta") append("text", text_of("text"));
+            else if (delta_type == "thinking_delta") append("thinking", text_of("thinking"));
+            else if (delta_type == "signature_delta") block["signature"] = text_of("signature");
+            else if (delta_type == "input_json_delta") partial_json[*index].append(text_of("partial_json"));
+            else if (delta_type == "citations_delta") {
+              if (auto* citation = delta.if_contains("citation")) {
+                auto& citations = block["citations"];
+                if (!citations.is_array()) citations = json::array{};
+                citations.as_array().push_back(*citation);
+              }
+            }
+          } else {  // content_block_stop: a tool call's input is complete
+            if (auto it = partial_json.find(*index); it != partial_json.end()) {
+              json::value input = it->second.empty() ? json::value(json::object{}) : json::parse(it->second, ec);
+              if (ec || !input.is_object()) {
+                call->cancel();
+                co_return bad_gateway("The upstream model streamed a tool input that is not a JSON object");
+              }
+              block["input"] = std::move(input);
+            }
+          }
+        }
+        data["index"] = static_cast<int64_t>(base) + *index;
+        delivered = co_await sink.send(type, data);
+      } else if (type == "message_delta") {
+        if (auto* delta = data.if_contains("delta"); delta && delta->is_object()) {
+          if (auto* r = delta->as_object().if_contains("stop_reason"); r && r->is_string())
+            turn.stop_reason = std::string(r->as_string());
+          if (auto* s = delta->as_object().if_contains("stop_sequence")) turn.stop_sequence = *s;
+        }
+        if (auto* u = data.if_contains("usage"); u && u->is_object())
+          for (const auto& [key, value] : u->as_object()) turn.usage[key] = value;
+      } else if (type == "message_stop") {
+        stopped = true;
+      } else if (type == "error") {
+        std::string error_type, message = "The upstream model failed mid-stream";
+        if (auto* e = data.if_contains("error"); e && e->is_object()) {
+          if (auto* t = e->as_object().if_contains("type"); t && t->is_string()) error_type = std::string(t->as_string());
+          if (auto* m = e->as_object().if_contains("message"); m && m->is_string()) message = std::string(m->as_string());
+        }
+        call->cancel();
+        if (error_type == "overloaded_error") co_return overloaded_529(message);
+        co_return bad_gateway("The upstream model failed mid-stream: " + message);
+      }
+      // "ping" and unknown events are the upstream's own business.
+      if (!delivered) {
+        call->cancel();
+        co_return ApiError{server::http::status::bad_request, "invalid_request_error", "The client went away", {}};
+      }
+    }
+    pending.clear();
+  }
+  co_return turn;
+}
+
+asio::awaitable<json::object> ToolLoop::run_with_pings(std::string_view tool, const json::object& input,
+                                                       EventSink* sink) {
+  if (!sink) co_return co_await runner_.run(tool, input);
+  // The call runs beside a ping timer: a long command keeps the stream visibly alive.
+  auto executor = co_await asio::this_coro::executor;
+  struct State {
+    explicit State(asio::any_io_executor e) : timer(e) {}
+    asio::steady_timer timer;
+    bool done = false;
+    json::object result;
+    std::exception_ptr error;
+  };
+  auto state = std::make_shared<State>(executor);
+  asio::co_spawn(
+      executor,
+      [this, state, tool = std::string(tool), input]() -> asio::awaitable<void> {
+        try {
+          state->result = co_await runner_.run(tool, input);
+        } catch (...) {
+          state->error = std::current_exception();
+        }
+        state->done = true;
+        state->timer.cancel();
+      },
+      asio::detached);
+  bool client_here = true;
+  while (!state->done) {
+    boost::system::error_code ec;
+    state->timer.expires_after(settings_.ping_interval);
+    co_await state->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (!state->done && !ec && client_here) {
+      json::object ping{{"type", "ping"}};
+      client_here = co_await sink->send("ping", ping);
+    }
+  }
+  if (state->error) std::rethrow_exception(state->error);
+  co_return std::move(state->result);
+}
+
+asio::awaitable<bool> ToolLoop::after_turn(UpstreamTurn& turn, EventSink* sink) {
+  std::vector<const json::object*> server_calls;
+  bool client_calls = false;
+  for (const auto& value : turn.content) {
+    const auto& block = value.as_object();
+    content_.push_back(shown_block(block));
+    if (auto* type = block.if_contains("type"); type && type->is_string() && type->as_string() == "tool_use") {
+      if (content_.back().as_object().at("type").as_string() == "server_tool_use") server_calls.push_back(&block);
+      else client_calls = true;
+    }
+  }
+  stop_reason_ = turn.stop_reason;
+  stop_sequence_ = turn.stop_sequence;
+  if (turn.stop_reason != "tool_use" || server_calls.empty()) co_return false;
+
+  json::array results;
+  for (const auto* call : server_calls) {
+    if (cancellation_ && cancellation_->cancelled()) co_return false;
+    std::string name(call->at("name").as_string());
+    std::string upstream_id(call->at("id").as_string());
+    auto* input_value = call->if_contains("input");
+    json::object input = input_value && input_value->is_object() ? input_value->as_object() : json::object{};
+    json::object content = co_await run_with_pings(name, input, sink);
+    ++code_execution_requests_;
+    json::object block{{"type", name + "_tool_result"},
+                       {"tool_use_id", server_tool_id(upstream_id)},
+                       {"content", strip_detail(content)}};
+    content_.push_back(block);
+    if (sink) {
+      const auto index = static_cast<int64_t>(content_.size() - 1);
+      json::object start{{"type", "content_block_start"}, {"index", index}, {"content_block", block}};
+      json::object stop{{"type", "content_block_stop"}, {"index", index}};
+      co_await sink->send("content_block_start", start);
+      co_await sink->send("content_block_stop", stop);
+    }
+    json::object tool_result{{"type", "tool_result"}, {"tool_use_id", upstream_id}, {"content", result_text_for_model(content)}};
+    if (result_is_error(content)) tool_result["is_error"] = true;
+    results.push_back(std::move(tool_result));
+  }
+  if (client_calls) co_return false;  // stop_reason stays tool_use: the client answers
+  conversation_.push_back(json::object{{"role", "assistant"}, {"content", turn.content}});
+  conversation_.push_back(json::object{{"role", "user"}, {"content", std::move(results)}});
+  if (++iterations_ >= settings_.max_tool_iterations) {
+    stop_reason_ = "pause_turn";
+    stop_sequence_ = nullptr;
+    co_return false;
+  }
+  co_return true;
+}
+
+asio::awaitable<Result<json::object>> ToolLoop::run() {
+  for (;;) {
+    auto call = co_await call_upstream(false);
+    if (!call) co_return call.error();
+    auto turn = co_await read_json_turn(*call);
+    if (!turn) co_return turn.error();
+    add_usage(turn->usage);
+    if (!co_await after_turn(*turn, nullptr)) break;
+  }
+  json::object message{{"id", id_},
+                       {"type", "message"},
+                       {"role", "assistant"},
+                       {"model", request_.model},
+                       {"content", content_},
+                       {"stop_reason", stop_reason_.empty() ? json::value(nullptr) : json::value(stop_reason_)},
+                       {"stop_sequence", stop_sequence_},
+                       {"usage", final_usage()}};
+  if (request_.code_tool != CodeToolVersion::kNone) message["container"] = runner_.container();
+  co_return message;
+}
+
+asio::awaitable<Result<void>> ToolLoop::open() {
+  auto call = co_await call_upstream(true);
+  if (!call) co_return call.error();
+  first_call_ = *call;
+  co_return Result<void>();
+}
+
+asio::awaitable<void> ToolLoop::stream(EventSink& sink) {
+  auto call = std::move(first_call_);
+  for (;;) {
+    auto turn = co_await read_stream_turn(call, sink);
+    if (!turn) {
+      if (!(cancellation_ && cancellation_->cancelled())) {
+        json::object error = error_event(turn.error());
+        co_await sink.send("error", error);
+      }
+      co_return;
+    }
+    add_usage(turn->usage);
+    if (!co_await after_turn(*turn, &sink)) break;
+    if (cancellation_ && cancellation_->cancelled()) co_return;
+    auto next = co_await call_upstream(true);
+    if (!next) {
+      if (!(cancellation_ && cancellation_->cancelled())) {
+        json::object error = error_event(next.error());
+        co_await sink.send("error", error);
+      }
+      co_return;
+    }
+    call = *next;
+  }
+  json::object delta{{"stop_reason", stop_reason_.empty() ? json::value(nullptr) : json::value(stop_reason_)},
+                     {"stop_sequence", stop_sequence_}};
+  if (request_.code_tool != CodeToolVersion::kNone) delta["container"] = runner_.container();
+  json::object message_delta{{"type", "message_delta"}, {"delta", delta}, {"usage", final_usage()}};
+  json::object message_stop{{"type", "message_stop"}};
+  co_await sink.send("message_delta", message_delta);
+  co_await sink.send("message_stop", message_stop);
+}
+
+}  // namespace sandboxd::model

@@ -1,0 +1,101 @@
+// The server-side tool loop of /messages: ask the upstream model, run every sub-tool
+// call it makes in the container, feed the results back, and repeat until the model
+// ends its turn (or calls a client tool, or the iteration cap pauses the turn). The
+// same loop serves JSON answers and SSE streams; the HTTP side supplies a ToolRunner
+// (the container) and, when streaming, an EventSink (the socket).
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/json.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "model/messages_request.h"
+#include "model/upstream_client.h"
+#include "runtime/cancellation.h"
+#include "server/errors.h"
+
+namespace sandboxd::model {
+
+struct LoopSettings {
+  std::string messages_url;           // the upstream's .../v1/messages
+  std::vector<std::string> headers;   // auth and version headers for the upstream
+  std::chrono::milliseconds timeout{600'000};
+  int max_tool_iterations = 20;
+  std::chrono::milliseconds ping_interval{5'000};
+};
+
+class ToolRunner {
+ public:
+  virtual ~ToolRunner() = default;
+  // Runs one sub-tool call; returns the result block's `content` (errors included, with
+  // their `detail`).
+  virtual boost::asio::awaitable<boost::json::object> run(std::string_view tool, const boost::json::object& input) = 0;
+  // {"id":..,"expires_at":..} of the container, as of now (null without one).
+  virtual boost::json::value container() = 0;
+};
+
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  // Sends one SSE event; false when the client is gone.
+  virtual boost::asio::awaitable<bool> send(std::string_view event, const boost::json::object& data) = 0;
+};
+
+// Maps an upstream HTTP error (status and body) to the error the client gets: 4xx
+// passed on, 529/overloaded_error as 529, anything else as 502.
+server::ApiError upstream_http_error(long status, std::string_view body);
+
+class ToolLoop {
+ public:
+  ToolLoop(std::shared_ptr<UpstreamClient> client, LoopSettings settings, MessagesRequest request,
+           std::string upstream_model, ToolRunner& runner, std::shared_ptr<runtime::Cancellation> cancellation);
+  ~ToolLoop();
+
+  // The whole turn as one message (non-streaming requests).
+  boost::asio::awaitable<server::Result<boost::json::object>> run();
+
+  // Streaming, in two steps: open() makes the first upstream call and returns its error
+  // (before anything is sent to the client); stream() then sends every event.
+  boost::asio::awaitable<server::Result<void>> open();
+  boost::asio::awaitable<void> stream(EventSink& sink);
+
+ private:
+  struct UpstreamTurn;
+  boost::asio::awaitable<server::Result<std::shared_ptr<UpstreamCall>>> call_upstream(bool stream);
+  boost::asio::awaitable<server::Result<UpstreamTurn>> read_json_turn(std::shared_ptr<UpstreamCall> call);
+  boost::asio::awaitable<server::Result<UpstreamTurn>> read_stream_turn(std::shared_ptr<UpstreamCall> call,
+                                                                       EventSink& sink);
+  // After a turn: runs its sub-tool calls; true when the loop goes on.
+  boost::asio::awaitable<bool> after_turn(UpstreamTurn& turn, EventSink* sink);
+  boost::asio::awaitable<boost::json::object> run_with_pings(std::string_view tool, const boost::json::object& input,
+                                                             EventSink* sink);
+  boost::json::object shown_block(const boost::json::object& upstream_block) const;
+  boost::json::object final_usage() const;
+  void add_usage(const boost::json::object& usage);
+  boost::json::object strip_detail(boost::json::object content) const;
+
+  std::shared_ptr<UpstreamClient> client_;
+  LoopSettings settings_;
+  MessagesRequest request_;
+  std::string upstream_model_;
+  ToolRunner& runner_;
+  std::shared_ptr<runtime::Cancellation> cancellation_;
+
+  std::string id_;
+  boost::json::array conversation_;  // what the upstream sees, grown turn by turn
+  boost::json::array content_;       // what the client gets
+  boost::json::object usage_;
+  int code_execution_requests_ = 0;
+  int iterations_ = 0;
+  std::string stop_reason_;
+  boost::json::value stop_sequence_;
+  std::shared_ptr<UpstreamCall> first_call_;  // opened by open()
+};
+
+// "msg_" + 24 random characters.
+std::string new_message_id();
+
+}  // namespace sandboxd::model
