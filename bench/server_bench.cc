@@ -1,6 +1,7 @@
 // Server benchmark, over HTTP on loopback against a real `sandboxd serve`: cold and
 // warm executions, throughput with 32 connections (wrk), a 1 GiB upload and download
-// against cp on the same disk (with the server's RSS growth), and listing 10,000 files.
+// against cp on the same disk (with the server's RSS growth), listing 10,000 files, and
+// the server's overhead per tool round trip in /messages (scripted upstream model).
 // Prints figures, the SPEC §7 bars and ratios; asserts nothing.
 //   usage: sandboxd_server_bench [SANDBOXD_BINARY]
 
@@ -22,6 +23,7 @@
 #include <thread>
 
 #include "bench_util.h"
+#include "scripted_upstream.h"
 
 namespace fs = std::filesystem;
 namespace asio = boost::asio;
@@ -46,14 +48,14 @@ std::string read_all(const fs::path& p) {
   return ss.str();
 }
 
-Server start_server(const std::string& binary, const fs::path& dir) {
+Server start_server(const std::string& binary, const fs::path& dir, const std::string& extra_yaml) {
   Server s;
   s.dir = dir;
   s.log = dir / "server.log";
   std::ofstream(dir / "config.yaml") << "server:\n  listen: \"127.0.0.1:0\"\n  dataDir: \"" << (dir / "data").string()
                                      << "\"\n  maxUploadSize: 2Gi\nauth:\n  tokens:\n    - { token: " << kToken
                                      << ", owner: bench }\n"
-                                     << "workspace:\n  downloads:\n    uploadedResources: true\n";
+                                     << "workspace:\n  downloads:\n    uploadedResources: true\n" << extra_yaml;
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, s.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -180,7 +182,9 @@ int main(int argc, char** argv) {
   std::string binary = argc > 1 ? argv[1] : SANDBOXD_PATH;
   std::string pattern = (fs::current_path() / "bench-server-XXXXXX").string();  // same disk as the build
   fs::path dir = mkdtemp(pattern.data());
-  Server server = start_server(binary, dir);
+  // The scripted upstream model, in this process, answers at once.
+  sandboxd::testing::ScriptedUpstream upstream;
+  Server server = start_server(binary, dir, "model:\n  baseUrl: \"" + upstream.base_url() + "\"\n  maxToolIterations: 100\n");
   if (!server.port) {
     std::fprintf(stderr, "server did not start:\n%s\n", read_all(server.log).c_str());
     return 1;
@@ -216,6 +220,57 @@ int main(int argc, char** argv) {
   std::printf("  published peers: Daytona create->first command 110 ms (%.0fx ours), E2B 440 ms (%.0fx ours)\n",
               110 / cold_s.p50_ms, 440 / cold_s.p50_ms);
 
+  // /messages: one turn with K tool round trips against one with none; the difference
+  // per round trip is what a round trip costs: the tool loop, one upstream call (HTTP
+  // to the scripted model, which answers at once), the JSON on both sides, and the
+  // tool itself. With the editor viewing a small file the tool costs next to nothing,
+  // so that round trip is the server's own overhead; with bash `true` it includes
+  // running a command in the sandbox.
+  constexpr int kRounds = 5;
+  using Up = sandboxd::testing::ScriptedUpstream;
+  const std::string turn_body =
+      R"({"model":"default","max_tokens":64,"container":"loop","messages":[{"role":"user","content":"go"}],)"
+      R"("tools":[{"name":"code_execution","type":"code_execution_v1"}]})";
+  auto one_turn = [&](int rounds, const std::string& tool, const boost::json::object& input) {
+    static int n = 0;
+    ++n;
+    for (int r = 0; r < rounds; ++r)
+      upstream.push_message(Up::message({Up::tool_use("toolu_b" + std::to_string(n) + "_" + std::to_string(r), tool, input)},
+                                        "tool_use"));
+    upstream.push_message(Up::message({Up::text_block("done")}, "end_turn"));
+    auto start = Clock::now();
+    std::string out = client.post("/api/gpt/v1/messages", turn_body);
+    double ms = ms_since(start);
+    if (out.find("\"end_turn\"") == std::string::npos) std::fprintf(stderr, "messages: %s\n", out.c_str());
+    return ms;
+  };
+  const boost::json::object bash_true{{"command", "true"}};
+  const boost::json::object view{{"command", "view"}, {"path", "small.txt"}};
+  one_turn(1, "text_editor_code_execution",
+           {{"command", "create"}, {"path", "small.txt"}, {"file_text", "one\ntwo\n"}});
+  one_turn(1, "bash_code_execution", bash_true);  // the container's sandbox starts here
+  std::vector<double> plain, edited, bashed;
+  for (int i = 0; i < 60; ++i) {
+    plain.push_back(one_turn(0, "", {}));
+    edited.push_back(one_turn(kRounds, "text_editor_code_execution", view));
+    bashed.push_back(one_turn(kRounds, "bash_code_execution", bash_true));
+  }
+  Stats plain_s = summarize(plain), edited_s = summarize(edited), bashed_s = summarize(bashed);
+  std::printf("\n/messages with a scripted upstream that answers at once\n");
+  print_row("turn without tools (1 upstream call)", plain_s);
+  print_row("turn with 5 editor views (6 calls)", edited_s);
+  print_row("turn with 5 bash `true` (6 calls)", bashed_s);
+  std::printf("  per tool round trip: %.3f ms with the editor = the server's overhead (SPEC bar <= 3 ms)\n",
+              (edited_s.p50_ms - plain_s.p50_ms) / kRounds);
+  std::printf("                       %.3f ms with bash `true` (a command in the sandbox; direct warm true: %.3f ms)\n",
+              (bashed_s.p50_ms - plain_s.p50_ms) / kRounds, warm_s.p50_ms);
+  std::printf("  published per-call round trip of hosted sandboxes ~70 ms (SPEC §7): %.0fx ours with bash\n",
+              70 / ((bashed_s.p50_ms - plain_s.p50_ms) / kRounds));
+
+  // SANDBOXD_BENCH_ONLY=messages measures the executions above and /messages only.
+  const char* only = std::getenv("SANDBOXD_BENCH_ONLY");
+  const bool everything = !only || std::string(only) != "messages";
+  if (everything) {
   // Throughput: wrk, 32 connections over 8 containers.
   fs::path lua = dir / "post.lua";
   std::ofstream(lua) << "local n = 0\nrequest = function()\n  n = n + 1\n  return wrk.format('POST', '" << tools
@@ -314,6 +369,7 @@ int main(int argc, char** argv) {
   print_row("one page (default limit 20)", summarize(list20));
   print_row("one page of 1000", summarize(list1000));
   std::printf("  SPEC bar: p50 <= 20 ms\n");
+  }  // everything
 
   kill(server.pid, SIGTERM);
   waitpid(server.pid, nullptr, 0);

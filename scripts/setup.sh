@@ -20,3 +20,12 @@ if ((${#missing[@]})); then
   $sudo_cmd apt-get update -qq
   $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# Node.js and npm run the client-compatibility tests (the official Anthropic SDK). A
+# machine that has them (from any source) keeps its own; otherwise Debian's.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "setup: installing nodejs npm"
+  export DEBIAN_FRONTEND=noninteractive
+  sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi

@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
+# The SDK for the client-compatibility tests, exactly as package-lock.json pins it.
+npm ci --prefix tests/sdk --no-audit --no-fund --loglevel=error >/dev/null
 cd build
 ctest --output-on-failure --timeout 600 "$@"

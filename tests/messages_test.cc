@@ -592,3 +592,31 @@ TEST_F(MessagesTest, AClientThatDisconnectsCancelsTheCommandAndTheUpstreamCall) 
 }
 
 }  // namespace
+
+namespace {
+
+TEST(MessagesWithoutProvider, CodeExecutionAnswersWithTheSeedsErrorBlock) {
+  ScriptedUpstream upstream;
+  ServerProcess server(model_yaml(upstream) + "runtime:\n  provider: none\n");
+  upstream.push_message(ScriptedUpstream::message(
+      {ScriptedUpstream::tool_use("toolu_n", "bash_code_execution", {{"command", "echo hi"}})}, "tool_use"));
+  upstream.push_message(ScriptedUpstream::message({ScriptedUpstream::text_block("I cannot run code.")}, "end_turn"));
+  fs::path file = server.dir() / "b.json";
+  std::ofstream(file) << R"({"model":"default","max_tokens":5,"container":"np","messages":[{"role":"user","content":"hi"}],
+                            "tools":[{"name":"code_execution","type":"code_execution_v1"}]})";
+  auto reply = json(server.curl("-X POST " + server.base() + "/messages --data-binary @" + file.string()));
+  const auto& error = reply.at("content").as_array().at(1).at("content").as_object();
+  EXPECT_EQ(error.at("type"), "bash_code_execution_tool_result_error");
+  EXPECT_EQ(error.at("error_code"), "unavailable");
+  EXPECT_EQ(error.at("detail").at("explanation"), "code_execution provider is not configured.");
+  // The direct endpoints say the same; files still work.
+  auto direct = json(server.curl("-X POST " + server.base() +
+                                 "/containers/np/tools/text_editor_code_execution -d '{\"command\":\"view\",\"path\":\"/\"}'"));
+  EXPECT_EQ(direct.at("detail").at("explanation"), "code_execution provider is not configured.");
+  std::ofstream(server.dir() / "in.txt") << "data";
+  auto uploaded = json(server.curl("-X POST '" + server.base() + "/files?scope_id=np' -F file=@" +
+                                   (server.dir() / "in.txt").string()));
+  EXPECT_EQ(uploaded.at("size_bytes"), 4);
+}
+
+}  // namespace

@@ -41,7 +41,7 @@ void make_owned_dir(const fs::path& dir, uid_t uid, gid_t gid) {
 
 }  // namespace
 
-ContainerService::ContainerService(asio::io_context& io, const ops::Config& config, runtime::Runtime& runtime,
+ContainerService::ContainerService(asio::io_context& io, const ops::Config& config, runtime::Runtime* runtime,
                                    store::Metadata& metadata)
     : io_(io),
       config_(config),
@@ -290,7 +290,7 @@ asio::awaitable<void> ContainerService::refill_pool() {
     std::shared_ptr<Slot> slot;
     {
       std::lock_guard lock(pool_mutex_);
-      if (shutting_down_ ||
+      if (shutting_down_ || !runtime_ ||
           static_cast<int>(ready_slots_.size()) + pool_starting_ >= config_.prestarted_sandboxes)
         co_return;
       ++pool_starting_;
@@ -304,7 +304,7 @@ asio::awaitable<void> ContainerService::refill_pool() {
       if (!slot) slot = new_slot();
       auto options = sandbox_options(slot->dirs, "pool-" + std::to_string(++sandbox_counter_));
       options.pre_started = true;
-      slot->sandbox = co_await runtime_.start(io_.get_executor(), options);
+      slot->sandbox = co_await runtime_->start(io_.get_executor(), options);
       ok = true;
       if (shutting_down_) {  // shutdown began while it started: it is not wanted
         co_await slot->sandbox->stop();
@@ -392,6 +392,8 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
     if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
     if (container->sandbox && container->sandbox->running()) co_return container->sandbox;
     container->sandbox_up = false;  // it stopped by itself (PID 1 died)
+    if (!runtime_) co_return ApiError{server::http::status::service_unavailable, "api_error",
+                                      std::string(kNoProvider), {}};
     if (container->starting) {
       boost::system::error_code ec;
       co_await container->started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -410,7 +412,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
     auto options = sandbox_options(container->paths, container->storage + "-" + std::to_string(++sandbox_counter_));
     std::string error;
     try {
-      container->sandbox = co_await runtime_.start(container->strand, options);
+      container->sandbox = co_await runtime_->start(container->strand, options);
       container->sandbox_up = true;
     } catch (const std::exception& e) {
       error = e.what();

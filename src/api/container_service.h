@@ -41,6 +41,9 @@ struct Slot {
   std::vector<std::string> bound;  // slot folders carrying a container's bind now
 };
 
+// Seed 002's error for code execution with no provider behind it.
+inline constexpr std::string_view kNoProvider = "code_execution provider is not configured.";
+
 struct Container {
   std::string owner;
   std::string id;
@@ -74,7 +77,8 @@ struct Container {
 
 class ContainerService {
  public:
-  ContainerService(asio::io_context& io, const ops::Config& config, runtime::Runtime& runtime,
+  // `runtime` may be null: no code-execution provider (files work, commands do not).
+  ContainerService(asio::io_context& io, const ops::Config& config, runtime::Runtime* runtime,
                    store::Metadata& metadata);
   ~ContainerService();
 
@@ -105,6 +109,7 @@ class ContainerService {
   store::Metadata& metadata() { return metadata_; }
   const ops::Config& config() const { return config_; }
   size_t running_sandboxes() const;
+  bool code_execution_available() const { return runtime_ != nullptr; }
 
   // Stops every sandbox and unmounts every volume (graceful shutdown).
   asio::awaitable<void> shutdown();
@@ -129,7 +134,7 @@ class ContainerService {
 
   asio::io_context& io_;
   const ops::Config& config_;
-  runtime::Runtime& runtime_;
+  runtime::Runtime* runtime_;
   store::Metadata& metadata_;
   std::string containers_dir_, spares_dir_;
 

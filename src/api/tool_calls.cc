@@ -10,6 +10,9 @@ asio::awaitable<boost::json::object> run_sub_tool(ApiContext& api, std::shared_p
                                                   std::string_view tool, const boost::json::object& input,
                                                   std::shared_ptr<runtime::Cancellation> cancellation) {
   api.containers.touch(*container);
+  if (!api.containers.code_execution_available())
+    co_return tools::tool_error(tool == "text_editor_code_execution" ? tools::kEditorErrorType : tools::kBashErrorType,
+                                "unavailable", kNoProvider, true);
   if (tool == "text_editor_code_execution") {
     tools::EditorOptions options;
     options.uid = api.config.sandbox_host_uid;

@@ -275,7 +275,12 @@ Config parse_config(const std::string& yaml_text) {
   });
 
   with(root, "runtime", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"sandboxUid", "cgroupMode", "skillsDir", "prestartedSandboxes"});
+    only_keys(n, p, {"sandboxUid", "cgroupMode", "skillsDir", "prestartedSandboxes", "provider"});
+    with(n, "provider", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.runtime_provider = scalar(v, kp);
+      if (c.runtime_provider != "sandboxd" && c.runtime_provider != "none")
+        throw ConfigError(kp + ": must be 'sandboxd' or 'none'");
+    });
     with(n, "prestartedSandboxes", p, [&](const YAML::Node& v, const std::string& kp) { c.prestarted_sandboxes = static_cast<int>(read_int(v, kp, 0, 64)); });
     with(n, "sandboxUid", p, [&](const YAML::Node& v, const std::string& kp) { c.sandbox_host_uid = static_cast<uint32_t>(read_int(v, kp, 1000, 4000000000LL)); });
     with(n, "cgroupMode", p, [&](const YAML::Node& v, const std::string& kp) {

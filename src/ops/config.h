@@ -76,6 +76,9 @@ struct Config {
   std::string cgroup_mode = "auto";
   std::string skills_dir;  // the operator's skills library (one folder per skill)
   int prestarted_sandboxes = 2;  // started ahead, handed to new containers on demand
+  // "sandboxd" runs code in sandboxd's own sandboxes; "none" runs no code at all (the
+  // files API works; code execution answers "code_execution provider is not configured.").
+  std::string runtime_provider = "sandboxd";
 };
 
 class ConfigError : public std::runtime_error {

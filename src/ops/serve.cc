@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -58,17 +59,31 @@ int serve(Config config) {
     std::fflush(stdout);
   }
 
-  runtime::RuntimeOptions runtime_options;
-  // The instance is tied to the data directory: a restarted server finds (and removes)
-  // exactly what its predecessor left.
-  runtime_options.instance = "s" + server::sha256_hex(config.data_dir).substr(0, 16);
-  runtime_options.host_uid = runtime_options.host_gid = config.sandbox_host_uid;
-  runtime_options.cgroups.mode = config.cgroup_mode;
-  runtime::Runtime runtime(runtime_options);
+  // The sandbox runtime, unless the operator runs none, or this host cannot run one
+  // (then the service still serves files, and code execution answers with the seed's
+  // "not configured" error blocks).
+  std::optional<runtime::Runtime> sandbox_runtime;
+  if (config.runtime_provider == "sandboxd") {
+    runtime::RuntimeOptions runtime_options;
+    // The instance is tied to the data directory: a restarted server finds (and removes)
+    // exactly what its predecessor left.
+    runtime_options.instance = "s" + server::sha256_hex(config.data_dir).substr(0, 16);
+    runtime_options.host_uid = runtime_options.host_gid = config.sandbox_host_uid;
+    runtime_options.cgroups.mode = config.cgroup_mode;
+    try {
+      sandbox_runtime.emplace(runtime_options);
+    } catch (const std::exception& e) {
+      spdlog::error("the sandbox runtime cannot start on this host ({}); code execution is unavailable", e.what());
+    }
+  }
   // Whatever a killed predecessor left: sandboxes (by cgroup) and mounts under the data
   // directory (volumes, spares, the data directory's own private bind).
-  if (size_t stale = runtime.cleanup_stale(config.data_dir); stale > 0)
-    spdlog::warn("removed {} sandbox(es) left by a previous sandboxd", stale);
+  if (sandbox_runtime) {
+    if (size_t stale = sandbox_runtime->cleanup_stale(config.data_dir); stale > 0)
+      spdlog::warn("removed {} sandbox(es) left by a previous sandboxd", stale);
+  } else {
+    for (const auto& mount_point : runtime::Volume::mounts_under(config.data_dir)) runtime::Volume::unmount(mount_point);
+  }
   runtime::Volume::make_private_mount(config.data_dir);
 
   store::Metadata metadata((fs::path(config.data_dir) / "sandboxd.db").string());
@@ -76,7 +91,7 @@ int serve(Config config) {
 
   {  // the service's objects end before the data directory's bind is unmounted
     asio::io_context io;
-    api::ContainerService containers(io, config, runtime, metadata);
+    api::ContainerService containers(io, config, sandbox_runtime ? &*sandbox_runtime : nullptr, metadata);
     server::ServerLimits limits;
     limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
     server::HttpServer http(io, limits);
@@ -96,7 +111,7 @@ int serve(Config config) {
     auto endpoint = http.listen(config.listen_host, config.listen_port);
     std::printf("sandboxd: listening on http://%s:%u (data in %s, cgroup %s)\n",
                 endpoint.address().to_string().c_str(), endpoint.port(), config.data_dir.c_str(),
-                runtime.cgroups().version().c_str());
+                sandbox_runtime ? sandbox_runtime->cgroups().version().c_str() : "none (no code execution)");
     std::fflush(stdout);
 
     asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
