@@ -519,6 +519,16 @@ TEST_F(MessagesTest, UpstreamErrorsBecomeDocumentedAnswers) {
   EXPECT_EQ(events.back().name, "error");
   EXPECT_NE(std::string(events.back().data.at("error").at("message").as_string()).find("before message_stop"),
             std::string::npos);
+  // A tool call without an id, in an answer and in a stream.
+  bj::object no_id{{"type", "tool_use"}, {"name", "bash_code_execution"}, {"input", bj::object{}}};
+  upstream->push_message(U::message({no_id}, "tool_use"));
+  body["stream"] = false;
+  EXPECT_EQ(post_status(body), 502);
+  upstream->push_message(U::message({no_id}, "tool_use"));
+  body["stream"] = true;
+  events = parse_sse(post(body, "-N"));
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().name, "error");
   // The server is unharmed.
   EXPECT_EQ(server->status(server->url("/health")), 200);
 }

@@ -56,6 +56,14 @@ class SseSink : public model::EventSink {
   server::ChunkWriter& writer_;
 };
 
+// Stops watching for a disconnect when the work it guards is over.
+struct StopWatch {
+  std::shared_ptr<server::DisconnectWatch> watch;
+  ~StopWatch() {
+    if (watch) watch->stop();
+  }
+};
+
 // Everything one request's loop needs, kept alive until its stream ends.
 struct Turn {
   std::shared_ptr<runtime::Cancellation> cancellation = std::make_shared<runtime::Cancellation>();
@@ -115,27 +123,26 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
                                                  upstream_model, *turn->runner, turn->cancellation);
   turn->watch = server::DisconnectWatch::start(ctx.stream().socket(),
                                                [cancellation = turn->cancellation] { cancellation->cancel(); });
+  // The watch ends with this handler (whatever way it leaves), unless a stream takes it.
+  StopWatch stop_watch{turn->watch};
   if (!stream) {
     auto message = co_await turn->loop->run();
-    turn->watch->stop();
     if (!message) co_return message.error();
     co_return json_ok(*message);
   }
   // The first upstream answer decides between an HTTP error and a stream.
   auto opened = co_await turn->loop->open();
-  if (!opened) {
-    turn->watch->stop();
-    co_return opened.error();
-  }
+  if (!opened) co_return opened.error();
+  stop_watch.watch = nullptr;
   server::StreamResponse response;
   response.header.result(http::status::ok);
   response.header.version(11);
   response.header.set(http::field::content_type, "text/event-stream");
   response.header.set(http::field::cache_control, "no-cache");
   response.produce = [turn](server::ChunkWriter& writer) -> asio::awaitable<void> {
+    StopWatch stop{turn->watch};
     SseSink sink(writer);
     co_await turn->loop->stream(sink);
-    turn->watch->stop();
   };
   co_return response;
 }

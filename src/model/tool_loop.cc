@@ -31,6 +31,19 @@ ApiError overloaded_529(std::string message) {
   return ApiError{static_cast<server::http::status>(529), "overloaded_error", std::move(message), {}};
 }
 
+// A content block the loop can work with: an object with a type, and a tool call with
+// a string id and name (everything else in it is passed on as it is).
+bool valid_upstream_block(const json::value& value) {
+  if (!value.is_object()) return false;
+  const auto& block = value.as_object();
+  auto* type = block.if_contains("type");
+  if (!type || !type->is_string()) return false;
+  if (type->as_string() != "tool_use") return true;
+  auto* id = block.if_contains("id");
+  auto* name = block.if_contains("name");
+  return id && id->is_string() && name && name->is_string();
+}
+
 json::object error_event(const ApiError& error) {
   return {{"type", "error"}, {"error", {{"type", error.type}, {"message", error.message}}}};
 }
@@ -190,7 +203,7 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_json_turn(std::sh
   UpstreamTurn turn;
   turn.content = std::move(message["content"].as_array());
   for (const auto& block : turn.content)
-    if (!block.is_object()) co_return bad_gateway("The upstream model sent an invalid content block");
+    if (!valid_upstream_block(block)) co_return bad_gateway("The upstream model sent an invalid content block");
   if (auto* r = message.if_contains("stop_reason"); r && r->is_string()) turn.stop_reason = std::string(r->as_string());
   if (auto* s = message.if_contains("stop_sequence")) turn.stop_sequence = *s;
   if (auto* u = message.if_contains("usage"); u && u->is_object()) turn.usage = u->as_object();
@@ -265,7 +278,7 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
         }
         if (type == "content_block_start") {
           auto* block = data.if_contains("content_block");
-          if (!block || !block->is_object() || static_cast<size_t>(*index) != turn.content.size()) {
+          if (!block || !valid_upstream_block(*block) || static_cast<size_t>(*index) != turn.content.size()) {
             call->cancel();
             co_return bad_gateway("The upstream model sent an invalid content_block_start");
           }

@@ -362,7 +362,13 @@ asio::awaitable<bool> HttpServer::send(beast::tcp_stream& stream, Response& resp
     stream.expires_never();
     if (ec) co_return false;
     ChunkWriter writer(stream, limits_.write_timeout);
-    co_await streamed->produce(writer);
+    try {
+      co_await streamed->produce(writer);
+    } catch (const std::exception& e) {
+      // Unexpected, and the status is sent: log it and end the connection.
+      spdlog::error("a streamed response failed: {}", e.what());
+      co_return false;
+    }
     if (writer.failed()) co_return false;
     stream.expires_after(limits_.write_timeout);
     std::tie(ec, std::ignore) = co_await asio::async_write(stream, http::make_chunk_last(), use_tuple);
