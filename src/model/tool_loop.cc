@@ -6,10 +6,10 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <random>
 #include <spdlog/spdlog.h>
 
 #include "model/sse.h"
+#include "server/http_server.h"
 
 namespace sandboxd::model {
 
@@ -51,11 +51,8 @@ json::object error_event(const ApiError& error) {
 }  // namespace
 
 std::string new_message_id() {
-  static constexpr char kAlphabet[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string id = "msg_";
-  for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[rng() % 62]);
-  return id;
+  // The same 24 random characters as a request id ("req_…").
+  return "msg_" + server::new_request_id().substr(4);
 }
 
 ApiError upstream_http_error(long status, std::string_view body) {
