@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <list>
 
 #include "scripted_upstream.h"
@@ -627,6 +628,33 @@ TEST(MessagesWithoutProvider, CodeExecutionAnswersWithTheSeedsErrorBlock) {
   auto uploaded = json(server.curl("-X POST '" + server.base() + "/files?scope_id=np' -F file=@" +
                                    (server.dir() / "in.txt").string()));
   EXPECT_EQ(uploaded.at("size_bytes"), 4);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(MessagesCapacity, ACallCapacityRefusesIsAnErrorBlockInTheTurn) {
+  ScriptedUpstream upstream;
+  ServerProcess server(model_yaml(upstream) + "capacity:\n  maxConcurrentExecutions: 1\n  queueTimeoutSec: 1\n");
+  fs::path hold = server.dir() / "hold.json";
+  std::ofstream(hold) << R"({"command":"sleep 3"})";
+  auto holder = std::async(std::launch::async, [&] {
+    return server.curl("-X POST " + server.base() + "/containers/busy/tools/bash_code_execution -d @" + hold.string());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  upstream.push_message(ScriptedUpstream::message(
+      {ScriptedUpstream::tool_use("toolu_q", "bash_code_execution", {{"command", "echo hi"}})}, "tool_use"));
+  upstream.push_message(ScriptedUpstream::message({ScriptedUpstream::text_block("Busy; later.")}, "end_turn"));
+  fs::path file = server.dir() / "b.json";
+  std::ofstream(file) << R"({"model":"default","max_tokens":5,"container":"q","messages":[{"role":"user","content":"hi"}],
+                            "tools":[{"name":"code_execution","type":"code_execution_v1"}]})";
+  auto reply = json(server.curl("-X POST " + server.base() + "/messages --data-binary @" + file.string()));
+  EXPECT_EQ(reply.at("stop_reason"), "end_turn") << bj::serialize(reply);
+  const auto& error = reply.at("content").as_array().at(1).at("content").as_object();
+  EXPECT_EQ(error.at("type"), "bash_code_execution_tool_result_error");
+  EXPECT_EQ(error.at("error_code"), "too_many_requests");
+  EXPECT_EQ(json(holder.get()).at("return_code"), 0);
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 #include "api/container_service.h"
 
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -14,6 +17,7 @@
 #include <random>
 #include <spdlog/spdlog.h>
 
+#include "ops/metrics.h"
 #include "runtime/volume.h"
 
 namespace sandboxd::api {
@@ -46,6 +50,8 @@ ContainerService::ContainerService(asio::io_context& io, const ops::Config& conf
     : io_(io),
       config_(config),
       runtime_(runtime),
+      admission_(ops::Admission::create(config.max_concurrent_executions,
+                                        std::chrono::seconds(config.queue_timeout_sec))),
       metadata_(metadata),
       containers_dir_((fs::path(config.data_dir) / "containers").string()),
       spares_dir_((fs::path(config.data_dir) / "spares").string()),
@@ -305,6 +311,7 @@ asio::awaitable<void> ContainerService::refill_pool() {
       auto options = sandbox_options(slot->dirs, "pool-" + std::to_string(++sandbox_counter_));
       options.pre_started = true;
       slot->sandbox = co_await runtime_->start(io_.get_executor(), options);
+      ops::metrics().sandbox_started();
       ok = true;
       if (shutting_down_) {  // shutdown began while it started: it is not wanted
         co_await slot->sandbox->stop();
@@ -414,6 +421,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
     try {
       container->sandbox = co_await runtime_->start(container->strand, options);
       container->sandbox_up = true;
+      ops::metrics().sandbox_started();
     } catch (const std::exception& e) {
       error = e.what();
       spdlog::error("starting a sandbox for container {} of {}: {}", container->id, container->owner, error);
@@ -429,48 +437,68 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
                                                                     runtime::ExecRequest request, bool restart) {
   touch(*container);
   if (restart) {
-    co_await asio::co_spawn(container->strand, stop_on_strand(container), asio::use_awaitable);
+    co_await asio::co_spawn(container->strand, stop_on_strand(container, "restart"), asio::use_awaitable);
     // restart empties the workspace; uploads and outputs are kept.
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(container->paths.workspace, ec))
       fs::remove_all(entry.path(), ec);
     if (request.command.empty()) co_return runtime::ExecResult{};
   }
+  // A slot first (waiting in line if need be), before a sandbox is started for it.
+  std::chrono::duration<double> waited{};
+  auto ticket = co_await admission_->acquire(&waited);
+  ops::metrics().admission_waited(waited.count());
+  if (!ticket) {
+    ops::metrics().execution_rejected("429", "queue_timeout");
+    co_return ApiError::rate_limited("Too many commands are running; none finished within " +
+                                         std::to_string(config_.queue_timeout_sec) + "s. Try again later.",
+                                     config_.retry_after_sec);
+  }
   auto sandbox = co_await asio::co_spawn(container->strand, ensure_sandbox(container), asio::use_awaitable);
-  if (!sandbox) co_return sandbox.error();
+  if (!sandbox) {
+    ops::metrics().execution_completed("failed", 0);
+    co_return sandbox.error();
+  }
   Result<runtime::ExecResult> outcome = ApiError::internal();
   ++container->executing;
   struct Done {
     std::atomic<int>& count;
     ~Done() { --count; }
   } done{container->executing};
+  const auto started = std::chrono::steady_clock::now();
+  const char* label = "failed";
   try {
     outcome = co_await (*sandbox)->exec(std::move(request));
+    label = outcome->cancelled ? "cancelled" : outcome->timed_out ? "timeout" : outcome->return_code == 0 ? "ok" : "nonzero";
   } catch (const runtime::SandboxError& e) {
     spdlog::warn("execution in container {} failed: {}", container->id, e.what());
     outcome = ApiError{server::http::status::service_unavailable, "api_error", "The sandbox stopped during the command", {}};
   }
+  ops::metrics().execution_completed(label, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   touch(*container);
   co_return outcome;
 }
 
-asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container> container) {
+asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container> container, const char* reason) {
   while (container->starting) {
     boost::system::error_code ec;
     co_await container->started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
   container->sandbox_up = false;
-  if (auto sandbox = std::move(container->sandbox)) co_await sandbox->stop();
+  if (auto sandbox = std::move(container->sandbox)) {
+    co_await sandbox->stop();
+    ops::metrics().sandbox_stopped(reason);
+  }
   if (auto slot = std::move(container->slot)) release_slot(slot);
 }
 
-asio::awaitable<void> ContainerService::stop(std::shared_ptr<Container> container) {
-  co_await asio::co_spawn(container->strand, stop_on_strand(container), asio::use_awaitable);
+asio::awaitable<void> ContainerService::stop(std::shared_ptr<Container> container, const char* reason) {
+  co_await asio::co_spawn(container->strand, stop_on_strand(container, reason), asio::use_awaitable);
 }
 
 asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> container) {
   container->deleted = true;
-  co_await stop(container);
+  co_await stop(container, "deleted");
   {
     std::lock_guard lock(mutex_);
     open_.erase({container->owner, container->id});
@@ -501,7 +529,7 @@ asio::awaitable<void> ContainerService::reap_idle() {
     }
     for (auto& container : idle) {
       if (container->executing.load() > 0) continue;
-      co_await stop(container);
+      co_await stop(container, "idle");
     }
     // Unmount volumes nobody holds (the map is then the only owner).
     std::lock_guard lock(mutex_);
@@ -527,7 +555,7 @@ asio::awaitable<void> ContainerService::shutdown() {
     std::lock_guard lock(mutex_);
     for (const auto& [key, container] : open_) all.push_back(container);
   }
-  for (auto& container : all) co_await stop(container);
+  for (auto& container : all) co_await stop(container, "shutdown");
   // Pre-starts under way finish (and stop themselves, seeing the shutdown) first.
   for (asio::steady_timer pause(io_);;) {
     {
@@ -565,6 +593,46 @@ asio::awaitable<void> ContainerService::shutdown() {
     }
   }
   open_.clear();
+}
+
+}  // namespace sandboxd::api
+
+namespace sandboxd::api {
+
+asio::awaitable<std::string> ContainerService::probe() {
+  if (!runtime_) co_return std::string(kNoProvider);
+  struct statvfs disk {};
+  if (statvfs(config_.data_dir.c_str(), &disk) == 0 &&
+      static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize < (64ull << 20))
+    co_return "the data directory's disk is full (less than 64 MiB free)";
+  // A sandbox over empty folders of its own, with one command, as a container gets.
+  const std::string name = "probe-" + std::to_string(++sandbox_counter_);
+  const fs::path root = fs::path(config_.data_dir) / "probes" / name;
+  tools::ContainerPaths dirs{(root / "workspace").string(), (root / "uploads").string(), (root / "outputs").string(), ""};
+  std::string problem;
+  try {
+    for (const auto* dir : {&dirs.workspace, &dirs.uploads, &dirs.outputs}) {
+      fs::create_directories(*dir);
+      if (chown(dir->c_str(), config_.sandbox_host_uid, config_.sandbox_host_uid) != 0)
+        throw std::runtime_error("chown " + *dir + ": " + std::strerror(errno));
+    }
+    auto sandbox = co_await runtime_->start(io_.get_executor(), sandbox_options(dirs, name));
+    runtime::ExecRequest request;
+    request.command = "true";
+    request.timeout = std::chrono::seconds(10);
+    try {
+      auto result = co_await sandbox->exec(std::move(request));
+      if (result.return_code != 0) problem = "a probe command exited with " + std::to_string(result.return_code);
+    } catch (const std::exception& e) {
+      problem = std::string("a probe command could not run: ") + e.what();
+    }
+    co_await sandbox->stop();
+  } catch (const std::exception& e) {
+    problem = std::string("a sandbox cannot start: ") + e.what();
+  }
+  std::error_code ec;
+  fs::remove_all(root, ec);
+  co_return problem;
 }
 
 }  // namespace sandboxd::api

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "ops/admission.h"
 #include "ops/config.h"
 #include "runtime/runtime.h"
 #include "server/errors.h"
@@ -95,10 +96,12 @@ class ContainerService {
   std::shared_ptr<Container> find_open(const std::string& owner, const std::string& id) const;
 
   // Runs a command, starting the sandbox first if needed. `restart` stops the sandbox
-  // and empties the workspace before running.
+  // and empties the workspace before running. Admission first: with every execution
+  // slot taken past capacity.queueTimeoutSec, a 429 (rate_limit_error, Retry-After).
   asio::awaitable<Result<runtime::ExecResult>> exec(std::shared_ptr<Container> container,
                                                     runtime::ExecRequest request, bool restart);
-  asio::awaitable<void> stop(std::shared_ptr<Container> container);
+  // `reason` labels the stop in the metrics (api, idle, deleted, restart, shutdown).
+  asio::awaitable<void> stop(std::shared_ptr<Container> container, const char* reason = "api");
   asio::awaitable<void> remove(std::shared_ptr<Container> container);
 
   // Refreshes last activity (expires_at rolls).
@@ -110,13 +113,17 @@ class ContainerService {
   const ops::Config& config() const { return config_; }
   size_t running_sandboxes() const;
   bool code_execution_available() const { return runtime_ != nullptr; }
+  const ops::Admission& admission() const { return *admission_; }
+  // Starts a throwaway sandbox and runs `true` in it: what /ready reports. Empty when
+  // that worked, else the reason.
+  asio::awaitable<std::string> probe();
 
   // Stops every sandbox and unmounts every volume (graceful shutdown).
   asio::awaitable<void> shutdown();
 
  private:
   asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ensure_sandbox(std::shared_ptr<Container> container);
-  asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container);
+  asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container, const char* reason);
   std::shared_ptr<Container> load(const store::ContainerRecord& record);
   void prepare_storage(Container& container, bool fresh);
   // Gives a new container its volume, formatted and mounted at `mount_point`: a spare
@@ -135,6 +142,7 @@ class ContainerService {
   asio::io_context& io_;
   const ops::Config& config_;
   runtime::Runtime* runtime_;
+  std::shared_ptr<ops::Admission> admission_;
   store::Metadata& metadata_;
   std::string containers_dir_, spares_dir_;
 

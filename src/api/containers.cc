@@ -131,7 +131,9 @@ asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx)
   if (!input) co_return input.error();
   auto container = api.containers.open(ctx.owner, ctx.params["id"], /*create=*/true);
   if (!container) co_return container.error();
-  co_return json_ok(co_await run_sub_tool(api, *container, tool, *input));
+  auto content = co_await run_sub_tool(api, *container, tool, *input);
+  if (!content) co_return content.error();
+  co_return json_ok(*content);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "api/tool_calls.h"
 #include "model/sse.h"
 #include "model/tool_loop.h"
+#include "tools/bash_tool.h"
 
 namespace sandboxd::api {
 namespace {
@@ -29,7 +30,11 @@ class ContainerRunner : public model::ToolRunner {
       : api_(api), container_(std::move(container)), cancellation_(std::move(cancellation)) {}
 
   asio::awaitable<json::object> run(std::string_view tool, const json::object& input) override {
-    co_return co_await run_sub_tool(api_, container_, tool, input, cancellation_);
+    auto content = co_await run_sub_tool(api_, container_, tool, input, cancellation_);
+    if (content) co_return std::move(*content);
+    // Refused by capacity: the turn goes on, and the model learns why.
+    co_return tools::tool_error(tool == model::kEditorTool ? tools::kEditorErrorType : tools::kBashErrorType,
+                                "too_many_requests", content.error().message, true);
   }
 
   json::value container() override {

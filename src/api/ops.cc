@@ -1,17 +1,81 @@
-// Operations endpoints (SPEC §3.5): liveness, answered from memory.
+// Operations endpoints (SPEC §3.5): liveness from memory, readiness from a real
+// sandbox start (cached for 2 s), and the metrics in Prometheus text format.
 
 #include <boost/json.hpp>
+#include <mutex>
 
 #include "api/routes.h"
+#include "ops/metrics.h"
 
 namespace sandboxd::api {
+namespace {
+
+namespace http = server::http;
+using server::Response;
+using server::Result;
+
+constexpr auto kReadyCache = std::chrono::seconds(2);
+
+struct ReadyCache {
+  std::mutex mutex;
+  std::chrono::steady_clock::time_point checked_at{};
+  bool checked = false;
+  std::string problem;
+};
+
+}  // namespace
 
 void register_ops_routes(server::HttpServer& http, ApiContext& api) {
   http.route(
-      server::http::verb::get, "/health", "ops.health",
-      [&api](server::RequestContext&) -> asio::awaitable<server::Result<server::Response>> {
+      http::verb::get, "/health", "ops.health",
+      [&api](server::RequestContext&) -> asio::awaitable<Result<Response>> {
         co_return json_ok(boost::json::object{{"status", "ok"},
                                               {"sandboxes_running", api.containers.running_sandboxes()}});
+      },
+      {.authenticated = false});
+
+  auto cache = std::make_shared<ReadyCache>();
+  http.route(
+      http::verb::get, "/ready", "ops.ready",
+      [&api, cache](server::RequestContext&) -> asio::awaitable<Result<Response>> {
+        std::string problem;
+        bool fresh = false;
+        {
+          std::lock_guard lock(cache->mutex);
+          if (cache->checked && std::chrono::steady_clock::now() - cache->checked_at < kReadyCache) {
+            problem = cache->problem;
+            fresh = true;
+          }
+        }
+        if (!fresh) {
+          problem = co_await api.containers.probe();
+          std::lock_guard lock(cache->mutex);
+          cache->checked = true;
+          cache->checked_at = std::chrono::steady_clock::now();
+          cache->problem = problem;
+        }
+        if (problem.empty()) co_return json_ok(boost::json::object{{"status", "ready"}});
+        auto res = json_ok(boost::json::object{{"status", "not_ready"}, {"reason", problem}},
+                           http::status::service_unavailable);
+        res.set(http::field::retry_after, std::to_string(api.config.capacity_retry_after_sec));
+        co_return res;
+      },
+      {.authenticated = false});
+
+  http.route(
+      http::verb::get, "/metrics", "ops.metrics",
+      [&api](server::RequestContext&) -> asio::awaitable<Result<Response>> {
+        ops::Metrics::Gauges gauges;
+        const auto& admission = api.containers.admission();
+        gauges.executions_active = admission.active();
+        gauges.executions_queued = admission.queued();
+        gauges.executions_limit = admission.limit();
+        gauges.sandboxes_running = api.containers.running_sandboxes();
+        gauges.files_bytes = api.containers.metadata().total_bytes();
+        server::StringResponse res{http::status::ok, 11};
+        res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+        res.body() = ops::metrics().render(gauges);
+        co_return res;
       },
       {.authenticated = false});
 }

@@ -6,7 +6,7 @@
 
 namespace sandboxd::api {
 
-asio::awaitable<boost::json::object> run_sub_tool(ApiContext& api, std::shared_ptr<Container> container,
+asio::awaitable<server::Result<boost::json::object>> run_sub_tool(ApiContext& api, std::shared_ptr<Container> container,
                                                   std::string_view tool, const boost::json::object& input,
                                                   std::shared_ptr<runtime::Cancellation> cancellation) {
   api.containers.touch(*container);
@@ -31,7 +31,13 @@ asio::awaitable<boost::json::object> run_sub_tool(ApiContext& api, std::shared_p
   auto result = co_await api.containers.exec(container, std::move(request), bash.restart);
   // Files the command wrote get their created_at now, not when someone lists them.
   after_execution(api, container);
-  if (!result) co_return tools::tool_error(tools::kBashErrorType, "unavailable", result.error().message, true);
+  if (!result) {
+    const auto status = result.error().status;
+    if (status == server::http::status::too_many_requests ||
+        (status == server::http::status::service_unavailable && result.error().type == "overloaded_error"))
+      co_return result.error();
+    co_return tools::tool_error(tools::kBashErrorType, "unavailable", result.error().message, true);
+  }
   co_return tools::bash_result(*result);
 }
 

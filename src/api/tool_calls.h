@@ -14,8 +14,10 @@
 namespace sandboxd::api {
 
 // `tool` is bash_code_execution or text_editor_code_execution. Errors come back as
-// *_tool_result_error blocks (with `detail`); a cancelled call kills its command.
-asio::awaitable<boost::json::object> run_sub_tool(ApiContext& api, std::shared_ptr<Container> container,
+// *_tool_result_error blocks (with `detail`); a cancelled call kills its command. A call
+// that capacity refuses (429, or 503 for the quota) is an error: the direct endpoints
+// answer with it, a /messages turn shows it as a `too_many_requests` block.
+asio::awaitable<server::Result<boost::json::object>> run_sub_tool(ApiContext& api, std::shared_ptr<Container> container,
                                                   std::string_view tool, const boost::json::object& input,
                                                   std::shared_ptr<runtime::Cancellation> cancellation = nullptr);
 

@@ -17,6 +17,7 @@
 #include "api/container_service.h"
 #include "api/routes.h"
 #include "model/upstream_client.h"
+#include "ops/metrics.h"
 #include "runtime/runtime.h"
 #include "runtime/volume.h"
 #include "server/auth.h"
@@ -97,6 +98,9 @@ int serve(Config config) {
     server::HttpServer http(io, limits);
     server::TokenAuth auth(tokens);
     http.set_authenticator([&auth](server::RequestContext& ctx) { return auth.authenticate(ctx); });
+    http.set_observer([](const std::string& route, unsigned status, double seconds) {
+      ops::metrics().http_request(route, status, seconds);
+    });
     // The upstream model's client (its own event-loop thread) exists only when one is
     // configured; /messages answers with a clear 400 otherwise.
     std::shared_ptr<model::UpstreamClient> upstream;

@@ -1,0 +1,149 @@
+#include "ops/metrics.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+
+namespace sandboxd::ops {
+namespace {
+
+const std::vector<double> kLatencyBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                            0.25,  0.5,    1,     2.5,  5,     10,   30, 60, 300};
+
+std::string escape(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::string number(double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", value);
+  return buf;
+}
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out.append("# HELP ").append(name).append(" ").append(help).append("\n");
+  out.append("# TYPE ").append(name).append(" ").append(type).append("\n");
+}
+
+void sample(std::string& out, const std::string& name, const std::string& labels, double value) {
+  out.append(name);
+  if (!labels.empty()) out.append("{").append(labels).append("}");
+  out.append(" ").append(number(value)).append("\n");
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  size_t bucket = 0;
+  while (bucket < bounds_.size() && value > bounds_[bucket]) ++bucket;
+  std::lock_guard lock(mutex_);
+  ++counts_[bucket];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
+  std::lock_guard lock(mutex_);
+  const std::string prefix = labels.empty() ? "" : labels + ",";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    sample(out, name + "_bucket", prefix + "le=\"" + number(bounds_[i]) + "\"", static_cast<double>(cumulative));
+  }
+  sample(out, name + "_bucket", prefix + "le=\"+Inf\"", static_cast<double>(count_));
+  sample(out, name + "_sum", labels, sum_);
+  sample(out, name + "_count", labels, static_cast<double>(count_));
+}
+
+Metrics::Metrics() : admission_wait_(kLatencyBounds), execution_duration_(kLatencyBounds) {}
+
+std::string Metrics::label_text(const Labels& labels) {
+  std::string out;
+  for (const auto& [key, value] : labels) {
+    if (!out.empty()) out.push_back(',');
+    out.append(key).append("=\"").append(escape(value)).append("\"");
+  }
+  return out;
+}
+
+void Metrics::count(std::map<std::string, uint64_t>& family, const Labels& labels) {
+  std::lock_guard lock(mutex_);
+  ++family[label_text(labels)];
+}
+
+void Metrics::execution_rejected(const std::string& status, const std::string& reason) {
+  count(rejected_, {{"status", status}, {"reason", reason}});
+}
+
+void Metrics::execution_completed(const std::string& outcome, double seconds) {
+  count(completed_, {{"outcome", outcome}});
+  execution_duration_.observe(seconds);
+}
+
+void Metrics::admission_waited(double seconds) { admission_wait_.observe(seconds); }
+void Metrics::sandbox_started() { ++started_; }
+void Metrics::sandbox_stopped(const std::string& reason) { count(stopped_, {{"reason", reason}}); }
+
+void Metrics::http_request(const std::string& route, unsigned code, double seconds) {
+  count(http_requests_, {{"route", route}, {"code", std::to_string(code)}});
+  Histogram* histogram;
+  {
+    std::lock_guard lock(mutex_);
+    auto& slot = http_duration_[route];
+    if (!slot) slot = std::make_unique<Histogram>(kLatencyBounds);
+    histogram = slot.get();
+  }
+  histogram->observe(seconds);
+}
+
+std::string Metrics::render(const Gauges& g) const {
+  std::string out;
+  out.reserve(16 * 1024);
+  header(out, "sandboxd_executions_active", "gauge", "Commands running now.");
+  sample(out, "sandboxd_executions_active", "", g.executions_active);
+  header(out, "sandboxd_executions_queued", "gauge", "Commands waiting for an execution slot.");
+  sample(out, "sandboxd_executions_queued", "", g.executions_queued);
+  header(out, "sandboxd_executions_limit", "gauge", "Execution slots (capacity.maxConcurrentExecutions).");
+  sample(out, "sandboxd_executions_limit", "", g.executions_limit);
+  header(out, "sandboxd_sandboxes_running", "gauge", "Sandboxes running now.");
+  sample(out, "sandboxd_sandboxes_running", "", static_cast<double>(g.sandboxes_running));
+  header(out, "sandboxd_files_bytes", "gauge", "Bytes of files stored in containers.");
+  sample(out, "sandboxd_files_bytes", "", static_cast<double>(g.files_bytes));
+  header(out, "sandboxd_sandboxes_started_total", "counter", "Sandboxes started.");
+  sample(out, "sandboxd_sandboxes_started_total", "", static_cast<double>(started_.load()));
+  std::lock_guard lock(mutex_);
+  auto family = [&](const char* name, const char* help, const std::map<std::string, uint64_t>& values) {
+    header(out, name, "counter", help);
+    for (const auto& [labels, value] : values) sample(out, name, labels, static_cast<double>(value));
+  };
+  family("sandboxd_executions_rejected_total", "Executions refused, by HTTP status and reason.", rejected_);
+  family("sandboxd_executions_completed_total", "Executions finished, by outcome.", completed_);
+  family("sandboxd_sandboxes_stopped_total", "Sandboxes stopped, by reason.", stopped_);
+  family("sandboxd_http_requests_total", "HTTP requests, by route and status code.", http_requests_);
+  header(out, "sandboxd_admission_wait_seconds", "histogram", "Time executions waited for a slot.");
+  admission_wait_.render(out, "sandboxd_admission_wait_seconds", "");
+  header(out, "sandboxd_execution_duration_seconds", "histogram", "Duration of executions.");
+  execution_duration_.render(out, "sandboxd_execution_duration_seconds", "");
+  header(out, "sandboxd_http_request_duration_seconds", "histogram", "Duration of HTTP requests, by route.");
+  for (const auto& [route, histogram] : http_duration_)
+    histogram->render(out, "sandboxd_http_request_duration_seconds", label_text({{"route", route}}));
+  return out;
+}
+
+Metrics& metrics() {
+  static Metrics registry;
+  return registry;
+}
+
+}  // namespace sandboxd::ops

@@ -1,0 +1,66 @@
+// sandboxd's metrics in the Prometheus text format (SPEC §3.5): counters and
+// histograms recorded where things happen, gauges read when /metrics is scraped. One
+// registry per process, as Prometheus clients keep it.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace sandboxd::ops {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double value);
+  // `name{labels,le="…"}` lines, then _sum and _count.
+  void render(std::string& out, const std::string& name, const std::string& labels) const;
+
+ private:
+  std::vector<double> bounds_;
+  mutable std::mutex mutex_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative)
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+
+  void execution_rejected(const std::string& status, const std::string& reason);
+  // outcome: ok, nonzero, timeout, cancelled, failed
+  void execution_completed(const std::string& outcome, double seconds);
+  void admission_waited(double seconds);
+  void sandbox_started();
+  void sandbox_stopped(const std::string& reason);
+  void http_request(const std::string& route, unsigned code, double seconds);
+
+  // Values read at scrape time.
+  struct Gauges {
+    int executions_active = 0, executions_queued = 0, executions_limit = 0;
+    size_t sandboxes_running = 0;
+    uint64_t files_bytes = 0;
+  };
+  std::string render(const Gauges& gauges) const;
+
+ private:
+  using Labels = std::vector<std::pair<std::string, std::string>>;
+  static std::string label_text(const Labels& labels);
+  void count(std::map<std::string, uint64_t>& family, const Labels& labels);
+
+  mutable std::mutex mutex_;
+  std::map<std::string, uint64_t> rejected_, completed_, stopped_, http_requests_;
+  std::atomic<uint64_t> started_{0};
+  Histogram admission_wait_, execution_duration_;
+  std::map<std::string, std::unique_ptr<Histogram>> http_duration_;  // by route
+};
+
+// The process's registry.
+Metrics& metrics();
+
+}  // namespace sandboxd::ops

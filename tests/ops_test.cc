@@ -1,0 +1,89 @@
+// Operating sandboxd, end to end over HTTP: readiness from a real sandbox start,
+// metrics that promtool accepts, and admission (capacity.*): a full house waits in
+// line, then gets 429 with Retry-After.
+
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "server_harness.h"
+
+using namespace sandboxd::testing;
+namespace bj = boost::json;
+
+namespace {
+
+std::string bash_body(const fs::path& dir, const std::string& name, const std::string& command) {
+  fs::path file = dir / (name + ".json");
+  std::ofstream(file) << bj::serialize(bj::object{{"command", command}});
+  return file.string();
+}
+
+TEST(Ops, ReadyStartsARealSandbox) {
+  ServerProcess server;
+  EXPECT_EQ(json(sh("curl -sS " + server.url("/ready"))), json(R"({"status":"ready"})"));
+  EXPECT_EQ(server.status(server.url("/ready"), "no-token-needed"), 200);
+  ServerProcess none("runtime:\n  provider: none\n");
+  std::string headers = sh("curl -sS -D - -o /dev/null " + none.url("/ready"));
+  EXPECT_NE(headers.find("503"), std::string::npos) << headers;
+  EXPECT_NE(headers.find("Retry-After: 10"), std::string::npos) << headers;
+  auto reply = json(sh("curl -sS " + none.url("/ready")));
+  EXPECT_EQ(reply.at("reason"), "code_execution provider is not configured.");
+}
+
+TEST(Ops, MetricsPassPromtoolAndCountWhatHappened) {
+  ServerProcess server;
+  std::string ok = bash_body(server.dir(), "ok", "true");
+  std::string fail = bash_body(server.dir(), "fail", "exit 3");
+  for (int i = 0; i < 3; ++i)
+    server.curl("-X POST " + server.base() + "/containers/metrics/tools/bash_code_execution -d @" + ok);
+  server.curl("-X POST " + server.base() + "/containers/metrics/tools/bash_code_execution -d @" + fail);
+  server.curl(server.base() + "/nowhere");
+  server.curl("-X POST " + server.base() + "/containers/metrics/stop");
+  std::string text = sh("curl -sS " + server.url("/metrics"));
+  fs::path file = server.dir() / "metrics.txt";
+  std::ofstream(file) << text;
+  int status = -1;
+  std::string lint = sh("promtool check metrics < " + file.string() + " 2>&1", &status);
+  EXPECT_EQ(status, 0) << lint << "\n" << text;
+  EXPECT_NE(text.find("sandboxd_executions_completed_total{outcome=\"ok\"} 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("sandboxd_executions_completed_total{outcome=\"nonzero\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("sandboxd_http_requests_total{route=\"containers.tool\",code=\"200\"} 4\n"), std::string::npos);
+  EXPECT_NE(text.find("sandboxd_http_requests_total{route=\"unmatched\",code=\"404\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("sandboxd_sandboxes_stopped_total{reason=\"api\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("sandboxd_execution_duration_seconds_count 4\n"), std::string::npos);
+  EXPECT_NE(text.find("sandboxd_executions_limit 16\n"), std::string::npos);
+  EXPECT_NE(text.find("sandboxd_executions_active 0\n"), std::string::npos);
+}
+
+TEST(Ops, AFullHouseWaitsInLineThenGets429WithRetryAfter) {
+  ServerProcess server("capacity:\n  maxConcurrentExecutions: 1\n  queueTimeoutSec: 2\n  retryAfterSec: 7\n");
+  std::string slow = bash_body(server.dir(), "slow", "sleep 1; echo first");
+  std::string quick = bash_body(server.dir(), "quick", "echo second");
+  std::string long_one = bash_body(server.dir(), "long", "sleep 4");
+  // One slot: the second command waits for the first (under the 2 s line limit).
+  auto first = std::async(std::launch::async, [&] {
+    return server.curl("-X POST " + server.base() + "/containers/a/tools/bash_code_execution -d @" + slow);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto second = server.curl_json("-X POST " + server.base() + "/containers/b/tools/bash_code_execution -d @" + quick);
+  EXPECT_EQ(second.at("stdout"), "second\n");
+  EXPECT_EQ(json(first.get()).at("stdout"), "first\n");
+  // A command that holds the slot longer than the line waits: the next is refused.
+  auto holder = std::async(std::launch::async, [&] {
+    return server.curl("-X POST " + server.base() + "/containers/a/tools/bash_code_execution -d @" + long_one);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::string response = server.curl("-i -X POST " + server.base() + "/containers/b/tools/bash_code_execution -d @" + quick);
+  EXPECT_NE(response.find("HTTP/1.1 429"), std::string::npos) << response;
+  EXPECT_NE(response.find("Retry-After: 7"), std::string::npos) << response;
+  auto body = json(response.substr(response.find("\r\n\r\n") + 4));
+  EXPECT_EQ(body.at("error").at("type"), "rate_limit_error");
+  EXPECT_EQ(json(holder.get()).at("return_code"), 0);
+  std::string text = sh("curl -sS " + server.url("/metrics"));
+  EXPECT_NE(text.find("sandboxd_executions_rejected_total{status=\"429\",reason=\"queue_timeout\"} 1\n"),
+            std::string::npos) << text;
+  EXPECT_EQ(server.status(server.url("/health")), 200);
+}
+
+}  // namespace
