@@ -606,16 +606,22 @@ TEST_F(MessagesTest, AClientThatDisconnectsCancelsTheCommandAndTheUpstreamCall) 
 
 namespace {
 
+// Scripts one bash call and a closing text, then sends a one-line turn in `container`.
+bj::object turn_with_one_bash_call(ScriptedUpstream& upstream, ServerProcess& server, const std::string& container) {
+  upstream.push_message(ScriptedUpstream::message(
+      {ScriptedUpstream::tool_use("toolu_one", "bash_code_execution", {{"command", "echo hi"}})}, "tool_use"));
+  upstream.push_message(ScriptedUpstream::message({ScriptedUpstream::text_block("done")}, "end_turn"));
+  fs::path file = server.dir() / "one-call.json";
+  std::ofstream(file) << R"({"model":"default","max_tokens":5,"container":")" << container
+                      << R"(","messages":[{"role":"user","content":"hi"}],)"
+                      << R"("tools":[{"name":"code_execution","type":"code_execution_v1"}]})";
+  return json(server.curl("-X POST " + server.base() + "/messages --data-binary @" + file.string())).as_object();
+}
+
 TEST(MessagesWithoutProvider, CodeExecutionAnswersWithTheSeedsErrorBlock) {
   ScriptedUpstream upstream;
   ServerProcess server(model_yaml(upstream) + "runtime:\n  provider: none\n");
-  upstream.push_message(ScriptedUpstream::message(
-      {ScriptedUpstream::tool_use("toolu_n", "bash_code_execution", {{"command", "echo hi"}})}, "tool_use"));
-  upstream.push_message(ScriptedUpstream::message({ScriptedUpstream::text_block("I cannot run code.")}, "end_turn"));
-  fs::path file = server.dir() / "b.json";
-  std::ofstream(file) << R"({"model":"default","max_tokens":5,"container":"np","messages":[{"role":"user","content":"hi"}],
-                            "tools":[{"name":"code_execution","type":"code_execution_v1"}]})";
-  auto reply = json(server.curl("-X POST " + server.base() + "/messages --data-binary @" + file.string()));
+  auto reply = turn_with_one_bash_call(upstream, server, "np");
   const auto& error = reply.at("content").as_array().at(1).at("content").as_object();
   EXPECT_EQ(error.at("type"), "bash_code_execution_tool_result_error");
   EXPECT_EQ(error.at("error_code"), "unavailable");
@@ -643,13 +649,7 @@ TEST(MessagesCapacity, ACallCapacityRefusesIsAnErrorBlockInTheTurn) {
     return server.curl("-X POST " + server.base() + "/containers/busy/tools/bash_code_execution -d @" + hold.string());
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  upstream.push_message(ScriptedUpstream::message(
-      {ScriptedUpstream::tool_use("toolu_q", "bash_code_execution", {{"command", "echo hi"}})}, "tool_use"));
-  upstream.push_message(ScriptedUpstream::message({ScriptedUpstream::text_block("Busy; later.")}, "end_turn"));
-  fs::path file = server.dir() / "b.json";
-  std::ofstream(file) << R"({"model":"default","max_tokens":5,"container":"q","messages":[{"role":"user","content":"hi"}],
-                            "tools":[{"name":"code_execution","type":"code_execution_v1"}]})";
-  auto reply = json(server.curl("-X POST " + server.base() + "/messages --data-binary @" + file.string()));
+  auto reply = turn_with_one_bash_call(upstream, server, "q");
   EXPECT_EQ(reply.at("stop_reason"), "end_turn") << bj::serialize(reply);
   const auto& error = reply.at("content").as_array().at(1).at("content").as_object();
   EXPECT_EQ(error.at("type"), "bash_code_execution_tool_result_error");
