@@ -15,22 +15,16 @@
 #include <memory>
 
 #include "bench_util.h"
+#include "sandbox_harness.h"  // run_sync
 #include "runtime/runtime.h"
 
 namespace fs = std::filesystem;
 namespace rt = sandboxd::runtime;
 namespace asio = boost::asio;
 using namespace sandboxd::bench;
+using sandboxd::testing::run_sync;
 
 namespace {
-
-template <typename T>
-T run_sync(asio::io_context& io, asio::awaitable<T> work) {
-  auto future = asio::co_spawn(io, std::move(work), asio::use_future);
-  io.restart();
-  while (future.wait_for(std::chrono::seconds(0)) != std::future_status::ready) io.run_one();
-  return future.get();
-}
 
 long mem_available_kib() {
   std::ifstream in("/proc/meminfo");

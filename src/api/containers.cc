@@ -14,11 +14,6 @@ namespace sandboxd::api {
 namespace {
 
 namespace fs = std::filesystem;
-namespace http = server::http;
-using server::ApiError;
-using server::RequestContext;
-using server::Response;
-using server::Result;
 
 constexpr size_t kToolBodyLimit = 16u << 20;
 

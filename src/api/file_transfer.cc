@@ -8,10 +8,6 @@
 namespace sandboxd::api {
 namespace {
 
-namespace http = server::http;
-using server::ApiError;
-using server::Result;
-
 std::string leaf(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
 // Content-Disposition with an ASCII fallback and the exact name in filename*.

@@ -12,12 +12,6 @@
 namespace sandboxd::api {
 namespace {
 
-namespace http = server::http;
-using server::ApiError;
-using server::RequestContext;
-using server::Response;
-using server::Result;
-
 Result<std::shared_ptr<Container>> scoped_container(ApiContext& api, RequestContext& ctx, bool create) {
   auto scope = ctx.query_value("scope_id");
   if (!scope || scope->empty()) return ApiError::invalid_request("The 'scope_id' query parameter (the container id) is required");

@@ -13,12 +13,7 @@
 namespace sandboxd::api {
 namespace {
 
-namespace http = server::http;
 namespace json = boost::json;
-using server::ApiError;
-using server::RequestContext;
-using server::Response;
-using server::Result;
 
 constexpr size_t kMessagesBodyLimit = 32u << 20;
 

@@ -10,10 +10,6 @@
 namespace sandboxd::api {
 namespace {
 
-namespace http = server::http;
-using server::Response;
-using server::Result;
-
 constexpr auto kReadyCache = std::chrono::seconds(2);
 
 struct ReadyCache {

@@ -10,6 +10,13 @@
 
 namespace sandboxd::api {
 
+// The server names every surface uses.
+namespace http = server::http;
+using server::ApiError;
+using server::RequestContext;
+using server::Response;
+using server::Result;
+
 struct ApiContext {
   ContainerService& containers;
   store::FileStore& files;

@@ -10,12 +10,6 @@
 namespace sandboxd::api {
 namespace {
 
-namespace http = server::http;
-using server::ApiError;
-using server::RequestContext;
-using server::Response;
-using server::Result;
-
 Result<std::shared_ptr<Container>> thread_container(ApiContext& api, RequestContext& ctx, bool create) {
   auto container = api.containers.open(ctx.owner, ctx.params["thread_id"], create);
   if (container) api.containers.touch(**container);

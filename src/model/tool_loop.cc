@@ -1,9 +1,5 @@
 #include "model/tool_loop.h"
 
-// GCC 12 reports the coroutine frame's own operator new/delete pair as mismatched in
-// this file's largest coroutine: a false positive of -Wmismatched-new-delete.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -100,7 +96,10 @@ ToolLoop::ToolLoop(std::shared_ptr<UpstreamClient> client, LoopSettings settings
       runner_(runner),
       cancellation_(std::move(cancellation)),
       id_(new_message_id()) {
-  conversation_ = translate_history(request_.body.at("messages").as_array());
+  // Built once: per upstream call only the conversation (and the stream flag) differ.
+  base_body_ = upstream_body(request_, upstream_model_, false);
+  conversation_ = std::move(base_body_["messages"].as_array());
+  base_body_.erase("messages");
 }
 
 ToolLoop::~ToolLoop() {
@@ -108,7 +107,8 @@ ToolLoop::~ToolLoop() {
 }
 
 asio::awaitable<Result<std::shared_ptr<UpstreamCall>>> ToolLoop::call_upstream(bool stream) {
-  json::object body = upstream_body(request_, upstream_model_, stream);
+  json::object body = base_body_;
+  if (stream) body["stream"] = true;
   body["messages"] = conversation_;
   UpstreamRequest request;
   request.url = settings_.messages_url;

@@ -80,9 +80,6 @@ void UpstreamCall::cancel() {
 }
 
 // ---------------------------------------------------------------------------------
-static size_t call_on_header(char* data, size_t size, size_t count, void* user);
-static size_t call_on_data(char* data, size_t size, size_t count, void* user);
-
 struct CallAccess {
   static UpstreamCall::Transfer& transfer(UpstreamCall& call) { return *call.transfer_; }
   static void push(UpstreamCall& call, UpstreamEvent event) { call.push(std::move(event)); }

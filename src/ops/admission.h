@@ -22,7 +22,13 @@ class Admission : public std::enable_shared_from_this<Admission> {
     Ticket() = default;
     explicit Ticket(std::shared_ptr<Admission> owner) : owner_(std::move(owner)) {}
     Ticket(Ticket&&) = default;
-    Ticket& operator=(Ticket&&) = default;
+    Ticket& operator=(Ticket&& other) noexcept {
+      if (this != &other) {
+        if (owner_) owner_->release();  // the slot held so far goes back
+        owner_ = std::move(other.owner_);
+      }
+      return *this;
+    }
     ~Ticket() {
       if (owner_) owner_->release();
     }

@@ -72,16 +72,28 @@ void with(const YAML::Node& parent, const char* key, const std::string& path, F&
 
 }  // namespace
 
-std::optional<uint64_t> parse_bytes(const std::string& text) {
+namespace {
+
+// The non-negative, finite number at the start of `text`, and where its unit starts.
+std::optional<double> leading_number(const std::string& text, size_t& unit_at) {
   if (text.empty()) return std::nullopt;
-  size_t pos = 0;
   double value;
   try {
-    value = std::stod(text, &pos);
+    value = std::stod(text, &unit_at);
   } catch (...) {
     return std::nullopt;
   }
   if (value < 0 || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::optional<uint64_t> parse_bytes(const std::string& text) {
+  size_t pos = 0;
+  auto number = leading_number(text, pos);
+  if (!number) return std::nullopt;
+  const double value = *number;
   std::string unit = text.substr(pos);
   static const std::pair<const char*, double> units[] = {
       {"", 1},       {"k", 1e3},          {"K", 1e3},          {"M", 1e6},          {"G", 1e9},
@@ -97,15 +109,10 @@ std::optional<uint64_t> parse_bytes(const std::string& text) {
 }
 
 std::optional<uint64_t> parse_cpu_millis(const std::string& text) {
-  if (text.empty()) return std::nullopt;
   size_t pos = 0;
-  double value;
-  try {
-    value = std::stod(text, &pos);
-  } catch (...) {
-    return std::nullopt;
-  }
-  if (value < 0 || !std::isfinite(value) || value > 1e6) return std::nullopt;
+  auto number = leading_number(text, pos);
+  if (!number || *number > 1e6) return std::nullopt;
+  const double value = *number;
   std::string unit = text.substr(pos);
   if (unit == "m") return static_cast<uint64_t>(std::llround(value));
   if (unit.empty()) return static_cast<uint64_t>(std::llround(value * 1000));
