@@ -26,26 +26,12 @@ namespace rt = sandboxd::runtime;
 
 namespace {
 
-// "512Mi", "1G", "100000" -> bytes. Throws CLI::ValidationError on anything else.
+// "512Mi", "1G", "100000" -> bytes (the configuration's quantities). Throws
+// CLI::ValidationError on anything else.
 uint64_t parse_bytes(const std::string& text) {
-  size_t pos = 0;
-  unsigned long long value = 0;
-  try {
-    value = std::stoull(text, &pos);
-  } catch (...) {
-    throw CLI::ValidationError("size", "not a size: " + text);
-  }
-  std::string unit = text.substr(pos);
-  uint64_t mult = 1;
-  if (unit.empty()) mult = 1;
-  else if (unit == "K" || unit == "k") mult = 1000;
-  else if (unit == "Ki") mult = 1ull << 10;
-  else if (unit == "M") mult = 1000ull * 1000;
-  else if (unit == "Mi") mult = 1ull << 20;
-  else if (unit == "G") mult = 1000ull * 1000 * 1000;
-  else if (unit == "Gi") mult = 1ull << 30;
-  else throw CLI::ValidationError("size", "unknown unit in " + text + " (use K, Ki, M, Mi, G, Gi)");
-  return value * mult;
+  auto bytes = sandboxd::ops::parse_bytes(text);
+  if (!bytes) throw CLI::ValidationError("size", "not a size: " + text + " (use K, Ki, M, Mi, G, Gi)");
+  return *bytes;
 }
 
 std::string shell_quote(const std::string& word) {
