@@ -2,6 +2,8 @@
 //   sandboxd run [--container DIR] [--timeout S] [--memory BYTES] [--workspace-size BYTES] -- CMD...
 //   sandboxd serve [--config FILE]
 //   sandboxd config check FILE
+//   sandboxd ps [--config FILE | --url URL --admin-token TOKEN]
+//   sandboxd stop CONTAINER [--owner OWNER] [--config FILE | --url URL --admin-token TOKEN]
 //   sandboxd version
 
 #include <sys/stat.h>
@@ -16,6 +18,7 @@
 #include <iostream>
 #include <random>
 
+#include "ops/admin_client.h"
 #include "ops/config.h"
 #include "ops/serve.h"
 #include "runtime/runtime.h"
@@ -164,7 +167,44 @@ int main(int argc, char** argv) {
   check->add_option("file", check_file, "YAML configuration file")->required();
   config_cmd->require_subcommand(1);
 
+  // The operator's commands: the server's URL and admin token come from its config
+  // file (listen, auth.adminToken), from flags, or from SANDBOXD_ADMIN_TOKEN.
+  std::string admin_config, admin_url, admin_token, stop_container, stop_owner;
+  auto add_admin_options = [&](CLI::App* cmd) {
+    cmd->add_option("--config", admin_config, "The server's configuration file")->check(CLI::ExistingFile);
+    cmd->add_option("--url", admin_url, "The server's URL (default: its listen address)");
+    cmd->add_option("--admin-token", admin_token, "auth.adminToken (default: SANDBOXD_ADMIN_TOKEN)");
+  };
+  auto* ps = app.add_subcommand("ps", "List the running sandboxes of a running server");
+  add_admin_options(ps);
+  auto* stop = app.add_subcommand("stop", "Stop a container's sandbox (its files are kept)");
+  add_admin_options(stop);
+  stop->add_option("container", stop_container, "The container id")->required();
+  stop->add_option("--owner", stop_owner, "The container's owner, when several owners use the id");
+
   CLI11_PARSE(app, argc, argv);
+  if (ps->parsed() || stop->parsed()) {
+    sandboxd::ops::AdminTarget target;
+    try {
+      auto config =
+          admin_config.empty() ? sandboxd::ops::default_config() : sandboxd::ops::load_config_file(admin_config);
+      target.url = "http://" + config.listen_host + ":" + std::to_string(config.listen_port);
+      target.token = config.admin_token;
+    } catch (const sandboxd::ops::ConfigError& e) {
+      std::fprintf(stderr, "sandboxd: configuration: %s\n", e.what());
+      return 2;
+    }
+    if (!admin_url.empty()) target.url = admin_url;
+    if (const char* env = std::getenv("SANDBOXD_ADMIN_TOKEN"); env && target.token.empty()) target.token = env;
+    if (!admin_token.empty()) target.token = admin_token;
+    if (target.token.empty()) {
+      std::fprintf(stderr, "sandboxd: no admin token (--admin-token, SANDBOXD_ADMIN_TOKEN or auth.adminToken)\n");
+      return 2;
+    }
+    if (ps->parsed()) return sandboxd::ops::admin_ps(target);
+    return sandboxd::ops::admin_stop(target, stop_container,
+                                     stop_owner.empty() ? std::nullopt : std::optional<std::string>(stop_owner));
+  }
   if (serve->parsed()) {
     try {
       auto config = config_file.empty() ? sandboxd::ops::default_config() : sandboxd::ops::load_config_file(config_file);

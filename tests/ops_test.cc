@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <regex>
 
 #include "server_harness.h"
 
@@ -84,6 +85,51 @@ TEST(Ops, AFullHouseWaitsInLineThenGets429WithRetryAfter) {
   EXPECT_NE(text.find("sandboxd_executions_rejected_total{status=\"429\",reason=\"queue_timeout\"} 1\n"),
             std::string::npos) << text;
   EXPECT_EQ(server.status(server.url("/health")), 200);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Ops, PsListsRunningSandboxesAndStopStopsOneKeepingItsFiles) {
+  const std::string admin = "admin-token-0123456789";
+  ServerProcess server("auth:\n  adminToken: " + admin + "\n");
+  std::string body = bash_body(server.dir(), "make", "echo kept > /mnt/user-data/outputs/f.txt");
+  server.curl("-X POST " + server.base() + "/containers/ps-one/tools/bash_code_execution -d @" + body);
+  server.curl("-X POST " + server.base() + "/containers/ps-two/tools/bash_code_execution -d @" + body,
+              "secret-bob-x");
+  const std::string cli = std::string(SANDBOXD_PATH) + " ";
+  const std::string target = " --url " + server.url() + " --admin-token " + admin;
+  int status = -1;
+  std::string table = sh(cli + "ps" + target, &status);
+  EXPECT_EQ(status, 0) << table;
+  EXPECT_NE(table.find("CONTAINER"), std::string::npos) << table;
+  std::regex row_one("ps-one +alice +[0-9]+ "), row_two("ps-two +bob +[0-9]+ ");
+  EXPECT_TRUE(std::regex_search(table, row_one)) << table;
+  EXPECT_TRUE(std::regex_search(table, row_two)) << table;
+
+  // An owner's token is not an admin token; the admin token is not an owner's.
+  EXPECT_EQ(server.status(server.url("/admin/sandboxes")), 401);
+  EXPECT_EQ(server.status(server.base() + "/containers", admin), 401);
+  sh(cli + "ps --url " + server.url() + " --admin-token wrong-token-123456", &status);
+  EXPECT_EQ(status, 1);
+
+  std::string said = sh(cli + "stop ps-one" + target, &status);
+  EXPECT_EQ(status, 0) << said;
+  EXPECT_NE(said.find("stopped ps-one (owner alice)"), std::string::npos) << said;
+  EXPECT_EQ(server.curl_json(server.base() + "/containers/ps-one").at("state"), "stopped");
+  table = sh(cli + "ps" + target);
+  EXPECT_FALSE(std::regex_search(table, row_one)) << table;
+  EXPECT_TRUE(std::regex_search(table, row_two)) << table;
+  // Its files are kept.
+  auto listing = server.curl_json("'" + server.base() + "/files?scope_id=ps-one'");
+  EXPECT_EQ(listing.at("data").as_array().size(), 1u);
+  sh(cli + "stop no-such" + target + " 2>/dev/null", &status);
+  EXPECT_EQ(status, 1);
+
+  // Without an admin token configured the endpoints are off.
+  ServerProcess plain;
+  EXPECT_EQ(plain.status(plain.url("/admin/sandboxes"), "anything-at-all-1234"), 403);
 }
 
 }  // namespace

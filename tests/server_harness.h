@@ -62,10 +62,11 @@ class ServerProcess {
     data_dir_ = data_dir.empty() ? dir_ / "data" : data_dir;
     config_ = dir_ / "config.yaml";
     std::ofstream(config_) << "server:\n  listen: \"127.0.0.1:0\"\n  dataDir: \"" << data_dir_.string()
-                           << "\"\n" << server_extra(extra_yaml)
+                           << "\"\n" << section_lines(extra_yaml, "server")
                            << "auth:\n  tokens:\n    - { token: secret-alice, owner: alice }\n"
                               "    - { token: secret-bob-x, owner: bob }\n"
-                           << strip_server(extra_yaml);
+                           << section_lines(extra_yaml, "auth")
+                           << strip_section(strip_section(extra_yaml, "server"), "auth");
     start();
   }
   ~ServerProcess() {
@@ -138,24 +139,24 @@ class ServerProcess {
   }
 
  private:
-  // Keys for the server: section are merged into ours; the rest is appended.
-  static std::string server_extra(const std::string& yaml) {
-    auto pos = yaml.find("server:\n");
+  // Keys of the server: and auth: sections are merged into ours; the rest is appended.
+  static std::string section_lines(const std::string& yaml, const std::string& section) {
+    auto pos = yaml.find(section + ":\n");
     if (pos == std::string::npos) return "";
     std::string out;
-    std::istringstream lines(yaml.substr(pos + 8));
+    std::istringstream lines(yaml.substr(pos + section.size() + 2));
     for (std::string line; std::getline(lines, line) && line.rfind("  ", 0) == 0;) out += line + "\n";
     return out;
   }
-  static std::string strip_server(const std::string& yaml) {
-    auto pos = yaml.find("server:\n");
+  static std::string strip_section(const std::string& yaml, const std::string& section) {
+    auto pos = yaml.find(section + ":\n");
     if (pos == std::string::npos) return yaml;
     std::string out = yaml.substr(0, pos);
-    std::istringstream lines(yaml.substr(pos + 8));
-    bool in_server = true;
+    std::istringstream lines(yaml.substr(pos + section.size() + 2));
+    bool inside = true;
     for (std::string line; std::getline(lines, line);) {
-      if (in_server && line.rfind("  ", 0) == 0) continue;
-      in_server = false;
+      if (inside && line.rfind("  ", 0) == 0) continue;
+      inside = false;
       out += line + "\n";
     }
     return out;

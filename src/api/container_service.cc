@@ -123,6 +123,50 @@ size_t ContainerService::running_sandboxes() const {
   return n;
 }
 
+namespace {
+asio::awaitable<std::shared_ptr<runtime::Sandbox>> sandbox_of(Container* container) { co_return container->sandbox; }
+}  // namespace
+
+asio::awaitable<std::vector<SandboxStatus>> ContainerService::sandboxes() {
+  std::vector<std::shared_ptr<Container>> running;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, container] : open_)
+      if (container->running()) running.push_back(container);
+  }
+  std::vector<SandboxStatus> out;
+  for (auto& container : running) {
+    // The sandbox pointer belongs to the container's strand. (A plain coroutine with a
+    // raw pointer: `running` holds the container, and GCC 12 mishandles the shared_ptr
+    // captures of a lambda coroutine here.)
+    auto sandbox = co_await asio::co_spawn(container->strand, sandbox_of(container.get()), asio::use_awaitable);
+    if (!sandbox || !sandbox->running()) continue;
+    SandboxStatus status;
+    status.owner = container->owner;
+    status.container = container->id;
+    status.pid = sandbox->pid();
+    status.age_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sandbox->started_at()).count();
+    status.memory_bytes = sandbox->memory_usage();
+    status.executing = container->executing.load();
+    status.last_used_at = container->last_used_at.load();
+    out.push_back(std::move(status));
+  }
+  co_return out;
+}
+
+size_t ContainerService::prestarted_ready() const {
+  std::lock_guard lock(pool_mutex_);
+  return ready_slots_.size();
+}
+
+std::vector<std::shared_ptr<Container>> ContainerService::find_open_any_owner(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<Container>> out;
+  for (const auto& [key, container] : open_)
+    if (key.second == id) out.push_back(container);
+  return out;
+}
+
 void ContainerService::take_volume(const std::string& image, const std::string& mount_point) {
   fs::create_directories(mount_point);
   for (;;) {
@@ -364,12 +408,15 @@ std::shared_ptr<Slot> ContainerService::claim_prestarted(Container& container) {
   } catch (const std::exception& e) {
     spdlog::warn("handing a pre-started sandbox to container {}: {}", container.id, e.what());
     auto sandbox = std::move(slot->sandbox);
-    asio::co_spawn(io_, [this, sandbox, slot]() -> asio::awaitable<void> {
-      co_await sandbox->stop();
-      release_slot(slot);
-    }, asio::detached);
+    asio::co_spawn(io_, stop_and_release(sandbox, slot), asio::detached);
     return nullptr;
   }
+}
+
+asio::awaitable<void> ContainerService::stop_and_release(std::shared_ptr<runtime::Sandbox> sandbox,
+                                                        std::shared_ptr<Slot> slot) {
+  co_await sandbox->stop();
+  release_slot(slot);
 }
 
 // After its sandbox has stopped: the container's binds come off and the slot is reused.

@@ -76,6 +76,16 @@ struct Container {
   std::atomic<int> executing{0};  // commands running now
 };
 
+// A running sandbox as an operator sees it (`sandboxd ps`).
+struct SandboxStatus {
+  std::string owner, container;
+  pid_t pid = -1;  // host pid of its PID 1
+  double age_seconds = 0;
+  uint64_t memory_bytes = 0;
+  int executing = 0;  // commands running now
+  int64_t last_used_at = 0;
+};
+
 class ContainerService {
  public:
   // `runtime` may be null: no code-execution provider (files work, commands do not).
@@ -112,6 +122,11 @@ class ContainerService {
   store::Metadata& metadata() { return metadata_; }
   const ops::Config& config() const { return config_; }
   size_t running_sandboxes() const;
+  // Every running container sandbox, and how many pre-started ones wait.
+  asio::awaitable<std::vector<SandboxStatus>> sandboxes();
+  size_t prestarted_ready() const;
+  // The open containers with this id (an operator's `stop` names no owner).
+  std::vector<std::shared_ptr<Container>> find_open_any_owner(const std::string& id) const;
   bool code_execution_available() const { return runtime_ != nullptr; }
   const ops::Admission& admission() const { return *admission_; }
   // Starts a throwaway sandbox and runs `true` in it: what /ready reports. Empty when
@@ -134,6 +149,7 @@ class ContainerService {
   // The pre-started pool.
   std::shared_ptr<Slot> claim_prestarted(Container& container);
   void release_slot(const std::shared_ptr<Slot>& slot);
+  asio::awaitable<void> stop_and_release(std::shared_ptr<runtime::Sandbox> sandbox, std::shared_ptr<Slot> slot);
   asio::awaitable<void> refill_pool();
   std::shared_ptr<Slot> new_slot();
   runtime::SandboxOptions sandbox_options(const tools::ContainerPaths& dirs, const std::string& name) const;
@@ -158,7 +174,7 @@ class ContainerService {
   std::atomic<bool> shutting_down_{false};
   asio::steady_timer reaper_timer_;
   std::string slots_dir_;
-  std::mutex pool_mutex_;
+  mutable std::mutex pool_mutex_;
   std::vector<std::shared_ptr<Slot>> ready_slots_, free_slots_;
   size_t slots_made_ = 0;
   int pool_starting_ = 0;

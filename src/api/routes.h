@@ -29,6 +29,7 @@ void register_file_routes(server::HttpServer& http, ApiContext& api);
 void register_thread_routes(server::HttpServer& http, ApiContext& api);
 void register_ops_routes(server::HttpServer& http, ApiContext& api);
 void register_messages_routes(server::HttpServer& http, ApiContext& api);
+void register_admin_routes(server::HttpServer& http, ApiContext& api);
 
 // A route handler from a function of (ApiContext&, RequestContext&).
 template <typename Fn>

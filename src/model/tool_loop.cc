@@ -44,6 +44,28 @@ bool valid_upstream_block(const json::value& value) {
   return id && id->is_string() && name && name->is_string();
 }
 
+// A tool call running beside the ping timer of a stream; its end cancels the timer.
+struct PingedCall {
+  explicit PingedCall(asio::any_io_executor e) : timer(e) {}
+  asio::steady_timer timer;
+  bool done = false;
+  json::object result;
+  std::exception_ptr error;
+};
+
+// A named coroutine with its arguments by value (not a capturing lambda coroutine,
+// whose captures GCC 12 mishandles when co_spawned).
+asio::awaitable<void> run_and_signal(ToolRunner& runner, std::shared_ptr<PingedCall> state, std::string tool,
+                                     json::object input) {
+  try {
+    state->result = co_await runner.run(tool, input);
+  } catch (...) {
+    state->error = std::current_exception();
+  }
+  state->done = true;
+  state->timer.cancel();
+}
+
 json::object error_event(const ApiError& error) {
   return {{"type", "error"}, {"error", {{"type", error.type}, {"message", error.message}}}};
 }
@@ -369,26 +391,8 @@ asio::awaitable<json::object> ToolLoop::run_with_pings(std::string_view tool, co
   if (!sink) co_return co_await runner_.run(tool, input);
   // The call runs beside a ping timer: a long command keeps the stream visibly alive.
   auto executor = co_await asio::this_coro::executor;
-  struct State {
-    explicit State(asio::any_io_executor e) : timer(e) {}
-    asio::steady_timer timer;
-    bool done = false;
-    json::object result;
-    std::exception_ptr error;
-  };
-  auto state = std::make_shared<State>(executor);
-  asio::co_spawn(
-      executor,
-      [this, state, tool = std::string(tool), input]() -> asio::awaitable<void> {
-        try {
-          state->result = co_await runner_.run(tool, input);
-        } catch (...) {
-          state->error = std::current_exception();
-        }
-        state->done = true;
-        state->timer.cancel();
-      },
-      asio::detached);
+  auto state = std::make_shared<PingedCall>(executor);
+  asio::co_spawn(executor, run_and_signal(runner_, state, std::string(tool), input), asio::detached);
   bool client_here = true;
   while (!state->done) {
     boost::system::error_code ec;

@@ -165,7 +165,12 @@ Config parse_config(const std::string& yaml_text) {
         c.tokens.push_back(entry);
       }
     });
-    with(n, "adminToken", p, [&](const YAML::Node& v, const std::string& kp) { c.admin_token = scalar(v, kp); });
+    with(n, "adminToken", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.admin_token = scalar(v, kp);
+      if (!c.admin_token.empty() && c.admin_token.size() < 16) throw ConfigError(kp + ": must be at least 16 characters");
+      for (const auto& entry : c.tokens)
+        if (entry.token == c.admin_token) throw ConfigError(kp + ": must differ from every owner's token");
+    });
   });
 
   with(root, "model", "", [&](const YAML::Node& n, const std::string& p) {

@@ -111,6 +111,7 @@ int serve(Config config) {
     api::register_file_routes(http, api);
     api::register_thread_routes(http, api);
     api::register_messages_routes(http, api);
+    api::register_admin_routes(http, api);
 
     auto endpoint = http.listen(config.listen_host, config.listen_port);
     std::printf("sandboxd: listening on http://%s:%u (data in %s, cgroup %s)\n",
