@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
   if (serve->parsed()) {
     try {
       auto config = config_file.empty() ? sandboxd::ops::default_config() : sandboxd::ops::load_config_file(config_file);
-      return sandboxd::ops::serve(std::move(config));
+      return sandboxd::ops::serve(std::move(config), config_file);
     } catch (const sandboxd::ops::ConfigError& e) {
       std::fprintf(stderr, "sandboxd: configuration: %s\n", e.what());
       return 2;

@@ -133,3 +133,43 @@ TEST(Ops, PsListsRunningSandboxesAndStopStopsOneKeepingItsFiles) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Ops, SighupAppliesNewLimitsToNewWorkAndABadFileChangesNothing) {
+  ServerProcess server("codeInterpreter:\n  outputLimit: 1Ki\ncapacity:\n  maxConcurrentExecutions: 4\n");
+  std::string body = bash_body(server.dir(), "big", "printf '%*s' 3000 '' | tr ' ' a");
+  auto run = [&] {
+    return std::string(
+        server.curl_json("-X POST " + server.base() + "/containers/hup/tools/bash_code_execution -d @" + body)
+            .at("stdout")
+            .as_string());
+  };
+  auto limit_line = [&] {
+    std::string text = sh("curl -sS " + server.url("/metrics"));
+    auto at = text.find("\nsandboxd_executions_limit ");
+    return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  };
+  EXPECT_TRUE(run().ends_with("...[truncated]"));
+  EXPECT_EQ(limit_line(), "sandboxd_executions_limit 4");
+
+  server.write_config("codeInterpreter:\n  outputLimit: 8Ki\ncapacity:\n  maxConcurrentExecutions: 3\n");
+  EXPECT_NE(server.reload().find("configuration reloaded"), std::string::npos) << server.log();
+  EXPECT_TRUE(run() == std::string(3000, 'a')) << "the new output cap applies to the next command";
+  EXPECT_EQ(limit_line(), "sandboxd_executions_limit 3");
+
+  // A bad file: nothing changes, and the log says why.
+  server.write_config("codeInterpreter:\n  outputLimit: 1Ki\ncapacity:\n  maxConcurrentExecutions: -1\n");
+  std::string said = server.reload();
+  EXPECT_NE(said.find("not reloaded"), std::string::npos) << said;
+  EXPECT_NE(said.find("capacity.maxConcurrentExecutions"), std::string::npos) << said;
+  EXPECT_TRUE(run() == std::string(3000, 'a')) << "the output cap of the good file stays";
+  EXPECT_EQ(limit_line(), "sandboxd_executions_limit 3");
+  // What the running server is built on waits for a restart.
+  server.write_config("server:\n  headerTimeoutSec: 3\ncodeInterpreter:\n  outputLimit: 8Ki\n");
+  server.reload();
+  EXPECT_NE(server.log().find("server.headerTimeoutSec changed"), std::string::npos) << server.log();
+  EXPECT_EQ(server.status(server.url("/health")), 200);
+}
+
+}  // namespace

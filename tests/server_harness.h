@@ -61,18 +61,37 @@ class ServerProcess {
     dir_ = mkdtemp(pattern.data());
     data_dir_ = data_dir.empty() ? dir_ / "data" : data_dir;
     config_ = dir_ / "config.yaml";
-    std::ofstream(config_) << "server:\n  listen: \"127.0.0.1:0\"\n  dataDir: \"" << data_dir_.string()
-                           << "\"\n" << section_lines(extra_yaml, "server")
-                           << "auth:\n  tokens:\n    - { token: secret-alice, owner: alice }\n"
-                              "    - { token: secret-bob-x, owner: bob }\n"
-                           << section_lines(extra_yaml, "auth")
-                           << strip_section(strip_section(extra_yaml, "server"), "auth");
+    write_config(extra_yaml);
     start();
   }
   ~ServerProcess() {
     stop(SIGTERM);
     std::error_code ec;
     fs::remove_all(dir_, ec);
+  }
+
+  // (Re)writes the configuration file; a running server reads it again on reload().
+  void write_config(const std::string& extra_yaml) {
+    std::ofstream(config_) << "server:\n  listen: \"127.0.0.1:0\"\n  dataDir: \"" << data_dir_.string()
+                           << "\"\n" << section_lines(extra_yaml, "server")
+                           << "auth:\n  tokens:\n    - { token: secret-alice, owner: alice }\n"
+                              "    - { token: secret-bob-x, owner: bob }\n"
+                           << section_lines(extra_yaml, "auth")
+                           << strip_section(strip_section(extra_yaml, "server"), "auth");
+  }
+  // SIGHUP, then waits until the log tells how the reload went (returns that line).
+  std::string reload() {
+    const size_t before = count_reload_lines();
+    kill(pid_, SIGHUP);
+    for (int i = 0; i < 250; ++i) {
+      if (count_reload_lines() > before) {
+        std::string text = log();
+        size_t at = text.rfind("SIGHUP: ");
+        return text.substr(at, text.find('\n', at) - at);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    throw std::runtime_error("no reload in the log: " + log());
   }
 
   void start() {
@@ -139,6 +158,14 @@ class ServerProcess {
   }
 
  private:
+  size_t count_reload_lines() const {
+    std::string text = log();
+    size_t n = 0;
+    for (size_t at = 0; (at = text.find("SIGHUP: configuration reloaded", at)) != std::string::npos; ++at) ++n;
+    for (size_t at = 0; (at = text.find("not reloaded", at)) != std::string::npos; ++at) ++n;
+    return n;
+  }
+
   // Keys of the server: and auth: sections are merged into ours; the rest is appended.
   static std::string section_lines(const std::string& yaml, const std::string& section) {
     auto pos = yaml.find(section + ":\n");

@@ -13,12 +13,13 @@ namespace {
 
 // Compares digests, so a wrong token takes as long as a right one.
 Result<void> check_admin(const ApiContext& api, const RequestContext& ctx) {
-  if (api.config.admin_token.empty())
+  const std::string admin_token = api.config()->admin_token;
+  if (admin_token.empty())
     return ApiError::permission("The admin endpoints are off: set auth.adminToken to use them");
   std::string_view presented = ctx.header_value(http::field::authorization);
   if (presented.starts_with("Bearer ")) presented.remove_prefix(7);
   else presented = ctx.header_value("x-api-key");
-  if (presented.empty() || server::sha256_hex(presented) != server::sha256_hex(api.config.admin_token))
+  if (presented.empty() || server::sha256_hex(presented) != server::sha256_hex(admin_token))
     return ApiError::authentication("An admin token is required");
   return {};
 }

@@ -45,24 +45,24 @@ void make_owned_dir(const fs::path& dir, uid_t uid, gid_t gid) {
 
 }  // namespace
 
-ContainerService::ContainerService(asio::io_context& io, const ops::Config& config, runtime::Runtime* runtime,
+ContainerService::ContainerService(asio::io_context& io, ops::LiveConfig& config, runtime::Runtime* runtime,
                                    store::Metadata& metadata)
     : io_(io),
       config_(config),
       runtime_(runtime),
-      admission_(ops::Admission::create(config.max_concurrent_executions,
-                                        std::chrono::seconds(config.queue_timeout_sec))),
+      admission_(ops::Admission::create(config.get()->max_concurrent_executions,
+                                        std::chrono::seconds(config.get()->queue_timeout_sec))),
       metadata_(metadata),
-      containers_dir_((fs::path(config.data_dir) / "containers").string()),
-      spares_dir_((fs::path(config.data_dir) / "spares").string()),
+      containers_dir_((fs::path(config.get()->data_dir) / "containers").string()),
+      spares_dir_((fs::path(config.get()->data_dir) / "spares").string()),
       reaper_timer_(io),
-      slots_dir_((fs::path(config.data_dir) / "slots").string()) {
+      slots_dir_((fs::path(config.get()->data_dir) / "slots").string()) {
   fs::create_directories(containers_dir_);
   // Slots of an earlier run were unmounted by the start-up cleanup: remade on demand.
   fs::remove_all(slots_dir_);
   fs::create_directories(slots_dir_);
   fs::create_directories(spares_dir_);
-  fs::permissions(config.data_dir, fs::perms::owner_all, fs::perm_options::replace);
+  fs::permissions(config.get()->data_dir, fs::perms::owner_all, fs::perm_options::replace);
   // Spares of an earlier run are unmounted by now (start-up cleanup): simply remade.
   fs::remove_all(spares_dir_);
   fs::create_directories(spares_dir_);
@@ -113,7 +113,7 @@ void ContainerService::touch(Container& container) {
 }
 
 int64_t ContainerService::expires_at(const Container& container) const {
-  return container.last_used_at.load() + config_.session_ttl_sec;
+  return container.last_used_at.load() + settings()->session_ttl_sec;
 }
 
 size_t ContainerService::running_sandboxes() const {
@@ -189,14 +189,16 @@ void ContainerService::take_volume(const std::string& image, const std::string& 
       spdlog::warn("taking spare volume {}: {}", spare, e.what());
     }
   }
-  Volume::create(image, volume_image_bytes(), config_.sandbox_host_uid, config_.sandbox_host_uid);
+  const uid_t uid = settings()->sandbox_host_uid;
+  Volume::create(image, volume_image_bytes(), uid, uid);
   Volume::mount(image, mount_point);
 }
 
 uint64_t ContainerService::volume_image_bytes() const {
   // ext4's journal, inode tables and group descriptors take about a tenth of a small
   // image; add that, so the space code can use is the configured limit.
-  return config_.workspace_size_bytes + config_.workspace_size_bytes / 9 + (4u << 20);
+  const uint64_t size = settings()->workspace_size_bytes;
+  return size + size / 9 + (4u << 20);
 }
 
 void ContainerService::spare_volume_loop() {
@@ -215,7 +217,8 @@ void ContainerService::spare_volume_loop() {
     lock.unlock();
     std::string image = (fs::path(spares_dir_) / ("spare-" + random_hex(16) + ".img")).string();
     try {
-      Volume::create(image, volume_image_bytes(), config_.sandbox_host_uid, config_.sandbox_host_uid);
+      const uid_t uid = settings()->sandbox_host_uid;
+      Volume::create(image, volume_image_bytes(), uid, uid);
       fs::create_directories(image + ".mnt");
       Volume::mount(image, image + ".mnt");
     } catch (const std::exception& e) {
@@ -233,13 +236,13 @@ void ContainerService::spare_volume_loop() {
 
 void ContainerService::prepare_storage(Container& container, bool fresh) {
   fs::path root = fs::path(containers_dir_) / container.storage;
-  const uid_t uid = config_.sandbox_host_uid;
+  const uid_t uid = settings()->sandbox_host_uid;
   container.volume_image = (root / "volume.img").string();
   container.volume_mount = (root / "volume").string();
   container.paths.workspace = (root / "volume" / "workspace").string();
   container.paths.outputs = (root / "volume" / "outputs").string();
   container.paths.uploads = (root / "uploads").string();
-  container.paths.skills = config_.skills_dir;
+  container.paths.skills = settings()->skills_dir;
   if (fresh) {
     fs::create_directories(root);
     take_volume(container.volume_image, container.volume_mount);
@@ -266,7 +269,7 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
                                                           bool create) {
   if (!valid_id(id))
     return ApiError::invalid_request("Invalid container id: must be 1-128 characters of [A-Za-z0-9._:-]");
-  if (shutting_down_) return ApiError::overloaded("The server is shutting down", config_.retry_after_sec);
+  if (shutting_down_) return ApiError::overloaded("The server is shutting down", settings()->retry_after_sec);
   // Creating or mounting happens under the lock so that one (owner, id) is only ever
   // prepared once; both are quick (a rename and a mount).
   std::lock_guard lock(mutex_);
@@ -309,28 +312,30 @@ std::shared_ptr<Slot> ContainerService::new_slot() {
   slot->dirs.workspace = slot->root + "/workspace";
   slot->dirs.uploads = slot->root + "/uploads";
   slot->dirs.outputs = slot->root + "/outputs";
+  const uid_t uid = settings()->sandbox_host_uid;
   for (const auto* dir : {&slot->dirs.workspace, &slot->dirs.uploads, &slot->dirs.outputs}) {
-    make_owned_dir(*dir, config_.sandbox_host_uid, config_.sandbox_host_uid);
+    make_owned_dir(*dir, uid, uid);
     Volume::make_shared_mount(*dir);
   }
   return slot;
 }
 
 runtime::SandboxOptions ContainerService::sandbox_options(const tools::ContainerPaths& dirs, const std::string& name) const {
+  const auto settings = this->settings();  // one snapshot for the whole sandbox
   runtime::SandboxOptions options;
   options.name = name;
   options.workspace_dir = dirs.workspace;
   options.uploads_dir = dirs.uploads;
   options.outputs_dir = dirs.outputs;
-  options.skills_dir = config_.skills_dir;
-  options.tmp_size_bytes = config_.tmp_size_bytes;
-  options.home_size_bytes = config_.tmp_size_bytes;
-  options.max_open_files = config_.open_files_limit;
-  options.limits.pids = config_.pids_limit;
-  options.limits.memory_bytes = config_.memory_limit_bytes;
-  if (config_.limit_range_enabled) {
-    if (!options.limits.memory_bytes) options.limits.memory_bytes = config_.limit_memory_bytes;
-    options.limits.cpu_millis = config_.limit_cpu_millis;
+  options.skills_dir = settings->skills_dir;
+  options.tmp_size_bytes = settings->tmp_size_bytes;
+  options.home_size_bytes = settings->tmp_size_bytes;
+  options.max_open_files = settings->open_files_limit;
+  options.limits.pids = settings->pids_limit;
+  options.limits.memory_bytes = settings->memory_limit_bytes;
+  if (settings->limit_range_enabled) {
+    if (!options.limits.memory_bytes) options.limits.memory_bytes = settings->limit_memory_bytes;
+    options.limits.cpu_millis = settings->limit_cpu_millis;
   }
   return options;
 }
@@ -341,7 +346,7 @@ asio::awaitable<void> ContainerService::refill_pool() {
     {
       std::lock_guard lock(pool_mutex_);
       if (shutting_down_ || !runtime_ ||
-          static_cast<int>(ready_slots_.size()) + pool_starting_ >= config_.prestarted_sandboxes)
+          static_cast<int>(ready_slots_.size()) + pool_starting_ >= settings()->prestarted_sandboxes)
         co_return;
       ++pool_starting_;
       if (!free_slots_.empty()) {
@@ -498,8 +503,8 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
   if (!ticket) {
     ops::metrics().execution_rejected("429", "queue_timeout");
     co_return ApiError::rate_limited("Too many commands are running; none finished within " +
-                                         std::to_string(config_.queue_timeout_sec) + "s. Try again later.",
-                                     config_.retry_after_sec);
+                                         std::to_string(settings()->queue_timeout_sec) + "s. Try again later.",
+                                     settings()->retry_after_sec);
   }
   auto sandbox = co_await asio::co_spawn(container->strand, ensure_sandbox(container), asio::use_awaitable);
   if (!sandbox) {
@@ -561,7 +566,7 @@ asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> contai
 }
 
 asio::awaitable<void> ContainerService::reap_idle() {
-  const auto interval = std::chrono::seconds(std::clamp(config_.session_ttl_sec / 4, 1, 30));
+  const auto interval = std::chrono::seconds(std::clamp(settings()->session_ttl_sec / 4, 1, 30));
   while (!shutting_down_) {
     reaper_timer_.expires_after(interval);
     boost::system::error_code ec;
@@ -572,7 +577,7 @@ asio::awaitable<void> ContainerService::reap_idle() {
     {
       std::lock_guard lock(mutex_);
       for (const auto& [key, container] : open_)
-        if (container->last_used_at.load() + config_.session_ttl_sec <= now) idle.push_back(container);
+        if (container->last_used_at.load() + settings()->session_ttl_sec <= now) idle.push_back(container);
     }
     for (auto& container : idle) {
       if (container->executing.load() > 0) continue;
@@ -583,7 +588,7 @@ asio::awaitable<void> ContainerService::reap_idle() {
     for (auto& container : idle) {
       auto it = open_.find({container->owner, container->id});
       if (it == open_.end() || it->second != container) continue;
-      if (container->running() || container->last_used_at.load() + config_.session_ttl_sec > now) continue;
+      if (container->running() || container->last_used_at.load() + settings()->session_ttl_sec > now) continue;
       if (container.use_count() > 2) continue;  // `idle` and the map: nobody else
       try {
         if (Volume::try_unmount(container->volume_mount)) open_.erase(it);
@@ -649,18 +654,19 @@ namespace sandboxd::api {
 asio::awaitable<std::string> ContainerService::probe() {
   if (!runtime_) co_return std::string(kNoProvider);
   struct statvfs disk {};
-  if (statvfs(config_.data_dir.c_str(), &disk) == 0 &&
+  if (statvfs(settings()->data_dir.c_str(), &disk) == 0 &&
       static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize < (64ull << 20))
     co_return "the data directory's disk is full (less than 64 MiB free)";
   // A sandbox over empty folders of its own, with one command, as a container gets.
   const std::string name = "probe-" + std::to_string(++sandbox_counter_);
-  const fs::path root = fs::path(config_.data_dir) / "probes" / name;
+  const fs::path root = fs::path(settings()->data_dir) / "probes" / name;
+  const uid_t uid = settings()->sandbox_host_uid;
   tools::ContainerPaths dirs{(root / "workspace").string(), (root / "uploads").string(), (root / "outputs").string(), ""};
   std::string problem;
   try {
     for (const auto* dir : {&dirs.workspace, &dirs.uploads, &dirs.outputs}) {
       fs::create_directories(*dir);
-      if (chown(dir->c_str(), config_.sandbox_host_uid, config_.sandbox_host_uid) != 0)
+      if (chown(dir->c_str(), uid, uid) != 0)
         throw std::runtime_error("chown " + *dir + ": " + std::strerror(errno));
     }
     auto sandbox = co_await runtime_->start(io_.get_executor(), sandbox_options(dirs, name));

@@ -20,6 +20,7 @@
 
 #include "ops/admission.h"
 #include "ops/config.h"
+#include "ops/live_config.h"
 #include "runtime/runtime.h"
 #include "server/errors.h"
 #include "store/file_store.h"
@@ -89,7 +90,7 @@ struct SandboxStatus {
 class ContainerService {
  public:
   // `runtime` may be null: no code-execution provider (files work, commands do not).
-  ContainerService(asio::io_context& io, const ops::Config& config, runtime::Runtime* runtime,
+  ContainerService(asio::io_context& io, ops::LiveConfig& config, runtime::Runtime* runtime,
                    store::Metadata& metadata);
   ~ContainerService();
 
@@ -120,7 +121,8 @@ class ContainerService {
   static std::string format_time(int64_t unix_seconds);
 
   store::Metadata& metadata() { return metadata_; }
-  const ops::Config& config() const { return config_; }
+  // The configuration in effect now (a snapshot).
+  std::shared_ptr<const ops::Config> settings() const { return config_.get(); }
   size_t running_sandboxes() const;
   // Every running container sandbox, and how many pre-started ones wait.
   asio::awaitable<std::vector<SandboxStatus>> sandboxes();
@@ -129,6 +131,7 @@ class ContainerService {
   std::vector<std::shared_ptr<Container>> find_open_any_owner(const std::string& id) const;
   bool code_execution_available() const { return runtime_ != nullptr; }
   const ops::Admission& admission() const { return *admission_; }
+  ops::Admission& admission() { return *admission_; }
   // Starts a throwaway sandbox and runs `true` in it: what /ready reports. Empty when
   // that worked, else the reason.
   asio::awaitable<std::string> probe();
@@ -156,7 +159,7 @@ class ContainerService {
   void spare_volume_loop();
 
   asio::io_context& io_;
-  const ops::Config& config_;
+  ops::LiveConfig& config_;
   runtime::Runtime* runtime_;
   std::shared_ptr<ops::Admission> admission_;
   store::Metadata& metadata_;

@@ -85,7 +85,7 @@ asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContex
         {"id", record.id},
         {"type", "container"},
         {"created_at", ContainerService::format_time(record.created_at)},
-        {"expires_at", ContainerService::format_time(record.last_used_at + api.config.session_ttl_sec)},
+        {"expires_at", ContainerService::format_time(record.last_used_at + api.config()->session_ttl_sec)},
         {"state", "stopped"},
         {"usage", {{"bytes", bytes}, {"files", files}}}});
   }

@@ -118,7 +118,7 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
   store::FileError error = store::FileError::kNone;
   auto writer = api.files.begin_write(container.paths, path, error);
   if (!writer) co_return file_error(error, path);
-  auto received = co_await ctx.read_body_stream(api.config.max_upload_bytes, [&](std::string_view chunk) -> Result<void> {
+  auto received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, [&](std::string_view chunk) -> Result<void> {
     if (auto e = writer->write(chunk.data(), chunk.size()); e != store::FileError::kNone) return file_error(e, path);
     return {};
   });
@@ -185,7 +185,7 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
         current = Part::kOther;
         return true;
       });
-  auto received = co_await ctx.read_body_stream(api.config.max_upload_bytes, [&](std::string_view chunk) -> Result<void> {
+  auto received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, [&](std::string_view chunk) -> Result<void> {
     if (parser.feed(chunk)) return {};
     if (failure) return *failure;
     return ApiError::invalid_request("Malformed multipart body: " + parser.error());

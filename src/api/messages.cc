@@ -102,11 +102,12 @@ asio::awaitable<Result<Response>> validate(ApiContext&, RequestContext& ctx) {
 asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext& ctx) {
   auto request = co_await read_request(ctx);
   if (!request) co_return request.error();
-  if (api.config.model_base_url.empty() || !api.upstream)
+  const auto config = api.config();  // this request's settings, whatever a reload does meanwhile
+  if (config->model_base_url.empty() || !api.upstream)
     co_return ApiError::invalid_request(
         "No upstream model is configured for /messages: set model.baseUrl in sandboxd's configuration");
   std::string upstream_model = request->model;
-  if (auto it = api.config.model_names.find(request->model); it != api.config.model_names.end())
+  if (auto it = config->model_names.find(request->model); it != config->model_names.end())
     upstream_model = it->second;
 
   auto turn = std::make_shared<Turn>();
@@ -119,7 +120,7 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
   }
   turn->runner = std::make_unique<ContainerRunner>(api, container, turn->cancellation);
   const bool stream = request->stream;
-  turn->loop = std::make_unique<model::ToolLoop>(api.upstream, loop_settings(api.config), std::move(*request),
+  turn->loop = std::make_unique<model::ToolLoop>(api.upstream, loop_settings(*config), std::move(*request),
                                                  upstream_model, *turn->runner, turn->cancellation);
   turn->watch = server::DisconnectWatch::start(ctx.stream().socket(),
                                                [cancellation = turn->cancellation] { cancellation->cancel(); });

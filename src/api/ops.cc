@@ -53,7 +53,7 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
         if (problem.empty()) co_return json_ok(boost::json::object{{"status", "ready"}});
         auto res = json_ok(boost::json::object{{"status", "not_ready"}, {"reason", problem}},
                            http::status::service_unavailable);
-        res.set(http::field::retry_after, std::to_string(api.config.capacity_retry_after_sec));
+        res.set(http::field::retry_after, std::to_string(api.config()->capacity_retry_after_sec));
         co_return res;
       },
       {.authenticated = false});

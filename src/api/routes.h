@@ -20,8 +20,11 @@ using server::Result;
 struct ApiContext {
   ContainerService& containers;
   store::FileStore& files;
-  const ops::Config& config;
+  ops::LiveConfig& live_config;
   std::shared_ptr<model::UpstreamClient> upstream;  // the /messages model client
+
+  // The configuration in effect now: a request takes it once and keeps it.
+  std::shared_ptr<const ops::Config> config() const { return live_config.get(); }
 };
 
 void register_container_routes(server::HttpServer& http, ApiContext& api);

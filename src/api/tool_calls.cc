@@ -10,13 +10,14 @@ asio::awaitable<server::Result<boost::json::object>> run_sub_tool(ApiContext& ap
                                                   std::string_view tool, const boost::json::object& input,
                                                   std::shared_ptr<runtime::Cancellation> cancellation) {
   api.containers.touch(*container);
+  const auto config = api.config();
   if (!api.containers.code_execution_available())
     co_return tools::tool_error(tool == "text_editor_code_execution" ? tools::kEditorErrorType : tools::kBashErrorType,
                                 "unavailable", kNoProvider, true);
   if (tool == "text_editor_code_execution") {
     tools::EditorOptions options;
-    options.uid = api.config.sandbox_host_uid;
-    options.gid = api.config.sandbox_host_uid;
+    options.uid = config->sandbox_host_uid;
+    options.gid = config->sandbox_host_uid;
     co_return tools::run_text_editor(container->paths, input, options);
   }
   auto parsed = tools::parse_bash_input(input);
@@ -25,8 +26,8 @@ asio::awaitable<server::Result<boost::json::object>> run_sub_tool(ApiContext& ap
   auto& bash = std::get<tools::BashInput>(parsed);
   runtime::ExecRequest request;
   request.command = bash.command;
-  request.timeout = std::chrono::seconds(bash.timeout_sec.value_or(api.config.code_execution_timeout_sec));
-  request.output_limit = api.config.output_limit_bytes;
+  request.timeout = std::chrono::seconds(bash.timeout_sec.value_or(config->code_execution_timeout_sec));
+  request.output_limit = config->output_limit_bytes;
   request.cancellation = std::move(cancellation);
   auto result = co_await api.containers.exec(container, std::move(request), bash.restart);
   // Files the command wrote get their created_at now, not when someone lists them.

@@ -17,6 +17,7 @@
 #include "api/container_service.h"
 #include "api/routes.h"
 #include "model/upstream_client.h"
+#include "ops/live_config.h"
 #include "ops/metrics.h"
 #include "runtime/runtime.h"
 #include "runtime/volume.h"
@@ -39,9 +40,29 @@ std::string random_token() {
   return token;
 }
 
+// SIGHUP: the file is read and checked again; what can change while serving applies to
+// new work, and a file with a problem changes nothing (the reason is logged).
+void reload(const std::string& config_path, LiveConfig& live_config, Admission& admission) {
+  if (config_path.empty()) {
+    spdlog::warn("SIGHUP: running on the embedded defaults, there is no configuration file to reload");
+    return;
+  }
+  Config loaded;
+  try {
+    loaded = load_config_file(config_path);
+  } catch (const std::exception& e) {
+    spdlog::error("SIGHUP: {} not reloaded, the current configuration stays: {}", config_path, e.what());
+    return;
+  }
+  for (const auto& key : live_config.reload(loaded))
+    spdlog::warn("SIGHUP: {} changed in {}; that takes a restart, the current value stays", key, config_path);
+  admission.set_limits(loaded.max_concurrent_executions, std::chrono::seconds(loaded.queue_timeout_sec));
+  spdlog::info("SIGHUP: configuration reloaded from {}", config_path);
+}
+
 }  // namespace
 
-int serve(Config config) {
+int serve(Config config, const std::string& config_path) {
   signal(SIGPIPE, SIG_IGN);
   // One access-log line per request: flushed every second (and at once for warnings),
   // so a log file is current without a write per request.
@@ -92,7 +113,8 @@ int serve(Config config) {
 
   {  // the service's objects end before the data directory's bind is unmounted
     asio::io_context io;
-    api::ContainerService containers(io, config, sandbox_runtime ? &*sandbox_runtime : nullptr, metadata);
+    LiveConfig live_config(config);
+    api::ContainerService containers(io, live_config, sandbox_runtime ? &*sandbox_runtime : nullptr, metadata);
     server::ServerLimits limits;
     limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
     server::HttpServer http(io, limits);
@@ -105,7 +127,7 @@ int serve(Config config) {
     // configured; /messages answers with a clear 400 otherwise.
     std::shared_ptr<model::UpstreamClient> upstream;
     if (!config.model_base_url.empty()) upstream = model::UpstreamClient::create();
-    api::ApiContext api{containers, files, config, upstream};
+    api::ApiContext api{containers, files, live_config, upstream};
     api::register_ops_routes(http, api);
     api::register_container_routes(http, api);
     api::register_file_routes(http, api);
@@ -124,7 +146,7 @@ int serve(Config config) {
       signals.async_wait([&](const boost::system::error_code& ec, int signo) {
         if (ec) return;
         if (signo == SIGHUP) {
-          spdlog::info("SIGHUP: configuration reload is not implemented yet; keeping the current one");
+          reload(config_path, live_config, containers.admission());
           wait_signal();
           return;
         }

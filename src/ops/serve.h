@@ -3,10 +3,13 @@
 // finish up to a bound, stop every sandbox, exit 0).
 #pragma once
 
+#include <string>
+
 #include "ops/config.h"
 
 namespace sandboxd::ops {
 
-int serve(Config config);
+// `config_path` is the file SIGHUP reloads (empty: the embedded defaults, no reload).
+int serve(Config config, const std::string& config_path = "");
 
 }  // namespace sandboxd::ops

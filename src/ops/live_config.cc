@@ -1,0 +1,62 @@
+#include "ops/live_config.h"
+
+#include <filesystem>
+
+namespace sandboxd::ops {
+
+std::vector<std::string> LiveConfig::reload(const Config& loaded) {
+  auto current = get();
+  auto next = std::make_shared<Config>(*current);
+  // What applies to new work.
+  next->code_execution_enabled = loaded.code_execution_enabled;
+  next->code_execution_timeout_sec = loaded.code_execution_timeout_sec;
+  next->session_ttl_sec = loaded.session_ttl_sec;
+  next->max_concurrent_executions = loaded.max_concurrent_executions;
+  next->queue_timeout_sec = loaded.queue_timeout_sec;
+  next->retry_after_sec = loaded.retry_after_sec;
+  next->capacity_retry_after_sec = loaded.capacity_retry_after_sec;
+  next->quota_enabled = loaded.quota_enabled;
+  next->quota_pods = loaded.quota_pods;
+  next->quota_cpu_millis = loaded.quota_cpu_millis;
+  next->quota_memory_bytes = loaded.quota_memory_bytes;
+  next->limit_range_enabled = loaded.limit_range_enabled;
+  next->limit_cpu_millis = loaded.limit_cpu_millis;
+  next->limit_memory_bytes = loaded.limit_memory_bytes;
+  next->memory_limit_bytes = loaded.memory_limit_bytes;
+  next->tmp_size_bytes = loaded.tmp_size_bytes;
+  next->output_limit_bytes = loaded.output_limit_bytes;
+  next->pids_limit = loaded.pids_limit;
+  next->open_files_limit = loaded.open_files_limit;
+  next->max_upload_bytes = loaded.max_upload_bytes;
+  next->download_generated = loaded.download_generated;
+  next->download_uploaded = loaded.download_uploaded;
+  next->model_names = loaded.model_names;
+  next->max_tool_iterations = loaded.max_tool_iterations;
+  next->model_timeout_sec = loaded.model_timeout_sec;
+  next->model_ping_interval_sec = loaded.model_ping_interval_sec;
+  // What the running server is built on: a new value waits for a restart.
+  std::vector<std::string> kept;
+  auto keep = [&](bool same, const char* key) {
+    if (!same) kept.emplace_back(key);
+  };
+  keep(loaded.listen_host == current->listen_host && loaded.listen_port == current->listen_port, "server.listen");
+  std::error_code ec;
+  keep(std::filesystem::weakly_canonical(loaded.data_dir, ec).string() == current->data_dir, "server.dataDir");
+  keep(loaded.header_timeout_sec == current->header_timeout_sec, "server.headerTimeoutSec");
+  bool same_tokens = loaded.tokens.size() == current->tokens.size();
+  for (size_t i = 0; same_tokens && i < loaded.tokens.size(); ++i)
+    same_tokens = loaded.tokens[i].token == current->tokens[i].token && loaded.tokens[i].owner == current->tokens[i].owner;
+  keep(same_tokens, "auth.tokens");
+  keep(loaded.admin_token == current->admin_token, "auth.adminToken");
+  keep(loaded.model_base_url == current->model_base_url && loaded.model_api_key == current->model_api_key,
+       "model.baseUrl/apiKey");
+  keep(loaded.workspace_size_bytes == current->workspace_size_bytes, "codeInterpreter.workspaceSizeLimit");
+  keep(loaded.sandbox_host_uid == current->sandbox_host_uid && loaded.cgroup_mode == current->cgroup_mode &&
+           loaded.skills_dir == current->skills_dir && loaded.prestarted_sandboxes == current->prestarted_sandboxes &&
+           loaded.runtime_provider == current->runtime_provider,
+       "runtime");
+  current_.store(std::move(next));
+  return kept;
+}
+
+}  // namespace sandboxd::ops
