@@ -173,3 +173,84 @@ TEST(Ops, SighupAppliesNewLimitsToNewWorkAndABadFileChangesNothing) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Ops, JsonLogsAndTheAuditLogRecordWhoDidWhat) {
+  ServerProcess server("logging:\n  format: json\n  auditMaxSize: 64Ki\n  auditFiles: 2\n");
+  std::string body = bash_body(server.dir(), "exit7", "echo \"$((3+4))\"; exit 7");
+  server.curl("-X POST " + server.base() + "/containers/audited/tools/bash_code_execution -d @" + body);
+  server.curl("-X POST " + server.base() +
+              "/containers/audited/tools/text_editor_code_execution -d '{\"command\":\"create\",\"path\":\"n.txt\",\"file_text\":\"x\"}'");
+  std::ofstream(server.dir() / "up.txt") << "up";
+  server.curl("-X POST '" + server.base() + "/files?scope_id=audited' -F file=@" + (server.dir() / "up.txt").string());
+  server.curl(server.base() + "/containers/audited", "secret-bob-x");  // bob: a 404, audited as bob's
+
+  // The server's log: every line after start-up is a JSON object (SIGTERM flushes it).
+  server.stop(SIGTERM);
+  bool saw_execution = false, saw_request = false;
+  std::istringstream lines(server.log());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("sandboxd:", 0) == 0) continue;  // the start-up lines on stdout
+    boost::system::error_code ec;
+    auto value = bj::parse(line, ec);
+    ASSERT_FALSE(ec) << "not JSON: " << line;
+    const auto& event = value.as_object();
+    EXPECT_TRUE(event.contains("time") && event.contains("level")) << line;
+    if (event.contains("event") && event.at("event") == "execution" && event.at("container") == "audited") {
+      saw_execution = true;
+      EXPECT_EQ(event.at("return_code"), 7);
+      EXPECT_EQ(event.at("owner"), "alice");
+      EXPECT_EQ(event.at("timed_out"), false);
+      EXPECT_EQ(event.at("truncated"), false);
+    }
+    if (event.contains("event") && event.at("event") == "request" && event.at("route") == "files.upload")
+      saw_request = event.at("status") == 200;
+  }
+  EXPECT_TRUE(saw_execution) << server.log();
+  EXPECT_TRUE(saw_request) << server.log();
+
+  // The audit log: who, what, when, in the data directory.
+  std::string audit = read_file(server.data_dir() / "audit.log");
+  std::vector<bj::object> records;
+  std::istringstream audit_lines(audit);
+  for (std::string line; std::getline(audit_lines, line);) records.push_back(json(line).as_object());
+  auto find = [&](const std::string& event, const std::string& key, const std::string& value) -> const bj::object* {
+    for (const auto& r : records)
+      if (r.at("event") == event.c_str() && r.contains(key) && r.at(key) == value.c_str()) return &r;
+    return nullptr;
+  };
+  const auto* execution = find("execution", "container", "audited");
+  ASSERT_NE(execution, nullptr) << audit;
+  EXPECT_EQ(execution->at("command"), "echo \"$((3+4))\"; exit 7");
+  EXPECT_EQ(execution->at("owner"), "alice");
+  EXPECT_TRUE(execution->contains("time"));
+  const auto* edit = find("editor", "path", "n.txt");
+  ASSERT_NE(edit, nullptr) << audit;
+  EXPECT_EQ(edit->at("result"), "text_editor_code_execution_create_result");
+  ASSERT_NE(find("request", "route", "files.upload"), nullptr) << audit;
+  const auto* denied = find("request", "owner", "bob");
+  ASSERT_NE(denied, nullptr) << audit;
+  EXPECT_EQ(denied->at("status"), 404);
+}
+
+TEST(Ops, TheAuditLogRotatesBySizeAndOnlyAppends) {
+  ServerProcess server("logging:\n  auditMaxSize: 64Ki\n  auditFiles: 2\n");
+  // Long commands: each execution's record holds the first 4 KiB of its command.
+  std::string body = bash_body(server.dir(), "long", ": " + std::string(4000, 'x'));
+  for (int i = 0; i < 40; ++i)
+    server.curl("-X POST " + server.base() + "/containers/rot/tools/bash_code_execution -d @" + body);
+  EXPECT_TRUE(fs::exists(server.data_dir() / "audit.1.log")) << "rotated past 64 KiB";
+  EXPECT_LE(fs::file_size(server.data_dir() / "audit.log"), 64u << 10);
+  EXPECT_FALSE(fs::exists(server.data_dir() / "audit.3.log")) << "two old files kept";
+  // A restart appends: what was written stays, in the current file or (rotated) the next.
+  const std::string before = read_file(server.data_dir() / "audit.log");
+  ASSERT_FALSE(before.empty());
+  server.restart();
+  server.curl("-X POST " + server.base() + "/containers/rot/tools/bash_code_execution -d @" + body);
+  const std::string now = read_file(server.data_dir() / "audit.log");
+  EXPECT_TRUE((now.size() > before.size() && now.compare(0, before.size(), before) == 0) ||
+              read_file(server.data_dir() / "audit.1.log") == before);
+}
+
+}  // namespace

@@ -17,6 +17,7 @@
 #include <random>
 #include <spdlog/spdlog.h>
 
+#include "ops/logging.h"
 #include "ops/metrics.h"
 #include "runtime/volume.h"
 
@@ -519,6 +520,7 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
   } done{container->executing};
   const auto started = std::chrono::steady_clock::now();
   const char* label = "failed";
+  const std::string command_head = request.command.substr(0, 4096);  // for the audit log
   try {
     outcome = co_await (*sandbox)->exec(std::move(request));
     label = outcome->cancelled ? "cancelled" : outcome->timed_out ? "timeout" : outcome->return_code == 0 ? "ok" : "nonzero";
@@ -526,7 +528,18 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
     spdlog::warn("execution in container {} failed: {}", container->id, e.what());
     outcome = ApiError{server::http::status::service_unavailable, "api_error", "The sandbox stopped during the command", {}};
   }
-  ops::metrics().execution_completed(label, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ops::metrics().execution_completed(label, seconds);
+  const int64_t return_code = outcome ? outcome->return_code : -1;
+  const bool truncated = outcome && (outcome->stdout_truncated || outcome->stderr_truncated);
+  const bool timed_out = outcome && outcome->timed_out;
+  ops::log_event(spdlog::level::info, "execution",
+                 {{"owner", container->owner}, {"container", container->id}, {"ms", seconds * 1000},
+                  {"outcome", label}, {"return_code", return_code}, {"truncated", truncated}, {"timed_out", timed_out}});
+  if (auto* audit = ops::audit())
+    audit->record("execution", {{"owner", container->owner}, {"container", container->id},
+                                {"command", command_head}, {"outcome", label},
+                                {"return_code", return_code}});
   touch(*container);
   co_return outcome;
 }

@@ -1,6 +1,7 @@
 #include "api/tool_calls.h"
 
 #include "api/discovery.h"
+#include "ops/logging.h"
 #include "tools/bash_tool.h"
 #include "tools/text_editor.h"
 
@@ -18,7 +19,16 @@ asio::awaitable<server::Result<boost::json::object>> run_sub_tool(ApiContext& ap
     tools::EditorOptions options;
     options.uid = config->sandbox_host_uid;
     options.gid = config->sandbox_host_uid;
-    co_return tools::run_text_editor(container->paths, input, options);
+    auto content = tools::run_text_editor(container->paths, input, options);
+    if (auto* audit = ops::audit()) {
+      auto text = [&](const char* key) {
+        auto* v = input.if_contains(key);
+        return v && v->is_string() ? std::string_view(v->as_string()) : std::string_view();
+      };
+      audit->record("editor", {{"owner", container->owner}, {"container", container->id}, {"command", text("command")},
+                               {"path", text("path")}, {"result", std::string_view(content.at("type").as_string())}});
+    }
+    co_return content;
   }
   auto parsed = tools::parse_bash_input(input);
   if (auto* error = std::get_if<std::string>(&parsed))

@@ -131,7 +131,7 @@ Config parse_config(const std::string& yaml_text) {
   Config c;
   if (!root || root.IsNull()) return c;
   only_keys(root, "", {"server", "auth", "model", "features", "external", "opensandbox", "capacity",
-                       "codeInterpreter", "workspace", "runtime"});
+                       "codeInterpreter", "workspace", "runtime", "logging"});
 
   with(root, "server", "", [&](const YAML::Node& n, const std::string& p) {
     only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec"});
@@ -284,6 +284,20 @@ Config parse_config(const std::string& yaml_text) {
       with(d, "generatedResources", dp, [&](const YAML::Node& v, const std::string& kp) { c.download_generated = read_bool(v, kp); });
       with(d, "uploadedResources", dp, [&](const YAML::Node& v, const std::string& kp) { c.download_uploaded = read_bool(v, kp); });
     });
+  });
+
+  with(root, "logging", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"format", "auditMaxSize", "auditFiles"});
+    with(n, "format", p, [&](const YAML::Node& v, const std::string& kp) {
+      std::string format = scalar(v, kp);
+      if (format != "text" && format != "json") throw ConfigError(kp + ": must be 'text' or 'json'");
+      c.log_json = format == "json";
+    });
+    with(n, "auditMaxSize", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.audit_max_bytes = read_bytes(v, kp);
+      if (c.audit_max_bytes < (64u << 10)) throw ConfigError(kp + ": must be at least 64Ki");
+    });
+    with(n, "auditFiles", p, [&](const YAML::Node& v, const std::string& kp) { c.audit_files = static_cast<int>(read_int(v, kp, 1, 1000)); });
   });
 
   with(root, "runtime", "", [&](const YAML::Node& n, const std::string& p) {

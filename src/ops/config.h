@@ -71,6 +71,10 @@ struct Config {
   // workspace (organisation settings)
   bool download_generated = true;
   bool download_uploaded = false;
+  // logging
+  bool log_json = false;                 // logging.format: json (JSON lines) or text
+  uint64_t audit_max_bytes = 64ull << 20;  // logging.auditMaxSize: the audit log rotates past it
+  int audit_files = 5;                   // logging.auditFiles: rotated audit logs kept
   // runtime
   uint32_t sandbox_host_uid = 101000;
   std::string cgroup_mode = "auto";

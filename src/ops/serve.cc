@@ -18,6 +18,7 @@
 #include "api/routes.h"
 #include "model/upstream_client.h"
 #include "ops/live_config.h"
+#include "ops/logging.h"
 #include "ops/metrics.h"
 #include "runtime/runtime.h"
 #include "runtime/volume.h"
@@ -66,6 +67,7 @@ int serve(Config config, const std::string& config_path) {
   signal(SIGPIPE, SIG_IGN);
   // One access-log line per request: flushed every second (and at once for warnings),
   // so a log file is current without a write per request.
+  configure_logging(config.log_json);
   spdlog::flush_every(std::chrono::seconds(1));
   spdlog::flush_on(spdlog::level::warn);
   fs::create_directories(config.data_dir);
@@ -108,6 +110,9 @@ int serve(Config config, const std::string& config_path) {
   }
   runtime::Volume::make_private_mount(config.data_dir);
 
+  // Append-only, in the data directory, rotated by size.
+  set_audit(std::make_unique<AuditLog>((fs::path(config.data_dir) / "audit.log").string(), config.audit_max_bytes,
+                                       static_cast<size_t>(config.audit_files)));
   store::Metadata metadata((fs::path(config.data_dir) / "sandboxd.db").string());
   store::FileStore files(metadata, config.sandbox_host_uid, config.sandbox_host_uid);
 
@@ -120,8 +125,17 @@ int serve(Config config, const std::string& config_path) {
     server::HttpServer http(io, limits);
     server::TokenAuth auth(tokens);
     http.set_authenticator([&auth](server::RequestContext& ctx) { return auth.authenticate(ctx); });
-    http.set_observer([](const std::string& route, unsigned status, double seconds) {
-      ops::metrics().http_request(route, status, seconds);
+    http.set_observer([](const server::RequestRecord& r) {
+      log_event(spdlog::level::info, "request",
+                {{"id", r.request_id}, {"method", r.method}, {"target", r.target}, {"status", int64_t{r.status}},
+                 {"ms", r.seconds * 1000}, {"bytes", static_cast<int64_t>(r.bytes)},
+                 {"owner", r.owner.empty() ? std::string_view("-") : r.owner}, {"route", r.route}});
+      metrics().http_request(std::string(r.route), r.status, r.seconds);
+      // Who did what to which container, and how it ended: every owner's request.
+      if (r.authenticated_route && !r.owner.empty())
+        if (auto* log = audit())
+          log->record("request", {{"owner", r.owner}, {"method", r.method}, {"target", r.target},
+                                  {"route", r.route}, {"status", int64_t{r.status}}, {"id", r.request_id}});
     });
     // The upstream model's client (its own event-loop thread) exists only when one is
     // configured; /messages answers with a clear 400 otherwise.
@@ -176,6 +190,7 @@ int serve(Config config, const std::string& config_path) {
     io.run();
     for (auto& t : pool) t.join();
   }
+  set_audit(nullptr);  // its file is under the data directory's bind
   try {
     runtime::Volume::unmount(config.data_dir);  // the private bind made at start
   } catch (const std::exception& e) {

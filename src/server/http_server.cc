@@ -291,10 +291,19 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket) {
     bool sent = co_await send(stream, response, ctx.method() == http::verb::head, status, bytes);
     --in_flight_;
     double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    spdlog::info("{} {} {} {} {:.2f}ms {}B owner={} route={}", ctx.request_id, http::to_string(ctx.method()),
-                 std::string_view(parser.get().target()).substr(0, 256), status, seconds * 1000, bytes,
-                 ctx.owner.empty() ? "-" : ctx.owner, ctx.route_name.empty() ? "unmatched" : ctx.route_name);
-    if (observer_) observer_(ctx.route_name.empty() ? "unmatched" : ctx.route_name, status, seconds);
+    if (observer_) {
+      RequestRecord record;
+      record.request_id = ctx.request_id;
+      record.method = http::to_string(ctx.method());
+      record.target = std::string_view(parser.get().target()).substr(0, 256);
+      record.owner = ctx.owner;
+      record.route = ctx.route_name.empty() ? std::string_view("unmatched") : std::string_view(ctx.route_name);
+      record.status = status;
+      record.bytes = bytes;
+      record.seconds = seconds;
+      record.authenticated_route = ctx.authenticated_route;
+      observer_(record);
+    }
     if (!sent || !keep_alive) break;
   }
   boost::system::error_code ignored;
@@ -320,6 +329,7 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx, http::reques
   }
   ctx.params = std::move(match.params);
   ctx.route_name = router_.name(match.route);
+  ctx.authenticated_route = route_options_[match.route].authenticated;
   if (route_options_[match.route].authenticated) {
     if (!authenticator_) co_return error_response(ApiError::authentication("Authentication is not configured"));
     auto auth = authenticator_(ctx);

@@ -106,6 +106,7 @@ class RequestContext {
   std::string request_id;
   std::string route_name;
   std::string owner;  // set once authenticated
+  bool authenticated_route = false;
 
   // The whole body, up to `limit` bytes (413 beyond it).
   asio::awaitable<Result<std::string>> read_body(size_t limit);
@@ -133,8 +134,16 @@ struct RouteOptions {
   bool authenticated = true;
 };
 
-// Called after each request with (route name or "unmatched", status, seconds).
-using RequestObserver = std::function<void(const std::string&, unsigned, double)>;
+// What the server tells its observer after each request (the access log, metrics and
+// the audit log are the observer's business).
+struct RequestRecord {
+  std::string_view request_id, method, target, owner, route;  // route: "unmatched" if none
+  unsigned status = 0;
+  size_t bytes = 0;
+  double seconds = 0;
+  bool authenticated_route = false;
+};
+using RequestObserver = std::function<void(const RequestRecord&)>;
 
 class HttpServer {
  public:
