@@ -254,3 +254,47 @@ TEST(Ops, TheAuditLogRotatesBySizeAndOnlyAppends) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Ops, TheQuotaStopsTheLeastRecentlyUsedIdleSandboxThenAnswers503) {
+  ServerProcess server(
+      "opensandbox:\n  runtime:\n    resourceQuota:\n      enabled: true\n      pods: 2\n"
+      "capacity:\n  capacityRetryAfterSec: 9\n");
+  std::string mark = bash_body(server.dir(), "mark", "echo here > /mnt/user-data/outputs/mark.txt");
+  auto exec = [&](const std::string& container, const std::string& body) {
+    return server.curl("-i -X POST " + server.base() + "/containers/" + container + "/tools/bash_code_execution -d @" + body);
+  };
+  auto state = [&](const std::string& container) {
+    return std::string(server.curl_json(server.base() + "/containers/" + container).at("state").as_string());
+  };
+  EXPECT_NE(exec("q-a", mark).find("200 OK"), std::string::npos);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // last use in a later second than q-b
+  EXPECT_NE(exec("q-b", mark).find("200 OK"), std::string::npos);
+  // A third sandbox: q-a, the least recently used and idle, is stopped to make room.
+  EXPECT_NE(exec("q-c", mark).find("200 OK"), std::string::npos);
+  EXPECT_EQ(state("q-a"), "stopped");
+  EXPECT_EQ(state("q-b"), "running");
+  EXPECT_EQ(state("q-c"), "running");
+  auto listing = server.curl_json("'" + server.base() + "/files?scope_id=q-a'");
+  EXPECT_EQ(listing.at("data").as_array().size(), 1u) << "its files are kept";
+
+  // Both running sandboxes busy: no room, 503 with Retry-After.
+  std::string busy = bash_body(server.dir(), "busy", "sleep 3");
+  auto b = std::async(std::launch::async, [&] { return exec("q-b", busy); });
+  auto c = std::async(std::launch::async, [&] { return exec("q-c", busy); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::string refused = exec("q-d", mark);
+  EXPECT_NE(refused.find("HTTP/1.1 503"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("Retry-After: 9"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("overloaded_error"), std::string::npos) << refused;
+  EXPECT_NE(b.get().find("200 OK"), std::string::npos);
+  EXPECT_NE(c.get().find("200 OK"), std::string::npos);
+  std::string text = sh("curl -sS " + server.url("/metrics"));
+  EXPECT_NE(text.find("sandboxd_sandboxes_stopped_total{reason=\"quota\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("sandboxd_executions_rejected_total{status=\"503\",reason=\"quota\"} 1\n"), std::string::npos);
+  // Once one is idle again, q-d gets its room.
+  EXPECT_NE(exec("q-d", mark).find("200 OK"), std::string::npos);
+}
+
+}  // namespace

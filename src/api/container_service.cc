@@ -440,6 +440,43 @@ void ContainerService::release_slot(const std::shared_ptr<Slot>& slot) {
   free_slots_.push_back(slot);
 }
 
+asio::awaitable<Result<void>> ContainerService::make_room(std::shared_ptr<Container> for_container) {
+  for (;;) {
+    const auto settings = this->settings();
+    std::shared_ptr<Container> victim;
+    {
+      std::lock_guard lock(mutex_);
+      uint64_t running = static_cast<uint64_t>(quota_reserved_.load());
+      for (const auto& [key, container] : open_) running += container->running() ? 1 : 0;
+      const uint64_t cpu = settings->limit_range_enabled ? settings->limit_cpu_millis : 0;
+      const uint64_t memory = settings->memory_limit_bytes ? settings->memory_limit_bytes
+                              : settings->limit_range_enabled ? settings->limit_memory_bytes : 0;
+      const uint64_t after = running + 1;
+      const bool fits = !settings->quota_enabled ||
+                        (after <= settings->quota_pods && after * cpu <= settings->quota_cpu_millis &&
+                         after * memory <= settings->quota_memory_bytes);
+      if (fits) {
+        ++quota_reserved_;  // released by the caller once its sandbox runs (or failed)
+        co_return Result<void>();
+      }
+      // Full: the least recently used sandbox that runs no command makes room.
+      for (const auto& [key, container] : open_) {
+        if (container == for_container || !container->running() || container->executing.load() > 0) continue;
+        if (!victim || container->last_used_at.load() < victim->last_used_at.load()) victim = container;
+      }
+      if (!victim) {
+        ops::metrics().execution_rejected("503", "quota");
+        co_return ApiError::overloaded("The sandbox quota is full (" + std::to_string(running) + " of " +
+                                           std::to_string(settings->quota_pods) +
+                                           " running, none idle); try again later",
+                                       settings->capacity_retry_after_sec);
+      }
+    }
+    spdlog::info("quota: stopping the idle sandbox of container {} ({}) to make room", victim->id, victim->owner);
+    co_await stop(victim, "quota");
+  }
+}
+
 std::shared_ptr<Container> ContainerService::find_open(const std::string& owner, const std::string& id) const {
   std::lock_guard lock(mutex_);
   auto it = open_.find({owner, id});
@@ -459,6 +496,13 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
       co_await container->started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
+    // Room under the quota first (this may stop the least recently used idle sandbox).
+    auto room = co_await make_room(container);
+    if (!room) co_return room.error();
+    struct Release {
+      std::atomic<int>& reserved;
+      ~Release() { --reserved; }
+    } release{quota_reserved_};
     // A pre-started sandbox first: it only needs the container's folders bound in.
     if (auto slot = claim_prestarted(*container)) {
       container->slot = slot;

@@ -142,6 +142,10 @@ class ContainerService {
  private:
   asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ensure_sandbox(std::shared_ptr<Container> container);
   asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container, const char* reason);
+  // Under opensandbox.runtime.resourceQuota, reserves room for one more sandbox, stopping
+  // the least recently used idle one if need be; 503 (overloaded) when none is idle.
+  // The caller releases the reservation (quota_reserved_) once its sandbox runs.
+  asio::awaitable<Result<void>> make_room(std::shared_ptr<Container> for_container);
   std::shared_ptr<Container> load(const store::ContainerRecord& record);
   void prepare_storage(Container& container, bool fresh);
   // Gives a new container its volume, formatted and mounted at `mount_point`: a spare
@@ -162,6 +166,7 @@ class ContainerService {
   ops::LiveConfig& config_;
   runtime::Runtime* runtime_;
   std::shared_ptr<ops::Admission> admission_;
+  std::atomic<int> quota_reserved_{0};  // sandboxes being started (counted against the quota)
   store::Metadata& metadata_;
   std::string containers_dir_, spares_dir_;
 
