@@ -298,3 +298,40 @@ TEST(Ops, TheQuotaStopsTheLeastRecentlyUsedIdleSandboxThenAnswers503) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Ops, AfterACrashTheStartUpCheckMakesIndexAndDiskAgree) {
+  ServerProcess server;
+  for (const char* name : {"a.txt", "b.txt"}) {
+    std::ofstream(server.dir() / name) << name;
+    server.curl("-X POST '" + server.base() + "/files?scope_id=chk' -F file=@" + (server.dir() / name).string());
+  }
+  EXPECT_EQ(server.stop(SIGKILL), -SIGKILL);
+  // What a crash and a careless hand can leave: a file gone behind the index's back, a
+  // cut upload's temporary file, a folder no container owns.
+  fs::path uploads;
+  for (const auto& entry : fs::directory_iterator(server.data_dir() / "containers"))
+    if (fs::exists(entry.path() / "uploads" / "a.txt")) uploads = entry.path() / "uploads";
+  ASSERT_FALSE(uploads.empty());
+  fs::remove(uploads / "a.txt");
+  std::ofstream(uploads / ".sandboxd-tmp-cut") << "half an upload";
+  fs::create_directories(server.data_dir() / "containers" / "stray");
+  server.start();
+  EXPECT_NE(server.log().find("start-up check: 1 container(s); 1 record(s) of vanished uploads dropped, "
+                              "1 temporary file(s) removed, 1 problem(s) reported"),
+            std::string::npos)
+      << server.log();
+  EXPECT_NE(server.log().find("stray belongs to no container"), std::string::npos);
+  EXPECT_FALSE(fs::exists(uploads / ".sandboxd-tmp-cut"));
+  auto listing = server.curl_json("'" + server.base() + "/files?scope_id=chk'");
+  ASSERT_EQ(listing.at("data").as_array().size(), 1u);
+  EXPECT_EQ(listing.at("data").as_array()[0].at("filename"), "b.txt");
+  // b.txt is intact; a.txt's id now answers like any missing file.
+  EXPECT_EQ(server.curl_json("'" + server.base() + "/files/L21udC91c2VyLWRhdGEvdXBsb2Fkcy9iLnR4dA?scope_id=chk'")
+                .at("size_bytes"),
+            5);
+  EXPECT_EQ(server.status("'" + server.base() + "/files/L21udC91c2VyLWRhdGEvdXBsb2Fkcy9hLnR4dA?scope_id=chk'"), 404);
+}
+
+}  // namespace

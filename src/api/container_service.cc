@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <set>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -475,6 +476,48 @@ asio::awaitable<Result<void>> ContainerService::make_room(std::shared_ptr<Contai
     spdlog::info("quota: stopping the idle sandbox of container {} ({}) to make room", victim->id, victim->owner);
     co_await stop(victim, "quota");
   }
+}
+
+void ContainerService::check_store() {
+  constexpr std::string_view kUploads = "/mnt/user-data/uploads/";
+  size_t containers = 0, dropped = 0, temporaries = 0, reported = 0;
+  std::set<std::string> known;
+  for (const auto& record : metadata_.all_containers()) {
+    ++containers;
+    known.insert(record.storage);
+    const fs::path root = fs::path(containers_dir_) / record.storage;
+    std::error_code ec;
+    if (!fs::is_directory(root, ec)) {
+      spdlog::error("start-up check: container {} of {} has no folder {}; its files are lost", record.id,
+                    record.owner, root.string());
+      ++reported;
+      continue;
+    }
+    for (const auto& file : metadata_.files_of(record.storage)) {
+      if (!file.path.starts_with(kUploads)) continue;  // outputs live in the volume, checked when it mounts
+      const fs::path host = root / "uploads" / file.path.substr(kUploads.size());
+      if (fs::is_regular_file(fs::symlink_status(host, ec))) continue;
+      metadata_.delete_file(record.storage, file.path);
+      spdlog::warn("start-up check: {} of container {} ({}) is gone from disk; its record is dropped", file.path,
+                   record.id, record.owner);
+      ++dropped;
+    }
+    for (auto it = fs::recursive_directory_iterator(root / "uploads", fs::directory_options::skip_permission_denied, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (!it->path().filename().string().starts_with(store::kTempPrefix)) continue;
+      std::error_code removed;
+      if (it->is_regular_file(removed) && fs::remove(it->path(), removed)) ++temporaries;
+    }
+  }
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(containers_dir_, ec)) {
+    if (known.count(entry.path().filename().string())) continue;
+    spdlog::warn("start-up check: {} belongs to no container; kept for inspection", entry.path().string());
+    ++reported;
+  }
+  spdlog::info("start-up check: {} container(s); {} record(s) of vanished uploads dropped, {} temporary file(s) "
+               "removed, {} problem(s) reported",
+               containers, dropped, temporaries, reported);
 }
 
 std::shared_ptr<Container> ContainerService::find_open(const std::string& owner, const std::string& id) const {

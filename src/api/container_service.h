@@ -136,6 +136,12 @@ class ContainerService {
   // that worked, else the reason.
   asio::awaitable<std::string> probe();
 
+  // At start-up, after a crash as after a clean stop: the index and the disk agree for
+  // what is checked without mounting volumes. Records of uploads that are gone are
+  // dropped, temporary files of cut uploads removed; folders that belong to no
+  // container, and containers without a folder, are reported (and kept). Logs a summary.
+  void check_store();
+
   // Stops every sandbox and unmounts every volume (graceful shutdown).
   asio::awaitable<void> shutdown();
 

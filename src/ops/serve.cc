@@ -120,6 +120,7 @@ int serve(Config config, const std::string& config_path) {
     asio::io_context io;
     LiveConfig live_config(config);
     api::ContainerService containers(io, live_config, sandbox_runtime ? &*sandbox_runtime : nullptr, metadata);
+    containers.check_store();
     server::ServerLimits limits;
     limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
     server::HttpServer http(io, limits);

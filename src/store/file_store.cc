@@ -28,9 +28,6 @@ namespace {
 
 using tools::UniqueFd;
 
-// Named temporary files (used when the file system lacks O_TMPFILE, and briefly while
-// an O_TMPFILE body is linked in) start with this; sync never records them.
-constexpr std::string_view kTempPrefix = ".sandboxd-tmp-";
 constexpr size_t kMimeHeadBytes = 4096;
 constexpr size_t kReadChunkBytes = 64 * 1024;
 // Deeper trees are left unlisted rather than holding one fd per level without bound.

@@ -17,6 +17,11 @@
 
 namespace sandboxd::store {
 
+// Named temporary files (used when the file system lacks O_TMPFILE, and briefly while
+// an O_TMPFILE body is linked in) start with this; sync never records them, and the
+// start-up check removes those a crash left.
+inline constexpr std::string_view kTempPrefix = ".sandboxd-tmp-";
+
 // The outcome of a file operation that can fail for expected reasons.
 enum class FileError { kNone, kNotFound, kNotAFile, kOutsideMounts, kNoSpace, kTooLarge, kIo };
 
