@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "bench_util.h"
+#include "http_client.h"
 #include "scripted_upstream.h"
 
 namespace fs = std::filesystem;
@@ -88,53 +89,15 @@ long rss_kib(pid_t pid, const char* field = "VmRSS:") {
   return 0;
 }
 
-// A keep-alive HTTP client.
+// A keep-alive client with the bench's token; the benchmark reads bodies only.
 class Client {
  public:
-  explicit Client(int port) : port_(port), socket_(io_) { connect(); }
-  std::string post(const std::string& target, const std::string& body) {
-    http::request<http::string_body> req{http::verb::post, target, 11};
-    req.set(http::field::host, "127.0.0.1");
-    req.set(http::field::authorization, std::string("Bearer ") + kToken);
-    req.set(http::field::content_type, "application/json");
-    req.body() = body;
-    req.prepare_payload();
-    return roundtrip(req);
-  }
-  std::string get(const std::string& target) {
-    http::request<http::empty_body> req{http::verb::get, target, 11};
-    req.set(http::field::host, "127.0.0.1");
-    req.set(http::field::authorization, std::string("Bearer ") + kToken);
-    return roundtrip(req);
-  }
+  explicit Client(int port) : http_(port, kToken) {}
+  std::string post(const std::string& target, const std::string& body) { return http_.post(target, body).body; }
+  std::string get(const std::string& target) { return http_.get(target).body; }
 
  private:
-  void connect() {
-    socket_ = asio::ip::tcp::socket(io_);
-    buffer_.clear();
-    socket_.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port_)});
-    socket_.set_option(asio::ip::tcp::no_delay(true));
-  }
-  // A keep-alive connection the server closed (idle past its header timeout) is
-  // reopened once.
-  template <typename Req>
-  std::string roundtrip(Req& req) {
-    for (int attempt = 0;; ++attempt) {
-      try {
-        http::write(socket_, req);
-        http::response<http::string_body> res;
-        http::read(socket_, buffer_, res);
-        return res.body();
-      } catch (const std::exception&) {
-        if (attempt > 0) throw;
-        connect();
-      }
-    }
-  }
-  int port_;
-  asio::io_context io_;
-  asio::ip::tcp::socket socket_;
-  beast::flat_buffer buffer_;
+  sandboxd::testing::HttpClient http_;
 };
 
 // GET `target` and write the body to `path` with large reads and writes (curl writes
