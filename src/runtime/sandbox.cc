@@ -61,10 +61,10 @@ struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
     fcntl(fd, F_SETFL, flags | O_NONBLOCK);
   }
 
-  void take(size_t n) {
+  void take(const char* bytes, size_t n) {
     if (detached) return;
     size_t room = data.size() < limit ? limit - data.size() : 0;
-    data.append(buffer.data(), std::min(n, room));
+    data.append(bytes, std::min(n, room));
     if (n > room) truncated = true;
   }
 
@@ -85,10 +85,13 @@ struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
   // stops must not keep us here). Returns false at end of file.
   bool drain_now(int max_reads = 16) {
     if (!pipe.is_open()) return false;
+    // One read buffer per thread (its bytes are copied out at once), not 64 KiB per
+    // stream to allocate and clear for every command.
+    static thread_local std::array<char, 64 * 1024> buffer;
     for (int reads = 0; reads < max_reads; ++reads) {
       ssize_t n = ::read(pipe.native_handle(), buffer.data(), buffer.size());
       if (n > 0) {
-        take(static_cast<size_t>(n));
+        take(buffer.data(), static_cast<size_t>(n));
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -110,7 +113,6 @@ struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
   std::string data;
   bool truncated = false;
   bool detached = false;
-  std::array<char, 64 * 1024> buffer{};
 };
 
 struct Sandbox::Execution {

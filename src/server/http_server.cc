@@ -12,6 +12,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/url/parse.hpp>
+#include <algorithm>
 #include <random>
 #include <spdlog/spdlog.h>
 
@@ -79,7 +80,15 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
     auto [ec, n] = co_await http::async_write(stream_, cont, use_tuple);
     if (ec) co_return ApiError::invalid_request("connection lost");
   }
-  std::vector<char> chunk(1024 * 1024);
+  // The read buffer is allocated when a read needs it, uninitialised and no larger than
+  // the body: a small body that came with the header costs no allocation at all.
+  std::unique_ptr<char[]> chunk;
+  size_t chunk_size = 0;
+  auto ensure_chunk = [&](uint64_t wanted) {
+    if (chunk) return;
+    chunk_size = static_cast<size_t>(std::clamp<uint64_t>(wanted, 4096, 1024 * 1024));
+    chunk.reset(new char[chunk_size]);
+  };
   if (auto length = parser_.content_length(); length && !parser_.chunked()) {
     // A sized body is read straight from the socket in large pieces: what the header
     // read already buffered first, then the rest. (The parser would copy every piece
@@ -94,15 +103,16 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
       if (!accepted) co_return accepted.error();
     }
     while (remaining > 0) {
+      ensure_chunk(remaining);
       stream_.expires_after(limits_.body_idle_timeout);
       auto [ec, n] = co_await stream_.async_read_some(
-          asio::buffer(chunk.data(), static_cast<size_t>(std::min<uint64_t>(remaining, chunk.size()))), use_tuple);
+          asio::buffer(chunk.get(), static_cast<size_t>(std::min<uint64_t>(remaining, chunk_size))), use_tuple);
       if (ec) {
         stream_.expires_never();
         co_return ApiError::invalid_request("The request body could not be read: " + ec.message());
       }
       remaining -= n;
-      auto accepted = on_chunk(std::string_view(chunk.data(), n));
+      auto accepted = on_chunk(std::string_view(chunk.get(), n));
       if (!accepted) {
         stream_.expires_never();
         co_return accepted.error();
@@ -113,9 +123,10 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
     co_return Result<void>();
   }
   size_t total = 0;
+  ensure_chunk(1024 * 1024);
   while (!parser_.is_done()) {
-    parser_.get().body().data = chunk.data();
-    parser_.get().body().size = chunk.size();
+    parser_.get().body().data = chunk.get();
+    parser_.get().body().size = chunk_size;
     stream_.expires_after(limits_.body_idle_timeout);
     auto [ec, n] = co_await http::async_read(stream_, buffer_, parser_, use_tuple);
     if (ec == http::error::need_buffer) ec = {};
@@ -123,14 +134,14 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
       stream_.expires_never();
       co_return ApiError::invalid_request("The request body could not be read: " + ec.message());
     }
-    size_t got = chunk.size() - parser_.get().body().size;
+    size_t got = chunk_size - parser_.get().body().size;
     total += got;
     if (total > limit) {
       stream_.expires_never();
       co_return ApiError::too_large("Request body exceeds the limit of " + std::to_string(limit) + " bytes");
     }
     if (got > 0) {
-      auto accepted = on_chunk(std::string_view(chunk.data(), got));
+      auto accepted = on_chunk(std::string_view(chunk.get(), got));
       if (!accepted) {
         stream_.expires_never();
         co_return accepted.error();
