@@ -9,6 +9,7 @@ packages=(
   libmagic-dev libspdlog-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   e2fsprogs util-linux iproute2 bubblewrap curl wrk
   prometheus  # promtool checks the /metrics output in the tests
+  postgresql  # a real allow-listed service the network tests query from a sandbox
 )
 missing=()
 for p in "${packages[@]}"; do

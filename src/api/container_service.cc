@@ -1,5 +1,7 @@
 #include "api/container_service.h"
 
+#include "api/sandbox_network.h"
+
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -263,6 +265,7 @@ std::shared_ptr<Container> ContainerService::load(const store::ContainerRecord& 
   container->storage = record.storage;
   container->created_at = record.created_at;
   container->last_used_at = record.last_used_at;
+  container->api_secret = new_api_secret();
   prepare_storage(*container, /*fresh=*/false);
   return container;
 }
@@ -294,6 +297,7 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
   container->storage = record.storage;
   container->created_at = record.created_at;
   container->last_used_at = record.last_used_at;
+  container->api_secret = new_api_secret();
   prepare_storage(*container, /*fresh=*/true);
   metadata_.create_container(record);
   open_[key] = container;
@@ -339,6 +343,7 @@ runtime::SandboxOptions ContainerService::sandbox_options(const tools::Container
     if (!options.limits.memory_bytes) options.limits.memory_bytes = settings->limit_memory_bytes;
     options.limits.cpu_millis = settings->limit_cpu_millis;
   }
+  if (network_) network_->plan(options);
   return options;
 }
 
@@ -362,6 +367,7 @@ asio::awaitable<void> ContainerService::refill_pool() {
       auto options = sandbox_options(slot->dirs, "pool-" + std::to_string(++sandbox_counter_));
       options.pre_started = true;
       slot->sandbox = co_await runtime_->start(io_.get_executor(), options);
+      if (network_) slot->link = network_->attach(slot->sandbox);
       ops::metrics().sandbox_started();
       ok = true;
       if (shutting_down_) {  // shutdown began while it started: it is not wanted
@@ -437,6 +443,7 @@ void ContainerService::release_slot(const std::shared_ptr<Slot>& slot) {
   }
   slot->bound.clear();
   slot->sandbox.reset();
+  slot->link.reset();
   std::lock_guard lock(pool_mutex_);
   free_slots_.push_back(slot);
 }
@@ -550,6 +557,8 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
     if (auto slot = claim_prestarted(*container)) {
       container->slot = slot;
       container->sandbox = slot->sandbox;
+      container->link = slot->link;
+      if (container->link) container->link->bind(container);
       container->sandbox_up = true;
       co_return container->sandbox;
     }
@@ -560,6 +569,10 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
     std::string error;
     try {
       container->sandbox = co_await runtime_->start(container->strand, options);
+      if (network_) {
+        container->link = network_->attach(container->sandbox);
+        container->link->bind(container);
+      }
       container->sandbox_up = true;
       ops::metrics().sandbox_started();
     } catch (const std::exception& e) {
@@ -637,6 +650,7 @@ asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container
     co_await container->started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
   container->sandbox_up = false;
+  container->link.reset();  // its listeners close with the sandbox
   if (auto sandbox = std::move(container->sandbox)) {
     co_await sandbox->stop();
     ops::metrics().sandbox_stopped(reason);

@@ -33,6 +33,9 @@ namespace asio = boost::asio;
 using server::ApiError;
 using server::Result;
 
+class SandboxLink;
+class SandboxNetwork;
+
 // A pre-started sandbox over empty slot folders (shared mount points), waiting to be
 // handed to a container: claiming binds the container's folders onto the slots, and the
 // binds propagate into the sandbox (see runtime::SandboxOptions::pre_started).
@@ -40,6 +43,7 @@ struct Slot {
   std::string root;
   tools::ContainerPaths dirs;  // workspace, uploads, outputs slot folders
   std::shared_ptr<runtime::Sandbox> sandbox;
+  std::shared_ptr<SandboxLink> link;  // its network (see sandbox_network.h)
   std::vector<std::string> bound;  // slot folders carrying a container's bind now
 };
 
@@ -54,11 +58,14 @@ struct Container {
   std::atomic<int64_t> last_used_at{0};  // unix seconds
   tools::ContainerPaths paths;
   std::string volume_image, volume_mount;
+  // Keys the container's scoped API tokens (sandbox_network.h); never leaves the server.
+  std::string api_secret;
 
   // Guarded by `strand`.
   asio::strand<asio::any_io_executor> strand;
   std::shared_ptr<runtime::Sandbox> sandbox;
   std::shared_ptr<Slot> slot;  // when the sandbox came from the pre-started pool
+  std::shared_ptr<SandboxLink> link;  // the sandbox's network
   bool starting = false;
   bool deleted = false;
   std::unique_ptr<asio::steady_timer> started_event;  // cancelled when a start ends
@@ -130,6 +137,8 @@ class ContainerService {
   // The open containers with this id (an operator's `stop` names no owner).
   std::vector<std::shared_ptr<Container>> find_open_any_owner(const std::string& id) const;
   bool code_execution_available() const { return runtime_ != nullptr; }
+  // Sandboxes started from now on get the API and the allow-listed services.
+  void set_network(SandboxNetwork* network) { network_ = network; }
   const ops::Admission& admission() const { return *admission_; }
   ops::Admission& admission() { return *admission_; }
   // Starts a throwaway sandbox and runs `true` in it: what /ready reports. Empty when
@@ -171,6 +180,7 @@ class ContainerService {
   asio::io_context& io_;
   ops::LiveConfig& config_;
   runtime::Runtime* runtime_;
+  SandboxNetwork* network_ = nullptr;
   std::shared_ptr<ops::Admission> admission_;
   std::atomic<int> quota_reserved_{0};  // sandboxes being started (counted against the quota)
   store::Metadata& metadata_;

@@ -21,11 +21,11 @@ constexpr size_t kMessagesBodyLimit = 32u << 20;
 class ContainerRunner : public model::ToolRunner {
  public:
   ContainerRunner(ApiContext& api, std::shared_ptr<Container> container,
-                  std::shared_ptr<runtime::Cancellation> cancellation)
-      : api_(api), container_(std::move(container)), cancellation_(std::move(cancellation)) {}
+                  std::shared_ptr<runtime::Cancellation> cancellation, int depth)
+      : api_(api), container_(std::move(container)), cancellation_(std::move(cancellation)), depth_(depth) {}
 
   asio::awaitable<json::object> run(std::string_view tool, const json::object& input) override {
-    auto content = co_await run_sub_tool(api_, container_, tool, input, cancellation_);
+    auto content = co_await run_sub_tool(api_, container_, tool, input, cancellation_, depth_);
     if (content) co_return std::move(*content);
     // Refused by capacity: the turn goes on, and the model learns why.
     co_return tools::tool_error(tool == model::kEditorTool ? tools::kEditorErrorType : tools::kBashErrorType,
@@ -43,6 +43,7 @@ class ContainerRunner : public model::ToolRunner {
   ApiContext& api_;
   std::shared_ptr<Container> container_;
   std::shared_ptr<runtime::Cancellation> cancellation_;
+  int depth_;
 };
 
 class SseSink : public model::EventSink {
@@ -113,12 +114,18 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
   auto turn = std::make_shared<Turn>();
   std::shared_ptr<Container> container;
   if (request->code_tool != model::CodeToolVersion::kNone) {
-    // No container named: the owner's own stable one.
-    auto opened = api.containers.open(ctx.owner, request->container.value_or(ContainerService::default_id()), true);
+    if (ctx.nesting_depth > config->max_nesting_depth)
+      co_return ApiError::invalid_request("Code execution cannot be nested more than " +
+                                          std::to_string(config->max_nesting_depth) +
+                                          " level(s) deep: this request comes from code that a nested request runs");
+    // No container named: the owner's own stable one (for code in a sandbox, the
+    // container it runs in).
+    const std::string fallback = ctx.origin_container.empty() ? ContainerService::default_id() : ctx.origin_container;
+    auto opened = api.containers.open(ctx.owner, request->container.value_or(fallback), true);
     if (!opened) co_return opened.error();
     container = *opened;
   }
-  turn->runner = std::make_unique<ContainerRunner>(api, container, turn->cancellation);
+  turn->runner = std::make_unique<ContainerRunner>(api, container, turn->cancellation, ctx.nesting_depth);
   const bool stream = request->stream;
   turn->loop = std::make_unique<model::ToolLoop>(api.upstream, loop_settings(*config), std::move(*request),
                                                  upstream_model, *turn->runner, turn->cancellation);

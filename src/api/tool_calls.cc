@@ -1,6 +1,7 @@
 #include "api/tool_calls.h"
 
 #include "api/discovery.h"
+#include "api/sandbox_network.h"
 #include "ops/logging.h"
 #include "tools/bash_tool.h"
 #include "tools/text_editor.h"
@@ -9,7 +10,7 @@ namespace sandboxd::api {
 
 asio::awaitable<server::Result<boost::json::object>> run_sub_tool(ApiContext& api, std::shared_ptr<Container> container,
                                                   std::string_view tool, const boost::json::object& input,
-                                                  std::shared_ptr<runtime::Cancellation> cancellation) {
+                                                  std::shared_ptr<runtime::Cancellation> cancellation, int depth) {
   api.containers.touch(*container);
   const auto config = api.config();
   if (!api.containers.code_execution_available())
@@ -39,6 +40,7 @@ asio::awaitable<server::Result<boost::json::object>> run_sub_tool(ApiContext& ap
   request.timeout = std::chrono::seconds(bash.timeout_sec.value_or(config->code_execution_timeout_sec));
   request.output_limit = config->output_limit_bytes;
   request.cancellation = std::move(cancellation);
+  request.extra_env = sandbox_env(*config, *container, depth);
   auto result = co_await api.containers.exec(container, std::move(request), bash.restart);
   // Files the command wrote get their created_at now, not when someone lists them.
   after_execution(api, container);

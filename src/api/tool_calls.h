@@ -17,8 +17,11 @@ namespace sandboxd::api {
 // *_tool_result_error blocks (with `detail`); a cancelled call kills its command. A call
 // that capacity refuses (429, or 503 for the quota) is an error: the direct endpoints
 // answer with it, a /messages turn shows it as a `too_many_requests` block.
+// `depth` is the nesting depth of the request that makes the call (0: a user's); the
+// command's ANTHROPIC_AUTH_TOKEN is for depth + 1.
 asio::awaitable<server::Result<boost::json::object>> run_sub_tool(ApiContext& api, std::shared_ptr<Container> container,
                                                   std::string_view tool, const boost::json::object& input,
-                                                  std::shared_ptr<runtime::Cancellation> cancellation = nullptr);
+                                                  std::shared_ptr<runtime::Cancellation> cancellation = nullptr,
+                                                  int depth = 0);
 
 }  // namespace sandboxd::api

@@ -1,5 +1,7 @@
 #include "ops/config.h"
 
+#include <cctype>
+
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
@@ -121,6 +123,23 @@ std::optional<uint64_t> parse_cpu_millis(const std::string& text) {
 
 Config default_config() { return Config{}; }
 
+bool valid_service_name(const std::string& name) {
+  if (name.empty() || name.size() > 253 || name.front() == '.' || name.back() == '.') return false;
+  size_t label = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    char ch = name[i];
+    if (ch == '.') {
+      if (label == 0 || name[i - 1] == '-') return false;
+      label = 0;
+      continue;
+    }
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-') return false;
+    if (ch == '-' && label == 0) return false;
+    if (++label > 63) return false;
+  }
+  return name.back() != '-';
+}
+
 Config parse_config(const std::string& yaml_text) {
   YAML::Node root;
   try {
@@ -175,7 +194,8 @@ Config parse_config(const std::string& yaml_text) {
 
   with(root, "model", "", [&](const YAML::Node& n, const std::string& p) {
     only_keys(n, p, {"provider", "baseUrl", "apiKey", "models", "maxToolIterations", "timeoutSec",
-                     "pingIntervalSec"});
+                     "pingIntervalSec", "maxNestingDepth"});
+    with(n, "maxNestingDepth", p, [&](const YAML::Node& v, const std::string& kp) { c.max_nesting_depth = static_cast<int>(read_int(v, kp, 0, 10)); });
     with(n, "provider", p, [&](const YAML::Node& v, const std::string& kp) {
       c.model_provider = scalar(v, kp);
       if (c.model_provider != "anthropic") throw ConfigError(kp + ": only 'anthropic' is supported");
@@ -218,12 +238,24 @@ Config parse_config(const std::string& yaml_text) {
             if (!list.IsSequence()) throw ConfigError(sp + ": must be a list");
             for (size_t i = 0; i < list.size(); ++i) {
               std::string ep = sp + "[" + std::to_string(i) + "]";
-              if (list[i]["namespaceSelector"] || list[i]["podSelector"])
-                throw ConfigError(ep + ": Kubernetes selectors are not supported by this runtime; use {name, host, port}");
+              if (!list[i].IsMap()) throw ConfigError(ep + ": must be a mapping {name, host, port}");
+              if (list[i]["namespaceSelector"] || list[i]["podSelector"] || list[i]["ipBlock"])
+                throw ConfigError(ep + ": Kubernetes NetworkPolicy peers (namespaceSelector, podSelector, ipBlock) are "
+                                       "not supported by this runtime; use {name, host, port}");
               only_keys(list[i], ep, {"name", "host", "port"});
               if (!list[i]["name"] || !list[i]["host"] || !list[i]["port"]) throw ConfigError(ep + ": needs name, host and port");
-              c.internal_services.push_back({scalar(list[i]["name"], ep + ".name"), scalar(list[i]["host"], ep + ".host"),
-                                             static_cast<uint16_t>(read_int(list[i]["port"], ep + ".port", 1, 65535))});
+              InternalService service{scalar(list[i]["name"], ep + ".name"), scalar(list[i]["host"], ep + ".host"),
+                                      static_cast<uint16_t>(read_int(list[i]["port"], ep + ".port", 1, 65535))};
+              if (!valid_service_name(service.name))
+                throw ConfigError(ep + ".name: must be a host name (letters, digits, '-' and '.', at most 253 characters)");
+              if (service.name == "localhost" || service.name == kApiHostName)
+                throw ConfigError(ep + ".name: '" + service.name + "' is reserved");
+              for (const auto& other : c.internal_services)
+                if (other.name == service.name) throw ConfigError(ep + ".name: '" + service.name + "' is listed twice");
+              if (service.host.empty() || service.host.size() > 253) throw ConfigError(ep + ".host: must be a host name or address");
+              if (c.internal_services.size() >= kMaxInternalServices)
+                throw ConfigError(sp + ": at most " + std::to_string(kMaxInternalServices) + " services");
+              c.internal_services.push_back(std::move(service));
             }
           });
         });
@@ -301,7 +333,9 @@ Config parse_config(const std::string& yaml_text) {
   });
 
   with(root, "runtime", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"sandboxUid", "cgroupMode", "skillsDir", "prestartedSandboxes", "provider"});
+    only_keys(n, p, {"sandboxUid", "cgroupMode", "skillsDir", "prestartedSandboxes", "provider",
+                     "maxConnectionsPerSandbox"});
+    with(n, "maxConnectionsPerSandbox", p, [&](const YAML::Node& v, const std::string& kp) { c.max_connections_per_sandbox = static_cast<int>(read_int(v, kp, 1, 4096)); });
     with(n, "provider", p, [&](const YAML::Node& v, const std::string& kp) {
       c.runtime_provider = scalar(v, kp);
       if (c.runtime_provider != "sandboxd" && c.runtime_provider != "none")

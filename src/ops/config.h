@@ -22,6 +22,14 @@ struct InternalService {
   uint16_t port = 0;
 };
 
+// The name the sandboxd API has inside every sandbox (ANTHROPIC_BASE_URL points at it).
+inline constexpr const char* kApiHostName = "sandboxd.internal";
+// Allow-listed services per sandbox (each is a listener in the sandbox, as is the API).
+inline constexpr size_t kMaxInternalServices = 31;
+
+// A DNS host name: labels of letters, digits and '-', separated by dots.
+bool valid_service_name(const std::string& name);
+
 struct Config {
   // server
   std::string listen_host = "127.0.0.1";
@@ -40,6 +48,9 @@ struct Config {
   int max_tool_iterations = 20;
   int model_timeout_sec = 600;      // one upstream call, connect to last byte
   int model_ping_interval_sec = 5;  // SSE pings while a command runs in a streamed turn
+  // How deep code execution may nest: code in a sandbox calling /messages with the
+  // code_execution tool is depth 1, code that call runs calling it again depth 2, ...
+  int max_nesting_depth = 2;
   // features
   bool code_execution_enabled = true;
   int code_execution_timeout_sec = 60;
@@ -80,6 +91,7 @@ struct Config {
   std::string cgroup_mode = "auto";
   std::string skills_dir;  // the operator's skills library (one folder per skill)
   int prestarted_sandboxes = 2;  // started ahead, handed to new containers on demand
+  int max_connections_per_sandbox = 64;  // relayed connections (API and services) at once
   // "sandboxd" runs code in sandboxd's own sandboxes; "none" runs no code at all (the
   // files API works; code execution answers "code_execution provider is not configured.").
   std::string runtime_provider = "sandboxd";

@@ -34,6 +34,7 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
   next->max_tool_iterations = loaded.max_tool_iterations;
   next->model_timeout_sec = loaded.model_timeout_sec;
   next->model_ping_interval_sec = loaded.model_ping_interval_sec;
+  next->max_nesting_depth = loaded.max_nesting_depth;
   // What the running server is built on: a new value waits for a restart.
   std::vector<std::string> kept;
   auto keep = [&](bool same, const char* key) {
@@ -53,8 +54,16 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
   keep(loaded.workspace_size_bytes == current->workspace_size_bytes, "codeInterpreter.workspaceSizeLimit");
   keep(loaded.sandbox_host_uid == current->sandbox_host_uid && loaded.cgroup_mode == current->cgroup_mode &&
            loaded.skills_dir == current->skills_dir && loaded.prestarted_sandboxes == current->prestarted_sandboxes &&
-           loaded.runtime_provider == current->runtime_provider,
+           loaded.runtime_provider == current->runtime_provider &&
+           loaded.max_connections_per_sandbox == current->max_connections_per_sandbox,
        "runtime");
+  // Every sandbox (pre-started ones too) is built with its listeners.
+  bool same_services = loaded.internal_services.size() == current->internal_services.size();
+  for (size_t i = 0; same_services && i < loaded.internal_services.size(); ++i) {
+    const auto &a = loaded.internal_services[i], &b = current->internal_services[i];
+    same_services = a.name == b.name && a.host == b.host && a.port == b.port;
+  }
+  keep(same_services, "external.opensandbox.codeExecution.internal.services");
   current_.store(std::move(next));
   return kept;
 }

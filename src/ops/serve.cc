@@ -16,6 +16,7 @@
 
 #include "api/container_service.h"
 #include "api/routes.h"
+#include "api/sandbox_network.h"
 #include "model/upstream_client.h"
 #include "ops/live_config.h"
 #include "ops/logging.h"
@@ -124,8 +125,11 @@ int serve(Config config, const std::string& config_path) {
     server::ServerLimits limits;
     limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
     server::HttpServer http(io, limits);
-    server::TokenAuth auth(tokens);
-    http.set_authenticator([&auth](server::RequestContext& ctx) { return auth.authenticate(ctx); });
+    // Sandboxes reach the API (and the allow-listed services) through listeners in their
+    // own network namespace; the owners' tokens are checked by the same object.
+    api::SandboxNetwork network(io, http, config, tokens);
+    containers.set_network(&network);
+    http.set_authenticator([&network](server::RequestContext& ctx) { return network.authenticate(ctx); });
     http.set_observer([](const server::RequestRecord& r) {
       log_event(spdlog::level::info, "request",
                 {{"id", r.request_id}, {"method", r.method}, {"target", r.target}, {"status", int64_t{r.status}},

@@ -283,17 +283,23 @@ void join_cgroup(const std::string& dir) {
 
 // PID 1: build the filesystem and serve.
 [[noreturn]] void run_pid1(rt::Spec spec, int userns_fd, int exec_parent_fd, rt::SeccompProgram seccomp) {
+  std::vector<int> listeners;
   try {
     rt::setup_filesystem(spec);
     rt::check(sethostname(spec.hostname.data(), spec.hostname.size()), "sethostname(" + spec.hostname + ")");
     rt::bring_up_loopback();
+    // The sandbox's only ways out: listeners on its own loopback, whose connections the
+    // server relays (no route, no interface, no firewall rule to get wrong).
+    for (const auto& listener : spec.listeners) listeners.push_back(rt::open_listener(listener.address, listener.port));
     // Nothing in the sandbox may read PID 1's memory or descriptors.
     rt::check(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE, 0)");
   } catch (const std::exception& e) {
     report_failure(e.what());
   }
   Init init(std::move(spec), userns_fd, exec_parent_fd, std::move(seccomp));
-  proto::send_message(kControlFd, proto::Type::kReady, 0, 0, {});
+  proto::send_message(kControlFd, proto::Type::kReady, 0, 0, {}, listeners.data(), listeners.size());
+  // The server holds them now; PID 1 keeps no copy a command could inherit.
+  for (int fd : listeners) close(fd);
   init.prepare_first();
   init.serve();
 }

@@ -3,9 +3,16 @@
 // listeners inside the namespace); nothing here ever creates a route out.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 namespace sandboxd::runtime {
 
 // Brings `lo` up in the current network namespace. Throws SyscallError.
 void bring_up_loopback();
+
+// A listening TCP socket on `address:port` (IPv4) in the current network namespace,
+// non-blocking and close-on-exec. Throws SyscallError.
+int open_listener(const std::string& address, uint16_t port);
 
 }  // namespace sandboxd::runtime

@@ -13,7 +13,7 @@ namespace sandboxd::runtime::protocol {
 enum class Type : uint32_t {
   kSpec = 1,          // server -> init: the sandbox spec (payload: encoded Spec)
   kInitPid = 2,       // launcher -> server: value = host pid of PID 1, fds: [pidfd]
-  kReady = 3,         // init -> server: the sandbox is set up
+  kReady = 3,         // init -> server: the sandbox is set up, fds: its listeners (Spec order)
   kSetupFailed = 4,   // init -> server: payload = what failed
   kSpawn = 5,         // server -> init: id, payload = encoded SpawnRequest
   kSpawned = 6,       // init -> server: id, fds: [stdout read end, stderr read end]
@@ -36,7 +36,7 @@ struct Message {
 };
 
 inline constexpr size_t kMaxMessage = 256 * 1024;
-inline constexpr size_t kMaxFds = 4;
+inline constexpr size_t kMaxFds = 32;  // >= kMaxListeners
 
 // Sends one packet. Returns 0 or -errno (EAGAIN included: the caller decides).
 int send_message(int sock, Type type, uint32_t id, int64_t value, std::string_view payload,

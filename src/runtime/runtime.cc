@@ -81,6 +81,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
   spec.home_size_bytes = options.home_size_bytes;
   spec.max_open_files = options.max_open_files;
   spec.hosts_entries = options.hosts_entries;
+  spec.listeners = options.listeners;
   spec.seccomp_bpf = seccomp_bpf_;
   spec.receive_mounts = options.pre_started;
   std::string payload;

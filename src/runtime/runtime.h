@@ -13,6 +13,7 @@
 
 #include "runtime/cgroup.h"
 #include "runtime/sandbox.h"
+#include "runtime/spec.h"
 
 namespace sandboxd::runtime {
 
@@ -34,6 +35,7 @@ struct SandboxOptions {
   uint64_t home_size_bytes = 64ull << 20;
   uint64_t max_open_files = 0;
   std::vector<std::string> hosts_entries;
+  std::vector<Spec::Listener> listeners;  // see Spec::listeners; Sandbox::take_listeners
   // The directories are slots: shared mount points on which attach_container() binds
   // a container later (see Spec::receive_mounts).
   bool pre_started = false;

@@ -141,6 +141,7 @@ Sandbox::~Sandbox() {
   // never outlives its owner unnoticed (cgroups are then removed by cleanup_stale).
   if (pidfd_ && pidfd_->is_open() && state_ != State::kStopped)
     syscall(SYS_pidfd_send_signal, pidfd_->native_handle(), SIGKILL, nullptr, 0);
+  for (int fd : listeners_) close(fd);
 }
 
 int Sandbox::send(protocol::Type type, uint32_t id, std::string_view payload) {
@@ -218,10 +219,14 @@ void Sandbox::dispatch(protocol::Message& msg) {
       }
       return;
     }
-    case Type::kReady:
+    case Type::kReady: {
+      std::lock_guard lock(hooks_mutex_);
+      for (int fd : listeners_) close(fd);
+      listeners_ = std::move(msg.fds);
       if (state_ == State::kStarting) state_ = State::kRunning;
       state_changed_.cancel();
       return;
+    }
     case Type::kSetupFailed:
       setup_error_ = msg.payload;
       state_changed_.cancel();
@@ -291,6 +296,31 @@ void Sandbox::on_pid1_exit() {
     std::fprintf(stderr, "sandboxd: removing cgroups of sandbox %s: %s\n", name_.c_str(), e.what());
   }
   wake_all();
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard lock(hooks_mutex_);
+    for (int fd : listeners_) close(fd);
+    listeners_.clear();
+    stopped_for_hooks_ = true;
+    hooks.swap(stop_hooks_);
+  }
+  for (auto& hook : hooks) hook();
+}
+
+std::vector<int> Sandbox::take_listeners() {
+  std::lock_guard lock(hooks_mutex_);
+  return std::move(listeners_);
+}
+
+void Sandbox::on_stopped(std::function<void()> hook) {
+  {
+    std::lock_guard lock(hooks_mutex_);
+    if (!stopped_for_hooks_) {
+      stop_hooks_.push_back(std::move(hook));
+      return;
+    }
+  }
+  hook();
 }
 
 asio::awaitable<void> Sandbox::stop() {

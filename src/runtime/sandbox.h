@@ -12,7 +12,9 @@
 #include <boost/asio/strand.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -83,6 +85,13 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   std::chrono::steady_clock::time_point started_at() const { return started_at_; }
   uint64_t memory_usage() const;
 
+  // The listening sockets PID 1 opened in the sandbox's network namespace (Spec order),
+  // handed over once: the caller owns them. Empty before the sandbox is ready.
+  std::vector<int> take_listeners();
+  // Runs `hook` once the sandbox has stopped (at once if it has): what depends on the
+  // sandbox (its relays) ends with it. Any thread.
+  void on_stopped(std::function<void()> hook);
+
   // Used by Runtime::start: waits for PID 1 to report ready. Throws SandboxError.
   asio::awaitable<void> wait_ready(std::chrono::milliseconds limit);
 
@@ -115,6 +124,12 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   uint32_t next_id_ = 1;
   size_t active_ = 0;
   std::chrono::steady_clock::time_point started_at_;
+
+  // Guarded by hooks_mutex_ (touched from other threads than the strand's).
+  std::mutex hooks_mutex_;
+  std::vector<int> listeners_;
+  std::vector<std::function<void()>> stop_hooks_;
+  bool stopped_for_hooks_ = false;
 };
 
 }  // namespace sandboxd::runtime

@@ -7,8 +7,6 @@
 
 #include "runtime/syscall_error.h"
 
-extern char** environ;
-
 namespace sandboxd::runtime {
 namespace {
 
@@ -33,8 +31,13 @@ pid_t spawn_with(const std::vector<std::string>& argv, int fd3, int out_fd) {
   posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  // Nothing of the server's environment (which may hold an operator's secrets) reaches
+  // the helpers, so nothing of it can surface in a sandbox's /proc.
+  static char path[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+  static char lang[] = "LANG=C";
+  char* env[] = {path, lang, nullptr};
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), env);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) throw SyscallError("posix_spawn(" + argv[0] + ")", rc);

@@ -74,6 +74,8 @@ std::string encode(const Spec& spec) {
   put(out, "exec_cgroup_parent", spec.exec_cgroup_parent);
   put(out, "kill_method", kill_method_name(spec.kill_method));
   for (const auto& line : spec.hosts_entries) put(out, "hosts_entry", line);
+  for (const auto& listener : spec.listeners)
+    put(out, "listener", listener.address + " " + std::to_string(listener.port));
   put(out, "seccomp_bpf", to_hex(spec.seccomp_bpf));
   put(out, "receive_mounts", spec.receive_mounts ? "1" : "0");
   return out;
@@ -100,6 +102,14 @@ std::string decode(std::string_view payload, Spec& out) {
     else if (key == "cgroup_dir") out.cgroup_dirs.emplace_back(value);
     else if (key == "exec_cgroup_parent") out.exec_cgroup_parent = value;
     else if (key == "hosts_entry") out.hosts_entries.emplace_back(value);
+    else if (key == "listener") {
+      auto space = value.find(' ');
+      if (space == std::string_view::npos || !parse_u64(value.substr(space + 1), number) || number == 0 ||
+          number > 65535)
+        return "bad listener";
+      out.listeners.push_back({std::string(value.substr(0, space)), static_cast<uint16_t>(number)});
+      if (out.listeners.size() > kMaxListeners) return "too many listeners";
+    }
     else if (key == "receive_mounts") {
       if (value != "0" && value != "1") return "bad receive_mounts";
       out.receive_mounts = value == "1";

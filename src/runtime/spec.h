@@ -47,9 +47,21 @@ struct Spec {
   // container when it is claimed.
   bool receive_mounts = false;
 
-  // Extra /etc/hosts lines ("ADDRESS NAME"): the seam for allow-listed services.
+  // Extra /etc/hosts lines ("ADDRESS NAME"): how the API and allow-listed services are
+  // found by name.
   std::vector<std::string> hosts_entries;
+
+  // TCP listeners PID 1 opens inside the sandbox's network namespace (on its loopback)
+  // and hands to the server with the ready message: the only way out of the sandbox.
+  struct Listener {
+    std::string address;  // an IPv4 loopback address, e.g. 127.0.2.1
+    uint16_t port = 0;
+  };
+  std::vector<Listener> listeners;
 };
+
+// At most this many listeners per sandbox (one control message carries their fds).
+inline constexpr size_t kMaxListeners = 32;
 
 std::string encode(const Spec& spec);
 // Returns an empty string on success, otherwise what is wrong with the payload.

@@ -17,12 +17,17 @@ TokenAuth::TokenAuth(const std::vector<std::pair<std::string, std::string>>& tok
   for (const auto& [token, owner] : tokens) owners_by_digest_[sha256_hex(token)] = owner;
 }
 
-Result<void> TokenAuth::authenticate(RequestContext& ctx) const {
+std::string_view presented_token(const RequestContext& ctx) {
   std::string_view token = ctx.header_value("x-api-key");
   if (token.empty()) {
     std::string_view authorization = ctx.header_value(http::field::authorization);
     if (authorization.size() > 7 && beast::iequals(authorization.substr(0, 7), "Bearer ")) token = authorization.substr(7);
   }
+  return token;
+}
+
+Result<void> TokenAuth::authenticate(RequestContext& ctx) const {
+  std::string_view token = presented_token(ctx);
   if (token.empty())
     return ApiError::authentication("Missing API token: send 'Authorization: Bearer <token>' or 'x-api-key: <token>'");
   auto it = owners_by_digest_.find(sha256_hex(token));

@@ -24,4 +24,7 @@ class TokenAuth {
 
 std::string sha256_hex(std::string_view data);
 
+// The token a request presents (x-api-key, else a Bearer authorization); empty if none.
+std::string_view presented_token(const RequestContext& ctx);
+
 }  // namespace sandboxd::server

@@ -249,11 +249,32 @@ asio::awaitable<void> HttpServer::accept_loop() {
     }
     socket.set_option(tcp::no_delay(true));
     auto executor = socket.get_executor();
-    asio::co_spawn(executor, session(std::move(socket)), asio::detached);
+    asio::co_spawn(executor, session(std::move(socket), nullptr), asio::detached);
   }
 }
 
-asio::awaitable<void> HttpServer::session(tcp::socket socket) {
+void HttpServer::serve_connection(tcp::socket socket, std::shared_ptr<const ConnectionOrigin> origin,
+                                  std::function<void()> on_closed) {
+  boost::system::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  auto executor = socket.get_executor();
+  asio::co_spawn(executor, origin_session(this, std::move(socket), std::move(origin), std::move(on_closed)),
+                 asio::detached);
+}
+
+asio::awaitable<void> HttpServer::origin_session(HttpServer* self, tcp::socket socket,
+                                                 std::shared_ptr<const ConnectionOrigin> origin,
+                                                 std::function<void()> on_closed) {
+  struct Closed {
+    std::function<void()>& on_closed;
+    ~Closed() {
+      if (on_closed) on_closed();
+    }
+  } closed{on_closed};
+  co_await self->session(std::move(socket), std::move(origin));
+}
+
+asio::awaitable<void> HttpServer::session(tcp::socket socket, std::shared_ptr<const ConnectionOrigin> origin) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
@@ -284,6 +305,7 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket) {
     auto started = Clock::now();
     RequestContext ctx(stream, buffer, parser, limits_);
     ctx.request_id = new_request_id();
+    ctx.origin = origin;
     Response response = co_await dispatch(ctx, parser);
     bool keep_alive = parser.get().keep_alive() && ctx.body_complete() && !stopping_;
     std::visit(
@@ -341,7 +363,9 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx, http::reques
   ctx.params = std::move(match.params);
   ctx.route_name = router_.name(match.route);
   ctx.authenticated_route = route_options_[match.route].authenticated;
-  if (route_options_[match.route].authenticated) {
+  // A connection from a sandbox is always authenticated: what it may reach is the
+  // authenticator's decision, for every route.
+  if (route_options_[match.route].authenticated || ctx.origin) {
     if (!authenticator_) co_return error_response(ApiError::authentication("Authentication is not configured"));
     auto auth = authenticator_(ctx);
     if (!auth) co_return error_response(auth.error());

@@ -87,6 +87,12 @@ struct ServerLimits {
   size_t json_body_limit = 32u << 20;
 };
 
+// Where a connection came from when it is not the public listener: the API listener of
+// a sandbox (see api/sandbox_network.h). The authenticator decides what it may do.
+struct ConnectionOrigin {
+  virtual ~ConnectionOrigin() = default;
+};
+
 class RequestContext {
  public:
   RequestContext(beast::tcp_stream& stream, beast::flat_buffer& buffer,
@@ -107,6 +113,13 @@ class RequestContext {
   std::string route_name;
   std::string owner;  // set once authenticated
   bool authenticated_route = false;
+  // Null for the public listener; a sandbox's API listener otherwise.
+  std::shared_ptr<const ConnectionOrigin> origin;
+  // 0 for a user's request; n for a request made by code that a request of depth n-1
+  // runs (set by the authenticator from a sandbox's scoped token).
+  int nesting_depth = 0;
+  // For a request from a sandbox: its container (the default container of the request).
+  std::string origin_container;
 
   // The whole body, up to `limit` bytes (413 beyond it).
   asio::awaitable<Result<std::string>> read_body(size_t limit);
@@ -155,13 +168,21 @@ class HttpServer {
 
   // Binds and starts accepting. Throws on a bind failure.
   tcp::endpoint listen(const std::string& host, uint16_t port);
+  // Serves HTTP on a connection accepted elsewhere (a sandbox's API listener), its
+  // requests tagged with `origin` (the authenticator then sees every request, routes
+  // without authentication included). `on_closed` runs when the connection ends.
+  void serve_connection(tcp::socket socket, std::shared_ptr<const ConnectionOrigin> origin,
+                        std::function<void()> on_closed);
   // Stops accepting new connections; idle keep-alive connections close.
   void stop_accepting();
   size_t requests_in_flight() const { return in_flight_; }
 
  private:
   asio::awaitable<void> accept_loop();
-  asio::awaitable<void> session(tcp::socket socket);
+  asio::awaitable<void> session(tcp::socket socket, std::shared_ptr<const ConnectionOrigin> origin);
+  static asio::awaitable<void> origin_session(HttpServer* self, tcp::socket socket,
+                                              std::shared_ptr<const ConnectionOrigin> origin,
+                                              std::function<void()> on_closed);
   asio::awaitable<Response> dispatch(RequestContext& ctx, http::request_parser<http::buffer_body>& parser);
   asio::awaitable<bool> send(beast::tcp_stream& stream, Response& response, bool head, unsigned& status,
                              size_t& bytes);

@@ -1,0 +1,98 @@
+// The sandbox's network, seen from the server. A sandbox has no route anywhere: what it
+// can reach are listeners that its PID 1 opened on the sandbox's own loopback (see
+// runtime::Spec::listeners), whose connections the server takes:
+//   - the sandboxd API, as `sandboxd.internal` (port 80): served by the HTTP server
+//     itself, each request tagged with the sandbox it came from;
+//   - each allow-listed service of external.opensandbox.codeExecution.internal.services,
+//     by its name, on its port: relayed (splice) to the service's host and port.
+// Names resolve through the sandbox's /etc/hosts, one loopback address per name; any
+// other address or port is refused at once by the sandbox's own kernel.
+//
+// Code in a sandbox calls the model with ANTHROPIC_BASE_URL and ANTHROPIC_AUTH_TOKEN: a
+// token scoped to the container (and the nesting depth), accepted only by the messages
+// endpoints, only on connections from that container's sandbox, only while the
+// container exists. It is derived from a per-container secret that never leaves the
+// server, so it cannot be turned into the owner's token or used from anywhere else.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/strand.hpp>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "api/container_service.h"
+#include "ops/config.h"
+#include "runtime/runtime.h"
+#include "server/auth.h"
+#include "server/http_server.h"
+
+namespace sandboxd::api {
+
+// 32 random bytes (hex) from the kernel's CSPRNG: a container's token secret.
+std::string new_api_secret();
+
+// The token code in `container` gets, for requests of nesting depth `depth`.
+std::string scoped_token(const Container& container, int depth);
+
+// ANTHROPIC_BASE_URL, ANTHROPIC_AUTH_TOKEN and ANTHROPIC_MODEL for a command run by a
+// request of nesting depth `depth` (its own calls are depth + 1).
+std::vector<std::string> sandbox_env(const ops::Config& config, const Container& container, int depth);
+
+// One running sandbox's listeners and the container it serves now (a pre-started
+// sandbox gets one when claimed). The origin of the API requests it makes.
+class SandboxLink : public server::ConnectionOrigin, public std::enable_shared_from_this<SandboxLink> {
+ public:
+  explicit SandboxLink(asio::io_context& io) : strand_(asio::make_strand(io)) {}
+
+  void bind(const std::shared_ptr<Container>& container);
+  std::shared_ptr<Container> container() const;
+  int connections() const { return connections_.load(); }
+
+ private:
+  friend class SandboxNetwork;
+  asio::strand<asio::io_context::executor_type> strand_;
+  mutable std::mutex mutex_;
+  std::weak_ptr<Container> container_;
+  std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> acceptors_;  // on strand_
+  std::atomic<int> connections_{0};
+  bool closed_ = false;  // on strand_
+};
+
+class SandboxNetwork {
+ public:
+  // `tokens`: the owners' (token, owner) pairs, for the public listener.
+  SandboxNetwork(asio::io_context& io, server::HttpServer& http, const ops::Config& config,
+                 const std::vector<std::pair<std::string, std::string>>& tokens);
+
+  // The /etc/hosts lines and listeners every sandbox is started with.
+  void plan(runtime::SandboxOptions& options) const;
+
+  // Takes the started sandbox's listeners and serves them until it stops.
+  std::shared_ptr<SandboxLink> attach(const std::shared_ptr<runtime::Sandbox>& sandbox);
+
+  // Authenticates every request: a sandbox's connections with its scoped token (messages
+  // endpoints only), the public listener with the owners' tokens.
+  Result<void> authenticate(server::RequestContext& ctx) const;
+
+ private:
+  struct Target {
+    std::string name, host;
+    uint16_t port = 0;
+  };
+  static asio::awaitable<void> accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link, size_t index);
+  static asio::awaitable<void> relay_to(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
+                                        asio::ip::tcp::socket inside, Target target);
+  static void close_link(std::shared_ptr<SandboxLink> link);
+
+  asio::io_context& io_;
+  server::HttpServer& http_;
+  server::TokenAuth owners_;
+  std::vector<Target> targets_;  // [0] is the API
+  int max_connections_;
+};
+
+}  // namespace sandboxd::api

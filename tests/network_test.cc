@@ -1,0 +1,363 @@
+// The sandbox's network, tried from inside a sandbox the way code (or an attacker)
+// would: the allow-listed services by name (a TCP echo server and a real PostgreSQL),
+// nothing else reachable, immediate refusals, unknown names failing at once, the model
+// called through ANTHROPIC_BASE_URL with the scoped token, and that token refused
+// everywhere else. A real `sandboxd serve` on loopback and a scripted upstream model.
+
+#include <glob.h>
+#include <gtest/gtest.h>
+
+#include "scripted_upstream.h"
+#include "server_harness.h"
+#include "tcp_echo.h"
+
+using namespace sandboxd::testing;
+namespace bj = boost::json;
+
+namespace {
+
+uint16_t free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A PostgreSQL cluster of its own (Debian's postgresql package), trust authentication,
+// on 127.0.0.1 and a free port; stopped at the end.
+class Postgres {
+ public:
+  Postgres() {
+    glob_t found{};
+    if (glob("/usr/lib/postgresql/*/bin/initdb", 0, nullptr, &found) == 0 && found.gl_pathc > 0)
+      bin_ = fs::path(found.gl_pathv[found.gl_pathc - 1]).parent_path();
+    globfree(&found);
+    if (bin_.empty()) return;
+    std::string pattern = (fs::temp_directory_path() / "sandboxd-pg-XXXXXX").string();
+    dir_ = mkdtemp(pattern.data());
+    fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
+    sh("install -d -o postgres -g postgres -m 700 " + (dir_ / "data").string());
+    port_ = free_port();
+    int status = 0;
+    log_ = sh("runuser -u postgres -- " + (bin_ / "initdb").string() + " -D " + (dir_ / "data").string() +
+                  " -A trust -U postgres 2>&1",
+              &status);
+    if (status != 0) return;
+    log_ += sh("runuser -u postgres -- " + (bin_ / "pg_ctl").string() + " -D " + (dir_ / "data").string() + " -l " +
+                   (dir_ / "data" / "server.log").string() + " -o '-p " + std::to_string(port_) +
+                   " -c listen_addresses=127.0.0.1 -k " + (dir_ / "data").string() + "' -w start 2>&1",
+               &status);
+    running_ = status == 0;
+  }
+  ~Postgres() {
+    if (running_)
+      sh("runuser -u postgres -- " + (bin_ / "pg_ctl").string() + " -D " + (dir_ / "data").string() +
+         " -m immediate stop >/dev/null 2>&1");
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+  bool running() const { return running_; }
+  uint16_t port() const { return port_; }
+  const fs::path& bin() const { return bin_; }
+  const std::string& log() const { return log_; }
+
+ private:
+  fs::path bin_, dir_;
+  uint16_t port_ = 0;
+  bool running_ = false;
+  std::string log_;
+};
+
+class NetworkTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // The owners' real tokens are in the server's environment too: none of it may reach
+    // a sandbox.
+    setenv("SANDBOXD_TEST_LEAK", "secret-alice", 1);
+    echo = new TcpEcho();
+    postgres = new Postgres();
+    upstream = new ScriptedUpstream();
+    std::string services = "          - { name: echo, host: 127.0.0.1, port: " + std::to_string(echo->port()) + " }\n";
+    if (postgres->running())
+      services += "          - { name: db.internal, host: localhost, port: " + std::to_string(postgres->port()) + " }\n";
+    server = new ServerProcess("model:\n  baseUrl: \"" + upstream->base_url() +
+                               "\"\n  models: { default: upstream-model }\n  timeoutSec: 20\n  maxNestingDepth: 1\n"
+                               "runtime:\n  maxConnectionsPerSandbox: 6\n"
+                               "external:\n  opensandbox:\n    codeExecution:\n      internal:\n        services:\n" +
+                               services);
+    unsetenv("SANDBOXD_TEST_LEAK");
+  }
+  static void TearDownTestSuite() {
+    delete server;
+    delete upstream;
+    delete postgres;
+    delete echo;
+  }
+  void SetUp() override { container = std::string("n-") + ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+  void TearDown() override { EXPECT_EQ(upstream->pending_steps(), 0u) << "every scripted step was used"; }
+
+  // Runs `command` with bash in `in` (default: this test's container); the result block.
+  bj::object bash(const std::string& command, const std::string& in = "", int timeout = 30) {
+    fs::path file = server->dir() / ("cmd-" + std::to_string(++commands) + ".json");
+    std::ofstream(file) << bj::serialize(bj::object{{"command", command}, {"timeout", timeout}});
+    auto reply = server->curl_json("-X POST '" + server->base() + "/containers/" + (in.empty() ? container : in) +
+                                   "/tools/bash_code_execution' -H 'content-type: application/json' --data-binary @" +
+                                   file.string());
+    EXPECT_TRUE(reply.is_object()) << bj::serialize(reply);
+    return reply.as_object();
+  }
+  static std::string out(const bj::object& result) { return std::string(result.at("stdout").as_string()); }
+  std::string token_of(const std::string& in = "") { return out(bash("printf %s \"$ANTHROPIC_AUTH_TOKEN\"", in)); }
+
+  static TcpEcho* echo;
+  static Postgres* postgres;
+  static ScriptedUpstream* upstream;
+  static ServerProcess* server;
+  std::string container;
+  int commands = 0;
+};
+TcpEcho* NetworkTest::echo = nullptr;
+Postgres* NetworkTest::postgres = nullptr;
+ScriptedUpstream* NetworkTest::upstream = nullptr;
+ServerProcess* NetworkTest::server = nullptr;
+
+using U = ScriptedUpstream;
+
+// A python one-liner's outcome: "ok <reply>" or the exception's class and errno.
+const char* kConnectProbe = R"(python3 - "$@" <<'PY'
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+try:
+    s = socket.create_connection((host, port), timeout=20)
+    s.sendall(b"ping")
+    s.shutdown(socket.SHUT_WR)
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk: break
+        data += chunk
+    print("ok", data.decode())
+except socket.gaierror as e:
+    print("gaierror", e.args[0])
+except OSError as e:
+    print(type(e).__name__, e.errno)
+PY
+)";
+
+std::string probe(const std::string& host, int port) {
+  return std::string("set -- ") + host + " " + std::to_string(port) + "\n" + kConnectProbe;
+}
+
+TEST_F(NetworkTest, AnAllowListedServiceIsReachedByItsName) {
+  auto hosts = out(bash("cat /etc/hosts"));
+  EXPECT_NE(hosts.find("\techo\n"), std::string::npos) << hosts;
+  EXPECT_NE(hosts.find("\tsandboxd.internal\n"), std::string::npos) << hosts;
+  auto result = bash(probe("echo", echo->port()));
+  EXPECT_EQ(out(result), "ok ping\n") << bj::serialize(result);
+  // A megabyte each way, both directions at once (backpressure: the echo server writes
+  // while the client still sends).
+  auto big = bash("python3 -c \"\nimport socket, threading, hashlib\ns = socket.create_connection(('echo', " +
+                  std::to_string(echo->port()) +
+                  "))\npayload = bytes(range(256)) * 4096 * 4\ndef send():\n    s.sendall(payload)\n    s.shutdown(socket.SHUT_WR)\n"
+                  "t = threading.Thread(target=send); t.start()\ngot = bytearray()\nwhile True:\n    c = s.recv(1 << 16)\n"
+                  "    if not c: break\n    got += c\nt.join()\nprint(len(got), got == payload)\n\"");
+  EXPECT_EQ(out(big), "4194304 True\n") << bj::serialize(big);
+}
+
+TEST_F(NetworkTest, NothingElseIsReachableAndRefusalsAreImmediate) {
+  // The host's loopback ports (the sandboxd API itself, the echo server's real port) are
+  // the sandbox's own loopback: nothing listens there.
+  EXPECT_EQ(out(bash(probe("127.0.0.1", server->port()))), "ConnectionRefusedError 111\n");
+  EXPECT_EQ(out(bash(probe("127.0.0.1", echo->port()))), "ConnectionRefusedError 111\n");
+  EXPECT_EQ(out(bash(probe("localhost", echo->port()))), "ConnectionRefusedError 111\n");
+  // An allowed name on another port, the API's address on another port.
+  EXPECT_EQ(out(bash(probe("echo", 22))), "ConnectionRefusedError 111\n");
+  EXPECT_EQ(out(bash(probe("sandboxd.internal", 8080))), "ConnectionRefusedError 111\n");
+  // Any address off the loopback: no route, refused by the sandbox's kernel at once
+  // (the probe's own timeout is 20 s; the call's is 5 s, so a hang would show as 124).
+  for (const char* address : {"10.0.0.1", "192.168.1.1", "8.8.8.8", "169.254.169.254"}) {
+    auto result = bash(probe(address, 80), "", 5);
+    EXPECT_EQ(out(result), "OSError 101\n") << address << " " << bj::serialize(result);
+    EXPECT_EQ(result.at("return_code"), 0);
+  }
+  auto v6 = bash("python3 -c \"import socket\ntry:\n  socket.create_connection(('2001:4860:4860::8888', 80), timeout=20)\n"
+                 "except OSError as e: print(e.errno)\"", "", 5);
+  EXPECT_EQ(out(v6), "101\n") << bj::serialize(v6);
+  // The host's own addresses are not reachable either.
+  std::string host_ips = sh("hostname -I 2>/dev/null");
+  std::istringstream ips(host_ips);
+  for (std::string ip; ips >> ip;) {
+    if (ip.find(':') != std::string::npos) continue;
+    auto result = bash(probe(ip, server->port()), "", 5);
+    EXPECT_EQ(out(result), "OSError 101\n") << ip << " " << bj::serialize(result);
+  }
+  // No interface but lo.
+  EXPECT_EQ(out(bash("ls /sys/class/net")), "lo\n");
+}
+
+TEST_F(NetworkTest, UnknownNamesFailAtOnce) {
+  auto result = bash("getent hosts example.com; echo rc=$?; " + probe("internal-db.example", 5432), "", 5);
+  EXPECT_EQ(out(result), "rc=2\ngaierror -2\n") << bj::serialize(result);  // EAI_NONAME
+  EXPECT_EQ(result.at("return_code"), 0) << "no resolver to wait for";
+  EXPECT_EQ(out(bash("cat /etc/resolv.conf | grep -c nameserver")), "0\n");
+}
+
+TEST_F(NetworkTest, PostgresIsQueriedByNameWithPsql) {
+  if (!postgres->running()) GTEST_SKIP() << "PostgreSQL could not be started here: " << postgres->log();
+  const std::string psql = (postgres->bin() / "psql").string() + " -h db.internal -p " +
+                           std::to_string(postgres->port()) + " -U postgres -d postgres -At";
+  auto result = bash(psql + " -c 'create table notes (id int, body text)' && " + psql +
+                     " -c \"insert into notes values (1, 'from the sandbox')\" && " + psql +
+                     " -c 'select id, body, 6*7 from notes'");
+  EXPECT_EQ(out(result), "CREATE TABLE\nINSERT 0 1\n1|from the sandbox|42\n") << bj::serialize(result);
+  EXPECT_EQ(result.at("return_code"), 0);
+  // The row is really in the database on the host.
+  auto host = sh((postgres->bin() / "psql").string() + " -h 127.0.0.1 -p " + std::to_string(postgres->port()) +
+                 " -U postgres -d postgres -At -c 'select body from notes'");
+  EXPECT_EQ(host, "from the sandbox\n");
+}
+
+TEST_F(NetworkTest, CodeCallsTheModelThroughAnthropicBaseUrl) {
+  upstream->push_message(U::message({U::text_block("Hello from the model.")}, "end_turn", 12, 5));
+  // What the SDKs do: POST $ANTHROPIC_BASE_URL/v1/messages with the token as a Bearer.
+  const std::string call =
+      "curl -s -m 20 \"$ANTHROPIC_BASE_URL/v1/messages\" -H \"Authorization: Bearer $ANTHROPIC_AUTH_TOKEN\" "
+      "-H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' "
+      "-d \"{\\\"model\\\": \\\"$ANTHROPIC_MODEL\\\", \\\"max_tokens\\\": 100, "
+      "\\\"messages\\\": [{\\\"role\\\": \\\"user\\\", \\\"content\\\": \\\"hi\\\"}]}\"";
+  auto result = bash("echo \"$ANTHROPIC_BASE_URL $ANTHROPIC_MODEL\"; " + call);
+  auto text = out(result);
+  ASSERT_EQ(text.substr(0, text.find('\n')), "http://sandboxd.internal/api/gpt upstream-model") << text;
+  auto reply = json(text.substr(text.find('\n') + 1));
+  ASSERT_TRUE(reply.is_object()) << text;
+  EXPECT_EQ(reply.at("type"), "message") << text;
+  EXPECT_EQ(reply.at("content").at(0).at("text"), "Hello from the model.");
+  auto calls = upstream->requests();
+  ASSERT_FALSE(calls.empty());
+  EXPECT_EQ(calls.back().at("model"), "upstream-model");
+}
+
+TEST_F(NetworkTest, NestedCodeExecutionActsForTheOwnerUpToTheDepthLimit) {
+  bash("echo marker-of-the-outer-container > /home/agent/workspace/marker");
+  // The nested request: code_execution, no container named (so: this container), and
+  // its own code tries one more level (depth 2 > maxNestingDepth 1: refused).
+  const std::string nested_body =
+      R"({"model":"default","max_tokens":100,"tools":[{"name":"code_execution","type":"code_execution_v1"}],)"
+      R"("messages":[{"role":"user","content":"go"}]})";
+  const std::string call = "curl -s -m 20 \"$ANTHROPIC_BASE_URL/v1/messages\" -H \"Authorization: Bearer "
+                           "$ANTHROPIC_AUTH_TOKEN\" -H 'content-type: application/json' -d '" + nested_body + "'";
+  upstream->push_message(U::message({U::tool_use("toolu_n1", "bash_code_execution",
+                                                 {{"command", "cat /home/agent/workspace/marker; " + call}})},
+                                    "tool_use"));
+  upstream->push_message(U::message({U::text_block("inner done")}, "end_turn"));
+  auto result = bash(call);
+  auto reply = json(out(result));
+  ASSERT_TRUE(reply.is_object()) << bj::serialize(result);
+  EXPECT_EQ(reply.at("container").at("id").as_string(), container) << "the nested call runs in its own container";
+  const auto& content = reply.at("content").as_array();
+  ASSERT_EQ(content.size(), 3u) << bj::serialize(reply);
+  std::string inner = std::string(content[1].at("content").at("stdout").as_string());
+  EXPECT_EQ(inner.substr(0, inner.find('\n')), "marker-of-the-outer-container");
+  auto deeper = json(inner.substr(inner.find('\n') + 1));
+  ASSERT_TRUE(deeper.is_object()) << inner;
+  EXPECT_EQ(deeper.at("error").at("type"), "invalid_request_error");
+  EXPECT_NE(std::string(deeper.at("error").at("message").as_string()).find("cannot be nested more than 1"),
+            std::string::npos)
+      << inner;
+  EXPECT_EQ(content[2].at("text"), "inner done");
+}
+
+TEST_F(NetworkTest, TheScopedTokenWorksOnlyForMessagesFromItsOwnSandbox) {
+  const std::string token = token_of();
+  ASSERT_TRUE(token.starts_with("sbx-scoped-1-")) << token;
+  // From outside: refused everywhere, messages included.
+  EXPECT_EQ(server->status("'" + server->base() + "/files?scope_id=" + container + "'", token), 401);
+  EXPECT_EQ(server->status("-X POST '" + server->base() + "/messages/validate' -d '{}'", token), 401);
+  EXPECT_EQ(server->status("'" + server->base() + "/containers'", token), 401);
+  // From inside: only the messages endpoints.
+  const std::string inside = "curl -s -o /dev/null -w '%{http_code} ' -H \"Authorization: Bearer $ANTHROPIC_AUTH_TOKEN\" ";
+  auto codes = out(bash(inside + "http://sandboxd.internal/api/gpt/v1/files?scope_id=" + container + "; " + inside +
+                        "http://sandboxd.internal/api/gpt/v1/containers; " + inside +
+                        "http://sandboxd.internal/metrics; " + inside + "http://sandboxd.internal/admin/sandboxes; " +
+                        inside + "-X POST http://sandboxd.internal/api/gpt/v1/messages/validate -d "
+                                 "'{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}'"));
+  EXPECT_EQ(codes, "403 403 403 403 200 ") << codes;
+  // The owner's real token is not accepted from inside either, nor no token at all.
+  auto others = out(bash("curl -s -o /dev/null -w '%{http_code} ' -H 'x-api-key: secret-alice' -X POST "
+                         "http://sandboxd.internal/api/gpt/v1/messages/validate -d '{}'; "
+                         "curl -s -o /dev/null -w '%{http_code}' -X POST http://sandboxd.internal/api/gpt/v1/messages/validate -d '{}'"));
+  EXPECT_EQ(others, "401 401");
+  // Another container's sandbox cannot use it.
+  const std::string other = container + "-other";
+  auto elsewhere = out(bash("curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer " + token +
+                                "' -X POST http://sandboxd.internal/api/gpt/v1/messages/validate -d "
+                                "'{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}'",
+                            other));
+  EXPECT_EQ(elsewhere, "401");
+  // Deleted, then made again under the same id: the old token is dead.
+  EXPECT_EQ(server->status("-X DELETE '" + server->base() + "/containers/" + container + "'"), 200);
+  auto after = out(bash("curl -s -o /dev/null -w '%{http_code} ' -H 'Authorization: Bearer " + token +
+                        "' -X POST http://sandboxd.internal/api/gpt/v1/messages/validate -d "
+                        "'{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}'; "
+                        "printf %s \"$ANTHROPIC_AUTH_TOKEN\""));
+  EXPECT_EQ(after.substr(0, 4), "401 ") << after;
+  EXPECT_NE(after.substr(4), token) << "the new container has a new token";
+}
+
+TEST_F(NetworkTest, TheOwnersRealTokenIsNeverVisibleInside) {
+  auto result = bash(
+      "env; cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'; "
+      "grep -rIs secret- /etc /home /tmp /mnt /run /var 2>/dev/null; echo done");
+  const std::string text = out(result);
+  EXPECT_EQ(text.find("secret-alice"), std::string::npos) << text;
+  EXPECT_EQ(text.find("secret-bob"), std::string::npos) << text;
+  EXPECT_EQ(text.find("SANDBOXD_TEST_LEAK"), std::string::npos) << text;
+  EXPECT_NE(text.find("ANTHROPIC_AUTH_TOKEN=sbx-scoped-"), std::string::npos) << text;
+  EXPECT_TRUE(text.ends_with("done\n"));
+}
+
+TEST_F(NetworkTest, ConnectionsPerSandboxAreLimited) {
+  // Six held open (the limit), the seventh is closed at once; after one closes, a new one
+  // is served again.
+  auto result = bash("python3 -c \"\nimport socket\nport = " + std::to_string(echo->port()) +
+                     "\nheld = []\nfor i in range(6):\n    s = socket.create_connection(('echo', port)); s.sendall(b'x');"
+                     " assert s.recv(1) == b'x'; held.append(s)\nextra = socket.create_connection(('echo', port))\n"
+                     "extra.settimeout(10)\ntry:\n    extra.sendall(b'y'); print('seventh:', extra.recv(1))\n"
+                     "except OSError as e: print('seventh: error', e.errno)\nheld.pop().close()\nimport time\n"
+                     "for attempt in range(100):\n    s = socket.create_connection(('echo', port)); s.settimeout(10); s.sendall(b'z')\n"
+                     "    try:\n        got = s.recv(1)\n    except OSError: got = b''\n    if got == b'z': break\n"
+                     "    time.sleep(0.05)\nprint('after one closed:', got)\n\"");
+  const std::string text = out(result);
+  EXPECT_TRUE(text == "seventh: b''\nafter one closed: b'z'\n" || text == "seventh: error 104\nafter one closed: b'z'\n")
+      << bj::serialize(result);
+}
+
+TEST(NetworkConfig, KubernetesPeersAreRefusedWithAClearMessage) {
+  fs::path file = fs::temp_directory_path() / "sandboxd-netcfg.yaml";
+  std::ofstream(file) << "external:\n  opensandbox:\n    codeExecution:\n      internal:\n        services:\n"
+                         "          - namespaceSelector:\n              matchLabels: { name: databases }\n"
+                         "            podSelector:\n              matchLabels: { app: postgres }\n";
+  int status = 0;
+  auto text = sh(std::string(SANDBOXD_PATH) + " config check " + file.string() + " 2>&1", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(text.find("external.opensandbox.codeExecution.internal.services[0]: Kubernetes NetworkPolicy peers"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("not supported by this runtime"), std::string::npos) << text;
+  for (const char* bad : {"{ name: \"../etc\", host: h, port: 1 }", "{ name: sandboxd.internal, host: h, port: 1 }",
+                          "{ name: db, host: h, port: 70000 }", "{ name: db, host: h }"}) {
+    std::ofstream(file) << "external:\n  opensandbox:\n    codeExecution:\n      internal:\n        services:\n"
+                           "          - " << bad << "\n";
+    text = sh(std::string(SANDBOXD_PATH) + " config check " + file.string() + " 2>&1", &status);
+    EXPECT_NE(status, 0) << bad;
+    EXPECT_NE(text.find("services[0]"), std::string::npos) << bad << ": " << text;
+  }
+  fs::remove(file);
+}
+
+}  // namespace
