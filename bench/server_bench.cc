@@ -25,6 +25,7 @@
 #include "bench_util.h"
 #include "http_client.h"
 #include "scripted_upstream.h"
+#include "tcp_echo.h"
 
 namespace fs = std::filesystem;
 namespace asio = boost::asio;
@@ -133,6 +134,20 @@ uint64_t download_to_file(int port, const std::string& target, const fs::path& p
   return total;
 }
 
+// User + system CPU time of a process so far.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 double seconds_of(const std::function<void()>& f) {
   auto start = Clock::now();
   f();
@@ -147,7 +162,12 @@ int main(int argc, char** argv) {
   fs::path dir = mkdtemp(pattern.data());
   // The scripted upstream model, in this process, answers at once.
   sandboxd::testing::ScriptedUpstream upstream;
-  Server server = start_server(binary, dir, "model:\n  baseUrl: \"" + upstream.base_url() + "\"\n  maxToolIterations: 100\n");
+  // An allow-listed service for the relay benchmark, in this process.
+  sandboxd::testing::TcpEcho echo;
+  Server server = start_server(binary, dir,
+                               "model:\n  baseUrl: \"" + upstream.base_url() + "\"\n  maxToolIterations: 100\n"
+                               "external:\n  opensandbox:\n    codeExecution:\n      internal:\n        services:\n"
+                               "          - { name: echo, host: 127.0.0.1, port: " + std::to_string(echo.port()) + " }\n");
   if (!server.port) {
     std::fprintf(stderr, "server did not start:\n%s\n", read_all(server.log).c_str());
     return 1;
@@ -230,9 +250,70 @@ int main(int argc, char** argv) {
   std::printf("  published per-call round trip of hosted sandboxes ~70 ms (SPEC §7): %.0fx ours with bash\n",
               70 / ((bashed_s.p50_ms - plain_s.p50_ms) / kRounds));
 
-  // SANDBOXD_BENCH_ONLY=messages measures the executions above and /messages only.
+  // SANDBOXD_BENCH_ONLY=messages measures the executions above and /messages only;
+  // =relay adds the relay.
   const char* only = std::getenv("SANDBOXD_BENCH_ONLY");
-  const bool everything = !only || std::string(only) != "messages";
+  const bool everything = !only;
+
+  if (everything || std::string(only) == "relay") {
+  // 1 GiB each way through the relay to an allow-listed echo service (sandbox ->
+  // listener in its namespace -> splice -> the service), against the same client on the
+  // host straight to the service over loopback.
+  const std::string client_py =
+      "import socket, sys, threading, time\n"
+      "host, port, total = sys.argv[1], int(sys.argv[2]), 1 << 30\n"
+      "s = socket.create_connection((host, port))\n"
+      "chunk = b'Z' * (1 << 20)\n"
+      "def send():\n"
+      "    for _ in range(total // len(chunk)): s.sendall(chunk)\n"
+      "    s.shutdown(socket.SHUT_WR)\n"
+      "start = time.monotonic()\n"
+      "sender = threading.Thread(target=send); sender.start()\n"
+      "buf = bytearray(1 << 20); got = 0\n"
+      "while True:\n"
+      "    n = s.recv_into(buf)\n"
+      "    if not n: break\n"
+      "    got += n\n"
+      "sender.join()\n"
+      "print(got, time.monotonic() - start)\n";
+  std::ofstream(dir / "echo_client.py") << client_py;
+  auto parse_run = [](const std::string& out) {
+    std::istringstream in(out);
+    uint64_t bytes = 0;
+    double secs = 0;
+    in >> bytes >> secs;
+    return bytes == (1ull << 30) ? secs : -1.0;
+  };
+  auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> direct, relayed, relay_cpu;
+  boost::json::object command{{"command", "python3 - echo " + std::to_string(echo.port()) + " <<'PY'\n" + client_py + "PY\n"},
+                              {"timeout", 300}};
+  for (int i = 0; i < 3; ++i) {
+    FILE* p = popen(("python3 " + (dir / "echo_client.py").string() + " 127.0.0.1 " + std::to_string(echo.port())).c_str(), "r");
+    std::string out;
+    char line[256];
+    while (p && fgets(line, sizeof line, p)) out += line;
+    if (p) pclose(p);
+    direct.push_back(parse_run(out));
+    const double cpu_before = cpu_seconds(server.pid);
+    auto reply = boost::json::parse(client.post(tools + "relay/tools/bash_code_execution", boost::json::serialize(command)));
+    relay_cpu.push_back(cpu_seconds(server.pid) - cpu_before);
+    relayed.push_back(parse_run(std::string(reply.at("stdout").as_string())));
+    if (relayed.back() < 0) std::fprintf(stderr, "relay: %s\n", boost::json::serialize(reply).c_str());
+  }
+  const double direct_s = median_of(direct), relayed_s = median_of(relayed);
+  std::printf("\nrelay to an allow-listed service, 1 GiB each way at once (echo; median of 3)\n");
+  std::printf("  host -> service over loopback   %6.2f s  %7.1f MiB/s each way\n", direct_s, 1024 / direct_s);
+  std::printf("  sandbox -> relay -> service     %6.2f s  %7.1f MiB/s each way  = %3.0f%% of direct   (bar >= 80%%)\n",
+              relayed_s, 1024 / relayed_s, 100 * direct_s / relayed_s);
+  std::printf("  the server's CPU for it: %.2f s per 2 GiB relayed (kernel TCP work of the two extra loopback hops;\n"
+              "  every process here shares 2 cores, so that CPU is what the relayed run loses)\n",
+              median_of(relay_cpu));
+  }
+
   if (everything) {
   // Throughput: wrk, 32 connections over 8 containers.
   fs::path lua = dir / "post.lua";
