@@ -82,7 +82,9 @@ class NetworkTest : public ::testing::Test {
     echo = new TcpEcho();
     postgres = new Postgres();
     upstream = new ScriptedUpstream();
-    std::string services = "          - { name: echo, host: 127.0.0.1, port: " + std::to_string(echo->port()) + " }\n";
+    down_port = free_port();  // nothing listens there
+    std::string services = "          - { name: echo, host: 127.0.0.1, port: " + std::to_string(echo->port()) + " }\n"
+                           "          - { name: down, host: 127.0.0.1, port: " + std::to_string(down_port) + " }\n";
     if (postgres->running())
       services += "          - { name: db.internal, host: localhost, port: " + std::to_string(postgres->port()) + " }\n";
     server = new ServerProcess("model:\n  baseUrl: \"" + upstream->base_url() +
@@ -115,6 +117,7 @@ class NetworkTest : public ::testing::Test {
   std::string token_of(const std::string& in = "") { return out(bash("printf %s \"$ANTHROPIC_AUTH_TOKEN\"", in)); }
 
   static TcpEcho* echo;
+  static uint16_t down_port;
   static Postgres* postgres;
   static ScriptedUpstream* upstream;
   static ServerProcess* server;
@@ -122,6 +125,7 @@ class NetworkTest : public ::testing::Test {
   int commands = 0;
 };
 TcpEcho* NetworkTest::echo = nullptr;
+uint16_t NetworkTest::down_port = 0;
 Postgres* NetworkTest::postgres = nullptr;
 ScriptedUpstream* NetworkTest::upstream = nullptr;
 ServerProcess* NetworkTest::server = nullptr;
@@ -198,6 +202,13 @@ TEST_F(NetworkTest, NothingElseIsReachableAndRefusalsAreImmediate) {
   }
   // No interface but lo.
   EXPECT_EQ(out(bash("ls /sys/class/net")), "lo\n");
+}
+
+TEST_F(NetworkTest, AnAllowListedServiceThatIsDownResetsTheConnectionAtOnce) {
+  auto result = bash(probe("down", down_port), "", 5);
+  const std::string text = out(result);
+  EXPECT_TRUE(text == "ConnectionResetError 104\n" || text == "BrokenPipeError 32\n") << bj::serialize(result);
+  EXPECT_NE(server->log().find("service down: connecting to 127.0.0.1:" + std::to_string(down_port)), std::string::npos);
 }
 
 TEST_F(NetworkTest, UnknownNamesFailAtOnce) {
@@ -333,7 +344,7 @@ TEST_F(NetworkTest, ConnectionsPerSandboxAreLimited) {
                      "    try:\n        got = s.recv(1)\n    except OSError: got = b''\n    if got == b'z': break\n"
                      "    time.sleep(0.05)\nprint('after one closed:', got)\n\"");
   const std::string text = out(result);
-  EXPECT_TRUE(text == "seventh: b''\nafter one closed: b'z'\n" || text == "seventh: error 104\nafter one closed: b'z'\n")
+  EXPECT_EQ(text, "seventh: error 104\nafter one closed: b'z'\n")
       << bj::serialize(result);
 }
 

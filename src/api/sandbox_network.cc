@@ -33,6 +33,15 @@ constexpr auto kConnectTimeout = std::chrono::seconds(10);
 // own port and two services may share one.
 std::string service_address(size_t index) { return "127.0.3." + std::to_string(index + 1); }
 
+// Closes with a reset, so the client in the sandbox sees ECONNRESET at once rather than
+// a connection that seemed to work and then ended.
+template <typename Socket>
+void refuse(Socket& socket) {
+  boost::system::error_code ignored;
+  socket.set_option(asio::socket_base::linger(true, 0), ignored);
+  socket.close(ignored);
+}
+
 bool constant_time_equal(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
@@ -158,6 +167,7 @@ asio::awaitable<void> SandboxNetwork::accept_loop(SandboxNetwork* self, std::sha
     if (link->connections_.load() >= self->max_connections_) {
       spdlog::warn("sandbox connection limit ({}) reached; a connection to {} was refused", self->max_connections_,
                    self->targets_[index].name);
+      refuse(socket);
       continue;
     }
     ++link->connections_;
@@ -181,13 +191,15 @@ asio::awaitable<void> SandboxNetwork::relay_to(SandboxNetwork* self, std::shared
   auto [resolve_error, endpoints] = co_await resolver.async_resolve(target.host, std::to_string(target.port), use_tuple);
   if (resolve_error) {
     spdlog::warn("service {}: resolving {}: {}", target.name, target.host, resolve_error.message());
-    co_return;  // the sandbox's connection closes
+    refuse(inside);
+    co_return;
   }
   boost::beast::tcp_stream outside(inside.get_executor());
   outside.expires_after(kConnectTimeout);
   auto [connect_error, endpoint] = co_await outside.async_connect(endpoints, use_tuple);
   if (connect_error) {
     spdlog::warn("service {}: connecting to {}:{}: {}", target.name, target.host, target.port, connect_error.message());
+    refuse(inside);
     co_return;
   }
   outside.expires_never();
