@@ -32,6 +32,36 @@ TEST(Ops, ReadyStartsARealSandbox) {
   EXPECT_EQ(reply.at("reason"), "code_execution provider is not configured.");
 }
 
+TEST(Ops, HealthAnswersFromTheBackgroundCheckAnd503OnceItStops) {
+  ServerProcess healthy;
+  auto body = json(healthy.curl(healthy.url("/health"))).as_object();
+  EXPECT_EQ(body.at("status"), "ok");
+  EXPECT_TRUE(body.at("check").at("problems").as_array().empty()) << bj::serialize(body);
+  EXPECT_GT(body.at("check").at("data_free_bytes").as_int64(), 0);
+
+  // The failpoint stops the check after a second, as a crashed check would.
+  setenv("SANDBOXD_FAILPOINT_STOP_HEALTH_CHECK", "1", 1);
+  ServerProcess server;
+  unsetenv("SANDBOXD_FAILPOINT_STOP_HEALTH_CHECK");
+  int status = 0;
+  for (int i = 0; i < 300 && status != 503; ++i) {
+    status = server.status(server.url("/health"));
+    if (status != 503) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(status, 503) << server.log();
+  body = json(server.curl(server.url("/health"))).as_object();
+  EXPECT_EQ(body.at("status"), "unavailable");
+  EXPECT_NE(std::string(body.at("reason").as_string()).find("the background health check has not run for"),
+            std::string::npos)
+      << bj::serialize(body);
+  // Only liveness says so: the rest keeps serving.
+  EXPECT_EQ(json(server.curl("-X POST " + server.base() + "/containers/h/tools/bash_code_execution -d "
+                             "'{\"command\":\"echo still\"}'")).at("stdout"),
+            "still\n");
+  // The healthy server kept running its check all along.
+  EXPECT_EQ(healthy.status(healthy.url("/health")), 200);
+}
+
 TEST(Ops, MetricsPassPromtoolAndCountWhatHappened) {
   ServerProcess server;
   std::string ok = bash_body(server.dir(), "ok", "true");

@@ -25,8 +25,20 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
   http.route(
       http::verb::get, "/health", "ops.health",
       [&api](server::RequestContext&) -> asio::awaitable<Result<Response>> {
-        co_return json_ok(boost::json::object{{"status", "ok"},
-                                              {"sandboxes_running", api.containers.running_sandboxes()}});
+        boost::json::object body{{"status", "ok"}, {"sandboxes_running", api.containers.running_sandboxes()}};
+        if (!api.health) co_return json_ok(body);
+        const auto check = api.health->status();
+        boost::json::array problems;
+        for (const auto& problem : check.problems) problems.emplace_back(problem);
+        body["check"] = boost::json::object{{"seconds_since_run", check.seconds_since_run},
+                                            {"event_loop_lag_seconds", check.event_loop_lag},
+                                            {"data_free_bytes", check.data_free_bytes},
+                                            {"problems", std::move(problems)}};
+        if (check.running) co_return json_ok(body);
+        body["status"] = "unavailable";
+        body["reason"] = "the background health check has not run for " +
+                         std::to_string(static_cast<int>(check.seconds_since_run)) + " s";
+        co_return json_ok(body, http::status::service_unavailable);
       },
       {.authenticated = false});
 

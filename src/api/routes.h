@@ -5,6 +5,7 @@
 
 #include "api/container_service.h"
 #include "model/upstream_client.h"
+#include "ops/health_check.h"
 #include "server/http_server.h"
 #include "store/file_store.h"
 
@@ -22,6 +23,7 @@ struct ApiContext {
   store::FileStore& files;
   ops::LiveConfig& live_config;
   std::shared_ptr<model::UpstreamClient> upstream;  // the /messages model client
+  const ops::HealthCheck* health = nullptr;          // behind /health
 
   // The configuration in effect now: a request takes it once and keeps it.
   std::shared_ptr<const ops::Config> config() const { return live_config.get(); }

@@ -18,6 +18,7 @@
 #include "api/routes.h"
 #include "api/sandbox_network.h"
 #include "model/upstream_client.h"
+#include "ops/health_check.h"
 #include "ops/live_config.h"
 #include "ops/logging.h"
 #include "ops/metrics.h"
@@ -146,7 +147,8 @@ int serve(Config config, const std::string& config_path) {
     // configured; /messages answers with a clear 400 otherwise.
     std::shared_ptr<model::UpstreamClient> upstream;
     if (!config.model_base_url.empty()) upstream = model::UpstreamClient::create();
-    api::ApiContext api{containers, files, live_config, upstream};
+    HealthCheck health(io, config.data_dir);
+    api::ApiContext api{containers, files, live_config, upstream, &health};
     api::register_ops_routes(http, api);
     api::register_container_routes(http, api);
     api::register_file_routes(http, api);
