@@ -48,6 +48,21 @@ bool read_exactly(int fd, void* data, size_t size) {
   if (procs < 0) child_fail(report_fd, "openat(exec cgroup, cgroup.procs)", errno);
   if (write(procs, "0", 1) != 1) child_fail(report_fd, "write(exec cgroup.procs, 0)", errno);
   close(procs);
+  // Everything that does not depend on the command is done before waiting for it, so
+  // that a command only pays for reading its request and execve.
+  int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0) child_fail(report_fd, "open(/dev/null)", errno);
+  if (ctx.max_open_files > 0) {
+    rlimit limit{ctx.max_open_files, ctx.max_open_files};
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) child_fail(report_fd, "setrlimit(RLIMIT_NOFILE)", errno);
+  }
+  const char* step = nullptr;
+  if (int rc = become_agent(ctx.userns_fd, ctx.last_cap, &step); rc < 0)
+    child_fail(report_fd, step, -rc);
+  // Every inherited descriptor but stdio closes at exec (the report pipe must survive
+  // until then to tell the parent about a failed execve; the request pipe is read first).
+  if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) child_fail(report_fd, "close_range(3, ~0)", errno);
+  if (int rc = apply_seccomp(*ctx.seccomp, &step); rc < 0) child_fail(report_fd, step, -rc);
   // Ready: wait for the command (a length, then the encoded request). Later siblings
   // may hold copies of the write end, so the length, not EOF, ends the message.
   uint32_t length = 0;
@@ -64,22 +79,9 @@ bool read_exactly(int fd, void* data, size_t size) {
   for (auto& e : req.env) envp.push_back(e.data());
   envp.push_back(nullptr);
 
-  int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null_fd < 0) child_fail(report_fd, "open(/dev/null)", errno);
   if (dup2(null_fd, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
     child_fail(report_fd, "dup2(stdio)", errno);
-  if (ctx.max_open_files > 0) {
-    rlimit limit{ctx.max_open_files, ctx.max_open_files};
-    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) child_fail(report_fd, "setrlimit(RLIMIT_NOFILE)", errno);
-  }
-  const char* step = nullptr;
-  if (int rc = become_agent(ctx.userns_fd, ctx.last_cap, &step); rc < 0)
-    child_fail(report_fd, step, -rc);
   if (chdir(req.cwd.c_str()) != 0) child_fail(report_fd, "chdir(cwd)", errno);
-  // Every inherited descriptor but stdio closes at exec (the report pipe must survive
-  // until then to tell the parent about a failed execve).
-  if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) child_fail(report_fd, "close_range(3, ~0)", errno);
-  if (int rc = apply_seccomp(*ctx.seccomp, &step); rc < 0) child_fail(report_fd, step, -rc);
   execve(argv[0], argv.data(), envp.data());
   child_fail(report_fd, "execve", errno);
 }
