@@ -130,6 +130,12 @@ class ContainerService {
   // The open containers with this id (an operator's `stop` names no owner).
   std::vector<std::shared_ptr<Container>> find_open_any_owner(const std::string& id) const;
   bool code_execution_available() const { return runtime_ != nullptr; }
+  // Why code execution is unavailable (no runtime): a missing sandbox image, else the
+  // seed's "provider is not configured".
+  void set_unavailable_reason(std::string reason) { unavailable_reason_ = std::move(reason); }
+  std::string unavailable_reason() const {
+    return unavailable_reason_.empty() ? std::string(kNoProvider) : unavailable_reason_;
+  }
   const ops::Admission& admission() const { return *admission_; }
   ops::Admission& admission() { return *admission_; }
   // Starts a throwaway sandbox and runs `true` in it: what /ready reports. Empty when
@@ -171,6 +177,7 @@ class ContainerService {
   asio::io_context& io_;
   ops::LiveConfig& config_;
   runtime::Runtime* runtime_;
+  std::string unavailable_reason_;
   std::shared_ptr<ops::Admission> admission_;
   std::atomic<int> quota_reserved_{0};  // sandboxes being started (counted against the quota)
   store::Metadata& metadata_;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <utility>
 
@@ -60,15 +61,46 @@ std::string describe_openat2(const std::string& rel) {
   return "openat2(IMAGE_ROOT, \"" + rel + "\", O_PATH|O_DIRECTORY, RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS|RESOLVE_NO_XDEV)";
 }
 
-// The directory made of the first `count` components, created (0755) where missing.
-Fd open_parent(int root_fd, const std::vector<std::string>& parts, size_t count, bool create) {
+// Components of a symlink's target as the image sees it: relative to the link's folder
+// (`base`), ".." stopping at the root as it does under RESOLVE_IN_ROOT.
+std::vector<std::string> resolve_link_text(const std::vector<std::string>& base, const std::string& text) {
+  std::vector<std::string> out = text.empty() || text[0] == '/' ? std::vector<std::string>{} : base;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t slash = text.find('/', pos);
+    if (slash == std::string::npos) slash = text.size();
+    std::string part = text.substr(pos, slash - pos);
+    pos = slash + 1;
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (!out.empty()) out.pop_back();
+      continue;
+    }
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
+// The directory made of the first `count` components, created (0755) where missing. A
+// symlink on the way whose target is missing gets its target made, inside the root, as
+// `mkdir -p` through it would in the image (`depth` stops symlink loops).
+Fd open_parent(int root_fd, const std::vector<std::string>& parts, size_t count, bool create, int depth = 0) {
   std::string rel = join(parts, count);
   int fd = open_dir_in_root(root_fd, rel);
   if (fd < 0 && errno == ENOENT && create && count > 0) {
-    Fd up = open_parent(root_fd, parts, count - 1, true);
-    if (mkdirat(up.fd, parts[count - 1].c_str(), 0755) != 0 && errno != EEXIST)
-      throw SyscallError("mkdirat(IMAGE_ROOT/" + join(parts, count - 1) + ", \"" + parts[count - 1] + "\", 0755)",
-                         errno);
+    Fd up = open_parent(root_fd, parts, count - 1, true, depth);
+    const std::string& name = parts[count - 1];
+    if (mkdirat(up.fd, name.c_str(), 0755) != 0) {
+      if (errno != EEXIST)
+        throw SyscallError("mkdirat(IMAGE_ROOT/" + join(parts, count - 1) + ", \"" + name + "\", 0755)", errno);
+      char link[PATH_MAX];
+      ssize_t n = readlinkat(up.fd, name.c_str(), link, sizeof link - 1);
+      if (n > 0 && depth < 40) {
+        std::vector<std::string> base(parts.begin(), parts.begin() + static_cast<long>(count) - 1);
+        auto target = resolve_link_text(base, std::string(link, static_cast<size_t>(n)));
+        open_parent(root_fd, target, target.size(), true, depth + 1);
+      }
+    }
     fd = open_dir_in_root(root_fd, rel);
   }
   if (fd < 0) throw SyscallError(describe_openat2(rel), errno);
@@ -185,6 +217,16 @@ void LayerExtractor::apply_entry(TarReader& tar, const TarEntry& entry) {
   }
   if (parts.empty()) return;  // the root itself ("./"): the image root keeps its own mode
   const std::string rel = join(parts, parts.size());
+  // Names the kernel cannot take: reported and skipped, decided here rather than by
+  // whichever call would fail with ENAMETOOLONG half-way through the entry.
+  bool too_long = rel.size() >= PATH_MAX;
+  for (const auto& part : parts) too_long = too_long || part.size() > NAME_MAX;
+  if (too_long) {
+    report_.skip(entry.path.substr(0, 80) + "...", "refused: a name of " + std::to_string(rel.size()) +
+                                                       " characters (the limits are " + std::to_string(NAME_MAX) +
+                                                       " a component, " + std::to_string(PATH_MAX - 1) + " a path)");
+    return;
+  }
   const std::string& name = parts.back();
 
   // Whiteouts: markers that delete what lower layers have; never files themselves.

@@ -55,6 +55,8 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
            loaded.skills_dir == current->skills_dir && loaded.prestarted_sandboxes == current->prestarted_sandboxes &&
            loaded.runtime_provider == current->runtime_provider,
        "runtime");
+  keep(loaded.image_repository == current->image_repository && loaded.image_tag == current->image_tag,
+       "external.opensandbox.codeExecution.image");
   current_.store(std::move(next));
   return kept;
 }
