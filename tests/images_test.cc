@@ -478,34 +478,67 @@ std::string host_programs_layer(const std::string& marker) {
   return layer.finish();
 }
 
-TEST_F(ImagesTest, ASandboxRunsOnAnImportedImageAndCannotWriteIt) {
-  const std::string marker = "marker-" + std::to_string(getpid());
-  auto file = write("host-programs.tar", docker_save({{host_programs_layer(marker), true}}, "example/programs:1"));
-  auto image = import(file).image;
-
+// What a sandbox on the host-programs image shows: the image's files, the sandbox's own
+// /etc files over the image's, nothing writable.
+void expect_sandbox_sees_image(const im::ImageInfo& image, const std::string& marker) {
   sandboxd::runtime::RuntimeOptions options;
   options.image_root = image.rootfs;
   sandboxd::testing::Harness harness(options);
   sandboxd::testing::ContainerDirs dirs(options.host_uid, options.host_gid);
   auto sandbox = harness.start(harness.options_for(dirs));
   auto result = harness.exec(*sandbox,
-                             "cat /etc/image-marker /usr/share/marker; ls /usr/bin; "
-                             "touch /usr/share/new 2>&1; echo touch=$?; touch /etc/image-marker 2>&1; echo etc=$?; id -u");
+                             "cat /etc/image-marker /usr/share/marker; ls /usr/bin; cat /etc/passwd /etc/shadow /etc/subuid /etc/hosts; "
+                             "touch /usr/share/new 2>&1; echo touch=$?; touch /etc/image-marker 2>&1; echo etc=$?; "
+                             "touch /etc/new 2>&1; echo etcnew=$?; id -u");
   harness.stop(*sandbox);
   EXPECT_EQ(result.return_code, 0) << result.stderr_text;
   // The image's files, not the host's (the host has python3 and much more in /usr/bin).
   EXPECT_NE(result.stdout_text.find(marker + marker), std::string::npos) << result.stdout_text;
   EXPECT_EQ(result.stdout_text.find("python3"), std::string::npos) << result.stdout_text;
+  // The sandbox's passwd and hosts, not the image's; the image's shadow hidden.
+  EXPECT_NE(result.stdout_text.find("agent:x:1000:1000:agent:/home/agent:/bin/bash"), std::string::npos) << result.stdout_text;
+  EXPECT_NE(result.stdout_text.find("127.0.0.1\tlocalhost"), std::string::npos) << result.stdout_text;
+  EXPECT_EQ(result.stdout_text.find("image-root"), std::string::npos) << result.stdout_text;
+  EXPECT_EQ(result.stdout_text.find("image-secret"), std::string::npos) << result.stdout_text;
   EXPECT_NE(result.stdout_text.find("Read-only file system\ntouch=1"), std::string::npos) << result.stdout_text;
   EXPECT_NE(result.stdout_text.find("etc=1"), std::string::npos) << result.stdout_text;
+  EXPECT_NE(result.stdout_text.find("etcnew=1"), std::string::npos) << result.stdout_text;
   EXPECT_NE(result.stdout_text.find("\n1000\n"), std::string::npos) << result.stdout_text;
   EXPECT_FALSE(fs::exists(fs::path(image.rootfs) / "usr/share/new"));
+  EXPECT_FALSE(fs::exists(fs::path(image.rootfs) / "etc/new"));
   EXPECT_EQ(sandboxd::testing::read_file(fs::path(image.rootfs) / "etc/image-marker"), marker);
+}
+
+std::string host_programs_image_layers(const std::string& marker, std::vector<Layer>& layers) {
+  layers.push_back({host_programs_layer(marker), true});
+  TarWriter etc;  // an image's own accounts and a hosts symlink: never what a sandbox sees
+  etc.file("etc/passwd", "image-root:x:0:0::/root:/bin/bash\n");
+  etc.file("etc/shadow", "image-root:image-secret:19000::::::\n", 0640);
+  etc.file("etc/subuid", "image-root:image-secret-range:65536\n");
+  etc.symlink("etc/hosts", "/etc/passwd");
+  layers.push_back({etc.finish(), false});
+  return marker;
+}
+
+TEST_F(ImagesTest, ASandboxRunsOnAnImportedImageAndCannotWriteIt) {
+  std::vector<Layer> layers;
+  const std::string marker = host_programs_image_layers("marker-" + std::to_string(getpid()), layers);
+  auto image = import(write("host-programs.tar", docker_save(layers, "example/programs:1"))).image;
+  // The store replaced the hosts symlink with a placeholder: /etc is bound whole.
+  EXPECT_EQ(fs::symlink_status(fs::path(image.rootfs) / "etc/hosts").type(), fs::file_type::regular);
+  EXPECT_EQ(fs::file_size(fs::path(image.rootfs) / "etc/shadow"), 0u);  // no password hashes kept
+  expect_sandbox_sees_image(image, marker);
+  // A root that is not the store's (a symlink at a generated name): one bind per entry.
+  fs::remove(fs::path(image.rootfs) / "etc/hostname");
+  fs::create_symlink("/etc/passwd", fs::path(image.rootfs) / "etc/hostname");
+  expect_sandbox_sees_image(image, marker);
 }
 
 TEST_F(ImagesTest, TheServerRunsTheConfiguredImage) {
   const std::string marker = "served-" + std::to_string(getpid());
-  import(write("host-programs.tar", docker_save({{host_programs_layer(marker), false}}, "example/served:1")));
+  std::vector<Layer> layers;
+  host_programs_image_layers(marker, layers);
+  import(write("host-programs.tar", docker_save(layers, "example/served:1")));
   sandboxd::testing::ServerProcess server(
       "external:\n  opensandbox:\n    codeExecution:\n      image:\n        repository: example/served\n        tag: \"1\"\n",
       data_);

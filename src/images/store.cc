@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "images/extract.h"
+#include "runtime/spec.h"
 #include "runtime/syscall_error.h"
 
 namespace sandboxd::images {
@@ -104,6 +105,35 @@ std::string random_suffix() {
   std::string out;
   for (int i = 0; i < 8; ++i) out.push_back(kAlphabet[rd() % 36]);
   return out;
+}
+
+// A regular file at each /etc name that sandboxes generate or hide (runtime::kGeneratedEtc),
+// replacing a symlink or anything else there: a sandbox never sees these files of the
+// image, and with them the sandbox binds the image's /etc whole (see mount.cc).
+void add_etc_placeholders(const std::string& rootfs) {
+  const std::string etc = rootfs + "/etc";
+  struct stat st;
+  if (lstat(etc.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (mkdir(etc.c_str(), 0755) != 0) throw SyscallError("mkdir(" + etc + ", 0755)", errno);
+  }
+  int etc_fd = open(etc.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (etc_fd < 0) throw SyscallError("open(" + etc + ", O_DIRECTORY|O_NOFOLLOW)", errno);
+  for (const char* name : runtime::kGeneratedEtc) {
+    // Password hashes are of no use in a sandbox: emptied, so that nothing needs to be
+    // bound over them either.
+    bool secret = std::strcmp(name, "shadow") == 0 || std::strcmp(name, "gshadow") == 0;
+    if (fstatat(etc_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && (!secret || st.st_size == 0))
+      continue;
+    remove_tree(etc_fd, name);
+    int fd = openat(etc_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      int err = errno;
+      close(etc_fd);
+      throw SyscallError("openat(" + etc + "/" + name + ", O_CREAT|O_EXCL)", err);
+    }
+    close(fd);
+  }
+  close(etc_fd);
 }
 
 }  // namespace
@@ -289,6 +319,7 @@ ImageInfo ImageStore::Staging::commit(const ImageRef& ref, boost::json::object m
     for (const auto& name : extra) remove_tree(dirfd(d), name);
     closedir(d);
   }
+  add_etc_placeholders(rootfs());
   manifest["name"] = ref.name;
   manifest["tag"] = ref.tag;
   manifest["size"] = tree_size(rootfs());
