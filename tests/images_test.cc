@@ -410,6 +410,25 @@ TEST_F(ImagesTest, ATruncatedTarballOrABadDigestLeavesNoImage) {
             "example/named:latest");
 }
 
+TEST_F(ImagesTest, RemovingAnImageNeverCrossesAMountPoint) {
+  TarWriter layer;
+  layer.dir("proc/");
+  layer.file("f", "x");
+  auto image = import(write("img.tar", docker_save({{layer.finish(), false}}, "example/mounted:1"))).image;
+  // As a killed build could leave it: something mounted inside the image.
+  fs::path mount_point = fs::path(image.rootfs) / "proc";
+  ASSERT_EQ(sh("mount -t tmpfs -o size=1m sandboxd-test " + mount_point.string() + " && echo ok"), "ok\n");
+  sandboxd::testing::write_text(mount_point / "not-the-images", "kept");
+  im::ImageStore store(data_.string());
+  EXPECT_THROW(store.remove(im::parse_ref("example/mounted:1")), im::ImageError);
+  EXPECT_FALSE(store.find(im::parse_ref("example/mounted:1")));  // gone from the store all the same
+  std::string mounted = sh("findmnt -rn -o TARGET | grep " + data_.string() + " | head -1");
+  ASSERT_FALSE(mounted.empty());
+  mounted.pop_back();
+  EXPECT_EQ(sandboxd::testing::read_file(fs::path(mounted) / "not-the-images"), "kept");
+  sh("umount " + mounted);
+}
+
 TEST(ImageNames, PathTricksAndBadNamesAreRefused) {
   for (const char* bad : {"../x", "a/../b", "a//b", "/abs", "x/", "UPPER", ".hidden", "a:../../b", "a:b/c", "a:-x",
                           "a:.x", "", "name@sha256:abc", "a b"})

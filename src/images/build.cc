@@ -40,9 +40,10 @@ std::string join(const std::vector<std::string>& words, const char* sep) {
 }
 
 // Runs a program with this process's stdout/stderr (its progress is the user's), in a
-// child that may first enter `chroot_dir` inside a mount namespace of its own with
-// /proc and /dev mounted (what dpkg maintainer scripts expect); those mounts vanish
-// with the namespace. Throws when it does not exit 0.
+// child with a mount namespace of its own, so that whatever it mounts (debootstrap
+// mounts /proc and /sys in its target) vanishes with it, even when it is killed. With
+// `chroot_dir`, the child enters it with /proc and /dev mounted (what dpkg maintainer
+// scripts expect). Throws when it does not exit 0.
 void run(const std::vector<std::string>& argv, const std::string& chroot_dir = "") {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -56,9 +57,9 @@ void run(const std::vector<std::string>& argv, const std::string& chroot_dir = "
       std::fprintf(stderr, "sandboxd image build: %s: %s\n", call.c_str(), std::strerror(errno));
       _exit(127);
     };
+    if (unshare(CLONE_NEWNS) != 0) fail("unshare(CLONE_NEWNS)");
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail("mount(/, MS_REC|MS_PRIVATE)");
     if (!chroot_dir.empty()) {
-      if (unshare(CLONE_NEWNS) != 0) fail("unshare(CLONE_NEWNS)");
-      if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail("mount(/, MS_REC|MS_PRIVATE)");
       std::string proc = chroot_dir + "/proc", dev = chroot_dir + "/dev";
       mkdir(proc.c_str(), 0555);
       mkdir(dev.c_str(), 0755);

@@ -166,6 +166,12 @@ void remove_tree(int dir_fd, const std::string& name) {
   struct stat st;
   if (!lstat_at(dir_fd, name, st)) return;
   if (S_ISDIR(st.st_mode)) {
+    // Never across a mount point (a chroot's /proc or /dev a killed build left behind):
+    // what is below it is not the image's to delete.
+    struct stat parent;
+    if (fstat(dir_fd, &parent) != 0) throw SyscallError("fstat(parent of " + name + ")", errno);
+    if (parent.st_dev != st.st_dev)
+      throw ImageError(name + " is a mount point; unmount it before removing the tree it is in");
     Fd sub(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (sub.fd < 0) throw SyscallError("openat(" + name + ", O_DIRECTORY|O_NOFOLLOW)", errno);
     for (const auto& child : list_names(sub.fd, name)) remove_tree(sub.fd, child);
