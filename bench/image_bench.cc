@@ -25,11 +25,6 @@ using sandboxd::testing::run_sync;
 
 namespace {
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
-}
-
 // start + true + stop, `n` times, on a runtime with this image root.
 std::vector<double> measure(const std::string& image_root, const std::string& instance, int n) {
   rt::RuntimeOptions options;

@@ -39,12 +39,6 @@ struct Fd {
 // refused, and no mount point is crossed.
 constexpr uint64_t kResolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
 
-std::string join(const std::vector<std::string>& parts, size_t count) {
-  std::string out;
-  for (size_t i = 0; i < count; ++i) out += (i ? "/" : "") + parts[i];
-  return out;
-}
-
 // openat2(root, rel, O_PATH|O_DIRECTORY) inside the root; -1 with errno on failure.
 int open_dir_in_root(int root_fd, const std::string& rel) {
   open_how how{};
@@ -65,19 +59,7 @@ std::string describe_openat2(const std::string& rel) {
 // (`base`), ".." stopping at the root as it does under RESOLVE_IN_ROOT.
 std::vector<std::string> resolve_link_text(const std::vector<std::string>& base, const std::string& text) {
   std::vector<std::string> out = text.empty() || text[0] == '/' ? std::vector<std::string>{} : base;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t slash = text.find('/', pos);
-    if (slash == std::string::npos) slash = text.size();
-    std::string part = text.substr(pos, slash - pos);
-    pos = slash + 1;
-    if (part.empty() || part == ".") continue;
-    if (part == "..") {
-      if (!out.empty()) out.pop_back();
-      continue;
-    }
-    out.push_back(std::move(part));
-  }
+  split_path(text, DotDot::kClampAtRoot, out);
   return out;
 }
 
@@ -85,14 +67,14 @@ std::vector<std::string> resolve_link_text(const std::vector<std::string>& base,
 // symlink on the way whose target is missing gets its target made, inside the root, as
 // `mkdir -p` through it would in the image (`depth` stops symlink loops).
 Fd open_parent(int root_fd, const std::vector<std::string>& parts, size_t count, bool create, int depth = 0) {
-  std::string rel = join(parts, count);
+  std::string rel = join_path(parts, count);
   int fd = open_dir_in_root(root_fd, rel);
   if (fd < 0 && errno == ENOENT && create && count > 0) {
     Fd up = open_parent(root_fd, parts, count - 1, true, depth);
     const std::string& name = parts[count - 1];
     if (mkdirat(up.fd, name.c_str(), 0755) != 0) {
       if (errno != EEXIST)
-        throw SyscallError("mkdirat(IMAGE_ROOT/" + join(parts, count - 1) + ", \"" + name + "\", 0755)", errno);
+        throw SyscallError("mkdirat(IMAGE_ROOT/" + join_path(parts, count - 1) + ", \"" + name + "\", 0755)", errno);
       char link[PATH_MAX];
       ssize_t n = readlinkat(up.fd, name.c_str(), link, sizeof link - 1);
       if (n > 0 && depth < 40) {
@@ -147,8 +129,8 @@ void ExtractReport::skip(const std::string& path, const std::string& reason) {
   if (skipped.size() < kMaxSkippedListed) skipped.push_back(path + ": " + reason);
 }
 
-bool clean_path(const std::string& path, std::vector<std::string>& parts) {
-  parts.clear();
+bool split_path(const std::string& path, DotDot dot_dot, std::vector<std::string>& parts) {
+  const size_t floor = parts.size();  // kFailAboveRoot: not above where the path starts
   size_t pos = 0;
   while (pos <= path.size()) {
     size_t slash = path.find('/', pos);
@@ -156,10 +138,26 @@ bool clean_path(const std::string& path, std::vector<std::string>& parts) {
     std::string part = path.substr(pos, slash - pos);
     pos = slash + 1;
     if (part.empty() || part == ".") continue;
-    if (part == "..") return false;
-    parts.push_back(std::move(part));
+    if (part != "..") {
+      parts.push_back(std::move(part));
+      continue;
+    }
+    if (dot_dot == DotDot::kRefuse) return false;
+    if (parts.size() > (dot_dot == DotDot::kFailAboveRoot ? floor : 0)) parts.pop_back();
+    else if (dot_dot == DotDot::kFailAboveRoot) return false;
   }
   return true;
+}
+
+bool clean_path(const std::string& path, std::vector<std::string>& parts) {
+  parts.clear();
+  return split_path(path, DotDot::kRefuse, parts);
+}
+
+std::string join_path(const std::vector<std::string>& parts, size_t count) {
+  std::string out;
+  for (size_t i = 0; i < std::min(count, parts.size()); ++i) out += (i ? "/" : "") + parts[i];
+  return out;
 }
 
 void remove_tree(int dir_fd, const std::string& name) {
@@ -222,7 +220,7 @@ void LayerExtractor::apply_entry(TarReader& tar, const TarEntry& entry) {
     return;
   }
   if (parts.empty()) return;  // the root itself ("./"): the image root keeps its own mode
-  const std::string rel = join(parts, parts.size());
+  const std::string rel = join_path(parts, parts.size());
   // Names the kernel cannot take: reported and skipped, decided here rather than by
   // whichever call would fail with ENAMETOOLONG half-way through the entry.
   bool too_long = rel.size() >= PATH_MAX;
@@ -238,7 +236,7 @@ void LayerExtractor::apply_entry(TarReader& tar, const TarEntry& entry) {
   // Whiteouts: markers that delete what lower layers have; never files themselves.
   if (name.rfind(".wh.", 0) == 0) {
     Fd dir = open_parent(root_fd_, parts, parts.size() - 1, /*create=*/true);
-    std::string dir_rel = join(parts, parts.size() - 1);
+    std::string dir_rel = join_path(parts, parts.size() - 1);
     if (name == ".wh..wh..opq") {
       for (const auto& child : list_names(dir.fd, "IMAGE_ROOT/" + dir_rel)) {
         std::string child_rel = dir_rel.empty() ? child : dir_rel + "/" + child;
@@ -313,7 +311,7 @@ void LayerExtractor::apply_entry(TarReader& tar, const TarEntry& entry) {
       }
       // The target is looked up inside the image ("/etc/passwd" is the image's), and
       // linkat without AT_SYMLINK_FOLLOW links a symlink itself, never what it names.
-      Fd target_dir(open_dir_in_root(root_fd_, join(target, target.size() - 1)));
+      Fd target_dir(open_dir_in_root(root_fd_, join_path(target, target.size() - 1)));
       if (target_dir.fd < 0 ||
           linkat(target_dir.fd, target.back().c_str(), parent.fd, name.c_str(), 0) != 0) {
         report_.skip(entry.path, "skipped: a hardlink to \"" + entry.link_target +

@@ -42,9 +42,19 @@ class LayerExtractor {
   std::set<std::string> written_;  // paths this layer made: an opaque marker keeps them
 };
 
-// Splits an archive path into clean components ("./a//b/" -> a, b; a leading "/" is
-// dropped, as GNU tar does). False when it has a ".." component (refused).
+// What ".." does when a path is split into components.
+enum class DotDot {
+  kRefuse,          // an entry's own path: ".." is refused outright
+  kClampAtRoot,     // a symlink's target as the image sees it: ".." stops at the root
+  kFailAboveRoot,   // a member named by another: ".." climbs, but not above the start
+};
+// Appends the components of `path` to `parts` ("./a//b/" -> a, b; a leading "/" adds
+// nothing, as GNU tar drops it), applying `dot_dot`. False when that refuses the path.
+bool split_path(const std::string& path, DotDot dot_dot, std::vector<std::string>& parts);
+// split_path(path, kRefuse) into an emptied `parts`.
 bool clean_path(const std::string& path, std::vector<std::string>& parts);
+// The first `count` components joined with '/' (all of them by default).
+std::string join_path(const std::vector<std::string>& parts, size_t count = std::string::npos);
 
 // Removes `name` under `dir_fd` and, for a directory, everything below it, without
 // following symlinks. A missing name is not an error.

@@ -34,7 +34,7 @@ class Unpacked {
     while (tar.next(entry)) {
       std::vector<std::string> parts;
       if (!clean_path(entry.path, parts) || parts.empty()) continue;
-      std::string path = join(parts);
+      std::string path = join_path(parts);
       if (entry.type == EntryType::kFile) {
         std::string staged = dir_ + "/" + std::to_string(files_.size());
         copy_out(tar, staged);
@@ -50,8 +50,8 @@ class Unpacked {
     }
     for (const auto& [path, target] : links) {
       std::vector<std::string> parts;
-      if (!clean_path_relative(target, parts)) continue;
-      if (auto it = files_.find(join(parts)); it != files_.end()) files_[path] = it->second;
+      if (!split_path(target, DotDot::kFailAboveRoot, parts)) continue;
+      if (auto it = files_.find(join_path(parts)); it != files_.end()) files_[path] = it->second;
     }
   }
 
@@ -59,7 +59,7 @@ class Unpacked {
   std::string find(const std::string& path) const {
     std::vector<std::string> parts;
     if (!clean_path(path, parts)) return {};
-    auto it = files_.find(join(parts));
+    auto it = files_.find(join_path(parts));
     return it == files_.end() ? std::string() : it->second;
   }
 
@@ -76,31 +76,6 @@ class Unpacked {
   }
 
  private:
-  static std::string join(const std::vector<std::string>& parts) {
-    std::string out;
-    for (const auto& p : parts) out += (out.empty() ? "" : "/") + p;
-    return out;
-  }
-  // Like clean_path, but ".." climbs (within the archive's namespace: these paths only
-  // name other members, never files on disk).
-  static bool clean_path_relative(const std::string& path, std::vector<std::string>& parts) {
-    parts.clear();
-    size_t pos = 0;
-    while (pos <= path.size()) {
-      size_t slash = path.find('/', pos);
-      if (slash == std::string::npos) slash = path.size();
-      std::string part = path.substr(pos, slash - pos);
-      pos = slash + 1;
-      if (part.empty() || part == ".") continue;
-      if (part == "..") {
-        if (parts.empty()) return false;
-        parts.pop_back();
-        continue;
-      }
-      parts.push_back(part);
-    }
-    return true;
-  }
   void copy_out(TarReader& tar, const std::string& staged) {
     int fd = open(staged.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) throw SyscallError("open(" + staged + ", O_CREAT|O_EXCL)", errno);
