@@ -508,7 +508,7 @@ void expect_sandbox_sees_image(const im::ImageInfo& image, const std::string& ma
   auto result = harness.exec(*sandbox,
                              "cat /etc/image-marker /usr/share/marker; ls /usr/bin; cat /etc/passwd /etc/shadow /etc/subuid /etc/hosts; "
                              "touch /usr/share/new 2>&1; echo touch=$?; touch /etc/image-marker 2>&1; echo etc=$?; "
-                             "touch /etc/new 2>&1; echo etcnew=$?; id -u");
+                             "touch /etc/new 2>&1; echo etcnew=$?; echo v > /var/tmp/v && cat /var/tmp/v /tmp/v; id -u");
   harness.stop(*sandbox);
   EXPECT_EQ(result.return_code, 0) << result.stderr_text;
   // The image's files, not the host's (the host has python3 and much more in /usr/bin).
@@ -522,7 +522,7 @@ void expect_sandbox_sees_image(const im::ImageInfo& image, const std::string& ma
   EXPECT_NE(result.stdout_text.find("Read-only file system\ntouch=1"), std::string::npos) << result.stdout_text;
   EXPECT_NE(result.stdout_text.find("etc=1"), std::string::npos) << result.stdout_text;
   EXPECT_NE(result.stdout_text.find("etcnew=1"), std::string::npos) << result.stdout_text;
-  EXPECT_NE(result.stdout_text.find("\n1000\n"), std::string::npos) << result.stdout_text;
+  EXPECT_NE(result.stdout_text.find("etcnew=1\nv\nv\n1000\n"), std::string::npos) << result.stdout_text;
   EXPECT_FALSE(fs::exists(fs::path(image.rootfs) / "usr/share/new"));
   EXPECT_FALSE(fs::exists(fs::path(image.rootfs) / "etc/new"));
   EXPECT_EQ(sandboxd::testing::read_file(fs::path(image.rootfs) / "etc/image-marker"), marker);
@@ -535,6 +535,7 @@ std::string host_programs_image_layers(const std::string& marker, std::vector<La
   etc.file("etc/shadow", "image-root:image-secret:19000::::::\n", 0640);
   etc.file("etc/subuid", "image-root:image-secret-range:65536\n");
   etc.symlink("etc/hosts", "/etc/passwd");
+  etc.file("var/tmp/left-by-the-build", "x");
   layers.push_back({etc.finish(), false});
   return marker;
 }

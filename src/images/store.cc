@@ -107,10 +107,25 @@ std::string random_suffix() {
   return out;
 }
 
-// A regular file at each /etc name that sandboxes generate or hide (runtime::kGeneratedEtc),
-// replacing a symlink or anything else there: a sandbox never sees these files of the
-// image, and with them the sandbox binds the image's /etc whole (see mount.cc).
-void add_etc_placeholders(const std::string& rootfs) {
+// What every image gets before it is installed:
+// - a regular file at each /etc name that sandboxes generate or hide
+//   (runtime::kGeneratedEtc), replacing a symlink or anything else there: a sandbox never
+//   sees these files of the image, and with them it binds the image's /etc whole (see
+//   mount.cc);
+// - /var/tmp -> /tmp, as on the host image: the image is read-only in a sandbox, /tmp is
+//   the sandbox's own tmpfs.
+void prepare_for_sandboxes(const std::string& rootfs) {
+  const std::string var = rootfs + "/var";
+  struct stat var_st;
+  if (lstat(var.c_str(), &var_st) == 0 && S_ISDIR(var_st.st_mode)) {
+    int var_fd = open(var.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (var_fd < 0) throw SyscallError("open(" + var + ", O_DIRECTORY|O_NOFOLLOW)", errno);
+    remove_tree(var_fd, "tmp");
+    int rc = symlinkat("/tmp", var_fd, "tmp");
+    int err = errno;
+    close(var_fd);
+    if (rc != 0) throw SyscallError("symlinkat(/tmp, " + var + "/tmp)", err);
+  }
   const std::string etc = rootfs + "/etc";
   struct stat st;
   if (lstat(etc.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -319,7 +334,7 @@ ImageInfo ImageStore::Staging::commit(const ImageRef& ref, boost::json::object m
     for (const auto& name : extra) remove_tree(dirfd(d), name);
     closedir(d);
   }
-  add_etc_placeholders(rootfs());
+  prepare_for_sandboxes(rootfs());
   manifest["name"] = ref.name;
   manifest["tag"] = ref.tag;
   manifest["size"] = tree_size(rootfs());
