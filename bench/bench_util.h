@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,12 @@ inline Stats summarize(std::vector<double> ms) {
   for (double v : ms) sum += v;
   s.mean_ms = sum / static_cast<double>(ms.size());
   return s;
+}
+
+// An iteration count from the environment.
+inline int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
 }
 
 inline double ms_since(Clock::time_point start) {

@@ -51,11 +51,6 @@ struct Container {
   }
 };
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
-}
-
 }  // namespace
 
 int main() {

@@ -7,3 +7,5 @@ BUILD_TYPE=Release bash scripts/build.sh
 ./build/bench/sandboxd_runtime_bench
 echo
 ./build/bench/sandboxd_server_bench
+echo
+./build/bench/sandboxd_image_bench

@@ -4,6 +4,8 @@
 //   sandboxd config check FILE
 //   sandboxd ps [--config FILE | --url URL --admin-token TOKEN]
 //   sandboxd stop CONTAINER [--owner OWNER] [--config FILE | --url URL --admin-token TOKEN]
+//   sandboxd image import FILE [--name NAME[:TAG]] | build NAME[:TAG] [--minimal] [--packages a,b] [--mirror URL]
+//                  | ls | rm NAME[:TAG]     (each with [--data-dir DIR | --config FILE])
 //   sandboxd version
 
 #include <sys/stat.h>
@@ -18,6 +20,7 @@
 #include <iostream>
 #include <random>
 
+#include "images/cli.h"
 #include "ops/admin_client.h"
 #include "ops/config.h"
 #include "ops/serve.h"
@@ -182,7 +185,50 @@ int main(int argc, char** argv) {
   stop->add_option("container", stop_container, "The container id")->required();
   stop->add_option("--owner", stop_owner, "The container's owner, when several owners use the id");
 
+  // Images live in the data directory `serve` uses: --data-dir, else server.dataDir of
+  // --config, else the default.
+  std::string image_data_dir, image_config, image_file, image_name, image_mirror;
+  bool image_minimal = false;
+  std::vector<std::string> image_packages;
+  auto* image = app.add_subcommand("image", "Sandbox images: import, build, ls, rm");
+  image->require_subcommand(1);
+  auto add_store_options = [&](CLI::App* cmd) {
+    cmd->add_option("--data-dir", image_data_dir, "The data directory (default: server.dataDir, ./sandboxd-data)");
+    cmd->add_option("--config", image_config, "The server's configuration file (for server.dataDir)")
+        ->check(CLI::ExistingFile);
+  };
+  auto* image_import = image->add_subcommand("import", "Import a `docker save` or OCI image tarball (plain or gzip)");
+  image_import->add_option("file", image_file, "The tarball")->required()->check(CLI::ExistingFile);
+  image_import->add_option("--name", image_name, "NAME[:TAG] (default: the tarball's own)");
+  auto* image_build = image->add_subcommand("build", "Build a Debian bookworm image with debootstrap");
+  image_build->add_option("name", image_name, "NAME[:TAG]")->required();
+  image_build->add_flag("--minimal", image_minimal, "minbase and --packages only (not the data-science set)");
+  image_build->add_option("--packages", image_packages, "More Debian packages (comma-separated)")->delimiter(',');
+  image_build->add_option("--mirror", image_mirror, "Debian mirror (default http://deb.debian.org/debian)");
+  auto* image_ls = image->add_subcommand("ls", "List the installed images");
+  auto* image_rm = image->add_subcommand("rm", "Remove an image");
+  image_rm->add_option("name", image_name, "NAME[:TAG]")->required();
+  for (auto* cmd : {image_import, image_build, image_ls, image_rm}) add_store_options(cmd);
+
   CLI11_PARSE(app, argc, argv);
+  if (image->parsed()) {
+    std::string data_dir = image_data_dir;
+    if (data_dir.empty()) {
+      try {
+        data_dir = (image_config.empty() ? sandboxd::ops::default_config()
+                                         : sandboxd::ops::load_config_file(image_config)).data_dir;
+      } catch (const sandboxd::ops::ConfigError& e) {
+        std::fprintf(stderr, "sandboxd: configuration: %s\n", e.what());
+        return 2;
+      }
+    }
+    namespace im = sandboxd::images;
+    if (image_import->parsed()) return im::image_import_command(data_dir, image_file, image_name);
+    if (image_build->parsed())
+      return im::image_build_command(data_dir, image_name, image_minimal, image_packages, image_mirror);
+    if (image_ls->parsed()) return im::image_ls_command(data_dir);
+    return im::image_rm_command(data_dir, image_name);
+  }
   if (ps->parsed() || stop->parsed()) {
     sandboxd::ops::AdminTarget target;
     try {

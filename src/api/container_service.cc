@@ -540,7 +540,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
     if (container->sandbox && container->sandbox->running()) co_return container->sandbox;
     container->sandbox_up = false;  // it stopped by itself (PID 1 died)
     if (!runtime_) co_return ApiError{server::http::status::service_unavailable, "api_error",
-                                      std::string(kNoProvider), {}};
+                                      unavailable_reason(), {}};
     if (container->starting) {
       boost::system::error_code ec;
       co_await container->started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -766,7 +766,7 @@ asio::awaitable<void> ContainerService::shutdown() {
 namespace sandboxd::api {
 
 asio::awaitable<std::string> ContainerService::probe() {
-  if (!runtime_) co_return std::string(kNoProvider);
+  if (!runtime_) co_return unavailable_reason();
   struct statvfs disk {};
   if (statvfs(settings()->data_dir.c_str(), &disk) == 0 &&
       static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize < (64ull << 20))

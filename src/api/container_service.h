@@ -139,6 +139,12 @@ class ContainerService {
   bool code_execution_available() const { return runtime_ != nullptr; }
   // Sandboxes started from now on get the API and the allow-listed services.
   void set_network(SandboxNetwork* network) { network_ = network; }
+  // Why code execution is unavailable (no runtime): a missing sandbox image, else the
+  // seed's "provider is not configured".
+  void set_unavailable_reason(std::string reason) { unavailable_reason_ = std::move(reason); }
+  std::string unavailable_reason() const {
+    return unavailable_reason_.empty() ? std::string(kNoProvider) : unavailable_reason_;
+  }
   const ops::Admission& admission() const { return *admission_; }
   ops::Admission& admission() { return *admission_; }
   // Starts a throwaway sandbox and runs `true` in it: what /ready reports. Empty when
@@ -181,6 +187,7 @@ class ContainerService {
   ops::LiveConfig& config_;
   runtime::Runtime* runtime_;
   SandboxNetwork* network_ = nullptr;
+  std::string unavailable_reason_;
   std::shared_ptr<ops::Admission> admission_;
   std::atomic<int> quota_reserved_{0};  // sandboxes being started (counted against the quota)
   store::Metadata& metadata_;

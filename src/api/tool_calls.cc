@@ -15,7 +15,7 @@ asio::awaitable<server::Result<boost::json::object>> run_sub_tool(ApiContext& ap
   const auto config = api.config();
   if (!api.containers.code_execution_available())
     co_return tools::tool_error(tool == "text_editor_code_execution" ? tools::kEditorErrorType : tools::kBashErrorType,
-                                "unavailable", kNoProvider, true);
+                                "unavailable", api.containers.unavailable_reason(), true);
   if (tool == "text_editor_code_execution") {
     tools::EditorOptions options;
     options.uid = config->sandbox_host_uid;

@@ -64,6 +64,8 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
     same_services = a.name == b.name && a.host == b.host && a.port == b.port;
   }
   keep(same_services, "external.opensandbox.codeExecution.internal.services");
+  keep(loaded.image_repository == current->image_repository && loaded.image_tag == current->image_tag,
+       "external.opensandbox.codeExecution.image");
   current_.store(std::move(next));
   return kept;
 }

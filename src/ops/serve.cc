@@ -17,6 +17,7 @@
 #include "api/container_service.h"
 #include "api/routes.h"
 #include "api/sandbox_network.h"
+#include "images/store.h"
 #include "model/upstream_client.h"
 #include "ops/health_check.h"
 #include "ops/live_config.h"
@@ -89,13 +90,29 @@ int serve(Config config, const std::string& config_path) {
   // (then the service still serves files, and code execution answers with the seed's
   // "not configured" error blocks).
   std::optional<runtime::Runtime> sandbox_runtime;
+  // The sandbox image (external.opensandbox.codeExecution.image): an installed image, or
+  // the host's for the built-in default name; any other missing image leaves code
+  // execution unavailable with a reason that names it (/ready, tool results).
+  std::string image_problem;
+  std::string image_root;
   if (config.runtime_provider == "sandboxd") {
+    const Config defaults;
+    auto image = images::select_image(config.data_dir, config.image_repository, config.image_tag,
+                                      config.image_repository == defaults.image_repository &&
+                                          config.image_tag == defaults.image_tag);
+    image_problem = image.problem;
+    image_root = image.rootfs;
+    if (image_problem.empty()) spdlog::info("sandbox image: {}", image.label);
+    else spdlog::error("{}; code execution is unavailable", image_problem);
+  }
+  if (config.runtime_provider == "sandboxd" && image_problem.empty()) {
     runtime::RuntimeOptions runtime_options;
     // The instance is tied to the data directory: a restarted server finds (and removes)
     // exactly what its predecessor left.
     runtime_options.instance = "s" + server::sha256_hex(config.data_dir).substr(0, 16);
     runtime_options.host_uid = runtime_options.host_gid = config.sandbox_host_uid;
     runtime_options.cgroups.mode = config.cgroup_mode;
+    runtime_options.image_root = image_root;
     try {
       sandbox_runtime.emplace(runtime_options);
     } catch (const std::exception& e) {
@@ -122,6 +139,7 @@ int serve(Config config, const std::string& config_path) {
     asio::io_context io;
     LiveConfig live_config(config);
     api::ContainerService containers(io, live_config, sandbox_runtime ? &*sandbox_runtime : nullptr, metadata);
+    containers.set_unavailable_reason(image_problem);
     containers.check_store();
     server::ServerLimits limits;
     limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -153,10 +154,6 @@ constexpr const char* kHostEtcAllowList[] = {
     "magic.mime", "matplotlibrc", "mime.types", "os-release", "profile", "protocols",
     "python3", "python3.11", "services", "ssl", "terminfo", "timezone", "vim", "xdg"};
 
-// Generated /etc files: replaced whatever the image has.
-constexpr const char* kGeneratedEtc[] = {"passwd", "group", "hosts", "hostname", "resolv.conf",
-                                         "nsswitch.conf", "shadow", "gshadow", "subuid", "subgid"};
-
 // Top-level entries of an image root that the sandbox builds itself.
 constexpr const char* kBuiltTopLevel[] = {"dev", "proc", "sys", "tmp", "home", "mnt", "run",
                                           "etc", "root", "boot", "media", "lost+found"};
@@ -195,14 +192,62 @@ void setup_image(const Spec& spec) {
     if (in_list(std::begin(kBuiltTopLevel), std::end(kBuiltTopLevel), name)) continue;
     mirror_entry(root + "/" + name, "/newroot/" + name);
   }
-  mkdir_p("/newroot/etc");
+  mkdir_p("/newroot/etc");  // the generated files go here; the image's /etc comes after
+}
+
+bool is_regular_file(const std::string& path) {
   struct stat st;
-  if (stat((root + "/etc").c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    for (const auto& name : list_dir(root + "/etc")) {
-      if (in_list(std::begin(kGeneratedEtc), std::end(kGeneratedEtc), name)) continue;
-      mirror_entry(root + "/etc/" + name, "/newroot/etc/" + name);
-    }
+  return lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// An image's /etc, once the generated files are in /newroot/etc. When the image has a
+// regular file at every generated name (the image store puts placeholders there), its
+// /etc is bound whole and the generated files bound over those names: a dozen mounts,
+// where one bind per /etc entry costs some sixty for a Debian image, more than the
+// host image's allow-list. Otherwise (a symlink or a missing name, where a bind could
+// not go or would follow the link) each entry is bound on its own, as for the host.
+void setup_image_etc(const Spec& spec) {
+  if (spec.image_root.empty()) return;
+  const std::string image_etc = "/oldroot" + spec.image_root + "/etc";
+  struct stat st;
+  if (stat(image_etc.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
+  std::vector<std::string> generated = list_dir("/newroot/etc");
+  // The hidden names (not generated: shadow, subuid...) need an empty file over them,
+  // unless the image's is empty already (the store empties shadow and gshadow).
+  std::vector<std::string> hidden;
+  for (const char* name : kGeneratedEtc)
+    if (std::find(generated.begin(), generated.end(), name) == generated.end()) hidden.push_back(name);
+  bool whole = true;
+  for (const auto& name : generated) whole = whole && is_regular_file(image_etc + "/" + name);
+  for (const auto& name : hidden) {
+    struct stat hidden_st;
+    whole = whole && lstat((image_etc + "/" + name).c_str(), &hidden_st) == 0 && S_ISREG(hidden_st.st_mode);
+    if (whole && hidden_st.st_size > 0) generated.push_back(name);
   }
+  if (!whole) {
+    for (const auto& name : list_dir(image_etc)) {
+      if (in_list(std::begin(kGeneratedEtc), std::end(kGeneratedEtc), name)) continue;
+      if (is_regular_file("/newroot/etc/" + name)) continue;  // generated
+      mirror_entry(image_etc + "/" + name, "/newroot/etc/" + name);
+    }
+    return;
+  }
+  // The generated files move aside (same tmpfs), the image's /etc takes their place, and
+  // each generated file (an empty one for the hidden names: shadow, subuid...) is bound
+  // over the image's. The aside folder then goes: the binds keep their files.
+  const std::string aside = "/newroot/.sandboxd-etc";
+  check(rename("/newroot/etc", aside.c_str()), "rename(/newroot/etc, " + aside + ")");
+  for (const auto& name : generated)
+    if (!is_regular_file(aside + "/" + name)) make_file(aside + "/" + name);
+  mkdir_p("/newroot/etc");
+  bind(image_etc, "/newroot/etc", /*read_only=*/true);
+  for (const auto& name : generated) {
+    const std::string source = aside + "/" + name, target = "/newroot/etc/" + name;
+    do_mount(source.c_str(), target, nullptr, MS_BIND);
+    set_attributes(target, /*read_only=*/true, /*allow_dev=*/false, /*no_exec=*/false);
+    check(unlink(source.c_str()), "unlink(" + source + ")");
+  }
+  check(rmdir(aside.c_str()), "rmdir(" + aside + ")");
 }
 
 void write_etc(const Spec& spec) {
@@ -311,6 +356,7 @@ void setup_filesystem(const Spec& spec) {
   do_mount("tmpfs", "/newroot", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096");
   setup_image(spec);
   write_etc(spec);
+  setup_image_etc(spec);
   setup_proc();
   setup_dev(spec);
   setup_sys();
