@@ -535,17 +535,10 @@ TEST_F(MessagesTest, UpstreamErrorsBecomeDocumentedAnswers) {
 }
 
 TEST(MessagesUpstream, RefusedAndSilentUpstreamsAnswer502WithinTheTimeout) {
-  int probe = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(probe);  // nothing listens on this port now
+  const uint16_t refused_port = free_loopback_port();  // nothing listens there
   ScriptedUpstream silent;
   {
-    ServerProcess server("model:\n  baseUrl: \"http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "\"\n");
+    ServerProcess server("model:\n  baseUrl: \"http://127.0.0.1:" + std::to_string(refused_port) + "\"\n");
     fs::path file = server.dir() / "b.json";
     std::ofstream(file) << R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]})";
     auto reply = json(server.curl("-X POST " + server.base() + "/messages --data-binary @" + file.string()));

@@ -16,18 +16,6 @@ namespace bj = boost::json;
 
 namespace {
 
-uint16_t free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // A PostgreSQL cluster of its own (Debian's postgresql package), trust authentication,
 // on 127.0.0.1 and a free port; stopped at the end.
 class Postgres {
@@ -42,7 +30,7 @@ class Postgres {
     dir_ = mkdtemp(pattern.data());
     fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
     sh("install -d -o postgres -g postgres -m 700 " + (dir_ / "data").string());
-    port_ = free_port();
+    port_ = free_loopback_port();
     int status = 0;
     log_ = sh("runuser -u postgres -- " + (bin_ / "initdb").string() + " -D " + (dir_ / "data").string() +
                   " -A trust -U postgres 2>&1",
@@ -82,7 +70,7 @@ class NetworkTest : public ::testing::Test {
     echo = new TcpEcho();
     postgres = new Postgres();
     upstream = new ScriptedUpstream();
-    down_port = free_port();  // nothing listens there
+    down_port = free_loopback_port();  // nothing listens there
     std::string services = "          - { name: echo, host: 127.0.0.1, port: " + std::to_string(echo->port()) + " }\n"
                            "          - { name: down, host: 127.0.0.1, port: " + std::to_string(down_port) + " }\n";
     if (postgres->running())

@@ -19,6 +19,8 @@
 // /_requests (the recorded request bodies), GET /_stats.
 #pragma once
 
+#include "loopback.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -41,18 +43,7 @@ namespace sandboxd::testing {
 class ScriptedUpstream {
  public:
   explicit ScriptedUpstream(uint16_t port = 0) {
-    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
-    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listen_fd_, 128) != 0)
-      throw std::runtime_error("scripted upstream: cannot listen");
-    socklen_t len = sizeof addr;
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    listen_fd_ = listen_loopback(port, port_, "scripted upstream");
     acceptor_ = std::thread([this] { accept_loop(); });
   }
   ~ScriptedUpstream() {

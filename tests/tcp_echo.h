@@ -3,6 +3,8 @@
 // down its side, then closes.
 #pragma once
 
+#include "loopback.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -19,15 +21,7 @@ namespace sandboxd::testing {
 class TcpEcho {
  public:
   TcpEcho() {
-    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listen_fd_, 128) != 0)
-      throw std::runtime_error("echo server: bind/listen failed");
-    socklen_t len = sizeof addr;
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    listen_fd_ = listen_loopback(0, port_, "echo server");
     acceptor_ = std::thread([this] { accept_loop(); });
   }
   ~TcpEcho() {
