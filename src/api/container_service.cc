@@ -560,6 +560,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
       container->link = slot->link;
       if (container->link) container->link->bind(container);
       container->sandbox_up = true;
+      container->live_sandbox.store(container->sandbox);
       co_return container->sandbox;
     }
     container->starting = true;
@@ -574,6 +575,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
         container->link->bind(container);
       }
       container->sandbox_up = true;
+      container->live_sandbox.store(container->sandbox);
       ops::metrics().sandbox_started();
     } catch (const std::exception& e) {
       error = e.what();
@@ -607,7 +609,11 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
                                          std::to_string(settings()->queue_timeout_sec) + "s. Try again later.",
                                      settings()->retry_after_sec);
   }
-  auto sandbox = co_await asio::co_spawn(container->strand, ensure_sandbox(container), asio::use_awaitable);
+  // A running sandbox is used as is; starting one (or finding it stopped) is the
+  // strand's business.
+  Result<std::shared_ptr<runtime::Sandbox>> sandbox = container->live_sandbox.load();
+  if (!*sandbox || !(*sandbox)->running() || container->deleted)
+    sandbox = co_await asio::co_spawn(container->strand, ensure_sandbox(container), asio::use_awaitable);
   if (!sandbox) {
     ops::metrics().execution_completed("failed", 0);
     co_return sandbox.error();
@@ -650,6 +656,7 @@ asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container
     co_await container->started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
   container->sandbox_up = false;
+  container->live_sandbox.store(nullptr);
   container->link.reset();  // its listeners close with the sandbox
   if (auto sandbox = std::move(container->sandbox)) {
     co_await sandbox->stop();

@@ -64,10 +64,13 @@ struct Container {
   // Guarded by `strand`.
   asio::strand<asio::any_io_executor> strand;
   std::shared_ptr<runtime::Sandbox> sandbox;
+  // The same sandbox for readers on any thread: a command in a running sandbox needs no
+  // hop onto the container's strand.
+  std::atomic<std::shared_ptr<runtime::Sandbox>> live_sandbox;
   std::shared_ptr<Slot> slot;  // when the sandbox came from the pre-started pool
   std::shared_ptr<SandboxLink> link;  // the sandbox's network
   bool starting = false;
-  bool deleted = false;
+  std::atomic<bool> deleted{false};  // read from other threads (tokens, the fast path)
   std::unique_ptr<asio::steady_timer> started_event;  // cancelled when a start ends
   std::string start_error;
 

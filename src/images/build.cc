@@ -24,6 +24,7 @@ const std::vector<std::string> kDataSciencePackages = {
     "python3-docx", "python3-pypdf", "python3-reportlab", "python3-img2pdf", "img2pdf", "python3-sympy",
     "python3-mpmath", "python3-tqdm", "python3-dateutil", "python3-tz", "python3-joblib", "python3-pdfkit",
     "unzip", "p7zip-full", "bc", "ripgrep", "fd-find", "sqlite3", "curl", "ca-certificates", "unrar-free",
+    "bash-static",  // sandboxes run it for /bin/bash (no dynamic linking per command)
     "fonts-dejavu-core"};
 
 const std::vector<std::string> kNotInDebian = {"pyarrow", "python-pptx", "pdfplumber", "pypdfium2", "pdf2image",

@@ -62,6 +62,13 @@ class Init {
     ctx_.last_cap = rt::read_last_cap();
     ctx_.max_open_files = spec_.max_open_files;
     ctx_.seccomp = &seccomp_;
+    // Looked up once, in the sandbox's own root (PID 1 has pivoted by now).
+    for (const char* candidate : {"/usr/bin/bash-static", "/bin/bash-static"}) {
+      if (access(candidate, X_OK) == 0) {
+        ctx_.static_bash = candidate;
+        break;
+      }
+    }
   }
 
   // The first command's child, forked as soon as the sandbox is ready.

@@ -82,7 +82,9 @@ bool read_exactly(int fd, void* data, size_t size) {
   if (dup2(null_fd, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
     child_fail(report_fd, "dup2(stdio)", errno);
   if (chdir(req.cwd.c_str()) != 0) child_fail(report_fd, "chdir(cwd)", errno);
-  execve(argv[0], argv.data(), envp.data());
+  const char* program = argv[0];
+  if (ctx.static_bash && req.argv[0] == "/bin/bash") program = ctx.static_bash;
+  execve(program, argv.data(), envp.data());
   child_fail(report_fd, "execve", errno);
 }
 

@@ -10,6 +10,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -115,7 +116,8 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   asio::posix::stream_descriptor control_;
   pid_t launcher_;
   CgroupBackend* cgroups_;
-  State state_ = State::kStarting;
+  // Written on the strand; read anywhere (running() is asked from other threads).
+  std::atomic<State> state_{State::kStarting};
   std::string setup_error_;
   pid_t pid1_ = -1;
   std::unique_ptr<asio::posix::stream_descriptor> pidfd_;
