@@ -241,6 +241,34 @@ TEST_F(NetworkTest, CodeCallsTheModelThroughAnthropicBaseUrl) {
   EXPECT_EQ(calls.back().at("model"), "upstream-model");
 }
 
+TEST_F(NetworkTest, TheOfficialSdkInsideNeedsNoConfiguration) {
+  // The official TypeScript SDK (tests/sdk, installed by `npm ci` in scripts/test.sh),
+  // copied into the container, constructed with no arguments: it finds
+  // ANTHROPIC_BASE_URL and ANTHROPIC_AUTH_TOKEN in the environment.
+  const fs::path modules = SANDBOXD_SDK_MODULES;
+  if (!fs::exists(modules / "@anthropic-ai" / "sdk") || access("/usr/bin/node", X_OK) != 0)
+    GTEST_SKIP() << "the SDK (npm ci --prefix tests/sdk) or /usr/bin/node is missing";
+  const fs::path tarball = server->dir() / "sdk.tgz";
+  ASSERT_EQ(std::system(("tar -czf " + tarball.string() + " -C " + modules.parent_path().string() + " node_modules").c_str()), 0);
+  ASSERT_EQ(server->status("-X PUT -T " + tarball.string() + " '" + server->base() + "/files/sdk.tgz?scope_id=" +
+                           container + "'"),
+            200);
+  upstream->push_message(U::message({U::text_block("Hello, SDK.")}, "end_turn", 7, 3));
+  auto result = bash(
+      "mkdir -p /tmp/sdk && tar -xzf /mnt/user-data/uploads/sdk.tgz -C /tmp/sdk && cat > /tmp/sdk/call.cjs <<'JS'\n"
+      "const Anthropic = require('/tmp/sdk/node_modules/@anthropic-ai/sdk').default;\n"
+      "new Anthropic().messages.create({model: process.env.ANTHROPIC_MODEL, max_tokens: 50,\n"
+      "  messages: [{role: 'user', content: 'hi'}]})\n"
+      "  .then(m => console.log(m.content[0].text, m.model))\n"
+      "  .catch(e => { console.log('error', e.status, e.message); process.exit(1); });\n"
+      "JS\nnode /tmp/sdk/call.cjs",
+      "", 60);
+  EXPECT_EQ(out(result), "Hello, SDK. upstream-model\n") << bj::serialize(result);
+  auto calls = upstream->requests();
+  ASSERT_FALSE(calls.empty());
+  EXPECT_EQ(calls.back().at("messages").at(0).at("content").at(0).at("text"), "hi");
+}
+
 TEST_F(NetworkTest, NestedCodeExecutionActsForTheOwnerUpToTheDepthLimit) {
   bash("echo marker-of-the-outer-container > /home/agent/workspace/marker");
   // The nested request: code_execution, no container named (so: this container), and
