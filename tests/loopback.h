@@ -6,9 +6,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <netinet/tcp.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace sandboxd::testing {
 
@@ -37,5 +44,66 @@ inline uint16_t free_loopback_port() {
   close(listen_loopback(0, port, "free port probe"));
   return port;
 }
+
+// A server on 127.0.0.1 with a thread per connection. A subclass answers connections
+// (serve_connection), starts accepting once it is ready and stops in its destructor.
+class LoopbackServer {
+ public:
+  LoopbackServer(const LoopbackServer&) = delete;
+  LoopbackServer& operator=(const LoopbackServer&) = delete;
+  uint16_t port() const { return port_; }
+
+ protected:
+  LoopbackServer(uint16_t port, const char* who) : listen_fd_(listen_loopback(port, port_, who)) {}
+  virtual ~LoopbackServer() = default;
+
+  void start_accepting() { acceptor_ = std::thread([this] { accept_loop(); }); }
+  // Stops accepting, ends every open connection and waits for their threads.
+  void stop_serving() {
+    stopping_ = true;
+    shutdown(listen_fd_, SHUT_RDWR);
+    close(listen_fd_);
+    acceptor_.join();
+    {
+      std::lock_guard lock(connections_mutex_);
+      for (int fd : open_) shutdown(fd, SHUT_RDWR);
+    }
+    for (auto& t : workers_) t.join();
+  }
+  bool stopping() const { return stopping_; }
+  // Serves one connection on its own thread until it ends; the socket is closed after.
+  virtual void serve_connection(int fd) = 0;
+
+ private:
+  void accept_loop() {
+    while (!stopping_) {
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (stopping_) return;
+        continue;
+      }
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      std::lock_guard lock(connections_mutex_);
+      open_.push_back(fd);
+      workers_.emplace_back([this, fd] {
+        serve_connection(fd);
+        {
+          std::lock_guard done(connections_mutex_);
+          std::erase(open_, fd);
+        }
+        close(fd);
+      });
+    }
+  }
+
+  uint16_t port_ = 0;
+  int listen_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  std::mutex connections_mutex_;
+  std::vector<int> open_;
+  std::vector<std::thread> workers_;
+};
 
 }  // namespace sandboxd::testing

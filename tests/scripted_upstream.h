@@ -40,26 +40,12 @@
 
 namespace sandboxd::testing {
 
-class ScriptedUpstream {
+class ScriptedUpstream : public LoopbackServer {
  public:
-  explicit ScriptedUpstream(uint16_t port = 0) {
-    listen_fd_ = listen_loopback(port, port_, "scripted upstream");
-    acceptor_ = std::thread([this] { accept_loop(); });
-  }
-  ~ScriptedUpstream() {
-    stopping_ = true;
-    shutdown(listen_fd_, SHUT_RDWR);
-    close(listen_fd_);
-    acceptor_.join();
-    {
-      std::lock_guard lock(mutex_);
-      for (int fd : open_fds_) shutdown(fd, SHUT_RDWR);
-    }
-    for (auto& t : workers_) t.join();
-  }
+  explicit ScriptedUpstream(uint16_t port = 0) : LoopbackServer(port, "scripted upstream") { start_accepting(); }
+  ~ScriptedUpstream() override { stop_serving(); }
 
-  uint16_t port() const { return port_; }
-  std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port()); }
 
   void push(boost::json::object step) {
     std::lock_guard lock(mutex_);
@@ -92,21 +78,6 @@ class ScriptedUpstream {
   struct Request {
     std::string method, target, body;
   };
-
-  void accept_loop() {
-    while (!stopping_) {
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (stopping_) return;
-        continue;
-      }
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      std::lock_guard lock(mutex_);
-      open_fds_.push_back(fd);
-      workers_.emplace_back([this, fd] { serve(fd); });
-    }
-  }
 
   static bool write_all(int fd, std::string_view data) {
     while (!data.empty()) {
@@ -166,17 +137,12 @@ class ScriptedUpstream {
     return false;
   }
 
-  void serve(int fd) {
+  void serve_connection(int fd) override {
     std::string buffer;
     Request request;
-    while (!stopping_ && read_request(fd, buffer, request)) {
+    while (!stopping() && read_request(fd, buffer, request)) {
       if (!handle(fd, request)) break;
     }
-    {
-      std::lock_guard lock(mutex_);
-      std::erase(open_fds_, fd);
-    }
-    close(fd);
   }
 
   // Answers one request; false to close the connection.
@@ -315,13 +281,7 @@ class ScriptedUpstream {
     return write_all(fd, "0\r\n\r\n");
   }
 
-  int listen_fd_ = -1;
-  uint16_t port_ = 0;
-  std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
   std::mutex mutex_;
-  std::vector<int> open_fds_;
-  std::vector<std::thread> workers_;
   std::deque<boost::json::object> steps_;
   std::vector<boost::json::object> requests_;
   std::atomic<int> cancelled_streams_{0};
