@@ -25,6 +25,8 @@ using tcp = asio::ip::tcp;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 constexpr std::string_view kScopedPrefix = "sbx-scoped-";
+// The API and every service are listeners of the sandbox.
+static_assert(ops::kMaxInternalServices + 1 <= runtime::kMaxListeners);
 constexpr const char* kApiAddress = "127.0.2.1";
 constexpr uint16_t kApiPort = 80;
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
@@ -175,18 +177,17 @@ asio::awaitable<void> SandboxNetwork::accept_loop(SandboxNetwork* self, std::sha
       self->http_.serve_connection(std::move(socket), link, [link] { --link->connections_; });
     } else {
       auto executor = socket.get_executor();
-      asio::co_spawn(executor, relay_to(self, link, std::move(socket), self->targets_[index]), asio::detached);
+      asio::co_spawn(executor, relay_to(link, std::move(socket), self->targets_[index]), asio::detached);
     }
   }
 }
 
-asio::awaitable<void> SandboxNetwork::relay_to(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
-                                               tcp::socket inside, Target target) {
+asio::awaitable<void> SandboxNetwork::relay_to(std::shared_ptr<SandboxLink> link, tcp::socket inside,
+                                               Target target) {
   struct Count {
     std::shared_ptr<SandboxLink> link;
     ~Count() { --link->connections_; }
   } count{link};
-  (void)self;
   tcp::resolver resolver(inside.get_executor());
   auto [resolve_error, endpoints] = co_await resolver.async_resolve(target.host, std::to_string(target.port), use_tuple);
   if (resolve_error) {

@@ -84,8 +84,8 @@ class SandboxNetwork {
     uint16_t port = 0;
   };
   static asio::awaitable<void> accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link, size_t index);
-  static asio::awaitable<void> relay_to(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
-                                        asio::ip::tcp::socket inside, Target target);
+  static asio::awaitable<void> relay_to(std::shared_ptr<SandboxLink> link, asio::ip::tcp::socket inside,
+                                        Target target);
   static void close_link(std::shared_ptr<SandboxLink> link);
 
   asio::io_context& io_;

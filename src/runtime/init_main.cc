@@ -44,6 +44,8 @@ namespace proto = sandboxd::runtime::protocol;
 namespace {
 
 constexpr int kControlFd = 3;
+// Every listener's fd travels in the one ready message.
+static_assert(rt::kMaxListeners <= proto::kMaxFds);
 
 struct Execution {
   uint32_t id = 0;
