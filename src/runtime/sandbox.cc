@@ -308,8 +308,10 @@ void Sandbox::on_pid1_exit() {
 }
 
 std::vector<int> Sandbox::take_listeners() {
+  std::vector<int> taken;
   std::lock_guard lock(hooks_mutex_);
-  return std::move(listeners_);
+  taken.swap(listeners_);  // the sandbox keeps none: they are closed by their new owner
+  return taken;
 }
 
 void Sandbox::on_stopped(std::function<void()> hook) {
