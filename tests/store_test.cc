@@ -30,7 +30,7 @@ namespace sandboxd::store {
 namespace {
 
 namespace fs = std::filesystem;
-using tools::ContainerPaths;
+using sandboxd::ContainerPaths;
 
 constexpr uid_t kAgentUid = 1000;
 constexpr gid_t kAgentGid = 1000;

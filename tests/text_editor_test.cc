@@ -21,7 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
-using sandboxd::tools::ContainerPaths;
+using sandboxd::ContainerPaths;
 using sandboxd::tools::EditorOptions;
 using sandboxd::tools::run_text_editor;
 

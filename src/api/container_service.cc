@@ -1,4 +1,5 @@
 #include "api/container_service.h"
+#include "base/temp_files.h"
 
 #include "api/sandbox_network.h"
 
@@ -326,7 +327,7 @@ std::shared_ptr<Slot> ContainerService::new_slot() {
   return slot;
 }
 
-runtime::SandboxOptions ContainerService::sandbox_options(const tools::ContainerPaths& dirs, const std::string& name) const {
+runtime::SandboxOptions ContainerService::sandbox_options(const ContainerPaths& dirs, const std::string& name) const {
   const auto settings = this->settings();  // one snapshot for the whole sandbox
   runtime::SandboxOptions options;
   options.name = name;
@@ -511,7 +512,7 @@ void ContainerService::check_store() {
     }
     for (auto it = fs::recursive_directory_iterator(root / "uploads", fs::directory_options::skip_permission_denied, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (!it->path().filename().string().starts_with(store::kTempPrefix)) continue;
+      if (!is_temp_name(it->path().filename().string())) continue;
       std::error_code removed;
       if (it->is_regular_file(removed) && fs::remove(it->path(), removed)) ++temporaries;
     }
@@ -539,7 +540,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
     if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
     if (container->sandbox && container->sandbox->running()) co_return container->sandbox;
     container->sandbox_up = false;  // it stopped by itself (PID 1 died)
-    if (!runtime_) co_return ApiError{server::http::status::service_unavailable, "api_error",
+    if (!runtime_) co_return ApiError{HttpStatus::service_unavailable, "api_error",
                                       unavailable_reason(), {}};
     if (container->starting) {
       boost::system::error_code ec;
@@ -583,7 +584,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
     }
     container->starting = false;
     container->started_event->cancel();
-    if (!error.empty()) co_return ApiError{server::http::status::service_unavailable, "api_error",
+    if (!error.empty()) co_return ApiError{HttpStatus::service_unavailable, "api_error",
                                            "The sandbox could not be started", {}};
   }
 }
@@ -632,7 +633,7 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
     label = outcome->cancelled ? "cancelled" : outcome->timed_out ? "timeout" : outcome->return_code == 0 ? "ok" : "nonzero";
   } catch (const runtime::SandboxError& e) {
     spdlog::warn("execution in container {} failed: {}", container->id, e.what());
-    outcome = ApiError{server::http::status::service_unavailable, "api_error", "The sandbox stopped during the command", {}};
+    outcome = ApiError{HttpStatus::service_unavailable, "api_error", "The sandbox stopped during the command", {}};
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ops::metrics().execution_completed(label, seconds);
@@ -782,7 +783,7 @@ asio::awaitable<std::string> ContainerService::probe() {
   const std::string name = "probe-" + std::to_string(++sandbox_counter_);
   const fs::path root = fs::path(settings()->data_dir) / "probes" / name;
   const uid_t uid = settings()->sandbox_host_uid;
-  tools::ContainerPaths dirs{(root / "workspace").string(), (root / "uploads").string(), (root / "outputs").string(), ""};
+  ContainerPaths dirs{(root / "workspace").string(), (root / "uploads").string(), (root / "outputs").string(), ""};
   std::string problem;
   try {
     for (const auto* dir : {&dirs.workspace, &dirs.uploads, &dirs.outputs}) {

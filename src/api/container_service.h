@@ -22,16 +22,14 @@
 #include "ops/config.h"
 #include "ops/live_config.h"
 #include "runtime/runtime.h"
-#include "server/errors.h"
+#include "base/error.h"
 #include "store/file_store.h"
 #include "store/metadata.h"
-#include "tools/paths.h"
+#include "base/sandbox_paths.h"
 
 namespace sandboxd::api {
 
 namespace asio = boost::asio;
-using server::ApiError;
-using server::Result;
 
 class SandboxLink;
 class SandboxNetwork;
@@ -41,7 +39,7 @@ class SandboxNetwork;
 // binds propagate into the sandbox (see runtime::SandboxOptions::pre_started).
 struct Slot {
   std::string root;
-  tools::ContainerPaths dirs;  // workspace, uploads, outputs slot folders
+  ContainerPaths dirs;  // workspace, uploads, outputs slot folders
   std::shared_ptr<runtime::Sandbox> sandbox;
   std::shared_ptr<SandboxLink> link;  // its network (see sandbox_network.h)
   std::vector<std::string> bound;  // slot folders carrying a container's bind now
@@ -56,7 +54,7 @@ struct Container {
   std::string storage;
   int64_t created_at = 0;
   std::atomic<int64_t> last_used_at{0};  // unix seconds
-  tools::ContainerPaths paths;
+  ContainerPaths paths;
   std::string volume_image, volume_mount;
   // Keys the container's scoped API tokens (sandbox_network.h); never leaves the server.
   std::string api_secret;
@@ -183,7 +181,7 @@ class ContainerService {
   asio::awaitable<void> stop_and_release(std::shared_ptr<runtime::Sandbox> sandbox, std::shared_ptr<Slot> slot);
   asio::awaitable<void> refill_pool();
   std::shared_ptr<Slot> new_slot();
-  runtime::SandboxOptions sandbox_options(const tools::ContainerPaths& dirs, const std::string& name) const;
+  runtime::SandboxOptions sandbox_options(const ContainerPaths& dirs, const std::string& name) const;
   void spare_volume_loop();
 
   asio::io_context& io_;

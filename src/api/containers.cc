@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 constexpr size_t kToolBodyLimit = 16u << 20;
 
 // Bytes and files of a container: its three folders, symlinks not followed.
-boost::json::object usage_of(const tools::ContainerPaths& paths) {
+boost::json::object usage_of(const ContainerPaths& paths) {
   uint64_t bytes = 0, files = 0;
   for (const auto* dir : {&paths.workspace, &paths.uploads, &paths.outputs}) {
     std::error_code ec;

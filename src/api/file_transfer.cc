@@ -86,7 +86,7 @@ ApiError file_error(store::FileError error, const std::string& path) {
 }
 
 boost::json::object file_object(const std::string& container_id, const store::FileRecord& record) {
-  bool downloadable = record.path.rfind(std::string(tools::kOutputsMount) + "/", 0) == 0;
+  bool downloadable = record.path.rfind(std::string(kOutputsMount) + "/", 0) == 0;
   return {{"id", store::file_id_for_path(record.path)},
           {"created_at", ContainerService::format_time(record.created_at)},
           {"filename", leaf(record.path)},

@@ -15,24 +15,24 @@ boost::json::object file_object(const std::string& container_id, const store::Fi
 
 // A multipart upload (field `file`). The key is `key` when given, else a `path` form
 // field sent before the file, else the part's filename (its last segment).
-asio::awaitable<server::Result<store::FileRecord>> receive_multipart(ApiContext& api, server::RequestContext& ctx,
+asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, server::RequestContext& ctx,
                                                                      Container& container,
                                                                      std::optional<std::string> key);
 // A raw body stored at `key`.
-asio::awaitable<server::Result<store::FileRecord>> receive_raw(ApiContext& api, server::RequestContext& ctx,
+asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::RequestContext& ctx,
                                                                Container& container, const std::string& key);
 
 // An upload into `container` answered with its file object: the raw body at `raw_key`
 // when given, else a multipart body (key from ?path= or the part).
-asio::awaitable<server::Result<server::Response>> upload_response(ApiContext& api, server::RequestContext& ctx,
-                                                                  server::Result<std::shared_ptr<Container>> container,
+asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, server::RequestContext& ctx,
+                                                                  Result<std::shared_ptr<Container>> container,
                                                                   std::optional<std::string> raw_key);
 
 // The content of a file, honouring Range and If-None-Match.
-server::Result<server::Response> send_content(ApiContext& api, server::RequestContext& ctx, Container& container,
+Result<server::Response> send_content(ApiContext& api, server::RequestContext& ctx, Container& container,
                                               const store::FileRecord& record, bool inline_disposition);
 
 // Maps a store error to the API's answer.
-server::ApiError file_error(store::FileError error, const std::string& path);
+ApiError file_error(store::FileError error, const std::string& path);
 
 }  // namespace sandboxd::api

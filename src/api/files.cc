@@ -30,7 +30,7 @@ Result<std::string> path_of_id(const std::string& id) {
 Result<store::FileRecord> find_file(ApiContext& api, Container& container, const std::string& id) {
   auto path = path_of_id(id);
   if (!path) return path.error();
-  if (!tools::resolve_sandbox_path(container.paths, *path)) return ApiError::not_found("File not found: " + id);
+  if (!resolve_sandbox_path(container.paths, *path)) return ApiError::not_found("File not found: " + id);
   auto record = api.files.stat_file(container.storage, container.paths, *path);
   if (!record) return ApiError::not_found("File not found: " + id);
   return *record;
@@ -46,8 +46,8 @@ asio::awaitable<Result<Response>> put(ApiContext& api, RequestContext& ctx) {
 
 // The sandbox-path prefixes that a key prefix selects, in uploads and outputs.
 std::vector<std::string> path_prefixes_for(const std::string& key_prefix) {
-  const std::string uploads = std::string(tools::kUploadsMount) + "/";
-  const std::string outputs = std::string(tools::kOutputsMount) + "/";
+  const std::string uploads = std::string(kUploadsMount) + "/";
+  const std::string outputs = std::string(kOutputsMount) + "/";
   const std::string outputs_key = "outputs/";
   std::vector<std::string> prefixes{uploads + key_prefix};
   if (key_prefix.rfind(outputs_key, 0) == 0) prefixes.push_back(outputs + key_prefix.substr(outputs_key.size()));
@@ -127,7 +127,7 @@ asio::awaitable<Result<Response>> remove_one(ApiContext& api, RequestContext& ct
   const std::string id = ctx.params["file_id"];
   auto path = path_of_id(id);
   if (!path) co_return path.error();
-  if (!tools::resolve_sandbox_path((*container)->paths, *path)) co_return ApiError::not_found("File not found: " + id);
+  if (!resolve_sandbox_path((*container)->paths, *path)) co_return ApiError::not_found("File not found: " + id);
   auto error = api.files.remove((*container)->storage, (*container)->paths, *path);
   if (error == store::FileError::kNotFound) co_return ApiError::not_found("File not found: " + id);
   if (error != store::FileError::kNone) co_return file_error(error, *path);

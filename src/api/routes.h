@@ -13,10 +13,8 @@ namespace sandboxd::api {
 
 // The server names every surface uses.
 namespace http = server::http;
-using server::ApiError;
 using server::RequestContext;
 using server::Response;
-using server::Result;
 
 struct ApiContext {
   ContainerService& containers;
@@ -43,11 +41,11 @@ server::Handler with_api(ApiContext& api, Fn fn) {
 }
 
 // Shared by the surfaces: a JSON response from a value.
-server::StringResponse json_ok(const boost::json::value& body, server::http::status status = server::http::status::ok);
+server::StringResponse json_ok(const boost::json::value& body, HttpStatus status = HttpStatus::ok);
 // The `limit` query parameter of a listing: 1-1000, default 20.
-server::Result<size_t> page_limit(const server::RequestContext& ctx);
+Result<size_t> page_limit(const server::RequestContext& ctx);
 
 // Parses a JSON object body; 400 with the parser's reason otherwise.
-server::Result<boost::json::object> parse_json_object(std::string_view body);
+Result<boost::json::object> parse_json_object(std::string_view body);
 
 }  // namespace sandboxd::api

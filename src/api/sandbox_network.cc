@@ -15,8 +15,9 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <charconv>
 
+#include "base/hex.h"
+#include "base/unique_fd.h"
 #include "server/relay.h"
-#include "tools/unique_fd.h"
 
 namespace sandboxd::api {
 namespace {
@@ -71,7 +72,7 @@ std::string new_api_secret() {
     }
     got += static_cast<size_t>(n);
   }
-  return tools::hex_encode(bytes, sizeof bytes);
+  return hex_encode(bytes, sizeof bytes);
 }
 
 std::string scoped_token(const Container& container, int depth) {
@@ -82,7 +83,7 @@ std::string scoped_token(const Container& container, int depth) {
   unsigned int length = 0;
   HMAC(EVP_sha256(), container.api_secret.data(), static_cast<int>(container.api_secret.size()),
        reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length);
-  return std::string(kScopedPrefix) + std::to_string(depth) + "-" + tools::hex_encode(mac, length);
+  return std::string(kScopedPrefix) + std::to_string(depth) + "-" + hex_encode(mac, length);
 }
 
 std::vector<std::string> sandbox_env(const ops::Config& config, const Container& container, int depth) {

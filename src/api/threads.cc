@@ -29,13 +29,13 @@ asio::awaitable<Result<Response>> download_file(ApiContext& api, RequestContext&
   if (!path || path->empty()) co_return ApiError::invalid_request("The 'path' query parameter (a sandbox path) is required");
   auto container = thread_container(api, ctx, /*create=*/false);
   if (!container) co_return container.error();
-  auto resolved = tools::resolve_sandbox_path((*container)->paths, *path);
+  auto resolved = resolve_sandbox_path((*container)->paths, *path);
   if (!resolved) co_return ApiError::invalid_request("Path '" + path->substr(0, 300) + "' does not match any session mount");
-  if (resolved->mount == tools::Mount::kOutputs && !api.config()->download_generated)
+  if (resolved->mount == Mount::kOutputs && !api.config()->download_generated)
     co_return ApiError::permission("Downloads of generated files are disabled by the organisation's settings");
-  if (resolved->mount == tools::Mount::kUploads && !api.config()->download_uploaded)
+  if (resolved->mount == Mount::kUploads && !api.config()->download_uploaded)
     co_return ApiError::permission("Downloads of uploaded files are disabled by the organisation's settings");
-  if (resolved->mount != tools::Mount::kOutputs && resolved->mount != tools::Mount::kUploads)
+  if (resolved->mount != Mount::kOutputs && resolved->mount != Mount::kUploads)
     co_return ApiError::permission("Only files in /mnt/user-data/outputs/ and /mnt/user-data/uploads/ can be downloaded");
   auto record = api.files.stat_file((*container)->storage, (*container)->paths, resolved->sandbox_path);
   if (!record) co_return ApiError::not_found("File not found: " + resolved->sandbox_path);

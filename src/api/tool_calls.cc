@@ -8,7 +8,7 @@
 
 namespace sandboxd::api {
 
-asio::awaitable<server::Result<boost::json::object>> run_sub_tool(ApiContext& api, std::shared_ptr<Container> container,
+asio::awaitable<Result<boost::json::object>> run_sub_tool(ApiContext& api, std::shared_ptr<Container> container,
                                                   std::string_view tool, const boost::json::object& input,
                                                   std::shared_ptr<runtime::Cancellation> cancellation, int depth) {
   api.containers.touch(*container);
@@ -46,8 +46,8 @@ asio::awaitable<server::Result<boost::json::object>> run_sub_tool(ApiContext& ap
   after_execution(api, container);
   if (!result) {
     const auto status = result.error().status;
-    if (status == server::http::status::too_many_requests ||
-        (status == server::http::status::service_unavailable && result.error().type == "overloaded_error"))
+    if (status == HttpStatus::too_many_requests ||
+        (status == HttpStatus::service_unavailable && result.error().type == "overloaded_error"))
       co_return result.error();
     co_return tools::tool_error(tools::kBashErrorType, "unavailable", result.error().message, true);
   }

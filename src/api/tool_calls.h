@@ -19,7 +19,7 @@ namespace sandboxd::api {
 // answer with it, a /messages turn shows it as a `too_many_requests` block.
 // `depth` is the nesting depth of the request that makes the call (0: a user's); the
 // command's ANTHROPIC_AUTH_TOKEN is for depth + 1.
-asio::awaitable<server::Result<boost::json::object>> run_sub_tool(ApiContext& api, std::shared_ptr<Container> container,
+asio::awaitable<Result<boost::json::object>> run_sub_tool(ApiContext& api, std::shared_ptr<Container> container,
                                                   std::string_view tool, const boost::json::object& input,
                                                   std::shared_ptr<runtime::Cancellation> cancellation = nullptr,
                                                   int depth = 0);

@@ -6,8 +6,6 @@ namespace sandboxd::model {
 namespace {
 
 namespace json = boost::json;
-using server::ApiError;
-using server::Result;
 
 ApiError invalid(const std::string& path, const std::string& problem) {
   return ApiError::invalid_request(path + ": " + problem);

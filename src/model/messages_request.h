@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "server/errors.h"
+#include "base/error.h"
 
 namespace sandboxd::model {
 
@@ -27,7 +27,7 @@ struct MessagesRequest {
 };
 
 // Validates a request body. `valid_container_id` tells whether an id is acceptable.
-server::Result<MessagesRequest> parse_messages_request(boost::json::object body,
+Result<MessagesRequest> parse_messages_request(boost::json::object body,
                                                        bool (*valid_container_id)(std::string_view));
 
 // The upstream request body: the client's parameters, the upstream model name, the

@@ -9,14 +9,12 @@
 #include <spdlog/spdlog.h>
 
 #include "model/sse.h"
-#include "server/http_server.h"
+#include "base/ids.h"
 
 namespace sandboxd::model {
 
 namespace asio = boost::asio;
 namespace json = boost::json;
-using server::ApiError;
-using server::Result;
 
 namespace {
 
@@ -24,11 +22,11 @@ constexpr size_t kMaxUpstreamBody = 64u << 20;  // one upstream answer
 constexpr size_t kMaxErrorBody = 1u << 20;
 
 ApiError bad_gateway(std::string message) {
-  return ApiError{server::http::status::bad_gateway, "api_error", std::move(message), {}};
+  return ApiError{HttpStatus::bad_gateway, "api_error", std::move(message), {}};
 }
 
 ApiError overloaded_529(std::string message) {
-  return ApiError{static_cast<server::http::status>(529), "overloaded_error", std::move(message), {}};
+  return ApiError{static_cast<HttpStatus>(529), "overloaded_error", std::move(message), {}};
 }
 
 // A content block the loop can work with: an object with a type, and a tool call with
@@ -74,7 +72,7 @@ json::object error_event(const ApiError& error) {
 
 std::string new_message_id() {
   // The same 24 random characters as a request id ("req_…").
-  return "msg_" + server::new_request_id().substr(4);
+  return "msg_" + new_request_id().substr(4);
 }
 
 ApiError upstream_http_error(long status, std::string_view body) {
@@ -96,7 +94,7 @@ ApiError upstream_http_error(long status, std::string_view body) {
              : status == 429 ? "rate_limit_error" : "invalid_request_error";
     }
     if (message.empty()) message = "The upstream model answered HTTP " + std::to_string(status);
-    return ApiError{static_cast<server::http::status>(status), type, message, {}};
+    return ApiError{static_cast<HttpStatus>(status), type, message, {}};
   }
   return bad_gateway("The upstream model failed (HTTP " + std::to_string(status) + ")" +
                      (message.empty() ? std::string() : ": " + message));
@@ -378,7 +376,7 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
       // "ping" and unknown events are the upstream's own business.
       if (!delivered) {
         call->cancel();
-        co_return ApiError{server::http::status::bad_request, "invalid_request_error", "The client went away", {}};
+        co_return ApiError{HttpStatus::bad_request, "invalid_request_error", "The client went away", {}};
       }
     }
     pending.clear();

@@ -15,7 +15,7 @@
 #include "model/messages_request.h"
 #include "model/upstream_client.h"
 #include "runtime/cancellation.h"
-#include "server/errors.h"
+#include "base/error.h"
 
 namespace sandboxd::model {
 
@@ -46,7 +46,7 @@ class EventSink {
 
 // Maps an upstream HTTP error (status and body) to the error the client gets: 4xx
 // passed on, 529/overloaded_error as 529, anything else as 502.
-server::ApiError upstream_http_error(long status, std::string_view body);
+ApiError upstream_http_error(long status, std::string_view body);
 
 class ToolLoop {
  public:
@@ -55,18 +55,18 @@ class ToolLoop {
   ~ToolLoop();
 
   // The whole turn as one message (non-streaming requests).
-  boost::asio::awaitable<server::Result<boost::json::object>> run();
+  boost::asio::awaitable<Result<boost::json::object>> run();
 
   // Streaming, in two steps: open() makes the first upstream call and returns its error
   // (before anything is sent to the client); stream() then sends every event.
-  boost::asio::awaitable<server::Result<void>> open();
+  boost::asio::awaitable<Result<void>> open();
   boost::asio::awaitable<void> stream(EventSink& sink);
 
  private:
   struct UpstreamTurn;
-  boost::asio::awaitable<server::Result<std::shared_ptr<UpstreamCall>>> call_upstream(bool stream);
-  boost::asio::awaitable<server::Result<UpstreamTurn>> read_json_turn(std::shared_ptr<UpstreamCall> call);
-  boost::asio::awaitable<server::Result<UpstreamTurn>> read_stream_turn(std::shared_ptr<UpstreamCall> call,
+  boost::asio::awaitable<Result<std::shared_ptr<UpstreamCall>>> call_upstream(bool stream);
+  boost::asio::awaitable<Result<UpstreamTurn>> read_json_turn(std::shared_ptr<UpstreamCall> call);
+  boost::asio::awaitable<Result<UpstreamTurn>> read_stream_turn(std::shared_ptr<UpstreamCall> call,
                                                                        EventSink& sink);
   // After a turn: runs its sub-tool calls; true when the loop goes on.
   boost::asio::awaitable<bool> after_turn(UpstreamTurn& turn, EventSink* sink);

@@ -2,7 +2,7 @@
 
 #include <openssl/evp.h>
 
-#include "tools/unique_fd.h"
+#include "base/hex.h"
 
 namespace sandboxd::server {
 
@@ -10,7 +10,7 @@ std::string sha256_hex(std::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr);
-  return tools::hex_encode(digest, length);
+  return hex_encode(digest, length);
 }
 
 TokenAuth::TokenAuth(const std::vector<std::pair<std::string, std::string>>& tokens) {

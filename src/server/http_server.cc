@@ -13,7 +13,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/url/parse.hpp>
 #include <algorithm>
-#include <random>
 #include <spdlog/spdlog.h>
 
 namespace sandboxd::server {
@@ -23,14 +22,6 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 using Clock = std::chrono::steady_clock;
 
 }  // namespace
-
-std::string new_request_id() {
-  static constexpr char kAlphabet[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string id = "req_";
-  for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[rng() % 62]);
-  return id;
-}
 
 StringResponse json_response(http::status status, std::string body) {
   StringResponse res{status, 11};

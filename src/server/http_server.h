@@ -19,7 +19,8 @@
 #include <string>
 #include <variant>
 
-#include "server/errors.h"
+#include "base/error.h"
+#include "base/ids.h"
 #include "server/router.h"
 
 namespace sandboxd::server {
@@ -202,6 +203,5 @@ class HttpServer {
 // Builders for handlers.
 StringResponse json_response(http::status status, std::string body);
 StringResponse error_response(const ApiError& error);
-std::string new_request_id();
 
 }  // namespace sandboxd::server

@@ -21,12 +21,13 @@
 #include <unordered_map>
 #include <utility>
 
-#include "tools/unique_fd.h"
+#include "base/hex.h"
+#include "base/temp_files.h"
+#include "base/unique_fd.h"
 
 namespace sandboxd::store {
 namespace {
 
-using tools::UniqueFd;
 
 constexpr size_t kMimeHeadBytes = 4096;
 constexpr size_t kReadChunkBytes = 64 * 1024;
@@ -117,7 +118,7 @@ class Md5 {
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int length = 0;
     EVP_DigestFinal_ex(context_, digest, &length);
-    return tools::hex_encode(digest, length);
+    return hex_encode(digest, length);
   }
 
  private:
@@ -423,7 +424,7 @@ void walk_regular_files(int directory, const std::string& sandbox_dir, int depth
       if (depth >= kMaxWalkDepth) continue;
       UniqueFd child(openat(directory, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (child.valid()) walk_regular_files(child.get(), sandbox_path, depth + 1, visit);
-    } else if (S_ISREG(st.st_mode) && !starts_with(name, kTempPrefix)) {
+    } else if (S_ISREG(st.st_mode) && !is_temp_name(name)) {
       visit(directory, entry->d_name, sandbox_path, st);
     }
   }
@@ -431,7 +432,7 @@ void walk_regular_files(int directory, const std::string& sandbox_dir, int depth
 }
 
 bool is_regular_file_beneath(int root, const std::string& relative) {
-  UniqueFd fd(tools::open_beneath(root, relative, O_PATH | O_NOFOLLOW));
+  UniqueFd fd(open_beneath(root, relative, O_PATH | O_NOFOLLOW));
   struct stat st;
   return fd.valid() && fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode);
 }
@@ -582,10 +583,10 @@ bool looks_like_text(std::string_view head) {
 
 FileStore::FileStore(Metadata& metadata, uid_t uid, gid_t gid) : metadata_(metadata), uid_(uid), gid_(gid) {}
 
-std::unique_ptr<FileWriter> FileStore::begin_write(const tools::ContainerPaths& paths,
+std::unique_ptr<FileWriter> FileStore::begin_write(const ContainerPaths& paths,
                                                    const std::string& sandbox_path, FileError& error) {
-  auto resolved = tools::resolve_sandbox_path(paths, sandbox_path);
-  if (!resolved || (resolved->mount != tools::Mount::kUploads && resolved->mount != tools::Mount::kOutputs)) {
+  auto resolved = resolve_sandbox_path(paths, sandbox_path);
+  if (!resolved || (resolved->mount != Mount::kUploads && resolved->mount != Mount::kOutputs)) {
     error = FileError::kOutsideMounts;
     return nullptr;
   }
@@ -603,10 +604,10 @@ std::unique_ptr<FileWriter> FileStore::begin_write(const tools::ContainerPaths& 
     error = err == ENOTDIR ? FileError::kNotAFile : error_from_errno(err);
     return nullptr;
   };
-  if (int rc = tools::make_parents_beneath(root.get(), resolved->relative, uid_, gid_); rc < 0) return fail(-rc);
+  if (int rc = make_parents_beneath(root.get(), resolved->relative, uid_, gid_); rc < 0) return fail(-rc);
 
   SplitPath target = split_relative(resolved->relative);
-  int directory_fd = tools::open_beneath(root.get(), target.parent, O_RDONLY | O_DIRECTORY);
+  int directory_fd = open_beneath(root.get(), target.parent, O_RDONLY | O_DIRECTORY);
   if (directory_fd < 0) return fail(-directory_fd);
   UniqueFd directory(directory_fd);
 
@@ -630,14 +631,14 @@ std::unique_ptr<FileWriter> FileStore::begin_write(const tools::ContainerPaths& 
                                             std::move(target.leaf), resolved->sandbox_path, uid_, gid_);
 }
 
-FileError FileStore::open_for_read(const tools::ContainerPaths& paths, const std::string& sandbox_path,
+FileError FileStore::open_for_read(const ContainerPaths& paths, const std::string& sandbox_path,
                                    OpenedFile& out) {
-  auto resolved = tools::resolve_sandbox_path(paths, sandbox_path);
+  auto resolved = resolve_sandbox_path(paths, sandbox_path);
   if (!resolved) return FileError::kOutsideMounts;
   UniqueFd root = open_directory(resolved->host_root, O_PATH);
   if (!root.valid()) return FileError::kNotFound;
   // O_NONBLOCK: opening a FIFO that code left behind must not hang the server.
-  int fd = tools::open_beneath(root.get(), resolved->relative, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+  int fd = open_beneath(root.get(), resolved->relative, O_RDONLY | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return fd == -EXDEV || fd == -ELOOP ? FileError::kNotAFile : error_from_errno(-fd);
   UniqueFd file(fd);
   struct stat st;
@@ -654,9 +655,9 @@ FileError FileStore::open_for_read(const tools::ContainerPaths& paths, const std
 // One pass over uploads/ and outputs/: unchanged files (same size and mtime) cost one
 // lstat, only new or changed ones are read. A mount whose host directory cannot be
 // opened is skipped entirely, so its records survive a volume that is not mounted.
-void FileStore::sync(const std::string& storage, const tools::ContainerPaths& paths) {
-  const std::pair<std::string_view, const std::string*> mounts[] = {{tools::kUploadsMount, &paths.uploads},
-                                                                      {tools::kOutputsMount, &paths.outputs}};
+void FileStore::sync(const std::string& storage, const ContainerPaths& paths) {
+  const std::pair<std::string_view, const std::string*> mounts[] = {{kUploadsMount, &paths.uploads},
+                                                                      {kOutputsMount, &paths.outputs}};
   auto synced_here = [&mounts](std::string_view path) {
     return std::any_of(std::begin(mounts), std::end(mounts),
                        [path](const auto& mount) { return below_mount(path, mount.first).has_value(); });
@@ -695,7 +696,7 @@ void FileStore::sync(const std::string& storage, const tools::ContainerPaths& pa
 
   // Rows whose file is gone. Looked at once more, in case it was written after the walk.
   for (const auto& [path, record] : unseen) {
-    auto resolved = tools::resolve_sandbox_path(paths, path);
+    auto resolved = resolve_sandbox_path(paths, path);
     if (resolved) {
       UniqueFd root = open_directory(resolved->host_root, O_PATH);
       if (root.valid() && is_regular_file_beneath(root.get(), resolved->relative)) continue;
@@ -706,14 +707,14 @@ void FileStore::sync(const std::string& storage, const tools::ContainerPaths& pa
 
 // A final-component symlink is not followed here (O_NOFOLLOW), matching sync, which
 // never records symlinks: a path that is a link has no record.
-std::optional<FileRecord> FileStore::stat_file(const std::string& storage, const tools::ContainerPaths& paths,
+std::optional<FileRecord> FileStore::stat_file(const std::string& storage, const ContainerPaths& paths,
                                                const std::string& sandbox_path) {
-  auto resolved = tools::resolve_sandbox_path(paths, sandbox_path);
+  auto resolved = resolve_sandbox_path(paths, sandbox_path);
   if (!resolved || resolved->relative.empty()) return std::nullopt;
   UniqueFd root = open_directory(resolved->host_root, O_PATH);
   if (!root.valid()) return std::nullopt;
 
-  int fd = tools::open_beneath(root.get(), resolved->relative, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
+  int fd = open_beneath(root.get(), resolved->relative, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
   // Only a definite answer drops the row; a transient error (EMFILE, EIO) must not.
   auto absent = [&](bool definite) -> std::optional<FileRecord> {
     if (definite) metadata_.delete_file(storage, resolved->sandbox_path);
@@ -734,11 +735,11 @@ std::optional<FileRecord> FileStore::stat_file(const std::string& storage, const
   return metadata_.find_file(storage, resolved->sandbox_path);
 }
 
-FileError FileStore::remove(const std::string& storage, const tools::ContainerPaths& paths,
+FileError FileStore::remove(const std::string& storage, const ContainerPaths& paths,
                             const std::string& sandbox_path) {
-  auto resolved = tools::resolve_sandbox_path(paths, sandbox_path);
+  auto resolved = resolve_sandbox_path(paths, sandbox_path);
   // Skills are shared, read-only content, never one container's to delete.
-  if (!resolved || resolved->mount == tools::Mount::kSkills) return FileError::kOutsideMounts;
+  if (!resolved || resolved->mount == Mount::kSkills) return FileError::kOutsideMounts;
   if (resolved->relative.empty()) return FileError::kNotAFile;
   UniqueFd root = open_directory(resolved->host_root, O_PATH);
   if (!root.valid()) return FileError::kNotFound;
@@ -748,7 +749,7 @@ FileError FileStore::remove(const std::string& storage, const tools::ContainerPa
     metadata_.delete_file(storage, resolved->sandbox_path);
     return FileError::kNotFound;
   };
-  int directory_fd = tools::open_beneath(root.get(), target.parent, O_PATH | O_DIRECTORY);
+  int directory_fd = open_beneath(root.get(), target.parent, O_PATH | O_DIRECTORY);
   if (directory_fd < 0) {
     return directory_fd == -ENOENT || directory_fd == -ENOTDIR ? absent() : error_from_errno(-directory_fd);
   }
@@ -768,12 +769,12 @@ FileError FileStore::remove(const std::string& storage, const tools::ContainerPa
 
 // Keys here are paths relative to uploads/ (plain string prefix, as S3 does). Outputs
 // are never touched: the Files API deletes only uploaded files by prefix.
-size_t FileStore::remove_prefix(const std::string& storage, const tools::ContainerPaths& paths,
+size_t FileStore::remove_prefix(const std::string& storage, const ContainerPaths& paths,
                                 const std::string& key_prefix) {
   sync(storage, paths);
   size_t removed = 0;
   for (const auto& record : metadata_.files_of(storage)) {
-    auto key = below_mount(record.path, tools::kUploadsMount);
+    auto key = below_mount(record.path, kUploadsMount);
     if (!key || !starts_with(*key, key_prefix)) continue;
     if (remove(storage, paths, record.path) == FileError::kNone) ++removed;
   }

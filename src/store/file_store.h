@@ -1,4 +1,4 @@
-// File bodies on disk, under a container's host directories (tools::ContainerPaths).
+// File bodies on disk, under a container's host directories (ContainerPaths).
 // Every open goes through openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS), so a
 // symlink that code in the sandbox made never leads outside the container.
 #pragma once
@@ -13,14 +13,13 @@
 #include <vector>
 
 #include "store/metadata.h"
-#include "tools/paths.h"
+#include "base/sandbox_paths.h"
 
 namespace sandboxd::store {
 
 // Named temporary files (used when the file system lacks O_TMPFILE, and briefly while
 // an O_TMPFILE body is linked in) start with this; sync never records them, and the
 // start-up check removes those a crash left.
-inline constexpr std::string_view kTempPrefix = ".sandboxd-tmp-";
 
 // The outcome of a file operation that can fail for expected reasons.
 enum class FileError { kNone, kNotFound, kNotAFile, kOutsideMounts, kNoSpace, kTooLarge, kIo };
@@ -53,27 +52,27 @@ class FileStore {
   FileStore(Metadata& metadata, uid_t uid, gid_t gid);
 
   // Starts writing `sandbox_path` (under uploads or outputs). Creates parent folders.
-  std::unique_ptr<FileWriter> begin_write(const tools::ContainerPaths& paths, const std::string& sandbox_path,
+  std::unique_ptr<FileWriter> begin_write(const ContainerPaths& paths, const std::string& sandbox_path,
                                           FileError& error);
 
   // Opens a regular file for reading. kNotFound, kNotAFile (a directory, a device, a
   // symlink leaving the mount), kOutsideMounts.
-  FileError open_for_read(const tools::ContainerPaths& paths, const std::string& sandbox_path, OpenedFile& out);
+  FileError open_for_read(const ContainerPaths& paths, const std::string& sandbox_path, OpenedFile& out);
 
   // Brings the metadata in line with the disk for one container: files that code wrote
   // under uploads/ and outputs/ get a record (created_at = now, when first seen),
   // changed ones (size or mtime) get a new etag and size, vanished ones are dropped.
-  void sync(const std::string& storage, const tools::ContainerPaths& paths);
+  void sync(const std::string& storage, const ContainerPaths& paths);
 
   // The record of one file (any mount, workspace included), synced with the disk
   // first; nullopt when the file does not exist.
-  std::optional<FileRecord> stat_file(const std::string& storage, const tools::ContainerPaths& paths,
+  std::optional<FileRecord> stat_file(const std::string& storage, const ContainerPaths& paths,
                                       const std::string& sandbox_path);
 
   // Deletes one file (any mount). kNotFound when absent.
-  FileError remove(const std::string& storage, const tools::ContainerPaths& paths, const std::string& sandbox_path);
+  FileError remove(const std::string& storage, const ContainerPaths& paths, const std::string& sandbox_path);
   // Deletes every upload whose key starts with `key_prefix`; returns the count.
-  size_t remove_prefix(const std::string& storage, const tools::ContainerPaths& paths, const std::string& key_prefix);
+  size_t remove_prefix(const std::string& storage, const ContainerPaths& paths, const std::string& key_prefix);
 
   // The MIME type: libmagic on the first bytes, refined by the file name's extension
   // when libmagic only says text/plain or application/octet-stream.

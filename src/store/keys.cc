@@ -3,7 +3,7 @@
 #include <array>
 #include <cstdint>
 
-#include "tools/paths.h"
+#include "base/sandbox_paths.h"
 
 namespace sandboxd::store {
 namespace {
@@ -123,16 +123,16 @@ std::string validate_key(std::string_view key) {
 
 std::string sandbox_path_for_key(std::string_view key) {
   if (starts_with(key, kOutputsKeyPrefix)) {
-    return std::string(tools::kOutputsMount) + "/" + std::string(key.substr(kOutputsKeyPrefix.size()));
+    return std::string(kOutputsMount) + "/" + std::string(key.substr(kOutputsKeyPrefix.size()));
   }
-  return std::string(tools::kUploadsMount) + "/" + std::string(key);
+  return std::string(kUploadsMount) + "/" + std::string(key);
 }
 
 std::optional<std::string> key_for_sandbox_path(std::string_view sandbox_path) {
-  if (auto relative = below_mount(sandbox_path, tools::kUploadsMount); !relative.empty()) {
+  if (auto relative = below_mount(sandbox_path, kUploadsMount); !relative.empty()) {
     return std::string(relative);
   }
-  if (auto relative = below_mount(sandbox_path, tools::kOutputsMount); !relative.empty()) {
+  if (auto relative = below_mount(sandbox_path, kOutputsMount); !relative.empty()) {
     return std::string(kOutputsKeyPrefix) + std::string(relative);
   }
   return std::nullopt;

@@ -2,6 +2,8 @@
 
 #include <boost/json.hpp>
 
+#include "base/utf8.h"
+
 namespace sandboxd::tools {
 
 std::variant<BashInput, std::string> parse_bash_input(const boost::json::object& input) {
@@ -40,34 +42,6 @@ boost::json::object tool_error(std::string_view block_type, std::string_view err
   boost::json::object error{{"type", block_type}, {"error_code", error_code}};
   if (include_detail) error["detail"] = boost::json::object{{"code", error_code}, {"explanation", explanation}};
   return error;
-}
-
-std::string to_valid_utf8(std::string_view in) {
-  std::string out;
-  out.reserve(in.size());
-  const auto* s = reinterpret_cast<const unsigned char*>(in.data());
-  size_t i = 0, n = in.size();
-  while (i < n) {
-    unsigned char c = s[i];
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    bool ok = len > 0 && i + len <= n;
-    for (size_t k = 1; ok && k < len; ++k) ok = (s[i + k] & 0xC0) == 0x80;
-    if (ok && len > 1) {
-      // Reject overlong forms, surrogates and code points past U+10FFFF.
-      uint32_t cp = len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-      for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
-      ok = !((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-             (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF);
-    }
-    if (!ok) {
-      out += "\xEF\xBF\xBD";
-      ++i;
-      continue;
-    }
-    out.append(in.substr(i, len));
-    i += len;
-  }
-  return out;
 }
 
 }  // namespace sandboxd::tools

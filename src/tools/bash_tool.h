@@ -32,7 +32,4 @@ boost::json::object tool_error(std::string_view block_type, std::string_view err
 inline constexpr std::string_view kBashErrorType = "bash_code_execution_tool_result_error";
 inline constexpr std::string_view kEditorErrorType = "text_editor_code_execution_tool_result_error";
 
-// Bytes that are not valid UTF-8 become U+FFFD, so the JSON is always well-formed.
-std::string to_valid_utf8(std::string_view bytes);
-
 }  // namespace sandboxd::tools

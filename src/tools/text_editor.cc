@@ -7,7 +7,6 @@
 // was itself opened beneath the mount.
 
 #include "tools/text_editor.h"
-#include "tools/unique_fd.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -28,6 +27,10 @@
 #include <utility>
 #include <vector>
 
+#include "base/temp_files.h"
+#include "base/unique_fd.h"
+#include "base/utf8.h"
+
 namespace sandboxd::tools {
 namespace {
 
@@ -40,9 +43,6 @@ constexpr std::string_view kInvalidInput = "invalid_tool_input";
 // headers hold NULs or stray bytes), little enough that one odd byte deep inside a big
 // log does not hide the whole file.
 constexpr size_t kBinarySniffBytes = 8192;
-
-// Temporary files for atomic writes are named like this inside the target's directory.
-constexpr std::string_view kTempPrefix = ".sandboxd-edit-";
 
 // ---------------------------------------------------------------------------------
 // Errors: thrown anywhere below run_text_editor and turned into an error block there.
@@ -159,36 +159,6 @@ std::string join_lines(const std::vector<std::string_view>& lines) {
 
 bool ends_with_newline(std::string_view text) { return !text.empty() && text.back() == '\n'; }
 
-// Length of the well-formed UTF-8 sequence that starts at text[i], or 0 if the bytes
-// there are not one (stray continuation, overlong form, surrogate, beyond U+10FFFF,
-// or cut short by the end of `text`).
-size_t utf8_sequence_length(std::string_view text, size_t i) {
-  auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  unsigned char lead = byte(i);
-  if (lead < 0x80) return 1;
-  size_t length;
-  unsigned char low = 0x80, high = 0xBF;  // allowed range of the second byte
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    if (lead == 0xE0) low = 0xA0;   // overlong
-    if (lead == 0xED) high = 0x9F;  // UTF-16 surrogates
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    if (lead == 0xF0) low = 0x90;   // overlong
-    if (lead == 0xF4) high = 0x8F;  // beyond U+10FFFF
-  } else {
-    return 0;
-  }
-  if (i + length > text.size()) return 0;
-  if (byte(i + 1) < low || byte(i + 1) > high) return 0;
-  for (size_t k = 2; k < length; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
-  }
-  return length;
-}
-
 // A file is binary when its first bytes hold a NUL or are not UTF-8. A character cut in
 // two by the sniff limit is judged on the whole file, so it does not count against it.
 bool looks_binary(std::string_view content) {
@@ -200,24 +170,6 @@ bool looks_binary(std::string_view content) {
     i += length;
   }
   return false;
-}
-
-// JSON text must be UTF-8: bytes that are not (past the sniffed prefix of a file, or in
-// a file name) become U+FFFD, as the bash tool does with its output.
-std::string to_valid_utf8(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    size_t length = utf8_sequence_length(text, i);
-    if (length == 0) {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    } else {
-      out.append(text, i, length);
-      i += length;
-    }
-  }
-  return out;
 }
 
 // ---------------------------------------------------------------------------------

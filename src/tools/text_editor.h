@@ -7,7 +7,7 @@
 #include <boost/json/object.hpp>
 #include <cstddef>
 
-#include "tools/paths.h"
+#include "base/sandbox_paths.h"
 
 namespace sandboxd::tools {
 

@@ -1,4 +1,4 @@
-#include "tools/paths.h"
+#include "base/sandbox_paths.h"
 
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <vector>
 
-namespace sandboxd::tools {
+namespace sandboxd {
 namespace {
 
 bool below(std::string_view path, std::string_view mount) {
@@ -102,4 +102,4 @@ int make_parents_beneath(int root_fd, const std::string& relative, uid_t uid, gi
   return 0;
 }
 
-}  // namespace sandboxd::tools
+}  // namespace sandboxd

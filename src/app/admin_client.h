@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-namespace sandboxd::ops {
+namespace sandboxd::app {
 
 struct AdminTarget {
   std::string url;    // "http://127.0.0.1:8080"
@@ -17,4 +17,4 @@ int admin_ps(const AdminTarget& target);
 // Stops a container's sandbox (files kept). Returns the exit status.
 int admin_stop(const AdminTarget& target, const std::string& container, const std::optional<std::string>& owner);
 
-}  // namespace sandboxd::ops
+}  // namespace sandboxd::app

@@ -1,4 +1,4 @@
-#include "ops/serve.h"
+#include "app/serve.h"
 
 #include <signal.h>
 
@@ -30,7 +30,7 @@
 #include "store/file_store.h"
 #include "store/metadata.h"
 
-namespace sandboxd::ops {
+namespace sandboxd::app {
 namespace {
 
 namespace fs = std::filesystem;
@@ -46,14 +46,14 @@ std::string random_token() {
 
 // SIGHUP: the file is read and checked again; what can change while serving applies to
 // new work, and a file with a problem changes nothing (the reason is logged).
-void reload(const std::string& config_path, LiveConfig& live_config, Admission& admission) {
+void reload(const std::string& config_path, ops::LiveConfig& live_config, ops::Admission& admission) {
   if (config_path.empty()) {
     spdlog::warn("SIGHUP: running on the embedded defaults, there is no configuration file to reload");
     return;
   }
-  Config loaded;
+  ops::Config loaded;
   try {
-    loaded = load_config_file(config_path);
+    loaded = ops::load_config_file(config_path);
   } catch (const std::exception& e) {
     spdlog::error("SIGHUP: {} not reloaded, the current configuration stays: {}", config_path, e.what());
     return;
@@ -66,11 +66,11 @@ void reload(const std::string& config_path, LiveConfig& live_config, Admission& 
 
 }  // namespace
 
-int serve(Config config, const std::string& config_path) {
+int serve(ops::Config config, const std::string& config_path) {
   signal(SIGPIPE, SIG_IGN);
   // One access-log line per request: flushed every second (and at once for warnings),
   // so a log file is current without a write per request.
-  configure_logging(config.log_json);
+  ops::configure_logging(config.log_json);
   spdlog::flush_every(std::chrono::seconds(1));
   spdlog::flush_on(spdlog::level::warn);
   fs::create_directories(config.data_dir);
@@ -96,7 +96,7 @@ int serve(Config config, const std::string& config_path) {
   std::string image_problem;
   std::string image_root;
   if (config.runtime_provider == "sandboxd") {
-    const Config defaults;
+    const ops::Config defaults;
     auto image = images::select_image(config.data_dir, config.image_repository, config.image_tag,
                                       config.image_repository == defaults.image_repository &&
                                           config.image_tag == defaults.image_tag);
@@ -130,14 +130,14 @@ int serve(Config config, const std::string& config_path) {
   runtime::Volume::make_private_mount(config.data_dir);
 
   // Append-only, in the data directory, rotated by size.
-  set_audit(std::make_unique<AuditLog>((fs::path(config.data_dir) / "audit.log").string(), config.audit_max_bytes,
+  ops::set_audit(std::make_unique<ops::AuditLog>((fs::path(config.data_dir) / "audit.log").string(), config.audit_max_bytes,
                                        static_cast<size_t>(config.audit_files)));
   store::Metadata metadata((fs::path(config.data_dir) / "sandboxd.db").string());
   store::FileStore files(metadata, config.sandbox_host_uid, config.sandbox_host_uid);
 
   {  // the service's objects end before the data directory's bind is unmounted
     asio::io_context io;
-    LiveConfig live_config(config);
+    ops::LiveConfig live_config(config);
     api::ContainerService containers(io, live_config, sandbox_runtime ? &*sandbox_runtime : nullptr, metadata);
     containers.set_unavailable_reason(image_problem);
     containers.check_store();
@@ -150,14 +150,14 @@ int serve(Config config, const std::string& config_path) {
     containers.set_network(&network);
     http.set_authenticator([&network](server::RequestContext& ctx) { return network.authenticate(ctx); });
     http.set_observer([](const server::RequestRecord& r) {
-      log_event(spdlog::level::info, "request",
+      ops::log_event(spdlog::level::info, "request",
                 {{"id", r.request_id}, {"method", r.method}, {"target", r.target}, {"status", int64_t{r.status}},
                  {"ms", r.seconds * 1000}, {"bytes", static_cast<int64_t>(r.bytes)},
                  {"owner", r.owner.empty() ? std::string_view("-") : r.owner}, {"route", r.route}});
-      metrics().http_request(std::string(r.route), r.status, r.seconds);
+      ops::metrics().http_request(std::string(r.route), r.status, r.seconds);
       // Who did what to which container, and how it ended: every owner's request.
       if (r.authenticated_route && !r.owner.empty())
-        if (auto* log = audit())
+        if (auto* log = ops::audit())
           log->record("request", {{"owner", r.owner}, {"method", r.method}, {"target", r.target},
                                   {"route", r.route}, {"status", int64_t{r.status}}, {"id", r.request_id}});
     });
@@ -165,7 +165,7 @@ int serve(Config config, const std::string& config_path) {
     // configured; /messages answers with a clear 400 otherwise.
     std::shared_ptr<model::UpstreamClient> upstream;
     if (!config.model_base_url.empty()) upstream = model::UpstreamClient::create();
-    HealthCheck health(io, config.data_dir);
+    ops::HealthCheck health(io, config.data_dir);
     api::ApiContext api{containers, files, live_config, upstream, &health};
     api::register_ops_routes(http, api);
     api::register_container_routes(http, api);
@@ -215,7 +215,7 @@ int serve(Config config, const std::string& config_path) {
     io.run();
     for (auto& t : pool) t.join();
   }
-  set_audit(nullptr);  // its file is under the data directory's bind
+  ops::set_audit(nullptr);  // its file is under the data directory's bind
   try {
     runtime::Volume::unmount(config.data_dir);  // the private bind made at start
   } catch (const std::exception& e) {
@@ -225,4 +225,4 @@ int serve(Config config, const std::string& config_path) {
   return 0;
 }
 
-}  // namespace sandboxd::ops
+}  // namespace sandboxd::app

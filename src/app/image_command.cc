@@ -1,4 +1,4 @@
-#include "images/cli.h"
+#include "app/image_command.h"
 
 #include <sys/resource.h>
 
@@ -8,7 +8,15 @@
 #include "images/import.h"
 #include "images/store.h"
 
-namespace sandboxd::images {
+namespace sandboxd::app {
+
+using images::BuildOptions;
+using images::human_size;
+using images::ImageStore;
+using images::ImportOptions;
+using images::import_image;
+using images::kNotInDebian;
+using images::parse_ref;
 namespace {
 
 // Deep trees are walked with one descriptor per level: use the hard limit.
@@ -104,4 +112,4 @@ int image_rm_command(const std::string& data_dir, const std::string& name) {
   });
 }
 
-}  // namespace sandboxd::images
+}  // namespace sandboxd::app

@@ -1,13 +1,11 @@
-// Small helpers shared by the host-side file code: an owning file descriptor and hex.
+// An owning file descriptor.
 #pragma once
 
 #include <unistd.h>
 
-#include <cstddef>
-#include <string>
 #include <utility>
 
-namespace sandboxd::tools {
+namespace sandboxd {
 
 // Owns one file descriptor; closes it when dropped.
 class UniqueFd {
@@ -38,16 +36,5 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-// Lower-case hex of bytes (digests).
-inline std::string hex_encode(const unsigned char* bytes, size_t size) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(size * 2);
-  for (size_t i = 0; i < size; ++i) {
-    out.push_back(kHex[bytes[i] >> 4]);
-    out.push_back(kHex[bytes[i] & 15]);
-  }
-  return out;
-}
 
-}  // namespace sandboxd::tools
+}  // namespace sandboxd

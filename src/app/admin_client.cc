@@ -1,4 +1,4 @@
-#include "ops/admin_client.h"
+#include "app/admin_client.h"
 
 #include <curl/curl.h>
 
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
-namespace sandboxd::ops {
+namespace sandboxd::app {
 namespace {
 
 struct Reply {
@@ -112,4 +112,4 @@ int admin_stop(const AdminTarget& target, const std::string& container, const st
   return 0;
 }
 
-}  // namespace sandboxd::ops
+}  // namespace sandboxd::app

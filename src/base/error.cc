@@ -1,9 +1,11 @@
-#include "server/errors.h"
+#include "base/error.h"
 
 #include <boost/json.hpp>
 #include <stdexcept>
 
-namespace sandboxd::server {
+namespace sandboxd {
+
+namespace http = boost::beast::http;
 
 ApiError ApiError::invalid_request(std::string message) {
   return {http::status::bad_request, "invalid_request_error", std::move(message), {}};
@@ -38,4 +40,4 @@ void throw_exception_from_error(const ApiError& error, const boost::source_locat
   throw std::runtime_error(error.type + ": " + error.message);
 }
 
-}  // namespace sandboxd::server
+}  // namespace sandboxd

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace sandboxd::tools {
+namespace sandboxd {
 
 inline constexpr std::string_view kWorkspaceMount = "/home/agent/workspace";
 inline constexpr std::string_view kUploadsMount = "/mnt/user-data/uploads";
@@ -47,4 +47,4 @@ int open_beneath(int root_fd, const std::string& relative, int flags, mode_t mod
 // symlink that leaves it), owned by uid:gid. Returns 0 or -errno.
 int make_parents_beneath(int root_fd, const std::string& relative, uid_t uid, gid_t gid);
 
-}  // namespace sandboxd::tools
+}  // namespace sandboxd

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace sandboxd::images {
+namespace sandboxd::app {
 
 int image_import_command(const std::string& data_dir, const std::string& file, const std::string& name);
 int image_build_command(const std::string& data_dir, const std::string& name, bool minimal,
@@ -14,4 +14,4 @@ int image_build_command(const std::string& data_dir, const std::string& name, bo
 int image_ls_command(const std::string& data_dir);
 int image_rm_command(const std::string& data_dir, const std::string& name);
 
-}  // namespace sandboxd::images
+}  // namespace sandboxd::app

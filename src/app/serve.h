@@ -7,9 +7,9 @@
 
 #include "ops/config.h"
 
-namespace sandboxd::ops {
+namespace sandboxd::app {
 
 // `config_path` is the file SIGHUP reloads (empty: the embedded defaults, no reload).
-int serve(Config config, const std::string& config_path = "");
+int serve(ops::Config config, const std::string& config_path = "");
 
-}  // namespace sandboxd::ops
+}  // namespace sandboxd::app

@@ -1,7 +1,10 @@
-// API errors in the Anthropic shape (SPEC §3):
+// Expected failures: API errors in the Anthropic shape (SPEC §3):
 //   {"type":"error","error":{"type":"not_found_error","message":"..."}}
-// Expected failures travel as values (ApiError in a Result); only the unexpected is
-// thrown, and its details never reach a client.
+// Every layer reports an expected failure (bad input, a missing thing, a host out of a
+// resource) as a value: an ApiError in a Result. Only the unexpected (a bug, a broken
+// invariant) is thrown, and its details never reach a client. The type lives below every
+// layer so that runtime, store and model can say which status a failure means without
+// knowing HTTP's transport.
 #pragma once
 
 #include <ostream>  // boost/core/detail/string_view.hpp in 1.81 needs it first
@@ -10,12 +13,12 @@
 #include <optional>
 #include <string>
 
-namespace sandboxd::server {
+namespace sandboxd {
 
-namespace http = boost::beast::http;
+using HttpStatus = boost::beast::http::status;
 
 struct ApiError {
-  http::status status = http::status::internal_server_error;
+  HttpStatus status = HttpStatus::internal_server_error;
   std::string type = "api_error";
   std::string message = "Internal server error";
   std::optional<int> retry_after;  // seconds, for 429 and 503
@@ -39,4 +42,4 @@ using Result = boost::system::result<T, ApiError>;
 // Lets Result<T>::value() throw; handlers use has_value()/error() instead.
 [[noreturn]] void throw_exception_from_error(const ApiError& error, const boost::source_location& loc);
 
-}  // namespace sandboxd::server
+}  // namespace sandboxd

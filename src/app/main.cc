@@ -8,137 +8,14 @@
 //                  | ls | rm NAME[:TAG]     (each with [--data-dir DIR | --config FILE])
 //   sandboxd version
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/use_future.hpp>
 #include <cstdio>
-#include <filesystem>
-#include <iostream>
-#include <random>
 
-#include "images/cli.h"
-#include "ops/admin_client.h"
+#include "app/admin_client.h"
+#include "app/image_command.h"
+#include "app/run_command.h"
+#include "app/serve.h"
 #include "ops/config.h"
-#include "ops/serve.h"
-#include "runtime/runtime.h"
-#include "runtime/volume.h"
-
-namespace fs = std::filesystem;
-namespace rt = sandboxd::runtime;
-
-namespace {
-
-// "512Mi", "1G", "100000" -> bytes (the configuration's quantities). Throws
-// CLI::ValidationError on anything else.
-uint64_t parse_bytes(const std::string& text) {
-  auto bytes = sandboxd::ops::parse_bytes(text);
-  if (!bytes) throw CLI::ValidationError("size", "not a size: " + text + " (use K, Ki, M, Mi, G, Gi)");
-  return *bytes;
-}
-
-std::string shell_quote(const std::string& word) {
-  std::string out = "'";
-  for (char c : word) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
-  }
-  return out + "'";
-}
-
-void make_owned_dir(const fs::path& dir, uint32_t uid, uint32_t gid) {
-  fs::create_directories(dir);
-  if (chown(dir.c_str(), uid, gid) != 0)
-    throw std::runtime_error("chown(" + dir.string() + "): " + std::strerror(errno));
-}
-
-int run_command(const std::string& container_arg, double timeout_seconds, const std::string& memory,
-                const std::string& workspace_size, const std::vector<std::string>& command) {
-  rt::RuntimeOptions options;
-  // All `run` invocations share one instance; each picks a unique sandbox name.
-  options.instance = "run";
-  rt::Runtime runtime(options);
-
-  bool temporary = container_arg.empty();
-  fs::path container = temporary ? fs::path() : fs::absolute(container_arg);
-  if (temporary) {
-    std::string pattern = (fs::temp_directory_path() / "sandboxd-run-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    container = pattern;
-  }
-  fs::create_directories(container);
-  const uint32_t uid = options.host_uid, gid = options.host_gid;
-  fs::path data_root = container;
-  fs::path volume_mount;
-  if (!workspace_size.empty()) {
-    // Workspace and outputs live in a size-limited ext4 image inside the container.
-    fs::path image = container / "volume.img";
-    if (!fs::exists(image)) rt::Volume::create(image, parse_bytes(workspace_size), uid, gid);
-    volume_mount = container / "volume";
-    fs::create_directories(volume_mount);
-    rt::Volume::mount(image, volume_mount);
-    data_root = volume_mount;
-  }
-  make_owned_dir(data_root / "workspace", uid, gid);
-  make_owned_dir(data_root / "outputs", uid, gid);
-  make_owned_dir(container / "uploads", uid, gid);
-
-  rt::SandboxOptions sandbox_options;
-  std::random_device random;
-  sandbox_options.name = "r" + std::to_string(getpid()) + "-" + std::to_string(random() % 100000);
-  sandbox_options.workspace_dir = data_root / "workspace";
-  sandbox_options.outputs_dir = data_root / "outputs";
-  sandbox_options.uploads_dir = container / "uploads";
-  if (!memory.empty()) sandbox_options.limits.memory_bytes = parse_bytes(memory);
-
-  rt::ExecRequest request;
-  if (command.size() == 1) {
-    request.command = command[0];
-  } else {
-    for (const auto& word : command) request.command += (request.command.empty() ? "" : " ") + shell_quote(word);
-  }
-  request.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));
-
-  boost::asio::io_context io;
-  auto future = boost::asio::co_spawn(
-      io,
-      [&]() -> boost::asio::awaitable<rt::ExecResult> {
-        auto sandbox = co_await runtime.start(io.get_executor(), sandbox_options);
-        std::exception_ptr failure;
-        rt::ExecResult result;
-        try {
-          result = co_await sandbox->exec(request);
-        } catch (...) {
-          failure = std::current_exception();
-        }
-        co_await sandbox->stop();
-        if (failure) std::rethrow_exception(failure);
-        co_return result;
-      }(),
-      boost::asio::use_future);
-  io.run();
-  int code = 1;
-  std::exception_ptr failure;
-  try {
-    rt::ExecResult result = future.get();
-    std::fwrite(result.stdout_text.data(), 1, result.stdout_text.size(), stdout);
-    std::fflush(stdout);
-    std::fwrite(result.stderr_text.data(), 1, result.stderr_text.size(), stderr);
-    if (result.timed_out) std::fputc('\n', stderr);
-    code = result.return_code;
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  if (!volume_mount.empty()) rt::Volume::unmount(volume_mount);
-  if (temporary) fs::remove_all(container);
-  if (failure) std::rethrow_exception(failure);
-  return code;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"sandboxd: isolated code execution for AI assistants"};
@@ -147,17 +24,15 @@ int main(int argc, char** argv) {
   auto* version = app.add_subcommand("version", "Print the version");
   version->callback([] { std::printf("sandboxd %s\n", SANDBOXD_VERSION); });
 
-  std::string container, memory, workspace_size;
-  double timeout = 60;
-  std::vector<std::string> command;
+  sandboxd::app::RunOptions run_options;
   auto* run = app.add_subcommand("run", "Run one command in a fresh sandbox over a container directory");
-  run->add_option("--container", container,
+  run->add_option("--container", run_options.container,
                   "Container directory (workspace/, uploads/, outputs/ are created); temporary if omitted");
-  run->add_option("--timeout", timeout, "Timeout in seconds (default 60)")->check(CLI::PositiveNumber);
-  run->add_option("--memory", memory, "Memory limit, e.g. 512Mi (swap included)");
-  run->add_option("--workspace-size", workspace_size,
+  run->add_option("--timeout", run_options.timeout_seconds, "Timeout in seconds (default 60)")->check(CLI::PositiveNumber);
+  run->add_option("--memory", run_options.memory, "Memory limit, e.g. 512Mi (swap included)");
+  run->add_option("--workspace-size", run_options.workspace_size,
                   "Hard limit on workspace + outputs, e.g. 100Mi (an ext4 volume in the container)");
-  run->add_option("command", command, "The command (one argument: a bash script)")->required();
+  run->add_option("command", run_options.command, "The command (one argument: a bash script)")->required();
   run->positionals_at_end();
 
   std::string config_file;
@@ -222,7 +97,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    namespace im = sandboxd::images;
+    namespace im = sandboxd::app;
     if (image_import->parsed()) return im::image_import_command(data_dir, image_file, image_name);
     if (image_build->parsed())
       return im::image_build_command(data_dir, image_name, image_minimal, image_packages, image_mirror);
@@ -230,7 +105,7 @@ int main(int argc, char** argv) {
     return im::image_rm_command(data_dir, image_name);
   }
   if (ps->parsed() || stop->parsed()) {
-    sandboxd::ops::AdminTarget target;
+    sandboxd::app::AdminTarget target;
     try {
       auto config =
           admin_config.empty() ? sandboxd::ops::default_config() : sandboxd::ops::load_config_file(admin_config);
@@ -247,14 +122,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "sandboxd: no admin token (--admin-token, SANDBOXD_ADMIN_TOKEN or auth.adminToken)\n");
       return 2;
     }
-    if (ps->parsed()) return sandboxd::ops::admin_ps(target);
-    return sandboxd::ops::admin_stop(target, stop_container,
+    if (ps->parsed()) return sandboxd::app::admin_ps(target);
+    return sandboxd::app::admin_stop(target, stop_container,
                                      stop_owner.empty() ? std::nullopt : std::optional<std::string>(stop_owner));
   }
   if (serve->parsed()) {
     try {
       auto config = config_file.empty() ? sandboxd::ops::default_config() : sandboxd::ops::load_config_file(config_file);
-      return sandboxd::ops::serve(std::move(config), config_file);
+      return sandboxd::app::serve(std::move(config), config_file);
     } catch (const sandboxd::ops::ConfigError& e) {
       std::fprintf(stderr, "sandboxd: configuration: %s\n", e.what());
       return 2;
@@ -275,7 +150,7 @@ int main(int argc, char** argv) {
   }
   if (run->parsed()) {
     try {
-      return run_command(container, timeout, memory, workspace_size, command);
+      return sandboxd::app::run_command(run_options);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "sandboxd run: %s\n", e.what());
       return 125;
