@@ -193,6 +193,7 @@ async function send() {
   setBusy(true);
   const messages = $('messages');
   messages.querySelector('.empty')?.remove();
+  messages.querySelectorAll('.message.unsent').forEach((node) => node.remove());
   const user = MessageView.fromStored({ role: 'user', content });
   messages.append(user.node);
   const answer = new MessageView('assistant');

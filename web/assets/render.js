@@ -36,7 +36,8 @@ export function renderText(target, text) {
       target.append(pre);
       return;
     }
-    for (const paragraph of part.split(/\n{2,}/)) {
+    for (const raw of part.split(/\n{2,}/)) {
+      const paragraph = raw.replace(/^\n+|\n+$/g, '');
       if (!paragraph.trim()) continue;
       const p = el('p');
       paragraph.split(/(`[^`\n]+`)/).forEach((piece) => {
