@@ -63,7 +63,8 @@ def chunk(t, d): return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zl
 png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0))
 png += chunk(b'IDAT', zlib.compress(b''.join(rows))) + chunk(b'IEND', b'')
 open('/mnt/user-data/outputs/chart.png', 'wb').write(png)
-EOF`;
+EOF
+sort -r /mnt/user-data/uploads/data.csv > /mnt/user-data/outputs/summary.csv`;
 
 const message = (content, stop_reason) => ({
   message: { content, stop_reason, usage: { input_tokens: 11, output_tokens: 7 } },
@@ -153,6 +154,11 @@ test('sign in, upload a CSV, ask for a chart, see it streamed and download it', 
     const img = document.querySelector('img[data-testid="artifact-image"]');
     return img && img.complete && img.naturalWidth === 160;
   });
+  // The CSV artifact is previewed as a table.
+  const table = answer.locator('[data-testid="artifact"][data-filename="summary.csv"] table.csv');
+  await table.waitFor();
+  assert.deepEqual(await table.locator('th').allInnerTexts(), ['month', 'revenue']);
+  assert.equal(await table.locator('tr').count(), 4);
   await shot('05-answer-with-chart');
 
   // The execution step: collapsed, with its command and output once opened.
@@ -173,7 +179,7 @@ test('sign in, upload a CSV, ask for a chart, see it streamed and download it', 
   // Download through the page and compare with the file in the container.
   const [download] = await Promise.all([
     page.waitForEvent('download'),
-    answer.locator('button[data-testid="download"]').click(),
+    answer.locator('[data-filename="chart.png"] button[data-testid="download"]').click(),
   ]);
   assert.equal(download.suggestedFilename(), 'chart.png');
   const saved = join(dir, 'downloaded.png');
@@ -192,7 +198,7 @@ test('sign in, upload a CSV, ask for a chart, see it streamed and download it', 
   await page.locator(`.thread-item[data-thread-id="${threadId}"]`).click();
   await page.locator('article.message.assistant img[data-testid="artifact-image"]').waitFor();
   assert.equal(await page.locator('#thread-title').innerText(), 'Please chart data.csv');
-  assert.equal(await page.locator('#artifact-count').innerText(), '1');
+  assert.equal(await page.locator('#artifact-count').innerText(), '2');
 
   // A model that is overloaded: the person is told, the message is not lost silently.
   await script([{ status: 529, error: { type: 'overloaded_error', message: 'Overloaded' } }]);
@@ -226,10 +232,50 @@ test('keyboard only: sign in, new thread and send with Tab and Enter', async () 
   await page.keyboard.press('Enter');
   await page.locator('.thread-item.active').waitFor();
   await page.waitForFunction(() => document.activeElement && document.activeElement.id === 'prompt');
-  await script([message([{ type: 'text', text: 'Hello from the keyboard test.' }], 'end_turn')]);
+  // The upstream pauses after the first block: the page shows it while the stream is open.
+  await script([{ ...message([{ type: 'text', text: 'Hello from the keyboard test.' },
+    { type: 'text', text: 'And the rest, later.' }], 'end_turn'), stall_after_block: 0, stall_ms: 3000 }]);
   await page.keyboard.type('Hi');
   await page.keyboard.press('Enter');
-  await page.locator('article.message.assistant[data-complete="true"]', { hasText: 'Hello from the keyboard test.' }).waitFor();
+  await page.locator('article.message.assistant.streaming', { hasText: 'Hello from the keyboard test.' }).waitFor();
+  assert.equal(await page.locator('article.message.assistant[data-complete="true"]').count(), 0,
+    'the first part is shown before the answer is complete');
+  await page.locator('article.message.assistant[data-complete="true"]', { hasText: 'And the rest, later.' }).waitFor();
   await page.screenshot({ path: join(SHOTS, '09-keyboard.png') });
   await context.close();
+});
+
+test('with features.codeExecution.enabled false the page says so and still chats', async () => {
+  const config = join(dir, 'config-off.yaml');
+  writeFileSync(config, [
+    'server: { listen: "127.0.0.1:0", dataDir: "' + join(dir, 'data-off') + '" }',
+    `auth: { tokens: [ { token: ${TOKEN}, owner: person } ] }`,
+    `model: { baseUrl: "${upstreamUrl}", models: { default: upstream-model } }`,
+    'features: { codeExecution: { enabled: false } }',
+    '',
+  ].join('\n'));
+  const server = await startProgram(process.env.SANDBOXD_PATH, ['serve', '--config', config],
+    /listening on (http:\/\/127\.0\.0\.1:\d+)/);
+  try {
+    const context = await browser.newContext({ viewport: { width: 1000, height: 700 } });
+    const page = await context.newPage();
+    await page.goto(server.match[1] + '/');
+    await page.fill('#token', TOKEN);
+    await page.press('#token', 'Enter');
+    await page.locator('#feature-note', { hasText: 'Code execution is turned off by the operator' }).waitFor();
+    assert.equal(await page.locator('#code-toggle').isDisabled(), true);
+    assert.equal(await page.locator('#code-toggle').isChecked(), false);
+    await page.click('#new-thread');
+    await script([message([{ type: 'text', text: 'Plain chat still answers.' }], 'end_turn')]);
+    await page.fill('#prompt', 'Run some code please');
+    await page.press('#prompt', 'Enter');
+    await page.locator('article.message.assistant[data-complete="true"]', { hasText: 'Plain chat still answers.' }).waitFor();
+    const requests = await upstreamRequests();
+    assert.equal(requests.length, 1);
+    assert.equal(requests[0].tools, undefined, 'no code execution offered');
+    await page.screenshot({ path: join(SHOTS, '10-code-execution-off.png') });
+    await context.close();
+  } finally {
+    await stopProgram(server.child);
+  }
 });

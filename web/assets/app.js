@@ -111,6 +111,7 @@ async function newThread() {
 async function openThread(id) {
   try {
     const thread = await api.getThread(id);
+    if (!state.current || state.current.id !== thread.id) $('uploads').replaceChildren();
     state.current = thread;
     renderThread();
     renderThreadList();
