@@ -75,6 +75,8 @@ class WebRoot {
   WebRoot(const WebRoot&) = delete;
   WebRoot& operator=(const WebRoot&) = delete;
 
+  bool usable() const { return fd_ >= 0; }
+
   Result<Response> serve(const std::string& relative) const {
     if (fd_ < 0)
       return ApiError::not_found("The web page is not installed: set server.webRoot to the folder of sandboxd's web files");
@@ -121,6 +123,7 @@ void register_web_routes(server::HttpServer& http, ApiContext& api) {
   const std::string path = find_web_root(api.config()->web_root);
   auto root = std::make_shared<WebRoot>(path);
   if (path.empty()) spdlog::warn("web page: no web root found (server.webRoot); `/` answers 404");
+  else if (!root->usable()) spdlog::warn("web page: {} cannot be opened (server.webRoot); `/` answers 404", path);
   else spdlog::info("web page: serving {}", path);
   server::RouteOptions open{.authenticated = false};
   http.route(http::verb::get, "/", "web.index", [root](RequestContext&) { return serve_file(root, "index.html"); }, open);

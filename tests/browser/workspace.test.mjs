@@ -89,7 +89,7 @@ before(async () => {
   serverProcess = server.child;
   serverUrl = server.match[1];
   // Root runs chromium without its own sandbox (it refuses to start as root otherwise).
-  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
 });
 
 after(async () => {
