@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <list>
 
 #include "scripted_upstream.h"
@@ -387,6 +388,29 @@ TEST_F(WorkspaceTest, TheFlagRemovesCodeExecutionAndChatStillAnswers) {
 
   server->write_config(model_yaml(*upstream) + "workspace:\n  maxHistoryTurns: 2\n");
   EXPECT_NE(server->reload().find("reloaded"), std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+// One turn at a time per thread: a second message while the first is answered gets 429
+// with Retry-After (the first is held at the upstream until the second was refused).
+TEST_F(WorkspaceTest, ASecondMessageWhileOneIsAnsweredIsTooManyRequests) {
+  const std::string id = create_thread();
+  const std::string other = create_thread();
+  upstream->push({{"message", U::message({U::text_block("slow answer")}, "end_turn")}, {"delay_ms", 4000}});
+  auto first = std::async(std::launch::async, [&] { return post_message(id, {{"content", "first"}}); });
+  while (upstream->requests().size() == baseline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::string headers = sh("curl -sS -D - -o /dev/null -X POST '" + thread_url(id, "/messages") +
+                           "' -H 'Authorization: Bearer secret-alice' -H 'content-type: application/json' -d '{\"content\": \"second\"}'");
+  EXPECT_NE(headers.find(" 429"), std::string::npos) << headers;
+  EXPECT_NE(headers.find("Retry-After: 1"), std::string::npos) << headers;
+  upstream->push_message(U::message({U::text_block("other thread answers")}, "end_turn"));
+  auto elsewhere = json(post_message(other, {{"content", "meanwhile"}}));
+  EXPECT_EQ(elsewhere.at("content").as_array()[0].at("text"), "other thread answers") << "other threads are not held up";
+  EXPECT_EQ(json(first.get()).at("content").as_array()[0].at("text"), "slow answer");
+  EXPECT_EQ(get_thread(id).at("messages").as_array().size(), 2u) << "the refused message left nothing";
 }
 
 }  // namespace
