@@ -12,6 +12,7 @@ packages=(
   zlib1g-dev debootstrap  # images: gzip layers; `sandboxd image build`
   prometheus  # promtool checks the /metrics output in the tests
   postgresql  # a real allow-listed service the network tests query from a sandbox
+  chromium  # the Workspace web page's browser test (driven by playwright-core)
 )
 missing=()
 for p in "${packages[@]}"; do

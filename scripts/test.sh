@@ -6,5 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh
 # The SDK for the client-compatibility tests, exactly as package-lock.json pins it.
 npm ci --prefix tests/sdk --no-audit --no-fund --loglevel=error >/dev/null
+# playwright-core for the Workspace page's browser test (it drives Debian's chromium).
+npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error >/dev/null
 cd build
 ctest --output-on-failure --timeout 600 "$@"

@@ -17,6 +17,7 @@
 #include "api/container_service.h"
 #include "api/routes.h"
 #include "api/sandbox_network.h"
+#include "api/thread_chat.h"
 #include "images/store.h"
 #include "model/upstream_client.h"
 #include "ops/health_check.h"
@@ -171,6 +172,8 @@ int serve(ops::Config config, const std::string& config_path) {
     api::register_container_routes(http, api);
     api::register_file_routes(http, api);
     api::register_thread_routes(http, api);
+    api::register_thread_chat_routes(http, api, (fs::path(config.data_dir) / "sandboxd.db").string());
+    api::register_web_routes(http, api);
     api::register_messages_routes(http, api);
     api::register_admin_routes(http, api);
 

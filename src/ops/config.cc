@@ -153,7 +153,8 @@ Config parse_config(const std::string& yaml_text) {
                        "codeInterpreter", "workspace", "runtime", "logging"});
 
   with(root, "server", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec"});
+    only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec", "webRoot"});
+    with(n, "webRoot", p, [&](const YAML::Node& v, const std::string& kp) { c.web_root = scalar(v, kp); });
     with(n, "headerTimeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.header_timeout_sec = static_cast<int>(read_int(v, kp, 1, 3600)); });
     with(n, "listen", p, [&](const YAML::Node& v, const std::string& kp) {
       std::string listen = scalar(v, kp);
@@ -310,7 +311,8 @@ Config parse_config(const std::string& yaml_text) {
   });
 
   with(root, "workspace", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"downloads"});
+    only_keys(n, p, {"downloads", "maxHistoryTurns"});
+    with(n, "maxHistoryTurns", p, [&](const YAML::Node& v, const std::string& kp) { c.max_history_turns = static_cast<int>(read_int(v, kp, 1, 1000)); });
     with(n, "downloads", p, [&](const YAML::Node& d, const std::string& dp) {
       only_keys(d, dp, {"generatedResources", "uploadedResources"});
       with(d, "generatedResources", dp, [&](const YAML::Node& v, const std::string& kp) { c.download_generated = read_bool(v, kp); });

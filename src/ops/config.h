@@ -37,6 +37,7 @@ struct Config {
   std::string data_dir = "./sandboxd-data";
   uint64_t max_upload_bytes = 512ull << 20;
   int header_timeout_sec = 15;  // the whole request header must arrive in this time
+  std::string web_root;  // server.webRoot: the web page's files; empty = found beside the binary
   // auth
   std::vector<TokenEntry> tokens;  // empty: one development token is generated at start
   std::string admin_token;
@@ -82,6 +83,7 @@ struct Config {
   // workspace (organisation settings)
   bool download_generated = true;
   bool download_uploaded = false;
+  int max_history_turns = 20;  // workspace.maxHistoryTurns: turns of a thread sent upstream
   // logging
   bool log_json = false;                 // logging.format: json (JSON lines) or text
   uint64_t audit_max_bytes = 64ull << 20;  // logging.auditMaxSize: the audit log rotates past it

@@ -30,6 +30,7 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
   next->max_upload_bytes = loaded.max_upload_bytes;
   next->download_generated = loaded.download_generated;
   next->download_uploaded = loaded.download_uploaded;
+  next->max_history_turns = loaded.max_history_turns;
   next->model_names = loaded.model_names;
   next->max_tool_iterations = loaded.max_tool_iterations;
   next->model_timeout_sec = loaded.model_timeout_sec;
@@ -44,6 +45,7 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
   std::error_code ec;
   keep(std::filesystem::weakly_canonical(loaded.data_dir, ec).string() == current->data_dir, "server.dataDir");
   keep(loaded.header_timeout_sec == current->header_timeout_sec, "server.headerTimeoutSec");
+  keep(loaded.web_root == current->web_root, "server.webRoot");
   bool same_tokens = loaded.tokens.size() == current->tokens.size();
   for (size_t i = 0; same_tokens && i < loaded.tokens.size(); ++i)
     same_tokens = loaded.tokens[i].token == current->tokens[i].token && loaded.tokens[i].owner == current->tokens[i].owner;

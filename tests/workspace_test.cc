@@ -1,0 +1,416 @@
+// The Workspace end to end (issue 16): a real `sandboxd serve` with a scripted upstream
+// model. Threads are owner-scoped; a message runs the tool loop with the thread as the
+// container and the stored conversation as the history; code execution follows the
+// seeds' rule (Skills add it, pgpt.tools asks for it, features.codeExecution.enabled
+// false removes both and plain chat goes on); files a turn writes to outputs/ become
+// artifacts and zylon-resource blocks; history survives a restart and only the last
+// workspace.maxHistoryTurns turns go upstream. And the web page's static files.
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <list>
+
+#include "scripted_upstream.h"
+#include "server_harness.h"
+
+using namespace sandboxd::testing;
+namespace bj = boost::json;
+using U = ScriptedUpstream;
+
+namespace {
+
+std::string model_yaml(const ScriptedUpstream& upstream) {
+  return "model:\n  baseUrl: \"" + upstream.base_url() +
+         "\"\n  models: { default: upstream-model }\n  maxToolIterations: 5\n  timeoutSec: 20\n";
+}
+
+// A command that writes a small PNG with python3's zlib and struct (no imaging library
+// needed), the kind of chart a model makes.
+const char* kWritePng =
+    "python3 - <<'EOF'\n"
+    "import struct, zlib\n"
+    "w, h = 4, 3\n"
+    "raw = b''.join(b'\\x00' + bytes([200, 30 * y, 90]) * w for y in range(h))\n"
+    "def chunk(t, d): return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d))\n"
+    "png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0))\n"
+    "png += chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b'')\n"
+    "open('/mnt/user-data/outputs/chart.png', 'wb').write(png)\n"
+    "EOF";
+
+struct SseEvent {
+  std::string name;
+  bj::object data;
+};
+
+std::vector<SseEvent> parse_sse(const std::string& text) {
+  std::vector<SseEvent> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find("\n\n", at);
+    if (end == std::string::npos) break;
+    std::string block = text.substr(at, end - at);
+    at = end + 2;
+    SseEvent event;
+    std::istringstream lines(block);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("event: ", 0) == 0) event.name = line.substr(7);
+      if (line.rfind("data: ", 0) == 0) event.data = json(line.substr(6)).as_object();
+    }
+    out.push_back(std::move(event));
+  }
+  return out;
+}
+
+std::vector<std::string> block_types(const bj::array& content) {
+  std::vector<std::string> types;
+  for (const auto& block : content) types.emplace_back(block.at("type").as_string());
+  return types;
+}
+
+const bj::object* find_block(const bj::array& content, std::string_view type) {
+  for (const auto& block : content)
+    if (block.at("type").as_string() == type) return &block.as_object();
+  return nullptr;
+}
+
+class WorkspaceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    upstream = new ScriptedUpstream();
+    server = new ServerProcess(model_yaml(*upstream) + "workspace:\n  maxHistoryTurns: 2\n");
+  }
+  static void TearDownTestSuite() {
+    delete server;
+    delete upstream;
+  }
+  void SetUp() override { baseline = upstream->requests().size(); }
+  void TearDown() override { EXPECT_EQ(upstream->pending_steps(), 0u) << "every scripted step was used"; }
+
+  std::vector<bj::object> sent() {
+    auto all = upstream->requests();
+    return {all.begin() + static_cast<long>(baseline), all.end()};
+  }
+  std::string thread_url(const std::string& id, const std::string& rest = "") {
+    return server->url("/api/v1/app/thread/" + id + rest);
+  }
+  std::string body_file(const bj::object& body) {
+    fs::path file = server->dir() / ("body-" + std::to_string(++posts) + ".json");
+    std::ofstream(file) << bj::serialize(body);
+    return file.string();
+  }
+  std::string create_thread(const std::string& token = "secret-alice") {
+    auto reply = server->curl_json("-X POST '" + server->url("/api/v1/app/thread") + "'", token);
+    return std::string(reply.at("id").as_string());
+  }
+  std::string post_message(const std::string& id, const bj::object& body, const std::string& token = "secret-alice") {
+    return server->curl("-X POST '" + thread_url(id, "/messages") + "' -H 'content-type: application/json' --data-binary @" +
+                            body_file(body),
+                        token);
+  }
+  int post_message_status(const std::string& id, const bj::object& body, const std::string& token = "secret-alice") {
+    return server->status("-X POST '" + thread_url(id, "/messages") + "' -H 'content-type: application/json' --data-binary @" +
+                              body_file(body),
+                          token);
+  }
+  bj::object get_thread(const std::string& id) { return server->curl_json("'" + thread_url(id) + "'").as_object(); }
+
+  static ScriptedUpstream* upstream;
+  static ServerProcess* server;
+  size_t baseline = 0;
+  int posts = 0;
+};
+ScriptedUpstream* WorkspaceTest::upstream = nullptr;
+ServerProcess* WorkspaceTest::server = nullptr;
+
+TEST_F(WorkspaceTest, ThreadsAreCreatedListedNewestFirstRenamedAndOwnerScoped) {
+  auto created = server->curl_json("-X POST '" + server->url("/api/v1/app/thread") + "' -d '{\"title\": \"Q3 sales\"}'");
+  EXPECT_EQ(created.at("type"), "thread");
+  EXPECT_EQ(created.at("title"), "Q3 sales");
+  const std::string first(created.at("id").as_string());
+  const std::string second = create_thread(), third = create_thread();
+
+  auto page = server->curl_json("'" + server->url("/api/v1/app/thread?limit=2") + "'");
+  ASSERT_EQ(page.at("data").as_array().size(), 2u);
+  EXPECT_EQ(page.at("data").as_array()[0].at("id"), bj::value(third)) << "newest first";
+  EXPECT_EQ(page.at("data").as_array()[1].at("id"), bj::value(second));
+  EXPECT_EQ(page.at("has_more"), true);
+  auto next = server->curl_json("'" + server->url("/api/v1/app/thread?limit=2&after_id=" + second) + "'");
+  EXPECT_EQ(next.at("data").as_array()[0].at("id"), bj::value(first));
+
+  auto renamed = server->curl_json("-X PATCH '" + thread_url(second) + "' -d '{\"title\": \"Renamed\"}'");
+  EXPECT_EQ(renamed.at("title"), "Renamed");
+  EXPECT_EQ(get_thread(second).at("title"), "Renamed");
+  EXPECT_EQ(server->status("-X PATCH '" + thread_url(second) + "' -d '{\"title\": 5}'"), 400);
+  EXPECT_EQ(server->status("-X POST '" + server->url("/api/v1/app/thread") + "' -d '{\"colour\": 1}'"), 400);
+
+  // Another owner's thread answers exactly like a missing one.
+  const std::string bob = "secret-bob-x";
+  EXPECT_EQ(server->status("'" + thread_url(first) + "'", bob), 404);
+  EXPECT_EQ(server->status("'" + thread_url(first, "/artifacts") + "'", bob), 404);
+  EXPECT_EQ(server->status("-X PATCH '" + thread_url(first) + "' -d '{\"title\": \"x\"}'", bob), 404);
+  EXPECT_EQ(server->status("-X DELETE '" + thread_url(first) + "'", bob), 404);
+  EXPECT_EQ(post_message_status(first, {{"content", "hi"}}, bob), 404);
+  EXPECT_EQ(server->status("'" + thread_url("thread_missing") + "'"), 404);
+  auto bobs = server->curl_json("'" + server->url("/api/v1/app/thread") + "'", bob);
+  EXPECT_TRUE(bobs.at("data").as_array().empty());
+  EXPECT_EQ(sent().size(), 0u) << "nothing reached the model";
+  EXPECT_EQ(get_thread(first).at("title"), "Q3 sales") << "bob's rename changed nothing";
+}
+
+TEST_F(WorkspaceTest, PlainChatOffersNoCodeExecutionAndIsStored) {
+  const std::string id = create_thread();
+  upstream->push_message(U::message({U::text_block("Hello! How can I help?")}, "end_turn", 12, 6));
+  auto reply = json(post_message(id, {{"content", "Hello there"}})).as_object();
+  EXPECT_EQ(reply.at("role"), "assistant");
+  EXPECT_EQ(reply.at("content").as_array()[0].at("text"), "Hello! How can I help?");
+  EXPECT_EQ(reply.at("stop_reason"), "end_turn");
+  auto calls = sent();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_FALSE(calls[0].contains("tools")) << "ordinary chat: no code execution";
+  EXPECT_EQ(calls[0].at("model"), "upstream-model");
+  auto thread = get_thread(id);
+  const auto& messages = thread.at("messages").as_array();
+  ASSERT_EQ(messages.size(), 2u);
+  EXPECT_EQ(messages[0].at("role"), "user");
+  EXPECT_EQ(messages[0].at("content"), "Hello there");
+  EXPECT_EQ(messages[1].at("id"), reply.at("id"));
+  EXPECT_EQ(messages[1].at("usage").at("input_tokens"), 12);
+  EXPECT_EQ(thread.at("title"), "Hello there") << "the first message names an untitled thread";
+  // Bad requests are refused before anything runs.
+  EXPECT_EQ(post_message_status(id, {{"content", ""}}), 400);
+  EXPECT_EQ(post_message_status(id, {{"content", "x"}, {"pgpt", {{"tools", bj::array{"web_fetch"}}}}}), 400);
+  EXPECT_EQ(post_message_status(id, {{"content", "x"}, {"extra", 1}}), 400);
+  EXPECT_EQ(sent().size(), 1u);
+}
+
+TEST_F(WorkspaceTest, PgptToolsRequestCodeExecutionAndOutputsBecomeArtifacts) {
+  const std::string id = create_thread();
+  upstream->push_message(U::message({U::text_block("Making the chart."),
+                                     U::tool_use("toolu_png", "bash_code_execution", {{"command", kWritePng}})},
+                                    "tool_use"));
+  upstream->push_message(U::message({U::text_block("Here is your chart.")}, "end_turn"));
+  auto reply = json(post_message(id, {{"content", "Chart it"}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}}))
+                   .as_object();
+  const auto& content = reply.at("content").as_array();
+  ASSERT_EQ(block_types(content), (std::vector<std::string>{"text", "server_tool_use", "bash_code_execution_tool_result",
+                                                            "text", "zylon-resource"}))
+      << bj::serialize(reply);
+  EXPECT_EQ(content[2].at("content").at("return_code"), 0) << bj::serialize(content[2]);
+  const auto& resource = content[4].as_object();
+  EXPECT_EQ(resource.at("filename"), "chart.png");
+  EXPECT_EQ(resource.at("mime_type"), "image/png");
+  EXPECT_EQ(resource.at("message_id"), reply.at("id"));
+  EXPECT_EQ(reply.at("container").at("id"), bj::value(id)) << "the thread is the container";
+
+  auto calls = sent();
+  ASSERT_EQ(calls.size(), 2u);
+  ASSERT_TRUE(calls[0].contains("tools"));
+  EXPECT_EQ(calls[0].at("tools").as_array()[0].at("name"), "bash_code_execution");
+
+  // The artifact is the file the command wrote, downloadable through its URL.
+  std::string bytes = server->curl("'" + server->url(std::string(resource.at("download_url").as_string())) + "'");
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  EXPECT_EQ(bytes.size(), resource.at("size_bytes").to_number<uint64_t>());
+  std::string by_files_api = server->curl("'" + server->base() + "/files/" + std::string(resource.at("file_id").as_string()) +
+                                          "/content?scope_id=" + id + "'");
+  EXPECT_EQ(bytes, by_files_api);
+  auto artifacts = server->curl_json("'" + thread_url(id, "/artifacts") + "'");
+  ASSERT_EQ(artifacts.at("data").as_array().size(), 1u);
+  EXPECT_EQ(artifacts.at("data").as_array()[0].at("file_id"), resource.at("file_id"));
+  EXPECT_EQ(artifacts.at("data").as_array()[0].at("message_id"), reply.at("id"));
+  // The stored answer keeps the block.
+  const auto thread = get_thread(id);
+  const auto& stored = thread.at("messages").as_array()[1].at("content").as_array();
+  ASSERT_NE(find_block(stored, "zylon-resource"), nullptr);
+  EXPECT_EQ(find_block(stored, "zylon-resource")->at("file_id"), resource.at("file_id"));
+
+  // A turn that changes nothing in outputs/ makes no artifact; one that rewrites the
+  // file makes a new one.
+  upstream->push_message(U::message({U::tool_use("toolu_ls", "bash_code_execution", {{"command", "ls /mnt/user-data/outputs"}})},
+                                    "tool_use"));
+  upstream->push_message(U::message({U::text_block("Still there.")}, "end_turn"));
+  auto quiet = json(post_message(id, {{"content", "List it"}, {"pgpt", {{"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_v1"}}}}}}})).as_object();
+  EXPECT_EQ(find_block(quiet.at("content").as_array(), "zylon-resource"), nullptr) << bj::serialize(quiet);
+  EXPECT_EQ(server->curl_json("'" + thread_url(id, "/artifacts") + "'").at("data").as_array().size(), 1u);
+}
+
+TEST_F(WorkspaceTest, SkillsAddCodeExecution) {
+  const std::string id = create_thread();
+  upstream->push_message(U::message({U::text_block("Using the skill.")}, "end_turn"));
+  auto reply = json(post_message(id, {{"content", "Make a spreadsheet"},
+                                      {"skills", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "xlsx"}}}}}))
+                   .as_object();
+  EXPECT_EQ(reply.at("stop_reason"), "end_turn") << bj::serialize(reply);
+  auto calls = sent();
+  ASSERT_EQ(calls.size(), 1u);
+  ASSERT_TRUE(calls[0].contains("tools")) << "Skills add code execution";
+  EXPECT_EQ(calls[0].at("tools").as_array().size(), 2u);
+  EXPECT_EQ(post_message_status(id, {{"content", "x"}, {"skills", bj::array{bj::object{{"type", "anthropic"}}}}}), 400)
+      << "a skill needs its skill_id";
+}
+
+TEST_F(WorkspaceTest, TheStreamCarriesTheStepsTheAnswerAndZylonResourceBlocks) {
+  const std::string id = create_thread();
+  upstream->push_message(U::message(
+      {U::tool_use("toolu_w", "bash_code_execution", {{"command", "printf 'a,b\\n1,2\\n' > /mnt/user-data/outputs/table.csv"}})},
+      "tool_use"));
+  upstream->push_message(U::message({U::text_block("Saved table.csv.")}, "end_turn"));
+  std::string body = post_message(id, {{"content", "Save a table"}, {"stream", true}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}});
+  auto events = parse_sse(body);
+  ASSERT_FALSE(events.empty()) << body;
+  EXPECT_EQ(events.front().name, "message_start");
+  EXPECT_EQ(events.back().name, "message_stop");
+  // Rebuild the message from its events.
+  bj::array content;
+  size_t resource_at = 0, delta_at = 0;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const auto& e = events[i];
+    if (e.name == "content_block_start") {
+      EXPECT_EQ(e.data.at("index").as_int64(), static_cast<int64_t>(content.size()));
+      content.push_back(e.data.at("content_block"));
+      if (e.data.at("content_block").at("type") == "zylon-resource") resource_at = i;
+    }
+    if (e.name == "content_block_delta" && e.data.at("delta").at("type") == "text_delta") {
+      auto& block = content.at(e.data.at("index").as_int64()).as_object();
+      block["text"] = std::string(block["text"].as_string()) + std::string(e.data.at("delta").at("text").as_string());
+    }
+    if (e.name == "message_delta") delta_at = i;
+  }
+  ASSERT_EQ(block_types(content), (std::vector<std::string>{"server_tool_use", "bash_code_execution_tool_result", "text",
+                                                            "zylon-resource"}));
+  ASSERT_GT(resource_at, 0u);
+  EXPECT_LT(resource_at, delta_at) << "the resource arrives before the message ends";
+  const auto& resource = content.back().as_object();
+  EXPECT_EQ(resource.at("filename"), "table.csv");
+  EXPECT_EQ(resource.at("size_bytes"), 8);
+  EXPECT_EQ(content[2].at("text"), "Saved table.csv.");
+  EXPECT_EQ(server->curl("'" + server->url(std::string(resource.at("download_url").as_string())) + "'"), "a,b\n1,2\n");
+  // Stored as streamed.
+  const auto thread = get_thread(id);
+  const auto& stored = thread.at("messages").as_array();
+  ASSERT_EQ(stored.size(), 2u);
+  EXPECT_EQ(block_types(stored[1].at("content").as_array()), block_types(content));
+  EXPECT_EQ(find_block(stored[1].at("content").as_array(), "zylon-resource")->at("file_id"), resource.at("file_id"));
+  EXPECT_EQ(stored[1].at("id"), events.front().data.at("message").at("id"));
+}
+
+TEST_F(WorkspaceTest, OnlyTheLastTurnsGoUpstreamAndHistorySurvivesARestart) {
+  const std::string id = create_thread();
+  for (int i = 1; i <= 3; ++i) {
+    upstream->push_message(U::message({U::text_block("answer " + std::to_string(i))}, "end_turn"));
+    auto reply = json(post_message(id, {{"content", "question " + std::to_string(i)}}));
+    ASSERT_EQ(reply.at("content").as_array()[0].at("text"), bj::value("answer " + std::to_string(i))) << bj::serialize(reply);
+  }
+  auto calls = sent();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[1].at("messages").as_array().size(), 3u) << "turn 1, then the new question";
+  const auto& third = calls[2].at("messages").as_array();
+  ASSERT_EQ(third.size(), 3u) << "maxHistoryTurns: 2 sends the previous turn and the new one";
+  EXPECT_EQ(third[0].at("content").as_array()[0].at("text"), "question 2");
+  EXPECT_EQ(third[1].at("content").as_array()[0].at("text"), "answer 2");
+  EXPECT_EQ(third[2].at("content").as_array()[0].at("text"), "question 3");
+
+  server->restart();
+  auto thread = get_thread(id);
+  ASSERT_EQ(thread.at("messages").as_array().size(), 6u) << "every turn is still stored";
+  EXPECT_EQ(thread.at("messages").as_array()[0].at("content"), "question 1");
+  upstream->push_message(U::message({U::text_block("answer 4")}, "end_turn"));
+  json(post_message(id, {{"content", "question 4"}}));
+  const auto last = sent().back();
+  const auto& after = last.at("messages").as_array();
+  ASSERT_EQ(after.size(), 3u);
+  EXPECT_EQ(after[0].at("content").as_array()[0].at("text"), "question 3") << "the history came back from the store";
+}
+
+TEST_F(WorkspaceTest, DeletingAThreadRemovesItsContainerAndFiles) {
+  const std::string id = create_thread();
+  fs::path file = server->dir() / "data.csv";
+  std::ofstream(file) << "x,y\n1,2\n";
+  auto uploaded = server->curl_json("-X POST '" + thread_url(id, "/upload-file") + "' -F 'file=@" + file.string() + "'");
+  EXPECT_EQ(uploaded.at("filename"), "data.csv");
+  EXPECT_EQ(server->status("'" + server->base() + "/containers/" + id + "'"), 200);
+  auto deleted = server->curl_json("-X DELETE '" + thread_url(id) + "'");
+  EXPECT_EQ(deleted.at("type"), "thread_deleted");
+  EXPECT_EQ(server->status("'" + thread_url(id) + "'"), 404);
+  EXPECT_EQ(server->status("'" + server->base() + "/containers/" + id + "'"), 404) << "the container went with it";
+  EXPECT_EQ(server->status("'" + server->base() + "/files?scope_id=" + id + "'"), 404);
+}
+
+TEST_F(WorkspaceTest, TheWebPageIsServedSafely) {
+  std::string headers = sh("curl -sS -D - -o /dev/null '" + server->url("/") + "'");
+  EXPECT_NE(headers.find("200"), std::string::npos) << headers;
+  EXPECT_NE(headers.find("text/html; charset=utf-8"), std::string::npos) << headers;
+  EXPECT_NE(headers.find("X-Content-Type-Options: nosniff"), std::string::npos) << headers;
+  EXPECT_NE(headers.find("Content-Security-Policy: default-src 'none'; script-src 'self'"), std::string::npos) << headers;
+  EXPECT_NE(sh("curl -sS '" + server->url("/") + "'").find("<script type=\"module\" src=\"/assets/app.js\">"),
+            std::string::npos);
+  std::string js = sh("curl -sS -D - -o /dev/null '" + server->url("/assets/app.js") + "'");
+  EXPECT_NE(js.find("text/javascript"), std::string::npos) << js;
+  for (std::string path : {"/assets/../index.html", "/assets/%2e%2e/index.html", "/assets/..%2fsandboxd.db",
+                           "/assets/.hidden.js", "/assets/app.js%00.css", "/assets/missing.js",
+                           "/assets/%2e%2e/%2e%2e/tests/workspace_test.cc", "/assets//app.js"}) {
+    int status = std::stoi(sh("curl -s --path-as-is -o /dev/null -w '%{http_code}' '" + server->url(path) + "'"));
+    EXPECT_EQ(status, 404) << path;
+  }
+}
+
+// features.codeExecution.enabled false (a SIGHUP applies it): code execution is removed
+// even when asked for and when a Skill would add it; chat goes on, and earlier steps
+// stay out of the history the model gets.
+TEST_F(WorkspaceTest, TheFlagRemovesCodeExecutionAndChatStillAnswers) {
+  const std::string id = create_thread();
+  upstream->push_message(U::message({U::tool_use("toolu_e", "bash_code_execution", {{"command", "echo 7"}})}, "tool_use"));
+  upstream->push_message(U::message({U::text_block("It printed 7.")}, "end_turn"));
+  json(post_message(id, {{"content", "Run echo 7"}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}}));
+
+  server->write_config(model_yaml(*upstream) + "workspace:\n  maxHistoryTurns: 2\n" +
+                       "features:\n  codeExecution:\n    enabled: false\n");
+  EXPECT_NE(server->reload().find("reloaded"), std::string::npos);
+  auto features = server->curl_json("'" + server->url("/api/v1/app/features") + "'");
+  EXPECT_EQ(features.at("code_execution").at("enabled"), false);
+
+  upstream->push_message(U::message({U::text_block("I can't run code here, but 7 is 7.")}, "end_turn"));
+  auto reply = json(post_message(id, {{"content", "Again, with code"},
+                                      {"pgpt", {{"tools", bj::array{"code_execution"}}}},
+                                      {"skills", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "xlsx"}}}}}))
+                   .as_object();
+  EXPECT_EQ(reply.at("content").as_array()[0].at("text"), "I can't run code here, but 7 is 7.");
+  auto calls = sent();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_FALSE(calls[2].contains("tools")) << "removed, though asked for and though a Skill would add it";
+  for (const auto& message : calls[2].at("messages").as_array()) {
+    if (!message.at("content").is_array()) continue;
+    for (const auto& block : message.at("content").as_array())
+      EXPECT_NE(std::string(block.at("type").as_string()), "tool_use") << "earlier code steps are left out: " << bj::serialize(message);
+  }
+  EXPECT_EQ(calls[2].at("messages").as_array()[1].at("content").as_array()[0].at("text"), "It printed 7.");
+
+  server->write_config(model_yaml(*upstream) + "workspace:\n  maxHistoryTurns: 2\n");
+  EXPECT_NE(server->reload().find("reloaded"), std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+// One turn at a time per thread: a second message while the first is answered gets 429
+// with Retry-After (the first is held at the upstream until the second was refused).
+TEST_F(WorkspaceTest, ASecondMessageWhileOneIsAnsweredIsTooManyRequests) {
+  const std::string id = create_thread();
+  const std::string other = create_thread();
+  upstream->push({{"message", U::message({U::text_block("slow answer")}, "end_turn")}, {"delay_ms", 4000}});
+  auto first = std::async(std::launch::async, [&] { return post_message(id, {{"content", "first"}}); });
+  while (upstream->requests().size() == baseline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::string headers = sh("curl -sS -D - -o /dev/null -X POST '" + thread_url(id, "/messages") +
+                           "' -H 'Authorization: Bearer secret-alice' -H 'content-type: application/json' -d '{\"content\": \"second\"}'");
+  EXPECT_NE(headers.find(" 429"), std::string::npos) << headers;
+  EXPECT_NE(headers.find("Retry-After: 1"), std::string::npos) << headers;
+  upstream->push_message(U::message({U::text_block("other thread answers")}, "end_turn"));
+  auto elsewhere = json(post_message(other, {{"content", "meanwhile"}}));
+  EXPECT_EQ(elsewhere.at("content").as_array()[0].at("text"), "other thread answers") << "other threads are not held up";
+  EXPECT_EQ(json(first.get()).at("content").as_array()[0].at("text"), "slow answer");
+  EXPECT_EQ(get_thread(id).at("messages").as_array().size(), 2u) << "the refused message left nothing";
+}
+
+}  // namespace
