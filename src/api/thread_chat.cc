@@ -279,7 +279,7 @@ using OutputsSnapshot = std::map<std::string, Fingerprint>;
 // listing does) and returns what outputs/ holds.
 OutputsSnapshot snapshot_outputs(ApiContext& api, Container& container) {
   api.files.sync(container.storage, container.paths);
-  const std::string prefix = std::string(tools::kOutputsMount) + "/";
+  const std::string prefix = std::string(kOutputsMount) + "/";
   OutputsSnapshot snapshot;
   for (auto& record : api.containers.metadata().files_of(container.storage))
     if (record.path.rfind(prefix, 0) == 0)
@@ -290,7 +290,7 @@ OutputsSnapshot snapshot_outputs(ApiContext& api, Container& container) {
 std::vector<store::ThreadArtifact> changed_outputs(ApiContext& api, Container& container, const OutputsSnapshot& before,
                                                    const std::string& message_id) {
   std::vector<store::ThreadArtifact> out;
-  const std::string prefix = std::string(tools::kOutputsMount) + "/";
+  const std::string prefix = std::string(kOutputsMount) + "/";
   api.files.sync(container.storage, container.paths);
   for (auto& record : api.containers.metadata().files_of(container.storage)) {
     if (record.path.rfind(prefix, 0) != 0) continue;
