@@ -1,5 +1,4 @@
 #include "api/container_service.h"
-#include "base/temp_files.h"
 
 #include "api/sandbox_network.h"
 
@@ -8,7 +7,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <set>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -59,38 +57,24 @@ ContainerService::ContainerService(asio::io_context& io, ops::LiveConfig& config
                                         std::chrono::seconds(config.get()->queue_timeout_sec))),
       metadata_(metadata),
       containers_dir_((fs::path(config.get()->data_dir) / "containers").string()),
-      spares_dir_((fs::path(config.get()->data_dir) / "spares").string()),
       reaper_timer_(io),
-      slots_dir_((fs::path(config.get()->data_dir) / "slots").string()) {
+      spares_((fs::path(config.get()->data_dir) / "spares").string(),
+              [this] {
+                const auto settings = this->settings();
+                return VolumeShape{volume_image_bytes(settings->workspace_size_bytes), settings->sandbox_host_uid};
+              }),
+      pool_(io, runtime, (fs::path(config.get()->data_dir) / "slots").string(),
+            SandboxPool::Settings{
+                [this](const ContainerPaths& dirs, const std::string& name) { return sandbox_options(dirs, name); },
+                [this] { return settings()->prestarted_sandboxes; },
+                [this] { return static_cast<uid_t>(settings()->sandbox_host_uid); }}) {
   fs::create_directories(containers_dir_);
-  // Slots of an earlier run were unmounted by the start-up cleanup: remade on demand.
-  fs::remove_all(slots_dir_);
-  fs::create_directories(slots_dir_);
-  fs::create_directories(spares_dir_);
   fs::permissions(config.get()->data_dir, fs::perms::owner_all, fs::perm_options::replace);
-  // Spares of an earlier run are unmounted by now (start-up cleanup): simply remade.
-  fs::remove_all(spares_dir_);
-  fs::create_directories(spares_dir_);
-  spare_thread_ = std::thread([this] { spare_volume_loop(); });
   asio::co_spawn(io_, reap_idle(), asio::detached);
-  asio::co_spawn(io_, refill_pool(), asio::detached);
+  pool_.start();
 }
 
-ContainerService::~ContainerService() {
-  {
-    std::lock_guard lock(spares_mutex_);
-    stopping_spares_ = true;
-  }
-  spares_cv_.notify_all();
-  if (spare_thread_.joinable()) spare_thread_.join();
-  for (const auto& spare : spares_) {
-    try {
-      Volume::unmount(spare + ".mnt");
-    } catch (const std::exception& e) {
-      spdlog::warn("unmounting spare {}: {}", spare, e.what());
-    }
-  }
-}
+ContainerService::~ContainerService() = default;
 
 bool ContainerService::valid_id(std::string_view id) {
   if (id.empty() || id.size() > 128) return false;
@@ -159,10 +143,7 @@ asio::awaitable<std::vector<SandboxStatus>> ContainerService::sandboxes() {
   co_return out;
 }
 
-size_t ContainerService::prestarted_ready() const {
-  std::lock_guard lock(pool_mutex_);
-  return ready_slots_.size();
-}
+size_t ContainerService::prestarted_ready() const { return pool_.ready(); }
 
 std::vector<std::shared_ptr<Container>> ContainerService::find_open_any_owner(const std::string& id) const {
   std::lock_guard lock(mutex_);
@@ -170,73 +151,6 @@ std::vector<std::shared_ptr<Container>> ContainerService::find_open_any_owner(co
   for (const auto& [key, container] : open_)
     if (key.second == id) out.push_back(container);
   return out;
-}
-
-void ContainerService::take_volume(const std::string& image, const std::string& mount_point) {
-  fs::create_directories(mount_point);
-  for (;;) {
-    std::string spare;
-    {
-      std::lock_guard lock(spares_mutex_);
-      if (!spares_.empty()) {
-        spare = spares_.back();
-        spares_.pop_back();
-      }
-    }
-    spares_cv_.notify_all();
-    if (spare.empty()) break;
-    try {
-      Volume::move(spare + ".mnt", mount_point);
-      fs::rename(spare, image);
-      fs::remove(spare + ".mnt");
-      return;
-    } catch (const std::exception& e) {
-      spdlog::warn("taking spare volume {}: {}", spare, e.what());
-    }
-  }
-  const uid_t uid = settings()->sandbox_host_uid;
-  Volume::create(image, volume_image_bytes(), uid, uid);
-  Volume::mount(image, mount_point);
-}
-
-uint64_t ContainerService::volume_image_bytes() const {
-  // ext4's journal, inode tables and group descriptors take about a tenth of a small
-  // image; add that, so the space code can use is the configured limit.
-  const uint64_t size = settings()->workspace_size_bytes;
-  return size + size / 9 + (4u << 20);
-}
-
-void ContainerService::spare_volume_loop() {
-  constexpr size_t kSpares = 3;
-  std::unique_lock lock(spares_mutex_);
-  while (!stopping_spares_) {
-    if (spares_.size() >= kSpares) {
-      spares_cv_.wait_for(lock, std::chrono::seconds(5));
-      continue;
-    }
-    // A container that just took a spare is about to start its first command: format
-    // the replacement a moment later (formatting and mounting compete for the same
-    // cores and kernel locks), unless no spare is left at all.
-    if (!spares_.empty()) spares_cv_.wait_for(lock, std::chrono::milliseconds(300));
-    if (stopping_spares_) break;
-    lock.unlock();
-    std::string image = (fs::path(spares_dir_) / ("spare-" + random_hex(16) + ".img")).string();
-    try {
-      const uid_t uid = settings()->sandbox_host_uid;
-      Volume::create(image, volume_image_bytes(), uid, uid);
-      fs::create_directories(image + ".mnt");
-      Volume::mount(image, image + ".mnt");
-    } catch (const std::exception& e) {
-      spdlog::warn("preparing a spare volume: {}", e.what());
-      std::error_code ec;
-      fs::remove(image, ec);
-      lock.lock();
-      spares_cv_.wait_for(lock, std::chrono::seconds(5));
-      continue;
-    }
-    lock.lock();
-    spares_.push_back(image);
-  }
 }
 
 void ContainerService::prepare_storage(Container& container, bool fresh) {
@@ -250,7 +164,7 @@ void ContainerService::prepare_storage(Container& container, bool fresh) {
   container.paths.skills = settings()->skills_dir;
   if (fresh) {
     fs::create_directories(root);
-    take_volume(container.volume_image, container.volume_mount);
+    spares_.take(container.volume_image, container.volume_mount);
   }
   fs::create_directories(container.volume_mount);
   make_owned_dir(container.paths.uploads, uid, uid);
@@ -310,23 +224,6 @@ std::vector<store::ContainerRecord> ContainerService::list(const std::string& ow
   return metadata_.list_containers(owner, limit, after_id);
 }
 
-std::shared_ptr<Slot> ContainerService::new_slot() {
-  auto slot = std::make_shared<Slot>();
-  {
-    std::lock_guard lock(pool_mutex_);
-    slot->root = (fs::path(slots_dir_) / std::to_string(slots_made_++)).string();
-  }
-  slot->dirs.workspace = slot->root + "/workspace";
-  slot->dirs.uploads = slot->root + "/uploads";
-  slot->dirs.outputs = slot->root + "/outputs";
-  const uid_t uid = settings()->sandbox_host_uid;
-  for (const auto* dir : {&slot->dirs.workspace, &slot->dirs.uploads, &slot->dirs.outputs}) {
-    make_owned_dir(*dir, uid, uid);
-    Volume::make_shared_mount(*dir);
-  }
-  return slot;
-}
-
 runtime::SandboxOptions ContainerService::sandbox_options(const ContainerPaths& dirs, const std::string& name) const {
   const auto settings = this->settings();  // one snapshot for the whole sandbox
   runtime::SandboxOptions options;
@@ -346,107 +243,6 @@ runtime::SandboxOptions ContainerService::sandbox_options(const ContainerPaths& 
   }
   if (network_) network_->plan(options);
   return options;
-}
-
-asio::awaitable<void> ContainerService::refill_pool() {
-  for (;;) {
-    std::shared_ptr<Slot> slot;
-    {
-      std::lock_guard lock(pool_mutex_);
-      if (shutting_down_ || !runtime_ ||
-          static_cast<int>(ready_slots_.size()) + pool_starting_ >= settings()->prestarted_sandboxes)
-        co_return;
-      ++pool_starting_;
-      if (!free_slots_.empty()) {
-        slot = free_slots_.back();
-        free_slots_.pop_back();
-      }
-    }
-    bool ok = false;
-    try {
-      if (!slot) slot = new_slot();
-      auto options = sandbox_options(slot->dirs, "pool-" + std::to_string(++sandbox_counter_));
-      options.pre_started = true;
-      slot->sandbox = co_await runtime_->start(io_.get_executor(), options);
-      if (network_) slot->link = network_->attach(slot->sandbox);
-      ops::metrics().sandbox_started();
-      ok = true;
-      if (shutting_down_) {  // shutdown began while it started: it is not wanted
-        co_await slot->sandbox->stop();
-        slot->sandbox.reset();
-        ok = false;
-      }
-    } catch (const std::exception& e) {
-      spdlog::warn("pre-starting a sandbox: {}", e.what());
-    }
-    std::lock_guard lock(pool_mutex_);
-    --pool_starting_;
-    if (!ok) {
-      if (slot) free_slots_.push_back(slot);
-      co_return;  // try again on the next claim
-    }
-    ready_slots_.push_back(slot);
-  }
-}
-
-std::shared_ptr<Slot> ContainerService::claim_prestarted(Container& container) {
-  std::shared_ptr<Slot> slot;
-  {
-    std::lock_guard lock(pool_mutex_);
-    while (!ready_slots_.empty() && !slot) {
-      slot = ready_slots_.back();
-      ready_slots_.pop_back();
-      if (!slot->sandbox->running()) {  // died while waiting
-        slot->sandbox.reset();
-        free_slots_.push_back(slot);
-        slot.reset();
-      }
-    }
-  }
-  // Refill a little later: starting a sandbox migrates a process between cgroups, which
-  // on cgroup v1 stalls every fork on the host for a moment (the claimed sandbox is
-  // about to fork its first command).
-  auto later = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
-  later->async_wait([this, later](const boost::system::error_code&) {
-    asio::co_spawn(io_, refill_pool(), asio::detached);
-  });
-  if (!slot) return nullptr;
-  try {
-    for (auto [source, target, read_only] : {std::tuple{&container.paths.workspace, &slot->dirs.workspace, false},
-                                             std::tuple{&container.paths.uploads, &slot->dirs.uploads, true},
-                                             std::tuple{&container.paths.outputs, &slot->dirs.outputs, false}}) {
-      Volume::attach_bind(*source, *target, read_only);
-      slot->bound.push_back(*target);
-    }
-    return slot;
-  } catch (const std::exception& e) {
-    spdlog::warn("handing a pre-started sandbox to container {}: {}", container.id, e.what());
-    auto sandbox = std::move(slot->sandbox);
-    asio::co_spawn(io_, stop_and_release(sandbox, slot), asio::detached);
-    return nullptr;
-  }
-}
-
-asio::awaitable<void> ContainerService::stop_and_release(std::shared_ptr<runtime::Sandbox> sandbox,
-                                                        std::shared_ptr<Slot> slot) {
-  co_await sandbox->stop();
-  release_slot(slot);
-}
-
-// After its sandbox has stopped: the container's binds come off and the slot is reused.
-void ContainerService::release_slot(const std::shared_ptr<Slot>& slot) {
-  for (const auto& dir : slot->bound) {
-    try {
-      Volume::unmount(dir);  // the topmost mount there: the container's bind
-    } catch (const std::exception& e) {
-      spdlog::warn("releasing slot {}: {}", dir, e.what());
-    }
-  }
-  slot->bound.clear();
-  slot->sandbox.reset();
-  slot->link.reset();
-  std::lock_guard lock(pool_mutex_);
-  free_slots_.push_back(slot);
 }
 
 asio::awaitable<Result<void>> ContainerService::make_room(std::shared_ptr<Container> for_container) {
@@ -486,48 +282,6 @@ asio::awaitable<Result<void>> ContainerService::make_room(std::shared_ptr<Contai
   }
 }
 
-void ContainerService::check_store() {
-  constexpr std::string_view kUploads = "/mnt/user-data/uploads/";
-  size_t containers = 0, dropped = 0, temporaries = 0, reported = 0;
-  std::set<std::string> known;
-  for (const auto& record : metadata_.all_containers()) {
-    ++containers;
-    known.insert(record.storage);
-    const fs::path root = fs::path(containers_dir_) / record.storage;
-    std::error_code ec;
-    if (!fs::is_directory(root, ec)) {
-      spdlog::error("start-up check: container {} of {} has no folder {}; its files are lost", record.id,
-                    record.owner, root.string());
-      ++reported;
-      continue;
-    }
-    for (const auto& file : metadata_.files_of(record.storage)) {
-      if (!file.path.starts_with(kUploads)) continue;  // outputs live in the volume, checked when it mounts
-      const fs::path host = root / "uploads" / file.path.substr(kUploads.size());
-      if (fs::is_regular_file(fs::symlink_status(host, ec))) continue;
-      metadata_.delete_file(record.storage, file.path);
-      spdlog::warn("start-up check: {} of container {} ({}) is gone from disk; its record is dropped", file.path,
-                   record.id, record.owner);
-      ++dropped;
-    }
-    for (auto it = fs::recursive_directory_iterator(root / "uploads", fs::directory_options::skip_permission_denied, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (!is_temp_name(it->path().filename().string())) continue;
-      std::error_code removed;
-      if (it->is_regular_file(removed) && fs::remove(it->path(), removed)) ++temporaries;
-    }
-  }
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(containers_dir_, ec)) {
-    if (known.count(entry.path().filename().string())) continue;
-    spdlog::warn("start-up check: {} belongs to no container; kept for inspection", entry.path().string());
-    ++reported;
-  }
-  spdlog::info("start-up check: {} container(s); {} record(s) of vanished uploads dropped, {} temporary file(s) "
-               "removed, {} problem(s) reported",
-               containers, dropped, temporaries, reported);
-}
-
 std::shared_ptr<Container> ContainerService::find_open(const std::string& owner, const std::string& id) const {
   std::lock_guard lock(mutex_);
   auto it = open_.find({owner, id});
@@ -555,7 +309,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
       ~Release() { --reserved; }
     } release{quota_reserved_};
     // A pre-started sandbox first: it only needs the container's folders bound in.
-    if (auto slot = claim_prestarted(*container)) {
+    if (auto slot = pool_.claim(container->paths, container->id)) {
       container->slot = slot;
       container->sandbox = slot->sandbox;
       container->link = slot->link;
@@ -663,7 +417,7 @@ asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container
     co_await sandbox->stop();
     ops::metrics().sandbox_stopped(reason);
   }
-  if (auto slot = std::move(container->slot)) release_slot(slot);
+  if (auto slot = std::move(container->slot)) pool_.release(slot);
 }
 
 asio::awaitable<void> ContainerService::stop(std::shared_ptr<Container> container, const char* reason) {
@@ -730,34 +484,7 @@ asio::awaitable<void> ContainerService::shutdown() {
     for (const auto& [key, container] : open_) all.push_back(container);
   }
   for (auto& container : all) co_await stop(container, "shutdown");
-  // Pre-starts under way finish (and stop themselves, seeing the shutdown) first.
-  for (asio::steady_timer pause(io_);;) {
-    {
-      std::lock_guard lock(pool_mutex_);
-      if (pool_starting_ == 0) break;
-    }
-    pause.expires_after(std::chrono::milliseconds(10));
-    boost::system::error_code ec;
-    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  }
-  std::vector<std::shared_ptr<Slot>> slots;
-  {
-    std::lock_guard lock(pool_mutex_);
-    slots = ready_slots_;
-    slots.insert(slots.end(), free_slots_.begin(), free_slots_.end());
-    ready_slots_.clear();
-    free_slots_.clear();
-  }
-  for (auto& slot : slots) {
-    if (slot->sandbox) co_await slot->sandbox->stop();
-    for (const auto& mount_point : Volume::mounts_under(slot->root)) {
-      try {
-        Volume::unmount(mount_point);
-      } catch (const std::exception& e) {
-        spdlog::warn("unmounting {}: {}", mount_point, e.what());
-      }
-    }
-  }
+  co_await pool_.shutdown();
   std::lock_guard lock(mutex_);
   for (auto& container : all) {
     try {

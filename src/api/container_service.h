@@ -10,14 +10,14 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "api/sandbox_pool.h"
+#include "api/spare_volumes.h"
 #include "ops/admission.h"
 #include "ops/config.h"
 #include "ops/live_config.h"
@@ -30,20 +30,6 @@
 namespace sandboxd::api {
 
 namespace asio = boost::asio;
-
-class SandboxLink;
-class SandboxNetwork;
-
-// A pre-started sandbox over empty slot folders (shared mount points), waiting to be
-// handed to a container: claiming binds the container's folders onto the slots, and the
-// binds propagate into the sandbox (see runtime::SandboxOptions::pre_started).
-struct Slot {
-  std::string root;
-  ContainerPaths dirs;  // workspace, uploads, outputs slot folders
-  std::shared_ptr<runtime::Sandbox> sandbox;
-  std::shared_ptr<SandboxLink> link;  // its network (see sandbox_network.h)
-  std::vector<std::string> bound;  // slot folders carrying a container's bind now
-};
 
 // Seed 002's error for code execution with no provider behind it.
 inline constexpr std::string_view kNoProvider = "code_execution provider is not configured.";
@@ -139,7 +125,10 @@ class ContainerService {
   std::vector<std::shared_ptr<Container>> find_open_any_owner(const std::string& id) const;
   bool code_execution_available() const { return runtime_ != nullptr; }
   // Sandboxes started from now on get the API and the allow-listed services.
-  void set_network(SandboxNetwork* network) { network_ = network; }
+  void set_network(SandboxNetwork* network) {
+    network_ = network;
+    pool_.set_network(network);
+  }
   // Why code execution is unavailable (no runtime): a missing sandbox image, else the
   // seed's "provider is not configured".
   void set_unavailable_reason(std::string reason) { unavailable_reason_ = std::move(reason); }
@@ -151,12 +140,6 @@ class ContainerService {
   // Starts a throwaway sandbox and runs `true` in it: what /ready reports. Empty when
   // that worked, else the reason.
   asio::awaitable<std::string> probe();
-
-  // At start-up, after a crash as after a clean stop: the index and the disk agree for
-  // what is checked without mounting volumes. Records of uploads that are gone are
-  // dropped, temporary files of cut uploads removed; folders that belong to no
-  // container, and containers without a folder, are reported (and kept). Logs a summary.
-  void check_store();
 
   // Stops every sandbox and unmounts every volume (graceful shutdown).
   asio::awaitable<void> shutdown();
@@ -170,19 +153,8 @@ class ContainerService {
   asio::awaitable<Result<void>> make_room(std::shared_ptr<Container> for_container);
   std::shared_ptr<Container> load(const store::ContainerRecord& record);
   void prepare_storage(Container& container, bool fresh);
-  // Gives a new container its volume, formatted and mounted at `mount_point`: a spare
-  // one when there is one (a rename and a mount move), else made on the spot.
-  void take_volume(const std::string& image, const std::string& mount_point);
-  uint64_t volume_image_bytes() const;
   asio::awaitable<void> reap_idle();
-  // The pre-started pool.
-  std::shared_ptr<Slot> claim_prestarted(Container& container);
-  void release_slot(const std::shared_ptr<Slot>& slot);
-  asio::awaitable<void> stop_and_release(std::shared_ptr<runtime::Sandbox> sandbox, std::shared_ptr<Slot> slot);
-  asio::awaitable<void> refill_pool();
-  std::shared_ptr<Slot> new_slot();
   runtime::SandboxOptions sandbox_options(const ContainerPaths& dirs, const std::string& name) const;
-  void spare_volume_loop();
 
   asio::io_context& io_;
   ops::LiveConfig& config_;
@@ -192,25 +164,18 @@ class ContainerService {
   std::shared_ptr<ops::Admission> admission_;
   std::atomic<int> quota_reserved_{0};  // sandboxes being started (counted against the quota)
   store::Metadata& metadata_;
-  std::string containers_dir_, spares_dir_;
+  std::string containers_dir_;
 
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, std::string>, std::shared_ptr<Container>> open_;
 
-  // Pre-formatted volumes, so that formatting stays off the request path.
-  std::mutex spares_mutex_;
-  std::condition_variable spares_cv_;
-  std::vector<std::string> spares_;  // image paths; each is mounted at <image>.mnt
-  bool stopping_spares_ = false;
-  std::thread spare_thread_;
   std::atomic<bool> shutting_down_{false};
   asio::steady_timer reaper_timer_;
-  std::string slots_dir_;
-  mutable std::mutex pool_mutex_;
-  std::vector<std::shared_ptr<Slot>> ready_slots_, free_slots_;
-  size_t slots_made_ = 0;
-  int pool_starting_ = 0;
   std::atomic<uint64_t> sandbox_counter_{0};
+  // Each with its own lock; declared last so they go first (their threads and
+  // coroutines use the settings above).
+  SpareVolumes spares_;
+  SandboxPool pool_;
 };
 
 }  // namespace sandboxd::api

@@ -17,6 +17,7 @@
 #include "api/container_service.h"
 #include "api/routes.h"
 #include "api/sandbox_network.h"
+#include "api/store_check.h"
 #include "api/thread_chat.h"
 #include "images/store.h"
 #include "model/upstream_client.h"
@@ -141,7 +142,7 @@ int serve(ops::Config config, const std::string& config_path) {
     ops::LiveConfig live_config(config);
     api::ContainerService containers(io, live_config, sandbox_runtime ? &*sandbox_runtime : nullptr, metadata);
     containers.set_unavailable_reason(image_problem);
-    containers.check_store();
+    api::check_store(metadata, (fs::path(config.data_dir) / "containers").string());
     server::ServerLimits limits;
     limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
     server::HttpServer http(io, limits);
