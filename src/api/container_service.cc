@@ -1,6 +1,7 @@
 #include "api/container_service.h"
 
 #include "api/sandbox_network.h"
+#include "api/skill_mounts.h"
 
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -246,7 +247,7 @@ void ContainerService::prepare_storage(Container& container, bool fresh) {
   container.paths.workspace = (root / "volume" / "workspace").string();
   container.paths.outputs = (root / "volume" / "outputs").string();
   container.paths.uploads = (root / "uploads").string();
-  container.paths.skills = settings()->skills_dir;
+  container.paths.skills = SkillMounts::prepare_folder(settings()->data_dir, container.storage);
   if (fresh) {
     fs::create_directories(root);
     take_volume(container.volume_image, container.volume_mount);
@@ -323,6 +324,9 @@ std::shared_ptr<Slot> ContainerService::new_slot() {
     make_owned_dir(*dir, uid, uid);
     Volume::make_shared_mount(*dir);
   }
+  slot->dirs.skills = slot->root + "/skills";  // root's, read-only: a container's skills folder goes on it
+  fs::create_directories(slot->dirs.skills);
+  Volume::make_shared_mount(slot->dirs.skills);
   return slot;
 }
 
@@ -333,7 +337,8 @@ runtime::SandboxOptions ContainerService::sandbox_options(const tools::Container
   options.workspace_dir = dirs.workspace;
   options.uploads_dir = dirs.uploads;
   options.outputs_dir = dirs.outputs;
-  options.skills_dir = settings->skills_dir;
+  options.skills_dir = dirs.skills;
+  options.receive_mounts = !dirs.skills.empty();  // each request's skills arrive later
   options.tmp_size_bytes = settings->tmp_size_bytes;
   options.home_size_bytes = settings->tmp_size_bytes;
   options.max_open_files = settings->open_files_limit;
@@ -417,6 +422,9 @@ std::shared_ptr<Slot> ContainerService::claim_prestarted(Container& container) {
       Volume::attach_bind(*source, *target, read_only);
       slot->bound.push_back(*target);
     }
+    // With the skills loaded in it now, and those that later requests load.
+    Volume::attach_bind(container.paths.skills, slot->dirs.skills, /*read_only=*/true, /*recursive=*/true);
+    slot->bound.push_back(slot->dirs.skills);
     return slot;
   } catch (const std::exception& e) {
     spdlog::warn("handing a pre-started sandbox to container {}: {}", container.id, e.what());
@@ -436,7 +444,10 @@ asio::awaitable<void> ContainerService::stop_and_release(std::shared_ptr<runtime
 void ContainerService::release_slot(const std::shared_ptr<Slot>& slot) {
   for (const auto& dir : slot->bound) {
     try {
-      Volume::unmount(dir);  // the topmost mount there: the container's bind
+      // The container's skills folder is shared: its copy comes off without taking
+      // the skills of requests still running off the original.
+      if (dir == slot->dirs.skills) Volume::detach_private(dir);
+      else Volume::unmount(dir);  // the topmost mount there: the container's bind
     } catch (const std::exception& e) {
       spdlog::warn("releasing slot {}: {}", dir, e.what());
     }
@@ -677,6 +688,7 @@ asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> contai
     open_.erase({container->owner, container->id});
   }
   metadata_.delete_container(container->owner, container->id);
+  SkillMounts::remove_folder(settings()->data_dir, container->storage);
   try {
     Volume::unmount(container->volume_mount);
   } catch (const std::exception& e) {
