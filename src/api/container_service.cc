@@ -724,7 +724,10 @@ asio::awaitable<void> ContainerService::reap_idle() {
       if (container->running() || container->last_used_at.load() + settings()->session_ttl_sec > now) continue;
       if (container.use_count() > 2) continue;  // `idle` and the map: nobody else
       try {
-        if (Volume::try_unmount(container->volume_mount)) open_.erase(it);
+        if (Volume::try_unmount(container->volume_mount)) {
+          SkillMounts::remove_folder(settings()->data_dir, container->storage);  // remade when it opens again
+          open_.erase(it);
+        }
       } catch (const std::exception& e) {
         spdlog::warn("unmounting idle volume {}: {}", container->volume_mount, e.what());
       }
