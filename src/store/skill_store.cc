@@ -164,9 +164,9 @@ std::string find_builtin_skills_dir(const std::string& configured) {
   if (n > 0) {
     self[n] = '\0';
     fs::path exe_dir = fs::path(self).parent_path();
-    candidates.push_back(exe_dir / ".." / "share" / "sandboxd" / "skills");
-    candidates.push_back("/usr/share/sandboxd/skills");
+    candidates.push_back(exe_dir / ".." / "share" / "sandboxd" / "skills");  // installed with a prefix
     candidates.push_back(exe_dir / ".." / "skills");  // the source tree, built in ./build
+    candidates.push_back("/usr/share/sandboxd/skills");
   } else {
     candidates.push_back("/usr/share/sandboxd/skills");
   }

@@ -98,8 +98,8 @@ class SkillStore {
 };
 
 // Where the built-in skills are: `configured` when set, else the first that exists of
-// <exe>/../share/sandboxd/skills, /usr/share/sandboxd/skills and the source tree's
-// skills/ (<exe>/../skills, for a build in ./build). Empty when none.
+// <exe>/../share/sandboxd/skills (an install), the source tree's skills/ (<exe>/../skills,
+// for a build in ./build) and /usr/share/sandboxd/skills. Empty when none.
 std::string find_builtin_skills_dir(const std::string& configured);
 
 }  // namespace sandboxd::store
