@@ -491,3 +491,64 @@ TEST(SkillsColdStart, SkillsReachASandboxStartedForTheRequest) {
 }
 
 }  // namespace
+
+namespace {
+
+// On the default limits (30 MiB), a zip whose headers are honest but whose entry
+// inflates more than 200:1 past 1 MiB is refused as a bomb, and nothing is kept.
+TEST(SkillsDefaults, ZipBombByRatioIsRefused) {
+  ServerProcess server;
+  const fs::path zip = server.dir() / "ratio.zip";
+  int status = -1;
+  sh("python3 -c \"import zipfile, sys\n"
+     "z = zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED)\n"
+     "z.writestr('s/SKILL.md', '---\\nname: s\\ndescription: d\\n---\\n')\n"
+     "z.writestr('s/zeros.bin', b'\\\\0' * (20 << 20))\n"
+     "z.close()\" " + zip.string(), &status);
+  ASSERT_EQ(status, 0);
+  ASSERT_LT(fs::file_size(zip), 100u * 1024) << "20 MiB of zeros compress to a few KiB";
+  auto reply = server.curl_json("-X POST " + quoted(server.base() + "/skills") + " -F " +
+                                quoted("files[]=@" + zip.string() + ";filename=s.zip"));
+  ASSERT_EQ(reply.at("type"), "error") << reply;
+  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("compression ratio"), std::string::npos)
+      << reply;
+  auto listing = server.curl_json(quoted(server.base() + "/skills?source=custom"));
+  EXPECT_EQ(listing.at("data").as_array().size(), 0u);
+  size_t kept = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(server.data_dir() / "skills")) kept += !entry.is_directory();
+  EXPECT_EQ(kept, 0u);
+}
+
+// A container that idled out (sandbox stopped, volume and skills folder unmounted)
+// loads skills again when a request opens it.
+TEST(SkillsIdle, AContainerThatIdledOutLoadsSkillsAgain) {
+  ScriptedUpstream upstream;
+  ServerProcess server("model:\n  baseUrl: \"" + upstream.base_url() +
+                       "\"\n  models: { default: upstream-model }\nexternal:\n  opensandbox:\n    sessionTTLSeconds: 4\n");
+  auto run = [&](const std::string& id) {
+    upstream.push_message(U::message(
+        {U::tool_use(id, "bash_code_execution", {{"command", "head -2 /mnt/skills/docx/SKILL.md | tail -1"}})}, "tool_use"));
+    upstream.push_message(U::message({U::text_block("ok")}, "end_turn"));
+    bj::object body{{"model", "default"},
+                    {"max_tokens", 100},
+                    {"container", {{"id", "idle"}, {"skills", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "docx"}}}}}},
+                    {"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20250825"}}}},
+                    {"messages", bj::array{bj::object{{"role", "user"}, {"content", "go"}}}}};
+    fs::path file = server.dir() / ("body-" + id + ".json");
+    std::ofstream(file) << bj::serialize(body);
+    auto reply = server.curl_json("-X POST " + quoted(server.base() + "/messages") +
+                                  " -H 'content-type: application/json' --data-binary @" + file.string());
+    EXPECT_TRUE(reply.as_object().contains("content")) << reply;
+    if (reply.as_object().contains("content"))
+      EXPECT_EQ(reply.at("content").as_array()[1].at("content").at("stdout"), "name: docx\n") << reply;
+  };
+  run("toolu_i1");
+  const std::string folders = (server.data_dir() / "skill-mounts").string();
+  auto mounted = [&] { return read_file("/proc/self/mountinfo").find(folders + "/") != std::string::npos; };
+  ASSERT_TRUE(mounted()) << "the container's skills folder is a mount point while the container is open";
+  for (int i = 0; i < 600 && mounted(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_FALSE(mounted()) << "the idle container's skills folder is unmounted with its volume";
+  run("toolu_i2");
+}
+
+}  // namespace
