@@ -40,7 +40,7 @@ struct SandboxOptions {
   // a container later (see Spec::receive_mounts).
   bool pre_started = false;
   // Receives the mounts the server makes later under its (shared) skills folder: the
-  // skills of each request (see api/skill_mounts.h).
+  // skills of each request, bound there by the server while the request runs.
   bool receive_mounts = false;
 };
 
