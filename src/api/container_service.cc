@@ -1,6 +1,7 @@
 #include "api/container_service.h"
 
 #include "api/sandbox_network.h"
+#include "api/skill_mounts.h"
 
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -161,7 +162,7 @@ void ContainerService::prepare_storage(Container& container, bool fresh) {
   container.paths.workspace = (root / "volume" / "workspace").string();
   container.paths.outputs = (root / "volume" / "outputs").string();
   container.paths.uploads = (root / "uploads").string();
-  container.paths.skills = settings()->skills_dir;
+  container.paths.skills = SkillMounts::prepare_folder(settings()->data_dir, container.storage);
   if (fresh) {
     fs::create_directories(root);
     spares_.take(container.volume_image, container.volume_mount);
@@ -231,7 +232,8 @@ runtime::SandboxOptions ContainerService::sandbox_options(const ContainerPaths& 
   options.workspace_dir = dirs.workspace;
   options.uploads_dir = dirs.uploads;
   options.outputs_dir = dirs.outputs;
-  options.skills_dir = settings->skills_dir;
+  options.skills_dir = dirs.skills;
+  options.receive_mounts = !dirs.skills.empty();  // each request's skills arrive later
   options.tmp_size_bytes = settings->tmp_size_bytes;
   options.home_size_bytes = settings->tmp_size_bytes;
   options.max_open_files = settings->open_files_limit;
@@ -432,6 +434,7 @@ asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> contai
     open_.erase({container->owner, container->id});
   }
   metadata_.delete_container(container->owner, container->id);
+  SkillMounts::remove_folder(settings()->data_dir, container->storage);
   try {
     Volume::unmount(container->volume_mount);
   } catch (const std::exception& e) {
@@ -467,7 +470,10 @@ asio::awaitable<void> ContainerService::reap_idle() {
       if (container->running() || container->last_used_at.load() + settings()->session_ttl_sec > now) continue;
       if (container.use_count() > 2) continue;  // `idle` and the map: nobody else
       try {
-        if (Volume::try_unmount(container->volume_mount)) open_.erase(it);
+        if (Volume::try_unmount(container->volume_mount)) {
+          SkillMounts::remove_folder(settings()->data_dir, container->storage);  // remade when it opens again
+          open_.erase(it);
+        }
       } catch (const std::exception& e) {
         spdlog::warn("unmounting idle volume {}: {}", container->volume_mount, e.what());
       }

@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 
 #include "api/routes.h"
+#include "api/skill_mounts.h"
 #include "api/tool_calls.h"
 #include "model/sse.h"
 #include "model/tool_loop.h"
@@ -35,15 +36,25 @@ class ContainerRunner : public model::ToolRunner {
   json::value container() override {
     if (!container_) return nullptr;
     api_.containers.touch(*container_);
-    return json::object{{"id", container_->id},
-                        {"expires_at", ContainerService::format_time(api_.containers.expires_at(*container_))}};
+    json::object out{{"id", container_->id},
+                     {"expires_at", ContainerService::format_time(api_.containers.expires_at(*container_))}};
+    if (!skills_.empty()) {
+      json::array skills;
+      for (const auto& skill : skills_)
+        skills.push_back(json::object{{"type", skill.type}, {"skill_id", skill.skill_id}, {"version", skill.version}});
+      out["skills"] = std::move(skills);
+    }
+    return out;
   }
+  // The request's skills, as the response's container shows them (resolved versions).
+  void set_skills(std::vector<LoadedSkill> skills) { skills_ = std::move(skills); }
 
  private:
   ApiContext& api_;
   std::shared_ptr<Container> container_;
   std::shared_ptr<runtime::Cancellation> cancellation_;
   int depth_;
+  std::vector<LoadedSkill> skills_;
 };
 
 class SseSink : public model::EventSink {
@@ -71,7 +82,20 @@ struct Turn {
   std::unique_ptr<ContainerRunner> runner;
   std::unique_ptr<model::ToolLoop> loop;
   std::shared_ptr<server::DisconnectWatch> watch;
+  std::shared_ptr<SkillMounts::Lease> skills;  // the request's skills stay loaded while it runs
 };
+
+// Adds the skills' list to the system prompt the upstream model gets.
+void add_skills_to_system(json::object& body, const std::string& text) {
+  auto* system = body.if_contains("system");
+  if (!system || system->is_null()) {
+    body["system"] = text;
+  } else if (system->is_string()) {
+    body["system"] = std::string(system->as_string()) + "\n\n" + text;
+  } else {
+    system->as_array().push_back(json::object{{"type", "text"}, {"text", text}});
+  }
+}
 
 asio::awaitable<Result<model::MessagesRequest>> read_request(RequestContext& ctx) {
   auto body = co_await ctx.read_body(kMessagesBodyLimit);
@@ -94,9 +118,13 @@ model::LoopSettings loop_settings(const ops::Config& config) {
   return settings;
 }
 
-asio::awaitable<Result<Response>> validate(ApiContext&, RequestContext& ctx) {
+asio::awaitable<Result<Response>> validate(ApiContext& api, RequestContext& ctx) {
   auto request = co_await read_request(ctx);
   if (!request) co_return request.error();
+  if (!request->skills.empty() && api.skills) {
+    auto skills = resolve_skills(*api.skills, ctx.owner, request->skills);
+    if (!skills) co_return skills.error();
+  }
   co_return json_ok(json::object{{"valid", true}});
 }
 
@@ -125,7 +153,19 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
     if (!opened) co_return opened.error();
     container = *opened;
   }
+  std::vector<LoadedSkill> skills;
+  if (!request->skills.empty()) {
+    if (!api.skills || !api.skill_mounts) co_return ApiError::internal();
+    auto resolved = resolve_skills(*api.skills, ctx.owner, request->skills);
+    if (!resolved) co_return resolved.error();
+    auto lease = api.skill_mounts->load(container->paths.skills, *resolved);
+    if (!lease) co_return lease.error();
+    turn->skills = *lease;
+    add_skills_to_system(request->body, skills_prompt(*resolved));
+    skills = std::move(*resolved);
+  }
   turn->runner = std::make_unique<ContainerRunner>(api, container, turn->cancellation, ctx.nesting_depth);
+  turn->runner->set_skills(std::move(skills));
   const bool stream = request->stream;
   turn->loop = std::make_unique<model::ToolLoop>(api.upstream, loop_settings(*config), std::move(*request),
                                                  upstream_model, *turn->runner, turn->cancellation);

@@ -8,8 +8,11 @@
 #include "ops/health_check.h"
 #include "server/http_server.h"
 #include "store/file_store.h"
+#include "store/skill_store.h"
 
 namespace sandboxd::api {
+
+class SkillMounts;
 
 // The server names every surface uses.
 namespace http = server::http;
@@ -22,6 +25,8 @@ struct ApiContext {
   ops::LiveConfig& live_config;
   std::shared_ptr<model::UpstreamClient> upstream;  // the /messages model client
   const ops::HealthCheck* health = nullptr;          // behind /health
+  store::SkillStore* skills = nullptr;               // the Skills API and container.skills
+  SkillMounts* skill_mounts = nullptr;               // each request's skills in its sandbox
 
   // The configuration in effect now: a request takes it once and keeps it.
   std::shared_ptr<const ops::Config> config() const { return live_config.get(); }
@@ -33,6 +38,7 @@ void register_thread_routes(server::HttpServer& http, ApiContext& api);
 void register_ops_routes(server::HttpServer& http, ApiContext& api);
 void register_messages_routes(server::HttpServer& http, ApiContext& api);
 void register_admin_routes(server::HttpServer& http, ApiContext& api);
+void register_skill_routes(server::HttpServer& http, ApiContext& api);
 
 // A route handler from a function of (ApiContext&, RequestContext&).
 template <typename Fn>

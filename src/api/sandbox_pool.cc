@@ -48,6 +48,9 @@ std::shared_ptr<Slot> SandboxPool::new_slot() {
     if (chown(dir->c_str(), uid, uid) != 0) throw std::runtime_error("chown(" + *dir + ") failed");
     Volume::make_shared_mount(*dir);
   }
+  slot->dirs.skills = slot->root + "/skills";  // root's, read-only: a container's skills folder goes on it
+  fs::create_directories(slot->dirs.skills);
+  Volume::make_shared_mount(slot->dirs.skills);
   return slot;
 }
 
@@ -117,6 +120,9 @@ std::shared_ptr<Slot> SandboxPool::claim(const ContainerPaths& paths, std::strin
       Volume::attach_bind(*source, *target, read_only);
       slot->bound.push_back(*target);
     }
+    // With the skills loaded in it now, and those that later requests load.
+    Volume::attach_bind(paths.skills, slot->dirs.skills, /*read_only=*/true, /*recursive=*/true);
+    slot->bound.push_back(slot->dirs.skills);
     return slot;
   } catch (const std::exception& e) {
     spdlog::warn("handing a pre-started sandbox to container {}: {}", container_id, e.what());
@@ -135,7 +141,10 @@ asio::awaitable<void> SandboxPool::stop_and_release(std::shared_ptr<runtime::San
 void SandboxPool::release(const std::shared_ptr<Slot>& slot) {
   for (const auto& dir : slot->bound) {
     try {
-      Volume::unmount(dir);  // the topmost mount there: the container's bind
+      // The container's skills folder is shared: its copy comes off without taking
+      // the skills of requests still running off the original.
+      if (dir == slot->dirs.skills) Volume::detach_private(dir);
+      else Volume::unmount(dir);  // the topmost mount there: the container's bind
     } catch (const std::exception& e) {
       spdlog::warn("releasing slot {}: {}", dir, e.what());
     }

@@ -19,6 +19,7 @@
 #include "api/sandbox_network.h"
 #include "api/store_check.h"
 #include "api/thread_chat.h"
+#include "api/skill_mounts.h"
 #include "images/store.h"
 #include "model/upstream_client.h"
 #include "ops/health_check.h"
@@ -169,6 +170,11 @@ int serve(ops::Config config, const std::string& config_path) {
     if (!config.model_base_url.empty()) upstream = model::UpstreamClient::create();
     ops::HealthCheck health(io, config.data_dir);
     api::ApiContext api{containers, files, live_config, upstream, &health};
+    store::SkillStore skills((fs::path(config.data_dir) / "sandboxd.db").string(), config.data_dir,
+                             store::find_builtin_skills_dir(config.skills_dir));
+    api::SkillMounts skill_mounts(config.data_dir);
+    api.skills = &skills;
+    api.skill_mounts = &skill_mounts;
     api::register_ops_routes(http, api);
     api::register_container_routes(http, api);
     api::register_file_routes(http, api);
@@ -177,6 +183,7 @@ int serve(ops::Config config, const std::string& config_path) {
     api::register_web_routes(http, api);
     api::register_messages_routes(http, api);
     api::register_admin_routes(http, api);
+    api::register_skill_routes(http, api);
 
     auto endpoint = http.listen(config.listen_host, config.listen_port);
     std::printf("sandboxd: listening on http://%s:%u (data in %s, cgroup %s)\n",

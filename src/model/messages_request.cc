@@ -181,6 +181,39 @@ std::optional<ApiError> check_tools(const json::value& value, CodeToolVersion& c
   return std::nullopt;
 }
 
+std::optional<ApiError> check_skills(const json::value& value, std::vector<SkillReference>& out) {
+  if (!value.is_array()) return invalid("container.skills", "Input should be a valid list");
+  const auto& skills = value.as_array();
+  if (skills.size() > kMaxSkillsPerRequest)
+    return invalid("container.skills", "at most " + std::to_string(kMaxSkillsPerRequest) + " skills per request, not " +
+                                           std::to_string(skills.size()));
+  std::set<std::pair<std::string, std::string>> seen;
+  for (size_t i = 0; i < skills.size(); ++i) {
+    std::string path = "container.skills." + std::to_string(i);
+    if (!skills[i].is_object()) return invalid(path, "Input should be a valid dictionary");
+    const auto& skill = skills[i].as_object();
+    for (const auto& [key, v] : skill)
+      if (key != "type" && key != "skill_id" && key != "version") return invalid(path + "." + std::string(key), "Extra inputs are not permitted");
+    if (auto e = need_string(skill, "type", path)) return e;
+    if (auto e = need_string(skill, "skill_id", path)) return e;
+    SkillReference ref;
+    ref.type = std::string(skill.at("type").as_string());
+    if (ref.type != "custom" && ref.type != "anthropic") return invalid(path + ".type", "Input should be 'anthropic' or 'custom'");
+    ref.skill_id = std::string(skill.at("skill_id").as_string());
+    if (ref.skill_id.empty() || ref.skill_id.size() > 128) return invalid(path + ".skill_id", "must be 1 to 128 characters");
+    ref.version = "latest";
+    if (auto* v = skill.if_contains("version"); v && !v->is_null()) {
+      if (!v->is_string() || v->as_string().empty() || v->as_string().size() > 64)
+        return invalid(path + ".version", "Input should be 'latest' or a version string");
+      ref.version = std::string(v->as_string());
+    }
+    if (!seen.insert({ref.type, ref.skill_id}).second)
+      return invalid(path + ".skill_id", "skill '" + ref.skill_id + "' is listed more than once");
+    out.push_back(std::move(ref));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<MessagesRequest> parse_messages_request(json::object body, bool (*valid_container_id)(std::string_view)) {
@@ -237,14 +270,23 @@ Result<MessagesRequest> parse_messages_request(json::object body, bool (*valid_c
   if (auto* container = body.if_contains("container"); container && !container->is_null()) {
     const json::value* id = container;
     if (container->is_object()) {
+      for (const auto& [key, v] : container->as_object())
+        if (key != "id" && key != "skills") return invalid("container." + std::string(key), "Extra inputs are not permitted");
       id = container->as_object().if_contains("id");
-      if (!id) return invalid("container.id", "Field required");
+      if (id && id->is_null()) id = nullptr;
+      if (auto* skills = container->as_object().if_contains("skills"); skills && !skills->is_null())
+        if (auto e = check_skills(*skills, request.skills)) return *e;
     }
-    if (!id->is_string()) return invalid("container", "Input should be a string or an object with a string 'id'");
-    if (!valid_container_id(id->as_string()))
-      return invalid("container", "a container id is 1 to 128 characters of letters, digits, '.', '_', ':' and '-'");
-    request.container = std::string(id->as_string());
+    if (id) {
+      if (!id->is_string()) return invalid("container", "Input should be a string or an object with a string 'id'");
+      if (!valid_container_id(id->as_string()))
+        return invalid("container", "a container id is 1 to 128 characters of letters, digits, '.', '_', ':' and '-'");
+      request.container = std::string(id->as_string());
+    }
   }
+  if (!request.skills.empty() && request.code_tool == CodeToolVersion::kNone)
+    return invalid("container.skills", "skills need the code execution tool: add {\"type\": \"code_execution_20250825\", "
+                                       "\"name\": \"code_execution\"} to tools");
   if (has_server_blocks && request.code_tool == CodeToolVersion::kNone)
     return invalid("tools", "the messages hold code execution blocks; include the code_execution tool");
   request.body = std::move(body);

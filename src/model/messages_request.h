@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 
@@ -18,12 +19,21 @@ inline constexpr std::string_view kBashTool = "bash_code_execution";
 inline constexpr std::string_view kEditorTool = "text_editor_code_execution";
 inline bool is_sub_tool(std::string_view name) { return name == kBashTool || name == kEditorTool; }
 
+// One entry of `container.skills`.
+struct SkillReference {
+  std::string type;      // "custom" | "anthropic"
+  std::string skill_id;
+  std::string version;   // "latest" when not given
+};
+inline constexpr size_t kMaxSkillsPerRequest = 8;
+
 struct MessagesRequest {
   boost::json::object body;  // as the client sent it (validated)
   std::string model;
   bool stream = false;
   CodeToolVersion code_tool = CodeToolVersion::kNone;
   std::optional<std::string> container;  // the requested container id
+  std::vector<SkillReference> skills;    // container.skills
 };
 
 // Validates a request body. `valid_container_id` tells whether an id is acceptable.

@@ -336,7 +336,12 @@ Config parse_config(const std::string& yaml_text) {
 
   with(root, "runtime", "", [&](const YAML::Node& n, const std::string& p) {
     only_keys(n, p, {"sandboxUid", "cgroupMode", "skillsDir", "prestartedSandboxes", "provider",
-                     "maxConnectionsPerSandbox"});
+                     "maxConnectionsPerSandbox", "skillMaxSize", "skillMaxFiles"});
+    with(n, "skillMaxSize", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.skill_max_bytes = read_bytes(v, kp);
+      if (c.skill_max_bytes < 1024) throw ConfigError(kp + ": must be at least 1Ki");
+    });
+    with(n, "skillMaxFiles", p, [&](const YAML::Node& v, const std::string& kp) { c.skill_max_files = static_cast<int>(read_int(v, kp, 1, 100000)); });
     with(n, "maxConnectionsPerSandbox", p, [&](const YAML::Node& v, const std::string& kp) { c.max_connections_per_sandbox = static_cast<int>(read_int(v, kp, 1, 4096)); });
     with(n, "provider", p, [&](const YAML::Node& v, const std::string& kp) {
       c.runtime_provider = scalar(v, kp);

@@ -91,7 +91,11 @@ struct Config {
   // runtime
   uint32_t sandbox_host_uid = 101000;
   std::string cgroup_mode = "auto";
-  std::string skills_dir;  // the operator's skills library (one folder per skill)
+  // The built-in skills (one folder per skill, served as source "anthropic"); empty: the
+  // folder found next to the executable or in the source tree (store/skill_store.h).
+  std::string skills_dir;
+  uint64_t skill_max_bytes = 30ull << 20;  // runtime.skillMaxSize: one skill version, uncompressed
+  int skill_max_files = 1000;              // runtime.skillMaxFiles
   int prestarted_sandboxes = 2;  // started ahead, handed to new containers on demand
   int max_connections_per_sandbox = 64;  // relayed connections (API and services) at once
   // "sandboxd" runs code in sandboxd's own sandboxes; "none" runs no code at all (the

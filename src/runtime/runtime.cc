@@ -83,7 +83,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
   spec.hosts_entries = options.hosts_entries;
   spec.listeners = options.listeners;
   spec.seccomp_bpf = seccomp_bpf_;
-  spec.receive_mounts = options.pre_started;
+  spec.receive_mounts = options.pre_started || options.receive_mounts;
   std::string payload;
   try {
     SandboxCgroups cg = cgroups_->create(options.name, options.limits);

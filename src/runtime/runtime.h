@@ -39,6 +39,9 @@ struct SandboxOptions {
   // The directories are slots: shared mount points on which attach_container() binds
   // a container later (see Spec::receive_mounts).
   bool pre_started = false;
+  // Receives the mounts the server makes later under its (shared) skills folder: the
+  // skills of each request, bound there by the server while the request runs.
+  bool receive_mounts = false;
 };
 
 class Runtime {

@@ -156,12 +156,13 @@ void Volume::make_shared_mount(const std::string& dir) {
     throw SyscallError("mount(" + dir + ", MS_SHARED)", errno);
 }
 
-void Volume::attach_bind(const std::string& source, const std::string& target, bool read_only) {
-  int tree = static_cast<int>(
-      check(open_tree(AT_FDCWD, source.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC), "open_tree(" + source + ")"));
+void Volume::attach_bind(const std::string& source, const std::string& target, bool read_only, bool recursive) {
+  int tree = static_cast<int>(check(
+      open_tree(AT_FDCWD, source.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0)),
+      "open_tree(" + source + ")"));
   mount_attr attr{};
   attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (read_only ? MOUNT_ATTR_RDONLY : 0);
-  if (mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) {
+  if (mount_setattr(tree, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr, sizeof attr) != 0) {
     int err = errno;
     close(tree);
     throw SyscallError("mount_setattr(" + source + ")", err);
@@ -172,6 +173,14 @@ void Volume::attach_bind(const std::string& source, const std::string& target, b
     throw SyscallError("move_mount(" + source + ", " + target + ")", err);
   }
   close(tree);
+}
+
+void Volume::detach_private(const std::string& target) {
+  if (::mount(nullptr, target.c_str(), nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    if (errno == EINVAL || errno == ENOENT) return;  // not a mount point
+    throw SyscallError("mount(" + target + ", MS_REC | MS_PRIVATE)", errno);
+  }
+  check(umount2(target.c_str(), MNT_DETACH), "umount2(" + target + ", MNT_DETACH)");
 }
 
 bool Volume::is_mounted(const std::string& target) {

@@ -34,7 +34,12 @@ struct Volume {
   static void make_shared_mount(const std::string& dir);
   // Binds `source` onto `target` with nosuid,nodev (and read-only) already set when the
   // mount appears, so that copies propagated into a sandbox carry them too.
-  static void attach_bind(const std::string& source, const std::string& target, bool read_only);
+  // `recursive` takes the mounts below `source` along (and keeps receiving new ones).
+  static void attach_bind(const std::string& source, const std::string& target, bool read_only,
+                          bool recursive = false);
+  // Unmounts the tree on `target` without propagating the unmount to its peers (the
+  // tree is made private first): what a slot's copy of a shared folder needs.
+  static void detach_private(const std::string& target);
   // Mount points at or below `prefix` (deepest first), from /proc/self/mountinfo.
   static std::vector<std::string> mounts_under(const std::string& prefix);
 };

@@ -1,0 +1,81 @@
+// An uploaded skill, checked before anything is kept: the files of a multipart upload
+// (each part's filename is its path) or one zip archive, written into a private staging
+// folder with every hostile case refused while it is written — absolute paths, `..`,
+// links, device entries, duplicates, too many files, too many bytes, zip bombs (sizes
+// and ratio checked while inflating, not trusted from the headers). Then the layout
+// (one top folder holding SKILL.md) and SKILL.md's front matter (name, description).
+// A refused upload leaves nothing: the staging folder goes with the object.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace sandboxd::store {
+
+// What the client did wrong; its message is the 400's.
+class SkillUploadError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct SkillLimits {
+  uint64_t max_bytes = 30ull << 20;  // all files together, uncompressed
+  size_t max_files = 1000;
+};
+
+// SKILL.md's front matter.
+struct SkillManifest {
+  std::string name;         // [a-z0-9-]{1,64}
+  std::string description;  // 1-1024 characters
+};
+
+// Parses and checks SKILL.md's text. Throws SkillUploadError.
+SkillManifest parse_skill_manifest(std::string_view skill_md);
+
+class SkillStaging {
+ public:
+  // Creates `dir` (which must not exist); removed on destruction unless taken.
+  SkillStaging(std::string dir, SkillLimits limits);
+  ~SkillStaging();
+  SkillStaging(const SkillStaging&) = delete;
+  SkillStaging& operator=(const SkillStaging&) = delete;
+
+  // One file of a multipart upload, in pieces. Throws SkillUploadError.
+  void begin_file(std::string_view path);
+  void write(std::string_view bytes);
+  void end_file();
+  // True when the upload so far is exactly one file named *.zip: the archive form.
+  bool single_zip() const;
+  // Replaces that one file with the entries of the archive, checked the same way.
+  void extract_single_zip();
+
+  // After everything arrived: the skill's folder and its manifest. Throws.
+  struct Checked {
+    std::string content_dir;  // the folder holding SKILL.md
+    SkillManifest manifest;
+  };
+  Checked check();
+
+  const std::string& dir() const { return dir_; }
+  // The caller moved the content away; only what is left is removed.
+  size_t files() const { return files_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  // Validates a relative path and creates its parent folders; returns the host path.
+  std::string prepare(std::string_view path, bool directory);
+  void count_bytes(uint64_t n);
+  void extract_zip(const std::string& archive);
+
+  std::string dir_;
+  SkillLimits limits_;
+  int fd_ = -1;  // the file being written
+  std::string current_;
+  std::string first_path_;
+  size_t files_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace sandboxd::store

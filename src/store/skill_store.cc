@@ -1,0 +1,467 @@
+#include "store/skill_store.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <ctime>
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+namespace sandboxd::store {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS skills (
+  owner          TEXT    NOT NULL,
+  id             TEXT    NOT NULL PRIMARY KEY,
+  display_name   TEXT    NOT NULL,
+  name           TEXT    NOT NULL,
+  latest_version TEXT    NOT NULL,
+  created_at_us  INTEGER NOT NULL,
+  updated_at_us  INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS skills_by_owner ON skills (owner, created_at_us, id);
+CREATE TABLE IF NOT EXISTS skill_versions (
+  skill_id      TEXT    NOT NULL,
+  version       TEXT    NOT NULL,
+  name          TEXT    NOT NULL,
+  description   TEXT    NOT NULL,
+  created_at_us INTEGER NOT NULL,
+  PRIMARY KEY (skill_id, version)
+);
+)sql";
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string random_id(size_t chars) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kAlphabet[] = "0123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+  std::string out;
+  for (size_t i = 0; i < chars; ++i) out.push_back(kAlphabet[rng() % (sizeof kAlphabet - 1)]);
+  return out;
+}
+
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK)
+      throw std::runtime_error(std::string("skills: prepare: ") + sqlite3_errmsg(db));
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement& add(const std::string& value) {
+    sqlite3_bind_text(stmt_, next_++, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& add(int64_t value) {
+    sqlite3_bind_int64(stmt_, next_++, value);
+    return *this;
+  }
+  bool step() {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw std::runtime_error(std::string("skills: step: ") + sqlite3_errmsg(db_));
+  }
+  void run() {
+    while (step()) {
+    }
+  }
+  std::string text(int column) const {
+    auto* data = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));
+    return data ? std::string(data, static_cast<size_t>(sqlite3_column_bytes(stmt_, column))) : std::string();
+  }
+  int64_t integer(int column) const { return sqlite3_column_int64(stmt_, column); }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int next_ = 1;
+};
+
+void exec(sqlite3* db, const char* sql) {
+  char* message = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+    std::string text = message ? message : sqlite3_errmsg(db);
+    sqlite3_free(message);
+    throw std::runtime_error("skills: " + text);
+  }
+}
+
+constexpr const char* kSkillColumns = "id, display_name, name, latest_version, created_at_us, updated_at_us";
+
+SkillRecord skill_row(const Statement& row) {
+  SkillRecord r;
+  r.id = row.text(0);
+  r.source = "custom";
+  r.display_name = row.text(1);
+  r.name = row.text(2);
+  r.latest_version = row.text(3);
+  r.created_at_us = row.integer(4);
+  r.updated_at_us = row.integer(5);
+  return r;
+}
+
+constexpr const char* kVersionColumns = "skill_id, version, name, description, created_at_us";
+
+SkillVersionRecord version_row(const Statement& row) {
+  SkillVersionRecord r;
+  r.skill_id = row.text(0);
+  r.version = row.text(1);
+  r.name = row.text(2);
+  r.description = row.text(3);
+  r.created_at_us = row.integer(4);
+  return r;
+}
+
+// Stored versions are read-only for everyone (root owns them): immutable once made.
+void seal(const fs::path& root) {
+  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
+    struct stat st {};
+    if (lstat(it->path().c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) chmod(it->path().c_str(), 0555);
+    else if (S_ISREG(st.st_mode)) chmod(it->path().c_str(), (st.st_mode & 0100) ? 0555 : 0444);
+  }
+  chmod(root.c_str(), 0555);
+}
+
+// Stored versions are sealed read-only: give folders their write bit back to remove them.
+void remove_sealed(const fs::path& root) {
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
+    if (it->is_directory(ec) && !it->is_symlink(ec)) chmod(it->path().c_str(), 0755);
+  chmod(root.c_str(), 0755);
+  fs::remove_all(root, ec);
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string find_builtin_skills_dir(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  std::vector<fs::path> candidates;
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    fs::path exe_dir = fs::path(self).parent_path();
+    candidates.push_back(exe_dir / ".." / "share" / "sandboxd" / "skills");  // installed with a prefix
+    candidates.push_back(exe_dir / ".." / "skills");  // the source tree, built in ./build
+    candidates.push_back("/usr/share/sandboxd/skills");
+  } else {
+    candidates.push_back("/usr/share/sandboxd/skills");
+  }
+  std::error_code ec;
+  for (const auto& candidate : candidates)
+    if (fs::is_directory(candidate, ec)) return fs::weakly_canonical(candidate, ec).string();
+  return "";
+}
+
+SkillStore::SkillStore(const std::string& db_path, std::string data_dir, std::string builtin_dir)
+    : data_dir_(std::move(data_dir)),
+      skills_dir_((fs::path(data_dir_) / "skills").string()),
+      builtin_dir_(std::move(builtin_dir)) {
+  if (sqlite3_open_v2(db_path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK)
+    throw std::runtime_error("skills: cannot open " + db_path);
+  sqlite3_busy_timeout(db_, 5000);
+  exec(db_, "PRAGMA journal_mode=WAL");
+  exec(db_, kSchema);
+  fs::create_directories(skills_dir_);
+  // Uploads cut short by a crash.
+  std::error_code ec;
+  fs::remove_all(fs::path(skills_dir_) / ".staging", ec);
+  load_builtins();
+}
+
+SkillStore::~SkillStore() { sqlite3_close(db_); }
+
+void SkillStore::load_builtins() {
+  if (builtin_dir_.empty()) return;
+  std::error_code ec;
+  std::string version = "1";
+  if (auto text = read_text(fs::path(builtin_dir_) / "VERSION"); !text.empty()) {
+    version.clear();
+    for (char c : text)
+      if (std::isalnum(static_cast<unsigned char>(c))) version.push_back(c);
+  }
+  // A YYYYMMDD version is also when the built-ins were made.
+  int64_t made_us = 0;
+  if (version.size() == 8 && std::all_of(version.begin(), version.end(), ::isdigit)) {
+    std::tm tm{};
+    tm.tm_year = std::stoi(version.substr(0, 4)) - 1900;
+    tm.tm_mon = std::stoi(version.substr(4, 2)) - 1;
+    tm.tm_mday = std::stoi(version.substr(6, 2));
+    made_us = static_cast<int64_t>(timegm(&tm)) * 1'000'000;
+  }
+  std::vector<fs::path> folders;
+  for (const auto& entry : fs::directory_iterator(builtin_dir_, ec))
+    if (entry.is_directory(ec) && fs::is_regular_file(entry.path() / "SKILL.md", ec)) folders.push_back(entry.path());
+  std::sort(folders.begin(), folders.end());
+  for (const auto& folder : folders) {
+    try {
+      auto manifest = parse_skill_manifest(read_text(folder / "SKILL.md"));
+      Builtin b;
+      b.record.id = folder.filename().string();
+      b.record.source = "anthropic";
+      b.record.name = manifest.name;
+      b.record.display_name = manifest.name;
+      b.record.latest_version = version;
+      b.record.created_at_us = b.record.updated_at_us = b.version.created_at_us = made_us;
+      b.version.skill_id = b.record.id;
+      b.version.version = version;
+      b.version.name = manifest.name;
+      b.version.description = manifest.description;
+      b.version.directory = folder.string();
+      builtins_.push_back(std::move(b));
+    } catch (const std::exception&) {
+      // A broken built-in is skipped (its SKILL.md is the packager's to fix).
+    }
+  }
+}
+
+const SkillStore::Builtin* SkillStore::builtin(const std::string& id) const {
+  for (const auto& b : builtins_)
+    if (b.record.id == id) return &b;
+  return nullptr;
+}
+
+std::string SkillStore::new_staging_dir() { return (fs::path(skills_dir_) / ".staging" / random_id(20)).string(); }
+
+std::string SkillStore::install(const std::string& skill_id, const std::string& version,
+                                const std::string& content_dir) {
+  const fs::path target = fs::path(skills_dir_) / skill_id / version;
+  fs::create_directories(target.parent_path());
+  chmod(content_dir.c_str(), 0755);
+  fs::rename(content_dir, target);
+  seal(target);
+  return target.string();
+}
+
+std::string SkillStore::next_version(const std::string& skill_id) {
+  int64_t version = now_us();
+  Statement last(db_, "SELECT MAX(CAST(version AS INTEGER)) FROM skill_versions WHERE skill_id = ?");
+  last.add(skill_id);
+  if (last.step()) version = std::max(version, last.integer(0) + 1);
+  return std::to_string(version);
+}
+
+SkillRecord SkillStore::create(const std::string& owner, const std::optional<std::string>& display_name,
+                               const SkillStaging::Checked& upload) {
+  std::lock_guard lock(mutex_);
+  SkillRecord r;
+  r.id = "skill_" + random_id(24);
+  r.source = "custom";
+  r.name = upload.manifest.name;
+  r.display_name = display_name && !display_name->empty() ? *display_name : upload.manifest.name;
+  r.latest_version = next_version(r.id);
+  r.created_at_us = r.updated_at_us = now_us();
+  install(r.id, r.latest_version, upload.content_dir);
+  exec(db_, "BEGIN IMMEDIATE");
+  try {
+    Statement(db_, "INSERT INTO skills (owner, id, display_name, name, latest_version, created_at_us, updated_at_us) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?)")
+        .add(owner).add(r.id).add(r.display_name).add(r.name).add(r.latest_version).add(r.created_at_us)
+        .add(r.updated_at_us).run();
+    Statement(db_, "INSERT INTO skill_versions (skill_id, version, name, description, created_at_us) "
+                   "VALUES (?, ?, ?, ?, ?)")
+        .add(r.id).add(r.latest_version).add(r.name).add(upload.manifest.description).add(r.created_at_us).run();
+    exec(db_, "COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    remove_sealed(fs::path(skills_dir_) / r.id);
+    throw;
+  }
+  return r;
+}
+
+std::optional<SkillVersionRecord> SkillStore::add_version(const std::string& owner, const std::string& skill_id,
+                                                          const SkillStaging::Checked& upload) {
+  auto skill = find(owner, skill_id);
+  if (!skill || skill->source != "custom") return std::nullopt;
+  if (skill->name != upload.manifest.name)
+    throw SkillUploadError("SKILL.md's name '" + upload.manifest.name + "' differs from the skill's name '" +
+                           skill->name + "': a skill keeps its name across versions");
+  std::lock_guard lock(mutex_);
+  SkillVersionRecord v;
+  v.skill_id = skill_id;
+  v.version = next_version(skill_id);
+  v.name = upload.manifest.name;
+  v.description = upload.manifest.description;
+  v.created_at_us = now_us();
+  v.directory = install(skill_id, v.version, upload.content_dir);
+  exec(db_, "BEGIN IMMEDIATE");
+  try {
+    Statement(db_, "INSERT INTO skill_versions (skill_id, version, name, description, created_at_us) "
+                   "VALUES (?, ?, ?, ?, ?)")
+        .add(skill_id).add(v.version).add(v.name).add(v.description).add(v.created_at_us).run();
+    Statement(db_, "UPDATE skills SET latest_version = ?, updated_at_us = ? WHERE id = ? AND owner = ?")
+        .add(v.version).add(v.created_at_us).add(skill_id).add(owner).run();
+    exec(db_, "COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    remove_sealed(v.directory);
+    throw;
+  }
+  return v;
+}
+
+std::optional<SkillRecord> SkillStore::find(const std::string& owner, const std::string& skill_id) {
+  if (auto* b = builtin(skill_id)) return b->record;
+  std::lock_guard lock(mutex_);
+  Statement q(db_, (std::string("SELECT ") + kSkillColumns + " FROM skills WHERE owner = ? AND id = ?").c_str());
+  q.add(owner).add(skill_id);
+  if (!q.step()) return std::nullopt;
+  return skill_row(q);
+}
+
+SkillPage<SkillRecord> SkillStore::list(const std::string& owner, const std::string& source, size_t limit,
+                                        const std::string& page) {
+  SkillPage<SkillRecord> out;
+  // Built-ins first (by name), then the owner's skills by creation.
+  bool custom_started = !page.empty() && !builtin(page);
+  if (source != "custom" && !custom_started) {
+    bool past = page.empty();
+    for (const auto& b : builtins_) {
+      if (!past) {
+        past = b.record.id == page;
+        continue;
+      }
+      if (out.items.size() == limit) {
+        out.has_more = true;
+        return out;
+      }
+      out.items.push_back(b.record);
+    }
+  }
+  if (source == "anthropic") return out;
+  std::lock_guard lock(mutex_);
+  std::string sql = std::string("SELECT ") + kSkillColumns + " FROM skills WHERE owner = ?";
+  if (custom_started)
+    sql += " AND (created_at_us, id) > (SELECT created_at_us, id FROM skills WHERE owner = ? AND id = ?)";
+  sql += " ORDER BY created_at_us, id LIMIT ?";
+  Statement q(db_, sql.c_str());
+  q.add(owner);
+  if (custom_started) q.add(owner).add(page);
+  q.add(static_cast<int64_t>(limit - out.items.size() + 1));
+  while (q.step()) {
+    if (out.items.size() == limit) {
+      out.has_more = true;
+      break;
+    }
+    out.items.push_back(skill_row(q));
+  }
+  return out;
+}
+
+SkillPage<SkillVersionRecord> SkillStore::versions(const std::string& owner, const std::string& skill_id,
+                                                   size_t limit, const std::string& page) {
+  SkillPage<SkillVersionRecord> out;
+  if (auto* b = builtin(skill_id)) {
+    if (page.empty() && limit > 0) out.items.push_back(b->version);
+    return out;
+  }
+  if (!find(owner, skill_id)) return out;
+  std::lock_guard lock(mutex_);
+  std::string sql = std::string("SELECT ") + kVersionColumns + " FROM skill_versions WHERE skill_id = ?";
+  if (!page.empty()) sql += " AND CAST(version AS INTEGER) < CAST(? AS INTEGER)";
+  sql += " ORDER BY CAST(version AS INTEGER) DESC LIMIT ?";
+  Statement q(db_, sql.c_str());
+  q.add(skill_id);
+  if (!page.empty()) q.add(page);
+  q.add(static_cast<int64_t>(limit + 1));
+  while (q.step()) {
+    if (out.items.size() == limit) {
+      out.has_more = true;
+      break;
+    }
+    auto v = version_row(q);
+    v.directory = (fs::path(skills_dir_) / v.skill_id / v.version).string();
+    out.items.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::optional<SkillVersionRecord> SkillStore::find_version(const std::string& owner, const std::string& skill_id,
+                                                           const std::string& version) {
+  if (auto* b = builtin(skill_id)) {
+    if (version.empty() || version == "latest" || version == b->version.version) return b->version;
+    return std::nullopt;
+  }
+  auto skill = find(owner, skill_id);
+  if (!skill) return std::nullopt;
+  const std::string wanted = version.empty() || version == "latest" ? skill->latest_version : version;
+  std::lock_guard lock(mutex_);
+  Statement q(db_, (std::string("SELECT ") + kVersionColumns +
+                    " FROM skill_versions WHERE skill_id = ? AND version = ?").c_str());
+  q.add(skill_id).add(wanted);
+  if (!q.step()) return std::nullopt;
+  auto v = version_row(q);
+  v.directory = (fs::path(skills_dir_) / v.skill_id / v.version).string();
+  return v;
+}
+
+bool SkillStore::remove(const std::string& owner, const std::string& skill_id) {
+  if (builtin(skill_id) || !find(owner, skill_id)) return false;
+  {
+    std::lock_guard lock(mutex_);
+    exec(db_, "BEGIN IMMEDIATE");
+    try {
+      Statement(db_, "DELETE FROM skill_versions WHERE skill_id = ?").add(skill_id).run();
+      Statement(db_, "DELETE FROM skills WHERE id = ? AND owner = ?").add(skill_id).add(owner).run();
+      exec(db_, "COMMIT");
+    } catch (...) {
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
+    }
+  }
+  remove_sealed(fs::path(skills_dir_) / skill_id);
+  return true;
+}
+
+SkillStore::VersionRemoval SkillStore::remove_version(const std::string& owner, const std::string& skill_id,
+                                                      const std::string& version) {
+  if (builtin(skill_id)) return VersionRemoval::kMissing;
+  auto v = find_version(owner, skill_id, version);
+  if (!v) return VersionRemoval::kMissing;
+  {
+    std::lock_guard lock(mutex_);
+    Statement count(db_, "SELECT COUNT(*) FROM skill_versions WHERE skill_id = ?");
+    count.add(skill_id);
+    if (count.step() && count.integer(0) <= 1) return VersionRemoval::kLastVersion;
+    exec(db_, "BEGIN IMMEDIATE");
+    try {
+      Statement(db_, "DELETE FROM skill_versions WHERE skill_id = ? AND version = ?").add(skill_id).add(v->version).run();
+      Statement(db_, "UPDATE skills SET latest_version = (SELECT version FROM skill_versions WHERE skill_id = ? "
+                     "ORDER BY CAST(version AS INTEGER) DESC LIMIT 1), updated_at_us = ? WHERE id = ?")
+          .add(skill_id).add(now_us()).add(skill_id).run();
+      exec(db_, "COMMIT");
+    } catch (...) {
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
+    }
+  }
+  remove_sealed(v->directory);
+  return VersionRemoval::kRemoved;
+}
+
+}  // namespace sandboxd::store

@@ -1,0 +1,554 @@
+// Skills end to end (SPEC §3.4b): the Skills API on a real `sandboxd serve` — uploads as
+// files[] and as zip, versions, another owner's 404, hostile uploads refused with
+// nothing stored — and container.skills in /messages against the scripted upstream:
+// the skill is read-only at /mnt/skills/<name>/ for that request only, its helper
+// script writes an output that the Files API serves, the upstream prompt lists it, and
+// the response's container names it with its resolved version.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "scripted_upstream.h"
+#include "server_harness.h"
+
+using namespace sandboxd::testing;
+namespace bj = boost::json;
+using U = ScriptedUpstream;
+
+namespace {
+
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// A skill folder on disk: files by relative path.
+fs::path write_tree(const fs::path& root, const std::map<std::string, std::string>& files) {
+  for (const auto& [path, text] : files) {
+    fs::create_directories((root / path).parent_path());
+    std::ofstream(root / path, std::ios::binary) << text;
+  }
+  return root;
+}
+
+const std::string kReportSkillMd =
+    "---\nname: report-maker\ndescription: Writes a greeting report into the outputs folder. Use for greetings.\n---\n"
+    "# Report maker\nRun `bash /mnt/skills/report-maker/scripts/make_report.sh NAME` to write NAME to outputs.\n";
+const std::string kReportScript =
+    "#!/bin/bash\nset -e\nprintf 'report by the skill for %s\\n' \"$(whoami)\" > \"/mnt/user-data/outputs/$1\"\n"
+    "echo \"wrote $1\"\n";
+
+class SkillsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    upstream = new ScriptedUpstream();
+    server = new ServerProcess("model:\n  baseUrl: \"" + upstream->base_url() +
+                               "\"\n  models: { default: upstream-model }\n  timeoutSec: 30\n"
+                               "runtime:\n  skillMaxSize: 64Ki\n  skillMaxFiles: 20\n");
+  }
+  static void TearDownTestSuite() {
+    delete server;
+    delete upstream;
+  }
+  void SetUp() override {
+    name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    work = server->dir() / ("work-" + name);
+    fs::create_directories(work);
+  }
+  void TearDown() override { EXPECT_EQ(upstream->pending_steps(), 0u) << "every scripted step was used"; }
+
+  // POST (or another method) with multipart files: each (path on disk, filename sent).
+  bj::value upload(const std::string& url, const std::vector<std::pair<fs::path, std::string>>& files,
+                   const std::string& extra = "", const std::string& token = "secret-alice", int* status = nullptr) {
+    std::string args = "-X POST " + quoted(url) + " " + extra;
+    for (const auto& [path, filename] : files) args += " -F " + quoted("files[]=@" + path.string() + ";filename=" + filename);
+    std::string out = server->curl("-w '\\n%{http_code}' " + args, token);
+    auto cut = out.rfind('\n');
+    if (status) *status = std::stoi(out.substr(cut + 1));
+    return json(out.substr(0, cut));
+  }
+  // Uploads a folder as files[] with the folder's own name as the top folder.
+  bj::value upload_tree(const fs::path& root, int* status = nullptr, const std::string& url = "") {
+    std::vector<std::pair<fs::path, std::string>> files;
+    for (const auto& entry : fs::recursive_directory_iterator(root))
+      if (entry.is_regular_file())
+        files.push_back({entry.path(), root.filename().string() + "/" + fs::relative(entry.path(), root).string()});
+    return upload(url.empty() ? server->base() + "/skills" : url, files, "", "secret-alice", status);
+  }
+  fs::path report_skill(const std::string& folder = "report-maker") {
+    return write_tree(work / folder, {{"SKILL.md", kReportSkillMd}, {"scripts/make_report.sh", kReportScript}});
+  }
+  // A zip made by Python's zipfile from a small script given the archive as `z`.
+  fs::path make_zip(const std::string& python_body) {
+    fs::path zip = work / "upload.zip";
+    fs::path script = work / "make_zip.py";
+    std::ofstream(script) << "import zipfile, sys, stat\nz = zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED)\n"
+                          << python_body << "\nz.close()\n";
+    int status = -1;
+    sh("python3 " + script.string() + " " + zip.string(), &status);
+    EXPECT_EQ(status, 0);
+    return zip;
+  }
+  // Nothing of a refused upload is kept: no record, no stored files, no staging left.
+  void expect_nothing_stored() {
+    auto listing = server->curl_json(quoted(server->base() + "/skills?source=custom"));
+    EXPECT_EQ(listing.at("data").as_array().size(), 0u) << listing;
+    size_t entries = 0;
+    std::error_code ec;
+    for (const auto& entry : fs::recursive_directory_iterator(server->data_dir() / "skills", ec)) {
+      (void)entry;
+      ++entries;
+    }
+    const bool staging_only = entries == 0 || (entries == 1 && fs::is_directory(server->data_dir() / "skills/.staging"));
+    EXPECT_TRUE(staging_only) << "something was stored under skills/ (" << entries << " entries)";
+  }
+  void expect_refused(const bj::value& reply, int status, const std::string& phrase) {
+    EXPECT_EQ(status, 400) << reply;
+    EXPECT_EQ(reply.at("type"), "error") << reply;
+    EXPECT_EQ(reply.at("error").at("type"), "invalid_request_error") << reply;
+    EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find(phrase), std::string::npos) << reply;
+    expect_nothing_stored();
+  }
+  bj::object messages_body(const std::string& container, bj::array skills, bool stream = false) {
+    bj::object c{{"id", container}};
+    if (!skills.empty()) c["skills"] = std::move(skills);
+    return {{"model", "default"},
+            {"max_tokens", 1024},
+            {"stream", stream},
+            {"container", std::move(c)},
+            {"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20250825"}}}},
+            {"messages", bj::array{bj::object{{"role", "user"}, {"content", "make the report"}}}}};
+  }
+  std::string post_messages(const bj::object& body, int* status = nullptr, const std::string& token = "secret-alice") {
+    fs::path file = work / ("body-" + std::to_string(++posts) + ".json");
+    std::ofstream(file) << bj::serialize(body);
+    std::string out = server->curl("-w '\\n%{http_code}' -X POST " + quoted(server->base() + "/messages") +
+                                       " -H 'content-type: application/json' --data-binary @" + file.string(),
+                                   token);
+    auto cut = out.rfind('\n');
+    if (status) *status = std::stoi(out.substr(cut + 1));
+    return out.substr(0, cut);
+  }
+  void delete_all_skills() {
+    auto listing = server->curl_json(quoted(server->base() + "/skills?source=custom&limit=100"));
+    for (const auto& skill : listing.at("data").as_array())
+      server->curl("-X DELETE " + quoted(server->base() + "/skills/" + std::string(skill.at("id").as_string())));
+  }
+
+  static ScriptedUpstream* upstream;
+  static ServerProcess* server;
+  std::string name;
+  fs::path work;
+  int posts = 0;
+};
+
+ScriptedUpstream* SkillsTest::upstream = nullptr;
+ServerProcess* SkillsTest::server = nullptr;
+
+TEST_F(SkillsTest, CreateListRetrieveVersionsDelete) {
+  int status = 0;
+  auto skill = upload_tree(report_skill(), &status);
+  ASSERT_EQ(status, 200) << skill;
+  const std::string id(skill.at("id").as_string());
+  EXPECT_EQ(id.rfind("skill_", 0), 0u);
+  EXPECT_EQ(skill.at("type"), "skill");
+  EXPECT_EQ(skill.at("source").at("type"), "custom");
+  EXPECT_EQ(skill.at("display_name"), "report-maker");  // from the front matter when none is given
+  const std::string first(skill.at("latest_version_id").as_string());
+  EXPECT_GT(std::stoll(first), 1'700'000'000'000'000LL) << "an epoch-microsecond version";
+
+  auto fetched = server->curl_json(quoted(server->base() + "/skills/" + id));
+  EXPECT_EQ(fetched, skill);
+  auto custom = server->curl_json(quoted(server->base() + "/skills?source=custom"));
+  ASSERT_EQ(custom.at("data").as_array().size(), 1u);
+  EXPECT_EQ(custom.at("data").as_array()[0].at("id"), bj::value(id));
+
+  // A second version, then "latest" resolves to it.
+  fs::path v2 = write_tree(work / "v2" / "report-maker",
+                           {{"SKILL.md", "---\nname: report-maker\ndescription: Second version.\n---\nv2\n"}});
+  auto version = upload_tree(v2, &status, server->base() + "/skills/" + id + "/versions");
+  ASSERT_EQ(status, 200) << version;
+  EXPECT_EQ(version.at("type"), "skill_version");
+  EXPECT_EQ(version.at("skill_id"), bj::value(id));
+  EXPECT_EQ(version.at("name"), "report-maker");
+  EXPECT_EQ(version.at("description"), "Second version.");
+  const std::string second(version.at("version").as_string());
+  EXPECT_GT(std::stoll(second), std::stoll(first));
+  EXPECT_EQ(server->curl_json(quoted(server->base() + "/skills/" + id)).at("latest_version_id"), bj::value(second));
+  auto latest = server->curl_json(quoted(server->base() + "/skills/" + id + "/versions/latest"));
+  EXPECT_EQ(latest.at("version"), bj::value(second));
+  auto versions = server->curl_json(quoted(server->base() + "/skills/" + id + "/versions?limit=1"));
+  ASSERT_EQ(versions.at("data").as_array().size(), 1u);
+  EXPECT_EQ(versions.at("data").as_array()[0].at("version"), bj::value(second)) << "newest first";
+  EXPECT_EQ(versions.at("has_more"), true);
+  auto rest = server->curl_json(quoted(server->base() + "/skills/" + id + "/versions?limit=1&page=" +
+                                       std::string(versions.at("next_page").as_string())));
+  ASSERT_EQ(rest.at("data").as_array().size(), 1u);
+  EXPECT_EQ(rest.at("data").as_array()[0].at("version"), bj::value(first));
+
+  // A new version must keep the skill's name.
+  fs::path renamed = write_tree(work / "v3" / "other",
+                                {{"SKILL.md", "---\nname: other-name\ndescription: x\n---\n"}});
+  auto refused = upload_tree(renamed, &status, server->base() + "/skills/" + id + "/versions");
+  EXPECT_EQ(status, 400) << refused;
+
+  // Stored files are read-only on disk.
+  const fs::path stored = server->data_dir() / "skills" / id / second / "SKILL.md";
+  ASSERT_TRUE(fs::exists(stored));
+  EXPECT_EQ(fs::status(stored).permissions() & fs::perms::owner_write, fs::perms::none);
+
+  auto deleted_version = server->curl_json("-X DELETE " + quoted(server->base() + "/skills/" + id + "/versions/" + first));
+  EXPECT_EQ(deleted_version.at("type"), "skill_version_deleted");
+  EXPECT_EQ(server->status(quoted(server->base() + "/skills/" + id + "/versions/" + first)), 404);
+  // The last version goes with the skill.
+  EXPECT_EQ(server->status("-X DELETE " + quoted(server->base() + "/skills/" + id + "/versions/" + second)), 400);
+  auto deleted = server->curl_json("-X DELETE " + quoted(server->base() + "/skills/" + id));
+  EXPECT_EQ(deleted.at("type"), "skill_deleted");
+  EXPECT_EQ(server->status(quoted(server->base() + "/skills/" + id)), 404);
+  EXPECT_FALSE(fs::exists(server->data_dir() / "skills" / id));
+}
+
+TEST_F(SkillsTest, ZipUploadAndDisplayName) {
+  fs::path zip = make_zip(
+      "z.writestr('zipped/SKILL.md', '---\\nname: zipped\\ndescription: From a zip.\\n---\\nbody\\n')\n"
+      "info = zipfile.ZipInfo('zipped/scripts/run.sh'); info.create_system = 3\n"
+      "info.external_attr = (stat.S_IFREG | 0o755) << 16\n"
+      "z.writestr(info, '#!/bin/sh\\necho run\\n')\n");
+  int status = 0;
+  auto skill = upload(server->base() + "/skills", {{zip, "zipped.zip"}}, "-F display_name=Zipped", "secret-alice",
+                      &status);
+  ASSERT_EQ(status, 200) << skill;
+  EXPECT_EQ(skill.at("display_name"), "Zipped");
+  const std::string id(skill.at("id").as_string()), version(skill.at("latest_version_id").as_string());
+  const fs::path root = server->data_dir() / "skills" / id / version;
+  EXPECT_EQ(read_file(root / "scripts/run.sh"), "#!/bin/sh\necho run\n");
+  EXPECT_NE(fs::status(root / "scripts/run.sh").permissions() & fs::perms::owner_exec, fs::perms::none);
+  delete_all_skills();
+}
+
+TEST_F(SkillsTest, AnotherOwnersSkillIsNotFound) {
+  int status = 0;
+  auto skill = upload_tree(report_skill(), &status);
+  ASSERT_EQ(status, 200) << skill;
+  const std::string url = server->base() + "/skills/" + std::string(skill.at("id").as_string());
+  EXPECT_EQ(server->status(quoted(url), "secret-bob-x"), 404);
+  EXPECT_EQ(server->status(quoted(url + "/versions"), "secret-bob-x"), 404);
+  EXPECT_EQ(server->status("-X DELETE " + quoted(url), "secret-bob-x"), 404);
+  auto bobs = server->curl_json(quoted(server->base() + "/skills?source=custom"), "secret-bob-x");
+  EXPECT_EQ(bobs.at("data").as_array().size(), 0u);
+  // Nor can bob load it into a container.
+  auto body = messages_body("bob-c", bj::array{bj::object{{"type", "custom"}, {"skill_id", skill.at("id")}}});
+  auto reply = json(post_messages(body, &status, "secret-bob-x"));
+  EXPECT_EQ(status, 404) << reply;
+  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find(std::string(skill.at("id").as_string())),
+            std::string::npos);
+  EXPECT_EQ(server->status(quoted(url)), 200) << "still alice's";
+  delete_all_skills();
+}
+
+TEST_F(SkillsTest, HostileUploadsAreRefusedAndNothingIsStored) {
+  expect_nothing_stored();
+  int status = 0;
+  fs::path md = write_tree(work / "ok", {{"SKILL.md", kReportSkillMd}}) / "SKILL.md";
+  fs::path small = write_tree(work / "f", {{"f.txt", "x"}}) / "f.txt";
+
+  auto reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, "s/../../evil.txt"}}, "", "secret-alice", &status);
+  expect_refused(reply, status, "'..'");
+  reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, "/etc/evil.txt"}}, "", "secret-alice", &status);
+  expect_refused(reply, status, "Absolute");
+  reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, "s/a.txt"}, {small, "s/a.txt"}}, "",
+                 "secret-alice", &status);
+  expect_refused(reply, status, "more than once");
+  // Over the 20-file cap.
+  std::vector<std::pair<fs::path, std::string>> many{{md, "s/SKILL.md"}};
+  for (int i = 0; i < 21; ++i) many.push_back({small, "s/f" + std::to_string(i) + ".txt"});
+  reply = upload(server->base() + "/skills", many, "", "secret-alice", &status);
+  expect_refused(reply, status, "more than 20 files");
+  // Over the 64 KiB cap.
+  fs::path big = work / "big.bin";
+  std::ofstream(big) << std::string(70 * 1024, 'b');
+  reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {big, "s/big.bin"}}, "", "secret-alice", &status);
+  expect_refused(reply, status, "larger than");
+  // Two top folders; no SKILL.md.
+  reply = upload(server->base() + "/skills", {{md, "a/SKILL.md"}, {md, "b/SKILL.md"}}, "", "secret-alice", &status);
+  expect_refused(reply, status, "one top-level folder");
+  reply = upload(server->base() + "/skills", {{small, "s/readme.txt"}}, "", "secret-alice", &status);
+  expect_refused(reply, status, "SKILL.md");
+
+  // Bad front matter.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"# no front matter\n", "front matter"},
+      {"---\ndescription: d\n---\n", "'name'"},
+      {"---\nname: Bad_Name\ndescription: d\n---\n", "lowercase"},
+      {"---\nname: " + std::string(65, 'a') + "\ndescription: d\n---\n", "1 to 64"},
+      {"---\nname: ok\ndescription: \"\"\n---\n", "description"},
+      {"---\nname: ok\ndescription: " + std::string(1025, 'd') + "\n---\n", "1024"},
+      {"---\nname: ok\ndescription: d\n", "closing"}};
+  for (const auto& [text, phrase] : bad) {
+    fs::path file = work / "bad.md";
+    std::ofstream(file, std::ios::trunc) << text;
+    reply = upload(server->base() + "/skills", {{file, "s/SKILL.md"}}, "", "secret-alice", &status);
+    SCOPED_TRACE(text.substr(0, 80));
+    expect_refused(reply, status, phrase);
+  }
+
+  // Zips: a link, a device, traversal, a bomb that lies about its size, one too big.
+  const std::string skill_md = "z.writestr('s/SKILL.md', '---\\nname: s\\ndescription: d\\n---\\n')\n";
+  fs::path zip = make_zip(skill_md +
+                          "info = zipfile.ZipInfo('s/link'); info.create_system = 3\n"
+                          "info.external_attr = (stat.S_IFLNK | 0o777) << 16\nz.writestr(info, '/etc/shadow')\n");
+  reply = upload(server->base() + "/skills", {{zip, "s.zip"}}, "", "secret-alice", &status);
+  expect_refused(reply, status, "Links are not allowed");
+  zip = make_zip(skill_md +
+                 "info = zipfile.ZipInfo('s/dev'); info.create_system = 3\n"
+                 "info.external_attr = (stat.S_IFCHR | 0o666) << 16\nz.writestr(info, '')\n");
+  reply = upload(server->base() + "/skills", {{zip, "s.zip"}}, "", "secret-alice", &status);
+  expect_refused(reply, status, "Device");
+  zip = make_zip(skill_md + "z.writestr('s/../../../escape.txt', 'x')\n");
+  reply = upload(server->base() + "/skills", {{zip, "s.zip"}}, "", "secret-alice", &status);
+  expect_refused(reply, status, "'..'");
+  // 8 MiB of zeros whose central directory claims 1000 bytes: caught while inflating.
+  zip = make_zip(skill_md + "z.writestr('s/bomb.bin', b'\\0' * (8 << 20))\nz.close()\n"
+                 "data = bytearray(open(sys.argv[1], 'rb').read())\n"
+                 "at = data.rfind(b'PK\\x01\\x02')\n"
+                 "data[at + 24:at + 28] = (1000).to_bytes(4, 'little')\n"
+                 "open(sys.argv[1], 'wb').write(bytes(data))\nz = zipfile.ZipFile(sys.argv[1] + '.unused', 'w')\n");
+  reply = upload(server->base() + "/skills", {{zip, "s.zip"}}, "", "secret-alice", &status);
+  expect_refused(reply, status, "zip bomb");
+  zip = make_zip(skill_md + "z.writestr('s/zeros.bin', b'\\0' * (8 << 20))\n");
+  reply = upload(server->base() + "/skills", {{zip, "s.zip"}}, "", "secret-alice", &status);
+  expect_refused(reply, status, "larger than");
+  // Not a zip at all.
+  fs::path fake = work / "fake.zip";
+  std::ofstream(fake) << "not a zip";
+  reply = upload(server->base() + "/skills", {{fake, "fake.zip"}}, "", "secret-alice", &status);
+  expect_refused(reply, status, "zip");
+}
+
+TEST_F(SkillsTest, BuiltinSkillsAreListed) {
+  auto listing = server->curl_json(quoted(server->base() + "/skills?source=anthropic&limit=100"));
+  std::set<std::string> ids;
+  for (const auto& skill : listing.at("data").as_array()) {
+    EXPECT_EQ(skill.at("source").at("type"), "anthropic");
+    ids.insert(std::string(skill.at("id").as_string()));
+  }
+  for (const char* expected : {"xlsx", "docx", "pdf", "pptx", "data-analysis"}) EXPECT_TRUE(ids.count(expected)) << expected;
+  auto version = server->curl_json(quoted(server->base() + "/skills/pptx/versions/latest"));
+  EXPECT_EQ(version.at("name"), "pptx");
+  EXPECT_FALSE(std::string(version.at("description").as_string()).empty());
+  EXPECT_EQ(server->status("-X DELETE " + quoted(server->base() + "/skills/pptx")), 400);
+}
+
+TEST_F(SkillsTest, MessagesValidation) {
+  int status = 0;
+  auto body = messages_body("v-c", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "xlsx"}}});
+  body["tools"] = bj::array{};
+  auto reply = json(post_messages(body, &status));
+  EXPECT_EQ(status, 400) << reply;
+  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("code execution tool"), std::string::npos);
+  bj::array nine;
+  for (int i = 0; i < 9; ++i) nine.push_back(bj::object{{"type", "custom"}, {"skill_id", "skill_" + std::to_string(i)}});
+  reply = json(post_messages(messages_body("v-c", nine), &status));
+  EXPECT_EQ(status, 400) << reply;
+  reply = json(post_messages(messages_body("v-c", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "nope"}}}), &status));
+  EXPECT_EQ(status, 404) << reply;
+  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("'nope'"), std::string::npos) << reply;
+  reply = json(post_messages(
+      messages_body("v-c", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "pdf"}, {"version", "123"}}}), &status));
+  EXPECT_EQ(status, 404) << reply;
+  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("'123'"), std::string::npos) << reply;
+}
+
+// The skill appears in a sandbox that already runs (started by an earlier command), its
+// script writes an output the Files API serves, and it is gone for the next request.
+TEST_F(SkillsTest, MessagesLoadSkillForThatRequestOnly) {
+  int status = 0;
+  auto skill = upload_tree(report_skill(), &status);
+  ASSERT_EQ(status, 200) << skill;
+  const std::string id(skill.at("id").as_string()), version(skill.at("latest_version_id").as_string());
+  const std::string container = "skills-run";
+  // A running sandbox first, with no skills in it.
+  auto before = server->curl_json("-X POST " + quoted(server->base() + "/containers/" + container +
+                                                      "/tools/bash_code_execution") +
+                                  " -d '{\"command\": \"ls -A /mnt/skills | wc -l\"}'");
+  EXPECT_EQ(before.at("stdout"), "0\n") << before;
+
+  const std::string command =
+      "head -3 /mnt/skills/report-maker/SKILL.md && bash /mnt/skills/report-maker/scripts/make_report.sh hello.txt && "
+      "(touch /mnt/skills/report-maker/new 2>/dev/null && echo writable || echo read-only)";
+  upstream->push_message(U::message({U::tool_use("toolu_sk1", "bash_code_execution", {{"command", command}})}, "tool_use"));
+  upstream->push_message(U::message({U::text_block("Done.")}, "end_turn"));
+  const size_t requests_before = upstream->requests().size();
+  auto reply = json(post_messages(messages_body(container, bj::array{bj::object{{"type", "custom"}, {"skill_id", id}}}),
+                                  &status));
+  ASSERT_EQ(status, 200) << reply;
+  const auto& content = reply.at("content").as_array();
+  ASSERT_GE(content.size(), 2u) << reply;
+  const auto& result = content[1].at("content").as_object();
+  EXPECT_EQ(result.at("return_code"), 0) << result;
+  const std::string out(result.at("stdout").as_string());
+  EXPECT_NE(out.find("name: report-maker"), std::string::npos) << out;
+  EXPECT_NE(out.find("wrote hello.txt"), std::string::npos) << out;
+  EXPECT_NE(out.find("read-only"), std::string::npos) << out;
+  const auto& shown = reply.at("container").at("skills").as_array();
+  ASSERT_EQ(shown.size(), 1u);
+  EXPECT_EQ(shown[0], (bj::object{{"type", "custom"}, {"skill_id", id}, {"version", version}}));
+  // The upstream was told the skill's name, description and path.
+  auto requests = upstream->requests();
+  ASSERT_GT(requests.size(), requests_before);
+  const std::string system = bj::serialize(requests[requests_before].at("system"));
+  EXPECT_NE(system.find("report-maker"), std::string::npos) << system;
+  EXPECT_NE(system.find("Writes a greeting report"), std::string::npos) << system;
+  EXPECT_NE(system.find("/mnt/skills/report-maker/SKILL.md"), std::string::npos) << system;
+
+  // The Files API serves what the skill's script wrote.
+  auto files = server->curl_json(quoted(server->base() + "/files?scope_id=" + container));
+  std::string file_id;
+  for (const auto& f : files.at("data").as_array())
+    if (f.at("filename") == "hello.txt") file_id = std::string(f.at("id").as_string());
+  ASSERT_FALSE(file_id.empty()) << files;
+  EXPECT_EQ(server->curl(quoted(server->base() + "/files/" + file_id + "/content?scope_id=" + container)),
+            "report by the skill for agent\n");
+
+  // A later request without skills, in the same container and sandbox: none there.
+  upstream->push_message(U::message(
+      {U::tool_use("toolu_sk2", "bash_code_execution",
+                   {{"command", "test -e /mnt/skills/report-maker && echo present || echo absent; ls -A /mnt/skills | wc -l"}})},
+      "tool_use"));
+  upstream->push_message(U::message({U::text_block("Checked.")}, "end_turn"));
+  auto later = json(post_messages(messages_body(container, {}), &status));
+  ASSERT_EQ(status, 200) << later;
+  EXPECT_EQ(later.at("content").as_array()[1].at("content").at("stdout"), "absent\n0\n") << later;
+  EXPECT_FALSE(later.at("container").as_object().contains("skills"));
+  delete_all_skills();
+}
+
+// A built-in skill (pptx: its writer needs only Python's zipfile), streamed: the script
+// makes a deck in outputs; the final message_delta's container names the skill.
+TEST_F(SkillsTest, StreamingBuiltinSkill) {
+  const std::string command =
+      "cat > /tmp/deck.json <<'EOF'\n"
+      "{\"title\": \"Skills test\", \"slides\": [{\"title\": \"Point one\", \"bullets\": [\"alpha\", [\"beta\"]]}]}\n"
+      "EOF\n"
+      "python3 /mnt/skills/pptx/scripts/make_pptx.py /tmp/deck.json /mnt/user-data/outputs/deck.pptx";
+  upstream->push_message(U::message({U::tool_use("toolu_pp1", "bash_code_execution", {{"command", command}})}, "tool_use"));
+  upstream->push_message(U::message({U::text_block("Your deck is ready.")}, "end_turn"));
+  int status = 0;
+  const std::string container = "skills-stream";
+  std::string events = post_messages(
+      messages_body(container, bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "pptx"}}}, /*stream=*/true),
+      &status);
+  ASSERT_EQ(status, 200) << events;
+  EXPECT_NE(events.find("wrote /mnt/user-data/outputs/deck.pptx: 2 slides"), std::string::npos) << events;
+  auto at = events.find("event: message_delta");
+  ASSERT_NE(at, std::string::npos) << events;
+  auto data = json(events.substr(events.find("data: ", at) + 6, events.find('\n', events.find("data: ", at)) -
+                                                                    events.find("data: ", at) - 6));
+  const auto& skills = data.at("delta").at("container").at("skills").as_array();
+  ASSERT_EQ(skills.size(), 1u) << data;
+  EXPECT_EQ(skills[0].at("skill_id"), "pptx");
+  EXPECT_FALSE(std::string(skills[0].at("version").as_string()).empty());
+  EXPECT_NE(skills[0].at("version"), "latest") << "the resolved version";
+
+  // The deck, downloaded, is a presentation whose slide says what the spec said.
+  auto files = server->curl_json(quoted(server->base() + "/files?scope_id=" + container));
+  std::string file_id;
+  for (const auto& f : files.at("data").as_array())
+    if (f.at("filename") == "deck.pptx") file_id = std::string(f.at("id").as_string());
+  ASSERT_FALSE(file_id.empty()) << files;
+  const fs::path deck = work / "deck.pptx";
+  server->curl("-o " + deck.string() + " " + quoted(server->base() + "/files/" + file_id + "/content?scope_id=" + container));
+  int rc = -1;
+  std::string text = sh("python3 " + std::string(SANDBOXD_SOURCE_DIR) + "/skills/pptx/scripts/read_pptx.py " +
+                            deck.string(), &rc);
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("Point one\nalpha\nbeta"), std::string::npos) << text;
+}
+
+// Without pre-started sandboxes: a sandbox started cold for a request that has skills
+// sees them too.
+TEST(SkillsColdStart, SkillsReachASandboxStartedForTheRequest) {
+  ScriptedUpstream upstream;
+  ServerProcess server("model:\n  baseUrl: \"" + upstream.base_url() +
+                       "\"\n  models: { default: upstream-model }\nruntime:\n  prestartedSandboxes: 0\n");
+  upstream.push_message(U::message(
+      {U::tool_use("toolu_c1", "bash_code_execution", {{"command", "head -2 /mnt/skills/xlsx/SKILL.md"}})}, "tool_use"));
+  upstream.push_message(U::message({U::text_block("ok")}, "end_turn"));
+  bj::object body{{"model", "default"},
+                  {"max_tokens", 100},
+                  {"container", {{"id", "cold"}, {"skills", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "xlsx"}}}}}},
+                  {"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20250825"}}}},
+                  {"messages", bj::array{bj::object{{"role", "user"}, {"content", "go"}}}}};
+  fs::path file = server.dir() / "body.json";
+  std::ofstream(file) << bj::serialize(body);
+  auto reply = server.curl_json("-X POST " + quoted(server.base() + "/messages") +
+                                " -H 'content-type: application/json' --data-binary @" + file.string());
+  ASSERT_TRUE(reply.as_object().contains("content")) << reply;
+  EXPECT_EQ(reply.at("content").as_array()[1].at("content").at("stdout"), "---\nname: xlsx\n") << reply;
+}
+
+}  // namespace
+
+namespace {
+
+// On the default limits (30 MiB), a zip whose headers are honest but whose entry
+// inflates more than 200:1 past 1 MiB is refused as a bomb, and nothing is kept.
+TEST(SkillsDefaults, ZipBombByRatioIsRefused) {
+  ServerProcess server;
+  const fs::path zip = server.dir() / "ratio.zip";
+  int status = -1;
+  sh("python3 -c \"import zipfile, sys\n"
+     "z = zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED)\n"
+     "z.writestr('s/SKILL.md', '---\\nname: s\\ndescription: d\\n---\\n')\n"
+     "z.writestr('s/zeros.bin', b'\\\\0' * (20 << 20))\n"
+     "z.close()\" " + zip.string(), &status);
+  ASSERT_EQ(status, 0);
+  ASSERT_LT(fs::file_size(zip), 100u * 1024) << "20 MiB of zeros compress to a few KiB";
+  auto reply = server.curl_json("-X POST " + quoted(server.base() + "/skills") + " -F " +
+                                quoted("files[]=@" + zip.string() + ";filename=s.zip"));
+  ASSERT_EQ(reply.at("type"), "error") << reply;
+  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("compression ratio"), std::string::npos)
+      << reply;
+  auto listing = server.curl_json(quoted(server.base() + "/skills?source=custom"));
+  EXPECT_EQ(listing.at("data").as_array().size(), 0u);
+  size_t kept = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(server.data_dir() / "skills")) kept += !entry.is_directory();
+  EXPECT_EQ(kept, 0u);
+}
+
+// A container that idled out (sandbox stopped, volume and skills folder unmounted)
+// loads skills again when a request opens it.
+TEST(SkillsIdle, AContainerThatIdledOutLoadsSkillsAgain) {
+  ScriptedUpstream upstream;
+  ServerProcess server("model:\n  baseUrl: \"" + upstream.base_url() +
+                       "\"\n  models: { default: upstream-model }\nexternal:\n  opensandbox:\n    sessionTTLSeconds: 4\n");
+  auto run = [&](const std::string& id) {
+    upstream.push_message(U::message(
+        {U::tool_use(id, "bash_code_execution", {{"command", "head -2 /mnt/skills/docx/SKILL.md | tail -1"}})}, "tool_use"));
+    upstream.push_message(U::message({U::text_block("ok")}, "end_turn"));
+    bj::object body{{"model", "default"},
+                    {"max_tokens", 100},
+                    {"container", {{"id", "idle"}, {"skills", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "docx"}}}}}},
+                    {"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20250825"}}}},
+                    {"messages", bj::array{bj::object{{"role", "user"}, {"content", "go"}}}}};
+    fs::path file = server.dir() / ("body-" + id + ".json");
+    std::ofstream(file) << bj::serialize(body);
+    auto reply = server.curl_json("-X POST " + quoted(server.base() + "/messages") +
+                                  " -H 'content-type: application/json' --data-binary @" + file.string());
+    EXPECT_TRUE(reply.as_object().contains("content")) << reply;
+    if (reply.as_object().contains("content"))
+      EXPECT_EQ(reply.at("content").as_array()[1].at("content").at("stdout"), "name: docx\n") << reply;
+  };
+  run("toolu_i1");
+  const std::string folders = (server.data_dir() / "skill-mounts").string();
+  auto mounted = [&] { return read_file("/proc/self/mountinfo").find(folders + "/") != std::string::npos; };
+  ASSERT_TRUE(mounted()) << "the container's skills folder is a mount point while the container is open";
+  for (int i = 0; i < 600 && mounted(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_FALSE(mounted()) << "the idle container's skills folder is unmounted with its volume";
+  run("toolu_i2");
+}
+
+}  // namespace
