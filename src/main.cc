@@ -26,6 +26,7 @@
 #include "ops/serve.h"
 #include "runtime/runtime.h"
 #include "runtime/volume.h"
+#include "sandboxd_build_info.h"  // generated: cmake/write_build_info.cmake
 
 namespace fs = std::filesystem;
 namespace rt = sandboxd::runtime;
@@ -144,8 +145,10 @@ int main(int argc, char** argv) {
   CLI::App app{"sandboxd: isolated code execution for AI assistants"};
   app.require_subcommand(1);
 
-  auto* version = app.add_subcommand("version", "Print the version");
-  version->callback([] { std::printf("sandboxd %s\n", SANDBOXD_VERSION); });
+  auto* version = app.add_subcommand("version", "Print the version, the git commit and the build type");
+  version->callback([] {
+    std::printf("sandboxd %s\ncommit: %s\nbuild type: %s\n", SANDBOXD_VERSION, SANDBOXD_GIT_COMMIT, SANDBOXD_BUILD_TYPE);
+  });
 
   std::string container, memory, workspace_size;
   double timeout = 60;
