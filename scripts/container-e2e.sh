@@ -92,12 +92,14 @@ d volume create "$volume" >/dev/null
 d run -d --name "$container" --network none -v "$volume:/var/lib/sandboxd" \
   "${SANDBOXD_CONTAINER_PRIVILEGES[@]}" "sandboxd:$version" >/dev/null
 in_container() { d exec "$container" "$@"; }
-for _ in $(seq 600); do
+deadline=$((SECONDS + 90))
+while ((SECONDS < deadline)); do
   in_container curl -fsS -o /dev/null http://127.0.0.1:8080/ready 2>/dev/null && break
   [ "$(d inspect "$container" --format '{{.State.Running}}')" = true ] || { d logs "$container"; fail "the container exited"; }
   sleep 0.2
 done
-in_container curl -fsS http://127.0.0.1:8080/ready || { d logs "$container"; fail "/ready"; }
+in_container curl -fsS http://127.0.0.1:8080/ready ||
+  { d logs "$container" 2>&1 | grep -v ' route=ops.ready$'; in_container curl -sS http://127.0.0.1:8080/ready; fail "/ready"; }
 echo
 d logs "$container" 2>&1 | grep -q "listening on http://0.0.0.0:8080" || { d logs "$container"; fail "not listening on 0.0.0.0:8080"; }
 # No tokens in the image's configuration: the server printed a development token.
@@ -132,6 +134,10 @@ comm -13 "$work/before.loops" "$work/after.loops" | grep -E "$work|/var/lib/sand
 # Mounts and cgroups of other work on this machine come and go; only what names this
 # run's engine, container or sandboxes counts.
 comm -13 "$work/before.mounts" "$work/after.mounts" | grep -E "$work|$container_id" >&2 && fail "mounts left (above)"
-comm -13 "$work/before.cgroups" "$work/after.cgroups" | grep -E "$container_id|docker" >&2 && fail "cgroups left (above)"
+# The container's sandboxd keeps its cgroups in the host's tree (the bind of
+# /sys/fs/cgroup) under sandboxd/<instance>, the instance named after its data directory.
+instance="s$(printf %s /var/lib/sandboxd | sha256sum | cut -c1-16)"
+comm -13 "$work/before.cgroups" "$work/after.cgroups" | grep -E "$container_id|docker|/sandboxd/$instance" >&2 &&
+  fail "cgroups left (above)"
 grep -l "$container_id" /proc/[0-9]*/cgroup 2>/dev/null | head -3 | grep . >&2 && fail "processes left in the container's cgroup"
 log "ok"
