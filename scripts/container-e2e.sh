@@ -63,8 +63,8 @@ cleanup() {
     wait "$docker_pid" 2>/dev/null || true
   fi
   # dockerd leaves its data root's own mounts (overlay, netns) when killed hard.
-  grep -o " $work[^ ]*" /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
-  rm -rf --one-file-system "$work"
+  { grep -o " $work[^ ]*" /proc/self/mountinfo || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  rm -rf --one-file-system "$work" || true
   exit "$rc"
 }
 trap cleanup EXIT
