@@ -10,6 +10,7 @@
 # the server running and a container holding files, restarts it (what the postinst asks
 # systemd for), checks the files and the edited conffile are kept, stops it, checks
 # nothing leaked (mounts, loop devices, cgroups), purges and checks nothing is left.
+# Where systemd is PID 1, the unit itself is started and restarted with systemctl.
 # Root only. Refuses to touch a machine where sandboxd is already installed or its
 # directories exist (exit 77: skipped), and removes everything it installed.
 set -euo pipefail
@@ -157,10 +158,22 @@ PY
   grep -q "READY=1" "$work/notify.log" || { cat "$work/server.log"; fail "no READY=1 within TimeoutStartSec"; }
 }
 
+# Where systemd is PID 1 the postinst has started the unit: it is driven with systemctl
+# (restart picks up the edited configuration; an upgrade's postinst restarts it).
+under_systemd=0
+[ -d /run/systemd/system ] && under_systemd=1
+if ((under_systemd)); then
+  start_server() {
+    systemctl restart sandboxd.service
+    systemctl is-active --quiet sandboxd.service || { journalctl -u sandboxd --no-pager | tail -30; fail "the unit is not active"; }
+  }
+  stop_server() { systemctl stop sandboxd.service; }
+fi
+
 api() { curl -sS --max-time 60 -H "Authorization: Bearer $token" "$@"; }
 base="http://127.0.0.1:$port"
 
-log "start (ExecStartPre, ExecStart under the unit's hardening)"
+log "start (ExecStartPre, ExecStart under the unit's hardening; systemctl where systemd runs)"
 start_server
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/health")" = 200 ] || fail "/health"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/ready")" = 200 ] || fail "/ready: $(curl -s "$base/ready")"
@@ -182,9 +195,13 @@ dpkg -i "$deb_next" >"$work/dpkg-up" 2>&1 || { cat "$work/dpkg-up"; fail "dpkg -
 grep -q "$token" /etc/sandboxd/config.yaml || fail "the upgrade lost the conffile's edits"
 [ ! -e /etc/sandboxd/config.yaml.dpkg-dist ] || fail "the upgrade asked about an unchanged conffile"
 # What the postinst asks systemd for on an upgrade: a restart.
-stop_server || fail "the server did not exit 0 on SIGTERM"
-grep -q "STOPPING=1" "$work/notify.log" || fail "no STOPPING=1"
-start_server
+if ((under_systemd)); then
+  systemctl is-active --quiet sandboxd.service || fail "the postinst did not restart the unit"
+else
+  stop_server || fail "the server did not exit 0 on SIGTERM"
+  grep -q "STOPPING=1" "$work/notify.log" || fail "no STOPPING=1"
+  start_server
+fi
 result=$(api -X POST "$base/api/gpt/v1/containers/pkg/tools/bash_code_execution" \
   -d '{"command": "cat /mnt/user-data/outputs/out.txt /mnt/user-data/uploads/in.txt"}')
 python3 -c 'import json,sys; r=json.loads(sys.argv[1]); assert r["stdout"]=="made-in-sandbox\nuploaded bytes", r' "$result" ||
