@@ -5,6 +5,8 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <regex>
+
 #include "sandbox_harness.h"
 
 using namespace sandboxd::testing;
@@ -42,7 +44,11 @@ Outcome run_cli(std::vector<std::string> args) {
 TEST(Cli, VersionPrintsTheVersion) {
   auto r = run_cli({"version"});
   EXPECT_EQ(r.code, 0);
-  EXPECT_EQ(r.out, std::string("sandboxd ") + SANDBOXD_VERSION + "\n");
+  // The commit is the source tree's (40 hex digits, "-dirty" with uncommitted changes)
+  // or "unknown" for a tree without git (a tarball); the build type is CMake's.
+  EXPECT_TRUE(std::regex_match(r.out, std::regex(std::string("sandboxd ") + SANDBOXD_VERSION +
+                                                 "\ncommit: ([0-9a-f]{40}(-dirty)?|unknown)\nbuild type: [A-Za-z]+\n")))
+      << r.out;
 }
 
 TEST(Cli, RunPassesOutputAndExitStatusThrough) {

@@ -16,13 +16,16 @@
 #include "app/run_command.h"
 #include "app/serve.h"
 #include "ops/config.h"
+#include "sandboxd_build_info.h"  // generated: cmake/write_build_info.cmake
 
 int main(int argc, char** argv) {
   CLI::App app{"sandboxd: isolated code execution for AI assistants"};
   app.require_subcommand(1);
 
-  auto* version = app.add_subcommand("version", "Print the version");
-  version->callback([] { std::printf("sandboxd %s\n", SANDBOXD_VERSION); });
+  auto* version = app.add_subcommand("version", "Print the version, the git commit and the build type");
+  version->callback([] {
+    std::printf("sandboxd %s\ncommit: %s\nbuild type: %s\n", SANDBOXD_VERSION, SANDBOXD_GIT_COMMIT, SANDBOXD_BUILD_TYPE);
+  });
 
   sandboxd::app::RunOptions run_options;
   auto* run = app.add_subcommand("run", "Run one command in a fresh sandbox over a container directory");

@@ -49,6 +49,23 @@ void make_owned_dir(const fs::path& dir, uint32_t uid, uint32_t gid) {
     throw std::runtime_error("chown(" + dir.string() + "): " + std::strerror(errno));
 }
 
+// A named coroutine, not a capturing lambda: the lambda object would be gone (a
+// temporary) while its frame still reads the captures.
+boost::asio::awaitable<rt::ExecResult> run_once(rt::Runtime& runtime, boost::asio::any_io_executor executor,
+                                               rt::SandboxOptions options, rt::ExecRequest request) {
+  auto sandbox = co_await runtime.start(executor, options);
+  std::exception_ptr failure;
+  rt::ExecResult result;
+  try {
+    result = co_await sandbox->exec(std::move(request));
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  co_await sandbox->stop();
+  if (failure) std::rethrow_exception(failure);
+  co_return result;
+}
+
 }  // namespace
 
 int run_command(const RunOptions& run) {
@@ -103,22 +120,8 @@ int run_command(const RunOptions& run) {
   request.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));
 
   boost::asio::io_context io;
-  auto future = boost::asio::co_spawn(
-      io,
-      [&]() -> boost::asio::awaitable<rt::ExecResult> {
-        auto sandbox = co_await runtime.start(io.get_executor(), sandbox_options);
-        std::exception_ptr failure;
-        rt::ExecResult result;
-        try {
-          result = co_await sandbox->exec(request);
-        } catch (...) {
-          failure = std::current_exception();
-        }
-        co_await sandbox->stop();
-        if (failure) std::rethrow_exception(failure);
-        co_return result;
-      }(),
-      boost::asio::use_future);
+  auto future = boost::asio::co_spawn(io, run_once(runtime, io.get_executor(), sandbox_options, request),
+                                      boost::asio::use_future);
   io.run();
   int code = 1;
   std::exception_ptr failure;

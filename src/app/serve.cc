@@ -26,6 +26,7 @@
 #include "ops/live_config.h"
 #include "ops/logging.h"
 #include "ops/metrics.h"
+#include "ops/systemd_notify.h"
 #include "runtime/runtime.h"
 #include "runtime/volume.h"
 #include "server/auth.h"
@@ -190,6 +191,7 @@ int serve(ops::Config config, const std::string& config_path) {
                 endpoint.address().to_string().c_str(), endpoint.port(), config.data_dir.c_str(),
                 sandbox_runtime ? sandbox_runtime->cgroups().version().c_str() : "none (no code execution)");
     std::fflush(stdout);
+    ops::notify_systemd_when_ready(io.get_executor(), config.runtime_provider == "sandboxd", [&] { return containers.probe(); });
 
     asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
     std::function<void()> wait_signal = [&]() {
@@ -201,6 +203,7 @@ int serve(ops::Config config, const std::string& config_path) {
           return;
         }
         spdlog::info("signal {}: shutting down", signo);
+        ops::notify_systemd_stopping();
         http.stop_accepting();
         asio::co_spawn(
             io,

@@ -330,6 +330,9 @@ int main(int argc, char** argv) {
   // If the server dies while the sandbox is being set up, so does the launcher.
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   signal(SIGPIPE, SIG_IGN);
+  // The sandbox's own folders (/home, /mnt, ...) and the commands' files get the usual
+  // modes whatever umask the server runs with (the systemd unit's UMask=0027).
+  umask(022);
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGCHLD);

@@ -21,8 +21,13 @@ std::string default_init_path() {
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return "sandboxd-init";
   self[n] = '\0';
-  std::string path = self;
-  return path.substr(0, path.rfind('/') + 1) + "sandboxd-init";
+  std::string dir = self;
+  dir = dir.substr(0, dir.rfind('/') + 1);
+  // The build tree has it next to sandboxd; the Debian package in /usr/lib/sandboxd
+  // (a helper, not a command on PATH) beside /usr/bin.
+  std::string installed = dir + "../lib/sandboxd/sandboxd-init";
+  if (access((dir + "sandboxd-init").c_str(), X_OK) != 0 && access(installed.c_str(), X_OK) == 0) return installed;
+  return dir + "sandboxd-init";
 }
 
 bool Runtime::valid_name(const std::string& name) {

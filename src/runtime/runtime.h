@@ -71,7 +71,7 @@ class Runtime {
   int userns_fd_ = -1;       // the agent user namespace, shared by all sandboxes
 };
 
-// The sandboxd-init next to the running executable.
+// The sandboxd-init next to the running executable, else in ../lib/sandboxd/ (installed).
 std::string default_init_path();
 
 }  // namespace sandboxd::runtime

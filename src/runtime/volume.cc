@@ -4,6 +4,8 @@
 #include <linux/loop.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,6 +52,17 @@ std::string unescape_mountinfo(const std::string& in) {
   return out;
 }
 
+// A container's /dev holds the device nodes that existed when it started, not the loop
+// devices the kernel adds later: make the node from sysfs's major:minor (CAP_MKNOD and
+// the engine's device rule `b 7:* rwm`, as the README documents for the image).
+bool make_loop_node(int number, const std::string& device) {
+  std::ifstream dev_file("/sys/class/block/loop" + std::to_string(number) + "/dev");
+  unsigned major_number = 0, minor_number = 0;
+  char colon = 0;
+  if (!(dev_file >> major_number >> colon >> minor_number) || colon != ':') return false;
+  return mknod(device.c_str(), S_IFBLK | 0660, makedev(major_number, minor_number)) == 0 || errno == EEXIST;
+}
+
 }  // namespace
 
 void Volume::create(const std::string& image, uint64_t size_bytes, uint32_t uid, uint32_t gid) {
@@ -94,6 +107,7 @@ void Volume::mount(const std::string& image, const std::string& target) {
     }
     device = "/dev/loop" + std::to_string(number);
     int fd = open(device.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && make_loop_node(number, device)) fd = open(device.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) continue;
     loop_config config{};
     config.fd = static_cast<uint32_t>(backing);
