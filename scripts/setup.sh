@@ -12,6 +12,7 @@ packages=(
   zlib1g-dev debootstrap  # images: gzip layers; `sandboxd image build`
   prometheus  # promtool checks the /metrics output in the tests
   postgresql  # a real allow-listed service the network tests query from a sandbox
+  clang libclang-rt-dev  # the fuzz targets (scripts/fuzz.sh): libFuzzer, ASan, UBSan
 )
 missing=()
 for p in "${packages[@]}"; do

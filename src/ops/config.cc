@@ -153,8 +153,14 @@ Config parse_config(const std::string& yaml_text) {
                        "codeInterpreter", "workspace", "runtime", "logging"});
 
   with(root, "server", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec"});
+    only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec", "bodyIdleTimeoutSec",
+                     "bodyMinRateBytesPerSec", "bodyRateGraceSec", "maxConnections", "maxConnectionsPerOwner"});
     with(n, "headerTimeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.header_timeout_sec = static_cast<int>(read_int(v, kp, 1, 3600)); });
+    with(n, "bodyIdleTimeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.body_idle_timeout_sec = static_cast<int>(read_int(v, kp, 1, 3600)); });
+    with(n, "bodyMinRateBytesPerSec", p, [&](const YAML::Node& v, const std::string& kp) { c.body_min_rate_bytes_per_sec = static_cast<uint64_t>(read_int(v, kp, 0, int64_t{1} << 40)); });
+    with(n, "bodyRateGraceSec", p, [&](const YAML::Node& v, const std::string& kp) { c.body_rate_grace_sec = static_cast<int>(read_int(v, kp, 0, 3600)); });
+    with(n, "maxConnections", p, [&](const YAML::Node& v, const std::string& kp) { c.max_connections = static_cast<uint64_t>(read_int(v, kp, 0, 1000000)); });
+    with(n, "maxConnectionsPerOwner", p, [&](const YAML::Node& v, const std::string& kp) { c.max_connections_per_owner = static_cast<uint64_t>(read_int(v, kp, 1, 1000000)); });
     with(n, "listen", p, [&](const YAML::Node& v, const std::string& kp) {
       std::string listen = scalar(v, kp);
       auto colon = listen.rfind(':');
