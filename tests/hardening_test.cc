@@ -348,6 +348,54 @@ TEST(HardeningConnections, PastTheTotalCapConnectionsGetA503AndTheServerRecovers
   EXPECT_EQ(status, 200);
 }
 
+TEST(HardeningConnections, OutOfDescriptorsWaitingClientsAreClosedAndTheServerRecovers) {
+  ServerProcess server("server:\n  maxConnections: 100000\n");
+  // The server may hold only a few more descriptors than it has open now.
+  size_t open_now = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/" + std::to_string(server.pid()) + "/fd")) ++open_now;
+  const size_t limit = open_now + 10;
+  int rc = 0;
+  sh("prlimit --pid " + std::to_string(server.pid()) + " --nofile=" + std::to_string(limit) + ":" +
+         std::to_string(limit) + " 2>&1",
+     &rc);
+  ASSERT_EQ(rc, 0);
+  // 40 keep-alive clients: those the server can take are answered (and stay open);
+  // the rest are taken off the queue and closed, never left hanging.
+  std::vector<int> fds;
+  for (int i = 0; i < 40; ++i) {
+    int fd = connect_to(server.port());
+    ASSERT_GE(fd, 0);
+    std::string req = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    fds.push_back(fd);
+  }
+  int answered = 0, closed = 0, hanging = 0;
+  for (int fd : fds) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20000) != 1) {
+      ++hanging;
+      continue;
+    }
+    char buf[4096];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n > 0 && std::string_view(buf, static_cast<size_t>(n)).substr(0, 12) == "HTTP/1.1 200") ++answered;
+    else if (n <= 0) ++closed;
+  }
+  EXPECT_EQ(hanging, 0);
+  EXPECT_GT(answered, 0);
+  EXPECT_GT(closed, 0) << "some clients met a server out of descriptors";
+  EXPECT_EQ(answered + closed, 40);
+  EXPECT_NE(server.log().find("accept: Too many open files"), std::string::npos);
+  for (int fd : fds) ::close(fd);
+  // Descriptors free again: the server answers as before.
+  int status = 0;
+  for (int i = 0; i < 50 && status != 200; ++i) {
+    status = server.status(server.url("/health"));
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(status, 200);
+}
+
 // --- 4. active content ------------------------------------------------------------
 
 TEST_F(HardeningTest, ActiveContentIsSandboxedAndNeverSniffed) {

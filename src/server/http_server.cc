@@ -285,8 +285,13 @@ asio::awaitable<void> HttpServer::accept_loop() {
       // Out of descriptors or similar: back off instead of spinning. Out of descriptors,
       // the reserve one makes room to take the waiting connection off the queue and
       // close it, so its client hears at once instead of hanging.
-      spdlog::warn("accept: {}", ec.message());
-      if ((ec == asio::error::no_descriptors || ec.value() == ENFILE) && reserve_fd_ >= 0) {
+      static std::atomic<int64_t> last_warning{0};  // at most one line every 5 s
+      const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count();
+      if (int64_t last = last_warning.load(); now - last >= 5 && last_warning.compare_exchange_strong(last, now))
+        spdlog::warn("accept: {}", ec.message());
+      const bool out_of_descriptors = ec == asio::error::no_descriptors || ec.value() == ENFILE;
+      if (out_of_descriptors && reserve_fd_ < 0) reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (out_of_descriptors && reserve_fd_ >= 0) {
         ::close(reserve_fd_);
         int waiting = ::accept4(acceptor_->native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (waiting >= 0) ::close(waiting);
