@@ -2,7 +2,8 @@
 // types, upstream values, error text). Two lines of defence against response header
 // injection: handlers pass such data through these encoders, and the transport refuses
 // to send any response whose header still holds a byte that could end a field line
-// (see HttpServer::send: a 500 without detail, the offending header logged).
+// (HttpServer::session: a 500 without detail, the offending header logged). Beast 1.81
+// itself writes a field value as given, CR and LF included: this is the only check.
 #pragma once
 
 #include <boost/beast/http/fields.hpp>

@@ -263,6 +263,7 @@ tcp::endpoint HttpServer::listen(const std::string& host, uint16_t port) {
   acceptor_->set_option(asio::socket_base::reuse_address(true));
   acceptor_->bind(endpoint);
   acceptor_->listen(asio::socket_base::max_listen_connections);
+  acceptor_->native_non_blocking(true);  // the out-of-descriptors path accepts directly
   asio::co_spawn(io_, accept_loop(), asio::detached);
   return acceptor_->local_endpoint();
 }
