@@ -266,6 +266,17 @@ TEST_F(HardeningTest, NonUtf8FileNamesListAsReplacementAndIdsStayExact) {
   EXPECT_EQ(server->status("-X DELETE " + files("/" + id)), 200);
   EXPECT_EQ(bash("ls /mnt/user-data/outputs").at("stdout"), "fine.txt\n");
   EXPECT_EQ(bash("cat \"/mnt/user-data/uploads/$(printf 'u\\377\\376.bin')\"").at("stdout"), "uploaded");
+  // An id that percent-decodes to bytes that are not UTF-8: the error that names it is
+  // valid JSON, and the audit log (JSON lines) still parses line by line.
+  std::string odd = raw_exchange(server->port(), raw_request("GET", "/api/gpt/v1/files/%FF%FE?scope_id=" + container,
+                                                             "Connection: close\r\n\r\n"));
+  EXPECT_EQ(odd.rfind("HTTP/1.1 400 ", 0), 0u) << odd;
+  EXPECT_NO_THROW(json(odd.substr(odd.find("\r\n\r\n") + 4)));
+  EXPECT_NE(odd.find("Invalid file id"), std::string::npos) << odd;
+  std::istringstream audit(read_file(server->data_dir() / "audit.log"));
+  size_t lines = 0;
+  for (std::string line; std::getline(audit, line); ++lines) EXPECT_NO_THROW(json(line)) << line;
+  EXPECT_GT(lines, 0u);
   expect_bob_works();
 }
 
