@@ -14,6 +14,7 @@ packages=(
   postgresql  # a real allow-listed service the network tests query from a sandbox
   chromium  # the Workspace web page's browser test (driven by playwright-core)
   lintian python3  # the package test checks the .deb; package and image scripts write JSON
+  clang libclang-rt-dev  # the fuzz targets (scripts/fuzz.sh): libFuzzer, ASan, UBSan
 )
 missing=()
 for p in "${packages[@]}"; do

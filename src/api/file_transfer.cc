@@ -2,31 +2,15 @@
 
 #include <unistd.h>
 
+#include "server/header_values.h"
 #include "store/keys.h"
 #include "store/multipart.h"
+#include "base/utf8.h"
 
 namespace sandboxd::api {
 namespace {
 
 std::string leaf(const std::string& path) { return path.substr(path.rfind('/') + 1); }
-
-// Content-Disposition with an ASCII fallback and the exact name in filename*.
-std::string disposition(bool inline_disposition, const std::string& filename) {
-  std::string ascii, encoded;
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  for (unsigned char c : filename) {
-    ascii.push_back(c >= 0x20 && c < 0x7f && c != '"' && c != '\\' ? static_cast<char>(c) : '_');
-    if (std::isalnum(c) || c == '.' || c == '-' || c == '_' || c == '~') {
-      encoded.push_back(static_cast<char>(c));
-    } else {
-      encoded.push_back('%');
-      encoded.push_back(kHex[c >> 4]);
-      encoded.push_back(kHex[c & 15]);
-    }
-  }
-  return std::string(inline_disposition ? "inline" : "attachment") + "; filename=\"" + ascii +
-         "\"; filename*=UTF-8''" + encoded;
-}
 
 struct ByteRange {
   uint64_t first = 0, last = 0;
@@ -39,12 +23,15 @@ std::optional<std::optional<ByteRange>> parse_range(std::string_view header, uin
   std::string_view spec = header.substr(6);
   auto dash = spec.find('-');
   if (dash == std::string_view::npos) return std::optional<ByteRange>();
+  // Digits of any length; a value past 2^64-1 saturates (RFC 9110 §14.1.2: a last-pos
+  // past the end means "to the end", so 0-18446744073709551615 is the whole body).
   auto number = [](std::string_view text, uint64_t& out) {
-    if (text.empty() || text.size() > 19) return false;
+    if (text.empty()) return false;
     out = 0;
     for (char c : text) {
       if (c < '0' || c > '9') return false;
-      out = out * 10 + static_cast<uint64_t>(c - '0');
+      uint64_t digit = static_cast<uint64_t>(c - '0');
+      out = out > (UINT64_MAX - digit) / 10 ? UINT64_MAX : out * 10 + digit;
     }
     return true;
   };
@@ -89,7 +76,9 @@ boost::json::object file_object(const std::string& container_id, const store::Fi
   bool downloadable = record.path.rfind(std::string(kOutputsMount) + "/", 0) == 0;
   return {{"id", store::file_id_for_path(record.path)},
           {"created_at", ContainerService::format_time(record.created_at)},
-          {"filename", leaf(record.path)},
+          // The name for display: bytes that are not UTF-8 (code in a sandbox may name a
+          // file anything) show as U+FFFD; the id keeps the exact bytes.
+          {"filename", to_valid_utf8(leaf(record.path))},
           {"mime_type", record.mime},
           {"size_bytes", record.size},
           {"type", "file"},
@@ -234,10 +223,16 @@ Result<server::Response> send_content(ApiContext& api, server::RequestContext& c
   }
   server::FileResponse response;
   response.header.version(11);
-  response.header.set(http::field::content_type, record.mime.empty() ? "application/octet-stream" : record.mime);
+  const bool known_type = !record.mime.empty() && server::safe_header_value(record.mime);
+  response.header.set(http::field::content_type, known_type ? record.mime : "application/octet-stream");
+  // Code in the sandbox wrote this body: a browser must not run it in the service's
+  // origin (HTML, SVG, XML with script...). A sandbox CSP gives the document a unique
+  // origin and no scripts; PDFs are left out, browsers' viewers refuse sandboxed PDFs
+  // (and their scripts never reach the page's origin).
+  if (record.mime.rfind("application/pdf", 0) != 0) response.header.set("Content-Security-Policy", "sandbox");
   response.header.set(http::field::etag, etag);
   response.header.set(http::field::accept_ranges, "bytes");
-  response.header.set(http::field::content_disposition, disposition(inline_disposition, leaf(record.path)));
+  response.header.set(http::field::content_disposition, server::content_disposition(inline_disposition, leaf(record.path)));
   response.header.set("X-Content-Type-Options", "nosniff");
   response.length = file.size;
   response.header.result(http::status::ok);

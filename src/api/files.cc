@@ -7,6 +7,7 @@
 #include "api/discovery.h"
 #include "api/file_transfer.h"
 #include "api/routes.h"
+#include "server/header_values.h"
 #include "store/keys.h"
 
 namespace sandboxd::api {
@@ -19,6 +20,8 @@ Result<std::shared_ptr<Container>> scoped_container(ApiContext& api, RequestCont
   if (container) api.containers.touch(**container);
   return container;
 }
+
+std::string leaf_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
 Result<std::string> path_of_id(const std::string& id) {
   auto path = store::path_for_file_id(id);
@@ -101,13 +104,16 @@ asio::awaitable<Result<Response>> head(ApiContext& api, RequestContext& ctx) {
   if (!record) co_return record.error();
   auto object = file_object((*container)->id, *record);
   server::StringResponse res{http::status::ok, 11};
-  res.set("X-File-Id", std::string(object["id"].as_string()));
-  res.set("X-File-Filename", std::string(object["filename"].as_string()));
-  res.set("X-File-Mime-Type", std::string(object["mime_type"].as_string()));
+  // Values from the file (its name above all: code in the sandbox chose it) pass through
+  // header_text: percent-encoded, the exact bytes recoverable, never a raw CR or LF.
+  using server::header_text;
+  res.set("X-File-Id", header_text(std::string(object["id"].as_string())));
+  res.set("X-File-Filename", header_text(leaf_name(record->path)));
+  res.set("X-File-Mime-Type", header_text(std::string(object["mime_type"].as_string())));
   res.set("X-File-Size-Bytes", std::to_string(record->size));
-  res.set("X-File-Created-At", std::string(object["created_at"].as_string()));
+  res.set("X-File-Created-At", header_text(std::string(object["created_at"].as_string())));
   res.set("X-File-Downloadable", object["downloadable"].as_bool() ? "true" : "false");
-  res.set("X-File-Etag", record->etag);
+  res.set("X-File-Etag", header_text(record->etag));
   co_return Response(std::move(res));
 }
 

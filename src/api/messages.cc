@@ -9,6 +9,7 @@
 #include "api/tool_calls.h"
 #include "model/sse.h"
 #include "model/tool_loop.h"
+#include "base/utf8.h"
 #include "tools/bash_tool.h"
 
 namespace sandboxd::api {
@@ -61,7 +62,8 @@ class SseSink : public model::EventSink {
  public:
   explicit SseSink(server::ChunkWriter& writer) : writer_(writer) {}
   asio::awaitable<bool> send(std::string_view event, const json::object& data) override {
-    co_return co_await writer_.write(model::format_sse(event, json::serialize(data)));
+    // Valid UTF-8 whatever went into the event (as json_response does for whole bodies).
+    co_return co_await writer_.write(model::format_sse(event, to_valid_utf8(json::serialize(data))));
   }
 
  private:

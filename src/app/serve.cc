@@ -147,6 +147,11 @@ int serve(ops::Config config, const std::string& config_path) {
     api::check_store(metadata, (fs::path(config.data_dir) / "containers").string());
     server::ServerLimits limits;
     limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
+    limits.body_idle_timeout = std::chrono::seconds(config.body_idle_timeout_sec);
+    limits.body_min_rate = config.body_min_rate_bytes_per_sec;
+    limits.body_rate_grace = std::chrono::seconds(config.body_rate_grace_sec);
+    limits.max_connections = config.max_connections ? config.max_connections : server::default_max_connections();
+    limits.max_connections_per_owner = config.max_connections_per_owner;
     server::HttpServer http(io, limits);
     // Sandboxes reach the API (and the allow-listed services) through listeners in their
     // own network namespace; the owners' tokens are checked by the same object.

@@ -20,7 +20,8 @@ void only_keys(const YAML::Node& node, const std::string& path, std::initializer
   if (!node.IsMap()) throw ConfigError((path.empty() ? "(top level)" : path) + ": must be a mapping");
   std::set<std::string> known(allowed.begin(), allowed.end());
   for (const auto& entry : node) {
-    std::string key = entry.first.as<std::string>();
+    if (!entry.first.IsScalar()) throw ConfigError((path.empty() ? "(top level)" : path) + ": keys must be plain names");
+    std::string key = entry.first.Scalar();
     if (!known.count(key)) throw ConfigError(join(path, key) + ": unknown key");
   }
 }
@@ -140,7 +141,22 @@ bool valid_service_name(const std::string& name) {
   return name.back() != '-';
 }
 
+namespace {
+Config parse_config_checked(const std::string& yaml_text);
+}  // namespace
+
+// Whatever yaml-cpp throws on a strange document (a complex key, a bad conversion) is
+// a ConfigError too: a bad file stops the start with a message, never a crash.
 Config parse_config(const std::string& yaml_text) {
+  try {
+    return parse_config_checked(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(std::string("not a valid configuration: ") + e.what());
+  }
+}
+
+namespace {
+Config parse_config_checked(const std::string& yaml_text) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -153,9 +169,15 @@ Config parse_config(const std::string& yaml_text) {
                        "codeInterpreter", "workspace", "runtime", "logging"});
 
   with(root, "server", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec", "webRoot"});
+    only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec", "webRoot", "bodyIdleTimeoutSec",
+                     "bodyMinRateBytesPerSec", "bodyRateGraceSec", "maxConnections", "maxConnectionsPerOwner"});
     with(n, "webRoot", p, [&](const YAML::Node& v, const std::string& kp) { c.web_root = scalar(v, kp); });
     with(n, "headerTimeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.header_timeout_sec = static_cast<int>(read_int(v, kp, 1, 3600)); });
+    with(n, "bodyIdleTimeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.body_idle_timeout_sec = static_cast<int>(read_int(v, kp, 1, 3600)); });
+    with(n, "bodyMinRateBytesPerSec", p, [&](const YAML::Node& v, const std::string& kp) { c.body_min_rate_bytes_per_sec = static_cast<uint64_t>(read_int(v, kp, 0, int64_t{1} << 40)); });
+    with(n, "bodyRateGraceSec", p, [&](const YAML::Node& v, const std::string& kp) { c.body_rate_grace_sec = static_cast<int>(read_int(v, kp, 0, 3600)); });
+    with(n, "maxConnections", p, [&](const YAML::Node& v, const std::string& kp) { c.max_connections = static_cast<uint64_t>(read_int(v, kp, 0, 1000000)); });
+    with(n, "maxConnectionsPerOwner", p, [&](const YAML::Node& v, const std::string& kp) { c.max_connections_per_owner = static_cast<uint64_t>(read_int(v, kp, 1, 1000000)); });
     with(n, "listen", p, [&](const YAML::Node& v, const std::string& kp) {
       std::string listen = scalar(v, kp);
       auto colon = listen.rfind(':');
@@ -210,7 +232,10 @@ Config parse_config(const std::string& yaml_text) {
     with(n, "apiKey", p, [&](const YAML::Node& v, const std::string& kp) { c.model_api_key = scalar(v, kp); });
     with(n, "models", p, [&](const YAML::Node& v, const std::string& kp) {
       if (!v.IsMap()) throw ConfigError(kp + ": must be a mapping of name to upstream model");
-      for (const auto& entry : v) c.model_names[entry.first.as<std::string>()] = scalar(entry.second, kp + "." + entry.first.as<std::string>());
+      for (const auto& entry : v) {
+        std::string name = scalar(entry.first, kp + " (a model's name)");
+        c.model_names[name] = scalar(entry.second, kp + "." + name);
+      }
     });
     with(n, "maxToolIterations", p, [&](const YAML::Node& v, const std::string& kp) { c.max_tool_iterations = static_cast<int>(read_int(v, kp, 1, 1000)); });
     with(n, "timeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.model_timeout_sec = static_cast<int>(read_int(v, kp, 1, 86400)); });
@@ -358,6 +383,7 @@ Config parse_config(const std::string& yaml_text) {
   });
   return c;
 }
+}  // namespace
 
 Config load_config_file(const std::string& path) {
   std::ifstream in(path);

@@ -38,6 +38,12 @@ struct Config {
   uint64_t max_upload_bytes = 512ull << 20;
   int header_timeout_sec = 15;  // the whole request header must arrive in this time
   std::string web_root;  // server.webRoot: the web page's files; empty = found beside the binary
+  // Slow bodies and connection caps (see server::ServerLimits).
+  int body_idle_timeout_sec = 60;              // longest wait for the next body bytes
+  uint64_t body_min_rate_bytes_per_sec = 1024;  // a body's minimum average rate (0: none)
+  int body_rate_grace_sec = 10;                 // the time credit a body starts with
+  uint64_t max_connections = 0;                 // 0: half the process's open-file limit
+  uint64_t max_connections_per_owner = 256;
   // auth
   std::vector<TokenEntry> tokens;  // empty: one development token is generated at start
   std::string admin_token;

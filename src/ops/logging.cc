@@ -4,12 +4,16 @@
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/rotating_file_sink.h>
 
+#include "base/utf8.h"
+
 namespace sandboxd::ops {
 namespace {
 
+// (Bytes that are not UTF-8, from a request target or a file name, become U+FFFD: a
+// JSON log line always parses.)
 void append_escaped(std::string& out, std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
-  for (unsigned char c : text) {
+  for (unsigned char c : to_valid_utf8(text)) {
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;

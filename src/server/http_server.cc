@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <sys/sendfile.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,18 +16,35 @@
 #include <algorithm>
 #include <spdlog/spdlog.h>
 
+#include "server/header_values.h"
+#include "base/utf8.h"
+
 namespace sandboxd::server {
 namespace {
 
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 using Clock = std::chrono::steady_clock;
 
+http::fields& header_of(Response& response) {
+  return std::visit(
+      [](auto& res) -> http::fields& {
+        using T = std::decay_t<decltype(res)>;
+        if constexpr (std::is_same_v<T, FileResponse> || std::is_same_v<T, StreamResponse>) return res.header;
+        else return res;
+      },
+      response);
+}
+
 }  // namespace
 
 StringResponse json_response(http::status status, std::string body) {
   StringResponse res{status, 11};
   res.set(http::field::content_type, "application/json");
-  res.body() = std::move(body);
+  // Every JSON text the server sends is UTF-8: names and messages built from bytes it
+  // did not choose (a file name made in a sandbox) have their invalid bytes replaced
+  // with U+FFFD here, whatever the handler forgot. (JSON's own syntax is ASCII, so
+  // this never touches anything but string contents.)
+  res.body() = to_valid_utf8(body);
   return res;
 }
 
@@ -71,6 +89,19 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
     auto [ec, n] = co_await http::async_write(stream_, cont, use_tuple);
     if (ec) co_return ApiError::invalid_request("connection lost");
   }
+  // Each read waits at most body_idle_timeout, and never past the moment the body falls
+  // below the minimum average rate: `received` bytes buy received/min_rate seconds on
+  // top of the grace credit. A body trickling a byte every few seconds is cut off (the
+  // timeout closes the connection) instead of holding its descriptor forever.
+  const auto body_started = Clock::now();
+  uint64_t received = 0;
+  auto read_deadline = [&] {
+    auto idle = Clock::now() + limits_.body_idle_timeout;
+    if (limits_.body_min_rate == 0) return idle;
+    auto earned = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(static_cast<double>(received) / static_cast<double>(limits_.body_min_rate)));
+    return std::min(idle, body_started + limits_.body_rate_grace + earned);
+  };
   // The read buffer is allocated when a read needs it, uninitialised and no larger than
   // the body: a small body that came with the header costs no allocation at all.
   std::unique_ptr<char[]> chunk;
@@ -95,7 +126,7 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
     }
     while (remaining > 0) {
       ensure_chunk(remaining);
-      stream_.expires_after(limits_.body_idle_timeout);
+      stream_.expires_at(read_deadline());
       auto [ec, n] = co_await stream_.async_read_some(
           asio::buffer(chunk.get(), static_cast<size_t>(std::min<uint64_t>(remaining, chunk_size))), use_tuple);
       if (ec) {
@@ -103,6 +134,7 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
         co_return ApiError::invalid_request("The request body could not be read: " + ec.message());
       }
       remaining -= n;
+      received += n;
       auto accepted = on_chunk(std::string_view(chunk.get(), n));
       if (!accepted) {
         stream_.expires_never();
@@ -118,7 +150,7 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
   while (!parser_.is_done()) {
     parser_.get().body().data = chunk.get();
     parser_.get().body().size = chunk_size;
-    stream_.expires_after(limits_.body_idle_timeout);
+    stream_.expires_at(read_deadline());
     auto [ec, n] = co_await http::async_read(stream_, buffer_, parser_, use_tuple);
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
@@ -127,6 +159,7 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
     }
     size_t got = chunk_size - parser_.get().body().size;
     total += got;
+    received += got;
     if (total > limit) {
       stream_.expires_never();
       co_return ApiError::too_large("Request body exceeds the limit of " + std::to_string(limit) + " bytes");
@@ -197,7 +230,15 @@ void DisconnectWatch::stop() {
   socket_.cancel(ignored);  // wakes the pending wait; no write is pending now
 }
 
-HttpServer::HttpServer(asio::io_context& io, ServerLimits limits) : io_(io), limits_(limits) {}
+HttpServer::HttpServer(asio::io_context& io, ServerLimits limits)
+    : io_(io),
+      limits_(limits),
+      connections_(limits.max_connections, limits.max_connections_per_owner),
+      reserve_fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
+
+HttpServer::~HttpServer() {
+  if (reserve_fd_ >= 0) ::close(reserve_fd_);
+}
 
 void HttpServer::route(http::verb method, std::string pattern, std::string name, Handler handler,
                        RouteOptions options) {
@@ -213,6 +254,7 @@ tcp::endpoint HttpServer::listen(const std::string& host, uint16_t port) {
   acceptor_->set_option(asio::socket_base::reuse_address(true));
   acceptor_->bind(endpoint);
   acceptor_->listen(asio::socket_base::max_listen_connections);
+  acceptor_->native_non_blocking(true);  // the out-of-descriptors path accepts directly
   asio::co_spawn(io_, accept_loop(), asio::detached);
   return acceptor_->local_endpoint();
 }
@@ -232,8 +274,21 @@ asio::awaitable<void> HttpServer::accept_loop() {
     auto [ec, socket] = co_await acceptor_->async_accept(asio::make_strand(io_), use_tuple);
     if (ec) {
       if (stopping_ || ec == asio::error::operation_aborted) co_return;
-      // Out of descriptors or similar: back off instead of spinning.
-      spdlog::warn("accept: {}", ec.message());
+      // Out of descriptors or similar: back off instead of spinning. Out of descriptors,
+      // the reserve one makes room to take the waiting connection off the queue and
+      // close it, so its client hears at once instead of hanging.
+      static std::atomic<int64_t> last_warning{0};  // at most one line every 5 s
+      const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count();
+      if (int64_t last = last_warning.load(); now - last >= 5 && last_warning.compare_exchange_strong(last, now))
+        spdlog::warn("accept: {}", ec.message());
+      const bool out_of_descriptors = ec == asio::error::no_descriptors || ec.value() == ENFILE;
+      if (out_of_descriptors && reserve_fd_ < 0) reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (out_of_descriptors && reserve_fd_ >= 0) {
+        ::close(reserve_fd_);
+        int waiting = ::accept4(acceptor_->native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (waiting >= 0) ::close(waiting);
+        reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      }
       asio::steady_timer pause(io_, std::chrono::milliseconds(50));
       co_await pause.async_wait(use_tuple);
       continue;
@@ -266,6 +321,19 @@ asio::awaitable<void> HttpServer::origin_session(HttpServer* self, tcp::socket s
 }
 
 asio::awaitable<void> HttpServer::session(tcp::socket socket, std::shared_ptr<const ConnectionOrigin> origin) {
+  ConnectionSlot slot(connections_);
+  if (!slot.admitted()) {
+    // At the total cap: a short answer, best effort and without waiting, then close.
+    static const std::string kBusy = [] {
+      const std::string body = error_body(ApiError::overloaded("Too many open connections", 1));
+      return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+             "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    }();
+    ::send(socket.native_handle(), kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    boost::system::error_code ignored;
+    socket.close(ignored);
+    co_return;
+  }
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
@@ -297,6 +365,7 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket, std::shared_ptr<co
     RequestContext ctx(stream, buffer, parser, limits_);
     ctx.request_id = new_request_id();
     ctx.origin = origin;
+    ctx.connection = &slot;
     Response response = co_await dispatch(ctx, parser);
     bool keep_alive = parser.get().keep_alive() && ctx.body_complete() && !stopping_;
     std::visit(
@@ -310,6 +379,18 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket, std::shared_ptr<co
           base.keep_alive(keep_alive);
         },
         response);
+    // The last line of defence against response header injection: a field that could
+    // end its line (CR, LF, NUL, other controls) is never sent, whichever handler made it.
+    if (auto bad = unsafe_header_field(header_of(response))) {
+      spdlog::error("{} {}: refused to send the response: header '{}' holds a control byte", ctx.request_id,
+                    ctx.route_name, *bad);
+      if (auto* file = std::get_if<FileResponse>(&response); file && file->fd >= 0) ::close(file->fd);
+      auto refused = error_response(ApiError::internal());
+      refused.set("request-id", ctx.request_id);
+      refused.keep_alive(keep_alive);
+      response = std::move(refused);
+    }
+    header_of(response).set("X-Content-Type-Options", "nosniff");
     unsigned status = 0;
     size_t bytes = 0;
     bool sent = co_await send(stream, response, ctx.method() == http::verb::head, status, bytes);
@@ -360,6 +441,13 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx, http::reques
     if (!authenticator_) co_return error_response(ApiError::authentication("Authentication is not configured"));
     auto auth = authenticator_(ctx);
     if (!auth) co_return error_response(auth.error());
+    // The owner is known now: its connections count against its own cap (the body of
+    // a refused request is not read, so the connection closes after the answer).
+    if (ctx.connection && !ctx.owner.empty() && !ctx.connection->charge(ctx.owner))
+      co_return error_response(ApiError::rate_limited(
+          "Too many open connections for this owner (the limit is " +
+              std::to_string(connections_.max_per_owner()) + ")",
+          1));
   }
   try {
     auto result = co_await handlers_[match.route](ctx);

@@ -21,6 +21,7 @@
 
 #include "base/error.h"
 #include "base/ids.h"
+#include "server/connection_limits.h"
 #include "server/router.h"
 
 namespace sandboxd::server {
@@ -84,6 +85,12 @@ struct ServerLimits {
   size_t header_limit = 16 * 1024;
   std::chrono::seconds header_timeout{15};     // the whole header must arrive in this time
   std::chrono::seconds body_idle_timeout{60};  // at most this long without body bytes
+  // A body must keep an average of body_min_rate bytes/s; body_rate_grace is the credit
+  // it starts with (time to get going). A trickle is cut off, not just a silence.
+  size_t body_min_rate = 1024;
+  std::chrono::seconds body_rate_grace{10};
+  size_t max_connections = 4096;           // open at once, all clients together
+  size_t max_connections_per_owner = 256;  // open at once that authenticated to one owner
   std::chrono::seconds write_timeout{60};
   size_t json_body_limit = 32u << 20;
 };
@@ -121,6 +128,9 @@ class RequestContext {
   int nesting_depth = 0;
   // For a request from a sandbox: its container (the default container of the request).
   std::string origin_container;
+  // The connection's place in the server's connection counts (charged to the owner once
+  // authenticated).
+  ConnectionSlot* connection = nullptr;
 
   // The whole body, up to `limit` bytes (413 beyond it).
   asio::awaitable<Result<std::string>> read_body(size_t limit);
@@ -162,6 +172,7 @@ using RequestObserver = std::function<void(const RequestRecord&)>;
 class HttpServer {
  public:
   HttpServer(asio::io_context& io, ServerLimits limits);
+  ~HttpServer();
 
   void route(http::verb method, std::string pattern, std::string name, Handler handler, RouteOptions options = {});
   void set_authenticator(Authenticator authenticator) { authenticator_ = std::move(authenticator); }
@@ -177,6 +188,7 @@ class HttpServer {
   // Stops accepting new connections; idle keep-alive connections close.
   void stop_accepting();
   size_t requests_in_flight() const { return in_flight_; }
+  const ConnectionCounter& connections() const { return connections_; }
 
  private:
   asio::awaitable<void> accept_loop();
@@ -198,6 +210,10 @@ class HttpServer {
   std::optional<tcp::acceptor> acceptor_;
   std::atomic<bool> stopping_{false};
   std::atomic<size_t> in_flight_{0};
+  ConnectionCounter connections_;
+  // A descriptor held back for the moment the process runs out: closed to accept (and
+  // at once close) a waiting connection, so accept never spins on EMFILE.
+  int reserve_fd_ = -1;
 };
 
 // Builders for handlers.

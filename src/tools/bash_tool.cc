@@ -12,6 +12,8 @@ std::variant<BashInput, std::string> parse_bash_input(const boost::json::object&
     if (key == "command") {
       if (!value.is_string()) return std::string("'command' must be a string");
       out.command = std::string(value.as_string());
+      // A shell command is a C string: a NUL cannot be passed on, only cut it short.
+      if (out.command.find('\0') != std::string::npos) return std::string("'command' must not contain NUL characters");
     } else if (key == "timeout") {
       if (value.is_int64() && value.as_int64() > 0 && value.as_int64() <= 86400)
         out.timeout_sec = static_cast<int>(value.as_int64());

@@ -1,0 +1,462 @@
+// Attacks at the HTTP/JSON level, each from the attacker's side (code in a sandbox
+// naming files, or a client with an owner's token), each showing that it is contained
+// and that another owner's work goes on: response header injection, invalid UTF-8 in
+// JSON, slow request bodies and connection floods, active content, a NUL in a command,
+// Range overflows. Plus the transport's last line of defence against a handler that
+// puts a control byte in a header, driven in-process.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <boost/asio/io_context.hpp>
+#include <thread>
+
+#include "server/http_server.h"
+#include "server_harness.h"
+
+using namespace sandboxd::testing;
+namespace bj = boost::json;
+
+namespace {
+
+// A connected loopback socket (blocking), or -1.
+int connect_to(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Everything the server sends until it closes the connection (or 30 s of silence).
+std::string read_until_closed(int fd) {
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 30000) <= 0) break;
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// Sends raw bytes on a new connection; returns all the server answered.
+std::string raw_exchange(int port, const std::string& request) {
+  int fd = connect_to(port);
+  if (fd < 0) return "";
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string reply = read_until_closed(fd);
+  ::close(fd);
+  return reply;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
+  return n;
+}
+
+// The file id of a sandbox path: base64url of its exact bytes, no padding.
+std::string file_id(const std::string& path) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  uint32_t bits = 0;
+  int held = 0;
+  for (unsigned char c : path) {
+    bits = (bits << 8) | c;
+    held += 8;
+    while (held >= 6) {
+      held -= 6;
+      out += kAlphabet[(bits >> held) & 63];
+    }
+  }
+  if (held > 0) out += kAlphabet[(bits << (6 - held)) & 63];
+  return out;
+}
+
+// The header block of the first response in `raw` (up to the blank line).
+std::string head_of(const std::string& raw) { return raw.substr(0, raw.find("\r\n\r\n") + 2); }
+
+class HardeningTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server = new ServerProcess(
+        "server:\n  bodyMinRateBytesPerSec: 2000\n  bodyRateGraceSec: 2\n  bodyIdleTimeoutSec: 30\n"
+        "  maxConnectionsPerOwner: 40\n  maxConnections: 1000\n");
+    work = new fs::path(server->dir() / "client");
+    fs::create_directories(*work);
+  }
+  static void TearDownTestSuite() {
+    delete server;
+    delete work;
+  }
+  void SetUp() override {
+    container = std::string("h-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  }
+  bj::object bash(const std::string& command, const std::string& owner_token = "secret-alice",
+                  const std::string& in_container = "") {
+    std::ofstream(*work / "body.json") << bj::serialize(bj::object{{"command", command}});
+    return server
+        ->curl_json("-X POST " + server->base() + "/containers/" + (in_container.empty() ? container : in_container) +
+                        "/tools/bash_code_execution -d @" + (*work / "body.json").string(),
+                    owner_token)
+        .as_object();
+  }
+  std::string files(const std::string& path, const std::string& query = "") const {
+    return "'" + server->base() + "/files" + path + "?scope_id=" + container + query + "'";
+  }
+  // A request line and headers for alice, on the raw wire.
+  std::string raw_request(const std::string& method, const std::string& target, const std::string& extra = "") const {
+    return method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer secret-alice\r\n" + extra;
+  }
+  // Bob, another owner, gets on with his work: a command and a file round trip.
+  void expect_bob_works() {
+    auto r = bash("echo bob-ok > /mnt/user-data/outputs/b.txt && cat /mnt/user-data/outputs/b.txt", "secret-bob-x",
+                  "bob-box");
+    EXPECT_EQ(r.at("stdout"), "bob-ok\n") << bj::serialize(r);
+    std::string id = file_id("/mnt/user-data/outputs/b.txt");
+    EXPECT_EQ(server->curl("'" + server->base() + "/files/" + id + "/content?scope_id=bob-box'", "secret-bob-x"),
+              "bob-ok\n");
+  }
+
+  static ServerProcess* server;
+  static fs::path* work;
+  std::string container;
+};
+ServerProcess* HardeningTest::server = nullptr;
+fs::path* HardeningTest::work = nullptr;
+
+// --- 1. response header injection --------------------------------------------------
+
+TEST_F(HardeningTest, FileNamesWithControlBytesNeverBreakHeaders) {
+  // Code in the sandbox names files to smuggle headers, end the header block early or
+  // smuggle a whole response (no '/' in a name: "HTTP-1.1"), with CRLF, bare CR, bare
+  // LF, other controls.
+  const std::vector<std::string> names = {"a\r\nSet-Cookie: x=1", "b\rSet-Cookie: y=2", "c\nSet-Cookie: z=3",
+                                          "d\r\n\r\nHTTP-1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "e\x01\x1f\x7f.txt"};
+  std::string script = "cd /mnt/user-data/outputs";
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::string escaped;
+    for (unsigned char c : names[i]) {
+      char buf[8];
+      snprintf(buf, sizeof buf, "\\%03o", c);
+      escaped += buf;
+    }
+    // (The x keeps command substitution from eating trailing newlines.)
+    script += " && n=\"$(printf '" + escaped + "x')\" && printf 'x' > \"${n%x}\"";
+  }
+  auto made = bash(script + " && find . -maxdepth 1 -type f -printf x | wc -c");
+  ASSERT_EQ(std::string(made.at("stdout").as_string()), std::to_string(names.size()) + "\n") << bj::serialize(made);
+
+  for (const auto& name : names) {
+    const std::string path = "/mnt/user-data/outputs/" + name;
+    const std::string b64 = file_id(path);
+    const std::string target = "/api/gpt/v1/files/" + b64 + "?scope_id=" + container;
+    // HEAD then a pipelined GET /health on one keep-alive connection: exactly two
+    // responses come back, and no header line the file name made.
+    std::string raw = raw_exchange(server->port(), raw_request("HEAD", target, "\r\n") +
+                                                       "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(raw.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << raw;
+    EXPECT_EQ(count(raw, "HTTP/1.1 "), 2u) << raw;
+    // (The name's text is in the encoded value; it never starts a line.)
+    EXPECT_EQ(count(raw, "\nSet-Cookie") + count(raw, "\rSet-Cookie"), 0u) << raw;
+    EXPECT_EQ(count(raw, "\r\nX-File-Filename: "), 1u) << raw;
+    EXPECT_EQ(count(raw, "\nHTTP-1.1") + count(raw, "\rHTTP-1.1"), 0u) << raw;
+    EXPECT_EQ(count(raw, "\r\nContent-Length: "), 2u) << raw;
+    // Every header line of the HEAD answer is printable ASCII.
+    std::string head = head_of(raw);
+    for (unsigned char c : head) EXPECT_TRUE(c == '\r' || c == '\n' || (c >= 0x20 && c < 0x7f)) << head;
+    EXPECT_NE(head.find("X-File-Filename: " + name.substr(0, 1) + "%"), std::string::npos) << head;
+    // The download: Content-Disposition encoded, the body exact.
+    std::string get = raw_exchange(server->port(),
+                                   raw_request("GET", "/api/gpt/v1/files/" + b64 + "/content?scope_id=" + container,
+                                               "Connection: close\r\n\r\n"));
+    EXPECT_EQ(get.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << get;
+    EXPECT_EQ(count(get, "\nSet-Cookie") + count(get, "\rSet-Cookie"), 0u) << get;
+    EXPECT_NE(get.find("filename*=UTF-8''" + name.substr(0, 1) + "%"), std::string::npos) << get;
+    EXPECT_EQ(get.substr(get.find("\r\n\r\n") + 4), "x");
+  }
+  expect_bob_works();
+}
+
+// A handler that forgets to encode (any future one) cannot smuggle: the transport
+// refuses to send a header value with CR, LF, NUL or another control byte.
+TEST(HardeningTransport, AHeaderWithAControlByteIsNeverSent) {
+  namespace server = sandboxd::server;
+  boost::asio::io_context io;
+  server::HttpServer http(io, server::ServerLimits{});
+  const std::vector<std::string> values = {"a\r\nSet-Cookie: x=1", "b\rc", "d\ne", std::string("f\0g", 3), "h\x01i"};
+  http.route(server::http::verb::get, "/bad/{n}", "bad",
+             [&](server::RequestContext& ctx) -> boost::asio::awaitable<sandboxd::Result<server::Response>> {
+               server::StringResponse res{server::http::status::ok, 11};
+               res.set("X-Name", values.at(std::stoul(ctx.params["n"])));
+               res.body() = "should not be sent";
+               co_return server::Response(std::move(res));
+             },
+             {.authenticated = false});
+  http.route(server::http::verb::get, "/good", "good",
+             [](server::RequestContext&) -> boost::asio::awaitable<sandboxd::Result<server::Response>> {
+               co_return server::Response(server::json_response(server::http::status::ok, "{\"ok\":true}"));
+             },
+             {.authenticated = false});
+  auto endpoint = http.listen("127.0.0.1", 0);
+  std::thread runner([&] { io.run(); });
+  for (size_t n = 0; n < values.size(); ++n) {
+    // The refused response, then the next request on the same connection still works.
+    std::string raw = raw_exchange(endpoint.port(), "GET /bad/" + std::to_string(n) +
+                                                        " HTTP/1.1\r\nHost: x\r\n\r\nGET /good HTTP/1.1\r\nHost: x\r\n"
+                                                        "Connection: close\r\n\r\n");
+    EXPECT_EQ(raw.rfind("HTTP/1.1 500 ", 0), 0u) << raw;
+    EXPECT_EQ(raw.find("X-Name"), std::string::npos) << raw;
+    EXPECT_EQ(raw.find("Set-Cookie"), std::string::npos) << raw;
+    EXPECT_EQ(raw.find("should not be sent"), std::string::npos) << raw;
+    EXPECT_NE(raw.find("\"type\":\"api_error\""), std::string::npos) << raw;
+    EXPECT_NE(raw.find("{\"ok\":true}"), std::string::npos) << raw;
+  }
+  http.stop_accepting();
+  io.stop();
+  runner.join();
+}
+
+// --- 2. invalid UTF-8 never reaches JSON ---------------------------------------------
+
+TEST_F(HardeningTest, NonUtf8FileNamesListAsReplacementAndIdsStayExact) {
+  auto made = bash("cd /mnt/user-data/outputs && printf 'raw' > \"$(printf 'n\\377\\376.txt')\" && "
+                   "printf 'ok' > fine.txt && ls | wc -l");
+  ASSERT_EQ(made.at("stdout"), "2\n") << bj::serialize(made);
+  // A multipart upload whose filename is not UTF-8 either (sent raw on the wire).
+  std::string body =
+      "--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"u\xff\xfe.bin\"\r\n\r\nuploaded\r\n--XB--\r\n";
+  std::string up = raw_exchange(server->port(), raw_request("POST", "/api/gpt/v1/files?scope_id=" + container,
+                                                            "Content-Type: multipart/form-data; boundary=XB\r\n"
+                                                            "Connection: close\r\nContent-Length: " +
+                                                                std::to_string(body.size()) + "\r\n\r\n" + body));
+  ASSERT_EQ(up.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << up;
+  auto uploaded = json(up.substr(up.find("\r\n\r\n") + 4));  // Boost.JSON refuses invalid UTF-8
+  EXPECT_EQ(uploaded.at("filename"), "u\xEF\xBF\xBD\xEF\xBF\xBD.bin");
+  EXPECT_EQ(std::string(uploaded.at("id").as_string()), file_id("/mnt/user-data/uploads/u\xff\xfe.bin"));
+
+  // The listing parses strictly; names show U+FFFD, ids carry the exact bytes.
+  std::string listing = server->curl(files(""));
+  auto listed = json(listing);
+  std::map<std::string, std::string> by_name;
+  for (const auto& f : listed.at("data").as_array())
+    by_name[std::string(f.at("filename").as_string())] = std::string(f.at("id").as_string());
+  ASSERT_EQ(by_name.count("n\xEF\xBF\xBD\xEF\xBF\xBD.txt"), 1u) << listing;
+  const std::string id = by_name["n\xEF\xBF\xBD\xEF\xBF\xBD.txt"];
+  EXPECT_EQ(id, file_id("/mnt/user-data/outputs/n\xff\xfe.txt"));
+  // Metadata, download and delete by that id reach the file with the exact name.
+  auto meta = server->curl_json(files("/" + id));
+  EXPECT_EQ(meta.at("filename"), "n\xEF\xBF\xBD\xEF\xBF\xBD.txt");
+  EXPECT_EQ(server->curl(files("/" + id + "/content")), "raw");
+  // An error message naming the missing file is valid JSON too.
+  std::string other = file_id("/mnt/user-data/outputs/m\xff.txt");
+  EXPECT_NO_THROW(json(server->curl(files("/" + other))));
+  EXPECT_EQ(server->status("-X DELETE " + files("/" + id)), 200);
+  EXPECT_EQ(bash("ls /mnt/user-data/outputs").at("stdout"), "fine.txt\n");
+  EXPECT_EQ(bash("cat \"/mnt/user-data/uploads/$(printf 'u\\377\\376.bin')\"").at("stdout"), "uploaded");
+  // An id that percent-decodes to bytes that are not UTF-8: the error that names it is
+  // valid JSON, and the audit log (JSON lines) still parses line by line.
+  std::string odd = raw_exchange(server->port(), raw_request("GET", "/api/gpt/v1/files/%FF%FE?scope_id=" + container,
+                                                             "Connection: close\r\n\r\n"));
+  EXPECT_EQ(odd.rfind("HTTP/1.1 400 ", 0), 0u) << odd;
+  EXPECT_NO_THROW(json(odd.substr(odd.find("\r\n\r\n") + 4)));
+  EXPECT_NE(odd.find("Invalid file id"), std::string::npos) << odd;
+  std::istringstream audit(read_file(server->data_dir() / "audit.log"));
+  size_t lines = 0;
+  for (std::string line; std::getline(audit, line); ++lines) EXPECT_NO_THROW(json(line)) << line;
+  EXPECT_GT(lines, 0u);
+  expect_bob_works();
+}
+
+// --- 3. slow bodies and connection caps ---------------------------------------------
+
+TEST_F(HardeningTest, SlowBodiesAreCutOffAndHealthKeepsAnswering) {
+  // Alice opens 200 uploads that each promise 1 MB and trickle a byte a second. Her
+  // connections past her cap (40) are refused at once with 429; the rest are cut off
+  // when they fall below the minimum rate. /health and Bob are served throughout.
+  constexpr int kConnections = 200;
+  std::vector<int> fds;
+  const std::string header = raw_request("PUT", "/api/gpt/v1/files/slow.bin?scope_id=" + container,
+                                         "Content-Length: 1000000\r\n\r\n");
+  for (int i = 0; i < kConnections; ++i) {
+    int fd = connect_to(server->port());
+    ASSERT_GE(fd, 0);
+    ::send(fd, header.data(), header.size(), MSG_NOSIGNAL);
+    fds.push_back(fd);
+  }
+  std::vector<std::string> replies(kConnections);
+  std::vector<bool> closed(kConnections, false);
+  int open = kConnections, health_ok = 0, rounds = 0;
+  // Trickle until the server has closed every one (bounded: 90 rounds of ~1 s).
+  while (open > 0 && rounds++ < 90) {
+    for (int i = 0; i < kConnections; ++i) {
+      if (closed[i]) continue;
+      ::send(fds[i], "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::recv(fds[i], buf, sizeof buf, MSG_DONTWAIT)) > 0) replies[i].append(buf, static_cast<size_t>(n));
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        closed[i] = true;
+        --open;
+      }
+    }
+    if (rounds <= 3) {
+      // While they are held: /health answers, Bob works.
+      if (server->status("--max-time 10 " + server->url("/health")) == 200) ++health_ok;
+      if (rounds == 1) expect_bob_works();
+    } else {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
+  EXPECT_EQ(open, 0) << "the server cut off every trickling body";
+  EXPECT_EQ(health_ok, 3);
+  int refused = 0;
+  for (const auto& reply : replies)
+    if (reply.rfind("HTTP/1.1 429 ", 0) == 0 && reply.find("Too many open connections for this owner") != std::string::npos)
+      ++refused;
+  EXPECT_GE(refused, kConnections - 40) << "past the owner's cap, connections are refused";
+  for (int fd : fds) ::close(fd);
+  // The slow upload never landed; Alice can upload normally again.
+  EXPECT_EQ(server->status("-X PUT " + files("/slow.bin") + " -d done"), 200);
+  expect_bob_works();
+}
+
+TEST(HardeningConnections, PastTheTotalCapConnectionsGetA503AndTheServerRecovers) {
+  ServerProcess server("server:\n  maxConnections: 20\n");
+  std::vector<int> idle;
+  for (int i = 0; i < 20; ++i) idle.push_back(connect_to(server.port()));
+  // Make sure the server has taken all twenty (each answered one request and stays open).
+  for (int fd : idle) {
+    std::string req = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    char buf[4096];
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 10000), 1);
+    ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);
+  }
+  std::string refused = raw_exchange(server.port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(refused.rfind("HTTP/1.1 503 ", 0), 0u) << refused;
+  EXPECT_NE(refused.find("Too many open connections"), std::string::npos) << refused;
+  for (int fd : idle) ::close(fd);
+  // The closed ones leave the count: the server answers again.
+  int status = 0;
+  for (int i = 0; i < 50 && status != 200; ++i) {
+    status = server.status(server.url("/health"));
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(status, 200);
+}
+
+TEST(HardeningConnections, OutOfDescriptorsWaitingClientsAreClosedAndTheServerRecovers) {
+  ServerProcess server("server:\n  maxConnections: 100000\n");
+  // The server may hold only a few more descriptors than it has open now.
+  size_t open_now = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/" + std::to_string(server.pid()) + "/fd")) ++open_now;
+  const size_t limit = open_now + 10;
+  int rc = 0;
+  sh("prlimit --pid " + std::to_string(server.pid()) + " --nofile=" + std::to_string(limit) + ":" +
+         std::to_string(limit) + " 2>&1",
+     &rc);
+  ASSERT_EQ(rc, 0);
+  // 40 keep-alive clients: those the server can take are answered (and stay open);
+  // the rest are taken off the queue and closed, never left hanging.
+  std::vector<int> fds;
+  for (int i = 0; i < 40; ++i) {
+    int fd = connect_to(server.port());
+    ASSERT_GE(fd, 0);
+    std::string req = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    fds.push_back(fd);
+  }
+  int answered = 0, closed = 0, hanging = 0;
+  for (int fd : fds) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20000) != 1) {
+      ++hanging;
+      continue;
+    }
+    char buf[4096];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n > 0 && std::string_view(buf, static_cast<size_t>(n)).substr(0, 12) == "HTTP/1.1 200") ++answered;
+    else if (n <= 0) ++closed;
+  }
+  EXPECT_EQ(hanging, 0);
+  EXPECT_GT(answered, 0);
+  EXPECT_GT(closed, 0) << "some clients met a server out of descriptors";
+  EXPECT_EQ(answered + closed, 40);
+  EXPECT_NE(server.log().find("accept: Too many open files"), std::string::npos);
+  for (int fd : fds) ::close(fd);
+  // Descriptors free again: the server answers as before.
+  int status = 0;
+  for (int i = 0; i < 50 && status != 200; ++i) {
+    status = server.status(server.url("/health"));
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(status, 200);
+}
+
+// --- 4. active content ------------------------------------------------------------
+
+TEST_F(HardeningTest, ActiveContentIsSandboxedAndNeverSniffed) {
+  bash("cd /mnt/user-data/outputs && printf '<html><script>alert(document.cookie)</script></html>' > x.html && "
+       "printf '<svg xmlns=\"http://www.w3.org/2000/svg\"><script>alert(1)</script></svg>' > x.svg");
+  for (const char* name : {"x.html", "x.svg"}) {
+    std::string id = file_id(std::string("/mnt/user-data/outputs/") + name);
+    std::string headers = server->curl("-D - -o /dev/null " + files("/" + id + "/content", "&disposition=inline"));
+    EXPECT_NE(headers.find("Content-Security-Policy: sandbox\r\n"), std::string::npos) << headers;
+    EXPECT_NE(headers.find("X-Content-Type-Options: nosniff\r\n"), std::string::npos) << headers;
+    EXPECT_NE(headers.find("Content-Disposition: inline;"), std::string::npos) << headers;
+  }
+  // Every other answer is nosniff too (JSON, errors).
+  std::string json_headers = server->curl("-D - -o /dev/null " + files(""));
+  EXPECT_NE(json_headers.find("X-Content-Type-Options: nosniff\r\n"), std::string::npos) << json_headers;
+  std::string error_headers = server->curl("-D - -o /dev/null " + server->url("/nowhere"));
+  EXPECT_NE(error_headers.find("X-Content-Type-Options: nosniff\r\n"), std::string::npos) << error_headers;
+}
+
+// --- 5. NUL in a command --------------------------------------------------------------
+
+TEST_F(HardeningTest, ACommandWithNulIsInvalidInputAndTheSandboxKeepsRunning) {
+  EXPECT_EQ(bash("echo kept > /tmp/marker; sleep 300 >/dev/null 2>&1 & echo started").at("stdout"), "started\n");
+  auto refused = bash(std::string("echo a\0b", 8));
+  EXPECT_EQ(refused.at("type"), "bash_code_execution_tool_result_error") << bj::serialize(refused);
+  EXPECT_EQ(refused.at("error_code"), "invalid_tool_input") << bj::serialize(refused);
+  EXPECT_NE(bj::serialize(refused).find("NUL"), std::string::npos) << bj::serialize(refused);
+  // The same sandbox: its /tmp and its background process are still there.
+  EXPECT_EQ(bash("cat /tmp/marker; pgrep -c sleep").at("stdout"), "kept\n1\n");
+  expect_bob_works();
+}
+
+// --- 6. Range overflows ---------------------------------------------------------------
+
+TEST_F(HardeningTest, RangeOverflowsClampOrAreUnsatisfiable) {
+  bash("printf 0123456789 > /mnt/user-data/outputs/r.txt");
+  std::string url = files("/" + file_id("/mnt/user-data/outputs/r.txt") + "/content");
+  for (const char* range : {"bytes=0-18446744073709551615", "bytes=0-18446744073709551616",
+                            "bytes=0-99999999999999999999999999999", "bytes=0-9"}) {
+    std::string out = server->curl("-D - " + url + " -H 'Range: " + range + "'");
+    EXPECT_EQ(out.rfind("HTTP/1.1 206 ", 0), 0u) << range << "\n" << out;
+    EXPECT_NE(out.find("Content-Range: bytes 0-9/10\r\n"), std::string::npos) << range << "\n" << out;
+    EXPECT_EQ(out.substr(out.find("\r\n\r\n") + 4), "0123456789") << range;
+  }
+  EXPECT_EQ(server->curl(url + " -H 'Range: bytes=-99999999999999999999999'"), "0123456789");
+  EXPECT_EQ(server->curl(url + " -H 'Range: bytes=3-18446744073709551615'"), "3456789");
+  for (const char* range : {"bytes=10-", "bytes=18446744073709551615-", "bytes=99999999999999999999999-",
+                            "bytes=99999999999999999999999-99999999999999999999999"})
+    EXPECT_EQ(server->status(url + " -H 'Range: " + range + "'"), 416) << range;
+  EXPECT_EQ(server->status(url + " -H 'Range: bytes=5-3'"), 200) << "an invalid range is ignored";
+}
+
+}  // namespace
