@@ -178,7 +178,9 @@ TEST(Recovery, ANewServerCleansWhatAKilledOneLeft) {
   int status = 0;
   EXPECT_EQ(waitpid(pid1, &status, 0), pid1) << "PID 1 was killed";
   for (const auto& dir : cgroups.always) EXPECT_FALSE(fs::exists(dir)) << dir;
-  if (!cgroups.cpu.empty()) EXPECT_FALSE(fs::exists(cgroups.cpu)) << cgroups.cpu;
+  if (!cgroups.cpu.empty()) {
+    EXPECT_FALSE(fs::exists(cgroups.cpu)) << cgroups.cpu;
+  }
   EXPECT_FALSE(rt::Volume::is_mounted(volume_mount));
   // The files written before the crash are intact.
   rt::Volume::mount(volume_image, volume_mount);

@@ -204,7 +204,9 @@ TEST_F(RuntimeTest, StopLeavesNothingBehindAndFilesPersistAcrossRestart) {
   EXPECT_FALSE(sandbox->running());
   EXPECT_NE(kill(pid1, 0), 0) << "PID 1 is gone (and with it every process of the sandbox)";
   for (const auto& dir : cgroups.always) EXPECT_FALSE(fs::exists(dir)) << dir;
-  if (!cgroups.cpu.empty()) EXPECT_FALSE(fs::exists(cgroups.cpu)) << cgroups.cpu;
+  if (!cgroups.cpu.empty()) {
+    EXPECT_FALSE(fs::exists(cgroups.cpu)) << cgroups.cpu;
+  }
   EXPECT_THROW(run("true"), rt::SandboxError);
   // A fresh sandbox over the same container: files are there, processes are not.
   sandbox = harness->start(harness->options_for(*dirs));
