@@ -2,8 +2,10 @@
 // installed image, side by side in one run, and their ratio (the target: an
 // image costs no more than the host's). Prints figures; asserts nothing.
 //   BENCH_IMAGE=NAME:TAG and BENCH_DATA_DIR=DIR: the image to measure (e.g. the
-//     data-science image). Without them, a minimal image (minbase + python3-minimal)
-//     is built with `sandboxd image build --minimal` into a temporary data directory.
+//     data-science image). Without them, a minimal image (minbase + python3-minimal +
+//     bash-static) is built with `sandboxd image build --minimal` into a temporary
+//     data directory. Both sides must run the same bash for `true` (a sandbox runs the
+//     image's bash-static when it has one): the output says which each side runs.
 //   BENCH_COLD: iterations (default 100).
 
 #include <unistd.h>
@@ -58,6 +60,14 @@ std::vector<double> measure(const std::string& image_root, const std::string& in
   return total;
 }
 
+// What a sandbox over `root` runs for `bash -c` (sandboxd-init looks for bash-static
+// at these two paths in its root; "/" is the host image).
+std::string sandbox_bash(const std::string& root) {
+  for (const char* candidate : {"/usr/bin/bash-static", "/bin/bash-static"})
+    if (access((root + candidate).c_str(), X_OK) == 0) return candidate;
+  return "/bin/bash";
+}
+
 }  // namespace
 
 int main() {
@@ -69,10 +79,11 @@ int main() {
     temporary = fs::temp_directory_path() / ("sandboxd-image-bench-" + std::to_string(getpid()));
     data_dir = temporary.string();
     name = "bench/minimal:1";
-    std::printf("building %s (debootstrap minbase + python3-minimal) into %s ...\n", name.c_str(), data_dir.c_str());
+    std::printf("building %s (debootstrap minbase + python3-minimal + bash-static) into %s ...\n", name.c_str(),
+                data_dir.c_str());
     std::fflush(stdout);
     std::string command = std::string(SANDBOXD_PATH) + " image build " + name +
-                          " --minimal --packages python3-minimal --data-dir " + data_dir + " >" + data_dir +
+                          " --minimal --packages python3-minimal,bash-static --data-dir " + data_dir + " >" + data_dir +
                           ".log 2>&1";
     if (std::system(command.c_str()) != 0) {
       std::printf("the image build failed (see %s.log): only an installed image can be compared; set BENCH_IMAGE "
@@ -86,6 +97,14 @@ int main() {
     return 1;
   }
   std::printf("sandbox start + true + stop, %d times each (%ld cores)\n", n, sysconf(_SC_NPROCESSORS_ONLN));
+  const std::string host_bash = sandbox_bash(""), image_bash = sandbox_bash(image->rootfs);
+  const char* sameness = "NOT the same bash: the ratio below compares different programs";
+  if (host_bash == image_bash)
+    sameness = run_quiet({"/usr/bin/cmp", "-s", host_bash, image->rootfs + image_bash}) == 0
+                   ? "the same binary, byte for byte"
+                   : "the same program, another build of it";
+  std::printf("  `true` runs as bash -c true: host %s, image %s (%s)\n", host_bash.c_str(), image_bash.c_str(),
+              sameness);
   // Alternated halves, so that a machine busy with something else for a while weighs
   // on both sides alike.
   std::string instance = "imgbench-" + std::to_string(getpid());

@@ -12,6 +12,7 @@
 
 #include "runtime/syscall_error.h"
 #include "runtime/volume.h"
+#include "cgroup_paths.h"
 #include "sandbox_harness.h"
 
 using namespace sandboxd::testing;
@@ -94,7 +95,8 @@ TEST(CgroupV2, SandboxOnARealCgroup2Hierarchy) {
   std::string controllers = read_text(fs::path(v2_root) / "cgroup.controllers");
   if (controllers.find("pids") == std::string::npos) sandbox_options.limits.pids = 0;
   auto sandbox = harness.start(sandbox_options);
-  fs::path cgroup = fs::path(v2_root) / "sandboxd" / harness.runtime->options().instance / sandbox->name();
+  fs::path cgroup = sandbox_cgroup_paths(*harness.runtime, sandbox->name()).exec_parent;
+  EXPECT_EQ(cgroup, fs::path(v2_root) / "sandboxd" / harness.runtime->options().instance / sandbox->name());
   EXPECT_TRUE(fs::exists(cgroup / "cgroup.kill"));
   // PID 1 sits in the sandbox cgroup; the child it keeps ready for the next command
   // moves into its own execution cgroup right after it is forked.
@@ -161,16 +163,23 @@ TEST(Recovery, ANewServerCleansWhatAKilledOneLeft) {
   waitpid(server, nullptr, 0);
   ASSERT_EQ(kill(pid1, 0), 0) << "the sandbox outlived its server";
   ASSERT_TRUE(rt::Volume::is_mounted(volume_mount));
-
+  // The victim's cgroups in the hierarchy this host uses are there, so that their
+  // absence after the clean-up means the next server removed them.
   rt::RuntimeOptions options;
   options.instance = instance;
+  const std::string version = cgroup_version_in_use(options.cgroups);
+  auto cgroups = sandbox_cgroup_paths(version, options.cgroups, instance, "victim");
+  ASSERT_FALSE(cgroups.always.empty());
+  for (const auto& dir : cgroups.always) EXPECT_TRUE(fs::is_directory(dir)) << "left by the killed server: " << dir;
+
   Harness next(options);
+  EXPECT_EQ(next.runtime->cgroups().version(), version);
   EXPECT_EQ(next.runtime->cleanup_stale(data.root / "volumes"), 1u);
   int status = 0;
   EXPECT_EQ(waitpid(pid1, &status, 0), pid1) << "PID 1 was killed";
-  for (const char* controller : {"memory", "pids", "cpu", "freezer"}) {
-    fs::path dir = fs::path("/sys/fs/cgroup") / controller / "sandboxd" / instance / "victim";
-    EXPECT_FALSE(fs::exists(dir)) << dir;
+  for (const auto& dir : cgroups.always) EXPECT_FALSE(fs::exists(dir)) << dir;
+  if (!cgroups.cpu.empty()) {
+    EXPECT_FALSE(fs::exists(cgroups.cpu)) << cgroups.cpu;
   }
   EXPECT_FALSE(rt::Volume::is_mounted(volume_mount));
   // The files written before the crash are intact.

@@ -572,12 +572,16 @@ TEST_F(MessagesTest, AClientThatDisconnectsCancelsTheCommandAndTheUpstreamCall) 
   body["stream"] = true;
   post(body, "-N --max-time 2");
   // The command's tree is killed: nothing sleeps in the container any more.
+  // Each look must be a real listing (the cat itself is in it), not an error reply.
   std::string processes;
   for (int i = 0; i < 50; ++i) {
     fs::path file = server->dir() / "ps.json";
     std::ofstream(file) << R"({"command":"cat /proc/[0-9]*/cmdline | tr '\\0' ' '"})";
-    processes = server->curl("-X POST " + server->base() + "/containers/" + container +
-                             "/tools/bash_code_execution --data-binary @" + file.string());
+    auto reply = json(server->curl("-X POST " + server->base() + "/containers/" + container +
+                                   "/tools/bash_code_execution --data-binary @" + file.string()));
+    ASSERT_TRUE(reply.is_object() && reply.as_object().contains("stdout")) << bj::serialize(reply);
+    processes = std::string(reply.at("stdout").as_string());
+    ASSERT_NE(processes.find("cat /proc/"), std::string::npos) << bj::serialize(reply);
     if (processes.find("sleep 30") == std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
