@@ -4,17 +4,17 @@
 #include <string>
 
 #include "server/header_values.h"
-#include "tools/bash_tool.h"
+#include "base/utf8.h"
 
 using namespace sandboxd;
 
-static bool valid_utf8(const std::string& s) { return tools::to_valid_utf8(s) == s; }
+static bool valid_utf8(const std::string& s) { return to_valid_utf8(s) == s; }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view input(reinterpret_cast<const char*>(data), size);
   if (!server::safe_header_value(server::header_text(input))) abort();
   if (!server::safe_header_value(server::content_disposition(size % 2 == 0, input))) abort();
-  std::string repaired = tools::to_valid_utf8(input);
+  std::string repaired = to_valid_utf8(input);
   if (!valid_utf8(repaired)) abort();  // repair is idempotent: its output is valid
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "base/utf8.h"
 #include "tools/bash_tool.h"
 #include "tools/text_editor.h"
 
@@ -39,6 +40,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_view_bytes = 1 << 16;
   auto result = tools::run_text_editor(scratch(), input, options);
   std::string json = boost::json::serialize(result);
-  if (tools::to_valid_utf8(json) != json) abort();  // results are valid UTF-8 JSON
+  if (to_valid_utf8(json) != json) abort();  // results are valid UTF-8 JSON
   return 0;
 }
