@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 out=$root/build-fuzz
-targets=(router multipart keys header_values tool_input messages_request sse tar config)
+targets=(router multipart keys header_values tool_input messages_request sse tar config skill_archive)
 smoke_seconds=${FUZZ_SMOKE_SECONDS:-12}
 
 build() {
