@@ -498,6 +498,8 @@ asio::awaitable<void> ContainerService::shutdown() {
     } catch (const std::exception& e) {
       spdlog::warn("unmounting {}: {}", container->volume_mount, e.what());
     }
+    // Its skills folder is a mount point too (a shared bind of itself).
+    SkillMounts::remove_folder(settings()->data_dir, container->storage);
   }
   open_.clear();
 }

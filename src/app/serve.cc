@@ -235,10 +235,14 @@ int serve(ops::Config config, const std::string& config_path) {
     for (auto& t : pool) t.join();
   }
   ops::set_audit(nullptr);  // its file is under the data directory's bind
-  try {
-    runtime::Volume::unmount(config.data_dir);  // the private bind made at start
-  } catch (const std::exception& e) {
-    spdlog::warn("unmounting {}: {}", config.data_dir, e.what());
+  // The private bind made at start, and anything a part of the service left mounted
+  // below it (deepest first): nothing of this run stays mounted on the host.
+  for (const auto& mount_point : runtime::Volume::mounts_under(config.data_dir)) {
+    try {
+      runtime::Volume::unmount(mount_point);
+    } catch (const std::exception& e) {
+      spdlog::warn("unmounting {}: {}", mount_point, e.what());
+    }
   }
   spdlog::info("sandboxd stopped");
   return 0;

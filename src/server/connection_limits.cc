@@ -53,7 +53,7 @@ size_t ConnectionCounter::open_for(const std::string& owner) const {
 
 bool ConnectionSlot::charge(const std::string& owner) {
   if (std::find(owners_.begin(), owners_.end(), owner) != owners_.end()) return true;
-  if (!counter_.charge(owner)) return false;
+  if (!counter_->charge(owner)) return false;
   owners_.push_back(owner);
   return true;
 }

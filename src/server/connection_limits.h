@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -40,12 +41,15 @@ class ConnectionCounter {
   std::map<std::string, size_t> per_owner_;
 };
 
-// One connection's place in the counter, for as long as the connection lives.
+// One connection's place in the counter, for as long as the connection lives. It shares
+// the counter: a connection's coroutine frame may be destroyed after the server (when
+// the I/O context that holds it goes), and its release must still find the counter.
 class ConnectionSlot {
  public:
-  explicit ConnectionSlot(ConnectionCounter& counter) : counter_(counter), admitted_(counter.admit()) {}
+  explicit ConnectionSlot(std::shared_ptr<ConnectionCounter> counter)
+      : counter_(std::move(counter)), admitted_(counter_->admit()) {}
   ~ConnectionSlot() {
-    if (admitted_) counter_.release(owners_);
+    if (admitted_) counter_->release(owners_);
   }
   ConnectionSlot(const ConnectionSlot&) = delete;
   ConnectionSlot& operator=(const ConnectionSlot&) = delete;
@@ -55,7 +59,7 @@ class ConnectionSlot {
   bool charge(const std::string& owner);
 
  private:
-  ConnectionCounter& counter_;
+  std::shared_ptr<ConnectionCounter> counter_;
   bool admitted_;
   std::vector<std::string> owners_;  // usually one
 };

@@ -233,7 +233,7 @@ void DisconnectWatch::stop() {
 HttpServer::HttpServer(asio::io_context& io, ServerLimits limits)
     : io_(io),
       limits_(limits),
-      connections_(limits.max_connections, limits.max_connections_per_owner),
+      connections_(std::make_shared<ConnectionCounter>(limits.max_connections, limits.max_connections_per_owner)),
       reserve_fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
 
 HttpServer::~HttpServer() {
@@ -446,7 +446,7 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx, http::reques
     if (ctx.connection && !ctx.owner.empty() && !ctx.connection->charge(ctx.owner))
       co_return error_response(ApiError::rate_limited(
           "Too many open connections for this owner (the limit is " +
-              std::to_string(connections_.max_per_owner()) + ")",
+              std::to_string(connections_->max_per_owner()) + ")",
           1));
   }
   try {

@@ -188,7 +188,7 @@ class HttpServer {
   // Stops accepting new connections; idle keep-alive connections close.
   void stop_accepting();
   size_t requests_in_flight() const { return in_flight_; }
-  const ConnectionCounter& connections() const { return connections_; }
+  const ConnectionCounter& connections() const { return *connections_; }
 
  private:
   asio::awaitable<void> accept_loop();
@@ -210,7 +210,7 @@ class HttpServer {
   std::optional<tcp::acceptor> acceptor_;
   std::atomic<bool> stopping_{false};
   std::atomic<size_t> in_flight_{0};
-  ConnectionCounter connections_;
+  std::shared_ptr<ConnectionCounter> connections_;  // shared with each connection (ConnectionSlot)
   // A descriptor held back for the moment the process runs out: closed to accept (and
   // at once close) a waiting connection, so accept never spins on EMFILE.
   int reserve_fd_ = -1;

@@ -7,50 +7,19 @@
 // SCRIPTED_UPSTREAM_PATH.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync, readFileSync, rmSync, mkdirSync } from 'node:fs';
+import { readFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
+import { Stack, message as scriptedMessage, startServer, stopProgram } from '../harness.mjs';
 
 const TOKEN = 'browser-secret-token';
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const SHOTS = process.env.SCREENSHOT_DIR || join(tmpdir(), 'sandboxd-screenshots');
-let upstreamProcess, serverProcess, upstreamUrl, serverUrl, dir, browser;
-
-function startProgram(command, args, pattern) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'inherit'] });
-    let seen = '';
-    const timer = setTimeout(() => reject(new Error(`${command} did not start: ${seen}`)), 30000);
-    child.stdout.on('data', (chunk) => {
-      seen += chunk;
-      const match = seen.match(pattern);
-      if (match) {
-        clearTimeout(timer);
-        resolve({ child, match });
-      }
-    });
-    child.on('exit', (code) => reject(new Error(`${command} exited with ${code}: ${seen}`)));
-  });
-}
-
-function stopProgram(child) {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null) return resolve();
-    child.removeAllListeners('exit');
-    child.on('exit', resolve);
-    child.kill('SIGTERM');
-  });
-}
-
-async function script(steps) {
-  const res = await fetch(`${upstreamUrl}/_script`, { method: 'POST', body: JSON.stringify(steps) });
-  assert.equal(res.status, 200);
-}
-async function upstreamRequests() {
-  return (await fetch(`${upstreamUrl}/_requests`)).json();
-}
+const stack = new Stack(TOKEN, 'person', 'sandboxd-browser-');
+const script = (steps) => stack.script(steps);
+const upstreamRequests = () => stack.upstreamRequests();
+let browser;
 
 // The model's chart: python3 writes a PNG with zlib and struct (no imaging library on
 // the host image), after counting the rows of the uploaded CSV.
@@ -66,37 +35,19 @@ open('/mnt/user-data/outputs/chart.png', 'wb').write(png)
 EOF
 sort -r /mnt/user-data/uploads/data.csv > /mnt/user-data/outputs/summary.csv`;
 
-const message = (content, stop_reason) => ({
-  message: { content, stop_reason, usage: { input_tokens: 11, output_tokens: 7 } },
-  chunk: 5,
-});
+// Streamed by the scripted upstream in chunks of 5 characters.
+const message = (content, stop_reason) => scriptedMessage(content, stop_reason, { chunk: 5 });
 
 before(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  dir = mkdtempSync(join(tmpdir(), 'sandboxd-browser-'));
-  const upstream = await startProgram(process.env.SCRIPTED_UPSTREAM_PATH, [], /listening on (\d+)/);
-  upstreamProcess = upstream.child;
-  upstreamUrl = `http://127.0.0.1:${upstream.match[1]}`;
-  const config = join(dir, 'config.yaml');
-  writeFileSync(config, [
-    'server: { listen: "127.0.0.1:0", dataDir: "' + join(dir, 'data') + '" }',
-    `auth: { tokens: [ { token: ${TOKEN}, owner: person } ] }`,
-    `model: { baseUrl: "${upstreamUrl}", models: { default: upstream-model } }`,
-    '',
-  ].join('\n'));
-  const server = await startProgram(process.env.SANDBOXD_PATH, ['serve', '--config', config],
-    /listening on (http:\/\/127\.0\.0\.1:\d+)/);
-  serverProcess = server.child;
-  serverUrl = server.match[1];
+  await stack.start();
   // Root runs chromium without its own sandbox (it refuses to start as root otherwise).
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
 });
 
 after(async () => {
   if (browser) await browser.close();
-  if (serverProcess) await stopProgram(serverProcess);
-  if (upstreamProcess) await stopProgram(upstreamProcess);
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  await stack.stop();
 });
 
 test('sign in, upload a CSV, ask for a chart, see it streamed and download it', async () => {
@@ -107,7 +58,7 @@ test('sign in, upload a CSV, ask for a chart, see it streamed and download it', 
   page.on('pageerror', (e) => consoleErrors.push(String(e)));
   const shot = (name) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
 
-  await page.goto(serverUrl + '/');
+  await page.goto(stack.serverUrl + '/');
   await page.locator('#token').waitFor();
   await shot('01-sign-in');
 
@@ -182,10 +133,10 @@ test('sign in, upload a CSV, ask for a chart, see it streamed and download it', 
     answer.locator('[data-filename="chart.png"] button[data-testid="download"]').click(),
   ]);
   assert.equal(download.suggestedFilename(), 'chart.png');
-  const saved = join(dir, 'downloaded.png');
+  const saved = join(stack.dir, 'downloaded.png');
   await download.saveAs(saved);
   const fileId = Buffer.from('/mnt/user-data/outputs/chart.png').toString('base64url');
-  const res = await fetch(`${serverUrl}/api/gpt/v1/files/${fileId}/content?scope_id=${threadId}`,
+  const res = await fetch(`${stack.serverUrl}/api/gpt/v1/files/${fileId}/content?scope_id=${threadId}`,
     { headers: { Authorization: `Bearer ${TOKEN}` } });
   assert.equal(res.status, 200);
   const expected = Buffer.from(await res.arrayBuffer());
@@ -222,7 +173,7 @@ test('sign in, upload a CSV, ask for a chart, see it streamed and download it', 
 test('keyboard only: sign in, new thread and send with Tab and Enter', async () => {
   const context = await browser.newContext({ viewport: { width: 1000, height: 700 } });
   const page = await context.newPage();
-  await page.goto(serverUrl + '/');
+  await page.goto(stack.serverUrl + '/');
   await page.locator('#token').waitFor();
   assert.equal(await page.evaluate(() => document.activeElement.id), 'token', 'the token field has the focus');
   await page.keyboard.type(TOKEN);
@@ -246,20 +197,12 @@ test('keyboard only: sign in, new thread and send with Tab and Enter', async () 
 });
 
 test('with features.codeExecution.enabled false the page says so and still chats', async () => {
-  const config = join(dir, 'config-off.yaml');
-  writeFileSync(config, [
-    'server: { listen: "127.0.0.1:0", dataDir: "' + join(dir, 'data-off') + '" }',
-    `auth: { tokens: [ { token: ${TOKEN}, owner: person } ] }`,
-    `model: { baseUrl: "${upstreamUrl}", models: { default: upstream-model } }`,
-    'features: { codeExecution: { enabled: false } }',
-    '',
-  ].join('\n'));
-  const server = await startProgram(process.env.SANDBOXD_PATH, ['serve', '--config', config],
-    /listening on (http:\/\/127\.0\.0\.1:\d+)/);
+  const server = await startServer(stack.dir, 'data-off',
+                                   [...stack.configLines(), 'features: { codeExecution: { enabled: false } }']);
   try {
     const context = await browser.newContext({ viewport: { width: 1000, height: 700 } });
     const page = await context.newPage();
-    await page.goto(server.match[1] + '/');
+    await page.goto(server.url + '/');
     await page.fill('#token', TOKEN);
     await page.press('#token', 'Enter');
     await page.locator('#feature-note', { hasText: 'Code execution is turned off by the operator' }).waitFor();

@@ -4,86 +4,19 @@
 // model server. Run by CTest with SANDBOXD_PATH and SCRIPTED_UPSTREAM_PATH.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { Stack, message, text, toolUse } from '../harness.mjs';
 import Anthropic, { toFile } from '@anthropic-ai/sdk';
 
 const TOKEN = 'sdk-secret-token';
-let upstreamProcess, serverProcess, upstreamUrl, serverUrl, dir;
+const stack = new Stack(TOKEN, 'sdk', 'sandboxd-sdk-');
+const script = (steps) => stack.script(steps);
+const upstreamRequests = () => stack.upstreamRequests();
 
-// Starts a program and resolves with the first match of `pattern` in its stdout.
-function startProgram(command, args, pattern) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'inherit'] });
-    let seen = '';
-    const timer = setTimeout(() => reject(new Error(`${command} did not start: ${seen}`)), 30000);
-    child.stdout.on('data', (chunk) => {
-      seen += chunk;
-      const match = seen.match(pattern);
-      if (match) {
-        clearTimeout(timer);
-        resolve({ child, match });
-      }
-    });
-    child.on('exit', (code) => reject(new Error(`${command} exited with ${code}: ${seen}`)));
-  });
-}
-
-function stopProgram(child) {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null) return resolve();
-    child.removeAllListeners('exit');
-    child.on('exit', resolve);
-    child.kill('SIGTERM');
-  });
-}
-
-async function script(steps) {
-  const res = await fetch(`${upstreamUrl}/_script`, { method: 'POST', body: JSON.stringify(steps) });
-  assert.equal(res.status, 200);
-}
-async function upstreamRequests() {
-  return (await fetch(`${upstreamUrl}/_requests`)).json();
-}
-
-const toolUse = (id, name, input) => ({ type: 'tool_use', id, name, input });
-const text = (t) => ({ type: 'text', text: t });
-const message = (content, stop_reason) => ({
-  message: { content, stop_reason, usage: { input_tokens: 11, output_tokens: 7 } },
-});
-
-before(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'sandboxd-sdk-'));
-  const upstream = await startProgram(process.env.SCRIPTED_UPSTREAM_PATH, [], /listening on (\d+)/);
-  upstreamProcess = upstream.child;
-  upstreamUrl = `http://127.0.0.1:${upstream.match[1]}`;
-  const config = join(dir, 'config.yaml');
-  writeFileSync(
-    config,
-    [
-      'server: { listen: "127.0.0.1:0", dataDir: "' + join(dir, 'data') + '" }',
-      `auth: { tokens: [ { token: ${TOKEN}, owner: sdk } ] }`,
-      `model: { baseUrl: "${upstreamUrl}", apiKey: up-key, models: { default: upstream-model } }`,
-      '',
-    ].join('\n'),
-  );
-  const server = await startProgram(process.env.SANDBOXD_PATH, ['serve', '--config', config],
-                                    /listening on (http:\/\/127\.0\.0\.1:\d+)/);
-  serverProcess = server.child;
-  serverUrl = server.match[1];
-});
-
-after(async () => {
-  if (serverProcess) await stopProgram(serverProcess);
-  if (upstreamProcess) await stopProgram(upstreamProcess);
-  if (dir) rmSync(dir, { recursive: true, force: true });
-});
+before(() => stack.start());
+after(() => stack.stop());
 
 // The SDK appends /v1/messages to its base URL.
-const client = () => new Anthropic({ apiKey: TOKEN, baseURL: `${serverUrl}/api/gpt`, maxRetries: 0 });
-
+const client = () => new Anthropic({ apiKey: TOKEN, baseURL: `${stack.serverUrl}/api/gpt`, maxRetries: 0 });
 
 const SKILL_MD = `---
 name: sdk-report
@@ -179,12 +112,12 @@ test('beta.messages.create with container.skills runs the skill, and the Files A
   assert.match(system, /\/mnt\/skills\/sdk-report\/SKILL\.md/);
   assert.match(system, /\/mnt\/skills\/xlsx\/SKILL\.md/);
 
-  const files = await fetch(`${serverUrl}/api/gpt/v1/files?scope_id=sdk-skills`, {
+  const files = await fetch(`${stack.serverUrl}/api/gpt/v1/files?scope_id=sdk-skills`, {
     headers: { authorization: `Bearer ${TOKEN}` },
   }).then((r) => r.json());
   const report = files.data.find((f) => f.filename === 'r.txt');
   assert.ok(report, JSON.stringify(files));
-  const content = await fetch(`${serverUrl}/api/gpt/v1/files/${report.id}/content?scope_id=sdk-skills`, {
+  const content = await fetch(`${stack.serverUrl}/api/gpt/v1/files/${report.id}/content?scope_id=sdk-skills`, {
     headers: { authorization: `Bearer ${TOKEN}` },
   }).then((r) => r.text());
   assert.equal(content, 'report from the sdk-report skill\n');
