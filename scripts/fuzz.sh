@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 out=$root/build-fuzz
 targets=(router multipart keys header_values tool_input messages_request sse tar config skill_archive)
-smoke_seconds=${FUZZ_SMOKE_SECONDS:-12}
+smoke_seconds=${FUZZ_SMOKE_SECONDS:-6}
 
 build() {
   if [ ! -f "$out/CMakeCache.txt" ]; then
