@@ -134,9 +134,9 @@ asio::awaitable<Result<Response>> remove_one(ApiContext& api, RequestContext& ct
   auto path = path_of_id(id);
   if (!path) co_return path.error();
   if (!resolve_sandbox_path((*container)->paths, *path)) co_return ApiError::not_found("File not found: " + id);
-  auto error = api.files.remove((*container)->storage, (*container)->paths, *path);
-  if (error == store::FileError::kNotFound) co_return ApiError::not_found("File not found: " + id);
-  if (error != store::FileError::kNone) co_return file_error(error, *path);
+  auto removed = api.files.remove((*container)->storage, (*container)->paths, *path);
+  if (!removed && removed.error() == store::FileError::kNotFound) co_return ApiError::not_found("File not found: " + id);
+  if (!removed) co_return file_error(removed.error(), *path);
   co_return json_ok(boost::json::object{{"id", id}, {"type", "file_deleted"}});
 }
 
