@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -109,6 +110,10 @@ VolumeResult<void> Volume::create(const std::string& image, uint64_t size_bytes,
 }
 
 VolumeResult<void> Volume::mount(const std::string& image, const std::string& target) {
+  // Fault injection for tests and drills: SANDBOXD_FAILPOINT_NO_LOOP_DEVICE=1 makes every
+  // mount find the loop devices all in use, as a host at its loop device limit would.
+  if (const char* failpoint = std::getenv("SANDBOXD_FAILPOINT_NO_LOOP_DEVICE"); failpoint && *failpoint == '1')
+    return VolumeError::kNoLoopDevice;
   int control = static_cast<int>(check(open("/dev/loop-control", O_RDWR | O_CLOEXEC), "open(/dev/loop-control)"));
   int backing = open(image.c_str(), O_RDWR | O_CLOEXEC);
   if (backing < 0) {

@@ -34,7 +34,8 @@ struct Volume {
   // installed, a failing rename) throws SyscallError.
   static VolumeResult<void> create(const std::string& image, uint64_t size_bytes, uint32_t uid, uint32_t gid);
   // Attaches the image to a free loop device (auto-clearing) and mounts it at target.
-  // kNoLoopDevice when none is free; anything else unexpected throws SyscallError.
+  // kNoLoopDevice when none is free (or SANDBOXD_FAILPOINT_NO_LOOP_DEVICE=1 says so, for
+  // tests and drills); anything else unexpected throws SyscallError.
   static VolumeResult<void> mount(const std::string& image, const std::string& target);
   // Unmounts target (the loop device detaches itself); a busy mount is detached lazily.
   static void unmount(const std::string& target);
