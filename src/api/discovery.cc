@@ -3,6 +3,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <spdlog/spdlog.h>
+
 #include "server/blocking.h"
 
 namespace sandboxd::api {
@@ -42,7 +44,13 @@ void after_execution(ApiContext& api, const std::shared_ptr<Container>& containe
       container->sync_scheduled = false;
     }
     // The walk hashes new files: on the blocking pool, not the strand's I/O thread.
-    asio::post(server::blocking_pool(), [&api, container] { sync_now(api, *container); });
+    asio::post(server::blocking_pool(), [&api, container] {
+      try {
+        sync_now(api, *container);
+      } catch (const std::exception& e) {  // a bug or a broken database: logged, the pool goes on
+        spdlog::error("syncing the files of container {}: {}", container->id, e.what());
+      }
+    });
   });
 }
 
