@@ -11,6 +11,7 @@
 #include <optional>
 #include <utility>
 
+#include "base/sandbox_paths.h"
 #include "base/temp_files.h"
 #include "store/md5.h"
 #include "store/mime.h"
@@ -175,19 +176,20 @@ class AtomicFileWriter final : public FileWriter {
 // Opens an anonymous (O_TMPFILE) or, where unsupported, a named temporary file in
 // `directory`. `temp_name` is set for a named one.
 int open_temp_file(int directory, std::string& temp_name) {
-  int fd = openat(directory, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  // Through openat2 beneath `directory`, as every open below a mount (file_store.h).
+  int fd = open_beneath(directory, ".", O_TMPFILE | O_WRONLY, 0600);
   if (fd >= 0) return fd;
-  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) return -errno;
+  if (fd != -EOPNOTSUPP && fd != -EISDIR && fd != -EINVAL) return fd;
   for (int attempt = 0; attempt < 8; ++attempt) {
     std::string name = random_temp_name();
-    fd = openat(directory, name.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600);
+    fd = open_beneath(directory, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW, 0600);
     if (fd >= 0) {
       temp_name = std::move(name);
       return fd;
     }
-    if (errno != EEXIST) break;
+    if (fd != -EEXIST) break;
   }
-  return -errno;
+  return fd;
 }
 
 }  // namespace
