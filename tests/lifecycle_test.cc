@@ -125,7 +125,7 @@ TEST(Recovery, ANewServerCleansWhatAKilledOneLeft) {
   fs::path volume_image = data.root / "vol.img";
   fs::path volume_mount = data.root / "volumes" / "c1";
   fs::create_directories(volume_mount);
-  rt::Volume::create(volume_image, 16 << 20, kHostId, kHostId);
+  ASSERT_TRUE(rt::Volume::create(volume_image, 16 << 20, kHostId, kHostId));
   // This process adopts the orphans, as the real server does.
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
 
@@ -137,7 +137,7 @@ TEST(Recovery, ANewServerCleansWhatAKilledOneLeft) {
     rt::RuntimeOptions options;
     options.instance = instance;
     Harness harness(options);
-    rt::Volume::mount(volume_image, volume_mount);
+    if (!rt::Volume::mount(volume_image, volume_mount)) _exit(3);
     fs::create_directories(volume_mount / "workspace");
     fs::create_directories(volume_mount / "outputs");
     chown((volume_mount / "workspace").c_str(), kHostId, kHostId);
@@ -183,7 +183,7 @@ TEST(Recovery, ANewServerCleansWhatAKilledOneLeft) {
   }
   EXPECT_FALSE(rt::Volume::is_mounted(volume_mount));
   // The files written before the crash are intact.
-  rt::Volume::mount(volume_image, volume_mount);
+  ASSERT_TRUE(rt::Volume::mount(volume_image, volume_mount));
   EXPECT_EQ(read_text(volume_mount / "workspace" / "kept.txt"), "kept\n");
   rt::Volume::unmount(volume_mount);
 }
@@ -194,8 +194,8 @@ TEST(Volume, WorkspaceAndOutputsShareAHardLimit) {
   fs::path image = data.root / "vol.img";
   fs::path mount = data.root / "vol";
   fs::create_directories(mount);
-  rt::Volume::create(image, 32 << 20, kHostId, kHostId);
-  rt::Volume::mount(image, mount);
+  ASSERT_TRUE(rt::Volume::create(image, 32 << 20, kHostId, kHostId));
+  ASSERT_TRUE(rt::Volume::mount(image, mount));
   for (const char* sub : {"workspace", "outputs"}) {
     fs::create_directories(mount / sub);
     ASSERT_EQ(chown((mount / sub).c_str(), kHostId, kHostId), 0);
@@ -216,7 +216,7 @@ TEST(Volume, WorkspaceAndOutputsShareAHardLimit) {
   rt::Volume::unmount(mount);
   EXPECT_FALSE(rt::Volume::is_mounted(mount));
   // Remounted: everything that fit is still there.
-  rt::Volume::mount(image, mount);
+  ASSERT_TRUE(rt::Volume::mount(image, mount));
   EXPECT_EQ(fs::file_size(mount / "workspace" / "first.bin"), 12u << 20);
   rt::Volume::unmount(mount);
 }

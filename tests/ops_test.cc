@@ -62,6 +62,26 @@ TEST(Ops, HealthAnswersFromTheBackgroundCheckAnd503OnceItStops) {
   EXPECT_EQ(healthy.status(healthy.url("/health")), 200);
 }
 
+// A host that cannot attach a container's volume is full, not broken: 503
+// overloaded_error with Retry-After, in the documented shape, and the server goes on.
+TEST(Ops, NoFreeLoopDeviceIs503OverloadedWithRetryAfter) {
+  setenv("SANDBOXD_FAILPOINT_NO_LOOP_DEVICE", "1", 1);
+  ServerProcess server;
+  unsetenv("SANDBOXD_FAILPOINT_NO_LOOP_DEVICE");
+  std::string headers = server.curl("-D - -o /dev/null -X POST " + server.base() + "/containers -d '{\"id\":\"full\"}'");
+  EXPECT_NE(headers.find(" 503"), std::string::npos) << headers;
+  EXPECT_NE(headers.find("Retry-After: 2"), std::string::npos) << headers;
+  auto reply = server.curl_json("-X POST " + server.base() + "/containers -d '{\"id\":\"full\"}'").as_object();
+  EXPECT_EQ(reply.at("type"), "error") << bj::serialize(reply);
+  EXPECT_EQ(reply.at("error").at("type"), "overloaded_error") << bj::serialize(reply);
+  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("no free volume device"), std::string::npos)
+      << bj::serialize(reply);
+  // Nothing of the container was kept: it is not listed, and the server still answers.
+  auto listed = server.curl_json(server.base() + "/containers").as_object();
+  EXPECT_TRUE(listed.at("data").as_array().empty()) << bj::serialize(listed);
+  EXPECT_EQ(server.status(server.url("/health")), 200);
+}
+
 TEST(Ops, MetricsPassPromtoolAndCountWhatHappened) {
   ServerProcess server;
   std::string ok = bash_body(server.dir(), "ok", "true");

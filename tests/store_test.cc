@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "store/file_store.h"
+#include "store/mime.h"
 #include "store/keys.h"
 #include "store/metadata.h"
 #include "store/multipart.h"
@@ -31,6 +32,15 @@ namespace {
 
 namespace fs = std::filesystem;
 using sandboxd::ContainerPaths;
+
+// A file operation's outcome as something gtest compares and prints: nullopt when it
+// succeeded, else why it failed.
+constexpr std::optional<FileError> kSucceeded = std::nullopt;
+template <typename T>
+std::optional<FileError> error_of(const FileResult<T>& result) {
+  if (result) return kSucceeded;
+  return result.error();
+}
 
 constexpr uid_t kAgentUid = 1000;
 constexpr gid_t kAgentGid = 1000;
@@ -489,20 +499,20 @@ class FileStoreTest : public ::testing::Test {
   }
 
   // A complete upload as the Files API does it: stream, commit, record.
-  FileError put(const std::string& sandbox_path, std::string_view content, size_t chunk = 7) {
-    FileError error = FileError::kNone;
-    auto writer = store_.begin_write(paths_, sandbox_path, error);
-    if (!writer) return error;
+  // nullopt (kSucceeded) or why it failed.
+  std::optional<FileError> put(const std::string& sandbox_path, std::string_view content, size_t chunk = 7) {
+    auto writer = store_.begin_write(paths_, sandbox_path);
+    if (!writer) return writer.error();
     for (size_t at = 0; at < content.size(); at += chunk) {
-      if ((error = writer->write(content.data() + at, std::min(chunk, content.size() - at))) != FileError::kNone) {
-        return error;
+      if (auto written = (*writer)->write(content.data() + at, std::min(chunk, content.size() - at)); !written) {
+        return written.error();
       }
     }
-    FileRecord record;
-    if ((error = writer->commit(record)) != FileError::kNone) return error;
-    record.storage = kStorage;
-    metadata_.put_file(record, true);
-    return FileError::kNone;
+    auto record = (*writer)->commit();
+    if (!record) return record.error();
+    record->storage = kStorage;
+    metadata_.put_file(*record, true);
+    return kSucceeded;
   }
 
   std::set<std::string> recorded_paths() {
@@ -534,16 +544,17 @@ class FileStoreTest : public ::testing::Test {
 TEST_F(FileStoreTest, CommitWritesTheBodyAtomicallyWithItsRecord) {
   const std::string content = "region,revenue\nnorth,10\nsouth,20\n";
   int64_t before = unix_now();
-  FileError error;
-  auto writer = store_.begin_write(paths_, kUploads + "/data/2026/q3.csv", error);
+  auto begun = store_.begin_write(paths_, kUploads + "/data/2026/q3.csv");
+  ASSERT_EQ(error_of(begun), kSucceeded);
+  auto writer = std::move(*begun);
   ASSERT_TRUE(writer);
-  ASSERT_EQ(error, FileError::kNone);
-  EXPECT_EQ(writer->write(content.data(), 10), FileError::kNone);
+  EXPECT_EQ(error_of(writer->write(content.data(), 10)), kSucceeded);
   // Nothing visible before commit: O_TMPFILE or a dot-named temp file only.
   EXPECT_FALSE(fs::exists(uploads_ / "data/2026/q3.csv"));
-  EXPECT_EQ(writer->write(content.data() + 10, content.size() - 10), FileError::kNone);
-  FileRecord record;
-  ASSERT_EQ(writer->commit(record), FileError::kNone);
+  EXPECT_EQ(error_of(writer->write(content.data() + 10, content.size() - 10)), kSucceeded);
+  auto committed = writer->commit();
+  ASSERT_EQ(error_of(committed), kSucceeded);
+  FileRecord record = *committed;
 
   EXPECT_EQ(read_host_file(uploads_ / "data/2026/q3.csv"), content);
   EXPECT_EQ(record.path, kUploads + "/data/2026/q3.csv");
@@ -562,29 +573,26 @@ TEST_F(FileStoreTest, CommitWritesTheBodyAtomicallyWithItsRecord) {
   EXPECT_EQ(st.st_uid, kAgentUid);
   EXPECT_EQ(directory_entries(uploads_ / "data/2026"), (std::vector<std::string>{"q3.csv"}));
 
-  ASSERT_EQ(put(kUploads + "/data/2026/q3.csv", "replaced"), FileError::kNone);
+  ASSERT_EQ(put(kUploads + "/data/2026/q3.csv", "replaced"), kSucceeded);
   EXPECT_EQ(read_host_file(uploads_ / "data/2026/q3.csv"), "replaced");
-  ASSERT_EQ(put(kOutputs + "/empty.csv", ""), FileError::kNone);
+  ASSERT_EQ(put(kOutputs + "/empty.csv", ""), kSucceeded);
   EXPECT_EQ(metadata_.find_file(kStorage, kOutputs + "/empty.csv")->etag, "d41d8cd98f00b204e9800998ecf8427e");
 }
 
 TEST_F(FileStoreTest, AbortAndAbandonedWritesKeepThePreviousVersion) {
-  ASSERT_EQ(put(kOutputs + "/report.txt", "version 1"), FileError::kNone);
+  ASSERT_EQ(put(kOutputs + "/report.txt", "version 1"), kSucceeded);
   {
-    FileError error;
-    auto writer = store_.begin_write(paths_, kOutputs + "/report.txt", error);
+    auto writer = store_.begin_write(paths_, kOutputs + "/report.txt");
     ASSERT_TRUE(writer);
-    writer->write("version 2, cut off", 18);
-    writer->abort();
-    FileRecord record;
-    EXPECT_NE(writer->commit(record), FileError::kNone);  // nothing left to commit
+    (*writer)->write("version 2, cut off", 18);
+    (*writer)->abort();
+    EXPECT_NE(error_of((*writer)->commit()), kSucceeded);  // nothing left to commit
   }
   EXPECT_EQ(read_host_file(outputs_ / "report.txt"), "version 1");
   {
-    FileError error;
-    auto writer = store_.begin_write(paths_, kOutputs + "/report.txt", error);
+    auto writer = store_.begin_write(paths_, kOutputs + "/report.txt");
     ASSERT_TRUE(writer);
-    writer->write("abandoned", 9);
+    (*writer)->write("abandoned", 9);
   }  // destroyed without commit: a client that disconnected
   EXPECT_EQ(read_host_file(outputs_ / "report.txt"), "version 1");
   EXPECT_EQ(directory_entries(outputs_), (std::vector<std::string>{"report.txt"}));
@@ -592,22 +600,14 @@ TEST_F(FileStoreTest, AbortAndAbandonedWritesKeepThePreviousVersion) {
 
 TEST_F(FileStoreTest, RefusesFoldersAndPathsOutsideTheWritableMounts) {
   fs::create_directories(uploads_ / "folder");
-  FileError error = FileError::kNone;
-  EXPECT_FALSE(store_.begin_write(paths_, kUploads + "/folder", error));
-  EXPECT_EQ(error, FileError::kNotAFile);
-  EXPECT_FALSE(store_.begin_write(paths_, kUploads, error));
-  EXPECT_EQ(error, FileError::kNotAFile);
+  EXPECT_EQ(error_of(store_.begin_write(paths_, kUploads + "/folder")), FileError::kNotAFile);
+  EXPECT_EQ(error_of(store_.begin_write(paths_, kUploads)), FileError::kNotAFile);
   write_host_file(uploads_ / "plain.txt", "x");
-  EXPECT_FALSE(store_.begin_write(paths_, kUploads + "/plain.txt/child", error));
-  EXPECT_EQ(error, FileError::kNotAFile);
-  EXPECT_FALSE(store_.begin_write(paths_, kWorkspace + "/notes.txt", error));
-  EXPECT_EQ(error, FileError::kOutsideMounts);
-  EXPECT_FALSE(store_.begin_write(paths_, "/mnt/skills/x", error));
-  EXPECT_EQ(error, FileError::kOutsideMounts);
-  EXPECT_FALSE(store_.begin_write(paths_, "/etc/passwd", error));
-  EXPECT_EQ(error, FileError::kOutsideMounts);
-  EXPECT_FALSE(store_.begin_write(paths_, kUploads + "/../../../etc/x", error));
-  EXPECT_EQ(error, FileError::kOutsideMounts);
+  EXPECT_EQ(error_of(store_.begin_write(paths_, kUploads + "/plain.txt/child")), FileError::kNotAFile);
+  EXPECT_EQ(error_of(store_.begin_write(paths_, kWorkspace + "/notes.txt")), FileError::kOutsideMounts);
+  EXPECT_EQ(error_of(store_.begin_write(paths_, "/mnt/skills/x")), FileError::kOutsideMounts);
+  EXPECT_EQ(error_of(store_.begin_write(paths_, "/etc/passwd")), FileError::kOutsideMounts);
+  EXPECT_EQ(error_of(store_.begin_write(paths_, kUploads + "/../../../etc/x")), FileError::kOutsideMounts);
 }
 
 // Past the first 4 MiB the MD5 is computed on a worker thread while the body streams;
@@ -615,21 +615,21 @@ TEST_F(FileStoreTest, RefusesFoldersAndPathsOutsideTheWritableMounts) {
 TEST_F(FileStoreTest, LargeBodiesGetTheRightEtag) {
   std::string content;
   for (int i = 0; content.size() < (13u << 20); ++i) content += "line " + std::to_string(i) + " of a large body\n";
-  FileError error;
-  auto writer = store_.begin_write(paths_, kUploads + "/large.txt", error);
+  auto writer = store_.begin_write(paths_, kUploads + "/large.txt");
   ASSERT_TRUE(writer);
   for (size_t offset = 0; offset < content.size(); offset += 100'003)
-    ASSERT_EQ(writer->write(content.data() + offset, std::min<size_t>(100'003, content.size() - offset)), FileError::kNone);
-  FileRecord record;
-  ASSERT_EQ(writer->commit(record), FileError::kNone);
+    ASSERT_EQ(error_of((*writer)->write(content.data() + offset, std::min<size_t>(100'003, content.size() - offset))), kSucceeded);
+  auto committed = (*writer)->commit();
+  ASSERT_EQ(error_of(committed), kSucceeded);
+  FileRecord record = *committed;
   EXPECT_EQ(record.size, content.size());
   EXPECT_EQ(record.etag, md5_hex(content));
   EXPECT_EQ(read_host_file(uploads_ / "large.txt"), content);
   // An abandoned large write stops its worker cleanly and leaves nothing.
-  auto dropped = store_.begin_write(paths_, kUploads + "/dropped.txt", error);
+  auto dropped = store_.begin_write(paths_, kUploads + "/dropped.txt");
   ASSERT_TRUE(dropped);
-  ASSERT_EQ(dropped->write(content.data(), content.size()), FileError::kNone);
-  dropped.reset();
+  ASSERT_EQ(error_of((*dropped)->write(content.data(), content.size())), kSucceeded);
+  dropped->reset();
   EXPECT_FALSE(fs::exists(uploads_ / "dropped.txt"));
 }
 
@@ -641,7 +641,7 @@ TEST_F(FileStoreTest, ConcurrentWritersNeverMixTheirContent) {
     pattern_b[i] = static_cast<char>('A' + i % 17);
   }
   const std::string path = kOutputs + "/shared.bin";
-  ASSERT_EQ(put(path, initial, 65536), FileError::kNone);
+  ASSERT_EQ(put(path, initial, 65536), kSucceeded);
 
   std::atomic<bool> writing{true};
   std::atomic<int> mixed_reads{0}, reads{0}, failed_opens{0};
@@ -649,13 +649,13 @@ TEST_F(FileStoreTest, ConcurrentWritersNeverMixTheirContent) {
   // done; the file is replaced by rename, so an open never finds it missing.
   std::thread reader([&] {
     do {
-      OpenedFile opened;
-      if (store_.open_for_read(paths_, path, opened) != FileError::kNone) {
+      auto opened = store_.open_for_read(paths_, path);
+      if (!opened) {
         ++failed_opens;
         continue;
       }
-      std::string seen = read_fd(opened.fd);
-      close(opened.fd);
+      std::string seen = read_fd(opened->fd);
+      close(opened->fd);
       ++reads;
       if (seen != initial && seen != pattern_a && seen != pattern_b) ++mixed_reads;
     } while (writing);
@@ -663,7 +663,7 @@ TEST_F(FileStoreTest, ConcurrentWritersNeverMixTheirContent) {
   while (reads == 0 && failed_opens == 0) std::this_thread::yield();
   auto writer_loop = [&](const std::string& pattern) {
     for (int round = 0; round < 6; ++round) {
-      ASSERT_EQ(put(path, pattern, 4096 + round * 1000), FileError::kNone);
+      ASSERT_EQ(put(path, pattern, 4096 + round * 1000), kSucceeded);
     }
   };
   std::thread first(writer_loop, pattern_a), second(writer_loop, pattern_b);
@@ -691,23 +691,22 @@ TEST_F(FileStoreTest, FullVolumeReportsNoSpaceAndKeepsTheOldFile) {
   if (mount("tmpfs", outputs_.c_str(), "tmpfs", 0, "size=1m") != 0) GTEST_SKIP() << "cannot mount tmpfs";
   mounted_ = true;
   const std::string old_content(300 * 1024, 'o');
-  ASSERT_EQ(put(kOutputs + "/big.bin", old_content, 65536), FileError::kNone);
+  ASSERT_EQ(put(kOutputs + "/big.bin", old_content, 65536), kSucceeded);
 
-  FileError error;
-  auto writer = store_.begin_write(paths_, kOutputs + "/big.bin", error);
-  ASSERT_TRUE(writer);
+  auto begun = store_.begin_write(paths_, kOutputs + "/big.bin");
+  ASSERT_TRUE(begun);
+  auto writer = std::move(*begun);
   const std::string chunk(64 * 1024, 'n');
-  FileError result = FileError::kNone;
-  for (int i = 0; i < 32 && result == FileError::kNone; ++i) result = writer->write(chunk.data(), chunk.size());
-  FileRecord record;
-  if (result == FileError::kNone) result = writer->commit(record);
+  std::optional<FileError> result = kSucceeded;
+  for (int i = 0; i < 32 && result == kSucceeded; ++i) result = error_of(writer->write(chunk.data(), chunk.size()));
+  if (result == kSucceeded) result = error_of(writer->commit());
   EXPECT_EQ(result, FileError::kNoSpace);
   writer.reset();
 
   EXPECT_EQ(read_host_file(outputs_ / "big.bin"), old_content);
   EXPECT_EQ(directory_entries(outputs_), (std::vector<std::string>{"big.bin"}));
   // The space of the failed attempt was given back.
-  EXPECT_EQ(put(kOutputs + "/small.txt", std::string(400 * 1024, 's'), 65536), FileError::kNone);
+  EXPECT_EQ(put(kOutputs + "/small.txt", std::string(400 * 1024, 's'), 65536), kSucceeded);
 
   ASSERT_EQ(umount2(outputs_.c_str(), 0), 0);
   mounted_ = false;
@@ -732,24 +731,21 @@ TEST_F(FileStoreTest, SymlinksNeverLeadReadsOrWritesOutside) {
 
     for (const std::string path : {"/passwd_link", "/etc_dir/passwd", "/root_link/etc/passwd",
                                    "/relative_escape/passwd", "/outside_dir/victim.txt", "/etc_dir"}) {
-      OpenedFile opened;
-      EXPECT_NE(store_.open_for_read(paths_, m.sandbox + path, opened), FileError::kNone) << m.sandbox + path;
-      EXPECT_EQ(opened.fd, -1);
+      EXPECT_NE(error_of(store_.open_for_read(paths_, m.sandbox + path)), kSucceeded) << m.sandbox + path;
       EXPECT_EQ(store_.stat_file(kStorage, paths_, m.sandbox + path), std::nullopt) << m.sandbox + path;
     }
     for (const std::string& path : std::vector<std::string>{"/passwd_link", "/etc_dir/" + marker, "/etc_dir/" + marker + "/x",
                                    "/root_link/tmp/" + marker, "/relative_escape/" + marker,
                                    "/outside_dir/victim.txt", "/outside_dir/" + marker}) {
-      FileError error = FileError::kNone;
-      auto writer = store_.begin_write(paths_, m.sandbox + path, error);
+      auto writer = store_.begin_write(paths_, m.sandbox + path);
       EXPECT_FALSE(writer) << m.sandbox + path;
-      EXPECT_EQ(error, m.writable && path != "/passwd_link" ? FileError::kOutsideMounts
+      EXPECT_EQ(error_of(writer), m.writable && path != "/passwd_link" ? FileError::kOutsideMounts
                        : m.writable                         ? FileError::kNotAFile
                                                             : FileError::kOutsideMounts)
           << m.sandbox + path;
     }
-    EXPECT_EQ(store_.remove(kStorage, paths_, m.sandbox + "/outside_dir/victim.txt"), FileError::kOutsideMounts);
-    EXPECT_EQ(store_.remove(kStorage, paths_, m.sandbox + "/etc_dir/passwd"), FileError::kOutsideMounts);
+    EXPECT_EQ(error_of(store_.remove(kStorage, paths_, m.sandbox + "/outside_dir/victim.txt")), FileError::kOutsideMounts);
+    EXPECT_EQ(error_of(store_.remove(kStorage, paths_, m.sandbox + "/etc_dir/passwd")), FileError::kOutsideMounts);
   }
   EXPECT_EQ(read_host_file("/etc/passwd"), passwd_before);
   EXPECT_FALSE(fs::exists("/etc/" + marker));
@@ -766,12 +762,12 @@ TEST_F(FileStoreTest, SymlinksNeverLeadReadsOrWritesOutside) {
 TEST_F(FileStoreTest, ReadsFollowSymlinksThatStayInside) {
   write_host_file(outputs_ / "data/real.csv", "a,b\n");
   fs::create_symlink("data/real.csv", outputs_ / "alias.csv");
-  OpenedFile opened;
-  ASSERT_EQ(store_.open_for_read(paths_, kOutputs + "/alias.csv", opened), FileError::kNone);
-  EXPECT_EQ(read_fd(opened.fd), "a,b\n");
-  EXPECT_EQ(opened.size, 4u);
-  EXPECT_EQ(fcntl(opened.fd, F_GETFL) & O_NONBLOCK, 0);
-  close(opened.fd);
+  auto opened = store_.open_for_read(paths_, kOutputs + "/alias.csv");
+  ASSERT_EQ(error_of(opened), kSucceeded);
+  EXPECT_EQ(read_fd(opened->fd), "a,b\n");
+  EXPECT_EQ(opened->size, 4u);
+  EXPECT_EQ(fcntl(opened->fd, F_GETFL) & O_NONBLOCK, 0);
+  close(opened->fd);
 }
 
 TEST_F(FileStoreTest, OpenForReadCoversEveryMountAndRefusesNonFiles) {
@@ -784,19 +780,18 @@ TEST_F(FileStoreTest, OpenForReadCoversEveryMountAndRefusesNonFiles) {
   for (const auto& [path, content] : std::vector<std::pair<std::string, std::string>>{
            {kWorkspace + "/notes.txt", "workspace"}, {"notes.txt", "workspace"},
            {"/mnt/skills/pdf/SKILL.md", "# skill"}, {kUploads + "/in.csv", "upload"}}) {
-    OpenedFile opened;
-    ASSERT_EQ(store_.open_for_read(paths_, path, opened), FileError::kNone) << path;
-    EXPECT_EQ(read_fd(opened.fd), content);
-    EXPECT_EQ(opened.size, content.size());
-    close(opened.fd);
+    auto opened = store_.open_for_read(paths_, path);
+    ASSERT_EQ(error_of(opened), kSucceeded) << path;
+    EXPECT_EQ(read_fd(opened->fd), content);
+    EXPECT_EQ(opened->size, content.size());
+    close(opened->fd);
   }
-  OpenedFile opened;
-  EXPECT_EQ(store_.open_for_read(paths_, kOutputs + "/pipe", opened), FileError::kNotAFile);  // and no hang
-  EXPECT_EQ(store_.open_for_read(paths_, kOutputs + "/folder", opened), FileError::kNotAFile);
-  EXPECT_EQ(store_.open_for_read(paths_, kOutputs, opened), FileError::kNotAFile);
-  EXPECT_EQ(store_.open_for_read(paths_, kOutputs + "/missing", opened), FileError::kNotFound);
-  EXPECT_EQ(store_.open_for_read(paths_, kUploads + "/in.csv/below", opened), FileError::kNotFound);
-  EXPECT_EQ(store_.open_for_read(paths_, "/etc/passwd", opened), FileError::kOutsideMounts);
+  EXPECT_EQ(error_of(store_.open_for_read(paths_, kOutputs + "/pipe")), FileError::kNotAFile);  // and no hang
+  EXPECT_EQ(error_of(store_.open_for_read(paths_, kOutputs + "/folder")), FileError::kNotAFile);
+  EXPECT_EQ(error_of(store_.open_for_read(paths_, kOutputs)), FileError::kNotAFile);
+  EXPECT_EQ(error_of(store_.open_for_read(paths_, kOutputs + "/missing")), FileError::kNotFound);
+  EXPECT_EQ(error_of(store_.open_for_read(paths_, kUploads + "/in.csv/below")), FileError::kNotFound);
+  EXPECT_EQ(error_of(store_.open_for_read(paths_, "/etc/passwd")), FileError::kOutsideMounts);
 }
 
 TEST_F(FileStoreTest, SyncDiscoversChangesAndDeletions) {
@@ -903,40 +898,40 @@ TEST_F(FileStoreTest, StatFileSyncsOneFileInAnyMount) {
 }
 
 TEST_F(FileStoreTest, RemoveDeletesTheFileAndItsRecord) {
-  ASSERT_EQ(put(kUploads + "/sales.csv", "a,b\n"), FileError::kNone);
-  EXPECT_EQ(store_.remove(kStorage, paths_, kUploads + "/sales.csv"), FileError::kNone);
+  ASSERT_EQ(put(kUploads + "/sales.csv", "a,b\n"), kSucceeded);
+  EXPECT_EQ(error_of(store_.remove(kStorage, paths_, kUploads + "/sales.csv")), kSucceeded);
   EXPECT_FALSE(fs::exists(uploads_ / "sales.csv"));
   EXPECT_EQ(metadata_.find_file(kStorage, kUploads + "/sales.csv"), std::nullopt);
-  EXPECT_EQ(store_.remove(kStorage, paths_, kUploads + "/sales.csv"), FileError::kNotFound);
-  EXPECT_EQ(store_.remove(kStorage, paths_, kUploads + "/no/such/dir/x"), FileError::kNotFound);
+  EXPECT_EQ(error_of(store_.remove(kStorage, paths_, kUploads + "/sales.csv")), FileError::kNotFound);
+  EXPECT_EQ(error_of(store_.remove(kStorage, paths_, kUploads + "/no/such/dir/x")), FileError::kNotFound);
 
   write_host_file(workspace_ / "scratch.txt", "tmp");
   ASSERT_TRUE(store_.stat_file(kStorage, paths_, kWorkspace + "/scratch.txt"));
-  EXPECT_EQ(store_.remove(kStorage, paths_, kWorkspace + "/scratch.txt"), FileError::kNone);
+  EXPECT_EQ(error_of(store_.remove(kStorage, paths_, kWorkspace + "/scratch.txt")), kSucceeded);
   EXPECT_FALSE(fs::exists(workspace_ / "scratch.txt"));
   EXPECT_EQ(metadata_.find_file(kStorage, kWorkspace + "/scratch.txt"), std::nullopt);
 
   fs::create_directories(outputs_ / "folder");
-  EXPECT_EQ(store_.remove(kStorage, paths_, kOutputs + "/folder"), FileError::kNotAFile);
+  EXPECT_EQ(error_of(store_.remove(kStorage, paths_, kOutputs + "/folder")), FileError::kNotAFile);
   EXPECT_TRUE(fs::exists(outputs_ / "folder"));
-  EXPECT_EQ(store_.remove(kStorage, paths_, "/etc/passwd"), FileError::kOutsideMounts);
+  EXPECT_EQ(error_of(store_.remove(kStorage, paths_, "/etc/passwd")), FileError::kOutsideMounts);
   write_host_file(skills_ / "pdf/SKILL.md", "shared");
-  EXPECT_EQ(store_.remove(kStorage, paths_, "/mnt/skills/pdf/SKILL.md"), FileError::kOutsideMounts);
+  EXPECT_EQ(error_of(store_.remove(kStorage, paths_, "/mnt/skills/pdf/SKILL.md")), FileError::kOutsideMounts);
   EXPECT_TRUE(fs::exists(skills_ / "pdf/SKILL.md"));
 
   // A link is removed itself, never its target.
   write_host_file(outside_ / "target.txt", "kept");
   fs::create_symlink(outside_ / "target.txt", outputs_ / "link.txt");
-  EXPECT_EQ(store_.remove(kStorage, paths_, kOutputs + "/link.txt"), FileError::kNone);
+  EXPECT_EQ(error_of(store_.remove(kStorage, paths_, kOutputs + "/link.txt")), kSucceeded);
   EXPECT_FALSE(fs::is_symlink(outputs_ / "link.txt"));
   EXPECT_EQ(read_host_file(outside_ / "target.txt"), "kept");
 }
 
 TEST_F(FileStoreTest, RemovePrefixDeletesMatchingUploadsOnly) {
   for (const std::string key : {"data/2026/a.csv", "data/2026/deep/b.csv", "data/20261/c.csv", "data/2025/d.csv"}) {
-    ASSERT_EQ(put(sandbox_path_for_key(key), key), FileError::kNone);
+    ASSERT_EQ(put(sandbox_path_for_key(key), key), kSucceeded);
   }
-  ASSERT_EQ(put(sandbox_path_for_key("outputs/data/2026/o.csv"), "output"), FileError::kNone);
+  ASSERT_EQ(put(sandbox_path_for_key("outputs/data/2026/o.csv"), "output"), kSucceeded);
   write_host_file(uploads_ / "data/2026/written-by-code.txt", "found by sync");
 
   EXPECT_EQ(store_.remove_prefix(kStorage, paths_, "data/2026/"), 3u);
@@ -953,21 +948,21 @@ TEST_F(FileStoreTest, RemovePrefixDeletesMatchingUploadsOnly) {
 }
 
 TEST(DetectMime, ContentFirstThenExtension) {
-  EXPECT_EQ(FileStore::detect_mime("sales.csv", "region,revenue\nnorth,10\nsouth,20\n"), "text/csv");
-  EXPECT_EQ(FileStore::detect_mime("data.json", "{\"rows\": [1, 2, 3], \"name\": \"q3\"}\n"), "application/json");
-  EXPECT_EQ(FileStore::detect_mime("chart.png", kPng), "image/png");
-  EXPECT_EQ(FileStore::detect_mime("no-extension", kPng), "image/png");
-  EXPECT_EQ(FileStore::detect_mime("misnamed.csv", kPng), "image/png");
-  EXPECT_EQ(FileStore::detect_mime("empty.csv", ""), "text/csv");
-  EXPECT_EQ(FileStore::detect_mime("empty", ""), "application/octet-stream");
-  EXPECT_EQ(FileStore::detect_mime("notes", "just some words\n"), "text/plain");
-  EXPECT_EQ(FileStore::detect_mime("README.MD", "# Title\n\nSome text.\n"), "text/markdown");
-  EXPECT_EQ(FileStore::detect_mime("style.css", "body { color: red; }\n"), "text/css");
-  EXPECT_EQ(FileStore::detect_mime("blob", std::string("\x00\x01\x02\x03\xfe\xff\x00\x10", 8)),
+  EXPECT_EQ(detect_mime("sales.csv", "region,revenue\nnorth,10\nsouth,20\n"), "text/csv");
+  EXPECT_EQ(detect_mime("data.json", "{\"rows\": [1, 2, 3], \"name\": \"q3\"}\n"), "application/json");
+  EXPECT_EQ(detect_mime("chart.png", kPng), "image/png");
+  EXPECT_EQ(detect_mime("no-extension", kPng), "image/png");
+  EXPECT_EQ(detect_mime("misnamed.csv", kPng), "image/png");
+  EXPECT_EQ(detect_mime("empty.csv", ""), "text/csv");
+  EXPECT_EQ(detect_mime("empty", ""), "application/octet-stream");
+  EXPECT_EQ(detect_mime("notes", "just some words\n"), "text/plain");
+  EXPECT_EQ(detect_mime("README.MD", "# Title\n\nSome text.\n"), "text/markdown");
+  EXPECT_EQ(detect_mime("style.css", "body { color: red; }\n"), "text/css");
+  EXPECT_EQ(detect_mime("blob", std::string("\x00\x01\x02\x03\xfe\xff\x00\x10", 8)),
             "application/octet-stream");
-  EXPECT_EQ(FileStore::detect_mime("table.parquet", std::string("PAR1\x15\x04\x15\x10", 8)),
+  EXPECT_EQ(detect_mime("table.parquet", std::string("PAR1\x15\x04\x15\x10", 8)),
             "application/vnd.apache.parquet");
-  EXPECT_EQ(FileStore::detect_mime("report.pdf", "%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n"), "application/pdf");
+  EXPECT_EQ(detect_mime("report.pdf", "%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n"), "application/pdf");
 }
 
 // ======================================================================== multipart

@@ -154,7 +154,7 @@ std::vector<std::shared_ptr<Container>> ContainerService::find_open_any_owner(co
   return out;
 }
 
-void ContainerService::prepare_storage(Container& container, bool fresh) {
+Result<void> ContainerService::prepare_storage(Container& container, bool fresh) {
   fs::path root = fs::path(containers_dir_) / container.storage;
   const uid_t uid = settings()->sandbox_host_uid;
   container.volume_image = (root / "volume.img").string();
@@ -165,16 +165,24 @@ void ContainerService::prepare_storage(Container& container, bool fresh) {
   container.paths.skills = SkillMounts::prepare_folder(settings()->data_dir, container.storage);
   if (fresh) {
     fs::create_directories(root);
-    spares_.take(container.volume_image, container.volume_mount);
+    if (auto taken = spares_.take(container.volume_image, container.volume_mount); !taken) {
+      std::error_code ec;
+      fs::remove_all(root, ec);
+      return unavailable_volume(taken.error(), settings()->retry_after_sec);
+    }
   }
   fs::create_directories(container.volume_mount);
   make_owned_dir(container.paths.uploads, uid, uid);
-  if (!Volume::is_mounted(container.volume_mount)) Volume::mount(container.volume_image, container.volume_mount);
+  if (!Volume::is_mounted(container.volume_mount)) {
+    auto mounted = Volume::mount(container.volume_image, container.volume_mount);
+    if (!mounted) return unavailable_volume(mounted.error(), settings()->retry_after_sec);
+  }
   make_owned_dir(container.paths.workspace, uid, uid);
   make_owned_dir(container.paths.outputs, uid, uid);
+  return {};
 }
 
-std::shared_ptr<Container> ContainerService::load(const store::ContainerRecord& record) {
+Result<std::shared_ptr<Container>> ContainerService::load(const store::ContainerRecord& record) {
   auto container = std::make_shared<Container>(io_.get_executor());
   container->owner = record.owner;
   container->id = record.id;
@@ -182,7 +190,7 @@ std::shared_ptr<Container> ContainerService::load(const store::ContainerRecord& 
   container->created_at = record.created_at;
   container->last_used_at = record.last_used_at;
   container->api_secret = new_api_secret();
-  prepare_storage(*container, /*fresh=*/false);
+  if (auto prepared = prepare_storage(*container, /*fresh=*/false); !prepared) return prepared.error();
   return container;
 }
 
@@ -198,7 +206,7 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
   if (auto it = open_.find(key); it != open_.end()) return it->second;
   if (auto record = metadata_.find_container(owner, id)) {
     auto container = load(*record);
-    open_[key] = container;
+    if (container) open_[key] = *container;
     return container;
   }
   if (!create) return ApiError::not_found("Container not found: " + id);
@@ -214,7 +222,7 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
   container->created_at = record.created_at;
   container->last_used_at = record.last_used_at;
   container->api_secret = new_api_secret();
-  prepare_storage(*container, /*fresh=*/true);
+  if (auto prepared = prepare_storage(*container, /*fresh=*/true); !prepared) return prepared.error();
   metadata_.create_container(record);
   open_[key] = container;
   return container;

@@ -151,8 +151,9 @@ class ContainerService {
   // the least recently used idle one if need be; 503 (overloaded) when none is idle.
   // The caller releases the reservation (quota_reserved_) once its sandbox runs.
   asio::awaitable<Result<void>> make_room(std::shared_ptr<Container> for_container);
-  std::shared_ptr<Container> load(const store::ContainerRecord& record);
-  void prepare_storage(Container& container, bool fresh);
+  // 503 (unavailable_volume) when the host cannot make or mount the volume.
+  Result<std::shared_ptr<Container>> load(const store::ContainerRecord& record);
+  Result<void> prepare_storage(Container& container, bool fresh);
   asio::awaitable<void> reap_idle();
   runtime::SandboxOptions sandbox_options(const ContainerPaths& dirs, const std::string& name) const;
 

@@ -9,6 +9,7 @@
 
 #include "api/routes.h"
 #include "api/tool_calls.h"
+#include "server/blocking.h"
 
 namespace sandboxd::api {
 namespace {
@@ -33,13 +34,16 @@ boost::json::object usage_of(const ContainerPaths& paths) {
   return {{"bytes", bytes}, {"files", files}};
 }
 
-boost::json::object container_json(ContainerService& service, const Container& c) {
-  return {{"id", c.id},
-          {"type", "container"},
-          {"created_at", ContainerService::format_time(c.created_at)},
-          {"expires_at", ContainerService::format_time(service.expires_at(c))},
-          {"state", c.running() ? "running" : "stopped"},
-          {"usage", usage_of(c.paths)}};
+// The usage walk reads every folder of the container: on the blocking pool.
+asio::awaitable<boost::json::object> container_json(ContainerService& service, const Container& c) {
+  auto walk = [&paths = c.paths] { return usage_of(paths); };
+  boost::json::object usage = co_await server::run_blocking(std::move(walk));
+  co_return boost::json::object{{"id", c.id},
+                                {"type", "container"},
+                                {"created_at", ContainerService::format_time(c.created_at)},
+                                {"expires_at", ContainerService::format_time(service.expires_at(c))},
+                                {"state", c.running() ? "running" : "stopped"},
+                                {"usage", std::move(usage)}};
 }
 
 asio::awaitable<Result<Response>> create_container(ApiContext& api, RequestContext& ctx) {
@@ -59,7 +63,8 @@ asio::awaitable<Result<Response>> create_container(ApiContext& api, RequestConte
   auto container = api.containers.open(ctx.owner, id, /*create=*/true);
   if (!container) co_return container.error();
   api.containers.touch(**container);
-  co_return json_ok(container_json(api.containers, **container));
+  auto described = co_await container_json(api.containers, **container);
+  co_return json_ok(described);
 }
 
 asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContext& ctx) {
@@ -72,7 +77,7 @@ asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContex
   boost::json::array data;
   for (const auto& record : records) {
     if (auto container = api.containers.find_open(ctx.owner, record.id)) {
-      data.push_back(container_json(api.containers, *container));
+      data.push_back(co_await container_json(api.containers, *container));
       continue;
     }
     // Not open: described from the index, without mounting its volume just to list it.
@@ -99,14 +104,16 @@ asio::awaitable<Result<Response>> get_container(ApiContext& api, RequestContext&
   auto container = api.containers.open(ctx.owner, ctx.params["id"], false);
   if (!container) co_return container.error();
   api.containers.touch(**container);
-  co_return json_ok(container_json(api.containers, **container));
+  auto described = co_await container_json(api.containers, **container);
+  co_return json_ok(described);
 }
 
 asio::awaitable<Result<Response>> stop_container(ApiContext& api, RequestContext& ctx) {
   auto container = api.containers.open(ctx.owner, ctx.params["id"], false);
   if (!container) co_return container.error();
   co_await api.containers.stop(*container);
-  co_return json_ok(container_json(api.containers, **container));
+  auto described = co_await container_json(api.containers, **container);
+  co_return json_ok(described);
 }
 
 asio::awaitable<Result<Response>> delete_container(ApiContext& api, RequestContext& ctx) {

@@ -3,6 +3,10 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <spdlog/spdlog.h>
+
+#include "server/blocking.h"
+
 namespace sandboxd::api {
 namespace {
 
@@ -39,17 +43,29 @@ void after_execution(ApiContext& api, const std::shared_ptr<Container>& containe
       std::lock_guard lock(container->sync_mutex);
       container->sync_scheduled = false;
     }
-    sync_now(api, *container);
+    // The walk hashes new files: on the blocking pool, not the strand's I/O thread.
+    asio::post(server::blocking_pool(), [&api, container] {
+      try {
+        sync_now(api, *container);
+      } catch (const std::exception& e) {  // a bug or a broken database: logged, the pool goes on
+        spdlog::error("syncing the files of container {}: {}", container->id, e.what());
+      }
+    });
   });
 }
 
-void before_listing(ApiContext& api, Container& container) {
+asio::awaitable<void> before_listing(ApiContext& api, Container& container) {
   {
     std::lock_guard lock(container.sync_mutex);
     bool stale = container.index_dirty || (container.running() && Clock::now() - container.synced_at > kRunningRefresh);
-    if (!stale) return;
+    if (!stale) co_return;
   }
-  sync_now(api, container);
+  co_await sync_off_io_thread(api, container);
+}
+
+asio::awaitable<void> sync_off_io_thread(ApiContext& api, Container& container) {
+  auto walk = [&api, &container] { sync_now(api, container); };
+  co_await server::run_blocking(std::move(walk));
 }
 
 }  // namespace sandboxd::api

@@ -2,7 +2,8 @@
 // first seen) without walking a container's folders on every request: after an
 // execution the walk runs once, after the response and coalesced with other
 // executions; a listing walks only when something may have changed (an execution since
-// the last walk, or a running sandbox whose background processes may write).
+// the last walk, or a running sandbox whose background processes may write). The walks
+// run on the blocking pool, never on an I/O thread.
 #pragma once
 
 #include <memory>
@@ -12,6 +13,10 @@
 namespace sandboxd::api {
 
 void after_execution(ApiContext& api, const std::shared_ptr<Container>& container);
-void before_listing(ApiContext& api, Container& container);
+// Both walk the container's folders and hash new files on the blocking pool
+// (server/blocking.h); the caller keeps `container` alive until the await returns.
+asio::awaitable<void> before_listing(ApiContext& api, Container& container);
+// Syncs the index with the disk now, whatever changed.
+asio::awaitable<void> sync_off_io_thread(ApiContext& api, Container& container);
 
 }  // namespace sandboxd::api

@@ -91,8 +91,9 @@ boost::json::object file_object(const std::string& container_id, const store::Fi
 namespace {
 Result<store::FileRecord> commit_upload(ApiContext& api, Container& container, store::FileWriter& writer,
                                         const std::string& path) {
-  store::FileRecord record;
-  if (auto e = writer.commit(record); e != store::FileError::kNone) return file_error(e, path);
+  auto committed = writer.commit();
+  if (!committed) return file_error(committed.error(), path);
+  store::FileRecord record = std::move(*committed);
   record.storage = container.storage;
   api.containers.metadata().put_file(record, /*reset_created=*/true);
   return record;
@@ -104,11 +105,11 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
   auto valid = checked_key(key);
   if (!valid) co_return valid.error();
   std::string path = store::sandbox_path_for_key(key);
-  store::FileError error = store::FileError::kNone;
-  auto writer = api.files.begin_write(container.paths, path, error);
-  if (!writer) co_return file_error(error, path);
+  auto begun = api.files.begin_write(container.paths, path);
+  if (!begun) co_return file_error(begun.error(), path);
+  std::unique_ptr<store::FileWriter> writer = std::move(*begun);
   auto received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, [&](std::string_view chunk) -> Result<void> {
-    if (auto e = writer->write(chunk.data(), chunk.size()); e != store::FileError::kNone) return file_error(e, path);
+    if (auto written = writer->write(chunk.data(), chunk.size()); !written) return file_error(written.error(), path);
     return {};
   });
   if (!received) {
@@ -148,12 +149,12 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
           return false;
         }
         path = store::sandbox_path_for_key(chosen);
-        store::FileError error = store::FileError::kNone;
-        writer = api.files.begin_write(container.paths, path, error);
-        if (!writer) {
-          failure = file_error(error, path);
+        auto begun = api.files.begin_write(container.paths, path);
+        if (!begun) {
+          failure = file_error(begun.error(), path);
           return false;
         }
+        writer = std::move(*begun);
         current = Part::kFile;
         return true;
       },
@@ -163,8 +164,8 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
           return path_field.size() <= store::kMaxKeyLength;
         }
         if (current != Part::kFile) return true;
-        if (auto e = writer->write(data.data(), data.size()); e != store::FileError::kNone) {
-          failure = file_error(e, path);
+        if (auto written = writer->write(data.data(), data.size()); !written) {
+          failure = file_error(written.error(), path);
           return false;
         }
         return true;
@@ -205,9 +206,9 @@ asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, serve
 
 Result<server::Response> send_content(ApiContext& api, server::RequestContext& ctx, Container& container,
                                       const store::FileRecord& record, bool inline_disposition) {
-  store::OpenedFile file;
-  if (auto e = api.files.open_for_read(container.paths, record.path, file); e != store::FileError::kNone)
-    return file_error(e, record.path);
+  auto opened = api.files.open_for_read(container.paths, record.path);
+  if (!opened) return file_error(opened.error(), record.path);
+  store::OpenedFile file = *opened;
   struct Closer {
     int& fd;
     ~Closer() {

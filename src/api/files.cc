@@ -7,6 +7,7 @@
 #include "api/discovery.h"
 #include "api/file_transfer.h"
 #include "api/routes.h"
+#include "server/blocking.h"
 #include "server/header_values.h"
 #include "store/keys.h"
 
@@ -29,14 +30,16 @@ Result<std::string> path_of_id(const std::string& id) {
   return *path;
 }
 
-// The file named by the {file_id} parameter, synced with the disk; 404 when missing.
-Result<store::FileRecord> find_file(ApiContext& api, Container& container, const std::string& id) {
+// The file named by the {file_id} parameter, synced with the disk (a changed body is
+// hashed anew, on the blocking pool); 404 when missing.
+asio::awaitable<Result<store::FileRecord>> find_file(ApiContext& api, Container& container, const std::string& id) {
   auto path = path_of_id(id);
-  if (!path) return path.error();
-  if (!resolve_sandbox_path(container.paths, *path)) return ApiError::not_found("File not found: " + id);
-  auto record = api.files.stat_file(container.storage, container.paths, *path);
-  if (!record) return ApiError::not_found("File not found: " + id);
-  return *record;
+  if (!path) co_return path.error();
+  if (!resolve_sandbox_path(container.paths, *path)) co_return ApiError::not_found("File not found: " + id);
+  auto stat = [&api, &container, &path] { return api.files.stat_file(container.storage, container.paths, *path); };
+  auto record = co_await server::run_blocking(std::move(stat));
+  if (!record) co_return ApiError::not_found("File not found: " + id);
+  co_return *record;
 }
 
 asio::awaitable<Result<Response>> upload(ApiContext& api, RequestContext& ctx) {
@@ -79,7 +82,7 @@ asio::awaitable<Result<Response>> list(ApiContext& api, RequestContext& ctx) {
     before = *path;
   }
   Container& c = **container;
-  before_listing(api, c);  // files that code wrote appear here
+  co_await before_listing(api, c);  // files that code wrote appear here
   auto page = api.containers.metadata().list_files(c.storage, path_prefixes_for(prefix), limit, after, before);
   boost::json::array data;
   for (const auto& record : page.files) data.push_back(file_object(c.id, record));
@@ -92,7 +95,7 @@ asio::awaitable<Result<Response>> list(ApiContext& api, RequestContext& ctx) {
 asio::awaitable<Result<Response>> metadata(ApiContext& api, RequestContext& ctx) {
   auto container = scoped_container(api, ctx, /*create=*/false);
   if (!container) co_return container.error();
-  auto record = find_file(api, **container, ctx.params["file_id"]);
+  auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
   co_return json_ok(file_object((*container)->id, *record));
 }
@@ -100,7 +103,7 @@ asio::awaitable<Result<Response>> metadata(ApiContext& api, RequestContext& ctx)
 asio::awaitable<Result<Response>> head(ApiContext& api, RequestContext& ctx) {
   auto container = scoped_container(api, ctx, /*create=*/false);
   if (!container) co_return container.error();
-  auto record = find_file(api, **container, ctx.params["file_id"]);
+  auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
   auto object = file_object((*container)->id, *record);
   server::StringResponse res{http::status::ok, 11};
@@ -120,7 +123,7 @@ asio::awaitable<Result<Response>> head(ApiContext& api, RequestContext& ctx) {
 asio::awaitable<Result<Response>> content(ApiContext& api, RequestContext& ctx) {
   auto container = scoped_container(api, ctx, /*create=*/false);
   if (!container) co_return container.error();
-  auto record = find_file(api, **container, ctx.params["file_id"]);
+  auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
   if (!file_object((*container)->id, *record)["downloadable"].as_bool())
     co_return ApiError::permission("File is not downloadable: only files in /mnt/user-data/outputs/ can be downloaded");
@@ -134,9 +137,9 @@ asio::awaitable<Result<Response>> remove_one(ApiContext& api, RequestContext& ct
   auto path = path_of_id(id);
   if (!path) co_return path.error();
   if (!resolve_sandbox_path((*container)->paths, *path)) co_return ApiError::not_found("File not found: " + id);
-  auto error = api.files.remove((*container)->storage, (*container)->paths, *path);
-  if (error == store::FileError::kNotFound) co_return ApiError::not_found("File not found: " + id);
-  if (error != store::FileError::kNone) co_return file_error(error, *path);
+  auto removed = api.files.remove((*container)->storage, (*container)->paths, *path);
+  if (!removed && removed.error() == store::FileError::kNotFound) co_return ApiError::not_found("File not found: " + id);
+  if (!removed) co_return file_error(removed.error(), *path);
   co_return json_ok(boost::json::object{{"id", id}, {"type", "file_deleted"}});
 }
 
@@ -146,7 +149,9 @@ asio::awaitable<Result<Response>> remove_prefix(ApiContext& api, RequestContext&
   auto prefix = ctx.query_value("prefix");
   if (!prefix || prefix->empty())
     co_return ApiError::invalid_request("The 'prefix' query parameter is required to delete files by prefix");
-  size_t count = api.files.remove_prefix((*container)->storage, (*container)->paths, *prefix);
+  Container& c = **container;
+  auto remove = [&api, &c, &prefix] { return api.files.remove_prefix(c.storage, c.paths, *prefix); };
+  size_t count = co_await server::run_blocking(std::move(remove));
   co_return json_ok(boost::json::object{{"prefix", *prefix}, {"deleted_count", count}, {"type", "prefix_deleted"}});
 }
 

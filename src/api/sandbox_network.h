@@ -8,11 +8,15 @@
 // Names resolve through the sandbox's /etc/hosts, one loopback address per name; any
 // other address or port is refused at once by the sandbox's own kernel.
 //
-// Code in a sandbox calls the model with ANTHROPIC_BASE_URL and ANTHROPIC_AUTH_TOKEN: a
-// token scoped to the container (and the nesting depth), accepted only by the messages
-// endpoints, only on connections from that container's sandbox, only while the
-// container exists. It is derived from a per-container secret that never leaves the
-// server, so it cannot be turned into the owner's token or used from anywhere else.
+// Code in a sandbox calls the model with ANTHROPIC_BASE_URL and ANTHROPIC_AUTH_TOKEN. The
+// token is bound to the container (and the nesting depth) in where and how long it is
+// accepted: only by the messages endpoints, only on connections from that container's
+// sandbox, only while the container exists. What a call may do is the owner's (SPEC
+// §2, Network: "with the permissions of the user who sent the request"): it acts as the
+// container's owner, so it may name any of the owner's containers; with no container
+// named, code execution runs in the container the call came from. The token is derived
+// from a per-container secret that never leaves the server, so it cannot be turned into
+// the owner's token or used from anywhere else.
 #pragma once
 
 #include <boost/asio/io_context.hpp>

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/routes.h"
+#include "server/blocking.h"
 #include "store/multipart.h"
 #include "store/skill_archive.h"
 #include "store/skill_store.h"
@@ -22,11 +23,9 @@ namespace {
 
 namespace json = boost::json;
 
-// Unpacking, sealing and removing skill folders touch many files: off the I/O threads.
-asio::thread_pool& disk_pool() {
-  static asio::thread_pool pool(2);
-  return pool;
-}
+// Unpacking, sealing and removing skill folders touch many files: off the I/O threads,
+// on the process's blocking pool.
+asio::thread_pool& disk_pool() { return server::blocking_pool(); }
 
 using DiskWork = std::function<Result<json::value>()>;
 

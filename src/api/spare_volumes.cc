@@ -1,6 +1,7 @@
 #include "api/spare_volumes.h"
 
 #include <filesystem>
+#include <sstream>
 #include <spdlog/spdlog.h>
 
 #include "base/ids.h"
@@ -38,7 +39,19 @@ SpareVolumes::~SpareVolumes() {
   }
 }
 
-void SpareVolumes::take(const std::string& image, const std::string& mount_point) {
+ApiError unavailable_volume(runtime::VolumeError error, int retry_after) {
+  switch (error) {
+    case runtime::VolumeError::kNoLoopDevice:
+      return ApiError::overloaded("The host has no free volume device for a new container; try again later",
+                                  retry_after);
+    case runtime::VolumeError::kNoSpace:
+    case runtime::VolumeError::kFormatFailed:
+      break;
+  }
+  return ApiError::overloaded("The host is out of disk space for a new container; try again later", retry_after);
+}
+
+runtime::VolumeResult<void> SpareVolumes::take(const std::string& image, const std::string& mount_point) {
   fs::create_directories(mount_point);
   for (;;) {
     std::string spare;
@@ -55,14 +68,19 @@ void SpareVolumes::take(const std::string& image, const std::string& mount_point
       Volume::move(spare + ".mnt", mount_point);
       fs::rename(spare, image);
       fs::remove(spare + ".mnt");
-      return;
+      return {};
     } catch (const std::exception& e) {
       spdlog::warn("taking spare volume {}: {}", spare, e.what());
     }
   }
   const VolumeShape shape = shape_();
-  Volume::create(image, shape.image_bytes, shape.owner, shape.owner);
-  Volume::mount(image, mount_point);
+  if (auto created = Volume::create(image, shape.image_bytes, shape.owner, shape.owner); !created) return created;
+  auto mounted = Volume::mount(image, mount_point);
+  if (!mounted) {
+    std::error_code ec;
+    fs::remove(image, ec);
+  }
+  return mounted;
 }
 
 void SpareVolumes::keep_ready() {
@@ -79,13 +97,24 @@ void SpareVolumes::keep_ready() {
     if (stopping_) break;
     lock.unlock();
     const std::string image = (fs::path(dir_) / ("spare-" + random_alnum(16) + ".img")).string();
+    std::string failure;
     try {
       const VolumeShape shape = shape_();
-      Volume::create(image, shape.image_bytes, shape.owner, shape.owner);
-      fs::create_directories(image + ".mnt");
-      Volume::mount(image, image + ".mnt");
+      runtime::VolumeResult<void> made = Volume::create(image, shape.image_bytes, shape.owner, shape.owner);
+      if (made) {
+        fs::create_directories(image + ".mnt");
+        made = Volume::mount(image, image + ".mnt");
+      }
+      if (!made) {
+        std::ostringstream message;
+        message << made.error();
+        failure = message.str();
+      }
     } catch (const std::exception& e) {
-      spdlog::warn("preparing a spare volume: {}", e.what());
+      failure = e.what();
+    }
+    if (!failure.empty()) {
+      spdlog::warn("preparing a spare volume: {}", failure);
       std::error_code ec;
       fs::remove(image, ec);
       fs::remove(image + ".mnt", ec);

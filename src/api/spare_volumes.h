@@ -14,6 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.h"
+#include "runtime/volume.h"
+
 namespace sandboxd::api {
 
 struct VolumeShape {
@@ -25,6 +28,10 @@ struct VolumeShape {
 // tables and group descriptors take about a tenth of a small image.
 uint64_t volume_image_bytes(uint64_t workspace_bytes);
 
+// What a client is told when the host cannot make or attach a volume: 503
+// overloaded_error with Retry-After (the host is full now, not the request wrong).
+ApiError unavailable_volume(runtime::VolumeError error, int retry_after);
+
 class SpareVolumes {
  public:
   // `dir` holds the spares (emptied first: an earlier run's are unmounted by the start-up
@@ -35,9 +42,9 @@ class SpareVolumes {
   SpareVolumes& operator=(const SpareVolumes&) = delete;
 
   // Gives `image` a formatted volume mounted at `mount_point`: a spare when there is one,
-  // else one made on the spot. Throws runtime::SyscallError/std::runtime_error when the
-  // host cannot make one (no loop device, disk full).
-  void take(const std::string& image, const std::string& mount_point);
+  // else one made on the spot. A VolumeError when the host cannot make one (disk full,
+  // no free loop device); see unavailable_volume().
+  runtime::VolumeResult<void> take(const std::string& image, const std::string& mount_point);
 
  private:
   void keep_ready();

@@ -15,9 +15,11 @@
 #include <mutex>
 #include <set>
 
+#include "api/discovery.h"
 #include "api/routes.h"
 #include "api/thread_chat.h"
 #include "api/tool_calls.h"
+#include "api/tool_loop_support.h"
 #include "model/sse.h"
 #include "model/tool_loop.h"
 #include "store/keys.h"
@@ -277,21 +279,23 @@ using OutputsSnapshot = std::map<std::string, Fingerprint>;
 
 // Brings the index in line with the disk (a walk of the container's folders, as a
 // listing does) and returns what outputs/ holds.
-OutputsSnapshot snapshot_outputs(ApiContext& api, Container& container) {
-  api.files.sync(container.storage, container.paths);
+// The walk runs on the blocking pool (api/discovery.h).
+asio::awaitable<OutputsSnapshot> snapshot_outputs(ApiContext& api, Container& container) {
+  co_await sync_off_io_thread(api, container);
   const std::string prefix = std::string(kOutputsMount) + "/";
   OutputsSnapshot snapshot;
   for (auto& record : api.containers.metadata().files_of(container.storage))
     if (record.path.rfind(prefix, 0) == 0)
       snapshot.emplace(record.path, Fingerprint{record.size, record.etag, record.mtime_ns});
-  return snapshot;
+  co_return snapshot;
 }
 
-std::vector<store::ThreadArtifact> changed_outputs(ApiContext& api, Container& container, const OutputsSnapshot& before,
-                                                   const std::string& message_id) {
+asio::awaitable<std::vector<store::ThreadArtifact>> changed_outputs(ApiContext& api, Container& container,
+                                                                   const OutputsSnapshot& before,
+                                                                   const std::string& message_id) {
   std::vector<store::ThreadArtifact> out;
   const std::string prefix = std::string(kOutputsMount) + "/";
-  api.files.sync(container.storage, container.paths);
+  co_await sync_off_io_thread(api, container);
   for (auto& record : api.containers.metadata().files_of(container.storage)) {
     if (record.path.rfind(prefix, 0) != 0) continue;
     auto it = before.find(record.path);
@@ -306,47 +310,11 @@ std::vector<store::ThreadArtifact> changed_outputs(ApiContext& api, Container& c
     artifact.created_at = now_seconds();
     out.push_back(std::move(artifact));
   }
-  return out;
+  co_return out;
 }
 
 // ---------------------------------------------------------------------------------
 // A turn
-
-// Runs the loop's sub-tool calls in the thread's container (as /messages does).
-class ThreadRunner : public model::ToolRunner {
- public:
-  ThreadRunner(ApiContext& api, std::shared_ptr<Container> container, std::shared_ptr<runtime::Cancellation> cancel)
-      : api_(api), container_(std::move(container)), cancellation_(std::move(cancel)) {}
-
-  asio::awaitable<json::object> run(std::string_view tool, const json::object& input) override {
-    auto content = co_await run_sub_tool(api_, container_, tool, input, cancellation_, 0);
-    if (content) co_return std::move(*content);
-    co_return tools::tool_error(tool == model::kEditorTool ? tools::kEditorErrorType : tools::kBashErrorType,
-                                "too_many_requests", content.error().message, true);
-  }
-  json::value container() override {
-    if (!container_) return nullptr;
-    api_.containers.touch(*container_);
-    return json::object{{"id", container_->id},
-                        {"expires_at", ContainerService::format_time(api_.containers.expires_at(*container_))}};
-  }
-
- private:
-  ApiContext& api_;
-  std::shared_ptr<Container> container_;
-  std::shared_ptr<runtime::Cancellation> cancellation_;
-};
-
-class SseSink : public model::EventSink {
- public:
-  explicit SseSink(server::ChunkWriter& writer) : writer_(writer) {}
-  asio::awaitable<bool> send(std::string_view event, const json::object& data) override {
-    co_return co_await writer_.write(model::format_sse(event, json::serialize(data)));
-  }
-
- private:
-  server::ChunkWriter& writer_;
-};
 
 // Everything one turn needs, alive until its stream ends. Its events pass through
 // send(): the answer is rebuilt from them as an SDK would, and at the answer's
@@ -364,7 +332,7 @@ class Turn : public model::EventSink {
   std::shared_ptr<runtime::Cancellation> cancellation = std::make_shared<runtime::Cancellation>();
   std::shared_ptr<Container> container;  // when code execution is offered
   OutputsSnapshot outputs_before;
-  std::unique_ptr<ThreadRunner> runner;
+  std::unique_ptr<ContainerRunner> runner;
   std::unique_ptr<model::ToolLoop> loop;
   std::shared_ptr<server::DisconnectWatch> watch;
   store::ThreadMessage user;
@@ -451,7 +419,7 @@ class Turn : public model::EventSink {
   asio::awaitable<bool> finish(const json::object& message_delta) {
     const auto config = api_.config();
     std::vector<store::ThreadArtifact> artifacts;
-    if (container) artifacts = changed_outputs(api_, *container, outputs_before, message_id_);
+    if (container) artifacts = co_await changed_outputs(api_, *container, outputs_before, message_id_);
     bool client_here = true;
     for (const auto& artifact : artifacts) {
       json::object block = resource_block(thread_id_, artifact, config->download_generated);
@@ -587,19 +555,6 @@ asio::awaitable<Result<Response>> features(ApiContext& api, ChatState&, RequestC
       {"max_history_turns", config->max_history_turns}});
 }
 
-model::LoopSettings loop_settings(const ops::Config& config) {
-  model::LoopSettings settings;
-  std::string base = config.model_base_url;
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  settings.messages_url = base + "/v1/messages";
-  settings.headers = {"Content-Type: application/json", "anthropic-version: 2023-06-01"};
-  if (!config.model_api_key.empty()) settings.headers.push_back("x-api-key: " + config.model_api_key);
-  settings.timeout = std::chrono::seconds(config.model_timeout_sec);
-  settings.max_tool_iterations = config.max_tool_iterations;
-  settings.ping_interval = std::chrono::seconds(config.model_ping_interval_sec);
-  return settings;
-}
-
 asio::awaitable<Result<Response>> post_message(ApiContext& api, std::shared_ptr<ChatState> state,
                                                RequestContext& ctx) {
   auto body = co_await ctx.read_body(kChatBodyLimit);
@@ -639,7 +594,7 @@ asio::awaitable<Result<Response>> post_message(ApiContext& api, std::shared_ptr<
     auto opened = api.containers.open(ctx.owner, thread->id, /*create=*/true);
     if (!opened) co_return opened.error();
     turn->container = *opened;
-    turn->outputs_before = snapshot_outputs(api, *turn->container);
+    turn->outputs_before = co_await snapshot_outputs(api, *turn->container);
     upstream["tools"] = json::array{json::object{{"name", "code_execution"}, {"type", "code_execution_v1"}}};
     upstream["system"] = kWorkspaceSystem;
     // The Skills seam: container.skills is what /messages takes for Skills (SPEC
@@ -653,7 +608,7 @@ asio::awaitable<Result<Response>> post_message(ApiContext& api, std::shared_ptr<
   std::string upstream_model = parsed->model;
   if (auto it = config->model_names.find(parsed->model); it != config->model_names.end()) upstream_model = it->second;
 
-  turn->runner = std::make_unique<ThreadRunner>(api, turn->container, turn->cancellation);
+  turn->runner = std::make_unique<ContainerRunner>(api, turn->container, turn->cancellation, /*depth=*/0);
   turn->loop = std::make_unique<model::ToolLoop>(api.upstream, loop_settings(*config), std::move(*parsed),
                                                  upstream_model, *turn->runner, turn->cancellation);
   turn->watch = server::DisconnectWatch::start(ctx.stream().socket(),

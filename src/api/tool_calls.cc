@@ -32,9 +32,8 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(ApiContext& api, std::
     co_return content;
   }
   auto parsed = tools::parse_bash_input(input);
-  if (auto* error = std::get_if<std::string>(&parsed))
-    co_return tools::tool_error(tools::kBashErrorType, "invalid_tool_input", *error, true);
-  auto& bash = std::get<tools::BashInput>(parsed);
+  if (!parsed) co_return tools::tool_error(tools::kBashErrorType, "invalid_tool_input", parsed.error().message, true);
+  auto& bash = *parsed;
   runtime::ExecRequest request;
   request.command = bash.command;
   request.timeout = std::chrono::seconds(bash.timeout_sec.value_or(config->code_execution_timeout_sec));

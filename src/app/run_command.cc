@@ -93,10 +93,20 @@ int run_command(const RunOptions& run) {
   if (!workspace_size.empty()) {
     // Workspace and outputs live in a size-limited ext4 image inside the container.
     fs::path image = container / "volume.img";
-    if (!fs::exists(image)) rt::Volume::create(image, parse_bytes(workspace_size), uid, gid);
+    if (!fs::exists(image)) {
+      if (auto created = rt::Volume::create(image, parse_bytes(workspace_size), uid, gid); !created) {
+        std::ostringstream message;
+        message << "cannot create the workspace volume: " << created.error();
+        throw std::runtime_error(message.str());
+      }
+    }
     volume_mount = container / "volume";
     fs::create_directories(volume_mount);
-    rt::Volume::mount(image, volume_mount);
+    if (auto mounted = rt::Volume::mount(image, volume_mount); !mounted) {
+      std::ostringstream message;
+      message << "cannot mount the workspace volume: " << mounted.error();
+      throw std::runtime_error(message.str());
+    }
     data_root = volume_mount;
   }
   make_owned_dir(data_root / "workspace", uid, gid);

@@ -30,6 +30,7 @@
 #include "runtime/runtime.h"
 #include "runtime/volume.h"
 #include "server/auth.h"
+#include "server/blocking.h"
 #include "server/http_server.h"
 #include "store/file_store.h"
 #include "store/metadata.h"
@@ -233,6 +234,8 @@ int serve(ops::Config config, const std::string& config_path) {
     for (unsigned i = 1; i < threads; ++i) pool.emplace_back([&io] { io.run(); });
     io.run();
     for (auto& t : pool) t.join();
+    // Disk work handed off by handlers (walks, hashing) ends before the stores it uses.
+    server::blocking_pool().join();
   }
   ops::set_audit(nullptr);  // its file is under the data directory's bind
   // The private bind made at start, and anything a part of the service left mounted

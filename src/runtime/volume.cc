@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -63,15 +64,35 @@ bool make_loop_node(int number, const std::string& device) {
   return mknod(device.c_str(), S_IFBLK | 0660, makedev(major_number, minor_number)) == 0 || errno == EEXIST;
 }
 
+bool out_of_space(int err) { return err == ENOSPC || err == EDQUOT; }
+
 }  // namespace
 
-void Volume::create(const std::string& image, uint64_t size_bytes, uint32_t uid, uint32_t gid) {
+std::ostream& operator<<(std::ostream& out, VolumeError error) {
+  switch (error) {
+    case VolumeError::kNoSpace: return out << "no space for the volume image";
+    case VolumeError::kFormatFailed: return out << "formatting the volume failed";
+    case VolumeError::kNoLoopDevice: return out << "no free loop device";
+  }
+  return out << "volume error";
+}
+
+void throw_exception_from_error(VolumeError error, const boost::source_location&) {
+  std::ostringstream message;
+  message << "VolumeResult::value() on an error: " << error;
+  throw std::logic_error(message.str());
+}
+
+VolumeResult<void> Volume::create(const std::string& image, uint64_t size_bytes, uint32_t uid, uint32_t gid) {
   std::string tmp = image + ".tmp";
-  int fd = static_cast<int>(check(open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600),
-                                  "open(" + tmp + ")"));
+  int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0 && out_of_space(errno)) return VolumeError::kNoSpace;
+  check(fd, "open(" + tmp + ")");
   if (ftruncate(fd, static_cast<off_t>(size_bytes)) != 0) {
     int err = errno;
     close(fd);
+    unlink(tmp.c_str());
+    if (out_of_space(err) || err == EFBIG) return VolumeError::kNoSpace;
     throw SyscallError("ftruncate(" + tmp + ", " + std::to_string(size_bytes) + ")", err);
   }
   close(fd);
@@ -81,12 +102,18 @@ void Volume::create(const std::string& image, uint64_t size_bytes, uint32_t uid,
                            output);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     unlink(tmp.c_str());
-    throw SyscallError("mke2fs(" + tmp + "): " + output, EIO);
+    // The sparse image is allocated as mke2fs writes it: a full disk shows up here.
+    return VolumeError::kFormatFailed;
   }
   check(rename(tmp.c_str(), image.c_str()), "rename(" + tmp + ", " + image + ")");
+  return {};
 }
 
-void Volume::mount(const std::string& image, const std::string& target) {
+VolumeResult<void> Volume::mount(const std::string& image, const std::string& target) {
+  // Fault injection for tests and drills: SANDBOXD_FAILPOINT_NO_LOOP_DEVICE=1 makes every
+  // mount find the loop devices all in use, as a host at its loop device limit would.
+  if (const char* failpoint = std::getenv("SANDBOXD_FAILPOINT_NO_LOOP_DEVICE"); failpoint && *failpoint == '1')
+    return VolumeError::kNoLoopDevice;
   int control = static_cast<int>(check(open("/dev/loop-control", O_RDWR | O_CLOEXEC), "open(/dev/loop-control)"));
   int backing = open(image.c_str(), O_RDWR | O_CLOEXEC);
   if (backing < 0) {
@@ -103,6 +130,8 @@ void Volume::mount(const std::string& image, const std::string& target) {
       int err = errno;
       close(control);
       close(backing);
+      // ENOSPC/ENODEV: the kernel's limit of loop devices (max_loop) is reached.
+      if (err == ENOSPC || err == ENODEV) return VolumeError::kNoLoopDevice;
       throw SyscallError("ioctl(/dev/loop-control, LOOP_CTL_GET_FREE)", err);
     }
     device = "/dev/loop" + std::to_string(number);
@@ -127,7 +156,7 @@ void Volume::mount(const std::string& image, const std::string& target) {
   }
   close(control);
   close(backing);
-  if (loop < 0) throw SyscallError("ioctl(LOOP_CONFIGURE): no free loop device", EBUSY);
+  if (loop < 0) return VolumeError::kNoLoopDevice;
   if (::mount(device.c_str(), target.c_str(), "ext4", MS_NOSUID | MS_NODEV, "") != 0) {
     int err = errno;
     ioctl(loop, LOOP_CLR_FD);
@@ -135,6 +164,7 @@ void Volume::mount(const std::string& image, const std::string& target) {
     throw SyscallError("mount(" + device + ", " + target + ", ext4, MS_NOSUID|MS_NODEV)", err);
   }
   close(loop);  // the mount keeps the device; AUTOCLEAR frees it at unmount
+  return {};
 }
 
 void Volume::unmount(const std::string& target) {

@@ -6,17 +6,37 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
+#include <boost/system/result.hpp>
+
 namespace sandboxd::runtime {
+
+// Why the host could not make or attach a volume, when that is the host's state rather
+// than a bug: callers answer 503 (try again later), not 500.
+enum class VolumeError {
+  kNoSpace,       // the disk holding the images is full
+  kFormatFailed,  // mke2fs failed (typically for want of space)
+  kNoLoopDevice,  // every loop device is in use
+};
+std::ostream& operator<<(std::ostream& out, VolumeError error);
+
+template <typename T>
+using VolumeResult = boost::system::result<T, VolumeError>;
+
+[[noreturn]] void throw_exception_from_error(VolumeError error, const boost::source_location& loc);
 
 struct Volume {
   // Creates and formats the image, its root owned by uid:gid. Runs mke2fs: off the
-  // request path. Throws SyscallError.
-  static void create(const std::string& image, uint64_t size_bytes, uint32_t uid, uint32_t gid);
+  // request path. An expected failure is a VolumeError; the unexpected (mke2fs not
+  // installed, a failing rename) throws SyscallError.
+  static VolumeResult<void> create(const std::string& image, uint64_t size_bytes, uint32_t uid, uint32_t gid);
   // Attaches the image to a free loop device (auto-clearing) and mounts it at target.
-  static void mount(const std::string& image, const std::string& target);
+  // kNoLoopDevice when none is free (or SANDBOXD_FAILPOINT_NO_LOOP_DEVICE=1 says so, for
+  // tests and drills); anything else unexpected throws SyscallError.
+  static VolumeResult<void> mount(const std::string& image, const std::string& target);
   // Unmounts target (the loop device detaches itself); a busy mount is detached lazily.
   static void unmount(const std::string& target);
   // Unmounts target only if nothing uses it; false when busy. Never detaches lazily, so

@@ -6,11 +6,12 @@
 #include <ctime>
 #include <stdexcept>
 
+#include "store/sqlite.h"
+
 namespace sandboxd::store {
 namespace {
 
 constexpr int kSchemaVersion = 1;
-constexpr int kBusyTimeoutMs = 5000;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS containers (
@@ -48,90 +49,9 @@ INSERT OR IGNORE INTO counters (name, value) VALUES ('file_seq', 0);
 constexpr const char* kFileColumns = "storage, path, created_at, seq, size, etag, mime, mtime_ns";
 constexpr const char* kContainerColumns = "owner, id, storage, created_at, last_used_at";
 
-[[noreturn]] void fail(sqlite3* db, const std::string& what) {
-  throw std::runtime_error("metadata: " + what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
-}
-
-// A prepared statement; finalized on scope exit. bind() takes a 1-based index; add()
-// binds the next parameter in order, for SQL assembled from optional pieces.
-class Statement {
- public:
-  Statement(sqlite3* db, const std::string& sql) : db_(db) {
-    if (sqlite3_prepare_v2(db, sql.c_str(), static_cast<int>(sql.size()), &stmt_, nullptr) != SQLITE_OK) {
-      fail(db, "prepare");
-    }
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-
-  Statement& bind(int index, const std::string& value) {
-    check(sqlite3_bind_text(stmt_, index, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT));
-    return *this;
-  }
-  Statement& bind(int index, int64_t value) {
-    check(sqlite3_bind_int64(stmt_, index, value));
-    return *this;
-  }
-  template <typename T>
-  Statement& add(const T& value) {
-    return bind(next_index_++, value);
-  }
-
-  // True while a row is available.
-  bool step() {
-    int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    fail(db_, "step");
-  }
-  void run() {
-    while (step()) {
-    }
-  }
-
-  int64_t integer(int column) const { return sqlite3_column_int64(stmt_, column); }
-  std::string text(int column) const {
-    auto* data = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));
-    return data ? std::string(data, static_cast<size_t>(sqlite3_column_bytes(stmt_, column))) : std::string();
-  }
-
- private:
-  void check(int rc) {
-    if (rc != SQLITE_OK) fail(db_, "bind");
-  }
-
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int next_index_ = 1;
-};
-
-void exec(sqlite3* db, const char* sql) {
-  char* message = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-    std::string text = message ? message : sqlite3_errmsg(db);
-    sqlite3_free(message);
-    throw std::runtime_error(std::string("metadata: ") + text);
-  }
-}
-
-// BEGIN IMMEDIATE takes the write lock up front, so a read-then-write sequence never
-// fails halfway with SQLITE_BUSY. Rolls back unless committed.
-class Transaction {
- public:
-  explicit Transaction(sqlite3* db) : db_(db) { exec(db_, "BEGIN IMMEDIATE"); }
-  ~Transaction() {
-    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  void commit() {
-    exec(db_, "COMMIT");
-    done_ = true;
-  }
-
- private:
-  sqlite3* db_;
-  bool done_ = false;
-};
+using sqlite::Statement;
+using sqlite::Transaction;
+using sqlite::exec;
 
 FileRecord read_file_row(const Statement& row) {
   FileRecord record;
@@ -227,18 +147,8 @@ void create_schema(sqlite3* db) {
 
 }  // namespace
 
-Metadata::Metadata(const std::string& db_path) {
-  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
-  if (sqlite3_open_v2(db_path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
-    std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
-    sqlite3_close(db_);
-    db_ = nullptr;
-    throw std::runtime_error("metadata: cannot open " + db_path + ": " + message);
-  }
+Metadata::Metadata(const std::string& db_path) : db_(sqlite::open_database(db_path)) {
   try {
-    sqlite3_busy_timeout(db_, kBusyTimeoutMs);
-    exec(db_, "PRAGMA journal_mode = WAL");
-    exec(db_, "PRAGMA synchronous = NORMAL");
     create_schema(db_);
   } catch (...) {
     sqlite3_close(db_);

@@ -15,6 +15,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "store/sqlite.h"
+
 namespace sandboxd::store {
 namespace {
 
@@ -54,51 +56,8 @@ std::string random_id(size_t chars) {
   return out;
 }
 
-class Statement {
- public:
-  Statement(sqlite3* db, const char* sql) : db_(db) {
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK)
-      throw std::runtime_error(std::string("skills: prepare: ") + sqlite3_errmsg(db));
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  Statement& add(const std::string& value) {
-    sqlite3_bind_text(stmt_, next_++, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Statement& add(int64_t value) {
-    sqlite3_bind_int64(stmt_, next_++, value);
-    return *this;
-  }
-  bool step() {
-    int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    throw std::runtime_error(std::string("skills: step: ") + sqlite3_errmsg(db_));
-  }
-  void run() {
-    while (step()) {
-    }
-  }
-  std::string text(int column) const {
-    auto* data = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));
-    return data ? std::string(data, static_cast<size_t>(sqlite3_column_bytes(stmt_, column))) : std::string();
-  }
-  int64_t integer(int column) const { return sqlite3_column_int64(stmt_, column); }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int next_ = 1;
-};
-
-void exec(sqlite3* db, const char* sql) {
-  char* message = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-    std::string text = message ? message : sqlite3_errmsg(db);
-    sqlite3_free(message);
-    throw std::runtime_error("skills: " + text);
-  }
-}
+using sqlite::Statement;
+using sqlite::exec;
 
 constexpr const char* kSkillColumns = "id, display_name, name, latest_version, created_at_us, updated_at_us";
 
@@ -180,11 +139,7 @@ SkillStore::SkillStore(const std::string& db_path, std::string data_dir, std::st
     : data_dir_(std::move(data_dir)),
       skills_dir_((fs::path(data_dir_) / "skills").string()),
       builtin_dir_(std::move(builtin_dir)) {
-  if (sqlite3_open_v2(db_path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                      nullptr) != SQLITE_OK)
-    throw std::runtime_error("skills: cannot open " + db_path);
-  sqlite3_busy_timeout(db_, 5000);
-  exec(db_, "PRAGMA journal_mode=WAL");
+  db_ = sqlite::open_database(db_path);
   exec(db_, kSchema);
   fs::create_directories(skills_dir_);
   // Uploads cut short by a crash.

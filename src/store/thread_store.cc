@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "store/sqlite.h"
+
 namespace sandboxd::store {
 namespace {
-
-constexpr int kBusyTimeoutMs = 5000;
 
 // The thread tables live in the metadata database (sandboxd.db) but are created and
 // versioned here: CREATE IF NOT EXISTS only, so the metadata's own schema version is
@@ -49,78 +49,9 @@ CREATE TABLE IF NOT EXISTS thread_artifacts (
 CREATE INDEX IF NOT EXISTS thread_artifacts_by_thread ON thread_artifacts (owner, thread_id, seq);
 )sql";
 
-[[noreturn]] void fail(sqlite3* db, const std::string& what) {
-  throw std::runtime_error("threads: " + what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
-}
-
-void exec(sqlite3* db, const char* sql) {
-  char* message = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-    std::string text = message ? message : sqlite3_errmsg(db);
-    sqlite3_free(message);
-    throw std::runtime_error(std::string("threads: ") + text);
-  }
-}
-
-// A prepared statement, finalized on scope exit; add() binds the next parameter.
-class Statement {
- public:
-  Statement(sqlite3* db, const std::string& sql) : db_(db) {
-    if (sqlite3_prepare_v2(db, sql.c_str(), static_cast<int>(sql.size()), &stmt_, nullptr) != SQLITE_OK)
-      fail(db, "prepare");
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-
-  Statement& add(const std::string& value) {
-    check(sqlite3_bind_text(stmt_, next_++, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT));
-    return *this;
-  }
-  Statement& add(int64_t value) {
-    check(sqlite3_bind_int64(stmt_, next_++, value));
-    return *this;
-  }
-  bool step() {
-    int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    fail(db_, "step");
-  }
-  void run() {
-    while (step()) {
-    }
-  }
-  int64_t integer(int column) const { return sqlite3_column_int64(stmt_, column); }
-  std::string text(int column) const {
-    auto* data = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));
-    return data ? std::string(data, static_cast<size_t>(sqlite3_column_bytes(stmt_, column))) : std::string();
-  }
-
- private:
-  void check(int rc) {
-    if (rc != SQLITE_OK) fail(db_, "bind");
-  }
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int next_ = 1;
-};
-
-class Transaction {
- public:
-  explicit Transaction(sqlite3* db) : db_(db) { exec(db_, "BEGIN IMMEDIATE"); }
-  ~Transaction() {
-    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  void commit() {
-    exec(db_, "COMMIT");
-    done_ = true;
-  }
-
- private:
-  sqlite3* db_;
-  bool done_ = false;
-};
+using sqlite::Statement;
+using sqlite::Transaction;
+using sqlite::exec;
 
 constexpr const char* kThreadColumns = "owner, id, title, created_at, updated_at, seq";
 
@@ -137,18 +68,8 @@ void insert_message(sqlite3* db, const std::string& owner, const std::string& id
 
 }  // namespace
 
-ThreadStore::ThreadStore(const std::string& db_path) {
-  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
-  if (sqlite3_open_v2(db_path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
-    std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
-    sqlite3_close(db_);
-    db_ = nullptr;
-    throw std::runtime_error("threads: cannot open " + db_path + ": " + message);
-  }
+ThreadStore::ThreadStore(const std::string& db_path) : db_(sqlite::open_database(db_path)) {
   try {
-    sqlite3_busy_timeout(db_, kBusyTimeoutMs);
-    exec(db_, "PRAGMA journal_mode = WAL");
-    exec(db_, "PRAGMA synchronous = NORMAL");
     Transaction transaction(db_);
     exec(db_, kSchema);
     transaction.commit();

@@ -6,29 +6,29 @@
 
 namespace sandboxd::tools {
 
-std::variant<BashInput, std::string> parse_bash_input(const boost::json::object& input) {
+Result<BashInput> parse_bash_input(const boost::json::object& input) {
   BashInput out;
   for (const auto& [key, value] : input) {
     if (key == "command") {
-      if (!value.is_string()) return std::string("'command' must be a string");
+      if (!value.is_string()) return ApiError::invalid_request("'command' must be a string");
       out.command = std::string(value.as_string());
       // A shell command is a C string: a NUL cannot be passed on, only cut it short.
-      if (out.command.find('\0') != std::string::npos) return std::string("'command' must not contain NUL characters");
+      if (out.command.find('\0') != std::string::npos) return ApiError::invalid_request("'command' must not contain NUL characters");
     } else if (key == "timeout") {
       if (value.is_int64() && value.as_int64() > 0 && value.as_int64() <= 86400)
         out.timeout_sec = static_cast<int>(value.as_int64());
       else if (value.is_uint64() && value.as_uint64() > 0 && value.as_uint64() <= 86400)
         out.timeout_sec = static_cast<int>(value.as_uint64());
       else
-        return std::string("'timeout' must be an integer number of seconds between 1 and 86400");
+        return ApiError::invalid_request("'timeout' must be an integer number of seconds between 1 and 86400");
     } else if (key == "restart") {
-      if (!value.is_bool()) return std::string("'restart' must be a boolean");
+      if (!value.is_bool()) return ApiError::invalid_request("'restart' must be a boolean");
       out.restart = value.as_bool();
     } else {
-      return "unknown parameter '" + std::string(key) + "'";
+      return ApiError::invalid_request("unknown parameter '" + std::string(key) + "'");
     }
   }
-  if (!input.contains("command") && !out.restart) return std::string("'command' is required");
+  if (!input.contains("command") && !out.restart) return ApiError::invalid_request("'command' is required");
   return out;
 }
 

@@ -6,8 +6,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <variant>
 
+#include "base/error.h"
 #include "runtime/sandbox.h"
 
 namespace sandboxd::tools {
@@ -18,8 +18,9 @@ struct BashInput {
   bool restart = false;            // reset the sandbox (and empty the workspace) first
 };
 
-// Parses the sub-tool input. On a malformed input returns the explanation.
-std::variant<BashInput, std::string> parse_bash_input(const boost::json::object& input);
+// Parses the sub-tool input. A malformed input is an invalid_request ApiError whose
+// message is the explanation (the caller puts it in the tool's error block).
+Result<BashInput> parse_bash_input(const boost::json::object& input);
 
 // {"type":"bash_code_execution_result","stdout":..,"stderr":..,"return_code":N}
 boost::json::object bash_result(const runtime::ExecResult& result);

@@ -1,0 +1,34 @@
+// The vocabulary of the code that reads and writes file bodies (FileStore, the atomic
+// writer): the expected failures, as values, and the small helpers both need.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <ostream>
+#include <boost/system/result.hpp>
+
+namespace sandboxd::store {
+
+// Why a file operation failed for an expected reason. The api layer turns each into the
+// documented status (api/file_transfer.h, file_error()).
+enum class FileError { kNotFound, kNotAFile, kOutsideMounts, kNoSpace, kTooLarge, kIo };
+
+std::ostream& operator<<(std::ostream& out, FileError error);
+
+// A value or the FileError saying why there is none.
+template <typename T>
+using FileResult = boost::system::result<T, FileError>;
+
+// The usual meaning of an errno for callers; operations adjust the cases where their
+// header documents something else.
+FileError error_from_errno(int err);
+
+inline int64_t mtime_ns_of(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+// Lets FileResult<T>::value() throw; callers test has_value()/error() instead.
+[[noreturn]] void throw_exception_from_error(FileError error, const boost::source_location& loc);
+
+}  // namespace sandboxd::store
