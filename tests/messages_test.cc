@@ -21,31 +21,6 @@ std::string model_yaml(const ScriptedUpstream& upstream, const std::string& extr
          "  timeoutSec: 4\n  pingIntervalSec: 1\n" + extra;
 }
 
-struct SseEvent {
-  std::string name;
-  bj::object data;
-};
-
-// Splits an SSE body into its events (the server writes "event: X\ndata: Y\n\n").
-std::vector<SseEvent> parse_sse(const std::string& text) {
-  std::vector<SseEvent> out;
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t end = text.find("\n\n", at);
-    if (end == std::string::npos) break;
-    std::string block = text.substr(at, end - at);
-    at = end + 2;
-    SseEvent event;
-    std::istringstream lines(block);
-    for (std::string line; std::getline(lines, line);) {
-      if (line.rfind("event: ", 0) == 0) event.name = line.substr(7);
-      if (line.rfind("data: ", 0) == 0) event.data = json(line.substr(6)).as_object();
-    }
-    out.push_back(std::move(event));
-  }
-  return out;
-}
-
 // Rebuilds the message from its events the way an SDK does.
 bj::object reassemble(const std::vector<SseEvent>& events) {
   bj::object message;

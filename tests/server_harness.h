@@ -45,6 +45,14 @@ inline std::string read_file(const fs::path& path) {
   return ss.str();
 }
 
+struct SseEvent {
+  std::string name;
+  boost::json::object data;
+};
+
+// Splits an SSE body into its events (the server writes "event: X\ndata: Y\n\n").
+inline std::vector<SseEvent> parse_sse(const std::string& text);
+
 inline boost::json::value json(const std::string& text) {
   boost::system::error_code ec;
   auto value = boost::json::parse(text, ec);
@@ -194,5 +202,24 @@ class ServerProcess {
   int port_ = 0;
   int starts_ = 0;
 };
+
+inline std::vector<SseEvent> parse_sse(const std::string& text) {
+  std::vector<SseEvent> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find("\n\n", at);
+    if (end == std::string::npos) break;
+    std::string block = text.substr(at, end - at);
+    at = end + 2;
+    SseEvent event;
+    std::istringstream lines(block);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("event: ", 0) == 0) event.name = line.substr(7);
+      if (line.rfind("data: ", 0) == 0) event.data = json(line.substr(6)).as_object();
+    }
+    out.push_back(std::move(event));
+  }
+  return out;
+}
 
 }  // namespace sandboxd::testing

@@ -38,30 +38,6 @@ const char* kWritePng =
     "open('/mnt/user-data/outputs/chart.png', 'wb').write(png)\n"
     "EOF";
 
-struct SseEvent {
-  std::string name;
-  bj::object data;
-};
-
-std::vector<SseEvent> parse_sse(const std::string& text) {
-  std::vector<SseEvent> out;
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t end = text.find("\n\n", at);
-    if (end == std::string::npos) break;
-    std::string block = text.substr(at, end - at);
-    at = end + 2;
-    SseEvent event;
-    std::istringstream lines(block);
-    for (std::string line; std::getline(lines, line);) {
-      if (line.rfind("event: ", 0) == 0) event.name = line.substr(7);
-      if (line.rfind("data: ", 0) == 0) event.data = json(line.substr(6)).as_object();
-    }
-    out.push_back(std::move(event));
-  }
-  return out;
-}
-
 std::vector<std::string> block_types(const bj::array& content) {
   std::vector<std::string> types;
   for (const auto& block : content) types.emplace_back(block.at("type").as_string());
