@@ -149,8 +149,12 @@ class ContainerService {
   asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container, const char* reason);
   // Under opensandbox.runtime.resourceQuota, reserves room for one more sandbox, stopping
   // the least recently used idle one if need be; 503 (overloaded) when none is idle.
-  // The caller releases the reservation (quota_reserved_) once its sandbox runs.
+  // Also keeps each owner under quotas.runningSandboxesPerOwner, stopping that owner's
+  // least recently used idle sandbox if need be; 429 (rate limited) when none is idle.
+  // The caller releases the reservation (release_room) once its sandbox runs.
   asio::awaitable<Result<void>> make_room(std::shared_ptr<Container> for_container);
+  void release_room(const std::string& owner);
+  ApiError host_out_of_something(const std::string& what, const std::exception& e) const;
   std::shared_ptr<Container> load(const store::ContainerRecord& record);
   void prepare_storage(Container& container, bool fresh);
   asio::awaitable<void> reap_idle();
@@ -163,6 +167,7 @@ class ContainerService {
   std::string unavailable_reason_;
   std::shared_ptr<ops::Admission> admission_;
   std::atomic<int> quota_reserved_{0};  // sandboxes being started (counted against the quota)
+  std::map<std::string, int> owner_reserved_;  // the same, per owner (under mutex_)
   store::Metadata& metadata_;
   std::string containers_dir_;
 

@@ -90,6 +90,8 @@ struct Config {
   bool download_generated = true;
   bool download_uploaded = false;
   int max_history_turns = 20;  // workspace.maxHistoryTurns: turns of a thread sent upstream
+  // quotas (per owner)
+  uint64_t running_sandboxes_per_owner = 20;  // quotas.runningSandboxesPerOwner (0: none)
   // logging
   bool log_json = false;                 // logging.format: json (JSON lines) or text
   uint64_t audit_max_bytes = 64ull << 20;  // logging.auditMaxSize: the audit log rotates past it
@@ -104,6 +106,13 @@ struct Config {
   int skill_max_files = 1000;              // runtime.skillMaxFiles
   int prestarted_sandboxes = 2;  // started ahead, handed to new containers on demand
   int max_connections_per_sandbox = 64;  // relayed connections (API and services) at once
+  // All sandboxes together (runtime.sandboxesPidsMax, sandboxesMemoryMax, sandboxesCpuMax):
+  // limits on this instance's parent cgroup. 0 = a share of the host
+  // (runtime/host_capacity.h); kNoLimit ("none") = no limit.
+  static constexpr uint64_t kNoLimit = UINT64_MAX;
+  uint64_t sandboxes_pids_max = 0;
+  uint64_t sandboxes_memory_max = 0;
+  uint64_t sandboxes_cpu_millis = 0;
   // "sandboxd" runs code in sandboxd's own sandboxes; "none" runs no code at all (the
   // files API works; code execution answers "code_execution provider is not configured.").
   std::string runtime_provider = "sandboxd";
