@@ -70,11 +70,13 @@ const char* kInotifyHog =
 class HostLimitsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    // Scaled down: 150 processes for all sandboxes together (a sandbox alone may have
-    // 512), two running sandboxes per owner, no pre-started sandboxes (they would count).
+    // Scaled down: 150 processes and 400 MiB for all sandboxes together (a sandbox alone
+    // may have 512 processes and no memory limit), two running sandboxes per owner, no
+    // pre-started sandboxes (they would count); four commands at once, three per owner.
     server = new ServerProcess(
-        "quotas:\n  runningSandboxesPerOwner: 2\n"
-        "runtime:\n  sandboxesPidsMax: 150\n  prestartedSandboxes: 0\n");
+        "quotas:\n  runningSandboxesPerOwner: 2\n  containersPerOwner: 5\n"
+        "capacity:\n  maxConcurrentExecutions: 4\n  maxConcurrentExecutionsPerOwner: 3\n  queueTimeoutSec: 20\n"
+        "runtime:\n  sandboxesPidsMax: 150\n  sandboxesMemoryMax: 400Mi\n  prestartedSandboxes: 0\n");
     work = new fs::path(server->dir() / "client");
     fs::create_directories(*work);
   }
@@ -167,6 +169,7 @@ TEST_F(HostLimitsTest, AnOwnerPastTheRunningSandboxCapGetsA429AndOthersGoOn) {
   EXPECT_NE(status_line(third).find(" 429"), std::string::npos) << third;
   EXPECT_NE(third.find("Retry-After: "), std::string::npos) << third;
   EXPECT_NE(third.find("\"rate_limit_error\""), std::string::npos) << third;
+  EXPECT_NE(third.find("sandboxes of this owner"), std::string::npos) << third;
   // Bob is not affected.
   EXPECT_EQ(bash("bob-busy", "echo bob-ok", "secret-bob-x").at("stdout"), "bob-ok\n");
   // Released, Alice's commands finish; then her third sandbox starts (an idle one of
@@ -180,6 +183,99 @@ TEST_F(HostLimitsTest, AnOwnerPastTheRunningSandboxCapGetsA429AndOthersGoOn) {
   EXPECT_EQ(bash("alice-third", "echo third").at("stdout"), "third\n");
   for (const char* c : {"alice-busy-0", "alice-busy-1", "alice-third"}) remove_container(c);
   remove_container("bob-busy", "secret-bob-x");
+}
+
+// --- per-owner quotas --------------------------------------------------------------
+TEST_F(HostLimitsTest, AnOwnerPastTheContainerQuotaGetsA403AndOthersGoOn) {
+  std::ofstream(*work / "q.txt") << "q";
+  auto upload = [&](const std::string& container, const std::string& token) {
+    return server->curl("-i -X POST '" + server->base() + "/files?scope_id=" + container + "' -F file=@" +
+                            (*work / "q.txt").string(),
+                        token);
+  };
+  for (int i = 0; i < 5; ++i) {
+    std::string made = upload("alice-q-" + std::to_string(i), "secret-alice");
+    EXPECT_NE(status_line(made).find(" 20"), std::string::npos) << made;
+  }
+  std::string refused = upload("alice-q-5", "secret-alice");
+  EXPECT_NE(status_line(refused).find(" 403"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("\"permission_error\""), std::string::npos) << refused;
+  EXPECT_NE(refused.find("quotas.containersPerOwner"), std::string::npos) << refused;
+  // Nothing of the refused container exists; an existing one still takes files.
+  EXPECT_EQ(server->status("'" + server->base() + "/files?scope_id=alice-q-5'"), 404);
+  EXPECT_NE(status_line(upload("alice-q-0", "secret-alice")).find(" 20"), std::string::npos);
+  // Bob is not affected; once Alice deletes one, she may make another.
+  EXPECT_NE(status_line(upload("bob-q", "secret-bob-x")).find(" 20"), std::string::npos);
+  remove_container("alice-q-0");
+  EXPECT_NE(status_line(upload("alice-q-5", "secret-alice")).find(" 20"), std::string::npos);
+  for (int i = 1; i <= 5; ++i) remove_container("alice-q-" + std::to_string(i));
+  remove_container("bob-q", "secret-bob-x");
+}
+
+// --- fairness ----------------------------------------------------------------------
+TEST_F(HostLimitsTest, OneOwnersLongCommandsLeaveRoomForOthers) {
+  // Alice sends as many long commands as the server runs at once (4), in two containers.
+  std::vector<std::thread> busy;
+  std::vector<std::string> answers(4);
+  for (int i = 0; i < 4; ++i)
+    busy.emplace_back([&, i] {
+      answers[i] = bash_raw("alice-fair-" + std::to_string(i % 2),
+                            "touch /mnt/user-data/outputs/started-" + std::to_string(i) +
+                                "; for i in $(seq 600); do [ -e /mnt/user-data/uploads/go ] && break; sleep 0.1; "
+                                "done; echo released");
+    });
+  // Her share (three) runs; the fourth waits in her own line, not in the global one.
+  // (The commands of one container share its sandbox; two containers stay under her
+  // running-sandbox cap.)
+  auto started = [&] {
+    int n = 0;
+    for (int i = 0; i < 4; ++i)
+      n += server->status("'" + server->base() + "/files/" + file_id("/mnt/user-data/outputs/started-" + std::to_string(i)) +
+                          "/content?scope_id=alice-fair-" + std::to_string(i % 2) + "'") == 200;
+    return n;
+  };
+  for (int tries = 0; tries < 300 && started() < 3; ++tries) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the fourth gets in line
+  EXPECT_EQ(started(), 3);
+  // Bob gets a slot at once instead of waiting behind her and getting a 429.
+  std::string bob = bash_raw("bob-fair", "echo bob-ok", "secret-bob-x");
+  EXPECT_NE(status_line(bob).find(" 200"), std::string::npos) << bob;
+  EXPECT_NE(bob.find("bob-ok"), std::string::npos) << bob;
+  // Released, all four of hers finish.
+  std::ofstream(*work / "go") << "go";
+  for (int i = 0; i < 2; ++i)
+    server->curl("-X POST '" + server->base() + "/files?scope_id=alice-fair-" + std::to_string(i) + "' -F file=@" +
+                 (*work / "go").string());
+  for (auto& thread : busy) thread.join();
+  for (const auto& answer : answers) EXPECT_NE(answer.find("released"), std::string::npos) << answer;
+  for (const char* c : {"alice-fair-0", "alice-fair-1"}) remove_container(c);
+  remove_container("bob-fair", "secret-bob-x");
+}
+
+// --- memory and CPU -------------------------------------------------------------------
+TEST_F(HostLimitsTest, AllSandboxesTogetherStayUnderTheMemoryCapAndTheOomKillStaysInside) {
+  EXPECT_EQ(bash("bob-memory", "echo bob-ok", "secret-bob-x").at("stdout"), "bob-ok\n");
+  // No limit of its own, but 600 MiB is past what all sandboxes together may have.
+  auto hog = bash("alice-memory", "python3 -c \"b = b'x' * (600 << 20); print('allocated')\"; echo rc=$?");
+  EXPECT_EQ(hog.at("stdout"), "rc=137\n") << bj::serialize(hog);
+  EXPECT_EQ(server->status(server->url("/health")), 200);
+  EXPECT_EQ(bash("bob-memory", "echo bob-ok", "secret-bob-x").at("stdout"), "bob-ok\n");
+  remove_container("alice-memory");
+  remove_container("bob-memory", "secret-bob-x");
+}
+
+TEST_F(HostLimitsTest, HealthAndOtherOwnersAreServedDuringACpuStorm) {
+  auto storm = bash("alice-cpu",
+                    "for i in 1 2 3 4 5 6; do setsid timeout 20 sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & "
+                    "done; echo started");
+  EXPECT_EQ(storm.at("stdout"), "started\n") << bj::serialize(storm);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(server->status("-m 5 " + server->url("/health")), 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(bash("bob-cpu", "echo bob-ok", "secret-bob-x").at("stdout"), "bob-ok\n");
+  remove_container("alice-cpu");
+  remove_container("bob-cpu", "secret-bob-x");
 }
 
 // --- per-user kernel counters --------------------------------------------------------
@@ -226,3 +322,56 @@ TEST_F(HostLimitsTest, SandboxProcessesHaveABoundedOpenFileLimitAndTheHighestOom
 }
 
 }  // namespace
+
+// --- leaks -------------------------------------------------------------------------
+namespace {
+size_t folders_in(const fs::path& dir) {
+  size_t n = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) n += entry.is_directory() ? 1 : 0;
+  return n;
+}
+size_t mounts_under(const fs::path& dir) {
+  std::istringstream info(read_file("/proc/self/mountinfo"));
+  size_t n = 0;
+  for (std::string line; std::getline(info, line);) n += line.find(" " + dir.string() + "/") != std::string::npos;
+  return n;
+}
+}  // namespace
+
+TEST(HostLimitsLeaks, DeletedContainersLeaveNoPreStartedSlotsBehind) {
+  ServerProcess server("auth:\n  adminToken: admin-secret-for-tests-x\nruntime:\n  prestartedSandboxes: 1\n");
+  const fs::path slots = server.data_dir() / "slots";
+  auto wait_for_a_ready_sandbox = [&] {
+    for (int tries = 0; tries < 300; ++tries) {
+      auto view = json(server.curl(server.url("/admin/sandboxes"), "admin-secret-for-tests-x"));
+      if (view.as_object().at("prestarted").to_number<int64_t>() >= 1) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_for_a_ready_sandbox());
+  const size_t mounts_of_one_slot = mounts_under(slots);
+  ASSERT_GT(mounts_of_one_slot, 0u);
+  // Six containers, each taking the pool's waiting sandbox (and so a slot of its own).
+  fs::path body = server.dir() / "body.json";
+  std::ofstream(body) << R"({"command": "echo ok"})";
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(wait_for_a_ready_sandbox());
+    EXPECT_NE(server.curl("-X POST " + server.base() + "/containers/leak-" + std::to_string(i) +
+                          "/tools/bash_code_execution -d @" + body.string())
+                  .find("\"ok\\n\""),
+              std::string::npos);
+  }
+  EXPECT_GE(folders_in(slots), 6u);
+  for (int i = 0; i < 6; ++i) server.curl("-X DELETE " + server.base() + "/containers/leak-" + std::to_string(i));
+  ASSERT_TRUE(wait_for_a_ready_sandbox());
+  // What stays: the waiting sandbox's slot and one free slot for the next refill.
+  EXPECT_LE(folders_in(slots), 2u);
+  EXPECT_LE(mounts_under(slots), 2 * mounts_of_one_slot);
+  // The pool still hands out sandboxes.
+  EXPECT_NE(server.curl("-X POST " + server.base() + "/containers/after/tools/bash_code_execution -d @" +
+                        body.string())
+                .find("\"ok\\n\""),
+            std::string::npos);
+}

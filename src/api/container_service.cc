@@ -208,6 +208,13 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
     return container;
   }
   if (!create) return ApiError::not_found("Container not found: " + id);
+  // Each container holds a volume image, a loop device and mounts while in use: an
+  // owner keeps at most quotas.containersPerOwner of them.
+  if (const uint64_t cap = settings()->containers_per_owner; cap > 0 && metadata_.list_containers(owner, cap, "").size() >= cap) {
+    ops::metrics().execution_rejected("403", "containers_quota");
+    return ApiError::permission("Container quota reached: this owner has " + std::to_string(cap) +
+                                " containers (quotas.containersPerOwner); delete one first");
+  }
   store::ContainerRecord record;
   record.owner = owner;
   record.id = id;
@@ -413,6 +420,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
 asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_ptr<Container> container,
                                                                     runtime::ExecRequest request, bool restart) {
   touch(*container);
+  ops::Admission::Ticket owner_ticket;  // held for the whole command
   if (restart) {
     co_await asio::co_spawn(container->strand, stop_on_strand(container, "restart"), asio::use_awaitable);
     // restart empties the workspace; uploads and outputs are kept.
@@ -421,7 +429,24 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
       fs::remove_all(entry.path(), ec);
     if (request.command.empty()) co_return runtime::ExecResult{};
   }
-  // A slot first (waiting in line if need be), before a sandbox is started for it.
+  // The owner's share first (its own line), then a global slot (waiting in line if need
+  // be), before a sandbox is started for it: one owner's commands never fill the global
+  // line other owners wait in.
+  {
+    const auto snapshot = settings();
+    const int share =
+        ops::owner_execution_share(snapshot->max_concurrent_executions_per_owner, snapshot->max_concurrent_executions);
+    std::chrono::duration<double> owner_waited{};
+    owner_ticket = co_await owner_admission_.acquire(container->owner, share,
+                                                     std::chrono::seconds(snapshot->queue_timeout_sec), &owner_waited);
+    if (!owner_ticket) {
+      ops::metrics().execution_rejected("429", "owner_queue_timeout");
+      co_return ApiError::rate_limited("Too many commands of this owner are running (" + std::to_string(share) +
+                                           " at once); none finished within " +
+                                           std::to_string(snapshot->queue_timeout_sec) + "s. Try again later.",
+                                       snapshot->retry_after_sec);
+    }
+  }
   std::chrono::duration<double> waited{};
   auto ticket = co_await admission_->acquire(&waited);
   ops::metrics().admission_waited(waited.count());

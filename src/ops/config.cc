@@ -315,7 +315,9 @@ Config parse_config_checked(const std::string& yaml_text) {
   });
 
   with(root, "capacity", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"maxConcurrentExecutions", "queueTimeoutSec", "retryAfterSec", "capacityRetryAfterSec"});
+    only_keys(n, p, {"maxConcurrentExecutions", "maxConcurrentExecutionsPerOwner", "queueTimeoutSec", "retryAfterSec",
+                     "capacityRetryAfterSec"});
+    with(n, "maxConcurrentExecutionsPerOwner", p, [&](const YAML::Node& v, const std::string& kp) { c.max_concurrent_executions_per_owner = static_cast<int>(read_int(v, kp, 0, 100000)); });
     with(n, "maxConcurrentExecutions", p, [&](const YAML::Node& v, const std::string& kp) { c.max_concurrent_executions = static_cast<int>(read_int(v, kp, 1, 100000)); });
     with(n, "queueTimeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.queue_timeout_sec = static_cast<int>(read_int(v, kp, 0, 3600)); });
     with(n, "retryAfterSec", p, [&](const YAML::Node& v, const std::string& kp) { c.retry_after_sec = static_cast<int>(read_int(v, kp, 0, 3600)); });
@@ -360,7 +362,10 @@ Config parse_config_checked(const std::string& yaml_text) {
   });
 
   with(root, "quotas", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"runningSandboxesPerOwner"});
+    only_keys(n, p, {"runningSandboxesPerOwner", "containersPerOwner"});
+    with(n, "containersPerOwner", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.containers_per_owner = static_cast<uint64_t>(read_int(v, kp, 0, 100000000));
+    });
     with(n, "runningSandboxesPerOwner", p, [&](const YAML::Node& v, const std::string& kp) {
       c.running_sandboxes_per_owner = static_cast<uint64_t>(read_int(v, kp, 0, 1000000));
     });

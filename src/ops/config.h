@@ -76,6 +76,7 @@ struct Config {
   uint64_t limit_memory_bytes = 512ull << 20;
   // capacity
   int max_concurrent_executions = 16;
+  int max_concurrent_executions_per_owner = 0;  // 0: half of max_concurrent_executions (at least 1)
   int queue_timeout_sec = 30;
   int retry_after_sec = 2;
   int capacity_retry_after_sec = 10;
@@ -92,6 +93,7 @@ struct Config {
   int max_history_turns = 20;  // workspace.maxHistoryTurns: turns of a thread sent upstream
   // quotas (per owner)
   uint64_t running_sandboxes_per_owner = 20;  // quotas.runningSandboxesPerOwner (0: none)
+  uint64_t containers_per_owner = 200;        // quotas.containersPerOwner: stored containers (0: none)
   // logging
   bool log_json = false;                 // logging.format: json (JSON lines) or text
   uint64_t audit_max_bytes = 64ull << 20;  // logging.auditMaxSize: the audit log rotates past it

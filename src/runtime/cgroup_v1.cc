@@ -33,7 +33,13 @@ class CgroupV1 final : public CgroupBackend {
       if (std::string(controller) == "pids" && total.pids > 0) {
         write_file(instance + "/pids.max", std::to_string(total.pids));
       } else if (std::string(controller) == "memory" && total.memory_bytes > 0) {
-        write_file(instance + "/memory.limit_in_bytes", std::to_string(total.memory_bytes));
+        // Swap included when it is accounted; memsw may never be below the memory limit,
+        // so whichever order a change needs: memsw, memory, memsw again.
+        const std::string bytes = std::to_string(total.memory_bytes);
+        const bool memsw = exists(instance + "/memory.memsw.limit_in_bytes");
+        if (memsw) try_write_file(instance + "/memory.memsw.limit_in_bytes", bytes);
+        write_file(instance + "/memory.limit_in_bytes", bytes);
+        if (memsw) write_file(instance + "/memory.memsw.limit_in_bytes", bytes);
       } else if (std::string(controller) == "cpu" && total.cpu_millis > 0) {
         write_file(instance + "/cpu.cfs_period_us", "100000");
         write_file(instance + "/cpu.cfs_quota_us", std::to_string(total.cpu_millis * 100));

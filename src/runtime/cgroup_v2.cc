@@ -104,6 +104,7 @@ class CgroupV2 final : public CgroupBackend {
     if (total.memory_bytes > 0) {
       require("memory");
       write_file(root_ + "/memory.max", std::to_string(total.memory_bytes));
+      if (exists(root_ + "/memory.swap.max")) write_file(root_ + "/memory.swap.max", "0");
     }
     if (total.cpu_millis > 0) {
       require("cpu");
