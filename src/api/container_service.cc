@@ -436,15 +436,17 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
     const auto snapshot = settings();
     const int share =
         ops::owner_execution_share(snapshot->max_concurrent_executions_per_owner, snapshot->max_concurrent_executions);
-    std::chrono::duration<double> owner_waited{};
-    owner_ticket = co_await owner_admission_.acquire(container->owner, share,
-                                                     std::chrono::seconds(snapshot->queue_timeout_sec), &owner_waited);
-    if (!owner_ticket) {
-      ops::metrics().execution_rejected("429", "owner_queue_timeout");
-      co_return ApiError::rate_limited("Too many commands of this owner are running (" + std::to_string(share) +
-                                           " at once); none finished within " +
-                                           std::to_string(snapshot->queue_timeout_sec) + "s. Try again later.",
-                                       snapshot->retry_after_sec);
+    // (A share as large as the whole adds nothing: then the global line alone decides.)
+    if (share < snapshot->max_concurrent_executions) {
+      owner_ticket = co_await owner_admission_.acquire(container->owner, share,
+                                                       std::chrono::seconds(snapshot->queue_timeout_sec));
+      if (!owner_ticket) {
+        ops::metrics().execution_rejected("429", "owner_queue_timeout");
+        co_return ApiError::rate_limited("Too many commands of this owner are running (" + std::to_string(share) +
+                                             " at once); none finished within " +
+                                             std::to_string(snapshot->queue_timeout_sec) + "s. Try again later.",
+                                         snapshot->retry_after_sec);
+      }
     }
   }
   std::chrono::duration<double> waited{};
