@@ -201,6 +201,12 @@ TEST_F(HostLimitsTest, AnOwnerPastTheContainerQuotaGetsA403AndOthersGoOn) {
   EXPECT_NE(status_line(refused).find(" 403"), std::string::npos) << refused;
   EXPECT_NE(refused.find("\"permission_error\""), std::string::npos) << refused;
   EXPECT_NE(refused.find("quotas.containersPerOwner"), std::string::npos) << refused;
+  // /metrics reports the quotas in force and the refusal.
+  const std::string metrics = sh("curl -sS " + server->url("/metrics"));
+  EXPECT_NE(metrics.find("sandboxd_quota_containers_per_owner 5\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("sandboxd_quota_running_sandboxes_per_owner 2\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("sandboxd_quota_executions_per_owner 3\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("reason=\"containers_quota\"} 1\n"), std::string::npos) << metrics;
   // Nothing of the refused container exists; an existing one still takes files.
   EXPECT_EQ(server->status("'" + server->base() + "/files?scope_id=alice-q-5'"), 404);
   EXPECT_NE(status_line(upload("alice-q-0", "secret-alice")).find(" 20"), std::string::npos);
