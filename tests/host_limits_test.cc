@@ -381,3 +381,23 @@ TEST(HostLimitsLeaks, DeletedContainersLeaveNoPreStartedSlotsBehind) {
                 .find("\"ok\\n\""),
             std::string::npos);
 }
+
+// --- configuration ---------------------------------------------------------------------
+TEST(HostLimitsConfig, TheNewKeysAreCheckedWithTheirPath) {
+  const fs::path dir = fs::temp_directory_path() / ("sandboxd-hl-config-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto check = [&](const std::string& yaml) {
+    std::ofstream(dir / "c.yaml") << yaml;
+    return sh(std::string(SANDBOXD_PATH) + " config check " + (dir / "c.yaml").string() + " 2>&1");
+  };
+  EXPECT_NE(check("runtime: { sandboxesPidsMax: 0, sandboxesMemoryMax: none, sandboxesCpuMax: 0 }\n"
+                  "quotas: { runningSandboxesPerOwner: 0, containersPerOwner: 10 }\n"
+                  "capacity: { maxConcurrentExecutionsPerOwner: 4 }\n")
+                .find(": ok"),
+            std::string::npos);
+  EXPECT_NE(check("runtime: { sandboxesMemoryMax: lots }\n").find("runtime.sandboxesMemoryMax"), std::string::npos);
+  EXPECT_NE(check("runtime: { sandboxesPidsMax: -1 }\n").find("runtime.sandboxesPidsMax"), std::string::npos);
+  EXPECT_NE(check("quotas: { containersPerOwner: x }\n").find("quotas.containersPerOwner"), std::string::npos);
+  EXPECT_NE(check("quotas: { other: 1 }\n").find("quotas.other: unknown key"), std::string::npos);
+  fs::remove_all(dir);
+}

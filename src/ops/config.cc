@@ -384,7 +384,8 @@ Config parse_config_checked(const std::string& yaml_text) {
       c.sandboxes_memory_max = none(v) ? Config::kNoLimit : read_bytes(v, kp);
     });
     with(n, "sandboxesCpuMax", p, [&](const YAML::Node& v, const std::string& kp) {
-      c.sandboxes_cpu_millis = none(v) ? Config::kNoLimit : read_cpu(v, kp);
+      const bool automatic = v.IsScalar() && v.Scalar() == "0";
+      c.sandboxes_cpu_millis = none(v) ? Config::kNoLimit : automatic ? 0 : read_cpu(v, kp);
     });
     with(n, "skillMaxSize", p, [&](const YAML::Node& v, const std::string& kp) {
       c.skill_max_bytes = read_bytes(v, kp);
