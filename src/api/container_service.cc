@@ -22,6 +22,7 @@
 
 #include "ops/logging.h"
 #include "ops/metrics.h"
+#include "runtime/host_capacity.h"
 #include "runtime/volume.h"
 
 namespace sandboxd::api {
@@ -205,11 +206,23 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
   auto key = std::make_pair(owner, id);
   if (auto it = open_.find(key); it != open_.end()) return it->second;
   if (auto record = metadata_.find_container(owner, id)) {
-    auto container = load(*record);
+    Result<std::shared_ptr<Container>> container = ApiError::internal();
+    try {
+      container = load(*record);
+    } catch (const std::exception& e) {
+      return host_out_of_something("mounting the volume of container " + id, e);
+    }
     if (container) open_[key] = *container;
     return container;
   }
   if (!create) return ApiError::not_found("Container not found: " + id);
+  // Each container holds a volume image, a loop device and mounts while in use: an
+  // owner keeps at most quotas.containersPerOwner of them.
+  if (const uint64_t cap = settings()->containers_per_owner; cap > 0 && metadata_.list_containers(owner, cap, "").size() >= cap) {
+    ops::metrics().execution_rejected("403", "containers_quota");
+    return ApiError::permission("Container quota reached: this owner has " + std::to_string(cap) +
+                                " containers (quotas.containersPerOwner); delete one first");
+  }
   store::ContainerRecord record;
   record.owner = owner;
   record.id = id;
@@ -222,7 +235,16 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
   container->created_at = record.created_at;
   container->last_used_at = record.last_used_at;
   container->api_secret = new_api_secret();
-  if (auto prepared = prepare_storage(*container, /*fresh=*/true); !prepared) return prepared.error();
+  Result<void> prepared = ApiError::internal();
+  try {
+    prepared = prepare_storage(*container, /*fresh=*/true);
+  } catch (const std::exception& e) {
+    prepared = host_out_of_something("creating container " + id, e);
+  }
+  if (!prepared) {
+    discard_storage(*container);  // nothing of a container that could not be made stays behind
+    return prepared.error();
+  }
   metadata_.create_container(record);
   open_[key] = container;
   return container;
@@ -244,7 +266,12 @@ runtime::SandboxOptions ContainerService::sandbox_options(const ContainerPaths& 
   options.receive_mounts = !dirs.skills.empty();  // each request's skills arrive later
   options.tmp_size_bytes = settings->tmp_size_bytes;
   options.home_size_bytes = settings->tmp_size_bytes;
-  options.max_open_files = settings->open_files_limit;
+  // Unset: small enough that a sandbox at its pids limit holds at most a quarter of the
+  // host's fs.file-max (runtime/host_capacity.h).
+  static const runtime::HostCapacity host = runtime::read_host_capacity();
+  options.max_open_files = settings->open_files_limit
+                               ? settings->open_files_limit
+                               : runtime::default_open_files_per_process(host, settings->pids_limit ? settings->pids_limit : 512);
   options.limits.pids = settings->pids_limit;
   options.limits.memory_bytes = settings->memory_limit_bytes;
   if (settings->limit_range_enabled) {
@@ -270,12 +297,34 @@ asio::awaitable<Result<void>> ContainerService::make_room(std::shared_ptr<Contai
       const bool fits = !settings->quota_enabled ||
                         (after <= settings->quota_pods && after * cpu <= settings->quota_cpu_millis &&
                          after * memory <= settings->quota_memory_bytes);
-      if (fits) {
+      // This owner's share first: one owner's sandboxes never fill the host for everyone.
+      const uint64_t per_owner = settings->running_sandboxes_per_owner;
+      const auto reserved = owner_reserved_.find(for_container->owner);
+      uint64_t owner_running = reserved == owner_reserved_.end() ? 0 : static_cast<uint64_t>(reserved->second);
+      for (const auto& [key, container] : open_)
+        owner_running += container->owner == for_container->owner && container->running() ? 1 : 0;
+      if (per_owner > 0 && owner_running + 1 > per_owner) {
+        for (const auto& [key, container] : open_) {
+          if (container->owner != for_container->owner || container == for_container || !container->running() ||
+              container->executing.load() > 0)
+            continue;
+          if (!victim || container->last_used_at.load() < victim->last_used_at.load()) victim = container;
+        }
+        if (!victim) {
+          ops::metrics().execution_rejected("429", "owner_sandboxes");
+          co_return ApiError::rate_limited("Too many sandboxes of this owner are running (" +
+                                               std::to_string(owner_running) + " of " + std::to_string(per_owner) +
+                                               ", none idle); try again later",
+                                           settings->capacity_retry_after_sec);
+        }
+      } else if (fits) {
         ++quota_reserved_;  // released by the caller once its sandbox runs (or failed)
+        ++owner_reserved_[for_container->owner];
         co_return Result<void>();
       }
       // Full: the least recently used sandbox that runs no command makes room.
       for (const auto& [key, container] : open_) {
+        if (victim) break;  // the owner's own, chosen above
         if (container == for_container || !container->running() || container->executing.load() > 0) continue;
         if (!victim || container->last_used_at.load() < victim->last_used_at.load()) victim = container;
       }
@@ -290,6 +339,32 @@ asio::awaitable<Result<void>> ContainerService::make_room(std::shared_ptr<Contai
     spdlog::info("quota: stopping the idle sandbox of container {} ({}) to make room", victim->id, victim->owner);
     co_await stop(victim, "quota");
   }
+}
+
+void ContainerService::discard_storage(Container& container) {
+  try {
+    if (!container.volume_mount.empty()) Volume::try_unmount(container.volume_mount);
+  } catch (const std::exception& e) {
+    spdlog::warn("unmounting {}: {}", container.volume_mount, e.what());
+  }
+  SkillMounts::remove_folder(settings()->data_dir, container.storage);
+  std::error_code ec;
+  fs::remove_all(fs::path(containers_dir_) / container.storage, ec);
+}
+
+ApiError ContainerService::host_out_of_something(const std::string& what, const std::exception& e) const {
+  // A full disk, no free loop device, mkfs or mount failing: the host is out of
+  // something, which a client can only wait out. The detail goes to the log only.
+  spdlog::error("{}: {}", what, e.what());
+  ops::metrics().execution_rejected("503", "host_resources");
+  return ApiError::overloaded("The host is out of resources for a new container volume; try again later",
+                              settings()->capacity_retry_after_sec);
+}
+
+void ContainerService::release_room(const std::string& owner) {
+  std::lock_guard lock(mutex_);
+  --quota_reserved_;
+  if (auto it = owner_reserved_.find(owner); it != owner_reserved_.end() && --it->second <= 0) owner_reserved_.erase(it);
 }
 
 std::shared_ptr<Container> ContainerService::find_open(const std::string& owner, const std::string& id) const {
@@ -315,9 +390,10 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
     auto room = co_await make_room(container);
     if (!room) co_return room.error();
     struct Release {
-      std::atomic<int>& reserved;
-      ~Release() { --reserved; }
-    } release{quota_reserved_};
+      ContainerService& service;
+      const std::string& owner;
+      ~Release() { service.release_room(owner); }
+    } release{*this, container->owner};
     // A pre-started sandbox first: it only needs the container's folders bound in.
     if (auto slot = pool_.claim(container->paths, container->id)) {
       container->slot = slot;
@@ -348,14 +424,19 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
     }
     container->starting = false;
     container->started_event->cancel();
-    if (!error.empty()) co_return ApiError{HttpStatus::service_unavailable, "api_error",
-                                           "The sandbox could not be started", {}};
+    if (!error.empty()) {
+      ops::metrics().execution_rejected("503", "sandbox_start");
+      co_return ApiError::overloaded("The sandbox could not be started (the host may be out of processes, memory "
+                                     "or devices); try again later",
+                                     settings()->capacity_retry_after_sec);
+    }
   }
 }
 
 asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_ptr<Container> container,
                                                                     runtime::ExecRequest request, bool restart) {
   touch(*container);
+  ops::Admission::Ticket owner_ticket;  // held for the whole command
   if (restart) {
     co_await asio::co_spawn(container->strand, stop_on_strand(container, "restart"), asio::use_awaitable);
     // restart empties the workspace; uploads and outputs are kept.
@@ -364,7 +445,26 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
       fs::remove_all(entry.path(), ec);
     if (request.command.empty()) co_return runtime::ExecResult{};
   }
-  // A slot first (waiting in line if need be), before a sandbox is started for it.
+  // The owner's share first (its own line), then a global slot (waiting in line if need
+  // be), before a sandbox is started for it: one owner's commands never fill the global
+  // line other owners wait in.
+  {
+    const auto snapshot = settings();
+    const int share =
+        ops::owner_execution_share(snapshot->max_concurrent_executions_per_owner, snapshot->max_concurrent_executions);
+    // (A share as large as the whole adds nothing: then the global line alone decides.)
+    if (share < snapshot->max_concurrent_executions) {
+      owner_ticket = co_await owner_admission_.acquire(container->owner, share,
+                                                       std::chrono::seconds(snapshot->queue_timeout_sec));
+      if (!owner_ticket) {
+        ops::metrics().execution_rejected("429", "owner_queue_timeout");
+        co_return ApiError::rate_limited("Too many commands of this owner are running (" + std::to_string(share) +
+                                             " at once); none finished within " +
+                                             std::to_string(snapshot->queue_timeout_sec) + "s. Try again later.",
+                                         snapshot->retry_after_sec);
+      }
+    }
+  }
   std::chrono::duration<double> waited{};
   auto ticket = co_await admission_->acquire(&waited);
   ops::metrics().admission_waited(waited.count());
@@ -397,7 +497,15 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
     label = outcome->cancelled ? "cancelled" : outcome->timed_out ? "timeout" : outcome->return_code == 0 ? "ok" : "nonzero";
   } catch (const runtime::SandboxError& e) {
     spdlog::warn("execution in container {} failed: {}", container->id, e.what());
-    outcome = ApiError{HttpStatus::service_unavailable, "api_error", "The sandbox stopped during the command", {}};
+    outcome = std::string_view(e.what()).starts_with("starting the command failed")
+                  ? ApiError::overloaded("The command could not be started (the sandbox or the host is out of "
+                                         "processes or memory); try again later",
+                                         settings()->capacity_retry_after_sec)
+                  : ApiError{HttpStatus::service_unavailable, "api_error", "The sandbox stopped during the command",
+                             settings()->capacity_retry_after_sec};
+  } catch (const std::exception& e) {
+    spdlog::error("execution in container {} failed: {}", container->id, e.what());
+    outcome = ApiError::overloaded("The command could not be run; try again later", settings()->capacity_retry_after_sec);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ops::metrics().execution_completed(label, seconds);

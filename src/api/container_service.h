@@ -19,6 +19,7 @@
 #include "api/sandbox_pool.h"
 #include "api/spare_volumes.h"
 #include "ops/admission.h"
+#include "ops/owner_admission.h"
 #include "ops/config.h"
 #include "ops/live_config.h"
 #include "runtime/runtime.h"
@@ -149,11 +150,18 @@ class ContainerService {
   asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container, const char* reason);
   // Under opensandbox.runtime.resourceQuota, reserves room for one more sandbox, stopping
   // the least recently used idle one if need be; 503 (overloaded) when none is idle.
-  // The caller releases the reservation (quota_reserved_) once its sandbox runs.
+  // Also keeps each owner under quotas.runningSandboxesPerOwner, stopping that owner's
+  // least recently used idle sandbox if need be; 429 (rate limited) when none is idle.
+  // The caller releases the reservation (release_room) once its sandbox runs.
   asio::awaitable<Result<void>> make_room(std::shared_ptr<Container> for_container);
+  void release_room(const std::string& owner);
+  // 503 overloaded_error for an unexpected host failure (the detail goes to the log).
+  ApiError host_out_of_something(const std::string& what, const std::exception& e) const;
   // 503 (unavailable_volume) when the host cannot make or mount the volume.
   Result<std::shared_ptr<Container>> load(const store::ContainerRecord& record);
   Result<void> prepare_storage(Container& container, bool fresh);
+  // Removes what a container that could not be made left (volume mount, folders).
+  void discard_storage(Container& container);
   asio::awaitable<void> reap_idle();
   runtime::SandboxOptions sandbox_options(const ContainerPaths& dirs, const std::string& name) const;
 
@@ -163,7 +171,9 @@ class ContainerService {
   SandboxNetwork* network_ = nullptr;
   std::string unavailable_reason_;
   std::shared_ptr<ops::Admission> admission_;
+  ops::OwnerAdmission owner_admission_;  // each owner's share, before the global line
   std::atomic<int> quota_reserved_{0};  // sandboxes being started (counted against the quota)
+  std::map<std::string, int> owner_reserved_;  // the same, per owner (under mutex_)
   store::Metadata& metadata_;
   std::string containers_dir_;
 

@@ -6,6 +6,7 @@
 
 #include "api/routes.h"
 #include "ops/metrics.h"
+#include "ops/owner_admission.h"
 
 namespace sandboxd::api {
 namespace {
@@ -80,6 +81,11 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
         gauges.executions_limit = admission.limit();
         gauges.sandboxes_running = api.containers.running_sandboxes();
         gauges.files_bytes = api.containers.metadata().total_bytes();
+        const auto settings = api.containers.settings();
+        gauges.executions_owner_share = ops::owner_execution_share(settings->max_concurrent_executions_per_owner,
+                                                                   settings->max_concurrent_executions);
+        gauges.running_sandboxes_per_owner = settings->running_sandboxes_per_owner;
+        gauges.containers_per_owner = settings->containers_per_owner;
         server::StringResponse res{http::status::ok, 11};
         res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
         res.body() = ops::metrics().render(gauges);

@@ -1,5 +1,6 @@
 #include "api/sandbox_pool.h"
 
+#include <algorithm>
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -152,8 +153,33 @@ void SandboxPool::release(const std::shared_ptr<Slot>& slot) {
   slot->bound.clear();
   slot->sandbox.reset();
   slot->link.reset();
-  std::lock_guard lock(mutex_);
-  free_.push_back(slot);
+  {
+    std::lock_guard lock(mutex_);
+    // Enough free slots for the next refills; any more would only hold folders and
+    // shared mounts for nothing (a burst of containers would leave one per sandbox).
+    if (static_cast<int>(free_.size()) < std::max(settings_.size(), 1)) {
+      free_.push_back(slot);
+      return;
+    }
+  }
+  dispose(*slot);
+}
+
+void SandboxPool::dispose(const Slot& slot) {
+  auto mounts = Volume::mounts_under(slot.root);
+  // Deepest first: a mount on top of another comes off before it.
+  std::sort(mounts.begin(), mounts.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  for (const auto& mount_point : mounts) {
+    try {
+      for (int layer = 0; layer < 8 && Volume::is_mounted(mount_point); ++layer)
+        if (!Volume::try_unmount(mount_point)) break;
+    } catch (const std::exception& e) {
+      spdlog::warn("unmounting slot {}: {}", mount_point, e.what());
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(slot.root, ec);
+  if (ec) spdlog::warn("removing slot {}: {}", slot.root, ec.message());
 }
 
 asio::awaitable<void> SandboxPool::shutdown() {

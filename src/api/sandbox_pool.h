@@ -70,6 +70,8 @@ class SandboxPool {
   asio::awaitable<void> refill();
   asio::awaitable<void> stop_and_release(std::shared_ptr<runtime::Sandbox> sandbox, std::shared_ptr<Slot> slot);
   std::shared_ptr<Slot> new_slot();
+  // Unmounts everything under a slot that is no longer wanted and removes its folder.
+  static void dispose(const Slot& slot);
 
   asio::io_context& io_;
   runtime::Runtime* runtime_;

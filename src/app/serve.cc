@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "api/container_service.h"
+#include "app/host_share.h"
 #include "api/routes.h"
 #include "api/sandbox_network.h"
 #include "api/store_check.h"
@@ -27,6 +28,7 @@
 #include "ops/logging.h"
 #include "ops/metrics.h"
 #include "ops/systemd_notify.h"
+#include "runtime/host_capacity.h"
 #include "runtime/runtime.h"
 #include "runtime/volume.h"
 #include "server/auth.h"
@@ -117,6 +119,9 @@ int serve(ops::Config config, const std::string& config_path) {
     runtime_options.instance = "s" + server::sha256_hex(config.data_dir).substr(0, 16);
     runtime_options.host_uid = runtime_options.host_gid = config.sandbox_host_uid;
     runtime_options.cgroups.mode = config.cgroup_mode;
+    runtime_options.cgroups.total = sandboxes_total(config);
+    // The kernel's OOM killer takes sandbox processes (1000) long before the server.
+    if (!runtime::set_oom_score_adj(0, runtime::kServerOomScoreAdj)) spdlog::warn("cannot lower the server's oom_score_adj");
     runtime_options.image_root = image_root;
     try {
       sandbox_runtime.emplace(runtime_options);

@@ -166,7 +166,7 @@ Config parse_config_checked(const std::string& yaml_text) {
   Config c;
   if (!root || root.IsNull()) return c;
   only_keys(root, "", {"server", "auth", "model", "features", "external", "opensandbox", "capacity",
-                       "codeInterpreter", "workspace", "runtime", "logging"});
+                       "codeInterpreter", "workspace", "runtime", "logging", "quotas"});
 
   with(root, "server", "", [&](const YAML::Node& n, const std::string& p) {
     only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec", "webRoot", "bodyIdleTimeoutSec",
@@ -315,7 +315,9 @@ Config parse_config_checked(const std::string& yaml_text) {
   });
 
   with(root, "capacity", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"maxConcurrentExecutions", "queueTimeoutSec", "retryAfterSec", "capacityRetryAfterSec"});
+    only_keys(n, p, {"maxConcurrentExecutions", "maxConcurrentExecutionsPerOwner", "queueTimeoutSec", "retryAfterSec",
+                     "capacityRetryAfterSec"});
+    with(n, "maxConcurrentExecutionsPerOwner", p, [&](const YAML::Node& v, const std::string& kp) { c.max_concurrent_executions_per_owner = static_cast<int>(read_int(v, kp, 0, 100000)); });
     with(n, "maxConcurrentExecutions", p, [&](const YAML::Node& v, const std::string& kp) { c.max_concurrent_executions = static_cast<int>(read_int(v, kp, 1, 100000)); });
     with(n, "queueTimeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.queue_timeout_sec = static_cast<int>(read_int(v, kp, 0, 3600)); });
     with(n, "retryAfterSec", p, [&](const YAML::Node& v, const std::string& kp) { c.retry_after_sec = static_cast<int>(read_int(v, kp, 0, 3600)); });
@@ -359,9 +361,32 @@ Config parse_config_checked(const std::string& yaml_text) {
     with(n, "auditFiles", p, [&](const YAML::Node& v, const std::string& kp) { c.audit_files = static_cast<int>(read_int(v, kp, 1, 1000)); });
   });
 
+  with(root, "quotas", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"runningSandboxesPerOwner", "containersPerOwner"});
+    with(n, "containersPerOwner", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.containers_per_owner = static_cast<uint64_t>(read_int(v, kp, 0, 100000000));
+    });
+    with(n, "runningSandboxesPerOwner", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.running_sandboxes_per_owner = static_cast<uint64_t>(read_int(v, kp, 0, 1000000));
+    });
+  });
+
   with(root, "runtime", "", [&](const YAML::Node& n, const std::string& p) {
     only_keys(n, p, {"sandboxUid", "cgroupMode", "skillsDir", "prestartedSandboxes", "provider",
-                     "maxConnectionsPerSandbox", "skillMaxSize", "skillMaxFiles"});
+                     "maxConnectionsPerSandbox", "skillMaxSize", "skillMaxFiles", "sandboxesPidsMax",
+                     "sandboxesMemoryMax", "sandboxesCpuMax"});
+    // "none": no limit; 0 or absent: a share of the host.
+    auto none = [](const YAML::Node& v) { return v.IsScalar() && v.Scalar() == "none"; };
+    with(n, "sandboxesPidsMax", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.sandboxes_pids_max = none(v) ? Config::kNoLimit : static_cast<uint64_t>(read_int(v, kp, 0, 1 << 30));
+    });
+    with(n, "sandboxesMemoryMax", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.sandboxes_memory_max = none(v) ? Config::kNoLimit : read_bytes(v, kp);
+    });
+    with(n, "sandboxesCpuMax", p, [&](const YAML::Node& v, const std::string& kp) {
+      const bool automatic = v.IsScalar() && v.Scalar() == "0";
+      c.sandboxes_cpu_millis = none(v) ? Config::kNoLimit : automatic ? 0 : read_cpu(v, kp);
+    });
     with(n, "skillMaxSize", p, [&](const YAML::Node& v, const std::string& kp) {
       c.skill_max_bytes = read_bytes(v, kp);
       if (c.skill_max_bytes < 1024) throw ConfigError(kp + ": must be at least 1Ki");

@@ -76,6 +76,7 @@ struct Config {
   uint64_t limit_memory_bytes = 512ull << 20;
   // capacity
   int max_concurrent_executions = 16;
+  int max_concurrent_executions_per_owner = 0;  // 0: half of max_concurrent_executions (at least 1)
   int queue_timeout_sec = 30;
   int retry_after_sec = 2;
   int capacity_retry_after_sec = 10;
@@ -90,6 +91,9 @@ struct Config {
   bool download_generated = true;
   bool download_uploaded = false;
   int max_history_turns = 20;  // workspace.maxHistoryTurns: turns of a thread sent upstream
+  // quotas (per owner)
+  uint64_t running_sandboxes_per_owner = 20;  // quotas.runningSandboxesPerOwner (0: none)
+  uint64_t containers_per_owner = 200;        // quotas.containersPerOwner: stored containers (0: none)
   // logging
   bool log_json = false;                 // logging.format: json (JSON lines) or text
   uint64_t audit_max_bytes = 64ull << 20;  // logging.auditMaxSize: the audit log rotates past it
@@ -104,6 +108,13 @@ struct Config {
   int skill_max_files = 1000;              // runtime.skillMaxFiles
   int prestarted_sandboxes = 2;  // started ahead, handed to new containers on demand
   int max_connections_per_sandbox = 64;  // relayed connections (API and services) at once
+  // All sandboxes together (runtime.sandboxesPidsMax, sandboxesMemoryMax, sandboxesCpuMax):
+  // limits on this instance's parent cgroup. 0 = a share of the host
+  // (runtime/host_capacity.h); kNoLimit ("none") = no limit.
+  static constexpr uint64_t kNoLimit = UINT64_MAX;
+  uint64_t sandboxes_pids_max = 0;
+  uint64_t sandboxes_memory_max = 0;
+  uint64_t sandboxes_cpu_millis = 0;
   // "sandboxd" runs code in sandboxd's own sandboxes; "none" runs no code at all (the
   // files API works; code execution answers "code_execution provider is not configured.").
   std::string runtime_provider = "sandboxd";

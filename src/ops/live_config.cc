@@ -57,7 +57,10 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
   keep(loaded.sandbox_host_uid == current->sandbox_host_uid && loaded.cgroup_mode == current->cgroup_mode &&
            loaded.skills_dir == current->skills_dir && loaded.prestarted_sandboxes == current->prestarted_sandboxes &&
            loaded.runtime_provider == current->runtime_provider &&
-           loaded.max_connections_per_sandbox == current->max_connections_per_sandbox,
+           loaded.max_connections_per_sandbox == current->max_connections_per_sandbox &&
+           loaded.sandboxes_pids_max == current->sandboxes_pids_max &&
+           loaded.sandboxes_memory_max == current->sandboxes_memory_max &&
+           loaded.sandboxes_cpu_millis == current->sandboxes_cpu_millis,
        "runtime");
   // Every sandbox (pre-started ones too) is built with its listeners.
   bool same_services = loaded.internal_services.size() == current->internal_services.size();

@@ -120,6 +120,15 @@ std::string Metrics::render(const Gauges& g) const {
   sample(out, "sandboxd_sandboxes_running", "", static_cast<double>(g.sandboxes_running));
   header(out, "sandboxd_files_bytes", "gauge", "Bytes of files stored in containers.");
   sample(out, "sandboxd_files_bytes", "", static_cast<double>(g.files_bytes));
+  header(out, "sandboxd_quota_executions_per_owner", "gauge",
+         "Commands one owner may run at once (capacity.maxConcurrentExecutionsPerOwner).");
+  sample(out, "sandboxd_quota_executions_per_owner", "", g.executions_owner_share);
+  header(out, "sandboxd_quota_running_sandboxes_per_owner", "gauge",
+         "Sandboxes one owner may run at once (quotas.runningSandboxesPerOwner; 0: none).");
+  sample(out, "sandboxd_quota_running_sandboxes_per_owner", "", static_cast<double>(g.running_sandboxes_per_owner));
+  header(out, "sandboxd_quota_containers_per_owner", "gauge",
+         "Containers one owner may keep (quotas.containersPerOwner; 0: none).");
+  sample(out, "sandboxd_quota_containers_per_owner", "", static_cast<double>(g.containers_per_owner));
   header(out, "sandboxd_sandboxes_started_total", "counter", "Sandboxes started.");
   sample(out, "sandboxd_sandboxes_started_total", "", static_cast<double>(started_.load()));
   std::lock_guard lock(mutex_);

@@ -45,6 +45,9 @@ class Metrics {
     int executions_active = 0, executions_queued = 0, executions_limit = 0;
     size_t sandboxes_running = 0;
     uint64_t files_bytes = 0;
+    // The per-owner quotas in force (0: none).
+    int executions_owner_share = 0;
+    uint64_t running_sandboxes_per_owner = 0, containers_per_owner = 0;
   };
   std::string render(const Gauges& gauges) const;
 

@@ -53,6 +53,10 @@ struct CgroupOptions {
   // v1: the directory holding one mount per controller.
   std::string v1_root = "/sys/fs/cgroup";
   std::string instance;  // [A-Za-z0-9_-]+
+  // Limits on all of this instance's sandboxes together, set on the instance's cgroup
+  // (0 = none): what one owner's sandboxes can take of the host's process table, memory
+  // and CPU. (Each sandbox's own limits sit below them.)
+  CgroupLimits total{0, 0, 0};
 };
 
 std::unique_ptr<CgroupBackend> make_cgroup_v1(const CgroupOptions& options);

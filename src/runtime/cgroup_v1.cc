@@ -25,8 +25,26 @@ class CgroupV1 final : public CgroupBackend {
       if (!exists(mount + "/cgroup.procs")) continue;
       std::string base = mount + "/sandboxd";
       make_dir(base);
-      make_dir(base + "/" + options.instance);
-      roots_.push_back({controller, base + "/" + options.instance});
+      std::string instance = base + "/" + options.instance;
+      make_dir(instance);
+      roots_.push_back({controller, instance});
+      // The instance's cgroup holds every sandbox: its limits are the total for all.
+      const CgroupLimits& total = options.total;
+      if (std::string(controller) == "pids" && total.pids > 0) {
+        write_file(instance + "/pids.max", std::to_string(total.pids));
+      } else if (std::string(controller) == "memory" && total.memory_bytes > 0) {
+        // Swap included when it is accounted; memsw may never be below the memory limit,
+        // so whichever order a change needs: memsw, memory, memsw again.
+        const std::string bytes = std::to_string(total.memory_bytes);
+        const bool memsw = exists(instance + "/memory.memsw.limit_in_bytes");
+        if (memsw) try_write_file(instance + "/memory.memsw.limit_in_bytes", bytes);
+        write_file(instance + "/memory.limit_in_bytes", bytes);
+        if (memsw) write_file(instance + "/memory.memsw.limit_in_bytes", bytes);
+      } else if (std::string(controller) == "cpu" && total.cpu_millis > 0) {
+        write_file(instance + "/cpu.cfs_period_us", "100000");
+        write_file(instance + "/cpu.cfs_quota_us", std::to_string(total.cpu_millis * 100));
+        total_cpu_ = true;
+      }
     }
     if (roots_.empty())
       throw SyscallError("cgroup v1: no memory, pids, cpu or freezer hierarchy under " + options.v1_root,
@@ -39,7 +57,7 @@ class CgroupV1 final : public CgroupBackend {
     SandboxCgroups out;
     for (const auto& root : roots_) {
       // Each join is a cgroup migration (slow on v1): skip cpu when there is no quota.
-      if (root.controller == "cpu" && limits.cpu_millis == 0) continue;
+      if (root.controller == "cpu" && limits.cpu_millis == 0 && !total_cpu_) continue;
       std::string dir = root.path + "/" + sandbox;
       make_dir(dir);
       out.join_dirs.push_back(dir);
@@ -116,6 +134,7 @@ class CgroupV1 final : public CgroupBackend {
   }
 
   std::vector<Root> roots_;
+  bool total_cpu_ = false;  // a CPU cap on all sandboxes: each must join the cpu hierarchy
 };
 
 }  // namespace

@@ -36,6 +36,7 @@ class CgroupV2 final : public CgroupBackend {
     if (!enable.empty()) write_file(base + "/cgroup.subtree_control", enable);
     make_dir(root_);
     if (!enable.empty()) write_file(root_ + "/cgroup.subtree_control", enable);
+    apply_total(options.total);
     kill_method_ = probe_kill_method();
   }
 
@@ -93,6 +94,23 @@ class CgroupV2 final : public CgroupBackend {
   }
 
   KillMethod kill_method() const { return kill_method_; }
+
+  // The instance's cgroup holds every sandbox: its limits are the total for all of them.
+  void apply_total(const CgroupLimits& total) {
+    if (total.pids > 0) {
+      require("pids");
+      write_file(root_ + "/pids.max", std::to_string(total.pids));
+    }
+    if (total.memory_bytes > 0) {
+      require("memory");
+      write_file(root_ + "/memory.max", std::to_string(total.memory_bytes));
+      if (exists(root_ + "/memory.swap.max")) write_file(root_ + "/memory.swap.max", "0");
+    }
+    if (total.cpu_millis > 0) {
+      require("cpu");
+      write_file(root_ + "/cpu.max", std::to_string(total.cpu_millis * 100) + " 100000");
+    }
+  }
 
   // cgroup.kill exists from Linux 5.14 (and never in the root cgroup); earlier kernels
   // get the signal loop.

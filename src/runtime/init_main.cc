@@ -320,7 +320,7 @@ int main(int argc, char** argv) {
     std::puts("sandboxd-init " SANDBOXD_VERSION);
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--userns-holder") == 0) return rt::run_userns_holder();
+  if (argc > 1 && std::strcmp(argv[1], "--userns-holder") == 0) return rt::run_userns_holder(argc, argv);
   if (fcntl(kControlFd, F_GETFD) < 0) {
     std::fprintf(stderr, "sandboxd-init: started by sandboxd with its control socket on fd 3\n");
     return 2;
@@ -333,6 +333,12 @@ int main(int argc, char** argv) {
   // The sandbox's own folders (/home, /mnt, ...) and the commands' files get the usual
   // modes whatever umask the server runs with (the systemd unit's UMask=0027).
   umask(022);
+  // Under memory pressure the kernel kills a sandbox's processes first, never the server
+  // (which runs with a low score); every command inherits this.
+  if (int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
+    if (write(fd, "1000", 4) != 4) std::fprintf(stderr, "sandboxd-init: cannot raise oom_score_adj\n");
+    close(fd);
+  }
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGCHLD);

@@ -7,6 +7,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <climits>
 
+#include "runtime/host_capacity.h"
 #include "runtime/seccomp.h"
 #include "runtime/spawn.h"
 #include "runtime/user.h"
@@ -50,14 +51,15 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   auto program = build_seccomp_program();
   seccomp_bpf_.assign(reinterpret_cast<const char*>(program.instructions.data()),
                       program.instructions.size() * sizeof(sock_filter));
-  userns_fd_ = create_agent_userns(options_.init_path, options_.host_uid, options_.host_gid);
+  if (options_.userns_limits.empty()) options_.userns_limits = default_userns_limits();
+  // Fails here, at start-up, on a host where the sandboxes' user namespaces cannot be made.
+  close(create_agent_userns(options_.init_path, options_.host_uid, options_.host_gid, options_.userns_limits));
   // Every sandbox's PID 1 is re-parented to this process when its launcher exits, so
   // that we can reap it and learn of its exit through a pidfd.
   check(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)");
 }
 
 Runtime::~Runtime() {
-  if (userns_fd_ >= 0) close(userns_fd_);
   // Leaves no empty instance folder behind (one with sandboxes in it stays).
   cgroups_->remove_instance();
 }
@@ -121,7 +123,20 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
   }
   close(pair[1]);
   auto sandbox = std::make_shared<Sandbox>(executor, options.name, pair[0], launcher, cgroups_.get());
-  if (int rc = protocol::send_message(pair[0], protocol::Type::kSpec, 0, 0, payload, &userns_fd_, 1); rc < 0) {
+  int userns_fd = -1;
+  std::string userns_error;
+  try {
+    userns_fd = create_agent_userns(options_.init_path, options_.host_uid, options_.host_gid, options_.userns_limits);
+  } catch (const std::exception& e) {
+    userns_error = e.what();
+  }
+  if (userns_fd < 0) {
+    co_await sandbox->stop();
+    throw SandboxError("creating the sandbox's user namespace: " + userns_error);
+  }
+  int rc = protocol::send_message(pair[0], protocol::Type::kSpec, 0, 0, payload, &userns_fd, 1);
+  close(userns_fd);  // PID 1 holds it now
+  if (rc < 0) {
     co_await sandbox->stop();
     throw SandboxError(describe_errno("sending the spec to sandboxd-init", -rc));
   }

@@ -14,6 +14,7 @@
 #include "runtime/cgroup.h"
 #include "runtime/sandbox.h"
 #include "runtime/spec.h"
+#include "runtime/user.h"
 
 namespace sandboxd::runtime {
 
@@ -25,6 +26,8 @@ struct RuntimeOptions {
   std::string image_root;          // empty: the host's /usr and friends
   CgroupOptions cgroups;           // .instance is set from `instance`
   std::chrono::milliseconds start_timeout{10'000};
+  // Each sandbox's caps on per-user kernel counters (user.h); empty: default_userns_limits().
+  std::vector<UsernsLimit> userns_limits;
 };
 
 struct SandboxOptions {
@@ -68,7 +71,7 @@ class Runtime {
   RuntimeOptions options_;
   std::unique_ptr<CgroupBackend> cgroups_;
   std::string seccomp_bpf_;  // compiled once, sent to every sandbox
-  int userns_fd_ = -1;       // the agent user namespace, shared by all sandboxes
+  // Each sandbox gets a user namespace of its own (its counters are its own).
 };
 
 // The sandboxd-init next to the running executable, else in ../lib/sandboxd/ (installed).

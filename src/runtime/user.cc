@@ -4,21 +4,63 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <sched.h>
+#include <linux/securebits.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <string>
 
 #include "runtime/syscall_error.h"
 
 namespace sandboxd::runtime {
-int run_userns_holder() {
+int run_userns_holder(int argc, char** argv) {
   constexpr int kReportFd = 3;
-  char byte = unshare(CLONE_NEWUSER) == 0 ? 'o' : 'e';
-  if (write(kReportFd, &byte, 1) != 1 || byte != 'o') return 1;
+  char byte = 'o';
+  auto fail = [&] {
+    byte = 'e';
+    return write(kReportFd, &byte, 1) == 1 ? 1 : 2;
+  };
+  if (argc < 4) return fail();
+  const uid_t uid = static_cast<uid_t>(std::strtoul(argv[2], nullptr, 10));
+  const gid_t gid = static_cast<gid_t>(std::strtoul(argv[3], nullptr, 10));
+  if (uid == 0 || gid == 0) return fail();
+  // The namespace's process limit is this process's RLIMIT_NPROC (root's soft limit
+  // otherwise); the sandboxes' cgroups bound processes instead.
+  rlimit unlimited{RLIM_INFINITY, RLIM_INFINITY};
+  setrlimit(RLIMIT_NPROC, &unlimited);
+  // The namespace's owner is whoever creates it: the unprivileged uid. The capabilities
+  // stay across the uid change (no fix-up), for hosts that allow only privileged
+  // processes to create user namespaces.
+  if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) != 0 || setgroups(0, nullptr) != 0 ||
+      setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)
+    return fail();
+  if (unshare(CLONE_NEWUSER) != 0) return fail();
+  // Full capabilities in the new namespace: CAP_SYS_RESOURCE there lets this process set
+  // the namespace's own /proc/sys/user limits.
+  for (int i = 4; i < argc; ++i) {
+    std::string_view entry = argv[i];
+    auto eq = entry.find('=');
+    if (eq == std::string_view::npos) return fail();
+    std::string name(entry.substr(0, eq));
+    for (char c : name)
+      if (!((c >= 'a' && c <= 'z') || c == '_')) return fail();
+    std::string value(entry.substr(eq + 1));
+    int fd = open(("/proc/sys/user/" + name).c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) continue;  // an older kernel without that counter
+      return fail();
+    }
+    bool written = write(fd, value.data(), value.size()) == static_cast<ssize_t>(value.size());
+    close(fd);
+    if (!written) return fail();
+  }
+  if (write(kReportFd, &byte, 1) != 1) return 1;
   while (read(kReportFd, &byte, 1) > 0) {
   }
   return 0;

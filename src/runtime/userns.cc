@@ -26,12 +26,15 @@ void write_map(const std::string& path, const std::string& content) {
 
 }  // namespace
 
-int create_agent_userns(const std::string& init_path, uint32_t host_uid, uint32_t host_gid) {
+int create_agent_userns(const std::string& init_path, uint32_t host_uid, uint32_t host_gid,
+                        const std::vector<UsernsLimit>& limits) {
+  std::vector<std::string> argv{init_path, "--userns-holder", std::to_string(host_uid), std::to_string(host_gid)};
+  for (const auto& limit : limits) argv.push_back(limit.name + "=" + std::to_string(limit.value));
   int pair[2];
   check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), "socketpair(userns holder)");
   pid_t holder;
   try {
-    holder = spawn_program({init_path, "--userns-holder"}, pair[1]);
+    holder = spawn_program(argv, pair[1]);
   } catch (...) {
     close(pair[0]);
     close(pair[1]);
@@ -46,7 +49,9 @@ int create_agent_userns(const std::string& init_path, uint32_t host_uid, uint32_
   char byte = 0;
   if (retry_eintr([&] { return read(pair[0], &byte, 1); }) != 1 || byte != 'o') {
     finish();
-    throw SyscallError("unshare(CLONE_NEWUSER) in " + init_path + " --userns-holder", EPERM);
+    throw SyscallError("unshare(CLONE_NEWUSER) as uid " + std::to_string(host_uid) + " or setting its limits in " +
+                           init_path + " --userns-holder",
+                       EPERM);
   }
   int fd = -1;
   try {
