@@ -67,24 +67,6 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// The file id of a sandbox path: base64url of its exact bytes, no padding.
-std::string file_id(const std::string& path) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  uint32_t bits = 0;
-  int held = 0;
-  for (unsigned char c : path) {
-    bits = (bits << 8) | c;
-    held += 8;
-    while (held >= 6) {
-      held -= 6;
-      out += kAlphabet[(bits >> held) & 63];
-    }
-  }
-  if (held > 0) out += kAlphabet[(bits << (6 - held)) & 63];
-  return out;
-}
-
 // The header block of the first response in `raw` (up to the blank line).
 std::string head_of(const std::string& raw) { return raw.substr(0, raw.find("\r\n\r\n") + 2); }
 

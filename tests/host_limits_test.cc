@@ -18,24 +18,6 @@ namespace bj = boost::json;
 
 namespace {
 
-// The file id of a sandbox path: base64url of its exact bytes, no padding.
-std::string file_id(const std::string& path) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  uint32_t bits = 0;
-  int held = 0;
-  for (unsigned char c : path) {
-    bits = (bits << 8) | c;
-    held += 8;
-    while (held >= 6) {
-      held -= 6;
-      out += kAlphabet[(bits >> held) & 63];
-    }
-  }
-  if (held > 0) out += kAlphabet[(bits << (6 - held)) & 63];
-  return out;
-}
-
 // Forks children that sleep (stdio closed, so the command can end) until fork fails or
 // `most` are running; prints how many it made.
 const char* kForkMany =

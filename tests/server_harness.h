@@ -45,6 +45,24 @@ inline std::string read_file(const fs::path& path) {
   return ss.str();
 }
 
+// The file id of a sandbox path: base64url of its exact bytes, no padding.
+inline std::string file_id(const std::string& path) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  uint32_t bits = 0;
+  int held = 0;
+  for (unsigned char c : path) {
+    bits = (bits << 8) | c;
+    held += 8;
+    while (held >= 6) {
+      held -= 6;
+      out += kAlphabet[(bits >> held) & 63];
+    }
+  }
+  if (held > 0) out += kAlphabet[(bits << (6 - held)) & 63];
+  return out;
+}
+
 struct SseEvent {
   std::string name;
   boost::json::object data;
