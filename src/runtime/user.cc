@@ -1,6 +1,7 @@
 #include "runtime/user.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <grp.h>
 #include <linux/capability.h>
 #include <sched.h>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
+#include <cstring>
 #include <string>
 
 #include "runtime/syscall_error.h"
@@ -60,7 +62,25 @@ int run_userns_holder(int argc, char** argv) {
     close(fd);
     if (!written) return fail();
   }
-  if (write(kReportFd, &byte, 1) != 1) return 1;
+  // The namespace goes to the server as a descriptor this process opens on itself: the
+  // server opening /proc/<pid>/ns/user of a process of another uid would need
+  // CAP_SYS_PTRACE, which the service's unit (and a container) does not grant.
+  int ns = open("/proc/self/ns/user", O_RDONLY | O_CLOEXEC);
+  if (ns < 0) return fail();
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov{&byte, 1};
+  msghdr message{};
+  message.msg_iov = &iov;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_RIGHTS;
+  header->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(header), &ns, sizeof(int));
+  if (sendmsg(kReportFd, &message, MSG_NOSIGNAL) != 1) return 1;
+  close(ns);
   while (read(kReportFd, &byte, 1) > 0) {
   }
   return 0;

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <string>
 
 #include "runtime/spawn.h"
@@ -46,21 +47,35 @@ int create_agent_userns(const std::string& init_path, uint32_t host_uid, uint32_
     int status;
     retry_eintr([&] { return waitpid(holder, &status, 0); });
   };
+  // The holder's report: 'o' with its namespace as a descriptor (SCM_RIGHTS), or 'e'.
   char byte = 0;
-  if (retry_eintr([&] { return read(pair[0], &byte, 1); }) != 1 || byte != 'o') {
+  int fd = -1;
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov{&byte, 1};
+  msghdr message{};
+  message.msg_iov = &iov;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  ssize_t got = retry_eintr([&] { return recvmsg(pair[0], &message, MSG_CMSG_CLOEXEC); });
+  if (got == 1) {
+    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header))
+      if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS)
+        std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
+  }
+  if (got != 1 || byte != 'o' || fd < 0) {
+    if (fd >= 0) close(fd);
     finish();
     throw SyscallError("unshare(CLONE_NEWUSER) as uid " + std::to_string(host_uid) + " or setting its limits in " +
                            init_path + " --userns-holder",
                        EPERM);
   }
-  int fd = -1;
   try {
     std::string proc = "/proc/" + std::to_string(holder);
     write_map(proc + "/uid_map", std::to_string(kAgentUid) + " " + std::to_string(host_uid) + " 1\n");
     write_map(proc + "/gid_map", std::to_string(kAgentGid) + " " + std::to_string(host_gid) + " 1\n");
-    fd = static_cast<int>(check(open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC),
-                                "open(" + proc + "/ns/user)"));
   } catch (...) {
+    close(fd);
     finish();
     throw;
   }
