@@ -56,6 +56,10 @@ int run_userns_holder(int argc, char** argv) {
     int fd = open(("/proc/sys/user/" + name).c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) {
       if (errno == ENOENT) continue;  // an older kernel without that counter
+      // A container engine mounts /proc/sys read-only (Docker does): the namespace
+      // still belongs to the unprivileged uid, so its counters are charged to that uid
+      // and never to root; only the per-sandbox share below it is not set.
+      if (errno == EROFS) break;
       return fail();
     }
     bool written = write(fd, value.data(), value.size()) == static_cast<ssize_t>(value.size());
