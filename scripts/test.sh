@@ -8,5 +8,7 @@ bash scripts/build.sh
 npm ci --prefix tests/sdk --no-audit --no-fund --loglevel=error >/dev/null
 # playwright-core for the Workspace page's browser test (it drives Debian's chromium).
 npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error >/dev/null
+# kubernetes-models and yaml for the Kubernetes manifests' test (kubectl comes with the machine).
+npm ci --prefix tests/kubernetes --no-audit --no-fund --loglevel=error >/dev/null
 cd build
 ctest --output-on-failure --timeout 600 "$@"
