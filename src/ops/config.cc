@@ -1,5 +1,7 @@
 #include "ops/config.h"
 
+#include "ops/config_env.h"
+
 #include <cctype>
 
 #include <yaml-cpp/yaml.h>
@@ -163,6 +165,7 @@ Config parse_config_checked(const std::string& yaml_text) {
   } catch (const YAML::Exception& e) {
     throw ConfigError(std::string("not valid YAML: ") + e.what());
   }
+  apply_environment_overrides(root);  // SANDBOXD_* variables win over the file (ops/config_env.h)
   Config c;
   if (!root || root.IsNull()) return c;
   only_keys(root, "", {"server", "auth", "model", "features", "external", "opensandbox", "capacity",
