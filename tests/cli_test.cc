@@ -99,4 +99,31 @@ TEST(Cli, RunRejectsBadArguments) {
   EXPECT_NE(none.code, 0);
 }
 
+// Kubernetes hands tokens and the pod's identity over as environment variables
+// (deploy/kubernetes): they win over the file and are checked under the key's path.
+TEST(Cli, ConfigCheckTakesValuesFromTheEnvironment) {
+  ContainerDirs tmp(0, 0);
+  const fs::path file = tmp.root / "config.yaml";
+  write_text(file, "server: { listen: \"127.0.0.1:8080\" }\nauth: { adminToken: \"a-long-enough-admin-token\" }\n");
+  auto check = [&] { return run_cli({"config", "check", file.string()}); };
+  EXPECT_EQ(check().code, 0);
+  setenv("SANDBOXD_ADMIN_TOKEN", "too-short", 1);
+  auto short_admin = check();
+  EXPECT_EQ(short_admin.code, 2);
+  EXPECT_NE(short_admin.err.find("auth.adminToken: must be at least 16 characters"), std::string::npos) << short_admin.err;
+  setenv("SANDBOXD_ADMIN_TOKEN", "another-long-admin-token #: x", 1);
+  setenv("SANDBOXD_AUTH_TOKENS", "[{token: tiny, owner: alice}]", 1);
+  auto short_token = check();
+  EXPECT_NE(short_token.err.find("auth.tokens[0].token: must be at least 8 characters"), std::string::npos) << short_token.err;
+  setenv("SANDBOXD_AUTH_TOKENS", "[{token: long-enough-token, owner: alice}", 1);
+  auto broken = check();
+  EXPECT_EQ(broken.code, 2);
+  EXPECT_NE(broken.err.find("SANDBOXD_AUTH_TOKENS: not valid YAML"), std::string::npos) << broken.err;
+  setenv("SANDBOXD_AUTH_TOKENS", "[{token: long-enough-token, owner: alice}]", 1);
+  auto good = check();
+  unsetenv("SANDBOXD_AUTH_TOKENS");
+  unsetenv("SANDBOXD_ADMIN_TOKEN");
+  EXPECT_EQ(good.code, 0) << good.err;
+}
+
 }  // namespace
