@@ -11,11 +11,10 @@
 
 #include <gtest/gtest.h>
 
-#include <glob.h>
-
 #include <string>
 #include <vector>
 
+#include "host_leftovers.h"
 #include "server_harness.h"
 
 namespace {
@@ -27,56 +26,10 @@ namespace fs = std::filesystem;
 constexpr int kSandboxes = 20;
 const char* kAdminToken = "admin-token-for-idle-test";
 
-std::vector<std::string> glob_paths(const std::string& pattern) {
-  std::vector<std::string> out;
-  glob_t found{};
-  if (glob(pattern.c_str(), 0, nullptr, &found) == 0)
-    for (size_t i = 0; i < found.gl_pathc; ++i) out.push_back(found.gl_pathv[i]);
-  globfree(&found);
-  return out;
-}
-
-// Loop devices whose backing file is in the data directory.
-int loop_devices(const fs::path& data_dir) {
-  int n = 0;
-  for (const auto& file : glob_paths("/sys/block/loop*/loop/backing_file"))
-    if (sandboxd::testing::read_file(file).find(data_dir.string() + "/") == 0) ++n;
-  return n;
-}
-
-// Host mounts at or below the data directory (mount point, 5th field of mountinfo).
-int mounts(const fs::path& data_dir) {
-  std::istringstream info(sandboxd::testing::read_file("/proc/self/mountinfo"));
-  int n = 0;
-  for (std::string line; std::getline(info, line);) {
-    std::istringstream fields(line);
-    std::string field;
-    for (int i = 0; i < 5; ++i) fields >> field;
-    if (field.rfind(data_dir.string() + "/", 0) == 0 || field == data_dir.string()) ++n;
-  }
-  return n;
-}
-
-// The server's cgroup instance folders (one per v1 hierarchy, or the v2 one): the
-// runtime names it "s" + the first 16 hex digits of the data directory's SHA-256.
-std::vector<std::string> instance_dirs(const fs::path& data_dir) {
-  std::string digest = sh("printf %s '" + data_dir.string() + "' | sha256sum").substr(0, 16);
-  std::vector<std::string> out = glob_paths("/sys/fs/cgroup/*/sandboxd/s" + digest);
-  for (const auto& v2 : glob_paths("/sys/fs/cgroup/sandboxd/s" + digest)) out.push_back(v2);
-  return out;
-}
-
-// Cgroup folders below the instance, at any depth (sandboxes and their executions).
-int cgroups(const fs::path& data_dir) {
-  int n = 0;
-  for (const auto& dir : instance_dirs(data_dir)) {
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-         it.increment(ec))
-      if (it->is_directory(ec)) ++n;
-  }
-  return n;
-}
+using sandboxd::testing::host::cgroups;
+using sandboxd::testing::host::instance_dirs;
+using sandboxd::testing::host::loop_devices;
+using sandboxd::testing::host::mounts;
 
 std::string run(const ServerProcess& server, const std::string& container, const std::string& command) {
   auto reply = server.curl_json("-X POST -H 'Content-Type: application/json' " + server.base() + "/containers/" +
