@@ -320,7 +320,7 @@ class Init {
   std::optional<Prepared> next_;
   uint32_t cgroup_counter_ = 0;
   // Emptied execution cgroups kept for reuse.
-  static constexpr size_t kKeptCgroups = 4;
+  static constexpr size_t kKeptCgroups = 2;
   struct FreeCgroup {
     std::string name;
     int fd;
