@@ -54,6 +54,8 @@ struct Execution {
   int report_fd = -1;  // open until the child's execve (or its failure) is known
   bool failed = false;
   std::string cgroup_name;
+  // The shared-memory child's stack and request, until it has exec'd or is reaped.
+  rt::CommandRegion* region = nullptr;
 };
 
 class Init {
@@ -64,6 +66,7 @@ class Init {
     ctx_.last_cap = rt::read_last_cap();
     ctx_.max_open_files = spec_.max_open_files;
     ctx_.seccomp = &seccomp_;
+    ctx_.share_memory = rt::use_shared_memory_child();
     // Looked up once, in the sandbox's own root (PID 1 has pivoted by now).
     for (const char* candidate : {"/usr/bin/bash-static", "/bin/bash-static"}) {
       if (access(candidate, X_OK) == 0) {
@@ -117,6 +120,11 @@ class Init {
   }
 
  private:
+  struct Prepared {
+    Execution exec;  // its cgroup
+    rt::PreparedCommand command;
+  };
+
   void handle(proto::Message& msg) {
     for (int fd : msg.fds) close(fd);
     switch (msg.header.type) {
@@ -143,15 +151,21 @@ class Init {
       }
       Prepared prepared = std::move(*next_);
       next_.reset();
-      if (rt::launch_command(prepared.command, payload) < 0) {
+      if (int rc = rt::launch_command(prepared.command, payload); rc < 0) {
         rt::discard_prepared(prepared.command);
+        if (prepared.command.region) discarded_regions_[prepared.command.pid] = prepared.command.region;
         lingering_.push_back(prepared.exec);
+        if (rc == -E2BIG || rc == -EINVAL) {
+          fail(id, -rc, rc == -E2BIG ? "spawn request: too many arguments" : "malformed spawn request");
+          return;
+        }
         continue;
       }
       Execution exec = prepared.exec;
       exec.id = id;
       exec.pid = prepared.command.pid;
       exec.report_fd = prepared.command.report_read;
+      exec.region = prepared.command.region;
       int fds[2] = {prepared.command.stdout_read, prepared.command.stderr_read};
       proto::send_message(kControlFd, proto::Type::kSpawned, id, exec.pid, {}, fds, 2);
       close(prepared.command.stdout_read);
@@ -169,6 +183,13 @@ class Init {
   // Forks the child for the next command into a fresh execution cgroup.
   int prepare_next(std::string& error) {
     Prepared prepared;
+    if (!free_cgroups_.empty()) {
+      // An emptied execution cgroup is reused rather than removed and made again.
+      prepared.exec.cgroup_name = std::move(free_cgroups_.back().name);
+      prepared.exec.cgroup_fd = free_cgroups_.back().fd;
+      free_cgroups_.pop_back();
+      return prepare_in(prepared, error);
+    }
     prepared.exec.cgroup_name = "e" + std::to_string(++cgroup_counter_);
     if (mkdirat(exec_parent_fd_, prepared.exec.cgroup_name.c_str(), 0755) != 0 && errno != EEXIST) {
       int err = errno;
@@ -183,6 +204,10 @@ class Init {
       error = rt::describe_errno("openat(exec cgroup " + prepared.exec.cgroup_name + ")", err);
       return -err;
     }
+    return prepare_in(prepared, error);
+  }
+
+  int prepare_in(Prepared& prepared, std::string& error) {
     if (int rc = rt::prepare_command(ctx_, prepared.exec.cgroup_fd, prepared.command, error); rc < 0) {
       lingering_.push_back(prepared.exec);
       sweep_lingering();
@@ -202,6 +227,12 @@ class Init {
     if (n < 0 && errno == EAGAIN) return;
     close(exec.report_fd);
     exec.report_fd = -1;
+    // EOF alone: execve succeeded, so the child has left PID 1's memory. (After a
+    // failure report it may still be running on its stack there until it exits.)
+    if (n == 0) {
+      rt::release_region(exec.region);
+      exec.region = nullptr;
+    }
     if (n == static_cast<ssize_t>(sizeof failure)) {
       failure.step[sizeof failure.step - 1] = '\0';
       exec.failed = true;
@@ -226,6 +257,19 @@ class Init {
       int status = 0;
       pid_t pid = waitpid(-1, &status, WNOHANG);
       if (pid <= 0) break;
+      if (auto region = discarded_regions_.find(pid); region != discarded_regions_.end()) {
+        rt::release_region(region->second);
+        discarded_regions_.erase(region);
+      }
+      if (next_ && next_->command.pid == pid) {
+        // The prepared child died before its command (an agent can kill it): a fresh
+        // one is made for the next command.
+        rt::discard_prepared(next_->command);
+        rt::release_region(next_->command.region);
+        lingering_.push_back(next_->exec);
+        next_.reset();
+        continue;
+      }
       auto it = by_pid_.find(pid);
       if (it == by_pid_.end()) continue;  // an orphan re-parented to us
       uint32_t id = it->second;
@@ -237,6 +281,8 @@ class Init {
         // failed start is reported as such and not as an exit status.
         check_report(id);
         failed = exec->second.failed;
+        rt::release_region(exec->second.region);
+        exec->second.region = nullptr;
         lingering_.push_back(exec->second);
         running_.erase(exec);
       }
@@ -245,11 +291,17 @@ class Init {
     sweep_lingering();
   }
 
-  // Per-execution cgroups stay while background processes live in them; they are
-  // removed as soon as they empty.
+  // Per-execution cgroups stay while background processes live in them; once empty a
+  // few are kept for the next commands (a cgroup made and removed per command costs
+  // mkdir/rmdir in the hierarchy and, with controllers, their offlining in kworkers),
+  // and the rest are removed. A kept cgroup is empty, and nothing but PID 1 can move a
+  // process into it, so a command's tree (to kill on timeout) is still exactly its own.
   void sweep_lingering() {
     for (auto it = lingering_.begin(); it != lingering_.end();) {
-      if (unlinkat(exec_parent_fd_, it->cgroup_name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) {
+      if (free_cgroups_.size() < kKeptCgroups && rt::cgroup_is_empty(it->cgroup_fd)) {
+        free_cgroups_.push_back({std::move(it->cgroup_name), it->cgroup_fd});
+        it = lingering_.erase(it);
+      } else if (unlinkat(exec_parent_fd_, it->cgroup_name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) {
         close(it->cgroup_fd);
         it = lingering_.erase(it);
       } else {
@@ -265,12 +317,17 @@ class Init {
   std::map<uint32_t, Execution> running_;
   std::map<pid_t, uint32_t> by_pid_;
   std::vector<Execution> lingering_;
-  struct Prepared {
-    Execution exec;  // its cgroup
-    rt::PreparedCommand command;
-  };
   std::optional<Prepared> next_;
   uint32_t cgroup_counter_ = 0;
+  // Emptied execution cgroups kept for reuse.
+  static constexpr size_t kKeptCgroups = 2;
+  struct FreeCgroup {
+    std::string name;
+    int fd;
+  };
+  std::vector<FreeCgroup> free_cgroups_;
+  // Regions of children discarded before their command, until they are reaped.
+  std::map<pid_t, rt::CommandRegion*> discarded_regions_;
 };
 
 void join_cgroup(const std::string& dir) {

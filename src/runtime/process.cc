@@ -1,34 +1,150 @@
 #include "runtime/process.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/close_range.h>
+#include <linux/prctl.h>
+#include <linux/seccomp.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <initializer_list>
 #include <string>
 #include <utility>
-#include <vector>
 
+#include "runtime/raw_syscall.h"
 #include "runtime/syscall_error.h"
 #include "runtime/user.h"
 
+// How a command's process is made, and why it is safe to share PID 1's memory.
+//
+// PID 1 keeps one child ready ahead of each command (see PreparedCommand). That child
+// used to be a fork of PID 1: the kernel copied PID 1's page tables, the child then
+// faulted on every page it wrote (copy-on-write), and execve tore the copy down again.
+// On a paravirtualized VM page-table work is expensive, and this cost PID 1 about as
+// much CPU as the command itself. Like posix_spawn, nsjail and bubblewrap's helpers, the
+// child is now made with clone(CLONE_VM): it runs in PID 1's address space, on a stack
+// of its own, until its execve gives it a fresh address space; nothing is copied and
+// nothing torn down.
+//
+// Sharing the address space with PID 1 (which is root outside the sandbox) is only
+// safe because of these rules, which every line of the child below follows:
+//  - Unlike vfork, PID 1 keeps running while the child waits for its command, so the
+//    two run at the same time. The child therefore never writes memory PID 1 uses: it
+//    makes raw system calls (runtime/raw_syscall.h), which set no errno (errno lives
+//    in the thread's TLS, and the child has PID 1's thread pointer), takes no lock,
+//    allocates nothing and calls no libc function but memcpy-like pure ones. Its own
+//    writes go to its stack and to its CommandRegion, both owned by this child until
+//    PID 1 sees it exec or die (release_region).
+//  - The command reaches the child through the region: PID 1 lays it out there (argv,
+//    envp, cwd; parsed and checked by PID 1) and only then writes a token on the
+//    request pipe; the child reads the region only after reading the token (the pipe's
+//    write and read order the memory accesses), and PID 1 does not touch the region
+//    again until the child is done with it.
+//  - Everything that protects PID 1 from the child's future owner holds before the
+//    child becomes the agent: all signals stay blocked from the start until the last
+//    step before execve (a core-dumping signal to a task sharing an address space
+//    would otherwise take PID 1 down with it); right after its uid change (which resets
+//    the shared address space's dumpable flag to fs.suid_dumpable) the child sets it
+//    back to 0, so no process of the agent can ptrace it or read its memory, PID 1's
+//    memory; with fs.suid_dumpable = 1 even the moment between the two would be
+//    ptrace-able, so there children are forked instead (use_shared_memory_child).
+//  - The seccomp filter, no_new_privs, the namespace, credentials and capabilities are
+//    set by the same code for both kinds of child; the filter program and the context
+//    it reads from PID 1's memory are written once at start and never again.
+// Neither PID 1 nor the child has other threads, so no thread can see a half-done step.
+
 namespace sandboxd::runtime {
+
+struct CommandRequestLayout {
+  const char* program = nullptr;
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  const char* cwd = nullptr;
+};
+
+// One mapping: this header, then the data area (the request's bytes, then its argv and
+// envp arrays), a guard page, and the child's stack at the top.
+struct CommandRegion {
+  // Fixed before the child starts.
+  const CommandContext* ctx;
+  int cgroup_dirfd, request_read, out_w, err_w, report_fd;
+  size_t data_capacity;
+  // Written by PID 1 before the token (shared memory child) or by the forked child
+  // itself after reading the request from the pipe.
+  CommandRequestLayout request;
+  size_t data_used;
+  char* data() { return reinterpret_cast<char*>(this + 1); }
+};
+
 namespace {
 
-[[noreturn]] void child_fail(int report_fd, const char* step, int err) {
-  SpawnFailure failure{err, {}};
-  std::strncpy(failure.step, step, sizeof failure.step - 1);
-  (void)!write(report_fd, &failure, sizeof failure);
-  _exit(127);
+constexpr size_t kRegionSize = 4 << 20;  // virtual; only touched pages cost memory
+constexpr size_t kStackSize = 64 << 10;
+constexpr size_t kPage = 4096;
+// A request whose bytes went past this is not kept for reuse (its pages are resident).
+constexpr size_t kReusableDataSize = 64 << 10;
+constexpr uint32_t kGoToken = 0xffffffffu;
+
+// Regions ready for reuse: PID 1 normally has one or two children in flight.
+CommandRegion* free_regions[2] = {nullptr, nullptr};
+
+CommandRegion* acquire_region() {
+  for (auto& slot : free_regions)
+    if (slot) return std::exchange(slot, nullptr);
+  void* base = mmap(nullptr, kRegionSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) return nullptr;
+  // The guard page under the stack stops an overflow from running into the request.
+  char* guard = static_cast<char*>(base) + kRegionSize - kStackSize - kPage;
+  if (mprotect(guard, kPage, PROT_NONE) != 0) {
+    munmap(base, kRegionSize);
+    return nullptr;
+  }
+  auto* region = static_cast<CommandRegion*>(base);
+  region->data_capacity = static_cast<size_t>(guard - region->data());
+  return region;
+}
+
+void* stack_top(CommandRegion* region) {
+  return reinterpret_cast<char*>(region) + kRegionSize - 64;  // 16-byte aligned
+}
+
+// --- the child: raw system calls only (see the top of this file) --------------------
+
+long sys(long nr, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0, long a5 = 0) {
+  return raw::syscall6(nr, a1, a2, a3, a4, a5);
+}
+
+size_t length_of(const char* s) {
+  size_t n = 0;
+  while (s[n]) ++n;
+  return n;
+}
+
+[[noreturn]] void child_exit(int code) {
+  for (;;) sys(SYS_exit_group, code);
+}
+
+[[noreturn]] void child_fail(int report_fd, const char* step, long rc) {
+  SpawnFailure failure{};
+  failure.err = static_cast<int>(-rc);
+  size_t n = length_of(step);
+  if (n > sizeof failure.step - 1) n = sizeof failure.step - 1;
+  for (size_t i = 0; i < n; ++i) failure.step[i] = step[i];
+  sys(SYS_write, report_fd, reinterpret_cast<long>(&failure), sizeof failure);
+  child_exit(127);
 }
 
 bool read_exactly(int fd, void* data, size_t size) {
   auto* p = static_cast<char*>(data);
   while (size > 0) {
-    ssize_t n = read(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
+    long n = sys(SYS_read, fd, reinterpret_cast<long>(p), static_cast<long>(size));
+    if (n == -EINTR) continue;
     if (n <= 0) return false;
     p += n;
     size -= static_cast<size_t>(n);
@@ -36,57 +152,153 @@ bool read_exactly(int fd, void* data, size_t size) {
   return true;
 }
 
-// The child, from fork to execve. PID 1 is single-threaded, so allocating here is safe.
-[[noreturn]] void run_child(const CommandContext& ctx, int cgroup_dirfd, int request_read, int out_w, int err_w,
-                            int report_fd) {
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  signal(SIGPIPE, SIG_DFL);
-  if (setsid() < 0) child_fail(report_fd, "setsid()", errno);
-  int procs = openat(cgroup_dirfd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
-  if (procs < 0) child_fail(report_fd, "openat(exec cgroup, cgroup.procs)", errno);
-  if (write(procs, "0", 1) != 1) child_fail(report_fd, "write(exec cgroup.procs, 0)", errno);
-  close(procs);
+// Parses an encoded SpawnRequest (protocol.cc: cwd, then argv and env as a count and
+// that many NUL-terminated items) that sits in the region's data area, in place: the
+// strings stay where they are and the argv and envp arrays go after them. Used by PID 1
+// for a shared-memory child, and by a forked child on its own copy; allocates nothing.
+bool lay_out(CommandRegion& region, size_t length, const char* static_bash) {
+  char* data = region.data();
+  size_t pos = 0;
+  auto take = [&](const char*& item) {
+    item = data + pos;
+    while (pos < length && data[pos] != '\0') ++pos;
+    if (pos == length) return false;
+    ++pos;  // past the NUL
+    return true;
+  };
+  auto take_count = [&](size_t& count) {
+    const char* text;
+    if (!take(text)) return false;
+    size_t digits = length_of(text);
+    if (digits == 0 || digits > 6) return false;
+    count = 0;
+    for (size_t i = 0; i < digits; ++i) {
+      if (text[i] < '0' || text[i] > '9') return false;
+      count = count * 10 + static_cast<size_t>(text[i] - '0');
+    }
+    return true;
+  };
+  size_t pointers_at = (length + alignof(char*) - 1) & ~(alignof(char*) - 1);
+  if (pointers_at >= region.data_capacity) return false;
+  auto** pointers = reinterpret_cast<char**>(data + pointers_at);
+  size_t room = (region.data_capacity - pointers_at) / sizeof(char*), used = 0;
+  auto take_list = [&](char* const*& list) {
+    size_t count;
+    if (!take_count(count) || count + 1 > room - used) return false;
+    list = pointers + used;
+    for (size_t i = 0; i < count; ++i) {
+      const char* item;
+      if (!take(item)) return false;
+      pointers[used++] = const_cast<char*>(item);
+    }
+    pointers[used++] = nullptr;
+    return true;
+  };
+  CommandRequestLayout& out = region.request;
+  if (!take(out.cwd) || !take_list(out.argv) || !take_list(out.envp) || pos != length || !out.argv[0]) return false;
+  out.program = out.argv[0];
+  if (static_bash && std::strcmp(out.argv[0], "/bin/bash") == 0) out.program = static_bash;
+  region.data_used = pointers_at + used * sizeof(char*);
+  return true;
+}
+
+// Every step from the new process to execve; the same for both kinds of child.
+[[noreturn]] void run_child(CommandRegion& region, bool shares_memory) {
+  const CommandContext& ctx = *region.ctx;
+  const int report = region.report_fd;
+  long rc;
+  // Every signal stays blocked until just before execve (see the top of this file).
+  uint64_t all = ~uint64_t{0}, none = 0;
+  sys(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&all), 0, sizeof all);
+  if ((rc = sys(SYS_setsid)) < 0) child_fail(report, "setsid()", rc);
+  int procs = static_cast<int>(sys(SYS_openat, region.cgroup_dirfd, reinterpret_cast<long>("cgroup.procs"),
+                                   O_WRONLY | O_CLOEXEC));
+  if (procs < 0) child_fail(report, "openat(exec cgroup, cgroup.procs)", procs);
+  if ((rc = sys(SYS_write, procs, reinterpret_cast<long>("0"), 1)) != 1)
+    child_fail(report, "write(exec cgroup.procs, 0)", rc < 0 ? rc : -EIO);
+  sys(SYS_close, procs);
   // Everything that does not depend on the command is done before waiting for it, so
-  // that a command only pays for reading its request and execve.
-  int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null_fd < 0) child_fail(report_fd, "open(/dev/null)", errno);
+  // that a command only pays for execve.
+  int null_fd = static_cast<int>(sys(SYS_openat, AT_FDCWD, reinterpret_cast<long>("/dev/null"), O_RDONLY | O_CLOEXEC));
+  if (null_fd < 0) child_fail(report, "open(/dev/null)", null_fd);
   if (ctx.max_open_files > 0) {
     rlimit limit{ctx.max_open_files, ctx.max_open_files};
-    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) child_fail(report_fd, "setrlimit(RLIMIT_NOFILE)", errno);
+    if ((rc = sys(SYS_prlimit64, 0, RLIMIT_NOFILE, reinterpret_cast<long>(&limit), 0)) < 0)
+      child_fail(report, "setrlimit(RLIMIT_NOFILE)", rc);
   }
-  const char* step = nullptr;
-  if (int rc = become_agent(ctx.userns_fd, ctx.last_cap, &step); rc < 0)
-    child_fail(report_fd, step, -rc);
+  // The agent: the sandbox's user namespace, uid/gid 1000, no capabilities in any set
+  // (the same steps as become_agent in user.cc, without libc).
+  if ((rc = sys(SYS_setns, ctx.userns_fd, CLONE_NEWUSER)) < 0) child_fail(report, "setns(CLONE_NEWUSER)", rc);
+  gid_t groups[1] = {kAgentGid};
+  if ((rc = sys(SYS_setgroups, 1, reinterpret_cast<long>(groups))) < 0) child_fail(report, "setgroups([1000])", rc);
+  if ((rc = sys(SYS_setresgid, kAgentGid, kAgentGid, kAgentGid)) < 0) child_fail(report, "setresgid(1000)", rc);
+  if ((rc = sys(SYS_setresuid, kAgentUid, kAgentUid, kAgentUid)) < 0) child_fail(report, "setresuid(1000)", rc);
+  // The uid change set the (possibly shared) address space's dumpable flag to
+  // fs.suid_dumpable: back to 0 at once, as PID 1 itself has it.
+  if ((rc = sys(SYS_prctl, PR_SET_DUMPABLE, 0)) < 0) child_fail(report, "prctl(PR_SET_DUMPABLE, 0)", rc);
+  // Root of this namespace is unmapped, so setresuid did not clear capabilities the way
+  // it would for a real root: drop every set explicitly (bounding first, it needs
+  // CAP_SETPCAP).
+  for (int cap = 0; cap <= ctx.last_cap; ++cap)
+    if ((rc = sys(SYS_prctl, PR_CAPBSET_DROP, cap)) < 0 && rc != -EINVAL)
+      child_fail(report, "prctl(PR_CAPBSET_DROP)", rc);
+  if ((rc = sys(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)) < 0 && rc != -EINVAL)
+    child_fail(report, "prctl(PR_CAP_AMBIENT_CLEAR_ALL)", rc);
+  __user_cap_header_struct cap_header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct cap_data[2] = {};
+  if ((rc = sys(SYS_capset, reinterpret_cast<long>(&cap_header), reinterpret_cast<long>(cap_data))) < 0)
+    child_fail(report, "capset(0)", rc);
   // Every inherited descriptor but stdio closes at exec (the report pipe must survive
   // until then to tell the parent about a failed execve; the request pipe is read first).
-  if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) child_fail(report_fd, "close_range(3, ~0)", errno);
-  if (int rc = apply_seccomp(*ctx.seccomp, &step); rc < 0) child_fail(report_fd, step, -rc);
-  // Ready: wait for the command (a length, then the encoded request). Later siblings
-  // may hold copies of the write end, so the length, not EOF, ends the message.
-  uint32_t length = 0;
-  if (!read_exactly(request_read, &length, sizeof length)) _exit(0);  // never used
-  if (length > protocol::kMaxMessage) child_fail(report_fd, "read(spawn request): too long", E2BIG);
-  std::string payload(length, '\0');
-  if (!read_exactly(request_read, payload.data(), length)) child_fail(report_fd, "read(spawn request)", EPIPE);
-  close(request_read);
-  protocol::SpawnRequest req;
-  if (!protocol::decode(payload, req)) child_fail(report_fd, "decode(spawn request)", EINVAL);
-  std::vector<char*> argv, envp;
-  for (auto& a : req.argv) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : req.env) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  if ((rc = sys(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC)) < 0) child_fail(report, "close_range(3, ~0)", rc);
+  // no_new_privs and the seccomp filter (the same steps as apply_seccomp in seccomp.cc).
+  if ((rc = sys(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) < 0) child_fail(report, "prctl(PR_SET_NO_NEW_PRIVS)", rc);
+  sock_fprog prog{static_cast<unsigned short>(ctx.seccomp->instructions.size()),
+                  const_cast<sock_filter*>(ctx.seccomp->instructions.data())};
+  if ((rc = sys(SYS_prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, reinterpret_cast<long>(&prog))) < 0)
+    child_fail(report, "prctl(PR_SET_SECCOMP)", rc);
 
-  if (dup2(null_fd, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
-    child_fail(report_fd, "dup2(stdio)", errno);
-  if (chdir(req.cwd.c_str()) != 0) child_fail(report_fd, "chdir(cwd)", errno);
-  const char* program = argv[0];
-  if (ctx.static_bash && req.argv[0] == "/bin/bash") program = ctx.static_bash;
-  execve(program, argv.data(), envp.data());
-  child_fail(report_fd, "execve", errno);
+  // Ready: wait for the command. Later siblings may hold copies of the request pipe's
+  // write end, so a token or length, not EOF, says it has come.
+  uint32_t word = 0;
+  if (!read_exactly(region.request_read, &word, sizeof word)) child_exit(0);  // never used
+  if (shares_memory) {
+    // PID 1 has laid the request out in the region.
+    if (word != kGoToken) child_fail(report, "read(spawn token)", -EPROTO);
+  } else {
+    // A forked child has its own copy of the region: the request comes on the pipe.
+    if (word > protocol::kMaxMessage || word > region.data_capacity)
+      child_fail(report, "read(spawn request): too long", -E2BIG);
+    if (!read_exactly(region.request_read, region.data(), word)) child_fail(report, "read(spawn request)", -EPIPE);
+    if (!lay_out(region, word, ctx.static_bash)) child_fail(report, "decode(spawn request)", -EINVAL);
+  }
+  sys(SYS_close, region.request_read);
+  const CommandRequestLayout& req = region.request;
+
+  auto move_to = [&](int from, int to) {
+    if (from == to) return sys(SYS_fcntl, to, F_SETFD, 0);
+    return sys(SYS_dup3, from, to, 0);
+  };
+  if (move_to(null_fd, 0) < 0 || move_to(region.out_w, 1) < 0 || (rc = move_to(region.err_w, 2)) < 0)
+    child_fail(report, "dup2(stdio)", rc < 0 ? rc : -EBADF);
+  if ((rc = sys(SYS_chdir, reinterpret_cast<long>(req.cwd))) < 0) child_fail(report, "chdir(cwd)", rc);
+  // The command starts with default signal handling (PID 1 ignores SIGPIPE) and
+  // nothing blocked. A signal that came while blocked is delivered now, with the
+  // address space still not dumpable (so it cannot dump core through PID 1's memory).
+  struct {
+    unsigned long handler, flags, restorer;
+    uint64_t mask;
+  } default_action{reinterpret_cast<unsigned long>(SIG_DFL), 0, 0, 0};
+  sys(SYS_rt_sigaction, SIGPIPE, reinterpret_cast<long>(&default_action), 0, sizeof(uint64_t));
+  sys(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&none), 0, sizeof none);
+  rc = sys(SYS_execve, reinterpret_cast<long>(req.program), reinterpret_cast<long>(req.argv),
+           reinterpret_cast<long>(req.envp));
+  child_fail(report, "execve", rc);
 }
+
+int shared_memory_child_main(void* arg) { run_child(*static_cast<CommandRegion*>(arg), true); }
+
+// --- PID 1's side ----------------------------------------------------------------------
 
 void close_all(std::initializer_list<int> fds) {
   for (int fd : fds)
@@ -94,6 +306,31 @@ void close_all(std::initializer_list<int> fds) {
 }
 
 }  // namespace
+
+bool use_shared_memory_child() {
+#if SANDBOXD_HAVE_RAW_SYSCALL
+  int fd = open("/proc/sys/fs/suid_dumpable", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char value = '1';
+  bool read_one = read(fd, &value, 1) == 1;
+  close(fd);
+  return read_one && (value == '0' || value == '2');
+#else
+  return false;
+#endif
+}
+
+void release_region(CommandRegion* region) {
+  if (!region) return;
+  if (region->data_used <= kReusableDataSize) {
+    for (auto& slot : free_regions)
+      if (!slot) {
+        slot = region;
+        return;
+      }
+  }
+  munmap(region, kRegionSize);
+}
 
 int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand& out, std::string& error) {
   int request[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, report[2] = {-1, -1};
@@ -106,31 +343,72 @@ int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand
       return -err;
     }
   }
-  pid_t pid = fork();
-  if (pid == 0) {
-    close_all({request[1], out_pipe[0], err_pipe[0], report[0]});
-    run_child(ctx, cgroup_dirfd, request[0], out_pipe[1], err_pipe[1], report[1]);
+  CommandRegion* region = acquire_region();
+  if (!region) {
+    int err = errno;
+    close_all({request[0], request[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], report[0], report[1]});
+    error = describe_errno("mmap(command region)", err);
+    return -err;
   }
-  int fork_errno = errno;
+  region->ctx = &ctx;
+  region->cgroup_dirfd = cgroup_dirfd;
+  region->request_read = request[0];
+  region->out_w = out_pipe[1];
+  region->err_w = err_pipe[1];
+  region->report_fd = report[1];
+  region->data_used = 0;
+  region->request = {};
+  // The child gets its own copy of the descriptor table (no CLONE_FILES), so the ends
+  // it keeps are closed here, and the ones PID 1 keeps are closed there by close_range.
+  pid_t pid;
+  const char* call;
+  if (ctx.share_memory) {
+    call = "clone(CLONE_VM)";
+    pid = clone(shared_memory_child_main, stack_top(region), CLONE_VM | SIGCHLD, region);
+  } else {
+    call = "fork()";
+    pid = fork();
+    if (pid == 0) {
+      close_all({request[1], out_pipe[0], err_pipe[0], report[0]});
+      run_child(*region, false);
+    }
+  }
+  int start_errno = errno;
   close_all({request[0], out_pipe[1], err_pipe[1], report[1]});
   if (pid < 0) {
+    release_region(region);
     close_all({request[1], out_pipe[0], err_pipe[0], report[0]});
-    error = describe_errno("fork()", fork_errno);
-    return -fork_errno;
+    error = describe_errno(call, start_errno);
+    return -start_errno;
+  }
+  if (!ctx.share_memory) {
+    release_region(region);  // the forked child has its own copy
+    region = nullptr;
   }
   out.pid = pid;
   out.request_write = request[1];
   out.stdout_read = out_pipe[0];
   out.stderr_read = err_pipe[0];
   out.report_read = report[0];
+  out.region = region;
   return 0;
 }
 
 int launch_command(PreparedCommand& prepared, const std::string& encoded_request) {
   std::string message(sizeof(uint32_t), '\0');
-  uint32_t length = static_cast<uint32_t>(encoded_request.size());
-  std::memcpy(message.data(), &length, sizeof length);
-  message += encoded_request;
+  if (prepared.region) {
+    // The child reads the region only after the token (see the top of this file).
+    CommandRegion& region = *prepared.region;
+    if (encoded_request.size() > region.data_capacity) return -E2BIG;
+    std::memcpy(region.data(), encoded_request.data(), encoded_request.size());
+    if (!lay_out(region, encoded_request.size(), prepared.region->ctx->static_bash)) return -EINVAL;
+    uint32_t token = kGoToken;
+    std::memcpy(message.data(), &token, sizeof token);
+  } else {
+    uint32_t length = static_cast<uint32_t>(encoded_request.size());
+    std::memcpy(message.data(), &length, sizeof length);
+    message += encoded_request;
+  }
   size_t sent = 0;
   int rc = 0;
   while (sent < message.size()) {
@@ -149,7 +427,9 @@ int launch_command(PreparedCommand& prepared, const std::string& encoded_request
 
 void discard_prepared(PreparedCommand& prepared) {
   close_all({prepared.request_write, prepared.stdout_read, prepared.stderr_read, prepared.report_read});
+  CommandRegion* region = prepared.region;
   prepared = PreparedCommand{};
+  prepared.region = region;
 }
 
 }  // namespace sandboxd::runtime

@@ -1,6 +1,12 @@
 // Starting one command inside a running sandbox, from sandboxd-init: a new session in
 // its own per-execution cgroup, stdout/stderr on pipes, then the user namespace and
 // agent's credentials, no capabilities, and the seccomp filter last before execve.
+//
+// The child is made with clone(CLONE_VM) where that is safe (see process.cc): it shares
+// PID 1's memory instead of copying its page tables (the copy, and its teardown at
+// execve, cost as much as running a short command on a paravirtualized VM), runs on a
+// stack of its own and only makes raw system calls until execve. Elsewhere it is forked;
+// both kinds run the very same steps.
 #pragma once
 
 #include <sys/types.h>
@@ -22,7 +28,20 @@ struct CommandContext {
   // same bash, without the dynamic loader's work on every command (about a third of a
   // millisecond). Commands asking for /bin/bash run it; argv stays as asked.
   const char* static_bash = nullptr;
+  // clone(CLONE_VM) instead of fork (decided once by PID 1: see use_shared_memory_child).
+  bool share_memory = false;
 };
+
+// Whether children may share PID 1's memory here: the architecture has raw system call
+// wrappers and fs.suid_dumpable is not 1 (with 1, the child's uid change would make the
+// memory it shares with PID 1 ptrace-able by the agent's own processes).
+bool use_shared_memory_child();
+
+// A child's stack and request, in PID 1's memory (opaque outside process.cc).
+struct CommandRegion;
+// Gives a region back once its child can no longer use it: its execve succeeded (the
+// report pipe closed without a failure) or it has been reaped.
+void release_region(CommandRegion* region);
 
 // A child forked ahead of its command: already in its own session and in its
 // execution cgroup (joining one is the slow part of a start on cgroup v1: the first
@@ -36,6 +55,8 @@ struct PreparedCommand {
   // Closes (EOF) when execve succeeds; carries a SpawnFailure when a step before it
   // failed. Polled, so PID 1 never waits for a child's execve.
   int report_read = -1;
+  // The shared-memory child's stack and request; PID 1 owns it until release_region.
+  CommandRegion* region = nullptr;
 };
 
 // What a child that could not reach execve writes to its report pipe.
@@ -44,7 +65,7 @@ struct SpawnFailure {
   char step[96];
 };
 
-// Forks a child that joins the cgroup at cgroup_dirfd and waits for its command.
+// Starts (clone or fork) a child that joins the cgroup at cgroup_dirfd and waits for its command.
 // Returns 0, or a negative errno with `error` naming the failed call.
 int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand& out, std::string& error);
 
@@ -52,7 +73,8 @@ int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand
 // Returns 0, or -EPIPE when the child is gone (prepare another).
 int launch_command(PreparedCommand& prepared, const std::string& encoded_request);
 
-// Closes every descriptor the parent holds for a prepared child.
+// Closes every descriptor the parent holds for a prepared child. Its region, if any,
+// is left in `prepared.region` (the child may still run on it until it is reaped).
 void discard_prepared(PreparedCommand& prepared);
 
 }  // namespace sandboxd::runtime

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 namespace sandboxd::runtime::protocol {
@@ -40,9 +41,11 @@ int send_message(int sock, Type type, uint32_t id, int64_t value, std::string_vi
 int receive_message(int sock, Message& out, bool dont_wait) {
   out = Message{};
   // One receive buffer per thread: a message is copied out at its real size, instead
-  // of zero-filling kMaxMessage bytes for every packet.
-  thread_local std::vector<char> buffer(kMaxMessage);
-  iovec iov[2] = {{&out.header, sizeof out.header}, {buffer.data(), buffer.size()}};
+  // of zero-filling kMaxMessage bytes for every packet. Left uninitialized, so that
+  // only the pages messages have reached are resident (in every sandbox's PID 1, the
+  // rest of the 256 KiB would otherwise be idle memory).
+  thread_local std::unique_ptr<char[]> buffer(new char[kMaxMessage]);
+  iovec iov[2] = {{&out.header, sizeof out.header}, {buffer.get(), kMaxMessage}};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
   msghdr msg{};
   msg.msg_iov = iov;
@@ -71,7 +74,7 @@ int receive_message(int sock, Message& out, bool dont_wait) {
     out.fds.clear();
     return -EBADMSG;
   }
-  out.payload.assign(buffer.data(), static_cast<size_t>(n) - sizeof out.header);
+  out.payload.assign(buffer.get(), static_cast<size_t>(n) - sizeof out.header);
   return 1;
 }
 

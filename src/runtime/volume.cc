@@ -228,6 +228,15 @@ void Volume::detach_private(const std::string& target) {
 }
 
 bool Volume::is_mounted(const std::string& target) {
+  // statx says whether the path is the root of a mount (Linux 5.8) in O(1): reading
+  // mountinfo costs O(mounts on the host), and with 1,000 running sandboxes (~8 mounts
+  // each) that made every container start and stop slower than a sandbox start.
+  struct statx st {};
+  if (statx(AT_FDCWD, target.c_str(), AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, 0, &st) == 0) {
+    if (st.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) return (st.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
+  } else if (errno == ENOENT || errno == ENOTDIR) {
+    return false;  // no such path, so no mount there
+  }
   auto mounts = mounts_under(target);
   return std::find(mounts.begin(), mounts.end(), target) != mounts.end();
 }

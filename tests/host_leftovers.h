@@ -1,0 +1,85 @@
+// Test and benchmark support: what a server's containers hold on the host, read from the
+// host's own tables and scoped to one data directory (other servers on the host do not
+// count): loop devices backed by its files, mounts below it, and the cgroup folders of
+// its runtime instance (named "s" + the first 16 hex digits of the data directory's
+// SHA-256, see app/serve.cc).
+#pragma once
+
+#include <glob.h>
+#include <stdio.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace sandboxd::testing::host {
+
+namespace fs = std::filesystem;
+
+inline std::vector<std::string> glob_paths(const std::string& pattern) {
+  std::vector<std::string> out;
+  glob_t found{};
+  if (glob(pattern.c_str(), 0, nullptr, &found) == 0)
+    for (size_t i = 0; i < found.gl_pathc; ++i) out.push_back(found.gl_pathv[i]);
+  globfree(&found);
+  return out;
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Loop devices whose backing file is in the data directory.
+inline int loop_devices(const fs::path& data_dir) {
+  int n = 0;
+  for (const auto& file : glob_paths("/sys/block/loop*/loop/backing_file"))
+    if (slurp(file).rfind(data_dir.string() + "/", 0) == 0) ++n;
+  return n;
+}
+
+// Host mounts at or below `data_dir` (mount point, 5th field of mountinfo); every
+// mount of the host when `data_dir` is empty.
+inline int mounts(const fs::path& data_dir = {}) {
+  std::istringstream info(slurp("/proc/self/mountinfo"));
+  int n = 0;
+  for (std::string line; std::getline(info, line);) {
+    std::istringstream fields(line);
+    std::string field;
+    for (int i = 0; i < 5; ++i) fields >> field;
+    if (data_dir.empty() || field.rfind(data_dir.string() + "/", 0) == 0 || field == data_dir.string()) ++n;
+  }
+  return n;
+}
+
+// The server's cgroup instance folders (one per v1 hierarchy, or the v2 one).
+inline std::vector<std::string> instance_dirs(const fs::path& data_dir) {
+  std::string digest;
+  if (FILE* p = popen(("printf %s '" + data_dir.string() + "' | sha256sum").c_str(), "r")) {
+    char buf[17] = {};
+    if (fread(buf, 1, 16, p) == 16) digest = buf;
+    pclose(p);
+  }
+  if (digest.size() != 16) return {};
+  std::vector<std::string> out = glob_paths("/sys/fs/cgroup/*/sandboxd/s" + digest);
+  for (const auto& v2 : glob_paths("/sys/fs/cgroup/sandboxd/s" + digest)) out.push_back(v2);
+  return out;
+}
+
+// Cgroup folders below the instance, at any depth (sandboxes and their executions).
+inline int cgroups(const fs::path& data_dir) {
+  int n = 0;
+  for (const auto& dir : instance_dirs(data_dir)) {
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec))
+      if (it->is_directory(ec)) ++n;
+  }
+  return n;
+}
+
+}  // namespace sandboxd::testing::host

@@ -1,0 +1,109 @@
+// Many running sandboxes on one host, each with its container's volume mounted (a loop
+// device and mounts on the host, cgroups in every hierarchy), and what stopping them
+// leaves: the small-count twin of the 1,000-sandbox benchmark (bench/server_bench.cc,
+// SANDBOXD_BENCH_ONLY=idle). A real `sandboxd serve` on loopback; the loop devices,
+// mounts and cgroups are read from the host's own tables, scoped to this server's data
+// directory and cgroup instance (other servers on the host do not count).
+//
+// Also: a command's process, while it waits for its command sharing PID 1's memory
+// (clone(CLONE_VM)), can be signalled by the agent's own processes; nothing they send
+// it may reach PID 1.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "host_leftovers.h"
+#include "server_harness.h"
+
+namespace {
+
+using sandboxd::testing::ServerProcess;
+using sandboxd::testing::sh;
+namespace fs = std::filesystem;
+
+constexpr int kSandboxes = 20;
+const char* kAdminToken = "admin-token-for-idle-test";
+
+using sandboxd::testing::host::cgroups;
+using sandboxd::testing::host::instance_dirs;
+using sandboxd::testing::host::loop_devices;
+using sandboxd::testing::host::mounts;
+
+std::string run(const ServerProcess& server, const std::string& container, const std::string& command) {
+  auto reply = server.curl_json("-X POST -H 'Content-Type: application/json' " + server.base() + "/containers/" +
+                                container + "/tools/bash_code_execution -d '" +
+                                boost::json::serialize(boost::json::object{{"command", command}}) + "'");
+  if (!reply.is_object() || !reply.as_object().contains("stdout")) return "error: " + boost::json::serialize(reply);
+  return std::string(reply.at("stdout").as_string());
+}
+
+const std::string kConfig =
+    "auth:\n  adminToken: \"" + std::string(kAdminToken) +
+    "\"\n"
+    "quotas: { runningSandboxesPerOwner: 0, containersPerOwner: 0 }\n"
+    "runtime: { prestartedSandboxes: 0 }\n";
+
+TEST(IdleSandboxes, StoppingThemAllLeavesNoLoopDeviceMountOrCgroup) {
+  ServerProcess server(kConfig);
+  const fs::path data_dir = server.data_dir();
+  for (int i = 0; i < kSandboxes; ++i)
+    ASSERT_EQ(run(server, "idle-" + std::to_string(i), "echo ok"), "ok\n") << "container " << i;
+  // All of them running at once, each with its own volume and cgroups.
+  auto status = server.curl_json(server.url("/admin/sandboxes"), kAdminToken);
+  ASSERT_TRUE(status.is_object()) << boost::json::serialize(status);
+  size_t running = 0;
+  for (const auto& entry : status.at("data").as_array())
+    if (std::string(entry.at("container").as_string()).rfind("idle-", 0) == 0) ++running;
+  EXPECT_EQ(running, static_cast<size_t>(kSandboxes));
+  EXPECT_GE(loop_devices(data_dir), kSandboxes);
+  EXPECT_GE(mounts(data_dir), kSandboxes);
+  ASSERT_FALSE(instance_dirs(data_dir).empty()) << "no cgroup instance for " << data_dir;
+  EXPECT_GE(cgroups(data_dir), kSandboxes);
+  // A command in the last one works as in the first.
+  EXPECT_EQ(run(server, "idle-0", "echo first"), "first\n");
+  EXPECT_EQ(run(server, "idle-" + std::to_string(kSandboxes - 1), "echo last"), "last\n");
+
+  // Stopped one by one through the admin API: no sandbox cgroup is left (the volumes
+  // stay mounted while their containers are open, until idle or shutdown).
+  for (int i = 0; i < kSandboxes; ++i)
+    EXPECT_NE(server.curl("-X POST " + server.url("/admin/sandboxes/idle-" + std::to_string(i) + "/stop"), kAdminToken)
+                  .find("\"stopped\""),
+              std::string::npos);
+  EXPECT_EQ(cgroups(data_dir), 0);
+
+  // The server's shutdown closes every container: nothing of theirs is left on the host.
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+  EXPECT_EQ(loop_devices(data_dir), 0);
+  EXPECT_EQ(mounts(data_dir), 0);
+  EXPECT_EQ(cgroups(data_dir), 0);
+  EXPECT_TRUE(instance_dirs(data_dir).empty());
+}
+
+// The host pid of the PID 1 of container `id`'s sandbox, or -1.
+int64_t pid1_of(const ServerProcess& server, const std::string& id) {
+  auto status = server.curl_json(server.url("/admin/sandboxes"), kAdminToken);
+  if (!status.is_object() || !status.as_object().contains("data")) return -1;
+  for (const auto& entry : status.at("data").as_array())
+    if (entry.at("container").as_string() == id) return entry.at("pid").to_number<int64_t>();
+  return -1;
+}
+
+TEST(IdleSandboxes, SignalsToAWaitingCommandProcessDoNotReachPid1) {
+  ServerProcess server(kConfig);
+  ASSERT_EQ(run(server, "sig", "echo ok"), "ok\n");
+  const int64_t pid1 = pid1_of(server, "sig");
+  ASSERT_GT(pid1, 0);
+  // Every process the agent may signal, including the one PID 1 has ready for the next
+  // command (which shares PID 1's memory until its execve): core-dumping and fatal
+  // signals first, then SIGKILL.
+  for (const char* signal : {"QUIT", "SEGV", "ABRT", "BUS", "TERM", "KILL"})
+    run(server, "sig", std::string("for p in /proc/[0-9]*; do kill -") + signal +
+                           " ${p#/proc/} 2>/dev/null; done; true");
+  // The sandbox is still the same one (PID 1 alive), and it still runs commands.
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(run(server, "sig", "echo again"), "again\n");
+  EXPECT_EQ(pid1_of(server, "sig"), pid1);
+}
+
+}  // namespace
