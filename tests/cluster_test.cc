@@ -290,8 +290,26 @@ TEST_F(ClusterTest, UploadThroughOneRunThroughAnotherDownloadThroughTheThird) {
               200);
     EXPECT_EQ(sha256_of(again), sha256_of(original)) << "download " << i;
   }
+  // Uploads through a non-holder stream on to A, sized and chunked alike.
+  const fs::path second = work / "second.bin";
+  std::ofstream(second, std::ios::binary) << random_bytes(5 << 20);
+  const std::string second_md5 = sh("md5sum '" + second.string() + "' | cut -d' ' -f1 | tr -d '\\n'");
+  EXPECT_EQ(status_of("-X PUT --data-binary @" + second.string() + " '" +
+                      c().url("/api/gpt/v1/files/sized.bin?scope_id=" + container) + "'"),
+            200);
+  EXPECT_EQ(status_of("-X PUT -H 'Transfer-Encoding: chunked' --data-binary @" + second.string() + " '" +
+                      b().url("/api/gpt/v1/files/chunked.bin?scope_id=" + container) + "'"),
+            200);
+  auto listed = listing_of(a().url(), container);
+  for (const char* name : {"sized.bin", "chunked.bin"}) {
+    ASSERT_TRUE(listed.count(name)) << name;
+    EXPECT_EQ(std::string(listed[name].at("etag").as_string()), second_md5) << name;
+  }
   const std::string head = curl("-I '" + b().url("/api/gpt/v1/files/" + files["data.bin"] + "?scope_id=" + container) + "'");
   EXPECT_NE(head.find("X-File-Size-Bytes: " + std::to_string(3 << 20)), std::string::npos) << head;
+  // A request relayed once already is never relayed again: B, not the holder, refuses it.
+  EXPECT_EQ(status_of("-H 'Sandboxd-Relayed-By: replica-x' '" + b().url("/api/gpt/v1/files?scope_id=" + container) + "'"),
+            503);
   // Nobody took the container from A.
   lease = lease_of(container);
   EXPECT_EQ(lease->holder, "replica-a");
@@ -349,6 +367,16 @@ TEST_F(ClusterTest, KilledHolderIsReplacedWithinItsLease) {
   bash(a().url(), container, "echo before");
   ASSERT_EQ(lease_of(container)->holder, "replica-a");
   a().stop(SIGKILL);
+  // At once (A's lease still runs): a replica relaying to it answers 503, Retry-After,
+  // the documented error shape and nothing of why.
+  const fs::path headers = work / "headers";
+  const std::string refused = curl("-D '" + headers.string() + "' -X POST '" +
+                                   b().url("/api/gpt/v1/containers/" + container + "/tools/bash_code_execution") +
+                                   "' -d '{\"command\": \"true\"}'");
+  EXPECT_EQ(read_file(headers).rfind("HTTP/1.1 503", 0), 0u) << read_file(headers);
+  EXPECT_NE(read_file(headers).find("Retry-After: "), std::string::npos) << read_file(headers);
+  EXPECT_EQ(refused.rfind("{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"", 0), 0u) << refused;
+  EXPECT_EQ(refused.find("refused"), std::string::npos) << refused;
   // Through the load balancer: 503s with Retry-After (relays to a dead holder) until
   // the lease runs out, then another replica takes the container and serves it.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kLeaseSeconds + 10);
