@@ -24,7 +24,7 @@ namespace bj = boost::json;
 
 namespace {
 
-constexpr int kLeaseSeconds = 2;
+constexpr int kLeaseSeconds = 3;
 const char* kToken = "secret-alice";
 
 uint16_t free_port() {
@@ -135,7 +135,9 @@ class Nginx {
          << "    proxy_http_version 1.1;\n    proxy_set_header Connection \"\";\n    proxy_read_timeout 300s;\n"
          << "    location / { proxy_pass http://replicas; }\n  }\n}\n";
     conf.close();
-    pid_ = spawn_logged({"/usr/sbin/nginx", "-p", dir_.string(), "-c", (dir_ / "nginx.conf").string()},
+    // -e: even the log nginx opens before it reads the configuration is ours.
+    pid_ = spawn_logged({"/usr/sbin/nginx", "-p", dir_.string(), "-e", (dir_ / "logs" / "error.log").string(), "-c",
+                         (dir_ / "nginx.conf").string()},
                         dir_ / "logs" / "stderr.log");
     if (!wait_for_port(port_, pid_))
       throw std::runtime_error("nginx did not start: " + read_file(dir_ / "logs" / "error.log") +
