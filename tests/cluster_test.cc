@@ -464,6 +464,10 @@ TEST_F(ClusterTest, PausedHolderIsFencedWhenItComesBackAndTheNewHoldersFilesStay
   const std::string files_url = "/api/gpt/v1/files";
   ASSERT_EQ(status_of("-X PUT --data-binary 'first' '" + a().url(files_url + "/first.txt?scope_id=" + container) + "'"), 200);
   ASSERT_EQ(lease_of(container)->holder, "replica-a");
+  bash(a().url(), container, "echo a sandbox on A");
+  EXPECT_NE(sh("curl -sS -H 'Authorization: Bearer admin-secret-0123456789' '" + a().url("/admin/sandboxes") + "'")
+                .find(container),
+            std::string::npos);
   // An upload to A, half sent when A is paused.
   SlowUpload late(a().port(), files_url + "/late.txt?scope_id=" + container, random_bytes(256 << 10));
   ASSERT_TRUE(late.continued()) << "A opened the container for the upload";
@@ -485,6 +489,16 @@ TEST_F(ClusterTest, PausedHolderIsFencedWhenItComesBackAndTheNewHoldersFilesStay
   EXPECT_NE(answer.find("Retry-After: "), std::string::npos) << answer;
   EXPECT_NE(answer.find("{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\""), std::string::npos) << answer;
   EXPECT_NE(a().log().find("a write at epoch"), std::string::npos) << "A's write met the fence";
+  // A gave the container up: its sandbox there stops (B runs the container's commands).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::string sandboxes_on_a;
+  while (std::chrono::steady_clock::now() < deadline) {
+    sandboxes_on_a = sh("curl -sS -H 'Authorization: Bearer admin-secret-0123456789' '" + a().url("/admin/sandboxes") + "'");
+    if (sandboxes_on_a.find(container) == std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(sandboxes_on_a.find(container), std::string::npos) << sandboxes_on_a;
+  EXPECT_NE(sandboxes_on_a.find("\"data\""), std::string::npos) << sandboxes_on_a;
   // Nothing of B's is lost and A's late file is not there, whichever replica is asked.
   const std::string newer_md5 = sh("md5sum '" + newer.string() + "' | cut -d' ' -f1 | tr -d '\\n'");
   for (auto* through : {&a(), &b(), &c()}) {

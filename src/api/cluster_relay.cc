@@ -86,7 +86,7 @@ void install_cluster_routing(server::HttpServer& http, ApiContext& api, Containe
       // Another replica took the container over while this one was paused or cut off:
       // nothing was written; the lease is forgotten so the retry is relayed to the new holder.
       spdlog::warn("{}: {}; this replica gives the container up", ctx.request_id, fenced.what());
-      leases.drop(fenced.storage());
+      leases.drop(fenced.storage(), /*deleted=*/false, /*lost=*/true);
       co_return ApiError::overloaded("The container moved to another replica; try again", settings.retry_after_sec);
     }
   });

@@ -75,12 +75,13 @@ bool ContainerLeases::release(const std::string& storage) {
   return released;
 }
 
-void ContainerLeases::drop(const std::string& storage, bool deleted) {
+void ContainerLeases::drop(const std::string& storage, bool deleted, bool lost) {
   {
     std::lock_guard lock(mutex_);
     held_.erase(storage);
   }
   if (deleted) store_.remove(storage);
+  if (lost && on_lost_) on_lost_(storage);
 }
 
 std::vector<std::string> ContainerLeases::held() const {
@@ -139,18 +140,24 @@ asio::awaitable<void> ContainerLeases::renew_loop() {
     };
     const auto attempted = Clock::now();
     auto outcome = co_await server::run_blocking(std::move(renew_all));
-    std::lock_guard lock(mutex_);
-    for (const auto& [storage, renewed] : outcome) {
-      auto it = held_.find(storage);
-      if (it == held_.end() || !it->second.live) continue;
-      if (renewed) {
-        it->second.confirmed_at = attempted;
-      } else {
-        spdlog::warn("lease: container storage {} was taken over (epoch {} is gone); this replica stops serving it",
-                     storage, it->second.epoch);
-        held_.erase(it);
+    std::vector<std::string> lost;
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& [storage, renewed] : outcome) {
+        auto it = held_.find(storage);
+        if (it == held_.end() || !it->second.live) continue;
+        if (renewed) {
+          it->second.confirmed_at = attempted;
+        } else {
+          spdlog::warn("lease: container storage {} was taken over (epoch {} is gone); this replica stops serving it",
+                       storage, it->second.epoch);
+          held_.erase(it);
+          lost.push_back(storage);
+        }
       }
     }
+    if (on_lost_)
+      for (const auto& storage : lost) on_lost_(storage);
   }
 }
 

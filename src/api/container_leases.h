@@ -9,6 +9,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -53,10 +54,13 @@ class ContainerLeases {
   Result<Claim> claim(const std::string& storage);
   // Gives a held lease up at once (after the final flush). True when it was held.
   bool release(const std::string& storage);
-  // Forgets a lease that is gone (taken over, or the container deleted); `deleted` also
-  // removes its row.
-  void drop(const std::string& storage, bool deleted = false);
+  // Forgets a lease that is gone: taken over (`lost`: on_lost runs), or the container
+  // deleted (`deleted`: its row goes too).
+  void drop(const std::string& storage, bool deleted = false, bool lost = false);
   std::vector<std::string> held() const;
+  // Called (on an I/O thread, no lock held) when this replica finds a lease it held
+  // taken over: its renewal failed or a write met the fence. Set once, before serving.
+  void set_on_lost(std::function<void(const std::string& storage)> on_lost) { on_lost_ = std::move(on_lost); }
 
   // The fence (Metadata::set_write_fence): throws store::FencedError unless `storage`'s
   // lease still has the epoch this replica took it at.
@@ -88,6 +92,7 @@ class ContainerLeases {
   asio::steady_timer renew_timer_;
   std::atomic<bool> stopped_{false};
   std::atomic<bool> draining_{false};
+  std::function<void(const std::string&)> on_lost_;
 };
 
 }  // namespace sandboxd::api

@@ -278,6 +278,24 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
   return container;
 }
 
+void ContainerService::set_cluster(ContainerLeases* leases, DurabilityHooks* durability) {
+  leases_ = leases;
+  durability_ = durability;
+  leases_->set_on_lost([this](const std::string& storage) { lease_lost(storage); });
+}
+
+void ContainerService::lease_lost(const std::string& storage) {
+  std::shared_ptr<Container> lost;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, container] : open_)
+      if (container->storage == storage) lost = container;
+  }
+  if (!lost) return;
+  spdlog::warn("container {} of {} is served by another replica now: its sandbox here stops", lost->id, lost->owner);
+  asio::co_spawn(lost->strand, stop_on_strand(lost, "lease_lost"), asio::detached);
+}
+
 Result<void> ContainerService::claim_lease(Container& container) {
   auto claimed = leases_->claim(container.storage);
   if (!claimed) return claimed.error();

@@ -151,10 +151,7 @@ class ContainerService {
   // Cluster mode (issue 13 §3): a container is served under its lease, taken when it
   // opens (then made current: durability->ensure_local), released when its sandbox
   // stops (after durability->flush). Set once, before serving.
-  void set_cluster(ContainerLeases* leases, DurabilityHooks* durability) {
-    leases_ = leases;
-    durability_ = durability;
-  }
+  void set_cluster(ContainerLeases* leases, DurabilityHooks* durability);
   struct DrainOutcome {
     size_t released = 0, kept = 0;  // kept: still held (a flush failed)
   };
@@ -185,6 +182,9 @@ class ContainerService {
   Result<void> claim_lease(Container& container);
   // Cluster mode: the final flush, then the lease goes (kept when the flush fails).
   asio::awaitable<void> flush_and_release(std::shared_ptr<Container> container);
+  // Cluster mode: another replica took the container over; its sandbox here stops (no
+  // flush, no release: this copy is no longer the container's).
+  void lease_lost(const std::string& storage);
 
   asio::io_context& io_;
   ops::LiveConfig& config_;
