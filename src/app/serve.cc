@@ -248,11 +248,13 @@ int serve(ops::Config config, const std::string& config_path) {
             io,
             [&]() -> asio::awaitable<void> {
               asio::steady_timer pause(io);
-              // cluster.shutdownGraceSec bounds it all: two thirds for the requests in
-              // flight, the rest to stop the sandboxes, flush and release the leases.
+              // cluster.shutdownGraceSec bounds it all: in cluster mode two thirds for the
+              // requests in flight, the rest to stop the sandboxes, flush and release
+              // the leases (a single host keeps the whole of it, 30 s by default).
               if (leases) leases->set_draining();
               const int grace = config.cluster_shutdown_grace_sec;
-              auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(std::max(1, grace * 2 / 3));
+              const int in_flight_wait = leases ? std::max(1, grace * 2 / 3) : grace;
+              auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(in_flight_wait);
               while (http.requests_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
                 pause.expires_after(std::chrono::milliseconds(50));
                 co_await pause.async_wait(asio::use_awaitable);
