@@ -12,6 +12,7 @@ packages=(
   zlib1g-dev debootstrap  # images: gzip layers; `sandboxd image build`
   prometheus  # promtool checks the /metrics output in the tests
   postgresql  # a real allow-listed service the network tests query from a sandbox
+  nginx  # the load balancer in front of three replicas in the cluster tests (run by the test itself)
   chromium  # the Workspace web page's browser test (driven by playwright-core)
   lintian python3  # the package test checks the .deb; package and image scripts write JSON
   clang libclang-rt-dev  # the fuzz targets (scripts/fuzz.sh): libFuzzer, ASan, UBSan

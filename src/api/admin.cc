@@ -2,6 +2,7 @@
 // sandboxes (`sandboxd ps`) and stopping one (`sandboxd stop`), files kept.
 //   GET  /admin/sandboxes
 //   POST /admin/sandboxes/{container}/stop[?owner=OWNER]
+//   POST /admin/drain   (the Kubernetes preStop: stop every sandbox, release every lease)
 
 #include <boost/json.hpp>
 
@@ -54,6 +55,16 @@ asio::awaitable<Result<Response>> stop_sandbox(ApiContext& api, RequestContext& 
   co_return json_ok(boost::json::object{{"container", id}, {"owner", matches.front()->owner}, {"state", "stopped"}});
 }
 
+// What SIGTERM does before the exit, without it: running commands get
+// cluster.shutdownGraceSec (less a margin for the flushes) to finish, every sandbox
+// stops, every container is flushed and its lease released; new containers are refused.
+asio::awaitable<Result<Response>> drain(ApiContext& api, RequestContext& ctx) {
+  if (auto ok = check_admin(api, ctx); !ok) co_return ok.error();
+  const int grace = api.config()->cluster_shutdown_grace_sec;
+  auto outcome = co_await api.containers.drain(std::chrono::seconds(std::max(1, grace * 2 / 3)));
+  co_return json_ok(boost::json::object{{"drained", true}, {"released", outcome.released}, {"kept", outcome.kept}});
+}
+
 }  // namespace
 
 void register_admin_routes(server::HttpServer& http, ApiContext& api) {
@@ -61,6 +72,7 @@ void register_admin_routes(server::HttpServer& http, ApiContext& api) {
              {.authenticated = false});
   http.route(http::verb::post, "/admin/sandboxes/{container}/stop", "admin.stop", with_api(api, stop_sandbox),
              {.authenticated = false});
+  http.route(http::verb::post, "/admin/drain", "admin.drain", with_api(api, drain), {.authenticated = false});
 }
 
 }  // namespace sandboxd::api

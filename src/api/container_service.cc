@@ -1,5 +1,7 @@
 #include "api/container_service.h"
 
+#include "api/container_leases.h"
+#include "api/durability_hooks.h"
 #include "api/sandbox_network.h"
 #include "api/skill_mounts.h"
 
@@ -16,6 +18,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <tuple>
 #include <random>
 #include <spdlog/spdlog.h>
@@ -24,6 +27,7 @@
 #include "ops/metrics.h"
 #include "runtime/host_capacity.h"
 #include "runtime/volume.h"
+#include "server/blocking.h"
 
 namespace sandboxd::api {
 namespace {
@@ -191,7 +195,11 @@ Result<std::shared_ptr<Container>> ContainerService::load(const store::Container
   container->created_at = record.created_at;
   container->last_used_at = record.last_used_at;
   container->api_secret = new_api_secret();
-  if (auto prepared = prepare_storage(*container, /*fresh=*/false); !prepared) return prepared.error();
+  // Cluster mode: a container another replica made or served may have no local copy
+  // here yet; an empty one is made (and filled by ensure_local).
+  const bool no_local_copy =
+      leases_ && !fs::exists(fs::path(containers_dir_) / container->storage / "volume.img");
+  if (auto prepared = prepare_storage(*container, /*fresh=*/no_local_copy); !prepared) return prepared.error();
   return container;
 }
 
@@ -204,14 +212,29 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
   // prepared once; both are quick (a rename and a mount).
   std::lock_guard lock(mutex_);
   auto key = std::make_pair(owner, id);
-  if (auto it = open_.find(key); it != open_.end()) return it->second;
+  if (auto it = open_.find(key); it != open_.end()) {
+    if (leases_)
+      if (auto claimed = claim_lease(*it->second); !claimed) return claimed.error();
+    return it->second;
+  }
   if (auto record = metadata_.find_container(owner, id)) {
+    std::optional<ContainerLeases::Claim> claim;  // before anything is mounted for it
+    if (leases_) {
+      auto claimed = leases_->claim(record->storage);
+      if (!claimed) return claimed.error();
+      claim = *claimed;
+    }
     Result<std::shared_ptr<Container>> container = ApiError::internal();
     try {
       container = load(*record);
     } catch (const std::exception& e) {
       return host_out_of_something("mounting the volume of container " + id, e);
     }
+    if (container && claim && claim->fresh)
+      if (auto current = durability_->ensure_local(**container); !current) {
+        discard_storage(**container);
+        return current.error();
+      }
     if (container) open_[key] = *container;
     return container;
   }
@@ -245,9 +268,80 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
     discard_storage(*container);  // nothing of a container that could not be made stays behind
     return prepared.error();
   }
+  if (leases_)  // before the record: a container this replica may not serve is not made
+    if (auto claimed = claim_lease(*container); !claimed) {
+      discard_storage(*container);
+      return claimed.error();
+    }
   metadata_.create_container(record);
   open_[key] = container;
   return container;
+}
+
+void ContainerService::set_cluster(ContainerLeases* leases, DurabilityHooks* durability) {
+  leases_ = leases;
+  durability_ = durability;
+  leases_->set_on_lost([this](const std::string& storage) { lease_lost(storage); });
+}
+
+void ContainerService::lease_lost(const std::string& storage) {
+  std::shared_ptr<Container> lost;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, container] : open_)
+      if (container->storage == storage) lost = container;
+  }
+  if (!lost) return;
+  spdlog::warn("container {} of {} is served by another replica now: its sandbox here stops", lost->id, lost->owner);
+  asio::co_spawn(lost->strand, stop_on_strand(lost, "lease_lost"), asio::detached);
+}
+
+Result<void> ContainerService::claim_lease(Container& container) {
+  auto claimed = leases_->claim(container.storage);
+  if (!claimed) return claimed.error();
+  if (claimed->fresh) return durability_->ensure_local(container);
+  return {};
+}
+
+asio::awaitable<void> ContainerService::flush_and_release(std::shared_ptr<Container> container) {
+  auto finish = [this, container] {
+    if (auto flushed = durability_->flush(*container); !flushed) {
+      spdlog::warn("container {} of {}: the flush failed ({}); its lease is kept", container->id, container->owner,
+                   flushed.error().message);
+      return;
+    }
+    leases_->release(container->storage);
+  };
+  try {
+    co_await server::run_blocking(std::move(finish));
+  } catch (const std::exception& e) {  // the database: the lease then runs out by itself
+    spdlog::error("container {} of {}: releasing its lease: {}", container->id, container->owner, e.what());
+  }
+}
+
+asio::awaitable<ContainerService::DrainOutcome> ContainerService::drain(std::chrono::seconds grace) {
+  if (leases_) leases_->set_draining();
+  std::vector<std::shared_ptr<Container>> all;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, container] : open_) all.push_back(container);
+  }
+  // Running commands get the grace period to finish; stopping the sandbox cancels the rest.
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  asio::steady_timer pause(io_);
+  for (;;) {
+    bool busy = false;
+    for (const auto& container : all) busy = busy || container->executing.load() > 0;
+    if (!busy || std::chrono::steady_clock::now() >= deadline) break;
+    pause.expires_after(std::chrono::milliseconds(100));
+    co_await pause.async_wait(asio::use_awaitable);
+  }
+  DrainOutcome outcome;
+  const size_t held_before = leases_ ? leases_->held().size() : 0;
+  for (auto& container : all) co_await stop(container, "drain");
+  outcome.kept = leases_ ? leases_->held().size() : 0;
+  outcome.released = held_before > outcome.kept ? held_before - outcome.kept : 0;
+  co_return outcome;
 }
 
 std::vector<store::ContainerRecord> ContainerService::list(const std::string& owner, size_t limit,
@@ -540,6 +634,7 @@ asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container
 
 asio::awaitable<void> ContainerService::stop(std::shared_ptr<Container> container, const char* reason) {
   co_await asio::co_spawn(container->strand, stop_on_strand(container, reason), asio::use_awaitable);
+  if (leases_) co_await flush_and_release(container);
 }
 
 asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> container) {
@@ -550,6 +645,7 @@ asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> contai
     open_.erase({container->owner, container->id});
   }
   metadata_.delete_container(container->owner, container->id);
+  if (leases_) leases_->drop(container->storage, /*deleted=*/true);
   SkillMounts::remove_folder(settings()->data_dir, container->storage);
   try {
     Volume::unmount(container->volume_mount);

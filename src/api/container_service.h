@@ -32,6 +32,9 @@ namespace sandboxd::api {
 
 namespace asio = boost::asio;
 
+class ContainerLeases;
+class DurabilityHooks;
+
 // Seed 002's error for code execution with no provider behind it.
 inline constexpr std::string_view kNoProvider = "code_execution provider is not configured.";
 
@@ -145,6 +148,17 @@ class ContainerService {
   // Stops every sandbox and unmounts every volume (graceful shutdown).
   asio::awaitable<void> shutdown();
 
+  // Cluster mode (issue 13 §3): a container is served under its lease, taken when it
+  // opens (then made current: durability->ensure_local), released when its sandbox
+  // stops (after durability->flush). Set once, before serving.
+  void set_cluster(ContainerLeases* leases, DurabilityHooks* durability);
+  struct DrainOutcome {
+    size_t released = 0, kept = 0;  // kept: still held (a flush failed)
+  };
+  // Refuses new containers, lets running commands finish (up to `grace`, then they are
+  // cancelled), stops every sandbox and releases every lease; the server keeps running.
+  asio::awaitable<DrainOutcome> drain(std::chrono::seconds grace);
+
  private:
   asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ensure_sandbox(std::shared_ptr<Container> container);
   asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container, const char* reason);
@@ -164,11 +178,20 @@ class ContainerService {
   void discard_storage(Container& container);
   asio::awaitable<void> reap_idle();
   runtime::SandboxOptions sandbox_options(const ContainerPaths& dirs, const std::string& name) const;
+  // Cluster mode: the lease before serving an open container (ensure_local when fresh).
+  Result<void> claim_lease(Container& container);
+  // Cluster mode: the final flush, then the lease goes (kept when the flush fails).
+  asio::awaitable<void> flush_and_release(std::shared_ptr<Container> container);
+  // Cluster mode: another replica took the container over; its sandbox here stops (no
+  // flush, no release: this copy is no longer the container's).
+  void lease_lost(const std::string& storage);
 
   asio::io_context& io_;
   ops::LiveConfig& config_;
   runtime::Runtime* runtime_;
   SandboxNetwork* network_ = nullptr;
+  ContainerLeases* leases_ = nullptr;
+  DurabilityHooks* durability_ = nullptr;
   std::string unavailable_reason_;
   std::shared_ptr<ops::Admission> admission_;
   ops::OwnerAdmission owner_admission_;  // each owner's share, before the global line

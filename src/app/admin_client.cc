@@ -20,7 +20,7 @@ size_t collect(char* data, size_t size, size_t count, void* user) {
   return size * count;
 }
 
-Reply request(const AdminTarget& target, const char* method, const std::string& path) {
+Reply request(const AdminTarget& target, const char* method, const std::string& path, long timeout_sec = 30) {
   Reply reply;
   CURL* curl = curl_easy_init();
   if (!curl) return {0, {}, "curl_easy_init failed"};
@@ -34,7 +34,7 @@ Reply request(const AdminTarget& target, const char* method, const std::string& 
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &reply.body);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT, timeout_sec);
   CURLcode rc = curl_easy_perform(curl);
   if (rc != CURLE_OK) reply.error = curl_easy_strerror(rc);
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &reply.status);
@@ -109,6 +109,17 @@ int admin_stop(const AdminTarget& target, const std::string& container, const st
   auto stopped = boost::json::parse(reply.body).as_object();
   std::printf("stopped %s (owner %s); its files are kept\n", container.c_str(),
               std::string(stopped.at("owner").as_string()).c_str());
+  return 0;
+}
+
+int admin_drain(const AdminTarget& target) {
+  // The server bounds a drain by cluster.shutdownGraceSec; this only guards a hang.
+  Reply reply = request(target, "POST", "/admin/drain", 3600L);
+  if (!reply.error.empty() || reply.status != 200) return report_failure(target, reply);
+  auto drained = boost::json::parse(reply.body).as_object();
+  std::printf("drained: %lld container(s) released, %lld kept (their flush failed)\n",
+              static_cast<long long>(drained.at("released").to_number<int64_t>()),
+              static_cast<long long>(drained.at("kept").to_number<int64_t>()));
   return 0;
 }
 

@@ -4,6 +4,7 @@
 //   sandboxd config check FILE
 //   sandboxd ps [--config FILE | --url URL --admin-token TOKEN]
 //   sandboxd stop CONTAINER [--owner OWNER] [--config FILE | --url URL --admin-token TOKEN]
+//   sandboxd admin drain [--config FILE | --url URL --admin-token TOKEN]
 //   sandboxd image import FILE [--name NAME[:TAG]] | build NAME[:TAG] [--minimal] [--packages a,b] [--mirror URL]
 //                  | ls | rm NAME[:TAG]     (each with [--data-dir DIR | --config FILE])
 //   sandboxd version
@@ -62,6 +63,11 @@ int main(int argc, char** argv) {
   add_admin_options(stop);
   stop->add_option("container", stop_container, "The container id")->required();
   stop->add_option("--owner", stop_owner, "The container's owner, when several owners use the id");
+  auto* admin = app.add_subcommand("admin", "Operator actions on a running server");
+  auto* drain = admin->add_subcommand(
+      "drain", "Stop every sandbox, flush and release its containers, refuse new ones (a Kubernetes preStop)");
+  add_admin_options(drain);
+  admin->require_subcommand(1);
 
   // Images live in the data directory `serve` uses: --data-dir, else server.dataDir of
   // --config, else the default.
@@ -107,7 +113,7 @@ int main(int argc, char** argv) {
     if (image_ls->parsed()) return im::image_ls_command(data_dir);
     return im::image_rm_command(data_dir, image_name);
   }
-  if (ps->parsed() || stop->parsed()) {
+  if (ps->parsed() || stop->parsed() || drain->parsed()) {
     sandboxd::app::AdminTarget target;
     try {
       auto config =
@@ -126,6 +132,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (ps->parsed()) return sandboxd::app::admin_ps(target);
+    if (drain->parsed()) return sandboxd::app::admin_drain(target);
     return sandboxd::app::admin_stop(target, stop_container,
                                      stop_owner.empty() ? std::nullopt : std::optional<std::string>(stop_owner));
   }

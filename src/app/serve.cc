@@ -14,7 +14,10 @@
 #include <random>
 #include <thread>
 
+#include "api/cluster_relay.h"
+#include "api/container_leases.h"
 #include "api/container_service.h"
+#include "api/durability_hooks.h"
 #include "app/host_share.h"
 #include "api/routes.h"
 #include "api/sandbox_network.h"
@@ -35,6 +38,7 @@
 #include "server/blocking.h"
 #include "server/http_server.h"
 #include "store/file_store.h"
+#include "store/lease_store.h"
 #include "store/metadata.h"
 
 namespace sandboxd::app {
@@ -150,7 +154,27 @@ int serve(ops::Config config, const std::string& config_path) {
     ops::LiveConfig live_config(config);
     api::ContainerService containers(io, live_config, sandbox_runtime ? &*sandbox_runtime : nullptr, metadata);
     containers.set_unavailable_reason(image_problem);
-    api::check_store(metadata, (fs::path(config.data_dir) / "containers").string());
+    // Cluster mode: the metadata is shared with the other replicas, and each container
+    // is served under a lease (issue 13 §3).
+    std::optional<store::LeaseStore> lease_store;
+    std::optional<api::ContainerLeases> leases;
+    api::LocalDurability durability;  // the s3 backend's restore/flush hooks go here
+    if (config.cluster_enabled()) {
+      lease_store.emplace((fs::path(config.data_dir) / "sandboxd.db").string());
+      leases.emplace(io, *lease_store,
+                     api::ContainerLeases::Settings{config.cluster_replica_id, config.cluster_advertise_url,
+                                                    std::chrono::seconds(config.cluster_lease_seconds),
+                                                    config.retry_after_sec});
+      metadata.set_write_fence(
+          [&leases](sqlite3* db, const std::string& storage) { leases->check_fence(db, storage); });
+      containers.set_cluster(&*leases, &durability);
+      spdlog::info("cluster: replica {} at {}, leases of {}s", config.cluster_replica_id, config.cluster_advertise_url,
+                   config.cluster_lease_seconds);
+    } else {
+      // (Not in cluster mode: the shared index names containers that other replicas'
+      // disks hold, and a missing upload here is not a missing upload.)
+      api::check_store(metadata, (fs::path(config.data_dir) / "containers").string());
+    }
     server::ServerLimits limits;
     limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
     limits.body_idle_timeout = std::chrono::seconds(config.body_idle_timeout_sec);
@@ -196,6 +220,10 @@ int serve(ops::Config config, const std::string& config_path) {
     api::register_messages_routes(http, api);
     api::register_admin_routes(http, api);
     api::register_skill_routes(http, api);
+    if (leases) {
+      api::install_cluster_routing(http, api, *leases);
+      leases->start();
+    }
 
     auto endpoint = http.listen(config.listen_host, config.listen_port);
     std::printf("sandboxd: listening on http://%s:%u (data in %s, cgroup %s)\n",
@@ -220,13 +248,20 @@ int serve(ops::Config config, const std::string& config_path) {
             io,
             [&]() -> asio::awaitable<void> {
               asio::steady_timer pause(io);
-              auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+              // cluster.shutdownGraceSec bounds it all: in cluster mode two thirds for the
+              // requests in flight, the rest to stop the sandboxes, flush and release
+              // the leases (a single host keeps the whole of it, 30 s by default).
+              if (leases) leases->set_draining();
+              const int grace = config.cluster_shutdown_grace_sec;
+              const int in_flight_wait = leases ? std::max(1, grace * 2 / 3) : grace;
+              auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(in_flight_wait);
               while (http.requests_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
                 pause.expires_after(std::chrono::milliseconds(50));
                 co_await pause.async_wait(asio::use_awaitable);
               }
               if (upstream) upstream->shutdown();
               co_await containers.shutdown();
+              if (leases) leases->stop();
               io.stop();
             },
             asio::detached);
@@ -241,6 +276,7 @@ int serve(ops::Config config, const std::string& config_path) {
     for (auto& t : pool) t.join();
     // Disk work handed off by handlers (walks, hashing) ends before the stores it uses.
     server::blocking_pool().join();
+    metadata.set_write_fence(nullptr);  // it refers to the leases, which end here
   }
   ops::set_audit(nullptr);  // its file is under the data directory's bind
   // The private bind made at start, and anything a part of the service left mounted

@@ -145,6 +145,36 @@ bool valid_service_name(const std::string& name) {
 
 namespace {
 Config parse_config_checked(const std::string& yaml_text);
+
+// cluster: { replicaId, advertiseUrl, leaseSeconds, shutdownGraceSec }. The advertised
+// URL is plain http://HOST[:PORT] (the replicas' own network; no path: requests keep
+// theirs when relayed).
+void parse_cluster(const YAML::Node& n, const std::string& p, Config& c) {
+  only_keys(n, p, {"replicaId", "advertiseUrl", "leaseSeconds", "shutdownGraceSec"});
+  with(n, "replicaId", p, [&](const YAML::Node& v, const std::string& kp) {
+    c.cluster_replica_id = scalar(v, kp);
+    if (c.cluster_replica_id.empty() || c.cluster_replica_id.size() > 128) throw ConfigError(kp + ": must be 1-128 characters");
+    for (unsigned char ch : c.cluster_replica_id)
+      if (!std::isalnum(ch) && ch != '-' && ch != '_' && ch != '.')
+        throw ConfigError(kp + ": must be letters, digits, '-', '_' and '.'");
+  });
+  with(n, "advertiseUrl", p, [&](const YAML::Node& v, const std::string& kp) {
+    std::string url = scalar(v, kp);
+    constexpr std::string_view kScheme = "http://";
+    if (!url.starts_with(kScheme)) throw ConfigError(kp + ": must be an http:// URL (http://HOST:PORT)");
+    std::string authority = url.substr(kScheme.size());
+    if (!authority.empty() && authority.back() == '/') authority.pop_back();
+    if (authority.empty() || authority.find_first_of("/?#@ ") != std::string::npos)
+      throw ConfigError(kp + ": must be http://HOST:PORT with no path, query or user");
+    c.cluster_advertise_url = url;
+  });
+  with(n, "leaseSeconds", p, [&](const YAML::Node& v, const std::string& kp) { c.cluster_lease_seconds = static_cast<int>(read_int(v, kp, 1, 3600)); });
+  with(n, "shutdownGraceSec", p, [&](const YAML::Node& v, const std::string& kp) { c.cluster_shutdown_grace_sec = static_cast<int>(read_int(v, kp, 1, 3600)); });
+  if (!c.cluster_replica_id.empty() && c.cluster_advertise_url.empty())
+    throw ConfigError(p + ".advertiseUrl: required when cluster.replicaId is set (where the other replicas reach this one)");
+  if (c.cluster_replica_id.empty() && !c.cluster_advertise_url.empty())
+    throw ConfigError(p + ".replicaId: required when cluster.advertiseUrl is set");
+}
 }  // namespace
 
 // Whatever yaml-cpp throws on a strange document (a complex key, a bad conversion) is
@@ -169,7 +199,7 @@ Config parse_config_checked(const std::string& yaml_text) {
   Config c;
   if (!root || root.IsNull()) return c;
   only_keys(root, "", {"server", "auth", "model", "features", "external", "opensandbox", "capacity",
-                       "codeInterpreter", "workspace", "runtime", "logging", "quotas"});
+                       "codeInterpreter", "workspace", "runtime", "logging", "quotas", "cluster"});
 
   with(root, "server", "", [&](const YAML::Node& n, const std::string& p) {
     only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec", "webRoot", "bodyIdleTimeoutSec",
@@ -409,6 +439,7 @@ Config parse_config_checked(const std::string& yaml_text) {
     });
     with(n, "skillsDir", p, [&](const YAML::Node& v, const std::string& kp) { c.skills_dir = scalar(v, kp); });
   });
+  with(root, "cluster", "", [&](const YAML::Node& n, const std::string& p) { parse_cluster(n, p, c); });
   return c;
 }
 }  // namespace

@@ -118,6 +118,13 @@ struct Config {
   // "sandboxd" runs code in sandboxd's own sandboxes; "none" runs no code at all (the
   // files API works; code execution answers "code_execution provider is not configured.").
   std::string runtime_provider = "sandboxd";
+  // cluster (issue 13 §3): several replicas share the metadata and serve each container
+  // from one replica at a time (a lease). On when cluster_replica_id is set.
+  std::string cluster_replica_id;     // cluster.replicaId: unique among the replicas
+  std::string cluster_advertise_url;  // cluster.advertiseUrl: http://HOST:PORT the others relay to
+  int cluster_lease_seconds = 15;     // cluster.leaseSeconds: a lease not renewed for this long is free
+  int cluster_shutdown_grace_sec = 30;  // cluster.shutdownGraceSec: SIGTERM to exit, at most
+  bool cluster_enabled() const { return !cluster_replica_id.empty(); }
 };
 
 class ConfigError : public std::runtime_error {

@@ -51,6 +51,11 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
     same_tokens = loaded.tokens[i].token == current->tokens[i].token && loaded.tokens[i].owner == current->tokens[i].owner;
   keep(same_tokens, "auth.tokens");
   keep(loaded.admin_token == current->admin_token, "auth.adminToken");
+  keep(loaded.cluster_replica_id == current->cluster_replica_id &&
+           loaded.cluster_advertise_url == current->cluster_advertise_url &&
+           loaded.cluster_lease_seconds == current->cluster_lease_seconds &&
+           loaded.cluster_shutdown_grace_sec == current->cluster_shutdown_grace_sec,
+       "cluster");
   keep(loaded.model_base_url == current->model_base_url && loaded.model_api_key == current->model_api_key,
        "model.baseUrl/apiKey");
   keep(loaded.workspace_size_bytes == current->workspace_size_bytes, "codeInterpreter.workspaceSizeLimit");

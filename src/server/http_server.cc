@@ -78,6 +78,22 @@ std::optional<std::string> RequestContext::query_value(const std::string& name) 
 
 asio::awaitable<Result<void>> RequestContext::read_body_stream(
     size_t limit, const std::function<Result<void>(std::string_view)>& on_chunk) {
+  AsyncChunkConsumer consume = [&on_chunk](std::string_view chunk) -> asio::awaitable<Result<void>> {
+    co_return on_chunk(chunk);
+  };
+  co_return co_await read_body_stream_async(limit, consume);
+}
+
+asio::awaitable<Result<void>> RequestContext::read_body_stream_async(size_t limit, const AsyncChunkConsumer& on_chunk) {
+  if (kept_body_) {
+    std::string body = std::move(*kept_body_);
+    kept_body_.reset();
+    if (body.size() > limit)
+      co_return ApiError::too_large("Request body exceeds the limit of " + std::to_string(limit) + " bytes");
+    if (!body.empty())
+      if (auto accepted = co_await on_chunk(body); !accepted) co_return accepted.error();
+    co_return Result<void>();
+  }
   if (parser_.is_done()) co_return Result<void>();
   if (auto length = parser_.content_length(); length && *length > limit)
     co_return ApiError::too_large("Request body is " + std::to_string(*length) + " bytes; the limit is " +
@@ -119,7 +135,7 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
     while (remaining > 0 && buffer_.size() > 0) {
       size_t take = std::min<uint64_t>(remaining, buffer_.size());
       auto data = buffer_.data();
-      auto accepted = on_chunk(std::string_view(static_cast<const char*>(data.data()), take));
+      auto accepted = co_await on_chunk(std::string_view(static_cast<const char*>(data.data()), take));
       buffer_.consume(take);
       remaining -= take;
       if (!accepted) co_return accepted.error();
@@ -135,7 +151,7 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
       }
       remaining -= n;
       received += n;
-      auto accepted = on_chunk(std::string_view(chunk.get(), n));
+      auto accepted = co_await on_chunk(std::string_view(chunk.get(), n));
       if (!accepted) {
         stream_.expires_never();
         co_return accepted.error();
@@ -165,7 +181,7 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
       co_return ApiError::too_large("Request body exceeds the limit of " + std::to_string(limit) + " bytes");
     }
     if (got > 0) {
-      auto accepted = on_chunk(std::string_view(chunk.get(), got));
+      auto accepted = co_await on_chunk(std::string_view(chunk.get(), got));
       if (!accepted) {
         stream_.expires_never();
         co_return accepted.error();
@@ -191,8 +207,12 @@ asio::awaitable<bool> ChunkWriter::write(std::string_view data) {
   if (failed_) co_return false;
   if (data.empty()) co_return true;  // an empty chunk would end the body
   stream_.expires_after(write_timeout_);
-  auto [ec, n] = co_await asio::async_write(stream_, http::make_chunk(asio::const_buffer(data.data(), data.size())),
-                                            use_tuple);
+  boost::system::error_code ec;
+  if (raw_)
+    std::tie(ec, std::ignore) = co_await asio::async_write(stream_, asio::const_buffer(data.data(), data.size()), use_tuple);
+  else
+    std::tie(ec, std::ignore) = co_await asio::async_write(
+        stream_, http::make_chunk(asio::const_buffer(data.data(), data.size())), use_tuple);
   stream_.expires_never();
   if (ec) failed_ = true;
   co_return !failed_;
@@ -450,7 +470,10 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx, http::reques
           1));
   }
   try {
-    auto result = co_await handlers_[match.route](ctx);
+    // (Not a ?: of two co_awaits: GCC 12 miscompiles that.)
+    Result<Response> result = ApiError::internal();
+    if (interceptor_) result = co_await interceptor_(ctx, handlers_[match.route]);
+    else result = co_await handlers_[match.route](ctx);
     if (!result) co_return error_response(result.error());
     co_return std::move(*result);
   } catch (const std::exception& e) {
@@ -480,12 +503,14 @@ asio::awaitable<bool> HttpServer::send(beast::tcp_stream& stream, Response& resp
   }
   if (auto* streamed = std::get_if<StreamResponse>(&response)) {
     status = streamed->header.result_int();
-    streamed->header.chunked(true);
+    const bool sized = streamed->header.has_content_length();
+    if (!sized) streamed->header.chunked(true);
     http::response_serializer<http::empty_body> serializer{streamed->header};
     auto [ec, n] = co_await http::async_write_header(stream, serializer, use_tuple);
     stream.expires_never();
     if (ec) co_return false;
-    ChunkWriter writer(stream, limits_.write_timeout);
+    if (head) co_return true;
+    ChunkWriter writer(stream, limits_.write_timeout, /*raw=*/sized);
     try {
       co_await streamed->produce(writer);
     } catch (const std::exception& e) {
@@ -494,6 +519,7 @@ asio::awaitable<bool> HttpServer::send(beast::tcp_stream& stream, Response& resp
       co_return false;
     }
     if (writer.failed()) co_return false;
+    if (sized) co_return true;
     stream.expires_after(limits_.write_timeout);
     std::tie(ec, std::ignore) = co_await asio::async_write(stream, http::make_chunk_last(), use_tuple);
     stream.expires_never();

@@ -42,16 +42,21 @@ struct FileResponse {
 // Writes the chunks of a streamed body (chunked transfer encoding).
 class ChunkWriter {
  public:
-  ChunkWriter(beast::tcp_stream& stream, std::chrono::seconds write_timeout)
-      : stream_(stream), write_timeout_(write_timeout) {}
+  // `raw`: the body goes as is (the header says its Content-Length), not in chunks.
+  ChunkWriter(beast::tcp_stream& stream, std::chrono::seconds write_timeout, bool raw = false)
+      : stream_(stream), write_timeout_(write_timeout), raw_(raw) {}
   // Sends one chunk at once; false (and every later call false) once the client is gone.
   asio::awaitable<bool> write(std::string_view data);
   bool failed() const { return failed_; }
+  // The producer cannot finish the body (its source broke): the connection closes
+  // without the body's end, so the client sees it cut off, never complete.
+  void abort() { failed_ = true; }
   beast::tcp_stream& stream() { return stream_; }
 
  private:
   beast::tcp_stream& stream_;
   std::chrono::seconds write_timeout_;
+  bool raw_ = false;
   bool failed_ = false;
 };
 
@@ -73,7 +78,9 @@ class DisconnectWatch : public std::enable_shared_from_this<DisconnectWatch> {
 };
 
 // A response whose body a producer writes as it goes (server-sent events): the header
-// is sent first, then `produce` writes chunks until it returns.
+// is sent first, then `produce` writes chunks until it returns. A header with a
+// Content-Length sends the body as is (exactly that many bytes), not chunked; a HEAD
+// request gets the header only.
 struct StreamResponse {
   http::response<http::empty_body> header;
   std::function<asio::awaitable<void>(ChunkWriter&)> produce;
@@ -137,6 +144,13 @@ class RequestContext {
   // The body in chunks, as it arrives; `on_chunk` may refuse (its error is returned).
   asio::awaitable<Result<void>> read_body_stream(size_t limit,
                                                  const std::function<Result<void>(std::string_view)>& on_chunk);
+  // The same, for a consumer that waits on each chunk (sends it on to another socket).
+  using AsyncChunkConsumer = std::function<asio::awaitable<Result<void>>(std::string_view)>;
+  asio::awaitable<Result<void>> read_body_stream_async(size_t limit, const AsyncChunkConsumer& on_chunk);
+  // A body read already (to look into it before deciding where the request goes): the
+  // next read gets it instead of the socket.
+  void keep_body(std::string body) { kept_body_ = std::move(body); }
+  const std::optional<std::string>& kept_body() const { return kept_body_; }
   // The whole body has been read (the connection can serve another request).
   bool body_complete() const { return parser_.is_done() || body_read_; }
 
@@ -148,11 +162,15 @@ class RequestContext {
   http::request_parser<http::buffer_body>& parser_;
   const ServerLimits& limits_;
   bool body_read_ = false;
+  std::optional<std::string> kept_body_;
 };
 
 using Handler = std::function<asio::awaitable<Result<Response>>(RequestContext&)>;
 // Authenticates a request: sets ctx.owner or returns the 401.
 using Authenticator = std::function<Result<void>(RequestContext&)>;
+// Runs each authenticated request's handler, or answers in its place (a cluster replica
+// relays a request for a container another replica serves).
+using Interceptor = std::function<asio::awaitable<Result<Response>>(RequestContext&, const Handler&)>;
 
 struct RouteOptions {
   bool authenticated = true;
@@ -177,6 +195,7 @@ class HttpServer {
   void route(http::verb method, std::string pattern, std::string name, Handler handler, RouteOptions options = {});
   void set_authenticator(Authenticator authenticator) { authenticator_ = std::move(authenticator); }
   void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
+  void set_interceptor(Interceptor interceptor) { interceptor_ = std::move(interceptor); }
 
   // Binds and starts accepting. Throws on a bind failure.
   tcp::endpoint listen(const std::string& host, uint16_t port);
@@ -207,6 +226,7 @@ class HttpServer {
   std::vector<RouteOptions> route_options_;
   Authenticator authenticator_;
   RequestObserver observer_;
+  Interceptor interceptor_;
   std::optional<tcp::acceptor> acceptor_;
   std::atomic<bool> stopping_{false};
   std::atomic<size_t> in_flight_{0};

@@ -247,6 +247,7 @@ std::optional<FileRecord> Metadata::find_file(const std::string& storage, const 
 void Metadata::put_file(const FileRecord& record, bool reset_created) {
   std::lock_guard lock(mutex_);
   Transaction transaction(db_);
+  if (fence_) fence_(db_, record.storage);
   bool exists = file_position(db_, record.storage, record.path).has_value();
   if (exists && !reset_created) {
     Statement update(db_, "UPDATE files SET size = ?, etag = ?, mime = ?, mtime_ns = ? WHERE storage = ? AND path = ?");
@@ -267,19 +268,27 @@ void Metadata::put_file(const FileRecord& record, bool reset_created) {
 
 bool Metadata::delete_file(const std::string& storage, const std::string& path) {
   std::lock_guard lock(mutex_);
+  std::optional<Transaction> fenced;  // the fence and the delete, at once
+  if (fence_) fenced.emplace(db_), fence_(db_, storage);
   Statement remove(db_, "DELETE FROM files WHERE storage = ? AND path = ?");
   remove.bind(1, storage).bind(2, path).run();
-  return sqlite3_changes(db_) > 0;
+  const bool deleted = sqlite3_changes(db_) > 0;
+  if (fenced) fenced->commit();
+  return deleted;
 }
 
 size_t Metadata::delete_prefix(const std::string& storage, const std::string& path_prefix) {
   std::lock_guard lock(mutex_);
+  std::optional<Transaction> fenced;  // the fence and the delete, at once
+  if (fence_) fenced.emplace(db_), fence_(db_, storage);
   PrefixFilter filter = prefix_filter({path_prefix});
   Statement remove(db_, "DELETE FROM files WHERE storage = ?" + filter.sql);
   remove.add(storage);
   for (const auto& value : filter.values) remove.add(value);
   remove.run();
-  return static_cast<size_t>(sqlite3_changes(db_));
+  const size_t deleted = static_cast<size_t>(sqlite3_changes(db_));
+  if (fenced) fenced->commit();
+  return deleted;
 }
 
 // Pages over (created_at, seq), which is unique because seq is. With only before_path

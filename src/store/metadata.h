@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -72,7 +73,14 @@ class Metadata {
   std::vector<FileRecord> files_of(const std::string& storage);
   uint64_t total_bytes();
 
+  // Cluster mode (issue 13 §3): runs inside the transaction of every write to a
+  // container's file records, with that container's storage; throws (FencedError) to
+  // refuse the write. Set once, before serving.
+  using WriteFence = std::function<void(sqlite3* db, const std::string& storage)>;
+  void set_write_fence(WriteFence fence) { fence_ = std::move(fence); }
+
  private:
+  WriteFence fence_;
   std::mutex mutex_;
   sqlite3* db_ = nullptr;
 };

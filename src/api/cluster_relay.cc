@@ -1,0 +1,95 @@
+#include "api/cluster_relay.h"
+
+#include <boost/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "server/http_relay.h"
+#include "store/lease_store.h"
+
+namespace sandboxd::api {
+namespace {
+
+constexpr size_t kMessagesBodyLimit = 32u << 20;  // as messages.cc reads it
+
+bool route_in(std::string_view route, std::initializer_list<std::string_view> names) {
+  for (auto name : names)
+    if (route == name) return true;
+  return false;
+}
+
+// The body's `container`: a string, or an object with a string `id`; the default
+// container when there is none. "" when the body is not a JSON object (the handler
+// then answers the 400, wherever it runs).
+std::string container_of_messages_body(std::string_view body) {
+  boost::system::error_code ec;
+  auto value = boost::json::parse(body, ec);
+  if (ec || !value.is_object()) return "";
+  const auto* container = value.as_object().if_contains("container");
+  if (!container || container->is_null()) return ContainerService::default_id();
+  if (container->is_object()) container = container->as_object().if_contains("id");
+  if (!container || !container->is_string()) return "";
+  return std::string(container->as_string());
+}
+
+}  // namespace
+
+asio::awaitable<std::string> container_of_request(RequestContext& ctx) {
+  const std::string& route = ctx.route_name;
+  if (route_in(route, {"containers.get", "containers.delete", "containers.stop", "containers.tool"}))
+    co_return ctx.params["id"];
+  if (route.starts_with("files.")) co_return ctx.query_value("scope_id").value_or("");
+  if (route_in(route, {"threads.upload_file", "threads.put_file", "threads.download_file", "threads.message",
+                       "threads.delete", "threads.artifacts"}))
+    co_return ctx.params["thread_id"];
+  if (route == "messages.create") {
+    auto body = co_await ctx.read_body(kMessagesBodyLimit);
+    if (!body) co_return "";  // the handler's own read answers the error
+    std::string container = container_of_messages_body(*body);
+    ctx.keep_body(std::move(*body));
+    co_return container;
+  }
+  co_return "";
+}
+
+void install_cluster_routing(server::HttpServer& http, ApiContext& api, ContainerLeases& leases) {
+  http.set_interceptor([&api, &leases](RequestContext& ctx, const server::Handler& handler)
+                           -> asio::awaitable<Result<Response>> {
+    const auto& settings = leases.settings();
+    // A sandbox's own requests come from this replica (it runs the sandbox): served here.
+    std::string container_id;
+    if (!ctx.origin) container_id = co_await container_of_request(ctx);
+    if (!container_id.empty() && ContainerService::valid_id(container_id)) {
+      if (auto record = api.containers.metadata().find_container(ctx.owner, container_id)) {
+        auto holder = leases.holder_of(record->storage);
+        if (holder.elsewhere) {
+          // Relayed once at most: a relayed request that finds the container moved on
+          // again is answered here, and the client's retry finds the new holder.
+          if (!ctx.header_value(server::kRelayedByHeader).empty())
+            co_return ApiError::overloaded("The container is moving between replicas; try again shortly",
+                                           settings.retry_after_sec);
+          auto target = server::parse_relay_target(holder.holder_url);
+          if (!target) {
+            spdlog::error("{}: replica {} advertises an unusable URL", ctx.request_id, holder.holder);
+            co_return ApiError::overloaded("The replica serving this container cannot be reached; try again shortly",
+                                           settings.retry_after_sec);
+          }
+          server::RelayOptions options;
+          options.via = settings.replica_id;
+          options.retry_after_sec = settings.retry_after_sec;
+          co_return co_await server::relay_request(ctx, *target, options);
+        }
+      }
+    }
+    try {
+      co_return co_await handler(ctx);
+    } catch (const store::FencedError& fenced) {
+      // Another replica took the container over while this one was paused or cut off:
+      // nothing was written; the lease is forgotten so the retry is relayed to the new holder.
+      spdlog::warn("{}: {}; this replica gives the container up", ctx.request_id, fenced.what());
+      leases.drop(fenced.storage(), /*deleted=*/false, /*lost=*/true);
+      co_return ApiError::overloaded("The container moved to another replica; try again", settings.retry_after_sec);
+    }
+  });
+}
+
+}  // namespace sandboxd::api

@@ -1,0 +1,220 @@
+#include "server/http_relay.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http.hpp>
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <set>
+#include <spdlog/spdlog.h>
+
+namespace sandboxd::server {
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr size_t kPieceSize = 64 * 1024;
+
+bool is_hop_by_hop(std::string_view name, const std::set<std::string>& named_by_connection) {
+  // RFC 9110 §7.6.1's list, plus what this relay frames itself (length, encoding, host)
+  // and Expect (the 100-continue is answered to the client by this server already).
+  static constexpr std::array<std::string_view, 12> kFields = {
+      "connection", "keep-alive",        "proxy-connection", "proxy-authenticate", "proxy-authorization", "te",
+      "trailer",    "transfer-encoding", "upgrade",          "content-length",     "host",                "expect"};
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return std::find(kFields.begin(), kFields.end(), lower) != kFields.end() || named_by_connection.count(lower);
+}
+
+// Field names a Connection header lists are hop-by-hop too.
+std::set<std::string> connection_tokens(const http::fields& fields) {
+  std::set<std::string> tokens;
+  for (auto it = fields.find(http::field::connection); it != fields.end() && it->name() == http::field::connection;
+       ++it) {
+    std::string value(it->value());
+    size_t start = 0;
+    while (start <= value.size()) {
+      size_t comma = value.find(',', start);
+      std::string token = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      token.erase(0, token.find_first_not_of(" \t"));
+      token.erase(token.find_last_not_of(" \t") + 1);
+      std::transform(token.begin(), token.end(), token.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (!token.empty()) tokens.insert(token);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  return tokens;
+}
+
+void copy_end_to_end(const http::fields& from, http::fields& to) {
+  const auto hop = connection_tokens(from);
+  for (const auto& field : from)
+    if (!is_hop_by_hop(field.name_string(), hop)) to.insert(field.name_string(), field.value());
+}
+
+ApiError unreachable(const RelayOptions& options) {
+  return ApiError::overloaded("The replica serving this container cannot be reached; try again shortly",
+                              options.retry_after_sec);
+}
+
+ApiError broke_off(const RelayOptions& options) {
+  return ApiError{http::status::bad_gateway, "api_error",
+                  "The replica serving this container did not answer; try again shortly", options.retry_after_sec};
+}
+
+// What the relay holds while the answer streams (the response outlives the handler).
+struct Upstream {
+  explicit Upstream(asio::any_io_executor executor) : stream(std::move(executor)) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  http::response_parser<http::buffer_body> parser;
+  std::shared_ptr<DisconnectWatch> watch;  // the client going away ends the relay
+  std::unique_ptr<char[]> piece{new char[kPieceSize]};
+  ~Upstream() {
+    if (watch) watch->stop();
+  }
+};
+
+}  // namespace
+
+Result<RelayTarget> parse_relay_target(std::string_view url) {
+  constexpr std::string_view kScheme = "http://";
+  if (!url.starts_with(kScheme)) return ApiError::invalid_request("not an http:// URL");
+  url.remove_prefix(kScheme.size());
+  if (url.ends_with('/')) url.remove_suffix(1);
+  if (url.empty() || url.find_first_of("/?#@ ") != std::string_view::npos)
+    return ApiError::invalid_request("not http://HOST[:PORT]");
+  RelayTarget target;
+  if (url.front() == '[') {  // [v6]:port
+    auto close = url.find(']');
+    if (close == std::string_view::npos) return ApiError::invalid_request("bad IPv6 host");
+    target.host = std::string(url.substr(1, close - 1));
+    url.remove_prefix(close + 1);
+    target.port = url.starts_with(':') ? std::string(url.substr(1)) : "80";
+  } else {
+    auto colon = url.rfind(':');
+    target.host = std::string(url.substr(0, colon));
+    target.port = colon == std::string_view::npos ? "80" : std::string(url.substr(colon + 1));
+  }
+  if (target.host.empty() || target.port.empty() ||
+      !std::all_of(target.port.begin(), target.port.end(), [](unsigned char c) { return std::isdigit(c); }))
+    return ApiError::invalid_request("not http://HOST[:PORT]");
+  return target;
+}
+
+asio::awaitable<Result<Response>> relay_request(RequestContext& ctx, const RelayTarget& target,
+                                                const RelayOptions& options) {
+  auto executor = ctx.stream().get_executor();
+  auto upstream = std::make_shared<Upstream>(executor);
+  auto& stream = upstream->stream;
+
+  // Connect (a name resolves through DNS: a StatefulSet's stable names).
+  asio::ip::tcp::resolver resolver(executor);
+  auto [resolve_error, endpoints] = co_await resolver.async_resolve(target.host, target.port, use_tuple);
+  if (resolve_error) {
+    spdlog::warn("{} relay to {}:{}: {}", ctx.request_id, target.host, target.port, resolve_error.message());
+    co_return unreachable(options);
+  }
+  stream.expires_after(options.connect_timeout);
+  auto [connect_error, connected] = co_await stream.async_connect(endpoints, use_tuple);
+  if (connect_error) {
+    spdlog::warn("{} relay to {}:{}: {}", ctx.request_id, target.host, target.port, connect_error.message());
+    co_return unreachable(options);
+  }
+  boost::system::error_code ignored;
+  stream.socket().set_option(asio::ip::tcp::no_delay(true), ignored);
+
+  // The request: the client's, framed anew.
+  const auto& incoming = ctx.header();
+  http::request<http::empty_body> request{ctx.method(), incoming.target(), 11};
+  copy_end_to_end(incoming, request);
+  request.set(http::field::host, target.host + ":" + target.port);
+  request.set(kRelayedByHeader, options.via);
+  request.keep_alive(false);
+  const bool chunked_in = !ctx.kept_body() && ctx.header_value(http::field::transfer_encoding).find("chunked") !=
+                                                  std::string_view::npos;
+  if (ctx.kept_body()) request.content_length(ctx.kept_body()->size());
+  else if (auto length = ctx.header_value(http::field::content_length); !length.empty())
+    request.set(http::field::content_length, length);  // checked by this server's parser
+  else if (chunked_in) request.chunked(true);
+  stream.expires_after(options.answer_timeout);
+  http::request_serializer<http::empty_body> serializer{request};
+  auto [header_error, header_bytes] = co_await http::async_write_header(stream, serializer, use_tuple);
+  if (header_error) {
+    spdlog::warn("{} relay to {}:{}: {}", ctx.request_id, target.host, target.port, header_error.message());
+    co_return unreachable(options);
+  }
+  // The body, piece by piece as it arrives. A holder that stops reading (it answered
+  // early: 401, 413) is not an error yet: its answer is read below.
+  bool upstream_write_failed = false;
+  RequestContext::AsyncChunkConsumer forward = [&](std::string_view piece) -> asio::awaitable<Result<void>> {
+    if (upstream_write_failed) co_return Result<void>();
+    stream.expires_after(options.answer_timeout);
+    boost::system::error_code ec;
+    if (chunked_in)
+      std::tie(ec, std::ignore) =
+          co_await asio::async_write(stream, http::make_chunk(asio::const_buffer(piece.data(), piece.size())), use_tuple);
+    else
+      std::tie(ec, std::ignore) = co_await asio::async_write(stream, asio::const_buffer(piece.data(), piece.size()), use_tuple);
+    if (ec) upstream_write_failed = true;
+    co_return Result<void>();
+  };
+  auto body = co_await ctx.read_body_stream_async(std::numeric_limits<size_t>::max(), forward);
+  if (!body) co_return body.error();  // the client's body broke off
+  if (chunked_in && !upstream_write_failed) {
+    auto [ec, n] = co_await asio::async_write(stream, http::make_chunk_last(), use_tuple);
+    if (ec) upstream_write_failed = true;
+  }
+
+  // The answer's header; the client going away meanwhile ends the relay (the holder
+  // then sees its connection close and cancels the work, as for a direct client).
+  upstream->watch = DisconnectWatch::start(ctx.stream().socket(), [weak = std::weak_ptr<Upstream>(upstream)] {
+    if (auto alive = weak.lock()) alive->stream.cancel();
+  });
+  auto& parser = upstream->parser;
+  parser.body_limit(boost::none);
+  if (ctx.method() == http::verb::head) parser.skip(true);
+  stream.expires_after(options.answer_timeout);
+  auto [read_error, read_bytes] = co_await http::async_read_header(stream, upstream->buffer, parser, use_tuple);
+  if (read_error) {
+    spdlog::warn("{} relay to {}:{}: no answer: {}", ctx.request_id, target.host, target.port, read_error.message());
+    co_return broke_off(options);
+  }
+  const auto& answer = parser.get();
+  StreamResponse response;
+  response.header.result(answer.result_int());
+  response.header.reason(answer.reason());
+  response.header.version(11);
+  copy_end_to_end(answer.base(), response.header);
+  const bool sized = answer.has_content_length() && !answer.chunked();
+  if (sized) response.header.content_length(*parser.content_length());
+  if (parser.is_done()) {  // no body (HEAD, 204, 304, an empty one)
+    if (!answer.has_content_length()) response.header.content_length(0);
+    response.produce = [upstream](ChunkWriter&) -> asio::awaitable<void> { co_return; };
+    co_return Response(std::move(response));
+  }
+  response.produce = [upstream, timeout = options.answer_timeout](ChunkWriter& writer) -> asio::awaitable<void> {
+    auto& parser = upstream->parser;
+    while (!parser.is_done()) {
+      parser.get().body().data = upstream->piece.get();
+      parser.get().body().size = kPieceSize;
+      upstream->stream.expires_after(timeout);
+      auto [ec, n] = co_await http::async_read_some(upstream->stream, upstream->buffer, parser, use_tuple);
+      if (ec == http::error::need_buffer) ec = {};
+      const size_t got = kPieceSize - parser.get().body().size;
+      if (got > 0) {
+        const bool written = co_await writer.write(std::string_view(upstream->piece.get(), got));
+        if (!written) co_return;
+      }
+      if (ec) {  // the holder broke off mid-answer: the client must not see it complete
+        writer.abort();
+        co_return;
+      }
+    }
+  };
+  co_return Response(std::move(response));
+}
+
+}  // namespace sandboxd::server

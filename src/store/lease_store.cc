@@ -1,0 +1,119 @@
+#include "store/lease_store.h"
+
+#include <sqlite3.h>
+
+#include "store/sqlite.h"
+
+namespace sandboxd::store {
+namespace {
+
+using sqlite::Statement;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS leases (
+  storage       TEXT    PRIMARY KEY,
+  holder        TEXT    NOT NULL,
+  holder_url    TEXT    NOT NULL,
+  epoch         INTEGER NOT NULL,
+  expires_at_ms INTEGER NOT NULL
+);
+)sql";
+
+constexpr const char* kColumns = "storage, holder, holder_url, epoch, expires_at_ms";
+
+Lease read_lease(const Statement& row) {
+  Lease lease;
+  lease.storage = row.text(0);
+  lease.holder = row.text(1);
+  lease.holder_url = row.text(2);
+  lease.epoch = row.integer(3);
+  lease.expires_at_ms = row.integer(4);
+  return lease;
+}
+
+}  // namespace
+
+FencedError::FencedError(std::string storage, int64_t writer_epoch, int64_t current_epoch)
+    : std::runtime_error("container storage " + storage + " is held at epoch " + std::to_string(current_epoch) +
+                         "; a write at epoch " + std::to_string(writer_epoch) + " is refused"),
+      storage_(std::move(storage)) {}
+
+void LeaseStore::create_schema(sqlite3* db) { sqlite::exec(db, kSchema); }
+
+LeaseStore::LeaseStore(const std::string& db_path) : db_(sqlite::open_database(db_path)) {
+  try {
+    create_schema(db_);
+  } catch (...) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw;
+  }
+}
+
+LeaseStore::~LeaseStore() { sqlite3_close(db_); }
+
+std::optional<Lease> LeaseStore::acquire(const std::string& storage, const std::string& holder,
+                                         const std::string& holder_url, int64_t now_ms, int64_t ttl_ms) {
+  std::lock_guard lock(mutex_);
+  // The whole decision is the upsert's WHERE: two replicas racing for a free lease are
+  // serialised by the database, and only one of them gets a row back.
+  Statement upsert(db_, std::string("INSERT INTO leases (") + kColumns +
+                            ") VALUES (?, ?, ?, 1, ?) ON CONFLICT (storage) DO UPDATE SET "
+                            "epoch = CASE WHEN leases.holder = excluded.holder THEN leases.epoch "
+                            "ELSE leases.epoch + 1 END, "
+                            "holder = excluded.holder, holder_url = excluded.holder_url, "
+                            "expires_at_ms = excluded.expires_at_ms "
+                            "WHERE leases.holder = excluded.holder OR leases.holder = '' OR leases.expires_at_ms <= ? "
+                            "RETURNING " + kColumns);
+  upsert.add(storage).add(holder).add(holder_url).add(now_ms + ttl_ms).add(now_ms);
+  if (!upsert.step()) return std::nullopt;
+  Lease lease = read_lease(upsert);
+  upsert.run();
+  return lease;
+}
+
+bool LeaseStore::renew(const std::string& storage, const std::string& holder, int64_t epoch, int64_t now_ms,
+                       int64_t ttl_ms) {
+  std::lock_guard lock(mutex_);
+  Statement update(db_,
+                   "UPDATE leases SET expires_at_ms = ? WHERE storage = ? AND holder = ? AND epoch = ? RETURNING epoch");
+  update.add(now_ms + ttl_ms).add(storage).add(holder).add(epoch);
+  bool renewed = update.step();
+  update.run();
+  return renewed;
+}
+
+bool LeaseStore::release(const std::string& storage, const std::string& holder, int64_t epoch) {
+  std::lock_guard lock(mutex_);
+  Statement update(db_,
+                   "UPDATE leases SET holder = '', holder_url = '', expires_at_ms = 0 "
+                   "WHERE storage = ? AND holder = ? AND epoch = ? RETURNING epoch");
+  update.add(storage).add(holder).add(epoch);
+  bool released = update.step();
+  update.run();
+  return released;
+}
+
+std::optional<Lease> LeaseStore::find(const std::string& storage) {
+  std::lock_guard lock(mutex_);
+  Statement query(db_, std::string("SELECT ") + kColumns + " FROM leases WHERE storage = ?");
+  query.add(storage);
+  if (!query.step()) return std::nullopt;
+  return read_lease(query);
+}
+
+void LeaseStore::remove(const std::string& storage) {
+  std::lock_guard lock(mutex_);
+  Statement remove(db_, "DELETE FROM leases WHERE storage = ?");
+  remove.add(storage).run();
+}
+
+void LeaseStore::check_fence(sqlite3* db, const std::string& storage, int64_t writer_epoch) {
+  Statement query(db, "SELECT epoch FROM leases WHERE storage = ?");
+  query.add(storage);
+  if (!query.step()) return;
+  const int64_t current = query.integer(0);
+  if (current != writer_epoch) throw FencedError(storage, writer_epoch, current);
+}
+
+}  // namespace sandboxd::store

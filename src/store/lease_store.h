@@ -1,0 +1,78 @@
+// Leases: which replica serves a container now (issue 13 §3). One row per container
+// storage: its holder (a replica id), where the holder is reached, an epoch that grows
+// each time the container changes hands, and when the lease runs out unless renewed.
+//
+// Every statement is in the SQL both SQLite and PostgreSQL speak (ON CONFLICT upserts,
+// conditional UPDATE ... WHERE, RETURNING, plain `?` placeholders in order), so the
+// same text runs on the shared database of a cluster.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+struct sqlite3;
+
+namespace sandboxd::store {
+
+struct Lease {
+  std::string storage;
+  std::string holder;      // replica id; empty once released
+  std::string holder_url;  // the holder's advertiseUrl
+  int64_t epoch = 0;       // grows by one each time another holder takes it
+  int64_t expires_at_ms = 0;  // unix milliseconds
+
+  // Held by someone whose lease has not run out at `now_ms`.
+  bool live(int64_t now_ms) const { return !holder.empty() && expires_at_ms > now_ms; }
+};
+
+// A metadata write refused because the container has a newer holder (a newer epoch)
+// than the writer: the writer lost the container while it was paused or cut off.
+class FencedError : public std::runtime_error {
+ public:
+  FencedError(std::string storage, int64_t writer_epoch, int64_t current_epoch);
+  const std::string& storage() const { return storage_; }
+
+ private:
+  std::string storage_;
+};
+
+// Thread-safe (its own connection, serialised by a mutex). Throws std::runtime_error on
+// database failures, as the other stores do.
+class LeaseStore {
+ public:
+  explicit LeaseStore(const std::string& db_path);
+  ~LeaseStore();
+  LeaseStore(const LeaseStore&) = delete;
+  LeaseStore& operator=(const LeaseStore&) = delete;
+
+  // One conditional upsert: takes the lease when it is free, expired or already
+  // `holder`'s, until now_ms + ttl_ms. Taking it from anyone else (a holder whose lease
+  // ran out, or a released lease) makes the epoch one larger; keeping one's own keeps
+  // it. nullopt when another holder's lease is live.
+  std::optional<Lease> acquire(const std::string& storage, const std::string& holder, const std::string& holder_url,
+                               int64_t now_ms, int64_t ttl_ms);
+  // Extends a lease still held by (holder, epoch); false when it is not (taken over).
+  bool renew(const std::string& storage, const std::string& holder, int64_t epoch, int64_t now_ms, int64_t ttl_ms);
+  // Frees a lease held by (holder, epoch) at once (after the final flush); the epoch
+  // stays, so the next holder's is larger. false when it was not held so.
+  bool release(const std::string& storage, const std::string& holder, int64_t epoch);
+  std::optional<Lease> find(const std::string& storage);
+  // The container is deleted: its lease goes with it.
+  void remove(const std::string& storage);
+
+  // The fence, for a write made in a transaction of another connection to the same
+  // database: throws FencedError when the container's lease has an epoch other than
+  // `writer_epoch` (someone took it since). No lease row: nothing to fence.
+  static void check_fence(sqlite3* db, const std::string& storage, int64_t writer_epoch);
+  // CREATE TABLE IF NOT EXISTS (the lead's schema migrations take this over).
+  static void create_schema(sqlite3* db);
+
+ private:
+  std::mutex mutex_;
+  sqlite3* db_ = nullptr;
+};
+
+}  // namespace sandboxd::store

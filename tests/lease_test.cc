@@ -1,0 +1,226 @@
+// Leases and fencing (issue 13 §3) on a real SQLite file shared by several
+// connections and processes, and the cluster configuration keys.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ops/config.h"
+#include "store/lease_store.h"
+#include "store/metadata.h"
+
+namespace sandboxd::store {
+namespace {
+
+namespace fs = std::filesystem;
+
+class LeaseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/sandboxd-lease-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    db_ = (fs::path(dir_) / "shared.db").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string dir_, db_;
+};
+
+constexpr int64_t kTtl = 15000;
+
+TEST_F(LeaseTest, FreeLeaseIsTakenAtEpochOneAndKeptByItsHolder) {
+  LeaseStore a(db_), b(db_);  // two replicas: two connections to one file
+  auto first = a.acquire("c1", "replica-a", "http://a:1", 1000, kTtl);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->epoch, 1);
+  EXPECT_EQ(first->holder, "replica-a");
+  EXPECT_EQ(first->expires_at_ms, 1000 + kTtl);
+  // Live: nobody else gets it.
+  EXPECT_FALSE(b.acquire("c1", "replica-b", "http://b:1", 2000, kTtl));
+  // Its holder gets it again, same epoch, later expiry.
+  auto again = a.acquire("c1", "replica-a", "http://a:1", 3000, kTtl);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->epoch, 1);
+  EXPECT_EQ(again->expires_at_ms, 3000 + kTtl);
+  auto seen = b.find("c1");
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->holder, "replica-a");
+  EXPECT_EQ(seen->holder_url, "http://a:1");
+  EXPECT_TRUE(seen->live(3000));
+  EXPECT_FALSE(seen->live(3000 + kTtl));
+  EXPECT_FALSE(b.find("other"));
+}
+
+TEST_F(LeaseTest, ExpiredLeaseIsTakenWithTheNextEpochAndTheOldHolderCannotRenewOrRelease) {
+  LeaseStore a(db_), b(db_);
+  ASSERT_TRUE(a.acquire("c1", "replica-a", "http://a:1", 0, kTtl));
+  EXPECT_TRUE(a.renew("c1", "replica-a", 1, 5000, kTtl));
+  // Not renewed past 5000 + kTtl: free for b, one epoch up.
+  EXPECT_FALSE(b.acquire("c1", "replica-b", "http://b:1", 5000 + kTtl - 1, kTtl));
+  auto taken = b.acquire("c1", "replica-b", "http://b:1", 5000 + kTtl, kTtl);
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->epoch, 2);
+  EXPECT_EQ(taken->holder_url, "http://b:1");
+  // The old holder comes back: its epoch is gone.
+  EXPECT_FALSE(a.renew("c1", "replica-a", 1, 6000 + kTtl, kTtl));
+  EXPECT_FALSE(a.release("c1", "replica-a", 1));
+  EXPECT_FALSE(a.acquire("c1", "replica-a", "http://a:1", 6000 + kTtl, kTtl));
+  EXPECT_EQ(b.find("c1")->holder, "replica-b");
+}
+
+TEST_F(LeaseTest, ReleasedLeaseIsFreeAtOnceAndItsEpochGrows) {
+  LeaseStore a(db_), b(db_);
+  ASSERT_TRUE(a.acquire("c1", "replica-a", "http://a:1", 0, kTtl));
+  EXPECT_TRUE(a.release("c1", "replica-a", 1));
+  auto released = b.find("c1");
+  ASSERT_TRUE(released);
+  EXPECT_FALSE(released->live(1));
+  auto taken = b.acquire("c1", "replica-b", "http://b:1", 1, kTtl);
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->epoch, 2);
+  EXPECT_TRUE(b.release("c1", "replica-b", 2));
+  // Taken back by the first holder after a release: a new epoch too.
+  auto back = a.acquire("c1", "replica-a", "http://a:1", 2, kTtl);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->epoch, 3);
+  a.remove("c1");
+  EXPECT_FALSE(b.find("c1"));
+}
+
+// Many processes, each with its own connection, race for one free lease: one wins.
+TEST_F(LeaseTest, ProcessesRacingForAFreeLeaseHaveExactlyOneWinner) {
+  { LeaseStore schema(db_); }
+  constexpr int kRacers = 8;
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  std::vector<pid_t> racers;
+  for (int i = 0; i < kRacers; ++i) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      close(go[1]);
+      char byte;
+      int code = 2;
+      try {
+        LeaseStore mine(db_);
+        if (read(go[0], &byte, 1) != 0) _exit(3);  // everyone starts when the pipe closes
+        code = mine.acquire("raced", "replica-" + std::to_string(i), "http://r:1", 1000, kTtl) ? 0 : 1;
+      } catch (...) {
+      }
+      _exit(code);
+    }
+    racers.push_back(pid);
+  }
+  close(go[0]);
+  close(go[1]);
+  int winners = 0, losers = 0;
+  for (pid_t pid : racers) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 0) ++winners;
+    else if (WEXITSTATUS(status) == 1) ++losers;
+  }
+  EXPECT_EQ(winners, 1);
+  EXPECT_EQ(losers, kRacers - 1);
+  LeaseStore check(db_);
+  auto lease = check.find("raced");
+  ASSERT_TRUE(lease);
+  EXPECT_EQ(lease->epoch, 1);
+}
+
+FileRecord record_of(const std::string& storage, const std::string& path, const std::string& etag) {
+  FileRecord record;
+  record.storage = storage;
+  record.path = path;
+  record.size = 3;
+  record.etag = etag;
+  record.mime = "text/plain";
+  return record;
+}
+
+// Metadata with the fence a replica sets: its own epoch for the storage.
+void fence_at(Metadata& metadata, const int64_t& epoch) {
+  metadata.set_write_fence(
+      [&epoch](sqlite3* db, const std::string& storage) { LeaseStore::check_fence(db, storage, epoch); });
+}
+
+TEST_F(LeaseTest, WritesOfAnOldEpochAreRefusedAndTheNewHoldersStay) {
+  LeaseStore leases(db_);
+  Metadata old_holder(db_), new_holder(db_);
+  int64_t old_epoch = 0, new_epoch = 0;
+  fence_at(old_holder, old_epoch);
+  fence_at(new_holder, new_epoch);
+  old_epoch = leases.acquire("s1", "a", "http://a:1", 0, kTtl)->epoch;
+  old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/old.txt", "e1"), true);
+  old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e1"), true);
+  // a is paused past its lease; b takes the container over and writes.
+  new_epoch = leases.acquire("s1", "b", "http://b:1", kTtl, kTtl)->epoch;
+  ASSERT_EQ(new_epoch, old_epoch + 1);
+  new_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e2"), true);
+  new_holder.put_file(record_of("s1", "/mnt/user-data/uploads/new.txt", "e2"), true);
+  // a comes back: every kind of write it makes is refused, and changes nothing.
+  EXPECT_THROW(old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e3"), true), FencedError);
+  EXPECT_THROW(old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/late.txt", "e3"), false), FencedError);
+  EXPECT_THROW(old_holder.delete_file("s1", "/mnt/user-data/uploads/new.txt"), FencedError);
+  EXPECT_THROW(old_holder.delete_prefix("s1", "/mnt/user-data/uploads/"), FencedError);
+  EXPECT_EQ(new_holder.find_file("s1", "/mnt/user-data/uploads/both.txt")->etag, "e2");
+  EXPECT_TRUE(new_holder.find_file("s1", "/mnt/user-data/uploads/new.txt"));
+  EXPECT_FALSE(new_holder.find_file("s1", "/mnt/user-data/uploads/late.txt"));
+  // The new holder's own writes go on, deletes included.
+  EXPECT_TRUE(new_holder.delete_file("s1", "/mnt/user-data/uploads/old.txt"));
+  EXPECT_EQ(new_holder.delete_prefix("s1", "/mnt/user-data/uploads/n"), 1u);
+  EXPECT_EQ(new_holder.files_of("s1").size(), 1u);
+  // A storage without a lease row (single-host data) is not fenced.
+  old_holder.put_file(record_of("s2", "/mnt/user-data/uploads/x.txt", "e1"), true);
+  EXPECT_TRUE(old_holder.find_file("s2", "/mnt/user-data/uploads/x.txt"));
+}
+
+}  // namespace
+}  // namespace sandboxd::store
+
+namespace sandboxd::ops {
+namespace {
+
+TEST(ClusterConfig, OffByDefaultAndReadWhenSet) {
+  EXPECT_FALSE(parse_config("").cluster_enabled());
+  auto config = parse_config(
+      "cluster:\n  replicaId: sandboxd-0\n  advertiseUrl: http://sandboxd-0.sandboxd:8080\n"
+      "  leaseSeconds: 5\n  shutdownGraceSec: 20\n");
+  EXPECT_TRUE(config.cluster_enabled());
+  EXPECT_EQ(config.cluster_replica_id, "sandboxd-0");
+  EXPECT_EQ(config.cluster_advertise_url, "http://sandboxd-0.sandboxd:8080");
+  EXPECT_EQ(config.cluster_lease_seconds, 5);
+  EXPECT_EQ(config.cluster_shutdown_grace_sec, 20);
+  auto defaults = parse_config("cluster:\n  replicaId: r\n  advertiseUrl: http://10.0.0.1:8080/\n");
+  EXPECT_EQ(defaults.cluster_lease_seconds, 15);
+  EXPECT_EQ(defaults.cluster_shutdown_grace_sec, 30);
+}
+
+TEST(ClusterConfig, BadValuesNameTheirKey) {
+  auto refused = [](const std::string& yaml) -> std::string {
+    try {
+      parse_config(yaml);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(refused("cluster:\n  replicaId: r\n").rfind("cluster.advertiseUrl:", 0), 0u);
+  EXPECT_EQ(refused("cluster:\n  advertiseUrl: http://a:1\n").rfind("cluster.replicaId:", 0), 0u);
+  EXPECT_EQ(refused("cluster:\n  replicaId: 'a b'\n  advertiseUrl: http://a:1\n").rfind("cluster.replicaId:", 0), 0u);
+  EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: https://a:1\n").rfind("cluster.advertiseUrl:", 0), 0u);
+  EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1/path\n").rfind("cluster.advertiseUrl:", 0), 0u);
+  EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1\n  leaseSeconds: 0\n")
+                .rfind("cluster.leaseSeconds:", 0), 0u);
+  EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1\n  grace: 3\n").rfind("cluster.grace:", 0), 0u);
+}
+
+}  // namespace
+}  // namespace sandboxd::ops
