@@ -158,6 +158,8 @@ int serve(ops::Config config, const std::string& config_path) {
     limits.body_rate_grace = std::chrono::seconds(config.body_rate_grace_sec);
     limits.max_connections = config.max_connections ? config.max_connections : server::default_max_connections();
     limits.max_connections_per_owner = config.max_connections_per_owner;
+    limits.max_connections_per_address = config.max_connections_per_ip;
+    limits.max_unauthenticated_per_address = config.max_unauthenticated_connections_per_ip;
     server::HttpServer http(io, limits);
     // Sandboxes reach the API (and the allow-listed services) through listeners in their
     // own network namespace; the owners' tokens are checked by the same object.

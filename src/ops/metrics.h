@@ -48,6 +48,9 @@ class Metrics {
     // The per-owner quotas in force (0: none).
     int executions_owner_share = 0;
     uint64_t running_sandboxes_per_owner = 0, containers_per_owner = 0;
+    uint64_t stored_bytes_per_owner = 0, threads_per_owner = 0, skills_per_owner = 0, skill_versions_per_owner = 0;
+    // HTTP connections open now, and how many of them have not authenticated yet.
+    size_t connections_open = 0, connections_unauthenticated = 0;
   };
   std::string render(const Gauges& gauges) const;
 

@@ -8,9 +8,15 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/fd_passing.h"
 #include "runtime/spawn.h"
 #include "runtime/syscall_error.h"
 #include "runtime/user.h"
+#include "runtime/userns.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 namespace sandboxd::runtime {
 namespace {
@@ -50,19 +56,7 @@ int create_agent_userns(const std::string& init_path, uint32_t host_uid, uint32_
   // The holder's report: 'o' with its namespace as a descriptor (SCM_RIGHTS), or 'e'.
   char byte = 0;
   int fd = -1;
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec iov{&byte, 1};
-  msghdr message{};
-  message.msg_iov = &iov;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  ssize_t got = retry_eintr([&] { return recvmsg(pair[0], &message, MSG_CMSG_CLOEXEC); });
-  if (got == 1) {
-    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header))
-      if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS)
-        std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
-  }
+  const int got = receive_byte_with_fd(pair[0], byte, fd);
   if (got != 1 || byte != 'o' || fd < 0) {
     if (fd >= 0) close(fd);
     finish();
@@ -81,6 +75,30 @@ int create_agent_userns(const std::string& init_path, uint32_t host_uid, uint32_
   }
   finish();
   return fd;
+}
+
+namespace {
+
+// Two threads: a holder takes a few milliseconds (an exec, an unshare, a report), and
+// sandbox starts seldom come more than two at a time; more wait their turn here, never
+// on an I/O thread. Never destroyed: a start may still be waiting at exit.
+boost::asio::thread_pool& holder_threads() {
+  static auto* pool = new boost::asio::thread_pool(2);
+  return *pool;
+}
+
+boost::asio::awaitable<int> create_on_this_thread(std::string init_path, uint32_t host_uid, uint32_t host_gid,
+                                                  std::vector<UsernsLimit> limits) {
+  co_return create_agent_userns(init_path, host_uid, host_gid, limits);
+}
+
+}  // namespace
+
+boost::asio::awaitable<int> create_agent_userns_off_io(std::string init_path, uint32_t host_uid, uint32_t host_gid,
+                                                       std::vector<UsernsLimit> limits) {
+  co_return co_await boost::asio::co_spawn(
+      holder_threads(), create_on_this_thread(std::move(init_path), host_uid, host_gid, std::move(limits)),
+      boost::asio::use_awaitable);
 }
 
 }  // namespace sandboxd::runtime
