@@ -14,7 +14,7 @@
 #include "runtime/user.h"
 #include "runtime/userns.h"
 
-#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -79,26 +79,50 @@ int create_agent_userns(const std::string& init_path, uint32_t host_uid, uint32_
 
 namespace {
 
-// Two threads: a holder takes a few milliseconds (an exec, an unshare, a report), and
-// sandbox starts seldom come more than two at a time; more wait their turn here, never
-// on an I/O thread. Never destroyed: a start may still be waiting at exit.
+// Two threads: a holder takes a few milliseconds (an exec, an unshare, a report); a
+// burst of starts waits its turn here, never on an I/O thread. Never destroyed: a
+// holder may still be running at exit.
 boost::asio::thread_pool& holder_threads() {
   static auto* pool = new boost::asio::thread_pool(2);
   return *pool;
 }
 
-boost::asio::awaitable<int> create_on_this_thread(std::string init_path, uint32_t host_uid, uint32_t host_gid,
-                                                  std::vector<UsernsLimit> limits) {
-  co_return create_agent_userns(init_path, host_uid, host_gid, limits);
-}
-
 }  // namespace
 
-boost::asio::awaitable<int> create_agent_userns_off_io(std::string init_path, uint32_t host_uid, uint32_t host_gid,
-                                                       std::vector<UsernsLimit> limits) {
-  co_return co_await boost::asio::co_spawn(
-      holder_threads(), create_on_this_thread(std::move(init_path), host_uid, host_gid, std::move(limits)),
-      boost::asio::use_awaitable);
+std::shared_ptr<PendingUserns> PendingUserns::start(const boost::asio::any_io_executor& executor,
+                                                    std::string init_path, uint32_t host_uid, uint32_t host_gid,
+                                                    std::vector<UsernsLimit> limits) {
+  std::shared_ptr<PendingUserns> pending(new PendingUserns(executor));
+  boost::asio::post(holder_threads(), [pending, init_path = std::move(init_path), host_uid, host_gid,
+                                       limits = std::move(limits)] {
+    int fd = -1;
+    std::exception_ptr error;
+    try {
+      fd = create_agent_userns(init_path, host_uid, host_gid, limits);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard lock(pending->mutex_);
+      pending->fd_ = fd;
+      pending->error_ = error;
+    }
+    pending->ready_.try_send(boost::system::error_code{});  // (room for one: never fails)
+  });
+  return pending;
+}
+
+PendingUserns::~PendingUserns() {
+  if (fd_ >= 0) close(fd_);
+}
+
+boost::asio::awaitable<int> PendingUserns::get() {
+  co_await ready_.async_receive(boost::asio::use_awaitable);
+  std::lock_guard lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+  int fd = fd_;
+  fd_ = -1;
+  co_return fd;
 }
 
 }  // namespace sandboxd::runtime
