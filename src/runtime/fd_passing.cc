@@ -7,15 +7,29 @@
 #include <cstring>
 
 namespace sandboxd::runtime {
+namespace {
+
+// A message of one byte with room for one descriptor.
+struct ByteMessage {
+  explicit ByteMessage(char& byte) : iov{&byte, 1} {
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+  }
+  ByteMessage(const ByteMessage&) = delete;
+  ByteMessage& operator=(const ByteMessage&) = delete;
+
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov;
+  msghdr message{};
+};
+
+}  // namespace
 
 int send_byte_with_fd(int sock, char byte, int fd) {
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec iov{&byte, 1};
-  msghdr message{};
-  message.msg_iov = &iov;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
+  ByteMessage out(byte);
+  msghdr& message = out.message;
   cmsghdr* header = CMSG_FIRSTHDR(&message);
   header->cmsg_level = SOL_SOCKET;
   header->cmsg_type = SCM_RIGHTS;
@@ -31,13 +45,8 @@ int send_byte_with_fd(int sock, char byte, int fd) {
 
 int receive_byte_with_fd(int sock, char& byte, int& fd) {
   fd = -1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec iov{&byte, 1};
-  msghdr message{};
-  message.msg_iov = &iov;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
+  ByteMessage in(byte);
+  msghdr& message = in.message;
   ssize_t got;
   do {
     got = recvmsg(sock, &message, MSG_CMSG_CLOEXEC);
