@@ -30,6 +30,7 @@
 #include "ops/systemd_notify.h"
 #include "runtime/host_capacity.h"
 #include "runtime/runtime.h"
+#include "runtime/userns.h"
 #include "runtime/volume.h"
 #include "server/auth.h"
 #include "server/blocking.h"
@@ -243,6 +244,7 @@ int serve(ops::Config config, const std::string& config_path) {
     for (auto& t : pool) t.join();
     // Disk work handed off by handlers (walks, hashing) ends before the stores it uses.
     server::blocking_pool().join();
+    runtime::join_userns_holders();  // (likewise the sandboxes' user namespace holders)
   }
   ops::set_audit(nullptr);  // its file is under the data directory's bind
   // The private bind made at start, and anything a part of the service left mounted

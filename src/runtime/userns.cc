@@ -112,6 +112,8 @@ std::shared_ptr<PendingUserns> PendingUserns::start(const boost::asio::any_io_ex
   return pending;
 }
 
+void join_userns_holders() { holder_threads().join(); }
+
 PendingUserns::~PendingUserns() {
   if (fd_ >= 0) close(fd_);
 }

@@ -39,4 +39,8 @@ class PendingUserns : public std::enable_shared_from_this<PendingUserns> {
   std::exception_ptr error_;
 };
 
+// Waits for the holders under way and runs no more: at shutdown, before the I/O context
+// their results are sent to goes.
+void join_userns_holders();
+
 }  // namespace sandboxd::runtime
