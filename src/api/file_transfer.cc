@@ -59,11 +59,15 @@ Result<std::string> checked_key(const std::string& key) {
 Result<store::FileRecord> commit_upload(ApiContext& api, Container& container, store::FileWriter& writer,
                                         const std::string& path, OwnerQuotas::UploadCharge& quota);
 
+// quotas.storedBytesPerOwner: what the owner stores, measured before the body is read.
+asio::awaitable<OwnerQuotas::StoredBytes> stored_bytes(ApiContext& api, Container& container) {
+  return api.quotas.stored_bytes(api.containers.metadata(), api.config()->stored_bytes_per_owner, container.owner);
+}
 Result<std::unique_ptr<OwnerQuotas::UploadCharge>> begin_upload_charge(ApiContext& api, Container& container,
+                                                                       const OwnerQuotas::StoredBytes& stored,
                                                                        const std::string& path,
                                                                        std::optional<uint64_t> declared) {
-  return api.quotas.begin_upload(api.containers.metadata(), *api.config(), container.owner, container.storage, path,
-                                 declared);
+  return api.quotas.begin_upload(stored, api.containers.metadata(), container.storage, path, declared);
 }
 
 }  // namespace
@@ -113,7 +117,8 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
   auto valid = checked_key(key);
   if (!valid) co_return valid.error();
   std::string path = store::sandbox_path_for_key(key);
-  auto quota = begin_upload_charge(api, container, path, ctx.declared_body_size());  // quotas.storedBytesPerOwner
+  const auto stored = co_await stored_bytes(api, container);
+  auto quota = begin_upload_charge(api, container, stored, path, ctx.declared_body_size());
   if (!quota) co_return quota.error();
   auto begun = api.files.begin_write(container.paths, path);
   if (!begun) co_return file_error(begun.error(), path);
@@ -134,6 +139,7 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
                                                             Container& container, std::optional<std::string> key) {
   auto boundary = store::MultipartParser::boundary_from_content_type(ctx.header_value(http::field::content_type));
   if (!boundary) co_return ApiError::invalid_request("Expected a multipart/form-data body with a 'file' field");
+  const auto stored = co_await stored_bytes(api, container);
   std::unique_ptr<store::FileWriter> writer;
   Result<std::unique_ptr<OwnerQuotas::UploadCharge>> quota = std::unique_ptr<OwnerQuotas::UploadCharge>();
   std::optional<ApiError> failure;
@@ -161,7 +167,7 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
           return false;
         }
         path = store::sandbox_path_for_key(chosen);
-        quota = begin_upload_charge(api, container, path, std::nullopt);  // quotas.storedBytesPerOwner
+        quota = begin_upload_charge(api, container, stored, path, std::nullopt);
         if (!quota) {
           failure = quota.error();
           return false;

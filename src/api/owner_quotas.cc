@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ops/metrics.h"
+#include "server/blocking.h"
 
 namespace sandboxd::api {
 namespace {
@@ -16,16 +17,18 @@ ApiError stored_bytes_refusal(uint64_t limit) {
 }  // namespace
 
 OwnerQuotas::UploadCharge::UploadCharge(OwnerQuotas& quotas, std::string owner, uint64_t limit, uint64_t stored,
-                                        uint64_t replaced)
-    : quotas_(quotas), owner_(std::move(owner)), limit_(limit), stored_(stored), replaced_(replaced) {}
+                                        uint64_t replaced, int64_t committed_at)
+    : quotas_(quotas),
+      owner_(std::move(owner)),
+      limit_(limit),
+      stored_(stored),
+      replaced_(replaced),
+      committed_at_begin_(committed_at) {}
 
 OwnerQuotas::UploadCharge::~UploadCharge() {
-  if (!counted_) return;
+  if (committed_ || charged_ == 0) return;
   std::lock_guard lock(quotas_.mutex_);
-  auto it = quotas_.uploads_.find(owner_);
-  if (it == quotas_.uploads_.end()) return;
-  if (!committed_) it->second.in_flight -= charged_;
-  if (--it->second.active == 0) quotas_.uploads_.erase(it);
+  quotas_.uploads_[owner_].in_flight -= charged_;
 }
 
 bool OwnerQuotas::UploadCharge::fits(const OwnerUploads& owner, uint64_t bytes) const {
@@ -55,30 +58,37 @@ void OwnerQuotas::UploadCharge::committed() {
   committed_ = true;
 }
 
-Result<std::unique_ptr<OwnerQuotas::UploadCharge>> OwnerQuotas::begin_upload(
-    store::Metadata& metadata, const ops::Config& config, const std::string& owner, const std::string& storage,
-    const std::string& path, std::optional<uint64_t> declared) {
-  const uint64_t limit = config.stored_bytes_per_owner;
-  uint64_t stored = 0, replaced = 0;
-  if (limit > 0) {  // (0: no quota; the charge then refuses nothing)
-    stored = metadata.owner_bytes(owner);
-    if (auto previous = metadata.find_file(storage, path)) replaced = std::min(previous->size, stored);
+boost::asio::awaitable<OwnerQuotas::StoredBytes> OwnerQuotas::stored_bytes(store::Metadata& metadata, uint64_t limit,
+                                                                            std::string owner) {
+  StoredBytes out{owner, limit, 0, 0};
+  if (out.limit == 0) co_return out;
+  {
+    // Uploads committed from here on are counted by the charge (committed_at), those
+    // before by the query: the mark is taken first, so that none is missed.
+    std::lock_guard lock(mutex_);
+    out.committed_at = uploads_[owner].committed;
   }
-  std::unique_ptr<UploadCharge> charge(new UploadCharge(*this, owner, limit, stored, replaced));
-  std::lock_guard lock(mutex_);
-  OwnerUploads& uploads = uploads_[owner];
-  ++uploads.active;
-  charge->committed_at_begin_ = uploads.committed;
-  // A body announced larger than the room left is refused before a byte is read (the
-  // charge's destructor takes the lock: it goes after this block).
-  if (!charge->fits(uploads, declared.value_or(0))) {
-    Result<std::unique_ptr<UploadCharge>> refused = stored_bytes_refusal(limit);
-    --uploads.active;
-    if (uploads.active == 0) uploads_.erase(owner);
-    charge->counted_ = false;  // nothing left to release
-    return refused;
+  auto query = [&metadata, &owner] { return metadata.owner_bytes(owner); };
+  out.stored = co_await server::run_blocking(std::move(query));
+  co_return out;
+}
+
+Result<std::unique_ptr<OwnerQuotas::UploadCharge>> OwnerQuotas::begin_upload(const StoredBytes& owner,
+                                                                             store::Metadata& metadata,
+                                                                             const std::string& storage,
+                                                                             const std::string& path,
+                                                                             std::optional<uint64_t> declared) {
+  uint64_t replaced = 0;
+  if (owner.limit > 0)
+    if (auto previous = metadata.find_file(storage, path)) replaced = std::min(previous->size, owner.stored);
+  std::unique_ptr<UploadCharge> charge(
+      new UploadCharge(*this, owner.owner, owner.limit, owner.stored, replaced, owner.committed_at));
+  {
+    // A body announced larger than the room left is refused before a byte is read.
+    std::lock_guard lock(mutex_);
+    if (charge->fits(uploads_[owner.owner], declared.value_or(0))) return charge;
   }
-  return charge;
+  return stored_bytes_refusal(owner.limit);
 }
 
 Result<void> OwnerQuotas::room_for_one_more(uint64_t have, uint64_t cap, const char* what, const char* key,

@@ -6,6 +6,7 @@
 // counted in /metrics (sandboxd_executions_rejected_total, by reason).
 #pragma once
 
+#include <boost/asio/awaitable.hpp>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -22,8 +23,7 @@ namespace sandboxd::api {
 class OwnerQuotas {
   struct OwnerUploads {
     uint64_t in_flight = 0;  // bytes received by uploads not yet committed
-    int64_t committed = 0;   // bytes added to the metadata by uploads committed since
-    int active = 0;          // uploads charging now
+    int64_t committed = 0;   // bytes uploads committed added to the metadata (since start)
   };
 
  public:
@@ -44,24 +44,35 @@ class OwnerQuotas {
    private:
     friend class OwnerQuotas;
     bool fits(const OwnerUploads& owner, uint64_t bytes) const;
-    UploadCharge(OwnerQuotas& quotas, std::string owner, uint64_t limit, uint64_t stored, uint64_t replaced);
+    UploadCharge(OwnerQuotas& quotas, std::string owner, uint64_t limit, uint64_t stored, uint64_t replaced,
+                 int64_t committed_at);
     OwnerQuotas& quotas_;
     std::string owner_;
     uint64_t limit_;
-    uint64_t stored_;     // the owner's bytes in the metadata when the upload began, minus...
+    uint64_t stored_;     // the owner's bytes in the metadata when measured, minus...
     uint64_t replaced_;   // ...the previous version of the key, which the upload replaces
-    int64_t committed_at_begin_ = 0;
+    int64_t committed_at_begin_;  // the owner's committed uploads' count when measured
     uint64_t charged_ = 0;
     bool committed_ = false;
-    bool counted_ = true;  // counted among the owner's active uploads
   };
 
-  // Starts charging an upload of `owner` to `path` of container storage `storage`.
-  // `declared`: the body's size when the request says it (refused at once when it
-  // cannot fit). With quotas.storedBytesPerOwner 0 (no quota) it refuses nothing.
-  Result<std::unique_ptr<UploadCharge>> begin_upload(store::Metadata& metadata, const ops::Config& config,
-                                                     const std::string& owner, const std::string& storage,
-                                                     const std::string& path, std::optional<uint64_t> declared);
+  // What an owner stores now: its files' bytes in the metadata (an aggregate query, run
+  // on the blocking pool), and where its committed uploads' count stood then.
+  struct StoredBytes {
+    std::string owner;
+    uint64_t limit = 0;  // quotas.storedBytesPerOwner (0: none; nothing is queried)
+    uint64_t stored = 0;
+    int64_t committed_at = 0;
+  };
+  // `limit`: quotas.storedBytesPerOwner. (Parameters by value: the coroutine starts
+  // when awaited.)
+  boost::asio::awaitable<StoredBytes> stored_bytes(store::Metadata& metadata, uint64_t limit, std::string owner);
+  // Starts charging an upload to `path` of container storage `storage`, from what
+  // `stored_bytes` found. `declared`: the body's size when the request says it (refused
+  // at once when it cannot fit). With no quota it refuses nothing.
+  Result<std::unique_ptr<UploadCharge>> begin_upload(const StoredBytes& owner, store::Metadata& metadata,
+                                                     const std::string& storage, const std::string& path,
+                                                     std::optional<uint64_t> declared);
 
   // Whether the owner, holding `have` of something, may make one more: 403 naming `key`
   // (e.g. "quotas.threadsPerOwner") at `cap` (0: no cap). `what` names the things
@@ -74,7 +85,7 @@ class OwnerQuotas {
 
  private:
   std::mutex mutex_;
-  std::map<std::string, OwnerUploads> uploads_;  // owners with uploads in progress
+  std::map<std::string, OwnerUploads> uploads_;  // every owner that uploaded (a few numbers each)
   std::mutex creation_mutex_;
 };
 
