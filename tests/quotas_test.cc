@@ -315,6 +315,10 @@ TEST(QuotasConnections, IdleConnectionsFromOneAddressCannotStarveHealthOrAnother
   EXPECT_EQ(sh(other + server.url("/health")), "200");
   EXPECT_EQ(sh(other + "-H 'Authorization: Bearer secret-bob-x' " + server.base() + "/containers"), "200");
   EXPECT_GE(connections(server, "unauthenticated"), 20);
+  const std::string text = sh("curl -sS --interface 127.0.0.2 " + server.url("/metrics"));
+  EXPECT_NE(text.find("sandboxd_http_connections_refused_total{cap=\"address_unauthenticated\"} 20\n"),
+            std::string::npos)
+      << text;
   // Authenticated, the attacker's connections count against the address's total (30).
   for (int fd : idle) ::close(fd);
   for (int i = 0; i < 100 && connections(server, "unauthenticated") > 1; ++i)  // (1: the scrape's own)
@@ -340,6 +344,9 @@ TEST(QuotasConnections, IdleConnectionsFromOneAddressCannotStarveHealthOrAnother
   EXPECT_EQ(over, 5);
   EXPECT_EQ(sh(other + server.url("/health")), "200");
   EXPECT_GE(connections(server, "authenticated"), 30);
+  EXPECT_NE(sh("curl -sS --interface 127.0.0.2 " + server.url("/metrics"))
+                .find("sandboxd_http_connections_refused_total{cap=\"address\"} 5\n"),
+            std::string::npos);
   for (int fd : kept) ::close(fd);
 }
 

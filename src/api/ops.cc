@@ -92,6 +92,11 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
         gauges.skill_versions_per_owner = settings->skill_versions_per_owner;
         gauges.connections_open = http.connections().open();
         gauges.connections_unauthenticated = http.connections().unauthenticated();
+        const auto refused = http.connections().refusals();
+        gauges.connections_refused = {{"total", refused.total},
+                                      {"address", refused.address},
+                                      {"address_unauthenticated", refused.address_unauthenticated},
+                                      {"owner", refused.owner}};
         server::StringResponse res{http::status::ok, 11};
         res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
         res.body() = ops::metrics().render(gauges);

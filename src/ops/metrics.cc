@@ -146,6 +146,9 @@ std::string Metrics::render(const Gauges& g) const {
   sample(out, "sandboxd_http_connections", "state=\"authenticated\"",
          static_cast<double>(g.connections_open - std::min(g.connections_open, g.connections_unauthenticated)));
   sample(out, "sandboxd_http_connections", "state=\"unauthenticated\"", static_cast<double>(g.connections_unauthenticated));
+  header(out, "sandboxd_http_connections_refused_total", "counter", "HTTP connections refused, by the cap that refused them.");
+  for (const auto& [cap, refused] : g.connections_refused)
+    sample(out, "sandboxd_http_connections_refused_total", "cap=\"" + cap + "\"", static_cast<double>(refused));
   header(out, "sandboxd_sandboxes_started_total", "counter", "Sandboxes started.");
   sample(out, "sandboxd_sandboxes_started_total", "", static_cast<double>(started_.load()));
   std::lock_guard lock(mutex_);

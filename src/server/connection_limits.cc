@@ -14,13 +14,21 @@ size_t default_max_connections() {
 
 ConnectionCounter::Admission ConnectionCounter::admit(const std::string& address) {
   std::lock_guard lock(mutex_);
-  if (open_ >= max_total_) return Admission::kTotalFull;
+  if (open_ >= max_total_) {
+    ++refusals_.total;
+    return Admission::kTotalFull;
+  }
   if (!address.empty()) {
     auto found = per_address_.find(address);
     const AddressCount count = found == per_address_.end() ? AddressCount{} : found->second;
-    if (max_per_address_ > 0 && count.open >= max_per_address_) return Admission::kAddressFull;
-    if (max_unauthenticated_per_address_ > 0 && count.unauthenticated >= max_unauthenticated_per_address_)
+    if (max_per_address_ > 0 && count.open >= max_per_address_) {
+      ++refusals_.address;
+      return Admission::kAddressFull;
+    }
+    if (max_unauthenticated_per_address_ > 0 && count.unauthenticated >= max_unauthenticated_per_address_) {
+      ++refusals_.address_unauthenticated;
       return Admission::kAddressUnauthenticatedFull;
+    }
     AddressCount& counted = per_address_[address];
     ++counted.open;
     ++counted.unauthenticated;
@@ -40,6 +48,7 @@ bool ConnectionCounter::charge(const std::string& owner) {
   std::lock_guard lock(mutex_);
   size_t& count = per_owner_[owner];
   if (count >= max_per_owner_) {
+    ++refusals_.owner;
     if (count == 0) per_owner_.erase(owner);
     return false;
   }
@@ -67,6 +76,11 @@ void ConnectionCounter::release(const std::string& address, bool was_authenticat
 size_t ConnectionCounter::open() const {
   std::lock_guard lock(mutex_);
   return open_;
+}
+
+ConnectionCounter::Refusals ConnectionCounter::refusals() const {
+  std::lock_guard lock(mutex_);
+  return refusals_;
 }
 
 size_t ConnectionCounter::unauthenticated() const {

@@ -47,6 +47,12 @@ class ConnectionCounter {
   size_t unauthenticated() const;
   size_t open_for(const std::string& owner) const;
   size_t open_from(const std::string& address) const;
+  // Connections refused so far: at the total cap, at an address's caps (all; not
+  // authenticated), at an owner's cap.
+  struct Refusals {
+    uint64_t total = 0, address = 0, address_unauthenticated = 0, owner = 0;
+  };
+  Refusals refusals() const;
   size_t max_total() const { return max_total_; }
   size_t max_per_owner() const { return max_per_owner_; }
 
@@ -63,6 +69,7 @@ class ConnectionCounter {
   size_t unauthenticated_ = 0;
   std::map<std::string, size_t> per_owner_;
   std::map<std::string, AddressCount> per_address_;
+  Refusals refusals_;
 };
 
 // One connection's place in the counter, for as long as the connection lives. It shares
