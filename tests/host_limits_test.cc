@@ -68,10 +68,12 @@ class HostLimitsTest : public ::testing::Test {
   }
   // POSTs a command; returns "<status>\n<headers and body>".
   std::string bash_raw(const std::string& container, const std::string& command,
-                       const std::string& token = "secret-alice") {
+                       const std::string& token = "secret-alice", int timeout_sec = 0) {
     static std::atomic<int> n{0};
     fs::path body = *work / ("body-" + std::to_string(++n) + ".json");
-    std::ofstream(body) << bj::serialize(bj::object{{"command", command}});
+    bj::object input{{"command", command}};
+    if (timeout_sec > 0) input["timeout"] = timeout_sec;
+    std::ofstream(body) << bj::serialize(input);
     return server->curl("-i -X POST " + server->base() + "/containers/" + container +
                             "/tools/bash_code_execution -d @" + body.string(),
                         token);
@@ -130,22 +132,39 @@ TEST_F(HostLimitsTest, AllSandboxesTogetherStayUnderTheTotalPidsCapAndOthersGetA
 }
 
 TEST_F(HostLimitsTest, AnOwnerPastTheRunningSandboxCapGetsA429AndOthersGoOn) {
-  // Two busy sandboxes of Alice's: each command waits for an uploaded "go".
+  // Two busy sandboxes of Alice's: each command waits for an uploaded "go". (It waits
+  // on the file, not on a count of sleeps, with a command timeout far past anything
+  // this test waits for: on a loaded machine the default 60 s ran out while the test
+  // was still starting Bob's sandbox, and a finished command is an idle sandbox that
+  // the third one may replace.)
   const std::string wait_for_go =
       "touch /mnt/user-data/outputs/started; "
-      "for i in $(seq 600); do [ -e /mnt/user-data/uploads/go ] && break; sleep 0.1; done; echo released";
+      "while [ ! -e /mnt/user-data/uploads/go ]; do sleep 0.1; done; echo released";
   std::vector<std::thread> busy;
   std::vector<std::string> answers(2);
   for (int i = 0; i < 2; ++i)
-    busy.emplace_back([&, i] { answers[i] = bash_raw("alice-busy-" + std::to_string(i), wait_for_go); });
+    busy.emplace_back([&, i] { answers[i] = bash_raw("alice-busy-" + std::to_string(i), wait_for_go, "secret-alice", 600); });
+  // Both commands run before the third sandbox is asked for: the 429 depends on it. (A
+  // finished wait means the command is running, however long its sandbox took to start.)
+  std::ofstream(*work / "go") << "go";
+  auto release = [&] {
+    for (int i = 0; i < 2; ++i)
+      server->curl("-X POST '" + server->base() + "/files?scope_id=alice-busy-" + std::to_string(i) + "' -F file=@" +
+                   (*work / "go").string());
+    for (auto& thread : busy)
+      if (thread.joinable()) thread.join();
+  };
   const std::string started = file_id("/mnt/user-data/outputs/started");
-  for (int i = 0; i < 2; ++i)
-    for (int tries = 0; tries < 300; ++tries) {
-      if (server->status("'" + server->base() + "/files/" + started + "/content?scope_id=alice-busy-" +
-                         std::to_string(i) + "'") == 200)
-        break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 2; ++i) {
+    bool running = false;
+    for (int tries = 0; tries < 1200 && !running; ++tries) {
+      running = server->status("'" + server->base() + "/files/" + started + "/content?scope_id=alice-busy-" +
+                               std::to_string(i) + "'") == 200;
+      if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
+    if (!running) release();
+    ASSERT_TRUE(running) << "alice-busy-" << i << "'s command did not start: " << answers[i];
+  }
   // A third sandbox of hers: refused with 429 and Retry-After, none of hers stopped.
   std::string third = bash_raw("alice-third", "echo third");
   EXPECT_NE(status_line(third).find(" 429"), std::string::npos) << third;
@@ -156,11 +175,7 @@ TEST_F(HostLimitsTest, AnOwnerPastTheRunningSandboxCapGetsA429AndOthersGoOn) {
   EXPECT_EQ(bash("bob-busy", "echo bob-ok", "secret-bob-x").at("stdout"), "bob-ok\n");
   // Released, Alice's commands finish; then her third sandbox starts (an idle one of
   // hers makes room).
-  std::ofstream(*work / "go") << "go";
-  for (int i = 0; i < 2; ++i)
-    server->curl("-X POST '" + server->base() + "/files?scope_id=alice-busy-" + std::to_string(i) + "' -F file=@" +
-                 (*work / "go").string());
-  for (auto& thread : busy) thread.join();
+  release();
   for (const auto& answer : answers) EXPECT_NE(answer.find("released"), std::string::npos) << answer;
   EXPECT_EQ(bash("alice-third", "echo third").at("stdout"), "third\n");
   for (const char* c : {"alice-busy-0", "alice-busy-1", "alice-third"}) remove_container(c);

@@ -2,6 +2,7 @@
 
 #include "api/container_leases.h"
 #include "api/durability_hooks.h"
+#include "api/host_space.h"
 #include "api/sandbox_network.h"
 #include "api/skill_mounts.h"
 
@@ -169,7 +170,7 @@ Result<void> ContainerService::prepare_storage(Container& container, bool fresh)
   container.paths.uploads = (root / "uploads").string();
   container.paths.skills = SkillMounts::prepare_folder(settings()->data_dir, container.storage);
   if (fresh) {
-    fs::create_directories(root);
+    create_storage_dirs(root);  // (a full disk answers 503: host_out_of_something)
     if (auto taken = spares_.take(container.volume_image, container.volume_mount); !taken) {
       std::error_code ec;
       fs::remove_all(root, ec);
@@ -451,6 +452,9 @@ ApiError ContainerService::host_out_of_something(const std::string& what, const 
   // something, which a client can only wait out. The detail goes to the log only.
   spdlog::error("{}: {}", what, e.what());
   ops::metrics().execution_rejected("503", "host_resources");
+  if (is_disk_full(e))
+    return ApiError::overloaded("The host is out of disk space for a new container; try again later",
+                                settings()->retry_after_sec);
   return ApiError::overloaded("The host is out of resources for a new container volume; try again later",
                               settings()->capacity_retry_after_sec);
 }

@@ -57,7 +57,18 @@ Result<std::string> checked_key(const std::string& key) {
 
 // Puts the body in place, then its record (an overwrite is a new file: created_at now).
 Result<store::FileRecord> commit_upload(ApiContext& api, Container& container, store::FileWriter& writer,
-                                        const std::string& path);
+                                        const std::string& path, OwnerQuotas::UploadCharge& quota);
+
+// quotas.storedBytesPerOwner: what the owner stores, measured before the body is read.
+asio::awaitable<OwnerQuotas::StoredBytes> stored_bytes(ApiContext& api, Container& container) {
+  return api.quotas.stored_bytes(api.containers.metadata(), api.config()->stored_bytes_per_owner, container.owner);
+}
+Result<std::unique_ptr<OwnerQuotas::UploadCharge>> begin_upload_charge(ApiContext& api, Container& container,
+                                                                       const OwnerQuotas::StoredBytes& stored,
+                                                                       const std::string& path,
+                                                                       std::optional<uint64_t> declared) {
+  return api.quotas.begin_upload(stored, api.containers.metadata(), container.storage, path, declared);
+}
 
 }  // namespace
 
@@ -90,12 +101,13 @@ boost::json::object file_object(const std::string& container_id, const store::Fi
 
 namespace {
 Result<store::FileRecord> commit_upload(ApiContext& api, Container& container, store::FileWriter& writer,
-                                        const std::string& path) {
+                                        const std::string& path, OwnerQuotas::UploadCharge& quota) {
   auto committed = writer.commit();
   if (!committed) return file_error(committed.error(), path);
   store::FileRecord record = std::move(*committed);
   record.storage = container.storage;
   api.containers.metadata().put_file(record, /*reset_created=*/true);
+  quota.committed();
   return record;
 }
 }  // namespace
@@ -105,10 +117,14 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
   auto valid = checked_key(key);
   if (!valid) co_return valid.error();
   std::string path = store::sandbox_path_for_key(key);
+  const auto stored = co_await stored_bytes(api, container);
+  auto quota = begin_upload_charge(api, container, stored, path, ctx.declared_body_size());
+  if (!quota) co_return quota.error();
   auto begun = api.files.begin_write(container.paths, path);
   if (!begun) co_return file_error(begun.error(), path);
   std::unique_ptr<store::FileWriter> writer = std::move(*begun);
   auto received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, [&](std::string_view chunk) -> Result<void> {
+    if (auto room = (*quota)->add(chunk.size()); !room) return room.error();
     if (auto written = writer->write(chunk.data(), chunk.size()); !written) return file_error(written.error(), path);
     return {};
   });
@@ -116,14 +132,16 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
     writer->abort();  // the previous version of the key stays
     co_return received.error();
   }
-  co_return commit_upload(api, container, *writer, path);
+  co_return commit_upload(api, container, *writer, path, **quota);
 }
 
 asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, server::RequestContext& ctx,
                                                             Container& container, std::optional<std::string> key) {
   auto boundary = store::MultipartParser::boundary_from_content_type(ctx.header_value(http::field::content_type));
   if (!boundary) co_return ApiError::invalid_request("Expected a multipart/form-data body with a 'file' field");
+  const auto stored = co_await stored_bytes(api, container);
   std::unique_ptr<store::FileWriter> writer;
+  Result<std::unique_ptr<OwnerQuotas::UploadCharge>> quota = std::unique_ptr<OwnerQuotas::UploadCharge>();
   std::optional<ApiError> failure;
   std::string path, path_field;
   enum class Part { kOther, kPath, kFile } current = Part::kOther;
@@ -149,6 +167,11 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
           return false;
         }
         path = store::sandbox_path_for_key(chosen);
+        quota = begin_upload_charge(api, container, stored, path, std::nullopt);
+        if (!quota) {
+          failure = quota.error();
+          return false;
+        }
         auto begun = api.files.begin_write(container.paths, path);
         if (!begun) {
           failure = file_error(begun.error(), path);
@@ -164,6 +187,10 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
           return path_field.size() <= store::kMaxKeyLength;
         }
         if (current != Part::kFile) return true;
+        if (auto room = (*quota)->add(data.size()); !room) {
+          failure = room.error();
+          return false;
+        }
         if (auto written = writer->write(data.data(), data.size()); !written) {
           failure = file_error(written.error(), path);
           return false;
@@ -189,7 +216,7 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
     co_return ApiError::invalid_request(writer ? "The multipart body ended before its closing boundary"
                                                : "The multipart body has no 'file' field");
   }
-  co_return commit_upload(api, container, *writer, path);
+  co_return commit_upload(api, container, *writer, path, **quota);
 }
 
 asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, server::RequestContext& ctx,

@@ -73,7 +73,7 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
 
   http.route(
       http::verb::get, "/metrics", "ops.metrics",
-      [&api](server::RequestContext&) -> asio::awaitable<Result<Response>> {
+      [&api, &http](server::RequestContext&) -> asio::awaitable<Result<Response>> {
         ops::Metrics::Gauges gauges;
         const auto& admission = api.containers.admission();
         gauges.executions_active = admission.active();
@@ -86,6 +86,17 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
                                                                    settings->max_concurrent_executions);
         gauges.running_sandboxes_per_owner = settings->running_sandboxes_per_owner;
         gauges.containers_per_owner = settings->containers_per_owner;
+        gauges.stored_bytes_per_owner = settings->stored_bytes_per_owner;
+        gauges.threads_per_owner = settings->threads_per_owner;
+        gauges.skills_per_owner = settings->skills_per_owner;
+        gauges.skill_versions_per_owner = settings->skill_versions_per_owner;
+        gauges.connections_open = http.connections().open();
+        gauges.connections_unauthenticated = http.connections().unauthenticated();
+        const auto refused = http.connections().refusals();
+        gauges.connections_refused = {{"total", refused.total},
+                                      {"address", refused.address},
+                                      {"address_unauthenticated", refused.address_unauthenticated},
+                                      {"owner", refused.owner}};
         server::StringResponse res{http::status::ok, 11};
         res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
         res.body() = ops::metrics().render(gauges);

@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 
 #include "api/container_service.h"
+#include "api/owner_quotas.h"
 #include "model/upstream_client.h"
 #include "ops/health_check.h"
 #include "server/http_server.h"
@@ -27,6 +28,7 @@ struct ApiContext {
   const ops::HealthCheck* health = nullptr;          // behind /health
   store::SkillStore* skills = nullptr;               // the Skills API and container.skills
   SkillMounts* skill_mounts = nullptr;               // each request's skills in its sandbox
+  OwnerQuotas quotas;                                // stored bytes, threads, skills per owner
 
   // The configuration in effect now: a request takes it once and keeps it.
   std::shared_ptr<const ops::Config> config() const { return live_config.get(); }

@@ -179,6 +179,19 @@ asio::awaitable<Result<std::shared_ptr<Upload>>> receive_upload(ApiContext& api,
   co_return upload;
 }
 
+// Room for one more version of the owner's skills, and for one more skill when
+// `new_skill` (a skill comes with its first version).
+Result<void> room_for_skill(store::SkillStore& skills, const std::string& owner, const ops::Config& config,
+                            bool new_skill) {
+  if (new_skill)
+    if (auto room = OwnerQuotas::room_for_one_more(skills.count_custom(owner), config.skills_per_owner, "skills",
+                                                   "quotas.skillsPerOwner", "skills_quota");
+        !room)
+      return room;
+  return OwnerQuotas::room_for_one_more(skills.count_versions(owner), config.skill_versions_per_owner,
+                                        "skill versions", "quotas.skillVersionsPerOwner", "skill_versions_quota");
+}
+
 // Unzips (for the archive form) and checks the staged upload, then `store` keeps it.
 using Keep = std::function<Result<json::value>(const store::SkillStaging::Checked&)>;
 asio::awaitable<Result<json::value>> check_and_store(std::shared_ptr<Upload> upload, Keep keep) {
@@ -193,12 +206,19 @@ asio::awaitable<Result<json::value>> check_and_store(std::shared_ptr<Upload> upl
 asio::awaitable<Result<Response>> create_skill(ApiContext& api, RequestContext& ctx) {
   auto store = skill_store(api);
   if (!store) co_return store.error();
+  const std::string owner = ctx.owner;
+  auto* skills = *store;
+  // quotas.skillsPerOwner and skillVersionsPerOwner: checked before the body is read,
+  // and again with the insert.
+  auto* quotas = &api.quotas;
+  const auto config = api.config();
+  if (auto room = room_for_skill(*skills, owner, *config, /*new_skill=*/true); !room) co_return room.error();
   auto upload = co_await receive_upload(api, ctx);
   if (!upload) co_return upload.error();
-  const std::string owner = ctx.owner;
   auto display_name = (*upload)->display_name;
-  auto* skills = *store;
-  Keep keep = [skills, owner, display_name](const store::SkillStaging::Checked& checked) -> Result<json::value> {
+  Keep keep = [skills, owner, display_name, quotas, config](const store::SkillStaging::Checked& checked) -> Result<json::value> {
+    std::lock_guard creating(quotas->creation_mutex());
+    if (auto room = room_for_skill(*skills, owner, *config, /*new_skill=*/true); !room) return room.error();
     return skill_json(skills->create(owner, display_name, checked));
   };
   auto stored = co_await check_and_store(*upload, std::move(keep));
@@ -213,10 +233,15 @@ asio::awaitable<Result<Response>> create_version(ApiContext& api, RequestContext
   auto skill = (*store)->find(owner, skill_id);
   if (!skill) co_return ApiError::not_found("Skill not found: " + skill_id);
   if (skill->source != "custom") co_return ApiError::invalid_request("Built-in skills are read-only: " + skill_id);
+  auto* skills = *store;
+  auto* quotas = &api.quotas;
+  const auto config = api.config();
+  if (auto room = room_for_skill(*skills, owner, *config, /*new_skill=*/false); !room) co_return room.error();
   auto upload = co_await receive_upload(api, ctx);
   if (!upload) co_return upload.error();
-  auto* skills = *store;
-  Keep keep = [skills, owner, skill_id](const store::SkillStaging::Checked& checked) -> Result<json::value> {
+  Keep keep = [skills, owner, skill_id, quotas, config](const store::SkillStaging::Checked& checked) -> Result<json::value> {
+    std::lock_guard creating(quotas->creation_mutex());
+    if (auto room = room_for_skill(*skills, owner, *config, /*new_skill=*/false); !room) return room.error();
     auto version = skills->add_version(owner, skill_id, checked);
     if (!version) return ApiError::not_found("Skill not found: " + skill_id);
     return version_json(*version);

@@ -482,7 +482,13 @@ asio::awaitable<Result<Response>> create_thread(ApiContext& api, ChatState& stat
   if (!title) co_return title.error();
   store::ThreadRecord record{ctx.owner, "thread_" + api.containers.new_id().substr(5), *title, now_seconds(), 0, 0};
   record.updated_at = record.created_at;
-  if (!state.threads.create(record)) co_return ApiError::internal();
+  {
+    std::lock_guard creating(api.quotas.creation_mutex());  // the count and the insert together
+    auto room = OwnerQuotas::room_for_one_more(state.threads.count(ctx.owner), api.config()->threads_per_owner,
+                                               "threads", "quotas.threadsPerOwner", "threads_quota");
+    if (!room) co_return room.error();
+    if (!state.threads.create(record)) co_return ApiError::internal();
+  }
   co_return json_ok(thread_json(*state.threads.find(ctx.owner, record.id)), http::status::created);
 }
 

@@ -33,6 +33,7 @@
 #include "ops/systemd_notify.h"
 #include "runtime/host_capacity.h"
 #include "runtime/runtime.h"
+#include "runtime/userns.h"
 #include "runtime/volume.h"
 #include "server/auth.h"
 #include "server/blocking.h"
@@ -182,6 +183,8 @@ int serve(ops::Config config, const std::string& config_path) {
     limits.body_rate_grace = std::chrono::seconds(config.body_rate_grace_sec);
     limits.max_connections = config.max_connections ? config.max_connections : server::default_max_connections();
     limits.max_connections_per_owner = config.max_connections_per_owner;
+    limits.max_connections_per_address = config.max_connections_per_ip;
+    limits.max_unauthenticated_per_address = config.max_unauthenticated_connections_per_ip;
     server::HttpServer http(io, limits);
     // Sandboxes reach the API (and the allow-listed services) through listeners in their
     // own network namespace; the owners' tokens are checked by the same object.
@@ -276,6 +279,7 @@ int serve(ops::Config config, const std::string& config_path) {
     for (auto& t : pool) t.join();
     // Disk work handed off by handlers (walks, hashing) ends before the stores it uses.
     server::blocking_pool().join();
+    runtime::join_userns_holders();  // (likewise the sandboxes' user namespace holders)
     metadata.set_write_fence(nullptr);  // it refers to the leases, which end here
   }
   ops::set_audit(nullptr);  // its file is under the data directory's bind

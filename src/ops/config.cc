@@ -203,7 +203,8 @@ Config parse_config_checked(const std::string& yaml_text) {
 
   with(root, "server", "", [&](const YAML::Node& n, const std::string& p) {
     only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec", "webRoot", "bodyIdleTimeoutSec",
-                     "bodyMinRateBytesPerSec", "bodyRateGraceSec", "maxConnections", "maxConnectionsPerOwner"});
+                     "bodyMinRateBytesPerSec", "bodyRateGraceSec", "maxConnections", "maxConnectionsPerOwner",
+                     "maxConnectionsPerIp", "maxUnauthenticatedConnectionsPerIp"});
     with(n, "webRoot", p, [&](const YAML::Node& v, const std::string& kp) { c.web_root = scalar(v, kp); });
     with(n, "headerTimeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.header_timeout_sec = static_cast<int>(read_int(v, kp, 1, 3600)); });
     with(n, "bodyIdleTimeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.body_idle_timeout_sec = static_cast<int>(read_int(v, kp, 1, 3600)); });
@@ -211,6 +212,8 @@ Config parse_config_checked(const std::string& yaml_text) {
     with(n, "bodyRateGraceSec", p, [&](const YAML::Node& v, const std::string& kp) { c.body_rate_grace_sec = static_cast<int>(read_int(v, kp, 0, 3600)); });
     with(n, "maxConnections", p, [&](const YAML::Node& v, const std::string& kp) { c.max_connections = static_cast<uint64_t>(read_int(v, kp, 0, 1000000)); });
     with(n, "maxConnectionsPerOwner", p, [&](const YAML::Node& v, const std::string& kp) { c.max_connections_per_owner = static_cast<uint64_t>(read_int(v, kp, 1, 1000000)); });
+    with(n, "maxConnectionsPerIp", p, [&](const YAML::Node& v, const std::string& kp) { c.max_connections_per_ip = static_cast<uint64_t>(read_int(v, kp, 0, 1000000)); });
+    with(n, "maxUnauthenticatedConnectionsPerIp", p, [&](const YAML::Node& v, const std::string& kp) { c.max_unauthenticated_connections_per_ip = static_cast<uint64_t>(read_int(v, kp, 0, 1000000)); });
     with(n, "listen", p, [&](const YAML::Node& v, const std::string& kp) {
       std::string listen = scalar(v, kp);
       auto colon = listen.rfind(':');
@@ -395,7 +398,18 @@ Config parse_config_checked(const std::string& yaml_text) {
   });
 
   with(root, "quotas", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"runningSandboxesPerOwner", "containersPerOwner"});
+    only_keys(n, p, {"runningSandboxesPerOwner", "containersPerOwner", "storedBytesPerOwner", "threadsPerOwner",
+                     "skillsPerOwner", "skillVersionsPerOwner"});
+    with(n, "storedBytesPerOwner", p, [&](const YAML::Node& v, const std::string& kp) { c.stored_bytes_per_owner = read_bytes(v, kp); });
+    with(n, "threadsPerOwner", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.threads_per_owner = static_cast<uint64_t>(read_int(v, kp, 0, 100000000));
+    });
+    with(n, "skillsPerOwner", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.skills_per_owner = static_cast<uint64_t>(read_int(v, kp, 0, 100000000));
+    });
+    with(n, "skillVersionsPerOwner", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.skill_versions_per_owner = static_cast<uint64_t>(read_int(v, kp, 0, 100000000));
+    });
     with(n, "containersPerOwner", p, [&](const YAML::Node& v, const std::string& kp) {
       c.containers_per_owner = static_cast<uint64_t>(read_int(v, kp, 0, 100000000));
     });

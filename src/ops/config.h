@@ -44,6 +44,10 @@ struct Config {
   int body_rate_grace_sec = 10;                 // the time credit a body starts with
   uint64_t max_connections = 0;                 // 0: half the process's open-file limit
   uint64_t max_connections_per_owner = 256;
+  // Per client address (server.maxConnectionsPerIp, maxUnauthenticatedConnectionsPerIp;
+  // 0: no cap, for a server behind a proxy that all clients reach it through).
+  uint64_t max_connections_per_ip = 1024;
+  uint64_t max_unauthenticated_connections_per_ip = 256;  // none of its requests authenticated yet
   // auth
   std::vector<TokenEntry> tokens;  // empty: one development token is generated at start
   std::string admin_token;
@@ -94,6 +98,10 @@ struct Config {
   // quotas (per owner)
   uint64_t running_sandboxes_per_owner = 20;  // quotas.runningSandboxesPerOwner (0: none)
   uint64_t containers_per_owner = 200;        // quotas.containersPerOwner: stored containers (0: none)
+  uint64_t stored_bytes_per_owner = 10ull << 30;  // quotas.storedBytesPerOwner: uploads and outputs (0: none)
+  uint64_t threads_per_owner = 1000;              // quotas.threadsPerOwner: chat threads (0: none)
+  uint64_t skills_per_owner = 100;                // quotas.skillsPerOwner: custom skills (0: none)
+  uint64_t skill_versions_per_owner = 500;        // quotas.skillVersionsPerOwner: all their versions (0: none)
   // logging
   bool log_json = false;                 // logging.format: json (JSON lines) or text
   uint64_t audit_max_bytes = 64ull << 20;  // logging.auditMaxSize: the audit log rotates past it

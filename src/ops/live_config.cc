@@ -46,6 +46,11 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
   keep(std::filesystem::weakly_canonical(loaded.data_dir, ec).string() == current->data_dir, "server.dataDir");
   keep(loaded.header_timeout_sec == current->header_timeout_sec, "server.headerTimeoutSec");
   keep(loaded.web_root == current->web_root, "server.webRoot");
+  keep(loaded.max_connections == current->max_connections &&
+           loaded.max_connections_per_owner == current->max_connections_per_owner &&
+           loaded.max_connections_per_ip == current->max_connections_per_ip &&
+           loaded.max_unauthenticated_connections_per_ip == current->max_unauthenticated_connections_per_ip,
+       "server.maxConnections*");
   bool same_tokens = loaded.tokens.size() == current->tokens.size();
   for (size_t i = 0; same_tokens && i < loaded.tokens.size(); ++i)
     same_tokens = loaded.tokens[i].token == current->tokens[i].token && loaded.tokens[i].owner == current->tokens[i].owner;

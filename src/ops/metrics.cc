@@ -1,5 +1,6 @@
 #include "ops/metrics.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
@@ -129,6 +130,25 @@ std::string Metrics::render(const Gauges& g) const {
   header(out, "sandboxd_quota_containers_per_owner", "gauge",
          "Containers one owner may keep (quotas.containersPerOwner; 0: none).");
   sample(out, "sandboxd_quota_containers_per_owner", "", static_cast<double>(g.containers_per_owner));
+  auto quota = [&](const char* name, const char* help, uint64_t value) {
+    header(out, name, "gauge", help);
+    sample(out, name, "", static_cast<double>(value));
+  };
+  quota("sandboxd_quota_stored_bytes_per_owner", "Bytes of files one owner may store (quotas.storedBytesPerOwner; 0: none).",
+        g.stored_bytes_per_owner);
+  quota("sandboxd_quota_threads_per_owner", "Chat threads one owner may keep (quotas.threadsPerOwner; 0: none).",
+        g.threads_per_owner);
+  quota("sandboxd_quota_skills_per_owner", "Custom skills one owner may keep (quotas.skillsPerOwner; 0: none).",
+        g.skills_per_owner);
+  quota("sandboxd_quota_skill_versions_per_owner",
+        "Versions of custom skills one owner may keep (quotas.skillVersionsPerOwner; 0: none).", g.skill_versions_per_owner);
+  header(out, "sandboxd_http_connections", "gauge", "HTTP connections open now, by state.");
+  sample(out, "sandboxd_http_connections", "state=\"authenticated\"",
+         static_cast<double>(g.connections_open - std::min(g.connections_open, g.connections_unauthenticated)));
+  sample(out, "sandboxd_http_connections", "state=\"unauthenticated\"", static_cast<double>(g.connections_unauthenticated));
+  header(out, "sandboxd_http_connections_refused_total", "counter", "HTTP connections refused, by the cap that refused them.");
+  for (const auto& [cap, refused] : g.connections_refused)
+    sample(out, "sandboxd_http_connections_refused_total", "cap=\"" + cap + "\"", static_cast<double>(refused));
   header(out, "sandboxd_sandboxes_started_total", "counter", "Sandboxes started.");
   sample(out, "sandboxd_sandboxes_started_total", "", static_cast<double>(started_.load()));
   std::lock_guard lock(mutex_);

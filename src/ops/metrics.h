@@ -48,6 +48,12 @@ class Metrics {
     // The per-owner quotas in force (0: none).
     int executions_owner_share = 0;
     uint64_t running_sandboxes_per_owner = 0, containers_per_owner = 0;
+    uint64_t stored_bytes_per_owner = 0, threads_per_owner = 0, skills_per_owner = 0, skill_versions_per_owner = 0;
+    // HTTP connections open now, and how many of them have not authenticated yet.
+    size_t connections_open = 0, connections_unauthenticated = 0;
+    // Connections refused so far, by the cap that refused them (total, address,
+    // address_unauthenticated, owner).
+    std::vector<std::pair<std::string, uint64_t>> connections_refused;
   };
   std::string render(const Gauges& gauges) const;
 

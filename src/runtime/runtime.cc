@@ -11,6 +11,7 @@
 #include "runtime/seccomp.h"
 #include "runtime/spawn.h"
 #include "runtime/user.h"
+#include "runtime/userns.h"
 #include "runtime/spec.h"
 #include "runtime/syscall_error.h"
 #include "runtime/volume.h"
@@ -76,6 +77,11 @@ size_t Runtime::cleanup_stale(const std::string& volumes_root) {
 asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor executor,
                                                          SandboxOptions options) {
   if (!valid_name(options.name)) throw SandboxError("invalid sandbox name: " + options.name);
+  // The user namespace's holder is a process to spawn and wait for: on threads of its
+  // own, never this I/O thread, and from now on, while the cgroups and the launcher are
+  // made here.
+  auto userns = PendingUserns::start(executor, options_.init_path, options_.host_uid, options_.host_gid,
+                                     options_.userns_limits);
   Spec spec;
   spec.image_root = options_.image_root;
   spec.workspace_dir = options.workspace_dir;
@@ -126,7 +132,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
   int userns_fd = -1;
   std::string userns_error;
   try {
-    userns_fd = create_agent_userns(options_.init_path, options_.host_uid, options_.host_gid, options_.userns_limits);
+    userns_fd = co_await userns->get();
   } catch (const std::exception& e) {
     userns_error = e.what();
   }

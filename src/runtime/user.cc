@@ -18,6 +18,7 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/fd_passing.h"
 #include "runtime/syscall_error.h"
 
 namespace sandboxd::runtime {
@@ -71,19 +72,7 @@ int run_userns_holder(int argc, char** argv) {
   // CAP_SYS_PTRACE, which the service's unit (and a container) does not grant.
   int ns = open("/proc/self/ns/user", O_RDONLY | O_CLOEXEC);
   if (ns < 0) return fail();
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec iov{&byte, 1};
-  msghdr message{};
-  message.msg_iov = &iov;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  cmsghdr* header = CMSG_FIRSTHDR(&message);
-  header->cmsg_level = SOL_SOCKET;
-  header->cmsg_type = SCM_RIGHTS;
-  header->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(header), &ns, sizeof(int));
-  if (sendmsg(kReportFd, &message, MSG_NOSIGNAL) != 1) return 1;
+  if (send_byte_with_fd(kReportFd, byte, ns) != 0) return 1;
   close(ns);
   while (read(kReportFd, &byte, 1) > 0) {
   }

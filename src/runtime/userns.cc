@@ -8,9 +8,15 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/fd_passing.h"
 #include "runtime/spawn.h"
 #include "runtime/syscall_error.h"
 #include "runtime/user.h"
+#include "runtime/userns.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 namespace sandboxd::runtime {
 namespace {
@@ -50,19 +56,7 @@ int create_agent_userns(const std::string& init_path, uint32_t host_uid, uint32_
   // The holder's report: 'o' with its namespace as a descriptor (SCM_RIGHTS), or 'e'.
   char byte = 0;
   int fd = -1;
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec iov{&byte, 1};
-  msghdr message{};
-  message.msg_iov = &iov;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  ssize_t got = retry_eintr([&] { return recvmsg(pair[0], &message, MSG_CMSG_CLOEXEC); });
-  if (got == 1) {
-    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header))
-      if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS)
-        std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
-  }
+  const int got = receive_byte_with_fd(pair[0], byte, fd);
   if (got != 1 || byte != 'o' || fd < 0) {
     if (fd >= 0) close(fd);
     finish();
@@ -81,6 +75,56 @@ int create_agent_userns(const std::string& init_path, uint32_t host_uid, uint32_
   }
   finish();
   return fd;
+}
+
+namespace {
+
+// Two threads: a holder takes a few milliseconds (an exec, an unshare, a report); a
+// burst of starts waits its turn here, never on an I/O thread. Never destroyed: a
+// holder may still be running at exit.
+boost::asio::thread_pool& holder_threads() {
+  static auto* pool = new boost::asio::thread_pool(2);
+  return *pool;
+}
+
+}  // namespace
+
+std::shared_ptr<PendingUserns> PendingUserns::start(const boost::asio::any_io_executor& executor,
+                                                    std::string init_path, uint32_t host_uid, uint32_t host_gid,
+                                                    std::vector<UsernsLimit> limits) {
+  std::shared_ptr<PendingUserns> pending(new PendingUserns(executor));
+  boost::asio::post(holder_threads(), [pending, init_path = std::move(init_path), host_uid, host_gid,
+                                       limits = std::move(limits)] {
+    int fd = -1;
+    std::exception_ptr error;
+    try {
+      fd = create_agent_userns(init_path, host_uid, host_gid, limits);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard lock(pending->mutex_);
+      pending->fd_ = fd;
+      pending->error_ = error;
+    }
+    pending->ready_.try_send(boost::system::error_code{});  // (room for one: never fails)
+  });
+  return pending;
+}
+
+void join_userns_holders() { holder_threads().join(); }
+
+PendingUserns::~PendingUserns() {
+  if (fd_ >= 0) close(fd_);
+}
+
+boost::asio::awaitable<int> PendingUserns::get() {
+  co_await ready_.async_receive(boost::asio::use_awaitable);
+  std::lock_guard lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+  int fd = fd_;
+  fd_ = -1;
+  co_return fd;
 }
 
 }  // namespace sandboxd::runtime

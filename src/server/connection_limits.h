@@ -1,8 +1,11 @@
 // How many connections the server holds at once: a total cap (checked when a connection
-// starts, so descriptors stay bounded whoever opens them) and a cap per owner (known
-// only once a request on the connection has authenticated: the connection is then
-// charged to that owner until it closes). One owner holding hundreds of slow
-// connections gets 429s; everyone else, /health included, is still served.
+// starts, so descriptors stay bounded whoever opens them), caps per client address
+// (checked at the same moment: all its connections, and those of them that have not
+// authenticated yet, so one address opening idle connections cannot take the total), and
+// a cap per owner (known only once a request on the connection has authenticated: the
+// connection is then charged to that owner until it closes). One owner or one address
+// holding hundreds of slow connections gets refused; everyone else, /health included, is
+// still served.
 #pragma once
 
 #include <map>
@@ -19,26 +22,54 @@ size_t default_max_connections();
 
 class ConnectionCounter {
  public:
-  ConnectionCounter(size_t max_total, size_t max_per_owner) : max_total_(max_total), max_per_owner_(max_per_owner) {}
+  // `max_per_address`, `max_unauthenticated_per_address`: 0 is no cap.
+  ConnectionCounter(size_t max_total, size_t max_per_owner, size_t max_per_address = 0,
+                    size_t max_unauthenticated_per_address = 0)
+      : max_total_(max_total),
+        max_per_owner_(max_per_owner),
+        max_per_address_(max_per_address),
+        max_unauthenticated_per_address_(max_unauthenticated_per_address) {}
 
-  // One more open connection; false (nothing counted) at the total cap.
-  bool admit();
+  enum class Admission { kAdmitted, kTotalFull, kAddressFull, kAddressUnauthenticatedFull };
+  // One more open, not yet authenticated connection from `address` (empty: not counted
+  // per address, as for a sandbox's own listener); nothing counted unless admitted.
+  Admission admit(const std::string& address = "");
   // Charges an admitted connection to `owner`; false (nothing charged) at the owner's cap.
   bool charge(const std::string& owner);
-  // A connection ends: it leaves the total and every owner it was charged to.
-  void release(const std::vector<std::string>& owners);
+  // The connection from `address` authenticated (its first charge): it no longer counts
+  // against the address's unauthenticated cap.
+  void authenticated(const std::string& address);
+  // A connection ends: it leaves the total, its address and every owner it was charged to.
+  void release(const std::string& address, bool was_authenticated, const std::vector<std::string>& owners);
 
   size_t open() const;
+  // Open connections none of whose requests has authenticated yet.
+  size_t unauthenticated() const;
   size_t open_for(const std::string& owner) const;
+  size_t open_from(const std::string& address) const;
+  // Connections refused so far: at the total cap, at an address's caps (all; not
+  // authenticated), at an owner's cap.
+  struct Refusals {
+    uint64_t total = 0, address = 0, address_unauthenticated = 0, owner = 0;
+  };
+  Refusals refusals() const;
   size_t max_total() const { return max_total_; }
   size_t max_per_owner() const { return max_per_owner_; }
 
  private:
+  struct AddressCount {
+    size_t open = 0, unauthenticated = 0;
+  };
   const size_t max_total_;
   const size_t max_per_owner_;
+  const size_t max_per_address_;
+  const size_t max_unauthenticated_per_address_;
   mutable std::mutex mutex_;
   size_t open_ = 0;
+  size_t unauthenticated_ = 0;
   std::map<std::string, size_t> per_owner_;
+  std::map<std::string, AddressCount> per_address_;
+  Refusals refusals_;
 };
 
 // One connection's place in the counter, for as long as the connection lives. It shares
@@ -46,21 +77,23 @@ class ConnectionCounter {
 // the I/O context that holds it goes), and its release must still find the counter.
 class ConnectionSlot {
  public:
-  explicit ConnectionSlot(std::shared_ptr<ConnectionCounter> counter)
-      : counter_(std::move(counter)), admitted_(counter_->admit()) {}
+  explicit ConnectionSlot(std::shared_ptr<ConnectionCounter> counter, std::string address = "")
+      : counter_(std::move(counter)), address_(std::move(address)), admission_(counter_->admit(address_)) {}
   ~ConnectionSlot() {
-    if (admitted_) counter_->release(owners_);
+    if (admitted()) counter_->release(address_, !owners_.empty(), owners_);
   }
   ConnectionSlot(const ConnectionSlot&) = delete;
   ConnectionSlot& operator=(const ConnectionSlot&) = delete;
 
-  bool admitted() const { return admitted_; }
+  bool admitted() const { return admission_ == ConnectionCounter::Admission::kAdmitted; }
+  ConnectionCounter::Admission admission() const { return admission_; }
   // Charges the connection to `owner` (once per owner); false at the owner's cap.
   bool charge(const std::string& owner);
 
  private:
   std::shared_ptr<ConnectionCounter> counter_;
-  bool admitted_;
+  std::string address_;
+  ConnectionCounter::Admission admission_;
   std::vector<std::string> owners_;  // usually one
 };
 

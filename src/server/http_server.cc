@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include <sstream>
+
 #include <sys/sendfile.h>
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -33,6 +35,17 @@ http::fields& header_of(Response& response) {
         else return res;
       },
       response);
+}
+
+// A whole HTTP/1.1 answer for a connection refused before any request is read: sent
+// without waiting, then the connection closes.
+std::string canned_refusal(const ApiError& error) {
+  auto res = error_response(error);
+  res.set(http::field::connection, "close");
+  res.prepare_payload();
+  std::ostringstream out;
+  out << res;
+  return out.str();
 }
 
 }  // namespace
@@ -253,7 +266,9 @@ void DisconnectWatch::stop() {
 HttpServer::HttpServer(asio::io_context& io, ServerLimits limits)
     : io_(io),
       limits_(limits),
-      connections_(std::make_shared<ConnectionCounter>(limits.max_connections, limits.max_connections_per_owner)),
+      connections_(std::make_shared<ConnectionCounter>(limits.max_connections, limits.max_connections_per_owner,
+                                                       limits.max_connections_per_address,
+                                                       limits.max_unauthenticated_per_address)),
       reserve_fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
 
 HttpServer::~HttpServer() {
@@ -341,15 +356,27 @@ asio::awaitable<void> HttpServer::origin_session(HttpServer* self, tcp::socket s
 }
 
 asio::awaitable<void> HttpServer::session(tcp::socket socket, std::shared_ptr<const ConnectionOrigin> origin) {
-  ConnectionSlot slot(connections_);
+  // The public listener's connections count per client address too; a sandbox's own
+  // listener (an origin) is bounded per sandbox instead.
+  std::string address;
+  if (!origin) {
+    boost::system::error_code peer_error;
+    auto peer = socket.remote_endpoint(peer_error);
+    if (!peer_error) address = peer.address().to_string();
+  }
+  ConnectionSlot slot(connections_, std::move(address));
   if (!slot.admitted()) {
-    // At the total cap: a short answer, best effort and without waiting, then close.
-    static const std::string kBusy = [] {
-      const std::string body = error_body(ApiError::overloaded("Too many open connections", 1));
-      return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-             "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-    }();
-    ::send(socket.native_handle(), kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    // At a cap: a short answer, best effort and without waiting, then close.
+    static const std::string kBusy = canned_refusal(ApiError::overloaded("Too many open connections", 1));
+    static const std::string kAddressBusy = canned_refusal(
+        ApiError::rate_limited("Too many open connections from this address (server.maxConnectionsPerIp)", 1));
+    static const std::string kAddressIdle = canned_refusal(ApiError::rate_limited(
+        "Too many connections from this address have not authenticated (server.maxUnauthenticatedConnectionsPerIp)", 1));
+    const std::string& answer = slot.admission() == ConnectionCounter::Admission::kAddressFull ? kAddressBusy
+                                : slot.admission() == ConnectionCounter::Admission::kAddressUnauthenticatedFull
+                                    ? kAddressIdle
+                                    : kBusy;
+    ::send(socket.native_handle(), answer.data(), answer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     boost::system::error_code ignored;
     socket.close(ignored);
     co_return;

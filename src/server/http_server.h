@@ -98,6 +98,8 @@ struct ServerLimits {
   std::chrono::seconds body_rate_grace{10};
   size_t max_connections = 4096;           // open at once, all clients together
   size_t max_connections_per_owner = 256;  // open at once that authenticated to one owner
+  size_t max_connections_per_address = 0;  // open at once from one client address (0: no cap)
+  size_t max_unauthenticated_per_address = 0;  // of those, not authenticated yet (0: no cap)
   std::chrono::seconds write_timeout{60};
   size_t json_body_limit = 32u << 20;
 };
@@ -153,6 +155,12 @@ class RequestContext {
   const std::optional<std::string>& kept_body() const { return kept_body_; }
   // The whole body has been read (the connection can serve another request).
   bool body_complete() const { return parser_.is_done() || body_read_; }
+  // The body's size as the request's Content-Length announces it (none when chunked).
+  std::optional<uint64_t> declared_body_size() const {
+    if (parser_.chunked()) return std::nullopt;
+    auto length = parser_.content_length();
+    return length ? std::optional<uint64_t>(*length) : std::nullopt;
+  }
 
   beast::tcp_stream& stream() { return stream_; }
 

@@ -346,4 +346,12 @@ uint64_t Metadata::total_bytes() {
   return query.step() ? static_cast<uint64_t>(query.integer(0)) : 0;
 }
 
+uint64_t Metadata::owner_bytes(const std::string& owner) {
+  std::lock_guard lock(mutex_);
+  Statement query(db_, "SELECT COALESCE(SUM(f.size), 0) FROM containers c JOIN files f ON f.storage = c.storage "
+                       "WHERE c.owner = ?");
+  query.bind(1, owner);
+  return query.step() ? static_cast<uint64_t>(query.integer(0)) : 0;
+}
+
 }  // namespace sandboxd::store

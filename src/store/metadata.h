@@ -72,6 +72,8 @@ class Metadata {
                       const std::optional<std::string>& before_path);
   std::vector<FileRecord> files_of(const std::string& storage);
   uint64_t total_bytes();
+  // The bytes of every file of the owner's containers (uploads and outputs as indexed).
+  uint64_t owner_bytes(const std::string& owner);
 
   // Cluster mode (issue 13 §3): runs inside the transaction of every write to a
   // container's file records, with that container's storage; throws (FencedError) to

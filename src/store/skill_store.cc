@@ -393,6 +393,20 @@ bool SkillStore::remove(const std::string& owner, const std::string& skill_id) {
   return true;
 }
 
+size_t SkillStore::count_custom(const std::string& owner) {
+  std::lock_guard lock(mutex_);
+  Statement query(db_, "SELECT COUNT(*) FROM skills WHERE owner = ?");
+  query.add(owner);
+  return query.step() ? static_cast<size_t>(query.integer(0)) : 0;
+}
+
+size_t SkillStore::count_versions(const std::string& owner) {
+  std::lock_guard lock(mutex_);
+  Statement query(db_, "SELECT COUNT(*) FROM skill_versions v JOIN skills s ON s.id = v.skill_id WHERE s.owner = ?");
+  query.add(owner);
+  return query.step() ? static_cast<size_t>(query.integer(0)) : 0;
+}
+
 SkillStore::VersionRemoval SkillStore::remove_version(const std::string& owner, const std::string& skill_id,
                                                       const std::string& version) {
   if (builtin(skill_id)) return VersionRemoval::kMissing;

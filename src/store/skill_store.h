@@ -69,6 +69,9 @@ class SkillStore {
                               const std::string& page);
   SkillPage<SkillVersionRecord> versions(const std::string& owner, const std::string& skill_id, size_t limit,
                                          const std::string& page);
+  // How many custom skills the owner has, and how many versions all of them have.
+  size_t count_custom(const std::string& owner);
+  size_t count_versions(const std::string& owner);
   // `version` may be "latest".
   std::optional<SkillVersionRecord> find_version(const std::string& owner, const std::string& skill_id,
                                                  const std::string& version);

@@ -98,6 +98,13 @@ std::optional<ThreadRecord> ThreadStore::find(const std::string& owner, const st
   return read_thread(query);
 }
 
+size_t ThreadStore::count(const std::string& owner) {
+  std::lock_guard lock(mutex_);
+  Statement query(db_, "SELECT COUNT(*) FROM threads WHERE owner = ?");
+  query.add(owner);
+  return query.step() ? static_cast<size_t>(query.integer(0)) : 0;
+}
+
 ThreadPage ThreadStore::list(const std::string& owner, size_t limit, const std::string& after_id) {
   std::lock_guard lock(mutex_);
   ThreadPage page;

@@ -61,6 +61,8 @@ class ThreadStore {
   // Newest first; `after_id` (exclusive) continues a page. An unknown cursor gives an
   // empty page.
   ThreadPage list(const std::string& owner, size_t limit, const std::string& after_id);
+  // How many threads the owner has.
+  size_t count(const std::string& owner);
   bool rename(const std::string& owner, const std::string& id, const std::string& title, int64_t now);
   // Removes the thread, its messages and its artifacts; false when there was none.
   bool remove(const std::string& owner, const std::string& id);
