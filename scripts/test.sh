@@ -8,5 +8,6 @@ bash scripts/build.sh
 npm ci --prefix tests/sdk --no-audit --no-fund --loglevel=error >/dev/null
 # playwright-core for the Workspace page's browser test (it drives Debian's chromium).
 npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error >/dev/null
+npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null  # s3rver, the S3 server of s3_test
 cd build
 ctest --output-on-failure --timeout 600 "$@"
