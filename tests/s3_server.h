@@ -80,11 +80,12 @@ class S3Server {
 
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
   // The storage section of a sandboxd configuration pointing at this server.
+  // (5 MiB parts, S3's smallest: a test's "large" upload is a multipart one at 11 MiB.)
   std::string storage_yaml(const std::string& prefix = "sbx/", int flush_interval = 30) const {
     return "storage:\n  backend: s3\n  flushIntervalSec: " + std::to_string(flush_interval) +
            "\n  s3:\n    endpoint: \"" + endpoint() + "\"\n    region: us-east-1\n    bucket: " + kBucket +
            "\n    prefix: \"" + prefix + "\"\n    accessKeyId: " + kAccessKey + "\n    secretAccessKey: " +
-           kSecretKey + "\n    forcePathStyle: true\n";
+           kSecretKey + "\n    forcePathStyle: true\n    partSize: 5Mi\n";
   }
   // Where s3rver keeps the bucket's objects and pending multipart uploads.
   std::filesystem::path bucket_dir() const { return dir_ / "data" / kBucket; }

@@ -1,5 +1,6 @@
 #include "api/container_service.h"
 
+#include "api/container_durability.h"
 #include "api/sandbox_network.h"
 #include "api/skill_mounts.h"
 
@@ -147,6 +148,14 @@ asio::awaitable<std::vector<SandboxStatus>> ContainerService::sandboxes() {
 
 size_t ContainerService::prestarted_ready() const { return pool_.ready(); }
 
+std::vector<std::shared_ptr<Container>> ContainerService::open_containers() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<Container>> out;
+  out.reserve(open_.size());
+  for (const auto& [key, container] : open_) out.push_back(container);
+  return out;
+}
+
 std::vector<std::shared_ptr<Container>> ContainerService::find_open_any_owner(const std::string& id) const {
   std::lock_guard lock(mutex_);
   std::vector<std::shared_ptr<Container>> out;
@@ -164,6 +173,9 @@ Result<void> ContainerService::prepare_storage(Container& container, bool fresh)
   container.paths.outputs = (root / "volume" / "outputs").string();
   container.paths.uploads = (root / "uploads").string();
   container.paths.skills = SkillMounts::prepare_folder(settings()->data_dir, container.storage);
+  // With the sessions bucket, a container whose local copy is gone (a wiped disk, a new
+  // node) gets a new volume here and its files back from the bucket before first use.
+  if (!fresh && durability_ && !fs::exists(container.volume_image)) fresh = true;
   if (fresh) {
     fs::create_directories(root);
     if (auto taken = spares_.take(container.volume_image, container.volume_mount); !taken) {
@@ -436,6 +448,9 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
 asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_ptr<Container> container,
                                                                     runtime::ExecRequest request, bool restart) {
   touch(*container);
+  if (durability_) {  // the bucket's copy first, when the local one is missing or stale
+    if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
+  }
   ops::Admission::Ticket owner_ticket;  // held for the whole command
   if (restart) {
     co_await asio::co_spawn(container->strand, stop_on_strand(container, "restart"), asio::use_awaitable);
@@ -485,10 +500,15 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
   }
   Result<runtime::ExecResult> outcome = ApiError::internal();
   ++container->executing;
+  ++container->changes;  // what the command writes is flushed after it (container_durability.h)
   struct Done {
     std::atomic<int>& count;
-    ~Done() { --count; }
-  } done{container->executing};
+    std::atomic<uint64_t>& changes;
+    ~Done() {
+      ++changes;
+      --count;
+    }
+  } done{container->executing, container->changes};
   const auto started = std::chrono::steady_clock::now();
   const char* label = "failed";
   const std::string command_head = request.command.substr(0, 4096);  // for the audit log
@@ -536,6 +556,9 @@ asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container
     ops::metrics().sandbox_stopped(reason);
   }
   if (auto slot = std::move(container->slot)) pool_.release(slot);
+  // Whatever the reason of the stop, what changed goes to the bucket (a failure keeps
+  // the local copy and is retried; the container is not released meanwhile).
+  if (durability_) co_await durability_->flush_if_changed(container);
 }
 
 asio::awaitable<void> ContainerService::stop(std::shared_ptr<Container> container, const char* reason) {
@@ -550,6 +573,7 @@ asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> contai
     open_.erase({container->owner, container->id});
   }
   metadata_.delete_container(container->owner, container->id);
+  if (durability_) co_await durability_->forget(container);
   SkillMounts::remove_folder(settings()->data_dir, container->storage);
   try {
     Volume::unmount(container->volume_mount);
@@ -585,6 +609,7 @@ asio::awaitable<void> ContainerService::reap_idle() {
       if (it == open_.end() || it->second != container) continue;
       if (container->running() || container->last_used_at.load() + settings()->session_ttl_sec > now) continue;
       if (container.use_count() > 2) continue;  // `idle` and the map: nobody else
+      if (durability_ && !durability_->releasable(*container)) continue;  // unflushed: kept
       try {
         if (Volume::try_unmount(container->volume_mount)) {
           SkillMounts::remove_folder(settings()->data_dir, container->storage);  // remade when it opens again

@@ -32,6 +32,8 @@ namespace sandboxd::api {
 
 namespace asio = boost::asio;
 
+class ContainerDurability;
+
 // Seed 002's error for code execution with no provider behind it.
 inline constexpr std::string_view kNoProvider = "code_execution provider is not configured.";
 
@@ -64,6 +66,16 @@ struct Container {
   std::chrono::steady_clock::time_point synced_at{};
   bool index_dirty = true;  // code may have written files since the last sync
   bool sync_scheduled = false;
+
+  // The durable copy in the sessions bucket (storage.backend s3; container_durability.h).
+  std::mutex durability_mutex;            // one flush or restore at a time (blocking threads)
+  std::atomic<bool> local_ready{false};   // checked against the manifest (and restored)
+  std::atomic<uint64_t> changes{0};       // bumped by commands and API deletions
+  std::atomic<uint64_t> flushed_changes{0};  // `changes` as of the last good flush
+  std::atomic<bool> flush_failed{false};  // retried with backoff; never released meanwhile
+  std::atomic<int> flush_failures{0};
+  std::atomic<int64_t> last_flush_ms{0}, retry_at_ms{0};  // steady clock
+  std::atomic<uint64_t> unflushed_bytes{0};  // what the last flush could not send
 
   explicit Container(asio::any_io_executor executor) : strand(asio::make_strand(executor)) {}
   // Readable from any thread (the sandbox pointer itself belongs to the strand).
@@ -145,6 +157,12 @@ class ContainerService {
   // Stops every sandbox and unmounts every volume (graceful shutdown).
   asio::awaitable<void> shutdown();
 
+  // storage.backend s3: the bucket copy (restore before use, flush after stops).
+  void set_durability(ContainerDurability* durability) { durability_ = durability; }
+  ContainerDurability* durability() const { return durability_; }
+  // Every open container (its volume mounted).
+  std::vector<std::shared_ptr<Container>> open_containers() const;
+
  private:
   asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ensure_sandbox(std::shared_ptr<Container> container);
   asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container, const char* reason);
@@ -169,6 +187,7 @@ class ContainerService {
   ops::LiveConfig& config_;
   runtime::Runtime* runtime_;
   SandboxNetwork* network_ = nullptr;
+  ContainerDurability* durability_ = nullptr;
   std::string unavailable_reason_;
   std::shared_ptr<ops::Admission> admission_;
   ops::OwnerAdmission owner_admission_;  // each owner's share, before the global line

@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "api/container_durability.h"
 #include "api/container_service.h"
 #include "app/host_share.h"
 #include "api/routes.h"
@@ -35,6 +36,7 @@
 #include "server/blocking.h"
 #include "server/http_server.h"
 #include "store/file_store.h"
+#include "store/manifest_store.h"
 #include "store/metadata.h"
 
 namespace sandboxd::app {
@@ -150,7 +152,22 @@ int serve(ops::Config config, const std::string& config_path) {
     ops::LiveConfig live_config(config);
     api::ContainerService containers(io, live_config, sandbox_runtime ? &*sandbox_runtime : nullptr, metadata);
     containers.set_unavailable_reason(image_problem);
-    api::check_store(metadata, (fs::path(config.data_dir) / "containers").string());
+    // storage.backend s3: the sessions bucket holds the durable copy (the manifest in the
+    // metadata database); the local disk is the working copy.
+    std::optional<store::ManifestStore> manifest;
+    std::optional<api::ContainerDurability> durability;
+    if (config.storage_backend == "s3") {
+      manifest.emplace((fs::path(config.data_dir) / "sandboxd.db").string());
+      durability.emplace(io, config, *manifest, metadata, api::load_instance_id(config.data_dir));
+      containers.set_durability(&*durability);
+      durability->start([&containers] { return containers.open_containers(); });
+      spdlog::info("storage: sessions bucket {} at {} (prefix '{}'), flush every {} s", config.s3.bucket,
+                   config.s3.endpoint, config.s3.prefix, config.flush_interval_sec);
+    } else {
+      // (With the bucket, a local copy that is missing is restored, not a loss to report:
+      // its records stay.)
+      api::check_store(metadata, (fs::path(config.data_dir) / "containers").string());
+    }
     server::ServerLimits limits;
     limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
     limits.body_idle_timeout = std::chrono::seconds(config.body_idle_timeout_sec);
@@ -182,6 +199,7 @@ int serve(ops::Config config, const std::string& config_path) {
     if (!config.model_base_url.empty()) upstream = model::UpstreamClient::create();
     ops::HealthCheck health(io, config.data_dir);
     api::ApiContext api{containers, files, live_config, upstream, &health};
+    if (durability) api.durability = &*durability;
     store::SkillStore skills((fs::path(config.data_dir) / "sandboxd.db").string(), config.data_dir,
                              store::find_builtin_skills_dir(config.skills_dir));
     api::SkillMounts skill_mounts(config.data_dir);
@@ -226,7 +244,8 @@ int serve(ops::Config config, const std::string& config_path) {
                 co_await pause.async_wait(asio::use_awaitable);
               }
               if (upstream) upstream->shutdown();
-              co_await containers.shutdown();
+              co_await containers.shutdown();  // each stop flushes to the bucket
+              if (durability) durability->stop();
               io.stop();
             },
             asio::detached);

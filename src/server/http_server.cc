@@ -78,6 +78,12 @@ std::optional<std::string> RequestContext::query_value(const std::string& name) 
 
 asio::awaitable<Result<void>> RequestContext::read_body_stream(
     size_t limit, const std::function<Result<void>(std::string_view)>& on_chunk) {
+  co_return co_await read_body_stream(limit, on_chunk, nullptr);
+}
+
+asio::awaitable<Result<void>> RequestContext::read_body_stream(
+    size_t limit, const std::function<Result<void>(std::string_view)>& on_chunk,
+    const std::function<asio::awaitable<Result<void>>()>& after_chunk) {
   if (parser_.is_done()) co_return Result<void>();
   if (auto length = parser_.content_length(); length && *length > limit)
     co_return ApiError::too_large("Request body is " + std::to_string(*length) + " bytes; the limit is " +
@@ -123,6 +129,8 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
       buffer_.consume(take);
       remaining -= take;
       if (!accepted) co_return accepted.error();
+      if (after_chunk)
+        if (auto caught_up = co_await after_chunk(); !caught_up) co_return caught_up.error();
     }
     while (remaining > 0) {
       ensure_chunk(remaining);
@@ -139,6 +147,10 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
       if (!accepted) {
         stream_.expires_never();
         co_return accepted.error();
+      }
+      if (after_chunk) {
+        stream_.expires_never();
+        if (auto caught_up = co_await after_chunk(); !caught_up) co_return caught_up.error();
       }
     }
     stream_.expires_never();
@@ -169,6 +181,10 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
       if (!accepted) {
         stream_.expires_never();
         co_return accepted.error();
+      }
+      if (after_chunk) {
+        stream_.expires_never();
+        if (auto caught_up = co_await after_chunk(); !caught_up) co_return caught_up.error();
       }
     }
   }

@@ -157,6 +157,7 @@ struct S3Client::Request {
   int body_fd = -1;
   uint64_t body_size = 0;
   bool has_body = false;
+  const std::function<void(const char*, size_t)>* on_read = nullptr;
   // The answer's body: into `sink_fd` on success when set, else returned.
   int sink_fd = -1;
   uint64_t sunk = 0;
@@ -170,6 +171,7 @@ struct S3Client::Request {
 
   // Transfer state.
   CURL* handle = nullptr;
+  uint64_t hashed = 0;
   uint64_t sent = 0;
   std::string answer;
 };
@@ -236,6 +238,12 @@ S3Result<std::string> S3Client::perform(Request& r) {
         if (n <= 0) {
           req.sink_failed = true;
           return CURL_READFUNC_ABORT;
+        }
+        // curl may rewind and send again (a redirect, a retried connection): only the
+        // first pass is hashed.
+        if (req.on_read && req.sent + static_cast<uint64_t>(n) > req.hashed) {
+          (*req.on_read)(buffer, static_cast<size_t>(n));
+          req.hashed = req.sent + static_cast<uint64_t>(n);
         }
         req.sent += static_cast<uint64_t>(n);
         return static_cast<size_t>(n);
@@ -321,8 +329,10 @@ S3Result<std::string> S3Client::put_object(const std::string& key, std::string_v
   return r.etag;
 }
 
-S3Result<std::string> S3Client::put_object_from_fd(const std::string& key, int fd, uint64_t size) {
+S3Result<std::string> S3Client::put_object_from_fd(const std::string& key, int fd, uint64_t size,
+                                                   const std::function<void(const char*, size_t)>& on_read) {
   Request r;
+  if (on_read) r.on_read = &on_read;
   r.method = "PUT";
   r.key = key;
   r.body_fd = fd;

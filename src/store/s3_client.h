@@ -64,7 +64,9 @@ class S3Client {
 
   // A whole object from memory (small bodies) or from `size` bytes of `fd` at offset 0.
   S3Result<std::string> put_object(const std::string& key, std::string_view body);
-  S3Result<std::string> put_object_from_fd(const std::string& key, int fd, uint64_t size);
+  // `on_read` sees every byte as it is sent (to hash the body on the way).
+  S3Result<std::string> put_object_from_fd(const std::string& key, int fd, uint64_t size,
+                                           const std::function<void(const char*, size_t)>& on_read = {});
 
   // Multipart: create -> upload parts (numbered from 1, each but the last >= 5 MiB) ->
   // complete with the parts' etags in order; abort drops every part uploaded.
