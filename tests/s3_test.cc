@@ -14,6 +14,7 @@
 #include <string>
 
 #include "base/hex.h"
+#include "ops/config.h"
 #include "s3_server.h"
 #include "store/s3_client.h"
 
@@ -248,6 +249,42 @@ TEST_F(S3Serve, UploadsAreInTheBucketWithTheirMd5BeforeTheAnswer) {
   EXPECT_TRUE(eventually([&] { return object_md5s() == std::multiset<std::string>{md5_hex(again), md5_hex(large)}; }));
   // The local copy is the same file (downloads are served from it).
   EXPECT_EQ(server->curl(files_url("up", "/" + file_id("/mnt/user-data/outputs/large.bin") + "/content")), large);
+  // A deleted container takes its objects along.
+  ASSERT_EQ(server->status("-X DELETE " + server->base() + "/containers/up"), 200);
+  EXPECT_TRUE(eventually([&] { return objects().empty(); }));
+}
+
+TEST(S3Config, BadValuesAreRefusedWithTheirKeyPathAndSecretsComeFromTheEnvironment) {
+  auto refused = [](const std::string& yaml) {
+    try {
+      ops::parse_config(yaml);
+    } catch (const ops::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string s3 = "storage:\n  backend: s3\n  s3:\n    endpoint: http://127.0.0.1:9000\n    bucket: sessions\n";
+  EXPECT_EQ(refused("storage: {backend: nfs}").rfind("storage.backend:", 0), 0u);
+  EXPECT_EQ(refused("storage: {flushIntervalSec: 0}").rfind("storage.flushIntervalSec:", 0), 0u);
+  EXPECT_EQ(refused("storage: {s3: {endpoint: ftp://x}}").rfind("storage.s3.endpoint:", 0), 0u);
+  EXPECT_EQ(refused("storage: {s3: {bucket: A_B}}").rfind("storage.s3.bucket:", 0), 0u);
+  EXPECT_EQ(refused("storage: {s3: {prefix: /abs}}").rfind("storage.s3.prefix:", 0), 0u);
+  EXPECT_EQ(refused("storage: {s3: {partSize: 1Mi}}").rfind("storage.s3.partSize:", 0), 0u);
+  EXPECT_EQ(refused("storage: {s3: {colour: red}}").rfind("storage.s3.colour: unknown key", 0), 0u);
+  EXPECT_EQ(refused("storage: {backend: s3}").rfind("storage.s3.endpoint: required", 0), 0u);
+  unsetenv("SANDBOXD_S3_ACCESS_KEY_ID");
+  unsetenv("SANDBOXD_S3_SECRET_ACCESS_KEY");
+  EXPECT_EQ(refused(s3).rfind("storage.s3.accessKeyId: required", 0), 0u);
+  setenv("SANDBOXD_S3_ACCESS_KEY_ID", "from-env", 1);
+  setenv("SANDBOXD_S3_SECRET_ACCESS_KEY", "secret-from-env", 1);
+  auto config = ops::parse_config(s3 + "    accessKeyId: from-file\n");
+  EXPECT_EQ(config.s3.access_key_id, "from-env");  // the environment wins
+  EXPECT_EQ(config.s3.secret_access_key, "secret-from-env");
+  EXPECT_EQ(config.storage_backend, "s3");
+  EXPECT_EQ(config.flush_interval_sec, 30);
+  unsetenv("SANDBOXD_S3_ACCESS_KEY_ID");
+  unsetenv("SANDBOXD_S3_SECRET_ACCESS_KEY");
+  EXPECT_EQ(ops::parse_config("").storage_backend, "local");
 }
 
 TEST_F(S3Serve, ACutUploadLeavesNothingAndKeepsThePreviousVersion) {
@@ -317,6 +354,7 @@ TEST_F(S3Serve, StopFlushesAndAWipedContainerIsRestoredWithItsIdsEtagsModesAndMt
                          "/mnt/user-data/outputs/d/big.bin /mnt/user-data/uploads/in.bin").at("stdout").as_string(),
             stat_before);
   EXPECT_EQ(bash("keep", "./run.sh").at("stdout").as_string(), "hi\n");
+  EXPECT_NE(server->log().find("bucket: restoring container keep (3 files"), std::string::npos) << server->log();
   EXPECT_EQ(bash("keep", "md5sum < /mnt/user-data/uploads/in.bin").at("stdout").as_string(), md5_hex(upload) + "  -\n");
   EXPECT_NE(stat_before.find("750 agent 2021-02-03 04:05:06.123456789"), std::string::npos) << stat_before;
 }
@@ -348,6 +386,9 @@ TEST_F(S3Serve, WithTheBucketAwayUploadsAre503AndStopsKeepTheLocalCopyUntilAFlus
   EXPECT_GE(metric("sandboxd_storage_flushes_total{outcome=\"ok\"}"), 1);
   EXPECT_EQ(object_md5s(), (std::multiset<std::string>{md5_hex("one\n"), md5_hex("two\n")}));
   EXPECT_TRUE(eventually([&] { return sh("curl -s " + server->url("/ready")).find("\"ready\"") != std::string::npos; }));
+  int valid = -1;
+  sh("curl -s " + server->url("/metrics") + " | promtool check metrics >&2", &valid);
+  EXPECT_EQ(valid, 0);
 }
 
 class S3ServeShortInterval : public S3Serve {

@@ -500,15 +500,16 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
   }
   Result<runtime::ExecResult> outcome = ApiError::internal();
   ++container->executing;
-  ++container->changes;  // what the command writes is flushed after it (container_durability.h)
+  // With the bucket, what the command writes is flushed after it (container_durability.h).
+  if (durability_) ++container->changes;
   struct Done {
     std::atomic<int>& count;
-    std::atomic<uint64_t>& changes;
+    std::atomic<uint64_t>* changes;
     ~Done() {
-      ++changes;
+      if (changes) ++*changes;
       --count;
     }
-  } done{container->executing, container->changes};
+  } done{container->executing, durability_ ? &container->changes : nullptr};
   const auto started = std::chrono::steady_clock::now();
   const char* label = "failed";
   const std::string command_head = request.command.substr(0, 4096);  // for the audit log
