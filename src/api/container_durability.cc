@@ -250,6 +250,9 @@ void ContainerDurability::commit_upload(Container& container, const store::FileR
 bool ContainerDurability::flush_blocking(Container& container) {
   std::lock_guard lock(container.durability_mutex);
   if (container.deleted) return true;
+  // A local copy never checked against the manifest (ensure_local has not run) may be
+  // missing or stale: flushing it would delete or overwrite the bucket's files.
+  if (!container.local_ready) return true;
   const uint64_t changes_at_start = container.changes.load();
   std::map<std::string, store::ManifestRow> rows;
   for (auto& row : manifest_.rows(container.storage)) rows.emplace(row.path, std::move(row));

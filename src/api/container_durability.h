@@ -63,7 +63,8 @@ class ContainerDurability {
   // The next ensure_local checks the marker against the manifest again (a lease that
   // was away from this instance).
   void invalidate_local(Container& container) { container.local_ready = false; }
-  // An incremental flush now; true when the bucket holds what is on disk.
+  // An incremental flush now; true when the bucket holds what is on disk (a container
+  // whose local copy was never ensured is left alone: nothing local to send).
   asio::awaitable<bool> flush(std::shared_ptr<Container> container);
   // After a sandbox stopped: a flush if anything changed (a failure is retried).
   asio::awaitable<void> flush_if_changed(std::shared_ptr<Container> container);
