@@ -17,6 +17,7 @@
 #include "ops/config.h"
 #include "s3_server.h"
 #include "store/s3_client.h"
+#include "store/sqlite.h"
 
 namespace sandboxd::testing {
 namespace {
@@ -357,6 +358,23 @@ TEST_F(S3Serve, StopFlushesAndAWipedContainerIsRestoredWithItsIdsEtagsModesAndMt
   EXPECT_NE(server->log().find("bucket: restoring container keep (3 files"), std::string::npos) << server->log();
   EXPECT_EQ(bash("keep", "md5sum < /mnt/user-data/uploads/in.bin").at("stdout").as_string(), md5_hex(upload) + "  -\n");
   EXPECT_NE(stat_before.find("750 agent 2021-02-03 04:05:06.123456789"), std::string::npos) << stat_before;
+}
+
+TEST_F(S3Serve, AStaleLocalCopyIsDiscardedAndRestoredFromTheBucket) {
+  ASSERT_EQ(bash("stale", "echo bucket > /mnt/user-data/outputs/a.txt && echo ok").at("stdout").as_string(), "ok\n");
+  ASSERT_EQ(server->status("-X POST " + server->base() + "/containers/stale/stop"), 200);  // flushed
+  ASSERT_EQ(bash("stale", "echo local > /mnt/user-data/outputs/a.txt && echo ok").at("stdout").as_string(), "ok\n");
+  server->stop(SIGKILL);  // no flush of the local change
+  {  // Meanwhile another replica held the container and changed its manifest.
+    sqlite3* db = store::sqlite::open_database((server->data_dir() / "sandboxd.db").string());
+    store::sqlite::exec(db, "UPDATE manifest_generations SET generation = generation + 1, writer = 'another-replica'");
+    sqlite3_close(db);
+  }
+  server->start();
+  const std::string id = file_id("/mnt/user-data/outputs/a.txt");
+  EXPECT_EQ(server->curl(files_url("stale", "/" + id + "/content")), "bucket\n");
+  EXPECT_NE(server->log().find("bucket: restoring container stale"), std::string::npos) << server->log();
+  EXPECT_EQ(bash("stale", "cat /mnt/user-data/outputs/a.txt").at("stdout").as_string(), "bucket\n");
 }
 
 TEST_F(S3Serve, WithTheBucketAwayUploadsAre503AndStopsKeepTheLocalCopyUntilAFlushSucceeds) {
