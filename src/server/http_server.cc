@@ -77,11 +77,6 @@ std::optional<std::string> RequestContext::query_value(const std::string& name) 
 }
 
 asio::awaitable<Result<void>> RequestContext::read_body_stream(
-    size_t limit, const std::function<Result<void>(std::string_view)>& on_chunk) {
-  co_return co_await read_body_stream(limit, on_chunk, nullptr);
-}
-
-asio::awaitable<Result<void>> RequestContext::read_body_stream(
     size_t limit, const std::function<Result<void>(std::string_view)>& on_chunk,
     const std::function<asio::awaitable<Result<void>>()>& after_chunk) {
   if (parser_.is_done()) co_return Result<void>();

@@ -135,13 +135,11 @@ class RequestContext {
   // The whole body, up to `limit` bytes (413 beyond it).
   asio::awaitable<Result<std::string>> read_body(size_t limit);
   // The body in chunks, as it arrives; `on_chunk` may refuse (its error is returned).
-  asio::awaitable<Result<void>> read_body_stream(size_t limit,
-                                                 const std::function<Result<void>(std::string_view)>& on_chunk);
-  // The same, awaiting `after_chunk` after each chunk: a consumer that hands the bytes
-  // on to something slower (the sessions bucket) holds the reading back meanwhile.
-  asio::awaitable<Result<void>> read_body_stream(size_t limit,
-                                                 const std::function<Result<void>(std::string_view)>& on_chunk,
-                                                 const std::function<asio::awaitable<Result<void>>()>& after_chunk);
+  // `after_chunk`, when set, is awaited after each chunk: a consumer that hands the
+  // bytes on to something slower (the sessions bucket) holds the reading back meanwhile.
+  asio::awaitable<Result<void>> read_body_stream(
+      size_t limit, const std::function<Result<void>(std::string_view)>& on_chunk,
+      const std::function<asio::awaitable<Result<void>>()>& after_chunk = nullptr);
   // The whole body has been read (the connection can serve another request).
   bool body_complete() const { return parser_.is_done() || body_read_; }
 
