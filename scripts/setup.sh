@@ -6,6 +6,7 @@ packages=(
   build-essential cmake pkg-config
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
   libyaml-cpp-dev libseccomp-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev
+  libexpat1-dev  # the S3 storage backend parses the bucket's XML answers
   libmagic-dev libspdlog-dev libsystemd-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   e2fsprogs util-linux iproute2 bubblewrap curl wrk
   bash-static  # sandboxes run it for /bin/bash: the same bash, no dynamic linking per command

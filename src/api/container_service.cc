@@ -1,8 +1,8 @@
 #include "api/container_service.h"
 
 #include "api/container_leases.h"
-#include "api/durability_hooks.h"
 #include "api/host_space.h"
+#include "api/container_durability.h"
 #include "api/sandbox_network.h"
 #include "api/skill_mounts.h"
 
@@ -152,6 +152,14 @@ asio::awaitable<std::vector<SandboxStatus>> ContainerService::sandboxes() {
 
 size_t ContainerService::prestarted_ready() const { return pool_.ready(); }
 
+std::vector<std::shared_ptr<Container>> ContainerService::open_containers() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<Container>> out;
+  out.reserve(open_.size());
+  for (const auto& [key, container] : open_) out.push_back(container);
+  return out;
+}
+
 std::vector<std::shared_ptr<Container>> ContainerService::find_open_any_owner(const std::string& id) const {
   std::lock_guard lock(mutex_);
   std::vector<std::shared_ptr<Container>> out;
@@ -169,6 +177,9 @@ Result<void> ContainerService::prepare_storage(Container& container, bool fresh)
   container.paths.outputs = (root / "volume" / "outputs").string();
   container.paths.uploads = (root / "uploads").string();
   container.paths.skills = SkillMounts::prepare_folder(settings()->data_dir, container.storage);
+  // With the sessions bucket, a container whose local copy is gone (a wiped disk, a new
+  // node) gets a new volume here and its files back from the bucket before first use.
+  if (!fresh && durability_ && !fs::exists(container.volume_image)) fresh = true;
   if (fresh) {
     create_storage_dirs(root);  // (a full disk answers 503: host_out_of_something)
     if (auto taken = spares_.take(container.volume_image, container.volume_mount); !taken) {
@@ -231,11 +242,9 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
     } catch (const std::exception& e) {
       return host_out_of_something("mounting the volume of container " + id, e);
     }
-    if (container && claim && claim->fresh)
-      if (auto current = durability_->ensure_local(**container); !current) {
-        discard_storage(**container);
-        return current.error();
-      }
+    // A lease newly taken: the local copy (if any) may be older than what another
+    // replica flushed meanwhile; ensure_local checks it before the first use.
+    if (container && claim && claim->fresh && durability_) durability_->invalidate_local(**container);
     if (container) open_[key] = *container;
     return container;
   }
@@ -279,9 +288,8 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
   return container;
 }
 
-void ContainerService::set_cluster(ContainerLeases* leases, DurabilityHooks* durability) {
+void ContainerService::set_cluster(ContainerLeases* leases) {
   leases_ = leases;
-  durability_ = durability;
   leases_->set_on_lost([this](const std::string& storage) { lease_lost(storage); });
 }
 
@@ -300,21 +308,22 @@ void ContainerService::lease_lost(const std::string& storage) {
 Result<void> ContainerService::claim_lease(Container& container) {
   auto claimed = leases_->claim(container.storage);
   if (!claimed) return claimed.error();
-  if (claimed->fresh) return durability_->ensure_local(container);
+  if (claimed->fresh && durability_) durability_->invalidate_local(container);
   return {};
 }
 
 asio::awaitable<void> ContainerService::flush_and_release(std::shared_ptr<Container> container) {
-  auto finish = [this, container] {
-    if (auto flushed = durability_->flush(*container); !flushed) {
-      spdlog::warn("container {} of {}: the flush failed ({}); its lease is kept", container->id, container->owner,
-                   flushed.error().message);
-      return;
-    }
-    leases_->release(container->storage);
-  };
+  // The final flush ran as the sandbox stopped (stop_on_strand). A container whose
+  // changes are not all in the bucket keeps its lease, and its local copy, until a
+  // retried flush succeeds and a later stop lets it go.
+  if (durability_ && !container->deleted && !durability_->releasable(*container)) {
+    spdlog::warn("container {} of {}: its files are not all in the bucket yet; its lease is kept", container->id,
+                 container->owner);
+    co_return;
+  }
+  auto release = [this, container] { leases_->release(container->storage); };
   try {
-    co_await server::run_blocking(std::move(finish));
+    co_await server::run_blocking(std::move(release));
   } catch (const std::exception& e) {  // the database: the lease then runs out by itself
     spdlog::error("container {} of {}: releasing its lease: {}", container->id, container->owner, e.what());
   }
@@ -534,6 +543,9 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
 asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_ptr<Container> container,
                                                                     runtime::ExecRequest request, bool restart) {
   touch(*container);
+  if (durability_) {  // the bucket's copy first, when the local one is missing or stale
+    if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
+  }
   ops::Admission::Ticket owner_ticket;  // held for the whole command
   if (restart) {
     co_await asio::co_spawn(container->strand, stop_on_strand(container, "restart"), asio::use_awaitable);
@@ -583,10 +595,16 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
   }
   Result<runtime::ExecResult> outcome = ApiError::internal();
   ++container->executing;
+  // With the bucket, what the command writes is flushed after it (container_durability.h).
+  if (durability_) ++container->changes;
   struct Done {
     std::atomic<int>& count;
-    ~Done() { --count; }
-  } done{container->executing};
+    std::atomic<uint64_t>* changes;
+    ~Done() {
+      if (changes) ++*changes;
+      --count;
+    }
+  } done{container->executing, durability_ ? &container->changes : nullptr};
   const auto started = std::chrono::steady_clock::now();
   const char* label = "failed";
   const std::string command_head = request.command.substr(0, 4096);  // for the audit log
@@ -634,6 +652,9 @@ asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container
     ops::metrics().sandbox_stopped(reason);
   }
   if (auto slot = std::move(container->slot)) pool_.release(slot);
+  // Whatever the reason of the stop, what changed goes to the bucket (a failure keeps
+  // the local copy and is retried; the container is not released meanwhile).
+  if (durability_) co_await durability_->flush_if_changed(container);
 }
 
 asio::awaitable<void> ContainerService::stop(std::shared_ptr<Container> container, const char* reason) {
@@ -650,6 +671,7 @@ asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> contai
   }
   metadata_.delete_container(container->owner, container->id);
   if (leases_) leases_->drop(container->storage, /*deleted=*/true);
+  if (durability_) co_await durability_->forget(container);
   SkillMounts::remove_folder(settings()->data_dir, container->storage);
   try {
     Volume::unmount(container->volume_mount);
@@ -685,6 +707,7 @@ asio::awaitable<void> ContainerService::reap_idle() {
       if (it == open_.end() || it->second != container) continue;
       if (container->running() || container->last_used_at.load() + settings()->session_ttl_sec > now) continue;
       if (container.use_count() > 2) continue;  // `idle` and the map: nobody else
+      if (durability_ && !durability_->releasable(*container)) continue;  // unflushed: kept
       try {
         if (Volume::try_unmount(container->volume_mount)) {
           SkillMounts::remove_folder(settings()->data_dir, container->storage);  // remade when it opens again

@@ -33,7 +33,7 @@ namespace sandboxd::api {
 namespace asio = boost::asio;
 
 class ContainerLeases;
-class DurabilityHooks;
+class ContainerDurability;
 
 // Seed 002's error for code execution with no provider behind it.
 inline constexpr std::string_view kNoProvider = "code_execution provider is not configured.";
@@ -67,6 +67,16 @@ struct Container {
   std::chrono::steady_clock::time_point synced_at{};
   bool index_dirty = true;  // code may have written files since the last sync
   bool sync_scheduled = false;
+
+  // The durable copy in the sessions bucket (storage.backend s3; container_durability.h).
+  std::mutex durability_mutex;            // one flush or restore at a time (blocking threads)
+  std::atomic<bool> local_ready{false};   // checked against the manifest (and restored)
+  std::atomic<uint64_t> changes{0};       // bumped by commands and API deletions
+  std::atomic<uint64_t> flushed_changes{0};  // `changes` as of the last good flush
+  std::atomic<bool> flush_failed{false};  // retried with backoff; never released meanwhile
+  std::atomic<int> flush_failures{0};
+  std::atomic<int64_t> last_flush_ms{0}, retry_at_ms{0};  // steady clock
+  std::atomic<uint64_t> unflushed_bytes{0};  // what the last flush could not send
 
   explicit Container(asio::any_io_executor executor) : strand(asio::make_strand(executor)) {}
   // Readable from any thread (the sandbox pointer itself belongs to the strand).
@@ -149,15 +159,21 @@ class ContainerService {
   asio::awaitable<void> shutdown();
 
   // Cluster mode (issue 13 §3): a container is served under its lease, taken when it
-  // opens (then made current: durability->ensure_local), released when its sandbox
-  // stops (after durability->flush). Set once, before serving.
-  void set_cluster(ContainerLeases* leases, DurabilityHooks* durability);
+  // opens (a lease newly taken makes the local copy be checked against the bucket's
+  // manifest before use: durability->ensure_local), released when its sandbox stops
+  // (after durability->flush succeeded). Set once, before serving.
+  void set_cluster(ContainerLeases* leases);
   struct DrainOutcome {
     size_t released = 0, kept = 0;  // kept: still held (a flush failed)
   };
   // Refuses new containers, lets running commands finish (up to `grace`, then they are
   // cancelled), stops every sandbox and releases every lease; the server keeps running.
   asio::awaitable<DrainOutcome> drain(std::chrono::seconds grace);
+  // storage.backend s3: the bucket copy (restore before use, flush after stops).
+  void set_durability(ContainerDurability* durability) { durability_ = durability; }
+  ContainerDurability* durability() const { return durability_; }
+  // Every open container (its volume mounted).
+  std::vector<std::shared_ptr<Container>> open_containers() const;
 
  private:
   asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ensure_sandbox(std::shared_ptr<Container> container);
@@ -191,7 +207,7 @@ class ContainerService {
   runtime::Runtime* runtime_;
   SandboxNetwork* network_ = nullptr;
   ContainerLeases* leases_ = nullptr;
-  DurabilityHooks* durability_ = nullptr;
+  ContainerDurability* durability_ = nullptr;
   std::string unavailable_reason_;
   std::shared_ptr<ops::Admission> admission_;
   ops::OwnerAdmission owner_admission_;  // each owner's share, before the global line

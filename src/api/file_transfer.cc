@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include "api/bucket_upload.h"
+#include "api/container_durability.h"
 #include "server/header_values.h"
 #include "store/keys.h"
 #include "store/multipart.h"
@@ -70,6 +72,28 @@ Result<std::unique_ptr<OwnerQuotas::UploadCharge>> begin_upload_charge(ApiContex
   return api.quotas.begin_upload(stored, api.containers.metadata(), container.storage, path, declared);
 }
 
+// With the sessions bucket: the object is complete in the bucket first, then the local
+// file and its record, then its manifest row; any failure leaves neither (the previous
+// version of the key stays) and a bucket that does not answer is a 503.
+asio::awaitable<Result<store::FileRecord>> finish_upload(ApiContext& api, Container& container,
+                                                         store::FileWriter& writer, BucketUpload* upload,
+                                                         const std::string& path, OwnerQuotas::UploadCharge& quota);
+
+// The bucket's side of an upload (storage.backend s3), or none.
+std::unique_ptr<BucketUpload> begin_bucket_upload(ApiContext& api, Container& container,
+                                                  asio::any_io_executor executor) {
+  if (!api.durability) return nullptr;
+  return api.durability->begin_upload(container, std::move(executor));
+}
+
+// Awaited after each chunk of a body: the bucket takes its full parts.
+std::function<asio::awaitable<Result<void>>()> bucket_drain(std::unique_ptr<BucketUpload>& upload) {
+  return [&upload]() -> asio::awaitable<Result<void>> {
+    if (!upload) co_return Result<void>();
+    co_return co_await upload->drain();
+  };
+}
+
 }  // namespace
 
 ApiError file_error(store::FileError error, const std::string& path) {
@@ -110,6 +134,24 @@ Result<store::FileRecord> commit_upload(ApiContext& api, Container& container, s
   quota.committed();
   return record;
 }
+
+asio::awaitable<Result<store::FileRecord>> finish_upload(ApiContext& api, Container& container,
+                                                         store::FileWriter& writer, BucketUpload* upload,
+                                                         const std::string& path, OwnerQuotas::UploadCharge& quota) {
+  if (!upload) co_return commit_upload(api, container, writer, path, quota);
+  if (auto sent = co_await upload->finish(); !sent) {
+    writer.abort();
+    co_await upload->discard();
+    co_return sent.error();
+  }
+  auto record = commit_upload(api, container, writer, path, quota);
+  if (!record) {
+    co_await upload->discard();
+    co_return record;
+  }
+  api.durability->commit_upload(container, *record, upload->key());
+  co_return record;
+}
 }  // namespace
 
 asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::RequestContext& ctx,
@@ -123,16 +165,23 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
   auto begun = api.files.begin_write(container.paths, path);
   if (!begun) co_return file_error(begun.error(), path);
   std::unique_ptr<store::FileWriter> writer = std::move(*begun);
-  auto received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, [&](std::string_view chunk) -> Result<void> {
+  auto upload = begin_bucket_upload(api, container, co_await asio::this_coro::executor);
+  auto on_chunk = [&](std::string_view chunk) -> Result<void> {
     if (auto room = (*quota)->add(chunk.size()); !room) return room.error();
     if (auto written = writer->write(chunk.data(), chunk.size()); !written) return file_error(written.error(), path);
+    if (upload) upload->append(chunk);
     return {};
-  });
+  };
+  // (Statements, not a conditional expression: GCC 12 miscompiles co_await in ?:.)
+  Result<void> received;
+  if (upload) received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, on_chunk, bucket_drain(upload));
+  else received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, on_chunk);
   if (!received) {
     writer->abort();  // the previous version of the key stays
+    if (upload) co_await upload->discard();
     co_return received.error();
   }
-  co_return commit_upload(api, container, *writer, path, **quota);
+  co_return co_await finish_upload(api, container, *writer, upload.get(), path, **quota);
 }
 
 asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, server::RequestContext& ctx,
@@ -142,6 +191,8 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
   const auto stored = co_await stored_bytes(api, container);
   std::unique_ptr<store::FileWriter> writer;
   Result<std::unique_ptr<OwnerQuotas::UploadCharge>> quota = std::unique_ptr<OwnerQuotas::UploadCharge>();
+  std::unique_ptr<BucketUpload> upload;
+  const auto executor = co_await asio::this_coro::executor;
   std::optional<ApiError> failure;
   std::string path, path_field;
   enum class Part { kOther, kPath, kFile } current = Part::kOther;
@@ -178,6 +229,7 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
           return false;
         }
         writer = std::move(*begun);
+        upload = begin_bucket_upload(api, container, executor);
         current = Part::kFile;
         return true;
       },
@@ -195,6 +247,7 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
           failure = file_error(written.error(), path);
           return false;
         }
+        if (upload) upload->append(data);
         return true;
       },
       [&]() {
@@ -202,27 +255,42 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
         current = Part::kOther;
         return true;
       });
-  auto received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, [&](std::string_view chunk) -> Result<void> {
+  auto on_chunk = [&](std::string_view chunk) -> Result<void> {
     if (parser.feed(chunk)) return {};
     if (failure) return *failure;
     return ApiError::invalid_request("Malformed multipart body: " + parser.error());
-  });
+  };
+  Result<void> received;
+  if (api.durability) received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, on_chunk, bucket_drain(upload));
+  else received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, on_chunk);
   if (!received) {
     if (writer) writer->abort();
+    if (upload) co_await upload->discard();
     co_return received.error();
   }
   if (!writer || !file_done || !parser.finished()) {
     if (writer) writer->abort();
+    if (upload) co_await upload->discard();
     co_return ApiError::invalid_request(writer ? "The multipart body ended before its closing boundary"
                                                : "The multipart body has no 'file' field");
   }
-  co_return commit_upload(api, container, *writer, path, **quota);
+  co_return co_await finish_upload(api, container, *writer, upload.get(), path, **quota);
+}
+
+asio::awaitable<Result<std::shared_ptr<Container>>> ready_container(ApiContext& api,
+                                                                    Result<std::shared_ptr<Container>> container) {
+  if (!container || !api.durability) co_return container;
+  if (auto ready = co_await api.durability->ensure_local(*container); !ready) co_return ready.error();
+  co_return container;
 }
 
 asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, server::RequestContext& ctx,
                                                           Result<std::shared_ptr<Container>> container,
                                                           std::optional<std::string> raw_key) {
   if (!container) co_return container.error();
+  if (api.durability) {  // the bucket's copy first, when the local one is missing or stale
+    if (auto ready = co_await api.durability->ensure_local(*container); !ready) co_return ready.error();
+  }
   // (Two statements, not a conditional expression: GCC 12 miscompiles co_await in ?:.)
   Result<store::FileRecord> record = ApiError::internal();
   if (raw_key) record = co_await receive_raw(api, ctx, **container, *raw_key);

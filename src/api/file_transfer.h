@@ -28,6 +28,11 @@ asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, serve
                                                                   Result<std::shared_ptr<Container>> container,
                                                                   std::optional<std::string> raw_key);
 
+// The container once its files are local (storage.backend s3: restored from the bucket
+// when its local copy is missing or stale); passes errors through.
+asio::awaitable<Result<std::shared_ptr<Container>>> ready_container(ApiContext& api,
+                                                                    Result<std::shared_ptr<Container>> container);
+
 // The content of a file, honouring Range and If-None-Match.
 Result<server::Response> send_content(ApiContext& api, server::RequestContext& ctx, Container& container,
                                               const store::FileRecord& record, bool inline_disposition);

@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 
+#include "api/container_durability.h"
 #include "api/discovery.h"
 #include "api/file_transfer.h"
 #include "api/routes.h"
@@ -62,7 +63,7 @@ std::vector<std::string> path_prefixes_for(const std::string& key_prefix) {
 }
 
 asio::awaitable<Result<Response>> list(ApiContext& api, RequestContext& ctx) {
-  auto container = scoped_container(api, ctx, /*create=*/false);
+  auto container = co_await ready_container(api, scoped_container(api, ctx, /*create=*/false));
   if (!container) co_return container.error();
   auto requested = page_limit(ctx);
   if (!requested) co_return requested.error();
@@ -93,7 +94,7 @@ asio::awaitable<Result<Response>> list(ApiContext& api, RequestContext& ctx) {
 }
 
 asio::awaitable<Result<Response>> metadata(ApiContext& api, RequestContext& ctx) {
-  auto container = scoped_container(api, ctx, /*create=*/false);
+  auto container = co_await ready_container(api, scoped_container(api, ctx, /*create=*/false));
   if (!container) co_return container.error();
   auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
@@ -101,7 +102,7 @@ asio::awaitable<Result<Response>> metadata(ApiContext& api, RequestContext& ctx)
 }
 
 asio::awaitable<Result<Response>> head(ApiContext& api, RequestContext& ctx) {
-  auto container = scoped_container(api, ctx, /*create=*/false);
+  auto container = co_await ready_container(api, scoped_container(api, ctx, /*create=*/false));
   if (!container) co_return container.error();
   auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
@@ -121,7 +122,7 @@ asio::awaitable<Result<Response>> head(ApiContext& api, RequestContext& ctx) {
 }
 
 asio::awaitable<Result<Response>> content(ApiContext& api, RequestContext& ctx) {
-  auto container = scoped_container(api, ctx, /*create=*/false);
+  auto container = co_await ready_container(api, scoped_container(api, ctx, /*create=*/false));
   if (!container) co_return container.error();
   auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
@@ -131,7 +132,7 @@ asio::awaitable<Result<Response>> content(ApiContext& api, RequestContext& ctx) 
 }
 
 asio::awaitable<Result<Response>> remove_one(ApiContext& api, RequestContext& ctx) {
-  auto container = scoped_container(api, ctx, /*create=*/false);
+  auto container = co_await ready_container(api, scoped_container(api, ctx, /*create=*/false));
   if (!container) co_return container.error();
   const std::string id = ctx.params["file_id"];
   auto path = path_of_id(id);
@@ -140,11 +141,12 @@ asio::awaitable<Result<Response>> remove_one(ApiContext& api, RequestContext& ct
   auto removed = api.files.remove((*container)->storage, (*container)->paths, *path);
   if (!removed && removed.error() == store::FileError::kNotFound) co_return ApiError::not_found("File not found: " + id);
   if (!removed) co_return file_error(removed.error(), *path);
+  if (api.durability) api.durability->note_change(**container);  // the next flush drops its object
   co_return json_ok(boost::json::object{{"id", id}, {"type", "file_deleted"}});
 }
 
 asio::awaitable<Result<Response>> remove_prefix(ApiContext& api, RequestContext& ctx) {
-  auto container = scoped_container(api, ctx, /*create=*/false);
+  auto container = co_await ready_container(api, scoped_container(api, ctx, /*create=*/false));
   if (!container) co_return container.error();
   auto prefix = ctx.query_value("prefix");
   if (!prefix || prefix->empty())
@@ -152,6 +154,7 @@ asio::awaitable<Result<Response>> remove_prefix(ApiContext& api, RequestContext&
   Container& c = **container;
   auto remove = [&api, &c, &prefix] { return api.files.remove_prefix(c.storage, c.paths, *prefix); };
   size_t count = co_await server::run_blocking(std::move(remove));
+  if (api.durability && count > 0) api.durability->note_change(c);  // the next flush drops their objects
   co_return json_ok(boost::json::object{{"prefix", *prefix}, {"deleted_count", count}, {"type", "prefix_deleted"}});
 }
 

@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 #include <mutex>
 
+#include "api/container_durability.h"
 #include "api/routes.h"
 #include "ops/metrics.h"
 #include "ops/owner_admission.h"
@@ -58,6 +59,8 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
         }
         if (!fresh) {
           problem = co_await api.containers.probe();
+          // With storage.backend s3, no upload can be acknowledged while the bucket is away.
+          if (problem.empty() && api.durability) problem = co_await api.durability->bucket_problem();
           std::lock_guard lock(cache->mutex);
           cache->checked = true;
           cache->checked_at = std::chrono::steady_clock::now();
@@ -97,6 +100,10 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
                                       {"address", refused.address},
                                       {"address_unauthenticated", refused.address_unauthenticated},
                                       {"owner", refused.owner}};
+        if (api.durability) {
+          gauges.storage_bucket = true;
+          gauges.storage_pending_flush_bytes = api.durability->pending_flush_bytes();
+        }
         server::StringResponse res{http::status::ok, 11};
         res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
         res.body() = ops::metrics().render(gauges);

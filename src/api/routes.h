@@ -14,6 +14,7 @@
 namespace sandboxd::api {
 
 class SkillMounts;
+class ContainerDurability;
 
 // The server names every surface uses.
 namespace http = server::http;
@@ -29,6 +30,7 @@ struct ApiContext {
   store::SkillStore* skills = nullptr;               // the Skills API and container.skills
   SkillMounts* skill_mounts = nullptr;               // each request's skills in its sandbox
   OwnerQuotas quotas;                                // stored bytes, threads, skills per owner
+  ContainerDurability* durability = nullptr;         // storage.backend s3: the sessions bucket
 
   // The configuration in effect now: a request takes it once and keeps it.
   std::shared_ptr<const ops::Config> config() const { return live_config.get(); }

@@ -28,7 +28,7 @@ asio::awaitable<Result<Response>> put_file(ApiContext& api, RequestContext& ctx)
 asio::awaitable<Result<Response>> download_file(ApiContext& api, RequestContext& ctx) {
   auto path = ctx.query_value("path");
   if (!path || path->empty()) co_return ApiError::invalid_request("The 'path' query parameter (a sandbox path) is required");
-  auto container = thread_container(api, ctx, /*create=*/false);
+  auto container = co_await ready_container(api, thread_container(api, ctx, /*create=*/false));
   if (!container) co_return container.error();
   auto resolved = resolve_sandbox_path((*container)->paths, *path);
   if (!resolved) co_return ApiError::invalid_request("Path '" + path->substr(0, 300) + "' does not match any session mount");

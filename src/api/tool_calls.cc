@@ -1,5 +1,6 @@
 #include "api/tool_calls.h"
 
+#include "api/container_durability.h"
 #include "api/discovery.h"
 #include "api/sandbox_network.h"
 #include "ops/logging.h"
@@ -17,6 +18,11 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(ApiContext& api, std::
     co_return tools::tool_error(tool == "text_editor_code_execution" ? tools::kEditorErrorType : tools::kBashErrorType,
                                 "unavailable", api.containers.unavailable_reason(), true);
   if (tool == "text_editor_code_execution") {
+    if (auto* durability = api.containers.durability()) {  // the bucket's copy first, when needed
+      if (auto ready = co_await durability->ensure_local(container); !ready)
+        co_return tools::tool_error(tools::kEditorErrorType, "unavailable", ready.error().message, true);
+      durability->note_change(*container);  // an edit is flushed like a command's writes
+    }
     tools::EditorOptions options;
     options.uid = config->sandbox_host_uid;
     options.gid = config->sandbox_host_uid;

@@ -16,8 +16,8 @@
 
 #include "api/cluster_relay.h"
 #include "api/container_leases.h"
+#include "api/container_durability.h"
 #include "api/container_service.h"
-#include "api/durability_hooks.h"
 #include "app/host_share.h"
 #include "api/routes.h"
 #include "api/sandbox_network.h"
@@ -40,6 +40,7 @@
 #include "server/http_server.h"
 #include "store/file_store.h"
 #include "store/lease_store.h"
+#include "store/manifest_store.h"
 #include "store/metadata.h"
 
 namespace sandboxd::app {
@@ -155,11 +156,23 @@ int serve(ops::Config config, const std::string& config_path) {
     ops::LiveConfig live_config(config);
     api::ContainerService containers(io, live_config, sandbox_runtime ? &*sandbox_runtime : nullptr, metadata);
     containers.set_unavailable_reason(image_problem);
+    // storage.backend s3: the sessions bucket holds the durable copy (the manifest in the
+    // metadata database); the local disk is the working copy.
+    std::optional<store::ManifestStore> manifest;
+    std::optional<api::ContainerDurability> durability;
+    if (config.storage_backend == "s3") {
+      manifest.emplace((fs::path(config.data_dir) / "sandboxd.db").string());
+      durability.emplace(io, config, *manifest, metadata, api::load_instance_id(config.data_dir));
+      containers.set_durability(&*durability);
+      durability->start([&containers] { return containers.open_containers(); });
+      spdlog::info("storage: sessions bucket {} at {} (prefix '{}'), flush every {} s", config.s3.bucket,
+                   config.s3.endpoint, config.s3.prefix, config.flush_interval_sec);
+    }
     // Cluster mode: the metadata is shared with the other replicas, and each container
-    // is served under a lease (issue 13 §3).
+    // is served under a lease (issue 13 §3). Every write to a container's file records
+    // and to its manifest passes the lease's fence in its own transaction.
     std::optional<store::LeaseStore> lease_store;
     std::optional<api::ContainerLeases> leases;
-    api::LocalDurability durability;  // the s3 backend's restore/flush hooks go here
     if (config.cluster_enabled()) {
       lease_store.emplace((fs::path(config.data_dir) / "sandboxd.db").string());
       leases.emplace(io, *lease_store,
@@ -168,12 +181,17 @@ int serve(ops::Config config, const std::string& config_path) {
                                                     config.retry_after_sec});
       metadata.set_write_fence(
           [&leases](sqlite3* db, const std::string& storage) { leases->check_fence(db, storage); });
-      containers.set_cluster(&*leases, &durability);
+      if (manifest)
+        manifest->set_write_fence(
+            [&leases](sqlite3* db, const std::string& storage) { leases->check_fence(db, storage); });
+      containers.set_cluster(&*leases);
       spdlog::info("cluster: replica {} at {}, leases of {}s", config.cluster_replica_id, config.cluster_advertise_url,
                    config.cluster_lease_seconds);
-    } else {
+    }
+    if (!config.cluster_enabled() && !durability) {
       // (Not in cluster mode: the shared index names containers that other replicas'
-      // disks hold, and a missing upload here is not a missing upload.)
+      // disks hold, and a missing upload here is not a missing upload. Not with the
+      // bucket: a local copy that is missing is restored, not a loss to report.)
       api::check_store(metadata, (fs::path(config.data_dir) / "containers").string());
     }
     server::ServerLimits limits;
@@ -209,6 +227,7 @@ int serve(ops::Config config, const std::string& config_path) {
     if (!config.model_base_url.empty()) upstream = model::UpstreamClient::create();
     ops::HealthCheck health(io, config.data_dir);
     api::ApiContext api{containers, files, live_config, upstream, &health};
+    if (durability) api.durability = &*durability;
     store::SkillStore skills((fs::path(config.data_dir) / "sandboxd.db").string(), config.data_dir,
                              store::find_builtin_skills_dir(config.skills_dir));
     api::SkillMounts skill_mounts(config.data_dir);
@@ -263,8 +282,9 @@ int serve(ops::Config config, const std::string& config_path) {
                 co_await pause.async_wait(asio::use_awaitable);
               }
               if (upstream) upstream->shutdown();
-              co_await containers.shutdown();
+              co_await containers.shutdown();  // each stop flushes to the bucket
               if (leases) leases->stop();
+              if (durability) durability->stop();
               io.stop();
             },
             asio::detached);
@@ -281,6 +301,7 @@ int serve(ops::Config config, const std::string& config_path) {
     server::blocking_pool().join();
     runtime::join_userns_holders();  // (likewise the sandboxes' user namespace holders)
     metadata.set_write_fence(nullptr);  // it refers to the leases, which end here
+    if (manifest) manifest->set_write_fence(nullptr);
   }
   ops::set_audit(nullptr);  // its file is under the data directory's bind
   // The private bind made at start, and anything a part of the service left mounted

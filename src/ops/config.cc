@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -188,6 +189,66 @@ Config parse_config(const std::string& yaml_text) {
 }
 
 namespace {
+
+// storage: {backend, s3: {...}, flushIntervalSec}. The S3 secrets may come from the
+// environment instead (a Kubernetes Secret): SANDBOXD_S3_ACCESS_KEY_ID and
+// SANDBOXD_S3_SECRET_ACCESS_KEY win over the file.
+void parse_storage(const YAML::Node& root, Config& c) {
+  with(root, "storage", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"backend", "s3", "flushIntervalSec"});
+    with(n, "backend", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.storage_backend = scalar(v, kp);
+      if (c.storage_backend != "local" && c.storage_backend != "s3") throw ConfigError(kp + ": must be 'local' or 's3'");
+    });
+    with(n, "flushIntervalSec", p, [&](const YAML::Node& v, const std::string& kp) { c.flush_interval_sec = static_cast<int>(read_int(v, kp, 1, 86400)); });
+    with(n, "s3", p, [&](const YAML::Node& s3, const std::string& sp) {
+      only_keys(s3, sp, {"endpoint", "region", "bucket", "prefix", "accessKeyId", "secretAccessKey", "forcePathStyle", "partSize"});
+      with(s3, "endpoint", sp, [&](const YAML::Node& v, const std::string& kp) {
+        c.s3.endpoint = scalar(v, kp);
+        const bool http = c.s3.endpoint.rfind("http://", 0) == 0, https = c.s3.endpoint.rfind("https://", 0) == 0;
+        const size_t host_at = http ? 7 : https ? 8 : 0;
+        if (!host_at || c.s3.endpoint.size() == host_at || c.s3.endpoint.find_first_of("?# \t", host_at) != std::string::npos ||
+            c.s3.endpoint.find('/', host_at) < c.s3.endpoint.size() - 1)
+          throw ConfigError(kp + ": must be an http:// or https:// URL of the S3 service (scheme, host and port only)");
+      });
+      with(s3, "region", sp, [&](const YAML::Node& v, const std::string& kp) {
+        c.s3.region = scalar(v, kp);
+        if (c.s3.region.empty() || c.s3.region.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos)
+          throw ConfigError(kp + ": must be a region name such as us-east-1");
+      });
+      with(s3, "bucket", sp, [&](const YAML::Node& v, const std::string& kp) {
+        c.s3.bucket = scalar(v, kp);
+        if (c.s3.bucket.size() < 3 || c.s3.bucket.size() > 63 ||
+            c.s3.bucket.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-") != std::string::npos)
+          throw ConfigError(kp + ": must be a bucket name (3-63 characters of a-z, 0-9, '.' and '-')");
+      });
+      with(s3, "prefix", sp, [&](const YAML::Node& v, const std::string& kp) {
+        c.s3.prefix = scalar(v, kp);
+        if (c.s3.prefix.size() > 200 || (!c.s3.prefix.empty() && c.s3.prefix.front() == '/') || c.s3.prefix.find("//") != std::string::npos ||
+            c.s3.prefix.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/._-") != std::string::npos)
+          throw ConfigError(kp + ": must be at most 200 characters of letters, digits, '/', '.', '_' and '-', not starting with '/'");
+      });
+      with(s3, "accessKeyId", sp, [&](const YAML::Node& v, const std::string& kp) { c.s3.access_key_id = scalar(v, kp); });
+      with(s3, "secretAccessKey", sp, [&](const YAML::Node& v, const std::string& kp) { c.s3.secret_access_key = scalar(v, kp); });
+      with(s3, "forcePathStyle", sp, [&](const YAML::Node& v, const std::string& kp) { c.s3.force_path_style = read_bool(v, kp); });
+      with(s3, "partSize", sp, [&](const YAML::Node& v, const std::string& kp) {
+        c.s3.part_bytes = read_bytes(v, kp);
+        if (c.s3.part_bytes < (5u << 20) || c.s3.part_bytes > (512u << 20))
+          throw ConfigError(kp + ": must be between 5Mi (S3's smallest part) and 512Mi");
+      });
+    });
+  });
+  if (const char* key = std::getenv("SANDBOXD_S3_ACCESS_KEY_ID"); key && *key) c.s3.access_key_id = key;
+  if (const char* secret = std::getenv("SANDBOXD_S3_SECRET_ACCESS_KEY"); secret && *secret) c.s3.secret_access_key = secret;
+  if (c.storage_backend != "s3") return;
+  if (c.s3.endpoint.empty()) throw ConfigError("storage.s3.endpoint: required when storage.backend is s3");
+  if (c.s3.bucket.empty()) throw ConfigError("storage.s3.bucket: required when storage.backend is s3");
+  if (c.s3.access_key_id.empty())
+    throw ConfigError("storage.s3.accessKeyId: required when storage.backend is s3 (or SANDBOXD_S3_ACCESS_KEY_ID)");
+  if (c.s3.secret_access_key.empty())
+    throw ConfigError("storage.s3.secretAccessKey: required when storage.backend is s3 (or SANDBOXD_S3_SECRET_ACCESS_KEY)");
+}
+
 Config parse_config_checked(const std::string& yaml_text) {
   YAML::Node root;
   try {
@@ -199,7 +260,7 @@ Config parse_config_checked(const std::string& yaml_text) {
   Config c;
   if (!root || root.IsNull()) return c;
   only_keys(root, "", {"server", "auth", "model", "features", "external", "opensandbox", "capacity",
-                       "codeInterpreter", "workspace", "runtime", "logging", "quotas", "cluster"});
+                       "codeInterpreter", "workspace", "runtime", "logging", "quotas", "cluster", "storage"});
 
   with(root, "server", "", [&](const YAML::Node& n, const std::string& p) {
     only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec", "webRoot", "bodyIdleTimeoutSec",
@@ -454,6 +515,8 @@ Config parse_config_checked(const std::string& yaml_text) {
     with(n, "skillsDir", p, [&](const YAML::Node& v, const std::string& kp) { c.skills_dir = scalar(v, kp); });
   });
   with(root, "cluster", "", [&](const YAML::Node& n, const std::string& p) { parse_cluster(n, p, c); });
+
+  parse_storage(root, c);
   return c;
 }
 }  // namespace

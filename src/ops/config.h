@@ -133,6 +133,20 @@ struct Config {
   int cluster_lease_seconds = 15;     // cluster.leaseSeconds: a lease not renewed for this long is free
   int cluster_shutdown_grace_sec = 30;  // cluster.shutdownGraceSec: SIGTERM to exit, at most
   bool cluster_enabled() const { return !cluster_replica_id.empty(); }
+  // storage (issue 13): where file bodies are durable. "local": the host's disk only;
+  // "s3": the sessions bucket holds every upload (before its 200) and the workspace and
+  // outputs (flushed), the local disk is the working copy.
+  std::string storage_backend = "local";
+  struct S3 {
+    std::string endpoint;  // http(s)://host[:port]
+    std::string region = "us-east-1";
+    std::string bucket;
+    std::string prefix;  // keys start with it ("sandboxd/")
+    std::string access_key_id, secret_access_key;  // env SANDBOXD_S3_ACCESS_KEY_ID / _SECRET_ACCESS_KEY win
+    bool force_path_style = false;
+    uint64_t part_bytes = 8ull << 20;  // storage.s3.partSize: multipart threshold and part size
+  } s3;
+  int flush_interval_sec = 30;  // storage.flushIntervalSec: the loss window of workspace/outputs
 };
 
 class ConfigError : public std::runtime_error {

@@ -81,6 +81,13 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
   keep(same_services, "external.opensandbox.codeExecution.internal.services");
   keep(loaded.image_repository == current->image_repository && loaded.image_tag == current->image_tag,
        "external.opensandbox.codeExecution.image");
+  keep(loaded.storage_backend == current->storage_backend && loaded.s3.endpoint == current->s3.endpoint &&
+           loaded.s3.region == current->s3.region && loaded.s3.bucket == current->s3.bucket &&
+           loaded.s3.prefix == current->s3.prefix && loaded.s3.access_key_id == current->s3.access_key_id &&
+           loaded.s3.secret_access_key == current->s3.secret_access_key &&
+           loaded.s3.force_path_style == current->s3.force_path_style && loaded.s3.part_bytes == current->s3.part_bytes &&
+           loaded.flush_interval_sec == current->flush_interval_sec,
+       "storage");
   current_.store(std::move(next));
   return kept;
 }

@@ -67,7 +67,18 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
   sample(out, name + "_count", labels, static_cast<double>(count_));
 }
 
-Metrics::Metrics() : admission_wait_(kLatencyBounds), execution_duration_(kLatencyBounds) {}
+Metrics::Metrics()
+    : admission_wait_(kLatencyBounds),
+      execution_duration_(kLatencyBounds),
+      flush_duration_(kLatencyBounds),
+      restore_duration_(kLatencyBounds) {}
+
+void Metrics::storage_flushed(bool ok, double seconds) {
+  ++(ok ? flushes_ok_ : flushes_failed_);
+  flush_duration_.observe(seconds);
+}
+
+void Metrics::storage_restored(double seconds) { restore_duration_.observe(seconds); }
 
 std::string Metrics::label_text(const Labels& labels) {
   std::string out;
@@ -151,6 +162,21 @@ std::string Metrics::render(const Gauges& g) const {
     sample(out, "sandboxd_http_connections_refused_total", "cap=\"" + cap + "\"", static_cast<double>(refused));
   header(out, "sandboxd_sandboxes_started_total", "counter", "Sandboxes started.");
   sample(out, "sandboxd_sandboxes_started_total", "", static_cast<double>(started_.load()));
+  if (g.storage_bucket) {
+    header(out, "sandboxd_storage_pending_flush_bytes", "gauge",
+           "Bytes of workspace and outputs changed but not yet in the sessions bucket (as of the last flush).");
+    sample(out, "sandboxd_storage_pending_flush_bytes", "", static_cast<double>(g.storage_pending_flush_bytes));
+    header(out, "sandboxd_storage_flushes_total", "counter", "Flushes of containers to the sessions bucket, by outcome.");
+    sample(out, "sandboxd_storage_flushes_total", "outcome=\"ok\"", static_cast<double>(flushes_ok_.load()));
+    sample(out, "sandboxd_storage_flushes_total", "outcome=\"failed\"", static_cast<double>(flushes_failed_.load()));
+    header(out, "sandboxd_storage_flush_failures_total", "counter", "Flushes to the sessions bucket that failed (retried).");
+    sample(out, "sandboxd_storage_flush_failures_total", "", static_cast<double>(flushes_failed_.load()));
+    header(out, "sandboxd_storage_flush_duration_seconds", "histogram", "Duration of flushes to the sessions bucket.");
+    flush_duration_.render(out, "sandboxd_storage_flush_duration_seconds", "");
+    header(out, "sandboxd_storage_restore_duration_seconds", "histogram",
+           "Duration of restores of containers from the sessions bucket.");
+    restore_duration_.render(out, "sandboxd_storage_restore_duration_seconds", "");
+  }
   std::lock_guard lock(mutex_);
   auto family = [&](const char* name, const char* help, const std::map<std::string, uint64_t>& values) {
     header(out, name, "counter", help);

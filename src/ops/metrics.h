@@ -39,6 +39,9 @@ class Metrics {
   void sandbox_started();
   void sandbox_stopped(const std::string& reason);
   void http_request(const std::string& route, unsigned code, double seconds);
+  // storage.backend s3: a flush of a container to the bucket, a restore from it.
+  void storage_flushed(bool ok, double seconds);
+  void storage_restored(double seconds);
 
   // Values read at scrape time.
   struct Gauges {
@@ -54,6 +57,9 @@ class Metrics {
     // Connections refused so far, by the cap that refused them (total, address,
     // address_unauthenticated, owner).
     std::vector<std::pair<std::string, uint64_t>> connections_refused;
+    // storage.backend s3 (the storage metrics are rendered only then).
+    bool storage_bucket = false;
+    uint64_t storage_pending_flush_bytes = 0;
   };
   std::string render(const Gauges& gauges) const;
 
@@ -65,7 +71,8 @@ class Metrics {
   mutable std::mutex mutex_;
   std::map<std::string, uint64_t> rejected_, completed_, stopped_, http_requests_;
   std::atomic<uint64_t> started_{0};
-  Histogram admission_wait_, execution_duration_;
+  std::atomic<uint64_t> flushes_ok_{0}, flushes_failed_{0};
+  Histogram admission_wait_, execution_duration_, flush_duration_, restore_duration_;
   std::map<std::string, std::unique_ptr<Histogram>> http_duration_;  // by route
 };
 

@@ -90,9 +90,12 @@ std::optional<std::string> RequestContext::query_value(const std::string& name) 
 }
 
 asio::awaitable<Result<void>> RequestContext::read_body_stream(
-    size_t limit, const std::function<Result<void>(std::string_view)>& on_chunk) {
-  AsyncChunkConsumer consume = [&on_chunk](std::string_view chunk) -> asio::awaitable<Result<void>> {
-    co_return on_chunk(chunk);
+    size_t limit, const std::function<Result<void>(std::string_view)>& on_chunk,
+    const std::function<asio::awaitable<Result<void>>()>& after_chunk) {
+  AsyncChunkConsumer consume = [&on_chunk, &after_chunk](std::string_view chunk) -> asio::awaitable<Result<void>> {
+    if (auto accepted = on_chunk(chunk); !accepted) co_return accepted;
+    if (!after_chunk) co_return Result<void>();
+    co_return co_await after_chunk();
   };
   co_return co_await read_body_stream_async(limit, consume);
 }

@@ -144,8 +144,11 @@ class RequestContext {
   // The whole body, up to `limit` bytes (413 beyond it).
   asio::awaitable<Result<std::string>> read_body(size_t limit);
   // The body in chunks, as it arrives; `on_chunk` may refuse (its error is returned).
-  asio::awaitable<Result<void>> read_body_stream(size_t limit,
-                                                 const std::function<Result<void>(std::string_view)>& on_chunk);
+  // `after_chunk`, when set, is awaited after each chunk: a consumer that hands the
+  // bytes on to something slower (the sessions bucket) holds the reading back meanwhile.
+  asio::awaitable<Result<void>> read_body_stream(
+      size_t limit, const std::function<Result<void>(std::string_view)>& on_chunk,
+      const std::function<asio::awaitable<Result<void>>()>& after_chunk = nullptr);
   // The same, for a consumer that waits on each chunk (sends it on to another socket).
   using AsyncChunkConsumer = std::function<asio::awaitable<Result<void>>(std::string_view)>;
   asio::awaitable<Result<void>> read_body_stream_async(size_t limit, const AsyncChunkConsumer& on_chunk);

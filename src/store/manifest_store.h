@@ -1,0 +1,82 @@
+// The manifest of each container's durable copy in the sessions bucket (storage.backend
+// s3): one row per file (path, size, mode, mtime, MD5, the object holding its bytes,
+// a version), and a generation per container that every change bumps, with the writer
+// (the instance) that made it. A local copy records the generation it matches in a
+// marker (api/container_durability.h); a generation written by another instance means
+// the local copy is stale.
+//
+// Objects are immutable and uniquely named: replacing or removing a row hands back the
+// old object's key for the caller to delete after the change is committed (a crash in
+// between leaves an orphan object, never a row without its bytes).
+//
+// On today's SQLite helpers (store/sqlite.h), its own connection to the metadata file.
+// `epoch` is the writer's lease epoch (0 in single-host mode), for fencing in a cluster.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sandboxd::store {
+
+struct ManifestRow {
+  std::string storage;
+  std::string path;  // sandbox path (exact bytes)
+  uint64_t size = 0;
+  uint32_t mode = 0644;  // permission bits
+  int64_t mtime_ns = 0;
+  std::string md5;  // hex, the file's etag
+  std::string object_key;
+  int64_t version = 0;  // bumped on every replacement of this path
+  int64_t epoch = 0;
+};
+
+struct ManifestState {
+  int64_t generation = 0;  // 0: the container has never had a manifest row
+  std::string writer;      // the instance that made the last change
+};
+
+class ManifestStore {
+ public:
+  explicit ManifestStore(const std::string& db_path);
+  ~ManifestStore();
+  ManifestStore(const ManifestStore&) = delete;
+  ManifestStore& operator=(const ManifestStore&) = delete;
+
+  std::vector<ManifestRow> rows(const std::string& storage);
+  ManifestState state(const std::string& storage);
+
+  struct Change {
+    bool applied = false;
+    std::optional<std::string> replaced_object;  // to delete once this returns
+    int64_t generation = 0;
+  };
+  // Inserts or replaces the row of (storage, path). With `expected_version`, only when
+  // the current row has that version (0: no row): a flush that read the tree before an
+  // upload replaced the file never puts the older content back over it.
+  Change put(const ManifestRow& row, const std::string& writer, std::optional<int64_t> expected_version = std::nullopt);
+  Change remove(const std::string& storage, const std::string& path, const std::string& writer,
+                std::optional<int64_t> expected_version = std::nullopt);
+  // Every row of a container (deleted); returns their objects.
+  std::vector<std::string> remove_all(const std::string& storage);
+
+  // Cluster mode: put and remove run this inside their transaction, as Metadata's file
+  // writes do (Metadata::set_write_fence); it throws FencedError when the container's
+  // lease has moved on to a newer epoch. Set before serving.
+  using WriteFence = std::function<void(sqlite3* db, const std::string& storage)>;
+  void set_write_fence(WriteFence fence) { fence_ = std::move(fence); }
+
+ private:
+  int64_t bump_generation(const std::string& storage, const std::string& writer);
+
+  std::mutex mutex_;
+  sqlite3* db_ = nullptr;
+  WriteFence fence_;
+};
+
+}  // namespace sandboxd::store

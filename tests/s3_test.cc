@@ -1,0 +1,426 @@
+// The S3 storage backend against a real S3 server process (s3rver, tests/s3_server.h):
+// the client itself (signed requests, multipart, listing, errors), then sandboxd serve
+// with storage.backend: s3 (uploads, flush, restore, the bucket going away).
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <openssl/evp.h>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+
+#include "base/hex.h"
+#include "ops/config.h"
+#include "s3_server.h"
+#include "store/s3_client.h"
+#include "store/sqlite.h"
+
+namespace sandboxd::testing {
+namespace {
+
+std::string md5_hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(data.data(), data.size(), digest, &length, EVP_md5(), nullptr);
+  return hex_encode(digest, length);
+}
+
+std::string random_bytes(size_t size, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::string out(size, '\0');
+  for (auto& c : out) c = static_cast<char>(rng());
+  return out;
+}
+
+store::S3Settings settings_for(const S3Server& s3) {
+  store::S3Settings settings;
+  settings.endpoint = s3.endpoint();
+  settings.bucket = S3Server::kBucket;
+  settings.access_key_id = S3Server::kAccessKey;
+  settings.secret_access_key = S3Server::kSecretKey;
+  settings.force_path_style = true;
+  return settings;
+}
+
+// A temporary file holding `data`, open for reading and writing.
+struct TempFile {
+  int fd = -1;
+  explicit TempFile(std::string_view data = {}) {
+    char name[] = "/tmp/sandboxd-s3-body-XXXXXX";
+    fd = mkstemp(name);
+    unlink(name);
+    EXPECT_EQ(write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  }
+  ~TempFile() { close(fd); }
+  std::string contents() const {
+    std::string out;
+    char buf[65536];
+    ssize_t n;
+    off_t at = 0;
+    while ((n = pread(fd, buf, sizeof buf, at)) > 0) out.append(buf, n), at += n;
+    return out;
+  }
+};
+
+TEST(S3Client, PutGetHeadListDelete) {
+  S3Server s3;
+  store::S3Client client(settings_for(s3));
+  const std::string body = random_bytes(100 * 1024, 1);
+  auto put = client.put_object("p/objects/a", body);
+  ASSERT_TRUE(put) << put.error().describe();
+  EXPECT_EQ(*put, md5_hex(body));
+  TempFile source(body);
+  auto from_fd = client.put_object_from_fd("p/objects/b", source.fd, body.size());
+  ASSERT_TRUE(from_fd) << from_fd.error().describe();
+  EXPECT_EQ(*from_fd, md5_hex(body));
+
+  TempFile sink;
+  auto got = client.get_object("p/objects/b", sink.fd);
+  ASSERT_TRUE(got) << got.error().describe();
+  EXPECT_EQ(*got, body.size());
+  EXPECT_EQ(sink.contents(), body);
+  auto head = client.head_object("p/objects/a");
+  ASSERT_TRUE(head) << head.error().describe();
+  EXPECT_EQ(head->size, body.size());
+  EXPECT_EQ(head->etag, md5_hex(body));
+
+  // Listing in pages of one: the continuation tokens are followed.
+  ASSERT_TRUE(client.put_object("p/objects/c", "c"));
+  ASSERT_TRUE(client.put_object("other/x", "x"));
+  auto listed = client.list_objects("p/", 1);
+  ASSERT_TRUE(listed) << listed.error().describe();
+  ASSERT_EQ(listed->size(), 3u);
+  EXPECT_EQ((*listed)[0].key, "p/objects/a");
+  EXPECT_EQ((*listed)[2].key, "p/objects/c");
+  EXPECT_EQ((*listed)[2].etag, md5_hex("c"));
+
+  ASSERT_TRUE(client.delete_object("p/objects/a"));
+  ASSERT_TRUE(client.delete_object("p/objects/a"));  // a missing key: still fine
+  auto missing = client.head_object("p/objects/a");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().kind, store::S3Error::Kind::kClient);
+  EXPECT_TRUE(missing.error().not_found());
+  TempFile nothing;
+  auto get_missing = client.get_object("p/objects/a", nothing.fd);
+  ASSERT_FALSE(get_missing);
+  EXPECT_EQ(get_missing.error().code, "NoSuchKey");
+  EXPECT_EQ(nothing.contents(), "");  // an error body never lands in the file
+}
+
+TEST(S3Client, MultipartUpload) {
+  S3Server s3;
+  store::S3Client client(settings_for(s3));
+  const std::string first = random_bytes(5 << 20, 2), last = random_bytes(12345, 3);
+  auto id = client.create_multipart("p/objects/big");
+  ASSERT_TRUE(id) << id.error().describe();
+  EXPECT_EQ(s3.pending_multipart_uploads(), 1u);
+  auto part1 = client.upload_part("p/objects/big", *id, 1, first);
+  auto part2 = client.upload_part("p/objects/big", *id, 2, last);
+  ASSERT_TRUE(part1 && part2);
+  EXPECT_EQ(*part1, md5_hex(first));
+  auto done = client.complete_multipart("p/objects/big", *id, {*part1, *part2});
+  ASSERT_TRUE(done) << done.error().describe();
+  EXPECT_EQ(s3.pending_multipart_uploads(), 0u);
+  TempFile sink;
+  ASSERT_TRUE(client.get_object("p/objects/big", sink.fd));
+  EXPECT_EQ(sink.contents(), first + last);
+}
+
+TEST(S3Client, ErrorsTellUnreachableFromRefused) {
+  S3Server s3;
+  auto wrong_key = settings_for(s3);
+  wrong_key.access_key_id = "NOT-A-KEY";
+  auto refused = store::S3Client(wrong_key).put_object("p/x", "x");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().kind, store::S3Error::Kind::kClient);
+  EXPECT_EQ(refused.error().status, 403);
+  EXPECT_EQ(refused.error().code, "InvalidAccessKeyId");
+
+  auto no_bucket = settings_for(s3);
+  no_bucket.bucket = "missing-bucket";
+  auto missing = store::S3Client(no_bucket).check_bucket();
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().kind, store::S3Error::Kind::kClient);
+
+  s3.stop();
+  store::S3Client client(settings_for(s3));
+  auto down = client.put_object("p/x", "x");
+  ASSERT_FALSE(down);
+  EXPECT_EQ(down.error().kind, store::S3Error::Kind::kUnreachable);
+  EXPECT_FALSE(client.check_bucket());
+}
+
+}  // namespace
+}  // namespace sandboxd::testing
+
+// --- sandboxd serve with storage.backend: s3 ----------------------------------------
+
+#include "server_harness.h"
+
+namespace sandboxd::testing {
+namespace {
+
+class S3Serve : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    s3 = std::make_unique<S3Server>();
+    server = std::make_unique<ServerProcess>(s3->storage_yaml("sbx/", flush_interval()) +
+                                             "capacity:\n  retryAfterSec: 3\n");
+    client = std::make_unique<store::S3Client>(settings_for(*s3));
+    work = fs::path(server->dir()) / "work";
+    fs::create_directories(work);
+  }
+  virtual int flush_interval() const { return 30; }
+
+  // The objects of the sessions bucket under sandboxd's prefix (a ListObjectsV2 call).
+  std::vector<store::S3Object> objects() {
+    auto listed = client->list_objects("sbx/objects/");
+    EXPECT_TRUE(listed) << listed.error().describe();
+    return listed ? *listed : std::vector<store::S3Object>{};
+  }
+  // The bytes of an object, read back from the bucket.
+  std::string object_bytes(const std::string& key) {
+    TempFile sink;
+    auto got = client->get_object(key, sink.fd);
+    EXPECT_TRUE(got) << got.error().describe();
+    return sink.contents();
+  }
+  // The MD5s of every object's bytes (each read back, not the listing's ETag).
+  std::multiset<std::string> object_md5s() {
+    std::multiset<std::string> out;
+    for (const auto& object : objects()) out.insert(md5_hex(object_bytes(object.key)));
+    return out;
+  }
+  fs::path write_local(const std::string& name, const std::string& data) {
+    fs::path path = work / name;
+    std::ofstream(path, std::ios::binary) << data;
+    return path;
+  }
+  boost::json::value bash(const std::string& container, const std::string& command) {
+    fs::path body = work / "command.json";
+    std::ofstream(body) << boost::json::serialize(boost::json::object{{"command", command}});
+    return server->curl_json("-X POST '" + server->base() + "/containers/" + container +
+                             "/tools/bash_code_execution' -d @" + body.string());
+  }
+  std::string files_url(const std::string& container, const std::string& tail = "") {
+    return "'" + server->base() + "/files" + tail + (tail.find('?') == std::string::npos ? "?" : "&") +
+           "scope_id=" + container + "'";
+  }
+  // Polls `done` for up to `seconds` (no timing is asserted: only that it happens).
+  template <typename F>
+  bool eventually(F done, int seconds = 30) {
+    for (int i = 0; i < seconds * 10; ++i) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return done();
+  }
+  double metric(const std::string& line_prefix) {
+    std::string text = sh("curl -s " + server->url("/metrics"));
+    auto at = text.find("\n" + line_prefix + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + line_prefix.size() + 2));
+  }
+
+  std::unique_ptr<S3Server> s3;
+  std::unique_ptr<ServerProcess> server;
+  std::unique_ptr<store::S3Client> client;
+  fs::path work;
+};
+
+TEST_F(S3Serve, UploadsAreInTheBucketWithTheirMd5BeforeTheAnswer) {
+  const std::string small = random_bytes(1000, 4), large = random_bytes((11 << 20) + 7, 5);
+  auto posted = server->curl_json("-F file=@" + write_local("small.bin", small).string() + " " + files_url("up"));
+  ASSERT_EQ(posted.at("etag").as_string(), md5_hex(small)) << posted;
+  // 11 MiB in 5 MiB parts: a multipart upload while the body streams.
+  auto put = server->curl_json("-X PUT --data-binary @" + write_local("large.bin", large).string() + " " +
+                               files_url("up", "/outputs/large.bin"));
+  ASSERT_EQ(put.at("etag").as_string(), md5_hex(large)) << put;
+  EXPECT_EQ(object_md5s(), (std::multiset<std::string>{md5_hex(small), md5_hex(large)}));
+  EXPECT_EQ(s3->pending_multipart_uploads(), 0u);
+  // The thread endpoints go the same way; an overwrite replaces the object.
+  const std::string again = "second version";
+  auto thread_put = server->curl_json("-X PUT --data-binary @" + write_local("again.txt", again).string() + " '" +
+                                      server->url("/api/v1/app/thread/up/put-file/small.bin") + "'");
+  ASSERT_EQ(thread_put.at("etag").as_string(), md5_hex(again)) << thread_put;
+  EXPECT_TRUE(eventually([&] { return object_md5s() == std::multiset<std::string>{md5_hex(again), md5_hex(large)}; }));
+  // The local copy is the same file (downloads are served from it).
+  EXPECT_EQ(server->curl(files_url("up", "/" + file_id("/mnt/user-data/outputs/large.bin") + "/content")), large);
+  // A deleted container takes its objects along.
+  ASSERT_EQ(server->status("-X DELETE " + server->base() + "/containers/up"), 200);
+  EXPECT_TRUE(eventually([&] { return objects().empty(); }));
+}
+
+TEST(S3Config, BadValuesAreRefusedWithTheirKeyPathAndSecretsComeFromTheEnvironment) {
+  auto refused = [](const std::string& yaml) {
+    try {
+      ops::parse_config(yaml);
+    } catch (const ops::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string s3 = "storage:\n  backend: s3\n  s3:\n    endpoint: http://127.0.0.1:9000\n    bucket: sessions\n";
+  EXPECT_EQ(refused("storage: {backend: nfs}").rfind("storage.backend:", 0), 0u);
+  EXPECT_EQ(refused("storage: {flushIntervalSec: 0}").rfind("storage.flushIntervalSec:", 0), 0u);
+  EXPECT_EQ(refused("storage: {s3: {endpoint: ftp://x}}").rfind("storage.s3.endpoint:", 0), 0u);
+  EXPECT_EQ(refused("storage: {s3: {bucket: A_B}}").rfind("storage.s3.bucket:", 0), 0u);
+  EXPECT_EQ(refused("storage: {s3: {prefix: /abs}}").rfind("storage.s3.prefix:", 0), 0u);
+  EXPECT_EQ(refused("storage: {s3: {partSize: 1Mi}}").rfind("storage.s3.partSize:", 0), 0u);
+  EXPECT_EQ(refused("storage: {s3: {colour: red}}").rfind("storage.s3.colour: unknown key", 0), 0u);
+  EXPECT_EQ(refused("storage: {backend: s3}").rfind("storage.s3.endpoint: required", 0), 0u);
+  unsetenv("SANDBOXD_S3_ACCESS_KEY_ID");
+  unsetenv("SANDBOXD_S3_SECRET_ACCESS_KEY");
+  EXPECT_EQ(refused(s3).rfind("storage.s3.accessKeyId: required", 0), 0u);
+  setenv("SANDBOXD_S3_ACCESS_KEY_ID", "from-env", 1);
+  setenv("SANDBOXD_S3_SECRET_ACCESS_KEY", "secret-from-env", 1);
+  auto config = ops::parse_config(s3 + "    accessKeyId: from-file\n");
+  EXPECT_EQ(config.s3.access_key_id, "from-env");  // the environment wins
+  EXPECT_EQ(config.s3.secret_access_key, "secret-from-env");
+  EXPECT_EQ(config.storage_backend, "s3");
+  EXPECT_EQ(config.flush_interval_sec, 30);
+  unsetenv("SANDBOXD_S3_ACCESS_KEY_ID");
+  unsetenv("SANDBOXD_S3_SECRET_ACCESS_KEY");
+  EXPECT_EQ(ops::parse_config("").storage_backend, "local");
+}
+
+TEST_F(S3Serve, ACutUploadLeavesNothingAndKeepsThePreviousVersion) {
+  const std::string previous = "the previous version";
+  ASSERT_EQ(server->curl_json("-X PUT --data-binary @" + write_local("p.txt", previous).string() + " " +
+                              files_url("cut", "/outputs/cut.bin")).at("etag").as_string(), md5_hex(previous));
+  ASSERT_EQ(objects().size(), 1u);
+  // 12 MiB of a declared 20 MiB, then the connection goes.
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(server->port()));
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  std::string request = "PUT /api/gpt/v1/files/outputs/cut.bin?scope_id=cut HTTP/1.1\r\nHost: x\r\n"
+                        "Authorization: Bearer secret-alice\r\nContent-Length: " + std::to_string(20 << 20) + "\r\n\r\n" +
+                        random_bytes(12 << 20, 6);
+  for (size_t sent = 0; sent < request.size();) {
+    ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    ASSERT_GT(n, 0);
+    sent += static_cast<size_t>(n);
+  }
+  // The bucket has the upload's first parts while the body streams...
+  EXPECT_TRUE(eventually([&] { return s3->pending_multipart_uploads() == 1; }));
+  close(fd);
+  // ...and nothing of it once it is cut: no pending multipart upload, no new object.
+  EXPECT_TRUE(eventually([&] { return s3->pending_multipart_uploads() == 0 && objects().size() == 1; }));
+  EXPECT_EQ(object_md5s(), std::multiset<std::string>{md5_hex(previous)});
+  EXPECT_EQ(server->curl(files_url("cut", "/" + file_id("/mnt/user-data/outputs/cut.bin") + "/content")), previous);
+}
+
+TEST_F(S3Serve, StopFlushesAndAWipedContainerIsRestoredWithItsIdsEtagsModesAndMtimes) {
+  const std::string upload = random_bytes(3000, 7);
+  ASSERT_TRUE(server->curl_json("-F file=@" + write_local("in.bin", upload).string() + " " + files_url("keep"))
+                  .as_object().contains("etag"));
+  auto ran = bash("keep", "mkdir -p /mnt/user-data/outputs/d && head -c 6000000 /dev/urandom > /mnt/user-data/outputs/d/big.bin"
+                          " && printf '#!/bin/sh\\necho hi\\n' > run.sh && chmod 750 run.sh"
+                          " && touch -d '2021-02-03 04:05:06.123456789' run.sh && echo done");
+  ASSERT_EQ(ran.at("stdout").as_string(), "done\n") << ran;
+  const std::string big_id = file_id("/mnt/user-data/outputs/d/big.bin"), run_id = file_id("/home/agent/workspace/run.sh"),
+                    in_id = file_id("/mnt/user-data/uploads/in.bin");
+  auto listed = server->curl_json(files_url("keep"));  // the outputs file gets its record
+  auto big = server->curl_json(files_url("keep", "/" + big_id)), run = server->curl_json(files_url("keep", "/" + run_id)),
+       in = server->curl_json(files_url("keep", "/" + in_id));
+  ASSERT_TRUE(big.as_object().contains("etag")) << big;
+  ASSERT_TRUE(run.as_object().contains("etag")) << run;
+  const std::string stat_before = bash("keep", "stat -c '%a %U %y %s' run.sh; stat -c '%a %U %y %s' "
+                                               "/mnt/user-data/outputs/d/big.bin /mnt/user-data/uploads/in.bin")
+                                      .at("stdout").as_string().c_str();
+
+  // Stop: what the command wrote goes to the bucket before the answer.
+  ASSERT_EQ(server->status("-X POST " + server->base() + "/containers/keep/stop"), 200);
+  EXPECT_EQ(object_md5s(), (std::multiset<std::string>{std::string(big.at("etag").as_string()),
+                                                       std::string(run.at("etag").as_string()), md5_hex(upload)}));
+
+  // The local copy wiped (the metadata database kept): a new node, a lost disk.
+  server->stop(SIGTERM);
+  for (const auto& entry : fs::directory_iterator(server->data_dir() / "containers")) fs::remove_all(entry.path());
+  server->start();
+  // The first file call restores it: same ids, etags, sizes and creation times...
+  for (const auto& [id, before] : {std::pair{big_id, big}, std::pair{run_id, run}, std::pair{in_id, in}}) {
+    auto after = server->curl_json(files_url("keep", "/" + id));
+    EXPECT_EQ(after, before) << after;
+  }
+  // ...and the same modes, owner and mtimes inside the sandbox.
+  EXPECT_EQ(bash("keep", "stat -c '%a %U %y %s' run.sh; stat -c '%a %U %y %s' "
+                         "/mnt/user-data/outputs/d/big.bin /mnt/user-data/uploads/in.bin").at("stdout").as_string(),
+            stat_before);
+  EXPECT_EQ(bash("keep", "./run.sh").at("stdout").as_string(), "hi\n");
+  EXPECT_NE(server->log().find("bucket: restoring container keep (3 files"), std::string::npos) << server->log();
+  EXPECT_EQ(bash("keep", "md5sum < /mnt/user-data/uploads/in.bin").at("stdout").as_string(), md5_hex(upload) + "  -\n");
+  EXPECT_NE(stat_before.find("750 agent 2021-02-03 04:05:06.123456789"), std::string::npos) << stat_before;
+}
+
+TEST_F(S3Serve, AStaleLocalCopyIsDiscardedAndRestoredFromTheBucket) {
+  ASSERT_EQ(bash("stale", "echo bucket > /mnt/user-data/outputs/a.txt && echo ok").at("stdout").as_string(), "ok\n");
+  ASSERT_EQ(server->status("-X POST " + server->base() + "/containers/stale/stop"), 200);  // flushed
+  ASSERT_EQ(bash("stale", "echo local > /mnt/user-data/outputs/a.txt && echo ok").at("stdout").as_string(), "ok\n");
+  server->stop(SIGKILL);  // no flush of the local change
+  {  // Meanwhile another replica held the container and changed its manifest.
+    sqlite3* db = store::sqlite::open_database((server->data_dir() / "sandboxd.db").string());
+    store::sqlite::exec(db, "UPDATE manifest_generations SET generation = generation + 1, writer = 'another-replica'");
+    sqlite3_close(db);
+  }
+  server->start();
+  const std::string id = file_id("/mnt/user-data/outputs/a.txt");
+  EXPECT_EQ(server->curl(files_url("stale", "/" + id + "/content")), "bucket\n");
+  EXPECT_NE(server->log().find("bucket: restoring container stale"), std::string::npos) << server->log();
+  EXPECT_EQ(bash("stale", "cat /mnt/user-data/outputs/a.txt").at("stdout").as_string(), "bucket\n");
+}
+
+TEST_F(S3Serve, WithTheBucketAwayUploadsAre503AndStopsKeepTheLocalCopyUntilAFlushSucceeds) {
+  auto first = bash("away", "echo one > /mnt/user-data/outputs/one.txt && echo ok");
+  ASSERT_EQ(first.at("stdout").as_string(), "ok\n") << first;
+  s3->stop();
+  // Nothing is acknowledged while the bucket does not answer.
+  std::string headers = sh("curl -s -D - -o " + (work / "body").string() + " -H 'Authorization: Bearer secret-alice' -X PUT "
+                           "--data-binary hello " + files_url("away", "/outputs/new.txt"));
+  EXPECT_NE(headers.find("HTTP/1.1 503"), std::string::npos) << headers;
+  EXPECT_NE(headers.find("Retry-After: 3"), std::string::npos) << headers;
+  EXPECT_NE(read_file(work / "body").find("overloaded_error"), std::string::npos);
+  EXPECT_EQ(server->status(files_url("away", "/" + file_id("/mnt/user-data/outputs/new.txt"))), 404);
+  auto ready = sh("curl -s " + server->url("/ready"));
+  EXPECT_NE(ready.find("sessions bucket"), std::string::npos) << ready;
+
+  // A stop cannot flush: the local copy stays and serves.
+  ASSERT_EQ(bash("away", "echo two > /mnt/user-data/outputs/two.txt && echo ok").at("stdout").as_string(), "ok\n");
+  ASSERT_EQ(server->status("-X POST " + server->base() + "/containers/away/stop"), 200);
+  EXPECT_GE(metric("sandboxd_storage_flush_failures_total"), 1);
+  EXPECT_GT(metric("sandboxd_storage_pending_flush_bytes"), 0);
+  EXPECT_EQ(server->curl(files_url("away", "/" + file_id("/mnt/user-data/outputs/two.txt") + "/content")), "two\n");
+
+  // The bucket back: the retry completes the flush, and /metrics shows it.
+  s3->start();
+  EXPECT_TRUE(eventually([&] { return metric("sandboxd_storage_pending_flush_bytes") == 0; }, 60));
+  EXPECT_GE(metric("sandboxd_storage_flushes_total{outcome=\"ok\"}"), 1);
+  EXPECT_EQ(object_md5s(), (std::multiset<std::string>{md5_hex("one\n"), md5_hex("two\n")}));
+  EXPECT_TRUE(eventually([&] { return sh("curl -s " + server->url("/ready")).find("\"ready\"") != std::string::npos; }));
+  int valid = -1;
+  sh("curl -s " + server->url("/metrics") + " | promtool check metrics >&2", &valid);
+  EXPECT_EQ(valid, 0);
+}
+
+class S3ServeShortInterval : public S3Serve {
+  int flush_interval() const override { return 1; }
+};
+
+TEST_F(S3ServeShortInterval, ARunningSandboxIsFlushedWithinTheInterval) {
+  ASSERT_EQ(bash("tick", "echo tick > tick.txt && echo ok").at("stdout").as_string(), "ok\n");
+  // No stop: the periodic flush brings it to the bucket.
+  EXPECT_TRUE(eventually([&] { return object_md5s() == std::multiset<std::string>{md5_hex("tick\n")}; }));
+  // A deletion goes the same way.
+  ASSERT_EQ(bash("tick", "rm tick.txt && echo ok").at("stdout").as_string(), "ok\n");
+  EXPECT_TRUE(eventually([&] { return objects().empty(); }));
+}
+
+}  // namespace
+}  // namespace sandboxd::testing
