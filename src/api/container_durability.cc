@@ -252,7 +252,10 @@ bool ContainerDurability::flush_blocking(Container& container) {
   if (container.deleted) return true;
   // A local copy never checked against the manifest (ensure_local has not run) may be
   // missing or stale: flushing it would delete or overwrite the bucket's files.
-  if (!container.local_ready) return true;
+  if (!container.local_ready) {
+    container.unflushed_bytes = 0;  // a stale copy (lease lost) has nothing to send
+    return true;
+  }
   const uint64_t changes_at_start = container.changes.load();
   std::map<std::string, store::ManifestRow> rows;
   for (auto& row : manifest_.rows(container.storage)) rows.emplace(row.path, std::move(row));
@@ -294,13 +297,20 @@ bool ContainerDurability::flush_blocking(Container& container) {
         return;
       }
       row.md5 = *md5;
+      // The lease was lost while this flush ran (its copy went stale): write nothing more.
+      if (!container.local_ready) {
+        garbage.push_back(row.object_key);
+        failed = true;
+        return;
+      }
       auto change = manifest_.put(row, instance_id_, expected);
       if (!change.applied) garbage.push_back(row.object_key);  // an upload replaced it meanwhile
       else if (change.replaced_object) garbage.push_back(*change.replaced_object);
     });
   }
-  // Rows whose file is gone (in a mount that could be read).
-  if (!failed) {
+  // Rows whose file is gone (in a mount that could be read); never from a copy that
+  // went stale meanwhile (that would delete the new holder's files).
+  if (!failed && container.local_ready) {
     for (const auto& [path, row] : rows) {
       bool readable_mount = false;
       for (auto mount : walked)
@@ -320,7 +330,7 @@ bool ContainerDurability::flush_blocking(Container& container) {
   }
   delete_objects_later(std::move(garbage));
   container.unflushed_bytes = pending;
-  if (failed) return false;
+  if (failed || !container.local_ready) return false;  // no marker for a tree that did not go up
   write_marker(container, manifest_.state(container.storage).generation);
   container.flushed_changes = changes_at_start;
   return true;

@@ -302,6 +302,13 @@ void ContainerService::lease_lost(const std::string& storage) {
   }
   if (!lost) return;
   spdlog::warn("container {} of {} is served by another replica now: its sandbox here stops", lost->id, lost->owner);
+  // Its local copy is stale from now on (the new holder writes the manifest): never
+  // flush it again. Without this a fenced flush was retried for as long as the process
+  // lived (and kept the container from being let go), and had this replica taken the
+  // lease back later, a retry landing before ensure_local would have passed the new
+  // epoch's fence and put the stale tree over the newer holder's manifest. A later
+  // claim restores from the bucket first.
+  if (durability_) durability_->invalidate_local(*lost);
   asio::co_spawn(lost->strand, stop_on_strand(lost, "lease_lost"), asio::detached);
 }
 
