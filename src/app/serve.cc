@@ -142,7 +142,16 @@ int serve(ops::Config config, const std::string& config_path) {
   // Append-only, in the data directory, rotated by size.
   ops::set_audit(std::make_unique<ops::AuditLog>((fs::path(config.data_dir) / "audit.log").string(), config.audit_max_bytes,
                                        static_cast<size_t>(config.audit_files)));
-  store::Metadata metadata((fs::path(config.data_dir) / "sandboxd.db").string());
+  // The metadata database: sandboxd.db in the data directory, each store on a SQLite
+  // connection of its own (as always), or one PostgreSQL pool the stores share.
+  const std::string sqlite_path = (fs::path(config.data_dir) / "sandboxd.db").string();
+  std::shared_ptr<store::db::Database> postgres;
+  if (config.metadata_backend == "postgres") {
+    postgres = store::db::open_postgres(config.postgres_url);
+    spdlog::info("metadata: PostgreSQL");
+  }
+  auto metadata_database = [&] { return postgres ? postgres : store::db::open_sqlite(sqlite_path); };
+  store::Metadata metadata(metadata_database());
   store::FileStore files(metadata, config.sandbox_host_uid, config.sandbox_host_uid);
 
   {  // the service's objects end before the data directory's bind is unmounted
@@ -182,7 +191,7 @@ int serve(ops::Config config, const std::string& config_path) {
     if (!config.model_base_url.empty()) upstream = model::UpstreamClient::create();
     ops::HealthCheck health(io, config.data_dir);
     api::ApiContext api{containers, files, live_config, upstream, &health};
-    store::SkillStore skills((fs::path(config.data_dir) / "sandboxd.db").string(), config.data_dir,
+    store::SkillStore skills(metadata_database(), config.data_dir,
                              store::find_builtin_skills_dir(config.skills_dir));
     api::SkillMounts skill_mounts(config.data_dir);
     api.skills = &skills;
@@ -191,7 +200,7 @@ int serve(ops::Config config, const std::string& config_path) {
     api::register_container_routes(http, api);
     api::register_file_routes(http, api);
     api::register_thread_routes(http, api);
-    api::register_thread_chat_routes(http, api, (fs::path(config.data_dir) / "sandboxd.db").string());
+    api::register_thread_chat_routes(http, api, metadata_database());
     api::register_web_routes(http, api);
     api::register_messages_routes(http, api);
     api::register_admin_routes(http, api);

@@ -118,6 +118,11 @@ struct Config {
   // "sandboxd" runs code in sandboxd's own sandboxes; "none" runs no code at all (the
   // files API works; code execution answers "code_execution provider is not configured.").
   std::string runtime_provider = "sandboxd";
+  // metadata: where containers, files, threads and skills are indexed. "sqlite" (the
+  // data directory's sandboxd.db) or "postgres" (metadata.postgres.url, or the
+  // SANDBOXD_POSTGRES_URL environment variable, which wins over the file).
+  std::string metadata_backend = "sqlite";
+  std::string postgres_url;
 };
 
 class ConfigError : public std::runtime_error {

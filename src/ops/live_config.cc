@@ -69,6 +69,7 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
     same_services = a.name == b.name && a.host == b.host && a.port == b.port;
   }
   keep(same_services, "external.opensandbox.codeExecution.internal.services");
+  keep(loaded.metadata_backend == current->metadata_backend && loaded.postgres_url == current->postgres_url, "metadata");
   keep(loaded.image_repository == current->image_repository && loaded.image_tag == current->image_tag,
        "external.opensandbox.codeExecution.image");
   current_.store(std::move(next));

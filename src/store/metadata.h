@@ -1,15 +1,15 @@
-// The metadata index: containers and files, in SQLite (WAL). File bodies live on disk;
-// this index only says which files exist, since when, and what they hold.
+// The metadata index: containers and files, in the metadata database (SQLite or
+// PostgreSQL, store/database.h). File bodies live on disk; this index only says which
+// files exist, since when, and what they hold.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-struct sqlite3;
+#include "store/database.h"
 
 namespace sandboxd::store {
 
@@ -37,11 +37,15 @@ struct FilePage {
   bool has_more = false;
 };
 
-// Thread-safe (one connection, serialised by a mutex; SQLite is fast enough that the
-// lock is held for microseconds). Throws std::runtime_error on SQLite failures.
+// Thread-safe (SQLite: one connection, serialised by a mutex, held for microseconds;
+// PostgreSQL: a connection of the pool per call). Throws std::runtime_error on database
+// failures.
 class Metadata {
  public:
+  // A SQLite database file of its own.
   explicit Metadata(const std::string& db_path);
+  // Any database; its schema is migrated first.
+  explicit Metadata(std::shared_ptr<db::Database> database);
   ~Metadata();
   Metadata(const Metadata&) = delete;
   Metadata& operator=(const Metadata&) = delete;
@@ -73,8 +77,7 @@ class Metadata {
   uint64_t total_bytes();
 
  private:
-  std::mutex mutex_;
-  sqlite3* db_ = nullptr;
+  std::shared_ptr<db::Database> db_;
 };
 
 }  // namespace sandboxd::store
