@@ -65,8 +65,7 @@ class PostgresServer {
     std::filesystem::permissions(dir_, std::filesystem::perms::owner_all | std::filesystem::perms::group_exec |
                                            std::filesystem::perms::others_exec);
     const std::string data = (dir_ / "data").string();
-    run("install -d -o postgres -g postgres -m 700 " + data);
-    run(as_postgres("initdb") + " -D " + data + " -A trust -U postgres -E UTF8 --locale=C --no-sync");
+    run("cp -a " + template_cluster().string() + " " + data);
     port_ = free_loopback_port();
     // fsync off: a test server's data need not survive a power cut, and it is faster.
     run(as_postgres("pg_ctl") + " -D " + data + " -l " + data + "/server.log -w -o \"-p " + std::to_string(port_) +
@@ -110,6 +109,23 @@ class PostgresServer {
   }
 
  private:
+  // initdb takes most of a start, and every test process (ctest runs one per test)
+  // starts a server: one initdb'd cluster is kept in the temporary folder, per server
+  // version, and copied. Made under another name and renamed, so a cut initdb leaves
+  // no half template.
+  std::filesystem::path template_cluster() {
+    const std::string version = bin_.parent_path().filename().string();
+    std::filesystem::path cached = std::filesystem::temp_directory_path() / ("sandboxd-pgtest-template-" + version);
+    if (std::filesystem::exists(cached / "PG_VERSION")) return cached;
+    std::filesystem::path staging = dir_ / "template";
+    run("install -d -o postgres -g postgres -m 700 " + staging.string());
+    run(as_postgres("initdb") + " -D " + staging.string() + " -A trust -U postgres -E UTF8 --locale=C --no-sync");
+    std::error_code ec;
+    std::filesystem::remove_all(cached, ec);  // a broken one (no PG_VERSION)
+    std::filesystem::rename(staging, cached, ec);  // another process may have made it first
+    if (ec) std::filesystem::remove_all(staging, ec);
+    return cached;
+  }
   std::string as_postgres(const std::string& program) const {
     return "runuser -u postgres -- " + (bin_ / program).string();
   }
