@@ -148,7 +148,7 @@ FileRecord record_of(const std::string& storage, const std::string& path, const 
 // Metadata with the fence a replica sets: its own epoch for the storage.
 void fence_at(Metadata& metadata, const int64_t& epoch) {
   metadata.set_write_fence(
-      [&epoch](sqlite3* db, const std::string& storage) { LeaseStore::check_fence(db, storage, epoch); });
+      [&epoch](db::Connection& conn, const std::string& storage) { LeaseStore::check_fence(conn, storage, epoch); });
 }
 
 TEST_F(LeaseTest, WritesOfAnOldEpochAreRefusedAndTheNewHoldersStay) {
