@@ -5,14 +5,14 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
-  libyaml-cpp-dev libseccomp-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev
+  libyaml-cpp-dev libseccomp-dev libsqlite3-dev libpq-dev libcurl4-openssl-dev libssl-dev
   libexpat1-dev  # the S3 storage backend parses the bucket's XML answers
   libmagic-dev libspdlog-dev libsystemd-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   e2fsprogs util-linux iproute2 bubblewrap curl wrk
   bash-static  # sandboxes run it for /bin/bash: the same bash, no dynamic linking per command
   zlib1g-dev debootstrap  # images: gzip layers; `sandboxd image build`
   prometheus  # promtool checks the /metrics output in the tests
-  postgresql  # a real allow-listed service the network tests query from a sandbox
+  postgresql  # metadata.backend: postgres in the tests; an allow-listed service the network tests query
   nginx  # the load balancer in front of three replicas in the cluster tests (run by the test itself)
   chromium  # the Workspace web page's browser test (driven by playwright-core)
   lintian python3  # the package test checks the .deb; package and image scripts write JSON

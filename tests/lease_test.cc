@@ -1,11 +1,17 @@
 // Leases and fencing (issue 13 §3) on a real SQLite file shared by several
-// connections and processes, and the cluster configuration keys.
+// connections and processes, and on a real PostgreSQL the test starts (racing
+// replicas, the fence against a takeover in flight), and the cluster configuration keys.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -13,6 +19,7 @@
 #include "ops/config.h"
 #include "store/lease_store.h"
 #include "store/metadata.h"
+#include "postgres_harness.h"
 
 namespace sandboxd::store {
 namespace {
@@ -148,7 +155,7 @@ FileRecord record_of(const std::string& storage, const std::string& path, const 
 // Metadata with the fence a replica sets: its own epoch for the storage.
 void fence_at(Metadata& metadata, const int64_t& epoch) {
   metadata.set_write_fence(
-      [&epoch](sqlite3* db, const std::string& storage) { LeaseStore::check_fence(db, storage, epoch); });
+      [&epoch](db::Connection& conn, const std::string& storage) { LeaseStore::check_fence(conn, storage, epoch); });
 }
 
 TEST_F(LeaseTest, WritesOfAnOldEpochAreRefusedAndTheNewHoldersStay) {
@@ -180,6 +187,160 @@ TEST_F(LeaseTest, WritesOfAnOldEpochAreRefusedAndTheNewHoldersStay) {
   // A storage without a lease row (single-host data) is not fenced.
   old_holder.put_file(record_of("s2", "/mnt/user-data/uploads/x.txt", "e1"), true);
   EXPECT_TRUE(old_holder.find_file("s2", "/mnt/user-data/uploads/x.txt"));
+}
+
+// ---- The same on PostgreSQL (READ COMMITTED, a pool per replica), against a server the
+// test starts (tests/postgres_harness.h).
+
+// Threads, each a replica with a pool of its own, race for one free lease: one wins.
+TEST(PostgresLease, RacingAcquirersHaveExactlyOneWinner) {
+  sandboxd::testing::TestDatabase database(db::Backend::kPostgres);
+  constexpr int kRacers = 8;
+  std::vector<std::unique_ptr<LeaseStore>> replicas;
+  for (int i = 0; i < kRacers; ++i) replicas.push_back(std::make_unique<LeaseStore>(database.open()));
+  std::mutex mutex;
+  std::condition_variable start;
+  bool go = false;
+  std::atomic<int> winners{0}, losers{0};
+  std::vector<std::thread> racers;
+  for (int i = 0; i < kRacers; ++i)
+    racers.emplace_back([&, i] {
+      {
+        std::unique_lock lock(mutex);
+        start.wait(lock, [&] { return go; });
+      }
+      auto lease = replicas[i]->acquire("raced", "replica-" + std::to_string(i), "http://r:1", 1000, kTtl);
+      (lease ? winners : losers)++;
+    });
+  {
+    std::lock_guard lock(mutex);
+    go = true;
+  }
+  start.notify_all();
+  for (auto& racer : racers) racer.join();
+  EXPECT_EQ(winners.load(), 1);
+  EXPECT_EQ(losers.load(), kRacers - 1);
+  auto lease = replicas[0]->find("raced");
+  ASSERT_TRUE(lease);
+  EXPECT_EQ(lease->epoch, 1);
+  // Expired: the racers take it again, one of them at the next epoch.
+  winners = 0;
+  racers.clear();
+  for (int i = 0; i < kRacers; ++i)
+    racers.emplace_back([&, i] {
+      if (replicas[i]->acquire("raced", "replica-x" + std::to_string(i), "http://r:1", 1000 + kTtl, kTtl)) winners++;
+    });
+  for (auto& racer : racers) racer.join();
+  EXPECT_EQ(winners.load(), 1);
+  EXPECT_EQ(replicas[0]->find("raced")->epoch, 2);
+}
+
+TEST(PostgresLease, WritesOfAnOldEpochAreRefusedAndTheNewHoldersStay) {
+  sandboxd::testing::TestDatabase database(db::Backend::kPostgres);
+  LeaseStore leases(database.open());
+  Metadata old_holder(database.open()), new_holder(database.open());
+  int64_t old_epoch = 0, new_epoch = 0;
+  fence_at(old_holder, old_epoch);
+  fence_at(new_holder, new_epoch);
+  old_epoch = leases.acquire("s1", "a", "http://a:1", 0, kTtl)->epoch;
+  old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e1"), true);
+  new_epoch = leases.acquire("s1", "b", "http://b:1", kTtl, kTtl)->epoch;
+  ASSERT_EQ(new_epoch, old_epoch + 1);
+  new_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e2"), true);
+  EXPECT_THROW(old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e3"), true), FencedError);
+  EXPECT_THROW(old_holder.delete_file("s1", "/mnt/user-data/uploads/both.txt"), FencedError);
+  EXPECT_THROW(old_holder.delete_prefix("s1", "/mnt/user-data/"), FencedError);
+  EXPECT_EQ(new_holder.find_file("s1", "/mnt/user-data/uploads/both.txt")->etag, "e2");
+  EXPECT_TRUE(new_holder.delete_file("s1", "/mnt/user-data/uploads/both.txt"));
+}
+
+// Waits until a backend of this test's database waits for a row lock, or `done`.
+bool wait_for_lock_waiter(db::Database& database, const std::atomic<bool>& done) {
+  while (!done) {
+    {
+      auto conn = database.acquire();
+      db::Statement waiting(conn,
+                            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND wait_event_type = 'Lock'");
+      if (waiting.step() && waiting.integer(0) > 0) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// A takeover whose UPDATE is not yet committed when the old holder writes: the write
+// waits for it and is then refused (it must not read the old epoch and go ahead).
+TEST(PostgresLease, AWriteRacingATakeoverWaitsForItAndIsRefused) {
+  sandboxd::testing::TestDatabase database(db::Backend::kPostgres);
+  LeaseStore leases(database.open());
+  Metadata old_holder(database.open());
+  int64_t old_epoch = leases.acquire("s1", "a", "http://a:1", 0, kTtl)->epoch;
+  fence_at(old_holder, old_epoch);
+  auto taker = database.open();
+  auto observer = database.open();
+  auto conn = taker->acquire();
+  conn.exec("BEGIN");
+  {
+    db::Statement take(conn, "UPDATE leases SET holder = 'b', epoch = epoch + 1, expires_at_ms = ? WHERE storage = ?");
+    take.add(2 * kTtl).add("s1").run();
+  }
+  std::atomic<bool> done{false}, fenced{false};
+  std::thread writer([&] {
+    try {
+      old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/late.txt", "e1"), true);
+    } catch (const FencedError&) {
+      fenced = true;
+    }
+    done = true;
+  });
+  EXPECT_TRUE(wait_for_lock_waiter(*observer, done)) << "the old holder's write did not wait for the takeover";
+  conn.exec("COMMIT");
+  writer.join();
+  EXPECT_TRUE(fenced);
+  EXPECT_FALSE(old_holder.find_file("s1", "/mnt/user-data/uploads/late.txt"));
+}
+
+// The other order: a write that passed the fence holds the lease row until it commits,
+// so a takeover waits for it (and the write is in before the new epoch exists).
+TEST(PostgresLease, ATakeoverWaitsForAWriteThatPassedTheFence) {
+  sandboxd::testing::TestDatabase database(db::Backend::kPostgres);
+  LeaseStore leases(database.open()), other_replica(database.open());
+  Metadata old_holder(database.open());
+  int64_t old_epoch = leases.acquire("s1", "a", "http://a:1", 0, kTtl)->epoch;
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool fence_passed = false, let_write_finish = false;
+  old_holder.set_write_fence([&](db::Connection& conn, const std::string& storage) {
+    LeaseStore::check_fence(conn, storage, old_epoch);
+    std::unique_lock lock(mutex);
+    fence_passed = true;
+    changed.notify_all();
+    changed.wait(lock, [&] { return let_write_finish; });
+  });
+  std::thread writer([&] { old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/in.txt", "e1"), true); });
+  {
+    std::unique_lock lock(mutex);
+    changed.wait(lock, [&] { return fence_passed; });
+  }
+  std::atomic<bool> taken{false};
+  std::optional<Lease> lease;
+  std::thread takeover([&] {
+    lease = other_replica.acquire("s1", "b", "http://b:1", kTtl, kTtl);
+    taken = true;
+  });
+  auto observer = database.open();
+  EXPECT_TRUE(wait_for_lock_waiter(*observer, taken)) << "the takeover did not wait for the write in flight";
+  {
+    std::lock_guard lock(mutex);
+    let_write_finish = true;
+  }
+  changed.notify_all();
+  writer.join();
+  takeover.join();
+  ASSERT_TRUE(lease);
+  EXPECT_EQ(lease->epoch, old_epoch + 1);
+  EXPECT_TRUE(old_holder.find_file("s1", "/mnt/user-data/uploads/in.txt"));
 }
 
 }  // namespace

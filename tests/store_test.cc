@@ -26,6 +26,10 @@
 #include "store/keys.h"
 #include "store/metadata.h"
 #include "store/multipart.h"
+#include "store/schema.h"
+#include "store/skill_store.h"
+#include "store/thread_store.h"
+#include "postgres_harness.h"
 
 namespace sandboxd::store {
 namespace {
@@ -234,7 +238,8 @@ TEST(Base64Url, RoundTripsRandomBytes) {
 
 // ========================================================================= metadata
 
-class MetadataTest : public ::testing::Test {
+// Every metadata test runs on both backends: SQLite and a real PostgreSQL.
+class MetadataTest : public ::testing::TestWithParam<db::Backend> {
  protected:
   FileRecord file(const std::string& path, int64_t created_at, uint64_t size = 1) {
     FileRecord record;
@@ -254,12 +259,14 @@ class MetadataTest : public ::testing::Test {
     return out;
   }
 
-  TempDir dir_;
-  std::string db_path_ = (dir_.path() / "meta.db").string();
-  Metadata metadata_{db_path_};
+  sandboxd::testing::TestDatabase database_{GetParam()};
+  Metadata metadata_{database_.open()};
 };
 
-TEST_F(MetadataTest, ContainersCreateFindTouchListDelete) {
+INSTANTIATE_TEST_SUITE_P(Backends, MetadataTest, ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
+                         sandboxd::testing::backend_name);
+
+TEST_P(MetadataTest, ContainersCreateFindTouchListDelete) {
   ContainerRecord a{"alice", "c1", "st-a", 100, 100};
   EXPECT_EQ(metadata_.create_container(a).storage, "st-a");
   ContainerRecord again{"alice", "c1", "st-other", 200, 200};
@@ -303,7 +310,7 @@ TEST_F(MetadataTest, ContainersCreateFindTouchListDelete) {
   EXPECT_EQ(metadata_.files_of("st-d").size(), 1u);
 }
 
-TEST_F(MetadataTest, PutFileKeepsOrResetsCreation) {
+TEST_P(MetadataTest, PutFileKeepsOrResetsCreation) {
   metadata_.put_file(file(kUploads + "/a", 100, 10), true);
   metadata_.put_file(file(kUploads + "/b", 100, 20), true);
   auto a = metadata_.find_file("s1", kUploads + "/a");
@@ -335,7 +342,7 @@ TEST_F(MetadataTest, PutFileKeepsOrResetsCreation) {
   EXPECT_EQ(metadata_.find_file("s1", kUploads + "/a"), std::nullopt);
 }
 
-TEST_F(MetadataTest, ListOrdersByCreationThenInsertion) {
+TEST_P(MetadataTest, ListOrdersByCreationThenInsertion) {
   const int64_t created[] = {5, 3, 5, 3, 4};
   for (int i = 0; i < 5; ++i) metadata_.put_file(file(kUploads + "/f" + std::to_string(i), created[i]), true);
   auto page = metadata_.list_files("s1", {kUploads + "/"}, 10, std::nullopt, std::nullopt);
@@ -345,7 +352,7 @@ TEST_F(MetadataTest, ListOrdersByCreationThenInsertion) {
   EXPECT_EQ(metadata_.files_of("s1").front().path, kUploads + "/f1");
 }
 
-TEST_F(MetadataTest, PagesAfterAndBeforeWithHasMore) {
+TEST_P(MetadataTest, PagesAfterAndBeforeWithHasMore) {
   std::vector<std::string> all;
   for (int i = 0; i < 7; ++i) {
     all.push_back(kUploads + "/f" + std::to_string(i));
@@ -382,7 +389,7 @@ TEST_F(MetadataTest, PagesAfterAndBeforeWithHasMore) {
   EXPECT_FALSE(last.has_more);
 }
 
-TEST_F(MetadataTest, UnknownCursorGivesAnEmptyPage) {
+TEST_P(MetadataTest, UnknownCursorGivesAnEmptyPage) {
   metadata_.put_file(file(kUploads + "/a", 1), true);
   auto after = metadata_.list_files("s1", {}, 10, kUploads + "/missing", std::nullopt);
   EXPECT_TRUE(after.files.empty());
@@ -396,7 +403,7 @@ TEST_F(MetadataTest, UnknownCursorGivesAnEmptyPage) {
   EXPECT_TRUE(metadata_.list_files("s1", {}, 10, kUploads + "/b", std::nullopt).files.empty());
 }
 
-TEST_F(MetadataTest, FiltersByPathPrefixes) {
+TEST_P(MetadataTest, FiltersByPathPrefixes) {
   metadata_.put_file(file(kUploads + "/data/2026/a.csv", 1), true);
   metadata_.put_file(file(kUploads + "/data/20261/b.csv", 2), true);
   metadata_.put_file(file(kOutputs + "/chart.png", 3), true);
@@ -423,7 +430,7 @@ TEST_F(MetadataTest, FiltersByPathPrefixes) {
   EXPECT_EQ(metadata_.files_of("s2").size(), 1u);
 }
 
-TEST_F(MetadataTest, TenThousandFilesPageForwardBackwardAndFromTheMiddle) {
+TEST_P(MetadataTest, TenThousandFilesPageForwardBackwardAndFromTheMiddle) {
   std::vector<std::string> expected;
   for (int i = 0; i < 10'000; ++i) {
     char name[64];
@@ -464,16 +471,26 @@ TEST_F(MetadataTest, TenThousandFilesPageForwardBackwardAndFromTheMiddle) {
   EXPECT_EQ(page.files.front().path, expected[4001]);
 }
 
-TEST_F(MetadataTest, ReopensTheSameDatabaseWithItsSchemaVersion) {
+TEST_P(MetadataTest, ReopensTheSameDatabaseWithItsSchemaVersion) {
   metadata_.put_file(file(kUploads + "/kept", 42), true);
   metadata_.create_container({"alice", "c1", "st-a", 1, 1});
   {
-    Metadata reopened(db_path_);
+    Metadata reopened(database_.open());
     EXPECT_EQ(reopened.find_file("s1", kUploads + "/kept")->created_at, 42);
     EXPECT_TRUE(reopened.find_container("alice", "c1"));
   }
+  {
+    auto database = database_.open();
+    auto conn = database->acquire();
+    db::Statement versions(conn, "SELECT version FROM schema_migrations ORDER BY version");
+    std::vector<int64_t> applied;
+    while (versions.step()) applied.push_back(versions.integer(0));
+    EXPECT_EQ(applied.size(), schema::migrations().size());
+    EXPECT_EQ(applied.back(), schema::migrations().back().version);
+  }
+  if (GetParam() != db::Backend::kSqlite) return;
   sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(db_path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_open(database_.sqlite_path().c_str(), &db), SQLITE_OK);
   auto scalar = [db](const char* sql) {
     sqlite3_stmt* stmt = nullptr;
     sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
@@ -481,9 +498,388 @@ TEST_F(MetadataTest, ReopensTheSameDatabaseWithItsSchemaVersion) {
     sqlite3_finalize(stmt);
     return value;
   };
-  EXPECT_EQ(scalar("PRAGMA user_version"), "1");
+  EXPECT_EQ(scalar("PRAGMA user_version"), std::to_string(schema::migrations().back().version));
   EXPECT_EQ(scalar("PRAGMA journal_mode"), "wal");
   sqlite3_close(db);
+}
+
+TEST_P(MetadataTest, PathsThatAreNotUtf8KeepTheirBytesAndByteOrder) {
+  // Sandbox paths are bytes: a file made in a sandbox may have any name but NUL and '/'.
+  const std::string base = kOutputs + "/";
+  const std::vector<std::string> names = {"a", "\xc3\xa9", "\x7f", "\x80", "\xc3\x28", "\xff", "\xff\xfe", "\xffz", "\xff\xff"};
+  int64_t created = 1;
+  for (const auto& name : names) metadata_.put_file(file(base + name, created++), true);
+  FileRecord sibling = file(kOutputs + "0", created++);  // just past the prefix range of "outputs/"
+  metadata_.put_file(sibling, true);
+
+  for (const auto& name : names) {
+    auto found = metadata_.find_file("s1", base + name);
+    ASSERT_TRUE(found) << name;
+    EXPECT_EQ(found->path, base + name);
+    EXPECT_EQ(found->etag, md5_hex(base + name));
+  }
+  auto all = metadata_.list_files("s1", {base}, 100, std::nullopt, std::nullopt);
+  std::vector<std::string> expected;
+  for (const auto& name : names) expected.push_back(base + name);
+  EXPECT_EQ(paths_of(all), expected);  // by creation, with every byte intact
+
+  // The prefix range [prefix, prefix with its last byte + 1) in byte order: "\xff"'s
+  // upper bound drops the 0xff and bumps the '/' before it.
+  auto high = metadata_.list_files("s1", {base + "\xff"}, 100, std::nullopt, std::nullopt);
+  EXPECT_EQ(paths_of(high), (std::vector<std::string>{base + "\xff", base + "\xff\xfe", base + "\xffz", base + "\xff\xff"}));
+  auto cursor = metadata_.list_files("s1", {base + "\xff"}, 1, base + "\xff\xfe", std::nullopt);
+  EXPECT_EQ(paths_of(cursor), (std::vector<std::string>{base + "\xffz"}));
+  auto invalid_pair = metadata_.list_files("s1", {base + "\xc3"}, 100, std::nullopt, std::nullopt);
+  EXPECT_EQ(paths_of(invalid_pair), (std::vector<std::string>{base + "\xc3\xa9", base + "\xc3\x28"}));
+  EXPECT_EQ(metadata_.delete_prefix("s1", base + "\xff"), 4u);
+  EXPECT_EQ(metadata_.files_of("s1").size(), names.size() - 4 + 1);
+  EXPECT_TRUE(metadata_.delete_file("s1", base + "\x80"));
+  EXPECT_FALSE(metadata_.find_file("s1", base + "\x80"));
+
+  // Ids from outside that are not UTF-8 name nothing (PostgreSQL's TEXT could not hold them).
+  EXPECT_EQ(metadata_.find_container("alice", "c\xff"), std::nullopt);
+  EXPECT_TRUE(metadata_.list_containers("alice", 10, "\xff").empty());
+  metadata_.touch_container("alice", "\xff", 1);
+  metadata_.delete_container("alice", "\xff");
+}
+
+// Two processes (here: threads, each with connections of its own) starting on one new
+// database at once: exactly one of them migrates, the other waits and finds it done.
+TEST_P(MetadataTest, ConcurrentStartsMigrateExactlyOnce) {
+  sandboxd::testing::TestDatabase fresh(GetParam());
+  constexpr int kStarters = 4;
+  std::vector<std::shared_ptr<db::Database>> databases;
+  for (int i = 0; i < kStarters; ++i) databases.push_back(fresh.open());
+  std::atomic<int> applied{0}, failures{0}, ready{0};
+  std::vector<std::thread> starters;
+  for (int i = 0; i < kStarters; ++i) {
+    starters.emplace_back([&, i] {
+      ++ready;
+      while (ready < kStarters) std::this_thread::yield();
+      try {
+        applied += schema::migrate(*databases[i]);
+      } catch (const std::exception& e) {
+        ++failures;
+        ADD_FAILURE() << e.what();
+      }
+    });
+  }
+  for (auto& t : starters) t.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(applied, static_cast<int>(schema::migrations().size()));
+  {
+    auto conn = databases[0]->acquire();
+    db::Statement rows(conn, "SELECT COUNT(*) FROM schema_migrations");
+    ASSERT_TRUE(rows.step());
+    EXPECT_EQ(rows.integer(0), static_cast<int64_t>(schema::migrations().size()));
+    db::Statement counters(conn, "SELECT COUNT(*) FROM counters");
+    ASSERT_TRUE(counters.step());
+    EXPECT_EQ(counters.integer(0), 1);
+  }
+  EXPECT_EQ(schema::migrate(*databases[1]), 0);  // nothing left to do
+}
+
+// ========================================================================= database
+
+class DatabaseTest : public ::testing::TestWithParam<db::Backend> {
+ protected:
+  sandboxd::testing::TestDatabase database_{GetParam()};
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, DatabaseTest, ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
+                         sandboxd::testing::backend_name);
+
+TEST_P(DatabaseTest, StatementsBindReadAndCountChanges) {
+  auto database = database_.open();
+  auto conn = database->acquire();
+  conn.exec(GetParam() == db::Backend::kSqlite ? "CREATE TABLE t (k TEXT PRIMARY KEY, n INTEGER, b BLOB)"
+                                               : "CREATE TABLE t (k TEXT PRIMARY KEY, n BIGINT, b BYTEA)");
+  const std::string bytes("\x00\xff\x01'?\"", 6);
+  db::Statement insert(conn, "INSERT INTO t (k, n, b) VALUES (?, ?, ?), ('it''s ?', ?, NULL)");
+  insert.add("a?").add(int64_t{INT64_MAX}).add_blob(bytes).add(int64_t{-1}).run();
+  EXPECT_EQ(insert.changes(), 2);
+  db::Statement query(conn, "SELECT k, n, b FROM t WHERE k = ? OR k = 'it''s ?' ORDER BY k");
+  query.add("a?");
+  ASSERT_TRUE(query.step());
+  EXPECT_EQ(query.text(0), "a?");
+  EXPECT_EQ(query.integer(1), INT64_MAX);
+  EXPECT_EQ(query.blob(2), bytes);
+  EXPECT_FALSE(query.is_null(2));
+  ASSERT_TRUE(query.step());
+  EXPECT_EQ(query.text(0), "it's ?");
+  EXPECT_EQ(query.integer(1), -1);
+  EXPECT_TRUE(query.is_null(2));
+  EXPECT_FALSE(query.step());
+
+  db::Statement upsert(conn, "INSERT INTO t (k, n) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET n = excluded.n + t.n "
+                             "RETURNING n");
+  upsert.add("it's ?").add(int64_t{5});
+  ASSERT_TRUE(upsert.step());
+  EXPECT_EQ(upsert.integer(0), 4);
+  {
+    db::Transaction transaction(conn);
+    db::Statement(conn, "DELETE FROM t").run();
+  }  // not committed: rolled back
+  db::Statement count(conn, "SELECT COUNT(*) FROM t");
+  ASSERT_TRUE(count.step());
+  EXPECT_EQ(count.integer(0), 2);
+  // A failing statement throws with the backend's message, and the connection stays usable.
+  try {
+    db::Statement(conn, "SELECT missing FROM nowhere").run();
+    ADD_FAILURE() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("nowhere"), std::string::npos) << e.what();
+  }
+  db::Statement again(conn, "SELECT COUNT(*) FROM t");
+  ASSERT_TRUE(again.step());
+  EXPECT_EQ(again.integer(0), 2);
+}
+
+TEST(DatabasePlaceholders, NumberedOutsideQuotes) {
+  int count = 0;
+  EXPECT_EQ(db::number_placeholders("SELECT '?', \"a?\" FROM t WHERE a = ? AND b IN (?, 'it''s?') OR c = ?", count),
+            "SELECT '?', \"a?\" FROM t WHERE a = $1 AND b IN ($2, 'it''s?') OR c = $3");
+  EXPECT_EQ(count, 3);
+}
+
+// A server that restarts (an upgrade, a failover) drops every pooled connection: the
+// next use reconnects instead of failing a request.
+TEST(PostgresDatabase, ReconnectsAfterTheServerRestarts) {
+  sandboxd::testing::TestDatabase fresh(db::Backend::kPostgres);
+  Metadata metadata(fresh.open());
+  metadata.create_container({"alice", "c1", "st-a", 1, 1});
+  auto& server = sandboxd::testing::PostgresEnvironment::server();
+  server.stop();
+  EXPECT_THROW(metadata.find_container("alice", "c1"), std::runtime_error);  // down: an error, not a hang
+  server.start();
+  ASSERT_TRUE(metadata.find_container("alice", "c1"));
+  EXPECT_EQ(metadata.find_container("alice", "c1")->storage, "st-a");
+}
+
+TEST(PostgresDatabase, AWrongUrlFailsAtOpenWithTheServersMessage) {
+  auto& server = sandboxd::testing::PostgresEnvironment::server();
+  try {
+    db::open_postgres(server.url("no_such_database"));
+    ADD_FAILURE() << "opened";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no_such_database"), std::string::npos) << e.what();
+  }
+}
+
+// A database made by sandboxd before migrations existed (metadata at user_version 1,
+// thread and skill tables made by their stores) upgrades in place with every row.
+TEST(SqliteUpgrade, TodaysLayoutKeepsEveryRow) {
+  TempDir dir;
+  const std::string path = (dir.path() / "sandboxd.db").string();
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const char* old_layout = R"sql(
+CREATE TABLE containers (owner TEXT NOT NULL, id TEXT NOT NULL, storage TEXT NOT NULL UNIQUE,
+  created_at INTEGER NOT NULL, last_used_at INTEGER NOT NULL, PRIMARY KEY (owner, id));
+CREATE INDEX containers_by_creation ON containers (owner, created_at, id);
+CREATE TABLE files (storage TEXT NOT NULL, path TEXT NOT NULL, created_at INTEGER NOT NULL, seq INTEGER NOT NULL,
+  size INTEGER NOT NULL, etag TEXT NOT NULL, mime TEXT NOT NULL, mtime_ns INTEGER NOT NULL, PRIMARY KEY (storage, path));
+CREATE INDEX files_by_creation ON files (storage, created_at, seq);
+CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT INTO counters (name, value) VALUES ('file_seq', 7);
+CREATE TABLE threads (owner TEXT NOT NULL, id TEXT NOT NULL, title TEXT NOT NULL, created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL, seq INTEGER PRIMARY KEY AUTOINCREMENT, UNIQUE (owner, id));
+CREATE TABLE thread_messages (owner TEXT NOT NULL, thread_id TEXT NOT NULL, seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL, extra TEXT NOT NULL, created_at INTEGER NOT NULL);
+CREATE INDEX thread_messages_by_thread ON thread_messages (owner, thread_id, seq);
+CREATE TABLE thread_artifacts (owner TEXT NOT NULL, thread_id TEXT NOT NULL, seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  file_id TEXT NOT NULL, path TEXT NOT NULL, filename TEXT NOT NULL, mime TEXT NOT NULL, size INTEGER NOT NULL,
+  message_id TEXT NOT NULL, created_at INTEGER NOT NULL);
+CREATE INDEX thread_artifacts_by_thread ON thread_artifacts (owner, thread_id, seq);
+CREATE TABLE skills (owner TEXT NOT NULL, id TEXT NOT NULL PRIMARY KEY, display_name TEXT NOT NULL, name TEXT NOT NULL,
+  latest_version TEXT NOT NULL, created_at_us INTEGER NOT NULL, updated_at_us INTEGER NOT NULL);
+CREATE INDEX skills_by_owner ON skills (owner, created_at_us, id);
+CREATE TABLE skill_versions (skill_id TEXT NOT NULL, version TEXT NOT NULL, name TEXT NOT NULL,
+  description TEXT NOT NULL, created_at_us INTEGER NOT NULL, PRIMARY KEY (skill_id, version));
+INSERT INTO containers VALUES ('alice', 'c1', 'st-a', 10, 20);
+INSERT INTO files VALUES ('st-a', '/mnt/user-data/uploads/old.csv', 10, 7, 3, 'etag', 'text/csv', 5);
+INSERT INTO threads (owner, id, title, created_at, updated_at) VALUES ('alice', 'thread_1', 'Old', 10, 11);
+INSERT INTO thread_messages (owner, thread_id, id, role, content, extra, created_at)
+  VALUES ('alice', 'thread_1', 'msg_1', 'user', '"hi"', '{}', 10);
+INSERT INTO skills VALUES ('alice', 'skill_old', 'Old skill', 'old-skill', '100', 1, 1);
+INSERT INTO skill_versions VALUES ('skill_old', '100', 'old-skill', 'An old skill', 1);
+PRAGMA user_version = 1;
+)sql";
+    char* error = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, old_layout, nullptr, nullptr, &error), SQLITE_OK) << (error ? error : "");
+    sqlite3_close(db);
+  }
+  Metadata metadata(path);
+  ThreadStore threads(path);
+  SkillStore skills(path, (dir.path() / "data").string(), "");
+  EXPECT_EQ(metadata.find_container("alice", "c1")->last_used_at, 20);
+  auto old_file = metadata.find_file("st-a", "/mnt/user-data/uploads/old.csv");
+  ASSERT_TRUE(old_file);
+  EXPECT_EQ(old_file->seq, 7);
+  FileRecord added = *old_file;
+  added.path = "/mnt/user-data/uploads/new.csv";
+  metadata.put_file(added, true);
+  EXPECT_EQ(metadata.find_file("st-a", added.path)->seq, 8);  // the counter carried on
+  EXPECT_EQ(threads.find("alice", "thread_1")->title, "Old");
+  ASSERT_EQ(threads.messages("alice", "thread_1").size(), 1u);
+  EXPECT_EQ(skills.find("alice", "skill_old")->display_name, "Old skill");
+  EXPECT_EQ(skills.find_version("alice", "skill_old", "latest")->description, "An old skill");
+
+  auto database = db::open_sqlite(path);
+  {
+    auto conn = database->acquire();
+    db::Statement applied(conn, "SELECT COUNT(*) FROM schema_migrations");
+    ASSERT_TRUE(applied.step());
+    EXPECT_EQ(applied.integer(0), static_cast<int64_t>(schema::migrations().size()));
+  }
+  EXPECT_EQ(schema::migrate(*database), 0);
+}
+
+TEST(SqliteUpgrade, ANewerDatabaseIsRefused) {
+  TempDir dir;
+  const std::string path = (dir.path() / "sandboxd.db").string();
+  { Metadata metadata(path); }
+  {
+    auto database = db::open_sqlite(path);
+    auto conn = database->acquire();
+    conn.exec("INSERT INTO schema_migrations (version, description, applied_at) VALUES (9999, 'future', 0)");
+  }
+  EXPECT_THROW(Metadata{path}, std::runtime_error);
+}
+
+// ========================================================================== threads
+
+class ThreadStoreTest : public ::testing::TestWithParam<db::Backend> {
+ protected:
+  sandboxd::testing::TestDatabase database_{GetParam()};
+  ThreadStore threads_{database_.open()};
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, ThreadStoreTest, ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
+                         sandboxd::testing::backend_name);
+
+TEST_P(ThreadStoreTest, CreateListRenameAppendAndRemove) {
+  for (int i = 0; i < 5; ++i)
+    EXPECT_TRUE(threads_.create({"alice", "thread_" + std::to_string(i), "", 100 + i, 0, 0}));
+  EXPECT_FALSE(threads_.create({"alice", "thread_0", "again", 1, 0, 0}));
+  EXPECT_TRUE(threads_.create({"bob", "thread_0", "bob's", 1, 0, 0}));
+
+  auto first = threads_.list("alice", 2, "");
+  ASSERT_EQ(first.threads.size(), 2u);
+  EXPECT_EQ(first.threads[0].id, "thread_4");  // newest first
+  EXPECT_EQ(first.threads[1].id, "thread_3");
+  EXPECT_TRUE(first.has_more);
+  auto rest = threads_.list("alice", 10, "thread_3");
+  ASSERT_EQ(rest.threads.size(), 3u);
+  EXPECT_EQ(rest.threads.back().id, "thread_0");
+  EXPECT_FALSE(rest.has_more);
+  EXPECT_TRUE(threads_.list("alice", 10, "thread_missing").threads.empty());
+
+  EXPECT_TRUE(threads_.rename("alice", "thread_1", "Renamed", 500));
+  EXPECT_EQ(threads_.find("alice", "thread_1")->title, "Renamed");
+  EXPECT_EQ(threads_.find("alice", "thread_1")->updated_at, 500);
+  EXPECT_FALSE(threads_.rename("carol", "thread_1", "x", 1));
+
+  ThreadMessage user{"msg_u", "user", "\"make a chart\"", "", 600};
+  ThreadMessage answer{"msg_a", "assistant", "[{\"type\":\"text\",\"text\":\"done\"}]", "{\"stop_reason\":\"end_turn\"}", 601};
+  const std::string odd_path = kOutputs + "/chart\xff.png";
+  std::vector<ThreadArtifact> artifacts = {{"file_x", odd_path, "chart\xff.png", "image/png", 69, "msg_a", 601}};
+  EXPECT_TRUE(threads_.append_turn("alice", "thread_2", user, answer, artifacts, "Make a chart"));
+  EXPECT_TRUE(threads_.append_turn("alice", "thread_2", user, answer, {}, "Ignored: it has a title"));
+  EXPECT_FALSE(threads_.append_turn("alice", "thread_gone", user, answer, artifacts, "x"));
+  EXPECT_EQ(threads_.find("alice", "thread_2")->title, "Make a chart");
+  EXPECT_EQ(threads_.find("alice", "thread_2")->updated_at, 601);
+  auto messages = threads_.messages("alice", "thread_2");
+  ASSERT_EQ(messages.size(), 4u);
+  EXPECT_EQ(messages[0].id, "msg_u");
+  EXPECT_EQ(messages[0].extra, "{}");
+  EXPECT_EQ(messages[1].content, answer.content);
+  EXPECT_EQ(messages[1].extra, answer.extra);
+  auto stored = threads_.artifacts("alice", "thread_2");
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].path, odd_path);
+  EXPECT_EQ(stored[0].filename, "chart\xff.png");
+  EXPECT_EQ(stored[0].size, 69u);
+
+  // Ids from a URL that are not UTF-8 find nothing and change nothing.
+  EXPECT_EQ(threads_.find("alice", "thread_\xff"), std::nullopt);
+  EXPECT_FALSE(threads_.rename("alice", "\xc3\x28", "x", 1));
+  EXPECT_FALSE(threads_.remove("alice", "\xff"));
+  EXPECT_TRUE(threads_.messages("alice", "\xff").empty());
+  EXPECT_TRUE(threads_.list("alice", 10, "\xff").threads.empty());
+
+  EXPECT_TRUE(threads_.remove("alice", "thread_2"));
+  EXPECT_FALSE(threads_.remove("alice", "thread_2"));
+  EXPECT_TRUE(threads_.messages("alice", "thread_2").empty());
+  EXPECT_TRUE(threads_.artifacts("alice", "thread_2").empty());
+  EXPECT_EQ(threads_.find("bob", "thread_0")->title, "bob's");
+}
+
+// =========================================================================== skills
+
+class SkillStoreTest : public ::testing::TestWithParam<db::Backend> {
+ protected:
+  SkillStaging::Checked staged(const std::string& name, const std::string& description) {
+    fs::path folder = skills_.new_staging_dir();
+    fs::create_directories(folder);
+    std::ofstream(folder / "SKILL.md") << "---\nname: " << name << "\ndescription: x\n---\n";
+    return {folder.string(), {name, description}};
+  }
+
+  TempDir dir_;
+  sandboxd::testing::TestDatabase database_{GetParam()};
+  SkillStore skills_{database_.open(), dir_.path().string(), ""};
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, SkillStoreTest, ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
+                         sandboxd::testing::backend_name);
+
+TEST_P(SkillStoreTest, CreateVersionListAndRemove) {
+  const std::string odd_description = "Makes charts \xff\xfe (bytes as uploaded)";
+  auto created = skills_.create("alice", std::string("Charts \xc3\x28"), staged("charts", odd_description));
+  EXPECT_EQ(created.display_name, "Charts \xc3\x28");
+  auto second = skills_.add_version("alice", created.id, staged("charts", "v2"));
+  ASSERT_TRUE(second);
+  auto third = skills_.add_version("alice", created.id, staged("charts", "v3"));
+  ASSERT_TRUE(third);
+  EXPECT_GT(std::stoll(third->version), std::stoll(second->version));
+  EXPECT_FALSE(skills_.add_version("bob", created.id, staged("charts", "not bob's")));
+
+  auto found = skills_.find("alice", created.id);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->display_name, "Charts \xc3\x28");
+  EXPECT_EQ(found->latest_version, third->version);
+  EXPECT_EQ(skills_.find("bob", created.id), std::nullopt);
+  EXPECT_EQ(skills_.find_version("alice", created.id, created.latest_version)->description, odd_description);
+  EXPECT_EQ(skills_.find_version("alice", created.id, "latest")->description, "v3");
+
+  auto page = skills_.versions("alice", created.id, 2, "");
+  ASSERT_EQ(page.items.size(), 2u);
+  EXPECT_EQ(page.items[0].version, third->version);  // newest first
+  EXPECT_TRUE(page.has_more);
+  auto next = skills_.versions("alice", created.id, 2, page.items.back().version);
+  ASSERT_EQ(next.items.size(), 1u);
+  EXPECT_EQ(next.items[0].version, created.latest_version);
+  EXPECT_TRUE(skills_.versions("alice", created.id, 2, "not a number").items.empty());  // read as version 0
+
+  auto other = skills_.create("alice", std::nullopt, staged("other", "second skill"));
+  auto listed = skills_.list("alice", "custom", 1, "");
+  ASSERT_EQ(listed.items.size(), 1u);
+  EXPECT_EQ(listed.items[0].id, created.id);
+  EXPECT_TRUE(listed.has_more);
+  auto listed_next = skills_.list("alice", "custom", 1, created.id);
+  ASSERT_EQ(listed_next.items.size(), 1u);
+  EXPECT_EQ(listed_next.items[0].id, other.id);
+  EXPECT_TRUE(skills_.list("alice", "custom", 10, "skill_\xff").items.empty());
+  EXPECT_EQ(skills_.find("alice", "skill_\xff"), std::nullopt);
+
+  EXPECT_EQ(skills_.remove_version("alice", created.id, third->version), SkillStore::VersionRemoval::kRemoved);
+  EXPECT_EQ(skills_.find("alice", created.id)->latest_version, second->version);
+  EXPECT_EQ(skills_.remove_version("alice", other.id, "latest"), SkillStore::VersionRemoval::kLastVersion);
+  EXPECT_TRUE(skills_.remove("alice", created.id));
+  EXPECT_FALSE(skills_.remove("alice", created.id));
+  EXPECT_EQ(skills_.find_version("alice", created.id, "latest"), std::nullopt);
 }
 
 // ======================================================================= file store

@@ -92,13 +92,13 @@ std::vector<std::string> ContainerLeases::held() const {
   return out;
 }
 
-void ContainerLeases::check_fence(sqlite3* db, const std::string& storage) const {
+void ContainerLeases::check_fence(store::db::Connection& conn, const std::string& storage) const {
   int64_t epoch = 0;  // never held here: only a container without a lease may be written
   {
     std::lock_guard lock(mutex_);
     if (auto it = held_.find(storage); it != held_.end()) epoch = it->second.epoch;
   }
-  store::LeaseStore::check_fence(db, storage, epoch);
+  store::LeaseStore::check_fence(conn, storage, epoch);
 }
 
 void ContainerLeases::start() { asio::co_spawn(io_, renew_loop(), asio::detached); }

@@ -18,8 +18,6 @@
 #include "base/error.h"
 #include "store/lease_store.h"
 
-struct sqlite3;
-
 namespace sandboxd::api {
 
 namespace asio = boost::asio;
@@ -64,7 +62,7 @@ class ContainerLeases {
 
   // The fence (Metadata::set_write_fence): throws store::FencedError unless `storage`'s
   // lease still has the epoch this replica took it at.
-  void check_fence(sqlite3* db, const std::string& storage) const;
+  void check_fence(store::db::Connection& conn, const std::string& storage) const;
 
   // Background renewal, until stop().
   void start();

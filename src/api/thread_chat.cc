@@ -67,7 +67,7 @@ class RunningTurns {
 struct ChatState {
   store::ThreadStore threads;
   RunningTurns running;
-  explicit ChatState(const std::string& db_path) : threads(db_path) {}
+  explicit ChatState(std::shared_ptr<store::db::Database> database) : threads(std::move(database)) {}
 };
 
 // ---------------------------------------------------------------------------------
@@ -650,8 +650,9 @@ server::Handler with_state(ApiContext& api, std::shared_ptr<ChatState> state, Fn
 
 }  // namespace
 
-void register_thread_chat_routes(server::HttpServer& http, ApiContext& api, const std::string& db_path) {
-  auto state = std::make_shared<ChatState>(db_path);
+void register_thread_chat_routes(server::HttpServer& http, ApiContext& api,
+                                 std::shared_ptr<store::db::Database> database) {
+  auto state = std::make_shared<ChatState>(std::move(database));
   const std::string base = "/api/v1/app/thread";
   http.route(http::verb::post, base, "threads.create", with_state(api, state, create_thread));
   http.route(http::verb::get, base, "threads.list", with_state(api, state, list_threads));

@@ -148,7 +148,16 @@ int serve(ops::Config config, const std::string& config_path) {
   // Append-only, in the data directory, rotated by size.
   ops::set_audit(std::make_unique<ops::AuditLog>((fs::path(config.data_dir) / "audit.log").string(), config.audit_max_bytes,
                                        static_cast<size_t>(config.audit_files)));
-  store::Metadata metadata((fs::path(config.data_dir) / "sandboxd.db").string());
+  // The metadata database: sandboxd.db in the data directory, each store on a SQLite
+  // connection of its own (as always), or one PostgreSQL pool the stores share.
+  const std::string sqlite_path = (fs::path(config.data_dir) / "sandboxd.db").string();
+  std::shared_ptr<store::db::Database> postgres;
+  if (config.metadata_backend == "postgres") {
+    postgres = store::db::open_postgres(config.postgres_url);
+    spdlog::info("metadata: PostgreSQL");
+  }
+  auto metadata_database = [&] { return postgres ? postgres : store::db::open_sqlite(sqlite_path); };
+  store::Metadata metadata(metadata_database());
   store::FileStore files(metadata, config.sandbox_host_uid, config.sandbox_host_uid);
 
   {  // the service's objects end before the data directory's bind is unmounted
@@ -161,7 +170,7 @@ int serve(ops::Config config, const std::string& config_path) {
     std::optional<store::ManifestStore> manifest;
     std::optional<api::ContainerDurability> durability;
     if (config.storage_backend == "s3") {
-      manifest.emplace((fs::path(config.data_dir) / "sandboxd.db").string());
+      manifest.emplace(metadata_database());
       durability.emplace(io, config, *manifest, metadata, api::load_instance_id(config.data_dir));
       containers.set_durability(&*durability);
       durability->start([&containers] { return containers.open_containers(); });
@@ -174,16 +183,16 @@ int serve(ops::Config config, const std::string& config_path) {
     std::optional<store::LeaseStore> lease_store;
     std::optional<api::ContainerLeases> leases;
     if (config.cluster_enabled()) {
-      lease_store.emplace((fs::path(config.data_dir) / "sandboxd.db").string());
+      lease_store.emplace(metadata_database());
       leases.emplace(io, *lease_store,
                      api::ContainerLeases::Settings{config.cluster_replica_id, config.cluster_advertise_url,
                                                     std::chrono::seconds(config.cluster_lease_seconds),
                                                     config.retry_after_sec});
       metadata.set_write_fence(
-          [&leases](sqlite3* db, const std::string& storage) { leases->check_fence(db, storage); });
+          [&leases](store::db::Connection& conn, const std::string& storage) { leases->check_fence(conn, storage); });
       if (manifest)
         manifest->set_write_fence(
-            [&leases](sqlite3* db, const std::string& storage) { leases->check_fence(db, storage); });
+            [&leases](store::db::Connection& conn, const std::string& storage) { leases->check_fence(conn, storage); });
       containers.set_cluster(&*leases);
       spdlog::info("cluster: replica {} at {}, leases of {}s", config.cluster_replica_id, config.cluster_advertise_url,
                    config.cluster_lease_seconds);
@@ -228,7 +237,7 @@ int serve(ops::Config config, const std::string& config_path) {
     ops::HealthCheck health(io, config.data_dir);
     api::ApiContext api{containers, files, live_config, upstream, &health};
     if (durability) api.durability = &*durability;
-    store::SkillStore skills((fs::path(config.data_dir) / "sandboxd.db").string(), config.data_dir,
+    store::SkillStore skills(metadata_database(), config.data_dir,
                              store::find_builtin_skills_dir(config.skills_dir));
     api::SkillMounts skill_mounts(config.data_dir);
     api.skills = &skills;
@@ -237,7 +246,7 @@ int serve(ops::Config config, const std::string& config_path) {
     api::register_container_routes(http, api);
     api::register_file_routes(http, api);
     api::register_thread_routes(http, api);
-    api::register_thread_chat_routes(http, api, (fs::path(config.data_dir) / "sandboxd.db").string());
+    api::register_thread_chat_routes(http, api, metadata_database());
     api::register_web_routes(http, api);
     api::register_messages_routes(http, api);
     api::register_admin_routes(http, api);

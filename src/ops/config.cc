@@ -260,7 +260,7 @@ Config parse_config_checked(const std::string& yaml_text) {
   Config c;
   if (!root || root.IsNull()) return c;
   only_keys(root, "", {"server", "auth", "model", "features", "external", "opensandbox", "capacity",
-                       "codeInterpreter", "workspace", "runtime", "logging", "quotas", "cluster", "storage"});
+                       "codeInterpreter", "workspace", "runtime", "logging", "quotas", "cluster", "storage", "metadata"});
 
   with(root, "server", "", [&](const YAML::Node& n, const std::string& p) {
     only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec", "webRoot", "bodyIdleTimeoutSec",
@@ -517,6 +517,26 @@ Config parse_config_checked(const std::string& yaml_text) {
   with(root, "cluster", "", [&](const YAML::Node& n, const std::string& p) { parse_cluster(n, p, c); });
 
   parse_storage(root, c);
+
+  with(root, "metadata", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"backend", "postgres"});
+    with(n, "backend", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.metadata_backend = scalar(v, kp);
+      if (c.metadata_backend != "sqlite" && c.metadata_backend != "postgres")
+        throw ConfigError(kp + ": must be 'sqlite' or 'postgres'");
+    });
+    with(n, "postgres", p, [&](const YAML::Node& pg, const std::string& pp) {
+      only_keys(pg, pp, {"url"});
+      with(pg, "url", pp, [&](const YAML::Node& v, const std::string& kp) {
+        c.postgres_url = scalar(v, kp);
+        if (c.postgres_url.find('\n') != std::string::npos) throw ConfigError(kp + ": must be one line");
+      });
+    });
+  });
+  // The URL (with its password) may come from a Secret instead of the file.
+  if (const char* url = std::getenv("SANDBOXD_POSTGRES_URL"); url && *url) c.postgres_url = url;
+  if (c.metadata_backend == "postgres" && c.postgres_url.empty())
+    throw ConfigError("metadata.postgres.url: required when metadata.backend is 'postgres' (or set SANDBOXD_POSTGRES_URL)");
   return c;
 }
 }  // namespace

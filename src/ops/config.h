@@ -147,6 +147,11 @@ struct Config {
     uint64_t part_bytes = 8ull << 20;  // storage.s3.partSize: multipart threshold and part size
   } s3;
   int flush_interval_sec = 30;  // storage.flushIntervalSec: the loss window of workspace/outputs
+  // metadata: where containers, files, threads and skills are indexed. "sqlite" (the
+  // data directory's sandboxd.db) or "postgres" (metadata.postgres.url, or the
+  // SANDBOXD_POSTGRES_URL environment variable, which wins over the file).
+  std::string metadata_backend = "sqlite";
+  std::string postgres_url;
 };
 
 class ConfigError : public std::runtime_error {

@@ -1,23 +1,11 @@
 #include "store/lease_store.h"
 
-#include <sqlite3.h>
-
-#include "store/sqlite.h"
+#include "store/schema.h"
 
 namespace sandboxd::store {
 namespace {
 
-using sqlite::Statement;
-
-constexpr const char* kSchema = R"sql(
-CREATE TABLE IF NOT EXISTS leases (
-  storage       TEXT    PRIMARY KEY,
-  holder        TEXT    NOT NULL,
-  holder_url    TEXT    NOT NULL,
-  epoch         INTEGER NOT NULL,
-  expires_at_ms INTEGER NOT NULL
-);
-)sql";
+using db::Statement;
 
 constexpr const char* kColumns = "storage, holder, holder_url, epoch, expires_at_ms";
 
@@ -38,26 +26,18 @@ FencedError::FencedError(std::string storage, int64_t writer_epoch, int64_t curr
                          "; a write at epoch " + std::to_string(writer_epoch) + " is refused"),
       storage_(std::move(storage)) {}
 
-void LeaseStore::create_schema(sqlite3* db) { sqlite::exec(db, kSchema); }
+LeaseStore::LeaseStore(const std::string& db_path) : LeaseStore(db::open_sqlite(db_path)) {}
 
-LeaseStore::LeaseStore(const std::string& db_path) : db_(sqlite::open_database(db_path)) {
-  try {
-    create_schema(db_);
-  } catch (...) {
-    sqlite3_close(db_);
-    db_ = nullptr;
-    throw;
-  }
-}
+LeaseStore::LeaseStore(std::shared_ptr<db::Database> database) : db_(std::move(database)) { schema::migrate(*db_); }
 
-LeaseStore::~LeaseStore() { sqlite3_close(db_); }
+LeaseStore::~LeaseStore() = default;
 
 std::optional<Lease> LeaseStore::acquire(const std::string& storage, const std::string& holder,
                                          const std::string& holder_url, int64_t now_ms, int64_t ttl_ms) {
-  std::lock_guard lock(mutex_);
+  auto conn = db_->acquire();
   // The whole decision is the upsert's WHERE: two replicas racing for a free lease are
   // serialised by the database, and only one of them gets a row back.
-  Statement upsert(db_, std::string("INSERT INTO leases (") + kColumns +
+  Statement upsert(conn, std::string("INSERT INTO leases (") + kColumns +
                             ") VALUES (?, ?, ?, 1, ?) ON CONFLICT (storage) DO UPDATE SET "
                             "epoch = CASE WHEN leases.holder = excluded.holder THEN leases.epoch "
                             "ELSE leases.epoch + 1 END, "
@@ -74,8 +54,8 @@ std::optional<Lease> LeaseStore::acquire(const std::string& storage, const std::
 
 bool LeaseStore::renew(const std::string& storage, const std::string& holder, int64_t epoch, int64_t now_ms,
                        int64_t ttl_ms) {
-  std::lock_guard lock(mutex_);
-  Statement update(db_,
+  auto conn = db_->acquire();
+  Statement update(conn,
                    "UPDATE leases SET expires_at_ms = ? WHERE storage = ? AND holder = ? AND epoch = ? RETURNING epoch");
   update.add(now_ms + ttl_ms).add(storage).add(holder).add(epoch);
   bool renewed = update.step();
@@ -84,8 +64,8 @@ bool LeaseStore::renew(const std::string& storage, const std::string& holder, in
 }
 
 bool LeaseStore::release(const std::string& storage, const std::string& holder, int64_t epoch) {
-  std::lock_guard lock(mutex_);
-  Statement update(db_,
+  auto conn = db_->acquire();
+  Statement update(conn,
                    "UPDATE leases SET holder = '', holder_url = '', expires_at_ms = 0 "
                    "WHERE storage = ? AND holder = ? AND epoch = ? RETURNING epoch");
   update.add(storage).add(holder).add(epoch);
@@ -95,21 +75,23 @@ bool LeaseStore::release(const std::string& storage, const std::string& holder, 
 }
 
 std::optional<Lease> LeaseStore::find(const std::string& storage) {
-  std::lock_guard lock(mutex_);
-  Statement query(db_, std::string("SELECT ") + kColumns + " FROM leases WHERE storage = ?");
+  auto conn = db_->acquire();
+  Statement query(conn, std::string("SELECT ") + kColumns + " FROM leases WHERE storage = ?");
   query.add(storage);
   if (!query.step()) return std::nullopt;
   return read_lease(query);
 }
 
 void LeaseStore::remove(const std::string& storage) {
-  std::lock_guard lock(mutex_);
-  Statement remove(db_, "DELETE FROM leases WHERE storage = ?");
+  auto conn = db_->acquire();
+  Statement remove(conn, "DELETE FROM leases WHERE storage = ?");
   remove.add(storage).run();
 }
 
-void LeaseStore::check_fence(sqlite3* db, const std::string& storage, int64_t writer_epoch) {
-  Statement query(db, "SELECT epoch FROM leases WHERE storage = ?");
+void LeaseStore::check_fence(db::Connection& conn, const std::string& storage, int64_t writer_epoch) {
+  Statement query(conn, conn.backend() == db::Backend::kPostgres
+                            ? "SELECT epoch FROM leases WHERE storage = ? FOR SHARE"
+                            : "SELECT epoch FROM leases WHERE storage = ?");
   query.add(storage);
   if (!query.step()) return;
   const int64_t current = query.integer(0);

@@ -2,18 +2,18 @@
 // storage: its holder (a replica id), where the holder is reached, an epoch that grows
 // each time the container changes hands, and when the lease runs out unless renewed.
 //
-// Every statement is in the SQL both SQLite and PostgreSQL speak (ON CONFLICT upserts,
-// conditional UPDATE ... WHERE, RETURNING, plain `?` placeholders in order), so the
-// same text runs on the shared database of a cluster.
+// On the metadata database (store/database.h, SQLite or PostgreSQL; the table is made by
+// store/schema.cc). Every statement is in the SQL both speak (ON CONFLICT upserts,
+// conditional UPDATE ... WHERE, RETURNING), so the same text runs on either.
 #pragma once
 
 #include <cstdint>
-#include <mutex>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 
-struct sqlite3;
+#include "store/database.h"
 
 namespace sandboxd::store {
 
@@ -39,11 +39,14 @@ class FencedError : public std::runtime_error {
   std::string storage_;
 };
 
-// Thread-safe (its own connection, serialised by a mutex). Throws std::runtime_error on
-// database failures, as the other stores do.
+// Thread-safe (a connection acquired per call). Throws std::runtime_error on database
+// failures, as the other stores do.
 class LeaseStore {
  public:
+  // A SQLite file (opened for this store alone).
   explicit LeaseStore(const std::string& db_path);
+  // The metadata database (brought up to the newest schema).
+  explicit LeaseStore(std::shared_ptr<db::Database> database);
   ~LeaseStore();
   LeaseStore(const LeaseStore&) = delete;
   LeaseStore& operator=(const LeaseStore&) = delete;
@@ -63,16 +66,18 @@ class LeaseStore {
   // The container is deleted: its lease goes with it.
   void remove(const std::string& storage);
 
-  // The fence, for a write made in a transaction of another connection to the same
-  // database: throws FencedError when the container's lease has an epoch other than
-  // `writer_epoch` (someone took it since). No lease row: nothing to fence.
-  static void check_fence(sqlite3* db, const std::string& storage, int64_t writer_epoch);
-  // CREATE TABLE IF NOT EXISTS (the lead's schema migrations take this over).
-  static void create_schema(sqlite3* db);
+  // The fence, run first in the transaction of a write on `conn` (any connection to the
+  // same database): throws FencedError when the container's lease has an epoch other
+  // than `writer_epoch` (someone took it since). No lease row: nothing to fence.
+  // Race-free on both backends: SQLite's transaction already holds the write lock
+  // (BEGIN IMMEDIATE), so no acquire can run until it ends; on PostgreSQL the lease row
+  // is read FOR SHARE, so an acquire's UPDATE of it waits for the writer's commit, and
+  // a writer that comes after an acquire's uncommitted UPDATE waits for it and then
+  // reads the new epoch (READ COMMITTED re-reads a row locked that way).
+  static void check_fence(db::Connection& conn, const std::string& storage, int64_t writer_epoch);
 
  private:
-  std::mutex mutex_;
-  sqlite3* db_ = nullptr;
+  std::shared_ptr<db::Database> db_;
 };
 
 }  // namespace sandboxd::store

@@ -1,36 +1,17 @@
 #include "store/manifest_store.h"
 
-#include "store/sqlite.h"
+#include "store/schema.h"
 
 namespace sandboxd::store {
 namespace {
 
-constexpr const char* kSchema = R"sql(
-CREATE TABLE IF NOT EXISTS manifest (
-  storage    TEXT    NOT NULL,
-  path       TEXT    NOT NULL,
-  size       INTEGER NOT NULL,
-  mode       INTEGER NOT NULL,
-  mtime_ns   INTEGER NOT NULL,
-  md5        TEXT    NOT NULL,
-  object_key TEXT    NOT NULL,
-  version    INTEGER NOT NULL,
-  epoch      INTEGER NOT NULL,
-  PRIMARY KEY (storage, path)
-);
-CREATE TABLE IF NOT EXISTS manifest_generations (
-  storage    TEXT    PRIMARY KEY,
-  generation INTEGER NOT NULL,
-  writer     TEXT    NOT NULL
-);
-)sql";
+using db::Connection;
+using db::Statement;
+using db::Transaction;
 
-using sqlite::Statement;
-using sqlite::Transaction;
-
-std::optional<ManifestRow> find_row(sqlite3* db, const std::string& storage, const std::string& path) {
-  Statement select(db, "SELECT size, mode, mtime_ns, md5, object_key, version, epoch FROM manifest WHERE storage = ? AND path = ?");
-  select.add(storage).add(path);
+std::optional<ManifestRow> find_row(Connection& conn, const std::string& storage, const std::string& path) {
+  Statement select(conn, "SELECT size, mode, mtime_ns, md5, object_key, version, epoch FROM manifest WHERE storage = ? AND path = ?");
+  select.add(storage).add_blob(path);
   if (!select.step()) return std::nullopt;
   ManifestRow row;
   row.storage = storage;
@@ -45,28 +26,35 @@ std::optional<ManifestRow> find_row(sqlite3* db, const std::string& storage, con
   return row;
 }
 
-}  // namespace
-
-ManifestStore::ManifestStore(const std::string& db_path) : db_(sqlite::open_database(db_path)) {
-  try {
-    sqlite::exec(db_, kSchema);
-  } catch (...) {
-    sqlite3_close(db_);
-    throw;
-  }
+int64_t bump_generation(Connection& conn, const std::string& storage, const std::string& writer) {
+  Statement upsert(conn,
+                   "INSERT INTO manifest_generations (storage, generation, writer) VALUES (?, 1, ?) "
+                   "ON CONFLICT (storage) DO UPDATE SET generation = manifest_generations.generation + 1, "
+                   "writer = excluded.writer RETURNING generation");
+  upsert.add(storage).add(writer);
+  upsert.step();
+  return upsert.integer(0);
 }
 
-ManifestStore::~ManifestStore() { sqlite3_close(db_); }
+}  // namespace
+
+ManifestStore::ManifestStore(const std::string& db_path) : ManifestStore(db::open_sqlite(db_path)) {}
+
+ManifestStore::ManifestStore(std::shared_ptr<db::Database> database) : db_(std::move(database)) {
+  schema::migrate(*db_);
+}
+
+ManifestStore::~ManifestStore() = default;
 
 std::vector<ManifestRow> ManifestStore::rows(const std::string& storage) {
-  std::lock_guard lock(mutex_);
-  Statement select(db_, "SELECT path, size, mode, mtime_ns, md5, object_key, version, epoch FROM manifest WHERE storage = ?");
+  auto conn = db_->acquire();
+  Statement select(conn, "SELECT path, size, mode, mtime_ns, md5, object_key, version, epoch FROM manifest WHERE storage = ?");
   select.add(storage);
   std::vector<ManifestRow> out;
   while (select.step()) {
     ManifestRow row;
     row.storage = storage;
-    row.path = select.text(0);
+    row.path = select.blob(0);
     row.size = static_cast<uint64_t>(select.integer(1));
     row.mode = static_cast<uint32_t>(select.integer(2));
     row.mtime_ns = select.integer(3);
@@ -80,40 +68,34 @@ std::vector<ManifestRow> ManifestStore::rows(const std::string& storage) {
 }
 
 ManifestState ManifestStore::state(const std::string& storage) {
-  std::lock_guard lock(mutex_);
-  Statement select(db_, "SELECT generation, writer FROM manifest_generations WHERE storage = ?");
+  auto conn = db_->acquire();
+  Statement select(conn, "SELECT generation, writer FROM manifest_generations WHERE storage = ?");
   select.add(storage);
   if (!select.step()) return {};
   return ManifestState{select.integer(0), select.text(1)};
 }
 
-int64_t ManifestStore::bump_generation(const std::string& storage, const std::string& writer) {
-  Statement upsert(db_,
-                   "INSERT INTO manifest_generations (storage, generation, writer) VALUES (?, 1, ?) "
-                   "ON CONFLICT (storage) DO UPDATE SET generation = generation + 1, writer = excluded.writer "
-                   "RETURNING generation");
-  upsert.add(storage).add(writer);
-  upsert.step();
-  return upsert.integer(0);
-}
-
 ManifestStore::Change ManifestStore::put(const ManifestRow& row, const std::string& writer,
                                          std::optional<int64_t> expected_version) {
-  std::lock_guard lock(mutex_);
-  Transaction transaction(db_);
-  if (fence_) fence_(db_, row.storage);  // a holder whose lease moved on writes nothing
-  auto current = find_row(db_, row.storage, row.path);
+  auto conn = db_->acquire();
+  Transaction transaction(conn);
+  if (fence_) fence_(conn, row.storage);  // a holder whose lease moved on writes nothing
+  // The generation first: its row lock orders this container's manifest writes, so on
+  // PostgreSQL (READ COMMITTED) the version read next is not changed by another writer
+  // before this one commits (SQLite's BEGIN IMMEDIATE already orders them).
+  const int64_t generation = bump_generation(conn, row.storage, writer);
+  auto current = find_row(conn, row.storage, row.path);
   Change change;
   if (expected_version && (current ? current->version : 0) != *expected_version) return change;
-  Statement upsert(db_,
+  Statement upsert(conn,
                    "INSERT INTO manifest (storage, path, size, mode, mtime_ns, md5, object_key, version, epoch) "
                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (storage, path) DO UPDATE SET size = excluded.size, "
                    "mode = excluded.mode, mtime_ns = excluded.mtime_ns, md5 = excluded.md5, "
                    "object_key = excluded.object_key, version = excluded.version, epoch = excluded.epoch");
-  upsert.add(row.storage).add(row.path).add(static_cast<int64_t>(row.size)).add(static_cast<int64_t>(row.mode));
+  upsert.add(row.storage).add_blob(row.path).add(static_cast<int64_t>(row.size)).add(static_cast<int64_t>(row.mode));
   upsert.add(row.mtime_ns).add(row.md5).add(row.object_key).add((current ? current->version : 0) + 1).add(row.epoch);
   upsert.run();
-  change.generation = bump_generation(row.storage, writer);
+  change.generation = generation;
   transaction.commit();
   change.applied = true;
   if (current && current->object_key != row.object_key) change.replaced_object = current->object_key;
@@ -122,16 +104,17 @@ ManifestStore::Change ManifestStore::put(const ManifestRow& row, const std::stri
 
 ManifestStore::Change ManifestStore::remove(const std::string& storage, const std::string& path,
                                             const std::string& writer, std::optional<int64_t> expected_version) {
-  std::lock_guard lock(mutex_);
-  Transaction transaction(db_);
-  if (fence_) fence_(db_, storage);
-  auto current = find_row(db_, storage, path);
+  auto conn = db_->acquire();
+  Transaction transaction(conn);
+  if (fence_) fence_(conn, storage);
+  const int64_t generation = bump_generation(conn, storage, writer);  // first, as in put()
+  auto current = find_row(conn, storage, path);
   Change change;
   if (!current || (expected_version && current->version != *expected_version)) return change;
-  Statement erase(db_, "DELETE FROM manifest WHERE storage = ? AND path = ?");
-  erase.add(storage).add(path);
+  Statement erase(conn, "DELETE FROM manifest WHERE storage = ? AND path = ?");
+  erase.add(storage).add_blob(path);
   erase.run();
-  change.generation = bump_generation(storage, writer);
+  change.generation = generation;
   transaction.commit();
   change.applied = true;
   change.replaced_object = current->object_key;
@@ -139,18 +122,18 @@ ManifestStore::Change ManifestStore::remove(const std::string& storage, const st
 }
 
 std::vector<std::string> ManifestStore::remove_all(const std::string& storage) {
-  std::lock_guard lock(mutex_);
-  Transaction transaction(db_);
+  auto conn = db_->acquire();
+  Transaction transaction(conn);
   std::vector<std::string> objects;
   {
-    Statement select(db_, "SELECT object_key FROM manifest WHERE storage = ?");
+    Statement select(conn, "SELECT object_key FROM manifest WHERE storage = ?");
     select.add(storage);
     while (select.step()) objects.push_back(select.text(0));
   }
-  Statement erase(db_, "DELETE FROM manifest WHERE storage = ?");
+  Statement erase(conn, "DELETE FROM manifest WHERE storage = ?");
   erase.add(storage);
   erase.run();
-  Statement forget(db_, "DELETE FROM manifest_generations WHERE storage = ?");
+  Statement forget(conn, "DELETE FROM manifest_generations WHERE storage = ?");
   forget.add(storage);
   forget.run();
   transaction.commit();

@@ -9,18 +9,18 @@
 // old object's key for the caller to delete after the change is committed (a crash in
 // between leaves an orphan object, never a row without its bytes).
 //
-// On today's SQLite helpers (store/sqlite.h), its own connection to the metadata file.
-// `epoch` is the writer's lease epoch (0 in single-host mode), for fencing in a cluster.
+// On the metadata database (store/database.h, SQLite or PostgreSQL; the tables are made
+// by store/schema.cc). Paths are bytes (BYTEA in PostgreSQL). `epoch` is the writer's lease epoch (0 in single-host mode), for fencing in a cluster.
 #pragma once
-
-#include <sqlite3.h>
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "store/database.h"
 
 namespace sandboxd::store {
 
@@ -43,7 +43,10 @@ struct ManifestState {
 
 class ManifestStore {
  public:
+  // A SQLite file (opened for this store alone).
   explicit ManifestStore(const std::string& db_path);
+  // The metadata database (brought up to the newest schema).
+  explicit ManifestStore(std::shared_ptr<db::Database> database);
   ~ManifestStore();
   ManifestStore(const ManifestStore&) = delete;
   ManifestStore& operator=(const ManifestStore&) = delete;
@@ -68,14 +71,11 @@ class ManifestStore {
   // Cluster mode: put and remove run this inside their transaction, as Metadata's file
   // writes do (Metadata::set_write_fence); it throws FencedError when the container's
   // lease has moved on to a newer epoch. Set before serving.
-  using WriteFence = std::function<void(sqlite3* db, const std::string& storage)>;
+  using WriteFence = std::function<void(db::Connection& conn, const std::string& storage)>;
   void set_write_fence(WriteFence fence) { fence_ = std::move(fence); }
 
  private:
-  int64_t bump_generation(const std::string& storage, const std::string& writer);
-
-  std::mutex mutex_;
-  sqlite3* db_ = nullptr;
+  std::shared_ptr<db::Database> db_;
   WriteFence fence_;
 };
 

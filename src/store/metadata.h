@@ -1,16 +1,16 @@
-// The metadata index: containers and files, in SQLite (WAL). File bodies live on disk;
-// this index only says which files exist, since when, and what they hold.
+// The metadata index: containers and files, in the metadata database (SQLite or
+// PostgreSQL, store/database.h). File bodies live on disk; this index only says which
+// files exist, since when, and what they hold.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-struct sqlite3;
+#include "store/database.h"
 
 namespace sandboxd::store {
 
@@ -38,11 +38,15 @@ struct FilePage {
   bool has_more = false;
 };
 
-// Thread-safe (one connection, serialised by a mutex; SQLite is fast enough that the
-// lock is held for microseconds). Throws std::runtime_error on SQLite failures.
+// Thread-safe (SQLite: one connection, serialised by a mutex, held for microseconds;
+// PostgreSQL: a connection of the pool per call). Throws std::runtime_error on database
+// failures.
 class Metadata {
  public:
+  // A SQLite database file of its own.
   explicit Metadata(const std::string& db_path);
+  // Any database; its schema is migrated first.
+  explicit Metadata(std::shared_ptr<db::Database> database);
   ~Metadata();
   Metadata(const Metadata&) = delete;
   Metadata& operator=(const Metadata&) = delete;
@@ -78,13 +82,12 @@ class Metadata {
   // Cluster mode (issue 13 §3): runs inside the transaction of every write to a
   // container's file records, with that container's storage; throws (FencedError) to
   // refuse the write. Set once, before serving.
-  using WriteFence = std::function<void(sqlite3* db, const std::string& storage)>;
+  using WriteFence = std::function<void(db::Connection& conn, const std::string& storage)>;
   void set_write_fence(WriteFence fence) { fence_ = std::move(fence); }
 
  private:
   WriteFence fence_;
-  std::mutex mutex_;
-  sqlite3* db_ = nullptr;
+  std::shared_ptr<db::Database> db_;
 };
 
 }  // namespace sandboxd::store

@@ -1,6 +1,5 @@
 #include "store/skill_store.h"
 
-#include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,33 +14,13 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "store/sqlite.h"
+#include "base/utf8.h"
+#include "store/schema.h"
 
 namespace sandboxd::store {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kSchema = R"sql(
-CREATE TABLE IF NOT EXISTS skills (
-  owner          TEXT    NOT NULL,
-  id             TEXT    NOT NULL PRIMARY KEY,
-  display_name   TEXT    NOT NULL,
-  name           TEXT    NOT NULL,
-  latest_version TEXT    NOT NULL,
-  created_at_us  INTEGER NOT NULL,
-  updated_at_us  INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS skills_by_owner ON skills (owner, created_at_us, id);
-CREATE TABLE IF NOT EXISTS skill_versions (
-  skill_id      TEXT    NOT NULL,
-  version       TEXT    NOT NULL,
-  name          TEXT    NOT NULL,
-  description   TEXT    NOT NULL,
-  created_at_us INTEGER NOT NULL,
-  PRIMARY KEY (skill_id, version)
-);
-)sql";
 
 int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -56,8 +35,13 @@ std::string random_id(size_t chars) {
   return out;
 }
 
-using sqlite::Statement;
-using sqlite::exec;
+// The tables are in store/schema.cc.
+using db::Statement;
+using db::Transaction;
+
+// Owners and skill ids from outside (a URL) that are not UTF-8 name no stored skill;
+// PostgreSQL would refuse them as parameters.
+bool storable(const std::string& owner, const std::string& id) { return is_valid_utf8(owner) && is_valid_utf8(id); }
 
 constexpr const char* kSkillColumns = "id, display_name, name, latest_version, created_at_us, updated_at_us";
 
@@ -65,7 +49,7 @@ SkillRecord skill_row(const Statement& row) {
   SkillRecord r;
   r.id = row.text(0);
   r.source = "custom";
-  r.display_name = row.text(1);
+  r.display_name = row.blob(1);
   r.name = row.text(2);
   r.latest_version = row.text(3);
   r.created_at_us = row.integer(4);
@@ -80,7 +64,7 @@ SkillVersionRecord version_row(const Statement& row) {
   r.skill_id = row.text(0);
   r.version = row.text(1);
   r.name = row.text(2);
-  r.description = row.text(3);
+  r.description = row.blob(3);
   r.created_at_us = row.integer(4);
   return r;
 }
@@ -113,6 +97,22 @@ std::string read_text(const fs::path& path) {
   return ss.str();
 }
 
+// A version cursor read as SQLite's CAST(text AS INTEGER) reads it: the leading
+// integer, 0 when there is none (PostgreSQL's CAST would refuse such text).
+int64_t leading_integer(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  bool negative = i < text.size() && text[i] == '-';
+  if (i < text.size() && (text[i] == '-' || text[i] == '+')) ++i;
+  int64_t value = 0;
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
+    int digit = text[i] - '0';
+    if (value > (INT64_MAX - digit) / 10) return negative ? INT64_MIN : INT64_MAX;
+    value = value * 10 + digit;
+  }
+  return negative ? -value : value;
+}
+
 }  // namespace
 
 std::string find_builtin_skills_dir(const std::string& configured) {
@@ -136,11 +136,14 @@ std::string find_builtin_skills_dir(const std::string& configured) {
 }
 
 SkillStore::SkillStore(const std::string& db_path, std::string data_dir, std::string builtin_dir)
+    : SkillStore(db::open_sqlite(db_path), std::move(data_dir), std::move(builtin_dir)) {}
+
+SkillStore::SkillStore(std::shared_ptr<db::Database> database, std::string data_dir, std::string builtin_dir)
     : data_dir_(std::move(data_dir)),
       skills_dir_((fs::path(data_dir_) / "skills").string()),
-      builtin_dir_(std::move(builtin_dir)) {
-  db_ = sqlite::open_database(db_path);
-  exec(db_, kSchema);
+      builtin_dir_(std::move(builtin_dir)),
+      db_(std::move(database)) {
+  schema::migrate(*db_);
   fs::create_directories(skills_dir_);
   // Uploads cut short by a crash.
   std::error_code ec;
@@ -148,7 +151,7 @@ SkillStore::SkillStore(const std::string& db_path, std::string data_dir, std::st
   load_builtins();
 }
 
-SkillStore::~SkillStore() { sqlite3_close(db_); }
+SkillStore::~SkillStore() = default;
 
 void SkillStore::load_builtins() {
   if (builtin_dir_.empty()) return;
@@ -212,9 +215,9 @@ std::string SkillStore::install(const std::string& skill_id, const std::string& 
   return target.string();
 }
 
-std::string SkillStore::next_version(const std::string& skill_id) {
+std::string SkillStore::next_version(db::Connection& conn, const std::string& skill_id) {
   int64_t version = now_us();
-  Statement last(db_, "SELECT MAX(CAST(version AS INTEGER)) FROM skill_versions WHERE skill_id = ?");
+  Statement last(conn, "SELECT MAX(CAST(version AS BIGINT)) FROM skill_versions WHERE skill_id = ?");
   last.add(skill_id);
   if (last.step()) version = std::max(version, last.integer(0) + 1);
   return std::to_string(version);
@@ -222,27 +225,26 @@ std::string SkillStore::next_version(const std::string& skill_id) {
 
 SkillRecord SkillStore::create(const std::string& owner, const std::optional<std::string>& display_name,
                                const SkillStaging::Checked& upload) {
-  std::lock_guard lock(mutex_);
+  auto conn = db_->acquire();
   SkillRecord r;
   r.id = "skill_" + random_id(24);
   r.source = "custom";
   r.name = upload.manifest.name;
   r.display_name = display_name && !display_name->empty() ? *display_name : upload.manifest.name;
-  r.latest_version = next_version(r.id);
+  r.latest_version = next_version(conn, r.id);
   r.created_at_us = r.updated_at_us = now_us();
   install(r.id, r.latest_version, upload.content_dir);
-  exec(db_, "BEGIN IMMEDIATE");
   try {
-    Statement(db_, "INSERT INTO skills (owner, id, display_name, name, latest_version, created_at_us, updated_at_us) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?)")
-        .add(owner).add(r.id).add(r.display_name).add(r.name).add(r.latest_version).add(r.created_at_us)
+    Transaction transaction(conn);
+    Statement(conn, "INSERT INTO skills (owner, id, display_name, name, latest_version, created_at_us, updated_at_us) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)")
+        .add(owner).add(r.id).add_blob(r.display_name).add(r.name).add(r.latest_version).add(r.created_at_us)
         .add(r.updated_at_us).run();
-    Statement(db_, "INSERT INTO skill_versions (skill_id, version, name, description, created_at_us) "
-                   "VALUES (?, ?, ?, ?, ?)")
-        .add(r.id).add(r.latest_version).add(r.name).add(upload.manifest.description).add(r.created_at_us).run();
-    exec(db_, "COMMIT");
+    Statement(conn, "INSERT INTO skill_versions (skill_id, version, name, description, created_at_us) "
+                    "VALUES (?, ?, ?, ?, ?)")
+        .add(r.id).add(r.latest_version).add(r.name).add_blob(upload.manifest.description).add(r.created_at_us).run();
+    transaction.commit();
   } catch (...) {
-    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
     remove_sealed(fs::path(skills_dir_) / r.id);
     throw;
   }
@@ -256,24 +258,23 @@ std::optional<SkillVersionRecord> SkillStore::add_version(const std::string& own
   if (skill->name != upload.manifest.name)
     throw SkillUploadError("SKILL.md's name '" + upload.manifest.name + "' differs from the skill's name '" +
                            skill->name + "': a skill keeps its name across versions");
-  std::lock_guard lock(mutex_);
+  auto conn = db_->acquire();
   SkillVersionRecord v;
   v.skill_id = skill_id;
-  v.version = next_version(skill_id);
+  v.version = next_version(conn, skill_id);
   v.name = upload.manifest.name;
   v.description = upload.manifest.description;
   v.created_at_us = now_us();
   v.directory = install(skill_id, v.version, upload.content_dir);
-  exec(db_, "BEGIN IMMEDIATE");
   try {
-    Statement(db_, "INSERT INTO skill_versions (skill_id, version, name, description, created_at_us) "
-                   "VALUES (?, ?, ?, ?, ?)")
-        .add(skill_id).add(v.version).add(v.name).add(v.description).add(v.created_at_us).run();
-    Statement(db_, "UPDATE skills SET latest_version = ?, updated_at_us = ? WHERE id = ? AND owner = ?")
+    Transaction transaction(conn);
+    Statement(conn, "INSERT INTO skill_versions (skill_id, version, name, description, created_at_us) "
+                    "VALUES (?, ?, ?, ?, ?)")
+        .add(skill_id).add(v.version).add(v.name).add_blob(v.description).add(v.created_at_us).run();
+    Statement(conn, "UPDATE skills SET latest_version = ?, updated_at_us = ? WHERE id = ? AND owner = ?")
         .add(v.version).add(v.created_at_us).add(skill_id).add(owner).run();
-    exec(db_, "COMMIT");
+    transaction.commit();
   } catch (...) {
-    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
     remove_sealed(v.directory);
     throw;
   }
@@ -282,8 +283,9 @@ std::optional<SkillVersionRecord> SkillStore::add_version(const std::string& own
 
 std::optional<SkillRecord> SkillStore::find(const std::string& owner, const std::string& skill_id) {
   if (auto* b = builtin(skill_id)) return b->record;
-  std::lock_guard lock(mutex_);
-  Statement q(db_, (std::string("SELECT ") + kSkillColumns + " FROM skills WHERE owner = ? AND id = ?").c_str());
+  if (!storable(owner, skill_id)) return std::nullopt;
+  auto conn = db_->acquire();
+  Statement q(conn, (std::string("SELECT ") + kSkillColumns + " FROM skills WHERE owner = ? AND id = ?").c_str());
   q.add(owner).add(skill_id);
   if (!q.step()) return std::nullopt;
   return skill_row(q);
@@ -309,12 +311,13 @@ SkillPage<SkillRecord> SkillStore::list(const std::string& owner, const std::str
     }
   }
   if (source == "anthropic") return out;
-  std::lock_guard lock(mutex_);
+  if (!storable(owner, page)) return out;  // no such cursor
+  auto conn = db_->acquire();
   std::string sql = std::string("SELECT ") + kSkillColumns + " FROM skills WHERE owner = ?";
   if (custom_started)
     sql += " AND (created_at_us, id) > (SELECT created_at_us, id FROM skills WHERE owner = ? AND id = ?)";
   sql += " ORDER BY created_at_us, id LIMIT ?";
-  Statement q(db_, sql.c_str());
+  Statement q(conn, sql.c_str());
   q.add(owner);
   if (custom_started) q.add(owner).add(page);
   q.add(static_cast<int64_t>(limit - out.items.size() + 1));
@@ -336,13 +339,13 @@ SkillPage<SkillVersionRecord> SkillStore::versions(const std::string& owner, con
     return out;
   }
   if (!find(owner, skill_id)) return out;
-  std::lock_guard lock(mutex_);
+  auto conn = db_->acquire();
   std::string sql = std::string("SELECT ") + kVersionColumns + " FROM skill_versions WHERE skill_id = ?";
-  if (!page.empty()) sql += " AND CAST(version AS INTEGER) < CAST(? AS INTEGER)";
-  sql += " ORDER BY CAST(version AS INTEGER) DESC LIMIT ?";
-  Statement q(db_, sql.c_str());
+  if (!page.empty()) sql += " AND CAST(version AS BIGINT) < ?";
+  sql += " ORDER BY CAST(version AS BIGINT) DESC LIMIT ?";
+  Statement q(conn, sql.c_str());
   q.add(skill_id);
-  if (!page.empty()) q.add(page);
+  if (!page.empty()) q.add(leading_integer(page));
   q.add(static_cast<int64_t>(limit + 1));
   while (q.step()) {
     if (out.items.size() == limit) {
@@ -365,8 +368,9 @@ std::optional<SkillVersionRecord> SkillStore::find_version(const std::string& ow
   auto skill = find(owner, skill_id);
   if (!skill) return std::nullopt;
   const std::string wanted = version.empty() || version == "latest" ? skill->latest_version : version;
-  std::lock_guard lock(mutex_);
-  Statement q(db_, (std::string("SELECT ") + kVersionColumns +
+  if (!is_valid_utf8(wanted)) return std::nullopt;
+  auto conn = db_->acquire();
+  Statement q(conn, (std::string("SELECT ") + kVersionColumns +
                     " FROM skill_versions WHERE skill_id = ? AND version = ?").c_str());
   q.add(skill_id).add(wanted);
   if (!q.step()) return std::nullopt;
@@ -378,31 +382,28 @@ std::optional<SkillVersionRecord> SkillStore::find_version(const std::string& ow
 bool SkillStore::remove(const std::string& owner, const std::string& skill_id) {
   if (builtin(skill_id) || !find(owner, skill_id)) return false;
   {
-    std::lock_guard lock(mutex_);
-    exec(db_, "BEGIN IMMEDIATE");
-    try {
-      Statement(db_, "DELETE FROM skill_versions WHERE skill_id = ?").add(skill_id).run();
-      Statement(db_, "DELETE FROM skills WHERE id = ? AND owner = ?").add(skill_id).add(owner).run();
-      exec(db_, "COMMIT");
-    } catch (...) {
-      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-      throw;
-    }
+    auto conn = db_->acquire();
+    Transaction transaction(conn);
+    Statement(conn, "DELETE FROM skill_versions WHERE skill_id = ?").add(skill_id).run();
+    Statement(conn, "DELETE FROM skills WHERE id = ? AND owner = ?").add(skill_id).add(owner).run();
+    transaction.commit();
   }
   remove_sealed(fs::path(skills_dir_) / skill_id);
   return true;
 }
 
 size_t SkillStore::count_custom(const std::string& owner) {
-  std::lock_guard lock(mutex_);
-  Statement query(db_, "SELECT COUNT(*) FROM skills WHERE owner = ?");
+  if (!storable(owner, "")) return 0;
+  auto conn = db_->acquire();
+  Statement query(conn, "SELECT COUNT(*) FROM skills WHERE owner = ?");
   query.add(owner);
   return query.step() ? static_cast<size_t>(query.integer(0)) : 0;
 }
 
 size_t SkillStore::count_versions(const std::string& owner) {
-  std::lock_guard lock(mutex_);
-  Statement query(db_, "SELECT COUNT(*) FROM skill_versions v JOIN skills s ON s.id = v.skill_id WHERE s.owner = ?");
+  if (!storable(owner, "")) return 0;
+  auto conn = db_->acquire();
+  Statement query(conn, "SELECT COUNT(*) FROM skill_versions v JOIN skills s ON s.id = v.skill_id WHERE s.owner = ?");
   query.add(owner);
   return query.step() ? static_cast<size_t>(query.integer(0)) : 0;
 }
@@ -413,21 +414,16 @@ SkillStore::VersionRemoval SkillStore::remove_version(const std::string& owner, 
   auto v = find_version(owner, skill_id, version);
   if (!v) return VersionRemoval::kMissing;
   {
-    std::lock_guard lock(mutex_);
-    Statement count(db_, "SELECT COUNT(*) FROM skill_versions WHERE skill_id = ?");
+    auto conn = db_->acquire();
+    Statement count(conn, "SELECT COUNT(*) FROM skill_versions WHERE skill_id = ?");
     count.add(skill_id);
     if (count.step() && count.integer(0) <= 1) return VersionRemoval::kLastVersion;
-    exec(db_, "BEGIN IMMEDIATE");
-    try {
-      Statement(db_, "DELETE FROM skill_versions WHERE skill_id = ? AND version = ?").add(skill_id).add(v->version).run();
-      Statement(db_, "UPDATE skills SET latest_version = (SELECT version FROM skill_versions WHERE skill_id = ? "
-                     "ORDER BY CAST(version AS INTEGER) DESC LIMIT 1), updated_at_us = ? WHERE id = ?")
-          .add(skill_id).add(now_us()).add(skill_id).run();
-      exec(db_, "COMMIT");
-    } catch (...) {
-      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-      throw;
-    }
+    Transaction transaction(conn);
+    Statement(conn, "DELETE FROM skill_versions WHERE skill_id = ? AND version = ?").add(skill_id).add(v->version).run();
+    Statement(conn, "UPDATE skills SET latest_version = (SELECT version FROM skill_versions WHERE skill_id = ? "
+                    "ORDER BY CAST(version AS BIGINT) DESC LIMIT 1), updated_at_us = ? WHERE id = ?")
+        .add(skill_id).add(now_us()).add(skill_id).run();
+    transaction.commit();
   }
   remove_sealed(v->directory);
   return VersionRemoval::kRemoved;

@@ -6,14 +6,13 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "store/database.h"
 #include "store/skill_archive.h"
-
-struct sqlite3;
 
 namespace sandboxd::store {
 
@@ -47,6 +46,8 @@ class SkillStore {
   // `db_path`: the metadata database (its own connection, WAL). `builtin_dir`: the
   // built-in skills (may be empty or missing: none).
   SkillStore(const std::string& db_path, std::string data_dir, std::string builtin_dir);
+  // Any metadata database (its schema is migrated first).
+  SkillStore(std::shared_ptr<db::Database> database, std::string data_dir, std::string builtin_dir);
   ~SkillStore();
   SkillStore(const SkillStore&) = delete;
   SkillStore& operator=(const SkillStore&) = delete;
@@ -92,12 +93,11 @@ class SkillStore {
   void load_builtins();
   const Builtin* builtin(const std::string& id) const;
   std::string install(const std::string& skill_id, const std::string& version, const std::string& content_dir);
-  std::string next_version(const std::string& skill_id);
+  std::string next_version(db::Connection& conn, const std::string& skill_id);
 
   std::string data_dir_, skills_dir_, builtin_dir_;
   std::vector<Builtin> builtins_;
-  std::mutex mutex_;
-  sqlite3* db_ = nullptr;
+  std::shared_ptr<db::Database> db_;
 };
 
 // Where the built-in skills are: `configured` when set, else the first that exists of

@@ -5,12 +5,12 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-struct sqlite3;
+#include "store/database.h"
 
 namespace sandboxd::store {
 
@@ -46,11 +46,14 @@ struct ThreadPage {
   bool has_more = false;
 };
 
-// Thread-safe (one SQLite connection of its own on the metadata database, serialised
-// by a mutex). Throws std::runtime_error on SQLite failures.
+// Thread-safe (SQLite: a connection of its own on the metadata database, serialised by
+// a mutex; PostgreSQL: a pooled connection per call). Throws std::runtime_error on
+// database failures.
 class ThreadStore {
  public:
   explicit ThreadStore(const std::string& db_path);
+  // Any database; its schema is migrated first.
+  explicit ThreadStore(std::shared_ptr<db::Database> database);
   ~ThreadStore();
   ThreadStore(const ThreadStore&) = delete;
   ThreadStore& operator=(const ThreadStore&) = delete;
@@ -78,8 +81,7 @@ class ThreadStore {
   std::vector<ThreadArtifact> artifacts(const std::string& owner, const std::string& id);
 
  private:
-  std::mutex mutex_;
-  sqlite3* db_ = nullptr;
+  std::shared_ptr<db::Database> db_;
 };
 
 }  // namespace sandboxd::store

@@ -1,0 +1,134 @@
+// The PostgreSQL side of store/database.h: a small pool of libpq connections. Each
+// connection serves one lease at a time; a connection the server dropped (a restart, a
+// failover, an idle timeout) is noticed before it is handed out and reconnected, so a
+// restarted database costs no failed request.
+#include <libpq-fe.h>
+#include <poll.h>
+
+#include <stdexcept>
+
+#include "store/database.h"
+
+namespace sandboxd::store::db {
+namespace {
+
+std::string trimmed(const char* message) {
+  std::string text = message ? message : "";
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+// Settings every connection gets, whatever the server's defaults: BYTEA in hex (what
+// Statement::blob decodes) and UTC (nothing here depends on it, but a session never
+// should on the server's zone). UTF-8 text is a connection parameter.
+constexpr const char* kSessionSetup = "SET bytea_output = 'hex'; SET TIME ZONE 'UTC'";
+
+}  // namespace
+
+class PostgresDatabase final : public Database {
+ public:
+  PostgresDatabase(std::string url, size_t max_connections)
+      : Database(Backend::kPostgres), url_(std::move(url)), max_(std::max<size_t>(1, max_connections)) {
+    // One connection right away: a wrong URL or an unreachable server fails the start.
+    PGconn* first = connect();
+    idle_.push_back(first);
+    open_ = 1;
+  }
+
+  ~PostgresDatabase() override {
+    for (PGconn* conn : idle_) PQfinish(conn);
+  }
+
+  Connection acquire() override {
+    PGconn* conn = nullptr;
+    {
+      std::unique_lock lock(mutex_);
+      available_.wait(lock, [&] { return !idle_.empty() || open_ < max_; });
+      if (!idle_.empty()) {
+        conn = idle_.back();
+        idle_.pop_back();
+      } else {
+        ++open_;
+      }
+    }
+    try {
+      if (!conn) conn = connect();
+      else ensure_alive(conn);
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      --open_;
+      available_.notify_one();
+      throw;
+    }
+    return Connection(this, conn);
+  }
+
+ private:
+  PGconn* connect() {
+    // connect_timeout first: a value in the URL overrides it (later keywords win).
+    const char* keywords[] = {"connect_timeout", "application_name", "dbname", "client_encoding", nullptr};
+    const char* values[] = {"10", "sandboxd", url_.c_str(), "UTF8", nullptr};
+    PGconn* conn = PQconnectdbParams(keywords, values, /*expand_dbname=*/1);
+    if (!conn) throw std::runtime_error("postgres: connect: out of memory");
+    if (PQstatus(conn) != CONNECTION_OK) {
+      std::string message = trimmed(PQerrorMessage(conn));
+      PQfinish(conn);
+      throw std::runtime_error("postgres: connect: " + message);
+    }
+    try {
+      setup(conn);
+    } catch (...) {
+      PQfinish(conn);
+      throw;
+    }
+    return conn;
+  }
+
+  static void setup(PGconn* conn) {
+    PGresult* result = PQexec(conn, kSessionSetup);
+    bool ok = PQresultStatus(result) == PGRES_COMMAND_OK;
+    std::string message = ok ? "" : trimmed(PQresultErrorMessage(result));
+    PQclear(result);
+    if (!ok) throw std::runtime_error("postgres: session setup: " + message);
+  }
+
+  // An idle connection has nothing to read; if its socket is readable the server has
+  // closed it (or said why it will): read that, and reconnect when it is gone.
+  static void ensure_alive(PGconn* conn) {
+    if (PQstatus(conn) == CONNECTION_OK) {
+      pollfd fd{PQsocket(conn), POLLIN, 0};
+      if (fd.fd >= 0 && poll(&fd, 1, 0) > 0) PQconsumeInput(conn);
+    }
+    if (PQstatus(conn) == CONNECTION_OK) return;
+    PQreset(conn);
+    if (PQstatus(conn) != CONNECTION_OK)
+      throw std::runtime_error("postgres: reconnect: " + trimmed(PQerrorMessage(conn)));
+    setup(conn);
+  }
+
+  // A connection comes back idle (outside any transaction) or is closed: a lease that
+  // ended in the middle of a transaction (an exception) must not hand it to the next.
+  void release(pg_conn* conn) override {
+    if (PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) != PQTRANS_IDLE)
+      PQclear(PQexec(conn, "ROLLBACK"));
+    bool reusable = PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) == PQTRANS_IDLE;
+    if (!reusable) PQfinish(conn);
+    std::lock_guard lock(mutex_);
+    if (reusable) idle_.push_back(conn);
+    else --open_;
+    available_.notify_one();
+  }
+
+  const std::string url_;
+  const size_t max_;
+  std::mutex mutex_;
+  std::condition_variable available_;
+  std::vector<PGconn*> idle_;
+  size_t open_ = 0;  // idle + leased
+};
+
+std::shared_ptr<Database> open_postgres(const std::string& url, size_t max_connections) {
+  return std::make_shared<PostgresDatabase>(url, max_connections);
+}
+
+}  // namespace sandboxd::store::db

@@ -1,0 +1,136 @@
+// metadata.backend: postgres end to end: a real `sandboxd serve` on loopback with its
+// metadata in a real PostgreSQL (started by the test): files uploaded, listed,
+// downloaded and deleted, a thread created and listed, then the server restarted and
+// everything still there; and the configuration keys checked with their paths.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "postgres_harness.h"
+#include "server_harness.h"
+
+using namespace sandboxd::testing;
+namespace bj = boost::json;
+
+namespace {
+
+std::string metadata_yaml(const std::string& url) {
+  return "metadata:\n  backend: postgres\n  postgres:\n    url: \"" + url +
+         "\"\nruntime:\n  provider: none\nworkspace:\n  downloads:\n    uploadedResources: true\n";
+}
+
+int64_t count_rows(const std::string& url, const std::string& table) {
+  auto database = sandboxd::store::db::open_postgres(url, 1);
+  auto conn = database->acquire();
+  sandboxd::store::db::Statement count(conn, "SELECT COUNT(*) FROM " + table);
+  return count.step() ? count.integer(0) : -1;
+}
+
+TEST(MetadataBackend, PostgresKeepsFilesAndThreadsAcrossARestart) {
+  const std::string url = PostgresEnvironment::server().create_database();
+  ServerProcess server(metadata_yaml(url));
+  // A thread; its files are those of the container with its id.
+  auto thread = server.curl_json("-X POST '" + server.url("/api/v1/app/thread") + "' -d '{\"title\": \"Q3 sales\"}'");
+  ASSERT_EQ(thread.at("type"), "thread") << thread;
+  const std::string thread_id(thread.at("id").as_string());
+  const std::string container = thread_id;
+  // Downloads of uploads go through the thread's endpoint (uploadedResources: true).
+  auto download = [&](const std::string& path) {
+    return server.curl("'" + server.url("/api/v1/app/thread/" + thread_id + "/download-file?path=" + path) + "'");
+  };
+  auto files = [&](const std::string& suffix = "", const std::string& query = "") {
+    return "'" + server.base() + "/files" + suffix + "?scope_id=" + container + query + "'";
+  };
+  const fs::path csv = server.dir() / "sales.csv";
+  std::ofstream(csv, std::ios::binary) << "month,revenue\n1,100\n2,250\n";
+
+  auto uploaded = server.curl_json("-X POST " + files() + " -F 'file=@" + csv.string() + "'");
+  ASSERT_EQ(uploaded.at("filename"), "sales.csv") << uploaded;
+  const std::string sales_id(uploaded.at("id").as_string());
+  auto put = server.curl_json("-X PUT " + files("/notes/todo.txt") + " --data-binary 'buy milk'");
+  ASSERT_EQ(put.at("filename"), "todo.txt") << put;
+  const std::string todo_id(put.at("id").as_string());
+  auto extra = server.curl_json("-X PUT " + files("/notes/extra.txt") + " --data-binary 'x'");
+  ASSERT_EQ(extra.at("filename"), "extra.txt") << extra;
+
+  auto listed = server.curl_json(files());
+  ASSERT_EQ(listed.at("data").as_array().size(), 3u) << listed;
+  EXPECT_EQ(listed.at("data").as_array()[0].at("id").as_string(), sales_id);  // by creation
+  EXPECT_EQ(download("/mnt/user-data/uploads/sales.csv"), "month,revenue\n1,100\n2,250\n");
+  auto deleted = server.curl_json("-X DELETE " + files("/" + std::string(extra.at("id").as_string())));
+  EXPECT_EQ(deleted.at("type"), "file_deleted") << deleted;
+  EXPECT_EQ(server.status(files("/" + std::string(extra.at("id").as_string()))), 404);
+
+  // The index is in PostgreSQL, not in a SQLite file beside the data.
+  EXPECT_EQ(count_rows(url, "files"), 2);
+  EXPECT_EQ(count_rows(url, "threads"), 1);
+  EXPECT_FALSE(fs::exists(server.data_dir() / "sandboxd.db"));
+
+  // A restart, with the URL from the environment this time (it wins over the file's).
+  server.write_config(metadata_yaml("postgresql://nobody@127.0.0.1:1/nothing"));
+  setenv("SANDBOXD_POSTGRES_URL", url.c_str(), 1);
+  server.restart();
+  unsetenv("SANDBOXD_POSTGRES_URL");
+
+  auto relisted = server.curl_json(files());
+  ASSERT_EQ(relisted.at("data").as_array().size(), 2u) << relisted;
+  EXPECT_EQ(relisted.at("data").as_array()[0].at("id").as_string(), sales_id);
+  EXPECT_EQ(relisted.at("data").as_array()[1].at("id").as_string(), todo_id);
+  EXPECT_EQ(download("/mnt/user-data/uploads/sales.csv"), "month,revenue\n1,100\n2,250\n");
+  EXPECT_EQ(download("/mnt/user-data/uploads/notes/todo.txt"), "buy milk");
+  auto threads = server.curl_json("'" + server.url("/api/v1/app/thread") + "'");
+  ASSERT_EQ(threads.at("data").as_array().size(), 1u) << threads;
+  EXPECT_EQ(threads.at("data").as_array()[0].at("id").as_string(), thread_id);
+  EXPECT_EQ(threads.at("data").as_array()[0].at("title"), "Q3 sales");
+  // A thread id that is not UTF-8 is just not found (PostgreSQL could not take it).
+  EXPECT_EQ(server.status("'" + server.url("/api/v1/app/thread/thread_%FF%FE") + "'"), 404);
+}
+
+TEST(MetadataBackend, AnUnreachableDatabaseStopsTheStartWithTheReason) {
+  ServerProcess* server = nullptr;
+  try {
+    server = new ServerProcess(metadata_yaml("postgresql://postgres@127.0.0.1:" +
+                                             std::to_string(free_loopback_port()) + "/nothing"));
+    ADD_FAILURE() << "the server started without its database";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("postgres: connect"), std::string::npos) << e.what();
+  }
+  delete server;
+}
+
+TEST(MetadataBackend, ConfigurationKeysAreCheckedWithTheirPath) {
+  auto check = [](const std::string& yaml) {
+    std::string pattern = (fs::temp_directory_path() / "sandboxd-metacfg-XXXXXX").string();
+    fs::path dir = mkdtemp(pattern.data());
+    std::ofstream(dir / "c.yaml") << yaml;
+    int status = 0;
+    std::string out = sh("env -u SANDBOXD_POSTGRES_URL " + std::string(SANDBOXD_PATH) + " config check " +
+                             (dir / "c.yaml").string() + " 2>&1",
+                         &status);
+    fs::remove_all(dir);
+    return std::make_pair(status, out);
+  };
+  EXPECT_EQ(check("metadata:\n  backend: sqlite\n").first, 0);
+  EXPECT_EQ(check("metadata:\n  backend: postgres\n  postgres:\n    url: postgresql://h/db\n").first, 0);
+  auto no_url = check("metadata:\n  backend: postgres\n");
+  EXPECT_NE(no_url.first, 0);
+  EXPECT_NE(no_url.second.find("metadata.postgres.url"), std::string::npos) << no_url.second;
+  auto wrong = check("metadata:\n  backend: mysql\n");
+  EXPECT_NE(wrong.first, 0);
+  EXPECT_NE(wrong.second.find("metadata.backend"), std::string::npos) << wrong.second;
+  auto unknown = check("metadata:\n  postgres:\n    host: x\n");
+  EXPECT_NE(unknown.first, 0);
+  EXPECT_NE(unknown.second.find("metadata.postgres.host"), std::string::npos) << unknown.second;
+  // The URL may come from the environment alone.
+  int status = 0;
+  std::string pattern = (fs::temp_directory_path() / "sandboxd-metacfg-XXXXXX").string();
+  fs::path dir = mkdtemp(pattern.data());
+  std::ofstream(dir / "c.yaml") << "metadata:\n  backend: postgres\n";
+  sh("SANDBOXD_POSTGRES_URL=postgresql://h/db " + std::string(SANDBOXD_PATH) + " config check " +
+         (dir / "c.yaml").string(),
+     &status);
+  fs::remove_all(dir);
+  EXPECT_EQ(status, 0);
+}
+
+}  // namespace
