@@ -1,7 +1,8 @@
 // Issue 13 §4 with every real part at once: three `sandboxd serve` replicas (separate
 // processes and data directories, fenced leases, short leaseSeconds) with
 // storage.backend s3 on one bucket of a real S3 server (s3rver, tests/s3_server.h), the
-// shared metadata (tests/cluster_harness.h: SharedMetadata), and nginx in front, all
+// shared metadata in a real PostgreSQL (tests/cluster_harness.h: SharedMetadata, on
+// tests/postgres_harness.h), and nginx in front, all
 // started by the test. Files are compared by checksum, never by eye:
 // - bytes uploaded through one replica, used by code through a second and downloaded
 //   through the third are the same, and the bucket holds them;

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "loopback.h"
+#include "postgres_harness.h"
 #include "server_harness.h"
 #include "store/lease_store.h"
 #include "store/manifest_store.h"
@@ -57,29 +58,26 @@ inline bool wait_for_port(uint16_t port, pid_t pid) {
   return false;
 }
 
-// The metadata every replica shares, and the test's own look at it. Today one SQLite
-// file in WAL mode, each replica's <dataDir>/sandboxd.db a symbolic link to it; switching
-// the tests to metadata.backend postgres (tests/postgres_harness.h) changes only this
-// class: attach() returns the `metadata:` section instead of making the link, and the
-// readers open the PostgreSQL stores.
+// The metadata every replica shares, and the test's own look at it: a PostgreSQL
+// database of its own on the test process's real PostgreSQL server (postgres_harness.h),
+// which every replica reaches through metadata.backend postgres, as on a cluster.
 class SharedMetadata {
  public:
-  explicit SharedMetadata(const fs::path& dir) : db_(dir / "metadata.db") { fs::create_directories(dir); }
+  explicit SharedMetadata(const fs::path& dir) : db_(store::db::Backend::kPostgres) { fs::create_directories(dir); }
 
   // Readies a replica's data directory; returns the configuration it needs (YAML).
-  std::string attach(const fs::path& data_dir) const {
-    fs::create_symlink(db_, data_dir / "sandboxd.db");
-    return "";
+  std::string attach(const fs::path&) const {
+    return "metadata:\n  backend: postgres\n  postgres:\n    url: \"" + db_.postgres_url() + "\"\n";
   }
   std::string storage_of(const std::string& owner, const std::string& container) const {
-    store::Metadata metadata(db_.string());
+    store::Metadata metadata(db_.open());
     auto record = metadata.find_container(owner, container);
     return record ? record->storage : std::string();
   }
   std::optional<store::Lease> lease_of(const std::string& owner, const std::string& container) const {
     const std::string storage = storage_of(owner, container);
     if (storage.empty()) return std::nullopt;
-    store::LeaseStore leases(db_.string());
+    store::LeaseStore leases(db_.open());
     return leases.find(storage);
   }
   // The container's manifest rows: sandbox path -> row.
@@ -87,13 +85,13 @@ class SharedMetadata {
     std::map<std::string, store::ManifestRow> out;
     const std::string storage = storage_of(owner, container);
     if (storage.empty()) return out;
-    store::ManifestStore manifest(db_.string());
+    store::ManifestStore manifest(db_.open());
     for (auto& row : manifest.rows(storage)) out.emplace(row.path, row);
     return out;
   }
 
  private:
-  fs::path db_;
+  TestDatabase db_;
 };
 
 // One replica: a sandboxd process on its own port and data directory. `extra_yaml` is
