@@ -77,7 +77,7 @@ class ClusterDurability : public ::testing::Test {
     if (!fs::exists("/usr/sbin/nginx")) GTEST_SKIP() << "nginx is not installed (scripts/setup.sh installs it)";
     std::string pattern = (fs::temp_directory_path() / "sandboxd-durability-XXXXXX").string();
     root = mkdtemp(pattern.data());
-    metadata = new SharedMetadata(root / "shared");
+    metadata = new SharedMetadata(sandboxd::store::db::Backend::kPostgres);
     s3 = new S3Server();
     upstream = new ScriptedUpstream();
     const std::string extra = s3->storage_yaml("sbx/", kFlushIntervalSec) + "capacity:\n  retryAfterSec: 1\n";

@@ -58,15 +58,21 @@ inline bool wait_for_port(uint16_t port, pid_t pid) {
   return false;
 }
 
-// The metadata every replica shares, and the test's own look at it: a PostgreSQL
+// The metadata every replica shares, and the test's own look at it. PostgreSQL: a
 // database of its own on the test process's real PostgreSQL server (postgres_harness.h),
 // which every replica reaches through metadata.backend postgres, as on a cluster.
+// SQLite: one file in WAL mode, each replica's <dataDir>/sandboxd.db a symbolic link to
+// it (replicas on one host).
 class SharedMetadata {
  public:
-  explicit SharedMetadata(const fs::path& dir) : db_(store::db::Backend::kPostgres) { fs::create_directories(dir); }
+  explicit SharedMetadata(store::db::Backend backend) : db_(backend) {}
 
   // Readies a replica's data directory; returns the configuration it needs (YAML).
-  std::string attach(const fs::path&) const {
+  std::string attach(const fs::path& data_dir) const {
+    if (db_.backend() == store::db::Backend::kSqlite) {
+      fs::create_symlink(db_.sqlite_path(), data_dir / "sandboxd.db");
+      return "";
+    }
     return "metadata:\n  backend: postgres\n  postgres:\n    url: \"" + db_.postgres_url() + "\"\n";
   }
   std::string storage_of(const std::string& owner, const std::string& container) const {

@@ -4,20 +4,14 @@
 // and advertised URLs, and nginx (Debian's, run by the test in the foreground with a
 // configuration of its own) in front of them as a round-robin load balancer. The
 // upstream model is the scripted one. The test reads the lease rows from the shared
-// file itself.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
+// file itself (tests/cluster_harness.h: the replicas, nginx and the shared metadata).
 #include <gtest/gtest.h>
 
 #include <optional>
 #include <random>
 
+#include "cluster_harness.h"
 #include "scripted_upstream.h"
-#include "server_harness.h"
-#include "store/lease_store.h"
-#include "store/metadata.h"
 
 using namespace sandboxd::testing;
 namespace bj = boost::json;
@@ -25,135 +19,7 @@ namespace bj = boost::json;
 namespace {
 
 constexpr int kLeaseSeconds = 3;
-const char* kToken = "secret-alice";
-
-uint16_t free_port() {
-  uint16_t port = 0;
-  close(listen_loopback(0, port, "free port"));
-  return port;
-}
-
-// Spawns `argv` with stdout and stderr to `log`; returns the pid.
-pid_t spawn_logged(std::vector<std::string> args, const fs::path& log) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> argv;
-  for (auto& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) throw std::runtime_error("spawn failed");
-  posix_spawn_file_actions_destroy(&actions);
-  return pid;
-}
-
-bool wait_for_port(uint16_t port, pid_t pid) {
-  for (int i = 0; i < 500; ++i) {
-    if (waitpid(pid, nullptr, WNOHANG) == pid) return false;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
-    bool up = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    close(fd);
-    if (up) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
-
-// One replica: a sandboxd process on its own port and data directory.
-class Replica {
- public:
-  Replica(std::string id, const fs::path& root, const fs::path& shared_db, const std::string& model_url)
-      : id_(std::move(id)), dir_(root / id_), port_(free_port()) {
-    fs::create_directories(dir_ / "data");
-    fs::create_symlink(shared_db, dir_ / "data" / "sandboxd.db");
-    std::ofstream(dir_ / "config.yaml")
-        << "server:\n  listen: \"127.0.0.1:" << port_ << "\"\n  dataDir: \"" << (dir_ / "data").string() << "\"\n"
-        << "auth:\n  tokens:\n    - { token: " << kToken << ", owner: alice }\n  adminToken: admin-secret-0123456789\n"
-        << "runtime:\n  prestartedSandboxes: 0\n"
-        << "model:\n  baseUrl: \"" << model_url << "\"\n  apiKey: k\n  models: { default: upstream-model }\n"
-        << "  timeoutSec: 10\n  pingIntervalSec: 1\n"
-        << "cluster:\n  replicaId: " << id_ << "\n  advertiseUrl: \"" << url() << "\"\n  leaseSeconds: " << kLeaseSeconds
-        << "\n  shutdownGraceSec: 10\n";
-  }
-  ~Replica() { stop(SIGTERM); }
-
-  void start() {
-    pid_ = spawn_logged({SANDBOXD_PATH, "serve", "--config", (dir_ / "config.yaml").string()}, dir_ / "server.log");
-    if (!wait_for_port(port_, pid_)) throw std::runtime_error(id_ + " did not start: " + log());
-  }
-  // The exit status, or -signal.
-  int stop(int signo) {
-    if (pid_ <= 0) return 0;
-    kill(pid_, SIGCONT);  // a paused one too
-    kill(pid_, signo);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-  // A replica killed outright left sandboxes and mounts: a start cleans them up, a
-  // SIGTERM then ends it cleanly (and the test leaves nothing behind).
-  void restart_after_kill() {
-    start();
-  }
-  void signal(int signo) { kill(pid_, signo); }
-
-  const std::string& id() const { return id_; }
-  uint16_t port() const { return port_; }
-  std::string url(const std::string& path = "") const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
-  std::string log() const { return read_file(dir_ / "server.log"); }
-  const fs::path& dir() const { return dir_; }
-
- private:
-  std::string id_;
-  fs::path dir_;
-  uint16_t port_;
-  pid_t pid_ = -1;
-};
-
-// nginx in the foreground, one process, its files in `dir`: round-robin over the replicas.
-class Nginx {
- public:
-  Nginx(const fs::path& dir, const std::vector<uint16_t>& ports) : dir_(dir), port_(free_port()) {
-    fs::create_directories(dir_ / "logs");
-    std::ofstream conf(dir_ / "nginx.conf");
-    conf << "daemon off;\nmaster_process off;\nworker_processes 1;\npid " << (dir_ / "nginx.pid").string() << ";\n"
-         << "error_log " << (dir_ / "logs" / "error.log").string() << " info;\n"
-         << "events { worker_connections 256; }\n"
-         << "http {\n  access_log " << (dir_ / "logs" / "access.log").string() << ";\n";
-    for (const char* temp : {"client_body", "proxy", "fastcgi", "uwsgi", "scgi"})
-      conf << "  " << temp << "_temp_path " << (dir_ / temp).string() << ";\n";
-    conf << "  upstream replicas {\n";
-    for (auto port : ports) conf << "    server 127.0.0.1:" << port << " max_fails=0;\n";
-    conf << "  }\n  server {\n    listen 127.0.0.1:" << port_ << ";\n"
-         << "    client_max_body_size 0;\n    proxy_request_buffering off;\n    proxy_buffering off;\n"
-         << "    proxy_http_version 1.1;\n    proxy_set_header Connection \"\";\n    proxy_read_timeout 300s;\n"
-         << "    location / { proxy_pass http://replicas; }\n  }\n}\n";
-    conf.close();
-    // -e: even the log nginx opens before it reads the configuration is ours.
-    pid_ = spawn_logged({"/usr/sbin/nginx", "-p", dir_.string(), "-e", (dir_ / "logs" / "error.log").string(), "-c",
-                         (dir_ / "nginx.conf").string()},
-                        dir_ / "logs" / "stderr.log");
-    if (!wait_for_port(port_, pid_))
-      throw std::runtime_error("nginx did not start: " + read_file(dir_ / "logs" / "error.log") +
-                               read_file(dir_ / "logs" / "stderr.log"));
-  }
-  ~Nginx() {
-    kill(pid_, SIGQUIT);
-    waitpid(pid_, nullptr, 0);
-  }
-  std::string url(const std::string& path = "") const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
-
- private:
-  fs::path dir_;
-  uint16_t port_;
-  pid_t pid_ = -1;
-};
+const char* kToken = Replica::kToken;
 
 std::string random_bytes(size_t n) {
   std::mt19937_64 rng{std::random_device{}()};
@@ -172,11 +38,10 @@ class ClusterTest : public ::testing::Test {
     if (!fs::exists("/usr/sbin/nginx")) GTEST_SKIP() << "nginx is not installed (scripts/setup.sh installs it)";
     std::string pattern = (fs::temp_directory_path() / "sandboxd-cluster-XXXXXX").string();
     root = mkdtemp(pattern.data());
-    shared_db = root / "shared" / "metadata.db";
-    fs::create_directories(shared_db.parent_path());
+    metadata = new SharedMetadata(sandboxd::store::db::Backend::kSqlite);
     upstream = new ScriptedUpstream();
     for (const char* id : {"replica-a", "replica-b", "replica-c"})
-      replicas.push_back(new Replica(id, root, shared_db, upstream->base_url()));
+      replicas.push_back(new Replica(id, root, *metadata, upstream->base_url(), kLeaseSeconds, ""));
     for (auto* replica : replicas) replica->start();
     nginx = new Nginx(root / "nginx", {replicas[0]->port(), replicas[1]->port(), replicas[2]->port()});
   }
@@ -185,6 +50,8 @@ class ClusterTest : public ::testing::Test {
     for (auto* replica : replicas) delete replica;
     replicas.clear();
     delete upstream;
+    delete metadata;
+    metadata = nullptr;
     std::error_code ec;
     if (!root.empty()) fs::remove_all(root, ec);
   }
@@ -230,11 +97,7 @@ class ClusterTest : public ::testing::Test {
   }
   // The container's lease as the shared database has it.
   static std::optional<sandboxd::store::Lease> lease_of(const std::string& container) {
-    sandboxd::store::Metadata metadata(shared_db.string());
-    auto record = metadata.find_container("alice", container);
-    if (!record) return std::nullopt;
-    sandboxd::store::LeaseStore leases(shared_db.string());
-    return leases.find(record->storage);
+    return metadata->lease_of("alice", container);
   }
   // Files of a container through `base`: file name -> file id.
   static std::map<std::string, std::string> files_of(const std::string& base, const std::string& container) {
@@ -251,7 +114,8 @@ class ClusterTest : public ::testing::Test {
     return out;
   }
 
-  static inline fs::path root, shared_db;
+  static inline fs::path root;
+  static inline SharedMetadata* metadata = nullptr;
   static inline ScriptedUpstream* upstream = nullptr;
   static inline std::vector<Replica*> replicas;
   static inline Nginx* nginx = nullptr;
@@ -317,10 +181,7 @@ TEST_F(ClusterTest, UploadThroughOneRunThroughAnotherDownloadThroughTheThird) {
   EXPECT_EQ(lease->holder, "replica-a");
   EXPECT_EQ(lease->epoch, 1);
   // B's disk never held it: B relayed every request.
-  EXPECT_EQ(b().log().find("took container storage " + [&] {
-    sandboxd::store::Metadata metadata(shared_db.string());
-    return metadata.find_container("alice", container)->storage;
-  }()), std::string::npos);
+  EXPECT_EQ(b().log().find("took container storage " + metadata->storage_of("alice", container)), std::string::npos);
 }
 
 TEST_F(ClusterTest, MessagesStreamThroughANonHolderArrivesIntact) {
@@ -397,67 +258,10 @@ TEST_F(ClusterTest, KilledHolderIsReplacedWithinItsLease) {
   ASSERT_TRUE(lease);
   EXPECT_TRUE(lease->holder == "replica-b" || lease->holder == "replica-c") << lease->holder;
   EXPECT_EQ(lease->epoch, 2) << "a fresh epoch";
-  // (Without the bucket backend the new holder's copy starts empty; the lead adds the
-  // restore checks when it lands: see the report.)
-  a().restart_after_kill();
+  // (Without the bucket backend the new holder's copy starts empty; with it, the files
+  // come back from the bucket: tests/cluster_durability_test.cc.)
+  a().start();
 }
-
-// Sends a PUT upload to `port` in two halves; the first half once the server said
-// 100 Continue (the container is open and its lease taken then).
-class SlowUpload {
- public:
-  SlowUpload(uint16_t port, const std::string& target, std::string body) : body_(std::move(body)) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
-    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) throw std::runtime_error("connect");
-    timeval timeout{30, 0};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-    const std::string header = "PUT " + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + kToken +
-                               "\r\nContent-Length: " + std::to_string(body_.size()) +
-                               "\r\nExpect: 100-continue\r\n\r\n";
-    send_all(header);
-    continued_ = read_some().find("100 Continue") != std::string::npos;
-    send_all(body_.substr(0, body_.size() / 2));
-  }
-  ~SlowUpload() { close(fd_); }
-  bool continued() const { return continued_; }
-  // The rest of the body; returns the whole answer.
-  std::string finish() {
-    send_all(body_.substr(body_.size() / 2));
-    std::string answer;
-    for (;;) {
-      std::string piece = read_some();
-      if (piece.empty()) break;
-      answer += piece;
-      const auto end = answer.find("\r\n\r\n");
-      const auto length_at = answer.find("Content-Length: ");
-      if (end != std::string::npos && length_at != std::string::npos &&
-          answer.size() >= end + 4 + std::stoul(answer.substr(length_at + 16)))
-        break;
-    }
-    return answer;
-  }
-
- private:
-  void send_all(const std::string& data) {
-    for (size_t at = 0; at < data.size();) {
-      ssize_t n = ::send(fd_, data.data() + at, data.size() - at, MSG_NOSIGNAL);
-      if (n <= 0) return;
-      at += static_cast<size_t>(n);
-    }
-  }
-  std::string read_some() {
-    char buf[65536];
-    ssize_t n = recv(fd_, buf, sizeof buf, 0);
-    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-  }
-  int fd_ = -1;
-  std::string body_;
-  bool continued_ = false;
-};
 
 TEST_F(ClusterTest, PausedHolderIsFencedWhenItComesBackAndTheNewHoldersFilesStay) {
   const std::string container = "shared-pause";
