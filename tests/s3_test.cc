@@ -17,7 +17,7 @@
 #include "ops/config.h"
 #include "s3_server.h"
 #include "store/s3_client.h"
-#include "store/sqlite.h"
+#include "store/database.h"
 
 namespace sandboxd::testing {
 namespace {
@@ -366,9 +366,8 @@ TEST_F(S3Serve, AStaleLocalCopyIsDiscardedAndRestoredFromTheBucket) {
   ASSERT_EQ(bash("stale", "echo local > /mnt/user-data/outputs/a.txt && echo ok").at("stdout").as_string(), "ok\n");
   server->stop(SIGKILL);  // no flush of the local change
   {  // Meanwhile another replica held the container and changed its manifest.
-    sqlite3* db = store::sqlite::open_database((server->data_dir() / "sandboxd.db").string());
-    store::sqlite::exec(db, "UPDATE manifest_generations SET generation = generation + 1, writer = 'another-replica'");
-    sqlite3_close(db);
+    auto db = store::db::open_sqlite((server->data_dir() / "sandboxd.db").string());
+    db->acquire().exec("UPDATE manifest_generations SET generation = generation + 1, writer = 'another-replica'");
   }
   server->start();
   const std::string id = file_id("/mnt/user-data/outputs/a.txt");

@@ -1,6 +1,6 @@
 // The metadata database behind every store (metadata, threads, skills, ...), on either
 // backend: SQLite (one file, the single-host default) or PostgreSQL (shared by replicas).
-// The API is today's sqlite helpers' (store/sqlite.h) with a connection in place of the
+// The API is that of a plain SQLite statement wrapper, with a connection in place of the
 // sqlite3 handle, so a store is written once:
 //
 //   auto conn = db_->acquire();                   // was: std::lock_guard lock(mutex_)
