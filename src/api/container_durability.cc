@@ -1,6 +1,5 @@
 #include "api/container_durability.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -21,6 +20,7 @@
 #include "base/sandbox_paths.h"
 #include "base/temp_files.h"
 #include "base/unique_fd.h"
+#include "store/file_walk.h"
 #include "ops/metrics.h"
 #include "server/blocking.h"
 #include "store/file_io.h"
@@ -32,7 +32,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kMaxWalkDepth = 128;
 constexpr int64_t kMaxRetryDelayMs = 60'000;
 
 int64_t steady_ms() {
@@ -71,36 +70,6 @@ std::vector<MountDir> mounts_of(const Container& container) {
           {kOutputsMount, &container.paths.outputs}};
 }
 
-using FileVisitor = std::function<void(int directory, const char* name, const std::string& sandbox_path,
-                                       const struct stat& st)>;
-
-// Every regular file below `directory`, never following a symlink (entries are
-// lstat'ed, folders opened beneath their parent with O_NOFOLLOW). Temporary files of
-// uploads in progress are left out.
-void walk_files(int directory, const std::string& sandbox_dir, int depth, const FileVisitor& visit) {
-  int listing_fd = fcntl(directory, F_DUPFD_CLOEXEC, 0);
-  if (listing_fd < 0) return;
-  DIR* listing = fdopendir(listing_fd);
-  if (!listing) {
-    ::close(listing_fd);
-    return;
-  }
-  while (dirent* entry = readdir(listing)) {
-    std::string_view name = entry->d_name;
-    if (name == "." || name == "..") continue;
-    struct stat st;
-    if (fstatat(directory, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    std::string path = sandbox_dir + "/" + entry->d_name;
-    if (S_ISDIR(st.st_mode)) {
-      if (depth >= kMaxWalkDepth) continue;
-      UniqueFd child(open_beneath(directory, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW));
-      if (child.valid()) walk_files(child.get(), path, depth + 1, visit);
-    } else if (S_ISREG(st.st_mode) && !is_temp_name(name)) {
-      visit(directory, entry->d_name, path, st);
-    }
-  }
-  closedir(listing);
-}
 
 bool same_file(const store::ManifestRow& row, const struct stat& st) {
   return row.size == static_cast<uint64_t>(st.st_size) && row.mode == (st.st_mode & 07777) &&
@@ -268,7 +237,7 @@ bool ContainerDurability::flush_blocking(Container& container) {
     UniqueFd root(::open(host->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!root.valid()) continue;  // not mounted: its rows stay as they are
     walked.push_back(mount);
-    walk_files(root.get(), std::string(mount), 0, [&](int directory, const char* name, const std::string& path,
+    store::walk_regular_files(root.get(), std::string(mount), [&](int directory, const char* name, const std::string& path,
                                                       const struct stat& seen) {
       auto known = rows.find(path);
       const bool unchanged = known != rows.end() && same_file(known->second, seen);

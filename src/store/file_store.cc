@@ -1,6 +1,5 @@
 #include "store/file_store.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,8 +11,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "base/temp_files.h"
 #include "base/unique_fd.h"
+#include "store/file_walk.h"
 #include "store/md5.h"
 #include "store/mime.h"
 
@@ -21,8 +20,6 @@ namespace sandboxd::store {
 namespace {
 
 constexpr size_t kReadChunkBytes = 64 * 1024;
-// Deeper trees are left unlisted rather than holding one fd per level without bound.
-constexpr int kMaxWalkDepth = 128;
 
 int64_t now_seconds() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -103,39 +100,6 @@ bool unchanged(const FileRecord& record, const struct stat& st) {
   return record.size == static_cast<uint64_t>(st.st_size) && record.mtime_ns == mtime_ns_of(st);
 }
 
-// --- walking ------------------------------------------------------------------------
-
-using FileVisitor = std::function<void(int directory, const char* name, const std::string& sandbox_path,
-                                       const struct stat& st)>;
-
-// Visits every regular file below `directory` (an fd this function does not own).
-// Symlinks are never followed: entries are lstat'ed and sub-folders are opened beneath
-// their parent (openat2, RESOLVE_BENEATH) with O_NOFOLLOW, so a link swapped in after
-// the lstat fails to open instead of leading out.
-void walk_regular_files(int directory, const std::string& sandbox_dir, int depth, const FileVisitor& visit) {
-  int listing_fd = fcntl(directory, F_DUPFD_CLOEXEC, 0);
-  if (listing_fd < 0) return;
-  DIR* listing = fdopendir(listing_fd);
-  if (!listing) {
-    ::close(listing_fd);
-    return;
-  }
-  while (dirent* entry = readdir(listing)) {
-    std::string_view name = entry->d_name;
-    if (name == "." || name == "..") continue;
-    struct stat st;
-    if (fstatat(directory, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    std::string sandbox_path = sandbox_dir + "/" + entry->d_name;
-    if (S_ISDIR(st.st_mode)) {
-      if (depth >= kMaxWalkDepth) continue;
-      UniqueFd child(open_beneath(directory, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW));
-      if (child.valid()) walk_regular_files(child.get(), sandbox_path, depth + 1, visit);
-    } else if (S_ISREG(st.st_mode) && !is_temp_name(name)) {
-      visit(directory, entry->d_name, sandbox_path, st);
-    }
-  }
-  closedir(listing);
-}
 
 bool is_regular_file_beneath(int root, const std::string& relative) {
   UniqueFd fd(open_beneath(root, relative, O_PATH | O_NOFOLLOW));
@@ -225,7 +189,7 @@ void FileStore::sync(const std::string& storage, const ContainerPaths& paths) {
       std::erase_if(unseen, [mount = mount](const auto& entry) { return below_mount(entry.first, mount); });
       continue;
     }
-    walk_regular_files(root.get(), std::string(mount), 0,
+    walk_regular_files(root.get(), std::string(mount),
                        [&](int directory, const char* name, const std::string& path, const struct stat& st) {
                          auto known = unseen.find(path);
                          if (known != unseen.end() && unchanged(known->second, st)) {

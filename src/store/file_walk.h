@@ -1,0 +1,25 @@
+// The walk over a container's files that sync (file_store) and the bucket's flush
+// (api/container_durability) share. Symlinks are never followed: entries are lstat'ed
+// and sub-folders are opened beneath their parent (openat2 RESOLVE_BENEATH) with
+// O_NOFOLLOW, so a link that code in the sandbox swaps in after the lstat fails to open
+// instead of leading out of the container.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <functional>
+#include <string>
+
+namespace sandboxd::store {
+
+// `directory` is the folder the file is in (an fd valid during the call), `name` the
+// entry in it, `sandbox_path` the path the sandbox sees.
+using FileVisitor = std::function<void(int directory, const char* name, const std::string& sandbox_path,
+                                       const struct stat& st)>;
+
+// Visits every regular file below `directory` (an fd this function does not own),
+// leaving out temporary files of writes in progress (base/temp_files.h). Trees deeper
+// than 128 levels are left unlisted rather than holding one fd per level without bound.
+void walk_regular_files(int directory, const std::string& sandbox_dir, const FileVisitor& visit);
+
+}  // namespace sandboxd::store
