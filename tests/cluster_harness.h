@@ -5,9 +5,6 @@
 // tests/cluster_test.cc's, with room for more configuration (storage.backend s3).
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <functional>
 #include <optional>
@@ -20,12 +17,6 @@
 #include "store/metadata.h"
 
 namespace sandboxd::testing {
-
-inline uint16_t free_port() {
-  uint16_t port = 0;
-  close(listen_loopback(0, port, "free port"));
-  return port;
-}
 
 // Spawns `args` with stdout and stderr appended to `log`; returns the pid.
 inline pid_t spawn_logged(std::vector<std::string> args, const fs::path& log) {
@@ -45,14 +36,7 @@ inline pid_t spawn_logged(std::vector<std::string> args, const fs::path& log) {
 inline bool wait_for_port(uint16_t port, pid_t pid) {
   for (int i = 0; i < 500; ++i) {
     if (waitpid(pid, nullptr, WNOHANG) == pid) return false;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
-    bool up = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    close(fd);
-    if (up) return true;
+    if (loopback_accepts(port)) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
@@ -109,7 +93,7 @@ class Replica {
 
   Replica(std::string id, const fs::path& root, const SharedMetadata& metadata, const std::string& model_url,
           int lease_seconds, const std::string& extra_yaml)
-      : id_(std::move(id)), dir_(root / id_), port_(free_port()) {
+      : id_(std::move(id)), dir_(root / id_), port_(free_loopback_port()) {
     fs::create_directories(dir_ / "data");
     const std::string metadata_yaml = metadata.attach(dir_ / "data");
     std::ofstream(dir_ / "config.yaml")
@@ -158,7 +142,7 @@ class Replica {
 // replicas; a replica that refuses connections is skipped for the next one.
 class Nginx {
  public:
-  Nginx(const fs::path& dir, const std::vector<uint16_t>& ports) : dir_(dir), port_(free_port()) {
+  Nginx(const fs::path& dir, const std::vector<uint16_t>& ports) : dir_(dir), port_(free_loopback_port()) {
     fs::create_directories(dir_ / "logs");
     std::ofstream conf(dir_ / "nginx.conf");
     conf << "daemon off;\nmaster_process off;\nworker_processes 1;\npid " << (dir_ / "nginx.pid").string() << ";\n"

@@ -45,6 +45,18 @@ inline uint16_t free_loopback_port() {
   return port;
 }
 
+// Whether something accepts connections on 127.0.0.1:`port` now.
+inline bool loopback_accepts(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  const bool up = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return up;
+}
+
 // A server on 127.0.0.1 with a thread per connection. A subclass answers connections
 // (serve_connection), starts accepting once it is ready and stops in its destructor.
 class LoopbackServer {

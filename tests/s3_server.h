@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "loopback.h"
+#include "server_harness.h"
 
 extern char** environ;
 
@@ -65,7 +66,7 @@ class S3Server {
     if (posix_spawnp(&pid_, "node", &actions, nullptr, argv, environ) != 0) throw std::runtime_error("cannot start s3rver");
     posix_spawn_file_actions_destroy(&actions);
     for (int i = 0; i < 500; ++i) {
-      if (connects()) return;
+      if (loopback_accepts(port_)) return;
       if (waitpid(pid_, nullptr, WNOHANG) == pid_) throw std::runtime_error("s3rver exited: " + log());
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -111,29 +112,14 @@ class S3Server {
 
   // curl signed as s3rver's default user.
   std::string run_curl(const std::string& args, int* status = nullptr) const {
-    std::string command = std::string("curl -sS --aws-sigv4 aws:amz:us-east-1:s3 -u ") + kAccessKey + ":" + kSecretKey +
-                          " -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' " + args;
-    FILE* pipe = popen(command.c_str(), "r");
-    std::string out;
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-    int rc = pclose(pipe);
-    if (status) *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-    return out;
+    return sh(std::string("curl -sS --aws-sigv4 aws:amz:us-east-1:s3 -u ") + kAccessKey + ":" + kSecretKey +
+                  " -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' " + args,
+              status);
   }
 
+
  private:
-  bool connects() const {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port_);
-    bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    close(fd);
-    return ok;
-  }
+
 
   std::filesystem::path dir_, log_;
   uint16_t port_ = 0;
