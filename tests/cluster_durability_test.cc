@@ -167,14 +167,22 @@ class ClusterDurability : public ::testing::Test {
     return out && out->is_string() ? std::string(out->as_string()) : std::string("<no stdout>");
   }
   // The container's files through `base`: filename -> file object.
+  // Every file of the container, page by page (a listing answers at most 100 at once).
   static std::map<std::string, bj::object> listing_of(const std::string& base, const std::string& container) {
-    Answer answer = http("'" + base + kFiles + "?scope_id=" + container + "&limit=100'");
-    EXPECT_EQ(answer.status, 200) << answer.describe();
     std::map<std::string, bj::object> out;
-    if (answer.status != 200) return out;
-    const auto listing = json(answer.body);  // alive through the loop
-    for (const auto& file : listing.at("data").as_array())
-      out[std::string(file.at("filename").as_string())] = file.as_object();
+    std::string after;
+    for (int page = 0; page < 1000; ++page) {
+      Answer answer = http("'" + base + kFiles + "?scope_id=" + container + "&limit=100" +
+                           (after.empty() ? "" : "&after_id=" + after) + "'");
+      EXPECT_EQ(answer.status, 200) << answer.describe();
+      if (answer.status != 200) return out;
+      const auto listing = json(answer.body);  // alive through the loop
+      for (const auto& file : listing.at("data").as_array())
+        out[std::string(file.at("filename").as_string())] = file.as_object();
+      if (!listing.at("has_more").as_bool() || listing.at("last_id").is_null()) return out;
+      after = std::string(listing.at("last_id").as_string());
+    }
+    ADD_FAILURE() << "the listing of " << container << " never ended";
     return out;
   }
   // The MD5 of every object under the prefix, each read back from the bucket.
