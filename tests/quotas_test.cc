@@ -397,3 +397,52 @@ TEST(QuotasHostDisk, AFullDiskWhileMakingAContainerIs503WithRetryAfter) {
 }
 
 }  // namespace
+
+namespace {
+
+// A host disk that fills while an upload lands in uploads/ (which is on the host's disk,
+// not the container's volume): 503 overloaded_error with Retry-After, not 413 "the
+// container is full"; the partial file goes, the previous version stays, and the server
+// serves on once there is room. The data dir is a small tmpfs of the test's own.
+TEST(QuotasHostDisk, AHostDiskFillingUnderAnUploadIs503AndKeepsThePreviousVersion) {
+  std::string pattern = (fs::temp_directory_path() / "sandboxd-fulldisk-XXXXXX").string();
+  const fs::path mount_point = mkdtemp(pattern.data());
+  ASSERT_EQ(sh("mount -t tmpfs -o size=96m sandboxd-quotas-test " + mount_point.string() + " && echo ok"), "ok\n");
+  const fs::path big = fs::temp_directory_path() / ("sandboxd-fulldisk-" + std::to_string(getpid()) + ".bin");
+  sh("head -c " + std::to_string(128 << 20) + " /dev/urandom > " + big.string());
+  {
+    ServerProcess server("", mount_point / "data");
+    const std::string a_bin = server.base() + "/files/a.bin?scope_id=full-up";
+    ASSERT_NE(status_line(server.curl("-i -X PUT " + quoted(a_bin) + " -d old")).find(" 200"), std::string::npos);
+    std::string refused = server.curl("-i -X PUT " + quoted(a_bin) + " --data-binary @" + big.string());
+    EXPECT_NE(status_line(refused).find(" 503"), std::string::npos) << refused.substr(0, 600);
+    EXPECT_NE(refused.find("Retry-After: 2"), std::string::npos) << refused.substr(0, 600);
+    EXPECT_NE(refused.find("\"overloaded_error\""), std::string::npos) << refused.substr(0, 600);
+    EXPECT_NE(refused.find("out of disk space for uploads"), std::string::npos) << refused.substr(0, 600);
+    // The multipart form alike.
+    std::string form = server.curl("-i -X POST " + quoted(server.base() + "/files?scope_id=full-up") + " -F file=@" +
+                                   big.string() + ";filename=b.bin");
+    EXPECT_NE(status_line(form).find(" 503"), std::string::npos) << form.substr(0, 600);
+    // The previous version stays, and nothing of the refused bodies is left on the disk.
+    auto listed = server.curl_json(server.base() + "/files?scope_id=full-up").as_object();
+    ASSERT_EQ(listed.at("data").as_array().size(), 1u) << bj::serialize(listed);
+    const auto& kept = listed.at("data").as_array().at(0).as_object();
+    EXPECT_EQ(kept.at("filename").as_string(), "a.bin");
+    EXPECT_EQ(kept.at("size_bytes").to_number<int64_t>(), 3);
+    EXPECT_EQ(kept.at("etag").as_string(), "149603e6c03516362a8da23f624db945");  // MD5 of "old"
+    EXPECT_EQ(sh("cat " + quoted((mount_point / "data").string()) + "/containers/*/uploads/a.bin"), "old");
+    const std::string used_kib = sh("df --output=used -k " + mount_point.string() + " | tail -1 | tr -d ' \\n'");
+    EXPECT_LT(std::stoll(used_kib), 64 * 1024) << "the partial uploads were removed";
+    // Room again: uploads land, other owners are served, the server is healthy.
+    EXPECT_NE(status_line(server.curl("-i -X PUT " + quoted(server.base() + "/files/c.bin?scope_id=bob-box") + " -d new",
+                                      "secret-bob-x"))
+                  .find(" 200"),
+              std::string::npos);
+    EXPECT_EQ(server.status(server.url("/health")), 200);
+  }
+  fs::remove(big);
+  sh("umount -l " + mount_point.string());
+  fs::remove_all(mount_point);
+}
+
+}  // namespace

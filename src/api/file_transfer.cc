@@ -4,6 +4,7 @@
 
 #include "api/bucket_upload.h"
 #include "api/container_durability.h"
+#include "ops/metrics.h"
 #include "server/header_values.h"
 #include "store/keys.h"
 #include "store/multipart.h"
@@ -107,6 +108,18 @@ ApiError file_error(store::FileError error, const std::string& path) {
   }
 }
 
+ApiError upload_error(ApiContext& api, store::FileError error, const std::string& path) {
+  // uploads/ lives on the host's disk, not on the container's volume: ENOSPC there is the
+  // host out of space, which the client can only wait out (503), not a full container (413).
+  const bool on_host_disk = path.size() > kUploadsMount.size() && path.compare(0, kUploadsMount.size(), kUploadsMount) == 0 &&
+                            path[kUploadsMount.size()] == '/';
+  if (error == store::FileError::kNoSpace && on_host_disk) {
+    ops::metrics().execution_rejected("503", "host_resources");
+    return ApiError::overloaded("The host is out of disk space for uploads; try again later", api.config()->retry_after_sec);
+  }
+  return file_error(error, path);
+}
+
 boost::json::object file_object(const std::string& container_id, const store::FileRecord& record) {
   bool downloadable = record.path.rfind(std::string(kOutputsMount) + "/", 0) == 0;
   return {{"id", store::file_id_for_path(record.path)},
@@ -127,7 +140,7 @@ namespace {
 Result<store::FileRecord> commit_upload(ApiContext& api, Container& container, store::FileWriter& writer,
                                         const std::string& path, OwnerQuotas::UploadCharge& quota) {
   auto committed = writer.commit();
-  if (!committed) return file_error(committed.error(), path);
+  if (!committed) return upload_error(api, committed.error(), path);
   store::FileRecord record = std::move(*committed);
   record.storage = container.storage;
   api.containers.metadata().put_file(record, /*reset_created=*/true);
@@ -163,12 +176,12 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
   auto quota = begin_upload_charge(api, container, stored, path, ctx.declared_body_size());
   if (!quota) co_return quota.error();
   auto begun = api.files.begin_write(container.paths, path);
-  if (!begun) co_return file_error(begun.error(), path);
+  if (!begun) co_return upload_error(api, begun.error(), path);
   std::unique_ptr<store::FileWriter> writer = std::move(*begun);
   auto upload = begin_bucket_upload(api, container, co_await asio::this_coro::executor);
   auto on_chunk = [&](std::string_view chunk) -> Result<void> {
     if (auto room = (*quota)->add(chunk.size()); !room) return room.error();
-    if (auto written = writer->write(chunk.data(), chunk.size()); !written) return file_error(written.error(), path);
+    if (auto written = writer->write(chunk.data(), chunk.size()); !written) return upload_error(api, written.error(), path);
     if (upload) upload->append(chunk);
     return {};
   };
@@ -225,7 +238,7 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
         }
         auto begun = api.files.begin_write(container.paths, path);
         if (!begun) {
-          failure = file_error(begun.error(), path);
+          failure = upload_error(api, begun.error(), path);
           return false;
         }
         writer = std::move(*begun);
@@ -244,7 +257,7 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
           return false;
         }
         if (auto written = writer->write(data.data(), data.size()); !written) {
-          failure = file_error(written.error(), path);
+          failure = upload_error(api, written.error(), path);
           return false;
         }
         if (upload) upload->append(data);

@@ -39,5 +39,7 @@ Result<server::Response> send_content(ApiContext& api, server::RequestContext& c
 
 // Maps a store error to the API's answer.
 ApiError file_error(store::FileError error, const std::string& path);
+// The same for a body being received: a full host disk under uploads/ is a 503.
+ApiError upload_error(ApiContext& api, store::FileError error, const std::string& path);
 
 }  // namespace sandboxd::api
