@@ -2,12 +2,16 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
 
 #include <linux/magic.h>
 
+#include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "runtime/syscall_error.h"
@@ -114,6 +118,75 @@ TEST(CgroupV2, SandboxOnARealCgroup2Hierarchy) {
   EXPECT_EQ(after.stdout_text, "0\n");
   harness.stop(*sandbox);
   EXPECT_FALSE(fs::exists(cgroup));
+}
+
+// A cgroup v2 Kubernetes node: the pod has a cgroup namespace of its own, so v2_root is
+// the pod's cgroup (not the host's root) and the server sits in it. The kernel refuses
+// to enable a controller for the children of a non-root cgroup that holds processes
+// (EBUSY); the backend moves them into a leaf first. Reproduced on a real cgroup2 mount:
+// a "pod" cgroup holding a process, and a controller the host leaves to the unified
+// hierarchy (hugetlb on a v1 host; any on a pure v2 host).
+TEST(CgroupV2, APodCgroupHoldingTheServerIsDelegatedThroughALeaf) {
+  fs::path mount_point = fs::temp_directory_path() / ("sandboxd-cgroup2-" + unique_suffix());
+  fs::create_directories(mount_point);
+  ASSERT_EQ(mount("none", mount_point.c_str(), "cgroup2", 0, nullptr), 0) << "mount cgroup2: " << strerror(errno);
+  std::string available = read_text(mount_point / "cgroup.controllers");
+  std::string controller;
+  for (const char* candidate : {"hugetlb", "pids", "memory", "cpu"})
+    if (available.find(candidate) != std::string::npos) {
+      controller = candidate;
+      break;
+    }
+  ASSERT_FALSE(controller.empty()) << "no controller in the unified hierarchy: " << available;
+  {  // the host's root hands it down to the pod (the root is exempt from the rule)
+    std::ofstream root_control(mount_point / "cgroup.subtree_control");
+    root_control << "+" << controller;
+  }
+  const fs::path pod = mount_point / ("pod-" + unique_suffix());
+  fs::create_directories(pod);
+  pid_t server = fork();
+  if (server == 0) {
+    pause();
+    _exit(0);
+  }
+  {
+    std::ofstream procs(pod / "cgroup.procs");
+    procs << server;
+  }
+  ASSERT_EQ(read_text(pod / "cgroup.procs"), std::to_string(server) + "\n");
+  {  // the rule this is about: a process in the pod, so no controller for its children
+    int fd = open((pod / "cgroup.subtree_control").c_str(), O_WRONLY | O_CLOEXEC);
+    std::string enable = "+" + controller;
+    EXPECT_EQ(write(fd, enable.data(), enable.size()), -1);
+    EXPECT_EQ(errno, EBUSY);
+    close(fd);
+  }
+
+  rt::CgroupOptions options;
+  options.mode = "v2";
+  options.v2_root = pod;
+  options.instance = "inst";
+  options.v2_controllers = {controller};
+  auto backend = rt::detect_cgroups(options);
+  ASSERT_EQ(backend->version(), "v2");
+  EXPECT_NE(read_text(pod / "cgroup.subtree_control").find(controller), std::string::npos);
+  EXPECT_NE(read_text(pod / "sandboxd" / "inst" / "cgroup.controllers").find(controller), std::string::npos)
+      << "handed down to the instance";
+  EXPECT_EQ(read_text(pod / "cgroup.procs"), "") << "the pod's cgroup holds no process now";
+  EXPECT_EQ(read_text(pod / "sandboxd-server" / "cgroup.procs"), std::to_string(server) + "\n");
+  auto created = backend->create("sbx", rt::CgroupLimits{0, 0, 0});
+  EXPECT_EQ(created.join_dirs, std::vector<std::string>{(pod / "sandboxd" / "inst" / "sbx").string()});
+  EXPECT_TRUE(fs::exists(pod / "sandboxd" / "inst" / "sbx" / "cgroup.procs"));
+  backend->destroy("sbx");
+  backend->remove_instance();
+  EXPECT_FALSE(fs::exists(pod / "sandboxd" / "inst"));
+
+  kill(server, SIGKILL);
+  waitpid(server, nullptr, 0);
+  for (const auto& dir : {pod / "sandboxd", pod / "sandboxd-server", pod})
+    EXPECT_EQ(rmdir(dir.c_str()), 0) << dir << ": " << strerror(errno);
+  EXPECT_EQ(umount2(mount_point.c_str(), MNT_DETACH), 0);
+  fs::remove(mount_point);
 }
 
 // A server killed with SIGKILL leaves running sandboxes (here PID 1 is even stopped, so

@@ -57,6 +57,9 @@ struct CgroupOptions {
   // (0 = none): what one owner's sandboxes can take of the host's process table, memory
   // and CPU. (Each sandbox's own limits sit below them.)
   CgroupLimits total{0, 0, 0};
+  // v2: the controllers handed down to the sandboxes (tests of the delegation use a
+  // controller that a v1 host leaves to the unified hierarchy, such as hugetlb).
+  std::vector<std::string> v2_controllers{"memory", "pids", "cpu"};
 };
 
 std::unique_ptr<CgroupBackend> make_cgroup_v1(const CgroupOptions& options);

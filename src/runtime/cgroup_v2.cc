@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "runtime/cgroup.h"
@@ -19,19 +20,49 @@ namespace {
 
 using namespace cgroupfs;
 
+// The leaf that the processes found in v2_root move into (see enable_for_children).
+constexpr const char* kServerLeaf = "sandboxd-server";
+
+// Enables `enable` ("+memory +pids") for the children of `dir`. On a host, v2_root is the
+// root cgroup, which the kernel exempts from its no-internal-process rule. In a container
+// with a cgroup namespace of its own (a Kubernetes pod on a cgroup v2 node), v2_root is
+// the pod's cgroup and holds the server itself: enabling a controller for children of a
+// non-root cgroup that has processes fails with EBUSY. Like Docker-in-Docker's entrypoint,
+// the processes found there move into a leaf of their own first (the server's children,
+// such as mke2fs, follow it; sandboxes join their own cgroups below `sandboxd/`). A
+// process started meanwhile (an exec into the pod) makes the write fail again: a few
+// rounds, then the error with the call.
+void enable_for_children(const std::string& dir, const std::string& enable) {
+  const std::string control = dir + "/cgroup.subtree_control";
+  for (int round = 0;; ++round) {
+    int fd = open(control.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw SyscallError("open(" + control + ")", errno);
+    ssize_t n = write(fd, enable.data(), enable.size());
+    int err = errno;
+    close(fd);
+    if (n >= 0) return;
+    if (err != EBUSY || round == 4) throw SyscallError("write(" + control + ", \"" + enable + "\")", err);
+    const std::string leaf = dir + "/" + kServerLeaf;
+    make_dir(leaf);
+    std::istringstream procs(read_file(dir + "/cgroup.procs"));
+    for (std::string pid; procs >> pid;) try_write_file(leaf + "/cgroup.procs", pid);  // gone meanwhile: ESRCH
+  }
+}
+
 class CgroupV2 final : public CgroupBackend {
  public:
   explicit CgroupV2(const CgroupOptions& options) {
     std::istringstream available(read_file(options.v2_root + "/cgroup.controllers"));
     for (std::string name; available >> name;)
-      if (name == "memory" || name == "pids" || name == "cpu") controllers_.push_back(name);
+      if (std::find(options.v2_controllers.begin(), options.v2_controllers.end(), name) != options.v2_controllers.end())
+        controllers_.push_back(name);
     std::string enable;
     for (const auto& name : controllers_) enable += (enable.empty() ? "+" : " +") + name;
     std::string base = options.v2_root + "/sandboxd";
     root_ = base + "/" + options.instance;
     // Each level hands the controllers down; the sandbox level does not, so that it
     // may hold PID 1 itself.
-    if (!enable.empty()) write_file(options.v2_root + "/cgroup.subtree_control", enable);
+    if (!enable.empty()) enable_for_children(options.v2_root, enable);
     make_dir(base);
     if (!enable.empty()) write_file(base + "/cgroup.subtree_control", enable);
     make_dir(root_);
