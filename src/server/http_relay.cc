@@ -15,6 +15,9 @@ namespace {
 
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr size_t kPieceSize = 64 * 1024;
+// A body read already (kept) is copied, to be sent again on a new connection when a
+// reused one turns out closed, up to this size (a larger one is not sent again).
+constexpr size_t kReplayCopyLimit = 1u << 20;
 
 bool is_hop_by_hop(std::string_view name, const std::set<std::string>& named_by_connection) {
   // RFC 9110 §7.6.1's list, plus what this relay frames itself (length, encoding, host)
@@ -166,7 +169,8 @@ asio::awaitable<Result<Response>> relay_request(RequestContext& ctx, const Relay
   else if (chunked_in) request.chunked(true);
   // Whether the request can be sent again on a new connection when a reused one turns
   // out closed: its body is not read from the client yet, or read already and kept.
-  const std::optional<std::string> kept_copy = options.pool ? ctx.kept_body() : std::nullopt;
+  const bool copy_kept = options.pool && ctx.kept_body() && ctx.kept_body()->size() <= kReplayCopyLimit;
+  const std::optional<std::string> kept_copy = copy_kept ? ctx.kept_body() : std::nullopt;
   const bool no_client_body = !ctx.kept_body() && ctx.body_complete();
 
   std::shared_ptr<Upstream> upstream;
