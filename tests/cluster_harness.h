@@ -124,6 +124,7 @@ class Replica {
   }
   void signal(int signo) { kill(pid_, signo); }
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
 
   const std::string& id() const { return id_; }
   uint16_t port() const { return port_; }

@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "server/blocking.h"
 #include "server/http_relay.h"
 #include "store/lease_store.h"
 
@@ -10,6 +11,7 @@ namespace sandboxd::api {
 namespace {
 
 constexpr size_t kMessagesBodyLimit = 32u << 20;  // as messages.cc reads it
+constexpr size_t kCreateBodyLimit = 64u << 10;     // as containers.cc reads it
 
 bool route_in(std::string_view route, std::initializer_list<std::string_view> names) {
   for (auto name : names)
@@ -31,6 +33,15 @@ std::string container_of_messages_body(std::string_view body) {
   return std::string(container->as_string());
 }
 
+// The body's `id` when it is a string ("" otherwise: a new id, or the handler's 400).
+std::string container_of_create_body(std::string_view body) {
+  boost::system::error_code ec;
+  auto value = boost::json::parse(body, ec);
+  if (ec || !value.is_object()) return "";
+  const auto* id = value.as_object().if_contains("id");
+  return id && id->is_string() ? std::string(id->as_string()) : std::string();
+}
+
 }  // namespace
 
 asio::awaitable<std::string> container_of_request(RequestContext& ctx) {
@@ -41,6 +52,13 @@ asio::awaitable<std::string> container_of_request(RequestContext& ctx) {
   if (route_in(route, {"threads.upload_file", "threads.put_file", "threads.download_file", "threads.message",
                        "threads.delete", "threads.artifacts"}))
     co_return ctx.params["thread_id"];
+  if (route == "containers.create") {  // an id of the client's may be a container another replica holds
+    auto body = co_await ctx.read_body(kCreateBodyLimit);
+    if (!body) co_return "";  // the handler's own read answers the error
+    std::string container = container_of_create_body(*body);
+    ctx.keep_body(std::move(*body));
+    co_return container;
+  }
   if (route == "messages.create") {
     auto body = co_await ctx.read_body(kMessagesBodyLimit);
     if (!body) co_return "";  // the handler's own read answers the error
@@ -51,8 +69,52 @@ asio::awaitable<std::string> container_of_request(RequestContext& ctx) {
   co_return "";
 }
 
+asio::awaitable<std::map<std::string, boost::json::object>> describe_held_elsewhere(
+    ApiContext& api, RequestContext& ctx, const std::vector<store::ContainerRecord>& records) {
+  std::map<std::string, boost::json::object> described;
+  ContainerLeases* leases = api.containers.leases();
+  if (!leases || records.empty()) co_return described;
+  // The leases (the database) off the I/O thread; the holders are asked one by one.
+  auto look_up = [leases, &records] {
+    std::vector<std::pair<const store::ContainerRecord*, ContainerLeases::Holder>> held;
+    for (const auto& record : records)
+      if (auto holder = leases->holder_of(record.storage); holder.elsewhere) held.emplace_back(&record, holder);
+    return held;
+  };
+  const auto held = co_await server::run_blocking(std::move(look_up));
+  server::RelayOptions options;
+  options.via = leases->settings().replica_id;
+  options.retry_after_sec = leases->settings().retry_after_sec;
+  options.answer_timeout = std::chrono::seconds(10);
+  options.pool = api.replica_connections;
+  for (const auto& [record, holder] : held) {
+    auto target = server::parse_relay_target(holder.holder_url);
+    if (!target) continue;
+    auto answer = co_await server::fetch_from_replica(ctx, *target, "/api/gpt/v1/containers/" + record->id,
+                                                      kDescribeOnlyHeader, options);
+    if (!answer || answer->status != 200) {
+      spdlog::warn("{}: replica {} did not describe container {} (it is listed from the index)", ctx.request_id,
+                   holder.holder, record->id);
+      continue;
+    }
+    boost::system::error_code ec;
+    auto value = boost::json::parse(answer->body, ec);
+    if (!ec && value.is_object() && value.as_object().if_contains("id") &&
+        value.as_object().at("id") == boost::json::value(record->id))
+      described[record->id] = std::move(value.as_object());
+  }
+  co_return described;
+}
+
 void install_cluster_routing(server::HttpServer& http, ApiContext& api, ContainerLeases& leases) {
-  http.set_interceptor([&api, &leases](RequestContext& ctx, const server::Handler& handler)
+  // Kept-alive connections to the other replicas, shared by every relayed request; an
+  // idle one closes before a peer's server.headerTimeoutSec would close it.
+  const auto header_timeout = std::chrono::seconds(api.config()->header_timeout_sec);
+  server::UpstreamPool::Limits limits;
+  limits.idle_timeout = std::min<std::chrono::milliseconds>(std::chrono::seconds(10), header_timeout * 2 / 3);
+  auto pool = server::UpstreamPool::make(http.io_context().get_executor(), limits);
+  api.replica_connections = pool;
+  http.set_interceptor([&api, &leases, pool](RequestContext& ctx, const server::Handler& handler)
                            -> asio::awaitable<Result<Response>> {
     const auto& settings = leases.settings();
     // A sandbox's own requests come from this replica (it runs the sandbox): served here.
@@ -76,6 +138,7 @@ void install_cluster_routing(server::HttpServer& http, ApiContext& api, Containe
           server::RelayOptions options;
           options.via = settings.replica_id;
           options.retry_after_sec = settings.retry_after_sec;
+          options.pool = pool;
           co_return co_await server::relay_request(ctx, *target, options);
         }
       }

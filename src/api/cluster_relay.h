@@ -5,16 +5,30 @@
 // this replica forgets the lease, so the client's retry reaches the new holder.
 #pragma once
 
+#include <boost/json/object.hpp>
+#include <map>
+
 #include "api/container_leases.h"
 #include "api/routes.h"
 
 namespace sandboxd::api {
 
 // The container a request is for, when its route is container-scoped ("" otherwise):
-// the path's container or thread id, files' scope_id, or /messages' body `container`
-// (whose body this reads then, and keeps for the handler).
+// the path's container or thread id, files' scope_id, /messages' body `container` or a
+// container creation's body `id` (whose body this reads then, and keeps for the handler).
 asio::awaitable<std::string> container_of_request(RequestContext& ctx);
 
 void install_cluster_routing(server::HttpServer& http, ApiContext& api, ContainerLeases& leases);
+
+// A replica asking the holder to describe a container for a listing marks its request
+// so: the holder answers as for a GET but the container's expiry does not roll (a
+// listing is no use of the container).
+inline constexpr std::string_view kDescribeOnlyHeader = "Sandboxd-Describe-Only";
+
+// containers.list in cluster mode: the containers of `records` that another live
+// replica holds, described by their holders (their live state and usage), by id. One
+// that cannot be asked is left out (the caller describes it from the index).
+asio::awaitable<std::map<std::string, boost::json::object>> describe_held_elsewhere(
+    ApiContext& api, RequestContext& ctx, const std::vector<store::ContainerRecord>& records);
 
 }  // namespace sandboxd::api

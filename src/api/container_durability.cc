@@ -214,6 +214,23 @@ void ContainerDurability::commit_upload(Container& container, const store::FileR
   if (change.replaced_object) delete_objects_later({*change.replaced_object});
 }
 
+void ContainerDurability::forget_files(Container& container, const std::vector<std::string>& paths) {
+  if (paths.empty()) return;
+  // Never between a flush's walk and its row writes: a flush that read the file before
+  // it went must not put its row back after this removal.
+  std::lock_guard lock(container.durability_mutex);
+  std::vector<std::string> garbage;
+  std::optional<int64_t> generation;
+  for (const auto& path : paths) {
+    auto change = manifest_.remove(container.storage, path, instance_id_);
+    if (!change.applied) continue;  // no row: never flushed, nothing in the bucket
+    generation = change.generation;
+    if (change.replaced_object) garbage.push_back(*change.replaced_object);
+  }
+  if (generation) write_marker(container, *generation);
+  delete_objects_later(std::move(garbage));
+}
+
 // --- flush --------------------------------------------------------------------------
 
 bool ContainerDurability::flush_blocking(Container& container) {

@@ -72,6 +72,11 @@ class ContainerDurability {
   bool releasable(const Container& container) const;
   // Something changed outside a command (a file deleted through the API).
   void note_change(Container& container) { ++container.changes; }
+  // Files deleted through the Files API: their manifest rows go now (fenced, as an
+  // upload's row is written: throws store::FencedError when another replica holds the
+  // container), their objects after that; a holder that dies before its next flush
+  // cannot bring them back. Blocking (the database): on the blocking pool.
+  void forget_files(Container& container, const std::vector<std::string>& paths);
   // A deleted container: its rows and objects go.
   asio::awaitable<void> forget(std::shared_ptr<Container> container);
 

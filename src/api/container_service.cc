@@ -229,25 +229,7 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
       if (auto claimed = claim_lease(*it->second); !claimed) return claimed.error();
     return it->second;
   }
-  if (auto record = metadata_.find_container(owner, id)) {
-    std::optional<ContainerLeases::Claim> claim;  // before anything is mounted for it
-    if (leases_) {
-      auto claimed = leases_->claim(record->storage);
-      if (!claimed) return claimed.error();
-      claim = *claimed;
-    }
-    Result<std::shared_ptr<Container>> container = ApiError::internal();
-    try {
-      container = load(*record);
-    } catch (const std::exception& e) {
-      return host_out_of_something("mounting the volume of container " + id, e);
-    }
-    // A lease newly taken: the local copy (if any) may be older than what another
-    // replica flushed meanwhile; ensure_local checks it before the first use.
-    if (container && claim && claim->fresh && durability_) durability_->invalidate_local(**container);
-    if (container) open_[key] = *container;
-    return container;
-  }
+  if (auto record = metadata_.find_container(owner, id)) return open_existing(*record);
   if (!create) return ApiError::not_found("Container not found: " + id);
   // Each container holds a volume image, a loop device and mounts while in use: an
   // owner keeps at most quotas.containersPerOwner of them.
@@ -283,8 +265,39 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
       discard_storage(*container);
       return claimed.error();
     }
-  metadata_.create_container(record);
+  // The database decides a race: another replica may have created (owner, id) since
+  // the lookup above. The first record stays; this replica's fresh storage and its
+  // lease go, and the container is opened as the existing one it is (a 503 to retry
+  // when the winner serves it: the retry is relayed there).
+  const store::ContainerRecord stored = metadata_.create_container(record);
+  if (stored.storage != record.storage) {
+    spdlog::info("container {} of {} was created by another replica at the same moment; this one's copy goes", id,
+                 owner);
+    if (leases_) leases_->drop(record.storage, /*deleted=*/true);
+    discard_storage(*container);
+    return open_existing(stored);
+  }
   open_[key] = container;
+  return container;
+}
+
+Result<std::shared_ptr<Container>> ContainerService::open_existing(const store::ContainerRecord& record) {
+  std::optional<ContainerLeases::Claim> claim;  // before anything is mounted for it
+  if (leases_) {
+    auto claimed = leases_->claim(record.storage);
+    if (!claimed) return claimed.error();
+    claim = *claimed;
+  }
+  Result<std::shared_ptr<Container>> container = ApiError::internal();
+  try {
+    container = load(record);
+  } catch (const std::exception& e) {
+    return host_out_of_something("mounting the volume of container " + record.id, e);
+  }
+  // A lease newly taken: the local copy (if any) may be older than what another
+  // replica flushed meanwhile; ensure_local checks it before the first use.
+  if (container && claim && claim->fresh && durability_) durability_->invalidate_local(**container);
+  if (container) open_[{record.owner, record.id}] = *container;
   return container;
 }
 

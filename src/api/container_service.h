@@ -163,6 +163,7 @@ class ContainerService {
   // manifest before use: durability->ensure_local), released when its sandbox stops
   // (after durability->flush succeeded). Set once, before serving.
   void set_cluster(ContainerLeases* leases);
+  ContainerLeases* leases() const { return leases_; }  // null in single-host mode
   struct DrainOutcome {
     size_t released = 0, kept = 0;  // kept: still held (a flush failed)
   };
@@ -189,6 +190,8 @@ class ContainerService {
   ApiError host_out_of_something(const std::string& what, const std::exception& e) const;
   // 503 (unavailable_volume) when the host cannot make or mount the volume.
   Result<std::shared_ptr<Container>> load(const store::ContainerRecord& record);
+  // open() of a container that has a record (under mutex_): its lease, then its volume.
+  Result<std::shared_ptr<Container>> open_existing(const store::ContainerRecord& record);
   Result<void> prepare_storage(Container& container, bool fresh);
   // Removes what a container that could not be made left (volume mount, folders).
   void discard_storage(Container& container);

@@ -7,9 +7,11 @@
 #include <boost/json.hpp>
 #include <filesystem>
 
+#include "api/cluster_relay.h"
 #include "api/routes.h"
 #include "api/tool_calls.h"
 #include "server/blocking.h"
+#include "server/http_relay.h"
 
 namespace sandboxd::api {
 namespace {
@@ -74,10 +76,20 @@ asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContex
   auto records = api.containers.list(ctx.owner, limit + 1, ctx.query_value("after_id").value_or(""));
   bool has_more = records.size() > limit;
   if (has_more) records.pop_back();
+  // Cluster mode: a container open on another live replica is described by it (its
+  // live state and usage), not from this replica's index as if it were stopped.
+  std::vector<store::ContainerRecord> not_open_here;
+  for (const auto& record : records)
+    if (!api.containers.find_open(ctx.owner, record.id)) not_open_here.push_back(record);
+  auto held_elsewhere = co_await describe_held_elsewhere(api, ctx, not_open_here);
   boost::json::array data;
   for (const auto& record : records) {
     if (auto container = api.containers.find_open(ctx.owner, record.id)) {
       data.push_back(co_await container_json(api.containers, *container));
+      continue;
+    }
+    if (auto it = held_elsewhere.find(record.id); it != held_elsewhere.end()) {
+      data.push_back(std::move(it->second));
       continue;
     }
     // Not open: described from the index, without mounting its volume just to list it.
@@ -103,7 +115,10 @@ asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContex
 asio::awaitable<Result<Response>> get_container(ApiContext& api, RequestContext& ctx) {
   auto container = api.containers.open(ctx.owner, ctx.params["id"], false);
   if (!container) co_return container.error();
-  api.containers.touch(**container);
+  // Another replica's listing asks for the description only (api/cluster_relay.h).
+  const bool describe_only = !ctx.header_value(server::kRelayedByHeader).empty() &&
+                             !ctx.header_value(kDescribeOnlyHeader).empty();
+  if (!describe_only) api.containers.touch(**container);
   auto described = co_await container_json(api.containers, **container);
   co_return json_ok(described);
 }

@@ -139,9 +139,14 @@ asio::awaitable<Result<Response>> remove_one(ApiContext& api, RequestContext& ct
   if (!path) co_return path.error();
   if (!resolve_sandbox_path((*container)->paths, *path)) co_return ApiError::not_found("File not found: " + id);
   auto removed = api.files.remove((*container)->storage, (*container)->paths, *path);
+  const bool gone = removed || removed.error() == store::FileError::kNotFound;
+  if (api.durability && gone) {  // out of the bucket's manifest before the answer
+    api.durability->note_change(**container);
+    auto forget = [&api, &c = **container, &path] { api.durability->forget_files(c, {*path}); };
+    co_await server::run_blocking(std::move(forget));
+  }
   if (!removed && removed.error() == store::FileError::kNotFound) co_return ApiError::not_found("File not found: " + id);
   if (!removed) co_return file_error(removed.error(), *path);
-  if (api.durability) api.durability->note_change(**container);  // the next flush drops its object
   co_return json_ok(boost::json::object{{"id", id}, {"type", "file_deleted"}});
 }
 
@@ -152,9 +157,14 @@ asio::awaitable<Result<Response>> remove_prefix(ApiContext& api, RequestContext&
   if (!prefix || prefix->empty())
     co_return ApiError::invalid_request("The 'prefix' query parameter is required to delete files by prefix");
   Container& c = **container;
-  auto remove = [&api, &c, &prefix] { return api.files.remove_prefix(c.storage, c.paths, *prefix); };
+  std::vector<std::string> removed;
+  auto remove = [&api, &c, &prefix, &removed] { return api.files.remove_prefix(c.storage, c.paths, *prefix, &removed); };
   size_t count = co_await server::run_blocking(std::move(remove));
-  if (api.durability && count > 0) api.durability->note_change(c);  // the next flush drops their objects
+  if (api.durability && count > 0) {  // out of the bucket's manifest before the answer
+    api.durability->note_change(c);
+    auto forget = [&api, &c, &removed] { api.durability->forget_files(c, removed); };
+    co_await server::run_blocking(std::move(forget));
+  }
   co_return json_ok(boost::json::object{{"prefix", *prefix}, {"deleted_count", count}, {"type", "prefix_deleted"}});
 }
 

@@ -8,6 +8,7 @@
 #include "model/upstream_client.h"
 #include "ops/health_check.h"
 #include "server/http_server.h"
+#include "server/upstream_pool.h"
 #include "store/file_store.h"
 #include "store/skill_store.h"
 
@@ -31,6 +32,8 @@ struct ApiContext {
   SkillMounts* skill_mounts = nullptr;               // each request's skills in its sandbox
   OwnerQuotas quotas;                                // stored bytes, threads, skills per owner
   ContainerDurability* durability = nullptr;         // storage.backend s3: the sessions bucket
+  // Cluster mode: kept-alive connections to the other replicas (api/cluster_relay.h).
+  std::shared_ptr<server::UpstreamPool> replica_connections;
 
   // The configuration in effect now: a request takes it once and keeps it.
   std::shared_ptr<const ops::Config> config() const { return live_config.get(); }

@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "server/http_server.h"
+#include "server/upstream_pool.h"
 
 namespace sandboxd::server {
 
@@ -35,6 +36,9 @@ struct RelayOptions {
   // holder bounds its own work: a command's timeout, the model's).
   std::chrono::seconds answer_timeout{3600};
   int retry_after_sec = 1;  // on the 502/503 the relay answers when the holder cannot
+  // Keep-alive connections to reuse (server/upstream_pool.h); none: one connection per
+  // request, closed after its answer.
+  std::shared_ptr<UpstreamPool> pool;
 };
 
 // Sends ctx's request (its body read from the client as it goes) to `target` and
@@ -43,5 +47,17 @@ struct RelayOptions {
 // Retry-After and no detail of why (that goes to the log).
 asio::awaitable<Result<Response>> relay_request(RequestContext& ctx, const RelayTarget& target,
                                                 const RelayOptions& options);
+
+// Asks the replica at `target` one small question on ctx's behalf: GET `path` with the
+// client's credentials (Authorization, x-api-key), the relay marker and `marker` (a
+// header name, sent as "1"). The answer's status and body (at most `body_limit`
+// bytes); 503/502 as relay_request when the replica cannot be reached or breaks off.
+struct FetchedAnswer {
+  unsigned status = 0;
+  std::string body;
+};
+asio::awaitable<Result<FetchedAnswer>> fetch_from_replica(RequestContext& ctx, const RelayTarget& target,
+                                                          const std::string& path, std::string_view marker,
+                                                          const RelayOptions& options, size_t body_limit = 1u << 20);
 
 }  // namespace sandboxd::server

@@ -207,6 +207,7 @@ class HttpServer {
   void set_authenticator(Authenticator authenticator) { authenticator_ = std::move(authenticator); }
   void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
   void set_interceptor(Interceptor interceptor) { interceptor_ = std::move(interceptor); }
+  asio::io_context& io_context() { return io_; }
 
   // Binds and starts accepting. Throws on a bind failure.
   tcp::endpoint listen(const std::string& host, uint16_t port);

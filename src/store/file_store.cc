@@ -284,13 +284,15 @@ FileResult<void> FileStore::remove(const std::string& storage, const ContainerPa
 // Keys here are paths relative to uploads/ (plain string prefix, as S3 does). Outputs
 // are never touched: the Files API deletes only uploaded files by prefix.
 size_t FileStore::remove_prefix(const std::string& storage, const ContainerPaths& paths,
-                                const std::string& key_prefix) {
+                                const std::string& key_prefix, std::vector<std::string>* removed_paths) {
   sync(storage, paths);
   size_t removed = 0;
   for (const auto& record : metadata_.files_of(storage)) {
     auto key = below_mount(record.path, kUploadsMount);
     if (!key || !starts_with(*key, key_prefix)) continue;
-    if (remove(storage, paths, record.path)) ++removed;
+    if (!remove(storage, paths, record.path)) continue;
+    ++removed;
+    if (removed_paths) removed_paths->push_back(record.path);
   }
   return removed;
 }

@@ -54,8 +54,10 @@ class FileStore {
 
   // Deletes one file (any mount). kNotFound when absent.
   FileResult<void> remove(const std::string& storage, const ContainerPaths& paths, const std::string& sandbox_path);
-  // Deletes every upload whose key starts with `key_prefix`; returns the count.
-  size_t remove_prefix(const std::string& storage, const ContainerPaths& paths, const std::string& key_prefix);
+  // Deletes every upload whose key starts with `key_prefix`; returns the count (and,
+  // with `removed_paths`, the sandbox path of each file it deleted).
+  size_t remove_prefix(const std::string& storage, const ContainerPaths& paths, const std::string& key_prefix,
+                       std::vector<std::string>* removed_paths = nullptr);
 
  private:
   Metadata& metadata_;
