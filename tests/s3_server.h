@@ -118,6 +118,14 @@ class S3Server {
   std::string verifier_log() const { return read_all(verifier_log_); }
   size_t verified_requests() const { return count_lines_starting("verified "); }
   size_t refused_requests() const { return count_lines_starting("refused "); }
+  // The verifier's log without its "verified" lines: what it refused, and why.
+  std::string refusals() const {
+    std::istringstream in(verifier_log());
+    std::string out;
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("verified ", 0) != 0) out += line + "\n";
+    return out;
+  }
 
   // curl signed as s3rver's default user.
   std::string run_curl(const std::string& args, int* status = nullptr) const {
