@@ -13,6 +13,7 @@
 // - x-amz-content-sha256 present: UNSIGNED-PAYLOAD, or the hex SHA-256 of the body, which
 //   is then checked against the body too (400 XAmzContentSHA256Mismatch);
 // - host, x-amz-date, x-amz-content-sha256 and every other x-amz-* header are signed;
+// - a PUT with a body has a Content-Length (no plain chunked uploads);
 // - the canonical request is rebuilt from the decoded path (each segment re-encoded per
 //   SigV4) and the decoded query parameters (re-encoded and sorted by the signer), so a
 //   client that signs a non-canonical form of what it sends is refused.
@@ -268,6 +269,8 @@ function forward(req, res, bufferedBody) {
 const server = http.createServer(async (req, res) => {
   try {
     const payloadHash = await verify(req);
+    if (req.method === 'PUT' && req.headers['content-length'] === undefined && req.headers['transfer-encoding'] !== undefined)
+      throw new Refusal(411, 'MissingContentLength', 'You must provide the Content-Length HTTP header.');
     let body = null;
     if (payloadHash !== 'UNSIGNED-PAYLOAD') {
       body = await readBody(req);
