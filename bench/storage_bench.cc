@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
   std::printf("sandboxd storage benchmark (storage.backend s3 against s3rver on loopback, %ld cores) %s\n",
               sysconf(_SC_NPROCESSORS_ONLN), kRatioNote);
   {
-    S3Server s3;
+    S3Server s3(S3Server::Signatures::kUnverified);  // s3rver alone: no verifier hop in the numbers
     Server local(binary, dir / "local", "");
     Server bucketed(binary, dir / "s3", s3.storage_yaml("bench/") );
     if (!local.start() || !bucketed.start()) return 1;
@@ -351,7 +351,7 @@ int main(int argc, char** argv) {
 
   // --- 4. a replica takes over a dead holder's container -----------------------------
   {
-    S3Server s3;
+    S3Server s3(S3Server::Signatures::kUnverified);  // s3rver alone: no verifier hop in the numbers
     const fs::path shared = dir / "cluster-metadata.db";
     const int lease_seconds = 3;
     std::vector<std::unique_ptr<Server>> replicas;

@@ -10,6 +10,6 @@ npm ci --prefix tests/sdk --no-audit --no-fund --loglevel=error >/dev/null
 npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error >/dev/null
 # kubernetes-models and yaml for the Kubernetes manifests' test (kubectl comes with the machine).
 npm ci --prefix tests/kubernetes --no-audit --no-fund --loglevel=error >/dev/null
-npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null  # s3rver, the S3 server of s3_test
+npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null  # s3rver, the S3 server of s3_test, and its SigV4 verifier
 cd build
 ctest --output-on-failure --timeout 600 "$@"

@@ -100,6 +100,10 @@ class ClusterDurability : public ::testing::Test {
     replicas.clear();
     delete bucket;
     delete upstream;
+    // Every request of every replica was signed as S3 expects (tests/s3/sigv4_verifier.js).
+    if (s3) {
+      EXPECT_EQ(s3->refused_requests(), 0u) << s3->refusals();
+    }
     delete s3;
     delete metadata;
     std::error_code ec;
