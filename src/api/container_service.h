@@ -110,6 +110,13 @@ class ContainerService {
   // The container (owner, id); with `create`, made if missing. 404 for a missing (or
   // another owner's) container.
   Result<std::shared_ptr<Container>> open(const std::string& owner, const std::string& id, bool create);
+  // The same for a coroutine on an I/O thread: an open container (with no lease to
+  // confirm) at once; otherwise open() runs as a store call (api/store_call.h), off
+  // the I/O thread when the metadata is in PostgreSQL.
+  asio::awaitable<Result<std::shared_ptr<Container>>> async_open(std::string owner, std::string id, bool create);
+  // list() as a store call.
+  asio::awaitable<std::vector<store::ContainerRecord>> async_list(std::string owner, size_t limit,
+                                                                  std::string after_id);
   std::vector<store::ContainerRecord> list(const std::string& owner, size_t limit, const std::string& after_id);
   // The container if it is open (its volume mounted) now; nothing is mounted for it.
   std::shared_ptr<Container> find_open(const std::string& owner, const std::string& id) const;
@@ -123,7 +130,9 @@ class ContainerService {
   asio::awaitable<void> stop(std::shared_ptr<Container> container, const char* reason = "api");
   asio::awaitable<void> remove(std::shared_ptr<Container> container);
 
-  // Refreshes last activity (expires_at rolls).
+  // Refreshes last activity (expires_at rolls). The index's copy is written at most
+  // once a second, inline with SQLite, in the background with PostgreSQL (not awaited;
+  // the destructor waits for those still queued).
   void touch(Container& container);
   int64_t expires_at(const Container& container) const;
   static std::string format_time(int64_t unix_seconds);
@@ -220,6 +229,7 @@ class ContainerService {
   std::map<std::pair<std::string, std::string>, std::shared_ptr<Container>> open_;
 
   std::atomic<bool> shutting_down_{false};
+  std::atomic<int> background_touches_{0};  // touch()'s PostgreSQL writes still queued
   asio::steady_timer reaper_timer_;
   std::atomic<uint64_t> sandbox_counter_{0};
   // Each with its own lock; declared last so they go first (their threads and
