@@ -84,8 +84,8 @@ ContainerService::ContainerService(asio::io_context& io, ops::LiveConfig& config
 
 ContainerService::~ContainerService() {
   // touch()'s queued writes use the metadata, which the owner destroys after this.
-  for (int queued = background_touches_.load(); queued > 0; queued = background_touches_.load())
-    background_touches_.wait(queued);
+  for (int queued = background_touches_->load(); queued > 0; queued = background_touches_->load())
+    background_touches_->wait(queued);
 }
 
 bool ContainerService::valid_id(std::string_view id) {
@@ -117,16 +117,18 @@ void ContainerService::touch(Container& container) {
   }
   // A round trip nobody needs to wait for. Two of them may land out of order: the
   // index then says a second earlier, which only the listing's expires_at shows.
-  ++background_touches_;
-  auto write = [this, owner = container.owner, id = container.id, now] {
+  // The count outlives this service (the write holds it): the destructor may return
+  // the moment it reaches zero, before notify_all returns.
+  ++*background_touches_;
+  auto write = [&metadata = metadata_, queued = background_touches_, owner = container.owner, id = container.id, now] {
     struct Done {
       std::atomic<int>& queued;
       ~Done() {
         --queued;
         queued.notify_all();
       }
-    } done{background_touches_};
-    metadata_.touch_container(owner, id, now);
+    } done{*queued};
+    metadata.touch_container(owner, id, now);
   };
   store_call_detached(metadata_.backend(), std::move(write));
 }

@@ -229,7 +229,8 @@ class ContainerService {
   std::map<std::pair<std::string, std::string>, std::shared_ptr<Container>> open_;
 
   std::atomic<bool> shutting_down_{false};
-  std::atomic<int> background_touches_{0};  // touch()'s PostgreSQL writes still queued
+  // touch()'s PostgreSQL writes still queued (shared with them).
+  std::shared_ptr<std::atomic<int>> background_touches_ = std::make_shared<std::atomic<int>>(0);
   asio::steady_timer reaper_timer_;
   std::atomic<uint64_t> sandbox_counter_{0};
   // Each with its own lock; declared last so they go first (their threads and
