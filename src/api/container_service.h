@@ -67,6 +67,7 @@ struct Container {
   std::chrono::steady_clock::time_point synced_at{};
   bool index_dirty = true;  // code may have written files since the last sync
   bool sync_scheduled = false;
+  int walks_running = 0;  // a listing meanwhile walks too: a running walk may not have reached its files yet
 
   // The durable copy in the sessions bucket (storage.backend s3; container_durability.h).
   std::mutex durability_mutex;            // one flush or restore at a time (blocking threads)
