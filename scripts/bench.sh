@@ -9,6 +9,8 @@
 #   SANDBOXD_BENCH_ONLY=runtime | image | idle | storage  that benchmark alone (storage:
 #                                    storage.backend s3 against local and s3rver, which
 #                                    `npm ci --prefix tests/s3` installs)
+#   SANDBOXD_BENCH_ONLY=metadata     file calls with 8 connections, metadata.backend
+#                                    sqlite against postgres (a PostgreSQL of its own)
 #   SANDBOXD_BENCH_ONLY=messages | relay | throughput | transfer
 #                                    the server benchmark's executions and that part
 #   SANDBOXD_BENCH_IDLE=N            also, in a full run, N idle running sandboxes (the
@@ -83,6 +85,7 @@ case "$only" in
   runtime) start_docker; ./build/bench/sandboxd_runtime_bench ;;
   image) build_image; BENCH_DATA_DIR="$image_data" BENCH_IMAGE="$image_name" ./build/bench/sandboxd_image_bench ;;
   idle) ./build/bench/sandboxd_idle_bench ;;
+  metadata) ./build/bench/sandboxd_metadata_bench ;;
   storage) npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null; ./build/bench/sandboxd_storage_bench ;;
   messages | relay | throughput | transfer) ./build/bench/sandboxd_server_bench ;;
   "")
@@ -96,10 +99,12 @@ case "$only" in
     echo
     npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null
     ./build/bench/sandboxd_storage_bench
+    echo
+    ./build/bench/sandboxd_metadata_bench
     if [ -n "${SANDBOXD_BENCH_IDLE:-}" ]; then
       echo
       ./build/bench/sandboxd_idle_bench
     fi
     ;;
-  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, messages, relay, throughput or transfer" >&2; exit 2 ;;
+  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, messages, relay, throughput or transfer" >&2; exit 2 ;;
 esac

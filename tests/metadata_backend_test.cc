@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <thread>
+#include <vector>
 
 #include "postgres_harness.h"
 #include "server_harness.h"
@@ -84,6 +86,74 @@ TEST(MetadataBackend, PostgresKeepsFilesAndThreadsAcrossARestart) {
   EXPECT_EQ(threads.at("data").as_array()[0].at("title"), "Q3 sales");
   // A thread id that is not UTF-8 is just not found (PostgreSQL could not take it).
   EXPECT_EQ(server.status("'" + server.url("/api/v1/app/thread/thread_%FF%FE") + "'"), 404);
+}
+
+// Every surface whose store calls run off the I/O threads on PostgreSQL (api/store_call.h),
+// by 8 clients at once, each in its own container and thread: uploads under a stored-bytes
+// quota (the charge reads the previous version), listings, a file's metadata, deletions,
+// the container list, the thread calls and the skills list. Each client checks what it
+// gets back; the database holds exactly what is left.
+TEST(MetadataBackend, PostgresServesEverySurfaceToConcurrentClients) {
+  const std::string url = PostgresEnvironment::server().create_database();
+  ServerProcess server(metadata_yaml(url) + "quotas:\n  storedBytesPerOwner: 1Mi\n");
+  constexpr int kClients = 8;
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.emplace_back([&server, i] {
+      const std::string container = "pg-c" + std::to_string(i);
+      auto files = [&](const std::string& suffix = "", const std::string& query = "") {
+        return "'" + server.base() + "/files" + suffix + "?scope_id=" + container + query + "'";
+      };
+      std::string kept_id;
+      for (int n = 0; n < 4; ++n) {
+        auto put = server.curl_json("-X PUT " + files("/dir/f" + std::to_string(n) + ".txt") + " --data-binary 'v1'");
+        EXPECT_EQ(put.at("filename").as_string(), "f" + std::to_string(n) + ".txt") << put;
+        // The same key again: a new version, charged against the old one.
+        put = server.curl_json("-X PUT " + files("/dir/f" + std::to_string(n) + ".txt") + " --data-binary 'v2!'");
+        EXPECT_EQ(put.at("size_bytes"), 3) << put;
+        if (n == 0) kept_id = std::string(put.at("id").as_string());
+      }
+      auto listed = server.curl_json(files("", "&limit=2"));
+      EXPECT_EQ(listed.at("data").as_array().size(), 2u) << listed;
+      EXPECT_EQ(listed.at("has_more"), true) << listed;
+      auto one = server.curl_json(files("/" + kept_id));
+      EXPECT_EQ(one.at("etag"), "c67a9ca5f84c1f187c62ef4d51387bef") << one;  // MD5 of "v2!"
+      auto deleted = server.curl_json("-X DELETE " + files("/" + kept_id));
+      EXPECT_EQ(deleted.at("type"), "file_deleted") << deleted;
+      EXPECT_EQ(server.status(files("/" + kept_id)), 404);
+      auto by_prefix = server.curl_json("-X DELETE " + files("", "&prefix=dir/f1"));
+      EXPECT_EQ(by_prefix.at("deleted_count"), 1) << by_prefix;
+      EXPECT_EQ(server.curl_json(files()).at("data").as_array().size(), 2u);
+
+      auto thread = server.curl_json("-X POST '" + server.url("/api/v1/app/thread") + "' -d '{\"title\": \"t" +
+                                     std::to_string(i) + "\"}'");
+      EXPECT_EQ(thread.at("type"), "thread") << thread;
+      const std::string thread_url = server.url("/api/v1/app/thread/" + std::string(thread.at("id").as_string()));
+      auto renamed = server.curl_json("-X PATCH '" + thread_url + "' -d '{\"title\": \"renamed\"}'");
+      EXPECT_EQ(renamed.at("title"), "renamed") << renamed;
+      auto got = server.curl_json("'" + thread_url + "'");
+      EXPECT_EQ(got.at("title"), "renamed") << got;
+      EXPECT_TRUE(got.at("messages").as_array().empty()) << got;
+      auto artifacts = server.curl_json("'" + thread_url + "/artifacts'");
+      EXPECT_TRUE(artifacts.at("data").as_array().empty()) << artifacts;
+      auto removed = server.curl_json("-X DELETE '" + thread_url + "'");
+      EXPECT_EQ(removed.at("type"), "thread_deleted") << removed;
+      EXPECT_EQ(server.status("'" + thread_url + "'"), 404);
+      EXPECT_EQ(server.status("'" + server.base() + "/skills'"), 200);
+    });
+  for (auto& client : clients) client.join();
+
+  auto containers = server.curl_json("'" + server.base() + "/containers?limit=100'");
+  size_t mine = 0;
+  for (const auto& c : containers.at("data").as_array())
+    if (std::string(c.at("id").as_string()).starts_with("pg-c")) ++mine;
+  EXPECT_EQ(mine, static_cast<size_t>(kClients)) << containers;
+  auto threads = server.curl_json("'" + server.url("/api/v1/app/thread") + "'");
+  EXPECT_TRUE(threads.at("data").as_array().empty()) << threads;
+  EXPECT_EQ(count_rows(url, "files"), 2 * kClients);
+  EXPECT_EQ(count_rows(url, "threads"), 0);
+  // The server stayed healthy throughout (no request failed on a store call).
+  EXPECT_EQ(server.log().find("metadata: a background write failed"), std::string::npos) << server.log();
 }
 
 TEST(MetadataBackend, AnUnreachableDatabaseStopsTheStartWithTheReason) {

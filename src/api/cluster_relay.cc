@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "api/store_call.h"
 #include "server/blocking.h"
 #include "server/http_relay.h"
 #include "store/lease_store.h"
@@ -121,17 +122,22 @@ void install_cluster_routing(server::HttpServer& http, ApiContext& api, Containe
     std::string container_id;
     if (!ctx.origin) container_id = co_await container_of_request(ctx);
     if (!container_id.empty() && ContainerService::valid_id(container_id)) {
-      if (auto record = api.containers.metadata().find_container(ctx.owner, container_id)) {
-        auto holder = leases.holder_of(record->storage);
-        if (holder.elsewhere) {
+      // Two reads (the container, its lease) before the request is served or relayed.
+      auto lookup = [&api, &leases, &ctx, &container_id]() -> std::optional<ContainerLeases::Holder> {
+        auto record = api.containers.metadata().find_container(ctx.owner, container_id);
+        if (!record) return std::nullopt;
+        return leases.holder_of(record->storage);
+      };
+      if (auto holder = co_await store_call(api, std::move(lookup))) {
+        if (holder->elsewhere) {
           // Relayed once at most: a relayed request that finds the container moved on
           // again is answered here, and the client's retry finds the new holder.
           if (!ctx.header_value(server::kRelayedByHeader).empty())
             co_return ApiError::overloaded("The container is moving between replicas; try again shortly",
                                            settings.retry_after_sec);
-          auto target = server::parse_relay_target(holder.holder_url);
+          auto target = server::parse_relay_target(holder->holder_url);
           if (!target) {
-            spdlog::error("{}: replica {} advertises an unusable URL", ctx.request_id, holder.holder);
+            spdlog::error("{}: replica {} advertises an unusable URL", ctx.request_id, holder->holder);
             co_return ApiError::overloaded("The replica serving this container cannot be reached; try again shortly",
                                            settings.retry_after_sec);
           }

@@ -5,6 +5,7 @@
 #include "api/container_durability.h"
 #include "api/sandbox_network.h"
 #include "api/skill_mounts.h"
+#include "api/store_call.h"
 
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -81,7 +82,11 @@ ContainerService::ContainerService(asio::io_context& io, ops::LiveConfig& config
   pool_.start();
 }
 
-ContainerService::~ContainerService() = default;
+ContainerService::~ContainerService() {
+  // touch()'s queued writes use the metadata, which the owner destroys after this.
+  for (int queued = background_touches_->load(); queued > 0; queued = background_touches_->load())
+    background_touches_->wait(queued);
+}
 
 bool ContainerService::valid_id(std::string_view id) {
   if (id.empty() || id.size() > 128) return false;
@@ -105,7 +110,27 @@ void ContainerService::touch(Container& container) {
   int64_t now = now_seconds();
   int64_t previous = container.last_used_at.exchange(now);
   // The index only needs second resolution; skip the write within the same second.
-  if (previous != now) metadata_.touch_container(container.owner, container.id, now);
+  if (previous == now) return;
+  if (metadata_.backend() == store::db::Backend::kSqlite) {
+    metadata_.touch_container(container.owner, container.id, now);
+    return;
+  }
+  // A round trip nobody needs to wait for. Two of them may land out of order: the
+  // index then says a second earlier, which only the listing's expires_at shows.
+  // The count outlives this service (the write holds it): the destructor may return
+  // the moment it reaches zero, before notify_all returns.
+  ++*background_touches_;
+  auto write = [&metadata = metadata_, queued = background_touches_, owner = container.owner, id = container.id, now] {
+    struct Done {
+      std::atomic<int>& queued;
+      ~Done() {
+        --queued;
+        queued.notify_all();
+      }
+    } done{*queued};
+    metadata.touch_container(owner, id, now);
+  };
+  store_call_detached(metadata_.backend(), std::move(write));
 }
 
 int64_t ContainerService::expires_at(const Container& container) const {
@@ -299,6 +324,21 @@ Result<std::shared_ptr<Container>> ContainerService::open_existing(const store::
   if (container && claim && claim->fresh && durability_) durability_->invalidate_local(**container);
   if (container) open_[{record.owner, record.id}] = *container;
   return container;
+}
+
+asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::async_open(std::string owner, std::string id,
+                                                                                 bool create) {
+  // The common case, a container in use here: no database call, no hop.
+  if (!leases_ && !shutting_down_)
+    if (auto container = find_open(owner, id)) co_return container;
+  auto call = [this, &owner, &id, create] { return open(owner, id, create); };
+  co_return co_await store_call(metadata_.backend(), std::move(call));
+}
+
+asio::awaitable<std::vector<store::ContainerRecord>> ContainerService::async_list(std::string owner, size_t limit,
+                                                                                 std::string after_id) {
+  auto call = [this, &owner, limit, &after_id] { return list(owner, limit, after_id); };
+  co_return co_await store_call(metadata_.backend(), std::move(call));
 }
 
 void ContainerService::set_cluster(ContainerLeases* leases) {
@@ -689,8 +729,11 @@ asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> contai
     std::lock_guard lock(mutex_);
     open_.erase({container->owner, container->id});
   }
-  metadata_.delete_container(container->owner, container->id);
-  if (leases_) leases_->drop(container->storage, /*deleted=*/true);
+  auto forget_records = [this, &container] {
+    metadata_.delete_container(container->owner, container->id);
+    if (leases_) leases_->drop(container->storage, /*deleted=*/true);
+  };
+  co_await store_call(metadata_.backend(), std::move(forget_records));
   if (durability_) co_await durability_->forget(container);
   SkillMounts::remove_folder(settings()->data_dir, container->storage);
   try {

@@ -67,6 +67,7 @@ struct Container {
   std::chrono::steady_clock::time_point synced_at{};
   bool index_dirty = true;  // code may have written files since the last sync
   bool sync_scheduled = false;
+  int walks_running = 0;  // a listing meanwhile walks too: a running walk may not have reached its files yet
 
   // The durable copy in the sessions bucket (storage.backend s3; container_durability.h).
   std::mutex durability_mutex;            // one flush or restore at a time (blocking threads)
@@ -110,6 +111,13 @@ class ContainerService {
   // The container (owner, id); with `create`, made if missing. 404 for a missing (or
   // another owner's) container.
   Result<std::shared_ptr<Container>> open(const std::string& owner, const std::string& id, bool create);
+  // The same for a coroutine on an I/O thread: an open container (with no lease to
+  // confirm) at once; otherwise open() runs as a store call (api/store_call.h), off
+  // the I/O thread when the metadata is in PostgreSQL.
+  asio::awaitable<Result<std::shared_ptr<Container>>> async_open(std::string owner, std::string id, bool create);
+  // list() as a store call.
+  asio::awaitable<std::vector<store::ContainerRecord>> async_list(std::string owner, size_t limit,
+                                                                  std::string after_id);
   std::vector<store::ContainerRecord> list(const std::string& owner, size_t limit, const std::string& after_id);
   // The container if it is open (its volume mounted) now; nothing is mounted for it.
   std::shared_ptr<Container> find_open(const std::string& owner, const std::string& id) const;
@@ -123,7 +131,9 @@ class ContainerService {
   asio::awaitable<void> stop(std::shared_ptr<Container> container, const char* reason = "api");
   asio::awaitable<void> remove(std::shared_ptr<Container> container);
 
-  // Refreshes last activity (expires_at rolls).
+  // Refreshes last activity (expires_at rolls). The index's copy is written at most
+  // once a second, inline with SQLite, in the background with PostgreSQL (not awaited;
+  // the destructor waits for those still queued).
   void touch(Container& container);
   int64_t expires_at(const Container& container) const;
   static std::string format_time(int64_t unix_seconds);
@@ -223,6 +233,8 @@ class ContainerService {
   std::map<std::pair<std::string, std::string>, std::shared_ptr<Container>> open_;
 
   std::atomic<bool> shutting_down_{false};
+  // touch()'s PostgreSQL writes still queued (shared with them).
+  std::shared_ptr<std::atomic<int>> background_touches_ = std::make_shared<std::atomic<int>>(0);
   asio::steady_timer reaper_timer_;
   std::atomic<uint64_t> sandbox_counter_{0};
   // Each with its own lock; declared last so they go first (their threads and

@@ -9,6 +9,7 @@
 
 #include "api/cluster_relay.h"
 #include "api/routes.h"
+#include "api/store_call.h"
 #include "api/tool_calls.h"
 #include "server/blocking.h"
 #include "server/http_relay.h"
@@ -62,7 +63,7 @@ asio::awaitable<Result<Response>> create_container(ApiContext& api, RequestConte
     }
   }
   if (id.empty()) id = api.containers.new_id();
-  auto container = api.containers.open(ctx.owner, id, /*create=*/true);
+  auto container = co_await api.containers.async_open(ctx.owner, id, /*create=*/true);
   if (!container) co_return container.error();
   api.containers.touch(**container);
   auto described = co_await container_json(api.containers, **container);
@@ -73,7 +74,7 @@ asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContex
   auto page = page_limit(ctx);
   if (!page) co_return page.error();
   const size_t limit = *page;
-  auto records = api.containers.list(ctx.owner, limit + 1, ctx.query_value("after_id").value_or(""));
+  auto records = co_await api.containers.async_list(ctx.owner, limit + 1, ctx.query_value("after_id").value_or(""));
   bool has_more = records.size() > limit;
   if (has_more) records.pop_back();
   // Cluster mode: a container open on another live replica is described by it (its
@@ -94,7 +95,9 @@ asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContex
     }
     // Not open: described from the index, without mounting its volume just to list it.
     uint64_t bytes = 0, files = 0;
-    for (const auto& file : api.containers.metadata().files_of(record.storage)) {
+    auto query = [&api, &record] { return api.containers.metadata().files_of(record.storage); };
+    auto stored = co_await store_call(api, std::move(query));
+    for (const auto& file : stored) {
       bytes += file.size;
       ++files;
     }
@@ -113,7 +116,7 @@ asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContex
 }
 
 asio::awaitable<Result<Response>> get_container(ApiContext& api, RequestContext& ctx) {
-  auto container = api.containers.open(ctx.owner, ctx.params["id"], false);
+  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
   if (!container) co_return container.error();
   // Another replica's listing asks for the description only (api/cluster_relay.h).
   const bool describe_only = !ctx.header_value(server::kRelayedByHeader).empty() &&
@@ -124,7 +127,7 @@ asio::awaitable<Result<Response>> get_container(ApiContext& api, RequestContext&
 }
 
 asio::awaitable<Result<Response>> stop_container(ApiContext& api, RequestContext& ctx) {
-  auto container = api.containers.open(ctx.owner, ctx.params["id"], false);
+  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
   if (!container) co_return container.error();
   co_await api.containers.stop(*container);
   auto described = co_await container_json(api.containers, **container);
@@ -132,7 +135,7 @@ asio::awaitable<Result<Response>> stop_container(ApiContext& api, RequestContext
 }
 
 asio::awaitable<Result<Response>> delete_container(ApiContext& api, RequestContext& ctx) {
-  auto container = api.containers.open(ctx.owner, ctx.params["id"], false);
+  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
   if (!container) co_return container.error();
   co_await api.containers.remove(*container);
   co_return json_ok(boost::json::object{{"id", (*container)->id}, {"type", "container_deleted"}});
@@ -146,7 +149,7 @@ asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx)
   if (!body) co_return body.error();
   auto input = parse_json_object(*body);
   if (!input) co_return input.error();
-  auto container = api.containers.open(ctx.owner, ctx.params["id"], /*create=*/true);
+  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], /*create=*/true);
   if (!container) co_return container.error();
   auto content = co_await run_sub_tool(api, *container, tool, *input);
   if (!content) co_return content.error();

@@ -21,7 +21,15 @@ void sync_now(ApiContext& api, Container& container) {
     std::lock_guard lock(container.sync_mutex);
     container.index_dirty = false;
     container.synced_at = Clock::now();
+    ++container.walks_running;
   }
+  struct Finished {
+    Container& container;
+    ~Finished() {
+      std::lock_guard lock(container.sync_mutex);
+      --container.walks_running;
+    }
+  } finished{container};
   api.files.sync(container.storage, container.paths);
 }
 
@@ -57,7 +65,10 @@ void after_execution(ApiContext& api, const std::shared_ptr<Container>& containe
 asio::awaitable<void> before_listing(ApiContext& api, Container& container) {
   {
     std::lock_guard lock(container.sync_mutex);
-    bool stale = container.index_dirty || (container.running() && Clock::now() - container.synced_at > kRunningRefresh);
+    // A walk running now (after an execution) cleared index_dirty as it began and may
+    // not have reached the files that command wrote: this listing walks as well.
+    bool stale = container.index_dirty || container.walks_running > 0 ||
+                 (container.running() && Clock::now() - container.synced_at > kRunningRefresh);
     if (!stale) co_return;
   }
   co_await sync_off_io_thread(api, container);

@@ -4,6 +4,7 @@
 
 #include "api/bucket_upload.h"
 #include "api/container_durability.h"
+#include "api/store_call.h"
 #include "ops/metrics.h"
 #include "server/header_values.h"
 #include "store/keys.h"
@@ -151,18 +152,23 @@ Result<store::FileRecord> commit_upload(ApiContext& api, Container& container, s
 asio::awaitable<Result<store::FileRecord>> finish_upload(ApiContext& api, Container& container,
                                                          store::FileWriter& writer, BucketUpload* upload,
                                                          const std::string& path, OwnerQuotas::UploadCharge& quota) {
-  if (!upload) co_return commit_upload(api, container, writer, path, quota);
+  if (!upload) {
+    auto commit = [&api, &container, &writer, &path, &quota] { return commit_upload(api, container, writer, path, quota); };
+    co_return co_await store_call(api, std::move(commit));
+  }
   if (auto sent = co_await upload->finish(); !sent) {
     writer.abort();
     co_await upload->discard();
     co_return sent.error();
   }
-  auto record = commit_upload(api, container, writer, path, quota);
-  if (!record) {
-    co_await upload->discard();
-    co_return record;
-  }
-  api.durability->commit_upload(container, *record, upload->key());
+  // The record, then its manifest row: both in the metadata database.
+  auto commit = [&api, &container, &writer, &path, &quota, upload] {
+    auto record = commit_upload(api, container, writer, path, quota);
+    if (record) api.durability->commit_upload(container, *record, upload->key());
+    return record;
+  };
+  auto record = co_await store_call(api, std::move(commit));
+  if (!record) co_await upload->discard();
   co_return record;
 }
 }  // namespace
@@ -173,7 +179,10 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
   if (!valid) co_return valid.error();
   std::string path = store::sandbox_path_for_key(key);
   const auto stored = co_await stored_bytes(api, container);
-  auto quota = begin_upload_charge(api, container, stored, path, ctx.declared_body_size());
+  auto charge = [&api, &container, &stored, &path, declared = ctx.declared_body_size()] {
+    return begin_upload_charge(api, container, stored, path, declared);
+  };
+  auto quota = co_await store_call(api, std::move(charge));
   if (!quota) co_return quota.error();
   auto begun = api.files.begin_write(container.paths, path);
   if (!begun) co_return upload_error(api, begun.error(), path);

@@ -8,6 +8,7 @@
 #include "api/discovery.h"
 #include "api/file_transfer.h"
 #include "api/routes.h"
+#include "api/store_call.h"
 #include "server/blocking.h"
 #include "server/header_values.h"
 #include "store/keys.h"
@@ -15,12 +16,20 @@
 namespace sandboxd::api {
 namespace {
 
-Result<std::shared_ptr<Container>> scoped_container(ApiContext& api, RequestContext& ctx, bool create) {
+asio::awaitable<Result<std::shared_ptr<Container>>> scoped_container(ApiContext& api, RequestContext& ctx,
+                                                                    bool create) {
   auto scope = ctx.query_value("scope_id");
-  if (!scope || scope->empty()) return ApiError::invalid_request("The 'scope_id' query parameter (the container id) is required");
-  auto container = api.containers.open(ctx.owner, *scope, create);
+  if (!scope || scope->empty())
+    co_return ApiError::invalid_request("The 'scope_id' query parameter (the container id) is required");
+  auto container = co_await api.containers.async_open(ctx.owner, *scope, create);
   if (container) api.containers.touch(**container);
-  return container;
+  co_return container;
+}
+
+// The request's container, ready for use (restored from the bucket when need be).
+asio::awaitable<Result<std::shared_ptr<Container>>> scoped_ready_container(ApiContext& api, RequestContext& ctx) {
+  auto container = co_await scoped_container(api, ctx, /*create=*/false);
+  co_return co_await ready_container(api, std::move(container));
 }
 
 std::string leaf_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
@@ -44,11 +53,13 @@ asio::awaitable<Result<store::FileRecord>> find_file(ApiContext& api, Container&
 }
 
 asio::awaitable<Result<Response>> upload(ApiContext& api, RequestContext& ctx) {
-  co_return co_await upload_response(api, ctx, scoped_container(api, ctx, /*create=*/true), std::nullopt);
+  auto container = co_await scoped_container(api, ctx, /*create=*/true);
+  co_return co_await upload_response(api, ctx, std::move(container), std::nullopt);
 }
 
 asio::awaitable<Result<Response>> put(ApiContext& api, RequestContext& ctx) {
-  co_return co_await upload_response(api, ctx, scoped_container(api, ctx, /*create=*/true), ctx.params["key"]);
+  auto container = co_await scoped_container(api, ctx, /*create=*/true);
+  co_return co_await upload_response(api, ctx, std::move(container), ctx.params["key"]);
 }
 
 // The sandbox-path prefixes that a key prefix selects, in uploads and outputs.
@@ -63,7 +74,7 @@ std::vector<std::string> path_prefixes_for(const std::string& key_prefix) {
 }
 
 asio::awaitable<Result<Response>> list(ApiContext& api, RequestContext& ctx) {
-  auto container = co_await ready_container(api, scoped_container(api, ctx, /*create=*/false));
+  auto container = co_await scoped_ready_container(api, ctx);
   if (!container) co_return container.error();
   auto requested = page_limit(ctx);
   if (!requested) co_return requested.error();
@@ -84,7 +95,10 @@ asio::awaitable<Result<Response>> list(ApiContext& api, RequestContext& ctx) {
   }
   Container& c = **container;
   co_await before_listing(api, c);  // files that code wrote appear here
-  auto page = api.containers.metadata().list_files(c.storage, path_prefixes_for(prefix), limit, after, before);
+  auto query = [&api, &c, &prefix, limit, &after, &before] {
+    return api.containers.metadata().list_files(c.storage, path_prefixes_for(prefix), limit, after, before);
+  };
+  auto page = co_await store_call(api, std::move(query));
   boost::json::array data;
   for (const auto& record : page.files) data.push_back(file_object(c.id, record));
   boost::json::object out{{"data", std::move(data)}, {"has_more", page.has_more}};
@@ -94,7 +108,7 @@ asio::awaitable<Result<Response>> list(ApiContext& api, RequestContext& ctx) {
 }
 
 asio::awaitable<Result<Response>> metadata(ApiContext& api, RequestContext& ctx) {
-  auto container = co_await ready_container(api, scoped_container(api, ctx, /*create=*/false));
+  auto container = co_await scoped_ready_container(api, ctx);
   if (!container) co_return container.error();
   auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
@@ -102,7 +116,7 @@ asio::awaitable<Result<Response>> metadata(ApiContext& api, RequestContext& ctx)
 }
 
 asio::awaitable<Result<Response>> head(ApiContext& api, RequestContext& ctx) {
-  auto container = co_await ready_container(api, scoped_container(api, ctx, /*create=*/false));
+  auto container = co_await scoped_ready_container(api, ctx);
   if (!container) co_return container.error();
   auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
@@ -122,7 +136,7 @@ asio::awaitable<Result<Response>> head(ApiContext& api, RequestContext& ctx) {
 }
 
 asio::awaitable<Result<Response>> content(ApiContext& api, RequestContext& ctx) {
-  auto container = co_await ready_container(api, scoped_container(api, ctx, /*create=*/false));
+  auto container = co_await scoped_ready_container(api, ctx);
   if (!container) co_return container.error();
   auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
@@ -132,17 +146,19 @@ asio::awaitable<Result<Response>> content(ApiContext& api, RequestContext& ctx) 
 }
 
 asio::awaitable<Result<Response>> remove_one(ApiContext& api, RequestContext& ctx) {
-  auto container = co_await ready_container(api, scoped_container(api, ctx, /*create=*/false));
+  auto container = co_await scoped_ready_container(api, ctx);
   if (!container) co_return container.error();
   const std::string id = ctx.params["file_id"];
   auto path = path_of_id(id);
   if (!path) co_return path.error();
   if (!resolve_sandbox_path((*container)->paths, *path)) co_return ApiError::not_found("File not found: " + id);
-  auto removed = api.files.remove((*container)->storage, (*container)->paths, *path);
+  Container& c = **container;
+  auto remove = [&api, &c, &path] { return api.files.remove(c.storage, c.paths, *path); };
+  auto removed = co_await store_call(api, std::move(remove));
   const bool gone = removed || removed.error() == store::FileError::kNotFound;
   if (api.durability && gone) {  // out of the bucket's manifest before the answer
-    api.durability->note_change(**container);
-    auto forget = [&api, &c = **container, &path] { api.durability->forget_files(c, {*path}); };
+    api.durability->note_change(c);
+    auto forget = [&api, &c, &path] { api.durability->forget_files(c, {*path}); };
     co_await server::run_blocking(std::move(forget));
   }
   if (!removed && removed.error() == store::FileError::kNotFound) co_return ApiError::not_found("File not found: " + id);
@@ -151,7 +167,7 @@ asio::awaitable<Result<Response>> remove_one(ApiContext& api, RequestContext& ct
 }
 
 asio::awaitable<Result<Response>> remove_prefix(ApiContext& api, RequestContext& ctx) {
-  auto container = co_await ready_container(api, scoped_container(api, ctx, /*create=*/false));
+  auto container = co_await scoped_ready_container(api, ctx);
   if (!container) co_return container.error();
   auto prefix = ctx.query_value("prefix");
   if (!prefix || prefix->empty())

@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 
 #include "api/routes.h"
+#include "api/store_call.h"
 #include "api/skill_mounts.h"
 #include "api/tool_calls.h"
 #include "api/tool_loop_support.h"
@@ -61,7 +62,8 @@ asio::awaitable<Result<Response>> validate(ApiContext& api, RequestContext& ctx)
   auto request = co_await read_request(ctx);
   if (!request) co_return request.error();
   if (!request->skills.empty() && api.skills) {
-    auto skills = resolve_skills(*api.skills, ctx.owner, request->skills);
+    auto resolve = [&api, &ctx, &request] { return resolve_skills(*api.skills, ctx.owner, request->skills); };
+    auto skills = co_await store_call(api, std::move(resolve));
     if (!skills) co_return skills.error();
   }
   co_return json_ok(json::object{{"valid", true}});
@@ -88,14 +90,15 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
     // No container named: the owner's own stable one (for code in a sandbox, the
     // container it runs in).
     const std::string fallback = ctx.origin_container.empty() ? ContainerService::default_id() : ctx.origin_container;
-    auto opened = api.containers.open(ctx.owner, request->container.value_or(fallback), true);
+    auto opened = co_await api.containers.async_open(ctx.owner, request->container.value_or(fallback), true);
     if (!opened) co_return opened.error();
     container = *opened;
   }
   std::vector<LoadedSkill> skills;
   if (!request->skills.empty()) {
     if (!api.skills || !api.skill_mounts) co_return ApiError::internal();
-    auto resolved = resolve_skills(*api.skills, ctx.owner, request->skills);
+    auto resolve = [&api, &ctx, &request] { return resolve_skills(*api.skills, ctx.owner, request->skills); };
+    auto resolved = co_await store_call(api, std::move(resolve));
     if (!resolved) co_return resolved.error();
     auto lease = api.skill_mounts->load(container->paths.skills, *resolved);
     if (!lease) co_return lease.error();

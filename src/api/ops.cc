@@ -6,6 +6,7 @@
 
 #include "api/container_durability.h"
 #include "api/routes.h"
+#include "api/store_call.h"
 #include "ops/metrics.h"
 #include "ops/owner_admission.h"
 
@@ -83,7 +84,8 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
         gauges.executions_queued = admission.queued();
         gauges.executions_limit = admission.limit();
         gauges.sandboxes_running = api.containers.running_sandboxes();
-        gauges.files_bytes = api.containers.metadata().total_bytes();
+        auto total = [&api] { return api.containers.metadata().total_bytes(); };
+        gauges.files_bytes = co_await store_call(api, std::move(total));
         const auto settings = api.containers.settings();
         gauges.executions_owner_share = ops::owner_execution_share(settings->max_concurrent_executions_per_owner,
                                                                    settings->max_concurrent_executions);

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/routes.h"
+#include "api/store_call.h"
 #include "server/blocking.h"
 #include "store/multipart.h"
 #include "store/skill_archive.h"
@@ -212,7 +213,8 @@ asio::awaitable<Result<Response>> create_skill(ApiContext& api, RequestContext& 
   // and again with the insert.
   auto* quotas = &api.quotas;
   const auto config = api.config();
-  if (auto room = room_for_skill(*skills, owner, *config, /*new_skill=*/true); !room) co_return room.error();
+  auto room_check = [skills, &owner, &config] { return room_for_skill(*skills, owner, *config, /*new_skill=*/true); };
+  if (auto room = co_await store_call(api, std::move(room_check)); !room) co_return room.error();
   auto upload = co_await receive_upload(api, ctx);
   if (!upload) co_return upload.error();
   auto display_name = (*upload)->display_name;
@@ -230,13 +232,16 @@ asio::awaitable<Result<Response>> create_version(ApiContext& api, RequestContext
   auto store = skill_store(api);
   if (!store) co_return store.error();
   const std::string owner = ctx.owner, skill_id = ctx.params["skill_id"];
-  auto skill = (*store)->find(owner, skill_id);
-  if (!skill) co_return ApiError::not_found("Skill not found: " + skill_id);
-  if (skill->source != "custom") co_return ApiError::invalid_request("Built-in skills are read-only: " + skill_id);
   auto* skills = *store;
   auto* quotas = &api.quotas;
   const auto config = api.config();
-  if (auto room = room_for_skill(*skills, owner, *config, /*new_skill=*/false); !room) co_return room.error();
+  auto lookup = [skills, &owner, &skill_id, &config]() -> Result<void> {
+    auto skill = skills->find(owner, skill_id);
+    if (!skill) return ApiError::not_found("Skill not found: " + skill_id);
+    if (skill->source != "custom") return ApiError::invalid_request("Built-in skills are read-only: " + skill_id);
+    return room_for_skill(*skills, owner, *config, /*new_skill=*/false);
+  };
+  if (auto found = co_await store_call(api, std::move(lookup)); !found) co_return found.error();
   auto upload = co_await receive_upload(api, ctx);
   if (!upload) co_return upload.error();
   Keep keep = [skills, owner, skill_id, quotas, config](const store::SkillStaging::Checked& checked) -> Result<json::value> {
@@ -259,14 +264,18 @@ asio::awaitable<Result<Response>> list_skills(ApiContext& api, RequestContext& c
   const std::string source = ctx.query_value("source").value_or("");
   if (!source.empty() && source != "custom" && source != "anthropic")
     co_return ApiError::invalid_request("'source' must be 'custom' or 'anthropic'");
-  auto page = (*store)->list(ctx.owner, source, *limit, ctx.query_value("page").value_or(""));
+  auto query = [&store, &ctx, &source, &limit] {
+    return (*store)->list(ctx.owner, source, *limit, ctx.query_value("page").value_or(""));
+  };
+  auto page = co_await store_call(api, std::move(query));
   co_return json_ok(page_json(page, skill_json));
 }
 
 asio::awaitable<Result<Response>> get_skill(ApiContext& api, RequestContext& ctx) {
   auto store = skill_store(api);
   if (!store) co_return store.error();
-  auto skill = (*store)->find(ctx.owner, ctx.params["skill_id"]);
+  auto query = [&store, &ctx] { return (*store)->find(ctx.owner, ctx.params["skill_id"]); };
+  auto skill = co_await store_call(api, std::move(query));
   if (!skill) co_return ApiError::not_found("Skill not found: " + ctx.params["skill_id"]);
   co_return json_ok(skill_json(*skill));
 }
@@ -275,7 +284,8 @@ asio::awaitable<Result<Response>> delete_skill(ApiContext& api, RequestContext& 
   auto store = skill_store(api);
   if (!store) co_return store.error();
   const std::string owner = ctx.owner, skill_id = ctx.params["skill_id"];
-  auto skill = (*store)->find(owner, skill_id);
+  auto query = [&store, &owner, &skill_id] { return (*store)->find(owner, skill_id); };
+  auto skill = co_await store_call(api, std::move(query));
   if (!skill) co_return ApiError::not_found("Skill not found: " + skill_id);
   if (skill->source != "custom") co_return ApiError::invalid_request("Built-in skills cannot be deleted: " + skill_id);
   auto* skills = *store;
@@ -294,17 +304,28 @@ asio::awaitable<Result<Response>> list_versions(ApiContext& api, RequestContext&
   auto limit = page_limit(ctx);
   if (!limit) co_return limit.error();
   const std::string skill_id = ctx.params["skill_id"];
-  if (!(*store)->find(ctx.owner, skill_id)) co_return ApiError::not_found("Skill not found: " + skill_id);
-  auto page = (*store)->versions(ctx.owner, skill_id, *limit, ctx.query_value("page").value_or(""));
-  co_return json_ok(page_json(page, version_json));
+  auto query = [&store, &ctx, &skill_id, &limit] {
+    std::optional<store::SkillPage<store::SkillVersionRecord>> page;
+    if ((*store)->find(ctx.owner, skill_id))
+      page = (*store)->versions(ctx.owner, skill_id, *limit, ctx.query_value("page").value_or(""));
+    return page;
+  };
+  auto page = co_await store_call(api, std::move(query));
+  if (!page) co_return ApiError::not_found("Skill not found: " + skill_id);
+  co_return json_ok(page_json(*page, version_json));
 }
 
 asio::awaitable<Result<Response>> get_version(ApiContext& api, RequestContext& ctx) {
   auto store = skill_store(api);
   if (!store) co_return store.error();
   const std::string skill_id = ctx.params["skill_id"], version = ctx.params["version"];
-  if (!(*store)->find(ctx.owner, skill_id)) co_return ApiError::not_found("Skill not found: " + skill_id);
-  auto found = (*store)->find_version(ctx.owner, skill_id, version);
+  auto query = [&store, &ctx, &skill_id, &version]() -> Result<std::optional<store::SkillVersionRecord>> {
+    if (!(*store)->find(ctx.owner, skill_id)) return ApiError::not_found("Skill not found: " + skill_id);
+    return (*store)->find_version(ctx.owner, skill_id, version);
+  };
+  auto lookup = co_await store_call(api, std::move(query));
+  if (!lookup) co_return lookup.error();
+  auto& found = *lookup;
   if (!found) co_return ApiError::not_found("Version '" + version + "' of skill " + skill_id + " not found");
   co_return json_ok(version_json(*found));
 }
@@ -313,7 +334,8 @@ asio::awaitable<Result<Response>> delete_version(ApiContext& api, RequestContext
   auto store = skill_store(api);
   if (!store) co_return store.error();
   const std::string owner = ctx.owner, skill_id = ctx.params["skill_id"], version = ctx.params["version"];
-  auto skill = (*store)->find(owner, skill_id);
+  auto query = [&store, &owner, &skill_id] { return (*store)->find(owner, skill_id); };
+  auto skill = co_await store_call(api, std::move(query));
   if (!skill) co_return ApiError::not_found("Skill not found: " + skill_id);
   if (skill->source != "custom") co_return ApiError::invalid_request("Built-in skills cannot be deleted: " + skill_id);
   auto* skills = *store;

@@ -17,6 +17,7 @@
 
 #include "api/discovery.h"
 #include "api/routes.h"
+#include "api/store_call.h"
 #include "api/thread_chat.h"
 #include "api/tool_calls.h"
 #include "api/tool_loop_support.h"
@@ -284,7 +285,9 @@ asio::awaitable<OutputsSnapshot> snapshot_outputs(ApiContext& api, Container& co
   co_await sync_off_io_thread(api, container);
   const std::string prefix = std::string(kOutputsMount) + "/";
   OutputsSnapshot snapshot;
-  for (auto& record : api.containers.metadata().files_of(container.storage))
+  auto query = [&api, &container] { return api.containers.metadata().files_of(container.storage); };
+  auto records = co_await store_call(api, std::move(query));
+  for (auto& record : records)
     if (record.path.rfind(prefix, 0) == 0)
       snapshot.emplace(record.path, Fingerprint{record.size, record.etag, record.mtime_ns});
   co_return snapshot;
@@ -296,7 +299,9 @@ asio::awaitable<std::vector<store::ThreadArtifact>> changed_outputs(ApiContext& 
   std::vector<store::ThreadArtifact> out;
   const std::string prefix = std::string(kOutputsMount) + "/";
   co_await sync_off_io_thread(api, container);
-  for (auto& record : api.containers.metadata().files_of(container.storage)) {
+  auto query = [&api, &container] { return api.containers.metadata().files_of(container.storage); };
+  auto records = co_await store_call(api, std::move(query));
+  for (auto& record : records) {
     if (record.path.rfind(prefix, 0) != 0) continue;
     auto it = before.find(record.path);
     if (it != before.end() && it->second == Fingerprint{record.size, record.etag, record.mtime_ns}) continue;
@@ -441,7 +446,10 @@ class Turn : public model::EventSink {
     if (auto* usage = message_delta.if_contains("usage")) extra["usage"] = *usage;
     store::ThreadMessage assistant{message_id_, "assistant", json::serialize(content_), json::serialize(extra),
                                    now_seconds()};
-    stored = state_->threads.append_turn(owner_, thread_id_, user, assistant, artifacts, title_from(request_text));
+    auto append = [this, &assistant, &artifacts] {
+      return state_->threads.append_turn(owner_, thread_id_, user, assistant, artifacts, title_from(request_text));
+    };
+    stored = co_await store_call(api_, std::move(append));
     if (!stored) failure = ApiError::not_found("Thread not found: " + thread_id_ + " (deleted while it answered)");
     answer = message_json(assistant);
     answer["thread_id"] = thread_id_;
@@ -461,10 +469,11 @@ class Turn : public model::EventSink {
 // ---------------------------------------------------------------------------------
 // Routes
 
-Result<store::ThreadRecord> find_thread(ChatState& state, RequestContext& ctx) {
-  auto thread = state.threads.find(ctx.owner, ctx.params["thread_id"]);
-  if (!thread) return ApiError::not_found("Thread not found: " + ctx.params["thread_id"].substr(0, 200));
-  return *thread;
+asio::awaitable<Result<store::ThreadRecord>> find_thread(ApiContext& api, ChatState& state, RequestContext& ctx) {
+  auto query = [&state, &ctx] { return state.threads.find(ctx.owner, ctx.params["thread_id"]); };
+  auto thread = co_await store_call(api, std::move(query));
+  if (!thread) co_return ApiError::not_found("Thread not found: " + ctx.params["thread_id"].substr(0, 200));
+  co_return *thread;
 }
 
 asio::awaitable<Result<Response>> create_thread(ApiContext& api, ChatState& state, RequestContext& ctx) {
@@ -482,20 +491,26 @@ asio::awaitable<Result<Response>> create_thread(ApiContext& api, ChatState& stat
   if (!title) co_return title.error();
   store::ThreadRecord record{ctx.owner, "thread_" + api.containers.new_id().substr(5), *title, now_seconds(), 0, 0};
   record.updated_at = record.created_at;
-  {
+  auto create = [&api, &state, &ctx, &record]() -> Result<store::ThreadRecord> {
     std::lock_guard creating(api.quotas.creation_mutex());  // the count and the insert together
     auto room = OwnerQuotas::room_for_one_more(state.threads.count(ctx.owner), api.config()->threads_per_owner,
                                                "threads", "quotas.threadsPerOwner", "threads_quota");
-    if (!room) co_return room.error();
-    if (!state.threads.create(record)) co_return ApiError::internal();
-  }
-  co_return json_ok(thread_json(*state.threads.find(ctx.owner, record.id)), http::status::created);
+    if (!room) return room.error();
+    if (!state.threads.create(record)) return ApiError::internal();
+    return *state.threads.find(ctx.owner, record.id);
+  };
+  auto created = co_await store_call(api, std::move(create));
+  if (!created) co_return created.error();
+  co_return json_ok(thread_json(*created), http::status::created);
 }
 
-asio::awaitable<Result<Response>> list_threads(ApiContext&, ChatState& state, RequestContext& ctx) {
+asio::awaitable<Result<Response>> list_threads(ApiContext& api, ChatState& state, RequestContext& ctx) {
   auto limit = page_limit(ctx);
   if (!limit) co_return limit.error();
-  auto page = state.threads.list(ctx.owner, *limit, ctx.query_value("after_id").value_or(""));
+  auto query = [&state, &ctx, &limit] {
+    return state.threads.list(ctx.owner, *limit, ctx.query_value("after_id").value_or(""));
+  };
+  auto page = co_await store_call(api, std::move(query));
   json::array data;
   for (const auto& t : page.threads) data.push_back(thread_json(t));
   json::object out{{"data", data}, {"has_more", page.has_more}};
@@ -504,17 +519,19 @@ asio::awaitable<Result<Response>> list_threads(ApiContext&, ChatState& state, Re
   co_return json_ok(out);
 }
 
-asio::awaitable<Result<Response>> get_thread(ApiContext&, ChatState& state, RequestContext& ctx) {
-  auto thread = find_thread(state, ctx);
+asio::awaitable<Result<Response>> get_thread(ApiContext& api, ChatState& state, RequestContext& ctx) {
+  auto thread = co_await find_thread(api, state, ctx);
   if (!thread) co_return thread.error();
   json::object out = thread_json(*thread);
   json::array messages;
-  for (const auto& m : state.threads.messages(ctx.owner, thread->id)) messages.push_back(message_json(m));
+  auto query = [&state, &ctx, &thread] { return state.threads.messages(ctx.owner, thread->id); };
+  auto stored = co_await store_call(api, std::move(query));
+  for (const auto& m : stored) messages.push_back(message_json(m));
   out["messages"] = std::move(messages);
   co_return json_ok(out);
 }
 
-asio::awaitable<Result<Response>> rename_thread(ApiContext&, ChatState& state, RequestContext& ctx) {
+asio::awaitable<Result<Response>> rename_thread(ApiContext& api, ChatState& state, RequestContext& ctx) {
   auto body = co_await ctx.read_body(64 * 1024);
   if (!body) co_return body.error();
   auto object = parse_json_object(*body);
@@ -524,27 +541,34 @@ asio::awaitable<Result<Response>> rename_thread(ApiContext&, ChatState& state, R
   if (!object->contains("title")) co_return ApiError::invalid_request("'title' is required");
   auto title = read_title(*object);
   if (!title) co_return title.error();
-  if (!state.threads.rename(ctx.owner, ctx.params["thread_id"], *title, now_seconds()))
-    co_return ApiError::not_found("Thread not found: " + ctx.params["thread_id"].substr(0, 200));
-  co_return json_ok(thread_json(*state.threads.find(ctx.owner, ctx.params["thread_id"])));
+  auto rename = [&state, &ctx, &title]() -> std::optional<store::ThreadRecord> {
+    if (!state.threads.rename(ctx.owner, ctx.params["thread_id"], *title, now_seconds())) return std::nullopt;
+    return state.threads.find(ctx.owner, ctx.params["thread_id"]);
+  };
+  auto renamed = co_await store_call(api, std::move(rename));
+  if (!renamed) co_return ApiError::not_found("Thread not found: " + ctx.params["thread_id"].substr(0, 200));
+  co_return json_ok(thread_json(*renamed));
 }
 
 asio::awaitable<Result<Response>> delete_thread(ApiContext& api, ChatState& state, RequestContext& ctx) {
-  auto thread = find_thread(state, ctx);
+  auto thread = co_await find_thread(api, state, ctx);
   if (!thread) co_return thread.error();
   // The container first: a turn running now has its command killed with the sandbox.
-  if (auto container = api.containers.open(ctx.owner, thread->id, /*create=*/false))
+  if (auto container = co_await api.containers.async_open(ctx.owner, thread->id, /*create=*/false))
     co_await api.containers.remove(*container);
-  state.threads.remove(ctx.owner, thread->id);
+  auto remove = [&state, &ctx, &thread] { state.threads.remove(ctx.owner, thread->id); };
+  co_await store_call(api, std::move(remove));
   co_return json_ok(json::object{{"id", thread->id}, {"type", "thread_deleted"}, {"deleted", true}});
 }
 
 asio::awaitable<Result<Response>> list_artifacts(ApiContext& api, ChatState& state, RequestContext& ctx) {
-  auto thread = find_thread(state, ctx);
+  auto thread = co_await find_thread(api, state, ctx);
   if (!thread) co_return thread.error();
   const bool downloadable = api.config()->download_generated;
   json::array data;
-  for (const auto& a : state.threads.artifacts(ctx.owner, thread->id)) data.push_back(artifact_json(thread->id, a, downloadable));
+  auto query = [&state, &ctx, &thread] { return state.threads.artifacts(ctx.owner, thread->id); };
+  auto artifacts = co_await store_call(api, std::move(query));
+  for (const auto& a : artifacts) data.push_back(artifact_json(thread->id, a, downloadable));
   co_return json_ok(json::object{{"data", data}});
 }
 
@@ -569,7 +593,7 @@ asio::awaitable<Result<Response>> post_message(ApiContext& api, std::shared_ptr<
   if (!object) co_return object.error();
   auto request = parse_chat_request(*object);
   if (!request) co_return request.error();
-  auto thread = find_thread(*state, ctx);
+  auto thread = co_await find_thread(api, *state, ctx);
   if (!thread) co_return thread.error();
   const auto config = api.config();
   if (config->model_base_url.empty() || !api.upstream)
@@ -589,15 +613,16 @@ asio::awaitable<Result<Response>> post_message(ApiContext& api, std::shared_ptr<
   turn->request_text = request->content;
   turn->model = request->model;
 
-  json::array messages =
-      history_for_upstream(state->threads.messages(ctx.owner, thread->id), config->max_history_turns, code_execution);
+  auto history = [&state, &ctx, &thread] { return state->threads.messages(ctx.owner, thread->id); };
+  auto stored_messages = co_await store_call(api, std::move(history));
+  json::array messages = history_for_upstream(std::move(stored_messages), config->max_history_turns, code_execution);
   messages.push_back(json::object{{"role", "user"}, {"content", request->content}});
   json::object upstream{{"model", request->model},
                         {"max_tokens", request->max_tokens},
                         {"messages", std::move(messages)},
                         {"stream", true}};
   if (code_execution) {
-    auto opened = api.containers.open(ctx.owner, thread->id, /*create=*/true);
+    auto opened = co_await api.containers.async_open(ctx.owner, thread->id, /*create=*/true);
     if (!opened) co_return opened.error();
     turn->container = *opened;
     turn->outputs_before = co_await snapshot_outputs(api, *turn->container);

@@ -11,24 +11,28 @@
 namespace sandboxd::api {
 namespace {
 
-Result<std::shared_ptr<Container>> thread_container(ApiContext& api, RequestContext& ctx, bool create) {
-  auto container = api.containers.open(ctx.owner, ctx.params["thread_id"], create);
+asio::awaitable<Result<std::shared_ptr<Container>>> thread_container(ApiContext& api, RequestContext& ctx,
+                                                                    bool create) {
+  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["thread_id"], create);
   if (container) api.containers.touch(**container);
-  return container;
+  co_return container;
 }
 
 asio::awaitable<Result<Response>> upload_file(ApiContext& api, RequestContext& ctx) {
-  co_return co_await upload_response(api, ctx, thread_container(api, ctx, /*create=*/true), std::nullopt);
+  auto container = co_await thread_container(api, ctx, /*create=*/true);
+  co_return co_await upload_response(api, ctx, std::move(container), std::nullopt);
 }
 
 asio::awaitable<Result<Response>> put_file(ApiContext& api, RequestContext& ctx) {
-  co_return co_await upload_response(api, ctx, thread_container(api, ctx, /*create=*/true), ctx.params["path"]);
+  auto container = co_await thread_container(api, ctx, /*create=*/true);
+  co_return co_await upload_response(api, ctx, std::move(container), ctx.params["path"]);
 }
 
 asio::awaitable<Result<Response>> download_file(ApiContext& api, RequestContext& ctx) {
   auto path = ctx.query_value("path");
   if (!path || path->empty()) co_return ApiError::invalid_request("The 'path' query parameter (a sandbox path) is required");
-  auto container = co_await ready_container(api, thread_container(api, ctx, /*create=*/false));
+  auto opened = co_await thread_container(api, ctx, /*create=*/false);
+  auto container = co_await ready_container(api, std::move(opened));
   if (!container) co_return container.error();
   auto resolved = resolve_sandbox_path((*container)->paths, *path);
   if (!resolved) co_return ApiError::invalid_request("Path '" + path->substr(0, 300) + "' does not match any session mount");

@@ -51,6 +51,9 @@ class Metadata {
   Metadata(const Metadata&) = delete;
   Metadata& operator=(const Metadata&) = delete;
 
+  // Which database it is on: the API runs PostgreSQL calls off its I/O threads.
+  db::Backend backend() const { return db_->backend(); }
+
   std::optional<ContainerRecord> find_container(const std::string& owner, const std::string& id);
   // Inserts; if (owner, id) exists already, returns the existing record instead.
   ContainerRecord create_container(const ContainerRecord& record);
