@@ -409,8 +409,6 @@ void template_reply(int fd, int pid, bool setup_failed, const char* step, long r
   sys(SYS_write, fd, reinterpret_cast<long>(&reply), sizeof reply);  // < PIPE_BUF: atomic
 }
 
-int template_child_main(void* arg) { run_child(*static_cast<CommandRegion*>(arg), true); }
-
 // The template: becomes the confined agent once, then clones a child per region PID 1
 // sends, as a child of PID 1 (CLONE_PARENT: PID 1 reaps it and sees its status, as for
 // the children it makes itself), and answers with its pid.
@@ -424,6 +422,7 @@ int template_main(void* arg) {
     child_exit(127);
   }
 #if SANDBOXD_HAVE_TEMPLATE
+  auto template_child_main = [](void* arg) -> int { run_child(*static_cast<CommandRegion*>(arg), true); };
   for (;;) {
     CommandRegion* child = nullptr;
     if (!read_exactly(self.request_read, &child, sizeof child)) child_exit(0);
