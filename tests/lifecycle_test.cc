@@ -12,7 +12,9 @@
 
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "runtime/syscall_error.h"
 #include "runtime/volume.h"
@@ -102,15 +104,31 @@ TEST(CgroupV2, SandboxOnARealCgroup2Hierarchy) {
   fs::path cgroup = sandbox_cgroup_paths(*harness.runtime, sandbox->name()).exec_parent;
   EXPECT_EQ(cgroup, fs::path(v2_root) / "sandboxd" / harness.runtime->options().instance / sandbox->name());
   EXPECT_TRUE(fs::exists(cgroup / "cgroup.kill"));
-  // PID 1 sits in the sandbox cgroup; the child it keeps ready for the next command
-  // moves into its own execution cgroup right after it is forked.
+  // PID 1 and the command template sit in the sandbox cgroup; the child kept ready for
+  // the next command moves into its own execution cgroup right after it is cloned. The
+  // template is the other process that has no session of its own (the child calls
+  // setsid first thing).
+  auto pid1_and_template_only = [&](const std::string& procs) {
+    std::istringstream lines(procs);
+    std::vector<std::string> pids;
+    for (std::string line; std::getline(lines, line);) pids.push_back(line);
+    if (pids.size() != 2) return false;
+    std::string pid1 = std::to_string(sandbox->pid());
+    std::string other = pids[0] == pid1 ? pids[1] : pids[1] == pid1 ? pids[0] : "";
+    if (other.empty()) return false;
+    std::string stat = read_text(fs::path("/proc") / other / "stat");
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+    std::string state, ppid, pgrp, session;
+    fields >> state >> ppid >> pgrp >> session;
+    return ppid == pid1 && session != other;
+  };
   std::string procs;
   for (int i = 0; i < 200; ++i) {
     procs = read_text(cgroup / "cgroup.procs");
-    if (procs == std::to_string(sandbox->pid()) + "\n") break;
+    if (pid1_and_template_only(procs)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_EQ(procs, std::to_string(sandbox->pid()) + "\n") << "PID 1 alone in the sandbox cgroup";
+  EXPECT_TRUE(pid1_and_template_only(procs)) << "PID 1 and the template alone in the sandbox cgroup: " << procs;
   auto r = harness.exec(*sandbox, "cat /proc/self/cgroup | grep -o '0::.*'; setsid sleep 1000 & sleep 1000", 1s);
   EXPECT_EQ(r.return_code, 124);
   EXPECT_EQ(r.stdout_text, "0::/e1\n") << "the cgroup namespace is rooted at the sandbox";

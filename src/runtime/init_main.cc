@@ -208,6 +208,14 @@ class Init {
   }
 
   int prepare_in(Prepared& prepared, std::string& error) {
+    // Cloned from the template, which installed the filter and credentials once; made
+    // directly (the same steps, per command) when the template cannot.
+    std::string template_error;
+    if (rt::prepare_command_from_template(template_, ctx_, prepared.exec.cgroup_fd, prepared.command,
+                                          template_error) == 0) {
+      next_ = std::move(prepared);
+      return 0;
+    }
     if (int rc = rt::prepare_command(ctx_, prepared.exec.cgroup_fd, prepared.command, error); rc < 0) {
       lingering_.push_back(prepared.exec);
       sweep_lingering();
@@ -257,6 +265,7 @@ class Init {
       int status = 0;
       pid_t pid = waitpid(-1, &status, WNOHANG);
       if (pid <= 0) break;
+      if (rt::template_reaped(template_, pid)) continue;
       if (auto region = discarded_regions_.find(pid); region != discarded_regions_.end()) {
         rt::release_region(region->second);
         discarded_regions_.erase(region);
@@ -318,6 +327,7 @@ class Init {
   std::map<pid_t, uint32_t> by_pid_;
   std::vector<Execution> lingering_;
   std::optional<Prepared> next_;
+  rt::CommandTemplate template_;
   uint32_t cgroup_counter_ = 0;
   // Emptied execution cgroups kept for reuse.
   static constexpr size_t kKeptCgroups = 2;

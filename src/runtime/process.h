@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/protocol.h"
 #include "runtime/seccomp.h"
@@ -72,6 +73,37 @@ int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand
 // Hands the encoded SpawnRequest to a prepared child and closes request_write.
 // Returns 0, or -EPIPE when the child is gone (prepare another).
 int launch_command(PreparedCommand& prepared, const std::string& encoded_request);
+
+// The command template (see process.cc): one process per sandbox that became the
+// agent and installed the seccomp filter once, and from which PID 1 has each command's
+// child cloned, so that every child inherits the filter and credentials instead of
+// setting them up again. Owned by PID 1; killed and replaced when it stops answering.
+struct CommandTemplate {
+  pid_t pid = -1;
+  int pidfd = -1;
+  int request_write = -1, request_read = -1;  // PID 1 -> template: a child's region
+  int reply_write = -1, reply_read = -1;      // template -> PID 1: the child's pid
+  CommandRegion* region = nullptr;            // the template's own stack
+  // Its setup failed once (the same steps would fail again): prepare directly.
+  bool unusable = false;
+  // Children whose template died before saying so, killed, until reaped.
+  struct Orphan {
+    pid_t pid;
+    CommandRegion* region;
+  };
+  std::vector<Orphan> orphans;
+};
+
+// prepare_command through the template (started on first use, restarted after it
+// died or stopped answering): the same child, in its execution cgroup and waiting for
+// its command. Returns 0, or a negative errno with `error` set when the template could
+// not make it (the caller then uses prepare_command).
+int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ctx, int cgroup_dirfd,
+                                  PreparedCommand& out, std::string& error);
+
+// For every pid PID 1 reaps: true when it was the template (now forgotten, so the next
+// command starts a new one) or a child orphaned by it.
+bool template_reaped(CommandTemplate& tpl, pid_t pid);
 
 // Closes every descriptor the parent holds for a prepared child. Its region, if any,
 // is left in `prepared.region` (the child may still run on it until it is reaped).
