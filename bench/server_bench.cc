@@ -475,8 +475,9 @@ int main(int argc, char** argv) {
     fs::remove(copy);
     return t;
   };
-  // The server's own write path: write() then fsync, as dd does with conv=fsync (cp
-  // copies in the kernel with copy_file_range, which no network receiver can use).
+  // write() then fsync through the page cache, as dd does with conv=fsync (cp copies in
+  // the kernel with copy_file_range, which no network receiver can use). For reference:
+  // the server writes a body past 1 MiB with O_DIRECT (store/atomic_writer.cc).
   auto dd_once = [&] {
     double t = seconds_of([&] {
       run_quiet({"/bin/dd", "if=" + big.string(), "of=" + copy.string(), "bs=1M", "conv=fsync", "status=none"});
