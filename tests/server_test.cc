@@ -371,6 +371,30 @@ TEST(ServerSettings, UploadedResourceDownloadsWhenEnabled) {
   EXPECT_EQ(server.status(thread + "/download-file?path=/mnt/user-data/outputs/out.txt"), 403);
 }
 
+// Bodies many times the writer's ring of buffers (8 MiB), each way a body arrives: sized
+// (read straight into the writer's buffers, after 100-continue), chunked and multipart
+// (copied in). The etag is the MD5 of the bytes and the stored file is the body.
+TEST(ServerUploads, LargeBodiesAreHashedAndStoredWhole) {
+  ServerProcess server("server:\n  maxUploadSize: 64Mi\nworkspace:\n  downloads:\n    uploadedResources: true\n");
+  const std::string body = (server.dir() / "body.bin").string(), back = (server.dir() / "back.bin").string();
+  sh("head -c 25166601 /dev/urandom > " + body);  // 24 MiB and an unaligned tail
+  const std::string md5 = sh("md5sum " + body + " | cut -d' ' -f1 | tr -d '\\n'");
+  const std::string files = server.base() + "/files", thread = server.url("/api/v1/app/thread/big");
+  const std::vector<std::pair<std::string, std::string>> uploads = {
+      {"sized.bin", "-X PUT '" + files + "/sized.bin?scope_id=big' -T " + body},
+      {"chunked.bin", "-X PUT '" + files + "/chunked.bin?scope_id=big' -H 'Transfer-Encoding: chunked' -T " + body},
+      {"multi.bin", "-X POST '" + files + "?scope_id=big' -F 'file=@" + body + ";filename=multi.bin'"}};
+  for (const auto& [name, args] : uploads) {
+    auto uploaded = json(server.curl(args));
+    ASSERT_TRUE(uploaded.is_object()) << name;
+    EXPECT_EQ(uploaded.at("filename").as_string(), name);
+    EXPECT_EQ(uploaded.at("size_bytes").as_int64(), 25166601) << name;
+    EXPECT_EQ(uploaded.at("etag").as_string(), md5) << name;
+    server.curl("-o " + back + " '" + thread + "/download-file?path=/mnt/user-data/uploads/" + name + "'");
+    EXPECT_EQ(sh("cmp " + body + " " + back + " && echo same"), "same\n") << name;
+  }
+}
+
 // --- transport ------------------------------------------------------------------------
 
 TEST_F(ServerTest, RoutingAuthAndRequestIds) {

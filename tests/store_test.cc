@@ -12,10 +12,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <set>
+#include <span>
 #include <sstream>
 #include <thread>
 
@@ -1081,6 +1084,72 @@ TEST_F(FileStoreTest, ConcurrentWritersNeverMixTheirContent) {
   EXPECT_EQ(failed_opens, 0);
   EXPECT_EQ(mixed_reads, 0) << "of " << reads << " reads";
   EXPECT_EQ(directory_entries(outputs_), (std::vector<std::string>{"shared.bin"}));
+}
+
+// A body lent and filled as the Files API's raw uploads do (the socket read straight
+// into the writer's buffers): many times the ring of buffers, so the producer outruns
+// hashing and writing and waits for room; an unaligned tail after the O_DIRECT part.
+TEST_F(FileStoreTest, ALargeBodyFilledIntoLentBuffersIsHashedAndWrittenWhole) {
+  std::string content(20 * 1024 * 1024 + 12345, '\0');
+  std::mt19937_64 random(17);
+  for (auto& c : content) c = static_cast<char>(random());
+  auto begun = store_.begin_write(paths_, kUploads + "/large.bin");
+  ASSERT_EQ(error_of(begun), kSucceeded);
+  auto writer = std::move(*begun);
+  ASSERT_EQ(error_of(writer->write(content.data(), 3)), kSucceeded);  // copied in, as multipart does
+  size_t at = 3, waits = 0;
+  while (at < content.size()) {
+    std::span<char> lent = writer->lend();
+    if (lent.empty()) {
+      std::promise<void> room;
+      writer->when_room(1, [&room] { room.set_value(); });  // from a step's thread
+      room.get_future().wait();
+      ++waits;
+      continue;
+    }
+    const size_t take = std::min({lent.size(), content.size() - at, size_t{100003}});
+    std::memcpy(lent.data(), content.data() + at, take);
+    ASSERT_EQ(error_of(writer->fill(take)), kSucceeded);
+    at += take;
+  }
+  auto committed = writer->commit();
+  ASSERT_EQ(error_of(committed), kSucceeded);
+  EXPECT_EQ(committed->size, content.size());
+  EXPECT_EQ(committed->etag, md5_hex(content));
+  EXPECT_TRUE(read_host_file(uploads_ / "large.bin") == content);
+  EXPECT_EQ(directory_entries(uploads_), (std::vector<std::string>{"large.bin"}));
+  EXPECT_GT(waits, 0u) << "the producer never had to wait for room";
+}
+
+// A volume that fills while the write step runs behind: fill or commit says so, the
+// previous version stays.
+TEST_F(FileStoreTest, FullVolumeWhileFillingLentBuffersKeepsTheOldFile) {
+  if (mount("tmpfs", outputs_.c_str(), "tmpfs", 0, "size=2m") != 0) GTEST_SKIP() << "cannot mount tmpfs";
+  mounted_ = true;
+  ASSERT_EQ(put(kOutputs + "/big.bin", "old", 3), kSucceeded);
+  auto begun = store_.begin_write(paths_, kOutputs + "/big.bin");
+  ASSERT_TRUE(begun);
+  auto writer = std::move(*begun);
+  std::optional<FileError> result = kSucceeded;
+  for (size_t filled = 0; filled < (16u << 20) && result == kSucceeded;) {
+    std::span<char> lent = writer->lend();
+    if (lent.empty()) {
+      std::promise<void> room;
+      writer->when_room(1, [&room] { room.set_value(); });
+      room.get_future().wait();
+      continue;
+    }
+    std::memset(lent.data(), 'n', lent.size());
+    result = error_of(writer->fill(lent.size()));
+    filled += lent.size();
+  }
+  if (result == kSucceeded) result = error_of(writer->commit());
+  EXPECT_EQ(result, FileError::kNoSpace);
+  writer.reset();
+  EXPECT_EQ(read_host_file(outputs_ / "big.bin"), "old");
+  EXPECT_EQ(directory_entries(outputs_), (std::vector<std::string>{"big.bin"}));
+  ASSERT_EQ(umount2(outputs_.c_str(), 0), 0);
+  mounted_ = false;
 }
 
 TEST_F(FileStoreTest, FullVolumeReportsNoSpaceAndKeepsTheOldFile) {

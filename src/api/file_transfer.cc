@@ -5,7 +5,9 @@
 #include "api/bucket_upload.h"
 #include "api/container_durability.h"
 #include "api/store_call.h"
+#include "api/upload_buffers.h"
 #include "ops/metrics.h"
+#include "server/blocking.h"
 #include "server/header_values.h"
 #include "store/keys.h"
 #include "store/multipart.h"
@@ -59,9 +61,12 @@ Result<std::string> checked_key(const std::string& key) {
   return key;
 }
 
-// Puts the body in place, then its record (an overwrite is a new file: created_at now).
-Result<store::FileRecord> commit_upload(ApiContext& api, Container& container, store::FileWriter& writer,
-                                        const std::string& path, OwnerQuotas::UploadCharge& quota);
+// Puts the body in place (on the blocking pool: the writer's last bytes, fsync and
+// rename wait on the disk), then its record (an overwrite is a new file: created_at now)
+// and, when `object_key` is given (the sessions bucket holds the body), its manifest row.
+asio::awaitable<Result<store::FileRecord>> commit_upload(ApiContext& api, Container& container,
+                                                         store::FileWriter& writer, const std::string& path,
+                                                         OwnerQuotas::UploadCharge& quota, const std::string* object_key);
 
 // quotas.storedBytesPerOwner: what the owner stores, measured before the body is read.
 asio::awaitable<OwnerQuotas::StoredBytes> stored_bytes(ApiContext& api, Container& container) {
@@ -138,36 +143,35 @@ boost::json::object file_object(const std::string& container_id, const store::Fi
 }
 
 namespace {
-Result<store::FileRecord> commit_upload(ApiContext& api, Container& container, store::FileWriter& writer,
-                                        const std::string& path, OwnerQuotas::UploadCharge& quota) {
-  auto committed = writer.commit();
-  if (!committed) return upload_error(api, committed.error(), path);
+asio::awaitable<Result<store::FileRecord>> commit_upload(ApiContext& api, Container& container,
+                                                         store::FileWriter& writer, const std::string& path,
+                                                         OwnerQuotas::UploadCharge& quota, const std::string* object_key) {
+  auto commit = [&writer] { return writer.commit(); };
+  auto committed = co_await server::run_blocking(std::move(commit));
+  if (!committed) co_return upload_error(api, committed.error(), path);
   store::FileRecord record = std::move(*committed);
   record.storage = container.storage;
-  api.containers.metadata().put_file(record, /*reset_created=*/true);
-  quota.committed();
-  return record;
+  // The record, then (sessions bucket) its manifest row: both in the metadata database.
+  auto index = [&api, &container, &record, &quota, object_key] {
+    api.containers.metadata().put_file(record, /*reset_created=*/true);
+    quota.committed();
+    if (object_key) api.durability->commit_upload(container, record, *object_key);
+    return true;
+  };
+  co_await store_call(api, std::move(index));
+  co_return record;
 }
 
 asio::awaitable<Result<store::FileRecord>> finish_upload(ApiContext& api, Container& container,
                                                          store::FileWriter& writer, BucketUpload* upload,
                                                          const std::string& path, OwnerQuotas::UploadCharge& quota) {
-  if (!upload) {
-    auto commit = [&api, &container, &writer, &path, &quota] { return commit_upload(api, container, writer, path, quota); };
-    co_return co_await store_call(api, std::move(commit));
-  }
+  if (!upload) co_return co_await commit_upload(api, container, writer, path, quota, nullptr);
   if (auto sent = co_await upload->finish(); !sent) {
     writer.abort();
     co_await upload->discard();
     co_return sent.error();
   }
-  // The record, then its manifest row: both in the metadata database.
-  auto commit = [&api, &container, &writer, &path, &quota, upload] {
-    auto record = commit_upload(api, container, writer, path, quota);
-    if (record) api.durability->commit_upload(container, *record, upload->key());
-    return record;
-  };
-  auto record = co_await store_call(api, std::move(commit));
+  auto record = co_await commit_upload(api, container, writer, path, quota, &upload->key());
   if (!record) co_await upload->discard();
   co_return record;
 }
@@ -196,8 +200,12 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
   };
   // (Statements, not a conditional expression: GCC 12 miscompiles co_await in ?:.)
   Result<void> received;
-  if (upload) received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, on_chunk, bucket_drain(upload));
-  else received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, on_chunk);
+  if (upload) {
+    received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, on_chunk, bucket_drain(upload));
+  } else {  // read straight into the writer's buffers, hashed and written on its threads
+    auto charge = [&quota](size_t size) { return (*quota)->add(size); };
+    received = co_await ctx.read_body_into(api.config()->max_upload_bytes, writer_buffers(api, *writer, path, charge));
+  }
   if (!received) {
     writer->abort();  // the previous version of the key stays
     if (upload) co_await upload->discard();
@@ -282,9 +290,16 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
     if (failure) return *failure;
     return ApiError::invalid_request("Malformed multipart body: " + parser.error());
   };
+  // Without the bucket: room for a whole chunk awaited before it is fed, so that the
+  // writer never blocks the I/O thread.
+  server::RequestContext::AsyncChunkConsumer on_chunk_with_room =
+      [&](std::string_view chunk) -> asio::awaitable<Result<void>> {
+    if (writer) co_await room_in(*writer, chunk.size());
+    co_return on_chunk(chunk);
+  };
   Result<void> received;
   if (api.durability) received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, on_chunk, bucket_drain(upload));
-  else received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, on_chunk);
+  else received = co_await ctx.read_body_stream_async(api.config()->max_upload_bytes, on_chunk_with_room);
   if (!received) {
     if (writer) writer->abort();
     if (upload) co_await upload->discard();

@@ -114,26 +114,14 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream_async(size_t limi
   if (auto length = parser_.content_length(); length && *length > limit)
     co_return ApiError::too_large("Request body is " + std::to_string(*length) + " bytes; the limit is " +
                                   std::to_string(limit) + " bytes");
-  // curl and others wait for this before sending a large body.
-  if (beast::iequals(header_value(http::field::expect), "100-continue")) {
-    http::response<http::empty_body> cont{http::status::continue_, 11};
-    stream_.expires_after(limits_.write_timeout);
-    auto [ec, n] = co_await http::async_write(stream_, cont, use_tuple);
-    if (ec) co_return ApiError::invalid_request("connection lost");
-  }
+  if (!co_await send_continue_if_expected()) co_return ApiError::invalid_request("connection lost");
   // Each read waits at most body_idle_timeout, and never past the moment the body falls
   // below the minimum average rate: `received` bytes buy received/min_rate seconds on
   // top of the grace credit. A body trickling a byte every few seconds is cut off (the
   // timeout closes the connection) instead of holding its descriptor forever.
   const auto body_started = Clock::now();
   uint64_t received = 0;
-  auto read_deadline = [&] {
-    auto idle = Clock::now() + limits_.body_idle_timeout;
-    if (limits_.body_min_rate == 0) return idle;
-    auto earned = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(static_cast<double>(received) / static_cast<double>(limits_.body_min_rate)));
-    return std::min(idle, body_started + limits_.body_rate_grace + earned);
-  };
+  auto read_deadline = [&] { return body_read_deadline(body_started, received); };
   // The read buffer is allocated when a read needs it, uninitialised and no larger than
   // the body: a small body that came with the header costs no allocation at all.
   std::unique_ptr<char[]> chunk;
@@ -206,6 +194,23 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream_async(size_t limi
   }
   stream_.expires_never();
   co_return Result<void>();
+}
+
+Clock::time_point RequestContext::body_read_deadline(Clock::time_point started, uint64_t received) const {
+  auto idle = Clock::now() + limits_.body_idle_timeout;
+  if (limits_.body_min_rate == 0) return idle;
+  auto earned = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(static_cast<double>(received) / static_cast<double>(limits_.body_min_rate)));
+  return std::min(idle, started + limits_.body_rate_grace + earned);
+}
+
+asio::awaitable<bool> RequestContext::send_continue_if_expected() {
+  // curl and others wait for this before sending a large body.
+  if (!beast::iequals(header_value(http::field::expect), "100-continue")) co_return true;
+  http::response<http::empty_body> cont{http::status::continue_, 11};
+  stream_.expires_after(limits_.write_timeout);
+  auto [ec, n] = co_await http::async_write(stream_, cont, use_tuple);
+  co_return !ec;
 }
 
 asio::awaitable<Result<std::string>> RequestContext::read_body(size_t limit) {

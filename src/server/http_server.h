@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <variant>
 
@@ -152,6 +153,16 @@ class RequestContext {
   // The same, for a consumer that waits on each chunk (sends it on to another socket).
   using AsyncChunkConsumer = std::function<asio::awaitable<Result<void>>(std::string_view)>;
   asio::awaitable<Result<void>> read_body_stream_async(size_t limit, const AsyncChunkConsumer& on_chunk);
+  // The body read straight into buffers its consumer lends (no copy in between, for a
+  // consumer that hands the bytes to other threads): `lend` gives where the next bytes
+  // go, awaiting room; `filled` takes each read's bytes at the start of the lent span
+  // (its error is returned). What the header read buffered, a chunked body and a kept
+  // one are copied into the lent buffers. (server/body_into.cc)
+  struct BodyBuffers {
+    std::function<asio::awaitable<Result<std::span<char>>>()> lend;
+    std::function<Result<void>(size_t)> filled;
+  };
+  asio::awaitable<Result<void>> read_body_into(size_t limit, const BodyBuffers& buffers);
   // A body read already (to look into it before deciding where the request goes): the
   // next read gets it instead of the socket.
   void keep_body(std::string body) { kept_body_ = std::move(body); }
@@ -173,6 +184,12 @@ class RequestContext {
   http::request_parser<http::buffer_body>& parser_;
   const ServerLimits& limits_;
   bool body_read_ = false;
+  // How long the next read of a body may wait (body_idle_timeout, and the minimum
+  // average rate since `started` given `received` bytes so far).
+  std::chrono::steady_clock::time_point body_read_deadline(std::chrono::steady_clock::time_point started,
+                                                           uint64_t received) const;
+  // Answers "Expect: 100-continue" before the body is read; false: the connection is lost.
+  asio::awaitable<bool> send_continue_if_expected();
   std::optional<std::string> kept_body_;
 };
 

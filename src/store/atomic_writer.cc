@@ -13,6 +13,7 @@
 
 #include "base/sandbox_paths.h"
 #include "base/temp_files.h"
+#include "store/body_pipeline.h"
 #include "store/md5.h"
 #include "store/mime.h"
 
@@ -53,31 +54,20 @@ class AtomicFileWriter final : public FileWriter {
 
   FileResult<void> write(const char* data, size_t size) override {
     if (finished_) return FileError::kIo;
-    if (failure_) return *failure_;
-    md5_.update(data, size);
-    if (head_.size() < kMimeHeadBytes) head_.append(data, std::min(size, kMimeHeadBytes - head_.size()));
-    while (size > 0) {
-      ssize_t n = ::write(file_.get(), data, size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return *(failure_ = error_from_errno(errno));
-      data += n;
-      size -= static_cast<size_t>(n);
-      size_ += static_cast<uint64_t>(n);
-    }
-    // Start writing back what has arrived so far (without waiting for it): the disk
-    // works while the rest of the body streams in, and the fsync at commit has only the
-    // tail left instead of the whole file.
-    if (size_ - written_back_ >= kWritebackStep) {
-      sync_file_range(file_.get(), static_cast<off_t>(written_back_), static_cast<off_t>(size_ - written_back_),
-                      SYNC_FILE_RANGE_WRITE);
-      written_back_ = size_;
-    }
-    return {};
+    return pipeline_.append(data, size);
   }
+  std::span<char> lend() override { return finished_ ? std::span<char>() : pipeline_.lend(); }
+  FileResult<void> fill(size_t size) override {
+    if (finished_) return FileError::kIo;
+    return pipeline_.fill(size);
+  }
+  size_t room() override { return pipeline_.room(); }
+  void when_room(size_t bytes, std::function<void()> ready) override { pipeline_.when_room(bytes, std::move(ready)); }
 
   FileResult<FileRecord> commit() override {
     if (finished_) return FileError::kIo;
-    FileResult<FileRecord> record = failure_ ? FileResult<FileRecord>(*failure_) : finish_file();
+    auto flushed = pipeline_.finish();
+    FileResult<FileRecord> record = !flushed ? FileResult<FileRecord>(flushed.error()) : finish_file();
     if (!record) {
       abort();
       return record;
@@ -90,11 +80,63 @@ class AtomicFileWriter final : public FileWriter {
   void abort() override {
     if (finished_) return;
     finished_ = true;
+    pipeline_.stop();
     file_.reset();
     if (!temp_name_.empty()) unlinkat(directory_.get(), temp_name_.c_str(), 0);
   }
 
  private:
+  // The pipeline's two steps, each on its own thread.
+  void hash(const char* data, size_t size) {
+    md5_.update(data, size);
+    if (head_.size() < kMimeHeadBytes) head_.append(data, std::min(size, kMimeHeadBytes - head_.size()));
+  }
+  FileResult<void> write_to_file(const char* data, size_t size) {
+    choose_direct_io(data, size);
+    while (size > 0) {
+      ssize_t n = ::write(file_.get(), data, size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EINVAL && direct_ == Direct::kOn) {  // the file system refuses it after all
+        set_direct(false);
+        continue;
+      }
+      if (n < 0) return error_from_errno(errno);
+      data += n;
+      size -= static_cast<size_t>(n);
+      size_ += static_cast<uint64_t>(n);
+    }
+    if (direct_ == Direct::kOn) return {};
+    // Start writing back what has arrived so far (without waiting for it): the disk
+    // works while the rest of the body streams in, and the fsync at commit has only the
+    // tail left instead of the whole file.
+    if (size_ - written_back_ >= kWritebackStep) {
+      sync_file_range(file_.get(), static_cast<off_t>(written_back_), static_cast<off_t>(size_ - written_back_),
+                      SYNC_FILE_RANGE_WRITE);
+      written_back_ = size_;
+    }
+    return {};
+  }
+
+  // A large body is written with O_DIRECT: the disk takes the bytes straight from the
+  // pipeline's buffers. Through the page cache, copying them in, dirtying, charging and
+  // reclaiming the pages costs more CPU than hashing them (measured: write+fsync of
+  // 1 GiB 3.3 s of system time, O_DIRECT 0.34 s, md5sum 1.9 s) and evicts the cache of
+  // everything else. Small bodies (one buffer, written at commit) and an unaligned tail
+  // go through the page cache; so does everything where the file system refuses O_DIRECT.
+  enum class Direct { kUntried, kOn, kOff };
+  static constexpr size_t kDirectAlign = 4096;  // covers every logical block size in use
+  void choose_direct_io(const char* data, size_t size) {
+    const bool aligned = reinterpret_cast<uintptr_t>(data) % kDirectAlign == 0 && size % kDirectAlign == 0 &&
+                         size_ % kDirectAlign == 0;
+    if (direct_ == Direct::kUntried && aligned && size >= BodyPipeline::kBufferBytes) set_direct(true);
+    else if (direct_ == Direct::kOn && !aligned) set_direct(false);
+  }
+  void set_direct(bool on) {
+    int flags = fcntl(file_.get(), F_GETFL);
+    const bool changed = flags >= 0 && fcntl(file_.get(), F_SETFL, on ? flags | O_DIRECT : flags & ~O_DIRECT) == 0;
+    direct_ = on && changed ? Direct::kOn : Direct::kOff;
+  }
+
   FileResult<FileRecord> finish_file() {
     if (fchown(file_.get(), uid_, gid_) != 0 || fchmod(file_.get(), 0644) != 0) return FileError::kIo;
     if (!stamp_precise_mtime()) return FileError::kIo;
@@ -164,13 +206,16 @@ class AtomicFileWriter final : public FileWriter {
   std::string sandbox_path_;
   uid_t uid_;
   gid_t gid_;
-  StreamingMd5 md5_;
-  std::string head_;
-  uint64_t size_ = 0;
-  uint64_t written_back_ = 0;  // writeback started up to here
+  Md5 md5_;                    // the hash step's
+  std::string head_;           // the hash step's: the first bytes, for the MIME type
+  uint64_t size_ = 0;          // the write step's
+  uint64_t written_back_ = 0;  // the write step's: writeback started up to here
   static constexpr uint64_t kWritebackStep = 8u << 20;
-  std::optional<FileError> failure_;  // a write failed: commit fails the same way
+  Direct direct_ = Direct::kUntried;  // the write step's
   bool finished_ = false;
+  // Last: stopped (its threads joined) before the members its steps use go.
+  BodyPipeline pipeline_{[this](const char* data, size_t size) { hash(data, size); },
+                         [this](const char* data, size_t size) { return write_to_file(data, size); }};
 };
 
 // Opens an anonymous (O_TMPFILE) or, where unsupported, a named temporary file in
