@@ -72,9 +72,10 @@ class S3Server {
     }
     throw std::runtime_error("s3rver did not start: " + log());
   }
-  void stop() {
+  // (SIGTERM lets s3rver finish the requests it has open first; SIGKILL drops them.)
+  void stop(int signo = SIGTERM) {
     if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
+    kill(pid_, signo);
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }

@@ -199,9 +199,17 @@ asio::awaitable<Result<void>> BucketUpload::feed_stream(bool last) {
     asio::post(bucket_transfer_pool(), [client = client_, key = key_, size = *stream_size_, stream = stream_] {
       std::function<long(char*, size_t)> pull = [&stream](char* out, size_t want) { return stream->pull(out, want); };
       auto etag = client->put_object_pulled(key, size, pull);
+      const bool stored = etag.has_value();
+      {  // the outcome first: the upload answers without waiting for the clean-up below
+        std::lock_guard lock(stream->mutex);
+        stream->etag = std::move(etag);
+        stream->finished = true;
+        stream->wake_writer();
+      }
+      stream->done.try_send(boost::system::error_code());
       // Not stored by S3; a server that keeps a cut PUT's bytes gets a delete, retried for
       // about half a minute when the bucket is away (it may be why the PUT failed).
-      for (int attempt = 0; !etag; ++attempt) {
+      for (int attempt = 0; !stored; ++attempt) {
         auto removed = client->delete_object(key);
         if (removed) break;
         if (attempt == 5) {
@@ -210,13 +218,6 @@ asio::awaitable<Result<void>> BucketUpload::feed_stream(bool last) {
         }
         std::this_thread::sleep_for(std::chrono::seconds(1 << attempt));
       }
-      {
-        std::lock_guard lock(stream->mutex);
-        stream->etag = std::move(etag);
-        stream->finished = true;
-        stream->wake_writer();
-      }
-      stream->done.try_send(boost::system::error_code());
     });
   }
   // Handed over in chunks of 1 MiB or more (the body reader's pieces may be small).
