@@ -84,10 +84,12 @@ class S3Server {
     }
     throw std::runtime_error("s3rver or its verifier did not start: " + log() + verifier_log());
   }
-  void stop() {
+  // (SIGTERM lets s3rver and the verifier finish the requests they have open first;
+  // SIGKILL drops them.)
+  void stop(int signo = SIGTERM) {
     for (pid_t* pid : {&verifier_pid_, &pid_}) {
       if (*pid <= 0) continue;
-      kill(*pid, SIGTERM);
+      kill(*pid, signo);
       waitpid(*pid, nullptr, 0);
       *pid = -1;
     }

@@ -9,9 +9,11 @@
 
 #include <openssl/evp.h>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "base/hex.h"
 #include "ops/config.h"
@@ -296,7 +298,7 @@ class S3Serve : public ::testing::Test {
  protected:
   void SetUp() override {
     s3 = std::make_unique<S3Server>();
-    server = std::make_unique<ServerProcess>(storage_yaml() + "capacity:\n  retryAfterSec: 3\n");
+    server = std::make_unique<ServerProcess>(storage_yaml() + extra_s3_yaml() + "capacity:\n  retryAfterSec: 3\n");
     client = std::make_unique<store::S3Client>(settings_for(*s3));
     work = fs::path(server->dir()) / "work";
     fs::create_directories(work);
@@ -309,6 +311,7 @@ class S3Serve : public ::testing::Test {
   }
   virtual int flush_interval() const { return 30; }
   virtual std::string storage_yaml() const { return s3->storage_yaml("sbx/", flush_interval()); }
+  virtual std::string extra_s3_yaml() const { return ""; }  // more of storage.s3
   virtual bool expect_signed_right() const { return true; }
 
   // The objects of the sessions bucket under sandboxd's prefix (a ListObjectsV2 call).
@@ -423,7 +426,13 @@ TEST(S3Config, BadValuesAreRefusedWithTheirKeyPathAndSecretsComeFromTheEnvironme
   EXPECT_EQ(ops::parse_config("").storage_backend, "local");
 }
 
-TEST_F(S3Serve, ACutUploadLeavesNothingAndKeepsThePreviousVersion) {
+// Every large body as a multipart upload (a PUT's Content-Length would otherwise make
+// it one streamed PUT).
+class S3ServeMultipart : public S3Serve {
+  std::string extra_s3_yaml() const override { return "    singlePutMaxSize: 0\n"; }
+};
+
+TEST_F(S3ServeMultipart, ACutUploadLeavesNothingAndKeepsThePreviousVersion) {
   const std::string previous = "the previous version";
   ASSERT_EQ(server->curl_json("-X PUT --data-binary @" + write_local("p.txt", previous).string() + " " +
                               files_url("cut", "/outputs/cut.bin")).at("etag").as_string(), md5_hex(previous));
@@ -541,6 +550,163 @@ TEST_F(S3Serve, WithTheBucketAwayUploadsAre503AndStopsKeepTheLocalCopyUntilAFlus
   int valid = -1;
   sh("curl -s " + server->url("/metrics") + " | promtool check metrics >&2", &valid);
   EXPECT_EQ(valid, 0);
+}
+
+// --- several parts in flight (storage.s3.maxPartsInFlight, 4 by default), streamed PUTs -
+
+// A PUT of `declared` bytes on a raw connection to `port`, of which the caller sends
+// the body (as much as it likes) before it reads the answer or closes.
+class RawUpload {
+ public:
+  RawUpload(int port, const std::string& target, size_t declared) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    send_all("PUT " + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret-alice\r\nContent-Length: " +
+             std::to_string(declared) + "\r\n\r\n");
+  }
+  ~RawUpload() { close(fd_); }
+  bool connected() const { return connected_; }
+  // False once the server stopped taking the body (it answered early and closed).
+  bool send_all(std::string_view data) {
+    for (size_t sent = 0; sent < data.size();) {
+      ssize_t n = send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      sent += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  // Everything the server sends until it closes.
+  std::string answer() {
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(fd_, buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<size_t>(n));
+    return out;
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+TEST_F(S3Serve, LargeUploadsStreamedOrInPartsLandByteIdenticalWithTheirMd5) {
+  const std::string large = random_bytes((41 << 20) + 123, 7), form = random_bytes((26 << 20) + 5, 8);
+  // A PUT announces its length: one PUT to the bucket, streamed while the body arrives.
+  auto put = server->curl_json("-X PUT --data-binary @" + write_local("large.bin", large).string() + " " +
+                               files_url("many", "/outputs/large.bin"));
+  ASSERT_EQ(put.at("etag").as_string(), md5_hex(large)) << put;
+  // A multipart/form-data body does not (its file's length is not known up front): 5
+  // parts of 5 MiB and a short last one, up to 4 at once on their way.
+  auto posted = server->curl_json("-F file=@" + write_local("form.bin", form).string() + " " + files_url("many"));
+  ASSERT_EQ(posted.at("etag").as_string(), md5_hex(form)) << posted;
+  // Both objects are whole and in order (each read back and hashed), no part is left over.
+  EXPECT_EQ(object_md5s(), (std::multiset<std::string>{md5_hex(large), md5_hex(form)}));
+  EXPECT_EQ(s3->pending_multipart_uploads(), 0u);
+  EXPECT_EQ(server->curl(files_url("many", "/" + file_id("/mnt/user-data/outputs/large.bin") + "/content")), large);
+}
+
+TEST_F(S3ServeMultipart, ALargePutWithSeveralPartsInFlightLandsByteIdenticalWithItsMd5) {
+  const std::string large = random_bytes((41 << 20) + 123, 12);  // 8 parts and a short one
+  auto put = server->curl_json("-X PUT --data-binary @" + write_local("large.bin", large).string() + " " +
+                               files_url("many", "/outputs/large.bin"));
+  ASSERT_EQ(put.at("etag").as_string(), md5_hex(large)) << put;
+  EXPECT_EQ(object_md5s(), std::multiset<std::string>{md5_hex(large)});
+  EXPECT_EQ(s3->pending_multipart_uploads(), 0u);
+}
+
+TEST_F(S3ServeMultipart, ACutUploadWithPartsInFlightLeavesNothingInTheBucket) {
+  auto upload = std::make_unique<RawUpload>(server->port(), "/api/gpt/v1/files/outputs/cut.bin?scope_id=cutmany",
+                                            80u << 20);
+  ASSERT_TRUE(upload->connected());
+  // 33 MiB of a declared 80: six full parts handed to the bucket, some still in flight.
+  ASSERT_TRUE(upload->send_all(random_bytes(33 << 20, 9)));
+  EXPECT_TRUE(eventually([&] { return s3->pending_multipart_uploads() == 1; }));
+  upload.reset();  // the connection goes
+  // The multipart upload is aborted once its parts came back: no parts, no object.
+  EXPECT_TRUE(eventually([&] { return s3->pending_multipart_uploads() == 0; }));
+  EXPECT_TRUE(objects().empty());
+  EXPECT_EQ(server->status(files_url("cutmany", "/" + file_id("/mnt/user-data/outputs/cut.bin"))), 404);
+}
+
+TEST_F(S3Serve, ACutStreamedPutLeavesNothingAndKeepsThePreviousVersion) {
+  const std::string previous = "the previous version";
+  ASSERT_EQ(server->curl_json("-X PUT --data-binary @" + write_local("p.txt", previous).string() + " " +
+                              files_url("cutput", "/outputs/cut.bin")).at("etag").as_string(), md5_hex(previous));
+  auto upload = std::make_unique<RawUpload>(server->port(), "/api/gpt/v1/files/outputs/cut.bin?scope_id=cutput",
+                                            80u << 20);
+  ASSERT_TRUE(upload->connected());
+  ASSERT_TRUE(upload->send_all(random_bytes(33 << 20, 13)));
+  upload.reset();
+  // Whatever the bucket was sent of it is gone (s3rver lists a PUT's object while it is
+  // being written); the previous version stays.
+  EXPECT_TRUE(eventually([&] {
+    auto listed = objects();
+    return listed.size() == 1 && listed[0].size == previous.size();
+  }));
+  EXPECT_EQ(object_md5s(), std::multiset<std::string>{md5_hex(previous)});
+  EXPECT_EQ(s3->pending_multipart_uploads(), 0u);
+  EXPECT_EQ(server->curl(files_url("cutput", "/" + file_id("/mnt/user-data/outputs/cut.bin") + "/content")), previous);
+}
+
+// The S3 server stops after 16 MiB of a 60 MiB PUT (parts or a streamed PUT under way):
+// 503 with Retry-After, and nothing is kept.
+void expect_503_when_the_bucket_stops_mid_upload(S3Server& s3, ServerProcess& server, bool multipart,
+                                                 const std::function<std::vector<store::S3Object>()>& objects,
+                                                 const std::string& files_url) {
+  RawUpload upload(server.port(), "/api/gpt/v1/files/outputs/mid.bin?scope_id=midway", 60u << 20);
+  ASSERT_TRUE(upload.connected());
+  ASSERT_TRUE(upload.send_all(random_bytes(16 << 20, 10)));
+  if (multipart) {
+    for (int i = 0; i < 300 && s3.pending_multipart_uploads() != 1; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(s3.pending_multipart_uploads(), 1u);
+  }
+  s3.stop(SIGKILL);  // at once, its open requests cut (SIGTERM would wait for them)
+  // The rest of the body from another thread (the server may stop reading it once it
+  // knows the answer), the answer read here meanwhile.
+  std::thread rest([&] { upload.send_all(random_bytes(44 << 20, 11)); });
+  const std::string answer = upload.answer();
+  rest.join();
+  EXPECT_EQ(answer.rfind("HTTP/1.1 503", 0), 0u) << answer.substr(0, 300);
+  EXPECT_NE(answer.find("Retry-After: 3"), std::string::npos) << answer.substr(0, 300);
+  EXPECT_NE(answer.find("overloaded_error"), std::string::npos) << answer.substr(0, 300);
+  // Nothing was acknowledged: no record, and (the bucket back) no object: what s3rver
+  // kept of a cut PUT is deleted once it answers again.
+  EXPECT_EQ(server.status(files_url), 404);
+  s3.start();
+  for (int i = 0; i < 600 && !objects().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(objects().empty());
+}
+
+TEST_F(S3Serve, TheBucketStoppingMidStreamedPutIs503WithRetryAfterAndNothingIsKept) {
+  expect_503_when_the_bucket_stops_mid_upload(*s3, *server, false, [&] { return objects(); },
+                                              files_url("midway", "/" + file_id("/mnt/user-data/outputs/mid.bin")));
+}
+
+TEST_F(S3ServeMultipart, TheBucketStoppingMidMultipartUploadIs503WithRetryAfterAndNothingIsKept) {
+  expect_503_when_the_bucket_stops_mid_upload(*s3, *server, true, [&] { return objects(); },
+                                              files_url("midway", "/" + file_id("/mnt/user-data/outputs/mid.bin")));
+}
+
+TEST(S3Config, MaxPartsInFlightAndSinglePutMaxSizeAreBounded) {
+  const std::string s3 = "storage:\n  backend: s3\n  s3:\n    endpoint: http://127.0.0.1:9000\n    bucket: sessions\n"
+                         "    accessKeyId: a\n    secretAccessKey: b\n";
+  EXPECT_EQ(ops::parse_config(s3).s3.max_parts_in_flight, 4);
+  EXPECT_EQ(ops::parse_config(s3).s3.single_put_max_bytes, 5ull << 30);
+  EXPECT_EQ(ops::parse_config(s3 + "    maxPartsInFlight: 1\n").s3.max_parts_in_flight, 1);
+  EXPECT_EQ(ops::parse_config(s3 + "    singlePutMaxSize: 0\n").s3.single_put_max_bytes, 0u);
+  for (std::string bad : {"maxPartsInFlight: 0", "maxPartsInFlight: 17", "maxPartsInFlight: many", "singlePutMaxSize: 6Gi"}) {
+    try {
+      ops::parse_config(s3 + "    " + bad + "\n");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const ops::ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("storage.s3." + bad.substr(0, bad.find(':')) + ":", 0), 0u) << e.what();
+    }
+  }
 }
 
 class S3ServeShortInterval : public S3Serve {

@@ -193,10 +193,15 @@ void ContainerDurability::delete_objects_later(std::vector<std::string> keys) {
 // --- uploads ------------------------------------------------------------------------
 
 std::unique_ptr<BucketUpload> ContainerDurability::begin_upload(const Container& container,
-                                                                asio::any_io_executor executor) {
+                                                                asio::any_io_executor executor,
+                                                                std::optional<uint64_t> declared_size) {
   std::string key = config_.s3.prefix + "objects/" + container.storage + "/" + random_hex(16);
+  std::optional<uint64_t> streamed;
+  if (declared_size && *declared_size > config_.s3.part_bytes && *declared_size <= config_.s3.single_put_max_bytes)
+    streamed = declared_size;
   return std::make_unique<BucketUpload>(std::move(executor), client_, std::move(key), config_.s3.part_bytes,
-                                        config_.retry_after_sec);
+                                        config_.retry_after_sec, static_cast<size_t>(config_.s3.max_parts_in_flight),
+                                        streamed);
 }
 
 void ContainerDurability::commit_upload(Container& container, const store::FileRecord& record,

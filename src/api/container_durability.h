@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,7 +82,9 @@ class ContainerDurability {
   asio::awaitable<void> forget(std::shared_ptr<Container> container);
 
   // --- uploads ----------------------------------------------------------------------
-  std::unique_ptr<BucketUpload> begin_upload(const Container& container, asio::any_io_executor executor);
+  // `declared_size`: the body's Content-Length, when it has one (see BucketUpload).
+  std::unique_ptr<BucketUpload> begin_upload(const Container& container, asio::any_io_executor executor,
+                                             std::optional<uint64_t> declared_size = std::nullopt);
   // The uploaded file's row (its object is in the bucket), before the 200.
   void commit_upload(Container& container, const store::FileRecord& record, const std::string& object_key);
 

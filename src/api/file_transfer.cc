@@ -88,9 +88,10 @@ asio::awaitable<Result<store::FileRecord>> finish_upload(ApiContext& api, Contai
 
 // The bucket's side of an upload (storage.backend s3), or none.
 std::unique_ptr<BucketUpload> begin_bucket_upload(ApiContext& api, Container& container,
-                                                  asio::any_io_executor executor) {
+                                                  asio::any_io_executor executor,
+                                                  std::optional<uint64_t> declared_size = std::nullopt) {
   if (!api.durability) return nullptr;
-  return api.durability->begin_upload(container, std::move(executor));
+  return api.durability->begin_upload(container, std::move(executor), declared_size);
 }
 
 // Awaited after each chunk of a body: the bucket takes its full parts.
@@ -191,7 +192,7 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
   auto begun = api.files.begin_write(container.paths, path);
   if (!begun) co_return upload_error(api, begun.error(), path);
   std::unique_ptr<store::FileWriter> writer = std::move(*begun);
-  auto upload = begin_bucket_upload(api, container, co_await asio::this_coro::executor);
+  auto upload = begin_bucket_upload(api, container, co_await asio::this_coro::executor, ctx.declared_body_size());
   auto on_chunk = [&](std::string_view chunk) -> Result<void> {
     if (auto room = (*quota)->add(chunk.size()); !room) return room.error();
     if (auto written = writer->write(chunk.data(), chunk.size()); !written) return upload_error(api, written.error(), path);

@@ -308,6 +308,7 @@ int serve(ops::Config config, const std::string& config_path) {
     for (auto& t : pool) t.join();
     // Disk work handed off by handlers (walks, hashing) ends before the stores it uses.
     server::blocking_pool().join();
+    if (durability) api::bucket_transfer_pool().join();  // (uploads' parts and their aborts)
     runtime::join_userns_holders();  // (likewise the sandboxes' user namespace holders)
     metadata.set_write_fence(nullptr);  // it refers to the leases, which end here
     if (manifest) manifest->set_write_fence(nullptr);

@@ -202,7 +202,8 @@ void parse_storage(const YAML::Node& root, Config& c) {
     });
     with(n, "flushIntervalSec", p, [&](const YAML::Node& v, const std::string& kp) { c.flush_interval_sec = static_cast<int>(read_int(v, kp, 1, 86400)); });
     with(n, "s3", p, [&](const YAML::Node& s3, const std::string& sp) {
-      only_keys(s3, sp, {"endpoint", "region", "bucket", "prefix", "accessKeyId", "secretAccessKey", "forcePathStyle", "partSize"});
+      only_keys(s3, sp, {"endpoint", "region", "bucket", "prefix", "accessKeyId", "secretAccessKey", "forcePathStyle", "partSize",
+                         "maxPartsInFlight", "singlePutMaxSize"});
       with(s3, "endpoint", sp, [&](const YAML::Node& v, const std::string& kp) {
         c.s3.endpoint = scalar(v, kp);
         const bool http = c.s3.endpoint.rfind("http://", 0) == 0, https = c.s3.endpoint.rfind("https://", 0) == 0;
@@ -235,6 +236,13 @@ void parse_storage(const YAML::Node& root, Config& c) {
         c.s3.part_bytes = read_bytes(v, kp);
         if (c.s3.part_bytes < (5u << 20) || c.s3.part_bytes > (512u << 20))
           throw ConfigError(kp + ": must be between 5Mi (S3's smallest part) and 512Mi");
+      });
+      with(s3, "maxPartsInFlight", sp, [&](const YAML::Node& v, const std::string& kp) {
+        c.s3.max_parts_in_flight = static_cast<int>(read_int(v, kp, 1, 16));
+      });
+      with(s3, "singlePutMaxSize", sp, [&](const YAML::Node& v, const std::string& kp) {
+        c.s3.single_put_max_bytes = read_bytes(v, kp);
+        if (c.s3.single_put_max_bytes > (5ull << 30)) throw ConfigError(kp + ": must be at most 5Gi (S3's largest PUT)");
       });
     });
   });

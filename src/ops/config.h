@@ -145,6 +145,12 @@ struct Config {
     std::string access_key_id, secret_access_key;  // env SANDBOXD_S3_ACCESS_KEY_ID / _SECRET_ACCESS_KEY win
     bool force_path_style = false;
     uint64_t part_bytes = 8ull << 20;  // storage.s3.partSize: multipart threshold and part size
+    // storage.s3.maxPartsInFlight: parts of one upload sent at once; an upload holds up
+    // to (this + 1) x partSize in memory.
+    int max_parts_in_flight = 4;
+    // storage.s3.singlePutMaxSize: a body with a Content-Length past partSize and up to
+    // this streams as one PUT (0: always multipart; S3 takes at most 5Gi in one PUT).
+    uint64_t single_put_max_bytes = 5ull << 30;
   } s3;
   int flush_interval_sec = 30;  // storage.flushIntervalSec: the loss window of workspace/outputs
   // metadata: where containers, files, threads and skills are indexed. "sqlite" (the

@@ -87,6 +87,8 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
            loaded.s3.prefix == current->s3.prefix && loaded.s3.access_key_id == current->s3.access_key_id &&
            loaded.s3.secret_access_key == current->s3.secret_access_key &&
            loaded.s3.force_path_style == current->s3.force_path_style && loaded.s3.part_bytes == current->s3.part_bytes &&
+           loaded.s3.max_parts_in_flight == current->s3.max_parts_in_flight &&
+           loaded.s3.single_put_max_bytes == current->s3.single_put_max_bytes &&
            loaded.flush_interval_sec == current->flush_interval_sec,
        "storage");
   current_.store(std::move(next));

@@ -158,6 +158,7 @@ struct S3Client::Request {
   uint64_t body_size = 0;
   bool has_body = false;
   const std::function<void(const char*, size_t)>* on_read = nullptr;
+  const std::function<long(char*, size_t)>* pull = nullptr;  // the body from a producer
   // The answer's body: into `sink_fd` on success when set, else returned.
   int sink_fd = -1;
   uint64_t sunk = 0;
@@ -227,11 +228,19 @@ S3Result<std::string> S3Client::perform(Request& r) {
   if (r.has_body) {
     curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE,
-                     static_cast<curl_off_t>(r.body_fd >= 0 ? r.body_size : r.body.size()));
+                     static_cast<curl_off_t>(r.body_fd >= 0 || r.pull ? r.body_size : r.body.size()));
     curl_easy_setopt(curl, CURLOPT_READDATA, &r);
     curl_easy_setopt(curl, CURLOPT_READFUNCTION, +[](char* buffer, size_t size, size_t count, void* user) -> size_t {
       auto& req = *static_cast<Request*>(user);
       size_t room = size * count;
+      if (req.pull) {
+        const uint64_t left = req.body_size - req.sent;
+        if (left == 0) return 0;
+        const long n = (*req.pull)(buffer, static_cast<size_t>(std::min<uint64_t>(left, room)));
+        if (n <= 0) return CURL_READFUNC_ABORT;  // cut by the producer (or it ran dry early)
+        req.sent += static_cast<uint64_t>(n);
+        return static_cast<size_t>(n);
+      }
       if (req.body_fd >= 0) {
         uint64_t left = req.body_size - req.sent;
         size_t want = static_cast<size_t>(std::min<uint64_t>(left, room));
@@ -345,6 +354,20 @@ S3Result<std::string> S3Client::put_object_from_fd(const std::string& key, int f
   auto answer = perform(r);
   if (!answer) return answer.error();
   if (r.sent != size) return S3Error{S3Error::Kind::kLocal, 0, "", "the file changed size while it was sent"};
+  return r.etag;
+}
+
+S3Result<std::string> S3Client::put_object_pulled(const std::string& key, uint64_t size,
+                                                  const std::function<long(char*, size_t)>& pull) {
+  Request r;
+  r.pull = &pull;
+  r.method = "PUT";
+  r.key = key;
+  r.body_size = size;
+  r.has_body = true;
+  auto answer = perform(r);
+  if (!answer) return answer.error();
+  if (r.etag.empty()) return S3Error{S3Error::Kind::kServer, r.status, "", "no ETag in the answer to PutObject"};
   return r.etag;
 }
 

@@ -68,6 +68,13 @@ class S3Client {
   S3Result<std::string> put_object_from_fd(const std::string& key, int fd, uint64_t size,
                                            const std::function<void(const char*, size_t)>& on_read = {});
 
+  // `size` bytes pulled from `pull` as they are sent, in one PUT: `pull(out, room)` fills up
+  // to `room` bytes of `out` (blocking until it has some) and returns how many, or -1 to
+  // cut the request (the object is then not stored; a server that keeps a cut PUT's
+  // bytes is the caller's to clean up).
+  S3Result<std::string> put_object_pulled(const std::string& key, uint64_t size,
+                                          const std::function<long(char*, size_t)>& pull);
+
   // Multipart: create -> upload parts (numbered from 1, each but the last >= 5 MiB) ->
   // complete with the parts' etags in order; abort drops every part uploaded.
   S3Result<std::string> create_multipart(const std::string& key);  // the upload id
