@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "base/hex.h"
+#include "cluster_client.h"
 #include "cluster_harness.h"
 #include "s3_server.h"
 #include "scripted_upstream.h"
@@ -37,37 +38,6 @@ constexpr int kLeaseSeconds = 3;
 constexpr int kFlushIntervalSec = 600;  // no periodic flush during a test
 const std::string kFiles = "/api/gpt/v1/files";
 const std::string kContainers = "/api/gpt/v1/containers";
-
-std::string md5_hex(std::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_Digest(data.data(), data.size(), digest, &length, EVP_md5(), nullptr);
-  return sandboxd::hex_encode(digest, length);
-}
-
-std::string random_bytes(size_t n) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  std::string out(n, '\0');
-  for (auto& c : out) c = static_cast<char>(rng());
-  return out;
-}
-
-struct Answer {
-  int status = 0;
-  std::string headers, body;
-  bool retry_after() const { return headers.find("Retry-After: ") != std::string::npos; }
-  std::string describe() const { return std::to_string(status) + " " + headers + body.substr(0, 400); }
-};
-
-template <typename F>
-bool eventually(F done, int seconds = 20) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return done();
-}
 
 class ClusterConsistency : public ::testing::Test {
  protected:
@@ -111,28 +81,10 @@ class ClusterConsistency : public ::testing::Test {
   static Replica& a() { return *replicas[0]; }
   static Replica& b() { return *replicas[1]; }
 
-  static Answer http(const std::string& args) {
-    const std::string n = std::to_string(++counter);
-    const fs::path headers = root / ("h-" + n), body = root / ("b-" + n);
-    Answer answer;
-    answer.status = std::atoi(sh("curl -s -D '" + headers.string() + "' -o '" + body.string() +
-                                 "' -w '%{http_code}' -H 'Authorization: Bearer " + Replica::kToken + "' " + args)
-                                  .c_str());
-    answer.headers = read_file(headers);
-    answer.body = read_file(body);
-    std::error_code ec;
-    fs::remove(headers, ec);
-    fs::remove(body, ec);
-    return answer;
-  }
+  static Answer http(const std::string& args) { return curl_as_alice(root, counter, args); }
   static Answer put(const std::string& base, const std::string& container, const std::string& name,
                     const std::string& data) {
-    const fs::path file = root / ("put-" + std::to_string(++counter));
-    std::ofstream(file, std::ios::binary) << data;
-    Answer answer = http("-X PUT --data-binary @" + file.string() + " '" + base + kFiles + "/" + name +
-                         "?scope_id=" + container + "'");
-    fs::remove(file);
-    return answer;
+    return put_as_alice(root, counter, base, container, name, data);
   }
   static Answer create(const std::string& base, const std::string& container) {
     return http("-X POST -H 'Content-Type: application/json' --data '{\"id\":\"" + container + "\"}' '" + base +

@@ -24,6 +24,7 @@
 #include <set>
 
 #include "base/hex.h"
+#include "cluster_client.h"
 #include "cluster_harness.h"
 #include "s3_server.h"
 #include "scripted_upstream.h"
@@ -37,39 +38,6 @@ namespace {
 constexpr int kLeaseSeconds = 3;
 constexpr int kFlushIntervalSec = 1;
 const std::string kFiles = "/api/gpt/v1/files";
-
-std::string md5_hex(std::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_Digest(data.data(), data.size(), digest, &length, EVP_md5(), nullptr);
-  return sandboxd::hex_encode(digest, length);
-}
-
-std::string random_bytes(size_t n) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  std::string out(n, '\0');
-  for (auto& c : out) c = static_cast<char>(rng());
-  return out;
-}
-
-// An HTTP answer as curl saw it.
-struct Answer {
-  int status = 0;
-  std::string headers, body;
-  bool retry_after() const { return headers.find("Retry-After: ") != std::string::npos; }
-  std::string describe() const { return std::to_string(status) + " " + headers + body.substr(0, 400); }
-};
-
-// Polls `done` for up to `seconds` (no timing is asserted: only that it happens).
-template <typename F>
-bool eventually(F done, int seconds = 20) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return done();
-}
 
 class ClusterDurability : public ::testing::Test {
  protected:
@@ -125,29 +93,11 @@ class ClusterDurability : public ::testing::Test {
   static Replica& c() { return *replicas[2]; }
 
   // curl with alice's token: status, headers and body.
-  static Answer http(const std::string& args) {
-    const std::string n = std::to_string(++counter);
-    const fs::path headers = root / ("h-" + n), body = root / ("b-" + n);
-    Answer answer;
-    answer.status = std::atoi(sh("curl -s -D '" + headers.string() + "' -o '" + body.string() +
-                                 "' -w '%{http_code}' -H 'Authorization: Bearer " + Replica::kToken + "' " + args)
-                                  .c_str());
-    answer.headers = read_file(headers);
-    answer.body = read_file(body);
-    std::error_code ec;
-    fs::remove(headers, ec);
-    fs::remove(body, ec);
-    return answer;
-  }
+  static Answer http(const std::string& args) { return curl_as_alice(root, counter, args); }
   // PUT `data` as the upload `name` of `container` through `base`.
   static Answer put(const std::string& base, const std::string& container, const std::string& name,
                     const std::string& data) {
-    const fs::path file = root / ("put-" + std::to_string(++counter));
-    std::ofstream(file, std::ios::binary) << data;
-    Answer answer = http("-X PUT --data-binary @" + file.string() + " '" + base + kFiles + "/" + name +
-                         "?scope_id=" + container + "'");
-    fs::remove(file);
-    return answer;
+    return put_as_alice(root, counter, base, container, name, data);
   }
   static Answer download(const std::string& base, const std::string& container, const std::string& path) {
     return http("'" + base + kFiles + "/" + file_id(path) + "/content?scope_id=" + container + "'");

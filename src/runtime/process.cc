@@ -147,6 +147,22 @@ CommandRegion* acquire_region() {
   return region;
 }
 
+// A command child's region: its context and the ends of the pipes it keeps, nothing of
+// an earlier request left.
+void prepare_child_region(CommandRegion* region, const CommandContext& ctx, int cgroup_dirfd, int request_read,
+                          int out_w, int err_w, int report_fd, bool from_template) {
+  region->ctx = &ctx;
+  region->cgroup_dirfd = cgroup_dirfd;
+  region->request_read = request_read;
+  region->out_w = out_w;
+  region->err_w = err_w;
+  region->report_fd = report_fd;
+  region->data_used = 0;
+  region->request = {};
+  region->from_template = from_template;
+  region->template_child_pid = 0;
+}
+
 void* stack_top(CommandRegion* region) {
   return reinterpret_cast<char*>(region) + kRegionSize - 64;  // 16-byte aligned
 }
@@ -490,15 +506,7 @@ int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand
     error = describe_errno("mmap(command region)", err);
     return -err;
   }
-  region->ctx = &ctx;
-  region->cgroup_dirfd = cgroup_dirfd;
-  region->request_read = request[0];
-  region->out_w = out_pipe[1];
-  region->err_w = err_pipe[1];
-  region->report_fd = report[1];
-  region->data_used = 0;
-  region->request = {};
-  region->from_template = false;
+  prepare_child_region(region, ctx, cgroup_dirfd, request[0], out_pipe[1], err_pipe[1], report[1], false);
   // The child gets its own copy of the descriptor table (no CLONE_FILES), so the ends
   // it keeps are closed here, and the ones PID 1 keeps are closed there by close_range.
   pid_t pid;
@@ -692,16 +700,7 @@ int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ct
     error = describe_errno("mmap(command region)", err);
     return -err;
   }
-  region->ctx = &ctx;
-  region->cgroup_dirfd = cgroup_dirfd;
-  region->request_read = request[0];
-  region->out_w = out_pipe[1];
-  region->err_w = err_pipe[1];
-  region->report_fd = report[1];
-  region->data_used = 0;
-  region->request = {};
-  region->from_template = true;
-  region->template_child_pid = 0;
+  prepare_child_region(region, ctx, cgroup_dirfd, request[0], out_pipe[1], err_pipe[1], report[1], true);
   // The region is the template's to read after this write, and its child's after the
   // clone; PID 1 touches it again only to lay out the command (launch_command).
   ssize_t sent = write(tpl.request_write, &region, sizeof region);

@@ -1,0 +1,82 @@
+// A client of the replicas in the cluster suites with every real part
+// (cluster_durability_test, cluster_consistency_test): curl with alice's token, each
+// answer with its status, headers and body, and the checks those suites share.
+#pragma once
+
+#include <openssl/evp.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "base/hex.h"
+#include "cluster_harness.h"
+
+namespace sandboxd::testing {
+
+inline std::string md5_hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(data.data(), data.size(), digest, &length, EVP_md5(), nullptr);
+  return sandboxd::hex_encode(digest, length);
+}
+
+inline std::string random_bytes(size_t n) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::string out(n, '\0');
+  for (auto& c : out) c = static_cast<char>(rng());
+  return out;
+}
+
+// An HTTP answer as curl saw it.
+struct Answer {
+  int status = 0;
+  std::string headers, body;
+  bool retry_after() const { return headers.find("Retry-After: ") != std::string::npos; }
+  std::string describe() const { return std::to_string(status) + " " + headers + body.substr(0, 400); }
+};
+
+// Polls `done` for up to `seconds` (no timing is asserted: only that it happens).
+template <typename F>
+bool eventually(F done, int seconds = 20) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return done();
+}
+
+// curl with alice's token (`args` are curl's, quoted by the caller); the headers and body
+// pass through files in `scratch`, named with `counter`.
+inline Answer curl_as_alice(const fs::path& scratch, std::atomic<int>& counter, const std::string& args) {
+  const std::string n = std::to_string(++counter);
+  const fs::path headers = scratch / ("h-" + n), body = scratch / ("b-" + n);
+  Answer answer;
+  answer.status = std::atoi(sh("curl -s -D '" + headers.string() + "' -o '" + body.string() +
+                               "' -w '%{http_code}' -H 'Authorization: Bearer " + Replica::kToken + "' " + args)
+                                .c_str());
+  answer.headers = read_file(headers);
+  answer.body = read_file(body);
+  std::error_code ec;
+  fs::remove(headers, ec);
+  fs::remove(body, ec);
+  return answer;
+}
+
+// PUT `data` as the upload `name` of `container` through `base`.
+inline Answer put_as_alice(const fs::path& scratch, std::atomic<int>& counter, const std::string& base, const std::string& container,
+                           const std::string& name, const std::string& data) {
+  const fs::path file = scratch / ("put-" + std::to_string(++counter));
+  std::ofstream(file, std::ios::binary) << data;
+  Answer answer = curl_as_alice(scratch, counter,
+                                "-X PUT --data-binary @" + file.string() + " '" + base + "/api/gpt/v1/files/" + name +
+                                    "?scope_id=" + container + "'");
+  fs::remove(file);
+  return answer;
+}
+
+}  // namespace sandboxd::testing
