@@ -9,11 +9,13 @@
 #include <chrono>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 
 #include "base/hex.h"
 #include "cluster_harness.h"
+#include "store/s3_client.h"
 
 namespace sandboxd::testing {
 
@@ -77,6 +79,28 @@ inline Answer put_as_alice(const fs::path& scratch, std::atomic<int>& counter, c
                                     "?scope_id=" + container + "'");
   fs::remove(file);
   return answer;
+}
+
+// The MD5 of every object under `prefix`, each read back from the bucket.
+inline std::multiset<std::string> object_md5s(sandboxd::store::S3Client& bucket, const std::string& prefix) {
+  std::multiset<std::string> out;
+  auto listed = bucket.list_objects(prefix);
+  if (!listed) return out;
+  for (const auto& object : *listed) {
+    char name[] = "/tmp/sandboxd-cluster-object-XXXXXX";
+    int fd = mkstemp(name);
+    unlink(name);
+    if (bucket.get_object(object.key, fd)) {
+      std::string bytes;
+      char buf[65536];
+      ssize_t n;
+      off_t at = 0;
+      while ((n = pread(fd, buf, sizeof buf, at)) > 0) bytes.append(buf, static_cast<size_t>(n)), at += n;
+      out.insert(md5_hex(bytes));
+    }
+    close(fd);
+  }
+  return out;
 }
 
 }  // namespace sandboxd::testing

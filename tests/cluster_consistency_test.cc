@@ -51,13 +51,7 @@ class ClusterConsistency : public ::testing::Test {
     for (const char* id : {"replica-a", "replica-b"})
       replicas.push_back(new Replica(id, root, *metadata, upstream->base_url(), kLeaseSeconds, extra));
     for (auto* replica : replicas) replica->start();
-    sandboxd::store::S3Settings settings;
-    settings.endpoint = s3->endpoint();
-    settings.bucket = S3Server::kBucket;
-    settings.access_key_id = S3Server::kAccessKey;
-    settings.secret_access_key = S3Server::kSecretKey;
-    settings.force_path_style = true;
-    bucket = new sandboxd::store::S3Client(settings);
+    bucket = new sandboxd::store::S3Client(s3->client_settings());
   }
   static void TearDownTestSuite() {
     for (auto* replica : replicas) delete replica;
@@ -100,26 +94,7 @@ class ClusterConsistency : public ::testing::Test {
       out[std::string(file.at("filename").as_string())] = file.as_object();
     return out;
   }
-  static std::multiset<std::string> bucket_md5s() {
-    std::multiset<std::string> out;
-    auto listed = bucket->list_objects("sbx/objects/");
-    if (!listed) return out;
-    for (const auto& object : *listed) {
-      char name[] = "/tmp/sandboxd-consistency-object-XXXXXX";
-      int fd = mkstemp(name);
-      unlink(name);
-      if (bucket->get_object(object.key, fd)) {
-        std::string bytes;
-        char buf[65536];
-        ssize_t n;
-        off_t at = 0;
-        while ((n = pread(fd, buf, sizeof buf, at)) > 0) bytes.append(buf, n), at += n;
-        out.insert(md5_hex(bytes));
-      }
-      close(fd);
-    }
-    return out;
-  }
+  static std::multiset<std::string> bucket_md5s() { return object_md5s(*bucket, "sbx/objects/"); }
   static std::optional<sandboxd::store::Lease> lease_of(const std::string& container) {
     return metadata->lease_of("alice", container);
   }

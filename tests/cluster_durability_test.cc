@@ -54,13 +54,7 @@ class ClusterDurability : public ::testing::Test {
       replicas.push_back(new Replica(id, root, *metadata, upstream->base_url(), kLeaseSeconds, extra));
     for (auto* replica : replicas) replica->start();
     nginx = new Nginx(root / "nginx", {replicas[0]->port(), replicas[1]->port(), replicas[2]->port()});
-    sandboxd::store::S3Settings settings;
-    settings.endpoint = s3->endpoint();
-    settings.bucket = S3Server::kBucket;
-    settings.access_key_id = S3Server::kAccessKey;
-    settings.secret_access_key = S3Server::kSecretKey;
-    settings.force_path_style = true;
-    bucket = new sandboxd::store::S3Client(settings);
+    bucket = new sandboxd::store::S3Client(s3->client_settings());
   }
   static void TearDownTestSuite() {
     delete nginx;
@@ -140,26 +134,7 @@ class ClusterDurability : public ::testing::Test {
     return out;
   }
   // The MD5 of every object under the prefix, each read back from the bucket.
-  static std::multiset<std::string> bucket_md5s() {
-    std::multiset<std::string> out;
-    auto listed = bucket->list_objects("sbx/objects/");
-    if (!listed) return out;
-    for (const auto& object : *listed) {
-      char name[] = "/tmp/sandboxd-durability-object-XXXXXX";
-      int fd = mkstemp(name);
-      unlink(name);
-      if (bucket->get_object(object.key, fd)) {
-        std::string bytes;
-        char buf[65536];
-        ssize_t n;
-        off_t at = 0;
-        while ((n = pread(fd, buf, sizeof buf, at)) > 0) bytes.append(buf, n), at += n;
-        out.insert(md5_hex(bytes));
-      }
-      close(fd);
-    }
-    return out;
-  }
+  static std::multiset<std::string> bucket_md5s() { return object_md5s(*bucket, "sbx/objects/"); }
   static bool bucket_has(const std::vector<std::string>& md5s) {
     auto present = bucket_md5s();
     for (const auto& md5 : md5s)

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "sandbox_fixture.h"
 #include "sandbox_harness.h"
 
 using namespace sandboxd::testing;
@@ -29,21 +30,8 @@ const char* kConfinement =
 const char* kConfined = "Uid: 1000 1000 1000 1000\nCapEff: 0000000000000000\nCapBnd: 0000000000000000\n"
                         "NoNewPrivs: 1\nSeccomp: 2\n";
 
-class CommandTemplateTest : public ::testing::Test {
+class CommandTemplateTest : public SandboxPerTest {
  protected:
-  static void SetUpTestSuite() { harness = new Harness(); }
-  static void TearDownTestSuite() {
-    delete harness;
-    harness = nullptr;
-  }
-  void SetUp() override {
-    dirs = std::make_unique<ContainerDirs>(harness->runtime->options().host_uid,
-                                           harness->runtime->options().host_gid);
-    sandbox = harness->start(harness->options_for(*dirs));
-  }
-  void TearDown() override {
-    if (sandbox) harness->stop(*sandbox);
-  }
   rt::ExecResult run(const std::string& command) { return harness->exec(*sandbox, command, 30s); }
   std::string template_pid() {
     auto r = run(kFindTemplate);
@@ -60,12 +48,7 @@ class CommandTemplateTest : public ::testing::Test {
     auto c = run(kConfinement);
     EXPECT_EQ(c.stdout_text, kConfined) << c.stderr_text;
   }
-
-  static Harness* harness;
-  std::unique_ptr<ContainerDirs> dirs;
-  std::shared_ptr<rt::Sandbox> sandbox;
 };
-Harness* CommandTemplateTest::harness = nullptr;
 
 TEST_F(CommandTemplateTest, OneTemplateServesEveryCommandAndItsChildrenAreConfined) {
   std::string first = template_pid();

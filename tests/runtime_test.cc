@@ -10,6 +10,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "cgroup_paths.h"
+#include "sandbox_fixture.h"
 #include "sandbox_harness.h"
 
 using namespace sandboxd::testing;
@@ -17,31 +18,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
-class RuntimeTest : public ::testing::Test {
+class RuntimeTest : public SandboxPerTest {
  protected:
-  static void SetUpTestSuite() { harness = new Harness(); }
-  static void TearDownTestSuite() {
-    delete harness;
-    harness = nullptr;
-  }
-  void SetUp() override {
-    dirs = std::make_unique<ContainerDirs>(harness->runtime->options().host_uid,
-                                           harness->runtime->options().host_gid);
-    sandbox = harness->start(harness->options_for(*dirs));
-  }
-  void TearDown() override {
-    if (sandbox) harness->stop(*sandbox);
-  }
   rt::ExecResult run(const std::string& command, std::chrono::milliseconds timeout = 30s,
                      size_t limit = 1 << 20) {
     return harness->exec(*sandbox, command, timeout, limit);
   }
-
-  static Harness* harness;
-  std::unique_ptr<ContainerDirs> dirs;
-  std::shared_ptr<rt::Sandbox> sandbox;
 };
-Harness* RuntimeTest::harness = nullptr;
 
 TEST_F(RuntimeTest, RunsAsAgentInTheWorkspace) {
   auto r = run("id; pwd; echo $HOME");

@@ -26,6 +26,7 @@
 
 #include "loopback.h"
 #include "server_harness.h"
+#include "store/s3_client.h"
 
 extern char** environ;
 
@@ -96,6 +97,16 @@ class S3Server {
   }
 
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // A client of this server's bucket, with its credentials.
+  sandboxd::store::S3Settings client_settings() const {
+    sandboxd::store::S3Settings settings;
+    settings.endpoint = endpoint();
+    settings.bucket = kBucket;
+    settings.access_key_id = kAccessKey;
+    settings.secret_access_key = kSecretKey;
+    settings.force_path_style = true;
+    return settings;
+  }
   // The storage section of a sandboxd configuration pointing at this server.
   // (5 MiB parts, S3's smallest: a test's "large" upload is a multipart one at 11 MiB.)
   std::string storage_yaml(const std::string& prefix = "sbx/", int flush_interval = 30) const {

@@ -38,15 +38,7 @@ std::string random_bytes(size_t size, unsigned seed) {
   return out;
 }
 
-store::S3Settings settings_for(const S3Server& s3) {
-  store::S3Settings settings;
-  settings.endpoint = s3.endpoint();
-  settings.bucket = S3Server::kBucket;
-  settings.access_key_id = S3Server::kAccessKey;
-  settings.secret_access_key = S3Server::kSecretKey;
-  settings.force_path_style = true;
-  return settings;
-}
+store::S3Settings settings_for(const S3Server& s3) { return s3.client_settings(); }
 
 // A temporary file holding `data`, open for reading and writing.
 struct TempFile {
