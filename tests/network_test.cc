@@ -354,13 +354,15 @@ TEST_F(NetworkTest, TheOwnersRealTokenIsNeverVisibleInside) {
 }
 
 TEST_F(NetworkTest, ConnectionsPerSandboxAreLimited) {
-  // Six held open (the limit), the seventh is closed at once; after one closes, a new one
-  // is served again (the proxy sees the close a moment later: until then a new connection
-  // is still reset, on its send or its read, and the client tries again).
+  // Six held open (the limit), the seventh is closed at once (the reset may reach it on its
+  // connect, its send or its read); after one closes, a new one is served again (the proxy
+  // sees the close a moment later: until then a new connection is still reset, and the
+  // client tries again).
   auto result = bash("python3 -c \"\nimport socket\nport = " + std::to_string(echo->port()) +
                      "\nheld = []\nfor i in range(6):\n    s = socket.create_connection(('echo', port)); s.sendall(b'x');"
-                     " assert s.recv(1) == b'x'; held.append(s)\nextra = socket.create_connection(('echo', port))\n"
-                     "extra.settimeout(10)\ntry:\n    extra.sendall(b'y'); print('seventh:', extra.recv(1))\n"
+                     " assert s.recv(1) == b'x'; held.append(s)\ntry:\n"
+                     "    extra = socket.create_connection(('echo', port)); extra.settimeout(10)\n"
+                     "    extra.sendall(b'y'); print('seventh:', extra.recv(1))\n"
                      "except OSError as e: print('seventh: error', e.errno)\nheld.pop().close()\nimport time\n"
                      "for attempt in range(100):\n    try:\n        s = socket.create_connection(('echo', port)); s.settimeout(10)\n"
                      "        s.sendall(b'z'); got = s.recv(1)\n    except OSError: got = b''\n    if got == b'z': break\n"

@@ -7,6 +7,9 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 
+#include <future>
+#include <regex>
+
 #include "server_harness.h"
 
 using namespace sandboxd::testing;
@@ -446,6 +449,67 @@ TEST(ServerLifecycle, GracefulShutdownLeavesNothingAndFilesSurvive) {
   server->start();
   auto r = server->curl_json("-X POST " + server->base() + "/containers/c1/tools/bash_code_execution -d '{\"command\":\"cat k.txt /mnt/user-data/uploads/up.txt\"}'");
   EXPECT_EQ(r.at("stdout"), "kept\nup");
+}
+
+TEST(ServerLifecycle, ARequestOnAKeptAliveConnectionDuringTheDrainIsRefusedWithARetry) {
+  ServerProcess server;
+  // A connection kept alive after one answer (as a proxy's or a relay's pool keeps it).
+  int sock = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  timeval tv{10, 0};
+  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  auto exchange = [&](const std::string& request) {
+    EXPECT_EQ(send(sock, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+    std::string answer;
+    char buf[4096];
+    for (;;) {  // until the body named by Content-Length is in
+      ssize_t n = recv(sock, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      answer.append(buf, static_cast<size_t>(n));
+      auto end = answer.find("\r\n\r\n");
+      std::smatch length;
+      if (end != std::string::npos && std::regex_search(answer, length, std::regex("Content-Length: ([0-9]+)")) &&
+          answer.size() >= end + 4 + std::stoul(length[1]))
+        break;
+    }
+    return answer;
+  };
+  EXPECT_EQ(exchange("GET /health HTTP/1.1\r\nHost: x\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
+  // A command in flight holds the drain open; SIGTERM starts it.
+  auto in_flight = std::async(std::launch::async, [&] {
+    return server.curl_json("-X POST " + server.base() + "/containers/d1/tools/bash_code_execution -d "
+                            "'{\"command\":\"sleep 2; echo finished\"}'");
+  });
+  // (The sandbox's own sleep, not the curl whose command line carries the same words.)
+  for (int i = 0; i < 200 && sh("pgrep -f '^sleep 2$' | wc -l") == "0\n"; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(server.pid(), SIGTERM);
+  for (int i = 0; i < 200 && server.log().find("shutting down") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // A request arriving on the kept-alive connection now gets an answer: a 503 with a
+  // retry, and the connection's end (never a silent close).
+  const std::string body = "{\"command\":\"echo never\"}";
+  std::string refused = exchange("POST /api/gpt/v1/containers/d1/tools/bash_code_execution HTTP/1.1\r\nHost: x\r\n"
+                                 "Authorization: Bearer secret-alice\r\nContent-Length: " +
+                                 std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(refused.rfind("HTTP/1.1 503", 0), 0u) << refused;
+  EXPECT_NE(refused.find("Retry-After: 1"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("Connection: close"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("\"overloaded_error\""), std::string::npos) << refused;
+  char rest;
+  EXPECT_EQ(recv(sock, &rest, 1, 0), 0) << "the server closed the connection after its answer";
+  close(sock);
+  // The one in flight ran to its end, and nothing else ran.
+  EXPECT_EQ(in_flight.get().at("stdout"), "finished\n");
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+  const std::string log = server.log();
+  size_t executions = 0;
+  for (size_t at = 0; (at = log.find("execution owner=alice container=d1 ", at)) != std::string::npos; ++at) ++executions;
+  EXPECT_EQ(executions, 1u) << log;
 }
 
 TEST(ServerLifecycle, KillDashNineLosesNoAcknowledgedFile) {

@@ -243,6 +243,11 @@ asio::awaitable<Result<Response>> relay_request(RequestContext& ctx, const Relay
                                  upstream->buffer.size() == 0 && !parser.got_some();
       if (closed_before && try_again()) continue;
       spdlog::warn("{} relay to {}:{}: no answer: {}", ctx.request_id, target.host, target.port, read_error.message());
+      // A kept-alive connection the holder closed before a byte of answer, with a body
+      // that cannot be sent again: the holder closes an idle connection only while it
+      // had no request on it (a request read is always answered, if only with a
+      // refusal), so this one was not started there; the client may simply send it again.
+      if (closed_before && upstream->reused) co_return unreachable(options);
       co_return broke_off(options);
     }
     break;

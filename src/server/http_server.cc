@@ -415,7 +415,23 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket, std::shared_ptr<co
       break;  // end of stream, timeout (slowloris), reset: just close
     }
     stream.expires_never();
+    // Counted before the check below: the drain (stop_accepting, then waiting for the
+    // requests in flight) either sees this request or this request sees the drain.
     ++in_flight_;
+    if (stopping_) {
+      // A request that arrives on a kept-alive connection once the drain has begun: the
+      // containers are about to stop (in a cluster their leases are being released), so
+      // it is refused whole with a retry (its body unread, the connection closed) rather
+      // than started and cut off at exit with no answer at all.
+      auto refusal = error_response(ApiError::overloaded("This server is shutting down; try again shortly", 1));
+      refusal.set("request-id", new_request_id());
+      refusal.keep_alive(false);
+      refusal.prepare_payload();
+      stream.expires_after(limits_.write_timeout);
+      co_await http::async_write(stream, refusal, use_tuple);
+      --in_flight_;
+      break;
+    }
     auto started = Clock::now();
     RequestContext ctx(stream, buffer, parser, limits_);
     ctx.request_id = new_request_id();
