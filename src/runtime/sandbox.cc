@@ -13,6 +13,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cstdio>
+#include <optional>
 
 #include "runtime/syscall_error.h"
 
@@ -21,6 +22,10 @@ namespace {
 
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
+
+// How long a command's output may wait in its pipes before they are read as it comes
+// (OutputStream): a command that writes more than a pipe holds waits at most this long.
+constexpr auto kReadAfter = std::chrono::milliseconds(20);
 
 constexpr std::array<const char*, 5> kFixedEnv = {
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/home/agent",
@@ -51,14 +56,21 @@ std::string timeout_message(std::chrono::milliseconds timeout) {
   return std::string("Command timed out after ") + seconds + "s.";
 }
 
-// One pipe of a running command. Reads continuously so the writer never blocks on a
-// full pipe; keeps the first `limit` bytes and counts the rest as truncated. After the
-// shell exits the result is taken, and the stream keeps draining (and discarding) what
-// background processes still write, until they close it.
+// One pipe of a running command. Keeps the first `limit` bytes and counts the rest as
+// truncated. Most commands are short: their whole output waits in the pipe until the
+// shell exits and is read then, with the pipe never registered with the reactor (each
+// readiness event would wake an I/O thread, a third of a short command's cost in the
+// server). A command still running after kReadAfter is read continuously from then on,
+// so a writer never waits long on a full pipe. After the shell exits the result is
+// taken, and the stream keeps draining (and discarding) what background processes still
+// write, until they close it.
 struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
-  OutputStream(Strand& strand, int fd, size_t limit) : pipe(strand, fd), limit(limit) {
+  OutputStream(Strand& strand, int fd, size_t limit) : strand(strand), fd(fd), limit(limit) {
     int flags = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  }
+  ~OutputStream() {
+    if (!pipe && fd >= 0) ::close(fd);  // (a registered pipe closes its own)
   }
 
   void take(const char* bytes, size_t n) {
@@ -68,28 +80,32 @@ struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
     if (n > room) truncated = true;
   }
 
-  // Waits for readiness and reads here, never through async_read_some: a read that
-  // completed in the reactor but whose handler had not run yet would otherwise be lost
-  // when the result is taken at exit.
+  // Reads continuously from now on (the first call registers the pipe). Waits for
+  // readiness and reads here, never through async_read_some: a read that completed in
+  // the reactor but whose handler had not run yet would otherwise be lost when the
+  // result is taken at exit.
   void read_more() {
-    pipe.async_wait(asio::posix::descriptor_base::wait_read, [self = shared_from_this()](error_code ec) {
+    if (fd < 0) return;  // at its end already
+    if (!pipe) pipe.emplace(strand, fd);
+    pipe->async_wait(asio::posix::descriptor_base::wait_read, [self = shared_from_this()](error_code ec) {
       if (ec || !self->drain_now()) {
-        self->pipe.close(ec);
+        self->close();
         return;
       }
       self->read_more();
     });
   }
+  bool reading() const { return pipe.has_value(); }
 
   // Reads what is in the pipe now, at most `max_reads` chunks (a writer that never
   // stops must not keep us here). Returns false at end of file.
   bool drain_now(int max_reads = 16) {
-    if (!pipe.is_open()) return false;
+    if (fd < 0) return false;
     // One read buffer per thread (its bytes are copied out at once), not 64 KiB per
     // stream to allocate and clear for every command.
     static thread_local std::array<char, 64 * 1024> buffer;
     for (int reads = 0; reads < max_reads; ++reads) {
-      ssize_t n = ::read(pipe.native_handle(), buffer.data(), buffer.size());
+      ssize_t n = ::read(fd, buffer.data(), buffer.size());
       if (n > 0) {
         take(buffer.data(), static_cast<size_t>(n));
         continue;
@@ -100,6 +116,13 @@ struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
     return true;
   }
 
+  // The shell has exited: what it wrote is in the pipe. At its end (no background
+  // writer holds it) it closes now, else it goes on discarding until they close it.
+  void finish() {
+    if (!drain_now(64)) close();
+    else if (!pipe) read_more();
+  }
+
   std::string result() {
     detached = true;
     std::string out = std::move(data);
@@ -108,7 +131,19 @@ struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
     return out;
   }
 
-  asio::posix::stream_descriptor pipe;
+  void close() {
+    if (pipe) {
+      error_code ignored;
+      pipe->close(ignored);
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+    fd = -1;
+  }
+
+  Strand& strand;
+  int fd;
+  std::optional<asio::posix::stream_descriptor> pipe;
   size_t limit;
   std::string data;
   bool truncated = false;
@@ -390,8 +425,6 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   auto out = std::make_shared<OutputStream>(strand_, exec->fds[0], request.output_limit);
   auto err = std::make_shared<OutputStream>(strand_, exec->fds[1], request.output_limit);
   exec->fds.clear();
-  out->read_more();
-  err->read_more();
 
   ExecResult result;
   const auto deadline = started + request.timeout;
@@ -413,9 +446,16 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
       if (cancellation && id) cancellation->unsubscribe(id);
     }
   } unsubscribe{request.cancellation, subscription};
+  const auto read_from = Clock::now() + kReadAfter;
   while (!exec->exited && !exec->failed && state_ != State::kStopped) {
-    exec->wake.expires_at(kill_sent ? Clock::time_point::max() : deadline);
+    const bool lazy = !out->reading();
+    exec->wake.expires_at(kill_sent ? Clock::time_point::max() : lazy ? std::min(deadline, read_from) : deadline);
     bool expired = co_await wait_event(exec->wake);
+    if (expired && lazy && Clock::now() < deadline) {  // still running: read it as it writes
+      out->read_more();
+      err->read_more();
+      continue;
+    }
     if (!kill_sent && !exec->exited && request.cancellation && request.cancellation->cancelled()) {
       result.cancelled = true;
       kill_sent = true;
@@ -432,8 +472,8 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   // Everything the shell wrote before it exited is in the pipes now (one pipe holds at
   // most 1 MiB, and whatever a background writer adds meanwhile is not owed).
   if (exec->failed) throw SandboxError("starting the command failed: " + exec->error);
-  out->drain_now(64);
-  err->drain_now(64);
+  out->finish();
+  err->finish();
   result.stdout_text = out->result();
   result.stderr_text = err->result();
   result.stdout_truncated = out->truncated;
