@@ -129,6 +129,7 @@ int serve(ops::Config config, const std::string& config_path) {
     // The kernel's OOM killer takes sandbox processes (1000) long before the server.
     if (!runtime::set_oom_score_adj(0, runtime::kServerOomScoreAdj)) spdlog::warn("cannot lower the server's oom_score_adj");
     runtime_options.image_root = image_root;
+    runtime_options.service_dir = config.data_dir;
     try {
       sandbox_runtime.emplace(runtime_options);
     } catch (const std::exception& e) {

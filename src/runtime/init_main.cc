@@ -358,10 +358,13 @@ void join_cgroup(const std::string& dir) {
 }
 
 // PID 1: build the filesystem and serve.
-[[noreturn]] void run_pid1(rt::Spec spec, int userns_fd, int exec_parent_fd, rt::SeccompProgram seccomp) {
+[[noreturn]] void run_pid1(rt::Spec spec, const rt::FolderTrees& trees, int userns_fd, int exec_parent_fd,
+                          rt::SeccompProgram seccomp) {
   std::vector<int> listeners;
   try {
-    rt::setup_filesystem(spec);
+    rt::setup_filesystem(spec, trees);
+    for (int tree : {trees.workspace, trees.uploads, trees.outputs, trees.skills})
+      if (tree >= 0) close(tree);  // attached: the descriptors are not needed any more
     rt::check(sethostname(spec.hostname.data(), spec.hostname.size()), "sethostname(" + spec.hostname + ")");
     rt::bring_up_loopback();
     // The sandbox's only ways out: listeners on its own loopback, whose connections the
@@ -388,6 +391,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--userns-holder") == 0) return rt::run_userns_holder(argc, argv);
+  if (argc > 1 && std::strcmp(argv[1], "--mount-template") == 0) return rt::run_mount_template(argc, argv);
   if (fcntl(kControlFd, F_GETFD) < 0) {
     std::fprintf(stderr, "sandboxd-init: started by sandboxd with its control socket on fd 3\n");
     return 2;
@@ -418,8 +422,20 @@ int main(int argc, char** argv) {
   if (std::string err = rt::decode(msg.payload, spec); !err.empty())
     report_failure("bad sandbox spec: " + err);
 
-  if (msg.fds.size() != 1) report_failure("expected the agent user namespace with the spec");
+  // The agent's user namespace; with mount_trees (spec.h) also the namespace to make
+  // the sandbox's from and the container's folders as detached trees.
+  const size_t trees = spec.mount_trees ? 3 + (spec.skills_dir.empty() ? 0 : 1) : 0;
+  if (msg.fds.size() != 1 + (spec.mount_trees ? 1 + trees : 0))
+    report_failure("expected the agent user namespace (and the mount template and folder trees) with the spec");
   int userns_fd = msg.fds[0], exec_parent_fd = -1;
+  const int mount_template_fd = spec.mount_trees ? msg.fds[1] : -1;
+  rt::FolderTrees folder_trees;
+  if (spec.mount_trees) {
+    folder_trees.workspace = msg.fds[2];
+    folder_trees.uploads = msg.fds[3];
+    folder_trees.outputs = msg.fds[4];
+    if (trees == 4) folder_trees.skills = msg.fds[5];
+  }
   rt::SeccompProgram seccomp;
   seccomp.instructions.resize(spec.seccomp_bpf.size() / sizeof(sock_filter));
   std::memcpy(seccomp.instructions.data(), spec.seccomp_bpf.data(), spec.seccomp_bpf.size());
@@ -428,6 +444,12 @@ int main(int argc, char** argv) {
     exec_parent_fd = static_cast<int>(rt::check(
         open(spec.exec_cgroup_parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC),
         "open(" + spec.exec_cgroup_parent + ")"));
+    // The sandbox's mount namespace is a copy of the template's few mounts, not of the
+    // server's (mount_template.h); entered after the host paths above are opened.
+    if (mount_template_fd >= 0) {
+      rt::check(setns(mount_template_fd, CLONE_NEWNS), "setns(mount template, CLONE_NEWNS)");
+      close(mount_template_fd);
+    }
     rt::check(unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
                       CLONE_NEWCGROUP),
               "unshare(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWCGROUP)");
@@ -438,7 +460,7 @@ int main(int argc, char** argv) {
   if (pid1 < 0) report_failure(rt::describe_errno("fork(pid 1)", errno));
   if (pid1 == 0) {
     prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);  // its parent, the launcher, exits next
-    run_pid1(std::move(spec), userns_fd, exec_parent_fd, std::move(seccomp));
+    run_pid1(std::move(spec), folder_trees, userns_fd, exec_parent_fd, std::move(seccomp));
   }
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid1, 0));
   if (pidfd < 0) {

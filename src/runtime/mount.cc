@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/fd_passing.h"
 #include "runtime/syscall_error.h"
 #include "runtime/user.h"
 
@@ -321,25 +323,45 @@ void setup_sys() {
              MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0");
 }
 
-void setup_container_mounts(const Spec& spec) {
+// Attaches a folder the server cloned (open_tree) at `target`: what a bind of its host
+// path gives, from a descriptor instead of a path of the host's namespace. It is a
+// slave where the sandbox receives the server's later binds on that folder (a
+// pre-started sandbox's slot, the skills of each request), private otherwise.
+void attach_tree(int tree, const std::string& target, bool read_only, bool receive) {
+  mkdir_p(target);
+  if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
+    throw SyscallError("move_mount(tree, " + target + ", MOVE_MOUNT_F_EMPTY_PATH)", errno);
+  do_mount(nullptr, target, nullptr, MS_REC | (receive ? MS_SLAVE : MS_PRIVATE));
+  set_attributes(target, read_only, false, false);
+}
+
+// A container folder: its tree when the server sent one, else a bind of its host path.
+void mount_folder(int tree, const std::string& host_path, const std::string& target, bool read_only,
+                  bool receive) {
+  if (tree >= 0) attach_tree(tree, target, read_only, receive);
+  else bind("/oldroot" + host_path, target, read_only);
+}
+
+void setup_container_mounts(const Spec& spec, const FolderTrees& trees) {
   std::string owner = ",uid=" + std::to_string(spec.host_uid) + ",gid=" + std::to_string(spec.host_gid);
   mount_tmpfs("/newroot/tmp", "mode=1777,size=" + std::to_string(spec.tmp_size_bytes),
               MS_NOSUID | MS_NODEV);
   mkdir_p("/newroot/home");
   mount_tmpfs("/newroot/home/agent", "mode=0755,size=" + std::to_string(spec.home_size_bytes) + owner,
               MS_NOSUID | MS_NODEV);
-  bind("/oldroot" + spec.workspace_dir, "/newroot/home/agent/workspace", /*read_only=*/false);
-  bind("/oldroot" + spec.uploads_dir, "/newroot/mnt/user-data/uploads", /*read_only=*/true);
-  bind("/oldroot" + spec.outputs_dir, "/newroot/mnt/user-data/outputs", /*read_only=*/false);
+  const bool receive = spec.receive_mounts;
+  mount_folder(trees.workspace, spec.workspace_dir, "/newroot/home/agent/workspace", /*read_only=*/false, receive);
+  mount_folder(trees.uploads, spec.uploads_dir, "/newroot/mnt/user-data/uploads", /*read_only=*/true, receive);
+  mount_folder(trees.outputs, spec.outputs_dir, "/newroot/mnt/user-data/outputs", /*read_only=*/false, receive);
   if (!spec.skills_dir.empty())
-    bind("/oldroot" + spec.skills_dir, "/newroot/mnt/skills", /*read_only=*/true);
+    mount_folder(trees.skills, spec.skills_dir, "/newroot/mnt/skills", /*read_only=*/true, receive);
   else
     mkdir_p("/newroot/mnt/skills");
 }
 
 }  // namespace
 
-void setup_filesystem(const Spec& spec) {
+void setup_filesystem(const Spec& spec, const FolderTrees& trees) {
   // 1. Nothing we mount may propagate back to the host. A pre-started sandbox is a
   //    slave instead (as bubblewrap makes its sandboxes): it still sends nothing back,
   //    and receives the container binds the server makes on its slot directories.
@@ -360,7 +382,7 @@ void setup_filesystem(const Spec& spec) {
   setup_proc();
   setup_dev(spec);
   setup_sys();
-  setup_container_mounts(spec);
+  setup_container_mounts(spec, trees);
   do_mount(nullptr, "/newroot", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV);
   // 4. Drop the host, then make /newroot the root and detach the staging tmpfs.
   check(umount2("/oldroot", MNT_DETACH), "umount2(/oldroot, MNT_DETACH)");
@@ -368,6 +390,76 @@ void setup_filesystem(const Spec& spec) {
   check(syscall(SYS_pivot_root, ".", "."), "pivot_root(., .)");
   check(umount2(".", MNT_DETACH), "umount2(., MNT_DETACH)");
   check(chdir("/"), "chdir(/)");
+}
+
+namespace {
+
+// "/a/b" is "/a/b" or below "/a".
+bool at_or_below(const std::string& path, const std::string& dir) {
+  if (dir == "/") return true;
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
+}
+
+// /proc/self/mountinfo writes a space, tab, newline or backslash in a path as \ooo.
+std::string unescape_mount_point(const char* text) {
+  std::string out;
+  for (const char* p = text; *p; ++p) {
+    if (p[0] == '\\' && p[1] >= '0' && p[1] <= '7' && p[2] >= '0' && p[2] <= '7' && p[3] >= '0' && p[3] <= '7') {
+      out += static_cast<char>((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
+      p += 3;
+    } else {
+      out += *p;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_mount_template(int argc, char** argv) {
+  constexpr int kReportFd = 3;
+  auto fail = [&] {
+    char byte = 'e';
+    return write(kReportFd, &byte, 1) == 1 ? 1 : 2;
+  };
+  if (argc < 3) return fail();
+  const std::string service_dir = std::strcmp(argv[2], "-") == 0 ? "" : argv[2];
+  std::vector<std::string> needed{"/proc", "/sys"};
+  for (int i = 3; i < argc; ++i) needed.emplace_back(argv[i]);
+  // Private: nothing mounted on the host later reaches it (or the sandboxes made from
+  // it), and nothing done in it reaches the host.
+  if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return fail();
+  // A mount is kept when it is "/", holds a needed path (an ancestor) or is part of one
+  // (at or below it), and is not the service's own (below its directory): every other
+  // is detached, deepest first, so that this namespace pins no one's volume.
+  std::vector<std::string> detach;
+  if (FILE* info = std::fopen("/proc/self/mountinfo", "re")) {
+    char line[8192];
+    while (std::fgets(line, sizeof line, info)) {
+      char field[4096];
+      if (std::sscanf(line, "%*s %*s %*s %*s %4095s", field) != 1) continue;
+      const std::string point = unescape_mount_point(field);
+      if (point == "/") continue;
+      bool keep = false;
+      for (const auto& path : needed) keep = keep || at_or_below(path, point) || at_or_below(point, path);
+      if (!service_dir.empty() && point != service_dir && at_or_below(point, service_dir)) keep = false;
+      if (!keep) detach.push_back(point);
+    }
+    std::fclose(info);
+  } else {
+    return fail();
+  }
+  std::sort(detach.begin(), detach.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  for (const auto& point : detach) umount2(point.c_str(), MNT_DETACH);  // (a parent's detach took it already)
+  // open_tree(2) is what the sandboxes need of this kernel: checked here, once.
+  int probe = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (probe < 0) return fail();
+  close(probe);
+  int ns = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+  if (ns < 0) return fail();
+  if (send_byte_with_fd(kReportFd, 'o', ns) != 0) return 1;
+  close(ns);
+  return 0;
 }
 
 }  // namespace sandboxd::runtime

@@ -6,8 +6,10 @@
 
 #include <boost/asio/use_awaitable.hpp>
 #include <climits>
+#include <cstdio>
 
 #include "runtime/host_capacity.h"
+#include "runtime/mount_template.h"
 #include "runtime/seccomp.h"
 #include "runtime/spawn.h"
 #include "runtime/user.h"
@@ -55,12 +57,24 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   if (options_.userns_limits.empty()) options_.userns_limits = default_userns_limits();
   // Fails here, at start-up, on a host where the sandboxes' user namespaces cannot be made.
   close(create_agent_userns(options_.init_path, options_.host_uid, options_.host_gid, options_.userns_limits));
+  // The mount namespace sandboxes are made from: the host paths they read, nothing else.
+  std::vector<std::string> needed{"/dev"};
+  if (options_.image_root.empty())
+    needed.insert(needed.end(), {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"});
+  else
+    needed.push_back(options_.image_root);
+  std::string template_error;
+  mount_template_fd_ = create_mount_template(options_.init_path, options_.service_dir, needed, template_error);
+  if (mount_template_fd_ < 0)
+    std::fprintf(stderr, "sandboxd: %s; each sandbox copies the server's mount namespace instead (slower to start "
+                         "with many sandboxes running)\n", template_error.c_str());
   // Every sandbox's PID 1 is re-parented to this process when its launcher exits, so
   // that we can reap it and learn of its exit through a pidfd.
   check(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)");
 }
 
 Runtime::~Runtime() {
+  if (mount_template_fd_ >= 0) close(mount_template_fd_);
   // Leaves no empty instance folder behind (one with sandboxes in it stays).
   cgroups_->remove_instance();
 }
@@ -97,6 +111,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
   spec.listeners = options.listeners;
   spec.seccomp_bpf = seccomp_bpf_;
   spec.receive_mounts = options.pre_started || options.receive_mounts;
+  spec.mount_trees = mount_template_fd_ >= 0;
   std::string payload;
   try {
     SandboxCgroups cg = cgroups_->create(options.name, options.limits);
@@ -140,8 +155,28 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
     co_await sandbox->stop();
     throw SandboxError("creating the sandbox's user namespace: " + userns_error);
   }
-  int rc = protocol::send_message(pair[0], protocol::Type::kSpec, 0, 0, payload, &userns_fd, 1);
-  close(userns_fd);  // PID 1 holds it now
+  // With the template, the container's folders go as clones of their mounts (a
+  // folder missing or unreadable fails the start here, naming it).
+  std::vector<int> fds{userns_fd};
+  if (spec.mount_trees) {
+    std::string clone_error;
+    try {
+      auto trees = clone_folders({&spec.workspace_dir, &spec.uploads_dir, &spec.outputs_dir, &spec.skills_dir});
+      fds.push_back(mount_template_fd_);
+      fds.insert(fds.end(), trees.begin(), trees.end());
+    } catch (const std::exception& e) {
+      clone_error = e.what();
+    }
+    if (!clone_error.empty()) {
+      close(userns_fd);
+      co_await sandbox->stop();
+      throw SandboxError("cloning the container's folders: " + clone_error);
+    }
+  }
+  int rc = protocol::send_message(pair[0], protocol::Type::kSpec, 0, 0, payload, fds.data(), fds.size());
+  // PID 1 holds them now (the template stays here, for the next sandbox).
+  for (int fd : fds)
+    if (fd != mount_template_fd_) close(fd);
   if (rc < 0) {
     co_await sandbox->stop();
     throw SandboxError(describe_errno("sending the spec to sandboxd-init", -rc));

@@ -28,6 +28,9 @@ struct RuntimeOptions {
   std::chrono::milliseconds start_timeout{10'000};
   // Each sandbox's caps on per-user kernel counters (user.h); empty: default_userns_limits().
   std::vector<UsernsLimit> userns_limits;
+  // The service's own directory (volumes, slots, skills): none of its mounts is ever in
+  // the template sandboxes are made from (mount_template.h).
+  std::string service_dir;
 };
 
 struct SandboxOptions {
@@ -71,6 +74,7 @@ class Runtime {
   RuntimeOptions options_;
   std::unique_ptr<CgroupBackend> cgroups_;
   std::string seccomp_bpf_;  // compiled once, sent to every sandbox
+  int mount_template_fd_ = -1;  // mount_template.h; -1: sandboxes copy this process's namespace
   // Each sandbox gets a user namespace of its own (its counters are its own).
 };
 

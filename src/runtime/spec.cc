@@ -78,6 +78,7 @@ std::string encode(const Spec& spec) {
     put(out, "listener", listener.address + " " + std::to_string(listener.port));
   put(out, "seccomp_bpf", to_hex(spec.seccomp_bpf));
   put(out, "receive_mounts", spec.receive_mounts ? "1" : "0");
+  put(out, "mount_trees", spec.mount_trees ? "1" : "0");
   return out;
 }
 
@@ -113,6 +114,9 @@ std::string decode(std::string_view payload, Spec& out) {
     else if (key == "receive_mounts") {
       if (value != "0" && value != "1") return "bad receive_mounts";
       out.receive_mounts = value == "1";
+    } else if (key == "mount_trees") {
+      if (value != "0" && value != "1") return "bad mount_trees";
+      out.mount_trees = value == "1";
     } else if (key == "seccomp_bpf") {
       if (!from_hex(value, out.seccomp_bpf)) return "bad seccomp_bpf";
     }

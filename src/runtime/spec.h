@@ -53,6 +53,14 @@ struct Spec {
   // container when it is claimed.
   bool receive_mounts = false;
 
+  // The spec message carries, after the user namespace, the mount namespace sandboxes
+  // are made from and the container's folders as detached mount trees (open_tree
+  // clones, in the order workspace, uploads, outputs, then skills when skills_dir is
+  // set), so that the sandbox's namespace is never a copy of the host's, whatever it
+  // holds (mount_template.h). Without them (a kernel without open_tree) the launcher
+  // copies the server's namespace and binds the folders by their host paths.
+  bool mount_trees = false;
+
   // Extra /etc/hosts lines ("ADDRESS NAME"): how the API and allow-listed services are
   // found by name.
   std::vector<std::string> hosts_entries;
