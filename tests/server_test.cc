@@ -512,6 +512,38 @@ TEST(ServerLifecycle, ARequestOnAKeptAliveConnectionDuringTheDrainIsRefusedWithA
   EXPECT_EQ(executions, 1u) << log;
 }
 
+TEST(ServerLifecycle, TheNamespaceSandboxesAreMadeFromPinsNoOneElsesVolume) {
+  // Another service's volume, mounted on the host before the server starts (when the
+  // template sandboxes are made from is taken): unmounting it later must free its loop
+  // device at once, the template holding no copy of that mount.
+  std::string pattern = (fs::temp_directory_path() / "sandboxd-pin-XXXXXX").string();
+  const fs::path dir = mkdtemp(pattern.data());
+  const std::string image = (dir / "vol.img").string(), point = (dir / "mnt").string();
+  fs::create_directories(point);
+  sh("truncate -s 16M " + image + " && mkfs.ext4 -q -F " + image + " && mount -o loop " + image + " " + point);
+  ASSERT_NE(sh("losetup -j " + image), "") << "the loop device of the other volume";
+  {
+    ServerProcess server;
+    auto ran = server.curl_json("-X POST " + server.base() + "/containers/pin/tools/bash_code_execution -d "
+                                "'{\"command\":\"echo made > /mnt/user-data/outputs/o.txt; cat /mnt/user-data/outputs/o.txt\"}'");
+    EXPECT_EQ(ran.at("stdout"), "made\n");
+    // The sandbox sees nothing of it either.
+    auto looked = server.curl_json("-X POST " + server.base() + "/containers/pin/tools/bash_code_execution -d "
+                                   "'{\"command\":\"ls " + point + " 2>&1 | head -c 200; grep -c " + dir.string() +
+                                   " /proc/self/mountinfo\"}'");
+    EXPECT_NE(std::string(looked.at("stdout").as_string()).find("No such file"), std::string::npos) << looked;
+    EXPECT_EQ(sh("umount " + point + " && echo unmounted"), "unmounted\n");
+    std::string left;
+    for (int i = 0; i < 50; ++i) {
+      left = sh("losetup -j " + image);
+      if (left.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(left, "") << "the loop device is still held while the server runs";
+  }
+  fs::remove_all(dir);
+}
+
 TEST(ServerLifecycle, KillDashNineLosesNoAcknowledgedFile) {
   ServerProcess server;
   server.curl("-X PUT '" + server.base() + "/files/doc.txt?scope_id=c1' --data-binary version-1");
