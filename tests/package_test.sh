@@ -177,6 +177,11 @@ log "start (ExecStartPre, ExecStart under the unit's hardening; systemctl where 
 start_server
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/health")" = 200 ] || fail "/health"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/ready")" = 200 ] || fail "/ready: $(curl -s "$base/ready")"
+# The unit's capabilities let sandboxes be made from the template mount namespace (no
+# fallback to copying the server's: README, "What a sandbox is").
+if ((!under_systemd)); then
+  ! grep -q "mount-template could not" "$work/server.log" || fail "the template mount namespace: $(grep mount-template "$work/server.log")"
+fi
 
 log "a command and a file round trip"
 api -X PUT --data-binary "uploaded bytes" "$base/api/gpt/v1/files/in.txt?scope_id=pkg" >/dev/null

@@ -42,8 +42,8 @@ int create_mount_template(const std::string& init_path, const std::string& servi
   retry_eintr([&] { return waitpid(helper, &status, 0); });
   if (got != 1 || byte != 'o' || fd < 0) {
     if (fd >= 0) close(fd);
-    error = init_path + " --mount-template could not make a mount namespace (unshare(CLONE_NEWNS) or "
-                        "open_tree(2) refused)";
+    error = init_path + " --mount-template could not make a mount namespace to start sandboxes from "
+                        "(unshare(CLONE_NEWNS), open_tree(2) or setns(2) refused: setns needs CAP_SYS_CHROOT)";
     return -1;
   }
   return fd;
