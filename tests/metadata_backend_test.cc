@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -158,14 +161,38 @@ TEST(MetadataBackend, PostgresServesEverySurfaceToConcurrentClients) {
 
 TEST(MetadataBackend, AnUnreachableDatabaseStopsTheStartWithTheReason) {
   ServerProcess* server = nullptr;
+  const std::string url = "postgresql://postgres@127.0.0.1:" + std::to_string(free_loopback_port()) + "/nothing";
   try {
-    server = new ServerProcess(metadata_yaml("postgresql://postgres@127.0.0.1:" +
-                                             std::to_string(free_loopback_port()) + "/nothing"));
+    server = new ServerProcess(metadata_yaml(url));
     ADD_FAILURE() << "the server started without its database";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("postgres: connect"), std::string::npos) << e.what();
   }
   delete server;
+  // The start that failed left nothing mounted: its data directory's private bind came
+  // off on the way out (found by the configuration that names this database).
+  std::ifstream info("/proc/self/mountinfo");
+  std::set<std::string> mounted;
+  for (std::string line; std::getline(info, line);) {
+    std::istringstream fields(line);
+    std::string skip, point;
+    fields >> skip >> skip >> skip >> skip >> point;
+    if (point.find("/sandboxd-e2e-") == std::string::npos || !point.ends_with("/data")) continue;
+    mounted.insert(point);
+    std::ifstream config(fs::path(point).parent_path() / "config.yaml");
+    std::stringstream text;
+    text << config.rdbuf();
+    EXPECT_EQ(text.str().find(url), std::string::npos) << "still mounted: " << point;
+  }
+  // (The harness keeps the folder of a server that never started; this test's goes.)
+  for (const auto& entry : fs::directory_iterator(fs::temp_directory_path())) {
+    if (entry.path().filename().string().rfind("sandboxd-e2e-", 0) != 0) continue;
+    std::ifstream config(entry.path() / "config.yaml");
+    std::stringstream text;
+    text << config.rdbuf();
+    if (text.str().find(url) != std::string::npos && !mounted.count((entry.path() / "data").string()))
+      fs::remove_all(entry.path());
+  }
 }
 
 TEST(MetadataBackend, ConfigurationKeysAreCheckedWithTheirPath) {

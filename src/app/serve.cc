@@ -145,6 +145,26 @@ int serve(ops::Config config, const std::string& config_path) {
     for (const auto& mount_point : runtime::Volume::mounts_under(config.data_dir)) runtime::Volume::unmount(mount_point);
   }
   runtime::Volume::make_private_mount(config.data_dir);
+  // The private bind, and anything a part of the service left mounted below it (deepest
+  // first), come off on every way out, a start that fails included (an unreachable
+  // database): nothing of this run stays mounted on the host.
+  struct UnmountOnExit {
+    const std::string& dir;
+    ~UnmountOnExit() {
+      ops::set_audit(nullptr);  // its file is under the data directory's bind
+      try {
+        for (const auto& mount_point : runtime::Volume::mounts_under(dir)) {
+          try {
+            runtime::Volume::unmount(mount_point);
+          } catch (const std::exception& e) {
+            spdlog::warn("unmounting {}: {}", mount_point, e.what());
+          }
+        }
+      } catch (const std::exception& e) {
+        spdlog::warn("listing the mounts under {}: {}", dir, e.what());
+      }
+    }
+  } unmount_on_exit{config.data_dir};
 
   // Append-only, in the data directory, rotated by size.
   ops::set_audit(std::make_unique<ops::AuditLog>((fs::path(config.data_dir) / "audit.log").string(), config.audit_max_bytes,
@@ -314,18 +334,8 @@ int serve(ops::Config config, const std::string& config_path) {
     metadata.set_write_fence(nullptr);  // it refers to the leases, which end here
     if (manifest) manifest->set_write_fence(nullptr);
   }
-  ops::set_audit(nullptr);  // its file is under the data directory's bind
-  // The private bind made at start, and anything a part of the service left mounted
-  // below it (deepest first): nothing of this run stays mounted on the host.
-  for (const auto& mount_point : runtime::Volume::mounts_under(config.data_dir)) {
-    try {
-      runtime::Volume::unmount(mount_point);
-    } catch (const std::exception& e) {
-      spdlog::warn("unmounting {}: {}", mount_point, e.what());
-    }
-  }
   spdlog::info("sandboxd stopped");
-  return 0;
+  return 0;  // (then unmount_on_exit)
 }
 
 }  // namespace sandboxd::app
