@@ -1,5 +1,7 @@
-// A fixture for runtime suites: one harness (a runtime) for the whole suite, and a
-// sandbox started fresh for each test and stopped after it.
+// Fixtures for runtime suites: one harness (a runtime) for the whole suite, a
+// container's folders for each test and its sandbox stopped after it. SandboxPerTest
+// starts that sandbox before each test; a suite that starts it itself (with limits of
+// its own) derives from SandboxSuite.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,7 +12,7 @@
 
 namespace sandboxd::testing {
 
-class SandboxPerTest : public ::testing::Test {
+class SandboxSuite : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { harness = new Harness(); }
   static void TearDownTestSuite() {
@@ -19,7 +21,6 @@ class SandboxPerTest : public ::testing::Test {
   }
   void SetUp() override {
     dirs = std::make_unique<ContainerDirs>(harness->runtime->options().host_uid, harness->runtime->options().host_gid);
-    sandbox = harness->start(harness->options_for(*dirs));
   }
   void TearDown() override {
     if (sandbox) harness->stop(*sandbox);
@@ -28,6 +29,14 @@ class SandboxPerTest : public ::testing::Test {
   static inline Harness* harness = nullptr;
   std::unique_ptr<ContainerDirs> dirs;
   std::shared_ptr<rt::Sandbox> sandbox;
+};
+
+class SandboxPerTest : public SandboxSuite {
+ protected:
+  void SetUp() override {
+    SandboxSuite::SetUp();
+    sandbox = harness->start(harness->options_for(*dirs));
+  }
 };
 
 }  // namespace sandboxd::testing

@@ -16,27 +16,15 @@
 #include <set>
 
 #include "runtime/seccomp.h"
-#include "sandbox_harness.h"
+#include "sandbox_fixture.h"
 
 using namespace sandboxd::testing;
 using namespace std::chrono_literals;
 
 namespace {
 
-class SecurityTest : public ::testing::Test {
+class SecurityTest : public SandboxSuite {
  protected:
-  static void SetUpTestSuite() { harness = new Harness(); }
-  static void TearDownTestSuite() {
-    delete harness;
-    harness = nullptr;
-  }
-  void SetUp() override {
-    dirs = std::make_unique<ContainerDirs>(harness->runtime->options().host_uid,
-                                           harness->runtime->options().host_gid);
-  }
-  void TearDown() override {
-    if (sandbox) harness->stop(*sandbox);
-  }
   void start(rt::CgroupLimits limits = {}) {
     auto options = harness->options_for(*dirs);
     options.limits = limits;
@@ -46,12 +34,7 @@ class SecurityTest : public ::testing::Test {
     if (!sandbox) start();
     return harness->exec(*sandbox, command, timeout);
   }
-
-  static Harness* harness;
-  std::unique_ptr<ContainerDirs> dirs;
-  std::shared_ptr<rt::Sandbox> sandbox;
 };
-Harness* SecurityTest::harness = nullptr;
 
 TEST_F(SecurityTest, NoCapabilitiesNoNewPrivsAndASeccompFilter) {
   auto r = run("grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t' ' '");

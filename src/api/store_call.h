@@ -11,10 +11,10 @@
 // awaiting coroutine, which resumes on its own executor. Work that is not awaited
 // (store_call_detached) must capture by value.
 //
-// The pool is separate from server/blocking.h's: a disk walk or a hash of a large new
-// output there never holds up a one-row lookup, and its size matches the PostgreSQL
-// connection pool (store/database.h open_postgres), so each of its threads can hold a
-// connection at once.
+// The pool is separate from server/blocking.h's (whose run_on and run_here this
+// uses): a disk walk or a hash of a large new output there never holds up a one-row
+// lookup, and its size matches the PostgreSQL connection pool (store/database.h
+// open_postgres), so each of its threads can hold a connection at once.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "api/routes.h"
+#include "server/blocking.h"
 #include "store/database.h"
 
 namespace sandboxd::api {
@@ -36,14 +37,6 @@ namespace sandboxd::api {
 boost::asio::thread_pool& store_pool();
 
 namespace detail {
-template <typename Fn>
-boost::asio::awaitable<std::invoke_result_t<Fn&>> call_store(Fn fn) {
-  co_return fn();
-}
-template <typename Fn>
-boost::asio::awaitable<std::invoke_result_t<Fn&>> call_on_store_pool(Fn fn) {
-  co_return co_await boost::asio::co_spawn(store_pool(), call_store(std::move(fn)), boost::asio::use_awaitable);
-}
 void log_detached_failure(std::exception_ptr failure);
 }  // namespace detail
 
@@ -52,8 +45,8 @@ void log_detached_failure(std::exception_ptr failure);
 // reaches the coroutine moved, never as a temporary, which GCC 12 destroys twice.)
 template <typename Fn>
 boost::asio::awaitable<std::invoke_result_t<Fn&>> store_call(store::db::Backend backend, Fn fn) {
-  if (backend == store::db::Backend::kSqlite) return detail::call_store(std::move(fn));
-  return detail::call_on_store_pool(std::move(fn));
+  if (backend == store::db::Backend::kSqlite) return server::run_here(std::move(fn));
+  return server::run_on(store_pool(), std::move(fn));
 }
 
 // The same, for the backend of the server's metadata (every store shares it).
@@ -70,7 +63,7 @@ void store_call_detached(store::db::Backend backend, Fn fn) {
     fn();
     return;
   }
-  boost::asio::co_spawn(store_pool(), detail::call_store(std::move(fn)), [](std::exception_ptr failure, auto&&...) {
+  boost::asio::co_spawn(store_pool(), server::run_here(std::move(fn)), [](std::exception_ptr failure, auto&&...) {
     if (failure) detail::log_detached_failure(failure);
   });
 }

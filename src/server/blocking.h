@@ -23,18 +23,23 @@ namespace sandboxd::server {
 // at exit.
 boost::asio::thread_pool& blocking_pool();
 
-namespace detail {
+// An awaitable that runs `fn` when awaited, on the awaiting thread: what run_on() hands
+// a pool, and what a caller that decides per call (api/store_call.h) awaits inline.
 template <typename Fn>
-boost::asio::awaitable<std::invoke_result_t<Fn&>> invoke_blocking(Fn fn) {
+boost::asio::awaitable<std::invoke_result_t<Fn&>> run_here(Fn fn) {
   co_return fn();
 }
-}  // namespace detail
+
+// Runs `fn` on `pool` and returns its result to the awaiting coroutine.
+template <typename Fn>
+boost::asio::awaitable<std::invoke_result_t<Fn&>> run_on(boost::asio::thread_pool& pool, Fn fn) {
+  co_return co_await boost::asio::co_spawn(pool, run_here(std::move(fn)), boost::asio::use_awaitable);
+}
 
 // Runs `fn` on blocking_pool() and returns its result to the awaiting coroutine.
 template <typename Fn>
 boost::asio::awaitable<std::invoke_result_t<Fn&>> run_blocking(Fn fn) {
-  co_return co_await boost::asio::co_spawn(blocking_pool(), detail::invoke_blocking(std::move(fn)),
-                                           boost::asio::use_awaitable);
+  return run_on(blocking_pool(), std::move(fn));
 }
 
 }  // namespace sandboxd::server

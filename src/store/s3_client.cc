@@ -331,44 +331,40 @@ S3Result<std::string> S3Client::perform(Request& r) {
   return std::move(r.answer);
 }
 
-S3Result<std::string> S3Client::put_object(const std::string& key, std::string_view body) {
-  Request r;
+S3Result<std::string> S3Client::put(Request& r, const std::string& key) {
   r.method = "PUT";
   r.key = key;
-  r.body = body;
   r.has_body = true;
   auto answer = perform(r);
   if (!answer) return answer.error();
   return r.etag;
+}
+
+S3Result<std::string> S3Client::put_object(const std::string& key, std::string_view body) {
+  Request r;
+  r.body = body;
+  return put(r, key);
 }
 
 S3Result<std::string> S3Client::put_object_from_fd(const std::string& key, int fd, uint64_t size,
                                                    const std::function<void(const char*, size_t)>& on_read) {
   Request r;
   if (on_read) r.on_read = &on_read;
-  r.method = "PUT";
-  r.key = key;
   r.body_fd = fd;
   r.body_size = size;
-  r.has_body = true;
-  auto answer = perform(r);
-  if (!answer) return answer.error();
-  if (r.sent != size) return S3Error{S3Error::Kind::kLocal, 0, "", "the file changed size while it was sent"};
-  return r.etag;
+  auto etag = put(r, key);
+  if (etag && r.sent != size) return S3Error{S3Error::Kind::kLocal, 0, "", "the file changed size while it was sent"};
+  return etag;
 }
 
 S3Result<std::string> S3Client::put_object_pulled(const std::string& key, uint64_t size,
                                                   const std::function<long(char*, size_t)>& pull) {
   Request r;
   r.pull = &pull;
-  r.method = "PUT";
-  r.key = key;
   r.body_size = size;
-  r.has_body = true;
-  auto answer = perform(r);
-  if (!answer) return answer.error();
-  if (r.etag.empty()) return S3Error{S3Error::Kind::kServer, r.status, "", "no ETag in the answer to PutObject"};
-  return r.etag;
+  auto etag = put(r, key);
+  if (etag && etag->empty()) return S3Error{S3Error::Kind::kServer, r.status, "", "no ETag in the answer to PutObject"};
+  return etag;
 }
 
 S3Result<std::string> S3Client::create_multipart(const std::string& key) {

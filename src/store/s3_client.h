@@ -98,6 +98,8 @@ class S3Client {
  private:
   struct Request;
   S3Result<std::string> perform(Request& request);
+  // A PUT of `key` with the body `request` names: the ETag S3 answered.
+  S3Result<std::string> put(Request& request, const std::string& key);
   std::string url_for(const std::string& key, const std::string& query) const;
 
   S3Settings settings_;
