@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "eventually.h"
 #include "base/hex.h"
 #include "cluster_harness.h"
 #include "store/s3_client.h"
@@ -40,17 +41,6 @@ struct Answer {
   bool retry_after() const { return headers.find("Retry-After: ") != std::string::npos; }
   std::string describe() const { return std::to_string(status) + " " + headers + body.substr(0, 400); }
 };
-
-// Polls `done` for up to `seconds` (no timing is asserted: only that it happens).
-template <typename F>
-bool eventually(F done, int seconds = 20) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return done();
-}
 
 // curl with alice's token (`args` are curl's, quoted by the caller); the headers and body
 // pass through files in `scratch`, named with `counter`.

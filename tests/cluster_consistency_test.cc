@@ -150,7 +150,7 @@ TEST_F(ClusterConsistency, FilesDeletedThroughTheApiStayDeletedWhenTheHolderDies
   ASSERT_TRUE(eventually([&] {
     listed = http("'" + b().url(kFiles + "?scope_id=" + container + "&limit=100") + "'");
     return listed.status == 200;
-  }, kLeaseSeconds + 15)) << listed.describe();
+  }, std::chrono::seconds(kLeaseSeconds + 15))) << listed.describe();
   std::set<std::string> names;
   const auto files = json(listed.body);  // alive through the loop
   for (const auto& file : files.at("data").as_array()) names.insert(std::string(file.at("filename").as_string()));

@@ -144,11 +144,8 @@ class ClusterDurability : public ::testing::Test {
   static std::optional<sandboxd::store::Lease> lease_of(const std::string& container) {
     return metadata->lease_of("alice", container);
   }
-  static double metric(const Replica& replica, const std::string& line_prefix) {
-    const std::string text = sh("curl -s '" + replica.url("/metrics") + "'");
-    auto at = text.find("\n" + line_prefix + " ");
-    if (at == std::string::npos) return -1;
-    return std::stod(text.substr(at + line_prefix.size() + 2));
+  static double metric(const Replica& replica, const std::string& sample) {
+    return metric_sample(replica.url("/metrics"), sample);
   }
   static Replica* by_id(const std::string& id) {
     for (auto* replica : replicas)
@@ -271,7 +268,7 @@ TEST_F(ClusterDurability, PausedHolderIsFencedOnItsUploadAndItsFlushAndTheNewHol
   // An upload to A, half sent when A is paused.
   SlowUpload late(a().port(), kFiles + "/late.bin?scope_id=" + container, random_bytes(256 << 10));
   ASSERT_TRUE(late.continued()) << "A opened the container for the upload";
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the command is running
+  ASSERT_TRUE(eventually([&] { return metric(a(), "sandboxd_executions_active") == 1; }));  // the command is running
   a().signal(SIGSTOP);
   std::this_thread::sleep_for(std::chrono::seconds(kLeaseSeconds + 1));
   // B takes the container over (A's lease ran out), restores it and writes: an upload
@@ -361,7 +358,7 @@ TEST_F(ClusterDurability, WithTheS3ServerStoppedUploadsAre503AndTheFlushComplete
   EXPECT_FALSE(listed.count("new-replica-a.bin"));
 
   s3->start();
-  EXPECT_TRUE(eventually([&] { return metric(c(), "sandboxd_storage_pending_flush_bytes") == 0; }, 40));
+  EXPECT_TRUE(eventually([&] { return metric(c(), "sandboxd_storage_pending_flush_bytes") == 0; }, std::chrono::seconds(40)));
   EXPECT_GT(metric(c(), "sandboxd_storage_flushes_total{outcome=\"ok\"}"), flushes_before);
   EXPECT_TRUE(eventually([&] { return bucket_has({md5_hex("one"), md5_hex("two")}); }));
   EXPECT_TRUE(metadata->manifest_of("alice", container).count("/mnt/user-data/outputs/two.txt"));

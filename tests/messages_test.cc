@@ -7,6 +7,7 @@
 #include <future>
 #include <list>
 
+#include "eventually.h"
 #include "scripted_upstream.h"
 #include "server_harness.h"
 
@@ -620,7 +621,7 @@ TEST(MessagesCapacity, ACallCapacityRefusesIsAnErrorBlockInTheTurn) {
   auto holder = std::async(std::launch::async, [&] {
     return server.curl("-X POST " + server.base() + "/containers/busy/tools/bash_code_execution -d @" + hold.string());
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(eventually([&] { return server.metric("sandboxd_executions_active") == 1; }));
   auto reply = turn_with_one_bash_call(upstream, server, "q");
   EXPECT_EQ(reply.at("stop_reason"), "end_turn") << bj::serialize(reply);
   const auto& error = reply.at("content").as_array().at(1).at("content").as_object();

@@ -4,9 +4,9 @@
 // called through ANTHROPIC_BASE_URL with the scoped token, and that token refused
 // everywhere else. A real `sandboxd serve` on loopback and a scripted upstream model.
 
-#include <glob.h>
 #include <gtest/gtest.h>
 
+#include "postgres_harness.h"
 #include "scripted_upstream.h"
 #include "server_harness.h"
 #include "tcp_echo.h"
@@ -16,51 +16,6 @@ namespace bj = boost::json;
 
 namespace {
 
-// A PostgreSQL cluster of its own (Debian's postgresql package), trust authentication,
-// on 127.0.0.1 and a free port; stopped at the end.
-class Postgres {
- public:
-  Postgres() {
-    glob_t found{};
-    if (glob("/usr/lib/postgresql/*/bin/initdb", 0, nullptr, &found) == 0 && found.gl_pathc > 0)
-      bin_ = fs::path(found.gl_pathv[found.gl_pathc - 1]).parent_path();
-    globfree(&found);
-    if (bin_.empty()) return;
-    std::string pattern = (fs::temp_directory_path() / "sandboxd-pg-XXXXXX").string();
-    dir_ = mkdtemp(pattern.data());
-    fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
-    sh("install -d -o postgres -g postgres -m 700 " + (dir_ / "data").string());
-    port_ = free_loopback_port();
-    int status = 0;
-    log_ = sh("runuser -u postgres -- " + (bin_ / "initdb").string() + " -D " + (dir_ / "data").string() +
-                  " -A trust -U postgres 2>&1",
-              &status);
-    if (status != 0) return;
-    log_ += sh("runuser -u postgres -- " + (bin_ / "pg_ctl").string() + " -D " + (dir_ / "data").string() + " -l " +
-                   (dir_ / "data" / "server.log").string() + " -o '-p " + std::to_string(port_) +
-                   " -c listen_addresses=127.0.0.1 -k " + (dir_ / "data").string() + "' -w start 2>&1",
-               &status);
-    running_ = status == 0;
-  }
-  ~Postgres() {
-    if (running_)
-      sh("runuser -u postgres -- " + (bin_ / "pg_ctl").string() + " -D " + (dir_ / "data").string() +
-         " -m immediate stop >/dev/null 2>&1");
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
-  }
-  bool running() const { return running_; }
-  uint16_t port() const { return port_; }
-  const fs::path& bin() const { return bin_; }
-  const std::string& log() const { return log_; }
-
- private:
-  fs::path bin_, dir_;
-  uint16_t port_ = 0;
-  bool running_ = false;
-  std::string log_;
-};
-
 class NetworkTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -68,12 +23,18 @@ class NetworkTest : public ::testing::Test {
     // a sandbox.
     setenv("SANDBOXD_TEST_LEAK", "secret-alice", 1);
     echo = new TcpEcho();
-    postgres = new Postgres();
+    // The one test PostgreSQL (postgres_harness.h). One that does not start fails only
+    // the test that queries it.
+    try {
+      postgres = &PostgresEnvironment::server();
+    } catch (const std::exception& e) {
+      postgres_error = new std::string(e.what());
+    }
     upstream = new ScriptedUpstream();
     down_port = free_loopback_port();  // nothing listens there
     std::string services = "          - { name: echo, host: 127.0.0.1, port: " + std::to_string(echo->port()) + " }\n"
                            "          - { name: down, host: 127.0.0.1, port: " + std::to_string(down_port) + " }\n";
-    if (postgres->running())
+    if (postgres)
       services += "          - { name: db.internal, host: localhost, port: " + std::to_string(postgres->port()) + " }\n";
     server = new ServerProcess("model:\n  baseUrl: \"" + upstream->base_url() +
                                "\"\n  models: { default: upstream-model }\n  timeoutSec: 20\n  maxNestingDepth: 1\n"
@@ -85,7 +46,7 @@ class NetworkTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete server;
     delete upstream;
-    delete postgres;
+    delete postgres_error;
     delete echo;
   }
   void SetUp() override { container = std::string("n-") + ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
@@ -106,7 +67,8 @@ class NetworkTest : public ::testing::Test {
 
   static TcpEcho* echo;
   static uint16_t down_port;
-  static Postgres* postgres;
+  static PostgresServer* postgres;  // the process's, not ours to stop
+  static std::string* postgres_error;
   static ScriptedUpstream* upstream;
   static ServerProcess* server;
   std::string container;
@@ -114,7 +76,8 @@ class NetworkTest : public ::testing::Test {
 };
 TcpEcho* NetworkTest::echo = nullptr;
 uint16_t NetworkTest::down_port = 0;
-Postgres* NetworkTest::postgres = nullptr;
+PostgresServer* NetworkTest::postgres = nullptr;
+std::string* NetworkTest::postgres_error = nullptr;
 ScriptedUpstream* NetworkTest::upstream = nullptr;
 ServerProcess* NetworkTest::server = nullptr;
 
@@ -211,7 +174,7 @@ TEST_F(NetworkTest, UnknownNamesFailAtOnce) {
 
 TEST_F(NetworkTest, PostgresIsQueriedByNameWithPsql) {
   // scripts/setup.sh installs PostgreSQL: a server that does not start is a failure.
-  ASSERT_TRUE(postgres->running()) << "PostgreSQL could not be started: " << postgres->log();
+  ASSERT_TRUE(postgres) << "PostgreSQL could not be started: " << *postgres_error;
   const std::string psql = (postgres->bin() / "psql").string() + " -h db.internal -p " +
                            std::to_string(postgres->port()) + " -U postgres -d postgres -At";
   auto result = bash(psql + " -c 'create table notes (id int, body text)' && " + psql +

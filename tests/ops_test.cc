@@ -7,6 +7,7 @@
 #include <future>
 #include <regex>
 
+#include "eventually.h"
 #include "server_harness.h"
 
 using namespace sandboxd::testing;
@@ -116,7 +117,7 @@ TEST(Ops, AFullHouseWaitsInLineThenGets429WithRetryAfter) {
   auto first = std::async(std::launch::async, [&] {
     return server.curl("-X POST " + server.base() + "/containers/a/tools/bash_code_execution -d @" + slow);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(eventually([&] { return server.metric("sandboxd_executions_active") == 1; }));
   auto second = server.curl_json("-X POST " + server.base() + "/containers/b/tools/bash_code_execution -d @" + quick);
   EXPECT_EQ(second.at("stdout"), "second\n");
   EXPECT_EQ(json(first.get()).at("stdout"), "first\n");
@@ -124,7 +125,7 @@ TEST(Ops, AFullHouseWaitsInLineThenGets429WithRetryAfter) {
   auto holder = std::async(std::launch::async, [&] {
     return server.curl("-X POST " + server.base() + "/containers/a/tools/bash_code_execution -d @" + long_one);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(eventually([&] { return server.metric("sandboxd_executions_active") == 1; }));
   std::string response = server.curl("-i -X POST " + server.base() + "/containers/b/tools/bash_code_execution -d @" + quick);
   EXPECT_NE(response.find("HTTP/1.1 429"), std::string::npos) << response;
   EXPECT_NE(response.find("Retry-After: 7"), std::string::npos) << response;
@@ -333,7 +334,7 @@ TEST(Ops, TheQuotaStopsTheLeastRecentlyUsedIdleSandboxThenAnswers503) {
   std::string busy = bash_body(server.dir(), "busy", "sleep 3");
   auto b = std::async(std::launch::async, [&] { return exec("q-b", busy); });
   auto c = std::async(std::launch::async, [&] { return exec("q-c", busy); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_TRUE(eventually([&] { return server.metric("sandboxd_executions_active") == 2; }));
   std::string refused = exec("q-d", mark);
   EXPECT_NE(refused.find("HTTP/1.1 503"), std::string::npos) << refused;
   EXPECT_NE(refused.find("Retry-After: 9"), std::string::npos) << refused;

@@ -167,6 +167,37 @@ TEST_F(RuntimeTest, ConcurrentExecutionsInOneSandbox) {
   EXPECT_EQ(outputs, (std::vector<std::string>{"1\n", "2\n", "3\n", "4\n"}));
 }
 
+// A surface showing a running command's progress sees its output as it is written:
+// the first line before the command ends, every kept byte once, on the right stream, and
+// nothing past the output cap.
+TEST_F(RuntimeTest, OutputIsObservedWhileTheCommandRuns) {
+  struct Seen {
+    std::string out, err;
+    bool first_line_before_the_end = false;
+  };
+  auto seen = std::make_shared<Seen>();
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  auto work = [&]() -> asio::awaitable<rt::ExecResult> {
+    rt::ExecRequest req;
+    req.command = "echo first; echo oops >&2; sleep 0.5; echo second; head -c 3000 /dev/zero | tr '\\0' x";
+    req.output_limit = 2000;
+    req.on_output = [seen, done](rt::OutputStreamId stream, std::string_view bytes) {
+      auto& text = stream == rt::OutputStreamId::kStdout ? seen->out : seen->err;
+      text.append(bytes);
+      if (!done->load() && seen->out.find("first\n") == 0 && seen->out.find("second") == std::string::npos)
+        seen->first_line_before_the_end = true;
+    };
+    auto result = co_await sandbox->exec(std::move(req));
+    done->store(true);
+    co_return result;
+  };
+  auto result = run_sync(harness->io, work());
+  EXPECT_TRUE(seen->first_line_before_the_end);
+  EXPECT_EQ(seen->err, "oops\n");
+  EXPECT_EQ(seen->out.size(), 2000u);  // the cap, as the result keeps it
+  EXPECT_EQ(result.stdout_text, seen->out + std::string(rt::kTruncationMarker));
+}
+
 TEST_F(RuntimeTest, NonUtf8AndBinaryOutputComeBackAsBytes) {
   auto r = run("printf '\\xff\\xfe\\x00ok'");
   EXPECT_EQ(r.stdout_text, std::string("\xff\xfe\0ok", 5));

@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "eventually.h"
 #include "base/hex.h"
 #include "ops/config.h"
 #include "s3_server.h"
@@ -340,21 +341,7 @@ class S3Serve : public ::testing::Test {
     return "'" + server->base() + "/files" + tail + (tail.find('?') == std::string::npos ? "?" : "&") +
            "scope_id=" + container + "'";
   }
-  // Polls `done` for up to `seconds` (no timing is asserted: only that it happens).
-  template <typename F>
-  bool eventually(F done, int seconds = 30) {
-    for (int i = 0; i < seconds * 10; ++i) {
-      if (done()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return done();
-  }
-  double metric(const std::string& line_prefix) {
-    std::string text = sh("curl -s " + server->url("/metrics"));
-    auto at = text.find("\n" + line_prefix + " ");
-    if (at == std::string::npos) return -1;
-    return std::stod(text.substr(at + line_prefix.size() + 2));
-  }
+  double metric(const std::string& sample) { return server->metric(sample); }
 
   std::unique_ptr<S3Server> s3;
   std::unique_ptr<ServerProcess> server;
@@ -535,7 +522,7 @@ TEST_F(S3Serve, WithTheBucketAwayUploadsAre503AndStopsKeepTheLocalCopyUntilAFlus
 
   // The bucket back: the retry completes the flush, and /metrics shows it.
   s3->start();
-  EXPECT_TRUE(eventually([&] { return metric("sandboxd_storage_pending_flush_bytes") == 0; }, 60));
+  EXPECT_TRUE(eventually([&] { return metric("sandboxd_storage_pending_flush_bytes") == 0; }, std::chrono::seconds(60)));
   EXPECT_GE(metric("sandboxd_storage_flushes_total{outcome=\"ok\"}"), 1);
   EXPECT_EQ(object_md5s(), (std::multiset<std::string>{md5_hex("one\n"), md5_hex("two\n")}));
   EXPECT_TRUE(eventually([&] { return sh("curl -s " + server->url("/ready")).find("\"ready\"") != std::string::npos; }));

@@ -71,6 +71,15 @@ struct SseEvent {
 // Splits an SSE body into its events (the server writes "event: X\ndata: Y\n\n").
 inline std::vector<SseEvent> parse_sse(const std::string& text);
 
+// One sample of a Prometheus text page at `metrics_url` ("name" or "name{labels}" exactly
+// as exposed); -1 when the page has no such sample.
+inline double metric_sample(const std::string& metrics_url, const std::string& sample) {
+  std::string text = sh("curl -s '" + metrics_url + "'");
+  auto at = text.find("\n" + sample + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + sample.size() + 2));
+}
+
 inline boost::json::value json(const std::string& text) {
   boost::system::error_code ec;
   auto value = boost::json::parse(text, ec);
@@ -168,6 +177,8 @@ class ServerProcess {
   pid_t pid() const { return pid_; }
   std::string url(const std::string& path = "") const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
   std::string base() const { return url("/api/gpt/v1"); }
+  // A sample of this server's /metrics (see metric_sample).
+  double metric(const std::string& sample) const { return metric_sample(url("/metrics"), sample); }
   const fs::path& dir() const { return dir_; }
   const fs::path& data_dir() const { return data_dir_; }
 

@@ -10,6 +10,7 @@
 #include <future>
 #include <regex>
 
+#include "eventually.h"
 #include "server_harness.h"
 
 using namespace sandboxd::testing;
@@ -138,9 +139,23 @@ TEST_F(ServerTest, SeedUploadListDownloadDelete) {
   EXPECT_EQ(after.at("stdout"), "/mnt/user-data/uploads: config data  /mnt/user-data/uploads/data/2026: ");
 }
 
-TEST_F(ServerTest, SeedPythonStyleIdIsComputable) {
-  auto out = sh("python3 -c \"import base64; print(base64.urlsafe_b64encode(b'/mnt/user-data/outputs/revenue.png').decode().rstrip('='))\"");
-  EXPECT_EQ(out, "L21udC91c2VyLWRhdGEvb3V0cHV0cy9yZXZlbnVlLnBuZw\n");
+// A client computes a file's id from its sandbox path the way the seed shows (Python's
+// urlsafe base64 without padding) and sandboxd answers to exactly that id for a file
+// that code wrote, in its listing and its metadata.
+TEST_F(ServerTest, FileIdsAreThePathsBase64urlAsAClientComputesThem) {
+  ASSERT_EQ(bash("echo chart > /mnt/user-data/outputs/revenue.png").at("return_code"), 0);
+  auto client_id = sh(
+      "python3 -c \"import base64; print(base64.urlsafe_b64encode(b'/mnt/user-data/outputs/revenue.png')"
+      ".decode().rstrip('='), end='')\"");
+  ASSERT_EQ(client_id, "L21udC91c2VyLWRhdGEvb3V0cHV0cy9yZXZlbnVlLnBuZw");
+  auto meta = server->curl_json(files("/" + client_id)).as_object();
+  EXPECT_EQ(std::string(meta.at("id").as_string()), client_id);
+  EXPECT_EQ(meta.at("filename"), "revenue.png");
+  auto listing = server->curl_json(files()).as_object();
+  bool listed = false;
+  for (const auto& file : listing.at("data").as_array()) listed |= file.at("id").as_string() == client_id;
+  EXPECT_TRUE(listed) << bj::serialize(listing);
+  EXPECT_EQ(server->curl(files("/" + client_id + "/content")), "chart\n");
 }
 
 // --- containers and direct execution ------------------------------------------------
@@ -329,8 +344,10 @@ TEST_F(ServerTest, AFailedUploadKeepsThePreviousVersion) {
   sh("timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(server->port()) + "; "
      "printf \"PUT /api/gpt/v1/files/keep.txt?scope_id=" + container + " HTTP/1.1\\r\\nHost: x\\r\\n"
      "Authorization: Bearer secret-alice\\r\\nContent-Length: 1000000\\r\\n\\r\\npartial\" >&3; sleep 0.3'");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(bash("cat /mnt/user-data/uploads/keep.txt; ls -a /mnt/user-data/uploads | grep -c tmp").at("stdout"), "original0\n");
+  // The server notices the cut body and removes what it had received.
+  EXPECT_TRUE(eventually([&] {
+    return bash("cat /mnt/user-data/uploads/keep.txt; ls -a /mnt/user-data/uploads | grep -c tmp").at("stdout") == "original0\n";
+  }));
 }
 
 TEST_F(ServerTest, ConcurrentUploadsToOneKeyNeverTear) {
@@ -552,7 +569,10 @@ TEST(ServerLifecycle, KillDashNineLosesNoAcknowledgedFile) {
   sh("head -c 3M /dev/urandom > " + (server.dir() / "slow.bin").string());
   sh("(curl -s --limit-rate 200k -X PUT '" + server.base() + "/files/doc.txt?scope_id=c1' -H 'Authorization: Bearer secret-alice' "
      "--data-binary @" + (server.dir() / "slow.bin").string() + " >/dev/null 2>&1 &)");
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // The upload is in flight: its temporary file is being written.
+  ASSERT_TRUE(eventually([&] {
+    return sh("find " + server.data_dir().string() + " -name '.sandboxd-tmp-*' | head -1") != "";
+  }));
   server.stop(SIGKILL);
   server.start();
   // The container's sandbox and the pre-started ones.
@@ -579,7 +599,10 @@ TEST(ServerLifecycle, IdleSandboxesStopAfterTheTtlAndKeepTheirFiles) {
   auto running = server.curl_json(server.base() + "/containers/idle");
   EXPECT_EQ(running.at("state"), "running");
   std::string expires = std::string(running.at("expires_at").as_string());
-  std::this_thread::sleep_for(std::chrono::seconds(5));
+  EXPECT_TRUE(eventually([&] {
+    return sh("pgrep -f 'slee[p] 600' | wc -l") == "0\n" &&
+           sh("grep -c " + server.data_dir().string() + "/containers /proc/mounts") == "0\n";
+  }));
   EXPECT_EQ(sh("pgrep -f 'slee[p] 600' | wc -l"), "0\n") << "the idle sandbox was stopped";
   EXPECT_EQ(sh("grep -c " + server.data_dir().string() + "/containers /proc/mounts"), "0\n") << "and its volume unmounted";
   auto stopped = server.curl_json(server.base() + "/containers/idle");

@@ -12,27 +12,13 @@
 #include <cstring>
 #include <utility>
 
+#include "base/unique_fd.h"
 #include "runtime/syscall_error.h"
 
 namespace sandboxd::images {
 namespace {
 
 using runtime::SyscallError;
-
-// An owned file descriptor.
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  explicit Fd(int f) : fd(f) {}
-  Fd(Fd&& other) noexcept : fd(std::exchange(other.fd, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    std::swap(fd, other.fd);
-    return *this;
-  }
-  ~Fd() {
-    if (fd >= 0) close(fd);
-  }
-};
 
 // Resolution rules for every lookup below the image root: symlinks are followed as if
 // the root were "/" (absolute targets and ".." stop at the root), /proc magic links are
@@ -66,17 +52,17 @@ std::vector<std::string> resolve_link_text(const std::vector<std::string>& base,
 // The directory made of the first `count` components, created (0755) where missing. A
 // symlink on the way whose target is missing gets its target made, inside the root, as
 // `mkdir -p` through it would in the image (`depth` stops symlink loops).
-Fd open_parent(int root_fd, const std::vector<std::string>& parts, size_t count, bool create, int depth = 0) {
+UniqueFd open_parent(int root_fd, const std::vector<std::string>& parts, size_t count, bool create, int depth = 0) {
   std::string rel = join_path(parts, count);
   int fd = open_dir_in_root(root_fd, rel);
   if (fd < 0 && errno == ENOENT && create && count > 0) {
-    Fd up = open_parent(root_fd, parts, count - 1, true, depth);
+    UniqueFd up = open_parent(root_fd, parts, count - 1, true, depth);
     const std::string& name = parts[count - 1];
-    if (mkdirat(up.fd, name.c_str(), 0755) != 0) {
+    if (mkdirat(up.get(), name.c_str(), 0755) != 0) {
       if (errno != EEXIST)
         throw SyscallError("mkdirat(IMAGE_ROOT/" + join_path(parts, count - 1) + ", \"" + name + "\", 0755)", errno);
       char link[PATH_MAX];
-      ssize_t n = readlinkat(up.fd, name.c_str(), link, sizeof link - 1);
+      ssize_t n = readlinkat(up.get(), name.c_str(), link, sizeof link - 1);
       if (n > 0 && depth < 40) {
         std::vector<std::string> base(parts.begin(), parts.begin() + static_cast<long>(count) - 1);
         auto target = resolve_link_text(base, std::string(link, static_cast<size_t>(n)));
@@ -86,7 +72,7 @@ Fd open_parent(int root_fd, const std::vector<std::string>& parts, size_t count,
     fd = open_dir_in_root(root_fd, rel);
   }
   if (fd < 0) throw SyscallError(describe_openat2(rel), errno);
-  return Fd(fd);
+  return UniqueFd(fd);
 }
 
 bool lstat_at(int dir_fd, const std::string& name, struct stat& st) {
@@ -170,9 +156,9 @@ void remove_tree(int dir_fd, const std::string& name) {
     if (fstat(dir_fd, &parent) != 0) throw SyscallError("fstat(parent of " + name + ")", errno);
     if (parent.st_dev != st.st_dev)
       throw ImageError(name + " is a mount point; unmount it before removing the tree it is in");
-    Fd sub(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (sub.fd < 0) throw SyscallError("openat(" + name + ", O_DIRECTORY|O_NOFOLLOW)", errno);
-    for (const auto& child : list_names(sub.fd, name)) remove_tree(sub.fd, child);
+    UniqueFd sub(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (sub.get() < 0) throw SyscallError("openat(" + name + ", O_DIRECTORY|O_NOFOLLOW)", errno);
+    for (const auto& child : list_names(sub.get(), name)) remove_tree(sub.get(), child);
     if (unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
       throw SyscallError("unlinkat(" + name + ", AT_REMOVEDIR)", errno);
     return;
@@ -189,19 +175,19 @@ void add_sizes(int dir_fd, const std::string& what, std::set<std::pair<dev_t, in
       if (st.st_nlink > 1 && !seen.insert({st.st_dev, st.st_ino}).second) continue;
       total += static_cast<uint64_t>(st.st_size);
     } else if (S_ISDIR(st.st_mode)) {
-      Fd sub(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (sub.fd >= 0) add_sizes(sub.fd, name, seen, total);
+      UniqueFd sub(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (sub.get() >= 0) add_sizes(sub.get(), name, seen, total);
     }
   }
 }
 }  // namespace
 
 uint64_t tree_size(const std::string& dir) {
-  Fd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (fd.fd < 0) throw SyscallError("open(" + dir + ", O_DIRECTORY)", errno);
+  UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.get() < 0) throw SyscallError("open(" + dir + ", O_DIRECTORY)", errno);
   std::set<std::pair<dev_t, ino_t>> seen;
   uint64_t total = 0;
-  add_sizes(fd.fd, dir, seen, total);
+  add_sizes(fd.get(), dir, seen, total);
   return total;
 }
 
@@ -235,12 +221,12 @@ void LayerExtractor::apply_entry(TarReader& tar, const TarEntry& entry) {
 
   // Whiteouts: markers that delete what lower layers have; never files themselves.
   if (name.rfind(".wh.", 0) == 0) {
-    Fd dir = open_parent(root_fd_, parts, parts.size() - 1, /*create=*/true);
+    UniqueFd dir = open_parent(root_fd_, parts, parts.size() - 1, /*create=*/true);
     std::string dir_rel = join_path(parts, parts.size() - 1);
     if (name == ".wh..wh..opq") {
-      for (const auto& child : list_names(dir.fd, "IMAGE_ROOT/" + dir_rel)) {
+      for (const auto& child : list_names(dir.get(), "IMAGE_ROOT/" + dir_rel)) {
         std::string child_rel = dir_rel.empty() ? child : dir_rel + "/" + child;
-        if (!written_.count(child_rel)) remove_tree(dir.fd, child);
+        if (!written_.count(child_rel)) remove_tree(dir.get(), child);
       }
     } else {
       std::string target = name.substr(4);
@@ -249,7 +235,7 @@ void LayerExtractor::apply_entry(TarReader& tar, const TarEntry& entry) {
         report_.skip(entry.path, "refused: a whiteout of \"" + target + "\"");
         return;
       }
-      if (!written_.count(target_rel)) remove_tree(dir.fd, target);
+      if (!written_.count(target_rel)) remove_tree(dir.get(), target);
     }
     ++report_.whiteouts;
     return;
@@ -267,29 +253,29 @@ void LayerExtractor::apply_entry(TarReader& tar, const TarEntry& entry) {
       break;
   }
 
-  Fd parent = open_parent(root_fd_, parts, parts.size() - 1, /*create=*/true);
+  UniqueFd parent = open_parent(root_fd_, parts, parts.size() - 1, /*create=*/true);
   struct stat existing;
-  bool exists = lstat_at(parent.fd, name, existing);
+  bool exists = lstat_at(parent.get(), name, existing);
   const std::string where = "IMAGE_ROOT/" + rel;
 
   if (entry.type == EntryType::kDirectory) {
     if (exists && !S_ISDIR(existing.st_mode)) {
-      remove_tree(parent.fd, name);
+      remove_tree(parent.get(), name);
       exists = false;
     }
-    if (!exists && mkdirat(parent.fd, name.c_str(), 0700) != 0)
+    if (!exists && mkdirat(parent.get(), name.c_str(), 0700) != 0)
       throw SyscallError("mkdirat(" + where + ", 0700)", errno);
-    Fd dir(openat(parent.fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (dir.fd < 0) throw SyscallError("openat(" + where + ", O_DIRECTORY|O_NOFOLLOW)", errno);
+    UniqueFd dir(openat(parent.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (dir.get() < 0) throw SyscallError("openat(" + where + ", O_DIRECTORY|O_NOFOLLOW)", errno);
     // Directories keep the sticky bit (/tmp-like folders); setuid and setgid go.
-    if (fchmod(dir.fd, entry.mode & 01777) != 0) throw SyscallError("fchmod(" + where + ")", errno);
+    if (fchmod(dir.get(), entry.mode & 01777) != 0) throw SyscallError("fchmod(" + where + ")", errno);
     written_.insert(rel);
     ++report_.directories;
     return;
   }
 
   // Everything else replaces what is there (a lower layer's file, link or folder).
-  if (exists) remove_tree(parent.fd, name);
+  if (exists) remove_tree(parent.get(), name);
 
   switch (entry.type) {
     case EntryType::kSymlink:
@@ -299,7 +285,7 @@ void LayerExtractor::apply_entry(TarReader& tar, const TarEntry& entry) {
       }
       // Stored as written; it is only ever resolved inside the image (here with
       // RESOLVE_IN_ROOT, in a sandbox against the sandbox's root).
-      if (symlinkat(entry.link_target.c_str(), parent.fd, name.c_str()) != 0)
+      if (symlinkat(entry.link_target.c_str(), parent.get(), name.c_str()) != 0)
         throw SyscallError("symlinkat(\"" + entry.link_target + "\", " + where + ")", errno);
       ++report_.symlinks;
       break;
@@ -311,9 +297,9 @@ void LayerExtractor::apply_entry(TarReader& tar, const TarEntry& entry) {
       }
       // The target is looked up inside the image ("/etc/passwd" is the image's), and
       // linkat without AT_SYMLINK_FOLLOW links a symlink itself, never what it names.
-      Fd target_dir(open_dir_in_root(root_fd_, join_path(target, target.size() - 1)));
-      if (target_dir.fd < 0 ||
-          linkat(target_dir.fd, target.back().c_str(), parent.fd, name.c_str(), 0) != 0) {
+      UniqueFd target_dir(open_dir_in_root(root_fd_, join_path(target, target.size() - 1)));
+      if (target_dir.get() < 0 ||
+          linkat(target_dir.get(), target.back().c_str(), parent.get(), name.c_str(), 0) != 0) {
         report_.skip(entry.path, "skipped: a hardlink to \"" + entry.link_target +
                                      "\", which is not a file in the image (" + std::strerror(errno) + ")");
         return;
@@ -322,7 +308,7 @@ void LayerExtractor::apply_entry(TarReader& tar, const TarEntry& entry) {
       break;
     }
     default:
-      write_file(tar, parent.fd, name, entry, rel);
+      write_file(tar, parent.get(), name, entry, rel);
       break;
   }
   written_.insert(rel);
@@ -333,20 +319,20 @@ void LayerExtractor::write_file(TarReader& tar, int parent_fd, const std::string
   const std::string where = "IMAGE_ROOT/" + rel;
   // O_EXCL|O_NOFOLLOW: the name was just cleared; whatever appeared since is not ours
   // to write through.
-  Fd file(openat(parent_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (file.fd < 0) throw SyscallError("openat(" + where + ", O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW, 0600)", errno);
+  UniqueFd file(openat(parent_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (file.get() < 0) throw SyscallError("openat(" + where + ", O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW, 0600)", errno);
   char buf[1 << 16];
   while (size_t got = tar.read(buf, sizeof buf)) {
     for (size_t done = 0; done < got;) {
-      ssize_t n = runtime::retry_eintr([&] { return write(file.fd, buf + done, got - done); });
+      ssize_t n = runtime::retry_eintr([&] { return write(file.get(), buf + done, got - done); });
       if (n < 0) throw SyscallError("write(" + where + ")", errno);
       done += static_cast<size_t>(n);
     }
   }
   // Permission bits only: setuid, setgid and sticky never survive an import.
-  if (fchmod(file.fd, entry.mode & 0777) != 0) throw SyscallError("fchmod(" + where + ")", errno);
+  if (fchmod(file.get(), entry.mode & 0777) != 0) throw SyscallError("fchmod(" + where + ")", errno);
   timespec times[2] = {{entry.mtime, 0}, {entry.mtime, 0}};
-  futimens(file.fd, times);
+  futimens(file.get(), times);
   ++report_.files;
   report_.bytes += entry.size;
 }

@@ -265,8 +265,8 @@ long become_confined_agent(const CommandContext& ctx, const char** step) {
     if ((rc = sys(SYS_prlimit64, 0, RLIMIT_NOFILE, reinterpret_cast<long>(&limit), 0)) < 0)
       return *step = "setrlimit(RLIMIT_NOFILE)", rc;
   }
-  // The agent: the sandbox's user namespace, uid/gid 1000, no capabilities in any set
-  // (the same steps as become_agent in user.cc, without libc).
+  // The agent: the sandbox's user namespace, uid/gid 1000, no capabilities in any set.
+  // Raw syscalls, no libc: this runs in a child that shares the parent's memory.
   if ((rc = sys(SYS_setns, ctx.userns_fd, CLONE_NEWUSER)) < 0) return *step = "setns(CLONE_NEWUSER)", rc;
   gid_t groups[1] = {kAgentGid};
   if ((rc = sys(SYS_setgroups, 1, reinterpret_cast<long>(groups))) < 0) return *step = "setgroups([1000])", rc;

@@ -76,8 +76,10 @@ struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
   void take(const char* bytes, size_t n) {
     if (detached) return;
     size_t room = data.size() < limit ? limit - data.size() : 0;
-    data.append(bytes, std::min(n, room));
+    size_t kept = std::min(n, room);
+    data.append(bytes, kept);
     if (n > room) truncated = true;
+    if (observer && kept) observer(std::string_view(bytes, kept));
   }
 
   // Reads continuously from now on (the first call registers the pipe). Waits for
@@ -145,6 +147,7 @@ struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
   int fd;
   std::optional<asio::posix::stream_descriptor> pipe;
   size_t limit;
+  std::function<void(std::string_view)> observer;  // ExecRequest::on_output, for this stream
   std::string data;
   bool truncated = false;
   bool detached = false;
@@ -425,6 +428,14 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   auto out = std::make_shared<OutputStream>(strand_, exec->fds[0], request.output_limit);
   auto err = std::make_shared<OutputStream>(strand_, exec->fds[1], request.output_limit);
   exec->fds.clear();
+  if (request.on_output) {
+    out->observer = [observe = request.on_output](std::string_view bytes) {
+      observe(OutputStreamId::kStdout, bytes);
+    };
+    err->observer = [observe = request.on_output](std::string_view bytes) {
+      observe(OutputStreamId::kStderr, bytes);
+    };
+  }
 
   ExecResult result;
   const auto deadline = started + request.timeout;

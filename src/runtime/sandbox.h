@@ -33,6 +33,8 @@ namespace asio = boost::asio;
 inline constexpr std::string_view kTruncationMarker = "...[truncated]";
 inline constexpr const char* kWorkspacePath = "/home/agent/workspace";
 
+enum class OutputStreamId { kStdout, kStderr };
+
 struct ExecRequest {
   std::string command;
   std::chrono::milliseconds timeout{60'000};
@@ -41,6 +43,12 @@ struct ExecRequest {
   std::vector<std::string> extra_env;
   // When set and cancelled, the command's process tree is killed (its client left).
   std::shared_ptr<Cancellation> cancellation;
+  // When set, sees the output as the command writes it, for surfaces that show a
+  // running command's progress: each chunk kept (within output_limit, so an observer
+  // is never fed more than the result holds), in order per stream. A short command's
+  // output is read once it exits, so it may arrive in one piece just before the result.
+  // Called on the sandbox's strand: it must copy what it needs and never block.
+  std::function<void(OutputStreamId stream, std::string_view bytes)> on_output;
 };
 
 struct ExecResult {
@@ -82,7 +90,6 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   const std::string& name() const { return name_; }
   bool running() const { return state_ == State::kRunning; }
   pid_t pid() const { return pid1_; }  // host pid of PID 1
-  size_t active_executions() const { return active_; }
   std::chrono::steady_clock::time_point started_at() const { return started_at_; }
   uint64_t memory_usage() const;
 

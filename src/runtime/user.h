@@ -32,10 +32,6 @@ int create_agent_userns(const std::string& init_path, uint32_t host_uid, uint32_
 // the user namespace, set its limits, say so on fd 3, wait for fd 3 to close.
 int run_userns_holder(int argc, char** argv);
 
-// In a freshly forked child (async-signal-safe): enter the namespace, become agent,
-// drop every capability from every set. Returns 0, or -errno with *failed_step set.
-int become_agent(int userns_fd, int last_cap, const char** failed_step);
-
 // The highest capability number the kernel knows (/proc/sys/kernel/cap_last_cap).
 int read_last_cap();
 

@@ -88,18 +88,6 @@ size_t ConnectionCounter::unauthenticated() const {
   return unauthenticated_;
 }
 
-size_t ConnectionCounter::open_from(const std::string& address) const {
-  std::lock_guard lock(mutex_);
-  auto it = per_address_.find(address);
-  return it == per_address_.end() ? 0 : it->second.open;
-}
-
-size_t ConnectionCounter::open_for(const std::string& owner) const {
-  std::lock_guard lock(mutex_);
-  auto it = per_owner_.find(owner);
-  return it == per_owner_.end() ? 0 : it->second;
-}
-
 bool ConnectionSlot::charge(const std::string& owner) {
   if (std::find(owners_.begin(), owners_.end(), owner) != owners_.end()) return true;
   if (!counter_->charge(owner)) return false;

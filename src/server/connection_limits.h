@@ -45,8 +45,6 @@ class ConnectionCounter {
   size_t open() const;
   // Open connections none of whose requests has authenticated yet.
   size_t unauthenticated() const;
-  size_t open_for(const std::string& owner) const;
-  size_t open_from(const std::string& address) const;
   // Connections refused so far: at the total cap, at an address's caps (all; not
   // authenticated), at an owner's cap.
   struct Refusals {

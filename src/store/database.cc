@@ -223,15 +223,6 @@ Statement& Statement::bind_blob(int index, std::string_view value) {
   return bind(index, value);
 }
 
-Statement& Statement::bind_null(int index) {
-  if (pg_) {
-    pg_->set(index, std::string(), 0, 0, true);
-    return *this;
-  }
-  if (sqlite3_bind_null(stmt_, index) != SQLITE_OK) sqlite_fail(conn_.sqlite_handle(), "bind");
-  return *this;
-}
-
 bool Statement::step() {
   if (!pg_) {
     int rc = sqlite3_step(stmt_);

@@ -113,13 +113,11 @@ class Statement {
   Statement& bind(int index, const char* value) { return bind(index, std::string_view(value)); }
   // Bytes that need not be UTF-8 (BYTEA in PostgreSQL; TEXT bytes in SQLite).
   Statement& bind_blob(int index, std::string_view value);
-  Statement& bind_null(int index);
   template <typename T>
   Statement& add(const T& value) {
     return bind(next_index_++, value);
   }
   Statement& add_blob(std::string_view value) { return bind_blob(next_index_++, value); }
-  Statement& add_null() { return bind_null(next_index_++); }
 
   // True while a row is available.
   bool step();
