@@ -569,10 +569,8 @@ TEST(ServerLifecycle, KillDashNineLosesNoAcknowledgedFile) {
   sh("head -c 3M /dev/urandom > " + (server.dir() / "slow.bin").string());
   sh("(curl -s --limit-rate 200k -X PUT '" + server.base() + "/files/doc.txt?scope_id=c1' -H 'Authorization: Bearer secret-alice' "
      "--data-binary @" + (server.dir() / "slow.bin").string() + " >/dev/null 2>&1 &)");
-  // The upload is in flight: its temporary file is being written.
-  ASSERT_TRUE(eventually([&] {
-    return sh("find " + server.data_dir().string() + " -name '.sandboxd-tmp-*' | head -1") != "";
-  }));
+  // The upload is in flight: its connection has authenticated and its body is coming.
+  ASSERT_TRUE(eventually([&] { return server.metric("sandboxd_http_connections{state=\"authenticated\"}") >= 1; }));
   server.stop(SIGKILL);
   server.start();
   // The container's sandbox and the pre-started ones.
