@@ -3,8 +3,8 @@
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "api/store_call.h"
-#include "server/blocking.h"
+#include "service/store_call.h"
+#include "base/blocking.h"
 #include "server/http_relay.h"
 #include "store/lease_store.h"
 
@@ -73,16 +73,16 @@ asio::awaitable<std::string> container_of_request(RequestContext& ctx) {
 asio::awaitable<std::map<std::string, boost::json::object>> describe_held_elsewhere(
     ApiContext& api, RequestContext& ctx, const std::vector<store::ContainerRecord>& records) {
   std::map<std::string, boost::json::object> described;
-  ContainerLeases* leases = api.containers.leases();
+  cluster::ContainerLeases* leases = api.leases;
   if (!leases || records.empty()) co_return described;
   // The leases (the database) off the I/O thread; the holders are asked one by one.
   auto look_up = [leases, &records] {
-    std::vector<std::pair<const store::ContainerRecord*, ContainerLeases::Holder>> held;
+    std::vector<std::pair<const store::ContainerRecord*, cluster::ContainerLeases::Holder>> held;
     for (const auto& record : records)
       if (auto holder = leases->holder_of(record.storage); holder.elsewhere) held.emplace_back(&record, holder);
     return held;
   };
-  const auto held = co_await server::run_blocking(std::move(look_up));
+  const auto held = co_await run_blocking(std::move(look_up));
   server::RelayOptions options;
   options.via = leases->settings().replica_id;
   options.retry_after_sec = leases->settings().retry_after_sec;
@@ -107,7 +107,7 @@ asio::awaitable<std::map<std::string, boost::json::object>> describe_held_elsewh
   co_return described;
 }
 
-void install_cluster_routing(server::HttpServer& http, ApiContext& api, ContainerLeases& leases) {
+void install_cluster_routing(server::HttpServer& http, ApiContext& api, cluster::ContainerLeases& leases) {
   // Kept-alive connections to the other replicas, shared by every relayed request; an
   // idle one closes before a peer's server.headerTimeoutSec would close it.
   const auto header_timeout = std::chrono::seconds(api.config()->header_timeout_sec);
@@ -123,7 +123,7 @@ void install_cluster_routing(server::HttpServer& http, ApiContext& api, Containe
     if (!ctx.origin) container_id = co_await container_of_request(ctx);
     if (!container_id.empty() && ContainerService::valid_id(container_id)) {
       // Two reads (the container, its lease) before the request is served or relayed.
-      auto lookup = [&api, &leases, &ctx, &container_id]() -> std::optional<ContainerLeases::Holder> {
+      auto lookup = [&api, &leases, &ctx, &container_id]() -> std::optional<cluster::ContainerLeases::Holder> {
         auto record = api.containers.metadata().find_container(ctx.owner, container_id);
         if (!record) return std::nullopt;
         return leases.holder_of(record->storage);

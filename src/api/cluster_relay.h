@@ -8,7 +8,7 @@
 #include <boost/json/object.hpp>
 #include <map>
 
-#include "api/container_leases.h"
+#include "cluster/container_leases.h"
 #include "api/routes.h"
 
 namespace sandboxd::api {
@@ -18,7 +18,7 @@ namespace sandboxd::api {
 // container creation's body `id` (whose body this reads then, and keeps for the handler).
 asio::awaitable<std::string> container_of_request(RequestContext& ctx);
 
-void install_cluster_routing(server::HttpServer& http, ApiContext& api, ContainerLeases& leases);
+void install_cluster_routing(server::HttpServer& http, ApiContext& api, cluster::ContainerLeases& leases);
 
 // A replica asking the holder to describe a container for a listing marks its request
 // so: the holder answers as for a GET but the container's expiry does not roll (a

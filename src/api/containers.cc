@@ -9,9 +9,9 @@
 
 #include "api/cluster_relay.h"
 #include "api/routes.h"
-#include "api/store_call.h"
-#include "api/tool_calls.h"
-#include "server/blocking.h"
+#include "service/store_call.h"
+#include "service/tool_calls.h"
+#include "base/blocking.h"
 #include "server/http_relay.h"
 
 namespace sandboxd::api {
@@ -40,7 +40,7 @@ boost::json::object usage_of(const ContainerPaths& paths) {
 // The usage walk reads every folder of the container: on the blocking pool.
 asio::awaitable<boost::json::object> container_json(ContainerService& service, const Container& c) {
   auto walk = [&paths = c.paths] { return usage_of(paths); };
-  boost::json::object usage = co_await server::run_blocking(std::move(walk));
+  boost::json::object usage = co_await run_blocking(std::move(walk));
   co_return boost::json::object{{"id", c.id},
                                 {"type", "container"},
                                 {"created_at", ContainerService::format_time(c.created_at)},

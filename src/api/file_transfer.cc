@@ -2,12 +2,12 @@
 
 #include <unistd.h>
 
-#include "api/bucket_upload.h"
-#include "api/container_durability.h"
-#include "api/store_call.h"
+#include "cluster/bucket_upload.h"
+#include "cluster/container_durability.h"
+#include "service/store_call.h"
 #include "api/upload_buffers.h"
 #include "ops/metrics.h"
-#include "server/blocking.h"
+#include "base/blocking.h"
 #include "server/header_values.h"
 #include "store/keys.h"
 #include "store/multipart.h"
@@ -83,11 +83,11 @@ Result<std::unique_ptr<OwnerQuotas::UploadCharge>> begin_upload_charge(ApiContex
 // file and its record, then its manifest row; any failure leaves neither (the previous
 // version of the key stays) and a bucket that does not answer is a 503.
 asio::awaitable<Result<store::FileRecord>> finish_upload(ApiContext& api, Container& container,
-                                                         store::FileWriter& writer, BucketUpload* upload,
+                                                         store::FileWriter& writer, cluster::BucketUpload* upload,
                                                          const std::string& path, OwnerQuotas::UploadCharge& quota);
 
 // The bucket's side of an upload (storage.backend s3), or none.
-std::unique_ptr<BucketUpload> begin_bucket_upload(ApiContext& api, Container& container,
+std::unique_ptr<cluster::BucketUpload> begin_bucket_upload(ApiContext& api, Container& container,
                                                   asio::any_io_executor executor,
                                                   std::optional<uint64_t> declared_size = std::nullopt) {
   if (!api.durability) return nullptr;
@@ -95,7 +95,7 @@ std::unique_ptr<BucketUpload> begin_bucket_upload(ApiContext& api, Container& co
 }
 
 // Awaited after each chunk of a body: the bucket takes its full parts.
-std::function<asio::awaitable<Result<void>>()> bucket_drain(std::unique_ptr<BucketUpload>& upload) {
+std::function<asio::awaitable<Result<void>>()> bucket_drain(std::unique_ptr<cluster::BucketUpload>& upload) {
   return [&upload]() -> asio::awaitable<Result<void>> {
     if (!upload) co_return Result<void>();
     co_return co_await upload->drain();
@@ -148,7 +148,7 @@ asio::awaitable<Result<store::FileRecord>> commit_upload(ApiContext& api, Contai
                                                          store::FileWriter& writer, const std::string& path,
                                                          OwnerQuotas::UploadCharge& quota, const std::string* object_key) {
   auto commit = [&writer] { return writer.commit(); };
-  auto committed = co_await server::run_blocking(std::move(commit));
+  auto committed = co_await run_blocking(std::move(commit));
   if (!committed) co_return upload_error(api, committed.error(), path);
   store::FileRecord record = std::move(*committed);
   record.storage = container.storage;
@@ -164,7 +164,7 @@ asio::awaitable<Result<store::FileRecord>> commit_upload(ApiContext& api, Contai
 }
 
 asio::awaitable<Result<store::FileRecord>> finish_upload(ApiContext& api, Container& container,
-                                                         store::FileWriter& writer, BucketUpload* upload,
+                                                         store::FileWriter& writer, cluster::BucketUpload* upload,
                                                          const std::string& path, OwnerQuotas::UploadCharge& quota) {
   if (!upload) co_return co_await commit_upload(api, container, writer, path, quota, nullptr);
   if (auto sent = co_await upload->finish(); !sent) {
@@ -222,7 +222,7 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
   const auto stored = co_await stored_bytes(api, container);
   std::unique_ptr<store::FileWriter> writer;
   Result<std::unique_ptr<OwnerQuotas::UploadCharge>> quota = std::unique_ptr<OwnerQuotas::UploadCharge>();
-  std::unique_ptr<BucketUpload> upload;
+  std::unique_ptr<cluster::BucketUpload> upload;
   const auto executor = co_await asio::this_coro::executor;
   std::optional<ApiError> failure;
   std::string path, path_field;

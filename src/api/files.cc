@@ -4,12 +4,12 @@
 
 #include <boost/json.hpp>
 
-#include "api/container_durability.h"
-#include "api/discovery.h"
+#include "cluster/container_durability.h"
+#include "service/discovery.h"
 #include "api/file_transfer.h"
 #include "api/routes.h"
-#include "api/store_call.h"
-#include "server/blocking.h"
+#include "service/store_call.h"
+#include "base/blocking.h"
 #include "server/header_values.h"
 #include "store/keys.h"
 
@@ -47,7 +47,7 @@ asio::awaitable<Result<store::FileRecord>> find_file(ApiContext& api, Container&
   if (!path) co_return path.error();
   if (!resolve_sandbox_path(container.paths, *path)) co_return ApiError::not_found("File not found: " + id);
   auto stat = [&api, &container, &path] { return api.files.stat_file(container.storage, container.paths, *path); };
-  auto record = co_await server::run_blocking(std::move(stat));
+  auto record = co_await run_blocking(std::move(stat));
   if (!record) co_return ApiError::not_found("File not found: " + id);
   co_return *record;
 }
@@ -159,7 +159,7 @@ asio::awaitable<Result<Response>> remove_one(ApiContext& api, RequestContext& ct
   if (api.durability && gone) {  // out of the bucket's manifest before the answer
     api.durability->note_change(c);
     auto forget = [&api, &c, &path] { api.durability->forget_files(c, {*path}); };
-    co_await server::run_blocking(std::move(forget));
+    co_await run_blocking(std::move(forget));
   }
   if (!removed && removed.error() == store::FileError::kNotFound) co_return ApiError::not_found("File not found: " + id);
   if (!removed) co_return file_error(removed.error(), *path);
@@ -175,11 +175,11 @@ asio::awaitable<Result<Response>> remove_prefix(ApiContext& api, RequestContext&
   Container& c = **container;
   std::vector<std::string> removed;
   auto remove = [&api, &c, &prefix, &removed] { return api.files.remove_prefix(c.storage, c.paths, *prefix, &removed); };
-  size_t count = co_await server::run_blocking(std::move(remove));
+  size_t count = co_await run_blocking(std::move(remove));
   if (api.durability && count > 0) {  // out of the bucket's manifest before the answer
     api.durability->note_change(c);
     auto forget = [&api, &c, &removed] { api.durability->forget_files(c, removed); };
-    co_await server::run_blocking(std::move(forget));
+    co_await run_blocking(std::move(forget));
   }
   co_return json_ok(boost::json::object{{"prefix", *prefix}, {"deleted_count", count}, {"type", "prefix_deleted"}});
 }

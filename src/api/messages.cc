@@ -4,10 +4,11 @@
 
 #include <boost/json.hpp>
 
+#include "api/sandbox_network.h"
 #include "api/routes.h"
-#include "api/store_call.h"
-#include "api/skill_mounts.h"
-#include "api/tool_calls.h"
+#include "service/store_call.h"
+#include "service/skill_mounts.h"
+#include "service/tool_calls.h"
 #include "api/tool_loop_support.h"
 #include "model/sse.h"
 #include "model/tool_loop.h"
@@ -82,14 +83,16 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
 
   auto turn = std::make_shared<Turn>();
   std::shared_ptr<Container> container;
+  const SandboxCaller* caller = sandbox_caller(ctx);
+  const int nesting_depth = caller ? caller->nesting_depth : 0;
   if (request->code_tool != model::CodeToolVersion::kNone) {
-    if (ctx.nesting_depth > config->max_nesting_depth)
+    if (nesting_depth > config->max_nesting_depth)
       co_return ApiError::invalid_request("Code execution cannot be nested more than " +
                                           std::to_string(config->max_nesting_depth) +
                                           " level(s) deep: this request comes from code that a nested request runs");
     // No container named: the owner's own stable one (for code in a sandbox, the
     // container it runs in).
-    const std::string fallback = ctx.origin_container.empty() ? ContainerService::default_id() : ctx.origin_container;
+    const std::string fallback = caller ? caller->container : ContainerService::default_id();
     auto opened = co_await api.containers.async_open(ctx.owner, request->container.value_or(fallback), true);
     if (!opened) co_return opened.error();
     container = *opened;
@@ -106,7 +109,7 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
     add_skills_to_system(request->body, skills_prompt(*resolved));
     skills = std::move(*resolved);
   }
-  turn->runner = std::make_unique<ContainerRunner>(api, container, turn->cancellation, ctx.nesting_depth);
+  turn->runner = std::make_unique<ContainerRunner>(api, container, turn->cancellation, nesting_depth);
   turn->runner->set_skills(std::move(skills));
   const bool stream = request->stream;
   turn->loop = std::make_unique<model::ToolLoop>(api.upstream, loop_settings(*config), std::move(*request),

@@ -4,9 +4,9 @@
 #include <boost/json.hpp>
 #include <mutex>
 
-#include "api/container_durability.h"
+#include "cluster/container_durability.h"
 #include "api/routes.h"
-#include "api/store_call.h"
+#include "service/store_call.h"
 #include "ops/metrics.h"
 #include "ops/owner_admission.h"
 

@@ -3,40 +3,35 @@
 
 #include <boost/json.hpp>
 
-#include "api/container_service.h"
-#include "api/owner_quotas.h"
 #include "model/upstream_client.h"
 #include "ops/health_check.h"
 #include "server/http_server.h"
 #include "server/upstream_pool.h"
-#include "store/file_store.h"
-#include "store/skill_store.h"
+#include "service/services.h"
+
+namespace sandboxd::cluster {
+class ContainerDurability;
+class ContainerLeases;
+}  // namespace sandboxd::cluster
 
 namespace sandboxd::api {
 
-class SkillMounts;
-class ContainerDurability;
+// The surfaces speak the service's vocabulary (containers, quotas, sub-tool calls).
+using namespace sandboxd::service;
 
 // The server names every surface uses.
 namespace http = server::http;
 using server::RequestContext;
 using server::Response;
 
-struct ApiContext {
-  ContainerService& containers;
-  store::FileStore& files;
-  ops::LiveConfig& live_config;
+// The services, and what only the HTTP surfaces need beside them.
+struct ApiContext : service::Services {
   std::shared_ptr<model::UpstreamClient> upstream;  // the /messages model client
   const ops::HealthCheck* health = nullptr;          // behind /health
-  store::SkillStore* skills = nullptr;               // the Skills API and container.skills
-  SkillMounts* skill_mounts = nullptr;               // each request's skills in its sandbox
-  OwnerQuotas quotas;                                // stored bytes, threads, skills per owner
-  ContainerDurability* durability = nullptr;         // storage.backend s3: the sessions bucket
+  cluster::ContainerDurability* durability = nullptr;  // storage.backend s3: the sessions bucket
+  cluster::ContainerLeases* leases = nullptr;          // cluster mode: this replica's leases
   // Cluster mode: kept-alive connections to the other replicas (api/cluster_relay.h).
   std::shared_ptr<server::UpstreamPool> replica_connections;
-
-  // The configuration in effect now: a request takes it once and keeps it.
-  std::shared_ptr<const ops::Config> config() const { return live_config.get(); }
 };
 
 void register_container_routes(server::HttpServer& http, ApiContext& api);

@@ -1,10 +1,7 @@
 #include "api/sandbox_network.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <spdlog/spdlog.h>
-#include <sys/random.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -13,9 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
-#include <charconv>
 
-#include "base/hex.h"
 #include "base/unique_fd.h"
 #include "server/relay.h"
 
@@ -25,7 +20,6 @@ namespace {
 using tcp = asio::ip::tcp;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
-constexpr std::string_view kScopedPrefix = "sbx-scoped-";
 // The API and every service are listeners of the sandbox.
 static_assert(ops::kMaxInternalServices + 1 <= runtime::kMaxListeners);
 constexpr const char* kApiAddress = "127.0.2.1";
@@ -49,49 +43,10 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-// "sbx-scoped-<depth>-<hex>" -> depth, or -1.
-int token_depth(std::string_view token) {
-  if (!token.starts_with(kScopedPrefix)) return -1;
-  token.remove_prefix(kScopedPrefix.size());
-  int depth = -1;
-  auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), depth);
-  if (ec != std::errc() || end == token.data() + token.size() || *end != '-' || depth < 1 || depth > 100) return -1;
-  return depth;
-}
-
 }  // namespace
 
-std::string new_api_secret() {
-  unsigned char bytes[32];
-  size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error("getrandom failed");
-    }
-    got += static_cast<size_t>(n);
-  }
-  return hex_encode(bytes, sizeof bytes);
-}
-
-std::string scoped_token(const Container& container, int depth) {
-  // Bound to the owner, the container and the depth, under a secret of this container
-  // object: a container deleted and made again under the same id gets a new secret.
-  const std::string message = container.owner + '\n' + container.id + '\n' + std::to_string(depth);
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  HMAC(EVP_sha256(), container.api_secret.data(), static_cast<int>(container.api_secret.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length);
-  return std::string(kScopedPrefix) + std::to_string(depth) + "-" + hex_encode(mac, length);
-}
-
-std::vector<std::string> sandbox_env(const ops::Config& config, const Container& container, int depth) {
-  std::string model = "default";
-  if (auto it = config.model_names.find("default"); it != config.model_names.end()) model = it->second;
-  // The SDKs append /v1/messages to the base URL: that is sandboxd's messages endpoint.
-  return {std::string("ANTHROPIC_BASE_URL=http://") + ops::kApiHostName + "/api/gpt",
-          "ANTHROPIC_AUTH_TOKEN=" + scoped_token(container, depth + 1), "ANTHROPIC_MODEL=" + model};
+const SandboxCaller* sandbox_caller(const server::RequestContext& ctx) {
+  return dynamic_cast<const SandboxCaller*>(ctx.caller.get());
 }
 
 void SandboxLink::bind(const std::shared_ptr<Container>& container) {
@@ -121,7 +76,7 @@ void SandboxNetwork::plan(runtime::SandboxOptions& options) const {
   }
 }
 
-std::shared_ptr<SandboxLink> SandboxNetwork::attach(const std::shared_ptr<runtime::Sandbox>& sandbox) {
+std::shared_ptr<service::NetworkLink> SandboxNetwork::attach(const std::shared_ptr<runtime::Sandbox>& sandbox) {
   auto link = std::make_shared<SandboxLink>(io_);
   std::vector<int> fds = sandbox->take_listeners();
   if (fds.size() != targets_.size()) {
@@ -215,7 +170,7 @@ Result<void> SandboxNetwork::authenticate(server::RequestContext& ctx) const {
   const std::string_view token = server::presented_token(ctx);
   const auto* link = dynamic_cast<const SandboxLink*>(ctx.origin.get());
   if (!link) {
-    if (token.starts_with(kScopedPrefix))
+    if (token.starts_with(service::kScopedTokenPrefix))
       return ApiError::authentication("This token belongs to a sandbox and is accepted only from inside it");
     return owners_.authenticate(ctx);
   }
@@ -223,15 +178,17 @@ Result<void> SandboxNetwork::authenticate(server::RequestContext& ctx) const {
     return ApiError::authentication("Missing API token: send $ANTHROPIC_AUTH_TOKEN as 'Authorization: Bearer <token>'");
   auto container = link->container();
   if (!container || container->deleted) return ApiError::authentication("This sandbox's container no longer exists");
-  const int depth = token_depth(token);
-  if (depth < 0 || !constant_time_equal(token, scoped_token(*container, depth)))
+  const int depth = service::scoped_token_depth(token);
+  if (depth < 0 || !constant_time_equal(token, service::scoped_token(*container, depth)))
     return ApiError::authentication("Invalid API token");
   if (ctx.route_name != "messages.create" && ctx.route_name != "messages.validate")
     return ApiError::permission("From inside a sandbox only the messages endpoints can be used (" +
                                 std::string(ops::kApiHostName) + "/api/gpt/v1/messages)");
   ctx.owner = container->owner;
-  ctx.nesting_depth = depth;
-  ctx.origin_container = container->id;
+  auto caller = std::make_shared<SandboxCaller>();
+  caller->nesting_depth = depth;
+  caller->container = container->id;
+  ctx.caller = std::move(caller);
   return {};
 }
 

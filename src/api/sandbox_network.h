@@ -8,11 +8,11 @@
 // Names resolve through the sandbox's /etc/hosts, one loopback address per name; any
 // other address or port is refused at once by the sandbox's own kernel.
 //
-// Code in a sandbox calls the model with ANTHROPIC_BASE_URL and ANTHROPIC_AUTH_TOKEN. The
-// token is bound to the container (and the nesting depth) in where and how long it is
+// Code in a sandbox calls the model with ANTHROPIC_BASE_URL and ANTHROPIC_AUTH_TOKEN
+// (service/sandbox_credentials.h). The token is bound to the container (and the nesting depth) in where and how long it is
 // accepted: only by the messages endpoints, only on connections from that container's
-// sandbox, only while the container exists. What a call may do is the owner's (SPEC
-// §2, Network: "with the permissions of the user who sent the request"): it acts as the
+// sandbox, only while the container exists. What a call may do is the owner's (code calls
+// the model "with the permissions of the user who sent the request"): it acts as the
 // container's owner, so it may name any of the owner's containers; with no container
 // named, code execution runs in the container the call came from. The token is derived
 // from a per-container secret that never leaves the server, so it cannot be turned into
@@ -28,31 +28,38 @@
 #include <string>
 #include <vector>
 
-#include "api/container_service.h"
+#include "service/container_service.h"
 #include "ops/config.h"
 #include "runtime/runtime.h"
 #include "server/auth.h"
 #include "server/http_server.h"
+#include "service/sandbox_credentials.h"
+#include "service/sandbox_networking.h"
 
 namespace sandboxd::api {
 
-// 32 random bytes (hex) from the kernel's CSPRNG: a container's token secret.
-std::string new_api_secret();
+namespace asio = boost::asio;
+using service::Container;
 
-// The token code in `container` gets, for requests of nesting depth `depth`.
-std::string scoped_token(const Container& container, int depth);
-
-// ANTHROPIC_BASE_URL, ANTHROPIC_AUTH_TOKEN and ANTHROPIC_MODEL for a command run by a
-// request of nesting depth `depth` (its own calls are depth + 1).
-std::vector<std::string> sandbox_env(const ops::Config& config, const Container& container, int depth);
+// What the authenticator learned of a request made from inside a sandbox: its nesting
+// depth (0 would be a user's own request; n for a request made by code that a request
+// of depth n-1 runs) and its container (the request's default container).
+struct SandboxCaller : server::CallerDetails {
+  int nesting_depth = 0;
+  std::string container;
+};
+// The request's SandboxCaller, or null for a user's own request.
+const SandboxCaller* sandbox_caller(const server::RequestContext& ctx);
 
 // One running sandbox's listeners and the container it serves now (a pre-started
 // sandbox gets one when claimed). The origin of the API requests it makes.
-class SandboxLink : public server::ConnectionOrigin, public std::enable_shared_from_this<SandboxLink> {
+class SandboxLink : public server::ConnectionOrigin,
+                    public service::NetworkLink,
+                    public std::enable_shared_from_this<SandboxLink> {
  public:
   explicit SandboxLink(asio::io_context& io) : strand_(asio::make_strand(io)) {}
 
-  void bind(const std::shared_ptr<Container>& container);
+  void bind(const std::shared_ptr<Container>& container) override;
   std::shared_ptr<Container> container() const;
   int connections() const { return connections_.load(); }
 
@@ -66,17 +73,17 @@ class SandboxLink : public server::ConnectionOrigin, public std::enable_shared_f
   bool closed_ = false;  // on strand_
 };
 
-class SandboxNetwork {
+class SandboxNetwork : public service::SandboxNetworking {
  public:
   // `tokens`: the owners' (token, owner) pairs, for the public listener.
   SandboxNetwork(asio::io_context& io, server::HttpServer& http, const ops::Config& config,
                  const std::vector<std::pair<std::string, std::string>>& tokens);
 
   // The /etc/hosts lines and listeners every sandbox is started with.
-  void plan(runtime::SandboxOptions& options) const;
+  void plan(runtime::SandboxOptions& options) const override;
 
   // Takes the started sandbox's listeners and serves them until it stops.
-  std::shared_ptr<SandboxLink> attach(const std::shared_ptr<runtime::Sandbox>& sandbox);
+  std::shared_ptr<service::NetworkLink> attach(const std::shared_ptr<runtime::Sandbox>& sandbox) override;
 
   // Authenticates every request: a sandbox's connections with its scoped token (messages
   // endpoints only), the public listener with the owners' tokens.

@@ -13,8 +13,8 @@
 #include <spdlog/spdlog.h>
 
 #include "api/routes.h"
-#include "api/store_call.h"
-#include "server/blocking.h"
+#include "service/store_call.h"
+#include "base/blocking.h"
 #include "store/multipart.h"
 #include "store/skill_archive.h"
 #include "store/skill_store.h"
@@ -26,7 +26,7 @@ namespace json = boost::json;
 
 // Unpacking, sealing and removing skill folders touch many files: off the I/O threads,
 // on the process's blocking pool.
-asio::thread_pool& disk_pool() { return server::blocking_pool(); }
+asio::thread_pool& disk_pool() { return blocking_pool(); }
 
 using DiskWork = std::function<Result<json::value>()>;
 

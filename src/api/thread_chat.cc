@@ -15,11 +15,11 @@
 #include <mutex>
 #include <set>
 
-#include "api/discovery.h"
+#include "service/discovery.h"
 #include "api/routes.h"
-#include "api/store_call.h"
+#include "service/store_call.h"
 #include "api/thread_chat.h"
-#include "api/tool_calls.h"
+#include "service/tool_calls.h"
 #include "api/tool_loop_support.h"
 #include "model/sse.h"
 #include "model/tool_loop.h"

@@ -6,7 +6,7 @@
 
 #include "api/file_transfer.h"
 #include "api/routes.h"
-#include "server/blocking.h"
+#include "base/blocking.h"
 
 namespace sandboxd::api {
 namespace {
@@ -44,7 +44,7 @@ asio::awaitable<Result<Response>> download_file(ApiContext& api, RequestContext&
     co_return ApiError::permission("Only files in /mnt/user-data/outputs/ and /mnt/user-data/uploads/ can be downloaded");
   Container& c = **container;
   auto stat = [&api, &c, &resolved] { return api.files.stat_file(c.storage, c.paths, resolved->sandbox_path); };
-  auto record = co_await server::run_blocking(std::move(stat));  // hashes a changed body
+  auto record = co_await run_blocking(std::move(stat));  // hashes a changed body
   if (!record) co_return ApiError::not_found("File not found: " + resolved->sandbox_path);
   co_return send_content(api, ctx, **container, *record, ctx.query_value("disposition") == "inline");
 }

@@ -1,6 +1,6 @@
 #include "api/tool_loop_support.h"
 
-#include "api/tool_calls.h"
+#include "service/tool_calls.h"
 #include "base/utf8.h"
 #include "model/sse.h"
 #include "tools/bash_tool.h"

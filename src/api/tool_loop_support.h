@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "api/routes.h"
-#include "api/skill_mounts.h"
+#include "service/skill_mounts.h"
 #include "model/tool_loop.h"
 
 namespace sandboxd::api {

@@ -15,15 +15,15 @@
 #include <thread>
 
 #include "api/cluster_relay.h"
-#include "api/container_leases.h"
-#include "api/container_durability.h"
-#include "api/container_service.h"
+#include "cluster/container_leases.h"
+#include "cluster/container_durability.h"
+#include "service/container_service.h"
 #include "app/host_share.h"
 #include "api/routes.h"
 #include "api/sandbox_network.h"
-#include "api/store_check.h"
+#include "service/store_check.h"
 #include "api/thread_chat.h"
-#include "api/skill_mounts.h"
+#include "service/skill_mounts.h"
 #include "images/store.h"
 #include "model/upstream_client.h"
 #include "ops/health_check.h"
@@ -36,7 +36,7 @@
 #include "runtime/userns.h"
 #include "runtime/volume.h"
 #include "server/auth.h"
-#include "server/blocking.h"
+#include "base/blocking.h"
 #include "server/http_server.h"
 #include "store/file_store.h"
 #include "store/lease_store.h"
@@ -184,15 +184,15 @@ int serve(ops::Config config, const std::string& config_path) {
   {  // the service's objects end before the data directory's bind is unmounted
     asio::io_context io;
     ops::LiveConfig live_config(config);
-    api::ContainerService containers(io, live_config, sandbox_runtime ? &*sandbox_runtime : nullptr, metadata);
+    service::ContainerService containers(io, live_config, sandbox_runtime ? &*sandbox_runtime : nullptr, metadata);
     containers.set_unavailable_reason(image_problem);
     // storage.backend s3: the sessions bucket holds the durable copy (the manifest in the
     // metadata database); the local disk is the working copy.
     std::optional<store::ManifestStore> manifest;
-    std::optional<api::ContainerDurability> durability;
+    std::optional<cluster::ContainerDurability> durability;
     if (config.storage_backend == "s3") {
       manifest.emplace(metadata_database());
-      durability.emplace(io, config, *manifest, metadata, api::load_instance_id(config.data_dir));
+      durability.emplace(io, config, *manifest, metadata, cluster::load_instance_id(config.data_dir));
       containers.set_durability(&*durability);
       durability->start([&containers] { return containers.open_containers(); });
       spdlog::info("storage: sessions bucket {} at {} (prefix '{}'), flush every {} s", config.s3.bucket,
@@ -202,11 +202,11 @@ int serve(ops::Config config, const std::string& config_path) {
     // is served under a lease (issue 13 §3). Every write to a container's file records
     // and to its manifest passes the lease's fence in its own transaction.
     std::optional<store::LeaseStore> lease_store;
-    std::optional<api::ContainerLeases> leases;
+    std::optional<cluster::ContainerLeases> leases;
     if (config.cluster_enabled()) {
       lease_store.emplace(metadata_database());
       leases.emplace(io, *lease_store,
-                     api::ContainerLeases::Settings{config.cluster_replica_id, config.cluster_advertise_url,
+                     cluster::ContainerLeases::Settings{config.cluster_replica_id, config.cluster_advertise_url,
                                                     std::chrono::seconds(config.cluster_lease_seconds),
                                                     config.retry_after_sec});
       metadata.set_write_fence(
@@ -222,7 +222,7 @@ int serve(ops::Config config, const std::string& config_path) {
       // (Not in cluster mode: the shared index names containers that other replicas'
       // disks hold, and a missing upload here is not a missing upload. Not with the
       // bucket: a local copy that is missing is restored, not a loss to report.)
-      api::check_store(metadata, (fs::path(config.data_dir) / "containers").string());
+      service::check_store(metadata, (fs::path(config.data_dir) / "containers").string());
     }
     server::ServerLimits limits;
     limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
@@ -256,11 +256,12 @@ int serve(ops::Config config, const std::string& config_path) {
     std::shared_ptr<model::UpstreamClient> upstream;
     if (!config.model_base_url.empty()) upstream = model::UpstreamClient::create();
     ops::HealthCheck health(io, config.data_dir);
-    api::ApiContext api{containers, files, live_config, upstream, &health};
+    api::ApiContext api{{containers, files, live_config}, upstream, &health};
     if (durability) api.durability = &*durability;
+    if (leases) api.leases = &*leases;
     store::SkillStore skills(metadata_database(), config.data_dir,
                              store::find_builtin_skills_dir(config.skills_dir));
-    api::SkillMounts skill_mounts(config.data_dir);
+    service::SkillMounts skill_mounts(config.data_dir);
     api.skills = &skills;
     api.skill_mounts = &skill_mounts;
     api::register_ops_routes(http, api);
@@ -328,8 +329,8 @@ int serve(ops::Config config, const std::string& config_path) {
     io.run();
     for (auto& t : pool) t.join();
     // Disk work handed off by handlers (walks, hashing) ends before the stores it uses.
-    server::blocking_pool().join();
-    if (durability) api::bucket_transfer_pool().join();  // (uploads' parts and their aborts)
+    blocking_pool().join();
+    if (durability) cluster::bucket_transfer_pool().join();  // (uploads' parts and their aborts)
     runtime::join_userns_holders();  // (likewise the sandboxes' user namespace holders)
     metadata.set_write_fence(nullptr);  // it refers to the leases, which end here
     if (manifest) manifest->set_write_fence(nullptr);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/skill_reference.h"
 
 namespace sandboxd::model {
 
@@ -19,12 +20,6 @@ inline constexpr std::string_view kBashTool = "bash_code_execution";
 inline constexpr std::string_view kEditorTool = "text_editor_code_execution";
 inline bool is_sub_tool(std::string_view name) { return name == kBashTool || name == kEditorTool; }
 
-// One entry of `container.skills`.
-struct SkillReference {
-  std::string type;      // "custom" | "anthropic"
-  std::string skill_id;
-  std::string version;   // "latest" when not given
-};
 inline constexpr size_t kMaxSkillsPerRequest = 8;
 
 struct MessagesRequest {

@@ -111,6 +111,11 @@ struct ConnectionOrigin {
   virtual ~ConnectionOrigin() = default;
 };
 
+// Base of what an authenticator attaches to a request about its caller.
+struct CallerDetails {
+  virtual ~CallerDetails() = default;
+};
+
 class RequestContext {
  public:
   RequestContext(beast::tcp_stream& stream, beast::flat_buffer& buffer,
@@ -133,11 +138,9 @@ class RequestContext {
   bool authenticated_route = false;
   // Null for the public listener; a sandbox's API listener otherwise.
   std::shared_ptr<const ConnectionOrigin> origin;
-  // 0 for a user's request; n for a request made by code that a request of depth n-1
-  // runs (set by the authenticator from a sandbox's scoped token).
-  int nesting_depth = 0;
-  // For a request from a sandbox: its container (the default container of the request).
-  std::string origin_container;
+  // What the authenticator learned of the caller beyond its owner (a surface's own
+  // type; the transport carries it and never looks inside). Null for a user's request.
+  std::shared_ptr<const CallerDetails> caller;
   // The connection's place in the server's connection counts (charged to the owner once
   // authenticated).
   ConnectionSlot* connection = nullptr;

@@ -1,0 +1,848 @@
+#include "service/container_service.h"
+
+#include "service/host_space.h"
+#include "service/sandbox_credentials.h"
+#include "service/skill_mounts.h"
+#include "service/store_call.h"
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <optional>
+#include <tuple>
+#include <random>
+#include <spdlog/spdlog.h>
+
+#include "ops/logging.h"
+#include "ops/metrics.h"
+#include "runtime/host_capacity.h"
+#include "runtime/volume.h"
+#include "base/blocking.h"
+
+namespace sandboxd::service {
+namespace {
+
+namespace fs = std::filesystem;
+using runtime::Volume;
+
+int64_t now_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string random_hex(size_t chars) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < chars; ++i) out.push_back(kHex[rng() % 16]);
+  return out;
+}
+
+void make_owned_dir(const fs::path& dir, uid_t uid, gid_t gid) {
+  fs::create_directories(dir);
+  if (chown(dir.c_str(), uid, gid) != 0) throw std::runtime_error("chown(" + dir.string() + ") failed");
+}
+
+}  // namespace
+
+ContainerService::ContainerService(asio::io_context& io, ops::LiveConfig& config, runtime::Runtime* runtime,
+                                   store::Metadata& metadata)
+    : io_(io),
+      config_(config),
+      runtime_(runtime),
+      admission_(ops::Admission::create(config.get()->max_concurrent_executions,
+                                        std::chrono::seconds(config.get()->queue_timeout_sec))),
+      metadata_(metadata),
+      containers_dir_((fs::path(config.get()->data_dir) / "containers").string()),
+      reaper_timer_(io),
+      spares_((fs::path(config.get()->data_dir) / "spares").string(),
+              [this] {
+                const auto settings = this->settings();
+                return VolumeShape{volume_image_bytes(settings->workspace_size_bytes), settings->sandbox_host_uid};
+              }),
+      pool_(io, runtime, (fs::path(config.get()->data_dir) / "slots").string(),
+            SandboxPool::Settings{
+                [this](const ContainerPaths& dirs, const std::string& name) { return sandbox_options(dirs, name); },
+                [this] { return settings()->prestarted_sandboxes; },
+                [this] { return static_cast<uid_t>(settings()->sandbox_host_uid); }}) {
+  fs::create_directories(containers_dir_);
+  fs::permissions(config.get()->data_dir, fs::perms::owner_all, fs::perm_options::replace);
+  asio::co_spawn(io_, reap_idle(), asio::detached);
+  pool_.start();
+}
+
+ContainerService::~ContainerService() {
+  // touch()'s queued writes use the metadata, which the owner destroys after this.
+  for (int queued = background_touches_->load(); queued > 0; queued = background_touches_->load())
+    background_touches_->wait(queued);
+}
+
+bool ContainerService::valid_id(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '-')) return false;
+  return true;
+}
+
+std::string ContainerService::new_id() const { return "cntr_" + random_hex(24); }
+
+std::string ContainerService::format_time(int64_t unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void ContainerService::touch(Container& container) {
+  int64_t now = now_seconds();
+  int64_t previous = container.last_used_at.exchange(now);
+  // The index only needs second resolution; skip the write within the same second.
+  if (previous == now) return;
+  if (metadata_.backend() == store::db::Backend::kSqlite) {
+    metadata_.touch_container(container.owner, container.id, now);
+    return;
+  }
+  // A round trip nobody needs to wait for. Two of them may land out of order: the
+  // index then says a second earlier, which only the listing's expires_at shows.
+  // The count outlives this service (the write holds it): the destructor may return
+  // the moment it reaches zero, before notify_all returns.
+  ++*background_touches_;
+  auto write = [&metadata = metadata_, queued = background_touches_, owner = container.owner, id = container.id, now] {
+    struct Done {
+      std::atomic<int>& queued;
+      ~Done() {
+        --queued;
+        queued.notify_all();
+      }
+    } done{*queued};
+    metadata.touch_container(owner, id, now);
+  };
+  store_call_detached(metadata_.backend(), std::move(write));
+}
+
+int64_t ContainerService::expires_at(const Container& container) const {
+  return container.last_used_at.load() + settings()->session_ttl_sec;
+}
+
+size_t ContainerService::running_sandboxes() const {
+  std::lock_guard lock(mutex_);
+  size_t n = 0;
+  for (const auto& [key, container] : open_) n += container->running();
+  return n;
+}
+
+namespace {
+asio::awaitable<std::shared_ptr<runtime::Sandbox>> sandbox_of(Container* container) { co_return container->sandbox; }
+}  // namespace
+
+asio::awaitable<std::vector<SandboxStatus>> ContainerService::sandboxes() {
+  std::vector<std::shared_ptr<Container>> running;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, container] : open_)
+      if (container->running()) running.push_back(container);
+  }
+  std::vector<SandboxStatus> out;
+  for (auto& container : running) {
+    // The sandbox pointer belongs to the container's strand. (A plain coroutine with a
+    // raw pointer: `running` holds the container, and GCC 12 mishandles the shared_ptr
+    // captures of a lambda coroutine here.)
+    auto sandbox = co_await asio::co_spawn(container->strand, sandbox_of(container.get()), asio::use_awaitable);
+    if (!sandbox || !sandbox->running()) continue;
+    SandboxStatus status;
+    status.owner = container->owner;
+    status.container = container->id;
+    status.pid = sandbox->pid();
+    status.age_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sandbox->started_at()).count();
+    status.memory_bytes = sandbox->memory_usage();
+    status.executing = container->executing.load();
+    status.last_used_at = container->last_used_at.load();
+    out.push_back(std::move(status));
+  }
+  co_return out;
+}
+
+size_t ContainerService::prestarted_ready() const { return pool_.ready(); }
+
+std::vector<std::shared_ptr<Container>> ContainerService::open_containers() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<Container>> out;
+  out.reserve(open_.size());
+  for (const auto& [key, container] : open_) out.push_back(container);
+  return out;
+}
+
+std::vector<std::shared_ptr<Container>> ContainerService::find_open_any_owner(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<Container>> out;
+  for (const auto& [key, container] : open_)
+    if (key.second == id) out.push_back(container);
+  return out;
+}
+
+Result<void> ContainerService::prepare_storage(Container& container, bool fresh) {
+  fs::path root = fs::path(containers_dir_) / container.storage;
+  const uid_t uid = settings()->sandbox_host_uid;
+  container.volume_image = (root / "volume.img").string();
+  container.volume_mount = (root / "volume").string();
+  container.paths.workspace = (root / "volume" / "workspace").string();
+  container.paths.outputs = (root / "volume" / "outputs").string();
+  container.paths.uploads = (root / "uploads").string();
+  container.paths.skills = SkillMounts::prepare_folder(settings()->data_dir, container.storage);
+  // With the sessions bucket, a container whose local copy is gone (a wiped disk, a new
+  // node) gets a new volume here and its files back from the bucket before first use.
+  if (!fresh && durability_ && !fs::exists(container.volume_image)) fresh = true;
+  if (fresh) {
+    create_storage_dirs(root);  // (a full disk answers 503: host_out_of_something)
+    if (auto taken = spares_.take(container.volume_image, container.volume_mount); !taken) {
+      std::error_code ec;
+      fs::remove_all(root, ec);
+      return unavailable_volume(taken.error(), settings()->retry_after_sec);
+    }
+  }
+  fs::create_directories(container.volume_mount);
+  make_owned_dir(container.paths.uploads, uid, uid);
+  if (!Volume::is_mounted(container.volume_mount)) {
+    auto mounted = Volume::mount(container.volume_image, container.volume_mount);
+    if (!mounted) return unavailable_volume(mounted.error(), settings()->retry_after_sec);
+  }
+  make_owned_dir(container.paths.workspace, uid, uid);
+  make_owned_dir(container.paths.outputs, uid, uid);
+  return {};
+}
+
+Result<std::shared_ptr<Container>> ContainerService::load(const store::ContainerRecord& record) {
+  auto container = std::make_shared<Container>(io_.get_executor());
+  container->owner = record.owner;
+  container->id = record.id;
+  container->storage = record.storage;
+  container->created_at = record.created_at;
+  container->last_used_at = record.last_used_at;
+  container->api_secret = new_api_secret();
+  // Cluster mode: a container another replica made or served may have no local copy
+  // here yet; an empty one is made (and filled by ensure_local).
+  const bool no_local_copy =
+      leases_ && !fs::exists(fs::path(containers_dir_) / container->storage / "volume.img");
+  if (auto prepared = prepare_storage(*container, /*fresh=*/no_local_copy); !prepared) return prepared.error();
+  return container;
+}
+
+Result<std::shared_ptr<Container>> ContainerService::open(const std::string& owner, const std::string& id,
+                                                          bool create) {
+  if (!valid_id(id))
+    return ApiError::invalid_request("Invalid container id: must be 1-128 characters of [A-Za-z0-9._:-]");
+  if (shutting_down_) return ApiError::overloaded("The server is shutting down", settings()->retry_after_sec);
+  // Creating or mounting happens under the lock so that one (owner, id) is only ever
+  // prepared once; both are quick (a rename and a mount).
+  std::lock_guard lock(mutex_);
+  auto key = std::make_pair(owner, id);
+  if (auto it = open_.find(key); it != open_.end()) {
+    if (leases_)
+      if (auto claimed = claim_lease(*it->second); !claimed) return claimed.error();
+    return it->second;
+  }
+  if (auto record = metadata_.find_container(owner, id)) return open_existing(*record);
+  if (!create) return ApiError::not_found("Container not found: " + id);
+  // Each container holds a volume image, a loop device and mounts while in use: an
+  // owner keeps at most quotas.containersPerOwner of them.
+  if (const uint64_t cap = settings()->containers_per_owner; cap > 0 && metadata_.list_containers(owner, cap, "").size() >= cap) {
+    ops::metrics().execution_rejected("403", "containers_quota");
+    return ApiError::permission("Container quota reached: this owner has " + std::to_string(cap) +
+                                " containers (quotas.containersPerOwner); delete one first");
+  }
+  store::ContainerRecord record;
+  record.owner = owner;
+  record.id = id;
+  record.storage = "c" + random_hex(20);
+  record.created_at = record.last_used_at = now_seconds();
+  auto container = std::make_shared<Container>(io_.get_executor());
+  container->owner = owner;
+  container->id = id;
+  container->storage = record.storage;
+  container->created_at = record.created_at;
+  container->last_used_at = record.last_used_at;
+  container->api_secret = new_api_secret();
+  Result<void> prepared = ApiError::internal();
+  try {
+    prepared = prepare_storage(*container, /*fresh=*/true);
+  } catch (const std::exception& e) {
+    prepared = host_out_of_something("creating container " + id, e);
+  }
+  if (!prepared) {
+    discard_storage(*container);  // nothing of a container that could not be made stays behind
+    return prepared.error();
+  }
+  if (leases_)  // before the record: a container this replica may not serve is not made
+    if (auto claimed = claim_lease(*container); !claimed) {
+      discard_storage(*container);
+      return claimed.error();
+    }
+  // The database decides a race: another replica may have created (owner, id) since
+  // the lookup above. The first record stays; this replica's fresh storage and its
+  // lease go, and the container is opened as the existing one it is (a 503 to retry
+  // when the winner serves it: the retry is relayed there).
+  const store::ContainerRecord stored = metadata_.create_container(record);
+  if (stored.storage != record.storage) {
+    spdlog::info("container {} of {} was created by another replica at the same moment; this one's copy goes", id,
+                 owner);
+    if (leases_) leases_->drop(record.storage, /*deleted=*/true, /*lost=*/false);
+    discard_storage(*container);
+    return open_existing(stored);
+  }
+  open_[key] = container;
+  return container;
+}
+
+Result<std::shared_ptr<Container>> ContainerService::open_existing(const store::ContainerRecord& record) {
+  std::optional<LeaseKeeper::Claim> claim;  // before anything is mounted for it
+  if (leases_) {
+    auto claimed = leases_->claim(record.storage);
+    if (!claimed) return claimed.error();
+    claim = *claimed;
+  }
+  Result<std::shared_ptr<Container>> container = ApiError::internal();
+  try {
+    container = load(record);
+  } catch (const std::exception& e) {
+    return host_out_of_something("mounting the volume of container " + record.id, e);
+  }
+  // A lease newly taken: the local copy (if any) may be older than what another
+  // replica flushed meanwhile; ensure_local checks it before the first use.
+  if (container && claim && claim->fresh && durability_) durability_->invalidate_local(**container);
+  if (container) open_[{record.owner, record.id}] = *container;
+  return container;
+}
+
+asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::async_open(std::string owner, std::string id,
+                                                                                 bool create) {
+  // The common case, a container in use here: no database call, no hop.
+  if (!leases_ && !shutting_down_)
+    if (auto container = find_open(owner, id)) co_return container;
+  auto call = [this, &owner, &id, create] { return open(owner, id, create); };
+  co_return co_await store_call(metadata_.backend(), std::move(call));
+}
+
+asio::awaitable<std::vector<store::ContainerRecord>> ContainerService::async_list(std::string owner, size_t limit,
+                                                                                 std::string after_id) {
+  auto call = [this, &owner, limit, &after_id] { return list(owner, limit, after_id); };
+  co_return co_await store_call(metadata_.backend(), std::move(call));
+}
+
+void ContainerService::set_cluster(LeaseKeeper* leases) {
+  leases_ = leases;
+  leases_->set_on_lost([this](const std::string& storage) { lease_lost(storage); });
+}
+
+void ContainerService::lease_lost(const std::string& storage) {
+  std::shared_ptr<Container> lost;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, container] : open_)
+      if (container->storage == storage) lost = container;
+  }
+  if (!lost) return;
+  spdlog::warn("container {} of {} is served by another replica now: its sandbox here stops", lost->id, lost->owner);
+  // Its local copy is stale from now on (the new holder writes the manifest): never
+  // flush it again. Without this a fenced flush was retried for as long as the process
+  // lived (and kept the container from being let go), and had this replica taken the
+  // lease back later, a retry landing before ensure_local would have passed the new
+  // epoch's fence and put the stale tree over the newer holder's manifest. A later
+  // claim restores from the bucket first.
+  if (durability_) durability_->invalidate_local(*lost);
+  asio::co_spawn(lost->strand, stop_on_strand(lost, "lease_lost"), asio::detached);
+}
+
+Result<void> ContainerService::claim_lease(Container& container) {
+  auto claimed = leases_->claim(container.storage);
+  if (!claimed) return claimed.error();
+  if (claimed->fresh && durability_) durability_->invalidate_local(container);
+  return {};
+}
+
+asio::awaitable<void> ContainerService::flush_and_release(std::shared_ptr<Container> container) {
+  // The final flush ran as the sandbox stopped (stop_on_strand). A container whose
+  // changes are not all in the bucket keeps its lease, and its local copy, until a
+  // retried flush succeeds and a later stop lets it go.
+  if (durability_ && !container->deleted && !durability_->releasable(*container)) {
+    spdlog::warn("container {} of {}: its files are not all in the bucket yet; its lease is kept", container->id,
+                 container->owner);
+    co_return;
+  }
+  auto release = [this, container] { leases_->release(container->storage); };
+  try {
+    co_await run_blocking(std::move(release));
+  } catch (const std::exception& e) {  // the database: the lease then runs out by itself
+    spdlog::error("container {} of {}: releasing its lease: {}", container->id, container->owner, e.what());
+  }
+}
+
+asio::awaitable<ContainerService::DrainOutcome> ContainerService::drain(std::chrono::seconds grace) {
+  if (leases_) leases_->set_draining();
+  std::vector<std::shared_ptr<Container>> all;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, container] : open_) all.push_back(container);
+  }
+  // Running commands get the grace period to finish; stopping the sandbox cancels the rest.
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  asio::steady_timer pause(io_);
+  for (;;) {
+    bool busy = false;
+    for (const auto& container : all) busy = busy || container->executing.load() > 0;
+    if (!busy || std::chrono::steady_clock::now() >= deadline) break;
+    pause.expires_after(std::chrono::milliseconds(100));
+    co_await pause.async_wait(asio::use_awaitable);
+  }
+  DrainOutcome outcome;
+  const size_t held_before = leases_ ? leases_->held().size() : 0;
+  for (auto& container : all) co_await stop(container, "drain");
+  outcome.kept = leases_ ? leases_->held().size() : 0;
+  outcome.released = held_before > outcome.kept ? held_before - outcome.kept : 0;
+  co_return outcome;
+}
+
+std::vector<store::ContainerRecord> ContainerService::list(const std::string& owner, size_t limit,
+                                                           const std::string& after_id) {
+  return metadata_.list_containers(owner, limit, after_id);
+}
+
+runtime::SandboxOptions ContainerService::sandbox_options(const ContainerPaths& dirs, const std::string& name) const {
+  const auto settings = this->settings();  // one snapshot for the whole sandbox
+  runtime::SandboxOptions options;
+  options.name = name;
+  options.workspace_dir = dirs.workspace;
+  options.uploads_dir = dirs.uploads;
+  options.outputs_dir = dirs.outputs;
+  options.skills_dir = dirs.skills;
+  options.receive_mounts = !dirs.skills.empty();  // each request's skills arrive later
+  options.tmp_size_bytes = settings->tmp_size_bytes;
+  options.home_size_bytes = settings->tmp_size_bytes;
+  // Unset: small enough that a sandbox at its pids limit holds at most a quarter of the
+  // host's fs.file-max (runtime/host_capacity.h).
+  static const runtime::HostCapacity host = runtime::read_host_capacity();
+  options.max_open_files = settings->open_files_limit
+                               ? settings->open_files_limit
+                               : runtime::default_open_files_per_process(host, settings->pids_limit ? settings->pids_limit : 512);
+  options.limits.pids = settings->pids_limit;
+  options.limits.memory_bytes = settings->memory_limit_bytes;
+  if (settings->limit_range_enabled) {
+    if (!options.limits.memory_bytes) options.limits.memory_bytes = settings->limit_memory_bytes;
+    options.limits.cpu_millis = settings->limit_cpu_millis;
+  }
+  if (network_) network_->plan(options);
+  return options;
+}
+
+asio::awaitable<Result<void>> ContainerService::make_room(std::shared_ptr<Container> for_container) {
+  for (;;) {
+    const auto settings = this->settings();
+    std::shared_ptr<Container> victim;
+    {
+      std::lock_guard lock(mutex_);
+      uint64_t running = static_cast<uint64_t>(quota_reserved_.load());
+      for (const auto& [key, container] : open_) running += container->running() ? 1 : 0;
+      const uint64_t cpu = settings->limit_range_enabled ? settings->limit_cpu_millis : 0;
+      const uint64_t memory = settings->memory_limit_bytes ? settings->memory_limit_bytes
+                              : settings->limit_range_enabled ? settings->limit_memory_bytes : 0;
+      const uint64_t after = running + 1;
+      const bool fits = !settings->quota_enabled ||
+                        (after <= settings->quota_pods && after * cpu <= settings->quota_cpu_millis &&
+                         after * memory <= settings->quota_memory_bytes);
+      // This owner's share first: one owner's sandboxes never fill the host for everyone.
+      const uint64_t per_owner = settings->running_sandboxes_per_owner;
+      const auto reserved = owner_reserved_.find(for_container->owner);
+      uint64_t owner_running = reserved == owner_reserved_.end() ? 0 : static_cast<uint64_t>(reserved->second);
+      for (const auto& [key, container] : open_)
+        owner_running += container->owner == for_container->owner && container->running() ? 1 : 0;
+      if (per_owner > 0 && owner_running + 1 > per_owner) {
+        for (const auto& [key, container] : open_) {
+          if (container->owner != for_container->owner || container == for_container || !container->running() ||
+              container->executing.load() > 0)
+            continue;
+          if (!victim || container->last_used_at.load() < victim->last_used_at.load()) victim = container;
+        }
+        if (!victim) {
+          ops::metrics().execution_rejected("429", "owner_sandboxes");
+          co_return ApiError::rate_limited("Too many sandboxes of this owner are running (" +
+                                               std::to_string(owner_running) + " of " + std::to_string(per_owner) +
+                                               ", none idle); try again later",
+                                           settings->capacity_retry_after_sec);
+        }
+      } else if (fits) {
+        ++quota_reserved_;  // released by the caller once its sandbox runs (or failed)
+        ++owner_reserved_[for_container->owner];
+        co_return Result<void>();
+      }
+      // Full: the least recently used sandbox that runs no command makes room.
+      for (const auto& [key, container] : open_) {
+        if (victim) break;  // the owner's own, chosen above
+        if (container == for_container || !container->running() || container->executing.load() > 0) continue;
+        if (!victim || container->last_used_at.load() < victim->last_used_at.load()) victim = container;
+      }
+      if (!victim) {
+        ops::metrics().execution_rejected("503", "quota");
+        co_return ApiError::overloaded("The sandbox quota is full (" + std::to_string(running) + " of " +
+                                           std::to_string(settings->quota_pods) +
+                                           " running, none idle); try again later",
+                                       settings->capacity_retry_after_sec);
+      }
+    }
+    spdlog::info("quota: stopping the idle sandbox of container {} ({}) to make room", victim->id, victim->owner);
+    co_await stop(victim, "quota");
+  }
+}
+
+void ContainerService::discard_storage(Container& container) {
+  try {
+    if (!container.volume_mount.empty()) Volume::try_unmount(container.volume_mount);
+  } catch (const std::exception& e) {
+    spdlog::warn("unmounting {}: {}", container.volume_mount, e.what());
+  }
+  SkillMounts::remove_folder(settings()->data_dir, container.storage);
+  std::error_code ec;
+  fs::remove_all(fs::path(containers_dir_) / container.storage, ec);
+}
+
+ApiError ContainerService::host_out_of_something(const std::string& what, const std::exception& e) const {
+  // A full disk, no free loop device, mkfs or mount failing: the host is out of
+  // something, which a client can only wait out. The detail goes to the log only.
+  spdlog::error("{}: {}", what, e.what());
+  ops::metrics().execution_rejected("503", "host_resources");
+  if (is_disk_full(e))
+    return ApiError::overloaded("The host is out of disk space for a new container; try again later",
+                                settings()->retry_after_sec);
+  return ApiError::overloaded("The host is out of resources for a new container volume; try again later",
+                              settings()->capacity_retry_after_sec);
+}
+
+void ContainerService::release_room(const std::string& owner) {
+  std::lock_guard lock(mutex_);
+  --quota_reserved_;
+  if (auto it = owner_reserved_.find(owner); it != owner_reserved_.end() && --it->second <= 0) owner_reserved_.erase(it);
+}
+
+std::shared_ptr<Container> ContainerService::find_open(const std::string& owner, const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  auto it = open_.find({owner, id});
+  return it == open_.end() ? nullptr : it->second;
+}
+
+asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ensure_sandbox(
+    std::shared_ptr<Container> container) {
+  for (;;) {
+    if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
+    if (container->sandbox && container->sandbox->running()) co_return container->sandbox;
+    container->sandbox_up = false;  // it stopped by itself (PID 1 died)
+    if (!runtime_) co_return ApiError{HttpStatus::service_unavailable, "api_error",
+                                      unavailable_reason(), {}};
+    if (container->starting) {
+      boost::system::error_code ec;
+      co_await container->started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    // Room under the quota first (this may stop the least recently used idle sandbox).
+    auto room = co_await make_room(container);
+    if (!room) co_return room.error();
+    struct Release {
+      ContainerService& service;
+      const std::string& owner;
+      ~Release() { service.release_room(owner); }
+    } release{*this, container->owner};
+    // A pre-started sandbox first: it only needs the container's folders bound in.
+    if (auto slot = pool_.claim(container->paths, container->id)) {
+      container->slot = slot;
+      container->sandbox = slot->sandbox;
+      container->link = slot->link;
+      if (container->link) container->link->bind(container);
+      container->sandbox_up = true;
+      container->live_sandbox.store(container->sandbox);
+      co_return container->sandbox;
+    }
+    container->starting = true;
+    container->started_event = std::make_unique<asio::steady_timer>(container->strand,
+                                                                    std::chrono::steady_clock::time_point::max());
+    auto options = sandbox_options(container->paths, container->storage + "-" + std::to_string(++sandbox_counter_));
+    std::string error;
+    try {
+      container->sandbox = co_await runtime_->start(container->strand, options);
+      if (network_) {
+        container->link = network_->attach(container->sandbox);
+        container->link->bind(container);
+      }
+      container->sandbox_up = true;
+      container->live_sandbox.store(container->sandbox);
+      ops::metrics().sandbox_started();
+    } catch (const std::exception& e) {
+      error = e.what();
+      spdlog::error("starting a sandbox for container {} of {}: {}", container->id, container->owner, error);
+    }
+    container->starting = false;
+    container->started_event->cancel();
+    if (!error.empty()) {
+      ops::metrics().execution_rejected("503", "sandbox_start");
+      co_return ApiError::overloaded("The sandbox could not be started (the host may be out of processes, memory "
+                                     "or devices); try again later",
+                                     settings()->capacity_retry_after_sec);
+    }
+  }
+}
+
+asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_ptr<Container> container,
+                                                                    runtime::ExecRequest request, bool restart) {
+  touch(*container);
+  if (durability_) {  // the bucket's copy first, when the local one is missing or stale
+    if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
+  }
+  ops::Admission::Ticket owner_ticket;  // held for the whole command
+  if (restart) {
+    co_await asio::co_spawn(container->strand, stop_on_strand(container, "restart"), asio::use_awaitable);
+    // restart empties the workspace; uploads and outputs are kept.
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(container->paths.workspace, ec))
+      fs::remove_all(entry.path(), ec);
+    if (request.command.empty()) co_return runtime::ExecResult{};
+  }
+  // The owner's share first (its own line), then a global slot (waiting in line if need
+  // be), before a sandbox is started for it: one owner's commands never fill the global
+  // line other owners wait in.
+  {
+    const auto snapshot = settings();
+    const int share =
+        ops::owner_execution_share(snapshot->max_concurrent_executions_per_owner, snapshot->max_concurrent_executions);
+    // (A share as large as the whole adds nothing: then the global line alone decides.)
+    if (share < snapshot->max_concurrent_executions) {
+      owner_ticket = co_await owner_admission_.acquire(container->owner, share,
+                                                       std::chrono::seconds(snapshot->queue_timeout_sec));
+      if (!owner_ticket) {
+        ops::metrics().execution_rejected("429", "owner_queue_timeout");
+        co_return ApiError::rate_limited("Too many commands of this owner are running (" + std::to_string(share) +
+                                             " at once); none finished within " +
+                                             std::to_string(snapshot->queue_timeout_sec) + "s. Try again later.",
+                                         snapshot->retry_after_sec);
+      }
+    }
+  }
+  std::chrono::duration<double> waited{};
+  auto ticket = co_await admission_->acquire(&waited);
+  ops::metrics().admission_waited(waited.count());
+  if (!ticket) {
+    ops::metrics().execution_rejected("429", "queue_timeout");
+    co_return ApiError::rate_limited("Too many commands are running; none finished within " +
+                                         std::to_string(settings()->queue_timeout_sec) + "s. Try again later.",
+                                     settings()->retry_after_sec);
+  }
+  // A running sandbox is used as is; starting one (or finding it stopped) is the
+  // strand's business.
+  Result<std::shared_ptr<runtime::Sandbox>> sandbox = container->live_sandbox.load();
+  if (!*sandbox || !(*sandbox)->running() || container->deleted)
+    sandbox = co_await asio::co_spawn(container->strand, ensure_sandbox(container), asio::use_awaitable);
+  if (!sandbox) {
+    ops::metrics().execution_completed("failed", 0);
+    co_return sandbox.error();
+  }
+  Result<runtime::ExecResult> outcome = ApiError::internal();
+  ++container->executing;
+  // With the bucket, what the command writes is flushed after it (container_durability.h).
+  if (durability_) ++container->changes;
+  struct Done {
+    std::atomic<int>& count;
+    std::atomic<uint64_t>* changes;
+    ~Done() {
+      if (changes) ++*changes;
+      --count;
+    }
+  } done{container->executing, durability_ ? &container->changes : nullptr};
+  const auto started = std::chrono::steady_clock::now();
+  const char* label = "failed";
+  const std::string command_head = request.command.substr(0, 4096);  // for the audit log
+  try {
+    outcome = co_await (*sandbox)->exec(std::move(request));
+    label = outcome->cancelled ? "cancelled" : outcome->timed_out ? "timeout" : outcome->return_code == 0 ? "ok" : "nonzero";
+  } catch (const runtime::SandboxError& e) {
+    spdlog::warn("execution in container {} failed: {}", container->id, e.what());
+    outcome = std::string_view(e.what()).starts_with("starting the command failed")
+                  ? ApiError::overloaded("The command could not be started (the sandbox or the host is out of "
+                                         "processes or memory); try again later",
+                                         settings()->capacity_retry_after_sec)
+                  : ApiError{HttpStatus::service_unavailable, "api_error", "The sandbox stopped during the command",
+                             settings()->capacity_retry_after_sec};
+  } catch (const std::exception& e) {
+    spdlog::error("execution in container {} failed: {}", container->id, e.what());
+    outcome = ApiError::overloaded("The command could not be run; try again later", settings()->capacity_retry_after_sec);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ops::metrics().execution_completed(label, seconds);
+  const int64_t return_code = outcome ? outcome->return_code : -1;
+  const bool truncated = outcome && (outcome->stdout_truncated || outcome->stderr_truncated);
+  const bool timed_out = outcome && outcome->timed_out;
+  ops::log_event(spdlog::level::info, "execution",
+                 {{"owner", container->owner}, {"container", container->id}, {"ms", seconds * 1000},
+                  {"outcome", label}, {"return_code", return_code}, {"truncated", truncated}, {"timed_out", timed_out}});
+  if (auto* audit = ops::audit())
+    audit->record("execution", {{"owner", container->owner}, {"container", container->id},
+                                {"command", command_head}, {"outcome", label},
+                                {"return_code", return_code}});
+  touch(*container);
+  co_return outcome;
+}
+
+asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container> container, const char* reason) {
+  while (container->starting) {
+    boost::system::error_code ec;
+    co_await container->started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  container->sandbox_up = false;
+  container->live_sandbox.store(nullptr);
+  container->link.reset();  // its listeners close with the sandbox
+  if (auto sandbox = std::move(container->sandbox)) {
+    co_await sandbox->stop();
+    ops::metrics().sandbox_stopped(reason);
+  }
+  if (auto slot = std::move(container->slot)) pool_.release(slot);
+  // Whatever the reason of the stop, what changed goes to the bucket (a failure keeps
+  // the local copy and is retried; the container is not released meanwhile).
+  if (durability_) co_await durability_->flush_if_changed(container);
+}
+
+asio::awaitable<void> ContainerService::stop(std::shared_ptr<Container> container, const char* reason) {
+  co_await asio::co_spawn(container->strand, stop_on_strand(container, reason), asio::use_awaitable);
+  if (leases_) co_await flush_and_release(container);
+}
+
+asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> container) {
+  container->deleted = true;
+  co_await stop(container, "deleted");
+  {
+    std::lock_guard lock(mutex_);
+    open_.erase({container->owner, container->id});
+  }
+  auto forget_records = [this, &container] {
+    metadata_.delete_container(container->owner, container->id);
+    if (leases_) leases_->drop(container->storage, /*deleted=*/true, /*lost=*/false);
+  };
+  co_await store_call(metadata_.backend(), std::move(forget_records));
+  if (durability_) co_await durability_->forget(container);
+  SkillMounts::remove_folder(settings()->data_dir, container->storage);
+  try {
+    Volume::unmount(container->volume_mount);
+  } catch (const std::exception& e) {
+    spdlog::warn("unmounting {}: {}", container->volume_mount, e.what());
+  }
+  std::error_code ec;
+  fs::remove_all(fs::path(containers_dir_) / container->storage, ec);
+}
+
+asio::awaitable<void> ContainerService::reap_idle() {
+  const auto interval = std::chrono::seconds(std::clamp(settings()->session_ttl_sec / 4, 1, 30));
+  while (!shutting_down_) {
+    reaper_timer_.expires_after(interval);
+    boost::system::error_code ec;
+    co_await reaper_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (shutting_down_) break;
+    const int64_t now = now_seconds();
+    std::vector<std::shared_ptr<Container>> idle;
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& [key, container] : open_)
+        if (container->last_used_at.load() + settings()->session_ttl_sec <= now) idle.push_back(container);
+    }
+    for (auto& container : idle) {
+      if (container->executing.load() > 0) continue;
+      co_await stop(container, "idle");
+    }
+    // Unmount volumes nobody holds (the map is then the only owner).
+    std::lock_guard lock(mutex_);
+    for (auto& container : idle) {
+      auto it = open_.find({container->owner, container->id});
+      if (it == open_.end() || it->second != container) continue;
+      if (container->running() || container->last_used_at.load() + settings()->session_ttl_sec > now) continue;
+      if (container.use_count() > 2) continue;  // `idle` and the map: nobody else
+      if (durability_ && !durability_->releasable(*container)) continue;  // unflushed: kept
+      try {
+        if (Volume::try_unmount(container->volume_mount)) {
+          SkillMounts::remove_folder(settings()->data_dir, container->storage);  // remade when it opens again
+          open_.erase(it);
+        }
+      } catch (const std::exception& e) {
+        spdlog::warn("unmounting idle volume {}: {}", container->volume_mount, e.what());
+      }
+    }
+  }
+}
+
+asio::awaitable<void> ContainerService::shutdown() {
+  shutting_down_ = true;
+  reaper_timer_.cancel();
+  std::vector<std::shared_ptr<Container>> all;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, container] : open_) all.push_back(container);
+  }
+  for (auto& container : all) co_await stop(container, "shutdown");
+  co_await pool_.shutdown();
+  std::lock_guard lock(mutex_);
+  for (auto& container : all) {
+    try {
+      Volume::unmount(container->volume_mount);
+    } catch (const std::exception& e) {
+      spdlog::warn("unmounting {}: {}", container->volume_mount, e.what());
+    }
+    // Its skills folder is a mount point too (a shared bind of itself).
+    SkillMounts::remove_folder(settings()->data_dir, container->storage);
+  }
+  open_.clear();
+}
+
+}  // namespace sandboxd::service
+
+namespace sandboxd::service {
+
+asio::awaitable<std::string> ContainerService::probe() {
+  if (!runtime_) co_return unavailable_reason();
+  struct statvfs disk {};
+  if (statvfs(settings()->data_dir.c_str(), &disk) == 0 &&
+      static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize < (64ull << 20))
+    co_return "the data directory's disk is full (less than 64 MiB free)";
+  // A sandbox over empty folders of its own, with one command, as a container gets.
+  const std::string name = "probe-" + std::to_string(++sandbox_counter_);
+  const fs::path root = fs::path(settings()->data_dir) / "probes" / name;
+  const uid_t uid = settings()->sandbox_host_uid;
+  ContainerPaths dirs{(root / "workspace").string(), (root / "uploads").string(), (root / "outputs").string(), ""};
+  std::string problem;
+  try {
+    for (const auto* dir : {&dirs.workspace, &dirs.uploads, &dirs.outputs}) {
+      fs::create_directories(*dir);
+      if (chown(dir->c_str(), uid, uid) != 0)
+        throw std::runtime_error("chown " + *dir + ": " + std::strerror(errno));
+    }
+    auto sandbox = co_await runtime_->start(io_.get_executor(), sandbox_options(dirs, name));
+    runtime::ExecRequest request;
+    request.command = "true";
+    request.timeout = std::chrono::seconds(10);
+    try {
+      auto result = co_await sandbox->exec(std::move(request));
+      if (result.return_code != 0) problem = "a probe command exited with " + std::to_string(result.return_code);
+    } catch (const std::exception& e) {
+      problem = std::string("a probe command could not run: ") + e.what();
+    }
+    co_await sandbox->stop();
+  } catch (const std::exception& e) {
+    problem = std::string("a sandbox cannot start: ") + e.what();
+  }
+  std::error_code ec;
+  fs::remove_all(root, ec);
+  co_return problem;
+}
+
+}  // namespace sandboxd::service

@@ -1,0 +1,246 @@
+// Containers and their sandboxes: the service behind the containers, tools, files and
+// thread endpoints. A container is a persistent file space (owner, id) on disk — an
+// ext4 volume for workspace and outputs (the size limit) and a folder for uploads —
+// and at most one running sandbox, started on demand and stopped when idle for
+// sessionTTLSeconds (files kept).
+#pragma once
+
+#include <atomic>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "service/cluster_hooks.h"
+#include "service/sandbox_networking.h"
+#include "service/sandbox_pool.h"
+#include "service/spare_volumes.h"
+#include "ops/admission.h"
+#include "ops/owner_admission.h"
+#include "ops/config.h"
+#include "ops/live_config.h"
+#include "runtime/runtime.h"
+#include "base/error.h"
+#include "store/file_store.h"
+#include "store/metadata.h"
+#include "base/sandbox_paths.h"
+
+namespace sandboxd::service {
+
+namespace asio = boost::asio;
+
+
+// Seed 002's error for code execution with no provider behind it.
+inline constexpr std::string_view kNoProvider = "code_execution provider is not configured.";
+
+struct Container {
+  std::string owner;
+  std::string id;
+  std::string storage;
+  int64_t created_at = 0;
+  std::atomic<int64_t> last_used_at{0};  // unix seconds
+  ContainerPaths paths;
+  std::string volume_image, volume_mount;
+  // Keys the container's scoped API tokens (sandbox_credentials.h); never leaves the server.
+  std::string api_secret;
+
+  // Guarded by `strand`.
+  asio::strand<asio::any_io_executor> strand;
+  std::shared_ptr<runtime::Sandbox> sandbox;
+  // The same sandbox for readers on any thread: a command in a running sandbox needs no
+  // hop onto the container's strand.
+  std::atomic<std::shared_ptr<runtime::Sandbox>> live_sandbox;
+  std::shared_ptr<Slot> slot;  // when the sandbox came from the pre-started pool
+  std::shared_ptr<NetworkLink> link;  // the sandbox's network
+  bool starting = false;
+  std::atomic<bool> deleted{false};  // read from other threads (tokens, the fast path)
+  std::unique_ptr<asio::steady_timer> started_event;  // cancelled when a start ends
+  std::string start_error;
+
+  // File discovery (see discovery.h), guarded by sync_mutex.
+  std::mutex sync_mutex;
+  std::chrono::steady_clock::time_point synced_at{};
+  bool index_dirty = true;  // code may have written files since the last sync
+  bool sync_scheduled = false;
+  int walks_running = 0;  // a listing meanwhile walks too: a running walk may not have reached its files yet
+
+  // The durable copy in the sessions bucket (storage.backend s3; container_durability.h).
+  std::mutex durability_mutex;            // one flush or restore at a time (blocking threads)
+  std::atomic<bool> local_ready{false};   // checked against the manifest (and restored)
+  std::atomic<uint64_t> changes{0};       // bumped by commands and API deletions
+  std::atomic<uint64_t> flushed_changes{0};  // `changes` as of the last good flush
+  std::atomic<bool> flush_failed{false};  // retried with backoff; never released meanwhile
+  std::atomic<int> flush_failures{0};
+  std::atomic<int64_t> last_flush_ms{0}, retry_at_ms{0};  // steady clock
+  std::atomic<uint64_t> unflushed_bytes{0};  // what the last flush could not send
+
+  explicit Container(asio::any_io_executor executor) : strand(asio::make_strand(executor)) {}
+  // Readable from any thread (the sandbox pointer itself belongs to the strand).
+  bool running() const { return sandbox_up.load(); }
+  std::atomic<bool> sandbox_up{false};
+  std::atomic<int> executing{0};  // commands running now
+};
+
+// A running sandbox as an operator sees it (`sandboxd ps`).
+struct SandboxStatus {
+  std::string owner, container;
+  pid_t pid = -1;  // host pid of its PID 1
+  double age_seconds = 0;
+  uint64_t memory_bytes = 0;
+  int executing = 0;  // commands running now
+  int64_t last_used_at = 0;
+};
+
+class ContainerService {
+ public:
+  // `runtime` may be null: no code-execution provider (files work, commands do not).
+  ContainerService(asio::io_context& io, ops::LiveConfig& config, runtime::Runtime* runtime,
+                   store::Metadata& metadata);
+  ~ContainerService();
+
+  // 1-128 characters of [A-Za-z0-9._:-].
+  static bool valid_id(std::string_view id);
+  static std::string default_id() { return "default"; }
+  std::string new_id() const;  // "cntr_" + random
+
+  // The container (owner, id); with `create`, made if missing. 404 for a missing (or
+  // another owner's) container.
+  Result<std::shared_ptr<Container>> open(const std::string& owner, const std::string& id, bool create);
+  // The same for a coroutine on an I/O thread: an open container (with no lease to
+  // confirm) at once; otherwise open() runs as a store call (api/store_call.h), off
+  // the I/O thread when the metadata is in PostgreSQL.
+  asio::awaitable<Result<std::shared_ptr<Container>>> async_open(std::string owner, std::string id, bool create);
+  // list() as a store call.
+  asio::awaitable<std::vector<store::ContainerRecord>> async_list(std::string owner, size_t limit,
+                                                                  std::string after_id);
+  std::vector<store::ContainerRecord> list(const std::string& owner, size_t limit, const std::string& after_id);
+  // The container if it is open (its volume mounted) now; nothing is mounted for it.
+  std::shared_ptr<Container> find_open(const std::string& owner, const std::string& id) const;
+
+  // Runs a command, starting the sandbox first if needed. `restart` stops the sandbox
+  // and empties the workspace before running. Admission first: with every execution
+  // slot taken past capacity.queueTimeoutSec, a 429 (rate_limit_error, Retry-After).
+  asio::awaitable<Result<runtime::ExecResult>> exec(std::shared_ptr<Container> container,
+                                                    runtime::ExecRequest request, bool restart);
+  // `reason` labels the stop in the metrics (api, idle, deleted, restart, shutdown).
+  asio::awaitable<void> stop(std::shared_ptr<Container> container, const char* reason = "api");
+  asio::awaitable<void> remove(std::shared_ptr<Container> container);
+
+  // Refreshes last activity (expires_at rolls). The index's copy is written at most
+  // once a second, inline with SQLite, in the background with PostgreSQL (not awaited;
+  // the destructor waits for those still queued).
+  void touch(Container& container);
+  int64_t expires_at(const Container& container) const;
+  static std::string format_time(int64_t unix_seconds);
+
+  store::Metadata& metadata() { return metadata_; }
+  // The configuration in effect now (a snapshot).
+  std::shared_ptr<const ops::Config> settings() const { return config_.get(); }
+  size_t running_sandboxes() const;
+  // Every running container sandbox, and how many pre-started ones wait.
+  asio::awaitable<std::vector<SandboxStatus>> sandboxes();
+  size_t prestarted_ready() const;
+  // The open containers with this id (an operator's `stop` names no owner).
+  std::vector<std::shared_ptr<Container>> find_open_any_owner(const std::string& id) const;
+  bool code_execution_available() const { return runtime_ != nullptr; }
+  // Sandboxes started from now on get the API and the allow-listed services.
+  void set_network(SandboxNetworking* network) {
+    network_ = network;
+    pool_.set_network(network);
+  }
+  // Why code execution is unavailable (no runtime): a missing sandbox image, else the
+  // seed's "provider is not configured".
+  void set_unavailable_reason(std::string reason) { unavailable_reason_ = std::move(reason); }
+  std::string unavailable_reason() const {
+    return unavailable_reason_.empty() ? std::string(kNoProvider) : unavailable_reason_;
+  }
+  const ops::Admission& admission() const { return *admission_; }
+  ops::Admission& admission() { return *admission_; }
+  // Starts a throwaway sandbox and runs `true` in it: what /ready reports. Empty when
+  // that worked, else the reason.
+  asio::awaitable<std::string> probe();
+
+  // Stops every sandbox and unmounts every volume (graceful shutdown).
+  asio::awaitable<void> shutdown();
+
+  // Cluster mode (issue 13 §3): a container is served under its lease, taken when it
+  // opens (a lease newly taken makes the local copy be checked against the bucket's
+  // manifest before use: durability->ensure_local), released when its sandbox stops
+  // (after durability->flush succeeded). Set once, before serving.
+  void set_cluster(LeaseKeeper* leases);
+  LeaseKeeper* leases() const { return leases_; }  // null in single-host mode
+  struct DrainOutcome {
+    size_t released = 0, kept = 0;  // kept: still held (a flush failed)
+  };
+  // Refuses new containers, lets running commands finish (up to `grace`, then they are
+  // cancelled), stops every sandbox and releases every lease; the server keeps running.
+  asio::awaitable<DrainOutcome> drain(std::chrono::seconds grace);
+  // storage.backend s3: the bucket copy (restore before use, flush after stops).
+  void set_durability(BucketCopy* durability) { durability_ = durability; }
+  BucketCopy* durability() const { return durability_; }
+  // Every open container (its volume mounted).
+  std::vector<std::shared_ptr<Container>> open_containers() const;
+
+ private:
+  asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ensure_sandbox(std::shared_ptr<Container> container);
+  asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container, const char* reason);
+  // Under opensandbox.runtime.resourceQuota, reserves room for one more sandbox, stopping
+  // the least recently used idle one if need be; 503 (overloaded) when none is idle.
+  // Also keeps each owner under quotas.runningSandboxesPerOwner, stopping that owner's
+  // least recently used idle sandbox if need be; 429 (rate limited) when none is idle.
+  // The caller releases the reservation (release_room) once its sandbox runs.
+  asio::awaitable<Result<void>> make_room(std::shared_ptr<Container> for_container);
+  void release_room(const std::string& owner);
+  // 503 overloaded_error for an unexpected host failure (the detail goes to the log).
+  ApiError host_out_of_something(const std::string& what, const std::exception& e) const;
+  // 503 (unavailable_volume) when the host cannot make or mount the volume.
+  Result<std::shared_ptr<Container>> load(const store::ContainerRecord& record);
+  // open() of a container that has a record (under mutex_): its lease, then its volume.
+  Result<std::shared_ptr<Container>> open_existing(const store::ContainerRecord& record);
+  Result<void> prepare_storage(Container& container, bool fresh);
+  // Removes what a container that could not be made left (volume mount, folders).
+  void discard_storage(Container& container);
+  asio::awaitable<void> reap_idle();
+  runtime::SandboxOptions sandbox_options(const ContainerPaths& dirs, const std::string& name) const;
+  // Cluster mode: the lease before serving an open container (ensure_local when fresh).
+  Result<void> claim_lease(Container& container);
+  // Cluster mode: the final flush, then the lease goes (kept when the flush fails).
+  asio::awaitable<void> flush_and_release(std::shared_ptr<Container> container);
+  // Cluster mode: another replica took the container over; its sandbox here stops (no
+  // flush, no release: this copy is no longer the container's).
+  void lease_lost(const std::string& storage);
+
+  asio::io_context& io_;
+  ops::LiveConfig& config_;
+  runtime::Runtime* runtime_;
+  SandboxNetworking* network_ = nullptr;
+  LeaseKeeper* leases_ = nullptr;
+  BucketCopy* durability_ = nullptr;
+  std::string unavailable_reason_;
+  std::shared_ptr<ops::Admission> admission_;
+  ops::OwnerAdmission owner_admission_;  // each owner's share, before the global line
+  std::atomic<int> quota_reserved_{0};  // sandboxes being started (counted against the quota)
+  std::map<std::string, int> owner_reserved_;  // the same, per owner (under mutex_)
+  store::Metadata& metadata_;
+  std::string containers_dir_;
+
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<Container>> open_;
+
+  std::atomic<bool> shutting_down_{false};
+  // touch()'s PostgreSQL writes still queued (shared with them).
+  std::shared_ptr<std::atomic<int>> background_touches_ = std::make_shared<std::atomic<int>>(0);
+  asio::steady_timer reaper_timer_;
+  std::atomic<uint64_t> sandbox_counter_{0};
+  // Each with its own lock; declared last so they go first (their threads and
+  // coroutines use the settings above).
+  SpareVolumes spares_;
+  SandboxPool pool_;
+};
+
+}  // namespace sandboxd::service

@@ -1,0 +1,22 @@
+#include "service/host_space.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <system_error>
+
+namespace sandboxd::service {
+
+void create_storage_dirs(const std::filesystem::path& dir) {
+  if (const char* failpoint = std::getenv("SANDBOXD_FAILPOINT_NO_SPACE"); failpoint && *failpoint == '1')
+    throw std::filesystem::filesystem_error("create_directories", dir, std::make_error_code(std::errc::no_space_on_device));
+  std::filesystem::create_directories(dir);
+}
+
+bool is_disk_full(const std::exception& e) {
+  const auto* error = dynamic_cast<const std::system_error*>(&e);  // filesystem_error is one
+  if (!error) return false;
+  const std::error_condition condition = error->code().default_error_condition();
+  return condition.category() == std::generic_category() && (condition.value() == ENOSPC || condition.value() == EDQUOT);
+}
+
+}  // namespace sandboxd::service

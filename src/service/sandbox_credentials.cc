@@ -1,0 +1,57 @@
+#include "service/sandbox_credentials.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/random.h>
+
+#include <cerrno>
+#include <charconv>
+#include <stdexcept>
+
+#include "base/hex.h"
+
+namespace sandboxd::service {
+
+std::string new_api_secret() {
+  unsigned char bytes[32];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error("getrandom failed");
+    }
+    got += static_cast<size_t>(n);
+  }
+  return hex_encode(bytes, sizeof bytes);
+}
+
+std::string scoped_token(const Container& container, int depth) {
+  // Bound to the owner, the container and the depth, under a secret of this container
+  // object: a container deleted and made again under the same id gets a new secret.
+  const std::string message = container.owner + '\n' + container.id + '\n' + std::to_string(depth);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), container.api_secret.data(), static_cast<int>(container.api_secret.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length);
+  return std::string(kScopedTokenPrefix) + std::to_string(depth) + "-" + hex_encode(mac, length);
+}
+
+std::vector<std::string> sandbox_env(const ops::Config& config, const Container& container, int depth) {
+  std::string model = "default";
+  if (auto it = config.model_names.find("default"); it != config.model_names.end()) model = it->second;
+  // The SDKs append /v1/messages to the base URL: that is sandboxd's messages endpoint.
+  return {std::string("ANTHROPIC_BASE_URL=http://") + ops::kApiHostName + "/api/gpt",
+          "ANTHROPIC_AUTH_TOKEN=" + scoped_token(container, depth + 1), "ANTHROPIC_MODEL=" + model};
+}
+
+int scoped_token_depth(std::string_view token) {
+  if (!token.starts_with(kScopedTokenPrefix)) return -1;
+  token.remove_prefix(kScopedTokenPrefix.size());
+  int depth = -1;
+  auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), depth);
+  if (ec != std::errc() || end == token.data() + token.size() || *end != '-' || depth < 1 || depth > 100) return -1;
+  return depth;
+}
+
+}  // namespace sandboxd::service
