@@ -3,7 +3,7 @@
 // throughput with 32 connections (wrk; only checked 200 replies count), a 1 GiB upload and download
 // against cp on the same disk (with the server's RSS growth), listing 10,000 files, and
 // the server's overhead per tool round trip in /messages (scripted upstream model).
-// Prints figures, the SPEC §7 bars and ratios; asserts nothing.
+// Prints figures, the bars (docs/benchmarks.md) and ratios; asserts nothing.
 //   usage: sandboxd_server_bench [SANDBOXD_BINARY]
 
 #include <signal.h>
@@ -273,11 +273,11 @@ int main(int argc, char** argv) {
     std::printf("  docker: not measured (scripts/bench.sh provides the engine and image)\n");
   }
   std::printf("  ratios (p50):\n");
-  std::printf("    warm over HTTP / bare spawn               %6.2fx   (SPEC bar <= 1.5x)\n", warm_s.p50_ms / bare_s.p50_ms);
+  std::printf("    warm over HTTP / bare spawn               %6.2fx   (bar <= 1.5x)\n", warm_s.p50_ms / bare_s.p50_ms);
   if (bwrap_ok) {
-    std::printf("    cold, pooled / bwrap                      %6.2fx   (SPEC bar <= 1.3x; p99 %.2fx, bar <= 3x)\n",
+    std::printf("    cold, pooled / bwrap                      %6.2fx   (bar <= 1.3x; p99 %.2fx, bar <= 3x)\n",
                 cold_s.p50_ms / bwrap_s.p50_ms, cold_s.p99_ms / bwrap_s.p99_ms);
-    std::printf("    cold, burst of %d / bwrap                 %6.2fx   (SPEC bar <= 1.3x; p99 %.2fx, bar <= 3x)\n", kBurst,
+    std::printf("    cold, burst of %d / bwrap                 %6.2fx   (bar <= 1.3x; p99 %.2fx, bar <= 3x)\n", kBurst,
                 burst_s.p50_ms / bwrap_s.p50_ms, burst_s.p99_ms / bwrap_s.p99_ms);
   }
   if (docker.ok) {
@@ -334,11 +334,11 @@ int main(int argc, char** argv) {
   print_row("turn without tools (1 upstream call)", plain_s);
   print_row("turn with 5 editor views (6 calls)", edited_s);
   print_row("turn with 5 bash `true` (6 calls)", bashed_s);
-  std::printf("  per tool round trip: %.3f ms with the editor = the server's overhead (SPEC bar <= 3 ms)\n",
+  std::printf("  per tool round trip: %.3f ms with the editor = the server's overhead (bar <= 3 ms)\n",
               (edited_s.p50_ms - plain_s.p50_ms) / kRounds);
   std::printf("                       %.3f ms with bash `true` (a command in the sandbox; direct warm echo ok: %.3f ms)\n",
               (bashed_s.p50_ms - plain_s.p50_ms) / kRounds, warm_s.p50_ms);
-  std::printf("  published per-call round trip of hosted sandboxes ~70 ms (SPEC §7): %.0fx ours with bash\n",
+  std::printf("  published per-call round trip of hosted sandboxes ~70 ms: %.0fx ours with bash\n",
               70 / ((bashed_s.p50_ms - plain_s.p50_ms) / kRounds));
   }  // messages
 
@@ -444,7 +444,7 @@ int main(int argc, char** argv) {
   } else {
     std::printf("  sandboxd over HTTP                  %7.0f executions/s\n", checked_ok / seconds);
     std::printf("  bare spawn of the same bash by 8 threads %7.0f runs/s\n", bare_rate);
-    std::printf("  ratio sandboxd / bare               %7.2fx   (SPEC bar >= 1.0x)\n", checked_ok / seconds / bare_rate);
+    std::printf("  ratio sandboxd / bare               %7.2fx   (bar >= 1.0x)\n", checked_ok / seconds / bare_rate);
     std::printf("  errors: %ld wrong replies, %ld socket errors (of %ld replies)\n", checked_wrong, socket_errors,
                 checked_ok + checked_wrong);
   }
@@ -485,7 +485,7 @@ int main(int argc, char** argv) {
     fs::remove(copy);
     return t;
   };
-  // MD5 is the one serial step the seed's `etag` forces on an upload: md5sum of the
+  // MD5 is the one serial step the contract's `etag` forces on an upload: md5sum of the
   // same file is the other reference, and the slower of the two is the bar's.
   auto md5_once = [&] { return seconds_of([&] { run_quiet({"/usr/bin/md5sum", big.string()}); }); };
   long rss_before = rss_kib(server.pid);
@@ -529,9 +529,9 @@ int main(int argc, char** argv) {
   std::printf("  dd bs=1M conv=fsync  %6.2f s  %7.1f MiB/s  (write+fsync through the page cache; an upload past 1 MiB writes with O_DIRECT)\n", dd_s,
               1024 / dd_s);
   std::printf("  md5sum               %6.2f s  %7.1f MiB/s\n", md5_s, 1024 / md5_s);
-  std::printf("  upload (PUT)         %6.2f s  %7.1f MiB/s  = %3.0f%% of the slower of cp and md5sum   (SPEC bar >= 70%%)\n",
+  std::printf("  upload (PUT)         %6.2f s  %7.1f MiB/s  = %3.0f%% of the slower of cp and md5sum   (bar >= 70%%)\n",
               up_s, 1024 / up_s, 100 * reference_s / up_s);
-  std::printf("  download (GET)       %6.2f s  %7.1f MiB/s  = %3.0f%% of the slower of cp and md5sum   (SPEC bar >= 80%%)%s\n",
+  std::printf("  download (GET)       %6.2f s  %7.1f MiB/s  = %3.0f%% of the slower of cp and md5sum   (bar >= 80%%)%s\n",
               down_s, 1024 / down_s, 100 * reference_s / down_s, same ? "" : "  CONTENT MISMATCH");
   std::printf("  server RSS: %ld KiB before, %ld after upload, %ld after download: growth %ld KiB (bar <= 32768)\n",
               rss_before, rss_after_up, rss_after, std::max(rss_after_up, rss_after) - rss_before);
@@ -555,7 +555,7 @@ int main(int argc, char** argv) {
   std::printf("\nlisting a container of 10,000 files\n");
   print_row("one page (default limit 20)", summarize(list20));
   print_row("one page of 1000", summarize(list1000));
-  std::printf("  SPEC bar: p50 <= 20 ms\n");
+  std::printf("  bar: p50 <= 20 ms\n");
   }  // everything
 
   kill(server.pid, SIGTERM);

@@ -80,7 +80,7 @@ set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # Shared libraries from dpkg-shlibdeps on the binaries; then what sandboxd runs:
 # mke2fs for every container's volume (e2fsprogs). bash-static (commands start without
-# the dynamic loader) and python3 (the seed's runtime, on the host image) are
+# the dynamic loader) and python3 (the contract's runtime, on the host image) are
 # recommended; debootstrap is only for `sandboxd image build`.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "e2fsprogs")

@@ -1,4 +1,4 @@
-// Issue 13 §4 with every real part at once: three `sandboxd serve` replicas (separate
+// Cluster durability with every real part at once: three `sandboxd serve` replicas (separate
 // processes and data directories, fenced leases, short leaseSeconds) with
 // storage.backend s3 on one bucket of a real S3 server (s3rver, tests/s3_server.h), the
 // shared metadata in a real PostgreSQL (tests/cluster_harness.h: SharedMetadata, on

@@ -1,4 +1,4 @@
-// Leases and fencing (issue 13 §3) on a real SQLite file shared by several
+// Leases and fencing (docs/storage.md) on a real SQLite file shared by several
 // connections and processes, and on a real PostgreSQL the test starts (racing
 // replicas, the fence against a takeover in flight), and the cluster configuration keys.
 #include <sys/wait.h>

@@ -1,4 +1,4 @@
-// Skills end to end (SPEC §3.4b): the Skills API on a real `sandboxd serve` — uploads as
+// Skills end to end (docs/http-api.md): the Skills API on a real `sandboxd serve` — uploads as
 // files[] and as zip, versions, another owner's 404, hostile uploads refused with
 // nothing stored — and container.skills in /messages against the scripted upstream:
 // the skill is read-only at /mnt/skills/<name>/ for that request only, its helper

@@ -1,7 +1,7 @@
-// The Workspace end to end (issue 16): a real `sandboxd serve` with a scripted upstream
+// The Workspace end to end (docs/workspace.md): a real `sandboxd serve` with a scripted upstream
 // model. Threads are owner-scoped; a message runs the tool loop with the thread as the
 // container and the stored conversation as the history; code execution follows the
-// seeds' rule (Skills add it, pgpt.tools asks for it, features.codeExecution.enabled
+// contract's rule (Skills add it, pgpt.tools asks for it, features.codeExecution.enabled
 // false removes both and plain chat goes on); files a turn writes to outputs/ become
 // artifacts and zylon-resource blocks; history survives a restart and only the last
 // workspace.maxHistoryTurns turns go upstream. And the web page's static files.

@@ -1,5 +1,5 @@
 // The durable copy of every container in the sessions bucket (storage.backend s3,
-// issue 13 §1). The local volume stays the working copy; this class keeps the bucket
+// docs/storage.md). The local volume stays the working copy; this class keeps the bucket
 // in step with it and brings it back:
 //
 // - uploads: the file transfer streams each body to the bucket as well

@@ -1,4 +1,4 @@
-// This replica's side of the container leases (issue 13 §3, store/lease_store.h): which
+// This replica's side of the container leases (store/lease_store.h): which
 // replica serves a container, taking a lease before serving one, renewing the held
 // ones in the background (every leaseSeconds/3), releasing them when their sandbox
 // stops, and the fence every write to a container's file records passes.

@@ -154,7 +154,7 @@ class ContainerService {
     pool_.set_network(network);
   }
   // Why code execution is unavailable (no runtime): a missing sandbox image, else the
-  // seed's "provider is not configured".
+  // contract's "provider is not configured".
   void set_unavailable_reason(std::string reason) { unavailable_reason_ = std::move(reason); }
   std::string unavailable_reason() const {
     return unavailable_reason_.empty() ? std::string(kNoProvider) : unavailable_reason_;
@@ -168,7 +168,7 @@ class ContainerService {
   // Stops every sandbox and unmounts every volume (graceful shutdown).
   asio::awaitable<void> shutdown();
 
-  // Cluster mode (issue 13 §3): a container is served under its lease, taken when it
+  // Cluster mode (docs/storage.md): a container is served under its lease, taken when it
   // opens (a lease newly taken makes the local copy be checked against the bucket's
   // manifest before use: durability->ensure_local), released when its sandbox stops
   // (after durability->flush succeeded). Set once, before serving.

@@ -1,4 +1,4 @@
-// Containers and direct execution (SPEC §3.2): create, list, get, stop, delete, and the
+// Containers and direct execution (docs/http-api.md): create, list, get, stop, delete, and the
 // two sub-tool endpoints, whose answer is the tool result's `content` object exactly as
 // it appears inside a messages response.
 

@@ -10,7 +10,7 @@
 
 namespace sandboxd::api {
 
-// The file object of seed 002.
+// The Files API's file object (docs/http-api.md).
 boost::json::object file_object(const std::string& container_id, const store::FileRecord& record);
 
 // A multipart upload (field `file`). The key is `key` when given, else a `path` form

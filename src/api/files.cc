@@ -1,4 +1,4 @@
-// Files API (SPEC §3.3, seed 002 "Work with files"): upload (multipart), put at a key,
+// Files API (docs/http-api.md, "Work with files"): upload (multipart), put at a key,
 // list, metadata, HEAD, content, delete one, delete by prefix. Every call names its
 // container with scope_id.
 

@@ -1,4 +1,4 @@
-// Messages (SPEC §3.1): POST /api/gpt/v1/messages runs the tool loop against the
+// Messages (docs/http-api.md): POST /api/gpt/v1/messages runs the tool loop against the
 // upstream model, as JSON or as server-sent events; /messages/validate checks a body
 // and runs nothing. A client that goes away cancels the upstream call and the command.
 

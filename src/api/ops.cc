@@ -1,4 +1,4 @@
-// Operations endpoints (SPEC §3.5): liveness from memory, readiness from a real
+// Operations endpoints (/health, /ready, /metrics): liveness from memory, readiness from a real
 // sandbox start (cached for 2 s), and the metrics in Prometheus text format.
 
 #include <boost/json.hpp>

@@ -1,4 +1,4 @@
-// Skills (SPEC §3.4b; Anthropic Agent Skills, as the official SDKs call it): create a
+// Skills (docs/http-api.md; Anthropic Agent Skills, as the official SDKs call it): create a
 // skill from multipart `files[]` (each filename its path under one top folder holding
 // SKILL.md) or one zip, list (built-ins and the owner's; `source` filter, `limit` and
 // `page` as the SDK sends them), retrieve, delete, and versions. Another owner's skill

@@ -1,5 +1,5 @@
-// Workspace thread chat (SPEC §3.4, seeds 000 and 002 "Code execution in the Workspace
-// API"): threads an owner creates, lists, renames and deletes; a message posted to a
+// Workspace thread chat (docs/http-api.md, "Code execution in the Workspace" in
+// docs/contract.md): threads an owner creates, lists, renames and deletes; a message posted to a
 // thread runs the /messages tool loop with the thread as the container and the stored
 // conversation (its last workspace.maxHistoryTurns turns) as the history. Code execution
 // is offered when the request uses Skills or asks for it in pgpt.tools, and never while
@@ -628,8 +628,8 @@ asio::awaitable<Result<Response>> post_message(ApiContext& api, std::shared_ptr<
     turn->outputs_before = co_await snapshot_outputs(api, *turn->container);
     upstream["tools"] = json::array{json::object{{"name", "code_execution"}, {"type", "code_execution_v1"}}};
     upstream["system"] = kWorkspaceSystem;
-    // The Skills seam: container.skills is what /messages takes for Skills (SPEC
-    // §3.4b); the request parser and the loop give them to the sandbox.
+    // The Skills seam: container.skills is what /messages takes for Skills (the
+    // same shape); the request parser and the loop give them to the sandbox.
     json::object container{{"id", thread->id}};
     if (!request->skills.empty()) container["skills"] = request->skills;
     upstream["container"] = std::move(container);

@@ -1,4 +1,4 @@
-// Workspace thread file endpoints (SPEC §3.4): the container is the thread id.
+// Workspace thread file endpoints (docs/http-api.md): the container is the thread id.
 // Downloads follow the organisation's settings: generated files (outputs/) need
 // workspace.downloads.generatedResources, uploaded files need uploadedResources.
 

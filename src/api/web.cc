@@ -1,4 +1,4 @@
-// The Workspace web page (issue 16): static files from the web root, served by sandboxd
+// The Workspace web page (docs/workspace.md): static files from the web root, served by sandboxd
 // itself at `/` (index.html) and `/assets/...`. Only names of letters, digits, '.', '_'
 // and '-' in segments that do not start with '.', only known file types, opened with
 // openat2(RESOLVE_BENEATH) under the root, every answer with nosniff and a strict

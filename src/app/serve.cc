@@ -100,7 +100,7 @@ int serve(ops::Config config, const std::string& config_path) {
   }
 
   // The sandbox runtime, unless the operator runs none, or this host cannot run one
-  // (then the service still serves files, and code execution answers with the seed's
+  // (then the service still serves files, and code execution answers with the contract's
   // "not configured" error blocks).
   std::optional<runtime::Runtime> sandbox_runtime;
   // The sandbox image (external.opensandbox.codeExecution.image): an installed image, or
@@ -199,7 +199,7 @@ int serve(ops::Config config, const std::string& config_path) {
                    config.s3.endpoint, config.s3.prefix, config.flush_interval_sec);
     }
     // Cluster mode: the metadata is shared with the other replicas, and each container
-    // is served under a lease (issue 13 §3). Every write to a container's file records
+    // is served under a lease (one replica at a time). Every write to a container's file records
     // and to its manifest passes the lease's fence in its own transaction.
     std::optional<store::LeaseStore> lease_store;
     std::optional<api::ContainerLeases> leases;

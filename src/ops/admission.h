@@ -1,4 +1,4 @@
-// Admission for executions (SPEC §3.5, capacity.*): at most maxConcurrentExecutions
+// Admission for executions (capacity.*, docs/limits.md): at most maxConcurrentExecutions
 // commands run at once; the rest wait in FIFO order up to queueTimeoutSec, then are
 // refused (429 with Retry-After). A waiter holds no thread: it awaits a timer that a
 // released slot cancels.

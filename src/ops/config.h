@@ -1,4 +1,4 @@
-// sandboxd's configuration: one YAML file, every key optional (SPEC §4). Unknown keys
+// sandboxd's configuration: one YAML file, every key optional (docs/configuration.md). Unknown keys
 // and bad values are refused with the key's path in the message.
 #pragma once
 
@@ -126,14 +126,14 @@ struct Config {
   // "sandboxd" runs code in sandboxd's own sandboxes; "none" runs no code at all (the
   // files API works; code execution answers "code_execution provider is not configured.").
   std::string runtime_provider = "sandboxd";
-  // cluster (issue 13 §3): several replicas share the metadata and serve each container
+  // cluster (docs/storage.md): several replicas share the metadata and serve each container
   // from one replica at a time (a lease). On when cluster_replica_id is set.
   std::string cluster_replica_id;     // cluster.replicaId: unique among the replicas
   std::string cluster_advertise_url;  // cluster.advertiseUrl: http://HOST:PORT the others relay to
   int cluster_lease_seconds = 15;     // cluster.leaseSeconds: a lease not renewed for this long is free
   int cluster_shutdown_grace_sec = 30;  // cluster.shutdownGraceSec: SIGTERM to exit, at most
   bool cluster_enabled() const { return !cluster_replica_id.empty(); }
-  // storage (issue 13): where file bodies are durable. "local": the host's disk only;
+  // storage (docs/storage.md): where file bodies are durable. "local": the host's disk only;
   // "s3": the sessions bucket holds every upload (before its 200) and the workspace and
   // outputs (flushed), the local disk is the working copy.
   std::string storage_backend = "local";

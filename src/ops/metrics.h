@@ -1,4 +1,4 @@
-// sandboxd's metrics in the Prometheus text format (SPEC §3.5): counters and
+// sandboxd's metrics in the Prometheus text format (GET /metrics): counters and
 // histograms recorded where things happen, gauges read when /metrics is scraped. One
 // registry per process, as Prometheus clients keep it.
 #pragma once

@@ -1,4 +1,4 @@
-// Leases: which replica serves a container now (issue 13 §3). One row per container
+// Leases: which replica serves a container now (docs/storage.md). One row per container
 // storage: its holder (a replica id), where the holder is reached, an epoch that grows
 // each time the container changes hands, and when the lease runs out unless renewed.
 //

@@ -82,7 +82,7 @@ class Metadata {
   // The bytes of every file of the owner's containers (uploads and outputs as indexed).
   uint64_t owner_bytes(const std::string& owner);
 
-  // Cluster mode (issue 13 §3): runs inside the transaction of every write to a
+  // Cluster mode (the lease's fence): runs inside the transaction of every write to a
   // container's file records, with that container's storage; throws (FencedError) to
   // refuse the write. Set once, before serving.
   using WriteFence = std::function<void(db::Connection& conn, const std::string& storage)>;

@@ -1,4 +1,4 @@
-// Workspace chat threads (SPEC §3.4): each thread's title, its conversation (every
+// Workspace chat threads (docs/http-api.md): each thread's title, its conversation (every
 // message with its content blocks as JSON text) and its artifacts (files a turn wrote
 // to outputs/), kept in the metadata database beside the containers and files, so a
 // conversation outlives a restart. The thread's files are the container's (owner, id).

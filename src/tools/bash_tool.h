@@ -1,4 +1,4 @@
-// bash_code_execution (seed 002): its input, and the result and error blocks it
+// bash_code_execution (docs/http-api.md): its input, and the result and error blocks it
 // produces, shaped exactly as they appear inside a messages response.
 #pragma once
 

@@ -1,4 +1,4 @@
-// text_editor_code_execution (seed 002): view, create, str_replace and insert, on the
+// text_editor_code_execution (docs/http-api.md): view, create, str_replace and insert, on the
 // host side of the container's mounts, whether or not its sandbox runs.
 #pragma once
 

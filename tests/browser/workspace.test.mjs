@@ -1,4 +1,4 @@
-// The Workspace web page in a real browser (issue 16): Debian's chromium, headless,
+// The Workspace web page in a real browser (docs/workspace.md): Debian's chromium, headless,
 // driven by playwright-core, against a real `sandboxd serve` whose model is the scripted
 // upstream (tests/scripted_upstream.h). A person signs in, makes a thread, uploads a
 // CSV, asks for a chart, watches the answer stream in with its execution step, sees the
