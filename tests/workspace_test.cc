@@ -456,7 +456,8 @@ TEST_F(WorkspaceTest, TheOrganisationsDownloadSettingsHoldThroughTheFilesApiToo)
   };
   auto listed_downloadable = [&](const std::string& scope) {
     std::map<std::string, bool> out;
-    for (const auto& f : server->curl_json(files_url(scope, "")).at("data").as_array())
+    const auto listing = server->curl_json(files_url(scope, ""));
+    for (const auto& f : listing.at("data").as_array())
       out[std::string(f.at("id").as_string())] = f.at("downloadable").as_bool();
     return out;
   };
