@@ -62,7 +62,8 @@ ContainerService::ContainerService(asio::io_context& io, ops::LiveConfig& config
       config_(config),
       runtime_(runtime),
       admission_(ops::Admission::create(config.get()->max_concurrent_executions,
-                                        std::chrono::seconds(config.get()->queue_timeout_sec))),
+                                        std::chrono::seconds(config.get()->queue_timeout_sec),
+                                        config.get()->max_concurrent_executions_per_owner)),
       metadata_(metadata),
       containers_dir_((fs::path(config.get()->data_dir) / "containers").string()),
       reaper_timer_(io),
@@ -257,8 +258,10 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
   if (auto record = metadata_.find_container(owner, id)) return open_existing(*record);
   if (!create) return ApiError::not_found("Container not found: " + id);
   // Each container holds a volume image, a loop device and mounts while in use: an
-  // owner keeps at most quotas.containersPerOwner of them.
-  if (const uint64_t cap = settings()->containers_per_owner; cap > 0 && metadata_.list_containers(owner, cap, "").size() >= cap) {
+  // owner keeps at most quotas.containersPerOwner of them. Its chat threads without a
+  // container yet count too (each was promised one when it was made), so a quota
+  // reached by other containers never strands a thread at its first turn.
+  if (const uint64_t cap = settings()->containers_per_owner; cap > 0 && metadata_.containers_claimed(owner, id) >= cap) {
     ops::metrics().execution_rejected("403", "containers_quota");
     return ApiError::permission("Container quota reached: this owner has " + std::to_string(cap) +
                                 " containers (quotas.containersPerOwner); delete one first");
@@ -606,7 +609,6 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
   if (durability_) {  // the bucket's copy first, when the local one is missing or stale
     if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
   }
-  ops::Admission::Ticket owner_ticket;  // held for the whole command
   if (restart) {
     co_await asio::co_spawn(container->strand, stop_on_strand(container, "restart"), asio::use_awaitable);
     // restart empties the workspace; uploads and outputs are kept.
@@ -615,34 +617,24 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
       fs::remove_all(entry.path(), ec);
     if (request.command.empty()) co_return runtime::ExecResult{};
   }
-  // The owner's share first (its own line), then a global slot (waiting in line if need
-  // be), before a sandbox is started for it: one owner's commands never fill the global
-  // line other owners wait in.
-  {
-    const auto snapshot = settings();
-    const int share =
-        ops::owner_execution_share(snapshot->max_concurrent_executions_per_owner, snapshot->max_concurrent_executions);
-    // (A share as large as the whole adds nothing: then the global line alone decides.)
-    if (share < snapshot->max_concurrent_executions) {
-      owner_ticket = co_await owner_admission_.acquire(container->owner, share,
-                                                       std::chrono::seconds(snapshot->queue_timeout_sec));
-      if (!owner_ticket) {
-        ops::metrics().execution_rejected("429", "owner_queue_timeout");
-        co_return ApiError::rate_limited("Too many commands of this owner are running (" + std::to_string(share) +
-                                             " at once); none finished within " +
-                                             std::to_string(snapshot->queue_timeout_sec) + "s. Try again later.",
-                                         snapshot->retry_after_sec);
-      }
-    }
-  }
+  // A slot (waiting in the owner's line if need be) before a sandbox is started for it:
+  // an owner alone may use every slot, and when slots are short they go round the
+  // owners that wait (ops/owner_admission.h), so one owner's commands never keep another
+  // waiting behind all of theirs.
   std::chrono::duration<double> waited{};
-  auto ticket = co_await admission_->acquire(&waited);
+  auto ticket = co_await admission_->acquire(container->owner, &waited);
   ops::metrics().admission_waited(waited.count());
   if (!ticket) {
-    ops::metrics().execution_rejected("429", "queue_timeout");
-    co_return ApiError::rate_limited("Too many commands are running; none finished within " +
-                                         std::to_string(settings()->queue_timeout_sec) + "s. Try again later.",
-                                     settings()->retry_after_sec);
+    const auto snapshot = settings();
+    const bool at_own_cap = snapshot->max_concurrent_executions_per_owner > 0 &&
+                            admission_->active_of(container->owner) >= snapshot->max_concurrent_executions_per_owner;
+    ops::metrics().execution_rejected("429", at_own_cap ? "owner_queue_timeout" : "queue_timeout");
+    co_return ApiError::rate_limited(
+        (at_own_cap ? "Too many commands of this owner are running (capacity.maxConcurrentExecutionsPerOwner: " +
+                          std::to_string(snapshot->max_concurrent_executions_per_owner) + " at once)"
+                    : std::string("Too many commands are running")) +
+            "; none finished within " + std::to_string(snapshot->queue_timeout_sec) + "s. Try again later.",
+        snapshot->retry_after_sec);
   }
   // A running sandbox is used as is; starting one (or finding it stopped) is the
   // strand's business.

@@ -19,7 +19,6 @@
 #include "api/sandbox_pool.h"
 #include "api/spare_volumes.h"
 #include "ops/admission.h"
-#include "ops/owner_admission.h"
 #include "ops/config.h"
 #include "ops/live_config.h"
 #include "runtime/runtime.h"
@@ -223,7 +222,6 @@ class ContainerService {
   ContainerDurability* durability_ = nullptr;
   std::string unavailable_reason_;
   std::shared_ptr<ops::Admission> admission_;
-  ops::OwnerAdmission owner_admission_;  // each owner's share, before the global line
   std::atomic<int> quota_reserved_{0};  // sandboxes being started (counted against the quota)
   std::map<std::string, int> owner_reserved_;  // the same, per owner (under mutex_)
   store::Metadata& metadata_;

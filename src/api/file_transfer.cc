@@ -127,8 +127,38 @@ ApiError upload_error(ApiContext& api, store::FileError error, const std::string
   return file_error(error, path);
 }
 
-boost::json::object file_object(const std::string& container_id, const store::FileRecord& record) {
-  bool downloadable = record.path.rfind(std::string(kOutputsMount) + "/", 0) == 0;
+namespace {
+bool under(const std::string& path, std::string_view mount) {
+  return path.size() > mount.size() && path.compare(0, mount.size(), mount) == 0 && path[mount.size()] == '/';
+}
+}  // namespace
+
+bool DownloadRule::allows(const std::string& sandbox_path) const {
+  return (outputs && under(sandbox_path, kOutputsMount)) || (uploads && under(sandbox_path, kUploadsMount));
+}
+
+ApiError DownloadRule::refusal(const std::string& sandbox_path) const {
+  if (thread && under(sandbox_path, kOutputsMount))
+    return ApiError::permission("Downloads of generated files are disabled by the organisation's settings");
+  if (thread && under(sandbox_path, kUploadsMount))
+    return ApiError::permission("Downloads of uploaded files are disabled by the organisation's settings");
+  if (thread)
+    return ApiError::permission("Only files in /mnt/user-data/outputs/ and /mnt/user-data/uploads/ can be downloaded");
+  return ApiError::permission("File is not downloadable: only files in /mnt/user-data/outputs/ can be downloaded");
+}
+
+asio::awaitable<DownloadRule> download_rule(ApiContext& api, const Container& container) {
+  if (!api.threads) co_return DownloadRule{};
+  auto find = [&api, owner = container.owner, id = container.id] { return api.threads->find(owner, id).has_value(); };
+  const bool thread = co_await store_call(api, std::move(find));
+  if (!thread) co_return DownloadRule{};
+  const auto config = api.config();
+  co_return DownloadRule{.thread = true, .outputs = config->download_generated, .uploads = config->download_uploaded};
+}
+
+boost::json::object file_object(const std::string& container_id, const store::FileRecord& record,
+                                const DownloadRule& rule) {
+  const bool downloadable = rule.allows(record.path);
   return {{"id", store::file_id_for_path(record.path)},
           {"created_at", ContainerService::format_time(record.created_at)},
           // The name for display: bytes that are not UTF-8 (code in a sandbox may name a
@@ -334,7 +364,8 @@ asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, serve
   if (raw_key) record = co_await receive_raw(api, ctx, **container, *raw_key);
   else record = co_await receive_multipart(api, ctx, **container, ctx.query_value("path"));
   if (!record) co_return record.error();
-  co_return json_ok(file_object((*container)->id, *record));
+  const DownloadRule rule = co_await download_rule(api, **container);
+  co_return json_ok(file_object((*container)->id, *record, rule));
 }
 
 Result<server::Response> send_content(ApiContext& api, server::RequestContext& ctx, Container& container,

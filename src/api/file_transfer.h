@@ -10,8 +10,24 @@
 
 namespace sandboxd::api {
 
-// The Files API's file object (docs/http-api.md).
-boost::json::object file_object(const std::string& container_id, const store::FileRecord& record);
+// Which of a container's files may be downloaded. The Files API's own rule is "generated
+// files only" (outputs/). A chat thread's container follows the organisation's settings
+// (workspace.downloads) whichever API reaches it: outputs/ when generatedResources,
+// uploads/ when uploadedResources.
+struct DownloadRule {
+  bool thread = false;  // the container is a chat thread's
+  bool outputs = true;
+  bool uploads = false;
+  bool allows(const std::string& sandbox_path) const;
+  // The refusal for a path it does not allow.
+  ApiError refusal(const std::string& sandbox_path) const;
+};
+// The rule for `container` (a thread store lookup, run as a store call).
+asio::awaitable<DownloadRule> download_rule(ApiContext& api, const Container& container);
+
+// The Files API's file object (docs/http-api.md); `downloadable` says what `rule` allows.
+boost::json::object file_object(const std::string& container_id, const store::FileRecord& record,
+                                const DownloadRule& rule);
 
 // A multipart upload (field `file`). The key is `key` when given, else a `path` form
 // field sent before the file, else the part's filename (its last segment).

@@ -99,8 +99,9 @@ asio::awaitable<Result<Response>> list(ApiContext& api, RequestContext& ctx) {
     return api.containers.metadata().list_files(c.storage, path_prefixes_for(prefix), limit, after, before);
   };
   auto page = co_await store_call(api, std::move(query));
+  const DownloadRule rule = co_await download_rule(api, c);
   boost::json::array data;
-  for (const auto& record : page.files) data.push_back(file_object(c.id, record));
+  for (const auto& record : page.files) data.push_back(file_object(c.id, record, rule));
   boost::json::object out{{"data", std::move(data)}, {"has_more", page.has_more}};
   out["first_id"] = page.files.empty() ? boost::json::value(nullptr) : boost::json::value(store::file_id_for_path(page.files.front().path));
   out["last_id"] = page.files.empty() ? boost::json::value(nullptr) : boost::json::value(store::file_id_for_path(page.files.back().path));
@@ -112,7 +113,8 @@ asio::awaitable<Result<Response>> metadata(ApiContext& api, RequestContext& ctx)
   if (!container) co_return container.error();
   auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
-  co_return json_ok(file_object((*container)->id, *record));
+  const DownloadRule rule = co_await download_rule(api, **container);
+  co_return json_ok(file_object((*container)->id, *record, rule));
 }
 
 asio::awaitable<Result<Response>> head(ApiContext& api, RequestContext& ctx) {
@@ -120,7 +122,8 @@ asio::awaitable<Result<Response>> head(ApiContext& api, RequestContext& ctx) {
   if (!container) co_return container.error();
   auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
-  auto object = file_object((*container)->id, *record);
+  const DownloadRule rule = co_await download_rule(api, **container);
+  auto object = file_object((*container)->id, *record, rule);
   server::StringResponse res{http::status::ok, 11};
   // Values from the file (its name above all: code in the sandbox chose it) pass through
   // header_text: percent-encoded, the exact bytes recoverable, never a raw CR or LF.
@@ -140,8 +143,10 @@ asio::awaitable<Result<Response>> content(ApiContext& api, RequestContext& ctx) 
   if (!container) co_return container.error();
   auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
-  if (!file_object((*container)->id, *record)["downloadable"].as_bool())
-    co_return ApiError::permission("File is not downloadable: only files in /mnt/user-data/outputs/ can be downloaded");
+  // A chat thread's files follow the organisation's download settings here too: the
+  // same container is reached through the thread's download-file.
+  const DownloadRule rule = co_await download_rule(api, **container);
+  if (!rule.allows(record->path)) co_return rule.refusal(record->path);
   co_return send_content(api, ctx, **container, *record, ctx.query_value("disposition") == "inline");
 }
 

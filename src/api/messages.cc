@@ -100,7 +100,11 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
     auto resolve = [&api, &ctx, &request] { return resolve_skills(*api.skills, ctx.owner, request->skills); };
     auto resolved = co_await store_call(api, std::move(resolve));
     if (!resolved) co_return resolved.error();
-    auto lease = api.skill_mounts->load(container->paths.skills, *resolved);
+    auto sandbox_pid = [container]() -> pid_t {
+      auto sandbox = container->live_sandbox.load();
+      return sandbox && sandbox->running() ? sandbox->pid() : -1;
+    };
+    auto lease = api.skill_mounts->load(container->paths.skills, *resolved, std::move(sandbox_pid));
     if (!lease) co_return lease.error();
     turn->skills = *lease;
     add_skills_to_system(request->body, skills_prompt(*resolved));

@@ -11,6 +11,7 @@
 #include "server/upstream_pool.h"
 #include "store/file_store.h"
 #include "store/skill_store.h"
+#include "store/thread_store.h"
 
 namespace sandboxd::api {
 
@@ -32,6 +33,9 @@ struct ApiContext {
   SkillMounts* skill_mounts = nullptr;               // each request's skills in its sandbox
   OwnerQuotas quotas;                                // stored bytes, threads, skills per owner
   ContainerDurability* durability = nullptr;         // storage.backend s3: the sessions bucket
+  // The Workspace's chat threads: a container is a thread's when the thread store holds a
+  // thread of the same owner and id (the thread's turns run in it).
+  store::ThreadStore* threads = nullptr;
   // Cluster mode: kept-alive connections to the other replicas (api/cluster_relay.h).
   std::shared_ptr<server::UpstreamPool> replica_connections;
 

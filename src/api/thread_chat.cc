@@ -354,7 +354,19 @@ class Turn : public model::EventSink {
       if (auto* m = data.if_contains("message"); m && m->is_object())
         if (auto* id = m->as_object().if_contains("id"); id && id->is_string()) message_id_ = std::string(id->as_string());
     } else if (event == "content_block_start") {
-      if (auto* block = data.if_contains("content_block"); block && block->is_object()) content_.push_back(*block);
+      if (auto* block = data.if_contains("content_block"); block && block->is_object()) {
+        if (is_workspace_block(block->as_object())) {
+          // A block of the workspace's own type that the model made up (a file and a
+          // download_url of its choosing): artifacts come only from files this turn was
+          // seen to write. Its place (the index) is kept with an empty text block, so
+          // the stream's numbering stays whole; nothing of it is sent or stored.
+          json::object replaced = data;
+          replaced["content_block"] = json::object{{"type", "text"}, {"text", ""}};
+          content_.push_back(replaced["content_block"]);
+          co_return co_await forward(event, replaced);
+        }
+        content_.push_back(*block);
+      }
     } else if (event == "content_block_delta") {
       apply_delta(data);
     } else if (event == "content_block_stop") {
@@ -379,6 +391,11 @@ class Turn : public model::EventSink {
   asio::awaitable<bool> forward(std::string_view event, const json::object& data) {
     if (!client) co_return true;
     co_return co_await client->send(event, data);
+  }
+
+  static bool is_workspace_block(const json::object& block) {
+    auto* type = block.if_contains("type");
+    return type && type->is_string() && type->as_string() == kResourceBlock;
   }
 
   json::object* block_at(const json::object& data) {
@@ -495,6 +512,12 @@ asio::awaitable<Result<Response>> create_thread(ApiContext& api, ChatState& stat
     std::lock_guard creating(api.quotas.creation_mutex());  // the count and the insert together
     auto room = OwnerQuotas::room_for_one_more(state.threads.count(ctx.owner), api.config()->threads_per_owner,
                                                "threads", "quotas.threadsPerOwner", "threads_quota");
+    if (!room) return room.error();
+    // A thread's turns run in a container of the thread's id: one that could not get
+    // its container is refused now, naming the quota, not at its first turn.
+    room = OwnerQuotas::room_for_one_more(api.containers.metadata().containers_claimed(ctx.owner),
+                                          api.config()->containers_per_owner, "containers (threads included)",
+                                          "quotas.containersPerOwner", "containers_quota");
     if (!room) return room.error();
     if (!state.threads.create(record)) return ApiError::internal();
     return *state.threads.find(ctx.owner, record.id);
@@ -678,6 +701,7 @@ server::Handler with_state(ApiContext& api, std::shared_ptr<ChatState> state, Fn
 void register_thread_chat_routes(server::HttpServer& http, ApiContext& api,
                                  std::shared_ptr<store::db::Database> database) {
   auto state = std::make_shared<ChatState>(std::move(database));
+  api.threads = &state->threads;  // the routes keep `state` alive as long as the server
   const std::string base = "/api/v1/app/thread";
   http.route(http::verb::post, base, "threads.create", with_state(api, state, create_thread));
   http.route(http::verb::get, base, "threads.list", with_state(api, state, list_threads));

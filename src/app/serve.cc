@@ -73,7 +73,8 @@ void reload(const std::string& config_path, ops::LiveConfig& live_config, ops::A
   }
   for (const auto& key : live_config.reload(loaded))
     spdlog::warn("SIGHUP: {} changed in {}; that takes a restart, the current value stays", key, config_path);
-  admission.set_limits(loaded.max_concurrent_executions, std::chrono::seconds(loaded.queue_timeout_sec));
+  admission.set_limits(loaded.max_concurrent_executions, std::chrono::seconds(loaded.queue_timeout_sec),
+                       loaded.max_concurrent_executions_per_owner);
   spdlog::info("SIGHUP: configuration reloaded from {}", config_path);
 }
 

@@ -80,7 +80,7 @@ struct Config {
   uint64_t limit_memory_bytes = 512ull << 20;
   // capacity
   int max_concurrent_executions = 16;
-  int max_concurrent_executions_per_owner = 0;  // 0: half of max_concurrent_executions (at least 1)
+  int max_concurrent_executions_per_owner = 0;  // 0: no hard cap (slots go round the owners that wait)
   int queue_timeout_sec = 30;
   int retry_after_sec = 2;
   int capacity_retry_after_sec = 10;
@@ -97,9 +97,9 @@ struct Config {
   int max_history_turns = 20;  // workspace.maxHistoryTurns: turns of a thread sent upstream
   // quotas (per owner)
   uint64_t running_sandboxes_per_owner = 20;  // quotas.runningSandboxesPerOwner (0: none)
-  uint64_t containers_per_owner = 200;        // quotas.containersPerOwner: stored containers (0: none)
-  uint64_t stored_bytes_per_owner = 10ull << 30;  // quotas.storedBytesPerOwner: uploads and outputs (0: none)
-  uint64_t threads_per_owner = 1000;              // quotas.threadsPerOwner: chat threads (0: none)
+  uint64_t containers_per_owner = 2000;       // quotas.containersPerOwner: stored containers (0: none)
+  uint64_t stored_bytes_per_owner = 50ull << 30;  // quotas.storedBytesPerOwner: uploads and outputs (0: none)
+  uint64_t threads_per_owner = 2000;              // quotas.threadsPerOwner: chat threads (0: none)
   uint64_t skills_per_owner = 100;                // quotas.skillsPerOwner: custom skills (0: none)
   uint64_t skill_versions_per_owner = 500;        // quotas.skillVersionsPerOwner: all their versions (0: none)
   // logging
@@ -113,7 +113,7 @@ struct Config {
   // folder found next to the executable or in the source tree (store/skill_store.h).
   std::string skills_dir;
   uint64_t skill_max_bytes = 30ull << 20;  // runtime.skillMaxSize: one skill version, uncompressed
-  int skill_max_files = 1000;              // runtime.skillMaxFiles
+  int skill_max_files = 1000;              // runtime.skillMaxFiles: files and folders together
   int prestarted_sandboxes = 2;  // started ahead, handed to new containers on demand
   int max_connections_per_sandbox = 64;  // relayed connections (API and services) at once
   // All sandboxes together (runtime.sandboxesPidsMax, sandboxesMemoryMax, sandboxesCpuMax):

@@ -123,6 +123,12 @@ export function uploadFile(id, file, onProgress) {
   });
 }
 
+// Where a thread's file is read: the Files API, by the file's id in the thread's
+// container (the server checks the id and the organisation's download settings).
+export function fileContentUrl(threadId, fileId) {
+  return `/api/gpt/v1/files/${encodeURIComponent(fileId)}/content?scope_id=${encodeURIComponent(threadId)}`;
+}
+
 // A file's bytes with the token (a plain link could not send it).
 export async function download(url) {
   let response;

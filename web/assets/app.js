@@ -131,7 +131,7 @@ function renderThread() {
   if (!thread) return;
   if (!thread.messages.length)
     messages.append(el('p', { class: 'empty', text: 'No messages yet. Ask something, or attach a file first.' }));
-  for (const message of thread.messages) messages.append(MessageView.fromStored(message).node);
+  for (const message of thread.messages) messages.append(MessageView.fromStored(message, thread.id).node);
   messages.scrollTop = messages.scrollHeight;
   loadArtifacts();
 }
@@ -195,9 +195,9 @@ async function send() {
   const messages = $('messages');
   messages.querySelector('.empty')?.remove();
   messages.querySelectorAll('.message.unsent').forEach((node) => node.remove());
-  const user = MessageView.fromStored({ role: 'user', content });
+  const user = MessageView.fromStored({ role: 'user', content }, thread.id);
   messages.append(user.node);
-  const answer = new MessageView('assistant');
+  const answer = new MessageView('assistant', thread.id);
   answer.node.classList.add('streaming');
   messages.append(answer.node);
   messages.scrollTop = messages.scrollHeight;

@@ -1,6 +1,6 @@
 // Turning a conversation into elements. Text from the model or a file is only ever
 // set as textContent: nothing it says becomes markup.
-import { download } from './api.js';
+import { download, fileContentUrl } from './api.js';
 
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -51,7 +51,9 @@ export function renderText(target, text) {
 
 // One assistant or user message; blocks are added as they arrive.
 export class MessageView {
-  constructor(role) {
+  // `threadId`: the thread whose container holds the message's artifacts.
+  constructor(role, threadId) {
+    this.threadId = threadId;
     this.node = el('article', { class: `message ${role}`, 'data-role': role });
     this.node.append(el('div', { class: 'who', text: role === 'user' ? 'You' : 'Assistant' }));
     this.body = el('div', { class: 'body' });
@@ -72,7 +74,7 @@ export class MessageView {
       const step = this.steps.get(block.tool_use_id);
       if (step) step.showResult(block.content);
     } else if (block.type === 'zylon-resource') {
-      view = { kind: 'resource', node: artifactCard(block) };
+      view = { kind: 'resource', node: artifactCard(block, this.threadId) };
     } else {
       view = { kind: 'other', node: null };
     }
@@ -134,8 +136,8 @@ export class MessageView {
   }
 
   // A whole stored message.
-  static fromStored(message) {
-    const view = new MessageView(message.role);
+  static fromStored(message, threadId) {
+    const view = new MessageView(message.role, threadId);
     if (typeof message.content === 'string') {
       view.startBlock(0, { type: 'text', text: message.content });
     } else {
@@ -156,8 +158,10 @@ function stepLabel(name, input) {
 
 const textTypes = /^(text\/|application\/(json|xml|csv|x-yaml))/;
 
-// An artifact: images inline, CSV and text previewed, every file downloadable.
-export function artifactCard(resource) {
+// An artifact: images inline, CSV and text previewed, every file downloadable. Its bytes
+// come from the thread's container by file id (never from a URL a block carries).
+export function artifactCard(resource, threadId) {
+  const contentUrl = fileContentUrl(threadId, resource.file_id);
   const card = el('div', { class: 'artifact', 'data-testid': 'artifact', 'data-filename': resource.filename });
   card.append(el('div', { class: 'artifact-head' },
     el('strong', { text: resource.filename }),
@@ -173,7 +177,7 @@ export function artifactCard(resource) {
   const button = el('button', { type: 'button', text: `Download ${resource.filename}`, 'data-testid': 'download' });
   button.addEventListener('click', async () => {
     try {
-      const blob = await download(resource.download_url);
+      const blob = await download(contentUrl);
       const url = URL.createObjectURL(blob);
       const a = el('a', { href: url, download: resource.filename });
       document.body.append(a);
@@ -185,11 +189,11 @@ export function artifactCard(resource) {
     }
   });
   actions.append(button);
-  loadPreview(resource, preview);
+  loadPreview(resource, contentUrl, preview);
   return card;
 }
 
-async function loadPreview(resource, preview) {
+async function loadPreview(resource, contentUrl, preview) {
   const mime = resource.mime_type || '';
   const isImage = mime.startsWith('image/') && mime !== 'image/svg+xml';
   const isText = textTypes.test(mime) || /\.(csv|txt|md|json|log)$/i.test(resource.filename);
@@ -199,7 +203,7 @@ async function loadPreview(resource, preview) {
     return;
   }
   try {
-    const blob = await download(resource.download_url);
+    const blob = await download(contentUrl);
     if (isImage) {
       const img = el('img', { src: URL.createObjectURL(blob), alt: resource.filename, 'data-testid': 'artifact-image' });
       preview.append(img);
