@@ -49,7 +49,7 @@ for (const version of ['codeExecution_20250825', 'codeExecution_20260120']) {
       tools: { code_execution: provider.tools[version]() },
       providerOptions: { anthropic: { container: { id: container } } },
     });
-    assert.equal(result.text, 'Saved g.csv.');
+    assert.equal(result.text, 'Writing it.Saved g.csv.');
     const call = result.content.find((p) => p.type === 'tool-call');
     assert.equal(call.providerExecuted, true);
     assert.equal(call.toolName, 'code_execution');

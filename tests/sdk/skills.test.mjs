@@ -107,7 +107,9 @@ test('beta.messages.create with container.skills runs the skill, and the Files A
   });
   assert.equal(reply.stop_reason, 'end_turn');
   assert.deepEqual(reply.content[1].content,
-                   { type: 'bash_code_execution_result', stdout: '2\nreport written\n', stderr: '', return_code: 0 });
+                   { type: 'bash_code_execution_result', stdout: '2\nreport written\n', stderr: '', return_code: 0,
+                     content: [{ type: 'bash_code_execution_output',
+                                 file_id: Buffer.from('/mnt/user-data/outputs/r.txt').toString('base64url') }] });
   assert.equal(reply.container.id, 'sdk-skills');
   assert.equal(reply.container.skills.length, 2);
   assert.deepEqual(reply.container.skills[0], { type: 'custom', skill_id: skill.id, version: skill.latest_version_id });
