@@ -229,10 +229,9 @@ TEST_F(WorkspaceTest, PgptToolsTakeAnthropicsToolVersions) {
     const auto& content = reply.at("content").as_array();
     const auto* bash = find_block(content, "bash_code_execution_tool_result");
     ASSERT_NE(bash, nullptr) << bj::serialize(reply);
-    EXPECT_EQ(bash->at("content").at("content"),
-              bj::array{bj::object{{"type", "bash_code_execution_output"},
-                                   {"file_id", "L21udC91c2VyLWRhdGEvb3V0cHV0cy9jaGFydC5wbmc"}}})
-        << bj::serialize(*bash);
+    const bj::value outputs = bj::array{bj::object{{"type", "bash_code_execution_output"},
+                                                   {"file_id", "L21udC91c2VyLWRhdGEvb3V0cHV0cy9jaGFydC5wbmc"}}};
+    EXPECT_EQ(bash->at("content").at("content"), outputs) << bj::serialize(*bash);
     const auto* editor = find_block(content, "text_editor_code_execution_tool_result");
     ASSERT_NE(editor, nullptr) << bj::serialize(reply);
     EXPECT_FALSE(editor->at("content").as_object().contains("detail")) << bj::serialize(*editor);
