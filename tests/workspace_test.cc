@@ -212,6 +212,35 @@ TEST_F(WorkspaceTest, PgptToolsRequestCodeExecutionAndOutputsBecomeArtifacts) {
   EXPECT_EQ(server->curl_json("'" + thread_url(id, "/artifacts") + "'").at("data").as_array().size(), 1u);
 }
 
+// Anthropic's current tool versions through pgpt.tools: accepted, the chart listed in the
+// bash result's content by file id, and error blocks without Zylon's `detail`.
+TEST_F(WorkspaceTest, PgptToolsTakeAnthropicsToolVersions) {
+  const std::string id = create_thread();
+  // (the id: base64url of /mnt/user-data/outputs/chart.png)
+  for (const char* version : {"code_execution_20260120", "code_execution_20260521"}) {
+    upstream->push_message(U::message({U::tool_use("toolu_png2", "bash_code_execution", {{"command", kWritePng}}),
+                                       U::tool_use("toolu_miss", "text_editor_code_execution",
+                                                   {{"command", "view"}, {"path", "missing.txt"}})},
+                                      "tool_use"));
+    upstream->push_message(U::message({U::text_block("Done.")}, "end_turn"));
+    auto reply = json(post_message(id, {{"content", "Chart it"},
+                                        {"pgpt", {{"tools", bj::array{bj::object{{"name", "code_execution"},
+                                                                                   {"type", version}}}}}}}))
+                     .as_object();
+    const auto& content = reply.at("content").as_array();
+    const auto* bash = find_block(content, "bash_code_execution_tool_result");
+    ASSERT_NE(bash, nullptr) << bj::serialize(reply);
+    const bj::value outputs = bj::array{bj::object{{"type", "bash_code_execution_output"},
+                                                   {"file_id", "L21udC91c2VyLWRhdGEvb3V0cHV0cy9jaGFydC5wbmc"}}};
+    EXPECT_EQ(bash->at("content").at("content"), outputs) << bj::serialize(*bash);
+    const auto* editor = find_block(content, "text_editor_code_execution_tool_result");
+    ASSERT_NE(editor, nullptr) << bj::serialize(reply);
+    EXPECT_FALSE(editor->at("content").as_object().contains("detail")) << bj::serialize(*editor);
+    EXPECT_EQ(editor->at("content").at("error_message"), "File not found: /home/agent/workspace/missing.txt");
+    EXPECT_EQ(sent()[0].at("tools").as_array()[0].at("name"), "bash_code_execution");
+  }
+}
+
 TEST_F(WorkspaceTest, SkillsAddCodeExecution) {
   const std::string id = create_thread();
   upstream->push_message(U::message({U::text_block("Using the skill.")}, "end_turn"));

@@ -16,7 +16,7 @@ constexpr auto kCoalesce = std::chrono::milliseconds(200);
 // While a sandbox runs, a listing walks at most this often.
 constexpr auto kRunningRefresh = std::chrono::seconds(1);
 
-void sync_now(ApiContext& api, Container& container) {
+void sync_now(ApiContext& api, Container& container, store::OutputChanges* changes = nullptr) {
   {
     std::lock_guard lock(container.sync_mutex);
     container.index_dirty = false;
@@ -30,7 +30,7 @@ void sync_now(ApiContext& api, Container& container) {
       --container.walks_running;
     }
   } finished{container};
-  api.files.sync(container.storage, container.paths);
+  api.files.sync(container.storage, container.paths, changes);
 }
 
 }  // namespace
@@ -72,6 +72,15 @@ asio::awaitable<void> before_listing(ApiContext& api, Container& container) {
     if (!stale) co_return;
   }
   co_await sync_off_io_thread(api, container);
+}
+
+asio::awaitable<ChangedOutputs> sync_after_command(ApiContext& api, std::shared_ptr<Container> container,
+                                                   int64_t since_ns) {
+  auto changes = std::make_shared<store::OutputChanges>();
+  changes->since_ns = since_ns;
+  auto walk = [&api, container, changes] { sync_now(api, *container, changes.get()); };
+  co_await server::run_blocking(std::move(walk));
+  co_return ChangedOutputs{std::move(changes->paths), changes->truncated};
 }
 
 asio::awaitable<void> sync_off_io_thread(ApiContext& api, Container& container) {

@@ -2,16 +2,19 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+
 #include "api/bucket_upload.h"
 #include "api/container_durability.h"
 #include "api/store_call.h"
 #include "api/upload_buffers.h"
+#include "base/unique_fd.h"
+#include "base/utf8.h"
 #include "ops/metrics.h"
 #include "server/blocking.h"
 #include "server/header_values.h"
 #include "store/keys.h"
 #include "store/multipart.h"
-#include "base/utf8.h"
 
 namespace sandboxd::api {
 namespace {
@@ -207,6 +210,55 @@ asio::awaitable<Result<store::FileRecord>> finish_upload(ApiContext& api, Contai
   co_return record;
 }
 }  // namespace
+
+asio::awaitable<Result<store::FileRecord>> copy_file(ApiContext& api, Container& from,
+                                                     const std::string& from_path, Container& to,
+                                                     const std::string& to_path) {
+  auto open = [&api, &from, &from_path] { return api.files.open_for_read(from.paths, from_path); };
+  auto opened = co_await server::run_blocking(std::move(open));
+  if (!opened) co_return file_error(opened.error(), from_path);
+  UniqueFd source(opened->fd);
+  const auto stored = co_await stored_bytes(api, to);
+  auto charge = [&api, &to, &stored, &to_path, size = opened->size] {
+    return begin_upload_charge(api, to, stored, to_path, size);
+  };
+  auto quota = co_await store_call(api, std::move(charge));
+  if (!quota) co_return quota.error();
+  auto begin = [&api, &to, &to_path] { return api.files.begin_write(to.paths, to_path); };
+  auto begun = co_await server::run_blocking(std::move(begin));
+  if (!begun) co_return upload_error(api, begun.error(), to_path);
+  std::unique_ptr<store::FileWriter> writer = std::move(*begun);
+  auto upload = begin_bucket_upload(api, to, co_await asio::this_coro::executor, opened->size);
+  // Chunk by chunk: the read and the write (which may wait for the writer's buffers)
+  // on the blocking pool, the bucket's parts from here.
+  std::string chunk(1u << 20, '\0');
+  for (;;) {
+    auto step = [&source, &chunk, &writer, &quota, &api, &to_path]() -> Result<size_t> {
+      ssize_t n;
+      do n = ::read(source.get(), chunk.data(), chunk.size());
+      while (n < 0 && errno == EINTR);
+      if (n < 0) return ApiError::internal();
+      if (auto room = (*quota)->add(static_cast<size_t>(n)); !room) return room.error();
+      if (n > 0)
+        if (auto written = writer->write(chunk.data(), static_cast<size_t>(n)); !written)
+          return upload_error(api, written.error(), to_path);
+      return static_cast<size_t>(n);
+    };
+    auto copied = co_await server::run_blocking(std::move(step));
+    Result<void> drained;
+    if (copied && *copied > 0 && upload) {
+      upload->append(std::string_view(chunk.data(), *copied));
+      drained = co_await upload->drain();
+    }
+    if (!copied || !drained) {
+      writer->abort();
+      if (upload) co_await upload->discard();
+      co_return !copied ? copied.error() : drained.error();
+    }
+    if (*copied == 0) break;
+  }
+  co_return co_await finish_upload(api, to, *writer, upload.get(), to_path, **quota);
+}
 
 asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::RequestContext& ctx,
                                                       Container& container, const std::string& key) {

@@ -44,6 +44,13 @@ asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, serve
                                                                   Result<std::shared_ptr<Container>> container,
                                                                   std::optional<std::string> raw_key);
 
+// Copies the file at `from_path` in `from` (any mount) to `to_path` (under uploads/ or
+// outputs/) in `to`, as an upload of it would: the owner's storage quota, the sessions
+// bucket, the record. Both containers must be ready (ready_container).
+asio::awaitable<Result<store::FileRecord>> copy_file(ApiContext& api, Container& from,
+                                                     const std::string& from_path, Container& to,
+                                                     const std::string& to_path);
+
 // The container once its files are local (storage.backend s3: restored from the bucket
 // when its local copy is missing or stale); passes errors through.
 asio::awaitable<Result<std::shared_ptr<Container>>> ready_container(ApiContext& api,

@@ -4,14 +4,15 @@
 
 #include <boost/json.hpp>
 
+#include "api/container_uploads.h"
 #include "api/routes.h"
-#include "api/store_call.h"
 #include "api/skill_mounts.h"
+#include "api/store_call.h"
 #include "api/tool_calls.h"
 #include "api/tool_loop_support.h"
+#include "base/utf8.h"
 #include "model/sse.h"
 #include "model/tool_loop.h"
-#include "base/utf8.h"
 #include "tools/bash_tool.h"
 
 namespace sandboxd::api {
@@ -94,6 +95,9 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
     if (!opened) co_return opened.error();
     container = *opened;
   }
+  // container_upload blocks: the turn's files into the container, a note for the model.
+  if (auto placed = co_await place_container_uploads(api, ctx.owner, container, request->body); !placed)
+    co_return placed.error();
   std::vector<LoadedSkill> skills;
   if (!request->skills.empty()) {
     if (!api.skills || !api.skill_mounts) co_return ApiError::internal();

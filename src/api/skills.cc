@@ -62,16 +62,18 @@ std::string iso_time(int64_t micros) {
 json::object skill_json(const store::SkillRecord& r) {
   // The SDK's field names (display_name, latest_version_id, source.type) and those of the
   // hosted API's documentation (display_title, latest_version), so both kinds of client read it.
-  return {{"type", "skill"},
-          {"id", r.id},
-          {"source", {{"type", r.source}}},
-          {"display_name", r.display_name},
-          {"display_title", r.display_name},
-          {"name", r.name},
-          {"latest_version_id", r.latest_version},
-          {"latest_version", r.latest_version},
-          {"created_at", iso_time(r.created_at_us)},
-          {"updated_at", iso_time(r.updated_at_us)}};
+  return {
+      {"type", "skill"},
+      {"id", r.id},
+      {"source", {{"type", r.source}}},
+      {"display_name", r.display_name},
+      {"display_title", r.display_name},
+      {"name", r.name},
+      // null once every version is deleted (the skill itself is deleted next)
+      {"latest_version_id", r.latest_version.empty() ? json::value(nullptr) : json::value(r.latest_version)},
+      {"latest_version", r.latest_version.empty() ? json::value(nullptr) : json::value(r.latest_version)},
+      {"created_at", iso_time(r.created_at_us)},
+      {"updated_at", iso_time(r.updated_at_us)}};
 }
 
 json::object version_json(const store::SkillVersionRecord& v) {
@@ -382,9 +384,6 @@ asio::awaitable<Result<Response>> delete_version(ApiContext& api, RequestContext
     switch (skills->remove_version(owner, skill_id, version)) {
       case store::SkillStore::VersionRemoval::kMissing:
         return ApiError::not_found("Version '" + version + "' of skill " + skill_id + " not found");
-      case store::SkillStore::VersionRemoval::kLastVersion:
-        return ApiError::invalid_request("Version '" + version + "' is the only version of skill " + skill_id +
-                                         "; delete the skill instead");
       case store::SkillStore::VersionRemoval::kRemoved:
         break;
     }

@@ -160,14 +160,27 @@ struct ChatRequest {
   std::string content;
   json::array skills;
   bool code_execution_requested = false;  // pgpt.tools names code_execution
+  // The tool version pgpt.tools asks for (an Anthropic one drops `detail` from error
+  // blocks, as /messages does); Zylon's own when it names none.
+  std::string code_tool_type = "code_execution_v1";
   bool stream = false;
   std::string model = "default";
   int64_t max_tokens = kDefaultMaxTokens;
 };
 
+// The version a pgpt.tools entry names: its type, or the string itself ("" for the bare
+// name "code_execution").
+std::string requested_version(const json::value& tool) {
+  auto version_of = [](std::string_view s) { return s.starts_with("code_execution_") ? std::string(s) : std::string(); };
+  if (tool.is_string()) return version_of(tool.as_string());
+  auto* type = tool.as_object().if_contains("type");
+  return type && type->is_string() ? version_of(type->as_string()) : std::string();
+}
+
 bool is_code_execution_tool(const json::value& tool) {
   auto names = [](std::string_view s) {
-    return s == "code_execution" || s == "code_execution_v1" || s == "code_execution_20250825";
+    return s == "code_execution" || s == "code_execution_v1" || s == "code_execution_20250825" ||
+           s == "code_execution_20260120" || s == "code_execution_20260521";
   };
   if (tool.is_string()) return names(tool.as_string());
   if (!tool.is_object()) return false;
@@ -210,6 +223,8 @@ Result<ChatRequest> parse_chat_request(const json::object& body) {
                                              "(\"code_execution\" or {\"name\": \"code_execution\", \"type\": "
                                              "\"code_execution_v1\"})");
           request.code_execution_requested = true;
+          if (auto version = requested_version(pvalue.as_array()[i]); !version.empty())
+            request.code_tool_type = std::move(version);
         }
       }
     } else if (key == "stream") {
@@ -649,7 +664,7 @@ asio::awaitable<Result<Response>> post_message(ApiContext& api, std::shared_ptr<
     if (!opened) co_return opened.error();
     turn->container = *opened;
     turn->outputs_before = co_await snapshot_outputs(api, *turn->container);
-    upstream["tools"] = json::array{json::object{{"name", "code_execution"}, {"type", "code_execution_v1"}}};
+    upstream["tools"] = json::array{json::object{{"name", "code_execution"}, {"type", request->code_tool_type}}};
     upstream["system"] = kWorkspaceSystem;
     // The Skills seam: container.skills is what /messages takes for Skills (the
     // same shape); the request parser and the loop give them to the sandbox.

@@ -4,6 +4,7 @@
 #include "api/discovery.h"
 #include "api/sandbox_network.h"
 #include "ops/logging.h"
+#include "store/keys.h"
 #include "tools/bash_tool.h"
 #include "tools/text_editor.h"
 
@@ -47,16 +48,24 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(ApiContext& api, std::
   request.cancellation = std::move(cancellation);
   request.extra_env = sandbox_env(*config, *container, depth);
   auto result = co_await api.containers.exec(container, std::move(request), bash.restart);
-  // Files the command wrote get their created_at now, not when someone lists them.
-  after_execution(api, container);
   if (!result) {
+    // Files the command may have written get their created_at now, not when someone
+    // lists them.
+    after_execution(api, container);
     const auto status = result.error().status;
     if (status == HttpStatus::too_many_requests ||
         (status == HttpStatus::service_unavailable && result.error().type == "overloaded_error"))
       co_return result.error();
     co_return tools::tool_error(tools::kBashErrorType, "unavailable", result.error().message, true);
   }
-  co_return tools::bash_result(*result);
+  // The result lists the outputs the command made (Anthropic's `content`); the sync
+  // that finds them also gives them their created_at.
+  std::vector<std::string> file_ids;
+  if (result->started_realtime_ns > 0) {  // not a restart without a command
+    auto changed = co_await sync_after_command(api, container, result->started_realtime_ns);
+    for (const auto& path : changed.paths) file_ids.push_back(store::file_id_for_path(path));
+  }
+  co_return tools::bash_result(*result, file_ids);
 }
 
 }  // namespace sandboxd::api

@@ -39,6 +39,8 @@ json::value ContainerRunner::container() {
   api_.containers.touch(*container_);
   json::object out{{"id", container_->id},
                    {"expires_at", ContainerService::format_time(api_.containers.expires_at(*container_))}};
+  // Anthropic's Container always has `skills`: null when the request loaded none.
+  out["skills"] = nullptr;
   if (!skills_.empty()) {
     json::array skills;
     for (const auto& skill : skills_)

@@ -158,11 +158,21 @@ asio::awaitable<Result<std::shared_ptr<UpstreamCall>>> ToolLoop::call_upstream(b
 json::object ToolLoop::shown_block(const json::object& block) const {
   auto* type = block.if_contains("type");
   auto* name = block.if_contains("name");
-  if (request_.code_tool != CodeToolVersion::kNone && type && type->is_string() && type->as_string() == "tool_use" &&
-      name && name->is_string() && is_sub_tool(name->as_string())) {
-    json::object shown{{"type", "server_tool_use"}, {"id", server_tool_id(block.at("id").as_string())}, {"name", *name}};
+  const bool tool_use = type && type->is_string() && type->as_string() == "tool_use";
+  if (request_.code_tool != CodeToolVersion::kNone && tool_use && name && name->is_string() &&
+      is_sub_tool(name->as_string())) {
+    // Anthropic's server_tool_use has a `caller`: the model called it directly.
+    json::object shown{{"type", "server_tool_use"},
+                       {"id", server_tool_id(block.at("id").as_string())},
+                       {"name", *name},
+                       {"caller", {{"type", "direct"}}}};
     auto* input = block.if_contains("input");
     shown["input"] = input ? *input : json::object{};
+    return shown;
+  }
+  if (tool_use && !block.contains("caller")) {  // a client tool the model called (Anthropic's ToolUseBlock)
+    json::object shown = block;
+    shown["caller"] = json::object{{"type", "direct"}};
     return shown;
   }
   return block;
@@ -184,13 +194,20 @@ json::object ToolLoop::final_usage() const {
   json::object usage = usage_;
   if (!usage.contains("input_tokens")) usage["input_tokens"] = 0;
   if (!usage.contains("output_tokens")) usage["output_tokens"] = 0;
-  usage["server_tool_use"] = {{"code_execution_requests", code_execution_requests_}};
+  // Anthropic's ServerToolUsage counts web searches and fetches (none here); the code
+  // execution count is sandboxd's own.
+  usage["server_tool_use"] = {{"code_execution_requests", code_execution_requests_},
+                              {"web_search_requests", 0},
+                              {"web_fetch_requests", 0}};
+  // The counters Anthropic's Usage always has (null when the upstream gave none).
+  for (const char* key : {"cache_creation_input_tokens", "cache_read_input_tokens"})
+    if (!usage.contains(key)) usage[key] = nullptr;
   return usage;
 }
 
 json::object ToolLoop::strip_detail(json::object content) const {
-  // The Anthropic-compatible tool version has no `detail` (a Zylon extension).
-  if (request_.code_tool == CodeToolVersion::k20250825 && result_is_error(content)) content.erase("detail");
+  // Anthropic-compatible tool versions have no `detail` (a Zylon extension).
+  if (omits_detail(request_.code_tool) && result_is_error(content)) content.erase("detail");
   return content;
 }
 
@@ -287,6 +304,8 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
                              {"content", json::array{}},
                              {"stop_reason", nullptr},
                              {"stop_sequence", nullptr},
+                             {"stop_details", nullptr},
+                             {"container", nullptr},  // known at the end: in message_delta
                              {"usage", usage}};
           json::object event_data{{"type", "message_start"}, {"message", std::move(start)}};
           delivered = co_await sink.send("message_start", event_data);
@@ -464,15 +483,18 @@ asio::awaitable<Result<json::object>> ToolLoop::run() {
     add_usage(turn->usage);
     if (!co_await after_turn(*turn, nullptr)) break;
   }
-  json::object message{{"id", id_},
-                       {"type", "message"},
-                       {"role", "assistant"},
-                       {"model", request_.model},
-                       {"content", content_},
-                       {"stop_reason", stop_reason_.empty() ? json::value(nullptr) : json::value(stop_reason_)},
-                       {"stop_sequence", stop_sequence_},
-                       {"usage", final_usage()}};
-  if (request_.code_tool != CodeToolVersion::kNone) message["container"] = runner_.container();
+  json::object message{
+      {"id", id_},
+      {"type", "message"},
+      {"role", "assistant"},
+      {"model", request_.model},
+      {"content", content_},
+      {"stop_reason", stop_reason_.empty() ? json::value(nullptr) : json::value(stop_reason_)},
+      {"stop_sequence", stop_sequence_},
+      {"stop_details", nullptr},
+      {"usage", final_usage()}};
+  message["container"] =
+      request_.code_tool != CodeToolVersion::kNone ? runner_.container() : json::value(nullptr);
   co_return message;
 }
 
@@ -508,8 +530,10 @@ asio::awaitable<void> ToolLoop::stream(EventSink& sink) {
     call = *next;
   }
   json::object delta{{"stop_reason", stop_reason_.empty() ? json::value(nullptr) : json::value(stop_reason_)},
-                     {"stop_sequence", stop_sequence_}};
-  if (request_.code_tool != CodeToolVersion::kNone) delta["container"] = runner_.container();
+                     {"stop_sequence", stop_sequence_},
+                     {"stop_details", nullptr}};
+  delta["container"] =
+      request_.code_tool != CodeToolVersion::kNone ? runner_.container() : json::value(nullptr);
   json::object message_delta{{"type", "message_delta"}, {"delta", delta}, {"usage", final_usage()}};
   json::object message_stop{{"type", "message_stop"}};
   co_await sink.send("message_delta", message_delta);

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <array>
@@ -404,6 +405,10 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
     }
   } done{this, id};
 
+  timespec realtime{};
+  clock_gettime(CLOCK_REALTIME_COARSE, &realtime);
+  const int64_t started_realtime_ns =
+      static_cast<int64_t>(realtime.tv_sec) * 1'000'000'000 + realtime.tv_nsec;
   protocol::SpawnRequest spawn;
   spawn.argv = {"/bin/bash", "-c", request.command};
   spawn.env.assign(kFixedEnv.begin(), kFixedEnv.end());
@@ -438,6 +443,7 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   }
 
   ExecResult result;
+  result.started_realtime_ns = started_realtime_ns;
   const auto deadline = started + request.timeout;
   bool kill_sent = false;
   // A cancelled request wakes the wait below (on this strand); it then kills the tree.

@@ -60,6 +60,9 @@ struct ExecResult {
   bool stdout_truncated = false;
   bool stderr_truncated = false;
   std::chrono::microseconds duration{};
+  // CLOCK_REALTIME_COARSE just before the command was spawned: the clock the kernel
+  // stamps file times with, so a file the command changed has a ctime at or after it.
+  int64_t started_realtime_ns = 0;
 };
 
 // A sandbox that cannot start, or a command that cannot be started in it.

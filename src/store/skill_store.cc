@@ -414,15 +414,19 @@ SkillStore::VersionRemoval SkillStore::remove_version(const std::string& owner, 
   auto v = find_version(owner, skill_id, version);
   if (!v) return VersionRemoval::kMissing;
   {
+    // The last version may go too (the Skills guide deletes every version, then the
+    // skill): the skill stays, with no latest version ('' here), until it is deleted.
     auto conn = db_->acquire();
-    Statement count(conn, "SELECT COUNT(*) FROM skill_versions WHERE skill_id = ?");
-    count.add(skill_id);
-    if (count.step() && count.integer(0) <= 1) return VersionRemoval::kLastVersion;
     Transaction transaction(conn);
     Statement(conn, "DELETE FROM skill_versions WHERE skill_id = ? AND version = ?").add(skill_id).add(v->version).run();
-    Statement(conn, "UPDATE skills SET latest_version = (SELECT version FROM skill_versions WHERE skill_id = ? "
-                    "ORDER BY CAST(version AS BIGINT) DESC LIMIT 1), updated_at_us = ? WHERE id = ?")
-        .add(skill_id).add(now_us()).add(skill_id).run();
+    Statement(
+        conn,
+        "UPDATE skills SET latest_version = COALESCE((SELECT version FROM skill_versions WHERE skill_id = ? "
+        "ORDER BY CAST(version AS BIGINT) DESC LIMIT 1), ''), updated_at_us = ? WHERE id = ?")
+        .add(skill_id)
+        .add(now_us())
+        .add(skill_id)
+        .run();
     transaction.commit();
   }
   remove_sealed(v->directory);

@@ -79,7 +79,9 @@ class SkillStore {
   // False when missing. Removes the files too (a sandbox that has the version
   // mounted keeps it until its request ends).
   bool remove(const std::string& owner, const std::string& skill_id);
-  enum class VersionRemoval { kRemoved, kMissing, kLastVersion };
+  // Removing the last version leaves the skill without one (latest_version ""): found,
+  // listed and deletable, but a reference to it resolves to no version.
+  enum class VersionRemoval { kRemoved, kMissing };
   VersionRemoval remove_version(const std::string& owner, const std::string& skill_id, const std::string& version);
 
   static bool is_builtin_id(std::string_view id) { return !id.starts_with("skill_"); }

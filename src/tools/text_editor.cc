@@ -66,6 +66,7 @@ json::object error_block(std::string_view code, std::string_view explanation, bo
   json::object error;
   error["type"] = "text_editor_code_execution_tool_result_error";
   error["error_code"] = code;
+  error["error_message"] = explanation;  // Anthropic's field; `detail` is the Zylon extension
   if (include_detail) error["detail"] = json::object{{"code", code}, {"explanation", explanation}};
   return error;
 }
