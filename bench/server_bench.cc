@@ -342,6 +342,55 @@ int main(int argc, char** argv) {
               70 / ((bashed_s.p50_ms - plain_s.p50_ms) / kRounds));
   }  // messages
 
+  if (everything || only == "mcp") {
+  // MCP: a warm `true` through tools/call (JSON-RPC on the Streamable HTTP transport, in
+  // a session) against the same command through POST .../tools/bash_code_execution, in
+  // one container, the two alternating on connections of their own.
+  using Headers = sandboxd::testing::HttpClient::Headers;
+  sandboxd::testing::HttpClient mcp_client(server.port, kToken), direct_client(server.port, kToken);
+  const Headers accept{{"Accept", "application/json, text/event-stream"}};
+  auto init = mcp_client.post("/mcp",
+                              R"({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25",)"
+                              R"("capabilities":{},"clientInfo":{"name":"bench","version":"1"}}})",
+                              "application/json", accept);
+  Headers in_session = accept;
+  in_session.emplace_back("Mcp-Session-Id", init.header("Mcp-Session-Id"));
+  in_session.emplace_back("MCP-Protocol-Version", "2025-11-25");
+  mcp_client.post("/mcp", R"({"jsonrpc":"2.0","method":"notifications/initialized"})", "application/json", in_session);
+  const std::string call =
+      R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash_code_execution",)"
+      R"("arguments":{"command":"true","container":"mcp-bench"}}})";
+  const std::string direct_target = tools + "mcp-bench/tools/bash_code_execution";
+  auto ran = [](const sandboxd::testing::HttpClient::Reply& reply) {
+    return reply.status == 200 && reply.body.find("\"return_code\":0") != std::string::npos &&
+           reply.body.find("\"isError\"") == std::string::npos;
+  };
+  for (int i = 0; i < 20; ++i) {  // the sandbox starts; both paths warm up
+    direct_client.post(direct_target, true_body);
+    mcp_client.post("/mcp", call, "application/json", in_session);
+  }
+  std::vector<double> direct_ms, mcp_ms;
+  int failed_mcp = 0, failed_direct = 0;
+  for (int i = 0; i < 1000; ++i) {
+    auto start = Clock::now();
+    auto direct = direct_client.post(direct_target, true_body);
+    double ms = ms_since(start);
+    if (ran(direct)) direct_ms.push_back(ms);
+    else if (++failed_direct <= 3) std::fprintf(stderr, "direct: %u %s\n", direct.status, direct.body.c_str());
+    start = Clock::now();
+    auto via_mcp = mcp_client.post("/mcp", call, "application/json", in_session);
+    ms = ms_since(start);
+    if (ran(via_mcp)) mcp_ms.push_back(ms);
+    else if (++failed_mcp <= 3) std::fprintf(stderr, "mcp: %u %s\n", via_mcp.status, via_mcp.body.c_str());
+  }
+  Stats direct_s = summarize(direct_ms), mcp_s = summarize(mcp_ms);
+  std::printf("\nMCP tools/call against the HTTP tool endpoint (warm `true`, alternating, 1000 each)\n");
+  print_row("POST .../tools/bash_code_execution", direct_s);
+  print_row("MCP tools/call bash_code_execution", mcp_s);
+  std::printf("  failed replies (not counted above): direct %d, mcp %d\n", failed_direct, failed_mcp);
+  std::printf("  ratio (p50): MCP / HTTP tool endpoint      %6.2fx   (goal <= 1.2x)\n", mcp_s.p50_ms / direct_s.p50_ms);
+  }  // mcp
+
 
   if (everything || only == "relay") {
   // 1 GiB each way through the relay to an allow-listed echo service (sandbox ->

@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 #include <filesystem>
 
+#include "api/api_calls.h"
 #include "api/cluster_relay.h"
 #include "api/routes.h"
 #include "api/store_call.h"
@@ -37,18 +38,6 @@ boost::json::object usage_of(const ContainerPaths& paths) {
   return {{"bytes", bytes}, {"files", files}};
 }
 
-// The usage walk reads every folder of the container: on the blocking pool.
-asio::awaitable<boost::json::object> container_json(ContainerService& service, const Container& c) {
-  auto walk = [&paths = c.paths] { return usage_of(paths); };
-  boost::json::object usage = co_await server::run_blocking(std::move(walk));
-  co_return boost::json::object{{"id", c.id},
-                                {"type", "container"},
-                                {"created_at", ContainerService::format_time(c.created_at)},
-                                {"expires_at", ContainerService::format_time(service.expires_at(c))},
-                                {"state", c.running() ? "running" : "stopped"},
-                                {"usage", std::move(usage)}};
-}
-
 asio::awaitable<Result<Response>> create_container(ApiContext& api, RequestContext& ctx) {
   auto body = co_await ctx.read_body(64 * 1024);
   if (!body) co_return body.error();
@@ -66,53 +55,15 @@ asio::awaitable<Result<Response>> create_container(ApiContext& api, RequestConte
   auto container = co_await api.containers.async_open(ctx.owner, id, /*create=*/true);
   if (!container) co_return container.error();
   api.containers.touch(**container);
-  auto described = co_await container_json(api.containers, **container);
+  auto described = co_await describe_container(api.containers, **container);
   co_return json_ok(described);
 }
 
 asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContext& ctx) {
   auto page = page_limit(ctx);
   if (!page) co_return page.error();
-  const size_t limit = *page;
-  auto records = co_await api.containers.async_list(ctx.owner, limit + 1, ctx.query_value("after_id").value_or(""));
-  bool has_more = records.size() > limit;
-  if (has_more) records.pop_back();
-  // Cluster mode: a container open on another live replica is described by it (its
-  // live state and usage), not from this replica's index as if it were stopped.
-  std::vector<store::ContainerRecord> not_open_here;
-  for (const auto& record : records)
-    if (!api.containers.find_open(ctx.owner, record.id)) not_open_here.push_back(record);
-  auto held_elsewhere = co_await describe_held_elsewhere(api, ctx, not_open_here);
-  boost::json::array data;
-  for (const auto& record : records) {
-    if (auto container = api.containers.find_open(ctx.owner, record.id)) {
-      data.push_back(co_await container_json(api.containers, *container));
-      continue;
-    }
-    if (auto it = held_elsewhere.find(record.id); it != held_elsewhere.end()) {
-      data.push_back(std::move(it->second));
-      continue;
-    }
-    // Not open: described from the index, without mounting its volume just to list it.
-    uint64_t bytes = 0, files = 0;
-    auto query = [&api, &record] { return api.containers.metadata().files_of(record.storage); };
-    auto stored = co_await store_call(api, std::move(query));
-    for (const auto& file : stored) {
-      bytes += file.size;
-      ++files;
-    }
-    data.push_back(boost::json::object{
-        {"id", record.id},
-        {"type", "container"},
-        {"created_at", ContainerService::format_time(record.created_at)},
-        {"expires_at", ContainerService::format_time(record.last_used_at + api.config()->session_ttl_sec)},
-        {"state", "stopped"},
-        {"usage", {{"bytes", bytes}, {"files", files}}}});
-  }
-  boost::json::object out{{"data", data}, {"has_more", has_more}};
-  out["first_id"] = records.empty() ? boost::json::value(nullptr) : boost::json::value(records.front().id);
-  out["last_id"] = records.empty() ? boost::json::value(nullptr) : boost::json::value(records.back().id);
-  co_return json_ok(out);
+  auto listed = co_await list_containers_page(api, ctx, *page, ctx.query_value("after_id").value_or(""));
+  co_return json_ok(listed);
 }
 
 asio::awaitable<Result<Response>> get_container(ApiContext& api, RequestContext& ctx) {
@@ -122,7 +73,7 @@ asio::awaitable<Result<Response>> get_container(ApiContext& api, RequestContext&
   const bool describe_only = !ctx.header_value(server::kRelayedByHeader).empty() &&
                              !ctx.header_value(kDescribeOnlyHeader).empty();
   if (!describe_only) api.containers.touch(**container);
-  auto described = co_await container_json(api.containers, **container);
+  auto described = co_await describe_container(api.containers, **container);
   co_return json_ok(described);
 }
 
@@ -130,7 +81,7 @@ asio::awaitable<Result<Response>> stop_container(ApiContext& api, RequestContext
   auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
   if (!container) co_return container.error();
   co_await api.containers.stop(*container);
-  auto described = co_await container_json(api.containers, **container);
+  auto described = co_await describe_container(api.containers, **container);
   co_return json_ok(described);
 }
 
@@ -157,6 +108,61 @@ asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx)
 }
 
 }  // namespace
+
+// The usage walk reads every folder of the container: on the blocking pool.
+asio::awaitable<boost::json::object> describe_container(ContainerService& service, const Container& c) {
+  auto walk = [&paths = c.paths] { return usage_of(paths); };
+  boost::json::object usage = co_await server::run_blocking(std::move(walk));
+  co_return boost::json::object{{"id", c.id},
+                                {"type", "container"},
+                                {"created_at", ContainerService::format_time(c.created_at)},
+                                {"expires_at", ContainerService::format_time(service.expires_at(c))},
+                                {"state", c.running() ? "running" : "stopped"},
+                                {"usage", std::move(usage)}};
+}
+
+asio::awaitable<boost::json::object> list_containers_page(ApiContext& api, RequestContext& ctx, size_t limit,
+                                                          std::string after_id) {
+  auto records = co_await api.containers.async_list(ctx.owner, limit + 1, after_id);
+  bool has_more = records.size() > limit;
+  if (has_more) records.pop_back();
+  // Cluster mode: a container open on another live replica is described by it (its
+  // live state and usage), not from this replica's index as if it were stopped.
+  std::vector<store::ContainerRecord> not_open_here;
+  for (const auto& record : records)
+    if (!api.containers.find_open(ctx.owner, record.id)) not_open_here.push_back(record);
+  auto held_elsewhere = co_await describe_held_elsewhere(api, ctx, not_open_here);
+  boost::json::array data;
+  for (const auto& record : records) {
+    if (auto container = api.containers.find_open(ctx.owner, record.id)) {
+      data.push_back(co_await describe_container(api.containers, *container));
+      continue;
+    }
+    if (auto it = held_elsewhere.find(record.id); it != held_elsewhere.end()) {
+      data.push_back(std::move(it->second));
+      continue;
+    }
+    // Not open: described from the index, without mounting its volume just to list it.
+    uint64_t bytes = 0, files = 0;
+    auto query = [&api, &record] { return api.containers.metadata().files_of(record.storage); };
+    auto stored = co_await store_call(api, std::move(query));
+    for (const auto& file : stored) {
+      bytes += file.size;
+      ++files;
+    }
+    data.push_back(boost::json::object{
+        {"id", record.id},
+        {"type", "container"},
+        {"created_at", ContainerService::format_time(record.created_at)},
+        {"expires_at", ContainerService::format_time(record.last_used_at + api.config()->session_ttl_sec)},
+        {"state", "stopped"},
+        {"usage", {{"bytes", bytes}, {"files", files}}}});
+  }
+  boost::json::object out{{"data", data}, {"has_more", has_more}};
+  out["first_id"] = records.empty() ? boost::json::value(nullptr) : boost::json::value(records.front().id);
+  out["last_id"] = records.empty() ? boost::json::value(nullptr) : boost::json::value(records.back().id);
+  co_return out;
+}
 
 server::StringResponse json_ok(const boost::json::value& body, http::status status) {
   return server::json_response(status, boost::json::serialize(body));

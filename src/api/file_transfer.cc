@@ -15,6 +15,8 @@
 #include "server/header_values.h"
 #include "store/keys.h"
 #include "store/multipart.h"
+#include "base/unique_fd.h"
+#include "base/utf8.h"
 
 namespace sandboxd::api {
 namespace {
@@ -295,6 +297,71 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
     co_return received.error();
   }
   co_return co_await finish_upload(api, container, *writer, upload.get(), path, **quota);
+}
+
+asio::awaitable<Result<store::FileRecord>> store_bytes(ApiContext& api, Container& container, const std::string& key,
+                                                       std::string_view bytes) {
+  auto valid = checked_key(key);
+  if (!valid) co_return valid.error();
+  if (bytes.size() > api.config()->max_upload_bytes)
+    co_return ApiError::too_large("The file is " + std::to_string(bytes.size()) + " bytes; the limit is " +
+                                  std::to_string(api.config()->max_upload_bytes) + " bytes");
+  std::string path = store::sandbox_path_for_key(key);
+  const auto stored = co_await stored_bytes(api, container);
+  auto charge = [&api, &container, &stored, &path, size = uint64_t{bytes.size()}] {
+    return begin_upload_charge(api, container, stored, path, size);
+  };
+  auto quota = co_await store_call(api, std::move(charge));
+  if (!quota) co_return quota.error();
+  auto begun = api.files.begin_write(container.paths, path);
+  if (!begun) co_return upload_error(api, begun.error(), path);
+  std::unique_ptr<store::FileWriter> writer = std::move(*begun);
+  auto upload = begin_bucket_upload(api, container, co_await asio::this_coro::executor, bytes.size());
+  // In pieces of at most a buffer, each awaiting room (or the bucket) as a body's chunks do.
+  constexpr size_t kPiece = 1u << 20;
+  for (size_t at = 0; at < bytes.size(); at += kPiece) {
+    std::string_view piece = bytes.substr(at, kPiece);
+    if (!upload) co_await room_in(*writer, piece.size());
+    Result<void> step;
+    if (auto room = (*quota)->add(piece.size()); !room) {
+      step = room.error();
+    } else if (auto written = writer->write(piece.data(), piece.size()); !written) {
+      step = upload_error(api, written.error(), path);
+    } else if (upload) {
+      upload->append(piece);
+      step = co_await upload->drain();
+    }
+    if (!step) {
+      writer->abort();  // the previous version of the key stays
+      if (upload) co_await upload->discard();
+      co_return step.error();
+    }
+  }
+  co_return co_await finish_upload(api, container, *writer, upload.get(), path, **quota);
+}
+
+asio::awaitable<Result<std::string>> read_file_bytes(ApiContext& api, Container& container,
+                                                     const store::FileRecord& record, uint64_t limit) {
+  auto read = [&api, &container, &record, limit]() -> Result<std::string> {
+    auto opened = api.files.open_for_read(container.paths, record.path);
+    if (!opened) return file_error(opened.error(), record.path);
+    UniqueFd fd(opened->fd);
+    if (opened->size > limit)
+      return ApiError::too_large("File too large to return inline: " + record.path + " is " +
+                                 std::to_string(opened->size) + " bytes; the limit is " + std::to_string(limit));
+    std::string body(opened->size, '\0');
+    size_t done = 0;
+    while (done < body.size()) {
+      ssize_t n = ::pread(fd.get(), body.data() + done, body.size() - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return file_error(store::FileError::kIo, record.path);
+      if (n == 0) break;  // shrank meanwhile: what is there
+      done += static_cast<size_t>(n);
+    }
+    body.resize(done);
+    return body;
+  };
+  co_return co_await server::run_blocking(std::move(read));
 }
 
 asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, server::RequestContext& ctx,

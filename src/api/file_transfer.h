@@ -38,6 +38,16 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
 asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::RequestContext& ctx,
                                                                Container& container, const std::string& key);
 
+// Bytes already in memory (a body that came inside another message: an MCP tool's
+// argument) stored at `key`, with the same key rules, quota, bucket copy and record as
+// a raw upload.
+asio::awaitable<Result<store::FileRecord>> store_bytes(ApiContext& api, Container& container, const std::string& key,
+                                                       std::string_view bytes);
+
+// A file's whole body (on the blocking pool); 413 past `limit` bytes.
+asio::awaitable<Result<std::string>> read_file_bytes(ApiContext& api, Container& container,
+                                                     const store::FileRecord& record, uint64_t limit);
+
 // An upload into `container` answered with its file object: the raw body at `raw_key`
 // when given, else a multipart body (key from ?path= or the part).
 asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, server::RequestContext& ctx,

@@ -50,6 +50,7 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api);
 void register_messages_routes(server::HttpServer& http, ApiContext& api);
 void register_admin_routes(server::HttpServer& http, ApiContext& api);
 void register_skill_routes(server::HttpServer& http, ApiContext& api);
+void register_mcp_routes(server::HttpServer& http, ApiContext& api);  // api/mcp.cc
 
 // A route handler from a function of (ApiContext&, RequestContext&).
 template <typename Fn>

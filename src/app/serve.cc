@@ -273,6 +273,7 @@ int serve(ops::Config config, const std::string& config_path) {
     api::register_messages_routes(http, api);
     api::register_admin_routes(http, api);
     api::register_skill_routes(http, api);
+    api::register_mcp_routes(http, api);
     if (leases) {
       api::install_cluster_routing(http, api, *leases);
       leases->start();
