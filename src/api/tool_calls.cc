@@ -9,9 +9,10 @@
 
 namespace sandboxd::api {
 
-asio::awaitable<Result<boost::json::object>> run_sub_tool(ApiContext& api, std::shared_ptr<Container> container,
-                                                  std::string_view tool, const boost::json::object& input,
-                                                  std::shared_ptr<runtime::Cancellation> cancellation, int depth) {
+asio::awaitable<Result<boost::json::object>> run_sub_tool(
+    ApiContext& api, std::shared_ptr<Container> container, std::string_view tool,
+    const boost::json::object& input, std::shared_ptr<runtime::Cancellation> cancellation, int depth,
+    std::function<void(runtime::OutputStreamId, std::string_view)> on_output) {
   api.containers.touch(*container);
   const auto config = api.config();
   if (!api.containers.code_execution_available())
@@ -45,6 +46,7 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(ApiContext& api, std::
   request.timeout = std::chrono::seconds(bash.timeout_sec.value_or(config->code_execution_timeout_sec));
   request.output_limit = config->output_limit_bytes;
   request.cancellation = std::move(cancellation);
+  request.on_output = std::move(on_output);
   request.extra_env = sandbox_env(*config, *container, depth);
   auto result = co_await api.containers.exec(container, std::move(request), bash.restart);
   // Files the command wrote get their created_at now, not when someone lists them.
