@@ -390,7 +390,7 @@ test('markdown renders as elements; markup in text, files and names does nothing
   assert.equal(await frame.evaluate(() => document.contentType), 'application/pdf');
   assert.equal(await page.evaluate(() => navigator.pdfViewerEnabled), true);
   await pdf.scrollIntoViewIfNeeded();
-  await page.waitForTimeout(1500);  // lets the viewer draw the page for the screenshot (nothing asserted on it)
+  for (const f of [frame, ...frame.childFrames()]) await f.waitForLoadState('load');  // the viewer, for the screenshot
   await page.screenshot({ path: join(SHOTS, '13-pdf-preview.png') });
 
   // Code highlighted; the file with a markup name is only its name.
