@@ -23,7 +23,8 @@ install(FILES ${SANDBOXD_PACKAGING_DIR}/sandboxd.service DESTINATION /lib/system
 foreach(folder web skills)
   if(EXISTS ${CMAKE_SOURCE_DIR}/${folder})
     install(DIRECTORY ${CMAKE_SOURCE_DIR}/${folder}/ DESTINATION share/sandboxd/${folder}
-            PATTERN "node_modules" EXCLUDE PATTERN ".*" EXCLUDE)
+            PATTERN "node_modules" EXCLUDE PATTERN ".*" EXCLUDE PATTERN "package.json" EXCLUDE
+            PATTERN "package-lock.json" EXCLUDE)
   endif()
 endforeach()
 

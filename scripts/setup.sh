@@ -15,6 +15,7 @@ packages=(
   postgresql  # metadata.backend: postgres in the tests; an allow-listed service the network tests query
   nginx  # the load balancer in front of three replicas in the cluster tests (run by the test itself)
   chromium  # the Workspace web page's browser test (driven by playwright-core)
+  python3-openpyxl python3-reportlab  # the browser test's model makes an XLSX and a PDF in the sandbox
   lintian python3  # the package test checks the .deb; package and image scripts write JSON
   clang libclang-rt-dev  # the fuzz targets (scripts/fuzz.sh): libFuzzer, ASan, UBSan
 )

@@ -530,3 +530,222 @@ TEST_F(WorkspaceTest, TheOrganisationsDownloadSettingsHoldThroughTheFilesApiToo)
 }
 
 }  // namespace
+
+namespace {
+
+std::vector<std::string> listed_ids(const bj::value& page) {
+  std::vector<std::string> ids;
+  for (const auto& t : page.at("data").as_array()) ids.emplace_back(t.at("id").as_string());
+  return ids;
+}
+
+// `q` keeps the threads whose title holds it, ignoring case, with LIKE's wildcards
+// taken literally; it pages like the plain list, follows renames and deletes, and
+// never finds another owner's threads.
+TEST_F(WorkspaceTest, ThreadsAreSearchedByTitle) {
+  auto make = [&](const std::string& title) {
+    return std::string(server
+                           ->curl_json("-X POST '" + server->url("/api/v1/app/thread") +
+                                       "' -d '{\"title\": \"" + title + "\"}'")
+                           .at("id")
+                           .as_string());
+  };
+  const std::string sales = make("Srch Zq3 sales"), budget = make("srch zq3 budget"),
+                    plan = make("Srch 100%_plan"), plain = make("Srch 100 plan"),
+                    other = make("Unrelated");
+  auto search = [&](const std::string& query, const std::string& token = "secret-alice") {
+    return listed_ids(server->curl_json("'" + server->url("/api/v1/app/thread?q=" + query) + "'", token));
+  };
+  EXPECT_EQ(search("zq3"), (std::vector<std::string>{budget, sales})) << "ignoring case, newest first";
+  EXPECT_EQ(search("SRCH%20ZQ3%20S"), (std::vector<std::string>{sales}));
+  EXPECT_EQ(search("100%25_"), (std::vector<std::string>{plan})) << "% and _ are literal";
+  EXPECT_EQ(search("srch").size(), 4u);
+  EXPECT_TRUE(search("nothing-like-this").empty());
+  auto page = server->curl_json("'" + server->url("/api/v1/app/thread?q=zq3&limit=1") + "'");
+  EXPECT_EQ(listed_ids(page), (std::vector<std::string>{budget}));
+  EXPECT_EQ(page.at("has_more"), true);
+  auto rest =
+      server->curl_json("'" + server->url("/api/v1/app/thread?q=zq3&limit=1&after_id=" + budget) + "'");
+  EXPECT_EQ(listed_ids(rest), (std::vector<std::string>{sales}));
+  EXPECT_EQ(rest.at("has_more"), false);
+
+  server->curl_json("-X PATCH '" + thread_url(other) + "' -d '{\"title\": \"Now about ZQ3\"}'");
+  EXPECT_EQ(search("zq3"), (std::vector<std::string>{other, budget, sales}))
+      << "a rename is found by its new title";
+  server->curl_json("-X DELETE '" + thread_url(budget) + "'");
+  EXPECT_EQ(search("zq3"), (std::vector<std::string>{other, sales})) << "a deleted thread is not";
+  EXPECT_TRUE(search("zq3", "secret-bob-x").empty()) << "another owner's threads are never found";
+  EXPECT_EQ(server->status("'" + server->url("/api/v1/app/thread?q=" + std::string(201, 'a')) + "'"), 400);
+  EXPECT_EQ(server->status("'" + server->url("/api/v1/app/thread?q=%ff") + "'"), 400);
+  (void)plain;
+}
+
+// The command of the turn: it says it started (stdout and a file), then sleeps; the
+// file it would write at the end must never appear.
+const char* kLongCommand =
+    "echo started; echo yes > /mnt/user-data/outputs/started.txt; sleep 37; echo late > "
+    "/mnt/user-data/outputs/too-late.txt";
+
+// Processes of the sandbox whose command line is `sleep 37` (the pattern's brackets keep
+// the checking command itself out).
+const char* kCountSleepers =
+    "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'sleep 3[7]'";
+
+class WorkspaceStopTest : public WorkspaceTest {
+ protected:
+  bool started(const std::string& id) {
+    auto files = server->curl_json("'" + thread_url(id, "/files") + "'");
+    for (const auto& f : files.at("data").as_array())
+      if (f.at("filename") == "started.txt") return true;
+    return false;
+  }
+  void wait_started(const std::string& id) {
+    for (int i = 0; i < 600 && !started(id); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(started(id)) << "the command never started";
+  }
+  // A later command in the same sandbox: how many `sleep 37` run, and whether the
+  // stopped command's last file exists.
+  std::string check_sandbox(const std::string& id) {
+    upstream->push_message(
+        U::message({U::tool_use("toolu_check", "bash_code_execution",
+                                {{"command", std::string(kCountSleepers) + "; ls /mnt/user-data/outputs/"}})},
+                   "tool_use"));
+    upstream->push_message(U::message({U::text_block("Checked.")}, "end_turn"));
+    auto reply =
+        json(post_message(id, {{"content", "check"}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}}));
+    const auto* result = find_block(reply.at("content").as_array(), "bash_code_execution_tool_result");
+    return result ? std::string(result->at("content").at("stdout").as_string()) : "";
+  }
+};
+
+// POST .../stop during a command: the command is killed in the sandbox, the open stream
+// ends as a finished one (message_delta marked stopped, message_stop), and what was
+// said so far is stored, marked stopped; the output came as execution_output events
+// while it ran.
+TEST_F(WorkspaceStopTest, StoppingATurnKillsItsCommandAndStoresWhatWasSaid) {
+  const std::string id = create_thread();
+  upstream->push_message(
+      U::message({U::text_block("Running the long job."),
+                  U::tool_use("toolu_long", "bash_code_execution", {{"command", kLongCommand}})},
+                 "tool_use"));
+  auto stream = std::async(std::launch::async, [&] {
+    return post_message(id, {{"content", "Run the long job"},
+                             {"stream", true},
+                             {"pgpt", {{"tools", bj::array{"code_execution"}}}}});
+  });
+  wait_started(id);
+  auto stopped = server->curl_json("-X POST '" + thread_url(id, "/stop") + "'");
+  EXPECT_EQ(stopped.at("type"), "thread_turn_stop");
+  EXPECT_EQ(stopped.at("stopped"), true);
+  ASSERT_EQ(stream.wait_for(std::chrono::seconds(25)), std::future_status::ready)
+      << "the stream ended with the stop";
+  auto events = parse_sse(stream.get());
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back().name, "message_stop");
+  const auto& delta = events[events.size() - 2];
+  ASSERT_EQ(delta.name, "message_delta");
+  EXPECT_EQ(delta.data.at("delta").at("stopped"), true);
+  std::string step_id, output;
+  for (const auto& e : events) {
+    if (e.name == "content_block_start" && e.data.at("content_block").at("type") == "server_tool_use")
+      step_id = std::string(e.data.at("content_block").at("id").as_string());
+    if (e.name == "execution_output") {
+      EXPECT_EQ(e.data.at("tool_use_id"), bj::value(step_id)) << "the output names its step";
+      EXPECT_EQ(e.data.at("stream"), "stdout");
+      output += std::string(e.data.at("text").as_string());
+    }
+  }
+  EXPECT_EQ(output, "started\n") << "the output came while the command ran";
+
+  const auto thread = get_thread(id);
+  const auto& messages = thread.at("messages").as_array();
+  ASSERT_EQ(messages.size(), 2u);
+  const auto& answer = messages[1].as_object();
+  EXPECT_EQ(answer.at("stopped"), true);
+  EXPECT_EQ(block_types(answer.at("content").as_array()),
+            (std::vector<std::string>{"text", "server_tool_use", "bash_code_execution_tool_result",
+                                      "zylon-resource"}))
+      << bj::serialize(answer);
+  EXPECT_EQ(answer.at("content").as_array()[0].at("text"), "Running the long job.");
+  EXPECT_EQ(find_block(answer.at("content").as_array(), "zylon-resource")->at("filename"), "started.txt");
+
+  // The thread takes its next message, and the command is gone from the sandbox.
+  const std::string seen = check_sandbox(id);
+  EXPECT_EQ(seen.substr(0, seen.find('\n')), "0") << "no `sleep 37` runs any more: " << seen;
+  EXPECT_NE(seen.find("started.txt"), std::string::npos) << seen;
+  EXPECT_EQ(seen.find("too-late.txt"), std::string::npos) << "the rest of the command never ran: " << seen;
+  // The stopped turn goes back to the model as it was stored: its step with its result.
+  auto calls = sent();
+  ASSERT_EQ(calls.size(), 3u);
+  const auto& history = calls[1].at("messages").as_array();
+  ASSERT_GE(history.size(), 2u);
+  EXPECT_EQ(history[1].at("role"), "assistant");
+}
+
+// Closing the stream (what the page does) stops the turn the same way.
+TEST_F(WorkspaceStopTest, ClosingTheStreamStopsTheTurn) {
+  const std::string id = create_thread();
+  upstream->push_message(U::message(
+      {U::tool_use("toolu_long2", "bash_code_execution", {{"command", kLongCommand}})}, "tool_use"));
+  auto stream = std::async(std::launch::async, [&] {
+    return sh(
+        "curl -sS -N --max-time 600 -H 'Authorization: Bearer secret-alice' -X POST '" +
+        thread_url(id, "/messages") + "' -H 'content-type: application/json' --data-binary @" +
+        body_file(
+            {{"content", "Run it"}, {"stream", true}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}}) +
+        " & echo $! > " + (server->dir() / "curl.pid").string() + "; wait");
+  });
+  wait_started(id);
+  sh("kill $(cat " + (server->dir() / "curl.pid").string() + ")");
+  stream.get();
+  bool stored = false;
+  for (int i = 0; i < 400 && !stored; ++i) {
+    stored = get_thread(id).at("messages").as_array().size() == 2;
+    if (!stored) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(stored) << "the stopped turn was stored";
+  EXPECT_EQ(get_thread(id).at("messages").as_array()[1].at("stopped"), true);
+  const std::string seen = check_sandbox(id);
+  EXPECT_EQ(seen.substr(0, seen.find('\n')), "0") << seen;
+  EXPECT_EQ(seen.find("too-late.txt"), std::string::npos) << seen;
+}
+
+TEST_F(WorkspaceTest, StopWithNoTurnRunningAndForOthers) {
+  const std::string id = create_thread();
+  auto idle = server->curl_json("-X POST '" + thread_url(id, "/stop") + "'");
+  EXPECT_EQ(idle.at("stopped"), false);
+  EXPECT_EQ(server->status("-X POST '" + thread_url(id, "/stop") + "'", "secret-bob-x"), 404);
+  EXPECT_EQ(server->status("-X POST '" + thread_url("thread_missing", "/stop") + "'"), 404);
+  EXPECT_EQ(server->status("'" + thread_url(id, "/files") + "'", "secret-bob-x"), 404);
+}
+
+// The files list: uploads and outputs with their kind, size and the organisation's
+// download setting; another owner gets 404.
+TEST_F(WorkspaceTest, TheFilesListHoldsUploadsAndOutputs) {
+  const std::string id = create_thread();
+  EXPECT_TRUE(server->curl_json("'" + thread_url(id, "/files") + "'").at("data").as_array().empty());
+  fs::path file = server->dir() / "in.csv";
+  std::ofstream(file) << "a\n1\n";
+  server->curl_json("-X POST '" + thread_url(id, "/upload-file") + "' -F 'file=@" + file.string() + "'");
+  upstream->push_message(
+      U::message({U::tool_use("toolu_f", "bash_code_execution",
+                              {{"command", "printf abc > /mnt/user-data/outputs/out.txt"}})},
+                 "tool_use"));
+  upstream->push_message(U::message({U::text_block("Done.")}, "end_turn"));
+  json(post_message(id, {{"content", "write"}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}}));
+  auto files = server->curl_json("'" + thread_url(id, "/files") + "'").at("data").as_array();
+  std::map<std::string, bj::object> by_name;
+  for (const auto& f : files) by_name[std::string(f.at("filename").as_string())] = f.as_object();
+  ASSERT_EQ(by_name.size(), 2u) << bj::serialize(files);
+  EXPECT_EQ(by_name["in.csv"].at("kind"), "upload");
+  EXPECT_EQ(by_name["in.csv"].at("size_bytes"), 4);
+  EXPECT_EQ(by_name["out.txt"].at("kind"), "output");
+  EXPECT_EQ(by_name["out.txt"].at("size_bytes"), 3);
+  EXPECT_EQ(by_name["out.txt"].at("path"), "/mnt/user-data/outputs/out.txt");
+  EXPECT_EQ(by_name["out.txt"].at("downloadable"), true);
+  const std::string file_id =
+      sh("printf %s /mnt/user-data/outputs/out.txt | base64 -w0 | tr '+/' '-_' | tr -d '='");
+  EXPECT_EQ(by_name["out.txt"].at("file_id"), bj::value(file_id)) << "the Files API's id of the path";
+}
+
+}  // namespace

@@ -62,8 +62,10 @@ class ThreadStore {
   bool create(const ThreadRecord& record);
   std::optional<ThreadRecord> find(const std::string& owner, const std::string& id);
   // Newest first; `after_id` (exclusive) continues a page. An unknown cursor gives an
-  // empty page.
-  ThreadPage list(const std::string& owner, size_t limit, const std::string& after_id);
+  // empty page. A non-empty `title_contains` keeps the threads whose title holds it,
+  // ignoring case (its % and _ are literal characters, not patterns).
+  ThreadPage list(const std::string& owner, size_t limit, const std::string& after_id,
+                  const std::string& title_contains = "");
   // How many threads the owner has.
   size_t count(const std::string& owner);
   bool rename(const std::string& owner, const std::string& id, const std::string& title, int64_t now);
