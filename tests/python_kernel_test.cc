@@ -220,6 +220,10 @@ TEST_F(PythonKernel, HostileCodeOnlyHurtsItsOwnKernel) {
   EXPECT_EQ(field(cell(server, "hostile", "print(3 + 3)"), "stdout"), "6\n");
   // The other sandbox's kernel never noticed.
   EXPECT_EQ(field(cell(server, "bystander", "print(safe)"), "stdout"), "True\n");
+  // The interrupt stopped the cell, not the forked copies still looping: stopping the
+  // sandbox ends them (and the next call gets a fresh kernel).
+  server.curl("-X POST " + server.base() + "/containers/hostile/stop");
+  EXPECT_EQ(field(cell(server, "hostile", "print('six' in globals())"), "stdout"), "False\n");
 }
 
 TEST_F(PythonKernel, BadInputIsAnInvalidToolInputBlock) {
