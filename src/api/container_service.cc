@@ -665,7 +665,7 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
 }
 
 asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_ptr<Container> container,
-                                                                 PythonCall call) {
+                                                                   PythonCall call) {
   touch(*container);
   if (durability_) {  // the bucket's copy first, when the local one is missing or stale
     if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
@@ -676,7 +676,8 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
     driver = co_await server::run_blocking(std::move(read_driver));
   } catch (const runtime::SandboxError& e) {
     spdlog::error("{}", e.what());
-    co_return ApiError{HttpStatus::service_unavailable, "api_error", "The Python kernel is not installed on this server",
+    co_return ApiError{HttpStatus::service_unavailable, "api_error",
+                       "The Python kernel is not installed on this server",
                        settings()->capacity_retry_after_sec};
   }
   ops::Admission::Ticket owner_ticket, ticket;
@@ -711,44 +712,57 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
   try {
     outcome = co_await kernel->execute(std::move(call.code), call.timeout, call.output_limit);
     switch (outcome->status) {
-      case KernelResult::Status::kOk: label = "ok"; break;
-      case KernelResult::Status::kError: label = "nonzero"; break;
-      case KernelResult::Status::kTimedOut: label = "timeout"; break;
-      case KernelResult::Status::kKernelDied: label = "kernel_died"; break;
+      case KernelResult::Status::kOk:
+        label = "ok";
+        break;
+      case KernelResult::Status::kError:
+        label = "nonzero";
+        break;
+      case KernelResult::Status::kTimedOut:
+        label = "timeout";
+        break;
+      case KernelResult::Status::kKernelDied:
+        label = "kernel_died";
+        break;
     }
   } catch (const runtime::SandboxError& e) {
     spdlog::warn("python in container {} failed: {}", container->id, e.what());
-    outcome = ApiError{HttpStatus::service_unavailable, "api_error",
-                       sandbox->get()->running() ? std::string(e.what()) : "The sandbox stopped during the code",
-                       settings()->capacity_retry_after_sec};
+    outcome =
+        ApiError{HttpStatus::service_unavailable, "api_error",
+                 sandbox->get()->running() ? std::string(e.what()) : "The sandbox stopped during the code",
+                 settings()->capacity_retry_after_sec};
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ops::metrics().execution_completed(label, seconds);
   ops::log_event(spdlog::level::info, "python_execution",
-                 {{"owner", container->owner}, {"container", container->id}, {"ms", seconds * 1000}, {"outcome", label}});
+                 {{"owner", container->owner},
+                  {"container", container->id},
+                  {"ms", seconds * 1000},
+                  {"outcome", label}});
   touch(*container);
   co_return outcome;
 }
 
-asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::admit(std::shared_ptr<Container> container,
-                                                                                 ops::Admission::Ticket& owner_ticket,
-                                                                                 ops::Admission::Ticket& ticket) {
+asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::admit(
+    std::shared_ptr<Container> container, ops::Admission::Ticket& owner_ticket,
+    ops::Admission::Ticket& ticket) {
   // The owner's share first (its own line), then a global slot (waiting in line if need
   // be), before a sandbox is started for it: one owner's commands never fill the global
   // line other owners wait in.
   {
     const auto snapshot = settings();
-    const int share =
-        ops::owner_execution_share(snapshot->max_concurrent_executions_per_owner, snapshot->max_concurrent_executions);
+    const int share = ops::owner_execution_share(snapshot->max_concurrent_executions_per_owner,
+                                                 snapshot->max_concurrent_executions);
     // (A share as large as the whole adds nothing: then the global line alone decides.)
     if (share < snapshot->max_concurrent_executions) {
       owner_ticket = co_await owner_admission_.acquire(container->owner, share,
                                                        std::chrono::seconds(snapshot->queue_timeout_sec));
       if (!owner_ticket) {
         ops::metrics().execution_rejected("429", "owner_queue_timeout");
-        co_return ApiError::rate_limited("Too many commands of this owner are running (" + std::to_string(share) +
-                                             " at once); none finished within " +
-                                             std::to_string(snapshot->queue_timeout_sec) + "s. Try again later.",
+        co_return ApiError::rate_limited("Too many commands of this owner are running (" +
+                                             std::to_string(share) + " at once); none finished within " +
+                                             std::to_string(snapshot->queue_timeout_sec) +
+                                             "s. Try again later.",
                                          snapshot->retry_after_sec);
       }
     }
@@ -759,7 +773,8 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::adm
   if (!ticket) {
     ops::metrics().execution_rejected("429", "queue_timeout");
     co_return ApiError::rate_limited("Too many commands are running; none finished within " +
-                                         std::to_string(settings()->queue_timeout_sec) + "s. Try again later.",
+                                         std::to_string(settings()->queue_timeout_sec) +
+                                         "s. Try again later.",
                                      settings()->retry_after_sec);
   }
   // A running sandbox is used as is; starting one (or finding it stopped) is the

@@ -19,15 +19,15 @@
 #include "api/python_kernel.h"
 #include "api/sandbox_pool.h"
 #include "api/spare_volumes.h"
+#include "base/error.h"
+#include "base/sandbox_paths.h"
 #include "ops/admission.h"
-#include "ops/owner_admission.h"
 #include "ops/config.h"
 #include "ops/live_config.h"
+#include "ops/owner_admission.h"
 #include "runtime/runtime.h"
-#include "base/error.h"
 #include "store/file_store.h"
 #include "store/metadata.h"
-#include "base/sandbox_paths.h"
 
 namespace sandboxd::api {
 

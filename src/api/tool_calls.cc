@@ -4,10 +4,10 @@
 #include "api/discovery.h"
 #include "api/python_kernel.h"
 #include "api/sandbox_network.h"
+#include "base/utf8.h"
 #include "ops/logging.h"
 #include "tools/bash_tool.h"
 #include "tools/text_editor.h"
-#include "base/utf8.h"
 
 namespace sandboxd::api {
 namespace {
@@ -30,7 +30,8 @@ Result<PythonInput> parse_python_input(const boost::json::object& input) {
       else if (value.is_uint64() && value.as_uint64() > 0 && value.as_uint64() <= 86400)
         out.timeout_sec = static_cast<int>(value.as_uint64());
       else
-        return ApiError::invalid_request("'timeout' must be an integer number of seconds between 1 and 86400");
+        return ApiError::invalid_request(
+            "'timeout' must be an integer number of seconds between 1 and 86400");
     } else if (key == "restart") {
       if (!value.is_bool()) return ApiError::invalid_request("'restart' must be a boolean");
       out.restart = value.as_bool();
@@ -42,7 +43,8 @@ Result<PythonInput> parse_python_input(const boost::json::object& input) {
   return out;
 }
 
-boost::json::object python_result(const KernelResult& result, std::chrono::milliseconds timeout, bool rich_outputs) {
+boost::json::object python_result(const KernelResult& result, std::chrono::milliseconds timeout,
+                                  bool rich_outputs) {
   std::string stdout_text = result.stdout_text;
   for (const auto& output : result.outputs) {
     const auto& o = output.as_object();
@@ -56,20 +58,27 @@ boost::json::object python_result(const KernelResult& result, std::chrono::milli
   std::string stderr_text = result.stderr_text;
   int return_code = 0;
   switch (result.status) {
-    case KernelResult::Status::kOk: break;
-    case KernelResult::Status::kError: return_code = 1; break;
+    case KernelResult::Status::kOk:
+      break;
+    case KernelResult::Status::kError:
+      return_code = 1;
+      break;
     case KernelResult::Status::kTimedOut:
       return_code = 124;
       if (!stderr_text.empty() && stderr_text.back() != '\n') stderr_text += '\n';
       stderr_text += runtime::timeout_message(timeout);
-      if (result.restarted) stderr_text += " The code did not stop when interrupted: the Python kernel was restarted and its variables are lost.";
+      if (result.restarted)
+        stderr_text +=
+            " The code did not stop when interrupted: the Python kernel was restarted and its variables are "
+            "lost.";
       break;
     case KernelResult::Status::kKernelDied:
       return_code = result.exit_code > 0 ? result.exit_code : 1;
       if (!stderr_text.empty() && stderr_text.back() != '\n') stderr_text += '\n';
-      stderr_text += "The Python kernel exited" +
-                     (result.exit_code >= 0 ? " with code " + std::to_string(result.exit_code) : std::string()) +
-                     "; its variables are lost and the next call starts a fresh kernel.";
+      stderr_text +=
+          "The Python kernel exited" +
+          (result.exit_code >= 0 ? " with code " + std::to_string(result.exit_code) : std::string()) +
+          "; its variables are lost and the next call starts a fresh kernel.";
       break;
   }
   boost::json::object block{{"type", "code_execution_result"},
@@ -83,15 +92,18 @@ boost::json::object python_result(const KernelResult& result, std::chrono::milli
 
 }  // namespace
 
-asio::awaitable<Result<boost::json::object>> run_python_tool(ApiContext& api, std::shared_ptr<Container> container,
-                                                             const boost::json::object& input, bool rich_outputs,
-                                                             int depth) {
+asio::awaitable<Result<boost::json::object>> run_python_tool(ApiContext& api,
+                                                             std::shared_ptr<Container> container,
+                                                             const boost::json::object& input,
+                                                             bool rich_outputs, int depth) {
   api.containers.touch(*container);
   const auto config = api.config();
   if (!api.containers.code_execution_available())
-    co_return tools::tool_error(kCodeExecutionErrorType, "unavailable", api.containers.unavailable_reason(), true);
+    co_return tools::tool_error(kCodeExecutionErrorType, "unavailable", api.containers.unavailable_reason(),
+                                true);
   auto parsed = parse_python_input(input);
-  if (!parsed) co_return tools::tool_error(kCodeExecutionErrorType, "invalid_tool_input", parsed.error().message, true);
+  if (!parsed)
+    co_return tools::tool_error(kCodeExecutionErrorType, "invalid_tool_input", parsed.error().message, true);
   PythonCall call;
   call.code = std::move(parsed->code);
   call.timeout = std::chrono::seconds(parsed->timeout_sec.value_or(config->code_execution_timeout_sec));

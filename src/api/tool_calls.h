@@ -32,9 +32,10 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(ApiContext& api, std::
 // "Command timed out after Ns." as for bash, a kernel that died its exit code with the
 // explanation in stderr. With `rich_outputs` (the direct endpoint) the block also
 // carries "outputs": the cell's Jupyter outputs with their MIME bundles (PNG, HTML).
-asio::awaitable<Result<boost::json::object>> run_python_tool(ApiContext& api, std::shared_ptr<Container> container,
-                                                             const boost::json::object& input, bool rich_outputs,
-                                                             int depth = 0);
+asio::awaitable<Result<boost::json::object>> run_python_tool(ApiContext& api,
+                                                             std::shared_ptr<Container> container,
+                                                             const boost::json::object& input,
+                                                             bool rich_outputs, int depth = 0);
 
 inline constexpr std::string_view kCodeExecutionErrorType = "code_execution_tool_result_error";
 

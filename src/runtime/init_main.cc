@@ -128,7 +128,9 @@ class Init {
   void handle(proto::Message& msg) {
     for (int fd : msg.fds) close(fd);
     switch (msg.header.type) {
-      case proto::Type::kSpawn: spawn(msg.header.id, msg.payload, msg.header.value == proto::kSpawnKeepStdin); break;
+      case proto::Type::kSpawn:
+        spawn(msg.header.id, msg.payload, msg.header.value == proto::kSpawnKeepStdin);
+        break;
       case proto::Type::kKill: kill_execution(msg.header.id); break;
       default: break;
     }

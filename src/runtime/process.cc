@@ -149,8 +149,9 @@ CommandRegion* acquire_region() {
 
 // A command child's region: its context and the ends of the pipes it keeps, nothing of
 // an earlier request left.
-void prepare_child_region(CommandRegion* region, const CommandContext& ctx, int cgroup_dirfd, int request_read,
-                          int in_r, int out_w, int err_w, int report_fd, bool from_template) {
+void prepare_child_region(CommandRegion* region, const CommandContext& ctx, int cgroup_dirfd,
+                          int request_read, int in_r, int out_w, int err_w, int report_fd,
+                          bool from_template) {
   region->ctx = &ctx;
   region->cgroup_dirfd = cgroup_dirfd;
   region->request_read = request_read;
@@ -491,12 +492,12 @@ int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand
   int request[2] = {-1, -1}, in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1},
       report[2] = {-1, -1};
   for (auto [pipe_fds, name] : {std::pair{request, "pipe2(request)"}, std::pair{in_pipe, "pipe2(stdin)"},
-                                std::pair{out_pipe, "pipe2(stdout)"},
-                                std::pair{err_pipe, "pipe2(stderr)"}, std::pair{report, "pipe2(report)"}}) {
+                                std::pair{out_pipe, "pipe2(stdout)"}, std::pair{err_pipe, "pipe2(stderr)"},
+                                std::pair{report, "pipe2(report)"}}) {
     if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
       int err = errno;
-      close_all({request[0], request[1], in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1],
-               report[0], report[1]});
+      close_all({request[0], request[1], in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0],
+                 err_pipe[1], report[0], report[1]});
       error = describe_errno(name, err);
       return -err;
     }
@@ -504,12 +505,13 @@ int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand
   CommandRegion* region = acquire_region();
   if (!region) {
     int err = errno;
-    close_all({request[0], request[1], in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1],
-               report[0], report[1]});
+    close_all({request[0], request[1], in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0],
+               err_pipe[1], report[0], report[1]});
     error = describe_errno("mmap(command region)", err);
     return -err;
   }
-  prepare_child_region(region, ctx, cgroup_dirfd, request[0], in_pipe[0], out_pipe[1], err_pipe[1], report[1], false);
+  prepare_child_region(region, ctx, cgroup_dirfd, request[0], in_pipe[0], out_pipe[1], err_pipe[1], report[1],
+                       false);
   // The child gets its own copy of the descriptor table (no CLONE_FILES), so the ends
   // it keeps are closed here, and the ones PID 1 keeps are closed there by close_range.
   pid_t pid;
@@ -579,7 +581,8 @@ int launch_command(PreparedCommand& prepared, const std::string& encoded_request
 }
 
 void discard_prepared(PreparedCommand& prepared) {
-  close_all({prepared.request_write, prepared.stdin_write, prepared.stdout_read, prepared.stderr_read, prepared.report_read});
+  close_all({prepared.request_write, prepared.stdin_write, prepared.stdout_read, prepared.stderr_read,
+             prepared.report_read});
   CommandRegion* region = prepared.region;
   prepared = PreparedCommand{};
   prepared.region = region;
@@ -687,12 +690,12 @@ int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ct
   int request[2] = {-1, -1}, in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1},
       report[2] = {-1, -1};
   auto close_pipes = [&] {
-    close_all({request[0], request[1], in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1],
-               report[0], report[1]});
+    close_all({request[0], request[1], in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0],
+               err_pipe[1], report[0], report[1]});
   };
   for (auto [pipe_fds, name] : {std::pair{request, "pipe2(request)"}, std::pair{in_pipe, "pipe2(stdin)"},
-                                std::pair{out_pipe, "pipe2(stdout)"},
-                                std::pair{err_pipe, "pipe2(stderr)"}, std::pair{report, "pipe2(report)"}}) {
+                                std::pair{out_pipe, "pipe2(stdout)"}, std::pair{err_pipe, "pipe2(stderr)"},
+                                std::pair{report, "pipe2(report)"}}) {
     if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
       int err = errno;
       close_pipes();
@@ -707,7 +710,8 @@ int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ct
     error = describe_errno("mmap(command region)", err);
     return -err;
   }
-  prepare_child_region(region, ctx, cgroup_dirfd, request[0], in_pipe[0], out_pipe[1], err_pipe[1], report[1], true);
+  prepare_child_region(region, ctx, cgroup_dirfd, request[0], in_pipe[0], out_pipe[1], err_pipe[1], report[1],
+                       true);
   // The region is the template's to read after this write, and its child's after the
   // clone; PID 1 touches it again only to lay out the command (launch_command).
   ssize_t sent = write(tpl.request_write, &region, sizeof region);

@@ -380,8 +380,10 @@ asio::awaitable<void> Sandbox::stop_on_strand() {
   }
 }
 
-asio::awaitable<std::vector<int>> Sandbox::spawn_on_strand(uint32_t id, Execution& exec, std::vector<std::string> argv,
-                                                           std::vector<std::string> extra_env, bool keep_stdin) {
+asio::awaitable<std::vector<int>> Sandbox::spawn_on_strand(uint32_t id, Execution& exec,
+                                                           std::vector<std::string> argv,
+                                                           std::vector<std::string> extra_env,
+                                                           bool keep_stdin) {
   protocol::SpawnRequest spawn;
   spawn.argv = std::move(argv);
   spawn.env.assign(kFixedEnv.begin(), kFixedEnv.end());
@@ -409,7 +411,8 @@ asio::awaitable<std::vector<int>> Sandbox::spawn_on_strand(uint32_t id, Executio
 }
 
 asio::awaitable<ProcessChannel> Sandbox::start_process(ProcessRequest request) {
-  co_return co_await asio::co_spawn(strand_, start_process_on_strand(std::move(request)), asio::use_awaitable);
+  co_return co_await asio::co_spawn(strand_, start_process_on_strand(std::move(request)),
+                                    asio::use_awaitable);
 }
 
 asio::awaitable<ProcessChannel> Sandbox::start_process_on_strand(ProcessRequest request) {
@@ -475,8 +478,8 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   } done{this, id};
 
   std::vector<std::string> argv{std::string("/bin/bash"), std::string("-c"), std::move(request.command)};
-  std::vector<int> fds =
-      co_await spawn_on_strand(id, *exec, std::move(argv), std::move(request.extra_env), /*keep_stdin=*/false);
+  std::vector<int> fds = co_await spawn_on_strand(id, *exec, std::move(argv), std::move(request.extra_env),
+                                                  /*keep_stdin=*/false);
   auto out = std::make_shared<OutputStream>(strand_, fds[0], request.output_limit);
   auto err = std::make_shared<OutputStream>(strand_, fds[1], request.output_limit);
 

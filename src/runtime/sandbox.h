@@ -131,7 +131,8 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   asio::awaitable<ProcessChannel> start_process_on_strand(ProcessRequest request);
   asio::awaitable<int> wait_process_on_strand(uint32_t id);
   // Sends kSpawn for `argv` and waits for kSpawned: its fds (2, or 3 with keep_stdin).
-  asio::awaitable<std::vector<int>> spawn_on_strand(uint32_t id, Execution& exec, std::vector<std::string> argv,
+  asio::awaitable<std::vector<int>> spawn_on_strand(uint32_t id, Execution& exec,
+                                                    std::vector<std::string> argv,
                                                     std::vector<std::string> extra_env, bool keep_stdin);
   asio::awaitable<void> stop_on_strand();
   asio::awaitable<void> wait_ready_on_strand(std::chrono::milliseconds limit);
