@@ -293,6 +293,33 @@ int main(int argc, char** argv) {
   const std::string only = only_env ? only_env : "";
   const bool everything = only.empty();
 
+  if (everything || only == "python") {
+    // The persistent Python: a code_execution cell of `x + 1` in a warm kernel over HTTP,
+    // against the same expression in a new python3 process spawned bare (what a call
+    // would cost without a kernel). Every reply is checked: stdout "2\n", return_code 0.
+    const std::string cell_path = tools + "python/tools/code_execution";
+    client.post(cell_path, R"({"code":"x = 1"})");  // starts the sandbox and the kernel
+    std::vector<double> cells;
+    int failed_cells = 0;
+    for (int i = 0; i < 300; ++i) {
+      auto start = Clock::now();
+      auto reply = client.post_reply(cell_path, R"({"code":"x + 1"})");
+      double ms = ms_since(start);
+      if (executed(reply, "2\n"))
+        cells.push_back(ms);
+      else if (++failed_cells <= 3)
+        std::fprintf(stderr, "python: %u %s\n", reply.status, reply.body.c_str());
+    }
+    Stats cell_s = summarize(cells);
+    Stats python_s = time_command({"/usr/bin/python3", "-c", "x=1; print(x+1)"}, 100);
+    std::printf("\npersistent Python (code_execution)\n");
+    print_row("warm kernel over HTTP: x + 1", cell_s);
+    print_row("bare spawn of python3 -c 'x=1; print(x+1)'", python_s);
+    if (failed_cells) std::printf("  (%d failed cells left out)\n", failed_cells);
+    std::printf("  ratio (p50) warm kernel / bare python3     %6.2fx   (goal <= 0.5x)\n",
+                cell_s.p50_ms / python_s.p50_ms);
+  }
+
   if (everything || only == "messages" || only == "relay") {
   // /messages: one turn with K tool round trips against one with none; the difference
   // per round trip is what a round trip costs: the tool loop, one upstream call (HTTP

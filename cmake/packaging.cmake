@@ -3,6 +3,8 @@
 #   /usr/bin/sandboxd                      the command
 #   /usr/lib/sandboxd/sandboxd-init        PID 1 of every sandbox (a helper, not on PATH;
 #                                          sandboxd finds it at ../lib/sandboxd/)
+#   /usr/lib/sandboxd/python_kernel_driver.py  the persistent Python's driver (read by
+#                                          sandboxd, run in sandboxes by python3)
 #   /etc/sandboxd/config.yaml              the configuration (a conffile)
 #   /lib/systemd/system/sandboxd.service   the unit (Type=notify)
 #   /usr/share/sandboxd/web, .../skills    the web assets and built-in skills, when the
@@ -16,6 +18,7 @@ set(SANDBOXD_PACKAGE_STAGE ${CMAKE_BINARY_DIR}/package-stage)
 
 install(TARGETS sandboxd RUNTIME DESTINATION bin)
 install(TARGETS sandboxd-init RUNTIME DESTINATION lib/sandboxd)
+install(FILES ${CMAKE_SOURCE_DIR}/helpers/python_kernel_driver.py DESTINATION lib/sandboxd)
 install(FILES ${SANDBOXD_PACKAGING_DIR}/config.yaml DESTINATION /etc/sandboxd PERMISSIONS OWNER_READ OWNER_WRITE)
 install(FILES ${SANDBOXD_PACKAGING_DIR}/sandboxd.service DESTINATION /lib/systemd/system)
 

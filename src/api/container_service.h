@@ -16,16 +16,18 @@
 #include <string>
 #include <vector>
 
+#include "api/python_kernel.h"
 #include "api/sandbox_pool.h"
 #include "api/spare_volumes.h"
+#include "base/error.h"
+#include "base/sandbox_paths.h"
 #include "ops/admission.h"
 #include "ops/config.h"
 #include "ops/live_config.h"
+#include "ops/owner_admission.h"
 #include "runtime/runtime.h"
-#include "base/error.h"
 #include "store/file_store.h"
 #include "store/metadata.h"
-#include "base/sandbox_paths.h"
 
 namespace sandboxd::api {
 
@@ -83,6 +85,22 @@ struct Container {
   bool running() const { return sandbox_up.load(); }
   std::atomic<bool> sandbox_up{false};
   std::atomic<int> executing{0};  // commands running now
+
+  // The running sandbox's persistent Python (python_kernel.h), made on its first call;
+  // one of an earlier sandbox is replaced. Guarded by python_mutex.
+  std::mutex python_mutex;
+  std::shared_ptr<PythonKernel> python;
+};
+
+// One cell for the container's persistent Python (ContainerService::run_python).
+struct PythonCall {
+  std::string code;
+  std::chrono::milliseconds timeout{60'000};
+  size_t output_limit = 1 << 20;  // per stream
+  // Restarts the kernel first (its variables are lost; the sandbox and files stay).
+  bool restart = false;
+  // The kernel's environment when this call starts it (as for commands).
+  std::vector<std::string> extra_env;
 };
 
 // A running sandbox as an operator sees it (`sandboxd ps`).
@@ -126,6 +144,9 @@ class ContainerService {
   // slot taken past capacity.queueTimeoutSec, a 429 (rate_limit_error, Retry-After).
   asio::awaitable<Result<runtime::ExecResult>> exec(std::shared_ptr<Container> container,
                                                     runtime::ExecRequest request, bool restart);
+  // Runs a cell in the container's persistent Python, starting the sandbox and the
+  // kernel first if needed; the same admission as exec (a cell is an execution).
+  asio::awaitable<Result<KernelResult>> run_python(std::shared_ptr<Container> container, PythonCall call);
   // `reason` labels the stop in the metrics (api, idle, deleted, restart, shutdown).
   asio::awaitable<void> stop(std::shared_ptr<Container> container, const char* reason = "api");
   asio::awaitable<void> remove(std::shared_ptr<Container> container);
@@ -188,6 +209,10 @@ class ContainerService {
  private:
   asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ensure_sandbox(std::shared_ptr<Container> container);
   asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container, const char* reason);
+  // Admission for one execution (a slot, fairly shared between the owners that wait)
+  // and the running sandbox, started if need be. The ticket is held for the execution.
+  asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> admit(std::shared_ptr<Container> container,
+                                                                   ops::Admission::Ticket& ticket);
   // Under opensandbox.runtime.resourceQuota, reserves room for one more sandbox, stopping
   // the least recently used idle one if need be; 503 (overloaded) when none is idle.
   // Also keeps each owner under quotas.runningSandboxesPerOwner, stopping that owner's

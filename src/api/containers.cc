@@ -94,7 +94,7 @@ asio::awaitable<Result<Response>> delete_container(ApiContext& api, RequestConte
 
 asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx) {
   const std::string tool = ctx.params["tool"];
-  if (tool != "bash_code_execution" && tool != "text_editor_code_execution")
+  if (tool != "bash_code_execution" && tool != "text_editor_code_execution" && tool != "code_execution")
     co_return ApiError::not_found("Unknown tool: " + tool);
   auto body = co_await ctx.read_body(kToolBodyLimit);
   if (!body) co_return body.error();
@@ -102,7 +102,12 @@ asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx)
   if (!input) co_return input.error();
   auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], /*create=*/true);
   if (!container) co_return container.error();
-  auto content = co_await run_sub_tool(api, *container, tool, *input);
+  // code_execution answers with its rich outputs too (images, HTML) for direct callers.
+  Result<boost::json::object> content = ApiError::internal();
+  if (tool == "code_execution")
+    content = co_await run_python_tool(api, *container, *input, /*rich_outputs=*/true);
+  else
+    content = co_await run_sub_tool(api, *container, tool, *input);
   if (!content) co_return content.error();
   co_return json_ok(*content);
 }
