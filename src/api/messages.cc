@@ -7,6 +7,7 @@
 #include "api/routes.h"
 #include "api/store_call.h"
 #include "api/skill_mounts.h"
+#include "server/blocking.h"
 #include "api/tool_calls.h"
 #include "api/tool_loop_support.h"
 #include "model/sse.h"
@@ -100,6 +101,12 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
     auto resolve = [&api, &ctx, &request] { return resolve_skills(*api.skills, ctx.owner, request->skills); };
     auto resolved = co_await store_call(api, std::move(resolve));
     if (!resolved) co_return resolved.error();
+    if (api.durability) {  // cluster mode: a skill made through another replica comes from the bucket
+      auto materialise = [&api, &resolved, retry = config->retry_after_sec] {
+        return ensure_local_skills(*api.skills, *resolved, retry);
+      };
+      if (auto ready = co_await server::run_blocking(std::move(materialise)); !ready) co_return ready.error();
+    }
     auto lease = api.skill_mounts->load(container->paths.skills, *resolved);
     if (!lease) co_return lease.error();
     turn->skills = *lease;

@@ -267,6 +267,14 @@ int serve(ops::Config config, const std::string& config_path) {
     api::SkillMounts skill_mounts(config.data_dir);
     api.skills = &skills;
     api.skill_mounts = &skill_mounts;
+    // With the bucket, skills are the cluster's: every version in the bucket, a copy
+    // made on each replica's first use, deleted everywhere.
+    std::optional<store::SkillBucket> skill_bucket;
+    if (durability) {
+      skill_bucket.emplace(durability->bucket_client(), config.s3.prefix);
+      skills.set_bucket(&*skill_bucket);
+      api::keep_skill_copies_current(io, skills);
+    }
     api::register_ops_routes(http, api);
     api::register_container_routes(http, api);
     api::register_file_routes(http, api);
