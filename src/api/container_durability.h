@@ -37,6 +37,7 @@
 #include "api/bucket_upload.h"
 #include "api/container_service.h"
 #include "ops/config.h"
+#include "store/lease_store.h"
 #include "store/manifest_store.h"
 #include "store/metadata.h"
 #include "store/s3_client.h"
@@ -78,8 +79,11 @@ class ContainerDurability {
   // container), their objects after that; a holder that dies before its next flush
   // cannot bring them back. Blocking (the database): on the blocking pool.
   void forget_files(Container& container, const std::vector<std::string>& paths);
-  // A deleted container: its rows and objects go.
+  // A deleted container: its rows and objects go (every object under its prefix).
   asio::awaitable<void> forget(std::shared_ptr<Container> container);
+  // Cluster mode: a flush or restore met the fence (another replica holds the
+  // container, or it was deleted). Called on any thread. Set once, before serving.
+  void set_on_fenced(std::function<void(const store::FencedError&)> on_fenced) { on_fenced_ = std::move(on_fenced); }
 
   // --- uploads ----------------------------------------------------------------------
   // `declared_size`: the body's Content-Length, when it has one (see BucketUpload).
@@ -87,6 +91,9 @@ class ContainerDurability {
                                              std::optional<uint64_t> declared_size = std::nullopt);
   // The uploaded file's row (its object is in the bucket), before the 200.
   void commit_upload(Container& container, const store::FileRecord& record, const std::string& object_key);
+
+  // The bucket's client (the skills' copies share it: store/skill_bucket.h).
+  std::shared_ptr<store::S3Client> bucket_client() const { return client_; }
 
   // --- operations -------------------------------------------------------------------
   // Empty when the bucket answers, else why not (for /ready).
@@ -98,7 +105,9 @@ class ContainerDurability {
   static std::string marker_path(const Container& container);
 
  private:
-  bool flush_blocking(Container& container);
+  // `fenced`: set when a row write met the fence (the flush then stops, its last object
+  // deleted).
+  bool flush_blocking(Container& container, std::optional<store::FencedError>& fenced);
   Result<void> restore_blocking(Container& container);
   void write_marker(const Container& container, int64_t generation);
   bool local_copy_valid(const Container& container);
@@ -112,6 +121,7 @@ class ContainerDurability {
   std::string instance_id_;
   std::shared_ptr<store::S3Client> client_;
   OpenContainers open_;
+  std::function<void(const store::FencedError&)> on_fenced_;
   asio::steady_timer ticker_;
   std::atomic<bool> stopping_{false};
 };

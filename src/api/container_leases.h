@@ -49,20 +49,30 @@ class ContainerLeases {
     int64_t epoch = 0;
     bool fresh = false;
   };
-  Result<Claim> claim(const std::string& storage);
+  // `existing_container`: the container has a record (not one being made): a lease is
+  // only made while the record is there, and a claim that finds the record gone is a
+  // 404 (deleted through another replica). A lease row held by another session past
+  // the database's lock timeout is a 503 with Retry-After, for this container alone.
+  Result<Claim> claim(const std::string& storage, bool existing_container = true);
+  // Held here and confirmed recently enough that claim() needs no database.
+  bool confirmed(const std::string& storage) const;
   // Gives a held lease up at once (after the final flush). True when it was held.
   bool release(const std::string& storage);
   // Forgets a lease that is gone: taken over (`lost`: on_lost runs), or the container
   // deleted (`deleted`: its row goes too).
   void drop(const std::string& storage, bool deleted = false, bool lost = false);
+  // A write met the fence (another replica took the container, or it was deleted):
+  // the lease is forgotten and on_lost runs.
+  void fenced(const store::FencedError& fenced);
   std::vector<std::string> held() const;
-  // Called (on an I/O thread, no lock held) when this replica finds a lease it held
-  // taken over: its renewal failed or a write met the fence. Set once, before serving.
+  // Called (on any thread, no lock held) when this replica finds a lease it held taken
+  // over or gone: its renewal failed or a write met the fence. Set once, before serving.
   void set_on_lost(std::function<void(const std::string& storage)> on_lost) { on_lost_ = std::move(on_lost); }
 
   // The fence (Metadata::set_write_fence): throws store::FencedError unless `storage`'s
   // lease still has the epoch this replica took it at.
-  void check_fence(store::db::Connection& conn, const std::string& storage) const;
+  // Returns the epoch it checked.
+  int64_t check_fence(store::db::Connection& conn, const std::string& storage) const;
 
   // Background renewal, until stop().
   void start();

@@ -126,11 +126,11 @@ class ContainerService {
   std::string new_id() const;  // "cntr_" + random
 
   // The container (owner, id); with `create`, made if missing. 404 for a missing (or
-  // another owner's) container.
-  Result<std::shared_ptr<Container>> open(const std::string& owner, const std::string& id, bool create);
-  // The same for a coroutine on an I/O thread: an open container (with no lease to
-  // confirm) at once; otherwise open() runs as a store call (api/store_call.h), off
-  // the I/O thread when the metadata is in PostgreSQL.
+  // another owner's) container. An open container (with no lease to confirm) at once;
+  // otherwise this request opens it off the I/O threads (the database, the lease, the
+  // volume's mount: on the store pool with PostgreSQL, on the blocking pool with
+  // SQLite) while other requests for the same container wait for that outcome without
+  // holding a thread, and requests for other containers wait for nothing.
   asio::awaitable<Result<std::shared_ptr<Container>>> async_open(std::string owner, std::string id, bool create);
   // list() as a store call.
   asio::awaitable<std::vector<store::ContainerRecord>> async_list(std::string owner, size_t limit,
@@ -207,6 +207,27 @@ class ContainerService {
   std::vector<std::shared_ptr<Container>> open_containers() const;
 
  private:
+  using Key = std::pair<std::string, std::string>;  // (owner, id)
+  // A container being opened, its lease confirmed, or being closed (unmounted,
+  // deleted): requests for it wait here for the outcome, on a strand of its own, with
+  // no thread held; nothing else waits for it. Defined in the .cc.
+  struct Transition;
+  static asio::awaitable<void> await_end(Transition* transition);
+  // Removes `transition` from transitions_ and wakes its waiters (from any thread).
+  void end_transition(const Key& key, const std::shared_ptr<Transition>& transition);
+  // A closing of `key`, once any other transition of it has ended.
+  asio::awaitable<std::shared_ptr<Transition>> begin_closing(Key key);
+  asio::awaitable<Result<std::shared_ptr<Container>>> run_opening(Key key, bool create, std::shared_ptr<Container> open,
+                                                                  std::shared_ptr<Transition> transition);
+  // What opening does that waits (blocking: a pool thread): confirms the lease of a
+  // container open here (`open`), or finds (or makes) and mounts it. Touches no map.
+  Result<std::shared_ptr<Container>> open_blocking(const std::string& owner, const std::string& id, bool create,
+                                                   const std::shared_ptr<Container>& open);
+  // The container was deleted through another replica (this one found its record or
+  // lease gone): its sandbox stops, nothing more is flushed, its mount and local copy go.
+  asio::awaitable<void> forget_locally(std::shared_ptr<Container> container);
+  // Blocking: the container's skills folder, volume mount and host folder go.
+  void discard_local(const Container& container);
   asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ensure_sandbox(std::shared_ptr<Container> container);
   asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container, const char* reason);
   // Admission for one execution (a slot, fairly shared between the owners that wait)
@@ -224,7 +245,7 @@ class ContainerService {
   ApiError host_out_of_something(const std::string& what, const std::exception& e) const;
   // 503 (unavailable_volume) when the host cannot make or mount the volume.
   Result<std::shared_ptr<Container>> load(const store::ContainerRecord& record);
-  // open() of a container that has a record (under mutex_): its lease, then its volume.
+  // open_blocking() of a container that has a record: its lease, then its volume.
   Result<std::shared_ptr<Container>> open_existing(const store::ContainerRecord& record);
   Result<void> prepare_storage(Container& container, bool fresh);
   // Removes what a container that could not be made left (volume mount, folders).
@@ -232,12 +253,15 @@ class ContainerService {
   asio::awaitable<void> reap_idle();
   runtime::SandboxOptions sandbox_options(const ContainerPaths& dirs, const std::string& name) const;
   // Cluster mode: the lease before serving an open container (ensure_local when fresh).
-  Result<void> claim_lease(Container& container);
+  // `existing`: the container has a record (see ContainerLeases::claim).
+  Result<void> claim_lease(Container& container, bool existing);
   // Cluster mode: the final flush, then the lease goes (kept when the flush fails).
   asio::awaitable<void> flush_and_release(std::shared_ptr<Container> container);
   // Cluster mode: another replica took the container over; its sandbox here stops (no
-  // flush, no release: this copy is no longer the container's).
+  // flush, no release: this copy is no longer the container's). When the container
+  // turns out deleted meanwhile, its mount and local copy go too.
   void lease_lost(const std::string& storage);
+  asio::awaitable<void> check_still_there(std::shared_ptr<Container> container);
 
   asio::io_context& io_;
   ops::LiveConfig& config_;
@@ -252,8 +276,11 @@ class ContainerService {
   store::Metadata& metadata_;
   std::string containers_dir_;
 
+  // Guards the maps below (and owner_reserved_); held for map operations only, never
+  // across a database, lease, disk or mount call.
   mutable std::mutex mutex_;
-  std::map<std::pair<std::string, std::string>, std::shared_ptr<Container>> open_;
+  std::map<Key, std::shared_ptr<Container>> open_;
+  std::map<Key, std::shared_ptr<Transition>> transitions_;
 
   std::atomic<bool> shutting_down_{false};
   // touch()'s PostgreSQL writes still queued (shared with them).

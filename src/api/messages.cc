@@ -8,6 +8,7 @@
 #include "api/routes.h"
 #include "api/skill_mounts.h"
 #include "api/store_call.h"
+#include "server/blocking.h"
 #include "api/tool_calls.h"
 #include "api/tool_loop_support.h"
 #include "base/utf8.h"
@@ -104,6 +105,12 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
     auto resolve = [&api, &ctx, &request] { return resolve_skills(*api.skills, ctx.owner, request->skills); };
     auto resolved = co_await store_call(api, std::move(resolve));
     if (!resolved) co_return resolved.error();
+    if (api.durability) {  // cluster mode: a skill made through another replica comes from the bucket
+      auto materialise = [&api, &resolved, retry = config->retry_after_sec] {
+        return ensure_local_skills(*api.skills, *resolved, retry);
+      };
+      if (auto ready = co_await server::run_blocking(std::move(materialise)); !ready) co_return ready.error();
+    }
     auto sandbox_pid = [container]() -> pid_t {
       auto sandbox = container->live_sandbox.load();
       return sandbox && sandbox->running() ? sandbox->pid() : -1;

@@ -9,6 +9,13 @@
 #include <spdlog/spdlog.h>
 
 #include "runtime/tree_users.h"
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
 #include "runtime/volume.h"
 #include "server/blocking.h"
 
@@ -48,6 +55,47 @@ Result<std::vector<LoadedSkill>> resolve_skills(store::SkillStore& store, const 
                               version->directory});
   }
   return out;
+}
+
+Result<void> ensure_local_skills(store::SkillStore& store, const std::vector<LoadedSkill>& skills, int retry_after_sec) {
+  for (const auto& skill : skills) {
+    if (skill.type != "custom") continue;
+    store::SkillVersionRecord version;
+    version.skill_id = skill.skill_id;
+    version.version = skill.version;
+    version.directory = skill.directory;
+    try {
+      store.ensure_local(version);
+    } catch (const store::SkillBucketError& e) {
+      spdlog::warn("skills: {}", e.what());
+      return ApiError::overloaded("The skill '" + skill.name + "' cannot be read from the sessions bucket now; try again later",
+                                  retry_after_sec);
+    }
+  }
+  return {};
+}
+
+namespace {
+asio::awaitable<void> sweep_skill_copies(store::SkillStore* store) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    timer.expires_after(std::chrono::seconds(5));
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return;
+    auto sweep = [store] { return store->drop_deleted_copies(); };
+    try {
+      if (const size_t dropped = co_await server::run_blocking(std::move(sweep)); dropped > 0)
+        spdlog::info("skills: {} local copies of deleted skill versions removed", dropped);
+    } catch (const std::exception& e) {
+      spdlog::warn("skills: removing local copies of deleted skills: {}", e.what());
+    }
+  }
+}
+}  // namespace
+
+void keep_skill_copies_current(asio::io_context& io, store::SkillStore& store) {
+  asio::co_spawn(io, sweep_skill_copies(&store), asio::detached);
 }
 
 std::string skills_prompt(const std::vector<LoadedSkill>& skills) {

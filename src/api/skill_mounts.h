@@ -23,11 +23,15 @@
 #include <string>
 #include <vector>
 
+#include <boost/asio/io_context.hpp>
+
 #include "model/messages_request.h"
 #include "base/error.h"
 #include "store/skill_store.h"
 
 namespace sandboxd::api {
+
+namespace asio = boost::asio;
 
 struct LoadedSkill {
   std::string type;      // "custom" | "anthropic"
@@ -46,6 +50,15 @@ Result<std::vector<LoadedSkill>> resolve_skills(store::SkillStore& store, const 
 // What the upstream model is told (added to the system prompt): each skill's name,
 // description and where its SKILL.md is, to be read when a task needs it.
 std::string skills_prompt(const std::vector<LoadedSkill>& skills);
+
+// Cluster mode (skills in the bucket, store/skill_bucket.h): the resolved custom
+// skills' folders, made here from the bucket's copy where this replica has none yet.
+// Blocking (the bucket): a blocking pool's thread. 503 when the bucket cannot be read.
+Result<void> ensure_local_skills(store::SkillStore& store, const std::vector<LoadedSkill>& skills, int retry_after_sec);
+
+// Cluster mode: every few seconds, this replica's copies of skill versions deleted
+// through any replica go (SkillStore::drop_deleted_copies, on the blocking pool).
+void keep_skill_copies_current(asio::io_context& io, store::SkillStore& store);
 
 class SkillMounts {
  public:

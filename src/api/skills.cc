@@ -36,6 +36,9 @@ asio::awaitable<Result<json::value>> run_disk_work(DiskWork work) {
     co_return work();
   } catch (const store::SkillUploadError& e) {
     co_return ApiError::invalid_request(e.what());
+  } catch (const store::SkillBucketError& e) {  // cluster mode: nothing was recorded
+    spdlog::warn("skills: {}", e.what());
+    co_return ApiError::overloaded("The sessions bucket does not answer; try again later", 2);
   } catch (const std::exception& e) {
     spdlog::error("skills: {}", e.what());
     co_return ApiError::internal();

@@ -175,7 +175,11 @@ int serve(ops::Config config, const std::string& config_path) {
   const std::string sqlite_path = (fs::path(config.data_dir) / "sandboxd.db").string();
   std::shared_ptr<store::db::Database> postgres;
   if (config.metadata_backend == "postgres") {
-    postgres = store::db::open_postgres(config.postgres_url);
+    store::db::PostgresTimeouts timeouts;
+    timeouts.lock = std::chrono::seconds(config.postgres_lock_timeout_sec);
+    timeouts.statement = std::chrono::seconds(config.postgres_statement_timeout_sec);
+    timeouts.idle_in_transaction = std::chrono::seconds(config.postgres_idle_in_transaction_timeout_sec);
+    postgres = store::db::open_postgres(config.postgres_url, 8, timeouts);
     spdlog::info("metadata: PostgreSQL");
   }
   auto metadata_database = [&] { return postgres ? postgres : store::db::open_sqlite(sqlite_path); };
@@ -214,7 +218,7 @@ int serve(ops::Config config, const std::string& config_path) {
           [&leases](store::db::Connection& conn, const std::string& storage) { leases->check_fence(conn, storage); });
       if (manifest)
         manifest->set_write_fence(
-            [&leases](store::db::Connection& conn, const std::string& storage) { leases->check_fence(conn, storage); });
+            [&leases](store::db::Connection& conn, const std::string& storage) { return leases->check_fence(conn, storage); });
       containers.set_cluster(&*leases);
       spdlog::info("cluster: replica {} at {}, leases of {}s", config.cluster_replica_id, config.cluster_advertise_url,
                    config.cluster_lease_seconds);
@@ -264,6 +268,14 @@ int serve(ops::Config config, const std::string& config_path) {
     api::SkillMounts skill_mounts(config.data_dir);
     api.skills = &skills;
     api.skill_mounts = &skill_mounts;
+    // With the bucket, skills are the cluster's: every version in the bucket, a copy
+    // made on each replica's first use, deleted everywhere.
+    std::optional<store::SkillBucket> skill_bucket;
+    if (durability) {
+      skill_bucket.emplace(durability->bucket_client(), config.s3.prefix);
+      skills.set_bucket(&*skill_bucket);
+      api::keep_skill_copies_current(io, skills);
+    }
     api::register_ops_routes(http, api);
     api::register_container_routes(http, api);
     api::register_file_routes(http, api);

@@ -158,6 +158,11 @@ struct Config {
   // SANDBOXD_POSTGRES_URL environment variable, which wins over the file).
   std::string metadata_backend = "sqlite";
   std::string postgres_url;
+  // metadata.postgres.*TimeoutSec: the bounds sandboxd sets on each of its sessions
+  // (store/database.h PostgresTimeouts); 0 turns one off.
+  int postgres_lock_timeout_sec = 5;
+  int postgres_statement_timeout_sec = 30;
+  int postgres_idle_in_transaction_timeout_sec = 10;
 };
 
 class ConfigError : public std::runtime_error {
