@@ -287,7 +287,7 @@ TEST_F(ClusterReliability, AHolderStoppedInsideAFencedWriteIsEndedByTheDatabaseW
         }
         return through_b.status == 200;
       },
-      30))
+      std::chrono::seconds(30)))
       << through_b.describe();
   EXPECT_EQ(stdout_of(through_b), "before\n");
   EXPECT_EQ(sessions_where("state = 'idle in transaction'"), 0)
@@ -355,7 +355,8 @@ TEST_F(ClusterReliability, AHolderPausedWhileItsContainerIsDeletedWritesNothingA
   // A comes back: nothing of the container reappears, and A lets its copy go.
   a().signal(SIGCONT);
   EXPECT_TRUE(eventually(
-      [&] { return a().log().find("was deleted through another replica") != std::string::npos; }, 30));
+      [&] { return a().log().find("was deleted through another replica") != std::string::npos; },
+      std::chrono::seconds(30)));
   auto mounted_on = [&](const Replica& replica) {
     std::ifstream in("/proc/" + std::to_string(replica.pid()) + "/mountinfo");
     std::string mounts((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
