@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   const long rss_after = rss_kib(server);
   std::printf("\n%d running at once (%d failed starts)\n", n - failed, failed);
   print_host("running", data, server);
-  std::printf("  host MemAvailable drop per sandbox %8.1f KiB   (SPEC bar <= 2048 KiB)\n",
+  std::printf("  host MemAvailable drop per sandbox %8.1f KiB   (bar <= 2048 KiB)\n",
               static_cast<double>(avail_before - avail_after) / n);
   // Attributable figures beside MemAvailable (which every other process on the host
   // moves too): the memory charged to this server's sandboxes' cgroups, and the

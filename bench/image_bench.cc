@@ -1,5 +1,5 @@
 // Image benchmark: a sandbox's start + `true` + stop from the host image and from an
-// installed image, side by side in one run, and their ratio (the target: an
+// installed image, side by side in one run, and their ratio (the target: an
 // image costs no more than the host's). Prints figures; asserts nothing.
 //   BENCH_IMAGE=NAME:TAG and BENCH_DATA_DIR=DIR: the image to measure (e.g. the
 //     data-science image). Without them, a minimal image (minbase + python3-minimal +

@@ -1,4 +1,4 @@
-// Storage benchmark (issue 13 §5), over HTTP on loopback: real `sandboxd serve`
+// Storage benchmark (docs/benchmarks.md), over HTTP on loopback: real `sandboxd serve`
 // processes and a real S3 server (s3rver from tests/s3/package-lock.json, `npm ci
 // --prefix tests/s3`), each started here. Prints figures beside their references with
 // the ratio; asserts nothing.

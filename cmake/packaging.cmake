@@ -3,6 +3,8 @@
 #   /usr/bin/sandboxd                      the command
 #   /usr/lib/sandboxd/sandboxd-init        PID 1 of every sandbox (a helper, not on PATH;
 #                                          sandboxd finds it at ../lib/sandboxd/)
+#   /usr/lib/sandboxd/python_kernel_driver.py  the persistent Python's driver (read by
+#                                          sandboxd, run in sandboxes by python3)
 #   /etc/sandboxd/config.yaml              the configuration (a conffile)
 #   /lib/systemd/system/sandboxd.service   the unit (Type=notify)
 #   /usr/share/sandboxd/web, .../skills    the web assets and built-in skills, when the
@@ -16,6 +18,7 @@ set(SANDBOXD_PACKAGE_STAGE ${CMAKE_BINARY_DIR}/package-stage)
 
 install(TARGETS sandboxd RUNTIME DESTINATION bin)
 install(TARGETS sandboxd-init RUNTIME DESTINATION lib/sandboxd)
+install(FILES ${CMAKE_SOURCE_DIR}/helpers/python_kernel_driver.py DESTINATION lib/sandboxd)
 install(FILES ${SANDBOXD_PACKAGING_DIR}/config.yaml DESTINATION /etc/sandboxd PERMISSIONS OWNER_READ OWNER_WRITE)
 install(FILES ${SANDBOXD_PACKAGING_DIR}/sandboxd.service DESTINATION /lib/systemd/system)
 
@@ -23,7 +26,8 @@ install(FILES ${SANDBOXD_PACKAGING_DIR}/sandboxd.service DESTINATION /lib/system
 foreach(folder web skills)
   if(EXISTS ${CMAKE_SOURCE_DIR}/${folder})
     install(DIRECTORY ${CMAKE_SOURCE_DIR}/${folder}/ DESTINATION share/sandboxd/${folder}
-            PATTERN "node_modules" EXCLUDE PATTERN ".*" EXCLUDE)
+            PATTERN "node_modules" EXCLUDE PATTERN ".*" EXCLUDE PATTERN "package.json" EXCLUDE
+            PATTERN "package-lock.json" EXCLUDE)
   endif()
 endforeach()
 
@@ -80,7 +84,7 @@ set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # Shared libraries from dpkg-shlibdeps on the binaries; then what sandboxd runs:
 # mke2fs for every container's volume (e2fsprogs). bash-static (commands start without
-# the dynamic loader) and python3 (the seed's runtime, on the host image) are
+# the dynamic loader) and python3 (the contract's runtime, on the host image) are
 # recommended; debootstrap is only for `sandboxd image build`.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "e2fsprogs")

@@ -11,7 +11,7 @@
 #                                    `npm ci --prefix tests/s3` installs)
 #   SANDBOXD_BENCH_ONLY=metadata     file calls with 8 connections, metadata.backend
 #                                    sqlite against postgres (a PostgreSQL of its own)
-#   SANDBOXD_BENCH_ONLY=messages | relay | throughput | transfer
+#   SANDBOXD_BENCH_ONLY=messages | relay | throughput | transfer | mcp | python
 #                                    the server benchmark's executions and that part
 #   SANDBOXD_BENCH_IDLE=N            also, in a full run, N idle running sandboxes (the
 #                                    idle part defaults to 1,000 and takes minutes)
@@ -87,7 +87,7 @@ case "$only" in
   idle) ./build/bench/sandboxd_idle_bench ;;
   metadata) ./build/bench/sandboxd_metadata_bench ;;
   storage) npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null; ./build/bench/sandboxd_storage_bench ;;
-  messages | relay | throughput | transfer) ./build/bench/sandboxd_server_bench ;;
+  messages | relay | throughput | transfer | mcp | python) ./build/bench/sandboxd_server_bench ;;
   "")
     start_docker
     ./build/bench/sandboxd_runtime_bench
@@ -106,5 +106,5 @@ case "$only" in
       ./build/bench/sandboxd_idle_bench
     fi
     ;;
-  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, messages, relay, throughput or transfer" >&2; exit 2 ;;
+  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, messages, relay, throughput, transfer or mcp" >&2; exit 2 ;;
 esac

@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The web page's libraries from web/package-lock.json into web/assets/vendor/.
+bash scripts/web-vendor.sh
 # ccache, where the machine has it, makes a rebuild in another clone of the tree cheap.
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)

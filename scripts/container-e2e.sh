@@ -4,7 +4,7 @@
 # (without an argument it builds one with scripts/container-image.sh). Installs docker.io
 # when missing (without starting its service), starts a dockerd of its own by hand (its
 # own socket, data root and exec root, no bridge, no iptables rules on the host),
-# `docker load`s the tarball, runs the image with exactly the privileges the README
+# `docker load`s the tarball, runs the image with exactly the privileges docs/install.md
 # documents, checks /ready, a command and a file round trip through the API, stops it
 # (SIGTERM: exit 0), checks that nothing leaked on the host (loop devices, mounts,
 # cgroups, processes), removes everything and stops that dockerd. Root only.
@@ -19,7 +19,7 @@ tarball="${1:-}"
 [ -n "$tarball" ] || tarball=$(bash scripts/container-image.sh | tail -1)
 tarball=$(realpath "$tarball")
 
-# The privileges the README documents ("The container image"), and nothing more.
+# The privileges docs/install.md documents ("The container image"), and nothing more.
 # shellcheck source=container-privileges.sh
 source "$repo/scripts/container-privileges.sh"
 

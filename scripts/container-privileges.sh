@@ -1,5 +1,5 @@
 # The privileges the sandboxd container needs, as `docker run` options (sourced by
-# scripts/container-e2e.sh; the README's "The container image" says why each is needed).
+# scripts/container-e2e.sh; docs/install.md, "The container image", says why each is needed).
 SANDBOXD_CONTAINER_PRIVILEGES=(
   --cap-add SYS_ADMIN            # mounts, pivot_root, namespaces, loop devices
   --cap-add NET_ADMIN            # bringing up each sandbox's loopback

@@ -4,7 +4,7 @@
 #      bookworm + Debian's Python data stack; skipped when the image is installed,
 #      unless --rebuild),
 #   2. `sandboxd serve` on loopback with that image (the configuration's default name),
-#   3. a bash call whose Python script imports the seed's libraries Debian packages,
+#   3. a bash call whose Python script imports the contract's libraries Debian packages,
 #      runs the tools, and draws a pandas + matplotlib chart into
 #      /mnt/user-data/outputs/chart.png,
 #   4. the Files API lists the PNG and serves it; its bytes are checked to be a PNG,

@@ -12,6 +12,7 @@ while (($#)); do
   esac
 done
 bash scripts/setup.sh
+bash scripts/web-vendor.sh  # the web page's libraries, which the package carries
 # The build tree the tests use (CPack strips the installed copies).
 build_dir="${PACKAGE_BUILD_DIR:-build}"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" >/dev/null

@@ -15,7 +15,11 @@ packages=(
   postgresql  # metadata.backend: postgres in the tests; an allow-listed service the network tests query
   nginx  # the load balancer in front of three replicas in the cluster tests (run by the test itself)
   chromium  # the Workspace web page's browser test (driven by playwright-core)
+  python3-openpyxl python3-reportlab  # the browser test's model makes an XLSX and a PDF in the sandbox
   lintian python3  # the package test checks the .deb; package and image scripts write JSON
+  # The persistent Python (code_execution) runs IPython in sandboxes, which see the host's
+  # /usr; its tests draw a matplotlib figure and a pandas DataFrame.
+  python3-ipykernel python3-matplotlib-inline python3-matplotlib python3-pandas
   clang libclang-rt-dev  # the fuzz targets (scripts/fuzz.sh): libFuzzer, ASan, UBSan
 )
 missing=()

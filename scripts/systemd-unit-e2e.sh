@@ -9,7 +9,7 @@
 # then purge (stopped, nothing left), and that nothing leaked on the host.
 #   bash scripts/systemd-unit-e2e.sh
 # Root only; needs build/container/base.tar (scripts/container-image.sh makes it) and
-# deb.debian.org (apt-get install systemd). Not part of scripts/test.sh (see README).
+# deb.debian.org (apt-get install systemd). Not part of scripts/test.sh (see docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)

@@ -6,6 +6,10 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh
 # The SDK for the client-compatibility tests, exactly as package-lock.json pins it.
 npm ci --prefix tests/sdk --no-audit --no-fund --loglevel=error >/dev/null
+# The Vercel AI SDK's Anthropic provider and LangChain's ChatAnthropic, for clients_compat.
+npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error >/dev/null
+# The MCP TypeScript SDK for the MCP endpoint's and stdio bridge's tests.
+npm ci --prefix tests/mcp --no-audit --no-fund --loglevel=error >/dev/null
 # playwright-core for the Workspace page's browser test (it drives Debian's chromium).
 npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error >/dev/null
 # kubernetes-models and yaml for the Kubernetes manifests' test (kubectl comes with the machine).

@@ -42,14 +42,15 @@ struct Answer {
   std::string describe() const { return std::to_string(status) + " " + headers + body.substr(0, 400); }
 };
 
-// curl with alice's token (`args` are curl's, quoted by the caller); the headers and body
-// pass through files in `scratch`, named with `counter`.
-inline Answer curl_as_alice(const fs::path& scratch, std::atomic<int>& counter, const std::string& args) {
+// curl with `token` (`args` are curl's, quoted by the caller); the headers and body pass
+// through files in `scratch`, named with `counter`.
+inline Answer curl_with_token(const fs::path& scratch, std::atomic<int>& counter, const std::string& token,
+                              const std::string& args) {
   const std::string n = std::to_string(++counter);
   const fs::path headers = scratch / ("h-" + n), body = scratch / ("b-" + n);
   Answer answer;
   answer.status = std::atoi(sh("curl -s -D '" + headers.string() + "' -o '" + body.string() +
-                               "' -w '%{http_code}' -H 'Authorization: Bearer " + Replica::kToken + "' " + args)
+                               "' -w '%{http_code}' -H 'Authorization: Bearer " + token + "' " + args)
                                 .c_str());
   answer.headers = read_file(headers);
   answer.body = read_file(body);
@@ -57,6 +58,11 @@ inline Answer curl_as_alice(const fs::path& scratch, std::atomic<int>& counter, 
   fs::remove(headers, ec);
   fs::remove(body, ec);
   return answer;
+}
+
+// The same with alice's token.
+inline Answer curl_as_alice(const fs::path& scratch, std::atomic<int>& counter, const std::string& args) {
+  return curl_with_token(scratch, counter, Replica::kToken, args);
 }
 
 // PUT `data` as the upload `name` of `container` through `base`.

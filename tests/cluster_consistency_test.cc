@@ -1,4 +1,4 @@
-// Issue 13's smaller cluster promises, from the client's side, on real parts started by
+// The cluster's smaller promises, from the client's side, on real parts started by
 // the test: two `sandboxd serve` replicas (separate processes and data directories) on
 // one real PostgreSQL (tests/cluster_harness.h) and one bucket of a real S3 server
 // (s3rver, tests/s3_server.h), with a long flush interval so that only what a request

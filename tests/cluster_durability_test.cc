@@ -1,4 +1,4 @@
-// Issue 13 §4 with every real part at once: three `sandboxd serve` replicas (separate
+// Cluster durability with every real part at once: three `sandboxd serve` replicas (separate
 // processes and data directories, fenced leases, short leaseSeconds) with
 // storage.backend s3 on one bucket of a real S3 server (s3rver, tests/s3_server.h), the
 // shared metadata in a real PostgreSQL (tests/cluster_harness.h: SharedMetadata, on
@@ -442,6 +442,66 @@ TEST_F(ClusterDurability, RollingRestartUnderLoadLosesNothingAcknowledged) {
     }
   std::cerr << answered << " answers during the roll, " << refused << " of them 503 with Retry-After, "
             << acknowledged.size() << " uploads acknowledged\n";
+}
+
+// Custom skills are the cluster's: created through A (its version in the bucket), used
+// through B and C (each makes its read-only copy from the bucket on first use, and a
+// command reads the skill's file), deleted through C: gone from every replica's disk
+// and from the bucket.
+TEST_F(ClusterDurability, ASkillCreatedThroughAIsUsedThroughBAndCAndDeletedEverywhere) {
+  using U = ScriptedUpstream;
+  const std::string data = "skill data " + md5_hex(random_bytes(16));
+  const fs::path folder = work / "shared-skill";
+  fs::create_directories(folder / "data");
+  std::ofstream(folder / "SKILL.md") << "---\nname: shared-skill\ndescription: A skill every replica serves.\n---\n"
+                                        "Read data/value.txt.\n";
+  std::ofstream(folder / "data" / "value.txt") << data;
+  Answer created = http("-X POST '" + a().url("/api/gpt/v1/skills") + "' -F 'files[]=@" + (folder / "SKILL.md").string() +
+                        ";filename=shared-skill/SKILL.md' -F 'files[]=@" + (folder / "data" / "value.txt").string() +
+                        ";filename=shared-skill/data/value.txt'");
+  ASSERT_EQ(created.status, 200) << created.describe();
+  const std::string id(json(created.body).at("id").as_string());
+  const std::string version(json(created.body).at("latest_version_id").as_string());
+  const std::string local = "data/skills/" + id + "/" + version;
+  EXPECT_TRUE(fs::exists(a().dir() / local / "data" / "value.txt"));
+  auto skill_objects = [&] {
+    auto listed = bucket->list_objects("sbx/skills/" + id + "/");
+    return listed ? listed->size() : size_t{999};
+  };
+  EXPECT_EQ(skill_objects(), 3u) << "two files and the manifest";
+
+  for (auto* through : {&b(), &c()}) {
+    EXPECT_FALSE(fs::exists(through->dir() / local)) << through->id() << " has a copy before its first use";
+    upstream->push_message(U::message(
+        {U::tool_use("toolu_skill_" + through->id(), "bash_code_execution",
+                     {{"command", "cat /mnt/skills/shared-skill/data/value.txt; touch /mnt/skills/shared-skill/x 2>/dev/null "
+                                  "|| echo ' read-only'"}})},
+        "tool_use"));
+    upstream->push_message(U::message({U::text_block("Read it.")}, "end_turn"));
+    const fs::path body = work / ("messages-" + through->id() + ".json");
+    std::ofstream(body) << bj::serialize(bj::object{
+        {"model", "default"},
+        {"max_tokens", 1024},
+        {"container", {{"id", "skills-" + through->id()}, {"skills", bj::array{{{"type", "custom"}, {"skill_id", id}}}}}},
+        {"tools", bj::array{{{"name", "code_execution"}, {"type", "code_execution_20250825"}}}},
+        {"messages", bj::array{{{"role", "user"}, {"content", "read the skill"}}}}});
+    Answer reply = http("-X POST '" + through->url("/api/gpt/v1/messages") +
+                        "' -H 'content-type: application/json' --data-binary @" + body.string());
+    ASSERT_EQ(reply.status, 200) << through->id() << ": " << reply.describe();
+    const auto message = json(reply.body);
+    const auto& content = message.at("content").as_array();
+    ASSERT_GE(content.size(), 2u) << reply.body;
+    EXPECT_EQ(content[1].at("content").at("stdout"), bj::value(data + " read-only\n")) << through->id() << ": " << reply.body;
+    EXPECT_TRUE(fs::exists(through->dir() / local / "data" / "value.txt")) << through->id();
+  }
+
+  Answer deleted = http("-X DELETE '" + c().url("/api/gpt/v1/skills/" + id) + "'");
+  ASSERT_EQ(deleted.status, 200) << deleted.describe();
+  EXPECT_EQ(http("'" + a().url("/api/gpt/v1/skills/" + id) + "'").status, 404);
+  for (auto* replica : replicas)
+    EXPECT_TRUE(eventually([&] { return !fs::exists(replica->dir() / "data" / "skills" / id); }))
+        << replica->id() << " keeps its copy of the deleted skill";
+  EXPECT_EQ(skill_objects(), 0u) << "the deleted skill's objects stay in the bucket";
 }
 
 }  // namespace

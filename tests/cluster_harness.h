@@ -57,8 +57,12 @@ class SharedMetadata {
       fs::create_symlink(db_.sqlite_path(), data_dir / "sandboxd.db");
       return "";
     }
-    return "metadata:\n  backend: postgres\n  postgres:\n    url: \"" + db_.postgres_url() + "\"\n";
+    return "metadata:\n  backend: postgres\n  postgres:\n    url: \"" + db_.postgres_url() + "\"\n" + postgres_yaml_;
   }
+  // More keys of metadata.postgres for the replicas attached from now on (YAML lines,
+  // indented for that section).
+  void set_postgres_yaml(std::string yaml) { postgres_yaml_ = std::move(yaml); }
+  const TestDatabase& database() const { return db_; }
   std::string storage_of(const std::string& owner, const std::string& container) const {
     store::Metadata metadata(db_.open());
     auto record = metadata.find_container(owner, container);
@@ -67,8 +71,19 @@ class SharedMetadata {
   std::optional<store::Lease> lease_of(const std::string& owner, const std::string& container) const {
     const std::string storage = storage_of(owner, container);
     if (storage.empty()) return std::nullopt;
+    return lease_of_storage(storage);
+  }
+  std::optional<store::Lease> lease_of_storage(const std::string& storage) const {
     store::LeaseStore leases(db_.open());
     return leases.find(storage);
+  }
+  std::vector<store::ManifestRow> manifest_of_storage(const std::string& storage) const {
+    store::ManifestStore manifest(db_.open());
+    return manifest.rows(storage);
+  }
+  size_t file_rows_of_storage(const std::string& storage) const {
+    store::Metadata metadata(db_.open());
+    return metadata.files_of(storage).size();
   }
   // The container's manifest rows: sandbox path -> row.
   std::map<std::string, store::ManifestRow> manifest_of(const std::string& owner, const std::string& container) const {
@@ -82,6 +97,7 @@ class SharedMetadata {
 
  private:
   TestDatabase db_;
+  std::string postgres_yaml_;
 };
 
 // One replica: a sandboxd process on its own port and data directory. `extra_yaml` is
@@ -89,6 +105,7 @@ class SharedMetadata {
 class Replica {
  public:
   static constexpr const char* kToken = "secret-alice";
+  static constexpr const char* kBobToken = "secret-bob";  // another owner
   static constexpr const char* kAdminToken = "admin-secret-0123456789";
 
   Replica(std::string id, const fs::path& root, const SharedMetadata& metadata, const std::string& model_url,
@@ -98,7 +115,8 @@ class Replica {
     const std::string metadata_yaml = metadata.attach(dir_ / "data");
     std::ofstream(dir_ / "config.yaml")
         << "server:\n  listen: \"127.0.0.1:" << port_ << "\"\n  dataDir: \"" << (dir_ / "data").string() << "\"\n"
-        << "auth:\n  tokens:\n    - { token: " << kToken << ", owner: alice }\n  adminToken: " << kAdminToken << "\n"
+        << "auth:\n  tokens:\n    - { token: " << kToken << ", owner: alice }\n    - { token: " << kBobToken
+        << ", owner: bob }\n  adminToken: " << kAdminToken << "\n"
         << "runtime:\n  prestartedSandboxes: 0\n"
         << "model:\n  baseUrl: \"" << model_url << "\"\n  apiKey: k\n  models: { default: upstream-model }\n"
         << "  timeoutSec: 10\n  pingIntervalSec: 1\n"

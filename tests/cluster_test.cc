@@ -1,4 +1,4 @@
-// Replicas with fenced leases (issue 13 §3), end to end: three `sandboxd serve`
+// Replicas with fenced leases (docs/storage.md), end to end: three `sandboxd serve`
 // processes with their own data directories and one shared metadata file (SQLite in
 // WAL mode, each replica's <dataDir>/sandboxd.db a link to it), distinct replica ids
 // and advertised URLs, and nginx (Debian's, run by the test in the foreground with a

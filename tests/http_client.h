@@ -8,6 +8,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace sandboxd::testing {
 
@@ -17,12 +20,20 @@ class HttpClient {
     unsigned status = 0;
     std::string body;
     std::string retry_after;  // the Retry-After header, if any
+    std::vector<std::pair<std::string, std::string>> headers;  // every response header
+    std::string header(std::string_view name) const {
+      for (const auto& [key, value] : headers)
+        if (boost::beast::iequals(key, name)) return value;
+      return {};
+    }
   };
+  using Headers = std::vector<std::pair<std::string, std::string>>;
 
   HttpClient(int port, std::string token) : port_(port), token_(std::move(token)), socket_(io_) { connect(); }
 
-  Reply post(const std::string& target, const std::string& body, const char* content_type = "application/json") {
-    return send(boost::beast::http::verb::post, target, body, content_type);
+  Reply post(const std::string& target, const std::string& body, const char* content_type = "application/json",
+             const Headers& headers = {}) {
+    return send(boost::beast::http::verb::post, target, body, content_type, headers);
   }
   Reply put(const std::string& target, const std::string& body) {
     return send(boost::beast::http::verb::put, target, body, "application/octet-stream");
@@ -37,12 +48,13 @@ class HttpClient {
     socket_.set_option(boost::asio::ip::tcp::no_delay(true));
   }
   Reply send(boost::beast::http::verb verb, const std::string& target, const std::string& body,
-             const char* content_type) {
+             const char* content_type, const Headers& headers = {}) {
     namespace http = boost::beast::http;
     http::request<http::string_body> req{verb, target, 11};
     req.set(http::field::host, "127.0.0.1");
     req.set(http::field::authorization, "Bearer " + token_);
     if (content_type) req.set(http::field::content_type, content_type);
+    for (const auto& [name, value] : headers) req.set(name, value);
     req.body() = body;
     req.prepare_payload();
     for (int attempt = 0;; ++attempt) {
@@ -52,6 +64,7 @@ class HttpClient {
         http::read(socket_, buffer_, res);
         Reply reply{res.result_int(), std::move(res.body()), {}};
         if (auto it = res.find(http::field::retry_after); it != res.end()) reply.retry_after = std::string(it->value());
+        for (const auto& field : res) reply.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
         if (!res.keep_alive()) connect();
         return reply;
       } catch (const std::exception&) {

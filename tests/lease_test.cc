@@ -1,6 +1,10 @@
-// Leases and fencing (issue 13 §3) on a real SQLite file shared by several
+// Leases and fencing (docs/storage.md) on a real SQLite file shared by several
 // connections and processes, and on a real PostgreSQL the test starts (racing
 // replicas, the fence against a takeover in flight), and the cluster configuration keys.
+#include <postgresql/libpq-fe.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -184,9 +188,17 @@ TEST_F(LeaseTest, WritesOfAnOldEpochAreRefusedAndTheNewHoldersStay) {
   EXPECT_TRUE(new_holder.delete_file("s1", "/mnt/user-data/uploads/old.txt"));
   EXPECT_EQ(new_holder.delete_prefix("s1", "/mnt/user-data/uploads/n"), 1u);
   EXPECT_EQ(new_holder.files_of("s1").size(), 1u);
-  // A storage without a lease row (single-host data) is not fenced.
-  old_holder.put_file(record_of("s2", "/mnt/user-data/uploads/x.txt", "e1"), true);
-  EXPECT_TRUE(old_holder.find_file("s2", "/mnt/user-data/uploads/x.txt"));
+  // A storage without a lease row (its container was deleted, the row with it) is
+  // fenced like a stale one: a holder that missed the delete writes nothing.
+  try {
+    old_holder.put_file(record_of("s2", "/mnt/user-data/uploads/x.txt", "e1"), true);
+    ADD_FAILURE() << "a write without a lease row passed the fence";
+  } catch (const FencedError& e) {
+    EXPECT_TRUE(e.container_deleted());
+  }
+  EXPECT_FALSE(old_holder.find_file("s2", "/mnt/user-data/uploads/x.txt"));
+  leases.remove("s1");
+  EXPECT_THROW(new_holder.put_file(record_of("s1", "/mnt/user-data/uploads/new.txt", "e4"), true), FencedError);
 }
 
 // ---- The same on PostgreSQL (READ COMMITTED, a pool per replica), against a server the
@@ -343,6 +355,75 @@ TEST(PostgresLease, ATakeoverWaitsForAWriteThatPassedTheFence) {
   EXPECT_TRUE(old_holder.find_file("s1", "/mnt/user-data/uploads/in.txt"));
 }
 
+// A lease row another session holds (an operator's psql, a replica stopped inside a
+// write) past the lock timeout: the acquire gives up (TimeoutError, nothing changed)
+// instead of waiting for it, and takes the lease once the row is free. Every connection
+// carries the bounds asked for, and TCP keepalives.
+TEST(PostgresLease, AnAcquireBehindAHeldRowGivesUpAtTheLockTimeout) {
+  sandboxd::testing::TestDatabase database(db::Backend::kPostgres);
+  db::PostgresTimeouts timeouts;
+  timeouts.lock = std::chrono::milliseconds(300);
+  timeouts.statement = std::chrono::seconds(20);
+  timeouts.idle_in_transaction = std::chrono::seconds(7);
+  auto bounded = db::open_postgres(database.postgres_url(), 2, timeouts);
+  LeaseStore leases(bounded);
+  ASSERT_TRUE(leases.acquire("s1", "a", "http://a:1", 0, kTtl));
+  {
+    auto conn = bounded->acquire();
+    db::Statement show(conn,
+                       "SELECT current_setting('lock_timeout'), current_setting('statement_timeout'), "
+                       "current_setting('idle_in_transaction_session_timeout')");
+    ASSERT_TRUE(show.step());
+    EXPECT_EQ(show.text(0), "300ms");
+    EXPECT_EQ(show.text(1), "20s");
+    EXPECT_EQ(show.text(2), "7s");
+    int value = 0;
+    socklen_t size = sizeof value;
+    ASSERT_EQ(getsockopt(PQsocket(conn.postgres_handle()), SOL_SOCKET, SO_KEEPALIVE, &value, &size), 0);
+    EXPECT_EQ(value, 1);
+    ASSERT_EQ(getsockopt(PQsocket(conn.postgres_handle()), IPPROTO_TCP, TCP_KEEPIDLE, &value, &size), 0);
+    EXPECT_EQ(value, 10);
+  }
+  auto other = database.open();
+  auto holder = other->acquire();
+  holder.exec("BEGIN");
+  db::Statement(holder, "SELECT epoch FROM leases WHERE storage = 's1' FOR SHARE").run();
+  EXPECT_THROW(leases.acquire("s1", "b", "http://b:1", kTtl, kTtl), db::TimeoutError);
+  EXPECT_EQ(leases.find("s1")->holder, "a");
+  holder.exec("ROLLBACK");
+  auto taken = leases.acquire("s1", "b", "http://b:1", kTtl, kTtl);
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->epoch, 2);
+}
+
+// A claim of an existing container makes no lease row once its record is gone (a
+// replica coming back to a container deleted meanwhile), on both backends.
+void no_lease_for_a_deleted_container(std::shared_ptr<db::Database> database) {
+  LeaseStore leases(database);
+  Metadata metadata(database);
+  ContainerRecord record;
+  record.owner = "alice";
+  record.id = "c";
+  record.storage = "s-kept";
+  metadata.create_container(record);
+  auto kept = leases.acquire("s-kept", "a", "http://a:1", 0, kTtl, /*existing_container=*/true);
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->epoch, 1);
+  EXPECT_FALSE(leases.acquire("s-gone", "a", "http://a:1", 0, kTtl, /*existing_container=*/true));
+  EXPECT_FALSE(leases.find("s-gone"));
+  metadata.delete_container("alice", "c");
+  leases.remove("s-kept");
+  EXPECT_FALSE(leases.acquire("s-kept", "a", "http://a:1", 1, kTtl, /*existing_container=*/true));
+  EXPECT_FALSE(leases.find("s-kept"));
+}
+
+TEST_F(LeaseTest, NoLeaseIsMadeForADeletedContainer) { no_lease_for_a_deleted_container(db::open_sqlite(db_)); }
+
+TEST(PostgresLease, NoLeaseIsMadeForADeletedContainer) {
+  sandboxd::testing::TestDatabase database(db::Backend::kPostgres);
+  no_lease_for_a_deleted_container(database.open());
+}
+
 }  // namespace
 }  // namespace sandboxd::store
 
@@ -381,6 +462,25 @@ TEST(ClusterConfig, BadValuesNameTheirKey) {
   EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1\n  leaseSeconds: 0\n")
                 .rfind("cluster.leaseSeconds:", 0), 0u);
   EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1\n  grace: 3\n").rfind("cluster.grace:", 0), 0u);
+}
+
+TEST(MetadataConfig, PostgresTimeoutsHaveDefaultsAndAreRead) {
+  const Config defaults = parse_config("");
+  EXPECT_EQ(defaults.postgres_lock_timeout_sec, 5);
+  EXPECT_EQ(defaults.postgres_statement_timeout_sec, 30);
+  EXPECT_EQ(defaults.postgres_idle_in_transaction_timeout_sec, 10);
+  const Config set = parse_config(
+      "metadata:\n  backend: postgres\n  postgres:\n    url: postgresql://h/d\n    lockTimeoutSec: 2\n"
+      "    statementTimeoutSec: 0\n    idleInTransactionTimeoutSec: 20\n");
+  EXPECT_EQ(set.postgres_lock_timeout_sec, 2);
+  EXPECT_EQ(set.postgres_statement_timeout_sec, 0);
+  EXPECT_EQ(set.postgres_idle_in_transaction_timeout_sec, 20);
+  try {
+    parse_config("metadata:\n  postgres:\n    lockTimeoutSec: -1\n");
+    ADD_FAILURE() << "a negative timeout was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("metadata.postgres.lockTimeoutSec:", 0), 0u) << e.what();
+  }
 }
 
 }  // namespace

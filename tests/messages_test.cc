@@ -132,7 +132,7 @@ TEST_F(MessagesTest, ASingleBashCallRunsInTheContainerAndIsFedBack) {
   const auto& result = content[2].as_object();
   EXPECT_EQ(result.at("type"), "bash_code_execution_tool_result");
   EXPECT_EQ(result.at("tool_use_id"), "srvtoolu_01A");
-  EXPECT_EQ(result.at("content"), json(R"({"type":"bash_code_execution_result","stdout":"42\n","stderr":"","return_code":0})"));
+  EXPECT_EQ(result.at("content"), json(R"({"type":"bash_code_execution_result","stdout":"42\n","stderr":"","return_code":0,"content":[]})"));
   EXPECT_EQ(content[3].at("text"), "The answer is 42.");
   EXPECT_EQ(reply.at("usage").at("input_tokens"), 250);
   EXPECT_EQ(reply.at("usage").at("output_tokens"), 28);
@@ -441,8 +441,11 @@ TEST_F(MessagesTest, ValidationAnswersLikeTheAnthropicApi) {
   check(bad, "messages.0.content.0.text: Field required");
   bad = body;
   bad["tools"] = bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20240101"}}};
-  check(bad, "tools.0.type: the code_execution tool's type must be 'code_execution_v1' or 'code_execution_20250825', "
-             "not 'code_execution_20240101'");
+  check(bad, "tools.0.type: the code_execution tool's type must be 'code_execution_v1', 'code_execution_20250825', "
+             "'code_execution_20260120' or 'code_execution_20260521', not 'code_execution_20240101'");
+  bad = body;
+  bad["messages"].as_array()[0].as_object()["content"] = bj::array{bj::object{{"type", "container_upload"}}};
+  check(bad, "messages.0.content.0.file_id: Field required");
   bad = body;
   bad["container"] = "../etc";
   check(bad, "container: a container id is 1 to 128 characters of letters, digits, '.', '_', ':' and '-'");

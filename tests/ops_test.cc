@@ -138,6 +138,63 @@ TEST(Ops, AFullHouseWaitsInLineThenGets429WithRetryAfter) {
   EXPECT_EQ(server.status(server.url("/health")), 200);
 }
 
+// Work-conserving admission: with no per-owner cap set, one owner alone runs as many
+// commands at once as the replica does; one more waits (counted as queued) and, with every
+// slot still held past queueTimeoutSec, is refused.
+TEST(Ops, AnOwnerAloneRunsEverySlotAndEveryWaiterIsCountedAsQueued) {
+  ServerProcess server("capacity:\n  maxConcurrentExecutions: 4\n  queueTimeoutSec: 10\n");
+  const std::string hold = bash_body(server.dir(), "hold",
+                                     "touch /mnt/user-data/outputs/started; for i in $(seq 600); do "
+                                     "[ -e /mnt/user-data/uploads/go ] && break; sleep 0.1; done; echo released");
+  std::vector<std::future<std::string>> holders;
+  for (int i = 0; i < 4; ++i)
+    holders.push_back(std::async(std::launch::async, [&, i] {
+      return server.curl("-X POST " + server.base() + "/containers/one-" + std::to_string(i) +
+                         "/tools/bash_code_execution -d @" + hold);
+    }));
+  auto started = [&] {
+    int n = 0;
+    for (int i = 0; i < 4; ++i)
+      n += server.status("'" + server.base() + "/files/" + file_id("/mnt/user-data/outputs/started") +
+                         "/content?scope_id=one-" + std::to_string(i) + "'") == 200;
+    return n;
+  };
+  // All four run at once (none can finish before the go file): none waited in a line
+  // of the owner's own, so none is refused.
+  for (int tries = 0; tries < 300 && started() < 4; ++tries) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(started(), 4) << server.log();
+  auto gauge = [&](const std::string& name) {
+    const std::string text = sh("curl -sS " + server.url("/metrics"));
+    std::smatch m;
+    return std::regex_search(text, m, std::regex("\n" + name + " ([0-9]+)\n")) ? std::stoi(m[1]) : -1;
+  };
+  EXPECT_EQ(gauge("sandboxd_executions_active"), 4);
+  EXPECT_EQ(gauge("sandboxd_executions_queued"), 0);
+  EXPECT_EQ(gauge("sandboxd_quota_executions_per_owner"), 4);  // no hard cap: the whole limit
+  // A fifth waits, and the metrics say so; nothing frees a slot, so it is refused.
+  std::string quick = bash_body(server.dir(), "quick", "echo fifth");
+  auto fifth = std::async(std::launch::async, [&] {
+    return server.curl("-i -X POST " + server.base() + "/containers/one-4/tools/bash_code_execution -d @" + quick);
+  });
+  int queued = 0;
+  for (int tries = 0; tries < 400 && queued != 1; ++tries) {
+    queued = gauge("sandboxd_executions_queued");
+    if (queued != 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(queued, 1);
+  const std::string refused = fifth.get();
+  EXPECT_NE(refused.find("HTTP/1.1 429"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("\"rate_limit_error\""), std::string::npos) << refused;
+  EXPECT_EQ(gauge("sandboxd_executions_queued"), 0);
+  // Released, all four finish with their output.
+  std::ofstream(server.dir() / "go") << "go";
+  for (int i = 0; i < 4; ++i)
+    server.curl("-X POST '" + server.base() + "/files?scope_id=one-" + std::to_string(i) + "' -F file=@" +
+                (server.dir() / "go").string());
+  for (auto& holder : holders) EXPECT_EQ(json(holder.get()).at("stdout"), "released\n");
+  EXPECT_EQ(gauge("sandboxd_executions_active"), 0);
+}
+
 }  // namespace
 
 namespace {

@@ -178,7 +178,7 @@ start_server
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/health")" = 200 ] || fail "/health"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/ready")" = 200 ] || fail "/ready: $(curl -s "$base/ready")"
 # The unit's capabilities let sandboxes be made from the template mount namespace (no
-# fallback to copying the server's: README, "What a sandbox is").
+# fallback to copying the server's: docs/architecture.md).
 if ((!under_systemd)); then
   ! grep -q "mount-template could not" "$work/server.log" || fail "the template mount namespace: $(grep mount-template "$work/server.log")"
 fi

@@ -445,4 +445,46 @@ TEST(QuotasHostDisk, AHostDiskFillingUnderAnUploadIs503AndKeepsThePreviousVersio
   fs::remove_all(mount_point);
 }
 
+// quotas.containersPerOwner and quotas.threadsPerOwner agree: a thread's turns run in a
+// container of the thread's id, so a thread is refused when it is made if it could not
+// get one (naming the key), and a thread that was made keeps its claim on one.
+TEST(QuotasAgree, AThreadThatCouldNotGetAContainerIsRefusedWhenItIsMade) {
+  ServerProcess server("quotas:\n  containersPerOwner: 3\n  threadsPerOwner: 100\n");
+  const fs::path q = server.dir() / "q.txt";
+  std::ofstream(q) << "q";
+  auto upload = [&](const std::string& container, const std::string& token = "secret-alice") {
+    return server.curl("-i -X POST " + quoted(server.base() + "/files?scope_id=" + container) + " -F file=@" + q.string(),
+                       token);
+  };
+  const std::string threads = server.url("/api/v1/app/thread");
+  ASSERT_NE(status_line(upload("alice-c0")).find(" 20"), std::string::npos);
+  ASSERT_NE(status_line(upload("alice-c1")).find(" 20"), std::string::npos);
+  // The third claim: a thread (it has no container yet).
+  std::string made = server.curl("-i -X POST " + threads + " -d '{}'");
+  ASSERT_NE(status_line(made).find(" 201"), std::string::npos) << made;
+  const std::string thread(json(made.substr(made.find("\r\n\r\n") + 4)).at("id").as_string());
+  // A fourth thread could not get a container: refused now, naming the container quota
+  // (well under quotas.threadsPerOwner).
+  std::string refused = server.curl("-i -X POST " + threads + " -d '{}'");
+  EXPECT_NE(status_line(refused).find(" 403"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("\"permission_error\""), std::string::npos) << refused;
+  EXPECT_NE(refused.find("quotas.containersPerOwner"), std::string::npos) << refused;
+  EXPECT_EQ(server.curl_json(threads).at("data").as_array().size(), 1u);
+  // Nor can another container take the thread's claim...
+  std::string other = upload("alice-c2");
+  EXPECT_NE(status_line(other).find(" 403"), std::string::npos) << other;
+  EXPECT_NE(other.find("quotas.containersPerOwner"), std::string::npos) << other;
+  // ...so the thread gets its container (here by an upload into it).
+  std::string into_thread = server.curl("-i -X POST " + quoted(threads + "/" + thread + "/upload-file") + " -F file=@" +
+                                        q.string());
+  EXPECT_NE(status_line(into_thread).find(" 20"), std::string::npos) << into_thread;
+  // Bob is not affected.
+  EXPECT_NE(status_line(server.curl("-i -X POST " + threads + " -d '{}'", "secret-bob-x")).find(" 201"),
+            std::string::npos);
+  EXPECT_NE(status_line(upload("bob-c0", "secret-bob-x")).find(" 20"), std::string::npos);
+  // Deleting the thread frees its container's claim.
+  EXPECT_EQ(server.status("-X DELETE " + threads + "/" + thread), 200);
+  EXPECT_NE(status_line(server.curl("-i -X POST " + threads + " -d '{}'")).find(" 201"), std::string::npos);
+}
+
 }  // namespace

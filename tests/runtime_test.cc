@@ -1,4 +1,4 @@
-// The sandbox contract of SPEC §2, checked from inside real sandboxes: identity,
+// The sandbox contract (docs/contract.md), checked from inside real sandboxes: identity,
 // environment, filesystem layout, executions (timeouts, output caps, background
 // processes, concurrency), lifecycle.
 

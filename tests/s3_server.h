@@ -96,6 +96,10 @@ class S3Server {
     }
   }
 
+  // Pauses (SIGSTOP) or resumes (SIGCONT) s3rver itself: the verifier in front still
+  // accepts and forwards, and requests wait as on a bucket that stopped answering.
+  void signal_s3rver(int signo) const { kill(pid_, signo); }
+
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
   // A client of this server's bucket, with its credentials.
   sandboxd::store::S3Settings client_settings() const {

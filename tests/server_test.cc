@@ -1,4 +1,4 @@
-// End to end over HTTP against a real `sandboxd serve` on loopback: seed 002's curl
+// End to end over HTTP against a real `sandboxd serve` on loopback: the contract's curl
 // commands themselves, every endpoint of the containers, tools, files and thread
 // surfaces, their documented errors, and hostile input.
 
@@ -70,7 +70,7 @@ class ServerTest : public ::testing::Test {
 ServerProcess* ServerTest::server = nullptr;
 fs::path* ServerTest::work = nullptr;
 
-// --- seed 002, "Work with files", its curl commands --------------------------------
+// --- the contract's "Work with files", its curl commands ----------------------------
 
 TEST_F(ServerTest, SeedUploadListDownloadDelete) {
   std::string csv = in_work("sales.csv", "month,revenue\n1,100\n2,250\n");
@@ -120,7 +120,7 @@ TEST_F(ServerTest, SeedUploadListDownloadDelete) {
   EXPECT_EQ(listed.at("last_id"), data[3].at("id"));
   EXPECT_EQ(listed.at("has_more"), false);
 
-  // Download with an id computed the way the seed shows.
+  // Download with an id computed the way the contract shows.
   std::string file_id = sh("printf '/mnt/user-data/outputs/revenue.png' | base64 | tr '+/' '-_' | tr -d '=' | tr -d '\\n'");
   EXPECT_EQ(file_id, std::string(data[3].at("id").as_string()));
   sh("cd " + work->string() + " && curl -s \"" + BASE + "/files/" + file_id + "/content?scope_id=" + container + "\" " + H +

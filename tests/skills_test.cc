@@ -1,4 +1,4 @@
-// Skills end to end (SPEC §3.4b): the Skills API on a real `sandboxd serve` — uploads as
+// Skills end to end (docs/http-api.md): the Skills API on a real `sandboxd serve` — uploads as
 // files[] and as zip, versions, another owner's 404, hostile uploads refused with
 // nothing stored — and container.skills in /messages against the scripted upstream:
 // the skill is read-only at /mnt/skills/<name>/ for that request only, its helper
@@ -9,6 +9,8 @@
 
 #include <map>
 #include <set>
+#include <thread>
+#include <atomic>
 
 #include "scripted_upstream.h"
 #include "server_harness.h"
@@ -203,8 +205,14 @@ TEST_F(SkillsTest, CreateListRetrieveVersionsDelete) {
   auto deleted_version = server->curl_json("-X DELETE " + quoted(server->base() + "/skills/" + id + "/versions/" + first));
   EXPECT_EQ(deleted_version.at("type"), "skill_version_deleted");
   EXPECT_EQ(server->status(quoted(server->base() + "/skills/" + id + "/versions/" + first)), 404);
-  // The last version goes with the skill.
-  EXPECT_EQ(server->status("-X DELETE " + quoted(server->base() + "/skills/" + id + "/versions/" + second)), 400);
+  // The Skills guide's flow: the last version goes too, the skill stays without one
+  // (a reference to it finds no version) until it is deleted.
+  auto last = server->curl_json("-X DELETE " + quoted(server->base() + "/skills/" + id + "/versions/" + second));
+  EXPECT_EQ(last.at("type"), "skill_version_deleted") << last;
+  EXPECT_EQ(last.at("id"), bj::value(second)) << last;
+  auto empty = server->curl_json(quoted(server->base() + "/skills/" + id));
+  EXPECT_TRUE(empty.at("latest_version_id").is_null()) << empty;
+  EXPECT_FALSE(fs::exists(server->data_dir() / "skills" / id / second));
   auto deleted = server->curl_json("-X DELETE " + quoted(server->base() + "/skills/" + id));
   EXPECT_EQ(deleted.at("type"), "skill_deleted");
   EXPECT_EQ(server->status(quoted(server->base() + "/skills/" + id)), 404);
@@ -267,6 +275,23 @@ TEST_F(SkillsTest, HostileUploadsAreRefusedAndNothingIsStored) {
   for (int i = 0; i < 21; ++i) many.push_back({small, "s/f" + std::to_string(i) + ".txt"});
   reply = upload(server->base() + "/skills", many, "", "secret-alice", &status);
   expect_refused(reply, status, "more than 20 files");
+  // Folders count as entries: five files, each in a chain of its own four folders, are
+  // 5 + 1 + 20 entries, past the 20 allowed.
+  std::vector<std::pair<fs::path, std::string>> nested{{md, "s/SKILL.md"}};
+  for (int i = 0; i < 5; ++i) nested.push_back({small, "s/" + std::to_string(i) + "/a/b/c/f.txt"});
+  reply = upload(server->base() + "/skills", nested, "", "secret-alice", &status);
+  expect_refused(reply, status, "more than 20 files and folders");
+  // Each folder is charged 4 KiB of the 64 KiB: sixteen nested ones and two small files
+  // (18 entries, a few bytes of content) are past it.
+  std::string sixteen = "s";
+  for (int i = 0; i < 15; ++i) sixteen += "/d";
+  reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, sixteen + "/f.txt"}}, "", "secret-alice",
+                 &status);
+  expect_refused(reply, status, "each folder counts 4096");
+  // Deeper than 16 folders, whatever the counts.
+  reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, sixteen + "/d/f.txt"}}, "", "secret-alice",
+                 &status);
+  expect_refused(reply, status, "nested deeper than 16 folders");
   // Over the 64 KiB cap.
   fs::path big = work / "big.bin";
   std::ofstream(big) << std::string(70 * 1024, 'b');
@@ -422,7 +447,56 @@ TEST_F(SkillsTest, MessagesLoadSkillForThatRequestOnly) {
   auto later = json(post_messages(messages_body(container, {}), &status));
   ASSERT_EQ(status, 200) << later;
   EXPECT_EQ(later.at("content").as_array()[1].at("content").at("stdout"), "absent\n0\n") << later;
-  EXPECT_FALSE(later.at("container").as_object().contains("skills"));
+  // Anthropic's Container always has `skills`: null when none were loaded.
+  EXPECT_TRUE(later.at("container").at("skills").is_null()) << later;
+  delete_all_skills();
+}
+
+// From inside the sandbox: a process that a skills request leaves behind with its
+// working directory in the skill (or a file of it open) would go on reading the skill
+// through the detached bind after the request. Such processes are ended as the skill
+// comes off; another background process of the same request that does not use the skill
+// keeps running, and another owner's work goes on.
+TEST_F(SkillsTest, AProcessLeftInsideASkillIsEndedWhenTheSkillComesOff) {
+  int status = 0;
+  auto skill = upload_tree(report_skill(), &status);
+  ASSERT_EQ(status, 200) << skill;
+  const std::string id(skill.at("id").as_string());
+  const std::string container = "skills-linger";
+  // Three background processes: one with its working directory in the skill, one with
+  // SKILL.md open (its working directory elsewhere), one that never touches the skill.
+  const std::string command =
+      "cd /mnt/skills/report-maker && (setsid bash -c 'while cat SKILL.md >/dev/null; do sleep 0.2; done' "
+      "</dev/null >/dev/null 2>&1 & echo $! > /tmp/in-cwd.pid); "
+      "cd /tmp && (setsid bash -c 'exec 7</mnt/skills/report-maker/SKILL.md; cd /; while true; do sleep 0.2; done' "
+      "</dev/null >/dev/null 2>&1 & echo $! > /tmp/open-fd.pid); "
+      "(setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $! > /tmp/bystander.pid); "
+      "sleep 0.5; for f in in-cwd open-fd bystander; do kill -0 $(cat /tmp/$f.pid) && echo $f-running; done";
+  upstream->push_message(U::message({U::tool_use("toolu_linger", "bash_code_execution", {{"command", command}})}, "tool_use"));
+  upstream->push_message(U::message({U::text_block("Started.")}, "end_turn"));
+  auto reply = json(post_messages(messages_body(container, bj::array{bj::object{{"type", "custom"}, {"skill_id", id}}}),
+                                  &status));
+  ASSERT_EQ(status, 200) << reply;
+  EXPECT_EQ(reply.at("content").as_array()[1].at("content").at("stdout"),
+            "in-cwd-running\nopen-fd-running\nbystander-running\n")
+      << reply;
+  // After the request: the skill is gone from /mnt/skills, the two that used it are
+  // ended (waited for from inside, a bounded poll), the bystander runs on.
+  const std::string check =
+      "ls -A /mnt/skills | wc -l; for f in in-cwd open-fd; do p=$(cat /tmp/$f.pid); "
+      "for i in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.1; done; "
+      "kill -0 $p 2>/dev/null && echo $f-alive || echo $f-ended; done; "
+      "kill -0 $(cat /tmp/bystander.pid) && echo bystander-alive";
+  auto after = server->curl_json("-X POST " + quoted(server->base() + "/containers/" + container +
+                                                     "/tools/bash_code_execution") +
+                                 " -d " + quoted(bj::serialize(bj::object{{"command", check}})));
+  EXPECT_EQ(after.at("stdout"), "0\nin-cwd-ended\nopen-fd-ended\nbystander-alive\n") << after;
+  auto bob = server->curl_json("-X POST " + quoted(server->base() + "/containers/bob-linger/tools/bash_code_execution") +
+                                   " -d '{\"command\": \"echo bob-ok\"}'",
+                               "secret-bob-x");
+  EXPECT_EQ(bob.at("stdout"), "bob-ok\n") << bob;
+  server->curl("-X DELETE " + quoted(server->base() + "/containers/" + container));
+  server->curl("-X DELETE " + quoted(server->base() + "/containers/bob-linger"), "secret-bob-x");
   delete_all_skills();
 }
 
@@ -549,6 +623,119 @@ TEST(SkillsIdle, AContainerThatIdledOutLoadsSkillsAgain) {
   for (int i = 0; i < 600 && mounted(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_FALSE(mounted()) << "the idle container's skills folder is unmounted with its volume";
   run("toolu_i2");
+}
+
+// The deep-folder upload, from the attacker's side, at the default limits: SKILL.md
+// and 999 empty files at 1,022-byte paths s/<i>/d/d/.../f (about 510 folders each, half a
+// million in all from zero bytes of content), four at once. Each is refused by the folder
+// bounds before it makes more than a few folders, nothing is left on the disk, and
+// another owner's commands and /health are answered throughout. An upload at the bounds
+// (1,000 files and folders) is stored and deleted, with the other owner answered while it
+// is still being sent.
+TEST(SkillsDefaults, DeepEmptyFoldersAreBoundedAndOthersAreServedMeanwhile) {
+  ServerProcess server;
+  const std::string boundary = "sandboxd-deep-tree-boundary";
+  auto part = [&](const std::string& filename, const std::string& content) {
+    return "--" + boundary + "\r\nContent-Disposition: form-data; name=\"files[]\"; filename=\"" + filename +
+           "\"\r\nContent-Type: application/octet-stream\r\n\r\n" + content + "\r\n";
+  };
+  const std::string skill_md = "---\nname: deep\ndescription: Deep folders.\n---\n# Deep\n";
+  // The attack's body.
+  {
+    std::string body = part("s/SKILL.md", skill_md);
+    for (int i = 0; i < 999; ++i) {
+      std::string path = "s/" + std::to_string(i);
+      while (path.size() + 4 <= 1020) path += "/d";
+      path += "/f";
+      while (path.size() < 1022) path.insert(path.size() - 2, "d");  // 1,022 bytes exactly
+      ASSERT_EQ(path.size(), 1022u);
+      body += part(path, "");
+    }
+    body += "--" + boundary + "--\r\n";
+    std::ofstream(server.dir() / "deep.body", std::ios::binary) << body;
+  }
+  const std::string post = "-X POST '" + server.base() + "/skills' -H 'Content-Type: multipart/form-data; boundary=" +
+                           boundary + "' --data-binary @";
+  // Bob works all along: a command and /health, again and again, until the uploads end.
+  std::atomic<bool> uploading{true};
+  std::atomic<int> bob_answered{0}, bob_failed{0};
+  std::string bob_failure;
+  std::thread bob([&] {
+    int n = 0;
+    while (uploading || n < 3) {
+      auto echo = server.curl_json("-X POST '" + server.base() + "/containers/bob-deep/tools/bash_code_execution' -d "
+                                   "'{\"command\": \"echo bob-ok\"}'",
+                                   "secret-bob-x");
+      const bool ok = echo.is_object() && echo.as_object().contains("stdout") && echo.at("stdout") == "bob-ok\n" &&
+                      server.status(server.url("/health")) == 200;
+      if (ok) ++bob_answered;
+      else if (++bob_failed == 1) bob_failure = bj::serialize(echo);
+      ++n;
+    }
+  });
+  std::vector<std::thread> attackers;
+  std::vector<std::string> replies(4);
+  for (int i = 0; i < 4; ++i)
+    attackers.emplace_back([&, i] { replies[i] = server.curl("-w '\\n%{http_code}' " + post + (server.dir() / "deep.body").string()); });
+  for (auto& t : attackers) t.join();
+  uploading = false;
+  for (const auto& reply : replies) {
+    EXPECT_EQ(reply.substr(reply.rfind('\n') + 1), "400") << reply.substr(0, 400);
+    EXPECT_NE(reply.find("nested deeper than 16 folders"), std::string::npos) << reply.substr(0, 400);
+  }
+  // Nothing of them stays: no skill, no staging folder with anything in it.
+  EXPECT_TRUE(server.curl_json("'" + server.base() + "/skills?source=custom'").at("data").as_array().empty());
+  auto entries_under_skills = [&] {
+    size_t n = 0;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(server.data_dir() / "skills", ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+      ++n;
+    return n;
+  };
+  EXPECT_LE(entries_under_skills(), 1u) << "at most the empty staging folder";
+
+  // At the bounds: SKILL.md and 62 files, each under a chain of 15 folders of its own
+  // (s/<i>/d/.../d/f.txt, 16 deep): 931 folders and 63 files, 994 entries: stored.
+  {
+    std::string body = part("s/SKILL.md", skill_md);
+    for (int i = 0; i < 62; ++i) {
+      std::string path = "s/" + std::to_string(i);
+      for (int d = 0; d < 14; ++d) path += "/d";
+      body += part(path + "/f.txt", "x");
+    }
+    body += "--" + boundary + "--\r\n";
+    std::ofstream(server.dir() / "bounded.body", std::ios::binary) << body;
+  }
+  // Sent slowly (about 12 KB at 2 KiB/s), so that Bob's work is checked while it is
+  // still being received and stored.
+  std::atomic<bool> sending{true};
+  std::string stored;
+  std::thread slow([&] {
+    stored = server.curl("--limit-rate 2k " + post + (server.dir() / "bounded.body").string());
+    sending = false;
+  });
+  int answered_while_sending = 0;
+  while (sending) {
+    auto echo = server.curl_json("-X POST '" + server.base() + "/containers/bob-deep/tools/bash_code_execution' -d "
+                                 "'{\"command\": \"echo bob-ok\"}'",
+                                 "secret-bob-x");
+    const bool ok = echo.at("stdout") == "bob-ok\n" && server.status(server.url("/health")) == 200;
+    if (ok && sending) ++answered_while_sending;
+    EXPECT_TRUE(ok) << bj::serialize(echo);
+  }
+  slow.join();
+  bob.join();
+  EXPECT_EQ(bob_failed.load(), 0) << bob_failure;
+  EXPECT_GE(bob_answered.load(), 3);
+  EXPECT_GE(answered_while_sending, 1) << "Bob was answered while the upload was still in progress";
+  auto skill = json(stored);
+  ASSERT_EQ(skill.at("type"), "skill") << stored.substr(0, 400);
+  const std::string id(skill.at("id").as_string());
+  EXPECT_GE(entries_under_skills(), 993u);
+  EXPECT_EQ(server.status("-X DELETE '" + server.base() + "/skills/" + id + "'"), 200);
+  EXPECT_LE(entries_under_skills(), 2u) << "the skill's folders went with it";
+  server.curl("-X DELETE '" + server.base() + "/containers/bob-deep'", "secret-bob-x");
 }
 
 }  // namespace

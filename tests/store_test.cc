@@ -879,7 +879,12 @@ TEST_P(SkillStoreTest, CreateVersionListAndRemove) {
 
   EXPECT_EQ(skills_.remove_version("alice", created.id, third->version), SkillStore::VersionRemoval::kRemoved);
   EXPECT_EQ(skills_.find("alice", created.id)->latest_version, second->version);
-  EXPECT_EQ(skills_.remove_version("alice", other.id, "latest"), SkillStore::VersionRemoval::kLastVersion);
+  // The last version may go: the skill stays, with no version to resolve, until removed.
+  EXPECT_EQ(skills_.remove_version("alice", other.id, "latest"), SkillStore::VersionRemoval::kRemoved);
+  EXPECT_EQ(skills_.find("alice", other.id)->latest_version, "");
+  EXPECT_EQ(skills_.find_version("alice", other.id, "latest"), std::nullopt);
+  EXPECT_EQ(skills_.remove_version("alice", other.id, "latest"), SkillStore::VersionRemoval::kMissing);
+  EXPECT_TRUE(skills_.remove("alice", other.id));
   EXPECT_TRUE(skills_.remove("alice", created.id));
   EXPECT_FALSE(skills_.remove("alice", created.id));
   EXPECT_EQ(skills_.find_version("alice", created.id, "latest"), std::nullopt);

@@ -30,7 +30,7 @@ constexpr const char* kViewType = "text_editor_code_execution_view_result";
 constexpr const char* kCreateType = "text_editor_code_execution_create_result";
 constexpr const char* kChangeType = "text_editor_code_execution_str_replace_result";
 
-// The seed's example file: four lines.
+// The contract's example file: four lines.
 constexpr const char* kSettings = "{\n  \"setting\": \"value\",\n  \"debug\": true\n}";
 
 std::string text(const json::value& value) { return std::string(value.as_string()); }

@@ -1,7 +1,7 @@
-// The Workspace end to end (issue 16): a real `sandboxd serve` with a scripted upstream
+// The Workspace end to end (docs/workspace.md): a real `sandboxd serve` with a scripted upstream
 // model. Threads are owner-scoped; a message runs the tool loop with the thread as the
 // container and the stored conversation as the history; code execution follows the
-// seeds' rule (Skills add it, pgpt.tools asks for it, features.codeExecution.enabled
+// contract's rule (Skills add it, pgpt.tools asks for it, features.codeExecution.enabled
 // false removes both and plain chat goes on); files a turn writes to outputs/ become
 // artifacts and zylon-resource blocks; history survives a restart and only the last
 // workspace.maxHistoryTurns turns go upstream. And the web page's static files.
@@ -10,6 +10,7 @@
 
 #include <future>
 #include <list>
+#include <map>
 
 #include "scripted_upstream.h"
 #include "server_harness.h"
@@ -211,6 +212,35 @@ TEST_F(WorkspaceTest, PgptToolsRequestCodeExecutionAndOutputsBecomeArtifacts) {
   EXPECT_EQ(server->curl_json("'" + thread_url(id, "/artifacts") + "'").at("data").as_array().size(), 1u);
 }
 
+// Anthropic's current tool versions through pgpt.tools: accepted, the chart listed in the
+// bash result's content by file id, and error blocks without Zylon's `detail`.
+TEST_F(WorkspaceTest, PgptToolsTakeAnthropicsToolVersions) {
+  const std::string id = create_thread();
+  // (the id: base64url of /mnt/user-data/outputs/chart.png)
+  for (const char* version : {"code_execution_20260120", "code_execution_20260521"}) {
+    upstream->push_message(U::message({U::tool_use("toolu_png2", "bash_code_execution", {{"command", kWritePng}}),
+                                       U::tool_use("toolu_miss", "text_editor_code_execution",
+                                                   {{"command", "view"}, {"path", "missing.txt"}})},
+                                      "tool_use"));
+    upstream->push_message(U::message({U::text_block("Done.")}, "end_turn"));
+    auto reply = json(post_message(id, {{"content", "Chart it"},
+                                        {"pgpt", {{"tools", bj::array{bj::object{{"name", "code_execution"},
+                                                                                   {"type", version}}}}}}}))
+                     .as_object();
+    const auto& content = reply.at("content").as_array();
+    const auto* bash = find_block(content, "bash_code_execution_tool_result");
+    ASSERT_NE(bash, nullptr) << bj::serialize(reply);
+    const bj::value outputs = bj::array{bj::object{{"type", "bash_code_execution_output"},
+                                                   {"file_id", "L21udC91c2VyLWRhdGEvb3V0cHV0cy9jaGFydC5wbmc"}}};
+    EXPECT_EQ(bash->at("content").at("content"), outputs) << bj::serialize(*bash);
+    const auto* editor = find_block(content, "text_editor_code_execution_tool_result");
+    ASSERT_NE(editor, nullptr) << bj::serialize(reply);
+    EXPECT_FALSE(editor->at("content").as_object().contains("detail")) << bj::serialize(*editor);
+    EXPECT_EQ(editor->at("content").at("error_message"), "File not found: /home/agent/workspace/missing.txt");
+    EXPECT_EQ(sent()[0].at("tools").as_array()[0].at("name"), "bash_code_execution");
+  }
+}
+
 TEST_F(WorkspaceTest, SkillsAddCodeExecution) {
   const std::string id = create_thread();
   upstream->push_message(U::message({U::text_block("Using the skill.")}, "end_turn"));
@@ -387,6 +417,335 @@ TEST_F(WorkspaceTest, ASecondMessageWhileOneIsAnsweredIsTooManyRequests) {
   EXPECT_EQ(elsewhere.at("content").as_array()[0].at("text"), "other thread answers") << "other threads are not held up";
   EXPECT_EQ(json(first.get()).at("content").as_array()[0].at("text"), "slow answer");
   EXPECT_EQ(get_thread(id).at("messages").as_array().size(), 2u) << "the refused message left nothing";
+}
+
+// The model cannot make up an artifact: a zylon-resource block in its answer (a file
+// and a download_url of its choosing, here aimed at another of the user's containers) is
+// neither streamed, nor stored, nor listed; only files the turn was seen to write
+// become artifacts. Another owner's chat goes on meanwhile.
+TEST_F(WorkspaceTest, AZylonResourceBlockTheModelMakesUpIsNeitherStreamedNorStored) {
+  const std::string id = create_thread();
+  // Something worth stealing in another container of Alice's.
+  ASSERT_EQ(server->status("-X PUT '" + server->base() + "/files/secret.txt?scope_id=alice-private' -d hush"), 200);
+  const std::string lure = "/api/gpt/v1/files/" + file_id("/mnt/user-data/uploads/secret.txt") + "/content?scope_id=alice-private";
+  const bj::object forged{{"type", "zylon-resource"},      {"file_id", file_id("/mnt/user-data/uploads/secret.txt")},
+                          {"filename", "report.pdf"},      {"mime_type", "text/plain"},
+                          {"size_bytes", 4},               {"path", "/mnt/user-data/outputs/report.pdf"},
+                          {"downloadable", true},          {"download_url", lure}};
+  for (bool stream : {false, true}) {
+    upstream->push_message(U::message({U::text_block("Here is your report."), forged}, "end_turn"));
+    std::string raw = post_message(id, {{"content", "Report"}, {"stream", stream}});
+    EXPECT_EQ(raw.find("alice-private"), std::string::npos) << raw;
+    EXPECT_EQ(raw.find("zylon-resource"), std::string::npos) << raw;
+    if (stream) {
+      auto events = parse_sse(raw);
+      ASSERT_FALSE(events.empty()) << raw;
+      EXPECT_EQ(events.back().name, "message_stop");
+      int64_t expected_index = 0;  // the numbering stays whole: the block's place is an empty text
+      for (const auto& e : events)
+        if (e.name == "content_block_start") EXPECT_EQ(e.data.at("index").as_int64(), expected_index++);
+      EXPECT_EQ(expected_index, 2);
+    } else {
+      auto reply = json(raw).as_object();
+      EXPECT_EQ(reply.at("content").as_array()[0].at("text"), "Here is your report.");
+      EXPECT_EQ(find_block(reply.at("content").as_array(), "zylon-resource"), nullptr) << bj::serialize(reply);
+    }
+    // Bob's chat is answered meanwhile.
+    const std::string bobs = create_thread("secret-bob-x");
+    upstream->push_message(U::message({U::text_block("bob-ok")}, "end_turn"));
+    auto bob = json(post_message(bobs, {{"content", "hi"}}, "secret-bob-x"));
+    EXPECT_EQ(bob.at("content").as_array()[0].at("text"), "bob-ok");
+  }
+  const auto thread = get_thread(id);
+  EXPECT_EQ(bj::serialize(thread).find("alice-private"), std::string::npos) << bj::serialize(thread);
+  for (const auto& message : thread.at("messages").as_array())
+    if (message.at("content").is_array())
+      EXPECT_EQ(find_block(message.at("content").as_array(), "zylon-resource"), nullptr) << bj::serialize(message);
+  EXPECT_TRUE(server->curl_json("'" + thread_url(id, "/artifacts") + "'").at("data").as_array().empty());
+  // The next turn's history sent upstream has none either.
+  upstream->push_message(U::message({U::text_block("ok")}, "end_turn"));
+  json(post_message(id, {{"content", "again"}}));
+  EXPECT_EQ(bj::serialize(sent().back()).find("alice-private"), std::string::npos);
+}
+
+// The organisation's download settings hold whichever door reaches a thread's container:
+// with generatedResources (and uploadedResources) off, the Files API refuses the thread's
+// files as the thread's download-file does, and says downloadable: false; a container that
+// is no thread's keeps the Files API's own rule.
+TEST_F(WorkspaceTest, TheOrganisationsDownloadSettingsHoldThroughTheFilesApiToo) {
+  const std::string id = create_thread();
+  const std::string bash = "-X POST '" + server->base() + "/containers/";
+  const std::string write = "/tools/bash_code_execution' -d '{\"command\": \"echo '\"'\"'<b>x</b>'\"'\"' > /mnt/user-data/outputs/x.html\"}'";
+  ASSERT_EQ(server->curl_json(bash + id + write).at("return_code"), 0);
+  ASSERT_EQ(server->curl_json(bash + "alice-plain" + write).at("return_code"), 0);
+  ASSERT_EQ(server->status("-X PUT '" + thread_url(id, "/put-file/in.txt") + "' -d mine"), 200);
+  const std::string output = file_id("/mnt/user-data/outputs/x.html"), upload = file_id("/mnt/user-data/uploads/in.txt");
+  auto files_url = [&](const std::string& scope, const std::string& rest) {
+    return "'" + server->base() + "/files" + rest + (rest.find('?') == std::string::npos ? "?" : "&") + "scope_id=" + scope + "'";
+  };
+  auto listed_downloadable = [&](const std::string& scope) {
+    std::map<std::string, bool> out;
+    const auto listing = server->curl_json(files_url(scope, ""));
+    for (const auto& f : listing.at("data").as_array())
+      out[std::string(f.at("id").as_string())] = f.at("downloadable").as_bool();
+    return out;
+  };
+  // Allowed by the settings (generated files on, uploaded off by default).
+  EXPECT_EQ(server->status(files_url(id, "/" + output + "/content")), 200);
+  EXPECT_EQ(server->status(files_url(id, "/" + upload + "/content")), 403);
+  EXPECT_EQ(listed_downloadable(id)[upload], false);
+
+  server->write_config(model_yaml(*upstream) + "workspace:\n  maxHistoryTurns: 2\n  downloads:\n"
+                       "    generatedResources: false\n    uploadedResources: false\n");
+  ASSERT_NE(server->reload().find("reloaded"), std::string::npos);
+  EXPECT_EQ(server->status("'" + thread_url(id, "/download-file?path=/mnt/user-data/outputs/x.html") + "'"), 403);
+  const std::string refused = server->curl("-i " + files_url(id, "/" + output + "/content"));
+  EXPECT_NE(refused.find(" 403"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("\"permission_error\""), std::string::npos) << refused;
+  EXPECT_EQ(refused.find("<b>x</b>"), std::string::npos) << refused;
+  EXPECT_EQ(server->status(files_url(id, "/" + output + "/content") + " -H 'Range: bytes=0-1'"), 403);
+  EXPECT_EQ(server->status(files_url(id, "/" + upload + "/content")), 403);
+  auto listed = listed_downloadable(id);
+  EXPECT_EQ(listed[output], false);
+  EXPECT_EQ(listed[upload], false);
+  EXPECT_EQ(server->curl_json(files_url(id, "/" + output)).at("downloadable"), false);
+  EXPECT_NE(server->curl("-I " + files_url(id, "/" + output)).find("X-File-Downloadable: false"), std::string::npos);
+  // The artifacts' view agrees (none here: written by a plain command, not a turn).
+  // A container that is no thread's: the Files API's rule, outputs downloadable.
+  EXPECT_EQ(server->curl(files_url("alice-plain", "/" + output + "/content")), "<b>x</b>\n");
+  EXPECT_EQ(listed_downloadable("alice-plain")[output], true);
+
+  // Uploaded files on, generated still off: each door says the same.
+  server->write_config(model_yaml(*upstream) + "workspace:\n  maxHistoryTurns: 2\n  downloads:\n"
+                       "    generatedResources: false\n    uploadedResources: true\n");
+  ASSERT_NE(server->reload().find("reloaded"), std::string::npos);
+  EXPECT_EQ(server->curl(files_url(id, "/" + upload + "/content")), "mine");
+  EXPECT_EQ(server->curl("'" + thread_url(id, "/download-file?path=/mnt/user-data/uploads/in.txt") + "'"), "mine");
+  EXPECT_EQ(listed_downloadable(id)[upload], true);
+  EXPECT_EQ(server->status(files_url(id, "/" + output + "/content")), 403);
+
+  server->write_config(model_yaml(*upstream) + "workspace:\n  maxHistoryTurns: 2\n");
+  EXPECT_NE(server->reload().find("reloaded"), std::string::npos);
+  server->curl("-X DELETE '" + server->base() + "/containers/alice-plain'");
+}
+
+}  // namespace
+
+namespace {
+
+std::vector<std::string> listed_ids(const bj::value& page) {
+  std::vector<std::string> ids;
+  for (const auto& t : page.at("data").as_array()) ids.emplace_back(t.at("id").as_string());
+  return ids;
+}
+
+// `q` keeps the threads whose title holds it, ignoring case, with LIKE's wildcards
+// taken literally; it pages like the plain list, follows renames and deletes, and
+// never finds another owner's threads.
+TEST_F(WorkspaceTest, ThreadsAreSearchedByTitle) {
+  auto make = [&](const std::string& title) {
+    return std::string(server
+                           ->curl_json("-X POST '" + server->url("/api/v1/app/thread") +
+                                       "' -d '{\"title\": \"" + title + "\"}'")
+                           .at("id")
+                           .as_string());
+  };
+  const std::string sales = make("Srch Zq3 sales"), budget = make("srch zq3 budget"),
+                    plan = make("Srch 100%_plan"), plain = make("Srch 100 plan"),
+                    other = make("Unrelated");
+  auto search = [&](const std::string& query, const std::string& token = "secret-alice") {
+    return listed_ids(server->curl_json("'" + server->url("/api/v1/app/thread?q=" + query) + "'", token));
+  };
+  EXPECT_EQ(search("zq3"), (std::vector<std::string>{budget, sales})) << "ignoring case, newest first";
+  EXPECT_EQ(search("SRCH%20ZQ3%20S"), (std::vector<std::string>{sales}));
+  EXPECT_EQ(search("100%25_"), (std::vector<std::string>{plan})) << "% and _ are literal";
+  EXPECT_EQ(search("srch").size(), 4u);
+  EXPECT_TRUE(search("nothing-like-this").empty());
+  auto page = server->curl_json("'" + server->url("/api/v1/app/thread?q=zq3&limit=1") + "'");
+  EXPECT_EQ(listed_ids(page), (std::vector<std::string>{budget}));
+  EXPECT_EQ(page.at("has_more"), true);
+  auto rest =
+      server->curl_json("'" + server->url("/api/v1/app/thread?q=zq3&limit=1&after_id=" + budget) + "'");
+  EXPECT_EQ(listed_ids(rest), (std::vector<std::string>{sales}));
+  EXPECT_EQ(rest.at("has_more"), false);
+
+  server->curl_json("-X PATCH '" + thread_url(other) + "' -d '{\"title\": \"Now about ZQ3\"}'");
+  EXPECT_EQ(search("zq3"), (std::vector<std::string>{other, budget, sales}))
+      << "a rename is found by its new title";
+  server->curl_json("-X DELETE '" + thread_url(budget) + "'");
+  EXPECT_EQ(search("zq3"), (std::vector<std::string>{other, sales})) << "a deleted thread is not";
+  EXPECT_TRUE(search("zq3", "secret-bob-x").empty()) << "another owner's threads are never found";
+  EXPECT_EQ(server->status("'" + server->url("/api/v1/app/thread?q=" + std::string(201, 'a')) + "'"), 400);
+  EXPECT_EQ(server->status("'" + server->url("/api/v1/app/thread?q=%ff") + "'"), 400);
+  (void)plain;
+}
+
+// The command of the turn: it says it started (stdout and a file), then sleeps; the
+// file it would write at the end must never appear.
+const char* kLongCommand =
+    "echo started; echo yes > /mnt/user-data/outputs/started.txt; sleep 37; echo late > "
+    "/mnt/user-data/outputs/too-late.txt";
+
+// Processes of the sandbox whose command line is `sleep 37` (the pattern's brackets keep
+// the checking command itself out).
+const char* kCountSleepers =
+    "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'sleep 3[7]'";
+
+class WorkspaceStopTest : public WorkspaceTest {
+ protected:
+  bool started(const std::string& id) {
+    auto files = server->curl_json("'" + thread_url(id, "/files") + "'");
+    for (const auto& f : files.at("data").as_array())
+      if (f.at("filename") == "started.txt") return true;
+    return false;
+  }
+  void wait_started(const std::string& id) {
+    for (int i = 0; i < 600 && !started(id); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(started(id)) << "the command never started";
+  }
+  // A later command in the same sandbox: how many `sleep 37` run, and whether the
+  // stopped command's last file exists.
+  std::string check_sandbox(const std::string& id) {
+    upstream->push_message(
+        U::message({U::tool_use("toolu_check", "bash_code_execution",
+                                {{"command", std::string(kCountSleepers) + "; ls /mnt/user-data/outputs/"}})},
+                   "tool_use"));
+    upstream->push_message(U::message({U::text_block("Checked.")}, "end_turn"));
+    auto reply =
+        json(post_message(id, {{"content", "check"}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}}));
+    const auto* result = find_block(reply.at("content").as_array(), "bash_code_execution_tool_result");
+    return result ? std::string(result->at("content").at("stdout").as_string()) : "";
+  }
+};
+
+// POST .../stop during a command: the command is killed in the sandbox, the open stream
+// ends as a finished one (message_delta marked stopped, message_stop), and what was
+// said so far is stored, marked stopped; the output came as execution_output events
+// while it ran.
+TEST_F(WorkspaceStopTest, StoppingATurnKillsItsCommandAndStoresWhatWasSaid) {
+  const std::string id = create_thread();
+  upstream->push_message(
+      U::message({U::text_block("Running the long job."),
+                  U::tool_use("toolu_long", "bash_code_execution", {{"command", kLongCommand}})},
+                 "tool_use"));
+  auto stream = std::async(std::launch::async, [&] {
+    return post_message(id, {{"content", "Run the long job"},
+                             {"stream", true},
+                             {"pgpt", {{"tools", bj::array{"code_execution"}}}}});
+  });
+  wait_started(id);
+  auto stopped = server->curl_json("-X POST '" + thread_url(id, "/stop") + "'");
+  EXPECT_EQ(stopped.at("type"), "thread_turn_stop");
+  EXPECT_EQ(stopped.at("stopped"), true);
+  ASSERT_EQ(stream.wait_for(std::chrono::seconds(25)), std::future_status::ready)
+      << "the stream ended with the stop";
+  auto events = parse_sse(stream.get());
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back().name, "message_stop");
+  const auto& delta = events[events.size() - 2];
+  ASSERT_EQ(delta.name, "message_delta");
+  EXPECT_EQ(delta.data.at("delta").at("stopped"), true);
+  std::string step_id, output;
+  for (const auto& e : events) {
+    if (e.name == "content_block_start" && e.data.at("content_block").at("type") == "server_tool_use")
+      step_id = std::string(e.data.at("content_block").at("id").as_string());
+    if (e.name == "execution_output") {
+      EXPECT_EQ(e.data.at("tool_use_id"), bj::value(step_id)) << "the output names its step";
+      EXPECT_EQ(e.data.at("stream"), "stdout");
+      output += std::string(e.data.at("text").as_string());
+    }
+  }
+  EXPECT_EQ(output, "started\n") << "the output came while the command ran";
+
+  const auto thread = get_thread(id);
+  const auto& messages = thread.at("messages").as_array();
+  ASSERT_EQ(messages.size(), 2u);
+  const auto& answer = messages[1].as_object();
+  EXPECT_EQ(answer.at("stopped"), true);
+  EXPECT_EQ(block_types(answer.at("content").as_array()),
+            (std::vector<std::string>{"text", "server_tool_use", "bash_code_execution_tool_result",
+                                      "zylon-resource"}))
+      << bj::serialize(answer);
+  EXPECT_EQ(answer.at("content").as_array()[0].at("text"), "Running the long job.");
+  EXPECT_EQ(find_block(answer.at("content").as_array(), "zylon-resource")->at("filename"), "started.txt");
+
+  // The thread takes its next message, and the command is gone from the sandbox.
+  const std::string seen = check_sandbox(id);
+  EXPECT_EQ(seen.substr(0, seen.find('\n')), "0") << "no `sleep 37` runs any more: " << seen;
+  EXPECT_NE(seen.find("started.txt"), std::string::npos) << seen;
+  EXPECT_EQ(seen.find("too-late.txt"), std::string::npos) << "the rest of the command never ran: " << seen;
+  // The stopped turn goes back to the model as it was stored: its step with its result.
+  auto calls = sent();
+  ASSERT_EQ(calls.size(), 3u);
+  const auto& history = calls[1].at("messages").as_array();
+  ASSERT_GE(history.size(), 2u);
+  EXPECT_EQ(history[1].at("role"), "assistant");
+}
+
+// Closing the stream (what the page does) stops the turn the same way.
+TEST_F(WorkspaceStopTest, ClosingTheStreamStopsTheTurn) {
+  const std::string id = create_thread();
+  upstream->push_message(U::message(
+      {U::tool_use("toolu_long2", "bash_code_execution", {{"command", kLongCommand}})}, "tool_use"));
+  auto stream = std::async(std::launch::async, [&] {
+    return sh(
+        "curl -sS -N --max-time 600 -H 'Authorization: Bearer secret-alice' -X POST '" +
+        thread_url(id, "/messages") + "' -H 'content-type: application/json' --data-binary @" +
+        body_file(
+            {{"content", "Run it"}, {"stream", true}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}}) +
+        " & echo $! > " + (server->dir() / "curl.pid").string() + "; wait");
+  });
+  wait_started(id);
+  sh("kill $(cat " + (server->dir() / "curl.pid").string() + ")");
+  stream.get();
+  bool stored = false;
+  for (int i = 0; i < 400 && !stored; ++i) {
+    stored = get_thread(id).at("messages").as_array().size() == 2;
+    if (!stored) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(stored) << "the stopped turn was stored";
+  EXPECT_EQ(get_thread(id).at("messages").as_array()[1].at("stopped"), true);
+  const std::string seen = check_sandbox(id);
+  EXPECT_EQ(seen.substr(0, seen.find('\n')), "0") << seen;
+  EXPECT_EQ(seen.find("too-late.txt"), std::string::npos) << seen;
+}
+
+TEST_F(WorkspaceTest, StopWithNoTurnRunningAndForOthers) {
+  const std::string id = create_thread();
+  auto idle = server->curl_json("-X POST '" + thread_url(id, "/stop") + "'");
+  EXPECT_EQ(idle.at("stopped"), false);
+  EXPECT_EQ(server->status("-X POST '" + thread_url(id, "/stop") + "'", "secret-bob-x"), 404);
+  EXPECT_EQ(server->status("-X POST '" + thread_url("thread_missing", "/stop") + "'"), 404);
+  EXPECT_EQ(server->status("'" + thread_url(id, "/files") + "'", "secret-bob-x"), 404);
+}
+
+// The files list: uploads and outputs with their kind, size and the organisation's
+// download setting; another owner gets 404.
+TEST_F(WorkspaceTest, TheFilesListHoldsUploadsAndOutputs) {
+  const std::string id = create_thread();
+  EXPECT_TRUE(server->curl_json("'" + thread_url(id, "/files") + "'").at("data").as_array().empty());
+  fs::path file = server->dir() / "in.csv";
+  std::ofstream(file) << "a\n1\n";
+  server->curl_json("-X POST '" + thread_url(id, "/upload-file") + "' -F 'file=@" + file.string() + "'");
+  upstream->push_message(
+      U::message({U::tool_use("toolu_f", "bash_code_execution",
+                              {{"command", "printf abc > /mnt/user-data/outputs/out.txt"}})},
+                 "tool_use"));
+  upstream->push_message(U::message({U::text_block("Done.")}, "end_turn"));
+  json(post_message(id, {{"content", "write"}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}}));
+  auto files = server->curl_json("'" + thread_url(id, "/files") + "'").at("data").as_array();
+  std::map<std::string, bj::object> by_name;
+  for (const auto& f : files) by_name[std::string(f.at("filename").as_string())] = f.as_object();
+  ASSERT_EQ(by_name.size(), 2u) << bj::serialize(files);
+  EXPECT_EQ(by_name["in.csv"].at("kind"), "upload");
+  EXPECT_EQ(by_name["in.csv"].at("size_bytes"), 4);
+  EXPECT_EQ(by_name["out.txt"].at("kind"), "output");
+  EXPECT_EQ(by_name["out.txt"].at("size_bytes"), 3);
+  EXPECT_EQ(by_name["out.txt"].at("path"), "/mnt/user-data/outputs/out.txt");
+  EXPECT_EQ(by_name["out.txt"].at("downloadable"), true);
+  const std::string file_id =
+      sh("printf %s /mnt/user-data/outputs/out.txt | base64 -w0 | tr '+/' '-_' | tr -d '='");
+  EXPECT_EQ(by_name["out.txt"].at("file_id"), bj::value(file_id)) << "the Files API's id of the path";
 }
 
 }  // namespace

@@ -152,11 +152,18 @@ void install_cluster_routing(server::HttpServer& http, ApiContext& api, cluster:
     try {
       co_return co_await handler(ctx);
     } catch (const store::FencedError& fenced) {
-      // Another replica took the container over while this one was paused or cut off:
-      // nothing was written; the lease is forgotten so the retry is relayed to the new holder.
-      spdlog::warn("{}: {}; this replica gives the container up", ctx.request_id, fenced.what());
-      leases.drop(fenced.storage(), /*deleted=*/false, /*lost=*/true);
+      // Another replica took the container over (or deleted it) while this one was
+      // paused or cut off: nothing was written; the lease is forgotten so the retry is
+      // relayed to the new holder (or finds the container gone).
+      spdlog::warn("{}: a write met the fence", ctx.request_id);
+      leases.fenced(fenced);
       co_return ApiError::overloaded("The container moved to another replica; try again", settings.retry_after_sec);
+    } catch (const store::db::TimeoutError& e) {
+      // A row this request needs is held by another session (bounded by the database's
+      // lock and statement timeouts): this request alone is refused, to be retried.
+      spdlog::warn("{}: the database did not answer in time: {}", ctx.request_id, e.what());
+      co_return ApiError::overloaded("The container is busy in the database; try again shortly",
+                                     settings.retry_after_sec);
     }
   });
 }

@@ -1,4 +1,4 @@
-// Cluster mode's request routing (issue 13 §3): a request for a container that another
+// Cluster mode's request routing (docs/storage.md): a request for a container that another
 // live replica serves is relayed to that replica (server/http_relay.h); any other is
 // served here, under this replica's lease. A write refused by the fence (this replica
 // lost the container while it was paused or cut off) answers 503 with Retry-After and

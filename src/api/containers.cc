@@ -1,4 +1,4 @@
-// Containers and direct execution (SPEC §3.2): create, list, get, stop, delete, and the
+// Containers and direct execution (docs/http-api.md): create, list, get, stop, delete, and the
 // two sub-tool endpoints, whose answer is the tool result's `content` object exactly as
 // it appears inside a messages response.
 
@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 #include <filesystem>
 
+#include "api/api_calls.h"
 #include "api/cluster_relay.h"
 #include "api/routes.h"
 #include "service/store_call.h"
@@ -37,18 +38,6 @@ boost::json::object usage_of(const ContainerPaths& paths) {
   return {{"bytes", bytes}, {"files", files}};
 }
 
-// The usage walk reads every folder of the container: on the blocking pool.
-asio::awaitable<boost::json::object> container_json(ContainerService& service, const Container& c) {
-  auto walk = [&paths = c.paths] { return usage_of(paths); };
-  boost::json::object usage = co_await run_blocking(std::move(walk));
-  co_return boost::json::object{{"id", c.id},
-                                {"type", "container"},
-                                {"created_at", ContainerService::format_time(c.created_at)},
-                                {"expires_at", ContainerService::format_time(service.expires_at(c))},
-                                {"state", c.running() ? "running" : "stopped"},
-                                {"usage", std::move(usage)}};
-}
-
 asio::awaitable<Result<Response>> create_container(ApiContext& api, RequestContext& ctx) {
   auto body = co_await ctx.read_body(64 * 1024);
   if (!body) co_return body.error();
@@ -66,15 +55,80 @@ asio::awaitable<Result<Response>> create_container(ApiContext& api, RequestConte
   auto container = co_await api.containers.async_open(ctx.owner, id, /*create=*/true);
   if (!container) co_return container.error();
   api.containers.touch(**container);
-  auto described = co_await container_json(api.containers, **container);
+  auto described = co_await describe_container(api.containers, **container);
   co_return json_ok(described);
 }
 
 asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContext& ctx) {
   auto page = page_limit(ctx);
   if (!page) co_return page.error();
-  const size_t limit = *page;
-  auto records = co_await api.containers.async_list(ctx.owner, limit + 1, ctx.query_value("after_id").value_or(""));
+  auto listed = co_await list_containers_page(api, ctx, *page, ctx.query_value("after_id").value_or(""));
+  co_return json_ok(listed);
+}
+
+asio::awaitable<Result<Response>> get_container(ApiContext& api, RequestContext& ctx) {
+  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
+  if (!container) co_return container.error();
+  // Another replica's listing asks for the description only (api/cluster_relay.h).
+  const bool describe_only = !ctx.header_value(server::kRelayedByHeader).empty() &&
+                             !ctx.header_value(kDescribeOnlyHeader).empty();
+  if (!describe_only) api.containers.touch(**container);
+  auto described = co_await describe_container(api.containers, **container);
+  co_return json_ok(described);
+}
+
+asio::awaitable<Result<Response>> stop_container(ApiContext& api, RequestContext& ctx) {
+  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
+  if (!container) co_return container.error();
+  co_await api.containers.stop(*container);
+  auto described = co_await describe_container(api.containers, **container);
+  co_return json_ok(described);
+}
+
+asio::awaitable<Result<Response>> delete_container(ApiContext& api, RequestContext& ctx) {
+  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
+  if (!container) co_return container.error();
+  co_await api.containers.remove(*container);
+  co_return json_ok(boost::json::object{{"id", (*container)->id}, {"type", "container_deleted"}});
+}
+
+asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx) {
+  const std::string tool = ctx.params["tool"];
+  if (tool != "bash_code_execution" && tool != "text_editor_code_execution" && tool != "code_execution")
+    co_return ApiError::not_found("Unknown tool: " + tool);
+  auto body = co_await ctx.read_body(kToolBodyLimit);
+  if (!body) co_return body.error();
+  auto input = parse_json_object(*body);
+  if (!input) co_return input.error();
+  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], /*create=*/true);
+  if (!container) co_return container.error();
+  // code_execution answers with its rich outputs too (images, HTML) for direct callers.
+  Result<boost::json::object> content = ApiError::internal();
+  if (tool == "code_execution")
+    content = co_await run_python_tool(api, *container, *input, /*rich_outputs=*/true);
+  else
+    content = co_await run_sub_tool(api, *container, tool, *input);
+  if (!content) co_return content.error();
+  co_return json_ok(*content);
+}
+
+}  // namespace
+
+// The usage walk reads every folder of the container: on the blocking pool.
+asio::awaitable<boost::json::object> describe_container(ContainerService& service, const Container& c) {
+  auto walk = [&paths = c.paths] { return usage_of(paths); };
+  boost::json::object usage = co_await run_blocking(std::move(walk));
+  co_return boost::json::object{{"id", c.id},
+                                {"type", "container"},
+                                {"created_at", ContainerService::format_time(c.created_at)},
+                                {"expires_at", ContainerService::format_time(service.expires_at(c))},
+                                {"state", c.running() ? "running" : "stopped"},
+                                {"usage", std::move(usage)}};
+}
+
+asio::awaitable<boost::json::object> list_containers_page(ApiContext& api, RequestContext& ctx, size_t limit,
+                                                          std::string after_id) {
+  auto records = co_await api.containers.async_list(ctx.owner, limit + 1, after_id);
   bool has_more = records.size() > limit;
   if (has_more) records.pop_back();
   // Cluster mode: a container open on another live replica is described by it (its
@@ -86,7 +140,7 @@ asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContex
   boost::json::array data;
   for (const auto& record : records) {
     if (auto container = api.containers.find_open(ctx.owner, record.id)) {
-      data.push_back(co_await container_json(api.containers, *container));
+      data.push_back(co_await describe_container(api.containers, *container));
       continue;
     }
     if (auto it = held_elsewhere.find(record.id); it != held_elsewhere.end()) {
@@ -112,51 +166,8 @@ asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContex
   boost::json::object out{{"data", data}, {"has_more", has_more}};
   out["first_id"] = records.empty() ? boost::json::value(nullptr) : boost::json::value(records.front().id);
   out["last_id"] = records.empty() ? boost::json::value(nullptr) : boost::json::value(records.back().id);
-  co_return json_ok(out);
+  co_return out;
 }
-
-asio::awaitable<Result<Response>> get_container(ApiContext& api, RequestContext& ctx) {
-  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
-  if (!container) co_return container.error();
-  // Another replica's listing asks for the description only (api/cluster_relay.h).
-  const bool describe_only = !ctx.header_value(server::kRelayedByHeader).empty() &&
-                             !ctx.header_value(kDescribeOnlyHeader).empty();
-  if (!describe_only) api.containers.touch(**container);
-  auto described = co_await container_json(api.containers, **container);
-  co_return json_ok(described);
-}
-
-asio::awaitable<Result<Response>> stop_container(ApiContext& api, RequestContext& ctx) {
-  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
-  if (!container) co_return container.error();
-  co_await api.containers.stop(*container);
-  auto described = co_await container_json(api.containers, **container);
-  co_return json_ok(described);
-}
-
-asio::awaitable<Result<Response>> delete_container(ApiContext& api, RequestContext& ctx) {
-  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
-  if (!container) co_return container.error();
-  co_await api.containers.remove(*container);
-  co_return json_ok(boost::json::object{{"id", (*container)->id}, {"type", "container_deleted"}});
-}
-
-asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx) {
-  const std::string tool = ctx.params["tool"];
-  if (tool != "bash_code_execution" && tool != "text_editor_code_execution")
-    co_return ApiError::not_found("Unknown tool: " + tool);
-  auto body = co_await ctx.read_body(kToolBodyLimit);
-  if (!body) co_return body.error();
-  auto input = parse_json_object(*body);
-  if (!input) co_return input.error();
-  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], /*create=*/true);
-  if (!container) co_return container.error();
-  auto content = co_await run_sub_tool(api, *container, tool, *input);
-  if (!content) co_return content.error();
-  co_return json_ok(*content);
-}
-
-}  // namespace
 
 server::StringResponse json_ok(const boost::json::value& body, http::status status) {
   return server::json_response(status, boost::json::serialize(body));

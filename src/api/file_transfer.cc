@@ -2,15 +2,20 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+
 #include "cluster/bucket_upload.h"
 #include "cluster/container_durability.h"
 #include "service/store_call.h"
 #include "api/upload_buffers.h"
+#include "base/unique_fd.h"
+#include "base/utf8.h"
 #include "ops/metrics.h"
 #include "base/blocking.h"
 #include "server/header_values.h"
 #include "store/keys.h"
 #include "store/multipart.h"
+#include "base/unique_fd.h"
 #include "base/utf8.h"
 
 namespace sandboxd::api {
@@ -127,8 +132,38 @@ ApiError upload_error(ApiContext& api, store::FileError error, const std::string
   return file_error(error, path);
 }
 
-boost::json::object file_object(const std::string& container_id, const store::FileRecord& record) {
-  bool downloadable = record.path.rfind(std::string(kOutputsMount) + "/", 0) == 0;
+namespace {
+bool under(const std::string& path, std::string_view mount) {
+  return path.size() > mount.size() && path.compare(0, mount.size(), mount) == 0 && path[mount.size()] == '/';
+}
+}  // namespace
+
+bool DownloadRule::allows(const std::string& sandbox_path) const {
+  return (outputs && under(sandbox_path, kOutputsMount)) || (uploads && under(sandbox_path, kUploadsMount));
+}
+
+ApiError DownloadRule::refusal(const std::string& sandbox_path) const {
+  if (thread && under(sandbox_path, kOutputsMount))
+    return ApiError::permission("Downloads of generated files are disabled by the organisation's settings");
+  if (thread && under(sandbox_path, kUploadsMount))
+    return ApiError::permission("Downloads of uploaded files are disabled by the organisation's settings");
+  if (thread)
+    return ApiError::permission("Only files in /mnt/user-data/outputs/ and /mnt/user-data/uploads/ can be downloaded");
+  return ApiError::permission("File is not downloadable: only files in /mnt/user-data/outputs/ can be downloaded");
+}
+
+asio::awaitable<DownloadRule> download_rule(ApiContext& api, const Container& container) {
+  if (!api.threads) co_return DownloadRule{};
+  auto find = [&api, owner = container.owner, id = container.id] { return api.threads->find(owner, id).has_value(); };
+  const bool thread = co_await store_call(api, std::move(find));
+  if (!thread) co_return DownloadRule{};
+  const auto config = api.config();
+  co_return DownloadRule{.thread = true, .outputs = config->download_generated, .uploads = config->download_uploaded};
+}
+
+boost::json::object file_object(const std::string& container_id, const store::FileRecord& record,
+                                const DownloadRule& rule) {
+  const bool downloadable = rule.allows(record.path);
   return {{"id", store::file_id_for_path(record.path)},
           {"created_at", ContainerService::format_time(record.created_at)},
           // The name for display: bytes that are not UTF-8 (code in a sandbox may name a
@@ -178,6 +213,55 @@ asio::awaitable<Result<store::FileRecord>> finish_upload(ApiContext& api, Contai
 }
 }  // namespace
 
+asio::awaitable<Result<store::FileRecord>> copy_file(ApiContext& api, Container& from,
+                                                     const std::string& from_path, Container& to,
+                                                     const std::string& to_path) {
+  auto open = [&api, &from, &from_path] { return api.files.open_for_read(from.paths, from_path); };
+  auto opened = co_await run_blocking(std::move(open));
+  if (!opened) co_return file_error(opened.error(), from_path);
+  UniqueFd source(opened->fd);
+  const auto stored = co_await stored_bytes(api, to);
+  auto charge = [&api, &to, &stored, &to_path, size = opened->size] {
+    return begin_upload_charge(api, to, stored, to_path, size);
+  };
+  auto quota = co_await store_call(api, std::move(charge));
+  if (!quota) co_return quota.error();
+  auto begin = [&api, &to, &to_path] { return api.files.begin_write(to.paths, to_path); };
+  auto begun = co_await run_blocking(std::move(begin));
+  if (!begun) co_return upload_error(api, begun.error(), to_path);
+  std::unique_ptr<store::FileWriter> writer = std::move(*begun);
+  auto upload = begin_bucket_upload(api, to, co_await asio::this_coro::executor, opened->size);
+  // Chunk by chunk: the read and the write (which may wait for the writer's buffers)
+  // on the blocking pool, the bucket's parts from here.
+  std::string chunk(1u << 20, '\0');
+  for (;;) {
+    auto step = [&source, &chunk, &writer, &quota, &api, &to_path]() -> Result<size_t> {
+      ssize_t n;
+      do n = ::read(source.get(), chunk.data(), chunk.size());
+      while (n < 0 && errno == EINTR);
+      if (n < 0) return ApiError::internal();
+      if (auto room = (*quota)->add(static_cast<size_t>(n)); !room) return room.error();
+      if (n > 0)
+        if (auto written = writer->write(chunk.data(), static_cast<size_t>(n)); !written)
+          return upload_error(api, written.error(), to_path);
+      return static_cast<size_t>(n);
+    };
+    auto copied = co_await run_blocking(std::move(step));
+    Result<void> drained;
+    if (copied && *copied > 0 && upload) {
+      upload->append(std::string_view(chunk.data(), *copied));
+      drained = co_await upload->drain();
+    }
+    if (!copied || !drained) {
+      writer->abort();
+      if (upload) co_await upload->discard();
+      co_return !copied ? copied.error() : drained.error();
+    }
+    if (*copied == 0) break;
+  }
+  co_return co_await finish_upload(api, to, *writer, upload.get(), to_path, **quota);
+}
+
 asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::RequestContext& ctx,
                                                       Container& container, const std::string& key) {
   auto valid = checked_key(key);
@@ -213,6 +297,71 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
     co_return received.error();
   }
   co_return co_await finish_upload(api, container, *writer, upload.get(), path, **quota);
+}
+
+asio::awaitable<Result<store::FileRecord>> store_bytes(ApiContext& api, Container& container, const std::string& key,
+                                                       std::string_view bytes) {
+  auto valid = checked_key(key);
+  if (!valid) co_return valid.error();
+  if (bytes.size() > api.config()->max_upload_bytes)
+    co_return ApiError::too_large("The file is " + std::to_string(bytes.size()) + " bytes; the limit is " +
+                                  std::to_string(api.config()->max_upload_bytes) + " bytes");
+  std::string path = store::sandbox_path_for_key(key);
+  const auto stored = co_await stored_bytes(api, container);
+  auto charge = [&api, &container, &stored, &path, size = uint64_t{bytes.size()}] {
+    return begin_upload_charge(api, container, stored, path, size);
+  };
+  auto quota = co_await store_call(api, std::move(charge));
+  if (!quota) co_return quota.error();
+  auto begun = api.files.begin_write(container.paths, path);
+  if (!begun) co_return upload_error(api, begun.error(), path);
+  std::unique_ptr<store::FileWriter> writer = std::move(*begun);
+  auto upload = begin_bucket_upload(api, container, co_await asio::this_coro::executor, bytes.size());
+  // In pieces of at most a buffer, each awaiting room (or the bucket) as a body's chunks do.
+  constexpr size_t kPiece = 1u << 20;
+  for (size_t at = 0; at < bytes.size(); at += kPiece) {
+    std::string_view piece = bytes.substr(at, kPiece);
+    if (!upload) co_await room_in(*writer, piece.size());
+    Result<void> step;
+    if (auto room = (*quota)->add(piece.size()); !room) {
+      step = room.error();
+    } else if (auto written = writer->write(piece.data(), piece.size()); !written) {
+      step = upload_error(api, written.error(), path);
+    } else if (upload) {
+      upload->append(piece);
+      step = co_await upload->drain();
+    }
+    if (!step) {
+      writer->abort();  // the previous version of the key stays
+      if (upload) co_await upload->discard();
+      co_return step.error();
+    }
+  }
+  co_return co_await finish_upload(api, container, *writer, upload.get(), path, **quota);
+}
+
+asio::awaitable<Result<std::string>> read_file_bytes(ApiContext& api, Container& container,
+                                                     const store::FileRecord& record, uint64_t limit) {
+  auto read = [&api, &container, &record, limit]() -> Result<std::string> {
+    auto opened = api.files.open_for_read(container.paths, record.path);
+    if (!opened) return file_error(opened.error(), record.path);
+    UniqueFd fd(opened->fd);
+    if (opened->size > limit)
+      return ApiError::too_large("File too large to return inline: " + record.path + " is " +
+                                 std::to_string(opened->size) + " bytes; the limit is " + std::to_string(limit));
+    std::string body(opened->size, '\0');
+    size_t done = 0;
+    while (done < body.size()) {
+      ssize_t n = ::pread(fd.get(), body.data() + done, body.size() - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return file_error(store::FileError::kIo, record.path);
+      if (n == 0) break;  // shrank meanwhile: what is there
+      done += static_cast<size_t>(n);
+    }
+    body.resize(done);
+    return body;
+  };
+  co_return co_await run_blocking(std::move(read));
 }
 
 asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, server::RequestContext& ctx,
@@ -334,7 +483,8 @@ asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, serve
   if (raw_key) record = co_await receive_raw(api, ctx, **container, *raw_key);
   else record = co_await receive_multipart(api, ctx, **container, ctx.query_value("path"));
   if (!record) co_return record.error();
-  co_return json_ok(file_object((*container)->id, *record));
+  const DownloadRule rule = co_await download_rule(api, **container);
+  co_return json_ok(file_object((*container)->id, *record, rule));
 }
 
 Result<server::Response> send_content(ApiContext& api, server::RequestContext& ctx, Container& container,

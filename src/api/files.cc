@@ -1,9 +1,10 @@
-// Files API (SPEC §3.3, seed 002 "Work with files"): upload (multipart), put at a key,
+// Files API (docs/http-api.md, "Work with files"): upload (multipart), put at a key,
 // list, metadata, HEAD, content, delete one, delete by prefix. Every call names its
 // container with scope_id.
 
 #include <boost/json.hpp>
 
+#include "api/api_calls.h"
 #include "cluster/container_durability.h"
 #include "service/discovery.h"
 #include "api/file_transfer.h"
@@ -40,18 +41,6 @@ Result<std::string> path_of_id(const std::string& id) {
   return *path;
 }
 
-// The file named by the {file_id} parameter, synced with the disk (a changed body is
-// hashed anew, on the blocking pool); 404 when missing.
-asio::awaitable<Result<store::FileRecord>> find_file(ApiContext& api, Container& container, const std::string& id) {
-  auto path = path_of_id(id);
-  if (!path) co_return path.error();
-  if (!resolve_sandbox_path(container.paths, *path)) co_return ApiError::not_found("File not found: " + id);
-  auto stat = [&api, &container, &path] { return api.files.stat_file(container.storage, container.paths, *path); };
-  auto record = co_await run_blocking(std::move(stat));
-  if (!record) co_return ApiError::not_found("File not found: " + id);
-  co_return *record;
-}
-
 asio::awaitable<Result<Response>> upload(ApiContext& api, RequestContext& ctx) {
   auto container = co_await scoped_container(api, ctx, /*create=*/true);
   co_return co_await upload_response(api, ctx, std::move(container), std::nullopt);
@@ -78,33 +67,11 @@ asio::awaitable<Result<Response>> list(ApiContext& api, RequestContext& ctx) {
   if (!container) co_return container.error();
   auto requested = page_limit(ctx);
   if (!requested) co_return requested.error();
-  const size_t limit = *requested;
-  std::string prefix = ctx.query_value("prefix").value_or("");
-  for (unsigned char c : prefix)
-    if (c < 0x20 || c == 0x7f) co_return ApiError::invalid_request("'prefix' must not contain control characters");
-  std::optional<std::string> after, before;
-  if (auto id = ctx.query_value("after_id")) {
-    auto path = path_of_id(*id);
-    if (!path) co_return path.error();
-    after = *path;
-  }
-  if (auto id = ctx.query_value("before_id")) {
-    auto path = path_of_id(*id);
-    if (!path) co_return path.error();
-    before = *path;
-  }
-  Container& c = **container;
-  co_await before_listing(api, c);  // files that code wrote appear here
-  auto query = [&api, &c, &prefix, limit, &after, &before] {
-    return api.containers.metadata().list_files(c.storage, path_prefixes_for(prefix), limit, after, before);
-  };
-  auto page = co_await store_call(api, std::move(query));
-  boost::json::array data;
-  for (const auto& record : page.files) data.push_back(file_object(c.id, record));
-  boost::json::object out{{"data", std::move(data)}, {"has_more", page.has_more}};
-  out["first_id"] = page.files.empty() ? boost::json::value(nullptr) : boost::json::value(store::file_id_for_path(page.files.front().path));
-  out["last_id"] = page.files.empty() ? boost::json::value(nullptr) : boost::json::value(store::file_id_for_path(page.files.back().path));
-  co_return json_ok(out);
+  FileListQuery query{ctx.query_value("prefix").value_or(""), *requested, ctx.query_value("after_id"),
+                      ctx.query_value("before_id")};
+  auto page = co_await list_files_page(api, **container, query);
+  if (!page) co_return page.error();
+  co_return json_ok(*page);
 }
 
 asio::awaitable<Result<Response>> metadata(ApiContext& api, RequestContext& ctx) {
@@ -112,7 +79,8 @@ asio::awaitable<Result<Response>> metadata(ApiContext& api, RequestContext& ctx)
   if (!container) co_return container.error();
   auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
-  co_return json_ok(file_object((*container)->id, *record));
+  const DownloadRule rule = co_await download_rule(api, **container);
+  co_return json_ok(file_object((*container)->id, *record, rule));
 }
 
 asio::awaitable<Result<Response>> head(ApiContext& api, RequestContext& ctx) {
@@ -120,7 +88,8 @@ asio::awaitable<Result<Response>> head(ApiContext& api, RequestContext& ctx) {
   if (!container) co_return container.error();
   auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
-  auto object = file_object((*container)->id, *record);
+  const DownloadRule rule = co_await download_rule(api, **container);
+  auto object = file_object((*container)->id, *record, rule);
   server::StringResponse res{http::status::ok, 11};
   // Values from the file (its name above all: code in the sandbox chose it) pass through
   // header_text: percent-encoded, the exact bytes recoverable, never a raw CR or LF.
@@ -140,30 +109,19 @@ asio::awaitable<Result<Response>> content(ApiContext& api, RequestContext& ctx) 
   if (!container) co_return container.error();
   auto record = co_await find_file(api, **container, ctx.params["file_id"]);
   if (!record) co_return record.error();
-  if (!file_object((*container)->id, *record)["downloadable"].as_bool())
-    co_return ApiError::permission("File is not downloadable: only files in /mnt/user-data/outputs/ can be downloaded");
+  // A chat thread's files follow the organisation's download settings here too: the
+  // same container is reached through the thread's download-file.
+  const DownloadRule rule = co_await download_rule(api, **container);
+  if (!rule.allows(record->path)) co_return rule.refusal(record->path);
   co_return send_content(api, ctx, **container, *record, ctx.query_value("disposition") == "inline");
 }
 
 asio::awaitable<Result<Response>> remove_one(ApiContext& api, RequestContext& ctx) {
   auto container = co_await scoped_ready_container(api, ctx);
   if (!container) co_return container.error();
-  const std::string id = ctx.params["file_id"];
-  auto path = path_of_id(id);
-  if (!path) co_return path.error();
-  if (!resolve_sandbox_path((*container)->paths, *path)) co_return ApiError::not_found("File not found: " + id);
-  Container& c = **container;
-  auto remove = [&api, &c, &path] { return api.files.remove(c.storage, c.paths, *path); };
-  auto removed = co_await store_call(api, std::move(remove));
-  const bool gone = removed || removed.error() == store::FileError::kNotFound;
-  if (api.durability && gone) {  // out of the bucket's manifest before the answer
-    api.durability->note_change(c);
-    auto forget = [&api, &c, &path] { api.durability->forget_files(c, {*path}); };
-    co_await run_blocking(std::move(forget));
-  }
-  if (!removed && removed.error() == store::FileError::kNotFound) co_return ApiError::not_found("File not found: " + id);
-  if (!removed) co_return file_error(removed.error(), *path);
-  co_return json_ok(boost::json::object{{"id", id}, {"type", "file_deleted"}});
+  auto deleted = co_await delete_file(api, **container, ctx.params["file_id"]);
+  if (!deleted) co_return deleted.error();
+  co_return json_ok(*deleted);
 }
 
 asio::awaitable<Result<Response>> remove_prefix(ApiContext& api, RequestContext& ctx) {
@@ -185,6 +143,64 @@ asio::awaitable<Result<Response>> remove_prefix(ApiContext& api, RequestContext&
 }
 
 }  // namespace
+
+// A changed body is hashed anew, on the blocking pool.
+asio::awaitable<Result<store::FileRecord>> find_file(ApiContext& api, Container& container, const std::string& id) {
+  auto path = path_of_id(id);
+  if (!path) co_return path.error();
+  if (!resolve_sandbox_path(container.paths, *path)) co_return ApiError::not_found("File not found: " + id);
+  auto stat = [&api, &container, &path] { return api.files.stat_file(container.storage, container.paths, *path); };
+  auto record = co_await run_blocking(std::move(stat));
+  if (!record) co_return ApiError::not_found("File not found: " + id);
+  co_return *record;
+}
+
+asio::awaitable<Result<boost::json::object>> list_files_page(ApiContext& api, Container& c,
+                                                             const FileListQuery& query) {
+  for (unsigned char ch : query.prefix)
+    if (ch < 0x20 || ch == 0x7f) co_return ApiError::invalid_request("'prefix' must not contain control characters");
+  std::optional<std::string> after, before;
+  if (query.after_id) {
+    auto path = path_of_id(*query.after_id);
+    if (!path) co_return path.error();
+    after = *path;
+  }
+  if (query.before_id) {
+    auto path = path_of_id(*query.before_id);
+    if (!path) co_return path.error();
+    before = *path;
+  }
+  co_await before_listing(api, c);  // files that code wrote appear here
+  auto list = [&api, &c, &query, &after, &before] {
+    return api.containers.metadata().list_files(c.storage, path_prefixes_for(query.prefix), query.limit, after,
+                                                before);
+  };
+  auto page = co_await store_call(api, std::move(list));
+  boost::json::array data;
+  const DownloadRule rule = co_await download_rule(api, c);
+  for (const auto& record : page.files) data.push_back(file_object(c.id, record, rule));
+  boost::json::object out{{"data", std::move(data)}, {"has_more", page.has_more}};
+  out["first_id"] = page.files.empty() ? boost::json::value(nullptr) : boost::json::value(store::file_id_for_path(page.files.front().path));
+  out["last_id"] = page.files.empty() ? boost::json::value(nullptr) : boost::json::value(store::file_id_for_path(page.files.back().path));
+  co_return out;
+}
+
+asio::awaitable<Result<boost::json::object>> delete_file(ApiContext& api, Container& c, const std::string& id) {
+  auto path = path_of_id(id);
+  if (!path) co_return path.error();
+  if (!resolve_sandbox_path(c.paths, *path)) co_return ApiError::not_found("File not found: " + id);
+  auto remove = [&api, &c, &path] { return api.files.remove(c.storage, c.paths, *path); };
+  auto removed = co_await store_call(api, std::move(remove));
+  const bool gone = removed || removed.error() == store::FileError::kNotFound;
+  if (api.durability && gone) {  // out of the bucket's manifest before the answer
+    api.durability->note_change(c);
+    auto forget = [&api, &c, &path] { api.durability->forget_files(c, {*path}); };
+    co_await run_blocking(std::move(forget));
+  }
+  if (!removed && removed.error() == store::FileError::kNotFound) co_return ApiError::not_found("File not found: " + id);
+  if (!removed) co_return file_error(removed.error(), *path);
+  co_return boost::json::object{{"id", id}, {"type", "file_deleted"}};
+}
 
 void register_file_routes(server::HttpServer& http, ApiContext& api) {
   const std::string base = "/api/gpt/v1/files";

@@ -1,18 +1,20 @@
-// Messages (SPEC §3.1): POST /api/gpt/v1/messages runs the tool loop against the
+// Messages (docs/http-api.md): POST /api/gpt/v1/messages runs the tool loop against the
 // upstream model, as JSON or as server-sent events; /messages/validate checks a body
 // and runs nothing. A client that goes away cancels the upstream call and the command.
 
 #include <boost/json.hpp>
 
-#include "api/sandbox_network.h"
+#include "api/container_uploads.h"
 #include "api/routes.h"
-#include "service/store_call.h"
+#include "api/sandbox_network.h"
 #include "service/skill_mounts.h"
+#include "service/store_call.h"
+#include "base/blocking.h"
 #include "service/tool_calls.h"
 #include "api/tool_loop_support.h"
+#include "base/utf8.h"
 #include "model/sse.h"
 #include "model/tool_loop.h"
-#include "base/utf8.h"
 #include "tools/bash_tool.h"
 
 namespace sandboxd::api {
@@ -97,13 +99,26 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
     if (!opened) co_return opened.error();
     container = *opened;
   }
+  // container_upload blocks: the turn's files into the container, a note for the model.
+  if (auto placed = co_await place_container_uploads(api, ctx.owner, container, request->body); !placed)
+    co_return placed.error();
   std::vector<LoadedSkill> skills;
   if (!request->skills.empty()) {
     if (!api.skills || !api.skill_mounts) co_return ApiError::internal();
     auto resolve = [&api, &ctx, &request] { return resolve_skills(*api.skills, ctx.owner, request->skills); };
     auto resolved = co_await store_call(api, std::move(resolve));
     if (!resolved) co_return resolved.error();
-    auto lease = api.skill_mounts->load(container->paths.skills, *resolved);
+    if (api.durability) {  // cluster mode: a skill made through another replica comes from the bucket
+      auto materialise = [&api, &resolved, retry = config->retry_after_sec] {
+        return ensure_local_skills(*api.skills, *resolved, retry);
+      };
+      if (auto ready = co_await run_blocking(std::move(materialise)); !ready) co_return ready.error();
+    }
+    auto sandbox_pid = [container]() -> pid_t {
+      auto sandbox = container->live_sandbox.load();
+      return sandbox && sandbox->running() ? sandbox->pid() : -1;
+    };
+    auto lease = api.skill_mounts->load(container->paths.skills, *resolved, std::move(sandbox_pid));
     if (!lease) co_return lease.error();
     turn->skills = *lease;
     add_skills_to_system(request->body, skills_prompt(*resolved));

@@ -1,4 +1,4 @@
-// Operations endpoints (SPEC §3.5): liveness from memory, readiness from a real
+// Operations endpoints (/health, /ready, /metrics): liveness from memory, readiness from a real
 // sandbox start (cached for 2 s), and the metrics in Prometheus text format.
 
 #include <boost/json.hpp>
@@ -87,7 +87,7 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
         auto total = [&api] { return api.containers.metadata().total_bytes(); };
         gauges.files_bytes = co_await store_call(api, std::move(total));
         const auto settings = api.containers.settings();
-        gauges.executions_owner_share = ops::owner_execution_share(settings->max_concurrent_executions_per_owner,
+        gauges.executions_owner_share = ops::owner_execution_cap(settings->max_concurrent_executions_per_owner,
                                                                    settings->max_concurrent_executions);
         gauges.running_sandboxes_per_owner = settings->running_sandboxes_per_owner;
         gauges.containers_per_owner = settings->containers_per_owner;

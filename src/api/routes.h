@@ -8,6 +8,7 @@
 #include "server/http_server.h"
 #include "server/upstream_pool.h"
 #include "service/services.h"
+#include "store/thread_store.h"
 
 namespace sandboxd::cluster {
 class ContainerDurability;
@@ -26,10 +27,13 @@ using server::Response;
 
 // The services, and what only the HTTP surfaces need beside them.
 struct ApiContext : service::Services {
-  std::shared_ptr<model::UpstreamClient> upstream;  // the /messages model client
-  const ops::HealthCheck* health = nullptr;          // behind /health
+  std::shared_ptr<model::UpstreamClient> upstream;     // the /messages model client
+  const ops::HealthCheck* health = nullptr;             // behind /health
   cluster::ContainerDurability* durability = nullptr;  // storage.backend s3: the sessions bucket
   cluster::ContainerLeases* leases = nullptr;          // cluster mode: this replica's leases
+  // The Workspace's chat threads: a container is a thread's when the thread store holds a
+  // thread of the same owner and id (the thread's turns run in it).
+  store::ThreadStore* threads = nullptr;
   // Cluster mode: kept-alive connections to the other replicas (api/cluster_relay.h).
   std::shared_ptr<server::UpstreamPool> replica_connections;
 };
@@ -41,6 +45,7 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api);
 void register_messages_routes(server::HttpServer& http, ApiContext& api);
 void register_admin_routes(server::HttpServer& http, ApiContext& api);
 void register_skill_routes(server::HttpServer& http, ApiContext& api);
+void register_mcp_routes(server::HttpServer& http, ApiContext& api);  // api/mcp.cc
 
 // A route handler from a function of (ApiContext&, RequestContext&).
 template <typename Fn>

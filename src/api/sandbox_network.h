@@ -11,8 +11,8 @@
 // Code in a sandbox calls the model with ANTHROPIC_BASE_URL and ANTHROPIC_AUTH_TOKEN
 // (service/sandbox_credentials.h). The token is bound to the container (and the nesting depth) in where and how long it is
 // accepted: only by the messages endpoints, only on connections from that container's
-// sandbox, only while the container exists. What a call may do is the owner's (code calls
-// the model "with the permissions of the user who sent the request"): it acts as the
+// sandbox, only while the container exists. What a call may do is the owner's (the contract:
+// "with the permissions of the user who sent the request"): it acts as the
 // container's owner, so it may name any of the owner's containers; with no container
 // named, code execution runs in the container the call came from. The token is derived
 // from a per-container secret that never leaves the server, so it cannot be turned into

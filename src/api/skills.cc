@@ -1,4 +1,4 @@
-// Skills (SPEC §3.4b; Anthropic Agent Skills, as the official SDKs call it): create a
+// Skills (docs/http-api.md; Anthropic Agent Skills, as the official SDKs call it): create a
 // skill from multipart `files[]` (each filename its path under one top folder holding
 // SKILL.md) or one zip, list (built-ins and the owner's; `source` filter, `limit` and
 // `page` as the SDK sends them), retrieve, delete, and versions. Another owner's skill
@@ -24,9 +24,10 @@ namespace {
 
 namespace json = boost::json;
 
-// Unpacking, sealing and removing skill folders touch many files: off the I/O threads,
-// on the process's blocking pool.
-asio::thread_pool& disk_pool() { return blocking_pool(); }
+// Staging, unpacking, sealing and removing skill folders touch many entries: off the
+// I/O threads, on a pool of their own (tree_pool), so a burst of skill uploads
+// or deletions queues behind itself and never holds up file transfers and commands.
+asio::thread_pool& disk_pool() { return tree_pool(); }
 
 using DiskWork = std::function<Result<json::value>()>;
 
@@ -35,6 +36,9 @@ asio::awaitable<Result<json::value>> run_disk_work(DiskWork work) {
     co_return work();
   } catch (const store::SkillUploadError& e) {
     co_return ApiError::invalid_request(e.what());
+  } catch (const store::SkillBucketError& e) {  // cluster mode: nothing was recorded
+    spdlog::warn("skills: {}", e.what());
+    co_return ApiError::overloaded("The sessions bucket does not answer; try again later", 2);
   } catch (const std::exception& e) {
     spdlog::error("skills: {}", e.what());
     co_return ApiError::internal();
@@ -61,16 +65,18 @@ std::string iso_time(int64_t micros) {
 json::object skill_json(const store::SkillRecord& r) {
   // The SDK's field names (display_name, latest_version_id, source.type) and those of the
   // hosted API's documentation (display_title, latest_version), so both kinds of client read it.
-  return {{"type", "skill"},
-          {"id", r.id},
-          {"source", {{"type", r.source}}},
-          {"display_name", r.display_name},
-          {"display_title", r.display_name},
-          {"name", r.name},
-          {"latest_version_id", r.latest_version},
-          {"latest_version", r.latest_version},
-          {"created_at", iso_time(r.created_at_us)},
-          {"updated_at", iso_time(r.updated_at_us)}};
+  return {
+      {"type", "skill"},
+      {"id", r.id},
+      {"source", {{"type", r.source}}},
+      {"display_name", r.display_name},
+      {"display_title", r.display_name},
+      {"name", r.name},
+      // null once every version is deleted (the skill itself is deleted next)
+      {"latest_version_id", r.latest_version.empty() ? json::value(nullptr) : json::value(r.latest_version)},
+      {"latest_version", r.latest_version.empty() ? json::value(nullptr) : json::value(r.latest_version)},
+      {"created_at", iso_time(r.created_at_us)},
+      {"updated_at", iso_time(r.updated_at_us)}};
 }
 
 json::object version_json(const store::SkillVersionRecord& v) {
@@ -101,11 +107,26 @@ Result<store::SkillStore*> skill_store(ApiContext& api) {
   return api.skills;
 }
 
-// The upload, staged and checked: files[] parts (or one zip) and display_name.
+// The upload, staged and checked: files[] parts (or one zip) and display_name. Its
+// staging folder is removed on the disk pool (discard), whichever way the request ends.
 struct Upload {
   std::unique_ptr<store::SkillStaging> staging;
   std::optional<std::string> display_name;
 };
+
+// Removes what is left of an upload's staging folder, on the disk pool (it may hold as
+// many entries as runtime.skillMaxFiles allows).
+asio::awaitable<void> discard(std::shared_ptr<Upload> upload) {
+  if (!upload || !upload->staging) co_return;
+  auto remove = [upload] {
+    try {
+      upload->staging.reset();
+    } catch (const std::exception& e) {
+      spdlog::warn("skills: removing a staging folder: {}", e.what());
+    }
+  };
+  co_await run_on(disk_pool(), std::move(remove));
+}
 
 asio::awaitable<Result<std::shared_ptr<Upload>>> receive_upload(ApiContext& api, RequestContext& ctx) {
   auto boundary = store::MultipartParser::boundary_from_content_type(ctx.header_value(http::field::content_type));
@@ -116,7 +137,16 @@ asio::awaitable<Result<std::shared_ptr<Upload>>> receive_upload(ApiContext& api,
   limits.max_bytes = config->skill_max_bytes;
   limits.max_files = static_cast<size_t>(config->skill_max_files);
   auto upload = std::make_shared<Upload>();
-  upload->staging = std::make_unique<store::SkillStaging>(api.skills->new_staging_dir(), limits);
+  auto make_staging = [dir = api.skills->new_staging_dir(), limits]() -> std::unique_ptr<store::SkillStaging> {
+    try {
+      return std::make_unique<store::SkillStaging>(dir, limits);
+    } catch (const std::exception& e) {
+      spdlog::error("skills: {}", e.what());
+      return nullptr;
+    }
+  };
+  upload->staging = co_await run_on(disk_pool(), std::move(make_staging));
+  if (!upload->staging) co_return ApiError::internal();
   std::optional<ApiError> failure;
   enum class Part { kOther, kFile, kDisplayName } current = Part::kOther;
   std::string display_name;
@@ -163,20 +193,31 @@ asio::awaitable<Result<std::shared_ptr<Upload>>> receive_upload(ApiContext& api,
   // Room for the multipart framing beyond the files themselves; the byte cap proper
   // is the staging's (a clear 400).
   const size_t limit = static_cast<size_t>(limits.max_bytes) + (4u << 20);
-  std::optional<ApiError> write_error;
-  auto received = co_await ctx.read_body_stream(limit, [&](std::string_view chunk) -> Result<void> {
-    try {
-      if (parser.feed(chunk)) return {};
-    } catch (const std::exception& e) {  // a disk error while writing
-      spdlog::error("skills: staging an upload: {}", e.what());
-      return ApiError::internal();
-    }
-    if (failure) return *failure;
-    return ApiError::invalid_request("Malformed multipart body: " + parser.error());
-  });
-  if (!received) co_return received.error();
-  if (!parser.finished()) co_return ApiError::invalid_request("The multipart body ended before its closing boundary");
-  if (upload->staging->files() == 0) co_return ApiError::invalid_request("The upload has no files (field 'files[]')");
+  // Each chunk is parsed and written on the disk pool (a part's folders are made, its
+  // file created and written there): the I/O thread only reads the socket and awaits,
+  // one chunk at a time, so the parser and the staging are never used by two threads.
+  auto feed = [&](std::string_view chunk) -> asio::awaitable<Result<void>> {
+    auto step = [&parser, &failure, chunk]() -> Result<void> {
+      try {
+        if (parser.feed(chunk)) return {};
+      } catch (const std::exception& e) {  // a disk error while writing
+        spdlog::error("skills: staging an upload: {}", e.what());
+        return ApiError::internal();
+      }
+      if (failure) return *failure;
+      return ApiError::invalid_request("Malformed multipart body: " + parser.error());
+    };
+    co_return co_await run_on(disk_pool(), std::move(step));
+  };
+  auto received = co_await ctx.read_body_stream_async(limit, feed);
+  std::optional<ApiError> refused;
+  if (!received) refused = received.error();
+  else if (!parser.finished()) refused = ApiError::invalid_request("The multipart body ended before its closing boundary");
+  else if (upload->staging->files() == 0) refused = ApiError::invalid_request("The upload has no files (field 'files[]')");
+  if (refused) {
+    co_await discard(upload);
+    co_return *refused;
+  }
   co_return upload;
 }
 
@@ -201,7 +242,9 @@ asio::awaitable<Result<json::value>> check_and_store(std::shared_ptr<Upload> upl
     auto checked = upload->staging->check();
     return keep(checked);
   };
-  co_return co_await on_disk_pool(std::move(work));
+  auto kept = co_await on_disk_pool(std::move(work));
+  co_await discard(std::move(upload));  // what the store did not take (all of it, if refused)
+  co_return kept;
 }
 
 asio::awaitable<Result<Response>> create_skill(ApiContext& api, RequestContext& ctx) {
@@ -344,9 +387,6 @@ asio::awaitable<Result<Response>> delete_version(ApiContext& api, RequestContext
     switch (skills->remove_version(owner, skill_id, version)) {
       case store::SkillStore::VersionRemoval::kMissing:
         return ApiError::not_found("Version '" + version + "' of skill " + skill_id + " not found");
-      case store::SkillStore::VersionRemoval::kLastVersion:
-        return ApiError::invalid_request("Version '" + version + "' is the only version of skill " + skill_id +
-                                         "; delete the skill instead");
       case store::SkillStore::VersionRemoval::kRemoved:
         break;
     }

@@ -1,5 +1,5 @@
-// Workspace thread chat (SPEC §3.4, seeds 000 and 002 "Code execution in the Workspace
-// API"): threads an owner creates, lists, renames and deletes; a message posted to a
+// Workspace thread chat (docs/http-api.md, "Code execution in the Workspace" in
+// docs/contract.md): threads an owner creates, lists, renames and deletes; a message posted to a
 // thread runs the /messages tool loop with the thread as the container and the stored
 // conversation (its last workspace.maxHistoryTurns turns) as the history. Code execution
 // is offered when the request uses Skills or asks for it in pgpt.tools, and never while
@@ -7,6 +7,8 @@
 // thread's artifacts and come back as zylon-resource blocks, in the stream and in the
 // stored answer.
 
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/json.hpp>
 #include <boost/url/encode.hpp>
 #include <boost/url/rfc/unreserved_chars.hpp>
@@ -21,6 +23,8 @@
 #include "api/thread_chat.h"
 #include "service/tool_calls.h"
 #include "api/tool_loop_support.h"
+#include "base/sandbox_paths.h"
+#include "base/utf8.h"
 #include "model/sse.h"
 #include "model/tool_loop.h"
 #include "store/keys.h"
@@ -48,21 +52,39 @@ constexpr const char* kWorkspaceSystem =
 
 int64_t now_seconds() { return static_cast<int64_t>(std::time(nullptr)); }
 
-// Turns running now, one per thread: a second message waits for the first to finish.
+// Turns running now, one per thread: a second message waits for the first to finish,
+// and a stop request finds the turn's cancellation here.
 class RunningTurns {
  public:
-  bool claim(const std::string& owner, const std::string& id) {
+  bool claim(const std::string& owner, const std::string& id,
+             std::shared_ptr<runtime::Cancellation> cancellation) {
     std::lock_guard lock(mutex_);
-    return running_.insert({owner, id}).second;
+    return running_.emplace(std::make_pair(owner, id), std::move(cancellation)).second;
   }
   void release(const std::string& owner, const std::string& id) {
     std::lock_guard lock(mutex_);
     running_.erase({owner, id});
   }
+  // Cancels the thread's running turn; false when none runs.
+  bool cancel(const std::string& owner, const std::string& id) {
+    std::shared_ptr<runtime::Cancellation> cancellation;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = running_.find({owner, id});
+      if (it == running_.end()) return false;
+      cancellation = it->second;
+    }
+    cancellation->cancel();  // outside the lock: its callbacks may release other turns
+    return true;
+  }
+  bool running(const std::string& owner, const std::string& id) {
+    std::lock_guard lock(mutex_);
+    return running_.contains({owner, id});
+  }
 
  private:
   std::mutex mutex_;
-  std::set<std::pair<std::string, std::string>> running_;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<runtime::Cancellation>> running_;
 };
 
 struct ChatState {
@@ -160,14 +182,27 @@ struct ChatRequest {
   std::string content;
   json::array skills;
   bool code_execution_requested = false;  // pgpt.tools names code_execution
+  // The tool version pgpt.tools asks for (an Anthropic one drops `detail` from error
+  // blocks, as /messages does); Zylon's own when it names none.
+  std::string code_tool_type = "code_execution_v1";
   bool stream = false;
   std::string model = "default";
   int64_t max_tokens = kDefaultMaxTokens;
 };
 
+// The version a pgpt.tools entry names: its type, or the string itself ("" for the bare
+// name "code_execution").
+std::string requested_version(const json::value& tool) {
+  auto version_of = [](std::string_view s) { return s.starts_with("code_execution_") ? std::string(s) : std::string(); };
+  if (tool.is_string()) return version_of(tool.as_string());
+  auto* type = tool.as_object().if_contains("type");
+  return type && type->is_string() ? version_of(type->as_string()) : std::string();
+}
+
 bool is_code_execution_tool(const json::value& tool) {
   auto names = [](std::string_view s) {
-    return s == "code_execution" || s == "code_execution_v1" || s == "code_execution_20250825";
+    return s == "code_execution" || s == "code_execution_v1" || s == "code_execution_20250825" ||
+           s == "code_execution_20260120" || s == "code_execution_20260521";
   };
   if (tool.is_string()) return names(tool.as_string());
   if (!tool.is_object()) return false;
@@ -210,6 +245,8 @@ Result<ChatRequest> parse_chat_request(const json::object& body) {
                                              "(\"code_execution\" or {\"name\": \"code_execution\", \"type\": "
                                              "\"code_execution_v1\"})");
           request.code_execution_requested = true;
+          if (auto version = requested_version(pvalue.as_array()[i]); !version.empty())
+            request.code_tool_type = std::move(version);
         }
       }
     } else if (key == "stream") {
@@ -327,15 +364,20 @@ asio::awaitable<std::vector<store::ThreadArtifact>> changed_outputs(ApiContext& 
 // stored, before the client learns that the message ended.
 class Turn : public model::EventSink {
  public:
-  Turn(ApiContext& api, std::shared_ptr<ChatState> state, std::string owner, std::string thread_id)
-      : api_(api), state_(std::move(state)), owner_(std::move(owner)), thread_id_(std::move(thread_id)) {}
+  Turn(ApiContext& api, std::shared_ptr<ChatState> state, std::string owner, std::string thread_id,
+       std::shared_ptr<runtime::Cancellation> cancellation)
+      : cancellation(std::move(cancellation)),
+        api_(api),
+        state_(std::move(state)),
+        owner_(std::move(owner)),
+        thread_id_(std::move(thread_id)) {}
   ~Turn() override {
     if (watch) watch->stop();
-    state_->running.release(owner_, thread_id_);
+    release();
   }
 
-  std::shared_ptr<runtime::Cancellation> cancellation = std::make_shared<runtime::Cancellation>();
-  std::shared_ptr<Container> container;  // when code execution is offered
+  std::shared_ptr<runtime::Cancellation> cancellation;  // a stop request or the client leaving
+  std::shared_ptr<Container> container;                 // when code execution is offered
   OutputsSnapshot outputs_before;
   std::unique_ptr<ContainerRunner> runner;
   std::unique_ptr<model::ToolLoop> loop;
@@ -349,12 +391,47 @@ class Turn : public model::EventSink {
   std::optional<ApiError> failure;  // an error event of the loop
   json::object answer;              // the stored assistant message, as answered
 
+  // The turn was stopped (a stop request, or the client closed the stream) before the
+  // answer ended: what was said so far is stored, marked stopped, and an open stream
+  // ends as a finished one does.
+  asio::awaitable<void> finish_stopped() {
+    keep_complete_blocks();
+    // Named objects, not temporaries in the co_await expressions (GCC 12 miscompiles
+    // initializer lists there).
+    json::object delta;
+    delta["stop_reason"] = nullptr;
+    delta["stop_sequence"] = nullptr;
+    delta["stopped"] = true;
+    json::object usage;
+    usage["output_tokens"] = 0;
+    json::object message_delta;
+    message_delta["type"] = "message_delta";
+    message_delta["delta"] = std::move(delta);
+    message_delta["usage"] = std::move(usage);
+    json::object message_stop;
+    message_stop["type"] = "message_stop";
+    const bool client_here = co_await finish(message_delta);
+    if (client_here) co_await forward("message_stop", message_stop);
+  }
+
   asio::awaitable<bool> send(std::string_view event, const json::object& data) override {
     if (event == "message_start") {
       if (auto* m = data.if_contains("message"); m && m->is_object())
         if (auto* id = m->as_object().if_contains("id"); id && id->is_string()) message_id_ = std::string(id->as_string());
     } else if (event == "content_block_start") {
-      if (auto* block = data.if_contains("content_block"); block && block->is_object()) content_.push_back(*block);
+      if (auto* block = data.if_contains("content_block"); block && block->is_object()) {
+        if (is_workspace_block(block->as_object())) {
+          // A block of the workspace's own type that the model made up (a file and a
+          // download_url of its choosing): artifacts come only from files this turn was
+          // seen to write. Its place (the index) is kept with an empty text block, so
+          // the stream's numbering stays whole; nothing of it is sent or stored.
+          json::object replaced = data;
+          replaced["content_block"] = json::object{{"type", "text"}, {"text", ""}};
+          content_.push_back(replaced["content_block"]);
+          co_return co_await forward(event, replaced);
+        }
+        content_.push_back(*block);
+      }
     } else if (event == "content_block_delta") {
       apply_delta(data);
     } else if (event == "content_block_stop") {
@@ -376,9 +453,53 @@ class Turn : public model::EventSink {
   }
 
  private:
+  void release() {
+    if (released_) return;
+    released_ = true;
+    state_->running.release(owner_, thread_id_);
+  }
+
+  // A stopped answer keeps only what a later turn can give the model back: a code
+  // execution call without its result, or a thinking block without its signature,
+  // would make the upstream refuse the conversation.
+  void keep_complete_blocks() {
+    std::set<std::string> answered;
+    for (const auto& block : content_)
+      if (auto* id = block.is_object() ? block.as_object().if_contains("tool_use_id") : nullptr;
+          id && id->is_string())
+        answered.emplace(id->as_string());
+    json::array kept;
+    for (size_t i = 0; i < content_.size(); ++i) {
+      const auto& block = content_[i];
+      if (!block.is_object()) continue;
+      const auto& b = block.as_object();
+      auto* type = b.if_contains("type");
+      std::string_view kind =
+          type && type->is_string() ? std::string_view(type->as_string()) : std::string_view();
+      if (kind == "server_tool_use") {
+        auto* id = b.if_contains("id");
+        if (partial_json_.contains(static_cast<int64_t>(i)) || !id || !id->is_string() ||
+            !answered.contains(std::string(id->as_string())))
+          continue;
+      }
+      if (kind == "thinking") {
+        auto* signature = b.if_contains("signature");
+        if (!signature || !signature->is_string() || signature->as_string().empty()) continue;
+      }
+      kept.push_back(block);
+    }
+    content_ = std::move(kept);
+    partial_json_.clear();
+  }
+
   asio::awaitable<bool> forward(std::string_view event, const json::object& data) {
     if (!client) co_return true;
     co_return co_await client->send(event, data);
+  }
+
+  static bool is_workspace_block(const json::object& block) {
+    auto* type = block.if_contains("type");
+    return type && type->is_string() && type->as_string() == kResourceBlock;
   }
 
   json::object* block_at(const json::object& data) {
@@ -444,12 +565,14 @@ class Turn : public model::EventSink {
       }
     }
     if (auto* usage = message_delta.if_contains("usage")) extra["usage"] = *usage;
+    if (cancellation->cancelled()) extra["stopped"] = true;
     store::ThreadMessage assistant{message_id_, "assistant", json::serialize(content_), json::serialize(extra),
                                    now_seconds()};
     auto append = [this, &assistant, &artifacts] {
       return state_->threads.append_turn(owner_, thread_id_, user, assistant, artifacts, title_from(request_text));
     };
     stored = co_await store_call(api_, std::move(append));
+    release();  // stored: the thread takes its next message, a stop request returns
     if (!stored) failure = ApiError::not_found("Thread not found: " + thread_id_ + " (deleted while it answered)");
     answer = message_json(assistant);
     answer["thread_id"] = thread_id_;
@@ -464,6 +587,7 @@ class Turn : public model::EventSink {
   std::string message_id_ = model::new_message_id();
   json::array content_;
   std::map<int64_t, std::string> partial_json_;
+  bool released_ = false;
 };
 
 // ---------------------------------------------------------------------------------
@@ -496,6 +620,12 @@ asio::awaitable<Result<Response>> create_thread(ApiContext& api, ChatState& stat
     auto room = OwnerQuotas::room_for_one_more(state.threads.count(ctx.owner), api.config()->threads_per_owner,
                                                "threads", "quotas.threadsPerOwner", "threads_quota");
     if (!room) return room.error();
+    // A thread's turns run in a container of the thread's id: one that could not get
+    // its container is refused now, naming the quota, not at its first turn.
+    room = OwnerQuotas::room_for_one_more(api.containers.metadata().containers_claimed(ctx.owner),
+                                          api.config()->containers_per_owner, "containers (threads included)",
+                                          "quotas.containersPerOwner", "containers_quota");
+    if (!room) return room.error();
     if (!state.threads.create(record)) return ApiError::internal();
     return *state.threads.find(ctx.owner, record.id);
   };
@@ -507,8 +637,13 @@ asio::awaitable<Result<Response>> create_thread(ApiContext& api, ChatState& stat
 asio::awaitable<Result<Response>> list_threads(ApiContext& api, ChatState& state, RequestContext& ctx) {
   auto limit = page_limit(ctx);
   if (!limit) co_return limit.error();
-  auto query = [&state, &ctx, &limit] {
-    return state.threads.list(ctx.owner, *limit, ctx.query_value("after_id").value_or(""));
+  // `q`: the threads whose title holds it (ignoring case), for the page's search box.
+  std::string title_query = ctx.query_value("q").value_or("");
+  if (title_query.size() > kMaxTitleBytes)
+    co_return ApiError::invalid_request("'q' is longer than " + std::to_string(kMaxTitleBytes) + " bytes");
+  if (!is_valid_utf8(title_query)) co_return ApiError::invalid_request("'q' must be UTF-8 text");
+  auto query = [&state, &ctx, &limit, &title_query] {
+    return state.threads.list(ctx.owner, *limit, ctx.query_value("after_id").value_or(""), title_query);
   };
   auto page = co_await store_call(api, std::move(query));
   json::array data;
@@ -572,6 +707,54 @@ asio::awaitable<Result<Response>> list_artifacts(ApiContext& api, ChatState& sta
   co_return json_ok(json::object{{"data", data}});
 }
 
+// Stops the thread's running turn: its command is killed, what was said so far is
+// stored marked stopped. Answers once the turn has been stored (bounded: a turn that
+// takes longer is still stopping), so a reload right after shows it.
+asio::awaitable<Result<Response>> stop_turn(ApiContext& api, ChatState& state, RequestContext& ctx) {
+  auto thread = co_await find_thread(api, state, ctx);
+  if (!thread) co_return thread.error();
+  const bool was_running = state.running.cancel(ctx.owner, thread->id);
+  asio::steady_timer pause(co_await asio::this_coro::executor);
+  for (int i = 0; was_running && i < 400 && state.running.running(ctx.owner, thread->id); ++i) {
+    pause.expires_after(std::chrono::milliseconds(25));
+    boost::system::error_code ec;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  co_return json_ok(json::object{{"id", thread->id}, {"type", "thread_turn_stop"}, {"stopped", was_running}});
+}
+
+// The thread's files: what the user uploaded and what turns wrote to outputs/, with
+// the organisation's download settings for each kind.
+asio::awaitable<Result<Response>> list_files(ApiContext& api, ChatState& state, RequestContext& ctx) {
+  auto thread = co_await find_thread(api, state, ctx);
+  if (!thread) co_return thread.error();
+  const auto config = api.config();
+  json::array data;
+  auto opened = co_await api.containers.async_open(ctx.owner, thread->id, /*create=*/false);
+  if (opened) {
+    std::shared_ptr<Container> container = *opened;
+    co_await sync_off_io_thread(api, *container);
+    auto query = [&api, &container] { return api.containers.metadata().files_of(container->storage); };
+    auto records = co_await store_call(api, std::move(query));
+    const std::string uploads = std::string(kUploadsMount) + "/", outputs = std::string(kOutputsMount) + "/";
+    for (const auto& record : records) {
+      const bool upload = record.path.starts_with(uploads);
+      if (!upload && !record.path.starts_with(outputs)) continue;
+      data.push_back(
+          json::object{{"type", "thread_file"},
+                       {"file_id", store::file_id_for_path(record.path)},
+                       {"filename", record.path.substr(record.path.rfind('/') + 1)},
+                       {"path", record.path},
+                       {"kind", upload ? "upload" : "output"},
+                       {"mime_type", record.mime},
+                       {"size_bytes", record.size},
+                       {"downloadable", upload ? config->download_uploaded : config->download_generated},
+                       {"created_at", ContainerService::format_time(record.created_at)}});
+    }
+  }
+  co_return json_ok(json::object{{"data", data}});
+}
+
 // The operator's settings the page shows (not secrets).
 asio::awaitable<Result<Response>> features(ApiContext& api, ChatState&, RequestContext&) {
   const auto config = api.config();
@@ -604,10 +787,11 @@ asio::awaitable<Result<Response>> post_message(ApiContext& api, std::shared_ptr<
   const bool code_execution =
       config->code_execution_enabled && (request->code_execution_requested || !request->skills.empty());
 
-  if (!state->running.claim(ctx.owner, thread->id))
+  auto cancellation = std::make_shared<runtime::Cancellation>();
+  if (!state->running.claim(ctx.owner, thread->id, cancellation))
     co_return ApiError{http::status::too_many_requests, "rate_limit_error",
                        "A message is being answered in this thread; send the next one when it has finished", 1};
-  auto turn = std::make_shared<Turn>(api, state, ctx.owner, thread->id);
+  auto turn = std::make_shared<Turn>(api, state, ctx.owner, thread->id, cancellation);
   turn->user = store::ThreadMessage{model::new_message_id(), "user", json::serialize(json::value(request->content)),
                                     "{}", now_seconds()};
   turn->request_text = request->content;
@@ -626,10 +810,10 @@ asio::awaitable<Result<Response>> post_message(ApiContext& api, std::shared_ptr<
     if (!opened) co_return opened.error();
     turn->container = *opened;
     turn->outputs_before = co_await snapshot_outputs(api, *turn->container);
-    upstream["tools"] = json::array{json::object{{"name", "code_execution"}, {"type", "code_execution_v1"}}};
+    upstream["tools"] = json::array{json::object{{"name", "code_execution"}, {"type", request->code_tool_type}}};
     upstream["system"] = kWorkspaceSystem;
-    // The Skills seam: container.skills is what /messages takes for Skills (SPEC
-    // §3.4b); the request parser and the loop give them to the sandbox.
+    // The Skills seam: container.skills is what /messages takes for Skills (the
+    // same shape); the request parser and the loop give them to the sandbox.
     json::object container{{"id", thread->id}};
     if (!request->skills.empty()) container["skills"] = request->skills;
     upstream["container"] = std::move(container);
@@ -640,7 +824,9 @@ asio::awaitable<Result<Response>> post_message(ApiContext& api, std::shared_ptr<
   if (auto it = config->model_names.find(parsed->model); it != config->model_names.end()) upstream_model = it->second;
 
   turn->runner = std::make_unique<ContainerRunner>(api, turn->container, turn->cancellation, /*depth=*/0);
-  turn->loop = std::make_unique<model::ToolLoop>(api.upstream, loop_settings(*config), std::move(*parsed),
+  model::LoopSettings settings = loop_settings(*config);
+  settings.stream_execution_output = true;  // the page shows a running command's output
+  turn->loop = std::make_unique<model::ToolLoop>(api.upstream, std::move(settings), std::move(*parsed),
                                                  upstream_model, *turn->runner, turn->cancellation);
   turn->watch = server::DisconnectWatch::start(ctx.stream().socket(),
                                                [cancellation = turn->cancellation] { cancellation->cancel(); });
@@ -648,6 +834,7 @@ asio::awaitable<Result<Response>> post_message(ApiContext& api, std::shared_ptr<
   if (!opened) co_return opened.error();
   if (!request->stream) {
     co_await turn->loop->stream(*turn);
+    if (!turn->stored && turn->cancellation->cancelled()) co_await turn->finish_stopped();
     turn->watch->stop();
     if (!turn->stored)
       co_return turn->failure ? *turn->failure : ApiError{http::status::bad_gateway, "api_error", "The turn did not finish", {}};
@@ -662,6 +849,7 @@ asio::awaitable<Result<Response>> post_message(ApiContext& api, std::shared_ptr<
     SseSink sink(writer);
     turn->client = &sink;
     co_await turn->loop->stream(*turn);
+    if (!turn->stored && turn->cancellation->cancelled()) co_await turn->finish_stopped();
     turn->client = nullptr;
     turn->watch->stop();
   };
@@ -678,6 +866,7 @@ server::Handler with_state(ApiContext& api, std::shared_ptr<ChatState> state, Fn
 void register_thread_chat_routes(server::HttpServer& http, ApiContext& api,
                                  std::shared_ptr<store::db::Database> database) {
   auto state = std::make_shared<ChatState>(std::move(database));
+  api.threads = &state->threads;  // the routes keep `state` alive as long as the server
   const std::string base = "/api/v1/app/thread";
   http.route(http::verb::post, base, "threads.create", with_state(api, state, create_thread));
   http.route(http::verb::get, base, "threads.list", with_state(api, state, list_threads));
@@ -686,6 +875,9 @@ void register_thread_chat_routes(server::HttpServer& http, ApiContext& api,
   http.route(http::verb::delete_, base + "/{thread_id}", "threads.delete", with_state(api, state, delete_thread));
   http.route(http::verb::get, base + "/{thread_id}/artifacts", "threads.artifacts",
              with_state(api, state, list_artifacts));
+  http.route(http::verb::get, base + "/{thread_id}/files", "threads.files",
+             with_state(api, state, list_files));
+  http.route(http::verb::post, base + "/{thread_id}/stop", "threads.stop", with_state(api, state, stop_turn));
   http.route(http::verb::post, base + "/{thread_id}/messages", "threads.message",
              [&api, state](RequestContext& ctx) { return post_message(api, state, ctx); });
   http.route(http::verb::get, "/api/v1/app/features", "workspace.features", with_state(api, state, features));

@@ -1,4 +1,4 @@
-// Workspace thread file endpoints (SPEC §3.4): the container is the thread id.
+// Workspace thread file endpoints (docs/http-api.md): the container is the thread id.
 // Downloads follow the organisation's settings: generated files (outputs/) need
 // workspace.downloads.generatedResources, uploaded files need uploadedResources.
 
@@ -36,12 +36,10 @@ asio::awaitable<Result<Response>> download_file(ApiContext& api, RequestContext&
   if (!container) co_return container.error();
   auto resolved = resolve_sandbox_path((*container)->paths, *path);
   if (!resolved) co_return ApiError::invalid_request("Path '" + path->substr(0, 300) + "' does not match any session mount");
-  if (resolved->mount == Mount::kOutputs && !api.config()->download_generated)
-    co_return ApiError::permission("Downloads of generated files are disabled by the organisation's settings");
-  if (resolved->mount == Mount::kUploads && !api.config()->download_uploaded)
-    co_return ApiError::permission("Downloads of uploaded files are disabled by the organisation's settings");
-  if (resolved->mount != Mount::kOutputs && resolved->mount != Mount::kUploads)
-    co_return ApiError::permission("Only files in /mnt/user-data/outputs/ and /mnt/user-data/uploads/ can be downloaded");
+  // The organisation's settings (the same rule as the Files API's for a thread's files).
+  const auto config = api.config();
+  const DownloadRule rule{.thread = true, .outputs = config->download_generated, .uploads = config->download_uploaded};
+  if (!rule.allows(resolved->sandbox_path)) co_return rule.refusal(resolved->sandbox_path);
   Container& c = **container;
   auto stat = [&api, &c, &resolved] { return api.files.stat_file(c.storage, c.paths, resolved->sandbox_path); };
   auto record = co_await run_blocking(std::move(stat));  // hashes a changed body

@@ -27,7 +27,18 @@ ContainerRunner::ContainerRunner(ApiContext& api, std::shared_ptr<Container> con
     : api_(api), container_(std::move(container)), cancellation_(std::move(cancellation)), depth_(depth) {}
 
 asio::awaitable<json::object> ContainerRunner::run(std::string_view tool, const json::object& input) {
-  auto content = co_await run_sub_tool(api_, container_, tool, input, cancellation_, depth_);
+  co_return co_await run_observed(tool, input, nullptr);
+}
+
+asio::awaitable<json::object> ContainerRunner::run_observed(std::string_view tool, const json::object& input,
+                                                            model::OutputListener listener) {
+  std::function<void(runtime::OutputStreamId, std::string_view)> on_output;
+  if (listener)
+    on_output = [listener = std::move(listener)](runtime::OutputStreamId stream, std::string_view bytes) {
+      listener(stream == runtime::OutputStreamId::kStderr ? "stderr" : "stdout", bytes);
+    };
+  auto content =
+      co_await run_sub_tool(api_, container_, tool, input, cancellation_, depth_, std::move(on_output));
   if (content) co_return std::move(*content);
   // Refused by capacity: the turn goes on, and the model learns why.
   co_return tools::tool_error(tool == model::kEditorTool ? tools::kEditorErrorType : tools::kBashErrorType,
@@ -39,6 +50,8 @@ json::value ContainerRunner::container() {
   api_.containers.touch(*container_);
   json::object out{{"id", container_->id},
                    {"expires_at", ContainerService::format_time(api_.containers.expires_at(*container_))}};
+  // Anthropic's Container always has `skills`: null when the request loaded none.
+  out["skills"] = nullptr;
   if (!skills_.empty()) {
     json::array skills;
     for (const auto& skill : skills_)

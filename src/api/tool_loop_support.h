@@ -27,7 +27,10 @@ class ContainerRunner : public model::ToolRunner {
 
   // A call refused for capacity does not end the turn: the model gets an error block.
   asio::awaitable<boost::json::object> run(std::string_view tool, const boost::json::object& input) override;
-  // {id, expires_at[, skills]}; touching the container keeps it alive.
+  // The same, with a command's output told to `listener` while it runs.
+  asio::awaitable<boost::json::object> run_observed(std::string_view tool, const boost::json::object& input,
+                                                    model::OutputListener listener) override;
+  // {id, expires_at, skills (null without)}; touching the container keeps it alive.
   boost::json::value container() override;
   // The request's skills, as the response's container shows them (resolved versions).
   void set_skills(std::vector<LoadedSkill> skills) { skills_ = std::move(skills); }

@@ -1,4 +1,4 @@
-// The Workspace web page (issue 16): static files from the web root, served by sandboxd
+// The Workspace web page (docs/workspace.md): static files from the web root, served by sandboxd
 // itself at `/` (index.html) and `/assets/...`. Only names of letters, digits, '.', '_'
 // and '-' in segments that do not start with '.', only known file types, opened with
 // openat2(RESOLVE_BENEATH) under the root, every answer with nosniff and a strict
@@ -20,9 +20,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// frame-src blob: is for the PDF preview: a blob the page's own script made and typed
+// application/pdf, which opens only the browser's PDF viewer.
 constexpr const char* kContentSecurityPolicy =
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; connect-src 'self'; "
-    "font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
+    "connect-src 'self'; frame-src blob:; font-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'";
 
 std::string_view content_type(std::string_view name) {
   static const std::pair<std::string_view, std::string_view> kTypes[] = {

@@ -14,6 +14,7 @@
 
 #include "app/admin_client.h"
 #include "app/image_command.h"
+#include "app/mcp_bridge.h"
 #include "app/run_command.h"
 #include "app/serve.h"
 #include "ops/config.h"
@@ -94,7 +95,15 @@ int main(int argc, char** argv) {
   image_rm->add_option("name", image_name, "NAME[:TAG]")->required();
   for (auto* cmd : {image_import, image_build, image_ls, image_rm}) add_store_options(cmd);
 
+  sandboxd::app::McpBridgeOptions mcp_options;
+  auto* mcp = app.add_subcommand(
+      "mcp", "A stdio MCP server for local MCP clients, bridged to a running server's /mcp endpoint");
+  mcp->add_option("--url", mcp_options.url, "The server (http://HOST:PORT) or its MCP endpoint (…/mcp)")->required();
+  mcp->add_option("--token-env", mcp_options.token_env,
+                  "The environment variable that holds the API token (default: SANDBOXD_TOKEN)");
+
   CLI11_PARSE(app, argc, argv);
+  if (mcp->parsed()) return sandboxd::app::mcp_bridge(mcp_options);
   if (image->parsed()) {
     std::string data_dir = image_data_dir;
     if (data_dir.empty()) {

@@ -73,7 +73,8 @@ void reload(const std::string& config_path, ops::LiveConfig& live_config, ops::A
   }
   for (const auto& key : live_config.reload(loaded))
     spdlog::warn("SIGHUP: {} changed in {}; that takes a restart, the current value stays", key, config_path);
-  admission.set_limits(loaded.max_concurrent_executions, std::chrono::seconds(loaded.queue_timeout_sec));
+  admission.set_limits(loaded.max_concurrent_executions, std::chrono::seconds(loaded.queue_timeout_sec),
+                       loaded.max_concurrent_executions_per_owner);
   spdlog::info("SIGHUP: configuration reloaded from {}", config_path);
 }
 
@@ -100,7 +101,7 @@ int serve(ops::Config config, const std::string& config_path) {
   }
 
   // The sandbox runtime, unless the operator runs none, or this host cannot run one
-  // (then the service still serves files, and code execution answers with the seed's
+  // (then the service still serves files, and code execution answers with the contract's
   // "not configured" error blocks).
   std::optional<runtime::Runtime> sandbox_runtime;
   // The sandbox image (external.opensandbox.codeExecution.image): an installed image, or
@@ -174,7 +175,11 @@ int serve(ops::Config config, const std::string& config_path) {
   const std::string sqlite_path = (fs::path(config.data_dir) / "sandboxd.db").string();
   std::shared_ptr<store::db::Database> postgres;
   if (config.metadata_backend == "postgres") {
-    postgres = store::db::open_postgres(config.postgres_url);
+    store::db::PostgresTimeouts timeouts;
+    timeouts.lock = std::chrono::seconds(config.postgres_lock_timeout_sec);
+    timeouts.statement = std::chrono::seconds(config.postgres_statement_timeout_sec);
+    timeouts.idle_in_transaction = std::chrono::seconds(config.postgres_idle_in_transaction_timeout_sec);
+    postgres = store::db::open_postgres(config.postgres_url, 8, timeouts);
     spdlog::info("metadata: PostgreSQL");
   }
   auto metadata_database = [&] { return postgres ? postgres : store::db::open_sqlite(sqlite_path); };
@@ -199,7 +204,7 @@ int serve(ops::Config config, const std::string& config_path) {
                    config.s3.endpoint, config.s3.prefix, config.flush_interval_sec);
     }
     // Cluster mode: the metadata is shared with the other replicas, and each container
-    // is served under a lease (issue 13 §3). Every write to a container's file records
+    // is served under a lease (one replica at a time). Every write to a container's file records
     // and to its manifest passes the lease's fence in its own transaction.
     std::optional<store::LeaseStore> lease_store;
     std::optional<cluster::ContainerLeases> leases;
@@ -213,7 +218,7 @@ int serve(ops::Config config, const std::string& config_path) {
           [&leases](store::db::Connection& conn, const std::string& storage) { leases->check_fence(conn, storage); });
       if (manifest)
         manifest->set_write_fence(
-            [&leases](store::db::Connection& conn, const std::string& storage) { leases->check_fence(conn, storage); });
+            [&leases](store::db::Connection& conn, const std::string& storage) { return leases->check_fence(conn, storage); });
       containers.set_cluster(&*leases);
       spdlog::info("cluster: replica {} at {}, leases of {}s", config.cluster_replica_id, config.cluster_advertise_url,
                    config.cluster_lease_seconds);
@@ -264,6 +269,14 @@ int serve(ops::Config config, const std::string& config_path) {
     service::SkillMounts skill_mounts(config.data_dir);
     api.skills = &skills;
     api.skill_mounts = &skill_mounts;
+    // With the bucket, skills are the cluster's: every version in the bucket, a copy
+    // made on each replica's first use, deleted everywhere.
+    std::optional<store::SkillBucket> skill_bucket;
+    if (durability) {
+      skill_bucket.emplace(durability->bucket_client(), config.s3.prefix);
+      skills.set_bucket(&*skill_bucket);
+      api::keep_skill_copies_current(io, skills);
+    }
     api::register_ops_routes(http, api);
     api::register_container_routes(http, api);
     api::register_file_routes(http, api);
@@ -273,6 +286,7 @@ int serve(ops::Config config, const std::string& config_path) {
     api::register_messages_routes(http, api);
     api::register_admin_routes(http, api);
     api::register_skill_routes(http, api);
+    api::register_mcp_routes(http, api);
     if (leases) {
       api::install_cluster_routing(http, api, *leases);
       leases->start();

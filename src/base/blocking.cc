@@ -10,4 +10,12 @@ boost::asio::thread_pool& blocking_pool() {
   return pool;
 }
 
+// Two threads: two owners' skill uploads proceed side by side; more wait their turn
+// here (each one bounded by runtime.skillMaxFiles and skillMaxSize) while everything
+// else goes on.
+boost::asio::thread_pool& tree_pool() {
+  static boost::asio::thread_pool pool(2);
+  return pool;
+}
+
 }  // namespace sandboxd

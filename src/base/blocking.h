@@ -36,6 +36,12 @@ boost::asio::awaitable<std::invoke_result_t<Fn&>> run_on(boost::asio::thread_poo
   co_return co_await boost::asio::co_spawn(pool, run_here(std::move(fn)), boost::asio::use_awaitable);
 }
 
+// The pool for work over many entries that an owner's request sent (a skill's files
+// being unpacked, checked, sealed or removed): threads of their own, so such work
+// queues behind itself and never in front of the file transfers, listings and command
+// set-ups that blocking_pool() runs for every owner.
+boost::asio::thread_pool& tree_pool();
+
 // Runs `fn` on blocking_pool() and returns its result to the awaiting coroutine.
 template <typename Fn>
 boost::asio::awaitable<std::invoke_result_t<Fn&>> run_blocking(Fn fn) {

@@ -1,4 +1,4 @@
-// Expected failures: API errors in the Anthropic shape (SPEC §3):
+// Expected failures: API errors in the Anthropic shape (docs/http-api.md):
 //   {"type":"error","error":{"type":"not_found_error","message":"..."}}
 // Every layer reports an expected failure (bad input, a missing thing, a host out of a
 // resource) as a value: an ApiError in a Result. Only the unexpected (a bug, a broken

@@ -14,7 +14,7 @@ namespace sandboxd {
 size_t utf8_sequence_length(std::string_view text, size_t i);
 
 // The text with every byte that does not start a well-formed sequence replaced by
-// U+FFFD (one per byte, as the seeds' "bytes that are not valid UTF-8 reach JSON as
+// U+FFFD (one per byte, as the contract's "bytes that are not valid UTF-8 reach JSON as
 // U+FFFD"). Valid input comes back unchanged.
 std::string to_valid_utf8(std::string_view text);
 

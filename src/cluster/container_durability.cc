@@ -238,7 +238,7 @@ void ContainerDurability::forget_files(Container& container, const std::vector<s
 
 // --- flush --------------------------------------------------------------------------
 
-bool ContainerDurability::flush_blocking(Container& container) {
+bool ContainerDurability::flush_blocking(Container& container, std::optional<store::FencedError>& fenced) {
   std::lock_guard lock(container.durability_mutex);
   if (container.deleted) return true;
   // A local copy never checked against the manifest (ensure_local has not run) may be
@@ -265,7 +265,7 @@ bool ContainerDurability::flush_blocking(Container& container) {
       const bool unchanged = known != rows.end() && same_file(known->second, seen);
       std::optional<int64_t> expected = known == rows.end() ? 0 : known->second.version;
       if (known != rows.end()) rows.erase(known);
-      if (unchanged) return;
+      if (unchanged || fenced) return;
       if (failed) {  // the bucket failed on an earlier file: count what waits
         pending += static_cast<uint64_t>(seen.st_size);
         return;
@@ -294,10 +294,24 @@ bool ContainerDurability::flush_blocking(Container& container) {
         failed = true;
         return;
       }
-      auto change = manifest_.put(row, instance_id_, expected);
+      store::ManifestStore::Change change;
+      try {
+        change = manifest_.put(row, instance_id_, expected);
+      } catch (const store::FencedError& e) {
+        // Another replica holds the container now, or it was deleted: this object is
+        // nobody's, and nothing more of this copy goes up.
+        garbage.push_back(row.object_key);
+        fenced = e;
+        return;
+      }
       if (!change.applied) garbage.push_back(row.object_key);  // an upload replaced it meanwhile
       else if (change.replaced_object) garbage.push_back(*change.replaced_object);
     });
+  }
+  if (fenced) {
+    delete_objects_later(std::move(garbage));
+    container.unflushed_bytes = 0;
+    return false;
   }
   // Rows whose file is gone (in a mount that could be read); never from a copy that
   // went stale meanwhile (that would delete the new holder's files).
@@ -315,9 +329,20 @@ bool ContainerDurability::flush_blocking(Container& container) {
         struct stat st;
         if (again.valid() && fstat(again.get(), &st) == 0 && S_ISREG(st.st_mode)) continue;  // written after the walk
       }
-      auto change = manifest_.remove(container.storage, path, instance_id_, row.version);
+      store::ManifestStore::Change change;
+      try {
+        change = manifest_.remove(container.storage, path, instance_id_, row.version);
+      } catch (const store::FencedError& e) {
+        fenced = e;
+        break;
+      }
       if (change.replaced_object) garbage.push_back(*change.replaced_object);
     }
+  }
+  if (fenced) {
+    delete_objects_later(std::move(garbage));
+    container.unflushed_bytes = 0;
+    return false;
   }
   delete_objects_later(std::move(garbage));
   container.unflushed_bytes = pending;
@@ -329,12 +354,24 @@ bool ContainerDurability::flush_blocking(Container& container) {
 
 asio::awaitable<bool> ContainerDurability::flush(std::shared_ptr<Container> container) {
   const auto started = std::chrono::steady_clock::now();
-  auto work = [this, container] { return flush_blocking(*container); };
+  std::optional<store::FencedError> fenced;
+  auto work = [this, container, &fenced] { return flush_blocking(*container, fenced); };
   bool ok = false;
   try {
     ok = co_await run_blocking(std::move(work));
   } catch (const std::exception& e) {
     spdlog::error("bucket: flushing container {}: {}", container->id, e.what());
+  }
+  if (fenced) {
+    // Not a failure to retry: this copy is no longer the container's (the lease went
+    // to another replica, or the container was deleted). The cluster lets it go.
+    spdlog::warn("bucket: flushing container {}: {}", container->id, fenced->what());
+    invalidate_local(*container);
+    container->flush_failed = false;
+    container->flush_failures = 0;
+    container->flushed_changes = container->changes.load();
+    if (on_fenced_) on_fenced_(*fenced);
+    co_return false;
   }
   ops::metrics().storage_flushed(ok, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   const int64_t now = steady_ms();
@@ -471,6 +508,12 @@ asio::awaitable<Result<void>> ContainerDurability::ensure_local(std::shared_ptr<
   Result<void> restored = ApiError::internal();
   try {
     restored = co_await run_blocking(std::move(work));
+  } catch (const store::FencedError& e) {
+    // Its file records could not be written: the container is another replica's now,
+    // or deleted. The retry is relayed to the holder, or finds it gone.
+    spdlog::warn("bucket: restoring container {}: {}", container->id, e.what());
+    if (on_fenced_) on_fenced_(e);
+    restored = ApiError::overloaded("The container moved to another replica; try again", config_.retry_after_sec);
   } catch (const std::exception& e) {
     spdlog::error("bucket: restoring container {}: {}", container->id, e.what());
     restored = ApiError::overloaded("The container's files cannot be restored now; try again later", config_.retry_after_sec);
@@ -483,6 +526,20 @@ asio::awaitable<void> ContainerDurability::forget(std::shared_ptr<Container> con
   auto work = [this, storage = container->storage] { return manifest_.remove_all(storage); };
   auto keys = co_await run_blocking(std::move(work));
   delete_objects_later(std::move(keys));
+  // And whatever else is under the container's prefix: an object a paused holder sent
+  // before it met the fence (it deletes that one itself when it comes back, unless it
+  // dies first), or one whose row never got written.
+  auto sweep = [client = client_, prefix = config_.s3.prefix + "objects/" + container->storage + "/"] {
+    auto listed = client->list_objects(prefix);
+    if (!listed) {
+      spdlog::warn("bucket: listing {}: {}", prefix, listed.error().describe());
+      return;
+    }
+    for (const auto& object : *listed)
+      if (auto removed = client->delete_object(object.key); !removed)
+        spdlog::warn("bucket: deleting {}: {}", object.key, removed.error().describe());
+  };
+  co_await run_blocking(std::move(sweep));
 }
 
 uint64_t ContainerDurability::pending_flush_bytes() const {

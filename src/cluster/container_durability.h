@@ -1,5 +1,5 @@
 // The durable copy of every container in the sessions bucket (storage.backend s3,
-// issue 13 §1). The local volume stays the working copy; this class keeps the bucket
+// docs/storage.md). The local volume stays the working copy; this class keeps the bucket
 // in step with it and brings it back:
 //
 // - uploads: the file transfer streams each body to the bucket as well
@@ -36,8 +36,10 @@
 
 #include "cluster/bucket_upload.h"
 #include "service/cluster_hooks.h"
+#include "service/cluster_hooks.h"
 #include "service/container_service.h"
 #include "ops/config.h"
+#include "store/lease_store.h"
 #include "store/manifest_store.h"
 #include "store/metadata.h"
 #include "store/s3_client.h"
@@ -82,8 +84,13 @@ class ContainerDurability : public service::BucketCopy {
   // container), their objects after that; a holder that dies before its next flush
   // cannot bring them back. Blocking (the database): on the blocking pool.
   void forget_files(Container& container, const std::vector<std::string>& paths);
-  // A deleted container: its rows and objects go.
+  // A deleted container: its rows and objects go (every object under its prefix).
   asio::awaitable<void> forget(std::shared_ptr<Container> container) override;
+  // Cluster mode: a flush or restore met the fence (another replica holds the
+  // container, or it was deleted). Called on any thread. Set once, before serving.
+  void set_on_fenced(std::function<void(const store::FencedError&)> on_fenced) override {
+    on_fenced_ = std::move(on_fenced);
+  }
 
   // --- uploads ----------------------------------------------------------------------
   // `declared_size`: the body's Content-Length, when it has one (see BucketUpload).
@@ -91,6 +98,9 @@ class ContainerDurability : public service::BucketCopy {
                                              std::optional<uint64_t> declared_size = std::nullopt);
   // The uploaded file's row (its object is in the bucket), before the 200.
   void commit_upload(Container& container, const store::FileRecord& record, const std::string& object_key);
+
+  // The bucket's client (the skills' copies share it: store/skill_bucket.h).
+  std::shared_ptr<store::S3Client> bucket_client() const { return client_; }
 
   // --- operations -------------------------------------------------------------------
   // Empty when the bucket answers, else why not (for /ready).
@@ -102,7 +112,9 @@ class ContainerDurability : public service::BucketCopy {
   static std::string marker_path(const Container& container);
 
  private:
-  bool flush_blocking(Container& container);
+  // `fenced`: set when a row write met the fence (the flush then stops, its last object
+  // deleted).
+  bool flush_blocking(Container& container, std::optional<store::FencedError>& fenced);
   Result<void> restore_blocking(Container& container);
   void write_marker(const Container& container, int64_t generation);
   bool local_copy_valid(const Container& container);
@@ -116,6 +128,7 @@ class ContainerDurability : public service::BucketCopy {
   std::string instance_id_;
   std::shared_ptr<store::S3Client> client_;
   OpenContainers open_;
+  std::function<void(const store::FencedError&)> on_fenced_;
   asio::steady_timer ticker_;
   std::atomic<bool> stopping_{false};
 };

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/blocking.h"
+#include "store/database.h"
 
 namespace sandboxd::cluster {
 
@@ -31,7 +32,13 @@ ContainerLeases::Holder ContainerLeases::holder_of(const std::string& storage) {
   return holder;
 }
 
-Result<ContainerLeases::Claim> ContainerLeases::claim(const std::string& storage) {
+bool ContainerLeases::confirmed(const std::string& storage) const {
+  std::lock_guard lock(mutex_);
+  auto it = held_.find(storage);
+  return it != held_.end() && it->second.live && Clock::now() - it->second.confirmed_at < settings_.lease / 2;
+}
+
+Result<ContainerLeases::Claim> ContainerLeases::claim(const std::string& storage, bool existing_container) {
   const auto started = Clock::now();
   bool held_here = false;
   int64_t held_epoch = 0;
@@ -47,8 +54,24 @@ Result<ContainerLeases::Claim> ContainerLeases::claim(const std::string& storage
   if (draining_ && !held_here)
     return ApiError::overloaded("This replica is shutting down; try again (another replica takes the container)",
                                 settings_.retry_after_sec);
-  auto lease = store_.acquire(storage, settings_.replica_id, settings_.advertise_url, now_ms(),
-                              std::chrono::duration_cast<std::chrono::milliseconds>(settings_.lease).count());
+  std::optional<store::Lease> lease;
+  try {
+    lease = store_.acquire(storage, settings_.replica_id, settings_.advertise_url, now_ms(),
+                           std::chrono::duration_cast<std::chrono::milliseconds>(settings_.lease).count(),
+                           existing_container);
+  } catch (const store::db::TimeoutError& e) {
+    // Another session holds the lease row (a replica paused inside a write, or cut off
+    // mid-transaction): this container waits until the database ends that session;
+    // nothing else here waits with it.
+    spdlog::warn("lease: container storage {}: the lease row is held by another session: {}", storage, e.what());
+    return ApiError::overloaded("The container's lease is held up in the database; try again shortly",
+                                settings_.retry_after_sec);
+  }
+  if (!lease && existing_container && !store_.find(storage)) {
+    std::lock_guard lock(mutex_);
+    held_.erase(storage);
+    return ApiError::not_found("Container not found");  // deleted meanwhile (through another replica)
+  }
   std::lock_guard lock(mutex_);
   if (!lease) {
     if (held_here) held_.erase(storage);  // another replica has it now
@@ -84,6 +107,11 @@ void ContainerLeases::drop(const std::string& storage, bool deleted, bool lost) 
   if (lost && on_lost_) on_lost_(storage);
 }
 
+void ContainerLeases::fenced(const store::FencedError& fenced) {
+  spdlog::warn("lease: {}; this replica gives the container up", fenced.what());
+  drop(fenced.storage(), /*deleted=*/false, /*lost=*/true);
+}
+
 std::vector<std::string> ContainerLeases::held() const {
   std::lock_guard lock(mutex_);
   std::vector<std::string> out;
@@ -92,13 +120,13 @@ std::vector<std::string> ContainerLeases::held() const {
   return out;
 }
 
-void ContainerLeases::check_fence(store::db::Connection& conn, const std::string& storage) const {
-  int64_t epoch = 0;  // never held here: only a container without a lease may be written
+int64_t ContainerLeases::check_fence(store::db::Connection& conn, const std::string& storage) const {
+  int64_t epoch = 0;  // never held here (or dropped): no lease has epoch 0, so it is refused
   {
     std::lock_guard lock(mutex_);
     if (auto it = held_.find(storage); it != held_.end()) epoch = it->second.epoch;
   }
-  store::LeaseStore::check_fence(conn, storage, epoch);
+  return store::LeaseStore::check_fence(conn, storage, epoch);
 }
 
 void ContainerLeases::start() { asio::co_spawn(io_, renew_loop(), asio::detached); }

@@ -1,4 +1,4 @@
-// This replica's side of the container leases (issue 13 §3, store/lease_store.h): which
+// This replica's side of the container leases (store/lease_store.h): which
 // replica serves a container, taking a lease before serving one, renewing the held
 // ones in the background (every leaseSeconds/3), releasing them when their sandbox
 // stops, and the fence every write to a container's file records passes.
@@ -44,15 +44,18 @@ class ContainerLeases : public service::LeaseKeeper {
   Holder holder_of(const std::string& storage);
 
   // The LeaseKeeper calls (service/cluster_hooks.h).
-  Result<Claim> claim(const std::string& storage) override;
+  Result<Claim> claim(const std::string& storage, bool existing_container = true) override;
+  bool confirmed(const std::string& storage) const override;
   bool release(const std::string& storage) override;
   void drop(const std::string& storage, bool deleted = false, bool lost = false) override;
+  void fenced(const store::FencedError& fenced) override;
   std::vector<std::string> held() const override;
   void set_on_lost(std::function<void(const std::string& storage)> on_lost) override { on_lost_ = std::move(on_lost); }
 
   // The fence (Metadata::set_write_fence): throws store::FencedError unless `storage`'s
   // lease still has the epoch this replica took it at.
-  void check_fence(store::db::Connection& conn, const std::string& storage) const;
+  // Returns the epoch it checked.
+  int64_t check_fence(store::db::Connection& conn, const std::string& storage) const;
 
   // Background renewal, until stop().
   void start();

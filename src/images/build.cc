@@ -25,6 +25,9 @@ const std::vector<std::string> kDataSciencePackages = {
     "python3-mpmath", "python3-tqdm", "python3-dateutil", "python3-tz", "python3-joblib", "python3-pdfkit",
     "unzip", "p7zip-full", "bc", "ripgrep", "fd-find", "sqlite3", "curl", "ca-certificates", "unrar-free",
     "bash-static",  // sandboxes run it for /bin/bash (no dynamic linking per command)
+    // The persistent Python (code_execution): IPython's kernel, and matplotlib's inline
+    // backend for figures as PNG.
+    "python3-ipykernel", "python3-matplotlib-inline",
     "fonts-dejavu-core"};
 
 const std::vector<std::string> kNotInDebian = {"pyarrow", "python-pptx", "pdfplumber", "pypdfium2", "pdf2image",

@@ -10,10 +10,10 @@
 
 namespace sandboxd::images {
 
-// Debian's packages for the seed's runtime environment (Python 3 with the data
+// Debian's packages for the contract's runtime environment (Python 3 with the data
 // libraries, and the command-line tools).
 extern const std::vector<std::string> kDataSciencePackages;
-// What the seed lists and Debian bookworm does not package.
+// What the contract lists and Debian bookworm does not package.
 extern const std::vector<std::string> kNotInDebian;
 
 struct BuildOptions {

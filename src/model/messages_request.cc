@@ -30,7 +30,8 @@ std::optional<ApiError> need_object(const json::object& object, const char* fiel
   return std::nullopt;
 }
 
-const std::set<std::string, std::less<>> kUserBlocks = {"text", "image", "document", "search_result", "tool_result"};
+const std::set<std::string, std::less<>> kUserBlocks = {"text",          "image",       "document",
+                                                        "search_result", "tool_result", "container_upload"};
 const std::set<std::string, std::less<>> kAssistantBlocks = {
     "text", "thinking", "redacted_thinking", "tool_use", "server_tool_use",
     "bash_code_execution_tool_result", "text_editor_code_execution_tool_result"};
@@ -57,6 +58,7 @@ std::optional<ApiError> check_block(const json::value& value, const std::string&
     return need_string(block, "signature", path);
   }
   if (type == "redacted_thinking") return need_string(block, "data", path);
+  if (type == "container_upload") return need_string(block, "file_id", path);
   if (type == "tool_use" || type == "server_tool_use") {
     if (auto e = need_string(block, "id", path)) return e;
     if (auto e = need_string(block, "name", path)) return e;
@@ -105,7 +107,9 @@ std::optional<ApiError> check_messages(const json::value& value, bool& has_serve
       if (auto e = check_block(blocks[j], block_path, assistant)) return e;
       const auto& block = blocks[j].as_object();
       std::string_view type = block.at("type").as_string();
-      if (type == "server_tool_use") {
+      if (type == "container_upload") {
+        has_server_blocks = true;  // a file for the container: the code tool is needed
+      } else if (type == "server_tool_use") {
         has_server_blocks = true;
         server_ids.insert(std::string(block.at("id").as_string()));
       } else if (type.ends_with("_code_execution_tool_result")) {
@@ -158,9 +162,16 @@ std::optional<ApiError> check_tools(const json::value& value, CodeToolVersion& c
         code_tool = CodeToolVersion::kV1;
       } else if (type == "code_execution_20250825") {
         code_tool = CodeToolVersion::k20250825;
+      } else if (type == "code_execution_20260120") {
+        code_tool = CodeToolVersion::k20260120;
+      } else if (type == "code_execution_20260521") {
+        code_tool = CodeToolVersion::k20260521;
       } else {
-        return invalid(path + ".type", "the code_execution tool's type must be 'code_execution_v1' or "
-                                       "'code_execution_20250825', not '" + type + "'");
+        return invalid(path + ".type",
+                       "the code_execution tool's type must be 'code_execution_v1', "
+                       "'code_execution_20250825', 'code_execution_20260120' or "
+                       "'code_execution_20260521', not '" +
+                           type + "'");
       }
       if (name != "code_execution") return invalid(path + ".name", "the code execution tool must be named 'code_execution'");
     } else if (type.empty() || type == "custom") {
@@ -288,12 +299,42 @@ Result<MessagesRequest> parse_messages_request(json::object body, bool (*valid_c
     return invalid("container.skills", "skills need the code execution tool: add {\"type\": \"code_execution_20250825\", "
                                        "\"name\": \"code_execution\"} to tools");
   if (has_server_blocks && request.code_tool == CodeToolVersion::kNone)
-    return invalid("tools", "the messages hold code execution blocks; include the code_execution tool");
+    return invalid("tools",
+                   "the messages hold code execution or container_upload blocks; include the "
+                   "code_execution tool");
   request.body = std::move(body);
   return request;
 }
 
 // ---------------------------------------------------------------------------------
+std::string_view code_tool_type(CodeToolVersion version) {
+  switch (version) {
+    case CodeToolVersion::kNone:
+      return "";
+    case CodeToolVersion::kV1:
+      return "code_execution_v1";
+    case CodeToolVersion::k20250825:
+      return "code_execution_20250825";
+    case CodeToolVersion::k20260120:
+      return "code_execution_20260120";
+    case CodeToolVersion::k20260521:
+      return "code_execution_20260521";
+  }
+  return "";
+}
+
+size_t current_turn_start(const json::array& messages) {
+  for (size_t i = messages.size(); i-- > 0;) {
+    const auto& message = messages[i].as_object();
+    if (message.at("role").as_string() != "user") continue;
+    const auto& content = message.at("content");
+    if (content.is_string()) return i;
+    for (const auto& block : content.as_array())
+      if (block.as_object().at("type").as_string() != "tool_result") return i;
+  }
+  return 0;
+}
+
 std::string server_tool_id(std::string_view upstream_id) {
   std::string_view rest = upstream_id.starts_with("toolu_") ? upstream_id.substr(6) : upstream_id;
   std::string id = "srvtoolu_";
@@ -311,9 +352,15 @@ std::string result_text_for_model(const json::object& content) {
     std::string text = "Error";
     if (auto* code = content.if_contains("error_code"); code && code->is_string())
       text += " (" + std::string(code->as_string()) + ")";
+    std::string why;
     if (auto* detail = content.if_contains("detail"); detail && detail->is_object())
-      if (auto* why = detail->as_object().if_contains("explanation"); why && why->is_string())
-        text += ": " + std::string(why->as_string());
+      if (auto* explanation = detail->as_object().if_contains("explanation");
+          explanation && explanation->is_string())
+        why = std::string(explanation->as_string());
+    // A history block in Anthropic's shape has no detail; the editor's error_message says why.
+    if (auto* message = content.if_contains("error_message"); why.empty() && message && message->is_string())
+      why = std::string(message->as_string());
+    if (!why.empty()) text += ": " + why;
     return text;
   }
   // The result without its type tag, as JSON: lossless, and plain for a model to read.
@@ -321,6 +368,20 @@ std::string result_text_for_model(const json::object& content) {
   fields.erase("type");
   return json::serialize(fields);
 }
+
+namespace {
+// A tool_use block as the upstream gets it: `caller: {"type": "direct"}`, which responses
+// carry as Anthropic's type does, says only that the model called it, and an upstream
+// that never offered programmatic calls may not know the field.
+json::object without_direct_caller(const json::object& block) {
+  json::object out = block;
+  if (auto* caller = out.if_contains("caller"); caller && caller->is_object())
+    if (auto* type = caller->as_object().if_contains("type");
+        type && type->is_string() && type->as_string() == "direct")
+      out.erase("caller");
+  return out;
+}
+}  // namespace
 
 json::array translate_history(const json::array& messages) {
   json::array out;
@@ -368,7 +429,7 @@ json::array translate_history(const json::array& messages) {
       } else if (type == "tool_use" && !results.empty()) {
         // A client tool called in the same model turn as the server tools before it:
         // it stays in that turn, and the client's result joins the results after it.
-        turn.push_back(block);
+        turn.push_back(without_direct_caller(block));
       } else {
         if (!results.empty()) {
           append("assistant", std::move(turn));
@@ -376,7 +437,7 @@ json::array translate_history(const json::array& messages) {
           turn = {};
           results = {};
         }
-        turn.push_back(block);
+        turn.push_back(type == "tool_use" ? without_direct_caller(block) : block);
       }
     }
     append("assistant", std::move(turn));

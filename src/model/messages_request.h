@@ -14,7 +14,17 @@
 
 namespace sandboxd::model {
 
-enum class CodeToolVersion { kNone, kV1, k20250825 };
+// The code execution tool's `type`: Zylon's code_execution_v1, or one of Anthropic's
+// versions (20260120 and 20260521 add the persistent Python sub-tool).
+enum class CodeToolVersion { kNone, kV1, k20250825, k20260120, k20260521 };
+
+// The tool type as the client names it ("" for kNone).
+std::string_view code_tool_type(CodeToolVersion version);
+// Error blocks' `detail` is a Zylon extension: Anthropic-compatible responses, i.e. every
+// Anthropic tool version, leave it out.
+inline bool omits_detail(CodeToolVersion version) {
+  return version != CodeToolVersion::kNone && version != CodeToolVersion::kV1;
+}
 
 inline constexpr std::string_view kBashTool = "bash_code_execution";
 inline constexpr std::string_view kEditorTool = "text_editor_code_execution";
@@ -41,6 +51,12 @@ boost::json::object upstream_body(const MessagesRequest& request, const std::str
 
 // The client's history in upstream terms (see the header comment).
 boost::json::array translate_history(const boost::json::array& messages);
+
+// Where the turn being generated begins: the index of the last user message that holds
+// more than tool_result blocks (a client tool's answer and a pause_turn continuation go
+// on the turn before them). container_upload blocks from there on are this turn's; those
+// of finished turns were placed when those turns ran (as Anthropic treats them).
+size_t current_turn_start(const boost::json::array& messages);
 
 // The two sub-tools as ordinary tool definitions, with the sandbox contract in their
 // descriptions.

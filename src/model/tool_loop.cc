@@ -2,14 +2,18 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <map>
+#include <mutex>
 #include <spdlog/spdlog.h>
 
 #include "model/sse.h"
 #include "base/ids.h"
+#include "base/utf8.h"
 
 namespace sandboxd::model {
 
@@ -42,21 +46,82 @@ bool valid_upstream_block(const json::value& value) {
   return id && id->is_string() && name && name->is_string();
 }
 
+// The length of the UTF-8 sequence `text` ends in the middle of (0 when it ends on a
+// character boundary): those bytes wait for the next chunk, so no event splits a
+// character.
+size_t incomplete_utf8_tail(std::string_view text) {
+  for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {
+    const auto c = static_cast<unsigned char>(text[text.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t length = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return length > back ? back : 0;
+  }
+  return 0;
+}
+
 // A tool call running beside the ping timer of a stream; its end cancels the timer.
+// Output the command writes meanwhile waits in `pending` (filled on the sandbox's
+// thread, hence the mutex) and also wakes the timer, so it is sent at once.
 struct PingedCall {
-  explicit PingedCall(asio::any_io_executor e) : timer(e) {}
+  explicit PingedCall(asio::any_io_executor e) : executor(e), timer(e) {}
+  asio::any_io_executor executor;
   asio::steady_timer timer;
   bool done = false;
   json::object result;
   std::exception_ptr error;
+
+  std::mutex mutex;
+  std::vector<std::pair<std::string, std::string>> pending;  // (stream, text), in order
+  std::map<std::string, std::string, std::less<>> carry;     // a split character's first bytes
+  size_t pending_bytes = 0;
+  bool wake_posted = false;
+
+  // The listener's side.
+  void add_output(std::string_view stream, std::string_view bytes, const std::shared_ptr<PingedCall>& self) {
+    std::lock_guard lock(mutex);
+    auto& held = carry[std::string(stream)];
+    std::string text = held + std::string(bytes);
+    const size_t tail = incomplete_utf8_tail(text);
+    held = text.substr(text.size() - tail);
+    text.resize(text.size() - tail);
+    if (text.empty() || pending_bytes > kMaxPendingOutput) return;  // the result has it all anyway
+    pending_bytes += text.size();
+    if (!pending.empty() && pending.back().first == stream)
+      pending.back().second += to_valid_utf8(text);
+    else
+      pending.emplace_back(std::string(stream), to_valid_utf8(text));
+    if (!wake_posted) {
+      wake_posted = true;
+      asio::post(executor, [self] { self->timer.cancel(); });
+    }
+  }
+  bool has_output() {
+    std::lock_guard lock(mutex);
+    return !pending.empty();
+  }
+  std::vector<std::pair<std::string, std::string>> take_output() {
+    std::lock_guard lock(mutex);
+    wake_posted = false;
+    pending_bytes = 0;
+    return std::exchange(pending, {});
+  }
+  static constexpr size_t kMaxPendingOutput = 4u << 20;
 };
 
 // A named coroutine with its arguments by value (not a capturing lambda coroutine,
 // whose captures GCC 12 mishandles when co_spawned).
 asio::awaitable<void> run_and_signal(ToolRunner& runner, std::shared_ptr<PingedCall> state, std::string tool,
-                                     json::object input) {
+                                     json::object input, bool observed) {
   try {
-    state->result = co_await runner.run(tool, input);
+    if (observed) {
+      std::weak_ptr<PingedCall> weak = state;
+      auto listener = [weak](std::string_view stream, std::string_view bytes) {
+        if (auto call = weak.lock()) call->add_output(stream, bytes, call);
+      };
+      state->result = co_await runner.run_observed(tool, input, std::move(listener));
+    } else {
+      state->result = co_await runner.run(tool, input);
+    }
   } catch (...) {
     state->error = std::current_exception();
   }
@@ -158,11 +223,21 @@ asio::awaitable<Result<std::shared_ptr<UpstreamCall>>> ToolLoop::call_upstream(b
 json::object ToolLoop::shown_block(const json::object& block) const {
   auto* type = block.if_contains("type");
   auto* name = block.if_contains("name");
-  if (request_.code_tool != CodeToolVersion::kNone && type && type->is_string() && type->as_string() == "tool_use" &&
-      name && name->is_string() && is_sub_tool(name->as_string())) {
-    json::object shown{{"type", "server_tool_use"}, {"id", server_tool_id(block.at("id").as_string())}, {"name", *name}};
+  const bool tool_use = type && type->is_string() && type->as_string() == "tool_use";
+  if (request_.code_tool != CodeToolVersion::kNone && tool_use && name && name->is_string() &&
+      is_sub_tool(name->as_string())) {
+    // Anthropic's server_tool_use has a `caller`: the model called it directly.
+    json::object shown{{"type", "server_tool_use"},
+                       {"id", server_tool_id(block.at("id").as_string())},
+                       {"name", *name},
+                       {"caller", {{"type", "direct"}}}};
     auto* input = block.if_contains("input");
     shown["input"] = input ? *input : json::object{};
+    return shown;
+  }
+  if (tool_use && !block.contains("caller")) {  // a client tool the model called (Anthropic's ToolUseBlock)
+    json::object shown = block;
+    shown["caller"] = json::object{{"type", "direct"}};
     return shown;
   }
   return block;
@@ -184,13 +259,20 @@ json::object ToolLoop::final_usage() const {
   json::object usage = usage_;
   if (!usage.contains("input_tokens")) usage["input_tokens"] = 0;
   if (!usage.contains("output_tokens")) usage["output_tokens"] = 0;
-  usage["server_tool_use"] = {{"code_execution_requests", code_execution_requests_}};
+  // Anthropic's ServerToolUsage counts web searches and fetches (none here); the code
+  // execution count is sandboxd's own.
+  usage["server_tool_use"] = {{"code_execution_requests", code_execution_requests_},
+                              {"web_search_requests", 0},
+                              {"web_fetch_requests", 0}};
+  // The counters Anthropic's Usage always has (null when the upstream gave none).
+  for (const char* key : {"cache_creation_input_tokens", "cache_read_input_tokens"})
+    if (!usage.contains(key)) usage[key] = nullptr;
   return usage;
 }
 
 json::object ToolLoop::strip_detail(json::object content) const {
-  // The Anthropic-compatible tool version has no `detail` (a Zylon extension).
-  if (request_.code_tool == CodeToolVersion::k20250825 && result_is_error(content)) content.erase("detail");
+  // Anthropic-compatible tool versions have no `detail` (a Zylon extension).
+  if (omits_detail(request_.code_tool) && result_is_error(content)) content.erase("detail");
   return content;
 }
 
@@ -287,6 +369,8 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
                              {"content", json::array{}},
                              {"stop_reason", nullptr},
                              {"stop_sequence", nullptr},
+                             {"stop_details", nullptr},
+                             {"container", nullptr},  // known at the end: in message_delta
                              {"usage", usage}};
           json::object event_data{{"type", "message_start"}, {"message", std::move(start)}};
           delivered = co_await sink.send("message_start", event_data);
@@ -385,22 +469,42 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
 }
 
 asio::awaitable<json::object> ToolLoop::run_with_pings(std::string_view tool, const json::object& input,
-                                                       EventSink* sink) {
+                                                       EventSink* sink, const std::string& tool_use_id) {
   if (!sink) co_return co_await runner_.run(tool, input);
-  // The call runs beside a ping timer: a long command keeps the stream visibly alive.
+  // The call runs beside a ping timer: a long command keeps the stream visibly alive,
+  // and (where asked for) its output is sent as it comes.
   auto executor = co_await asio::this_coro::executor;
   auto state = std::make_shared<PingedCall>(executor);
-  asio::co_spawn(executor, run_and_signal(runner_, state, std::string(tool), input), asio::detached);
+  const bool observed = settings_.stream_execution_output;
+  asio::co_spawn(executor, run_and_signal(runner_, state, std::string(tool), input, observed),
+                 asio::detached);
   bool client_here = true;
+  auto send_output = [&]() -> asio::awaitable<bool> {
+    bool sent = false;
+    for (auto& [stream, text] : state->take_output()) {
+      sent = true;
+      json::object event{
+          {"type", "execution_output"}, {"tool_use_id", tool_use_id}, {"stream", stream}, {"text", text}};
+      if (client_here) client_here = co_await sink->send("execution_output", event);
+    }
+    co_return sent;
+  };
   while (!state->done) {
+    // Output that came while the last was being sent (its wake-up found no wait).
+    if (observed && state->has_output()) {
+      co_await send_output();
+      continue;
+    }
     boost::system::error_code ec;
     state->timer.expires_after(settings_.ping_interval);
     co_await state->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    if (!state->done && !ec && client_here) {
+    const bool sent = observed && co_await send_output();
+    if (!state->done && !ec && !sent && client_here) {
       json::object ping{{"type", "ping"}};
       client_here = co_await sink->send("ping", ping);
     }
   }
+  if (observed) co_await send_output();  // what came just before the result
   if (state->error) std::rethrow_exception(state->error);
   co_return std::move(state->result);
 }
@@ -427,7 +531,7 @@ asio::awaitable<bool> ToolLoop::after_turn(UpstreamTurn& turn, EventSink* sink) 
     std::string upstream_id(call->at("id").as_string());
     auto* input_value = call->if_contains("input");
     json::object input = input_value && input_value->is_object() ? input_value->as_object() : json::object{};
-    json::object content = co_await run_with_pings(name, input, sink);
+    json::object content = co_await run_with_pings(name, input, sink, server_tool_id(upstream_id));
     ++code_execution_requests_;
     json::object block{{"type", name + "_tool_result"},
                        {"tool_use_id", server_tool_id(upstream_id)},
@@ -464,15 +568,18 @@ asio::awaitable<Result<json::object>> ToolLoop::run() {
     add_usage(turn->usage);
     if (!co_await after_turn(*turn, nullptr)) break;
   }
-  json::object message{{"id", id_},
-                       {"type", "message"},
-                       {"role", "assistant"},
-                       {"model", request_.model},
-                       {"content", content_},
-                       {"stop_reason", stop_reason_.empty() ? json::value(nullptr) : json::value(stop_reason_)},
-                       {"stop_sequence", stop_sequence_},
-                       {"usage", final_usage()}};
-  if (request_.code_tool != CodeToolVersion::kNone) message["container"] = runner_.container();
+  json::object message{
+      {"id", id_},
+      {"type", "message"},
+      {"role", "assistant"},
+      {"model", request_.model},
+      {"content", content_},
+      {"stop_reason", stop_reason_.empty() ? json::value(nullptr) : json::value(stop_reason_)},
+      {"stop_sequence", stop_sequence_},
+      {"stop_details", nullptr},
+      {"usage", final_usage()}};
+  message["container"] =
+      request_.code_tool != CodeToolVersion::kNone ? runner_.container() : json::value(nullptr);
   co_return message;
 }
 
@@ -508,8 +615,10 @@ asio::awaitable<void> ToolLoop::stream(EventSink& sink) {
     call = *next;
   }
   json::object delta{{"stop_reason", stop_reason_.empty() ? json::value(nullptr) : json::value(stop_reason_)},
-                     {"stop_sequence", stop_sequence_}};
-  if (request_.code_tool != CodeToolVersion::kNone) delta["container"] = runner_.container();
+                     {"stop_sequence", stop_sequence_},
+                     {"stop_details", nullptr}};
+  delta["container"] =
+      request_.code_tool != CodeToolVersion::kNone ? runner_.container() : json::value(nullptr);
   json::object message_delta{{"type", "message_delta"}, {"delta", delta}, {"usage", final_usage()}};
   json::object message_stop{{"type", "message_stop"}};
   co_await sink.send("message_delta", message_delta);

@@ -25,7 +25,15 @@ struct LoopSettings {
   std::chrono::milliseconds timeout{600'000};
   int max_tool_iterations = 20;
   std::chrono::milliseconds ping_interval{5'000};
+  // Streams a running command's output as `execution_output` events (the Workspace
+  // page shows it while the command runs). Off for /messages: that stream is the
+  // Anthropic protocol, which has no such event.
+  bool stream_execution_output = false;
 };
+
+// Sees a running command's output as it comes: `stream` is "stdout" or "stderr",
+// `bytes` a chunk. Called on any thread; it must copy and never block.
+using OutputListener = std::function<void(std::string_view stream, std::string_view bytes)>;
 
 class ToolRunner {
  public:
@@ -33,6 +41,14 @@ class ToolRunner {
   // Runs one sub-tool call; returns the result block's `content` (errors included, with
   // their `detail`).
   virtual boost::asio::awaitable<boost::json::object> run(std::string_view tool, const boost::json::object& input) = 0;
+  // The same, telling `listener` the command's output while it runs (where the runner
+  // can; by default it cannot and runs the call plainly).
+  virtual boost::asio::awaitable<boost::json::object> run_observed(std::string_view tool,
+                                                                   const boost::json::object& input,
+                                                                   OutputListener listener) {
+    (void)listener;
+    co_return co_await run(tool, input);
+  }
   // {"id":..,"expires_at":..} of the container, as of now (null without one).
   virtual boost::json::value container() = 0;
 };
@@ -70,8 +86,9 @@ class ToolLoop {
                                                                        EventSink& sink);
   // After a turn: runs its sub-tool calls; true when the loop goes on.
   boost::asio::awaitable<bool> after_turn(UpstreamTurn& turn, EventSink* sink);
-  boost::asio::awaitable<boost::json::object> run_with_pings(std::string_view tool, const boost::json::object& input,
-                                                             EventSink* sink);
+  boost::asio::awaitable<boost::json::object> run_with_pings(std::string_view tool,
+                                                             const boost::json::object& input,
+                                                             EventSink* sink, const std::string& tool_use_id);
   boost::json::object shown_block(const boost::json::object& upstream_block) const;
   boost::json::object final_usage() const;
   void add_usage(const boost::json::object& usage);

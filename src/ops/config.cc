@@ -534,10 +534,19 @@ Config parse_config_checked(const std::string& yaml_text) {
         throw ConfigError(kp + ": must be 'sqlite' or 'postgres'");
     });
     with(n, "postgres", p, [&](const YAML::Node& pg, const std::string& pp) {
-      only_keys(pg, pp, {"url"});
+      only_keys(pg, pp, {"url", "lockTimeoutSec", "statementTimeoutSec", "idleInTransactionTimeoutSec"});
       with(pg, "url", pp, [&](const YAML::Node& v, const std::string& kp) {
         c.postgres_url = scalar(v, kp);
         if (c.postgres_url.find('\n') != std::string::npos) throw ConfigError(kp + ": must be one line");
+      });
+      with(pg, "lockTimeoutSec", pp, [&](const YAML::Node& v, const std::string& kp) {
+        c.postgres_lock_timeout_sec = static_cast<int>(read_int(v, kp, 0, 3600));
+      });
+      with(pg, "statementTimeoutSec", pp, [&](const YAML::Node& v, const std::string& kp) {
+        c.postgres_statement_timeout_sec = static_cast<int>(read_int(v, kp, 0, 86400));
+      });
+      with(pg, "idleInTransactionTimeoutSec", pp, [&](const YAML::Node& v, const std::string& kp) {
+        c.postgres_idle_in_transaction_timeout_sec = static_cast<int>(read_int(v, kp, 0, 86400));
       });
     });
   });

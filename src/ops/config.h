@@ -1,4 +1,4 @@
-// sandboxd's configuration: one YAML file, every key optional (SPEC §4). Unknown keys
+// sandboxd's configuration: one YAML file, every key optional (docs/configuration.md). Unknown keys
 // and bad values are refused with the key's path in the message.
 #pragma once
 
@@ -80,7 +80,7 @@ struct Config {
   uint64_t limit_memory_bytes = 512ull << 20;
   // capacity
   int max_concurrent_executions = 16;
-  int max_concurrent_executions_per_owner = 0;  // 0: half of max_concurrent_executions (at least 1)
+  int max_concurrent_executions_per_owner = 0;  // 0: no hard cap (slots go round the owners that wait)
   int queue_timeout_sec = 30;
   int retry_after_sec = 2;
   int capacity_retry_after_sec = 10;
@@ -97,9 +97,9 @@ struct Config {
   int max_history_turns = 20;  // workspace.maxHistoryTurns: turns of a thread sent upstream
   // quotas (per owner)
   uint64_t running_sandboxes_per_owner = 20;  // quotas.runningSandboxesPerOwner (0: none)
-  uint64_t containers_per_owner = 200;        // quotas.containersPerOwner: stored containers (0: none)
-  uint64_t stored_bytes_per_owner = 10ull << 30;  // quotas.storedBytesPerOwner: uploads and outputs (0: none)
-  uint64_t threads_per_owner = 1000;              // quotas.threadsPerOwner: chat threads (0: none)
+  uint64_t containers_per_owner = 2000;       // quotas.containersPerOwner: stored containers (0: none)
+  uint64_t stored_bytes_per_owner = 50ull << 30;  // quotas.storedBytesPerOwner: uploads and outputs (0: none)
+  uint64_t threads_per_owner = 2000;              // quotas.threadsPerOwner: chat threads (0: none)
   uint64_t skills_per_owner = 100;                // quotas.skillsPerOwner: custom skills (0: none)
   uint64_t skill_versions_per_owner = 500;        // quotas.skillVersionsPerOwner: all their versions (0: none)
   // logging
@@ -113,7 +113,7 @@ struct Config {
   // folder found next to the executable or in the source tree (store/skill_store.h).
   std::string skills_dir;
   uint64_t skill_max_bytes = 30ull << 20;  // runtime.skillMaxSize: one skill version, uncompressed
-  int skill_max_files = 1000;              // runtime.skillMaxFiles
+  int skill_max_files = 1000;              // runtime.skillMaxFiles: files and folders together
   int prestarted_sandboxes = 2;  // started ahead, handed to new containers on demand
   int max_connections_per_sandbox = 64;  // relayed connections (API and services) at once
   // All sandboxes together (runtime.sandboxesPidsMax, sandboxesMemoryMax, sandboxesCpuMax):
@@ -126,14 +126,14 @@ struct Config {
   // "sandboxd" runs code in sandboxd's own sandboxes; "none" runs no code at all (the
   // files API works; code execution answers "code_execution provider is not configured.").
   std::string runtime_provider = "sandboxd";
-  // cluster (issue 13 §3): several replicas share the metadata and serve each container
+  // cluster (docs/storage.md): several replicas share the metadata and serve each container
   // from one replica at a time (a lease). On when cluster_replica_id is set.
   std::string cluster_replica_id;     // cluster.replicaId: unique among the replicas
   std::string cluster_advertise_url;  // cluster.advertiseUrl: http://HOST:PORT the others relay to
   int cluster_lease_seconds = 15;     // cluster.leaseSeconds: a lease not renewed for this long is free
   int cluster_shutdown_grace_sec = 30;  // cluster.shutdownGraceSec: SIGTERM to exit, at most
   bool cluster_enabled() const { return !cluster_replica_id.empty(); }
-  // storage (issue 13): where file bodies are durable. "local": the host's disk only;
+  // storage (docs/storage.md): where file bodies are durable. "local": the host's disk only;
   // "s3": the sessions bucket holds every upload (before its 200) and the workspace and
   // outputs (flushed), the local disk is the working copy.
   std::string storage_backend = "local";
@@ -158,6 +158,11 @@ struct Config {
   // SANDBOXD_POSTGRES_URL environment variable, which wins over the file).
   std::string metadata_backend = "sqlite";
   std::string postgres_url;
+  // metadata.postgres.*TimeoutSec: the bounds sandboxd sets on each of its sessions
+  // (store/database.h PostgresTimeouts); 0 turns one off.
+  int postgres_lock_timeout_sec = 5;
+  int postgres_statement_timeout_sec = 30;
+  int postgres_idle_in_transaction_timeout_sec = 10;
 };
 
 class ConfigError : public std::runtime_error {

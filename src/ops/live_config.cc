@@ -79,7 +79,11 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
     same_services = a.name == b.name && a.host == b.host && a.port == b.port;
   }
   keep(same_services, "external.opensandbox.codeExecution.internal.services");
-  keep(loaded.metadata_backend == current->metadata_backend && loaded.postgres_url == current->postgres_url, "metadata");
+  keep(loaded.metadata_backend == current->metadata_backend && loaded.postgres_url == current->postgres_url &&
+           loaded.postgres_lock_timeout_sec == current->postgres_lock_timeout_sec &&
+           loaded.postgres_statement_timeout_sec == current->postgres_statement_timeout_sec &&
+           loaded.postgres_idle_in_transaction_timeout_sec == current->postgres_idle_in_transaction_timeout_sec,
+       "metadata");
   keep(loaded.image_repository == current->image_repository && loaded.image_tag == current->image_tag,
        "external.opensandbox.codeExecution.image");
   keep(loaded.storage_backend == current->storage_backend && loaded.s3.endpoint == current->s3.endpoint &&

@@ -133,7 +133,7 @@ std::string Metrics::render(const Gauges& g) const {
   header(out, "sandboxd_files_bytes", "gauge", "Bytes of files stored in containers.");
   sample(out, "sandboxd_files_bytes", "", static_cast<double>(g.files_bytes));
   header(out, "sandboxd_quota_executions_per_owner", "gauge",
-         "Commands one owner may run at once (capacity.maxConcurrentExecutionsPerOwner).");
+         "Commands one owner may run at once (capacity.maxConcurrentExecutionsPerOwner; unset: the whole limit).");
   sample(out, "sandboxd_quota_executions_per_owner", "", g.executions_owner_share);
   header(out, "sandboxd_quota_running_sandboxes_per_owner", "gauge",
          "Sandboxes one owner may run at once (quotas.runningSandboxesPerOwner; 0: none).");

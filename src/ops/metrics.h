@@ -1,4 +1,4 @@
-// sandboxd's metrics in the Prometheus text format (SPEC §3.5): counters and
+// sandboxd's metrics in the Prometheus text format (GET /metrics): counters and
 // histograms recorded where things happen, gauges read when /metrics is scraped. One
 // registry per process, as Prometheus clients keep it.
 #pragma once
@@ -49,7 +49,7 @@ class Metrics {
     size_t sandboxes_running = 0;
     uint64_t files_bytes = 0;
     // The per-owner quotas in force (0: none).
-    int executions_owner_share = 0;
+    int executions_owner_share = 0;  // the per-owner cap in force
     uint64_t running_sandboxes_per_owner = 0, containers_per_owner = 0;
     uint64_t stored_bytes_per_owner = 0, threads_per_owner = 0, skills_per_owner = 0, skill_versions_per_owner = 0;
     // HTTP connections open now, and how many of them have not authenticated yet.

@@ -128,13 +128,15 @@ class Init {
   void handle(proto::Message& msg) {
     for (int fd : msg.fds) close(fd);
     switch (msg.header.type) {
-      case proto::Type::kSpawn: spawn(msg.header.id, msg.payload); break;
+      case proto::Type::kSpawn:
+        spawn(msg.header.id, msg.payload, msg.header.value == proto::kSpawnKeepStdin);
+        break;
       case proto::Type::kKill: kill_execution(msg.header.id); break;
       default: break;
     }
   }
 
-  void spawn(uint32_t id, const std::string& payload) {
+  void spawn(uint32_t id, const std::string& payload, bool keep_stdin) {
     proto::SpawnRequest req;
     if (!proto::decode(payload, req)) {
       fail(id, EINVAL, "malformed spawn request");
@@ -166,10 +168,13 @@ class Init {
       exec.pid = prepared.command.pid;
       exec.report_fd = prepared.command.report_read;
       exec.region = prepared.command.region;
-      int fds[2] = {prepared.command.stdout_read, prepared.command.stderr_read};
-      proto::send_message(kControlFd, proto::Type::kSpawned, id, exec.pid, {}, fds, 2);
+      // A plain command's stdin is closed here (it reads end of file); a process the
+      // server talks to gets its write end sent along, the third descriptor.
+      int fds[3] = {prepared.command.stdout_read, prepared.command.stderr_read, prepared.command.stdin_write};
+      proto::send_message(kControlFd, proto::Type::kSpawned, id, exec.pid, {}, fds, keep_stdin ? 3 : 2);
       close(prepared.command.stdout_read);
       close(prepared.command.stderr_read);
+      close(prepared.command.stdin_write);
       running_[id] = exec;
       by_pid_[exec.pid] = id;
       // The next command's child is forked now, while this one runs.

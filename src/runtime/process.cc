@@ -106,7 +106,7 @@ struct CommandRequestLayout {
 struct CommandRegion {
   // Fixed before the child starts.
   const CommandContext* ctx;
-  int cgroup_dirfd, request_read, out_w, err_w, report_fd;
+  int cgroup_dirfd, request_read, in_r, out_w, err_w, report_fd;
   size_t data_capacity;
   // Written by PID 1 before the token (shared memory child) or by the forked child
   // itself after reading the request from the pipe.
@@ -149,11 +149,13 @@ CommandRegion* acquire_region() {
 
 // A command child's region: its context and the ends of the pipes it keeps, nothing of
 // an earlier request left.
-void prepare_child_region(CommandRegion* region, const CommandContext& ctx, int cgroup_dirfd, int request_read,
-                          int out_w, int err_w, int report_fd, bool from_template) {
+void prepare_child_region(CommandRegion* region, const CommandContext& ctx, int cgroup_dirfd,
+                          int request_read, int in_r, int out_w, int err_w, int report_fd,
+                          bool from_template) {
   region->ctx = &ctx;
   region->cgroup_dirfd = cgroup_dirfd;
   region->request_read = request_read;
+  region->in_r = in_r;
   region->out_w = out_w;
   region->err_w = err_w;
   region->report_fd = report_fd;
@@ -315,8 +317,6 @@ long become_confined_agent(const CommandContext& ctx, const char** step) {
   }
   // Everything that does not depend on the command is done before waiting for it, so
   // that a command only pays for execve.
-  int null_fd = static_cast<int>(sys(SYS_openat, AT_FDCWD, reinterpret_cast<long>("/dev/null"), O_RDONLY | O_CLOEXEC));
-  if (null_fd < 0) child_fail(report, "open(/dev/null)", null_fd);
   if (!region.from_template) {
     const char* step = "";
     if ((rc = become_confined_agent(ctx, &step)) < 0) child_fail(report, step, rc);
@@ -346,7 +346,7 @@ long become_confined_agent(const CommandContext& ctx, const char** step) {
     if (from == to) return sys(SYS_fcntl, to, F_SETFD, 0);
     return sys(SYS_dup3, from, to, 0);
   };
-  if (move_to(null_fd, 0) < 0 || move_to(region.out_w, 1) < 0 || (rc = move_to(region.err_w, 2)) < 0)
+  if (move_to(region.in_r, 0) < 0 || move_to(region.out_w, 1) < 0 || (rc = move_to(region.err_w, 2)) < 0)
     child_fail(report, "dup2(stdio)", rc < 0 ? rc : -EBADF);
   if ((rc = sys(SYS_chdir, reinterpret_cast<long>(req.cwd))) < 0) child_fail(report, "chdir(cwd)", rc);
   // The command starts with default signal handling (PID 1 ignores SIGPIPE) and
@@ -489,12 +489,15 @@ void release_region(CommandRegion* region) {
 }
 
 int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand& out, std::string& error) {
-  int request[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, report[2] = {-1, -1};
-  for (auto [pipe_fds, name] : {std::pair{request, "pipe2(request)"}, std::pair{out_pipe, "pipe2(stdout)"},
-                                std::pair{err_pipe, "pipe2(stderr)"}, std::pair{report, "pipe2(report)"}}) {
+  int request[2] = {-1, -1}, in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1},
+      report[2] = {-1, -1};
+  for (auto [pipe_fds, name] : {std::pair{request, "pipe2(request)"}, std::pair{in_pipe, "pipe2(stdin)"},
+                                std::pair{out_pipe, "pipe2(stdout)"}, std::pair{err_pipe, "pipe2(stderr)"},
+                                std::pair{report, "pipe2(report)"}}) {
     if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
       int err = errno;
-      close_all({request[0], request[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], report[0], report[1]});
+      close_all({request[0], request[1], in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0],
+                 err_pipe[1], report[0], report[1]});
       error = describe_errno(name, err);
       return -err;
     }
@@ -502,11 +505,13 @@ int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand
   CommandRegion* region = acquire_region();
   if (!region) {
     int err = errno;
-    close_all({request[0], request[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], report[0], report[1]});
+    close_all({request[0], request[1], in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0],
+               err_pipe[1], report[0], report[1]});
     error = describe_errno("mmap(command region)", err);
     return -err;
   }
-  prepare_child_region(region, ctx, cgroup_dirfd, request[0], out_pipe[1], err_pipe[1], report[1], false);
+  prepare_child_region(region, ctx, cgroup_dirfd, request[0], in_pipe[0], out_pipe[1], err_pipe[1], report[1],
+                       false);
   // The child gets its own copy of the descriptor table (no CLONE_FILES), so the ends
   // it keeps are closed here, and the ones PID 1 keeps are closed there by close_range.
   pid_t pid;
@@ -518,15 +523,15 @@ int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand
     call = "fork()";
     pid = fork();
     if (pid == 0) {
-      close_all({request[1], out_pipe[0], err_pipe[0], report[0]});
+      close_all({request[1], in_pipe[1], out_pipe[0], err_pipe[0], report[0]});
       run_child(*region, false);
     }
   }
   int start_errno = errno;
-  close_all({request[0], out_pipe[1], err_pipe[1], report[1]});
+  close_all({request[0], in_pipe[0], out_pipe[1], err_pipe[1], report[1]});
   if (pid < 0) {
     release_region(region);
-    close_all({request[1], out_pipe[0], err_pipe[0], report[0]});
+    close_all({request[1], in_pipe[1], out_pipe[0], err_pipe[0], report[0]});
     error = describe_errno(call, start_errno);
     return -start_errno;
   }
@@ -536,6 +541,7 @@ int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand
   }
   out.pid = pid;
   out.request_write = request[1];
+  out.stdin_write = in_pipe[1];
   out.stdout_read = out_pipe[0];
   out.stderr_read = err_pipe[0];
   out.report_read = report[0];
@@ -575,7 +581,8 @@ int launch_command(PreparedCommand& prepared, const std::string& encoded_request
 }
 
 void discard_prepared(PreparedCommand& prepared) {
-  close_all({prepared.request_write, prepared.stdout_read, prepared.stderr_read, prepared.report_read});
+  close_all({prepared.request_write, prepared.stdin_write, prepared.stdout_read, prepared.stderr_read,
+             prepared.report_read});
   CommandRegion* region = prepared.region;
   prepared = PreparedCommand{};
   prepared.region = region;
@@ -680,12 +687,15 @@ int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ct
   }
   if (tpl.pid < 0)
     if (int rc = start_template(tpl, ctx, error); rc < 0) return rc;
-  int request[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, report[2] = {-1, -1};
+  int request[2] = {-1, -1}, in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1},
+      report[2] = {-1, -1};
   auto close_pipes = [&] {
-    close_all({request[0], request[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], report[0], report[1]});
+    close_all({request[0], request[1], in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0],
+               err_pipe[1], report[0], report[1]});
   };
-  for (auto [pipe_fds, name] : {std::pair{request, "pipe2(request)"}, std::pair{out_pipe, "pipe2(stdout)"},
-                                std::pair{err_pipe, "pipe2(stderr)"}, std::pair{report, "pipe2(report)"}}) {
+  for (auto [pipe_fds, name] : {std::pair{request, "pipe2(request)"}, std::pair{in_pipe, "pipe2(stdin)"},
+                                std::pair{out_pipe, "pipe2(stdout)"}, std::pair{err_pipe, "pipe2(stderr)"},
+                                std::pair{report, "pipe2(report)"}}) {
     if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
       int err = errno;
       close_pipes();
@@ -700,7 +710,8 @@ int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ct
     error = describe_errno("mmap(command region)", err);
     return -err;
   }
-  prepare_child_region(region, ctx, cgroup_dirfd, request[0], out_pipe[1], err_pipe[1], report[1], true);
+  prepare_child_region(region, ctx, cgroup_dirfd, request[0], in_pipe[0], out_pipe[1], err_pipe[1], report[1],
+                       true);
   // The region is the template's to read after this write, and its child's after the
   // clone; PID 1 touches it again only to lay out the command (launch_command).
   ssize_t sent = write(tpl.request_write, &region, sizeof region);
@@ -742,9 +753,10 @@ int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ct
     return rc;
   }
   // The child has its copies; PID 1 keeps its own ends.
-  close_all({request[0], out_pipe[1], err_pipe[1], report[1]});
+  close_all({request[0], in_pipe[0], out_pipe[1], err_pipe[1], report[1]});
   out.pid = pid;
   out.request_write = request[1];
+  out.stdin_write = in_pipe[1];
   out.stdout_read = out_pipe[0];
   out.stderr_read = err_pipe[0];
   out.report_read = report[0];

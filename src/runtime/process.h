@@ -1,5 +1,5 @@
 // Starting one command inside a running sandbox, from sandboxd-init: a new session in
-// its own per-execution cgroup, stdout/stderr on pipes, then the user namespace and
+// its own per-execution cgroup, stdin/stdout/stderr on pipes, then the user namespace and
 // agent's credentials, no capabilities, and the seccomp filter last before execve.
 //
 // The child is made with clone(CLONE_VM) where that is safe (see process.cc): it shares
@@ -51,6 +51,10 @@ void release_region(CommandRegion* region);
 struct PreparedCommand {
   pid_t pid = -1;
   int request_write = -1;  // the encoded SpawnRequest goes here, length first
+  // The command's stdin. PID 1 closes it at once for a plain command (its stdin is then
+  // an empty pipe at end of file, as /dev/null would be) and hands it to the server for
+  // a long-lived process the server talks to (the Python kernel's request channel).
+  int stdin_write = -1;
   int stdout_read = -1;
   int stderr_read = -1;
   // Closes (EOF) when execve succeeds; carries a SpawnFailure when a step before it

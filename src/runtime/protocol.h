@@ -11,17 +11,21 @@
 namespace sandboxd::runtime::protocol {
 
 enum class Type : uint32_t {
-  kSpec = 1,          // server -> init: the sandbox spec (payload: encoded Spec)
-  kInitPid = 2,       // launcher -> server: value = host pid of PID 1, fds: [pidfd]
-  kReady = 3,         // init -> server: the sandbox is set up, fds: its listeners (Spec order)
-  kSetupFailed = 4,   // init -> server: payload = what failed
-  kSpawn = 5,         // server -> init: id, payload = encoded SpawnRequest
-  kSpawned = 6,       // init -> server: id, fds: [stdout read end, stderr read end]
-  kSpawnFailed = 7,   // init -> server: id, value = errno, payload = what failed
-  kExited = 8,        // init -> server: id, value = wait status of the shell
-  kKill = 9,          // server -> init: kill the whole process tree of execution id
-  kKilled = 10,       // init -> server: id, value = 0 or errno
+  kSpec = 1,         // server -> init: the sandbox spec (payload: encoded Spec)
+  kInitPid = 2,      // launcher -> server: value = host pid of PID 1, fds: [pidfd]
+  kReady = 3,        // init -> server: the sandbox is set up, fds: its listeners (Spec order)
+  kSetupFailed = 4,  // init -> server: payload = what failed
+  kSpawn = 5,        // server -> init: id, value = 0 or kSpawnKeepStdin, payload = encoded SpawnRequest
+  kSpawned = 6,      // init -> server: id, fds: [stdout read end, stderr read end(, stdin write end)]
+  kSpawnFailed = 7,  // init -> server: id, value = errno, payload = what failed
+  kExited = 8,       // init -> server: id, value = wait status of the shell
+  kKill = 9,         // server -> init: kill the whole process tree of execution id
+  kKilled = 10,      // init -> server: id, value = 0 or errno
 };
+
+// kSpawn's value for a process the server keeps talking to: kSpawned also carries the
+// write end of its stdin (a plain command's stdin is closed at once: end of file).
+inline constexpr int64_t kSpawnKeepStdin = 1;
 
 struct Header {
   Type type;

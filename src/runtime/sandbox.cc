@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <array>
@@ -182,9 +183,9 @@ Sandbox::~Sandbox() {
   for (int fd : listeners_) close(fd);
 }
 
-int Sandbox::send(protocol::Type type, uint32_t id, std::string_view payload) {
+int Sandbox::send(protocol::Type type, uint32_t id, std::string_view payload, int64_t value) {
   if (!control_.is_open()) return -EPIPE;
-  return protocol::send_message(control_.native_handle(), type, id, 0, payload);
+  return protocol::send_message(control_.native_handle(), type, id, value, payload);
 }
 
 uint64_t Sandbox::memory_usage() const { return cgroups_->memory_usage(name_); }
@@ -383,6 +384,82 @@ asio::awaitable<void> Sandbox::stop_on_strand() {
   }
 }
 
+asio::awaitable<std::vector<int>> Sandbox::spawn_on_strand(uint32_t id, Execution& exec,
+                                                           std::vector<std::string> argv,
+                                                           std::vector<std::string> extra_env,
+                                                           bool keep_stdin) {
+  protocol::SpawnRequest spawn;
+  spawn.argv = std::move(argv);
+  spawn.env.assign(kFixedEnv.begin(), kFixedEnv.end());
+  spawn.env.push_back(std::string("PWD=") + kWorkspacePath);
+  for (auto& extra : extra_env) spawn.env.push_back(std::move(extra));
+  spawn.cwd = kWorkspacePath;
+  std::string payload = protocol::encode(spawn);
+  if (payload.size() + sizeof(protocol::Header) > protocol::kMaxMessage)
+    throw SandboxError("command too long (" + std::to_string(payload.size()) + " bytes)");
+  if (int rc = send(protocol::Type::kSpawn, id, payload, keep_stdin ? protocol::kSpawnKeepStdin : 0); rc < 0)
+    throw SandboxError(describe_errno("sending the command to sandbox " + name_, -rc));
+
+  while (!exec.spawned && !exec.failed && state_ == State::kRunning) {
+    exec.wake.expires_at(Clock::time_point::max());
+    co_await wait_event(exec.wake);
+  }
+  if (exec.failed) throw SandboxError("starting the command failed: " + exec.error);
+  const size_t expected = keep_stdin ? 3 : 2;
+  if (!exec.spawned || exec.fds.size() != expected) {
+    for (int fd : exec.fds) close(fd);
+    exec.fds.clear();
+    throw SandboxError("sandbox " + name_ + " stopped");
+  }
+  co_return std::exchange(exec.fds, {});
+}
+
+asio::awaitable<ProcessChannel> Sandbox::start_process(ProcessRequest request) {
+  co_return co_await asio::co_spawn(strand_, start_process_on_strand(std::move(request)),
+                                    asio::use_awaitable);
+}
+
+asio::awaitable<ProcessChannel> Sandbox::start_process_on_strand(ProcessRequest request) {
+  auto self = shared_from_this();
+  if (state_ != State::kRunning) throw SandboxError("sandbox " + name_ + " is not running");
+  const uint32_t id = next_id_++;
+  auto exec = std::make_shared<Execution>(strand_);
+  executions_[id] = exec;
+  std::vector<int> fds;
+  try {
+    fds = co_await spawn_on_strand(id, *exec, std::move(request.argv), std::move(request.extra_env),
+                                   /*keep_stdin=*/true);
+  } catch (...) {
+    executions_.erase(id);
+    throw;
+  }
+  // The entry stays until wait_process has seen the exit.
+  co_return ProcessChannel{id, fds[2], fds[0], fds[1]};
+}
+
+asio::awaitable<int> Sandbox::wait_process(uint32_t id) {
+  co_return co_await asio::co_spawn(strand_, wait_process_on_strand(id), asio::use_awaitable);
+}
+
+asio::awaitable<int> Sandbox::wait_process_on_strand(uint32_t id) {
+  auto self = shared_from_this();
+  auto it = executions_.find(id);
+  if (it == executions_.end()) co_return -1;
+  auto exec = it->second;
+  while (!exec->exited && state_ != State::kStopped) {
+    exec->wake.expires_at(Clock::time_point::max());
+    co_await wait_event(exec->wake);
+  }
+  executions_.erase(id);
+  co_return exec->exited ? exit_code(exec->status) : -1;
+}
+
+void Sandbox::kill_process(uint32_t id) {
+  asio::post(strand_, [self = shared_from_this(), id] {
+    if (self->executions_.count(id)) self->send(protocol::Type::kKill, id);
+  });
+}
+
 asio::awaitable<ExecResult> Sandbox::exec(ExecRequest request) {
   co_return co_await asio::co_spawn(strand_, exec_on_strand(std::move(request)), asio::use_awaitable);
 }
@@ -404,30 +481,15 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
     }
   } done{this, id};
 
-  protocol::SpawnRequest spawn;
-  spawn.argv = {"/bin/bash", "-c", request.command};
-  spawn.env.assign(kFixedEnv.begin(), kFixedEnv.end());
-  spawn.env.push_back(std::string("PWD=") + kWorkspacePath);
-  for (auto& extra : request.extra_env) spawn.env.push_back(std::move(extra));
-  spawn.cwd = kWorkspacePath;
-  std::string payload = protocol::encode(spawn);
-  if (payload.size() + sizeof(protocol::Header) > protocol::kMaxMessage)
-    throw SandboxError("command too long (" + std::to_string(request.command.size()) + " bytes)");
-  if (int rc = send(protocol::Type::kSpawn, id, payload); rc < 0)
-    throw SandboxError(describe_errno("sending the command to sandbox " + name_, -rc));
-
-  while (!exec->spawned && !exec->failed && state_ == State::kRunning) {
-    exec->wake.expires_at(Clock::time_point::max());
-    co_await wait_event(exec->wake);
-  }
-  if (exec->failed) throw SandboxError("starting the command failed: " + exec->error);
-  if (!exec->spawned || exec->fds.size() != 2) {
-    for (int fd : exec->fds) close(fd);
-    throw SandboxError("sandbox " + name_ + " stopped");
-  }
-  auto out = std::make_shared<OutputStream>(strand_, exec->fds[0], request.output_limit);
-  auto err = std::make_shared<OutputStream>(strand_, exec->fds[1], request.output_limit);
-  exec->fds.clear();
+  timespec realtime{};
+  clock_gettime(CLOCK_REALTIME_COARSE, &realtime);
+  const int64_t started_realtime_ns =
+      static_cast<int64_t>(realtime.tv_sec) * 1'000'000'000 + realtime.tv_nsec;
+  std::vector<std::string> argv{std::string("/bin/bash"), std::string("-c"), std::move(request.command)};
+  std::vector<int> fds = co_await spawn_on_strand(id, *exec, std::move(argv), std::move(request.extra_env),
+                                                  /*keep_stdin=*/false);
+  auto out = std::make_shared<OutputStream>(strand_, fds[0], request.output_limit);
+  auto err = std::make_shared<OutputStream>(strand_, fds[1], request.output_limit);
   if (request.on_output) {
     out->observer = [observe = request.on_output](std::string_view bytes) {
       observe(OutputStreamId::kStdout, bytes);
@@ -438,6 +500,7 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   }
 
   ExecResult result;
+  result.started_realtime_ns = started_realtime_ns;
   const auto deadline = started + request.timeout;
   bool kill_sent = false;
   // A cancelled request wakes the wait below (on this strand); it then kills the tree.

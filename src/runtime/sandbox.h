@@ -60,6 +60,25 @@ struct ExecResult {
   bool stdout_truncated = false;
   bool stderr_truncated = false;
   std::chrono::microseconds duration{};
+  // CLOCK_REALTIME_COARSE just before the command was spawned: the clock the kernel
+  // stamps file times with, so a file the command changed has a ctime at or after it.
+  int64_t started_realtime_ns = 0;
+};
+
+// A long-lived process the server talks to (the Python kernel's driver): started like a
+// command (as the agent, in its own session and execution cgroup, under the seccomp
+// filter and the sandbox's limits), but with its stdin kept open for the server.
+struct ProcessRequest {
+  std::vector<std::string> argv;
+  std::vector<std::string> extra_env;  // added to the fixed environment, as for commands
+};
+
+// A started process's pipe ends, owned by the caller (who closes them).
+struct ProcessChannel {
+  uint32_t id = 0;
+  int stdin_write = -1;
+  int stdout_read = -1;
+  int stderr_read = -1;
 };
 
 // A sandbox that cannot start, or a command that cannot be started in it.
@@ -84,10 +103,20 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   // Runs `bash -c command` as agent in the workspace. Throws SandboxError when the
   // command cannot be started (the sandbox stopped, the spawn failed).
   asio::awaitable<ExecResult> exec(ExecRequest request);
+  // Starts a long-lived process (see ProcessRequest). It is not counted in
+  // active_executions: a kernel waiting for its next call does not keep the sandbox busy.
+  // Throws SandboxError like exec.
+  asio::awaitable<ProcessChannel> start_process(ProcessRequest request);
+  // Waits until the process exits: its exit code (128+N for a signal), or -1 when the
+  // sandbox stopped first. Call it once per process: it forgets the process afterwards.
+  asio::awaitable<int> wait_process(uint32_t id);
+  // Kills the process's whole tree (its execution cgroup), nothing else. Any thread.
+  void kill_process(uint32_t id);
   // Kills everything in the sandbox and removes its cgroups. Idempotent.
   asio::awaitable<void> stop();
 
   const std::string& name() const { return name_; }
+  asio::any_io_executor executor() const { return strand_.get_inner_executor(); }
   bool running() const { return state_ == State::kRunning; }
   pid_t pid() const { return pid1_; }  // host pid of PID 1
   std::chrono::steady_clock::time_point started_at() const { return started_at_; }
@@ -109,6 +138,12 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   struct OutputStream;
 
   asio::awaitable<ExecResult> exec_on_strand(ExecRequest request);
+  asio::awaitable<ProcessChannel> start_process_on_strand(ProcessRequest request);
+  asio::awaitable<int> wait_process_on_strand(uint32_t id);
+  // Sends kSpawn for `argv` and waits for kSpawned: its fds (2, or 3 with keep_stdin).
+  asio::awaitable<std::vector<int>> spawn_on_strand(uint32_t id, Execution& exec,
+                                                    std::vector<std::string> argv,
+                                                    std::vector<std::string> extra_env, bool keep_stdin);
   asio::awaitable<void> stop_on_strand();
   asio::awaitable<void> wait_ready_on_strand(std::chrono::milliseconds limit);
   asio::awaitable<void> read_control();
@@ -116,7 +151,7 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   void dispatch(protocol::Message& msg);
   void on_pid1_exit();
   void wake_all();
-  int send(protocol::Type type, uint32_t id, std::string_view payload = {});
+  int send(protocol::Type type, uint32_t id, std::string_view payload = {}, int64_t value = 0);
 
   Strand strand_;
   std::string name_;

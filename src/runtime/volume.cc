@@ -55,7 +55,7 @@ std::string unescape_mountinfo(const std::string& in) {
 
 // A container's /dev holds the device nodes that existed when it started, not the loop
 // devices the kernel adds later: make the node from sysfs's major:minor (CAP_MKNOD and
-// the engine's device rule `b 7:* rwm`, as the README documents for the image).
+// the engine's device rule `b 7:* rwm`, as docs/install.md documents for the image).
 bool make_loop_node(int number, const std::string& device) {
   std::ifstream dev_file("/sys/class/block/loop" + std::to_string(number) + "/dev");
   unsigned major_number = 0, minor_number = 0;

@@ -65,6 +65,8 @@ StringResponse error_response(const ApiError& error) {
   auto res = json_response(error.status, error_body(error));
   if (error.status == static_cast<http::status>(529)) res.reason("Overloaded");
   if (error.retry_after) res.set(http::field::retry_after, std::to_string(*error.retry_after));
+  // RFC 9110: a 401 names the scheme it wants; MCP clients read it to learn how to sign in.
+  if (error.status == http::status::unauthorized) res.set(http::field::www_authenticate, "Bearer realm=\"sandboxd\"");
   return res;
 }
 

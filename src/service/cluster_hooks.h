@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "store/lease_store.h"
 
 namespace sandboxd::service {
 
@@ -28,15 +29,23 @@ class LeaseKeeper {
     int64_t epoch = 0;
     bool fresh = false;
   };
-  virtual Result<Claim> claim(const std::string& storage) = 0;
+  // `existing_container`: the container has a record (not one being made); a claim that
+  // finds the record gone is a 404 (deleted through another replica). A lease row held
+  // by another session past the database's lock timeout is a 503 for this container.
+  virtual Result<Claim> claim(const std::string& storage, bool existing_container) = 0;
+  // Held here and confirmed recently enough that claim() needs no database.
+  virtual bool confirmed(const std::string& storage) const = 0;
   // Gives a held lease up at once (after the final flush). True when it was held.
   virtual bool release(const std::string& storage) = 0;
   // Forgets a lease that is gone: taken over (`lost`), or the container deleted
   // (`deleted`: its row goes too).
   virtual void drop(const std::string& storage, bool deleted, bool lost) = 0;
+  // A write met the fence (another replica took the container, or it was deleted): the
+  // lease is forgotten and on_lost runs.
+  virtual void fenced(const store::FencedError& fenced) = 0;
   virtual std::vector<std::string> held() const = 0;
-  // Called (on an I/O thread, no lock held) when this replica finds a lease it held
-  // taken over. Set once, before serving.
+  // Called (on any thread, no lock held) when this replica finds a lease it held taken
+  // over or gone. Set once, before serving.
   virtual void set_on_lost(std::function<void(const std::string& storage)> on_lost) = 0;
   // Refuse new claims from now on (drain, shutdown).
   virtual void set_draining() = 0;
@@ -60,6 +69,9 @@ class BucketCopy {
   virtual bool releasable(const Container& container) const = 0;
   // A deleted container: its rows and objects go.
   virtual boost::asio::awaitable<void> forget(std::shared_ptr<Container> container) = 0;
+  // Called when a write of the bucket copy met the fence (the lease keeper forgets the
+  // lease). Set once, before serving.
+  virtual void set_on_fenced(std::function<void(const store::FencedError&)> on_fenced) = 0;
 };
 
 }  // namespace sandboxd::service

@@ -13,11 +13,13 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <tuple>
 #include <random>
@@ -60,7 +62,8 @@ ContainerService::ContainerService(asio::io_context& io, ops::LiveConfig& config
       config_(config),
       runtime_(runtime),
       admission_(ops::Admission::create(config.get()->max_concurrent_executions,
-                                        std::chrono::seconds(config.get()->queue_timeout_sec))),
+                                        std::chrono::seconds(config.get()->queue_timeout_sec),
+                                        config.get()->max_concurrent_executions_per_owner)),
       metadata_(metadata),
       containers_dir_((fs::path(config.get()->data_dir) / "containers").string()),
       reaper_timer_(io),
@@ -238,25 +241,147 @@ Result<std::shared_ptr<Container>> ContainerService::load(const store::Container
   return container;
 }
 
-Result<std::shared_ptr<Container>> ContainerService::open(const std::string& owner, const std::string& id,
-                                                          bool create) {
+struct ContainerService::Transition {
+  Transition(asio::any_io_executor executor, bool create)
+      : strand(asio::make_strand(executor)),
+        ended(strand, std::chrono::steady_clock::time_point::max()),
+        create(create) {}
+  asio::strand<asio::any_io_executor> strand;
+  asio::steady_timer ended;  // cancelled when it ends (on `strand`)
+  bool over = false;         // on `strand`
+  const bool create;         // an opening that may make the container
+  // An opening's outcome, for the requests that waited for it (set before it ends);
+  // none for a closing: they look again.
+  std::optional<Result<std::shared_ptr<Container>>> outcome;
+};
+
+asio::awaitable<void> ContainerService::await_end(Transition* transition) {
+  while (!transition->over) {
+    boost::system::error_code ec;
+    co_await transition->ended.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+}
+
+void ContainerService::end_transition(const Key& key, const std::shared_ptr<Transition>& transition) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = transitions_.find(key); it != transitions_.end() && it->second == transition) transitions_.erase(it);
+  }
+  asio::post(transition->strand, [transition] {
+    transition->over = true;
+    transition->ended.cancel();
+  });
+}
+
+asio::awaitable<std::shared_ptr<ContainerService::Transition>> ContainerService::begin_closing(Key key) {
+  for (;;) {
+    std::shared_ptr<Transition> closing, other;
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = transitions_.find(key); it != transitions_.end()) {
+        other = it->second;
+      } else {
+        closing = std::make_shared<Transition>(io_.get_executor(), false);
+        transitions_.emplace(key, closing);
+      }
+    }
+    if (closing) co_return closing;
+    co_await asio::co_spawn(other->strand, await_end(other.get()), asio::use_awaitable);
+  }
+}
+
+namespace {
+// Ends a transition however the coroutine that runs it leaves.
+struct TransitionEnd {
+  std::function<void()> end;
+  ~TransitionEnd() { end(); }
+};
+}  // namespace
+
+asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::async_open(std::string owner, std::string id,
+                                                                                 bool create) {
   if (!valid_id(id))
-    return ApiError::invalid_request("Invalid container id: must be 1-128 characters of [A-Za-z0-9._:-]");
-  if (shutting_down_) return ApiError::overloaded("The server is shutting down", settings()->retry_after_sec);
-  // Creating or mounting happens under the lock so that one (owner, id) is only ever
-  // prepared once; both are quick (a rename and a mount).
-  std::lock_guard lock(mutex_);
-  auto key = std::make_pair(owner, id);
-  if (auto it = open_.find(key); it != open_.end()) {
-    if (leases_)
-      if (auto claimed = claim_lease(*it->second); !claimed) return claimed.error();
-    return it->second;
+    co_return ApiError::invalid_request("Invalid container id: must be 1-128 characters of [A-Za-z0-9._:-]");
+  const Key key{owner, id};
+  for (;;) {
+    if (shutting_down_) co_return ApiError::overloaded("The server is shutting down", settings()->retry_after_sec);
+    std::shared_ptr<Container> open;
+    std::shared_ptr<Transition> transition;
+    bool ready = false, ours = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = transitions_.find(key); it != transitions_.end()) {
+        transition = it->second;
+      } else {
+        if (auto found = open_.find(key); found != open_.end()) open = found->second;
+        // The common case, a container in use here (its lease confirmed lately): no
+        // database call, no hop.
+        if (open && (!leases_ || leases_->confirmed(open->storage))) {
+          ready = true;
+        } else {
+          transition = std::make_shared<Transition>(io_.get_executor(), create);
+          transitions_.emplace(key, transition);
+          ours = true;
+        }
+      }
+    }
+    if (ready) co_return open;
+    if (ours) co_return co_await run_opening(key, create, std::move(open), std::move(transition));
+    co_await asio::co_spawn(transition->strand, await_end(transition.get()), asio::use_awaitable);
+    if (!transition->outcome) continue;  // it was closing: look again
+    const auto& outcome = *transition->outcome;
+    // An opening that could not make it says nothing to a request that may.
+    if (!outcome && outcome.error().status == HttpStatus::not_found && create && !transition->create) continue;
+    co_return outcome;
+  }
+}
+
+asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::run_opening(
+    Key key, bool create, std::shared_ptr<Container> open, std::shared_ptr<Transition> transition) {
+  auto work = [this, &key, create, &open] { return open_blocking(key.first, key.second, create, open); };
+  Result<std::shared_ptr<Container>> outcome = ApiError::internal();
+  std::exception_ptr failure;
+  try {
+    // With PostgreSQL on the store pool (a connection per thread); with SQLite on the
+    // blocking pool: a mount or a volume's folders are never an I/O thread's wait.
+    if (metadata_.backend() == store::db::Backend::kPostgres)
+      outcome = co_await run_on(store_pool(), std::move(work));
+    else
+      outcome = co_await run_blocking(std::move(work));
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // An open container whose lease claim found it deleted (through another replica).
+  const bool deleted_elsewhere = open && !failure && !outcome && outcome.error().status == HttpStatus::not_found;
+  {
+    std::lock_guard lock(mutex_);
+    if (!failure && outcome) open_[key] = *outcome;
+    if (deleted_elsewhere)
+      if (auto it = open_.find(key); it != open_.end() && it->second == open) open_.erase(it);
+  }
+  transition->outcome = failure ? Result<std::shared_ptr<Container>>(ApiError::internal()) : outcome;
+  end_transition(key, transition);
+  if (deleted_elsewhere) co_await forget_locally(open);
+  if (failure) std::rethrow_exception(failure);
+  co_return outcome;
+}
+
+Result<std::shared_ptr<Container>> ContainerService::open_blocking(const std::string& owner, const std::string& id,
+                                                                   bool create, const std::shared_ptr<Container>& open) {
+  if (open) {  // cluster mode: open here, its lease not confirmed lately
+    if (auto claimed = claim_lease(*open, /*existing=*/true); !claimed) {
+      if (claimed.error().status == HttpStatus::not_found) return ApiError::not_found("Container not found: " + id);
+      return claimed.error();
+    }
+    return open;
   }
   if (auto record = metadata_.find_container(owner, id)) return open_existing(*record);
   if (!create) return ApiError::not_found("Container not found: " + id);
   // Each container holds a volume image, a loop device and mounts while in use: an
-  // owner keeps at most quotas.containersPerOwner of them.
-  if (const uint64_t cap = settings()->containers_per_owner; cap > 0 && metadata_.list_containers(owner, cap, "").size() >= cap) {
+  // owner keeps at most quotas.containersPerOwner of them. Its chat threads without a
+  // container yet count too (each was promised one when it was made), so a quota
+  // reached by other containers never strands a thread at its first turn.
+  if (const uint64_t cap = settings()->containers_per_owner; cap > 0 && metadata_.containers_claimed(owner, id) >= cap) {
     ops::metrics().execution_rejected("403", "containers_quota");
     return ApiError::permission("Container quota reached: this owner has " + std::to_string(cap) +
                                 " containers (quotas.containersPerOwner); delete one first");
@@ -284,7 +409,7 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
     return prepared.error();
   }
   if (leases_)  // before the record: a container this replica may not serve is not made
-    if (auto claimed = claim_lease(*container); !claimed) {
+    if (auto claimed = claim_lease(*container, /*existing=*/false); !claimed) {
       discard_storage(*container);
       return claimed.error();
     }
@@ -300,15 +425,18 @@ Result<std::shared_ptr<Container>> ContainerService::open(const std::string& own
     discard_storage(*container);
     return open_existing(stored);
   }
-  open_[key] = container;
   return container;
 }
 
 Result<std::shared_ptr<Container>> ContainerService::open_existing(const store::ContainerRecord& record) {
   std::optional<LeaseKeeper::Claim> claim;  // before anything is mounted for it
   if (leases_) {
-    auto claimed = leases_->claim(record.storage);
-    if (!claimed) return claimed.error();
+    auto claimed = leases_->claim(record.storage, /*existing_container=*/true);
+    if (!claimed) {
+      if (claimed.error().status == HttpStatus::not_found)
+        return ApiError::not_found("Container not found: " + record.id);  // deleted since it was read
+      return claimed.error();
+    }
     claim = *claimed;
   }
   Result<std::shared_ptr<Container>> container = ApiError::internal();
@@ -320,17 +448,7 @@ Result<std::shared_ptr<Container>> ContainerService::open_existing(const store::
   // A lease newly taken: the local copy (if any) may be older than what another
   // replica flushed meanwhile; ensure_local checks it before the first use.
   if (container && claim && claim->fresh && durability_) durability_->invalidate_local(**container);
-  if (container) open_[{record.owner, record.id}] = *container;
   return container;
-}
-
-asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::async_open(std::string owner, std::string id,
-                                                                                 bool create) {
-  // The common case, a container in use here: no database call, no hop.
-  if (!leases_ && !shutting_down_)
-    if (auto container = find_open(owner, id)) co_return container;
-  auto call = [this, &owner, &id, create] { return open(owner, id, create); };
-  co_return co_await store_call(metadata_.backend(), std::move(call));
 }
 
 asio::awaitable<std::vector<store::ContainerRecord>> ContainerService::async_list(std::string owner, size_t limit,
@@ -342,6 +460,7 @@ asio::awaitable<std::vector<store::ContainerRecord>> ContainerService::async_lis
 void ContainerService::set_cluster(LeaseKeeper* leases) {
   leases_ = leases;
   leases_->set_on_lost([this](const std::string& storage) { lease_lost(storage); });
+  if (durability_) durability_->set_on_fenced([leases](const store::FencedError& fenced) { leases->fenced(fenced); });
 }
 
 void ContainerService::lease_lost(const std::string& storage) {
@@ -353,6 +472,7 @@ void ContainerService::lease_lost(const std::string& storage) {
   }
   if (!lost) return;
   spdlog::warn("container {} of {} is served by another replica now: its sandbox here stops", lost->id, lost->owner);
+  asio::co_spawn(io_, check_still_there(lost), asio::detached);
   // Its local copy is stale from now on (the new holder writes the manifest): never
   // flush it again. Without this a fenced flush was retried for as long as the process
   // lived (and kept the container from being let go), and had this replica taken the
@@ -363,8 +483,50 @@ void ContainerService::lease_lost(const std::string& storage) {
   asio::co_spawn(lost->strand, stop_on_strand(lost, "lease_lost"), asio::detached);
 }
 
-Result<void> ContainerService::claim_lease(Container& container) {
-  auto claimed = leases_->claim(container.storage);
+asio::awaitable<void> ContainerService::check_still_there(std::shared_ptr<Container> container) {
+  // (A lease lost is also what a delete through another replica looks like from here.)
+  auto look_up = [this, &container] { return metadata_.find_container(container->owner, container->id); };
+  std::optional<store::ContainerRecord> record;
+  try {
+    record = co_await store_call(metadata_.backend(), std::move(look_up));
+  } catch (const std::exception& e) {
+    spdlog::warn("container {} of {}: looking it up: {}", container->id, container->owner, e.what());
+    co_return;  // the next request's claim finds out
+  }
+  if (record && record->storage == container->storage) co_return;
+  spdlog::warn("container {} of {} was deleted through another replica: its mount and local copy here go",
+               container->id, container->owner);
+  co_await forget_locally(container);
+}
+
+asio::awaitable<void> ContainerService::forget_locally(std::shared_ptr<Container> container) {
+  container->deleted = true;  // no flush of it from now on (the flusher and stop skip a deleted container)
+  co_await asio::co_spawn(container->strand, stop_on_strand(container, "deleted"), asio::use_awaitable);
+  const Key key{container->owner, container->id};
+  auto closing = co_await begin_closing(key);
+  TransitionEnd end{[this, &key, &closing] { end_transition(key, closing); }};
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = open_.find(key); it != open_.end() && it->second == container) open_.erase(it);
+  }
+  if (leases_) leases_->drop(container->storage, /*deleted=*/false, /*lost=*/false);
+  auto discard = [this, &container] { discard_local(*container); };
+  co_await run_blocking(std::move(discard));
+}
+
+void ContainerService::discard_local(const Container& container) {
+  SkillMounts::remove_folder(settings()->data_dir, container.storage);
+  try {
+    Volume::unmount(container.volume_mount);
+  } catch (const std::exception& e) {
+    spdlog::warn("unmounting {}: {}", container.volume_mount, e.what());
+  }
+  std::error_code ec;
+  fs::remove_all(fs::path(containers_dir_) / container.storage, ec);
+}
+
+Result<void> ContainerService::claim_lease(Container& container, bool existing) {
+  auto claimed = leases_->claim(container.storage, existing);
   if (!claimed) return claimed.error();
   if (claimed->fresh && durability_) durability_->invalidate_local(container);
   return {};
@@ -604,53 +766,20 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
   if (durability_) {  // the bucket's copy first, when the local one is missing or stale
     if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
   }
-  ops::Admission::Ticket owner_ticket;  // held for the whole command
   if (restart) {
     co_await asio::co_spawn(container->strand, stop_on_strand(container, "restart"), asio::use_awaitable);
-    // restart empties the workspace; uploads and outputs are kept.
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(container->paths.workspace, ec))
-      fs::remove_all(entry.path(), ec);
+    // restart empties the workspace (a tree walk: the blocking pool); uploads and
+    // outputs are kept.
+    auto empty_workspace = [&container] {
+      std::error_code ec;
+      for (const auto& entry : fs::directory_iterator(container->paths.workspace, ec)) fs::remove_all(entry.path(), ec);
+    };
+    co_await run_blocking(std::move(empty_workspace));
     if (request.command.empty()) co_return runtime::ExecResult{};
   }
-  // The owner's share first (its own line), then a global slot (waiting in line if need
-  // be), before a sandbox is started for it: one owner's commands never fill the global
-  // line other owners wait in.
-  {
-    const auto snapshot = settings();
-    const int share =
-        ops::owner_execution_share(snapshot->max_concurrent_executions_per_owner, snapshot->max_concurrent_executions);
-    // (A share as large as the whole adds nothing: then the global line alone decides.)
-    if (share < snapshot->max_concurrent_executions) {
-      owner_ticket = co_await owner_admission_.acquire(container->owner, share,
-                                                       std::chrono::seconds(snapshot->queue_timeout_sec));
-      if (!owner_ticket) {
-        ops::metrics().execution_rejected("429", "owner_queue_timeout");
-        co_return ApiError::rate_limited("Too many commands of this owner are running (" + std::to_string(share) +
-                                             " at once); none finished within " +
-                                             std::to_string(snapshot->queue_timeout_sec) + "s. Try again later.",
-                                         snapshot->retry_after_sec);
-      }
-    }
-  }
-  std::chrono::duration<double> waited{};
-  auto ticket = co_await admission_->acquire(&waited);
-  ops::metrics().admission_waited(waited.count());
-  if (!ticket) {
-    ops::metrics().execution_rejected("429", "queue_timeout");
-    co_return ApiError::rate_limited("Too many commands are running; none finished within " +
-                                         std::to_string(settings()->queue_timeout_sec) + "s. Try again later.",
-                                     settings()->retry_after_sec);
-  }
-  // A running sandbox is used as is; starting one (or finding it stopped) is the
-  // strand's business.
-  Result<std::shared_ptr<runtime::Sandbox>> sandbox = container->live_sandbox.load();
-  if (!*sandbox || !(*sandbox)->running() || container->deleted)
-    sandbox = co_await asio::co_spawn(container->strand, ensure_sandbox(container), asio::use_awaitable);
-  if (!sandbox) {
-    ops::metrics().execution_completed("failed", 0);
-    co_return sandbox.error();
-  }
+  ops::Admission::Ticket ticket;
+  auto sandbox = co_await admit(container, ticket);
+  if (!sandbox) co_return sandbox.error();
   Result<runtime::ExecResult> outcome = ApiError::internal();
   ++container->executing;
   // With the bucket, what the command writes is flushed after it (container_durability.h).
@@ -697,6 +826,115 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
   co_return outcome;
 }
 
+asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_ptr<Container> container,
+                                                                   PythonCall call) {
+  touch(*container);
+  if (durability_) {  // the bucket's copy first, when the local one is missing or stale
+    if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
+  }
+  auto read_driver = [] { return python_kernel_driver(); };
+  std::shared_ptr<const std::string> driver;
+  try {
+    driver = co_await run_blocking(std::move(read_driver));
+  } catch (const runtime::SandboxError& e) {
+    spdlog::error("{}", e.what());
+    co_return ApiError{HttpStatus::service_unavailable, "api_error",
+                       "The Python kernel is not installed on this server",
+                       settings()->capacity_retry_after_sec};
+  }
+  ops::Admission::Ticket ticket;
+  auto sandbox = co_await admit(container, ticket);
+  if (!sandbox) co_return sandbox.error();
+  std::shared_ptr<PythonKernel> kernel;
+  {
+    // A kernel belongs to one sandbox: after a stop (its TTL, a restart) the next call
+    // gets a fresh one in the new sandbox, and the old one's state is gone with it.
+    std::lock_guard lock(container->python_mutex);
+    if (!container->python || container->python->sandbox() != sandbox->get())
+      container->python = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env);
+    kernel = container->python;
+  }
+  if (call.restart) {
+    kernel->restart();
+    if (call.code.empty()) co_return KernelResult{};
+  }
+  ++container->executing;
+  if (durability_) ++container->changes;
+  struct Done {
+    std::atomic<int>& count;
+    std::atomic<uint64_t>* changes;
+    ~Done() {
+      if (changes) ++*changes;
+      --count;
+    }
+  } done{container->executing, durability_ ? &container->changes : nullptr};
+  const auto started = std::chrono::steady_clock::now();
+  Result<KernelResult> outcome = ApiError::internal();
+  const char* label = "failed";
+  try {
+    outcome = co_await kernel->execute(std::move(call.code), call.timeout, call.output_limit);
+    switch (outcome->status) {
+      case KernelResult::Status::kOk:
+        label = "ok";
+        break;
+      case KernelResult::Status::kError:
+        label = "nonzero";
+        break;
+      case KernelResult::Status::kTimedOut:
+        label = "timeout";
+        break;
+      case KernelResult::Status::kKernelDied:
+        label = "kernel_died";
+        break;
+    }
+  } catch (const runtime::SandboxError& e) {
+    spdlog::warn("python in container {} failed: {}", container->id, e.what());
+    outcome =
+        ApiError{HttpStatus::service_unavailable, "api_error",
+                 sandbox->get()->running() ? std::string(e.what()) : "The sandbox stopped during the code",
+                 settings()->capacity_retry_after_sec};
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ops::metrics().execution_completed(label, seconds);
+  ops::log_event(spdlog::level::info, "python_execution",
+                 {{"owner", container->owner},
+                  {"container", container->id},
+                  {"ms", seconds * 1000},
+                  {"outcome", label}});
+  touch(*container);
+  co_return outcome;
+}
+
+asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::admit(
+    std::shared_ptr<Container> container, ops::Admission::Ticket& ticket) {
+  // A slot (waiting in the owner's line if need be) before a sandbox is started for it:
+  // an owner alone may use every slot, and when slots are short they go round the
+  // owners that wait (ops/owner_admission.h), so one owner's commands never keep another
+  // waiting behind all of theirs.
+  std::chrono::duration<double> waited{};
+  ticket = co_await admission_->acquire(container->owner, &waited);
+  ops::metrics().admission_waited(waited.count());
+  if (!ticket) {
+    const auto snapshot = settings();
+    const bool at_own_cap = snapshot->max_concurrent_executions_per_owner > 0 &&
+                            admission_->active_of(container->owner) >= snapshot->max_concurrent_executions_per_owner;
+    ops::metrics().execution_rejected("429", at_own_cap ? "owner_queue_timeout" : "queue_timeout");
+    co_return ApiError::rate_limited(
+        (at_own_cap ? "Too many commands of this owner are running (capacity.maxConcurrentExecutionsPerOwner: " +
+                          std::to_string(snapshot->max_concurrent_executions_per_owner) + " at once)"
+                    : std::string("Too many commands are running")) +
+            "; none finished within " + std::to_string(snapshot->queue_timeout_sec) + "s. Try again later.",
+        snapshot->retry_after_sec);
+  }
+  // A running sandbox is used as is; starting one (or finding it stopped) is the
+  // strand's business.
+  Result<std::shared_ptr<runtime::Sandbox>> sandbox = container->live_sandbox.load();
+  if (!*sandbox || !(*sandbox)->running() || container->deleted)
+    sandbox = co_await asio::co_spawn(container->strand, ensure_sandbox(container), asio::use_awaitable);
+  if (!sandbox) ops::metrics().execution_completed("failed", 0);
+  co_return sandbox;
+}
+
 asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container> container, const char* reason) {
   while (container->starting) {
     boost::system::error_code ec;
@@ -723,9 +961,13 @@ asio::awaitable<void> ContainerService::stop(std::shared_ptr<Container> containe
 asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> container) {
   container->deleted = true;
   co_await stop(container, "deleted");
+  // Requests for it meanwhile wait, then find it gone (404).
+  const Key key{container->owner, container->id};
+  auto closing = co_await begin_closing(key);
+  TransitionEnd end{[this, &key, &closing] { end_transition(key, closing); }};
   {
     std::lock_guard lock(mutex_);
-    open_.erase({container->owner, container->id});
+    if (auto it = open_.find(key); it != open_.end() && it->second == container) open_.erase(it);
   }
   auto forget_records = [this, &container] {
     metadata_.delete_container(container->owner, container->id);
@@ -733,14 +975,8 @@ asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> contai
   };
   co_await store_call(metadata_.backend(), std::move(forget_records));
   if (durability_) co_await durability_->forget(container);
-  SkillMounts::remove_folder(settings()->data_dir, container->storage);
-  try {
-    Volume::unmount(container->volume_mount);
-  } catch (const std::exception& e) {
-    spdlog::warn("unmounting {}: {}", container->volume_mount, e.what());
-  }
-  std::error_code ec;
-  fs::remove_all(fs::path(containers_dir_) / container->storage, ec);
+  auto discard = [this, &container] { discard_local(*container); };
+  co_await run_blocking(std::move(discard));
 }
 
 asio::awaitable<void> ContainerService::reap_idle() {
@@ -761,22 +997,39 @@ asio::awaitable<void> ContainerService::reap_idle() {
       if (container->executing.load() > 0) continue;
       co_await stop(container, "idle");
     }
-    // Unmount volumes nobody holds (the map is then the only owner).
-    std::lock_guard lock(mutex_);
+    // Unmount volumes nobody holds (the map is then the only owner), each as a closing
+    // of that container (a request for it meanwhile waits for the unmount, then opens
+    // it anew), the unmount itself on the blocking pool.
     for (auto& container : idle) {
-      auto it = open_.find({container->owner, container->id});
-      if (it == open_.end() || it->second != container) continue;
-      if (container->running() || container->last_used_at.load() + settings()->session_ttl_sec > now) continue;
-      if (container.use_count() > 2) continue;  // `idle` and the map: nobody else
-      if (durability_ && !durability_->releasable(*container)) continue;  // unflushed: kept
-      try {
-        if (Volume::try_unmount(container->volume_mount)) {
-          SkillMounts::remove_folder(settings()->data_dir, container->storage);  // remade when it opens again
-          open_.erase(it);
-        }
-      } catch (const std::exception& e) {
-        spdlog::warn("unmounting idle volume {}: {}", container->volume_mount, e.what());
+      const Key key{container->owner, container->id};
+      std::shared_ptr<Transition> closing;
+      {
+        std::lock_guard lock(mutex_);
+        auto it = open_.find(key);
+        if (it == open_.end() || it->second != container || transitions_.count(key)) continue;
+        if (container->running() || container->last_used_at.load() + settings()->session_ttl_sec > now) continue;
+        if (container.use_count() > 2) continue;  // `idle` and the map: nobody else
+        if (durability_ && !durability_->releasable(*container)) continue;  // unflushed: kept
+        open_.erase(it);
+        closing = std::make_shared<Transition>(io_.get_executor(), false);
+        transitions_.emplace(key, closing);
       }
+      auto unmount = [this, &container] {
+        try {
+          if (!Volume::try_unmount(container->volume_mount)) return false;
+          SkillMounts::remove_folder(settings()->data_dir, container->storage);  // remade when it opens again
+          return true;
+        } catch (const std::exception& e) {
+          spdlog::warn("unmounting idle volume {}: {}", container->volume_mount, e.what());
+          return false;
+        }
+      };
+      const bool unmounted = co_await run_blocking(std::move(unmount));
+      if (!unmounted) {  // busy: it stays open
+        std::lock_guard lock(mutex_);
+        open_.emplace(key, container);
+      }
+      end_transition(key, closing);
     }
   }
 }
@@ -791,17 +1044,22 @@ asio::awaitable<void> ContainerService::shutdown() {
   }
   for (auto& container : all) co_await stop(container, "shutdown");
   co_await pool_.shutdown();
-  std::lock_guard lock(mutex_);
-  for (auto& container : all) {
-    try {
-      Volume::unmount(container->volume_mount);
-    } catch (const std::exception& e) {
-      spdlog::warn("unmounting {}: {}", container->volume_mount, e.what());
-    }
-    // Its skills folder is a mount point too (a shared bind of itself).
-    SkillMounts::remove_folder(settings()->data_dir, container->storage);
+  {
+    std::lock_guard lock(mutex_);
+    open_.clear();
   }
-  open_.clear();
+  auto unmount_all = [this, &all] {
+    for (auto& container : all) {
+      try {
+        Volume::unmount(container->volume_mount);
+      } catch (const std::exception& e) {
+        spdlog::warn("unmounting {}: {}", container->volume_mount, e.what());
+      }
+      // Its skills folder is a mount point too (a shared bind of itself).
+      SkillMounts::remove_folder(settings()->data_dir, container->storage);
+    }
+  };
+  co_await run_blocking(std::move(unmount_all));
 }
 
 }  // namespace sandboxd::service

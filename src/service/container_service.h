@@ -16,19 +16,20 @@
 #include <string>
 #include <vector>
 
+#include "service/python_kernel.h"
 #include "service/cluster_hooks.h"
 #include "service/sandbox_networking.h"
 #include "service/sandbox_pool.h"
 #include "service/spare_volumes.h"
+#include "base/error.h"
+#include "base/sandbox_paths.h"
 #include "ops/admission.h"
-#include "ops/owner_admission.h"
 #include "ops/config.h"
 #include "ops/live_config.h"
+#include "ops/owner_admission.h"
 #include "runtime/runtime.h"
-#include "base/error.h"
 #include "store/file_store.h"
 #include "store/metadata.h"
-#include "base/sandbox_paths.h"
 
 namespace sandboxd::service {
 
@@ -84,6 +85,22 @@ struct Container {
   bool running() const { return sandbox_up.load(); }
   std::atomic<bool> sandbox_up{false};
   std::atomic<int> executing{0};  // commands running now
+
+  // The running sandbox's persistent Python (python_kernel.h), made on its first call;
+  // one of an earlier sandbox is replaced. Guarded by python_mutex.
+  std::mutex python_mutex;
+  std::shared_ptr<PythonKernel> python;
+};
+
+// One cell for the container's persistent Python (ContainerService::run_python).
+struct PythonCall {
+  std::string code;
+  std::chrono::milliseconds timeout{60'000};
+  size_t output_limit = 1 << 20;  // per stream
+  // Restarts the kernel first (its variables are lost; the sandbox and files stay).
+  bool restart = false;
+  // The kernel's environment when this call starts it (as for commands).
+  std::vector<std::string> extra_env;
 };
 
 // A running sandbox as an operator sees it (`sandboxd ps`).
@@ -109,11 +126,11 @@ class ContainerService {
   std::string new_id() const;  // "cntr_" + random
 
   // The container (owner, id); with `create`, made if missing. 404 for a missing (or
-  // another owner's) container.
-  Result<std::shared_ptr<Container>> open(const std::string& owner, const std::string& id, bool create);
-  // The same for a coroutine on an I/O thread: an open container (with no lease to
-  // confirm) at once; otherwise open() runs as a store call (api/store_call.h), off
-  // the I/O thread when the metadata is in PostgreSQL.
+  // another owner's) container. An open container (with no lease to confirm) at once;
+  // otherwise this request opens it off the I/O threads (the database, the lease, the
+  // volume's mount: on the store pool with PostgreSQL, on the blocking pool with
+  // SQLite) while other requests for the same container wait for that outcome without
+  // holding a thread, and requests for other containers wait for nothing.
   asio::awaitable<Result<std::shared_ptr<Container>>> async_open(std::string owner, std::string id, bool create);
   // list() as a store call.
   asio::awaitable<std::vector<store::ContainerRecord>> async_list(std::string owner, size_t limit,
@@ -127,6 +144,9 @@ class ContainerService {
   // slot taken past capacity.queueTimeoutSec, a 429 (rate_limit_error, Retry-After).
   asio::awaitable<Result<runtime::ExecResult>> exec(std::shared_ptr<Container> container,
                                                     runtime::ExecRequest request, bool restart);
+  // Runs a cell in the container's persistent Python, starting the sandbox and the
+  // kernel first if needed; the same admission as exec (a cell is an execution).
+  asio::awaitable<Result<KernelResult>> run_python(std::shared_ptr<Container> container, PythonCall call);
   // `reason` labels the stop in the metrics (api, idle, deleted, restart, shutdown).
   asio::awaitable<void> stop(std::shared_ptr<Container> container, const char* reason = "api");
   asio::awaitable<void> remove(std::shared_ptr<Container> container);
@@ -154,7 +174,7 @@ class ContainerService {
     pool_.set_network(network);
   }
   // Why code execution is unavailable (no runtime): a missing sandbox image, else the
-  // seed's "provider is not configured".
+  // contract's "provider is not configured".
   void set_unavailable_reason(std::string reason) { unavailable_reason_ = std::move(reason); }
   std::string unavailable_reason() const {
     return unavailable_reason_.empty() ? std::string(kNoProvider) : unavailable_reason_;
@@ -168,7 +188,7 @@ class ContainerService {
   // Stops every sandbox and unmounts every volume (graceful shutdown).
   asio::awaitable<void> shutdown();
 
-  // Cluster mode (issue 13 §3): a container is served under its lease, taken when it
+  // Cluster mode (docs/storage.md): a container is served under its lease, taken when it
   // opens (a lease newly taken makes the local copy be checked against the bucket's
   // manifest before use: durability->ensure_local), released when its sandbox stops
   // (after durability->flush succeeded). Set once, before serving.
@@ -187,8 +207,33 @@ class ContainerService {
   std::vector<std::shared_ptr<Container>> open_containers() const;
 
  private:
+  using Key = std::pair<std::string, std::string>;  // (owner, id)
+  // A container being opened, its lease confirmed, or being closed (unmounted,
+  // deleted): requests for it wait here for the outcome, on a strand of its own, with
+  // no thread held; nothing else waits for it. Defined in the .cc.
+  struct Transition;
+  static asio::awaitable<void> await_end(Transition* transition);
+  // Removes `transition` from transitions_ and wakes its waiters (from any thread).
+  void end_transition(const Key& key, const std::shared_ptr<Transition>& transition);
+  // A closing of `key`, once any other transition of it has ended.
+  asio::awaitable<std::shared_ptr<Transition>> begin_closing(Key key);
+  asio::awaitable<Result<std::shared_ptr<Container>>> run_opening(Key key, bool create, std::shared_ptr<Container> open,
+                                                                  std::shared_ptr<Transition> transition);
+  // What opening does that waits (blocking: a pool thread): confirms the lease of a
+  // container open here (`open`), or finds (or makes) and mounts it. Touches no map.
+  Result<std::shared_ptr<Container>> open_blocking(const std::string& owner, const std::string& id, bool create,
+                                                   const std::shared_ptr<Container>& open);
+  // The container was deleted through another replica (this one found its record or
+  // lease gone): its sandbox stops, nothing more is flushed, its mount and local copy go.
+  asio::awaitable<void> forget_locally(std::shared_ptr<Container> container);
+  // Blocking: the container's skills folder, volume mount and host folder go.
+  void discard_local(const Container& container);
   asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ensure_sandbox(std::shared_ptr<Container> container);
   asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container, const char* reason);
+  // Admission for one execution (a slot, fairly shared between the owners that wait)
+  // and the running sandbox, started if need be. The ticket is held for the execution.
+  asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> admit(std::shared_ptr<Container> container,
+                                                                   ops::Admission::Ticket& ticket);
   // Under opensandbox.runtime.resourceQuota, reserves room for one more sandbox, stopping
   // the least recently used idle one if need be; 503 (overloaded) when none is idle.
   // Also keeps each owner under quotas.runningSandboxesPerOwner, stopping that owner's
@@ -200,7 +245,7 @@ class ContainerService {
   ApiError host_out_of_something(const std::string& what, const std::exception& e) const;
   // 503 (unavailable_volume) when the host cannot make or mount the volume.
   Result<std::shared_ptr<Container>> load(const store::ContainerRecord& record);
-  // open() of a container that has a record (under mutex_): its lease, then its volume.
+  // open_blocking() of a container that has a record: its lease, then its volume.
   Result<std::shared_ptr<Container>> open_existing(const store::ContainerRecord& record);
   Result<void> prepare_storage(Container& container, bool fresh);
   // Removes what a container that could not be made left (volume mount, folders).
@@ -208,12 +253,15 @@ class ContainerService {
   asio::awaitable<void> reap_idle();
   runtime::SandboxOptions sandbox_options(const ContainerPaths& dirs, const std::string& name) const;
   // Cluster mode: the lease before serving an open container (ensure_local when fresh).
-  Result<void> claim_lease(Container& container);
+  // `existing`: the container has a record (see LeaseKeeper::claim).
+  Result<void> claim_lease(Container& container, bool existing);
   // Cluster mode: the final flush, then the lease goes (kept when the flush fails).
   asio::awaitable<void> flush_and_release(std::shared_ptr<Container> container);
   // Cluster mode: another replica took the container over; its sandbox here stops (no
-  // flush, no release: this copy is no longer the container's).
+  // flush, no release: this copy is no longer the container's). When the container
+  // turns out deleted meanwhile, its mount and local copy go too.
   void lease_lost(const std::string& storage);
+  asio::awaitable<void> check_still_there(std::shared_ptr<Container> container);
 
   asio::io_context& io_;
   ops::LiveConfig& config_;
@@ -223,14 +271,16 @@ class ContainerService {
   BucketCopy* durability_ = nullptr;
   std::string unavailable_reason_;
   std::shared_ptr<ops::Admission> admission_;
-  ops::OwnerAdmission owner_admission_;  // each owner's share, before the global line
   std::atomic<int> quota_reserved_{0};  // sandboxes being started (counted against the quota)
   std::map<std::string, int> owner_reserved_;  // the same, per owner (under mutex_)
   store::Metadata& metadata_;
   std::string containers_dir_;
 
+  // Guards the maps below (and owner_reserved_); held for map operations only, never
+  // across a database, lease, disk or mount call.
   mutable std::mutex mutex_;
-  std::map<std::pair<std::string, std::string>, std::shared_ptr<Container>> open_;
+  std::map<Key, std::shared_ptr<Container>> open_;
+  std::map<Key, std::shared_ptr<Transition>> transitions_;
 
   std::atomic<bool> shutting_down_{false};
   // touch()'s PostgreSQL writes still queued (shared with them).

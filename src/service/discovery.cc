@@ -16,7 +16,7 @@ constexpr auto kCoalesce = std::chrono::milliseconds(200);
 // While a sandbox runs, a listing walks at most this often.
 constexpr auto kRunningRefresh = std::chrono::seconds(1);
 
-void sync_now(Services& services, Container& container) {
+void sync_now(Services& services, Container& container, store::OutputChanges* changes = nullptr) {
   {
     std::lock_guard lock(container.sync_mutex);
     container.index_dirty = false;
@@ -30,7 +30,7 @@ void sync_now(Services& services, Container& container) {
       --container.walks_running;
     }
   } finished{container};
-  services.files.sync(container.storage, container.paths);
+  services.files.sync(container.storage, container.paths, changes);
 }
 
 }  // namespace
@@ -72,6 +72,15 @@ asio::awaitable<void> before_listing(Services& services, Container& container) {
     if (!stale) co_return;
   }
   co_await sync_off_io_thread(services, container);
+}
+
+asio::awaitable<ChangedOutputs> sync_after_command(Services& services, std::shared_ptr<Container> container,
+                                                   int64_t since_ns) {
+  auto changes = std::make_shared<store::OutputChanges>();
+  changes->since_ns = since_ns;
+  auto walk = [&services, container, changes] { sync_now(services, *container, changes.get()); };
+  co_await run_blocking(std::move(walk));
+  co_return ChangedOutputs{std::move(changes->paths), changes->truncated};
 }
 
 asio::awaitable<void> sync_off_io_thread(Services& services, Container& container) {

@@ -1,13 +1,23 @@
 #include "service/skill_mounts.h"
 
 #include <sys/stat.h>
+#include <boost/asio/post.hpp>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <spdlog/spdlog.h>
 
+#include "runtime/tree_users.h"
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
 #include "runtime/volume.h"
+#include "base/blocking.h"
 
 namespace sandboxd::service {
 namespace {
@@ -16,6 +26,10 @@ namespace fs = std::filesystem;
 using runtime::Volume;
 
 fs::path root_of(const std::string& data_dir) { return fs::path(data_dir) / "skill-mounts"; }
+
+// The most entries a skill version's folder is walked for (runtime.skillMaxFiles is at
+// most 100,000; built-in skills are small).
+constexpr size_t kMaxSkillEntries = 100000;
 
 }  // namespace
 
@@ -41,6 +55,47 @@ Result<std::vector<LoadedSkill>> resolve_skills(store::SkillStore& store, const 
                               version->directory});
   }
   return out;
+}
+
+Result<void> ensure_local_skills(store::SkillStore& store, const std::vector<LoadedSkill>& skills, int retry_after_sec) {
+  for (const auto& skill : skills) {
+    if (skill.type != "custom") continue;
+    store::SkillVersionRecord version;
+    version.skill_id = skill.skill_id;
+    version.version = skill.version;
+    version.directory = skill.directory;
+    try {
+      store.ensure_local(version);
+    } catch (const store::SkillBucketError& e) {
+      spdlog::warn("skills: {}", e.what());
+      return ApiError::overloaded("The skill '" + skill.name + "' cannot be read from the sessions bucket now; try again later",
+                                  retry_after_sec);
+    }
+  }
+  return {};
+}
+
+namespace {
+asio::awaitable<void> sweep_skill_copies(store::SkillStore* store) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    timer.expires_after(std::chrono::seconds(5));
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return;
+    auto sweep = [store] { return store->drop_deleted_copies(); };
+    try {
+      if (const size_t dropped = co_await run_blocking(std::move(sweep)); dropped > 0)
+        spdlog::info("skills: {} local copies of deleted skill versions removed", dropped);
+    } catch (const std::exception& e) {
+      spdlog::warn("skills: removing local copies of deleted skills: {}", e.what());
+    }
+  }
+}
+}  // namespace
+
+void keep_skill_copies_current(asio::io_context& io, store::SkillStore& store) {
+  asio::co_spawn(io, sweep_skill_copies(&store), asio::detached);
 }
 
 std::string skills_prompt(const std::vector<LoadedSkill>& skills) {
@@ -90,11 +145,12 @@ void SkillMounts::remove_folder(const std::string& data_dir, const std::string& 
 }
 
 Result<std::shared_ptr<SkillMounts::Lease>> SkillMounts::load(const std::string& container_folder,
-                                                                      const std::vector<LoadedSkill>& skills) {
+                                                                      const std::vector<LoadedSkill>& skills,
+                                                                      SandboxPid sandbox_pid) {
   std::lock_guard lock(mutex_);
   std::vector<std::string> loaded;
   auto undo = [&] {
-    for (const auto& name : loaded) release_locked(container_folder, name);
+    for (const auto& name : loaded) release_locked(container_folder, name, nullptr);
   };
   for (const auto& skill : skills) {
     const auto key = std::make_pair(container_folder, skill.name);
@@ -122,23 +178,38 @@ Result<std::shared_ptr<SkillMounts::Lease>> SkillMounts::load(const std::string&
     ++it->second.users;
     loaded.push_back(skill.name);
   }
-  std::shared_ptr<Lease> lease(new Lease(*this, container_folder));
+  std::shared_ptr<Lease> lease(new Lease(*this, container_folder, std::move(sandbox_pid)));
   lease->names_ = std::move(loaded);
   return lease;
 }
 
-void SkillMounts::release(const std::string& folder, const std::string& name) {
+void SkillMounts::release(const std::string& folder, const std::string& name, const SandboxPid& sandbox_pid) {
   std::lock_guard lock(mutex_);
-  release_locked(folder, name);
+  release_locked(folder, name, &sandbox_pid);
 }
 
-void SkillMounts::release_locked(const std::string& folder, const std::string& name) {
+void SkillMounts::release_locked(const std::string& folder, const std::string& name, const SandboxPid* sandbox_pid) {
   auto it = mounted_.find({folder, name});
   if (it == mounted_.end() || --it->second.users > 0) return;
+  const std::string directory = it->second.directory;
   mounted_.erase(it);
   const std::string target = folder + "/" + name;
   try {
-    Volume::unmount(target);  // propagates to the sandbox's copy (lazily if it is busy)
+    // The unmount propagates to the sandbox's copy. Busy there means a process the
+    // request started still uses the skill: the copy is detached at once (nothing new
+    // reaches it by its path) and the processes still inside are ended, off this thread
+    // (a walk of the skill's entries and of the sandbox's processes).
+    if (!Volume::try_unmount(target)) {
+      Volume::unmount(target);
+      const pid_t pid1 = sandbox_pid && *sandbox_pid ? (*sandbox_pid)() : -1;
+      if (pid1 > 0) {
+        auto end_holders = [pid1, directory, target] {
+          const int killed = runtime::kill_tree_users(pid1, directory, kMaxSkillEntries);
+          if (killed > 0) spdlog::info("skill {} came off: ended {} process(es) still using it", target, killed);
+        };
+        boost::asio::post(blocking_pool(), std::move(end_holders));
+      }
+    }
   } catch (const std::exception& e) {
     spdlog::warn("unloading skill {}: {}", target, e.what());
   }
@@ -146,7 +217,7 @@ void SkillMounts::release_locked(const std::string& folder, const std::string& n
 }
 
 SkillMounts::Lease::~Lease() {
-  for (const auto& name : names_) owner_.release(folder_, name);
+  for (const auto& name : names_) owner_.release(folder_, name, sandbox_pid_);
 }
 
 }  // namespace sandboxd::service

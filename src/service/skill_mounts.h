@@ -8,19 +8,30 @@
 // running sandbox, or is there when the sandbox starts. When the request ends its lease
 // goes and the binds come off, so a later request without skills sees none. Requests
 // that run at once in one container share a skill at the same version (counted).
+// A process the request started that still uses a skill then (its working directory,
+// an open or mapped file inside it) would keep reading it through the detached bind:
+// such processes are killed as the skill comes off (runtime/tree_users.h), so a skill
+// is readable for its requests only, as promised.
 #pragma once
 
+#include <sys/types.h>
+
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include <boost/asio/io_context.hpp>
+
 #include "base/skill_reference.h"
 #include "base/error.h"
 #include "store/skill_store.h"
 
 namespace sandboxd::service {
+
+namespace asio = boost::asio;
 
 struct LoadedSkill {
   std::string type;      // "custom" | "anthropic"
@@ -40,6 +51,15 @@ Result<std::vector<LoadedSkill>> resolve_skills(store::SkillStore& store, const 
 // description and where its SKILL.md is, to be read when a task needs it.
 std::string skills_prompt(const std::vector<LoadedSkill>& skills);
 
+// Cluster mode (skills in the bucket, store/skill_bucket.h): the resolved custom
+// skills' folders, made here from the bucket's copy where this replica has none yet.
+// Blocking (the bucket): a blocking pool's thread. 503 when the bucket cannot be read.
+Result<void> ensure_local_skills(store::SkillStore& store, const std::vector<LoadedSkill>& skills, int retry_after_sec);
+
+// Cluster mode: every few seconds, this replica's copies of skill versions deleted
+// through any replica go (SkillStore::drop_deleted_copies, on the blocking pool).
+void keep_skill_copies_current(asio::io_context& io, store::SkillStore& store);
+
 class SkillMounts {
  public:
   // Removes what a previous run left under DATA_DIR/skill-mounts (its mounts are gone
@@ -51,6 +71,9 @@ class SkillMounts {
   // Unmounts and removes it (the container is deleted).
   static void remove_folder(const std::string& data_dir, const std::string& storage);
 
+  // The host pid of PID 1 of the container's sandbox now (-1: none running).
+  using SandboxPid = std::function<pid_t()>;
+
   class Lease {
    public:
     ~Lease();
@@ -59,20 +82,23 @@ class SkillMounts {
 
    private:
     friend class SkillMounts;
-    Lease(SkillMounts& owner, std::string folder) : owner_(owner), folder_(std::move(folder)) {}
+    Lease(SkillMounts& owner, std::string folder, SandboxPid sandbox_pid)
+        : owner_(owner), folder_(std::move(folder)), sandbox_pid_(std::move(sandbox_pid)) {}
     SkillMounts& owner_;
     std::string folder_;
+    SandboxPid sandbox_pid_;
     std::vector<std::string> names_;
   };
 
   // Binds the skills under the container's folder; released with the lease. 400 when a
   // skill's name is loaded at another version by a request still running there.
+  // `sandbox_pid` finds the processes to end when a skill is still in use as it comes off.
   Result<std::shared_ptr<Lease>> load(const std::string& container_folder,
-                                              const std::vector<LoadedSkill>& skills);
+                                              const std::vector<LoadedSkill>& skills, SandboxPid sandbox_pid);
 
  private:
-  void release(const std::string& folder, const std::string& name);
-  void release_locked(const std::string& folder, const std::string& name);
+  void release(const std::string& folder, const std::string& name, const SandboxPid& sandbox_pid);
+  void release_locked(const std::string& folder, const std::string& name, const SandboxPid* sandbox_pid);
 
   struct Mounted {
     std::string directory;

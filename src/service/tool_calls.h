@@ -5,23 +5,41 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/json/object.hpp>
+#include <functional>
 #include <memory>
 #include <string_view>
 
 #include "service/services.h"
 #include "runtime/cancellation.h"
+#include "runtime/sandbox.h"
 
 namespace sandboxd::service {
 
-// `tool` is bash_code_execution or text_editor_code_execution. Errors come back as
+// `tool` is bash_code_execution, text_editor_code_execution or code_execution (the
+// container's persistent Python, see run_python_tool). Errors come back as
 // *_tool_result_error blocks (with `detail`); a cancelled call kills its command. A call
 // that capacity refuses (429, or 503 for the quota) is an error: the direct endpoints
 // answer with it, a /messages turn shows it as a `too_many_requests` block.
 // `depth` is the nesting depth of the request that makes the call (0: a user's); the
-// command's ANTHROPIC_AUTH_TOKEN is for depth + 1.
-asio::awaitable<Result<boost::json::object>> run_sub_tool(Services& services, std::shared_ptr<Container> container,
-                                                  std::string_view tool, const boost::json::object& input,
-                                                  std::shared_ptr<runtime::Cancellation> cancellation = nullptr,
-                                                  int depth = 0);
+// command's ANTHROPIC_AUTH_TOKEN is for depth + 1. `on_output`, when set, sees a bash
+// command's output as it is written (runtime::ExecRequest::on_output).
+asio::awaitable<Result<boost::json::object>> run_sub_tool(
+    Services& services, std::shared_ptr<Container> container, std::string_view tool, const boost::json::object& input,
+    std::shared_ptr<runtime::Cancellation> cancellation = nullptr, int depth = 0,
+    std::function<void(runtime::OutputStreamId, std::string_view)> on_output = nullptr);
+
+// code_execution: input {"code": str, "timeout"?: seconds, "restart"?: bool}; the result
+// is Anthropic's code_execution_result {stdout, stderr, return_code, content: []}: the
+// text/plain form of the cell's value and displays follows its stdout (as a REPL shows
+// them), an exception is return_code 1 with the traceback in stderr, a timeout 124 with
+// "Command timed out after Ns." as for bash, a kernel that died its exit code with the
+// explanation in stderr. With `rich_outputs` (the direct endpoint) the block also
+// carries "outputs": the cell's Jupyter outputs with their MIME bundles (PNG, HTML).
+asio::awaitable<Result<boost::json::object>> run_python_tool(Services& services,
+                                                             std::shared_ptr<Container> container,
+                                                             const boost::json::object& input,
+                                                             bool rich_outputs, int depth = 0);
+
+inline constexpr std::string_view kCodeExecutionErrorType = "code_execution_tool_result_error";
 
 }  // namespace sandboxd::service

@@ -15,6 +15,8 @@ constexpr Oid kInt8Oid = 20;
 constexpr Oid kByteaOid = 17;
 
 [[noreturn]] void sqlite_fail(sqlite3* db, std::string_view what) {
+  if (db && (sqlite3_errcode(db) == SQLITE_BUSY || sqlite3_errcode(db) == SQLITE_LOCKED))
+    throw TimeoutError("sqlite: " + std::string(what) + ": " + sqlite3_errmsg(db));
   throw std::runtime_error("sqlite: " + std::string(what) + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
 }
 
@@ -24,17 +26,26 @@ std::string trimmed(const char* message) {
   return text;
 }
 
+// SQLSTATE classes of a statement that gave up waiting: 55P03 lock_not_available
+// (lock_timeout), 57014 query_canceled (statement_timeout).
+bool waited_too_long(const PGresult* result) {
+  const char* state = result ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
+  return state && (std::string_view(state) == "55P03" || std::string_view(state) == "57014");
+}
+
 [[noreturn]] void postgres_fail(PGconn* conn, std::string_view what, const PGresult* result = nullptr) {
   std::string message = result ? trimmed(PQresultErrorMessage(result)) : "";
   if (message.empty()) message = trimmed(PQerrorMessage(conn));
+  if (waited_too_long(result)) throw TimeoutError("postgres: " + std::string(what) + ": " + message);
   throw std::runtime_error("postgres: " + std::string(what) + ": " + message);
 }
 
 void sqlite_exec(sqlite3* db, const std::string& sql) {
   char* message = nullptr;
-  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
+  if (int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &message); rc != SQLITE_OK) {
     std::string text = message ? message : sqlite3_errmsg(db);
     sqlite3_free(message);
+    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) throw TimeoutError("sqlite: " + text);
     throw std::runtime_error("sqlite: " + text);
   }
 }
@@ -44,7 +55,9 @@ void postgres_exec(PGconn* conn, const std::string& sql) {
   auto status = PQresultStatus(result);
   if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
     std::string message = trimmed(result ? PQresultErrorMessage(result) : PQerrorMessage(conn));
+    const bool timed_out = waited_too_long(result);
     PQclear(result);
+    if (timed_out) throw TimeoutError("postgres: exec: " + message);
     throw std::runtime_error("postgres: exec: " + message);
   }
   PQclear(result);

@@ -20,10 +20,12 @@
 // broken database or a bug, never an expected outcome (callers answer a generic 500).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,12 +62,38 @@ class Database {
   Backend backend_;
 };
 
+// A statement the database gave up on because it waited too long: for a lock another
+// session holds (PostgreSQL's lock_timeout, SQLite's busy timeout) or in all
+// (statement_timeout). Nothing was changed; the same call may succeed later, once the
+// other session lets go.
+class TimeoutError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Opens (creating) a SQLite database: WAL journal, synchronous = NORMAL, a busy timeout
 // for the other connections and processes.
 std::shared_ptr<Database> open_sqlite(const std::string& path);
+
+// Bounds on every wait of a PostgreSQL session, set on each connection: no call of
+// sandboxd waits on the database for longer than these, whatever another session
+// (a paused replica, a forgotten psql) holds. Zero turns one off.
+struct PostgresTimeouts {
+  // A statement waiting for a row or table lock gives up (TimeoutError) after this.
+  std::chrono::milliseconds lock = std::chrono::seconds(5);
+  // Any statement gives up after this, lock waits included.
+  std::chrono::milliseconds statement = std::chrono::seconds(30);
+  // The server ends a session of ours left idle inside a transaction for this long (its
+  // process paused or cut off mid-transaction), and with it the locks it held.
+  std::chrono::milliseconds idle_in_transaction = std::chrono::seconds(10);
+};
+
 // A pool of at most `max_connections` to the server at `url` (a libpq URL or
-// "key=value" string); connects once right away so a wrong URL fails at start.
-std::shared_ptr<Database> open_postgres(const std::string& url, size_t max_connections = 8);
+// "key=value" string); connects once right away so a wrong URL fails at start. Every
+// connection has TCP keepalives on (a server that vanished is noticed in about 30 s)
+// and `timeouts` set.
+std::shared_ptr<Database> open_postgres(const std::string& url, size_t max_connections = 8,
+                                        PostgresTimeouts timeouts = {});
 
 // A leased connection: returned to its database at scope end. Movable, not copyable.
 class Connection {

@@ -166,7 +166,7 @@ FileResult<OpenedFile> FileStore::open_for_read(const ContainerPaths& paths, con
 // One pass over uploads/ and outputs/: unchanged files (same size and mtime) cost one
 // lstat, only new or changed ones are read. A mount whose host directory cannot be
 // opened is skipped entirely, so its records survive a volume that is not mounted.
-void FileStore::sync(const std::string& storage, const ContainerPaths& paths) {
+void FileStore::sync(const std::string& storage, const ContainerPaths& paths, OutputChanges* changes) {
   const std::pair<std::string_view, const std::string*> mounts[] = {{kUploadsMount, &paths.uploads},
                                                                       {kOutputsMount, &paths.outputs}};
   auto synced_here = [&mounts](std::string_view path) {
@@ -189,8 +189,17 @@ void FileStore::sync(const std::string& storage, const ContainerPaths& paths) {
       std::erase_if(unseen, [mount = mount](const auto& entry) { return below_mount(entry.first, mount); });
       continue;
     }
+    const bool outputs = mount == kOutputsMount;
     walk_regular_files(root.get(), std::string(mount),
                        [&](int directory, const char* name, const std::string& path, const struct stat& st) {
+                         if (changes && outputs &&
+                             static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec >=
+                                 changes->since_ns) {
+                           if (changes->paths.size() < changes->limit)
+                             changes->paths.push_back(path);
+                           else
+                             changes->truncated = true;
+                         }
                          auto known = unseen.find(path);
                          if (known != unseen.end() && unchanged(known->second, st)) {
                            unseen.erase(known);

@@ -27,6 +27,16 @@ struct OpenedFile {
   int64_t mtime_ns = 0;
 };
 
+// What one sync reports besides updating the index: the outputs/ files whose ctime is
+// at or after `since_ns` (CLOCK_REALTIME ns), i.e. those created, written, renamed into
+// place or otherwise changed since then, as sandbox paths in walk order, at most `limit`.
+struct OutputChanges {
+  int64_t since_ns = 0;
+  size_t limit = 1000;
+  std::vector<std::string> paths;
+  bool truncated = false;  // more changed files than `limit`
+};
+
 class FileStore {
  public:
   // Files written here belong to uid:gid (the agent's host ids), so the sandbox sees
@@ -45,7 +55,10 @@ class FileStore {
   // under uploads/ and outputs/ get a record (created_at = now, when first seen),
   // changed ones (size or mtime) get a new etag and size, vanished ones are dropped.
   // Reads whole new bodies (MD5): disk work, never on an I/O thread (server/blocking.h).
-  void sync(const std::string& storage, const ContainerPaths& paths);
+  // With `changes`, the same walk also collects the outputs changed since a moment
+  // (ctime is the kernel's, set on every write, rename or chmod and never settable from
+  // user space, unlike mtime: `cp -p`, `touch -d` and `mv` are all seen).
+  void sync(const std::string& storage, const ContainerPaths& paths, OutputChanges* changes = nullptr);
 
   // The record of one file (any mount, workspace included), synced with the disk
   // first; nullopt when the file does not exist.

@@ -1,4 +1,4 @@
-// File keys and ids of the Files API (SPEC §3.3, seed 002).
+// File keys and ids of the Files API (docs/http-api.md).
 //   key "data/q3.xlsx"      -> sandbox path /mnt/user-data/uploads/data/q3.xlsx
 //   key "outputs/chart.png" -> sandbox path /mnt/user-data/outputs/chart.png
 //   file id = base64url (no padding) of the sandbox path.

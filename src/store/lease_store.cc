@@ -26,6 +26,12 @@ FencedError::FencedError(std::string storage, int64_t writer_epoch, int64_t curr
                          "; a write at epoch " + std::to_string(writer_epoch) + " is refused"),
       storage_(std::move(storage)) {}
 
+FencedError::FencedError(std::string storage, int64_t writer_epoch)
+    : std::runtime_error("container storage " + storage + " has no lease (the container was deleted); a write at epoch " +
+                         std::to_string(writer_epoch) + " is refused"),
+      storage_(std::move(storage)),
+      deleted_(true) {}
+
 LeaseStore::LeaseStore(const std::string& db_path) : LeaseStore(db::open_sqlite(db_path)) {}
 
 LeaseStore::LeaseStore(std::shared_ptr<db::Database> database) : db_(std::move(database)) { schema::migrate(*db_); }
@@ -33,19 +39,25 @@ LeaseStore::LeaseStore(std::shared_ptr<db::Database> database) : db_(std::move(d
 LeaseStore::~LeaseStore() = default;
 
 std::optional<Lease> LeaseStore::acquire(const std::string& storage, const std::string& holder,
-                                         const std::string& holder_url, int64_t now_ms, int64_t ttl_ms) {
+                                         const std::string& holder_url, int64_t now_ms, int64_t ttl_ms,
+                                         bool existing_container) {
   auto conn = db_->acquire();
   // The whole decision is the upsert's WHERE: two replicas racing for a free lease are
   // serialised by the database, and only one of them gets a row back.
-  Statement upsert(conn, std::string("INSERT INTO leases (") + kColumns +
-                            ") VALUES (?, ?, ?, 1, ?) ON CONFLICT (storage) DO UPDATE SET "
+  const std::string values = existing_container
+                                 ? ") SELECT ?, ?, ?, 1, ? WHERE EXISTS (SELECT 1 FROM containers WHERE storage = ?)"
+                                 : ") VALUES (?, ?, ?, 1, ?)";
+  Statement upsert(conn, std::string("INSERT INTO leases (") + kColumns + values +
+                            " ON CONFLICT (storage) DO UPDATE SET "
                             "epoch = CASE WHEN leases.holder = excluded.holder THEN leases.epoch "
                             "ELSE leases.epoch + 1 END, "
                             "holder = excluded.holder, holder_url = excluded.holder_url, "
                             "expires_at_ms = excluded.expires_at_ms "
                             "WHERE leases.holder = excluded.holder OR leases.holder = '' OR leases.expires_at_ms <= ? "
                             "RETURNING " + kColumns);
-  upsert.add(storage).add(holder).add(holder_url).add(now_ms + ttl_ms).add(now_ms);
+  upsert.add(storage).add(holder).add(holder_url).add(now_ms + ttl_ms);
+  if (existing_container) upsert.add(storage);
+  upsert.add(now_ms);
   if (!upsert.step()) return std::nullopt;
   Lease lease = read_lease(upsert);
   upsert.run();
@@ -88,14 +100,17 @@ void LeaseStore::remove(const std::string& storage) {
   remove.add(storage).run();
 }
 
-void LeaseStore::check_fence(db::Connection& conn, const std::string& storage, int64_t writer_epoch) {
+int64_t LeaseStore::check_fence(db::Connection& conn, const std::string& storage, int64_t writer_epoch) {
   Statement query(conn, conn.backend() == db::Backend::kPostgres
                             ? "SELECT epoch FROM leases WHERE storage = ? FOR SHARE"
                             : "SELECT epoch FROM leases WHERE storage = ?");
   query.add(storage);
-  if (!query.step()) return;
+  // A container that is being served has a lease row from before its record to its
+  // delete; a write finding none comes from a holder that missed the delete.
+  if (!query.step()) throw FencedError(storage, writer_epoch);
   const int64_t current = query.integer(0);
   if (current != writer_epoch) throw FencedError(storage, writer_epoch, current);
+  return current;
 }
 
 }  // namespace sandboxd::store

@@ -1,5 +1,10 @@
 #include "store/manifest_store.h"
 
+#include <signal.h>
+
+#include <atomic>
+#include <cstdlib>
+
 #include "store/schema.h"
 
 namespace sandboxd::store {
@@ -34,6 +39,16 @@ int64_t bump_generation(Connection& conn, const std::string& storage, const std:
   upsert.add(storage).add(writer);
   upsert.step();
   return upsert.integer(0);
+}
+
+// Fault injection for tests and drills: SANDBOXD_FAILPOINT_STOP_IN_FENCED_WRITE=<sandbox
+// path> stops this whole process (SIGSTOP, as `kill -STOP` or a paused VM would), once,
+// right after a manifest write of that path passed the fence: its transaction open and
+// the lease row locked, what a holder paused inside a flush leaves the other replicas.
+void failpoint_stop_in_fenced_write(const std::string& path) {
+  static const char* const wanted = std::getenv("SANDBOXD_FAILPOINT_STOP_IN_FENCED_WRITE");
+  static std::atomic<bool> fired{false};
+  if (wanted && *wanted && path == wanted && !fired.exchange(true)) raise(SIGSTOP);
 }
 
 }  // namespace
@@ -79,7 +94,9 @@ ManifestStore::Change ManifestStore::put(const ManifestRow& row, const std::stri
                                          std::optional<int64_t> expected_version) {
   auto conn = db_->acquire();
   Transaction transaction(conn);
-  if (fence_) fence_(conn, row.storage);  // a holder whose lease moved on writes nothing
+  // A holder whose lease moved on (or whose container was deleted) writes nothing.
+  const int64_t epoch = fence_ ? fence_(conn, row.storage) : row.epoch;
+  if (fence_) failpoint_stop_in_fenced_write(row.path);
   // The generation first: its row lock orders this container's manifest writes, so on
   // PostgreSQL (READ COMMITTED) the version read next is not changed by another writer
   // before this one commits (SQLite's BEGIN IMMEDIATE already orders them).
@@ -93,7 +110,7 @@ ManifestStore::Change ManifestStore::put(const ManifestRow& row, const std::stri
                    "mode = excluded.mode, mtime_ns = excluded.mtime_ns, md5 = excluded.md5, "
                    "object_key = excluded.object_key, version = excluded.version, epoch = excluded.epoch");
   upsert.add(row.storage).add_blob(row.path).add(static_cast<int64_t>(row.size)).add(static_cast<int64_t>(row.mode));
-  upsert.add(row.mtime_ns).add(row.md5).add(row.object_key).add((current ? current->version : 0) + 1).add(row.epoch);
+  upsert.add(row.mtime_ns).add(row.md5).add(row.object_key).add((current ? current->version : 0) + 1).add(epoch);
   upsert.run();
   change.generation = generation;
   transaction.commit();

@@ -33,7 +33,7 @@ struct ManifestRow {
   std::string md5;  // hex, the file's etag
   std::string object_key;
   int64_t version = 0;  // bumped on every replacement of this path
-  int64_t epoch = 0;
+  int64_t epoch = 0;    // the writer's lease epoch (what the fence checked; 0 without one)
 };
 
 struct ManifestState {
@@ -70,8 +70,9 @@ class ManifestStore {
 
   // Cluster mode: put and remove run this inside their transaction, as Metadata's file
   // writes do (Metadata::set_write_fence); it throws FencedError when the container's
-  // lease has moved on to a newer epoch. Set before serving.
-  using WriteFence = std::function<void(db::Connection& conn, const std::string& storage)>;
+  // lease has moved on to a newer epoch or is gone, and returns the writer's epoch,
+  // which put() records in the row. Set before serving.
+  using WriteFence = std::function<int64_t(db::Connection& conn, const std::string& storage)>;
   void set_write_fence(WriteFence fence) { fence_ = std::move(fence); }
 
  private:

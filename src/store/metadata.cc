@@ -167,6 +167,17 @@ std::vector<ContainerRecord> Metadata::list_containers(const std::string& owner,
   return out;
 }
 
+uint64_t Metadata::containers_claimed(const std::string& owner, const std::string& except_id) {
+  if (!storable(owner, except_id)) return 0;
+  auto conn = db_->acquire();
+  Statement query(conn,
+                  "SELECT (SELECT COUNT(*) FROM containers WHERE owner = ?) + "
+                  "(SELECT COUNT(*) FROM threads t WHERE t.owner = ? AND t.id <> ? AND NOT EXISTS "
+                  "(SELECT 1 FROM containers c WHERE c.owner = t.owner AND c.id = t.id))");
+  query.add(owner).add(owner).add(except_id);
+  return query.step() ? static_cast<uint64_t>(query.integer(0)) : 0;
+}
+
 std::vector<ContainerRecord> Metadata::all_containers() {
   auto conn = db_->acquire();
   Statement query(conn, std::string("SELECT ") + kContainerColumns + " FROM containers ORDER BY owner, created_at, id");

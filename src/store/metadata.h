@@ -62,6 +62,11 @@ class Metadata {
   std::vector<ContainerRecord> list_containers(const std::string& owner, size_t limit,
                                                const std::string& after_id);
   std::vector<ContainerRecord> all_containers();
+  // What counts against quotas.containersPerOwner: the owner's containers plus its chat
+  // threads that have none yet (a thread's container has the thread's id and is made on
+  // its first turn, so each thread holds a claim on one), leaving `except_id` out of the
+  // latter (the container being made for that thread takes its own claim).
+  uint64_t containers_claimed(const std::string& owner, const std::string& except_id = "");
   // Removes the container and all its file records.
   void delete_container(const std::string& owner, const std::string& id);
 
@@ -82,7 +87,7 @@ class Metadata {
   // The bytes of every file of the owner's containers (uploads and outputs as indexed).
   uint64_t owner_bytes(const std::string& owner);
 
-  // Cluster mode (issue 13 §3): runs inside the transaction of every write to a
+  // Cluster mode (the lease's fence): runs inside the transaction of every write to a
   // container's file records, with that container's storage; throws (FencedError) to
   // refuse the write. Set once, before serving.
   using WriteFence = std::function<void(db::Connection& conn, const std::string& storage)>;

@@ -19,16 +19,25 @@ std::string trimmed(const char* message) {
 }
 
 // Settings every connection gets, whatever the server's defaults: BYTEA in hex (what
-// Statement::blob decodes) and UTC (nothing here depends on it, but a session never
-// should on the server's zone). UTF-8 text is a connection parameter.
-constexpr const char* kSessionSetup = "SET bytea_output = 'hex'; SET TIME ZONE 'UTC'";
+// Statement::blob decodes), UTC (nothing here depends on it, but a session never
+// should on the server's zone) and the bounds on its waits (PostgresTimeouts). UTF-8
+// text is a connection parameter.
+std::string session_setup(const PostgresTimeouts& timeouts) {
+  auto ms = [](std::chrono::milliseconds value) { return "'" + std::to_string(value.count()) + "ms'"; };
+  return "SET bytea_output = 'hex'; SET TIME ZONE 'UTC'; SET lock_timeout = " + ms(timeouts.lock) +
+         "; SET statement_timeout = " + ms(timeouts.statement) +
+         "; SET idle_in_transaction_session_timeout = " + ms(timeouts.idle_in_transaction);
+}
 
 }  // namespace
 
 class PostgresDatabase final : public Database {
  public:
-  PostgresDatabase(std::string url, size_t max_connections)
-      : Database(Backend::kPostgres), url_(std::move(url)), max_(std::max<size_t>(1, max_connections)) {
+  PostgresDatabase(std::string url, size_t max_connections, const PostgresTimeouts& timeouts)
+      : Database(Backend::kPostgres),
+        url_(std::move(url)),
+        max_(std::max<size_t>(1, max_connections)),
+        setup_(session_setup(timeouts)) {
     // One connection right away: a wrong URL or an unreachable server fails the start.
     PGconn* first = connect();
     idle_.push_back(first);
@@ -65,9 +74,15 @@ class PostgresDatabase final : public Database {
 
  private:
   PGconn* connect() {
-    // connect_timeout first: a value in the URL overrides it (later keywords win).
-    const char* keywords[] = {"connect_timeout", "application_name", "dbname", "client_encoding", nullptr};
-    const char* values[] = {"10", "sandboxd", url_.c_str(), "UTF8", nullptr};
+    // connect_timeout and the keepalives first: a value in the URL overrides them (later
+    // keywords win). A server (or the path to it) that vanishes mid-call would otherwise
+    // leave the call waiting for the kernel's TCP timeouts, hours: idle 10 s, then 3
+    // probes 5 s apart, and at most 30 s for data the server does not acknowledge.
+    const char* keywords[] = {"connect_timeout",     "keepalives",       "keepalives_idle",
+                              "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+                              "application_name",    "dbname",           "client_encoding",
+                              nullptr};
+    const char* values[] = {"10", "1", "10", "5", "3", "30000", "sandboxd", url_.c_str(), "UTF8", nullptr};
     PGconn* conn = PQconnectdbParams(keywords, values, /*expand_dbname=*/1);
     if (!conn) throw std::runtime_error("postgres: connect: out of memory");
     if (PQstatus(conn) != CONNECTION_OK) {
@@ -84,8 +99,8 @@ class PostgresDatabase final : public Database {
     return conn;
   }
 
-  static void setup(PGconn* conn) {
-    PGresult* result = PQexec(conn, kSessionSetup);
+  void setup(PGconn* conn) const {
+    PGresult* result = PQexec(conn, setup_.c_str());
     bool ok = PQresultStatus(result) == PGRES_COMMAND_OK;
     std::string message = ok ? "" : trimmed(PQresultErrorMessage(result));
     PQclear(result);
@@ -94,7 +109,7 @@ class PostgresDatabase final : public Database {
 
   // An idle connection has nothing to read; if its socket is readable the server has
   // closed it (or said why it will): read that, and reconnect when it is gone.
-  static void ensure_alive(PGconn* conn) {
+  void ensure_alive(PGconn* conn) const {
     if (PQstatus(conn) == CONNECTION_OK) {
       pollfd fd{PQsocket(conn), POLLIN, 0};
       if (fd.fd >= 0 && poll(&fd, 1, 0) > 0) PQconsumeInput(conn);
@@ -121,14 +136,15 @@ class PostgresDatabase final : public Database {
 
   const std::string url_;
   const size_t max_;
+  const std::string setup_;
   std::mutex mutex_;
   std::condition_variable available_;
   std::vector<PGconn*> idle_;
   size_t open_ = 0;  // idle + leased
 };
 
-std::shared_ptr<Database> open_postgres(const std::string& url, size_t max_connections) {
-  return std::make_shared<PostgresDatabase>(url, max_connections);
+std::shared_ptr<Database> open_postgres(const std::string& url, size_t max_connections, PostgresTimeouts timeouts) {
+  return std::make_shared<PostgresDatabase>(url, max_connections, timeouts);
 }
 
 }  // namespace sandboxd::store::db

@@ -301,6 +301,27 @@ int migrate_sqlite(Database& database) {
 int migrate_postgres(Database& database) {
   auto conn = database.acquire();
   const std::string key = std::to_string(kMigrationLockKey);
+  // Another replica's migrations may hold the lock longer than the session's bounds on
+  // a wait (store/database.h PostgresTimeouts): a start waits for them whole, and the
+  // session's bounds come back after.
+  std::string lock_timeout, statement_timeout;
+  {
+    Statement current(conn, "SELECT current_setting('lock_timeout'), current_setting('statement_timeout')");
+    if (current.step()) lock_timeout = current.text(0), statement_timeout = current.text(1);
+  }
+  struct Bounds {
+    Connection& conn;
+    const std::string &lock, &statement;
+    ~Bounds() {
+      try {
+        Statement restore(conn, "SELECT set_config('lock_timeout', ?, false), set_config('statement_timeout', ?, false)");
+        restore.add(lock).add(statement).run();
+      } catch (...) {
+        // A broken connection is dropped on release; a new one gets the bounds anew.
+      }
+    }
+  } bounds{conn, lock_timeout, statement_timeout};
+  conn.exec("SET lock_timeout = 0; SET statement_timeout = 0");
   conn.exec("SELECT pg_advisory_lock(" + key + ")");
   int count = 0;
   try {

@@ -155,21 +155,34 @@ SkillStaging::~SkillStaging() {
 void SkillStaging::count_bytes(uint64_t n) {
   bytes_ += n;
   if (bytes_ > limits_.max_bytes)
-    refuse("The skill is larger than " + std::to_string(limits_.max_bytes) + " bytes uncompressed");
+    refuse("The skill is larger than " + std::to_string(limits_.max_bytes) +
+           " bytes uncompressed (each folder counts " + std::to_string(kFolderBytes) + ")");
+}
+
+void SkillStaging::count_entry() {
+  if (files_ + folders_.size() > limits_.max_files)
+    refuse("The skill has more than " + std::to_string(limits_.max_files) + " files and folders");
 }
 
 std::string SkillStaging::prepare(std::string_view path, bool directory) {
   auto segments = segments_of(path);
-  std::string host = dir_;
+  const size_t depth = directory ? segments.size() : segments.size() - 1;
+  if (depth > limits_.max_depth)
+    refuse("'" + shown(path) + "' is nested deeper than " + std::to_string(limits_.max_depth) + " folders");
+  std::string host = dir_, relative;
   for (size_t i = 0; i < segments.size(); ++i) {
     host += "/" + segments[i];
+    relative += (i ? "/" : "") + segments[i];
     const bool last = i + 1 == segments.size();
     if (last && !directory) break;
+    if (folders_.contains(relative)) continue;
+    // Not made by this upload as a folder: either new, or a file of it (the staging
+    // folder is private and starts empty).
     struct stat st {};
-    if (lstat(host.c_str(), &st) == 0) {
-      if (!S_ISDIR(st.st_mode)) refuse("'" + shown(path) + "' uses a file as a folder (duplicate names)");
-      continue;
-    }
+    if (lstat(host.c_str(), &st) == 0) refuse("'" + shown(path) + "' uses a file as a folder (duplicate names)");
+    folders_.insert(relative);
+    count_entry();
+    count_bytes(kFolderBytes);
     if (mkdir(host.c_str(), 0755) != 0) throw std::runtime_error("mkdir " + host + ": " + std::strerror(errno));
   }
   return host;
@@ -177,7 +190,8 @@ std::string SkillStaging::prepare(std::string_view path, bool directory) {
 
 void SkillStaging::begin_file(std::string_view path) {
   if (fd_ >= 0) end_file();
-  if (++files_ > limits_.max_files) refuse("The skill has more than " + std::to_string(limits_.max_files) + " files");
+  ++files_;
+  count_entry();
   std::string host = prepare(path, /*directory=*/false);
   fd_ = open(host.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd_ < 0) {
@@ -213,6 +227,7 @@ void SkillStaging::extract_single_zip() {
   // Start over: the archive's entries are what counts.
   for (const auto& entry : fs::directory_iterator(dir_)) fs::remove_all(entry.path());
   files_ = 0;
+  folders_.clear();
   bytes_ = 0;
   first_path_.clear();
   extract_zip(archive);

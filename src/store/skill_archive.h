@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -20,10 +21,17 @@ class SkillUploadError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Folders are entries too: each one a folder of the upload makes counts against
+// max_files (files and folders together) and is charged kFolderBytes against max_bytes
+// (what a folder takes on disk), and no path is nested deeper than max_depth folders.
+// So zero bytes of content cannot make more than max_files inodes, however the paths
+// are laid out.
 struct SkillLimits {
-  uint64_t max_bytes = 30ull << 20;  // all files together, uncompressed
-  size_t max_files = 1000;
+  uint64_t max_bytes = 30ull << 20;  // all files together, uncompressed, folders charged
+  size_t max_files = 1000;           // files and folders together
+  size_t max_depth = 16;             // folders above a file, the top folder included
 };
+inline constexpr uint64_t kFolderBytes = 4096;
 
 // SKILL.md's front matter.
 struct SkillManifest {
@@ -61,12 +69,15 @@ class SkillStaging {
   const std::string& dir() const { return dir_; }
   // The caller moved the content away; only what is left is removed.
   size_t files() const { return files_; }
+  size_t folders() const { return folders_.size(); }
   uint64_t bytes() const { return bytes_; }
 
  private:
-  // Validates a relative path and creates its parent folders; returns the host path.
+  // Validates a relative path and creates its parent folders (each new one counted and
+  // charged); returns the host path.
   std::string prepare(std::string_view path, bool directory);
   void count_bytes(uint64_t n);
+  void count_entry();
   void extract_zip(const std::string& archive);
 
   std::string dir_;
@@ -75,6 +86,7 @@ class SkillStaging {
   std::string current_;
   std::string first_path_;
   size_t files_ = 0;
+  std::set<std::string> folders_;  // made so far (relative paths): no lstat per segment
   uint64_t bytes_ = 0;
 };
 

@@ -115,6 +115,20 @@ int64_t leading_integer(const std::string& text) {
 
 }  // namespace
 
+// Marks a version installed on disk as not yet recorded while it lives.
+struct SkillStore::Installing {
+  SkillStore& store;
+  std::string key;
+  Installing(SkillStore& store, std::string key) : store(store), key(std::move(key)) {
+    std::lock_guard lock(store.installing_mutex_);
+    store.installing_.insert(this->key);
+  }
+  ~Installing() {
+    std::lock_guard lock(store.installing_mutex_);
+    store.installing_.erase(key);
+  }
+};
+
 std::string find_builtin_skills_dir(const std::string& configured) {
   if (!configured.empty()) return configured;
   std::vector<fs::path> candidates;
@@ -233,8 +247,10 @@ SkillRecord SkillStore::create(const std::string& owner, const std::optional<std
   r.display_name = display_name && !display_name->empty() ? *display_name : upload.manifest.name;
   r.latest_version = next_version(conn, r.id);
   r.created_at_us = r.updated_at_us = now_us();
-  install(r.id, r.latest_version, upload.content_dir);
+  Installing installing{*this, r.id + "/" + r.latest_version};
+  const std::string directory = install(r.id, r.latest_version, upload.content_dir);
   try {
+    if (bucket_) bucket_->publish(r.id, r.latest_version, directory);
     Transaction transaction(conn);
     Statement(conn, "INSERT INTO skills (owner, id, display_name, name, latest_version, created_at_us, updated_at_us) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)")
@@ -246,6 +262,7 @@ SkillRecord SkillStore::create(const std::string& owner, const std::optional<std
     transaction.commit();
   } catch (...) {
     remove_sealed(fs::path(skills_dir_) / r.id);
+    if (bucket_) bucket_->forget(r.id);  // what a cut publish sent (best effort)
     throw;
   }
   return r;
@@ -265,8 +282,10 @@ std::optional<SkillVersionRecord> SkillStore::add_version(const std::string& own
   v.name = upload.manifest.name;
   v.description = upload.manifest.description;
   v.created_at_us = now_us();
+  Installing installing{*this, skill_id + "/" + v.version};
   v.directory = install(skill_id, v.version, upload.content_dir);
   try {
+    if (bucket_) bucket_->publish(skill_id, v.version, v.directory);
     Transaction transaction(conn);
     Statement(conn, "INSERT INTO skill_versions (skill_id, version, name, description, created_at_us) "
                     "VALUES (?, ?, ?, ?, ?)")
@@ -276,6 +295,7 @@ std::optional<SkillVersionRecord> SkillStore::add_version(const std::string& own
     transaction.commit();
   } catch (...) {
     remove_sealed(v.directory);
+    if (bucket_) bucket_->forget(skill_id, v.version);  // what a cut publish sent (best effort)
     throw;
   }
   return v;
@@ -389,6 +409,8 @@ bool SkillStore::remove(const std::string& owner, const std::string& skill_id) {
     transaction.commit();
   }
   remove_sealed(fs::path(skills_dir_) / skill_id);
+  // The other replicas' copies go with their next drop_deleted_copies (the rows are gone).
+  if (bucket_) bucket_->forget(skill_id);
   return true;
 }
 
@@ -414,19 +436,71 @@ SkillStore::VersionRemoval SkillStore::remove_version(const std::string& owner, 
   auto v = find_version(owner, skill_id, version);
   if (!v) return VersionRemoval::kMissing;
   {
+    // The last version may go too (the Skills guide deletes every version, then the
+    // skill): the skill stays, with no latest version ('' here), until it is deleted.
     auto conn = db_->acquire();
-    Statement count(conn, "SELECT COUNT(*) FROM skill_versions WHERE skill_id = ?");
-    count.add(skill_id);
-    if (count.step() && count.integer(0) <= 1) return VersionRemoval::kLastVersion;
     Transaction transaction(conn);
     Statement(conn, "DELETE FROM skill_versions WHERE skill_id = ? AND version = ?").add(skill_id).add(v->version).run();
-    Statement(conn, "UPDATE skills SET latest_version = (SELECT version FROM skill_versions WHERE skill_id = ? "
-                    "ORDER BY CAST(version AS BIGINT) DESC LIMIT 1), updated_at_us = ? WHERE id = ?")
-        .add(skill_id).add(now_us()).add(skill_id).run();
+    Statement(
+        conn,
+        "UPDATE skills SET latest_version = COALESCE((SELECT version FROM skill_versions WHERE skill_id = ? "
+        "ORDER BY CAST(version AS BIGINT) DESC LIMIT 1), ''), updated_at_us = ? WHERE id = ?")
+        .add(skill_id)
+        .add(now_us())
+        .add(skill_id)
+        .run();
     transaction.commit();
   }
   remove_sealed(v->directory);
+  if (bucket_) bucket_->forget(skill_id, v->version);
   return VersionRemoval::kRemoved;
+}
+
+void SkillStore::ensure_local(const SkillVersionRecord& version) {
+  std::error_code ec;
+  if (!bucket_ || is_builtin_id(version.skill_id) || fs::exists(version.directory, ec)) return;
+  const std::string staging = new_staging_dir();
+  try {
+    bucket_->materialise(version.skill_id, version.version, staging);
+    fs::create_directories(fs::path(version.directory).parent_path());
+    chmod(staging.c_str(), 0755);
+    seal(staging);
+    // Another request (or replica's sweep) may have made it meanwhile: the first stays.
+    if (rename(staging.c_str(), version.directory.c_str()) != 0) remove_sealed(staging);
+  } catch (...) {
+    remove_sealed(staging);
+    throw;
+  }
+}
+
+size_t SkillStore::drop_deleted_copies() {
+  size_t dropped = 0;
+  std::error_code ec;
+  for (const auto& skill : fs::directory_iterator(skills_dir_, ec)) {
+    const std::string skill_id = skill.path().filename().string();
+    if (is_builtin_id(skill_id) || !skill.is_directory(ec)) continue;  // (.staging too)
+    std::vector<std::string> versions;
+    for (const auto& version : fs::directory_iterator(skill.path(), ec))
+      versions.push_back(version.path().filename().string());
+    for (const auto& version : versions) {
+      {
+        std::lock_guard lock(installing_mutex_);
+        if (installing_.count(skill_id + "/" + version)) continue;
+      }
+      bool exists = false;
+      if (is_valid_utf8(skill_id) && is_valid_utf8(version)) {
+        auto conn = db_->acquire();
+        Statement q(conn, "SELECT 1 FROM skill_versions WHERE skill_id = ? AND version = ?");
+        q.add(skill_id).add(version);
+        exists = q.step();
+      }
+      if (exists) continue;
+      remove_sealed(skill.path() / version);
+      ++dropped;
+    }
+    fs::remove(skill.path(), ec);  // once empty
+  }
+  return dropped;
 }
 
 }  // namespace sandboxd::store

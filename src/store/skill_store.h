@@ -7,12 +7,15 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "store/database.h"
 #include "store/skill_archive.h"
+#include "store/skill_bucket.h"
 
 namespace sandboxd::store {
 
@@ -79,10 +82,23 @@ class SkillStore {
   // False when missing. Removes the files too (a sandbox that has the version
   // mounted keeps it until its request ends).
   bool remove(const std::string& owner, const std::string& skill_id);
-  enum class VersionRemoval { kRemoved, kMissing, kLastVersion };
+  // Removing the last version leaves the skill without one (latest_version ""): found,
+  // listed and deletable, but a reference to it resolves to no version.
+  enum class VersionRemoval { kRemoved, kMissing };
   VersionRemoval remove_version(const std::string& owner, const std::string& skill_id, const std::string& version);
 
   static bool is_builtin_id(std::string_view id) { return !id.starts_with("skill_"); }
+
+  // Cluster mode (storage.backend s3): every version is published to the bucket before
+  // it is recorded, and its objects go with it; a replica that has no copy makes one
+  // on first use (ensure_local). Set once, before serving.
+  void set_bucket(SkillBucket* bucket) { bucket_ = bucket; }
+  // The version's folder on this host, made from the bucket's copy when missing (read-
+  // only, as stored). Blocking (the bucket); throws SkillBucketError.
+  void ensure_local(const SkillVersionRecord& version);
+  // Removes this host's copies of versions that no longer exist (deleted through
+  // another replica). Returns how many went. Blocking.
+  size_t drop_deleted_copies();
   const std::string& builtin_dir() const { return builtin_dir_; }
 
  private:
@@ -98,6 +114,12 @@ class SkillStore {
   std::string data_dir_, skills_dir_, builtin_dir_;
   std::vector<Builtin> builtins_;
   std::shared_ptr<db::Database> db_;
+  SkillBucket* bucket_ = nullptr;
+  // Versions installed on disk whose rows are not committed yet ("<id>/<version>"):
+  // drop_deleted_copies leaves them alone.
+  struct Installing;
+  std::mutex installing_mutex_;
+  std::set<std::string> installing_;
 };
 
 // Where the built-in skills are: `configured` when set, else the first that exists of

@@ -67,9 +67,22 @@ size_t ThreadStore::count(const std::string& owner) {
   return query.step() ? static_cast<size_t>(query.integer(0)) : 0;
 }
 
-ThreadPage ThreadStore::list(const std::string& owner, size_t limit, const std::string& after_id) {
+namespace {
+// A LIKE pattern that matches `text` anywhere, its wildcards escaped with '\'.
+std::string contains_pattern(const std::string& text) {
+  std::string pattern = "%";
+  for (char c : text) {
+    if (c == '%' || c == '_' || c == '\\') pattern += '\\';
+    pattern += c;
+  }
+  return pattern + "%";
+}
+}  // namespace
+
+ThreadPage ThreadStore::list(const std::string& owner, size_t limit, const std::string& after_id,
+                             const std::string& title_contains) {
   ThreadPage page;
-  if (!storable(owner, after_id)) return page;
+  if (!storable(owner, after_id) || !is_valid_utf8(title_contains)) return page;
   auto conn = db_->acquire();
   std::string sql = std::string("SELECT ") + kThreadColumns + " FROM threads WHERE owner = ?";
   std::optional<int64_t> after_seq;
@@ -80,10 +93,13 @@ ThreadPage ThreadStore::list(const std::string& owner, size_t limit, const std::
     after_seq = cursor.integer(0);
     sql += " AND seq < ?";
   }
+  // LOWER on both sides: SQLite's LIKE ignores ASCII case, PostgreSQL's none.
+  if (!title_contains.empty()) sql += " AND LOWER(title) LIKE LOWER(?) ESCAPE '\\'";
   sql += " ORDER BY seq DESC LIMIT ?";
   Statement query(conn, sql);
   query.add(owner);
   if (after_seq) query.add(*after_seq);
+  if (!title_contains.empty()) query.add(contains_pattern(title_contains));
   query.add(static_cast<int64_t>(std::min<size_t>(limit, INT32_MAX) + 1));
   while (query.step()) page.threads.push_back(read_thread(query));
   if (page.threads.size() > limit) {

@@ -1,4 +1,4 @@
-// Workspace chat threads (SPEC §3.4): each thread's title, its conversation (every
+// Workspace chat threads (docs/http-api.md): each thread's title, its conversation (every
 // message with its content blocks as JSON text) and its artifacts (files a turn wrote
 // to outputs/), kept in the metadata database beside the containers and files, so a
 // conversation outlives a restart. The thread's files are the container's (owner, id).
@@ -62,8 +62,10 @@ class ThreadStore {
   bool create(const ThreadRecord& record);
   std::optional<ThreadRecord> find(const std::string& owner, const std::string& id);
   // Newest first; `after_id` (exclusive) continues a page. An unknown cursor gives an
-  // empty page.
-  ThreadPage list(const std::string& owner, size_t limit, const std::string& after_id);
+  // empty page. A non-empty `title_contains` keeps the threads whose title holds it,
+  // ignoring case (its % and _ are literal characters, not patterns).
+  ThreadPage list(const std::string& owner, size_t limit, const std::string& after_id,
+                  const std::string& title_contains = "");
   // How many threads the owner has.
   size_t count(const std::string& owner);
   bool rename(const std::string& owner, const std::string& id, const std::string& title, int64_t now);

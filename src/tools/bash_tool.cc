@@ -32,16 +32,29 @@ Result<BashInput> parse_bash_input(const boost::json::object& input) {
   return out;
 }
 
-boost::json::object bash_result(const runtime::ExecResult& result) {
+boost::json::array output_blocks(std::string_view output_type, const std::vector<std::string>& file_ids) {
+  boost::json::array blocks;
+  blocks.reserve(file_ids.size());
+  for (const auto& id : file_ids)
+    blocks.push_back(boost::json::object{{"type", output_type}, {"file_id", id}});
+  return blocks;
+}
+
+boost::json::object bash_result(const runtime::ExecResult& result,
+                                const std::vector<std::string>& output_file_ids) {
   return boost::json::object{{"type", "bash_code_execution_result"},
                              {"stdout", to_valid_utf8(result.stdout_text)},
                              {"stderr", to_valid_utf8(result.stderr_text)},
-                             {"return_code", result.return_code}};
+                             {"return_code", result.return_code},
+                             {"content", output_blocks("bash_code_execution_output", output_file_ids)}};
 }
 
 boost::json::object tool_error(std::string_view block_type, std::string_view error_code,
                                std::string_view explanation, bool include_detail) {
   boost::json::object error{{"type", block_type}, {"error_code", error_code}};
+  // Anthropic's editor error has its reason in error_message (string or null); the
+  // bash error has no such field.
+  if (block_type == kEditorErrorType) error["error_message"] = explanation;
   if (include_detail) error["detail"] = boost::json::object{{"code", error_code}, {"explanation", explanation}};
   return error;
 }

@@ -1,4 +1,4 @@
-// text_editor_code_execution (seed 002) on the host side of a container's mounts.
+// text_editor_code_execution (docs/http-api.md) on the host side of a container's mounts.
 //
 // Code in the sandbox owns these directories and may fill them with symlinks, FIFOs or
 // devices meant to make the (privileged) server read or write something on the host.
@@ -66,6 +66,7 @@ json::object error_block(std::string_view code, std::string_view explanation, bo
   json::object error;
   error["type"] = "text_editor_code_execution_tool_result_error";
   error["error_code"] = code;
+  error["error_message"] = explanation;  // Anthropic's field; `detail` is the Zylon extension
   if (include_detail) error["detail"] = json::object{{"code", code}, {"explanation", explanation}};
   return error;
 }
@@ -74,7 +75,7 @@ json::object error_block(std::string_view code, std::string_view explanation, bo
 // File descriptors.
 
 
-// Explains why opening `path` failed with `err`, in the words the seed uses.
+// Explains why opening `path` failed with `err`, in the contract's words.
 [[noreturn]] void fail_to_open(int err, const ResolvedPath& path) {
   switch (err) {
     case ENOENT:
@@ -600,7 +601,7 @@ json::object create(int root_fd, const ResolvedPath& path, const std::string& te
 // ---------------------------------------------------------------------------------
 // str_replace and insert
 
-// A change to a file, described as the seed's str_replace_result.
+// A change to a file, described as the contract's str_replace_result.
 struct LineChange {
   int64_t start = 1;  // 1-based first line of the change, in both the old and new file
   std::vector<std::string_view> removed;

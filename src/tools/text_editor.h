@@ -1,4 +1,4 @@
-// text_editor_code_execution (seed 002): view, create, str_replace and insert, on the
+// text_editor_code_execution (docs/http-api.md): view, create, str_replace and insert, on the
 // host side of the container's mounts, whether or not its sandbox runs.
 #pragma once
 
@@ -28,6 +28,7 @@ struct EditorOptions {
 //   (insert answers with the same str_replace_result shape)
 // or an error:
 //   {"type":"text_editor_code_execution_tool_result_error","error_code":"unavailable",
+//    "error_message":"File not found: /home/agent/workspace/x",
 //    "detail":{"code":"unavailable","explanation":"File not found: /home/agent/workspace/x"}}
 // (error_code "invalid_tool_input" for a malformed input).
 boost::json::object run_text_editor(const ContainerPaths& paths, const boost::json::object& input,

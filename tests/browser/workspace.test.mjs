@@ -1,4 +1,4 @@
-// The Workspace web page in a real browser (issue 16): Debian's chromium, headless,
+// The Workspace web page in a real browser (docs/workspace.md): Debian's chromium, headless,
 // driven by playwright-core, against a real `sandboxd serve` whose model is the scripted
 // upstream (tests/scripted_upstream.h). A person signs in, makes a thread, uploads a
 // CSV, asks for a chart, watches the answer stream in with its execution step, sees the
@@ -11,7 +11,7 @@ import { readFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
-import { Stack, message as scriptedMessage, startServer, stopProgram } from '../harness.mjs';
+import { Stack, message as scriptedMessage, startServer, stopProgram, text, toolUse } from '../harness.mjs';
 
 const TOKEN = 'browser-secret-token';
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
@@ -99,6 +99,7 @@ test('sign in, upload a CSV, ask for a chart, see it streamed and download it', 
   await answer.waitFor({ timeout: 60000 });
   await answer.locator('text=It has 3 months.').waitFor();
   await answer.locator('pre.code code', { hasText: 'plot(revenue)' }).waitFor();
+  assert.equal(await answer.locator('.text strong').first().innerText(), 'revenue', 'markdown bold');
   const image = answer.locator('img[data-testid="artifact-image"]');
   await image.waitFor();
   await page.waitForFunction(() => {
@@ -143,13 +144,14 @@ test('sign in, upload a CSV, ask for a chart, see it streamed and download it', 
   assert.ok(expected.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])));
   assert.ok(readFileSync(saved).equals(expected), 'the downloaded bytes are the file the sandbox wrote');
 
-  // After a reload the conversation comes back from the server, artifact included.
+  // After a reload the conversation comes back from the server, artifact included: the
+  // URL names the thread, so it opens by itself.
+  assert.equal(new URL(page.url()).hash, `#/thread/${threadId}`);
   await page.reload();
   await page.locator('#app').waitFor();
-  await page.locator(`.thread-item[data-thread-id="${threadId}"]`).click();
   await page.locator('article.message.assistant img[data-testid="artifact-image"]').waitFor();
   assert.equal(await page.locator('#thread-title').innerText(), 'Please chart data.csv');
-  assert.equal(await page.locator('#artifact-count').innerText(), '2');
+  await page.locator('#file-count', { hasText: '3' }).waitFor();  // the upload and the two outputs
 
   // A model that is overloaded: the person is told, the message is not lost silently.
   await script([{ status: 529, error: { type: 'overloaded_error', message: 'Overloaded' } }]);
@@ -221,4 +223,307 @@ test('with features.codeExecution.enabled false the page says so and still chats
   } finally {
     await stopProgram(server.child);
   }
+});
+
+// A page that records what must never happen: a JavaScript dialog, or a request that
+// leaves the server's origin (those are also refused, so nothing is ever fetched).
+async function guardedPage(context, serverUrl) {
+  const page = await context.newPage();
+  const seen = { dialogs: [], external: [], errors: [] };
+  page.on('dialog', (d) => { seen.dialogs.push(d.message()); d.dismiss().catch(() => {}); });
+  const origin = new URL(serverUrl).origin;
+  await context.route((url) => /^(https?|wss?|ftp):$/.test(url.protocol) && url.origin !== origin, (route) => {
+    seen.external.push(route.request().url());
+    return route.abort();
+  });
+  // The browser's own PDF viewer loads its parts from chrome:// (inside the browser, no
+  // network); anything else must be the page's own files or its API.
+  const internal = /^(blob:|data:|chrome:|chrome-extension:)/;
+  page.on('request', (r) => {
+    const url = r.url();
+    if (internal.test(url)) return;
+    if (!url.startsWith(origin)) seen.external.push(url);
+    else if (!/^\/(assets\/|api\/|$)/.test(new URL(url).pathname)) seen.external.push(url);
+  });
+  page.on('console', (m) => { if (m.type() === 'error') seen.errors.push(`${m.text()} @ ${m.location().url}`); });
+  page.on('pageerror', (e) => seen.errors.push(String(e)));
+  return { page, seen };
+}
+
+async function signInAndOpenNewThread(page, serverUrl) {
+  await page.goto(serverUrl + '/');
+  await page.fill('#token', TOKEN);
+  await page.press('#token', 'Enter');
+  await page.locator('#app').waitFor();
+  await page.click('#new-thread');
+  const item = page.locator('.thread-item.active');
+  await item.waitFor();
+  return item.getAttribute('data-thread-id');
+}
+
+const HOSTILE_NAME = '<img src=x onerror=alert(4)>.txt';
+const MARKDOWN_ANSWER = `# Quarterly results
+
+| month | revenue |
+|-------|--------:|
+| jan   | 10      |
+| feb   | 14      |
+
+- first point
+- second point, with \`inline code\`
+
+See [the report format](https://example.com/report-format) for details.
+
+\`\`\`python
+def total(rows):
+    return sum(r["revenue"] for r in rows)
+\`\`\`
+
+<script>alert(1)</script><img src=x onerror="alert(2)"><img src="http://127.0.0.1:9/evil.png">
+![tracker](http://127.0.0.1:9/track.png)
+[a javascript link](javascript:alert(3)) <iframe src="http://127.0.0.1:9/evil-frame"></iframe>
+<style>body { display: none }</style><div class="drop-overlay" onclick="alert(5)">a fake overlay</div>
+<svg onload="alert(6)"><circle r="5"/></svg>`;
+
+// The model's files: an XLSX of two sheets (openpyxl), a one-page PDF (reportlab), a
+// Python script, and a text file whose name is markup.
+const FILES_COMMAND = `cd /mnt/user-data/outputs
+python3 - <<'PY'
+from openpyxl import Workbook
+wb = Workbook()
+ws = wb.active
+ws.title = 'Revenue'
+ws.append(['month', 'revenue', 'note'])
+for i in range(1, 121):
+    ws.append([f'm{i}', i * 10, 'ok' if i % 2 else 'even'])
+notes = wb.create_sheet('Notes')
+notes['A1'] = 'checked'
+notes['B2'] = '<img src=x onerror=alert(7)>'
+wb.save('report.xlsx')
+from reportlab.pdfgen import canvas
+c = canvas.Canvas('summary.pdf')
+c.setFont('Helvetica', 24)
+c.drawString(72, 720, 'Quarterly summary: revenue up 40%')
+c.save()
+open('total.py', 'w').write('def total(rows):\\n    return sum(r["revenue"] for r in rows)\\n')
+open('<img src=x onerror=alert(4)>.txt', 'w').write('a file with a hostile name\\n')
+PY
+ls -l`;
+
+test('markdown renders as elements; markup in text, files and names does nothing; XLSX and PDF previews', async () => {
+  const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: stack.serverUrl });
+  const { page, seen } = await guardedPage(context, stack.serverUrl);
+  await signInAndOpenNewThread(page, stack.serverUrl);
+  // An upload whose name is markup, too.
+  await page.setInputFiles('#file-input', { name: '<svg onload=alert(8)>.csv', mimeType: 'text/csv', buffer: Buffer.from('a,b\n1,2\n') });
+  await page.locator('.upload.done').waitFor();
+
+  await script([
+    message([text('Making the files.'), toolUse('toolu_files', 'bash_code_execution', { command: FILES_COMMAND })], 'tool_use'),
+    message([text(MARKDOWN_ANSWER)], 'end_turn'),
+  ]);
+  await page.fill('#prompt', 'Summarise the quarter <img src=x onerror=alert(9)>');
+  await page.press('#prompt', 'Enter');
+  const answer = page.locator('article.message.assistant[data-complete="true"]');
+  await answer.waitFor({ timeout: 60000 });
+  const body = answer.locator('.text').last();
+
+  // Markdown became the elements it names.
+  await body.locator('h1', { hasText: 'Quarterly results' }).waitFor();
+  assert.deepEqual(await body.locator('table th').allInnerTexts(), ['month', 'revenue']);
+  assert.equal(await body.locator('table tbody tr').count(), 2);
+  assert.deepEqual(await body.locator('ul > li').allInnerTexts(), ['first point', 'second point, with inline code']);
+  const link = body.locator('a', { hasText: 'the report format' });
+  assert.equal(await link.getAttribute('href'), 'https://example.com/report-format');
+  assert.equal(await link.getAttribute('rel'), 'noopener noreferrer nofollow');
+  assert.equal(await link.getAttribute('target'), '_blank');
+  const code = body.locator('.code-block pre code');
+  assert.equal(await code.count(), 1);
+  assert.match(await code.innerText(), /def total\(rows\):\n {4}return sum/);
+  assert.ok(await code.locator('span.hljs-keyword').count() > 0, 'the code is highlighted');
+  await body.locator('.code-block button.copy').click();
+  await body.locator('.code-block button.copy', { hasText: 'Copied' }).waitFor();
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()),
+    'def total(rows):\n    return sum(r["revenue"] for r in rows)');
+
+  // The markup in the text is inert: no element that runs, loads or dresses up.
+  const conversation = page.locator('#messages');
+  for (const tag of ['script', 'img:not([data-testid="artifact-image"])', 'iframe:not([data-testid="pdf-preview"])', 'style',
+    'svg', '.drop-overlay', '[onerror]', '[onclick]', '[onload]'])
+    assert.equal(await conversation.locator(tag).count(), 0, `no ${tag} from the model's text`);
+  assert.equal(await body.locator('a', { hasText: 'a javascript link' }).getAttribute('href'), null,
+    'the javascript: link lost its href');
+  await body.locator('.md-image', { hasText: '[image: tracker]' }).waitFor();
+  assert.ok((await body.innerText()).includes('<script>alert(1)</script><img src=x onerror="alert(2)">'),
+    "the model's HTML is shown as text");
+  assert.ok((await page.locator('article.message.user').innerText()).includes('<img src=x onerror=alert(9)>'),
+    "the user's markup is shown as typed");
+  await body.scrollIntoViewIfNeeded();
+  await page.screenshot({ path: join(SHOTS, '11-markdown-answer.png') });
+
+  // The XLSX: a table per sheet, its size said.
+  const xlsx = answer.locator('[data-testid="artifact"][data-filename="report.xlsx"] [data-testid="xlsx-preview"]');
+  await xlsx.waitFor();
+  const revenue = xlsx.locator('section[data-sheet="Revenue"]');
+  assert.equal(await revenue.locator('.sheet-size').innerText(), '121 rows × 3 columns, the first 50 rows shown');
+  assert.equal(await revenue.locator('tbody tr').count(), 50);
+  assert.deepEqual(await revenue.locator('tbody tr').first().locator('td').allInnerTexts(), ['month', 'revenue', 'note']);
+  assert.deepEqual(await revenue.locator('tbody tr').nth(1).locator('td').allInnerTexts(), ['m1', '10', 'ok']);
+  const notes = xlsx.locator('section[data-sheet="Notes"]');
+  assert.equal(await notes.locator('tbody tr').nth(1).locator('td').nth(1).innerText(), '<img src=x onerror=alert(7)>');
+  await xlsx.scrollIntoViewIfNeeded();
+  await page.screenshot({ path: join(SHOTS, '12-xlsx-preview.png') });
+
+  // The PDF in the browser's own viewer, from a blob: URL typed application/pdf.
+  const pdf = answer.locator('[data-testid="artifact"][data-filename="summary.pdf"] iframe[data-testid="pdf-preview"]');
+  await pdf.waitFor();
+  const src = await pdf.getAttribute('src');
+  assert.match(src, /^blob:/);
+  // The frame loaded that blob (a refused frame would show chrome-error://) as a PDF.
+  let frame = null;
+  for (let i = 0; i < 100 && !frame; i++) {
+    frame = page.frames().find((f) => f.url() === src) || null;
+    if (!frame) await page.waitForTimeout(100);
+  }
+  assert.ok(frame, `the PDF frame loaded its blob: ${JSON.stringify(page.frames().map((f) => f.url()))}`);
+  assert.equal(await frame.evaluate(() => document.contentType), 'application/pdf');
+  assert.equal(await page.evaluate(() => navigator.pdfViewerEnabled), true);
+  await pdf.scrollIntoViewIfNeeded();
+  for (const f of [frame, ...frame.childFrames()]) await f.waitForLoadState('load');  // the viewer, for the screenshot
+  await page.screenshot({ path: join(SHOTS, '13-pdf-preview.png') });
+
+  // Code highlighted; the file with a markup name is only its name.
+  await answer.locator('[data-filename="total.py"] .code-block code span.hljs-keyword').first().waitFor();
+  const hostile = answer.locator(`[data-testid="artifact"][data-filename="${HOSTILE_NAME}"]`);
+  await hostile.locator('strong', { hasText: HOSTILE_NAME }).waitFor();
+  await hostile.locator('pre.text-preview', { hasText: 'a file with a hostile name' }).waitFor();
+
+  // The files panel: the upload and the outputs, with sizes; previews on demand.
+  await page.locator('#files-details summary').click();
+  const panel = page.locator('#file-list');
+  await panel.locator('li[data-kind="upload"] [data-filename="<svg onload=alert(8)>.csv"]').waitFor();
+  await page.locator('#file-count', { hasText: '5' }).waitFor();
+  assert.equal(await panel.locator('li[data-kind="output"]').count(), 4);
+  // Uploaded files are not downloadable by default (workspace.downloads.uploadedResources).
+  await panel.locator('li[data-kind="upload"] .note', { hasText: 'turned off by your organisation' }).waitFor();
+  assert.equal(await panel.locator('li[data-kind="upload"] button').count(), 0);
+  const row = panel.locator('li[data-kind="output"] [data-filename="report.xlsx"]');
+  assert.match(await row.locator('.meta').innerText(), /KiB/);
+  await row.locator('button[data-testid="preview"]').click();
+  await row.locator('section[data-sheet="Revenue"] .sheet-size').waitFor();
+  await page.locator('#files-panel').scrollIntoViewIfNeeded();
+  await page.screenshot({ path: join(SHOTS, '14-files-panel.png') });
+
+  for (const tag of ['script:not([src])', 'iframe:not([data-testid="pdf-preview"])', 'svg', '[onerror]', '[onload]'])
+    assert.equal(await page.locator(tag).count(), 0, `no ${tag} anywhere on the page`);
+  assert.deepEqual(seen.dialogs, [], 'no dialog opened');
+  assert.deepEqual(seen.external, [], 'no request left the page');
+  assert.deepEqual(seen.errors.filter((e) => !e.includes('Failed to load resource')), [], 'no script errors');
+  await context.close();
+});
+
+// Processes whose command line is `sleep 37` (the brackets keep the checking command out).
+const COUNT_SLEEPERS = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'sleep 3[7]'";
+const LONG_COMMAND = 'for i in 1 2 3; do echo tick $i; sleep 0.2; done; echo oops >&2; sleep 37; ' +
+  'echo late > /mnt/user-data/outputs/too-late.txt';
+
+test('a turn is stopped mid-command; threads are renamed, searched, deleted; the URL names the thread', async () => {
+  const context = await browser.newContext({ viewport: { width: 1100, height: 860 } });
+  const { page, seen } = await guardedPage(context, stack.serverUrl);
+  const threadId = await signInAndOpenNewThread(page, stack.serverUrl);
+  assert.equal(new URL(page.url()).hash, `#/thread/${threadId}`);
+
+  await script([message([text('Starting the long job.'),
+    toolUse('toolu_long', 'bash_code_execution', { command: LONG_COMMAND })], 'tool_use')]);
+  await page.fill('#prompt', 'Run the long job');
+  await page.press('#prompt', 'Enter');
+  // The command's output shows while it runs.
+  const step = page.locator('article.message.assistant details[data-testid="execution-step"]');
+  await step.waitFor();
+  await step.locator('summary').click();
+  await step.locator('[data-testid="live-output"]', { hasText: 'tick 3' }).waitFor();
+  await step.locator('[data-testid="live-output"] .stderr', { hasText: 'oops' }).waitFor();
+  assert.equal(await page.locator('#stop').isVisible(), true);
+  await page.screenshot({ path: join(SHOTS, '15-command-running.png') });
+
+  await page.click('#stop');
+  const stopped = page.locator('article.message.assistant.stopped[data-complete="true"]');
+  await stopped.waitFor({ timeout: 30000 });
+  await stopped.locator('.stopped-note').waitFor();
+  assert.equal(await page.locator('#send').isVisible(), true);
+  assert.equal(await page.locator('#prompt').isDisabled(), false);
+  await page.screenshot({ path: join(SHOTS, '16-turn-stopped.png') });
+
+  // A later command: the stopped one is gone from the sandbox, its last step never ran.
+  await script([
+    message([toolUse('toolu_check', 'bash_code_execution', { command: `${COUNT_SLEEPERS}; ls /mnt/user-data/outputs/` })], 'tool_use'),
+    message([text('Checked the sandbox.')], 'end_turn'),
+  ]);
+  await page.fill('#prompt', 'Is it still running?');
+  await page.press('#prompt', 'Enter');
+  const checked = page.locator('article.message.assistant[data-complete="true"]', { hasText: 'Checked the sandbox.' });
+  await checked.waitFor({ timeout: 60000 });
+  await checked.locator('details[data-testid="execution-step"] summary').click();
+  const stdout = await checked.locator('pre.stdout').innerText();
+  assert.equal(stdout.split('\n')[0], '0', `no sleep 37 runs: ${stdout}`);
+  assert.equal(stdout.includes('too-late.txt'), false, 'the rest of the stopped command never ran');
+
+  // A reload keeps the thread (the URL names it), the stopped answer still marked.
+  await page.reload();
+  await page.locator('article.message.assistant.stopped .stopped-note').waitFor();
+  assert.equal(await page.locator('article.message').count(), 4);
+  assert.equal(await page.locator('.thread-item.active').getAttribute('data-thread-id'), threadId);
+  await page.screenshot({ path: join(SHOTS, '17-reloaded.png') });
+
+  // Rename in place (Enter saves); markup in a title is only text.
+  await page.click('#rename-thread');
+  await page.locator('#title-input').fill('Long job <b>bold</b>');
+  await page.press('#title-input', 'Enter');
+  await page.locator('#thread-title', { hasText: 'Long job <b>bold</b>' }).waitFor();
+  assert.equal(await page.locator(`.thread-item[data-thread-id="${threadId}"]`).innerText(), 'Long job <b>bold</b>');
+  await page.click('#new-thread');
+  await page.waitForFunction((id) => !location.hash.endsWith(id), threadId);
+  const second = await page.locator('.thread-item.active').getAttribute('data-thread-id');
+  // Back returns to the renamed thread, Forward to the new one.
+  await page.goBack();
+  await page.locator(`.thread-item.active[data-thread-id="${threadId}"]`).waitFor();
+  await page.locator('#thread-title', { hasText: 'Long job' }).waitFor();
+  await page.goForward();
+  await page.locator(`.thread-item.active[data-thread-id="${second}"]`).waitFor();
+  await page.goBack();
+  await page.locator(`.thread-item.active[data-thread-id="${threadId}"]`).waitFor();
+
+  // Search by title.
+  await page.fill('#thread-search', 'LONG jo');
+  await page.waitForFunction(() => document.querySelectorAll('.thread-item').length === 1);
+  assert.equal(await page.locator('.thread-item').getAttribute('data-thread-id'), threadId);
+  await page.screenshot({ path: join(SHOTS, '18-search.png') });
+  await page.fill('#thread-search', 'no title holds this');
+  await page.locator('#no-threads', { hasText: 'No thread title holds' }).waitFor();
+  await page.fill('#thread-search', '');
+  await page.waitForFunction(() => document.querySelectorAll('.thread-item').length > 1);
+
+  // Delete, confirmed in the page's own dialog (Cancel first changes nothing).
+  await page.click('#delete-thread');
+  await page.locator('#delete-dialog[open]').waitFor();
+  await page.screenshot({ path: join(SHOTS, '19-delete-dialog.png') });
+  await page.locator('#delete-cancel').click();
+  await page.locator('#delete-dialog[open]').waitFor({ state: 'detached' });
+  assert.equal(await page.locator(`.thread-item[data-thread-id="${threadId}"]`).count(), 1);
+  await page.click('#delete-thread');
+  await page.locator('#delete-confirm').click();
+  await page.locator(`.thread-item[data-thread-id="${threadId}"]`).waitFor({ state: 'detached' });
+  assert.equal(await page.locator('#thread-title').innerText(), 'No thread selected');
+  const res = await fetch(`${stack.serverUrl}/api/v1/app/thread/${threadId}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+  assert.equal(res.status, 404, 'deleted on the server');
+  // A URL naming the deleted thread says so.
+  await page.goto(`${stack.serverUrl}/#/thread/${threadId}`);
+  await page.reload();
+  await page.locator('#banner', { hasText: 'does not exist' }).waitFor();
+
+  assert.deepEqual(seen.dialogs, [], 'no JavaScript dialog: rename and delete are in the page');
+  assert.deepEqual(seen.external, [], 'no request left the page');
+  assert.deepEqual(seen.errors.filter((e) => !e.includes('Failed to load resource')), [], 'no script errors');
+  await context.close();
 });

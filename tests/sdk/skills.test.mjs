@@ -68,10 +68,15 @@ test('beta.skills: create, retrieve, list, versions, delete', async () => {
   const first = await skills.versions.retrieve(skill.latest_version_id, { skill_id: skill.id });
   assert.match(first.description, /^Writes a short report/);
 
-  const gone = await skills.versions.delete(skill.latest_version_id, { skill_id: skill.id });
-  assert.equal(gone.type, 'skill_version_deleted');
+  // The Skills guide's deletion flow: every version, then the skill.
+  for await (const v of skills.versions.list(skill.id)) {
+    const gone = await skills.versions.delete(v.version, { skill_id: skill.id });
+    assert.equal(gone.type, 'skill_version_deleted');
+    assert.equal(gone.id, v.id);
+  }
   await assert.rejects(skills.versions.retrieve(skill.latest_version_id, { skill_id: skill.id }),
                        (e) => e instanceof Anthropic.NotFoundError);
+  assert.deepEqual((await skills.versions.list(skill.id)).data, []);
   const deleted = await skills.delete(skill.id);
   assert.deepEqual(deleted, { id: skill.id, type: 'skill_deleted' });
   await assert.rejects(skills.retrieve(skill.id), (e) => e instanceof Anthropic.NotFoundError);
@@ -102,7 +107,9 @@ test('beta.messages.create with container.skills runs the skill, and the Files A
   });
   assert.equal(reply.stop_reason, 'end_turn');
   assert.deepEqual(reply.content[1].content,
-                   { type: 'bash_code_execution_result', stdout: '2\nreport written\n', stderr: '', return_code: 0 });
+                   { type: 'bash_code_execution_result', stdout: '2\nreport written\n', stderr: '', return_code: 0,
+                     content: [{ type: 'bash_code_execution_output',
+                                 file_id: Buffer.from('/mnt/user-data/outputs/r.txt').toString('base64url') }] });
   assert.equal(reply.container.id, 'sdk-skills');
   assert.equal(reply.container.skills.length, 2);
   assert.deepEqual(reply.container.skills[0], { type: 'custom', skill_id: skill.id, version: skill.latest_version_id });

@@ -57,25 +57,32 @@ export async function call(method, path, body) {
 const threadPath = (id) => `/api/v1/app/thread/${encodeURIComponent(id)}`;
 
 export const features = () => call('GET', '/api/v1/app/features');
-export const listThreads = (afterId) =>
-  call('GET', `/api/v1/app/thread?limit=50${afterId ? `&after_id=${encodeURIComponent(afterId)}` : ''}`);
+// Newest first; `query` keeps the threads whose title holds it.
+export const listThreads = (afterId, query) =>
+  call('GET', `/api/v1/app/thread?limit=50${afterId ? `&after_id=${encodeURIComponent(afterId)}` : ''}` +
+    `${query ? `&q=${encodeURIComponent(query)}` : ''}`);
 export const createThread = (title) => call('POST', '/api/v1/app/thread', title ? { title } : {});
 export const getThread = (id) => call('GET', threadPath(id));
 export const renameThread = (id, title) => call('PATCH', threadPath(id), { title });
 export const deleteThread = (id) => call('DELETE', threadPath(id));
 export const listArtifacts = (id) => call('GET', `${threadPath(id)}/artifacts`);
+export const listFiles = (id) => call('GET', `${threadPath(id)}/files`);
+export const stopTurn = (id) => call('POST', `${threadPath(id)}/stop`);
 
 // Posts a message and reads the answer's server-sent events as they arrive:
-// onEvent(name, data) for each.
-export async function sendMessage(id, body, onEvent) {
+// onEvent(name, data) for each. Aborting `signal` closes the stream (the server then
+// stops the turn); the promise then rejects with an AbortError.
+export async function sendMessage(id, body, onEvent, signal) {
   let response;
   try {
     response = await fetch(`${threadPath(id)}/messages`, {
       method: 'POST',
       headers: headers({ 'Content-Type': 'application/json', Accept: 'text/event-stream' }),
       body: JSON.stringify({ ...body, stream: true }),
+      signal,
     });
   } catch (e) {
+    if (e.name === 'AbortError') throw e;
     throw new ApiError(0, 'network_error', `The server cannot be reached: ${e.message}`);
   }
   if (!response.ok) throw await errorFrom(response);

@@ -1,6 +1,11 @@
-// Turning a conversation into elements. Text from the model or a file is only ever
-// set as textContent: nothing it says becomes markup.
+// Turning a conversation into elements. The model's text is markdown, rendered by
+// markdown.js (sanitised: nothing it says becomes script or a request); everything
+// else from the model or a file (commands, output, file names) is set as textContent.
 import { download } from './api.js';
+import { renderMarkdown } from './markdown.js';
+import { fileUrl, formatSize, previewKind, showPreview } from './preview.js';
+
+export { formatSize };
 
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -15,56 +20,45 @@ export function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-export function formatSize(bytes) {
-  if (bytes < 1024) return `${bytes} B`;
-  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KiB`;
-  return `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+// A user's message is shown as typed; the assistant's as markdown.
+function renderText(target, text, role) {
+  if (role === 'user') {
+    target.replaceChildren(...text.split(/\n{2,}/).filter((p) => p.trim()).map((p) => el('p', { class: 'plain', text: p })));
+    return;
+  }
+  renderMarkdown(target, text);
 }
 
-// Markdown as text: fenced code blocks become <pre><code>, inline `code` becomes
-// <code>, the rest stays text in paragraphs.
-export function renderText(target, text) {
-  target.replaceChildren();
-  const parts = text.split(/^```/m);
-  parts.forEach((part, i) => {
-    if (i % 2 === 1) {
-      const newline = part.indexOf('\n');
-      const language = newline >= 0 ? part.slice(0, newline).trim() : '';
-      const code = newline >= 0 ? part.slice(newline + 1) : part;
-      const pre = el('pre', { class: 'code' }, el('code', { text: code.replace(/\n$/, '') }));
-      if (language) pre.setAttribute('data-language', language);
-      target.append(pre);
-      return;
-    }
-    for (const raw of part.split(/\n{2,}/)) {
-      const paragraph = raw.replace(/^\n+|\n+$/g, '');
-      if (!paragraph.trim()) continue;
-      const p = el('p');
-      paragraph.split(/(`[^`\n]+`)/).forEach((piece) => {
-        if (piece.startsWith('`') && piece.endsWith('`') && piece.length > 1) p.append(el('code', { text: piece.slice(1, -1) }));
-        else p.append(document.createTextNode(piece));
-      });
-      target.append(p);
-    }
-  });
+// Saves a file's bytes under its name (the token goes in a header, so not a plain link).
+export async function saveFile(url, filename) {
+  const blob = await download(url);
+  const objectUrl = URL.createObjectURL(blob);
+  const a = el('a', { href: objectUrl, download: filename });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(objectUrl), 60_000);
 }
 
 // One assistant or user message; blocks are added as they arrive.
 export class MessageView {
-  constructor(role) {
+  constructor(role, threadId) {
+    this.role = role;
+    this.threadId = threadId;
     this.node = el('article', { class: `message ${role}`, 'data-role': role });
     this.node.append(el('div', { class: 'who', text: role === 'user' ? 'You' : 'Assistant' }));
     this.body = el('div', { class: 'body' });
     this.node.append(this.body);
     this.blocks = [];
     this.steps = new Map();  // server_tool_use id -> step view
+    this.pendingRender = new Set();
   }
 
   startBlock(index, block) {
     let view;
     if (block.type === 'text') {
       view = { kind: 'text', text: block.text || '', node: el('div', { class: 'text' }) };
-      renderText(view.node, view.text);
+      renderText(view.node, view.text, this.role);
     } else if (block.type === 'server_tool_use') {
       view = this.stepView(block);
     } else if (block.type && block.type.endsWith('_tool_result')) {
@@ -72,7 +66,7 @@ export class MessageView {
       const step = this.steps.get(block.tool_use_id);
       if (step) step.showResult(block.content);
     } else if (block.type === 'zylon-resource') {
-      view = { kind: 'resource', node: artifactCard(block) };
+      view = { kind: 'resource', node: artifactCard(this.threadId, block) };
     } else {
       view = { kind: 'other', node: null };
     }
@@ -85,24 +79,51 @@ export class MessageView {
     if (!view) return;
     if (view.kind === 'text' && delta.type === 'text_delta') {
       view.text += delta.text;
-      renderText(view.node, view.text);
+      this.scheduleRender(view);
     } else if (view.kind === 'step' && delta.type === 'input_json_delta') {
       view.partial += delta.partial_json;
     }
   }
 
+  // Streamed text is re-rendered at most once a frame (markdown needs the whole text).
+  scheduleRender(view) {
+    if (this.pendingRender.has(view)) return;
+    this.pendingRender.add(view);
+    requestAnimationFrame(() => {
+      this.pendingRender.delete(view);
+      renderText(view.node, view.text, this.role);
+    });
+  }
+
   stopBlock(index) {
     const view = this.blocks[index];
+    if (view && view.kind === 'text') renderText(view.node, view.text, this.role);
     if (view && view.kind === 'step' && view.partial) {
       try { view.setInput(JSON.parse(view.partial)); } catch { /* keep what is shown */ }
     }
   }
 
+  // A running command's output as it comes (the execution_output event).
+  output(event) {
+    const step = this.steps.get(event.tool_use_id);
+    if (step) step.appendOutput(event.stream, event.text);
+  }
+
+  markStopped() {
+    this.node.classList.add('stopped');
+    if (!this.node.querySelector('.stopped-note'))
+      this.node.append(el('p', { class: 'stopped-note', text: 'Stopped: the answer was cut short at your request.' }));
+    for (const step of this.steps.values()) step.markStopped();
+  }
+
   stepView(block) {
     const summary = el('summary', {}, el('span', { class: 'step-label', text: stepLabel(block.name, block.input) }));
     const command = el('pre', { class: 'command' });
+    const live = el('pre', { class: 'live-output', 'aria-live': 'off', 'data-testid': 'live-output' });
+    live.hidden = true;
     const output = el('div', { class: 'output', text: 'Running…' });
-    const node = el('details', { class: 'step', 'data-testid': 'execution-step' }, summary, command, output);
+    const node = el('details', { class: 'step running', 'data-testid': 'execution-step' }, summary, command, live, output);
+    let liveBytes = 0;
     const view = {
       kind: 'step', node, partial: '',
       setInput(input) {
@@ -110,7 +131,27 @@ export class MessageView {
         command.textContent = block.name === 'bash_code_execution'
           ? `$ ${input.command || ''}` : JSON.stringify(input, null, 2);
       },
+      appendOutput(stream, text) {
+        // The last 64 KiB shown while it runs; the result replaces it at the end.
+        live.hidden = false;
+        const span = el('span', { class: stream === 'stderr' ? 'stderr' : 'stdout', text });
+        live.append(span);
+        liveBytes += text.length;
+        while (liveBytes > 65536 && live.firstChild) {
+          liveBytes -= live.firstChild.textContent.length;
+          live.firstChild.remove();
+        }
+        live.scrollTop = live.scrollHeight;
+      },
+      markStopped() {
+        if (!node.classList.contains('running')) return;
+        node.classList.remove('running');
+        node.classList.add('failed');
+        output.replaceChildren(el('p', { class: 'error', text: 'Stopped before it finished.' }));
+      },
       showResult(content) {
+        node.classList.remove('running');
+        live.hidden = true;
         output.replaceChildren();
         if (!content) return;
         if (content.type && content.type.endsWith('_error')) {
@@ -134,13 +175,14 @@ export class MessageView {
   }
 
   // A whole stored message.
-  static fromStored(message) {
-    const view = new MessageView(message.role);
+  static fromStored(message, threadId) {
+    const view = new MessageView(message.role, threadId);
     if (typeof message.content === 'string') {
       view.startBlock(0, { type: 'text', text: message.content });
     } else {
       (message.content || []).forEach((block, i) => view.startBlock(i, block));
     }
+    if (message.stopped) view.markStopped();
     return view;
   }
 }
@@ -154,88 +196,50 @@ function stepLabel(name, input) {
   return 'Used the file editor';
 }
 
-const textTypes = /^(text\/|application\/(json|xml|csv|x-yaml))/;
-
-// An artifact: images inline, CSV and text previewed, every file downloadable.
-export function artifactCard(resource) {
-  const card = el('div', { class: 'artifact', 'data-testid': 'artifact', 'data-filename': resource.filename });
+// A file of the thread (an artifact block, or a row of the files list): its name and
+// size, its preview, its download. The URL comes from the file id and the thread.
+export function artifactCard(threadId, file, { previewNow = true } = {}) {
+  const card = el('div', { class: 'artifact', 'data-testid': 'artifact', 'data-filename': file.filename });
   card.append(el('div', { class: 'artifact-head' },
-    el('strong', { text: resource.filename }),
-    el('span', { class: 'meta', text: ` ${resource.mime_type} · ${formatSize(resource.size_bytes || 0)}` })));
+    el('strong', { text: file.filename }),
+    el('span', { class: 'meta', text: ` ${file.mime_type || 'file'} · ${formatSize(file.size_bytes || 0)}` })));
   const preview = el('div', { class: 'preview' });
   card.append(preview);
   const actions = el('div', { class: 'artifact-actions' });
   card.append(actions);
-  if (resource.downloadable === false) {
-    actions.append(el('span', { class: 'note', text: 'Downloads of generated files are turned off by your organisation.' }));
+  if (file.downloadable === false) {
+    actions.append(el('span', { class: 'note', text: 'Downloads of these files are turned off by your organisation.' }));
     return card;
   }
-  const button = el('button', { type: 'button', text: `Download ${resource.filename}`, 'data-testid': 'download' });
+  let url;
+  try {
+    url = fileUrl(threadId, file.file_id);
+  } catch {
+    actions.append(el('span', { class: 'error', text: 'This file cannot be opened here.' }));
+    return card;
+  }
+  const button = el('button', { type: 'button', text: `Download ${file.filename}`, 'data-testid': 'download' });
   button.addEventListener('click', async () => {
     try {
-      const blob = await download(resource.download_url);
-      const url = URL.createObjectURL(blob);
-      const a = el('a', { href: url, download: resource.filename });
-      document.body.append(a);
-      a.click();
-      a.remove();
-      setTimeout(() => URL.revokeObjectURL(url), 60_000);
+      await saveFile(url, file.filename);
     } catch (e) {
       actions.append(el('p', { class: 'error', role: 'alert', text: `Download failed: ${e.describe ? e.describe() : e.message}` }));
     }
   });
   actions.append(button);
-  loadPreview(resource, preview);
+  if (!previewKind(file.filename, file.mime_type)) return card;
+  if (previewNow) {
+    showPreview(preview, file, url);
+  } else {
+    const show = el('button', { type: 'button', text: 'Preview', 'aria-expanded': 'false', 'data-testid': 'preview' });
+    show.addEventListener('click', () => {
+      const open = show.getAttribute('aria-expanded') === 'true';
+      show.setAttribute('aria-expanded', String(!open));
+      show.textContent = open ? 'Preview' : 'Hide preview';
+      if (open) preview.replaceChildren();
+      else showPreview(preview, file, url);
+    });
+    actions.prepend(show);
+  }
   return card;
-}
-
-async function loadPreview(resource, preview) {
-  const mime = resource.mime_type || '';
-  const isImage = mime.startsWith('image/') && mime !== 'image/svg+xml';
-  const isText = textTypes.test(mime) || /\.(csv|txt|md|json|log)$/i.test(resource.filename);
-  if (!isImage && !isText) return;
-  if (isText && resource.size_bytes > 512 * 1024) {
-    preview.append(el('p', { class: 'note', text: 'Too large to preview; download it instead.' }));
-    return;
-  }
-  try {
-    const blob = await download(resource.download_url);
-    if (isImage) {
-      const img = el('img', { src: URL.createObjectURL(blob), alt: resource.filename, 'data-testid': 'artifact-image' });
-      preview.append(img);
-      return;
-    }
-    const text = await blob.text();
-    if (/csv/.test(mime) || /\.csv$/i.test(resource.filename)) preview.append(csvTable(text));
-    else preview.append(el('pre', { class: 'text-preview', text: text.split('\n').slice(0, 40).join('\n') }));
-  } catch (e) {
-    preview.append(el('p', { class: 'error', text: `No preview: ${e.describe ? e.describe() : e.message}` }));
-  }
-}
-
-// The first rows of a CSV file (simple quoting) as a table.
-function csvTable(text) {
-  const rows = text.split(/\r?\n/).filter((line) => line.length).slice(0, 21).map(parseCsvLine);
-  const table = el('table', { class: 'csv' });
-  rows.forEach((cells, i) => {
-    const tr = el('tr');
-    for (const cell of cells) tr.append(el(i === 0 ? 'th' : 'td', { text: cell }));
-    table.append(tr);
-  });
-  return el('div', { class: 'table-wrap' }, table);
-}
-
-function parseCsvLine(line) {
-  const cells = [];
-  let cell = '';
-  let quoted = false;
-  for (let i = 0; i < line.length; i++) {
-    const c = line[i];
-    if (quoted) {
-      if (c === '"' && line[i + 1] === '"') { cell += '"'; i++; } else if (c === '"') quoted = false; else cell += c;
-    } else if (c === '"') quoted = true;
-    else if (c === ',') { cells.push(cell); cell = ''; } else cell += c;
-  }
-  cells.push(cell);
-  return cells;
 }

@@ -1,0 +1,306 @@
+# The persistent Python of a sandbox: IPython's InteractiveShell (from Debian's
+# python3-ipykernel and its python3-ipython), driven over a pipe by sandboxd.
+#
+# sandboxd starts this as a long-lived process in the sandbox, as the agent, with the
+# same confinement as any command. It is not a kernel of its own: IPython runs the
+# cells (the last expression's value, display(), matplotlib's inline backend,
+# tracebacks); this file only frames requests and results.
+#
+# Protocol: frames of a 4-byte big-endian length and a UTF-8 JSON object.
+#   server -> driver (stdin):   {"op": "execute", "id": N, "code": str, "limit": bytes}
+#                               {"op": "interrupt", "id": N}
+#   driver -> server (fd 1 at start, moved to a private descriptor):
+#                               {"op": "ready"}
+#                               {"op": "done", "id": N, "status": "ok"|"error"|"interrupted",
+#                                "stdout": str, "stderr": str, "outputs": [...]}
+# The code that runs here is the agent's and may write anything to any descriptor,
+# the protocol's included: the server trusts nothing it reads (sizes are bounded, a
+# frame that does not parse ends this kernel, never the server).
+import json
+import os
+import select
+import signal
+import struct
+import sys
+import threading
+
+# IPython first: if it is missing, the error goes to the original stderr, which the
+# server reads when the start fails.
+from IPython.core.displayhook import DisplayHook
+from IPython.core.displaypub import DisplayPublisher
+from IPython.core.interactiveshell import InteractiveShell
+
+PROTOCOL_OUT = os.dup(1)
+os.set_inheritable(PROTOCOL_OUT, False)
+PROTOCOL_IN = os.dup(0)
+os.set_inheritable(PROTOCOL_IN, False)
+
+# What processes started by the code (os.system, subprocess) and C extensions write to
+# descriptors 1 and 2 goes into the call's stdout and stderr, as it would in a terminal:
+# each is a pipe read here. Descriptor 0 becomes /dev/null (requests are not for them).
+_null = os.open("/dev/null", os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
+_fd_pipes = {}
+for _fd in (1, 2):
+    _r, _w = os.pipe()
+    os.dup2(_w, _fd)
+    os.close(_w)
+    os.set_blocking(_r, False)
+    _fd_pipes[_fd] = _r
+
+_lock = threading.Lock()
+
+
+class Capture:
+    """One call's stdout and stderr, each kept up to `limit` bytes."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.parts = {1: [], 2: []}
+        self.sizes = {1: 0, 2: 0}
+        self.truncated = {1: False, 2: False}
+
+    def add(self, fd, data):
+        room = self.limit - self.sizes[fd]
+        if len(data) > room:
+            self.truncated[fd] = True
+            data = data[:max(room, 0)]
+        if data:
+            self.parts[fd].append(data)
+            self.sizes[fd] += len(data)
+
+    def text(self, fd):
+        out = b"".join(self.parts[fd]).decode("utf-8", "replace")
+        return out + "...[truncated]" if self.truncated[fd] else out
+
+
+_capture = Capture(1 << 20)
+
+
+def _drain(fd):
+    # Called with _lock held: what sits in the pipe now belongs to the current call.
+    while True:
+        try:
+            data = os.read(_fd_pipes[fd], 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            return
+        if not data:
+            return
+        _capture.add(fd, data)
+
+
+def _pump():
+    fds = list(_fd_pipes.values())
+    back = {v: k for k, v in _fd_pipes.items()}
+    while True:
+        try:
+            ready, _, _ = select.select(fds, [], [])
+        except OSError:
+            return
+        with _lock:
+            for r in ready:
+                _drain(back[r])
+
+
+class CapturedStream:
+    """sys.stdout / sys.stderr: text into the current call's capture."""
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    def write(self, text):
+        if not isinstance(text, str):
+            raise TypeError("write() argument must be str, not %s" % type(text).__name__)
+        with _lock:
+            _capture.add(self.fd, text.encode("utf-8", "replace"))
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        return self.fd
+
+    def readable(self):
+        return False
+
+    def writable(self):
+        return True
+
+
+def send(message):
+    data = json.dumps(message, ensure_ascii=False, default=str).encode("utf-8", "replace")
+    frame = struct.pack(">I", len(data)) + data
+    view = memoryview(frame)
+    while view:
+        n = os.write(PROTOCOL_OUT, view)
+        view = view[n:]
+
+
+def read_exactly(n):
+    chunks = []
+    while n > 0:
+        data = os.read(PROTOCOL_IN, n)
+        if not data:
+            return None
+        chunks.append(data)
+        n -= len(data)
+    return b"".join(chunks)
+
+
+def receive():
+    header = read_exactly(4)
+    if header is None:
+        return None
+    (length,) = struct.unpack(">I", header)
+    body = read_exactly(length)
+    return None if body is None else json.loads(body.decode("utf-8"))
+
+
+# The call running now (its id), read by the request thread to route interrupts.
+_running = {"id": None}
+_outputs = []
+
+
+def _jsonable(bundle):
+    out = {}
+    for mime, value in (bundle or {}).items():
+        if isinstance(value, bytes):
+            import base64
+
+            value = base64.b64encode(value).decode("ascii")
+        elif not isinstance(value, (str, int, float, bool, list, dict)) and value is not None:
+            value = str(value)
+        out[mime] = value
+    return out
+
+
+
+
+class ResultHook(DisplayHook):
+    """The last expression's value: an execute_result with its MIME bundle."""
+
+    def start_displayhook(self):
+        pass
+
+    def write_output_prompt(self):
+        pass
+
+    def write_format_data(self, format_dict, md_dict=None):
+        _outputs.append({"type": "execute_result", "data": _jsonable(format_dict)})
+
+    def finish_displayhook(self):
+        pass
+
+
+class Publisher(DisplayPublisher):
+    """display() and matplotlib's inline figures: display_data with the MIME bundle."""
+
+    def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+        _outputs.append({"type": "display_data", "data": _jsonable(data)})
+
+    def clear_output(self, wait=False):
+        pass
+
+
+class Shell(InteractiveShell):
+    displayhook_class = ResultHook
+    display_pub_class = Publisher
+
+    def _showtraceback(self, etype, evalue, stb):
+        traceback = list(stb)
+        _outputs.append({"type": "error", "ename": getattr(etype, "__name__", str(etype)),
+                         "evalue": str(evalue), "traceback": traceback})
+        with _lock:
+            _capture.add(2, ("\n".join(traceback) + "\n").encode("utf-8", "replace"))
+
+    def ask_exit(self):
+        pass  # `exit` in a cell does not end the kernel
+
+
+def main():
+    global _capture
+    # Matplotlib draws into PNGs shown after each cell (its inline backend), whenever
+    # the code imports it; nothing is imported before the code asks.
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    os.environ.setdefault("MPLCONFIGDIR", "/tmp/matplotlib")
+    sys.stdout = CapturedStream(1)
+    sys.stderr = CapturedStream(2)
+    shell = Shell.instance(colors="NoColor", autoindent=False, history_length=0)
+    shell.history_manager.enabled = False
+    threading.Thread(target=_pump, daemon=True).start()
+
+    requests = []
+    have_request = threading.Condition()
+
+    def read_requests():
+        while True:
+            try:
+                message = receive()
+            except Exception:
+                message = None
+            if message is None:
+                os._exit(0)  # the server closed the channel: the kernel ends
+            if message.get("op") == "interrupt":
+                if _running["id"] is not None and _running["id"] == message.get("id"):
+                    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                continue
+            with have_request:
+                requests.append(message)
+                have_request.notify()
+
+    threading.Thread(target=read_requests, daemon=True).start()
+    send({"op": "ready"})
+    while True:
+        # An interrupt that arrives just after its cell ended lands here: ignored.
+        try:
+            serve_one(shell, requests, have_request)
+        except KeyboardInterrupt:
+            pass
+
+
+def serve_one(shell, requests, have_request):
+    global _capture
+    with have_request:
+        while not requests:
+            have_request.wait()
+        message = requests.pop(0)
+    if message.get("op") != "execute":
+        return
+    call_id = message.get("id")
+    limit = message.get("limit")
+    with _lock:
+        _capture = Capture(limit if isinstance(limit, int) and limit > 0 else 1 << 20)
+    del _outputs[:]
+    status = "ok"
+    _running["id"] = call_id
+    try:
+        result = shell.run_cell(str(message.get("code", "")), store_history=True)
+        if not result.success:
+            err = result.error_in_exec or result.error_before_exec
+            status = "interrupted" if isinstance(err, KeyboardInterrupt) else "error"
+    except KeyboardInterrupt:
+        status = "interrupted"
+    finally:
+        _running["id"] = None
+    with _lock:
+        _drain(1)
+        _drain(2)
+        stdout_text, stderr_text = _capture.text(1), _capture.text(2)
+    send({"op": "done", "id": call_id, "status": status, "stdout": stdout_text,
+          "stderr": stderr_text, "outputs": list(_outputs)})
+
+main()

@@ -1,0 +1,716 @@
+#include "api/sandbox_network.h"
+#include "api/mcp_tools.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <algorithm>
+
+#include "api/api_calls.h"
+#include "api/file_transfer.h"
+#include "service/store_call.h"
+#include "service/tool_calls.h"
+#include "base/base64.h"
+#include "base/unique_fd.h"
+#include "base/utf8.h"
+#include "base/blocking.h"
+#include "store/file_walk.h"
+#include "store/keys.h"
+#include "tools/bash_tool.h"
+
+namespace sandboxd::api {
+namespace {
+
+namespace json = boost::json;
+
+constexpr std::string_view kBashTool = "bash_code_execution";
+constexpr std::string_view kEditorTool = "text_editor_code_execution";
+constexpr std::string_view kUriPrefix = "sandboxd://containers/";
+// A file returned inside a message (download_file, resources/read) is at most this big:
+// larger ones go through the Files API's download, which streams.
+constexpr uint64_t kInlineFileLimit = 16u << 20;
+constexpr size_t kResourcesPerPage = 100;
+constexpr size_t kContainersPerResourcePage = 20;
+// A command's result links at most this many of the outputs it wrote (list_files has all).
+constexpr size_t kMaxOutputLinks = 100;
+
+// --- schemas ---------------------------------------------------------------------
+// Every output schema also admits the HTTP API's error object: a tool whose call the
+// API refuses (a missing container, a quota) answers with that object and isError.
+constexpr std::string_view kApiErrorSchema = R"({
+  "type": "object",
+  "properties": {
+    "type": {"const": "error"},
+    "error": {"type": "object", "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+              "required": ["type", "message"]}
+  },
+  "required": ["type", "error"]
+})";
+
+constexpr std::string_view kContainerArg =
+    R"({"type": "string", "description": "The container id (1-128 characters of [A-Za-z0-9._:-]); default: the owner's container 'default'"})";
+
+constexpr std::string_view kContainerSchema = R"({
+  "type": "object",
+  "properties": {
+    "id": {"type": "string"}, "type": {"const": "container"}, "created_at": {"type": "string"},
+    "expires_at": {"type": "string"}, "state": {"enum": ["running", "stopped"]},
+    "usage": {"type": "object", "properties": {"bytes": {"type": "integer"}, "files": {"type": "integer"}}}
+  },
+  "required": ["id", "type", "state"]
+})";
+
+constexpr std::string_view kFileSchema = R"({
+  "type": "object",
+  "properties": {
+    "id": {"type": "string"}, "type": {"const": "file"}, "filename": {"type": "string"},
+    "mime_type": {"type": "string"}, "size_bytes": {"type": "integer"}, "created_at": {"type": "string"},
+    "downloadable": {"type": "boolean"}, "etag": {"type": "string"}
+  },
+  "required": ["id", "type", "filename", "size_bytes"]
+})";
+
+std::string page_schema(std::string_view item) {
+  return R"({"type": "object", "properties": {"data": {"type": "array", "items": )" + std::string(item) +
+         R"(}, "has_more": {"type": "boolean"}, "first_id": {"type": ["string", "null"]},
+            "last_id": {"type": ["string", "null"]}}, "required": ["data", "has_more"]})";
+}
+
+std::string tool_error_schema(std::string_view block_type) {
+  return R"({"type": "object", "properties": {"type": {"const": ")" + std::string(block_type) +
+         R"("}, "error_code": {"type": "string"},
+            "detail": {"type": "object", "properties": {"code": {"type": "string"}, "explanation": {"type": "string"}}}},
+            "required": ["type", "error_code"]})";
+}
+
+// {"type": "object", "anyOf": [...each, the API error]}
+json::value output_schema(std::initializer_list<std::string> branches) {
+  json::array any_of;
+  for (const auto& branch : branches) any_of.push_back(json::parse(branch));
+  any_of.push_back(json::parse(kApiErrorSchema));
+  return json::object{{"type", "object"}, {"anyOf", std::move(any_of)}};
+}
+
+json::object tool(std::string_view name, std::string_view title, std::string_view description,
+                  std::string input, json::value output, json::object annotations) {
+  annotations["title"] = title;
+  return json::object{{"name", name},
+                      {"title", title},
+                      {"description", description},
+                      {"inputSchema", json::parse(input)},
+                      {"outputSchema", std::move(output)},
+                      {"annotations", std::move(annotations)}};
+}
+
+json::array make_tools() {
+  const std::string container(kContainerArg);
+  json::array tools;
+  tools.push_back(tool(
+      kBashTool, "Run a bash command",
+      "Runs a bash command in the container's sandbox (Linux; the working directory /home/agent/workspace "
+      "persists "
+      "between calls, uploads are read-only at /mnt/user-data/uploads, files written to "
+      "/mnt/user-data/outputs are "
+      "returned as resource links). A command that fails is a normal result with its return code. With a "
+      "progress "
+      "token, the output is sent as progress notifications while the command runs; cancelling the request "
+      "kills it.",
+      R"({"type": "object", "properties": {
+            "command": {"type": "string", "description": "The bash command to run"},
+            "timeout": {"type": "integer", "minimum": 1, "maximum": 86400, "description": "Seconds before the command is killed; default: the server's"},
+            "restart": {"type": "boolean", "description": "Restart the sandbox and empty the workspace first"},
+            "container": )" +
+          container + R"(}})",
+      output_schema({R"({"type": "object", "properties": {"type": {"const": "bash_code_execution_result"},
+                         "stdout": {"type": "string"}, "stderr": {"type": "string"}, "return_code": {"type": "integer"}},
+                         "required": ["type", "stdout", "stderr", "return_code"]})",
+                     tool_error_schema(tools::kBashErrorType)}),
+      {{"readOnlyHint", false}, {"destructiveHint", true}, {"openWorldHint", false}}));
+  tools.push_back(tool(
+      kEditorTool, "View or edit a file",
+      "Views a file or folder (view, with an optional view_range [first, last]), creates a file (create, "
+      "with "
+      "file_text), replaces a unique string (str_replace, old_str and new_str) or inserts text after a line "
+      "(insert, insert_line and insert_text). Relative paths are taken from /home/agent/workspace.",
+      R"({"type": "object", "properties": {
+            "command": {"enum": ["view", "create", "str_replace", "insert"]},
+            "path": {"type": "string"},
+            "file_text": {"type": "string"}, "old_str": {"type": "string"}, "new_str": {"type": "string"},
+            "insert_line": {"type": "integer", "minimum": 0}, "insert_text": {"type": "string"},
+            "view_range": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
+            "container": )" +
+          container + R"(}, "required": ["command", "path"]})",
+      output_schema(
+          {R"({"type": "object", "properties": {"type": {"enum": ["text_editor_code_execution_view_result",
+                         "text_editor_code_execution_create_result", "text_editor_code_execution_str_replace_result"]}},
+                         "required": ["type"]})",
+           tool_error_schema(tools::kEditorErrorType)}),
+      {{"readOnlyHint", false}, {"destructiveHint", true}, {"openWorldHint", false}}));
+  tools.push_back(
+      tool("list_containers", "List containers",
+           "Lists the owner's containers, oldest first, a page at a time (after_id: the last id of the "
+           "previous page).",
+           R"({"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 1000},
+                                                           "after_id": {"type": "string"}}})",
+           output_schema({page_schema(kContainerSchema)}), {{"readOnlyHint", true}}));
+  tools.push_back(tool("list_files", "List files",
+                       "Lists a container's uploads and outputs by creation time. prefix is a key prefix "
+                       "('outputs/' for the outputs; "
+                       "'data/' for uploads under data/); after_id and before_id page through it.",
+                       R"({"type": "object", "properties": {"container": )" + container + R"(,
+            "prefix": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
+            "after_id": {"type": "string"}, "before_id": {"type": "string"}}})",
+                       output_schema({page_schema(kFileSchema)}), {{"readOnlyHint", true}}));
+  tools.push_back(tool("upload_file", "Upload a file",
+                       "Stores a file in the container at a key: 'name.csv' or 'folder/name.csv' lands in "
+                       "/mnt/user-data/uploads/, "
+                       "'outputs/...' in /mnt/user-data/outputs/. Give the body as text (UTF-8) or as "
+                       "content_base64, not both.",
+                       R"({"type": "object", "properties": {"container": )" + container + R"(,
+            "path": {"type": "string", "description": "The file's key"},
+            "text": {"type": "string"}, "content_base64": {"type": "string", "contentEncoding": "base64"}},
+            "required": ["path"]})",
+                       output_schema({std::string(kFileSchema)}),
+                       {{"readOnlyHint", false}, {"destructiveHint", true}}));
+  tools.push_back(
+      tool("download_file", "Download a file",
+           "Returns a file of the container (by file_id, or by its sandbox path such as "
+           "/mnt/user-data/outputs/chart.png) "
+           "with its content: text for UTF-8 text, else base64.",
+           R"({"type": "object", "properties": {"container": )" + container + R"(,
+            "file_id": {"type": "string"}, "path": {"type": "string"}}})",
+           output_schema({R"({"type": "object", "properties": {"file": )" + std::string(kFileSchema) + R"(,
+                         "encoding": {"enum": ["text", "base64"]}, "content": {"type": "string"}},
+                         "required": ["file", "encoding", "content"]})"}),
+           {{"readOnlyHint", true}}));
+  tools.push_back(tool("delete_file", "Delete a file", "Deletes one file of the container by its id.",
+                       R"({"type": "object", "properties": {"container": )" + container +
+                           R"(, "file_id": {"type": "string"}}, "required": ["file_id"]})",
+                       output_schema({R"({"type": "object", "properties": {"id": {"type": "string"},
+                                          "type": {"const": "file_deleted"}}, "required": ["id", "type"]})"}),
+                       {{"readOnlyHint", false}, {"destructiveHint", true}, {"idempotentHint", true}}));
+  tools.push_back(tool(
+      "stop_container", "Stop a container",
+      "Stops the container's sandbox (running commands end); its files are kept.",
+      R"({"type": "object", "properties": {"container": )" + container + R"(}, "required": ["container"]})",
+      output_schema({std::string(kContainerSchema)}),
+      {{"readOnlyHint", false}, {"destructiveHint", true}, {"idempotentHint", true}}));
+  tools.push_back(tool(
+      "delete_container", "Delete a container", "Deletes the container: its sandbox and every file in it.",
+      R"({"type": "object", "properties": {"container": )" + container + R"(}, "required": ["container"]})",
+      output_schema({R"({"type": "object", "properties": {"id": {"type": "string"},
+                                          "type": {"const": "container_deleted"}}, "required": ["id", "type"]})"}),
+      {{"readOnlyHint", false}, {"destructiveHint", true}, {"idempotentHint", true}}));
+  return tools;
+}
+
+// --- results ---------------------------------------------------------------------
+json::object text_block(std::string text) {
+  return json::object{{"type", "text"}, {"text", to_valid_utf8(text)}};
+}
+
+// A tool's answer: the object as structuredContent, and the content blocks.
+json::object call_result(json::object structured, json::array content, bool is_error) {
+  json::object out{{"content", std::move(content)}, {"structuredContent", std::move(structured)}};
+  if (is_error) out["isError"] = true;
+  return out;
+}
+
+// The serialised object as the text block (what a client without structured output reads).
+json::object json_result(json::object structured) {
+  json::array content{text_block(json::serialize(structured))};
+  return call_result(std::move(structured), std::move(content), false);
+}
+
+// The HTTP API's error response for a call it refused, as the tool's error result.
+json::object api_error_result(const ApiError& error) {
+  json::object structured{{"type", "error"}, {"error", {{"type", error.type}, {"message", error.message}}}};
+  json::array content{text_block(error.message)};
+  return call_result(std::move(structured), std::move(content), true);
+}
+
+bool is_error_block(const json::object& block) {
+  auto* type = block.if_contains("type");
+  return type && type->is_string() && type->as_string().ends_with("_tool_result_error");
+}
+
+std::string error_block_text(const json::object& block) {
+  if (auto* detail = block.if_contains("detail"); detail && detail->is_object())
+    if (auto* explanation = detail->as_object().if_contains("explanation");
+        explanation && explanation->is_string())
+      return std::string(explanation->as_string());
+  return std::string(block.at("error_code").as_string());
+}
+
+std::string bash_text(const json::object& result) {
+  std::string text(result.at("stdout").as_string());
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  if (std::string_view err = result.at("stderr").as_string(); !err.empty()) {
+    text += "[stderr]\n";
+    text += err;
+    if (text.back() != '\n') text += '\n';
+  }
+  text += "[return code " + json::serialize(result.at("return_code")) + "]";
+  return text;
+}
+
+std::string editor_text(const json::object& result, std::string_view path) {
+  std::string_view type = result.at("type").as_string();
+  if (type == "text_editor_code_execution_view_result") return std::string(result.at("content").as_string());
+  if (type == "text_editor_code_execution_create_result")
+    return (result.at("is_file_update").as_bool() ? "Updated " : "Created ") + std::string(path);
+  std::string text;
+  if (auto* lines = result.if_contains("lines"); lines && lines->is_array())
+    for (const auto& line : lines->as_array())
+      if (line.is_string()) text += std::string(line.as_string()) + "\n";
+  return text.empty() ? "Edited " + std::string(path) : text;
+}
+
+// --- arguments -------------------------------------------------------------------
+std::optional<std::string> string_arg(const json::object& args, std::string_view key) {
+  auto* value = args.if_contains(key);
+  if (!value || !value->is_string()) return std::nullopt;
+  return std::string(value->as_string());
+}
+
+// Refuses keys the tool does not take and values of the wrong type, as the HTTP API's 400.
+Result<void> check_args(const json::object& args,
+                        std::initializer_list<std::pair<std::string_view, json::kind>> allowed) {
+  for (const auto& [key, value] : args) {
+    auto it = std::find_if(allowed.begin(), allowed.end(),
+                           [&key](const auto& entry) { return entry.first == key; });
+    if (it == allowed.end()) return ApiError::invalid_request("Unknown argument '" + std::string(key) + "'");
+    const bool integer = it->second == json::kind::int64 && (value.is_int64() || value.is_uint64());
+    if (value.kind() != it->second && !integer)
+      return ApiError::invalid_request("'" + std::string(key) + "' must be " +
+                                       (it->second == json::kind::string ? "a string" : "an integer"));
+  }
+  return {};
+}
+
+Result<size_t> limit_arg(const json::object& args) {
+  auto* value = args.if_contains("limit");
+  if (!value) return size_t{20};
+  const int64_t n = value->is_int64() ? value->as_int64() : value->is_uint64() ? 1001 : 0;
+  if (n < 1 || n > 1000) return ApiError::invalid_request("'limit' must be an integer from 1 to 1000");
+  return static_cast<size_t>(n);
+}
+
+std::string container_arg(const json::object& args) {
+  return string_arg(args, "container").value_or(ContainerService::default_id());
+}
+
+// --- the outputs a command wrote -------------------------------------------------
+int64_t coarse_now_ns() {
+  // File times come from the kernel's coarse clock: a file written after this reading
+  // never has an earlier mtime (a precise reading could be a tick ahead of it).
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+json::object resource_link(const Container& container, const store::FileRecord& record) {
+  const std::string name = to_valid_utf8(record.path.substr(record.path.rfind('/') + 1));
+  return json::object{{"type", "resource_link"},
+                      {"uri", mcp_file_uri(container.id, record.path)},
+                      {"name", name},
+                      {"title", to_valid_utf8(record.path)},
+                      {"mimeType", record.mime.empty() ? "application/octet-stream" : record.mime},
+                      {"size", record.size}};
+}
+
+// The files under outputs/ whose mtime is `since_ns` or later (a walk of the outputs
+// folder alone, stat only, on the blocking pool; each found file's record made or
+// refreshed as a listing would).
+asio::awaitable<std::vector<store::FileRecord>> outputs_written_since(ApiContext& api, Container& container,
+                                                                      int64_t since_ns) {
+  auto walk = [&api, &container, since_ns] {
+    std::vector<store::FileRecord> written;
+    UniqueFd root(::open(container.paths.outputs.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!root.valid()) return written;
+    std::vector<std::string> paths;
+    store::walk_regular_files(
+        root.get(), std::string(kOutputsMount),
+        [&paths, since_ns](int, const char*, const std::string& path, const struct stat& st) {
+          const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+          if (mtime >= since_ns && paths.size() < kMaxOutputLinks) paths.push_back(path);
+        });
+    for (const auto& path : paths)
+      if (auto record = api.files.stat_file(container.storage, container.paths, path))
+        written.push_back(*record);
+    return written;
+  };
+  co_return co_await run_blocking(std::move(walk));
+}
+
+// --- the tools -------------------------------------------------------------------
+asio::awaitable<json::object> call_code_tool(ApiContext& api, RequestContext& ctx, std::string_view name,
+                                             json::object args, McpCallOptions& options) {
+  std::string container_id = container_arg(args);
+  if (auto* value = args.if_contains("container"); value && !value->is_string())
+    co_return api_error_result(ApiError::invalid_request("'container' must be a string"));
+  args.erase("container");
+  auto container = co_await api.containers.async_open(ctx.owner, container_id, /*create=*/true);
+  if (!container) co_return api_error_result(container.error());
+  const int64_t started_ns = coarse_now_ns();
+  const SandboxCaller* caller = sandbox_caller(ctx);
+  auto content = co_await run_sub_tool(api, *container, name, args, options.cancellation,
+                                       caller ? caller->nesting_depth : 0,
+                                       options.on_output);
+  if (!content) {  // refused by capacity: the block /messages shows the model
+    auto block = tools::tool_error(name == kEditorTool ? tools::kEditorErrorType : tools::kBashErrorType,
+                                   "too_many_requests", content.error().message, true);
+    json::array text{text_block(content.error().message)};
+    co_return call_result(std::move(block), std::move(text), true);
+  }
+  if (is_error_block(*content)) {
+    json::array text{text_block(error_block_text(*content))};
+    co_return call_result(std::move(*content), std::move(text), true);
+  }
+  json::array blocks;
+  if (name == kBashTool) {
+    blocks.push_back(text_block(bash_text(*content)));
+    for (const auto& record : co_await outputs_written_since(api, **container, started_ns))
+      blocks.push_back(resource_link(**container, record));
+  } else {
+    blocks.push_back(text_block(editor_text(*content, string_arg(args, "path").value_or(""))));
+  }
+  co_return call_result(std::move(*content), std::move(blocks), false);
+}
+
+// An existing container of the owner's, its files local (restored from the bucket when
+// need be).
+asio::awaitable<Result<std::shared_ptr<Container>>> existing_container(ApiContext& api, RequestContext& ctx,
+                                                                       const json::object& args) {
+  auto container = co_await api.containers.async_open(ctx.owner, container_arg(args), /*create=*/false);
+  if (container) api.containers.touch(**container);
+  co_return co_await ready_container(api, std::move(container));
+}
+
+bool is_text_type(std::string_view mime) {
+  if (mime.starts_with("text/")) return true;
+  for (std::string_view type :
+       {"application/json", "application/xml", "application/javascript", "application/x-sh",
+        "application/x-yaml", "application/yaml", "image/svg+xml"})
+    if (mime.starts_with(type)) return true;
+  return mime.find("+json") != std::string_view::npos || mime.find("+xml") != std::string_view::npos;
+}
+
+struct InlineFile {
+  store::FileRecord record;
+  std::string body;
+  bool text = false;
+};
+
+asio::awaitable<Result<InlineFile>> inline_file(ApiContext& api, Container& container,
+                                                const std::string& id) {
+  auto record = co_await find_file(api, container, id);
+  if (!record) co_return record.error();
+  // The same files may be downloaded as through the Files API (a thread's container
+  // follows the organisation's settings whichever door is used).
+  const DownloadRule rule = co_await download_rule(api, container);
+  if (!rule.allows(record->path)) co_return rule.refusal(record->path);
+  auto body = co_await read_file_bytes(api, container, *record, kInlineFileLimit);
+  if (!body) co_return body.error();
+  InlineFile file{std::move(*record), std::move(*body)};
+  file.text = is_text_type(file.record.mime) && is_valid_utf8(file.body);
+  co_return file;
+}
+
+// {uri, mimeType, text | blob}
+json::object resource_contents(const Container& container, InlineFile file) {
+  json::object out{{"uri", mcp_file_uri(container.id, file.record.path)},
+                   {"mimeType", file.record.mime.empty() ? "application/octet-stream" : file.record.mime}};
+  if (file.text)
+    out["text"] = std::move(file.body);
+  else
+    out["blob"] = base64_encode(file.body);
+  return out;
+}
+
+asio::awaitable<json::object> call_file_tool(ApiContext& api, RequestContext& ctx, std::string_view name,
+                                             const json::object& args) {
+  using K = json::kind;
+  if (name == "list_containers") {
+    if (auto ok = check_args(args, {{"limit", K::int64}, {"after_id", K::string}}); !ok)
+      co_return api_error_result(ok.error());
+    auto limit = limit_arg(args);
+    if (!limit) co_return api_error_result(limit.error());
+    co_return json_result(
+        co_await list_containers_page(api, ctx, *limit, string_arg(args, "after_id").value_or("")));
+  }
+  if (name == "list_files") {
+    if (auto ok = check_args(args, {{"container", K::string},
+                                    {"prefix", K::string},
+                                    {"limit", K::int64},
+                                    {"after_id", K::string},
+                                    {"before_id", K::string}});
+        !ok)
+      co_return api_error_result(ok.error());
+    auto limit = limit_arg(args);
+    if (!limit) co_return api_error_result(limit.error());
+    auto container = co_await existing_container(api, ctx, args);
+    if (!container) co_return api_error_result(container.error());
+    FileListQuery query{string_arg(args, "prefix").value_or(""), *limit, string_arg(args, "after_id"),
+                        string_arg(args, "before_id")};
+    auto page = co_await list_files_page(api, **container, query);
+    if (!page) co_return api_error_result(page.error());
+    co_return json_result(std::move(*page));
+  }
+  if (name == "upload_file") {
+    if (auto ok = check_args(args, {{"container", K::string},
+                                    {"path", K::string},
+                                    {"text", K::string},
+                                    {"content_base64", K::string}});
+        !ok)
+      co_return api_error_result(ok.error());
+    auto key = string_arg(args, "path");
+    auto text = string_arg(args, "text");
+    auto encoded = string_arg(args, "content_base64");
+    if (!key) co_return api_error_result(ApiError::invalid_request("'path' (the file's key) is required"));
+    if (text.has_value() == encoded.has_value())
+      co_return api_error_result(
+          ApiError::invalid_request("Give exactly one of 'text' and 'content_base64'"));
+    std::optional<std::string> body = text;
+    if (encoded) body = base64_decode(*encoded);
+    if (!body) co_return api_error_result(ApiError::invalid_request("'content_base64' is not valid base64"));
+    auto container = co_await api.containers.async_open(ctx.owner, container_arg(args), /*create=*/true);
+    if (container) api.containers.touch(**container);
+    container = co_await ready_container(api, std::move(container));
+    if (!container) co_return api_error_result(container.error());
+    auto record = co_await store_bytes(api, **container, *key, *body);
+    if (!record) co_return api_error_result(record.error());
+    co_return json_result(file_object((*container)->id, *record, co_await download_rule(api, **container)));
+  }
+  if (name == "download_file") {
+    if (auto ok = check_args(args, {{"container", K::string}, {"file_id", K::string}, {"path", K::string}});
+        !ok)
+      co_return api_error_result(ok.error());
+    auto id = string_arg(args, "file_id");
+    auto path = string_arg(args, "path");
+    if (id.has_value() == path.has_value())
+      co_return api_error_result(ApiError::invalid_request("Give exactly one of 'file_id' and 'path'"));
+    if (path) id = store::file_id_for_path(*path);
+    auto container = co_await existing_container(api, ctx, args);
+    if (!container) co_return api_error_result(container.error());
+    auto file = co_await inline_file(api, **container, *id);
+    if (!file) co_return api_error_result(file.error());
+    const DownloadRule rule = co_await download_rule(api, **container);
+    json::object structured{{"file", file_object((*container)->id, file->record, rule)},
+                            {"encoding", file->text ? "text" : "base64"},
+                            {"content", file->text ? file->body : base64_encode(file->body)}};
+    const std::string summary = to_valid_utf8(file->record.path) + " (" + file->record.mime + ", " +
+                                std::to_string(file->record.size) + " bytes)";
+    json::array content{
+        text_block(summary),
+        json::object{{"type", "resource"}, {"resource", resource_contents(**container, std::move(*file))}}};
+    co_return call_result(std::move(structured), std::move(content), false);
+  }
+  if (name == "delete_file") {
+    if (auto ok = check_args(args, {{"container", K::string}, {"file_id", K::string}}); !ok)
+      co_return api_error_result(ok.error());
+    auto id = string_arg(args, "file_id");
+    if (!id) co_return api_error_result(ApiError::invalid_request("'file_id' is required"));
+    auto container = co_await existing_container(api, ctx, args);
+    if (!container) co_return api_error_result(container.error());
+    auto deleted = co_await delete_file(api, **container, *id);
+    if (!deleted) co_return api_error_result(deleted.error());
+    co_return json_result(std::move(*deleted));
+  }
+  // stop_container, delete_container: the container is named, never a default.
+  if (auto ok = check_args(args, {{"container", K::string}}); !ok) co_return api_error_result(ok.error());
+  auto id = string_arg(args, "container");
+  if (!id) co_return api_error_result(ApiError::invalid_request("'container' is required"));
+  auto container = co_await api.containers.async_open(ctx.owner, *id, /*create=*/false);
+  if (!container) co_return api_error_result(container.error());
+  if (name == "stop_container") {
+    co_await api.containers.stop(*container);
+    co_return json_result(co_await describe_container(api.containers, **container));
+  }
+  co_await api.containers.remove(*container);
+  co_return json_result(json::object{{"id", (*container)->id}, {"type", "container_deleted"}});
+}
+
+bool unreserved(unsigned char c) { return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~'; }
+
+std::string percent_encode(std::string_view text, bool keep_slash) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (unreserved(c) || (keep_slash && c == '/')) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> percent_decode(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out.push_back(text[i]);
+      continue;
+    }
+    if (i + 2 >= text.size() || !std::isxdigit(static_cast<unsigned char>(text[i + 1])) ||
+        !std::isxdigit(static_cast<unsigned char>(text[i + 2])))
+      return std::nullopt;
+    out.push_back(static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16)));
+    i += 2;
+  }
+  return out;
+}
+
+// The resources/list cursor: where the next page starts (opaque to the client).
+struct ResourceCursor {
+  std::string after_container;            // the containers listing resumes after this id ("" first)
+  std::optional<std::string> after_file;  // within the first container of that listing
+};
+
+std::string encode_cursor(const ResourceCursor& cursor) {
+  json::object out{{"c", cursor.after_container}};
+  if (cursor.after_file) out["f"] = *cursor.after_file;
+  return store::base64url_encode(json::serialize(out));
+}
+
+Result<ResourceCursor> decode_cursor(std::string_view text) {
+  auto bad = ApiError::invalid_request("Invalid cursor");
+  auto raw = store::base64url_decode(text);
+  if (!raw) return bad;
+  boost::system::error_code ec;
+  auto value = json::parse(*raw, ec);
+  if (ec || !value.is_object()) return bad;
+  auto* after = value.as_object().if_contains("c");
+  if (!after || !after->is_string()) return bad;
+  ResourceCursor cursor{std::string(after->as_string()), std::nullopt};
+  if (auto* file = value.as_object().if_contains("f")) {
+    if (!file->is_string()) return bad;
+    cursor.after_file = std::string(file->as_string());
+  }
+  return cursor;
+}
+
+}  // namespace
+
+const json::array& mcp_tools() {
+  static const json::array tools = make_tools();
+  return tools;
+}
+
+bool mcp_tool_streams(std::string_view name) { return name == kBashTool; }
+
+std::string mcp_file_uri(std::string_view container, std::string_view sandbox_path) {
+  if (!sandbox_path.empty() && sandbox_path.front() == '/') sandbox_path.remove_prefix(1);
+  return std::string(kUriPrefix) + percent_encode(container, false) + "/files/" +
+         percent_encode(sandbox_path, true);
+}
+
+asio::awaitable<Result<json::object>> mcp_call_tool(ApiContext& api, RequestContext& ctx,
+                                                    const json::object& params, McpCallOptions options) {
+  auto* name_value = params.if_contains("name");
+  if (!name_value || !name_value->is_string())
+    co_return ApiError::invalid_request("tools/call needs a tool 'name'");
+  const std::string name(name_value->as_string());
+  json::object args;
+  if (auto* value = params.if_contains("arguments"); value && !value->is_null()) {
+    if (!value->is_object()) co_return ApiError::invalid_request("'arguments' must be an object");
+    args = value->as_object();
+  }
+  const auto& tools = mcp_tools();
+  const bool known = std::any_of(tools.begin(), tools.end(), [&name](const json::value& t) {
+    return t.as_object().at("name").as_string() == name;
+  });
+  if (!known) co_return ApiError::invalid_request("Unknown tool: " + name.substr(0, 200));
+  if (name == kBashTool || name == kEditorTool)
+    co_return co_await call_code_tool(api, ctx, name, std::move(args), options);
+  co_return co_await call_file_tool(api, ctx, name, args);
+}
+
+asio::awaitable<Result<json::object>> mcp_list_resources(ApiContext& api, RequestContext& ctx,
+                                                         const json::object& params) {
+  ResourceCursor cursor;
+  if (auto* value = params.if_contains("cursor"); value && !value->is_null()) {
+    if (!value->is_string()) co_return ApiError::invalid_request("Invalid cursor");
+    auto decoded = decode_cursor(value->as_string());
+    if (!decoded) co_return decoded.error();
+    cursor = std::move(*decoded);
+  }
+  json::array resources;
+  std::optional<ResourceCursor> next;
+  auto records =
+      co_await api.containers.async_list(ctx.owner, kContainersPerResourcePage + 1, cursor.after_container);
+  const bool more_containers = records.size() > kContainersPerResourcePage;
+  if (more_containers) records.pop_back();
+  std::string previous = cursor.after_container;
+  for (size_t i = 0; i < records.size() && !next; ++i) {
+    auto container = co_await api.containers.async_open(ctx.owner, records[i].id, /*create=*/false);
+    container = co_await ready_container(api, std::move(container));
+    if (container) {
+      FileListQuery query{"", kResourcesPerPage - resources.size(), i == 0 ? cursor.after_file : std::nullopt,
+                          std::nullopt};
+      auto page = co_await list_files_page(api, **container, query);
+      if (!page) co_return page.error();
+      for (auto& file : page->at("data").as_array()) {
+        auto& object = file.as_object();
+        auto path = store::path_for_file_id(object.at("id").as_string());
+        if (!path) continue;
+        resources.push_back(json::object{{"uri", mcp_file_uri(records[i].id, *path)},
+                                         {"name", object.at("filename")},
+                                         {"title", to_valid_utf8(*path)},
+                                         {"description", "In container " + records[i].id},
+                                         {"mimeType", object.at("mime_type")},
+                                         {"size", object.at("size_bytes")}});
+      }
+      if (page->at("has_more").as_bool())
+        next = ResourceCursor{previous, std::string(page->at("last_id").as_string())};
+      else if (resources.size() >= kResourcesPerPage && (i + 1 < records.size() || more_containers))
+        next = ResourceCursor{records[i].id, std::nullopt};
+    }
+    previous = records[i].id;
+  }
+  if (!next && more_containers) next = ResourceCursor{previous, std::nullopt};
+  json::object out{{"resources", std::move(resources)}};
+  if (next) out["nextCursor"] = encode_cursor(*next);
+  co_return out;
+}
+
+json::object mcp_resource_templates() {
+  return json::object{
+      {"resourceTemplates",
+       json::array{
+           json::object{{"uriTemplate", std::string(kUriPrefix) + "{container}/files/{+path}"},
+                        {"name", "container-file"},
+                        {"title", "A file of a container"},
+                        {"description",
+                         "A file of one of your containers by its sandbox path without the leading '/', e.g. "
+                         "sandboxd://containers/default/files/mnt/user-data/outputs/report.csv"}}}}};
+}
+
+asio::awaitable<Result<json::object>> mcp_read_resource(ApiContext& api, RequestContext& ctx,
+                                                        const json::object& params) {
+  auto* uri_value = params.if_contains("uri");
+  if (!uri_value || !uri_value->is_string())
+    co_return ApiError::invalid_request("resources/read needs a 'uri'");
+  const std::string uri(uri_value->as_string());
+  auto not_found = ApiError::not_found("Resource not found: " + to_valid_utf8(uri.substr(0, 300)));
+  if (!uri.starts_with(kUriPrefix)) co_return not_found;
+  std::string_view rest = std::string_view(uri).substr(kUriPrefix.size());
+  const auto slash = rest.find("/files/");
+  if (slash == std::string_view::npos) co_return not_found;
+  auto container_id = percent_decode(rest.substr(0, slash));
+  auto path = percent_decode(rest.substr(slash + 7));
+  if (!container_id || !path || !ContainerService::valid_id(*container_id)) co_return not_found;
+  auto container = co_await api.containers.async_open(ctx.owner, *container_id, /*create=*/false);
+  if (container) api.containers.touch(**container);
+  container = co_await ready_container(api, std::move(container));
+  if (!container) co_return container.error();
+  auto file = co_await inline_file(api, **container, store::file_id_for_path("/" + *path));
+  if (!file) co_return file.error();
+  co_return json::object{{"contents", json::array{resource_contents(**container, std::move(*file))}}};
+}
+
+}  // namespace sandboxd::api

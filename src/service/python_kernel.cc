@@ -1,0 +1,370 @@
+#include "service/python_kernel.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+namespace sandboxd::service {
+namespace {
+
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kPython = "/usr/bin/python3";
+// What the driver's own start may print before it fails, kept for the error.
+constexpr size_t kStartErrorLimit = 4096;
+
+// The driver's frames: a 4-byte big-endian length, then that many bytes of JSON.
+std::string frame(const boost::json::object& message) {
+  std::string body = boost::json::serialize(message);
+  const uint32_t n = static_cast<uint32_t>(body.size());
+  std::string out;
+  out.reserve(4 + body.size());
+  out.push_back(static_cast<char>(n >> 24));
+  out.push_back(static_cast<char>(n >> 16));
+  out.push_back(static_cast<char>(n >> 8));
+  out.push_back(static_cast<char>(n));
+  out += body;
+  return out;
+}
+
+std::string string_field(const boost::json::object& o, const char* key) {
+  auto* v = o.if_contains(key);
+  return v && v->is_string() ? std::string(v->as_string()) : std::string();
+}
+
+// An output as the driver sent it, checked: only the documented types and fields pass.
+std::optional<boost::json::object> checked_output(const boost::json::value& value) {
+  if (!value.is_object()) return std::nullopt;
+  const auto& o = value.as_object();
+  const std::string type = string_field(o, "type");
+  if (type == "execute_result" || type == "display_data") {
+    auto* data = o.if_contains("data");
+    if (!data || !data->is_object()) return std::nullopt;
+    return boost::json::object{{"type", type}, {"data", *data}};
+  }
+  if (type == "error") {
+    boost::json::array traceback;
+    if (auto* t = o.if_contains("traceback"); t && t->is_array())
+      for (const auto& line : t->as_array())
+        if (line.is_string()) traceback.push_back(line);
+    return boost::json::object{{"type", "error"},
+                               {"ename", string_field(o, "ename")},
+                               {"evalue", string_field(o, "evalue")},
+                               {"traceback", std::move(traceback)}};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+struct PythonKernel::Process {
+  Process(asio::strand<asio::any_io_executor>& strand, const runtime::ProcessChannel& channel)
+      : id(channel.id),
+        in(strand, channel.stdin_write),
+        out(strand, channel.stdout_read),
+        stderr_fd(channel.stderr_read),
+        exited(strand, Clock::time_point::max()) {
+    fcntl(stderr_fd, F_SETFL, fcntl(stderr_fd, F_GETFL) | O_NONBLOCK);
+  }
+  ~Process() {
+    if (stderr_fd >= 0) ::close(stderr_fd);
+  }
+  // What the process wrote to its own stderr before it moved it (its start's errors).
+  std::string early_stderr() {
+    std::string text;
+    char buffer[1024];
+    while (text.size() < kStartErrorLimit) {
+      ssize_t n = ::read(stderr_fd, buffer, sizeof buffer);
+      if (n <= 0) break;
+      text.append(buffer, static_cast<size_t>(n));
+    }
+    return text.substr(0, kStartErrorLimit);
+  }
+  void close_pipes() {
+    error_code ignored;
+    in.close(ignored);
+    out.close(ignored);
+  }
+
+  uint32_t id;
+  asio::posix::stream_descriptor in, out;
+  int stderr_fd;
+  bool ready = false;
+  bool broken = false;  // EOF, or a frame that broke the protocol: it is ended
+  bool killed = false;
+  std::optional<int> exit_code;
+  asio::steady_timer exited;  // cancelled when exit_code is known
+};
+
+PythonKernel::PythonKernel(std::shared_ptr<runtime::Sandbox> sandbox,
+                           std::shared_ptr<const std::string> driver, std::vector<std::string> extra_env)
+    : sandbox_(std::move(sandbox)),
+      driver_(std::move(driver)),
+      extra_env_(std::move(extra_env)),
+      strand_(asio::make_strand(sandbox_->executor())),
+      turn_(strand_, Clock::time_point::max()) {}
+
+PythonKernel::~PythonKernel() {
+  // A kernel that is dropped (its container is gone, or a new sandbox replaced it)
+  // takes its process tree with it.
+  if (process_ && !process_->exit_code) sandbox_->kill_process(process_->id);
+}
+
+void PythonKernel::restart() {
+  asio::post(strand_, [self = shared_from_this()] {
+    if (auto process = std::exchange(self->process_, nullptr)) {
+      process->killed = true;
+      self->sandbox_->kill_process(process->id);
+      process->close_pipes();
+    }
+  });
+}
+
+asio::awaitable<KernelResult> PythonKernel::execute(std::string code, std::chrono::milliseconds timeout,
+                                                    size_t output_limit) {
+  co_return co_await asio::co_spawn(strand_, execute_on_strand(std::move(code), timeout, output_limit),
+                                    asio::use_awaitable);
+}
+
+asio::awaitable<std::optional<boost::json::object>> PythonKernel::read_frame(Process& process) {
+  unsigned char header[4];
+  error_code ec;
+  co_await asio::async_read(process.out, asio::buffer(header), asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return std::nullopt;
+  const size_t n =
+      (size_t{header[0]} << 24) | (size_t{header[1]} << 16) | (size_t{header[2]} << 8) | header[3];
+  if (n > kMaxFrame) co_return std::nullopt;
+  std::string body(n, '\0');
+  co_await asio::async_read(process.out, asio::buffer(body), asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return std::nullopt;
+  boost::system::error_code parse_error;
+  boost::json::value value = boost::json::parse(body, parse_error);
+  if (parse_error || !value.is_object()) co_return std::nullopt;
+  co_return std::move(value.as_object());
+}
+
+asio::awaitable<bool> PythonKernel::write_frame(Process& process, const boost::json::object& message) {
+  std::string bytes = frame(message);
+  error_code ec;
+  co_await asio::async_write(process.in, asio::buffer(bytes), asio::redirect_error(asio::use_awaitable, ec));
+  co_return !ec;
+}
+
+asio::awaitable<int> PythonKernel::end_process(std::shared_ptr<Process> process) {
+  if (!process->exit_code) {
+    sandbox_->kill_process(process->id);
+    process->close_pipes();
+    // The exit comes within milliseconds of the kill; a sandbox that stops meanwhile
+    // answers -1 (wait_process) just as well.
+    process->exited.expires_after(std::chrono::seconds(10));
+    error_code ec;
+    while (!process->exit_code) {
+      co_await process->exited.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (!ec) break;  // the bound passed
+    }
+  }
+  if (process_ == process) process_.reset();
+  co_return process->exit_code.value_or(-1);
+}
+
+asio::awaitable<void> PythonKernel::start_process() {
+  runtime::ProcessRequest request;
+  request.argv = {kPython, "-c", *driver_};
+  request.extra_env = extra_env_;
+  auto channel = co_await sandbox_->start_process(std::move(request));
+  auto process = std::make_shared<Process>(strand_, channel);
+  process_ = process;
+  // Its exit, whenever it comes (a crash, a kill, the sandbox's stop).
+  asio::co_spawn(
+      strand_,
+      [sandbox = sandbox_, process]() -> asio::awaitable<void> {
+        int code = co_await sandbox->wait_process(process->id);
+        process->exit_code = code;
+        process->exited.cancel();
+      },
+      asio::detached);
+  // The first frame says IPython is up; a driver that cannot import it exits instead.
+  asio::steady_timer limit(strand_, kStartLimit);
+  limit.async_wait([weak = std::weak_ptr<Process>(process), sandbox = sandbox_](error_code ec) {
+    if (ec) return;
+    if (auto p = weak.lock(); p && !p->ready) sandbox->kill_process(p->id);
+  });
+  auto ready = co_await read_frame(*process);
+  limit.cancel();
+  if (!ready || string_field(*ready, "op") != "ready") {
+    std::string early = process->early_stderr();
+    int code = co_await end_process(process);
+    throw runtime::SandboxError("the Python kernel did not start (exit code " + std::to_string(code) + ")" +
+                                (early.empty() ? std::string() : ": " + early));
+  }
+  process->ready = true;
+}
+
+asio::awaitable<KernelResult> PythonKernel::execute_on_strand(std::string code,
+                                                              std::chrono::milliseconds timeout,
+                                                              size_t output_limit) {
+  auto self = shared_from_this();
+  // One cell at a time, in order of arrival.
+  while (busy_) {
+    error_code ec;
+    turn_.expires_at(Clock::time_point::max());
+    co_await turn_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  busy_ = true;
+  struct Turn {
+    PythonKernel* kernel;
+    ~Turn() {
+      kernel->busy_ = false;
+      kernel->turn_.cancel_one();
+    }
+  } turn{this};
+
+  const auto started = Clock::now();
+  if (!sandbox_->running()) throw runtime::SandboxError("sandbox " + sandbox_->name() + " is not running");
+  if (process_ && (process_->broken || process_->exit_code)) co_await end_process(process_);
+  if (!process_) co_await start_process();
+  auto process = process_;
+
+  KernelResult result;
+  const uint64_t call = next_call_++;
+  // The timeout: SIGINT first (through the driver), a kill if that does not take.
+  struct Watch {
+    explicit Watch(asio::strand<asio::any_io_executor>& strand) : timer(strand) {}
+    asio::steady_timer timer;
+    bool done = false;
+    bool written = false;
+    bool interrupted = false;
+    bool killed = false;
+  };
+  auto watch = std::make_shared<Watch>(strand_);
+  watch->timer.expires_after(timeout);
+  asio::co_spawn(
+      strand_,
+      [this, self, process, watch, call]() -> asio::awaitable<void> {
+        error_code ec;
+        co_await watch->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if (watch->done) co_return;
+        watch->interrupted = true;
+        // A frame still being written (a long cell into a kernel that stopped reading)
+        // cannot be followed by another: then the kill is the only way.
+        if (watch->written) {
+          boost::json::object interrupt;
+          interrupt["op"] = "interrupt";
+          interrupt["id"] = call;
+          co_await write_frame(*process, interrupt);
+        }
+        watch->timer.expires_after(kInterruptGrace);
+        if (watch->written && !watch->done)
+          co_await watch->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if (watch->done) co_return;
+        watch->killed = true;
+        sandbox_->kill_process(process->id);
+        process->close_pipes();
+      },
+      asio::detached);
+  struct Finish {
+    std::shared_ptr<Watch> watch;
+    ~Finish() {
+      watch->done = true;
+      watch->timer.cancel();
+    }
+  } finish{watch};
+
+  std::optional<boost::json::object> done;
+  boost::json::object request;
+  request["op"] = "execute";
+  request["id"] = call;
+  request["code"] = code;
+  request["limit"] = static_cast<uint64_t>(output_limit);
+  if (co_await write_frame(*process, request)) {
+    watch->written = true;
+    // Frames that are not this call's answer are the code's own writes to the
+    // protocol's descriptor: a few are skipped, a flood ends the kernel.
+    for (int stray = 0; stray < 64; ++stray) {
+      auto message = co_await read_frame(*process);
+      if (!message) break;
+      auto* id = message->if_contains("id");
+      if (string_field(*message, "op") == "done" && id && id->is_number() &&
+          id->to_number<double>() == call) {
+        done = std::move(*message);
+        break;
+      }
+    }
+  }
+  watch->done = true;
+  watch->timer.cancel();
+
+  if (done) {
+    const std::string status = string_field(*done, "status");
+    result.stdout_text = string_field(*done, "stdout");
+    result.stderr_text = string_field(*done, "stderr");
+    if (auto* outputs = done->if_contains("outputs"); outputs && outputs->is_array())
+      for (const auto& output : outputs->as_array())
+        if (auto checked = checked_output(output)) result.outputs.push_back(std::move(*checked));
+    if (watch->interrupted && status == "interrupted") {
+      result.status = KernelResult::Status::kTimedOut;
+    } else if (status == "ok") {
+      result.status = KernelResult::Status::kOk;
+    } else {
+      result.status = KernelResult::Status::kError;
+    }
+  } else {
+    // No answer: the kernel exited, closed or garbled its channel, or was killed at
+    // the end of its grace. Its state is gone either way; the next call starts afresh.
+    process->broken = true;
+    int exit_code = co_await end_process(process);
+    if (watch->killed) {
+      result.status = KernelResult::Status::kTimedOut;
+      result.restarted = true;
+    } else {
+      result.status = KernelResult::Status::kKernelDied;
+      result.exit_code = exit_code;
+    }
+  }
+  result.duration = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started);
+  co_return result;
+}
+
+std::shared_ptr<const std::string> python_kernel_driver() {
+  static std::mutex mutex;
+  static std::shared_ptr<const std::string> cached;
+  std::lock_guard lock(mutex);
+  if (cached) return cached;
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string dir;
+  if (n > 0) {
+    self[n] = '\0';
+    dir = self;
+    dir = dir.substr(0, dir.rfind('/') + 1);
+  }
+  // The build tree has it next to sandboxd; the Debian package in /usr/lib/sandboxd.
+  for (const std::string& path :
+       {dir + "python_kernel_driver.py", dir + "../lib/sandboxd/python_kernel_driver.py"}) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) continue;
+    std::ostringstream text;
+    text << in.rdbuf();
+    cached = std::make_shared<const std::string>(text.str());
+    return cached;
+  }
+  throw runtime::SandboxError(
+      "the Python kernel's driver (python_kernel_driver.py) is not installed beside " +
+      std::string(n > 0 ? self : "sandboxd"));
+}
+
+}  // namespace sandboxd::service

@@ -1,0 +1,109 @@
+// The persistent Python of one running sandbox: IPython's InteractiveShell in a
+// long-lived process inside the sandbox (helpers/python_kernel_driver.py), reached over
+// its stdin and stdout pipes. Variables, imports and open files live as long as that
+// process: until the sandbox stops, the kernel is restarted, or it dies.
+//
+// One kernel per sandbox; its calls run one at a time, in order. The surfaces
+// (code_execution in /messages, the direct tool endpoint, later E2B's runCode and MCP)
+// all go through ContainerService::run_python, which owns the kernels.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/sandbox.h"
+
+namespace sandboxd::service {
+
+namespace asio = boost::asio;
+
+// One call's outcome.
+struct KernelResult {
+  enum class Status {
+    kOk,          // the cell ran to its end
+    kError,       // it raised: outputs end with an error output
+    kTimedOut,    // interrupted at its timeout (KeyboardInterrupt); the state is kept
+    kKernelDied,  // the kernel process exited or broke its protocol: the state is lost
+  };
+  Status status = Status::kOk;
+  std::string stdout_text;  // print(), and what processes it started wrote to fd 1
+  std::string stderr_text;  // stderr, and the traceback as text
+  // Jupyter's output types, in order: {"type":"execute_result"|"display_data",
+  // "data":{mime: value}} (binary values base64), {"type":"error","ename","evalue",
+  // "traceback":[lines]}.
+  boost::json::array outputs;
+  // kTimedOut: the interrupt did not take and the kernel was restarted (state lost).
+  bool restarted = false;
+  // kKernelDied: the kernel's exit code (128+N for a signal), -1 when not known.
+  int exit_code = -1;
+  std::chrono::microseconds duration{};
+};
+
+class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
+ public:
+  // `driver` is the driver script's text; `extra_env` is added to the process's
+  // environment (as for commands). Nothing starts until the first execute.
+  PythonKernel(std::shared_ptr<runtime::Sandbox> sandbox, std::shared_ptr<const std::string> driver,
+               std::vector<std::string> extra_env);
+  ~PythonKernel();
+  PythonKernel(const PythonKernel&) = delete;
+  PythonKernel& operator=(const PythonKernel&) = delete;
+
+  // Runs `code` as one cell, starting the kernel first if it is not running. At
+  // `timeout` the cell is interrupted (SIGINT: KeyboardInterrupt in the code); if that
+  // does not end it within kInterruptGrace the kernel is killed (state lost). stdout
+  // and stderr are each capped at `output_limit` bytes. Throws runtime::SandboxError
+  // when the sandbox is not running or the kernel cannot start.
+  asio::awaitable<KernelResult> execute(std::string code, std::chrono::milliseconds timeout,
+                                        size_t output_limit);
+  // Kills the kernel's process tree; the next call starts a fresh one. Any thread.
+  void restart();
+
+  const runtime::Sandbox* sandbox() const { return sandbox_.get(); }
+  // False once this kernel can never run again (its sandbox stopped).
+  bool usable() const { return sandbox_->running(); }
+
+  // How long an interrupted cell may take to stop before the kernel is killed.
+  static constexpr std::chrono::milliseconds kInterruptGrace{2000};
+  // How long a kernel may take to start (import IPython) before it counts as failed.
+  static constexpr std::chrono::milliseconds kStartLimit{60000};
+  // The largest frame accepted from the kernel (a cell's outputs, images included).
+  static constexpr size_t kMaxFrame = 64u << 20;
+
+ private:
+  struct Process;
+  asio::awaitable<KernelResult> execute_on_strand(std::string code, std::chrono::milliseconds timeout,
+                                                  size_t output_limit);
+  asio::awaitable<void> start_process();
+  // Reads one frame; nullopt at end of file or on a frame that breaks the protocol.
+  asio::awaitable<std::optional<boost::json::object>> read_frame(Process& process);
+  asio::awaitable<bool> write_frame(Process& process, const boost::json::object& message);
+  // Ends the process (kills its tree) and waits until it has exited: its exit code.
+  asio::awaitable<int> end_process(std::shared_ptr<Process> process);
+
+  std::shared_ptr<runtime::Sandbox> sandbox_;
+  std::shared_ptr<const std::string> driver_;
+  std::vector<std::string> extra_env_;
+  asio::strand<asio::any_io_executor> strand_;
+  std::shared_ptr<Process> process_;  // on the strand
+  uint64_t next_call_ = 1;
+  // Cells waiting for the one running now (calls run one at a time, in order).
+  bool busy_ = false;
+  asio::steady_timer turn_;
+};
+
+// The driver script shipped beside the binary (python_kernel_driver.py next to
+// sandboxd in the build tree, /usr/lib/sandboxd/ in the package), read once. Throws
+// runtime::SandboxError when it is missing.
+std::shared_ptr<const std::string> python_kernel_driver();
+
+}  // namespace sandboxd::service
