@@ -200,7 +200,8 @@ TEST_F(ServerTest, AnotherOwnersContainerAnswersExactlyLikeAMissingOne) {
 
 TEST_F(ServerTest, BashResultsTimeoutsAndRestart) {
   auto r = bash("echo out; echo err >&2; exit 3");
-  EXPECT_EQ(r, (bj::object{{"type", "bash_code_execution_result"}, {"stdout", "out\n"}, {"stderr", "err\n"}, {"return_code", 3}}));
+  EXPECT_EQ(r, (bj::object{{"type", "bash_code_execution_result"}, {"stdout", "out\n"}, {"stderr", "err\n"}, {"return_code", 3},
+                           {"content", bj::array{}}}));
   auto t = bash("sleep 30", "\"timeout\": 1");
   EXPECT_EQ(t.at("return_code"), 124);
   EXPECT_EQ(t.at("stderr"), "Command timed out after 1s.");
@@ -228,6 +229,7 @@ TEST_F(ServerTest, TextEditorThroughTheApi) {
   EXPECT_EQ(bash("cat config.json | grep debug; ls -l config.json | awk '{print $3}'").at("stdout"), "  \"debug\": false\nagent\n");
   auto missing = editor({{"command", "view"}, {"path", "/home/agent/workspace/missing.txt"}});
   EXPECT_EQ(missing, (bj::object{{"type", "text_editor_code_execution_tool_result_error"}, {"error_code", "unavailable"},
+                                   {"error_message", "File not found: /home/agent/workspace/missing.txt"},
                                    {"detail", {{"code", "unavailable"}, {"explanation", "File not found: /home/agent/workspace/missing.txt"}}}}));
   auto readonly = editor({{"command", "create"}, {"path", "/mnt/user-data/uploads/x.txt"}, {"file_text", "x"}});
   EXPECT_EQ(readonly.at("detail").at("explanation"), "Path '/mnt/user-data/uploads/x.txt' is in a read-only mount");

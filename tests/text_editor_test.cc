@@ -609,9 +609,14 @@ TEST_F(TextEditorTest, MalformedInput) {
 TEST_F(TextEditorTest, WithoutDetailTheErrorHasNoExplanation) {
   options_.include_detail = false;
   auto missing = view("missing.txt");
-  EXPECT_EQ(missing, (json::object{{"type", kErrorType}, {"error_code", "unavailable"}}));
+  // Anthropic's own field for the reason stays; only the Zylon `detail` goes.
+  EXPECT_EQ(missing, (json::object{{"type", kErrorType},
+                                   {"error_code", "unavailable"},
+                                   {"error_message", "File not found: /home/agent/workspace/missing.txt"}}));
   auto malformed = run({{"command", "view"}});
-  EXPECT_EQ(malformed, (json::object{{"type", kErrorType}, {"error_code", "invalid_tool_input"}}));
+  EXPECT_FALSE(malformed.contains("detail"));
+  EXPECT_EQ(malformed.at("error_code"), "invalid_tool_input");
+  EXPECT_TRUE(malformed.at("error_message").is_string());
   // successes are unchanged
   write_file(ws("f.txt"), "x\n");
   expect_view(view("f.txt"), "x", 1, 1, 1);
