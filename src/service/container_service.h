@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "service/python_kernel.h"
@@ -69,6 +70,8 @@ struct Container {
   bool index_dirty = true;  // code may have written files since the last sync
   bool sync_scheduled = false;
   int walks_running = 0;  // a listing meanwhile walks too: a running walk may not have reached its files yet
+  // The outputs the last commands were told they changed, by ctime (store::OutputChanges).
+  std::unordered_map<std::string, int64_t> reported_outputs;
 
   // The durable copy in the sessions bucket (storage.backend s3; container_durability.h).
   std::mutex durability_mutex;            // one flush or restore at a time (blocking threads)

@@ -78,8 +78,20 @@ asio::awaitable<ChangedOutputs> sync_after_command(Services& services, std::shar
                                                    int64_t since_ns) {
   auto changes = std::make_shared<store::OutputChanges>();
   changes->since_ns = since_ns;
+  {
+    std::lock_guard lock(container->sync_mutex);
+    changes->reported_before = container->reported_outputs;
+  }
   auto walk = [&services, container, changes] { sync_now(services, *container, changes.get()); };
   co_await run_blocking(std::move(walk));
+  {
+    // Kept only while a later command's start may still share their tick: a ctime below
+    // this command's start can never be at or after a later one's.
+    std::lock_guard lock(container->sync_mutex);
+    auto& reported = container->reported_outputs;
+    std::erase_if(reported, [since_ns](const auto& entry) { return entry.second < since_ns; });
+    for (const auto& [path, ctime_ns] : changes->reported_now) reported[path] = ctime_ns;
+  }
   co_return ChangedOutputs{std::move(changes->paths), changes->truncated};
 }
 

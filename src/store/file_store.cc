@@ -192,13 +192,18 @@ void FileStore::sync(const std::string& storage, const ContainerPaths& paths, Ou
     const bool outputs = mount == kOutputsMount;
     walk_regular_files(root.get(), std::string(mount),
                        [&](int directory, const char* name, const std::string& path, const struct stat& st) {
-                         if (changes && outputs &&
-                             static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec >=
-                                 changes->since_ns) {
-                           if (changes->paths.size() < changes->limit)
-                             changes->paths.push_back(path);
-                           else
-                             changes->truncated = true;
+                         const int64_t ctime_ns =
+                             static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+                         if (changes && outputs && ctime_ns >= changes->since_ns) {
+                           auto before = changes->reported_before.find(path);
+                           if (before == changes->reported_before.end() || before->second != ctime_ns) {
+                             if (changes->paths.size() < changes->limit) {
+                               changes->paths.push_back(path);
+                               changes->reported_now[path] = ctime_ns;
+                             } else {
+                               changes->truncated = true;
+                             }
+                           }
                          }
                          auto known = unseen.find(path);
                          if (known != unseen.end() && unchanged(known->second, st)) {

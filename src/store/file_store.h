@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <string_view>
 #include <vector>
 
@@ -33,7 +34,13 @@ struct OpenedFile {
 struct OutputChanges {
   int64_t since_ns = 0;
   size_t limit = 1000;
+  // Files a previous command was told it changed, by the change time it was told for.
+  // File times and a command's start come from the kernel's coarse clock, so a file
+  // that the command before wrote in the same tick as this one started has a ctime at
+  // `since_ns`; it is this command's only if it changed again since.
+  std::unordered_map<std::string, int64_t> reported_before;
   std::vector<std::string> paths;
+  std::unordered_map<std::string, int64_t> reported_now;  // paths, by their ctime
   bool truncated = false;  // more changed files than `limit`
 };
 
@@ -54,7 +61,7 @@ class FileStore {
   // Brings the metadata in line with the disk for one container: files that code wrote
   // under uploads/ and outputs/ get a record (created_at = now, when first seen),
   // changed ones (size or mtime) get a new etag and size, vanished ones are dropped.
-  // Reads whole new bodies (MD5): disk work, never on an I/O thread (server/blocking.h).
+  // Reads whole new bodies (MD5): disk work, never on an I/O thread (base/blocking.h).
   // With `changes`, the same walk also collects the outputs changed since a moment
   // (ctime is the kernel's, set on every write, rename or chmod and never settable from
   // user space, unlike mtime: `cp -p`, `touch -d` and `mv` are all seen).
