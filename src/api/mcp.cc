@@ -341,8 +341,16 @@ asio::awaitable<void> stream_call(Mcp& mcp, RequestContext& ctx, std::shared_ptr
     }
     if (done) break;
   }
-  // A request the client cancelled gets no response (it has stopped waiting for one).
-  if (call->cancellation->cancelled()) co_return;
+  if (call->cancellation->cancelled()) {
+    // A request the client cancelled gets no response (it has stopped waiting for one).
+    // One cancelled because its session ended (DELETE, or room made for a new session)
+    // is answered, so that the client does not wait for it until its own timeout.
+    const std::string session(ctx.header_value("mcp-session-id"));
+    if (client_gone || mcp.sessions.find(session, ctx.owner)) co_return;
+    co_await send(model::format_sse(
+        "message", json::serialize(rpc_error(call->id, kRequestCancelled, "The session ended"))));
+    co_return;
+  }
   co_await send(model::format_sse("message", json::serialize(*call->response)));
 }
 

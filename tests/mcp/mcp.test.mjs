@@ -147,7 +147,8 @@ test('tools are listed with input and output schemas', async () => {
   const { client } = await httpClient(ALICE);
   const { tools } = await client.listTools();
   assert.deepEqual(tools.map((t) => t.name).sort(), [
-    'bash_code_execution', 'delete_container', 'delete_file', 'download_file', 'list_containers', 'list_files',
+    'bash_code_execution', 'code_execution', 'delete_container', 'delete_file', 'download_file', 'list_containers',
+    'list_files',
     'stop_container', 'text_editor_code_execution', 'upload_file',
   ]);
   for (const tool of tools) {
@@ -162,7 +163,7 @@ test('a command runs and answers like the HTTP API', async () => {
   const command = 'echo hello; echo oops >&2; exit 3';
   const result = await bash(client, 'mcp-run', command);
   assert.equal(result.isError, undefined);  // a failing command is a normal result
-  const expected = { type: 'bash_code_execution_result', stdout: 'hello\n', stderr: 'oops\n', return_code: 3 };
+  const expected = { type: 'bash_code_execution_result', stdout: 'hello\n', stderr: 'oops\n', return_code: 3, content: [] };
   assert.deepEqual(result.structuredContent, expected);
   assert.deepEqual(await httpTool(ALICE, 'mcp-run', 'bash_code_execution', { command }), expected);
   assert.equal(result.content[0].type, 'text');
@@ -200,6 +201,26 @@ test('the editor creates, edits and views a file', async () => {
   assert.match(missing.content[0].text, /absent\.txt/);
 });
 
+test('the persistent Python keeps its state between calls, as the HTTP API does', async () => {
+  const { client } = await httpClient(ALICE);
+  const python = (code) => client.callTool({ name: 'code_execution', arguments: { container: 'mcp-python', code } });
+  const first = await python('import math\nx = 41\nprint("set")');
+  assert.equal(first.isError, undefined);
+  assert.equal(first.structuredContent.type, 'code_execution_result');
+  assert.equal(first.structuredContent.stdout, 'set\n');
+  const second = await python('x + 1');
+  assert.equal(second.structuredContent.stdout, '42\n', 'the variable survived the first call');
+  assert.equal(second.structuredContent.return_code, 0);
+  // The same kernel through the direct endpoint: one kernel per sandbox, whatever the door.
+  const direct = await httpTool(ALICE, 'mcp-python', 'code_execution', { code: 'math.floor(x / 2)' });
+  assert.equal(direct.stdout, '20\n');
+  const failed = await python('1 / 0');
+  assert.equal(failed.isError, undefined);  // an exception is a normal result, as a failing command
+  assert.equal(failed.structuredContent.return_code, 1);
+  assert.match(failed.structuredContent.stderr, /ZeroDivisionError/);
+  assert.match(failed.content[0].text, /\[return code 1\]/);
+});
+
 test('outputs come back as resource links and read as resources', async () => {
   const { client } = await httpClient(ALICE);
   const result = await bash(client, 'mcp-res',
@@ -225,8 +246,9 @@ test('outputs come back as resource links and read as resources', async () => {
   const uris = resources.map((r) => r.uri);
   assert.ok(uris.includes(csv.uri));
   assert.ok(uris.includes('sandboxd://containers/mcp-res/files/mnt/user-data/uploads/in/data.txt'));
-  const upload = await client.readResource({ uri: 'sandboxd://containers/mcp-res/files/mnt/user-data/uploads/in/data.txt' });
-  assert.equal(upload.contents[0].text, 'uploaded text');
+  // An upload is listed but, as through the Files API, not downloadable.
+  await assert.rejects(client.readResource({ uri: 'sandboxd://containers/mcp-res/files/mnt/user-data/uploads/in/data.txt' }),
+                       (e) => /not downloadable/.test(e.message));
   const { resourceTemplates } = await client.listResourceTemplates();
   assert.equal(resourceTemplates[0].uriTemplate, 'sandboxd://containers/{container}/files/{+path}');
   await assert.rejects(client.readResource({ uri: 'sandboxd://containers/mcp-res/files/mnt/user-data/outputs/none' }),
@@ -326,7 +348,10 @@ test('ending the session stops its commands', async () => {
   const reused = await rpc({ jsonrpc: '2.0', id: 9, method: 'ping' }, { session });
   assert.equal(reused.res.status, 404);
   assert.equal(reused.json.error.code, -32001);
-  await call;
+  // The call that was running is answered (cancelled), not left to its own timeout.
+  const ended = await call;
+  assert.ok(ended instanceof Error, 'the call ends with an error');
+  assert.equal(ended.code, -32800);
 });
 
 test('a second owner sees none of the first owner\'s files', async () => {
