@@ -1,4 +1,3 @@
-#include "api/sandbox_network.h"
 #include "api/mcp_tools.h"
 
 #include <fcntl.h>
@@ -9,6 +8,7 @@
 
 #include "api/api_calls.h"
 #include "api/file_transfer.h"
+#include "api/sandbox_network.h"
 #include "service/store_call.h"
 #include "service/tool_calls.h"
 #include "base/base64.h"
@@ -26,6 +26,7 @@ namespace json = boost::json;
 
 constexpr std::string_view kBashTool = "bash_code_execution";
 constexpr std::string_view kEditorTool = "text_editor_code_execution";
+constexpr std::string_view kPythonTool = "code_execution";  // the persistent Python
 constexpr std::string_view kUriPrefix = "sandboxd://containers/";
 // A file returned inside a message (download_file, resources/read) is at most this big:
 // larger ones go through the Files API's download, which streams.
@@ -146,6 +147,23 @@ json::array make_tools() {
                          "text_editor_code_execution_create_result", "text_editor_code_execution_str_replace_result"]}},
                          "required": ["type"]})",
            tool_error_schema(tools::kEditorErrorType)}),
+      {{"readOnlyHint", false}, {"destructiveHint", true}, {"openWorldHint", false}}));
+  tools.push_back(tool(
+      kPythonTool, "Run Python in a persistent kernel",
+      "Runs Python code in the container's persistent IPython kernel: variables, imports and open files "
+      "are kept from one call to the next while the sandbox runs (a stop, restart or crash starts a fresh "
+      "kernel). stdout holds the printed output and the last expression's value; an exception is return "
+      "code 1 with its traceback in stderr; a timeout interrupts this call only.",
+      R"({"type": "object", "properties": {
+            "code": {"type": "string", "description": "The Python code to run"},
+            "timeout": {"type": "integer", "minimum": 1, "maximum": 86400, "description": "Seconds before the call is interrupted; default: the server's"},
+            "restart": {"type": "boolean", "description": "Start a fresh kernel first"},
+            "container": )" +
+          container + R"(}})",
+      output_schema({R"({"type": "object", "properties": {"type": {"const": "code_execution_result"},
+                         "stdout": {"type": "string"}, "stderr": {"type": "string"}, "return_code": {"type": "integer"}},
+                         "required": ["type", "stdout", "stderr", "return_code"]})",
+                     tool_error_schema(kCodeExecutionErrorType)}),
       {{"readOnlyHint", false}, {"destructiveHint", true}, {"openWorldHint", false}}));
   tools.push_back(
       tool("list_containers", "List containers",
@@ -359,7 +377,9 @@ asio::awaitable<json::object> call_code_tool(ApiContext& api, RequestContext& ct
                                        caller ? caller->nesting_depth : 0,
                                        options.on_output);
   if (!content) {  // refused by capacity: the block /messages shows the model
-    auto block = tools::tool_error(name == kEditorTool ? tools::kEditorErrorType : tools::kBashErrorType,
+    auto block = tools::tool_error(name == kEditorTool   ? tools::kEditorErrorType
+                                   : name == kPythonTool ? kCodeExecutionErrorType
+                                                         : tools::kBashErrorType,
                                    "too_many_requests", content.error().message, true);
     json::array text{text_block(content.error().message)};
     co_return call_result(std::move(block), std::move(text), true);
@@ -369,7 +389,7 @@ asio::awaitable<json::object> call_code_tool(ApiContext& api, RequestContext& ct
     co_return call_result(std::move(*content), std::move(text), true);
   }
   json::array blocks;
-  if (name == kBashTool) {
+  if (name == kBashTool || name == kPythonTool) {
     blocks.push_back(text_block(bash_text(*content)));
     for (const auto& record : co_await outputs_written_since(api, **container, started_ns))
       blocks.push_back(resource_link(**container, record));
@@ -625,7 +645,7 @@ asio::awaitable<Result<json::object>> mcp_call_tool(ApiContext& api, RequestCont
     return t.as_object().at("name").as_string() == name;
   });
   if (!known) co_return ApiError::invalid_request("Unknown tool: " + name.substr(0, 200));
-  if (name == kBashTool || name == kEditorTool)
+  if (name == kBashTool || name == kEditorTool || name == kPythonTool)
     co_return co_await call_code_tool(api, ctx, name, std::move(args), options);
   co_return co_await call_file_tool(api, ctx, name, args);
 }

@@ -1,6 +1,6 @@
 // What the MCP endpoint (api/mcp.h) offers: the tools, each with its input and output
 // schemas, and the containers' files as resources. Every call goes through the same
-// service calls as the HTTP API (api/tool_calls.h, api/api_calls.h), so a tool's
+// service calls as the HTTP API (service/tool_calls.h, api/api_calls.h), so a tool's
 // structuredContent is the object the matching HTTP endpoint answers with, its errors
 // the same errors. Failures of the request itself (an unknown tool, a resource that is
 // not there) come back as ApiErrors, which the transport turns into JSON-RPC errors.
