@@ -91,7 +91,7 @@ TEST(MetadataBackend, PostgresKeepsFilesAndThreadsAcrossARestart) {
   EXPECT_EQ(server.status("'" + server.url("/api/v1/app/thread/thread_%FF%FE") + "'"), 404);
 }
 
-// Every surface whose store calls run off the I/O threads on PostgreSQL (api/store_call.h),
+// Every surface whose store calls run off the I/O threads on PostgreSQL (service/store_call.h),
 // by 8 clients at once, each in its own container and thread: uploads under a stored-bytes
 // quota (the charge reads the previous version), listings, a file's metadata, deletions,
 // the container list, the thread calls and the skills list. Each client checks what it

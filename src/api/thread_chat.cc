@@ -317,7 +317,7 @@ using OutputsSnapshot = std::map<std::string, Fingerprint>;
 
 // Brings the index in line with the disk (a walk of the container's folders, as a
 // listing does) and returns what outputs/ holds.
-// The walk runs on the blocking pool (api/discovery.h).
+// The walk runs on the blocking pool (service/discovery.h).
 asio::awaitable<OutputsSnapshot> snapshot_outputs(ApiContext& api, Container& container) {
   co_await sync_off_io_thread(api, container);
   const std::string prefix = std::string(kOutputsMount) + "/";

@@ -24,7 +24,7 @@ namespace sandboxd {
 boost::asio::thread_pool& blocking_pool();
 
 // An awaitable that runs `fn` when awaited, on the awaiting thread: what run_on() hands
-// a pool, and what a caller that decides per call (api/store_call.h) awaits inline.
+// a pool, and what a caller that decides per call (service/store_call.h) awaits inline.
 template <typename Fn>
 boost::asio::awaitable<std::invoke_result_t<Fn&>> run_here(Fn fn) {
   co_return fn();

@@ -28,7 +28,7 @@ asio::awaitable<std::invoke_result_t<Fn&>> invoke_transfer(Fn fn) {
 }
 
 // Runs the blocking bucket call `fn` on the transfer threads; the caller resumes on its
-// own executor with the result. (A named callable, moved: see server/blocking.h.)
+// own executor with the result. (A named callable, moved: see base/blocking.h.)
 template <typename Fn>
 asio::awaitable<std::invoke_result_t<Fn&>> run_transfer(Fn fn) {
   co_return co_await asio::co_spawn(bucket_transfer_pool(), invoke_transfer(std::move(fn)), asio::use_awaitable);

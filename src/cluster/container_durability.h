@@ -3,7 +3,7 @@
 // in step with it and brings it back:
 //
 // - uploads: the file transfer streams each body to the bucket as well
-//   (begin_upload, api/bucket_upload.h) and records it here (commit_upload) before the
+//   (begin_upload, cluster/bucket_upload.h) and records it here (commit_upload) before the
 //   200;
 // - flush: workspace, outputs (and deletions of uploads) go up incrementally: the
 //   walk is compared with the manifest by size, mode and mtime, changed files are

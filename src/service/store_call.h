@@ -11,7 +11,7 @@
 // awaiting coroutine, which resumes on its own executor. Work that is not awaited
 // (store_call_detached) must capture by value.
 //
-// The pool is separate from server/blocking.h's (whose run_on and run_here this
+// The pool is separate from base/blocking.h's (whose run_on and run_here this
 // uses): a disk walk or a hash of a large new output there never holds up a one-row
 // lookup, and its size matches the PostgreSQL connection pool (store/database.h
 // open_postgres), so each of its threads can hold a connection at once.

@@ -1,5 +1,5 @@
 // The walk over a container's files that sync (file_store) and the bucket's flush
-// (api/container_durability) share. Symlinks are never followed: entries are lstat'ed
+// (cluster/container_durability) share. Symlinks are never followed: entries are lstat'ed
 // and sub-folders are opened beneath their parent (openat2 RESOLVE_BENEATH) with
 // O_NOFOLLOW, so a link that code in the sandbox swaps in after the lstat fails to open
 // instead of leading out of the container.

@@ -2,7 +2,7 @@
 // s3): one row per file (path, size, mode, mtime, MD5, the object holding its bytes,
 // a version), and a generation per container that every change bumps, with the writer
 // (the instance) that made it. A local copy records the generation it matches in a
-// marker (api/container_durability.h); a generation written by another instance means
+// marker (cluster/container_durability.h); a generation written by another instance means
 // the local copy is stale.
 //
 // Objects are immutable and uniquely named: replacing or removing a row hands back the

@@ -4,7 +4,7 @@
 // object in memory (a multipart part is the caller's buffer).
 //
 // Every call blocks on the network: call it from a blocking thread
-// (server/blocking.h run_blocking), never from an I/O thread. Thread-safe: each thread
+// (base/blocking.h run_blocking), never from an I/O thread. Thread-safe: each thread
 // keeps its own curl handle (and so its own connections to the endpoint).
 #pragma once
 
