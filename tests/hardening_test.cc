@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "server/http_server.h"
+#include "eventually.h"
 #include "server_harness.h"
 
 using namespace sandboxd::testing;
@@ -343,9 +344,21 @@ TEST(HardeningConnections, PastTheTotalCapConnectionsGetA503AndTheServerRecovers
 
 TEST(HardeningConnections, OutOfDescriptorsWaitingClientsAreClosedAndTheServerRecovers) {
   ServerProcess server("server:\n  maxConnections: 100000\n");
-  // The server may hold only a few more descriptors than it has open now.
-  size_t open_now = 0;
-  for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/" + std::to_string(server.pid()) + "/fd")) ++open_now;
+  // The server may hold only a few more descriptors than it has open once it has settled
+  // (its start fills the pre-started pool, with descriptors of its own for a while).
+  auto open_descriptors = [&] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/" + std::to_string(server.pid()) + "/fd")) ++n;
+    return n;
+  };
+  size_t open_now = open_descriptors();
+  int steady = 0;
+  ASSERT_TRUE(eventually([&] {
+    const size_t n = open_descriptors();
+    steady = n == open_now ? steady + 1 : 0;
+    open_now = n;
+    return steady >= 10;  // the same count for half a second
+  }));
   const size_t limit = open_now + 10;
   int rc = 0;
   sh("prlimit --pid " + std::to_string(server.pid()) + " --nofile=" + std::to_string(limit) + ":" +
