@@ -34,6 +34,27 @@
 namespace sandboxd::service {
 namespace {
 
+// One execution (a command, a Python call) under way in a container: counted in
+// `executing` while it runs, and with the bucket a change before and after it, so that
+// what it writes is flushed after it (cluster/container_durability.h).
+class ExecutionMark {
+ public:
+  ExecutionMark(Container& container, bool durable) : container_(container), durable_(durable) {
+    ++container_.executing;
+    if (durable_) ++container_.changes;
+  }
+  ~ExecutionMark() {
+    if (durable_) ++container_.changes;
+    --container_.executing;
+  }
+  ExecutionMark(const ExecutionMark&) = delete;
+  ExecutionMark& operator=(const ExecutionMark&) = delete;
+
+ private:
+  Container& container_;
+  const bool durable_;
+};
+
 namespace fs = std::filesystem;
 using runtime::Volume;
 
@@ -781,17 +802,7 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
   auto sandbox = co_await admit(container, ticket);
   if (!sandbox) co_return sandbox.error();
   Result<runtime::ExecResult> outcome = ApiError::internal();
-  ++container->executing;
-  // With the bucket, what the command writes is flushed after it (container_durability.h).
-  if (durability_) ++container->changes;
-  struct Done {
-    std::atomic<int>& count;
-    std::atomic<uint64_t>* changes;
-    ~Done() {
-      if (changes) ++*changes;
-      --count;
-    }
-  } done{container->executing, durability_ ? &container->changes : nullptr};
+  const ExecutionMark mark(*container, durability_ != nullptr);
   const auto started = std::chrono::steady_clock::now();
   const char* label = "failed";
   const std::string command_head = request.command.substr(0, 4096);  // for the audit log
@@ -858,16 +869,7 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
     kernel->restart();
     if (call.code.empty()) co_return KernelResult{};
   }
-  ++container->executing;
-  if (durability_) ++container->changes;
-  struct Done {
-    std::atomic<int>& count;
-    std::atomic<uint64_t>* changes;
-    ~Done() {
-      if (changes) ++*changes;
-      --count;
-    }
-  } done{container->executing, durability_ ? &container->changes : nullptr};
+  const ExecutionMark mark(*container, durability_ != nullptr);
   const auto started = std::chrono::steady_clock::now();
   Result<KernelResult> outcome = ApiError::internal();
   const char* label = "failed";
