@@ -9,6 +9,8 @@
 #include "api/api_calls.h"
 #include "api/file_transfer.h"
 #include "api/sandbox_network.h"
+#include "base/percent_encoding.h"
+#include "server/router.h"
 #include "service/store_call.h"
 #include "service/tool_calls.h"
 #include "base/base64.h"
@@ -552,39 +554,6 @@ asio::awaitable<json::object> call_file_tool(ApiContext& api, RequestContext& ct
   co_return json_result(json::object{{"id", (*container)->id}, {"type", "container_deleted"}});
 }
 
-bool unreserved(unsigned char c) { return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~'; }
-
-std::string percent_encode(std::string_view text, bool keep_slash) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : text) {
-    if (unreserved(c) || (keep_slash && c == '/')) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
-}
-
-std::optional<std::string> percent_decode(std::string_view text) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '%') {
-      out.push_back(text[i]);
-      continue;
-    }
-    if (i + 2 >= text.size() || !std::isxdigit(static_cast<unsigned char>(text[i + 1])) ||
-        !std::isxdigit(static_cast<unsigned char>(text[i + 2])))
-      return std::nullopt;
-    out.push_back(static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16)));
-    i += 2;
-  }
-  return out;
-}
-
 // The resources/list cursor: where the next page starts (opaque to the client).
 struct ResourceCursor {
   std::string after_container;            // the containers listing resumes after this id ("" first)
@@ -721,14 +690,15 @@ asio::awaitable<Result<json::object>> mcp_read_resource(ApiContext& api, Request
   std::string_view rest = std::string_view(uri).substr(kUriPrefix.size());
   const auto slash = rest.find("/files/");
   if (slash == std::string_view::npos) co_return not_found;
-  auto container_id = percent_decode(rest.substr(0, slash));
-  auto path = percent_decode(rest.substr(slash + 7));
-  if (!container_id || !path || !ContainerService::valid_id(*container_id)) co_return not_found;
-  auto container = co_await api.containers.async_open(ctx.owner, *container_id, /*create=*/false);
+  std::string container_id, path;
+  const bool decoded = server::percent_decode(rest.substr(0, slash), container_id) &&
+                       server::percent_decode(rest.substr(slash + 7), path);
+  if (!decoded || !ContainerService::valid_id(container_id)) co_return not_found;
+  auto container = co_await api.containers.async_open(ctx.owner, container_id, /*create=*/false);
   if (container) api.containers.touch(**container);
   container = co_await ready_container(api, std::move(container));
   if (!container) co_return container.error();
-  auto file = co_await inline_file(api, **container, store::file_id_for_path("/" + *path));
+  auto file = co_await inline_file(api, **container, store::file_id_for_path("/" + path));
   if (!file) co_return file.error();
   co_return json::object{{"contents", json::array{resource_contents(**container, std::move(*file))}}};
 }

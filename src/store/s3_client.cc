@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "base/percent_encoding.h"
+
 namespace sandboxd::store {
 namespace {
 
@@ -132,21 +134,6 @@ void throw_exception_from_error(const S3Error& error, const boost::source_locati
   throw std::runtime_error(error.describe());
 }
 
-std::string s3_uri_encode(std::string_view text) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
-}
-
 // What one request sends and where its answer goes.
 struct S3Client::Request {
   const char* method = "GET";
@@ -193,7 +180,7 @@ std::string S3Client::url_for(const std::string& key, const std::string& query) 
   url += "/";
   // Keys are made of safe characters by their makers (prefix checked by the config);
   // '/' stays a separator, anything else is encoded as SigV4 expects.
-  for (char c : key) url += c == '/' ? std::string("/") : s3_uri_encode(std::string_view(&c, 1));
+  url += percent_encode(key, /*keep_slash=*/true);
   if (!query.empty()) url += "?" + query;
   return url;
 }
@@ -389,7 +376,7 @@ S3Result<std::string> S3Client::upload_part(const std::string& key, const std::s
   Request r;
   r.method = "PUT";
   r.key = key;
-  r.query = "partNumber=" + std::to_string(part_number) + "&uploadId=" + s3_uri_encode(upload_id);
+  r.query = "partNumber=" + std::to_string(part_number) + "&uploadId=" + percent_encode(upload_id);
   r.body = body;
   r.has_body = true;
   auto answer = perform(r);
@@ -409,7 +396,7 @@ S3Result<void> S3Client::complete_multipart(const std::string& key, const std::s
   Request r;
   r.method = "POST";
   r.key = key;
-  r.query = "uploadId=" + s3_uri_encode(upload_id);
+  r.query = "uploadId=" + percent_encode(upload_id);
   r.body = document;
   r.has_body = true;
   r.headers.push_back("Content-Type: application/xml");
@@ -422,7 +409,7 @@ S3Result<void> S3Client::abort_multipart(const std::string& key, const std::stri
   Request r;
   r.method = "DELETE";
   r.key = key;
-  r.query = "uploadId=" + s3_uri_encode(upload_id);
+  r.query = "uploadId=" + percent_encode(upload_id);
   auto answer = perform(r);
   if (!answer && !answer.error().not_found()) return answer.error();
   return {};
@@ -461,8 +448,8 @@ S3Result<std::vector<S3Object>> S3Client::list_objects(const std::string& prefix
   std::string token;
   for (;;) {
     Request r;
-    r.query = token.empty() ? "" : "continuation-token=" + s3_uri_encode(token) + "&";
-    r.query += "list-type=2&max-keys=" + std::to_string(page_size) + "&prefix=" + s3_uri_encode(prefix);
+    r.query = token.empty() ? "" : "continuation-token=" + percent_encode(token) + "&";
+    r.query += "list-type=2&max-keys=" + std::to_string(page_size) + "&prefix=" + percent_encode(prefix);
     auto answer = perform(r);
     if (!answer) return answer.error();
     S3Object current;

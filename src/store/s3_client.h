@@ -106,7 +106,5 @@ class S3Client {
   std::string scheme_, host_;  // from the endpoint
 };
 
-// Percent-encodes for a query value (RFC 3986 unreserved kept).
-std::string s3_uri_encode(std::string_view text);
 
 }  // namespace sandboxd::store
