@@ -336,7 +336,8 @@ TEST(PostgresLease, RacingAcquirersHaveExactlyOneWinner) {
   racers.clear();
   const std::string first_holder = lease->holder;
   for (int i = 0; i < kRacers; ++i) {
-    if (racing[i]->registration().id != first_holder) ASSERT_TRUE(racing[i]->heartbeat(1000 + kTtl));
+    if (racing[i]->registration().id == first_holder) continue;
+    ASSERT_TRUE(racing[i]->heartbeat(1000 + kTtl));
   }
   for (int i = 0; i < kRacers; ++i)
     racers.emplace_back([&, i] {
