@@ -305,6 +305,7 @@ int serve(ops::Config config, const std::string& config_path) {
     api::register_mcp_routes(http, api);
     if (leases) {
       api::install_cluster_routing(http, api, *leases);
+      leases->register_replica();
       leases->start();
     }
 
