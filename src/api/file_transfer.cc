@@ -153,7 +153,9 @@ ApiError DownloadRule::refusal(const std::string& sandbox_path) const {
 }
 
 asio::awaitable<DownloadRule> download_rule(ApiContext& api, const Container& container) {
-  if (!api.threads) co_return DownloadRule{};
+  // Most containers are not a thread's, and their id says so: no database round trip
+  // for them on every file call.
+  if (!api.threads || !container.id.starts_with(store::kThreadIdPrefix)) co_return DownloadRule{};
   auto find = [&api, owner = container.owner, id = container.id] { return api.threads->find(owner, id).has_value(); };
   const bool thread = co_await store_call(api, std::move(find));
   if (!thread) co_return DownloadRule{};

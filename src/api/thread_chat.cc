@@ -613,7 +613,7 @@ asio::awaitable<Result<Response>> create_thread(ApiContext& api, ChatState& stat
     if (key != "title") co_return ApiError::invalid_request("Unknown field '" + std::string(key).substr(0, 100) + "'");
   auto title = read_title(object);
   if (!title) co_return title.error();
-  store::ThreadRecord record{ctx.owner, "thread_" + api.containers.new_id().substr(5), *title, now_seconds(), 0, 0};
+  store::ThreadRecord record{ctx.owner, std::string(store::kThreadIdPrefix) + api.containers.new_id().substr(5), *title, now_seconds(), 0, 0};
   record.updated_at = record.created_at;
   auto create = [&api, &state, &ctx, &record]() -> Result<store::ThreadRecord> {
     std::lock_guard creating(api.quotas.creation_mutex());  // the count and the insert together

@@ -8,11 +8,16 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "store/database.h"
 
 namespace sandboxd::store {
+
+// Every thread's id starts with it, and its container has the thread's id: a container
+// whose id does not start with it is no thread's, which callers know without a query.
+inline constexpr std::string_view kThreadIdPrefix = "thread_";
 
 struct ThreadRecord {
   std::string owner;
