@@ -646,14 +646,21 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, RequestContext& ctx) {
           current = nullptr;
           return true;
         });
+    // A refused part ends the upload, but the rest of the body is still read (and
+    // dropped, within the upload limit): a client that streams its body reads the
+    // answer instead of finding the connection closed under its writes.
+    std::optional<ApiError> refused;
     server::RequestContext::AsyncChunkConsumer on_chunk =
         [&](std::string_view chunk) -> asio::awaitable<Result<void>> {
+      if (refused) co_return Result<void>{};
       if (current) co_await room_in(*current->writer, std::min<size_t>(chunk.size(), 1u << 20));
-      if (parser.feed(chunk)) co_return Result<void>{};
-      if (failure) co_return *failure;
-      co_return ApiError::invalid_request("Malformed multipart body: " + parser.error());
+      if (!parser.feed(chunk))
+        refused =
+            failure ? *failure : ApiError::invalid_request("Malformed multipart body: " + parser.error());
+      co_return Result<void>{};
     };
     auto received = co_await ctx.read_body_stream_async(limit, on_chunk);
+    if (received && refused) received = *refused;
     if (received && !parser.finished())
       received = ApiError::invalid_request("The multipart body ended before its closing boundary");
     if (received && files.empty())

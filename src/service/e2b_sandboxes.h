@@ -28,8 +28,6 @@
 
 namespace sandboxd::service {
 
-class SandboxProcesses;
-
 struct E2bSandbox {
   std::string id;  // also the container's id
   std::string owner;
@@ -70,8 +68,6 @@ class E2bSandboxes {
   // Reads the records a previous run left (blocking; before serving) and starts the
   // timer that ends sandboxes at their end time.
   void start();
-  // The processes of each sandbox: stopped with it when it is paused or killed.
-  void set_processes(SandboxProcesses* processes) { processes_ = processes; }
 
   // Makes the container and the record. Quotas (containers per owner) apply as for any
   // container; an unknown template is a 404.
@@ -104,7 +100,6 @@ class E2bSandboxes {
   asio::io_context& io_;
   ContainerService& containers_;
   std::string dir_;
-  SandboxProcesses* processes_ = nullptr;
   mutable std::mutex mutex_;
   std::map<std::string, E2bSandbox> sandboxes_;  // by id (ids are unique across owners)
   asio::steady_timer timer_;

@@ -230,3 +230,81 @@ test('pause keeps the files; connect resumes over them', async () => {
   assert.equal((await resumed.getInfo()).state, 'running');
   assert.equal((await resumed.commands.run('cat /home/user/kept.txt')).stdout, 'kept\n');
 });
+
+// Hostile input straight at the wire: what no SDK sends, answered with a clear error in
+// the protocol's shape while the server keeps serving.
+test('bad Connect requests and foreign sandboxes get clear errors', async () => {
+  const sandbox = await create();
+  const base = `${server.url}/e2b/sandbox`;
+  const headers = (extra = {}) => ({
+    'X-Access-Token': ALICE, 'E2b-Sandbox-Id': sandbox.sandboxId, 'E2b-Sandbox-Port': '49983',
+    'Connect-Protocol-Version': '1', ...extra });
+  const frame = (flags, length, payload) => {
+    const head = Buffer.alloc(5);
+    head[0] = flags;
+    head.writeUInt32BE(length, 1);
+    return Buffer.concat([head, Buffer.from(payload)]);
+  };
+  const start = (body, contentType = 'application/connect+json', extra) =>
+    fetch(`${base}/process.Process/Start`, { method: 'POST', headers: headers({ 'Content-Type': contentType, ...extra }), body });
+  // An end-of-stream message only, carrying the error.
+  const streamError = async (res) => {
+    assert.equal(res.status, 200);
+    const bytes = Buffer.from(await res.arrayBuffer());
+    assert.equal(bytes[0], 2, 'end-of-stream flag');
+    assert.equal(bytes.readUInt32BE(1), bytes.length - 5);
+    return JSON.parse(bytes.subarray(5).toString()).error;
+  };
+  const ok = JSON.stringify({ process: { cmd: '/bin/true' } });
+  assert.equal((await streamError(await start(frame(0, ok.length + 7, ok)))).code, 'invalid_argument');  // length lies
+  assert.equal((await streamError(await start(frame(0, 3, ok)))).code, 'invalid_argument');             // trailing bytes
+  assert.equal((await streamError(await start(frame(1, ok.length, ok)))).code, 'invalid_argument');     // compressed
+  assert.equal((await streamError(await start(frame(0, 9, '{"process"')))).code, 'invalid_argument');    // not JSON
+  assert.equal((await streamError(await start(Buffer.from([0, 0])))).code, 'invalid_argument');          // too short
+  assert.equal((await streamError(await start(frame(0, 2, '{}')))).code, 'invalid_argument');            // no process
+  assert.equal((await streamError(await start(frame(0, ok.length, ok), 'application/connect+proto'))).code,
+               'invalid_argument');
+  // A frame that claims 4 GiB: refused from its header, nothing allocated for it.
+  assert.equal((await streamError(await start(frame(0, 0xffffffff, ok)))).code, 'invalid_argument');
+  // A unary call with the wrong codec.
+  const list = await fetch(`${base}/process.Process/List`, {
+    method: 'POST', headers: headers({ 'Content-Type': 'application/proto' }), body: '' });
+  assert.equal(list.status, 415);
+  assert.equal((await list.json()).code, 'invalid_argument');
+  // Bob's token on alice's sandbox, or a sandbox that does not exist: not running (502).
+  for (const [token, id] of [[BOB, sandbox.sandboxId], [ALICE, 'nosuchsandbox0000000']]) {
+    const res = await fetch(`${base}/files?path=/home/user/x`, {
+      headers: { 'X-Access-Token': token, 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '49983' } });
+    assert.equal(res.status, 502);
+    assert.equal((await res.json()).code, 502);
+  }
+  // The wrong port: nothing answers there.
+  const wrongPort = await fetch(`${base}/health`, { headers: { ...headers(), 'E2b-Sandbox-Port': '8080' } });
+  assert.equal(wrongPort.status, 404);
+  // Path escapes in /files: refused, never written outside.
+  for (const path of ['/home/user/../../../etc/passwd', '../../etc/passwd', '/proc/self/environ', '/home/agent/.bashrc']) {
+    const res = await fetch(`${base}/files?path=${encodeURIComponent(path)}`, {
+      method: 'POST', headers: headers({ 'Content-Type': 'application/octet-stream' }), body: 'x' });
+    assert.equal(res.status, 400, path);
+    assert.match((await res.json()).message, /outside/);
+  }
+  const uploads = await fetch(`${base}/files?path=/mnt/user-data/uploads/x`, {
+    method: 'POST', headers: headers({ 'Content-Type': 'application/octet-stream' }), body: 'x' });
+  assert.equal(uploads.status, 403);
+  // A multipart part whose filename escapes.
+  const form = new FormData();
+  form.append('file', new Blob(['x']), '/home/user/../../../tmp/evil');
+  const escaped = await fetch(`${base}/files`, { method: 'POST', headers: headers(), body: form });
+  assert.equal(escaped.status, 400);
+  // The server still serves the sandbox.
+  assert.equal((await sandbox.commands.run('echo still here')).stdout, 'still here\n');
+});
+
+test('metrics of a running sandbox', async () => {
+  const sandbox = await create();
+  await sandbox.commands.run('head -c 100000 /dev/zero > /home/user/zeros');
+  const metrics = await sandbox.getMetrics();
+  assert.equal(metrics.length, 1);
+  assert.ok(metrics[0].memUsed > 0, JSON.stringify(metrics));
+  assert.ok(metrics[0].diskUsed >= 100000, JSON.stringify(metrics));
+});
