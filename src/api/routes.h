@@ -13,6 +13,10 @@
 namespace sandboxd::kubernetes {
 class PeerWatch;
 }
+namespace sandboxd::service {
+class E2bSandboxes;
+class SandboxProcesses;
+}  // namespace sandboxd::service
 
 namespace sandboxd::cluster {
 class ContainerDurability;
@@ -42,6 +46,9 @@ struct ApiContext : service::Services {
   std::shared_ptr<server::UpstreamPool> replica_connections;
   // NetworkPolicy peers configured: their watch (its status is in /ready and /metrics).
   const kubernetes::PeerWatch* peer_watch = nullptr;
+  // E2B's API (api/e2b_api.cc, api/e2b_envd.cc): its sandboxes and their processes.
+  service::E2bSandboxes* e2b_sandboxes = nullptr;
+  service::SandboxProcesses* sandbox_processes = nullptr;
 };
 
 void register_container_routes(server::HttpServer& http, ApiContext& api);
@@ -52,6 +59,8 @@ void register_messages_routes(server::HttpServer& http, ApiContext& api);
 void register_admin_routes(server::HttpServer& http, ApiContext& api);
 void register_skill_routes(server::HttpServer& http, ApiContext& api);
 void register_mcp_routes(server::HttpServer& http, ApiContext& api);  // api/mcp.cc
+void register_e2b_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_api.cc
+void register_e2b_envd_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_envd.cc
 
 // A route handler from a function of (ApiContext&, RequestContext&).
 template <typename Fn>

@@ -150,6 +150,16 @@ class ContainerService {
   // Runs a cell in the container's persistent Python, starting the sandbox and the
   // kernel first if needed; the same admission as exec (a cell is an execution).
   asio::awaitable<Result<KernelResult>> run_python(std::shared_ptr<Container> container, PythonCall call);
+  // Starts a long-lived process in the container's sandbox (a client's background
+  // process, with its stdin kept open), starting the sandbox first if needed: the same
+  // admission as exec for the start, after which the process holds no execution slot.
+  // The caller owns the channel's descriptors and waits for the process on the sandbox.
+  struct StartedProcess {
+    std::shared_ptr<runtime::Sandbox> sandbox;
+    runtime::ProcessChannel channel;
+  };
+  asio::awaitable<Result<StartedProcess>> start_process(std::shared_ptr<Container> container,
+                                                        runtime::ProcessRequest request);
   // `reason` labels the stop in the metrics (api, idle, deleted, restart, shutdown).
   asio::awaitable<void> stop(std::shared_ptr<Container> container, const char* reason = "api");
   asio::awaitable<void> remove(std::shared_ptr<Container> container);
