@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Configures and builds sandboxd into ./build (Release, -j2: CI has two cores).
+# Configures and builds sandboxd into ./build (Release, -j2: CI has two cores). This is
+# the build the tests use: failpoints on (base/failpoint.h; SANDBOXD_FAILPOINTS=OFF for
+# one without). The package is built by scripts/package.sh, with none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -8,5 +10,6 @@ bash scripts/web-vendor.sh
 # ccache, where the machine has it, makes a rebuild in another clone of the tree cheap.
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-cmake -S . -B build -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" "${launcher[@]}" >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
+  -DSANDBOXD_FAILPOINTS="${SANDBOXD_FAILPOINTS:-ON}" "${launcher[@]}" >/dev/null
 cmake --build build -j"${JOBS:-2}"
