@@ -69,7 +69,9 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
                                         : "nonzero";
   } catch (const runtime::SandboxError& e) {
     spdlog::warn("execution in container {} failed: {}", container->id, e.what());
-    outcome = std::string_view(e.what()).starts_with("starting the command failed")
+    // Decided on the sandbox's state, not on the message: one that still runs could not
+    // start the command (the host or the sandbox is out of processes or memory).
+    outcome = (*sandbox)->running()
                   ? ApiError::overloaded(
                         "The command could not be started (the sandbox or the host is out of "
                         "processes or memory); try again later",

@@ -536,6 +536,7 @@ asio::awaitable<std::string> ContainerService::probe() {
   auto clean_up = [&root] {
     std::error_code ec;
     fs::remove_all(root, ec);
+    if (ec) spdlog::warn("removing the probe's folder {}: {}", root.string(), ec.message());
   };
   co_await run_blocking(std::move(clean_up));
   co_return problem;

@@ -16,6 +16,14 @@ namespace {
 namespace fs = std::filesystem;
 using runtime::Volume;
 
+// Best effort (the folder is going away and nothing waits for it), but never silent: a
+// folder left behind holds disk space until the next start-up's cleanup.
+void remove_folder(const fs::path& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) spdlog::warn("removing {}: {}", dir.string(), ec.message());
+}
+
 void make_owned_dir(const fs::path& dir, uid_t uid, gid_t gid) {
   fs::create_directories(dir);
   if (chown(dir.c_str(), uid, gid) != 0) throw std::runtime_error("chown(" + dir.string() + ") failed");
@@ -44,8 +52,7 @@ Result<void> ContainerStorage::prepare(Container& container, bool fresh, bool re
   if (fresh) {
     create_storage_dirs(root);  // (a full disk throws: the caller answers 503)
     if (auto taken = spares_.take(container.volume_image, container.volume_mount); !taken) {
-      std::error_code ec;
-      fs::remove_all(root, ec);
+      remove_folder(root);
       return unavailable_volume(taken.error(), settings->retry_after_sec);
     }
   }
@@ -67,8 +74,7 @@ void ContainerStorage::discard_unmade(Container& container) {
     spdlog::warn("unmounting {}: {}", container.volume_mount, e.what());
   }
   SkillMounts::remove_folder(config_.get()->data_dir, container.storage);
-  std::error_code ec;
-  fs::remove_all(fs::path(containers_dir_) / container.storage, ec);
+  remove_folder(fs::path(containers_dir_) / container.storage);
 }
 
 void ContainerStorage::discard(const Container& container) {
@@ -78,8 +84,7 @@ void ContainerStorage::discard(const Container& container) {
   } catch (const std::exception& e) {
     spdlog::warn("unmounting {}: {}", container.volume_mount, e.what());
   }
-  std::error_code ec;
-  fs::remove_all(fs::path(containers_dir_) / container.storage, ec);
+  remove_folder(fs::path(containers_dir_) / container.storage);
 }
 
 bool ContainerStorage::try_close(const Container& container) {
