@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Configures and builds sandboxd into ./build (Release, -j2: CI has two cores).
+# Configures and builds sandboxd into ./build (Release, -j2: CI has two cores). This is
+# the build the tests use: failpoints on (base/failpoint.h; SANDBOXD_FAILPOINTS=OFF for
+# one without). The package is built by scripts/package.sh, with none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,7 +11,8 @@ bash scripts/web-vendor.sh
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # SANDBOXD_TEST_HOOKS=ON: the /admin/test/ endpoints the cluster benchmark uses (never
-# in a build that is shipped; scripts/bench.sh turns them on).
+# in a build that is shipped; scripts/bench.sh turns them on). SANDBOXD_FAILPOINTS=ON:
+# the failpoints the tests use (base/failpoint.h; scripts/package.sh turns them off).
 cmake -S . -B build -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" -DSANDBOXD_TEST_HOOKS="${SANDBOXD_TEST_HOOKS:-OFF}" \
-  "${launcher[@]}" >/dev/null
+  -DSANDBOXD_FAILPOINTS="${SANDBOXD_FAILPOINTS:-ON}" "${launcher[@]}" >/dev/null
 cmake --build build -j"${JOBS:-2}"

@@ -1,10 +1,10 @@
-// Expected failures: API errors in the Anthropic shape (docs/http-api.md):
+// Expected failures as the client sees them (docs/http-api.md); server/ writes them as
 //   {"type":"error","error":{"type":"not_found_error","message":"..."}}
-// Every layer reports an expected failure (bad input, a missing thing, a host out of a
-// resource) as a value: an ApiError in a Result. Only the unexpected (a bug, a broken
-// invariant) is thrown, and its details never reach a client. The type lives below every
-// layer so that runtime, store and model can say which status a failure means without
-// knowing HTTP's transport.
+// The policy (docs/architecture.md, "Errors"): an expected failure is a value. Below the
+// service a layer says what happened in its own terms (runtime::VolumeResult,
+// store::FileResult, store::S3Result); the service and the surfaces make it an ApiError in
+// a Result. Bugs are thrown and never reach a client in detail; code never decides on a
+// message's text. It lives below every layer, so any of them may return a Result.
 #pragma once
 
 #include <ostream>  // boost/core/detail/string_view.hpp in 1.81 needs it first

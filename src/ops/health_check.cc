@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/failpoint.h"
+
 namespace sandboxd::ops {
 namespace {
 
@@ -23,10 +25,12 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 HealthCheck::HealthCheck(boost::asio::io_context& io, std::string data_dir, std::chrono::milliseconds interval)
     : io_(io), data_dir_(std::move(data_dir)), interval_(interval) {
-  if (const char* failpoint = std::getenv("SANDBOXD_FAILPOINT_STOP_HEALTH_CHECK")) {
+  // Failpoint STOP_HEALTH_CHECK=<seconds> (base/failpoint.h): the check stops after
+  // that long, as a crashed check would.
+  if (const auto failpoint = sandboxd::failpoint("STOP_HEALTH_CHECK")) {
     char* end = nullptr;
-    double after = std::strtod(failpoint, &end);
-    if (end != failpoint && after >= 0) {
+    double after = std::strtod(failpoint->c_str(), &end);
+    if (end != failpoint->c_str() && after >= 0) {
       stop_after_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(after));
       spdlog::warn("failpoint: the background health check stops after {} s", after);
     }

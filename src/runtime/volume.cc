@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/failpoint.h"
 #include "runtime/spawn.h"
 #include "runtime/syscall_error.h"
 
@@ -110,10 +111,9 @@ VolumeResult<void> Volume::create(const std::string& image, uint64_t size_bytes,
 }
 
 VolumeResult<void> Volume::mount(const std::string& image, const std::string& target) {
-  // Fault injection for tests and drills: SANDBOXD_FAILPOINT_NO_LOOP_DEVICE=1 makes every
-  // mount find the loop devices all in use, as a host at its loop device limit would.
-  if (const char* failpoint = std::getenv("SANDBOXD_FAILPOINT_NO_LOOP_DEVICE"); failpoint && *failpoint == '1')
-    return VolumeError::kNoLoopDevice;
+  // Failpoint NO_LOOP_DEVICE=1 (base/failpoint.h): every mount finds the loop devices
+  // all in use, as a host at its loop device limit would.
+  if (failpoint_on("NO_LOOP_DEVICE")) return VolumeError::kNoLoopDevice;
   int control = static_cast<int>(check(open("/dev/loop-control", O_RDWR | O_CLOEXEC), "open(/dev/loop-control)"));
   int backing = open(image.c_str(), O_RDWR | O_CLOEXEC);
   if (backing < 0) {

@@ -3,6 +3,14 @@
 // ext4 volume for workspace and outputs (the size limit) and a folder for uploads —
 // and at most one running sandbox, started on demand and stopped when idle for
 // sessionTTLSeconds (files kept).
+//
+// ContainerService is the one face of it the surfaces and the cluster see; behind it:
+//   container_registry.h   the open containers, their transitions, the capacity's books
+//   container_storage.h    a container's volume and folders (blocking: the pool's)
+//   capacity_policy.h      whether one more sandbox may start (a pure function)
+//   reaper_policy.h        which idle sandboxes stop and which containers close (pure)
+//   container_lifecycle.cc opening, starting, stopping, removing, draining, the reaper
+//   container_execution.cc running a command or a Python cell (admission, audit)
 #pragma once
 
 #include <atomic>
@@ -17,11 +25,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "service/python_kernel.h"
-#include "service/cluster_hooks.h"
-#include "service/sandbox_networking.h"
-#include "service/sandbox_pool.h"
-#include "service/spare_volumes.h"
 #include "base/error.h"
 #include "base/sandbox_paths.h"
 #include "ops/admission.h"
@@ -29,6 +32,14 @@
 #include "ops/live_config.h"
 #include "ops/owner_admission.h"
 #include "runtime/runtime.h"
+#include "service/cluster_hooks.h"
+#include "service/container.h"
+#include "service/container_registry.h"
+#include "service/container_storage.h"
+#include "service/python_kernel.h"
+#include "service/sandbox_networking.h"
+#include "service/sandbox_pool.h"
+#include "service/spare_volumes.h"
 #include "store/file_store.h"
 #include "store/metadata.h"
 
@@ -36,64 +47,8 @@ namespace sandboxd::service {
 
 namespace asio = boost::asio;
 
-
-// Seed 002's error for code execution with no provider behind it.
+// The contract's error for code execution with no provider behind it.
 inline constexpr std::string_view kNoProvider = "code_execution provider is not configured.";
-
-struct Container {
-  std::string owner;
-  std::string id;
-  std::string storage;
-  int64_t created_at = 0;
-  std::atomic<int64_t> last_used_at{0};  // unix seconds
-  ContainerPaths paths;
-  std::string volume_image, volume_mount;
-  // Keys the container's scoped API tokens (sandbox_credentials.h); never leaves the server.
-  std::string api_secret;
-
-  // Guarded by `strand`.
-  asio::strand<asio::any_io_executor> strand;
-  std::shared_ptr<runtime::Sandbox> sandbox;
-  // The same sandbox for readers on any thread: a command in a running sandbox needs no
-  // hop onto the container's strand.
-  std::atomic<std::shared_ptr<runtime::Sandbox>> live_sandbox;
-  std::shared_ptr<Slot> slot;  // when the sandbox came from the pre-started pool
-  std::shared_ptr<NetworkLink> link;  // the sandbox's network
-  bool starting = false;
-  std::atomic<bool> deleted{false};  // read from other threads (tokens, the fast path)
-  std::unique_ptr<asio::steady_timer> started_event;  // cancelled when a start ends
-  std::string start_error;
-
-  // File discovery (see discovery.h), guarded by sync_mutex.
-  std::mutex sync_mutex;
-  std::chrono::steady_clock::time_point synced_at{};
-  bool index_dirty = true;  // code may have written files since the last sync
-  bool sync_scheduled = false;
-  int walks_running = 0;  // a listing meanwhile walks too: a running walk may not have reached its files yet
-  // The outputs the last commands were told they changed, by ctime (store::OutputChanges).
-  std::unordered_map<std::string, int64_t> reported_outputs;
-
-  // The durable copy in the sessions bucket (storage.backend s3; container_durability.h).
-  std::mutex durability_mutex;            // one flush or restore at a time (blocking threads)
-  std::atomic<bool> local_ready{false};   // checked against the manifest (and restored)
-  std::atomic<uint64_t> changes{0};       // bumped by commands and API deletions
-  std::atomic<uint64_t> flushed_changes{0};  // `changes` as of the last good flush
-  std::atomic<bool> flush_failed{false};  // retried with backoff; never released meanwhile
-  std::atomic<int> flush_failures{0};
-  std::atomic<int64_t> last_flush_ms{0}, retry_at_ms{0};  // steady clock
-  std::atomic<uint64_t> unflushed_bytes{0};  // what the last flush could not send
-
-  explicit Container(asio::any_io_executor executor) : strand(asio::make_strand(executor)) {}
-  // Readable from any thread (the sandbox pointer itself belongs to the strand).
-  bool running() const { return sandbox_up.load(); }
-  std::atomic<bool> sandbox_up{false};
-  std::atomic<int> executing{0};  // commands running now
-
-  // The running sandbox's persistent Python (python_kernel.h), made on its first call;
-  // one of an earlier sandbox is replaced. Guarded by python_mutex.
-  std::mutex python_mutex;
-  std::shared_ptr<PythonKernel> python;
-};
 
 // One cell for the container's persistent Python (ContainerService::run_python).
 struct PythonCall {
@@ -134,11 +89,13 @@ class ContainerService {
   // volume's mount: on the store pool with PostgreSQL, on the blocking pool with
   // SQLite) while other requests for the same container wait for that outcome without
   // holding a thread, and requests for other containers wait for nothing.
-  asio::awaitable<Result<std::shared_ptr<Container>>> async_open(std::string owner, std::string id, bool create);
+  asio::awaitable<Result<std::shared_ptr<Container>>> async_open(std::string owner, std::string id,
+                                                                 bool create);
   // list() as a store call.
   asio::awaitable<std::vector<store::ContainerRecord>> async_list(std::string owner, size_t limit,
                                                                   std::string after_id);
-  std::vector<store::ContainerRecord> list(const std::string& owner, size_t limit, const std::string& after_id);
+  std::vector<store::ContainerRecord> list(const std::string& owner, size_t limit,
+                                           const std::string& after_id);
   // The container if it is open (its volume mounted) now; nothing is mounted for it.
   std::shared_ptr<Container> find_open(const std::string& owner, const std::string& id) const;
 
@@ -220,28 +177,20 @@ class ContainerService {
   std::vector<std::shared_ptr<Container>> open_containers() const;
 
  private:
-  using Key = std::pair<std::string, std::string>;  // (owner, id)
-  // A container being opened, its lease confirmed, or being closed (unmounted,
-  // deleted): requests for it wait here for the outcome, on a strand of its own, with
-  // no thread held; nothing else waits for it. Defined in the .cc.
-  struct Transition;
-  static asio::awaitable<void> await_end(Transition* transition);
-  // Removes `transition` from transitions_ and wakes its waiters (from any thread).
-  void end_transition(const Key& key, const std::shared_ptr<Transition>& transition);
-  // A closing of `key`, once any other transition of it has ended.
-  asio::awaitable<std::shared_ptr<Transition>> begin_closing(Key key);
-  asio::awaitable<Result<std::shared_ptr<Container>>> run_opening(Key key, bool create, std::shared_ptr<Container> open,
+  using Key = ContainerRegistry::Key;
+  using Transition = ContainerRegistry::Transition;
+  asio::awaitable<Result<std::shared_ptr<Container>>> run_opening(Key key, bool create,
+                                                                  std::shared_ptr<Container> open,
                                                                   std::shared_ptr<Transition> transition);
   // What opening does that waits (blocking: a pool thread): confirms the lease of a
   // container open here (`open`), or finds (or makes) and mounts it. Touches no map.
-  Result<std::shared_ptr<Container>> open_blocking(const std::string& owner, const std::string& id, bool create,
-                                                   const std::shared_ptr<Container>& open);
+  Result<std::shared_ptr<Container>> open_blocking(const std::string& owner, const std::string& id,
+                                                   bool create, const std::shared_ptr<Container>& open);
   // The container was deleted through another replica (this one found its record or
   // lease gone): its sandbox stops, nothing more is flushed, its mount and local copy go.
   asio::awaitable<void> forget_locally(std::shared_ptr<Container> container);
-  // Blocking: the container's skills folder, volume mount and host folder go.
-  void discard_local(const Container& container);
-  asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ensure_sandbox(std::shared_ptr<Container> container);
+  asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ensure_sandbox(
+      std::shared_ptr<Container> container);
   asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container, const char* reason);
   // Admission for one execution (a slot, fairly shared between the owners that wait)
   // and the running sandbox, started if need be. The ticket is held for the execution.
@@ -251,18 +200,14 @@ class ContainerService {
   // the least recently used idle one if need be; 503 (overloaded) when none is idle.
   // Also keeps each owner under quotas.runningSandboxesPerOwner, stopping that owner's
   // least recently used idle sandbox if need be; 429 (rate limited) when none is idle.
-  // The caller releases the reservation (release_room) once its sandbox runs.
+  // The caller releases the reservation (registry_.release_room) once its sandbox runs.
   asio::awaitable<Result<void>> make_room(std::shared_ptr<Container> for_container);
-  void release_room(const std::string& owner);
   // 503 overloaded_error for an unexpected host failure (the detail goes to the log).
   ApiError host_out_of_something(const std::string& what, const std::exception& e) const;
-  // 503 (unavailable_volume) when the host cannot make or mount the volume.
+  // A container that has a record, its storage made ready (blocking).
   Result<std::shared_ptr<Container>> load(const store::ContainerRecord& record);
   // open_blocking() of a container that has a record: its lease, then its volume.
   Result<std::shared_ptr<Container>> open_existing(const store::ContainerRecord& record);
-  Result<void> prepare_storage(Container& container, bool fresh);
-  // Removes what a container that could not be made left (volume mount, folders).
-  void discard_storage(Container& container);
   asio::awaitable<void> reap_idle();
   runtime::SandboxOptions sandbox_options(const ContainerPaths& dirs, const std::string& name) const;
   // Cluster mode: the lease before serving an open container (ensure_local when fresh).
@@ -284,16 +229,8 @@ class ContainerService {
   BucketCopy* durability_ = nullptr;
   std::string unavailable_reason_;
   std::shared_ptr<ops::Admission> admission_;
-  std::atomic<int> quota_reserved_{0};  // sandboxes being started (counted against the quota)
-  std::map<std::string, int> owner_reserved_;  // the same, per owner (under mutex_)
   store::Metadata& metadata_;
-  std::string containers_dir_;
-
-  // Guards the maps below (and owner_reserved_); held for map operations only, never
-  // across a database, lease, disk or mount call.
-  mutable std::mutex mutex_;
-  std::map<Key, std::shared_ptr<Container>> open_;
-  std::map<Key, std::shared_ptr<Transition>> transitions_;
+  ContainerRegistry registry_;
 
   std::atomic<bool> shutting_down_{false};
   // touch()'s PostgreSQL writes still queued (shared with them).
@@ -303,6 +240,7 @@ class ContainerService {
   // Each with its own lock; declared last so they go first (their threads and
   // coroutines use the settings above).
   SpareVolumes spares_;
+  ContainerStorage storage_;
   SandboxPool pool_;
 };
 

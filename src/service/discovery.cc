@@ -18,16 +18,16 @@ constexpr auto kRunningRefresh = std::chrono::seconds(1);
 
 void sync_now(Services& services, Container& container, store::OutputChanges* changes = nullptr) {
   {
-    std::lock_guard lock(container.sync_mutex);
-    container.index_dirty = false;
-    container.synced_at = Clock::now();
-    ++container.walks_running;
+    std::lock_guard lock(container.index.mutex);
+    container.index.dirty = false;
+    container.index.synced_at = Clock::now();
+    ++container.index.walks_running;
   }
   struct Finished {
     Container& container;
     ~Finished() {
-      std::lock_guard lock(container.sync_mutex);
-      --container.walks_running;
+      std::lock_guard lock(container.index.mutex);
+      --container.index.walks_running;
     }
   } finished{container};
   services.files.sync(container.storage, container.paths, changes);
@@ -38,18 +38,18 @@ void sync_now(Services& services, Container& container, store::OutputChanges* ch
 void after_execution(Services& services, const std::shared_ptr<Container>& container) {
   Clock::duration delay{};
   {
-    std::lock_guard lock(container->sync_mutex);
-    container->index_dirty = true;
-    if (container->sync_scheduled) return;
-    container->sync_scheduled = true;
-    auto since = Clock::now() - container->synced_at;
+    std::lock_guard lock(container->index.mutex);
+    container->index.dirty = true;
+    if (container->index.sync_scheduled) return;
+    container->index.sync_scheduled = true;
+    auto since = Clock::now() - container->index.synced_at;
     if (since < kCoalesce) delay = kCoalesce - since;
   }
   auto timer = std::make_shared<asio::steady_timer>(container->strand, delay);
   timer->async_wait([&services, container, timer](const boost::system::error_code&) {
     {
-      std::lock_guard lock(container->sync_mutex);
-      container->sync_scheduled = false;
+      std::lock_guard lock(container->index.mutex);
+      container->index.sync_scheduled = false;
     }
     // The walk hashes new files: on the blocking pool, not the strand's I/O thread.
     asio::post(blocking_pool(), [&services, container] {
@@ -64,11 +64,11 @@ void after_execution(Services& services, const std::shared_ptr<Container>& conta
 
 asio::awaitable<void> before_listing(Services& services, Container& container) {
   {
-    std::lock_guard lock(container.sync_mutex);
-    // A walk running now (after an execution) cleared index_dirty as it began and may
+    std::lock_guard lock(container.index.mutex);
+    // A walk running now (after an execution) cleared index.dirty as it began and may
     // not have reached the files that command wrote: this listing walks as well.
-    bool stale = container.index_dirty || container.walks_running > 0 ||
-                 (container.running() && Clock::now() - container.synced_at > kRunningRefresh);
+    bool stale = container.index.dirty || container.index.walks_running > 0 ||
+                 (container.running() && Clock::now() - container.index.synced_at > kRunningRefresh);
     if (!stale) co_return;
   }
   co_await sync_off_io_thread(services, container);
@@ -79,16 +79,16 @@ asio::awaitable<ChangedOutputs> sync_after_command(Services& services, std::shar
   auto changes = std::make_shared<store::OutputChanges>();
   changes->since_ns = since_ns;
   {
-    std::lock_guard lock(container->sync_mutex);
-    changes->reported_before = container->reported_outputs;
+    std::lock_guard lock(container->index.mutex);
+    changes->reported_before = container->index.reported_outputs;
   }
   auto walk = [&services, container, changes] { sync_now(services, *container, changes.get()); };
   co_await run_blocking(std::move(walk));
   {
     // Kept only while a later command's start may still share their tick: a ctime below
     // this command's start can never be at or after a later one's.
-    std::lock_guard lock(container->sync_mutex);
-    auto& reported = container->reported_outputs;
+    std::lock_guard lock(container->index.mutex);
+    auto& reported = container->index.reported_outputs;
     std::erase_if(reported, [since_ns](const auto& entry) { return entry.second < since_ns; });
     for (const auto& [path, ctime_ns] : changes->reported_now) reported[path] = ctime_ns;
   }

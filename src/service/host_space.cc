@@ -1,13 +1,14 @@
 #include "service/host_space.h"
 
 #include <cerrno>
-#include <cstdlib>
 #include <system_error>
+
+#include "base/failpoint.h"
 
 namespace sandboxd::service {
 
 void create_storage_dirs(const std::filesystem::path& dir) {
-  if (const char* failpoint = std::getenv("SANDBOXD_FAILPOINT_NO_SPACE"); failpoint && *failpoint == '1')
+  if (failpoint_on("NO_SPACE"))
     throw std::filesystem::filesystem_error("create_directories", dir, std::make_error_code(std::errc::no_space_on_device));
   std::filesystem::create_directories(dir);
 }

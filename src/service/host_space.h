@@ -7,8 +7,8 @@
 
 namespace sandboxd::service {
 
-// fs::create_directories for a container's storage. Fault injection for tests and
-// drills: SANDBOXD_FAILPOINT_NO_SPACE=1 makes it fail as a full disk does (ENOSPC).
+// fs::create_directories for a container's storage. Failpoint NO_SPACE=1
+// (base/failpoint.h) makes it fail as a full disk does (ENOSPC).
 void create_storage_dirs(const std::filesystem::path& dir);
 
 // Whether `e` says the disk is full (ENOSPC, EDQUOT).

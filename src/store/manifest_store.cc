@@ -3,7 +3,10 @@
 #include <signal.h>
 
 #include <atomic>
-#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "base/failpoint.h"
 
 #include "store/schema.h"
 
@@ -41,14 +44,13 @@ int64_t bump_generation(Connection& conn, const std::string& storage, const std:
   return upsert.integer(0);
 }
 
-// Fault injection for tests and drills: SANDBOXD_FAILPOINT_STOP_IN_FENCED_WRITE=<sandbox
-// path> stops this whole process (SIGSTOP, as `kill -STOP` or a paused VM would), once,
+// Failpoint STOP_IN_FENCED_WRITE=<sandbox path> (base/failpoint.h) stops this whole process (SIGSTOP, as `kill -STOP` or a paused VM would), once,
 // right after a manifest write of that path passed the fence: its transaction open and
 // the lease row locked, what a holder paused inside a flush leaves the other replicas.
 void failpoint_stop_in_fenced_write(const std::string& path) {
-  static const char* const wanted = std::getenv("SANDBOXD_FAILPOINT_STOP_IN_FENCED_WRITE");
+  static const std::optional<std::string> wanted = failpoint("STOP_IN_FENCED_WRITE");
   static std::atomic<bool> fired{false};
-  if (wanted && *wanted && path == wanted && !fired.exchange(true)) raise(SIGSTOP);
+  if (wanted && path == *wanted && !fired.exchange(true)) raise(SIGSTOP);
 }
 
 }  // namespace

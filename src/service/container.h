@@ -1,0 +1,93 @@
+// One container as the service holds it while it is open here: what it is (set when it
+// opens), how it is used (atomics any thread reads), its sandbox (its strand's), and the
+// state of the parts that work on it, each with its own lock: the file index
+// (discovery.h), the sessions bucket copy (cluster/container_durability.h) and the
+// persistent Python (python_kernel.h).
+#pragma once
+
+#include <atomic>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "base/sandbox_paths.h"
+#include "runtime/runtime.h"
+
+namespace sandboxd::service {
+
+struct Slot;         // sandbox_pool.h
+class NetworkLink;   // sandbox_networking.h
+class PythonKernel;  // python_kernel.h
+
+struct Container {
+  explicit Container(boost::asio::any_io_executor executor) : strand(boost::asio::make_strand(executor)) {}
+
+  // What it is: set before it is shared, constant after.
+  std::string owner;
+  std::string id;
+  std::string storage;  // its folder and lease name (ids may repeat after a delete; this never does)
+  int64_t created_at = 0;
+  ContainerPaths paths;
+  std::string volume_image, volume_mount;
+  // Keys the container's scoped API tokens (sandbox_credentials.h); never leaves the server.
+  std::string api_secret;
+
+  // Its use, read and written from any thread.
+  std::atomic<int64_t> last_used_at{0};  // unix seconds
+  std::atomic<bool> deleted{false};      // tokens, the fast path and the flusher check it
+  std::atomic<int> executing{0};         // executions running now (ExecutionMark)
+
+  // Its sandbox. Started and stopped on `strand`; the members of `on_strand` are the
+  // strand's. The two atomics below give the same answer to readers on any thread: a
+  // command in a running sandbox needs no hop onto the strand.
+  boost::asio::strand<boost::asio::any_io_executor> strand;
+  struct OnStrand {
+    std::shared_ptr<runtime::Sandbox> sandbox;
+    std::shared_ptr<Slot> slot;         // when the sandbox came from the pre-started pool
+    std::shared_ptr<NetworkLink> link;  // the sandbox's network
+    bool starting = false;
+    std::unique_ptr<boost::asio::steady_timer> started_event;  // cancelled when a start ends
+  } on_strand;
+  std::atomic<bool> sandbox_up{false};
+  std::atomic<std::shared_ptr<runtime::Sandbox>> live_sandbox;
+  bool running() const { return sandbox_up.load(); }
+
+  // File discovery (discovery.h).
+  struct FileIndex {
+    std::mutex mutex;  // guards the rest
+    std::chrono::steady_clock::time_point synced_at{};
+    bool dirty = true;  // code may have written files since the last sync
+    bool sync_scheduled = false;
+    int walks_running =
+        0;  // a listing meanwhile walks too: a running walk may not have reached its files yet
+    // The outputs the last commands were told they changed, by ctime (store::OutputChanges).
+    std::unordered_map<std::string, int64_t> reported_outputs;
+  } index;
+
+  // The durable copy in the sessions bucket (storage.backend s3; cluster/container_durability.h).
+  struct BucketState {
+    std::mutex mutex;                          // one flush or restore at a time (blocking threads)
+    std::atomic<bool> local_ready{false};      // checked against the manifest (and restored)
+    std::atomic<uint64_t> changes{0};          // bumped by executions and API deletions
+    std::atomic<uint64_t> flushed_changes{0};  // `changes` as of the last good flush
+    std::atomic<bool> flush_failed{false};     // retried with backoff; never released meanwhile
+    std::atomic<int> flush_failures{0};
+    std::atomic<int64_t> last_flush_ms{0}, retry_at_ms{0};  // steady clock
+    std::atomic<uint64_t> unflushed_bytes{0};               // what the last flush could not send
+  } bucket;
+
+  // The running sandbox's persistent Python, made on its first call; one of an earlier
+  // sandbox is replaced.
+  struct Python {
+    std::mutex mutex;  // guards `kernel`
+    std::shared_ptr<PythonKernel> kernel;
+  } python;
+};
+
+}  // namespace sandboxd::service

@@ -1,0 +1,239 @@
+// Executions in a container: a command, or a cell in its persistent Python. Each is
+// admitted first (a slot, fairly shared between the owners that wait), runs in the
+// container's sandbox (started if need be: container_lifecycle.cc), and is counted,
+// logged and audited.
+#include <spdlog/spdlog.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+
+#include "base/blocking.h"
+#include "ops/logging.h"
+#include "ops/metrics.h"
+#include "service/container_service.h"
+
+namespace sandboxd::service {
+namespace {
+
+// One execution (a command, a Python call) under way in a container: counted in
+// `executing` while it runs, and with the bucket a change before and after it, so that
+// what it writes is flushed after it (cluster/container_durability.h).
+class ExecutionMark {
+ public:
+  ExecutionMark(Container& container, bool durable) : container_(container), durable_(durable) {
+    ++container_.executing;
+    if (durable_) ++container_.bucket.changes;
+  }
+  ~ExecutionMark() {
+    if (durable_) ++container_.bucket.changes;
+    --container_.executing;
+  }
+  ExecutionMark(const ExecutionMark&) = delete;
+  ExecutionMark& operator=(const ExecutionMark&) = delete;
+
+ private:
+  Container& container_;
+  const bool durable_;
+};
+
+}  // namespace
+
+asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_ptr<Container> container,
+                                                                    runtime::ExecRequest request,
+                                                                    bool restart) {
+  touch(*container);
+  if (durability_) {  // the bucket's copy first, when the local one is missing or stale
+    if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
+  }
+  if (restart) {
+    co_await asio::co_spawn(container->strand, stop_on_strand(container, "restart"), asio::use_awaitable);
+    // restart empties the workspace (a tree walk: the blocking pool); uploads and
+    // outputs are kept.
+    auto empty_workspace = [&container] { ContainerStorage::empty_workspace(*container); };
+    co_await run_blocking(std::move(empty_workspace));
+    if (request.command.empty()) co_return runtime::ExecResult{};
+  }
+  ops::Admission::Ticket ticket;
+  auto sandbox = co_await admit(container, ticket);
+  if (!sandbox) co_return sandbox.error();
+  Result<runtime::ExecResult> outcome = ApiError::internal();
+  const ExecutionMark mark(*container, durability_ != nullptr);
+  const auto started = std::chrono::steady_clock::now();
+  const char* label = "failed";
+  const std::string command_head = request.command.substr(0, 4096);  // for the audit log
+  try {
+    outcome = co_await (*sandbox)->exec(std::move(request));
+    label = outcome->cancelled          ? "cancelled"
+            : outcome->timed_out        ? "timeout"
+            : outcome->return_code == 0 ? "ok"
+                                        : "nonzero";
+  } catch (const runtime::SandboxError& e) {
+    spdlog::warn("execution in container {} failed: {}", container->id, e.what());
+    // Decided on the sandbox's state, not on the message: one that still runs could not
+    // start the command (the host or the sandbox is out of processes or memory).
+    outcome = (*sandbox)->running()
+                  ? ApiError::overloaded(
+                        "The command could not be started (the sandbox or the host is out of "
+                        "processes or memory); try again later",
+                        settings()->capacity_retry_after_sec)
+                  : ApiError{HttpStatus::service_unavailable, "api_error",
+                             "The sandbox stopped during the command", settings()->capacity_retry_after_sec};
+  } catch (const std::exception& e) {
+    spdlog::error("execution in container {} failed: {}", container->id, e.what());
+    outcome = ApiError::overloaded("The command could not be run; try again later",
+                                   settings()->capacity_retry_after_sec);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ops::metrics().execution_completed(label, seconds);
+  const int64_t return_code = outcome ? outcome->return_code : -1;
+  const bool truncated = outcome && (outcome->stdout_truncated || outcome->stderr_truncated);
+  const bool timed_out = outcome && outcome->timed_out;
+  ops::log_event(spdlog::level::info, "execution",
+                 {{"owner", container->owner},
+                  {"container", container->id},
+                  {"ms", seconds * 1000},
+                  {"outcome", label},
+                  {"return_code", return_code},
+                  {"truncated", truncated},
+                  {"timed_out", timed_out}});
+  if (auto* audit = ops::audit())
+    audit->record("execution", {{"owner", container->owner},
+                                {"container", container->id},
+                                {"command", command_head},
+                                {"outcome", label},
+                                {"return_code", return_code}});
+  touch(*container);
+  co_return outcome;
+}
+
+asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_ptr<Container> container,
+                                                                   PythonCall call) {
+  touch(*container);
+  if (durability_) {  // the bucket's copy first, when the local one is missing or stale
+    if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
+  }
+  auto read_driver = [] { return python_kernel_driver(); };
+  std::shared_ptr<const std::string> driver;
+  try {
+    driver = co_await run_blocking(std::move(read_driver));
+  } catch (const runtime::SandboxError& e) {
+    spdlog::error("{}", e.what());
+    co_return ApiError{HttpStatus::service_unavailable, "api_error",
+                       "The Python kernel is not installed on this server",
+                       settings()->capacity_retry_after_sec};
+  }
+  ops::Admission::Ticket ticket;
+  auto sandbox = co_await admit(container, ticket);
+  if (!sandbox) co_return sandbox.error();
+  std::shared_ptr<PythonKernel> kernel;
+  {
+    // A kernel belongs to one sandbox: after a stop (its TTL, a restart) the next call
+    // gets a fresh one in the new sandbox, and the old one's state is gone with it.
+    std::lock_guard lock(container->python.mutex);
+    if (!container->python.kernel || container->python.kernel->sandbox() != sandbox->get())
+      container->python.kernel = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env);
+    kernel = container->python.kernel;
+  }
+  if (call.restart) {
+    kernel->restart();
+    if (call.code.empty()) co_return KernelResult{};
+  }
+  const ExecutionMark mark(*container, durability_ != nullptr);
+  const auto started = std::chrono::steady_clock::now();
+  Result<KernelResult> outcome = ApiError::internal();
+  const char* label = "failed";
+  try {
+    outcome = co_await kernel->execute(std::move(call.code), call.timeout, call.output_limit);
+    switch (outcome->status) {
+      case KernelResult::Status::kOk:
+        label = "ok";
+        break;
+      case KernelResult::Status::kError:
+        label = "nonzero";
+        break;
+      case KernelResult::Status::kTimedOut:
+        label = "timeout";
+        break;
+      case KernelResult::Status::kKernelDied:
+        label = "kernel_died";
+        break;
+    }
+  } catch (const runtime::SandboxError& e) {
+    spdlog::warn("python in container {} failed: {}", container->id, e.what());
+    outcome =
+        ApiError{HttpStatus::service_unavailable, "api_error",
+                 sandbox->get()->running() ? std::string(e.what()) : "The sandbox stopped during the code",
+                 settings()->capacity_retry_after_sec};
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ops::metrics().execution_completed(label, seconds);
+  ops::log_event(spdlog::level::info, "python_execution",
+                 {{"owner", container->owner},
+                  {"container", container->id},
+                  {"ms", seconds * 1000},
+                  {"outcome", label}});
+  touch(*container);
+  co_return outcome;
+}
+
+asio::awaitable<Result<ContainerService::StartedProcess>> ContainerService::start_process(
+    std::shared_ptr<Container> container, runtime::ProcessRequest request) {
+  touch(*container);
+  if (durability_) {  // the bucket's copy first, when the local one is missing or stale
+    if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
+  }
+  ops::Admission::Ticket ticket;
+  auto sandbox = co_await admit(container, ticket);
+  if (!sandbox) co_return sandbox.error();
+  std::string command_head;
+  for (const auto& arg : request.argv) command_head += (command_head.empty() ? "" : " ") + arg;
+  command_head.resize(std::min<size_t>(command_head.size(), 4096));
+  Result<StartedProcess> outcome = ApiError::internal();
+  try {
+    auto channel = co_await (*sandbox)->start_process(std::move(request));
+    outcome = StartedProcess{*sandbox, channel};
+  } catch (const runtime::SandboxError& e) {
+    spdlog::warn("starting a process in container {} failed: {}", container->id, e.what());
+    outcome = ApiError::overloaded("The process could not be started (the sandbox or the host is out of "
+                                   "processes or memory); try again later",
+                                   settings()->capacity_retry_after_sec);
+  }
+  if (auto* audit = ops::audit())
+    audit->record("process_started", {{"owner", container->owner}, {"container", container->id},
+                                      {"command", command_head}, {"outcome", outcome ? "ok" : "failed"}});
+  co_return outcome;
+}
+
+asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::admit(
+    std::shared_ptr<Container> container, ops::Admission::Ticket& ticket) {
+  // A slot (waiting in the owner's line if need be) before a sandbox is started for it:
+  // an owner alone may use every slot, and when slots are short they go round the
+  // owners that wait (ops/owner_admission.h), so one owner's commands never keep another
+  // waiting behind all of theirs.
+  std::chrono::duration<double> waited{};
+  ticket = co_await admission_->acquire(container->owner, &waited);
+  ops::metrics().admission_waited(waited.count());
+  if (!ticket) {
+    const auto snapshot = settings();
+    const bool at_own_cap =
+        snapshot->max_concurrent_executions_per_owner > 0 &&
+        admission_->active_of(container->owner) >= snapshot->max_concurrent_executions_per_owner;
+    ops::metrics().execution_rejected("429", at_own_cap ? "owner_queue_timeout" : "queue_timeout");
+    co_return ApiError::rate_limited(
+        (at_own_cap
+             ? "Too many commands of this owner are running (capacity.maxConcurrentExecutionsPerOwner: " +
+                   std::to_string(snapshot->max_concurrent_executions_per_owner) + " at once)"
+             : std::string("Too many commands are running")) +
+            "; none finished within " + std::to_string(snapshot->queue_timeout_sec) + "s. Try again later.",
+        snapshot->retry_after_sec);
+  }
+  // A running sandbox is used as is; starting one (or finding it stopped) is the
+  // strand's business.
+  Result<std::shared_ptr<runtime::Sandbox>> sandbox = container->live_sandbox.load();
+  if (!*sandbox || !(*sandbox)->running() || container->deleted)
+    sandbox = co_await asio::co_spawn(container->strand, ensure_sandbox(container), asio::use_awaitable);
+  if (!sandbox) ops::metrics().execution_completed("failed", 0);
+  co_return sandbox;
+}
+
+}  // namespace sandboxd::service

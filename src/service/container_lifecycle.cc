@@ -1,0 +1,545 @@
+// A container's life here: opening it (its record, its lease, its storage), starting
+// its sandbox under the capacity policy, stopping it (idle, quota, restart, a lease
+// lost), removing it, draining and shutting down. Disk, database, lease and mount work
+// runs on the blocking or store pool, never on an I/O thread and never under the
+// registry's lock.
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+#include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <optional>
+
+#include "base/blocking.h"
+#include "base/ids.h"
+#include "ops/metrics.h"
+#include "service/container_service.h"
+#include "service/reaper_policy.h"
+#include "service/sandbox_credentials.h"
+#include "service/store_call.h"
+
+namespace sandboxd::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+int64_t now_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Ends a transition however the coroutine that runs it leaves.
+struct TransitionEnd {
+  std::function<void()> end;
+  ~TransitionEnd() { end(); }
+};
+
+}  // namespace
+
+asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::async_open(std::string owner,
+                                                                                 std::string id,
+                                                                                 bool create) {
+  if (!valid_id(id))
+    co_return ApiError::invalid_request("Invalid container id: must be 1-128 characters of [A-Za-z0-9._:-]");
+  const Key key{owner, id};
+  for (;;) {
+    if (shutting_down_)
+      co_return ApiError::overloaded("The server is shutting down", settings()->retry_after_sec);
+    // The common case, a container in use here (its lease confirmed lately): no
+    // database call, no hop.
+    auto ready = [this](const Container& open) { return !leases_ || leases_->confirmed(open.storage); };
+    auto [open, transition, ours] = registry_.begin_opening(key, create, ready);
+    if (!transition) co_return open;
+    if (ours) co_return co_await run_opening(key, create, std::move(open), std::move(transition));
+    co_await ContainerRegistry::await_end(transition);
+    if (!transition->outcome) continue;  // it was closing: look again
+    const auto& outcome = *transition->outcome;
+    // An opening that could not make it says nothing to a request that may.
+    if (!outcome && outcome.error().status == HttpStatus::not_found && create && !transition->create)
+      continue;
+    co_return outcome;
+  }
+}
+
+asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::run_opening(
+    Key key, bool create, std::shared_ptr<Container> open, std::shared_ptr<Transition> transition) {
+  auto work = [this, &key, create, &open] { return open_blocking(key.first, key.second, create, open); };
+  Result<std::shared_ptr<Container>> outcome = ApiError::internal();
+  std::exception_ptr failure;
+  try {
+    // With PostgreSQL on the store pool (a connection per thread); with SQLite on the
+    // blocking pool: a mount or a volume's folders are never an I/O thread's wait.
+    if (metadata_.backend() == store::db::Backend::kPostgres)
+      outcome = co_await run_on(store_pool(), std::move(work));
+    else
+      outcome = co_await run_blocking(std::move(work));
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // An open container whose lease claim found it deleted (through another replica).
+  const bool deleted_elsewhere =
+      open && !failure && !outcome && outcome.error().status == HttpStatus::not_found;
+  transition->outcome = failure ? Result<std::shared_ptr<Container>>(ApiError::internal()) : outcome;
+  registry_.settle_opening(key, transition, !failure && outcome ? *outcome : nullptr,
+                           deleted_elsewhere ? open : nullptr);
+  if (deleted_elsewhere) co_await forget_locally(open);
+  if (failure) std::rethrow_exception(failure);
+  co_return outcome;
+}
+
+Result<std::shared_ptr<Container>> ContainerService::open_blocking(const std::string& owner,
+                                                                   const std::string& id, bool create,
+                                                                   const std::shared_ptr<Container>& open) {
+  if (open) {  // cluster mode: open here, its lease not confirmed lately
+    if (auto claimed = claim_lease(*open, /*existing=*/true); !claimed) {
+      if (claimed.error().status == HttpStatus::not_found)
+        return ApiError::not_found("Container not found: " + id);
+      return claimed.error();
+    }
+    return open;
+  }
+  if (auto record = metadata_.find_container(owner, id)) return open_existing(*record);
+  if (!create) return ApiError::not_found("Container not found: " + id);
+  // Each container holds a volume image, a loop device and mounts while in use: an
+  // owner keeps at most quotas.containersPerOwner of them. Its chat threads without a
+  // container yet count too (each was promised one when it was made), so a quota
+  // reached by other containers never strands a thread at its first turn.
+  if (const uint64_t cap = settings()->containers_per_owner;
+      cap > 0 && metadata_.containers_claimed(owner, id) >= cap) {
+    ops::metrics().execution_rejected("403", "containers_quota");
+    return ApiError::permission("Container quota reached: this owner has " + std::to_string(cap) +
+                                " containers (quotas.containersPerOwner); delete one first");
+  }
+  store::ContainerRecord record;
+  record.owner = owner;
+  record.id = id;
+  record.storage = "c" + random_hex(20);
+  record.created_at = record.last_used_at = now_seconds();
+  auto container = std::make_shared<Container>(io_.get_executor());
+  container->owner = owner;
+  container->id = id;
+  container->storage = record.storage;
+  container->created_at = record.created_at;
+  container->last_used_at = record.last_used_at;
+  container->api_secret = new_api_secret();
+  Result<void> prepared = ApiError::internal();
+  try {
+    prepared = storage_.prepare(*container, /*fresh=*/true, /*remake_when_missing=*/durability_ != nullptr);
+  } catch (const std::exception& e) {
+    prepared = host_out_of_something("creating container " + id, e);
+  }
+  if (!prepared) {
+    storage_.discard_unmade(*container);  // nothing of a container that could not be made stays behind
+    return prepared.error();
+  }
+  if (leases_)  // before the record: a container this replica may not serve is not made
+    if (auto claimed = claim_lease(*container, /*existing=*/false); !claimed) {
+      storage_.discard_unmade(*container);
+      return claimed.error();
+    }
+  // The database decides a race: another replica may have created (owner, id) since
+  // the lookup above. The first record stays; this replica's fresh storage and its
+  // lease go, and the container is opened as the existing one it is (a 503 to retry
+  // when the winner serves it: the retry is relayed there).
+  const store::ContainerRecord stored = metadata_.create_container(record);
+  if (stored.storage != record.storage) {
+    spdlog::info("container {} of {} was created by another replica at the same moment; this one's copy goes",
+                 id, owner);
+    if (leases_) leases_->drop(record.storage, /*deleted=*/true, /*lost=*/false);
+    storage_.discard_unmade(*container);
+    return open_existing(stored);
+  }
+  return container;
+}
+
+Result<std::shared_ptr<Container>> ContainerService::open_existing(const store::ContainerRecord& record) {
+  std::optional<LeaseKeeper::Claim> claim;  // before anything is mounted for it
+  if (leases_) {
+    auto claimed = leases_->claim(record.storage, /*existing_container=*/true);
+    if (!claimed) {
+      if (claimed.error().status == HttpStatus::not_found)
+        return ApiError::not_found("Container not found: " + record.id);  // deleted since it was read
+      return claimed.error();
+    }
+    claim = *claimed;
+  }
+  Result<std::shared_ptr<Container>> container = ApiError::internal();
+  try {
+    container = load(record);
+  } catch (const std::exception& e) {
+    return host_out_of_something("mounting the volume of container " + record.id, e);
+  }
+  // A lease newly taken: the local copy (if any) may be older than what another
+  // replica flushed meanwhile; ensure_local checks it before the first use.
+  if (container && claim && claim->fresh && durability_) durability_->invalidate_local(**container);
+  return container;
+}
+
+Result<std::shared_ptr<Container>> ContainerService::load(const store::ContainerRecord& record) {
+  auto container = std::make_shared<Container>(io_.get_executor());
+  container->owner = record.owner;
+  container->id = record.id;
+  container->storage = record.storage;
+  container->created_at = record.created_at;
+  container->last_used_at = record.last_used_at;
+  container->api_secret = new_api_secret();
+  // Cluster mode: a container another replica made or served may have no local copy
+  // here yet; an empty one is made (and filled by ensure_local).
+  const bool no_local_copy = leases_ && !storage_.has_volume(container->storage);
+  if (auto prepared = storage_.prepare(*container, /*fresh=*/no_local_copy,
+                                       /*remake_when_missing=*/durability_ != nullptr);
+      !prepared)
+    return prepared.error();
+  return container;
+}
+
+void ContainerService::lease_lost(const std::string& storage) {
+  const std::shared_ptr<Container> lost = registry_.with_storage(storage);
+  if (!lost) return;
+  spdlog::warn("container {} of {} is served by another replica now: its sandbox here stops", lost->id,
+               lost->owner);
+  asio::co_spawn(io_, check_still_there(lost), asio::detached);
+  // Its local copy is stale from now on (the new holder writes the manifest): never
+  // flush it again. Without this a fenced flush was retried for as long as the process
+  // lived (and kept the container from being let go), and had this replica taken the
+  // lease back later, a retry landing before ensure_local would have passed the new
+  // epoch's fence and put the stale tree over the newer holder's manifest. A later
+  // claim restores from the bucket first.
+  if (durability_) durability_->invalidate_local(*lost);
+  asio::co_spawn(lost->strand, stop_on_strand(lost, "lease_lost"), asio::detached);
+}
+
+asio::awaitable<void> ContainerService::check_still_there(std::shared_ptr<Container> container) {
+  // (A lease lost is also what a delete through another replica looks like from here.)
+  auto look_up = [this, &container] { return metadata_.find_container(container->owner, container->id); };
+  std::optional<store::ContainerRecord> record;
+  try {
+    record = co_await store_call(metadata_.backend(), std::move(look_up));
+  } catch (const std::exception& e) {
+    spdlog::warn("container {} of {}: looking it up: {}", container->id, container->owner, e.what());
+    co_return;  // the next request's claim finds out
+  }
+  if (record && record->storage == container->storage) co_return;
+  spdlog::warn("container {} of {} was deleted through another replica: its mount and local copy here go",
+               container->id, container->owner);
+  co_await forget_locally(container);
+}
+
+asio::awaitable<void> ContainerService::forget_locally(std::shared_ptr<Container> container) {
+  container->deleted = true;  // no flush of it from now on (the flusher and stop skip a deleted container)
+  co_await asio::co_spawn(container->strand, stop_on_strand(container, "deleted"), asio::use_awaitable);
+  const Key key{container->owner, container->id};
+  auto closing = co_await registry_.begin_closing(key, container);
+  TransitionEnd end{[this, &key, &closing] { registry_.end(key, closing); }};
+  if (leases_) leases_->drop(container->storage, /*deleted=*/false, /*lost=*/false);
+  auto discard = [this, &container] { storage_.discard(*container); };
+  co_await run_blocking(std::move(discard));
+}
+
+Result<void> ContainerService::claim_lease(Container& container, bool existing) {
+  auto claimed = leases_->claim(container.storage, existing);
+  if (!claimed) return claimed.error();
+  if (claimed->fresh && durability_) durability_->invalidate_local(container);
+  return {};
+}
+
+asio::awaitable<void> ContainerService::flush_and_release(std::shared_ptr<Container> container) {
+  // The final flush ran as the sandbox stopped (stop_on_strand). A container whose
+  // changes are not all in the bucket keeps its lease, and its local copy, until a
+  // retried flush succeeds and a later stop lets it go.
+  if (durability_ && !container->deleted && !durability_->releasable(*container)) {
+    spdlog::warn("container {} of {}: its files are not all in the bucket yet; its lease is kept",
+                 container->id, container->owner);
+    co_return;
+  }
+  auto release = [this, container] { leases_->release(container->storage); };
+  try {
+    co_await run_blocking(std::move(release));
+  } catch (const std::exception& e) {  // the database: the lease then runs out by itself
+    spdlog::error("container {} of {}: releasing its lease: {}", container->id, container->owner, e.what());
+  }
+}
+
+asio::awaitable<ContainerService::DrainOutcome> ContainerService::drain(std::chrono::seconds grace) {
+  if (leases_) leases_->set_draining();
+  const std::vector<std::shared_ptr<Container>> all = registry_.all();
+  // Running commands get the grace period to finish; stopping the sandbox cancels the rest.
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  asio::steady_timer pause(io_);
+  for (;;) {
+    bool busy = false;
+    for (const auto& container : all) busy = busy || container->executing.load() > 0;
+    if (!busy || std::chrono::steady_clock::now() >= deadline) break;
+    pause.expires_after(std::chrono::milliseconds(100));
+    co_await pause.async_wait(asio::use_awaitable);
+  }
+  DrainOutcome outcome;
+  const size_t held_before = leases_ ? leases_->held().size() : 0;
+  for (const auto& container : all) co_await stop(container, "drain");
+  outcome.kept = leases_ ? leases_->held().size() : 0;
+  outcome.released = held_before > outcome.kept ? held_before - outcome.kept : 0;
+  co_return outcome;
+}
+
+asio::awaitable<Result<void>> ContainerService::make_room(std::shared_ptr<Container> for_container) {
+  for (;;) {
+    const auto settings = this->settings();
+    CapacityLimits limits;
+    limits.quota_enabled = settings->quota_enabled;
+    limits.quota_pods = settings->quota_pods;
+    limits.quota_cpu_millis = settings->quota_cpu_millis;
+    limits.quota_memory_bytes = settings->quota_memory_bytes;
+    limits.sandbox_cpu_millis = settings->limit_range_enabled ? settings->limit_cpu_millis : 0;
+    limits.sandbox_memory_bytes = settings->memory_limit_bytes    ? settings->memory_limit_bytes
+                                  : settings->limit_range_enabled ? settings->limit_memory_bytes
+                                                                  : 0;
+    limits.running_per_owner = settings->running_sandboxes_per_owner;
+    std::shared_ptr<Container> victim;
+    const CapacityDecision decision = registry_.reserve_room(*for_container, limits, victim);
+    switch (decision.kind) {
+      case CapacityDecision::Kind::kAdmit:
+        co_return Result<void>();  // released by the caller once its sandbox runs (or failed)
+      case CapacityDecision::Kind::kRefuseOwner:
+        ops::metrics().execution_rejected("429", "owner_sandboxes");
+        co_return ApiError::rate_limited(
+            "Too many sandboxes of this owner are running (" + std::to_string(decision.owner_running) +
+                " of " + std::to_string(limits.running_per_owner) + ", none idle); try again later",
+            settings->capacity_retry_after_sec);
+      case CapacityDecision::Kind::kRefuseQuota:
+        ops::metrics().execution_rejected("503", "quota");
+        co_return ApiError::overloaded("The sandbox quota is full (" + std::to_string(decision.running) +
+                                           " of " + std::to_string(settings->quota_pods) +
+                                           " running, none idle); try again later",
+                                       settings->capacity_retry_after_sec);
+      case CapacityDecision::Kind::kEvict:
+        break;
+    }
+    spdlog::info("quota: stopping the idle sandbox of container {} ({}) to make room", victim->id,
+                 victim->owner);
+    co_await stop(victim, "quota");
+  }
+}
+
+asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ensure_sandbox(
+    std::shared_ptr<Container> container) {
+  auto& state = container->on_strand;
+  for (;;) {
+    if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
+    if (state.sandbox && state.sandbox->running()) co_return state.sandbox;
+    container->sandbox_up = false;  // it stopped by itself (PID 1 died)
+    if (!runtime_) co_return ApiError{HttpStatus::service_unavailable, "api_error", unavailable_reason(), {}};
+    if (state.starting) {
+      boost::system::error_code ec;
+      co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    // Room under the quota first (this may stop the least recently used idle sandbox).
+    auto room = co_await make_room(container);
+    if (!room) co_return room.error();
+    struct Release {
+      ContainerRegistry& registry;
+      const std::string& owner;
+      ~Release() { registry.release_room(owner); }
+    } release{registry_, container->owner};
+    // From here until the start ends, other work of the strand (another execution, a
+    // stop) waits for it: each step below may suspend.
+    state.starting = true;
+    state.started_event =
+        std::make_unique<asio::steady_timer>(container->strand, std::chrono::steady_clock::time_point::max());
+    std::string error;
+    try {
+      // A pre-started sandbox first: it only needs the container's folders bound in
+      // (mounts: the blocking pool's work).
+      auto claim = [this, &container] { return pool_.claim(container->paths, container->id); };
+      if (auto slot = co_await run_blocking(std::move(claim))) {
+        state.slot = slot;
+        state.sandbox = slot->sandbox;
+        state.link = slot->link;
+        if (state.link) state.link->bind(container);
+      } else {
+        auto options =
+            sandbox_options(container->paths, container->storage + "-" + std::to_string(++sandbox_counter_));
+        state.sandbox = co_await runtime_->start(container->strand, options);
+        if (network_) {
+          state.link = network_->attach(state.sandbox);
+          state.link->bind(container);
+        }
+        ops::metrics().sandbox_started();
+      }
+      container->sandbox_up = true;
+      container->live_sandbox.store(state.sandbox);
+    } catch (const std::exception& e) {
+      error = e.what();
+      spdlog::error("starting a sandbox for container {} of {}: {}", container->id, container->owner, error);
+    }
+    state.starting = false;
+    state.started_event->cancel();
+    if (!error.empty()) {
+      ops::metrics().execution_rejected("503", "sandbox_start");
+      co_return ApiError::overloaded(
+          "The sandbox could not be started (the host may be out of processes, memory "
+          "or devices); try again later",
+          settings()->capacity_retry_after_sec);
+    }
+  }
+}
+
+asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container> container,
+                                                       const char* reason) {
+  auto& state = container->on_strand;
+  while (state.starting) {
+    boost::system::error_code ec;
+    co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  container->sandbox_up = false;
+  container->live_sandbox.store(nullptr);
+  state.link.reset();  // its listeners close with the sandbox
+  if (auto sandbox = std::move(state.sandbox)) {
+    co_await sandbox->stop();
+    ops::metrics().sandbox_stopped(reason);
+  }
+  if (auto slot = std::move(state.slot)) {  // its binds come off (mounts: the blocking pool)
+    auto release = [this, &slot] { pool_.release(slot); };
+    co_await run_blocking(std::move(release));
+  }
+  // Whatever the reason of the stop, what changed goes to the bucket (a failure keeps
+  // the local copy and is retried; the container is not released meanwhile).
+  if (durability_) co_await durability_->flush_if_changed(container);
+}
+
+asio::awaitable<void> ContainerService::stop(std::shared_ptr<Container> container, const char* reason) {
+  co_await asio::co_spawn(container->strand, stop_on_strand(container, reason), asio::use_awaitable);
+  if (leases_) co_await flush_and_release(container);
+}
+
+asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> container) {
+  container->deleted = true;
+  co_await stop(container, "deleted");
+  // Requests for it meanwhile wait, then find it gone (404).
+  const Key key{container->owner, container->id};
+  auto closing = co_await registry_.begin_closing(key, container);
+  TransitionEnd end{[this, &key, &closing] { registry_.end(key, closing); }};
+  auto forget_records = [this, &container] {
+    metadata_.delete_container(container->owner, container->id);
+    if (leases_) leases_->drop(container->storage, /*deleted=*/true, /*lost=*/false);
+  };
+  co_await store_call(metadata_.backend(), std::move(forget_records));
+  if (durability_) co_await durability_->forget(container);
+  auto discard = [this, &container] { storage_.discard(*container); };
+  co_await run_blocking(std::move(discard));
+}
+
+asio::awaitable<void> ContainerService::reap_idle() {
+  const auto interval = std::chrono::seconds(std::clamp(settings()->session_ttl_sec / 4, 1, 30));
+  while (!shutting_down_) {
+    reaper_timer_.expires_after(interval);
+    boost::system::error_code ec;
+    co_await reaper_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (shutting_down_) break;
+    const int64_t now = now_seconds();
+    const int64_t ttl = settings()->session_ttl_sec;
+    std::vector<std::shared_ptr<Container>> idle = registry_.all();
+    std::erase_if(idle,
+                  [&](const auto& container) { return !expired(container->last_used_at.load(), ttl, now); });
+    for (const auto& container : idle) {
+      if (!stops_idle({container->last_used_at.load(), container->executing.load()}, ttl, now)) continue;
+      co_await stop(container, "idle");
+    }
+    // Unmount volumes nobody holds (the registry is then the only other owner), each as
+    // a closing of that container (a request for it meanwhile waits for the unmount,
+    // then opens it anew), the unmount itself on the blocking pool.
+    for (const auto& container : idle) {
+      const Key key{container->owner, container->id};
+      auto may = [&](long uses) {
+        return may_close({.still_open = true,
+                          .in_transition = false,
+                          .running = container->running(),
+                          .last_used_at = container->last_used_at.load(),
+                          .held_elsewhere = uses > 2,  // `idle` and the registry: nobody else
+                          .unflushed = durability_ && !durability_->releasable(*container)},
+                         ttl, now);
+      };
+      auto closing = registry_.try_begin_closing(key, container, may);
+      if (!closing) continue;
+      auto unmount = [this, &container] { return storage_.try_close(*container); };
+      const bool unmounted = co_await run_blocking(std::move(unmount));
+      if (!unmounted) registry_.reopen(key, container);  // busy: it stays open
+      registry_.end(key, closing);
+    }
+  }
+}
+
+asio::awaitable<void> ContainerService::shutdown() {
+  shutting_down_ = true;
+  reaper_timer_.cancel();
+  const std::vector<std::shared_ptr<Container>> all = registry_.all();
+  for (const auto& container : all) co_await stop(container, "shutdown");
+  co_await pool_.shutdown();
+  registry_.clear();
+  auto unmount_all = [this, &all] {
+    for (const auto& container : all) storage_.close(*container);
+  };
+  co_await run_blocking(std::move(unmount_all));
+}
+
+asio::awaitable<std::string> ContainerService::probe() {
+  if (!runtime_) co_return unavailable_reason();
+  // A sandbox over empty folders of its own, with one command, as a container gets.
+  const std::string name = "probe-" + std::to_string(++sandbox_counter_);
+  const fs::path root = fs::path(settings()->data_dir) / "probes" / name;
+  const uid_t uid = settings()->sandbox_host_uid;
+  ContainerPaths dirs{(root / "workspace").string(), (root / "uploads").string(), (root / "outputs").string(),
+                      ""};
+  // The disk's checks and the folders: the blocking pool's work. Empty when ready.
+  auto prepare = [this, &dirs, uid]() -> std::string {
+    struct statvfs disk {};
+    if (statvfs(settings()->data_dir.c_str(), &disk) == 0 &&
+        static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize < (64ull << 20))
+      return "the data directory's disk is full (less than 64 MiB free)";
+    std::error_code ec;
+    for (const auto* dir : {&dirs.workspace, &dirs.uploads, &dirs.outputs}) {
+      fs::create_directories(*dir, ec);
+      if (ec) return "a sandbox cannot start: creating " + *dir + ": " + ec.message();
+      if (chown(dir->c_str(), uid, uid) != 0)
+        return "a sandbox cannot start: chown " + *dir + ": " + std::strerror(errno);
+    }
+    return {};
+  };
+  std::string problem = co_await run_blocking(std::move(prepare));
+  if (problem.empty()) {
+    try {
+      auto sandbox = co_await runtime_->start(io_.get_executor(), sandbox_options(dirs, name));
+      runtime::ExecRequest request;
+      request.command = "true";
+      request.timeout = std::chrono::seconds(10);
+      try {
+        auto result = co_await sandbox->exec(std::move(request));
+        if (result.return_code != 0)
+          problem = "a probe command exited with " + std::to_string(result.return_code);
+      } catch (const std::exception& e) {
+        problem = std::string("a probe command could not run: ") + e.what();
+      }
+      co_await sandbox->stop();
+    } catch (const std::exception& e) {
+      problem = std::string("a sandbox cannot start: ") + e.what();
+    }
+  }
+  auto clean_up = [&root] {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+    if (ec) spdlog::warn("removing the probe's folder {}: {}", root.string(), ec.message());
+  };
+  co_await run_blocking(std::move(clean_up));
+  co_return problem;
+}
+
+}  // namespace sandboxd::service
