@@ -9,10 +9,14 @@
 # Protocol: frames of a 4-byte big-endian length and a UTF-8 JSON object.
 #   server -> driver (stdin):   {"op": "execute", "id": N, "code": str, "limit": bytes}
 #                               {"op": "interrupt", "id": N}
+#                               {"op": "tool_results", "id": N, "results": [...]}  (below)
 #   driver -> server (fd 1 at start, moved to a private descriptor):
 #                               {"op": "ready"}
 #                               {"op": "done", "id": N, "status": "ok"|"error"|"interrupted",
 #                                "stdout": str, "stderr": str, "outputs": [...]}
+#                               {"op": "tool_calls", "id": N, "calls": [...]}  (below)
+# An execute frame may also carry "tools": [name, ...] (programmatic tool calling, see
+# the section "Client tools as async functions").
 # The code that runs here is the agent's and may write anything to any descriptor,
 # the protocol's included: the server trusts nothing it reads (sizes are bounded, a
 # frame that does not parse ends this kernel, never the server).
@@ -231,6 +235,115 @@ class Shell(InteractiveShell):
         pass  # `exit` in a cell does not end the kernel
 
 
+# --- Client tools as async functions (programmatic tool calling) --------------------
+# While a cell whose execute frame named "tools" runs, each name is an async function in
+# the user namespace: `await name(field=value, ...)` (or one dict) sends
+#   {"op": "tool_calls", "id": N, "calls": [{"call": "c1", "name": str, "input": {...}}]}
+# and waits. The calls made before the event loop next runs its queue go in one frame
+# (asyncio.gather's come together). The server answers once its client has:
+#   {"op": "tool_results", "id": N, "results": [{"call": "c1", "content": str, "is_error": bool}]}
+# A result is the call's return value (the text); an error raises ToolCallError.
+
+
+class ToolCallError(Exception):
+    """A client tool called from code failed (its tool_result had is_error), or timed out."""
+
+
+_tools = {"cell": None, "names": (), "next": 0, "waiters": {}, "batch": [], "flushing": False}
+_tools_lock = threading.Lock()
+
+
+def _flush_tool_calls():
+    with _tools_lock:
+        batch, _tools["batch"] = _tools["batch"], []
+        _tools["flushing"] = False
+        cell = _tools["cell"]
+    if batch:
+        send({"op": "tool_calls", "id": cell, "calls": batch})
+
+
+def _tool_function(name):
+    async def call(*args, **kwargs):
+        if args:
+            if len(args) != 1 or kwargs or not isinstance(args[0], dict):
+                raise TypeError("%s() takes the tool's input as keyword arguments or one dict" % name)
+            tool_input = dict(args[0])
+        else:
+            tool_input = kwargs
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with _tools_lock:
+            if _tools["cell"] is None or name not in _tools["names"]:
+                raise ToolCallError("%s is not callable here: only code_execution calls that offer it "
+                                    "can call it" % name)
+            _tools["next"] += 1
+            call_id = "c%d" % _tools["next"]
+            _tools["waiters"][call_id] = (loop, future)
+            _tools["batch"].append({"call": call_id, "name": name, "input": tool_input})
+            schedule = not _tools["flushing"]
+            _tools["flushing"] = True
+        if schedule:
+            loop.call_soon(_flush_tool_calls)
+        try:
+            return await future
+        finally:
+            with _tools_lock:
+                _tools["waiters"].pop(call_id, None)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = "The client tool %s (awaitable): input as keyword arguments; returns its result." % name
+    return call
+
+
+def _settle(future, result):
+    if future.done():
+        return
+    content = result.get("content")
+    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    if result.get("is_error"):
+        future.set_exception(ToolCallError(text))
+    else:
+        future.set_result(text)
+
+
+def _answer_tool_calls(message):
+    """The reader thread's side: the server's answers wake the waiting calls."""
+    results = message.get("results")
+    if message.get("id") != _tools["cell"] or not isinstance(results, list):
+        return
+    for result in results:
+        if not isinstance(result, dict):
+            continue
+        with _tools_lock:
+            waiter = _tools["waiters"].get(result.get("call"))
+        if waiter:
+            loop, future = waiter
+            loop.call_soon_threadsafe(_settle, future, result)
+
+
+def _offer_tools(shell, call_id, names):
+    """Before a cell: its tools become functions (a name that is not offered raises)."""
+    names = tuple(n for n in (names or ()) if isinstance(n, str) and n.isidentifier())
+    with _tools_lock:
+        _tools["cell"] = call_id
+        _tools["names"] = names
+        _tools["batch"] = []
+        _tools["flushing"] = False
+    if names:
+        shell.user_ns["ToolCallError"] = ToolCallError
+    for name in names:
+        shell.user_ns[name] = _tool_function(name)
+
+
+def _withdraw_tools():
+    with _tools_lock:
+        _tools["cell"] = None
+        _tools["names"] = ()
+        _tools["waiters"].clear()
+
+
 def main():
     global _capture
     # Matplotlib draws into PNGs shown after each cell (its inline backend), whenever
@@ -254,6 +367,9 @@ def main():
                 message = None
             if message is None:
                 os._exit(0)  # the server closed the channel: the kernel ends
+            if message.get("op") == "tool_results":
+                _answer_tool_calls(message)
+                continue
             if message.get("op") == "interrupt":
                 if _running["id"] is not None and _running["id"] == message.get("id"):
                     signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
@@ -286,6 +402,7 @@ def serve_one(shell, requests, have_request):
         _capture = Capture(limit if isinstance(limit, int) and limit > 0 else 1 << 20)
     del _outputs[:]
     status = "ok"
+    _offer_tools(shell, call_id, message.get("tools"))
     _running["id"] = call_id
     try:
         result = shell.run_cell(str(message.get("code", "")), store_history=True)
@@ -296,6 +413,7 @@ def serve_one(shell, requests, have_request):
         status = "interrupted"
     finally:
         _running["id"] = None
+        _withdraw_tools()
     with _lock:
         _drain(1)
         _drain(2)
