@@ -874,8 +874,12 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
   Result<KernelResult> outcome = ApiError::internal();
   const char* label = "failed";
   try {
-    outcome = co_await kernel->execute(std::move(call.code), call.timeout, call.output_limit);
+    outcome = co_await kernel->execute(std::move(call.code), call.timeout, call.output_limit,
+                                       std::move(call.tools));
     switch (outcome->status) {
+      case KernelResult::Status::kPaused:
+        label = "paused";
+        break;
       case KernelResult::Status::kOk:
         label = "ok";
         break;
@@ -903,6 +907,38 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
                   {"container", container->id},
                   {"ms", seconds * 1000},
                   {"outcome", label}});
+  touch(*container);
+  co_return outcome;
+}
+
+asio::awaitable<Result<std::optional<KernelResult>>> ContainerService::resume_python(
+    std::shared_ptr<Container> container, std::shared_ptr<PythonKernel> kernel, uint64_t cell,
+    std::vector<KernelToolAnswer> answers) {
+  touch(*container);
+  // The paused cell runs on as a cell does: it holds an execution slot while it runs
+  // (not while it waited).
+  ops::Admission::Ticket ticket;
+  auto sandbox = co_await admit(container, ticket);
+  if (!sandbox) co_return sandbox.error();
+  if (kernel->sandbox() != sandbox->get()) co_return std::optional<KernelResult>();  // its sandbox is gone
+  const ExecutionMark mark(*container, durability_ != nullptr);
+  const auto started = std::chrono::steady_clock::now();
+  std::optional<KernelResult> outcome;
+  try {
+    outcome = co_await kernel->resume(cell, std::move(answers));
+  } catch (const runtime::SandboxError& e) {
+    spdlog::warn("python in container {} failed: {}", container->id, e.what());
+    co_return ApiError{HttpStatus::service_unavailable, "api_error", "The sandbox stopped during the code",
+                       settings()->capacity_retry_after_sec};
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ops::log_event(spdlog::level::info, "python_resumed",
+                 {{"owner", container->owner},
+                  {"container", container->id},
+                  {"ms", seconds * 1000},
+                  {"outcome", !outcome                                           ? "expired"
+                              : outcome->status == KernelResult::Status::kPaused ? "paused"
+                                                                                 : "ended"}});
   touch(*container);
   co_return outcome;
 }

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -93,6 +94,19 @@ struct Container {
   // one of an earlier sandbox is replaced. Guarded by python_mutex.
   std::mutex python_mutex;
   std::shared_ptr<PythonKernel> python;
+  // Its cell paused on client tool calls (programmatic tool calling), as the /messages
+  // turn that ran it left it: the server_tool_use id the client's next request names
+  // it by, and the tool_use id of each call it waits on -> the kernel's id of that call.
+  struct PausedCode {
+    std::string server_tool_id;
+    std::weak_ptr<PythonKernel> kernel;
+    uint64_t cell = 0;
+    std::map<std::string, std::string> calls;
+    std::chrono::milliseconds timeout{};  // the cell's, for its result's wording
+    int64_t started_ns = 0;               // its start (realtime): the outputs it made since
+    std::chrono::steady_clock::time_point expires;
+  };
+  std::optional<PausedCode> paused_code;  // guarded by python_mutex
 };
 
 // One cell for the container's persistent Python (ContainerService::run_python).
@@ -104,6 +118,8 @@ struct PythonCall {
   bool restart = false;
   // The kernel's environment when this call starts it (as for commands).
   std::vector<std::string> extra_env;
+  // Client tools the code may call (programmatic tool calling): the cell may pause.
+  CellTools tools;
 };
 
 // A running sandbox as an operator sees it (`sandboxd ps`).
@@ -150,6 +166,13 @@ class ContainerService {
   // Runs a cell in the container's persistent Python, starting the sandbox and the
   // kernel first if needed; the same admission as exec (a cell is an execution).
   asio::awaitable<Result<KernelResult>> run_python(std::shared_ptr<Container> container, PythonCall call);
+  // Answers the tool calls a paused cell of the container's kernel waits on and runs it
+  // on (the same admission as run_python). nullopt: no such cell is paused (it ended,
+  // its pause expired, the sandbox or the kernel restarted).
+  asio::awaitable<Result<std::optional<KernelResult>>> resume_python(std::shared_ptr<Container> container,
+                                                                     std::shared_ptr<PythonKernel> kernel,
+                                                                     uint64_t cell,
+                                                                     std::vector<KernelToolAnswer> answers);
   // `reason` labels the stop in the metrics (api, idle, deleted, restart, shutdown).
   asio::awaitable<void> stop(std::shared_ptr<Container> container, const char* reason = "api");
   asio::awaitable<void> remove(std::shared_ptr<Container> container);

@@ -26,6 +26,27 @@ namespace sandboxd::service {
 
 namespace asio = boost::asio;
 
+// A client tool the cell called (programmatic tool calling), waiting for its answer.
+struct KernelToolCall {
+  std::string call;  // the driver's id of this call
+  std::string name;
+  boost::json::object input;
+};
+// The answer to one KernelToolCall: the tool_result's text, or its error.
+struct KernelToolAnswer {
+  std::string call;
+  std::string content;
+  bool is_error = false;
+};
+
+// Client tools a cell may call as async functions (programmatic tool calling). A cell
+// that calls them pauses (kPaused) until resume() answers; a pause unanswered for
+// `answer_limit` expires: the calls raise in the code, which runs on unobserved.
+struct CellTools {
+  std::vector<std::string> names;
+  std::chrono::milliseconds answer_limit{270'000};
+};
+
 // One call's outcome.
 struct KernelResult {
   enum class Status {
@@ -33,6 +54,7 @@ struct KernelResult {
     kError,       // it raised: outputs end with an error output
     kTimedOut,    // interrupted at its timeout (KeyboardInterrupt); the state is kept
     kKernelDied,  // the kernel process exited or broke its protocol: the state is lost
+    kPaused,      // the cell waits on `tool_calls`: resume(cell, answers) goes on
   };
   Status status = Status::kOk;
   std::string stdout_text;  // print(), and what processes it started wrote to fd 1
@@ -46,6 +68,9 @@ struct KernelResult {
   // kKernelDied: the kernel's exit code (128+N for a signal), -1 when not known.
   int exit_code = -1;
   std::chrono::microseconds duration{};
+  // kPaused: the cell (for resume) and the calls it waits on.
+  uint64_t cell = 0;
+  std::vector<KernelToolCall> tool_calls;
 };
 
 class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
@@ -63,8 +88,13 @@ class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
   // does not end it within kInterruptGrace the kernel is killed (state lost). stdout
   // and stderr are each capped at `output_limit` bytes. Throws runtime::SandboxError
   // when the sandbox is not running or the kernel cannot start.
+  // With `tools` the cell may call them (kPaused, see CellTools); while it is paused the
+  // kernel's other calls wait, and its timeout does not run.
   asio::awaitable<KernelResult> execute(std::string code, std::chrono::milliseconds timeout,
-                                        size_t output_limit);
+                                        size_t output_limit, CellTools tools = {});
+  // Answers the calls a paused cell waits on and runs it on: its end, or kPaused again.
+  // nullopt when that cell is not paused (it ended, its pause expired, a restart).
+  asio::awaitable<std::optional<KernelResult>> resume(uint64_t cell, std::vector<KernelToolAnswer> answers);
   // Kills the kernel's process tree; the next call starts a fresh one. Any thread.
   void restart();
 
@@ -81,8 +111,17 @@ class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
 
  private:
   struct Process;
+  struct Cell;
   asio::awaitable<KernelResult> execute_on_strand(std::string code, std::chrono::milliseconds timeout,
-                                                  size_t output_limit);
+                                                  size_t output_limit, CellTools tools);
+  asio::awaitable<std::optional<KernelResult>> resume_on_strand(uint64_t cell,
+                                                                std::vector<KernelToolAnswer> answers);
+  // Runs a written cell until it ends or pauses (its timeout counted meanwhile).
+  asio::awaitable<KernelResult> run_cell(std::shared_ptr<Cell> cell);
+  void pause(std::shared_ptr<Cell> cell);
+  // A pause that expired: its calls fail in the code, which runs to its end unobserved.
+  asio::awaitable<void> finish_abandoned(std::shared_ptr<Cell> cell);
+  void release_turn();
   asio::awaitable<void> start_process();
   // Reads one frame; nullopt at end of file or on a frame that breaks the protocol.
   asio::awaitable<std::optional<boost::json::object>> read_frame(Process& process);
@@ -99,6 +138,7 @@ class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
   // Cells waiting for the one running now (calls run one at a time, in order).
   bool busy_ = false;
   asio::steady_timer turn_;
+  std::shared_ptr<Cell> paused_;  // the cell waiting on tool answers (it keeps busy_)
 };
 
 // The driver script shipped beside the binary (python_kernel_driver.py next to
