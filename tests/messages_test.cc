@@ -580,9 +580,12 @@ TEST_F(MessagesTest, CodeCallsClientToolsAndTheTurnPausesUntilTheyAreAnswered) {
   EXPECT_NE(std::string(fed[0].at("content").as_string()).find("6.5"), std::string::npos);
   for (const auto& message : history)
     for (const auto& block : message.at("content").as_array()) {
-      if (block.at("type") == "tool_use")
+      if (block.at("type") == "tool_use") {
         EXPECT_EQ(block.at("name"), "code_execution") << "no call the code made";
-      if (block.at("type") == "tool_result") EXPECT_EQ(block.at("tool_use_id"), "srvtoolu_c1");
+      }
+      if (block.at("type") == "tool_result") {
+        EXPECT_EQ(block.at("tool_use_id"), "srvtoolu_c1");
+      }
     }
 }
 
