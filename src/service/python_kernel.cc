@@ -69,6 +69,29 @@ std::optional<boost::json::object> checked_output(const boost::json::value& valu
   return std::nullopt;
 }
 
+// An event of a streamed call as the driver sent it, checked like an output.
+std::optional<boost::json::object> checked_event(const boost::json::value& value) {
+  if (!value.is_object()) return std::nullopt;
+  const auto& o = value.as_object();
+  const std::string type = string_field(o, "type");
+  if (type == "start") {
+    auto* count = o.if_contains("execution_count");
+    if (!count || !count->is_int64()) return std::nullopt;
+    return boost::json::object{{"type", type}, {"execution_count", count->as_int64()}};
+  }
+  if (type == "stdout" || type == "stderr") {
+    auto* text = o.if_contains("text");
+    if (!text || !text->is_string()) return std::nullopt;
+    return boost::json::object{{"type", type}, {"text", *text}};
+  }
+  return checked_output(value);
+}
+
+bool is_call(const boost::json::object& message, const char* op, uint64_t call) {
+  auto* id = message.if_contains("id");
+  return string_field(message, "op") == op && id && id->is_number() && id->to_number<double>() == call;
+}
+
 }  // namespace
 
 struct PythonKernel::Process {
@@ -111,10 +134,12 @@ struct PythonKernel::Process {
 };
 
 PythonKernel::PythonKernel(std::shared_ptr<runtime::Sandbox> sandbox,
-                           std::shared_ptr<const std::string> driver, std::vector<std::string> extra_env)
+                           std::shared_ptr<const std::string> driver, std::vector<std::string> extra_env,
+                           std::string cwd)
     : sandbox_(std::move(sandbox)),
       driver_(std::move(driver)),
       extra_env_(std::move(extra_env)),
+      cwd_(std::move(cwd)),
       strand_(asio::make_strand(sandbox_->executor())),
       turn_(strand_, Clock::time_point::max()) {}
 
@@ -134,10 +159,8 @@ void PythonKernel::restart() {
   });
 }
 
-asio::awaitable<KernelResult> PythonKernel::execute(std::string code, std::chrono::milliseconds timeout,
-                                                    size_t output_limit) {
-  co_return co_await asio::co_spawn(strand_, execute_on_strand(std::move(code), timeout, output_limit),
-                                    asio::use_awaitable);
+asio::awaitable<KernelResult> PythonKernel::execute(KernelCall call) {
+  co_return co_await asio::co_spawn(strand_, execute_on_strand(std::move(call)), asio::use_awaitable);
 }
 
 asio::awaitable<std::optional<boost::json::object>> PythonKernel::read_frame(Process& process) {
@@ -184,6 +207,7 @@ asio::awaitable<int> PythonKernel::end_process(std::shared_ptr<Process> process)
 asio::awaitable<void> PythonKernel::start_process() {
   runtime::ProcessRequest request;
   request.argv = {kPython, "-c", *driver_};
+  if (!cwd_.empty()) request.argv.push_back(cwd_);
   request.extra_env = extra_env_;
   auto channel = co_await sandbox_->start_process(std::move(request));
   auto process = std::make_shared<Process>(strand_, channel);
@@ -214,9 +238,7 @@ asio::awaitable<void> PythonKernel::start_process() {
   process->ready = true;
 }
 
-asio::awaitable<KernelResult> PythonKernel::execute_on_strand(std::string code,
-                                                              std::chrono::milliseconds timeout,
-                                                              size_t output_limit) {
+asio::awaitable<KernelResult> PythonKernel::execute_on_strand(KernelCall call_input) {
   auto self = shared_from_this();
   // One cell at a time, in order of arrival.
   while (busy_) {
@@ -251,7 +273,17 @@ asio::awaitable<KernelResult> PythonKernel::execute_on_strand(std::string code,
     bool killed = false;
   };
   auto watch = std::make_shared<Watch>(strand_);
-  watch->timer.expires_after(timeout);
+  watch->timer.expires_after(call_input.timeout);
+  // An interrupt before the timeout: the watch's timer expires now (a wait already
+  // under way is cancelled, one that comes later ends at once), and it goes on as at
+  // a timeout.
+  auto interrupt_now = [watch] {
+    if (!watch->done && !watch->interrupted) watch->timer.expires_at(Clock::time_point::min());
+  };
+  uint64_t subscription = 0;
+  if (call_input.cancellation)
+    subscription = call_input.cancellation->subscribe(
+        [strand = strand_, interrupt_now]() mutable { asio::post(strand, interrupt_now); });
   asio::co_spawn(
       strand_,
       [this, self, process, watch, call]() -> asio::awaitable<void> {
@@ -278,30 +310,54 @@ asio::awaitable<KernelResult> PythonKernel::execute_on_strand(std::string code,
       asio::detached);
   struct Finish {
     std::shared_ptr<Watch> watch;
+    std::shared_ptr<runtime::Cancellation> cancellation;
+    uint64_t subscription;
     ~Finish() {
       watch->done = true;
       watch->timer.cancel();
+      if (cancellation && subscription) cancellation->unsubscribe(subscription);
     }
-  } finish{watch};
+  } finish{watch, call_input.cancellation, subscription};
 
   std::optional<boost::json::object> done;
   boost::json::object request;
   request["op"] = "execute";
   request["id"] = call;
-  request["code"] = code;
-  request["limit"] = static_cast<uint64_t>(output_limit);
+  request["code"] = std::move(call_input.code);
+  request["limit"] = static_cast<uint64_t>(call_input.output_limit);
+  KernelEventSink sink = std::move(call_input.on_event);
+  if (sink) request["stream"] = true;
+  if (!call_input.env.empty()) {
+    boost::json::object env;
+    for (auto& [name, value] : call_input.env) env[name] = value;
+    request["env"] = std::move(env);
+  }
   if (co_await write_frame(*process, request)) {
     watch->written = true;
-    // Frames that are not this call's answer are the code's own writes to the
-    // protocol's descriptor: a few are skipped, a flood ends the kernel.
-    for (int stray = 0; stray < 64; ++stray) {
+    // Frames that are not this call's are the code's own writes to the protocol's
+    // descriptor: a few are skipped, a flood ends the kernel.
+    for (int stray = 0; stray < 64;) {
       auto message = co_await read_frame(*process);
       if (!message) break;
-      auto* id = message->if_contains("id");
-      if (string_field(*message, "op") == "done" && id && id->is_number() &&
-          id->to_number<double>() == call) {
+      if (is_call(*message, "done", call)) {
         done = std::move(*message);
         break;
+      }
+      if (!is_call(*message, "event", call)) {
+        ++stray;
+        continue;
+      }
+      if (!sink) continue;  // not a streamed call, or its consumer is gone: dropped
+      auto* body = message->if_contains("event");
+      auto event = body ? checked_event(*body) : std::nullopt;
+      if (!event) {
+        ++stray;
+        continue;
+      }
+      if (auto* count = event->if_contains("execution_count")) result.execution_count = count->as_int64();
+      if (!co_await sink(std::move(*event))) {
+        sink = nullptr;  // the consumer is gone: the rest of the cell's frames are read and dropped
+        interrupt_now();
       }
     }
   }
@@ -312,6 +368,8 @@ asio::awaitable<KernelResult> PythonKernel::execute_on_strand(std::string code,
     const std::string status = string_field(*done, "status");
     result.stdout_text = string_field(*done, "stdout");
     result.stderr_text = string_field(*done, "stderr");
+    if (auto* count = done->if_contains("execution_count"); count && count->is_int64())
+      result.execution_count = count->as_int64();
     if (auto* outputs = done->if_contains("outputs"); outputs && outputs->is_array())
       for (const auto& output : outputs->as_array())
         if (auto checked = checked_output(output)) result.outputs.push_back(std::move(*checked));

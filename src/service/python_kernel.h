@@ -3,9 +3,10 @@
 // its stdin and stdout pipes. Variables, imports and open files live as long as that
 // process: until the sandbox stops, the kernel is restarted, or it dies.
 //
-// One kernel per sandbox; its calls run one at a time, in order. The surfaces
-// (code_execution in /messages, the direct tool endpoint, later E2B's runCode and MCP)
-// all go through ContainerService::run_python, which owns the kernels.
+// One kernel per context of a sandbox (the default one, and those E2B's code interpreter
+// creates); a kernel's calls run one at a time, in order. The surfaces (code_execution
+// in /messages, the direct tool endpoint, MCP, E2B's runCode) all go through
+// ContainerService::run_python, which owns the kernels.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
@@ -15,11 +16,14 @@
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "runtime/cancellation.h"
 #include "runtime/sandbox.h"
 
 namespace sandboxd::service {
@@ -45,26 +49,49 @@ struct KernelResult {
   bool restarted = false;
   // kKernelDied: the kernel's exit code (128+N for a signal), -1 when not known.
   int exit_code = -1;
+  // IPython's number for this cell (1 for a fresh kernel's first); 0 when it never ran.
+  int64_t execution_count = 0;
   std::chrono::microseconds duration{};
+};
+
+// Takes one event of a streamed call as it happens: {"type": "start",
+// "execution_count": n}, {"type": "stdout" | "stderr", "text": str}, or an output as in
+// KernelResult::outputs. The kernel reads its next frame only once this returns (the
+// consumer's pace holds the cell back, memory stays bounded); false: the consumer is
+// gone, the cell is interrupted and nothing more is sent to it.
+using KernelEventSink = std::function<asio::awaitable<bool>(boost::json::object event)>;
+
+// One cell and how to run it.
+struct KernelCall {
+  std::string code;
+  std::chrono::milliseconds timeout{60'000};
+  size_t output_limit = 1 << 20;  // per stream
+  // Set in os.environ for this cell only.
+  std::vector<std::pair<std::string, std::string>> env;
+  // Set: the call is streamed; its KernelResult then has no text and no outputs (they
+  // went to the sink), only the status and counts.
+  KernelEventSink on_event;
+  // Cancelled (the client went away): the cell is interrupted as at its timeout.
+  std::shared_ptr<runtime::Cancellation> cancellation;
 };
 
 class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
  public:
   // `driver` is the driver script's text; `extra_env` is added to the process's
-  // environment (as for commands). Nothing starts until the first execute.
+  // environment (as for commands); `cwd`, when not empty, is its working directory
+  // (a start fails when it cannot be entered). Nothing starts until the first execute.
   PythonKernel(std::shared_ptr<runtime::Sandbox> sandbox, std::shared_ptr<const std::string> driver,
-               std::vector<std::string> extra_env);
+               std::vector<std::string> extra_env, std::string cwd = {});
   ~PythonKernel();
   PythonKernel(const PythonKernel&) = delete;
   PythonKernel& operator=(const PythonKernel&) = delete;
 
-  // Runs `code` as one cell, starting the kernel first if it is not running. At
-  // `timeout` the cell is interrupted (SIGINT: KeyboardInterrupt in the code); if that
+  // Runs `call.code` as one cell, starting the kernel first if it is not running. At
+  // its timeout the cell is interrupted (SIGINT: KeyboardInterrupt in the code); if that
   // does not end it within kInterruptGrace the kernel is killed (state lost). stdout
   // and stderr are each capped at `output_limit` bytes. Throws runtime::SandboxError
   // when the sandbox is not running or the kernel cannot start.
-  asio::awaitable<KernelResult> execute(std::string code, std::chrono::milliseconds timeout,
-                                        size_t output_limit);
+  asio::awaitable<KernelResult> execute(KernelCall call);
   // Kills the kernel's process tree; the next call starts a fresh one. Any thread.
   void restart();
 
@@ -81,8 +108,7 @@ class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
 
  private:
   struct Process;
-  asio::awaitable<KernelResult> execute_on_strand(std::string code, std::chrono::milliseconds timeout,
-                                                  size_t output_limit);
+  asio::awaitable<KernelResult> execute_on_strand(KernelCall call);
   asio::awaitable<void> start_process();
   // Reads one frame; nullopt at end of file or on a frame that breaks the protocol.
   asio::awaitable<std::optional<boost::json::object>> read_frame(Process& process);
@@ -93,6 +119,7 @@ class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
   std::shared_ptr<runtime::Sandbox> sandbox_;
   std::shared_ptr<const std::string> driver_;
   std::vector<std::string> extra_env_;
+  std::string cwd_;
   asio::strand<asio::any_io_executor> strand_;
   std::shared_ptr<Process> process_;  // on the strand
   uint64_t next_call_ = 1;
