@@ -7,19 +7,30 @@
 # tracebacks); this file only frames requests and results.
 #
 # Protocol: frames of a 4-byte big-endian length and a UTF-8 JSON object.
-#   server -> driver (stdin):   {"op": "execute", "id": N, "code": str, "limit": bytes}
+#   server -> driver (stdin):   {"op": "execute", "id": N, "code": str, "limit": bytes,
+#                                "stream": bool, "env": {name: value}}
 #                               {"op": "interrupt", "id": N}
 #                               {"op": "tool_results", "id": N, "results": [...]}  (below)
 #   driver -> server (fd 1 at start, moved to a private descriptor):
 #                               {"op": "ready"}
+#                               {"op": "event", "id": N, "event": {...}}   (streamed calls)
 #                               {"op": "done", "id": N, "status": "ok"|"error"|"interrupted",
-#                                "stdout": str, "stderr": str, "outputs": [...]}
+#                                "execution_count": n, "stdout": str, "stderr": str,
+#                                "outputs": [...]}
 #                               {"op": "tool_calls", "id": N, "calls": [...]}  (below)
+# A streamed call sends what happens as it happens, in order: {"type": "start",
+# "execution_count": n}, {"type": "stdout"|"stderr", "text": str} (bursts gathered into
+# one event), the outputs (as in "outputs" below); its "done" then carries no text or
+# outputs, as they went out already. Otherwise everything comes in "done", with the
+# traceback also added to stderr as a terminal would show it.
+# `env` is set in os.environ for the cell only. The working directory is the argument
+# after the script (`python3 -c DRIVER DIR`), when given.
 # An execute frame may also carry "tools": [name, ...] (programmatic tool calling, see
 # the section "Client tools as async functions").
 # The code that runs here is the agent's and may write anything to any descriptor,
 # the protocol's included: the server trusts nothing it reads (sizes are bounded, a
 # frame that does not parse ends this kernel, never the server).
+import codecs
 import json
 import os
 import select
@@ -27,6 +38,7 @@ import signal
 import struct
 import sys
 import threading
+import time
 
 # IPython first: if it is missing, the error goes to the original stderr, which the
 # server reads when the start fails.
@@ -53,30 +65,61 @@ for _fd in (1, 2):
     os.set_blocking(_r, False)
     _fd_pipes[_fd] = _r
 
-_lock = threading.Lock()
+# Held to add to the capture and to send a frame: a streamed call's events leave in the
+# order they happened, and none after its "done".
+_lock = threading.RLock()
+TRUNCATED = "...[truncated]"
 
 
 class Capture:
-    """One call's stdout and stderr, each kept up to `limit` bytes."""
+    """One call's stdout and stderr, each kept up to `limit` bytes. A streamed call
+    (`call_id` set) keeps nothing: what is accepted waits in `pending` for the streamer."""
 
-    def __init__(self, limit):
+    def __init__(self, limit, call_id=None):
         self.limit = limit
+        self.call_id = call_id
         self.parts = {1: [], 2: []}
         self.sizes = {1: 0, 2: 0}
         self.truncated = {1: False, 2: False}
+        self.pending = {1: [], 2: []}
+        # A character split between two writes is decoded whole in the later event.
+        self.decoders = {fd: codecs.getincrementaldecoder("utf-8")("replace") for fd in (1, 2)}
 
     def add(self, fd, data):
         room = self.limit - self.sizes[fd]
-        if len(data) > room:
-            self.truncated[fd] = True
+        cut = len(data) > room
+        if cut:
             data = data[:max(room, 0)]
         if data:
-            self.parts[fd].append(data)
             self.sizes[fd] += len(data)
+            (self.pending if self.call_id is not None else self.parts)[fd].append(data)
+        if cut and not self.truncated[fd]:
+            self.truncated[fd] = True
+            if self.call_id is not None:
+                self.pending[fd].append(TRUNCATED.encode())
+        if self.call_id is not None and (data or cut):
+            _stream_wakeup.set()
+
+    def flush(self):
+        # Called with _lock held: sends what waits as one event per stream.
+        if self.call_id is None:
+            return
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            if not self.pending[fd]:
+                continue
+            text = self.decoders[fd].decode(b"".join(self.pending[fd]))
+            self.pending[fd] = []
+            if text:
+                send({"op": "event", "id": self.call_id, "event": {"type": name, "text": text}})
 
     def text(self, fd):
+        if self.call_id is not None:
+            return ""  # it went out as events
         out = b"".join(self.parts[fd]).decode("utf-8", "replace")
-        return out + "...[truncated]" if self.truncated[fd] else out
+        return out + TRUNCATED if self.truncated[fd] else out
+
+
+_stream_wakeup = threading.Event()
 
 
 _capture = Capture(1 << 20)
@@ -107,6 +150,17 @@ def _pump():
         with _lock:
             for r in ready:
                 _drain(back[r])
+
+
+def _streamer():
+    # A burst of writes (a loop of prints) goes out as one event a few ms later, not
+    # as one frame per write.
+    while True:
+        _stream_wakeup.wait()
+        time.sleep(0.005)
+        _stream_wakeup.clear()
+        with _lock:
+            _capture.flush()
 
 
 class CapturedStream:
@@ -149,9 +203,32 @@ def send(message):
     data = json.dumps(message, ensure_ascii=False, default=str).encode("utf-8", "replace")
     frame = struct.pack(">I", len(data)) + data
     view = memoryview(frame)
-    while view:
-        n = os.write(PROTOCOL_OUT, view)
-        view = view[n:]
+    # An interrupt (SIGINT, taken by the main thread) waits until the frame is out: a
+    # frame cut in half would end the kernel.
+    main = threading.current_thread() is threading.main_thread()
+    with _lock:
+        if main:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            while view:
+                n = os.write(PROTOCOL_OUT, view)
+                view = view[n:]
+        finally:
+            if main:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def output(message):
+    """One output of the running cell: streamed at once (after the text before it), or
+    kept for its "done"."""
+    with _lock:
+        if _capture.call_id is None:
+            _outputs.append(message)
+            return
+        _drain(1)  # what processes wrote before it came first
+        _drain(2)
+        _capture.flush()
+        send({"op": "event", "id": _capture.call_id, "event": message})
 
 
 def read_exactly(n):
@@ -204,7 +281,7 @@ class ResultHook(DisplayHook):
         pass
 
     def write_format_data(self, format_dict, md_dict=None):
-        _outputs.append({"type": "execute_result", "data": _jsonable(format_dict)})
+        output({"type": "execute_result", "data": _jsonable(format_dict)})
 
     def finish_displayhook(self):
         pass
@@ -214,7 +291,7 @@ class Publisher(DisplayPublisher):
     """display() and matplotlib's inline figures: display_data with the MIME bundle."""
 
     def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
-        _outputs.append({"type": "display_data", "data": _jsonable(data)})
+        output({"type": "display_data", "data": _jsonable(data)})
 
     def clear_output(self, wait=False):
         pass
@@ -226,10 +303,12 @@ class Shell(InteractiveShell):
 
     def _showtraceback(self, etype, evalue, stb):
         traceback = list(stb)
-        _outputs.append({"type": "error", "ename": getattr(etype, "__name__", str(etype)),
-                         "evalue": str(evalue), "traceback": traceback})
         with _lock:
-            _capture.add(2, ("\n".join(traceback) + "\n").encode("utf-8", "replace"))
+            streamed = _capture.call_id is not None
+            output({"type": "error", "ename": getattr(etype, "__name__", str(etype)),
+                    "evalue": str(evalue), "traceback": traceback})
+            if not streamed:
+                _capture.add(2, ("\n".join(traceback) + "\n").encode("utf-8", "replace"))
 
     def ask_exit(self):
         pass  # `exit` in a cell does not end the kernel
@@ -350,11 +429,19 @@ def main():
     # the code imports it; nothing is imported before the code asks.
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     os.environ.setdefault("MPLCONFIGDIR", "/tmp/matplotlib")
+    if len(sys.argv) > 1 and sys.argv[1]:
+        try:
+            os.chdir(sys.argv[1])
+        except OSError as e:
+            # Before the first frame: the server reports this as the start's failure.
+            os.write(2, ("cannot use %s as the working directory: %s\n" % (sys.argv[1], e.strerror)).encode())
+            os._exit(1)
     sys.stdout = CapturedStream(1)
     sys.stderr = CapturedStream(2)
     shell = Shell.instance(colors="NoColor", autoindent=False, history_length=0)
     shell.history_manager.enabled = False
     threading.Thread(target=_pump, daemon=True).start()
+    threading.Thread(target=_streamer, daemon=True).start()
 
     requests = []
     have_request = threading.Condition()
@@ -398,9 +485,25 @@ def serve_one(shell, requests, have_request):
         return
     call_id = message.get("id")
     limit = message.get("limit")
+    streamed = message.get("stream") is True
+    execution_count = shell.execution_count
     with _lock:
-        _capture = Capture(limit if isinstance(limit, int) and limit > 0 else 1 << 20)
+        # What the previous call's processes write after it ended is not this one's.
+        _drain(1)
+        _drain(2)
+        _capture = Capture(limit if isinstance(limit, int) and limit > 0 else 1 << 20,
+                           call_id if streamed else None)
+        if streamed:
+            send({"op": "event", "id": call_id,
+                  "event": {"type": "start", "execution_count": execution_count}})
     del _outputs[:]
+    env = message.get("env")
+    saved_env = {}
+    if isinstance(env, dict):
+        for name, value in env.items():
+            if isinstance(name, str) and isinstance(value, str):
+                saved_env[name] = os.environ.get(name)
+                os.environ[name] = value
     status = "ok"
     _offer_tools(shell, call_id, message.get("tools"))
     _running["id"] = call_id
@@ -414,11 +517,18 @@ def serve_one(shell, requests, have_request):
     finally:
         _running["id"] = None
         _withdraw_tools()
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     with _lock:
         _drain(1)
         _drain(2)
+        _capture.flush()
         stdout_text, stderr_text = _capture.text(1), _capture.text(2)
-    send({"op": "done", "id": call_id, "status": status, "stdout": stdout_text,
-          "stderr": stderr_text, "outputs": list(_outputs)})
+        send({"op": "done", "id": call_id, "status": status, "execution_count": execution_count,
+              "stdout": stdout_text, "stderr": stderr_text, "outputs": list(_outputs)})
+        _capture = Capture(1 << 20)
 
 main()

@@ -10,6 +10,8 @@ npm ci --prefix tests/sdk --no-audit --no-fund --loglevel=error >/dev/null
 npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error >/dev/null
 # The MCP TypeScript SDK for the MCP endpoint's and stdio bridge's tests.
 npm ci --prefix tests/mcp --no-audit --no-fund --loglevel=error >/dev/null
+# E2B's SDKs (e2b, @e2b/code-interpreter) for the E2B-compatible API's tests.
+npm ci --prefix tests/e2b --no-audit --no-fund --loglevel=error >/dev/null
 # playwright-core for the Workspace page's browser test (it drives Debian's chromium).
 npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error >/dev/null
 # kubernetes-models and yaml for the Kubernetes manifests' test (kubectl comes with the machine).

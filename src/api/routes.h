@@ -10,6 +10,11 @@
 #include "service/services.h"
 #include "store/thread_store.h"
 
+namespace sandboxd::service {
+class E2bSandboxes;
+class SandboxProcesses;
+}  // namespace sandboxd::service
+
 namespace sandboxd::cluster {
 class ContainerDurability;
 class ContainerLeases;
@@ -36,6 +41,9 @@ struct ApiContext : service::Services {
   store::ThreadStore* threads = nullptr;
   // Cluster mode: kept-alive connections to the other replicas (api/cluster_relay.h).
   std::shared_ptr<server::UpstreamPool> replica_connections;
+  // E2B's API (api/e2b_api.cc, api/e2b_envd.cc): its sandboxes and their processes.
+  service::E2bSandboxes* e2b_sandboxes = nullptr;
+  service::SandboxProcesses* sandbox_processes = nullptr;
 };
 
 void register_container_routes(server::HttpServer& http, ApiContext& api);
@@ -46,6 +54,8 @@ void register_messages_routes(server::HttpServer& http, ApiContext& api);
 void register_admin_routes(server::HttpServer& http, ApiContext& api);
 void register_skill_routes(server::HttpServer& http, ApiContext& api);
 void register_mcp_routes(server::HttpServer& http, ApiContext& api);  // api/mcp.cc
+void register_e2b_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_api.cc
+void register_e2b_envd_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_envd.cc
 
 // A route handler from a function of (ApiContext&, RequestContext&).
 template <typename Fn>

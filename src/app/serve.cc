@@ -18,6 +18,7 @@
 #include "cluster/container_leases.h"
 #include "cluster/container_durability.h"
 #include "service/container_service.h"
+#include "service/e2b_sandboxes.h"
 #include "app/host_share.h"
 #include "api/routes.h"
 #include "api/sandbox_network.h"
@@ -287,6 +288,16 @@ int serve(ops::Config config, const std::string& config_path) {
     api::register_admin_routes(http, api);
     api::register_skill_routes(http, api);
     api::register_mcp_routes(http, api);
+    // E2B's API keeps its sandboxes' records on this host's disk: a single host's (not
+    // in cluster mode, where another replica could serve the same container).
+    std::optional<service::E2bSandboxes> e2b_sandboxes;
+    if (!config.cluster_enabled()) {
+      e2b_sandboxes.emplace(io, containers, config.data_dir);
+      e2b_sandboxes->start();
+      api.e2b_sandboxes = &*e2b_sandboxes;
+      api::register_e2b_routes(http, api);
+      api::register_e2b_envd_routes(http, api);
+    }
     if (leases) {
       api::install_cluster_routing(http, api, *leases);
       leases->start();

@@ -9,6 +9,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <boost/asio/co_spawn.hpp>
@@ -30,6 +31,7 @@
 #include "runtime/host_capacity.h"
 #include "runtime/volume.h"
 #include "base/blocking.h"
+#include "base/ids.h"
 
 namespace sandboxd::service {
 namespace {
@@ -853,6 +855,19 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
                        "The Python kernel is not installed on this server",
                        settings()->capacity_retry_after_sec};
   }
+  // The context is looked for before a slot is taken, and again once it is (it may
+  // have been removed meanwhile).
+  const bool default_context = call.context == kDefaultPythonContext;
+  auto missing_context = [&] { return ApiError::not_found("Context " + call.context + " not found"); };
+  auto find_context = [&]() -> Container::NamedPython* {
+    for (auto& named : container->python_contexts)
+      if (named.context.id == call.context) return &named;
+    return nullptr;
+  };
+  if (!default_context) {
+    std::lock_guard lock(container->python_mutex);
+    if (!find_context()) co_return missing_context();
+  }
   ops::Admission::Ticket ticket;
   auto sandbox = co_await admit(container, ticket);
   if (!sandbox) co_return sandbox.error();
@@ -861,9 +876,17 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
     // A kernel belongs to one sandbox: after a stop (its TTL, a restart) the next call
     // gets a fresh one in the new sandbox, and the old one's state is gone with it.
     std::lock_guard lock(container->python_mutex);
-    if (!container->python || container->python->sandbox() != sandbox->get())
-      container->python = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env);
-    kernel = container->python;
+    if (default_context) {
+      if (!container->python || container->python->sandbox() != sandbox->get())
+        container->python = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env);
+      kernel = container->python;
+    } else {
+      auto* named = find_context();
+      if (!named) co_return missing_context();
+      if (!named->kernel || named->kernel->sandbox() != sandbox->get())
+        named->kernel = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env, named->context.cwd);
+      kernel = named->kernel;
+    }
   }
   if (call.restart) {
     kernel->restart();
@@ -874,8 +897,15 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
   Result<KernelResult> outcome = ApiError::internal();
   const char* label = "failed";
   try {
-    outcome = co_await kernel->execute(std::move(call.code), call.timeout, call.output_limit,
-                                       std::move(call.tools));
+    KernelCall cell;
+    cell.code = std::move(call.code);
+    cell.timeout = call.timeout;
+    cell.output_limit = call.output_limit;
+    cell.env = std::move(call.env);
+    cell.on_event = std::move(call.on_event);
+    cell.cancellation = std::move(call.cancellation);
+    cell.tools = std::move(call.tools);
+    outcome = co_await kernel->execute(std::move(cell));
     switch (outcome->status) {
       case KernelResult::Status::kPaused:
         label = "paused";
@@ -941,6 +971,55 @@ asio::awaitable<Result<std::optional<KernelResult>>> ContainerService::resume_py
                                                                                  : "ended"}});
   touch(*container);
   co_return outcome;
+}
+
+std::vector<PythonContext> ContainerService::python_contexts(Container& container) {
+  std::lock_guard lock(container.python_mutex);
+  std::vector<PythonContext> out{PythonContext{std::string(kDefaultPythonContext), {}}};
+  for (const auto& named : container.python_contexts) out.push_back(named.context);
+  return out;
+}
+
+Result<PythonContext> ContainerService::create_python_context(Container& container, std::string cwd) {
+  std::lock_guard lock(container.python_mutex);
+  // Each context can hold a Python process in the sandbox: a bound keeps one client
+  // from filling the sandbox's process and memory limits with idle kernels by accident.
+  if (container.python_contexts.size() + 1 >= kMaxPythonContexts)
+    return ApiError::invalid_request("A container has at most " + std::to_string(kMaxPythonContexts) +
+                                     " Python contexts; remove one first");
+  PythonContext context{"ctx_" + random_alnum(20), std::move(cwd)};
+  container.python_contexts.push_back({context, nullptr});
+  return context;
+}
+
+Result<void> ContainerService::restart_python_context(Container& container, const std::string& id) {
+  std::lock_guard lock(container.python_mutex);
+  if (id == kDefaultPythonContext) {
+    if (container.python) container.python->restart();
+    return {};
+  }
+  for (auto& named : container.python_contexts)
+    if (named.context.id == id) {
+      if (named.kernel) named.kernel->restart();
+      return {};
+    }
+  return ApiError::not_found("Context " + id + " not found");
+}
+
+Result<void> ContainerService::remove_python_context(Container& container, const std::string& id) {
+  if (id == kDefaultPythonContext)
+    return ApiError::invalid_request("The default context cannot be removed; restart it instead");
+  std::shared_ptr<PythonKernel> kernel;
+  {
+    std::lock_guard lock(container.python_mutex);
+    auto it = std::find_if(container.python_contexts.begin(), container.python_contexts.end(),
+                           [&](const auto& named) { return named.context.id == id; });
+    if (it == container.python_contexts.end()) return ApiError::not_found("Context " + id + " not found");
+    kernel = std::move(it->kernel);
+    container.python_contexts.erase(it);
+  }
+  if (kernel) kernel->restart();  // its process ends now, not when the last call lets go of it
+  return {};
 }
 
 asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::admit(

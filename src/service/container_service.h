@@ -41,6 +41,15 @@ namespace asio = boost::asio;
 // Seed 002's error for code execution with no provider behind it.
 inline constexpr std::string_view kNoProvider = "code_execution provider is not configured.";
 
+// A Python context of a container: a kernel of its own in the container's sandbox, with
+// its own variables (E2B's code-interpreter contexts). Every container has the default
+// one, the kernel of code_execution; others are made and removed by request.
+inline constexpr std::string_view kDefaultPythonContext = "default";
+struct PythonContext {
+  std::string id;
+  std::string cwd;  // its working directory; empty: the sandbox's (the workspace)
+};
+
 struct Container {
   std::string owner;
   std::string id;
@@ -107,6 +116,13 @@ struct Container {
     std::chrono::steady_clock::time_point expires;
   };
   std::optional<PausedCode> paused_code;  // guarded by python_mutex
+  // The other Python contexts, in order of creation, each with a kernel of its own
+  // (made and replaced as the default one is). Guarded by python_mutex.
+  struct NamedPython {
+    PythonContext context;
+    std::shared_ptr<PythonKernel> kernel;
+  };
+  std::vector<NamedPython> python_contexts;
 };
 
 // One cell for the container's persistent Python (ContainerService::run_python).
@@ -120,6 +136,14 @@ struct PythonCall {
   std::vector<std::string> extra_env;
   // Client tools the code may call (programmatic tool calling): the cell may pause.
   CellTools tools;
+  // The context whose kernel runs it (kDefaultPythonContext: the container's own).
+  std::string context{kDefaultPythonContext};
+  // Set in os.environ for this cell only.
+  std::vector<std::pair<std::string, std::string>> env;
+  // Streams the cell's events as they happen (python_kernel.h); the result then has
+  // only the status and counts.
+  KernelEventSink on_event;
+  std::shared_ptr<runtime::Cancellation> cancellation;  // the caller went away: interrupted
 };
 
 // A running sandbox as an operator sees it (`sandboxd ps`).
@@ -173,6 +197,15 @@ class ContainerService {
                                                                      std::shared_ptr<PythonKernel> kernel,
                                                                      uint64_t cell,
                                                                      std::vector<KernelToolAnswer> answers);
+  // The container's Python contexts: the default one first, then the others in order
+  // of creation. Made, restarted and removed without starting anything: a context's
+  // kernel starts on its first cell (and a restart or removal kills a running one).
+  static constexpr size_t kMaxPythonContexts = 16;  // the default one included
+  std::vector<PythonContext> python_contexts(Container& container);
+  Result<PythonContext> create_python_context(Container& container, std::string cwd);
+  Result<void> restart_python_context(Container& container, const std::string& id);
+  Result<void> remove_python_context(Container& container, const std::string& id);
+
   // `reason` labels the stop in the metrics (api, idle, deleted, restart, shutdown).
   asio::awaitable<void> stop(std::shared_ptr<Container> container, const char* reason = "api");
   asio::awaitable<void> remove(std::shared_ptr<Container> container);

@@ -70,6 +70,29 @@ std::optional<boost::json::object> checked_output(const boost::json::value& valu
   return std::nullopt;
 }
 
+// An event of a streamed call as the driver sent it, checked like an output.
+std::optional<boost::json::object> checked_event(const boost::json::value& value) {
+  if (!value.is_object()) return std::nullopt;
+  const auto& o = value.as_object();
+  const std::string type = string_field(o, "type");
+  if (type == "start") {
+    auto* count = o.if_contains("execution_count");
+    if (!count || !count->is_int64()) return std::nullopt;
+    return boost::json::object{{"type", type}, {"execution_count", count->as_int64()}};
+  }
+  if (type == "stdout" || type == "stderr") {
+    auto* text = o.if_contains("text");
+    if (!text || !text->is_string()) return std::nullopt;
+    return boost::json::object{{"type", type}, {"text", *text}};
+  }
+  return checked_output(value);
+}
+
+bool is_call(const boost::json::object& message, const char* op, uint64_t call) {
+  auto* id = message.if_contains("id");
+  return string_field(message, "op") == op && id && id->is_number() && id->to_number<double>() == call;
+}
+
 }  // namespace
 
 struct PythonKernel::Process {
@@ -122,14 +145,18 @@ struct PythonKernel::Cell {
   bool abandoned = false;  // its pause expired: its calls are answered with errors at once
   Clock::time_point started;
   std::vector<KernelToolCall> pending;
-  asio::steady_timer expiry;  // of its pause
+  KernelEventSink sink;  // a streamed cell's consumer (none: it is not streamed)
+  std::shared_ptr<runtime::Cancellation> cancellation;  // cancelled: interrupted as at its timeout
+  asio::steady_timer expiry;                            // of its pause
 };
 
 PythonKernel::PythonKernel(std::shared_ptr<runtime::Sandbox> sandbox,
-                           std::shared_ptr<const std::string> driver, std::vector<std::string> extra_env)
+                           std::shared_ptr<const std::string> driver, std::vector<std::string> extra_env,
+                           std::string cwd)
     : sandbox_(std::move(sandbox)),
       driver_(std::move(driver)),
       extra_env_(std::move(extra_env)),
+      cwd_(std::move(cwd)),
       strand_(asio::make_strand(sandbox_->executor())),
       turn_(strand_, Clock::time_point::max()) {}
 
@@ -154,11 +181,8 @@ void PythonKernel::restart() {
   });
 }
 
-asio::awaitable<KernelResult> PythonKernel::execute(std::string code, std::chrono::milliseconds timeout,
-                                                    size_t output_limit, CellTools tools) {
-  co_return co_await asio::co_spawn(
-      strand_, execute_on_strand(std::move(code), timeout, output_limit, std::move(tools)),
-      asio::use_awaitable);
+asio::awaitable<KernelResult> PythonKernel::execute(KernelCall call) {
+  co_return co_await asio::co_spawn(strand_, execute_on_strand(std::move(call)), asio::use_awaitable);
 }
 
 asio::awaitable<std::optional<boost::json::object>> PythonKernel::read_frame(Process& process) {
@@ -205,6 +229,7 @@ asio::awaitable<int> PythonKernel::end_process(std::shared_ptr<Process> process)
 asio::awaitable<void> PythonKernel::start_process() {
   runtime::ProcessRequest request;
   request.argv = {kPython, "-c", *driver_};
+  if (!cwd_.empty()) request.argv.push_back(cwd_);
   request.extra_env = extra_env_;
   auto channel = co_await sandbox_->start_process(std::move(request));
   auto process = std::make_shared<Process>(strand_, channel);
@@ -291,9 +316,7 @@ void PythonKernel::release_turn() {
   turn_.cancel_one();
 }
 
-asio::awaitable<KernelResult> PythonKernel::execute_on_strand(std::string code,
-                                                              std::chrono::milliseconds timeout,
-                                                              size_t output_limit, CellTools tools) {
+asio::awaitable<KernelResult> PythonKernel::execute_on_strand(KernelCall call_input) {
   auto self = shared_from_this();
   // One cell at a time, in order of arrival (a paused cell keeps its turn).
   while (busy_) {
@@ -317,18 +340,26 @@ asio::awaitable<KernelResult> PythonKernel::execute_on_strand(std::string code,
   auto cell = std::make_shared<Cell>(strand_);
   cell->id = next_call_++;
   cell->process = process_;
-  cell->time_left = timeout;
-  cell->tools.insert(tools.names.begin(), tools.names.end());
-  cell->answer_limit = tools.answer_limit;
+  cell->time_left = call_input.timeout;
+  cell->tools.insert(call_input.tools.names.begin(), call_input.tools.names.end());
+  cell->answer_limit = call_input.tools.answer_limit;
   cell->started = Clock::now();
+  cell->sink = std::move(call_input.on_event);
+  cell->cancellation = std::move(call_input.cancellation);
   boost::json::object request;
   request["op"] = "execute";
   request["id"] = cell->id;
-  request["code"] = code;
-  request["limit"] = static_cast<uint64_t>(output_limit);
-  if (!tools.names.empty()) {
+  request["code"] = std::move(call_input.code);
+  request["limit"] = static_cast<uint64_t>(call_input.output_limit);
+  if (cell->sink) request["stream"] = true;
+  if (!call_input.env.empty()) {
+    boost::json::object env;
+    for (auto& [name, value] : call_input.env) env[name] = value;
+    request["env"] = std::move(env);
+  }
+  if (!call_input.tools.names.empty()) {
     boost::json::array names;
-    for (const auto& name : tools.names) names.push_back(boost::json::string(name));
+    for (const auto& name : call_input.tools.names) names.push_back(boost::json::string(name));
     request["tools"] = std::move(names);
   }
   cell->written = co_await write_frame(*cell->process, request);
@@ -399,6 +430,16 @@ asio::awaitable<KernelResult> PythonKernel::run_cell(std::shared_ptr<Cell> cell)
   watch->written = cell->written;
   const auto stretch_start = Clock::now();
   watch->timer.expires_after(cell->time_left);
+  // An interrupt before the timeout: the watch's timer expires now (a wait already
+  // under way is cancelled, one that comes later ends at once), and it goes on as at
+  // a timeout.
+  auto interrupt_now = [watch] {
+    if (!watch->done && !watch->interrupted) watch->timer.expires_at(Clock::time_point::min());
+  };
+  uint64_t subscription = 0;
+  if (cell->cancellation)
+    subscription = cell->cancellation->subscribe(
+        [strand = strand_, interrupt_now]() mutable { asio::post(strand, interrupt_now); });
   asio::co_spawn(
       strand_,
       [this, self, process, watch, call]() -> asio::awaitable<void> {
@@ -425,11 +466,14 @@ asio::awaitable<KernelResult> PythonKernel::run_cell(std::shared_ptr<Cell> cell)
       asio::detached);
   struct Finish {
     std::shared_ptr<Watch> watch;
+    std::shared_ptr<runtime::Cancellation> cancellation;
+    uint64_t subscription;
     ~Finish() {
       watch->done = true;
       watch->timer.cancel();
+      if (cancellation && subscription) cancellation->unsubscribe(subscription);
     }
-  } finish{watch};
+  } finish{watch, cell->cancellation, subscription};
 
   std::optional<boost::json::object> done;
   bool paused = false;
@@ -439,14 +483,11 @@ asio::awaitable<KernelResult> PythonKernel::run_cell(std::shared_ptr<Cell> cell)
     for (int stray = 0; stray < 64;) {
       auto message = co_await read_frame(*process);
       if (!message) break;
-      auto* id = message->if_contains("id");
-      const bool ours = id && id->is_number() && id->to_number<double>() == call;
-      const std::string op = string_field(*message, "op");
-      if (ours && op == "done") {
+      if (is_call(*message, "done", call)) {
         done = std::move(*message);
         break;
       }
-      if (ours && op == "tool_calls") {
+      if (is_call(*message, "tool_calls", call)) {
         std::vector<KernelToolCall> calls;
         std::vector<KernelToolAnswer> refused;
         sort_tool_calls(*message, cell->tools, calls, refused);
@@ -466,7 +507,22 @@ asio::awaitable<KernelResult> PythonKernel::run_cell(std::shared_ptr<Cell> cell)
         paused = true;
         break;
       }
-      ++stray;
+      if (!is_call(*message, "event", call)) {
+        ++stray;
+        continue;
+      }
+      if (!cell->sink) continue;  // not a streamed call, or its consumer is gone: dropped
+      auto* body = message->if_contains("event");
+      auto event = body ? checked_event(*body) : std::nullopt;
+      if (!event) {
+        ++stray;
+        continue;
+      }
+      if (auto* count = event->if_contains("execution_count")) result.execution_count = count->as_int64();
+      if (!co_await cell->sink(std::move(*event))) {
+        cell->sink = nullptr;  // the consumer is gone: the rest of the cell's frames are read and dropped
+        interrupt_now();
+      }
     }
   }
   watch->done = true;
@@ -480,6 +536,8 @@ asio::awaitable<KernelResult> PythonKernel::run_cell(std::shared_ptr<Cell> cell)
     const std::string status = string_field(*done, "status");
     result.stdout_text = string_field(*done, "stdout");
     result.stderr_text = string_field(*done, "stderr");
+    if (auto* count = done->if_contains("execution_count"); count && count->is_int64())
+      result.execution_count = count->as_int64();
     if (auto* outputs = done->if_contains("outputs"); outputs && outputs->is_array())
       for (const auto& output : outputs->as_array())
         if (auto checked = checked_output(output)) result.outputs.push_back(std::move(*checked));

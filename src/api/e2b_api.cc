@@ -1,0 +1,360 @@
+// E2B's control plane (docs/e2b.md) under /e2b: what E2B's SDKs call with E2B_API_URL
+// set to http://HOST:PORT/e2b and the API key a sandboxd token. A sandbox is a
+// container of the key's owner (service/e2b_sandboxes.h); the same quotas, capacity
+// answers, audit and metrics apply to it as to any container.
+
+#include <boost/json.hpp>
+#include <ctime>
+
+#include "api/api_calls.h"
+#include "api/e2b_common.h"
+#include "server/auth.h"
+#include "server/router.h"
+
+namespace sandboxd::api {
+namespace {
+
+namespace json = boost::json;
+
+constexpr size_t kControlBodyLimit = 256 * 1024;
+constexpr size_t kMaxListLimit = 1000;
+
+Result<std::map<std::string, std::string>> string_map_field(const json::object& body, std::string_view key) {
+  std::map<std::string, std::string> out;
+  const auto* value = body.if_contains(key);
+  if (!value || value->is_null()) return out;
+  if (!value->is_object())
+    return ApiError::invalid_request("'" + std::string(key) + "' must be an object of strings");
+  for (const auto& [name, item] : value->as_object()) {
+    if (!item.is_string())
+      return ApiError::invalid_request("'" + std::string(key) + "." + std::string(name) +
+                                       "' must be a string");
+    out[std::string(name)] = std::string(item.as_string());
+  }
+  return out;
+}
+
+// An optional integer field (seconds); an error for anything but an integer.
+Result<std::optional<int64_t>> seconds_field(const json::object& body, std::string_view key) {
+  const auto* value = body.if_contains(key);
+  if (!value || value->is_null()) return std::optional<int64_t>{};
+  if (value->is_int64()) return std::optional<int64_t>{value->as_int64()};
+  if (value->is_uint64() && value->as_uint64() <= static_cast<uint64_t>(INT64_MAX))
+    return std::optional<int64_t>{static_cast<int64_t>(value->as_uint64())};
+  return ApiError::invalid_request("'" + std::string(key) + "' must be an integer number of seconds");
+}
+
+Result<bool> bool_field(const json::object& body, std::string_view key) {
+  const auto* value = body.if_contains(key);
+  if (!value || value->is_null()) return false;
+  if (!value->is_bool()) return ApiError::invalid_request("'" + std::string(key) + "' must be a boolean");
+  return value->as_bool();
+}
+
+asio::awaitable<Result<json::object>> read_object(RequestContext& ctx) {
+  auto body = co_await ctx.read_body(kControlBodyLimit);
+  if (!body) co_return body.error();
+  if (body->empty()) co_return json::object{};
+  co_return parse_json_object(*body);
+}
+
+// The Sandbox schema: what create and connect answer. The envd access token is the
+// caller's own token (see api/e2b_common.h).
+json::object sandbox_handle(const service::E2bSandbox& s, RequestContext& ctx) {
+  return json::object{{"templateID", s.template_id},
+                      {"sandboxID", s.id},
+                      {"clientID", "sandboxd"},
+                      {"envdVersion", kEnvdVersion},
+                      {"envdAccessToken", std::string(server::presented_token(ctx))},
+                      {"domain", nullptr}};
+}
+
+// A sandbox's size as E2B reports it, from the limits every sandbox gets (no limit on
+// memory reads as the host's share being unbounded: 0).
+struct SandboxSize {
+  int64_t cpus = 1, memory_bytes = 0, disk_bytes = 0;
+};
+SandboxSize sandbox_size(const ops::Config& config) {
+  SandboxSize size;
+  if (config.limit_range_enabled) size.cpus = std::max<int64_t>(1, (config.limit_cpu_millis + 999) / 1000);
+  size.memory_bytes = static_cast<int64_t>(config.memory_limit_bytes    ? config.memory_limit_bytes
+                                           : config.limit_range_enabled ? config.limit_memory_bytes
+                                                                        : 0);
+  size.disk_bytes = static_cast<int64_t>(config.workspace_size_bytes);
+  return size;
+}
+
+// ListedSandbox / SandboxDetail.
+json::object sandbox_detail(ApiContext& api, const service::E2bSandbox& s) {
+  const auto size = sandbox_size(*api.config());
+  json::object metadata;
+  for (const auto& [key, value] : s.metadata) metadata[key] = value;
+  return json::object{{"templateID", s.template_id},
+                      {"sandboxID", s.id},
+                      {"clientID", "sandboxd"},
+                      {"startedAt", e2b_time(s.started_at_ms)},
+                      {"endAt", e2b_time(s.end_at_ms)},
+                      {"cpuCount", size.cpus},
+                      {"memoryMB", size.memory_bytes >> 20},
+                      {"diskSizeMB", size.disk_bytes >> 20},
+                      {"metadata", std::move(metadata)},
+                      {"state", s.paused ? "paused" : "running"},
+                      {"envdVersion", kEnvdVersion},
+                      {"volumeMounts", json::array{}}};
+}
+
+asio::awaitable<Result<Response>> create_sandbox(ApiContext& api, RequestContext& ctx) {
+  auto body = co_await read_object(ctx);
+  if (!body) co_return body.error();
+  service::E2bCreate request;
+  const auto* template_id = body->if_contains("templateID");
+  if (!template_id || !template_id->is_string() || template_id->as_string().empty())
+    co_return ApiError::invalid_request("'templateID' is required (a template name such as 'base')");
+  request.template_id = std::string(template_id->as_string());
+  auto metadata = string_map_field(*body, "metadata");
+  if (!metadata) co_return metadata.error();
+  request.metadata = std::move(*metadata);
+  auto env_vars = string_map_field(*body, "envVars");
+  if (!env_vars) co_return env_vars.error();
+  request.env_vars = std::move(*env_vars);
+  for (const auto& [name, value] : request.env_vars)
+    if (name.empty() || name.find_first_of("=\0", 0, 2) != std::string::npos ||
+        value.find('\0') != std::string::npos)
+      co_return ApiError::invalid_request("Environment variable names may not be empty or hold '=' or NUL");
+  auto timeout = seconds_field(*body, "timeout");
+  if (!timeout) co_return timeout.error();
+  // E2B's API defaults to 15 s; its SDKs always send their own default (300 s).
+  request.timeout_sec = timeout->value_or(15);
+  auto auto_pause = bool_field(*body, "autoPause");
+  if (!auto_pause) co_return auto_pause.error();
+  request.auto_pause = *auto_pause;
+  if (const auto* mcp = body->if_contains("mcp"); mcp && !mcp->is_null())
+    co_return ApiError::invalid_request("MCP gateways are not available on this server");
+  if (const auto* mounts = body->if_contains("volumeMounts");
+      mounts && mounts->is_array() && !mounts->as_array().empty())
+    co_return ApiError::invalid_request("Volumes are not available on this server");
+  auto created = co_await api.e2b_sandboxes->create(ctx.owner, std::move(request));
+  if (!created) co_return created.error();
+  co_return json_ok(sandbox_handle(*created, ctx), HttpStatus::created);
+}
+
+// ?metadata=k1%3Dv1%26k2%3Dv2 (the SDK encodes each key and value, then the pairs as a
+// query string) and ?state=running,paused.
+Result<service::E2bListQuery> list_query(RequestContext& ctx) {
+  service::E2bListQuery query;
+  if (auto metadata = ctx.query_value("metadata"); metadata && !metadata->empty()) {
+    std::string_view rest = *metadata;
+    while (!rest.empty()) {
+      const size_t amp = rest.find('&');
+      std::string_view pair = rest.substr(0, amp);
+      rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+      if (pair.empty()) continue;
+      const size_t eq = pair.find('=');
+      std::string key, value;
+      if (eq == std::string_view::npos || !server::percent_decode(pair.substr(0, eq), key) ||
+          !server::percent_decode(pair.substr(eq + 1), value) || key.empty())
+        return ApiError::invalid_request("'metadata' must be key=value pairs joined by '&'");
+      // Each side was encoded twice (once by the SDK, once as a query value).
+      std::string key2, value2;
+      if (server::percent_decode(key, key2)) key = key2;
+      if (server::percent_decode(value, value2)) value = value2;
+      query.metadata[key] = value;
+    }
+  }
+  if (auto state = ctx.query_value("state"); state && !state->empty()) {
+    bool running = false, paused = false;
+    std::string_view rest = *state;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      std::string_view item = rest.substr(0, comma);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      if (item == "running")
+        running = true;
+      else if (item == "paused")
+        paused = true;
+      else
+        return ApiError::invalid_request("'state' must be running, paused or both");
+    }
+    if (running != paused) query.paused = paused;
+  }
+  if (auto limit = ctx.query_value("limit")) {
+    char* end = nullptr;
+    const long value = std::strtol(limit->c_str(), &end, 10);
+    if (limit->empty() || *end || value < 1 || value > static_cast<long>(kMaxListLimit))
+      return ApiError::invalid_request("'limit' must be an integer from 1 to 1000");
+    query.limit = static_cast<size_t>(value);
+  }
+  if (auto token = ctx.query_value("nextToken")) {
+    if (!token->empty() && !ContainerService::valid_id(*token))
+      return ApiError::invalid_request("Invalid 'nextToken'");
+    query.after_id = *token;
+  }
+  return query;
+}
+
+asio::awaitable<Result<Response>> list_sandboxes(ApiContext& api, RequestContext& ctx) {
+  auto query = list_query(ctx);
+  if (!query) co_return query.error();
+  bool has_more = false;
+  auto sandboxes = api.e2b_sandboxes->list(ctx.owner, *query, has_more);
+  json::array data;
+  for (const auto& s : sandboxes) data.push_back(sandbox_detail(api, s));
+  auto res = json_ok(data);
+  if (has_more && !sandboxes.empty()) res.set("x-next-token", sandboxes.back().id);
+  co_return res;
+}
+
+// The v1 listing: running sandboxes only.
+asio::awaitable<Result<Response>> list_running_sandboxes(ApiContext& api, RequestContext& ctx) {
+  auto query = list_query(ctx);
+  if (!query) co_return query.error();
+  query->paused = false;
+  query->limit = kMaxListLimit;
+  bool has_more = false;
+  json::array data;
+  for (const auto& s : api.e2b_sandboxes->list(ctx.owner, *query, has_more))
+    data.push_back(sandbox_detail(api, s));
+  co_return json_ok(data);
+}
+
+asio::awaitable<Result<Response>> get_sandbox(ApiContext& api, RequestContext& ctx) {
+  auto found = api.e2b_sandboxes->find(ctx.owner, ctx.params["id"]);
+  if (!found) co_return found.error();
+  co_return json_ok(sandbox_detail(api, *found));
+}
+
+asio::awaitable<Result<Response>> kill_sandbox(ApiContext& api, RequestContext& ctx) {
+  auto killed = co_await api.e2b_sandboxes->kill(ctx.owner, ctx.params["id"]);
+  if (!killed) co_return killed.error();
+  server::StringResponse res{HttpStatus::no_content, 11};
+  co_return res;
+}
+
+asio::awaitable<Result<Response>> set_timeout(ApiContext& api, RequestContext& ctx) {
+  auto body = co_await read_object(ctx);
+  if (!body) co_return body.error();
+  auto timeout = seconds_field(*body, "timeout");
+  if (!timeout) co_return timeout.error();
+  if (!*timeout) co_return ApiError::invalid_request("'timeout' is required");
+  auto set = co_await api.e2b_sandboxes->set_timeout(ctx.owner, ctx.params["id"], **timeout);
+  if (!set) co_return set.error();
+  co_return server::StringResponse{HttpStatus::no_content, 11};
+}
+
+asio::awaitable<Result<Response>> pause_sandbox(ApiContext& api, RequestContext& ctx) {
+  auto body = co_await read_object(ctx);
+  if (!body) co_return body.error();
+  auto paused = co_await api.e2b_sandboxes->pause(ctx.owner, ctx.params["id"]);
+  if (!paused) co_return paused.error();
+  co_return server::StringResponse{HttpStatus::no_content, 11};
+}
+
+// Connect (v2) and resume (v1): 201 when the sandbox was paused, 200 when it ran.
+asio::awaitable<Result<Response>> connect_sandbox(ApiContext& api, RequestContext& ctx) {
+  auto body = co_await read_object(ctx);
+  if (!body) co_return body.error();
+  auto timeout = seconds_field(*body, "timeout");
+  if (!timeout) co_return timeout.error();
+  const std::string id = ctx.params["id"];
+  auto resumed = co_await api.e2b_sandboxes->resume(ctx.owner, id, *timeout);
+  if (!resumed) co_return resumed.error();
+  auto found = api.e2b_sandboxes->find(ctx.owner, id);
+  if (!found) co_return found.error();
+  co_return json_ok(sandbox_handle(*found, ctx), *resumed ? HttpStatus::created : HttpStatus::ok);
+}
+
+// What sandboxd measures of a running sandbox: its memory now and the bytes its files
+// take. (CPU use is not sampled, so cpuUsedPct is left out rather than made up.)
+asio::awaitable<Result<Response>> sandbox_metrics(ApiContext& api, RequestContext& ctx) {
+  auto container = co_await api.e2b_sandboxes->open(ctx.owner, ctx.params["id"]);
+  if (!container) co_return container.error();
+  json::array data;
+  if (auto sandbox = (*container)->live_sandbox.load(); sandbox && sandbox->running()) {
+    const auto size = sandbox_size(*api.config());
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    auto described = co_await describe_container(api.containers, **container);
+    data.push_back(json::object{{"timestamp", e2b_time(now_ms)},
+                                {"timestampUnix", now_ms / 1000},
+                                {"cpuCount", size.cpus},
+                                {"memUsed", sandbox->memory_usage()},
+                                {"memTotal", size.memory_bytes},
+                                {"diskUsed", described.at("usage").at("bytes")},
+                                {"diskTotal", size.disk_bytes}});
+  }
+  co_return json_ok(data);
+}
+
+}  // namespace
+
+server::StringResponse e2b_error_response(const ApiError& error) {
+  auto res = server::json_response(
+      error.status,
+      json::serialize(json::object{{"code", static_cast<int>(error.status)}, {"message", error.message}}));
+  if (error.retry_after) res.set(http::field::retry_after, std::to_string(*error.retry_after));
+  return res;
+}
+
+asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api, RequestContext& ctx,
+                                                                 uint16_t port) {
+  if (!api.e2b_sandboxes) co_return ApiError::not_found("E2B's API is not enabled on this server");
+  const std::string id(ctx.header_value("E2b-Sandbox-Id"));
+  if (id.empty())
+    co_return ApiError::invalid_request(
+        "Missing the E2b-Sandbox-Id header (set E2B_SANDBOX_URL for E2B's SDKs)");
+  if (!ContainerService::valid_id(id)) co_return ApiError::not_found("Sandbox not found");
+  if (ctx.header_value("E2b-Sandbox-Port") != std::to_string(port))
+    co_return ApiError::not_found("Nothing answers on port " +
+                                  std::string(ctx.header_value("E2b-Sandbox-Port")) + " of sandbox " + id +
+                                  " for " + std::string(ctx.header().target()));
+  // A missing sandbox (or another owner's) and a paused one answer as E2B's proxy does
+  // for a sandbox that is not running: 502 (the SDKs tell the sandbox is gone from it).
+  auto found = api.e2b_sandboxes->find(ctx.owner, id);
+  if (!found)
+    co_return ApiError{HttpStatus::bad_gateway, "api_error", "The sandbox " + id + " was not found"};
+  if (found->paused)
+    co_return ApiError{HttpStatus::bad_gateway, "api_error",
+                       "Sandbox " + id + " is paused; connect to resume it"};
+  auto container = co_await api.e2b_sandboxes->open(ctx.owner, id);
+  if (!container && container.error().status == HttpStatus::not_found)
+    co_return ApiError{HttpStatus::bad_gateway, "api_error", "The sandbox " + id + " was not found"};
+  if (!container) co_return container.error();
+  co_return AddressedSandbox{std::move(*found), std::move(*container)};
+}
+
+std::string e2b_time(int64_t unix_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(unix_ms % 1000));
+  return buf;
+}
+
+void register_e2b_routes(server::HttpServer& http, ApiContext& api) {
+  if (!api.e2b_sandboxes) return;
+  const std::string base = "/e2b";
+  http.route(http::verb::post, base + "/v2/sandboxes", "e2b.sandboxes.create",
+             e2b_route(api, create_sandbox));
+  http.route(http::verb::post, base + "/sandboxes", "e2b.sandboxes.create", e2b_route(api, create_sandbox));
+  http.route(http::verb::get, base + "/v2/sandboxes", "e2b.sandboxes.list", e2b_route(api, list_sandboxes));
+  http.route(http::verb::get, base + "/sandboxes", "e2b.sandboxes.list",
+             e2b_route(api, list_running_sandboxes));
+  http.route(http::verb::get, base + "/sandboxes/{id}", "e2b.sandboxes.get", e2b_route(api, get_sandbox));
+  http.route(http::verb::delete_, base + "/sandboxes/{id}", "e2b.sandboxes.kill",
+             e2b_route(api, kill_sandbox));
+  http.route(http::verb::post, base + "/sandboxes/{id}/timeout", "e2b.sandboxes.timeout",
+             e2b_route(api, set_timeout));
+  http.route(http::verb::post, base + "/sandboxes/{id}/pause", "e2b.sandboxes.pause",
+             e2b_route(api, pause_sandbox));
+  http.route(http::verb::post, base + "/sandboxes/{id}/resume", "e2b.sandboxes.connect",
+             e2b_route(api, connect_sandbox));
+  http.route(http::verb::post, base + "/v2/sandboxes/{id}/connect", "e2b.sandboxes.connect",
+             e2b_route(api, connect_sandbox));
+  http.route(http::verb::get, base + "/sandboxes/{id}/metrics", "e2b.sandboxes.metrics",
+             e2b_route(api, sandbox_metrics));
+}
+
+}  // namespace sandboxd::api

@@ -1,0 +1,55 @@
+// What the E2B surfaces share (api/e2b_api.cc, the control plane; api/e2b_envd.cc,
+// envd's process and filesystem RPCs and /files; the code interpreter's /execute and
+// /contexts): E2B's error shape and the addressing of a sandbox by headers.
+//
+// With E2B_SANDBOX_URL set, E2B's SDKs send every call meant for a sandbox to that one
+// URL and name the sandbox and the port inside it in two headers (E2b-Sandbox-Id,
+// E2b-Sandbox-Port: 49983 for envd, 49999 for the code interpreter). They authenticate
+// with X-Access-Token: the envdAccessToken the control plane answered with, which here
+// is the caller's own sandboxd token (so a sandbox is reached as its owner, and another
+// owner's sandbox is not found).
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "api/routes.h"
+#include "service/e2b_sandboxes.h"
+
+namespace sandboxd::api {
+
+inline constexpr uint16_t kEnvdPort = 49983;
+inline constexpr uint16_t kCodeInterpreterPort = 49999;
+// The envd version the control plane reports: the SDKs turn features on by it (stdin
+// close, raw uploads), so it names the newest behaviour this server implements.
+inline constexpr std::string_view kEnvdVersion = "0.5.7";
+
+// E2B's error body, {"code": <HTTP status>, "message": "..."}, with Retry-After for
+// 429 and 503 (the SDKs map 401, 404, 429 and 503 to their own exception types).
+server::StringResponse e2b_error_response(const ApiError& error);
+
+// A route handler whose errors answer in E2B's shape instead of sandboxd's own.
+template <typename Fn>
+server::Handler e2b_route(ApiContext& api, Fn fn) {
+  return [&api, fn](server::RequestContext& ctx) -> asio::awaitable<Result<Response>> {
+    Result<Response> result = co_await fn(api, ctx);
+    if (!result) co_return Response{e2b_error_response(result.error())};
+    co_return result;
+  };
+}
+
+// The sandbox a sandbox-addressed request names (E2b-Sandbox-Id), checked to be the
+// caller's and the request to be for `port` (E2b-Sandbox-Port); its container opened.
+struct AddressedSandbox {
+  service::E2bSandbox sandbox;
+  std::shared_ptr<Container> container;
+};
+asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api, RequestContext& ctx,
+                                                                 uint16_t port);
+
+// Unix milliseconds as RFC 3339 (UTC, milliseconds): E2B's date-time fields.
+std::string e2b_time(int64_t unix_ms);
+
+}  // namespace sandboxd::api
