@@ -7,15 +7,30 @@
 # tracebacks); this file only frames requests and results.
 #
 # Protocol: frames of a 4-byte big-endian length and a UTF-8 JSON object.
-#   server -> driver (stdin):   {"op": "execute", "id": N, "code": str, "limit": bytes}
+#   server -> driver (stdin):   {"op": "execute", "id": N, "code": str, "limit": bytes,
+#                                "stream": bool, "env": {name: value}}
 #                               {"op": "interrupt", "id": N}
+#                               {"op": "tool_results", "id": N, "results": [...]}  (below)
 #   driver -> server (fd 1 at start, moved to a private descriptor):
 #                               {"op": "ready"}
+#                               {"op": "event", "id": N, "event": {...}}   (streamed calls)
 #                               {"op": "done", "id": N, "status": "ok"|"error"|"interrupted",
-#                                "stdout": str, "stderr": str, "outputs": [...]}
+#                                "execution_count": n, "stdout": str, "stderr": str,
+#                                "outputs": [...]}
+#                               {"op": "tool_calls", "id": N, "calls": [...]}  (below)
+# A streamed call sends what happens as it happens, in order: {"type": "start",
+# "execution_count": n}, {"type": "stdout"|"stderr", "text": str} (bursts gathered into
+# one event), the outputs (as in "outputs" below); its "done" then carries no text or
+# outputs, as they went out already. Otherwise everything comes in "done", with the
+# traceback also added to stderr as a terminal would show it.
+# `env` is set in os.environ for the cell only. The working directory is the argument
+# after the script (`python3 -c DRIVER DIR`), when given.
+# An execute frame may also carry "tools": [name, ...] (programmatic tool calling, see
+# the section "Client tools as async functions").
 # The code that runs here is the agent's and may write anything to any descriptor,
 # the protocol's included: the server trusts nothing it reads (sizes are bounded, a
 # frame that does not parse ends this kernel, never the server).
+import codecs
 import json
 import os
 import select
@@ -23,6 +38,7 @@ import signal
 import struct
 import sys
 import threading
+import time
 
 # IPython first: if it is missing, the error goes to the original stderr, which the
 # server reads when the start fails.
@@ -49,30 +65,61 @@ for _fd in (1, 2):
     os.set_blocking(_r, False)
     _fd_pipes[_fd] = _r
 
-_lock = threading.Lock()
+# Held to add to the capture and to send a frame: a streamed call's events leave in the
+# order they happened, and none after its "done".
+_lock = threading.RLock()
+TRUNCATED = "...[truncated]"
 
 
 class Capture:
-    """One call's stdout and stderr, each kept up to `limit` bytes."""
+    """One call's stdout and stderr, each kept up to `limit` bytes. A streamed call
+    (`call_id` set) keeps nothing: what is accepted waits in `pending` for the streamer."""
 
-    def __init__(self, limit):
+    def __init__(self, limit, call_id=None):
         self.limit = limit
+        self.call_id = call_id
         self.parts = {1: [], 2: []}
         self.sizes = {1: 0, 2: 0}
         self.truncated = {1: False, 2: False}
+        self.pending = {1: [], 2: []}
+        # A character split between two writes is decoded whole in the later event.
+        self.decoders = {fd: codecs.getincrementaldecoder("utf-8")("replace") for fd in (1, 2)}
 
     def add(self, fd, data):
         room = self.limit - self.sizes[fd]
-        if len(data) > room:
-            self.truncated[fd] = True
+        cut = len(data) > room
+        if cut:
             data = data[:max(room, 0)]
         if data:
-            self.parts[fd].append(data)
             self.sizes[fd] += len(data)
+            (self.pending if self.call_id is not None else self.parts)[fd].append(data)
+        if cut and not self.truncated[fd]:
+            self.truncated[fd] = True
+            if self.call_id is not None:
+                self.pending[fd].append(TRUNCATED.encode())
+        if self.call_id is not None and (data or cut):
+            _stream_wakeup.set()
+
+    def flush(self):
+        # Called with _lock held: sends what waits as one event per stream.
+        if self.call_id is None:
+            return
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            if not self.pending[fd]:
+                continue
+            text = self.decoders[fd].decode(b"".join(self.pending[fd]))
+            self.pending[fd] = []
+            if text:
+                send({"op": "event", "id": self.call_id, "event": {"type": name, "text": text}})
 
     def text(self, fd):
+        if self.call_id is not None:
+            return ""  # it went out as events
         out = b"".join(self.parts[fd]).decode("utf-8", "replace")
-        return out + "...[truncated]" if self.truncated[fd] else out
+        return out + TRUNCATED if self.truncated[fd] else out
+
+
+_stream_wakeup = threading.Event()
 
 
 _capture = Capture(1 << 20)
@@ -103,6 +150,17 @@ def _pump():
         with _lock:
             for r in ready:
                 _drain(back[r])
+
+
+def _streamer():
+    # A burst of writes (a loop of prints) goes out as one event a few ms later, not
+    # as one frame per write.
+    while True:
+        _stream_wakeup.wait()
+        time.sleep(0.005)
+        _stream_wakeup.clear()
+        with _lock:
+            _capture.flush()
 
 
 class CapturedStream:
@@ -145,9 +203,32 @@ def send(message):
     data = json.dumps(message, ensure_ascii=False, default=str).encode("utf-8", "replace")
     frame = struct.pack(">I", len(data)) + data
     view = memoryview(frame)
-    while view:
-        n = os.write(PROTOCOL_OUT, view)
-        view = view[n:]
+    # An interrupt (SIGINT, taken by the main thread) waits until the frame is out: a
+    # frame cut in half would end the kernel.
+    main = threading.current_thread() is threading.main_thread()
+    with _lock:
+        if main:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            while view:
+                n = os.write(PROTOCOL_OUT, view)
+                view = view[n:]
+        finally:
+            if main:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def output(message):
+    """One output of the running cell: streamed at once (after the text before it), or
+    kept for its "done"."""
+    with _lock:
+        if _capture.call_id is None:
+            _outputs.append(message)
+            return
+        _drain(1)  # what processes wrote before it came first
+        _drain(2)
+        _capture.flush()
+        send({"op": "event", "id": _capture.call_id, "event": message})
 
 
 def read_exactly(n):
@@ -200,7 +281,7 @@ class ResultHook(DisplayHook):
         pass
 
     def write_format_data(self, format_dict, md_dict=None):
-        _outputs.append({"type": "execute_result", "data": _jsonable(format_dict)})
+        output({"type": "execute_result", "data": _jsonable(format_dict)})
 
     def finish_displayhook(self):
         pass
@@ -210,7 +291,7 @@ class Publisher(DisplayPublisher):
     """display() and matplotlib's inline figures: display_data with the MIME bundle."""
 
     def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
-        _outputs.append({"type": "display_data", "data": _jsonable(data)})
+        output({"type": "display_data", "data": _jsonable(data)})
 
     def clear_output(self, wait=False):
         pass
@@ -222,13 +303,124 @@ class Shell(InteractiveShell):
 
     def _showtraceback(self, etype, evalue, stb):
         traceback = list(stb)
-        _outputs.append({"type": "error", "ename": getattr(etype, "__name__", str(etype)),
-                         "evalue": str(evalue), "traceback": traceback})
         with _lock:
-            _capture.add(2, ("\n".join(traceback) + "\n").encode("utf-8", "replace"))
+            streamed = _capture.call_id is not None
+            output({"type": "error", "ename": getattr(etype, "__name__", str(etype)),
+                    "evalue": str(evalue), "traceback": traceback})
+            if not streamed:
+                _capture.add(2, ("\n".join(traceback) + "\n").encode("utf-8", "replace"))
 
     def ask_exit(self):
         pass  # `exit` in a cell does not end the kernel
+
+
+# --- Client tools as async functions (programmatic tool calling) --------------------
+# While a cell whose execute frame named "tools" runs, each name is an async function in
+# the user namespace: `await name(field=value, ...)` (or one dict) sends
+#   {"op": "tool_calls", "id": N, "calls": [{"call": "c1", "name": str, "input": {...}}]}
+# and waits. The calls made before the event loop next runs its queue go in one frame
+# (asyncio.gather's come together). The server answers once its client has:
+#   {"op": "tool_results", "id": N, "results": [{"call": "c1", "content": str, "is_error": bool}]}
+# A result is the call's return value (the text); an error raises ToolCallError.
+
+
+class ToolCallError(Exception):
+    """A client tool called from code failed (its tool_result had is_error), or timed out."""
+
+
+_tools = {"cell": None, "names": (), "next": 0, "waiters": {}, "batch": [], "flushing": False}
+_tools_lock = threading.Lock()
+
+
+def _flush_tool_calls():
+    with _tools_lock:
+        batch, _tools["batch"] = _tools["batch"], []
+        _tools["flushing"] = False
+        cell = _tools["cell"]
+    if batch:
+        send({"op": "tool_calls", "id": cell, "calls": batch})
+
+
+def _tool_function(name):
+    async def call(*args, **kwargs):
+        if args:
+            if len(args) != 1 or kwargs or not isinstance(args[0], dict):
+                raise TypeError("%s() takes the tool's input as keyword arguments or one dict" % name)
+            tool_input = dict(args[0])
+        else:
+            tool_input = kwargs
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with _tools_lock:
+            if _tools["cell"] is None or name not in _tools["names"]:
+                raise ToolCallError("%s is not callable here: only code_execution calls that offer it "
+                                    "can call it" % name)
+            _tools["next"] += 1
+            call_id = "c%d" % _tools["next"]
+            _tools["waiters"][call_id] = (loop, future)
+            _tools["batch"].append({"call": call_id, "name": name, "input": tool_input})
+            schedule = not _tools["flushing"]
+            _tools["flushing"] = True
+        if schedule:
+            loop.call_soon(_flush_tool_calls)
+        try:
+            return await future
+        finally:
+            with _tools_lock:
+                _tools["waiters"].pop(call_id, None)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = "The client tool %s (awaitable): input as keyword arguments; returns its result." % name
+    return call
+
+
+def _settle(future, result):
+    if future.done():
+        return
+    content = result.get("content")
+    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    if result.get("is_error"):
+        future.set_exception(ToolCallError(text))
+    else:
+        future.set_result(text)
+
+
+def _answer_tool_calls(message):
+    """The reader thread's side: the server's answers wake the waiting calls."""
+    results = message.get("results")
+    if message.get("id") != _tools["cell"] or not isinstance(results, list):
+        return
+    for result in results:
+        if not isinstance(result, dict):
+            continue
+        with _tools_lock:
+            waiter = _tools["waiters"].get(result.get("call"))
+        if waiter:
+            loop, future = waiter
+            loop.call_soon_threadsafe(_settle, future, result)
+
+
+def _offer_tools(shell, call_id, names):
+    """Before a cell: its tools become functions (a name that is not offered raises)."""
+    names = tuple(n for n in (names or ()) if isinstance(n, str) and n.isidentifier())
+    with _tools_lock:
+        _tools["cell"] = call_id
+        _tools["names"] = names
+        _tools["batch"] = []
+        _tools["flushing"] = False
+    if names:
+        shell.user_ns["ToolCallError"] = ToolCallError
+    for name in names:
+        shell.user_ns[name] = _tool_function(name)
+
+
+def _withdraw_tools():
+    with _tools_lock:
+        _tools["cell"] = None
+        _tools["names"] = ()
+        _tools["waiters"].clear()
 
 
 def main():
@@ -237,11 +429,19 @@ def main():
     # the code imports it; nothing is imported before the code asks.
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     os.environ.setdefault("MPLCONFIGDIR", "/tmp/matplotlib")
+    if len(sys.argv) > 1 and sys.argv[1]:
+        try:
+            os.chdir(sys.argv[1])
+        except OSError as e:
+            # Before the first frame: the server reports this as the start's failure.
+            os.write(2, ("cannot use %s as the working directory: %s\n" % (sys.argv[1], e.strerror)).encode())
+            os._exit(1)
     sys.stdout = CapturedStream(1)
     sys.stderr = CapturedStream(2)
     shell = Shell.instance(colors="NoColor", autoindent=False, history_length=0)
     shell.history_manager.enabled = False
     threading.Thread(target=_pump, daemon=True).start()
+    threading.Thread(target=_streamer, daemon=True).start()
 
     requests = []
     have_request = threading.Condition()
@@ -254,6 +454,9 @@ def main():
                 message = None
             if message is None:
                 os._exit(0)  # the server closed the channel: the kernel ends
+            if message.get("op") == "tool_results":
+                _answer_tool_calls(message)
+                continue
             if message.get("op") == "interrupt":
                 if _running["id"] is not None and _running["id"] == message.get("id"):
                     signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
@@ -282,10 +485,27 @@ def serve_one(shell, requests, have_request):
         return
     call_id = message.get("id")
     limit = message.get("limit")
+    streamed = message.get("stream") is True
+    execution_count = shell.execution_count
     with _lock:
-        _capture = Capture(limit if isinstance(limit, int) and limit > 0 else 1 << 20)
+        # What the previous call's processes write after it ended is not this one's.
+        _drain(1)
+        _drain(2)
+        _capture = Capture(limit if isinstance(limit, int) and limit > 0 else 1 << 20,
+                           call_id if streamed else None)
+        if streamed:
+            send({"op": "event", "id": call_id,
+                  "event": {"type": "start", "execution_count": execution_count}})
     del _outputs[:]
+    env = message.get("env")
+    saved_env = {}
+    if isinstance(env, dict):
+        for name, value in env.items():
+            if isinstance(name, str) and isinstance(value, str):
+                saved_env[name] = os.environ.get(name)
+                os.environ[name] = value
     status = "ok"
+    _offer_tools(shell, call_id, message.get("tools"))
     _running["id"] = call_id
     try:
         result = shell.run_cell(str(message.get("code", "")), store_history=True)
@@ -296,11 +516,19 @@ def serve_one(shell, requests, have_request):
         status = "interrupted"
     finally:
         _running["id"] = None
+        _withdraw_tools()
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     with _lock:
         _drain(1)
         _drain(2)
+        _capture.flush()
         stdout_text, stderr_text = _capture.text(1), _capture.text(2)
-    send({"op": "done", "id": call_id, "status": status, "stdout": stdout_text,
-          "stderr": stderr_text, "outputs": list(_outputs)})
+        send({"op": "done", "id": call_id, "status": status, "execution_count": execution_count,
+              "stdout": stdout_text, "stderr": stderr_text, "outputs": list(_outputs)})
+        _capture = Capture(1 << 20)
 
 main()

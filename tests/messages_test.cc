@@ -19,7 +19,8 @@ namespace {
 std::string model_yaml(const ScriptedUpstream& upstream, const std::string& extra = "") {
   return "model:\n  baseUrl: \"" + upstream.base_url() +
          "\"\n  apiKey: upstream-key\n  models: { default: upstream-model }\n  maxToolIterations: 3\n"
-         "  timeoutSec: 4\n  pingIntervalSec: 1\n" + extra;
+         "  timeoutSec: 4\n  pingIntervalSec: 1\n  toolResultTimeoutSec: 5\n" +
+         extra;
 }
 
 // Rebuilds the message from its events the way an SDK does.
@@ -384,6 +385,249 @@ TEST_F(MessagesTest, WithoutAContainerTheOwnersDefaultOneIsUsed) {
   std::ofstream(file) << bj::serialize(body);
   auto bobs = json(server->curl("-X POST " + server->base() + "/messages --data-binary @" + file.string(), "secret-bob-x"));
   EXPECT_NE(bobs.at("content").as_array()[1].at("content").at("return_code"), 0) << "bob cannot see alice's file";
+}
+
+// The persistent Python (code_execution_20260120 and 20260521): offered to the model as
+// the `code_execution` sub-tool, its state kept from one call to the next, its result
+// Anthropic's code_execution_result with the files the code saved.
+TEST_F(MessagesTest, ThePersistentPythonIsASubToolOfTheReplVersions) {
+  upstream->push_message(
+      U::message({U::tool_use("toolu_p1", "code_execution", {{"code", "x = 41\nimport math"}})}, "tool_use"));
+  upstream->push_message(U::message(
+      {U::tool_use(
+          "toolu_p2", "code_execution",
+          {{"code",
+            "open('/mnt/user-data/outputs/py.txt', 'w').write('from python')\nprint(math.sqrt(4))\nx + 1"}})},
+      "tool_use"));
+  upstream->push_message(U::message({U::text_block("It is 42.")}, "end_turn"));
+  bj::array tools{bj::object{{"name", "code_execution"}, {"type", "code_execution_20260120"}}};
+  auto reply = post_json(request("Use Python", tools));
+  const auto& content = reply.at("content").as_array();
+  ASSERT_EQ(content.size(), 5u) << bj::serialize(reply);
+  EXPECT_EQ(content[0].at("type"), "server_tool_use");
+  EXPECT_EQ(content[0].at("name"), "code_execution");
+  EXPECT_EQ(content[0].at("id"), "srvtoolu_p1");
+  EXPECT_EQ(content[1].at("type"), "code_execution_tool_result");
+  EXPECT_EQ(content[1].at("tool_use_id"), "srvtoolu_p1");
+  EXPECT_EQ(content[1].at("content"),
+            json(R"({"type":"code_execution_result","stdout":"","stderr":"","return_code":0,"content":[]})"));
+  EXPECT_EQ(content[3].at("type"), "code_execution_tool_result");
+  const auto& second = content[3].at("content").as_object();
+  EXPECT_EQ(second.at("stdout"), "2.0\n42\n") << "x and the import survived the first call";
+  EXPECT_EQ(second.at("return_code"), 0);
+  const std::string saved_id = file_id("/mnt/user-data/outputs/py.txt");
+  EXPECT_EQ(second.at("content"),
+            json(R"([{"type":"code_execution_output","file_id":")" + saved_id + R"("}])"));
+  EXPECT_FALSE(second.contains("outputs")) << "the MIME bundles stay out of the model's context";
+  EXPECT_EQ(
+      server->curl("'" + server->base() + "/files/" + saved_id + "/content?scope_id=" + container + "'"),
+      "from python");
+  EXPECT_EQ(reply.at("usage").at("server_tool_use").at("code_execution_requests"), 2);
+  // The upstream got the sub-tool beside bash and the editor, and the results as JSON.
+  const auto& upstream_tools = sent()[0].at("tools").as_array();
+  ASSERT_EQ(upstream_tools.size(), 3u);
+  EXPECT_EQ(upstream_tools[2].at("name"), "code_execution");
+  EXPECT_EQ(upstream_tools[2].at("input_schema").at("required"), json(R"(["code"])"));
+  const auto& fed_back = sent()[2].at("messages").as_array()[4].at("content").as_array()[0].as_object();
+  EXPECT_EQ(fed_back.at("tool_use_id"), "toolu_p2");
+  EXPECT_NE(std::string(fed_back.at("content").as_string()).find(R"("stdout":"2.0\n42\n")"),
+            std::string::npos);
+
+  // An exception is return_code 1 with the traceback, streamed as one block; the
+  // response sent back as history is accepted (code_execution_tool_result included).
+  upstream->push_message(
+      U::message({U::tool_use("toolu_p3", "code_execution", {{"code", "1/0"}})}, "tool_use"));
+  upstream->push_message(U::message({U::text_block("Division by zero.")}, "end_turn"));
+  bj::object body = request(
+      "Divide", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20260521"}}});
+  auto& messages = body["messages"].as_array();
+  messages.push_back(bj::object{{"role", "assistant"}, {"content", content}});
+  messages.push_back(bj::object{{"role", "user"}, {"content", "Now divide by zero"}});
+  body["stream"] = true;
+  auto events = parse_sse(post(body, "-N"));
+  auto streamed = reassemble(events);
+  const auto& blocks = streamed.at("content").as_array();
+  ASSERT_EQ(blocks.size(), 3u) << bj::serialize(streamed);
+  EXPECT_EQ(blocks[0].at("type"), "server_tool_use");
+  EXPECT_EQ(blocks[0].at("input").at("code"), "1/0");
+  EXPECT_EQ(blocks[1].at("type"), "code_execution_tool_result");
+  EXPECT_EQ(blocks[1].at("content").at("return_code"), 1);
+  EXPECT_NE(std::string(blocks[1].at("content").at("stderr").as_string()).find("ZeroDivisionError"),
+            std::string::npos);
+  EXPECT_EQ(streamed.at("stop_reason"), "end_turn");
+  // The history reached the upstream as plain tool turns.
+  const auto& history = sent()[3].at("messages").as_array();
+  ASSERT_GE(history.size(), 6u);
+  EXPECT_EQ(history[1].at("content").as_array()[0].at("type"), "tool_use");
+  EXPECT_EQ(history[1].at("content").as_array()[0].at("name"), "code_execution");
+  EXPECT_EQ(history[2].at("content").as_array()[0].at("type"), "tool_result");
+
+  // code_execution_20250825 has no persistent Python (without programmatic tools).
+  upstream->push_message(U::message({U::text_block("ok")}, "end_turn"));
+  post_json(
+      request("hi", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20250825"}}}));
+  EXPECT_EQ(sent()[5].at("tools").as_array().size(), 2u);
+}
+
+// Programmatic tool calling: a client tool whose allowed_callers name the code tool is
+// an async function in the Python; a call pauses the turn (stop_reason tool_use, a
+// tool_use with `caller`), the client's tool_result resumes the same running code, and
+// the model gets only the code and its final result.
+bj::array programmatic_tools(const char* version = "code_execution_20260120") {
+  return bj::array{bj::object{{"name", "code_execution"}, {"type", version}},
+                   bj::object{{"name", "get_price"},
+                              {"description", "The price of an item, as a decimal string."},
+                              {"input_schema",
+                               {{"type", "object"},
+                                {"properties", {{"item", {{"type", "string"}}}}},
+                                {"required", bj::array{"item"}}}},
+                              {"allowed_callers", bj::array{version}}}};
+}
+
+TEST_F(MessagesTest, CodeCallsClientToolsAndTheTurnPausesUntilTheyAreAnswered) {
+  const std::string code =
+      "import asyncio\n"
+      "a = await get_price(item='apple')\n"
+      "b, c = await asyncio.gather(get_price(item='pear'), get_price({'item': 'plum'}))\n"
+      "print(a, b, c)\n"
+      "float(a) + float(b) + float(c)";
+  upstream->push_message(U::message(
+      {U::text_block("Adding prices."), U::tool_use("toolu_c1", "code_execution", {{"code", code}})},
+      "tool_use"));
+  auto body = request("What do the fruits cost together?", programmatic_tools());
+  auto first = post_json(body);
+  ASSERT_EQ(first.at("stop_reason"), "tool_use") << bj::serialize(first);
+  const auto& paused = first.at("content").as_array();
+  ASSERT_EQ(paused.size(), 3u) << bj::serialize(first);
+  EXPECT_EQ(paused[1].at("type"), "server_tool_use");
+  EXPECT_EQ(paused[1].at("id"), "srvtoolu_c1");
+  const auto& call = paused[2].as_object();
+  EXPECT_EQ(call.at("type"), "tool_use");
+  EXPECT_EQ(call.at("name"), "get_price");
+  EXPECT_EQ(call.at("input"), json(R"({"item":"apple"})"));
+  EXPECT_EQ(call.at("caller"), json(R"({"type":"code_execution_20260120","tool_id":"srvtoolu_c1"})"));
+  EXPECT_TRUE(std::string(call.at("id").as_string()).starts_with("toolu_"));
+  EXPECT_EQ(first.at("container").at("id").as_string(), container);
+  // The model got the code tool with the function in its description, not the tool itself.
+  const auto& offered = sent()[0].at("tools").as_array();
+  ASSERT_EQ(offered.size(), 3u) << bj::serialize(offered);
+  EXPECT_EQ(offered[2].at("name"), "code_execution");
+  EXPECT_NE(std::string(offered[2].at("description").as_string()).find("async def get_price"),
+            std::string::npos);
+
+  // The answer without the container: Anthropic's error.
+  auto& messages = body["messages"].as_array();
+  messages.push_back(bj::object{{"role", "assistant"}, {"content", paused}});
+  messages.push_back(bj::object{
+      {"role", "user"},
+      {"content",
+       bj::array{bj::object{{"type", "tool_result"}, {"tool_use_id", call.at("id")}, {"content", "1.5"}}}}});
+  bj::object without_container = body;
+  without_container.erase("container");
+  auto refused = json(post(without_container)).as_object();
+  EXPECT_EQ(refused.at("error").at("type"), "invalid_request_error");
+  EXPECT_EQ(
+      refused.at("error").at("message"),
+      "container_id is required when there are pending tool uses generated by code execution with tools.");
+
+  // With it, the same code runs on, to its next calls (both of the gather, together),
+  // streamed; the model is not asked meanwhile.
+  const size_t asked = sent().size();
+  body["stream"] = true;
+  auto second = reassemble(parse_sse(post(body, "-N")));
+  EXPECT_EQ(sent().size(), asked) << "the code's calls never reach the model";
+  ASSERT_EQ(second.at("stop_reason"), "tool_use") << bj::serialize(second);
+  const auto& calls = second.at("content").as_array();
+  ASSERT_EQ(calls.size(), 2u) << bj::serialize(second);
+  EXPECT_EQ(calls[0].at("input"), json(R"({"item":"pear"})"));
+  EXPECT_EQ(calls[1].at("input"), json(R"({"item":"plum"})"));
+  EXPECT_EQ(calls[1].at("caller").at("tool_id"), "srvtoolu_c1");
+  EXPECT_EQ(second.at("container").at("id").as_string(), container);
+
+  // Answering again what was answered: that pause is gone.
+  bj::object replay = body;
+  replay.erase("stream");
+  auto late = json(post(replay)).as_object();
+  EXPECT_EQ(late.at("error").at("type"), "invalid_request_error") << bj::serialize(late);
+
+  // Both answers: the code ends, its result comes first, then the model's turn.
+  upstream->push_message(U::message({U::text_block("Together 6.5.")}, "end_turn"));
+  messages.push_back(bj::object{{"role", "assistant"}, {"content", calls}});
+  messages.push_back(bj::object{
+      {"role", "user"},
+      {"content",
+       bj::array{bj::object{{"type", "tool_result"}, {"tool_use_id", calls[0].at("id")}, {"content", "2"}},
+                 bj::object{{"type", "tool_result"},
+                            {"tool_use_id", calls[1].at("id")},
+                            {"content", bj::array{bj::object{{"type", "text"}, {"text", "3"}}}}}}}});
+  auto third = reassemble(parse_sse(post(body, "-N")));
+  ASSERT_EQ(third.at("stop_reason"), "end_turn") << bj::serialize(third);
+  const auto& last = third.at("content").as_array();
+  ASSERT_EQ(last.size(), 2u) << bj::serialize(third);
+  EXPECT_EQ(last[0].at("type"), "code_execution_tool_result");
+  EXPECT_EQ(last[0].at("tool_use_id"), "srvtoolu_c1");
+  EXPECT_EQ(last[0].at("content").at("stdout"), "1.5 2 3\n6.5\n");
+  EXPECT_EQ(last[0].at("content").at("return_code"), 0);
+  EXPECT_EQ(last[1].at("text"), "Together 6.5.");
+  // The model read the code and its final result only.
+  const auto& history = sent().back().at("messages").as_array();
+  ASSERT_EQ(history.size(), 3u) << bj::serialize(history);
+  EXPECT_EQ(history[1].at("content").as_array()[1].at("name"), "code_execution");
+  EXPECT_EQ(history[1].at("content").as_array().size(), 2u);
+  const auto& fed = history[2].at("content").as_array();
+  ASSERT_EQ(fed.size(), 1u);
+  EXPECT_EQ(fed[0].at("tool_use_id"), "srvtoolu_c1");
+  EXPECT_NE(std::string(fed[0].at("content").as_string()).find("6.5"), std::string::npos);
+  for (const auto& message : history)
+    for (const auto& block : message.at("content").as_array()) {
+      if (block.at("type") == "tool_use") {
+        EXPECT_EQ(block.at("name"), "code_execution") << "no call the code made";
+      }
+      if (block.at("type") == "tool_result") {
+        EXPECT_EQ(block.at("tool_use_id"), "srvtoolu_c1");
+      }
+    }
+}
+
+TEST_F(MessagesTest, AnUnansweredPauseExpiresAndTheCallRaisesInTheCode) {
+  const std::string code =
+      "try:\n"
+      "    await get_price(item='late')\n"
+      "except ToolCallError as e:\n"
+      "    caught = type(e).__name__\n"
+      "    open('/mnt/user-data/outputs/late.txt', 'w').write(str(e))\n";
+  upstream->push_message(
+      U::message({U::tool_use("toolu_x1", "code_execution", {{"code", code}})}, "tool_use"));
+  auto body = request("Ask late", programmatic_tools("code_execution_20250825"));
+  auto first = post_json(body);
+  ASSERT_EQ(first.at("stop_reason"), "tool_use") << bj::serialize(first);
+  const auto& call = first.at("content").as_array().back().as_object();
+  EXPECT_EQ(call.at("caller").at("type"), "code_execution_20250825");
+  // Past toolResultTimeoutSec (5 s here) the call fails in the code, which goes on.
+  const std::string saved = file_id("/mnt/user-data/outputs/late.txt");
+  std::string text;
+  eventually(
+      [&] {
+        text =
+            server->curl("'" + server->base() + "/files/" + saved + "/content?scope_id=" + container + "'");
+        return text.find("TimeoutError") != std::string::npos;
+      },
+      std::chrono::seconds(30));
+  EXPECT_NE(text.find("TimeoutError"), std::string::npos) << text;
+  // A late answer is refused; the kernel is free for the next call, its state kept.
+  auto& messages = body["messages"].as_array();
+  messages.push_back(bj::object{{"role", "assistant"}, {"content", first.at("content")}});
+  messages.push_back(bj::object{
+      {"role", "user"},
+      {"content",
+       bj::array{bj::object{{"type", "tool_result"}, {"tool_use_id", call.at("id")}, {"content", "9"}}}}});
+  auto late = json(post(body)).as_object();
+  EXPECT_EQ(late.at("error").at("type"), "invalid_request_error") << bj::serialize(late);
+  EXPECT_NE(std::string(late.at("error").at("message").as_string()).find("not waiting"), std::string::npos);
+  auto next = server->curl_json(
+      "-X POST '" + server->base() + "/containers/" + container +
+      "/tools/code_execution' -H 'content-type: application/json' -d '{\"code\": \"caught\"}'");
+  EXPECT_EQ(next.at("stdout"), "'ToolCallError'\n") << bj::serialize(next);
 }
 
 TEST_F(MessagesTest, ErrorBlocksFollowTheToolVersion) {

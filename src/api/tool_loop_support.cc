@@ -41,8 +41,41 @@ asio::awaitable<json::object> ContainerRunner::run_observed(std::string_view too
       co_await run_sub_tool(api_, container_, tool, input, cancellation_, depth_, std::move(on_output));
   if (content) co_return std::move(*content);
   // Refused by capacity: the turn goes on, and the model learns why.
-  co_return tools::tool_error(tool == model::kEditorTool ? tools::kEditorErrorType : tools::kBashErrorType,
-                              "too_many_requests", content.error().message, true);
+  const std::string_view error_type = tool == model::kEditorTool   ? tools::kEditorErrorType
+                                      : tool == model::kPythonTool ? service::kCodeExecutionErrorType
+                                                                   : tools::kBashErrorType;
+  co_return tools::tool_error(error_type, "too_many_requests", content.error().message, true);
+}
+
+namespace {
+model::CodeStep code_step(service::PythonStep step) {
+  model::CodeStep out;
+  out.result = std::move(step.result);
+  for (auto& call : step.pending)
+    out.pending.push_back({std::move(call.tool_use_id), std::move(call.name), std::move(call.input)});
+  return out;
+}
+}  // namespace
+
+asio::awaitable<model::CodeStep> ContainerRunner::run_code(const json::object& input,
+                                                           const std::string& server_tool_id,
+                                                           std::vector<std::string> tools) {
+  auto step = co_await run_python_step(api_, container_, input, server_tool_id, std::move(tools), depth_);
+  if (step) co_return code_step(std::move(*step));
+  // Refused by capacity: the turn goes on, and the model learns why.
+  co_return model::CodeStep{
+      tools::tool_error(service::kCodeExecutionErrorType, "too_many_requests", step.error().message, true),
+      {}};
+}
+
+asio::awaitable<Result<model::CodeStep>> ContainerRunner::resume_code(
+    const std::string& server_tool_id, std::vector<model::CodeAnswer> answers) {
+  std::vector<service::CodeToolAnswer> code_answers;
+  for (auto& answer : answers)
+    code_answers.push_back({std::move(answer.tool_use_id), std::move(answer.content), answer.is_error});
+  auto step = co_await resume_python_step(api_, container_, server_tool_id, std::move(code_answers));
+  if (!step) co_return step.error();
+  co_return code_step(std::move(*step));
 }
 
 json::value ContainerRunner::container() {

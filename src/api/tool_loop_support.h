@@ -30,6 +30,12 @@ class ContainerRunner : public model::ToolRunner {
   // The same, with a command's output told to `listener` while it runs.
   asio::awaitable<boost::json::object> run_observed(std::string_view tool, const boost::json::object& input,
                                                     model::OutputListener listener) override;
+  // The persistent Python with client tools callable from its code (it may pause).
+  asio::awaitable<model::CodeStep> run_code(const boost::json::object& input,
+                                            const std::string& server_tool_id,
+                                            std::vector<std::string> tools) override;
+  asio::awaitable<Result<model::CodeStep>> resume_code(const std::string& server_tool_id,
+                                                       std::vector<model::CodeAnswer> answers) override;
   // {id, expires_at, skills (null without)}; touching the container keeps it alive.
   boost::json::value container() override;
   // The request's skills, as the response's container shows them (resolved versions).

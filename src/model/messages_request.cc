@@ -32,9 +32,14 @@ std::optional<ApiError> need_object(const json::object& object, const char* fiel
 
 const std::set<std::string, std::less<>> kUserBlocks = {"text",          "image",       "document",
                                                         "search_result", "tool_result", "container_upload"};
-const std::set<std::string, std::less<>> kAssistantBlocks = {
-    "text", "thinking", "redacted_thinking", "tool_use", "server_tool_use",
-    "bash_code_execution_tool_result", "text_editor_code_execution_tool_result"};
+const std::set<std::string, std::less<>> kAssistantBlocks = {"text",
+                                                             "thinking",
+                                                             "redacted_thinking",
+                                                             "tool_use",
+                                                             "server_tool_use",
+                                                             "bash_code_execution_tool_result",
+                                                             "text_editor_code_execution_tool_result",
+                                                             "code_execution_tool_result"};
 
 std::optional<ApiError> check_block(const json::value& value, const std::string& path, bool assistant) {
   if (!value.is_object()) return invalid(path, "Input should be a valid dictionary");
@@ -81,10 +86,60 @@ std::optional<ApiError> check_block(const json::value& value, const std::string&
   return std::nullopt;
 }
 
-std::optional<ApiError> check_messages(const json::value& value, bool& has_server_blocks) {
+// The caller.tool_id of a tool_use block that code made (programmatic tool calling);
+// empty for the model's own calls.
+std::string code_caller_of(const json::object& block) {
+  auto* caller = block.if_contains("caller");
+  if (!caller || !caller->is_object()) return {};
+  auto* type = caller->as_object().if_contains("type");
+  auto* tool_id = caller->as_object().if_contains("tool_id");
+  if (!type || !type->is_string() || type->as_string() == "direct" || !tool_id || !tool_id->is_string())
+    return {};
+  return std::string(tool_id->as_string());
+}
+
+std::optional<ApiError> check_caller(const json::object& block, const std::string& path) {
+  auto* caller = block.if_contains("caller");
+  if (!caller) return std::nullopt;
+  if (!caller->is_object()) return invalid(path + ".caller", "Input should be a valid dictionary");
+  auto* type = caller->as_object().if_contains("type");
+  if (!type || !type->is_string()) return invalid(path + ".caller.type", "Field required");
+  if (type->as_string() == "direct") return std::nullopt;
+  if (!type->as_string().starts_with("code_execution_"))
+    return invalid(path + ".caller.type", "Input should be 'direct' or a code execution tool version");
+  return need_string(caller->as_object(), "tool_id", path + ".caller");
+}
+
+// The text a tool_result gives code that called a client tool: its string, or its text
+// blocks joined (other blocks as JSON, which code can parse).
+std::string tool_result_text(const json::object& block) {
+  auto* content = block.if_contains("content");
+  if (!content) return {};
+  if (content->is_string()) return std::string(content->as_string());
+  std::string text;
+  bool only_text = true;
+  for (const auto& b : content->as_array()) {
+    if (!b.is_object()) continue;
+    auto* type = b.as_object().if_contains("type");
+    auto* t = b.as_object().if_contains("text");
+    if (type && type->is_string() && type->as_string() == "text" && t && t->is_string())
+      text += t->as_string();
+    else
+      only_text = false;
+  }
+  return only_text ? text : json::serialize(*content);
+}
+
+std::optional<ApiError> check_messages(const json::value& value, bool& has_server_blocks,
+                                       std::optional<ResumedCode>& resumed) {
   if (!value.is_array()) return invalid("messages", "Input should be a valid list");
   const auto& messages = value.as_array();
   if (messages.empty()) return invalid("messages", "at least one message is required");
+  // server_tool_use ids of code paused on client tool calls (tool_use blocks with its
+  // id as caller.tool_id): their result comes in a later assistant message.
+  std::set<std::string> awaiting;
+  size_t last_assistant = messages.size();
+  std::set<std::string> last_code_calls;  // tool_use ids code made, in the last assistant message
   for (size_t i = 0; i < messages.size(); ++i) {
     std::string path = "messages." + std::to_string(i);
     if (!messages[i].is_object()) return invalid(path, "Input should be a valid dictionary");
@@ -98,9 +153,14 @@ std::optional<ApiError> check_messages(const json::value& value, bool& has_serve
     bool assistant = role->as_string() == "assistant";
     auto* content = message.if_contains("content");
     if (!content) return invalid(path + ".content", "Field required");
+    if (assistant) {
+      last_assistant = i;
+      last_code_calls.clear();
+    }
     if (content->is_string()) continue;
     if (!content->is_array()) return invalid(path + ".content", "Input should be a valid string or list");
     std::set<std::string> server_ids;
+    std::set<std::string> callers;  // caller.tool_id of this message's tool_use blocks
     const auto& blocks = content->as_array();
     for (size_t j = 0; j < blocks.size(); ++j) {
       std::string block_path = path + ".content." + std::to_string(j);
@@ -112,18 +172,55 @@ std::optional<ApiError> check_messages(const json::value& value, bool& has_serve
       } else if (type == "server_tool_use") {
         has_server_blocks = true;
         server_ids.insert(std::string(block.at("id").as_string()));
-      } else if (type.ends_with("_code_execution_tool_result")) {
+      } else if (type == "tool_use") {
+        if (auto e = check_caller(block, block_path)) return e;
+        if (std::string caller = code_caller_of(block); !caller.empty()) {
+          has_server_blocks = true;
+          if (!server_ids.count(caller) && !awaiting.count(caller))
+            return invalid(block_path + ".caller.tool_id",
+                           "'" + caller + "' names no server_tool_use block whose code is still running");
+          callers.insert(caller);
+          last_code_calls.insert(std::string(block.at("id").as_string()));
+        }
+      } else if (is_sub_tool_result(type)) {
         has_server_blocks = true;
         std::string id(block.at("tool_use_id").as_string());
-        if (!server_ids.count(id))
+        if (server_ids.erase(id) == 0 && awaiting.erase(id) == 0)
           return invalid(block_path + ".tool_use_id",
                          "'" + id + "' does not match an earlier server_tool_use block of this message");
-        server_ids.erase(id);
       }
     }
-    if (!server_ids.empty())
-      return invalid(path + ".content", "server_tool_use block '" + *server_ids.begin() + "' has no result block");
+    for (const auto& id : server_ids) {
+      if (!callers.count(id))
+        return invalid(path + ".content", "server_tool_use block '" + id + "' has no result block");
+      awaiting.insert(id);  // its code waits on the client's tool results
+    }
   }
+  if (awaiting.empty()) return std::nullopt;
+  // Code still waits: this request must answer its calls of the last assistant message.
+  std::string waiting = *awaiting.begin();
+  bool answered_here = false;
+  if (last_assistant < messages.size() && !last_code_calls.empty())
+    for (const auto& block : messages[last_assistant].as_object().at("content").as_array())
+      if (block.as_object().at("type").as_string() == "tool_use" &&
+          code_caller_of(block.as_object()) == *awaiting.begin())
+        answered_here = true;
+  if (awaiting.size() > 1 || !answered_here || last_assistant + 2 != messages.size())
+    return invalid("messages", "server_tool_use block '" + waiting +
+                                   "' has no result block (the tool calls its code made were not answered)");
+  ResumedCode code;
+  code.server_tool_id = waiting;
+  const auto& reply = messages.back().as_object().at("content");
+  if (reply.is_array())
+    for (const auto& value : reply.as_array()) {
+      const auto& block = value.as_object();
+      if (block.at("type").as_string() != "tool_result") continue;
+      std::string id(block.at("tool_use_id").as_string());
+      if (!last_code_calls.count(id)) continue;  // a direct call's answer: the model's
+      auto* is_error = block.if_contains("is_error");
+      code.answers.push_back({id, tool_result_text(block), is_error && is_error->as_bool()});
+    }
+  resumed = std::move(code);
   return std::nullopt;
 }
 
@@ -187,8 +284,55 @@ std::optional<ApiError> check_tools(const json::value& value, CodeToolVersion& c
     } else {
       return invalid(path + ".type", "tool type '" + type + "' is not supported by this server");
     }
+    if (auto* callers = tool.if_contains("allowed_callers")) {
+      static const std::set<std::string, std::less<>> kCallers = {
+          "direct", "code_execution_20250825", "code_execution_20260120", "code_execution_20260521"};
+      if (!callers->is_array()) return invalid(path + ".allowed_callers", "Input should be a valid list");
+      for (size_t j = 0; j < callers->as_array().size(); ++j) {
+        const auto& caller = callers->as_array()[j];
+        if (!caller.is_string() || !kCallers.count(caller.as_string()))
+          return invalid(path + ".allowed_callers." + std::to_string(j),
+                         "Input should be 'direct', 'code_execution_20250825', 'code_execution_20260120' or "
+                         "'code_execution_20260521'");
+      }
+    }
     if (!names.insert(name).second) return invalid("tools", "tool names must be unique ('" + name + "' repeats)");
   }
+  return std::nullopt;
+}
+
+bool lists_caller(const json::object& tool, std::string_view caller) {
+  auto* callers = tool.if_contains("allowed_callers");
+  if (!callers || !callers->is_array()) return caller == "direct";  // the default: the model only
+  for (const auto& c : callers->as_array())
+    if (c.is_string() && c.as_string() == caller) return true;
+  return false;
+}
+
+// Which client tools code may call (programmatic tool calling): those whose
+// allowed_callers name this request's code tool version. Naming another version is a
+// mistake the client should hear about, as is naming one without the code tool.
+std::optional<ApiError> check_code_callers(const json::array& tools, MessagesRequest& request) {
+  const std::string_view version = code_tool_type(request.code_tool);
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const auto& tool = tools[i].as_object();
+    if (tool.at("name").as_string() == "code_execution") continue;
+    auto* callers = tool.if_contains("allowed_callers");
+    if (!callers) continue;
+    for (size_t j = 0; j < callers->as_array().size(); ++j) {
+      std::string_view caller = callers->as_array()[j].as_string();
+      if (caller == "direct") continue;
+      if (caller != version)
+        return invalid(
+            "tools." + std::to_string(i) + ".allowed_callers." + std::to_string(j),
+            "'" + std::string(caller) + "' is not the code execution tool of this request" +
+                (version.empty() ? std::string(" (it has none)") : " ('" + std::string(version) + "')"));
+    }
+    if (lists_caller(tool, version) && !version.empty()) request.code_callable_tools.push_back(tool);
+  }
+  request.python_tool =
+      request.code_tool == CodeToolVersion::k20260120 || request.code_tool == CodeToolVersion::k20260521 ||
+      (request.code_tool == CodeToolVersion::k20250825 && !request.code_callable_tools.empty());
   return std::nullopt;
 }
 
@@ -246,7 +390,7 @@ Result<MessagesRequest> parse_messages_request(json::object body, bool (*valid_c
   auto* messages = body.if_contains("messages");
   if (!messages) return invalid("messages", "Field required");
   bool has_server_blocks = false;
-  if (auto e = check_messages(*messages, has_server_blocks)) return *e;
+  if (auto e = check_messages(*messages, has_server_blocks, request.resumed_code)) return *e;
   if (auto* system = body.if_contains("system"))
     if (auto e = check_system(*system)) return *e;
   if (auto* stream = body.if_contains("stream")) {
@@ -266,8 +410,10 @@ Result<MessagesRequest> parse_messages_request(json::object body, bool (*valid_c
   }
   if (auto* m = body.if_contains("metadata"); m && !m->is_object()) return invalid("metadata", "Input should be a valid dictionary");
   if (auto* t = body.if_contains("thinking"); t && !t->is_object()) return invalid("thinking", "Input should be a valid dictionary");
-  if (auto* tools = body.if_contains("tools"))
+  if (auto* tools = body.if_contains("tools")) {
     if (auto e = check_tools(*tools, request.code_tool)) return *e;
+    if (auto e = check_code_callers(tools->as_array(), request)) return *e;
+  }
   if (auto* choice = body.if_contains("tool_choice")) {
     if (!choice->is_object()) return invalid("tool_choice", "Input should be a valid dictionary");
     auto* type = choice->as_object().if_contains("type");
@@ -302,6 +448,14 @@ Result<MessagesRequest> parse_messages_request(json::object body, bool (*valid_c
     return invalid("tools",
                    "the messages hold code execution or container_upload blocks; include the "
                    "code_execution tool");
+  if (request.resumed_code) {
+    // The paused code lives in a container: without its id there is nothing to resume.
+    if (!request.container) return ApiError::invalid_request(std::string(kContainerRequiredForPendingCode));
+    if (!request.python_tool)
+      return invalid("tools",
+                     "the messages answer tool calls of code execution; include the code_execution tool "
+                     "and the tools the code called (with allowed_callers)");
+  }
   request.body = std::move(body);
   return request;
 }
@@ -385,6 +539,21 @@ json::object without_direct_caller(const json::object& block) {
 
 json::array translate_history(const json::array& messages) {
   json::array out;
+  // The calls code made to client tools (programmatic tool calling) and their results
+  // are the code's business: the model sees only the code and its final result.
+  std::set<std::string, std::less<>> code_calls;
+  for (const auto& message : messages)
+    if (const auto& content = message.as_object().at("content"); content.is_array())
+      for (const auto& block : content.as_array())
+        if (block.as_object().at("type").as_string() == "tool_use" &&
+            !code_caller_of(block.as_object()).empty())
+          code_calls.insert(std::string(block.as_object().at("id").as_string()));
+  auto code_call_block = [&](const json::object& block) {
+    std::string_view type = block.at("type").as_string();
+    if (type == "tool_use") return code_calls.count(block.at("id").as_string()) > 0;
+    if (type == "tool_result") return code_calls.count(block.at("tool_use_id").as_string()) > 0;
+    return false;
+  };
   // Appends a message, merging into the previous one when the roles repeat (a tool
   // result turn followed by the client's own user turn).
   auto append = [&](const char* role, json::array content) {
@@ -402,14 +571,20 @@ json::array translate_history(const json::array& messages) {
     std::string role(message.at("role").as_string());
     const auto& content = message.at("content");
     if (role == "user" || content.is_string()) {
-      append(role.c_str(), content.is_string() ? json::array{json::object{{"type", "text"}, {"text", content.as_string()}}}
-                                               : content.as_array());
+      json::array blocks;
+      if (content.is_string())
+        blocks.push_back(json::object{{"type", "text"}, {"text", content.as_string()}});
+      else
+        for (const auto& block : content.as_array())
+          if (!code_call_block(block.as_object())) blocks.push_back(block);
+      append(role.c_str(), std::move(blocks));
       continue;
     }
     json::array turn, results;
     for (const auto& block_value : content.as_array()) {
       const auto& block = block_value.as_object();
       std::string_view type = block.at("type").as_string();
+      if (code_call_block(block)) continue;
       if (type == "server_tool_use") {
         if (!results.empty() ) {  // a new step after results: close the step
           append("assistant", std::move(turn));
@@ -419,7 +594,7 @@ json::array translate_history(const json::array& messages) {
         }
         turn.push_back(json::object{{"type", "tool_use"}, {"id", block.at("id")}, {"name", block.at("name")},
                                     {"input", block.at("input")}});
-      } else if (type.ends_with("_code_execution_tool_result")) {
+      } else if (is_sub_tool_result(type)) {
         const auto& result = block.at("content").as_object();
         json::object tool_result{{"type", "tool_result"},
                                  {"tool_use_id", block.at("tool_use_id")},
@@ -446,7 +621,45 @@ json::array translate_history(const json::array& messages) {
   return out;
 }
 
-json::array sub_tool_definitions() {
+namespace {
+// The persistent Python's definition: what persists, and the functions the code may
+// call (programmatic tool calling), so that any upstream model knows they exist.
+json::object python_tool_definition(const json::array& code_callable) {
+  json::object schema{{"type", "object"},
+                      {"properties",
+                       {{"code",
+                         {{"type", "string"},
+                          {"description", "The Python code to run (one cell; top-level await works)."}}}}},
+                      {"required", json::array{"code"}}};
+  std::string description =
+      "Run Python code in the sandbox's persistent IPython kernel. Variables, imports, open files and "
+      "threads survive from one call to the next while the sandbox runs (a restart of the sandbox loses "
+      "them). The result has what the code printed and the value of its last expression as a REPL shows "
+      "it; a traceback on an exception. Files it saves to /mnt/user-data/outputs/ are returned to the "
+      "user. The same sandbox and folders as bash_code_execution.";
+  if (!code_callable.empty()) {
+    description +=
+        "\n\nThe code can call these tools as async functions: `result = await name(arg=value, ...)` with "
+        "the tool's input fields as keyword arguments (or one dict). Each returns the tool's result as a "
+        "string (often JSON: parse it with json.loads) and raises ToolCallError when the tool failed. "
+        "Several calls may run at once with asyncio.gather. Their results reach only the code: print what "
+        "you need to see.";
+    for (const auto& value : code_callable) {
+      const auto& tool = value.as_object();
+      description += "\n- async def " + std::string(tool.at("name").as_string()) + "(**input)";
+      if (auto* d = tool.if_contains("description"); d && d->is_string())
+        description += ": " + std::string(d->as_string());
+      if (auto* s = tool.if_contains("input_schema")) description += " Input schema: " + json::serialize(*s);
+    }
+  }
+  return json::object{
+      {"name", kPythonTool}, {"description", description}, {"input_schema", std::move(schema)}};
+}
+}  // namespace
+
+namespace {
+// Bash and the editor, which every version has.
+json::array bash_and_editor_definitions() {
   static const json::array kTools = [] {
     json::object bash_schema{
         {"type", "object"},
@@ -506,6 +719,13 @@ json::array sub_tool_definitions() {
   }();
   return kTools;
 }
+}  // namespace
+
+json::array sub_tool_definitions(bool python, const json::array& code_callable) {
+  json::array tools = bash_and_editor_definitions();
+  if (python) tools.push_back(python_tool_definition(code_callable));
+  return tools;
+}
 
 json::object upstream_body(const MessagesRequest& request, const std::string& upstream_model, bool stream) {
   json::object out;
@@ -519,11 +739,16 @@ json::object upstream_body(const MessagesRequest& request, const std::string& up
   if (auto* client_tools = request.body.if_contains("tools")) {
     for (const auto& tool : client_tools->as_array()) {
       if (tool.as_object().at("name").as_string() == "code_execution") {
-        for (const auto& sub : sub_tool_definitions()) tools.push_back(sub);
+        for (const auto& sub : sub_tool_definitions(request.python_tool, request.code_callable_tools))
+          tools.push_back(sub);
         continue;
       }
+      // A tool only code may call is not the model's to call: it reads about it in the
+      // Python sub-tool's description instead.
+      if (!lists_caller(tool.as_object(), "direct")) continue;
       json::object plain = tool.as_object();
       plain.erase("type");  // "custom" is the default
+      plain.erase("allowed_callers");  // the upstream calls it directly; code's calls are sandboxd's
       tools.push_back(std::move(plain));
     }
   }

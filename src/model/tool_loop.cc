@@ -67,7 +67,7 @@ struct PingedCall {
   asio::any_io_executor executor;
   asio::steady_timer timer;
   bool done = false;
-  json::object result;
+  CodeStep step;
   std::exception_ptr error;
 
   std::mutex mutex;
@@ -111,16 +111,19 @@ struct PingedCall {
 // A named coroutine with its arguments by value (not a capturing lambda coroutine,
 // whose captures GCC 12 mishandles when co_spawned).
 asio::awaitable<void> run_and_signal(ToolRunner& runner, std::shared_ptr<PingedCall> state, std::string tool,
-                                     json::object input, bool observed) {
+                                     json::object input, bool observed, std::string server_tool_id,
+                                     std::optional<std::vector<std::string>> code_tools) {
   try {
-    if (observed) {
+    if (code_tools) {
+      state->step = co_await runner.run_code(input, server_tool_id, std::move(*code_tools));
+    } else if (observed) {
       std::weak_ptr<PingedCall> weak = state;
       auto listener = [weak](std::string_view stream, std::string_view bytes) {
         if (auto call = weak.lock()) call->add_output(stream, bytes, call);
       };
-      state->result = co_await runner.run_observed(tool, input, std::move(listener));
+      state->step.result = co_await runner.run_observed(tool, input, std::move(listener));
     } else {
-      state->result = co_await runner.run(tool, input);
+      state->step.result = co_await runner.run(tool, input);
     }
   } catch (...) {
     state->error = std::current_exception();
@@ -183,6 +186,8 @@ ToolLoop::ToolLoop(std::shared_ptr<UpstreamClient> client, LoopSettings settings
       id_(new_message_id()) {
   // Built once: per upstream call only the conversation (and the stream flag) differ.
   base_body_ = upstream_body(request_, upstream_model_, false);
+  for (const auto& tool : request_.code_callable_tools)
+    code_tool_names_.push_back(std::string(tool.as_object().at("name").as_string()));
   conversation_ = std::move(base_body_["messages"].as_array());
   base_body_.erase("messages");
 }
@@ -224,8 +229,7 @@ json::object ToolLoop::shown_block(const json::object& block) const {
   auto* type = block.if_contains("type");
   auto* name = block.if_contains("name");
   const bool tool_use = type && type->is_string() && type->as_string() == "tool_use";
-  if (request_.code_tool != CodeToolVersion::kNone && tool_use && name && name->is_string() &&
-      is_sub_tool(name->as_string())) {
+  if (tool_use && name && name->is_string() && request_.offers(name->as_string())) {
     // Anthropic's server_tool_use has a `caller`: the model called it directly.
     json::object shown{{"type", "server_tool_use"},
                        {"id", server_tool_id(block.at("id").as_string())},
@@ -360,21 +364,7 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
         auto* message = data.if_contains("message");
         if (message && message->is_object())
           if (auto* u = message->as_object().if_contains("usage"); u && u->is_object()) turn.usage = u->as_object();
-        if (iterations_ == 0 && content_.empty()) {
-          json::object usage = turn.usage;
-          json::object start{{"id", id_},
-                             {"type", "message"},
-                             {"role", "assistant"},
-                             {"model", request_.model},
-                             {"content", json::array{}},
-                             {"stop_reason", nullptr},
-                             {"stop_sequence", nullptr},
-                             {"stop_details", nullptr},
-                             {"container", nullptr},  // known at the end: in message_delta
-                             {"usage", usage}};
-          json::object event_data{{"type", "message_start"}, {"message", std::move(start)}};
-          delivered = co_await sink.send("message_start", event_data);
-        }
+        delivered = co_await send_message_start(sink, turn.usage);
       } else if (type == "content_block_start" || type == "content_block_delta" || type == "content_block_stop") {
         auto index = index_of(data);
         if (!index) {
@@ -468,16 +458,26 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
   co_return turn;
 }
 
-asio::awaitable<json::object> ToolLoop::run_with_pings(std::string_view tool, const json::object& input,
-                                                       EventSink* sink, const std::string& tool_use_id) {
-  if (!sink) co_return co_await runner_.run(tool, input);
+asio::awaitable<CodeStep> ToolLoop::run_with_pings(std::string_view tool, const json::object& input,
+                                                   EventSink* sink, const std::string& tool_use_id,
+                                                   const std::vector<std::string>* code_tools) {
+  if (!sink) {
+    if (code_tools) co_return co_await runner_.run_code(input, tool_use_id, *code_tools);
+    CodeStep step;  // (not co_await inside a braced initializer: GCC 12 miscompiles it)
+    step.result = co_await runner_.run(tool, input);
+    co_return step;
+  }
   // The call runs beside a ping timer: a long command keeps the stream visibly alive,
   // and (where asked for) its output is sent as it comes.
   auto executor = co_await asio::this_coro::executor;
   auto state = std::make_shared<PingedCall>(executor);
   const bool observed = settings_.stream_execution_output;
-  asio::co_spawn(executor, run_and_signal(runner_, state, std::string(tool), input, observed),
-                 asio::detached);
+  std::optional<std::vector<std::string>> tools;
+  if (code_tools) tools = *code_tools;
+  asio::co_spawn(
+      executor,
+      run_and_signal(runner_, state, std::string(tool), input, observed, tool_use_id, std::move(tools)),
+      asio::detached);
   bool client_here = true;
   auto send_output = [&]() -> asio::awaitable<bool> {
     bool sent = false;
@@ -506,7 +506,7 @@ asio::awaitable<json::object> ToolLoop::run_with_pings(std::string_view tool, co
   }
   if (observed) co_await send_output();  // what came just before the result
   if (state->error) std::rethrow_exception(state->error);
-  co_return std::move(state->result);
+  co_return std::move(state->step);
 }
 
 asio::awaitable<bool> ToolLoop::after_turn(UpstreamTurn& turn, EventSink* sink) {
@@ -529,26 +529,40 @@ asio::awaitable<bool> ToolLoop::after_turn(UpstreamTurn& turn, EventSink* sink) 
     if (cancellation_ && cancellation_->cancelled()) co_return false;
     std::string name(call->at("name").as_string());
     std::string upstream_id(call->at("id").as_string());
+    const std::string shown_id = server_tool_id(upstream_id);
     auto* input_value = call->if_contains("input");
     json::object input = input_value && input_value->is_object() ? input_value->as_object() : json::object{};
-    json::object content = co_await run_with_pings(name, input, sink, server_tool_id(upstream_id));
-    ++code_execution_requests_;
-    json::object block{{"type", name + "_tool_result"},
-                       {"tool_use_id", server_tool_id(upstream_id)},
-                       {"content", strip_detail(content)}};
-    content_.push_back(block);
-    if (sink) {
-      const auto index = static_cast<int64_t>(content_.size() - 1);
-      json::object start{{"type", "content_block_start"}, {"index", index}, {"content_block", block}};
-      json::object stop{{"type", "content_block_stop"}, {"index", index}};
-      co_await sink->send("content_block_start", start);
-      co_await sink->send("content_block_stop", stop);
+    // Code that may call client tools; once one such pauses, the kernel is its until the
+    // client answers, so a second Python call of the same turn cannot run.
+    const bool programmatic = name == kPythonTool && !code_tool_names_.empty();
+    CodeStep step;
+    if (name == kPythonTool && code_paused_) {
+      step.result = json::object{
+          {"type", "code_execution_tool_result_error"},
+          {"error_code", "unavailable"},
+          {"detail",
+           {{"code", nullptr},
+            {"explanation", "The Python kernel waits on tool results for an earlier call of this turn"}}}};
+    } else {
+      step = co_await run_with_pings(name, input, sink, shown_id, programmatic ? &code_tool_names_ : nullptr);
     }
-    json::object tool_result{{"type", "tool_result"}, {"tool_use_id", upstream_id}, {"content", result_text_for_model(content)}};
-    if (result_is_error(content)) tool_result["is_error"] = true;
+    ++code_execution_requests_;
+    if (!step.pending.empty()) {  // it waits on the client: no result yet
+      co_await add_code_calls(shown_id, step.pending, sink);
+      code_paused_ = true;
+      continue;
+    }
+    json::object result_block{
+        {"type", name + "_tool_result"}, {"tool_use_id", shown_id}, {"content", strip_detail(step.result)}};
+    co_await add_block(std::move(result_block), sink);
+    json::object tool_result{{"type", "tool_result"},
+                             {"tool_use_id", upstream_id},
+                             {"content", result_text_for_model(step.result)}};
+    if (result_is_error(step.result)) tool_result["is_error"] = true;
     results.push_back(std::move(tool_result));
   }
-  if (client_calls) co_return false;  // stop_reason stays tool_use: the client answers
+  // stop_reason stays tool_use: the client answers (its own calls, or those of the code)
+  if (client_calls || code_paused_) co_return false;
   conversation_.push_back(json::object{{"role", "assistant"}, {"content", turn.content}});
   conversation_.push_back(json::object{{"role", "user"}, {"content", std::move(results)}});
   if (++iterations_ >= settings_.max_tool_iterations) {
@@ -559,8 +573,97 @@ asio::awaitable<bool> ToolLoop::after_turn(UpstreamTurn& turn, EventSink* sink) 
   co_return true;
 }
 
+asio::awaitable<void> ToolLoop::add_block(json::object block, EventSink* sink) {
+  content_.push_back(block);
+  if (!sink) co_return;
+  const auto index = static_cast<int64_t>(content_.size() - 1);
+  json::object stop{{"type", "content_block_stop"}, {"index", index}};
+  if (block.at("type").as_string() == "tool_use") {
+    // As Anthropic streams a tool call: an empty input, then the input as JSON deltas.
+    json::object input = block.at("input").as_object();
+    block["input"] = json::object{};
+    json::object start{{"type", "content_block_start"}, {"index", index}, {"content_block", block}};
+    json::object delta{{"type", "content_block_delta"},
+                       {"index", index},
+                       {"delta", {{"type", "input_json_delta"}, {"partial_json", json::serialize(input)}}}};
+    co_await sink->send("content_block_start", start);
+    co_await sink->send("content_block_delta", delta);
+    co_await sink->send("content_block_stop", stop);
+    co_return;
+  }
+  json::object start{{"type", "content_block_start"}, {"index", index}, {"content_block", block}};
+  co_await sink->send("content_block_start", start);
+  co_await sink->send("content_block_stop", stop);
+}
+
+asio::awaitable<void> ToolLoop::add_code_calls(const std::string& server_tool_id,
+                                               const std::vector<CodeCall>& calls, EventSink* sink) {
+  for (const auto& call : calls) {
+    json::object caller{{"type", code_tool_type(request_.code_tool)}, {"tool_id", server_tool_id}};
+    json::object block{{"type", "tool_use"},
+                       {"id", call.tool_use_id},
+                       {"name", call.name},
+                       {"input", call.input},
+                       {"caller", caller}};
+    co_await add_block(std::move(block), sink);
+  }
+  stop_reason_ = "tool_use";
+  stop_sequence_ = nullptr;
+}
+
+void ToolLoop::add_result_for_model(const std::string& upstream_id, const json::object& content) {
+  json::object tool_result{
+      {"type", "tool_result"}, {"tool_use_id", upstream_id}, {"content", result_text_for_model(content)}};
+  if (result_is_error(content)) tool_result["is_error"] = true;
+  // Into the user turn after the call (it may hold the answers to the model's own calls).
+  if (!conversation_.empty() && conversation_.back().as_object().at("role").as_string() == "user") {
+    auto& previous = conversation_.back().as_object()["content"];
+    if (previous.is_string())
+      previous = json::array{json::object{{"type", "text"}, {"text", previous.as_string()}}};
+    previous.as_array().push_back(std::move(tool_result));
+    return;
+  }
+  conversation_.push_back(json::object{{"role", "user"}, {"content", json::array{std::move(tool_result)}}});
+}
+
+asio::awaitable<Result<void>> ToolLoop::resume_code() {
+  if (!request_.resumed_code) co_return Result<void>();
+  const auto& resumed = *request_.resumed_code;
+  auto step = co_await runner_.resume_code(resumed.server_tool_id, resumed.answers);
+  if (!step) co_return step.error();
+  if (!step->pending.empty()) {
+    co_await add_code_calls(resumed.server_tool_id, step->pending, nullptr);
+    code_paused_ = true;
+    co_return Result<void>();
+  }
+  content_.push_back(json::object{{"type", "code_execution_tool_result"},
+                                  {"tool_use_id", resumed.server_tool_id},
+                                  {"content", strip_detail(step->result)}});
+  // The history gave the upstream the server_tool_use under its own id.
+  add_result_for_model(resumed.server_tool_id, step->result);
+  co_return Result<void>();
+}
+
+asio::awaitable<bool> ToolLoop::send_message_start(EventSink& sink, const json::object& usage) {
+  if (message_started_) co_return true;
+  message_started_ = true;
+  json::object start{{"id", id_},
+                     {"type", "message"},
+                     {"role", "assistant"},
+                     {"model", request_.model},
+                     {"content", json::array{}},
+                     {"stop_reason", nullptr},
+                     {"stop_sequence", nullptr},
+                     {"stop_details", nullptr},
+                     {"container", nullptr},  // known at the end: in message_delta
+                     {"usage", usage}};
+  json::object event_data{{"type", "message_start"}, {"message", std::move(start)}};
+  co_return co_await sink.send("message_start", event_data);
+}
+
 asio::awaitable<Result<json::object>> ToolLoop::run() {
-  for (;;) {
+  if (auto resumed = co_await resume_code(); !resumed) co_return resumed.error();
+  while (!code_paused_) {
     auto call = co_await call_upstream(false);
     if (!call) co_return call.error();
     auto turn = co_await read_json_turn(*call);
@@ -584,6 +687,8 @@ asio::awaitable<Result<json::object>> ToolLoop::run() {
 }
 
 asio::awaitable<Result<void>> ToolLoop::open() {
+  if (auto resumed = co_await resume_code(); !resumed) co_return resumed.error();
+  if (code_paused_) co_return Result<void>();  // the code still waits: no model call
   auto call = co_await call_upstream(true);
   if (!call) co_return call.error();
   first_call_ = *call;
@@ -592,7 +697,14 @@ asio::awaitable<Result<void>> ToolLoop::open() {
 
 asio::awaitable<void> ToolLoop::stream(EventSink& sink) {
   auto call = std::move(first_call_);
-  for (;;) {
+  // What the resumed code gave (its result, or its next tool calls) comes first.
+  if (!content_.empty()) {
+    json::object no_usage{{"input_tokens", 0}, {"output_tokens", 0}};
+    co_await send_message_start(sink, no_usage);
+    json::array resumed = std::exchange(content_, {});
+    for (auto& block : resumed) co_await add_block(std::move(block.as_object()), &sink);
+  }
+  while (!code_paused_) {
     auto turn = co_await read_stream_turn(call, sink);
     if (!turn) {
       if (!(cancellation_ && cancellation_->cancelled())) {

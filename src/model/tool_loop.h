@@ -35,6 +35,19 @@ struct LoopSettings {
 // `bytes` a chunk. Called on any thread; it must copy and never block.
 using OutputListener = std::function<void(std::string_view stream, std::string_view bytes)>;
 
+// Programmatic tool calling: a client tool that code called, for the client to answer.
+struct CodeCall {
+  std::string tool_use_id;
+  std::string name;
+  boost::json::object input;
+};
+// Where code is after a run or a resume: its result block's `content` once it ended,
+// or the calls it waits on.
+struct CodeStep {
+  boost::json::object result;
+  std::vector<CodeCall> pending;
+};
+
 class ToolRunner {
  public:
   virtual ~ToolRunner() = default;
@@ -48,6 +61,25 @@ class ToolRunner {
                                                                    OutputListener listener) {
     (void)listener;
     co_return co_await run(tool, input);
+  }
+  // The persistent Python with client tools `tools` callable from the code; it may
+  // pause on their calls, named by `server_tool_id`. By default: without tools.
+  virtual boost::asio::awaitable<CodeStep> run_code(const boost::json::object& input,
+                                                    const std::string& server_tool_id,
+                                                    std::vector<std::string> tools) {
+    (void)server_tool_id;
+    (void)tools;
+    CodeStep step;
+    step.result = co_await run(kPythonTool, input);
+    co_return step;
+  }
+  // The client's answers to paused code: it runs on. An error when nothing is paused
+  // under that id (by default nothing can pause).
+  virtual boost::asio::awaitable<Result<CodeStep>> resume_code(const std::string& server_tool_id,
+                                                               std::vector<CodeAnswer> answers) {
+    (void)answers;
+    co_return ApiError::invalid_request("The code execution '" + server_tool_id +
+                                        "' is not waiting for tool results");
   }
   // {"id":..,"expires_at":..} of the container, as of now (null without one).
   virtual boost::json::value container() = 0;
@@ -86,9 +118,21 @@ class ToolLoop {
                                                                        EventSink& sink);
   // After a turn: runs its sub-tool calls; true when the loop goes on.
   boost::asio::awaitable<bool> after_turn(UpstreamTurn& turn, EventSink* sink);
-  boost::asio::awaitable<boost::json::object> run_with_pings(std::string_view tool,
-                                                             const boost::json::object& input,
-                                                             EventSink* sink, const std::string& tool_use_id);
+  // Runs one sub-tool call (beside pings when streaming); `code_tools` set: the Python
+  // with those client tools callable (its step may pause).
+  boost::asio::awaitable<CodeStep> run_with_pings(std::string_view tool, const boost::json::object& input,
+                                                  EventSink* sink, const std::string& tool_use_id,
+                                                  const std::vector<std::string>* code_tools);
+  // A request that answers paused code's calls: resumes it before the model is asked.
+  boost::asio::awaitable<Result<void>> resume_code();
+  // The tool_use blocks of the calls paused code makes, added to the response.
+  boost::asio::awaitable<void> add_code_calls(const std::string& server_tool_id,
+                                              const std::vector<CodeCall>& calls, EventSink* sink);
+  // A block sandboxd made (a result, a code's tool call), added and streamed.
+  boost::asio::awaitable<void> add_block(boost::json::object block, EventSink* sink);
+  boost::asio::awaitable<bool> send_message_start(EventSink& sink, const boost::json::object& usage);
+  // The result of the paused code `server_tool_id` for the model, once it ended.
+  void add_result_for_model(const std::string& upstream_id, const boost::json::object& content);
   boost::json::object shown_block(const boost::json::object& upstream_block) const;
   boost::json::object final_usage() const;
   void add_usage(const boost::json::object& usage);
@@ -111,6 +155,9 @@ class ToolLoop {
   std::string stop_reason_;
   boost::json::value stop_sequence_;
   std::shared_ptr<UpstreamCall> first_call_;  // opened by open()
+  bool message_started_ = false;              // message_start sent
+  bool code_paused_ = false;                  // code waits on the client's tool results
+  std::vector<std::string> code_tool_names_;  // the client tools code may call
 };
 
 // "msg_" + 24 random characters.

@@ -324,8 +324,9 @@ Config parse_config_checked(const std::string& yaml_text) {
   });
 
   with(root, "model", "", [&](const YAML::Node& n, const std::string& p) {
-    only_keys(n, p, {"provider", "baseUrl", "apiKey", "models", "maxToolIterations", "timeoutSec",
-                     "pingIntervalSec", "maxNestingDepth"});
+    only_keys(n, p,
+              {"provider", "baseUrl", "apiKey", "models", "maxToolIterations", "timeoutSec",
+               "pingIntervalSec", "maxNestingDepth", "toolResultTimeoutSec"});
     with(n, "maxNestingDepth", p, [&](const YAML::Node& v, const std::string& kp) { c.max_nesting_depth = static_cast<int>(read_int(v, kp, 0, 10)); });
     with(n, "provider", p, [&](const YAML::Node& v, const std::string& kp) {
       c.model_provider = scalar(v, kp);
@@ -347,6 +348,9 @@ Config parse_config_checked(const std::string& yaml_text) {
     });
     with(n, "maxToolIterations", p, [&](const YAML::Node& v, const std::string& kp) { c.max_tool_iterations = static_cast<int>(read_int(v, kp, 1, 1000)); });
     with(n, "timeoutSec", p, [&](const YAML::Node& v, const std::string& kp) { c.model_timeout_sec = static_cast<int>(read_int(v, kp, 1, 86400)); });
+    with(n, "toolResultTimeoutSec", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.tool_result_timeout_sec = static_cast<int>(read_int(v, kp, 1, 86400));
+    });
     with(n, "pingIntervalSec", p, [&](const YAML::Node& v, const std::string& kp) { c.model_ping_interval_sec = static_cast<int>(read_int(v, kp, 1, 3600)); });
   });
 

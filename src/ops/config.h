@@ -72,6 +72,9 @@ struct Config {
   std::map<std::string, std::string> model_names;  // "default" -> upstream name
   int max_tool_iterations = 20;
   int model_timeout_sec = 600;      // one upstream call, connect to last byte
+  // How long code paused on a client tool (programmatic tool calling) waits for the
+  // client's tool_result before the call fails in the code (about Anthropic's 4.5 min).
+  int tool_result_timeout_sec = 270;
   int model_ping_interval_sec = 5;  // SSE pings while a command runs in a streamed turn
   // How deep code execution may nest: code in a sandbox calling /messages with the
   // code_execution tool is depth 1, code that call runs calling it again depth 2, ...

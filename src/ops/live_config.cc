@@ -34,6 +34,7 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
   next->model_names = loaded.model_names;
   next->max_tool_iterations = loaded.max_tool_iterations;
   next->model_timeout_sec = loaded.model_timeout_sec;
+  next->tool_result_timeout_sec = loaded.tool_result_timeout_sec;
   next->model_ping_interval_sec = loaded.model_ping_interval_sec;
   next->max_nesting_depth = loaded.max_nesting_depth;
   // What the running server is built on: a new value waits for a restart.

@@ -12,8 +12,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 #include <unordered_map>
 
 #include "base/sandbox_paths.h"
@@ -24,6 +28,15 @@ namespace sandboxd::service {
 struct Slot;         // sandbox_pool.h
 class NetworkLink;   // sandbox_networking.h
 class PythonKernel;  // python_kernel.h
+
+// A Python context of a container: a kernel of its own in the container's sandbox, with
+// its own variables (E2B's code-interpreter contexts). Every container has the default
+// one, the kernel of code_execution; others are made and removed by request.
+inline constexpr std::string_view kDefaultPythonContext = "default";
+struct PythonContext {
+  std::string id;
+  std::string cwd;  // its working directory; empty: the sandbox's (the workspace)
+};
 
 struct Container {
   explicit Container(boost::asio::any_io_executor executor) : strand(boost::asio::make_strand(executor)) {}
@@ -85,8 +98,28 @@ struct Container {
   // The running sandbox's persistent Python, made on its first call; one of an earlier
   // sandbox is replaced.
   struct Python {
-    std::mutex mutex;  // guards `kernel`
+    std::mutex mutex;  // guards all of this
     std::shared_ptr<PythonKernel> kernel;
+    // Its cell paused on client tool calls (programmatic tool calling), as the /messages
+    // turn that ran it left it: the server_tool_use id the client's next request names
+    // it by, and the tool_use id of each call it waits on -> the kernel's id of that call.
+    struct PausedCode {
+      std::string server_tool_id;
+      std::weak_ptr<PythonKernel> kernel;
+      uint64_t cell = 0;
+      std::map<std::string, std::string> calls;
+      std::chrono::milliseconds timeout{};  // the cell's, for its result's wording
+      int64_t started_ns = 0;               // its start (realtime): the outputs it made since
+      std::chrono::steady_clock::time_point expires;
+    };
+    std::optional<PausedCode> paused_code;
+    // The other Python contexts, in order of creation, each with a kernel of its own
+    // (made and replaced as the default one is).
+    struct NamedPython {
+      PythonContext context;
+      std::shared_ptr<PythonKernel> kernel;
+    };
+    std::vector<NamedPython> contexts;
   } python;
 };
 

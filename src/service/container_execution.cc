@@ -5,9 +5,11 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <algorithm>
 #include <chrono>
 
 #include "base/blocking.h"
+#include "base/ids.h"
 #include "ops/logging.h"
 #include "ops/metrics.h"
 #include "service/container_service.h"
@@ -122,6 +124,19 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
                        "The Python kernel is not installed on this server",
                        settings()->capacity_retry_after_sec};
   }
+  // The context is looked for before a slot is taken, and again once it is (it may
+  // have been removed meanwhile).
+  const bool default_context = call.context == kDefaultPythonContext;
+  auto missing_context = [&] { return ApiError::not_found("Context " + call.context + " not found"); };
+  auto find_context = [&]() -> Container::Python::NamedPython* {
+    for (auto& named : container->python.contexts)
+      if (named.context.id == call.context) return &named;
+    return nullptr;
+  };
+  if (!default_context) {
+    std::lock_guard lock(container->python.mutex);
+    if (!find_context()) co_return missing_context();
+  }
   ops::Admission::Ticket ticket;
   auto sandbox = co_await admit(container, ticket);
   if (!sandbox) co_return sandbox.error();
@@ -130,9 +145,17 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
     // A kernel belongs to one sandbox: after a stop (its TTL, a restart) the next call
     // gets a fresh one in the new sandbox, and the old one's state is gone with it.
     std::lock_guard lock(container->python.mutex);
-    if (!container->python.kernel || container->python.kernel->sandbox() != sandbox->get())
-      container->python.kernel = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env);
-    kernel = container->python.kernel;
+    if (default_context) {
+      if (!container->python.kernel || container->python.kernel->sandbox() != sandbox->get())
+        container->python.kernel = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env);
+      kernel = container->python.kernel;
+    } else {
+      auto* named = find_context();
+      if (!named) co_return missing_context();
+      if (!named->kernel || named->kernel->sandbox() != sandbox->get())
+        named->kernel = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env, named->context.cwd);
+      kernel = named->kernel;
+    }
   }
   if (call.restart) {
     kernel->restart();
@@ -143,8 +166,19 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
   Result<KernelResult> outcome = ApiError::internal();
   const char* label = "failed";
   try {
-    outcome = co_await kernel->execute(std::move(call.code), call.timeout, call.output_limit);
+    KernelCall cell;
+    cell.code = std::move(call.code);
+    cell.timeout = call.timeout;
+    cell.output_limit = call.output_limit;
+    cell.env = std::move(call.env);
+    cell.on_event = std::move(call.on_event);
+    cell.cancellation = std::move(call.cancellation);
+    cell.tools = std::move(call.tools);
+    outcome = co_await kernel->execute(std::move(cell));
     switch (outcome->status) {
+      case KernelResult::Status::kPaused:
+        label = "paused";
+        break;
       case KernelResult::Status::kOk:
         label = "ok";
         break;
@@ -174,6 +208,87 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
                   {"outcome", label}});
   touch(*container);
   co_return outcome;
+}
+
+asio::awaitable<Result<std::optional<KernelResult>>> ContainerService::resume_python(
+    std::shared_ptr<Container> container, std::shared_ptr<PythonKernel> kernel, uint64_t cell,
+    std::vector<KernelToolAnswer> answers) {
+  touch(*container);
+  // The paused cell runs on as a cell does: it holds an execution slot while it runs
+  // (not while it waited).
+  ops::Admission::Ticket ticket;
+  auto sandbox = co_await admit(container, ticket);
+  if (!sandbox) co_return sandbox.error();
+  if (kernel->sandbox() != sandbox->get()) co_return std::optional<KernelResult>();  // its sandbox is gone
+  const ExecutionMark mark(*container, durability_ != nullptr);
+  const auto started = std::chrono::steady_clock::now();
+  std::optional<KernelResult> outcome;
+  try {
+    outcome = co_await kernel->resume(cell, std::move(answers));
+  } catch (const runtime::SandboxError& e) {
+    spdlog::warn("python in container {} failed: {}", container->id, e.what());
+    co_return ApiError{HttpStatus::service_unavailable, "api_error", "The sandbox stopped during the code",
+                       settings()->capacity_retry_after_sec};
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ops::log_event(spdlog::level::info, "python_resumed",
+                 {{"owner", container->owner},
+                  {"container", container->id},
+                  {"ms", seconds * 1000},
+                  {"outcome", !outcome                                           ? "expired"
+                              : outcome->status == KernelResult::Status::kPaused ? "paused"
+                                                                                 : "ended"}});
+  touch(*container);
+  co_return outcome;
+}
+
+std::vector<PythonContext> ContainerService::python_contexts(Container& container) {
+  std::lock_guard lock(container.python.mutex);
+  std::vector<PythonContext> out{PythonContext{std::string(kDefaultPythonContext), {}}};
+  for (const auto& named : container.python.contexts) out.push_back(named.context);
+  return out;
+}
+
+Result<PythonContext> ContainerService::create_python_context(Container& container, std::string cwd) {
+  std::lock_guard lock(container.python.mutex);
+  // Each context can hold a Python process in the sandbox: a bound keeps one client
+  // from filling the sandbox's process and memory limits with idle kernels by accident.
+  if (container.python.contexts.size() + 1 >= kMaxPythonContexts)
+    return ApiError::invalid_request("A container has at most " + std::to_string(kMaxPythonContexts) +
+                                     " Python contexts; remove one first");
+  PythonContext context{"ctx_" + random_alnum(20), std::move(cwd)};
+  container.python.contexts.push_back({context, nullptr});
+  return context;
+}
+
+Result<void> ContainerService::restart_python_context(Container& container, const std::string& id) {
+  std::lock_guard lock(container.python.mutex);
+  if (id == kDefaultPythonContext) {
+    if (container.python.kernel) container.python.kernel->restart();
+    return {};
+  }
+  for (auto& named : container.python.contexts)
+    if (named.context.id == id) {
+      if (named.kernel) named.kernel->restart();
+      return {};
+    }
+  return ApiError::not_found("Context " + id + " not found");
+}
+
+Result<void> ContainerService::remove_python_context(Container& container, const std::string& id) {
+  if (id == kDefaultPythonContext)
+    return ApiError::invalid_request("The default context cannot be removed; restart it instead");
+  std::shared_ptr<PythonKernel> kernel;
+  {
+    std::lock_guard lock(container.python.mutex);
+    auto it = std::find_if(container.python.contexts.begin(), container.python.contexts.end(),
+                           [&](const auto& named) { return named.context.id == id; });
+    if (it == container.python.contexts.end()) return ApiError::not_found("Context " + id + " not found");
+    kernel = std::move(it->kernel);
+    container.python.contexts.erase(it);
+  }
+  if (kernel) kernel->restart();  // its process ends now, not when the last call lets go of it
+  return {};
 }
 
 asio::awaitable<Result<ContainerService::StartedProcess>> ContainerService::start_process(

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -59,6 +60,16 @@ struct PythonCall {
   bool restart = false;
   // The kernel's environment when this call starts it (as for commands).
   std::vector<std::string> extra_env;
+  // Client tools the code may call (programmatic tool calling): the cell may pause.
+  CellTools tools;
+  // The context whose kernel runs it (kDefaultPythonContext: the container's own).
+  std::string context{kDefaultPythonContext};
+  // Set in os.environ for this cell only.
+  std::vector<std::pair<std::string, std::string>> env;
+  // Streams the cell's events as they happen (python_kernel.h); the result then has
+  // only the status and counts.
+  KernelEventSink on_event;
+  std::shared_ptr<runtime::Cancellation> cancellation;  // the caller went away: interrupted
 };
 
 // A running sandbox as an operator sees it (`sandboxd ps`).
@@ -117,6 +128,22 @@ class ContainerService {
   };
   asio::awaitable<Result<StartedProcess>> start_process(std::shared_ptr<Container> container,
                                                         runtime::ProcessRequest request);
+  // Answers the tool calls a paused cell of the container's kernel waits on and runs it
+  // on (the same admission as run_python). nullopt: no such cell is paused (it ended,
+  // its pause expired, the sandbox or the kernel restarted).
+  asio::awaitable<Result<std::optional<KernelResult>>> resume_python(std::shared_ptr<Container> container,
+                                                                     std::shared_ptr<PythonKernel> kernel,
+                                                                     uint64_t cell,
+                                                                     std::vector<KernelToolAnswer> answers);
+  // The container's Python contexts: the default one first, then the others in order
+  // of creation. Made, restarted and removed without starting anything: a context's
+  // kernel starts on its first cell (and a restart or removal kills a running one).
+  static constexpr size_t kMaxPythonContexts = 16;  // the default one included
+  std::vector<PythonContext> python_contexts(Container& container);
+  Result<PythonContext> create_python_context(Container& container, std::string cwd);
+  Result<void> restart_python_context(Container& container, const std::string& id);
+  Result<void> remove_python_context(Container& container, const std::string& id);
+
   // `reason` labels the stop in the metrics (api, idle, deleted, restart, shutdown).
   asio::awaitable<void> stop(std::shared_ptr<Container> container, const char* reason = "api");
   asio::awaitable<void> remove(std::shared_ptr<Container> container);

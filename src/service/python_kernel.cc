@@ -15,6 +15,7 @@
 #include <boost/json/serialize.hpp>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 namespace sandboxd::service {
@@ -69,6 +70,29 @@ std::optional<boost::json::object> checked_output(const boost::json::value& valu
   return std::nullopt;
 }
 
+// An event of a streamed call as the driver sent it, checked like an output.
+std::optional<boost::json::object> checked_event(const boost::json::value& value) {
+  if (!value.is_object()) return std::nullopt;
+  const auto& o = value.as_object();
+  const std::string type = string_field(o, "type");
+  if (type == "start") {
+    auto* count = o.if_contains("execution_count");
+    if (!count || !count->is_int64()) return std::nullopt;
+    return boost::json::object{{"type", type}, {"execution_count", count->as_int64()}};
+  }
+  if (type == "stdout" || type == "stderr") {
+    auto* text = o.if_contains("text");
+    if (!text || !text->is_string()) return std::nullopt;
+    return boost::json::object{{"type", type}, {"text", *text}};
+  }
+  return checked_output(value);
+}
+
+bool is_call(const boost::json::object& message, const char* op, uint64_t call) {
+  auto* id = message.if_contains("id");
+  return string_field(message, "op") == op && id && id->is_number() && id->to_number<double>() == call;
+}
+
 }  // namespace
 
 struct PythonKernel::Process {
@@ -110,11 +134,29 @@ struct PythonKernel::Process {
   asio::steady_timer exited;  // cancelled when exit_code is known
 };
 
+struct PythonKernel::Cell {
+  explicit Cell(asio::strand<asio::any_io_executor>& strand) : expiry(strand) {}
+  uint64_t id = 0;
+  std::shared_ptr<Process> process;
+  std::chrono::milliseconds time_left{};  // of its timeout: it runs only while the code does
+  std::set<std::string, std::less<>> tools;
+  std::chrono::milliseconds answer_limit{};
+  bool written = false;
+  bool abandoned = false;  // its pause expired: its calls are answered with errors at once
+  Clock::time_point started;
+  std::vector<KernelToolCall> pending;
+  KernelEventSink sink;  // a streamed cell's consumer (none: it is not streamed)
+  std::shared_ptr<runtime::Cancellation> cancellation;  // cancelled: interrupted as at its timeout
+  asio::steady_timer expiry;                            // of its pause
+};
+
 PythonKernel::PythonKernel(std::shared_ptr<runtime::Sandbox> sandbox,
-                           std::shared_ptr<const std::string> driver, std::vector<std::string> extra_env)
+                           std::shared_ptr<const std::string> driver, std::vector<std::string> extra_env,
+                           std::string cwd)
     : sandbox_(std::move(sandbox)),
       driver_(std::move(driver)),
       extra_env_(std::move(extra_env)),
+      cwd_(std::move(cwd)),
       strand_(asio::make_strand(sandbox_->executor())),
       turn_(strand_, Clock::time_point::max()) {}
 
@@ -126,6 +168,11 @@ PythonKernel::~PythonKernel() {
 
 void PythonKernel::restart() {
   asio::post(strand_, [self = shared_from_this()] {
+    // A paused cell ends with its kernel: its turn goes to the next call.
+    if (auto cell = std::exchange(self->paused_, nullptr)) {
+      cell->expiry.cancel();
+      self->release_turn();
+    }
     if (auto process = std::exchange(self->process_, nullptr)) {
       process->killed = true;
       self->sandbox_->kill_process(process->id);
@@ -134,10 +181,8 @@ void PythonKernel::restart() {
   });
 }
 
-asio::awaitable<KernelResult> PythonKernel::execute(std::string code, std::chrono::milliseconds timeout,
-                                                    size_t output_limit) {
-  co_return co_await asio::co_spawn(strand_, execute_on_strand(std::move(code), timeout, output_limit),
-                                    asio::use_awaitable);
+asio::awaitable<KernelResult> PythonKernel::execute(KernelCall call) {
+  co_return co_await asio::co_spawn(strand_, execute_on_strand(std::move(call)), asio::use_awaitable);
 }
 
 asio::awaitable<std::optional<boost::json::object>> PythonKernel::read_frame(Process& process) {
@@ -184,6 +229,7 @@ asio::awaitable<int> PythonKernel::end_process(std::shared_ptr<Process> process)
 asio::awaitable<void> PythonKernel::start_process() {
   runtime::ProcessRequest request;
   request.argv = {kPython, "-c", *driver_};
+  if (!cwd_.empty()) request.argv.push_back(cwd_);
   request.extra_env = extra_env_;
   auto channel = co_await sandbox_->start_process(std::move(request));
   auto process = std::make_shared<Process>(strand_, channel);
@@ -214,11 +260,65 @@ asio::awaitable<void> PythonKernel::start_process() {
   process->ready = true;
 }
 
-asio::awaitable<KernelResult> PythonKernel::execute_on_strand(std::string code,
-                                                              std::chrono::milliseconds timeout,
-                                                              size_t output_limit) {
+namespace {
+
+// The timeout of one stretch of a cell's run (from its start or a resume to its end or
+// a pause): SIGINT first (through the driver), a kill if that does not take.
+struct Watch {
+  explicit Watch(asio::strand<asio::any_io_executor>& strand) : timer(strand) {}
+  asio::steady_timer timer;
+  bool done = false;
+  bool written = false;
+  bool interrupted = false;
+  bool killed = false;
+};
+
+boost::json::object tool_results_frame(uint64_t cell, const std::vector<KernelToolAnswer>& answers) {
+  boost::json::array results;
+  for (const auto& answer : answers)
+    results.push_back(boost::json::object{
+        {"call", answer.call}, {"content", answer.content}, {"is_error", answer.is_error}});
+  boost::json::object frame;
+  frame["op"] = "tool_results";
+  frame["id"] = cell;
+  frame["results"] = std::move(results);
+  return frame;
+}
+
+// The calls a tool_calls frame holds: well-formed ones of offered tools pause the cell
+// (at most kMaxCallsPerPause); the rest, which only code writing to the protocol's
+// descriptor itself can make, are answered with an error at once.
+constexpr size_t kMaxCallsPerPause = 100;
+void sort_tool_calls(const boost::json::object& frame, const std::set<std::string, std::less<>>& offered,
+                     std::vector<KernelToolCall>& calls, std::vector<KernelToolAnswer>& refused) {
+  auto* list = frame.if_contains("calls");
+  if (!list || !list->is_array()) return;
+  for (const auto& value : list->as_array()) {
+    if (!value.is_object()) continue;
+    const auto& o = value.as_object();
+    const std::string call = string_field(o, "call");
+    if (call.empty() || call.size() > 64) continue;
+    const std::string name = string_field(o, "name");
+    auto* input = o.if_contains("input");
+    if (!offered.count(name) || (input && !input->is_object()) || calls.size() >= kMaxCallsPerPause) {
+      refused.push_back(
+          {call, "The tool call was refused: '" + name + "' is not a tool this code may call", true});
+      continue;
+    }
+    calls.push_back({call, name, input ? input->as_object() : boost::json::object{}});
+  }
+}
+
+}  // namespace
+
+void PythonKernel::release_turn() {
+  busy_ = false;
+  turn_.cancel_one();
+}
+
+asio::awaitable<KernelResult> PythonKernel::execute_on_strand(KernelCall call_input) {
   auto self = shared_from_this();
-  // One cell at a time, in order of arrival.
+  // One cell at a time, in order of arrival (a paused cell keeps its turn).
   while (busy_) {
     error_code ec;
     turn_.expires_at(Clock::time_point::max());
@@ -227,31 +327,119 @@ asio::awaitable<KernelResult> PythonKernel::execute_on_strand(std::string code,
   busy_ = true;
   struct Turn {
     PythonKernel* kernel;
+    bool kept = false;  // by a paused cell
     ~Turn() {
-      kernel->busy_ = false;
-      kernel->turn_.cancel_one();
+      if (!kept) kernel->release_turn();
     }
   } turn{this};
 
-  const auto started = Clock::now();
   if (!sandbox_->running()) throw runtime::SandboxError("sandbox " + sandbox_->name() + " is not running");
   if (process_ && (process_->broken || process_->exit_code)) co_await end_process(process_);
   if (!process_) co_await start_process();
-  auto process = process_;
 
+  auto cell = std::make_shared<Cell>(strand_);
+  cell->id = next_call_++;
+  cell->process = process_;
+  cell->time_left = call_input.timeout;
+  cell->tools.insert(call_input.tools.names.begin(), call_input.tools.names.end());
+  cell->answer_limit = call_input.tools.answer_limit;
+  cell->started = Clock::now();
+  cell->sink = std::move(call_input.on_event);
+  cell->cancellation = std::move(call_input.cancellation);
+  boost::json::object request;
+  request["op"] = "execute";
+  request["id"] = cell->id;
+  request["code"] = std::move(call_input.code);
+  request["limit"] = static_cast<uint64_t>(call_input.output_limit);
+  if (cell->sink) request["stream"] = true;
+  if (!call_input.env.empty()) {
+    boost::json::object env;
+    for (auto& [name, value] : call_input.env) env[name] = value;
+    request["env"] = std::move(env);
+  }
+  if (!call_input.tools.names.empty()) {
+    boost::json::array names;
+    for (const auto& name : call_input.tools.names) names.push_back(boost::json::string(name));
+    request["tools"] = std::move(names);
+  }
+  cell->written = co_await write_frame(*cell->process, request);
+  KernelResult result = co_await run_cell(cell);
+  if (result.status == KernelResult::Status::kPaused) {
+    turn.kept = true;
+    pause(cell);
+  }
+  co_return result;
+}
+
+asio::awaitable<std::optional<KernelResult>> PythonKernel::resume(uint64_t cell,
+                                                                  std::vector<KernelToolAnswer> answers) {
+  co_return co_await asio::co_spawn(strand_, resume_on_strand(cell, std::move(answers)), asio::use_awaitable);
+}
+
+asio::awaitable<std::optional<KernelResult>> PythonKernel::resume_on_strand(
+    uint64_t id, std::vector<KernelToolAnswer> answers) {
+  auto self = shared_from_this();
+  if (!paused_ || paused_->id != id) co_return std::nullopt;
+  auto cell = std::exchange(paused_, nullptr);
+  cell->expiry.cancel();
+  cell->pending.clear();
+  // A failed write shows as the kernel's end when run_cell reads.
+  co_await write_frame(*cell->process, tool_results_frame(cell->id, answers));
+  KernelResult result = co_await run_cell(cell);
+  if (result.status == KernelResult::Status::kPaused)
+    pause(cell);
+  else
+    release_turn();
+  co_return result;
+}
+
+void PythonKernel::pause(std::shared_ptr<Cell> cell) {
+  paused_ = cell;
+  cell->expiry.expires_after(cell->answer_limit);
+  cell->expiry.async_wait([weak = weak_from_this(), cell](error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->paused_ != cell) return;
+    self->paused_.reset();
+    cell->abandoned = true;
+    asio::co_spawn(self->strand_, self->finish_abandoned(cell), asio::detached);
+  });
+}
+
+asio::awaitable<void> PythonKernel::finish_abandoned(std::shared_ptr<Cell> cell) {
+  auto self = shared_from_this();
+  std::vector<KernelToolAnswer> answers;
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(cell->answer_limit).count();
+  for (const auto& call : cell->pending)
+    answers.push_back({call.call,
+                       "TimeoutError: the tool's result did not come within " + std::to_string(seconds) +
+                           "s (the client did not answer in time)",
+                       true});
+  cell->pending.clear();
+  co_await write_frame(*cell->process, tool_results_frame(cell->id, answers));
+  co_await run_cell(cell);  // abandoned: it never pauses again; its result has no reader
+  release_turn();
+}
+
+asio::awaitable<KernelResult> PythonKernel::run_cell(std::shared_ptr<Cell> cell) {
+  auto self = shared_from_this();
+  auto process = cell->process;
+  const uint64_t call = cell->id;
   KernelResult result;
-  const uint64_t call = next_call_++;
-  // The timeout: SIGINT first (through the driver), a kill if that does not take.
-  struct Watch {
-    explicit Watch(asio::strand<asio::any_io_executor>& strand) : timer(strand) {}
-    asio::steady_timer timer;
-    bool done = false;
-    bool written = false;
-    bool interrupted = false;
-    bool killed = false;
-  };
+  result.cell = call;
   auto watch = std::make_shared<Watch>(strand_);
-  watch->timer.expires_after(timeout);
+  watch->written = cell->written;
+  const auto stretch_start = Clock::now();
+  watch->timer.expires_after(cell->time_left);
+  // An interrupt before the timeout: the watch's timer expires now (a wait already
+  // under way is cancelled, one that comes later ends at once), and it goes on as at
+  // a timeout.
+  auto interrupt_now = [watch] {
+    if (!watch->done && !watch->interrupted) watch->timer.expires_at(Clock::time_point::min());
+  };
+  uint64_t subscription = 0;
+  if (cell->cancellation)
+    subscription = cell->cancellation->subscribe(
+        [strand = strand_, interrupt_now]() mutable { asio::post(strand, interrupt_now); });
   asio::co_spawn(
       strand_,
       [this, self, process, watch, call]() -> asio::awaitable<void> {
@@ -278,40 +466,78 @@ asio::awaitable<KernelResult> PythonKernel::execute_on_strand(std::string code,
       asio::detached);
   struct Finish {
     std::shared_ptr<Watch> watch;
+    std::shared_ptr<runtime::Cancellation> cancellation;
+    uint64_t subscription;
     ~Finish() {
       watch->done = true;
       watch->timer.cancel();
+      if (cancellation && subscription) cancellation->unsubscribe(subscription);
     }
-  } finish{watch};
+  } finish{watch, cell->cancellation, subscription};
 
   std::optional<boost::json::object> done;
-  boost::json::object request;
-  request["op"] = "execute";
-  request["id"] = call;
-  request["code"] = code;
-  request["limit"] = static_cast<uint64_t>(output_limit);
-  if (co_await write_frame(*process, request)) {
-    watch->written = true;
-    // Frames that are not this call's answer are the code's own writes to the
-    // protocol's descriptor: a few are skipped, a flood ends the kernel.
-    for (int stray = 0; stray < 64; ++stray) {
+  bool paused = false;
+  if (cell->written) {
+    // Frames that are not this call's are the code's own writes to the protocol's
+    // descriptor: a few are skipped, a flood ends the kernel.
+    for (int stray = 0; stray < 64;) {
       auto message = co_await read_frame(*process);
       if (!message) break;
-      auto* id = message->if_contains("id");
-      if (string_field(*message, "op") == "done" && id && id->is_number() &&
-          id->to_number<double>() == call) {
+      if (is_call(*message, "done", call)) {
         done = std::move(*message);
         break;
+      }
+      if (is_call(*message, "tool_calls", call)) {
+        std::vector<KernelToolCall> calls;
+        std::vector<KernelToolAnswer> refused;
+        sort_tool_calls(*message, cell->tools, calls, refused);
+        // After an expired pause, or once interrupted, nobody will answer: fail at once.
+        if (cell->abandoned || watch->interrupted) {
+          for (const auto& c : calls)
+            refused.push_back({c.call,
+                               cell->abandoned ? "TimeoutError: the client no longer waits for this code"
+                                               : "The code was interrupted",
+                               true});
+          calls.clear();
+        }
+        if (!refused.empty()) co_await write_frame(*process, tool_results_frame(call, refused));
+        if (calls.empty()) continue;
+        cell->pending = calls;
+        result.tool_calls = std::move(calls);
+        paused = true;
+        break;
+      }
+      if (!is_call(*message, "event", call)) {
+        ++stray;
+        continue;
+      }
+      if (!cell->sink) continue;  // not a streamed call, or its consumer is gone: dropped
+      auto* body = message->if_contains("event");
+      auto event = body ? checked_event(*body) : std::nullopt;
+      if (!event) {
+        ++stray;
+        continue;
+      }
+      if (auto* count = event->if_contains("execution_count")) result.execution_count = count->as_int64();
+      if (!co_await cell->sink(std::move(*event))) {
+        cell->sink = nullptr;  // the consumer is gone: the rest of the cell's frames are read and dropped
+        interrupt_now();
       }
     }
   }
   watch->done = true;
   watch->timer.cancel();
 
-  if (done) {
+  if (paused) {
+    const auto ran = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - stretch_start);
+    cell->time_left = std::max(cell->time_left - ran, std::chrono::milliseconds(1));
+    result.status = KernelResult::Status::kPaused;
+  } else if (done) {
     const std::string status = string_field(*done, "status");
     result.stdout_text = string_field(*done, "stdout");
     result.stderr_text = string_field(*done, "stderr");
+    if (auto* count = done->if_contains("execution_count"); count && count->is_int64())
+      result.execution_count = count->as_int64();
     if (auto* outputs = done->if_contains("outputs"); outputs && outputs->is_array())
       for (const auto& output : outputs->as_array())
         if (auto checked = checked_output(output)) result.outputs.push_back(std::move(*checked));
@@ -335,7 +561,7 @@ asio::awaitable<KernelResult> PythonKernel::execute_on_strand(std::string code,
       result.exit_code = exit_code;
     }
   }
-  result.duration = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started);
+  result.duration = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - cell->started);
   co_return result;
 }
 

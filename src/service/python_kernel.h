@@ -3,9 +3,10 @@
 // its stdin and stdout pipes. Variables, imports and open files live as long as that
 // process: until the sandbox stops, the kernel is restarted, or it dies.
 //
-// One kernel per sandbox; its calls run one at a time, in order. The surfaces
-// (code_execution in /messages, the direct tool endpoint, later E2B's runCode and MCP)
-// all go through ContainerService::run_python, which owns the kernels.
+// One kernel per context of a sandbox (the default one, and those E2B's code interpreter
+// creates); a kernel's calls run one at a time, in order. The surfaces (code_execution
+// in /messages, the direct tool endpoint, MCP, E2B's runCode) all go through
+// ContainerService::run_python, which owns the kernels.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
@@ -15,16 +16,40 @@
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "runtime/cancellation.h"
 #include "runtime/sandbox.h"
 
 namespace sandboxd::service {
 
 namespace asio = boost::asio;
+
+// A client tool the cell called (programmatic tool calling), waiting for its answer.
+struct KernelToolCall {
+  std::string call;  // the driver's id of this call
+  std::string name;
+  boost::json::object input;
+};
+// The answer to one KernelToolCall: the tool_result's text, or its error.
+struct KernelToolAnswer {
+  std::string call;
+  std::string content;
+  bool is_error = false;
+};
+
+// Client tools a cell may call as async functions (programmatic tool calling). A cell
+// that calls them pauses (kPaused) until resume() answers; a pause unanswered for
+// `answer_limit` expires: the calls raise in the code, which runs on unobserved.
+struct CellTools {
+  std::vector<std::string> names;
+  std::chrono::milliseconds answer_limit{270'000};
+};
 
 // One call's outcome.
 struct KernelResult {
@@ -33,6 +58,7 @@ struct KernelResult {
     kError,       // it raised: outputs end with an error output
     kTimedOut,    // interrupted at its timeout (KeyboardInterrupt); the state is kept
     kKernelDied,  // the kernel process exited or broke its protocol: the state is lost
+    kPaused,      // the cell waits on `tool_calls`: resume(cell, answers) goes on
   };
   Status status = Status::kOk;
   std::string stdout_text;  // print(), and what processes it started wrote to fd 1
@@ -45,26 +71,59 @@ struct KernelResult {
   bool restarted = false;
   // kKernelDied: the kernel's exit code (128+N for a signal), -1 when not known.
   int exit_code = -1;
+  // IPython's number for this cell (1 for a fresh kernel's first); 0 when it never ran.
+  int64_t execution_count = 0;
   std::chrono::microseconds duration{};
+  // kPaused: the cell (for resume) and the calls it waits on.
+  uint64_t cell = 0;
+  std::vector<KernelToolCall> tool_calls;
+};
+
+// Takes one event of a streamed call as it happens: {"type": "start",
+// "execution_count": n}, {"type": "stdout" | "stderr", "text": str}, or an output as in
+// KernelResult::outputs. The kernel reads its next frame only once this returns (the
+// consumer's pace holds the cell back, memory stays bounded); false: the consumer is
+// gone, the cell is interrupted and nothing more is sent to it.
+using KernelEventSink = std::function<asio::awaitable<bool>(boost::json::object event)>;
+
+// One cell and how to run it.
+struct KernelCall {
+  std::string code;
+  std::chrono::milliseconds timeout{60'000};
+  size_t output_limit = 1 << 20;  // per stream
+  // Set in os.environ for this cell only.
+  std::vector<std::pair<std::string, std::string>> env;
+  // Set: the call is streamed; its KernelResult then has no text and no outputs (they
+  // went to the sink), only the status and counts.
+  KernelEventSink on_event;
+  // Cancelled (the client went away): the cell is interrupted as at its timeout.
+  std::shared_ptr<runtime::Cancellation> cancellation;
+  // Client tools the code may call (programmatic tool calling): the cell may pause.
+  CellTools tools;
 };
 
 class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
  public:
   // `driver` is the driver script's text; `extra_env` is added to the process's
-  // environment (as for commands). Nothing starts until the first execute.
+  // environment (as for commands); `cwd`, when not empty, is its working directory
+  // (a start fails when it cannot be entered). Nothing starts until the first execute.
   PythonKernel(std::shared_ptr<runtime::Sandbox> sandbox, std::shared_ptr<const std::string> driver,
-               std::vector<std::string> extra_env);
+               std::vector<std::string> extra_env, std::string cwd = {});
   ~PythonKernel();
   PythonKernel(const PythonKernel&) = delete;
   PythonKernel& operator=(const PythonKernel&) = delete;
 
-  // Runs `code` as one cell, starting the kernel first if it is not running. At
-  // `timeout` the cell is interrupted (SIGINT: KeyboardInterrupt in the code); if that
+  // Runs `call.code` as one cell, starting the kernel first if it is not running. At
+  // its timeout the cell is interrupted (SIGINT: KeyboardInterrupt in the code); if that
   // does not end it within kInterruptGrace the kernel is killed (state lost). stdout
   // and stderr are each capped at `output_limit` bytes. Throws runtime::SandboxError
   // when the sandbox is not running or the kernel cannot start.
-  asio::awaitable<KernelResult> execute(std::string code, std::chrono::milliseconds timeout,
-                                        size_t output_limit);
+  // With `call.tools` the cell may call them (kPaused, see CellTools); while it is
+  // paused the kernel's other calls wait, and its timeout does not run.
+  asio::awaitable<KernelResult> execute(KernelCall call);
+  // Answers the calls a paused cell waits on and runs it on: its end, or kPaused again.
+  // nullopt when that cell is not paused (it ended, its pause expired, a restart).
+  asio::awaitable<std::optional<KernelResult>> resume(uint64_t cell, std::vector<KernelToolAnswer> answers);
   // Kills the kernel's process tree; the next call starts a fresh one. Any thread.
   void restart();
 
@@ -81,8 +140,16 @@ class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
 
  private:
   struct Process;
-  asio::awaitable<KernelResult> execute_on_strand(std::string code, std::chrono::milliseconds timeout,
-                                                  size_t output_limit);
+  struct Cell;
+  asio::awaitable<KernelResult> execute_on_strand(KernelCall call);
+  asio::awaitable<std::optional<KernelResult>> resume_on_strand(uint64_t cell,
+                                                                std::vector<KernelToolAnswer> answers);
+  // Runs a written cell until it ends or pauses (its timeout counted meanwhile).
+  asio::awaitable<KernelResult> run_cell(std::shared_ptr<Cell> cell);
+  void pause(std::shared_ptr<Cell> cell);
+  // A pause that expired: its calls fail in the code, which runs to its end unobserved.
+  asio::awaitable<void> finish_abandoned(std::shared_ptr<Cell> cell);
+  void release_turn();
   asio::awaitable<void> start_process();
   // Reads one frame; nullopt at end of file or on a frame that breaks the protocol.
   asio::awaitable<std::optional<boost::json::object>> read_frame(Process& process);
@@ -93,12 +160,14 @@ class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
   std::shared_ptr<runtime::Sandbox> sandbox_;
   std::shared_ptr<const std::string> driver_;
   std::vector<std::string> extra_env_;
+  std::string cwd_;
   asio::strand<asio::any_io_executor> strand_;
   std::shared_ptr<Process> process_;  // on the strand
   uint64_t next_call_ = 1;
   // Cells waiting for the one running now (calls run one at a time, in order).
   bool busy_ = false;
   asio::steady_timer turn_;
+  std::shared_ptr<Cell> paused_;  // the cell waiting on tool answers (it keeps busy_)
 };
 
 // The driver script shipped beside the binary (python_kernel_driver.py next to

@@ -1,10 +1,15 @@
 #include "service/tool_calls.h"
 
+#include <time.h>
+
+#include <set>
+
+#include "base/ids.h"
+#include "base/utf8.h"
+#include "ops/logging.h"
 #include "service/discovery.h"
 #include "service/python_kernel.h"
 #include "service/sandbox_credentials.h"
-#include "base/utf8.h"
-#include "ops/logging.h"
 #include "store/keys.h"
 #include "tools/bash_tool.h"
 #include "tools/text_editor.h"
@@ -44,7 +49,7 @@ Result<PythonInput> parse_python_input(const boost::json::object& input) {
 }
 
 boost::json::object python_result(const KernelResult& result, std::chrono::milliseconds timeout,
-                                  bool rich_outputs) {
+                                  bool rich_outputs, const std::vector<std::string>& file_ids) {
   std::string stdout_text = result.stdout_text;
   for (const auto& output : result.outputs) {
     const auto& o = output.as_object();
@@ -59,6 +64,7 @@ boost::json::object python_result(const KernelResult& result, std::chrono::milli
   int return_code = 0;
   switch (result.status) {
     case KernelResult::Status::kOk:
+    case KernelResult::Status::kPaused:  // not a result (settle records the pause)
       break;
     case KernelResult::Status::kError:
       return_code = 1;
@@ -86,8 +92,98 @@ boost::json::object python_result(const KernelResult& result, std::chrono::milli
                             {"stderr", to_valid_utf8(stderr_text)},
                             {"return_code", return_code},
                             {"content", boost::json::array()}};
+  auto& files = block["content"].as_array();
+  for (const auto& id : file_ids)
+    files.push_back(boost::json::object{{"type", "code_execution_output"}, {"file_id", id}});
   if (rich_outputs) block["outputs"] = result.outputs;
   return block;
+}
+
+}  // namespace
+
+namespace {
+
+int64_t realtime_now_ns() {
+  timespec realtime{};
+  clock_gettime(CLOCK_REALTIME_COARSE, &realtime);  // as a command's start (sandbox.cc)
+  return static_cast<int64_t>(realtime.tv_sec) * 1'000'000'000 + realtime.tv_nsec;
+}
+
+bool refused_for_capacity(const ApiError& error) {
+  return error.status == HttpStatus::too_many_requests ||
+         (error.status == HttpStatus::service_unavailable && error.type == "overloaded_error");
+}
+
+// What a kernel call's outcome becomes: the result block of code that ended (with the
+// files it saved under outputs/), or the record of its pause and the client's calls.
+asio::awaitable<Result<PythonStep>> settle(Services& services, std::shared_ptr<Container> container,
+                                           Result<KernelResult> result, std::chrono::milliseconds timeout,
+                                           int64_t started_ns, bool rich_outputs,
+                                           const std::string& server_tool_id) {
+  PythonStep step;
+  if (!result) {
+    after_execution(services, container);
+    if (refused_for_capacity(result.error())) co_return result.error();
+    step.result = tools::tool_error(kCodeExecutionErrorType, "unavailable", result.error().message, true);
+    co_return step;
+  }
+  if (result->status == KernelResult::Status::kPaused) {
+    Container::Python::PausedCode paused;
+    paused.server_tool_id = server_tool_id;
+    paused.cell = result->cell;
+    paused.timeout = timeout;
+    paused.started_ns = started_ns;
+    paused.expires =
+        std::chrono::steady_clock::now() + std::chrono::seconds(services.config()->tool_result_timeout_sec);
+    for (auto& call : result->tool_calls) {
+      std::string id = "toolu_" + random_alnum(24);
+      paused.calls[id] = call.call;
+      step.pending.push_back({id, std::move(call.name), std::move(call.input)});
+    }
+    std::lock_guard lock(container->python.mutex);
+    paused.kernel = container->python.kernel;
+    container->python.paused_code = std::move(paused);
+    co_return step;
+  }
+  // The files the cell saved under outputs/ (Anthropic's code_execution_output blocks),
+  // found by the index sync every execution is followed by anyway, as for bash.
+  std::vector<std::string> file_ids;
+  auto changed = co_await sync_after_command(services, container, started_ns);
+  for (const auto& path : changed.paths) file_ids.push_back(store::file_id_for_path(path));
+  step.result = python_result(*result, timeout, rich_outputs, file_ids);
+  co_return step;
+}
+
+asio::awaitable<Result<PythonStep>> run_python(Services& services, std::shared_ptr<Container> container,
+                                               const boost::json::object& input, bool rich_outputs, int depth,
+                                               std::string server_tool_id, std::vector<std::string> tools) {
+  services.containers.touch(*container);
+  const auto config = services.config();
+  PythonStep step;
+  if (!services.containers.code_execution_available()) {
+    step.result = tools::tool_error(kCodeExecutionErrorType, "unavailable",
+                                    services.containers.unavailable_reason(), true);
+    co_return step;
+  }
+  auto parsed = parse_python_input(input);
+  if (!parsed) {
+    step.result =
+        tools::tool_error(kCodeExecutionErrorType, "invalid_tool_input", parsed.error().message, true);
+    co_return step;
+  }
+  PythonCall call;
+  call.code = std::move(parsed->code);
+  call.timeout = std::chrono::seconds(parsed->timeout_sec.value_or(config->code_execution_timeout_sec));
+  call.output_limit = config->output_limit_bytes;
+  call.restart = parsed->restart;
+  call.extra_env = sandbox_env(*config, *container, depth);
+  call.tools.names = std::move(tools);
+  call.tools.answer_limit = std::chrono::seconds(config->tool_result_timeout_sec);
+  const auto timeout = call.timeout;
+  const int64_t started_ns = realtime_now_ns();
+  auto result = co_await services.containers.run_python(container, std::move(call));
+  co_return co_await settle(services, container, std::move(result), timeout, started_ns, rich_outputs,
+                            server_tool_id);
 }
 
 }  // namespace
@@ -96,31 +192,72 @@ asio::awaitable<Result<boost::json::object>> run_python_tool(Services& services,
                                                              std::shared_ptr<Container> container,
                                                              const boost::json::object& input,
                                                              bool rich_outputs, int depth) {
-  services.containers.touch(*container);
-  const auto config = services.config();
-  if (!services.containers.code_execution_available())
-    co_return tools::tool_error(kCodeExecutionErrorType, "unavailable", services.containers.unavailable_reason(),
-                                true);
-  auto parsed = parse_python_input(input);
-  if (!parsed)
-    co_return tools::tool_error(kCodeExecutionErrorType, "invalid_tool_input", parsed.error().message, true);
-  PythonCall call;
-  call.code = std::move(parsed->code);
-  call.timeout = std::chrono::seconds(parsed->timeout_sec.value_or(config->code_execution_timeout_sec));
-  call.output_limit = config->output_limit_bytes;
-  call.restart = parsed->restart;
-  call.extra_env = sandbox_env(*config, *container, depth);
-  const auto timeout = call.timeout;
-  auto result = co_await services.containers.run_python(container, std::move(call));
-  after_execution(services, container);
-  if (!result) {
-    const auto status = result.error().status;
-    if (status == HttpStatus::too_many_requests ||
-        (status == HttpStatus::service_unavailable && result.error().type == "overloaded_error"))
-      co_return result.error();
-    co_return tools::tool_error(kCodeExecutionErrorType, "unavailable", result.error().message, true);
+  auto step = co_await run_python(services, container, input, rich_outputs, depth, "", {});
+  if (!step) co_return step.error();
+  co_return std::move(step->result);
+}
+
+asio::awaitable<Result<PythonStep>> run_python_step(Services& services, std::shared_ptr<Container> container,
+                                                    const boost::json::object& input,
+                                                    std::string server_tool_id,
+                                                    std::vector<std::string> tools, int depth) {
+  co_return co_await run_python(services, container, input, false, depth, std::move(server_tool_id),
+                                std::move(tools));
+}
+
+asio::awaitable<Result<PythonStep>> resume_python_step(Services& services,
+                                                       std::shared_ptr<Container> container,
+                                                       const std::string& server_tool_id,
+                                                       std::vector<CodeToolAnswer> answers) {
+  const auto gone = [&] {
+    return ApiError::invalid_request("The code execution '" + server_tool_id +
+                                     "' is not waiting for tool results: it ended, its sandbox stopped, or "
+                                     "its pause expired (tool results "
+                                     "must come within " +
+                                     std::to_string(services.config()->tool_result_timeout_sec) +
+                                     "s; the calls then failed in the code with TimeoutError)");
+  };
+  Container::Python::PausedCode paused;
+  std::vector<KernelToolAnswer> kernel_answers;
+  {
+    std::lock_guard lock(container->python.mutex);
+    if (!container->python.paused_code || container->python.paused_code->server_tool_id != server_tool_id ||
+        std::chrono::steady_clock::now() >= container->python.paused_code->expires)
+      co_return gone();
+    const auto& calls = container->python.paused_code->calls;
+    std::set<std::string> answered;
+    for (auto& answer : answers) {
+      auto it = calls.find(answer.tool_use_id);
+      if (it == calls.end())
+        co_return ApiError::invalid_request("tool_result '" + answer.tool_use_id +
+                                            "' answers no tool call that the code execution '" +
+                                            server_tool_id + "' waits on");
+      if (!answered.insert(answer.tool_use_id).second)
+        co_return ApiError::invalid_request("tool_use ids were found with more than one tool_result: " +
+                                            answer.tool_use_id);
+      kernel_answers.push_back({it->second, std::move(answer.content), answer.is_error});
+    }
+    for (const auto& [id, call] : calls)
+      if (!answered.count(id))
+        co_return ApiError::invalid_request(
+            "tool_use ids were found without tool_result blocks immediately after: " + id +
+            ". Each tool_use block must have a corresponding tool_result block in the next message.");
+    paused = std::move(*container->python.paused_code);
+    container->python.paused_code.reset();  // this request resumes it; another finds it taken
   }
-  co_return python_result(*result, timeout, rich_outputs);
+  auto kernel = paused.kernel.lock();
+  if (!kernel) co_return gone();
+  auto resumed =
+      co_await services.containers.resume_python(container, kernel, paused.cell, std::move(kernel_answers));
+  if (!resumed) {
+    // Refused before it ran on (capacity): it is still paused, and the client may retry.
+    std::lock_guard lock(container->python.mutex);
+    if (!container->python.paused_code) container->python.paused_code = std::move(paused);
+    co_return resumed.error();
+  }
+  if (!*resumed) co_return gone();
+  co_return co_await settle(services, container, std::move(**resumed), paused.timeout, paused.started_ns,
+                            false, server_tool_id);
 }
 
 asio::awaitable<Result<boost::json::object>> run_sub_tool(

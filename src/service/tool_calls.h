@@ -7,7 +7,9 @@
 #include <boost/json/object.hpp>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "service/services.h"
 #include "runtime/cancellation.h"
@@ -41,5 +43,40 @@ asio::awaitable<Result<boost::json::object>> run_python_tool(Services& services,
                                                              bool rich_outputs, int depth = 0);
 
 inline constexpr std::string_view kCodeExecutionErrorType = "code_execution_tool_result_error";
+
+// Programmatic tool calling: code in the persistent Python calling client tools. A call
+// the code makes is a tool_use block for the client (its id "toolu_" + random); the
+// cell waits, paused in the container, until the client's tool_result comes back.
+struct CodeToolCall {
+  std::string tool_use_id;
+  std::string name;
+  boost::json::object input;
+};
+struct CodeToolAnswer {
+  std::string tool_use_id;
+  std::string content;  // the tool_result's text
+  bool is_error = false;
+};
+// Where the code is: ended (`result`, the code_execution_result or its error block), or
+// paused on `pending` calls.
+struct PythonStep {
+  boost::json::object result;
+  std::vector<CodeToolCall> pending;
+  bool paused() const { return !pending.empty(); }
+};
+
+// code_execution as a /messages turn runs it, the client tools `tools` callable from
+// its code; `server_tool_id` (the server_tool_use block's id) names a pause.
+asio::awaitable<Result<PythonStep>> run_python_step(Services& services, std::shared_ptr<Container> container,
+                                                    const boost::json::object& input,
+                                                    std::string server_tool_id,
+                                                    std::vector<std::string> tools, int depth = 0);
+// The client's answers to the calls the paused code `server_tool_id` waits on: the code
+// runs on. A 400 when no such code waits (it ended, its pause expired, its sandbox
+// stopped) or the answers are not for its calls; a capacity refusal leaves it paused.
+asio::awaitable<Result<PythonStep>> resume_python_step(Services& services,
+                                                       std::shared_ptr<Container> container,
+                                                       const std::string& server_tool_id,
+                                                       std::vector<CodeToolAnswer> answers);
 
 }  // namespace sandboxd::service
