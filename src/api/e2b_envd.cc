@@ -2,13 +2,672 @@
 // to http://HOST:PORT/e2b/sandbox (docs/e2b.md): the sandbox and the port are named by
 // headers (api/e2b_common.h), the process and filesystem services are Connect RPC with
 // the JSON codec (api/connect_rpc.h), and /files moves file bodies over plain HTTP.
+//
+// Processes run in the sandbox (service/sandbox_processes.h); the filesystem calls and
+// /files work on the host side of the container's folders with sandboxd's path rules
+// and symlink safety (service/sandbox_files.h, store/file_store.h). E2B's home,
+// /home/user, is the workspace: in the sandbox a symlink to /home/agent/workspace.
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <boost/json.hpp>
+#include <charconv>
+#include <csignal>
+#include <ctime>
+#include <deque>
 
+#include "api/connect_rpc.h"
 #include "api/e2b_common.h"
+#include "api/file_transfer.h"
+#include "api/upload_buffers.h"
+#include "base/base64.h"
+#include "base/blocking.h"
+#include "service/sandbox_files.h"
+#include "service/sandbox_processes.h"
+#include "store/multipart.h"
 
 namespace sandboxd::api {
 namespace {
+
+namespace json = boost::json;
+using service::FileEntry;
+using service::ProcessOutput;
+
+constexpr std::string_view kHome = "/home/user";
+// One multipart upload writes at most this many files.
+constexpr size_t kMaxFilesPerUpload = 1000;
+
+// ---------------------------------------------------------------------------------
+// Paths: E2B's home is the workspace.
+
+std::string to_sandbox_path(std::string_view path) {
+  if (path == kHome || path == "~") return std::string(kWorkspaceMount);
+  if (path.starts_with(std::string(kHome) + "/"))
+    return std::string(kWorkspaceMount) + std::string(path.substr(kHome.size()));
+  if (path.starts_with("~/")) return std::string(kWorkspaceMount) + std::string(path.substr(1));
+  return std::string(path);  // relative paths are taken from the workspace too
+}
+
+std::string to_e2b_path(std::string_view sandbox_path) {
+  if (sandbox_path == kWorkspaceMount) return std::string(kHome);
+  if (sandbox_path.starts_with(std::string(kWorkspaceMount) + "/"))
+    return std::string(kHome) + std::string(sandbox_path.substr(kWorkspaceMount.size()));
+  return std::string(sandbox_path);
+}
+
+// ---------------------------------------------------------------------------------
+// Protobuf's JSON mapping of the messages (fields in lowerCamelCase; 64-bit integers
+// and enums may come as strings or numbers).
+
+const json::object* object_field(const json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  return v && v->is_object() ? &v->as_object() : nullptr;
+}
+
+Result<std::optional<std::string>> string_field(const json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  if (!v || v->is_null()) return std::optional<std::string>{};
+  if (!v->is_string()) return ApiError::invalid_request("'" + std::string(key) + "' must be a string");
+  return std::optional<std::string>{std::string(v->as_string())};
+}
+
+std::optional<int64_t> integer_of(const json::value& v) {
+  if (v.is_int64()) return v.as_int64();
+  if (v.is_uint64() && v.as_uint64() <= static_cast<uint64_t>(INT64_MAX))
+    return static_cast<int64_t>(v.as_uint64());
+  if (v.is_string()) {
+    const auto& s = v.as_string();
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+    if (ec == std::errc() && end == s.data() + s.size() && !s.empty()) return value;
+  }
+  return std::nullopt;
+}
+
+std::string timestamp(int64_t unix_ns) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_ns / 1'000'000'000);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(unix_ns % 1'000'000'000));
+  return buf;
+}
+
+const char* file_type(FileEntry::Type type) {
+  switch (type) {
+    case FileEntry::Type::kFile:
+      return "FILE_TYPE_FILE";
+    case FileEntry::Type::kDirectory:
+      return "FILE_TYPE_DIRECTORY";
+    case FileEntry::Type::kSymlink:
+      return "FILE_TYPE_SYMLINK";
+    default:
+      return "FILE_TYPE_UNSPECIFIED";
+  }
+}
+
+// EntryInfo. Files belong to the sandbox's one user, which E2B's clients know as "user".
+json::object entry_info(const FileEntry& e) {
+  json::object o{{"name", e.name},
+                 {"type", file_type(e.type)},
+                 {"path", to_e2b_path(e.path)},
+                 {"size", std::to_string(e.size)},
+                 {"mode", e.mode},
+                 {"permissions", e.permissions},
+                 {"owner", "user"},
+                 {"group", "user"},
+                 {"modifiedTime", timestamp(e.mtime_ns)}};
+  if (e.symlink_target) o["symlinkTarget"] = to_e2b_path(*e.symlink_target);
+  return o;
+}
+
+// ---------------------------------------------------------------------------------
+// Users: envd runs a process as the user an `Authorization: Basic user:` names. Here
+// both of E2B's users are sandboxd's one unprivileged user (docs/e2b.md).
+
+Result<void> check_user_name(std::string_view name) {
+  if (name.empty() || name == "user" || name == "root") return {};
+  return ApiError::authentication(
+      "Unknown user '" + std::string(name.substr(0, 64)) +
+      "' (this server has 'user' and 'root', both the sandbox's unprivileged user)");
+}
+
+Result<void> check_user(const RequestContext& ctx) {
+  const auto authorization = ctx.header_value(http::field::authorization);
+  if (authorization.size() < 6 || !boost::beast::iequals(authorization.substr(0, 6), "Basic ")) return {};
+  auto decoded = base64_decode(authorization.substr(6));
+  if (!decoded) return ApiError::authentication("The Authorization header's user is not valid base64");
+  return check_user_name(std::string_view(*decoded).substr(0, decoded->find(':')));
+}
+
+// ---------------------------------------------------------------------------------
+// The process service.
+
+// The Keepalive-Ping-Interval a client asks for (seconds), within reason.
+std::chrono::milliseconds keepalive_of(const RequestContext& ctx) {
+  const auto text = ctx.header_value("keepalive-ping-interval");
+  int seconds = 50;
+  if (!text.empty()) std::from_chars(text.data(), text.data() + text.size(), seconds);
+  return std::chrono::seconds(std::clamp(seconds, 1, 300));
+}
+
+json::object keepalive_event() {
+  json::object event;
+  event["keepalive"] = json::object{};
+  return json::object{{"event", std::move(event)}};
+}
+
+json::object start_event(uint32_t pid) { return {{"event", {{"start", {{"pid", pid}}}}}}; }
+
+json::object end_event(const ProcessOutput& end) {
+  json::object e;
+  std::string status;
+  if (end.sandbox_stopped) {
+    status = "sandbox stopped";
+  } else if (end.killed_by) {
+    status = *end.killed_by == SIGKILL ? "signal: killed" : "signal: " + std::to_string(*end.killed_by);
+  } else {
+    status = "exit status " + std::to_string(end.exit_code);
+  }
+  e["exitCode"] = end.exit_code;
+  e["exited"] = !end.sandbox_stopped && !end.killed_by;
+  e["status"] = status;
+  if (end.timed_out)
+    e["error"] = "the process was killed at its timeout (Connect-Timeout-Ms)";
+  else if (end.sandbox_stopped)
+    e["error"] = "the sandbox stopped while the process ran";
+  else if (end.killed_by || end.exit_code != 0)
+    e["error"] = status;
+  return {{"event", {{"end", std::move(e)}}}};
+}
+
+json::object data_event(const ProcessOutput& piece) {
+  const char* stream = piece.kind == ProcessOutput::Kind::kStdout ? "stdout" : "stderr";
+  return {{"event", {{"data", {{stream, base64_encode(piece.data)}}}}}};
+}
+
+std::string message(const json::object& o) { return connect_rpc::envelope(json::serialize(o)); }
+
+// The events of a process to its reader: start, data as it comes, keep-alives while it
+// is quiet, the end. A client that goes away leaves the process running (as envd does).
+server::StreamResponse event_stream(std::shared_ptr<service::ProcessReader> reader, uint32_t pid,
+                                    std::chrono::milliseconds keepalive) {
+  server::StreamResponse res{connect_rpc::stream_header(), nullptr};
+  res.produce = [reader, pid, keepalive](server::ChunkWriter& out) -> asio::awaitable<void> {
+    if (!co_await out.write(message(start_event(pid)))) co_return;
+    for (;;) {
+      auto piece = co_await reader->next(keepalive);
+      if (!piece) {
+        if (!co_await out.write(message(keepalive_event()))) co_return;
+        continue;
+      }
+      if (piece->kind == ProcessOutput::Kind::kEnd) {
+        if (co_await out.write(message(end_event(*piece))))
+          co_await out.write(connect_rpc::end_of_stream(nullptr));
+        co_return;
+      }
+      if (!co_await out.write(message(data_event(*piece)))) co_return;
+    }
+  };
+  return res;
+}
+
+asio::awaitable<Result<service::ProcessConfig>> process_config(const json::object& request) {
+  service::ProcessConfig config;
+  const auto* process = object_field(request, "process");
+  if (!process) co_return ApiError::invalid_request("'process' is required");
+  auto cmd = string_field(*process, "cmd");
+  if (!cmd) co_return cmd.error();
+  if (!*cmd || (*cmd)->empty()) co_return ApiError::invalid_request("'process.cmd' is required");
+  config.cmd = **cmd;
+  if (const auto* args = process->if_contains("args"); args && !args->is_null()) {
+    if (!args->is_array()) co_return ApiError::invalid_request("'process.args' must be an array of strings");
+    for (const auto& arg : args->as_array()) {
+      if (!arg.is_string()) co_return ApiError::invalid_request("'process.args' must be an array of strings");
+      config.args.emplace_back(arg.as_string());
+    }
+  }
+  if (const auto* envs = process->if_contains("envs"); envs && !envs->is_null()) {
+    if (!envs->is_object())
+      co_return ApiError::invalid_request("'process.envs' must be an object of strings");
+    for (const auto& [name, value] : envs->as_object()) {
+      if (!value.is_string())
+        co_return ApiError::invalid_request("'process.envs' must be an object of strings");
+      config.envs[std::string(name)] = std::string(value.as_string());
+    }
+  }
+  auto cwd = string_field(*process, "cwd");
+  if (!cwd) co_return cwd.error();
+  if (*cwd && !(*cwd)->empty()) config.cwd = **cwd;
+  co_return config;
+}
+
+// ProcessSelector: {"pid": N} or {"tag": "..."}.
+Result<std::shared_ptr<service::SandboxProcess>> select_process(ApiContext& api, const Container& container,
+                                                                const json::object& request) {
+  const auto* process = object_field(request, "process");
+  if (!process) return ApiError::invalid_request("'process' (a pid or a tag) is required");
+  std::shared_ptr<service::SandboxProcess> found;
+  if (const auto* pid = process->if_contains("pid")) {
+    auto value = integer_of(*pid);
+    if (!value || *value < 0 || *value > UINT32_MAX)
+      return ApiError::invalid_request("'process.pid' must be a pid");
+    found = api.sandbox_processes->find(container, static_cast<uint32_t>(*value));
+    if (!found) return ApiError::not_found("process with pid " + std::to_string(*value) + " not found");
+  } else if (const auto* tag = process->if_contains("tag"); tag && tag->is_string()) {
+    found = api.sandbox_processes->find_tag(container, std::string(tag->as_string()));
+    if (!found)
+      return ApiError::not_found("process with tag '" + std::string(tag->as_string()) + "' not found");
+  } else {
+    return ApiError::invalid_request("'process' must name a pid or a tag");
+  }
+  return found;
+}
+
+asio::awaitable<Result<Response>> start_process(ApiContext& api, RequestContext& ctx) {
+  auto request = co_await connect_rpc::read_stream_request(ctx);
+  if (!request) co_return request.error();
+  if (auto user = check_user(ctx); !user) co_return user.error();
+  if (const auto* pty = request->if_contains("pty"); pty && !pty->is_null())
+    co_return ApiError{HttpStatus::not_implemented, "api_error",
+                       "Terminals (PTY) are not available on this server"};
+  auto config = co_await process_config(*request);
+  if (!config) co_return config.error();
+  auto tag = string_field(*request, "tag");
+  if (!tag) co_return tag.error();
+  bool keep_stdin = true;  // the protocol's default; E2B's SDKs send false unless asked
+  if (const auto* stdin_flag = request->if_contains("stdin"); stdin_flag && stdin_flag->is_bool())
+    keep_stdin = stdin_flag->as_bool();
+  auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
+  if (!addressed) co_return addressed.error();
+  auto started = co_await api.sandbox_processes->start(
+      addressed->container, api.containers, std::move(*config), std::move(*tag), addressed->sandbox.env_vars,
+      keep_stdin, connect_rpc::timeout_of(ctx));
+  if (!started) co_return started.error();
+  co_return event_stream(started->reader, started->process->pid(), keepalive_of(ctx));
+}
+
+asio::awaitable<Result<Response>> connect_process(ApiContext& api, RequestContext& ctx) {
+  auto request = co_await connect_rpc::read_stream_request(ctx);
+  if (!request) co_return request.error();
+  auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
+  if (!addressed) co_return addressed.error();
+  auto process = select_process(api, *addressed->container, *request);
+  if (!process) co_return process.error();
+  auto reader = co_await (*process)->subscribe();
+  co_return event_stream(reader, (*process)->pid(), keepalive_of(ctx));
+}
+
+asio::awaitable<Result<Response>> list_processes(ApiContext& api, RequestContext& ctx) {
+  auto request = co_await connect_rpc::read_unary(ctx);
+  if (!request) co_return request.error();
+  auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
+  if (!addressed) co_return addressed.error();
+  json::array processes;
+  for (const auto& p : api.sandbox_processes->list(*addressed->container)) {
+    if (p->ended()) continue;
+    json::object envs;
+    for (const auto& [name, value] : p->config().envs) envs[name] = value;
+    json::array args;
+    for (const auto& arg : p->config().args) args.emplace_back(arg);
+    json::object config{{"cmd", p->config().cmd}, {"args", std::move(args)}, {"envs", std::move(envs)}};
+    if (p->config().cwd) config["cwd"] = *p->config().cwd;
+    json::object info{{"config", std::move(config)}, {"pid", p->pid()}};
+    if (p->tag()) info["tag"] = *p->tag();
+    processes.push_back(std::move(info));
+  }
+  co_return connect_rpc::unary_ok({{"processes", std::move(processes)}});
+}
+
+asio::awaitable<Result<Response>> send_input(ApiContext& api, RequestContext& ctx) {
+  auto request = co_await connect_rpc::read_unary(ctx);
+  if (!request) co_return request.error();
+  auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
+  if (!addressed) co_return addressed.error();
+  auto process = select_process(api, *addressed->container, *request);
+  if (!process) co_return process.error();
+  const auto* input = object_field(*request, "input");
+  if (!input) co_return ApiError::invalid_request("'input' is required");
+  if (input->contains("pty"))
+    co_return ApiError{HttpStatus::not_implemented, "api_error",
+                       "Terminals (PTY) are not available on this server"};
+  auto data = string_field(*input, "stdin");
+  if (!data) co_return data.error();
+  auto bytes = base64_decode(data->value_or(""));
+  if (!bytes) co_return ApiError::invalid_request("'input.stdin' must be base64");
+  auto written = co_await (*process)->write_stdin(std::move(*bytes));
+  if (!written) co_return written.error();
+  co_return connect_rpc::unary_ok({});
+}
+
+asio::awaitable<Result<Response>> close_stdin(ApiContext& api, RequestContext& ctx) {
+  auto request = co_await connect_rpc::read_unary(ctx);
+  if (!request) co_return request.error();
+  auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
+  if (!addressed) co_return addressed.error();
+  auto process = select_process(api, *addressed->container, *request);
+  if (!process) co_return process.error();
+  auto closed = co_await (*process)->close_stdin();
+  if (!closed) co_return closed.error();
+  co_return connect_rpc::unary_ok({});
+}
+
+asio::awaitable<Result<Response>> send_signal(ApiContext& api, RequestContext& ctx) {
+  auto request = co_await connect_rpc::read_unary(ctx);
+  if (!request) co_return request.error();
+  int signal = 0;
+  if (const auto* value = request->if_contains("signal")) {
+    if (value->is_string() && value->as_string() == "SIGNAL_SIGKILL")
+      signal = SIGKILL;
+    else if (value->is_string() && value->as_string() == "SIGNAL_SIGTERM")
+      signal = SIGTERM;
+    else if (auto number = integer_of(*value); number && (*number == SIGKILL || *number == SIGTERM))
+      signal = static_cast<int>(*number);
+  }
+  if (!signal) co_return ApiError::invalid_request("'signal' must be SIGNAL_SIGKILL or SIGNAL_SIGTERM");
+  auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
+  if (!addressed) co_return addressed.error();
+  auto process = select_process(api, *addressed->container, *request);
+  if (!process) co_return process.error();
+  (*process)->kill(signal);
+  co_return connect_rpc::unary_ok({});
+}
+
+// ---------------------------------------------------------------------------------
+// The filesystem service.
+
+// What a change made through the API means for the rest of sandboxd: the outputs'
+// index is looked at again, and the sessions bucket copies the change.
+void note_changed(Container& container) {
+  {
+    std::lock_guard lock(container.sync_mutex);
+    container.index_dirty = true;
+  }
+  ++container.changes;
+}
+
+template <typename Op>
+asio::awaitable<Result<Response>> filesystem_call(ApiContext& api, RequestContext& ctx, Op op) {
+  auto request = co_await connect_rpc::read_unary(ctx);
+  if (!request) co_return request.error();
+  if (auto user = check_user(ctx); !user) co_return user.error();
+  auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
+  if (!addressed) co_return addressed.error();
+  auto ready = co_await ready_container(api, addressed->container);
+  if (!ready) co_return ready.error();
+  const uid_t uid = api.config()->sandbox_host_uid;
+  auto work = [request = std::move(*request), paths = (*ready)->paths, uid, &op]() -> Result<json::object> {
+    return op(request, paths, uid);
+  };
+  auto answer = co_await run_blocking(std::move(work));
+  if (!answer) co_return answer.error();
+  co_return connect_rpc::unary_ok(*answer);
+}
+
+Result<std::string> path_of(const json::object& request, std::string_view key = "path") {
+  auto path = string_field(request, key);
+  if (!path) return path.error();
+  if (!*path || (*path)->empty()) return ApiError::invalid_request("'" + std::string(key) + "' is required");
+  return to_sandbox_path(**path);
+}
+
+asio::awaitable<Result<Response>> stat(ApiContext& api, RequestContext& ctx) {
+  co_return co_await filesystem_call(
+      api, ctx, [](const json::object& request, const ContainerPaths& paths, uid_t) -> Result<json::object> {
+        auto path = path_of(request);
+        if (!path) return path.error();
+        auto entry = service::stat_entry(paths, *path);
+        if (!entry) return entry.error();
+        return json::object{{"entry", entry_info(*entry)}};
+      });
+}
+
+asio::awaitable<Result<Response>> list_dir(ApiContext& api, RequestContext& ctx) {
+  co_return co_await filesystem_call(
+      api, ctx, [](const json::object& request, const ContainerPaths& paths, uid_t) -> Result<json::object> {
+        auto path = path_of(request);
+        if (!path) return path.error();
+        int64_t depth = 1;
+        if (const auto* value = request.if_contains("depth")) {
+          auto number = integer_of(*value);
+          if (!number || *number < 0 || *number > 64)
+            return ApiError::invalid_request("'depth' must be from 1 to 64");
+          depth = std::max<int64_t>(1, *number);
+        }
+        auto entries = service::list_entries(paths, *path, static_cast<int>(depth));
+        if (!entries) return entries.error();
+        json::array out;
+        for (const auto& entry : *entries) out.push_back(entry_info(entry));
+        return json::object{{"entries", std::move(out)}};
+      });
+}
+
+asio::awaitable<Result<Response>> make_dir(ApiContext& api, RequestContext& ctx) {
+  co_return co_await filesystem_call(
+      api, ctx,
+      [](const json::object& request, const ContainerPaths& paths, uid_t uid) -> Result<json::object> {
+        auto path = path_of(request);
+        if (!path) return path.error();
+        auto entry = service::make_directory(paths, *path, uid, uid);
+        if (!entry) return entry.error();
+        return json::object{{"entry", entry_info(*entry)}};
+      });
+}
+
+asio::awaitable<Result<Response>> move(ApiContext& api, RequestContext& ctx) {
+  auto result = co_await filesystem_call(
+      api, ctx,
+      [](const json::object& request, const ContainerPaths& paths, uid_t uid) -> Result<json::object> {
+        auto from = path_of(request, "source");
+        if (!from) return from.error();
+        auto to = path_of(request, "destination");
+        if (!to) return to.error();
+        auto entry = service::move_entry(paths, *from, *to, uid, uid);
+        if (!entry) return entry.error();
+        return json::object{{"entry", entry_info(*entry)}};
+      });
+  co_return result;
+}
+
+asio::awaitable<Result<Response>> remove(ApiContext& api, RequestContext& ctx) {
+  co_return co_await filesystem_call(
+      api, ctx, [](const json::object& request, const ContainerPaths& paths, uid_t) -> Result<json::object> {
+        auto path = path_of(request);
+        if (!path) return path.error();
+        if (auto removed = service::remove_entry(paths, *path); !removed) return removed.error();
+        return json::object{};
+      });
+}
+
+// Marks the container changed after a call that changes files.
+template <typename Handler>
+auto changing(Handler handler) {
+  return [handler](ApiContext& api, RequestContext& ctx) -> asio::awaitable<Result<Response>> {
+    auto result = co_await handler(api, ctx);
+    if (result)
+      if (auto container =
+              api.containers.find_open(ctx.owner, std::string(ctx.header_value("E2b-Sandbox-Id"))))
+        note_changed(*container);
+    co_return result;
+  };
+}
+
+// ---------------------------------------------------------------------------------
+// /files: bodies over plain HTTP.
+
+ApiError file_problem(store::FileError error, const std::string& path) {
+  const std::string shown = to_e2b_path(path);
+  switch (error) {
+    case store::FileError::kNotFound:
+      return ApiError::not_found("File not found: " + shown);
+    case store::FileError::kNotAFile:
+      return ApiError::invalid_request("'" + shown + "' is a directory or not a regular file");
+    case store::FileError::kOutsideMounts:
+      return ApiError::invalid_request("'" + shown +
+                                       "' is outside the sandbox's persistent folders (/home/user, "
+                                       "/mnt/user-data/outputs, /mnt/user-data/uploads)");
+    case store::FileError::kNoSpace:
+    case store::FileError::kTooLarge:
+      return ApiError{HttpStatus::insufficient_storage, "api_error", "Not enough disk space in the sandbox"};
+    default:
+      return ApiError::internal();
+  }
+}
+
+Result<void> check_username_query(const RequestContext& ctx) {
+  if (auto name = ctx.query_value("username")) return check_user_name(*name);
+  return check_user(ctx);
+}
+
+asio::awaitable<Result<Response>> download(ApiContext& api, RequestContext& ctx) {
+  if (auto user = check_username_query(ctx); !user) co_return user.error();
+  auto query_path = ctx.query_value("path");
+  if (!query_path || query_path->empty()) co_return ApiError::invalid_request("'path' is required");
+  auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
+  if (!addressed) co_return addressed.error();
+  auto ready = co_await ready_container(api, addressed->container);
+  if (!ready) co_return ready.error();
+  const std::string path = to_sandbox_path(*query_path);
+  auto opened = api.files.open_for_read((*ready)->paths, path);
+  if (!opened) co_return file_problem(opened.error(), path);
+  server::FileResponse response;
+  response.header.version(11);
+  response.header.result(HttpStatus::ok);
+  response.header.set(http::field::content_type, "application/octet-stream");
+  response.header.set("X-Content-Type-Options", "nosniff");
+  response.fd = opened->fd;
+  response.length = opened->size;
+  co_return response;
+}
+
+// One file of an upload, written where its path says.
+struct PendingFile {
+  std::string path;
+  std::unique_ptr<store::FileWriter> writer;
+};
+
+Result<std::unique_ptr<store::FileWriter>> begin_write(ApiContext& api, const Container& container,
+                                                       const std::string& path) {
+  auto resolved = resolve_sandbox_path(container.paths, path);
+  if (resolved && resolved->read_only)
+    return ApiError::permission("'" + resolved->sandbox_path + "' is read-only in the sandbox");
+  auto begun = api.files.begin_write(container.paths, path, /*workspace_too=*/true);
+  if (!begun) return file_problem(begun.error(), path);
+  return std::move(*begun);
+}
+
+asio::awaitable<Result<json::array>> commit_all(std::deque<PendingFile>& files) {
+  auto commit = [&files]() -> Result<json::array> {
+    json::array out;
+    for (auto& file : files) {
+      auto record = file.writer->commit();
+      if (!record) return file_problem(record.error(), file.path);
+      const std::string shown = to_e2b_path(record->path);
+      out.push_back(
+          json::object{{"name", shown.substr(shown.rfind('/') + 1)}, {"type", "file"}, {"path", shown}});
+    }
+    return out;
+  };
+  co_return co_await run_blocking(std::move(commit));
+}
+
+asio::awaitable<Result<Response>> upload(ApiContext& api, RequestContext& ctx) {
+  if (auto user = check_username_query(ctx); !user) co_return user.error();
+  if (auto encoding = ctx.header_value(http::field::content_encoding);
+      !encoding.empty() && encoding != "identity")
+    co_return ApiError::invalid_request("Encoded uploads (" + std::string(encoding.substr(0, 32)) +
+                                        ") are not accepted; send the body as is");
+  auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
+  if (!addressed) co_return addressed.error();
+  auto ready = co_await ready_container(api, addressed->container);
+  if (!ready) co_return ready.error();
+  Container& container = **ready;
+  const auto query_path = ctx.query_value("path");
+  const uint64_t limit = api.config()->max_upload_bytes;
+  std::deque<PendingFile> files;  // (a deque: `current` stays valid as files are added)
+  const auto content_type = ctx.header_value(http::field::content_type);
+  auto boundary = store::MultipartParser::boundary_from_content_type(content_type);
+  if (!boundary) {
+    // A raw body: one file at ?path=.
+    if (!query_path || query_path->empty())
+      co_return ApiError::invalid_request("'path' is required for a raw upload");
+    const std::string path = to_sandbox_path(*query_path);
+    auto writer = begin_write(api, container, path);
+    if (!writer) co_return writer.error();
+    auto accept = [](size_t) -> Result<void> { return {}; };  // the volume's size bounds it
+    auto received = co_await ctx.read_body_into(limit, writer_buffers(api, **writer, path, accept));
+    if (!received) {
+      (*writer)->abort();
+      co_return received.error();
+    }
+    files.push_back({path, std::move(*writer)});
+  } else {
+    std::optional<ApiError> failure;
+    PendingFile* current = nullptr;
+    store::MultipartParser parser(
+        *boundary,
+        [&](const store::PartHeaders& part) {
+          current = nullptr;
+          if (part.name != "file") return true;  // other fields are ignored
+          if (files.size() >= kMaxFilesPerUpload) {
+            failure = ApiError::invalid_request("At most " + std::to_string(kMaxFilesPerUpload) +
+                                                " files in one upload");
+            return false;
+          }
+          // ?path= names the file of a one-file upload; otherwise each part's filename
+          // is its path (what E2B's SDKs send).
+          const std::string chosen =
+              query_path && !query_path->empty() ? *query_path : part.filename.value_or("");
+          if (chosen.empty()) {
+            failure = ApiError::invalid_request("A 'file' part has no filename; pass ?path=");
+            return false;
+          }
+          const std::string path = to_sandbox_path(chosen);
+          auto writer = begin_write(api, container, path);
+          if (!writer) {
+            failure = writer.error();
+            return false;
+          }
+          files.push_back({path, std::move(*writer)});
+          current = &files.back();
+          return true;
+        },
+        [&](std::string_view data) {
+          if (!current) return true;
+          if (auto written = current->writer->write(data.data(), data.size()); !written) {
+            failure = file_problem(written.error(), current->path);
+            return false;
+          }
+          return true;
+        },
+        [&]() {
+          current = nullptr;
+          return true;
+        });
+    server::RequestContext::AsyncChunkConsumer on_chunk =
+        [&](std::string_view chunk) -> asio::awaitable<Result<void>> {
+      if (current) co_await room_in(*current->writer, std::min<size_t>(chunk.size(), 1u << 20));
+      if (parser.feed(chunk)) co_return Result<void>{};
+      if (failure) co_return *failure;
+      co_return ApiError::invalid_request("Malformed multipart body: " + parser.error());
+    };
+    auto received = co_await ctx.read_body_stream_async(limit, on_chunk);
+    if (received && !parser.finished())
+      received = ApiError::invalid_request("The multipart body ended before its closing boundary");
+    if (received && files.empty())
+      received = ApiError::invalid_request("The multipart body has no 'file' field");
+    if (!received) {
+      for (auto& file : files) file.writer->abort();
+      co_return received.error();
+    }
+  }
+  auto committed = co_await commit_all(files);
+  note_changed(container);
+  if (!committed) co_return committed.error();
+  co_return json_ok(*committed);
+}
 
 // GET /health: 204 while the sandbox runs (or can run: it starts on the next call), 502
 // once it is gone or paused, as E2B's proxy answers.
@@ -21,9 +680,31 @@ asio::awaitable<Result<Response>> health(ApiContext& api, RequestContext& ctx) {
 }  // namespace
 
 void register_e2b_envd_routes(server::HttpServer& http, ApiContext& api) {
-  if (!api.e2b_sandboxes) return;
+  if (!api.e2b_sandboxes || !api.sandbox_processes) return;
   const std::string base = "/e2b/sandbox";
+  using connect_rpc::stream_route;
+  using connect_rpc::unary_route;
   http.route(http::verb::get, base + "/health", "e2b.envd.health", e2b_route(api, health));
+  http.route(http::verb::get, base + "/files", "e2b.envd.files.read", e2b_route(api, download));
+  http.route(http::verb::post, base + "/files", "e2b.envd.files.write", e2b_route(api, upload));
+  const std::string process = base + "/process.Process/";
+  http.route(http::verb::post, process + "Start", "e2b.envd.process.start", stream_route(api, start_process));
+  http.route(http::verb::post, process + "Connect", "e2b.envd.process.connect",
+             stream_route(api, connect_process));
+  http.route(http::verb::post, process + "List", "e2b.envd.process.list", unary_route(api, list_processes));
+  http.route(http::verb::post, process + "SendInput", "e2b.envd.process.input", unary_route(api, send_input));
+  http.route(http::verb::post, process + "CloseStdin", "e2b.envd.process.input",
+             unary_route(api, close_stdin));
+  http.route(http::verb::post, process + "SendSignal", "e2b.envd.process.signal",
+             unary_route(api, send_signal));
+  const std::string filesystem = base + "/filesystem.Filesystem/";
+  http.route(http::verb::post, filesystem + "Stat", "e2b.envd.fs.stat", unary_route(api, stat));
+  http.route(http::verb::post, filesystem + "ListDir", "e2b.envd.fs.list", unary_route(api, list_dir));
+  http.route(http::verb::post, filesystem + "MakeDir", "e2b.envd.fs.mkdir",
+             unary_route(api, changing(make_dir)));
+  http.route(http::verb::post, filesystem + "Move", "e2b.envd.fs.move", unary_route(api, changing(move)));
+  http.route(http::verb::post, filesystem + "Remove", "e2b.envd.fs.remove",
+             unary_route(api, changing(remove)));
 }
 
 }  // namespace sandboxd::api

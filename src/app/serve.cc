@@ -19,6 +19,7 @@
 #include "cluster/container_durability.h"
 #include "service/container_service.h"
 #include "service/e2b_sandboxes.h"
+#include "service/sandbox_processes.h"
 #include "app/host_share.h"
 #include "api/routes.h"
 #include "api/sandbox_network.h"
@@ -291,6 +292,8 @@ int serve(ops::Config config, const std::string& config_path) {
     // E2B's API keeps its sandboxes' records on this host's disk: a single host's (not
     // in cluster mode, where another replica could serve the same container).
     std::optional<service::E2bSandboxes> e2b_sandboxes;
+    service::SandboxProcesses sandbox_processes;
+    api.sandbox_processes = &sandbox_processes;
     if (!config.cluster_enabled()) {
       e2b_sandboxes.emplace(io, containers, config.data_dir);
       e2b_sandboxes->start();

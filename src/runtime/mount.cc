@@ -351,6 +351,10 @@ void setup_container_mounts(const Spec& spec, const FolderTrees& trees) {
               MS_NOSUID | MS_NODEV);
   const bool receive = spec.receive_mounts;
   mount_folder(trees.workspace, spec.workspace_dir, "/newroot/home/agent/workspace", /*read_only=*/false, receive);
+  // E2B's code expects a writable home at /home/user that lasts: the workspace, by a
+  // symlink (it follows whatever is mounted on the workspace, a pre-started sandbox's
+  // container included).
+  make_symlink("agent/workspace", "/newroot/home/user");
   mount_folder(trees.uploads, spec.uploads_dir, "/newroot/mnt/user-data/uploads", /*read_only=*/true, receive);
   mount_folder(trees.outputs, spec.outputs_dir, "/newroot/mnt/user-data/outputs", /*read_only=*/false, receive);
   if (!spec.skills_dir.empty())

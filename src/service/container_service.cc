@@ -986,6 +986,34 @@ Result<void> ContainerService::remove_python_context(Container& container, const
   return {};
 }
 
+asio::awaitable<Result<ContainerService::StartedProcess>> ContainerService::start_process(
+    std::shared_ptr<Container> container, runtime::ProcessRequest request) {
+  touch(*container);
+  if (durability_) {  // the bucket's copy first, when the local one is missing or stale
+    if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
+  }
+  ops::Admission::Ticket ticket;
+  auto sandbox = co_await admit(container, ticket);
+  if (!sandbox) co_return sandbox.error();
+  std::string command_head;
+  for (const auto& arg : request.argv) command_head += (command_head.empty() ? "" : " ") + arg;
+  command_head.resize(std::min<size_t>(command_head.size(), 4096));
+  Result<StartedProcess> outcome = ApiError::internal();
+  try {
+    auto channel = co_await (*sandbox)->start_process(std::move(request));
+    outcome = StartedProcess{*sandbox, channel};
+  } catch (const runtime::SandboxError& e) {
+    spdlog::warn("starting a process in container {} failed: {}", container->id, e.what());
+    outcome = ApiError::overloaded("The process could not be started (the sandbox or the host is out of "
+                                   "processes or memory); try again later",
+                                   settings()->capacity_retry_after_sec);
+  }
+  if (auto* audit = ops::audit())
+    audit->record("process_started", {{"owner", container->owner}, {"container", container->id},
+                                      {"command", command_head}, {"outcome", outcome ? "ok" : "failed"}});
+  co_return outcome;
+}
+
 asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::admit(
     std::shared_ptr<Container> container, ops::Admission::Ticket& ticket) {
   // A slot (waiting in the owner's line if need be) before a sandbox is started for it:

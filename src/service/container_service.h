@@ -183,6 +183,16 @@ class ContainerService {
   Result<void> restart_python_context(Container& container, const std::string& id);
   Result<void> remove_python_context(Container& container, const std::string& id);
 
+  // Starts a long-lived process in the container's sandbox (a client's background
+  // process, with its stdin kept open), starting the sandbox first if needed: the same
+  // admission as exec for the start, after which the process holds no execution slot.
+  // The caller owns the channel's descriptors and waits for the process on the sandbox.
+  struct StartedProcess {
+    std::shared_ptr<runtime::Sandbox> sandbox;
+    runtime::ProcessChannel channel;
+  };
+  asio::awaitable<Result<StartedProcess>> start_process(std::shared_ptr<Container> container,
+                                                        runtime::ProcessRequest request);
   // `reason` labels the stop in the metrics (api, idle, deleted, restart, shutdown).
   asio::awaitable<void> stop(std::shared_ptr<Container> container, const char* reason = "api");
   asio::awaitable<void> remove(std::shared_ptr<Container> container);

@@ -114,9 +114,10 @@ bool is_regular_file_beneath(int root, const std::string& relative) {
 FileStore::FileStore(Metadata& metadata, uid_t uid, gid_t gid) : metadata_(metadata), uid_(uid), gid_(gid) {}
 
 FileResult<std::unique_ptr<FileWriter>> FileStore::begin_write(const ContainerPaths& paths,
-                                                               const std::string& sandbox_path) {
+                                                               const std::string& sandbox_path, bool workspace_too) {
   auto resolved = resolve_sandbox_path(paths, sandbox_path);
-  if (!resolved || (resolved->mount != Mount::kUploads && resolved->mount != Mount::kOutputs)) {
+  if (!resolved || (resolved->mount != Mount::kUploads && resolved->mount != Mount::kOutputs &&
+                    !(workspace_too && resolved->mount == Mount::kWorkspace))) {
     return FileError::kOutsideMounts;
   }
   if (resolved->relative.empty()) return FileError::kNotAFile;

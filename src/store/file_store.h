@@ -50,9 +50,12 @@ class FileStore {
   // them as agent's.
   FileStore(Metadata& metadata, uid_t uid, gid_t gid);
 
-  // Starts writing `sandbox_path` (under uploads or outputs). Creates parent folders.
-  // kOutsideMounts, kNotAFile (a folder or a symlink is in the way), kNoSpace, kIo.
-  FileResult<std::unique_ptr<FileWriter>> begin_write(const ContainerPaths& paths, const std::string& sandbox_path);
+  // Starts writing `sandbox_path` (under uploads or outputs; with `workspace_too`, under
+  // the workspace as well, for clients that manage a sandbox's files by path). Creates
+  // parent folders. kOutsideMounts, kNotAFile (a folder or a symlink is in the way),
+  // kNoSpace, kIo.
+  FileResult<std::unique_ptr<FileWriter>> begin_write(const ContainerPaths& paths, const std::string& sandbox_path,
+                                                      bool workspace_too = false);
 
   // Opens a regular file for reading. kNotFound, kNotAFile (a directory, a device, a
   // symlink leaving the mount), kOutsideMounts.

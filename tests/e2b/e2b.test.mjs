@@ -114,3 +114,119 @@ test('an unknown template is refused; a bad key is an authentication error', asy
   await assert.rejects(Sandbox.create('no-such-template'), (e) => /not found/i.test(e.message));
   await assert.rejects(Sandbox.create({ apiKey: 'not-a-token' }), (e) => e.name === 'AuthenticationError');
 });
+
+test('commands: run, a failing command, streamed output, environment and cwd', async () => {
+  const sandbox = await create({ envs: { SANDBOX_LEVEL: 'from-create' } });
+  const result = await sandbox.commands.run('echo hello; echo oops >&2; pwd; echo $SANDBOX_LEVEL $CALL_LEVEL',
+                                            { envs: { CALL_LEVEL: 'from-call' } });
+  assert.equal(result.exitCode, 0);
+  assert.equal(result.stdout, 'hello\n/home/user\nfrom-create from-call\n');
+  assert.equal(result.stderr, 'oops\n');
+
+  const failing = await sandbox.commands.run('echo out; echo err >&2; exit 3').then(
+    () => assert.fail('a failing command resolved'), (e) => e);
+  assert.ok(failing instanceof CommandExitError, String(failing));
+  assert.equal(failing.exitCode, 3);
+  assert.equal(failing.stdout, 'out\n');
+  assert.equal(failing.stderr, 'err\n');
+
+  const inTmp = await sandbox.commands.run('pwd', { cwd: '/tmp' });
+  assert.equal(inTmp.stdout, '/tmp\n');
+
+  // Output arrives while the command still runs: the command waits for a file that the
+  // test writes only after it has seen the first line.
+  const seen = [];
+  let marker;
+  const handle = await sandbox.commands.run(
+    'echo first; while [ ! -e /home/user/go ]; do sleep 0.05; done; echo second',
+    { background: true, onStdout: (data) => {
+      seen.push(data);
+      if (data.includes('first') && !marker) marker = sandbox.files.write('/home/user/go', 'now');
+    } });
+  const done = await handle.wait();
+  assert.equal(done.stdout, 'first\nsecond\n');
+  assert.ok(seen.length >= 2, JSON.stringify(seen));
+  assert.ok(seen[0].includes('first') && !seen[0].includes('second'), JSON.stringify(seen));
+});
+
+test('a background process is listed, gets stdin, and is killed', async () => {
+  const sandbox = await create();
+  const handle = await sandbox.commands.run('read line; echo "got $line"; sleep 600', { background: true, stdin: true });
+  const listed = await sandbox.commands.list();
+  const entry = listed.find((p) => p.pid === handle.pid);
+  assert.ok(entry, JSON.stringify(listed));
+  assert.equal(entry.cmd, '/bin/bash');
+  assert.deepEqual(entry.args.slice(0, 2), ['-l', '-c']);
+  await sandbox.commands.sendStdin(handle.pid, 'ping\n');
+  // Reconnecting to it sees its output from then on.
+  const output = [];
+  const again = await sandbox.commands.connect(handle.pid, { onStdout: (d) => output.push(d) });
+  const deadline = Date.now() + 20_000;
+  while (!handle.stdout.includes('got ping') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  assert.equal(handle.stdout, 'got ping\n');
+  assert.equal(await sandbox.commands.kill(handle.pid), true);
+  const ended = await handle.wait().then(() => assert.fail('a killed command resolved'), (e) => e);
+  assert.ok(ended instanceof CommandExitError, String(ended));
+  assert.equal(ended.exitCode, -1);
+  await again.wait().catch(() => {});
+  assert.ok(!(await sandbox.commands.list()).some((p) => p.pid === handle.pid));
+  assert.equal(await sandbox.commands.kill(handle.pid), false);
+});
+
+test('files: written, read, listed, checked and removed, and seen by commands', async () => {
+  const sandbox = await create();
+  const info = await sandbox.files.write('/home/user/notes/a.txt', 'alpha\n');
+  assert.equal(info.path, '/home/user/notes/a.txt');
+  assert.equal(info.name, 'a.txt');
+  assert.equal((await sandbox.commands.run('cat /home/user/notes/a.txt')).stdout, 'alpha\n');
+  // Relative paths are taken from /home/user.
+  await sandbox.files.write([{ path: 'notes/b.txt', data: 'beta' }, { path: '/home/user/c.bin', data: new Uint8Array([0, 1, 2, 255]) }]);
+  assert.equal(await sandbox.files.read('/home/user/notes/b.txt'), 'beta');
+  assert.deepEqual([...await sandbox.files.read('/home/user/c.bin', { format: 'bytes' })], [0, 1, 2, 255]);
+
+  await sandbox.commands.run('mkdir -p /home/user/made && echo from-code > /home/user/made/x.txt');
+  assert.equal(await sandbox.files.read('/home/user/made/x.txt'), 'from-code\n');
+
+  const listed = await sandbox.files.list('/home/user/notes');
+  assert.deepEqual(listed.map((e) => [e.name, e.type, e.path]).sort(),
+                   [['a.txt', 'file', '/home/user/notes/a.txt'], ['b.txt', 'file', '/home/user/notes/b.txt']]);
+  assert.equal(listed.find((e) => e.name === 'a.txt').size, 6);
+  const deep = await sandbox.files.list('/home/user', { depth: 2 });
+  assert.ok(deep.some((e) => e.path === '/home/user/made/x.txt'), JSON.stringify(deep.map((e) => e.path)));
+
+  assert.equal(await sandbox.files.exists('/home/user/notes/a.txt'), true);
+  assert.equal(await sandbox.files.exists('/home/user/notes/none.txt'), false);
+  const stat = await sandbox.files.getInfo('/home/user/notes');
+  assert.equal(stat.type, 'dir');
+  assert.equal(await sandbox.files.makeDir('/home/user/new/dir'), true);
+  assert.equal(await sandbox.files.makeDir('/home/user/new/dir'), false);
+  const moved = await sandbox.files.rename('/home/user/notes/b.txt', '/home/user/new/b.txt');
+  assert.equal(moved.path, '/home/user/new/b.txt');
+
+  await sandbox.files.remove('/home/user/notes/a.txt');
+  assert.equal(await sandbox.files.exists('/home/user/notes/a.txt'), false);
+  await sandbox.files.remove('/home/user/new');
+  assert.equal((await sandbox.commands.run('ls /home/user/notes /home/user/new 2>&1; true')).stdout.includes('b.txt'), false);
+  await assert.rejects(sandbox.files.read('/home/user/notes/a.txt'), FileNotFoundError);
+  // Outside the sandbox's persistent folders, and escapes, are refused.
+  await assert.rejects(sandbox.files.read('/etc/passwd'), (e) => e.name === 'InvalidArgumentError');
+  await assert.rejects(sandbox.files.write('/home/user/../../../etc/x', 'no'), (e) => e.name === 'InvalidArgumentError');
+  // A symlink code made to outside its folders is never followed.
+  await sandbox.commands.run('ln -s /etc/passwd /home/user/link');
+  await assert.rejects(sandbox.files.read('/home/user/link'), (e) => e.name === 'InvalidArgumentError' || e instanceof NotFoundError);
+  const link = await sandbox.files.getInfo('/home/user/link');
+  assert.equal(link.type, 'symlink');
+});
+
+test('pause keeps the files; connect resumes over them', async () => {
+  const sandbox = await create();
+  await sandbox.commands.run('echo kept > /home/user/kept.txt');
+  assert.equal(await sandbox.pause(), true);
+  assert.equal((await sandbox.getInfo()).state, 'paused');
+  assert.equal(await sandbox.pause(), false);
+  const paused = await Sandbox.list({ query: { state: ['paused'] } }).nextItems();
+  assert.ok(paused.some((s) => s.sandboxId === sandbox.sandboxId));
+  const resumed = await Sandbox.connect(sandbox.sandboxId);
+  assert.equal((await resumed.getInfo()).state, 'running');
+  assert.equal((await resumed.commands.run('cat /home/user/kept.txt')).stdout, 'kept\n');
+});

@@ -1,0 +1,155 @@
+#include "api/connect_rpc.h"
+
+#include <boost/json.hpp>
+#include <charconv>
+
+namespace sandboxd::api::connect_rpc {
+namespace {
+
+namespace json = boost::json;
+
+bool media_type_is(std::string_view content_type, std::string_view expected) {
+  const size_t semicolon = content_type.find(';');
+  std::string_view type = content_type.substr(0, semicolon);
+  while (!type.empty() && type.back() == ' ') type.remove_suffix(1);
+  return boost::beast::iequals(type, expected);
+}
+
+ApiError unsupported_codec(std::string_view content_type, std::string_view expected) {
+  return ApiError{HttpStatus::unsupported_media_type, "invalid_request_error",
+                  "This server speaks Connect with the JSON codec only (Content-Type: " +
+                      std::string(expected) + "), not '" + std::string(content_type.substr(0, 100)) + "'"};
+}
+
+Result<json::object> parse_message(std::string_view text) {
+  boost::system::error_code ec;
+  json::value value = json::parse(text, ec);
+  if (ec) return ApiError::invalid_request("The request message is not valid JSON: " + ec.message());
+  if (!value.is_object()) return ApiError::invalid_request("The request message must be a JSON object");
+  return std::move(value.as_object());
+}
+
+}  // namespace
+
+std::string code_of(const ApiError& error) {
+  switch (static_cast<unsigned>(error.status)) {
+    case 400:
+    case 415:
+      return "invalid_argument";
+    case 401:
+      return "unauthenticated";
+    case 403:
+      return "permission_denied";
+    case 404:
+      return "not_found";
+    case 409:
+      return "already_exists";
+    case 413:
+    case 429:
+    case 507:
+      return "resource_exhausted";
+    case 501:
+      return "unimplemented";
+    case 502:
+    case 503:
+      return "unavailable";
+    case 504:
+      return "deadline_exceeded";
+    default:
+      return "internal";
+  }
+}
+
+json::object error_object(const ApiError& error) {
+  return json::object{{"code", code_of(error)}, {"message", error.message}};
+}
+
+server::StringResponse unary_error(const ApiError& error) {
+  auto res = server::json_response(error.status, json::serialize(error_object(error)));
+  if (error.retry_after) res.set(http::field::retry_after, std::to_string(*error.retry_after));
+  return res;
+}
+
+server::StringResponse unary_ok(const json::object& message) {
+  return server::json_response(HttpStatus::ok, json::serialize(message));
+}
+
+asio::awaitable<Result<json::object>> read_unary(RequestContext& ctx) {
+  const auto content_type = ctx.header_value(http::field::content_type);
+  if (!media_type_is(content_type, "application/json"))
+    co_return unsupported_codec(content_type, "application/json");
+  auto body = co_await ctx.read_body(kMaxRequestMessage);
+  if (!body) co_return body.error();
+  if (body->empty()) co_return json::object{};
+  co_return parse_message(*body);
+}
+
+Result<json::object> parse_envelope(std::string_view body) {
+  if (body.size() < 5) return ApiError::invalid_request("The request is not an enveloped Connect message");
+  const uint8_t flags = static_cast<uint8_t>(body[0]);
+  const uint32_t length =
+      (uint32_t{static_cast<uint8_t>(body[1])} << 24) | (uint32_t{static_cast<uint8_t>(body[2])} << 16) |
+      (uint32_t{static_cast<uint8_t>(body[3])} << 8) | uint32_t{static_cast<uint8_t>(body[4])};
+  if (flags & kCompressedFlag) return ApiError::invalid_request("Compressed messages are not accepted");
+  if (flags & ~kCompressedFlag)
+    return ApiError::invalid_request("The request's envelope has unknown flags (" + std::to_string(flags) +
+                                     ")");
+  if (length != body.size() - 5)
+    return ApiError::invalid_request("The request's envelope says " + std::to_string(length) + " bytes but " +
+                                     std::to_string(body.size() - 5) + " follow (one message is expected)");
+  return parse_message(body.substr(5));
+}
+
+asio::awaitable<Result<json::object>> read_stream_request(RequestContext& ctx) {
+  const auto content_type = ctx.header_value(http::field::content_type);
+  if (!media_type_is(content_type, "application/connect+json"))
+    co_return unsupported_codec(content_type, "application/connect+json");
+  auto body = co_await ctx.read_body(kMaxRequestMessage + 5);
+  if (!body) co_return body.error();
+  co_return parse_envelope(*body);
+}
+
+std::string envelope(std::string_view json_text, bool end_stream) {
+  std::string out;
+  out.reserve(json_text.size() + 5);
+  const auto length = static_cast<uint32_t>(json_text.size());
+  out.push_back(static_cast<char>(end_stream ? kEndStreamFlag : 0));
+  out.push_back(static_cast<char>(length >> 24));
+  out.push_back(static_cast<char>(length >> 16));
+  out.push_back(static_cast<char>(length >> 8));
+  out.push_back(static_cast<char>(length));
+  out.append(json_text);
+  return out;
+}
+
+std::string end_of_stream(const ApiError* error) {
+  json::object end;
+  if (error) end["error"] = error_object(*error);
+  return envelope(json::serialize(end), /*end_stream=*/true);
+}
+
+http::response<http::empty_body> stream_header() {
+  http::response<http::empty_body> header{HttpStatus::ok, 11};
+  header.set(http::field::content_type, "application/connect+json");
+  return header;
+}
+
+server::StringResponse stream_error(const ApiError& error) {
+  server::StringResponse res{HttpStatus::ok, 11};
+  res.set(http::field::content_type, "application/connect+json");
+  res.body() = end_of_stream(&error);
+  res.prepare_payload();
+  return res;
+}
+
+std::chrono::milliseconds timeout_of(const RequestContext& ctx) {
+  const auto text = ctx.header_value("connect-timeout-ms");
+  int64_t value = 0;
+  // At most 10 digits, as the protocol says; anything else is as if none was sent.
+  if (text.empty() || text.size() > 10) return std::chrono::milliseconds(0);
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 0) return std::chrono::milliseconds(0);
+  return std::chrono::milliseconds(value);
+}
+
+}  // namespace sandboxd::api::connect_rpc

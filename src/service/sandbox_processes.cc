@@ -1,0 +1,317 @@
+#include "service/sandbox_processes.h"
+
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <csignal>
+
+#include "ops/logging.h"
+
+namespace sandboxd::service {
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+
+// Waits on a timer used as an event: woken by cancel(), or at its expiry.
+asio::awaitable<void> wait_on(asio::steady_timer& timer, std::chrono::steady_clock::duration limit) {
+  timer.expires_after(limit);
+  boost::system::error_code ec;
+  co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+}
+
+// Waits for `event` (a list of waiters woken together by wake()), at most `limit`. Each
+// waiter has its own timer: setting a shared timer's expiry would cancel the others'
+// waits, and two waiters would wake each other without end.
+asio::awaitable<void> wait_for(std::vector<asio::steady_timer*>& event,
+                               std::chrono::steady_clock::duration limit) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  event.push_back(&timer);
+  co_await wait_on(timer, limit);
+  std::erase(event, &timer);
+}
+
+void wake(std::vector<asio::steady_timer*>& event) {
+  for (auto* timer : event) timer->cancel();
+}
+
+size_t size_of(const ProcessOutput& piece) { return piece.data.size(); }
+
+bool valid_env_name(const std::string& name) {
+  return !name.empty() && name.find('=') == std::string::npos && name.find('\0') == std::string::npos;
+}
+
+}  // namespace
+
+ProcessReader::ProcessReader(std::shared_ptr<SandboxProcess> process)
+    : process_(std::move(process)), wake_(process_->strand_) {}
+
+asio::awaitable<std::optional<ProcessOutput>> ProcessReader::next(std::chrono::milliseconds wait) {
+  auto step = [this, wait]() -> asio::awaitable<std::optional<ProcessOutput>> {
+    if (queue_.empty()) co_await wait_on(wake_, wait);
+    if (queue_.empty()) co_return std::nullopt;
+    ProcessOutput piece = std::move(queue_.front());
+    queue_.pop_front();
+    queued_bytes_ -= size_of(piece);
+    if (piece.kind == ProcessOutput::Kind::kEnd) queue_.push_front(piece);  // stays the last word
+    wake(process_->room_);
+    co_return piece;
+  };
+  co_return co_await asio::co_spawn(process_->strand_, step(), asio::use_awaitable);
+}
+
+SandboxProcess::SandboxProcess(uint32_t pid, ProcessConfig config, std::optional<std::string> tag,
+                               std::shared_ptr<Container> container, ContainerService::StartedProcess started,
+                               bool keep_stdin)
+    : pid_(pid),
+      config_(std::move(config)),
+      tag_(std::move(tag)),
+      container_(std::move(container)),
+      sandbox_(std::move(started.sandbox)),
+      execution_id_(started.channel.id),
+      strand_(asio::make_strand(sandbox_->executor())),
+      stdout_(strand_, started.channel.stdout_read),
+      stderr_(strand_, started.channel.stderr_read),
+      pumps_done_(strand_),
+      deadline_(strand_) {
+  if (keep_stdin)
+    stdin_.emplace(strand_, started.channel.stdin_write);
+  else
+    ::close(started.channel.stdin_write);  // the process reads end of file at once
+  ++container_->executing;                 // the idle reaper leaves a sandbox alone while it runs
+}
+
+SandboxProcess::~SandboxProcess() { --container_->executing; }
+
+void SandboxProcess::run(std::chrono::milliseconds timeout, std::function<void()> on_end) {
+  auto self = shared_from_this();
+  pumps_running_ = 2;
+  asio::co_spawn(
+      strand_, [self]() { return self->pump(self->stdout_, ProcessOutput::Kind::kStdout); }, asio::detached);
+  asio::co_spawn(
+      strand_, [self]() { return self->pump(self->stderr_, ProcessOutput::Kind::kStderr); }, asio::detached);
+  asio::co_spawn(
+      strand_, [self, on_end = std::move(on_end)]() { return self->finish(on_end); }, asio::detached);
+  if (timeout.count() > 0)
+    asio::co_spawn(
+        strand_, [self, timeout]() { return self->enforce_timeout(timeout); }, asio::detached);
+}
+
+asio::awaitable<void> SandboxProcess::pump(asio::posix::stream_descriptor& pipe, ProcessOutput::Kind kind) {
+  auto self = shared_from_this();
+  std::string buffer(kReadChunk, '\0');
+  for (;;) {
+    boost::system::error_code ec;
+    const size_t n =
+        co_await pipe.async_read_some(asio::buffer(buffer), asio::redirect_error(asio::use_awaitable, ec));
+    if (n > 0) {
+      ProcessOutput piece;
+      piece.kind = kind;
+      piece.data.assign(buffer.data(), n);
+      co_await deliver(std::move(piece));
+    }
+    if (ec) break;
+  }
+  --pumps_running_;
+  pumps_done_.cancel();
+}
+
+asio::awaitable<void> SandboxProcess::deliver(ProcessOutput piece) {
+  auto self = shared_from_this();
+  for (;;) {
+    bool full = false;
+    std::erase_if(readers_, [](const auto& reader) { return reader.expired(); });
+    for (const auto& weak : readers_)
+      if (auto reader = weak.lock(); reader && reader->queued_bytes_ >= kReaderBuffer) full = true;
+    if (!full) break;
+    // A reader that stopped reading without going away holds the output back (the
+    // process waits on its pipe); one that went away is dropped at the next look.
+    co_await wait_for(room_, std::chrono::milliseconds(100));
+  }
+  for (const auto& weak : readers_) {
+    if (auto reader = weak.lock()) {
+      reader->queued_bytes_ += size_of(piece);
+      reader->queue_.push_back(piece);
+      reader->wake_.cancel();
+    }
+  }
+}
+
+asio::awaitable<void> SandboxProcess::finish(std::function<void()> on_end) {
+  auto self = shared_from_this();
+  while (pumps_running_ > 0) co_await wait_on(pumps_done_, std::chrono::seconds(1));
+  const int status = co_await sandbox_->wait_process(execution_id_);
+  ProcessOutput end;
+  end.kind = ProcessOutput::Kind::kEnd;
+  const int asked = kill_signal_.load();
+  if (status < 0) {
+    end.exit_code = -1;
+    end.sandbox_stopped = true;
+  } else if ((asked || timed_out_) && status > 128) {
+    end.exit_code = -1;
+    end.killed_by = status - 128;
+    end.timed_out = timed_out_;
+  } else {
+    end.exit_code = status;
+  }
+  deadline_.cancel();
+  stdin_.reset();
+  ended_ = true;
+  co_await deliver(end);
+  end_ = std::move(end);
+  ops::log_event(spdlog::level::info, "process_ended",
+                 {{"owner", container_->owner},
+                  {"container", container_->id},
+                  {"pid", int64_t{pid_}},
+                  {"exit_code", int64_t{end_->exit_code}}});
+  on_end();
+}
+
+asio::awaitable<void> SandboxProcess::enforce_timeout(std::chrono::milliseconds timeout) {
+  auto self = shared_from_this();
+  deadline_.expires_after(timeout);
+  boost::system::error_code ec;
+  co_await deadline_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  if (ec || ended_) co_return;
+  timed_out_ = true;
+  sandbox_->kill_process(execution_id_);
+}
+
+asio::awaitable<std::shared_ptr<ProcessReader>> SandboxProcess::subscribe() {
+  auto self = shared_from_this();
+  auto add = [self]() -> asio::awaitable<std::shared_ptr<ProcessReader>> {
+    auto reader = std::make_shared<ProcessReader>(self);
+    if (self->end_)
+      reader->queue_.push_back(*self->end_);
+    else
+      self->readers_.push_back(reader);
+    co_return reader;
+  };
+  co_return co_await asio::co_spawn(strand_, add(), asio::use_awaitable);
+}
+
+asio::awaitable<Result<void>> SandboxProcess::write_stdin(std::string bytes) {
+  auto self = shared_from_this();
+  auto write = [self, bytes = std::move(bytes)]() -> asio::awaitable<Result<void>> {
+    while (self->stdin_busy_) co_await wait_for(self->stdin_turn_, std::chrono::seconds(1));
+    if (!self->stdin_ || self->ended_)
+      co_return ApiError::invalid_request("The process's stdin is closed (start it with stdin enabled)");
+    self->stdin_busy_ = true;
+    boost::system::error_code ec;
+    co_await asio::async_write(*self->stdin_, asio::buffer(bytes),
+                               asio::redirect_error(asio::use_awaitable, ec));
+    self->stdin_busy_ = false;
+    wake(self->stdin_turn_);
+    if (ec) co_return ApiError::invalid_request("The process's stdin is closed (" + ec.message() + ")");
+    co_return Result<void>{};
+  };
+  co_return co_await asio::co_spawn(strand_, write(), asio::use_awaitable);
+}
+
+asio::awaitable<Result<void>> SandboxProcess::close_stdin() {
+  auto self = shared_from_this();
+  auto close = [self]() -> asio::awaitable<Result<void>> {
+    while (self->stdin_busy_) co_await wait_for(self->stdin_turn_, std::chrono::seconds(1));
+    self->stdin_.reset();
+    co_return Result<void>{};
+  };
+  co_return co_await asio::co_spawn(strand_, close(), asio::use_awaitable);
+}
+
+void SandboxProcess::kill(int signal) {
+  kill_signal_ = signal > 0 ? signal : SIGKILL;
+  sandbox_->kill_process(execution_id_);
+}
+
+asio::awaitable<Result<SandboxProcesses::Started>> SandboxProcesses::start(
+    std::shared_ptr<Container> container, ContainerService& service, ProcessConfig config,
+    std::optional<std::string> tag, std::map<std::string, std::string> env, bool keep_stdin,
+    std::chrono::milliseconds timeout) {
+  if (config.cmd.empty()) co_return ApiError::invalid_request("'process.cmd' is required");
+  for (const auto& [name, value] : config.envs) env[name] = value;
+  runtime::ProcessRequest request;
+  for (const auto& [name, value] : env) {
+    if (!valid_env_name(name) || value.find('\0') != std::string::npos)
+      co_return ApiError::invalid_request("Environment variable names may not be empty or hold '=' or NUL");
+    request.extra_env.push_back(name + "=" + value);
+  }
+  auto has_nul = [](const std::string& s) { return s.find('\0') != std::string::npos; };
+  if (has_nul(config.cmd) || std::any_of(config.args.begin(), config.args.end(), has_nul) ||
+      (config.cwd && has_nul(*config.cwd)))
+    co_return ApiError::invalid_request("A command, argument or working directory may not hold NUL");
+  const Key key{container->owner, container->id};
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = running_.find(key); it != running_.end() && it->second.size() >= kMaxPerSandbox)
+      co_return ApiError::rate_limited("This sandbox runs " + std::to_string(kMaxPerSandbox) +
+                                           " processes already; wait for one to end or kill one",
+                                       service.settings()->retry_after_sec);
+    if (tag)
+      if (auto it = running_.find(key); it != running_.end())
+        for (const auto& [pid, process] : it->second)
+          if (process->tag() == tag)
+            co_return ApiError{HttpStatus::conflict, "invalid_request_error",
+                               "A process tagged '" + *tag + "' runs already"};
+  }
+  // The working directory is entered by a shell in front of the command (the runtime
+  // starts every process in the workspace): the command's own argv follows unchanged.
+  const std::string cwd = config.cwd.value_or("/home/user");
+  request.argv = {"/bin/sh", "-c", "cd -- \"$1\" || exit 1; shift; exec \"$@\"", "sh", cwd, config.cmd};
+  request.argv.insert(request.argv.end(), config.args.begin(), config.args.end());
+  auto started = co_await service.start_process(container, std::move(request));
+  if (!started) co_return started.error();
+  const uint32_t pid = next_pid_++;
+  auto process = std::make_shared<SandboxProcess>(pid, std::move(config), std::move(tag), container,
+                                                  std::move(*started), keep_stdin);
+  {
+    std::lock_guard lock(mutex_);
+    running_[key][pid] = process;
+  }
+  // Its first reader before anything runs: nothing it writes is missed.
+  auto reader = std::make_shared<ProcessReader>(process);
+  process->readers_.push_back(reader);
+  process->run(timeout, [this, key, pid] { forget(key, pid); });
+  co_return Started{process, reader};
+}
+
+void SandboxProcesses::forget(const Key& key, uint32_t pid) {
+  std::lock_guard lock(mutex_);
+  auto it = running_.find(key);
+  if (it == running_.end()) return;
+  it->second.erase(pid);
+  if (it->second.empty()) running_.erase(it);
+}
+
+std::vector<std::shared_ptr<SandboxProcess>> SandboxProcesses::list(const Container& container) const {
+  std::vector<std::shared_ptr<SandboxProcess>> out;
+  std::lock_guard lock(mutex_);
+  if (auto it = running_.find({container.owner, container.id}); it != running_.end())
+    for (const auto& [pid, process] : it->second) out.push_back(process);
+  return out;
+}
+
+std::shared_ptr<SandboxProcess> SandboxProcesses::find(const Container& container, uint32_t pid) const {
+  std::lock_guard lock(mutex_);
+  auto it = running_.find({container.owner, container.id});
+  if (it == running_.end()) return nullptr;
+  auto found = it->second.find(pid);
+  return found == it->second.end() ? nullptr : found->second;
+}
+
+std::shared_ptr<SandboxProcess> SandboxProcesses::find_tag(const Container& container,
+                                                           const std::string& tag) const {
+  std::lock_guard lock(mutex_);
+  auto it = running_.find({container.owner, container.id});
+  if (it == running_.end()) return nullptr;
+  for (const auto& [pid, process] : it->second)
+    if (process->tag() == tag) return process;
+  return nullptr;
+}
+
+}  // namespace sandboxd::service

@@ -1,0 +1,160 @@
+// The processes clients start in a container's sandbox and talk to while they run (what
+// E2B's envd offers: start one, read its output as it comes, connect to it again later,
+// write its stdin, signal it, list the running ones). Each is a long-lived process of
+// the sandbox (runtime::Sandbox::start_process): its own session and execution cgroup,
+// the agent user, the sandbox's limits; its output goes to whoever reads it now.
+//
+// A slow reader holds back only its own process: the output waits in the process's
+// pipes (and a bounded queue per reader), never in the server without bound.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "service/container_service.h"
+
+namespace sandboxd::service {
+
+struct ProcessConfig {
+  std::string cmd;
+  std::vector<std::string> args;
+  std::map<std::string, std::string> envs;  // added to the sandbox's environment
+  std::optional<std::string> cwd;           // a sandbox path; the workspace when unset
+};
+
+// One piece of a process's life as a reader sees it.
+struct ProcessOutput {
+  enum class Kind { kStdout, kStderr, kEnd };
+  Kind kind = Kind::kStdout;
+  std::string data;  // kStdout, kStderr
+  // kEnd: how it ended.
+  int exit_code = 0;             // its exit status; -1 when killed or the sandbox stopped
+  std::optional<int> killed_by;  // the signal that ended it (a kill, its timeout)
+  bool timed_out = false;        // killed at the timeout it was started with
+  bool sandbox_stopped = false;  // the sandbox stopped under it
+};
+
+class SandboxProcess;
+
+// A reader of one process's output from the moment it subscribed.
+class ProcessReader {
+ public:
+  explicit ProcessReader(std::shared_ptr<SandboxProcess> process);
+  // The next piece, waiting at most `wait` for it: nullopt when nothing came meanwhile
+  // (the caller may send a keep-alive). After kEnd, every call returns kEnd again.
+  asio::awaitable<std::optional<ProcessOutput>> next(std::chrono::milliseconds wait);
+  SandboxProcess& process() { return *process_; }
+
+ private:
+  friend class SandboxProcess;
+  std::shared_ptr<SandboxProcess> process_;
+  // On the process's strand.
+  std::deque<ProcessOutput> queue_;
+  size_t queued_bytes_ = 0;
+  asio::steady_timer wake_;
+};
+
+class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
+ public:
+  // What one reader may have waiting before its process's output is held back.
+  static constexpr size_t kReaderBuffer = 1u << 20;
+
+  SandboxProcess(uint32_t pid, ProcessConfig config, std::optional<std::string> tag,
+                 std::shared_ptr<Container> container, ContainerService::StartedProcess started,
+                 bool keep_stdin);
+  ~SandboxProcess();
+
+  uint32_t pid() const { return pid_; }
+  const ProcessConfig& config() const { return config_; }
+  const std::optional<std::string>& tag() const { return tag_; }
+  const std::string& sandbox_id() const { return container_->id; }
+  bool ended() const { return ended_.load(); }
+
+  // A reader of everything the process writes from now on (and of its end).
+  asio::awaitable<std::shared_ptr<ProcessReader>> subscribe();
+  // Writes to its stdin, in the order of the calls; 400 when its stdin is closed.
+  asio::awaitable<Result<void>> write_stdin(std::string bytes);
+  asio::awaitable<Result<void>> close_stdin();
+  // Kills its whole process tree (sandboxd runs each process in its own execution
+  // cgroup, and ends it as a whole: every signal asked for is a kill).
+  void kill(int signal);
+
+ private:
+  friend class SandboxProcesses;
+  friend class ProcessReader;
+  // Reads the output until both pipes close, then waits for the exit; `on_end` runs
+  // once it has ended (the registry forgets it).
+  void run(std::chrono::milliseconds timeout, std::function<void()> on_end);
+  asio::awaitable<void> pump(asio::posix::stream_descriptor& pipe, ProcessOutput::Kind kind);
+  asio::awaitable<void> finish(std::function<void()> on_end);
+  asio::awaitable<void> enforce_timeout(std::chrono::milliseconds timeout);
+  // Hands `piece` to every reader; waits while one of them has kReaderBuffer queued.
+  asio::awaitable<void> deliver(ProcessOutput piece);
+
+  const uint32_t pid_;
+  const ProcessConfig config_;
+  const std::optional<std::string> tag_;
+  std::shared_ptr<Container> container_;
+  std::shared_ptr<runtime::Sandbox> sandbox_;
+  const uint32_t execution_id_;
+  asio::strand<asio::any_io_executor> strand_;
+  // On the strand.
+  std::optional<asio::posix::stream_descriptor> stdin_;
+  asio::posix::stream_descriptor stdout_, stderr_;
+  std::vector<std::weak_ptr<ProcessReader>> readers_;
+  std::optional<ProcessOutput> end_;
+  int pumps_running_ = 0;
+  bool stdin_busy_ = false;
+  std::vector<asio::steady_timer*> room_;        // woken when a reader drains
+  std::vector<asio::steady_timer*> stdin_turn_;  // woken when a stdin write ends
+  asio::steady_timer pumps_done_;                // woken as each pipe closes
+  asio::steady_timer deadline_;
+  std::atomic<bool> ended_{false};
+  std::atomic<int> kill_signal_{0};  // the signal a client asked for (0: none)
+  std::atomic<bool> timed_out_{false};
+};
+
+// Every sandbox's processes, by sandbox (owner and container id) and pid.
+class SandboxProcesses {
+ public:
+  // Running at once in one sandbox (beyond it, a 429): each holds pipes and a reader.
+  static constexpr size_t kMaxPerSandbox = 64;
+
+  // Starts `config` in the container's sandbox (starting it if need be). `env` is the
+  // sandbox's own environment (config.envs win over it). `timeout` > 0 kills it then.
+  // The reader sees all of its output, from the first byte.
+  struct Started {
+    std::shared_ptr<SandboxProcess> process;
+    std::shared_ptr<ProcessReader> reader;
+  };
+  asio::awaitable<Result<Started>> start(std::shared_ptr<Container> container, ContainerService& service,
+                                         ProcessConfig config, std::optional<std::string> tag,
+                                         std::map<std::string, std::string> env, bool keep_stdin,
+                                         std::chrono::milliseconds timeout);
+  // The running processes of the container, by pid.
+  std::vector<std::shared_ptr<SandboxProcess>> list(const Container& container) const;
+  std::shared_ptr<SandboxProcess> find(const Container& container, uint32_t pid) const;
+  std::shared_ptr<SandboxProcess> find_tag(const Container& container, const std::string& tag) const;
+
+ private:
+  using Key = std::pair<std::string, std::string>;  // (owner, container id)
+  void forget(const Key& key, uint32_t pid);
+
+  mutable std::mutex mutex_;
+  std::map<Key, std::map<uint32_t, std::shared_ptr<SandboxProcess>>> running_;
+  std::atomic<uint32_t> next_pid_{1000};
+};
+
+}  // namespace sandboxd::service
