@@ -46,6 +46,16 @@ from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 
+# The working directory first, while stderr is still the one the server reads when the
+# start fails.
+if len(sys.argv) > 1 and sys.argv[1]:
+    try:
+        os.chdir(sys.argv[1])
+    except OSError as e:
+        sys.stderr.write("cannot use %s as the working directory: %s\n" % (sys.argv[1], e.strerror))
+        sys.stderr.flush()
+        os._exit(1)
+
 PROTOCOL_OUT = os.dup(1)
 os.set_inheritable(PROTOCOL_OUT, False)
 PROTOCOL_IN = os.dup(0)
@@ -429,13 +439,7 @@ def main():
     # the code imports it; nothing is imported before the code asks.
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     os.environ.setdefault("MPLCONFIGDIR", "/tmp/matplotlib")
-    if len(sys.argv) > 1 and sys.argv[1]:
-        try:
-            os.chdir(sys.argv[1])
-        except OSError as e:
-            # Before the first frame: the server reports this as the start's failure.
-            os.write(2, ("cannot use %s as the working directory: %s\n" % (sys.argv[1], e.strerror)).encode())
-            os._exit(1)
+
     sys.stdout = CapturedStream(1)
     sys.stderr = CapturedStream(2)
     shell = Shell.instance(colors="NoColor", autoindent=False, history_length=0)

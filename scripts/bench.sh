@@ -16,6 +16,9 @@
 #                                    (the build's test hooks: SANDBOXD_TEST_HOOKS=ON)
 #   SANDBOXD_BENCH_ONLY=messages | relay | throughput | transfer | mcp | python
 #                                    the server benchmark's executions and that part
+#   SANDBOXD_BENCH_ONLY=e2b          E2B's SDKs (tests/e2b, `npm ci`ed) against sandboxd's
+#                                    own HTTP API on one server: create + run, warm run,
+#                                    warm runCode
 #   SANDBOXD_BENCH_IDLE=N            also, in a full run, N idle running sandboxes (the
 #                                    idle part defaults to 1,000 and takes minutes)
 #   SANDBOXD_BENCH_NO_DOCKER=1       leave Docker out (no install, no engine)
@@ -85,6 +88,11 @@ start_docker() {
   export SANDBOXD_BENCH_DOCKER
 }
 
+run_e2b_bench() {
+  npm ci --prefix tests/e2b --no-audit --no-fund --loglevel=error >/dev/null
+  SANDBOXD_PATH="$PWD/build/sandboxd" node bench/e2b_bench.mjs
+}
+
 case "$only" in
   runtime) start_docker; ./build/bench/sandboxd_runtime_bench ;;
   image) build_image; BENCH_DATA_DIR="$image_data" BENCH_IMAGE="$image_name" ./build/bench/sandboxd_image_bench ;;
@@ -93,6 +101,7 @@ case "$only" in
   cluster) npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null; ./build/bench/sandboxd_cluster_bench ;;
   storage) npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null; ./build/bench/sandboxd_storage_bench ;;
   messages | relay | throughput | transfer | mcp | python) ./build/bench/sandboxd_server_bench ;;
+  e2b) run_e2b_bench ;;
   "")
     start_docker
     ./build/bench/sandboxd_runtime_bench
@@ -108,10 +117,12 @@ case "$only" in
     ./build/bench/sandboxd_metadata_bench
     echo
     ./build/bench/sandboxd_cluster_bench
+    echo
+    run_e2b_bench
     if [ -n "${SANDBOXD_BENCH_IDLE:-}" ]; then
       echo
       ./build/bench/sandboxd_idle_bench
     fi
     ;;
-  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, cluster, messages, relay, throughput, transfer or mcp" >&2; exit 2 ;;
+  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, cluster, messages, relay, throughput, transfer, mcp, python or e2b" >&2; exit 2 ;;
 esac

@@ -59,13 +59,15 @@ asio::awaitable<Result<json::object>> read_object(RequestContext& ctx) {
 }
 
 // The Sandbox schema: what create and connect answer. The envd access token is the
-// caller's own token (see api/e2b_common.h).
+// caller's own token (see api/e2b_common.h); so is the traffic token, which the code
+// interpreter's SDK sends on its context calls (they carry no other credential).
 json::object sandbox_handle(const service::E2bSandbox& s, RequestContext& ctx) {
   return json::object{{"templateID", s.template_id},
                       {"sandboxID", s.id},
                       {"clientID", "sandboxd"},
                       {"envdVersion", kEnvdVersion},
                       {"envdAccessToken", std::string(server::presented_token(ctx))},
+                      {"trafficAccessToken", std::string(server::presented_token(ctx))},
                       {"domain", nullptr}};
 }
 

@@ -61,6 +61,7 @@ void register_skill_routes(server::HttpServer& http, ApiContext& api);
 void register_mcp_routes(server::HttpServer& http, ApiContext& api);  // api/mcp.cc
 void register_e2b_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_api.cc
 void register_e2b_envd_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_envd.cc
+void register_e2b_interpreter_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_interpreter.cc
 
 // A route handler from a function of (ApiContext&, RequestContext&).
 template <typename Fn>

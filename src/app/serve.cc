@@ -316,6 +316,7 @@ int serve(ops::Config config, const std::string& config_path) {
       api.e2b_sandboxes = &*e2b_sandboxes;
       api::register_e2b_routes(http, api);
       api::register_e2b_envd_routes(http, api);
+      api::register_e2b_interpreter_routes(http, api);
     }
     if (leases) {
       api::install_cluster_routing(http, api, *leases);

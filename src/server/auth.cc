@@ -21,6 +21,8 @@ std::string_view presented_token(const RequestContext& ctx) {
   std::string_view token = ctx.header_value("x-api-key");
   // E2B's SDKs present their access token so on every call to a sandbox (api/e2b_common.h).
   if (token.empty()) token = ctx.header_value("x-access-token");
+  // The code interpreter's context calls carry only the traffic token (the same one).
+  if (token.empty()) token = ctx.header_value("e2b-traffic-access-token");
   if (token.empty()) {
     std::string_view authorization = ctx.header_value(http::field::authorization);
     if (authorization.size() > 7 && beast::iequals(authorization.substr(0, 7), "Bearer ")) token = authorization.substr(7);

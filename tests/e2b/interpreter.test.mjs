@@ -1,0 +1,182 @@
+// E2B's code interpreter: the official @e2b/code-interpreter SDK, unmodified, against a
+// real `sandboxd serve` (E2B_API_URL=<server>/e2b, E2B_SANDBOX_URL=<server>/e2b/sandbox):
+// runCode's streamed results on sandboxd's persistent Python, and its contexts. Run by
+// CTest with SANDBOXD_PATH.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Sandbox, NotFoundError } from '@e2b/code-interpreter';
+import { startServer, stopProgram } from '../harness.mjs';
+
+const ALICE = 'e2b-interpreter-alice-token';
+const BOB = 'e2b-interpreter-bob-token';
+let dir;
+let server;
+let sandbox;
+let opts;
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'sandboxd-e2b-interpreter-'));
+  server = await startServer(dir, 'data', [
+    `auth: { tokens: [ { token: ${ALICE}, owner: alice }, { token: ${BOB}, owner: bob } ] }`,
+    'runtime: { prestartedSandboxes: 0 }',
+  ]);
+  // The SDK's connection options, as the three environment variables would set them.
+  opts = { apiKey: ALICE, apiUrl: `${server.url}/e2b`, sandboxUrl: `${server.url}/e2b/sandbox` };
+  // E2B's API ends a sandbox 15 s after its creation unless it asks for longer.
+  sandbox = await Sandbox.create({ ...opts, timeoutMs: 600_000 });
+});
+
+after(async () => {
+  if (sandbox) await sandbox.kill().catch(() => {});
+  if (server) await stopProgram(server.child);
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+test('the last expression is the main result, as text, and state is kept between calls', async () => {
+  const first = await sandbox.runCode('x = 41\nx + 1');
+  assert.equal(first.text, '42');
+  assert.equal(first.error, undefined);
+  assert.equal(first.results.length, 1);
+  assert.equal(first.results[0].isMainResult, true);
+  const second = await sandbox.runCode('x * 2');
+  assert.equal(second.text, '82');
+  assert.ok(second.executionCount > first.executionCount, `${first.executionCount} then ${second.executionCount}`);
+  // A string's value comes without its quotes, as E2B's server gives it.
+  assert.equal((await sandbox.runCode("'hello'")).text, 'hello');
+});
+
+test('stdout is streamed while the cell runs, before its end', async () => {
+  const seen = [];
+  let resolveFirst;
+  const firstLine = new Promise((resolve) => { resolveFirst = resolve; });
+  const running = sandbox.runCode(
+    "import sys, time\nprint('early', flush=True)\nopen('/tmp/e2b-go', 'w').close()\n" +
+      "while not __import__('os').path.exists('/tmp/e2b-release'): time.sleep(0.05)\nprint('late')\n" +
+      "sys.stderr.write('to stderr\\n')",
+    {
+      onStdout: (message) => {
+        seen.push(message.line);
+        resolveFirst();
+      },
+    });
+  // The cell waits for a file only a second call makes, so 'early' must arrive while it
+  // still runs (this context is busy: another one makes the file, after 'early' or after
+  // a bound, so that a stream that does not stream fails here instead of hanging).
+  let bound;
+  const arrived = await Promise.race([
+    firstLine.then(() => true),
+    new Promise((resolve) => { bound = setTimeout(() => resolve(false), 30000); }),
+  ]);
+  clearTimeout(bound);
+  const seenBeforeRelease = [...seen];
+  const other = await sandbox.createCodeContext();
+  await sandbox.runCode("open('/tmp/e2b-release', 'w').close()", { context: other });
+  const execution = await running;
+  assert.ok(arrived, 'no stdout before the end of the cell');
+  assert.deepEqual(seenBeforeRelease, ['early\n']);
+  assert.deepEqual(execution.logs.stdout, ['early\n', 'late\n']);
+  assert.deepEqual(execution.logs.stderr, ['to stderr\n']);
+  await sandbox.removeCodeContext(other);
+});
+
+test("an exception is the execution's error with its name, value and traceback", async () => {
+  const errors = [];
+  const execution = await sandbox.runCode("def f():\n    raise ValueError('bad input')\nf()", {
+    onError: (error) => errors.push(error),
+  });
+  assert.equal(execution.error.name, 'ValueError');
+  assert.equal(execution.error.value, 'bad input');
+  assert.match(execution.error.traceback, /raise ValueError/);
+  assert.equal(errors.length, 1);
+  assert.equal(execution.results.length, 0);
+  // The kernel is still there, with its state.
+  assert.equal((await sandbox.runCode('x')).text, '41');
+});
+
+test('a matplotlib figure is a PNG result, and display() gives HTML and JSON bundles', async () => {
+  const figure = await sandbox.runCode(
+    'import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title("squares")\nplt.show()');
+  assert.equal(figure.error, undefined, JSON.stringify(figure.error));
+  const pngs = figure.results.filter((result) => result.png);
+  assert.equal(pngs.length, 1, JSON.stringify(figure.results.map((result) => result.formats())));
+  const bytes = Buffer.from(pngs[0].png, 'base64');
+  assert.deepEqual([...bytes.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+  assert.equal(pngs[0].isMainResult, false);
+
+  const rich = await sandbox.runCode(
+    "from IPython.display import display, HTML, JSON\ndisplay(HTML('<b>bold</b>'))\ndisplay(JSON({'a': 1}))\n7");
+  assert.equal(rich.results.length, 3);
+  assert.equal(rich.results[0].html, '<b>bold</b>');
+  assert.deepEqual(rich.results[1].json, { a: 1 });
+  assert.equal(rich.results[2].isMainResult, true);
+  assert.equal(rich.text, '7');
+});
+
+test('environment variables of a call are set for that call only', async () => {
+  const execution = await sandbox.runCode("import os\nos.environ.get('GREETING')", { envs: { GREETING: 'hi' } });
+  assert.equal(execution.text, 'hi');
+  assert.equal((await sandbox.runCode("repr(os.environ.get('GREETING'))")).text, 'None');
+});
+
+test('contexts: created, listed, each with its own state, restarted and removed', async () => {
+  const context = await sandbox.createCodeContext({ cwd: '/tmp' });
+  assert.equal(context.language, 'python');
+  assert.equal(context.cwd, '/tmp');
+  assert.ok(context.id);
+  const listed = await sandbox.listCodeContexts();
+  assert.ok(listed.some((c) => c.id === context.id), JSON.stringify(listed));
+  assert.ok(listed.length >= 2, JSON.stringify(listed));
+
+  await sandbox.runCode('y = 5', { context });
+  assert.equal((await sandbox.runCode('y + 1', { context })).text, '6');
+  assert.equal((await sandbox.runCode('import os\nos.getcwd()', { context })).text, '/tmp');
+  // The default context does not see the other's variables.
+  assert.equal((await sandbox.runCode('y')).error.name, 'NameError');
+
+  await sandbox.restartCodeContext(context);
+  assert.equal((await sandbox.runCode('y', { context })).error.name, 'NameError');
+  assert.equal((await sandbox.runCode('x')).text, '41');  // the default one kept its state
+
+  await sandbox.removeCodeContext(context.id);
+  assert.ok(!(await sandbox.listCodeContexts()).some((c) => c.id === context.id));
+  await assert.rejects(sandbox.runCode('1', { context }), (error) => error instanceof NotFoundError);
+  await assert.rejects(sandbox.restartCodeContext(context), (error) => error instanceof NotFoundError);
+});
+
+test('another language is refused clearly', async () => {
+  await assert.rejects(sandbox.runCode('console.log(1)', { language: 'javascript' }),
+                       (error) => error.name === 'SandboxError' && /400/.test(error.message));
+  await assert.rejects(sandbox.createCodeContext({ language: 'r' }), (error) => /400/.test(error.message));
+});
+
+test("another key cannot run code in the sandbox", async () => {
+  const foreign = await Sandbox.connect(sandbox.sandboxId, { ...opts, apiKey: BOB }).catch((error) => error);
+  assert.ok(foreign instanceof NotFoundError, String(foreign));
+});
+
+test('bad requests get a clear 400 in E2B\'s error shape, and the interpreter keeps serving', async () => {
+  const post = (body) => fetch(`${server.url}/e2b/sandbox/execute`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'E2b-Sandbox-Id': sandbox.sandboxId,
+               'E2b-Sandbox-Port': '49999', 'X-Access-Token': ALICE },
+    body,
+  });
+  for (const [body, pattern] of [
+    ['{not json', /JSON|parse/i],
+    [JSON.stringify({ code: 5 }), /'code'/],
+    [JSON.stringify({ code: '1', env_vars: { 'A=B': 'x' } }), /env_vars/],
+    [JSON.stringify({ code: '1', context_id: 'ctx_x', language: 'python' }), /Only one of/],
+  ]) {
+    const response = await post(body);
+    assert.equal(response.status, 400, body);
+    const error = await response.json();
+    assert.equal(error.code, 400);
+    assert.match(error.message, pattern);
+  }
+  const missing = await post(JSON.stringify({ code: '1', context_id: 'ctx_missing' }));
+  assert.equal(missing.status, 404);
+  assert.equal((await sandbox.runCode('x')).text, '41');
+});
