@@ -203,39 +203,40 @@ asio::awaitable<void> PeerWatch::follow(std::shared_ptr<Resource> resource) {
       std::string target = resource->path + "?watch=true&allowWatchBookmarks=true&timeoutSeconds=" +
                            std::to_string(kWatchTimeoutSec) +
                            "&resourceVersion=" + percent_encode(resource->resource_version);
-      auto result = co_await client_.watch(
-          target, kWatchIdle, kEventBytes,
-          [&](json::value event) {
-            const json::object* object = event.if_object();
-            const json::value* type = object ? object->if_contains("type") : nullptr;
-            const json::value* item = object ? object->if_contains("object") : nullptr;
-            if (!type || !type->is_string() || !item || !item->is_object()) return false;
-            const std::string kind(type->as_string());
-            if (kind == "ERROR") {
-              // A Status: 410 means our resource version is too old to watch from.
-              const json::value* code = item->as_object().if_contains("code");
-              gone = code && code->is_int64() && code->as_int64() == 410;
-              if (!gone) set_problem("watching " + resource->path + ": the API sent an error");
-              return false;
-            }
-            if (std::string version = resource_version_of(*item); !version.empty())
-              resource->resource_version = version;
-            if (kind == "BOOKMARK") return true;
-            if (kind == "ADDED" || kind == "MODIFIED")
-              resource->put(objects_, item->as_object());
-            else if (kind == "DELETED")
-              resource->remove(objects_, item->as_object());
-            else
-              return true;  // a type this client does not know changes nothing
-            changed();
-            return true;
-          },
-          [&] {
-            opened = true;
-            resource->open = true;
-            backoff = std::chrono::duration_cast<std::chrono::milliseconds>(kFirstBackoff);
-            set_problem("");
-          });
+      // The callbacks are named before co_await (GCC 12 mishandles temporaries of a
+      // co_await expression).
+      const std::function<bool(json::value)> on_event = [&](json::value event) {
+        const json::object* object = event.if_object();
+        const json::value* type = object ? object->if_contains("type") : nullptr;
+        const json::value* item = object ? object->if_contains("object") : nullptr;
+        if (!type || !type->is_string() || !item || !item->is_object()) return false;
+        const std::string kind(type->as_string());
+        if (kind == "ERROR") {
+          // A Status: 410 means our resource version is too old to watch from.
+          const json::value* code = item->as_object().if_contains("code");
+          gone = code && code->is_int64() && code->as_int64() == 410;
+          if (!gone) set_problem("watching " + resource->path + ": the API sent an error");
+          return false;
+        }
+        if (std::string version = resource_version_of(*item); !version.empty())
+          resource->resource_version = version;
+        if (kind == "BOOKMARK") return true;
+        if (kind == "ADDED" || kind == "MODIFIED")
+          resource->put(objects_, item->as_object());
+        else if (kind == "DELETED")
+          resource->remove(objects_, item->as_object());
+        else
+          return true;  // a type this client does not know changes nothing
+        changed();
+        return true;
+      };
+      const std::function<void()> on_open = [&] {
+        opened = true;
+        resource->open = true;
+        backoff = std::chrono::duration_cast<std::chrono::milliseconds>(kFirstBackoff);
+        set_problem("");
+      };
+      auto result = co_await client_.watch(target, kWatchIdle, kEventBytes, on_event, on_open);
       resource->open = false;
       if (!result && result.error().status == HttpStatus::gone) gone = true;
       if (gone) {
