@@ -11,8 +11,10 @@
 #                                    `npm ci --prefix tests/s3` installs)
 #   SANDBOXD_BENCH_ONLY=metadata     file calls with 8 connections, metadata.backend
 #                                    sqlite against postgres (a PostgreSQL of its own)
-#   SANDBOXD_BENCH_ONLY=messages | relay | throughput | transfer | mcp | python
+#   SANDBOXD_BENCH_ONLY=messages | relay | throughput | transfer | mcp | python | cost
 #                                    the server benchmark's executions and that part
+#                                    (cost: CPU and callgrind instructions per warm
+#                                    command, valgrind from scripts/setup.sh, and throughput)
 #   SANDBOXD_BENCH_IDLE=N            also, in a full run, N idle running sandboxes (the
 #                                    idle part defaults to 1,000 and takes minutes)
 #   SANDBOXD_BENCH_NO_DOCKER=1       leave Docker out (no install, no engine)
@@ -87,7 +89,7 @@ case "$only" in
   idle) ./build/bench/sandboxd_idle_bench ;;
   metadata) ./build/bench/sandboxd_metadata_bench ;;
   storage) npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null; ./build/bench/sandboxd_storage_bench ;;
-  messages | relay | throughput | transfer | mcp | python) ./build/bench/sandboxd_server_bench ;;
+  messages | relay | throughput | transfer | mcp | python | cost) ./build/bench/sandboxd_server_bench ;;
   "")
     start_docker
     ./build/bench/sandboxd_runtime_bench
@@ -106,5 +108,5 @@ case "$only" in
       ./build/bench/sandboxd_idle_bench
     fi
     ;;
-  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, messages, relay, throughput, transfer or mcp" >&2; exit 2 ;;
+  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, messages, relay, throughput, transfer, mcp, python or cost" >&2; exit 2 ;;
 esac
