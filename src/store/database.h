@@ -39,6 +39,7 @@ namespace sandboxd::store::db {
 enum class Backend { kSqlite, kPostgres };
 
 class Connection;
+struct SqliteStatementCache;  // database.cc
 
 // A database: one SQLite file, or a pool of PostgreSQL connections. Thread-safe; a
 // store keeps a shared_ptr and acquires a connection for each unit of work.
@@ -113,13 +114,15 @@ class Connection {
  private:
   friend class SqliteDatabase;
   friend class PostgresDatabase;
-  Connection(Backend backend, sqlite3* sqlite, std::unique_lock<std::mutex> lock)
-      : backend_(backend), sqlite_(sqlite), sqlite_lock_(std::move(lock)) {}
+  friend class Statement;
+  Connection(Backend backend, sqlite3* sqlite, std::unique_lock<std::mutex> lock, SqliteStatementCache* statements)
+      : backend_(backend), sqlite_(sqlite), sqlite_lock_(std::move(lock)), sqlite_statements_(statements) {}
   Connection(Database* owner, pg_conn* conn) : backend_(Backend::kPostgres), postgres_(conn), owner_(owner) {}
 
   Backend backend_;
   sqlite3* sqlite_ = nullptr;
   std::unique_lock<std::mutex> sqlite_lock_;
+  SqliteStatementCache* sqlite_statements_ = nullptr;  // the database's, used under sqlite_lock_
   pg_conn* postgres_ = nullptr;
   Database* owner_ = nullptr;
 };
@@ -163,6 +166,7 @@ class Statement {
  private:
   Connection& conn_;
   sqlite3_stmt* stmt_ = nullptr;
+  bool* cached_in_use_ = nullptr;  // a statement of the connection's cache, given back at scope exit
   std::unique_ptr<PostgresQuery> pg_;
   int next_index_ = 1;
   int64_t changes_ = 0;
