@@ -669,7 +669,10 @@ int main(int argc, char** argv) {
             std::string count = r[1];
             std::erase(count, ',');
             std::string name = r[2];
-            if (name.find("PROGRAM TOTALS") != std::string::npos) continue;
+            // Frames that were on a stack when the counters were zeroed (a thread's
+            // start, main, the event loop) are reported with everything since: no
+            // function of a command's own is near half of it.
+            if (name.find("PROGRAM TOTALS") != std::string::npos || std::stod(count) > 0.4 * std::stod(m[1])) continue;
             if (name.size() > 110) name = name.substr(0, 110) + "...";
             std::printf("  %10.0f  %s\n", std::stod(count) / kTraced, name.c_str());
             ++shown;
