@@ -11,6 +11,9 @@
 #                                    `npm ci --prefix tests/s3` installs)
 #   SANDBOXD_BENCH_ONLY=metadata     file calls with 8 connections, metadata.backend
 #                                    sqlite against postgres (a PostgreSQL of its own)
+#   SANDBOXD_BENCH_ONLY=cluster      3 replicas on one PostgreSQL and s3rver, 10,000
+#                                    leases each: renewal, database stalls, a takeover
+#                                    (the build's test hooks: SANDBOXD_TEST_HOOKS=ON)
 #   SANDBOXD_BENCH_ONLY=messages | relay | throughput | transfer | mcp | python | cost
 #                                    the server benchmark's executions and that part
 #                                    (cost: CPU and callgrind instructions per warm
@@ -20,7 +23,8 @@
 #   SANDBOXD_BENCH_NO_DOCKER=1       leave Docker out (no install, no engine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_TYPE=Release bash scripts/build.sh
+# The test hooks (POST /admin/test/leases) hold the cluster benchmark's leases.
+BUILD_TYPE=Release SANDBOXD_TEST_HOOKS=ON bash scripts/build.sh
 only="${SANDBOXD_BENCH_ONLY:-}"
 work=$(mktemp -d /var/tmp/sandboxd-bench.XXXXXX)
 dockerd_pid=""
@@ -88,6 +92,7 @@ case "$only" in
   image) build_image; BENCH_DATA_DIR="$image_data" BENCH_IMAGE="$image_name" ./build/bench/sandboxd_image_bench ;;
   idle) ./build/bench/sandboxd_idle_bench ;;
   metadata) ./build/bench/sandboxd_metadata_bench ;;
+  cluster) npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null; ./build/bench/sandboxd_cluster_bench ;;
   storage) npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null; ./build/bench/sandboxd_storage_bench ;;
   messages | relay | throughput | transfer | mcp | python | cost) ./build/bench/sandboxd_server_bench ;;
   "")
@@ -103,10 +108,12 @@ case "$only" in
     ./build/bench/sandboxd_storage_bench
     echo
     ./build/bench/sandboxd_metadata_bench
+    echo
+    ./build/bench/sandboxd_cluster_bench
     if [ -n "${SANDBOXD_BENCH_IDLE:-}" ]; then
       echo
       ./build/bench/sandboxd_idle_bench
     fi
     ;;
-  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, messages, relay, throughput, transfer, mcp, python or cost" >&2; exit 2 ;;
+  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, cluster, messages, relay, throughput, transfer, mcp, python or cost" >&2; exit 2 ;;
 esac

@@ -15,7 +15,7 @@ bash scripts/setup.sh
 bash scripts/web-vendor.sh  # the web page's libraries, which the package carries
 # The build tree the tests use (CPack strips the installed copies).
 build_dir="${PACKAGE_BUILD_DIR:-build}"
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" >/dev/null
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" -DSANDBOXD_TEST_HOOKS=OFF >/dev/null  # never shipped
 cmake --build "$build_dir" -j"${JOBS:-2}" --target sandboxd sandboxd-init sandboxd_package_docs >&2
 cd "$build_dir"
 args=(-G DEB)

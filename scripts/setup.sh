@@ -18,6 +18,7 @@ packages=(
   chromium  # the Workspace web page's browser test (driven by playwright-core)
   python3-openpyxl python3-reportlab  # the browser test's model makes an XLSX and a PDF in the sandbox
   lintian python3  # the package test checks the .deb; package and image scripts write JSON
+  openssl  # the scripted Kubernetes API server of the network-peers test makes its certificate
   # The persistent Python (code_execution) runs IPython in sandboxes, which see the host's
   # /usr; its tests draw a matplotlib figure and a pandas DataFrame.
   python3-ipykernel python3-matplotlib-inline python3-matplotlib python3-pandas

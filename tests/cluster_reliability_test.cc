@@ -11,7 +11,11 @@
 //   (idle_in_transaction_session_timeout) and the other replica then takes the container;
 // - a holder paused while its container is deleted through the other replica writes
 //   nothing after the delete (no manifest row, no object) and lets its copy go (no
-//   mount, no folder) when it comes back.
+//   mount, no folder) when it comes back;
+// - a replica paused past its heartbeat, one of whose containers the other replica took
+//   meanwhile: it finds its incarnation gone, registers again, never serves the taken
+//   container again (its requests go to the new holder), and takes the one nobody took
+//   back at the next epoch, with its files.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -379,6 +383,68 @@ TEST_F(ClusterReliability, AHolderPausedWhileItsContainerIsDeletedWritesNothingA
   })) << "objects of the deleted container stay in the bucket";
   EXPECT_EQ(alice(a().url(), container, "true").status, 200) << "the id can be used again (a new container)";
   EXPECT_NE(metadata->storage_of("alice", container), storage);
+}
+
+TEST_F(ClusterReliability, AReplicaPausedPastItsHeartbeatRegistersAgainAndTakesBackOnlyWhatNobodyTook) {
+  const std::string kept = "kept-while-paused", moved = "moved-while-paused";
+  for (const auto& container : {kept, moved})
+    ASSERT_EQ(stdout_of(alice(a().url(), container,
+                              "echo " + container + " > /mnt/user-data/outputs/mine.txt; echo ok")),
+              "ok\n");
+  for (const auto& container : {kept, moved})
+    ASSERT_TRUE(eventually(
+        [&] { return metadata->manifest_of("alice", container).count("/mnt/user-data/outputs/mine.txt"); }));
+  const auto kept_before = metadata->lease_of("alice", kept),
+             moved_before = metadata->lease_of("alice", moved);
+  ASSERT_TRUE(kept_before && moved_before);
+  ASSERT_EQ(kept_before->holder, "replica-a");
+  ASSERT_EQ(moved_before->holder_incarnation, kept_before->holder_incarnation) << "one heartbeat holds both";
+
+  a().signal(SIGSTOP);
+  ASSERT_TRUE(eventually([&] { return metadata->lease_of("alice", moved)->expires_at_ms < now_ms(); }))
+      << "A's heartbeat did not run out";
+  Answer through_b;
+  ASSERT_TRUE(eventually([&] {
+    through_b = alice(b().url(), moved, "cat /mnt/user-data/outputs/mine.txt");
+    return through_b.status == 200;
+  })) << through_b.describe();
+  EXPECT_EQ(stdout_of(through_b), moved + "\n");
+  auto taken = metadata->lease_of("alice", moved);
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->holder, "replica-b");
+  EXPECT_EQ(taken->epoch, moved_before->epoch + 1);
+  // Taking one container from A moved A's incarnation on: the other lease is no longer
+  // valid either, though nobody took it.
+  auto orphaned = metadata->lease_of("alice", kept);
+  ASSERT_TRUE(orphaned);
+  EXPECT_EQ(orphaned->holder, "replica-a");
+  EXPECT_FALSE(orphaned->live(now_ms()));
+
+  a().signal(SIGCONT);
+  EXPECT_TRUE(eventually([&] { return a().log().find("registers again") != std::string::npos; }))
+      << "A did not find its incarnation gone";
+  // The taken container stays B's: through A, the request is B's to serve.
+  Answer moved_through_a = alice(
+      a().url(), moved, "echo later >> /mnt/user-data/outputs/mine.txt; cat /mnt/user-data/outputs/mine.txt");
+  EXPECT_EQ(stdout_of(moved_through_a), moved + "\nlater\n");
+  taken = metadata->lease_of("alice", moved);
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->holder, "replica-b");
+  EXPECT_EQ(taken->epoch, moved_before->epoch + 1);
+  // The one nobody took comes back to A, at the next epoch and a new incarnation.
+  EXPECT_EQ(stdout_of(alice(a().url(), kept, "cat /mnt/user-data/outputs/mine.txt")), kept + "\n");
+  auto back = metadata->lease_of("alice", kept);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->holder, "replica-a");
+  EXPECT_EQ(back->epoch, kept_before->epoch + 1);
+  EXPECT_GT(back->holder_incarnation, kept_before->holder_incarnation);
+  EXPECT_TRUE(back->live(now_ms()));
+  // B's flush of the change lands at B's epoch.
+  EXPECT_TRUE(eventually([&] {
+    auto manifest = metadata->manifest_of("alice", moved);
+    auto it = manifest.find("/mnt/user-data/outputs/mine.txt");
+    return it != manifest.end() && it->second.epoch == moved_before->epoch + 1;
+  }));
 }
 
 }  // namespace

@@ -45,63 +45,151 @@ class LeaseTest : public ::testing::Test {
 
 constexpr int64_t kTtl = 15000;
 
+// A replica as the tests drive it, through a LeaseStore of its own: registered at
+// `now_ms`, its heartbeat good for kTtl from then or from its last heartbeat().
+class Replica {
+ public:
+  Replica(LeaseStore& store, const std::string& id, int64_t now_ms)
+      : store_(store), registration_(store.register_replica(id, "http://" + id + ":1", now_ms, kTtl)) {}
+  std::optional<Lease> acquire(const std::string& storage, int64_t now_ms, bool existing_container = false) {
+    return store_.acquire(storage, registration_, now_ms, existing_container);
+  }
+  bool heartbeat(int64_t now_ms) { return store_.heartbeat(registration_, now_ms, kTtl); }
+  bool release(const std::string& storage, int64_t epoch) {
+    return store_.release(storage, registration_.id, epoch);
+  }
+  // Registers again (what a replica does once its heartbeat found its incarnation gone).
+  void register_again(int64_t now_ms) {
+    registration_ = store_.register_replica(registration_.id, registration_.url, now_ms, kTtl);
+  }
+  const ReplicaRegistration& registration() const { return registration_; }
+
+ private:
+  LeaseStore& store_;
+  ReplicaRegistration registration_;
+};
+
 TEST_F(LeaseTest, FreeLeaseIsTakenAtEpochOneAndKeptByItsHolder) {
-  LeaseStore a(db_), b(db_);  // two replicas: two connections to one file
-  auto first = a.acquire("c1", "replica-a", "http://a:1", 1000, kTtl);
+  LeaseStore a_store(db_), b_store(db_);  // two replicas: two connections to one file
+  Replica a(a_store, "replica-a", 1000), b(b_store, "replica-b", 1000);
+  auto first = a.acquire("c1", 1000);
   ASSERT_TRUE(first);
   EXPECT_EQ(first->epoch, 1);
   EXPECT_EQ(first->holder, "replica-a");
   EXPECT_EQ(first->expires_at_ms, 1000 + kTtl);
   // Live: nobody else gets it.
-  EXPECT_FALSE(b.acquire("c1", "replica-b", "http://b:1", 2000, kTtl));
-  // Its holder gets it again, same epoch, later expiry.
-  auto again = a.acquire("c1", "replica-a", "http://a:1", 3000, kTtl);
+  EXPECT_FALSE(b.acquire("c1", 2000));
+  // Its holder gets it again, same epoch; the heartbeat makes it run later.
+  auto again = a.acquire("c1", 3000);
   ASSERT_TRUE(again);
   EXPECT_EQ(again->epoch, 1);
-  EXPECT_EQ(again->expires_at_ms, 3000 + kTtl);
-  auto seen = b.find("c1");
+  ASSERT_TRUE(a.heartbeat(3000));
+  auto seen = b_store.find("c1");
   ASSERT_TRUE(seen);
   EXPECT_EQ(seen->holder, "replica-a");
-  EXPECT_EQ(seen->holder_url, "http://a:1");
+  EXPECT_EQ(seen->holder_url, "http://replica-a:1");
+  EXPECT_EQ(seen->expires_at_ms, 3000 + kTtl);
   EXPECT_TRUE(seen->live(3000));
   EXPECT_FALSE(seen->live(3000 + kTtl));
-  EXPECT_FALSE(b.find("other"));
+  EXPECT_FALSE(b_store.find("other"));
 }
 
 TEST_F(LeaseTest, ExpiredLeaseIsTakenWithTheNextEpochAndTheOldHolderCannotRenewOrRelease) {
-  LeaseStore a(db_), b(db_);
-  ASSERT_TRUE(a.acquire("c1", "replica-a", "http://a:1", 0, kTtl));
-  EXPECT_TRUE(a.renew("c1", "replica-a", 1, 5000, kTtl));
-  // Not renewed past 5000 + kTtl: free for b, one epoch up.
-  EXPECT_FALSE(b.acquire("c1", "replica-b", "http://b:1", 5000 + kTtl - 1, kTtl));
-  auto taken = b.acquire("c1", "replica-b", "http://b:1", 5000 + kTtl, kTtl);
+  LeaseStore a_store(db_), b_store(db_);
+  Replica a(a_store, "replica-a", 0), b(b_store, "replica-b", 0);
+  ASSERT_TRUE(a.acquire("c1", 0));
+  EXPECT_TRUE(a.heartbeat(5000));
+  // No heartbeat past 5000 + kTtl: free for b, one epoch up.
+  ASSERT_TRUE(b.heartbeat(5000 + kTtl - 1));
+  EXPECT_FALSE(b.acquire("c1", 5000 + kTtl - 1));
+  auto taken = b.acquire("c1", 5000 + kTtl);
   ASSERT_TRUE(taken);
   EXPECT_EQ(taken->epoch, 2);
-  EXPECT_EQ(taken->holder_url, "http://b:1");
-  // The old holder comes back: its epoch is gone.
-  EXPECT_FALSE(a.renew("c1", "replica-a", 1, 6000 + kTtl, kTtl));
-  EXPECT_FALSE(a.release("c1", "replica-a", 1));
-  EXPECT_FALSE(a.acquire("c1", "replica-a", "http://a:1", 6000 + kTtl, kTtl));
-  EXPECT_EQ(b.find("c1")->holder, "replica-b");
+  EXPECT_EQ(taken->holder_url, "http://replica-b:1");
+  // The old holder comes back: its incarnation and its epoch are gone.
+  EXPECT_FALSE(a.heartbeat(6000 + kTtl));
+  EXPECT_FALSE(a.release("c1", 1));
+  EXPECT_FALSE(a.acquire("c1", 6000 + kTtl));
+  EXPECT_EQ(b_store.find("c1")->holder, "replica-b");
+}
+
+// The heartbeat is the one statement that keeps every lease a replica holds; once it
+// ran out and another replica took one container, the replica's incarnation is gone
+// for all of them. Registered again, it takes back only what nobody took meanwhile,
+// and at the next epoch (its writes of the old epoch stay refused).
+TEST_F(LeaseTest, OneHeartbeatKeepsEveryLeaseAndALapsedReplicaRegistersAgainAtTheNextEpoch) {
+  LeaseStore a_store(db_), b_store(db_);
+  Replica a(a_store, "replica-a", 0), b(b_store, "replica-b", 0);
+  constexpr int kHeld = 200;
+  for (int i = 0; i < kHeld; ++i) ASSERT_TRUE(a.acquire("c" + std::to_string(i), 0));
+  for (int64_t now = 5000; now <= 50000; now += 5000) {
+    ASSERT_TRUE(a.heartbeat(now));
+    ASSERT_TRUE(b.heartbeat(now));
+    EXPECT_FALSE(b.acquire("c" + std::to_string(now / 5000), now + kTtl - 1)) << "at " << now;
+  }
+  // a stops (paused); b takes one container once a's heartbeat ran out.
+  const int64_t lapsed = 50000 + kTtl;
+  ASSERT_TRUE(b.heartbeat(lapsed));
+  auto taken = b.acquire("c7", lapsed);
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->epoch, 2);
+  // Every other lease of a's incarnation is free now, not only the one taken.
+  auto other = b_store.find("c8");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->holder, "replica-a");
+  EXPECT_FALSE(other->live(lapsed - 1)) << "a lease of a lost incarnation is not valid";
+  // a comes back: its heartbeat tells it that it lost everything; it takes nothing
+  // under the old incarnation.
+  EXPECT_FALSE(a.heartbeat(lapsed + 1));
+  EXPECT_FALSE(a.acquire("c8", lapsed + 1));
+  a.register_again(lapsed + 1);
+  EXPECT_GT(a.registration().incarnation, 1);
+  // b's container stays b's; one nobody took comes back to a, at the next epoch.
+  EXPECT_FALSE(a.acquire("c7", lapsed + 2));
+  EXPECT_EQ(b_store.find("c7")->holder, "replica-b");
+  auto back = a.acquire("c8", lapsed + 2);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->epoch, 2);
+  EXPECT_EQ(back->holder_incarnation, a.registration().incarnation);
+  EXPECT_TRUE(a_store.find("c8")->live(lapsed + 2));
+  // The replica b found gone may not have its incarnation moved on again by a late
+  // takeover: a's new heartbeat keeps what it took back.
+  ASSERT_TRUE(a.heartbeat(lapsed + 3));
+  EXPECT_FALSE(b.acquire("c8", lapsed + 4));
+}
+
+// A heartbeat that came in before a takeover's check keeps the holder's leases: the
+// takeover moves an incarnation on only while its expiry has passed.
+TEST_F(LeaseTest, ALateHeartbeatBeforeATakeoverKeepsTheLeases) {
+  LeaseStore a_store(db_), b_store(db_);
+  Replica a(a_store, "replica-a", 0), b(b_store, "replica-b", 0);
+  ASSERT_TRUE(a.acquire("c1", 0));
+  // a was late (its expiry passed at kTtl) but renewed before anyone took over.
+  ASSERT_TRUE(a.heartbeat(kTtl + 100));
+  ASSERT_TRUE(b.heartbeat(kTtl + 100));
+  EXPECT_FALSE(b.acquire("c1", kTtl + 200));
+  EXPECT_TRUE(a.heartbeat(kTtl + 300));
+  EXPECT_EQ(b_store.find("c1")->epoch, 1);
 }
 
 TEST_F(LeaseTest, ReleasedLeaseIsFreeAtOnceAndItsEpochGrows) {
-  LeaseStore a(db_), b(db_);
-  ASSERT_TRUE(a.acquire("c1", "replica-a", "http://a:1", 0, kTtl));
-  EXPECT_TRUE(a.release("c1", "replica-a", 1));
-  auto released = b.find("c1");
+  LeaseStore a_store(db_), b_store(db_);
+  Replica a(a_store, "replica-a", 0), b(b_store, "replica-b", 0);
+  ASSERT_TRUE(a.acquire("c1", 0));
+  EXPECT_TRUE(a.release("c1", 1));
+  auto released = b_store.find("c1");
   ASSERT_TRUE(released);
   EXPECT_FALSE(released->live(1));
-  auto taken = b.acquire("c1", "replica-b", "http://b:1", 1, kTtl);
+  auto taken = b.acquire("c1", 1);
   ASSERT_TRUE(taken);
   EXPECT_EQ(taken->epoch, 2);
-  EXPECT_TRUE(b.release("c1", "replica-b", 2));
+  EXPECT_TRUE(b.release("c1", 2));
   // Taken back by the first holder after a release: a new epoch too.
-  auto back = a.acquire("c1", "replica-a", "http://a:1", 2, kTtl);
+  auto back = a.acquire("c1", 2);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->epoch, 3);
-  a.remove("c1");
-  EXPECT_FALSE(b.find("c1"));
+  a_store.remove("c1");
+  EXPECT_FALSE(b_store.find("c1"));
 }
 
 // Many processes, each with its own connection, race for one free lease: one wins.
@@ -120,8 +208,9 @@ TEST_F(LeaseTest, ProcessesRacingForAFreeLeaseHaveExactlyOneWinner) {
       int code = 2;
       try {
         LeaseStore mine(db_);
+        Replica replica(mine, "replica-" + std::to_string(i), 1000);
         if (read(go[0], &byte, 1) != 0) _exit(3);  // everyone starts when the pipe closes
-        code = mine.acquire("raced", "replica-" + std::to_string(i), "http://r:1", 1000, kTtl) ? 0 : 1;
+        code = replica.acquire("raced", 1000) ? 0 : 1;
       } catch (...) {
       }
       _exit(code);
@@ -164,15 +253,17 @@ void fence_at(Metadata& metadata, const int64_t& epoch) {
 
 TEST_F(LeaseTest, WritesOfAnOldEpochAreRefusedAndTheNewHoldersStay) {
   LeaseStore leases(db_);
+  Replica a(leases, "a", 0), b(leases, "b", 0);
   Metadata old_holder(db_), new_holder(db_);
   int64_t old_epoch = 0, new_epoch = 0;
   fence_at(old_holder, old_epoch);
   fence_at(new_holder, new_epoch);
-  old_epoch = leases.acquire("s1", "a", "http://a:1", 0, kTtl)->epoch;
+  old_epoch = a.acquire("s1", 0)->epoch;
   old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/old.txt", "e1"), true);
   old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e1"), true);
-  // a is paused past its lease; b takes the container over and writes.
-  new_epoch = leases.acquire("s1", "b", "http://b:1", kTtl, kTtl)->epoch;
+  // a is paused past its heartbeat; b takes the container over and writes.
+  ASSERT_TRUE(b.heartbeat(kTtl));
+  new_epoch = b.acquire("s1", kTtl)->epoch;
   ASSERT_EQ(new_epoch, old_epoch + 1);
   new_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e2"), true);
   new_holder.put_file(record_of("s1", "/mnt/user-data/uploads/new.txt", "e2"), true);
@@ -209,7 +300,11 @@ TEST(PostgresLease, RacingAcquirersHaveExactlyOneWinner) {
   sandboxd::testing::TestDatabase database(db::Backend::kPostgres);
   constexpr int kRacers = 8;
   std::vector<std::unique_ptr<LeaseStore>> replicas;
-  for (int i = 0; i < kRacers; ++i) replicas.push_back(std::make_unique<LeaseStore>(database.open()));
+  std::vector<std::unique_ptr<Replica>> racing;
+  for (int i = 0; i < kRacers; ++i) {
+    replicas.push_back(std::make_unique<LeaseStore>(database.open()));
+    racing.push_back(std::make_unique<Replica>(*replicas.back(), "replica-" + std::to_string(i), 1000));
+  }
   std::mutex mutex;
   std::condition_variable start;
   bool go = false;
@@ -221,7 +316,7 @@ TEST(PostgresLease, RacingAcquirersHaveExactlyOneWinner) {
         std::unique_lock lock(mutex);
         start.wait(lock, [&] { return go; });
       }
-      auto lease = replicas[i]->acquire("raced", "replica-" + std::to_string(i), "http://r:1", 1000, kTtl);
+      auto lease = racing[i]->acquire("raced", 1000);
       (lease ? winners : losers)++;
     });
   {
@@ -235,12 +330,18 @@ TEST(PostgresLease, RacingAcquirersHaveExactlyOneWinner) {
   auto lease = replicas[0]->find("raced");
   ASSERT_TRUE(lease);
   EXPECT_EQ(lease->epoch, 1);
-  // Expired: the racers take it again, one of them at the next epoch.
+  // The winner's heartbeat ran out: the others race again, one of them wins at the
+  // next epoch (each that finds the winner's incarnation not yet moved on moves it).
   winners = 0;
   racers.clear();
+  const std::string first_holder = lease->holder;
+  for (int i = 0; i < kRacers; ++i) {
+    if (racing[i]->registration().id == first_holder) continue;
+    ASSERT_TRUE(racing[i]->heartbeat(1000 + kTtl));
+  }
   for (int i = 0; i < kRacers; ++i)
     racers.emplace_back([&, i] {
-      if (replicas[i]->acquire("raced", "replica-x" + std::to_string(i), "http://r:1", 1000 + kTtl, kTtl)) winners++;
+      if (racing[i]->registration().id != first_holder && racing[i]->acquire("raced", 1000 + kTtl)) winners++;
     });
   for (auto& racer : racers) racer.join();
   EXPECT_EQ(winners.load(), 1);
@@ -250,13 +351,15 @@ TEST(PostgresLease, RacingAcquirersHaveExactlyOneWinner) {
 TEST(PostgresLease, WritesOfAnOldEpochAreRefusedAndTheNewHoldersStay) {
   sandboxd::testing::TestDatabase database(db::Backend::kPostgres);
   LeaseStore leases(database.open());
+  Replica a(leases, "a", 0), b(leases, "b", 0);
   Metadata old_holder(database.open()), new_holder(database.open());
   int64_t old_epoch = 0, new_epoch = 0;
   fence_at(old_holder, old_epoch);
   fence_at(new_holder, new_epoch);
-  old_epoch = leases.acquire("s1", "a", "http://a:1", 0, kTtl)->epoch;
+  old_epoch = a.acquire("s1", 0)->epoch;
   old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e1"), true);
-  new_epoch = leases.acquire("s1", "b", "http://b:1", kTtl, kTtl)->epoch;
+  ASSERT_TRUE(b.heartbeat(kTtl));
+  new_epoch = b.acquire("s1", kTtl)->epoch;
   ASSERT_EQ(new_epoch, old_epoch + 1);
   new_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e2"), true);
   EXPECT_THROW(old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e3"), true), FencedError);
@@ -286,8 +389,9 @@ bool wait_for_lock_waiter(db::Database& database, const std::atomic<bool>& done)
 TEST(PostgresLease, AWriteRacingATakeoverWaitsForItAndIsRefused) {
   sandboxd::testing::TestDatabase database(db::Backend::kPostgres);
   LeaseStore leases(database.open());
+  Replica a(leases, "a", 0);
   Metadata old_holder(database.open());
-  int64_t old_epoch = leases.acquire("s1", "a", "http://a:1", 0, kTtl)->epoch;
+  int64_t old_epoch = a.acquire("s1", 0)->epoch;
   fence_at(old_holder, old_epoch);
   auto taker = database.open();
   auto observer = database.open();
@@ -318,8 +422,9 @@ TEST(PostgresLease, AWriteRacingATakeoverWaitsForItAndIsRefused) {
 TEST(PostgresLease, ATakeoverWaitsForAWriteThatPassedTheFence) {
   sandboxd::testing::TestDatabase database(db::Backend::kPostgres);
   LeaseStore leases(database.open()), other_replica(database.open());
+  Replica a(leases, "a", 0), b(other_replica, "b", kTtl);
   Metadata old_holder(database.open());
-  int64_t old_epoch = leases.acquire("s1", "a", "http://a:1", 0, kTtl)->epoch;
+  int64_t old_epoch = a.acquire("s1", 0)->epoch;
   std::mutex mutex;
   std::condition_variable changed;
   bool fence_passed = false, let_write_finish = false;
@@ -338,7 +443,7 @@ TEST(PostgresLease, ATakeoverWaitsForAWriteThatPassedTheFence) {
   std::atomic<bool> taken{false};
   std::optional<Lease> lease;
   std::thread takeover([&] {
-    lease = other_replica.acquire("s1", "b", "http://b:1", kTtl, kTtl);
+    lease = b.acquire("s1", kTtl);
     taken = true;
   });
   auto observer = database.open();
@@ -367,7 +472,8 @@ TEST(PostgresLease, AnAcquireBehindAHeldRowGivesUpAtTheLockTimeout) {
   timeouts.idle_in_transaction = std::chrono::seconds(7);
   auto bounded = db::open_postgres(database.postgres_url(), 2, timeouts);
   LeaseStore leases(bounded);
-  ASSERT_TRUE(leases.acquire("s1", "a", "http://a:1", 0, kTtl));
+  Replica a(leases, "a", 0), b(leases, "b", kTtl);
+  ASSERT_TRUE(a.acquire("s1", 0));
   {
     auto conn = bounded->acquire();
     db::Statement show(conn,
@@ -388,10 +494,10 @@ TEST(PostgresLease, AnAcquireBehindAHeldRowGivesUpAtTheLockTimeout) {
   auto holder = other->acquire();
   holder.exec("BEGIN");
   db::Statement(holder, "SELECT epoch FROM leases WHERE storage = 's1' FOR SHARE").run();
-  EXPECT_THROW(leases.acquire("s1", "b", "http://b:1", kTtl, kTtl), db::TimeoutError);
+  EXPECT_THROW(b.acquire("s1", kTtl), db::TimeoutError);
   EXPECT_EQ(leases.find("s1")->holder, "a");
   holder.exec("ROLLBACK");
-  auto taken = leases.acquire("s1", "b", "http://b:1", kTtl, kTtl);
+  auto taken = b.acquire("s1", kTtl);
   ASSERT_TRUE(taken);
   EXPECT_EQ(taken->epoch, 2);
 }
@@ -400,20 +506,21 @@ TEST(PostgresLease, AnAcquireBehindAHeldRowGivesUpAtTheLockTimeout) {
 // replica coming back to a container deleted meanwhile), on both backends.
 void no_lease_for_a_deleted_container(std::shared_ptr<db::Database> database) {
   LeaseStore leases(database);
+  Replica a(leases, "a", 0);
   Metadata metadata(database);
   ContainerRecord record;
   record.owner = "alice";
   record.id = "c";
   record.storage = "s-kept";
   metadata.create_container(record);
-  auto kept = leases.acquire("s-kept", "a", "http://a:1", 0, kTtl, /*existing_container=*/true);
+  auto kept = a.acquire("s-kept", 0, /*existing_container=*/true);
   ASSERT_TRUE(kept);
   EXPECT_EQ(kept->epoch, 1);
-  EXPECT_FALSE(leases.acquire("s-gone", "a", "http://a:1", 0, kTtl, /*existing_container=*/true));
+  EXPECT_FALSE(a.acquire("s-gone", 0, /*existing_container=*/true));
   EXPECT_FALSE(leases.find("s-gone"));
   metadata.delete_container("alice", "c");
   leases.remove("s-kept");
-  EXPECT_FALSE(leases.acquire("s-kept", "a", "http://a:1", 1, kTtl, /*existing_container=*/true));
+  EXPECT_FALSE(a.acquire("s-kept", 1, /*existing_container=*/true));
   EXPECT_FALSE(leases.find("s-kept"));
 }
 

@@ -3,10 +3,20 @@
 //   GET  /admin/sandboxes
 //   POST /admin/sandboxes/{container}/stop[?owner=OWNER]
 //   POST /admin/drain   (the Kubernetes preStop: stop every sandbox, release every lease)
+// Test builds only (cmake -DSANDBOXD_TEST_HOOKS=ON), cluster mode:
+//   POST /admin/test/leases  {"prefix": "bench-a-", "first": 0, "count": 10000}: this
+//        replica claims the leases of storages prefix{first} .. prefix{first+count-1}
+//        without containers or sandboxes (what the cluster benchmark holds), one after
+//        another, answered with how many it held and how many were refused
+//   GET  /admin/test/leases  how many it holds, and its incarnation
 
+#include <algorithm>
 #include <boost/json.hpp>
+#include <chrono>
 
 #include "api/routes.h"
+#include "base/blocking.h"
+#include "cluster/container_leases.h"
 #include "server/auth.h"
 
 namespace sandboxd::api {
@@ -65,6 +75,57 @@ asio::awaitable<Result<Response>> drain(ApiContext& api, RequestContext& ctx) {
   co_return json_ok(boost::json::object{{"drained", true}, {"released", outcome.released}, {"kept", outcome.kept}});
 }
 
+#ifdef SANDBOXD_TEST_HOOKS
+asio::awaitable<Result<Response>> hold_test_leases(ApiContext& api, RequestContext& ctx) {
+  if (auto ok = check_admin(api, ctx); !ok) co_return ok.error();
+  if (!api.leases) co_return ApiError::invalid_request("Not in cluster mode: there are no leases to hold");
+  auto body = co_await ctx.read_body(4096);
+  if (!body) co_return body.error();
+  auto object = parse_json_object(*body);
+  if (!object) co_return object.error();
+  std::string prefix;
+  int64_t first = 0, count = -1;
+  for (const auto& [key, value] : *object) {
+    if (key == "prefix" && value.is_string())
+      prefix = std::string(value.as_string());
+    else if (key == "first" && value.is_int64())
+      first = value.as_int64();
+    else if (key == "count" && value.is_int64())
+      count = value.as_int64();
+    else
+      co_return ApiError::invalid_request(
+          "Expected {\"prefix\": string, \"first\": integer, \"count\": integer}; '" + std::string(key) +
+          "' is not that");
+  }
+  const bool prefix_ok =
+      !prefix.empty() && prefix.size() <= 64 && std::all_of(prefix.begin(), prefix.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+      });
+  if (!prefix_ok) co_return ApiError::invalid_request("'prefix' must be 1 to 64 of a-z, 0-9 and '-'");
+  if (count < 1 || count > 100000) co_return ApiError::invalid_request("'count' must be from 1 to 100000");
+  if (first < 0 || first > 1000000000)
+    co_return ApiError::invalid_request("'first' must be from 0 to 1000000000");
+  std::vector<std::string> storages;
+  storages.reserve(static_cast<size_t>(count));
+  for (int64_t i = first; i < first + count; ++i) storages.push_back(prefix + std::to_string(i));
+  const auto started = std::chrono::steady_clock::now();
+  auto claim_all = [leases = api.leases, storages = std::move(storages)] {
+    return leases->claim_each(storages);
+  };
+  const auto tally = co_await run_blocking(std::move(claim_all));
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  co_return json_ok(boost::json::object{{"held", tally.held}, {"refused", tally.refused}, {"ms", ms}});
+}
+
+asio::awaitable<Result<Response>> test_leases(ApiContext& api, RequestContext& ctx) {
+  if (auto ok = check_admin(api, ctx); !ok) co_return ok.error();
+  if (!api.leases) co_return ApiError::invalid_request("Not in cluster mode: there are no leases");
+  co_return json_ok(
+      boost::json::object{{"held", api.leases->held().size()}, {"incarnation", api.leases->incarnation()}});
+}
+#endif
+
 }  // namespace
 
 void register_admin_routes(server::HttpServer& http, ApiContext& api) {
@@ -73,6 +134,12 @@ void register_admin_routes(server::HttpServer& http, ApiContext& api) {
   http.route(http::verb::post, "/admin/sandboxes/{container}/stop", "admin.stop", with_api(api, stop_sandbox),
              {.authenticated = false});
   http.route(http::verb::post, "/admin/drain", "admin.drain", with_api(api, drain), {.authenticated = false});
+#ifdef SANDBOXD_TEST_HOOKS
+  http.route(http::verb::post, "/admin/test/leases", "admin.test_leases", with_api(api, hold_test_leases),
+             {.authenticated = false});
+  http.route(http::verb::get, "/admin/test/leases", "admin.test_leases", with_api(api, test_leases),
+             {.authenticated = false});
+#endif
 }
 
 }  // namespace sandboxd::api

@@ -9,6 +9,7 @@
 #include "service/store_call.h"
 #include "ops/metrics.h"
 #include "ops/owner_admission.h"
+#include "kubernetes/peer_watch.h"
 
 namespace sandboxd::api {
 namespace {
@@ -67,9 +68,27 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
           cache->checked_at = std::chrono::steady_clock::now();
           cache->problem = problem;
         }
-        if (problem.empty()) co_return json_ok(boost::json::object{{"status", "ready"}});
-        auto res = json_ok(boost::json::object{{"status", "not_ready"}, {"reason", problem}},
-                           http::status::service_unavailable);
+        // The NetworkPolicy peers: not ready before their first list (a sandbox would reach
+        // none of them); after it, a lost watch keeps the last set, which /ready reports.
+        std::optional<boost::json::object> peers;
+        if (api.peer_watch) {
+          const auto status = api.peer_watch->status();
+          peers = boost::json::object{{"current", status.current},
+                                      {"synced", status.synced},
+                                      {"names", status.names},
+                                      {"addresses", status.addresses}};
+          if (!status.current) {
+            (*peers)["reason"] = status.problem;
+            (*peers)["seconds_not_current"] = status.seconds_not_current;
+          }
+          if (problem.empty() && !status.synced)
+            problem = "the network peers have not been listed from the Kubernetes API yet: " + status.problem;
+        }
+        boost::json::object body{{"status", problem.empty() ? "ready" : "not_ready"}};
+        if (!problem.empty()) body["reason"] = problem;
+        if (peers) body["network_peers"] = std::move(*peers);
+        if (problem.empty()) co_return json_ok(body);
+        auto res = json_ok(body, http::status::service_unavailable);
         res.set(http::field::retry_after, std::to_string(api.config()->capacity_retry_after_sec));
         co_return res;
       },
@@ -95,6 +114,18 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
         gauges.threads_per_owner = settings->threads_per_owner;
         gauges.skills_per_owner = settings->skills_per_owner;
         gauges.skill_versions_per_owner = settings->skill_versions_per_owner;
+        if (api.peer_watch) {
+          const auto status = api.peer_watch->status();
+          gauges.network_peers = true;
+          gauges.network_peers_current = status.current;
+          gauges.network_peers_synced = status.synced;
+          gauges.network_peers_seconds_not_current = status.seconds_not_current;
+          gauges.network_peers_names = status.names;
+          gauges.network_peers_addresses = status.addresses;
+          gauges.network_peers_relists = status.relists;
+          gauges.network_peers_reconnects = status.reconnects;
+          gauges.network_peers_updates = status.updates;
+        }
         gauges.connections_open = http.connections().open();
         gauges.connections_unauthenticated = http.connections().unauthenticated();
         const auto refused = http.connections().refusals();

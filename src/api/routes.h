@@ -10,6 +10,10 @@
 #include "service/services.h"
 #include "store/thread_store.h"
 
+namespace sandboxd::kubernetes {
+class PeerWatch;
+}
+
 namespace sandboxd::cluster {
 class ContainerDurability;
 class ContainerLeases;
@@ -36,6 +40,8 @@ struct ApiContext : service::Services {
   store::ThreadStore* threads = nullptr;
   // Cluster mode: kept-alive connections to the other replicas (api/cluster_relay.h).
   std::shared_ptr<server::UpstreamPool> replica_connections;
+  // NetworkPolicy peers configured: their watch (its status is in /ready and /metrics).
+  const kubernetes::PeerWatch* peer_watch = nullptr;
 };
 
 void register_container_routes(server::HttpServer& http, ApiContext& api);

@@ -11,7 +11,14 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
+#include <array>
+
+#include "base/blocking.h"
 #include "base/unique_fd.h"
+#include "runtime/net.h"
+#include "runtime/netns.h"
+#include "runtime/syscall_error.h"
+#include "server/dns_message.h"
 #include "server/relay.h"
 
 namespace sandboxd::api {
@@ -25,6 +32,12 @@ static_assert(ops::kMaxInternalServices + 1 <= runtime::kMaxListeners);
 constexpr const char* kApiAddress = "127.0.2.1";
 constexpr uint16_t kApiPort = 80;
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
+// The DNS server of a sandbox with NetworkPolicy peers (its resolv.conf names it).
+constexpr const char* kNameserverAddress = "127.0.2.53";
+constexpr uint16_t kNameserverPort = 53;
+// A sandbox's listeners for the peers at most: each is a descriptor of the server's
+// per sandbox; past it the rest of the set is not reachable (logged), never more.
+constexpr size_t kMaxPeerListeners = 64;
 
 // Service i is 127.0.3.(i+1): a distinct address per name, so each service keeps its
 // own port and two services may share one.
@@ -60,10 +73,13 @@ std::shared_ptr<Container> SandboxLink::container() const {
 }
 
 SandboxNetwork::SandboxNetwork(asio::io_context& io, server::HttpServer& http, const ops::Config& config,
-                               const std::vector<std::pair<std::string, std::string>>& tokens)
-    : io_(io), http_(http), owners_(tokens), max_connections_(config.max_connections_per_sandbox) {
+                               const std::vector<std::pair<std::string, std::string>>& tokens,
+                               std::shared_ptr<kubernetes::PeerWatch> peers)
+    : io_(io), http_(http), owners_(tokens), max_connections_(config.max_connections_per_sandbox), peers_(std::move(peers)) {
   targets_.push_back({ops::kApiHostName, "", kApiPort});
   for (const auto& service : config.internal_services) targets_.push_back({service.name, service.host, service.port});
+  for (const auto& target : targets_) fixed_ports_.insert(target.port);
+  if (peers_) peers_->on_change([this] { peers_changed(); });
 }
 
 void SandboxNetwork::plan(runtime::SandboxOptions& options) const {
@@ -74,6 +90,7 @@ void SandboxNetwork::plan(runtime::SandboxOptions& options) const {
     options.hosts_entries.push_back(address + "\t" + targets_[i].name);
     options.listeners.push_back({address, targets_[i].port});
   }
+  options.nameserver = peers_ ? kNameserverAddress : "";
 }
 
 std::shared_ptr<service::NetworkLink> SandboxNetwork::attach(const std::shared_ptr<runtime::Sandbox>& sandbox) {
@@ -97,6 +114,20 @@ std::shared_ptr<service::NetworkLink> SandboxNetwork::attach(const std::shared_p
   }
   for (size_t i = 0; i < link->acceptors_.size(); ++i)
     if (link->acceptors_[i]->is_open()) asio::co_spawn(link->strand_, accept_loop(this, link, i), asio::detached);
+  if (peers_) {
+    link->name_ = sandbox->name();
+    try {
+      link->netns_ = runtime::open_network_namespace(sandbox->pid());
+      {
+        std::lock_guard lock(links_mutex_);
+        std::erase_if(links_, [](const std::weak_ptr<SandboxLink>& weak) { return weak.expired(); });
+        links_.push_back(link);
+      }
+      asio::co_spawn(link->strand_, start_peers(this, link), asio::detached);
+    } catch (const runtime::SyscallError& e) {
+      spdlog::error("sandbox {}: its network peers stay closed: {}", sandbox->name(), e.what());
+    }
+  }
   sandbox->on_stopped([link] { close_link(link); });
   return link;
 }
@@ -106,7 +137,185 @@ void SandboxNetwork::close_link(std::shared_ptr<SandboxLink> link) {
     link->closed_ = true;
     boost::system::error_code ignored;
     for (auto& acceptor : link->acceptors_) acceptor->close(ignored);
+    for (auto& [address, acceptor] : link->peer_acceptors_) acceptor->close(ignored);
+    link->peer_acceptors_.clear();
+    if (link->dns_) link->dns_->close(ignored);
   });
+}
+
+void SandboxNetwork::peers_changed() {
+  std::lock_guard lock(links_mutex_);
+  std::erase_if(links_, [](const std::weak_ptr<SandboxLink>& weak) { return weak.expired(); });
+  for (const auto& weak : links_)
+    if (auto link = weak.lock()) asio::co_spawn(link->strand_, reconcile(this, link), asio::detached);
+}
+
+asio::awaitable<void> SandboxNetwork::start_peers(SandboxNetwork* self, std::shared_ptr<SandboxLink> link) {
+  // In the sandbox's namespace: every address local (so a peer's address reaches a
+  // listener here, or is refused here) and the DNS socket its resolv.conf names.
+  const int netns = link->netns_.get();
+  const int dns_fd = co_await run_blocking([netns, name = link->name_] {
+    int fd = -1;
+    try {
+      runtime::in_network_namespace(netns, [&] {
+        runtime::route_every_address_locally();
+        fd = runtime::open_udp_socket(kNameserverAddress, kNameserverPort);
+      });
+    } catch (const runtime::SyscallError& e) {
+      spdlog::error("sandbox {}: its network peers stay closed: {}", name, e.what());
+      if (fd >= 0) close(fd);
+      fd = -1;
+    }
+    return fd;
+  });
+  if (dns_fd < 0) co_return;
+  if (link->closed_) {
+    close(dns_fd);
+    co_return;
+  }
+  link->dns_ = std::make_unique<asio::ip::udp::socket>(link->strand_);
+  boost::system::error_code ec;
+  link->dns_->assign(asio::ip::udp::v4(), dns_fd, ec);
+  if (ec) {
+    close(dns_fd);
+    link->dns_.reset();
+    co_return;
+  }
+  asio::co_spawn(link->strand_, serve_dns(self, link), asio::detached);
+  co_await reconcile(self, link);
+}
+
+asio::awaitable<void> SandboxNetwork::serve_dns(SandboxNetwork* self, std::shared_ptr<SandboxLink> link) {
+  std::array<char, 1500> buffer;
+  asio::ip::udp::endpoint from;
+  while (!link->closed_) {
+    auto [ec, size] = co_await link->dns_->async_receive_from(asio::buffer(buffer), from, use_tuple);
+    if (ec) {
+      if (link->closed_ || ec == asio::error::operation_aborted) co_return;
+      continue;
+    }
+    const auto set = self->peers_->peers();
+    auto reply = server::dns_reply(std::string_view(buffer.data(), size),
+                                   [&](const std::string& name) -> std::optional<std::vector<uint32_t>> {
+                                     auto addresses = set->resolve(name);
+                                     if (addresses.empty()) return std::nullopt;
+                                     return addresses;
+                                   });
+    if (reply) co_await link->dns_->async_send_to(asio::buffer(*reply), from, use_tuple);
+  }
+}
+
+asio::awaitable<void> SandboxNetwork::reconcile(SandboxNetwork* self, std::shared_ptr<SandboxLink> link) {
+  if (!link->dns_) co_return;  // start_peers has not finished: it reconciles when it does
+  if (link->reconciling_) {
+    link->reconcile_again_ = true;
+    co_return;
+  }
+  link->reconciling_ = true;
+  do {
+    link->reconcile_again_ = false;
+    if (link->closed_) break;
+    size_t dropped = 0;
+    std::set<kubernetes::ListenAddress> wanted;
+    for (const auto& address : self->peers_->peers()->listeners(kMaxPeerListeners, &dropped)) {
+      // Every address on a port the API or a named service listens on would collide
+      // with that listener: those ports are reached only on the peers' own addresses.
+      if (address.address == 0 && self->fixed_ports_.count(address.port)) continue;
+      wanted.insert(address);
+    }
+    if (dropped)
+      spdlog::warn("sandbox {}: the network peers need {} listeners more than the {} a sandbox has; those are not "
+                   "reachable",
+                   link->name_, dropped, kMaxPeerListeners);
+    boost::system::error_code ignored;
+    for (auto it = link->peer_acceptors_.begin(); it != link->peer_acceptors_.end();) {
+      if (wanted.count(it->first)) {
+        ++it;
+        continue;
+      }
+      it->second->close(ignored);
+      it = link->peer_acceptors_.erase(it);
+    }
+    std::vector<kubernetes::ListenAddress> to_open;
+    for (const auto& address : wanted)
+      if (!link->peer_acceptors_.count(address)) to_open.push_back(address);
+    if (to_open.empty()) continue;
+    const int netns = link->netns_.get();
+    auto fds = co_await run_blocking([netns, to_open, name = link->name_] {
+      std::vector<int> fds(to_open.size(), -1);
+      try {
+        runtime::in_network_namespace(netns, [&] {
+          for (size_t i = 0; i < to_open.size(); ++i) {
+            try {
+              fds[i] = runtime::open_listener(ops::format_ipv4(to_open[i].address), to_open[i].port);
+            } catch (const runtime::SyscallError& e) {
+              // Code in the sandbox may hold the port itself: then only it loses.
+              spdlog::warn("sandbox {}: a network peer's listener: {}", name, e.what());
+            }
+          }
+        });
+      } catch (const runtime::SyscallError& e) {
+        spdlog::warn("sandbox {}: entering its network namespace: {}", name, e.what());
+      }
+      return fds;
+    });
+    for (size_t i = 0; i < to_open.size(); ++i) {
+      if (fds[i] < 0) continue;
+      if (link->closed_ || link->peer_acceptors_.count(to_open[i])) {
+        close(fds[i]);
+        continue;
+      }
+      auto acceptor = std::make_shared<tcp::acceptor>(link->strand_);
+      boost::system::error_code ec;
+      acceptor->assign(tcp::v4(), fds[i], ec);
+      if (ec) {
+        close(fds[i]);
+        continue;
+      }
+      link->peer_acceptors_[to_open[i]] = acceptor;
+      asio::co_spawn(link->strand_, peer_accept_loop(self, link, to_open[i]), asio::detached);
+    }
+    // A change while the listeners were made set reconcile_again_: look again then.
+  } while (link->reconcile_again_ && !link->closed_);
+  link->reconciling_ = false;
+}
+
+asio::awaitable<void> SandboxNetwork::peer_accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
+                                                       kubernetes::ListenAddress address) {
+  std::shared_ptr<tcp::acceptor> acceptor = link->peer_acceptors_.at(address);
+  while (!link->closed_ && acceptor->is_open()) {
+    auto [ec, socket] = co_await acceptor->async_accept(asio::make_strand(self->io_), use_tuple);
+    if (ec) {
+      if (link->closed_ || ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
+      asio::steady_timer pause(link->strand_, std::chrono::milliseconds(50));
+      co_await pause.async_wait(use_tuple);
+      continue;
+    }
+    if (link->connections_.load() >= self->max_connections_) {
+      spdlog::warn("sandbox connection limit ({}) reached; a connection to a network peer was refused",
+                   self->max_connections_);
+      refuse(socket);
+      continue;
+    }
+    // Decided now, from the set in force now: a peer that left is refused from here on.
+    boost::system::error_code local_error;
+    const auto local = socket.local_endpoint(local_error);
+    if (local_error || !local.address().is_v4()) {
+      refuse(socket);
+      continue;
+    }
+    const kubernetes::Endpoint destination{local.address().to_v4().to_uint(), local.port()};
+    const auto route = self->peers_->peers()->route(destination, link->picks_++);
+    if (!route) {
+      refuse(socket);
+      continue;
+    }
+    ++link->connections_;
+    Target target{ops::format_ipv4(destination.address) + ":" + std::to_string(destination.port),
+                  ops::format_ipv4(route->address), route->port};
+    auto executor = socket.get_executor();
+    asio::co_spawn(executor, relay_to(link, std::move(socket), std::move(target)), asio::detached);
+  }
 }
 
 asio::awaitable<void> SandboxNetwork::accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,

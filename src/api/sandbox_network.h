@@ -5,8 +5,16 @@
 //     itself, each request tagged with the sandbox it came from;
 //   - each allow-listed service of external.opensandbox.codeExecution.internal.services,
 //     by its name, on its port: relayed (splice) to the service's host and port.
-// Names resolve through the sandbox's /etc/hosts, one loopback address per name; any
-// other address or port is refused at once by the sandbox's own kernel.
+//   - with Kubernetes NetworkPolicy peers in that list, what the peers select now
+//     (kubernetes/peer_watch.h): their Service names answered by a DNS server the
+//     server runs on the sandbox's loopback (127.0.2.53), and listeners for their
+//     Service, pod and ipBlock addresses and ports, opened and closed as the set
+//     changes (every address is local in such a sandbox, runtime/netns.h). Whether a
+//     new connection is relayed, and where, is decided when it arrives, from the set
+//     in force then.
+// Names resolve through the sandbox's /etc/hosts, one loopback address per name (and
+// for the peers through that DNS server); any other address or port is refused at
+// once by the sandbox's own kernel, or by the server with a reset.
 //
 // Code in a sandbox calls the model with ANTHROPIC_BASE_URL and ANTHROPIC_AUTH_TOKEN
 // (service/sandbox_credentials.h). The token is bound to the container (and the nesting depth) in where and how long it is
@@ -35,6 +43,11 @@
 #include "server/http_server.h"
 #include "service/sandbox_credentials.h"
 #include "service/sandbox_networking.h"
+#include "base/unique_fd.h"
+#include "kubernetes/peer_watch.h"
+#include <boost/asio/ip/udp.hpp>
+#include <map>
+#include <set>
 
 namespace sandboxd::api {
 
@@ -71,13 +84,23 @@ class SandboxLink : public server::ConnectionOrigin,
   std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> acceptors_;  // on strand_
   std::atomic<int> connections_{0};
   bool closed_ = false;  // on strand_
+  // The NetworkPolicy peers' part (on strand_): the sandbox's network namespace, its
+  // DNS socket and the listeners the current set needs.
+  std::string name_;
+  UniqueFd netns_;
+  std::unique_ptr<asio::ip::udp::socket> dns_;
+  std::map<kubernetes::ListenAddress, std::shared_ptr<asio::ip::tcp::acceptor>> peer_acceptors_;
+  bool reconciling_ = false, reconcile_again_ = false;
+  size_t picks_ = 0;
 };
 
 class SandboxNetwork : public service::SandboxNetworking {
  public:
   // `tokens`: the owners' (token, owner) pairs, for the public listener.
+  // `peers`: the watched NetworkPolicy peers, or null when the list has none.
   SandboxNetwork(asio::io_context& io, server::HttpServer& http, const ops::Config& config,
-                 const std::vector<std::pair<std::string, std::string>>& tokens);
+                 const std::vector<std::pair<std::string, std::string>>& tokens,
+                 std::shared_ptr<kubernetes::PeerWatch> peers = nullptr);
 
   // The /etc/hosts lines and listeners every sandbox is started with.
   void plan(runtime::SandboxOptions& options) const override;
@@ -98,12 +121,23 @@ class SandboxNetwork : public service::SandboxNetworking {
   static asio::awaitable<void> relay_to(std::shared_ptr<SandboxLink> link, asio::ip::tcp::socket inside,
                                         Target target);
   static void close_link(std::shared_ptr<SandboxLink> link);
+  // The peers' part of a link: the DNS server, the listeners of the current set.
+  static asio::awaitable<void> start_peers(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
+  static asio::awaitable<void> reconcile(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
+  static asio::awaitable<void> serve_dns(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
+  static asio::awaitable<void> peer_accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
+                                                kubernetes::ListenAddress address);
+  void peers_changed();
 
   asio::io_context& io_;
   server::HttpServer& http_;
   server::TokenAuth owners_;
   std::vector<Target> targets_;  // [0] is the API
   int max_connections_;
+  std::shared_ptr<kubernetes::PeerWatch> peers_;
+  std::set<uint16_t> fixed_ports_;  // held by the API's and the services' listeners
+  std::mutex links_mutex_;
+  std::vector<std::weak_ptr<SandboxLink>> links_;  // the links with a peers' part
 };
 
 }  // namespace sandboxd::api

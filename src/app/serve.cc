@@ -25,6 +25,7 @@
 #include "api/thread_chat.h"
 #include "service/skill_mounts.h"
 #include "images/store.h"
+#include "kubernetes/peer_watch.h"
 #include "model/upstream_client.h"
 #include "ops/health_check.h"
 #include "ops/live_config.h"
@@ -241,7 +242,21 @@ int serve(ops::Config config, const std::string& config_path) {
     server::HttpServer http(io, limits);
     // Sandboxes reach the API (and the allow-listed services) through listeners in their
     // own network namespace; the owners' tokens are checked by the same object.
-    api::SandboxNetwork network(io, http, config, tokens);
+    // NetworkPolicy peers in the services list: what they select, watched through the
+    // Kubernetes API and resolved for every sandbox while it runs.
+    std::shared_ptr<kubernetes::PeerWatch> peer_watch;
+    if (!config.network_peers.empty()) {
+      std::string why;
+      auto endpoint = kubernetes::find_api_endpoint(config.kubernetes, why);
+      if (!endpoint)
+        throw std::runtime_error("external.opensandbox.codeExecution.internal.services: the NetworkPolicy peers need "
+                                 "the Kubernetes API: " + why);
+      peer_watch = std::make_shared<kubernetes::PeerWatch>(io, *endpoint, config.network_peers);
+      peer_watch->start();
+      spdlog::info("network peers: watching the Kubernetes API at {}:{} ({} peer(s), namespace {})", endpoint->host,
+                   endpoint->port, config.network_peers.size(), endpoint->namespace_name);
+    }
+    api::SandboxNetwork network(io, http, config, tokens, peer_watch);
     containers.set_network(&network);
     http.set_authenticator([&network](server::RequestContext& ctx) { return network.authenticate(ctx); });
     http.set_observer([](const server::RequestRecord& r) {
@@ -264,6 +279,7 @@ int serve(ops::Config config, const std::string& config_path) {
     api::ApiContext api{{containers, files, live_config}, upstream, &health};
     if (durability) api.durability = &*durability;
     if (leases) api.leases = &*leases;
+    api.peer_watch = peer_watch.get();
     store::SkillStore skills(metadata_database(), config.data_dir,
                              store::find_builtin_skills_dir(config.skills_dir));
     service::SkillMounts skill_mounts(config.data_dir);
@@ -289,6 +305,7 @@ int serve(ops::Config config, const std::string& config_path) {
     api::register_mcp_routes(http, api);
     if (leases) {
       api::install_cluster_routing(http, api, *leases);
+      leases->register_replica();
       leases->start();
     }
 

@@ -32,23 +32,83 @@ ContainerLeases::Holder ContainerLeases::holder_of(const std::string& storage) {
   return holder;
 }
 
+int64_t ContainerLeases::ttl_ms() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(settings_.lease).count();
+}
+
+store::ReplicaRegistration ContainerLeases::registration() const {
+  std::lock_guard lock(mutex_);
+  return registration_;
+}
+
 bool ContainerLeases::confirmed(const std::string& storage) const {
   std::lock_guard lock(mutex_);
   auto it = held_.find(storage);
-  return it != held_.end() && it->second.live && Clock::now() - it->second.confirmed_at < settings_.lease / 2;
+  // Every lease of the incarnation is valid while its heartbeat is: the heartbeat's time
+  // is each one's. (An acquire proves the lease row, not the heartbeat's expiry.)
+  return it != held_.end() && it->second.live && Clock::now() - heartbeat_at_ < settings_.lease / 2;
+}
+
+void ContainerLeases::register_replica() {
+  auto replica = store_.register_replica(settings_.replica_id, settings_.advertise_url, now_ms(), ttl_ms());
+  std::lock_guard lock(mutex_);
+  registration_ = replica;
+  heartbeat_at_ = Clock::now();
+  spdlog::info("lease: replica {} registered, incarnation {}", replica.id, replica.incarnation);
+}
+
+bool ContainerLeases::heartbeat() {
+  const auto replica = registration();
+  const auto attempted = Clock::now();
+  if (store_.heartbeat(replica, now_ms(), ttl_ms())) {
+    std::lock_guard lock(mutex_);
+    if (registration_.incarnation == replica.incarnation) heartbeat_at_ = std::max(heartbeat_at_, attempted);
+    return true;
+  }
+  lost_incarnation(replica.incarnation);
+  return false;
+}
+
+void ContainerLeases::lost_incarnation(int64_t lost) {
+  std::vector<std::string> gone;
+  {
+    std::lock_guard lock(mutex_);
+    if (registration_.incarnation != lost) return;  // another call got here first
+    for (auto it = held_.begin(); it != held_.end();) {
+      if (it->second.live) {
+        gone.push_back(it->first);
+        it = held_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  spdlog::warn(
+      "lease: replica {} incarnation {} is gone (its heartbeat ran out and another replica took over); this "
+      "replica stops serving its {} container(s) and registers again",
+      settings_.replica_id, lost, gone.size());
+  if (on_lost_)
+    for (const auto& storage : gone) on_lost_(storage);
+  try {
+    register_replica();  // what it takes from now on is at the next epoch
+  } catch (const std::exception& e) {
+    // Tried again at the next heartbeat (which finds the same incarnation gone).
+    spdlog::warn("lease: registering replica {} again: {}", settings_.replica_id, e.what());
+  }
 }
 
 Result<ContainerLeases::Claim> ContainerLeases::claim(const std::string& storage, bool existing_container) {
   const auto started = Clock::now();
-  bool held_here = false;
+  bool held_here = false, recent = false;
   int64_t held_epoch = 0;
   {
     std::lock_guard lock(mutex_);
+    recent = started - heartbeat_at_ < settings_.lease / 2;
     if (auto it = held_.find(storage); it != held_.end() && it->second.live) {
       held_here = true;
       held_epoch = it->second.epoch;
-      // Confirmed recently (by an acquire or a renewal): no round trip to the database.
-      if (started - it->second.confirmed_at < settings_.lease / 2) return Claim{held_epoch, false};
+      // Held, and the heartbeat confirmed recently: no round trip to the database.
+      if (recent) return Claim{held_epoch, false};
     }
   }
   if (draining_ && !held_here)
@@ -56,9 +116,15 @@ Result<ContainerLeases::Claim> ContainerLeases::claim(const std::string& storage
                                 settings_.retry_after_sec);
   std::optional<store::Lease> lease;
   try {
-    lease = store_.acquire(storage, settings_.replica_id, settings_.advertise_url, now_ms(),
-                           std::chrono::duration_cast<std::chrono::milliseconds>(settings_.lease).count(),
-                           existing_container);
+    // The heartbeat has not been confirmed for a while (the database was slow or away):
+    // confirm it first, so that what is served from here on is served under a heartbeat
+    // that is known to run for another leaseSeconds.
+    if (!recent) {
+      heartbeat();
+      std::lock_guard lock(mutex_);
+      if (held_here && held_.count(storage) == 0) held_here = false;  // gone with the incarnation
+    }
+    lease = store_.acquire(storage, registration(), now_ms(), existing_container);
   } catch (const store::db::TimeoutError& e) {
     // Another session holds the lease row (a replica paused inside a write, or cut off
     // mid-transaction): this container waits until the database ends that session;
@@ -79,9 +145,20 @@ Result<ContainerLeases::Claim> ContainerLeases::claim(const std::string& storage
                                 settings_.retry_after_sec);
   }
   const bool fresh = !held_here || held_epoch != lease->epoch;
-  held_[storage] = Held{lease->epoch, started, true};
+  held_[storage] = Held{lease->epoch, true};
   if (fresh) spdlog::info("lease: took container storage {} at epoch {}", storage, lease->epoch);
   return Claim{lease->epoch, fresh};
+}
+
+ContainerLeases::ClaimTally ContainerLeases::claim_each(const std::vector<std::string>& storages) {
+  ClaimTally tally;
+  for (const auto& storage : storages) {
+    if (claim(storage, /*existing_container=*/false))
+      ++tally.held;
+    else
+      ++tally.refused;
+  }
+  return tally;
 }
 
 bool ContainerLeases::release(const std::string& storage) {
@@ -129,63 +206,32 @@ int64_t ContainerLeases::check_fence(store::db::Connection& conn, const std::str
   return store::LeaseStore::check_fence(conn, storage, epoch);
 }
 
-void ContainerLeases::start() { asio::co_spawn(io_, renew_loop(), asio::detached); }
+void ContainerLeases::start() { asio::co_spawn(io_, heartbeat_loop(), asio::detached); }
 
 void ContainerLeases::stop() {
   stopped_ = true;
   asio::post(renew_timer_.get_executor(), [this] { renew_timer_.cancel(); });
 }
 
-asio::awaitable<void> ContainerLeases::renew_loop() {
+asio::awaitable<void> ContainerLeases::heartbeat_loop() {
   const auto interval = std::max<Clock::duration>(settings_.lease / 3, std::chrono::milliseconds(200));
-  const int64_t ttl_ms = std::chrono::duration_cast<std::chrono::milliseconds>(settings_.lease).count();
   while (!stopped_) {
     renew_timer_.expires_after(interval);
     boost::system::error_code ec;
     co_await renew_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (stopped_) break;
-    std::vector<std::pair<std::string, int64_t>> due;
-    {
-      std::lock_guard lock(mutex_);
-      for (const auto& [storage, held] : held_)
-        if (held.live) due.emplace_back(storage, held.epoch);
-    }
-    if (due.empty()) continue;
-    // The database may make a statement wait (another replica's write): off the I/O threads.
-    auto renew_all = [this, due, ttl_ms] {
-      std::vector<std::pair<std::string, bool>> outcome;
-      for (const auto& [storage, epoch] : due) {
-        bool renewed = false;
-        try {
-          renewed = store_.renew(storage, settings_.replica_id, epoch, now_ms(), ttl_ms);
-        } catch (const std::exception& e) {
-          spdlog::warn("lease: renewing container storage {}: {}", storage, e.what());
-          continue;  // not known lost: tried again next round, the lease runs out meanwhile
-        }
-        outcome.emplace_back(storage, renewed);
+    // A thread of its own: the heartbeat never queues behind the blocking pool's work
+    // (a takeover's claims, file listings), which a slow database makes pile up.
+    auto beat = [this] {
+      try {
+        heartbeat();
+      } catch (const std::exception& e) {
+        // Not known lost: tried again next round; the heartbeat runs out meanwhile.
+        spdlog::warn("lease: heartbeat of replica {}: {}", settings_.replica_id, e.what());
       }
-      return outcome;
+      return 0;
     };
-    const auto attempted = Clock::now();
-    auto outcome = co_await run_blocking(std::move(renew_all));
-    std::vector<std::string> lost;
-    {
-      std::lock_guard lock(mutex_);
-      for (const auto& [storage, renewed] : outcome) {
-        auto it = held_.find(storage);
-        if (it == held_.end() || !it->second.live) continue;
-        if (renewed) {
-          it->second.confirmed_at = attempted;
-        } else {
-          spdlog::warn("lease: container storage {} was taken over (epoch {} is gone); this replica stops serving it",
-                       storage, it->second.epoch);
-          held_.erase(it);
-          lost.push_back(storage);
-        }
-      }
-    }
-    if (on_lost_)
-      for (const auto& storage : lost) on_lost_(storage);
+    co_await run_on(heartbeat_thread_, std::move(beat));
   }
 }
 

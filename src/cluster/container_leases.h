@@ -1,13 +1,15 @@
 // This replica's side of the container leases (store/lease_store.h): which
-// replica serves a container, taking a lease before serving one, renewing the held
-// ones in the background (every leaseSeconds/3), releasing them when their sandbox
-// stops, and the fence every write to a container's file records passes.
+// replica serves a container, taking a lease before serving one, the replica's
+// heartbeat that keeps every held lease (one statement every leaseSeconds/3, whatever
+// the number held), releasing a lease when its sandbox stops, and the fence every write
+// to a container's file records passes.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <atomic>
+#include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -57,22 +59,41 @@ class ContainerLeases : public service::LeaseKeeper {
   // Returns the epoch it checked.
   int64_t check_fence(store::db::Connection& conn, const std::string& storage) const;
 
-  // Background renewal, until stop().
+  // Registers this replica (a new incarnation: whatever an earlier run of it held is
+  // free, to be taken again at the next epoch). Before the first claim.
+  void register_replica();
+  // The heartbeat in the background, until stop().
   void start();
   void stop();
+  // Claims each storage as a container being made (no record needed), one after
+  // another, on the calling thread (it waits on the database): the test builds' way to
+  // hold many leases without running their sandboxes (api/admin.cc).
+  struct ClaimTally {
+    size_t held = 0, refused = 0;
+  };
+  ClaimTally claim_each(const std::vector<std::string>& storages);
+  int64_t incarnation() const { return registration().incarnation; }
+
   // Refuse new claims from now on (drain, shutdown): requests for other containers go
   // to the replicas that take them.
   void set_draining() override { draining_ = true; }
   bool draining() const { return draining_; }
 
  private:
-  asio::awaitable<void> renew_loop();
+  asio::awaitable<void> heartbeat_loop();
   static int64_t now_ms();
-
+  int64_t ttl_ms() const;
+  store::ReplicaRegistration registration() const;
+  // One heartbeat; on finding the incarnation gone, lost_incarnation(). True when it
+  // was renewed. Throws on database failures.
+  bool heartbeat();
+  // The incarnation `lost` is gone (another replica found its heartbeat run out): every
+  // lease held under it is forgotten and on_lost runs for each; a new incarnation is
+  // registered, under which containers are claimed again (at the next epoch).
+  void lost_incarnation(int64_t lost);
   struct Held {
     int64_t epoch = 0;
-    std::chrono::steady_clock::time_point confirmed_at;  // the last acquire or renewal
-    bool live = true;                                    // false once released
+    bool live = true;  // false once released
   };
 
   asio::io_context& io_;
@@ -80,7 +101,11 @@ class ContainerLeases : public service::LeaseKeeper {
   Settings settings_;
   mutable std::mutex mutex_;
   std::map<std::string, Held> held_;  // the epoch stays after a release: the fence uses it
+  store::ReplicaRegistration registration_;  // under mutex_
+  std::chrono::steady_clock::time_point
+      heartbeat_at_{};  // the last heartbeat that found the incarnation; under mutex_
   asio::steady_timer renew_timer_;
+  asio::thread_pool heartbeat_thread_{1};
   std::atomic<bool> stopped_{false};
   std::atomic<bool> draining_{false};
   std::function<void(const std::string&)> on_lost_;

@@ -1,6 +1,7 @@
 #include "ops/config.h"
 
 #include "ops/config_env.h"
+#include "ops/network_peers.h"
 
 #include <cctype>
 
@@ -268,7 +269,9 @@ Config parse_config_checked(const std::string& yaml_text) {
   Config c;
   if (!root || root.IsNull()) return c;
   only_keys(root, "", {"server", "auth", "model", "features", "external", "opensandbox", "capacity",
-                       "codeInterpreter", "workspace", "runtime", "logging", "quotas", "cluster", "storage", "metadata"});
+                       "codeInterpreter", "workspace", "runtime", "logging", "quotas", "cluster", "storage", "metadata",
+                       "kubernetes"});
+  std::string peers_path;  // where the NetworkPolicy peers are, for the message if they cannot be resolved
 
   with(root, "server", "", [&](const YAML::Node& n, const std::string& p) {
     only_keys(n, p, {"listen", "dataDir", "maxUploadSize", "headerTimeoutSec", "webRoot", "bodyIdleTimeoutSec",
@@ -370,9 +373,13 @@ Config parse_config_checked(const std::string& yaml_text) {
             for (size_t i = 0; i < list.size(); ++i) {
               std::string ep = sp + "[" + std::to_string(i) + "]";
               if (!list[i].IsMap()) throw ConfigError(ep + ": must be a mapping {name, host, port}");
-              if (list[i]["namespaceSelector"] || list[i]["podSelector"] || list[i]["ipBlock"])
-                throw ConfigError(ep + ": Kubernetes NetworkPolicy peers (namespaceSelector, podSelector, ipBlock) are "
-                                       "not supported by this runtime; use {name, host, port}");
+              if (is_network_peer(list[i])) {
+                if (c.network_peers.size() >= kMaxNetworkPeers)
+                  throw ConfigError(sp + ": at most " + std::to_string(kMaxNetworkPeers) + " NetworkPolicy peers");
+                c.network_peers.push_back(parse_network_peer(list[i], ep));
+                peers_path = sp;
+                continue;
+              }
               only_keys(list[i], ep, {"name", "host", "port"});
               if (!list[i]["name"] || !list[i]["host"] || !list[i]["port"]) throw ConfigError(ep + ": needs name, host and port");
               InternalService service{scalar(list[i]["name"], ep + ".name"), scalar(list[i]["host"], ep + ".host"),
@@ -550,6 +557,23 @@ Config parse_config_checked(const std::string& yaml_text) {
       });
     });
   });
+  with(root, "kubernetes", "", [&](const YAML::Node& n, const std::string& p) {
+    only_keys(n, p, {"apiServer", "caFile", "tokenFile", "namespace"});
+    with(n, "apiServer", p, [&](const YAML::Node& v, const std::string& kp) {
+      c.kubernetes.api_server = scalar(v, kp);
+      if (c.kubernetes.api_server.rfind("https://", 0) != 0) throw ConfigError(kp + ": must be an https:// URL");
+    });
+    with(n, "caFile", p, [&](const YAML::Node& v, const std::string& kp) { c.kubernetes.ca_file = scalar(v, kp); });
+    with(n, "tokenFile", p, [&](const YAML::Node& v, const std::string& kp) { c.kubernetes.token_file = scalar(v, kp); });
+    with(n, "namespace", p, [&](const YAML::Node& v, const std::string& kp) { c.kubernetes.namespace_name = scalar(v, kp); });
+  });
+  // The peers are resolved through the Kubernetes API: in a pod its in-cluster address,
+  // elsewhere only the one set here.
+  if (!c.network_peers.empty() && c.kubernetes.api_server.empty() && !std::getenv("KUBERNETES_SERVICE_HOST"))
+    throw ConfigError(peers_path +
+                      ": Kubernetes NetworkPolicy peers (namespaceSelector, podSelector, ipBlock) need the "
+                      "Kubernetes API: run sandboxd in a Kubernetes pod (in-cluster service account) or set "
+                      "kubernetes.apiServer");
   // The URL (with its password) may come from a Secret instead of the file.
   if (const char* url = std::getenv("SANDBOXD_POSTGRES_URL"); url && *url) c.postgres_url = url;
   if (c.metadata_backend == "postgres" && c.postgres_url.empty())

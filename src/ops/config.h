@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "ops/network_peers.h"
+
 namespace sandboxd::ops {
 
 struct TokenEntry {
@@ -26,6 +28,18 @@ struct InternalService {
 inline constexpr const char* kApiHostName = "sandboxd.internal";
 // Allow-listed services per sandbox (each is a listener in the sandbox, as is the API).
 inline constexpr size_t kMaxInternalServices = 31;
+
+// NetworkPolicy peers in the services list (each resolved through the Kubernetes API).
+inline constexpr size_t kMaxNetworkPeers = 32;
+
+// Where the Kubernetes API is. Empty values: the pod's in-cluster configuration
+// (KUBERNETES_SERVICE_HOST/PORT and the service account's files).
+struct KubernetesSettings {
+  std::string api_server;      // kubernetes.apiServer: https://host:port
+  std::string ca_file;         // kubernetes.caFile: the API server's CA bundle (PEM)
+  std::string token_file;      // kubernetes.tokenFile: the bearer token, re-read on every connection
+  std::string namespace_name;  // kubernetes.namespace: a podSelector alone selects in this namespace
+};
 
 // A DNS host name: labels of letters, digits and '-', separated by dots.
 bool valid_service_name(const std::string& name);
@@ -68,6 +82,8 @@ struct Config {
   // external.opensandbox
   int session_ttl_sec = 600;
   std::vector<InternalService> internal_services;
+  std::vector<NetworkPeer> network_peers;  // the services list's NetworkPolicy peers
+  KubernetesSettings kubernetes;
   std::string image_repository = "zylon-sandbox-templates/code-execution";
   std::string image_tag = "1.1.0";
   // opensandbox.runtime

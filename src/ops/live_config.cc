@@ -78,7 +78,15 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
     const auto &a = loaded.internal_services[i], &b = current->internal_services[i];
     same_services = a.name == b.name && a.host == b.host && a.port == b.port;
   }
+  same_services = same_services && loaded.network_peers.size() == current->network_peers.size();
+  for (size_t i = 0; same_services && i < loaded.network_peers.size(); ++i)
+    same_services = loaded.network_peers[i].source == current->network_peers[i].source;
   keep(same_services, "external.opensandbox.codeExecution.internal.services");
+  keep(loaded.kubernetes.api_server == current->kubernetes.api_server &&
+           loaded.kubernetes.ca_file == current->kubernetes.ca_file &&
+           loaded.kubernetes.token_file == current->kubernetes.token_file &&
+           loaded.kubernetes.namespace_name == current->kubernetes.namespace_name,
+       "kubernetes");
   keep(loaded.metadata_backend == current->metadata_backend && loaded.postgres_url == current->postgres_url &&
            loaded.postgres_lock_timeout_sec == current->postgres_lock_timeout_sec &&
            loaded.postgres_statement_timeout_sec == current->postgres_statement_timeout_sec &&

@@ -162,6 +162,29 @@ std::string Metrics::render(const Gauges& g) const {
     sample(out, "sandboxd_http_connections_refused_total", "cap=\"" + cap + "\"", static_cast<double>(refused));
   header(out, "sandboxd_sandboxes_started_total", "counter", "Sandboxes started.");
   sample(out, "sandboxd_sandboxes_started_total", "", static_cast<double>(started_.load()));
+  if (g.network_peers) {
+    auto gauge = [&](const char* name, const char* type, const char* help, double value) {
+      header(out, name, type, help);
+      sample(out, name, "", value);
+    };
+    gauge("sandboxd_network_peers_watch_current", "gauge",
+          "1 while every Kubernetes watch of the NetworkPolicy peers is open and listed; 0: the last set is in force.",
+          g.network_peers_current ? 1 : 0);
+    gauge("sandboxd_network_peers_synced", "gauge", "1 once the NetworkPolicy peers were listed from the Kubernetes API.",
+          g.network_peers_synced ? 1 : 0);
+    gauge("sandboxd_network_peers_seconds_not_current", "gauge",
+          "Seconds since the peer watch stopped being current (0 while current).", g.network_peers_seconds_not_current);
+    gauge("sandboxd_network_peers_names", "gauge", "Service names the NetworkPolicy peers let a sandbox resolve.",
+          static_cast<double>(g.network_peers_names));
+    gauge("sandboxd_network_peers_addresses", "gauge", "Pod addresses the NetworkPolicy peers select.",
+          static_cast<double>(g.network_peers_addresses));
+    gauge("sandboxd_network_peers_relists_total", "counter", "Lists of a watched Kubernetes resource (first and after 410 Gone).",
+          static_cast<double>(g.network_peers_relists));
+    gauge("sandboxd_network_peers_reconnects_total", "counter", "Watches of the Kubernetes API opened again after a failure.",
+          static_cast<double>(g.network_peers_reconnects));
+    gauge("sandboxd_network_peers_updates_total", "counter", "Resolved sets of the NetworkPolicy peers published.",
+          static_cast<double>(g.network_peers_updates));
+  }
   if (g.storage_bucket) {
     header(out, "sandboxd_storage_pending_flush_bytes", "gauge",
            "Bytes of workspace and outputs changed but not yet in the sessions bucket (as of the last flush).");

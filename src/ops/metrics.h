@@ -57,6 +57,11 @@ class Metrics {
     // Connections refused so far, by the cap that refused them (total, address,
     // address_unauthenticated, owner).
     std::vector<std::pair<std::string, uint64_t>> connections_refused;
+    // NetworkPolicy peers configured (rendered only then): their watch's state.
+    bool network_peers = false, network_peers_current = false, network_peers_synced = false;
+    double network_peers_seconds_not_current = 0;
+    size_t network_peers_names = 0, network_peers_addresses = 0;
+    uint64_t network_peers_relists = 0, network_peers_reconnects = 0, network_peers_updates = 0;
     // storage.backend s3 (the storage metrics are rendered only then).
     bool storage_bucket = false;
     uint64_t storage_pending_flush_bytes = 0;

@@ -115,6 +115,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
   spec.max_open_files = options.max_open_files;
   spec.hosts_entries = options.hosts_entries;
   spec.listeners = options.listeners;
+  spec.nameserver = options.nameserver;
   spec.seccomp_bpf = seccomp_bpf_;
   spec.receive_mounts = options.pre_started || options.receive_mounts;
   spec.mount_trees = mount_template_fd_ >= 0;

@@ -42,6 +42,7 @@ struct SandboxOptions {
   uint64_t max_open_files = 0;
   std::vector<std::string> hosts_entries;
   std::vector<Spec::Listener> listeners;  // see Spec::listeners; Sandbox::take_listeners
+  std::string nameserver;                 // see Spec::nameserver
   // The directories are slots: shared mount points on which attach_container() binds
   // a container later (see Spec::receive_mounts).
   bool pre_started = false;

@@ -76,6 +76,7 @@ std::string encode(const Spec& spec) {
   for (const auto& line : spec.hosts_entries) put(out, "hosts_entry", line);
   for (const auto& listener : spec.listeners)
     put(out, "listener", listener.address + " " + std::to_string(listener.port));
+  if (!spec.nameserver.empty()) put(out, "nameserver", spec.nameserver);
   put(out, "seccomp_bpf", to_hex(spec.seccomp_bpf));
   put(out, "receive_mounts", spec.receive_mounts ? "1" : "0");
   put(out, "mount_trees", spec.mount_trees ? "1" : "0");
@@ -103,6 +104,7 @@ std::string decode(std::string_view payload, Spec& out) {
     else if (key == "cgroup_dir") out.cgroup_dirs.emplace_back(value);
     else if (key == "exec_cgroup_parent") out.exec_cgroup_parent = value;
     else if (key == "hosts_entry") out.hosts_entries.emplace_back(value);
+    else if (key == "nameserver") out.nameserver = value;
     else if (key == "listener") {
       auto space = value.find(' ');
       if (space == std::string_view::npos || !parse_u64(value.substr(space + 1), number) || number == 0 ||

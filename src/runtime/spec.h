@@ -72,6 +72,10 @@ struct Spec {
     uint16_t port = 0;
   };
   std::vector<Listener> listeners;
+
+  // The DNS server the sandbox's resolver asks after /etc/hosts (an address on its own
+  // loopback, answered by the server), or empty: /etc/hosts only, no resolver.
+  std::string nameserver;
 };
 
 // At most this many listeners per sandbox (one control message carries their fds).

@@ -157,7 +157,7 @@ class SqliteDatabase final : public Database {
   Connection acquire() override { return Connection(Backend::kSqlite, db_, std::unique_lock(mutex_), &statements_); }
 
  private:
-  void release(pg_conn*) override {}
+  void release(pg_conn*, PostgresSession*) override {}
 
   std::mutex mutex_;
   sqlite3* db_ = nullptr;
@@ -174,10 +174,11 @@ Connection::Connection(Connection&& other) noexcept
       sqlite_lock_(std::move(other.sqlite_lock_)),
       sqlite_statements_(std::exchange(other.sqlite_statements_, nullptr)),
       postgres_(std::exchange(other.postgres_, nullptr)),
+      session_(std::exchange(other.session_, nullptr)),
       owner_(std::exchange(other.owner_, nullptr)) {}
 
 Connection::~Connection() {
-  if (postgres_ && owner_) owner_->release(postgres_);
+  if (postgres_ && owner_) owner_->release(postgres_, session_);
 }
 
 void Connection::exec(std::string_view sql) {
@@ -301,8 +302,29 @@ bool Statement::step() {
       lengths[i] = static_cast<int>(pg_->values[i].size());
     }
     PGconn* conn = conn_.postgres_handle();
-    pg_->result = PQexecParams(conn, pg_->sql.c_str(), pg_->parameters, pg_->types.data(), values.data(),
-                               lengths.data(), pg_->formats.data(), 0);
+    const std::string* name = nullptr;
+    if (PostgresSession* session = conn_.postgres_session()) {
+      std::string key = pg_->sql;
+      key.push_back('\0');
+      for (Oid type : pg_->types) key += std::to_string(type) + ",";
+      auto it = session->prepared.find(key);
+      if (it == session->prepared.end() && session->prepared.size() < PostgresSession::kMaxPrepared) {
+        std::string fresh = "sbxd" + std::to_string(session->next_name++);
+        PGresult* prepared =
+            PQprepare(conn, fresh.c_str(), pg_->sql.c_str(), pg_->parameters, pg_->types.data());
+        if (PQresultStatus(prepared) != PGRES_COMMAND_OK) {
+          std::unique_ptr<PGresult, decltype(&PQclear)> failed(prepared, &PQclear);
+          postgres_fail(conn, "prepare", prepared);
+        }
+        PQclear(prepared);
+        it = session->prepared.emplace(std::move(key), std::move(fresh)).first;
+      }
+      if (it != session->prepared.end()) name = &it->second;
+    }
+    pg_->result = name ? PQexecPrepared(conn, name->c_str(), pg_->parameters, values.data(), lengths.data(),
+                                        pg_->formats.data(), 0)
+                       : PQexecParams(conn, pg_->sql.c_str(), pg_->parameters, pg_->types.data(),
+                                      values.data(), lengths.data(), pg_->formats.data(), 0);
     auto status = PQresultStatus(pg_->result);
     if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) postgres_fail(conn, "step", pg_->result);
     pg_->rows = PQntuples(pg_->result);

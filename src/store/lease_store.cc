@@ -7,7 +7,12 @@ namespace {
 
 using db::Statement;
 
-constexpr const char* kColumns = "storage, holder, holder_url, epoch, expires_at_ms";
+// The lease and its holder's heartbeat: the replica row's expiry while it still has the
+// incarnation the lease names, else 0 (the lease is not valid).
+constexpr const char* kColumns =
+    "leases.storage, leases.holder, leases.holder_url, leases.epoch, leases.holder_incarnation, "
+    "COALESCE((SELECT replicas.expires_at_ms FROM replicas WHERE replicas.replica_id = leases.holder "
+    "AND replicas.incarnation = leases.holder_incarnation), 0)";
 
 Lease read_lease(const Statement& row) {
   Lease lease;
@@ -15,7 +20,50 @@ Lease read_lease(const Statement& row) {
   lease.holder = row.text(1);
   lease.holder_url = row.text(2);
   lease.epoch = row.integer(3);
-  lease.expires_at_ms = row.integer(4);
+  lease.holder_incarnation = row.integer(4);
+  lease.expires_at_ms = row.integer(5);
+  return lease;
+}
+
+std::optional<Lease> find_on(db::Connection& conn, const std::string& storage) {
+  Statement query(conn, std::string("SELECT ") + kColumns + " FROM leases WHERE storage = ?");
+  query.add(storage);
+  if (!query.step()) return std::nullopt;
+  return read_lease(query);
+}
+
+// The upsert that takes a lease: the whole decision is its WHERE, so two replicas
+// racing for a free lease are serialised by the database (the row's lock) and only one
+// of them gets a row back. A lease is free when released, or when the replica row no
+// longer has the incarnation it names; the taker must itself be registered (a replica
+// whose incarnation was moved on takes nothing until it registers again).
+std::optional<Lease> take(db::Connection& conn, const std::string& storage,
+                          const ReplicaRegistration& replica, bool existing_container) {
+  std::string sql =
+      "INSERT INTO leases (storage, holder, holder_url, holder_incarnation, epoch, expires_at_ms) "
+      "SELECT ?, ?, ?, ?, 1, 0 WHERE EXISTS (SELECT 1 FROM replicas WHERE replica_id = ? AND incarnation = "
+      "?)";
+  if (existing_container) sql += " AND EXISTS (SELECT 1 FROM containers WHERE storage = ?)";
+  sql +=
+      " ON CONFLICT (storage) DO UPDATE SET "
+      "epoch = CASE WHEN leases.holder = excluded.holder AND leases.holder_incarnation = "
+      "excluded.holder_incarnation "
+      "THEN leases.epoch ELSE leases.epoch + 1 END, "
+      "holder = excluded.holder, holder_url = excluded.holder_url, holder_incarnation = "
+      "excluded.holder_incarnation "
+      "WHERE leases.holder = '' "
+      "OR (leases.holder = excluded.holder AND leases.holder_incarnation = excluded.holder_incarnation) "
+      "OR NOT EXISTS (SELECT 1 FROM replicas WHERE replicas.replica_id = leases.holder "
+      "AND replicas.incarnation = leases.holder_incarnation) "
+      "RETURNING ";
+  sql += kColumns;
+  Statement upsert(conn, sql);
+  upsert.add(storage).add(replica.id).add(replica.url).add(replica.incarnation);
+  upsert.add(replica.id).add(replica.incarnation);
+  if (existing_container) upsert.add(storage);
+  if (!upsert.step()) return std::nullopt;
+  Lease lease = read_lease(upsert);
+  upsert.run();
   return lease;
 }
 
@@ -38,48 +86,60 @@ LeaseStore::LeaseStore(std::shared_ptr<db::Database> database) : db_(std::move(d
 
 LeaseStore::~LeaseStore() = default;
 
-std::optional<Lease> LeaseStore::acquire(const std::string& storage, const std::string& holder,
-                                         const std::string& holder_url, int64_t now_ms, int64_t ttl_ms,
-                                         bool existing_container) {
+ReplicaRegistration LeaseStore::register_replica(const std::string& id, const std::string& url,
+                                                 int64_t now_ms, int64_t ttl_ms) {
   auto conn = db_->acquire();
-  // The whole decision is the upsert's WHERE: two replicas racing for a free lease are
-  // serialised by the database, and only one of them gets a row back.
-  const std::string values = existing_container
-                                 ? ") SELECT ?, ?, ?, 1, ? WHERE EXISTS (SELECT 1 FROM containers WHERE storage = ?)"
-                                 : ") VALUES (?, ?, ?, 1, ?)";
-  Statement upsert(conn, std::string("INSERT INTO leases (") + kColumns + values +
-                            " ON CONFLICT (storage) DO UPDATE SET "
-                            "epoch = CASE WHEN leases.holder = excluded.holder THEN leases.epoch "
-                            "ELSE leases.epoch + 1 END, "
-                            "holder = excluded.holder, holder_url = excluded.holder_url, "
-                            "expires_at_ms = excluded.expires_at_ms "
-                            "WHERE leases.holder = excluded.holder OR leases.holder = '' OR leases.expires_at_ms <= ? "
-                            "RETURNING " + kColumns);
-  upsert.add(storage).add(holder).add(holder_url).add(now_ms + ttl_ms);
-  if (existing_container) upsert.add(storage);
-  upsert.add(now_ms);
-  if (!upsert.step()) return std::nullopt;
-  Lease lease = read_lease(upsert);
+  Statement upsert(conn,
+                   "INSERT INTO replicas (replica_id, url, incarnation, expires_at_ms) VALUES (?, ?, 1, ?) "
+                   "ON CONFLICT (replica_id) DO UPDATE SET url = excluded.url, "
+                   "incarnation = replicas.incarnation + 1, expires_at_ms = excluded.expires_at_ms "
+                   "RETURNING incarnation");
+  upsert.add(id).add(url).add(now_ms + ttl_ms);
+  if (!upsert.step()) throw std::runtime_error("lease: registering replica " + id + ": no row came back");
+  ReplicaRegistration replica{id, url, upsert.integer(0)};
   upsert.run();
-  return lease;
+  return replica;
 }
 
-bool LeaseStore::renew(const std::string& storage, const std::string& holder, int64_t epoch, int64_t now_ms,
-                       int64_t ttl_ms) {
+bool LeaseStore::heartbeat(const ReplicaRegistration& replica, int64_t now_ms, int64_t ttl_ms) {
   auto conn = db_->acquire();
-  Statement update(conn,
-                   "UPDATE leases SET expires_at_ms = ? WHERE storage = ? AND holder = ? AND epoch = ? RETURNING epoch");
-  update.add(now_ms + ttl_ms).add(storage).add(holder).add(epoch);
-  bool renewed = update.step();
+  // No check of the expiry here: while nobody moved the incarnation on, nobody took a
+  // lease of it, so a late heartbeat keeps them all rightly.
+  Statement update(conn, "UPDATE replicas SET expires_at_ms = ? WHERE replica_id = ? AND incarnation = ?");
+  update.add(now_ms + ttl_ms).add(replica.id).add(replica.incarnation);
   update.run();
-  return renewed;
+  return update.changes() == 1;
+}
+
+std::optional<Lease> LeaseStore::acquire(const std::string& storage, const ReplicaRegistration& replica,
+                                         int64_t now_ms, bool existing_container) {
+  auto conn = db_->acquire();
+  if (auto lease = take(conn, storage, replica, existing_container)) return lease;
+  auto current = find_on(conn, storage);
+  // Not held, yet not taken: this replica may not take it (its own incarnation is gone,
+  // or the container's record is). Or held by another replica's live incarnation.
+  if (!current || current->holder.empty() || current->expires_at_ms > now_ms) return std::nullopt;
+  if (current->holder == replica.id && current->holder_incarnation == replica.incarnation)
+    return std::nullopt;
+  if (current->expires_at_ms == 0)
+    return take(conn, storage, replica, existing_container);  // moved on meanwhile
+  // The holder's heartbeat ran out: its incarnation moves on, unless its heartbeat got
+  // in first (the row's lock orders the two UPDATEs, and this one re-reads the expiry
+  // of the row the heartbeat left). Whoever moved it, the lease is then free.
+  Statement expire(conn,
+                   "UPDATE replicas SET incarnation = incarnation + 1, expires_at_ms = 0 "
+                   "WHERE replica_id = ? AND incarnation = ? AND expires_at_ms <= ?");
+  expire.add(current->holder).add(current->holder_incarnation).add(now_ms);
+  expire.run();
+  return take(conn, storage, replica, existing_container);
 }
 
 bool LeaseStore::release(const std::string& storage, const std::string& holder, int64_t epoch) {
   auto conn = db_->acquire();
-  Statement update(conn,
-                   "UPDATE leases SET holder = '', holder_url = '', expires_at_ms = 0 "
-                   "WHERE storage = ? AND holder = ? AND epoch = ? RETURNING epoch");
+  Statement update(
+      conn,
+      "UPDATE leases SET holder = '', holder_url = '', holder_incarnation = 0, expires_at_ms = 0 "
+      "WHERE storage = ? AND holder = ? AND epoch = ? RETURNING epoch");
   update.add(storage).add(holder).add(epoch);
   bool released = update.step();
   update.run();
@@ -88,10 +148,7 @@ bool LeaseStore::release(const std::string& storage, const std::string& holder, 
 
 std::optional<Lease> LeaseStore::find(const std::string& storage) {
   auto conn = db_->acquire();
-  Statement query(conn, std::string("SELECT ") + kColumns + " FROM leases WHERE storage = ?");
-  query.add(storage);
-  if (!query.step()) return std::nullopt;
-  return read_lease(query);
+  return find_on(conn, storage);
 }
 
 void LeaseStore::remove(const std::string& storage) {

@@ -1,9 +1,20 @@
-// Leases: which replica serves a container now (docs/storage.md). One row per container
-// storage: its holder (a replica id), where the holder is reached, an epoch that grows
-// each time the container changes hands, and when the lease runs out unless renewed.
+// Leases: which replica serves a container now (docs/cluster.md).
 //
-// On the metadata database (store/database.h, SQLite or PostgreSQL; the table is made by
-// store/schema.cc). Every statement is in the SQL both speak (ON CONFLICT upserts,
+// Two tables. `replicas`: one row per replica id, with its incarnation (a number that
+// only grows) and when its heartbeat runs out. `leases`: one row per container
+// storage, naming its holder and the holder's incarnation when it took the lease, where
+// the holder is reached, and an epoch that grows each time the container changes hands.
+// A lease is valid while its holder's row still has the incarnation the lease names, so
+// a replica keeps every lease it holds by renewing that one row (one statement a round,
+// whatever the number of containers). Another replica takes a container from a holder
+// whose heartbeat ran out by first moving that holder's incarnation on (one conditional
+// UPDATE of the replica row, which the heartbeat's own UPDATE of the row serialises
+// with): from then on none of its leases are valid, and its next heartbeat finds that
+// it lost them all. The takeover itself moves the container's epoch on, which is what
+// the fence checks (check_fence): exactly as when each lease had its own expiry.
+//
+// On the metadata database (store/database.h, SQLite or PostgreSQL; the tables are made
+// by store/schema.cc). Every statement is in the SQL both speak (ON CONFLICT upserts,
 // conditional UPDATE ... WHERE, RETURNING), so the same text runs on either.
 #pragma once
 
@@ -22,7 +33,10 @@ struct Lease {
   std::string holder;      // replica id; empty once released
   std::string holder_url;  // the holder's advertiseUrl
   int64_t epoch = 0;       // grows by one each time another holder takes it
-  int64_t expires_at_ms = 0;  // unix milliseconds
+  int64_t holder_incarnation = 0;
+  // When the holder's heartbeat runs out (unix milliseconds); 0 when the holder's row no
+  // longer has the lease's incarnation (the holder lost it, or restarted).
+  int64_t expires_at_ms = 0;
 
   // Held by someone whose lease has not run out at `now_ms`.
   bool live(int64_t now_ms) const { return !holder.empty() && expires_at_ms > now_ms; }
@@ -44,6 +58,13 @@ class FencedError : public std::runtime_error {
   bool deleted_ = false;
 };
 
+// A replica as registered in the replicas table: the incarnation its leases name.
+struct ReplicaRegistration {
+  std::string id;
+  std::string url;
+  int64_t incarnation = 0;
+};
+
 // Thread-safe (a connection acquired per call). Throws std::runtime_error on database
 // failures, as the other stores do.
 class LeaseStore {
@@ -56,21 +77,36 @@ class LeaseStore {
   LeaseStore(const LeaseStore&) = delete;
   LeaseStore& operator=(const LeaseStore&) = delete;
 
-  // One conditional upsert: takes the lease when it is free, expired or already
-  // `holder`'s, until now_ms + ttl_ms. Taking it from anyone else (a holder whose lease
-  // ran out, or a released lease) makes the epoch one larger; keeping one's own keeps
-  // it. nullopt when another holder's lease is live. With `existing_container`, a
-  // lease row is only made while the containers table has a record with this storage:
-  // a replica that comes back to a container deleted meanwhile never makes it a lease
-  // again (nullopt; find() then says there is none). Without it (a container being
-  // made, whose record comes after its lease) the row is made in any case.
-  std::optional<Lease> acquire(const std::string& storage, const std::string& holder, const std::string& holder_url,
-                               int64_t now_ms, int64_t ttl_ms, bool existing_container = false);
-  // Extends a lease still held by (holder, epoch); false when it is not (taken over).
-  bool renew(const std::string& storage, const std::string& holder, int64_t epoch, int64_t now_ms, int64_t ttl_ms);
+  // Starts a new incarnation of replica `id` (registering it when it is new), its
+  // heartbeat good until now_ms + ttl_ms. Every lease an earlier incarnation held is
+  // free from now on (taken at the next epoch, by this replica too).
+  ReplicaRegistration register_replica(const std::string& id, const std::string& url, int64_t now_ms,
+                                       int64_t ttl_ms);
+  // The heartbeat: one UPDATE, whatever the number of leases held. False when the row no
+  // longer has this incarnation (another replica found the heartbeat run out and took
+  // over, or the same id registered again): every lease of the incarnation is gone.
+  bool heartbeat(const ReplicaRegistration& replica, int64_t now_ms, int64_t ttl_ms);
+
+  // Takes the lease when it is free (released, never taken, or its holder's incarnation
+  // is gone) or already this incarnation's. Taking it from anyone else makes the epoch
+  // one larger; keeping one's own keeps it. When the holder's heartbeat ran out at
+  // now_ms, the holder's incarnation is moved on first (which frees all its leases) and
+  // the lease taken. nullopt when another replica's heartbeat is live, or when
+  // `replica` is no longer registered (its heartbeat ran out and another replica moved
+  // it on: see heartbeat()). With `existing_container`, a lease row is only made while
+  // the containers table has a record with this storage: a replica that comes back to
+  // a container deleted meanwhile never makes it a lease again (nullopt; find() then
+  // says there is none). Without it (a container being made, whose record comes after
+  // its lease) the row is made in any case.
+  // One statement when the lease is free or held here; three when taking it from a
+  // replica whose heartbeat ran out (the first takeover from it also moves its
+  // incarnation on).
+  std::optional<Lease> acquire(const std::string& storage, const ReplicaRegistration& replica, int64_t now_ms,
+                               bool existing_container = false);
   // Frees a lease held by (holder, epoch) at once (after the final flush); the epoch
   // stays, so the next holder's is larger. false when it was not held so.
   bool release(const std::string& storage, const std::string& holder, int64_t epoch);
+  // The lease with its holder's heartbeat (Lease::expires_at_ms).
   std::optional<Lease> find(const std::string& storage);
   // The container is deleted: its lease goes with it.
   void remove(const std::string& storage);

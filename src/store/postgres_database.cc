@@ -5,7 +5,9 @@
 #include <libpq-fe.h>
 #include <poll.h>
 
+#include <memory>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "store/database.h"
 
@@ -41,6 +43,7 @@ class PostgresDatabase final : public Database {
     // One connection right away: a wrong URL or an unreachable server fails the start.
     PGconn* first = connect();
     idle_.push_back(first);
+    sessions_[first] = std::make_unique<PostgresSession>();
     open_ = 1;
   }
 
@@ -50,6 +53,7 @@ class PostgresDatabase final : public Database {
 
   Connection acquire() override {
     PGconn* conn = nullptr;
+    PostgresSession* session = nullptr;
     {
       std::unique_lock lock(mutex_);
       available_.wait(lock, [&] { return !idle_.empty() || open_ < max_; });
@@ -61,15 +65,28 @@ class PostgresDatabase final : public Database {
       }
     }
     try {
-      if (!conn) conn = connect();
-      else ensure_alive(conn);
+      if (!conn) {
+        conn = connect();
+        std::lock_guard lock(mutex_);
+        session = (sessions_[conn] = std::make_unique<PostgresSession>()).get();
+      } else {
+        {
+          std::lock_guard lock(mutex_);
+          session = sessions_.at(conn).get();
+        }
+        ensure_alive(conn, *session);
+      }
     } catch (...) {
       std::lock_guard lock(mutex_);
+      if (conn) {  // it could not be reconnected: closed
+        PQfinish(conn);
+        sessions_.erase(conn);
+      }
       --open_;
       available_.notify_one();
       throw;
     }
-    return Connection(this, conn);
+    return Connection(this, conn, session);
   }
 
  private:
@@ -109,12 +126,14 @@ class PostgresDatabase final : public Database {
 
   // An idle connection has nothing to read; if its socket is readable the server has
   // closed it (or said why it will): read that, and reconnect when it is gone.
-  void ensure_alive(PGconn* conn) const {
+  // A connection made anew has none of the old one's prepared statements.
+  void ensure_alive(PGconn* conn, PostgresSession& session) const {
     if (PQstatus(conn) == CONNECTION_OK) {
       pollfd fd{PQsocket(conn), POLLIN, 0};
       if (fd.fd >= 0 && poll(&fd, 1, 0) > 0) PQconsumeInput(conn);
     }
     if (PQstatus(conn) == CONNECTION_OK) return;
+    session.prepared.clear();
     PQreset(conn);
     if (PQstatus(conn) != CONNECTION_OK)
       throw std::runtime_error("postgres: reconnect: " + trimmed(PQerrorMessage(conn)));
@@ -123,14 +142,18 @@ class PostgresDatabase final : public Database {
 
   // A connection comes back idle (outside any transaction) or is closed: a lease that
   // ended in the middle of a transaction (an exception) must not hand it to the next.
-  void release(pg_conn* conn) override {
+  void release(pg_conn* conn, PostgresSession*) override {
     if (PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) != PQTRANS_IDLE)
       PQclear(PQexec(conn, "ROLLBACK"));
     bool reusable = PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) == PQTRANS_IDLE;
     if (!reusable) PQfinish(conn);
     std::lock_guard lock(mutex_);
-    if (reusable) idle_.push_back(conn);
-    else --open_;
+    if (reusable) {
+      idle_.push_back(conn);
+    } else {
+      sessions_.erase(conn);
+      --open_;
+    }
     available_.notify_one();
   }
 
@@ -140,6 +163,7 @@ class PostgresDatabase final : public Database {
   std::mutex mutex_;
   std::condition_variable available_;
   std::vector<PGconn*> idle_;
+  std::unordered_map<PGconn*, std::unique_ptr<PostgresSession>> sessions_;  // every open connection's
   size_t open_ = 0;  // idle + leased
 };
 

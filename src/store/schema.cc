@@ -246,6 +246,31 @@ CREATE TABLE manifest_generations (
 );
 )sql";
 
+// Version 3: replica heartbeats. A container's lease names its holder's incarnation
+// (replicas.incarnation when it took the lease) and is valid while that replica row
+// still has it: one row a replica renews keeps every lease it holds (store/lease_store).
+// leases.expires_at_ms stays for the rows of older versions, which no incarnation
+// matches (they are free to take, at the next epoch).
+constexpr const char* kSqliteV3 = R"sql(
+CREATE TABLE replicas (
+  replica_id    TEXT    PRIMARY KEY,
+  url           TEXT    NOT NULL,
+  incarnation   INTEGER NOT NULL,
+  expires_at_ms INTEGER NOT NULL
+);
+ALTER TABLE leases ADD COLUMN holder_incarnation INTEGER NOT NULL DEFAULT 0;
+)sql";
+
+constexpr const char* kPostgresV3 = R"sql(
+CREATE TABLE replicas (
+  replica_id    TEXT COLLATE "C" PRIMARY KEY,
+  url           TEXT   NOT NULL,
+  incarnation   BIGINT NOT NULL,
+  expires_at_ms BIGINT NOT NULL
+);
+ALTER TABLE leases ADD COLUMN holder_incarnation BIGINT NOT NULL DEFAULT 0;
+)sql";
+
 // pg_advisory_lock's key for "the schema is being migrated" (ASCII "sbxdschm").
 constexpr int64_t kMigrationLockKey = 0x736278647363686dLL;
 
@@ -355,6 +380,7 @@ const std::vector<Migration>& migrations() {
   static const std::vector<Migration> all = {
       {1, "containers, files, threads, skills", kSqliteV1, kPostgresV1},
       {2, "leases, manifest", kSqliteV2, kPostgresV2},
+      {3, "replica heartbeats", kSqliteV3, kPostgresV3},
   };
   return all;
 }

@@ -1,7 +1,8 @@
 // deploy/kubernetes rendered as an operator deploys it (`kubectl kustomize`, the base and
 // every overlay), each object validated against the Kubernetes schemas (kubernetes-models,
 // offline), then the properties the deployment depends on: probes, the preStop drain and
-// the grace period, replicas, the headless Service, the Secret's keys, the environment a
+// the grace period, replicas, the headless Service, the read-only RBAC of the peers'
+// watches, the pods' egress NetworkPolicy, the Secret's keys, the environment a
 // pod gets (with Kubernetes' own $(VAR) rules) and the configuration file, checked by the
 // sandboxd binary itself (`sandboxd config check`) with that environment.
 import { test } from "node:test";
@@ -113,9 +114,11 @@ for (const [dir, expected] of Object.entries(expectations)) {
       assert.doesNotThrow(() => new Model(object).validate(), `${object.kind} ${object.metadata?.name} is invalid`);
     }
     const kinds = objects.map((o) => o.kind).sort();
-    assert.deepEqual(kinds, ["ConfigMap", "Namespace", "PodDisruptionBudget", "Secret", "Service", "Service", "StatefulSet"]);
+    assert.deepEqual(kinds, ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Namespace", "NetworkPolicy",
+                             "PodDisruptionBudget", "Secret", "Service", "Service", "ServiceAccount", "StatefulSet"]);
     const namespace = one(objects, "Namespace").metadata.name;
-    for (const o of objects.filter((o) => o.kind !== "Namespace")) assert.equal(o.metadata.namespace, namespace);
+    const clusterScoped = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
+    for (const o of objects.filter((o) => !clusterScoped.includes(o.kind))) assert.equal(o.metadata.namespace, namespace);
     // Privileged pods are admitted only in a namespace that allows them.
     assert.equal(one(objects, "Namespace").metadata.labels["pod-security.kubernetes.io/enforce"], "privileged");
 
@@ -156,7 +159,38 @@ for (const [dir, expected] of Object.entries(expectations)) {
     assert.equal(security.privileged, true);
     assert.equal(security.seccompProfile.type, "Unconfined");
     assert.equal(security.appArmorProfile.type, "Unconfined");
-    assert.equal(pod.spec.automountServiceAccountToken, false);
+    // The API token is the read-only account's: list and watch of what NetworkPolicy
+    // peers select (namespaces, pods, Services, EndpointSlices), nothing else.
+    const account = one(objects, "ServiceAccount");
+    assert.equal(pod.spec.serviceAccountName, account.metadata.name);
+    assert.equal(pod.spec.automountServiceAccountToken, true);
+    assert.equal(account.automountServiceAccountToken, false, "no token in pods that do not ask for one");
+    const role = one(objects, "ClusterRole");
+    assert.deepEqual(role.rules, [
+      { apiGroups: [""], resources: ["namespaces", "pods", "services"], verbs: ["get", "list", "watch"] },
+      { apiGroups: ["discovery.k8s.io"], resources: ["endpointslices"], verbs: ["get", "list", "watch"] },
+    ]);
+    const binding = one(objects, "ClusterRoleBinding");
+    assert.deepEqual(binding.roleRef, { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: role.metadata.name });
+    assert.deepEqual(binding.subjects, [{ kind: "ServiceAccount", name: account.metadata.name, namespace }]);
+
+    // The pods' own egress: DNS, the API server, the other replicas (and in the cluster
+    // overlay the bucket and the database), nothing else.
+    const policy = one(objects, "NetworkPolicy");
+    assert.ok(selects(policy.spec.podSelector.matchLabels, labels), "the NetworkPolicy covers the pods");
+    assert.deepEqual(policy.spec.policyTypes, ["Egress"]);
+    const ports = (rule) => rule.ports.map((p) => `${p.protocol}/${p.port}`).sort().join(",");
+    const rules = policy.spec.egress;
+    const dns = rules.find((r) => ports(r) === "TCP/53,UDP/53");
+    assert.ok(dns, "DNS is allowed");
+    assert.deepEqual(dns.to[0].podSelector, { matchExpressions: [{ key: "k8s-app", operator: "In", values: ["kube-dns"] }] },
+                     "CoreDNS's pods, without the kustomization's labels");
+    assert.ok(rules.some((r) => ports(r) === "TCP/443,TCP/6443" && r.to[0].ipBlock), "the API server is allowed");
+    const replicas = rules.find((r) => ports(r) === "TCP/8080");
+    assert.ok(replicas && selects(replicas.to[0].podSelector.matchLabels, labels), "the other replicas are allowed");
+    for (const rule of rules) assert.ok(rule.to?.length && rule.ports?.length, "every rule names its peers and ports");
+    const extra = rules.filter((r) => ![dns, replicas].includes(r) && ports(r) !== "TCP/443,TCP/6443").map(ports).sort();
+    assert.deepEqual(extra, expected.cluster ? ["TCP/443", "TCP/5432"] : [], "the bucket and the database, in cluster mode");
 
     const pdb = one(objects, "PodDisruptionBudget");
     assert.ok(selects(pdb.spec.selector.matchLabels, labels), "the PodDisruptionBudget covers the pods");
