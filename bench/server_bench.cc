@@ -7,6 +7,7 @@
 //   usage: sandboxd_server_bench [SANDBOXD_BINARY]
 
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -679,8 +680,29 @@ int main(int argc, char** argv) {
           }
         }
       }
+      // Under valgrind the server may not finish its shutdown: a minute, then SIGKILL
+      // (its sandboxes end with their control sockets; their mounts are let go below).
       kill(traced.pid, SIGTERM);
-      waitpid(traced.pid, nullptr, 0);
+      bool exited = false;
+      for (int i = 0; i < 600 && !exited; ++i) {
+        exited = waitpid(traced.pid, nullptr, WNOHANG) == traced.pid;
+        if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      if (!exited) {
+        kill(traced.pid, SIGKILL);
+        waitpid(traced.pid, nullptr, 0);
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        std::vector<std::string> left;
+        std::ifstream mounts("/proc/self/mountinfo");
+        for (std::string line; std::getline(mounts, line);) {
+          std::istringstream fields(line);
+          std::string skip, point;
+          fields >> skip >> skip >> skip >> skip >> point;
+          if (point.starts_with(traced_dir.string())) left.push_back(point);
+        }
+        std::sort(left.rbegin(), left.rend());  // the deepest first
+        for (const auto& point : left) umount2(point.c_str(), MNT_DETACH);
+      }
     }
   }
   }  // cost
@@ -843,6 +865,7 @@ int main(int argc, char** argv) {
 
   kill(server.pid, SIGTERM);
   waitpid(server.pid, nullptr, 0);
-  fs::remove_all(dir);
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
   return 0;
 }
