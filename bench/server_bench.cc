@@ -7,6 +7,8 @@
 //   usage: sandboxd_server_bench [SANDBOXD_BINARY]
 
 #include <signal.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,6 +39,7 @@ using namespace sandboxd::bench;
 namespace {
 
 const char* kToken = "bench-token-123";
+const char* kAdminToken = "bench-admin-token-0123456789";
 
 struct Server {
   pid_t pid = -1;
@@ -51,24 +54,29 @@ std::string read_all(const fs::path& p) {
   return ss.str();
 }
 
-Server start_server(const std::string& binary, const fs::path& dir, const std::string& extra_yaml) {
+// `wrapper`: a command line the server runs under (valgrind), which starts it slowly.
+Server start_server(const std::string& binary, const fs::path& dir, const std::string& extra_yaml,
+                    const std::vector<std::string>& wrapper = {}) {
   Server s;
   s.dir = dir;
   s.log = dir / "server.log";
   std::ofstream(dir / "config.yaml") << "server:\n  listen: \"127.0.0.1:0\"\n  dataDir: \"" << (dir / "data").string()
                                      << "\"\n  maxUploadSize: 2Gi\nauth:\n  tokens:\n    - { token: " << kToken
-                                     << ", owner: bench }\n"
+                                     << ", owner: bench }\n  adminToken: " << kAdminToken << "\n"
                                      << "workspace:\n  downloads:\n    uploadedResources: true\n" << extra_yaml;
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, s.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   std::string config = (dir / "config.yaml").string();
-  char* argv[] = {const_cast<char*>(binary.c_str()), const_cast<char*>("serve"), const_cast<char*>("--config"),
-                  config.data(), nullptr};
-  posix_spawn(&s.pid, argv[0], &actions, nullptr, argv, environ);
+  std::vector<std::string> words = wrapper;
+  words.insert(words.end(), {binary, "serve", "--config", config});
+  std::vector<char*> argv;
+  for (auto& word : words) argv.push_back(word.data());
+  argv.push_back(nullptr);
+  posix_spawn(&s.pid, argv[0], &actions, nullptr, argv.data(), environ);
   std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
-  for (int i = 0; i < 500 && !s.port; ++i) {
+  for (int i = 0; i < (wrapper.empty() ? 500 : 6000) && !s.port; ++i) {
     std::smatch m;
     std::string text = read_all(s.log);
     if (std::regex_search(text, m, listening)) s.port = std::stoi(m[1]);
@@ -164,6 +172,59 @@ bool executed(const sandboxd::testing::HttpClient::Reply& reply, const std::stri
   const auto* code = object.if_contains("return_code");
   return out && out->is_string() && out->as_string() == expected_stdout && code && code->is_int64() &&
          code->as_int64() == 0;
+}
+
+
+// Nanoseconds a task has run on a CPU (user + system), from its schedstat; 0 if gone.
+uint64_t schedstat_ns(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/schedstat");
+  uint64_t ns = 0;
+  in >> ns;
+  return ns;
+}
+
+// User and system CPU seconds of a whole process (every thread, those gone included).
+std::pair<double, double> user_system_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.empty()) return {0, 0};
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return {static_cast<double>(utime) / tick, static_cast<double>(stime) / tick};
+}
+
+std::vector<pid_t> children_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> out;
+  for (pid_t child; in >> child;) out.push_back(child);
+  return out;
+}
+
+// The host pid of the PID 1 of `container`'s sandbox, from the admin listing.
+pid_t pid1_of(int port, const std::string& container) {
+  sandboxd::testing::HttpClient admin(port, kAdminToken);
+  boost::system::error_code ec;
+  auto listing = boost::json::parse(admin.get("/admin/sandboxes").body, ec);
+  if (ec || !listing.is_object() || !listing.as_object().contains("data")) return -1;
+  for (const auto& entry : listing.at("data").as_array())
+    if (entry.at("container").as_string() == container) return static_cast<pid_t>(entry.at("pid").to_number<int64_t>());
+  return -1;
+}
+
+// What `command` prints, whole.
+std::string output_of(const std::string& command) {
+  FILE* p = popen(command.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (p && fgets(buf, sizeof buf, p)) out += buf;
+  if (p) pclose(p);
+  return out;
 }
 
 double seconds_of(const std::function<void()>& f) {
@@ -478,7 +539,175 @@ int main(int argc, char** argv) {
               median_of(relay_cpu));
   }
 
-  if (everything || only == "throughput") {
+
+  if (everything || only == "cost") {
+  // sandboxd's own cost per warm `true`: the CPU the server and the sandbox's PID 1 spend
+  // on it (every thread of the server; PID 1 and its template process, which clones
+  // each command's child), over 10,000 commands one after another, beside what a bare
+  // spawn of the same bash costs its spawner and itself. Then the server's user-space
+  // instructions per command, counted by callgrind in a second server that runs under
+  // valgrind (counts do not depend on the machine's load). PID 1 cannot run under
+  // valgrind (its children are raw clone(CLONE_VM) calls, which valgrind refuses), so
+  // its share is the CPU time above.
+  constexpr int kCostCommands = 10000;
+  const std::string cost_target = tools + "cost/tools/bash_code_execution";
+  for (int i = 0; i < 50; ++i) client.post(cost_target, true_body);  // started, pools refilled
+  const pid_t pid1 = pid1_of(server.port, "cost");
+  // The template is PID 1's child that outlives every command (each command's child is
+  // a new one).
+  const std::vector<pid_t> children_before = children_of(pid1);
+  std::vector<uint64_t> child_ns_before;
+  for (pid_t child : children_before) child_ns_before.push_back(schedstat_ns(child));
+  const auto server_before = user_system_seconds(server.pid);
+  const auto pid1_before = user_system_seconds(pid1);
+  const uint64_t pid1_ns_before = schedstat_ns(pid1);
+  std::vector<double> warm_true;
+  int failed_cost = 0;
+  for (int i = 0; i < kCostCommands; ++i) {
+    auto start = Clock::now();
+    auto reply = client.post_reply(cost_target, true_body);
+    double ms = ms_since(start);
+    if (executed(reply, "")) warm_true.push_back(ms);
+    else if (++failed_cost <= 3) std::fprintf(stderr, "cost: %u %s\n", reply.status, reply.body.c_str());
+  }
+  const auto server_after = user_system_seconds(server.pid);
+  const auto pid1_after = user_system_seconds(pid1);
+  const uint64_t pid1_ns = schedstat_ns(pid1) - pid1_ns_before;
+  uint64_t template_ns = 0;
+  const std::vector<pid_t> children_after = children_of(pid1);
+  for (size_t i = 0; i < children_before.size(); ++i)
+    if (std::find(children_after.begin(), children_after.end(), children_before[i]) != children_after.end())
+      template_ns += schedstat_ns(children_before[i]) - child_ns_before[i];
+  // The peer: the same bash spawned bare, as many times, its CPU and its spawner's.
+  rusage self_before{}, children_ru_before{}, self_after{}, children_ru_after{};
+  getrusage(RUSAGE_SELF, &self_before);
+  getrusage(RUSAGE_CHILDREN, &children_ru_before);
+  Stats bare_true_s = time_command({bash, "-c", "true"}, kCostCommands);
+  getrusage(RUSAGE_SELF, &self_after);
+  getrusage(RUSAGE_CHILDREN, &children_ru_after);
+  auto seconds_of_tv = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6; };
+  auto cpu_delta = [&](const rusage& before, const rusage& after) {
+    return seconds_of_tv(after.ru_utime) - seconds_of_tv(before.ru_utime) + seconds_of_tv(after.ru_stime) -
+           seconds_of_tv(before.ru_stime);
+  };
+  const double bare_us = 1e6 * (cpu_delta(self_before, self_after) + cpu_delta(children_ru_before, children_ru_after)) /
+                         kCostCommands;
+  const double n = static_cast<double>(kCostCommands);
+  const double server_user_us = 1e6 * (server_after.first - server_before.first) / n;
+  const double server_sys_us = 1e6 * (server_after.second - server_before.second) / n;
+  const double pid1_user_us = 1e6 * (pid1_after.first - pid1_before.first) / n;
+  const double pid1_sys_us = 1e6 * (pid1_after.second - pid1_before.second) / n;
+  const double pid1_us = static_cast<double>(pid1_ns) / 1e3 / n, template_us = static_cast<double>(template_ns) / 1e3 / n;
+  const double server_us = server_user_us + server_sys_us;
+  Stats warm_true_s = summarize(warm_true);
+  std::printf("\nsandboxd's own CPU per warm `true` (%d commands one after another; user + system)\n", kCostCommands);
+  std::printf("  server, every thread          %8.1f us   (user %.1f, system %.1f)\n", server_us, server_user_us,
+              server_sys_us);
+  std::printf("  PID 1                         %8.1f us   (user %.1f, system %.1f)\n", pid1_us, pid1_user_us,
+              pid1_sys_us);
+  std::printf("  PID 1's template (the clones) %8.1f us\n", template_us);
+  std::printf("  bare spawn of %s -c true, spawner and bash: %.1f us\n", bash.c_str(), bare_us);
+  std::printf("  ratio sandboxd's own / bare   %8.2f    (goal <= 0.25; server %.2f, PID 1 and template %.2f)\n",
+              (server_us + pid1_us + template_us) / bare_us, server_us / bare_us, (pid1_us + template_us) / bare_us);
+  print_row("warm `true` over HTTP", warm_true_s);
+  print_row("bare spawn of the same bash -c true", bare_true_s);
+  std::printf("  ratio (p50) warm / bare       %8.2fx   (goal <= 1.3x)\n", warm_true_s.p50_ms / bare_true_s.p50_ms);
+  if (failed_cost) std::printf("  (%d failed replies left out)\n", failed_cost);
+
+  // Instructions: a second server under callgrind, zeroed after a warm-up, then
+  // kTraced commands, dumped and divided.
+  constexpr int kTraced = 300;
+  if (access("/usr/bin/valgrind", X_OK) != 0 || access("/usr/bin/callgrind_control", X_OK) != 0) {
+    std::printf("  instructions: valgrind is not installed (scripts/setup.sh installs it)\n");
+  } else {
+    const fs::path traced_dir = dir / "callgrind";
+    fs::create_directories(traced_dir);
+    const std::string out_base = (traced_dir / "callgrind.out").string();
+    Server traced = start_server(binary, traced_dir, "",
+                                 {"/usr/bin/valgrind", "--tool=callgrind", "--trace-children=no",
+                                  "--log-file=" + (traced_dir / "valgrind.log").string(),
+                                  "--callgrind-out-file=" + out_base});
+    if (!traced.port) {
+      std::printf("  instructions: the server did not start under valgrind:\n%s\n",
+                  read_all(traced_dir / "valgrind.log").c_str());
+    } else {
+      Client traced_client(traced.port);
+      const std::string target = tools + "traced/tools/bash_code_execution";
+      for (int i = 0; i < 100; ++i) traced_client.post(target, true_body);
+      std::this_thread::sleep_for(std::chrono::seconds(2));  // the pools' refills are done
+      const std::string pid = std::to_string(traced.pid);
+      output_of("/usr/bin/callgrind_control --zero " + pid + " 2>&1");
+      int traced_ok = 0;
+      for (int i = 0; i < kTraced; ++i) traced_ok += executed(traced_client.post_reply(target, true_body), "");
+      output_of("/usr/bin/callgrind_control --dump=commands " + pid + " 2>&1");
+      // The dump of the commands is the newest file of the run.
+      fs::path dump;
+      for (const auto& entry : fs::directory_iterator(traced_dir))
+        if (entry.path().filename().string().starts_with("callgrind.out") &&
+            (dump.empty() || fs::last_write_time(entry) > fs::last_write_time(dump)))
+          dump = entry.path();
+      std::smatch m;
+      const std::string dumped = dump.empty() ? "" : read_all(dump);
+      if (traced_ok != kTraced || !std::regex_search(dumped, m, std::regex("\ntotals: ([0-9]+)"))) {
+        std::printf("  instructions: no count (%d of %d commands ran; dump %s)\n", traced_ok, kTraced,
+                    dump.c_str());
+      } else {
+        const double per_command = std::stod(m[1]) / kTraced;
+        std::printf("\nthe server's user-space instructions per warm `true` (callgrind, %d commands)\n", kTraced);
+        std::printf("  %.0f instructions per command   (goal <= 100000)\n", per_command);
+        // Where they go: the functions with the most instructions of their own, and the
+        // ones whose calls cost the most in all.
+        for (const char* inclusive : {"no", "yes"}) {
+          std::printf("  top functions, %s (instructions per command):\n",
+                      inclusive[0] == 'n' ? "own cost" : "with their callees");
+          std::istringstream lines(output_of("/usr/bin/callgrind_annotate --inclusive=" + std::string(inclusive) +
+                                             " --threshold=100 " + dump.string() + " 2>/dev/null"));
+          std::regex row("^\\s*([0-9,]+) \\([ 0-9.]+%\\)\\s+(.*)$");
+          int shown = 0;
+          for (std::string line; std::getline(lines, line) && shown < 25;) {
+            std::smatch r;
+            if (!std::regex_match(line, r, row)) continue;
+            std::string count = r[1];
+            std::erase(count, ',');
+            std::string name = r[2];
+            // Frames that were on a stack when the counters were zeroed (a thread's
+            // start, main, the event loop) are reported with everything since: no
+            // function of a command's own is near half of it.
+            if (name.find("PROGRAM TOTALS") != std::string::npos || std::stod(count) > 0.4 * std::stod(m[1])) continue;
+            if (name.size() > 110) name = name.substr(0, 110) + "...";
+            std::printf("  %10.0f  %s\n", std::stod(count) / kTraced, name.c_str());
+            ++shown;
+          }
+        }
+      }
+      // Under valgrind the server may not finish its shutdown: a minute, then SIGKILL
+      // (its sandboxes end with their control sockets; their mounts are let go below).
+      kill(traced.pid, SIGTERM);
+      bool exited = false;
+      for (int i = 0; i < 600 && !exited; ++i) {
+        exited = waitpid(traced.pid, nullptr, WNOHANG) == traced.pid;
+        if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      if (!exited) {
+        kill(traced.pid, SIGKILL);
+        waitpid(traced.pid, nullptr, 0);
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        std::vector<std::string> left;
+        std::ifstream mounts("/proc/self/mountinfo");
+        for (std::string line; std::getline(mounts, line);) {
+          std::istringstream fields(line);
+          std::string skip, point;
+          fields >> skip >> skip >> skip >> skip >> point;
+          if (point.starts_with(traced_dir.string())) left.push_back(point);
+        }
+        std::sort(left.rbegin(), left.rend());  // the deepest first
+        for (const auto& point : left) umount2(point.c_str(), MNT_DETACH);
+      }
+    }
+  }
+  }  // cost
+
+  if (everything || only == "throughput" || only == "cost") {
   // Throughput: wrk, 32 connections over 8 containers, each running `echo ok`. The
   // script checks every reply (status 200, stdout "ok\n", exit 0); only those count as
   // executions, the rest are reported as errors.
@@ -636,6 +865,7 @@ int main(int argc, char** argv) {
 
   kill(server.pid, SIGTERM);
   waitpid(server.pid, nullptr, 0);
-  fs::remove_all(dir);
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
   return 0;
 }

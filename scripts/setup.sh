@@ -9,6 +9,7 @@ packages=(
   libexpat1-dev  # the S3 storage backend parses the bucket's XML answers
   libmagic-dev libspdlog-dev libsystemd-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   e2fsprogs util-linux iproute2 bubblewrap curl wrk
+  valgrind  # the server benchmark counts the server's instructions per command with callgrind
   bash-static  # sandboxes run it for /bin/bash: the same bash, no dynamic linking per command
   zlib1g-dev debootstrap  # images: gzip layers; `sandboxd image build`
   prometheus  # promtool checks the /metrics output in the tests

@@ -29,10 +29,23 @@ size_t utf8_sequence_length(std::string_view text, size_t i) {
   return length;
 }
 
+namespace {
+// The end of the run of ASCII bytes from `i`: most text is ASCII, copied by runs.
+size_t ascii_run_end(std::string_view text, size_t i) {
+  while (i < text.size() && static_cast<unsigned char>(text[i]) < 0x80) ++i;
+  return i;
+}
+}  // namespace
+
 std::string to_valid_utf8(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (size_t i = 0; i < text.size();) {
+    if (size_t end = ascii_run_end(text, i); end > i) {
+      out.append(text, i, end - i);
+      i = end;
+      continue;
+    }
     size_t length = utf8_sequence_length(text, i);
     if (length == 0) {
       out += "\xEF\xBF\xBD";
@@ -47,6 +60,10 @@ std::string to_valid_utf8(std::string_view text) {
 
 bool is_valid_utf8(std::string_view text) {
   for (size_t i = 0; i < text.size();) {
+    if (size_t end = ascii_run_end(text, i); end > i) {
+      i = end;
+      continue;
+    }
     size_t length = utf8_sequence_length(text, i);
     if (length == 0) return false;
     i += length;

@@ -67,4 +67,14 @@ std::vector<int> clone_folders(const std::vector<const std::string*>& folders) {
   return trees;
 }
 
+bool can_clone_folders(std::string& error) {
+  int probe = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (probe < 0) {
+    error = describe_errno("open_tree(/, OPEN_TREE_CLONE) in the server", errno);
+    return false;
+  }
+  close(probe);
+  return true;
+}
+
 }  // namespace sandboxd::runtime

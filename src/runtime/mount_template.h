@@ -32,4 +32,9 @@ int create_mount_template(const std::string& init_path, const std::string& servi
 // throws SyscallError naming the folder when one cannot be cloned.
 std::vector<int> clone_folders(const std::vector<const std::string*>& folders);
 
+// Whether this process may clone folders (open_tree), which the helper's success does
+// not prove: a seccomp profile or a tracer (valgrind) may deny the server alone. False
+// with `error` set: the server then copies its namespace as on a host without it.
+bool can_clone_folders(std::string& error);
+
 }  // namespace sandboxd::runtime

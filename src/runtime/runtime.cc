@@ -65,6 +65,12 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
     needed.push_back(options_.image_root);
   std::string template_error;
   mount_template_fd_ = create_mount_template(options_.init_path, options_.service_dir, needed, template_error);
+  // The container's folders are cloned by this process (clone_folders), which a
+  // seccomp profile or a tracer (valgrind) may deny it even when the helper could.
+  if (mount_template_fd_ >= 0 && !can_clone_folders(template_error)) {
+    close(mount_template_fd_);
+    mount_template_fd_ = -1;
+  }
   if (mount_template_fd_ < 0)
     std::fprintf(stderr, "sandboxd: %s; each sandbox copies the server's mount namespace instead (slower to start "
                          "with many sandboxes running)\n", template_error.c_str());

@@ -57,7 +57,8 @@ StringResponse json_response(http::status status, std::string body) {
   // did not choose (a file name made in a sandbox) have their invalid bytes replaced
   // with U+FFFD here, whatever the handler forgot. (JSON's own syntax is ASCII, so
   // this never touches anything but string contents.)
-  res.body() = to_valid_utf8(body);
+  if (is_valid_utf8(body)) res.body() = std::move(body);  // the common case: no copy
+  else res.body() = to_valid_utf8(body);
   return res;
 }
 

@@ -6,7 +6,9 @@
 
 #include <cerrno>
 #include <charconv>
+#include <mutex>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "base/hex.h"
 
@@ -26,7 +28,9 @@ std::string new_api_secret() {
   return hex_encode(bytes, sizeof bytes);
 }
 
-std::string scoped_token(const Container& container, int depth) {
+namespace {
+
+std::string derive_scoped_token(const Container& container, int depth) {
   // Bound to the owner, the container and the depth, under a secret of this container
   // object: a container deleted and made again under the same id gets a new secret.
   const std::string message = container.owner + '\n' + container.id + '\n' + std::to_string(depth);
@@ -35,6 +39,27 @@ std::string scoped_token(const Container& container, int depth) {
   HMAC(EVP_sha256(), container.api_secret.data(), static_cast<int>(container.api_secret.size()),
        reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length);
   return std::string(kScopedTokenPrefix) + std::to_string(depth) + "-" + hex_encode(mac, length);
+}
+
+}  // namespace
+
+std::string scoped_token(const Container& container, int depth) {
+  if (depth != 1) return derive_scoped_token(container, depth);
+  // Depth 1 is what every command of a direct call gets: its HMAC is kept by secret
+  // (each container's own) instead of computed for every command. Bounded: past the
+  // bound the kept ones go and are derived again as they are used.
+  static constexpr size_t kKept = 4096;
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::string> by_secret;
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = by_secret.find(container.api_secret); it != by_secret.end()) return it->second;
+  }
+  std::string token = derive_scoped_token(container, 1);
+  std::lock_guard lock(mutex);
+  if (by_secret.size() >= kKept) by_secret.clear();
+  by_secret.emplace(container.api_secret, token);
+  return token;
 }
 
 std::vector<std::string> sandbox_env(const ops::Config& config, const Container& container, int depth) {

@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <cstdlib>
+#include <map>
 #include <stdexcept>
 #include <utility>
 
@@ -112,6 +113,24 @@ std::string number_placeholders(std::string_view sql, int& count) {
 
 // ------------------------------------------------------------------ SQLite
 
+// Statements prepared once and reused (reset, bindings cleared) by their SQL text:
+// parsing and planning a statement costs far more than running the small ones the
+// stores run, several of them after every command. Bounded, for SQL assembled from
+// optional pieces; a statement already in use (the same SQL nested) gets one of its own.
+struct SqliteStatementCache {
+  static constexpr size_t kMaxStatements = 256;
+  struct Entry {
+    sqlite3_stmt* stmt = nullptr;
+    bool in_use = false;
+  };
+  std::map<std::string, Entry, std::less<>> statements;
+
+  void clear() {
+    for (auto& [sql, entry] : statements) sqlite3_finalize(entry.stmt);
+    statements.clear();
+  }
+};
+
 class SqliteDatabase final : public Database {
  public:
   explicit SqliteDatabase(const std::string& path) : Database(Backend::kSqlite) {
@@ -130,15 +149,19 @@ class SqliteDatabase final : public Database {
       throw;
     }
   }
-  ~SqliteDatabase() override { sqlite3_close(db_); }
+  ~SqliteDatabase() override {
+    statements_.clear();
+    sqlite3_close(db_);
+  }
 
-  Connection acquire() override { return Connection(Backend::kSqlite, db_, std::unique_lock(mutex_)); }
+  Connection acquire() override { return Connection(Backend::kSqlite, db_, std::unique_lock(mutex_), &statements_); }
 
  private:
   void release(pg_conn*, PostgresSession*) override {}
 
   std::mutex mutex_;
   sqlite3* db_ = nullptr;
+  SqliteStatementCache statements_;  // under mutex_
 };
 
 std::shared_ptr<Database> open_sqlite(const std::string& path) { return std::make_shared<SqliteDatabase>(path); }
@@ -149,6 +172,7 @@ Connection::Connection(Connection&& other) noexcept
     : backend_(other.backend_),
       sqlite_(std::exchange(other.sqlite_, nullptr)),
       sqlite_lock_(std::move(other.sqlite_lock_)),
+      sqlite_statements_(std::exchange(other.sqlite_statements_, nullptr)),
       postgres_(std::exchange(other.postgres_, nullptr)),
       session_(std::exchange(other.session_, nullptr)),
       owner_(std::exchange(other.owner_, nullptr)) {}
@@ -191,9 +215,23 @@ struct PostgresQuery {
 
 Statement::Statement(Connection& conn, std::string_view sql) : conn_(conn) {
   if (conn.backend() == Backend::kSqlite) {
+    SqliteStatementCache* cache = conn.sqlite_statements_;
+    auto found = cache ? cache->statements.find(sql) : decltype(cache->statements)::iterator();
+    if (cache && found != cache->statements.end() && !found->second.in_use) {
+      found->second.in_use = true;
+      cached_in_use_ = &found->second.in_use;
+      stmt_ = found->second.stmt;
+      return;
+    }
     if (sqlite3_prepare_v2(conn.sqlite_handle(), sql.data(), static_cast<int>(sql.size()), &stmt_, nullptr) !=
         SQLITE_OK)
       sqlite_fail(conn.sqlite_handle(), "prepare");
+    if (cache && found == cache->statements.end() && cache->statements.size() < SqliteStatementCache::kMaxStatements &&
+        stmt_) {
+      auto& entry = cache->statements[std::string(sql)];
+      entry = {stmt_, true};
+      cached_in_use_ = &entry.in_use;
+    }
     return;
   }
   pg_ = std::make_unique<PostgresQuery>();
@@ -205,7 +243,16 @@ Statement::Statement(Connection& conn, std::string_view sql) : conn_(conn) {
 }
 
 Statement::~Statement() {
-  if (stmt_) sqlite3_finalize(stmt_);
+  if (!stmt_) return;
+  if (!cached_in_use_) {
+    sqlite3_finalize(stmt_);
+    return;
+  }
+  // Reset ends its read of the database (a statement left mid-rows would keep a WAL
+  // snapshot open); the bindings go so that nothing of this call reaches the next.
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
+  *cached_in_use_ = false;
 }
 
 Statement& Statement::bind(int index, std::string_view value) {

@@ -40,6 +40,7 @@ namespace sandboxd::store::db {
 enum class Backend { kSqlite, kPostgres };
 
 class Connection;
+struct SqliteStatementCache;  // database.cc
 
 // The statements prepared on one PostgreSQL connection, by their SQL and parameter
 // types: each runs again without being parsed and planned again (one round trip, as
@@ -125,14 +126,16 @@ class Connection {
  private:
   friend class SqliteDatabase;
   friend class PostgresDatabase;
-  Connection(Backend backend, sqlite3* sqlite, std::unique_lock<std::mutex> lock)
-      : backend_(backend), sqlite_(sqlite), sqlite_lock_(std::move(lock)) {}
+  friend class Statement;
+  Connection(Backend backend, sqlite3* sqlite, std::unique_lock<std::mutex> lock, SqliteStatementCache* statements)
+      : backend_(backend), sqlite_(sqlite), sqlite_lock_(std::move(lock)), sqlite_statements_(statements) {}
   Connection(Database* owner, pg_conn* conn, PostgresSession* session)
       : backend_(Backend::kPostgres), postgres_(conn), session_(session), owner_(owner) {}
 
   Backend backend_;
   sqlite3* sqlite_ = nullptr;
   std::unique_lock<std::mutex> sqlite_lock_;
+  SqliteStatementCache* sqlite_statements_ = nullptr;  // the database's, used under sqlite_lock_
   pg_conn* postgres_ = nullptr;
   PostgresSession* session_ = nullptr;
   Database* owner_ = nullptr;
@@ -177,6 +180,7 @@ class Statement {
  private:
   Connection& conn_;
   sqlite3_stmt* stmt_ = nullptr;
+  bool* cached_in_use_ = nullptr;  // a statement of the connection's cache, given back at scope exit
   std::unique_ptr<PostgresQuery> pg_;
   int next_index_ = 1;
   int64_t changes_ = 0;
