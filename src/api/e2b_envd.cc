@@ -382,10 +382,10 @@ asio::awaitable<Result<Response>> send_signal(ApiContext& api, RequestContext& c
 // index is looked at again, and the sessions bucket copies the change.
 void note_changed(Container& container) {
   {
-    std::lock_guard lock(container.sync_mutex);
-    container.index_dirty = true;
+    std::lock_guard lock(container.index.mutex);
+    container.index.dirty = true;
   }
-  ++container.changes;
+  ++container.bucket.changes;
 }
 
 template <typename Op>
