@@ -96,6 +96,11 @@ class KubernetesPeersTest : public ::testing::Test {
     ASSERT_TRUE(eventually([&] { return ready().at("status") == "ready"; }))
         << bj::serialize(ready()) << server->log();
     container = std::string("k-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    // A sandbox's resolver and peer listeners open just after it starts, not before its
+    // first command (a known gap, docs/network.md): the cases begin once they are open.
+    ASSERT_TRUE(eventually([&] {
+      return out(bash("getent hosts pg.analytics.svc.cluster.local >/dev/null && echo up")) == "up\n";
+    }));
   }
   void TearDown() override {
     server.reset();
