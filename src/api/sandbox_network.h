@@ -106,7 +106,8 @@ class SandboxNetwork : public service::SandboxNetworking {
   void plan(runtime::SandboxOptions& options) const override;
 
   // Takes the started sandbox's listeners and serves them until it stops.
-  std::shared_ptr<service::NetworkLink> attach(const std::shared_ptr<runtime::Sandbox>& sandbox) override;
+  asio::awaitable<std::shared_ptr<service::NetworkLink>> attach(
+      const std::shared_ptr<runtime::Sandbox>& sandbox) override;
 
   // Authenticates every request: a sandbox's connections with its scoped token (messages
   // endpoints only), the public listener with the owners' tokens.
