@@ -79,7 +79,18 @@ SandboxNetwork::SandboxNetwork(asio::io_context& io, server::HttpServer& http, c
   targets_.push_back({ops::kApiHostName, "", kApiPort});
   for (const auto& service : config.internal_services) targets_.push_back({service.name, service.host, service.port});
   for (const auto& target : targets_) fixed_ports_.insert(target.port);
-  if (peers_) peers_->on_change([this] { peers_changed(); });
+  if (peers_) {
+    change_target_->network = this;
+    peers_->on_change([target = change_target_] {
+      std::lock_guard lock(target->mutex);
+      if (target->network) target->network->peers_changed();
+    });
+  }
+}
+
+SandboxNetwork::~SandboxNetwork() {
+  std::lock_guard lock(change_target_->mutex);
+  change_target_->network = nullptr;
 }
 
 void SandboxNetwork::plan(runtime::SandboxOptions& options) const {
