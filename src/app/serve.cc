@@ -19,6 +19,7 @@
 #include "cluster/container_durability.h"
 #include "service/container_service.h"
 #include "service/e2b_sandboxes.h"
+#include "service/directory_watches.h"
 #include "service/sandbox_processes.h"
 #include "app/host_share.h"
 #include "api/routes.h"
@@ -310,6 +311,8 @@ int serve(ops::Config config, const std::string& config_path) {
     std::optional<service::E2bSandboxes> e2b_sandboxes;
     service::SandboxProcesses sandbox_processes;
     api.sandbox_processes = &sandbox_processes;
+    service::DirectoryWatches directory_watches;
+    api.directory_watches = &directory_watches;
     if (!config.cluster_enabled()) {
       e2b_sandboxes.emplace(io, containers, config.data_dir);
       e2b_sandboxes->start();
