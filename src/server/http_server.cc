@@ -7,6 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+#include <algorithm>
+#include <array>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -14,9 +17,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/buffers_cat.hpp>
+#include <boost/beast/core/buffers_range.hpp>
 #include <boost/url/parse.hpp>
-#include <algorithm>
-#include <spdlog/spdlog.h>
 
 #include "server/header_values.h"
 #include "base/utf8.h"
@@ -238,6 +241,25 @@ asio::awaitable<bool> ChunkWriter::write(std::string_view data) {
     std::tie(ec, std::ignore) = co_await asio::async_write(
         stream_, http::make_chunk(asio::const_buffer(data.data(), data.size())), use_tuple);
   stream_.expires_never();
+  if (ec) failed_ = true;
+  co_return !failed_;
+}
+
+asio::awaitable<bool> ChunkWriter::write_last(std::string_view data) {
+  if (failed_) co_return false;
+  if (raw_) co_return co_await write(data);
+  stream_.expires_after(write_timeout_);
+  boost::system::error_code ec;
+  const auto last = http::make_chunk_last();
+  if (data.empty()) {
+    std::tie(ec, std::ignore) = co_await asio::async_write(stream_, last, use_tuple);
+  } else {
+    const auto chunk = http::make_chunk(asio::const_buffer(data.data(), data.size()));
+    std::tie(ec, std::ignore) =
+        co_await asio::async_write(stream_, beast::buffers_cat(chunk, last), use_tuple);
+  }
+  stream_.expires_never();
+  finished_ = true;
   if (ec) failed_ = true;
   co_return !failed_;
 }
@@ -560,7 +582,32 @@ asio::awaitable<bool> HttpServer::send(beast::tcp_stream& stream, Response& resp
     const bool sized = streamed->header.has_content_length();
     if (!sized) streamed->header.chunked(true);
     http::response_serializer<http::empty_body> serializer{streamed->header};
-    auto [ec, n] = co_await http::async_write_header(stream, serializer, use_tuple);
+    boost::system::error_code ec;
+    if (head || streamed->first_chunk.empty()) {
+      std::tie(ec, std::ignore) = co_await http::async_write_header(stream, serializer, use_tuple);
+    } else {
+      // The header's bytes, then the first chunk, in one write.
+      std::string header_bytes;
+      serializer.split(true);
+      serializer.next(ec, [&](boost::system::error_code&, const auto& buffers) {
+        for (const auto piece : beast::buffers_range_ref(buffers))
+          header_bytes.append(static_cast<const char*>(piece.data()), piece.size());
+        serializer.consume(beast::buffer_bytes(buffers));
+      });
+      const auto& first = streamed->first_chunk;
+      if (!ec && sized)
+        std::tie(ec, std::ignore) = co_await asio::async_write(
+            stream,
+            std::array{asio::const_buffer(header_bytes.data(), header_bytes.size()),
+                       asio::const_buffer(first.data(), first.size())},
+            use_tuple);
+      else if (!ec)
+        std::tie(ec, std::ignore) = co_await asio::async_write(
+            stream,
+            beast::buffers_cat(asio::const_buffer(header_bytes.data(), header_bytes.size()),
+                               http::make_chunk(asio::const_buffer(first.data(), first.size()))),
+            use_tuple);
+    }
     stream.expires_never();
     if (ec) co_return false;
     if (head) co_return true;
@@ -573,7 +620,7 @@ asio::awaitable<bool> HttpServer::send(beast::tcp_stream& stream, Response& resp
       co_return false;
     }
     if (writer.failed()) co_return false;
-    if (sized) co_return true;
+    if (sized || writer.finished()) co_return true;
     stream.expires_after(limits_.write_timeout);
     std::tie(ec, std::ignore) = co_await asio::async_write(stream, http::make_chunk_last(), use_tuple);
     stream.expires_never();
