@@ -1,15 +1,15 @@
 #include "ops/logging.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/rotating_file_sink.h>
-#include <unistd.h>
-#include <algorithm>
-#include <chrono>
-
-#include <atomic>
-#include <cstdio>
-#include <mutex>
 
 #include "base/utf8.h"
 
