@@ -197,8 +197,8 @@ std::string message(const json::object& o) { return connect_rpc::envelope(json::
 server::StreamResponse event_stream(std::shared_ptr<service::ProcessReader> reader, uint32_t pid,
                                     std::chrono::milliseconds keepalive) {
   server::StreamResponse res{connect_rpc::stream_header(), nullptr};
-  res.produce = [reader, pid, keepalive](server::ChunkWriter& out) -> asio::awaitable<void> {
-    if (!co_await out.write(message(start_event(pid)))) co_return;
+  res.first_chunk = message(start_event(pid));  // in the header's packet
+  res.produce = [reader, keepalive](server::ChunkWriter& out) -> asio::awaitable<void> {
     for (;;) {
       auto piece = co_await reader->next(keepalive);
       if (!piece) {
@@ -206,8 +206,8 @@ server::StreamResponse event_stream(std::shared_ptr<service::ProcessReader> read
         continue;
       }
       if (piece->kind == ProcessOutput::Kind::kEnd) {
-        if (co_await out.write(message(end_event(*piece))))
-          co_await out.write(connect_rpc::end_of_stream(nullptr));
+        // The end event, the stream's end and the body's, in one write.
+        co_await out.write_last(message(end_event(*piece)) + connect_rpc::end_of_stream(nullptr));
         co_return;
       }
       if (!co_await out.write(message(data_event(*piece)))) co_return;

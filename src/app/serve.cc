@@ -263,10 +263,15 @@ int serve(ops::Config config, const std::string& config_path) {
     containers.set_network(&network);
     http.set_authenticator([&network](server::RequestContext& ctx) { return network.authenticate(ctx); });
     http.set_observer([](const server::RequestRecord& r) {
-      ops::log_event(spdlog::level::info, "request",
-                {{"id", r.request_id}, {"method", r.method}, {"target", r.target}, {"status", int64_t{r.status}},
-                 {"ms", r.seconds * 1000}, {"bytes", static_cast<int64_t>(r.bytes)},
-                 {"owner", r.owner.empty() ? std::string_view("-") : r.owner}, {"route", r.route}});
+      ops::log_event_batched(spdlog::level::info, "request",
+                             {{"id", r.request_id},
+                              {"method", r.method},
+                              {"target", r.target},
+                              {"status", int64_t{r.status}},
+                              {"ms", r.seconds * 1000},
+                              {"bytes", static_cast<int64_t>(r.bytes)},
+                              {"owner", r.owner.empty() ? std::string_view("-") : r.owner},
+                              {"route", r.route}});
       ops::metrics().http_request(std::string(r.route), r.status, r.seconds);
       // Who did what to which container, and how it ended: every owner's request.
       if (r.authenticated_route && !r.owner.empty())
