@@ -194,7 +194,9 @@ void SkillStore::load_builtins() {
   std::sort(folders.begin(), folders.end());
   for (const auto& folder : folders) {
     try {
-      auto manifest = parse_skill_manifest(read_text(folder / "SKILL.md"));
+      auto parsed = parse_skill_manifest(read_text(folder / "SKILL.md"));
+      if (!parsed) continue;  // a broken built-in is skipped (its SKILL.md is the packager's to fix)
+      const SkillManifest& manifest = *parsed;
       Builtin b;
       b.record.id = folder.filename().string();
       b.record.source = "anthropic";
@@ -209,7 +211,7 @@ void SkillStore::load_builtins() {
       b.version.directory = folder.string();
       builtins_.push_back(std::move(b));
     } catch (const std::exception&) {
-      // A broken built-in is skipped (its SKILL.md is the packager's to fix).
+      // So is one whose SKILL.md cannot be read.
     }
   }
 }
@@ -287,14 +289,15 @@ SkillRecord SkillStore::create(const std::string& owner, const std::optional<std
   return r;
 }
 
-std::optional<SkillVersionRecord> SkillStore::add_version(const std::string& owner,
-                                                          const std::string& skill_id,
-                                                          const SkillStaging::Checked& upload) {
+SkillResult<SkillVersionRecord> SkillStore::add_version(const std::string& owner, const std::string& skill_id,
+                                                        const SkillStaging::Checked& upload) {
   auto skill = find(owner, skill_id);
-  if (!skill || skill->source != "custom") return std::nullopt;
+  if (!skill || skill->source != "custom")
+    return SkillRefusal{SkillRefusal::Kind::kNoSuchSkill, "Skill not found: " + skill_id};
   if (skill->name != upload.manifest.name)
-    throw SkillUploadError("SKILL.md's name '" + upload.manifest.name + "' differs from the skill's name '" +
-                           skill->name + "': a skill keeps its name across versions");
+    return SkillRefusal{SkillRefusal::Kind::kNameChanged,
+                        "SKILL.md's name '" + upload.manifest.name + "' differs from the skill's name '" +
+                            skill->name + "': a skill keeps its name across versions"};
   auto conn = db_->acquire();
   SkillVersionRecord v;
   v.skill_id = skill_id;
