@@ -24,15 +24,15 @@
 
 #include <gtest/gtest.h>
 
+#include "postgres_harness.h"
 #include "store/file_store.h"
-#include "store/mime.h"
 #include "store/keys.h"
 #include "store/metadata.h"
+#include "store/mime.h"
 #include "store/multipart.h"
 #include "store/schema.h"
 #include "store/skill_store.h"
 #include "store/thread_store.h"
-#include "postgres_harness.h"
 
 namespace sandboxd::store {
 namespace {
@@ -57,8 +57,10 @@ const std::string kOutputs = "/mnt/user-data/outputs";
 const std::string kWorkspace = "/home/agent/workspace";
 
 const std::string kPng(
-    "\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x48\x44\x52\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00"
-    "\x00\x00\x90\x77\x53\xde\x00\x00\x00\x0c\x49\x44\x41\x54\x78\x9c\x63\xf8\xcf\xc0\x00\x00\x03\x01\x01\x00\xc9"
+    "\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x48\x44\x52\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02"
+    "\x00"
+    "\x00\x00\x90\x77\x53\xde\x00\x00\x00\x0c\x49\x44\x41\x54\x78\x9c\x63\xf8\xcf\xc0\x00\x00\x03\x01\x01\x00"
+    "\xc9"
     "\xfe\x92\xef\x00\x00\x00\x00\x49\x45\x4e\x44\xae\x42\x60\x82",
     69);
 
@@ -123,11 +125,13 @@ class TempDir {
 
 TEST(Keys, AcceptsOrdinaryKeys) {
   const std::string max_length_key = std::string(255, 'a') + "/" + std::string(255, 'b') + "/" +
-                                     std::string(255, 'c') + "/" + std::string(200, 'd') + "/" + std::string(55, 'e');
+                                     std::string(255, 'c') + "/" + std::string(200, 'd') + "/" +
+                                     std::string(55, 'e');
   ASSERT_EQ(max_length_key.size(), kMaxKeyLength);
-  for (const std::string& key : std::vector<std::string>{
-           "sales.csv", "data/2026/q3.xlsx", "outputs/chart.png", "a b/c d.txt", ".hidden", "..a", "a..", "...",
-        "a\\b", "..\\x", "caf\xc3\xa9.csv", "100%.txt", "%41%42", "a/%2e%2ex", "%2e%2e%2e", std::string(255, 'x')}) {
+  for (const std::string& key :
+       std::vector<std::string>{"sales.csv", "data/2026/q3.xlsx", "outputs/chart.png", "a b/c d.txt",
+                                ".hidden", "..a", "a..", "...", "a\\b", "..\\x", "caf\xc3\xa9.csv",
+                                "100%.txt", "%41%42", "a/%2e%2ex", "%2e%2e%2e", std::string(255, 'x')}) {
     EXPECT_EQ(validate_key(key), "") << key;
   }
   EXPECT_EQ(validate_key(max_length_key), "");
@@ -161,7 +165,9 @@ TEST(Keys, RejectsEachClassWithAReason) {
       {"outputs/", "key must not end with '/'"},
       {"a//b", "key must not contain empty segments"},
       {std::string("a\0b", 3), "key must not contain NUL characters"},
-      {"a\x01" "b", "key must not contain control characters"},
+      {"a\x01"
+       "b",
+       "key must not contain control characters"},
       {"a\nb", "key must not contain control characters"},
       {"a\x7f", "key must not contain control characters"},
       {std::string(5000, 'k'), "key is too long (max 1024 bytes)"},
@@ -190,9 +196,12 @@ TEST(Keys, MapToSandboxPathsAndBack) {
 }
 
 TEST(FileIds, SeedExampleAndRoundTrips) {
-  EXPECT_EQ(file_id_for_path("/mnt/user-data/uploads/sales.csv"), "L21udC91c2VyLWRhdGEvdXBsb2Fkcy9zYWxlcy5jc3Y");
-  EXPECT_EQ(file_id_for_path("/mnt/user-data/outputs/revenue.png"), "L21udC91c2VyLWRhdGEvb3V0cHV0cy9yZXZlbnVlLnBuZw");
-  EXPECT_EQ(path_for_file_id("L21udC91c2VyLWRhdGEvdXBsb2Fkcy9zYWxlcy5jc3Y"), "/mnt/user-data/uploads/sales.csv");
+  EXPECT_EQ(file_id_for_path("/mnt/user-data/uploads/sales.csv"),
+            "L21udC91c2VyLWRhdGEvdXBsb2Fkcy9zYWxlcy5jc3Y");
+  EXPECT_EQ(file_id_for_path("/mnt/user-data/outputs/revenue.png"),
+            "L21udC91c2VyLWRhdGEvb3V0cHV0cy9yZXZlbnVlLnBuZw");
+  EXPECT_EQ(path_for_file_id("L21udC91c2VyLWRhdGEvdXBsb2Fkcy9zYWxlcy5jc3Y"),
+            "/mnt/user-data/uploads/sales.csv");
   for (const std::string path : {"/a", "/ab", "/abc", "/mnt/user-data/uploads/caf\xc3\xa9 \xe2\x82\xac.csv",
                                  "/home/agent/workspace/x?y&z=1"}) {
     std::string id = file_id_for_path(path);
@@ -203,7 +212,7 @@ TEST(FileIds, SeedExampleAndRoundTrips) {
 
 TEST(FileIds, RejectsWhatIsNotAnAbsolutePath) {
   EXPECT_EQ(path_for_file_id(""), std::nullopt);
-  EXPECT_EQ(path_for_file_id("Zm9v"), std::nullopt);                                  // "foo": relative
+  EXPECT_EQ(path_for_file_id("Zm9v"), std::nullopt);                                     // "foo": relative
   EXPECT_EQ(path_for_file_id(base64url_encode(std::string("/a\0b", 4))), std::nullopt);  // NUL
   EXPECT_EQ(path_for_file_id("L2E+"), std::nullopt);  // '+' is standard base64, not base64url
   EXPECT_EQ(path_for_file_id("L2E="), std::nullopt);  // padding
@@ -211,9 +220,9 @@ TEST(FileIds, RejectsWhatIsNotAnAbsolutePath) {
 }
 
 TEST(Base64Url, Rfc4648VectorsWithoutPadding) {
-  const std::pair<std::string, std::string> vectors[] = {{"", ""},         {"f", "Zg"},         {"fo", "Zm8"},
-                                                         {"foo", "Zm9v"},  {"foob", "Zm9vYg"}, {"fooba", "Zm9vYmE"},
-                                                         {"foobar", "Zm9vYmFy"}};
+  const std::pair<std::string, std::string> vectors[] = {
+      {"", ""},           {"f", "Zg"},          {"fo", "Zm8"},         {"foo", "Zm9v"},
+      {"foob", "Zm9vYg"}, {"fooba", "Zm9vYmE"}, {"foobar", "Zm9vYmFy"}};
   for (const auto& [plain, encoded] : vectors) {
     EXPECT_EQ(base64url_encode(plain), encoded);
     EXPECT_EQ(base64url_decode(encoded), plain);
@@ -266,7 +275,8 @@ class MetadataTest : public ::testing::TestWithParam<db::Backend> {
   Metadata metadata_{database_.open()};
 };
 
-INSTANTIATE_TEST_SUITE_P(Backends, MetadataTest, ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
+INSTANTIATE_TEST_SUITE_P(Backends, MetadataTest,
+                         ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
                          sandboxd::testing::backend_name);
 
 TEST_P(MetadataTest, ContainersCreateFindTouchListDelete) {
@@ -280,7 +290,8 @@ TEST_P(MetadataTest, ContainersCreateFindTouchListDelete) {
   metadata_.create_container({"alice", "c0", "st-b", 100, 100});
   metadata_.create_container({"alice", "c2", "st-c", 50, 50});
   metadata_.create_container({"bob", "c1", "st-d", 10, 10});
-  EXPECT_THROW(metadata_.create_container({"carol", "x", "st-a", 1, 1}), std::runtime_error);  // storage is unique
+  EXPECT_THROW(metadata_.create_container({"carol", "x", "st-a", 1, 1}),
+               std::runtime_error);  // storage is unique
 
   EXPECT_EQ(metadata_.find_container("bob", "c1")->storage, "st-d");
   EXPECT_EQ(metadata_.find_container("bob", "c0"), std::nullopt);
@@ -361,7 +372,9 @@ TEST_P(MetadataTest, PagesAfterAndBeforeWithHasMore) {
     all.push_back(kUploads + "/f" + std::to_string(i));
     metadata_.put_file(file(all.back(), 100 + i / 2), true);  // ties on purpose
   }
-  auto slice = [&](size_t from, size_t to) { return std::vector<std::string>(all.begin() + from, all.begin() + to); };
+  auto slice = [&](size_t from, size_t to) {
+    return std::vector<std::string>(all.begin() + from, all.begin() + to);
+  };
 
   auto first = metadata_.list_files("s1", {}, 3, std::nullopt, std::nullopt);
   EXPECT_EQ(paths_of(first), slice(0, 3));
@@ -416,17 +429,21 @@ TEST_P(MetadataTest, FiltersByPathPrefixes) {
   other.storage = "s2";
   metadata_.put_file(other, true);
 
-  EXPECT_EQ(paths_of(metadata_.list_files("s1", {kUploads + "/", kOutputs + "/"}, 10, std::nullopt, std::nullopt)),
-            (std::vector<std::string>{kUploads + "/data/2026/a.csv", kUploads + "/data/20261/b.csv",
-                                      kOutputs + "/chart.png", kUploads + "/data/2026/c.csv"}));
+  EXPECT_EQ(
+      paths_of(metadata_.list_files("s1", {kUploads + "/", kOutputs + "/"}, 10, std::nullopt, std::nullopt)),
+      (std::vector<std::string>{kUploads + "/data/2026/a.csv", kUploads + "/data/20261/b.csv",
+                                kOutputs + "/chart.png", kUploads + "/data/2026/c.csv"}));
   auto narrow = metadata_.list_files("s1", {kUploads + "/data/2026/"}, 1, std::nullopt, std::nullopt);
   EXPECT_EQ(paths_of(narrow), (std::vector<std::string>{kUploads + "/data/2026/a.csv"}));
   EXPECT_TRUE(narrow.has_more);
-  auto next = metadata_.list_files("s1", {kUploads + "/data/2026/"}, 1, narrow.files.back().path, std::nullopt);
+  auto next =
+      metadata_.list_files("s1", {kUploads + "/data/2026/"}, 1, narrow.files.back().path, std::nullopt);
   EXPECT_EQ(paths_of(next), (std::vector<std::string>{kUploads + "/data/2026/c.csv"}));
   EXPECT_FALSE(next.has_more);
-  EXPECT_EQ(metadata_.list_files("s1", {kUploads + "/data/2026"}, 10, std::nullopt, std::nullopt).files.size(), 3u);
-  EXPECT_TRUE(metadata_.list_files("s1", {kUploads + "/nothing"}, 10, std::nullopt, std::nullopt).files.empty());
+  EXPECT_EQ(
+      metadata_.list_files("s1", {kUploads + "/data/2026"}, 10, std::nullopt, std::nullopt).files.size(), 3u);
+  EXPECT_TRUE(
+      metadata_.list_files("s1", {kUploads + "/nothing"}, 10, std::nullopt, std::nullopt).files.empty());
 
   EXPECT_EQ(metadata_.delete_prefix("s1", kUploads + "/data/2026/"), 2u);
   EXPECT_EQ(metadata_.files_of("s1").size(), 3u);
@@ -497,7 +514,8 @@ TEST_P(MetadataTest, ReopensTheSameDatabaseWithItsSchemaVersion) {
   auto scalar = [db](const char* sql) {
     sqlite3_stmt* stmt = nullptr;
     sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
-    std::string value = sqlite3_step(stmt) == SQLITE_ROW ? reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)) : "";
+    std::string value =
+        sqlite3_step(stmt) == SQLITE_ROW ? reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)) : "";
     sqlite3_finalize(stmt);
     return value;
   };
@@ -509,7 +527,8 @@ TEST_P(MetadataTest, ReopensTheSameDatabaseWithItsSchemaVersion) {
 TEST_P(MetadataTest, PathsThatAreNotUtf8KeepTheirBytesAndByteOrder) {
   // Sandbox paths are bytes: a file made in a sandbox may have any name but NUL and '/'.
   const std::string base = kOutputs + "/";
-  const std::vector<std::string> names = {"a", "\xc3\xa9", "\x7f", "\x80", "\xc3\x28", "\xff", "\xff\xfe", "\xffz", "\xff\xff"};
+  const std::vector<std::string> names = {"a",    "\xc3\xa9", "\x7f",  "\x80",    "\xc3\x28",
+                                          "\xff", "\xff\xfe", "\xffz", "\xff\xff"};
   int64_t created = 1;
   for (const auto& name : names) metadata_.put_file(file(base + name, created++), true);
   FileRecord sibling = file(kOutputs + "0", created++);  // just past the prefix range of "outputs/"
@@ -529,7 +548,8 @@ TEST_P(MetadataTest, PathsThatAreNotUtf8KeepTheirBytesAndByteOrder) {
   // The prefix range [prefix, prefix with its last byte + 1) in byte order: "\xff"'s
   // upper bound drops the 0xff and bumps the '/' before it.
   auto high = metadata_.list_files("s1", {base + "\xff"}, 100, std::nullopt, std::nullopt);
-  EXPECT_EQ(paths_of(high), (std::vector<std::string>{base + "\xff", base + "\xff\xfe", base + "\xffz", base + "\xff\xff"}));
+  EXPECT_EQ(paths_of(high),
+            (std::vector<std::string>{base + "\xff", base + "\xff\xfe", base + "\xffz", base + "\xff\xff"}));
   auto cursor = metadata_.list_files("s1", {base + "\xff"}, 1, base + "\xff\xfe", std::nullopt);
   EXPECT_EQ(paths_of(cursor), (std::vector<std::string>{base + "\xffz"}));
   auto invalid_pair = metadata_.list_files("s1", {base + "\xc3"}, 100, std::nullopt, std::nullopt);
@@ -589,7 +609,8 @@ class DatabaseTest : public ::testing::TestWithParam<db::Backend> {
   sandboxd::testing::TestDatabase database_{GetParam()};
 };
 
-INSTANTIATE_TEST_SUITE_P(Backends, DatabaseTest, ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
+INSTANTIATE_TEST_SUITE_P(Backends, DatabaseTest,
+                         ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
                          sandboxd::testing::backend_name);
 
 TEST_P(DatabaseTest, StatementsBindReadAndCountChanges) {
@@ -614,8 +635,10 @@ TEST_P(DatabaseTest, StatementsBindReadAndCountChanges) {
   EXPECT_TRUE(query.is_null(2));
   EXPECT_FALSE(query.step());
 
-  db::Statement upsert(conn, "INSERT INTO t (k, n) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET n = excluded.n + t.n "
-                             "RETURNING n");
+  db::Statement upsert(
+      conn,
+      "INSERT INTO t (k, n) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET n = excluded.n + t.n "
+      "RETURNING n");
   upsert.add("it's ?").add(int64_t{5});
   ASSERT_TRUE(upsert.step());
   EXPECT_EQ(upsert.integer(0), 4);
@@ -640,8 +663,9 @@ TEST_P(DatabaseTest, StatementsBindReadAndCountChanges) {
 
 TEST(DatabasePlaceholders, NumberedOutsideQuotes) {
   int count = 0;
-  EXPECT_EQ(db::number_placeholders("SELECT '?', \"a?\" FROM t WHERE a = ? AND b IN (?, 'it''s?') OR c = ?", count),
-            "SELECT '?', \"a?\" FROM t WHERE a = $1 AND b IN ($2, 'it''s?') OR c = $3");
+  EXPECT_EQ(
+      db::number_placeholders("SELECT '?', \"a?\" FROM t WHERE a = ? AND b IN (?, 'it''s?') OR c = ?", count),
+      "SELECT '?', \"a?\" FROM t WHERE a = $1 AND b IN ($2, 'it''s?') OR c = $3");
   EXPECT_EQ(count, 3);
 }
 
@@ -759,7 +783,8 @@ class ThreadStoreTest : public ::testing::TestWithParam<db::Backend> {
   ThreadStore threads_{database_.open()};
 };
 
-INSTANTIATE_TEST_SUITE_P(Backends, ThreadStoreTest, ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
+INSTANTIATE_TEST_SUITE_P(Backends, ThreadStoreTest,
+                         ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
                          sandboxd::testing::backend_name);
 
 TEST_P(ThreadStoreTest, CreateListRenameAppendAndRemove) {
@@ -785,9 +810,11 @@ TEST_P(ThreadStoreTest, CreateListRenameAppendAndRemove) {
   EXPECT_FALSE(threads_.rename("carol", "thread_1", "x", 1));
 
   ThreadMessage user{"msg_u", "user", "\"make a chart\"", "", 600};
-  ThreadMessage answer{"msg_a", "assistant", "[{\"type\":\"text\",\"text\":\"done\"}]", "{\"stop_reason\":\"end_turn\"}", 601};
+  ThreadMessage answer{"msg_a", "assistant", "[{\"type\":\"text\",\"text\":\"done\"}]",
+                       "{\"stop_reason\":\"end_turn\"}", 601};
   const std::string odd_path = kOutputs + "/chart\xff.png";
-  std::vector<ThreadArtifact> artifacts = {{"file_x", odd_path, "chart\xff.png", "image/png", 69, "msg_a", 601}};
+  std::vector<ThreadArtifact> artifacts = {
+      {"file_x", odd_path, "chart\xff.png", "image/png", 69, "msg_a", 601}};
   EXPECT_TRUE(threads_.append_turn("alice", "thread_2", user, answer, artifacts, "Make a chart"));
   EXPECT_TRUE(threads_.append_turn("alice", "thread_2", user, answer, {}, "Ignored: it has a title"));
   EXPECT_FALSE(threads_.append_turn("alice", "thread_gone", user, answer, artifacts, "x"));
@@ -835,7 +862,8 @@ class SkillStoreTest : public ::testing::TestWithParam<db::Backend> {
   SkillStore skills_{database_.open(), dir_.path().string(), ""};
 };
 
-INSTANTIATE_TEST_SUITE_P(Backends, SkillStoreTest, ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
+INSTANTIATE_TEST_SUITE_P(Backends, SkillStoreTest,
+                         ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
                          sandboxd::testing::backend_name);
 
 TEST_P(SkillStoreTest, CreateVersionListAndRemove) {
@@ -847,7 +875,12 @@ TEST_P(SkillStoreTest, CreateVersionListAndRemove) {
   auto third = skills_.add_version("alice", created.id, staged("charts", "v3"));
   ASSERT_TRUE(third);
   EXPECT_GT(std::stoll(third->version), std::stoll(second->version));
-  EXPECT_FALSE(skills_.add_version("bob", created.id, staged("charts", "not bob's")));
+  auto not_bobs = skills_.add_version("bob", created.id, staged("charts", "not bob's"));
+  ASSERT_FALSE(not_bobs);
+  EXPECT_EQ(not_bobs.error().kind, SkillRefusal::Kind::kNoSuchSkill);
+  auto renamed = skills_.add_version("alice", created.id, staged("graphs", "another name"));
+  ASSERT_FALSE(renamed);
+  EXPECT_EQ(renamed.error().kind, SkillRefusal::Kind::kNameChanged);
 
   auto found = skills_.find("alice", created.id);
   ASSERT_TRUE(found);
@@ -877,7 +910,8 @@ TEST_P(SkillStoreTest, CreateVersionListAndRemove) {
   EXPECT_TRUE(skills_.list("alice", "custom", 10, "skill_\xff").items.empty());
   EXPECT_EQ(skills_.find("alice", "skill_\xff"), std::nullopt);
 
-  EXPECT_EQ(skills_.remove_version("alice", created.id, third->version), SkillStore::VersionRemoval::kRemoved);
+  EXPECT_EQ(skills_.remove_version("alice", created.id, third->version),
+            SkillStore::VersionRemoval::kRemoved);
   EXPECT_EQ(skills_.find("alice", created.id)->latest_version, second->version);
   // The last version may go: the skill stays, with no version to resolve, until removed.
   EXPECT_EQ(skills_.remove_version("alice", other.id, "latest"), SkillStore::VersionRemoval::kRemoved);
@@ -908,7 +942,8 @@ class FileStoreTest : public ::testing::Test {
     auto writer = store_.begin_write(paths_, sandbox_path);
     if (!writer) return writer.error();
     for (size_t at = 0; at < content.size(); at += chunk) {
-      if (auto written = (*writer)->write(content.data() + at, std::min(chunk, content.size() - at)); !written) {
+      if (auto written = (*writer)->write(content.data() + at, std::min(chunk, content.size() - at));
+          !written) {
         return written.error();
       }
     }
@@ -1018,11 +1053,14 @@ TEST_F(FileStoreTest, RefusesFoldersAndPathsOutsideTheWritableMounts) {
 // the etag must still be the MD5 of every byte, in order.
 TEST_F(FileStoreTest, LargeBodiesGetTheRightEtag) {
   std::string content;
-  for (int i = 0; content.size() < (13u << 20); ++i) content += "line " + std::to_string(i) + " of a large body\n";
+  for (int i = 0; content.size() < (13u << 20); ++i)
+    content += "line " + std::to_string(i) + " of a large body\n";
   auto writer = store_.begin_write(paths_, kUploads + "/large.txt");
   ASSERT_TRUE(writer);
   for (size_t offset = 0; offset < content.size(); offset += 100'003)
-    ASSERT_EQ(error_of((*writer)->write(content.data() + offset, std::min<size_t>(100'003, content.size() - offset))), kSucceeded);
+    ASSERT_EQ(error_of((*writer)->write(content.data() + offset,
+                                        std::min<size_t>(100'003, content.size() - offset))),
+              kSucceeded);
   auto committed = (*writer)->commit();
   ASSERT_EQ(error_of(committed), kSucceeded);
   FileRecord record = *committed;
@@ -1168,7 +1206,8 @@ TEST_F(FileStoreTest, FullVolumeReportsNoSpaceAndKeepsTheOldFile) {
   auto writer = std::move(*begun);
   const std::string chunk(64 * 1024, 'n');
   std::optional<FileError> result = kSucceeded;
-  for (int i = 0; i < 32 && result == kSucceeded; ++i) result = error_of(writer->write(chunk.data(), chunk.size()));
+  for (int i = 0; i < 32 && result == kSucceeded; ++i)
+    result = error_of(writer->write(chunk.data(), chunk.size()));
   if (result == kSucceeded) result = error_of(writer->commit());
   EXPECT_EQ(result, FileError::kNoSpace);
   writer.reset();
@@ -1191,7 +1230,8 @@ TEST_F(FileStoreTest, SymlinksNeverLeadReadsOrWritesOutside) {
     fs::path host;
     bool writable;
   };
-  const Mount mounts[] = {{kUploads, uploads_, true}, {kOutputs, outputs_, true}, {kWorkspace, workspace_, false}};
+  const Mount mounts[] = {
+      {kUploads, uploads_, true}, {kOutputs, outputs_, true}, {kWorkspace, workspace_, false}};
   for (const auto& m : mounts) {
     fs::create_directory_symlink("/", m.host / "root_link");
     fs::create_symlink("/etc/passwd", m.host / "passwd_link");
@@ -1204,18 +1244,20 @@ TEST_F(FileStoreTest, SymlinksNeverLeadReadsOrWritesOutside) {
       EXPECT_NE(error_of(store_.open_for_read(paths_, m.sandbox + path)), kSucceeded) << m.sandbox + path;
       EXPECT_EQ(store_.stat_file(kStorage, paths_, m.sandbox + path), std::nullopt) << m.sandbox + path;
     }
-    for (const std::string& path : std::vector<std::string>{"/passwd_link", "/etc_dir/" + marker, "/etc_dir/" + marker + "/x",
-                                   "/root_link/tmp/" + marker, "/relative_escape/" + marker,
-                                   "/outside_dir/victim.txt", "/outside_dir/" + marker}) {
+    for (const std::string& path : std::vector<std::string>{
+             "/passwd_link", "/etc_dir/" + marker, "/etc_dir/" + marker + "/x", "/root_link/tmp/" + marker,
+             "/relative_escape/" + marker, "/outside_dir/victim.txt", "/outside_dir/" + marker}) {
       auto writer = store_.begin_write(paths_, m.sandbox + path);
       EXPECT_FALSE(writer) << m.sandbox + path;
       EXPECT_EQ(error_of(writer), m.writable && path != "/passwd_link" ? FileError::kOutsideMounts
-                       : m.writable                         ? FileError::kNotAFile
-                                                            : FileError::kOutsideMounts)
+                                  : m.writable                         ? FileError::kNotAFile
+                                                                       : FileError::kOutsideMounts)
           << m.sandbox + path;
     }
-    EXPECT_EQ(error_of(store_.remove(kStorage, paths_, m.sandbox + "/outside_dir/victim.txt")), FileError::kOutsideMounts);
-    EXPECT_EQ(error_of(store_.remove(kStorage, paths_, m.sandbox + "/etc_dir/passwd")), FileError::kOutsideMounts);
+    EXPECT_EQ(error_of(store_.remove(kStorage, paths_, m.sandbox + "/outside_dir/victim.txt")),
+              FileError::kOutsideMounts);
+    EXPECT_EQ(error_of(store_.remove(kStorage, paths_, m.sandbox + "/etc_dir/passwd")),
+              FileError::kOutsideMounts);
   }
   EXPECT_EQ(read_host_file("/etc/passwd"), passwd_before);
   EXPECT_FALSE(fs::exists("/etc/" + marker));
@@ -1247,9 +1289,11 @@ TEST_F(FileStoreTest, OpenForReadCoversEveryMountAndRefusesNonFiles) {
   ASSERT_EQ(mkfifo((outputs_ / "pipe").c_str(), 0644), 0);
   fs::create_directories(outputs_ / "folder");
 
-  for (const auto& [path, content] : std::vector<std::pair<std::string, std::string>>{
-           {kWorkspace + "/notes.txt", "workspace"}, {"notes.txt", "workspace"},
-           {"/mnt/skills/pdf/SKILL.md", "# skill"}, {kUploads + "/in.csv", "upload"}}) {
+  for (const auto& [path, content] :
+       std::vector<std::pair<std::string, std::string>>{{kWorkspace + "/notes.txt", "workspace"},
+                                                        {"notes.txt", "workspace"},
+                                                        {"/mnt/skills/pdf/SKILL.md", "# skill"},
+                                                        {kUploads + "/in.csv", "upload"}}) {
     auto opened = store_.open_for_read(paths_, path);
     ASSERT_EQ(error_of(opened), kSucceeded) << path;
     EXPECT_EQ(read_fd(opened->fd), content);
@@ -1278,8 +1322,8 @@ TEST_F(FileStoreTest, SyncDiscoversChangesAndDeletions) {
   int64_t before = unix_now();
   store_.sync(kStorage, paths_);
   int64_t after = unix_now();
-  EXPECT_EQ(recorded_paths(),
-            (std::set<std::string>{kUploads + "/a.csv", kUploads + "/sub/dir/b.json", kOutputs + "/chart.png"}));
+  EXPECT_EQ(recorded_paths(), (std::set<std::string>{kUploads + "/a.csv", kUploads + "/sub/dir/b.json",
+                                                     kOutputs + "/chart.png"}));
   auto a = metadata_.find_file(kStorage, kUploads + "/a.csv");
   EXPECT_EQ(a->etag, md5_hex(csv));
   EXPECT_EQ(a->size, csv.size());
@@ -1306,11 +1350,13 @@ TEST_F(FileStoreTest, SyncDiscoversChangesAndDeletions) {
   EXPECT_EQ(changed->created_at, 1000);
   EXPECT_EQ(changed->etag, md5_hex(csv + "3,4\n"));
   EXPECT_EQ(changed->size, csv.size() + 4);
-  EXPECT_EQ(metadata_.find_file(kStorage, kOutputs + "/chart.png")->etag, md5_hex(std::string(kPng.size(), 'z')));
+  EXPECT_EQ(metadata_.find_file(kStorage, kOutputs + "/chart.png")->etag,
+            md5_hex(std::string(kPng.size(), 'z')));
   EXPECT_EQ(recorded_paths(), (std::set<std::string>{kUploads + "/a.csv", kOutputs + "/chart.png"}));
 
   // Listing order is creation order: the re-dated a.csv comes first.
-  auto page = metadata_.list_files(kStorage, {kUploads + "/", kOutputs + "/"}, 10, std::nullopt, std::nullopt);
+  auto page =
+      metadata_.list_files(kStorage, {kUploads + "/", kOutputs + "/"}, 10, std::nullopt, std::nullopt);
   ASSERT_EQ(page.files.size(), 2u);
   EXPECT_EQ(page.files[0].path, kUploads + "/a.csv");
 }
@@ -1398,15 +1444,17 @@ TEST_F(FileStoreTest, RemoveDeletesTheFileAndItsRecord) {
 }
 
 TEST_F(FileStoreTest, RemovePrefixDeletesMatchingUploadsOnly) {
-  for (const std::string key : {"data/2026/a.csv", "data/2026/deep/b.csv", "data/20261/c.csv", "data/2025/d.csv"}) {
+  for (const std::string key :
+       {"data/2026/a.csv", "data/2026/deep/b.csv", "data/20261/c.csv", "data/2025/d.csv"}) {
     ASSERT_EQ(put(sandbox_path_for_key(key), key), kSucceeded);
   }
   ASSERT_EQ(put(sandbox_path_for_key("outputs/data/2026/o.csv"), "output"), kSucceeded);
   write_host_file(uploads_ / "data/2026/written-by-code.txt", "found by sync");
 
   EXPECT_EQ(store_.remove_prefix(kStorage, paths_, "data/2026/"), 3u);
-  EXPECT_EQ(recorded_paths(), (std::set<std::string>{kUploads + "/data/20261/c.csv", kUploads + "/data/2025/d.csv",
-                                                     kOutputs + "/data/2026/o.csv"}));
+  EXPECT_EQ(recorded_paths(),
+            (std::set<std::string>{kUploads + "/data/20261/c.csv", kUploads + "/data/2025/d.csv",
+                                   kOutputs + "/data/2026/o.csv"}));
   EXPECT_FALSE(fs::exists(uploads_ / "data/2026/a.csv"));
   EXPECT_FALSE(fs::exists(uploads_ / "data/2026/written-by-code.txt"));
   EXPECT_TRUE(fs::exists(uploads_ / "data/20261/c.csv"));
@@ -1479,7 +1527,9 @@ ParseResult parse_split(const std::string& boundary, std::string_view body, cons
   return result;
 }
 
-ParseResult parse_whole(const std::string& boundary, std::string_view body) { return parse_split(boundary, body, {}); }
+ParseResult parse_whole(const std::string& boundary, std::string_view body) {
+  return parse_split(boundary, body, {});
+}
 
 const std::string kBoundary = "xYzZY";
 // Content that resembles the delimiter without being one.
@@ -1487,15 +1537,23 @@ const std::string kTrickyContent = "line 1\r\nline 2\r\n--xYzZ\r\n-\r\n--xYz--\r
 
 std::string sample_body(std::string_view file_content) {
   return "This preamble is ignored.\r\n"
-         "--" + kBoundary + "\r\n"
+         "--" +
+         kBoundary +
+         "\r\n"
          "Content-Disposition: form-data; name=\"path\"\r\n"
          "\r\n"
          "data/q3.csv\r\n"
-         "--" + kBoundary + "  \r\n"  // transport padding
+         "--" +
+         kBoundary +
+         "  \r\n"  // transport padding
          "content-disposition: form-data; name=\"file\"; filename=\"q 3.csv\"\r\n"
          "Content-Type: text/csv\r\n"
-         "\r\n" + std::string(file_content) + "\r\n"
-         "--" + kBoundary + "--\r\n"
+         "\r\n" +
+         std::string(file_content) +
+         "\r\n"
+         "--" +
+         kBoundary +
+         "--\r\n"
          "The epilogue is ignored too.\r\n";
 }
 
@@ -1514,15 +1572,17 @@ void expect_sample(const ParseResult& result, std::string_view file_content) {
   EXPECT_TRUE(result.parts[1].ended);
 }
 
-TEST(Multipart, ParsesAWholeBody) { expect_sample(parse_whole(kBoundary, sample_body(kTrickyContent)), kTrickyContent); }
+TEST(Multipart, ParsesAWholeBody) {
+  expect_sample(parse_whole(kBoundary, sample_body(kTrickyContent)), kTrickyContent);
+}
 
 TEST(Multipart, AnyOneOrTwoCutsGiveTheSameParts) {
   const std::string body = sample_body(kTrickyContent);
   for (size_t i = 0; i <= body.size(); ++i) {
     for (size_t j = i; j <= body.size(); ++j) {
       auto result = parse_split(kBoundary, body, {i, j});
-      ASSERT_TRUE(result.ok && result.finished && result.parts.size() == 2 && result.parts[1].data == kTrickyContent &&
-                  result.parts[0].data == "data/q3.csv")
+      ASSERT_TRUE(result.ok && result.finished && result.parts.size() == 2 &&
+                  result.parts[1].data == kTrickyContent && result.parts[0].data == "data/q3.csv")
           << "cuts at " << i << " and " << j << ": " << result.error;
     }
   }
@@ -1549,7 +1609,8 @@ TEST(Multipart, LargeBodyInRandomChunks) {
   for (int round = 0; round < 20; ++round) {
     size_t max_chunk = round < 10 ? 16 : 200'000;
     std::vector<size_t> cuts;
-    for (size_t at = 1 + random() % max_chunk; at < body.size(); at += 1 + random() % max_chunk) cuts.push_back(at);
+    for (size_t at = 1 + random() % max_chunk; at < body.size(); at += 1 + random() % max_chunk)
+      cuts.push_back(at);
     expect_sample(parse_split(kBoundary, body, cuts), content);
   }
 }
@@ -1564,7 +1625,8 @@ TEST(Multipart, FilenameForms) {
       {R"(form-data; name="file"; filename="say \"hi\".txt")", "say \"hi\".txt"},
       {R"(form-data; name="file"; filename="back\\slash.txt")", "back\\slash.txt"},
       {R"(form-data; name="file"; filename="semi;colon=.txt")", "semi;colon=.txt"},
-      {R"(form-data; name="file"; filename="fallback.csv"; filename*=UTF-8''caf%C3%A9.csv)", "caf\xc3\xa9.csv"},
+      {R"(form-data; name="file"; filename="fallback.csv"; filename*=UTF-8''caf%C3%A9.csv)",
+       "caf\xc3\xa9.csv"},
       {R"(form-data; filename*=utf-8'fr'na%C3%AFve%20file.txt; name="file"; filename="naive.txt")",
        "na\xc3\xafve file.txt"},
       {R"(form-data; name="file"; filename*=ISO-8859-1''%E9t%E9.txt)", "\xc3\xa9t\xc3\xa9.txt"},
@@ -1586,9 +1648,10 @@ TEST(Multipart, FilenameForms) {
 }
 
 TEST(Multipart, PartsWithoutHeadersOrContent) {
-  auto result = parse_whole("B", "--B\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n\r\n--B\r\n"
-                                  "Content-Disposition: form-data; name=\"b\"\r\n"
-                                  "X-Folded: one\r\n two\r\n\r\nbee\r\n--B--");
+  auto result = parse_whole("B",
+                            "--B\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n\r\n--B\r\n"
+                            "Content-Disposition: form-data; name=\"b\"\r\n"
+                            "X-Folded: one\r\n two\r\n\r\nbee\r\n--B--");
   ASSERT_TRUE(result.ok) << result.error;
   ASSERT_EQ(result.parts.size(), 2u);
   EXPECT_EQ(result.parts[0].data, "");
@@ -1611,8 +1674,9 @@ TEST(Multipart, MalformedBodiesAreErrors) {
     EXPECT_FALSE(cut_result.finished) << cut;
   }
 
-  const std::string long_header = "--B\r\nContent-Disposition: form-data; name=\"f\"\r\nX-Long: " +
-                                  std::string(20'000, 'a') + "\r\n\r\nbody\r\n--B--";
+  const std::string long_header =
+      "--B\r\nContent-Disposition: form-data; name=\"f\"\r\nX-Long: " + std::string(20'000, 'a') +
+      "\r\n\r\nbody\r\n--B--";
   auto too_long = parse_whole("B", long_header);
   EXPECT_FALSE(too_long.ok);
   EXPECT_EQ(too_long.error, "part headers are too long");
@@ -1637,15 +1701,17 @@ TEST(Multipart, MalformedBodiesAreErrors) {
   }
 
   // A stopped upload (the receiver hit the size limit) is an error too, and stays one.
-  MultipartParser stopping("B", [](const PartHeaders&) { return true; }, [](std::string_view) { return false; },
-                           [] { return true; });
+  MultipartParser stopping(
+      "B", [](const PartHeaders&) { return true; }, [](std::string_view) { return false; },
+      [] { return true; });
   EXPECT_FALSE(stopping.feed("--B\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\ndata"));
   EXPECT_FALSE(stopping.error().empty());
   EXPECT_FALSE(stopping.feed("more"));
 
   for (const std::string& boundary : {std::string(), std::string(71, 'b'), std::string("bad\"quote")}) {
-    MultipartParser invalid(boundary, [](const PartHeaders&) { return true; }, [](std::string_view) { return true; },
-                            [] { return true; });
+    MultipartParser invalid(
+        boundary, [](const PartHeaders&) { return true; }, [](std::string_view) { return true; },
+        [] { return true; });
     EXPECT_FALSE(invalid.feed("--" + boundary + "--"));
   }
 }
@@ -1654,15 +1720,19 @@ TEST(Multipart, BoundaryFromContentType) {
   using P = MultipartParser;
   EXPECT_EQ(P::boundary_from_content_type("multipart/form-data; boundary=abc123"), "abc123");
   EXPECT_EQ(P::boundary_from_content_type("Multipart/Form-Data;charset=utf-8;BOUNDARY=\"a b:c\""), "a b:c");
-  EXPECT_EQ(P::boundary_from_content_type("multipart/form-data; boundary=\"----WebKitFormBoundary7MA4YWxkTrZu0gW\""),
+  EXPECT_EQ(P::boundary_from_content_type(
+                "multipart/form-data; boundary=\"----WebKitFormBoundary7MA4YWxkTrZu0gW\""),
             "----WebKitFormBoundary7MA4YWxkTrZu0gW");
   EXPECT_EQ(P::boundary_from_content_type("multipart/form-data ; boundary = x-y ; charset=utf-8"), "x-y");
-  EXPECT_EQ(P::boundary_from_content_type(" multipart/form-data;boundary=\"q\\\"\""), std::nullopt);  // '"' invalid
+  EXPECT_EQ(P::boundary_from_content_type(" multipart/form-data;boundary=\"q\\\"\""),
+            std::nullopt);  // '"' invalid
   EXPECT_EQ(P::boundary_from_content_type("multipart/form-data; boundary=" + std::string(70, 'b')),
             std::string(70, 'b'));
-  EXPECT_EQ(P::boundary_from_content_type("multipart/form-data; boundary=" + std::string(71, 'b')), std::nullopt);
+  EXPECT_EQ(P::boundary_from_content_type("multipart/form-data; boundary=" + std::string(71, 'b')),
+            std::nullopt);
   EXPECT_EQ(P::boundary_from_content_type("multipart/form-data; boundary=\"\""), std::nullopt);
-  EXPECT_EQ(P::boundary_from_content_type("multipart/form-data; boundary=\"ends with space \""), std::nullopt);
+  EXPECT_EQ(P::boundary_from_content_type("multipart/form-data; boundary=\"ends with space \""),
+            std::nullopt);
   EXPECT_EQ(P::boundary_from_content_type("multipart/form-data"), std::nullopt);
   EXPECT_EQ(P::boundary_from_content_type("multipart/form-data; charset=utf-8"), std::nullopt);
   EXPECT_EQ(P::boundary_from_content_type("multipart/mixed; boundary=abc"), std::nullopt);

@@ -1,29 +1,14 @@
 #include "api/mcp_sessions.h"
 
-#include <sys/random.h>
-
-#include <cerrno>
-#include <stdexcept>
-
-#include "base/hex.h"
+#include "base/ids.h"
 
 namespace sandboxd::api {
 
 using Clock = std::chrono::steady_clock;
 
 namespace {
-// A session id is a bearer of the session (with the owner's token): from getrandom().
-std::string new_session_id() {
-  unsigned char bytes[16];
-  size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw std::runtime_error("getrandom failed");
-    got += static_cast<size_t>(n);
-  }
-  return "mcps_" + hex_encode(bytes, sizeof bytes);
-}
+// A session id is a bearer of the session (with the owner's token): 128 random bits.
+std::string new_session_id() { return "mcps_" + random_hex(32); }
 }  // namespace
 
 void McpSessions::forget_expired(Clock::time_point now) {

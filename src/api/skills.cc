@@ -5,16 +5,16 @@
 // is a 404. An upload is checked while it is written to a staging folder and stored
 // only when everything passed (store/skill_archive.h).
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 #include <ctime>
-#include <spdlog/spdlog.h>
 
 #include "api/routes.h"
-#include "service/store_call.h"
 #include "base/blocking.h"
+#include "service/store_call.h"
 #include "store/multipart.h"
 #include "store/skill_archive.h"
 #include "store/skill_store.h"
@@ -31,11 +31,29 @@ asio::thread_pool& disk_pool() { return tree_pool(); }
 
 using DiskWork = std::function<Result<json::value>()>;
 
+// What a refused upload is for its client (docs/http-api.md, Skills): the client's to
+// fix, a 400 saying what to change; a new version of a skill the owner does not have
+// (deleted meanwhile) is as missing as any other.
+ApiError upload_error(const store::SkillRefusal& refusal) {
+  using Kind = store::SkillRefusal::Kind;
+  switch (refusal.kind) {
+    case Kind::kNoSuchSkill:
+      return ApiError::not_found(refusal.message);
+    case Kind::kPath:
+    case Kind::kTooLarge:
+    case Kind::kTooMany:
+    case Kind::kArchive:
+    case Kind::kLayout:
+    case Kind::kManifest:
+    case Kind::kNameChanged:
+      break;
+  }
+  return ApiError::invalid_request(refusal.message);
+}
+
 asio::awaitable<Result<json::value>> run_disk_work(DiskWork work) {
   try {
     co_return work();
-  } catch (const store::SkillUploadError& e) {
-    co_return ApiError::invalid_request(e.what());
   } catch (const store::SkillBucketError& e) {  // cluster mode: nothing was recorded
     spdlog::warn("skills: {}", e.what());
     co_return ApiError::overloaded("The sessions bucket does not answer; try again later", 2);
@@ -96,8 +114,10 @@ json::object page_json(const store::SkillPage<T>& page, ToJson to_json) {
   for (const auto& item : page.items) data.push_back(to_json(item));
   json::object out{{"data", std::move(data)}, {"has_more", page.has_more}};
   const bool empty = page.items.empty();
-  out["first_id"] = empty ? json::value(nullptr) : json::value(out["data"].as_array().front().as_object().at("id"));
-  out["last_id"] = empty ? json::value(nullptr) : json::value(out["data"].as_array().back().as_object().at("id"));
+  out["first_id"] =
+      empty ? json::value(nullptr) : json::value(out["data"].as_array().front().as_object().at("id"));
+  out["last_id"] =
+      empty ? json::value(nullptr) : json::value(out["data"].as_array().back().as_object().at("id"));
   out["next_page"] = page.has_more ? out["last_id"] : json::value(nullptr);
   return out;
 }
@@ -129,15 +149,18 @@ asio::awaitable<void> discard(std::shared_ptr<Upload> upload) {
 }
 
 asio::awaitable<Result<std::shared_ptr<Upload>>> receive_upload(ApiContext& api, RequestContext& ctx) {
-  auto boundary = store::MultipartParser::boundary_from_content_type(ctx.header_value(http::field::content_type));
+  auto boundary =
+      store::MultipartParser::boundary_from_content_type(ctx.header_value(http::field::content_type));
   if (!boundary)
-    co_return ApiError::invalid_request("Expected a multipart/form-data body with the skill's files in 'files[]'");
+    co_return ApiError::invalid_request(
+        "Expected a multipart/form-data body with the skill's files in 'files[]'");
   const auto config = api.config();
   store::SkillLimits limits;
   limits.max_bytes = config->skill_max_bytes;
   limits.max_files = static_cast<size_t>(config->skill_max_files);
   auto upload = std::make_shared<Upload>();
-  auto make_staging = [dir = api.skills->new_staging_dir(), limits]() -> std::unique_ptr<store::SkillStaging> {
+  auto make_staging = [dir = api.skills->new_staging_dir(),
+                       limits]() -> std::unique_ptr<store::SkillStaging> {
     try {
       return std::make_unique<store::SkillStaging>(dir, limits);
     } catch (const std::exception& e) {
@@ -154,33 +177,30 @@ asio::awaitable<Result<std::shared_ptr<Upload>>> receive_upload(ApiContext& api,
       *boundary,
       [&](const store::PartHeaders& part) {
         current = Part::kOther;
-        try {
-          if ((part.name == "files[]" || part.name == "files" || part.name == "file") && part.filename) {
-            upload->staging->begin_file(*part.filename);
-            current = Part::kFile;
-          } else if (part.name == "display_name" || part.name == "display_title") {
-            display_name.clear();
-            current = Part::kDisplayName;
+        if ((part.name == "files[]" || part.name == "files" || part.name == "file") && part.filename) {
+          if (auto begun = upload->staging->begin_file(*part.filename); !begun) {
+            failure = upload_error(begun.error());
+            return false;
           }
-        } catch (const store::SkillUploadError& e) {
-          failure = ApiError::invalid_request(e.what());
-          return false;
+          current = Part::kFile;
+        } else if (part.name == "display_name" || part.name == "display_title") {
+          display_name.clear();
+          current = Part::kDisplayName;
         }
         return true;
       },
       [&](std::string_view data) {
-        try {
-          if (current == Part::kFile) upload->staging->write(data);
-          if (current == Part::kDisplayName) {
-            display_name.append(data);
-            if (display_name.size() > 255) {
-              failure = ApiError::invalid_request("display_name is longer than 255 characters");
-              return false;
-            }
+        if (current == Part::kFile)
+          if (auto written = upload->staging->write(data); !written) {
+            failure = upload_error(written.error());
+            return false;
           }
-        } catch (const store::SkillUploadError& e) {
-          failure = ApiError::invalid_request(e.what());
-          return false;
+        if (current == Part::kDisplayName) {
+          display_name.append(data);
+          if (display_name.size() > 255) {
+            failure = ApiError::invalid_request("display_name is longer than 255 characters");
+            return false;
+          }
         }
         return true;
       },
@@ -211,9 +231,12 @@ asio::awaitable<Result<std::shared_ptr<Upload>>> receive_upload(ApiContext& api,
   };
   auto received = co_await ctx.read_body_stream_async(limit, feed);
   std::optional<ApiError> refused;
-  if (!received) refused = received.error();
-  else if (!parser.finished()) refused = ApiError::invalid_request("The multipart body ended before its closing boundary");
-  else if (upload->staging->files() == 0) refused = ApiError::invalid_request("The upload has no files (field 'files[]')");
+  if (!received)
+    refused = received.error();
+  else if (!parser.finished())
+    refused = ApiError::invalid_request("The multipart body ended before its closing boundary");
+  else if (upload->staging->files() == 0)
+    refused = ApiError::invalid_request("The upload has no files (field 'files[]')");
   if (refused) {
     co_await discard(upload);
     co_return *refused;
@@ -226,21 +249,25 @@ asio::awaitable<Result<std::shared_ptr<Upload>>> receive_upload(ApiContext& api,
 Result<void> room_for_skill(store::SkillStore& skills, const std::string& owner, const ops::Config& config,
                             bool new_skill) {
   if (new_skill)
-    if (auto room = OwnerQuotas::room_for_one_more(skills.count_custom(owner), config.skills_per_owner, "skills",
-                                                   "quotas.skillsPerOwner", "skills_quota");
+    if (auto room = OwnerQuotas::room_for_one_more(skills.count_custom(owner), config.skills_per_owner,
+                                                   "skills", "quotas.skillsPerOwner", "skills_quota");
         !room)
       return room;
   return OwnerQuotas::room_for_one_more(skills.count_versions(owner), config.skill_versions_per_owner,
-                                        "skill versions", "quotas.skillVersionsPerOwner", "skill_versions_quota");
+                                        "skill versions", "quotas.skillVersionsPerOwner",
+                                        "skill_versions_quota");
 }
 
 // Unzips (for the archive form) and checks the staged upload, then `store` keeps it.
 using Keep = std::function<Result<json::value>(const store::SkillStaging::Checked&)>;
 asio::awaitable<Result<json::value>> check_and_store(std::shared_ptr<Upload> upload, Keep keep) {
   DiskWork work = [upload, keep]() -> Result<json::value> {
-    if (upload->staging->single_zip()) upload->staging->extract_single_zip();
+    if (upload->staging->single_zip())
+      if (auto extracted = upload->staging->extract_single_zip(); !extracted)
+        return upload_error(extracted.error());
     auto checked = upload->staging->check();
-    return keep(checked);
+    if (!checked) return upload_error(checked.error());
+    return keep(*checked);
   };
   auto kept = co_await on_disk_pool(std::move(work));
   co_await discard(std::move(upload));  // what the store did not take (all of it, if refused)
@@ -256,12 +283,15 @@ asio::awaitable<Result<Response>> create_skill(ApiContext& api, RequestContext& 
   // and again with the insert.
   auto* quotas = &api.quotas;
   const auto config = api.config();
-  auto room_check = [skills, &owner, &config] { return room_for_skill(*skills, owner, *config, /*new_skill=*/true); };
+  auto room_check = [skills, &owner, &config] {
+    return room_for_skill(*skills, owner, *config, /*new_skill=*/true);
+  };
   if (auto room = co_await store_call(api, std::move(room_check)); !room) co_return room.error();
   auto upload = co_await receive_upload(api, ctx);
   if (!upload) co_return upload.error();
   auto display_name = (*upload)->display_name;
-  Keep keep = [skills, owner, display_name, quotas, config](const store::SkillStaging::Checked& checked) -> Result<json::value> {
+  Keep keep = [skills, owner, display_name, quotas,
+               config](const store::SkillStaging::Checked& checked) -> Result<json::value> {
     std::lock_guard creating(quotas->creation_mutex());
     if (auto room = room_for_skill(*skills, owner, *config, /*new_skill=*/true); !room) return room.error();
     return skill_json(skills->create(owner, display_name, checked));
@@ -281,17 +311,19 @@ asio::awaitable<Result<Response>> create_version(ApiContext& api, RequestContext
   auto lookup = [skills, &owner, &skill_id, &config]() -> Result<void> {
     auto skill = skills->find(owner, skill_id);
     if (!skill) return ApiError::not_found("Skill not found: " + skill_id);
-    if (skill->source != "custom") return ApiError::invalid_request("Built-in skills are read-only: " + skill_id);
+    if (skill->source != "custom")
+      return ApiError::invalid_request("Built-in skills are read-only: " + skill_id);
     return room_for_skill(*skills, owner, *config, /*new_skill=*/false);
   };
   if (auto found = co_await store_call(api, std::move(lookup)); !found) co_return found.error();
   auto upload = co_await receive_upload(api, ctx);
   if (!upload) co_return upload.error();
-  Keep keep = [skills, owner, skill_id, quotas, config](const store::SkillStaging::Checked& checked) -> Result<json::value> {
+  Keep keep = [skills, owner, skill_id, quotas,
+               config](const store::SkillStaging::Checked& checked) -> Result<json::value> {
     std::lock_guard creating(quotas->creation_mutex());
     if (auto room = room_for_skill(*skills, owner, *config, /*new_skill=*/false); !room) return room.error();
     auto version = skills->add_version(owner, skill_id, checked);
-    if (!version) return ApiError::not_found("Skill not found: " + skill_id);
+    if (!version) return upload_error(version.error());
     return version_json(*version);
   };
   auto stored = co_await check_and_store(*upload, std::move(keep));
@@ -330,7 +362,8 @@ asio::awaitable<Result<Response>> delete_skill(ApiContext& api, RequestContext& 
   auto query = [&store, &owner, &skill_id] { return (*store)->find(owner, skill_id); };
   auto skill = co_await store_call(api, std::move(query));
   if (!skill) co_return ApiError::not_found("Skill not found: " + skill_id);
-  if (skill->source != "custom") co_return ApiError::invalid_request("Built-in skills cannot be deleted: " + skill_id);
+  if (skill->source != "custom")
+    co_return ApiError::invalid_request("Built-in skills cannot be deleted: " + skill_id);
   auto* skills = *store;
   DiskWork work = [skills, owner, skill_id]() -> Result<json::value> {
     if (!skills->remove(owner, skill_id)) return ApiError::not_found("Skill not found: " + skill_id);
@@ -380,7 +413,8 @@ asio::awaitable<Result<Response>> delete_version(ApiContext& api, RequestContext
   auto query = [&store, &owner, &skill_id] { return (*store)->find(owner, skill_id); };
   auto skill = co_await store_call(api, std::move(query));
   if (!skill) co_return ApiError::not_found("Skill not found: " + skill_id);
-  if (skill->source != "custom") co_return ApiError::invalid_request("Built-in skills cannot be deleted: " + skill_id);
+  if (skill->source != "custom")
+    co_return ApiError::invalid_request("Built-in skills cannot be deleted: " + skill_id);
   auto* skills = *store;
   DiskWork work = [skills, owner, skill_id, version]() -> Result<json::value> {
     auto resolved = skills->find_version(owner, skill_id, version);
@@ -403,15 +437,16 @@ void register_skill_routes(server::HttpServer& http, ApiContext& api) {
   http.route(http::verb::post, "/api/gpt/v1/skills", "skills.create", with_api(api, create_skill));
   http.route(http::verb::get, "/api/gpt/v1/skills", "skills.list", with_api(api, list_skills));
   http.route(http::verb::get, "/api/gpt/v1/skills/{skill_id}", "skills.retrieve", with_api(api, get_skill));
-  http.route(http::verb::delete_, "/api/gpt/v1/skills/{skill_id}", "skills.delete", with_api(api, delete_skill));
+  http.route(http::verb::delete_, "/api/gpt/v1/skills/{skill_id}", "skills.delete",
+             with_api(api, delete_skill));
   http.route(http::verb::post, "/api/gpt/v1/skills/{skill_id}/versions", "skills.versions.create",
              with_api(api, create_version));
   http.route(http::verb::get, "/api/gpt/v1/skills/{skill_id}/versions", "skills.versions.list",
              with_api(api, list_versions));
   http.route(http::verb::get, "/api/gpt/v1/skills/{skill_id}/versions/{version}", "skills.versions.retrieve",
              with_api(api, get_version));
-  http.route(http::verb::delete_, "/api/gpt/v1/skills/{skill_id}/versions/{version}", "skills.versions.delete",
-             with_api(api, delete_version));
+  http.route(http::verb::delete_, "/api/gpt/v1/skills/{skill_id}/versions/{version}",
+             "skills.versions.delete", with_api(api, delete_version));
 }
 
 }  // namespace sandboxd::api

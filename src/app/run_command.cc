@@ -13,9 +13,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <stdexcept>
 
+#include "base/ids.h"
 #include "ops/config.h"
 #include "runtime/runtime.h"
 #include "runtime/volume.h"
@@ -37,8 +37,10 @@ uint64_t parse_bytes(const std::string& text) {
 std::string shell_quote(const std::string& word) {
   std::string out = "'";
   for (char c : word) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
   }
   return out + "'";
 }
@@ -52,7 +54,7 @@ void make_owned_dir(const fs::path& dir, uint32_t uid, uint32_t gid) {
 // A named coroutine, not a capturing lambda: the lambda object would be gone (a
 // temporary) while its frame still reads the captures.
 boost::asio::awaitable<rt::ExecResult> run_once(rt::Runtime& runtime, boost::asio::any_io_executor executor,
-                                               rt::SandboxOptions options, rt::ExecRequest request) {
+                                                rt::SandboxOptions options, rt::ExecRequest request) {
   auto sandbox = co_await runtime.start(executor, options);
   std::exception_ptr failure;
   rt::ExecResult result;
@@ -114,8 +116,7 @@ int run_command(const RunOptions& run) {
   make_owned_dir(container / "uploads", uid, gid);
 
   rt::SandboxOptions sandbox_options;
-  std::random_device random;
-  sandbox_options.name = "r" + std::to_string(getpid()) + "-" + std::to_string(random() % 100000);
+  sandbox_options.name = "r" + std::to_string(getpid()) + "-" + std::to_string(random_below(100000));
   sandbox_options.workspace_dir = data_root / "workspace";
   sandbox_options.outputs_dir = data_root / "outputs";
   sandbox_options.uploads_dir = container / "uploads";
@@ -125,7 +126,8 @@ int run_command(const RunOptions& run) {
   if (command.size() == 1) {
     request.command = command[0];
   } else {
-    for (const auto& word : command) request.command += (request.command.empty() ? "" : " ") + shell_quote(word);
+    for (const auto& word : command)
+      request.command += (request.command.empty() ? "" : " ") + shell_quote(word);
   }
   request.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));
 

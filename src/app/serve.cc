@@ -11,7 +11,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <filesystem>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include "api/cluster_relay.h"
@@ -41,6 +40,7 @@
 #include "runtime/volume.h"
 #include "server/auth.h"
 #include "base/blocking.h"
+#include "base/ids.h"
 #include "server/http_server.h"
 #include "store/file_store.h"
 #include "store/lease_store.h"
@@ -53,13 +53,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace asio = boost::asio;
 
-std::string random_token() {
-  std::random_device rd;
-  static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
-  std::string token = "sbx_dev_";
-  for (int i = 0; i < 32; ++i) token.push_back(kAlphabet[rd() % 36]);
-  return token;
-}
+std::string random_token() { return "sbx_dev_" + random_base36(32); }
 
 // SIGHUP: the file is read and checked again; what can change while serving applies to
 // new work, and a file with a problem changes nothing (the reason is logged).

@@ -1,10 +1,10 @@
 #include "cluster/container_durability.h"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
@@ -14,16 +14,15 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <spdlog/spdlog.h>
 
-#include "base/hex.h"
+#include "base/blocking.h"
+#include "base/ids.h"
 #include "base/sandbox_paths.h"
 #include "base/temp_files.h"
 #include "base/unique_fd.h"
-#include "store/file_walk.h"
 #include "ops/metrics.h"
-#include "base/blocking.h"
 #include "store/file_io.h"
+#include "store/file_walk.h"
 #include "store/md5.h"
 #include "store/mime.h"
 
@@ -35,17 +34,9 @@ namespace fs = std::filesystem;
 constexpr int64_t kMaxRetryDelayMs = 60'000;
 
 int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string random_hex(size_t bytes) {
-  std::string raw(bytes, '\0');
-  size_t filled = 0;
-  while (filled < bytes) {
-    ssize_t n = getrandom(raw.data() + filled, bytes - filled, 0);
-    if (n > 0) filled += static_cast<size_t>(n);
-  }
-  return hex_encode(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 store::S3Settings s3_settings(const ops::Config& config) {
@@ -70,7 +61,6 @@ std::vector<MountDir> mounts_of(const Container& container) {
           {kOutputsMount, &container.paths.outputs}};
 }
 
-
 bool same_file(const store::ManifestRow& row, const struct stat& st) {
   return row.size == static_cast<uint64_t>(st.st_size) && row.mode == (st.st_mode & 07777) &&
          row.mtime_ns == store::mtime_ns_of(st);
@@ -90,11 +80,12 @@ Marker read_marker(const std::string& path) {
 
 // Uploads one file (open at `fd`, `size` bytes) to `key`, hashing it on the way: a
 // single PUT streamed from the file, or a multipart upload of part_bytes parts.
-store::S3Result<std::string> upload_file(store::S3Client& client, const std::string& key, int fd, uint64_t size,
-                                         size_t part_bytes) {
+store::S3Result<std::string> upload_file(store::S3Client& client, const std::string& key, int fd,
+                                         uint64_t size, size_t part_bytes) {
   store::Md5 md5;
   if (size <= part_bytes) {
-    auto stored = client.put_object_from_fd(key, fd, size, [&md5](const char* data, size_t n) { md5.update(data, n); });
+    auto stored =
+        client.put_object_from_fd(key, fd, size, [&md5](const char* data, size_t n) { md5.update(data, n); });
     if (!stored) return stored.error();
     return md5.hex_digest();
   }
@@ -103,9 +94,10 @@ store::S3Result<std::string> upload_file(store::S3Client& client, const std::str
   std::vector<std::string> etags;
   std::string part(part_bytes, '\0');
   auto fail = [&](store::S3Error error) -> store::S3Result<std::string> {
-    if (auto aborted = client.abort_multipart(key, *upload_id); !aborted && !etags.empty() &&
-                                                              (aborted.error().status == 405 || aborted.error().status == 501)) {
-      if (client.complete_multipart(key, *upload_id, etags)) (void)client.delete_object(key);  // no abort there
+    if (auto aborted = client.abort_multipart(key, *upload_id);
+        !aborted && !etags.empty() && (aborted.error().status == 405 || aborted.error().status == 501)) {
+      if (client.complete_multipart(key, *upload_id, etags))
+        (void)client.delete_object(key);  // no abort there
     }
     return error;
   };
@@ -114,16 +106,19 @@ store::S3Result<std::string> upload_file(store::S3Client& client, const std::str
     while (got < want) {
       ssize_t n = ::pread(fd, part.data() + got, want - got, static_cast<off_t>(offset + got));
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return fail(store::S3Error{store::S3Error::Kind::kLocal, 0, "", "the file shrank while it was read"});
+      if (n <= 0)
+        return fail(store::S3Error{store::S3Error::Kind::kLocal, 0, "", "the file shrank while it was read"});
       got += static_cast<size_t>(n);
     }
     md5.update(part.data(), got);
-    auto etag = client.upload_part(key, *upload_id, static_cast<int>(etags.size()) + 1, std::string_view(part.data(), got));
+    auto etag = client.upload_part(key, *upload_id, static_cast<int>(etags.size()) + 1,
+                                   std::string_view(part.data(), got));
     if (!etag) return fail(etag.error());
     etags.push_back(*etag);
     offset += got;
   }
-  if (auto completed = client.complete_multipart(key, *upload_id, etags); !completed) return fail(completed.error());
+  if (auto completed = client.complete_multipart(key, *upload_id, etags); !completed)
+    return fail(completed.error());
   return md5.hex_digest();
 }
 
@@ -136,15 +131,16 @@ std::string load_instance_id(const std::string& data_dir) {
     std::string id;
     if (in >> id && !id.empty()) return id;
   }
-  std::string id = "i" + random_hex(8);
+  std::string id = "i" + random_hex(16);
   const fs::path temp = fs::path(data_dir) / (std::string(kTempPrefix) + "instance-id");
   std::ofstream(temp) << id << "\n";
   fs::rename(temp, path);
   return id;
 }
 
-ContainerDurability::ContainerDurability(asio::io_context& io, const ops::Config& config, store::ManifestStore& manifest,
-                                         store::Metadata& metadata, std::string instance_id)
+ContainerDurability::ContainerDurability(asio::io_context& io, const ops::Config& config,
+                                         store::ManifestStore& manifest, store::Metadata& metadata,
+                                         std::string instance_id)
     : io_(io),
       config_(config),
       manifest_(manifest),
@@ -195,13 +191,14 @@ void ContainerDurability::delete_objects_later(std::vector<std::string> keys) {
 std::unique_ptr<BucketUpload> ContainerDurability::begin_upload(const Container& container,
                                                                 asio::any_io_executor executor,
                                                                 std::optional<uint64_t> declared_size) {
-  std::string key = config_.s3.prefix + "objects/" + container.storage + "/" + random_hex(16);
+  std::string key = config_.s3.prefix + "objects/" + container.storage + "/" + random_hex(32);
   std::optional<uint64_t> streamed;
-  if (declared_size && *declared_size > config_.s3.part_bytes && *declared_size <= config_.s3.single_put_max_bytes)
+  if (declared_size && *declared_size > config_.s3.part_bytes &&
+      *declared_size <= config_.s3.single_put_max_bytes)
     streamed = declared_size;
   return std::make_unique<BucketUpload>(std::move(executor), client_, std::move(key), config_.s3.part_bytes,
-                                        config_.retry_after_sec, static_cast<size_t>(config_.s3.max_parts_in_flight),
-                                        streamed);
+                                        config_.retry_after_sec,
+                                        static_cast<size_t>(config_.s3.max_parts_in_flight), streamed);
 }
 
 void ContainerDurability::commit_upload(Container& container, const store::FileRecord& record,
@@ -259,54 +256,58 @@ bool ContainerDurability::flush_blocking(Container& container, std::optional<sto
     UniqueFd root(::open(host->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!root.valid()) continue;  // not mounted: its rows stay as they are
     walked.push_back(mount);
-    store::walk_regular_files(root.get(), std::string(mount), [&](int directory, const char* name, const std::string& path,
-                                                      const struct stat& seen) {
-      auto known = rows.find(path);
-      const bool unchanged = known != rows.end() && same_file(known->second, seen);
-      std::optional<int64_t> expected = known == rows.end() ? 0 : known->second.version;
-      if (known != rows.end()) rows.erase(known);
-      if (unchanged || fenced) return;
-      if (failed) {  // the bucket failed on an earlier file: count what waits
-        pending += static_cast<uint64_t>(seen.st_size);
-        return;
-      }
-      UniqueFd file(open_beneath(directory, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
-      struct stat st;
-      if (!file.valid() || fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) return;  // gone meanwhile
-      store::ManifestRow row;
-      row.storage = container.storage;
-      row.path = path;
-      row.size = static_cast<uint64_t>(st.st_size);
-      row.mode = st.st_mode & 07777;
-      row.mtime_ns = store::mtime_ns_of(st);  // taken before reading: a racing write shows next time
-      row.object_key = config_.s3.prefix + "objects/" + container.storage + "/" + random_hex(16);
-      auto md5 = upload_file(*client_, row.object_key, file.get(), row.size, config_.s3.part_bytes);
-      if (!md5) {
-        spdlog::warn("bucket: flushing {} of container {}: {}", path, container.id, md5.error().describe());
-        failed = md5.error().kind != store::S3Error::Kind::kLocal;
-        if (failed) pending += row.size;
-        return;
-      }
-      row.md5 = *md5;
-      // The lease was lost while this flush ran (its copy went stale): write nothing more.
-      if (!container.bucket.local_ready) {
-        garbage.push_back(row.object_key);
-        failed = true;
-        return;
-      }
-      store::ManifestStore::Change change;
-      try {
-        change = manifest_.put(row, instance_id_, expected);
-      } catch (const store::FencedError& e) {
-        // Another replica holds the container now, or it was deleted: this object is
-        // nobody's, and nothing more of this copy goes up.
-        garbage.push_back(row.object_key);
-        fenced = e;
-        return;
-      }
-      if (!change.applied) garbage.push_back(row.object_key);  // an upload replaced it meanwhile
-      else if (change.replaced_object) garbage.push_back(*change.replaced_object);
-    });
+    store::walk_regular_files(
+        root.get(), std::string(mount),
+        [&](int directory, const char* name, const std::string& path, const struct stat& seen) {
+          auto known = rows.find(path);
+          const bool unchanged = known != rows.end() && same_file(known->second, seen);
+          std::optional<int64_t> expected = known == rows.end() ? 0 : known->second.version;
+          if (known != rows.end()) rows.erase(known);
+          if (unchanged || fenced) return;
+          if (failed) {  // the bucket failed on an earlier file: count what waits
+            pending += static_cast<uint64_t>(seen.st_size);
+            return;
+          }
+          UniqueFd file(open_beneath(directory, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
+          struct stat st;
+          if (!file.valid() || fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) return;  // gone meanwhile
+          store::ManifestRow row;
+          row.storage = container.storage;
+          row.path = path;
+          row.size = static_cast<uint64_t>(st.st_size);
+          row.mode = st.st_mode & 07777;
+          row.mtime_ns = store::mtime_ns_of(st);  // taken before reading: a racing write shows next time
+          row.object_key = config_.s3.prefix + "objects/" + container.storage + "/" + random_hex(32);
+          auto md5 = upload_file(*client_, row.object_key, file.get(), row.size, config_.s3.part_bytes);
+          if (!md5) {
+            spdlog::warn("bucket: flushing {} of container {}: {}", path, container.id,
+                         md5.error().describe());
+            failed = md5.error().kind != store::S3Error::Kind::kLocal;
+            if (failed) pending += row.size;
+            return;
+          }
+          row.md5 = *md5;
+          // The lease was lost while this flush ran (its copy went stale): write nothing more.
+          if (!container.bucket.local_ready) {
+            garbage.push_back(row.object_key);
+            failed = true;
+            return;
+          }
+          store::ManifestStore::Change change;
+          try {
+            change = manifest_.put(row, instance_id_, expected);
+          } catch (const store::FencedError& e) {
+            // Another replica holds the container now, or it was deleted: this object is
+            // nobody's, and nothing more of this copy goes up.
+            garbage.push_back(row.object_key);
+            fenced = e;
+            return;
+          }
+          if (!change.applied)
+            garbage.push_back(row.object_key);  // an upload replaced it meanwhile
+          else if (change.replaced_object)
+            garbage.push_back(*change.replaced_object);
+        });
   }
   if (fenced) {
     delete_objects_later(std::move(garbage));
@@ -319,7 +320,8 @@ bool ContainerDurability::flush_blocking(Container& container, std::optional<sto
     for (const auto& [path, row] : rows) {
       bool readable_mount = false;
       for (auto mount : walked)
-        if (path.size() > mount.size() && path.compare(0, mount.size(), mount) == 0 && path[mount.size()] == '/')
+        if (path.size() > mount.size() && path.compare(0, mount.size(), mount) == 0 &&
+            path[mount.size()] == '/')
           readable_mount = true;
       if (!readable_mount) continue;
       auto resolved = resolve_sandbox_path(container.paths, path);
@@ -327,7 +329,8 @@ bool ContainerDurability::flush_blocking(Container& container, std::optional<sto
         UniqueFd root(::open(resolved->host_root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
         UniqueFd again(root.valid() ? open_beneath(root.get(), resolved->relative, O_PATH | O_NOFOLLOW) : -1);
         struct stat st;
-        if (again.valid() && fstat(again.get(), &st) == 0 && S_ISREG(st.st_mode)) continue;  // written after the walk
+        if (again.valid() && fstat(again.get(), &st) == 0 && S_ISREG(st.st_mode))
+          continue;  // written after the walk
       }
       store::ManifestStore::Change change;
       try {
@@ -373,7 +376,8 @@ asio::awaitable<bool> ContainerDurability::flush(std::shared_ptr<Container> cont
     if (on_fenced_) on_fenced_(*fenced);
     co_return false;
   }
-  ops::metrics().storage_flushed(ok, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  ops::metrics().storage_flushed(
+      ok, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   const int64_t now = steady_ms();
   if (ok) {
     container->bucket.flush_failed = false;
@@ -382,19 +386,23 @@ asio::awaitable<bool> ContainerDurability::flush(std::shared_ptr<Container> cont
   } else {
     const int failures = ++container->bucket.flush_failures;
     container->bucket.flush_failed = true;
-    container->bucket.retry_at_ms = now + std::min<int64_t>(kMaxRetryDelayMs, 1000LL << std::min(failures, 16));
+    container->bucket.retry_at_ms =
+        now + std::min<int64_t>(kMaxRetryDelayMs, 1000LL << std::min(failures, 16));
   }
   co_return ok;
 }
 
 asio::awaitable<void> ContainerDurability::flush_if_changed(std::shared_ptr<Container> container) {
   if (container->deleted) co_return;
-  if (container->bucket.changes.load() == container->bucket.flushed_changes.load() && !container->bucket.flush_failed) co_return;
+  if (container->bucket.changes.load() == container->bucket.flushed_changes.load() &&
+      !container->bucket.flush_failed)
+    co_return;
   co_await flush(container);
 }
 
 bool ContainerDurability::releasable(const Container& container) const {
-  return !container.bucket.flush_failed && container.bucket.changes.load() == container.bucket.flushed_changes.load();
+  return !container.bucket.flush_failed &&
+         container.bucket.changes.load() == container.bucket.flushed_changes.load();
 }
 
 asio::awaitable<void> ContainerDurability::flush_loop() {
@@ -408,9 +416,11 @@ asio::awaitable<void> ContainerDurability::flush_loop() {
       if (stopping_) break;
       if (container->deleted) continue;
       const int64_t now = steady_ms();
-      const bool dirty = container->executing.load() > 0 || container->bucket.changes.load() != container->bucket.flushed_changes.load();
-      const bool due = container->bucket.flush_failed ? now >= container->bucket.retry_at_ms.load()
-                                               : dirty && now - container->bucket.last_flush_ms.load() >= interval_ms;
+      const bool dirty = container->executing.load() > 0 ||
+                         container->bucket.changes.load() != container->bucket.flushed_changes.load();
+      const bool due = container->bucket.flush_failed
+                           ? now >= container->bucket.retry_at_ms.load()
+                           : dirty && now - container->bucket.last_flush_ms.load() >= interval_ms;
       if (due) co_await flush(container);
     }
   }
@@ -421,7 +431,7 @@ asio::awaitable<void> ContainerDurability::flush_loop() {
 bool ContainerDurability::local_copy_valid(const Container& container) {
   const auto state = manifest_.state(container.storage);
   const Marker marker = read_marker(marker_path(container));
-  if (state.generation == 0) return true;  // nothing in the bucket to be behind of
+  if (state.generation == 0) return true;   // nothing in the bucket to be behind of
   if (marker.generation < 0) return false;  // no local copy (a wiped disk, a new node)
   // Its own writes never make this instance's copy stale, even when it died between a
   // manifest change and the marker's update; another writer's do.
@@ -436,11 +446,13 @@ Result<void> ContainerDurability::restore_blocking(Container& container) {
   const auto state = manifest_.state(container.storage);
   const auto rows = manifest_.rows(container.storage);
   const uid_t uid = config_.sandbox_host_uid;
-  spdlog::info("bucket: restoring container {} ({} files, generation {})", container.id, rows.size(), state.generation);
+  spdlog::info("bucket: restoring container {} ({} files, generation {})", container.id, rows.size(),
+               state.generation);
   auto unavailable = [&](const std::string& why) -> Result<void> {
     spdlog::warn("bucket: restoring container {}: {}", container.id, why);
-    return ApiError::overloaded("The container's files cannot be restored from the sessions bucket now; try again later",
-                                config_.retry_after_sec);
+    return ApiError::overloaded(
+        "The container's files cannot be restored from the sessions bucket now; try again later",
+        config_.retry_after_sec);
   };
   // The stale (or partial) local copy goes first: the bucket is the truth.
   for (const auto& [mount, host] : mounts_of(container)) {
@@ -456,25 +468,28 @@ Result<void> ContainerDurability::restore_blocking(Container& container) {
       return unavailable("cannot make the folders of " + row.path);
     const auto slash = resolved->relative.rfind('/');
     const std::string parent = slash == std::string::npos ? "" : resolved->relative.substr(0, slash);
-    const std::string leaf = slash == std::string::npos ? resolved->relative : resolved->relative.substr(slash + 1);
+    const std::string leaf =
+        slash == std::string::npos ? resolved->relative : resolved->relative.substr(slash + 1);
     UniqueFd directory(open_beneath(root.get(), parent, O_RDONLY | O_DIRECTORY));
     if (!directory.valid()) return unavailable("cannot open the folder of " + row.path);
-    const std::string temp = std::string(kTempPrefix) + random_hex(8);
+    const std::string temp = std::string(kTempPrefix) + random_hex(16);
     UniqueFd file(open_beneath(directory.get(), temp, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW, 0600));
     if (!file.valid()) return unavailable("cannot create " + row.path);
     auto got = client_->get_object(row.object_key, file.get());
     if (!got || *got != row.size) {
       unlinkat(directory.get(), temp.c_str(), 0);
-      return unavailable(got ? "object " + row.object_key + " has " + std::to_string(*got) + " bytes, the manifest says " +
-                                   std::to_string(row.size)
+      return unavailable(got ? "object " + row.object_key + " has " + std::to_string(*got) +
+                                   " bytes, the manifest says " + std::to_string(row.size)
                              : got.error().describe());
     }
-    const timespec mtime{static_cast<time_t>(row.mtime_ns / 1'000'000'000), static_cast<long>(row.mtime_ns % 1'000'000'000)};
+    const timespec mtime{static_cast<time_t>(row.mtime_ns / 1'000'000'000),
+                         static_cast<long>(row.mtime_ns % 1'000'000'000)};
     const timespec times[2] = {mtime, mtime};
     std::string head(store::kMimeHeadBytes, '\0');
     ssize_t head_bytes = pread(file.get(), head.data(), head.size(), 0);
     head.resize(head_bytes > 0 ? static_cast<size_t>(head_bytes) : 0);
-    if (fchown(file.get(), uid, uid) != 0 || fchmod(file.get(), row.mode & 07777) != 0 || futimens(file.get(), times) != 0 ||
+    if (fchown(file.get(), uid, uid) != 0 || fchmod(file.get(), row.mode & 07777) != 0 ||
+        futimens(file.get(), times) != 0 ||
         renameat(directory.get(), temp.c_str(), directory.get(), leaf.c_str()) != 0) {
       unlinkat(directory.get(), temp.c_str(), 0);
       return unavailable("cannot place " + row.path);
@@ -498,7 +513,8 @@ Result<void> ContainerDurability::restore_blocking(Container& container) {
   }
   write_marker(container, state.generation);
   container.bucket.flushed_changes = container.bucket.changes.load();
-  ops::metrics().storage_restored(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  ops::metrics().storage_restored(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return {};
 }
 
@@ -513,10 +529,12 @@ asio::awaitable<Result<void>> ContainerDurability::ensure_local(std::shared_ptr<
     // or deleted. The retry is relayed to the holder, or finds it gone.
     spdlog::warn("bucket: restoring container {}: {}", container->id, e.what());
     if (on_fenced_) on_fenced_(e);
-    restored = ApiError::overloaded("The container moved to another replica; try again", config_.retry_after_sec);
+    restored =
+        ApiError::overloaded("The container moved to another replica; try again", config_.retry_after_sec);
   } catch (const std::exception& e) {
     spdlog::error("bucket: restoring container {}: {}", container->id, e.what());
-    restored = ApiError::overloaded("The container's files cannot be restored now; try again later", config_.retry_after_sec);
+    restored = ApiError::overloaded("The container's files cannot be restored now; try again later",
+                                    config_.retry_after_sec);
   }
   if (restored) container->bucket.local_ready = true;
   co_return restored;

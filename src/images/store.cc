@@ -7,17 +7,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <boost/json.hpp>
 #include <algorithm>
+#include <boost/json.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 
+#include "base/ids.h"
 #include "images/extract.h"
 #include "runtime/spec.h"
 #include "runtime/syscall_error.h"
@@ -34,11 +34,13 @@ bool is_lower_alnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <=
 // One component of a name: [a-z0-9] then [a-z0-9._-]*, never "." or "..".
 bool valid_component(const std::string& c) {
   if (c.empty() || !is_lower_alnum(c[0])) return false;
-  return std::all_of(c.begin(), c.end(), [](char ch) { return is_lower_alnum(ch) || ch == '.' || ch == '_' || ch == '-'; });
+  return std::all_of(c.begin(), c.end(),
+                     [](char ch) { return is_lower_alnum(ch) || ch == '.' || ch == '_' || ch == '-'; });
 }
 
 void check_name(const std::string& name) {
-  if (name.empty() || name.size() > 200) throw ImageError("image name \"" + name + "\" must be 1-200 characters");
+  if (name.empty() || name.size() > 200)
+    throw ImageError("image name \"" + name + "\" must be 1-200 characters");
   size_t pos = 0;
   bool first = true;
   while (pos <= name.size()) {
@@ -55,9 +57,10 @@ void check_name(const std::string& name) {
       }
     }
     if (!valid_component(component))
-      throw ImageError("image name \"" + name + "\": \"" + component +
-                       "\" is not a valid component (lower-case letters, digits, '.', '_', '-'; starting with a "
-                       "letter or digit)");
+      throw ImageError(
+          "image name \"" + name + "\": \"" + component +
+          "\" is not a valid component (lower-case letters, digits, '.', '_', '-'; starting with a "
+          "letter or digit)");
     first = false;
     pos = slash + 1;
   }
@@ -65,8 +68,12 @@ void check_name(const std::string& name) {
 
 void check_tag(const std::string& tag) {
   bool ok = !tag.empty() && tag.size() <= 128 && tag[0] != '.' && tag[0] != '-' &&
-            std::all_of(tag.begin(), tag.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-'; });
-  if (!ok) throw ImageError("image tag \"" + tag + "\" is not valid ([A-Za-z0-9_.-], at most 128, not starting with '.' or '-')");
+            std::all_of(tag.begin(), tag.end(), [](char c) {
+              return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+            });
+  if (!ok)
+    throw ImageError("image tag \"" + tag +
+                     "\" is not valid ([A-Za-z0-9_.-], at most 128, not starting with '.' or '-')");
 }
 
 std::string read_text(const std::string& path) {
@@ -99,13 +106,7 @@ void remove_path(const std::string& path) {
   close(fd);
 }
 
-std::string random_suffix() {
-  std::random_device rd;
-  static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
-  std::string out;
-  for (int i = 0; i < 8; ++i) out.push_back(kAlphabet[rd() % 36]);
-  return out;
-}
+std::string random_suffix() { return random_base36(8); }
 
 // What every image gets before it is installed:
 // - a regular file at each /etc name that sandboxes generate or hide
@@ -137,7 +138,8 @@ void prepare_for_sandboxes(const std::string& rootfs) {
     // Password hashes are of no use in a sandbox: emptied, so that nothing needs to be
     // bound over them either.
     bool secret = std::strcmp(name, "shadow") == 0 || std::strcmp(name, "gshadow") == 0;
-    if (fstatat(etc_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && (!secret || st.st_size == 0))
+    if (fstatat(etc_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        (!secret || st.st_size == 0))
       continue;
     remove_tree(etc_fd, name);
     int fd = openat(etc_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -161,7 +163,8 @@ ImageRef parse_ref(const std::string& text, const std::string& default_tag) {
     ref.tag = text.substr(colon + 1);
   }
   if (ref.name.find('@') != std::string::npos)
-    throw ImageError("image \"" + text + "\": references by digest (@sha256:...) are not supported; use NAME:TAG");
+    throw ImageError("image \"" + text +
+                     "\": references by digest (@sha256:...) are not supported; use NAME:TAG");
   return make_ref(ref.name, ref.tag);
 }
 
@@ -182,10 +185,14 @@ std::vector<std::string> installed_packages(const std::string& rootfs) {
     status.clear();
   };
   while (std::getline(in, line)) {
-    if (line.empty()) flush();
-    else if (line.rfind("Package: ", 0) == 0) package = line.substr(9);
-    else if (line.rfind("Version: ", 0) == 0) version = line.substr(9);
-    else if (line.rfind("Status: ", 0) == 0) status = line.substr(8);
+    if (line.empty())
+      flush();
+    else if (line.rfind("Package: ", 0) == 0)
+      package = line.substr(9);
+    else if (line.rfind("Version: ", 0) == 0)
+      version = line.substr(9);
+    else if (line.rfind("Status: ", 0) == 0)
+      status = line.substr(8);
   }
   flush();
   std::sort(packages.begin(), packages.end());
@@ -260,7 +267,8 @@ std::vector<ImageInfo> ImageStore::list() const {
     if (auto info = read(images_dir_ + "/" + name)) images.push_back(std::move(*info));
   }
   closedir(dir);
-  std::sort(images.begin(), images.end(), [](const ImageInfo& a, const ImageInfo& b) { return a.ref.str() < b.ref.str(); });
+  std::sort(images.begin(), images.end(),
+            [](const ImageInfo& a, const ImageInfo& b) { return a.ref.str() < b.ref.str(); });
   return images;
 }
 
@@ -278,8 +286,10 @@ bool ImageStore::remove(const ImageRef& ref) {
   if (lstat(dir.c_str(), &st) != 0) return false;
   // Renamed away first: the image is gone at once, even if removing its files is slow
   // or interrupted (a staging name is cleaned up by the next import).
-  std::string doomed = images_dir_ + "/" + kStagingPrefix + std::to_string(getpid()) + "-rm-" + random_suffix();
-  if (rename(dir.c_str(), doomed.c_str()) != 0) throw SyscallError("rename(" + dir + ", " + doomed + ")", errno);
+  std::string doomed =
+      images_dir_ + "/" + kStagingPrefix + std::to_string(getpid()) + "-rm-" + random_suffix();
+  if (rename(dir.c_str(), doomed.c_str()) != 0)
+    throw SyscallError("rename(" + dir + ", " + doomed + ")", errno);
   remove_path(doomed);
   return true;
 }
@@ -343,7 +353,8 @@ ImageInfo ImageStore::Staging::commit(const ImageRef& ref, boost::json::object m
   if (chmod(dir_.c_str(), 0755) != 0) throw SyscallError("chmod(" + dir_ + ", 0755)", errno);
   std::string target = store_.dir_for(ref);
   if (rename(dir_.c_str(), target.c_str()) != 0) {
-    if (errno != ENOTEMPTY && errno != EEXIST) throw SyscallError("rename(" + dir_ + ", " + target + ")", errno);
+    if (errno != ENOTEMPTY && errno != EEXIST)
+      throw SyscallError("rename(" + dir_ + ", " + target + ")", errno);
     // An image of that name and tag exists: swap the two atomically, then remove the
     // old one (now at the staging name).
     if (renameat2(AT_FDCWD, dir_.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)
@@ -357,8 +368,8 @@ ImageInfo ImageStore::Staging::commit(const ImageRef& ref, boost::json::object m
   return *info;
 }
 
-ImageSelection select_image(const std::string& data_dir, const std::string& repository, const std::string& tag,
-                            bool builtin_default) {
+ImageSelection select_image(const std::string& data_dir, const std::string& repository,
+                            const std::string& tag, bool builtin_default) {
   ImageSelection selection;
   const std::string named = repository + ":" + tag;
   ImageRef ref;

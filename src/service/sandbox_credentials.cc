@@ -2,7 +2,6 @@
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <sys/random.h>
 
 #include <cerrno>
 #include <charconv>
@@ -11,22 +10,11 @@
 #include <unordered_map>
 
 #include "base/hex.h"
+#include "base/ids.h"
 
 namespace sandboxd::service {
 
-std::string new_api_secret() {
-  unsigned char bytes[32];
-  size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error("getrandom failed");
-    }
-    got += static_cast<size_t>(n);
-  }
-  return hex_encode(bytes, sizeof bytes);
-}
+std::string new_api_secret() { return random_hex(64); }
 
 namespace {
 
@@ -75,7 +63,8 @@ int scoped_token_depth(std::string_view token) {
   token.remove_prefix(kScopedTokenPrefix.size());
   int depth = -1;
   auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), depth);
-  if (ec != std::errc() || end == token.data() + token.size() || *end != '-' || depth < 1 || depth > 100) return -1;
+  if (ec != std::errc() || end == token.data() + token.size() || *end != '-' || depth < 1 || depth > 100)
+    return -1;
   return depth;
 }
 

@@ -1,7 +1,6 @@
 #include "store/atomic_writer.h"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include <optional>
 #include <utility>
 
+#include "base/ids.h"
 #include "base/sandbox_paths.h"
 #include "base/temp_files.h"
 #include "store/body_pipeline.h"
@@ -20,21 +20,8 @@
 namespace sandboxd::store {
 namespace {
 
-std::string random_temp_name() {
-  unsigned char bytes[8];
-  size_t filled = 0;
-  while (filled < sizeof bytes) {
-    ssize_t n = getrandom(bytes + filled, sizeof bytes - filled, 0);
-    if (n > 0) filled += static_cast<size_t>(n);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string name(kTempPrefix);
-  for (unsigned char b : bytes) {
-    name.push_back(kHex[b >> 4]);
-    name.push_back(kHex[b & 15]);
-  }
-  return name;
-}
+// In a folder code in the sandbox writes to: a name it cannot guess ahead.
+std::string random_temp_name() { return std::string(kTempPrefix) + random_hex(16); }
 
 class AtomicFileWriter final : public FileWriter {
  public:
@@ -62,7 +49,9 @@ class AtomicFileWriter final : public FileWriter {
     return pipeline_.fill(size);
   }
   size_t room() override { return pipeline_.room(); }
-  void when_room(size_t bytes, std::function<void()> ready) override { pipeline_.when_room(bytes, std::move(ready)); }
+  void when_room(size_t bytes, std::function<void()> ready) override {
+    pipeline_.when_room(bytes, std::move(ready));
+  }
 
   FileResult<FileRecord> commit() override {
     if (finished_) return FileError::kIo;
@@ -110,8 +99,8 @@ class AtomicFileWriter final : public FileWriter {
     // works while the rest of the body streams in, and the fsync at commit has only the
     // tail left instead of the whole file.
     if (size_ - written_back_ >= kWritebackStep) {
-      sync_file_range(file_.get(), static_cast<off_t>(written_back_), static_cast<off_t>(size_ - written_back_),
-                      SYNC_FILE_RANGE_WRITE);
+      sync_file_range(file_.get(), static_cast<off_t>(written_back_),
+                      static_cast<off_t>(size_ - written_back_), SYNC_FILE_RANGE_WRITE);
       written_back_ = size_;
     }
     return {};
@@ -128,12 +117,15 @@ class AtomicFileWriter final : public FileWriter {
   void choose_direct_io(const char* data, size_t size) {
     const bool aligned = reinterpret_cast<uintptr_t>(data) % kDirectAlign == 0 && size % kDirectAlign == 0 &&
                          size_ % kDirectAlign == 0;
-    if (direct_ == Direct::kUntried && aligned && size >= BodyPipeline::kBufferBytes) set_direct(true);
-    else if (direct_ == Direct::kOn && !aligned) set_direct(false);
+    if (direct_ == Direct::kUntried && aligned && size >= BodyPipeline::kBufferBytes)
+      set_direct(true);
+    else if (direct_ == Direct::kOn && !aligned)
+      set_direct(false);
   }
   void set_direct(bool on) {
     int flags = fcntl(file_.get(), F_GETFL);
-    const bool changed = flags >= 0 && fcntl(file_.get(), F_SETFL, on ? flags | O_DIRECT : flags & ~O_DIRECT) == 0;
+    const bool changed =
+        flags >= 0 && fcntl(file_.get(), F_SETFL, on ? flags | O_DIRECT : flags & ~O_DIRECT) == 0;
     direct_ = on && changed ? Direct::kOn : Direct::kOff;
   }
 
@@ -179,7 +171,8 @@ class AtomicFileWriter final : public FileWriter {
       int err = errno;
       unlinkat(directory_.get(), temp_name_.c_str(), 0);
       temp_name_.clear();
-      return err == EISDIR || err == ENOTEMPTY || err == EEXIST ? FileError::kNotAFile : error_from_errno(err);
+      return err == EISDIR || err == ENOTEMPTY || err == EEXIST ? FileError::kNotAFile
+                                                                : error_from_errno(err);
     }
     temp_name_.clear();
     return {};
@@ -244,8 +237,9 @@ FileResult<std::unique_ptr<FileWriter>> begin_atomic_write(UniqueFd directory, s
   std::string temp_name;
   int fd = open_temp_file(directory.get(), temp_name);
   if (fd < 0) return error_from_errno(-fd);
-  return std::unique_ptr<FileWriter>(std::make_unique<AtomicFileWriter>(
-      std::move(directory), UniqueFd(fd), std::move(temp_name), std::move(leaf), std::move(sandbox_path), uid, gid));
+  return std::unique_ptr<FileWriter>(std::make_unique<AtomicFileWriter>(std::move(directory), UniqueFd(fd),
+                                                                        std::move(temp_name), std::move(leaf),
+                                                                        std::move(sandbox_path), uid, gid));
 }
 
 }  // namespace sandboxd::store

@@ -4,22 +4,40 @@
 // links, device entries, duplicates, too many files, too many bytes, zip bombs (sizes
 // and ratio checked while inflating, not trusted from the headers). Then the layout
 // (one top folder holding SKILL.md) and SKILL.md's front matter (name, description).
-// A refused upload leaves nothing: the staging folder goes with the object.
+// A refused upload is a value (SkillRefusal) and leaves nothing: the staging folder goes
+// with the object. A disk that fails while the upload is written is not the client's
+// doing: that is thrown.
 #pragma once
 
+#include <boost/system/result.hpp>
 #include <cstdint>
 #include <set>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
 namespace sandboxd::store {
 
-// What the client did wrong; its message is the 400's.
-class SkillUploadError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
+// Why an upload is refused, and the message that tells its client what to change.
+struct SkillRefusal {
+  enum class Kind {
+    kPath,         // a path that is absolute, climbs out, repeats, nests too deep...
+    kTooLarge,     // more bytes than the limit, uncompressed
+    kTooMany,      // more files and folders than the limit
+    kArchive,      // a zip that is not one, is corrupt, or holds what a skill may not
+    kLayout,       // not one top folder holding SKILL.md
+    kManifest,     // SKILL.md's front matter
+    kNameChanged,  // a new version whose SKILL.md names another skill
+    kNoSuchSkill,  // a new version of a skill the owner does not have
+  };
+  Kind kind;
+  std::string message;
 };
+
+template <typename T>
+using SkillResult = boost::system::result<T, SkillRefusal>;
+
+// Lets SkillResult<T>::value() throw; callers test has_value()/error() instead.
+[[noreturn]] void throw_exception_from_error(const SkillRefusal& refusal, const boost::source_location& loc);
 
 // Folders are entries too: each one a folder of the upload makes counts against
 // max_files (files and folders together) and is charged kFolderBytes against max_bytes
@@ -39,8 +57,8 @@ struct SkillManifest {
   std::string description;  // 1-1024 characters
 };
 
-// Parses and checks SKILL.md's text. Throws SkillUploadError.
-SkillManifest parse_skill_manifest(std::string_view skill_md);
+// Parses and checks SKILL.md's text.
+SkillResult<SkillManifest> parse_skill_manifest(std::string_view skill_md);
 
 class SkillStaging {
  public:
@@ -50,21 +68,21 @@ class SkillStaging {
   SkillStaging(const SkillStaging&) = delete;
   SkillStaging& operator=(const SkillStaging&) = delete;
 
-  // One file of a multipart upload, in pieces. Throws SkillUploadError.
-  void begin_file(std::string_view path);
-  void write(std::string_view bytes);
+  // One file of a multipart upload, in pieces. After a refusal the upload is over.
+  SkillResult<void> begin_file(std::string_view path);
+  SkillResult<void> write(std::string_view bytes);
   void end_file();
   // True when the upload so far is exactly one file named *.zip: the archive form.
   bool single_zip() const;
   // Replaces that one file with the entries of the archive, checked the same way.
-  void extract_single_zip();
+  SkillResult<void> extract_single_zip();
 
-  // After everything arrived: the skill's folder and its manifest. Throws.
+  // After everything arrived: the skill's folder and its manifest.
   struct Checked {
     std::string content_dir;  // the folder holding SKILL.md
     SkillManifest manifest;
   };
-  Checked check();
+  SkillResult<Checked> check();
 
   const std::string& dir() const { return dir_; }
   // The caller moved the content away; only what is left is removed.
@@ -75,10 +93,10 @@ class SkillStaging {
  private:
   // Validates a relative path and creates its parent folders (each new one counted and
   // charged); returns the host path.
-  std::string prepare(std::string_view path, bool directory);
-  void count_bytes(uint64_t n);
-  void count_entry();
-  void extract_zip(const std::string& archive);
+  SkillResult<std::string> prepare(std::string_view path, bool directory);
+  SkillResult<void> count_bytes(uint64_t n);
+  SkillResult<void> count_entry();
+  SkillResult<void> extract_zip(const std::string& archive);
 
   std::string dir_;
   SkillLimits limits_;

@@ -6,14 +6,14 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <ctime>
 #include <climits>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 
+#include "base/ids.h"
 #include "base/utf8.h"
 #include "store/schema.h"
 
@@ -23,16 +23,14 @@ namespace {
 namespace fs = std::filesystem;
 
 int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
+// Without the characters people confuse (I, O, l).
 std::string random_id(size_t chars) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kAlphabet[] = "0123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
-  std::string out;
-  for (size_t i = 0; i < chars; ++i) out.push_back(kAlphabet[rng() % (sizeof kAlphabet - 1)]);
-  return out;
+  return random_chars("0123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz", chars);
 }
 
 // The tables are in store/schema.cc.
@@ -41,7 +39,9 @@ using db::Transaction;
 
 // Owners and skill ids from outside (a URL) that are not UTF-8 name no stored skill;
 // PostgreSQL would refuse them as parameters.
-bool storable(const std::string& owner, const std::string& id) { return is_valid_utf8(owner) && is_valid_utf8(id); }
+bool storable(const std::string& owner, const std::string& id) {
+  return is_valid_utf8(owner) && is_valid_utf8(id);
+}
 
 constexpr const char* kSkillColumns = "id, display_name, name, latest_version, created_at_us, updated_at_us";
 
@@ -74,8 +74,10 @@ void seal(const fs::path& root) {
   for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
     struct stat st {};
     if (lstat(it->path().c_str(), &st) != 0) continue;
-    if (S_ISDIR(st.st_mode)) chmod(it->path().c_str(), 0555);
-    else if (S_ISREG(st.st_mode)) chmod(it->path().c_str(), (st.st_mode & 0100) ? 0555 : 0444);
+    if (S_ISDIR(st.st_mode))
+      chmod(it->path().c_str(), 0555);
+    else if (S_ISREG(st.st_mode))
+      chmod(it->path().c_str(), (st.st_mode & 0100) ? 0555 : 0444);
   }
   chmod(root.c_str(), 0555);
 }
@@ -187,11 +189,14 @@ void SkillStore::load_builtins() {
   }
   std::vector<fs::path> folders;
   for (const auto& entry : fs::directory_iterator(builtin_dir_, ec))
-    if (entry.is_directory(ec) && fs::is_regular_file(entry.path() / "SKILL.md", ec)) folders.push_back(entry.path());
+    if (entry.is_directory(ec) && fs::is_regular_file(entry.path() / "SKILL.md", ec))
+      folders.push_back(entry.path());
   std::sort(folders.begin(), folders.end());
   for (const auto& folder : folders) {
     try {
-      auto manifest = parse_skill_manifest(read_text(folder / "SKILL.md"));
+      auto parsed = parse_skill_manifest(read_text(folder / "SKILL.md"));
+      if (!parsed) continue;  // a broken built-in is skipped (its SKILL.md is the packager's to fix)
+      const SkillManifest& manifest = *parsed;
       Builtin b;
       b.record.id = folder.filename().string();
       b.record.source = "anthropic";
@@ -206,7 +211,7 @@ void SkillStore::load_builtins() {
       b.version.directory = folder.string();
       builtins_.push_back(std::move(b));
     } catch (const std::exception&) {
-      // A broken built-in is skipped (its SKILL.md is the packager's to fix).
+      // So is one whose SKILL.md cannot be read.
     }
   }
 }
@@ -217,7 +222,9 @@ const SkillStore::Builtin* SkillStore::builtin(const std::string& id) const {
   return nullptr;
 }
 
-std::string SkillStore::new_staging_dir() { return (fs::path(skills_dir_) / ".staging" / random_id(20)).string(); }
+std::string SkillStore::new_staging_dir() {
+  return (fs::path(skills_dir_) / ".staging" / random_id(20)).string();
+}
 
 std::string SkillStore::install(const std::string& skill_id, const std::string& version,
                                 const std::string& content_dir) {
@@ -252,13 +259,27 @@ SkillRecord SkillStore::create(const std::string& owner, const std::optional<std
   try {
     if (bucket_) bucket_->publish(r.id, r.latest_version, directory);
     Transaction transaction(conn);
-    Statement(conn, "INSERT INTO skills (owner, id, display_name, name, latest_version, created_at_us, updated_at_us) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)")
-        .add(owner).add(r.id).add_blob(r.display_name).add(r.name).add(r.latest_version).add(r.created_at_us)
-        .add(r.updated_at_us).run();
-    Statement(conn, "INSERT INTO skill_versions (skill_id, version, name, description, created_at_us) "
-                    "VALUES (?, ?, ?, ?, ?)")
-        .add(r.id).add(r.latest_version).add(r.name).add_blob(upload.manifest.description).add(r.created_at_us).run();
+    Statement(
+        conn,
+        "INSERT INTO skills (owner, id, display_name, name, latest_version, created_at_us, updated_at_us) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)")
+        .add(owner)
+        .add(r.id)
+        .add_blob(r.display_name)
+        .add(r.name)
+        .add(r.latest_version)
+        .add(r.created_at_us)
+        .add(r.updated_at_us)
+        .run();
+    Statement(conn,
+              "INSERT INTO skill_versions (skill_id, version, name, description, created_at_us) "
+              "VALUES (?, ?, ?, ?, ?)")
+        .add(r.id)
+        .add(r.latest_version)
+        .add(r.name)
+        .add_blob(upload.manifest.description)
+        .add(r.created_at_us)
+        .run();
     transaction.commit();
   } catch (...) {
     remove_sealed(fs::path(skills_dir_) / r.id);
@@ -268,13 +289,15 @@ SkillRecord SkillStore::create(const std::string& owner, const std::optional<std
   return r;
 }
 
-std::optional<SkillVersionRecord> SkillStore::add_version(const std::string& owner, const std::string& skill_id,
-                                                          const SkillStaging::Checked& upload) {
+SkillResult<SkillVersionRecord> SkillStore::add_version(const std::string& owner, const std::string& skill_id,
+                                                        const SkillStaging::Checked& upload) {
   auto skill = find(owner, skill_id);
-  if (!skill || skill->source != "custom") return std::nullopt;
+  if (!skill || skill->source != "custom")
+    return SkillRefusal{SkillRefusal::Kind::kNoSuchSkill, "Skill not found: " + skill_id};
   if (skill->name != upload.manifest.name)
-    throw SkillUploadError("SKILL.md's name '" + upload.manifest.name + "' differs from the skill's name '" +
-                           skill->name + "': a skill keeps its name across versions");
+    return SkillRefusal{SkillRefusal::Kind::kNameChanged,
+                        "SKILL.md's name '" + upload.manifest.name + "' differs from the skill's name '" +
+                            skill->name + "': a skill keeps its name across versions"};
   auto conn = db_->acquire();
   SkillVersionRecord v;
   v.skill_id = skill_id;
@@ -287,11 +310,21 @@ std::optional<SkillVersionRecord> SkillStore::add_version(const std::string& own
   try {
     if (bucket_) bucket_->publish(skill_id, v.version, v.directory);
     Transaction transaction(conn);
-    Statement(conn, "INSERT INTO skill_versions (skill_id, version, name, description, created_at_us) "
-                    "VALUES (?, ?, ?, ?, ?)")
-        .add(skill_id).add(v.version).add(v.name).add_blob(v.description).add(v.created_at_us).run();
+    Statement(conn,
+              "INSERT INTO skill_versions (skill_id, version, name, description, created_at_us) "
+              "VALUES (?, ?, ?, ?, ?)")
+        .add(skill_id)
+        .add(v.version)
+        .add(v.name)
+        .add_blob(v.description)
+        .add(v.created_at_us)
+        .run();
     Statement(conn, "UPDATE skills SET latest_version = ?, updated_at_us = ? WHERE id = ? AND owner = ?")
-        .add(v.version).add(v.created_at_us).add(skill_id).add(owner).run();
+        .add(v.version)
+        .add(v.created_at_us)
+        .add(skill_id)
+        .add(owner)
+        .run();
     transaction.commit();
   } catch (...) {
     remove_sealed(v.directory);
@@ -305,7 +338,8 @@ std::optional<SkillRecord> SkillStore::find(const std::string& owner, const std:
   if (auto* b = builtin(skill_id)) return b->record;
   if (!storable(owner, skill_id)) return std::nullopt;
   auto conn = db_->acquire();
-  Statement q(conn, (std::string("SELECT ") + kSkillColumns + " FROM skills WHERE owner = ? AND id = ?").c_str());
+  Statement q(conn,
+              (std::string("SELECT ") + kSkillColumns + " FROM skills WHERE owner = ? AND id = ?").c_str());
   q.add(owner).add(skill_id);
   if (!q.step()) return std::nullopt;
   return skill_row(q);
@@ -379,7 +413,8 @@ SkillPage<SkillVersionRecord> SkillStore::versions(const std::string& owner, con
   return out;
 }
 
-std::optional<SkillVersionRecord> SkillStore::find_version(const std::string& owner, const std::string& skill_id,
+std::optional<SkillVersionRecord> SkillStore::find_version(const std::string& owner,
+                                                           const std::string& skill_id,
                                                            const std::string& version) {
   if (auto* b = builtin(skill_id)) {
     if (version.empty() || version == "latest" || version == b->version.version) return b->version;
@@ -391,7 +426,8 @@ std::optional<SkillVersionRecord> SkillStore::find_version(const std::string& ow
   if (!is_valid_utf8(wanted)) return std::nullopt;
   auto conn = db_->acquire();
   Statement q(conn, (std::string("SELECT ") + kVersionColumns +
-                    " FROM skill_versions WHERE skill_id = ? AND version = ?").c_str());
+                     " FROM skill_versions WHERE skill_id = ? AND version = ?")
+                        .c_str());
   q.add(skill_id).add(wanted);
   if (!q.step()) return std::nullopt;
   auto v = version_row(q);
@@ -425,7 +461,8 @@ size_t SkillStore::count_custom(const std::string& owner) {
 size_t SkillStore::count_versions(const std::string& owner) {
   if (!storable(owner, "")) return 0;
   auto conn = db_->acquire();
-  Statement query(conn, "SELECT COUNT(*) FROM skill_versions v JOIN skills s ON s.id = v.skill_id WHERE s.owner = ?");
+  Statement query(
+      conn, "SELECT COUNT(*) FROM skill_versions v JOIN skills s ON s.id = v.skill_id WHERE s.owner = ?");
   query.add(owner);
   return query.step() ? static_cast<size_t>(query.integer(0)) : 0;
 }
@@ -440,7 +477,10 @@ SkillStore::VersionRemoval SkillStore::remove_version(const std::string& owner, 
     // skill): the skill stays, with no latest version ('' here), until it is deleted.
     auto conn = db_->acquire();
     Transaction transaction(conn);
-    Statement(conn, "DELETE FROM skill_versions WHERE skill_id = ? AND version = ?").add(skill_id).add(v->version).run();
+    Statement(conn, "DELETE FROM skill_versions WHERE skill_id = ? AND version = ?")
+        .add(skill_id)
+        .add(v->version)
+        .run();
     Statement(
         conn,
         "UPDATE skills SET latest_version = COALESCE((SELECT version FROM skill_versions WHERE skill_id = ? "

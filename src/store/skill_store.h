@@ -20,10 +20,10 @@
 namespace sandboxd::store {
 
 struct SkillRecord {
-  std::string id;            // skill_… (custom) or the built-in's name
-  std::string source;        // "custom" | "anthropic"
+  std::string id;      // skill_… (custom) or the built-in's name
+  std::string source;  // "custom" | "anthropic"
   std::string display_name;
-  std::string name;          // SKILL.md's name: the folder under /mnt/skills
+  std::string name;  // SKILL.md's name: the folder under /mnt/skills
   std::string latest_version;
   int64_t created_at_us = 0;
   int64_t updated_at_us = 0;
@@ -58,12 +58,14 @@ class SkillStore {
   // A folder for a new upload's staging (under the data directory, same file system).
   std::string new_staging_dir();
 
-  // Stores a checked upload as a new skill, or as a new version of `skill_id` (whose
-  // name must match). The staged content is moved, not copied. Throws SkillUploadError.
+  // Stores a checked upload as a new skill, or as a new version of `skill_id`. The
+  // staged content is moved, not copied. A version is refused (kNoSuchSkill) when the
+  // owner has no such custom skill, and (kNameChanged) when SKILL.md's name is not the
+  // skill's.
   SkillRecord create(const std::string& owner, const std::optional<std::string>& display_name,
                      const SkillStaging::Checked& upload);
-  std::optional<SkillVersionRecord> add_version(const std::string& owner, const std::string& skill_id,
-                                                const SkillStaging::Checked& upload);
+  SkillResult<SkillVersionRecord> add_version(const std::string& owner, const std::string& skill_id,
+                                              const SkillStaging::Checked& upload);
 
   // nullopt: no such skill for this owner (another owner's is as missing). Built-ins
   // are found by their name.
@@ -85,7 +87,8 @@ class SkillStore {
   // Removing the last version leaves the skill without one (latest_version ""): found,
   // listed and deletable, but a reference to it resolves to no version.
   enum class VersionRemoval { kRemoved, kMissing };
-  VersionRemoval remove_version(const std::string& owner, const std::string& skill_id, const std::string& version);
+  VersionRemoval remove_version(const std::string& owner, const std::string& skill_id,
+                                const std::string& version);
 
   static bool is_builtin_id(std::string_view id) { return !id.starts_with("skill_"); }
 
@@ -108,7 +111,8 @@ class SkillStore {
   };
   void load_builtins();
   const Builtin* builtin(const std::string& id) const;
-  std::string install(const std::string& skill_id, const std::string& version, const std::string& content_dir);
+  std::string install(const std::string& skill_id, const std::string& version,
+                      const std::string& content_dir);
   std::string next_version(db::Connection& conn, const std::string& skill_id);
 
   std::string data_dir_, skills_dir_, builtin_dir_;

@@ -10,7 +10,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/ids.h"
 #include "base/temp_files.h"
 #include "base/unique_fd.h"
 #include "base/utf8.h"
@@ -74,7 +74,6 @@ json::object error_block(std::string_view code, std::string_view explanation, bo
 // ---------------------------------------------------------------------------------
 // File descriptors.
 
-
 // Explains why opening `path` failed with `err`, in the contract's words.
 [[noreturn]] void fail_to_open(int err, const ResolvedPath& path) {
   switch (err) {
@@ -94,8 +93,7 @@ json::object error_block(std::string_view code, std::string_view explanation, bo
 }
 
 // open_beneath() that explains its failure instead of returning -errno.
-UniqueFd open_beneath_or_fail(int root_fd, const std::string& relative, int flags,
-                              const ResolvedPath& path) {
+UniqueFd open_beneath_or_fail(int root_fd, const std::string& relative, int flags, const ResolvedPath& path) {
   int fd = open_beneath(root_fd, relative, flags);
   if (fd < 0) fail_to_open(-fd, path);
   return UniqueFd(fd);
@@ -337,7 +335,8 @@ std::vector<DirectoryEntry> read_directory(int dir_fd) {
     bool is_directory = entry->d_type == DT_DIR;
     if (entry->d_type == DT_UNKNOWN) {
       struct stat st {};
-      is_directory = ::fstatat(dirfd(dir), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+      is_directory =
+          ::fstatat(dirfd(dir), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
     }
     entries.push_back({std::move(name), is_directory});
   }
@@ -509,23 +508,12 @@ struct Ownership {
 
 // An existing file keeps its owner and permission bits. Set-id and sticky bits are
 // dropped: the server writes as root and must not hand out a privileged file.
-Ownership ownership_of(const struct stat& st) { return {st.st_uid, st.st_gid, static_cast<mode_t>(st.st_mode & 0777)}; }
-
-std::string random_suffix() {
-  unsigned char bytes[8] = {};
-  if (::getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) {
-    // Only uniqueness matters here (O_EXCL guards the rest): fall back on pid and a counter.
-    static unsigned counter = 0;
-    return std::to_string(::getpid()) + "-" + std::to_string(++counter);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string suffix;
-  for (unsigned char byte : bytes) {
-    suffix += kHex[byte >> 4];
-    suffix += kHex[byte & 0xF];
-  }
-  return suffix;
+Ownership ownership_of(const struct stat& st) {
+  return {st.st_uid, st.st_gid, static_cast<mode_t>(st.st_mode & 0777)};
 }
+
+// A temporary file's name next to the edited one (O_EXCL guards the rest).
+std::string random_suffix() { return random_hex(16); }
 
 bool write_all(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -539,7 +527,8 @@ bool write_all(int fd, std::string_view data) {
 
 // Writes `content` to a new file next to the target, then renames it over the target,
 // so code in the sandbox sees either the old file or the new one, never half of one.
-void replace_file(const WriteTarget& target, std::string_view content, Ownership owner, const ResolvedPath& path) {
+void replace_file(const WriteTarget& target, std::string_view content, Ownership owner,
+                  const ResolvedPath& path) {
   const int dir = target.parent.get();
   auto cannot_write = [&](int err) { fail("Cannot write " + path.sandbox_path + ": " + std::strerror(err)); };
 
@@ -581,7 +570,8 @@ std::string read_for_edit(const WriteTarget& target, const EditorOptions& option
 // ---------------------------------------------------------------------------------
 // create
 
-json::object create(int root_fd, const ResolvedPath& path, const std::string& text, const EditorOptions& options) {
+json::object create(int root_fd, const ResolvedPath& path, const std::string& text,
+                    const EditorOptions& options) {
   if (path.relative.empty()) fail("Is a directory: " + path.sandbox_path);
   if (int rc = make_parents_beneath(root_fd, path.relative, options.uid, options.gid); rc < 0) {
     fail_to_open(-rc, path);
@@ -634,7 +624,8 @@ std::vector<size_t> find_all(std::string_view text, std::string_view needle) {
 
 // 0-based line of the byte at `offset`.
 size_t line_of(std::string_view text, size_t offset) {
-  return static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n'));
+  return static_cast<size_t>(
+      std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n'));
 }
 
 // The lines a replacement touched: from the line where the match starts, through the
@@ -645,7 +636,8 @@ LineChange describe_replacement(const std::vector<std::string_view>& before,
                                 const std::vector<std::string_view>& after, size_t first_line,
                                 size_t last_line) {
   size_t unchanged_tail = 0;
-  const size_t tail_limit = std::min(before.size() - (last_line + 1), after.size() - std::min(after.size(), first_line));
+  const size_t tail_limit =
+      std::min(before.size() - (last_line + 1), after.size() - std::min(after.size(), first_line));
   while (unchanged_tail < tail_limit &&
          before[before.size() - 1 - unchanged_tail] == after[after.size() - 1 - unchanged_tail]) {
     ++unchanged_tail;
@@ -674,7 +666,8 @@ json::object str_replace(int root_fd, const ResolvedPath& path, const Request& r
   }
   const size_t at = matches.front();
 
-  std::string new_text = old_text.substr(0, at) + request.new_str + old_text.substr(at + request.old_str.size());
+  std::string new_text =
+      old_text.substr(0, at) + request.new_str + old_text.substr(at + request.old_str.size());
   // A file that ended with a newline keeps it, even if old_str took the last one.
   if (ends_with_newline(old_text) && !new_text.empty() && !ends_with_newline(new_text)) new_text += '\n';
 
@@ -687,7 +680,8 @@ json::object str_replace(int root_fd, const ResolvedPath& path, const Request& r
   return result;
 }
 
-json::object insert(int root_fd, const ResolvedPath& path, const Request& request, const EditorOptions& options) {
+json::object insert(int root_fd, const ResolvedPath& path, const Request& request,
+                    const EditorOptions& options) {
   WriteTarget target = find_write_target(root_fd, path);
   const std::string old_text = read_for_edit(target, options, path);
 
@@ -701,7 +695,8 @@ json::object insert(int root_fd, const ResolvedPath& path, const Request& reques
 
   // The file keeps its trailing newline, or lack of one; an empty file takes the
   // inserted text's.
-  const bool trailing_newline = old_text.empty() ? ends_with_newline(request.insert_text) : ends_with_newline(old_text);
+  const bool trailing_newline =
+      old_text.empty() ? ends_with_newline(request.insert_text) : ends_with_newline(old_text);
   std::string new_text = join_lines(lines);
   if (trailing_newline && !new_text.empty()) new_text += '\n';
 
@@ -741,7 +736,8 @@ json::object run(const ContainerPaths& paths, const json::object& input, const E
 
 }  // namespace
 
-json::object run_text_editor(const ContainerPaths& paths, const json::object& input, const EditorOptions& options) {
+json::object run_text_editor(const ContainerPaths& paths, const json::object& input,
+                             const EditorOptions& options) {
   try {
     return run(paths, input, options);
   } catch (const EditorError& error) {
