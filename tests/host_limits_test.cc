@@ -9,8 +9,10 @@
 #include <sys/inotify.h>
 
 #include <atomic>
+#include <regex>
 #include <thread>
 
+#include "eventually.h"
 #include "server_harness.h"
 
 using namespace sandboxd::testing;
@@ -237,8 +239,14 @@ TEST_F(HostLimitsTest, OneOwnersLongCommandsLeaveRoomForOthers) {
                           "/content?scope_id=alice-fair-" + std::to_string(i % 2) + "'") == 200;
     return n;
   };
-  for (int tries = 0; tries < 300 && started() < 3; ++tries) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the fourth gets in line
+  ASSERT_TRUE(eventually([&] { return started() >= 3; }, std::chrono::seconds(30))) << server->log();
+  // The fourth is in line (the metrics count it), and it has not started.
+  auto queued = [&] {
+    const std::string text = sh("curl -sS " + server->url("/metrics"));
+    std::smatch m;
+    return std::regex_search(text, m, std::regex("\nsandboxd_executions_queued ([0-9]+)\n")) ? std::stoi(m[1]) : -1;
+  };
+  ASSERT_TRUE(eventually([&] { return queued() == 1; })) << server->log();
   EXPECT_EQ(started(), 3);
   // Bob gets a slot at once instead of waiting behind her and getting a 429.
   std::string bob = bash_raw("bob-fair", "echo bob-ok", "secret-bob-x");

@@ -306,6 +306,21 @@ TEST(PeerResolution, AddressBlocksAndListeners) {
   EXPECT_EQ(cut[0], (k8s::ListenAddress{0, 8080})) << "the block's port is kept first";
 }
 
+TEST(PeerResolution, ANamedPortOfAnAddressBlockNamesThePortsOfThePodsInIt) {
+  auto set = k8s::resolve_peers(peers("          - ipBlock: { cidr: 10.1.0.0/16 }\n"
+                                      "            ports: [{ port: postgresql }, { port: 9000 }]\n"),
+                                "sandboxd", cluster());
+  EXPECT_TRUE(set.route({ip("10.1.0.5"), 5432}, 0)) << "the pod in the block names 5432 postgresql";
+  EXPECT_FALSE(set.route({ip("10.1.0.5"), 5433}, 0));
+  EXPECT_FALSE(set.route({ip("10.1.0.6"), 5432}, 0)) << "no pod there to name the port";
+  EXPECT_TRUE(set.route({ip("10.1.0.6"), 9000}, 0)) << "the numeric port reaches every address of the block";
+  EXPECT_FALSE(set.route({ip("10.2.0.7"), 5432}, 0)) << "outside the block";
+  auto listeners = set.listeners(64, nullptr);
+  std::set<k8s::ListenAddress> got(listeners.begin(), listeners.end());
+  EXPECT_EQ(got, (std::set<k8s::ListenAddress>{{0, 9000}, {ip("10.1.0.5"), 5432}, {ip("10.96.0.10"), 5432}}))
+      << "and the Service whose endpoint that pod is";
+}
+
 // A DNS query as a resolver sends it.
 std::string query(uint16_t id, const std::string& name, uint16_t type) {
   std::string q = {

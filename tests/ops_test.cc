@@ -44,12 +44,8 @@ TEST(Ops, HealthAnswersFromTheBackgroundCheckAnd503OnceItStops) {
   setenv("SANDBOXD_FAILPOINT_STOP_HEALTH_CHECK", "1", 1);
   ServerProcess server;
   unsetenv("SANDBOXD_FAILPOINT_STOP_HEALTH_CHECK");
-  int status = 0;
-  for (int i = 0; i < 300 && status != 503; ++i) {
-    status = server.status(server.url("/health"));
-    if (status != 503) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_EQ(status, 503) << server.log();
+  ASSERT_TRUE(eventually([&] { return server.status(server.url("/health")) == 503; }, std::chrono::seconds(30)))
+      << server.log();
   body = json(server.curl(server.url("/health"))).as_object();
   EXPECT_EQ(body.at("status"), "unavailable");
   EXPECT_NE(std::string(body.at("reason").as_string()).find("the background health check has not run for"),
@@ -161,7 +157,7 @@ TEST(Ops, AnOwnerAloneRunsEverySlotAndEveryWaiterIsCountedAsQueued) {
   };
   // All four run at once (none can finish before the go file): none waited in a line
   // of the owner's own, so none is refused.
-  for (int tries = 0; tries < 300 && started() < 4; ++tries) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(eventually([&] { return started() >= 4; }, std::chrono::seconds(30))) << server.log();
   ASSERT_EQ(started(), 4) << server.log();
   auto gauge = [&](const std::string& name) {
     const std::string text = sh("curl -sS " + server.url("/metrics"));
@@ -176,12 +172,7 @@ TEST(Ops, AnOwnerAloneRunsEverySlotAndEveryWaiterIsCountedAsQueued) {
   auto fifth = std::async(std::launch::async, [&] {
     return server.curl("-i -X POST " + server.base() + "/containers/one-4/tools/bash_code_execution -d @" + quick);
   });
-  int queued = 0;
-  for (int tries = 0; tries < 400 && queued != 1; ++tries) {
-    queued = gauge("sandboxd_executions_queued");
-    if (queued != 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_EQ(queued, 1);
+  EXPECT_TRUE(eventually([&] { return gauge("sandboxd_executions_queued") == 1; }));
   const std::string refused = fifth.get();
   EXPECT_NE(refused.find("HTTP/1.1 429"), std::string::npos) << refused;
   EXPECT_NE(refused.find("\"rate_limit_error\""), std::string::npos) << refused;

@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "eventually.h"
 #include "server_harness.h"
 
 using namespace sandboxd::testing;
@@ -298,7 +299,15 @@ TEST(QuotasConnections, IdleConnectionsFromOneAddressCannotStarveHealthOrAnother
     idle.push_back(fd);
   }
   // Past 20, each is answered at once with a 429 and closed; the first 20 are held.
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  auto answered_now = [&] {
+    int n = 0;
+    for (int fd : idle) {
+      pollfd p{fd, POLLIN, 0};
+      n += ::poll(&p, 1, 0) == 1;
+    }
+    return n;
+  };
+  ASSERT_TRUE(eventually([&] { return answered_now() >= 20; })) << server.log();
   int refused = 0, held = 0;
   for (int fd : idle) {
     std::string reply = first_reply(fd, 0);

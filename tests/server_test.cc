@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "eventually.h"
+#include "http_client.h"
 #include "server_harness.h"
 
 using namespace sandboxd::testing;
@@ -430,6 +431,29 @@ TEST_F(ServerTest, RoutingAuthAndRequestIds) {
   EXPECT_EQ(unauth.at("error").at("type"), "authentication_error");
   EXPECT_EQ(std::stoi(sh("curl -s -o /dev/null -w '%{http_code}' -H 'x-api-key: secret-alice' " + server->base() + "/containers")), 200);
   EXPECT_EQ(std::stoi(sh("curl -s -o /dev/null -w '%{http_code}' " + server->url("/health"))), 200);
+}
+
+// The server remembers the token a connection authenticated with: each request on a
+// kept-alive connection is still its own token's owner's, and a wrong token of the same
+// length is refused, whatever came before it on the connection.
+TEST_F(ServerTest, EachRequestOnAKeptAliveConnectionIsItsOwnTokensOwner) {
+  bash("echo alice-secret > s.txt");
+  sandboxd::testing::HttpClient client(server->port(), "secret-alice");
+  const std::string target = "/api/gpt/v1/containers/" + container + "/tools/bash_code_execution";
+  const std::string body = R"({"command":"cat s.txt"})";
+  auto as = [&](const std::string& token) {
+    return client.post(target, body, "application/json", {{"Authorization", "Bearer " + token}});
+  };
+  auto alice = as("secret-alice");
+  ASSERT_EQ(alice.status, 200u) << alice.body;
+  EXPECT_EQ(json(alice.body).at("stdout"), "alice-secret\n");
+  EXPECT_EQ(as("secret-alicf").status, 401u) << "a token one byte off the connection's";
+  EXPECT_EQ(as("secret-alice").status, 200u);
+  auto bob = as("secret-bob-x");  // bob's own container of that id: no s.txt in it
+  ASSERT_EQ(bob.status, 200u) << bob.body;
+  EXPECT_EQ(json(bob.body).at("stdout"), "");
+  EXPECT_EQ(as("secret-bob-x-and-more").status, 401u);
+  EXPECT_EQ(json(as("secret-alice").body).at("stdout"), "alice-secret\n");
 }
 
 TEST_F(ServerTest, HugeHeadersAndSlowlorisCostNothing) {

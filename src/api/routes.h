@@ -16,6 +16,7 @@ class PeerWatch;
 namespace sandboxd::service {
 class E2bSandboxes;
 class SandboxProcesses;
+class DirectoryWatches;
 }  // namespace sandboxd::service
 
 namespace sandboxd::cluster {
@@ -49,6 +50,7 @@ struct ApiContext : service::Services {
   // E2B's API (api/e2b_api.cc, api/e2b_envd.cc): its sandboxes and their processes.
   service::E2bSandboxes* e2b_sandboxes = nullptr;
   service::SandboxProcesses* sandbox_processes = nullptr;
+  service::DirectoryWatches* directory_watches = nullptr;  // envd's WatchDir
 };
 
 void register_container_routes(server::HttpServer& http, ApiContext& api);

@@ -79,7 +79,18 @@ SandboxNetwork::SandboxNetwork(asio::io_context& io, server::HttpServer& http, c
   targets_.push_back({ops::kApiHostName, "", kApiPort});
   for (const auto& service : config.internal_services) targets_.push_back({service.name, service.host, service.port});
   for (const auto& target : targets_) fixed_ports_.insert(target.port);
-  if (peers_) peers_->on_change([this] { peers_changed(); });
+  if (peers_) {
+    change_target_->network = this;
+    peers_->on_change([target = change_target_] {
+      std::lock_guard lock(target->mutex);
+      if (target->network) target->network->peers_changed();
+    });
+  }
+}
+
+SandboxNetwork::~SandboxNetwork() {
+  std::lock_guard lock(change_target_->mutex);
+  change_target_->network = nullptr;
 }
 
 void SandboxNetwork::plan(runtime::SandboxOptions& options) const {
@@ -93,14 +104,15 @@ void SandboxNetwork::plan(runtime::SandboxOptions& options) const {
   options.nameserver = peers_ ? kNameserverAddress : "";
 }
 
-std::shared_ptr<service::NetworkLink> SandboxNetwork::attach(const std::shared_ptr<runtime::Sandbox>& sandbox) {
+asio::awaitable<std::shared_ptr<service::NetworkLink>> SandboxNetwork::attach(
+    const std::shared_ptr<runtime::Sandbox>& sandbox) {
   auto link = std::make_shared<SandboxLink>(io_);
   std::vector<int> fds = sandbox->take_listeners();
   if (fds.size() != targets_.size()) {
     spdlog::error("sandbox {} reported {} listener(s), expected {}; its network stays closed", sandbox->name(),
                   fds.size(), targets_.size());
     for (int fd : fds) close(fd);
-    return link;
+    co_return link;
   }
   for (int fd : fds) {
     auto acceptor = std::make_unique<tcp::acceptor>(link->strand_);
@@ -114,22 +126,29 @@ std::shared_ptr<service::NetworkLink> SandboxNetwork::attach(const std::shared_p
   }
   for (size_t i = 0; i < link->acceptors_.size(); ++i)
     if (link->acceptors_[i]->is_open()) asio::co_spawn(link->strand_, accept_loop(this, link, i), asio::detached);
-  if (peers_) {
-    link->name_ = sandbox->name();
-    try {
-      link->netns_ = runtime::open_network_namespace(sandbox->pid());
-      {
-        std::lock_guard lock(links_mutex_);
-        std::erase_if(links_, [](const std::weak_ptr<SandboxLink>& weak) { return weak.expired(); });
-        links_.push_back(link);
-      }
-      asio::co_spawn(link->strand_, start_peers(this, link), asio::detached);
-    } catch (const runtime::SyscallError& e) {
-      spdlog::error("sandbox {}: its network peers stay closed: {}", sandbox->name(), e.what());
-    }
-  }
   sandbox->on_stopped([link] { close_link(link); });
-  return link;
+  if (!peers_) co_return link;
+  link->name_ = sandbox->name();
+  try {
+    link->netns_ = runtime::open_network_namespace(sandbox->pid());
+  } catch (const runtime::SyscallError& e) {
+    spdlog::error("sandbox {}: its network peers stay closed: {}", sandbox->name(), e.what());
+    co_return link;
+  }
+  {
+    std::lock_guard lock(links_mutex_);
+    std::erase_if(links_, [](const std::weak_ptr<SandboxLink>& weak) { return weak.expired(); });
+    links_.push_back(link);
+  }
+  // Awaited, not spawned: the sandbox is handed out (and runs its first command) only
+  // once its resolver answers and its peers' listeners are open. Listening sockets queue
+  // connections before their accept loops run, so nothing arriving after this is lost.
+  try {
+    co_await asio::co_spawn(link->strand_, start_peers(this, link), asio::use_awaitable);
+  } catch (const std::exception& e) {
+    spdlog::error("sandbox {}: opening its network peers: {}", link->name_, e.what());
+  }
+  co_return link;
 }
 
 void SandboxNetwork::close_link(std::shared_ptr<SandboxLink> link) {

@@ -101,12 +101,14 @@ class SandboxNetwork : public service::SandboxNetworking {
   SandboxNetwork(asio::io_context& io, server::HttpServer& http, const ops::Config& config,
                  const std::vector<std::pair<std::string, std::string>>& tokens,
                  std::shared_ptr<kubernetes::PeerWatch> peers = nullptr);
+  ~SandboxNetwork() override;
 
   // The /etc/hosts lines and listeners every sandbox is started with.
   void plan(runtime::SandboxOptions& options) const override;
 
   // Takes the started sandbox's listeners and serves them until it stops.
-  std::shared_ptr<service::NetworkLink> attach(const std::shared_ptr<runtime::Sandbox>& sandbox) override;
+  asio::awaitable<std::shared_ptr<service::NetworkLink>> attach(
+      const std::shared_ptr<runtime::Sandbox>& sandbox) override;
 
   // Authenticates every request: a sandbox's connections with its scoped token (messages
   // endpoints only), the public listener with the owners' tokens.
@@ -138,6 +140,14 @@ class SandboxNetwork : public service::SandboxNetworking {
   std::set<uint16_t> fixed_ports_;  // held by the API's and the services' listeners
   std::mutex links_mutex_;
   std::vector<std::weak_ptr<SandboxLink>> links_;  // the links with a peers' part
+  // The watch outlives this object (others share it) and calls back from its own
+  // strand: the callback reaches this object only through here, cleared (under the
+  // lock) when it goes, so a change arriving during shutdown finds nobody to call.
+  struct ChangeTarget {
+    std::mutex mutex;
+    SandboxNetwork* network = nullptr;
+  };
+  std::shared_ptr<ChangeTarget> change_target_ = std::make_shared<ChangeTarget>();
 };
 
 }  // namespace sandboxd::api

@@ -19,6 +19,7 @@
 #include "cluster/container_durability.h"
 #include "service/container_service.h"
 #include "service/e2b_sandboxes.h"
+#include "service/directory_watches.h"
 #include "service/sandbox_processes.h"
 #include "app/host_share.h"
 #include "api/routes.h"
@@ -262,10 +263,15 @@ int serve(ops::Config config, const std::string& config_path) {
     containers.set_network(&network);
     http.set_authenticator([&network](server::RequestContext& ctx) { return network.authenticate(ctx); });
     http.set_observer([](const server::RequestRecord& r) {
-      ops::log_event(spdlog::level::info, "request",
-                {{"id", r.request_id}, {"method", r.method}, {"target", r.target}, {"status", int64_t{r.status}},
-                 {"ms", r.seconds * 1000}, {"bytes", static_cast<int64_t>(r.bytes)},
-                 {"owner", r.owner.empty() ? std::string_view("-") : r.owner}, {"route", r.route}});
+      ops::log_event_batched(spdlog::level::info, "request",
+                             {{"id", r.request_id},
+                              {"method", r.method},
+                              {"target", r.target},
+                              {"status", int64_t{r.status}},
+                              {"ms", r.seconds * 1000},
+                              {"bytes", static_cast<int64_t>(r.bytes)},
+                              {"owner", r.owner.empty() ? std::string_view("-") : r.owner},
+                              {"route", r.route}});
       ops::metrics().http_request(std::string(r.route), r.status, r.seconds);
       // Who did what to which container, and how it ended: every owner's request.
       if (r.authenticated_route && !r.owner.empty())
@@ -310,6 +316,8 @@ int serve(ops::Config config, const std::string& config_path) {
     std::optional<service::E2bSandboxes> e2b_sandboxes;
     service::SandboxProcesses sandbox_processes;
     api.sandbox_processes = &sandbox_processes;
+    service::DirectoryWatches directory_watches;
+    api.directory_watches = &directory_watches;
     if (!config.cluster_enabled()) {
       e2b_sandboxes.emplace(io, containers, config.data_dir);
       e2b_sandboxes->start();

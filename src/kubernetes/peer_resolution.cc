@@ -174,7 +174,20 @@ ResolvedPeers resolve_peers(const std::vector<ops::NetworkPeer>& peers, const st
   for (const auto& [key, pod] : objects.pods) {
     auto ns = objects.namespaces.find(pod.namespace_name);
     for (const auto& peer : peers) {
-      if (peer.ip_block) continue;
+      if (peer.ip_block) {
+        // A named port of an address block names a port of the pods in it, as the
+        // policy's own enforcement reads it; addresses that are no known pod have no
+        // names, so only the block's numeric ports reach them.
+        const bool named = std::any_of(peer.ports.begin(), peer.ports.end(),
+                                       [](const ops::PolicyPort& port) { return port.port == 0; });
+        if (!named) continue;
+        for (uint32_t ip : pod.ips)
+          if (ops::ip_block_contains(*peer.ip_block, ip)) {
+            out.pod_rules_[ip].push_back({peer.ports, pod.named_ports});
+            add_rule_ports(peer.ports, pod, out.pods_[ip]);
+          }
+        continue;
+      }
       const bool namespace_selected =
           peer.namespace_selector ? ns != objects.namespaces.end() &&
                                         ops::selector_matches(*peer.namespace_selector, ns->second.labels)

@@ -133,10 +133,13 @@ void PeerWatch::set_problem(const std::string& problem) {
     all_open = all_open && resource->open;
     all_listed = all_listed && resource->listed;
   }
-  const bool current = all_open && all_listed && problem.empty();
+  // Listed is not yet in force: the set is published a moment after the lists (changes
+  // are coalesced), and until then a sandbox would resolve nothing.
+  const bool synced = all_listed && published_;
+  const bool current = all_open && synced && problem.empty();
   if (status_.current && !current) not_current_since_ = std::chrono::steady_clock::now();
   status_.current = current;
-  status_.synced = all_listed;
+  status_.synced = synced;
   if (!problem.empty()) status_.problem = problem;
   if (current) status_.problem.clear();
 }
@@ -277,7 +280,9 @@ void PeerWatch::publish() {
     std::lock_guard lock(mutex_);
     current_ = next;
     ++status_.updates;
+    published_ = true;
   }
+  set_problem("");  // (recomputes the status: the first publish makes it synced)
   for (const auto& listener : listeners_) listener();
 }
 

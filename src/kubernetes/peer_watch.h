@@ -35,7 +35,7 @@ class PeerWatch : public std::enable_shared_from_this<PeerWatch> {
   std::shared_ptr<const ResolvedPeers> peers() const;
 
   struct Status {
-    bool synced = false;   // all four resources listed at least once
+    bool synced = false;   // all four resources listed and their set published
     bool current = false;  // and every watch is open now
     std::string problem;   // the last failure, while not current
     double seconds_not_current = 0;
@@ -64,6 +64,7 @@ class PeerWatch : public std::enable_shared_from_this<PeerWatch> {
   bool publish_pending_ = false;  // on strand_
   std::vector<std::function<void()>> listeners_;
   std::atomic<bool> stopped_{false};
+  bool published_ = false;  // under mutex_: a set from a full list is in force
 
   mutable std::mutex mutex_;
   std::shared_ptr<const ResolvedPeers> current_;

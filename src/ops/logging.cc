@@ -1,8 +1,14 @@
 #include "ops/logging.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <mutex>
 #include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/rotating_file_sink.h>
 
 #include "base/utf8.h"
@@ -122,6 +128,25 @@ class JsonLineFlag : public spdlog::custom_flag_formatter {
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonLineFlag>(); }
 };
 
+// Set around a line of the request path (log_event_batched): the sink leaves it in the
+// buffer, for the next flush.
+thread_local bool batching_line = false;
+
+// The log on stdout when it is not a terminal (a file, journald's socket): each line is
+// written at once, as spdlog's own sink does, except the lines every request and every
+// execution make, which wait for the next flush (spdlog::flush_every, a warning, or the
+// next line written at once) instead of costing a write of their own each.
+class StdoutLineSink : public spdlog::sinks::base_sink<std::mutex> {
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t formatted;
+    formatter_->format(msg, formatted);
+    std::fwrite(formatted.data(), 1, formatted.size(), stdout);
+    if (!batching_line) std::fflush(stdout);
+  }
+  void flush_() override { std::fflush(stdout); }
+};
+
 std::unique_ptr<AuditLog>& audit_slot() {
   static std::unique_ptr<AuditLog> log;
   return log;
@@ -131,6 +156,13 @@ std::unique_ptr<AuditLog>& audit_slot() {
 
 void configure_logging(bool json) {
   json_logs = json;
+  if (!isatty(STDOUT_FILENO)) {
+    auto previous = spdlog::default_logger();
+    auto logger = std::make_shared<spdlog::logger>(previous->name(), std::make_shared<StdoutLineSink>());
+    logger->set_level(previous->level());
+    logger->flush_on(previous->flush_level());
+    spdlog::set_default_logger(std::move(logger));
+  }
   if (!json) return;
   auto formatter = std::make_unique<spdlog::pattern_formatter>();
   formatter->add_flag<JsonLineFlag>('j').set_pattern("%j");
@@ -154,7 +186,8 @@ std::string event_json(std::string_view event, std::initializer_list<LogField> f
 void log_event(spdlog::level::level_enum level, std::string_view event, std::initializer_list<LogField> fields) {
   if (!spdlog::should_log(level)) return;
   if (json_logs) {
-    spdlog::log(level, "{}", event_json(event, fields));
+    // (A string_view is logged as is: no format string to parse, no copy through fmt.)
+    spdlog::default_logger_raw()->log(level, spdlog::string_view_t(event_json(event, fields)));
     return;
   }
   std::string line(event);
@@ -163,18 +196,39 @@ void log_event(spdlog::level::level_enum level, std::string_view event, std::ini
     line.append(field.key).push_back('=');
     append_value(line, field, false);
   }
-  spdlog::log(level, "{}", line);
+  spdlog::default_logger_raw()->log(level, spdlog::string_view_t(line));
+}
+
+void log_event_batched(spdlog::level::level_enum level, std::string_view event,
+                       std::initializer_list<LogField> fields) {
+  batching_line = true;
+  log_event(level, event, fields);
+  batching_line = false;
 }
 
 AuditLog::AuditLog(const std::string& path, size_t max_bytes, size_t files) {
+  static std::atomic<int> opened{0};
   auto sink = std::make_shared<spdlog::sinks::rotating_file_sink_mt>(path, max_bytes, files);
-  logger_ = std::make_shared<spdlog::logger>("audit", std::move(sink));
+  // A name of its own: registered so that spdlog::flush_every flushes it too, and a log
+  // opened after it (another server in the process) never replaces it by name.
+  logger_ = std::make_shared<spdlog::logger>("audit-" + std::to_string(++opened), std::move(sink));
   logger_->set_pattern("%v");
-  logger_->flush_on(spdlog::level::info);  // an audit line is on disk when its request ends
+  logger_->flush_on(spdlog::level::off);  // record() flushes; record_batched() waits
+  spdlog::register_logger(logger_);
+}
+
+AuditLog::~AuditLog() {
+  logger_->flush();
+  spdlog::drop(logger_->name());
 }
 
 void AuditLog::record(std::string_view event, std::initializer_list<LogField> fields) {
-  logger_->info("{}", event_json(event, fields));
+  logger_->log(spdlog::level::info, spdlog::string_view_t(event_json(event, fields)));
+  logger_->flush();  // an audit line is on disk when its request ends
+}
+
+void AuditLog::record_batched(std::string_view event, std::initializer_list<LogField> fields) {
+  logger_->log(spdlog::level::info, spdlog::string_view_t(event_json(event, fields)));
 }
 
 void AuditLog::flush() { logger_->flush(); }

@@ -25,6 +25,12 @@ void configure_logging(bool json);
 // One event with fields: `event key=value …` as text, or a JSON object line.
 void log_event(spdlog::level::level_enum level, std::string_view event, std::initializer_list<LogField> fields);
 
+// The same for a line of the request path (each request's, each execution's): written
+// with the next flush (within a second, at once for a warning) rather than by a write
+// of its own. Other lines are written at once.
+void log_event_batched(spdlog::level::level_enum level, std::string_view event,
+                       std::initializer_list<LogField> fields);
+
 // The JSON object for an event (its "time" first), without a newline.
 std::string event_json(std::string_view event, std::initializer_list<LogField> fields);
 
@@ -32,7 +38,13 @@ class AuditLog {
  public:
   // `path` is opened for appending; past `max_bytes` it rotates, keeping `files` old ones.
   AuditLog(const std::string& path, size_t max_bytes, size_t files);
+  ~AuditLog();
+  // Appends a record and flushes the file (with every record before it).
   void record(std::string_view event, std::initializer_list<LogField> fields);
+  // Appends a record that a record() of the same request follows (an execution's,
+  // before its request's): both reach the file in one write. Within a second anyway
+  // (spdlog::flush_every).
+  void record_batched(std::string_view event, std::initializer_list<LogField> fields);
   void flush();
 
  private:

@@ -314,10 +314,6 @@ NetworkPeer parse_network_peer(const YAML::Node& entry, const std::string& path)
   // An address block has no Services to take ports from, and a sandbox listens per port.
   if (peer.ip_block && peer.ports.empty())
     throw ConfigError(path + ".ports: required with ipBlock (the ports the addresses are reachable on)");
-  for (size_t i = 0; peer.ip_block && i < peer.ports.size(); ++i)
-    if (peer.ports[i].port == 0)
-      throw ConfigError(path + ".ports[" + std::to_string(i) +
-                        "].port: a named port needs a pod to name it; with ipBlock give a number");
   YAML::Emitter out;
   out << YAML::Flow << entry;
   peer.source = out.c_str();

@@ -67,8 +67,9 @@ std::string timeout_message(std::chrono::milliseconds timeout) {
 // write, until they close it.
 struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
   OutputStream(Strand& strand, int fd, size_t limit) : strand(strand), fd(fd), limit(limit) {
-    int flags = fcntl(fd, F_GETFL);
-    fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    // A pipe's read end as sandboxd-init made it has no status flag set: O_NONBLOCK is
+    // set without reading them first (one system call per pipe, per command, fewer).
+    fcntl(fd, F_SETFL, O_NONBLOCK);
   }
   ~OutputStream() {
     if (!pipe && fd >= 0) ::close(fd);  // (a registered pipe closes its own)

@@ -34,9 +34,15 @@ Result<void> TokenAuth::authenticate(RequestContext& ctx) const {
   std::string_view token = presented_token(ctx);
   if (token.empty())
     return ApiError::authentication("Missing API token: send 'Authorization: Bearer <token>' or 'x-api-key: <token>'");
+  if (ctx.connection)
+    if (const std::string* owner = ctx.connection->remembered_owner(token)) {
+      ctx.owner = *owner;
+      return {};
+    }
   auto it = owners_by_digest_.find(sha256_hex(token));
   if (it == owners_by_digest_.end()) return ApiError::authentication("Invalid API token");
   ctx.owner = it->second;
+  if (ctx.connection) ctx.connection->remember_token(token, it->second);
   return {};
 }
 

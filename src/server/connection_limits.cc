@@ -1,5 +1,6 @@
 #include "server/connection_limits.h"
 
+#include <openssl/crypto.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -94,6 +95,16 @@ bool ConnectionSlot::charge(const std::string& owner) {
   if (owners_.empty()) counter_->authenticated(address_);
   owners_.push_back(owner);
   return true;
+}
+
+void ConnectionSlot::remember_token(std::string_view token, const std::string& owner) {
+  token_.assign(token);
+  token_owner_ = owner;
+}
+
+const std::string* ConnectionSlot::remembered_owner(std::string_view token) const {
+  if (token_.empty() || token.size() != token_.size()) return nullptr;
+  return CRYPTO_memcmp(token.data(), token_.data(), token.size()) == 0 ? &token_owner_ : nullptr;
 }
 
 }  // namespace sandboxd::server

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sandboxd::server {
@@ -88,7 +89,15 @@ class ConnectionSlot {
   // Charges the connection to `owner` (once per owner); false at the owner's cap.
   bool charge(const std::string& owner);
 
+  // The token the connection's last request authenticated with, and its owner (tokens
+  // change only with a restart): a keep-alive client's next request that presents the
+  // same bytes, compared in constant time, is its owner's without hashing it again. A
+  // connection learns nothing here it did not send itself.
+  void remember_token(std::string_view token, const std::string& owner);
+  const std::string* remembered_owner(std::string_view token) const;
+
  private:
+  std::string token_, token_owner_;
   std::shared_ptr<ConnectionCounter> counter_;
   std::string address_;
   ConnectionCounter::Admission admission_;

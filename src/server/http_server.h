@@ -48,7 +48,11 @@ class ChunkWriter {
       : stream_(stream), write_timeout_(write_timeout), raw_(raw) {}
   // Sends one chunk at once; false (and every later call false) once the client is gone.
   asio::awaitable<bool> write(std::string_view data);
+  // Sends the body's last chunk and its end together, in one write (a producer whose
+  // last words are known at once saves the client a packet); nothing may follow.
+  asio::awaitable<bool> write_last(std::string_view data);
   bool failed() const { return failed_; }
+  bool finished() const { return finished_; }
   // The producer cannot finish the body (its source broke): the connection closes
   // without the body's end, so the client sees it cut off, never complete.
   void abort() { failed_ = true; }
@@ -59,6 +63,7 @@ class ChunkWriter {
   std::chrono::seconds write_timeout_;
   bool raw_ = false;
   bool failed_ = false;
+  bool finished_ = false;
 };
 
 // Watches a connection, while a long request works, for the client closing it: then
@@ -85,6 +90,9 @@ class DisconnectWatch : public std::enable_shared_from_this<DisconnectWatch> {
 struct StreamResponse {
   http::response<http::empty_body> header;
   std::function<asio::awaitable<void>(ChunkWriter&)> produce;
+  // The body's first bytes when they are known at once: sent in the header's write
+  // (one packet for the client, not two), before `produce` runs.
+  std::string first_chunk;
 };
 
 using Response = std::variant<StringResponse, FileResponse, StreamResponse>;

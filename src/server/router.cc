@@ -53,6 +53,15 @@ size_t Router::add(http::verb method, std::string pattern, std::string name) {
 bool Router::match_segments(const Route& route, const std::vector<std::string_view>& parts,
                             std::map<std::string, std::string>& params) {
   params.clear();
+  // The shape first, without decoding or allocating anything: every route of the table
+  // is tried in turn, and most differ from the path in a literal segment or in length.
+  for (size_t i = 0; i < route.segments.size(); ++i) {
+    const std::string& seg = route.segments[i];
+    const bool is_param = seg.size() > 2 && seg.front() == '{' && seg.back() == '}';
+    if (is_param && seg[seg.size() - 2] == '+') break;  // the rest of the path, checked below
+    if (i >= parts.size() || (is_param ? parts[i].empty() : seg != parts[i])) return false;
+    if (i + 1 == route.segments.size() && parts.size() != route.segments.size()) return false;
+  }
   for (size_t i = 0; i < route.segments.size(); ++i) {
     const std::string& seg = route.segments[i];
     bool is_param = seg.size() > 2 && seg.front() == '{' && seg.back() == '}';

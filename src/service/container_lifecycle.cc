@@ -370,7 +370,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
             sandbox_options(container->paths, container->storage + "-" + std::to_string(++sandbox_counter_));
         state.sandbox = co_await runtime_->start(container->strand, options);
         if (network_) {
-          state.link = network_->attach(state.sandbox);
+          state.link = co_await network_->attach(state.sandbox);
           state.link->bind(container);
         }
         ops::metrics().sandbox_started();

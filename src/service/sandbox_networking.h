@@ -4,6 +4,8 @@
 // started sandbox over to be served, and tells it which container it serves now.
 #pragma once
 
+#include <boost/asio/awaitable.hpp>
+
 #include <memory>
 
 #include "runtime/runtime.h"
@@ -26,8 +28,12 @@ class SandboxNetworking {
   virtual ~SandboxNetworking() = default;
   // The /etc/hosts lines and listeners every sandbox is started with.
   virtual void plan(runtime::SandboxOptions& options) const = 0;
-  // Takes the started sandbox's listeners and serves them until it stops.
-  virtual std::shared_ptr<NetworkLink> attach(const std::shared_ptr<runtime::Sandbox>& sandbox) = 0;
+  // Takes the started sandbox's listeners and serves them until it stops. Completes once
+  // everything the sandbox may reach is listening (its resolver and its peers' listeners
+  // included), so its first command never finds a name or an address missing that a
+  // later one would find.
+  virtual boost::asio::awaitable<std::shared_ptr<NetworkLink>> attach(
+      const std::shared_ptr<runtime::Sandbox>& sandbox) = 0;
 };
 
 }  // namespace sandboxd::service

@@ -72,7 +72,7 @@ asio::awaitable<void> SandboxPool::refill() {
       auto options = settings_.sandbox_options(slot->dirs, "pool-" + std::to_string(++started_));
       options.pre_started = true;
       slot->sandbox = co_await runtime_->start(io_.get_executor(), options);
-      if (network_) slot->link = network_->attach(slot->sandbox);
+      if (network_) slot->link = co_await network_->attach(slot->sandbox);
       ops::metrics().sandbox_started();
       ok = true;
       if (stopping_) {  // shutdown began while it started: it is not wanted

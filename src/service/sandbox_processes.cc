@@ -47,6 +47,19 @@ bool valid_env_name(const std::string& name) {
   return !name.empty() && name.find('=') == std::string::npos && name.find('\0') == std::string::npos;
 }
 
+// `text` as one word for a POSIX shell: in single quotes, each ' as '\''.
+std::string single_quoted(std::string_view text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out.push_back(c);
+  }
+  out.push_back('\'');
+  return out;
+}
+
 }  // namespace
 
 ProcessReader::ProcessReader(std::shared_ptr<SandboxProcess> process)
@@ -165,11 +178,11 @@ asio::awaitable<void> SandboxProcess::finish(std::function<void()> on_end) {
   ended_ = true;
   co_await deliver(end);
   end_ = std::move(end);
-  ops::log_event(spdlog::level::info, "process_ended",
-                 {{"owner", container_->owner},
-                  {"container", container_->id},
-                  {"pid", int64_t{pid_}},
-                  {"exit_code", int64_t{end_->exit_code}}});
+  ops::log_event_batched(spdlog::level::info, "process_ended",
+                         {{"owner", container_->owner},
+                          {"container", container_->id},
+                          {"pid", int64_t{pid_}},
+                          {"exit_code", int64_t{end_->exit_code}}});
   on_end();
 }
 
@@ -261,9 +274,17 @@ asio::awaitable<Result<SandboxProcesses::Started>> SandboxProcesses::start(
   }
   // The working directory is entered by a shell in front of the command (the runtime
   // starts every process in the workspace): the command's own argv follows unchanged.
+  // What E2B's SDKs send for a command, `bash -l -c SCRIPT`, enters it in that same
+  // bash, at the start of the script's first line (its line numbers stay): one process
+  // exec'd instead of two, the same pid, $$ and environment.
   const std::string cwd = config.cwd.value_or("/home/user");
-  request.argv = {"/bin/sh", "-c", "cd -- \"$1\" || exit 1; shift; exec \"$@\"", "sh", cwd, config.cmd};
-  request.argv.insert(request.argv.end(), config.args.begin(), config.args.end());
+  if (config.cmd == "/bin/bash" && config.args.size() == 3 && config.args[0] == "-l" &&
+      config.args[1] == "-c") {
+    request.argv = {"/bin/bash", "-l", "-c", "cd -- " + single_quoted(cwd) + " || exit 1; " + config.args[2]};
+  } else {
+    request.argv = {"/bin/sh", "-c", "cd -- \"$1\" || exit 1; shift; exec \"$@\"", "sh", cwd, config.cmd};
+    request.argv.insert(request.argv.end(), config.args.begin(), config.args.end());
+  }
   auto started = co_await service.start_process(container, std::move(request));
   if (!started) co_return started.error();
   const uint32_t pid = next_pid_++;

@@ -17,7 +17,8 @@ namespace sandboxd::store {
 using FileVisitor = std::function<void(int directory, const char* name, const std::string& sandbox_path,
                                        const struct stat& st)>;
 
-// Visits every regular file below `directory` (an fd this function does not own),
+// Visits every regular file below `directory` (an fd this function does not own, opened
+// for reading: its listing is read through it, so its offset ends at its end),
 // leaving out temporary files of writes in progress (base/temp_files.h). Trees deeper
 // than 128 levels are left unlisted rather than holding one fd per level without bound.
 void walk_regular_files(int directory, const std::string& sandbox_dir, const FileVisitor& visit);

@@ -218,6 +218,76 @@ test('files: written, read, listed, checked and removed, and seen by commands', 
   assert.equal(link.type, 'symlink');
 });
 
+// Waits for `done()` to hold, polling (up to 20 s).
+async function eventually(done) {
+  for (let i = 0; i < 200; i++) {
+    if (done()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return done();
+}
+
+test('watchDir reports what commands do in the folder, below it when recursive', async () => {
+  const sandbox = await create();
+  await sandbox.files.makeDir('/home/user/watched/sub');
+  const events = [];
+  const seen = (type, name) => events.some((e) => e.type === type && e.name === name);
+  const handle = await sandbox.files.watchDir('/home/user/watched', (e) => events.push(e), { recursive: true });
+  await sandbox.commands.run(
+    'cd /home/user/watched && echo one > a.txt && chmod 600 a.txt && mv a.txt c.txt && echo two > sub/b.txt && rm c.txt');
+  const wanted = [['create', 'a.txt'], ['write', 'a.txt'], ['chmod', 'a.txt'], ['rename', 'a.txt'],
+    ['create', 'c.txt'], ['create', 'sub/b.txt'], ['write', 'sub/b.txt'], ['remove', 'c.txt']];
+  assert.ok(await eventually(() => wanted.every(([type, name]) => seen(type, name))), JSON.stringify(events));
+  // A folder made after the start is watched too.
+  await sandbox.commands.run('mkdir /home/user/watched/later');
+  assert.ok(await eventually(() => seen('create', 'later')), JSON.stringify(events));
+  await sandbox.commands.run('touch /home/user/watched/later/deep.txt');
+  assert.ok(await eventually(() => seen('create', 'later/deep.txt')), JSON.stringify(events));
+  // Through the Files API too (the same folders).
+  await sandbox.files.write('/home/user/watched/api.txt', 'from the api');
+  assert.ok(await eventually(() => seen('create', 'api.txt')), JSON.stringify(events));
+  await handle.stop();
+
+  // Not recursive: only the folder's own entries.
+  const flat = [];
+  const flatHandle = await sandbox.files.watchDir('/home/user/watched', (e) => flat.push(e));
+  await sandbox.commands.run('echo x > /home/user/watched/sub/ignored.txt; echo y > /home/user/watched/top.txt');
+  assert.ok(await eventually(() => flat.some((e) => e.name === 'top.txt')), JSON.stringify(flat));
+  assert.ok(!flat.some((e) => e.name.includes('ignored')), JSON.stringify(flat));
+  await flatHandle.stop();
+
+  // Errors: a missing folder, a file, a folder outside the sandbox's persistent ones.
+  await assert.rejects(sandbox.files.watchDir('/home/user/none', () => {}), /not found/i);
+  await assert.rejects(sandbox.files.watchDir('/home/user/watched/top.txt', () => {}), /not found|not a directory/i);
+  await assert.rejects(sandbox.files.watchDir('/etc', () => {}), /outside the sandbox's persistent folders/);
+  // A symlink that code made out of the mount is no way out.
+  await sandbox.commands.run('ln -s /etc /home/user/etc-link');
+  await assert.rejects(sandbox.files.watchDir('/home/user/etc-link', () => {}), /not found/i);
+});
+
+test('an owner has a share of folder watches; stopping one gives it back', async () => {
+  const sandbox = await create();
+  const handles = [];
+  for (let i = 0; i < 8; i++) handles.push(await sandbox.files.watchDir('/home/user', () => {}));
+  await assert.rejects(sandbox.files.watchDir('/home/user', () => {}), /At most 8 folder watches at once per owner/);
+  // Another owner is not held back by alice's.
+  const bobs = await Sandbox.create({ apiKey: BOB, timeoutMs: 300_000 });
+  const bobHandle = await bobs.files.watchDir('/home/user', () => {});
+  await bobHandle.stop();
+  await Sandbox.kill(bobs.sandboxId, { apiKey: BOB });
+  // A stopped watch's share comes back (once the server sees the stream closed: at
+  // once, not at the next keep-alive).
+  await handles.pop().stop();
+  let again;
+  for (let i = 0; i < 50 && !again; i++) {
+    again = await sandbox.files.watchDir('/home/user', () => {}).catch(() => undefined);
+    if (!again) await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  assert.ok(again, 'a watch opens again after one was stopped');
+  handles.push(again);
+  for (const handle of handles) await handle.stop();
+});
+
 test('pause keeps the files; connect resumes over them', async () => {
   const sandbox = await create();
   await sandbox.commands.run('echo kept > /home/user/kept.txt');

@@ -1,0 +1,168 @@
+// A connection's loop (HttpServer::session): admitted against the connection caps, then
+// one request after another on the kept-alive connection: the header read under its
+// timeout, the request dispatched, the response's last checks and headers, the answer
+// sent, the observer told.
+#include <sys/socket.h>
+
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "server/header_values.h"
+#include "server/http_server.h"
+
+namespace sandboxd::server {
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+using Clock = std::chrono::steady_clock;
+
+http::fields& header_of(Response& response) {
+  return std::visit(
+      [](auto& res) -> http::fields& {
+        using T = std::decay_t<decltype(res)>;
+        if constexpr (std::is_same_v<T, FileResponse> || std::is_same_v<T, StreamResponse>) return res.header;
+        else return res;
+      },
+      response);
+}
+
+// A whole HTTP/1.1 answer for a connection refused before any request is read: sent
+// without waiting, then the connection closes.
+std::string canned_refusal(const ApiError& error) {
+  auto res = error_response(error);
+  res.set(http::field::connection, "close");
+  res.prepare_payload();
+  std::ostringstream out;
+  out << res;
+  return out.str();
+}
+
+}  // namespace
+
+asio::awaitable<void> HttpServer::session(tcp::socket socket, std::shared_ptr<const ConnectionOrigin> origin) {
+  // The public listener's connections count per client address too; a sandbox's own
+  // listener (an origin) is bounded per sandbox instead.
+  std::string address;
+  if (!origin) {
+    boost::system::error_code peer_error;
+    auto peer = socket.remote_endpoint(peer_error);
+    if (!peer_error) address = peer.address().to_string();
+  }
+  ConnectionSlot slot(connections_, std::move(address));
+  if (!slot.admitted()) {
+    // At a cap: a short answer, best effort and without waiting, then close.
+    static const std::string kBusy = canned_refusal(ApiError::overloaded("Too many open connections", 1));
+    static const std::string kAddressBusy = canned_refusal(
+        ApiError::rate_limited("Too many open connections from this address (server.maxConnectionsPerIp)", 1));
+    static const std::string kAddressIdle = canned_refusal(ApiError::rate_limited(
+        "Too many connections from this address have not authenticated (server.maxUnauthenticatedConnectionsPerIp)", 1));
+    const std::string& answer = slot.admission() == ConnectionCounter::Admission::kAddressFull ? kAddressBusy
+                                : slot.admission() == ConnectionCounter::Admission::kAddressUnauthenticatedFull
+                                    ? kAddressIdle
+                                    : kBusy;
+    ::send(socket.native_handle(), answer.data(), answer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    boost::system::error_code ignored;
+    socket.close(ignored);
+    co_return;
+  }
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::request_parser<http::buffer_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(limits_.header_limit));
+    parser.body_limit(boost::none);  // each route enforces its own limit while reading
+    stream.expires_after(limits_.header_timeout);
+    auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+    if (ec) {
+      if (ec == http::error::header_limit || ec == http::error::bad_target || ec == http::error::bad_method ||
+          ec == http::error::bad_field || ec == http::error::bad_value || ec == http::error::bad_version ||
+          ec == http::error::bad_line_ending || ec == http::error::bad_content_length) {
+        ApiError error = ec == http::error::header_limit
+                             ? ApiError{http::status::request_header_fields_too_large, "invalid_request_error",
+                                        "Request headers are too large", {}}
+                             : ApiError::invalid_request("Malformed HTTP request: " + ec.message());
+        auto res = error_response(error);
+        res.set("request-id", new_request_id());
+        res.keep_alive(false);
+        res.prepare_payload();
+        stream.expires_after(limits_.write_timeout);
+        co_await http::async_write(stream, res, use_tuple);
+      }
+      break;  // end of stream, timeout (slowloris), reset: just close
+    }
+    stream.expires_never();
+    // Counted before the check below: the drain (stop_accepting, then waiting for the
+    // requests in flight) either sees this request or this request sees the drain.
+    ++in_flight_;
+    if (stopping_) {
+      // A request that arrives on a kept-alive connection once the drain has begun: the
+      // containers are about to stop (in a cluster their leases are being released), so
+      // it is refused whole with a retry (its body unread, the connection closed) rather
+      // than started and cut off at exit with no answer at all.
+      auto refusal = error_response(ApiError::overloaded("This server is shutting down; try again shortly", 1));
+      refusal.set("request-id", new_request_id());
+      refusal.keep_alive(false);
+      refusal.prepare_payload();
+      stream.expires_after(limits_.write_timeout);
+      co_await http::async_write(stream, refusal, use_tuple);
+      --in_flight_;
+      break;
+    }
+    auto started = Clock::now();
+    RequestContext ctx(stream, buffer, parser, limits_);
+    ctx.request_id = new_request_id();
+    ctx.origin = origin;
+    ctx.connection = &slot;
+    Response response = co_await dispatch(ctx, parser);
+    bool keep_alive = parser.get().keep_alive() && ctx.body_complete() && !stopping_;
+    std::visit(
+        [&](auto& res) {
+          auto& base = [&]() -> auto& {
+            using T = std::decay_t<decltype(res)>;
+            if constexpr (std::is_same_v<T, FileResponse> || std::is_same_v<T, StreamResponse>) return res.header;
+            else return res;
+          }();
+          base.set("request-id", ctx.request_id);
+          base.keep_alive(keep_alive);
+        },
+        response);
+    // The last line of defence against response header injection: a field that could
+    // end its line (CR, LF, NUL, other controls) is never sent, whichever handler made it.
+    if (auto bad = unsafe_header_field(header_of(response))) {
+      spdlog::error("{} {}: refused to send the response: header '{}' holds a control byte", ctx.request_id,
+                    ctx.route_name, *bad);
+      if (auto* file = std::get_if<FileResponse>(&response); file && file->fd >= 0) ::close(file->fd);
+      auto refused = error_response(ApiError::internal());
+      refused.set("request-id", ctx.request_id);
+      refused.keep_alive(keep_alive);
+      response = std::move(refused);
+    }
+    header_of(response).set("X-Content-Type-Options", "nosniff");
+    unsigned status = 0;
+    size_t bytes = 0;
+    bool sent = co_await send(stream, response, ctx.method() == http::verb::head, status, bytes);
+    --in_flight_;
+    double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    if (observer_) {
+      RequestRecord record;
+      record.request_id = ctx.request_id;
+      record.method = http::to_string(ctx.method());
+      record.target = std::string_view(parser.get().target()).substr(0, 256);
+      record.owner = ctx.owner;
+      record.route = ctx.route_name.empty() ? std::string_view("unmatched") : std::string_view(ctx.route_name);
+      record.status = status;
+      record.bytes = bytes;
+      record.seconds = seconds;
+      record.authenticated_route = ctx.authenticated_route;
+      observer_(record);
+    }
+    if (!sent || !keep_alive) break;
+  }
+  boost::system::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+}  // namespace sandboxd::server
