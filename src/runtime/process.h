@@ -2,11 +2,16 @@
 // its own per-execution cgroup, stdin/stdout/stderr on pipes, then the user namespace and
 // agent's credentials, no capabilities, and the seccomp filter last before execve.
 //
-// The child is made with clone(CLONE_VM) where that is safe (see process.cc): it shares
+// The child is made with clone(CLONE_VM) where that is safe (see command_child.cc): it shares
 // PID 1's memory instead of copying its page tables (the copy, and its teardown at
 // execve, cost as much as running a short command on a paravirtualized VM), runs on a
 // stack of its own and only makes raw system calls until execve. Elsewhere it is forked;
 // both kinds run the very same steps.
+//
+// By job: process.cc (PID 1's side: a child made ahead, handed its command, discarded),
+// command_child.cc (the child's steps to execve), confinement.cc (becoming the confined
+// agent), command_region.cc (the child's stack and request), command_template.cc (the
+// template children are cloned from).
 #pragma once
 
 #include <sys/types.h>
@@ -38,7 +43,7 @@ struct CommandContext {
 // memory it shares with PID 1 ptrace-able by the agent's own processes).
 bool use_shared_memory_child();
 
-// A child's stack and request, in PID 1's memory (opaque outside process.cc).
+// A child's stack and request, in PID 1's memory (command_region.h).
 struct CommandRegion;
 // Gives a region back once its child can no longer use it: its execve succeeded (the
 // report pipe closed without a failure) or it has been reaped.
@@ -78,7 +83,7 @@ int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand
 // Returns 0, or -EPIPE when the child is gone (prepare another).
 int launch_command(PreparedCommand& prepared, const std::string& encoded_request);
 
-// The command template (see process.cc): one process per sandbox that became the
+// The command template (see command_template.cc): one process per sandbox that became the
 // agent and installed the seccomp filter once, and from which PID 1 has each command's
 // child cloned, so that every child inherits the filter and credentials instead of
 // setting them up again. Owned by PID 1; killed and replaced when it stops answering.
