@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Configures and builds sandboxd into ./build (Release, -j2: CI has two cores). This is
-# the build the tests use: failpoints on (base/failpoint.h; SANDBOXD_FAILPOINTS=OFF for
-# one without). The package is built by scripts/package.sh, with none.
+# Configures and builds sandboxd into ./build (RelWithDebInfo unless BUILD_TYPE says
+# otherwise; -j2: CI has two cores). This is the build the tests use: failpoints on
+# (base/failpoint.h; SANDBOXD_FAILPOINTS=OFF for one without). The package is built by
+# scripts/package.sh, with none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

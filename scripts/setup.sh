@@ -23,6 +23,7 @@ packages=(
   # /usr; its tests draw a matplotlib figure and a pandas DataFrame.
   python3-ipykernel python3-matplotlib-inline python3-matplotlib python3-pandas
   clang libclang-rt-dev  # the fuzz targets (scripts/fuzz.sh): libFuzzer, ASan, UBSan
+  clang-format  # scripts/format.sh: the C++ tree in its .clang-format (a CTest test checks it)
 )
 missing=()
 for p in "${packages[@]}"; do
