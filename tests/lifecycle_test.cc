@@ -1,12 +1,13 @@
 // cgroup v2, crash recovery and the workspace size limit.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <linux/magic.h>
 
@@ -16,9 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "cgroup_paths.h"
 #include "runtime/syscall_error.h"
 #include "runtime/volume.h"
-#include "cgroup_paths.h"
 #include "sandbox_harness.h"
 
 using namespace sandboxd::testing;
@@ -128,8 +129,10 @@ TEST(CgroupV2, SandboxOnARealCgroup2Hierarchy) {
     if (pid1_and_template_only(procs)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_TRUE(pid1_and_template_only(procs)) << "PID 1 and the template alone in the sandbox cgroup: " << procs;
-  auto r = harness.exec(*sandbox, "cat /proc/self/cgroup | grep -o '0::.*'; setsid sleep 1000 & sleep 1000", 1s);
+  EXPECT_TRUE(pid1_and_template_only(procs))
+      << "PID 1 and the template alone in the sandbox cgroup: " << procs;
+  auto r =
+      harness.exec(*sandbox, "cat /proc/self/cgroup | grep -o '0::.*'; setsid sleep 1000 & sleep 1000", 1s);
   EXPECT_EQ(r.return_code, 124);
   EXPECT_EQ(r.stdout_text, "0::/e1\n") << "the cgroup namespace is rooted at the sandbox";
   auto after = harness.exec(*sandbox, "pgrep -c sleep");
@@ -147,7 +150,8 @@ TEST(CgroupV2, SandboxOnARealCgroup2Hierarchy) {
 TEST(CgroupV2, APodCgroupHoldingTheServerIsDelegatedThroughALeaf) {
   fs::path mount_point = fs::temp_directory_path() / ("sandboxd-cgroup2-" + unique_suffix());
   fs::create_directories(mount_point);
-  ASSERT_EQ(mount("none", mount_point.c_str(), "cgroup2", 0, nullptr), 0) << "mount cgroup2: " << strerror(errno);
+  ASSERT_EQ(mount("none", mount_point.c_str(), "cgroup2", 0, nullptr), 0)
+      << "mount cgroup2: " << strerror(errno);
   std::string available = read_text(mount_point / "cgroup.controllers");
   std::string controller;
   for (const char* candidate : {"hugetlb", "pids", "memory", "cpu"})
@@ -210,7 +214,48 @@ TEST(CgroupV2, APodCgroupHoldingTheServerIsDelegatedThroughALeaf) {
 // A server killed with SIGKILL leaves running sandboxes (here PID 1 is even stopped, so
 // it cannot notice its socket closing) and mounted volumes; the next server with the
 // same instance removes all of it.
+// The crash test's "server" runs in a process of its own, this binary started afresh
+// with only that test selected, not a fork of this process: earlier tests leave threads
+// here (the runtime's user-namespace helpers), and a fork of a threaded process can
+// inherit a lock one of them held, which hangs the child before it starts anything.
+constexpr const char* kCrashServerEnv = "SANDBOXD_TEST_CRASH_SERVER";
+
+// The server's part: start a sandbox with a background process, report its PID 1 on the
+// descriptor, and wait to be killed. `spec`: instance, volume image, volume mount,
+// uploads folder and the descriptor, one per line.
+[[noreturn]] void crashing_server(const std::string& spec) {
+  std::istringstream lines(spec);
+  std::string instance, image, mount, uploads, fd_text;
+  std::getline(lines, instance);
+  std::getline(lines, image);
+  std::getline(lines, mount);
+  std::getline(lines, uploads);
+  std::getline(lines, fd_text);
+  const int report = std::stoi(fd_text);
+  rt::RuntimeOptions options;
+  options.instance = instance;
+  Harness harness(options);
+  const fs::path volume_mount = mount;
+  if (!rt::Volume::mount(image, volume_mount)) _exit(3);
+  fs::create_directories(volume_mount / "workspace");
+  fs::create_directories(volume_mount / "outputs");
+  chown((volume_mount / "workspace").c_str(), kHostId, kHostId);
+  chown((volume_mount / "outputs").c_str(), kHostId, kHostId);
+  rt::SandboxOptions o;
+  o.name = "victim";
+  o.workspace_dir = volume_mount / "workspace";
+  o.outputs_dir = volume_mount / "outputs";
+  o.uploads_dir = uploads;
+  auto sandbox = harness.start(o);
+  harness.exec(*sandbox, "echo kept > kept.txt; sleep 1000 >/dev/null 2>&1 &");
+  pid_t pid1 = sandbox->pid();
+  (void)!write(report, &pid1, sizeof pid1);
+  pause();
+  _exit(0);
+}
+
 TEST(Recovery, ANewServerCleansWhatAKilledOneLeft) {
+  if (const char* spec = getenv(kCrashServerEnv)) crashing_server(spec);
   std::string instance = "crash-" + unique_suffix();
   ContainerDirs data(0, 0);
   fs::path volume_image = data.root / "vol.img";
@@ -222,28 +267,24 @@ TEST(Recovery, ANewServerCleansWhatAKilledOneLeft) {
 
   int report[2];
   ASSERT_EQ(pipe(report), 0);
+  // Everything the exec needs is made before the fork: between fork and exec the child
+  // of a threaded process may only make async-signal-safe calls.
+  const std::string spec = instance + "\n" + volume_image.string() + "\n" + volume_mount.string() + "\n" +
+                           data.uploads.string() + "\n" + std::to_string(report[1]) + "\n";
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  env_strings.push_back(std::string(kCrashServerEnv) + "=" + spec);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  std::string filter = "--gtest_filter=Recovery.ANewServerCleansWhatAKilledOneLeft";
+  char* argv[] = {self.data(), filter.data(), nullptr};
   pid_t server = fork();
   if (server == 0) {
     close(report[0]);
-    rt::RuntimeOptions options;
-    options.instance = instance;
-    Harness harness(options);
-    if (!rt::Volume::mount(volume_image, volume_mount)) _exit(3);
-    fs::create_directories(volume_mount / "workspace");
-    fs::create_directories(volume_mount / "outputs");
-    chown((volume_mount / "workspace").c_str(), kHostId, kHostId);
-    chown((volume_mount / "outputs").c_str(), kHostId, kHostId);
-    rt::SandboxOptions o;
-    o.name = "victim";
-    o.workspace_dir = volume_mount / "workspace";
-    o.outputs_dir = volume_mount / "outputs";
-    o.uploads_dir = data.uploads;
-    auto sandbox = harness.start(o);
-    harness.exec(*sandbox, "echo kept > kept.txt; sleep 1000 >/dev/null 2>&1 &");
-    pid_t pid1 = sandbox->pid();
-    (void)!write(report[1], &pid1, sizeof pid1);
-    pause();
-    _exit(0);
+    execve(self.c_str(), argv, envp.data());
+    _exit(127);
   }
   close(report[1]);
   pid_t pid1 = 0;
@@ -261,7 +302,8 @@ TEST(Recovery, ANewServerCleansWhatAKilledOneLeft) {
   const std::string version = cgroup_version_in_use(options.cgroups);
   auto cgroups = sandbox_cgroup_paths(version, options.cgroups, instance, "victim");
   ASSERT_FALSE(cgroups.always.empty());
-  for (const auto& dir : cgroups.always) EXPECT_TRUE(fs::is_directory(dir)) << "left by the killed server: " << dir;
+  for (const auto& dir : cgroups.always)
+    EXPECT_TRUE(fs::is_directory(dir)) << "left by the killed server: " << dir;
 
   Harness next(options);
   EXPECT_EQ(next.runtime->cgroups().version(), version);
@@ -335,14 +377,18 @@ TEST(PreStarted, ASandboxReceivesItsContainerWhenClaimed) {
   rt::Volume::attach_bind(container.workspace, slot.workspace, false);
   rt::Volume::attach_bind(container.uploads, slot.uploads, true);
   rt::Volume::attach_bind(container.outputs, slot.outputs, false);
-  auto r = harness.exec(*sandbox, "cat w.txt /mnt/user-data/uploads/u.txt; echo new > made.txt; "
-                                  "echo out > /mnt/user-data/outputs/o.txt; touch /mnt/user-data/uploads/x 2>&1 | grep -o 'Read-only'; "
-                                  "grep -c ' /home/agent/workspace ' /proc/self/mountinfo");
+  auto r = harness.exec(
+      *sandbox,
+      "cat w.txt /mnt/user-data/uploads/u.txt; echo new > made.txt; "
+      "echo out > /mnt/user-data/outputs/o.txt; touch /mnt/user-data/uploads/x 2>&1 | grep -o 'Read-only'; "
+      "grep -c ' /home/agent/workspace ' /proc/self/mountinfo");
   EXPECT_EQ(r.stdout_text, "workspace\nupload\nRead-only\n2\n") << r.stderr_text;
   EXPECT_EQ(read_text(container.workspace / "made.txt"), "new\n");
   EXPECT_EQ(read_text(container.outputs / "o.txt"), "out\n");
-  auto setuid = harness.exec(*sandbox, "cp /bin/true /home/agent/workspace/t && chmod u+s t && "
-                                       "grep ' /home/agent/workspace ' /proc/self/mountinfo | tail -1 | grep -o nosuid");
+  auto setuid =
+      harness.exec(*sandbox,
+                   "cp /bin/true /home/agent/workspace/t && chmod u+s t && "
+                   "grep ' /home/agent/workspace ' /proc/self/mountinfo | tail -1 | grep -o nosuid");
   EXPECT_EQ(setuid.stdout_text, "nosuid\n");
   harness.stop(*sandbox);
   for (const auto& dir : {slot.workspace, slot.uploads, slot.outputs}) {
