@@ -148,11 +148,14 @@ bool valid_service_name(const std::string& name) {
 namespace {
 Config parse_config_checked(const std::string& yaml_text);
 
-// cluster: { replicaId, advertiseUrl, leaseSeconds, shutdownGraceSec }. The advertised
+// cluster: { replicaId, advertiseUrl, leaseSeconds, shutdownGraceSec, takeoverPerSecond,
+// takeoverBatch }. The advertised
 // URL is plain http://HOST[:PORT] (the replicas' own network; no path: requests keep
 // theirs when relayed).
 void parse_cluster(const YAML::Node& n, const std::string& p, Config& c) {
-  only_keys(n, p, {"replicaId", "advertiseUrl", "leaseSeconds", "shutdownGraceSec"});
+  only_keys(n, p,
+            {"replicaId", "advertiseUrl", "leaseSeconds", "shutdownGraceSec", "takeoverPerSecond",
+             "takeoverBatch"});
   with(n, "replicaId", p, [&](const YAML::Node& v, const std::string& kp) {
     c.cluster_replica_id = scalar(v, kp);
     if (c.cluster_replica_id.empty() || c.cluster_replica_id.size() > 128) throw ConfigError(kp + ": must be 1-128 characters");
@@ -172,6 +175,12 @@ void parse_cluster(const YAML::Node& n, const std::string& p, Config& c) {
   });
   with(n, "leaseSeconds", p, [&](const YAML::Node& v, const std::string& kp) { c.cluster_lease_seconds = static_cast<int>(read_int(v, kp, 1, 3600)); });
   with(n, "shutdownGraceSec", p, [&](const YAML::Node& v, const std::string& kp) { c.cluster_shutdown_grace_sec = static_cast<int>(read_int(v, kp, 1, 3600)); });
+  with(n, "takeoverPerSecond", p, [&](const YAML::Node& v, const std::string& kp) {
+    c.cluster_takeover_per_second = static_cast<int>(read_int(v, kp, 1, 100000));
+  });
+  with(n, "takeoverBatch", p, [&](const YAML::Node& v, const std::string& kp) {
+    c.cluster_takeover_batch = static_cast<int>(read_int(v, kp, 1, 10000));
+  });
   if (!c.cluster_replica_id.empty() && c.cluster_advertise_url.empty())
     throw ConfigError(p + ".advertiseUrl: required when cluster.replicaId is set (where the other replicas reach this one)");
   if (c.cluster_replica_id.empty() && !c.cluster_advertise_url.empty())
