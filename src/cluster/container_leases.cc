@@ -294,11 +294,13 @@ ContainerLeases::TakeoverRound ContainerLeases::take_over_round() {
       return round;
     }
   }
-  // Dead: its heartbeat stayed run out, unchanged, for leaseSeconds/2 while this
-  // replica's was renewed. A live replica that the database kept waiting (a stall
+  // Dead: its row stayed run out, unchanged, for leaseSeconds while this replica's
+  // heartbeat was renewed. A live replica that the database kept waiting (a stall
   // longer than its heartbeat, which stalls every replica alike) renews within one
   // heartbeat interval of the database answering again, well inside that stretch, so
-  // a stall alone moves nothing.
+  // a stall alone moves nothing. A row moved on by a request's takeover starts the
+  // stretch again: a replica that was only paused, and comes back within it, registers
+  // again and takes back what no request moved.
   std::map<std::string, Expired> seen;
   std::optional<store::ReplicaRow> dead;
   for (const auto& row : rows) {
@@ -309,8 +311,7 @@ ContainerLeases::TakeoverRound ContainerLeases::take_over_round() {
     if (auto it = expired_.find(row.id); it != expired_.end() && it->second.incarnation == row.incarnation &&
                                          it->second.expires_at_ms == row.expires_at_ms)
       entry.since = it->second.since;
-    // (A row already moved on names no live incarnation: someone found it dead.)
-    if (!dead && (row.expires_at_ms == 0 || read_at - entry.since >= settings_.lease / 2)) dead = row;
+    if (!dead && read_at - entry.since >= settings_.lease) dead = row;
     seen[row.id] = entry;
   }
   expired_ = std::move(seen);
@@ -326,15 +327,20 @@ ContainerLeases::TakeoverRound ContainerLeases::take_over_round() {
     for (const auto& lease : taken) held_[lease.storage] = Held{lease.epoch, true, /*unchecked=*/true};
   }
   round.taken = taken.size();
+  // Its row now has the next incarnation (moved on by this replica or another): the
+  // same dead replica, not a change to wait for again.
+  const int64_t moved_on = dead->expires_at_ms != 0 ? dead->incarnation + 1 : dead->incarnation;
+  if (auto it = expired_.find(dead->id); it != expired_.end()) {
+    it->second.incarnation = moved_on;
+    it->second.expires_at_ms = 0;
+  }
   if (!taken.empty())
     spdlog::info("lease: took {} container(s) of replica {} over (its heartbeat ran out)", taken.size(),
                  dead->id);
   if (static_cast<int>(taken.size()) < claims) {
     // None left (or the last few are being taken by another replica this moment): done
-    // with this incarnation of it. Its row now has the next incarnation, moved on by
-    // this replica or another.
-    const int64_t incarnation = dead->expires_at_ms != 0 ? dead->incarnation + 1 : dead->incarnation;
-    taken_over_[dead->id] = {incarnation, 0};
+    // with this incarnation of it.
+    taken_over_[dead->id] = {moved_on, 0};
     expired_.erase(dead->id);
     round.dead = false;
     spdlog::info("lease: every container of replica {} is taken over", dead->id);
