@@ -214,7 +214,7 @@ TEST_F(TakeoverTest, RoundsAreBoundedWaitForTheReplicaToStayDeadAndTakeEveryCont
   ContainerLeases::Settings settings;
   settings.replica_id = "replica-a";
   settings.advertise_url = "http://a:1";
-  settings.lease = std::chrono::seconds(2);  // dead once it stayed so for 2 s
+  settings.lease = std::chrono::seconds(2);  // dead once it stayed so for 4 s
   settings.takeover_per_second = 1000;
   settings.takeover_batch = 15;
   ContainerLeases survivor(io, store, settings);

@@ -294,13 +294,14 @@ ContainerLeases::TakeoverRound ContainerLeases::take_over_round() {
       return round;
     }
   }
-  // Dead: its row stayed run out, unchanged, for leaseSeconds while this replica's
-  // heartbeat was renewed. A live replica that the database kept waiting (a stall
-  // longer than its heartbeat, which stalls every replica alike) renews within one
-  // heartbeat interval of the database answering again, well inside that stretch, so
-  // a stall alone moves nothing. A row moved on by a request's takeover starts the
-  // stretch again: a replica that was only paused, and comes back within it, registers
-  // again and takes back what no request moved.
+  // Dead: its row stayed run out for 2 x leaseSeconds while this replica's heartbeat
+  // was renewed (moved on meanwhile, by a request's takeover or another survivor's,
+  // is the same stretch; registered again ends it). A live replica that the database
+  // kept waiting (a stall longer than its heartbeat, which stalls every replica alike)
+  // renews within one heartbeat interval of the database answering again, well inside
+  // that stretch, so a stall alone moves nothing; and a replica that was only paused,
+  // and comes back within it, registers again and takes back what no request moved.
+  // Nothing is urgent here: a container somebody asks for moves with the request.
   std::map<std::string, Expired> seen;
   std::optional<store::ReplicaRow> dead;
   for (const auto& row : rows) {
@@ -308,10 +309,12 @@ ContainerLeases::TakeoverRound ContainerLeases::take_over_round() {
         done != taken_over_.end() && done->second == std::pair{row.incarnation, row.expires_at_ms})
       continue;
     Expired entry{row.incarnation, row.expires_at_ms, read_at};
-    if (auto it = expired_.find(row.id); it != expired_.end() && it->second.incarnation == row.incarnation &&
-                                         it->second.expires_at_ms == row.expires_at_ms)
+    if (auto it = expired_.find(row.id);
+        it != expired_.end() &&
+        ((it->second.incarnation == row.incarnation && it->second.expires_at_ms == row.expires_at_ms) ||
+         (row.expires_at_ms == 0 && row.incarnation > it->second.incarnation)))
       entry.since = it->second.since;
-    if (!dead && read_at - entry.since >= settings_.lease) dead = row;
+    if (!dead && read_at - entry.since >= 2 * settings_.lease) dead = row;
     seen[row.id] = entry;
   }
   expired_ = std::move(seen);
@@ -327,13 +330,8 @@ ContainerLeases::TakeoverRound ContainerLeases::take_over_round() {
     for (const auto& lease : taken) held_[lease.storage] = Held{lease.epoch, true, /*unchecked=*/true};
   }
   round.taken = taken.size();
-  // Its row now has the next incarnation (moved on by this replica or another): the
-  // same dead replica, not a change to wait for again.
+  // Its row now has the next incarnation (moved on by this replica or another).
   const int64_t moved_on = dead->expires_at_ms != 0 ? dead->incarnation + 1 : dead->incarnation;
-  if (auto it = expired_.find(dead->id); it != expired_.end()) {
-    it->second.incarnation = moved_on;
-    it->second.expires_at_ms = 0;
-  }
   if (!taken.empty())
     spdlog::info("lease: took {} container(s) of replica {} over (its heartbeat ran out)", taken.size(),
                  dead->id);

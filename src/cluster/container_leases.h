@@ -64,7 +64,7 @@ class ContainerLeases : public service::LeaseKeeper {
 
   // One round of the background takeover (the loop runs one every so often; tests call
   // it directly): reads which other replicas' heartbeats have run out; one that stayed
-  // so for leaseSeconds while this replica's own heartbeat was confirmed is dead, and
+  // so for 2 x leaseSeconds while this replica's own heartbeat was confirmed is dead, and
   // up to takeover_batch of its containers (as many as the pacer has claims free) are
   // taken in one statement. A taken container is held here as if a request had claimed
   // it; its first request makes its local copy current (Claim::fresh).
