@@ -117,15 +117,7 @@ class PostgresDatabase final : public Database {
   }
 
   void setup(PGconn* conn) const {
-    // Generic plans for the prepared statements (PostgreSQL 12 and later): a statement
-    // is prepared so that no call plans it again, yet the server re-plans every call
-    // while its one-off ("custom") plan looks cheaper than the generic one, which on a
-    // small table (or one container's many files) is always: a file listing spent
-    // several times its execution planning. Every statement here is a key lookup or a
-    // range of an index named by its equality columns, whose generic plan is that index.
-    const std::string statements =
-        PQserverVersion(conn) >= 120000 ? setup_ + "; SET plan_cache_mode = force_generic_plan" : setup_;
-    PGresult* result = PQexec(conn, statements.c_str());
+    PGresult* result = PQexec(conn, setup_.c_str());
     bool ok = PQresultStatus(result) == PGRES_COMMAND_OK;
     std::string message = ok ? "" : trimmed(PQresultErrorMessage(result));
     PQclear(result);
