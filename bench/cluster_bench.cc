@@ -11,9 +11,13 @@
 //      sessions stopped with SIGSTOP, placed over a heartbeat of replica-a): leases lost,
 //      incarnations moved on, and the slowest answer of a replica during the stall;
 //   3. takeover: replica-c killed (SIGKILL); the time until its heartbeat runs out, and
-//      until the two survivors hold its 10,000 containers (half each, claimed one after
-//      another as first requests would), the statements per container taken, and a
-//      survivor's own requests meanwhile against the same requests before.
+//      until the two survivors' background takeover (paced: cluster.takeoverPerSecond,
+//      takeoverBatch) holds its 10,000 containers, the transactions per container taken,
+//      and a survivor's own requests during the takeover against the same requests
+//      before the kill (and after the takeover);
+//   4. a burst: replica-b killed, and requests for 2,000 of its containers reaching
+//      replica-a at once (POST /admin/test/leases with as_requests: paced as requests
+//      are): the time until it holds them all, and its own requests meanwhile.
 //   usage: sandboxd_cluster_bench [SANDBOXD_BINARY]
 //   SANDBOXD_BENCH_CLUSTER_HELD: leases a replica (default 10000)
 //   SANDBOXD_BENCH_CLUSTER_ROUNDS: heartbeat rounds per renewal measurement (default 6)
@@ -28,6 +32,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -108,14 +113,27 @@ class Replica {
   }
   const std::string& id() const { return id_; }
   int port() const { return port_; }
+  // The background takeover's statements so far: one a batch (its log line).
+  int takeover_batches() const {
+    std::istringstream log(read_all(dir_ / "server.log"));
+    int batches = 0;
+    for (std::string line; std::getline(log, line);)
+      if (line.find("container(s) of replica") != std::string::npos && line.find("lease: took") != std::string::npos)
+        ++batches;
+    return batches;
+  }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
   // POST /admin/test/leases: claims prefix{first}..prefix{first+count-1}.
-  boost::json::object hold(const std::string& prefix, int first, int count) const {
+  // With `as_requests`, all at once, each as the request for its container would be.
+  boost::json::object hold(const std::string& prefix, int first, int count, bool as_requests = false) const {
     HttpClient admin(port_, kAdminToken);
-    auto reply = admin.post(
-        "/admin/test/leases",
-        boost::json::serialize(boost::json::object{{"prefix", prefix}, {"first", first}, {"count", count}}));
+    auto reply = admin.post("/admin/test/leases", boost::json::serialize(boost::json::object{
+                                                      {"prefix", prefix},
+                                                      {"first", first},
+                                                      {"count", count},
+                                                      {"as_requests", as_requests},
+                                                  }));
     if (reply.status != 200)
       throw std::runtime_error(id_ + ": POST /admin/test/leases: " + std::to_string(reply.status) + " " +
                                reply.body + " (is the build's SANDBOXD_TEST_HOOKS on?)");
@@ -373,68 +391,156 @@ int main(int argc, char** argv) {
   }
 
   // --- 3. takeover -------------------------------------------------------------------
+  // replica-a's own requests, one after another, each with when it ended: before the
+  // kill, during the takeover and after it (the machine is shared: "after" shows how
+  // much of a difference is the machine's).
   HttpClient own(a.port(), kToken);
-  std::vector<double> before_ms;
-  const auto quiet_before = load.sample();
-  {
-    const auto until = Clock::now() + std::chrono::seconds(3);
-    before_ms = latencies_while(own, [&] { return Clock::now() < until; });
-  }
-  std::this_thread::sleep_for(std::chrono::seconds(11));  // (the sessions report late)
-  const auto quiet_after = load.sample();
-  // The database's transactions of one of those requests (and the heartbeats meanwhile),
-  // taken off the takeover's count below.
-  const double per_request = static_cast<double>(quiet_after.transactions - quiet_before.transactions) /
-                             std::max<size_t>(1, before_ms.size());
+  struct Timed {
+    Clock::time_point at;
+    double ms;
+  };
+  std::vector<Timed> own_requests;  // under own_mutex
+  std::mutex own_mutex;
+  auto own_so_far = [&] {
+    std::lock_guard lock(own_mutex);
+    return own_requests;
+  };
+  std::atomic<bool> requesting{true};
+  std::thread requester([&] {
+    while (requesting) {
+      const auto started = Clock::now();
+      auto reply = own.get("/api/gpt/v1/containers");
+      if (reply.status == 200) {
+        std::lock_guard lock(own_mutex);
+        own_requests.push_back({Clock::now(), ms_since(started)});
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  const auto a_held = a.leases().first, b_held = b.leases().first;
+  const auto load_before = load.sample();
   c.stop(SIGKILL);
   const auto killed = Clock::now();
   while (heartbeat_expiry(load.database(), c.id()) > unix_ms())
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const double expired_s = ms_since(killed) / 1000;
-  const auto load_before = load.sample();
-  std::atomic<int> taking{2};
-  std::vector<boost::json::object> taken(2);
-  std::thread take_a([&] {
-    taken[0] = a.hold(c.id() + "-", 0, held / 2);
-    --taking;
-  });
-  std::thread take_b([&] {
-    taken[1] = b.hold(c.id() + "-", held / 2, held - held / 2);
-    --taking;
-  });
-  const auto during_ms = latencies_while(own, [&] { return taking.load() > 0; });
-  take_a.join();
-  take_b.join();
-  const double total_s = ms_since(killed) / 1000;
-  // The survivors' sessions report their transactions up to 10 s after (idle sessions);
-  // the heartbeats meanwhile (two a round) are taken off.
+  // Nobody asks for replica-c's containers: the survivors' background takeover moves
+  // them, paced (cluster.takeoverPerSecond, takeoverBatch: the defaults). Polled from
+  // another connection every 100 ms.
+  Clock::time_point first_taken{}, all_taken{};
+  int64_t by_a = 0, by_b = 0;
+  const auto give_up = Clock::now() + std::chrono::seconds(120);
+  while (Clock::now() < give_up) {
+    by_a = a.leases().first - a_held;
+    by_b = b.leases().first - b_held;
+    if (by_a + by_b > 0 && first_taken == Clock::time_point{}) first_taken = Clock::now();
+    if (by_a + by_b >= held + 1) {  // (and its one lease of part 1)
+      all_taken = Clock::now();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  const auto phase3_end = Clock::now();
+  // The survivors' sessions report their transactions up to 10 s after (idle sessions).
   std::this_thread::sleep_for(std::chrono::seconds(11));
   const auto load_after = load.sample();
-  const double heartbeats = 2 * (ms_since(killed) / 1000 - expired_s) / (kLeaseSeconds / 3.0);
-  const int64_t taken_count =
-      taken[0].at("held").to_number<int64_t>() + taken[1].at("held").to_number<int64_t>();
-  const auto s_before = summarize(before_ms), s_during = summarize(during_ms);
+  std::vector<double> before_ms, during_ms, after_ms;
+  const auto window_start = first_taken - std::chrono::milliseconds(100);  // (the poll's granularity)
+  const auto phase3_requests = own_so_far();
+  for (const auto& r : phase3_requests) {
+    if (r.at < killed)
+      before_ms.push_back(r.ms);
+    else if (all_taken != Clock::time_point{} && r.at >= window_start && r.at <= all_taken)
+      during_ms.push_back(r.ms);
+    else if (all_taken != Clock::time_point{} && r.at > all_taken && r.at <= phase3_end)
+      after_ms.push_back(r.ms);
+  }
+  const double take_s =
+      all_taken == Clock::time_point{} ? -1 : std::chrono::duration<double>(all_taken - window_start).count();
+  const double total_s =
+      all_taken == Clock::time_point{} ? -1 : std::chrono::duration<double>(all_taken - killed).count();
+  const auto s_before = summarize(before_ms), s_during = summarize(during_ms), s_after = summarize(after_ms);
   std::printf(
-      "\n3. takeover: replica-c killed (SIGKILL) holding %d leases; the survivors claim half each, one after "
-      "another (as first requests would)\n",
+      "\n3. takeover: replica-c killed (SIGKILL) holding %d leases, nobody asking for them: the survivors' "
+      "background takeover, paced\n",
       held);
   std::printf("  until its heartbeat ran out      %6.2f s   (<= leaseSeconds %d)\n", expired_s,
               kLeaseSeconds);
   std::printf(
-      "  until the survivors held them    %6.2f s   (%lld of %d taken; claims %.2f s on replica-a, %.2f s on "
-      "replica-b)\n",
-      total_s, static_cast<long long>(taken_count), held, taken[0].at("ms").to_number<double>() / 1000,
-      taken[1].at("ms").to_number<double>() / 1000);
-  std::printf("  transactions per container taken %6.2f     DB CPU %.0f ms in all\n",
-              (static_cast<double>(load_after.transactions - load_before.transactions) -
-               per_request * static_cast<double>(during_ms.size()) - heartbeats) /
-                  static_cast<double>(std::max<int64_t>(1, taken_count)),
-              load_after.cpu_ms - load_before.cpu_ms);
+      "  until the survivors held them    %6.2f s   (%lld of %d taken: %lld by replica-a, %lld by replica-b; "
+      "the takeover itself %.2f s, once its row had stayed run out for 2 x leaseSeconds)\n",
+      total_s, static_cast<long long>(by_a + by_b), held + 1, static_cast<long long>(by_a),
+      static_cast<long long>(by_b), take_s);
+  const int batches = a.takeover_batches() + b.takeover_batches();
   std::printf(
-      "  replica-a's own requests (GET /containers): p50 %.2f ms, p99 %.2f ms during the takeover against "
-      "p50 %.2f ms, p99 %.2f ms before (%.2fx, %.2fx)\n",
-      s_during.p50_ms, s_during.p99_ms, s_before.p50_ms, s_before.p99_ms,
-      s_during.p50_ms / std::max(0.001, s_before.p50_ms), s_during.p99_ms / std::max(0.001, s_before.p99_ms));
+      "  statements per container taken   %6.3f     (%d batches; DB CPU %.0f ms in all, replica-a's own requests "
+      "included)\n",
+      static_cast<double>(batches) / static_cast<double>(std::max<int64_t>(1, by_a + by_b)), batches,
+      load_after.cpu_ms - load_before.cpu_ms);
+  std::printf(
+      "  replica-a's own requests (GET /containers): during the takeover p50 %.2f ms, p99 %.2f ms (n=%zu); "
+      "before the kill p50 %.2f ms, p99 %.2f ms (n=%zu): %.2fx, %.2fx; after p50 %.2f ms, p99 %.2f ms "
+      "(n=%zu): %.2fx, %.2fx\n",
+      s_during.p50_ms, s_during.p99_ms, s_during.n, s_before.p50_ms, s_before.p99_ms, s_before.n,
+      s_during.p50_ms / std::max(0.001, s_before.p50_ms), s_during.p99_ms / std::max(0.001, s_before.p99_ms),
+      s_after.p50_ms, s_after.p99_ms, s_after.n, s_during.p50_ms / std::max(0.001, s_after.p50_ms),
+      s_during.p99_ms / std::max(0.001, s_after.p99_ms));
+  std::fflush(stdout);
+
+  // --- 4. a burst of requests for a dead replica's containers -------------------------
+  // replica-b killed; right after its heartbeat ran out (before the background takeover
+  // begins), requests for 2,000 of its containers reach replica-a at once (POST
+  // /admin/test/leases with as_requests: each read, paced, claimed as the request's
+  // would be). Those refused (their turn more than 2 s away: 503 with Retry-After) come
+  // back a second later, as a client would.
+  const int burst = std::min(held, 2000);
+  // The reference: the same burst for 2,000 containers replica-a holds already (each
+  // request's lease read, no takeover): what the burst of requests costs by itself.
+  const auto reference_started = Clock::now();
+  a.hold(a.id() + "-", 0, burst, /*as_requests=*/true);
+  const auto reference_ended = Clock::now();
+  b.stop(SIGKILL);
+  while (heartbeat_expiry(load.database(), b.id()) > unix_ms())
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto burst_started = Clock::now();
+  int64_t burst_held = 0, burst_refused = 0;
+  int attempts = 0;
+  for (; attempts < 30 && burst_held < burst; ++attempts) {
+    if (attempts > 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+    auto tally = a.hold(b.id() + "-", 0, burst, /*as_requests=*/true);  // (those held already: held)
+    burst_held = tally.at("held").to_number<int64_t>();
+    if (attempts == 0) burst_refused = tally.at("refused").to_number<int64_t>();
+  }
+  const auto burst_ended = Clock::now();
+  requesting = false;
+  requester.join();
+  std::vector<double> burst_ms, reference_ms;
+  for (const auto& r : own_so_far()) {
+    if (r.at >= burst_started && r.at <= burst_ended) burst_ms.push_back(r.ms);
+    if (r.at >= reference_started && r.at <= reference_ended) reference_ms.push_back(r.ms);
+  }
+  const auto s_burst = summarize(burst_ms), s_reference = summarize(reference_ms);
+  std::printf(
+      "\n4. a burst: replica-b killed; requests for %d of its containers reach replica-a at once, right "
+      "after its heartbeat ran out\n",
+      burst);
+  std::printf(
+      "  all %lld held after %.2f s (%d round(s) of the burst; the first refused %lld as 503 past the 2 s "
+      "wait: their clients come back)\n",
+      static_cast<long long>(burst_held), std::chrono::duration<double>(burst_ended - burst_started).count(),
+      attempts, static_cast<long long>(burst_refused));
+  std::printf(
+      "  replica-a's own requests meanwhile: p50 %.2f ms, p99 %.2f ms (n=%zu) against p50 %.2f ms, p99 %.2f "
+      "ms before replica-c's kill: %.2fx, %.2fx\n",
+      s_burst.p50_ms, s_burst.p99_ms, s_burst.n, s_before.p50_ms, s_before.p99_ms,
+      s_burst.p50_ms / std::max(0.001, s_before.p50_ms), s_burst.p99_ms / std::max(0.001, s_before.p99_ms));
+  std::printf(
+      "  the same burst for 2,000 containers it holds (no takeover: the burst's own cost) %.2f s: p50 %.2f ms, "
+      "p99 %.2f ms (n=%zu); the takeover burst against it: %.2fx, %.2fx\n",
+      std::chrono::duration<double>(reference_ended - reference_started).count(), s_reference.p50_ms,
+      s_reference.p99_ms, s_reference.n, s_burst.p50_ms / std::max(0.001, s_reference.p50_ms),
+      s_burst.p99_ms / std::max(0.001, s_reference.p99_ms));
   replicas.clear();
   std::error_code ec;
   fs::remove_all(root, ec);

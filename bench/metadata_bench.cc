@@ -2,9 +2,14 @@
 // once, `metadata.backend: sqlite` against `postgres`, each on a real `sandboxd serve`
 // on loopback (no code-execution provider: only the Files API is measured) and, for
 // PostgreSQL, a real server started here (tests/postgres_harness.h, Debian's package).
-// Rounds alternate between the two servers; the median round is printed.
+// Rounds alternate between the two servers; printed: the median round's rate of each, the
+// median of the rounds' ratios (each round's two measurements are seconds apart, so a
+// change in what else the machine runs touches both alike), and the CPU time per call
+// of the server plus, for PostgreSQL, every process of the database server (the figure
+// the machine's other load changes least).
 //   usage: sandboxd_metadata_bench [SANDBOXD_BINARY]
 //   SANDBOXD_BENCH_METADATA_SECONDS: seconds per measurement (default 3)
+//   SANDBOXD_BENCH_METADATA_ROUNDS: rounds per call (default 5)
 
 #include <signal.h>
 #include <spawn.h>
@@ -38,6 +43,33 @@ std::string read_all(const fs::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+double cpu_ms_of(int pid) {
+  std::string stat = read_all("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  long long utime = 0, stime = 0;
+  for (int i = 3; fields >> field; ++i) {  // field 3 is the state; 14 utime, 15 stime
+    if (i == 14) utime = std::stoll(field);
+    if (i == 15) {
+      stime = std::stoll(field);
+      break;
+    }
+  }
+  return 1000.0 * static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// Every process of the database server (pg_stat_activity lists the sessions and the
+// background ones).
+double postgres_cpu_ms(sandboxd::store::db::Database& database) {
+  auto conn = database.acquire();
+  sandboxd::store::db::Statement query(conn, "SELECT pid FROM pg_stat_activity");
+  double ms = 0;
+  while (query.step()) ms += cpu_ms_of(static_cast<int>(query.integer(0)));
+  return ms;
 }
 
 class Server {
@@ -76,6 +108,7 @@ class Server {
     fs::remove_all(dir_, ec);
   }
   int port() const { return port_; }
+  double cpu_ms() const { return cpu_ms_of(pid_); }
 
  private:
   pid_t pid_ = -1;
@@ -97,9 +130,11 @@ std::string fill(const Server& server) {
 }
 
 // Requests/s over `seconds` with kConnections clients, each sending `request(client, n)`
-// one after another; only 200 replies count.
-double rate(const Server& server, double seconds,
-            const std::function<sandboxd::testing::HttpClient::Reply(sandboxd::testing::HttpClient&, int)>& request) {
+// one after another; only 200 replies count. `calls` gets the number of 200s.
+double rate(
+    const Server& server, double seconds,
+    const std::function<sandboxd::testing::HttpClient::Reply(sandboxd::testing::HttpClient&, int)>& request,
+    long* calls = nullptr) {
   std::atomic<bool> stop{false};
   std::atomic<long> ok{0}, failed{0};
   std::vector<std::thread> threads;
@@ -117,6 +152,7 @@ double rate(const Server& server, double seconds,
   for (auto& t : threads) t.join();
   const double elapsed = ms_since(start) / 1000.0;
   if (failed) std::fprintf(stderr, "  (%ld requests failed)\n", failed.load());
+  if (calls) *calls = ok;
   return static_cast<double>(ok) / elapsed;
 }
 
@@ -155,17 +191,41 @@ int main(int argc, char** argv) {
                            std::string(1024, 'x'));
        }},
   };
-  std::printf("metadata-bound requests/s, %d connections, %.0f s per measurement, median of 3 rounds\n",
-              kConnections, seconds);
-  std::printf("  %-44s %10s %10s %8s\n", "", "sqlite", "postgres", "pg/sqlite");
+  const int rounds = std::max(1, env_int("SANDBOXD_BENCH_METADATA_ROUNDS", 5));
+  auto sampler = sandboxd::store::db::open_postgres(url, 1);
+  std::printf(
+      "metadata-bound requests/s, %d connections, %.0f s per measurement, %d rounds (median); CPU per call: "
+      "the server's, plus the database server's for PostgreSQL\n",
+      kConnections, seconds, rounds);
+  std::printf("  %-44s %9s %9s %9s %10s %12s %12s %9s\n", "", "sqlite", "postgres", "pg/sqlite", "(rounds)",
+              "sqlite us", "postgres us", "cpu ratio");
   for (const auto& c : cases) {
-    std::vector<double> on_sqlite, on_pg;
-    for (int round = 0; round < 3; ++round) {
-      on_sqlite.push_back(rate(sqlite, seconds, [&](auto& client, int n) { return c.run(client, n, sqlite_file); }));
-      on_pg.push_back(rate(pg, seconds, [&](auto& client, int n) { return c.run(client, n, pg_file); }));
+    std::vector<double> on_sqlite, on_pg, ratios;
+    double sqlite_cpu = 0, pg_cpu = 0;
+    long sqlite_calls = 0, pg_calls = 0;
+    for (int round = 0; round < rounds; ++round) {
+      long calls = 0;
+      double cpu = sqlite.cpu_ms();
+      on_sqlite.push_back(rate(
+          sqlite, seconds, [&](auto& client, int n) { return c.run(client, n, sqlite_file); }, &calls));
+      sqlite_cpu += sqlite.cpu_ms() - cpu;
+      sqlite_calls += calls;
+      cpu = pg.cpu_ms() + postgres_cpu_ms(*sampler);
+      on_pg.push_back(rate(
+          pg, seconds, [&](auto& client, int n) { return c.run(client, n, pg_file); }, &calls));
+      pg_cpu += pg.cpu_ms() + postgres_cpu_ms(*sampler) - cpu;
+      pg_calls += calls;
+      ratios.push_back(on_pg.back() / std::max(1.0, on_sqlite.back()));
     }
     const double s = median(on_sqlite), p = median(on_pg);
-    std::printf("  %-44s %10.0f %10.0f %7.0f%%\n", c.name, s, p, 100.0 * p / s);
+    std::string each;
+    for (double r : ratios)
+      each += (each.empty() ? "" : " ") + std::to_string(static_cast<int>(100 * r + 0.5));
+    const double sqlite_us = 1000 * sqlite_cpu / std::max(1L, sqlite_calls);
+    const double pg_us = 1000 * pg_cpu / std::max(1L, pg_calls);
+    std::printf("  %-44s %9.0f %9.0f %8.0f%% %10s %12.0f %12.0f %8.0f%%\n", c.name, s, p,
+                100.0 * median(ratios), ("(" + each + ")").c_str(), sqlite_us, pg_us,
+                100.0 * sqlite_us / std::max(0.001, pg_us));
     std::fflush(stdout);
   }
   return 0;

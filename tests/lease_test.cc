@@ -541,15 +541,19 @@ TEST(ClusterConfig, OffByDefaultAndReadWhenSet) {
   EXPECT_FALSE(parse_config("").cluster_enabled());
   auto config = parse_config(
       "cluster:\n  replicaId: sandboxd-0\n  advertiseUrl: http://sandboxd-0.sandboxd:8080\n"
-      "  leaseSeconds: 5\n  shutdownGraceSec: 20\n");
+      "  leaseSeconds: 5\n  shutdownGraceSec: 20\n  takeoverPerSecond: 50\n  takeoverBatch: 10\n");
   EXPECT_TRUE(config.cluster_enabled());
   EXPECT_EQ(config.cluster_replica_id, "sandboxd-0");
   EXPECT_EQ(config.cluster_advertise_url, "http://sandboxd-0.sandboxd:8080");
   EXPECT_EQ(config.cluster_lease_seconds, 5);
   EXPECT_EQ(config.cluster_shutdown_grace_sec, 20);
+  EXPECT_EQ(config.cluster_takeover_per_second, 50);
+  EXPECT_EQ(config.cluster_takeover_batch, 10);
   auto defaults = parse_config("cluster:\n  replicaId: r\n  advertiseUrl: http://10.0.0.1:8080/\n");
   EXPECT_EQ(defaults.cluster_lease_seconds, 15);
   EXPECT_EQ(defaults.cluster_shutdown_grace_sec, 30);
+  EXPECT_EQ(defaults.cluster_takeover_per_second, 500);
+  EXPECT_EQ(defaults.cluster_takeover_batch, 100);
 }
 
 TEST(ClusterConfig, BadValuesNameTheirKey) {
@@ -568,6 +572,12 @@ TEST(ClusterConfig, BadValuesNameTheirKey) {
   EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1/path\n").rfind("cluster.advertiseUrl:", 0), 0u);
   EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1\n  leaseSeconds: 0\n")
                 .rfind("cluster.leaseSeconds:", 0), 0u);
+  EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1\n  takeoverPerSecond: 0\n")
+                .rfind("cluster.takeoverPerSecond:", 0),
+            0u);
+  EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1\n  takeoverBatch: 10001\n")
+                .rfind("cluster.takeoverBatch:", 0),
+            0u);
   EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1\n  grace: 3\n").rfind("cluster.grace:", 0), 0u);
 }
 

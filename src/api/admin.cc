@@ -7,10 +7,18 @@
 //   POST /admin/test/leases  {"prefix": "bench-a-", "first": 0, "count": 10000}: this
 //        replica claims the leases of storages prefix{first} .. prefix{first+count-1}
 //        without containers or sandboxes (what the cluster benchmark holds), one after
-//        another, answered with how many it held and how many were refused
+//        another, answered with how many it held and how many were refused; with
+//        "as_requests": true all at once, each as the request for its container would be
+//        (a takeover waits its turn, cluster/takeover_pacer.h; refused past the wait)
 //   GET  /admin/test/leases  how many it holds, and its incarnation
 
 #include <algorithm>
+#include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 #include <chrono>
 
@@ -18,6 +26,7 @@
 #include "base/blocking.h"
 #include "cluster/container_leases.h"
 #include "server/auth.h"
+#include "service/store_call.h"
 
 namespace sandboxd::api {
 namespace {
@@ -76,6 +85,43 @@ asio::awaitable<Result<Response>> drain(ApiContext& api, RequestContext& ctx) {
 }
 
 #ifdef SANDBOXD_TEST_HOOKS
+// Each storage as a request for its container arriving all at once would be: its lease
+// read on the store pool, a takeover waiting its turn (refused past the wait, as the
+// cluster routing answers 503), then the claim on the store pool.
+asio::awaitable<cluster::ContainerLeases::ClaimTally> claim_as_requests(cluster::ContainerLeases& leases,
+                                                                        std::vector<std::string> storages) {
+  struct Shared {  // the claims may end on any I/O thread
+    std::atomic<size_t> left{0}, held{0}, refused{0};
+  };
+  auto executor = co_await asio::this_coro::executor;
+  auto shared = std::make_shared<Shared>();
+  shared->left = storages.size();
+  for (auto& storage : storages) {
+    auto one = [](cluster::ContainerLeases& leases, std::shared_ptr<Shared> shared,
+                  std::string storage) -> asio::awaitable<void> {
+      bool held = false;
+      try {
+        auto look_up = [&leases, &storage] { return leases.holder_of(storage); };
+        auto holder = co_await run_on(service::store_pool(), std::move(look_up));
+        if (!holder.elsewhere && (!holder.takeover || co_await leases.takeover_turn())) {
+          auto claim = [&leases, &storage] { return static_cast<bool>(leases.claim(storage, false)); };
+          held = co_await run_on(service::store_pool(), std::move(claim));
+        }
+      } catch (const std::exception&) {
+      }
+      ++(held ? shared->held : shared->refused);
+      --shared->left;
+    };
+    asio::co_spawn(executor, one(leases, shared, std::move(storage)), asio::detached);
+  }
+  asio::steady_timer poll(executor);
+  while (shared->left > 0) {
+    poll.expires_after(std::chrono::milliseconds(10));
+    co_await poll.async_wait(asio::use_awaitable);
+  }
+  co_return cluster::ContainerLeases::ClaimTally{shared->held.load(), shared->refused.load()};
+}
+
 asio::awaitable<Result<Response>> hold_test_leases(ApiContext& api, RequestContext& ctx) {
   if (auto ok = check_admin(api, ctx); !ok) co_return ok.error();
   if (!api.leases) co_return ApiError::invalid_request("Not in cluster mode: there are no leases to hold");
@@ -85,8 +131,11 @@ asio::awaitable<Result<Response>> hold_test_leases(ApiContext& api, RequestConte
   if (!object) co_return object.error();
   std::string prefix;
   int64_t first = 0, count = -1;
+  bool as_requests = false;
   for (const auto& [key, value] : *object) {
-    if (key == "prefix" && value.is_string())
+    if (key == "as_requests" && value.is_bool())
+      as_requests = value.as_bool();
+    else if (key == "prefix" && value.is_string())
       prefix = std::string(value.as_string());
     else if (key == "first" && value.is_int64())
       first = value.as_int64();
@@ -94,8 +143,9 @@ asio::awaitable<Result<Response>> hold_test_leases(ApiContext& api, RequestConte
       count = value.as_int64();
     else
       co_return ApiError::invalid_request(
-          "Expected {\"prefix\": string, \"first\": integer, \"count\": integer}; '" + std::string(key) +
-          "' is not that");
+          "Expected {\"prefix\": string, \"first\": integer, \"count\": integer, \"as_requests\": boolean}; "
+          "'" +
+          std::string(key) + "' is not that");
   }
   const bool prefix_ok =
       !prefix.empty() && prefix.size() <= 64 && std::all_of(prefix.begin(), prefix.end(), [](char c) {
@@ -109,10 +159,15 @@ asio::awaitable<Result<Response>> hold_test_leases(ApiContext& api, RequestConte
   storages.reserve(static_cast<size_t>(count));
   for (int64_t i = first; i < first + count; ++i) storages.push_back(prefix + std::to_string(i));
   const auto started = std::chrono::steady_clock::now();
-  auto claim_all = [leases = api.leases, storages = std::move(storages)] {
-    return leases->claim_each(storages);
-  };
-  const auto tally = co_await run_blocking(std::move(claim_all));
+  cluster::ContainerLeases::ClaimTally tally;
+  if (as_requests) {
+    tally = co_await claim_as_requests(*api.leases, std::move(storages));
+  } else {
+    auto claim_all = [leases = api.leases, storages = std::move(storages)] {
+      return leases->claim_each(storages);
+    };
+    tally = co_await run_blocking(std::move(claim_all));
+  }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   co_return json_ok(boost::json::object{{"held", tally.held}, {"refused", tally.refused}, {"ms", ms}});

@@ -129,6 +129,12 @@ void install_cluster_routing(server::HttpServer& http, ApiContext& api, cluster:
         return leases.holder_of(record->storage);
       };
       if (auto holder = co_await store_call(api, std::move(lookup))) {
+        // A container of a replica whose heartbeat ran out: served here once its turn
+        // comes, so that a burst of them is taken over at the pace the database was sized
+        // for while this replica's own requests go on (the wait holds no thread).
+        if (holder->takeover && !co_await leases.takeover_turn())
+          co_return ApiError::overloaded("This replica is taking over many containers; try again shortly",
+                                         settings.retry_after_sec);
         if (holder->elsewhere) {
           // Relayed once at most: a relayed request that finds the container moved on
           // again is answered here, and the client's retry finds the new holder.

@@ -208,10 +208,12 @@ int serve(ops::Config config, const std::string& config_path) {
     std::optional<cluster::ContainerLeases> leases;
     if (config.cluster_enabled()) {
       lease_store.emplace(metadata_database());
-      leases.emplace(io, *lease_store,
-                     cluster::ContainerLeases::Settings{config.cluster_replica_id, config.cluster_advertise_url,
-                                                    std::chrono::seconds(config.cluster_lease_seconds),
-                                                    config.retry_after_sec});
+      leases.emplace(
+          io, *lease_store,
+          cluster::ContainerLeases::Settings{
+              config.cluster_replica_id, config.cluster_advertise_url,
+              std::chrono::seconds(config.cluster_lease_seconds), config.retry_after_sec,
+              static_cast<double>(config.cluster_takeover_per_second), config.cluster_takeover_batch});
       metadata.set_write_fence(
           [&leases](store::db::Connection& conn, const std::string& storage) { leases->check_fence(conn, storage); });
       if (manifest)

@@ -1,11 +1,15 @@
 #include "cluster/container_leases.h"
 
+#include <spdlog/spdlog.h>
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <spdlog/spdlog.h>
+#include <optional>
+#include <random>
 
 #include "base/blocking.h"
 #include "store/database.h"
@@ -15,7 +19,12 @@ namespace sandboxd::cluster {
 using Clock = std::chrono::steady_clock;
 
 ContainerLeases::ContainerLeases(asio::io_context& io, store::LeaseStore& store, Settings settings)
-    : io_(io), store_(store), settings_(std::move(settings)), renew_timer_(io) {}
+    : io_(io),
+      store_(store),
+      settings_(std::move(settings)),
+      renew_timer_(io),
+      pacer_(settings_.takeover_per_second, settings_.takeover_batch),
+      takeover_timer_(io) {}
 
 int64_t ContainerLeases::now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -25,7 +34,12 @@ int64_t ContainerLeases::now_ms() {
 ContainerLeases::Holder ContainerLeases::holder_of(const std::string& storage) {
   Holder holder;
   auto lease = store_.find(storage);
-  if (!lease || !lease->live(now_ms()) || lease->holder == settings_.replica_id) return holder;
+  if (!lease || lease->holder.empty()) return holder;
+  if (!lease->live(now_ms())) {
+    holder.takeover = lease->holder != settings_.replica_id || lease->holder_incarnation != incarnation();
+    return holder;
+  }
+  if (lease->holder == settings_.replica_id) return holder;
   holder.elsewhere = true;
   holder.holder = lease->holder;
   holder.holder_url = lease->holder_url;
@@ -46,7 +60,8 @@ bool ContainerLeases::confirmed(const std::string& storage) const {
   auto it = held_.find(storage);
   // Every lease of the incarnation is valid while its heartbeat is: the heartbeat's time
   // is each one's. (An acquire proves the lease row, not the heartbeat's expiry.)
-  return it != held_.end() && it->second.live && Clock::now() - heartbeat_at_ < settings_.lease / 2;
+  return it != held_.end() && it->second.live && !it->second.unchecked &&
+         Clock::now() - heartbeat_at_ < settings_.lease / 2;
 }
 
 void ContainerLeases::register_replica() {
@@ -101,14 +116,19 @@ Result<ContainerLeases::Claim> ContainerLeases::claim(const std::string& storage
   const auto started = Clock::now();
   bool held_here = false, recent = false;
   int64_t held_epoch = 0;
+  bool unchecked = false;
   {
     std::lock_guard lock(mutex_);
     recent = started - heartbeat_at_ < settings_.lease / 2;
     if (auto it = held_.find(storage); it != held_.end() && it->second.live) {
       held_here = true;
       held_epoch = it->second.epoch;
+      unchecked = it->second.unchecked;
       // Held, and the heartbeat confirmed recently: no round trip to the database.
-      if (recent) return Claim{held_epoch, false};
+      if (recent) {
+        it->second.unchecked = false;
+        return Claim{held_epoch, unchecked};
+      }
     }
   }
   if (draining_ && !held_here)
@@ -144,8 +164,8 @@ Result<ContainerLeases::Claim> ContainerLeases::claim(const std::string& storage
     return ApiError::overloaded("The container is moving to another replica; try again shortly",
                                 settings_.retry_after_sec);
   }
-  const bool fresh = !held_here || held_epoch != lease->epoch;
-  held_[storage] = Held{lease->epoch, true};
+  const bool fresh = !held_here || unchecked || held_epoch != lease->epoch;
+  held_[storage] = Held{lease->epoch, true, false};
   if (fresh) spdlog::info("lease: took container storage {} at epoch {}", storage, lease->epoch);
   return Claim{lease->epoch, fresh};
 }
@@ -206,15 +226,158 @@ int64_t ContainerLeases::check_fence(store::db::Connection& conn, const std::str
   return store::LeaseStore::check_fence(conn, storage, epoch);
 }
 
-void ContainerLeases::start() { asio::co_spawn(io_, heartbeat_loop(), asio::detached); }
+void ContainerLeases::start() {
+  asio::co_spawn(io_, heartbeat_loop(), asio::detached);
+  asio::co_spawn(io_, takeover_loop(), asio::detached);
+}
 
 void ContainerLeases::stop() {
   stopped_ = true;
-  asio::post(renew_timer_.get_executor(), [this] { renew_timer_.cancel(); });
+  asio::post(renew_timer_.get_executor(), [this] {
+    renew_timer_.cancel();
+    takeover_timer_.cancel();
+  });
+}
+
+void ContainerLeases::set_draining() {
+  if (draining_.exchange(true)) return;
+  asio::post(takeover_thread_, [this] {
+    std::vector<std::pair<std::string, int64_t>> untouched;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& [storage, lease] : held_)
+        if (lease.live && lease.unchecked) {
+          lease.live = false;  // the epoch stays for the fence, as after any release
+          untouched.emplace_back(storage, lease.epoch);
+        }
+    }
+    size_t released = 0;
+    try {
+      for (const auto& [storage, epoch] : untouched)
+        if (store_.release(storage, settings_.replica_id, epoch)) ++released;
+    } catch (const std::exception& e) {  // the rest run out with this replica's heartbeat
+      spdlog::warn("lease: releasing the containers taken over and never used: {}", e.what());
+    }
+    if (!untouched.empty())
+      spdlog::info("lease: released {} container(s) taken over and never used here", released);
+  });
+}
+
+Clock::duration ContainerLeases::heartbeat_interval() const {
+  return std::max<Clock::duration>(settings_.lease / 3, std::chrono::milliseconds(200));
+}
+
+asio::awaitable<bool> ContainerLeases::takeover_turn() {
+  const auto turn = pacer_.reserve(Clock::now(), kTakeoverWait);
+  if (!turn) co_return false;
+  if (*turn > Clock::now()) {
+    asio::steady_timer wait(co_await asio::this_coro::executor, *turn);
+    boost::system::error_code ec;
+    co_await wait.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  co_return true;
+}
+
+ContainerLeases::TakeoverRound ContainerLeases::take_over_round() {
+  TakeoverRound round;
+  if (stopped_ || draining_) return round;
+  std::lock_guard guard(takeover_mutex_);
+  const auto rows = store_.expired_replicas(settings_.replica_id, now_ms());
+  const auto read_at = Clock::now();
+  {
+    // A replica that cannot renew its own heartbeat may be the one cut off: it judges
+    // nobody. Whatever it saw meanwhile is forgotten, so a replica is found dead only
+    // after a stretch of time all of which this one's heartbeat was confirmed.
+    std::lock_guard lock(mutex_);
+    if (read_at - heartbeat_at_ >= settings_.lease / 2) {
+      expired_.clear();
+      return round;
+    }
+  }
+  // Dead: its row stayed run out for 2 x leaseSeconds while this replica's heartbeat
+  // was renewed (moved on meanwhile, by a request's takeover or another survivor's,
+  // is the same stretch; registered again ends it). A live replica that the database
+  // kept waiting (a stall longer than its heartbeat, which stalls every replica alike)
+  // renews within one heartbeat interval of the database answering again, well inside
+  // that stretch, so a stall alone moves nothing; and a replica that was only paused,
+  // and comes back within it, registers again and takes back what no request moved.
+  // Nothing is urgent here: a container somebody asks for moves with the request.
+  std::map<std::string, Expired> seen;
+  std::optional<store::ReplicaRow> dead;
+  for (const auto& row : rows) {
+    if (auto done = taken_over_.find(row.id);
+        done != taken_over_.end() && done->second == std::pair{row.incarnation, row.expires_at_ms})
+      continue;
+    Expired entry{row.incarnation, row.expires_at_ms, read_at};
+    if (auto it = expired_.find(row.id);
+        it != expired_.end() &&
+        ((it->second.incarnation == row.incarnation && it->second.expires_at_ms == row.expires_at_ms) ||
+         (row.expires_at_ms == 0 && row.incarnation > it->second.incarnation)))
+      entry.since = it->second.since;
+    if (!dead && read_at - entry.since >= 2 * settings_.lease) dead = row;
+    seen[row.id] = entry;
+  }
+  expired_ = std::move(seen);
+  round.watching = !expired_.empty();
+  if (!dead) return round;
+  round.dead = true;
+  const int claims = pacer_.take_free(Clock::now(), settings_.takeover_batch);
+  if (claims == 0) return round;  // requests for containers being taken over used them
+  const auto taken = store_.take_over(registration(), *dead, now_ms(), claims);
+  pacer_.give_back(claims - static_cast<int>(taken.size()));
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& lease : taken) held_[lease.storage] = Held{lease.epoch, true, /*unchecked=*/true};
+  }
+  round.taken = taken.size();
+  // Its row now has the next incarnation (moved on by this replica or another).
+  const int64_t moved_on = dead->expires_at_ms != 0 ? dead->incarnation + 1 : dead->incarnation;
+  if (!taken.empty())
+    spdlog::info("lease: took {} container(s) of replica {} over (its heartbeat ran out)", taken.size(),
+                 dead->id);
+  if (static_cast<int>(taken.size()) < claims) {
+    // None left (or the last few are being taken by another replica this moment): done
+    // with this incarnation of it.
+    taken_over_[dead->id] = {moved_on, 0};
+    expired_.erase(dead->id);
+    round.dead = false;
+    spdlog::info("lease: every container of replica {} is taken over", dead->id);
+  }
+  return round;
+}
+
+asio::awaitable<void> ContainerLeases::takeover_loop() {
+  // The rounds of the replicas are spread by jitter; while a dead replica has
+  // containers left, one round each time the pacer has refilled a batch.
+  std::minstd_rand random(std::random_device{}());
+  std::uniform_real_distribution<double> jitter(0.75, 1.25);
+  const auto interval = heartbeat_interval();
+  const auto batch_interval = std::clamp<Clock::duration>(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+          settings_.takeover_batch / std::max(0.001, settings_.takeover_per_second))),
+      std::chrono::milliseconds(20), interval);
+  Clock::duration next = interval;
+  while (!stopped_) {
+    takeover_timer_.expires_after(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(next) * jitter(random)));
+    boost::system::error_code ec;
+    co_await takeover_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (stopped_) break;
+    auto round = [this] {
+      try {
+        return take_over_round();
+      } catch (const std::exception& e) {
+        spdlog::warn("lease: taking over the containers of a replica whose heartbeat ran out: {}", e.what());
+        return TakeoverRound{};
+      }
+    };
+    const TakeoverRound done = co_await run_on(takeover_thread_, std::move(round));
+    next = done.dead ? batch_interval : done.watching ? interval / 2 : interval;
+  }
 }
 
 asio::awaitable<void> ContainerLeases::heartbeat_loop() {
-  const auto interval = std::max<Clock::duration>(settings_.lease / 3, std::chrono::milliseconds(200));
+  const auto interval = heartbeat_interval();
   while (!stopped_) {
     renew_timer_.expires_after(interval);
     boost::system::error_code ec;

@@ -1,8 +1,9 @@
 // This replica's side of the container leases (store/lease_store.h): which
 // replica serves a container, taking a lease before serving one, the replica's
 // heartbeat that keeps every held lease (one statement every leaseSeconds/3, whatever
-// the number held), releasing a lease when its sandbox stops, and the fence every write
-// to a container's file records passes.
+// the number held), the paced takeover of the containers of a replica whose heartbeat
+// ran out (cluster/takeover_pacer.h), releasing a lease when its sandbox stops, and the
+// fence every write to a container's file records passes.
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "cluster/takeover_pacer.h"
 #include "service/cluster_hooks.h"
 #include "store/lease_store.h"
 
@@ -32,6 +34,11 @@ class ContainerLeases : public service::LeaseKeeper {
     std::string advertise_url;
     std::chrono::seconds lease{15};
     int retry_after_sec = 1;
+    // Containers this replica takes over a second from replicas whose heartbeat ran out
+    // (requests for them and the background together), and the most the background
+    // takes in one statement (also the most taken at once after a quiet while).
+    double takeover_per_second = 500;
+    int takeover_batch = 100;
   };
   ContainerLeases(asio::io_context& io, store::LeaseStore& store, Settings settings);
 
@@ -39,11 +46,34 @@ class ContainerLeases : public service::LeaseKeeper {
 
   // Who serves a container now: another replica whose lease is live (the request is
   // relayed to `holder_url`), or nobody else (this replica serves it, taking the lease).
+  // `takeover`: nobody serves it, but a replica whose heartbeat ran out (or an earlier
+  // run of this one) held it: serving it here takes it over, at the pace of
+  // takeover_turn().
   struct Holder {
     bool elsewhere = false;
+    bool takeover = false;
     std::string holder, holder_url;
   };
   Holder holder_of(const std::string& storage);
+
+  // A request's turn to take a container over (Holder::takeover): waits on a timer, never
+  // on a thread, until the pacer has a claim for it. False when its turn is more than
+  // kTakeoverWait away: the request is answered 503 with Retry-After instead.
+  static constexpr std::chrono::seconds kTakeoverWait{2};
+  asio::awaitable<bool> takeover_turn();
+
+  // One round of the background takeover (the loop runs one every so often; tests call
+  // it directly): reads which other replicas' heartbeats have run out; one that stayed
+  // so for 2 x leaseSeconds while this replica's own heartbeat was confirmed is dead, and
+  // up to takeover_batch of its containers (as many as the pacer has claims free) are
+  // taken in one statement. A taken container is held here as if a request had claimed
+  // it; its first request makes its local copy current (Claim::fresh).
+  struct TakeoverRound {
+    size_t taken = 0;
+    bool dead = false;      // a dead replica had containers left to take
+    bool watching = false;  // another replica's heartbeat has run out, not for long enough yet
+  };
+  TakeoverRound take_over_round();
 
   // The LeaseKeeper calls (service/cluster_hooks.h).
   Result<Claim> claim(const std::string& storage, bool existing_container = true) override;
@@ -62,8 +92,11 @@ class ContainerLeases : public service::LeaseKeeper {
   // Registers this replica (a new incarnation: whatever an earlier run of it held is
   // free, to be taken again at the next epoch). Before the first claim.
   void register_replica();
-  // The heartbeat in the background, until stop().
+  // The heartbeat and the background takeover, until stop().
   void start();
+  // One heartbeat now, as the loop makes them (tests drive a replica without its loops).
+  // False when the incarnation was gone (a new one is registered).
+  bool renew() { return heartbeat(); }
   void stop();
   // Claims each storage as a container being made (no record needed), one after
   // another, on the calling thread (it waits on the database): the test builds' way to
@@ -75,12 +108,17 @@ class ContainerLeases : public service::LeaseKeeper {
   int64_t incarnation() const { return registration().incarnation; }
 
   // Refuse new claims from now on (drain, shutdown): requests for other containers go
-  // to the replicas that take them.
-  void set_draining() override { draining_ = true; }
+  // to the replicas that take them. The leases the background takeover took and no
+  // request used since are released (nothing of them is here to flush), on the
+  // takeover's thread: the other replicas take them at once, not after this one's
+  // heartbeat runs out.
+  void set_draining() override;
   bool draining() const { return draining_; }
 
  private:
   asio::awaitable<void> heartbeat_loop();
+  asio::awaitable<void> takeover_loop();
+  std::chrono::steady_clock::duration heartbeat_interval() const;
   static int64_t now_ms();
   int64_t ttl_ms() const;
   store::ReplicaRegistration registration() const;
@@ -94,6 +132,14 @@ class ContainerLeases : public service::LeaseKeeper {
   struct Held {
     int64_t epoch = 0;
     bool live = true;  // false once released
+    // Taken by the background takeover, no request since: the first claim answers
+    // fresh (the local copy, if any, is older than what the dead holder flushed).
+    bool unchecked = false;
+  };
+  // Another replica's row seen with its heartbeat run out, and since when (unchanged).
+  struct Expired {
+    int64_t incarnation = 0, expires_at_ms = 0;
+    std::chrono::steady_clock::time_point since;
   };
 
   asio::io_context& io_;
@@ -106,6 +152,13 @@ class ContainerLeases : public service::LeaseKeeper {
       heartbeat_at_{};  // the last heartbeat that found the incarnation; under mutex_
   asio::steady_timer renew_timer_;
   asio::thread_pool heartbeat_thread_{1};
+  TakeoverPacer pacer_;
+  std::mutex takeover_mutex_;                         // one round at a time
+  std::map<std::string, Expired> expired_;            // under takeover_mutex_
+  std::map<std::string, std::pair<int64_t, int64_t>>  // replica id -> (incarnation, expiry) whose
+      taken_over_;                                    // containers are all taken; under takeover_mutex_
+  asio::steady_timer takeover_timer_;
+  asio::thread_pool takeover_thread_{1};
   std::atomic<bool> stopped_{false};
   std::atomic<bool> draining_{false};
   std::function<void(const std::string&)> on_lost_;

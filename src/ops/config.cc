@@ -562,6 +562,8 @@ const std::vector<Key>& keys() {
       custom("cluster.advertiseUrl", read_advertise_url),
       integer("cluster.leaseSeconds", &C::cluster_lease_seconds, 1, 3600),
       integer("cluster.shutdownGraceSec", &C::cluster_shutdown_grace_sec, 1, 3600),
+      integer("cluster.takeoverPerSecond", &C::cluster_takeover_per_second, 1, 100000),
+      integer("cluster.takeoverBatch", &C::cluster_takeover_batch, 1, 10000),
       check(check_cluster),
 
       one_of("storage.backend", &C::storage_backend, {"local", "s3"}, "must be 'local' or 's3'"),

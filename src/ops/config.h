@@ -151,6 +151,10 @@ struct Config {
   std::string cluster_advertise_url;  // cluster.advertiseUrl: http://HOST:PORT the others relay to
   int cluster_lease_seconds = 15;     // cluster.leaseSeconds: a lease not renewed for this long is free
   int cluster_shutdown_grace_sec = 30;  // cluster.shutdownGraceSec: SIGTERM to exit, at most
+  // cluster.takeoverPerSecond: containers a replica takes over a second from replicas whose
+  // heartbeat ran out; cluster.takeoverBatch: the most its background takeover takes at once.
+  int cluster_takeover_per_second = 500;
+  int cluster_takeover_batch = 100;
   bool cluster_enabled() const { return !cluster_replica_id.empty(); }
   // storage (docs/storage.md): where file bodies are durable. "local": the host's disk only;
   // "s3": the sessions bucket holds every upload (before its 200) and the workspace and

@@ -134,6 +134,63 @@ std::optional<Lease> LeaseStore::acquire(const std::string& storage, const Repli
   return take(conn, storage, replica, existing_container);
 }
 
+std::vector<ReplicaRow> LeaseStore::expired_replicas(const std::string& self, int64_t now_ms) {
+  auto conn = db_->acquire();
+  Statement query(conn,
+                  "SELECT replica_id, incarnation, expires_at_ms FROM replicas WHERE replica_id <> ? AND "
+                  "expires_at_ms <= ?");
+  query.add(self).add(now_ms);
+  std::vector<ReplicaRow> rows;
+  while (query.step()) rows.push_back(ReplicaRow{query.text(0), query.integer(1), query.integer(2)});
+  return rows;
+}
+
+std::vector<Lease> LeaseStore::take_over(const ReplicaRegistration& replica, const ReplicaRow& dead,
+                                         int64_t now_ms, int limit) {
+  std::vector<Lease> taken;
+  if (limit <= 0) return taken;
+  auto conn = db_->acquire();
+  if (dead.expires_at_ms != 0) {
+    // Not moved on yet: as in acquire(), only if its heartbeat did not get in first.
+    Statement expire(conn,
+                     "UPDATE replicas SET incarnation = incarnation + 1, expires_at_ms = 0 "
+                     "WHERE replica_id = ? AND incarnation = ? AND expires_at_ms <= ?");
+    expire.add(dead.id).add(dead.incarnation).add(now_ms);
+    expire.run();
+  }
+  // A lease of `dead` is free when the replica row no longer has the incarnation it
+  // names: the same condition as take()'s, checked again by the UPDATE on each row's
+  // newest version (a row another replica took meanwhile names that replica: skipped).
+  // The epoch moves on under the row's lock, which is what the fence checks.
+  const bool postgres = conn.backend() == db::Backend::kPostgres;
+  std::string sql =
+      "UPDATE leases SET holder = ?, holder_url = ?, holder_incarnation = ?, epoch = epoch + 1 "
+      "WHERE storage IN (SELECT candidate.storage FROM leases AS candidate WHERE candidate.holder = ? "
+      "AND NOT EXISTS (SELECT 1 FROM replicas WHERE replicas.replica_id = candidate.holder "
+      "AND replicas.incarnation = candidate.holder_incarnation) LIMIT ?";
+  sql += postgres ? " FOR UPDATE SKIP LOCKED) " : ") ";
+  sql +=
+      "AND leases.holder = ? "
+      "AND NOT EXISTS (SELECT 1 FROM replicas WHERE replicas.replica_id = leases.holder "
+      "AND replicas.incarnation = leases.holder_incarnation) "
+      "AND EXISTS (SELECT 1 FROM replicas WHERE replica_id = ? AND incarnation = ?) "
+      "RETURNING storage, epoch";
+  Statement update(conn, sql);
+  update.add(replica.id).add(replica.url).add(replica.incarnation);
+  update.add(dead.id).add(static_cast<int64_t>(limit));
+  update.add(dead.id).add(replica.id).add(replica.incarnation);
+  while (update.step()) {
+    Lease lease;
+    lease.storage = update.text(0);
+    lease.epoch = update.integer(1);
+    lease.holder = replica.id;
+    lease.holder_url = replica.url;
+    lease.holder_incarnation = replica.incarnation;
+    taken.push_back(std::move(lease));
+  }
+  return taken;
+}
+
 bool LeaseStore::release(const std::string& storage, const std::string& holder, int64_t epoch) {
   auto conn = db_->acquire();
   Statement update(

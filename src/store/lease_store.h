@@ -23,6 +23,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "store/database.h"
 
@@ -65,6 +66,13 @@ struct ReplicaRegistration {
   int64_t incarnation = 0;
 };
 
+// Another replica's row as the background takeover reads it.
+struct ReplicaRow {
+  std::string id;
+  int64_t incarnation = 0;
+  int64_t expires_at_ms = 0;  // 0 once another replica moved its incarnation on
+};
+
 // Thread-safe (a connection acquired per call). Throws std::runtime_error on database
 // failures, as the other stores do.
 class LeaseStore {
@@ -103,6 +111,18 @@ class LeaseStore {
   // incarnation on).
   std::optional<Lease> acquire(const std::string& storage, const ReplicaRegistration& replica, int64_t now_ms,
                                bool existing_container = false);
+  // Every other replica whose heartbeat has run out at now_ms (one small read: a row a
+  // replica).
+  std::vector<ReplicaRow> expired_replicas(const std::string& self, int64_t now_ms);
+  // The background takeover of `dead`'s containers (a replica whose heartbeat ran out):
+  // its incarnation is moved on first when nobody did yet (as acquire() does, and
+  // ordered with its heartbeat the same way), then up to `limit` of the leases it held
+  // are taken by `replica` at their next epoch, in one statement. Rows another
+  // replica's takeover holds locked at that moment are skipped (PostgreSQL), so two
+  // survivors take disjoint batches. Nothing is taken when `replica` is no longer
+  // registered. Returns what was taken (fewer than `limit` once few are left).
+  std::vector<Lease> take_over(const ReplicaRegistration& replica, const ReplicaRow& dead, int64_t now_ms,
+                               int limit);
   // Frees a lease held by (holder, epoch) at once (after the final flush); the epoch
   // stays, so the next holder's is larger. false when it was not held so.
   bool release(const std::string& storage, const std::string& holder, int64_t epoch);

@@ -211,24 +211,50 @@ std::optional<FileRecord> Metadata::find_file(const std::string& storage, const 
 
 void Metadata::put_file(const FileRecord& record, bool reset_created) {
   auto conn = db_->acquire();
+  const bool postgres = conn.backend() == db::Backend::kPostgres;
+  const int64_t created_at =
+      record.created_at != 0 ? record.created_at : static_cast<int64_t>(std::time(nullptr));
+  // A new position (created_at, seq) for a new file or one whose created_at is reset: the
+  // upsert. On PostgreSQL the sequence number is taken in the same statement (a
+  // data-modifying WITH), one round trip instead of a transaction of four.
+  const std::string upsert_tail =
+      " ON CONFLICT (storage, path) DO UPDATE SET "
+      "created_at = excluded.created_at, seq = excluded.seq, size = excluded.size, "
+      "etag = excluded.etag, mime = excluded.mime, mtime_ns = excluded.mtime_ns";
+  auto upsert = [&] {
+    if (postgres) {
+      Statement insert(conn, std::string("WITH bumped AS (UPDATE counters SET value = value + 1 WHERE name = "
+                                         "'file_seq' RETURNING value) INSERT INTO files (") +
+                                 kFileColumns + ") SELECT ?, ?, ?, bumped.value, ?, ?, ?, ? FROM bumped" +
+                                 upsert_tail + " RETURNING seq");
+      insert.bind(1, record.storage).bind_blob(2, record.path).bind(3, created_at);
+      insert.bind(4, static_cast<int64_t>(record.size)).bind(5, record.etag).bind(6, record.mime);
+      insert.bind(7, record.mtime_ns);
+      if (!insert.step()) throw std::runtime_error("metadata: file_seq counter is missing");
+      insert.run();
+      return;
+    }
+    Statement insert(conn, std::string("INSERT INTO files (") + kFileColumns +
+                               ") VALUES (?, ?, ?, ?, ?, ?, ?, ?)" + upsert_tail);
+    insert.bind(1, record.storage).bind_blob(2, record.path).bind(3, created_at).bind(4, next_file_seq(conn));
+    insert.bind(5, static_cast<int64_t>(record.size)).bind(6, record.etag).bind(7, record.mime);
+    insert.bind(8, record.mtime_ns);
+    insert.run();
+  };
+  if (reset_created && !fence_ && postgres) {
+    upsert();  // one statement: its own transaction
+    return;
+  }
   Transaction transaction(conn);
   if (fence_) fence_(conn, record.storage);
-  bool exists = file_position(conn, record.storage, record.path).has_value();
-  if (exists && !reset_created) {
+  // Whether the row exists matters only when its position is kept.
+  if (!reset_created && file_position(conn, record.storage, record.path)) {
     Statement update(conn, "UPDATE files SET size = ?, etag = ?, mime = ?, mtime_ns = ? WHERE storage = ? AND path = ?");
     update.bind(1, static_cast<int64_t>(record.size)).bind(2, record.etag).bind(3, record.mime);
     update.bind(4, record.mtime_ns).bind(5, record.storage).bind_blob(6, record.path);
     update.run();
   } else {
-    int64_t created_at = record.created_at != 0 ? record.created_at : static_cast<int64_t>(std::time(nullptr));
-    Statement insert(conn, std::string("INSERT INTO files (") + kFileColumns +
-                               ") VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (storage, path) DO UPDATE SET "
-                               "created_at = excluded.created_at, seq = excluded.seq, size = excluded.size, "
-                               "etag = excluded.etag, mime = excluded.mime, mtime_ns = excluded.mtime_ns");
-    insert.bind(1, record.storage).bind_blob(2, record.path).bind(3, created_at).bind(4, next_file_seq(conn));
-    insert.bind(5, static_cast<int64_t>(record.size)).bind(6, record.etag).bind(7, record.mime);
-    insert.bind(8, record.mtime_ns);
-    insert.run();
+    upsert();
   }
   transaction.commit();
 }

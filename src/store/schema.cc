@@ -271,6 +271,17 @@ CREATE TABLE replicas (
 ALTER TABLE leases ADD COLUMN holder_incarnation BIGINT NOT NULL DEFAULT 0;
 )sql";
 
+// Version 4: the leases by holder, for the background takeover of a replica whose
+// heartbeat ran out (LeaseStore::take_over finds that replica's leases without a walk
+// of every lease).
+constexpr const char* kSqliteV4 = R"sql(
+CREATE INDEX IF NOT EXISTS leases_by_holder ON leases (holder);
+)sql";
+
+constexpr const char* kPostgresV4 = R"sql(
+CREATE INDEX leases_by_holder ON leases (holder);
+)sql";
+
 // pg_advisory_lock's key for "the schema is being migrated" (ASCII "sbxdschm").
 constexpr int64_t kMigrationLockKey = 0x736278647363686dLL;
 
@@ -381,6 +392,7 @@ const std::vector<Migration>& migrations() {
       {1, "containers, files, threads, skills", kSqliteV1, kPostgresV1},
       {2, "leases, manifest", kSqliteV2, kPostgresV2},
       {3, "replica heartbeats", kSqliteV3, kPostgresV3},
+      {4, "leases by holder", kSqliteV4, kPostgresV4},
   };
   return all;
 }
