@@ -97,13 +97,18 @@ inline std::string sandbox_bash() {
 // container's workspace, uploads and outputs bound in; then `command`.
 inline std::vector<std::string> bwrap_argv(const std::string& workspace, const std::string& uploads,
                                            const std::string& outputs, std::vector<std::string> command) {
-  std::vector<std::string> argv = {"/usr/bin/bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr",
-                                   "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
-                                   "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc",
-                                   "/proc", "--dev", "/dev", "--tmpfs", "/tmp"};
+  std::vector<std::string> argv = {"/usr/bin/bwrap", "--unshare-all", "--die-with-parent",
+                                   "--ro-bind",      "/usr",          "/usr",
+                                   "--symlink",      "usr/bin",       "/bin",
+                                   "--symlink",      "usr/sbin",      "/sbin",
+                                   "--symlink",      "usr/lib",       "/lib",
+                                   "--symlink",      "usr/lib64",     "/lib64",
+                                   "--proc",         "/proc",         "--dev",
+                                   "/dev",           "--tmpfs",       "/tmp"};
   if (!workspace.empty())
-    for (const auto& [from, to] : {std::pair{workspace, "/home/agent/workspace"}, std::pair{uploads, "/mnt/user-data/uploads"},
-                                   std::pair{outputs, "/mnt/user-data/outputs"}}) {
+    for (const auto& [from, to] :
+         {std::pair{workspace, "/home/agent/workspace"}, std::pair{uploads, "/mnt/user-data/uploads"},
+          std::pair{outputs, "/mnt/user-data/outputs"}}) {
       argv.insert(argv.end(), {"--bind", from, to});
     }
   if (!workspace.empty()) argv.insert(argv.end(), {"--chdir", "/home/agent/workspace"});

@@ -118,7 +118,8 @@ class Replica {
     std::istringstream log(read_all(dir_ / "server.log"));
     int batches = 0;
     for (std::string line; std::getline(log, line);)
-      if (line.find("container(s) of replica") != std::string::npos && line.find("lease: took") != std::string::npos)
+      if (line.find("container(s) of replica") != std::string::npos &&
+          line.find("lease: took") != std::string::npos)
         ++batches;
     return batches;
   }
@@ -474,7 +475,8 @@ int main(int argc, char** argv) {
       static_cast<long long>(by_b), take_s);
   const int batches = a.takeover_batches() + b.takeover_batches();
   std::printf(
-      "  statements per container taken   %6.3f     (%d batches; DB CPU %.0f ms in all, replica-a's own requests "
+      "  statements per container taken   %6.3f     (%d batches; DB CPU %.0f ms in all, replica-a's own "
+      "requests "
       "included)\n",
       static_cast<double>(batches) / static_cast<double>(std::max<int64_t>(1, by_a + by_b)), batches,
       load_after.cpu_ms - load_before.cpu_ms);
@@ -536,7 +538,8 @@ int main(int argc, char** argv) {
       s_burst.p50_ms, s_burst.p99_ms, s_burst.n, s_before.p50_ms, s_before.p99_ms,
       s_burst.p50_ms / std::max(0.001, s_before.p50_ms), s_burst.p99_ms / std::max(0.001, s_before.p99_ms));
   std::printf(
-      "  the same burst for 2,000 containers it holds (no takeover: the burst's own cost) %.2f s: p50 %.2f ms, "
+      "  the same burst for 2,000 containers it holds (no takeover: the burst's own cost) %.2f s: p50 %.2f "
+      "ms, "
       "p99 %.2f ms (n=%zu); the takeover burst against it: %.2fx, %.2fx\n",
       std::chrono::duration<double>(reference_ended - reference_started).count(), s_reference.p50_ms,
       s_reference.p99_ms, s_reference.n, s_burst.p50_ms / std::max(0.001, s_reference.p50_ms),

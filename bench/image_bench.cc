@@ -51,8 +51,8 @@ std::vector<double> measure(const std::string& image_root, const std::string& in
     run_sync(io, sandbox->stop());
     total.push_back(ms_since(start));
     if (result.return_code != 0) {
-      std::fprintf(stderr, "`true` failed on %s: %s\n", image_root.empty() ? "the host image" : image_root.c_str(),
-                   result.stderr_text.c_str());
+      std::fprintf(stderr, "`true` failed on %s: %s\n",
+                   image_root.empty() ? "the host image" : image_root.c_str(), result.stderr_text.c_str());
       std::exit(1);
     }
   }
@@ -79,15 +79,17 @@ int main() {
     temporary = fs::temp_directory_path() / ("sandboxd-image-bench-" + std::to_string(getpid()));
     data_dir = temporary.string();
     name = "bench/minimal:1";
-    std::printf("building %s (debootstrap minbase + python3-minimal + bash-static) into %s ...\n", name.c_str(),
-                data_dir.c_str());
+    std::printf("building %s (debootstrap minbase + python3-minimal + bash-static) into %s ...\n",
+                name.c_str(), data_dir.c_str());
     std::fflush(stdout);
     std::string command = std::string(SANDBOXD_PATH) + " image build " + name +
-                          " --minimal --packages python3-minimal,bash-static --data-dir " + data_dir + " >" + data_dir +
-                          ".log 2>&1";
+                          " --minimal --packages python3-minimal,bash-static --data-dir " + data_dir + " >" +
+                          data_dir + ".log 2>&1";
     if (std::system(command.c_str()) != 0) {
-      std::printf("the image build failed (see %s.log): only an installed image can be compared; set BENCH_IMAGE "
-                  "and BENCH_DATA_DIR\n", data_dir.c_str());
+      std::printf(
+          "the image build failed (see %s.log): only an installed image can be compared; set BENCH_IMAGE "
+          "and BENCH_DATA_DIR\n",
+          data_dir.c_str());
       return 1;
     }
   }
@@ -103,12 +105,13 @@ int main() {
     sameness = run_quiet({"/usr/bin/cmp", "-s", host_bash, image->rootfs + image_bash}) == 0
                    ? "the same binary, byte for byte"
                    : "the same program, another build of it";
-  std::printf("  `true` runs as bash -c true: host %s, image %s (%s)\n", host_bash.c_str(), image_bash.c_str(),
-              sameness);
+  std::printf("  `true` runs as bash -c true: host %s, image %s (%s)\n", host_bash.c_str(),
+              image_bash.c_str(), sameness);
   // Alternated halves, so that a machine busy with something else for a while weighs
   // on both sides alike.
   std::string instance = "imgbench-" + std::to_string(getpid());
-  auto host_ms = measure("", instance + "-h1", n / 2), image_ms = measure(image->rootfs, instance + "-i1", n / 2);
+  auto host_ms = measure("", instance + "-h1", n / 2),
+       image_ms = measure(image->rootfs, instance + "-i1", n / 2);
   for (double ms : measure("", instance + "-h2", n - n / 2)) host_ms.push_back(ms);
   for (double ms : measure(image->rootfs, instance + "-i2", n - n / 2)) image_ms.push_back(ms);
   Stats host = summarize(host_ms), img = summarize(image_ms);

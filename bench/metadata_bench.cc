@@ -16,8 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <boost/json.hpp>
 #include <atomic>
+#include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -79,25 +79,28 @@ class Server {
     if (!mkdtemp(pattern)) throw std::runtime_error("mkdtemp failed");
     dir_ = pattern;
     const fs::path log = dir_ / "server.log";
-    std::ofstream(dir_ / "config.yaml") << "server:\n  listen: \"127.0.0.1:0\"\n  dataDir: \""
-                                        << (dir_ / "data").string() << "\"\nauth:\n  tokens:\n    - { token: "
-                                        << kToken << ", owner: bench }\nruntime:\n  provider: none\n"
-                                        << metadata_yaml;
+    std::ofstream(dir_ / "config.yaml")
+        << "server:\n  listen: \"127.0.0.1:0\"\n  dataDir: \"" << (dir_ / "data").string()
+        << "\"\nauth:\n  tokens:\n    - { token: " << kToken
+        << ", owner: bench }\nruntime:\n  provider: none\n"
+        << metadata_yaml;
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
     std::string config = (dir_ / "config.yaml").string();
-    char* argv[] = {const_cast<char*>(binary.c_str()), const_cast<char*>("serve"), const_cast<char*>("--config"),
-                    config.data(), nullptr};
+    char* argv[] = {const_cast<char*>(binary.c_str()), const_cast<char*>("serve"),
+                    const_cast<char*>("--config"), config.data(), nullptr};
     posix_spawn(&pid_, argv[0], &actions, nullptr, argv, environ);
     posix_spawn_file_actions_destroy(&actions);
     std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
     for (int i = 0; i < 1000 && !port_; ++i) {
       std::smatch m;
       std::string text = read_all(log);
-      if (std::regex_search(text, m, listening)) port_ = std::stoi(m[1]);
-      else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (std::regex_search(text, m, listening))
+        port_ = std::stoi(m[1]);
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (!port_) throw std::runtime_error("sandboxd did not start:\n" + read_all(log));
   }
@@ -143,8 +146,10 @@ double rate(
     threads.emplace_back([&, c] {
       sandboxd::testing::HttpClient client(server.port(), kToken);
       for (int n = c * 1000000; !stop; ++n) {
-        if (request(client, n).status == 200) ++ok;
-        else ++failed;
+        if (request(client, n).status == 200)
+          ++ok;
+        else
+          ++failed;
       }
     });
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
@@ -174,7 +179,9 @@ int main(int argc, char** argv) {
 
   struct Case {
     const char* name;
-    std::function<sandboxd::testing::HttpClient::Reply(sandboxd::testing::HttpClient&, int, const std::string&)> run;
+    std::function<sandboxd::testing::HttpClient::Reply(sandboxd::testing::HttpClient&, int,
+                                                       const std::string&)>
+        run;
   };
   const std::vector<Case> cases = {
       {"list a container's files (limit 20)",

@@ -15,8 +15,8 @@
 #include <memory>
 
 #include "bench_util.h"
-#include "sandbox_harness.h"  // run_sync
 #include "runtime/runtime.h"
+#include "sandbox_harness.h"  // run_sync
 
 namespace fs = std::filesystem;
 namespace rt = sandboxd::runtime;
@@ -106,9 +106,10 @@ int main() {
   bool bwrap_ok = false;
   // bwrap with the same mounts, running the same `bash -c true` a sandbox runs.
   const std::string sandbox_bash = sandboxd::bench::sandbox_bash();
-  Stats bwrap = time_command(bwrap_argv((container.root / "workspace").string(), (container.root / "uploads").string(),
-                                        (container.root / "outputs").string(), {sandbox_bash, "-c", "true"}),
-                             cold_n, &bwrap_ok);
+  Stats bwrap =
+      time_command(bwrap_argv((container.root / "workspace").string(), (container.root / "uploads").string(),
+                              (container.root / "outputs").string(), {sandbox_bash, "-c", "true"}),
+                   cold_n, &bwrap_ok);
   Stats fork_exec = time_command({"/bin/true"}, warm_n);
   // The peer of a warm call runs the very binary a sandbox runs for `bash -c`.
   Stats fork_bash = time_command({sandbox_bash, "-c", "true"}, warm_n);
@@ -123,8 +124,10 @@ int main() {
   print_row("sandboxd cold: start + true (first result)", cold1);
   print_row("sandboxd cold: start + true + stop", cold2);
   print_row("sandboxd warm: true in a running sandbox", warm_s);
-  if (bwrap_ok) print_row("bwrap --unshare-all, same mounts, bash -c true", bwrap);
-  else std::printf("  bwrap: not usable here\n");
+  if (bwrap_ok)
+    print_row("bwrap --unshare-all, same mounts, bash -c true", bwrap);
+  else
+    std::printf("  bwrap: not usable here\n");
   print_row("fork+exec /bin/true", fork_exec);
   print_row(fork_bash_label.c_str(), fork_bash);
   if (docker_ok) {
@@ -135,12 +138,14 @@ int main() {
   }
   std::printf("\nratios and targets (p50)\n");
   if (bwrap_ok)
-    std::printf("  cold (start+true+stop) / bwrap         %6.2fx   (bar <= 1.3x)\n", cold2.p50_ms / bwrap.p50_ms);
+    std::printf("  cold (start+true+stop) / bwrap         %6.2fx   (bar <= 1.3x)\n",
+                cold2.p50_ms / bwrap.p50_ms);
   std::printf("  warm / fork+exec bash -c true          %6.2fx   (bar <= 1.5x; both sides run %s -c true)\n",
               warm_s.p50_ms / fork_bash.p50_ms, sandbox_bash.c_str());
   std::printf("  warm / fork+exec /bin/true             %6.2fx\n", warm_s.p50_ms / fork_exec.p50_ms);
-  std::printf("  warm p50 %.3f ms; sandboxd's own share over the same bare %s -c true: %.3f ms   (target <= 1 ms)\n",
-              warm_s.p50_ms, sandbox_bash.c_str(), warm_s.p50_ms - fork_bash.p50_ms);
+  std::printf(
+      "  warm p50 %.3f ms; sandboxd's own share over the same bare %s -c true: %.3f ms   (target <= 1 ms)\n",
+      warm_s.p50_ms, sandbox_bash.c_str(), warm_s.p50_ms - fork_bash.p50_ms);
   if (docker_ok) {
     std::printf("  docker run --rm / sandboxd cold        %6.2fx   (sandboxd is that many times faster)\n",
                 docker_run.p50_ms / cold2.p50_ms);
@@ -164,7 +169,8 @@ int main() {
   std::printf("\nidle sandboxes (%d running at once)\n", idle_n);
   std::printf("  host MemAvailable drop per sandbox     %8.1f KiB  (target <= 2048 KiB)\n",
               static_cast<double>(before - after) / idle_n);
-  std::printf("  memory cgroup charge per sandbox       %8.1f KiB\n", static_cast<double>(charged) / 1024.0 / idle_n);
+  std::printf("  memory cgroup charge per sandbox       %8.1f KiB\n",
+              static_cast<double>(charged) / 1024.0 / idle_n);
   for (auto& sandbox : idle) run_sync(io, sandbox->stop());
   runtime.cleanup_stale();
   return 0;

@@ -7,18 +7,18 @@
 //   usage: sandboxd_server_bench [SANDBOXD_BINARY]
 
 #include <signal.h>
+#include <spawn.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -60,10 +60,12 @@ Server start_server(const std::string& binary, const fs::path& dir, const std::s
   Server s;
   s.dir = dir;
   s.log = dir / "server.log";
-  std::ofstream(dir / "config.yaml") << "server:\n  listen: \"127.0.0.1:0\"\n  dataDir: \"" << (dir / "data").string()
-                                     << "\"\n  maxUploadSize: 2Gi\nauth:\n  tokens:\n    - { token: " << kToken
-                                     << ", owner: bench }\n  adminToken: " << kAdminToken << "\n"
-                                     << "workspace:\n  downloads:\n    uploadedResources: true\n" << extra_yaml;
+  std::ofstream(dir / "config.yaml") << "server:\n  listen: \"127.0.0.1:0\"\n  dataDir: \""
+                                     << (dir / "data").string()
+                                     << "\"\n  maxUploadSize: 2Gi\nauth:\n  tokens:\n    - { token: "
+                                     << kToken << ", owner: bench }\n  adminToken: " << kAdminToken << "\n"
+                                     << "workspace:\n  downloads:\n    uploadedResources: true\n"
+                                     << extra_yaml;
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, s.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -79,8 +81,10 @@ Server start_server(const std::string& binary, const fs::path& dir, const std::s
   for (int i = 0; i < (wrapper.empty() ? 500 : 6000) && !s.port; ++i) {
     std::smatch m;
     std::string text = read_all(s.log);
-    if (std::regex_search(text, m, listening)) s.port = std::stoi(m[1]);
-    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (std::regex_search(text, m, listening))
+      s.port = std::stoi(m[1]);
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return s;
 }
@@ -103,7 +107,9 @@ long rss_kib(pid_t pid, const char* field = "VmRSS:") {
 class Client {
  public:
   explicit Client(int port) : http_(port, kToken) {}
-  std::string post(const std::string& target, const std::string& body) { return http_.post(target, body).body; }
+  std::string post(const std::string& target, const std::string& body) {
+    return http_.post(target, body).body;
+  }
   sandboxd::testing::HttpClient::Reply post_reply(const std::string& target, const std::string& body) {
     return http_.post(target, body);
   }
@@ -174,7 +180,6 @@ bool executed(const sandboxd::testing::HttpClient::Reply& reply, const std::stri
          code->as_int64() == 0;
 }
 
-
 // Nanoseconds a task has run on a CPU (user + system), from its schedstat; 0 if gone.
 uint64_t schedstat_ns(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/schedstat");
@@ -213,7 +218,8 @@ pid_t pid1_of(int port, const std::string& container) {
   auto listing = boost::json::parse(admin.get("/admin/sandboxes").body, ec);
   if (ec || !listing.is_object() || !listing.as_object().contains("data")) return -1;
   for (const auto& entry : listing.at("data").as_array())
-    if (entry.at("container").as_string() == container) return static_cast<pid_t>(entry.at("pid").to_number<int64_t>());
+    if (entry.at("container").as_string() == container)
+      return static_cast<pid_t>(entry.at("pid").to_number<int64_t>());
   return -1;
 }
 
@@ -243,10 +249,13 @@ int main(int argc, char** argv) {
   sandboxd::testing::ScriptedUpstream upstream;
   // An allow-listed service for the relay benchmark, in this process.
   sandboxd::testing::TcpEcho echo;
-  Server server = start_server(binary, dir,
-                               "model:\n  baseUrl: \"" + upstream.base_url() + "\"\n  maxToolIterations: 100\n"
-                               "external:\n  opensandbox:\n    codeExecution:\n      internal:\n        services:\n"
-                               "          - { name: echo, host: 127.0.0.1, port: " + std::to_string(echo.port()) + " }\n");
+  Server server =
+      start_server(binary, dir,
+                   "model:\n  baseUrl: \"" + upstream.base_url() +
+                       "\"\n  maxToolIterations: 100\n"
+                       "external:\n  opensandbox:\n    codeExecution:\n      internal:\n        services:\n"
+                       "          - { name: echo, host: 127.0.0.1, port: " +
+                       std::to_string(echo.port()) + " }\n");
   if (!server.port) {
     std::fprintf(stderr, "server did not start:\n%s\n", read_all(server.log).c_str());
     return 1;
@@ -295,20 +304,23 @@ int main(int argc, char** argv) {
     auto start = Clock::now();
     auto reply = client.post_reply(tools + "warm/tools/bash_code_execution", ok_body);
     double ms = ms_since(start);
-    if (executed(reply, "ok\n")) warm.push_back(ms);
-    else if (++failed_warm <= 3) std::fprintf(stderr, "warm: %u %s\n", reply.status, reply.body.c_str());
+    if (executed(reply, "ok\n"))
+      warm.push_back(ms);
+    else if (++failed_warm <= 3)
+      std::fprintf(stderr, "warm: %u %s\n", reply.status, reply.body.c_str());
   }
   Stats cold_s = summarize(cold_pooled), burst_s = summarize(cold_burst), warm_s = summarize(warm);
   std::printf("\nexecutions over HTTP (`echo ok`, each reply checked: 200, stdout \"ok\\n\", exit 0)\n");
   print_row("cold, pooled: new container 40 ms apart", cold_s);
   print_row("cold, burst: 50 new containers, no pause", burst_s);
-  std::printf("  %-44s %8.1f ms for %d containers = %.1f containers/s\n", "cold, burst: the whole burst", burst_ms,
-              kBurst, kBurst * 1000 / burst_ms);
+  std::printf("  %-44s %8.1f ms for %d containers = %.1f containers/s\n", "cold, burst: the whole burst",
+              burst_ms, kBurst, kBurst * 1000 / burst_ms);
   print_row("warm: echo ok in a running sandbox", warm_s);
-  std::printf("  failed replies (not counted above): cold %d of %d, warm %d of 1000\n", failed_cold, 40 + kBurst,
-              failed_warm);
-  std::printf("  published peers: Daytona create->first command 110 ms (%.0fx ours), E2B 440 ms (%.0fx ours)\n",
-              110 / cold_s.p50_ms, 440 / cold_s.p50_ms);
+  std::printf("  failed replies (not counted above): cold %d of %d, warm %d of 1000\n", failed_cold,
+              40 + kBurst, failed_warm);
+  std::printf(
+      "  published peers: Daytona create->first command 110 ms (%.0fx ours), E2B 440 ms (%.0fx ours)\n",
+      110 / cold_s.p50_ms, 440 / cold_s.p50_ms);
 
   // Peers on this machine, now: the same bash spawned bare (what a warm call costs at
   // the least), bubblewrap with the same mounts running it (a cold start at the least),
@@ -319,14 +331,18 @@ int main(int argc, char** argv) {
   for (const char* sub : {"workspace", "uploads", "outputs"}) fs::create_directories(peer_dirs / sub);
   Stats bare_s = time_command(bare_echo, 1000);
   bool bwrap_ok = false;
-  Stats bwrap_s = time_command(bwrap_argv((peer_dirs / "workspace").string(), (peer_dirs / "uploads").string(),
-                                          (peer_dirs / "outputs").string(), bare_echo),
-                               90, &bwrap_ok);
+  Stats bwrap_s =
+      time_command(bwrap_argv((peer_dirs / "workspace").string(), (peer_dirs / "uploads").string(),
+                              (peer_dirs / "outputs").string(), bare_echo),
+                   90, &bwrap_ok);
   DockerPeer docker = measure_docker(20, 50);
-  std::printf("\npeers, same machine, same run (each runs %s -c 'echo ok' as the sandbox does)\n", bash.c_str());
+  std::printf("\npeers, same machine, same run (each runs %s -c 'echo ok' as the sandbox does)\n",
+              bash.c_str());
   print_row("bare spawn of the same bash", bare_s);
-  if (bwrap_ok) print_row("bwrap --unshare-all, same mounts", bwrap_s);
-  else std::printf("  bwrap: not usable here\n");
+  if (bwrap_ok)
+    print_row("bwrap --unshare-all, same mounts", bwrap_s);
+  else
+    std::printf("  bwrap: not usable here\n");
   if (docker.ok) {
     print_row("docker run --rm --network none IMAGE true", docker.run);
     print_row("docker exec CONTAINER true", docker.exec);
@@ -334,16 +350,20 @@ int main(int argc, char** argv) {
     std::printf("  docker: not measured (scripts/bench.sh provides the engine and image)\n");
   }
   std::printf("  ratios (p50):\n");
-  std::printf("    warm over HTTP / bare spawn               %6.2fx   (bar <= 1.5x)\n", warm_s.p50_ms / bare_s.p50_ms);
+  std::printf("    warm over HTTP / bare spawn               %6.2fx   (bar <= 1.5x)\n",
+              warm_s.p50_ms / bare_s.p50_ms);
   if (bwrap_ok) {
-    std::printf("    cold, pooled / bwrap                      %6.2fx   (bar <= 1.3x; p99 %.2fx, bar <= 3x)\n",
-                cold_s.p50_ms / bwrap_s.p50_ms, cold_s.p99_ms / bwrap_s.p99_ms);
-    std::printf("    cold, burst of %d / bwrap                 %6.2fx   (bar <= 1.3x; p99 %.2fx, bar <= 3x)\n", kBurst,
-                burst_s.p50_ms / bwrap_s.p50_ms, burst_s.p99_ms / bwrap_s.p99_ms);
+    std::printf(
+        "    cold, pooled / bwrap                      %6.2fx   (bar <= 1.3x; p99 %.2fx, bar <= 3x)\n",
+        cold_s.p50_ms / bwrap_s.p50_ms, cold_s.p99_ms / bwrap_s.p99_ms);
+    std::printf(
+        "    cold, burst of %d / bwrap                 %6.2fx   (bar <= 1.3x; p99 %.2fx, bar <= 3x)\n",
+        kBurst, burst_s.p50_ms / bwrap_s.p50_ms, burst_s.p99_ms / bwrap_s.p99_ms);
   }
   if (docker.ok) {
-    std::printf("    docker run / sandboxd cold, pooled        %6.2fx   (how many times faster sandboxd is)\n",
-                docker.run.p50_ms / cold_s.p50_ms);
+    std::printf(
+        "    docker run / sandboxd cold, pooled        %6.2fx   (how many times faster sandboxd is)\n",
+        docker.run.p50_ms / cold_s.p50_ms);
     std::printf("    docker run / sandboxd cold, burst         %6.2fx\n", docker.run.p50_ms / burst_s.p50_ms);
     std::printf("    docker exec / sandboxd warm               %6.2fx\n", docker.exec.p50_ms / warm_s.p50_ms);
   }
@@ -382,485 +402,531 @@ int main(int argc, char** argv) {
   }
 
   if (everything || only == "messages" || only == "relay") {
-  // /messages: one turn with K tool round trips against one with none; the difference
-  // per round trip is what a round trip costs: the tool loop, one upstream call (HTTP
-  // to the scripted model, which answers at once), the JSON on both sides, and the
-  // tool itself. With the editor viewing a small file the tool costs next to nothing,
-  // so that round trip is the server's own overhead; with bash `true` it includes
-  // running a command in the sandbox.
-  constexpr int kRounds = 5;
-  using Up = sandboxd::testing::ScriptedUpstream;
-  const std::string turn_body =
-      R"({"model":"default","max_tokens":64,"container":"loop","messages":[{"role":"user","content":"go"}],)"
-      R"("tools":[{"name":"code_execution","type":"code_execution_v1"}]})";
-  auto one_turn = [&](int rounds, const std::string& tool, const boost::json::object& input) {
-    static int n = 0;
-    ++n;
-    for (int r = 0; r < rounds; ++r)
-      upstream.push_message(Up::message({Up::tool_use("toolu_b" + std::to_string(n) + "_" + std::to_string(r), tool, input)},
-                                        "tool_use"));
-    upstream.push_message(Up::message({Up::text_block("done")}, "end_turn"));
-    auto start = Clock::now();
-    std::string out = client.post("/api/gpt/v1/messages", turn_body);
-    double ms = ms_since(start);
-    if (out.find("\"end_turn\"") == std::string::npos) std::fprintf(stderr, "messages: %s\n", out.c_str());
-    return ms;
-  };
-  const boost::json::object bash_true{{"command", "true"}};
-  const boost::json::object view{{"command", "view"}, {"path", "small.txt"}};
-  one_turn(1, "text_editor_code_execution",
-           {{"command", "create"}, {"path", "small.txt"}, {"file_text", "one\ntwo\n"}});
-  one_turn(1, "bash_code_execution", bash_true);  // the container's sandbox starts here
-  std::vector<double> plain, edited, bashed;
-  for (int i = 0; i < 60; ++i) {
-    plain.push_back(one_turn(0, "", {}));
-    edited.push_back(one_turn(kRounds, "text_editor_code_execution", view));
-    bashed.push_back(one_turn(kRounds, "bash_code_execution", bash_true));
-  }
-  Stats plain_s = summarize(plain), edited_s = summarize(edited), bashed_s = summarize(bashed);
-  std::printf("\n/messages with a scripted upstream that answers at once\n");
-  print_row("turn without tools (1 upstream call)", plain_s);
-  print_row("turn with 5 editor views (6 calls)", edited_s);
-  print_row("turn with 5 bash `true` (6 calls)", bashed_s);
-  std::printf("  per tool round trip: %.3f ms with the editor = the server's overhead (bar <= 3 ms)\n",
-              (edited_s.p50_ms - plain_s.p50_ms) / kRounds);
-  std::printf("                       %.3f ms with bash `true` (a command in the sandbox; direct warm echo ok: %.3f ms)\n",
-              (bashed_s.p50_ms - plain_s.p50_ms) / kRounds, warm_s.p50_ms);
-  std::printf("  published per-call round trip of hosted sandboxes ~70 ms: %.0fx ours with bash\n",
-              70 / ((bashed_s.p50_ms - plain_s.p50_ms) / kRounds));
+    // /messages: one turn with K tool round trips against one with none; the difference
+    // per round trip is what a round trip costs: the tool loop, one upstream call (HTTP
+    // to the scripted model, which answers at once), the JSON on both sides, and the
+    // tool itself. With the editor viewing a small file the tool costs next to nothing,
+    // so that round trip is the server's own overhead; with bash `true` it includes
+    // running a command in the sandbox.
+    constexpr int kRounds = 5;
+    using Up = sandboxd::testing::ScriptedUpstream;
+    const std::string turn_body =
+        R"({"model":"default","max_tokens":64,"container":"loop","messages":[{"role":"user","content":"go"}],)"
+        R"("tools":[{"name":"code_execution","type":"code_execution_v1"}]})";
+    auto one_turn = [&](int rounds, const std::string& tool, const boost::json::object& input) {
+      static int n = 0;
+      ++n;
+      for (int r = 0; r < rounds; ++r)
+        upstream.push_message(
+            Up::message({Up::tool_use("toolu_b" + std::to_string(n) + "_" + std::to_string(r), tool, input)},
+                        "tool_use"));
+      upstream.push_message(Up::message({Up::text_block("done")}, "end_turn"));
+      auto start = Clock::now();
+      std::string out = client.post("/api/gpt/v1/messages", turn_body);
+      double ms = ms_since(start);
+      if (out.find("\"end_turn\"") == std::string::npos) std::fprintf(stderr, "messages: %s\n", out.c_str());
+      return ms;
+    };
+    const boost::json::object bash_true{{"command", "true"}};
+    const boost::json::object view{{"command", "view"}, {"path", "small.txt"}};
+    one_turn(1, "text_editor_code_execution",
+             {{"command", "create"}, {"path", "small.txt"}, {"file_text", "one\ntwo\n"}});
+    one_turn(1, "bash_code_execution", bash_true);  // the container's sandbox starts here
+    std::vector<double> plain, edited, bashed;
+    for (int i = 0; i < 60; ++i) {
+      plain.push_back(one_turn(0, "", {}));
+      edited.push_back(one_turn(kRounds, "text_editor_code_execution", view));
+      bashed.push_back(one_turn(kRounds, "bash_code_execution", bash_true));
+    }
+    Stats plain_s = summarize(plain), edited_s = summarize(edited), bashed_s = summarize(bashed);
+    std::printf("\n/messages with a scripted upstream that answers at once\n");
+    print_row("turn without tools (1 upstream call)", plain_s);
+    print_row("turn with 5 editor views (6 calls)", edited_s);
+    print_row("turn with 5 bash `true` (6 calls)", bashed_s);
+    std::printf("  per tool round trip: %.3f ms with the editor = the server's overhead (bar <= 3 ms)\n",
+                (edited_s.p50_ms - plain_s.p50_ms) / kRounds);
+    std::printf(
+        "                       %.3f ms with bash `true` (a command in the sandbox; direct warm echo ok: "
+        "%.3f ms)\n",
+        (bashed_s.p50_ms - plain_s.p50_ms) / kRounds, warm_s.p50_ms);
+    std::printf("  published per-call round trip of hosted sandboxes ~70 ms: %.0fx ours with bash\n",
+                70 / ((bashed_s.p50_ms - plain_s.p50_ms) / kRounds));
   }  // messages
 
   if (everything || only == "mcp") {
-  // MCP: a warm `true` through tools/call (JSON-RPC on the Streamable HTTP transport, in
-  // a session) against the same command through POST .../tools/bash_code_execution, in
-  // one container, the two alternating on connections of their own.
-  using Headers = sandboxd::testing::HttpClient::Headers;
-  sandboxd::testing::HttpClient mcp_client(server.port, kToken), direct_client(server.port, kToken);
-  const Headers accept{{"Accept", "application/json, text/event-stream"}};
-  auto init = mcp_client.post("/mcp",
-                              R"({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25",)"
-                              R"("capabilities":{},"clientInfo":{"name":"bench","version":"1"}}})",
-                              "application/json", accept);
-  Headers in_session = accept;
-  in_session.emplace_back("Mcp-Session-Id", init.header("Mcp-Session-Id"));
-  in_session.emplace_back("MCP-Protocol-Version", "2025-11-25");
-  mcp_client.post("/mcp", R"({"jsonrpc":"2.0","method":"notifications/initialized"})", "application/json", in_session);
-  const std::string call =
-      R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash_code_execution",)"
-      R"("arguments":{"command":"true","container":"mcp-bench"}}})";
-  const std::string direct_target = tools + "mcp-bench/tools/bash_code_execution";
-  auto ran = [](const sandboxd::testing::HttpClient::Reply& reply) {
-    return reply.status == 200 && reply.body.find("\"return_code\":0") != std::string::npos &&
-           reply.body.find("\"isError\"") == std::string::npos;
-  };
-  for (int i = 0; i < 20; ++i) {  // the sandbox starts; both paths warm up
-    direct_client.post(direct_target, true_body);
-    mcp_client.post("/mcp", call, "application/json", in_session);
-  }
-  std::vector<double> direct_ms, mcp_ms;
-  int failed_mcp = 0, failed_direct = 0;
-  for (int i = 0; i < 1000; ++i) {
-    auto start = Clock::now();
-    auto direct = direct_client.post(direct_target, true_body);
-    double ms = ms_since(start);
-    if (ran(direct)) direct_ms.push_back(ms);
-    else if (++failed_direct <= 3) std::fprintf(stderr, "direct: %u %s\n", direct.status, direct.body.c_str());
-    start = Clock::now();
-    auto via_mcp = mcp_client.post("/mcp", call, "application/json", in_session);
-    ms = ms_since(start);
-    if (ran(via_mcp)) mcp_ms.push_back(ms);
-    else if (++failed_mcp <= 3) std::fprintf(stderr, "mcp: %u %s\n", via_mcp.status, via_mcp.body.c_str());
-  }
-  Stats direct_s = summarize(direct_ms), mcp_s = summarize(mcp_ms);
-  std::printf("\nMCP tools/call against the HTTP tool endpoint (warm `true`, alternating, 1000 each)\n");
-  print_row("POST .../tools/bash_code_execution", direct_s);
-  print_row("MCP tools/call bash_code_execution", mcp_s);
-  std::printf("  failed replies (not counted above): direct %d, mcp %d\n", failed_direct, failed_mcp);
-  std::printf("  ratio (p50): MCP / HTTP tool endpoint      %6.2fx   (goal <= 1.2x)\n", mcp_s.p50_ms / direct_s.p50_ms);
+    // MCP: a warm `true` through tools/call (JSON-RPC on the Streamable HTTP transport, in
+    // a session) against the same command through POST .../tools/bash_code_execution, in
+    // one container, the two alternating on connections of their own.
+    using Headers = sandboxd::testing::HttpClient::Headers;
+    sandboxd::testing::HttpClient mcp_client(server.port, kToken), direct_client(server.port, kToken);
+    const Headers accept{{"Accept", "application/json, text/event-stream"}};
+    auto init = mcp_client.post(
+        "/mcp",
+        R"({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25",)"
+        R"("capabilities":{},"clientInfo":{"name":"bench","version":"1"}}})",
+        "application/json", accept);
+    Headers in_session = accept;
+    in_session.emplace_back("Mcp-Session-Id", init.header("Mcp-Session-Id"));
+    in_session.emplace_back("MCP-Protocol-Version", "2025-11-25");
+    mcp_client.post("/mcp", R"({"jsonrpc":"2.0","method":"notifications/initialized"})", "application/json",
+                    in_session);
+    const std::string call =
+        R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash_code_execution",)"
+        R"("arguments":{"command":"true","container":"mcp-bench"}}})";
+    const std::string direct_target = tools + "mcp-bench/tools/bash_code_execution";
+    auto ran = [](const sandboxd::testing::HttpClient::Reply& reply) {
+      return reply.status == 200 && reply.body.find("\"return_code\":0") != std::string::npos &&
+             reply.body.find("\"isError\"") == std::string::npos;
+    };
+    for (int i = 0; i < 20; ++i) {  // the sandbox starts; both paths warm up
+      direct_client.post(direct_target, true_body);
+      mcp_client.post("/mcp", call, "application/json", in_session);
+    }
+    std::vector<double> direct_ms, mcp_ms;
+    int failed_mcp = 0, failed_direct = 0;
+    for (int i = 0; i < 1000; ++i) {
+      auto start = Clock::now();
+      auto direct = direct_client.post(direct_target, true_body);
+      double ms = ms_since(start);
+      if (ran(direct))
+        direct_ms.push_back(ms);
+      else if (++failed_direct <= 3)
+        std::fprintf(stderr, "direct: %u %s\n", direct.status, direct.body.c_str());
+      start = Clock::now();
+      auto via_mcp = mcp_client.post("/mcp", call, "application/json", in_session);
+      ms = ms_since(start);
+      if (ran(via_mcp))
+        mcp_ms.push_back(ms);
+      else if (++failed_mcp <= 3)
+        std::fprintf(stderr, "mcp: %u %s\n", via_mcp.status, via_mcp.body.c_str());
+    }
+    Stats direct_s = summarize(direct_ms), mcp_s = summarize(mcp_ms);
+    std::printf("\nMCP tools/call against the HTTP tool endpoint (warm `true`, alternating, 1000 each)\n");
+    print_row("POST .../tools/bash_code_execution", direct_s);
+    print_row("MCP tools/call bash_code_execution", mcp_s);
+    std::printf("  failed replies (not counted above): direct %d, mcp %d\n", failed_direct, failed_mcp);
+    std::printf("  ratio (p50): MCP / HTTP tool endpoint      %6.2fx   (goal <= 1.2x)\n",
+                mcp_s.p50_ms / direct_s.p50_ms);
   }  // mcp
 
-
   if (everything || only == "relay") {
-  // 1 GiB each way through the relay to an allow-listed echo service (sandbox ->
-  // listener in its namespace -> splice -> the service), against the same client on the
-  // host straight to the service over loopback.
-  const std::string client_py =
-      "import socket, sys, threading, time\n"
-      "host, port, total = sys.argv[1], int(sys.argv[2]), 1 << 30\n"
-      "s = socket.create_connection((host, port))\n"
-      "chunk = b'Z' * (1 << 20)\n"
-      "def send():\n"
-      "    for _ in range(total // len(chunk)): s.sendall(chunk)\n"
-      "    s.shutdown(socket.SHUT_WR)\n"
-      "start = time.monotonic()\n"
-      "sender = threading.Thread(target=send); sender.start()\n"
-      "buf = bytearray(1 << 20); got = 0\n"
-      "while True:\n"
-      "    n = s.recv_into(buf)\n"
-      "    if not n: break\n"
-      "    got += n\n"
-      "sender.join()\n"
-      "print(got, time.monotonic() - start)\n";
-  std::ofstream(dir / "echo_client.py") << client_py;
-  auto parse_run = [](const std::string& out) {
-    std::istringstream in(out);
-    uint64_t bytes = 0;
-    double secs = 0;
-    in >> bytes >> secs;
-    return bytes == (1ull << 30) ? secs : -1.0;
-  };
-  auto median_of = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  std::vector<double> direct, relayed, relay_cpu;
-  boost::json::object command{{"command", "python3 - echo " + std::to_string(echo.port()) + " <<'PY'\n" + client_py + "PY\n"},
-                              {"timeout", 300}};
-  for (int i = 0; i < 3; ++i) {
-    FILE* p = popen(("python3 " + (dir / "echo_client.py").string() + " 127.0.0.1 " + std::to_string(echo.port())).c_str(), "r");
-    std::string out;
-    char line[256];
-    while (p && fgets(line, sizeof line, p)) out += line;
-    if (p) pclose(p);
-    direct.push_back(parse_run(out));
-    const double cpu_before = cpu_seconds(server.pid);
-    auto reply = boost::json::parse(client.post(tools + "relay/tools/bash_code_execution", boost::json::serialize(command)));
-    relay_cpu.push_back(cpu_seconds(server.pid) - cpu_before);
-    relayed.push_back(parse_run(std::string(reply.at("stdout").as_string())));
-    if (relayed.back() < 0) std::fprintf(stderr, "relay: %s\n", boost::json::serialize(reply).c_str());
+    // 1 GiB each way through the relay to an allow-listed echo service (sandbox ->
+    // listener in its namespace -> splice -> the service), against the same client on the
+    // host straight to the service over loopback.
+    const std::string client_py =
+        "import socket, sys, threading, time\n"
+        "host, port, total = sys.argv[1], int(sys.argv[2]), 1 << 30\n"
+        "s = socket.create_connection((host, port))\n"
+        "chunk = b'Z' * (1 << 20)\n"
+        "def send():\n"
+        "    for _ in range(total // len(chunk)): s.sendall(chunk)\n"
+        "    s.shutdown(socket.SHUT_WR)\n"
+        "start = time.monotonic()\n"
+        "sender = threading.Thread(target=send); sender.start()\n"
+        "buf = bytearray(1 << 20); got = 0\n"
+        "while True:\n"
+        "    n = s.recv_into(buf)\n"
+        "    if not n: break\n"
+        "    got += n\n"
+        "sender.join()\n"
+        "print(got, time.monotonic() - start)\n";
+    std::ofstream(dir / "echo_client.py") << client_py;
+    auto parse_run = [](const std::string& out) {
+      std::istringstream in(out);
+      uint64_t bytes = 0;
+      double secs = 0;
+      in >> bytes >> secs;
+      return bytes == (1ull << 30) ? secs : -1.0;
+    };
+    auto median_of = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    std::vector<double> direct, relayed, relay_cpu;
+    boost::json::object command{
+        {"command", "python3 - echo " + std::to_string(echo.port()) + " <<'PY'\n" + client_py + "PY\n"},
+        {"timeout", 300}};
+    for (int i = 0; i < 3; ++i) {
+      FILE* p =
+          popen(("python3 " + (dir / "echo_client.py").string() + " 127.0.0.1 " + std::to_string(echo.port()))
+                    .c_str(),
+                "r");
+      std::string out;
+      char line[256];
+      while (p && fgets(line, sizeof line, p)) out += line;
+      if (p) pclose(p);
+      direct.push_back(parse_run(out));
+      const double cpu_before = cpu_seconds(server.pid);
+      auto reply = boost::json::parse(
+          client.post(tools + "relay/tools/bash_code_execution", boost::json::serialize(command)));
+      relay_cpu.push_back(cpu_seconds(server.pid) - cpu_before);
+      relayed.push_back(parse_run(std::string(reply.at("stdout").as_string())));
+      if (relayed.back() < 0) std::fprintf(stderr, "relay: %s\n", boost::json::serialize(reply).c_str());
+    }
+    const double direct_s = median_of(direct), relayed_s = median_of(relayed);
+    std::printf("\nrelay to an allow-listed service, 1 GiB each way at once (echo; median of 3)\n");
+    std::printf("  host -> service over loopback   %6.2f s  %7.1f MiB/s each way\n", direct_s,
+                1024 / direct_s);
+    std::printf(
+        "  sandbox -> relay -> service     %6.2f s  %7.1f MiB/s each way  = %3.0f%% of direct   (bar >= "
+        "80%%)\n",
+        relayed_s, 1024 / relayed_s, 100 * direct_s / relayed_s);
+    std::printf(
+        "  the server's CPU for it: %.2f s per 2 GiB relayed (kernel TCP work of the two extra loopback "
+        "hops;\n"
+        "  every process here shares 2 cores, so that CPU is what the relayed run loses)\n",
+        median_of(relay_cpu));
   }
-  const double direct_s = median_of(direct), relayed_s = median_of(relayed);
-  std::printf("\nrelay to an allow-listed service, 1 GiB each way at once (echo; median of 3)\n");
-  std::printf("  host -> service over loopback   %6.2f s  %7.1f MiB/s each way\n", direct_s, 1024 / direct_s);
-  std::printf("  sandbox -> relay -> service     %6.2f s  %7.1f MiB/s each way  = %3.0f%% of direct   (bar >= 80%%)\n",
-              relayed_s, 1024 / relayed_s, 100 * direct_s / relayed_s);
-  std::printf("  the server's CPU for it: %.2f s per 2 GiB relayed (kernel TCP work of the two extra loopback hops;\n"
-              "  every process here shares 2 cores, so that CPU is what the relayed run loses)\n",
-              median_of(relay_cpu));
-  }
-
 
   if (everything || only == "cost") {
-  // sandboxd's own cost per warm `true`: the CPU the server and the sandbox's PID 1 spend
-  // on it (every thread of the server; PID 1 and its template process, which clones
-  // each command's child), over 10,000 commands one after another, beside what a bare
-  // spawn of the same bash costs its spawner and itself. Then the server's user-space
-  // instructions per command, counted by callgrind in a second server that runs under
-  // valgrind (counts do not depend on the machine's load). PID 1 cannot run under
-  // valgrind (its children are raw clone(CLONE_VM) calls, which valgrind refuses), so
-  // its share is the CPU time above.
-  constexpr int kCostCommands = 10000;
-  const std::string cost_target = tools + "cost/tools/bash_code_execution";
-  for (int i = 0; i < 50; ++i) client.post(cost_target, true_body);  // started, pools refilled
-  const pid_t pid1 = pid1_of(server.port, "cost");
-  // The template is PID 1's child that outlives every command (each command's child is
-  // a new one).
-  const std::vector<pid_t> children_before = children_of(pid1);
-  std::vector<uint64_t> child_ns_before;
-  for (pid_t child : children_before) child_ns_before.push_back(schedstat_ns(child));
-  const auto server_before = user_system_seconds(server.pid);
-  const auto pid1_before = user_system_seconds(pid1);
-  const uint64_t pid1_ns_before = schedstat_ns(pid1);
-  std::vector<double> warm_true;
-  int failed_cost = 0;
-  for (int i = 0; i < kCostCommands; ++i) {
-    auto start = Clock::now();
-    auto reply = client.post_reply(cost_target, true_body);
-    double ms = ms_since(start);
-    if (executed(reply, "")) warm_true.push_back(ms);
-    else if (++failed_cost <= 3) std::fprintf(stderr, "cost: %u %s\n", reply.status, reply.body.c_str());
-  }
-  const auto server_after = user_system_seconds(server.pid);
-  const auto pid1_after = user_system_seconds(pid1);
-  const uint64_t pid1_ns = schedstat_ns(pid1) - pid1_ns_before;
-  uint64_t template_ns = 0;
-  const std::vector<pid_t> children_after = children_of(pid1);
-  for (size_t i = 0; i < children_before.size(); ++i)
-    if (std::find(children_after.begin(), children_after.end(), children_before[i]) != children_after.end())
-      template_ns += schedstat_ns(children_before[i]) - child_ns_before[i];
-  // The peer: the same bash spawned bare, as many times, its CPU and its spawner's.
-  rusage self_before{}, children_ru_before{}, self_after{}, children_ru_after{};
-  getrusage(RUSAGE_SELF, &self_before);
-  getrusage(RUSAGE_CHILDREN, &children_ru_before);
-  Stats bare_true_s = time_command({bash, "-c", "true"}, kCostCommands);
-  getrusage(RUSAGE_SELF, &self_after);
-  getrusage(RUSAGE_CHILDREN, &children_ru_after);
-  auto seconds_of_tv = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6; };
-  auto cpu_delta = [&](const rusage& before, const rusage& after) {
-    return seconds_of_tv(after.ru_utime) - seconds_of_tv(before.ru_utime) + seconds_of_tv(after.ru_stime) -
-           seconds_of_tv(before.ru_stime);
-  };
-  const double bare_us = 1e6 * (cpu_delta(self_before, self_after) + cpu_delta(children_ru_before, children_ru_after)) /
-                         kCostCommands;
-  const double n = static_cast<double>(kCostCommands);
-  const double server_user_us = 1e6 * (server_after.first - server_before.first) / n;
-  const double server_sys_us = 1e6 * (server_after.second - server_before.second) / n;
-  const double pid1_user_us = 1e6 * (pid1_after.first - pid1_before.first) / n;
-  const double pid1_sys_us = 1e6 * (pid1_after.second - pid1_before.second) / n;
-  const double pid1_us = static_cast<double>(pid1_ns) / 1e3 / n, template_us = static_cast<double>(template_ns) / 1e3 / n;
-  const double server_us = server_user_us + server_sys_us;
-  Stats warm_true_s = summarize(warm_true);
-  std::printf("\nsandboxd's own CPU per warm `true` (%d commands one after another; user + system)\n", kCostCommands);
-  std::printf("  server, every thread          %8.1f us   (user %.1f, system %.1f)\n", server_us, server_user_us,
-              server_sys_us);
-  std::printf("  PID 1                         %8.1f us   (user %.1f, system %.1f)\n", pid1_us, pid1_user_us,
-              pid1_sys_us);
-  std::printf("  PID 1's template (the clones) %8.1f us\n", template_us);
-  std::printf("  bare spawn of %s -c true, spawner and bash: %.1f us\n", bash.c_str(), bare_us);
-  std::printf("  ratio sandboxd's own / bare   %8.2f    (goal <= 0.25; server %.2f, PID 1 and template %.2f)\n",
-              (server_us + pid1_us + template_us) / bare_us, server_us / bare_us, (pid1_us + template_us) / bare_us);
-  print_row("warm `true` over HTTP", warm_true_s);
-  print_row("bare spawn of the same bash -c true", bare_true_s);
-  std::printf("  ratio (p50) warm / bare       %8.2fx   (goal <= 1.3x)\n", warm_true_s.p50_ms / bare_true_s.p50_ms);
-  if (failed_cost) std::printf("  (%d failed replies left out)\n", failed_cost);
+    // sandboxd's own cost per warm `true`: the CPU the server and the sandbox's PID 1 spend
+    // on it (every thread of the server; PID 1 and its template process, which clones
+    // each command's child), over 10,000 commands one after another, beside what a bare
+    // spawn of the same bash costs its spawner and itself. Then the server's user-space
+    // instructions per command, counted by callgrind in a second server that runs under
+    // valgrind (counts do not depend on the machine's load). PID 1 cannot run under
+    // valgrind (its children are raw clone(CLONE_VM) calls, which valgrind refuses), so
+    // its share is the CPU time above.
+    constexpr int kCostCommands = 10000;
+    const std::string cost_target = tools + "cost/tools/bash_code_execution";
+    for (int i = 0; i < 50; ++i) client.post(cost_target, true_body);  // started, pools refilled
+    const pid_t pid1 = pid1_of(server.port, "cost");
+    // The template is PID 1's child that outlives every command (each command's child is
+    // a new one).
+    const std::vector<pid_t> children_before = children_of(pid1);
+    std::vector<uint64_t> child_ns_before;
+    for (pid_t child : children_before) child_ns_before.push_back(schedstat_ns(child));
+    const auto server_before = user_system_seconds(server.pid);
+    const auto pid1_before = user_system_seconds(pid1);
+    const uint64_t pid1_ns_before = schedstat_ns(pid1);
+    std::vector<double> warm_true;
+    int failed_cost = 0;
+    for (int i = 0; i < kCostCommands; ++i) {
+      auto start = Clock::now();
+      auto reply = client.post_reply(cost_target, true_body);
+      double ms = ms_since(start);
+      if (executed(reply, ""))
+        warm_true.push_back(ms);
+      else if (++failed_cost <= 3)
+        std::fprintf(stderr, "cost: %u %s\n", reply.status, reply.body.c_str());
+    }
+    const auto server_after = user_system_seconds(server.pid);
+    const auto pid1_after = user_system_seconds(pid1);
+    const uint64_t pid1_ns = schedstat_ns(pid1) - pid1_ns_before;
+    uint64_t template_ns = 0;
+    const std::vector<pid_t> children_after = children_of(pid1);
+    for (size_t i = 0; i < children_before.size(); ++i)
+      if (std::find(children_after.begin(), children_after.end(), children_before[i]) != children_after.end())
+        template_ns += schedstat_ns(children_before[i]) - child_ns_before[i];
+    // The peer: the same bash spawned bare, as many times, its CPU and its spawner's.
+    rusage self_before{}, children_ru_before{}, self_after{}, children_ru_after{};
+    getrusage(RUSAGE_SELF, &self_before);
+    getrusage(RUSAGE_CHILDREN, &children_ru_before);
+    Stats bare_true_s = time_command({bash, "-c", "true"}, kCostCommands);
+    getrusage(RUSAGE_SELF, &self_after);
+    getrusage(RUSAGE_CHILDREN, &children_ru_after);
+    auto seconds_of_tv = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6; };
+    auto cpu_delta = [&](const rusage& before, const rusage& after) {
+      return seconds_of_tv(after.ru_utime) - seconds_of_tv(before.ru_utime) + seconds_of_tv(after.ru_stime) -
+             seconds_of_tv(before.ru_stime);
+    };
+    const double bare_us =
+        1e6 * (cpu_delta(self_before, self_after) + cpu_delta(children_ru_before, children_ru_after)) /
+        kCostCommands;
+    const double n = static_cast<double>(kCostCommands);
+    const double server_user_us = 1e6 * (server_after.first - server_before.first) / n;
+    const double server_sys_us = 1e6 * (server_after.second - server_before.second) / n;
+    const double pid1_user_us = 1e6 * (pid1_after.first - pid1_before.first) / n;
+    const double pid1_sys_us = 1e6 * (pid1_after.second - pid1_before.second) / n;
+    const double pid1_us = static_cast<double>(pid1_ns) / 1e3 / n,
+                 template_us = static_cast<double>(template_ns) / 1e3 / n;
+    const double server_us = server_user_us + server_sys_us;
+    Stats warm_true_s = summarize(warm_true);
+    std::printf("\nsandboxd's own CPU per warm `true` (%d commands one after another; user + system)\n",
+                kCostCommands);
+    std::printf("  server, every thread          %8.1f us   (user %.1f, system %.1f)\n", server_us,
+                server_user_us, server_sys_us);
+    std::printf("  PID 1                         %8.1f us   (user %.1f, system %.1f)\n", pid1_us,
+                pid1_user_us, pid1_sys_us);
+    std::printf("  PID 1's template (the clones) %8.1f us\n", template_us);
+    std::printf("  bare spawn of %s -c true, spawner and bash: %.1f us\n", bash.c_str(), bare_us);
+    std::printf(
+        "  ratio sandboxd's own / bare   %8.2f    (goal <= 0.25; server %.2f, PID 1 and template %.2f)\n",
+        (server_us + pid1_us + template_us) / bare_us, server_us / bare_us,
+        (pid1_us + template_us) / bare_us);
+    print_row("warm `true` over HTTP", warm_true_s);
+    print_row("bare spawn of the same bash -c true", bare_true_s);
+    std::printf("  ratio (p50) warm / bare       %8.2fx   (goal <= 1.3x)\n",
+                warm_true_s.p50_ms / bare_true_s.p50_ms);
+    if (failed_cost) std::printf("  (%d failed replies left out)\n", failed_cost);
 
-  // Instructions: a second server under callgrind, zeroed after a warm-up, then
-  // kTraced commands, dumped and divided.
-  constexpr int kTraced = 300;
-  if (access("/usr/bin/valgrind", X_OK) != 0 || access("/usr/bin/callgrind_control", X_OK) != 0) {
-    std::printf("  instructions: valgrind is not installed (scripts/setup.sh installs it)\n");
-  } else {
-    const fs::path traced_dir = dir / "callgrind";
-    fs::create_directories(traced_dir);
-    const std::string out_base = (traced_dir / "callgrind.out").string();
-    Server traced = start_server(binary, traced_dir, "",
-                                 {"/usr/bin/valgrind", "--tool=callgrind", "--trace-children=no",
-                                  "--log-file=" + (traced_dir / "valgrind.log").string(),
-                                  "--callgrind-out-file=" + out_base});
-    if (!traced.port) {
-      std::printf("  instructions: the server did not start under valgrind:\n%s\n",
-                  read_all(traced_dir / "valgrind.log").c_str());
+    // Instructions: a second server under callgrind, zeroed after a warm-up, then
+    // kTraced commands, dumped and divided.
+    constexpr int kTraced = 300;
+    if (access("/usr/bin/valgrind", X_OK) != 0 || access("/usr/bin/callgrind_control", X_OK) != 0) {
+      std::printf("  instructions: valgrind is not installed (scripts/setup.sh installs it)\n");
     } else {
-      Client traced_client(traced.port);
-      const std::string target = tools + "traced/tools/bash_code_execution";
-      for (int i = 0; i < 100; ++i) traced_client.post(target, true_body);
-      std::this_thread::sleep_for(std::chrono::seconds(2));  // the pools' refills are done
-      const std::string pid = std::to_string(traced.pid);
-      output_of("/usr/bin/callgrind_control --zero " + pid + " 2>&1");
-      int traced_ok = 0;
-      for (int i = 0; i < kTraced; ++i) traced_ok += executed(traced_client.post_reply(target, true_body), "");
-      output_of("/usr/bin/callgrind_control --dump=commands " + pid + " 2>&1");
-      // The dump of the commands is the newest file of the run.
-      fs::path dump;
-      for (const auto& entry : fs::directory_iterator(traced_dir))
-        if (entry.path().filename().string().starts_with("callgrind.out") &&
-            (dump.empty() || fs::last_write_time(entry) > fs::last_write_time(dump)))
-          dump = entry.path();
-      std::smatch m;
-      const std::string dumped = dump.empty() ? "" : read_all(dump);
-      if (traced_ok != kTraced || !std::regex_search(dumped, m, std::regex("\ntotals: ([0-9]+)"))) {
-        std::printf("  instructions: no count (%d of %d commands ran; dump %s)\n", traced_ok, kTraced,
-                    dump.c_str());
+      const fs::path traced_dir = dir / "callgrind";
+      fs::create_directories(traced_dir);
+      const std::string out_base = (traced_dir / "callgrind.out").string();
+      Server traced = start_server(
+          binary, traced_dir, "",
+          {"/usr/bin/valgrind", "--tool=callgrind", "--trace-children=no",
+           "--log-file=" + (traced_dir / "valgrind.log").string(), "--callgrind-out-file=" + out_base});
+      if (!traced.port) {
+        std::printf("  instructions: the server did not start under valgrind:\n%s\n",
+                    read_all(traced_dir / "valgrind.log").c_str());
       } else {
-        const double per_command = std::stod(m[1]) / kTraced;
-        std::printf("\nthe server's user-space instructions per warm `true` (callgrind, %d commands)\n", kTraced);
-        std::printf("  %.0f instructions per command   (goal <= 100000)\n", per_command);
-        // Where they go: the functions with the most instructions of their own, and the
-        // ones whose calls cost the most in all.
-        for (const char* inclusive : {"no", "yes"}) {
-          std::printf("  top functions, %s (instructions per command):\n",
-                      inclusive[0] == 'n' ? "own cost" : "with their callees");
-          std::istringstream lines(output_of("/usr/bin/callgrind_annotate --inclusive=" + std::string(inclusive) +
-                                             " --threshold=100 " + dump.string() + " 2>/dev/null"));
-          std::regex row("^\\s*([0-9,]+) \\([ 0-9.]+%\\)\\s+(.*)$");
-          int shown = 0;
-          for (std::string line; std::getline(lines, line) && shown < 25;) {
-            std::smatch r;
-            if (!std::regex_match(line, r, row)) continue;
-            std::string count = r[1];
-            std::erase(count, ',');
-            std::string name = r[2];
-            // Frames that were on a stack when the counters were zeroed (a thread's
-            // start, main, the event loop) are reported with everything since: no
-            // function of a command's own is near half of it.
-            if (name.find("PROGRAM TOTALS") != std::string::npos || std::stod(count) > 0.4 * std::stod(m[1])) continue;
-            if (name.size() > 110) name = name.substr(0, 110) + "...";
-            std::printf("  %10.0f  %s\n", std::stod(count) / kTraced, name.c_str());
-            ++shown;
+        Client traced_client(traced.port);
+        const std::string target = tools + "traced/tools/bash_code_execution";
+        for (int i = 0; i < 100; ++i) traced_client.post(target, true_body);
+        std::this_thread::sleep_for(std::chrono::seconds(2));  // the pools' refills are done
+        const std::string pid = std::to_string(traced.pid);
+        output_of("/usr/bin/callgrind_control --zero " + pid + " 2>&1");
+        int traced_ok = 0;
+        for (int i = 0; i < kTraced; ++i)
+          traced_ok += executed(traced_client.post_reply(target, true_body), "");
+        output_of("/usr/bin/callgrind_control --dump=commands " + pid + " 2>&1");
+        // The dump of the commands is the newest file of the run.
+        fs::path dump;
+        for (const auto& entry : fs::directory_iterator(traced_dir))
+          if (entry.path().filename().string().starts_with("callgrind.out") &&
+              (dump.empty() || fs::last_write_time(entry) > fs::last_write_time(dump)))
+            dump = entry.path();
+        std::smatch m;
+        const std::string dumped = dump.empty() ? "" : read_all(dump);
+        if (traced_ok != kTraced || !std::regex_search(dumped, m, std::regex("\ntotals: ([0-9]+)"))) {
+          std::printf("  instructions: no count (%d of %d commands ran; dump %s)\n", traced_ok, kTraced,
+                      dump.c_str());
+        } else {
+          const double per_command = std::stod(m[1]) / kTraced;
+          std::printf("\nthe server's user-space instructions per warm `true` (callgrind, %d commands)\n",
+                      kTraced);
+          std::printf("  %.0f instructions per command   (goal <= 100000)\n", per_command);
+          // Where they go: the functions with the most instructions of their own, and the
+          // ones whose calls cost the most in all.
+          for (const char* inclusive : {"no", "yes"}) {
+            std::printf("  top functions, %s (instructions per command):\n",
+                        inclusive[0] == 'n' ? "own cost" : "with their callees");
+            std::istringstream lines(
+                output_of("/usr/bin/callgrind_annotate --inclusive=" + std::string(inclusive) +
+                          " --threshold=100 " + dump.string() + " 2>/dev/null"));
+            std::regex row("^\\s*([0-9,]+) \\([ 0-9.]+%\\)\\s+(.*)$");
+            int shown = 0;
+            for (std::string line; std::getline(lines, line) && shown < 25;) {
+              std::smatch r;
+              if (!std::regex_match(line, r, row)) continue;
+              std::string count = r[1];
+              std::erase(count, ',');
+              std::string name = r[2];
+              // Frames that were on a stack when the counters were zeroed (a thread's
+              // start, main, the event loop) are reported with everything since: no
+              // function of a command's own is near half of it.
+              if (name.find("PROGRAM TOTALS") != std::string::npos ||
+                  std::stod(count) > 0.4 * std::stod(m[1]))
+                continue;
+              if (name.size() > 110) name = name.substr(0, 110) + "...";
+              std::printf("  %10.0f  %s\n", std::stod(count) / kTraced, name.c_str());
+              ++shown;
+            }
           }
         }
-      }
-      // Under valgrind the server may not finish its shutdown: a minute, then SIGKILL
-      // (its sandboxes end with their control sockets; their mounts are let go below).
-      kill(traced.pid, SIGTERM);
-      bool exited = false;
-      for (int i = 0; i < 600 && !exited; ++i) {
-        exited = waitpid(traced.pid, nullptr, WNOHANG) == traced.pid;
-        if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-      if (!exited) {
-        kill(traced.pid, SIGKILL);
-        waitpid(traced.pid, nullptr, 0);
-        std::this_thread::sleep_for(std::chrono::seconds(1));
-        std::vector<std::string> left;
-        std::ifstream mounts("/proc/self/mountinfo");
-        for (std::string line; std::getline(mounts, line);) {
-          std::istringstream fields(line);
-          std::string skip, point;
-          fields >> skip >> skip >> skip >> skip >> point;
-          if (point.starts_with(traced_dir.string())) left.push_back(point);
+        // Under valgrind the server may not finish its shutdown: a minute, then SIGKILL
+        // (its sandboxes end with their control sockets; their mounts are let go below).
+        kill(traced.pid, SIGTERM);
+        bool exited = false;
+        for (int i = 0; i < 600 && !exited; ++i) {
+          exited = waitpid(traced.pid, nullptr, WNOHANG) == traced.pid;
+          if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
-        std::sort(left.rbegin(), left.rend());  // the deepest first
-        for (const auto& point : left) umount2(point.c_str(), MNT_DETACH);
+        if (!exited) {
+          kill(traced.pid, SIGKILL);
+          waitpid(traced.pid, nullptr, 0);
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          std::vector<std::string> left;
+          std::ifstream mounts("/proc/self/mountinfo");
+          for (std::string line; std::getline(mounts, line);) {
+            std::istringstream fields(line);
+            std::string skip, point;
+            fields >> skip >> skip >> skip >> skip >> point;
+            if (point.starts_with(traced_dir.string())) left.push_back(point);
+          }
+          std::sort(left.rbegin(), left.rend());  // the deepest first
+          for (const auto& point : left) umount2(point.c_str(), MNT_DETACH);
+        }
       }
     }
-  }
   }  // cost
 
   if (everything || only == "throughput" || only == "cost") {
-  // Throughput: wrk, 32 connections over 8 containers, each running `echo ok`. The
-  // script checks every reply (status 200, stdout "ok\n", exit 0); only those count as
-  // executions, the rest are reported as errors.
-  fs::path lua = dir / "post.lua";
-  std::ofstream(lua) << "local n = 0\nok, wrong = 0, 0\nlocal threads = {}\n"
-                     << "function setup(thread) table.insert(threads, thread) end\n"
-                     << "request = function()\n  n = n + 1\n  return wrk.format('POST', '" << tools
-                     << "tp-' .. (n % 8) .. '/tools/bash_code_execution', {['Authorization']='Bearer " << kToken
-                     << "', ['Content-Type']='application/json'}, '" << ok_body << "')\nend\n"
-                     << "response = function(status, headers, body)\n"
-                     << "  if status == 200 and body:find('\"stdout\":\"ok\\\\n\"', 1, true)"
-                     << " and body:find('\"return_code\":0', 1, true) then ok = ok + 1 else wrong = wrong + 1 end\n"
-                     << "end\n"
-                     << "done = function(summary, latency, requests)\n  local good, bad = 0, 0\n"
-                     << "  for _, t in ipairs(threads) do good = good + t:get('ok'); bad = bad + t:get('wrong') end\n"
-                     << "  io.write(string.format('checked: %d ok %d wrong\\n', good, bad))\nend\n";
-  for (int i = 0; i < 8; ++i) client.post(tools + "tp-" + std::to_string(i) + "/tools/bash_code_execution", ok_body);
-  std::string wrk_cmd = "wrk -t2 -c32 -d10s -s " + lua.string() + " http://127.0.0.1:" + std::to_string(server.port) + "/ 2>&1";
-  FILE* p = popen(wrk_cmd.c_str(), "r");
-  std::string wrk_out;
-  char buf[4096];
-  while (p && fgets(buf, sizeof buf, p)) wrk_out += buf;
-  if (p) pclose(p);
-  std::smatch m;
-  double seconds = 0;
-  long checked_ok = -1, checked_wrong = 0, socket_errors = 0;
-  if (std::regex_search(wrk_out, m, std::regex("requests in ([0-9.]+)s"))) seconds = std::stod(m[1]);
-  if (std::regex_search(wrk_out, m, std::regex("checked: ([0-9]+) ok ([0-9]+) wrong"))) {
-    checked_ok = std::stol(m[1]);
-    checked_wrong = std::stol(m[2]);
-  }
-  if (std::regex_search(wrk_out, m, std::regex("Socket errors: connect ([0-9]+), read ([0-9]+), write ([0-9]+), timeout ([0-9]+)")))
-    socket_errors = std::stol(m[1]) + std::stol(m[2]) + std::stol(m[3]) + std::stol(m[4]);
-  std::printf("\nthroughput, warm echo ok, 32 connections (wrk, 10 s; only checked 200 replies count)\n");
-  // The peer: the same bash, spawned bare by 8 threads for as long.
-  const double bare_rate = spawn_rate(bare_echo, 8, 10);
-  if (checked_ok < 0 || seconds <= 0) {
-    std::printf("  wrk gave no checked count:\n%s", wrk_out.c_str());
-  } else {
-    std::printf("  sandboxd over HTTP                  %7.0f executions/s\n", checked_ok / seconds);
-    std::printf("  bare spawn of the same bash by 8 threads %7.0f runs/s\n", bare_rate);
-    std::printf("  ratio sandboxd / bare               %7.2fx   (bar >= 1.0x)\n", checked_ok / seconds / bare_rate);
-    std::printf("  errors: %ld wrong replies, %ld socket errors (of %ld replies)\n", checked_wrong, socket_errors,
-                checked_ok + checked_wrong);
-  }
+    // Throughput: wrk, 32 connections over 8 containers, each running `echo ok`. The
+    // script checks every reply (status 200, stdout "ok\n", exit 0); only those count as
+    // executions, the rest are reported as errors.
+    fs::path lua = dir / "post.lua";
+    std::ofstream(lua)
+        << "local n = 0\nok, wrong = 0, 0\nlocal threads = {}\n"
+        << "function setup(thread) table.insert(threads, thread) end\n"
+        << "request = function()\n  n = n + 1\n  return wrk.format('POST', '" << tools
+        << "tp-' .. (n % 8) .. '/tools/bash_code_execution', {['Authorization']='Bearer " << kToken
+        << "', ['Content-Type']='application/json'}, '" << ok_body << "')\nend\n"
+        << "response = function(status, headers, body)\n"
+        << "  if status == 200 and body:find('\"stdout\":\"ok\\\\n\"', 1, true)"
+        << " and body:find('\"return_code\":0', 1, true) then ok = ok + 1 else wrong = wrong + 1 end\n"
+        << "end\n"
+        << "done = function(summary, latency, requests)\n  local good, bad = 0, 0\n"
+        << "  for _, t in ipairs(threads) do good = good + t:get('ok'); bad = bad + t:get('wrong') end\n"
+        << "  io.write(string.format('checked: %d ok %d wrong\\n', good, bad))\nend\n";
+    for (int i = 0; i < 8; ++i)
+      client.post(tools + "tp-" + std::to_string(i) + "/tools/bash_code_execution", ok_body);
+    std::string wrk_cmd = "wrk -t2 -c32 -d10s -s " + lua.string() +
+                          " http://127.0.0.1:" + std::to_string(server.port) + "/ 2>&1";
+    FILE* p = popen(wrk_cmd.c_str(), "r");
+    std::string wrk_out;
+    char buf[4096];
+    while (p && fgets(buf, sizeof buf, p)) wrk_out += buf;
+    if (p) pclose(p);
+    std::smatch m;
+    double seconds = 0;
+    long checked_ok = -1, checked_wrong = 0, socket_errors = 0;
+    if (std::regex_search(wrk_out, m, std::regex("requests in ([0-9.]+)s"))) seconds = std::stod(m[1]);
+    if (std::regex_search(wrk_out, m, std::regex("checked: ([0-9]+) ok ([0-9]+) wrong"))) {
+      checked_ok = std::stol(m[1]);
+      checked_wrong = std::stol(m[2]);
+    }
+    if (std::regex_search(
+            wrk_out, m,
+            std::regex("Socket errors: connect ([0-9]+), read ([0-9]+), write ([0-9]+), timeout ([0-9]+)")))
+      socket_errors = std::stol(m[1]) + std::stol(m[2]) + std::stol(m[3]) + std::stol(m[4]);
+    std::printf("\nthroughput, warm echo ok, 32 connections (wrk, 10 s; only checked 200 replies count)\n");
+    // The peer: the same bash, spawned bare by 8 threads for as long.
+    const double bare_rate = spawn_rate(bare_echo, 8, 10);
+    if (checked_ok < 0 || seconds <= 0) {
+      std::printf("  wrk gave no checked count:\n%s", wrk_out.c_str());
+    } else {
+      std::printf("  sandboxd over HTTP                  %7.0f executions/s\n", checked_ok / seconds);
+      std::printf("  bare spawn of the same bash by 8 threads %7.0f runs/s\n", bare_rate);
+      std::printf("  ratio sandboxd / bare               %7.2fx   (bar >= 1.0x)\n",
+                  checked_ok / seconds / bare_rate);
+      std::printf("  errors: %ld wrong replies, %ld socket errors (of %ld replies)\n", checked_wrong,
+                  socket_errors, checked_ok + checked_wrong);
+    }
   }  // throughput
 
   if (everything || only == "transfer") {
-
-  // 1 GiB upload and download, against cp on the same disk. Uploads land in the
-  // container's uploads folder (outside the size-limited volume); the download goes
-  // through the thread endpoint (uploaded-resource downloads are enabled in the bench
-  // configuration), the same streaming path as the Files API's content route.
-  fs::path big = dir / "big.bin", copy = dir / "copy.bin", down = dir / "down.bin";
-  run_quiet({"/bin/sh", "-c", "head -c 1G /dev/urandom > " + big.string()});
-  sync();
-  // Each transfer three times; the median (this disk's speed varies from run to run).
-  auto median3 = [](const std::function<double()>& once) {
-    std::vector<double> runs{once(), once(), once()};
-    std::sort(runs.begin(), runs.end());
-    return runs[1];
-  };
-  // The references and the upload take turns, round by round (this machine's load
-  // changes from minute to minute: each side sees the same load).
-  auto cp_once = [&] {
-    double t = seconds_of([&] {
-      run_quiet({"/bin/cp", big.string(), copy.string()});
-      sync();
+    // 1 GiB upload and download, against cp on the same disk. Uploads land in the
+    // container's uploads folder (outside the size-limited volume); the download goes
+    // through the thread endpoint (uploaded-resource downloads are enabled in the bench
+    // configuration), the same streaming path as the Files API's content route.
+    fs::path big = dir / "big.bin", copy = dir / "copy.bin", down = dir / "down.bin";
+    run_quiet({"/bin/sh", "-c", "head -c 1G /dev/urandom > " + big.string()});
+    sync();
+    // Each transfer three times; the median (this disk's speed varies from run to run).
+    auto median3 = [](const std::function<double()>& once) {
+      std::vector<double> runs{once(), once(), once()};
+      std::sort(runs.begin(), runs.end());
+      return runs[1];
+    };
+    // The references and the upload take turns, round by round (this machine's load
+    // changes from minute to minute: each side sees the same load).
+    auto cp_once = [&] {
+      double t = seconds_of([&] {
+        run_quiet({"/bin/cp", big.string(), copy.string()});
+        sync();
+      });
+      fs::remove(copy);
+      return t;
+    };
+    // write() then fsync through the page cache, as dd does with conv=fsync (cp copies in
+    // the kernel with copy_file_range, which no network receiver can use). For reference:
+    // the server writes a body past 1 MiB with O_DIRECT (store/atomic_writer.cc).
+    auto dd_once = [&] {
+      double t = seconds_of([&] {
+        run_quiet(
+            {"/bin/dd", "if=" + big.string(), "of=" + copy.string(), "bs=1M", "conv=fsync", "status=none"});
+      });
+      fs::remove(copy);
+      return t;
+    };
+    // MD5 is the one serial step the contract's `etag` forces on an upload: md5sum of the
+    // same file is the other reference, and the slower of the two is the bar's.
+    auto md5_once = [&] { return seconds_of([&] { run_quiet({"/usr/bin/md5sum", big.string()}); }); };
+    long rss_before = rss_kib(server.pid);
+    const std::string auth = std::string("Authorization: Bearer ") + kToken;
+    const std::string origin = "http://127.0.0.1:" + std::to_string(server.port);
+    auto up_once = [&] {
+      return seconds_of([&] {
+        run_quiet({"/usr/bin/curl", "-sS", "-X", "PUT", "-H", auth, "-H", "Expect:", "-T", big.string(),
+                   origin + "/api/gpt/v1/files/big.bin?scope_id=files"});
+        sync();
+      });
+    };
+    std::vector<double> cp_runs, dd_runs, md5_runs, up_runs;
+    for (int round = 0; round < 3; ++round) {
+      cp_runs.push_back(cp_once());
+      dd_runs.push_back(dd_once());
+      md5_runs.push_back(md5_once());
+      up_runs.push_back(up_once());
+    }
+    auto median_of = [](std::vector<double> runs) {
+      std::sort(runs.begin(), runs.end());
+      return runs[runs.size() / 2];
+    };
+    const double cp_s = median_of(cp_runs), dd_s = median_of(dd_runs), md5_s = median_of(md5_runs),
+                 up_s = median_of(up_runs);
+    const double reference_s = std::max(cp_s, md5_s);
+    long rss_after_up = rss_kib(server.pid);
+    double down_s = median3([&] {
+      return seconds_of([&] {
+        download_to_file(server.port,
+                         "/api/v1/app/thread/files/download-file?path=/mnt/user-data/uploads/big.bin", down);
+        sync();
+      });
     });
-    fs::remove(copy);
-    return t;
-  };
-  // write() then fsync through the page cache, as dd does with conv=fsync (cp copies in
-  // the kernel with copy_file_range, which no network receiver can use). For reference:
-  // the server writes a body past 1 MiB with O_DIRECT (store/atomic_writer.cc).
-  auto dd_once = [&] {
-    double t = seconds_of([&] {
-      run_quiet({"/bin/dd", "if=" + big.string(), "of=" + copy.string(), "bs=1M", "conv=fsync", "status=none"});
-    });
-    fs::remove(copy);
-    return t;
-  };
-  // MD5 is the one serial step the contract's `etag` forces on an upload: md5sum of the
-  // same file is the other reference, and the slower of the two is the bar's.
-  auto md5_once = [&] { return seconds_of([&] { run_quiet({"/usr/bin/md5sum", big.string()}); }); };
-  long rss_before = rss_kib(server.pid);
-  const std::string auth = std::string("Authorization: Bearer ") + kToken;
-  const std::string origin = "http://127.0.0.1:" + std::to_string(server.port);
-  auto up_once = [&] {
-    return seconds_of([&] {
-      run_quiet({"/usr/bin/curl", "-sS", "-X", "PUT", "-H", auth, "-H", "Expect:", "-T", big.string(),
-                 origin + "/api/gpt/v1/files/big.bin?scope_id=files"});
-      sync();
-    });
-  };
-  std::vector<double> cp_runs, dd_runs, md5_runs, up_runs;
-  for (int round = 0; round < 3; ++round) {
-    cp_runs.push_back(cp_once());
-    dd_runs.push_back(dd_once());
-    md5_runs.push_back(md5_once());
-    up_runs.push_back(up_once());
-  }
-  auto median_of = [](std::vector<double> runs) {
-    std::sort(runs.begin(), runs.end());
-    return runs[runs.size() / 2];
-  };
-  const double cp_s = median_of(cp_runs), dd_s = median_of(dd_runs), md5_s = median_of(md5_runs),
-               up_s = median_of(up_runs);
-  const double reference_s = std::max(cp_s, md5_s);
-  long rss_after_up = rss_kib(server.pid);
-  double down_s = median3([&] {
-    return seconds_of([&] {
-      download_to_file(server.port, "/api/v1/app/thread/files/download-file?path=/mnt/user-data/uploads/big.bin", down);
-      sync();
-    });
-  });
-  long rss_after = rss_kib(server.pid);
-  bool same = fs::file_size(down) == fs::file_size(big) &&
-              run_quiet({"/usr/bin/cmp", "-s", big.string(), down.string()}) == 0;
-  fs::remove(big);
-  fs::remove(down);
-  std::printf("\nfile transfer, 1 GiB (same disk)\n");
-  std::printf("  cp                   %6.2f s  %7.1f MiB/s\n", cp_s, 1024 / cp_s);
-  std::printf("  dd bs=1M conv=fsync  %6.2f s  %7.1f MiB/s  (write+fsync through the page cache; an upload past 1 MiB writes with O_DIRECT)\n", dd_s,
-              1024 / dd_s);
-  std::printf("  md5sum               %6.2f s  %7.1f MiB/s\n", md5_s, 1024 / md5_s);
-  std::printf("  upload (PUT)         %6.2f s  %7.1f MiB/s  = %3.0f%% of the slower of cp and md5sum   (bar >= 70%%)\n",
-              up_s, 1024 / up_s, 100 * reference_s / up_s);
-  std::printf("  download (GET)       %6.2f s  %7.1f MiB/s  = %3.0f%% of the slower of cp and md5sum   (bar >= 80%%)%s\n",
-              down_s, 1024 / down_s, 100 * reference_s / down_s, same ? "" : "  CONTENT MISMATCH");
-  std::printf("  server RSS: %ld KiB before, %ld after upload, %ld after download: growth %ld KiB (bar <= 32768)\n",
-              rss_before, rss_after_up, rss_after, std::max(rss_after_up, rss_after) - rss_before);
+    long rss_after = rss_kib(server.pid);
+    bool same = fs::file_size(down) == fs::file_size(big) &&
+                run_quiet({"/usr/bin/cmp", "-s", big.string(), down.string()}) == 0;
+    fs::remove(big);
+    fs::remove(down);
+    std::printf("\nfile transfer, 1 GiB (same disk)\n");
+    std::printf("  cp                   %6.2f s  %7.1f MiB/s\n", cp_s, 1024 / cp_s);
+    std::printf(
+        "  dd bs=1M conv=fsync  %6.2f s  %7.1f MiB/s  (write+fsync through the page cache; an upload past 1 "
+        "MiB writes with O_DIRECT)\n",
+        dd_s, 1024 / dd_s);
+    std::printf("  md5sum               %6.2f s  %7.1f MiB/s\n", md5_s, 1024 / md5_s);
+    std::printf(
+        "  upload (PUT)         %6.2f s  %7.1f MiB/s  = %3.0f%% of the slower of cp and md5sum   (bar >= "
+        "70%%)\n",
+        up_s, 1024 / up_s, 100 * reference_s / up_s);
+    std::printf(
+        "  download (GET)       %6.2f s  %7.1f MiB/s  = %3.0f%% of the slower of cp and md5sum   (bar >= "
+        "80%%)%s\n",
+        down_s, 1024 / down_s, 100 * reference_s / down_s, same ? "" : "  CONTENT MISMATCH");
+    std::printf(
+        "  server RSS: %ld KiB before, %ld after upload, %ld after download: growth %ld KiB (bar <= 32768)\n",
+        rss_before, rss_after_up, rss_after, std::max(rss_after_up, rss_after) - rss_before);
 
   }  // transfer
 
   if (everything) {
-  // Listing 10,000 files.
-  client.post(tools + "many/tools/bash_code_execution",
-              R"({"command":"mkdir -p /mnt/user-data/outputs/m && cd /mnt/user-data/outputs/m && for i in $(seq 10000); do : > f$i.txt; done"})");
-  client.get("/api/gpt/v1/files?scope_id=many&limit=1000");  // first sight: records made
-  std::vector<double> list20, list1000;
-  for (int i = 0; i < 50; ++i) {
-    auto start = Clock::now();
-    client.get("/api/gpt/v1/files?scope_id=many");
-    list20.push_back(ms_since(start));
-    start = Clock::now();
-    client.get("/api/gpt/v1/files?scope_id=many&limit=1000");
-    list1000.push_back(ms_since(start));
-  }
-  std::printf("\nlisting a container of 10,000 files\n");
-  print_row("one page (default limit 20)", summarize(list20));
-  print_row("one page of 1000", summarize(list1000));
-  std::printf("  bar: p50 <= 20 ms\n");
+    // Listing 10,000 files.
+    client.post(
+        tools + "many/tools/bash_code_execution",
+        R"({"command":"mkdir -p /mnt/user-data/outputs/m && cd /mnt/user-data/outputs/m && for i in $(seq 10000); do : > f$i.txt; done"})");
+    client.get("/api/gpt/v1/files?scope_id=many&limit=1000");  // first sight: records made
+    std::vector<double> list20, list1000;
+    for (int i = 0; i < 50; ++i) {
+      auto start = Clock::now();
+      client.get("/api/gpt/v1/files?scope_id=many");
+      list20.push_back(ms_since(start));
+      start = Clock::now();
+      client.get("/api/gpt/v1/files?scope_id=many&limit=1000");
+      list1000.push_back(ms_since(start));
+    }
+    std::printf("\nlisting a container of 10,000 files\n");
+    print_row("one page (default limit 20)", summarize(list20));
+    print_row("one page of 1000", summarize(list1000));
+    std::printf("  bar: p50 <= 20 ms\n");
   }  // everything
 
   kill(server.pid, SIGTERM);

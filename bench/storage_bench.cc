@@ -82,10 +82,12 @@ class Server {
   Server(std::string binary, fs::path dir, std::string extra_yaml)
       : binary_(std::move(binary)), dir_(std::move(dir)), port_(sandboxd::testing::free_loopback_port()) {
     fs::create_directories(dir_ / "data");
-    std::ofstream(dir_ / "config.yaml") << "server:\n  listen: \"127.0.0.1:" << port_ << "\"\n  dataDir: \""
-                                        << (dir_ / "data").string() << "\"\n  maxUploadSize: 2Gi\n"
-                                        << "auth:\n  tokens:\n    - { token: " << kToken << ", owner: bench }\n"
-                                        << "codeInterpreter:\n  workspaceSizeLimit: 512Mi\n" << extra_yaml;
+    std::ofstream(dir_ / "config.yaml")
+        << "server:\n  listen: \"127.0.0.1:" << port_ << "\"\n  dataDir: \"" << (dir_ / "data").string()
+        << "\"\n  maxUploadSize: 2Gi\n"
+        << "auth:\n  tokens:\n    - { token: " << kToken << ", owner: bench }\n"
+        << "codeInterpreter:\n  workspaceSizeLimit: 512Mi\n"
+        << extra_yaml;
   }
   ~Server() { stop(SIGTERM); }
 
@@ -116,7 +118,9 @@ class Server {
   }
 
   int port() const { return port_; }
-  std::string url(const std::string& path = "") const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string url(const std::string& path = "") const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
   const fs::path& dir() const { return dir_; }
   fs::path data() const { return dir_ / "data"; }
   // A counter or histogram sample from /metrics (0 when absent).
@@ -141,7 +145,8 @@ bool executed(const HttpClient::Reply& reply, const std::string& expected = "") 
   if (ec || !value.is_object()) return false;
   const auto* out = value.as_object().if_contains("stdout");
   const auto* code = value.as_object().if_contains("return_code");
-  return out && out->is_string() && out->as_string() == expected && code && code->is_int64() && code->as_int64() == 0;
+  return out && out->is_string() && out->as_string() == expected && code && code->is_int64() &&
+         code->as_int64() == 0;
 }
 
 HttpClient::Reply bash(HttpClient& client, const std::string& container, const std::string& command) {
@@ -166,7 +171,8 @@ std::vector<std::string> list_keys(const S3Server& s3, const std::string& prefix
     std::string xml = shell(s3_curl() + query + " '" + s3.endpoint() + "/" + S3Server::kBucket + "'");
     for (std::sregex_iterator it(xml.begin(), xml.end(), key), end; it != end; ++it) keys.push_back((*it)[1]);
     std::smatch m;
-    if (xml.find("<IsTruncated>true</IsTruncated>") == std::string::npos || !std::regex_search(xml, m, next)) break;
+    if (xml.find("<IsTruncated>true</IsTruncated>") == std::string::npos || !std::regex_search(xml, m, next))
+      break;
     token = m[1];
   }
   return keys;
@@ -197,15 +203,18 @@ int main(int argc, char** argv) {
     // --- 1. cold and warm, s3 against local ------------------------------------------
     {
       HttpClient to_local(local.port(), kToken), to_s3(bucketed.port(), kToken);
-      const int colds = env_int("SANDBOXD_BENCH_STORAGE_COLD", 30), warms = env_int("SANDBOXD_BENCH_STORAGE_WARM", 200);
+      const int colds = env_int("SANDBOXD_BENCH_STORAGE_COLD", 30),
+                warms = env_int("SANDBOXD_BENCH_STORAGE_WARM", 200);
       std::vector<double> cold_local, cold_s3, warm_local, warm_s3;
       int failed = 0;
       auto timed = [&](HttpClient& client, const std::string& container, std::vector<double>& samples) {
         auto start = Clock::now();
         auto reply = bash(client, container, "true");
         double ms = ms_since(start);
-        if (executed(reply)) samples.push_back(ms);
-        else if (++failed < 5) std::fprintf(stderr, "%s: %u %s\n", container.c_str(), reply.status, reply.body.c_str());
+        if (executed(reply))
+          samples.push_back(ms);
+        else if (++failed < 5)
+          std::fprintf(stderr, "%s: %u %s\n", container.c_str(), reply.status, reply.body.c_str());
       };
       // Alternating between the servers, so that the machine's noise falls on both.
       for (int i = 0; i < colds; ++i) {
@@ -219,16 +228,17 @@ int main(int argc, char** argv) {
         timed(to_local, "warm", warm_local);
         timed(to_s3, "warm", warm_s3);
       }
-      Stats cl = summarize(cold_local), cs = summarize(cold_s3), wl = summarize(warm_local), ws = summarize(warm_s3);
+      Stats cl = summarize(cold_local), cs = summarize(cold_s3), wl = summarize(warm_local),
+            ws = summarize(warm_s3);
       std::printf("\n1. executions over HTTP, `true` (alternating between the two servers)\n");
       print_row("cold (new container), storage local", cl);
       print_row("cold (new container), storage s3", cs);
       print_row("warm (running sandbox), storage local", wl);
       print_row("warm (running sandbox), storage s3", ws);
-      std::printf("    cold s3 / local   p50 %5.2fx (%+.2f ms)  p99 %5.2fx   (goal: +<= 2 ms)\n", cs.p50_ms / cl.p50_ms,
-                  cs.p50_ms - cl.p50_ms, cs.p99_ms / cl.p99_ms);
-      std::printf("    warm s3 / local   p50 %5.2fx (%+.3f ms)  p99 %5.2fx   (goal: unchanged)\n", ws.p50_ms / wl.p50_ms,
-                  ws.p50_ms - wl.p50_ms, ws.p99_ms / wl.p99_ms);
+      std::printf("    cold s3 / local   p50 %5.2fx (%+.2f ms)  p99 %5.2fx   (goal: +<= 2 ms)\n",
+                  cs.p50_ms / cl.p50_ms, cs.p50_ms - cl.p50_ms, cs.p99_ms / cl.p99_ms);
+      std::printf("    warm s3 / local   p50 %5.2fx (%+.3f ms)  p99 %5.2fx   (goal: unchanged)\n",
+                  ws.p50_ms / wl.p50_ms, ws.p50_ms - wl.p50_ms, ws.p99_ms / wl.p99_ms);
       if (failed) std::printf("    %d executions failed and are left out\n", failed);
     }
 
@@ -236,10 +246,12 @@ int main(int argc, char** argv) {
     {
       HttpClient client(bucketed.port(), kToken);
       // 1,000 files of 104,857 or 104,858 bytes: 100 MiB in all.
-      auto made = bash(client, "restore",
-                       "mkdir -p d && for i in $(seq 1000); do head -c $((104857 + (i <= 600))) /dev/urandom > d/f$i; done"
-                       " && cat d/* | wc -c");
-      if (!executed(made, std::to_string(100 << 20) + "\n")) std::fprintf(stderr, "restore: %s\n", made.body.c_str());
+      auto made = bash(
+          client, "restore",
+          "mkdir -p d && for i in $(seq 1000); do head -c $((104857 + (i <= 600))) /dev/urandom > d/f$i; done"
+          " && cat d/* | wc -c");
+      if (!executed(made, std::to_string(100 << 20) + "\n"))
+        std::fprintf(stderr, "restore: %s\n", made.body.c_str());
       const double flushes_before = bucketed.metric("sandboxd_storage_flushes_total{outcome=\"ok\"}");
       const double stop_s = seconds_of([&] { client.post(kTools + "restore/stop", ""); });
       const bool flushed = bucketed.metric("sandboxd_storage_flushes_total{outcome=\"ok\"}") > flushes_before;
@@ -251,8 +263,8 @@ int main(int argc, char** argv) {
       fs::create_directories(down);
       std::ofstream config(dir / "curl-restore.conf");
       for (size_t i = 0; i < keys.size(); ++i)
-        config << "url = \"" << s3.endpoint() << "/" << S3Server::kBucket << "/" << keys[i] << "\"\noutput = \""
-               << (down / ("f" + std::to_string(i))).string() << "\"\n";
+        config << "url = \"" << s3.endpoint() << "/" << S3Server::kBucket << "/" << keys[i]
+               << "\"\noutput = \"" << (down / ("f" + std::to_string(i))).string() << "\"\n";
       config.close();
       const double curl_s = seconds_of([&] {
         shell(s3_curl() + "-K " + (dir / "curl-restore.conf").string());
@@ -263,7 +275,8 @@ int main(int argc, char** argv) {
       fs::remove_all(down);
       // The local copy wiped, the metadata kept: a new node, a lost disk.
       bucketed.stop(SIGTERM);
-      for (const auto& entry : fs::directory_iterator(bucketed.data() / "containers")) fs::remove_all(entry.path());
+      for (const auto& entry : fs::directory_iterator(bucketed.data() / "containers"))
+        fs::remove_all(entry.path());
       if (!bucketed.start()) return 1;
       HttpClient again(bucketed.port(), kToken);
       auto start = Clock::now();
@@ -273,13 +286,15 @@ int main(int argc, char** argv) {
       start = Clock::now();
       bash(again, "restore-reference", "true");  // a new container's first command: what is not the restore
       const double fresh_s = ms_since(start) / 1000;
-      std::printf("\n2. restore of a container of 1,000 files / 100 MiB (flushed by a stop in %.2f s%s; local copy wiped)\n",
-                  stop_s, flushed ? "" : ", NO FLUSH COUNTED");
-      std::printf("  first command after the wipe     %6.2f s  (a new container's first command: %.3f s)%s\n", first_s,
-                  fresh_s, executed(first, "1000\n") ? "" : "  FAILED");
+      std::printf(
+          "\n2. restore of a container of 1,000 files / 100 MiB (flushed by a stop in %.2f s%s; local copy "
+          "wiped)\n",
+          stop_s, flushed ? "" : ", NO FLUSH COUNTED");
+      std::printf("  first command after the wipe     %6.2f s  (a new container's first command: %.3f s)%s\n",
+                  first_s, fresh_s, executed(first, "1000\n") ? "" : "  FAILED");
       std::printf("  the restore itself (its metric)  %6.2f s  %7.1f MiB/s\n", restore_s, 100 / restore_s);
-      std::printf("  curl, the %zu objects in turn     %6.2f s  %7.1f MiB/s (%.1f MiB)\n", keys.size(), curl_s,
-                  curl_bytes / 1048576.0 / curl_s, curl_bytes / 1048576.0);
+      std::printf("  curl, the %zu objects in turn     %6.2f s  %7.1f MiB/s (%.1f MiB)\n", keys.size(),
+                  curl_s, curl_bytes / 1048576.0 / curl_s, curl_bytes / 1048576.0);
       std::printf("    restore / curl  %5.2fx the time   (first command / curl %5.2fx)\n", restore_s / curl_s,
                   first_s / curl_s);
     }
@@ -309,10 +324,11 @@ int main(int argc, char** argv) {
         const std::string upload_id = m[1];
         std::ofstream config(dir / "curl-parts.conf");
         for (size_t i = 0; i < part_files.size(); ++i)
-          config << "url = \"" << multi_url << "?partNumber=" << i + 1 << "&uploadId=" << upload_id << "\"\nupload-file = \""
-                 << part_files[i].string() << "\"\noutput = \"/dev/null\"\n";
+          config << "url = \"" << multi_url << "?partNumber=" << i + 1 << "&uploadId=" << upload_id
+                 << "\"\nupload-file = \"" << part_files[i].string() << "\"\noutput = \"/dev/null\"\n";
         config.close();
-        std::istringstream etags(shell(s3_curl() + "-H 'Expect:' -w '%header{etag}\\n' -K " + (dir / "curl-parts.conf").string()));
+        std::istringstream etags(
+            shell(s3_curl() + "-H 'Expect:' -w '%header{etag}\\n' -K " + (dir / "curl-parts.conf").string()));
         std::ofstream complete(dir / "complete.xml");
         complete << "<CompleteMultipartUpload>";
         std::string etag;
@@ -320,8 +336,9 @@ int main(int argc, char** argv) {
           complete << "<Part><PartNumber>" << i + 1 << "</PartNumber><ETag>" << etag << "</ETag></Part>";
         complete << "</CompleteMultipartUpload>";
         complete.close();
-        const std::string done = shell(s3_curl() + "-X POST --data-binary @" + (dir / "complete.xml").string() + " '" +
-                                       multi_url + "?uploadId=" + upload_id + "'");
+        const std::string done =
+            shell(s3_curl() + "-X POST --data-binary @" + (dir / "complete.xml").string() + " '" + multi_url +
+                  "?uploadId=" + upload_id + "'");
         multipart_ok &= done.find("CompleteMultipartUploadResult") != std::string::npos;
       };
       const int runs = env_int("SANDBOXD_BENCH_STORAGE_RUNS", 3);
@@ -330,37 +347,49 @@ int main(int argc, char** argv) {
       std::string through_code, form_code, direct_code;
       for (int i = 0; i < runs; ++i) {
         direct.push_back(seconds_of([&] {
-          direct_code = shell(s3_curl() + "-o /dev/null -w '%{http_code}' -H 'Expect:' -T " + big.string() + " '" +
-                              s3.endpoint() + "/" + S3Server::kBucket + "/direct/big.bin'");
+          direct_code = shell(s3_curl() + "-o /dev/null -w '%{http_code}' -H 'Expect:' -T " + big.string() +
+                              " '" + s3.endpoint() + "/" + S3Server::kBucket + "/direct/big.bin'");
         }));
         multipart.push_back(seconds_of(multipart_upload));
         through.push_back(seconds_of([&] {
-          through_code = shell("curl -sS -o /dev/null -w '%{http_code}' -X PUT -H '" + auth + "' -H 'Expect:' -T " +
-                               big.string() + " '" + bucketed.url("/api/gpt/v1/files/big.bin?scope_id=upload") + "'");
+          through_code =
+              shell("curl -sS -o /dev/null -w '%{http_code}' -X PUT -H '" + auth + "' -H 'Expect:' -T " +
+                    big.string() + " '" + bucketed.url("/api/gpt/v1/files/big.bin?scope_id=upload") + "'");
         }));
         // A multipart/form-data body has no length of its own: an S3 multipart upload.
         through_form.push_back(seconds_of([&] {
-          form_code = shell("curl -sS -o /dev/null -w '%{http_code}' -H '" + auth + "' -H 'Expect:' -F file=@" +
-                            big.string() + " '" + bucketed.url("/api/gpt/v1/files?scope_id=upload&path=form.bin") + "'");
+          form_code = shell("curl -sS -o /dev/null -w '%{http_code}' -H '" + auth +
+                            "' -H 'Expect:' -F file=@" + big.string() + " '" +
+                            bucketed.url("/api/gpt/v1/files?scope_id=upload&path=form.bin") + "'");
         }));
       }
       fs::remove(big);
       fs::remove_all(parts);
       const double through_s = median(through), direct_s = median(direct), multipart_s = median(multipart),
                    form_s = median(through_form);
-      std::printf("\n3. 1 GiB upload into the bucket (median of %d each; s3rver writes both to this disk)\n", runs);
-      std::printf("  curl -T straight to s3rver       %6.2f s  %7.1f MiB/s  (HTTP %s)\n", direct_s, 1024 / direct_s,
-                  direct_code.c_str());
-      std::printf("  curl, multipart in 8 MiB parts   %6.2f s  %7.1f MiB/s  (%s; s3rver writes the parts, then joins them)\n",
-                  multipart_s, 1024 / multipart_s, multipart_ok ? "completed" : "FAILED");
-      std::printf("  PUT through sandboxd (one PUT)   %6.2f s  %7.1f MiB/s  (HTTP %s; streamed as it arrives)\n", through_s,
-                  1024 / through_s, through_code.c_str());
-      std::printf("  form POST through sandboxd       %6.2f s  %7.1f MiB/s  (HTTP %s; multipart, 8 MiB parts, 4 in flight)\n",
-                  form_s, 1024 / form_s, form_code.c_str());
-      std::printf("    sandboxd PUT / curl -T      %3.0f%% of its speed   (goal >= 70%%; the same S3 call; sandboxd also\n"
-                  "                                                     writes its local copy)\n", 100 * direct_s / through_s);
+      std::printf("\n3. 1 GiB upload into the bucket (median of %d each; s3rver writes both to this disk)\n",
+                  runs);
+      std::printf("  curl -T straight to s3rver       %6.2f s  %7.1f MiB/s  (HTTP %s)\n", direct_s,
+                  1024 / direct_s, direct_code.c_str());
+      std::printf(
+          "  curl, multipart in 8 MiB parts   %6.2f s  %7.1f MiB/s  (%s; s3rver writes the parts, then joins "
+          "them)\n",
+          multipart_s, 1024 / multipart_s, multipart_ok ? "completed" : "FAILED");
+      std::printf(
+          "  PUT through sandboxd (one PUT)   %6.2f s  %7.1f MiB/s  (HTTP %s; streamed as it arrives)\n",
+          through_s, 1024 / through_s, through_code.c_str());
+      std::printf(
+          "  form POST through sandboxd       %6.2f s  %7.1f MiB/s  (HTTP %s; multipart, 8 MiB parts, 4 in "
+          "flight)\n",
+          form_s, 1024 / form_s, form_code.c_str());
+      std::printf(
+          "    sandboxd PUT / curl -T      %3.0f%% of its speed   (goal >= 70%%; the same S3 call; sandboxd "
+          "also\n"
+          "                                                     writes its local copy)\n",
+          100 * direct_s / through_s);
       std::printf("    sandboxd form / curl -T     %3.0f%% of its speed\n", 100 * direct_s / form_s);
-      std::printf("    sandboxd form / curl parts  %3.0f%% of its speed   (the same S3 calls)\n", 100 * multipart_s / form_s);
+      std::printf("    sandboxd form / curl parts  %3.0f%% of its speed   (the same S3 calls)\n",
+                  100 * multipart_s / form_s);
     }
   }
 
@@ -375,8 +404,8 @@ int main(int argc, char** argv) {
       fs::create_symlink(shared, server->data() / "sandboxd.db");
       std::ofstream(server->dir() / "config.yaml", std::ios::app)
           << s3.storage_yaml("cluster/", 1) << "runtime:\n  prestartedSandboxes: 0\n"
-          << "cluster:\n  replicaId: " << id << "\n  advertiseUrl: \"" << server->url() << "\"\n  leaseSeconds: "
-          << lease_seconds << "\n  shutdownGraceSec: 10\n";
+          << "cluster:\n  replicaId: " << id << "\n  advertiseUrl: \"" << server->url()
+          << "\"\n  leaseSeconds: " << lease_seconds << "\n  shutdownGraceSec: 10\n";
       replicas.push_back(std::move(server));
     }
     for (auto& server : replicas)
@@ -404,14 +433,18 @@ int main(int argc, char** argv) {
     }
     const double takeover_s = std::chrono::duration<double>(Clock::now() - killed).count();
     const double restore_s = b.metric("sandboxd_storage_restore_duration_seconds_sum") - restores_before;
-    std::printf("\n4. takeover: two replicas, leaseSeconds %d, the holder killed (SIGKILL), a container of 100 files / 10 MiB\n",
-                lease_seconds);
+    std::printf(
+        "\n4. takeover: two replicas, leaseSeconds %d, the holder killed (SIGKILL), a container of 100 files "
+        "/ 10 MiB\n",
+        lease_seconds);
     std::printf("  until the other replica serves a command in it  %6.2f s%s\n", takeover_s,
                 executed(before, "100\n") && executed(reply, "100\n") ? "" : "  FAILED");
     std::printf("    restore (the survivor's metric)               %6.2f s\n", restore_s);
-    std::printf("    the rest: the lease running out (<= %d s), a sandbox start, the polling (every 20 ms; %d answers 503)\n"
-                "                                                  %6.2f s\n",
-                lease_seconds, refused, takeover_s - restore_s);
+    std::printf(
+        "    the rest: the lease running out (<= %d s), a sandbox start, the polling (every 20 ms; %d "
+        "answers 503)\n"
+        "                                                  %6.2f s\n",
+        lease_seconds, refused, takeover_s - restore_s);
     // A replica killed outright left sandboxes and mounts: a start cleans them up.
     a.start();
   }

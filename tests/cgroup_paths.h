@@ -40,7 +40,8 @@ struct SandboxCgroupPaths {
   std::filesystem::path exec_parent;
 };
 
-inline SandboxCgroupPaths sandbox_cgroup_paths(const std::string& version, const runtime::CgroupOptions& options,
+inline SandboxCgroupPaths sandbox_cgroup_paths(const std::string& version,
+                                               const runtime::CgroupOptions& options,
                                                const std::string& instance, const std::string& sandbox) {
   namespace fs = std::filesystem;
   SandboxCgroupPaths paths;
@@ -53,9 +54,12 @@ inline SandboxCgroupPaths sandbox_cgroup_paths(const std::string& version, const
     fs::path mount = fs::path(options.v1_root) / controller;
     if (!fs::exists(mount / "cgroup.procs")) continue;  // the backend skips it too
     fs::path dir = mount / "sandboxd" / instance / sandbox;
-    if (std::string(controller) == "cpu") paths.cpu = dir;
-    else paths.always.push_back(dir);
-    if (std::string(controller) == "freezer" || (std::string(controller) == "pids" && paths.exec_parent.empty()))
+    if (std::string(controller) == "cpu")
+      paths.cpu = dir;
+    else
+      paths.always.push_back(dir);
+    if (std::string(controller) == "freezer" ||
+        (std::string(controller) == "pids" && paths.exec_parent.empty()))
       paths.exec_parent = dir;
   }
   if (paths.exec_parent.empty()) paths.exec_parent = paths.always.empty() ? paths.cpu : paths.always.front();
@@ -64,8 +68,8 @@ inline SandboxCgroupPaths sandbox_cgroup_paths(const std::string& version, const
 
 // The paths of a sandbox of `runtime` (the version its backend reports).
 inline SandboxCgroupPaths sandbox_cgroup_paths(runtime::Runtime& runtime, const std::string& sandbox) {
-  return sandbox_cgroup_paths(runtime.cgroups().version(), runtime.options().cgroups, runtime.options().instance,
-                              sandbox);
+  return sandbox_cgroup_paths(runtime.cgroups().version(), runtime.options().cgroups,
+                              runtime.options().instance, sandbox);
 }
 
 }  // namespace sandboxd::testing

@@ -46,8 +46,9 @@ TEST(Cli, VersionPrintsTheVersion) {
   EXPECT_EQ(r.code, 0);
   // The commit is the source tree's (40 hex digits, "-dirty" with uncommitted changes)
   // or "unknown" for a tree without git (a tarball); the build type is CMake's.
-  EXPECT_TRUE(std::regex_match(r.out, std::regex(std::string("sandboxd ") + SANDBOXD_VERSION +
-                                                 "\ncommit: ([0-9a-f]{40}(-dirty)?|unknown)\nbuild type: [A-Za-z]+\n")))
+  EXPECT_TRUE(std::regex_match(
+      r.out, std::regex(std::string("sandboxd ") + SANDBOXD_VERSION +
+                        "\ncommit: ([0-9a-f]{40}(-dirty)?|unknown)\nbuild type: [A-Za-z]+\n")))
       << r.out;
 }
 
@@ -70,7 +71,8 @@ TEST(Cli, RunTimesOut) {
 TEST(Cli, RunKeepsFilesInTheContainerDirectory) {
   ContainerDirs tmp(0, 0);
   fs::path container = tmp.root / "c";
-  auto first = run_cli({"run", "--container", container, "--", "echo data > result.txt; cp result.txt /mnt/user-data/outputs/"});
+  auto first = run_cli({"run", "--container", container, "--",
+                        "echo data > result.txt; cp result.txt /mnt/user-data/outputs/"});
   EXPECT_EQ(first.code, 0) << first.err;
   EXPECT_EQ(read_text(container / "workspace" / "result.txt"), "data\n");
   EXPECT_EQ(read_text(container / "outputs" / "result.txt"), "data\n");
@@ -104,17 +106,20 @@ TEST(Cli, RunRejectsBadArguments) {
 TEST(Cli, ConfigCheckTakesValuesFromTheEnvironment) {
   ContainerDirs tmp(0, 0);
   const fs::path file = tmp.root / "config.yaml";
-  write_text(file, "server: { listen: \"127.0.0.1:8080\" }\nauth: { adminToken: \"a-long-enough-admin-token\" }\n");
+  write_text(file,
+             "server: { listen: \"127.0.0.1:8080\" }\nauth: { adminToken: \"a-long-enough-admin-token\" }\n");
   auto check = [&] { return run_cli({"config", "check", file.string()}); };
   EXPECT_EQ(check().code, 0);
   setenv("SANDBOXD_ADMIN_TOKEN", "too-short", 1);
   auto short_admin = check();
   EXPECT_EQ(short_admin.code, 2);
-  EXPECT_NE(short_admin.err.find("auth.adminToken: must be at least 16 characters"), std::string::npos) << short_admin.err;
+  EXPECT_NE(short_admin.err.find("auth.adminToken: must be at least 16 characters"), std::string::npos)
+      << short_admin.err;
   setenv("SANDBOXD_ADMIN_TOKEN", "another-long-admin-token #: x", 1);
   setenv("SANDBOXD_AUTH_TOKENS", "[{token: tiny, owner: alice}]", 1);
   auto short_token = check();
-  EXPECT_NE(short_token.err.find("auth.tokens[0].token: must be at least 8 characters"), std::string::npos) << short_token.err;
+  EXPECT_NE(short_token.err.find("auth.tokens[0].token: must be at least 8 characters"), std::string::npos)
+      << short_token.err;
   setenv("SANDBOXD_AUTH_TOKENS", "[{token: long-enough-token, owner: alice}", 1);
   auto broken = check();
   EXPECT_EQ(broken.code, 2);

@@ -13,9 +13,9 @@
 #include <string>
 #include <thread>
 
-#include "eventually.h"
 #include "base/hex.h"
 #include "cluster_harness.h"
+#include "eventually.h"
 #include "store/s3_client.h"
 
 namespace sandboxd::testing {
@@ -66,13 +66,13 @@ inline Answer curl_as_alice(const fs::path& scratch, std::atomic<int>& counter, 
 }
 
 // PUT `data` as the upload `name` of `container` through `base`.
-inline Answer put_as_alice(const fs::path& scratch, std::atomic<int>& counter, const std::string& base, const std::string& container,
-                           const std::string& name, const std::string& data) {
+inline Answer put_as_alice(const fs::path& scratch, std::atomic<int>& counter, const std::string& base,
+                           const std::string& container, const std::string& name, const std::string& data) {
   const fs::path file = scratch / ("put-" + std::to_string(++counter));
   std::ofstream(file, std::ios::binary) << data;
   Answer answer = curl_as_alice(scratch, counter,
-                                "-X PUT --data-binary @" + file.string() + " '" + base + "/api/gpt/v1/files/" + name +
-                                    "?scope_id=" + container + "'");
+                                "-X PUT --data-binary @" + file.string() + " '" + base +
+                                    "/api/gpt/v1/files/" + name + "?scope_id=" + container + "'");
   fs::remove(file);
   return answer;
 }

@@ -63,12 +63,15 @@ class ClusterConsistency : public ::testing::Test {
     std::error_code ec;
     if (!root.empty()) fs::remove_all(root, ec);
   }
-  void SetUp() override { ASSERT_EQ(replicas.size(), 2u) << "the cluster did not start (see the suite set-up)"; }
+  void SetUp() override {
+    ASSERT_EQ(replicas.size(), 2u) << "the cluster did not start (see the suite set-up)";
+  }
   void TearDown() override {
     if (HasFailure())
       for (auto* replica : replicas) {
         const std::string log = replica->log();
-        std::cerr << "---- " << replica->id() << " log tail:\n" << (log.size() > 30000 ? log.substr(log.size() - 30000) : log);
+        std::cerr << "---- " << replica->id() << " log tail:\n"
+                  << (log.size() > 30000 ? log.substr(log.size() - 30000) : log);
       }
   }
 
@@ -81,8 +84,8 @@ class ClusterConsistency : public ::testing::Test {
     return put_as_alice(root, counter, base, container, name, data);
   }
   static Answer create(const std::string& base, const std::string& container) {
-    return http("-X POST -H 'Content-Type: application/json' --data '{\"id\":\"" + container + "\"}' '" + base +
-                kContainers + "'");
+    return http("-X POST -H 'Content-Type: application/json' --data '{\"id\":\"" + container + "\"}' '" +
+                base + kContainers + "'");
   }
   static std::map<std::string, bj::object> listing_of(const std::string& base, const std::string& container) {
     Answer answer = http("'" + base + kFiles + "?scope_id=" + container + "&limit=100'");
@@ -125,8 +128,9 @@ TEST_F(ClusterConsistency, FilesDeletedThroughTheApiStayDeletedWhenTheHolderDies
     ASSERT_EQ(put(a().url(), container, name, data).status, 200) << name;
   ASSERT_EQ(lease_of(container)->holder, "replica-a");
   // Deleted through B (relayed to the holder A): one by id, two by prefix.
-  Answer one = http("-X DELETE '" + b().url(kFiles + "/" + file_id("/mnt/user-data/uploads/gone.txt") +
-                                            "?scope_id=" + container) + "'");
+  Answer one = http(
+      "-X DELETE '" +
+      b().url(kFiles + "/" + file_id("/mnt/user-data/uploads/gone.txt") + "?scope_id=" + container) + "'");
   ASSERT_EQ(one.status, 200) << one.describe();
   Answer prefix = http("-X DELETE '" + b().url(kFiles + "?scope_id=" + container + "&prefix=pre/") + "'");
   ASSERT_EQ(prefix.status, 200) << prefix.describe();
@@ -147,17 +151,22 @@ TEST_F(ClusterConsistency, FilesDeletedThroughTheApiStayDeletedWhenTheHolderDies
   // restores the container from the bucket without the deleted files.
   a().stop(SIGKILL);
   Answer listed;
-  ASSERT_TRUE(eventually([&] {
-    listed = http("'" + b().url(kFiles + "?scope_id=" + container + "&limit=100") + "'");
-    return listed.status == 200;
-  }, std::chrono::seconds(kLeaseSeconds + 15))) << listed.describe();
+  ASSERT_TRUE(eventually(
+      [&] {
+        listed = http("'" + b().url(kFiles + "?scope_id=" + container + "&limit=100") + "'");
+        return listed.status == 200;
+      },
+      std::chrono::seconds(kLeaseSeconds + 15)))
+      << listed.describe();
   std::set<std::string> names;
   const auto files = json(listed.body);  // alive through the loop
-  for (const auto& file : files.at("data").as_array()) names.insert(std::string(file.at("filename").as_string()));
+  for (const auto& file : files.at("data").as_array())
+    names.insert(std::string(file.at("filename").as_string()));
   EXPECT_EQ(names, std::set<std::string>{"keep.txt"});
   EXPECT_EQ(lease_of(container)->holder, "replica-b");
-  Answer deleted = http("'" + b().url(kFiles + "/" + file_id("/mnt/user-data/uploads/gone.txt") +
-                                      "?scope_id=" + container) + "'");
+  Answer deleted = http(
+      "'" + b().url(kFiles + "/" + file_id("/mnt/user-data/uploads/gone.txt") + "?scope_id=" + container) +
+      "'");
   EXPECT_EQ(deleted.status, 404) << deleted.describe();
   a().start();
 }
@@ -192,7 +201,8 @@ TEST_F(ClusterConsistency, TwoReplicasCreatingTheSameContainerAtOnceMakeOneConta
     ASSERT_EQ(put(b().url(), container, "from-b.txt", "b").status, 200);
     for (auto* through : {&a(), &b()}) {
       auto files = listing_of(through->url(), container);
-      EXPECT_TRUE(files.count("from-a.txt") && files.count("from-b.txt")) << through->id() << " round " << round;
+      EXPECT_TRUE(files.count("from-a.txt") && files.count("from-b.txt"))
+          << through->id() << " round " << round;
     }
     Answer listed = http("'" + a().url(kContainers + "?limit=1000") + "'");
     ASSERT_EQ(listed.status, 200) << listed.describe();
@@ -205,7 +215,8 @@ TEST_F(ClusterConsistency, TwoReplicasCreatingTheSameContainerAtOnceMakeOneConta
   int raced = 0;
   for (auto* replica : replicas) {
     const std::string log = replica->log();
-    for (size_t at = log.find("at the same moment"); at != std::string::npos; at = log.find("at the same moment", at + 1))
+    for (size_t at = log.find("at the same moment"); at != std::string::npos;
+         at = log.find("at the same moment", at + 1))
       ++raced;
   }
   std::cerr << raced << " of 3 rounds had both replicas create the container at once\n";
@@ -213,8 +224,10 @@ TEST_F(ClusterConsistency, TwoReplicasCreatingTheSameContainerAtOnceMakeOneConta
 
 TEST_F(ClusterConsistency, ListingThroughAnotherReplicaShowsTheHoldersLiveState) {
   const std::string container = "gap-state";
-  Answer ran = http("-X POST -H 'Content-Type: application/json' --data '{\"command\":\"echo hi > /mnt/user-data/outputs/o.txt\"}' '" +
-                    a().url(kContainers + "/" + container + "/tools/bash_code_execution") + "'");
+  Answer ran = http(
+      "-X POST -H 'Content-Type: application/json' --data '{\"command\":\"echo hi > "
+      "/mnt/user-data/outputs/o.txt\"}' '" +
+      a().url(kContainers + "/" + container + "/tools/bash_code_execution") + "'");
   ASSERT_EQ(ran.status, 200) << ran.describe();
   ASSERT_EQ(lease_of(container)->holder, "replica-a");
   for (auto* through : {&a(), &b()}) {

@@ -78,9 +78,12 @@ class ClusterDurability : public ::testing::Test {
   }
   void TearDown() override {
     if (HasFailure())
-      for (auto* replica : replicas) std::cerr << "---- " << replica->id() << " log tail:\n" << tail(replica->log());
+      for (auto* replica : replicas)
+        std::cerr << "---- " << replica->id() << " log tail:\n" << tail(replica->log());
   }
-  static std::string tail(const std::string& text) { return text.size() > 40000 ? text.substr(text.size() - 40000) : text; }
+  static std::string tail(const std::string& text) {
+    return text.size() > 40000 ? text.substr(text.size() - 40000) : text;
+  }
 
   static Replica& a() { return *replicas[0]; }
   static Replica& b() { return *replicas[1]; }
@@ -188,8 +191,9 @@ TEST_F(ClusterDurability, UploadThroughARunThroughBDownloadThroughCAndTheBucketH
             md5_hex(original) + "\n");
   // The bucket: the upload at once, the outputs after the flush interval.
   EXPECT_TRUE(bucket_has({md5_hex(original)})) << "the upload was in the bucket before its 200";
-  EXPECT_TRUE(eventually([&] { return bucket_md5s().count(md5_hex(original)) == 2 && bucket_has({md5_hex("derived")}); }))
-      << "the outputs flushed within the interval";
+  EXPECT_TRUE(eventually([&] {
+    return bucket_md5s().count(md5_hex(original)) == 2 && bucket_has({md5_hex("derived")});
+  })) << "the outputs flushed within the interval";
   auto manifest = metadata->manifest_of("alice", container);
   for (const char* path : {"/mnt/user-data/uploads/data.bin", "/mnt/user-data/outputs/copy.bin"}) {
     ASSERT_TRUE(manifest.count(path)) << path;
@@ -202,9 +206,10 @@ TEST_F(ClusterDurability, KilledHolderIsReplacedAndEveryAcknowledgedByteIsRestor
   const std::string first = random_bytes(300 << 10), multipart = random_bytes((6 << 20) + 5);
   ASSERT_EQ(put(a().url(), container, "first.bin", first).status, 200);
   ASSERT_EQ(lease_of(container)->holder, "replica-a");
-  auto ran = bash(a().url(), container,
-                  "printf 'out one' > /mnt/user-data/outputs/out.txt && mkdir -p src && printf 'work one' > src/w.txt"
-                  " && chmod 700 src/w.txt && echo ok");
+  auto ran = bash(
+      a().url(), container,
+      "printf 'out one' > /mnt/user-data/outputs/out.txt && mkdir -p src && printf 'work one' > src/w.txt"
+      " && chmod 700 src/w.txt && echo ok");
   ASSERT_EQ(stdout_of(ran), "ok\n");
   // Older than the flush interval: in the bucket (waited for, not assumed).
   ASSERT_TRUE(eventually([&] { return bucket_has({md5_hex("out one"), md5_hex("work one")}); }));
@@ -216,9 +221,10 @@ TEST_F(ClusterDurability, KilledHolderIsReplacedAndEveryAcknowledgedByteIsRestor
 
   // Through the load balancer: 503s with Retry-After until the lease runs out, then
   // another replica takes the container, restores it from the bucket and serves.
-  const std::string check = "md5sum < /mnt/user-data/uploads/first.bin | cut -d' ' -f1; "
-                            "md5sum < /mnt/user-data/outputs/last.bin | cut -d' ' -f1; "
-                            "cat /mnt/user-data/outputs/out.txt; echo; cat src/w.txt; echo; stat -c %a src/w.txt";
+  const std::string check =
+      "md5sum < /mnt/user-data/uploads/first.bin | cut -d' ' -f1; "
+      "md5sum < /mnt/user-data/outputs/last.bin | cut -d' ' -f1; "
+      "cat /mnt/user-data/outputs/out.txt; echo; cat src/w.txt; echo; stat -c %a src/w.txt";
   Answer served;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kLeaseSeconds + 10);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -243,7 +249,8 @@ TEST_F(ClusterDurability, KilledHolderIsReplacedAndEveryAcknowledgedByteIsRestor
     auto listed = listing_of(through->url(), container);
     EXPECT_EQ(listed["first.bin"].at("etag").as_string(), md5_hex(first)) << through->id();
     EXPECT_EQ(listed["last.bin"].at("etag").as_string(), md5_hex(multipart)) << through->id();
-    EXPECT_EQ(md5_hex(download(through->url(), container, "/mnt/user-data/outputs/last.bin").body), md5_hex(multipart))
+    EXPECT_EQ(md5_hex(download(through->url(), container, "/mnt/user-data/outputs/last.bin").body),
+              md5_hex(multipart))
         << through->id();
     EXPECT_EQ(stdout_of(bash(through->url(), container, "cat src/w.txt")), "work one") << through->id();
   }
@@ -257,18 +264,20 @@ TEST_F(ClusterDurability, PausedHolderIsFencedOnItsUploadAndItsFlushAndTheNewHol
   // A command on A that changes outputs after A is paused: A's flusher finds the change
   // when A comes back (the command still runs, so the flusher looks).
   const fs::path body = work / "long.json";
-  std::ofstream(body) << bj::serialize(bj::object{
-      {"command", "sleep 2; printf stale > /mnt/user-data/outputs/from-a.txt; sleep 30"}});
-  const std::string long_command = "curl -s -o /dev/null -H 'Authorization: Bearer " + std::string(Replica::kToken) +
-                                   "' -X POST '" + a().url("/api/gpt/v1/containers/" + container +
-                                                           "/tools/bash_code_execution") +
-                                   "' --data-binary @" + body.string() + " > /dev/null 2>&1 &";  // not holding sh()'s pipe
+  std::ofstream(body) << bj::serialize(
+      bj::object{{"command", "sleep 2; printf stale > /mnt/user-data/outputs/from-a.txt; sleep 30"}});
+  const std::string long_command =
+      "curl -s -o /dev/null -H 'Authorization: Bearer " + std::string(Replica::kToken) + "' -X POST '" +
+      a().url("/api/gpt/v1/containers/" + container + "/tools/bash_code_execution") + "' --data-binary @" +
+      body.string() + " > /dev/null 2>&1 &";  // not holding sh()'s pipe
   sh(long_command);
-  ASSERT_TRUE(eventually([&] { return metadata->manifest_of("alice", container).count("/mnt/user-data/uploads/first.txt"); }));
+  ASSERT_TRUE(eventually(
+      [&] { return metadata->manifest_of("alice", container).count("/mnt/user-data/uploads/first.txt"); }));
   // An upload to A, half sent when A is paused.
   SlowUpload late(a().port(), kFiles + "/late.bin?scope_id=" + container, random_bytes(256 << 10));
   ASSERT_TRUE(late.continued()) << "A opened the container for the upload";
-  ASSERT_TRUE(eventually([&] { return metric(a(), "sandboxd_executions_active") == 1; }));  // the command is running
+  ASSERT_TRUE(
+      eventually([&] { return metric(a(), "sandboxd_executions_active") == 1; }));  // the command is running
   a().signal(SIGSTOP);
   std::this_thread::sleep_for(std::chrono::seconds(kLeaseSeconds + 1));
   // B takes the container over (A's lease ran out), restores it and writes: an upload
@@ -279,7 +288,9 @@ TEST_F(ClusterDurability, PausedHolderIsFencedOnItsUploadAndItsFlushAndTheNewHol
   auto lease = lease_of(container);
   ASSERT_EQ(lease->holder, "replica-b");
   ASSERT_EQ(lease->epoch, 2);
-  EXPECT_EQ(stdout_of(bash(b().url(), container, "printf 'from b' > /mnt/user-data/outputs/from-b.txt; cat /mnt/user-data/uploads/first.txt")),
+  EXPECT_EQ(stdout_of(bash(
+                b().url(), container,
+                "printf 'from b' > /mnt/user-data/outputs/from-b.txt; cat /mnt/user-data/uploads/first.txt")),
             "first");
   ASSERT_TRUE(eventually([&] { return bucket_has({md5_hex("from b"), md5_hex(newer)}); }));
 
@@ -290,8 +301,10 @@ TEST_F(ClusterDurability, PausedHolderIsFencedOnItsUploadAndItsFlushAndTheNewHol
   EXPECT_EQ(answer.rfind("HTTP/1.1 503", 0), 0u) << answer;
   EXPECT_NE(answer.find("Retry-After: "), std::string::npos) << answer;
   EXPECT_NE(answer.find("overloaded_error"), std::string::npos) << answer;
-  EXPECT_TRUE(eventually([&] { return a().log().find("served by another replica now") != std::string::npos; }));
-  EXPECT_NE(a().log().find("is held at epoch 2; a write at epoch"), std::string::npos) << "A's writes met the fence";
+  EXPECT_TRUE(
+      eventually([&] { return a().log().find("served by another replica now") != std::string::npos; }));
+  EXPECT_NE(a().log().find("is held at epoch 2; a write at epoch"), std::string::npos)
+      << "A's writes met the fence";
   std::this_thread::sleep_for(std::chrono::seconds(2 * kFlushIntervalSec + 1));  // A's flusher had its turns
 
   // Nothing of B's is lost and nothing of A's late writes is there, through every replica.
@@ -301,8 +314,10 @@ TEST_F(ClusterDurability, PausedHolderIsFencedOnItsUploadAndItsFlushAndTheNewHol
     EXPECT_EQ(listed["newer.bin"].at("etag").as_string(), md5_hex(newer)) << through->id();
     EXPECT_FALSE(listed.count("late.bin")) << through->id();
     EXPECT_FALSE(listed.count("from-a.txt")) << through->id();
-    EXPECT_EQ(download(through->url(), container, "/mnt/user-data/outputs/from-b.txt").body, "from b") << through->id();
-    EXPECT_EQ(stdout_of(bash(through->url(), container, "md5sum < /mnt/user-data/uploads/newer.bin | cut -d' ' -f1")),
+    EXPECT_EQ(download(through->url(), container, "/mnt/user-data/outputs/from-b.txt").body, "from b")
+        << through->id();
+    EXPECT_EQ(stdout_of(bash(through->url(), container,
+                             "md5sum < /mnt/user-data/uploads/newer.bin | cut -d' ' -f1")),
               md5_hex(newer) + "\n")
         << through->id();
   }
@@ -319,13 +334,16 @@ TEST_F(ClusterDurability, PausedHolderIsFencedOnItsUploadAndItsFlushAndTheNewHol
   // state, not its stale copy (nor a late flush of it).
   EXPECT_EQ(http("-X POST '" + b().url("/api/gpt/v1/containers/" + container + "/stop") + "'").status, 200);
   EXPECT_EQ(lease_of(container)->holder, "");
-  EXPECT_EQ(stdout_of(bash(a().url(), container,
-                           "ls /mnt/user-data/outputs /mnt/user-data/uploads; md5sum < /mnt/user-data/uploads/newer.bin")),
-            "/mnt/user-data/outputs:\nfrom-b.txt\n\n/mnt/user-data/uploads:\nfirst.txt\nnewer.bin\n" + md5_hex(newer) +
-                "  -\n");
+  EXPECT_EQ(
+      stdout_of(bash(
+          a().url(), container,
+          "ls /mnt/user-data/outputs /mnt/user-data/uploads; md5sum < /mnt/user-data/uploads/newer.bin")),
+      "/mnt/user-data/outputs:\nfrom-b.txt\n\n/mnt/user-data/uploads:\nfirst.txt\nnewer.bin\n" +
+          md5_hex(newer) + "  -\n");
   EXPECT_EQ(lease_of(container)->holder, "replica-a");
   EXPECT_EQ(lease_of(container)->epoch, 3);
-  std::this_thread::sleep_for(std::chrono::seconds(2 * kFlushIntervalSec + 1));  // A's flusher had its turns again
+  std::this_thread::sleep_for(
+      std::chrono::seconds(2 * kFlushIntervalSec + 1));  // A's flusher had its turns again
   manifest = metadata->manifest_of("alice", container);
   EXPECT_TRUE(manifest.count("/mnt/user-data/outputs/from-b.txt"));
   EXPECT_FALSE(manifest.count("/mnt/user-data/outputs/from-a.txt"));
@@ -333,7 +351,8 @@ TEST_F(ClusterDurability, PausedHolderIsFencedOnItsUploadAndItsFlushAndTheNewHol
 
 TEST_F(ClusterDurability, WithTheS3ServerStoppedUploadsAre503AndTheFlushCompletesWhenItIsBack) {
   const std::string container = "dur-away";
-  ASSERT_EQ(stdout_of(bash(c().url(), container, "printf one > /mnt/user-data/outputs/one.txt && echo ok")), "ok\n");
+  ASSERT_EQ(stdout_of(bash(c().url(), container, "printf one > /mnt/user-data/outputs/one.txt && echo ok")),
+            "ok\n");
   ASSERT_EQ(lease_of(container)->holder, "replica-c");
   ASSERT_TRUE(eventually([&] { return bucket_has({md5_hex("one")}); }));
   const double flushes_before = metric(c(), "sandboxd_storage_flushes_total{outcome=\"ok\"}");
@@ -346,19 +365,22 @@ TEST_F(ClusterDurability, WithTheS3ServerStoppedUploadsAre503AndTheFlushComplete
     EXPECT_NE(refused.body.find("overloaded_error"), std::string::npos) << refused.body;
   }
   // A change and a stop: the flush fails, the local copy stays and serves.
-  ASSERT_EQ(stdout_of(bash(b().url(), container, "printf two > /mnt/user-data/outputs/two.txt && echo ok")), "ok\n");
+  ASSERT_EQ(stdout_of(bash(b().url(), container, "printf two > /mnt/user-data/outputs/two.txt && echo ok")),
+            "ok\n");
   Answer stopped = http("-X POST '" + b().url("/api/gpt/v1/containers/" + container + "/stop") + "'");
   EXPECT_EQ(stopped.status, 200) << stopped.describe();
   EXPECT_TRUE(eventually([&] { return metric(c(), "sandboxd_storage_pending_flush_bytes") > 0; }));
   EXPECT_GE(metric(c(), "sandboxd_storage_flush_failures_total"), 1);
   EXPECT_EQ(download(a().url(), container, "/mnt/user-data/outputs/two.txt").body, "two");
-  EXPECT_EQ(lease_of(container)->holder, "replica-c") << "a container with unflushed changes is never released";
+  EXPECT_EQ(lease_of(container)->holder, "replica-c")
+      << "a container with unflushed changes is never released";
   auto listed = listing_of(a().url(), container);
   EXPECT_FALSE(listed.count("new-replica-c.bin"));
   EXPECT_FALSE(listed.count("new-replica-a.bin"));
 
   s3->start();
-  EXPECT_TRUE(eventually([&] { return metric(c(), "sandboxd_storage_pending_flush_bytes") == 0; }, std::chrono::seconds(40)));
+  EXPECT_TRUE(eventually([&] { return metric(c(), "sandboxd_storage_pending_flush_bytes") == 0; },
+                         std::chrono::seconds(40)));
   EXPECT_GT(metric(c(), "sandboxd_storage_flushes_total{outcome=\"ok\"}"), flushes_before);
   EXPECT_TRUE(eventually([&] { return bucket_has({md5_hex("one"), md5_hex("two")}); }));
   EXPECT_TRUE(metadata->manifest_of("alice", container).count("/mnt/user-data/outputs/two.txt"));
@@ -425,7 +447,8 @@ TEST_F(ClusterDurability, RollingRestartUnderLoadLosesNothingAcknowledged) {
   client.join();
 
   std::lock_guard lock(mutex);
-  EXPECT_TRUE(unexpected.empty()) << unexpected.size() << " answers neither a success nor a 503 with Retry-After; first: "
+  EXPECT_TRUE(unexpected.empty()) << unexpected.size()
+                                  << " answers neither a success nor a 503 with Retry-After; first: "
                                   << (unexpected.empty() ? "" : unexpected.front());
   EXPECT_GT(acknowledged.size(), 3u) << answered << " answers, " << refused << " refused";
   // Every acknowledged upload is there with its etag and its bytes, from any replica.
@@ -453,12 +476,13 @@ TEST_F(ClusterDurability, ASkillCreatedThroughAIsUsedThroughBAndCAndDeletedEvery
   const std::string data = "skill data " + md5_hex(random_bytes(16));
   const fs::path folder = work / "shared-skill";
   fs::create_directories(folder / "data");
-  std::ofstream(folder / "SKILL.md") << "---\nname: shared-skill\ndescription: A skill every replica serves.\n---\n"
-                                        "Read data/value.txt.\n";
+  std::ofstream(folder / "SKILL.md")
+      << "---\nname: shared-skill\ndescription: A skill every replica serves.\n---\n"
+         "Read data/value.txt.\n";
   std::ofstream(folder / "data" / "value.txt") << data;
-  Answer created = http("-X POST '" + a().url("/api/gpt/v1/skills") + "' -F 'files[]=@" + (folder / "SKILL.md").string() +
-                        ";filename=shared-skill/SKILL.md' -F 'files[]=@" + (folder / "data" / "value.txt").string() +
-                        ";filename=shared-skill/data/value.txt'");
+  Answer created = http("-X POST '" + a().url("/api/gpt/v1/skills") + "' -F 'files[]=@" +
+                        (folder / "SKILL.md").string() + ";filename=shared-skill/SKILL.md' -F 'files[]=@" +
+                        (folder / "data" / "value.txt").string() + ";filename=shared-skill/data/value.txt'");
   ASSERT_EQ(created.status, 200) << created.describe();
   const std::string id(json(created.body).at("id").as_string());
   const std::string version(json(created.body).at("latest_version_id").as_string());
@@ -473,16 +497,19 @@ TEST_F(ClusterDurability, ASkillCreatedThroughAIsUsedThroughBAndCAndDeletedEvery
   for (auto* through : {&b(), &c()}) {
     EXPECT_FALSE(fs::exists(through->dir() / local)) << through->id() << " has a copy before its first use";
     upstream->push_message(U::message(
-        {U::tool_use("toolu_skill_" + through->id(), "bash_code_execution",
-                     {{"command", "cat /mnt/skills/shared-skill/data/value.txt; touch /mnt/skills/shared-skill/x 2>/dev/null "
-                                  "|| echo ' read-only'"}})},
+        {U::tool_use(
+            "toolu_skill_" + through->id(), "bash_code_execution",
+            {{"command",
+              "cat /mnt/skills/shared-skill/data/value.txt; touch /mnt/skills/shared-skill/x 2>/dev/null "
+              "|| echo ' read-only'"}})},
         "tool_use"));
     upstream->push_message(U::message({U::text_block("Read it.")}, "end_turn"));
     const fs::path body = work / ("messages-" + through->id() + ".json");
     std::ofstream(body) << bj::serialize(bj::object{
         {"model", "default"},
         {"max_tokens", 1024},
-        {"container", {{"id", "skills-" + through->id()}, {"skills", bj::array{{{"type", "custom"}, {"skill_id", id}}}}}},
+        {"container",
+         {{"id", "skills-" + through->id()}, {"skills", bj::array{{{"type", "custom"}, {"skill_id", id}}}}}},
         {"tools", bj::array{{{"name", "code_execution"}, {"type", "code_execution_20250825"}}}},
         {"messages", bj::array{{{"role", "user"}, {"content", "read the skill"}}}}});
     Answer reply = http("-X POST '" + through->url("/api/gpt/v1/messages") +
@@ -491,7 +518,8 @@ TEST_F(ClusterDurability, ASkillCreatedThroughAIsUsedThroughBAndCAndDeletedEvery
     const auto message = json(reply.body);
     const auto& content = message.at("content").as_array();
     ASSERT_GE(content.size(), 2u) << reply.body;
-    EXPECT_EQ(content[1].at("content").at("stdout"), bj::value(data + " read-only\n")) << through->id() << ": " << reply.body;
+    EXPECT_EQ(content[1].at("content").at("stdout"), bj::value(data + " read-only\n"))
+        << through->id() << ": " << reply.body;
     EXPECT_TRUE(fs::exists(through->dir() / local / "data" / "value.txt")) << through->id();
   }
 

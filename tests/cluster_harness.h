@@ -5,7 +5,6 @@
 // tests/cluster_test.cc's, with room for more configuration (storage.backend s3).
 #pragma once
 
-
 #include <functional>
 #include <optional>
 
@@ -28,7 +27,8 @@ inline pid_t spawn_logged(std::vector<std::string> args, const fs::path& log) {
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
   pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) throw std::runtime_error("spawn failed");
+  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0)
+    throw std::runtime_error("spawn failed");
   posix_spawn_file_actions_destroy(&actions);
   return pid;
 }
@@ -57,7 +57,8 @@ class SharedMetadata {
       fs::create_symlink(db_.sqlite_path(), data_dir / "sandboxd.db");
       return "";
     }
-    return "metadata:\n  backend: postgres\n  postgres:\n    url: \"" + db_.postgres_url() + "\"\n" + postgres_yaml_;
+    return "metadata:\n  backend: postgres\n  postgres:\n    url: \"" + db_.postgres_url() + "\"\n" +
+           postgres_yaml_;
   }
   // More keys of metadata.postgres for the replicas attached from now on (YAML lines,
   // indented for that section).
@@ -86,7 +87,8 @@ class SharedMetadata {
     return metadata.files_of(storage).size();
   }
   // The container's manifest rows: sandbox path -> row.
-  std::map<std::string, store::ManifestRow> manifest_of(const std::string& owner, const std::string& container) const {
+  std::map<std::string, store::ManifestRow> manifest_of(const std::string& owner,
+                                                        const std::string& container) const {
     std::map<std::string, store::ManifestRow> out;
     const std::string storage = storage_of(owner, container);
     if (storage.empty()) return out;
@@ -114,20 +116,22 @@ class Replica {
     fs::create_directories(dir_ / "data");
     const std::string metadata_yaml = metadata.attach(dir_ / "data");
     std::ofstream(dir_ / "config.yaml")
-        << "server:\n  listen: \"127.0.0.1:" << port_ << "\"\n  dataDir: \"" << (dir_ / "data").string() << "\"\n"
+        << "server:\n  listen: \"127.0.0.1:" << port_ << "\"\n  dataDir: \"" << (dir_ / "data").string()
+        << "\"\n"
         << "auth:\n  tokens:\n    - { token: " << kToken << ", owner: alice }\n    - { token: " << kBobToken
         << ", owner: bob }\n  adminToken: " << kAdminToken << "\n"
         << "runtime:\n  prestartedSandboxes: 0\n"
         << "model:\n  baseUrl: \"" << model_url << "\"\n  apiKey: k\n  models: { default: upstream-model }\n"
         << "  timeoutSec: 10\n  pingIntervalSec: 1\n"
-        << "cluster:\n  replicaId: " << id_ << "\n  advertiseUrl: \"" << url() << "\"\n  leaseSeconds: " << lease_seconds
-        << "\n  shutdownGraceSec: 10\n"
+        << "cluster:\n  replicaId: " << id_ << "\n  advertiseUrl: \"" << url()
+        << "\"\n  leaseSeconds: " << lease_seconds << "\n  shutdownGraceSec: 10\n"
         << metadata_yaml << extra_yaml;
   }
   ~Replica() { stop(SIGTERM); }
 
   void start() {
-    pid_ = spawn_logged({SANDBOXD_PATH, "serve", "--config", (dir_ / "config.yaml").string()}, dir_ / "server.log");
+    pid_ = spawn_logged({SANDBOXD_PATH, "serve", "--config", (dir_ / "config.yaml").string()},
+                        dir_ / "server.log");
     if (!wait_for_port(port_, pid_)) throw std::runtime_error(id_ + " did not start: " + log());
   }
   // The exit status, or -signal.
@@ -146,7 +150,9 @@ class Replica {
 
   const std::string& id() const { return id_; }
   uint16_t port() const { return port_; }
-  std::string url(const std::string& path = "") const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string url(const std::string& path = "") const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
   std::string log() const { return read_file(dir_ / "server.log"); }
   const fs::path& dir() const { return dir_; }
 
@@ -164,7 +170,8 @@ class Nginx {
   Nginx(const fs::path& dir, const std::vector<uint16_t>& ports) : dir_(dir), port_(free_loopback_port()) {
     fs::create_directories(dir_ / "logs");
     std::ofstream conf(dir_ / "nginx.conf");
-    conf << "daemon off;\nmaster_process off;\nworker_processes 1;\npid " << (dir_ / "nginx.pid").string() << ";\n"
+    conf << "daemon off;\nmaster_process off;\nworker_processes 1;\npid " << (dir_ / "nginx.pid").string()
+         << ";\n"
          << "error_log " << (dir_ / "logs" / "error.log").string() << " info;\n"
          << "events { worker_connections 256; }\n"
          << "http {\n  access_log " << (dir_ / "logs" / "access.log").string() << ";\n";
@@ -174,11 +181,12 @@ class Nginx {
     for (auto port : ports) conf << "    server 127.0.0.1:" << port << " max_fails=0;\n";
     conf << "  }\n  server {\n    listen 127.0.0.1:" << port_ << ";\n"
          << "    client_max_body_size 0;\n    proxy_request_buffering off;\n    proxy_buffering off;\n"
-         << "    proxy_http_version 1.1;\n    proxy_set_header Connection \"\";\n    proxy_read_timeout 300s;\n"
+         << "    proxy_http_version 1.1;\n    proxy_set_header Connection \"\";\n    proxy_read_timeout "
+            "300s;\n"
          << "    location / { proxy_pass http://replicas; }\n  }\n}\n";
     conf.close();
-    pid_ = spawn_logged({"/usr/sbin/nginx", "-p", dir_.string(), "-e", (dir_ / "logs" / "error.log").string(), "-c",
-                         (dir_ / "nginx.conf").string()},
+    pid_ = spawn_logged({"/usr/sbin/nginx", "-p", dir_.string(), "-e", (dir_ / "logs" / "error.log").string(),
+                         "-c", (dir_ / "nginx.conf").string()},
                         dir_ / "logs" / "stderr.log");
     if (!wait_for_port(port_, pid_))
       throw std::runtime_error("nginx did not start: " + read_file(dir_ / "logs" / "error.log") +
@@ -188,7 +196,9 @@ class Nginx {
     kill(pid_, SIGQUIT);
     waitpid(pid_, nullptr, 0);
   }
-  std::string url(const std::string& path = "") const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string url(const std::string& path = "") const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
 
  private:
   fs::path dir_;
@@ -206,11 +216,12 @@ class SlowUpload {
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     addr.sin_port = htons(port);
-    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) throw std::runtime_error("connect");
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+      throw std::runtime_error("connect");
     timeval timeout{30, 0};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-    const std::string header = "PUT " + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + Replica::kToken +
-                               "\r\nContent-Length: " + std::to_string(body_.size()) +
+    const std::string header = "PUT " + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                               Replica::kToken + "\r\nContent-Length: " + std::to_string(body_.size()) +
                                "\r\nExpect: 100-continue\r\n\r\n";
     send_all(header);
     continued_ = read_some().find("100 Continue") != std::string::npos;

@@ -358,9 +358,9 @@ TEST_F(ClusterReliability, AHolderPausedWhileItsContainerIsDeletedWritesNothingA
 
   // A comes back: nothing of the container reappears, and A lets its copy go.
   a().signal(SIGCONT);
-  EXPECT_TRUE(eventually(
-      [&] { return a().log().find("was deleted through another replica") != std::string::npos; },
-      std::chrono::seconds(30)));
+  EXPECT_TRUE(
+      eventually([&] { return a().log().find("was deleted through another replica") != std::string::npos; },
+                 std::chrono::seconds(30)));
   auto mounted_on = [&](const Replica& replica) {
     std::ifstream in("/proc/" + std::to_string(replica.pid()) + "/mountinfo");
     std::string mounts((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

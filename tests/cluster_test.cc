@@ -72,20 +72,20 @@ class ClusterTest : public ::testing::Test {
   }
   // GET `url` into `file`; the status.
   static int download(const std::string& url, const fs::path& file) {
-    return std::stoi(sh(std::string("curl -s -o '") + file.string() + "' -w '%{http_code}' -H 'Authorization: Bearer " +
-                        kToken + "' '" + url + "'"));
+    return std::stoi(sh(std::string("curl -s -o '") + file.string() +
+                        "' -w '%{http_code}' -H 'Authorization: Bearer " + kToken + "' '" + url + "'"));
   }
   static int status_of(const std::string& args) {
-    return std::stoi(sh(std::string("curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer ") + kToken +
-                        "' " + args));
+    return std::stoi(sh(std::string("curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer ") +
+                        kToken + "' " + args));
   }
   // A bash command through a replica's (or nginx's) containers API: its JSON answer.
-  static std::string bash_raw(const std::string& base, const std::string& container, const std::string& command,
-                              int* status = nullptr) {
+  static std::string bash_raw(const std::string& base, const std::string& container,
+                              const std::string& command, int* status = nullptr) {
     const fs::path body = root / ("cmd-" + std::to_string(++counter) + ".json");
     std::ofstream(body) << bj::serialize(bj::object{{"command", command}});
-    const std::string out = curl("-w '\\n%{http_code}' -X POST '" + base + "/api/gpt/v1/containers/" + container +
-                                 "/tools/bash_code_execution' --data-binary @" + body.string());
+    const std::string out = curl("-w '\\n%{http_code}' -X POST '" + base + "/api/gpt/v1/containers/" +
+                                 container + "/tools/bash_code_execution' --data-binary @" + body.string());
     const size_t split = out.rfind('\n');
     if (status) *status = std::stoi(out.substr(split + 1));
     return out.substr(0, split);
@@ -103,12 +103,14 @@ class ClusterTest : public ::testing::Test {
   // Files of a container through `base`: file name -> file id.
   static std::map<std::string, std::string> files_of(const std::string& base, const std::string& container) {
     std::map<std::string, std::string> out;
-    for (const auto& [name, file] : listing_of(base, container)) out[name] = std::string(file.at("id").as_string());
+    for (const auto& [name, file] : listing_of(base, container))
+      out[name] = std::string(file.at("id").as_string());
     return out;
   }
   // The same, each file's whole object (etag, size_bytes).
   static std::map<std::string, bj::object> listing_of(const std::string& base, const std::string& container) {
-    auto listing = json(curl("'" + base + "/api/gpt/v1/files?scope_id=" + container + "&limit=100'")).as_object();
+    auto listing =
+        json(curl("'" + base + "/api/gpt/v1/files?scope_id=" + container + "&limit=100'")).as_object();
     std::map<std::string, bj::object> out;
     for (const auto& file : listing.at("data").as_array())
       out[std::string(file.at("filename").as_string())] = file.as_object();
@@ -129,8 +131,8 @@ TEST_F(ClusterTest, UploadThroughOneRunThroughAnotherDownloadThroughTheThird) {
   const fs::path original = work / "data.bin";
   std::ofstream(original, std::ios::binary) << random_bytes(3 << 20);
   // Uploaded through A: A takes the container.
-  auto uploaded = json(curl("-X POST '" + a().url("/api/gpt/v1/files?scope_id=" + container) + "' -F 'file=@" +
-                            original.string() + "'"));
+  auto uploaded = json(curl("-X POST '" + a().url("/api/gpt/v1/files?scope_id=" + container) +
+                            "' -F 'file=@" + original.string() + "'"));
   ASSERT_TRUE(uploaded.as_object().contains("id")) << bj::serialize(uploaded);
   auto lease = lease_of(container);
   ASSERT_TRUE(lease);
@@ -146,15 +148,18 @@ TEST_F(ClusterTest, UploadThroughOneRunThroughAnotherDownloadThroughTheThird) {
   auto files = files_of(c().url(), container);
   ASSERT_TRUE(files.count("copy.bin")) << "listed through C";
   const fs::path downloaded = work / "downloaded.bin";
-  EXPECT_EQ(download(c().url("/api/gpt/v1/files/" + files["copy.bin"] + "/content?scope_id=" + container), downloaded),
+  EXPECT_EQ(download(c().url("/api/gpt/v1/files/" + files["copy.bin"] + "/content?scope_id=" + container),
+                     downloaded),
             200);
   EXPECT_EQ(sha256_of(downloaded), sha256_of(original));
   // Through the load balancer, each replica in turn: every answer the same bytes,
   // HEAD with its length.
   for (int i = 0; i < 6; ++i) {
     const fs::path again = work / ("again-" + std::to_string(i) + ".bin");
-    EXPECT_EQ(download(nginx->url("/api/gpt/v1/files/" + files["copy.bin"] + "/content?scope_id=" + container), again),
-              200);
+    EXPECT_EQ(
+        download(nginx->url("/api/gpt/v1/files/" + files["copy.bin"] + "/content?scope_id=" + container),
+                 again),
+        200);
     EXPECT_EQ(sha256_of(again), sha256_of(original)) << "download " << i;
   }
   // Uploads through a non-holder stream on to A, sized and chunked alike.
@@ -172,39 +177,45 @@ TEST_F(ClusterTest, UploadThroughOneRunThroughAnotherDownloadThroughTheThird) {
     ASSERT_TRUE(listed.count(name)) << name;
     EXPECT_EQ(std::string(listed[name].at("etag").as_string()), second_md5) << name;
   }
-  const std::string head = curl("-I '" + b().url("/api/gpt/v1/files/" + files["data.bin"] + "?scope_id=" + container) + "'");
+  const std::string head =
+      curl("-I '" + b().url("/api/gpt/v1/files/" + files["data.bin"] + "?scope_id=" + container) + "'");
   EXPECT_NE(head.find("X-File-Size-Bytes: " + std::to_string(3 << 20)), std::string::npos) << head;
   // A request relayed once already is never relayed again: B, not the holder, refuses it.
-  EXPECT_EQ(status_of("-H 'Sandboxd-Relayed-By: replica-x' '" + b().url("/api/gpt/v1/files?scope_id=" + container) + "'"),
+  EXPECT_EQ(status_of("-H 'Sandboxd-Relayed-By: replica-x' '" +
+                      b().url("/api/gpt/v1/files?scope_id=" + container) + "'"),
             503);
   // Nobody took the container from A.
   lease = lease_of(container);
   EXPECT_EQ(lease->holder, "replica-a");
   EXPECT_EQ(lease->epoch, 1);
   // B's disk never held it: B relayed every request.
-  EXPECT_EQ(b().log().find("took container storage " + metadata->storage_of("alice", container)), std::string::npos);
+  EXPECT_EQ(b().log().find("took container storage " + metadata->storage_of("alice", container)),
+            std::string::npos);
 }
 
 TEST_F(ClusterTest, MessagesStreamThroughANonHolderArrivesIntact) {
   const std::string container = "shared-stream";
   bash(a().url(), container, "echo ready > /mnt/user-data/outputs/ready.txt");  // A holds it
   using U = ScriptedUpstream;
-  upstream->push_message(U::message({U::text_block("Running it."),
-                                     U::tool_use("toolu_c1", "bash_code_execution",
-                                                 {{"command", "cat /mnt/user-data/outputs/ready.txt; echo streamed"}})},
-                                    "tool_use"));
+  upstream->push_message(
+      U::message({U::text_block("Running it."),
+                  U::tool_use("toolu_c1", "bash_code_execution",
+                              {{"command", "cat /mnt/user-data/outputs/ready.txt; echo streamed"}})},
+                 "tool_use"));
   upstream->push_message(U::message({U::text_block("It printed twice.")}, "end_turn"));
-  bj::object body{{"model", "default"},
-                  {"max_tokens", 1024},
-                  {"stream", true},
-                  {"container", container},
-                  {"messages", bj::array{bj::object{{"role", "user"}, {"content", "run it"}}}},
-                  {"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_v1"}}}}};
+  bj::object body{
+      {"model", "default"},
+      {"max_tokens", 1024},
+      {"stream", true},
+      {"container", container},
+      {"messages", bj::array{bj::object{{"role", "user"}, {"content", "run it"}}}},
+      {"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_v1"}}}}};
   const fs::path file = work / "body.json";
   std::ofstream(file) << bj::serialize(body);
   const fs::path headers = work / "headers";
-  const std::string text = curl("-N -D '" + headers.string() + "' -X POST '" + c().url("/api/gpt/v1/messages") +
-                                "' -H 'content-type: application/json' --data-binary @" + file.string());
+  const std::string text =
+      curl("-N -D '" + headers.string() + "' -X POST '" + c().url("/api/gpt/v1/messages") +
+           "' -H 'content-type: application/json' --data-binary @" + file.string());
   EXPECT_NE(read_file(headers).find("text/event-stream"), std::string::npos) << read_file(headers);
   auto events = parse_sse(text);
   ASSERT_GE(events.size(), 10u) << text;
@@ -234,9 +245,10 @@ TEST_F(ClusterTest, KilledHolderIsReplacedWithinItsLease) {
   // At once (A's lease still runs): a replica relaying to it answers 503, Retry-After,
   // the documented error shape and nothing of why.
   const fs::path headers = work / "headers";
-  const std::string refused = curl("-D '" + headers.string() + "' -X POST '" +
-                                   b().url("/api/gpt/v1/containers/" + container + "/tools/bash_code_execution") +
-                                   "' -d '{\"command\": \"true\"}'");
+  const std::string refused =
+      curl("-D '" + headers.string() + "' -X POST '" +
+           b().url("/api/gpt/v1/containers/" + container + "/tools/bash_code_execution") +
+           "' -d '{\"command\": \"true\"}'");
   EXPECT_EQ(read_file(headers).rfind("HTTP/1.1 503", 0), 0u) << read_file(headers);
   EXPECT_NE(read_file(headers).find("Retry-After: "), std::string::npos) << read_file(headers);
   EXPECT_EQ(refused.rfind("{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"", 0), 0u) << refused;
@@ -267,12 +279,15 @@ TEST_F(ClusterTest, KilledHolderIsReplacedWithinItsLease) {
 TEST_F(ClusterTest, PausedHolderIsFencedWhenItComesBackAndTheNewHoldersFilesStay) {
   const std::string container = "shared-pause";
   const std::string files_url = "/api/gpt/v1/files";
-  ASSERT_EQ(status_of("-X PUT --data-binary 'first' '" + a().url(files_url + "/first.txt?scope_id=" + container) + "'"), 200);
+  ASSERT_EQ(status_of("-X PUT --data-binary 'first' '" +
+                      a().url(files_url + "/first.txt?scope_id=" + container) + "'"),
+            200);
   ASSERT_EQ(lease_of(container)->holder, "replica-a");
   bash(a().url(), container, "echo a sandbox on A");
-  EXPECT_NE(sh("curl -sS -H 'Authorization: Bearer admin-secret-0123456789' '" + a().url("/admin/sandboxes") + "'")
-                .find(container),
-            std::string::npos);
+  EXPECT_NE(
+      sh("curl -sS -H 'Authorization: Bearer admin-secret-0123456789' '" + a().url("/admin/sandboxes") + "'")
+          .find(container),
+      std::string::npos);
   // An upload to A, half sent when A is paused.
   SlowUpload late(a().port(), files_url + "/late.txt?scope_id=" + container, random_bytes(256 << 10));
   ASSERT_TRUE(late.continued()) << "A opened the container for the upload";
@@ -292,13 +307,15 @@ TEST_F(ClusterTest, PausedHolderIsFencedWhenItComesBackAndTheNewHoldersFilesStay
   const std::string answer = late.finish();
   EXPECT_EQ(answer.rfind("HTTP/1.1 503", 0), 0u) << answer;
   EXPECT_NE(answer.find("Retry-After: "), std::string::npos) << answer;
-  EXPECT_NE(answer.find("{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\""), std::string::npos) << answer;
+  EXPECT_NE(answer.find("{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\""), std::string::npos)
+      << answer;
   EXPECT_NE(a().log().find("a write at epoch"), std::string::npos) << "A's write met the fence";
   // A gave the container up: its sandbox there stops (B runs the container's commands).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   std::string sandboxes_on_a;
   while (std::chrono::steady_clock::now() < deadline) {
-    sandboxes_on_a = sh("curl -sS -H 'Authorization: Bearer admin-secret-0123456789' '" + a().url("/admin/sandboxes") + "'");
+    sandboxes_on_a = sh("curl -sS -H 'Authorization: Bearer admin-secret-0123456789' '" +
+                        a().url("/admin/sandboxes") + "'");
     if (sandboxes_on_a.find(container) == std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -314,9 +331,13 @@ TEST_F(ClusterTest, PausedHolderIsFencedWhenItComesBackAndTheNewHoldersFilesStay
     EXPECT_FALSE(files.count("late.txt")) << through->id();
   }
   // And its bytes are the ones B received (copied to outputs/ to download them).
-  EXPECT_EQ(bash(c().url(), container, "cp /mnt/user-data/uploads/newer.bin /mnt/user-data/outputs/").at("return_code"), 0);
+  EXPECT_EQ(bash(c().url(), container, "cp /mnt/user-data/uploads/newer.bin /mnt/user-data/outputs/")
+                .at("return_code"),
+            0);
   const fs::path copy = work / "newer-copy.bin";
-  EXPECT_EQ(download(a().url(files_url + "/" + file_id("/mnt/user-data/outputs/newer.bin") + "/content?scope_id=" + container), copy),
+  EXPECT_EQ(download(a().url(files_url + "/" + file_id("/mnt/user-data/outputs/newer.bin") +
+                             "/content?scope_id=" + container),
+                     copy),
             200);
   EXPECT_EQ(sha256_of(copy), sha256_of(newer));
   lease = lease_of(container);
@@ -341,7 +362,8 @@ TEST_F(ClusterTest, SigtermReleasesTheLeasesAtOnceAndDrainDoesWithoutExiting) {
   // `sandboxd admin drain` against B: the same, and B keeps running.
   int status = -1;
   const std::string drained = sh(std::string(SANDBOXD_PATH) + " admin drain --url " + b().url() +
-                                 " --admin-token admin-secret-0123456789 2>&1", &status);
+                                     " --admin-token admin-secret-0123456789 2>&1",
+                                 &status);
   EXPECT_EQ(status, 0) << drained;
   EXPECT_NE(drained.find("released"), std::string::npos) << drained;
   EXPECT_EQ(lease_of(by_drain)->holder, "");

@@ -27,8 +27,9 @@ const std::string kKillTemplate = std::string("kill -KILL $(") + kFindTemplate +
 const std::string kStopTemplate = std::string("kill -STOP $(") + kFindTemplate + ")";
 const char* kConfinement =
     "grep -E '^(Uid|CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t' ' '";
-const char* kConfined = "Uid: 1000 1000 1000 1000\nCapEff: 0000000000000000\nCapBnd: 0000000000000000\n"
-                        "NoNewPrivs: 1\nSeccomp: 2\n";
+const char* kConfined =
+    "Uid: 1000 1000 1000 1000\nCapEff: 0000000000000000\nCapBnd: 0000000000000000\n"
+    "NoNewPrivs: 1\nSeccomp: 2\n";
 
 class CommandTemplateTest : public SandboxPerTest {
  protected:
@@ -60,7 +61,8 @@ TEST_F(CommandTemplateTest, OneTemplateServesEveryCommandAndItsChildrenAreConfin
   EXPECT_EQ(c.stdout_text, kConfined) << c.stderr_text;
   // The agent cannot look into it: its memory is PID 1's and not dumpable.
   std::string pid = first.substr(0, first.size() - 1);
-  auto peek = run("cat /proc/" + pid + "/environ; ls /proc/" + pid + "/fd; cat /proc/" + pid + "/maps; echo end");
+  auto peek =
+      run("cat /proc/" + pid + "/environ; ls /proc/" + pid + "/fd; cat /proc/" + pid + "/maps; echo end");
   EXPECT_EQ(peek.stdout_text, "end\n") << peek.stdout_text;
   EXPECT_NE(peek.stderr_text.find("Permission denied"), std::string::npos) << peek.stderr_text;
 }

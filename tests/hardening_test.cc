@@ -15,8 +15,8 @@
 #include <boost/asio/io_context.hpp>
 #include <thread>
 
-#include "server/http_server.h"
 #include "eventually.h"
+#include "server/http_server.h"
 #include "server_harness.h"
 
 using namespace sandboxd::testing;
@@ -91,7 +91,8 @@ class HardeningTest : public ::testing::Test {
                   const std::string& in_container = "") {
     std::ofstream(*work / "body.json") << bj::serialize(bj::object{{"command", command}});
     return server
-        ->curl_json("-X POST " + server->base() + "/containers/" + (in_container.empty() ? container : in_container) +
+        ->curl_json("-X POST " + server->base() + "/containers/" +
+                        (in_container.empty() ? container : in_container) +
                         "/tools/bash_code_execution -d @" + (*work / "body.json").string(),
                     owner_token)
         .as_object();
@@ -100,17 +101,20 @@ class HardeningTest : public ::testing::Test {
     return "'" + server->base() + "/files" + path + "?scope_id=" + container + query + "'";
   }
   // A request line and headers for alice, on the raw wire.
-  std::string raw_request(const std::string& method, const std::string& target, const std::string& extra = "") const {
-    return method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer secret-alice\r\n" + extra;
+  std::string raw_request(const std::string& method, const std::string& target,
+                          const std::string& extra = "") const {
+    return method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer secret-alice\r\n" +
+           extra;
   }
   // Bob, another owner, gets on with his work: a command and a file round trip.
   void expect_bob_works() {
-    auto r = bash("echo bob-ok > /mnt/user-data/outputs/b.txt && cat /mnt/user-data/outputs/b.txt", "secret-bob-x",
-                  "bob-box");
+    auto r = bash("echo bob-ok > /mnt/user-data/outputs/b.txt && cat /mnt/user-data/outputs/b.txt",
+                  "secret-bob-x", "bob-box");
     EXPECT_EQ(r.at("stdout"), "bob-ok\n") << bj::serialize(r);
     std::string id = file_id("/mnt/user-data/outputs/b.txt");
-    EXPECT_EQ(server->curl("'" + server->base() + "/files/" + id + "/content?scope_id=bob-box'", "secret-bob-x"),
-              "bob-ok\n");
+    EXPECT_EQ(
+        server->curl("'" + server->base() + "/files/" + id + "/content?scope_id=bob-box'", "secret-bob-x"),
+        "bob-ok\n");
   }
 
   static ServerProcess* server;
@@ -127,7 +131,8 @@ TEST_F(HardeningTest, FileNamesWithControlBytesNeverBreakHeaders) {
   // smuggle a whole response (no '/' in a name: "HTTP-1.1"), with CRLF, bare CR, bare
   // LF, other controls.
   const std::vector<std::string> names = {"a\r\nSet-Cookie: x=1", "b\rSet-Cookie: y=2", "c\nSet-Cookie: z=3",
-                                          "d\r\n\r\nHTTP-1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "e\x01\x1f\x7f.txt"};
+                                          "d\r\n\r\nHTTP-1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+                                          "e\x01\x1f\x7f.txt"};
   std::string script = "cd /mnt/user-data/outputs";
   for (size_t i = 0; i < names.size(); ++i) {
     std::string escaped;
@@ -140,7 +145,8 @@ TEST_F(HardeningTest, FileNamesWithControlBytesNeverBreakHeaders) {
     script += " && n=\"$(printf '" + escaped + "x')\" && printf 'x' > \"${n%x}\"";
   }
   auto made = bash(script + " && find . -maxdepth 1 -type f -printf x | wc -c");
-  ASSERT_EQ(std::string(made.at("stdout").as_string()), std::to_string(names.size()) + "\n") << bj::serialize(made);
+  ASSERT_EQ(std::string(made.at("stdout").as_string()), std::to_string(names.size()) + "\n")
+      << bj::serialize(made);
 
   for (const auto& name : names) {
     const std::string path = "/mnt/user-data/outputs/" + name;
@@ -148,8 +154,9 @@ TEST_F(HardeningTest, FileNamesWithControlBytesNeverBreakHeaders) {
     const std::string target = "/api/gpt/v1/files/" + b64 + "?scope_id=" + container;
     // HEAD then a pipelined GET /health on one keep-alive connection: exactly two
     // responses come back, and no header line the file name made.
-    std::string raw = raw_exchange(server->port(), raw_request("HEAD", target, "\r\n") +
-                                                       "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    std::string raw =
+        raw_exchange(server->port(), raw_request("HEAD", target, "\r\n") +
+                                         "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     EXPECT_EQ(raw.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << raw;
     EXPECT_EQ(count(raw, "HTTP/1.1 "), 2u) << raw;
     // (The name's text is in the encoded value; it never starts a line.)
@@ -162,9 +169,9 @@ TEST_F(HardeningTest, FileNamesWithControlBytesNeverBreakHeaders) {
     for (unsigned char c : head) EXPECT_TRUE(c == '\r' || c == '\n' || (c >= 0x20 && c < 0x7f)) << head;
     EXPECT_NE(head.find("X-File-Filename: " + name.substr(0, 1) + "%"), std::string::npos) << head;
     // The download: Content-Disposition encoded, the body exact.
-    std::string get = raw_exchange(server->port(),
-                                   raw_request("GET", "/api/gpt/v1/files/" + b64 + "/content?scope_id=" + container,
-                                               "Connection: close\r\n\r\n"));
+    std::string get = raw_exchange(
+        server->port(), raw_request("GET", "/api/gpt/v1/files/" + b64 + "/content?scope_id=" + container,
+                                    "Connection: close\r\n\r\n"));
     EXPECT_EQ(get.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << get;
     EXPECT_EQ(count(get, "\nSet-Cookie") + count(get, "\rSet-Cookie"), 0u) << get;
     EXPECT_NE(get.find("filename*=UTF-8''" + name.substr(0, 1) + "%"), std::string::npos) << get;
@@ -179,7 +186,8 @@ TEST(HardeningTransport, AHeaderWithAControlByteIsNeverSent) {
   namespace server = sandboxd::server;
   boost::asio::io_context io;
   server::HttpServer http(io, server::ServerLimits{});
-  const std::vector<std::string> values = {"a\r\nSet-Cookie: x=1", "b\rc", "d\ne", std::string("f\0g", 3), "h\x01i"};
+  const std::vector<std::string> values = {"a\r\nSet-Cookie: x=1", "b\rc", "d\ne", std::string("f\0g", 3),
+                                           "h\x01i"};
   http.route(server::http::verb::get, "/bad/{n}", "bad",
              [&](server::RequestContext& ctx) -> boost::asio::awaitable<sandboxd::Result<server::Response>> {
                server::StringResponse res{server::http::status::ok, 11};
@@ -197,9 +205,10 @@ TEST(HardeningTransport, AHeaderWithAControlByteIsNeverSent) {
   std::thread runner([&] { io.run(); });
   for (size_t n = 0; n < values.size(); ++n) {
     // The refused response, then the next request on the same connection still works.
-    std::string raw = raw_exchange(endpoint.port(), "GET /bad/" + std::to_string(n) +
-                                                        " HTTP/1.1\r\nHost: x\r\n\r\nGET /good HTTP/1.1\r\nHost: x\r\n"
-                                                        "Connection: close\r\n\r\n");
+    std::string raw =
+        raw_exchange(endpoint.port(), "GET /bad/" + std::to_string(n) +
+                                          " HTTP/1.1\r\nHost: x\r\n\r\nGET /good HTTP/1.1\r\nHost: x\r\n"
+                                          "Connection: close\r\n\r\n");
     EXPECT_EQ(raw.rfind("HTTP/1.1 500 ", 0), 0u) << raw;
     EXPECT_EQ(raw.find("X-Name"), std::string::npos) << raw;
     EXPECT_EQ(raw.find("Set-Cookie"), std::string::npos) << raw;
@@ -215,16 +224,19 @@ TEST(HardeningTransport, AHeaderWithAControlByteIsNeverSent) {
 // --- 2. invalid UTF-8 never reaches JSON ---------------------------------------------
 
 TEST_F(HardeningTest, NonUtf8FileNamesListAsReplacementAndIdsStayExact) {
-  auto made = bash("cd /mnt/user-data/outputs && printf 'raw' > \"$(printf 'n\\377\\376.txt')\" && "
-                   "printf 'ok' > fine.txt && ls | wc -l");
+  auto made = bash(
+      "cd /mnt/user-data/outputs && printf 'raw' > \"$(printf 'n\\377\\376.txt')\" && "
+      "printf 'ok' > fine.txt && ls | wc -l");
   ASSERT_EQ(made.at("stdout"), "2\n") << bj::serialize(made);
   // A multipart upload whose filename is not UTF-8 either (sent raw on the wire).
   std::string body =
-      "--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"u\xff\xfe.bin\"\r\n\r\nuploaded\r\n--XB--\r\n";
-  std::string up = raw_exchange(server->port(), raw_request("POST", "/api/gpt/v1/files?scope_id=" + container,
-                                                            "Content-Type: multipart/form-data; boundary=XB\r\n"
-                                                            "Connection: close\r\nContent-Length: " +
-                                                                std::to_string(body.size()) + "\r\n\r\n" + body));
+      "--XB\r\nContent-Disposition: form-data; name=\"file\"; "
+      "filename=\"u\xff\xfe.bin\"\r\n\r\nuploaded\r\n--XB--\r\n";
+  std::string up =
+      raw_exchange(server->port(), raw_request("POST", "/api/gpt/v1/files?scope_id=" + container,
+                                               "Content-Type: multipart/form-data; boundary=XB\r\n"
+                                               "Connection: close\r\nContent-Length: " +
+                                                   std::to_string(body.size()) + "\r\n\r\n" + body));
   ASSERT_EQ(up.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << up;
   auto uploaded = json(up.substr(up.find("\r\n\r\n") + 4));  // Boost.JSON refuses invalid UTF-8
   EXPECT_EQ(uploaded.at("filename"), "u\xEF\xBF\xBD\xEF\xBF\xBD.bin");
@@ -251,8 +263,9 @@ TEST_F(HardeningTest, NonUtf8FileNamesListAsReplacementAndIdsStayExact) {
   EXPECT_EQ(bash("cat \"/mnt/user-data/uploads/$(printf 'u\\377\\376.bin')\"").at("stdout"), "uploaded");
   // An id that percent-decodes to bytes that are not UTF-8: the error that names it is
   // valid JSON, and the audit log (JSON lines) still parses line by line.
-  std::string odd = raw_exchange(server->port(), raw_request("GET", "/api/gpt/v1/files/%FF%FE?scope_id=" + container,
-                                                             "Connection: close\r\n\r\n"));
+  std::string odd = raw_exchange(
+      server->port(),
+      raw_request("GET", "/api/gpt/v1/files/%FF%FE?scope_id=" + container, "Connection: close\r\n\r\n"));
   EXPECT_EQ(odd.rfind("HTTP/1.1 400 ", 0), 0u) << odd;
   EXPECT_NO_THROW(json(odd.substr(odd.find("\r\n\r\n") + 4)));
   EXPECT_NE(odd.find("Invalid file id"), std::string::npos) << odd;
@@ -289,7 +302,8 @@ TEST_F(HardeningTest, SlowBodiesAreCutOffAndHealthKeepsAnswering) {
       ::send(fds[i], "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
       char buf[4096];
       ssize_t n;
-      while ((n = ::recv(fds[i], buf, sizeof buf, MSG_DONTWAIT)) > 0) replies[i].append(buf, static_cast<size_t>(n));
+      while ((n = ::recv(fds[i], buf, sizeof buf, MSG_DONTWAIT)) > 0)
+        replies[i].append(buf, static_cast<size_t>(n));
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         closed[i] = true;
         --open;
@@ -307,7 +321,8 @@ TEST_F(HardeningTest, SlowBodiesAreCutOffAndHealthKeepsAnswering) {
   EXPECT_EQ(health_ok, 3);
   int refused = 0;
   for (const auto& reply : replies)
-    if (reply.rfind("HTTP/1.1 429 ", 0) == 0 && reply.find("Too many open connections for this owner") != std::string::npos)
+    if (reply.rfind("HTTP/1.1 429 ", 0) == 0 &&
+        reply.find("Too many open connections for this owner") != std::string::npos)
       ++refused;
   EXPECT_GE(refused, kConnections - 40) << "past the owner's cap, connections are refused";
   for (int fd : fds) ::close(fd);
@@ -348,7 +363,9 @@ TEST(HardeningConnections, OutOfDescriptorsWaitingClientsAreClosedAndTheServerRe
   // (its start fills the pre-started pool, with descriptors of its own for a while).
   auto open_descriptors = [&] {
     size_t n = 0;
-    for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/" + std::to_string(server.pid()) + "/fd")) ++n;
+    for ([[maybe_unused]] const auto& entry :
+         fs::directory_iterator("/proc/" + std::to_string(server.pid()) + "/fd"))
+      ++n;
     return n;
   };
   size_t open_now = open_descriptors();
@@ -384,8 +401,10 @@ TEST(HardeningConnections, OutOfDescriptorsWaitingClientsAreClosedAndTheServerRe
     }
     char buf[4096];
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n > 0 && std::string_view(buf, static_cast<size_t>(n)).substr(0, 12) == "HTTP/1.1 200") ++answered;
-    else if (n <= 0) ++closed;
+    if (n > 0 && std::string_view(buf, static_cast<size_t>(n)).substr(0, 12) == "HTTP/1.1 200")
+      ++answered;
+    else if (n <= 0)
+      ++closed;
   }
   EXPECT_EQ(hanging, 0);
   EXPECT_GT(answered, 0);
@@ -405,11 +424,14 @@ TEST(HardeningConnections, OutOfDescriptorsWaitingClientsAreClosedAndTheServerRe
 // --- 4. active content ------------------------------------------------------------
 
 TEST_F(HardeningTest, ActiveContentIsSandboxedAndNeverSniffed) {
-  bash("cd /mnt/user-data/outputs && printf '<html><script>alert(document.cookie)</script></html>' > x.html && "
-       "printf '<svg xmlns=\"http://www.w3.org/2000/svg\"><script>alert(1)</script></svg>' > x.svg");
+  bash(
+      "cd /mnt/user-data/outputs && printf '<html><script>alert(document.cookie)</script></html>' > x.html "
+      "&& "
+      "printf '<svg xmlns=\"http://www.w3.org/2000/svg\"><script>alert(1)</script></svg>' > x.svg");
   for (const char* name : {"x.html", "x.svg"}) {
     std::string id = file_id(std::string("/mnt/user-data/outputs/") + name);
-    std::string headers = server->curl("-D - -o /dev/null " + files("/" + id + "/content", "&disposition=inline"));
+    std::string headers =
+        server->curl("-D - -o /dev/null " + files("/" + id + "/content", "&disposition=inline"));
     EXPECT_NE(headers.find("Content-Security-Policy: sandbox\r\n"), std::string::npos) << headers;
     EXPECT_NE(headers.find("X-Content-Type-Options: nosniff\r\n"), std::string::npos) << headers;
     EXPECT_NE(headers.find("Content-Disposition: inline;"), std::string::npos) << headers;
@@ -424,7 +446,8 @@ TEST_F(HardeningTest, ActiveContentIsSandboxedAndNeverSniffed) {
 // --- 5. NUL in a command --------------------------------------------------------------
 
 TEST_F(HardeningTest, ACommandWithNulIsInvalidInputAndTheSandboxKeepsRunning) {
-  EXPECT_EQ(bash("echo kept > /tmp/marker; sleep 300 >/dev/null 2>&1 & echo started").at("stdout"), "started\n");
+  EXPECT_EQ(bash("echo kept > /tmp/marker; sleep 300 >/dev/null 2>&1 & echo started").at("stdout"),
+            "started\n");
   auto refused = bash(std::string("echo a\0b", 8));
   EXPECT_EQ(refused.at("type"), "bash_code_execution_tool_result_error") << bj::serialize(refused);
   EXPECT_EQ(refused.at("error_code"), "invalid_tool_input") << bj::serialize(refused);

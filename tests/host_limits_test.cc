@@ -59,7 +59,8 @@ class HostLimitsTest : public ::testing::Test {
     // pre-started sandboxes (they would count); four commands at once, three per owner.
     server = new ServerProcess(
         "quotas:\n  runningSandboxesPerOwner: 2\n  containersPerOwner: 5\n"
-        "capacity:\n  maxConcurrentExecutions: 4\n  maxConcurrentExecutionsPerOwner: 3\n  queueTimeoutSec: 20\n"
+        "capacity:\n  maxConcurrentExecutions: 4\n  maxConcurrentExecutionsPerOwner: 3\n  queueTimeoutSec: "
+        "20\n"
         "runtime:\n  sandboxesPidsMax: 150\n  sandboxesMemoryMax: 400Mi\n  prestartedSandboxes: 0\n");
     work = new fs::path(server->dir() / "client");
     fs::create_directories(*work);
@@ -80,7 +81,8 @@ class HostLimitsTest : public ::testing::Test {
                             "/tools/bash_code_execution -d @" + body.string(),
                         token);
   }
-  bj::object bash(const std::string& container, const std::string& command, const std::string& token = "secret-alice") {
+  bj::object bash(const std::string& container, const std::string& command,
+                  const std::string& token = "secret-alice") {
     std::string raw = bash_raw(container, command, token);
     return json(raw.substr(raw.find("\r\n\r\n") + 4)).as_object();
   }
@@ -145,14 +147,16 @@ TEST_F(HostLimitsTest, AnOwnerPastTheRunningSandboxCapGetsA429AndOthersGoOn) {
   std::vector<std::thread> busy;
   std::vector<std::string> answers(2);
   for (int i = 0; i < 2; ++i)
-    busy.emplace_back([&, i] { answers[i] = bash_raw("alice-busy-" + std::to_string(i), wait_for_go, "secret-alice", 600); });
+    busy.emplace_back([&, i] {
+      answers[i] = bash_raw("alice-busy-" + std::to_string(i), wait_for_go, "secret-alice", 600);
+    });
   // Both commands run before the third sandbox is asked for: the 429 depends on it. (A
   // finished wait means the command is running, however long its sandbox took to start.)
   std::ofstream(*work / "go") << "go";
   auto release = [&] {
     for (int i = 0; i < 2; ++i)
-      server->curl("-X POST '" + server->base() + "/files?scope_id=alice-busy-" + std::to_string(i) + "' -F file=@" +
-                   (*work / "go").string());
+      server->curl("-X POST '" + server->base() + "/files?scope_id=alice-busy-" + std::to_string(i) +
+                   "' -F file=@" + (*work / "go").string());
     for (auto& thread : busy)
       if (thread.joinable()) thread.join();
   };
@@ -224,10 +228,11 @@ TEST_F(HostLimitsTest, OneOwnersLongCommandsLeaveRoomForOthers) {
   std::vector<std::string> answers(4);
   for (int i = 0; i < 4; ++i)
     busy.emplace_back([&, i] {
-      answers[i] = bash_raw("alice-fair-" + std::to_string(i % 2),
-                            "touch /mnt/user-data/outputs/started-" + std::to_string(i) +
-                                "; for i in $(seq 600); do [ -e /mnt/user-data/uploads/go ] && break; sleep 0.1; "
-                                "done; echo released");
+      answers[i] =
+          bash_raw("alice-fair-" + std::to_string(i % 2),
+                   "touch /mnt/user-data/outputs/started-" + std::to_string(i) +
+                       "; for i in $(seq 600); do [ -e /mnt/user-data/uploads/go ] && break; sleep 0.1; "
+                       "done; echo released");
     });
   // Her share (three) runs; the fourth waits in her own line, not in the global one.
   // (The commands of one container share its sandbox; two containers stay under her
@@ -235,7 +240,8 @@ TEST_F(HostLimitsTest, OneOwnersLongCommandsLeaveRoomForOthers) {
   auto started = [&] {
     int n = 0;
     for (int i = 0; i < 4; ++i)
-      n += server->status("'" + server->base() + "/files/" + file_id("/mnt/user-data/outputs/started-" + std::to_string(i)) +
+      n += server->status("'" + server->base() + "/files/" +
+                          file_id("/mnt/user-data/outputs/started-" + std::to_string(i)) +
                           "/content?scope_id=alice-fair-" + std::to_string(i % 2) + "'") == 200;
     return n;
   };
@@ -244,7 +250,8 @@ TEST_F(HostLimitsTest, OneOwnersLongCommandsLeaveRoomForOthers) {
   auto queued = [&] {
     const std::string text = sh("curl -sS " + server->url("/metrics"));
     std::smatch m;
-    return std::regex_search(text, m, std::regex("\nsandboxd_executions_queued ([0-9]+)\n")) ? std::stoi(m[1]) : -1;
+    return std::regex_search(text, m, std::regex("\nsandboxd_executions_queued ([0-9]+)\n")) ? std::stoi(m[1])
+                                                                                             : -1;
   };
   ASSERT_TRUE(eventually([&] { return queued() == 1; })) << server->log();
   EXPECT_EQ(started(), 3);
@@ -255,8 +262,8 @@ TEST_F(HostLimitsTest, OneOwnersLongCommandsLeaveRoomForOthers) {
   // Released, all four of hers finish.
   std::ofstream(*work / "go") << "go";
   for (int i = 0; i < 2; ++i)
-    server->curl("-X POST '" + server->base() + "/files?scope_id=alice-fair-" + std::to_string(i) + "' -F file=@" +
-                 (*work / "go").string());
+    server->curl("-X POST '" + server->base() + "/files?scope_id=alice-fair-" + std::to_string(i) +
+                 "' -F file=@" + (*work / "go").string());
   for (auto& thread : busy) thread.join();
   for (const auto& answer : answers) EXPECT_NE(answer.find("released"), std::string::npos) << answer;
   for (const char* c : {"alice-fair-0", "alice-fair-1"}) remove_container(c);
@@ -276,9 +283,10 @@ TEST_F(HostLimitsTest, AllSandboxesTogetherStayUnderTheMemoryCapAndTheOomKillSta
 }
 
 TEST_F(HostLimitsTest, HealthAndOtherOwnersAreServedDuringACpuStorm) {
-  auto storm = bash("alice-cpu",
-                    "for i in 1 2 3 4 5 6; do setsid timeout 20 sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & "
-                    "done; echo started");
+  auto storm = bash(
+      "alice-cpu",
+      "for i in 1 2 3 4 5 6; do setsid timeout 20 sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & "
+      "done; echo started");
   EXPECT_EQ(storm.at("stdout"), "started\n") << bj::serialize(storm);
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(server->status("-m 5 " + server->url("/health")), 200);
@@ -292,10 +300,11 @@ TEST_F(HostLimitsTest, HealthAndOtherOwnersAreServedDuringACpuStorm) {
 // --- per-user kernel counters --------------------------------------------------------
 TEST_F(HostLimitsTest, InotifyInstancesAreChargedToTheSandboxNeverToRoot) {
   // A background process in Alice's sandbox takes every inotify instance it can.
-  auto start = bash("alice-inotify", script("hog.py", kInotifyHog) +
-                                         "setsid python3 /tmp/hog.py </dev/null >/dev/null 2>&1 & "
-                                         "for i in $(seq 300); do [ -e /tmp/held ] && break; sleep 0.1; done; "
-                                         "cat /tmp/held; echo; cat /proc/sys/user/max_inotify_instances");
+  auto start =
+      bash("alice-inotify", script("hog.py", kInotifyHog) +
+                                "setsid python3 /tmp/hog.py </dev/null >/dev/null 2>&1 & "
+                                "for i in $(seq 300); do [ -e /tmp/held ] && break; sleep 0.1; done; "
+                                "cat /tmp/held; echo; cat /proc/sys/user/max_inotify_instances");
   std::istringstream numbers(std::string(start.at("stdout").as_string()));
   int held = -1, cap = -1;
   numbers >> held >> cap;
@@ -309,8 +318,8 @@ TEST_F(HostLimitsTest, InotifyInstancesAreChargedToTheSandboxNeverToRoot) {
   EXPECT_GE(fd, 0) << "root's inotify instances were taken by a sandbox";
   if (fd >= 0) close(fd);
   // ... and so does another owner's sandbox.
-  auto bob = bash("bob-inotify",
-                  "python3 -c 'import ctypes; print(ctypes.CDLL(None).inotify_init() >= 0)'", "secret-bob-x");
+  auto bob = bash("bob-inotify", "python3 -c 'import ctypes; print(ctypes.CDLL(None).inotify_init() >= 0)'",
+                  "secret-bob-x");
   EXPECT_EQ(bob.at("stdout"), "True\n") << bj::serialize(bob);
   remove_container("alice-inotify");
   remove_container("bob-inotify", "secret-bob-x");
@@ -318,7 +327,8 @@ TEST_F(HostLimitsTest, InotifyInstancesAreChargedToTheSandboxNeverToRoot) {
 
 // --- open files and OOM scores ---------------------------------------------------------
 TEST_F(HostLimitsTest, SandboxProcessesHaveABoundedOpenFileLimitAndTheHighestOomScore) {
-  auto r = bash("alice-rlimits", "ulimit -n; cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'");
+  auto r =
+      bash("alice-rlimits", "ulimit -n; cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'");
   std::istringstream values(std::string(r.at("stdout").as_string()));
   uint64_t open_files = 0;
   int score = 0, child_score = 0;
@@ -326,7 +336,8 @@ TEST_F(HostLimitsTest, SandboxProcessesHaveABoundedOpenFileLimitAndTheHighestOom
   // Per process, at most a quarter of fs.file-max over the sandbox's 512 processes.
   const uint64_t file_max = std::stoull(read_file("/proc/sys/fs/file-max"));
   EXPECT_GE(open_files, 64u) << bj::serialize(r);
-  EXPECT_LE(open_files, std::max<uint64_t>(64, std::min<uint64_t>(4096, file_max / 4 / 512))) << bj::serialize(r);
+  EXPECT_LE(open_files, std::max<uint64_t>(64, std::min<uint64_t>(4096, file_max / 4 / 512)))
+      << bj::serialize(r);
   EXPECT_EQ(score, 1000);
   EXPECT_EQ(child_score, 1000);
   remove_container("alice-rlimits");
@@ -345,7 +356,8 @@ size_t folders_in(const fs::path& dir) {
 size_t mounts_under(const fs::path& dir) {
   std::istringstream info(read_file("/proc/self/mountinfo"));
   size_t n = 0;
-  for (std::string line; std::getline(info, line);) n += line.find(" " + dir.string() + "/") != std::string::npos;
+  for (std::string line; std::getline(info, line);)
+    n += line.find(" " + dir.string() + "/") != std::string::npos;
   return n;
 }
 }  // namespace
@@ -369,20 +381,23 @@ TEST(HostLimitsLeaks, DeletedContainersLeaveNoPreStartedSlotsBehind) {
   std::ofstream(body) << R"({"command": "echo ok"})";
   for (int i = 0; i < 6; ++i) {
     ASSERT_TRUE(wait_for_a_ready_sandbox());
-    EXPECT_NE(server.curl("-X POST " + server.base() + "/containers/leak-" + std::to_string(i) +
-                          "/tools/bash_code_execution -d @" + body.string())
+    EXPECT_NE(server
+                  .curl("-X POST " + server.base() + "/containers/leak-" + std::to_string(i) +
+                        "/tools/bash_code_execution -d @" + body.string())
                   .find("\"ok\\n\""),
               std::string::npos);
   }
   EXPECT_GE(folders_in(slots), 6u);
-  for (int i = 0; i < 6; ++i) server.curl("-X DELETE " + server.base() + "/containers/leak-" + std::to_string(i));
+  for (int i = 0; i < 6; ++i)
+    server.curl("-X DELETE " + server.base() + "/containers/leak-" + std::to_string(i));
   ASSERT_TRUE(wait_for_a_ready_sandbox());
   // What stays: the waiting sandbox's slot and one free slot for the next refill.
   EXPECT_LE(folders_in(slots), 2u);
   EXPECT_LE(mounts_under(slots), 2 * mounts_of_one_slot);
   // The pool still hands out sandboxes.
-  EXPECT_NE(server.curl("-X POST " + server.base() + "/containers/after/tools/bash_code_execution -d @" +
-                        body.string())
+  EXPECT_NE(server
+                .curl("-X POST " + server.base() + "/containers/after/tools/bash_code_execution -d @" +
+                      body.string())
                 .find("\"ok\\n\""),
             std::string::npos);
 }
@@ -400,9 +415,11 @@ TEST(HostLimitsConfig, TheNewKeysAreCheckedWithTheirPath) {
                   "capacity: { maxConcurrentExecutionsPerOwner: 4 }\n")
                 .find(": ok"),
             std::string::npos);
-  EXPECT_NE(check("runtime: { sandboxesMemoryMax: lots }\n").find("runtime.sandboxesMemoryMax"), std::string::npos);
+  EXPECT_NE(check("runtime: { sandboxesMemoryMax: lots }\n").find("runtime.sandboxesMemoryMax"),
+            std::string::npos);
   EXPECT_NE(check("runtime: { sandboxesPidsMax: -1 }\n").find("runtime.sandboxesPidsMax"), std::string::npos);
-  EXPECT_NE(check("quotas: { containersPerOwner: x }\n").find("quotas.containersPerOwner"), std::string::npos);
+  EXPECT_NE(check("quotas: { containersPerOwner: x }\n").find("quotas.containersPerOwner"),
+            std::string::npos);
   EXPECT_NE(check("quotas: { other: 1 }\n").find("quotas.other: unknown key"), std::string::npos);
   fs::remove_all(dir);
 }

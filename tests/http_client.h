@@ -2,11 +2,11 @@
 // one connection, reopened once when the server closed an idle one.
 #pragma once
 
-#include <ostream>  // boost/core/detail/string_view.hpp in 1.81 needs it first
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <ostream>  // boost/core/detail/string_view.hpp in 1.81 needs it first
 #include <string>
 #include <string_view>
 #include <utility>
@@ -19,7 +19,7 @@ class HttpClient {
   struct Reply {
     unsigned status = 0;
     std::string body;
-    std::string retry_after;  // the Retry-After header, if any
+    std::string retry_after;                                   // the Retry-After header, if any
     std::vector<std::pair<std::string, std::string>> headers;  // every response header
     std::string header(std::string_view name) const {
       for (const auto& [key, value] : headers)
@@ -31,8 +31,8 @@ class HttpClient {
 
   HttpClient(int port, std::string token) : port_(port), token_(std::move(token)), socket_(io_) { connect(); }
 
-  Reply post(const std::string& target, const std::string& body, const char* content_type = "application/json",
-             const Headers& headers = {}) {
+  Reply post(const std::string& target, const std::string& body,
+             const char* content_type = "application/json", const Headers& headers = {}) {
     return send(boost::beast::http::verb::post, target, body, content_type, headers);
   }
   Reply put(const std::string& target, const std::string& body) {
@@ -63,8 +63,10 @@ class HttpClient {
         http::response<http::string_body> res;
         http::read(socket_, buffer_, res);
         Reply reply{res.result_int(), std::move(res.body()), {}};
-        if (auto it = res.find(http::field::retry_after); it != res.end()) reply.retry_after = std::string(it->value());
-        for (const auto& field : res) reply.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+        if (auto it = res.find(http::field::retry_after); it != res.end())
+          reply.retry_after = std::string(it->value());
+        for (const auto& field : res)
+          reply.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
         if (!res.keep_alive()) connect();
         return reply;
       } catch (const std::exception&) {

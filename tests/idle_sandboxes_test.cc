@@ -32,18 +32,18 @@ using sandboxd::testing::host::loop_devices;
 using sandboxd::testing::host::mounts;
 
 std::string run(const ServerProcess& server, const std::string& container, const std::string& command) {
-  auto reply = server.curl_json("-X POST -H 'Content-Type: application/json' " + server.base() + "/containers/" +
-                                container + "/tools/bash_code_execution -d '" +
+  auto reply = server.curl_json("-X POST -H 'Content-Type: application/json' " + server.base() +
+                                "/containers/" + container + "/tools/bash_code_execution -d '" +
                                 boost::json::serialize(boost::json::object{{"command", command}}) + "'");
-  if (!reply.is_object() || !reply.as_object().contains("stdout")) return "error: " + boost::json::serialize(reply);
+  if (!reply.is_object() || !reply.as_object().contains("stdout"))
+    return "error: " + boost::json::serialize(reply);
   return std::string(reply.at("stdout").as_string());
 }
 
-const std::string kConfig =
-    "auth:\n  adminToken: \"" + std::string(kAdminToken) +
-    "\"\n"
-    "quotas: { runningSandboxesPerOwner: 0, containersPerOwner: 0 }\n"
-    "runtime: { prestartedSandboxes: 0 }\n";
+const std::string kConfig = "auth:\n  adminToken: \"" + std::string(kAdminToken) +
+                            "\"\n"
+                            "quotas: { runningSandboxesPerOwner: 0, containersPerOwner: 0 }\n"
+                            "runtime: { prestartedSandboxes: 0 }\n";
 
 TEST(IdleSandboxes, StoppingThemAllLeavesNoLoopDeviceMountOrCgroup) {
   ServerProcess server(kConfig);
@@ -68,7 +68,9 @@ TEST(IdleSandboxes, StoppingThemAllLeavesNoLoopDeviceMountOrCgroup) {
   // Stopped one by one through the admin API: no sandbox cgroup is left (the volumes
   // stay mounted while their containers are open, until idle or shutdown).
   for (int i = 0; i < kSandboxes; ++i)
-    EXPECT_NE(server.curl("-X POST " + server.url("/admin/sandboxes/idle-" + std::to_string(i) + "/stop"), kAdminToken)
+    EXPECT_NE(server
+                  .curl("-X POST " + server.url("/admin/sandboxes/idle-" + std::to_string(i) + "/stop"),
+                        kAdminToken)
                   .find("\"stopped\""),
               std::string::npos);
   EXPECT_EQ(cgroups(data_dir), 0);
@@ -99,8 +101,8 @@ TEST(IdleSandboxes, SignalsToAWaitingCommandProcessDoNotReachPid1) {
   // command (which shares PID 1's memory until its execve): core-dumping and fatal
   // signals first, then SIGKILL.
   for (const char* signal : {"QUIT", "SEGV", "ABRT", "BUS", "TERM", "KILL"})
-    run(server, "sig", std::string("for p in /proc/[0-9]*; do kill -") + signal +
-                           " ${p#/proc/} 2>/dev/null; done; true");
+    run(server, "sig",
+        std::string("for p in /proc/[0-9]*; do kill -") + signal + " ${p#/proc/} 2>/dev/null; done; true");
   // The sandbox is still the same one (PID 1 alive), and it still runs commands.
   for (int i = 0; i < 5; ++i) EXPECT_EQ(run(server, "sig", "echo again"), "again\n");
   EXPECT_EQ(pid1_of(server, "sig"), pid1);

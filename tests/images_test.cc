@@ -47,7 +47,8 @@ class TarWriter {
   void pax_file(const std::string& path, const std::string& content) {
     std::string record = " path=" + path + "\n";
     size_t length = record.size();
-    while (std::to_string(length).size() + record.size() != length) length = std::to_string(length).size() + record.size();
+    while (std::to_string(length).size() + record.size() != length)
+      length = std::to_string(length).size() + record.size();
     std::string body = std::to_string(length) + record;
     raw_header("PaxHeaders/x", "", 'x', 0644, body.size(), 0);
     data_ += body;
@@ -86,7 +87,10 @@ class TarWriter {
     std::memset(h + 148, ' ', 8);
     h[156] = type;
     std::snprintf(h + 157, 100, "%s", link.c_str());
-    std::memcpy(h + 257, "ustar\0" "00", 8);
+    std::memcpy(h + 257,
+                "ustar\0"
+                "00",
+                8);
     unsigned sum = 0;
     for (unsigned char c : h) sum += c;
     std::snprintf(h + 148, 8, "%06o", sum);
@@ -119,8 +123,8 @@ struct Layer {
 std::string config_json(const std::vector<Layer>& layers) {
   json::array diff_ids;
   for (const auto& l : layers) diff_ids.emplace_back("sha256:" + im::sha256_hex(l.tar));
-  return json::serialize(json::object{{"architecture", "amd64"}, {"os", "linux"},
-                                      {"rootfs", {{"type", "layers"}, {"diff_ids", diff_ids}}}});
+  return json::serialize(json::object{
+      {"architecture", "amd64"}, {"os", "linux"}, {"rootfs", {{"type", "layers"}, {"diff_ids", diff_ids}}}});
 }
 
 // `docker save` (classic layout): manifest.json, <config digest>.json, <n>/layer.tar.
@@ -129,11 +133,12 @@ std::string docker_save(const std::vector<Layer>& layers, const std::string& rep
   std::string config = config_json(layers);
   std::string config_name = im::sha256_hex(config) + ".json";
   json::array layer_paths;
-  for (size_t i = 0; i < layers.size(); ++i) layer_paths.emplace_back("layer" + std::to_string(i) + "/layer.tar");
+  for (size_t i = 0; i < layers.size(); ++i)
+    layer_paths.emplace_back("layer" + std::to_string(i) + "/layer.tar");
   json::array tags;
   if (!repo_tag.empty()) tags.emplace_back(repo_tag);
-  outer.file("manifest.json",
-             json::serialize(json::array{json::object{{"Config", config_name}, {"RepoTags", tags}, {"Layers", layer_paths}}}));
+  outer.file("manifest.json", json::serialize(json::array{json::object{
+                                  {"Config", config_name}, {"RepoTags", tags}, {"Layers", layer_paths}}}));
   outer.file(config_name, config);
   for (size_t i = 0; i < layers.size(); ++i) {
     outer.dir("layer" + std::to_string(i) + "/");
@@ -156,16 +161,20 @@ std::string oci_layout(const std::vector<Layer>& layers, const std::string& ref_
   for (const auto& l : layers) {
     blobs.push_back(l.stored());
     layer_descriptors.push_back(descriptor(
-        l.gzipped ? "application/vnd.oci.image.layer.v1.tar+gzip" : "application/vnd.oci.image.layer.v1.tar", blobs.back()));
+        l.gzipped ? "application/vnd.oci.image.layer.v1.tar+gzip" : "application/vnd.oci.image.layer.v1.tar",
+        blobs.back()));
   }
-  std::string manifest = json::serialize(json::object{
-      {"schemaVersion", 2}, {"mediaType", "application/vnd.oci.image.manifest.v1+json"},
-      {"config", descriptor("application/vnd.oci.image.config.v1+json", config)}, {"layers", layer_descriptors}});
+  std::string manifest =
+      json::serialize(json::object{{"schemaVersion", 2},
+                                   {"mediaType", "application/vnd.oci.image.manifest.v1+json"},
+                                   {"config", descriptor("application/vnd.oci.image.config.v1+json", config)},
+                                   {"layers", layer_descriptors}});
   blobs.push_back(manifest);
   auto manifest_descriptor = descriptor("application/vnd.oci.image.manifest.v1+json", manifest);
   manifest_descriptor["annotations"] = json::object{{"org.opencontainers.image.ref.name", ref_name}};
   outer.file("oci-layout", R"({"imageLayoutVersion":"1.0.0"})");
-  outer.file("index.json", json::serialize(json::object{{"schemaVersion", 2}, {"manifests", json::array{manifest_descriptor}}}));
+  outer.file("index.json", json::serialize(json::object{{"schemaVersion", 2},
+                                                        {"manifests", json::array{manifest_descriptor}}}));
   for (const auto& blob : blobs) outer.file("blobs/sha256/" + im::sha256_hex(blob), blob);
   return outer.finish();
 }
@@ -196,7 +205,8 @@ class ImagesTest : public ::testing::Test {
   // What the images folder holds: installed images and any leftover staging folder.
   std::vector<std::string> images_dir_entries() const {
     std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(data_ / "images")) names.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(data_ / "images"))
+      names.push_back(e.path().filename().string());
     return names;
   }
   fs::path root_, data_;
@@ -226,7 +236,8 @@ TEST_F(ImagesTest, DockerSaveLayersApplyInOrderWithWhiteoutsOpaqueDirsSymlinksAn
   upper.file("./a/.wh.gone", "");
   upper.file("./replaced", "new", 0600);
   upper.file("./c/deep/file", "parents made on the way");
-  auto file = write("img.tar", docker_save({{base.finish(), false}, {upper.finish(), true}}, "example/layers:2"));
+  auto file =
+      write("img.tar", docker_save({{base.finish(), false}, {upper.finish(), true}}, "example/layers:2"));
 
   auto result = import(file);
   EXPECT_EQ(result.format, "docker-save");
@@ -248,11 +259,15 @@ TEST_F(ImagesTest, DockerSaveLayersApplyInOrderWithWhiteoutsOpaqueDirsSymlinksAn
   EXPECT_EQ(mode_of(rootfs), 0755u);
 
   // The manifest beside the root.
-  auto manifest = sandboxd::testing::json(sandboxd::testing::read_file(data_ / "images/example+layers@2/manifest.json")).as_object();
+  auto manifest =
+      sandboxd::testing::json(sandboxd::testing::read_file(data_ / "images/example+layers@2/manifest.json"))
+          .as_object();
   EXPECT_EQ(manifest.at("name"), "example/layers");
   EXPECT_EQ(manifest.at("tag"), "2");
-  EXPECT_EQ(manifest.at("digest").as_string(), "sha256:" + im::sha256_hex(config_json({{base.finish(), false}, {upper.finish(), true}})));
-  EXPECT_EQ(manifest.at("size").to_number<uint64_t>(), 4u + 7u + 3u + 23u);  // keep (hard counted once), z, replaced, file
+  EXPECT_EQ(manifest.at("digest").as_string(),
+            "sha256:" + im::sha256_hex(config_json({{base.finish(), false}, {upper.finish(), true}})));
+  EXPECT_EQ(manifest.at("size").to_number<uint64_t>(),
+            4u + 7u + 3u + 23u);  // keep (hard counted once), z, replaced, file
   EXPECT_TRUE(manifest.at("created").is_string());
   EXPECT_EQ(manifest.at("source").as_string(), "import " + file.string());
   EXPECT_EQ(images_dir_entries(), std::vector<std::string>{"example+layers@2"});
@@ -265,7 +280,8 @@ TEST_F(ImagesTest, OciLayoutWithPlainAndGzipLayersAndANameFromItsAnnotation) {
   TarWriter second;
   second.file("usr/bin/.wh.tool", "");
   second.file("usr/share/data", "data");
-  auto file = write("oci.tar", oci_layout({{first.finish(), false}, {second.finish(), true}}, "example/oci:3.1"));
+  auto file =
+      write("oci.tar", oci_layout({{first.finish(), false}, {second.finish(), true}}, "example/oci:3.1"));
   auto result = import(file);
   EXPECT_EQ(result.format, "oci");
   EXPECT_EQ(result.image.ref.str(), "example/oci:3.1");
@@ -317,7 +333,8 @@ TEST_F(ImagesTest, HostileEntriesNeverLandOutsideTheImageNorKeepPrivileges) {
   later.file("up/evil6-" + tag, "later layer, ../ symlink");
   later.file("esc/../../../outside/evil7", "refused");
 
-  auto file = write("evil.tar", docker_save({{evil.finish(), false}, {later.finish(), true}}, "example/evil:1"));
+  auto file =
+      write("evil.tar", docker_save({{evil.finish(), false}, {later.finish(), true}}, "example/evil:1"));
   auto result = import(file);
   fs::path rootfs = result.image.rootfs;
 
@@ -336,8 +353,10 @@ TEST_F(ImagesTest, HostileEntriesNeverLandOutsideTheImageNorKeepPrivileges) {
   EXPECT_EQ(passwd_after.st_nlink, passwd_before.st_nlink);
 
   // Symlinks were followed as the image sees them: inside it.
-  EXPECT_EQ(sandboxd::testing::read_file(rootfs / outside.relative_path() / "evil3"), "through an absolute symlink");
-  EXPECT_EQ(sandboxd::testing::read_file(rootfs / outside.relative_path() / "evil5"), "later layer, absolute symlink");
+  EXPECT_EQ(sandboxd::testing::read_file(rootfs / outside.relative_path() / "evil3"),
+            "through an absolute symlink");
+  EXPECT_EQ(sandboxd::testing::read_file(rootfs / outside.relative_path() / "evil5"),
+            "later layer, absolute symlink");
   EXPECT_EQ(sandboxd::testing::read_file(rootfs / ("evil4-" + tag)), "through a ../ symlink");
   EXPECT_EQ(sandboxd::testing::read_file(rootfs / ("evil6-" + tag)), "later layer, ../ symlink");
   EXPECT_EQ(sandboxd::testing::read_file(rootfs / "abs/file"), "a leading / is dropped");
@@ -349,11 +368,11 @@ TEST_F(ImagesTest, HostileEntriesNeverLandOutsideTheImageNorKeepPrivileges) {
   std::string skipped;
   for (const auto& s : result.report.skipped) skipped += s + "\n";
   EXPECT_EQ(result.report.skipped_count, 11u) << skipped;
-  for (const char* expected : {"../outside/evil1: refused", "hl: skipped: a hardlink to \"/etc/passwd\"",
-                               "hl2: refused: a hardlink", "dev/evilchar: skipped: a character device",
-                               "dev/evilblock: skipped: a block device", "evilfifo: skipped: a FIFO",
-                               "refused: a name of 5003 characters", "refused: a name of 5000 characters",
-                               "esc/../../../outside/evil7: refused"})
+  for (const char* expected :
+       {"../outside/evil1: refused", "hl: skipped: a hardlink to \"/etc/passwd\"", "hl2: refused: a hardlink",
+        "dev/evilchar: skipped: a character device", "dev/evilblock: skipped: a block device",
+        "evilfifo: skipped: a FIFO", "refused: a name of 5003 characters",
+        "refused: a name of 5000 characters", "esc/../../../outside/evil7: refused"})
     EXPECT_NE(skipped.find(expected), std::string::npos) << expected << " not in\n" << skipped;
   // No privileges: setuid, setgid and sticky off files, root owns everything.
   EXPECT_EQ(mode_of(rootfs / "bin/suid"), 0755u);
@@ -366,7 +385,9 @@ TEST_F(ImagesTest, HostileEntriesNeverLandOutsideTheImageNorKeepPrivileges) {
   EXPECT_EQ(owned.st_uid, 0u);
   EXPECT_EQ(owned.st_gid, 0u);
   // The manifest lists what was skipped.
-  auto manifest = sandboxd::testing::json(sandboxd::testing::read_file(fs::path(result.image.dir) / "manifest.json")).as_object();
+  auto manifest =
+      sandboxd::testing::json(sandboxd::testing::read_file(fs::path(result.image.dir) / "manifest.json"))
+          .as_object();
   EXPECT_EQ(manifest.at("skipped_count").to_number<uint64_t>(), 11u);
 }
 
@@ -387,7 +408,8 @@ TEST_F(ImagesTest, ATruncatedTarballOrABadDigestLeavesNoImage) {
     import(bad);
     ADD_FAILURE() << "a layer that does not match its diff_id was imported";
   } catch (const im::ImageError& e) {
-    EXPECT_NE(std::string(e.what()).find("does not match the config's diff_id"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not match the config's diff_id"), std::string::npos)
+        << e.what();
   }
   EXPECT_TRUE(images_dir_entries().empty());
 
@@ -406,8 +428,9 @@ TEST_F(ImagesTest, ATruncatedTarballOrABadDigestLeavesNoImage) {
   EXPECT_THROW(import(write("garbage.tar", std::string(4096, 'g'))), im::ImageError);
   EXPECT_THROW(import(write("nameless.tar", docker_save({{layer.finish(), false}}, ""))), im::ImageError);
   EXPECT_TRUE(images_dir_entries().empty());
-  EXPECT_EQ(import(write("named.tar", docker_save({{layer.finish(), false}}, "")), "example/named").image.ref.str(),
-            "example/named:latest");
+  EXPECT_EQ(
+      import(write("named.tar", docker_save({{layer.finish(), false}}, "")), "example/named").image.ref.str(),
+      "example/named:latest");
 }
 
 TEST_F(ImagesTest, RemovingAnImageNeverCrossesAMountPoint) {
@@ -430,8 +453,8 @@ TEST_F(ImagesTest, RemovingAnImageNeverCrossesAMountPoint) {
 }
 
 TEST(ImageNames, PathTricksAndBadNamesAreRefused) {
-  for (const char* bad : {"../x", "a/../b", "a//b", "/abs", "x/", "UPPER", ".hidden", "a:../../b", "a:b/c", "a:-x",
-                          "a:.x", "", "name@sha256:abc", "a b"})
+  for (const char* bad : {"../x", "a/../b", "a//b", "/abs", "x/", "UPPER", ".hidden", "a:../../b", "a:b/c",
+                          "a:-x", "a:.x", "", "name@sha256:abc", "a b"})
     EXPECT_THROW(im::parse_ref(bad), im::ImageError) << bad;
   EXPECT_EQ(im::parse_ref("example/foo").str(), "example/foo:latest");
   EXPECT_EQ(im::parse_ref("registry.local:5000/team/img:v1.2").str(), "registry.local:5000/team/img:v1.2");
@@ -479,7 +502,8 @@ TEST_F(ImagesTest, LsAndRmFromTheCommandLine) {
 std::string host_programs_layer(const std::string& marker) {
   TarWriter layer;
   std::set<std::string> files;
-  for (const char* program : {"/usr/bin/bash", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/touch", "/usr/bin/id"}) {
+  for (const char* program :
+       {"/usr/bin/bash", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/touch", "/usr/bin/id"}) {
     files.insert(program);
     std::istringstream ldd(sh(std::string("ldd ") + program));
     for (std::string word; ldd >> word;)
@@ -487,7 +511,8 @@ std::string host_programs_layer(const std::string& marker) {
   }
   std::set<std::string> dirs;
   for (const auto& f : files) {
-    for (fs::path d = fs::path(f).parent_path(); d != "/"; d = d.parent_path()) dirs.insert(d.string().substr(1));
+    for (fs::path d = fs::path(f).parent_path(); d != "/"; d = d.parent_path())
+      dirs.insert(d.string().substr(1));
   }
   for (const auto& d : dirs) layer.dir(d + "/");
   for (const auto& f : files) layer.file(f.substr(1), sandboxd::testing::read_file(f), 0755);
@@ -505,21 +530,25 @@ void expect_sandbox_sees_image(const im::ImageInfo& image, const std::string& ma
   sandboxd::testing::Harness harness(options);
   sandboxd::testing::ContainerDirs dirs(options.host_uid, options.host_gid);
   auto sandbox = harness.start(harness.options_for(dirs));
-  auto result = harness.exec(*sandbox,
-                             "cat /etc/image-marker /usr/share/marker; ls /usr/bin; cat /etc/passwd /etc/shadow /etc/subuid /etc/hosts; "
-                             "touch /usr/share/new 2>&1; echo touch=$?; touch /etc/image-marker 2>&1; echo etc=$?; "
-                             "touch /etc/new 2>&1; echo etcnew=$?; echo v > /var/tmp/v && cat /var/tmp/v /tmp/v; id -u");
+  auto result = harness.exec(
+      *sandbox,
+      "cat /etc/image-marker /usr/share/marker; ls /usr/bin; cat /etc/passwd /etc/shadow /etc/subuid "
+      "/etc/hosts; "
+      "touch /usr/share/new 2>&1; echo touch=$?; touch /etc/image-marker 2>&1; echo etc=$?; "
+      "touch /etc/new 2>&1; echo etcnew=$?; echo v > /var/tmp/v && cat /var/tmp/v /tmp/v; id -u");
   harness.stop(*sandbox);
   EXPECT_EQ(result.return_code, 0) << result.stderr_text;
   // The image's files, not the host's (the host has python3 and much more in /usr/bin).
   EXPECT_NE(result.stdout_text.find(marker + marker), std::string::npos) << result.stdout_text;
   EXPECT_EQ(result.stdout_text.find("python3"), std::string::npos) << result.stdout_text;
   // The sandbox's passwd and hosts, not the image's; the image's shadow hidden.
-  EXPECT_NE(result.stdout_text.find("agent:x:1000:1000:agent:/home/agent:/bin/bash"), std::string::npos) << result.stdout_text;
+  EXPECT_NE(result.stdout_text.find("agent:x:1000:1000:agent:/home/agent:/bin/bash"), std::string::npos)
+      << result.stdout_text;
   EXPECT_NE(result.stdout_text.find("127.0.0.1\tlocalhost"), std::string::npos) << result.stdout_text;
   EXPECT_EQ(result.stdout_text.find("image-root"), std::string::npos) << result.stdout_text;
   EXPECT_EQ(result.stdout_text.find("image-secret"), std::string::npos) << result.stdout_text;
-  EXPECT_NE(result.stdout_text.find("Read-only file system\ntouch=1"), std::string::npos) << result.stdout_text;
+  EXPECT_NE(result.stdout_text.find("Read-only file system\ntouch=1"), std::string::npos)
+      << result.stdout_text;
   EXPECT_NE(result.stdout_text.find("etc=1"), std::string::npos) << result.stdout_text;
   EXPECT_NE(result.stdout_text.find("etcnew=1"), std::string::npos) << result.stdout_text;
   EXPECT_NE(result.stdout_text.find("etcnew=1\nv\nv\n1000\n"), std::string::npos) << result.stdout_text;
@@ -560,23 +589,29 @@ TEST_F(ImagesTest, TheServerRunsTheConfiguredImage) {
   host_programs_image_layers(marker, layers);
   import(write("host-programs.tar", docker_save(layers, "example/served:1")));
   sandboxd::testing::ServerProcess server(
-      "external:\n  opensandbox:\n    codeExecution:\n      image:\n        repository: example/served\n        tag: \"1\"\n",
+      "external:\n  opensandbox:\n    codeExecution:\n      image:\n        repository: example/served\n     "
+      "   tag: \"1\"\n",
       data_);
-  EXPECT_EQ(sandboxd::testing::json(sh("curl -sS " + server.url("/ready"))), sandboxd::testing::json(R"({"status":"ready"})"));
-  auto reply = server.curl_json("-X POST " + server.base() + "/containers/c1/tools/bash_code_execution -d '{\"command\":\"cat /etc/image-marker\"}'");
+  EXPECT_EQ(sandboxd::testing::json(sh("curl -sS " + server.url("/ready"))),
+            sandboxd::testing::json(R"({"status":"ready"})"));
+  auto reply = server.curl_json(
+      "-X POST " + server.base() +
+      "/containers/c1/tools/bash_code_execution -d '{\"command\":\"cat /etc/image-marker\"}'");
   EXPECT_EQ(reply.at("stdout").as_string(), marker) << reply;
   EXPECT_NE(server.log().find("sandbox image: example/served:1 (sha256:"), std::string::npos) << server.log();
 }
 
 TEST_F(ImagesTest, AMissingImageMakesReadyAnswer503NamingItAndExecutionsFailClearly) {
   sandboxd::testing::ServerProcess server(
-      "external:\n  opensandbox:\n    codeExecution:\n      image:\n        repository: example/foo\n        tag: \"1\"\n");
+      "external:\n  opensandbox:\n    codeExecution:\n      image:\n        repository: example/foo\n        "
+      "tag: \"1\"\n");
   std::string headers = sh("curl -sS -D - -o /dev/null " + server.url("/ready"));
   EXPECT_NE(headers.find("HTTP/1.1 503"), std::string::npos) << headers;
   auto ready = sandboxd::testing::json(sh("curl -sS " + server.url("/ready")));
   EXPECT_EQ(ready.at("status"), "not_ready");
   EXPECT_EQ(ready.at("reason"), "image example/foo:1 is not installed; see `sandboxd image ls`");
-  auto reply = server.curl_json("-X POST " + server.base() + "/containers/c1/tools/bash_code_execution -d '{\"command\":\"true\"}'");
+  auto reply = server.curl_json("-X POST " + server.base() +
+                                "/containers/c1/tools/bash_code_execution -d '{\"command\":\"true\"}'");
   EXPECT_NE(json::serialize(reply).find("image example/foo:1 is not installed"), std::string::npos) << reply;
   // The server is up and serves everything else.
   EXPECT_EQ(server.status(server.url("/health")), 200);
@@ -588,14 +623,19 @@ TEST_F(ImagesTest, AMissingImageMakesReadyAnswer503NamingItAndExecutionsFailClea
 TEST_F(ImagesTest, AMinimalDebootstrapBuildRunsInASandbox) {
   int status = -1;
   sh("curl -sfI --max-time 5 http://deb.debian.org/debian/dists/bookworm/Release >/dev/null", &status);
-  if (status != 0) GTEST_SKIP() << "deb.debian.org is not reachable from this machine: the minimal build test is skipped";
-  if (access("/usr/sbin/debootstrap", X_OK) != 0) GTEST_SKIP() << "debootstrap is not installed (scripts/setup.sh installs it)";
+  if (status != 0)
+    GTEST_SKIP() << "deb.debian.org is not reachable from this machine: the minimal build test is skipped";
+  if (access("/usr/sbin/debootstrap", X_OK) != 0)
+    GTEST_SKIP() << "debootstrap is not installed (scripts/setup.sh installs it)";
   const std::string bin = SANDBOXD_PATH;
-  std::string out = sh(bin + " image build example/minimal:1 --minimal --packages python3-minimal --data-dir " +
-                           data_.string() + " 2>&1", &status);
+  std::string out =
+      sh(bin + " image build example/minimal:1 --minimal --packages python3-minimal --data-dir " +
+             data_.string() + " 2>&1",
+         &status);
   ASSERT_EQ(status, 0) << out;
-  for (const char* stage : {"==> [1/4] debootstrap", "==> [2/4] apt-get install 1 package(s): python3-minimal",
-                            "==> [3/4] cleaning", "==> [4/4] recording", "built example/minimal:1 sha256:"})
+  for (const char* stage :
+       {"==> [1/4] debootstrap", "==> [2/4] apt-get install 1 package(s): python3-minimal",
+        "==> [3/4] cleaning", "==> [4/4] recording", "built example/minimal:1 sha256:"})
     EXPECT_NE(out.find(stage), std::string::npos) << stage << " not in the output";
   im::ImageStore store(data_.string());
   auto image = store.find(im::parse_ref("example/minimal:1"));
@@ -603,13 +643,15 @@ TEST_F(ImagesTest, AMinimalDebootstrapBuildRunsInASandbox) {
   std::string packages = json::serialize(image->manifest.at("packages"));
   EXPECT_NE(packages.find("\"python3-minimal="), std::string::npos);
   EXPECT_NE(packages.find("\"bash="), std::string::npos);
-  EXPECT_TRUE(image->manifest.at("not_in_debian").as_array().empty());  // minimal: nothing was asked of Debian
+  EXPECT_TRUE(
+      image->manifest.at("not_in_debian").as_array().empty());  // minimal: nothing was asked of Debian
   EXPECT_GT(image->size, 50u << 20);
   // No device nodes and no setuid programs left in the image.
   for (const auto& e : fs::recursive_directory_iterator(image->rootfs)) {
     auto st = e.symlink_status();
     EXPECT_TRUE(st.type() == fs::file_type::regular || st.type() == fs::file_type::directory ||
-                st.type() == fs::file_type::symlink) << e.path();
+                st.type() == fs::file_type::symlink)
+        << e.path();
     if (st.type() == fs::file_type::regular) {
       EXPECT_EQ(st.permissions() & (fs::perms::set_uid | fs::perms::set_gid), fs::perms::none) << e.path();
     }
@@ -619,7 +661,8 @@ TEST_F(ImagesTest, AMinimalDebootstrapBuildRunsInASandbox) {
   sandboxd::testing::Harness harness(options);
   sandboxd::testing::ContainerDirs dirs(options.host_uid, options.host_gid);
   auto sandbox = harness.start(harness.options_for(dirs));
-  auto result = harness.exec(*sandbox, "python3 -c 'import sys; print(sys.version_info[:2])'; cat /etc/debian_version");
+  auto result =
+      harness.exec(*sandbox, "python3 -c 'import sys; print(sys.version_info[:2])'; cat /etc/debian_version");
   harness.stop(*sandbox);
   EXPECT_EQ(result.return_code, 0) << result.stderr_text;
   EXPECT_NE(result.stdout_text.find("(3, 11)\n12."), std::string::npos) << result.stdout_text;

@@ -1,9 +1,9 @@
 // Leases and fencing (docs/storage.md) on a real SQLite file shared by several
 // connections and processes, and on a real PostgreSQL the test starts (racing
 // replicas, the fence against a takeover in flight), and the cluster configuration keys.
-#include <postgresql/libpq-fe.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <postgresql/libpq-fe.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,9 +21,9 @@
 #include <gtest/gtest.h>
 
 #include "ops/config.h"
+#include "postgres_harness.h"
 #include "store/lease_store.h"
 #include "store/metadata.h"
-#include "postgres_harness.h"
 
 namespace sandboxd::store {
 namespace {
@@ -224,8 +224,10 @@ TEST_F(LeaseTest, ProcessesRacingForAFreeLeaseHaveExactlyOneWinner) {
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     ASSERT_TRUE(WIFEXITED(status));
-    if (WEXITSTATUS(status) == 0) ++winners;
-    else if (WEXITSTATUS(status) == 1) ++losers;
+    if (WEXITSTATUS(status) == 0)
+      ++winners;
+    else if (WEXITSTATUS(status) == 1)
+      ++losers;
   }
   EXPECT_EQ(winners, 1);
   EXPECT_EQ(losers, kRacers - 1);
@@ -247,8 +249,9 @@ FileRecord record_of(const std::string& storage, const std::string& path, const 
 
 // Metadata with the fence a replica sets: its own epoch for the storage.
 void fence_at(Metadata& metadata, const int64_t& epoch) {
-  metadata.set_write_fence(
-      [&epoch](db::Connection& conn, const std::string& storage) { LeaseStore::check_fence(conn, storage, epoch); });
+  metadata.set_write_fence([&epoch](db::Connection& conn, const std::string& storage) {
+    LeaseStore::check_fence(conn, storage, epoch);
+  });
 }
 
 TEST_F(LeaseTest, WritesOfAnOldEpochAreRefusedAndTheNewHoldersStay) {
@@ -268,8 +271,10 @@ TEST_F(LeaseTest, WritesOfAnOldEpochAreRefusedAndTheNewHoldersStay) {
   new_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e2"), true);
   new_holder.put_file(record_of("s1", "/mnt/user-data/uploads/new.txt", "e2"), true);
   // a comes back: every kind of write it makes is refused, and changes nothing.
-  EXPECT_THROW(old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e3"), true), FencedError);
-  EXPECT_THROW(old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/late.txt", "e3"), false), FencedError);
+  EXPECT_THROW(old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e3"), true),
+               FencedError);
+  EXPECT_THROW(old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/late.txt", "e3"), false),
+               FencedError);
   EXPECT_THROW(old_holder.delete_file("s1", "/mnt/user-data/uploads/new.txt"), FencedError);
   EXPECT_THROW(old_holder.delete_prefix("s1", "/mnt/user-data/uploads/"), FencedError);
   EXPECT_EQ(new_holder.find_file("s1", "/mnt/user-data/uploads/both.txt")->etag, "e2");
@@ -289,7 +294,8 @@ TEST_F(LeaseTest, WritesOfAnOldEpochAreRefusedAndTheNewHoldersStay) {
   }
   EXPECT_FALSE(old_holder.find_file("s2", "/mnt/user-data/uploads/x.txt"));
   leases.remove("s1");
-  EXPECT_THROW(new_holder.put_file(record_of("s1", "/mnt/user-data/uploads/new.txt", "e4"), true), FencedError);
+  EXPECT_THROW(new_holder.put_file(record_of("s1", "/mnt/user-data/uploads/new.txt", "e4"), true),
+               FencedError);
 }
 
 // ---- The same on PostgreSQL (READ COMMITTED, a pool per replica), against a server the
@@ -362,7 +368,8 @@ TEST(PostgresLease, WritesOfAnOldEpochAreRefusedAndTheNewHoldersStay) {
   new_epoch = b.acquire("s1", kTtl)->epoch;
   ASSERT_EQ(new_epoch, old_epoch + 1);
   new_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e2"), true);
-  EXPECT_THROW(old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e3"), true), FencedError);
+  EXPECT_THROW(old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/both.txt", "e3"), true),
+               FencedError);
   EXPECT_THROW(old_holder.delete_file("s1", "/mnt/user-data/uploads/both.txt"), FencedError);
   EXPECT_THROW(old_holder.delete_prefix("s1", "/mnt/user-data/"), FencedError);
   EXPECT_EQ(new_holder.find_file("s1", "/mnt/user-data/uploads/both.txt")->etag, "e2");
@@ -398,7 +405,8 @@ TEST(PostgresLease, AWriteRacingATakeoverWaitsForItAndIsRefused) {
   auto conn = taker->acquire();
   conn.exec("BEGIN");
   {
-    db::Statement take(conn, "UPDATE leases SET holder = 'b', epoch = epoch + 1, expires_at_ms = ? WHERE storage = ?");
+    db::Statement take(
+        conn, "UPDATE leases SET holder = 'b', epoch = epoch + 1, expires_at_ms = ? WHERE storage = ?");
     take.add(2 * kTtl).add("s1").run();
   }
   std::atomic<bool> done{false}, fenced{false};
@@ -410,7 +418,8 @@ TEST(PostgresLease, AWriteRacingATakeoverWaitsForItAndIsRefused) {
     }
     done = true;
   });
-  EXPECT_TRUE(wait_for_lock_waiter(*observer, done)) << "the old holder's write did not wait for the takeover";
+  EXPECT_TRUE(wait_for_lock_waiter(*observer, done))
+      << "the old holder's write did not wait for the takeover";
   conn.exec("COMMIT");
   writer.join();
   EXPECT_TRUE(fenced);
@@ -435,7 +444,8 @@ TEST(PostgresLease, ATakeoverWaitsForAWriteThatPassedTheFence) {
     changed.notify_all();
     changed.wait(lock, [&] { return let_write_finish; });
   });
-  std::thread writer([&] { old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/in.txt", "e1"), true); });
+  std::thread writer(
+      [&] { old_holder.put_file(record_of("s1", "/mnt/user-data/uploads/in.txt", "e1"), true); });
   {
     std::unique_lock lock(mutex);
     changed.wait(lock, [&] { return fence_passed; });
@@ -524,7 +534,9 @@ void no_lease_for_a_deleted_container(std::shared_ptr<db::Database> database) {
   EXPECT_FALSE(leases.find("s-kept"));
 }
 
-TEST_F(LeaseTest, NoLeaseIsMadeForADeletedContainer) { no_lease_for_a_deleted_container(db::open_sqlite(db_)); }
+TEST_F(LeaseTest, NoLeaseIsMadeForADeletedContainer) {
+  no_lease_for_a_deleted_container(db::open_sqlite(db_));
+}
 
 TEST(PostgresLease, NoLeaseIsMadeForADeletedContainer) {
   sandboxd::testing::TestDatabase database(db::Backend::kPostgres);
@@ -567,18 +579,27 @@ TEST(ClusterConfig, BadValuesNameTheirKey) {
   };
   EXPECT_EQ(refused("cluster:\n  replicaId: r\n").rfind("cluster.advertiseUrl:", 0), 0u);
   EXPECT_EQ(refused("cluster:\n  advertiseUrl: http://a:1\n").rfind("cluster.replicaId:", 0), 0u);
-  EXPECT_EQ(refused("cluster:\n  replicaId: 'a b'\n  advertiseUrl: http://a:1\n").rfind("cluster.replicaId:", 0), 0u);
-  EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: https://a:1\n").rfind("cluster.advertiseUrl:", 0), 0u);
-  EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1/path\n").rfind("cluster.advertiseUrl:", 0), 0u);
+  EXPECT_EQ(
+      refused("cluster:\n  replicaId: 'a b'\n  advertiseUrl: http://a:1\n").rfind("cluster.replicaId:", 0),
+      0u);
+  EXPECT_EQ(
+      refused("cluster:\n  replicaId: r\n  advertiseUrl: https://a:1\n").rfind("cluster.advertiseUrl:", 0),
+      0u);
+  EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1/path\n")
+                .rfind("cluster.advertiseUrl:", 0),
+            0u);
   EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1\n  leaseSeconds: 0\n")
-                .rfind("cluster.leaseSeconds:", 0), 0u);
+                .rfind("cluster.leaseSeconds:", 0),
+            0u);
   EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1\n  takeoverPerSecond: 0\n")
                 .rfind("cluster.takeoverPerSecond:", 0),
             0u);
   EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1\n  takeoverBatch: 10001\n")
                 .rfind("cluster.takeoverBatch:", 0),
             0u);
-  EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1\n  grace: 3\n").rfind("cluster.grace:", 0), 0u);
+  EXPECT_EQ(refused("cluster:\n  replicaId: r\n  advertiseUrl: http://a:1\n  grace: 3\n")
+                .rfind("cluster.grace:", 0),
+            0u);
 }
 
 TEST(MetadataConfig, PostgresTimeoutsHaveDefaultsAndAreRead) {

@@ -58,7 +58,9 @@ TEST(Load, TwoHundredClientsGetOnlySuccessesOrDocumentedRefusals) {
     HttpClient warm(server.port(), token);
     for (int c = 0; c < 20; ++c)
       ASSERT_EQ(warm.post(base + "/containers/load-" + std::to_string(c) + "/tools/bash_code_execution",
-                          R"({"command":"true"})").status, 200u);
+                          R"({"command":"true"})")
+                    .status,
+                200u);
   }
   const long fds_before = count_fds(server.pid());
   const long rss_before = rss_kib(server.pid());
@@ -80,11 +82,13 @@ TEST(Load, TwoHundredClientsGetOnlySuccessesOrDocumentedRefusals) {
           HttpClient::Reply reply;
           switch ((t + i) % 5) {
             case 0:
-              reply = client.post(tools + "bash_code_execution", R"({"command":"echo $((6*7)) > /dev/null; true"})");
+              reply = client.post(tools + "bash_code_execution",
+                                  R"({"command":"echo $((6*7)) > /dev/null; true"})");
               break;
             case 1:
-              reply = client.post(tools + "text_editor_code_execution",
-                                  R"({"command":"create","path":"n)" + std::to_string(t) + R"(.txt","file_text":"x\ny\n"})");
+              reply = client.post(
+                  tools + "text_editor_code_execution",
+                  R"({"command":"create","path":"n)" + std::to_string(t) + R"(.txt","file_text":"x\ny\n"})");
               break;
             case 2:
               reply = client.put(base + "/files/in/" + std::to_string(t) + ".bin?scope_id=" + container,
@@ -126,12 +130,13 @@ TEST(Load, TwoHundredClientsGetOnlySuccessesOrDocumentedRefusals) {
   EXPECT_EQ(server.status(server.url("/health")), 200);
   EXPECT_LE(max_fds.load(), fds_before + kClients + kSpareDescriptors) << "fds before " << fds_before;
   const long rss_after = rss_kib(server.pid());
-  EXPECT_LE(rss_after - rss_before, kMaxRssGrowthKib) << "RSS " << rss_before << " -> " << rss_after << " KiB";
+  EXPECT_LE(rss_after - rss_before, kMaxRssGrowthKib)
+      << "RSS " << rss_before << " -> " << rss_after << " KiB";
   // Once the clients are gone, their connections are too.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_LE(count_fds(server.pid()), fds_before + kSpareDescriptors);
-  std::printf("load: %ld requests in %d s:%s; fds %ld before, %ld at most; RSS %ld -> %ld KiB\n", requests.load(),
-              seconds, summary.c_str(), fds_before, max_fds.load(), rss_before, rss_after);
+  std::printf("load: %ld requests in %d s:%s; fds %ld before, %ld at most; RSS %ld -> %ld KiB\n",
+              requests.load(), seconds, summary.c_str(), fds_before, max_fds.load(), rss_before, rss_after);
 }
 
 }  // namespace

@@ -69,7 +69,9 @@ class LoopbackServer {
   LoopbackServer(uint16_t port, const char* who) : listen_fd_(listen_loopback(port, port_, who)) {}
   virtual ~LoopbackServer() = default;
 
-  void start_accepting() { acceptor_ = std::thread([this] { accept_loop(); }); }
+  void start_accepting() {
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
   // Stops accepting, ends every open connection and waits for their threads.
   void stop_serving() {
     stopping_ = true;

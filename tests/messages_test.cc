@@ -31,7 +31,8 @@ bj::object reassemble(const std::vector<SseEvent>& events) {
     if (e.name == "message_start") message = e.data.at("message").as_object();
     if (e.name == "content_block_start") {
       auto& content = message["content"].as_array();
-      EXPECT_EQ(e.data.at("index").as_int64(), static_cast<int64_t>(content.size())) << "indices run in order";
+      EXPECT_EQ(e.data.at("index").as_int64(), static_cast<int64_t>(content.size()))
+          << "indices run in order";
       content.push_back(e.data.at("content_block"));
     }
     if (e.name == "content_block_delta") {
@@ -39,11 +40,13 @@ bj::object reassemble(const std::vector<SseEvent>& events) {
       const auto& delta = e.data.at("delta").as_object();
       if (delta.at("type") == "text_delta")
         block["text"] = std::string(block["text"].as_string()) + std::string(delta.at("text").as_string());
-      if (delta.at("type") == "input_json_delta") partial[e.data.at("index").as_int64()] += delta.at("partial_json").as_string();
+      if (delta.at("type") == "input_json_delta")
+        partial[e.data.at("index").as_int64()] += delta.at("partial_json").as_string();
     }
     if (e.name == "content_block_stop") {
       auto index = e.data.at("index").as_int64();
-      if (partial.count(index)) message["content"].as_array().at(index).as_object()["input"] = json(partial[index]);
+      if (partial.count(index))
+        message["content"].as_array().at(index).as_object()["input"] = json(partial[index]);
     }
     if (e.name == "message_delta") {
       for (const auto& [k, v] : e.data.at("delta").as_object()) message[k] = v;
@@ -80,21 +83,23 @@ class MessagesTest : public ::testing::Test {
                     {"max_tokens", 1024},
                     {"container", container},
                     {"messages", bj::array{bj::object{{"role", "user"}, {"content", user_text}}}}};
-    body["tools"] = tools.is_null() ? bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_v1"}}}
-                                    : tools;
+    body["tools"] = tools.is_null()
+                        ? bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_v1"}}}
+                        : tools;
     return body;
   }
-  std::string post(const bj::object& body, const std::string& extra = "", const std::string& path = "/messages") {
+  std::string post(const bj::object& body, const std::string& extra = "",
+                   const std::string& path = "/messages") {
     fs::path file = server->dir() / ("body-" + std::to_string(++posts) + ".json");
     std::ofstream(file) << bj::serialize(body);
-    return server->curl("-X POST '" + server->base() + path + "' -H 'content-type: application/json' " + extra +
-                        " --data-binary @" + file.string());
+    return server->curl("-X POST '" + server->base() + path + "' -H 'content-type: application/json' " +
+                        extra + " --data-binary @" + file.string());
   }
   int post_status(const bj::object& body, const std::string& path = "/messages") {
     fs::path file = server->dir() / ("body-" + std::to_string(++posts) + ".json");
     std::ofstream(file) << bj::serialize(body);
-    return server->status("-X POST '" + server->base() + path + "' -H 'content-type: application/json' --data-binary @" +
-                          file.string());
+    return server->status("-X POST '" + server->base() + path +
+                          "' -H 'content-type: application/json' --data-binary @" + file.string());
   }
   bj::object post_json(const bj::object& body) { return json(post(body)).as_object(); }
 
@@ -111,9 +116,10 @@ ServerProcess* MessagesTest::server = nullptr;
 using U = ScriptedUpstream;
 
 TEST_F(MessagesTest, ASingleBashCallRunsInTheContainerAndIsFedBack) {
-  upstream->push_message(U::message({U::text_block("Let me compute."),
-                                     U::tool_use("toolu_01A", "bash_code_execution", {{"command", "echo $((6*7))"}})},
-                                    "tool_use", 100, 20));
+  upstream->push_message(
+      U::message({U::text_block("Let me compute."),
+                  U::tool_use("toolu_01A", "bash_code_execution", {{"command", "echo $((6*7))"}})},
+                 "tool_use", 100, 20));
   upstream->push_message(U::message({U::text_block("The answer is 42.")}, "end_turn", 150, 8));
   auto reply = post_json(request("What is 6*7? Run code."));
 
@@ -133,7 +139,10 @@ TEST_F(MessagesTest, ASingleBashCallRunsInTheContainerAndIsFedBack) {
   const auto& result = content[2].as_object();
   EXPECT_EQ(result.at("type"), "bash_code_execution_tool_result");
   EXPECT_EQ(result.at("tool_use_id"), "srvtoolu_01A");
-  EXPECT_EQ(result.at("content"), json(R"({"type":"bash_code_execution_result","stdout":"42\n","stderr":"","return_code":0,"content":[]})"));
+  EXPECT_EQ(
+      result.at("content"),
+      json(
+          R"({"type":"bash_code_execution_result","stdout":"42\n","stderr":"","return_code":0,"content":[]})"));
   EXPECT_EQ(content[3].at("text"), "The answer is 42.");
   EXPECT_EQ(reply.at("usage").at("input_tokens"), 250);
   EXPECT_EQ(reply.at("usage").at("output_tokens"), 28);
@@ -150,7 +159,8 @@ TEST_F(MessagesTest, ASingleBashCallRunsInTheContainerAndIsFedBack) {
   ASSERT_EQ(tools.size(), 2u);
   EXPECT_EQ(tools[0].at("name"), "bash_code_execution");
   EXPECT_EQ(tools[0].at("input_schema").at("required"), json(R"(["command"])"));
-  EXPECT_NE(std::string(tools[0].at("description").as_string()).find("/mnt/user-data/outputs/"), std::string::npos);
+  EXPECT_NE(std::string(tools[0].at("description").as_string()).find("/mnt/user-data/outputs/"),
+            std::string::npos);
   EXPECT_EQ(tools[1].at("name"), "text_editor_code_execution");
   // The second call carries the model's turn and the result, as tool_use/tool_result.
   const auto& history = calls[1].at("messages").as_array();
@@ -161,7 +171,8 @@ TEST_F(MessagesTest, ASingleBashCallRunsInTheContainerAndIsFedBack) {
   const auto& fed = history[2].at("content").as_array()[0].as_object();
   EXPECT_EQ(fed.at("type"), "tool_result");
   EXPECT_EQ(fed.at("tool_use_id"), "toolu_01A");
-  EXPECT_NE(std::string(fed.at("content").as_string()).find("42\\n"), std::string::npos) << bj::serialize(fed);
+  EXPECT_NE(std::string(fed.at("content").as_string()).find("42\\n"), std::string::npos)
+      << bj::serialize(fed);
 }
 
 TEST_F(MessagesTest, EditorThenBashAndTheOutputIsDownloadable) {
@@ -187,14 +198,16 @@ TEST_F(MessagesTest, EditorThenBashAndTheOutputIsDownloadable) {
   ASSERT_EQ(listing.at("data").as_array().size(), 1u);
   EXPECT_EQ(listing.at("data").as_array()[0].at("downloadable"), true);
   std::string id(listing.at("data").as_array()[0].at("id").as_string());
-  EXPECT_EQ(server->curl("'" + server->base() + "/files/" + id + "/content?scope_id=" + container + "'"), "alpha\nbeta\n");
+  EXPECT_EQ(server->curl("'" + server->base() + "/files/" + id + "/content?scope_id=" + container + "'"),
+            "alpha\nbeta\n");
 }
 
 TEST_F(MessagesTest, SeveralCallsInOneTurnAllRunInOrder) {
-  upstream->push_message(U::message({U::tool_use("toolu_1", "bash_code_execution", {{"command", "echo one > f"}}),
-                                     U::tool_use("toolu_2", "bash_code_execution", {{"command", "echo two >> f; cat f"}}),
-                                     U::tool_use("toolu_3", "text_editor_code_execution", {{"command", "view"}, {"path", "f"}})},
-                                    "tool_use"));
+  upstream->push_message(
+      U::message({U::tool_use("toolu_1", "bash_code_execution", {{"command", "echo one > f"}}),
+                  U::tool_use("toolu_2", "bash_code_execution", {{"command", "echo two >> f; cat f"}}),
+                  U::tool_use("toolu_3", "text_editor_code_execution", {{"command", "view"}, {"path", "f"}})},
+                 "tool_use"));
   upstream->push_message(U::message({U::text_block("ok")}, "end_turn"));
   auto reply = post_json(request("three things"));
   const auto& content = reply.at("content").as_array();
@@ -212,10 +225,11 @@ TEST_F(MessagesTest, SeveralCallsInOneTurnAllRunInOrder) {
 }
 
 TEST_F(MessagesTest, ClientToolsPassThrough) {
-  bj::array tools{bj::object{{"name", "code_execution"}, {"type", "code_execution_v1"}},
-                  bj::object{{"name", "get_weather"},
-                             {"description", "Weather for a city"},
-                             {"input_schema", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}};
+  bj::array tools{
+      bj::object{{"name", "code_execution"}, {"type", "code_execution_v1"}},
+      bj::object{{"name", "get_weather"},
+                 {"description", "Weather for a city"},
+                 {"input_schema", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}};
   // A server call and a client call in one turn: the server call runs, the turn stops.
   upstream->push_message(U::message({U::tool_use("toolu_s", "bash_code_execution", {{"command", "echo hi"}}),
                                      U::tool_use("toolu_c", "get_weather", {{"city", "Paris"}})},
@@ -236,7 +250,8 @@ TEST_F(MessagesTest, ClientToolsPassThrough) {
   messages.push_back(bj::object{{"role", "assistant"}, {"content", reply.at("content")}});
   messages.push_back(bj::object{
       {"role", "user"},
-      {"content", bj::array{bj::object{{"type", "tool_result"}, {"tool_use_id", "toolu_c"}, {"content", "sunny"}}}}});
+      {"content",
+       bj::array{bj::object{{"type", "tool_result"}, {"tool_use_id", "toolu_c"}, {"content", "sunny"}}}}});
   auto final_reply = post_json(body);
   EXPECT_EQ(final_reply.at("stop_reason"), "end_turn");
   const auto& history = sent()[1].at("messages").as_array();
@@ -262,7 +277,8 @@ TEST_F(MessagesTest, TheIterationCapPausesTheTurnAndSendingItBackContinues) {
   ASSERT_EQ(reply.at("content").as_array().size(), 6u);
   EXPECT_EQ(sent().size(), 3u);
 
-  upstream->push_message(U::message({U::tool_use("toolu_p4", "bash_code_execution", {{"command", "cat n"}})}, "tool_use"));
+  upstream->push_message(
+      U::message({U::tool_use("toolu_p4", "bash_code_execution", {{"command", "cat n"}})}, "tool_use"));
   upstream->push_message(U::message({U::text_block("1, 2 and 3")}, "end_turn"));
   body["messages"].as_array().push_back(bj::object{{"role", "assistant"}, {"content", reply.at("content")}});
   auto resumed = post_json(body);
@@ -307,9 +323,10 @@ TEST_F(MessagesTest, AHistoryWithServerBlocksIsTranslatedForTheUpstream) {
 }
 
 TEST_F(MessagesTest, StreamingSendsTheEventsInOrderAndTheyReassemble) {
-  upstream->push_message(U::message({U::text_block("Running it now."),
-                                     U::tool_use("toolu_s1", "bash_code_execution", {{"command", "echo streamed"}})},
-                                    "tool_use", 30, 12));
+  upstream->push_message(
+      U::message({U::text_block("Running it now."),
+                  U::tool_use("toolu_s1", "bash_code_execution", {{"command", "echo streamed"}})},
+                 "tool_use", 30, 12));
   upstream->push_message(U::message({U::text_block("It printed \"streamed\".")}, "end_turn", 40, 9));
   auto body = request("stream it");
   body["stream"] = true;
@@ -343,15 +360,16 @@ TEST_F(MessagesTest, StreamingSendsTheEventsInOrderAndTheyReassemble) {
   EXPECT_EQ(content[2].at("content").at("stdout"), "streamed\n") << "the result block arrives whole";
   EXPECT_EQ(content[3].at("text"), "It printed \"streamed\".");
   EXPECT_EQ(message.at("stop_reason"), "end_turn");
-  EXPECT_EQ(message.at("container").at("id").as_string(), container) << "delta.container in the final message_delta";
+  EXPECT_EQ(message.at("container").at("id").as_string(), container)
+      << "delta.container in the final message_delta";
   EXPECT_EQ(message.at("usage").at("output_tokens"), 21);
   EXPECT_EQ(message.at("usage").at("server_tool_use").at("code_execution_requests"), 1);
   EXPECT_EQ(sent()[0].at("stream"), true);
 }
 
 TEST_F(MessagesTest, ALongCommandKeepsTheStreamAliveWithPings) {
-  upstream->push_message(U::message({U::tool_use("toolu_slow", "bash_code_execution", {{"command", "sleep 2.5; echo late"}})},
-                                    "tool_use"));
+  upstream->push_message(U::message(
+      {U::tool_use("toolu_slow", "bash_code_execution", {{"command", "sleep 2.5; echo late"}})}, "tool_use"));
   upstream->push_message(U::message({U::text_block("done")}, "end_turn"));
   auto body = request("slow");
   body["stream"] = true;
@@ -367,24 +385,29 @@ TEST_F(MessagesTest, ALongCommandKeepsTheStreamAliveWithPings) {
 }
 
 TEST_F(MessagesTest, WithoutAContainerTheOwnersDefaultOneIsUsed) {
-  upstream->push_message(U::message({U::tool_use("toolu_d1", "bash_code_execution", {{"command", "echo kept > mine"}})}, "tool_use"));
+  upstream->push_message(U::message(
+      {U::tool_use("toolu_d1", "bash_code_execution", {{"command", "echo kept > mine"}})}, "tool_use"));
   upstream->push_message(U::message({U::text_block("ok")}, "end_turn"));
   auto body = request("remember");
   body.erase("container");
   auto first = post_json(body);
   std::string id(first.at("container").at("id").as_string());
-  upstream->push_message(U::message({U::tool_use("toolu_d2", "bash_code_execution", {{"command", "cat mine"}})}, "tool_use"));
+  upstream->push_message(
+      U::message({U::tool_use("toolu_d2", "bash_code_execution", {{"command", "cat mine"}})}, "tool_use"));
   upstream->push_message(U::message({U::text_block("ok")}, "end_turn"));
   auto second = post_json(body);
   EXPECT_EQ(second.at("container").at("id").as_string(), id) << "a stable default per owner";
   EXPECT_EQ(second.at("content").as_array()[1].at("content").at("stdout"), "kept\n");
   // Another owner's default is another container.
-  upstream->push_message(U::message({U::tool_use("toolu_d3", "bash_code_execution", {{"command", "cat mine"}})}, "tool_use"));
+  upstream->push_message(
+      U::message({U::tool_use("toolu_d3", "bash_code_execution", {{"command", "cat mine"}})}, "tool_use"));
   upstream->push_message(U::message({U::text_block("ok")}, "end_turn"));
   fs::path file = server->dir() / "bob.json";
   std::ofstream(file) << bj::serialize(body);
-  auto bobs = json(server->curl("-X POST " + server->base() + "/messages --data-binary @" + file.string(), "secret-bob-x"));
-  EXPECT_NE(bobs.at("content").as_array()[1].at("content").at("return_code"), 0) << "bob cannot see alice's file";
+  auto bobs = json(server->curl("-X POST " + server->base() + "/messages --data-binary @" + file.string(),
+                                "secret-bob-x"));
+  EXPECT_NE(bobs.at("content").as_array()[1].at("content").at("return_code"), 0)
+      << "bob cannot see alice's file";
 }
 
 // The persistent Python (code_execution_20260120 and 20260521): offered to the model as
@@ -632,12 +655,14 @@ TEST_F(MessagesTest, AnUnansweredPauseExpiresAndTheCallRaisesInTheCode) {
 
 TEST_F(MessagesTest, ErrorBlocksFollowTheToolVersion) {
   for (const char* type : {"code_execution_v1", "code_execution_20250825"}) {
-    upstream->push_message(U::message({U::tool_use("toolu_v", "text_editor_code_execution", {{"command", "view"}, {"path", "missing.txt"}}),
-                                       U::tool_use("toolu_w", "text_editor_code_execution",
-                                                   {{"command", "create"}, {"path", "/mnt/user-data/uploads/x"}, {"file_text", ""}})},
-                                      "tool_use"));
+    upstream->push_message(U::message(
+        {U::tool_use("toolu_v", "text_editor_code_execution", {{"command", "view"}, {"path", "missing.txt"}}),
+         U::tool_use("toolu_w", "text_editor_code_execution",
+                     {{"command", "create"}, {"path", "/mnt/user-data/uploads/x"}, {"file_text", ""}})},
+        "tool_use"));
     upstream->push_message(U::message({U::text_block("no such file")}, "end_turn"));
-    auto reply = post_json(request("view", bj::array{bj::object{{"name", "code_execution"}, {"type", type}}}));
+    auto reply =
+        post_json(request("view", bj::array{bj::object{{"name", "code_execution"}, {"type", type}}}));
     const auto& error = reply.at("content").as_array()[2].at("content").as_object();
     EXPECT_EQ(error.at("type"), "text_editor_code_execution_tool_result_error");
     EXPECT_EQ(error.at("error_code"), "unavailable");
@@ -685,8 +710,10 @@ TEST_F(MessagesTest, ValidationAnswersLikeTheAnthropicApi) {
   check(bad, "messages.0.content.0.text: Field required");
   bad = body;
   bad["tools"] = bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20240101"}}};
-  check(bad, "tools.0.type: the code_execution tool's type must be 'code_execution_v1', 'code_execution_20250825', "
-             "'code_execution_20260120' or 'code_execution_20260521', not 'code_execution_20240101'");
+  check(
+      bad,
+      "tools.0.type: the code_execution tool's type must be 'code_execution_v1', 'code_execution_20250825', "
+      "'code_execution_20260120' or 'code_execution_20260521', not 'code_execution_20240101'");
   bad = body;
   bad["messages"].as_array()[0].as_object()["content"] = bj::array{bj::object{{"type", "container_upload"}}};
   check(bad, "messages.0.content.0.file_id: Field required");
@@ -702,9 +729,10 @@ TEST_F(MessagesTest, ValidationAnswersLikeTheAnthropicApi) {
   EXPECT_EQ(json(post(body, "", "/messages/validate")), json(R"({"valid":true})"));
   // {"id": ...} is a container too; the SDKs' ?beta=true and beta headers are accepted.
   body["container"] = bj::object{{"id", container}};
-  EXPECT_EQ(json(post(body, "-H 'anthropic-beta: code-execution-2025-08-25' -H 'anthropic-version: 2023-06-01'",
-                      "/messages/validate?beta=true")),
-            json(R"({"valid":true})"));
+  EXPECT_EQ(
+      json(post(body, "-H 'anthropic-beta: code-execution-2025-08-25' -H 'anthropic-version: 2023-06-01'",
+                "/messages/validate?beta=true")),
+      json(R"({"valid":true})"));
   EXPECT_TRUE(sent().empty()) << "validation never calls the upstream";
   EXPECT_EQ(server->status("-X POST '" + server->base() + "/messages' -d 'not json'"), 400);
   EXPECT_EQ(server->status("-X GET '" + server->base() + "/messages'"), 405);
@@ -713,9 +741,11 @@ TEST_F(MessagesTest, ValidationAnswersLikeTheAnthropicApi) {
 TEST_F(MessagesTest, UpstreamErrorsBecomeDocumentedAnswers) {
   auto body = request("hi");
   auto error_of = [&](const std::string& text) { return json(text).at("error").as_object(); };
-  upstream->push({{"status", 400}, {"error", {{"type", "invalid_request_error"}, {"message", "prompt is too long"}}}});
+  upstream->push(
+      {{"status", 400}, {"error", {{"type", "invalid_request_error"}, {"message", "prompt is too long"}}}});
   EXPECT_EQ(post_status(body), 400);
-  upstream->push({{"status", 400}, {"error", {{"type", "invalid_request_error"}, {"message", "prompt is too long"}}}});
+  upstream->push(
+      {{"status", 400}, {"error", {{"type", "invalid_request_error"}, {"message", "prompt is too long"}}}});
   EXPECT_EQ(error_of(post(body)).at("message"), "prompt is too long") << "4xx passed on";
   upstream->push({{"status", 529}, {"error", {{"type", "overloaded_error"}, {"message", "Overloaded"}}}});
   EXPECT_EQ(post_status(body), 529);
@@ -737,7 +767,9 @@ TEST_F(MessagesTest, UpstreamErrorsBecomeDocumentedAnswers) {
   EXPECT_EQ(events.back().name, "error");
   EXPECT_EQ(events.back().data.at("error").at("type"), "api_error");
   // A stream that stops early.
-  upstream->push({{"raw_sse", "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{}}}\n\n"}});
+  upstream->push(
+      {{"raw_sse",
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{}}}\n\n"}});
   events = parse_sse(post(body, "-N"));
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().name, "error");
@@ -766,7 +798,8 @@ TEST(MessagesUpstream, RefusedAndSilentUpstreamsAnswer502WithinTheTimeout) {
     std::ofstream(file) << R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]})";
     auto reply = json(server.curl("-X POST " + server.base() + "/messages --data-binary @" + file.string()));
     EXPECT_EQ(reply.at("error").at("type"), "api_error");
-    EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("could not be reached"), std::string::npos);
+    EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("could not be reached"),
+              std::string::npos);
   }
   {
     silent.push({{"hang_ms", 10000}});
@@ -781,16 +814,18 @@ TEST(MessagesUpstream, RefusedAndSilentUpstreamsAnswer502WithinTheTimeout) {
     std::ofstream(file) << R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]})";
     auto reply = json(server.curl("-X POST " + server.base() + "/messages --data-binary @" + file.string()));
     EXPECT_EQ(reply.at("error").at("type"), "invalid_request_error");
-    EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("No upstream model is configured"),
-              std::string::npos);
+    EXPECT_NE(
+        std::string(reply.at("error").at("message").as_string()).find("No upstream model is configured"),
+        std::string::npos);
   }
 }
 
 TEST_F(MessagesTest, AClientThatDisconnectsCancelsTheCommandAndTheUpstreamCall) {
   // The command would run 30 s; the client leaves after 2.
-  upstream->push_message(U::message({U::tool_use("toolu_k", "bash_code_execution",
-                                                 {{"command", "sleep 30; touch /mnt/user-data/outputs/finished"}})},
-                                    "tool_use"));
+  upstream->push_message(
+      U::message({U::tool_use("toolu_k", "bash_code_execution",
+                              {{"command", "sleep 30; touch /mnt/user-data/outputs/finished"}})},
+                 "tool_use"));
   auto body = request("long");
   body["stream"] = true;
   post(body, "-N --max-time 2");
@@ -813,9 +848,10 @@ TEST_F(MessagesTest, AClientThatDisconnectsCancelsTheCommandAndTheUpstreamCall) 
 
   // A stream cut while the upstream is still answering: the upstream call is closed.
   int before = upstream->cancelled_streams();
-  upstream->push({{"message", U::message({U::text_block("partial"), U::text_block("never sent")}, "end_turn")},
-                  {"stall_after_block", 0},
-                  {"stall_ms", 20000}});
+  upstream->push(
+      {{"message", U::message({U::text_block("partial"), U::text_block("never sent")}, "end_turn")},
+       {"stall_after_block", 0},
+       {"stall_ms", 20000}});
   post(body, "-N --max-time 1");
   for (int i = 0; i < 50 && upstream->cancelled_streams() == before; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -827,15 +863,18 @@ TEST_F(MessagesTest, AClientThatDisconnectsCancelsTheCommandAndTheUpstreamCall) 
 namespace {
 
 // Scripts one bash call and a closing text, then sends a one-line turn in `container`.
-bj::object turn_with_one_bash_call(ScriptedUpstream& upstream, ServerProcess& server, const std::string& container) {
+bj::object turn_with_one_bash_call(ScriptedUpstream& upstream, ServerProcess& server,
+                                   const std::string& container) {
   upstream.push_message(ScriptedUpstream::message(
-      {ScriptedUpstream::tool_use("toolu_one", "bash_code_execution", {{"command", "echo hi"}})}, "tool_use"));
+      {ScriptedUpstream::tool_use("toolu_one", "bash_code_execution", {{"command", "echo hi"}})},
+      "tool_use"));
   upstream.push_message(ScriptedUpstream::message({ScriptedUpstream::text_block("done")}, "end_turn"));
   fs::path file = server.dir() / "one-call.json";
   std::ofstream(file) << R"({"model":"default","max_tokens":5,"container":")" << container
                       << R"(","messages":[{"role":"user","content":"hi"}],)"
                       << R"("tools":[{"name":"code_execution","type":"code_execution_v1"}]})";
-  return json(server.curl("-X POST " + server.base() + "/messages --data-binary @" + file.string())).as_object();
+  return json(server.curl("-X POST " + server.base() + "/messages --data-binary @" + file.string()))
+      .as_object();
 }
 
 TEST(MessagesWithoutProvider, CodeExecutionAnswersWithTheSeedsErrorBlock) {
@@ -847,8 +886,9 @@ TEST(MessagesWithoutProvider, CodeExecutionAnswersWithTheSeedsErrorBlock) {
   EXPECT_EQ(error.at("error_code"), "unavailable");
   EXPECT_EQ(error.at("detail").at("explanation"), "code_execution provider is not configured.");
   // The direct endpoints say the same; files still work.
-  auto direct = json(server.curl("-X POST " + server.base() +
-                                 "/containers/np/tools/text_editor_code_execution -d '{\"command\":\"view\",\"path\":\"/\"}'"));
+  auto direct = json(server.curl(
+      "-X POST " + server.base() +
+      "/containers/np/tools/text_editor_code_execution -d '{\"command\":\"view\",\"path\":\"/\"}'"));
   EXPECT_EQ(direct.at("detail").at("explanation"), "code_execution provider is not configured.");
   std::ofstream(server.dir() / "in.txt") << "data";
   auto uploaded = json(server.curl("-X POST '" + server.base() + "/files?scope_id=np' -F file=@" +
@@ -862,11 +902,13 @@ namespace {
 
 TEST(MessagesCapacity, ACallCapacityRefusesIsAnErrorBlockInTheTurn) {
   ScriptedUpstream upstream;
-  ServerProcess server(model_yaml(upstream) + "capacity:\n  maxConcurrentExecutions: 1\n  queueTimeoutSec: 1\n");
+  ServerProcess server(model_yaml(upstream) +
+                       "capacity:\n  maxConcurrentExecutions: 1\n  queueTimeoutSec: 1\n");
   fs::path hold = server.dir() / "hold.json";
   std::ofstream(hold) << R"({"command":"sleep 3"})";
   auto holder = std::async(std::launch::async, [&] {
-    return server.curl("-X POST " + server.base() + "/containers/busy/tools/bash_code_execution -d @" + hold.string());
+    return server.curl("-X POST " + server.base() + "/containers/busy/tools/bash_code_execution -d @" +
+                       hold.string());
   });
   ASSERT_TRUE(eventually([&] { return server.metric("sandboxd_executions_active") == 1; }));
   auto reply = turn_with_one_bash_call(upstream, server, "q");

@@ -35,13 +35,15 @@ TEST(MetadataBackend, PostgresKeepsFilesAndThreadsAcrossARestart) {
   const std::string url = PostgresEnvironment::server().create_database();
   ServerProcess server(metadata_yaml(url));
   // A thread; its files are those of the container with its id.
-  auto thread = server.curl_json("-X POST '" + server.url("/api/v1/app/thread") + "' -d '{\"title\": \"Q3 sales\"}'");
+  auto thread =
+      server.curl_json("-X POST '" + server.url("/api/v1/app/thread") + "' -d '{\"title\": \"Q3 sales\"}'");
   ASSERT_EQ(thread.at("type"), "thread") << thread;
   const std::string thread_id(thread.at("id").as_string());
   const std::string container = thread_id;
   // Downloads of uploads go through the thread's endpoint (uploadedResources: true).
   auto download = [&](const std::string& path) {
-    return server.curl("'" + server.url("/api/v1/app/thread/" + thread_id + "/download-file?path=" + path) + "'");
+    return server.curl("'" + server.url("/api/v1/app/thread/" + thread_id + "/download-file?path=" + path) +
+                       "'");
   };
   auto files = [&](const std::string& suffix = "", const std::string& query = "") {
     return "'" + server.base() + "/files" + suffix + "?scope_id=" + container + query + "'";
@@ -109,10 +111,12 @@ TEST(MetadataBackend, PostgresServesEverySurfaceToConcurrentClients) {
       };
       std::string kept_id;
       for (int n = 0; n < 4; ++n) {
-        auto put = server.curl_json("-X PUT " + files("/dir/f" + std::to_string(n) + ".txt") + " --data-binary 'v1'");
+        auto put = server.curl_json("-X PUT " + files("/dir/f" + std::to_string(n) + ".txt") +
+                                    " --data-binary 'v1'");
         EXPECT_EQ(put.at("filename").as_string(), "f" + std::to_string(n) + ".txt") << put;
         // The same key again: a new version, charged against the old one.
-        put = server.curl_json("-X PUT " + files("/dir/f" + std::to_string(n) + ".txt") + " --data-binary 'v2!'");
+        put = server.curl_json("-X PUT " + files("/dir/f" + std::to_string(n) + ".txt") +
+                               " --data-binary 'v2!'");
         EXPECT_EQ(put.at("size_bytes"), 3) << put;
         if (n == 0) kept_id = std::string(put.at("id").as_string());
       }
@@ -128,10 +132,11 @@ TEST(MetadataBackend, PostgresServesEverySurfaceToConcurrentClients) {
       EXPECT_EQ(by_prefix.at("deleted_count"), 1) << by_prefix;
       EXPECT_EQ(server.curl_json(files()).at("data").as_array().size(), 2u);
 
-      auto thread = server.curl_json("-X POST '" + server.url("/api/v1/app/thread") + "' -d '{\"title\": \"t" +
-                                     std::to_string(i) + "\"}'");
+      auto thread = server.curl_json("-X POST '" + server.url("/api/v1/app/thread") +
+                                     "' -d '{\"title\": \"t" + std::to_string(i) + "\"}'");
       EXPECT_EQ(thread.at("type"), "thread") << thread;
-      const std::string thread_url = server.url("/api/v1/app/thread/" + std::string(thread.at("id").as_string()));
+      const std::string thread_url =
+          server.url("/api/v1/app/thread/" + std::string(thread.at("id").as_string()));
       auto renamed = server.curl_json("-X PATCH '" + thread_url + "' -d '{\"title\": \"renamed\"}'");
       EXPECT_EQ(renamed.at("title"), "renamed") << renamed;
       auto got = server.curl_json("'" + thread_url + "'");
@@ -161,7 +166,8 @@ TEST(MetadataBackend, PostgresServesEverySurfaceToConcurrentClients) {
 
 TEST(MetadataBackend, AnUnreachableDatabaseStopsTheStartWithTheReason) {
   ServerProcess* server = nullptr;
-  const std::string url = "postgresql://postgres@127.0.0.1:" + std::to_string(free_loopback_port()) + "/nothing";
+  const std::string url =
+      "postgresql://postgres@127.0.0.1:" + std::to_string(free_loopback_port()) + "/nothing";
   try {
     server = new ServerProcess(metadata_yaml(url));
     ADD_FAILURE() << "the server started without its database";

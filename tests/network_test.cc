@@ -32,15 +32,21 @@ class NetworkTest : public ::testing::Test {
     }
     upstream = new ScriptedUpstream();
     down_port = free_loopback_port();  // nothing listens there
-    std::string services = "          - { name: echo, host: 127.0.0.1, port: " + std::to_string(echo->port()) + " }\n"
-                           "          - { name: down, host: 127.0.0.1, port: " + std::to_string(down_port) + " }\n";
+    std::string services =
+        "          - { name: echo, host: 127.0.0.1, port: " + std::to_string(echo->port()) +
+        " }\n"
+        "          - { name: down, host: 127.0.0.1, port: " +
+        std::to_string(down_port) + " }\n";
     if (postgres)
-      services += "          - { name: db.internal, host: localhost, port: " + std::to_string(postgres->port()) + " }\n";
-    server = new ServerProcess("model:\n  baseUrl: \"" + upstream->base_url() +
-                               "\"\n  models: { default: upstream-model }\n  timeoutSec: 20\n  maxNestingDepth: 1\n"
-                               "runtime:\n  maxConnectionsPerSandbox: 6\n"
-                               "external:\n  opensandbox:\n    codeExecution:\n      internal:\n        services:\n" +
-                               services);
+      services +=
+          "          - { name: db.internal, host: localhost, port: " + std::to_string(postgres->port()) +
+          " }\n";
+    server = new ServerProcess(
+        "model:\n  baseUrl: \"" + upstream->base_url() +
+        "\"\n  models: { default: upstream-model }\n  timeoutSec: 20\n  maxNestingDepth: 1\n"
+        "runtime:\n  maxConnectionsPerSandbox: 6\n"
+        "external:\n  opensandbox:\n    codeExecution:\n      internal:\n        services:\n" +
+        services);
     unsetenv("SANDBOXD_TEST_LEAK");
   }
   static void TearDownTestSuite() {
@@ -49,21 +55,25 @@ class NetworkTest : public ::testing::Test {
     delete postgres_error;
     delete echo;
   }
-  void SetUp() override { container = std::string("n-") + ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+  void SetUp() override {
+    container = std::string("n-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  }
   void TearDown() override { EXPECT_EQ(upstream->pending_steps(), 0u) << "every scripted step was used"; }
 
   // Runs `command` with bash in `in` (default: this test's container); the result block.
   bj::object bash(const std::string& command, const std::string& in = "", int timeout = 30) {
     fs::path file = server->dir() / ("cmd-" + std::to_string(++commands) + ".json");
     std::ofstream(file) << bj::serialize(bj::object{{"command", command}, {"timeout", timeout}});
-    auto reply = server->curl_json("-X POST '" + server->base() + "/containers/" + (in.empty() ? container : in) +
-                                   "/tools/bash_code_execution' -H 'content-type: application/json' --data-binary @" +
-                                   file.string());
+    auto reply = server->curl_json(
+        "-X POST '" + server->base() + "/containers/" + (in.empty() ? container : in) +
+        "/tools/bash_code_execution' -H 'content-type: application/json' --data-binary @" + file.string());
     EXPECT_TRUE(reply.is_object()) << bj::serialize(reply);
     return reply.as_object();
   }
   static std::string out(const bj::object& result) { return std::string(result.at("stdout").as_string()); }
-  std::string token_of(const std::string& in = "") { return out(bash("printf %s \"$ANTHROPIC_AUTH_TOKEN\"", in)); }
+  std::string token_of(const std::string& in = "") {
+    return out(bash("printf %s \"$ANTHROPIC_AUTH_TOKEN\"", in));
+  }
 
   static TcpEcho* echo;
   static uint16_t down_port;
@@ -118,8 +128,10 @@ TEST_F(NetworkTest, AnAllowListedServiceIsReachedByItsName) {
   // while the client still sends).
   auto big = bash("python3 -c \"\nimport socket, threading, hashlib\ns = socket.create_connection(('echo', " +
                   std::to_string(echo->port()) +
-                  "))\npayload = bytes(range(256)) * 4096 * 4\ndef send():\n    s.sendall(payload)\n    s.shutdown(socket.SHUT_WR)\n"
-                  "t = threading.Thread(target=send); t.start()\ngot = bytearray()\nwhile True:\n    c = s.recv(1 << 16)\n"
+                  "))\npayload = bytes(range(256)) * 4096 * 4\ndef send():\n    s.sendall(payload)\n    "
+                  "s.shutdown(socket.SHUT_WR)\n"
+                  "t = threading.Thread(target=send); t.start()\ngot = bytearray()\nwhile True:\n    c = "
+                  "s.recv(1 << 16)\n"
                   "    if not c: break\n    got += c\nt.join()\nprint(len(got), got == payload)\n\"");
   EXPECT_EQ(out(big), "4194304 True\n") << bj::serialize(big);
 }
@@ -140,8 +152,11 @@ TEST_F(NetworkTest, NothingElseIsReachableAndRefusalsAreImmediate) {
     EXPECT_EQ(out(result), "OSError 101\n") << address << " " << bj::serialize(result);
     EXPECT_EQ(result.at("return_code"), 0);
   }
-  auto v6 = bash("python3 -c \"import socket\ntry:\n  socket.create_connection(('2001:4860:4860::8888', 80), timeout=20)\n"
-                 "except OSError as e: print(e.errno)\"", "", 5);
+  auto v6 = bash(
+      "python3 -c \"import socket\ntry:\n  socket.create_connection(('2001:4860:4860::8888', 80), "
+      "timeout=20)\n"
+      "except OSError as e: print(e.errno)\"",
+      "", 5);
   EXPECT_EQ(out(v6), "101\n") << bj::serialize(v6);
   // The host's own addresses are not reachable either.
   std::string host_ips = sh("hostname -I 2>/dev/null");
@@ -160,9 +175,11 @@ TEST_F(NetworkTest, AnAllowListedServiceThatIsDownResetsTheConnectionAtOnce) {
   const std::string text = out(result);
   // The reset lands on whichever call comes next: the send (EPIPE), the read (ECONNRESET),
   // or the shutdown when it already closed the socket (ENOTCONN); never a hang.
-  EXPECT_TRUE(text == "ConnectionResetError 104\n" || text == "BrokenPipeError 32\n" || text == "OSError 107\n")
+  EXPECT_TRUE(text == "ConnectionResetError 104\n" || text == "BrokenPipeError 32\n" ||
+              text == "OSError 107\n")
       << bj::serialize(result);
-  EXPECT_NE(server->log().find("service down: connecting to 127.0.0.1:" + std::to_string(down_port)), std::string::npos);
+  EXPECT_NE(server->log().find("service down: connecting to 127.0.0.1:" + std::to_string(down_port)),
+            std::string::npos);
 }
 
 TEST_F(NetworkTest, UnknownNamesFailAtOnce) {
@@ -183,8 +200,9 @@ TEST_F(NetworkTest, PostgresIsQueriedByNameWithPsql) {
   EXPECT_EQ(out(result), "CREATE TABLE\nINSERT 0 1\n1|from the sandbox|42\n") << bj::serialize(result);
   EXPECT_EQ(result.at("return_code"), 0);
   // The row is really in the database on the host.
-  auto host = sh((postgres->bin() / "psql").string() + " -h 127.0.0.1 -p " + std::to_string(postgres->port()) +
-                 " -U postgres -d postgres -At -c 'select body from notes'");
+  auto host =
+      sh((postgres->bin() / "psql").string() + " -h 127.0.0.1 -p " + std::to_string(postgres->port()) +
+         " -U postgres -d postgres -At -c 'select body from notes'");
   EXPECT_EQ(host, "from the sandbox\n");
 }
 
@@ -214,16 +232,21 @@ TEST_F(NetworkTest, TheOfficialSdkInsideNeedsNoConfiguration) {
   // ANTHROPIC_BASE_URL and ANTHROPIC_AUTH_TOKEN in the environment.
   const fs::path modules = SANDBOXD_SDK_MODULES;
   // scripts/test.sh installs both (node from Debian, so under the /usr a sandbox sees).
-  ASSERT_TRUE(fs::exists(modules / "@anthropic-ai" / "sdk")) << "run npm ci --prefix tests/sdk (scripts/test.sh does)";
+  ASSERT_TRUE(fs::exists(modules / "@anthropic-ai" / "sdk"))
+      << "run npm ci --prefix tests/sdk (scripts/test.sh does)";
   ASSERT_EQ(access("/usr/bin/node", X_OK), 0) << "node must be /usr/bin/node, visible inside a sandbox";
   const fs::path tarball = server->dir() / "sdk.tgz";
-  ASSERT_EQ(std::system(("tar -czf " + tarball.string() + " -C " + modules.parent_path().string() + " node_modules").c_str()), 0);
-  ASSERT_EQ(server->status("-X PUT -T " + tarball.string() + " '" + server->base() + "/files/sdk.tgz?scope_id=" +
-                           container + "'"),
+  ASSERT_EQ(
+      std::system(("tar -czf " + tarball.string() + " -C " + modules.parent_path().string() + " node_modules")
+                      .c_str()),
+      0);
+  ASSERT_EQ(server->status("-X PUT -T " + tarball.string() + " '" + server->base() +
+                           "/files/sdk.tgz?scope_id=" + container + "'"),
             200);
   upstream->push_message(U::message({U::text_block("Hello, SDK.")}, "end_turn", 7, 3));
   auto result = bash(
-      "mkdir -p /tmp/sdk && tar -xzf /mnt/user-data/uploads/sdk.tgz -C /tmp/sdk && cat > /tmp/sdk/call.cjs <<'JS'\n"
+      "mkdir -p /tmp/sdk && tar -xzf /mnt/user-data/uploads/sdk.tgz -C /tmp/sdk && cat > /tmp/sdk/call.cjs "
+      "<<'JS'\n"
       "const Anthropic = require('/tmp/sdk/node_modules/@anthropic-ai/sdk').default;\n"
       "new Anthropic().messages.create({model: process.env.ANTHROPIC_MODEL, max_tokens: 50,\n"
       "  messages: [{role: 'user', content: 'hi'}]})\n"
@@ -244,8 +267,10 @@ TEST_F(NetworkTest, NestedCodeExecutionActsForTheOwnerUpToTheDepthLimit) {
   const std::string nested_body =
       R"({"model":"default","max_tokens":100,"tools":[{"name":"code_execution","type":"code_execution_v1"}],)"
       R"("messages":[{"role":"user","content":"go"}]})";
-  const std::string call = "curl -s -m 20 \"$ANTHROPIC_BASE_URL/v1/messages\" -H \"Authorization: Bearer "
-                           "$ANTHROPIC_AUTH_TOKEN\" -H 'content-type: application/json' -d '" + nested_body + "'";
+  const std::string call =
+      "curl -s -m 20 \"$ANTHROPIC_BASE_URL/v1/messages\" -H \"Authorization: Bearer "
+      "$ANTHROPIC_AUTH_TOKEN\" -H 'content-type: application/json' -d '" +
+      nested_body + "'";
   upstream->push_message(U::message({U::tool_use("toolu_n1", "bash_code_execution",
                                                  {{"command", "cat /home/agent/workspace/marker; " + call}})},
                                     "tool_use"));
@@ -253,7 +278,8 @@ TEST_F(NetworkTest, NestedCodeExecutionActsForTheOwnerUpToTheDepthLimit) {
   auto result = bash(call);
   auto reply = json(out(result));
   ASSERT_TRUE(reply.is_object()) << bj::serialize(result);
-  EXPECT_EQ(reply.at("container").at("id").as_string(), container) << "the nested call runs in its own container";
+  EXPECT_EQ(reply.at("container").at("id").as_string(), container)
+      << "the nested call runs in its own container";
   const auto& content = reply.at("content").as_array();
   ASSERT_EQ(content.size(), 3u) << bj::serialize(reply);
   std::string inner = std::string(content[1].at("content").at("stdout").as_string());
@@ -275,31 +301,37 @@ TEST_F(NetworkTest, TheScopedTokenWorksOnlyForMessagesFromItsOwnSandbox) {
   EXPECT_EQ(server->status("-X POST '" + server->base() + "/messages/validate' -d '{}'", token), 401);
   EXPECT_EQ(server->status("'" + server->base() + "/containers'", token), 401);
   // From inside: only the messages endpoints.
-  const std::string inside = "curl -s -o /dev/null -w '%{http_code} ' -H \"Authorization: Bearer $ANTHROPIC_AUTH_TOKEN\" ";
-  auto codes = out(bash(inside + "http://sandboxd.internal/api/gpt/v1/files?scope_id=" + container + "; " + inside +
-                        "http://sandboxd.internal/api/gpt/v1/containers; " + inside +
-                        "http://sandboxd.internal/metrics; " + inside + "http://sandboxd.internal/admin/sandboxes; " +
-                        inside + "-X POST http://sandboxd.internal/api/gpt/v1/messages/validate -d "
-                                 "'{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}'"));
+  const std::string inside =
+      "curl -s -o /dev/null -w '%{http_code} ' -H \"Authorization: Bearer $ANTHROPIC_AUTH_TOKEN\" ";
+  auto codes = out(bash(
+      inside + "http://sandboxd.internal/api/gpt/v1/files?scope_id=" + container + "; " + inside +
+      "http://sandboxd.internal/api/gpt/v1/containers; " + inside + "http://sandboxd.internal/metrics; " +
+      inside + "http://sandboxd.internal/admin/sandboxes; " + inside +
+      "-X POST http://sandboxd.internal/api/gpt/v1/messages/validate -d "
+      "'{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}'"));
   EXPECT_EQ(codes, "403 403 403 403 200 ") << codes;
   // The owner's real token is not accepted from inside either, nor no token at all.
-  auto others = out(bash("curl -s -o /dev/null -w '%{http_code} ' -H 'x-api-key: secret-alice' -X POST "
-                         "http://sandboxd.internal/api/gpt/v1/messages/validate -d '{}'; "
-                         "curl -s -o /dev/null -w '%{http_code}' -X POST http://sandboxd.internal/api/gpt/v1/messages/validate -d '{}'"));
+  auto others =
+      out(bash("curl -s -o /dev/null -w '%{http_code} ' -H 'x-api-key: secret-alice' -X POST "
+               "http://sandboxd.internal/api/gpt/v1/messages/validate -d '{}'; "
+               "curl -s -o /dev/null -w '%{http_code}' -X POST "
+               "http://sandboxd.internal/api/gpt/v1/messages/validate -d '{}'"));
   EXPECT_EQ(others, "401 401");
   // Another container's sandbox cannot use it.
   const std::string other = container + "-other";
-  auto elsewhere = out(bash("curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer " + token +
-                                "' -X POST http://sandboxd.internal/api/gpt/v1/messages/validate -d "
-                                "'{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}'",
-                            other));
+  auto elsewhere = out(
+      bash("curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer " + token +
+               "' -X POST http://sandboxd.internal/api/gpt/v1/messages/validate -d "
+               "'{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}'",
+           other));
   EXPECT_EQ(elsewhere, "401");
   // Deleted, then made again under the same id: the old token is dead.
   EXPECT_EQ(server->status("-X DELETE '" + server->base() + "/containers/" + container + "'"), 200);
-  auto after = out(bash("curl -s -o /dev/null -w '%{http_code} ' -H 'Authorization: Bearer " + token +
-                        "' -X POST http://sandboxd.internal/api/gpt/v1/messages/validate -d "
-                        "'{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}'; "
-                        "printf %s \"$ANTHROPIC_AUTH_TOKEN\""));
+  auto after =
+      out(bash("curl -s -o /dev/null -w '%{http_code} ' -H 'Authorization: Bearer " + token +
+               "' -X POST http://sandboxd.internal/api/gpt/v1/messages/validate -d "
+               "'{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}'; "
+               "printf %s \"$ANTHROPIC_AUTH_TOKEN\""));
   EXPECT_EQ(after.substr(0, 4), "401 ") << after;
   EXPECT_NE(after.substr(4), token) << "the new container has a new token";
 }
@@ -321,18 +353,19 @@ TEST_F(NetworkTest, ConnectionsPerSandboxAreLimited) {
   // connect, its send or its read); after one closes, a new one is served again (the proxy
   // sees the close a moment later: until then a new connection is still reset, and the
   // client tries again).
-  auto result = bash("python3 -c \"\nimport socket\nport = " + std::to_string(echo->port()) +
-                     "\nheld = []\nfor i in range(6):\n    s = socket.create_connection(('echo', port)); s.sendall(b'x');"
-                     " assert s.recv(1) == b'x'; held.append(s)\ntry:\n"
-                     "    extra = socket.create_connection(('echo', port)); extra.settimeout(10)\n"
-                     "    extra.sendall(b'y'); print('seventh:', extra.recv(1))\n"
-                     "except OSError as e: print('seventh: error', e.errno)\nheld.pop().close()\nimport time\n"
-                     "for attempt in range(100):\n    try:\n        s = socket.create_connection(('echo', port)); s.settimeout(10)\n"
-                     "        s.sendall(b'z'); got = s.recv(1)\n    except OSError: got = b''\n    if got == b'z': break\n"
-                     "    time.sleep(0.05)\nprint('after one closed:', got)\n\"");
+  auto result = bash(
+      "python3 -c \"\nimport socket\nport = " + std::to_string(echo->port()) +
+      "\nheld = []\nfor i in range(6):\n    s = socket.create_connection(('echo', port)); s.sendall(b'x');"
+      " assert s.recv(1) == b'x'; held.append(s)\ntry:\n"
+      "    extra = socket.create_connection(('echo', port)); extra.settimeout(10)\n"
+      "    extra.sendall(b'y'); print('seventh:', extra.recv(1))\n"
+      "except OSError as e: print('seventh: error', e.errno)\nheld.pop().close()\nimport time\n"
+      "for attempt in range(100):\n    try:\n        s = socket.create_connection(('echo', port)); "
+      "s.settimeout(10)\n"
+      "        s.sendall(b'z'); got = s.recv(1)\n    except OSError: got = b''\n    if got == b'z': break\n"
+      "    time.sleep(0.05)\nprint('after one closed:', got)\n\"");
   const std::string text = out(result);
-  EXPECT_EQ(text, "seventh: error 104\nafter one closed: b'z'\n")
-      << bj::serialize(result);
+  EXPECT_EQ(text, "seventh: error 104\nafter one closed: b'z'\n") << bj::serialize(result);
 }
 
 // Outside Kubernetes (no in-cluster configuration, no kubernetes.apiServer) the peer
@@ -352,10 +385,13 @@ TEST(NetworkConfig, KubernetesPeersOutsideKubernetesAreRefusedWithAClearMessage)
       << text;
   EXPECT_NE(text.find("need the Kubernetes API"), std::string::npos) << text;
   EXPECT_NE(text.find("kubernetes.apiServer"), std::string::npos) << text;
-  for (const char* bad : {"{ name: \"../etc\", host: h, port: 1 }", "{ name: sandboxd.internal, host: h, port: 1 }",
-                          "{ name: db, host: h, port: 70000 }", "{ name: db, host: h }"}) {
-    std::ofstream(file) << "external:\n  opensandbox:\n    codeExecution:\n      internal:\n        services:\n"
-                           "          - " << bad << "\n";
+  for (const char* bad :
+       {"{ name: \"../etc\", host: h, port: 1 }", "{ name: sandboxd.internal, host: h, port: 1 }",
+        "{ name: db, host: h, port: 70000 }", "{ name: db, host: h }"}) {
+    std::ofstream(file)
+        << "external:\n  opensandbox:\n    codeExecution:\n      internal:\n        services:\n"
+           "          - "
+        << bad << "\n";
     text = sh(std::string(SANDBOXD_PATH) + " config check " + file.string() + " 2>&1", &status);
     EXPECT_NE(status, 0) << bad;
     EXPECT_NE(text.find("services[0]"), std::string::npos) << bad << ": " << text;

@@ -44,7 +44,8 @@ TEST(Ops, HealthAnswersFromTheBackgroundCheckAnd503OnceItStops) {
   setenv("SANDBOXD_FAILPOINT_STOP_HEALTH_CHECK", "1", 1);
   ServerProcess server;
   unsetenv("SANDBOXD_FAILPOINT_STOP_HEALTH_CHECK");
-  ASSERT_TRUE(eventually([&] { return server.status(server.url("/health")) == 503; }, std::chrono::seconds(30)))
+  ASSERT_TRUE(
+      eventually([&] { return server.status(server.url("/health")) == 503; }, std::chrono::seconds(30)))
       << server.log();
   body = json(server.curl(server.url("/health"))).as_object();
   EXPECT_EQ(body.at("status"), "unavailable");
@@ -52,8 +53,10 @@ TEST(Ops, HealthAnswersFromTheBackgroundCheckAnd503OnceItStops) {
             std::string::npos)
       << bj::serialize(body);
   // Only liveness says so: the rest keeps serving.
-  EXPECT_EQ(json(server.curl("-X POST " + server.base() + "/containers/h/tools/bash_code_execution -d "
-                             "'{\"command\":\"echo still\"}'")).at("stdout"),
+  EXPECT_EQ(json(server.curl("-X POST " + server.base() +
+                             "/containers/h/tools/bash_code_execution -d "
+                             "'{\"command\":\"echo still\"}'"))
+                .at("stdout"),
             "still\n");
   // The healthy server kept running its check all along.
   EXPECT_EQ(healthy.status(healthy.url("/health")), 200);
@@ -65,13 +68,16 @@ TEST(Ops, NoFreeLoopDeviceIs503OverloadedWithRetryAfter) {
   setenv("SANDBOXD_FAILPOINT_NO_LOOP_DEVICE", "1", 1);
   ServerProcess server;
   unsetenv("SANDBOXD_FAILPOINT_NO_LOOP_DEVICE");
-  std::string headers = server.curl("-D - -o /dev/null -X POST " + server.base() + "/containers -d '{\"id\":\"full\"}'");
+  std::string headers =
+      server.curl("-D - -o /dev/null -X POST " + server.base() + "/containers -d '{\"id\":\"full\"}'");
   EXPECT_NE(headers.find(" 503"), std::string::npos) << headers;
   EXPECT_NE(headers.find("Retry-After: 2"), std::string::npos) << headers;
-  auto reply = server.curl_json("-X POST " + server.base() + "/containers -d '{\"id\":\"full\"}'").as_object();
+  auto reply =
+      server.curl_json("-X POST " + server.base() + "/containers -d '{\"id\":\"full\"}'").as_object();
   EXPECT_EQ(reply.at("type"), "error") << bj::serialize(reply);
   EXPECT_EQ(reply.at("error").at("type"), "overloaded_error") << bj::serialize(reply);
-  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("no free volume device"), std::string::npos)
+  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("no free volume device"),
+            std::string::npos)
       << bj::serialize(reply);
   // Nothing of the container was kept: it is not listed, and the server still answers.
   auto listed = server.curl_json(server.base() + "/containers").as_object();
@@ -96,8 +102,10 @@ TEST(Ops, MetricsPassPromtoolAndCountWhatHappened) {
   EXPECT_EQ(status, 0) << lint << "\n" << text;
   EXPECT_NE(text.find("sandboxd_executions_completed_total{outcome=\"ok\"} 3\n"), std::string::npos) << text;
   EXPECT_NE(text.find("sandboxd_executions_completed_total{outcome=\"nonzero\"} 1\n"), std::string::npos);
-  EXPECT_NE(text.find("sandboxd_http_requests_total{route=\"containers.tool\",code=\"200\"} 4\n"), std::string::npos);
-  EXPECT_NE(text.find("sandboxd_http_requests_total{route=\"unmatched\",code=\"404\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("sandboxd_http_requests_total{route=\"containers.tool\",code=\"200\"} 4\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("sandboxd_http_requests_total{route=\"unmatched\",code=\"404\"} 1\n"),
+            std::string::npos);
   EXPECT_NE(text.find("sandboxd_sandboxes_stopped_total{reason=\"api\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("sandboxd_execution_duration_seconds_count 4\n"), std::string::npos);
   EXPECT_NE(text.find("sandboxd_executions_limit 16\n"), std::string::npos);
@@ -114,15 +122,18 @@ TEST(Ops, AFullHouseWaitsInLineThenGets429WithRetryAfter) {
     return server.curl("-X POST " + server.base() + "/containers/a/tools/bash_code_execution -d @" + slow);
   });
   ASSERT_TRUE(eventually([&] { return server.metric("sandboxd_executions_active") == 1; }));
-  auto second = server.curl_json("-X POST " + server.base() + "/containers/b/tools/bash_code_execution -d @" + quick);
+  auto second =
+      server.curl_json("-X POST " + server.base() + "/containers/b/tools/bash_code_execution -d @" + quick);
   EXPECT_EQ(second.at("stdout"), "second\n");
   EXPECT_EQ(json(first.get()).at("stdout"), "first\n");
   // A command that holds the slot longer than the line waits: the next is refused.
   auto holder = std::async(std::launch::async, [&] {
-    return server.curl("-X POST " + server.base() + "/containers/a/tools/bash_code_execution -d @" + long_one);
+    return server.curl("-X POST " + server.base() + "/containers/a/tools/bash_code_execution -d @" +
+                       long_one);
   });
   ASSERT_TRUE(eventually([&] { return server.metric("sandboxd_executions_active") == 1; }));
-  std::string response = server.curl("-i -X POST " + server.base() + "/containers/b/tools/bash_code_execution -d @" + quick);
+  std::string response =
+      server.curl("-i -X POST " + server.base() + "/containers/b/tools/bash_code_execution -d @" + quick);
   EXPECT_NE(response.find("HTTP/1.1 429"), std::string::npos) << response;
   EXPECT_NE(response.find("Retry-After: 7"), std::string::npos) << response;
   auto body = json(response.substr(response.find("\r\n\r\n") + 4));
@@ -130,7 +141,8 @@ TEST(Ops, AFullHouseWaitsInLineThenGets429WithRetryAfter) {
   EXPECT_EQ(json(holder.get()).at("return_code"), 0);
   std::string text = sh("curl -sS " + server.url("/metrics"));
   EXPECT_NE(text.find("sandboxd_executions_rejected_total{status=\"429\",reason=\"queue_timeout\"} 1\n"),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
   EXPECT_EQ(server.status(server.url("/health")), 200);
 }
 
@@ -139,9 +151,10 @@ TEST(Ops, AFullHouseWaitsInLineThenGets429WithRetryAfter) {
 // slot still held past queueTimeoutSec, is refused.
 TEST(Ops, AnOwnerAloneRunsEverySlotAndEveryWaiterIsCountedAsQueued) {
   ServerProcess server("capacity:\n  maxConcurrentExecutions: 4\n  queueTimeoutSec: 10\n");
-  const std::string hold = bash_body(server.dir(), "hold",
-                                     "touch /mnt/user-data/outputs/started; for i in $(seq 600); do "
-                                     "[ -e /mnt/user-data/uploads/go ] && break; sleep 0.1; done; echo released");
+  const std::string hold =
+      bash_body(server.dir(), "hold",
+                "touch /mnt/user-data/outputs/started; for i in $(seq 600); do "
+                "[ -e /mnt/user-data/uploads/go ] && break; sleep 0.1; done; echo released");
   std::vector<std::future<std::string>> holders;
   for (int i = 0; i < 4; ++i)
     holders.push_back(std::async(std::launch::async, [&, i] {
@@ -170,7 +183,8 @@ TEST(Ops, AnOwnerAloneRunsEverySlotAndEveryWaiterIsCountedAsQueued) {
   // A fifth waits, and the metrics say so; nothing frees a slot, so it is refused.
   std::string quick = bash_body(server.dir(), "quick", "echo fifth");
   auto fifth = std::async(std::launch::async, [&] {
-    return server.curl("-i -X POST " + server.base() + "/containers/one-4/tools/bash_code_execution -d @" + quick);
+    return server.curl("-i -X POST " + server.base() + "/containers/one-4/tools/bash_code_execution -d @" +
+                       quick);
   });
   EXPECT_TRUE(eventually([&] { return gauge("sandboxd_executions_queued") == 1; }));
   const std::string refused = fifth.get();
@@ -280,9 +294,11 @@ TEST(Ops, JsonLogsAndTheAuditLogRecordWhoDidWhat) {
   std::string body = bash_body(server.dir(), "exit7", "echo \"$((3+4))\"; exit 7");
   server.curl("-X POST " + server.base() + "/containers/audited/tools/bash_code_execution -d @" + body);
   server.curl("-X POST " + server.base() +
-              "/containers/audited/tools/text_editor_code_execution -d '{\"command\":\"create\",\"path\":\"n.txt\",\"file_text\":\"x\"}'");
+              "/containers/audited/tools/text_editor_code_execution -d "
+              "'{\"command\":\"create\",\"path\":\"n.txt\",\"file_text\":\"x\"}'");
   std::ofstream(server.dir() / "up.txt") << "up";
-  server.curl("-X POST '" + server.base() + "/files?scope_id=audited' -F file=@" + (server.dir() / "up.txt").string());
+  server.curl("-X POST '" + server.base() + "/files?scope_id=audited' -F file=@" +
+              (server.dir() / "up.txt").string());
   server.curl(server.base() + "/containers/audited", "secret-bob-x");  // bob: a 404, audited as bob's
 
   // The server's log: every line after start-up is a JSON object (SIGTERM flushes it).
@@ -314,7 +330,8 @@ TEST(Ops, JsonLogsAndTheAuditLogRecordWhoDidWhat) {
   std::vector<bj::object> records;
   std::istringstream audit_lines(audit);
   for (std::string line; std::getline(audit_lines, line);) records.push_back(json(line).as_object());
-  auto find = [&](const std::string& event, const std::string& key, const std::string& value) -> const bj::object* {
+  auto find = [&](const std::string& event, const std::string& key,
+                  const std::string& value) -> const bj::object* {
     for (const auto& r : records)
       if (r.at("event") == event.c_str() && r.contains(key) && r.at(key) == value.c_str()) return &r;
     return nullptr;
@@ -362,7 +379,8 @@ TEST(Ops, TheQuotaStopsTheLeastRecentlyUsedIdleSandboxThenAnswers503) {
       "capacity:\n  capacityRetryAfterSec: 9\n");
   std::string mark = bash_body(server.dir(), "mark", "echo here > /mnt/user-data/outputs/mark.txt");
   auto exec = [&](const std::string& container, const std::string& body) {
-    return server.curl("-i -X POST " + server.base() + "/containers/" + container + "/tools/bash_code_execution -d @" + body);
+    return server.curl("-i -X POST " + server.base() + "/containers/" + container +
+                       "/tools/bash_code_execution -d @" + body);
   };
   auto state = [&](const std::string& container) {
     return std::string(server.curl_json(server.base() + "/containers/" + container).at("state").as_string());
@@ -391,7 +409,8 @@ TEST(Ops, TheQuotaStopsTheLeastRecentlyUsedIdleSandboxThenAnswers503) {
   EXPECT_NE(c.get().find("200 OK"), std::string::npos);
   std::string text = sh("curl -sS " + server.url("/metrics"));
   EXPECT_NE(text.find("sandboxd_sandboxes_stopped_total{reason=\"quota\"} 1\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("sandboxd_executions_rejected_total{status=\"503\",reason=\"quota\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("sandboxd_executions_rejected_total{status=\"503\",reason=\"quota\"} 1\n"),
+            std::string::npos);
   // Once one is idle again, q-d gets its room.
   EXPECT_NE(exec("q-d", mark).find("200 OK"), std::string::npos);
 }
@@ -404,7 +423,8 @@ TEST(Ops, AfterACrashTheStartUpCheckMakesIndexAndDiskAgree) {
   ServerProcess server;
   for (const char* name : {"a.txt", "b.txt"}) {
     std::ofstream(server.dir() / name) << name;
-    server.curl("-X POST '" + server.base() + "/files?scope_id=chk' -F file=@" + (server.dir() / name).string());
+    server.curl("-X POST '" + server.base() + "/files?scope_id=chk' -F file=@" +
+                (server.dir() / name).string());
   }
   EXPECT_EQ(server.stop(SIGKILL), -SIGKILL);
   // What a crash and a careless hand can leave: a file gone behind the index's back, a
@@ -427,10 +447,13 @@ TEST(Ops, AfterACrashTheStartUpCheckMakesIndexAndDiskAgree) {
   ASSERT_EQ(listing.at("data").as_array().size(), 1u);
   EXPECT_EQ(listing.at("data").as_array()[0].at("filename"), "b.txt");
   // b.txt is intact; a.txt's id now answers like any missing file.
-  EXPECT_EQ(server.curl_json("'" + server.base() + "/files/L21udC91c2VyLWRhdGEvdXBsb2Fkcy9iLnR4dA?scope_id=chk'")
-                .at("size_bytes"),
-            5);
-  EXPECT_EQ(server.status("'" + server.base() + "/files/L21udC91c2VyLWRhdGEvdXBsb2Fkcy9hLnR4dA?scope_id=chk'"), 404);
+  EXPECT_EQ(
+      server.curl_json("'" + server.base() + "/files/L21udC91c2VyLWRhdGEvdXBsb2Fkcy9iLnR4dA?scope_id=chk'")
+          .at("size_bytes"),
+      5);
+  EXPECT_EQ(
+      server.status("'" + server.base() + "/files/L21udC91c2VyLWRhdGEvdXBsb2Fkcy9hLnR4dA?scope_id=chk'"),
+      404);
 }
 
 }  // namespace

@@ -43,7 +43,8 @@ inline std::filesystem::path postgres_bin_dir() {
   glob_t found{};
   std::vector<std::filesystem::path> dirs;
   if (glob("/usr/lib/postgresql/*/bin/initdb", 0, nullptr, &found) == 0)
-    for (size_t i = 0; i < found.gl_pathc; ++i) dirs.emplace_back(std::filesystem::path(found.gl_pathv[i]).parent_path());
+    for (size_t i = 0; i < found.gl_pathc; ++i)
+      dirs.emplace_back(std::filesystem::path(found.gl_pathv[i]).parent_path());
   globfree(&found);
   if (dirs.empty()) return {};
   auto version = [](const std::filesystem::path& bin) {
@@ -62,19 +63,23 @@ class PostgresServer {
     if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
     dir_ = pattern;
     // The server's user must reach the folder; its data folder is its own.
-    std::filesystem::permissions(dir_, std::filesystem::perms::owner_all | std::filesystem::perms::group_exec |
+    std::filesystem::permissions(dir_, std::filesystem::perms::owner_all |
+                                           std::filesystem::perms::group_exec |
                                            std::filesystem::perms::others_exec);
     const std::string data = (dir_ / "data").string();
     run("cp -a " + template_cluster().string() + " " + data);
     port_ = free_loopback_port();
     // fsync off: a test server's data need not survive a power cut, and it is faster.
-    run(as_postgres("pg_ctl") + " -D " + data + " -l " + data + "/server.log -w -o \"-p " + std::to_string(port_) +
-        " -c listen_addresses=127.0.0.1 -k " + data + " -c fsync=off -c max_connections=200\" start");
+    run(as_postgres("pg_ctl") + " -D " + data + " -l " + data + "/server.log -w -o \"-p " +
+        std::to_string(port_) + " -c listen_addresses=127.0.0.1 -k " + data +
+        " -c fsync=off -c max_connections=200\" start");
     running_ = true;
   }
 
   ~PostgresServer() {
-    if (running_) pg_sh(as_postgres("pg_ctl") + " -D " + (dir_ / "data").string() + " -m immediate -w stop >/dev/null 2>&1");
+    if (running_)
+      pg_sh(as_postgres("pg_ctl") + " -D " + (dir_ / "data").string() +
+            " -m immediate -w stop >/dev/null 2>&1");
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
@@ -103,8 +108,9 @@ class PostgresServer {
   }
   void start() {
     const std::string data = (dir_ / "data").string();
-    run(as_postgres("pg_ctl") + " -D " + data + " -l " + data + "/server.log -w -o \"-p " + std::to_string(port_) +
-        " -c listen_addresses=127.0.0.1 -k " + data + " -c fsync=off -c max_connections=200\" start");
+    run(as_postgres("pg_ctl") + " -D " + data + " -l " + data + "/server.log -w -o \"-p " +
+        std::to_string(port_) + " -c listen_addresses=127.0.0.1 -k " + data +
+        " -c fsync=off -c max_connections=200\" start");
     running_ = true;
   }
 
@@ -115,13 +121,15 @@ class PostgresServer {
   // no half template.
   std::filesystem::path template_cluster() {
     const std::string version = bin_.parent_path().filename().string();
-    std::filesystem::path cached = std::filesystem::temp_directory_path() / ("sandboxd-pgtest-template-" + version);
+    std::filesystem::path cached =
+        std::filesystem::temp_directory_path() / ("sandboxd-pgtest-template-" + version);
     if (std::filesystem::exists(cached / "PG_VERSION")) return cached;
     std::filesystem::path staging = dir_ / "template";
     run("install -d -o postgres -g postgres -m 700 " + staging.string());
-    run(as_postgres("initdb") + " -D " + staging.string() + " -A trust -U postgres -E UTF8 --locale=C --no-sync");
+    run(as_postgres("initdb") + " -D " + staging.string() +
+        " -A trust -U postgres -E UTF8 --locale=C --no-sync");
     std::error_code ec;
-    std::filesystem::remove_all(cached, ec);  // a broken one (no PG_VERSION)
+    std::filesystem::remove_all(cached, ec);       // a broken one (no PG_VERSION)
     std::filesystem::rename(staging, cached, ec);  // another process may have made it first
     if (ec) std::filesystem::remove_all(staging, ec);
     return cached;
@@ -183,7 +191,8 @@ class TestDatabase {
   const std::string& postgres_url() const { return url_; }
 
   std::shared_ptr<store::db::Database> open() const {
-    return backend_ == store::db::Backend::kPostgres ? store::db::open_postgres(url_) : store::db::open_sqlite(path_);
+    return backend_ == store::db::Backend::kPostgres ? store::db::open_postgres(url_)
+                                                     : store::db::open_sqlite(path_);
   }
 
  private:

@@ -76,7 +76,8 @@ class QuotasTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     server = new ServerProcess(
-        "quotas:\n  storedBytesPerOwner: 3Mi\n  threadsPerOwner: 3\n  skillsPerOwner: 2\n  skillVersionsPerOwner: 3\n"
+        "quotas:\n  storedBytesPerOwner: 3Mi\n  threadsPerOwner: 3\n  skillsPerOwner: 2\n  "
+        "skillVersionsPerOwner: 3\n"
         "runtime:\n  prestartedSandboxes: 0\n");
     work = new fs::path(server->dir() / "client");
     fs::create_directories(*work);
@@ -97,9 +98,10 @@ class QuotasTest : public ::testing::Test {
                             " --data-binary @" + body.string(),
                         token);
   }
-  std::string post_multipart(const std::string& container, const fs::path& body, const std::string& token = "secret-alice") {
-    return server->curl("-i -X POST " + quoted(server->base() + "/files?scope_id=" + container) + " -F file=@" +
-                            body.string(),
+  std::string post_multipart(const std::string& container, const fs::path& body,
+                             const std::string& token = "secret-alice") {
+    return server->curl("-i -X POST " + quoted(server->base() + "/files?scope_id=" + container) +
+                            " -F file=@" + body.string(),
                         token);
   }
   static std::string metrics() { return sh("curl -sS " + server->url("/metrics")); }
@@ -140,22 +142,26 @@ TEST_F(QuotasTest, StoredBytesCountEveryContainerOfTheOwnerAndUploadsPastThemAre
   const fs::path two_and_one = blob("two-and-one.bin", (2 << 20) + 1, 'z');
   refused = put("alice-s1", "a.bin", two_and_one);
   EXPECT_NE(status_line(refused).find(" 403"), std::string::npos) << refused.substr(0, 600);
-  auto meta = server->curl_json(quoted(server->base() + "/files/" + file_id("/mnt/user-data/uploads/a.bin") +
-                                       "?scope_id=alice-s1")).as_object();
+  auto meta = server
+                  ->curl_json(quoted(server->base() + "/files/" + file_id("/mnt/user-data/uploads/a.bin") +
+                                     "?scope_id=alice-s1"))
+                  .as_object();
   EXPECT_EQ(meta.at("size_bytes").to_number<int64_t>(), 1 << 20) << bj::serialize(meta);
   EXPECT_NE(status_line(put("alice-s1", "a.bin", two)).find(" 200"), std::string::npos);
   // Bob, meanwhile, stores as much as his own quota allows.
   EXPECT_NE(status_line(put("bob-s", "b.bin", two, "secret-bob-x")).find(" 200"), std::string::npos);
   // Deleting makes room again.
-  EXPECT_EQ(server->status("-X DELETE " + quoted(server->base() + "/files/" + file_id("/mnt/user-data/uploads/a.bin") +
-                                                 "?scope_id=alice-s1")),
-            200);
+  EXPECT_EQ(
+      server->status("-X DELETE " + quoted(server->base() + "/files/" +
+                                           file_id("/mnt/user-data/uploads/a.bin") + "?scope_id=alice-s1")),
+      200);
   EXPECT_NE(status_line(put("alice-s3", "big.bin", two)).find(" 200"), std::string::npos);
   // /metrics: the quota in force and the refusals.
   const std::string text = metrics();
   EXPECT_NE(text.find("sandboxd_quota_stored_bytes_per_owner 3145728\n"), std::string::npos) << text;
   EXPECT_NE(text.find("reason=\"stored_bytes_quota\"} 3\n"), std::string::npos) << text;
-  for (const char* c : {"alice-s1", "alice-s2", "alice-s3"}) server->curl("-X DELETE " + server->base() + "/containers/" + c);
+  for (const char* c : {"alice-s1", "alice-s2", "alice-s3"})
+    server->curl("-X DELETE " + server->base() + "/containers/" + c);
   server->curl("-X DELETE " + server->base() + "/containers/bob-s", "secret-bob-x");
 }
 
@@ -223,7 +229,8 @@ TEST_F(QuotasTest, ThreadsPastTheQuotaAreRefusedEvenAllAtOnceAndOthersGoOn) {
   int made = 0, refused = 0;
   for (const auto& r : replies) {
     if (status_line(r).find(" 201") != std::string::npos) ++made;
-    if (status_line(r).find(" 403") != std::string::npos && r.find("\"permission_error\"") != std::string::npos &&
+    if (status_line(r).find(" 403") != std::string::npos &&
+        r.find("\"permission_error\"") != std::string::npos &&
         r.find("quotas.threadsPerOwner") != std::string::npos)
       ++refused;
   }
@@ -252,7 +259,8 @@ TEST_F(QuotasTest, SkillsAndVersionsPastTheirQuotasAreRefusedAndOthersGoOn) {
     std::ofstream(dir / "SKILL.md") << "---\nname: " << name << "\ndescription: A skill.\n---\nbody\n";
     return dir / "SKILL.md";
   };
-  auto create = [&](const std::string& url, const std::string& name, const std::string& token = "secret-alice") {
+  auto create = [&](const std::string& url, const std::string& name,
+                    const std::string& token = "secret-alice") {
     return server->curl("-i -X POST " + quoted(url) + " -F " +
                             quoted("files[]=@" + skill_md(name).string() + ";filename=" + name + "/SKILL.md"),
                         token);
@@ -312,7 +320,8 @@ TEST(QuotasConnections, IdleConnectionsFromOneAddressCannotStarveHealthOrAnother
   for (int fd : idle) {
     std::string reply = first_reply(fd, 0);
     if (reply.rfind("HTTP/1.1 429 ", 0) == 0 && reply.find("have not authenticated") != std::string::npos &&
-        reply.find("Retry-After: 1") != std::string::npos && reply.find("\"rate_limit_error\"") != std::string::npos)
+        reply.find("Retry-After: 1") != std::string::npos &&
+        reply.find("\"rate_limit_error\"") != std::string::npos)
       ++refused;
     else if (reply.empty())
       ++held;
@@ -366,8 +375,10 @@ TEST(QuotasConfig, TheNewKeysAreCheckedWithTheirPath) {
            {"quotas:\n  skillsPerOwner: x\n", "quotas.skillsPerOwner"},
            {"quotas:\n  skillVersionsPerOwner: -2\n", "quotas.skillVersionsPerOwner"},
            {"server:\n  maxConnectionsPerIp: -1\n", "server.maxConnectionsPerIp"},
-           {"server:\n  maxUnauthenticatedConnectionsPerIp: many\n", "server.maxUnauthenticatedConnectionsPerIp"}}) {
-    fs::path file = fs::temp_directory_path() / ("sandboxd-quotas-config-" + std::to_string(getpid()) + ".yaml");
+           {"server:\n  maxUnauthenticatedConnectionsPerIp: many\n",
+            "server.maxUnauthenticatedConnectionsPerIp"}}) {
+    fs::path file =
+        fs::temp_directory_path() / ("sandboxd-quotas-config-" + std::to_string(getpid()) + ".yaml");
     std::ofstream(file) << yaml;
     int status = 0;
     std::string out = sh(std::string(SANDBOXD_PATH) + " config check " + file.string() + " 2>&1", &status);
@@ -395,12 +406,14 @@ TEST(QuotasHostDisk, AFullDiskWhileMakingAContainerIs503WithRetryAfter) {
   // An upload into a new container, and a thread's first file, alike.
   std::string uploaded = server.curl("-i -X PUT '" + server.base() + "/files/a.txt?scope_id=full2' -d hi");
   EXPECT_NE(status_line(uploaded).find(" 503"), std::string::npos) << uploaded;
-  std::string thread = server.curl("-i -X PUT " + server.url("/api/v1/app/thread/t1/put-file/a.txt") + " -d hi");
+  std::string thread =
+      server.curl("-i -X PUT " + server.url("/api/v1/app/thread/t1/put-file/a.txt") + " -d hi");
   EXPECT_NE(status_line(thread).find(" 503"), std::string::npos) << thread;
   auto listed = server.curl_json(server.base() + "/containers").as_object();
   EXPECT_TRUE(listed.at("data").as_array().empty()) << bj::serialize(listed);
   size_t folders = 0;
-  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(server.data_dir() / "containers")) ++folders;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(server.data_dir() / "containers"))
+    ++folders;
   EXPECT_EQ(folders, 0u);
   EXPECT_EQ(server.status(server.url("/health")), 200);
 }
@@ -416,21 +429,23 @@ namespace {
 TEST(QuotasHostDisk, AHostDiskFillingUnderAnUploadIs503AndKeepsThePreviousVersion) {
   std::string pattern = (fs::temp_directory_path() / "sandboxd-fulldisk-XXXXXX").string();
   const fs::path mount_point = mkdtemp(pattern.data());
-  ASSERT_EQ(sh("mount -t tmpfs -o size=96m sandboxd-quotas-test " + mount_point.string() + " && echo ok"), "ok\n");
+  ASSERT_EQ(sh("mount -t tmpfs -o size=96m sandboxd-quotas-test " + mount_point.string() + " && echo ok"),
+            "ok\n");
   const fs::path big = fs::temp_directory_path() / ("sandboxd-fulldisk-" + std::to_string(getpid()) + ".bin");
   sh("head -c " + std::to_string(128 << 20) + " /dev/urandom > " + big.string());
   {
     ServerProcess server("", mount_point / "data");
     const std::string a_bin = server.base() + "/files/a.bin?scope_id=full-up";
-    ASSERT_NE(status_line(server.curl("-i -X PUT " + quoted(a_bin) + " -d old")).find(" 200"), std::string::npos);
+    ASSERT_NE(status_line(server.curl("-i -X PUT " + quoted(a_bin) + " -d old")).find(" 200"),
+              std::string::npos);
     std::string refused = server.curl("-i -X PUT " + quoted(a_bin) + " --data-binary @" + big.string());
     EXPECT_NE(status_line(refused).find(" 503"), std::string::npos) << refused.substr(0, 600);
     EXPECT_NE(refused.find("Retry-After: 2"), std::string::npos) << refused.substr(0, 600);
     EXPECT_NE(refused.find("\"overloaded_error\""), std::string::npos) << refused.substr(0, 600);
     EXPECT_NE(refused.find("out of disk space for uploads"), std::string::npos) << refused.substr(0, 600);
     // The multipart form alike.
-    std::string form = server.curl("-i -X POST " + quoted(server.base() + "/files?scope_id=full-up") + " -F file=@" +
-                                   big.string() + ";filename=b.bin");
+    std::string form = server.curl("-i -X POST " + quoted(server.base() + "/files?scope_id=full-up") +
+                                   " -F file=@" + big.string() + ";filename=b.bin");
     EXPECT_NE(status_line(form).find(" 503"), std::string::npos) << form.substr(0, 600);
     // The previous version stays, and nothing of the refused bodies is left on the disk.
     auto listed = server.curl_json(server.base() + "/files?scope_id=full-up").as_object();
@@ -440,10 +455,12 @@ TEST(QuotasHostDisk, AHostDiskFillingUnderAnUploadIs503AndKeepsThePreviousVersio
     EXPECT_EQ(kept.at("size_bytes").to_number<int64_t>(), 3);
     EXPECT_EQ(kept.at("etag").as_string(), "149603e6c03516362a8da23f624db945");  // MD5 of "old"
     EXPECT_EQ(sh("cat " + quoted((mount_point / "data").string()) + "/containers/*/uploads/a.bin"), "old");
-    const std::string used_kib = sh("df --output=used -k " + mount_point.string() + " | tail -1 | tr -d ' \\n'");
+    const std::string used_kib =
+        sh("df --output=used -k " + mount_point.string() + " | tail -1 | tr -d ' \\n'");
     EXPECT_LT(std::stoll(used_kib), 64 * 1024) << "the partial uploads were removed";
     // Room again: uploads land, other owners are served, the server is healthy.
-    EXPECT_NE(status_line(server.curl("-i -X PUT " + quoted(server.base() + "/files/c.bin?scope_id=bob-box") + " -d new",
+    EXPECT_NE(status_line(server.curl("-i -X PUT " + quoted(server.base() + "/files/c.bin?scope_id=bob-box") +
+                                          " -d new",
                                       "secret-bob-x"))
                   .find(" 200"),
               std::string::npos);
@@ -462,8 +479,9 @@ TEST(QuotasAgree, AThreadThatCouldNotGetAContainerIsRefusedWhenItIsMade) {
   const fs::path q = server.dir() / "q.txt";
   std::ofstream(q) << "q";
   auto upload = [&](const std::string& container, const std::string& token = "secret-alice") {
-    return server.curl("-i -X POST " + quoted(server.base() + "/files?scope_id=" + container) + " -F file=@" + q.string(),
-                       token);
+    return server.curl(
+        "-i -X POST " + quoted(server.base() + "/files?scope_id=" + container) + " -F file=@" + q.string(),
+        token);
   };
   const std::string threads = server.url("/api/v1/app/thread");
   ASSERT_NE(status_line(upload("alice-c0")).find(" 20"), std::string::npos);
@@ -484,8 +502,8 @@ TEST(QuotasAgree, AThreadThatCouldNotGetAContainerIsRefusedWhenItIsMade) {
   EXPECT_NE(status_line(other).find(" 403"), std::string::npos) << other;
   EXPECT_NE(other.find("quotas.containersPerOwner"), std::string::npos) << other;
   // ...so the thread gets its container (here by an upload into it).
-  std::string into_thread = server.curl("-i -X POST " + quoted(threads + "/" + thread + "/upload-file") + " -F file=@" +
-                                        q.string());
+  std::string into_thread = server.curl("-i -X POST " + quoted(threads + "/" + thread + "/upload-file") +
+                                        " -F file=@" + q.string());
   EXPECT_NE(status_line(into_thread).find(" 20"), std::string::npos) << into_thread;
   // Bob is not affected.
   EXPECT_NE(status_line(server.curl("-i -X POST " + threads + " -d '{}'", "secret-bob-x")).find(" 201"),

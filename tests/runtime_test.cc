@@ -46,9 +46,10 @@ TEST_F(RuntimeTest, EnvironmentIsFixedAndNothingOfTheServerLeaks) {
   setenv("SANDBOXD_TEST_SECRET", "do-not-leak", 1);
   auto r = run("env | sort");
   unsetenv("SANDBOXD_TEST_SECRET");
-  EXPECT_EQ(r.stdout_text,
-            "HOME=/home/agent\nLANG=C.UTF-8\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
-            "PWD=/home/agent/workspace\nSHLVL=1\nTERM=dumb\nUSER=agent\n_=/usr/bin/env\n");
+  EXPECT_EQ(
+      r.stdout_text,
+      "HOME=/home/agent\nLANG=C.UTF-8\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+      "PWD=/home/agent/workspace\nSHLVL=1\nTERM=dumb\nUSER=agent\n_=/usr/bin/env\n");
 }
 
 TEST_F(RuntimeTest, EachCallIsANewShellButFilesPersist) {
@@ -105,9 +106,10 @@ TEST_F(RuntimeTest, TmpIsSizeLimited) {
 }
 
 TEST_F(RuntimeTest, TimeoutKillsTheWholeTreeIncludingDetachedDescendants) {
-  auto r = run("setsid bash -c 'sleep 1000' & (sleep 1001 &); nohup sleep 1002 >/dev/null 2>&1 & "
-               "echo started; sleep 1003",
-               1s);
+  auto r =
+      run("setsid bash -c 'sleep 1000' & (sleep 1001 &); nohup sleep 1002 >/dev/null 2>&1 & "
+          "echo started; sleep 1003",
+          1s);
   EXPECT_TRUE(r.timed_out);
   EXPECT_EQ(r.return_code, 124);
   EXPECT_EQ(r.stderr_text, "Command timed out after 1s.");

@@ -9,10 +9,10 @@
 // per upload under the bucket until they are completed.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -42,7 +42,8 @@ class S3Server {
   // hop; curl's own requests there are not all canonically signed).
   enum class Signatures { kVerified, kUnverified };
 
-  explicit S3Server(Signatures signatures = Signatures::kVerified) : verify_(signatures == Signatures::kVerified) {
+  explicit S3Server(Signatures signatures = Signatures::kVerified)
+      : verify_(signatures == Signatures::kVerified) {
     std::string pattern = (std::filesystem::temp_directory_path() / "sandboxd-s3-XXXXXX").string();
     dir_ = mkdtemp(pattern.data());
     port_ = free_loopback_port();
@@ -69,12 +70,12 @@ class S3Server {
     verifier_log_ = dir_ / "verifier.log";
     // s3rver makes its listing continuation tokens with DES, which Node's OpenSSL 3 only
     // has in the legacy provider.
-    pid_ = spawn_node({"--openssl-legacy-provider", dir + "/node_modules/s3rver/bin/s3rver.js", "-d", data, "-a",
-                       "127.0.0.1", "-p", backend, "--silent"},
+    pid_ = spawn_node({"--openssl-legacy-provider", dir + "/node_modules/s3rver/bin/s3rver.js", "-d", data,
+                       "-a", "127.0.0.1", "-p", backend, "--silent"},
                       log_);
     if (verify_)
-      verifier_pid_ = spawn_node({dir + "/sigv4_verifier.js", "--listen", port, "--upstream", backend, "--region",
-                                  "us-east-1", "--credentials", credentials},
+      verifier_pid_ = spawn_node({dir + "/sigv4_verifier.js", "--listen", port, "--upstream", backend,
+                                  "--region", "us-east-1", "--credentials", credentials},
                                  verifier_log_);
     for (int i = 0; i < 500; ++i) {
       if (loopback_accepts(backend_port_) && loopback_accepts(port_)) return;
@@ -116,8 +117,8 @@ class S3Server {
   std::string storage_yaml(const std::string& prefix = "sbx/", int flush_interval = 30) const {
     return "storage:\n  backend: s3\n  flushIntervalSec: " + std::to_string(flush_interval) +
            "\n  s3:\n    endpoint: \"" + endpoint() + "\"\n    region: us-east-1\n    bucket: " + kBucket +
-           "\n    prefix: \"" + prefix + "\"\n    accessKeyId: " + kAccessKey + "\n    secretAccessKey: " +
-           kSecretKey + "\n    forcePathStyle: true\n    partSize: 5Mi\n";
+           "\n    prefix: \"" + prefix + "\"\n    accessKeyId: " + kAccessKey +
+           "\n    secretAccessKey: " + kSecretKey + "\n    forcePathStyle: true\n    partSize: 5Mi\n";
   }
   // Where s3rver keeps the bucket's objects and pending multipart uploads.
   std::filesystem::path bucket_dir() const { return dir_ / "data" / kBucket; }
@@ -128,8 +129,8 @@ class S3Server {
     std::error_code ec;
     for (auto it = std::filesystem::recursive_directory_iterator(bucket_dir(), ec);
          it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->path().filename() == "key" && it->path().parent_path().parent_path().filename().string().find("uploads") !=
-                                               std::string::npos)
+      if (it->path().filename() == "key" &&
+          it->path().parent_path().parent_path().filename().string().find("uploads") != std::string::npos)
         ++count;
     }
     return count;
@@ -155,7 +156,6 @@ class S3Server {
                   " -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' " + args,
               status);
   }
-
 
  private:
   static std::string read_all(const std::filesystem::path& path) {

@@ -15,12 +15,12 @@
 #include <string>
 #include <thread>
 
-#include "eventually.h"
 #include "base/hex.h"
+#include "eventually.h"
 #include "ops/config.h"
 #include "s3_server.h"
-#include "store/s3_client.h"
 #include "store/database.h"
+#include "store/s3_client.h"
 
 namespace sandboxd::testing {
 namespace {
@@ -156,9 +156,12 @@ TEST(S3Client, KeysWithCharactersThatNeedEncodingAreSignedAsS3Expects) {
   S3Server s3;
   store::S3Client client(settings_for(s3));
   const std::vector<std::string> keys = {
-      "p/with space and  two",        "p/plus+equals=amp&question?hash#percent%25",
-      "p/unicode-\xc3\xa9-\xe6\x97\xa5\xe6\x9c\xac-\xf0\x9f\x98\x80", "p/quote'paren(star*)bang!",
-      "p/tilde~colon:at@comma,semi;dollar$", "p/base64url-AZaz09_-~.hex-0f",
+      "p/with space and  two",
+      "p/plus+equals=amp&question?hash#percent%25",
+      "p/unicode-\xc3\xa9-\xe6\x97\xa5\xe6\x9c\xac-\xf0\x9f\x98\x80",
+      "p/quote'paren(star*)bang!",
+      "p/tilde~colon:at@comma,semi;dollar$",
+      "p/base64url-AZaz09_-~.hex-0f",
   };
   for (const auto& key : keys) {
     const std::string body = "body of " + key;
@@ -196,9 +199,12 @@ TEST(S3Client, KeysWithCharactersThatNeedEncodingAreSignedAsS3Expects) {
   // s3rver has no AbortMultipartUpload (405, the caller's fallback is tested with the
   // upload API): what matters here is that the verifier passed the request on.
   auto aborted = client.abort_multipart(keys[2], *aborted_id);
-  EXPECT_TRUE(aborted || aborted.error().status == 405) << aborted.error().describe() << "\n" << s3.refusals();
-  EXPECT_NE(s3.verifier_log().find("verified DELETE /sessions/p/unicode-%C3%A9-%E6%97%A5%E6%9C%AC-%F0%9F%98%80?uploadId="),
-            std::string::npos) << s3.verifier_log();
+  EXPECT_TRUE(aborted || aborted.error().status == 405) << aborted.error().describe() << "\n"
+                                                        << s3.refusals();
+  EXPECT_NE(s3.verifier_log().find(
+                "verified DELETE /sessions/p/unicode-%C3%A9-%E6%97%A5%E6%9C%AC-%F0%9F%98%80?uploadId="),
+            std::string::npos)
+      << s3.verifier_log();
   for (const auto& each : keys) ASSERT_TRUE(client.delete_object(each)) << each;
   ASSERT_TRUE(client.delete_object(key));
   auto left = client.list_objects("p/");
@@ -219,7 +225,8 @@ TEST(S3Client, AWrongSecretKeyIsRefusedAsSignatureDoesNotMatchAndStoresNothing) 
   EXPECT_EQ(refused.error().kind, store::S3Error::Kind::kClient);
   EXPECT_EQ(refused.error().status, 403);
   EXPECT_EQ(refused.error().code, "SignatureDoesNotMatch");
-  EXPECT_NE(refused.error().describe().find("bucket refused (HTTP 403) SignatureDoesNotMatch"), std::string::npos)
+  EXPECT_NE(refused.error().describe().find("bucket refused (HTTP 403) SignatureDoesNotMatch"),
+            std::string::npos)
       << refused.error().describe();
   TempFile source(random_bytes(70000, 8));
   auto from_fd = client.put_object_from_fd("p/y", source.fd, 70000);
@@ -251,26 +258,34 @@ TEST(S3Client, AWrongSecretKeyIsRefusedAsSignatureDoesNotMatchAndStoresNothing) 
 TEST(S3Client, TheVerifierRefusesWhatS3Refuses) {
   S3Server s3;
   const std::string url = "'" + s3.endpoint() + "/" + S3Server::kBucket + "/p/checked'";
-  const std::string signed_curl = std::string("curl -sS --aws-sigv4 aws:amz:us-east-1:s3 -u ") + S3Server::kAccessKey +
-                                  ":" + S3Server::kSecretKey + " ";
+  const std::string signed_curl = std::string("curl -sS --aws-sigv4 aws:amz:us-east-1:s3 -u ") +
+                                  S3Server::kAccessKey + ":" + S3Server::kSecretKey + " ";
   const std::string hello_sha256 = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
   // A body hash that is signed and right: stored.
-  EXPECT_EQ(sh(signed_curl + "-X PUT --data-binary hello -H 'x-amz-content-sha256: " + hello_sha256 + "' " + url), "");
+  EXPECT_EQ(
+      sh(signed_curl + "-X PUT --data-binary hello -H 'x-amz-content-sha256: " + hello_sha256 + "' " + url),
+      "");
   // A body that is not the one its signed hash names.
-  EXPECT_NE(sh(signed_curl + "-X PUT --data-binary hellO -H 'x-amz-content-sha256: " + hello_sha256 + "' " + url)
-                .find("<Code>XAmzContentSHA256Mismatch</Code>"), std::string::npos);
+  EXPECT_NE(
+      sh(signed_curl + "-X PUT --data-binary hellO -H 'x-amz-content-sha256: " + hello_sha256 + "' " + url)
+          .find("<Code>XAmzContentSHA256Mismatch</Code>"),
+      std::string::npos);
   // No x-amz-content-sha256 at all.
-  EXPECT_NE(sh(signed_curl + "-X PUT --data-binary hello " + url).find("<Code>InvalidRequest</Code>"), std::string::npos);
+  EXPECT_NE(sh(signed_curl + "-X PUT --data-binary hello " + url).find("<Code>InvalidRequest</Code>"),
+            std::string::npos);
   // The region of the credential scope is not the bucket's.
   EXPECT_NE(sh(std::string("curl -sS --aws-sigv4 aws:amz:eu-west-3:s3 -u ") + S3Server::kAccessKey + ":" +
                S3Server::kSecretKey + " -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' " + url)
-                .find("<Code>AuthorizationHeaderMalformed</Code>"), std::string::npos);
+                .find("<Code>AuthorizationHeaderMalformed</Code>"),
+            std::string::npos);
   // Not signed.
   EXPECT_NE(sh("curl -sS " + url).find("<Code>AccessDenied</Code>"), std::string::npos);
   // A key signed as sent rather than in SigV4's canonical encoding ('(' is %28 there;
   // curl 7.88, Debian 12's, signs the path as it sends it).
-  EXPECT_NE(sh(signed_curl + "-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' '" + s3.endpoint() + "/" + S3Server::kBucket +
-               "/p/paren(1)'").find("<Code>SignatureDoesNotMatch</Code>"), std::string::npos);
+  EXPECT_NE(sh(signed_curl + "-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' '" + s3.endpoint() + "/" +
+               S3Server::kBucket + "/p/paren(1)'")
+                .find("<Code>SignatureDoesNotMatch</Code>"),
+            std::string::npos);
   // The stored object is the right one.
   EXPECT_EQ(s3.run_curl(url), "hello");
   EXPECT_EQ(s3.refused_requests(), 5u) << s3.refusals();
@@ -291,7 +306,8 @@ class S3Serve : public ::testing::Test {
  protected:
   void SetUp() override {
     s3 = std::make_unique<S3Server>();
-    server = std::make_unique<ServerProcess>(storage_yaml() + extra_s3_yaml() + "capacity:\n  retryAfterSec: 3\n");
+    server =
+        std::make_unique<ServerProcess>(storage_yaml() + extra_s3_yaml() + "capacity:\n  retryAfterSec: 3\n");
     client = std::make_unique<store::S3Client>(settings_for(*s3));
     work = fs::path(server->dir()) / "work";
     fs::create_directories(work);
@@ -351,7 +367,8 @@ class S3Serve : public ::testing::Test {
 
 TEST_F(S3Serve, UploadsAreInTheBucketWithTheirMd5BeforeTheAnswer) {
   const std::string small = random_bytes(1000, 4), large = random_bytes((11 << 20) + 7, 5);
-  auto posted = server->curl_json("-F file=@" + write_local("small.bin", small).string() + " " + files_url("up"));
+  auto posted =
+      server->curl_json("-F file=@" + write_local("small.bin", small).string() + " " + files_url("up"));
   ASSERT_EQ(posted.at("etag").as_string(), md5_hex(small)) << posted;
   // 11 MiB in 5 MiB parts: a multipart upload while the body streams.
   auto put = server->curl_json("-X PUT --data-binary @" + write_local("large.bin", large).string() + " " +
@@ -361,12 +378,15 @@ TEST_F(S3Serve, UploadsAreInTheBucketWithTheirMd5BeforeTheAnswer) {
   EXPECT_EQ(s3->pending_multipart_uploads(), 0u);
   // The thread endpoints go the same way; an overwrite replaces the object.
   const std::string again = "second version";
-  auto thread_put = server->curl_json("-X PUT --data-binary @" + write_local("again.txt", again).string() + " '" +
-                                      server->url("/api/v1/app/thread/up/put-file/small.bin") + "'");
+  auto thread_put = server->curl_json("-X PUT --data-binary @" + write_local("again.txt", again).string() +
+                                      " '" + server->url("/api/v1/app/thread/up/put-file/small.bin") + "'");
   ASSERT_EQ(thread_put.at("etag").as_string(), md5_hex(again)) << thread_put;
-  EXPECT_TRUE(eventually([&] { return object_md5s() == std::multiset<std::string>{md5_hex(again), md5_hex(large)}; }));
+  EXPECT_TRUE(eventually([&] {
+    return object_md5s() == std::multiset<std::string>{md5_hex(again), md5_hex(large)};
+  }));
   // The local copy is the same file (downloads are served from it).
-  EXPECT_EQ(server->curl(files_url("up", "/" + file_id("/mnt/user-data/outputs/large.bin") + "/content")), large);
+  EXPECT_EQ(server->curl(files_url("up", "/" + file_id("/mnt/user-data/outputs/large.bin") + "/content")),
+            large);
   // A deleted container takes its objects along.
   ASSERT_EQ(server->status("-X DELETE " + server->base() + "/containers/up"), 200);
   EXPECT_TRUE(eventually([&] { return objects().empty(); }));
@@ -381,7 +401,8 @@ TEST(S3Config, BadValuesAreRefusedWithTheirKeyPathAndSecretsComeFromTheEnvironme
     }
     return std::string("accepted");
   };
-  const std::string s3 = "storage:\n  backend: s3\n  s3:\n    endpoint: http://127.0.0.1:9000\n    bucket: sessions\n";
+  const std::string s3 =
+      "storage:\n  backend: s3\n  s3:\n    endpoint: http://127.0.0.1:9000\n    bucket: sessions\n";
   EXPECT_EQ(refused("storage: {backend: nfs}").rfind("storage.backend:", 0), 0u);
   EXPECT_EQ(refused("storage: {flushIntervalSec: 0}").rfind("storage.flushIntervalSec:", 0), 0u);
   EXPECT_EQ(refused("storage: {s3: {endpoint: ftp://x}}").rfind("storage.s3.endpoint:", 0), 0u);
@@ -413,8 +434,12 @@ class S3ServeMultipart : public S3Serve {
 
 TEST_F(S3ServeMultipart, ACutUploadLeavesNothingAndKeepsThePreviousVersion) {
   const std::string previous = "the previous version";
-  ASSERT_EQ(server->curl_json("-X PUT --data-binary @" + write_local("p.txt", previous).string() + " " +
-                              files_url("cut", "/outputs/cut.bin")).at("etag").as_string(), md5_hex(previous));
+  ASSERT_EQ(server
+                ->curl_json("-X PUT --data-binary @" + write_local("p.txt", previous).string() + " " +
+                            files_url("cut", "/outputs/cut.bin"))
+                .at("etag")
+                .as_string(),
+            md5_hex(previous));
   ASSERT_EQ(objects().size(), 1u);
   // 12 MiB of a declared 20 MiB, then the connection goes.
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -423,9 +448,10 @@ TEST_F(S3ServeMultipart, ACutUploadLeavesNothingAndKeepsThePreviousVersion) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(static_cast<uint16_t>(server->port()));
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  std::string request = "PUT /api/gpt/v1/files/outputs/cut.bin?scope_id=cut HTTP/1.1\r\nHost: x\r\n"
-                        "Authorization: Bearer secret-alice\r\nContent-Length: " + std::to_string(20 << 20) + "\r\n\r\n" +
-                        random_bytes(12 << 20, 6);
+  std::string request =
+      "PUT /api/gpt/v1/files/outputs/cut.bin?scope_id=cut HTTP/1.1\r\nHost: x\r\n"
+      "Authorization: Bearer secret-alice\r\nContent-Length: " +
+      std::to_string(20 << 20) + "\r\n\r\n" + random_bytes(12 << 20, 6);
   for (size_t sent = 0; sent < request.size();) {
     ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
     ASSERT_GT(n, 0);
@@ -437,36 +463,48 @@ TEST_F(S3ServeMultipart, ACutUploadLeavesNothingAndKeepsThePreviousVersion) {
   // ...and nothing of it once it is cut: no pending multipart upload, no new object.
   EXPECT_TRUE(eventually([&] { return s3->pending_multipart_uploads() == 0 && objects().size() == 1; }));
   EXPECT_EQ(object_md5s(), std::multiset<std::string>{md5_hex(previous)});
-  EXPECT_EQ(server->curl(files_url("cut", "/" + file_id("/mnt/user-data/outputs/cut.bin") + "/content")), previous);
+  EXPECT_EQ(server->curl(files_url("cut", "/" + file_id("/mnt/user-data/outputs/cut.bin") + "/content")),
+            previous);
 }
 
 TEST_F(S3Serve, StopFlushesAndAWipedContainerIsRestoredWithItsIdsEtagsModesAndMtimes) {
   const std::string upload = random_bytes(3000, 7);
-  ASSERT_TRUE(server->curl_json("-F file=@" + write_local("in.bin", upload).string() + " " + files_url("keep"))
-                  .as_object().contains("etag"));
-  auto ran = bash("keep", "mkdir -p /mnt/user-data/outputs/d && head -c 6000000 /dev/urandom > /mnt/user-data/outputs/d/big.bin"
-                          " && printf '#!/bin/sh\\necho hi\\n' > run.sh && chmod 750 run.sh"
-                          " && touch -d '2021-02-03 04:05:06.123456789' run.sh && echo done");
+  ASSERT_TRUE(
+      server->curl_json("-F file=@" + write_local("in.bin", upload).string() + " " + files_url("keep"))
+          .as_object()
+          .contains("etag"));
+  auto ran = bash(
+      "keep",
+      "mkdir -p /mnt/user-data/outputs/d && head -c 6000000 /dev/urandom > /mnt/user-data/outputs/d/big.bin"
+      " && printf '#!/bin/sh\\necho hi\\n' > run.sh && chmod 750 run.sh"
+      " && touch -d '2021-02-03 04:05:06.123456789' run.sh && echo done");
   ASSERT_EQ(ran.at("stdout").as_string(), "done\n") << ran;
-  const std::string big_id = file_id("/mnt/user-data/outputs/d/big.bin"), run_id = file_id("/home/agent/workspace/run.sh"),
+  const std::string big_id = file_id("/mnt/user-data/outputs/d/big.bin"),
+                    run_id = file_id("/home/agent/workspace/run.sh"),
                     in_id = file_id("/mnt/user-data/uploads/in.bin");
   auto listed = server->curl_json(files_url("keep"));  // the outputs file gets its record
-  auto big = server->curl_json(files_url("keep", "/" + big_id)), run = server->curl_json(files_url("keep", "/" + run_id)),
+  auto big = server->curl_json(files_url("keep", "/" + big_id)),
+       run = server->curl_json(files_url("keep", "/" + run_id)),
        in = server->curl_json(files_url("keep", "/" + in_id));
   ASSERT_TRUE(big.as_object().contains("etag")) << big;
   ASSERT_TRUE(run.as_object().contains("etag")) << run;
-  const std::string stat_before = bash("keep", "stat -c '%a %U %y %s' run.sh; stat -c '%a %U %y %s' "
-                                               "/mnt/user-data/outputs/d/big.bin /mnt/user-data/uploads/in.bin")
-                                      .at("stdout").as_string().c_str();
+  const std::string stat_before = bash("keep",
+                                       "stat -c '%a %U %y %s' run.sh; stat -c '%a %U %y %s' "
+                                       "/mnt/user-data/outputs/d/big.bin /mnt/user-data/uploads/in.bin")
+                                      .at("stdout")
+                                      .as_string()
+                                      .c_str();
 
   // Stop: what the command wrote goes to the bucket before the answer.
   ASSERT_EQ(server->status("-X POST " + server->base() + "/containers/keep/stop"), 200);
-  EXPECT_EQ(object_md5s(), (std::multiset<std::string>{std::string(big.at("etag").as_string()),
-                                                       std::string(run.at("etag").as_string()), md5_hex(upload)}));
+  EXPECT_EQ(object_md5s(),
+            (std::multiset<std::string>{std::string(big.at("etag").as_string()),
+                                        std::string(run.at("etag").as_string()), md5_hex(upload)}));
 
   // The local copy wiped (the metadata database kept): a new node, a lost disk.
   server->stop(SIGTERM);
-  for (const auto& entry : fs::directory_iterator(server->data_dir() / "containers")) fs::remove_all(entry.path());
+  for (const auto& entry : fs::directory_iterator(server->data_dir() / "containers"))
+    fs::remove_all(entry.path());
   server->start();
   // The first file call restores it: same ids, etags, sizes and creation times...
   for (const auto& [id, before] : {std::pair{big_id, big}, std::pair{run_id, run}, std::pair{in_id, in}}) {
@@ -474,23 +512,31 @@ TEST_F(S3Serve, StopFlushesAndAWipedContainerIsRestoredWithItsIdsEtagsModesAndMt
     EXPECT_EQ(after, before) << after;
   }
   // ...and the same modes, owner and mtimes inside the sandbox.
-  EXPECT_EQ(bash("keep", "stat -c '%a %U %y %s' run.sh; stat -c '%a %U %y %s' "
-                         "/mnt/user-data/outputs/d/big.bin /mnt/user-data/uploads/in.bin").at("stdout").as_string(),
+  EXPECT_EQ(bash("keep",
+                 "stat -c '%a %U %y %s' run.sh; stat -c '%a %U %y %s' "
+                 "/mnt/user-data/outputs/d/big.bin /mnt/user-data/uploads/in.bin")
+                .at("stdout")
+                .as_string(),
             stat_before);
   EXPECT_EQ(bash("keep", "./run.sh").at("stdout").as_string(), "hi\n");
-  EXPECT_NE(server->log().find("bucket: restoring container keep (3 files"), std::string::npos) << server->log();
-  EXPECT_EQ(bash("keep", "md5sum < /mnt/user-data/uploads/in.bin").at("stdout").as_string(), md5_hex(upload) + "  -\n");
+  EXPECT_NE(server->log().find("bucket: restoring container keep (3 files"), std::string::npos)
+      << server->log();
+  EXPECT_EQ(bash("keep", "md5sum < /mnt/user-data/uploads/in.bin").at("stdout").as_string(),
+            md5_hex(upload) + "  -\n");
   EXPECT_NE(stat_before.find("750 agent 2021-02-03 04:05:06.123456789"), std::string::npos) << stat_before;
 }
 
 TEST_F(S3Serve, AStaleLocalCopyIsDiscardedAndRestoredFromTheBucket) {
-  ASSERT_EQ(bash("stale", "echo bucket > /mnt/user-data/outputs/a.txt && echo ok").at("stdout").as_string(), "ok\n");
+  ASSERT_EQ(bash("stale", "echo bucket > /mnt/user-data/outputs/a.txt && echo ok").at("stdout").as_string(),
+            "ok\n");
   ASSERT_EQ(server->status("-X POST " + server->base() + "/containers/stale/stop"), 200);  // flushed
-  ASSERT_EQ(bash("stale", "echo local > /mnt/user-data/outputs/a.txt && echo ok").at("stdout").as_string(), "ok\n");
+  ASSERT_EQ(bash("stale", "echo local > /mnt/user-data/outputs/a.txt && echo ok").at("stdout").as_string(),
+            "ok\n");
   server->stop(SIGKILL);  // no flush of the local change
-  {  // Meanwhile another replica held the container and changed its manifest.
+  {                       // Meanwhile another replica held the container and changed its manifest.
     auto db = store::db::open_sqlite((server->data_dir() / "sandboxd.db").string());
-    db->acquire().exec("UPDATE manifest_generations SET generation = generation + 1, writer = 'another-replica'");
+    db->acquire().exec(
+        "UPDATE manifest_generations SET generation = generation + 1, writer = 'another-replica'");
   }
   server->start();
   const std::string id = file_id("/mnt/user-data/outputs/a.txt");
@@ -504,8 +550,10 @@ TEST_F(S3Serve, WithTheBucketAwayUploadsAre503AndStopsKeepTheLocalCopyUntilAFlus
   ASSERT_EQ(first.at("stdout").as_string(), "ok\n") << first;
   s3->stop();
   // Nothing is acknowledged while the bucket does not answer.
-  std::string headers = sh("curl -s -D - -o " + (work / "body").string() + " -H 'Authorization: Bearer secret-alice' -X PUT "
-                           "--data-binary hello " + files_url("away", "/outputs/new.txt"));
+  std::string headers = sh("curl -s -D - -o " + (work / "body").string() +
+                           " -H 'Authorization: Bearer secret-alice' -X PUT "
+                           "--data-binary hello " +
+                           files_url("away", "/outputs/new.txt"));
   EXPECT_NE(headers.find("HTTP/1.1 503"), std::string::npos) << headers;
   EXPECT_NE(headers.find("Retry-After: 3"), std::string::npos) << headers;
   EXPECT_NE(read_file(work / "body").find("overloaded_error"), std::string::npos);
@@ -514,18 +562,22 @@ TEST_F(S3Serve, WithTheBucketAwayUploadsAre503AndStopsKeepTheLocalCopyUntilAFlus
   EXPECT_NE(ready.find("sessions bucket"), std::string::npos) << ready;
 
   // A stop cannot flush: the local copy stays and serves.
-  ASSERT_EQ(bash("away", "echo two > /mnt/user-data/outputs/two.txt && echo ok").at("stdout").as_string(), "ok\n");
+  ASSERT_EQ(bash("away", "echo two > /mnt/user-data/outputs/two.txt && echo ok").at("stdout").as_string(),
+            "ok\n");
   ASSERT_EQ(server->status("-X POST " + server->base() + "/containers/away/stop"), 200);
   EXPECT_GE(metric("sandboxd_storage_flush_failures_total"), 1);
   EXPECT_GT(metric("sandboxd_storage_pending_flush_bytes"), 0);
-  EXPECT_EQ(server->curl(files_url("away", "/" + file_id("/mnt/user-data/outputs/two.txt") + "/content")), "two\n");
+  EXPECT_EQ(server->curl(files_url("away", "/" + file_id("/mnt/user-data/outputs/two.txt") + "/content")),
+            "two\n");
 
   // The bucket back: the retry completes the flush, and /metrics shows it.
   s3->start();
-  EXPECT_TRUE(eventually([&] { return metric("sandboxd_storage_pending_flush_bytes") == 0; }, std::chrono::seconds(60)));
+  EXPECT_TRUE(eventually([&] { return metric("sandboxd_storage_pending_flush_bytes") == 0; },
+                         std::chrono::seconds(60)));
   EXPECT_GE(metric("sandboxd_storage_flushes_total{outcome=\"ok\"}"), 1);
   EXPECT_EQ(object_md5s(), (std::multiset<std::string>{md5_hex("one\n"), md5_hex("two\n")}));
-  EXPECT_TRUE(eventually([&] { return sh("curl -s " + server->url("/ready")).find("\"ready\"") != std::string::npos; }));
+  EXPECT_TRUE(eventually(
+      [&] { return sh("curl -s " + server->url("/ready")).find("\"ready\"") != std::string::npos; }));
   int valid = -1;
   sh("curl -s " + server->url("/metrics") + " | promtool check metrics >&2", &valid);
   EXPECT_EQ(valid, 0);
@@ -544,7 +596,8 @@ class RawUpload {
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     addr.sin_port = htons(static_cast<uint16_t>(port));
     connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    send_all("PUT " + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret-alice\r\nContent-Length: " +
+    send_all("PUT " + target +
+             " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret-alice\r\nContent-Length: " +
              std::to_string(declared) + "\r\n\r\n");
   }
   ~RawUpload() { close(fd_); }
@@ -580,12 +633,14 @@ TEST_F(S3Serve, LargeUploadsStreamedOrInPartsLandByteIdenticalWithTheirMd5) {
   ASSERT_EQ(put.at("etag").as_string(), md5_hex(large)) << put;
   // A multipart/form-data body does not (its file's length is not known up front): 5
   // parts of 5 MiB and a short last one, up to 4 at once on their way.
-  auto posted = server->curl_json("-F file=@" + write_local("form.bin", form).string() + " " + files_url("many"));
+  auto posted =
+      server->curl_json("-F file=@" + write_local("form.bin", form).string() + " " + files_url("many"));
   ASSERT_EQ(posted.at("etag").as_string(), md5_hex(form)) << posted;
   // Both objects are whole and in order (each read back and hashed), no part is left over.
   EXPECT_EQ(object_md5s(), (std::multiset<std::string>{md5_hex(large), md5_hex(form)}));
   EXPECT_EQ(s3->pending_multipart_uploads(), 0u);
-  EXPECT_EQ(server->curl(files_url("many", "/" + file_id("/mnt/user-data/outputs/large.bin") + "/content")), large);
+  EXPECT_EQ(server->curl(files_url("many", "/" + file_id("/mnt/user-data/outputs/large.bin") + "/content")),
+            large);
 }
 
 TEST_F(S3ServeMultipart, ALargePutWithSeveralPartsInFlightLandsByteIdenticalWithItsMd5) {
@@ -598,8 +653,8 @@ TEST_F(S3ServeMultipart, ALargePutWithSeveralPartsInFlightLandsByteIdenticalWith
 }
 
 TEST_F(S3ServeMultipart, ACutUploadWithPartsInFlightLeavesNothingInTheBucket) {
-  auto upload = std::make_unique<RawUpload>(server->port(), "/api/gpt/v1/files/outputs/cut.bin?scope_id=cutmany",
-                                            80u << 20);
+  auto upload = std::make_unique<RawUpload>(server->port(),
+                                            "/api/gpt/v1/files/outputs/cut.bin?scope_id=cutmany", 80u << 20);
   ASSERT_TRUE(upload->connected());
   // 33 MiB of a declared 80: six full parts handed to the bucket, some still in flight.
   ASSERT_TRUE(upload->send_all(random_bytes(33 << 20, 9)));
@@ -613,10 +668,14 @@ TEST_F(S3ServeMultipart, ACutUploadWithPartsInFlightLeavesNothingInTheBucket) {
 
 TEST_F(S3Serve, ACutStreamedPutLeavesNothingAndKeepsThePreviousVersion) {
   const std::string previous = "the previous version";
-  ASSERT_EQ(server->curl_json("-X PUT --data-binary @" + write_local("p.txt", previous).string() + " " +
-                              files_url("cutput", "/outputs/cut.bin")).at("etag").as_string(), md5_hex(previous));
-  auto upload = std::make_unique<RawUpload>(server->port(), "/api/gpt/v1/files/outputs/cut.bin?scope_id=cutput",
-                                            80u << 20);
+  ASSERT_EQ(server
+                ->curl_json("-X PUT --data-binary @" + write_local("p.txt", previous).string() + " " +
+                            files_url("cutput", "/outputs/cut.bin"))
+                .at("etag")
+                .as_string(),
+            md5_hex(previous));
+  auto upload = std::make_unique<RawUpload>(server->port(),
+                                            "/api/gpt/v1/files/outputs/cut.bin?scope_id=cutput", 80u << 20);
   ASSERT_TRUE(upload->connected());
   ASSERT_TRUE(upload->send_all(random_bytes(33 << 20, 13)));
   upload.reset();
@@ -628,7 +687,8 @@ TEST_F(S3Serve, ACutStreamedPutLeavesNothingAndKeepsThePreviousVersion) {
   }));
   EXPECT_EQ(object_md5s(), std::multiset<std::string>{md5_hex(previous)});
   EXPECT_EQ(s3->pending_multipart_uploads(), 0u);
-  EXPECT_EQ(server->curl(files_url("cutput", "/" + file_id("/mnt/user-data/outputs/cut.bin") + "/content")), previous);
+  EXPECT_EQ(server->curl(files_url("cutput", "/" + file_id("/mnt/user-data/outputs/cut.bin") + "/content")),
+            previous);
 }
 
 // The S3 server stops after 16 MiB of a 60 MiB PUT (parts or a streamed PUT under way):
@@ -657,33 +717,39 @@ void expect_503_when_the_bucket_stops_mid_upload(S3Server& s3, ServerProcess& se
   // kept of a cut PUT is deleted once it answers again.
   EXPECT_EQ(server.status(files_url), 404);
   s3.start();
-  for (int i = 0; i < 600 && !objects().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 600 && !objects().empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_TRUE(objects().empty());
 }
 
 TEST_F(S3Serve, TheBucketStoppingMidStreamedPutIs503WithRetryAfterAndNothingIsKept) {
-  expect_503_when_the_bucket_stops_mid_upload(*s3, *server, false, [&] { return objects(); },
-                                              files_url("midway", "/" + file_id("/mnt/user-data/outputs/mid.bin")));
+  expect_503_when_the_bucket_stops_mid_upload(
+      *s3, *server, false, [&] { return objects(); },
+      files_url("midway", "/" + file_id("/mnt/user-data/outputs/mid.bin")));
 }
 
 TEST_F(S3ServeMultipart, TheBucketStoppingMidMultipartUploadIs503WithRetryAfterAndNothingIsKept) {
-  expect_503_when_the_bucket_stops_mid_upload(*s3, *server, true, [&] { return objects(); },
-                                              files_url("midway", "/" + file_id("/mnt/user-data/outputs/mid.bin")));
+  expect_503_when_the_bucket_stops_mid_upload(
+      *s3, *server, true, [&] { return objects(); },
+      files_url("midway", "/" + file_id("/mnt/user-data/outputs/mid.bin")));
 }
 
 TEST(S3Config, MaxPartsInFlightAndSinglePutMaxSizeAreBounded) {
-  const std::string s3 = "storage:\n  backend: s3\n  s3:\n    endpoint: http://127.0.0.1:9000\n    bucket: sessions\n"
-                         "    accessKeyId: a\n    secretAccessKey: b\n";
+  const std::string s3 =
+      "storage:\n  backend: s3\n  s3:\n    endpoint: http://127.0.0.1:9000\n    bucket: sessions\n"
+      "    accessKeyId: a\n    secretAccessKey: b\n";
   EXPECT_EQ(ops::parse_config(s3).s3.max_parts_in_flight, 4);
   EXPECT_EQ(ops::parse_config(s3).s3.single_put_max_bytes, 5ull << 30);
   EXPECT_EQ(ops::parse_config(s3 + "    maxPartsInFlight: 1\n").s3.max_parts_in_flight, 1);
   EXPECT_EQ(ops::parse_config(s3 + "    singlePutMaxSize: 0\n").s3.single_put_max_bytes, 0u);
-  for (std::string bad : {"maxPartsInFlight: 0", "maxPartsInFlight: 17", "maxPartsInFlight: many", "singlePutMaxSize: 6Gi"}) {
+  for (std::string bad :
+       {"maxPartsInFlight: 0", "maxPartsInFlight: 17", "maxPartsInFlight: many", "singlePutMaxSize: 6Gi"}) {
     try {
       ops::parse_config(s3 + "    " + bad + "\n");
       ADD_FAILURE() << bad << " accepted";
     } catch (const ops::ConfigError& e) {
-      EXPECT_EQ(std::string(e.what()).rfind("storage.s3." + bad.substr(0, bad.find(':')) + ":", 0), 0u) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("storage.s3." + bad.substr(0, bad.find(':')) + ":", 0), 0u)
+          << e.what();
     }
   }
 }
@@ -715,8 +781,9 @@ class S3ServeWrongSecret : public S3Serve {
 };
 
 TEST_F(S3ServeWrongSecret, UploadsAre503AndNothingIsAcknowledgedAndReadySaysWhy) {
-  std::string headers = sh("curl -s -D - -o " + (work / "body").string() + " -H 'Authorization: Bearer secret-alice' " +
-                           "-F file=@" + write_local("in.txt", "hello").string() + " " + files_url("wrong"));
+  std::string headers =
+      sh("curl -s -D - -o " + (work / "body").string() + " -H 'Authorization: Bearer secret-alice' " +
+         "-F file=@" + write_local("in.txt", "hello").string() + " " + files_url("wrong"));
   EXPECT_NE(headers.find("HTTP/1.1 503"), std::string::npos) << headers;
   EXPECT_NE(headers.find("Retry-After: 3"), std::string::npos) << headers;
   EXPECT_NE(read_file(work / "body").find("overloaded_error"), std::string::npos) << read_file(work / "body");

@@ -20,7 +20,8 @@ class SandboxSuite : public ::testing::Test {
     harness = nullptr;
   }
   void SetUp() override {
-    dirs = std::make_unique<ContainerDirs>(harness->runtime->options().host_uid, harness->runtime->options().host_gid);
+    dirs = std::make_unique<ContainerDirs>(harness->runtime->options().host_uid,
+                                           harness->runtime->options().host_gid);
   }
   void TearDown() override {
     if (sandbox) harness->stop(*sandbox);

@@ -42,7 +42,9 @@ namespace sandboxd::testing {
 
 class ScriptedUpstream : public LoopbackServer {
  public:
-  explicit ScriptedUpstream(uint16_t port = 0) : LoopbackServer(port, "scripted upstream") { start_accepting(); }
+  explicit ScriptedUpstream(uint16_t port = 0) : LoopbackServer(port, "scripted upstream") {
+    start_accepting();
+  }
   ~ScriptedUpstream() override { stop_serving(); }
 
   std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port()); }
@@ -63,8 +65,11 @@ class ScriptedUpstream : public LoopbackServer {
   int cancelled_streams() const { return cancelled_streams_; }
 
   // Helpers for scripts.
-  static boost::json::object text_block(const std::string& text) { return {{"type", "text"}, {"text", text}}; }
-  static boost::json::object tool_use(const std::string& id, const std::string& name, boost::json::object input) {
+  static boost::json::object text_block(const std::string& text) {
+    return {{"type", "text"}, {"text", text}};
+  }
+  static boost::json::object tool_use(const std::string& id, const std::string& name,
+                                      boost::json::object input) {
     return {{"type", "tool_use"}, {"id", id}, {"name", name}, {"input", std::move(input)}};
   }
   static boost::json::object message(boost::json::array content, const std::string& stop_reason,
@@ -104,7 +109,8 @@ class ScriptedUpstream : public LoopbackServer {
     size_t length = 0;
     std::string lower = head;
     for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (auto p = lower.find("\r\ncontent-length:"); p != std::string::npos) length = std::stoul(lower.substr(p + 17));
+    if (auto p = lower.find("\r\ncontent-length:"); p != std::string::npos)
+      length = std::stoul(lower.substr(p + 17));
     buffer.erase(0, header_end + 4);
     while (buffer.size() < length) {
       char chunk[65536];
@@ -128,7 +134,8 @@ class ScriptedUpstream : public LoopbackServer {
     while (std::chrono::steady_clock::now() < until) {
       pollfd p{fd, POLLIN | POLLRDHUP, 0};
       int left = static_cast<int>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count());
+          std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now())
+              .count());
       if (poll(&p, 1, std::max(left, 1)) > 0) {
         char c;
         if (recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) <= 0) return true;
@@ -182,8 +189,9 @@ class ScriptedUpstream : public LoopbackServer {
       }
     }
     if (step.empty())
-      return write_all(fd, response(500, "application/json",
-                                    R"({"type":"error","error":{"type":"api_error","message":"script exhausted"}})"));
+      return write_all(
+          fd, response(500, "application/json",
+                       R"({"type":"error","error":{"type":"api_error","message":"script exhausted"}})"));
     if (auto* delay = step.if_contains("delay_ms"))
       std::this_thread::sleep_for(std::chrono::milliseconds(delay->to_number<int64_t>()));
     if (auto* hang = step.if_contains("hang_ms")) {
@@ -197,7 +205,8 @@ class ScriptedUpstream : public LoopbackServer {
       return false;
     }
     if (auto* status = step.if_contains("status")) {
-      json::object error{{"type", "error"}, {"error", step.contains("error") ? step.at("error") : json::value(json::object{})}};
+      json::object error{{"type", "error"},
+                         {"error", step.contains("error") ? step.at("error") : json::value(json::object{})}};
       return write_all(fd, response(static_cast<int>(status->to_number<int64_t>()), "application/json",
                                     json::serialize(error)));
     }
@@ -206,19 +215,26 @@ class ScriptedUpstream : public LoopbackServer {
     if (!message.contains("id")) message["id"] = "msg_upstream_" + std::to_string(++counter);
     message["type"] = "message";
     message["role"] = "assistant";
-    if (!message.contains("model")) message["model"] = body.is_object() ? body.as_object()["model"] : json::value("m");
+    if (!message.contains("model"))
+      message["model"] = body.is_object() ? body.as_object()["model"] : json::value("m");
     if (!message.contains("stop_sequence")) message["stop_sequence"] = nullptr;
-    bool stream = body.is_object() && body.as_object().contains("stream") && body.as_object().at("stream").as_bool();
+    bool stream =
+        body.is_object() && body.as_object().contains("stream") && body.as_object().at("stream").as_bool();
     if (!stream) return write_all(fd, response(200, "application/json", json::serialize(message)));
     return stream_message(fd, step, message);
   }
 
   bool stream_message(int fd, const boost::json::object& step, boost::json::object message) {
     namespace json = boost::json;
-    const size_t chunk = step.contains("chunk") ? static_cast<size_t>(step.at("chunk").to_number<int64_t>()) : 7;
-    const int stall_after = step.contains("stall_after_block") ? static_cast<int>(step.at("stall_after_block").to_number<int64_t>()) : -1;
-    const int stall_ms = step.contains("stall_ms") ? static_cast<int>(step.at("stall_ms").to_number<int64_t>()) : 0;
-    if (!write_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"))
+    const size_t chunk =
+        step.contains("chunk") ? static_cast<size_t>(step.at("chunk").to_number<int64_t>()) : 7;
+    const int stall_after = step.contains("stall_after_block")
+                                ? static_cast<int>(step.at("stall_after_block").to_number<int64_t>())
+                                : -1;
+    const int stall_ms =
+        step.contains("stall_ms") ? static_cast<int>(step.at("stall_ms").to_number<int64_t>()) : 0;
+    if (!write_all(
+            fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"))
       return false;
     auto send = [&](const std::string& bytes) {
       // Odd-sized pieces, each its own HTTP chunk: events and lines split anywhere.
@@ -261,10 +277,12 @@ class ScriptedUpstream : public LoopbackServer {
           deltas.push_back({{"type", "input_json_delta"}, {"partial_json", p}});
       }
       const auto index = static_cast<int64_t>(i);
-      if (!event("content_block_start", {{"type", "content_block_start"}, {"index", index}, {"content_block", shown}}))
+      if (!event("content_block_start",
+                 {{"type", "content_block_start"}, {"index", index}, {"content_block", shown}}))
         return false;
       for (auto& d : deltas)
-        if (!event("content_block_delta", {{"type", "content_block_delta"}, {"index", index}, {"delta", d}})) return false;
+        if (!event("content_block_delta", {{"type", "content_block_delta"}, {"index", index}, {"delta", d}}))
+          return false;
       if (!event("content_block_stop", {{"type", "content_block_stop"}, {"index", index}})) return false;
       if (static_cast<int>(i) == stall_after) {
         if (wait_for_close(fd, stall_ms)) {
@@ -273,9 +291,10 @@ class ScriptedUpstream : public LoopbackServer {
         }
       }
     }
-    if (!event("message_delta", {{"type", "message_delta"},
-                                 {"delta", {{"stop_reason", message["stop_reason"]}, {"stop_sequence", nullptr}}},
-                                 {"usage", {{"output_tokens", usage["output_tokens"]}}}}))
+    if (!event("message_delta",
+               {{"type", "message_delta"},
+                {"delta", {{"stop_reason", message["stop_reason"]}, {"stop_sequence", nullptr}}},
+                {"usage", {{"output_tokens", usage["output_tokens"]}}}}))
       return false;
     if (!event("message_stop", {{"type", "message_stop"}})) return false;
     return write_all(fd, "0\r\n\r\n");

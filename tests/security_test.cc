@@ -2,14 +2,14 @@
 // would make them. Each must fail inside the sandbox and change nothing outside it.
 
 #include <arpa/inet.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <seccomp.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 
 #include <array>
 #include <cstring>
@@ -37,7 +37,8 @@ class SecurityTest : public SandboxSuite {
 };
 
 TEST_F(SecurityTest, NoCapabilitiesNoNewPrivsAndASeccompFilter) {
-  auto r = run("grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t' ' '");
+  auto r =
+      run("grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t' ' '");
   EXPECT_EQ(r.stdout_text,
             "CapInh: 0000000000000000\nCapPrm: 0000000000000000\nCapEff: 0000000000000000\n"
             "CapBnd: 0000000000000000\nCapAmb: 0000000000000000\nNoNewPrivs: 1\nSeccomp: 2\n");
@@ -64,11 +65,14 @@ TEST_F(SecurityTest, CannotSeeHostProcesses) {
 TEST_F(SecurityTest, CannotReadHostFilesOutsideTheImage) {
   fs::path secret = dirs->root / "server-secret.yaml";
   write_text(secret, "token: hunter2\n");
-  auto r = run("cat " + secret.string() + " 2>&1; cat /etc/shadow 2>&1; ls /root 2>&1; "
-               "ls /var/lib 2>&1; cat /proc/1/environ 2>&1; ls /proc/1/fd 2>&1; grep -r hunter2 /etc /home /tmp /mnt 2>/dev/null; "
+  auto r = run("cat " + secret.string() +
+               " 2>&1; cat /etc/shadow 2>&1; ls /root 2>&1; "
+               "ls /var/lib 2>&1; cat /proc/1/environ 2>&1; ls /proc/1/fd 2>&1; grep -r hunter2 /etc /home "
+               "/tmp /mnt 2>/dev/null; "
                "find / -xdev -name 'server-secret.yaml' 2>/dev/null");
   EXPECT_EQ(r.stdout_text.find("hunter2"), std::string::npos) << r.stdout_text;
-  EXPECT_NE(r.stdout_text.find(secret.string() + ": No such file or directory"), std::string::npos) << r.stdout_text;
+  EXPECT_NE(r.stdout_text.find(secret.string() + ": No such file or directory"), std::string::npos)
+      << r.stdout_text;
   EXPECT_NE(r.stdout_text.find("/etc/shadow: No such file or directory"), std::string::npos);
   EXPECT_NE(r.stdout_text.find("/proc/1/environ: Permission denied"), std::string::npos) << r.stdout_text;
 }
@@ -100,7 +104,8 @@ TEST_F(SecurityTest, MountUnshareChrootAndSetuidFail) {
     cat /proc/kcore >/dev/null 2>&1 && echo kcore-ok
     echo b > /proc/sysrq-trigger 2>/dev/null && echo sysrq-ok
     echo done)");
-  EXPECT_EQ(r.stdout_text, "s\ndone\n") << "su is setuid on the host image but gains nothing: " << r.stdout_text;
+  EXPECT_EQ(r.stdout_text, "s\ndone\n")
+      << "su is setuid on the host image but gains nothing: " << r.stdout_text;
 }
 
 TEST_F(SecurityTest, SeccompRefusesDangerousSyscalls) {
@@ -129,7 +134,8 @@ EOF
   EXPECT_EQ(r.stdout_text.find("ALLOWED"), std::string::npos) << r.stdout_text << r.stderr_text;
   EXPECT_NE(r.stdout_text.find("clone3 refused"), std::string::npos) << r.stdout_text << r.stderr_text;
   // Ordinary process creation still works (glibc falls back from clone3 to clone).
-  auto fork_ok = run("python3 -c 'import os; pid = os.fork(); os._exit(0) if pid == 0 else print(os.waitpid(pid, 0)[1])'");
+  auto fork_ok = run(
+      "python3 -c 'import os; pid = os.fork(); os._exit(0) if pid == 0 else print(os.waitpid(pid, 0)[1])'");
   EXPECT_EQ(fork_ok.stdout_text, "0\n");
 }
 
@@ -144,13 +150,16 @@ TEST_F(SecurityTest, OnlyLoopbackAndNoRouteToTheHost) {
   socklen_t len = sizeof addr;
   getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
   int port = ntohs(addr.sin_port);
-  auto r = run("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; "
-               "timeout 5 bash -c 'echo > /dev/tcp/127.0.0.1/" + std::to_string(port) + "' 2>/dev/null && echo reached-host; "
-               // No route at all (checked from the tables: no packet is sent anywhere).
-               "cat /proc/net/route | tail -n +2 | wc -l; "
-               "grep -vc ' lo$' /proc/net/ipv6_route; "
-               "start=$(date +%s%N); getent hosts example.com || echo no-name; "
-               "echo $(( ($(date +%s%N) - start) / 1000000 < 1000 ))");
+  auto r =
+      run("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; "
+          "timeout 5 bash -c 'echo > /dev/tcp/127.0.0.1/" +
+          std::to_string(port) +
+          "' 2>/dev/null && echo reached-host; "
+          // No route at all (checked from the tables: no packet is sent anywhere).
+          "cat /proc/net/route | tail -n +2 | wc -l; "
+          "grep -vc ' lo$' /proc/net/ipv6_route; "
+          "start=$(date +%s%N); getent hosts example.com || echo no-name; "
+          "echo $(( ($(date +%s%N) - start) / 1000000 < 1000 ))");
   close(listener);
   EXPECT_EQ(r.stdout_text, "lo\n0\n0\nno-name\n1\n") << r.stderr_text;
 }
@@ -236,16 +245,61 @@ struct Probe {
 std::vector<Probe> seccomp_probes() {
   // Refused whatever the arguments: mounts and namespaces, kernel code and state,
   // keys, tracing and handles, devices and I/O ports, time, and io_uring.
-  const std::vector<std::string> always_refused = {
-      "mount", "umount", "umount2", "pivot_root", "chroot", "unshare", "setns", "move_mount", "open_tree", "fsopen",
-      "fsconfig", "fsmount", "fspick", "mount_setattr",
-      "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "create_module",
-      "get_kernel_syms", "query_module", "reboot", "swapon", "swapoff", "acct", "syslog", "_sysctl", "sysfs",
-      "ustat", "vhangup", "uselib", "nfsservctl", "lookup_dcookie", "quotactl", "quotactl_fd",
-      "bpf", "perf_event_open", "keyctl", "add_key", "request_key", "userfaultfd", "open_by_handle_at",
-      "name_to_handle_at", "fanotify_init",
-      "iopl", "ioperm", "settimeofday", "stime", "clock_settime", "clock_adjtime", "adjtimex",
-      "io_uring_setup", "io_uring_enter", "io_uring_register"};
+  const std::vector<std::string> always_refused = {"mount",
+                                                   "umount",
+                                                   "umount2",
+                                                   "pivot_root",
+                                                   "chroot",
+                                                   "unshare",
+                                                   "setns",
+                                                   "move_mount",
+                                                   "open_tree",
+                                                   "fsopen",
+                                                   "fsconfig",
+                                                   "fsmount",
+                                                   "fspick",
+                                                   "mount_setattr",
+                                                   "kexec_load",
+                                                   "kexec_file_load",
+                                                   "init_module",
+                                                   "finit_module",
+                                                   "delete_module",
+                                                   "create_module",
+                                                   "get_kernel_syms",
+                                                   "query_module",
+                                                   "reboot",
+                                                   "swapon",
+                                                   "swapoff",
+                                                   "acct",
+                                                   "syslog",
+                                                   "_sysctl",
+                                                   "sysfs",
+                                                   "ustat",
+                                                   "vhangup",
+                                                   "uselib",
+                                                   "nfsservctl",
+                                                   "lookup_dcookie",
+                                                   "quotactl",
+                                                   "quotactl_fd",
+                                                   "bpf",
+                                                   "perf_event_open",
+                                                   "keyctl",
+                                                   "add_key",
+                                                   "request_key",
+                                                   "userfaultfd",
+                                                   "open_by_handle_at",
+                                                   "name_to_handle_at",
+                                                   "fanotify_init",
+                                                   "iopl",
+                                                   "ioperm",
+                                                   "settimeofday",
+                                                   "stime",
+                                                   "clock_settime",
+                                                   "clock_adjtime",
+                                                   "adjtimex",
+                                                   "io_uring_setup",
+                                                   "io_uring_enter",
+                                                   "io_uring_register"};
   std::vector<Probe> probes;
   for (const auto& name : always_refused) {
     int nr = seccomp_syscall_resolve_name(name.c_str());
@@ -253,8 +307,9 @@ std::vector<Probe> seccomp_probes() {
     probes.push_back({name, nr, {}, EPERM});
   }
   const std::pair<const char*, long> namespaces[] = {
-      {"NEWNS", CLONE_NEWNS},   {"NEWUTS", CLONE_NEWUTS}, {"NEWIPC", CLONE_NEWIPC},       {"NEWUSER", CLONE_NEWUSER},
-      {"NEWPID", CLONE_NEWPID}, {"NEWNET", CLONE_NEWNET}, {"NEWCGROUP", CLONE_NEWCGROUP}, {"NEWTIME", CLONE_NEWTIME}};
+      {"NEWNS", CLONE_NEWNS},         {"NEWUTS", CLONE_NEWUTS},  {"NEWIPC", CLONE_NEWIPC},
+      {"NEWUSER", CLONE_NEWUSER},     {"NEWPID", CLONE_NEWPID},  {"NEWNET", CLONE_NEWNET},
+      {"NEWCGROUP", CLONE_NEWCGROUP}, {"NEWTIME", CLONE_NEWTIME}};
   for (const auto& [flag, bit] : namespaces)
     probes.push_back({std::string("clone(") + flag + ")", SYS_clone, {bit | SIGCHLD}, EPERM});
   probes.push_back({"clone(SIGCHLD), a plain fork", SYS_clone, {SIGCHLD}, kWitnessErrno});
@@ -317,7 +372,8 @@ TEST(SeccompFilter, RefusesEachDangerousSyscallItselfWithItsOwnErrno) {
   auto without_filter = run_probes(probes, nullptr);
   ASSERT_EQ(without_filter.size(), probes.size());
   for (size_t i = 0; i < probes.size(); ++i)
-    EXPECT_EQ(without_filter[i], kWitnessErrno) << probes[i].name << " without the filter: " << strerror(without_filter[i]);
+    EXPECT_EQ(without_filter[i], kWitnessErrno)
+        << probes[i].name << " without the filter: " << strerror(without_filter[i]);
 
   const rt::SeccompProgram filter = rt::build_seccomp_program();
   auto with_filter = run_probes(probes, &filter);

@@ -108,7 +108,8 @@ class ServerProcess {
   // (Re)writes the configuration file; a running server reads it again on reload().
   void write_config(const std::string& extra_yaml) {
     std::ofstream(config_) << "server:\n  listen: \"127.0.0.1:0\"\n  dataDir: \"" << data_dir_.string()
-                           << "\"\n" << section_lines(extra_yaml, "server")
+                           << "\"\n"
+                           << section_lines(extra_yaml, "server")
                            << "auth:\n  tokens:\n    - { token: secret-alice, owner: alice }\n"
                               "    - { token: secret-bob-x, owner: bob }\n"
                            << section_lines(extra_yaml, "auth")
@@ -136,8 +137,10 @@ class ServerProcess {
     posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
     std::string binary = SANDBOXD_PATH, config = config_.string();
-    char* argv[] = {binary.data(), const_cast<char*>("serve"), const_cast<char*>("--config"), config.data(), nullptr};
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv, environ) != 0) throw std::runtime_error("spawn failed");
+    char* argv[] = {binary.data(), const_cast<char*>("serve"), const_cast<char*>("--config"), config.data(),
+                    nullptr};
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv, environ) != 0)
+      throw std::runtime_error("spawn failed");
     posix_spawn_file_actions_destroy(&actions);
     std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
     for (int i = 0; i < 300; ++i) {
@@ -175,7 +178,9 @@ class ServerProcess {
   }
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
-  std::string url(const std::string& path = "") const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string url(const std::string& path = "") const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
   std::string base() const { return url("/api/gpt/v1"); }
   // A sample of this server's /metrics (see metric_sample).
   double metric(const std::string& sample) const { return metric_sample(url("/metrics"), sample); }
@@ -191,14 +196,16 @@ class ServerProcess {
   }
   // Status code only.
   int status(const std::string& args, const std::string& token = "secret-alice") const {
-    return std::stoi(sh("curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer " + token + "' " + args));
+    return std::stoi(
+        sh("curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer " + token + "' " + args));
   }
 
  private:
   size_t count_reload_lines() const {
     std::string text = log();
     size_t n = 0;
-    for (size_t at = 0; (at = text.find("SIGHUP: configuration reloaded", at)) != std::string::npos; ++at) ++n;
+    for (size_t at = 0; (at = text.find("SIGHUP: configuration reloaded", at)) != std::string::npos; ++at)
+      ++n;
     for (size_t at = 0; (at = text.find("not reloaded", at)) != std::string::npos; ++at) ++n;
     return n;
   }

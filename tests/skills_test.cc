@@ -7,10 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <set>
 #include <thread>
-#include <atomic>
 
 #include "scripted_upstream.h"
 #include "server_harness.h"
@@ -37,10 +37,13 @@ fs::path write_tree(const fs::path& root, const std::map<std::string, std::strin
 }
 
 const std::string kReportSkillMd =
-    "---\nname: report-maker\ndescription: Writes a greeting report into the outputs folder. Use for greetings.\n---\n"
-    "# Report maker\nRun `bash /mnt/skills/report-maker/scripts/make_report.sh NAME` to write NAME to outputs.\n";
+    "---\nname: report-maker\ndescription: Writes a greeting report into the outputs folder. Use for "
+    "greetings.\n---\n"
+    "# Report maker\nRun `bash /mnt/skills/report-maker/scripts/make_report.sh NAME` to write NAME to "
+    "outputs.\n";
 const std::string kReportScript =
-    "#!/bin/bash\nset -e\nprintf 'report by the skill for %s\\n' \"$(whoami)\" > \"/mnt/user-data/outputs/$1\"\n"
+    "#!/bin/bash\nset -e\nprintf 'report by the skill for %s\\n' \"$(whoami)\" > "
+    "\"/mnt/user-data/outputs/$1\"\n"
     "echo \"wrote $1\"\n";
 
 class SkillsTest : public ::testing::Test {
@@ -64,9 +67,11 @@ class SkillsTest : public ::testing::Test {
 
   // POST (or another method) with multipart files: each (path on disk, filename sent).
   bj::value upload(const std::string& url, const std::vector<std::pair<fs::path, std::string>>& files,
-                   const std::string& extra = "", const std::string& token = "secret-alice", int* status = nullptr) {
+                   const std::string& extra = "", const std::string& token = "secret-alice",
+                   int* status = nullptr) {
     std::string args = "-X POST " + quoted(url) + " " + extra;
-    for (const auto& [path, filename] : files) args += " -F " + quoted("files[]=@" + path.string() + ";filename=" + filename);
+    for (const auto& [path, filename] : files)
+      args += " -F " + quoted("files[]=@" + path.string() + ";filename=" + filename);
     std::string out = server->curl("-w '\\n%{http_code}' " + args, token);
     auto cut = out.rfind('\n');
     if (status) *status = std::stoi(out.substr(cut + 1));
@@ -77,18 +82,21 @@ class SkillsTest : public ::testing::Test {
     std::vector<std::pair<fs::path, std::string>> files;
     for (const auto& entry : fs::recursive_directory_iterator(root))
       if (entry.is_regular_file())
-        files.push_back({entry.path(), root.filename().string() + "/" + fs::relative(entry.path(), root).string()});
+        files.push_back(
+            {entry.path(), root.filename().string() + "/" + fs::relative(entry.path(), root).string()});
     return upload(url.empty() ? server->base() + "/skills" : url, files, "", "secret-alice", status);
   }
   fs::path report_skill(const std::string& folder = "report-maker") {
-    return write_tree(work / folder, {{"SKILL.md", kReportSkillMd}, {"scripts/make_report.sh", kReportScript}});
+    return write_tree(work / folder,
+                      {{"SKILL.md", kReportSkillMd}, {"scripts/make_report.sh", kReportScript}});
   }
   // A zip made by Python's zipfile from a small script given the archive as `z`.
   fs::path make_zip(const std::string& python_body) {
     fs::path zip = work / "upload.zip";
     fs::path script = work / "make_zip.py";
-    std::ofstream(script) << "import zipfile, sys, stat\nz = zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED)\n"
-                          << python_body << "\nz.close()\n";
+    std::ofstream(script)
+        << "import zipfile, sys, stat\nz = zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED)\n"
+        << python_body << "\nz.close()\n";
     int status = -1;
     sh("python3 " + script.string() + " " + zip.string(), &status);
     EXPECT_EQ(status, 0);
@@ -104,14 +112,16 @@ class SkillsTest : public ::testing::Test {
       (void)entry;
       ++entries;
     }
-    const bool staging_only = entries == 0 || (entries == 1 && fs::is_directory(server->data_dir() / "skills/.staging"));
+    const bool staging_only =
+        entries == 0 || (entries == 1 && fs::is_directory(server->data_dir() / "skills/.staging"));
     EXPECT_TRUE(staging_only) << "something was stored under skills/ (" << entries << " entries)";
   }
   void expect_refused(const bj::value& reply, int status, const std::string& phrase) {
     EXPECT_EQ(status, 400) << reply;
     EXPECT_EQ(reply.at("type"), "error") << reply;
     EXPECT_EQ(reply.at("error").at("type"), "invalid_request_error") << reply;
-    EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find(phrase), std::string::npos) << reply;
+    EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find(phrase), std::string::npos)
+        << reply;
     expect_nothing_stored();
   }
   bj::object messages_body(const std::string& container, bj::array skills, bool stream = false) {
@@ -124,7 +134,8 @@ class SkillsTest : public ::testing::Test {
             {"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20250825"}}}},
             {"messages", bj::array{bj::object{{"role", "user"}, {"content", "make the report"}}}}};
   }
-  std::string post_messages(const bj::object& body, int* status = nullptr, const std::string& token = "secret-alice") {
+  std::string post_messages(const bj::object& body, int* status = nullptr,
+                            const std::string& token = "secret-alice") {
     fs::path file = work / ("body-" + std::to_string(++posts) + ".json");
     std::ofstream(file) << bj::serialize(body);
     std::string out = server->curl("-w '\\n%{http_code}' -X POST " + quoted(server->base() + "/messages") +
@@ -137,7 +148,8 @@ class SkillsTest : public ::testing::Test {
   void delete_all_skills() {
     auto listing = server->curl_json(quoted(server->base() + "/skills?source=custom&limit=100"));
     for (const auto& skill : listing.at("data").as_array())
-      server->curl("-X DELETE " + quoted(server->base() + "/skills/" + std::string(skill.at("id").as_string())));
+      server->curl("-X DELETE " +
+                   quoted(server->base() + "/skills/" + std::string(skill.at("id").as_string())));
   }
 
   static ScriptedUpstream* upstream;
@@ -169,8 +181,9 @@ TEST_F(SkillsTest, CreateListRetrieveVersionsDelete) {
   EXPECT_EQ(custom.at("data").as_array()[0].at("id"), bj::value(id));
 
   // A second version, then "latest" resolves to it.
-  fs::path v2 = write_tree(work / "v2" / "report-maker",
-                           {{"SKILL.md", "---\nname: report-maker\ndescription: Second version.\n---\nv2\n"}});
+  fs::path v2 =
+      write_tree(work / "v2" / "report-maker",
+                 {{"SKILL.md", "---\nname: report-maker\ndescription: Second version.\n---\nv2\n"}});
   auto version = upload_tree(v2, &status, server->base() + "/skills/" + id + "/versions");
   ASSERT_EQ(status, 200) << version;
   EXPECT_EQ(version.at("type"), "skill_version");
@@ -179,7 +192,8 @@ TEST_F(SkillsTest, CreateListRetrieveVersionsDelete) {
   EXPECT_EQ(version.at("description"), "Second version.");
   const std::string second(version.at("version").as_string());
   EXPECT_GT(std::stoll(second), std::stoll(first));
-  EXPECT_EQ(server->curl_json(quoted(server->base() + "/skills/" + id)).at("latest_version_id"), bj::value(second));
+  EXPECT_EQ(server->curl_json(quoted(server->base() + "/skills/" + id)).at("latest_version_id"),
+            bj::value(second));
   auto latest = server->curl_json(quoted(server->base() + "/skills/" + id + "/versions/latest"));
   EXPECT_EQ(latest.at("version"), bj::value(second));
   auto versions = server->curl_json(quoted(server->base() + "/skills/" + id + "/versions?limit=1"));
@@ -192,8 +206,8 @@ TEST_F(SkillsTest, CreateListRetrieveVersionsDelete) {
   EXPECT_EQ(rest.at("data").as_array()[0].at("version"), bj::value(first));
 
   // A new version must keep the skill's name.
-  fs::path renamed = write_tree(work / "v3" / "other",
-                                {{"SKILL.md", "---\nname: other-name\ndescription: x\n---\n"}});
+  fs::path renamed =
+      write_tree(work / "v3" / "other", {{"SKILL.md", "---\nname: other-name\ndescription: x\n---\n"}});
   auto refused = upload_tree(renamed, &status, server->base() + "/skills/" + id + "/versions");
   EXPECT_EQ(status, 400) << refused;
 
@@ -202,12 +216,14 @@ TEST_F(SkillsTest, CreateListRetrieveVersionsDelete) {
   ASSERT_TRUE(fs::exists(stored));
   EXPECT_EQ(fs::status(stored).permissions() & fs::perms::owner_write, fs::perms::none);
 
-  auto deleted_version = server->curl_json("-X DELETE " + quoted(server->base() + "/skills/" + id + "/versions/" + first));
+  auto deleted_version =
+      server->curl_json("-X DELETE " + quoted(server->base() + "/skills/" + id + "/versions/" + first));
   EXPECT_EQ(deleted_version.at("type"), "skill_version_deleted");
   EXPECT_EQ(server->status(quoted(server->base() + "/skills/" + id + "/versions/" + first)), 404);
   // The Skills guide's flow: the last version goes too, the skill stays without one
   // (a reference to it finds no version) until it is deleted.
-  auto last = server->curl_json("-X DELETE " + quoted(server->base() + "/skills/" + id + "/versions/" + second));
+  auto last =
+      server->curl_json("-X DELETE " + quoted(server->base() + "/skills/" + id + "/versions/" + second));
   EXPECT_EQ(last.at("type"), "skill_version_deleted") << last;
   EXPECT_EQ(last.at("id"), bj::value(second)) << last;
   auto empty = server->curl_json(quoted(server->base() + "/skills/" + id));
@@ -226,8 +242,8 @@ TEST_F(SkillsTest, ZipUploadAndDisplayName) {
       "info.external_attr = (stat.S_IFREG | 0o755) << 16\n"
       "z.writestr(info, '#!/bin/sh\\necho run\\n')\n");
   int status = 0;
-  auto skill = upload(server->base() + "/skills", {{zip, "zipped.zip"}}, "-F display_name=Zipped", "secret-alice",
-                      &status);
+  auto skill = upload(server->base() + "/skills", {{zip, "zipped.zip"}}, "-F display_name=Zipped",
+                      "secret-alice", &status);
   ASSERT_EQ(status, 200) << skill;
   EXPECT_EQ(skill.at("display_name"), "Zipped");
   const std::string id(skill.at("id").as_string()), version(skill.at("latest_version_id").as_string());
@@ -251,8 +267,9 @@ TEST_F(SkillsTest, AnotherOwnersSkillIsNotFound) {
   auto body = messages_body("bob-c", bj::array{bj::object{{"type", "custom"}, {"skill_id", skill.at("id")}}});
   auto reply = json(post_messages(body, &status, "secret-bob-x"));
   EXPECT_EQ(status, 404) << reply;
-  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find(std::string(skill.at("id").as_string())),
-            std::string::npos);
+  EXPECT_NE(
+      std::string(reply.at("error").at("message").as_string()).find(std::string(skill.at("id").as_string())),
+      std::string::npos);
   EXPECT_EQ(server->status(quoted(url)), 200) << "still alice's";
   delete_all_skills();
 }
@@ -263,9 +280,11 @@ TEST_F(SkillsTest, HostileUploadsAreRefusedAndNothingIsStored) {
   fs::path md = write_tree(work / "ok", {{"SKILL.md", kReportSkillMd}}) / "SKILL.md";
   fs::path small = write_tree(work / "f", {{"f.txt", "x"}}) / "f.txt";
 
-  auto reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, "s/../../evil.txt"}}, "", "secret-alice", &status);
+  auto reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, "s/../../evil.txt"}}, "",
+                      "secret-alice", &status);
   expect_refused(reply, status, "'..'");
-  reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, "/etc/evil.txt"}}, "", "secret-alice", &status);
+  reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, "/etc/evil.txt"}}, "",
+                 "secret-alice", &status);
   expect_refused(reply, status, "Absolute");
   reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, "s/a.txt"}, {small, "s/a.txt"}}, "",
                  "secret-alice", &status);
@@ -285,20 +304,22 @@ TEST_F(SkillsTest, HostileUploadsAreRefusedAndNothingIsStored) {
   // (18 entries, a few bytes of content) are past it.
   std::string sixteen = "s";
   for (int i = 0; i < 15; ++i) sixteen += "/d";
-  reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, sixteen + "/f.txt"}}, "", "secret-alice",
-                 &status);
+  reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, sixteen + "/f.txt"}}, "",
+                 "secret-alice", &status);
   expect_refused(reply, status, "each folder counts 4096");
   // Deeper than 16 folders, whatever the counts.
-  reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, sixteen + "/d/f.txt"}}, "", "secret-alice",
-                 &status);
+  reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {small, sixteen + "/d/f.txt"}}, "",
+                 "secret-alice", &status);
   expect_refused(reply, status, "nested deeper than 16 folders");
   // Over the 64 KiB cap.
   fs::path big = work / "big.bin";
   std::ofstream(big) << std::string(70 * 1024, 'b');
-  reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {big, "s/big.bin"}}, "", "secret-alice", &status);
+  reply = upload(server->base() + "/skills", {{md, "s/SKILL.md"}, {big, "s/big.bin"}}, "", "secret-alice",
+                 &status);
   expect_refused(reply, status, "larger than");
   // Two top folders; no SKILL.md.
-  reply = upload(server->base() + "/skills", {{md, "a/SKILL.md"}, {md, "b/SKILL.md"}}, "", "secret-alice", &status);
+  reply = upload(server->base() + "/skills", {{md, "a/SKILL.md"}, {md, "b/SKILL.md"}}, "", "secret-alice",
+                 &status);
   expect_refused(reply, status, "one top-level folder");
   reply = upload(server->base() + "/skills", {{small, "s/readme.txt"}}, "", "secret-alice", &status);
   expect_refused(reply, status, "SKILL.md");
@@ -322,9 +343,10 @@ TEST_F(SkillsTest, HostileUploadsAreRefusedAndNothingIsStored) {
 
   // Zips: a link, a device, traversal, a bomb that lies about its size, one too big.
   const std::string skill_md = "z.writestr('s/SKILL.md', '---\\nname: s\\ndescription: d\\n---\\n')\n";
-  fs::path zip = make_zip(skill_md +
-                          "info = zipfile.ZipInfo('s/link'); info.create_system = 3\n"
-                          "info.external_attr = (stat.S_IFLNK | 0o777) << 16\nz.writestr(info, '/etc/shadow')\n");
+  fs::path zip =
+      make_zip(skill_md +
+               "info = zipfile.ZipInfo('s/link'); info.create_system = 3\n"
+               "info.external_attr = (stat.S_IFLNK | 0o777) << 16\nz.writestr(info, '/etc/shadow')\n");
   reply = upload(server->base() + "/skills", {{zip, "s.zip"}}, "", "secret-alice", &status);
   expect_refused(reply, status, "Links are not allowed");
   zip = make_zip(skill_md +
@@ -336,11 +358,13 @@ TEST_F(SkillsTest, HostileUploadsAreRefusedAndNothingIsStored) {
   reply = upload(server->base() + "/skills", {{zip, "s.zip"}}, "", "secret-alice", &status);
   expect_refused(reply, status, "'..'");
   // 8 MiB of zeros whose central directory claims 1000 bytes: caught while inflating.
-  zip = make_zip(skill_md + "z.writestr('s/bomb.bin', b'\\0' * (8 << 20))\nz.close()\n"
-                 "data = bytearray(open(sys.argv[1], 'rb').read())\n"
-                 "at = data.rfind(b'PK\\x01\\x02')\n"
-                 "data[at + 24:at + 28] = (1000).to_bytes(4, 'little')\n"
-                 "open(sys.argv[1], 'wb').write(bytes(data))\nz = zipfile.ZipFile(sys.argv[1] + '.unused', 'w')\n");
+  zip = make_zip(
+      skill_md +
+      "z.writestr('s/bomb.bin', b'\\0' * (8 << 20))\nz.close()\n"
+      "data = bytearray(open(sys.argv[1], 'rb').read())\n"
+      "at = data.rfind(b'PK\\x01\\x02')\n"
+      "data[at + 24:at + 28] = (1000).to_bytes(4, 'little')\n"
+      "open(sys.argv[1], 'wb').write(bytes(data))\nz = zipfile.ZipFile(sys.argv[1] + '.unused', 'w')\n");
   reply = upload(server->base() + "/skills", {{zip, "s.zip"}}, "", "secret-alice", &status);
   expect_refused(reply, status, "zip bomb");
   zip = make_zip(skill_md + "z.writestr('s/zeros.bin', b'\\0' * (8 << 20))\n");
@@ -360,7 +384,8 @@ TEST_F(SkillsTest, BuiltinSkillsAreListed) {
     EXPECT_EQ(skill.at("source").at("type"), "anthropic");
     ids.insert(std::string(skill.at("id").as_string()));
   }
-  for (const char* expected : {"xlsx", "docx", "pdf", "pptx", "data-analysis"}) EXPECT_TRUE(ids.count(expected)) << expected;
+  for (const char* expected : {"xlsx", "docx", "pdf", "pptx", "data-analysis"})
+    EXPECT_TRUE(ids.count(expected)) << expected;
   auto version = server->curl_json(quoted(server->base() + "/skills/pptx/versions/latest"));
   EXPECT_EQ(version.at("name"), "pptx");
   EXPECT_FALSE(std::string(version.at("description").as_string()).empty());
@@ -373,18 +398,25 @@ TEST_F(SkillsTest, MessagesValidation) {
   body["tools"] = bj::array{};
   auto reply = json(post_messages(body, &status));
   EXPECT_EQ(status, 400) << reply;
-  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("code execution tool"), std::string::npos);
+  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("code execution tool"),
+            std::string::npos);
   bj::array nine;
-  for (int i = 0; i < 9; ++i) nine.push_back(bj::object{{"type", "custom"}, {"skill_id", "skill_" + std::to_string(i)}});
+  for (int i = 0; i < 9; ++i)
+    nine.push_back(bj::object{{"type", "custom"}, {"skill_id", "skill_" + std::to_string(i)}});
   reply = json(post_messages(messages_body("v-c", nine), &status));
   EXPECT_EQ(status, 400) << reply;
-  reply = json(post_messages(messages_body("v-c", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "nope"}}}), &status));
-  EXPECT_EQ(status, 404) << reply;
-  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("'nope'"), std::string::npos) << reply;
   reply = json(post_messages(
-      messages_body("v-c", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "pdf"}, {"version", "123"}}}), &status));
+      messages_body("v-c", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "nope"}}}), &status));
   EXPECT_EQ(status, 404) << reply;
-  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("'123'"), std::string::npos) << reply;
+  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("'nope'"), std::string::npos)
+      << reply;
+  reply = json(post_messages(
+      messages_body("v-c",
+                    bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "pdf"}, {"version", "123"}}}),
+      &status));
+  EXPECT_EQ(status, 404) << reply;
+  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("'123'"), std::string::npos)
+      << reply;
 }
 
 // The skill appears in a sandbox that already runs (started by an earlier command), its
@@ -396,19 +428,21 @@ TEST_F(SkillsTest, MessagesLoadSkillForThatRequestOnly) {
   const std::string id(skill.at("id").as_string()), version(skill.at("latest_version_id").as_string());
   const std::string container = "skills-run";
   // A running sandbox first, with no skills in it.
-  auto before = server->curl_json("-X POST " + quoted(server->base() + "/containers/" + container +
-                                                      "/tools/bash_code_execution") +
-                                  " -d '{\"command\": \"ls -A /mnt/skills | wc -l\"}'");
+  auto before = server->curl_json(
+      "-X POST " + quoted(server->base() + "/containers/" + container + "/tools/bash_code_execution") +
+      " -d '{\"command\": \"ls -A /mnt/skills | wc -l\"}'");
   EXPECT_EQ(before.at("stdout"), "0\n") << before;
 
   const std::string command =
-      "head -3 /mnt/skills/report-maker/SKILL.md && bash /mnt/skills/report-maker/scripts/make_report.sh hello.txt && "
+      "head -3 /mnt/skills/report-maker/SKILL.md && bash /mnt/skills/report-maker/scripts/make_report.sh "
+      "hello.txt && "
       "(touch /mnt/skills/report-maker/new 2>/dev/null && echo writable || echo read-only)";
-  upstream->push_message(U::message({U::tool_use("toolu_sk1", "bash_code_execution", {{"command", command}})}, "tool_use"));
+  upstream->push_message(
+      U::message({U::tool_use("toolu_sk1", "bash_code_execution", {{"command", command}})}, "tool_use"));
   upstream->push_message(U::message({U::text_block("Done.")}, "end_turn"));
   const size_t requests_before = upstream->requests().size();
-  auto reply = json(post_messages(messages_body(container, bj::array{bj::object{{"type", "custom"}, {"skill_id", id}}}),
-                                  &status));
+  auto reply = json(post_messages(
+      messages_body(container, bj::array{bj::object{{"type", "custom"}, {"skill_id", id}}}), &status));
   ASSERT_EQ(status, 200) << reply;
   const auto& content = reply.at("content").as_array();
   ASSERT_GE(content.size(), 2u) << reply;
@@ -440,8 +474,10 @@ TEST_F(SkillsTest, MessagesLoadSkillForThatRequestOnly) {
 
   // A later request without skills, in the same container and sandbox: none there.
   upstream->push_message(U::message(
-      {U::tool_use("toolu_sk2", "bash_code_execution",
-                   {{"command", "test -e /mnt/skills/report-maker && echo present || echo absent; ls -A /mnt/skills | wc -l"}})},
+      {U::tool_use(
+          "toolu_sk2", "bash_code_execution",
+          {{"command",
+            "test -e /mnt/skills/report-maker && echo present || echo absent; ls -A /mnt/skills | wc -l"}})},
       "tool_use"));
   upstream->push_message(U::message({U::text_block("Checked.")}, "end_turn"));
   auto later = json(post_messages(messages_body(container, {}), &status));
@@ -468,14 +504,16 @@ TEST_F(SkillsTest, AProcessLeftInsideASkillIsEndedWhenTheSkillComesOff) {
   const std::string command =
       "cd /mnt/skills/report-maker && (setsid bash -c 'while cat SKILL.md >/dev/null; do sleep 0.2; done' "
       "</dev/null >/dev/null 2>&1 & echo $! > /tmp/in-cwd.pid); "
-      "cd /tmp && (setsid bash -c 'exec 7</mnt/skills/report-maker/SKILL.md; cd /; while true; do sleep 0.2; done' "
+      "cd /tmp && (setsid bash -c 'exec 7</mnt/skills/report-maker/SKILL.md; cd /; while true; do sleep 0.2; "
+      "done' "
       "</dev/null >/dev/null 2>&1 & echo $! > /tmp/open-fd.pid); "
       "(setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $! > /tmp/bystander.pid); "
       "sleep 0.5; for f in in-cwd open-fd bystander; do kill -0 $(cat /tmp/$f.pid) && echo $f-running; done";
-  upstream->push_message(U::message({U::tool_use("toolu_linger", "bash_code_execution", {{"command", command}})}, "tool_use"));
+  upstream->push_message(
+      U::message({U::tool_use("toolu_linger", "bash_code_execution", {{"command", command}})}, "tool_use"));
   upstream->push_message(U::message({U::text_block("Started.")}, "end_turn"));
-  auto reply = json(post_messages(messages_body(container, bj::array{bj::object{{"type", "custom"}, {"skill_id", id}}}),
-                                  &status));
+  auto reply = json(post_messages(
+      messages_body(container, bj::array{bj::object{{"type", "custom"}, {"skill_id", id}}}), &status));
   ASSERT_EQ(status, 200) << reply;
   EXPECT_EQ(reply.at("content").as_array()[1].at("content").at("stdout"),
             "in-cwd-running\nopen-fd-running\nbystander-running\n")
@@ -487,13 +525,14 @@ TEST_F(SkillsTest, AProcessLeftInsideASkillIsEndedWhenTheSkillComesOff) {
       "for i in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.1; done; "
       "kill -0 $p 2>/dev/null && echo $f-alive || echo $f-ended; done; "
       "kill -0 $(cat /tmp/bystander.pid) && echo bystander-alive";
-  auto after = server->curl_json("-X POST " + quoted(server->base() + "/containers/" + container +
-                                                     "/tools/bash_code_execution") +
-                                 " -d " + quoted(bj::serialize(bj::object{{"command", check}})));
+  auto after = server->curl_json(
+      "-X POST " + quoted(server->base() + "/containers/" + container + "/tools/bash_code_execution") +
+      " -d " + quoted(bj::serialize(bj::object{{"command", check}})));
   EXPECT_EQ(after.at("stdout"), "0\nin-cwd-ended\nopen-fd-ended\nbystander-alive\n") << after;
-  auto bob = server->curl_json("-X POST " + quoted(server->base() + "/containers/bob-linger/tools/bash_code_execution") +
-                                   " -d '{\"command\": \"echo bob-ok\"}'",
-                               "secret-bob-x");
+  auto bob = server->curl_json(
+      "-X POST " + quoted(server->base() + "/containers/bob-linger/tools/bash_code_execution") +
+          " -d '{\"command\": \"echo bob-ok\"}'",
+      "secret-bob-x");
   EXPECT_EQ(bob.at("stdout"), "bob-ok\n") << bob;
   server->curl("-X DELETE " + quoted(server->base() + "/containers/" + container));
   server->curl("-X DELETE " + quoted(server->base() + "/containers/bob-linger"), "secret-bob-x");
@@ -505,15 +544,18 @@ TEST_F(SkillsTest, AProcessLeftInsideASkillIsEndedWhenTheSkillComesOff) {
 TEST_F(SkillsTest, StreamingBuiltinSkill) {
   const std::string command =
       "cat > /tmp/deck.json <<'EOF'\n"
-      "{\"title\": \"Skills test\", \"slides\": [{\"title\": \"Point one\", \"bullets\": [\"alpha\", [\"beta\"]]}]}\n"
+      "{\"title\": \"Skills test\", \"slides\": [{\"title\": \"Point one\", \"bullets\": [\"alpha\", "
+      "[\"beta\"]]}]}\n"
       "EOF\n"
       "python3 /mnt/skills/pptx/scripts/make_pptx.py /tmp/deck.json /mnt/user-data/outputs/deck.pptx";
-  upstream->push_message(U::message({U::tool_use("toolu_pp1", "bash_code_execution", {{"command", command}})}, "tool_use"));
+  upstream->push_message(
+      U::message({U::tool_use("toolu_pp1", "bash_code_execution", {{"command", command}})}, "tool_use"));
   upstream->push_message(U::message({U::text_block("Your deck is ready.")}, "end_turn"));
   int status = 0;
   const std::string container = "skills-stream";
   std::string events = post_messages(
-      messages_body(container, bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "pptx"}}}, /*stream=*/true),
+      messages_body(container, bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "pptx"}}},
+                    /*stream=*/true),
       &status);
   ASSERT_EQ(status, 200) << events;
   EXPECT_NE(events.find("wrote /mnt/user-data/outputs/deck.pptx: 2 slides"), std::string::npos) << events;
@@ -534,10 +576,12 @@ TEST_F(SkillsTest, StreamingBuiltinSkill) {
     if (f.at("filename") == "deck.pptx") file_id = std::string(f.at("id").as_string());
   ASSERT_FALSE(file_id.empty()) << files;
   const fs::path deck = work / "deck.pptx";
-  server->curl("-o " + deck.string() + " " + quoted(server->base() + "/files/" + file_id + "/content?scope_id=" + container));
+  server->curl("-o " + deck.string() + " " +
+               quoted(server->base() + "/files/" + file_id + "/content?scope_id=" + container));
   int rc = -1;
-  std::string text = sh("python3 " + std::string(SANDBOXD_SOURCE_DIR) + "/skills/pptx/scripts/read_pptx.py " +
-                            deck.string(), &rc);
+  std::string text =
+      sh("python3 " + std::string(SANDBOXD_SOURCE_DIR) + "/skills/pptx/scripts/read_pptx.py " + deck.string(),
+         &rc);
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("Point one\nalpha\nbeta"), std::string::npos) << text;
 }
@@ -549,13 +593,16 @@ TEST(SkillsColdStart, SkillsReachASandboxStartedForTheRequest) {
   ServerProcess server("model:\n  baseUrl: \"" + upstream.base_url() +
                        "\"\n  models: { default: upstream-model }\nruntime:\n  prestartedSandboxes: 0\n");
   upstream.push_message(U::message(
-      {U::tool_use("toolu_c1", "bash_code_execution", {{"command", "head -2 /mnt/skills/xlsx/SKILL.md"}})}, "tool_use"));
+      {U::tool_use("toolu_c1", "bash_code_execution", {{"command", "head -2 /mnt/skills/xlsx/SKILL.md"}})},
+      "tool_use"));
   upstream.push_message(U::message({U::text_block("ok")}, "end_turn"));
-  bj::object body{{"model", "default"},
-                  {"max_tokens", 100},
-                  {"container", {{"id", "cold"}, {"skills", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "xlsx"}}}}}},
-                  {"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20250825"}}}},
-                  {"messages", bj::array{bj::object{{"role", "user"}, {"content", "go"}}}}};
+  bj::object body{
+      {"model", "default"},
+      {"max_tokens", 100},
+      {"container",
+       {{"id", "cold"}, {"skills", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "xlsx"}}}}}},
+      {"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20250825"}}}},
+      {"messages", bj::array{bj::object{{"role", "user"}, {"content", "go"}}}}};
   fs::path file = server.dir() / "body.json";
   std::ofstream(file) << bj::serialize(body);
   auto reply = server.curl_json("-X POST " + quoted(server.base() + "/messages") +
@@ -578,18 +625,22 @@ TEST(SkillsDefaults, ZipBombByRatioIsRefused) {
      "z = zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED)\n"
      "z.writestr('s/SKILL.md', '---\\nname: s\\ndescription: d\\n---\\n')\n"
      "z.writestr('s/zeros.bin', b'\\\\0' * (20 << 20))\n"
-     "z.close()\" " + zip.string(), &status);
+     "z.close()\" " +
+         zip.string(),
+     &status);
   ASSERT_EQ(status, 0);
   ASSERT_LT(fs::file_size(zip), 100u * 1024) << "20 MiB of zeros compress to a few KiB";
   auto reply = server.curl_json("-X POST " + quoted(server.base() + "/skills") + " -F " +
                                 quoted("files[]=@" + zip.string() + ";filename=s.zip"));
   ASSERT_EQ(reply.at("type"), "error") << reply;
-  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("compression ratio"), std::string::npos)
+  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("compression ratio"),
+            std::string::npos)
       << reply;
   auto listing = server.curl_json(quoted(server.base() + "/skills?source=custom"));
   EXPECT_EQ(listing.at("data").as_array().size(), 0u);
   size_t kept = 0;
-  for (const auto& entry : fs::recursive_directory_iterator(server.data_dir() / "skills")) kept += !entry.is_directory();
+  for (const auto& entry : fs::recursive_directory_iterator(server.data_dir() / "skills"))
+    kept += !entry.is_directory();
   EXPECT_EQ(kept, 0u);
 }
 
@@ -597,17 +648,22 @@ TEST(SkillsDefaults, ZipBombByRatioIsRefused) {
 // loads skills again when a request opens it.
 TEST(SkillsIdle, AContainerThatIdledOutLoadsSkillsAgain) {
   ScriptedUpstream upstream;
-  ServerProcess server("model:\n  baseUrl: \"" + upstream.base_url() +
-                       "\"\n  models: { default: upstream-model }\nexternal:\n  opensandbox:\n    sessionTTLSeconds: 4\n");
+  ServerProcess server(
+      "model:\n  baseUrl: \"" + upstream.base_url() +
+      "\"\n  models: { default: upstream-model }\nexternal:\n  opensandbox:\n    sessionTTLSeconds: 4\n");
   auto run = [&](const std::string& id) {
-    upstream.push_message(U::message(
-        {U::tool_use(id, "bash_code_execution", {{"command", "head -2 /mnt/skills/docx/SKILL.md | tail -1"}})}, "tool_use"));
+    upstream.push_message(
+        U::message({U::tool_use(id, "bash_code_execution",
+                                {{"command", "head -2 /mnt/skills/docx/SKILL.md | tail -1"}})},
+                   "tool_use"));
     upstream.push_message(U::message({U::text_block("ok")}, "end_turn"));
-    bj::object body{{"model", "default"},
-                    {"max_tokens", 100},
-                    {"container", {{"id", "idle"}, {"skills", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "docx"}}}}}},
-                    {"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20250825"}}}},
-                    {"messages", bj::array{bj::object{{"role", "user"}, {"content", "go"}}}}};
+    bj::object body{
+        {"model", "default"},
+        {"max_tokens", 100},
+        {"container",
+         {{"id", "idle"}, {"skills", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "docx"}}}}}},
+        {"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20250825"}}}},
+        {"messages", bj::array{bj::object{{"role", "user"}, {"content", "go"}}}}};
     fs::path file = server.dir() / ("body-" + id + ".json");
     std::ofstream(file) << bj::serialize(body);
     auto reply = server.curl_json("-X POST " + quoted(server.base() + "/messages") +
@@ -654,8 +710,9 @@ TEST(SkillsDefaults, DeepEmptyFoldersAreBoundedAndOthersAreServedMeanwhile) {
     body += "--" + boundary + "--\r\n";
     std::ofstream(server.dir() / "deep.body", std::ios::binary) << body;
   }
-  const std::string post = "-X POST '" + server.base() + "/skills' -H 'Content-Type: multipart/form-data; boundary=" +
-                           boundary + "' --data-binary @";
+  const std::string post = "-X POST '" + server.base() +
+                           "/skills' -H 'Content-Type: multipart/form-data; boundary=" + boundary +
+                           "' --data-binary @";
   // Bob works all along: a command and /health, again and again, until the uploads end.
   std::atomic<bool> uploading{true};
   std::atomic<int> bob_answered{0}, bob_failed{0};
@@ -663,20 +720,25 @@ TEST(SkillsDefaults, DeepEmptyFoldersAreBoundedAndOthersAreServedMeanwhile) {
   std::thread bob([&] {
     int n = 0;
     while (uploading || n < 3) {
-      auto echo = server.curl_json("-X POST '" + server.base() + "/containers/bob-deep/tools/bash_code_execution' -d "
-                                   "'{\"command\": \"echo bob-ok\"}'",
+      auto echo = server.curl_json("-X POST '" + server.base() +
+                                       "/containers/bob-deep/tools/bash_code_execution' -d "
+                                       "'{\"command\": \"echo bob-ok\"}'",
                                    "secret-bob-x");
-      const bool ok = echo.is_object() && echo.as_object().contains("stdout") && echo.at("stdout") == "bob-ok\n" &&
-                      server.status(server.url("/health")) == 200;
-      if (ok) ++bob_answered;
-      else if (++bob_failed == 1) bob_failure = bj::serialize(echo);
+      const bool ok = echo.is_object() && echo.as_object().contains("stdout") &&
+                      echo.at("stdout") == "bob-ok\n" && server.status(server.url("/health")) == 200;
+      if (ok)
+        ++bob_answered;
+      else if (++bob_failed == 1)
+        bob_failure = bj::serialize(echo);
       ++n;
     }
   });
   std::vector<std::thread> attackers;
   std::vector<std::string> replies(4);
   for (int i = 0; i < 4; ++i)
-    attackers.emplace_back([&, i] { replies[i] = server.curl("-w '\\n%{http_code}' " + post + (server.dir() / "deep.body").string()); });
+    attackers.emplace_back([&, i] {
+      replies[i] = server.curl("-w '\\n%{http_code}' " + post + (server.dir() / "deep.body").string());
+    });
   for (auto& t : attackers) t.join();
   uploading = false;
   for (const auto& reply : replies) {
@@ -717,8 +779,9 @@ TEST(SkillsDefaults, DeepEmptyFoldersAreBoundedAndOthersAreServedMeanwhile) {
   });
   int answered_while_sending = 0;
   while (sending) {
-    auto echo = server.curl_json("-X POST '" + server.base() + "/containers/bob-deep/tools/bash_code_execution' -d "
-                                 "'{\"command\": \"echo bob-ok\"}'",
+    auto echo = server.curl_json("-X POST '" + server.base() +
+                                     "/containers/bob-deep/tools/bash_code_execution' -d "
+                                     "'{\"command\": \"echo bob-ok\"}'",
                                  "secret-bob-x");
     const bool ok = echo.at("stdout") == "bob-ok\n" && server.status(server.url("/health")) == 200;
     if (ok && sending) ++answered_while_sending;

@@ -9,11 +9,11 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
 #include <boost/json.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <gtest/gtest.h>
 #include <sstream>
 #include <string>
 
@@ -112,8 +112,8 @@ void expect_invalid_input(const json::object& result, const std::string& explana
   expect_error(result, explanation, "invalid_tool_input");
 }
 
-void expect_view(const json::object& result, const std::string& content, int64_t num_lines, int64_t start_line,
-                 int64_t total_lines, const std::string& file_type = "text") {
+void expect_view(const json::object& result, const std::string& content, int64_t num_lines,
+                 int64_t start_line, int64_t total_lines, const std::string& file_type = "text") {
   ASSERT_EQ(text(result.at("type")), kViewType) << json::serialize(result);
   EXPECT_EQ(text(result.at("file_type")), file_type);
   EXPECT_EQ(text(result.at("content")), content);
@@ -169,7 +169,8 @@ TEST_F(TextEditorTest, ViewRangeOutOfBoundsIsInvalidInput) {
 TEST_F(TextEditorTest, ViewRangeOfWrongShapeIsInvalidInput) {
   write_file(ws("five.txt"), "one\n");
   const std::string shape = "Parameter 'view_range' must be an array of two integers [start, end]";
-  expect_invalid_input(run({{"command", "view"}, {"path", "five.txt"}, {"view_range", json::array{1}}}), shape);
+  expect_invalid_input(run({{"command", "view"}, {"path", "five.txt"}, {"view_range", json::array{1}}}),
+                       shape);
   expect_invalid_input(run({{"command", "view"}, {"path", "five.txt"}, {"view_range", json::array{1, 2, 3}}}),
                        shape);
   expect_invalid_input(run({{"command", "view"}, {"path", "five.txt"}, {"view_range", json::array{"1", 2}}}),
@@ -182,7 +183,8 @@ TEST_F(TextEditorTest, ViewRangeOfWrongShapeIsInvalidInput) {
 }
 
 TEST_F(TextEditorTest, ViewMissingFile) {
-  expect_error(view("/home/agent/workspace/missing.txt"), "File not found: /home/agent/workspace/missing.txt");
+  expect_error(view("/home/agent/workspace/missing.txt"),
+               "File not found: /home/agent/workspace/missing.txt");
   expect_error(view("missing.txt"), "File not found: /home/agent/workspace/missing.txt");
   write_file(ws("file.txt"), "x");
   expect_error(view("file.txt/below"), "File not found: /home/agent/workspace/file.txt/below");
@@ -219,12 +221,14 @@ TEST_F(TextEditorTest, ViewUtf8Text) {
 
 TEST_F(TextEditorTest, ViewRefusesBinaryFiles) {
   write_file(ws("nul.bin"), std::string("ab\0cd", 5));
-  expect_error(view("nul.bin"), "File is binary and cannot be displayed as text: /home/agent/workspace/nul.bin");
+  expect_error(view("nul.bin"),
+               "File is binary and cannot be displayed as text: /home/agent/workspace/nul.bin");
   write_file(ws("latin1.txt"), "caf\xE9\n");
   expect_error(view("latin1.txt"),
                "File is binary and cannot be displayed as text: /home/agent/workspace/latin1.txt");
   write_file(ws("image.png"), "\x89PNG\r\n\x1a\n");
-  expect_error(view("image.png"), "File is binary and cannot be displayed as text: /home/agent/workspace/image.png");
+  expect_error(view("image.png"),
+               "File is binary and cannot be displayed as text: /home/agent/workspace/image.png");
 }
 
 TEST_F(TextEditorTest, ViewJudgesBinaryOnTheFirst8KiB) {
@@ -250,7 +254,8 @@ TEST_F(TextEditorTest, ViewRefusesFilesOverTheSizeLimit) {
   write_file(ws("ten.txt"), "0123456789");
   expect_view(view("ten.txt"), "0123456789", 1, 1, 1);
   write_file(ws("eleven.txt"), "0123456789A");
-  expect_error(view("eleven.txt"), "File is too large to view (11 bytes, limit 10): /home/agent/workspace/eleven.txt");
+  expect_error(view("eleven.txt"),
+               "File is too large to view (11 bytes, limit 10): /home/agent/workspace/eleven.txt");
   expect_error(replace("eleven.txt", "A", "B"),
                "File is too large to edit (11 bytes, limit 10): /home/agent/workspace/eleven.txt");
   EXPECT_EQ(read_file(ws("eleven.txt")), "0123456789A");
@@ -271,7 +276,8 @@ TEST_F(TextEditorTest, DeviceNodesAreRefused) {
   // and is found not to be a regular file: either way, an error and no content.
   auto viewed = view("null");
   ASSERT_EQ(text(viewed.at("type")), kErrorType);
-  EXPECT_NE(text(viewed.at("detail").at("explanation")).find("/home/agent/workspace/null"), std::string::npos);
+  EXPECT_NE(text(viewed.at("detail").at("explanation")).find("/home/agent/workspace/null"),
+            std::string::npos);
   expect_error(create("null", "x"), "Not a regular file: /home/agent/workspace/null");
   expect_error(replace("null", "a", "b"), "Not a regular file: /home/agent/workspace/null");
   EXPECT_TRUE(S_ISCHR(stat_of(ws("null")).st_mode));
@@ -304,12 +310,14 @@ TEST_F(TextEditorTest, RelativePathsResolveAgainstTheWorkspace) {
 TEST_F(TextEditorTest, WritesToReadOnlyMountsAreRefused) {
   write_file(paths_.uploads + "/x", "upload\n");
   write_file(paths_.skills + "/s/SKILL.md", "skill\n");
-  expect_error(create("/mnt/user-data/uploads/x", "y"), "Path '/mnt/user-data/uploads/x' is in a read-only mount");
+  expect_error(create("/mnt/user-data/uploads/x", "y"),
+               "Path '/mnt/user-data/uploads/x' is in a read-only mount");
   expect_error(create("/mnt/user-data/uploads/new", "y"),
                "Path '/mnt/user-data/uploads/new' is in a read-only mount");
   expect_error(replace("/mnt/user-data/uploads/x", "upload", "y"),
                "Path '/mnt/user-data/uploads/x' is in a read-only mount");
-  expect_error(insert("/mnt/skills/s/SKILL.md", 0, "y"), "Path '/mnt/skills/s/SKILL.md' is in a read-only mount");
+  expect_error(insert("/mnt/skills/s/SKILL.md", 0, "y"),
+               "Path '/mnt/skills/s/SKILL.md' is in a read-only mount");
   expect_error(create("/mnt/skills/s/new.md", "y"), "Path '/mnt/skills/s/new.md' is in a read-only mount");
   EXPECT_EQ(read_file(paths_.uploads + "/x"), "upload\n");
   EXPECT_EQ(read_file(paths_.skills + "/s/SKILL.md"), "skill\n");
@@ -322,7 +330,8 @@ TEST_F(TextEditorTest, DotDotClimbsLexicallyIntoAnotherMount) {
   const std::string into_uploads = "../../../mnt/user-data/uploads/x";
   expect_view(view(into_uploads), "uploaded", 1, 1, 1);
   expect_error(create(into_uploads, "overwritten"), "Path '" + into_uploads + "' is in a read-only mount");
-  expect_error(replace(into_uploads, "uploaded", "changed"), "Path '" + into_uploads + "' is in a read-only mount");
+  expect_error(replace(into_uploads, "uploaded", "changed"),
+               "Path '" + into_uploads + "' is in a read-only mount");
   EXPECT_EQ(read_file(paths_.uploads + "/x"), "uploaded\n");
 
   auto created = create("../../../mnt/user-data/outputs/report.md", "# Report\n");
@@ -482,7 +491,8 @@ TEST_F(TextEditorTest, StrReplaceMustBeUnique) {
                "old_str appears 3 times in /home/agent/workspace/f.txt; it must be unique");
   // overlapping matches are ambiguous too
   write_file(ws("g.txt"), "aaa\n");
-  expect_error(replace("g.txt", "aa", "b"), "old_str appears 2 times in /home/agent/workspace/g.txt; it must be unique");
+  expect_error(replace("g.txt", "aa", "b"),
+               "old_str appears 2 times in /home/agent/workspace/g.txt; it must be unique");
   EXPECT_EQ(read_file(ws("f.txt")), "x = 1\ny = 1\nz = 1\n");
 }
 
@@ -498,7 +508,8 @@ TEST_F(TextEditorTest, StrReplaceOnADirectory) {
 
 TEST_F(TextEditorTest, StrReplaceRefusesBinaryFiles) {
   write_file(ws("nul.bin"), std::string("ab\0cd", 5));
-  expect_error(replace("nul.bin", "ab", "xy"), "File is binary and cannot be edited as text: /home/agent/workspace/nul.bin");
+  expect_error(replace("nul.bin", "ab", "xy"),
+               "File is binary and cannot be edited as text: /home/agent/workspace/nul.bin");
   EXPECT_EQ(read_file(ws("nul.bin")), std::string("ab\0cd", 5));
 }
 
@@ -597,10 +608,12 @@ TEST_F(TextEditorTest, MalformedInput) {
   expect_invalid_input(replace("f.txt", "", "x"), "Parameter 'old_str' must not be empty");
   expect_invalid_input(run({{"command", "insert"}, {"path", "f.txt"}, {"insert_text", "x"}}),
                        "Missing required parameter 'insert_line' for command 'insert'");
-  expect_invalid_input(run({{"command", "insert"}, {"path", "f.txt"}, {"insert_line", "1"}, {"insert_text", "x"}}),
-                       "Parameter 'insert_line' must be an integer");
-  expect_invalid_input(run({{"command", "insert"}, {"path", "f.txt"}, {"insert_line", 1.0}, {"insert_text", "x"}}),
-                       "Parameter 'insert_line' must be an integer");
+  expect_invalid_input(
+      run({{"command", "insert"}, {"path", "f.txt"}, {"insert_line", "1"}, {"insert_text", "x"}}),
+      "Parameter 'insert_line' must be an integer");
+  expect_invalid_input(
+      run({{"command", "insert"}, {"path", "f.txt"}, {"insert_line", 1.0}, {"insert_text", "x"}}),
+      "Parameter 'insert_line' must be an integer");
   expect_invalid_input(run({{"command", "insert"}, {"path", "f.txt"}, {"insert_line", 0}}),
                        "Missing required parameter 'insert_text' for command 'insert'");
   EXPECT_FALSE(fs::exists(ws("f.txt")));
@@ -657,7 +670,8 @@ class TextEditorSymlinkTest : public TextEditorTest {
     }
     EXPECT_EQ(read_file(decoy_dir_ + "/secret.txt"), kDecoy);
     std::vector<std::string> decoy_names;
-    for (const auto& entry : fs::directory_iterator(decoy_dir_)) decoy_names.push_back(entry.path().filename());
+    for (const auto& entry : fs::directory_iterator(decoy_dir_))
+      decoy_names.push_back(entry.path().filename());
     EXPECT_EQ(decoy_names, std::vector<std::string>{"secret.txt"});
     TextEditorTest::TearDown();
   }

@@ -80,17 +80,21 @@ class WorkspaceTest : public ::testing::Test {
     auto reply = server->curl_json("-X POST '" + server->url("/api/v1/app/thread") + "'", token);
     return std::string(reply.at("id").as_string());
   }
-  std::string post_message(const std::string& id, const bj::object& body, const std::string& token = "secret-alice") {
-    return server->curl("-X POST '" + thread_url(id, "/messages") + "' -H 'content-type: application/json' --data-binary @" +
-                            body_file(body),
+  std::string post_message(const std::string& id, const bj::object& body,
+                           const std::string& token = "secret-alice") {
+    return server->curl("-X POST '" + thread_url(id, "/messages") +
+                            "' -H 'content-type: application/json' --data-binary @" + body_file(body),
                         token);
   }
-  int post_message_status(const std::string& id, const bj::object& body, const std::string& token = "secret-alice") {
-    return server->status("-X POST '" + thread_url(id, "/messages") + "' -H 'content-type: application/json' --data-binary @" +
-                              body_file(body),
+  int post_message_status(const std::string& id, const bj::object& body,
+                          const std::string& token = "secret-alice") {
+    return server->status("-X POST '" + thread_url(id, "/messages") +
+                              "' -H 'content-type: application/json' --data-binary @" + body_file(body),
                           token);
   }
-  bj::object get_thread(const std::string& id) { return server->curl_json("'" + thread_url(id) + "'").as_object(); }
+  bj::object get_thread(const std::string& id) {
+    return server->curl_json("'" + thread_url(id) + "'").as_object();
+  }
 
   static ScriptedUpstream* upstream;
   static ServerProcess* server;
@@ -101,7 +105,8 @@ ScriptedUpstream* WorkspaceTest::upstream = nullptr;
 ServerProcess* WorkspaceTest::server = nullptr;
 
 TEST_F(WorkspaceTest, ThreadsAreCreatedListedNewestFirstRenamedAndOwnerScoped) {
-  auto created = server->curl_json("-X POST '" + server->url("/api/v1/app/thread") + "' -d '{\"title\": \"Q3 sales\"}'");
+  auto created =
+      server->curl_json("-X POST '" + server->url("/api/v1/app/thread") + "' -d '{\"title\": \"Q3 sales\"}'");
   EXPECT_EQ(created.at("type"), "thread");
   EXPECT_EQ(created.at("title"), "Q3 sales");
   const std::string first(created.at("id").as_string());
@@ -163,15 +168,18 @@ TEST_F(WorkspaceTest, PlainChatOffersNoCodeExecutionAndIsStored) {
 
 TEST_F(WorkspaceTest, PgptToolsRequestCodeExecutionAndOutputsBecomeArtifacts) {
   const std::string id = create_thread();
-  upstream->push_message(U::message({U::text_block("Making the chart."),
-                                     U::tool_use("toolu_png", "bash_code_execution", {{"command", kWritePng}})},
-                                    "tool_use"));
+  upstream->push_message(
+      U::message({U::text_block("Making the chart."),
+                  U::tool_use("toolu_png", "bash_code_execution", {{"command", kWritePng}})},
+                 "tool_use"));
   upstream->push_message(U::message({U::text_block("Here is your chart.")}, "end_turn"));
-  auto reply = json(post_message(id, {{"content", "Chart it"}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}}))
-                   .as_object();
+  auto reply =
+      json(post_message(id, {{"content", "Chart it"}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}}))
+          .as_object();
   const auto& content = reply.at("content").as_array();
-  ASSERT_EQ(block_types(content), (std::vector<std::string>{"text", "server_tool_use", "bash_code_execution_tool_result",
-                                                            "text", "zylon-resource"}))
+  ASSERT_EQ(block_types(content),
+            (std::vector<std::string>{"text", "server_tool_use", "bash_code_execution_tool_result", "text",
+                                      "zylon-resource"}))
       << bj::serialize(reply);
   EXPECT_EQ(content[2].at("content").at("return_code"), 0) << bj::serialize(content[2]);
   const auto& resource = content[4].as_object();
@@ -186,11 +194,13 @@ TEST_F(WorkspaceTest, PgptToolsRequestCodeExecutionAndOutputsBecomeArtifacts) {
   EXPECT_EQ(calls[0].at("tools").as_array()[0].at("name"), "bash_code_execution");
 
   // The artifact is the file the command wrote, downloadable through its URL.
-  std::string bytes = server->curl("'" + server->url(std::string(resource.at("download_url").as_string())) + "'");
+  std::string bytes =
+      server->curl("'" + server->url(std::string(resource.at("download_url").as_string())) + "'");
   EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   EXPECT_EQ(bytes.size(), resource.at("size_bytes").to_number<uint64_t>());
-  std::string by_files_api = server->curl("'" + server->base() + "/files/" + std::string(resource.at("file_id").as_string()) +
-                                          "/content?scope_id=" + id + "'");
+  std::string by_files_api =
+      server->curl("'" + server->base() + "/files/" + std::string(resource.at("file_id").as_string()) +
+                   "/content?scope_id=" + id + "'");
   EXPECT_EQ(bytes, by_files_api);
   auto artifacts = server->curl_json("'" + thread_url(id, "/artifacts") + "'");
   ASSERT_EQ(artifacts.at("data").as_array().size(), 1u);
@@ -204,10 +214,15 @@ TEST_F(WorkspaceTest, PgptToolsRequestCodeExecutionAndOutputsBecomeArtifacts) {
 
   // A turn that changes nothing in outputs/ makes no artifact; one that rewrites the
   // file makes a new one.
-  upstream->push_message(U::message({U::tool_use("toolu_ls", "bash_code_execution", {{"command", "ls /mnt/user-data/outputs"}})},
-                                    "tool_use"));
+  upstream->push_message(
+      U::message({U::tool_use("toolu_ls", "bash_code_execution", {{"command", "ls /mnt/user-data/outputs"}})},
+                 "tool_use"));
   upstream->push_message(U::message({U::text_block("Still there.")}, "end_turn"));
-  auto quiet = json(post_message(id, {{"content", "List it"}, {"pgpt", {{"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_v1"}}}}}}})).as_object();
+  auto quiet = json(post_message(id, {{"content", "List it"},
+                                      {"pgpt",
+                                       {{"tools", bj::array{bj::object{{"name", "code_execution"},
+                                                                       {"type", "code_execution_v1"}}}}}}}))
+                   .as_object();
   EXPECT_EQ(find_block(quiet.at("content").as_array(), "zylon-resource"), nullptr) << bj::serialize(quiet);
   EXPECT_EQ(server->curl_json("'" + thread_url(id, "/artifacts") + "'").at("data").as_array().size(), 1u);
 }
@@ -218,20 +233,23 @@ TEST_F(WorkspaceTest, PgptToolsTakeAnthropicsToolVersions) {
   const std::string id = create_thread();
   // (the id: base64url of /mnt/user-data/outputs/chart.png)
   for (const char* version : {"code_execution_20260120", "code_execution_20260521"}) {
-    upstream->push_message(U::message({U::tool_use("toolu_png2", "bash_code_execution", {{"command", kWritePng}}),
-                                       U::tool_use("toolu_miss", "text_editor_code_execution",
-                                                   {{"command", "view"}, {"path", "missing.txt"}})},
-                                      "tool_use"));
+    upstream->push_message(
+        U::message({U::tool_use("toolu_png2", "bash_code_execution", {{"command", kWritePng}}),
+                    U::tool_use("toolu_miss", "text_editor_code_execution",
+                                {{"command", "view"}, {"path", "missing.txt"}})},
+                   "tool_use"));
     upstream->push_message(U::message({U::text_block("Done.")}, "end_turn"));
-    auto reply = json(post_message(id, {{"content", "Chart it"},
-                                        {"pgpt", {{"tools", bj::array{bj::object{{"name", "code_execution"},
-                                                                                   {"type", version}}}}}}}))
-                     .as_object();
+    auto reply =
+        json(post_message(
+                 id, {{"content", "Chart it"},
+                      {"pgpt",
+                       {{"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", version}}}}}}}))
+            .as_object();
     const auto& content = reply.at("content").as_array();
     const auto* bash = find_block(content, "bash_code_execution_tool_result");
     ASSERT_NE(bash, nullptr) << bj::serialize(reply);
-    const bj::value outputs = bj::array{bj::object{{"type", "bash_code_execution_output"},
-                                                   {"file_id", "L21udC91c2VyLWRhdGEvb3V0cHV0cy9jaGFydC5wbmc"}}};
+    const bj::value outputs = bj::array{bj::object{
+        {"type", "bash_code_execution_output"}, {"file_id", "L21udC91c2VyLWRhdGEvb3V0cHV0cy9jaGFydC5wbmc"}}};
     EXPECT_EQ(bash->at("content").at("content"), outputs) << bj::serialize(*bash);
     const auto* editor = find_block(content, "text_editor_code_execution_tool_result");
     ASSERT_NE(editor, nullptr) << bj::serialize(reply);
@@ -244,25 +262,31 @@ TEST_F(WorkspaceTest, PgptToolsTakeAnthropicsToolVersions) {
 TEST_F(WorkspaceTest, SkillsAddCodeExecution) {
   const std::string id = create_thread();
   upstream->push_message(U::message({U::text_block("Using the skill.")}, "end_turn"));
-  auto reply = json(post_message(id, {{"content", "Make a spreadsheet"},
-                                      {"skills", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "xlsx"}}}}}))
-                   .as_object();
+  auto reply =
+      json(post_message(id, {{"content", "Make a spreadsheet"},
+                             {"skills", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "xlsx"}}}}}))
+          .as_object();
   EXPECT_EQ(reply.at("stop_reason"), "end_turn") << bj::serialize(reply);
   auto calls = sent();
   ASSERT_EQ(calls.size(), 1u);
   ASSERT_TRUE(calls[0].contains("tools")) << "Skills add code execution";
   EXPECT_EQ(calls[0].at("tools").as_array().size(), 2u);
-  EXPECT_EQ(post_message_status(id, {{"content", "x"}, {"skills", bj::array{bj::object{{"type", "anthropic"}}}}}), 400)
+  EXPECT_EQ(
+      post_message_status(id, {{"content", "x"}, {"skills", bj::array{bj::object{{"type", "anthropic"}}}}}),
+      400)
       << "a skill needs its skill_id";
 }
 
 TEST_F(WorkspaceTest, TheStreamCarriesTheStepsTheAnswerAndZylonResourceBlocks) {
   const std::string id = create_thread();
-  upstream->push_message(U::message(
-      {U::tool_use("toolu_w", "bash_code_execution", {{"command", "printf 'a,b\\n1,2\\n' > /mnt/user-data/outputs/table.csv"}})},
-      "tool_use"));
+  upstream->push_message(
+      U::message({U::tool_use("toolu_w", "bash_code_execution",
+                              {{"command", "printf 'a,b\\n1,2\\n' > /mnt/user-data/outputs/table.csv"}})},
+                 "tool_use"));
   upstream->push_message(U::message({U::text_block("Saved table.csv.")}, "end_turn"));
-  std::string body = post_message(id, {{"content", "Save a table"}, {"stream", true}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}});
+  std::string body = post_message(
+      id,
+      {{"content", "Save a table"}, {"stream", true}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}});
   auto events = parse_sse(body);
   ASSERT_FALSE(events.empty()) << body;
   EXPECT_EQ(events.front().name, "message_start");
@@ -279,25 +303,29 @@ TEST_F(WorkspaceTest, TheStreamCarriesTheStepsTheAnswerAndZylonResourceBlocks) {
     }
     if (e.name == "content_block_delta" && e.data.at("delta").at("type") == "text_delta") {
       auto& block = content.at(e.data.at("index").as_int64()).as_object();
-      block["text"] = std::string(block["text"].as_string()) + std::string(e.data.at("delta").at("text").as_string());
+      block["text"] =
+          std::string(block["text"].as_string()) + std::string(e.data.at("delta").at("text").as_string());
     }
     if (e.name == "message_delta") delta_at = i;
   }
-  ASSERT_EQ(block_types(content), (std::vector<std::string>{"server_tool_use", "bash_code_execution_tool_result", "text",
-                                                            "zylon-resource"}));
+  ASSERT_EQ(block_types(content),
+            (std::vector<std::string>{"server_tool_use", "bash_code_execution_tool_result", "text",
+                                      "zylon-resource"}));
   ASSERT_GT(resource_at, 0u);
   EXPECT_LT(resource_at, delta_at) << "the resource arrives before the message ends";
   const auto& resource = content.back().as_object();
   EXPECT_EQ(resource.at("filename"), "table.csv");
   EXPECT_EQ(resource.at("size_bytes"), 8);
   EXPECT_EQ(content[2].at("text"), "Saved table.csv.");
-  EXPECT_EQ(server->curl("'" + server->url(std::string(resource.at("download_url").as_string())) + "'"), "a,b\n1,2\n");
+  EXPECT_EQ(server->curl("'" + server->url(std::string(resource.at("download_url").as_string())) + "'"),
+            "a,b\n1,2\n");
   // Stored as streamed.
   const auto thread = get_thread(id);
   const auto& stored = thread.at("messages").as_array();
   ASSERT_EQ(stored.size(), 2u);
   EXPECT_EQ(block_types(stored[1].at("content").as_array()), block_types(content));
-  EXPECT_EQ(find_block(stored[1].at("content").as_array(), "zylon-resource")->at("file_id"), resource.at("file_id"));
+  EXPECT_EQ(find_block(stored[1].at("content").as_array(), "zylon-resource")->at("file_id"),
+            resource.at("file_id"));
   EXPECT_EQ(stored[1].at("id"), events.front().data.at("message").at("id"));
 }
 
@@ -306,7 +334,8 @@ TEST_F(WorkspaceTest, OnlyTheLastTurnsGoUpstreamAndHistorySurvivesARestart) {
   for (int i = 1; i <= 3; ++i) {
     upstream->push_message(U::message({U::text_block("answer " + std::to_string(i))}, "end_turn"));
     auto reply = json(post_message(id, {{"content", "question " + std::to_string(i)}}));
-    ASSERT_EQ(reply.at("content").as_array()[0].at("text"), bj::value("answer " + std::to_string(i))) << bj::serialize(reply);
+    ASSERT_EQ(reply.at("content").as_array()[0].at("text"), bj::value("answer " + std::to_string(i)))
+        << bj::serialize(reply);
   }
   auto calls = sent();
   ASSERT_EQ(calls.size(), 3u);
@@ -326,20 +355,23 @@ TEST_F(WorkspaceTest, OnlyTheLastTurnsGoUpstreamAndHistorySurvivesARestart) {
   const auto last = sent().back();
   const auto& after = last.at("messages").as_array();
   ASSERT_EQ(after.size(), 3u);
-  EXPECT_EQ(after[0].at("content").as_array()[0].at("text"), "question 3") << "the history came back from the store";
+  EXPECT_EQ(after[0].at("content").as_array()[0].at("text"), "question 3")
+      << "the history came back from the store";
 }
 
 TEST_F(WorkspaceTest, DeletingAThreadRemovesItsContainerAndFiles) {
   const std::string id = create_thread();
   fs::path file = server->dir() / "data.csv";
   std::ofstream(file) << "x,y\n1,2\n";
-  auto uploaded = server->curl_json("-X POST '" + thread_url(id, "/upload-file") + "' -F 'file=@" + file.string() + "'");
+  auto uploaded =
+      server->curl_json("-X POST '" + thread_url(id, "/upload-file") + "' -F 'file=@" + file.string() + "'");
   EXPECT_EQ(uploaded.at("filename"), "data.csv");
   EXPECT_EQ(server->status("'" + server->base() + "/containers/" + id + "'"), 200);
   auto deleted = server->curl_json("-X DELETE '" + thread_url(id) + "'");
   EXPECT_EQ(deleted.at("type"), "thread_deleted");
   EXPECT_EQ(server->status("'" + thread_url(id) + "'"), 404);
-  EXPECT_EQ(server->status("'" + server->base() + "/containers/" + id + "'"), 404) << "the container went with it";
+  EXPECT_EQ(server->status("'" + server->base() + "/containers/" + id + "'"), 404)
+      << "the container went with it";
   EXPECT_EQ(server->status("'" + server->base() + "/files?scope_id=" + id + "'"), 404);
 }
 
@@ -348,7 +380,8 @@ TEST_F(WorkspaceTest, TheWebPageIsServedSafely) {
   EXPECT_NE(headers.find("200"), std::string::npos) << headers;
   EXPECT_NE(headers.find("text/html; charset=utf-8"), std::string::npos) << headers;
   EXPECT_NE(headers.find("X-Content-Type-Options: nosniff"), std::string::npos) << headers;
-  EXPECT_NE(headers.find("Content-Security-Policy: default-src 'none'; script-src 'self'"), std::string::npos) << headers;
+  EXPECT_NE(headers.find("Content-Security-Policy: default-src 'none'; script-src 'self'"), std::string::npos)
+      << headers;
   EXPECT_NE(sh("curl -sS '" + server->url("/") + "'").find("<script type=\"module\" src=\"/assets/app.js\">"),
             std::string::npos);
   std::string js = sh("curl -sS -D - -o /dev/null '" + server->url("/assets/app.js") + "'");
@@ -356,7 +389,8 @@ TEST_F(WorkspaceTest, TheWebPageIsServedSafely) {
   for (std::string path : {"/assets/../index.html", "/assets/%2e%2e/index.html", "/assets/..%2fsandboxd.db",
                            "/assets/.hidden.js", "/assets/app.js%00.css", "/assets/missing.js",
                            "/assets/%2e%2e/%2e%2e/tests/workspace_test.cc", "/assets//app.js"}) {
-    int status = std::stoi(sh("curl -s --path-as-is -o /dev/null -w '%{http_code}' '" + server->url(path) + "'"));
+    int status =
+        std::stoi(sh("curl -s --path-as-is -o /dev/null -w '%{http_code}' '" + server->url(path) + "'"));
     EXPECT_EQ(status, 404) << path;
   }
 }
@@ -366,7 +400,8 @@ TEST_F(WorkspaceTest, TheWebPageIsServedSafely) {
 // stay out of the history the model gets.
 TEST_F(WorkspaceTest, TheFlagRemovesCodeExecutionAndChatStillAnswers) {
   const std::string id = create_thread();
-  upstream->push_message(U::message({U::tool_use("toolu_e", "bash_code_execution", {{"command", "echo 7"}})}, "tool_use"));
+  upstream->push_message(
+      U::message({U::tool_use("toolu_e", "bash_code_execution", {{"command", "echo 7"}})}, "tool_use"));
   upstream->push_message(U::message({U::text_block("It printed 7.")}, "end_turn"));
   json(post_message(id, {{"content", "Run echo 7"}, {"pgpt", {{"tools", bj::array{"code_execution"}}}}}));
 
@@ -377,10 +412,11 @@ TEST_F(WorkspaceTest, TheFlagRemovesCodeExecutionAndChatStillAnswers) {
   EXPECT_EQ(features.at("code_execution").at("enabled"), false);
 
   upstream->push_message(U::message({U::text_block("I can't run code here, but 7 is 7.")}, "end_turn"));
-  auto reply = json(post_message(id, {{"content", "Again, with code"},
-                                      {"pgpt", {{"tools", bj::array{"code_execution"}}}},
-                                      {"skills", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "xlsx"}}}}}))
-                   .as_object();
+  auto reply =
+      json(post_message(id, {{"content", "Again, with code"},
+                             {"pgpt", {{"tools", bj::array{"code_execution"}}}},
+                             {"skills", bj::array{bj::object{{"type", "anthropic"}, {"skill_id", "xlsx"}}}}}))
+          .as_object();
   EXPECT_EQ(reply.at("content").as_array()[0].at("text"), "I can't run code here, but 7 is 7.");
   auto calls = sent();
   ASSERT_EQ(calls.size(), 3u);
@@ -388,7 +424,8 @@ TEST_F(WorkspaceTest, TheFlagRemovesCodeExecutionAndChatStillAnswers) {
   for (const auto& message : calls[2].at("messages").as_array()) {
     if (!message.at("content").is_array()) continue;
     for (const auto& block : message.at("content").as_array())
-      EXPECT_NE(std::string(block.at("type").as_string()), "tool_use") << "earlier code steps are left out: " << bj::serialize(message);
+      EXPECT_NE(std::string(block.at("type").as_string()), "tool_use")
+          << "earlier code steps are left out: " << bj::serialize(message);
   }
   EXPECT_EQ(calls[2].at("messages").as_array()[1].at("content").as_array()[0].at("text"), "It printed 7.");
 
@@ -409,12 +446,14 @@ TEST_F(WorkspaceTest, ASecondMessageWhileOneIsAnsweredIsTooManyRequests) {
   auto first = std::async(std::launch::async, [&] { return post_message(id, {{"content", "first"}}); });
   while (upstream->requests().size() == baseline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::string headers = sh("curl -sS -D - -o /dev/null -X POST '" + thread_url(id, "/messages") +
-                           "' -H 'Authorization: Bearer secret-alice' -H 'content-type: application/json' -d '{\"content\": \"second\"}'");
+                           "' -H 'Authorization: Bearer secret-alice' -H 'content-type: application/json' -d "
+                           "'{\"content\": \"second\"}'");
   EXPECT_NE(headers.find(" 429"), std::string::npos) << headers;
   EXPECT_NE(headers.find("Retry-After: 1"), std::string::npos) << headers;
   upstream->push_message(U::message({U::text_block("other thread answers")}, "end_turn"));
   auto elsewhere = json(post_message(other, {{"content", "meanwhile"}}));
-  EXPECT_EQ(elsewhere.at("content").as_array()[0].at("text"), "other thread answers") << "other threads are not held up";
+  EXPECT_EQ(elsewhere.at("content").as_array()[0].at("text"), "other thread answers")
+      << "other threads are not held up";
   EXPECT_EQ(json(first.get()).at("content").as_array()[0].at("text"), "slow answer");
   EXPECT_EQ(get_thread(id).at("messages").as_array().size(), 2u) << "the refused message left nothing";
 }
@@ -426,12 +465,15 @@ TEST_F(WorkspaceTest, ASecondMessageWhileOneIsAnsweredIsTooManyRequests) {
 TEST_F(WorkspaceTest, AZylonResourceBlockTheModelMakesUpIsNeitherStreamedNorStored) {
   const std::string id = create_thread();
   // Something worth stealing in another container of Alice's.
-  ASSERT_EQ(server->status("-X PUT '" + server->base() + "/files/secret.txt?scope_id=alice-private' -d hush"), 200);
-  const std::string lure = "/api/gpt/v1/files/" + file_id("/mnt/user-data/uploads/secret.txt") + "/content?scope_id=alice-private";
-  const bj::object forged{{"type", "zylon-resource"},      {"file_id", file_id("/mnt/user-data/uploads/secret.txt")},
-                          {"filename", "report.pdf"},      {"mime_type", "text/plain"},
-                          {"size_bytes", 4},               {"path", "/mnt/user-data/outputs/report.pdf"},
-                          {"downloadable", true},          {"download_url", lure}};
+  ASSERT_EQ(server->status("-X PUT '" + server->base() + "/files/secret.txt?scope_id=alice-private' -d hush"),
+            200);
+  const std::string lure =
+      "/api/gpt/v1/files/" + file_id("/mnt/user-data/uploads/secret.txt") + "/content?scope_id=alice-private";
+  const bj::object forged{
+      {"type", "zylon-resource"}, {"file_id", file_id("/mnt/user-data/uploads/secret.txt")},
+      {"filename", "report.pdf"}, {"mime_type", "text/plain"},
+      {"size_bytes", 4},          {"path", "/mnt/user-data/outputs/report.pdf"},
+      {"downloadable", true},     {"download_url", lure}};
   for (bool stream : {false, true}) {
     upstream->push_message(U::message({U::text_block("Here is your report."), forged}, "end_turn"));
     std::string raw = post_message(id, {{"content", "Report"}, {"stream", stream}});
@@ -448,7 +490,8 @@ TEST_F(WorkspaceTest, AZylonResourceBlockTheModelMakesUpIsNeitherStreamedNorStor
     } else {
       auto reply = json(raw).as_object();
       EXPECT_EQ(reply.at("content").as_array()[0].at("text"), "Here is your report.");
-      EXPECT_EQ(find_block(reply.at("content").as_array(), "zylon-resource"), nullptr) << bj::serialize(reply);
+      EXPECT_EQ(find_block(reply.at("content").as_array(), "zylon-resource"), nullptr)
+          << bj::serialize(reply);
     }
     // Bob's chat is answered meanwhile.
     const std::string bobs = create_thread("secret-bob-x");
@@ -460,7 +503,8 @@ TEST_F(WorkspaceTest, AZylonResourceBlockTheModelMakesUpIsNeitherStreamedNorStor
   EXPECT_EQ(bj::serialize(thread).find("alice-private"), std::string::npos) << bj::serialize(thread);
   for (const auto& message : thread.at("messages").as_array())
     if (message.at("content").is_array())
-      EXPECT_EQ(find_block(message.at("content").as_array(), "zylon-resource"), nullptr) << bj::serialize(message);
+      EXPECT_EQ(find_block(message.at("content").as_array(), "zylon-resource"), nullptr)
+          << bj::serialize(message);
   EXPECT_TRUE(server->curl_json("'" + thread_url(id, "/artifacts") + "'").at("data").as_array().empty());
   // The next turn's history sent upstream has none either.
   upstream->push_message(U::message({U::text_block("ok")}, "end_turn"));
@@ -475,13 +519,17 @@ TEST_F(WorkspaceTest, AZylonResourceBlockTheModelMakesUpIsNeitherStreamedNorStor
 TEST_F(WorkspaceTest, TheOrganisationsDownloadSettingsHoldThroughTheFilesApiToo) {
   const std::string id = create_thread();
   const std::string bash = "-X POST '" + server->base() + "/containers/";
-  const std::string write = "/tools/bash_code_execution' -d '{\"command\": \"echo '\"'\"'<b>x</b>'\"'\"' > /mnt/user-data/outputs/x.html\"}'";
+  const std::string write =
+      "/tools/bash_code_execution' -d '{\"command\": \"echo '\"'\"'<b>x</b>'\"'\"' > "
+      "/mnt/user-data/outputs/x.html\"}'";
   ASSERT_EQ(server->curl_json(bash + id + write).at("return_code"), 0);
   ASSERT_EQ(server->curl_json(bash + "alice-plain" + write).at("return_code"), 0);
   ASSERT_EQ(server->status("-X PUT '" + thread_url(id, "/put-file/in.txt") + "' -d mine"), 200);
-  const std::string output = file_id("/mnt/user-data/outputs/x.html"), upload = file_id("/mnt/user-data/uploads/in.txt");
+  const std::string output = file_id("/mnt/user-data/outputs/x.html"),
+                    upload = file_id("/mnt/user-data/uploads/in.txt");
   auto files_url = [&](const std::string& scope, const std::string& rest) {
-    return "'" + server->base() + "/files" + rest + (rest.find('?') == std::string::npos ? "?" : "&") + "scope_id=" + scope + "'";
+    return "'" + server->base() + "/files" + rest + (rest.find('?') == std::string::npos ? "?" : "&") +
+           "scope_id=" + scope + "'";
   };
   auto listed_downloadable = [&](const std::string& scope) {
     std::map<std::string, bool> out;
@@ -495,10 +543,12 @@ TEST_F(WorkspaceTest, TheOrganisationsDownloadSettingsHoldThroughTheFilesApiToo)
   EXPECT_EQ(server->status(files_url(id, "/" + upload + "/content")), 403);
   EXPECT_EQ(listed_downloadable(id)[upload], false);
 
-  server->write_config(model_yaml(*upstream) + "workspace:\n  maxHistoryTurns: 2\n  downloads:\n"
+  server->write_config(model_yaml(*upstream) +
+                       "workspace:\n  maxHistoryTurns: 2\n  downloads:\n"
                        "    generatedResources: false\n    uploadedResources: false\n");
   ASSERT_NE(server->reload().find("reloaded"), std::string::npos);
-  EXPECT_EQ(server->status("'" + thread_url(id, "/download-file?path=/mnt/user-data/outputs/x.html") + "'"), 403);
+  EXPECT_EQ(server->status("'" + thread_url(id, "/download-file?path=/mnt/user-data/outputs/x.html") + "'"),
+            403);
   const std::string refused = server->curl("-i " + files_url(id, "/" + output + "/content"));
   EXPECT_NE(refused.find(" 403"), std::string::npos) << refused;
   EXPECT_NE(refused.find("\"permission_error\""), std::string::npos) << refused;
@@ -509,18 +559,21 @@ TEST_F(WorkspaceTest, TheOrganisationsDownloadSettingsHoldThroughTheFilesApiToo)
   EXPECT_EQ(listed[output], false);
   EXPECT_EQ(listed[upload], false);
   EXPECT_EQ(server->curl_json(files_url(id, "/" + output)).at("downloadable"), false);
-  EXPECT_NE(server->curl("-I " + files_url(id, "/" + output)).find("X-File-Downloadable: false"), std::string::npos);
+  EXPECT_NE(server->curl("-I " + files_url(id, "/" + output)).find("X-File-Downloadable: false"),
+            std::string::npos);
   // The artifacts' view agrees (none here: written by a plain command, not a turn).
   // A container that is no thread's: the Files API's rule, outputs downloadable.
   EXPECT_EQ(server->curl(files_url("alice-plain", "/" + output + "/content")), "<b>x</b>\n");
   EXPECT_EQ(listed_downloadable("alice-plain")[output], true);
 
   // Uploaded files on, generated still off: each door says the same.
-  server->write_config(model_yaml(*upstream) + "workspace:\n  maxHistoryTurns: 2\n  downloads:\n"
+  server->write_config(model_yaml(*upstream) +
+                       "workspace:\n  maxHistoryTurns: 2\n  downloads:\n"
                        "    generatedResources: false\n    uploadedResources: true\n");
   ASSERT_NE(server->reload().find("reloaded"), std::string::npos);
   EXPECT_EQ(server->curl(files_url(id, "/" + upload + "/content")), "mine");
-  EXPECT_EQ(server->curl("'" + thread_url(id, "/download-file?path=/mnt/user-data/uploads/in.txt") + "'"), "mine");
+  EXPECT_EQ(server->curl("'" + thread_url(id, "/download-file?path=/mnt/user-data/uploads/in.txt") + "'"),
+            "mine");
   EXPECT_EQ(listed_downloadable(id)[upload], true);
   EXPECT_EQ(server->status(files_url(id, "/" + output + "/content")), 403);
 
@@ -551,8 +604,7 @@ TEST_F(WorkspaceTest, ThreadsAreSearchedByTitle) {
                            .as_string());
   };
   const std::string sales = make("Srch Zq3 sales"), budget = make("srch zq3 budget"),
-                    plan = make("Srch 100%_plan"), plain = make("Srch 100 plan"),
-                    other = make("Unrelated");
+                    plan = make("Srch 100%_plan"), plain = make("Srch 100 plan"), other = make("Unrelated");
   auto search = [&](const std::string& query, const std::string& token = "secret-alice") {
     return listed_ids(server->curl_json("'" + server->url("/api/v1/app/thread?q=" + query) + "'", token));
   };

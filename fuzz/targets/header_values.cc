@@ -3,8 +3,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "server/header_values.h"
 #include "base/utf8.h"
+#include "server/header_values.h"
 
 using namespace sandboxd;
 

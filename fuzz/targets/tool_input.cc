@@ -20,7 +20,10 @@ static const ContainerPaths& scratch() {
     char tmpl[] = "/tmp/sandboxd-fuzz-XXXXXX";
     std::string root = mkdtemp(tmpl);
     static std::string remove_at_exit = root;
-    atexit([] { std::error_code ec; fs::remove_all(remove_at_exit, ec); });
+    atexit([] {
+      std::error_code ec;
+      fs::remove_all(remove_at_exit, ec);
+    });
     ContainerPaths p{root + "/workspace", root + "/uploads", root + "/outputs", ""};
     for (const auto& dir : {p.workspace, p.uploads, p.outputs}) fs::create_directories(dir);
     return p;

@@ -37,8 +37,10 @@ Result<void> check_admin(const ApiContext& api, const RequestContext& ctx) {
   if (admin_token.empty())
     return ApiError::permission("The admin endpoints are off: set auth.adminToken to use them");
   std::string_view presented = ctx.header_value(http::field::authorization);
-  if (presented.starts_with("Bearer ")) presented.remove_prefix(7);
-  else presented = ctx.header_value("x-api-key");
+  if (presented.starts_with("Bearer "))
+    presented.remove_prefix(7);
+  else
+    presented = ctx.header_value("x-api-key");
   if (presented.empty() || server::sha256_hex(presented) != server::sha256_hex(admin_token))
     return ApiError::authentication("An admin token is required");
   return {};
@@ -71,7 +73,8 @@ asio::awaitable<Result<Response>> stop_sandbox(ApiContext& api, RequestContext& 
   if (matches.size() > 1)
     co_return ApiError::invalid_request("Several owners have a container '" + id + "': name the owner");
   co_await api.containers.stop(matches.front(), "admin");
-  co_return json_ok(boost::json::object{{"container", id}, {"owner", matches.front()->owner}, {"state", "stopped"}});
+  co_return json_ok(
+      boost::json::object{{"container", id}, {"owner", matches.front()->owner}, {"state", "stopped"}});
 }
 
 // What SIGTERM does before the exit, without it: running commands get
@@ -81,7 +84,8 @@ asio::awaitable<Result<Response>> drain(ApiContext& api, RequestContext& ctx) {
   if (auto ok = check_admin(api, ctx); !ok) co_return ok.error();
   const int grace = api.config()->cluster_shutdown_grace_sec;
   auto outcome = co_await api.containers.drain(std::chrono::seconds(std::max(1, grace * 2 / 3)));
-  co_return json_ok(boost::json::object{{"drained", true}, {"released", outcome.released}, {"kept", outcome.kept}});
+  co_return json_ok(
+      boost::json::object{{"drained", true}, {"released", outcome.released}, {"kept", outcome.kept}});
 }
 
 #ifdef SANDBOXD_TEST_HOOKS

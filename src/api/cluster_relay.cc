@@ -1,18 +1,18 @@
 #include "api/cluster_relay.h"
 
-#include <boost/json.hpp>
 #include <spdlog/spdlog.h>
+#include <boost/json.hpp>
 
-#include "service/store_call.h"
 #include "base/blocking.h"
 #include "server/http_relay.h"
+#include "service/store_call.h"
 #include "store/lease_store.h"
 
 namespace sandboxd::api {
 namespace {
 
 constexpr size_t kMessagesBodyLimit = 32u << 20;  // as messages.cc reads it
-constexpr size_t kCreateBodyLimit = 64u << 10;     // as containers.cc reads it
+constexpr size_t kCreateBodyLimit = 64u << 10;    // as containers.cc reads it
 
 bool route_in(std::string_view route, std::initializer_list<std::string_view> names) {
   for (auto name : names)
@@ -79,7 +79,8 @@ asio::awaitable<std::map<std::string, boost::json::object>> describe_held_elsewh
   auto look_up = [leases, &records] {
     std::vector<std::pair<const store::ContainerRecord*, cluster::ContainerLeases::Holder>> held;
     for (const auto& record : records)
-      if (auto holder = leases->holder_of(record.storage); holder.elsewhere) held.emplace_back(&record, holder);
+      if (auto holder = leases->holder_of(record.storage); holder.elsewhere)
+        held.emplace_back(&record, holder);
     return held;
   };
   const auto held = co_await run_blocking(std::move(look_up));
@@ -94,8 +95,8 @@ asio::awaitable<std::map<std::string, boost::json::object>> describe_held_elsewh
     auto answer = co_await server::fetch_from_replica(ctx, *target, "/api/gpt/v1/containers/" + record->id,
                                                       kDescribeOnlyHeader, options);
     if (!answer || answer->status != 200) {
-      spdlog::warn("{}: replica {} did not describe container {} (it is listed from the index)", ctx.request_id,
-                   holder.holder, record->id);
+      spdlog::warn("{}: replica {} did not describe container {} (it is listed from the index)",
+                   ctx.request_id, holder.holder, record->id);
       continue;
     }
     boost::system::error_code ec;
@@ -115,63 +116,67 @@ void install_cluster_routing(server::HttpServer& http, ApiContext& api, cluster:
   limits.idle_timeout = std::min<std::chrono::milliseconds>(std::chrono::seconds(10), header_timeout * 2 / 3);
   auto pool = server::UpstreamPool::make(http.io_context().get_executor(), limits);
   api.replica_connections = pool;
-  http.set_interceptor([&api, &leases, pool](RequestContext& ctx, const server::Handler& handler)
-                           -> asio::awaitable<Result<Response>> {
-    const auto& settings = leases.settings();
-    // A sandbox's own requests come from this replica (it runs the sandbox): served here.
-    std::string container_id;
-    if (!ctx.origin) container_id = co_await container_of_request(ctx);
-    if (!container_id.empty() && ContainerService::valid_id(container_id)) {
-      // Two reads (the container, its lease) before the request is served or relayed.
-      auto lookup = [&api, &leases, &ctx, &container_id]() -> std::optional<cluster::ContainerLeases::Holder> {
-        auto record = api.containers.metadata().find_container(ctx.owner, container_id);
-        if (!record) return std::nullopt;
-        return leases.holder_of(record->storage);
-      };
-      if (auto holder = co_await store_call(api, std::move(lookup))) {
-        // A container of a replica whose heartbeat ran out: served here once its turn
-        // comes, so that a burst of them is taken over at the pace the database was sized
-        // for while this replica's own requests go on (the wait holds no thread).
-        if (holder->takeover && !co_await leases.takeover_turn())
-          co_return ApiError::overloaded("This replica is taking over many containers; try again shortly",
-                                         settings.retry_after_sec);
-        if (holder->elsewhere) {
-          // Relayed once at most: a relayed request that finds the container moved on
-          // again is answered here, and the client's retry finds the new holder.
-          if (!ctx.header_value(server::kRelayedByHeader).empty())
-            co_return ApiError::overloaded("The container is moving between replicas; try again shortly",
-                                           settings.retry_after_sec);
-          auto target = server::parse_relay_target(holder->holder_url);
-          if (!target) {
-            spdlog::error("{}: replica {} advertises an unusable URL", ctx.request_id, holder->holder);
-            co_return ApiError::overloaded("The replica serving this container cannot be reached; try again shortly",
-                                           settings.retry_after_sec);
+  http.set_interceptor(
+      [&api, &leases, pool](RequestContext& ctx,
+                            const server::Handler& handler) -> asio::awaitable<Result<Response>> {
+        const auto& settings = leases.settings();
+        // A sandbox's own requests come from this replica (it runs the sandbox): served here.
+        std::string container_id;
+        if (!ctx.origin) container_id = co_await container_of_request(ctx);
+        if (!container_id.empty() && ContainerService::valid_id(container_id)) {
+          // Two reads (the container, its lease) before the request is served or relayed.
+          auto lookup = [&api, &leases, &ctx,
+                         &container_id]() -> std::optional<cluster::ContainerLeases::Holder> {
+            auto record = api.containers.metadata().find_container(ctx.owner, container_id);
+            if (!record) return std::nullopt;
+            return leases.holder_of(record->storage);
+          };
+          if (auto holder = co_await store_call(api, std::move(lookup))) {
+            // A container of a replica whose heartbeat ran out: served here once its turn
+            // comes, so that a burst of them is taken over at the pace the database was sized
+            // for while this replica's own requests go on (the wait holds no thread).
+            if (holder->takeover && !co_await leases.takeover_turn())
+              co_return ApiError::overloaded("This replica is taking over many containers; try again shortly",
+                                             settings.retry_after_sec);
+            if (holder->elsewhere) {
+              // Relayed once at most: a relayed request that finds the container moved on
+              // again is answered here, and the client's retry finds the new holder.
+              if (!ctx.header_value(server::kRelayedByHeader).empty())
+                co_return ApiError::overloaded("The container is moving between replicas; try again shortly",
+                                               settings.retry_after_sec);
+              auto target = server::parse_relay_target(holder->holder_url);
+              if (!target) {
+                spdlog::error("{}: replica {} advertises an unusable URL", ctx.request_id, holder->holder);
+                co_return ApiError::overloaded(
+                    "The replica serving this container cannot be reached; try again shortly",
+                    settings.retry_after_sec);
+              }
+              server::RelayOptions options;
+              options.via = settings.replica_id;
+              options.retry_after_sec = settings.retry_after_sec;
+              options.pool = pool;
+              co_return co_await server::relay_request(ctx, *target, options);
+            }
           }
-          server::RelayOptions options;
-          options.via = settings.replica_id;
-          options.retry_after_sec = settings.retry_after_sec;
-          options.pool = pool;
-          co_return co_await server::relay_request(ctx, *target, options);
         }
-      }
-    }
-    try {
-      co_return co_await handler(ctx);
-    } catch (const store::FencedError& fenced) {
-      // Another replica took the container over (or deleted it) while this one was
-      // paused or cut off: nothing was written; the lease is forgotten so the retry is
-      // relayed to the new holder (or finds the container gone).
-      spdlog::warn("{}: a write met the fence", ctx.request_id);
-      leases.fenced(fenced);
-      co_return ApiError::overloaded("The container moved to another replica; try again", settings.retry_after_sec);
-    } catch (const store::db::TimeoutError& e) {
-      // A row this request needs is held by another session (bounded by the database's
-      // lock and statement timeouts): this request alone is refused, to be retried.
-      spdlog::warn("{}: the database did not answer in time: {}", ctx.request_id, e.what());
-      co_return ApiError::overloaded("The container is busy in the database; try again shortly",
-                                     settings.retry_after_sec);
-    }
-  });
+        try {
+          co_return co_await handler(ctx);
+        } catch (const store::FencedError& fenced) {
+          // Another replica took the container over (or deleted it) while this one was
+          // paused or cut off: nothing was written; the lease is forgotten so the retry is
+          // relayed to the new holder (or finds the container gone).
+          spdlog::warn("{}: a write met the fence", ctx.request_id);
+          leases.fenced(fenced);
+          co_return ApiError::overloaded("The container moved to another replica; try again",
+                                         settings.retry_after_sec);
+        } catch (const store::db::TimeoutError& e) {
+          // A row this request needs is held by another session (bounded by the database's
+          // lock and statement timeouts): this request alone is refused, to be retried.
+          spdlog::warn("{}: the database did not answer in time: {}", ctx.request_id, e.what());
+          co_return ApiError::overloaded("The container is busy in the database; try again shortly",
+                                         settings.retry_after_sec);
+        }
+      });
 }
 
 }  // namespace sandboxd::api

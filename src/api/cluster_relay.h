@@ -8,8 +8,8 @@
 #include <boost/json/object.hpp>
 #include <map>
 
-#include "cluster/container_leases.h"
 #include "api/routes.h"
+#include "cluster/container_leases.h"
 
 namespace sandboxd::api {
 

@@ -3,10 +3,10 @@
 #include <boost/json.hpp>
 
 #include "api/file_transfer.h"
-#include "service/store_call.h"
+#include "base/blocking.h"
 #include "base/sandbox_paths.h"
 #include "model/messages_request.h"
-#include "base/blocking.h"
+#include "service/store_call.h"
 #include "store/keys.h"
 
 namespace sandboxd::api {

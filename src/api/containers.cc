@@ -10,10 +10,10 @@
 #include "api/api_calls.h"
 #include "api/cluster_relay.h"
 #include "api/routes.h"
-#include "service/store_call.h"
-#include "service/tool_calls.h"
 #include "base/blocking.h"
 #include "server/http_relay.h"
+#include "service/store_call.h"
+#include "service/tool_calls.h"
 
 namespace sandboxd::api {
 namespace {
@@ -70,8 +70,8 @@ asio::awaitable<Result<Response>> get_container(ApiContext& api, RequestContext&
   auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
   if (!container) co_return container.error();
   // Another replica's listing asks for the description only (api/cluster_relay.h).
-  const bool describe_only = !ctx.header_value(server::kRelayedByHeader).empty() &&
-                             !ctx.header_value(kDescribeOnlyHeader).empty();
+  const bool describe_only =
+      !ctx.header_value(server::kRelayedByHeader).empty() && !ctx.header_value(kDescribeOnlyHeader).empty();
   if (!describe_only) api.containers.touch(**container);
   auto described = co_await describe_container(api.containers, **container);
   co_return json_ok(described);

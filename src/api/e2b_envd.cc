@@ -547,7 +547,8 @@ asio::awaitable<Result<Response>> watch_dir(ApiContext& api, RequestContext& ctx
   auto path = path_of(*request);
   if (!path) co_return path.error();
   bool recursive = false;
-  if (const auto* flag = request->if_contains("recursive"); flag && flag->is_bool()) recursive = flag->as_bool();
+  if (const auto* flag = request->if_contains("recursive"); flag && flag->is_bool())
+    recursive = flag->as_bool();
   auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
   if (!addressed) co_return addressed.error();
   auto ready = co_await ready_container(api, addressed->container);

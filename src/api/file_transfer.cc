@@ -4,19 +4,17 @@
 
 #include <cerrno>
 
+#include "api/upload_buffers.h"
+#include "base/blocking.h"
+#include "base/unique_fd.h"
+#include "base/utf8.h"
 #include "cluster/bucket_upload.h"
 #include "cluster/container_durability.h"
-#include "service/store_call.h"
-#include "api/upload_buffers.h"
-#include "base/unique_fd.h"
-#include "base/utf8.h"
 #include "ops/metrics.h"
-#include "base/blocking.h"
 #include "server/header_values.h"
+#include "service/store_call.h"
 #include "store/keys.h"
 #include "store/multipart.h"
-#include "base/unique_fd.h"
-#include "base/utf8.h"
 
 namespace sandboxd::api {
 namespace {
@@ -30,7 +28,8 @@ struct ByteRange {
 // One "bytes=a-b" range (the only form clients use for resuming and seeking).
 // nullopt: not satisfiable. A header this does not understand is ignored (200).
 std::optional<std::optional<ByteRange>> parse_range(std::string_view header, uint64_t size) {
-  if (header.substr(0, 6) != "bytes=" || header.find(',') != std::string_view::npos) return std::optional<ByteRange>();
+  if (header.substr(0, 6) != "bytes=" || header.find(',') != std::string_view::npos)
+    return std::optional<ByteRange>();
   std::string_view spec = header.substr(6);
   auto dash = spec.find('-');
   if (dash == std::string_view::npos) return std::optional<ByteRange>();
@@ -54,8 +53,10 @@ std::optional<std::optional<ByteRange>> parse_range(std::string_view header, uin
     return std::optional<ByteRange>(ByteRange{size - std::min(b, size), size - 1});
   }
   if (!number(first, a)) return std::optional<ByteRange>();
-  if (last.empty()) b = size == 0 ? 0 : size - 1;
-  else if (!number(last, b) || b < a) return std::optional<ByteRange>();
+  if (last.empty())
+    b = size == 0 ? 0 : size - 1;
+  else if (!number(last, b) || b < a)
+    return std::optional<ByteRange>();
   if (a >= size) return std::nullopt;
   return std::optional<ByteRange>(ByteRange{a, std::min(b, size - 1)});
 }
@@ -71,11 +72,13 @@ Result<std::string> checked_key(const std::string& key) {
 // and, when `object_key` is given (the sessions bucket holds the body), its manifest row.
 asio::awaitable<Result<store::FileRecord>> commit_upload(ApiContext& api, Container& container,
                                                          store::FileWriter& writer, const std::string& path,
-                                                         OwnerQuotas::UploadCharge& quota, const std::string* object_key);
+                                                         OwnerQuotas::UploadCharge& quota,
+                                                         const std::string* object_key);
 
 // quotas.storedBytesPerOwner: what the owner stores, measured before the body is read.
 asio::awaitable<OwnerQuotas::StoredBytes> stored_bytes(ApiContext& api, Container& container) {
-  return api.quotas.stored_bytes(api.containers.metadata(), api.config()->stored_bytes_per_owner, container.owner);
+  return api.quotas.stored_bytes(api.containers.metadata(), api.config()->stored_bytes_per_owner,
+                                 container.owner);
 }
 Result<std::unique_ptr<OwnerQuotas::UploadCharge>> begin_upload_charge(ApiContext& api, Container& container,
                                                                        const OwnerQuotas::StoredBytes& stored,
@@ -88,13 +91,15 @@ Result<std::unique_ptr<OwnerQuotas::UploadCharge>> begin_upload_charge(ApiContex
 // file and its record, then its manifest row; any failure leaves neither (the previous
 // version of the key stays) and a bucket that does not answer is a 503.
 asio::awaitable<Result<store::FileRecord>> finish_upload(ApiContext& api, Container& container,
-                                                         store::FileWriter& writer, cluster::BucketUpload* upload,
-                                                         const std::string& path, OwnerQuotas::UploadCharge& quota);
+                                                         store::FileWriter& writer,
+                                                         cluster::BucketUpload* upload,
+                                                         const std::string& path,
+                                                         OwnerQuotas::UploadCharge& quota);
 
 // The bucket's side of an upload (storage.backend s3), or none.
-std::unique_ptr<cluster::BucketUpload> begin_bucket_upload(ApiContext& api, Container& container,
-                                                  asio::any_io_executor executor,
-                                                  std::optional<uint64_t> declared_size = std::nullopt) {
+std::unique_ptr<cluster::BucketUpload> begin_bucket_upload(
+    ApiContext& api, Container& container, asio::any_io_executor executor,
+    std::optional<uint64_t> declared_size = std::nullopt) {
   if (!api.durability) return nullptr;
   return api.durability->begin_upload(container, std::move(executor), declared_size);
 }
@@ -111,23 +116,31 @@ std::function<asio::awaitable<Result<void>>()> bucket_drain(std::unique_ptr<clus
 
 ApiError file_error(store::FileError error, const std::string& path) {
   switch (error) {
-    case store::FileError::kNotFound: return ApiError::not_found("File not found: " + path);
-    case store::FileError::kNotAFile: return ApiError::invalid_request("Not a regular file: " + path);
-    case store::FileError::kOutsideMounts: return ApiError::invalid_request("Path '" + path + "' does not match any session mount");
-    case store::FileError::kNoSpace: return ApiError::too_large("Not enough space in the container for " + path);
-    case store::FileError::kTooLarge: return ApiError::too_large("File too large: " + path);
-    default: return ApiError::internal();
+    case store::FileError::kNotFound:
+      return ApiError::not_found("File not found: " + path);
+    case store::FileError::kNotAFile:
+      return ApiError::invalid_request("Not a regular file: " + path);
+    case store::FileError::kOutsideMounts:
+      return ApiError::invalid_request("Path '" + path + "' does not match any session mount");
+    case store::FileError::kNoSpace:
+      return ApiError::too_large("Not enough space in the container for " + path);
+    case store::FileError::kTooLarge:
+      return ApiError::too_large("File too large: " + path);
+    default:
+      return ApiError::internal();
   }
 }
 
 ApiError upload_error(ApiContext& api, store::FileError error, const std::string& path) {
   // uploads/ lives on the host's disk, not on the container's volume: ENOSPC there is the
   // host out of space, which the client can only wait out (503), not a full container (413).
-  const bool on_host_disk = path.size() > kUploadsMount.size() && path.compare(0, kUploadsMount.size(), kUploadsMount) == 0 &&
+  const bool on_host_disk = path.size() > kUploadsMount.size() &&
+                            path.compare(0, kUploadsMount.size(), kUploadsMount) == 0 &&
                             path[kUploadsMount.size()] == '/';
   if (error == store::FileError::kNoSpace && on_host_disk) {
     ops::metrics().execution_rejected("503", "host_resources");
-    return ApiError::overloaded("The host is out of disk space for uploads; try again later", api.config()->retry_after_sec);
+    return ApiError::overloaded("The host is out of disk space for uploads; try again later",
+                                api.config()->retry_after_sec);
   }
   return file_error(error, path);
 }
@@ -148,19 +161,24 @@ ApiError DownloadRule::refusal(const std::string& sandbox_path) const {
   if (thread && under(sandbox_path, kUploadsMount))
     return ApiError::permission("Downloads of uploaded files are disabled by the organisation's settings");
   if (thread)
-    return ApiError::permission("Only files in /mnt/user-data/outputs/ and /mnt/user-data/uploads/ can be downloaded");
-  return ApiError::permission("File is not downloadable: only files in /mnt/user-data/outputs/ can be downloaded");
+    return ApiError::permission(
+        "Only files in /mnt/user-data/outputs/ and /mnt/user-data/uploads/ can be downloaded");
+  return ApiError::permission(
+      "File is not downloadable: only files in /mnt/user-data/outputs/ can be downloaded");
 }
 
 asio::awaitable<DownloadRule> download_rule(ApiContext& api, const Container& container) {
   // Most containers are not a thread's, and their id says so: no database round trip
   // for them on every file call.
   if (!api.threads || !container.id.starts_with(store::kThreadIdPrefix)) co_return DownloadRule{};
-  auto find = [&api, owner = container.owner, id = container.id] { return api.threads->find(owner, id).has_value(); };
+  auto find = [&api, owner = container.owner, id = container.id] {
+    return api.threads->find(owner, id).has_value();
+  };
   const bool thread = co_await store_call(api, std::move(find));
   if (!thread) co_return DownloadRule{};
   const auto config = api.config();
-  co_return DownloadRule{.thread = true, .outputs = config->download_generated, .uploads = config->download_uploaded};
+  co_return DownloadRule{
+      .thread = true, .outputs = config->download_generated, .uploads = config->download_uploaded};
 }
 
 boost::json::object file_object(const std::string& container_id, const store::FileRecord& record,
@@ -183,7 +201,8 @@ boost::json::object file_object(const std::string& container_id, const store::Fi
 namespace {
 asio::awaitable<Result<store::FileRecord>> commit_upload(ApiContext& api, Container& container,
                                                          store::FileWriter& writer, const std::string& path,
-                                                         OwnerQuotas::UploadCharge& quota, const std::string* object_key) {
+                                                         OwnerQuotas::UploadCharge& quota,
+                                                         const std::string* object_key) {
   auto commit = [&writer] { return writer.commit(); };
   auto committed = co_await run_blocking(std::move(commit));
   if (!committed) co_return upload_error(api, committed.error(), path);
@@ -201,8 +220,10 @@ asio::awaitable<Result<store::FileRecord>> commit_upload(ApiContext& api, Contai
 }
 
 asio::awaitable<Result<store::FileRecord>> finish_upload(ApiContext& api, Container& container,
-                                                         store::FileWriter& writer, cluster::BucketUpload* upload,
-                                                         const std::string& path, OwnerQuotas::UploadCharge& quota) {
+                                                         store::FileWriter& writer,
+                                                         cluster::BucketUpload* upload,
+                                                         const std::string& path,
+                                                         OwnerQuotas::UploadCharge& quota) {
   if (!upload) co_return co_await commit_upload(api, container, writer, path, quota, nullptr);
   if (auto sent = co_await upload->finish(); !sent) {
     writer.abort();
@@ -265,7 +286,7 @@ asio::awaitable<Result<store::FileRecord>> copy_file(ApiContext& api, Container&
 }
 
 asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::RequestContext& ctx,
-                                                      Container& container, const std::string& key) {
+                                                       Container& container, const std::string& key) {
   auto valid = checked_key(key);
   if (!valid) co_return valid.error();
   std::string path = store::sandbox_path_for_key(key);
@@ -278,10 +299,12 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
   auto begun = api.files.begin_write(container.paths, path);
   if (!begun) co_return upload_error(api, begun.error(), path);
   std::unique_ptr<store::FileWriter> writer = std::move(*begun);
-  auto upload = begin_bucket_upload(api, container, co_await asio::this_coro::executor, ctx.declared_body_size());
+  auto upload =
+      begin_bucket_upload(api, container, co_await asio::this_coro::executor, ctx.declared_body_size());
   auto on_chunk = [&](std::string_view chunk) -> Result<void> {
     if (auto room = (*quota)->add(chunk.size()); !room) return room.error();
-    if (auto written = writer->write(chunk.data(), chunk.size()); !written) return upload_error(api, written.error(), path);
+    if (auto written = writer->write(chunk.data(), chunk.size()); !written)
+      return upload_error(api, written.error(), path);
     if (upload) upload->append(chunk);
     return {};
   };
@@ -291,7 +314,8 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
     received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, on_chunk, bucket_drain(upload));
   } else {  // read straight into the writer's buffers, hashed and written on its threads
     auto charge = [&quota](size_t size) { return (*quota)->add(size); };
-    received = co_await ctx.read_body_into(api.config()->max_upload_bytes, writer_buffers(api, *writer, path, charge));
+    received = co_await ctx.read_body_into(api.config()->max_upload_bytes,
+                                           writer_buffers(api, *writer, path, charge));
   }
   if (!received) {
     writer->abort();  // the previous version of the key stays
@@ -301,8 +325,8 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
   co_return co_await finish_upload(api, container, *writer, upload.get(), path, **quota);
 }
 
-asio::awaitable<Result<store::FileRecord>> store_bytes(ApiContext& api, Container& container, const std::string& key,
-                                                       std::string_view bytes) {
+asio::awaitable<Result<store::FileRecord>> store_bytes(ApiContext& api, Container& container,
+                                                       const std::string& key, std::string_view bytes) {
   auto valid = checked_key(key);
   if (!valid) co_return valid.error();
   if (bytes.size() > api.config()->max_upload_bytes)
@@ -350,7 +374,8 @@ asio::awaitable<Result<std::string>> read_file_bytes(ApiContext& api, Container&
     UniqueFd fd(opened->fd);
     if (opened->size > limit)
       return ApiError::too_large("File too large to return inline: " + record.path + " is " +
-                                 std::to_string(opened->size) + " bytes; the limit is " + std::to_string(limit));
+                                 std::to_string(opened->size) + " bytes; the limit is " +
+                                 std::to_string(limit));
     std::string body(opened->size, '\0');
     size_t done = 0;
     while (done < body.size()) {
@@ -367,9 +392,12 @@ asio::awaitable<Result<std::string>> read_file_bytes(ApiContext& api, Container&
 }
 
 asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, server::RequestContext& ctx,
-                                                            Container& container, std::optional<std::string> key) {
-  auto boundary = store::MultipartParser::boundary_from_content_type(ctx.header_value(http::field::content_type));
-  if (!boundary) co_return ApiError::invalid_request("Expected a multipart/form-data body with a 'file' field");
+                                                             Container& container,
+                                                             std::optional<std::string> key) {
+  auto boundary =
+      store::MultipartParser::boundary_from_content_type(ctx.header_value(http::field::content_type));
+  if (!boundary)
+    co_return ApiError::invalid_request("Expected a multipart/form-data body with a 'file' field");
   const auto stored = co_await stored_bytes(api, container);
   std::unique_ptr<store::FileWriter> writer;
   Result<std::unique_ptr<OwnerQuotas::UploadCharge>> quota = std::unique_ptr<OwnerQuotas::UploadCharge>();
@@ -450,8 +478,10 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
     co_return on_chunk(chunk);
   };
   Result<void> received;
-  if (api.durability) received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, on_chunk, bucket_drain(upload));
-  else received = co_await ctx.read_body_stream_async(api.config()->max_upload_bytes, on_chunk_with_room);
+  if (api.durability)
+    received = co_await ctx.read_body_stream(api.config()->max_upload_bytes, on_chunk, bucket_drain(upload));
+  else
+    received = co_await ctx.read_body_stream_async(api.config()->max_upload_bytes, on_chunk_with_room);
   if (!received) {
     if (writer) writer->abort();
     if (upload) co_await upload->discard();
@@ -466,8 +496,8 @@ asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, se
   co_return co_await finish_upload(api, container, *writer, upload.get(), path, **quota);
 }
 
-asio::awaitable<Result<std::shared_ptr<Container>>> ready_container(ApiContext& api,
-                                                                    Result<std::shared_ptr<Container>> container) {
+asio::awaitable<Result<std::shared_ptr<Container>>> ready_container(
+    ApiContext& api, Result<std::shared_ptr<Container>> container) {
   if (!container || !api.durability) co_return container;
   if (auto ready = co_await api.durability->ensure_local(*container); !ready) co_return ready.error();
   co_return container;
@@ -482,8 +512,10 @@ asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, serve
   }
   // (Two statements, not a conditional expression: GCC 12 miscompiles co_await in ?:.)
   Result<store::FileRecord> record = ApiError::internal();
-  if (raw_key) record = co_await receive_raw(api, ctx, **container, *raw_key);
-  else record = co_await receive_multipart(api, ctx, **container, ctx.query_value("path"));
+  if (raw_key)
+    record = co_await receive_raw(api, ctx, **container, *raw_key);
+  else
+    record = co_await receive_multipart(api, ctx, **container, ctx.query_value("path"));
   if (!record) co_return record.error();
   const DownloadRule rule = co_await download_rule(api, **container);
   co_return json_ok(file_object((*container)->id, *record, rule));
@@ -502,7 +534,8 @@ Result<server::Response> send_content(ApiContext& api, server::RequestContext& c
   } closer{file.fd};
   const std::string etag = "\"" + record.etag + "\"";
   std::string_view if_none_match = ctx.header_value(http::field::if_none_match);
-  if (!if_none_match.empty() && (if_none_match == "*" || if_none_match.find(etag) != std::string_view::npos)) {
+  if (!if_none_match.empty() &&
+      (if_none_match == "*" || if_none_match.find(etag) != std::string_view::npos)) {
     server::StringResponse not_modified{http::status::not_modified, 11};
     not_modified.set(http::field::etag, etag);
     return server::Response(std::move(not_modified));
@@ -518,15 +551,19 @@ Result<server::Response> send_content(ApiContext& api, server::RequestContext& c
   if (record.mime.rfind("application/pdf", 0) != 0) response.header.set("Content-Security-Policy", "sandbox");
   response.header.set(http::field::etag, etag);
   response.header.set(http::field::accept_ranges, "bytes");
-  response.header.set(http::field::content_disposition, server::content_disposition(inline_disposition, leaf(record.path)));
+  response.header.set(http::field::content_disposition,
+                      server::content_disposition(inline_disposition, leaf(record.path)));
   response.header.set("X-Content-Type-Options", "nosniff");
   response.length = file.size;
   response.header.result(http::status::ok);
   if (std::string_view range = ctx.header_value(http::field::range); !range.empty()) {
     auto parsed = parse_range(range, file.size);
     if (!parsed) {
-      auto res = server::error_response({http::status::range_not_satisfiable, "invalid_request_error",
-                                         "Range not satisfiable for a file of " + std::to_string(file.size) + " bytes", {}});
+      auto res = server::error_response(
+          {http::status::range_not_satisfiable,
+           "invalid_request_error",
+           "Range not satisfiable for a file of " + std::to_string(file.size) + " bytes",
+           {}});
       res.set(http::field::content_range, "bytes */" + std::to_string(file.size));
       return server::Response(std::move(res));
     }
@@ -535,7 +572,8 @@ Result<server::Response> send_content(ApiContext& api, server::RequestContext& c
       response.offset = (*parsed)->first;
       response.length = (*parsed)->last - (*parsed)->first + 1;
       response.header.set(http::field::content_range, "bytes " + std::to_string((*parsed)->first) + "-" +
-                                                          std::to_string((*parsed)->last) + "/" + std::to_string(file.size));
+                                                          std::to_string((*parsed)->last) + "/" +
+                                                          std::to_string(file.size));
     }
   }
   response.fd = file.fd;

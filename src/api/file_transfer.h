@@ -32,17 +32,17 @@ boost::json::object file_object(const std::string& container_id, const store::Fi
 // A multipart upload (field `file`). The key is `key` when given, else a `path` form
 // field sent before the file, else the part's filename (its last segment).
 asio::awaitable<Result<store::FileRecord>> receive_multipart(ApiContext& api, server::RequestContext& ctx,
-                                                                     Container& container,
-                                                                     std::optional<std::string> key);
+                                                             Container& container,
+                                                             std::optional<std::string> key);
 // A raw body stored at `key`.
 asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::RequestContext& ctx,
-                                                               Container& container, const std::string& key);
+                                                       Container& container, const std::string& key);
 
 // Bytes already in memory (a body that came inside another message: an MCP tool's
 // argument) stored at `key`, with the same key rules, quota, bucket copy and record as
 // a raw upload.
-asio::awaitable<Result<store::FileRecord>> store_bytes(ApiContext& api, Container& container, const std::string& key,
-                                                       std::string_view bytes);
+asio::awaitable<Result<store::FileRecord>> store_bytes(ApiContext& api, Container& container,
+                                                       const std::string& key, std::string_view bytes);
 
 // A file's whole body (on the blocking pool); 413 past `limit` bytes.
 asio::awaitable<Result<std::string>> read_file_bytes(ApiContext& api, Container& container,
@@ -51,8 +51,8 @@ asio::awaitable<Result<std::string>> read_file_bytes(ApiContext& api, Container&
 // An upload into `container` answered with its file object: the raw body at `raw_key`
 // when given, else a multipart body (key from ?path= or the part).
 asio::awaitable<Result<server::Response>> upload_response(ApiContext& api, server::RequestContext& ctx,
-                                                                  Result<std::shared_ptr<Container>> container,
-                                                                  std::optional<std::string> raw_key);
+                                                          Result<std::shared_ptr<Container>> container,
+                                                          std::optional<std::string> raw_key);
 
 // Copies the file at `from_path` in `from` (any mount) to `to_path` (under uploads/ or
 // outputs/) in `to`, as an upload of it would: the owner's storage quota, the sessions
@@ -63,12 +63,12 @@ asio::awaitable<Result<store::FileRecord>> copy_file(ApiContext& api, Container&
 
 // The container once its files are local (storage.backend s3: restored from the bucket
 // when its local copy is missing or stale); passes errors through.
-asio::awaitable<Result<std::shared_ptr<Container>>> ready_container(ApiContext& api,
-                                                                    Result<std::shared_ptr<Container>> container);
+asio::awaitable<Result<std::shared_ptr<Container>>> ready_container(
+    ApiContext& api, Result<std::shared_ptr<Container>> container);
 
 // The content of a file, honouring Range and If-None-Match.
 Result<server::Response> send_content(ApiContext& api, server::RequestContext& ctx, Container& container,
-                                              const store::FileRecord& record, bool inline_disposition);
+                                      const store::FileRecord& record, bool inline_disposition);
 
 // Maps a store error to the API's answer.
 ApiError file_error(store::FileError error, const std::string& path);

@@ -5,20 +5,20 @@
 #include <boost/json.hpp>
 
 #include "api/api_calls.h"
-#include "cluster/container_durability.h"
-#include "service/discovery.h"
 #include "api/file_transfer.h"
 #include "api/routes.h"
-#include "service/store_call.h"
 #include "base/blocking.h"
+#include "cluster/container_durability.h"
 #include "server/header_values.h"
+#include "service/discovery.h"
+#include "service/store_call.h"
 #include "store/keys.h"
 
 namespace sandboxd::api {
 namespace {
 
 asio::awaitable<Result<std::shared_ptr<Container>>> scoped_container(ApiContext& api, RequestContext& ctx,
-                                                                    bool create) {
+                                                                     bool create) {
   auto scope = ctx.query_value("scope_id");
   if (!scope || scope->empty())
     co_return ApiError::invalid_request("The 'scope_id' query parameter (the container id) is required");
@@ -28,7 +28,8 @@ asio::awaitable<Result<std::shared_ptr<Container>>> scoped_container(ApiContext&
 }
 
 // The request's container, ready for use (restored from the bucket when need be).
-asio::awaitable<Result<std::shared_ptr<Container>>> scoped_ready_container(ApiContext& api, RequestContext& ctx) {
+asio::awaitable<Result<std::shared_ptr<Container>>> scoped_ready_container(ApiContext& api,
+                                                                           RequestContext& ctx) {
   auto container = co_await scoped_container(api, ctx, /*create=*/false);
   co_return co_await ready_container(api, std::move(container));
 }
@@ -57,8 +58,10 @@ std::vector<std::string> path_prefixes_for(const std::string& key_prefix) {
   const std::string outputs = std::string(kOutputsMount) + "/";
   const std::string outputs_key = "outputs/";
   std::vector<std::string> prefixes{uploads + key_prefix};
-  if (key_prefix.rfind(outputs_key, 0) == 0) prefixes.push_back(outputs + key_prefix.substr(outputs_key.size()));
-  else if (outputs_key.rfind(key_prefix, 0) == 0) prefixes.push_back(outputs);
+  if (key_prefix.rfind(outputs_key, 0) == 0)
+    prefixes.push_back(outputs + key_prefix.substr(outputs_key.size()));
+  else if (outputs_key.rfind(key_prefix, 0) == 0)
+    prefixes.push_back(outputs);
   return prefixes;
 }
 
@@ -132,24 +135,30 @@ asio::awaitable<Result<Response>> remove_prefix(ApiContext& api, RequestContext&
     co_return ApiError::invalid_request("The 'prefix' query parameter is required to delete files by prefix");
   Container& c = **container;
   std::vector<std::string> removed;
-  auto remove = [&api, &c, &prefix, &removed] { return api.files.remove_prefix(c.storage, c.paths, *prefix, &removed); };
+  auto remove = [&api, &c, &prefix, &removed] {
+    return api.files.remove_prefix(c.storage, c.paths, *prefix, &removed);
+  };
   size_t count = co_await run_blocking(std::move(remove));
   if (api.durability && count > 0) {  // out of the bucket's manifest before the answer
     api.durability->note_change(c);
     auto forget = [&api, &c, &removed] { api.durability->forget_files(c, removed); };
     co_await run_blocking(std::move(forget));
   }
-  co_return json_ok(boost::json::object{{"prefix", *prefix}, {"deleted_count", count}, {"type", "prefix_deleted"}});
+  co_return json_ok(
+      boost::json::object{{"prefix", *prefix}, {"deleted_count", count}, {"type", "prefix_deleted"}});
 }
 
 }  // namespace
 
 // A changed body is hashed anew, on the blocking pool.
-asio::awaitable<Result<store::FileRecord>> find_file(ApiContext& api, Container& container, const std::string& id) {
+asio::awaitable<Result<store::FileRecord>> find_file(ApiContext& api, Container& container,
+                                                     const std::string& id) {
   auto path = path_of_id(id);
   if (!path) co_return path.error();
   if (!resolve_sandbox_path(container.paths, *path)) co_return ApiError::not_found("File not found: " + id);
-  auto stat = [&api, &container, &path] { return api.files.stat_file(container.storage, container.paths, *path); };
+  auto stat = [&api, &container, &path] {
+    return api.files.stat_file(container.storage, container.paths, *path);
+  };
   auto record = co_await run_blocking(std::move(stat));
   if (!record) co_return ApiError::not_found("File not found: " + id);
   co_return *record;
@@ -158,7 +167,8 @@ asio::awaitable<Result<store::FileRecord>> find_file(ApiContext& api, Container&
 asio::awaitable<Result<boost::json::object>> list_files_page(ApiContext& api, Container& c,
                                                              const FileListQuery& query) {
   for (unsigned char ch : query.prefix)
-    if (ch < 0x20 || ch == 0x7f) co_return ApiError::invalid_request("'prefix' must not contain control characters");
+    if (ch < 0x20 || ch == 0x7f)
+      co_return ApiError::invalid_request("'prefix' must not contain control characters");
   std::optional<std::string> after, before;
   if (query.after_id) {
     auto path = path_of_id(*query.after_id);
@@ -172,20 +182,23 @@ asio::awaitable<Result<boost::json::object>> list_files_page(ApiContext& api, Co
   }
   co_await before_listing(api, c);  // files that code wrote appear here
   auto list = [&api, &c, &query, &after, &before] {
-    return api.containers.metadata().list_files(c.storage, path_prefixes_for(query.prefix), query.limit, after,
-                                                before);
+    return api.containers.metadata().list_files(c.storage, path_prefixes_for(query.prefix), query.limit,
+                                                after, before);
   };
   auto page = co_await store_call(api, std::move(list));
   boost::json::array data;
   const DownloadRule rule = co_await download_rule(api, c);
   for (const auto& record : page.files) data.push_back(file_object(c.id, record, rule));
   boost::json::object out{{"data", std::move(data)}, {"has_more", page.has_more}};
-  out["first_id"] = page.files.empty() ? boost::json::value(nullptr) : boost::json::value(store::file_id_for_path(page.files.front().path));
-  out["last_id"] = page.files.empty() ? boost::json::value(nullptr) : boost::json::value(store::file_id_for_path(page.files.back().path));
+  out["first_id"] = page.files.empty() ? boost::json::value(nullptr)
+                                       : boost::json::value(store::file_id_for_path(page.files.front().path));
+  out["last_id"] = page.files.empty() ? boost::json::value(nullptr)
+                                      : boost::json::value(store::file_id_for_path(page.files.back().path));
   co_return out;
 }
 
-asio::awaitable<Result<boost::json::object>> delete_file(ApiContext& api, Container& c, const std::string& id) {
+asio::awaitable<Result<boost::json::object>> delete_file(ApiContext& api, Container& c,
+                                                         const std::string& id) {
   auto path = path_of_id(id);
   if (!path) co_return path.error();
   if (!resolve_sandbox_path(c.paths, *path)) co_return ApiError::not_found("File not found: " + id);
@@ -197,7 +210,8 @@ asio::awaitable<Result<boost::json::object>> delete_file(ApiContext& api, Contai
     auto forget = [&api, &c, &path] { api.durability->forget_files(c, {*path}); };
     co_await run_blocking(std::move(forget));
   }
-  if (!removed && removed.error() == store::FileError::kNotFound) co_return ApiError::not_found("File not found: " + id);
+  if (!removed && removed.error() == store::FileError::kNotFound)
+    co_return ApiError::not_found("File not found: " + id);
   if (!removed) co_return file_error(removed.error(), *path);
   co_return boost::json::object{{"id", id}, {"type", "file_deleted"}};
 }

@@ -9,14 +9,14 @@
 #include "api/api_calls.h"
 #include "api/file_transfer.h"
 #include "api/sandbox_network.h"
+#include "base/base64.h"
+#include "base/blocking.h"
 #include "base/percent_encoding.h"
+#include "base/unique_fd.h"
+#include "base/utf8.h"
 #include "server/router.h"
 #include "service/store_call.h"
 #include "service/tool_calls.h"
-#include "base/base64.h"
-#include "base/unique_fd.h"
-#include "base/utf8.h"
-#include "base/blocking.h"
 #include "store/file_walk.h"
 #include "store/keys.h"
 #include "tools/bash_tool.h"
@@ -376,8 +376,7 @@ asio::awaitable<json::object> call_code_tool(ApiContext& api, RequestContext& ct
   const int64_t started_ns = coarse_now_ns();
   const SandboxCaller* caller = sandbox_caller(ctx);
   auto content = co_await run_sub_tool(api, *container, name, args, options.cancellation,
-                                       caller ? caller->nesting_depth : 0,
-                                       options.on_output);
+                                       caller ? caller->nesting_depth : 0, options.on_output);
   if (!content) {  // refused by capacity: the block /messages shows the model
     auto block = tools::tool_error(name == kEditorTool   ? tools::kEditorErrorType
                                    : name == kPythonTool ? kCodeExecutionErrorType

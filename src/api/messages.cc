@@ -7,14 +7,14 @@
 #include "api/container_uploads.h"
 #include "api/routes.h"
 #include "api/sandbox_network.h"
-#include "service/skill_mounts.h"
-#include "service/store_call.h"
-#include "base/blocking.h"
-#include "service/tool_calls.h"
 #include "api/tool_loop_support.h"
+#include "base/blocking.h"
 #include "base/utf8.h"
 #include "model/sse.h"
 #include "model/tool_loop.h"
+#include "service/skill_mounts.h"
+#include "service/store_call.h"
+#include "service/tool_calls.h"
 #include "tools/bash_tool.h"
 
 namespace sandboxd::api {
@@ -89,9 +89,9 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
   const int nesting_depth = caller ? caller->nesting_depth : 0;
   if (request->code_tool != model::CodeToolVersion::kNone) {
     if (nesting_depth > config->max_nesting_depth)
-      co_return ApiError::invalid_request("Code execution cannot be nested more than " +
-                                          std::to_string(config->max_nesting_depth) +
-                                          " level(s) deep: this request comes from code that a nested request runs");
+      co_return ApiError::invalid_request(
+          "Code execution cannot be nested more than " + std::to_string(config->max_nesting_depth) +
+          " level(s) deep: this request comes from code that a nested request runs");
     // No container named: the owner's own stable one (for code in a sandbox, the
     // container it runs in).
     const std::string fallback = caller ? caller->container : ContainerService::default_id();
@@ -129,8 +129,8 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
   const bool stream = request->stream;
   turn->loop = std::make_unique<model::ToolLoop>(api.upstream, loop_settings(*config), std::move(*request),
                                                  upstream_model, *turn->runner, turn->cancellation);
-  turn->watch = server::DisconnectWatch::start(ctx.stream().socket(),
-                                               [cancellation = turn->cancellation] { cancellation->cancel(); });
+  turn->watch = server::DisconnectWatch::start(
+      ctx.stream().socket(), [cancellation = turn->cancellation] { cancellation->cancel(); });
   // The watch ends with this handler (whatever way it leaves), unless a stream takes it.
   StopWatch stop_watch{turn->watch};
   if (!stream) {

@@ -37,7 +37,7 @@ using server::Response;
 // The services, and what only the HTTP surfaces need beside them.
 struct ApiContext : service::Services {
   std::shared_ptr<model::UpstreamClient> upstream;     // the /messages model client
-  const ops::HealthCheck* health = nullptr;             // behind /health
+  const ops::HealthCheck* health = nullptr;            // behind /health
   cluster::ContainerDurability* durability = nullptr;  // storage.backend s3: the sessions bucket
   cluster::ContainerLeases* leases = nullptr;          // cluster mode: this replica's leases
   // The Workspace's chat threads: a container is a thread's when the thread store holds a
@@ -60,9 +60,9 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api);
 void register_messages_routes(server::HttpServer& http, ApiContext& api);
 void register_admin_routes(server::HttpServer& http, ApiContext& api);
 void register_skill_routes(server::HttpServer& http, ApiContext& api);
-void register_mcp_routes(server::HttpServer& http, ApiContext& api);  // api/mcp.cc
-void register_e2b_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_api.cc
-void register_e2b_envd_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_envd.cc
+void register_mcp_routes(server::HttpServer& http, ApiContext& api);              // api/mcp.cc
+void register_e2b_routes(server::HttpServer& http, ApiContext& api);              // api/e2b_api.cc
+void register_e2b_envd_routes(server::HttpServer& http, ApiContext& api);         // api/e2b_envd.cc
 void register_e2b_interpreter_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_interpreter.cc
 
 // A route handler from a function of (ApiContext&, RequestContext&).

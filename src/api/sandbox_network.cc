@@ -75,9 +75,14 @@ std::shared_ptr<Container> SandboxLink::container() const {
 SandboxNetwork::SandboxNetwork(asio::io_context& io, server::HttpServer& http, const ops::Config& config,
                                const std::vector<std::pair<std::string, std::string>>& tokens,
                                std::shared_ptr<kubernetes::PeerWatch> peers)
-    : io_(io), http_(http), owners_(tokens), max_connections_(config.max_connections_per_sandbox), peers_(std::move(peers)) {
+    : io_(io),
+      http_(http),
+      owners_(tokens),
+      max_connections_(config.max_connections_per_sandbox),
+      peers_(std::move(peers)) {
   targets_.push_back({ops::kApiHostName, "", kApiPort});
-  for (const auto& service : config.internal_services) targets_.push_back({service.name, service.host, service.port});
+  for (const auto& service : config.internal_services)
+    targets_.push_back({service.name, service.host, service.port});
   for (const auto& target : targets_) fixed_ports_.insert(target.port);
   if (peers_) {
     change_target_->network = this;
@@ -109,8 +114,8 @@ asio::awaitable<std::shared_ptr<service::NetworkLink>> SandboxNetwork::attach(
   auto link = std::make_shared<SandboxLink>(io_);
   std::vector<int> fds = sandbox->take_listeners();
   if (fds.size() != targets_.size()) {
-    spdlog::error("sandbox {} reported {} listener(s), expected {}; its network stays closed", sandbox->name(),
-                  fds.size(), targets_.size());
+    spdlog::error("sandbox {} reported {} listener(s), expected {}; its network stays closed",
+                  sandbox->name(), fds.size(), targets_.size());
     for (int fd : fds) close(fd);
     co_return link;
   }
@@ -125,7 +130,8 @@ asio::awaitable<std::shared_ptr<service::NetworkLink>> SandboxNetwork::attach(
     link->acceptors_.push_back(std::move(acceptor));
   }
   for (size_t i = 0; i < link->acceptors_.size(); ++i)
-    if (link->acceptors_[i]->is_open()) asio::co_spawn(link->strand_, accept_loop(this, link, i), asio::detached);
+    if (link->acceptors_[i]->is_open())
+      asio::co_spawn(link->strand_, accept_loop(this, link, i), asio::detached);
   sandbox->on_stopped([link] { close_link(link); });
   if (!peers_) co_return link;
   link->name_ = sandbox->name();
@@ -246,9 +252,10 @@ asio::awaitable<void> SandboxNetwork::reconcile(SandboxNetwork* self, std::share
       wanted.insert(address);
     }
     if (dropped)
-      spdlog::warn("sandbox {}: the network peers need {} listeners more than the {} a sandbox has; those are not "
-                   "reachable",
-                   link->name_, dropped, kMaxPeerListeners);
+      spdlog::warn(
+          "sandbox {}: the network peers need {} listeners more than the {} a sandbox has; those are not "
+          "reachable",
+          link->name_, dropped, kMaxPeerListeners);
     boost::system::error_code ignored;
     for (auto it = link->peer_acceptors_.begin(); it != link->peer_acceptors_.end();) {
       if (wanted.count(it->first)) {
@@ -303,7 +310,8 @@ asio::awaitable<void> SandboxNetwork::reconcile(SandboxNetwork* self, std::share
   link->reconciling_ = false;
 }
 
-asio::awaitable<void> SandboxNetwork::peer_accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
+asio::awaitable<void> SandboxNetwork::peer_accept_loop(SandboxNetwork* self,
+                                                       std::shared_ptr<SandboxLink> link,
                                                        kubernetes::ListenAddress address) {
   std::shared_ptr<tcp::acceptor> acceptor = link->peer_acceptors_.at(address);
   while (!link->closed_ && acceptor->is_open()) {
@@ -355,8 +363,8 @@ asio::awaitable<void> SandboxNetwork::accept_loop(SandboxNetwork* self, std::sha
     }
     // Over the sandbox's limit: closed at once (the client sees its connection end).
     if (link->connections_.load() >= self->max_connections_) {
-      spdlog::warn("sandbox connection limit ({}) reached; a connection to {} was refused", self->max_connections_,
-                   self->targets_[index].name);
+      spdlog::warn("sandbox connection limit ({}) reached; a connection to {} was refused",
+                   self->max_connections_, self->targets_[index].name);
       refuse(socket);
       continue;
     }
@@ -377,7 +385,8 @@ asio::awaitable<void> SandboxNetwork::relay_to(std::shared_ptr<SandboxLink> link
     ~Count() { --link->connections_; }
   } count{link};
   tcp::resolver resolver(inside.get_executor());
-  auto [resolve_error, endpoints] = co_await resolver.async_resolve(target.host, std::to_string(target.port), use_tuple);
+  auto [resolve_error, endpoints] =
+      co_await resolver.async_resolve(target.host, std::to_string(target.port), use_tuple);
   if (resolve_error) {
     spdlog::warn("service {}: resolving {}: {}", target.name, target.host, resolve_error.message());
     refuse(inside);
@@ -387,7 +396,8 @@ asio::awaitable<void> SandboxNetwork::relay_to(std::shared_ptr<SandboxLink> link
   outside.expires_after(kConnectTimeout);
   auto [connect_error, endpoint] = co_await outside.async_connect(endpoints, use_tuple);
   if (connect_error) {
-    spdlog::warn("service {}: connecting to {}:{}: {}", target.name, target.host, target.port, connect_error.message());
+    spdlog::warn("service {}: connecting to {}:{}: {}", target.name, target.host, target.port,
+                 connect_error.message());
     refuse(inside);
     co_return;
   }
@@ -407,9 +417,11 @@ Result<void> SandboxNetwork::authenticate(server::RequestContext& ctx) const {
     return owners_.authenticate(ctx);
   }
   if (token.empty())
-    return ApiError::authentication("Missing API token: send $ANTHROPIC_AUTH_TOKEN as 'Authorization: Bearer <token>'");
+    return ApiError::authentication(
+        "Missing API token: send $ANTHROPIC_AUTH_TOKEN as 'Authorization: Bearer <token>'");
   auto container = link->container();
-  if (!container || container->deleted) return ApiError::authentication("This sandbox's container no longer exists");
+  if (!container || container->deleted)
+    return ApiError::authentication("This sandbox's container no longer exists");
   const int depth = service::scoped_token_depth(token);
   if (depth < 0 || !constant_time_equal(token, service::scoped_token(*container, depth)))
     return ApiError::authentication("Invalid API token");

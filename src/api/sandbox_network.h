@@ -17,37 +17,36 @@
 // once by the sandbox's own kernel, or by the server with a reset.
 //
 // Code in a sandbox calls the model with ANTHROPIC_BASE_URL and ANTHROPIC_AUTH_TOKEN
-// (service/sandbox_credentials.h). The token is bound to the container (and the nesting depth) in where and how long it is
-// accepted: only by the messages endpoints, only on connections from that container's
-// sandbox, only while the container exists. What a call may do is the owner's (the contract:
-// "with the permissions of the user who sent the request"): it acts as the
-// container's owner, so it may name any of the owner's containers; with no container
-// named, code execution runs in the container the call came from. The token is derived
-// from a per-container secret that never leaves the server, so it cannot be turned into
-// the owner's token or used from anywhere else.
+// (service/sandbox_credentials.h). The token is bound to the container (and the nesting depth) in where and
+// how long it is accepted: only by the messages endpoints, only on connections from that container's sandbox,
+// only while the container exists. What a call may do is the owner's (the contract: "with the permissions of
+// the user who sent the request"): it acts as the container's owner, so it may name any of the owner's
+// containers; with no container named, code execution runs in the container the call came from. The token is
+// derived from a per-container secret that never leaves the server, so it cannot be turned into the owner's
+// token or used from anywhere else.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/strand.hpp>
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "service/container_service.h"
+#include <boost/asio/ip/udp.hpp>
+#include <map>
+#include <set>
+#include "base/unique_fd.h"
+#include "kubernetes/peer_watch.h"
 #include "ops/config.h"
 #include "runtime/runtime.h"
 #include "server/auth.h"
 #include "server/http_server.h"
+#include "service/container_service.h"
 #include "service/sandbox_credentials.h"
 #include "service/sandbox_networking.h"
-#include "base/unique_fd.h"
-#include "kubernetes/peer_watch.h"
-#include <boost/asio/ip/udp.hpp>
-#include <map>
-#include <set>
 
 namespace sandboxd::api {
 
@@ -119,7 +118,8 @@ class SandboxNetwork : public service::SandboxNetworking {
     std::string name, host;
     uint16_t port = 0;
   };
-  static asio::awaitable<void> accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link, size_t index);
+  static asio::awaitable<void> accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
+                                           size_t index);
   static asio::awaitable<void> relay_to(std::shared_ptr<SandboxLink> link, asio::ip::tcp::socket inside,
                                         Target target);
   static void close_link(std::shared_ptr<SandboxLink> link);

@@ -12,7 +12,7 @@ namespace sandboxd::api {
 namespace {
 
 asio::awaitable<Result<std::shared_ptr<Container>>> thread_container(ApiContext& api, RequestContext& ctx,
-                                                                    bool create) {
+                                                                     bool create) {
   auto container = co_await api.containers.async_open(ctx.owner, ctx.params["thread_id"], create);
   if (container) api.containers.touch(**container);
   co_return container;
@@ -30,18 +30,24 @@ asio::awaitable<Result<Response>> put_file(ApiContext& api, RequestContext& ctx)
 
 asio::awaitable<Result<Response>> download_file(ApiContext& api, RequestContext& ctx) {
   auto path = ctx.query_value("path");
-  if (!path || path->empty()) co_return ApiError::invalid_request("The 'path' query parameter (a sandbox path) is required");
+  if (!path || path->empty())
+    co_return ApiError::invalid_request("The 'path' query parameter (a sandbox path) is required");
   auto opened = co_await thread_container(api, ctx, /*create=*/false);
   auto container = co_await ready_container(api, std::move(opened));
   if (!container) co_return container.error();
   auto resolved = resolve_sandbox_path((*container)->paths, *path);
-  if (!resolved) co_return ApiError::invalid_request("Path '" + path->substr(0, 300) + "' does not match any session mount");
+  if (!resolved)
+    co_return ApiError::invalid_request("Path '" + path->substr(0, 300) +
+                                        "' does not match any session mount");
   // The organisation's settings (the same rule as the Files API's for a thread's files).
   const auto config = api.config();
-  const DownloadRule rule{.thread = true, .outputs = config->download_generated, .uploads = config->download_uploaded};
+  const DownloadRule rule{
+      .thread = true, .outputs = config->download_generated, .uploads = config->download_uploaded};
   if (!rule.allows(resolved->sandbox_path)) co_return rule.refusal(resolved->sandbox_path);
   Container& c = **container;
-  auto stat = [&api, &c, &resolved] { return api.files.stat_file(c.storage, c.paths, resolved->sandbox_path); };
+  auto stat = [&api, &c, &resolved] {
+    return api.files.stat_file(c.storage, c.paths, resolved->sandbox_path);
+  };
   auto record = co_await run_blocking(std::move(stat));  // hashes a changed body
   if (!record) co_return ApiError::not_found("File not found: " + resolved->sandbox_path);
   co_return send_content(api, ctx, **container, *record, ctx.query_value("disposition") == "inline");

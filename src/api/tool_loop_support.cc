@@ -1,8 +1,8 @@
 #include "api/tool_loop_support.h"
 
-#include "service/tool_calls.h"
 #include "base/utf8.h"
 #include "model/sse.h"
+#include "service/tool_calls.h"
 #include "tools/bash_tool.h"
 
 namespace sandboxd::api {
@@ -88,7 +88,8 @@ json::value ContainerRunner::container() {
   if (!skills_.empty()) {
     json::array skills;
     for (const auto& skill : skills_)
-      skills.push_back(json::object{{"type", skill.type}, {"skill_id", skill.skill_id}, {"version", skill.version}});
+      skills.push_back(
+          json::object{{"type", skill.type}, {"skill_id", skill.skill_id}, {"version", skill.version}});
     out["skills"] = std::move(skills);
   }
   return out;

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "api/routes.h"
-#include "service/skill_mounts.h"
 #include "model/tool_loop.h"
+#include "service/skill_mounts.h"
 
 namespace sandboxd::api {
 

@@ -22,7 +22,8 @@ asio::awaitable<void> room_in(store::FileWriter& writer, size_t bytes) {
       asio::use_awaitable);
 }
 
-server::RequestContext::BodyBuffers writer_buffers(ApiContext& api, store::FileWriter& writer, const std::string& path,
+server::RequestContext::BodyBuffers writer_buffers(ApiContext& api, store::FileWriter& writer,
+                                                   const std::string& path,
                                                    std::function<Result<void>(size_t)> accept) {
   server::RequestContext::BodyBuffers buffers;
   buffers.lend = [&writer]() -> asio::awaitable<Result<std::span<char>>> {

@@ -19,7 +19,8 @@ asio::awaitable<void> room_in(store::FileWriter& writer, size_t bytes);
 // Buffers for RequestContext::read_body_into: the writer's own; `accept` is asked about
 // each read's size first (the owner's quota), then the bytes go to the writer. A write
 // failure is answered as upload_error(api, error, path).
-server::RequestContext::BodyBuffers writer_buffers(ApiContext& api, store::FileWriter& writer, const std::string& path,
+server::RequestContext::BodyBuffers writer_buffers(ApiContext& api, store::FileWriter& writer,
+                                                   const std::string& path,
                                                    std::function<Result<void>(size_t)> accept);
 
 }  // namespace sandboxd::api

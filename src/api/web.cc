@@ -10,8 +10,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <spdlog/spdlog.h>
+#include <filesystem>
 
 #include "api/thread_chat.h"
 
@@ -29,11 +29,16 @@ constexpr const char* kContentSecurityPolicy =
 
 std::string_view content_type(std::string_view name) {
   static const std::pair<std::string_view, std::string_view> kTypes[] = {
-      {".html", "text/html; charset=utf-8"},  {".js", "text/javascript; charset=utf-8"},
-      {".mjs", "text/javascript; charset=utf-8"}, {".css", "text/css; charset=utf-8"},
-      {".svg", "image/svg+xml"},                {".png", "image/png"},
-      {".ico", "image/x-icon"},                 {".json", "application/json"},
-      {".txt", "text/plain; charset=utf-8"},    {".woff2", "font/woff2"}};
+      {".html", "text/html; charset=utf-8"},
+      {".js", "text/javascript; charset=utf-8"},
+      {".mjs", "text/javascript; charset=utf-8"},
+      {".css", "text/css; charset=utf-8"},
+      {".svg", "image/svg+xml"},
+      {".png", "image/png"},
+      {".ico", "image/x-icon"},
+      {".json", "application/json"},
+      {".txt", "text/plain; charset=utf-8"},
+      {".woff2", "font/woff2"}};
   for (const auto& [extension, type] : kTypes)
     if (name.ends_with(extension)) return type;
   return {};
@@ -62,8 +67,10 @@ std::string find_web_root(const std::string& configured) {
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return {};
   fs::path dir = exe.parent_path();
-  for (const fs::path& candidate : {dir / ".." / "share" / "sandboxd" / "web", dir / ".." / "web", dir / "web"})
-    if (fs::is_regular_file(candidate / "index.html", ec)) return fs::weakly_canonical(candidate, ec).string();
+  for (const fs::path& candidate :
+       {dir / ".." / "share" / "sandboxd" / "web", dir / ".." / "web", dir / "web"})
+    if (fs::is_regular_file(candidate / "index.html", ec))
+      return fs::weakly_canonical(candidate, ec).string();
   return {};
 }
 
@@ -82,15 +89,17 @@ class WebRoot {
 
   Result<Response> serve(const std::string& relative) const {
     if (fd_ < 0)
-      return ApiError::not_found("The web page is not installed: set server.webRoot to the folder of sandboxd's web files");
+      return ApiError::not_found(
+          "The web page is not installed: set server.webRoot to the folder of sandboxd's web files");
     std::string_view type = content_type(relative);
-    if (!safe_relative_path(relative) || type.empty()) return ApiError::not_found("No such file: /" + relative.substr(0, 200));
+    if (!safe_relative_path(relative) || type.empty())
+      return ApiError::not_found("No such file: /" + relative.substr(0, 200));
     open_how how{};
     how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
     long fd = syscall(SYS_openat2, fd_, relative.c_str(), &how, sizeof how);
     if (fd < 0) return ApiError::not_found("No such file: /" + relative.substr(0, 200));
-    struct stat st{};
+    struct stat st {};
     if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(static_cast<int>(fd));
       return ApiError::not_found("No such file: /" + relative.substr(0, 200));
@@ -125,13 +134,19 @@ asio::awaitable<Result<Response>> serve_file(std::shared_ptr<const WebRoot> root
 void register_web_routes(server::HttpServer& http, ApiContext& api) {
   const std::string path = find_web_root(api.config()->web_root);
   auto root = std::make_shared<WebRoot>(path);
-  if (path.empty()) spdlog::warn("web page: no web root found (server.webRoot); `/` answers 404");
-  else if (!root->usable()) spdlog::warn("web page: {} cannot be opened (server.webRoot); `/` answers 404", path);
-  else spdlog::info("web page: serving {}", path);
+  if (path.empty())
+    spdlog::warn("web page: no web root found (server.webRoot); `/` answers 404");
+  else if (!root->usable())
+    spdlog::warn("web page: {} cannot be opened (server.webRoot); `/` answers 404", path);
+  else
+    spdlog::info("web page: serving {}", path);
   server::RouteOptions open{.authenticated = false};
-  http.route(http::verb::get, "/", "web.index", [root](RequestContext&) { return serve_file(root, "index.html"); }, open);
-  http.route(http::verb::get, "/assets/{path+}", "web.assets",
-             [root](RequestContext& ctx) { return serve_file(root, "assets/" + ctx.params["path"]); }, open);
+  http.route(
+      http::verb::get, "/", "web.index", [root](RequestContext&) { return serve_file(root, "index.html"); },
+      open);
+  http.route(
+      http::verb::get, "/assets/{path+}", "web.assets",
+      [root](RequestContext& ctx) { return serve_file(root, "assets/" + ctx.params["path"]); }, open);
 }
 
 }  // namespace sandboxd::api

@@ -61,17 +61,23 @@ int report_failure(const AdminTarget& target, const Reply& reply) {
 
 std::string human_bytes(uint64_t bytes) {
   char out[32];
-  if (bytes >= (1ull << 30)) std::snprintf(out, sizeof out, "%.1fGi", bytes / 1073741824.0);
-  else if (bytes >= (1ull << 20)) std::snprintf(out, sizeof out, "%.1fMi", bytes / 1048576.0);
-  else std::snprintf(out, sizeof out, "%.0fKi", bytes / 1024.0);
+  if (bytes >= (1ull << 30))
+    std::snprintf(out, sizeof out, "%.1fGi", bytes / 1073741824.0);
+  else if (bytes >= (1ull << 20))
+    std::snprintf(out, sizeof out, "%.1fMi", bytes / 1048576.0);
+  else
+    std::snprintf(out, sizeof out, "%.0fKi", bytes / 1024.0);
   return out;
 }
 
 std::string human_age(double seconds) {
   char out[32];
-  if (seconds >= 3600) std::snprintf(out, sizeof out, "%.0fh%02.0fm", seconds / 3600, std::fmod(seconds, 3600) / 60);
-  else if (seconds >= 60) std::snprintf(out, sizeof out, "%.0fm%02.0fs", std::floor(seconds / 60), std::fmod(seconds, 60));
-  else std::snprintf(out, sizeof out, "%.0fs", seconds);
+  if (seconds >= 3600)
+    std::snprintf(out, sizeof out, "%.0fh%02.0fm", seconds / 3600, std::fmod(seconds, 3600) / 60);
+  else if (seconds >= 60)
+    std::snprintf(out, sizeof out, "%.0fm%02.0fs", std::floor(seconds / 60), std::fmod(seconds, 60));
+  else
+    std::snprintf(out, sizeof out, "%.0fs", seconds);
   return out;
 }
 
@@ -85,7 +91,8 @@ int admin_ps(const AdminTarget& target) {
   for (const auto& row : listing.at("data").as_array()) {
     const auto& s = row.as_object();
     std::printf("%-32s %-16s %8lld %8s %9s %8lld\n", std::string(s.at("container").as_string()).c_str(),
-                std::string(s.at("owner").as_string()).c_str(), static_cast<long long>(s.at("pid").to_number<int64_t>()),
+                std::string(s.at("owner").as_string()).c_str(),
+                static_cast<long long>(s.at("pid").to_number<int64_t>()),
                 human_age(s.at("age_seconds").to_number<double>()).c_str(),
                 human_bytes(s.at("memory_bytes").to_number<uint64_t>()).c_str(),
                 static_cast<long long>(s.at("executing").to_number<int64_t>()));
@@ -95,7 +102,8 @@ int admin_ps(const AdminTarget& target) {
   return 0;
 }
 
-int admin_stop(const AdminTarget& target, const std::string& container, const std::optional<std::string>& owner) {
+int admin_stop(const AdminTarget& target, const std::string& container,
+               const std::optional<std::string>& owner) {
   char* escaped = curl_easy_escape(nullptr, container.c_str(), static_cast<int>(container.size()));
   std::string path = std::string("/admin/sandboxes/") + escaped + "/stop";
   curl_free(escaped);

@@ -15,7 +15,8 @@ struct AdminTarget {
 // Prints the running sandboxes as a table. Returns the exit status.
 int admin_ps(const AdminTarget& target);
 // Stops a container's sandbox (files kept). Returns the exit status.
-int admin_stop(const AdminTarget& target, const std::string& container, const std::optional<std::string>& owner);
+int admin_stop(const AdminTarget& target, const std::string& container,
+               const std::optional<std::string>& owner);
 // Drains the server (POST /admin/drain): waits until it has stopped its sandboxes and
 // released its containers. Returns the exit status.
 int admin_drain(const AdminTarget& target);

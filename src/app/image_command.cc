@@ -13,8 +13,8 @@ namespace sandboxd::app {
 using images::BuildOptions;
 using images::human_size;
 using images::ImageStore;
-using images::ImportOptions;
 using images::import_image;
+using images::ImportOptions;
 using images::kNotInDebian;
 using images::parse_ref;
 namespace {
@@ -65,10 +65,11 @@ int image_build_command(const std::string& data_dir, const std::string& name, bo
     options.packages = packages;
     if (!mirror.empty()) options.mirror = mirror;
     auto image = build_image(store, options);
-    std::printf("built %s %s (%s, %zu packages) in %s\n", image.ref.str().c_str(), image.digest.c_str(),
-                human_size(image.size).c_str(),
-                image.manifest.contains("packages") ? image.manifest.at("packages").as_array().size() : size_t{0},
-                image.dir.c_str());
+    std::printf(
+        "built %s %s (%s, %zu packages) in %s\n", image.ref.str().c_str(), image.digest.c_str(),
+        human_size(image.size).c_str(),
+        image.manifest.contains("packages") ? image.manifest.at("packages").as_array().size() : size_t{0},
+        image.dir.c_str());
     if (!minimal) {
       std::printf("not packaged by Debian, so not in the image:");
       for (const auto& missing : kNotInDebian) std::printf(" %s;", missing.c_str());
@@ -87,8 +88,8 @@ int image_ls_command(const std::string& data_dir) {
       name_width = std::max(name_width, i.ref.name.size());
       tag_width = std::max(tag_width, i.ref.tag.size());
     }
-    std::printf("%-*s  %-*s  %-19s  %10s  %s\n", int(name_width), "NAME", int(tag_width), "TAG", "DIGEST", "SIZE",
-                "CREATED");
+    std::printf("%-*s  %-*s  %-19s  %10s  %s\n", int(name_width), "NAME", int(tag_width), "TAG", "DIGEST",
+                "SIZE", "CREATED");
     for (const auto& i : images) {
       // The digest as docker shows an image id: the algorithm and 12 hex digits.
       std::string digest = i.digest.substr(0, std::min<size_t>(i.digest.size(), 19));

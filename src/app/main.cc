@@ -5,7 +5,8 @@
 //   sandboxd ps [--config FILE | --url URL --admin-token TOKEN]
 //   sandboxd stop CONTAINER [--owner OWNER] [--config FILE | --url URL --admin-token TOKEN]
 //   sandboxd admin drain [--config FILE | --url URL --admin-token TOKEN]
-//   sandboxd image import FILE [--name NAME[:TAG]] | build NAME[:TAG] [--minimal] [--packages a,b] [--mirror URL]
+//   sandboxd image import FILE [--name NAME[:TAG]] | build NAME[:TAG] [--minimal] [--packages a,b] [--mirror
+//   URL]
 //                  | ls | rm NAME[:TAG]     (each with [--data-dir DIR | --config FILE])
 //   sandboxd version
 
@@ -26,14 +27,16 @@ int main(int argc, char** argv) {
 
   auto* version = app.add_subcommand("version", "Print the version, the git commit and the build type");
   version->callback([] {
-    std::printf("sandboxd %s\ncommit: %s\nbuild type: %s\n", SANDBOXD_VERSION, SANDBOXD_GIT_COMMIT, SANDBOXD_BUILD_TYPE);
+    std::printf("sandboxd %s\ncommit: %s\nbuild type: %s\n", SANDBOXD_VERSION, SANDBOXD_GIT_COMMIT,
+                SANDBOXD_BUILD_TYPE);
   });
 
   sandboxd::app::RunOptions run_options;
   auto* run = app.add_subcommand("run", "Run one command in a fresh sandbox over a container directory");
   run->add_option("--container", run_options.container,
                   "Container directory (workspace/, uploads/, outputs/ are created); temporary if omitted");
-  run->add_option("--timeout", run_options.timeout_seconds, "Timeout in seconds (default 60)")->check(CLI::PositiveNumber);
+  run->add_option("--timeout", run_options.timeout_seconds, "Timeout in seconds (default 60)")
+      ->check(CLI::PositiveNumber);
   run->add_option("--memory", run_options.memory, "Memory limit, e.g. 512Mi (swap included)");
   run->add_option("--workspace-size", run_options.workspace_size,
                   "Hard limit on workspace + outputs, e.g. 100Mi (an ext4 volume in the container)");
@@ -66,7 +69,8 @@ int main(int argc, char** argv) {
   stop->add_option("--owner", stop_owner, "The container's owner, when several owners use the id");
   auto* admin = app.add_subcommand("admin", "Operator actions on a running server");
   auto* drain = admin->add_subcommand(
-      "drain", "Stop every sandbox, flush and release its containers, refuse new ones (a Kubernetes preStop)");
+      "drain",
+      "Stop every sandbox, flush and release its containers, refuse new ones (a Kubernetes preStop)");
   add_admin_options(drain);
   admin->require_subcommand(1);
 
@@ -78,17 +82,20 @@ int main(int argc, char** argv) {
   auto* image = app.add_subcommand("image", "Sandbox images: import, build, ls, rm");
   image->require_subcommand(1);
   auto add_store_options = [&](CLI::App* cmd) {
-    cmd->add_option("--data-dir", image_data_dir, "The data directory (default: server.dataDir, ./sandboxd-data)");
+    cmd->add_option("--data-dir", image_data_dir,
+                    "The data directory (default: server.dataDir, ./sandboxd-data)");
     cmd->add_option("--config", image_config, "The server's configuration file (for server.dataDir)")
         ->check(CLI::ExistingFile);
   };
-  auto* image_import = image->add_subcommand("import", "Import a `docker save` or OCI image tarball (plain or gzip)");
+  auto* image_import =
+      image->add_subcommand("import", "Import a `docker save` or OCI image tarball (plain or gzip)");
   image_import->add_option("file", image_file, "The tarball")->required()->check(CLI::ExistingFile);
   image_import->add_option("--name", image_name, "NAME[:TAG] (default: the tarball's own)");
   auto* image_build = image->add_subcommand("build", "Build a Debian bookworm image with debootstrap");
   image_build->add_option("name", image_name, "NAME[:TAG]")->required();
   image_build->add_flag("--minimal", image_minimal, "minbase and --packages only (not the data-science set)");
-  image_build->add_option("--packages", image_packages, "More Debian packages (comma-separated)")->delimiter(',');
+  image_build->add_option("--packages", image_packages, "More Debian packages (comma-separated)")
+      ->delimiter(',');
   image_build->add_option("--mirror", image_mirror, "Debian mirror (default http://deb.debian.org/debian)");
   auto* image_ls = image->add_subcommand("ls", "List the installed images");
   auto* image_rm = image->add_subcommand("rm", "Remove an image");
@@ -98,7 +105,8 @@ int main(int argc, char** argv) {
   sandboxd::app::McpBridgeOptions mcp_options;
   auto* mcp = app.add_subcommand(
       "mcp", "A stdio MCP server for local MCP clients, bridged to a running server's /mcp endpoint");
-  mcp->add_option("--url", mcp_options.url, "The server (http://HOST:PORT) or its MCP endpoint (…/mcp)")->required();
+  mcp->add_option("--url", mcp_options.url, "The server (http://HOST:PORT) or its MCP endpoint (…/mcp)")
+      ->required();
   mcp->add_option("--token-env", mcp_options.token_env,
                   "The environment variable that holds the API token (default: SANDBOXD_TOKEN)");
 
@@ -109,7 +117,8 @@ int main(int argc, char** argv) {
     if (data_dir.empty()) {
       try {
         data_dir = (image_config.empty() ? sandboxd::ops::default_config()
-                                         : sandboxd::ops::load_config_file(image_config)).data_dir;
+                                         : sandboxd::ops::load_config_file(image_config))
+                       .data_dir;
       } catch (const sandboxd::ops::ConfigError& e) {
         std::fprintf(stderr, "sandboxd: configuration: %s\n", e.what());
         return 2;
@@ -125,8 +134,8 @@ int main(int argc, char** argv) {
   if (ps->parsed() || stop->parsed() || drain->parsed()) {
     sandboxd::app::AdminTarget target;
     try {
-      auto config =
-          admin_config.empty() ? sandboxd::ops::default_config() : sandboxd::ops::load_config_file(admin_config);
+      auto config = admin_config.empty() ? sandboxd::ops::default_config()
+                                         : sandboxd::ops::load_config_file(admin_config);
       target.url = "http://" + config.listen_host + ":" + std::to_string(config.listen_port);
       target.token = config.admin_token;
     } catch (const sandboxd::ops::ConfigError& e) {
@@ -134,20 +143,23 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (!admin_url.empty()) target.url = admin_url;
-    if (const char* env = std::getenv("SANDBOXD_ADMIN_TOKEN"); env && target.token.empty()) target.token = env;
+    if (const char* env = std::getenv("SANDBOXD_ADMIN_TOKEN"); env && target.token.empty())
+      target.token = env;
     if (!admin_token.empty()) target.token = admin_token;
     if (target.token.empty()) {
-      std::fprintf(stderr, "sandboxd: no admin token (--admin-token, SANDBOXD_ADMIN_TOKEN or auth.adminToken)\n");
+      std::fprintf(stderr,
+                   "sandboxd: no admin token (--admin-token, SANDBOXD_ADMIN_TOKEN or auth.adminToken)\n");
       return 2;
     }
     if (ps->parsed()) return sandboxd::app::admin_ps(target);
     if (drain->parsed()) return sandboxd::app::admin_drain(target);
-    return sandboxd::app::admin_stop(target, stop_container,
-                                     stop_owner.empty() ? std::nullopt : std::optional<std::string>(stop_owner));
+    return sandboxd::app::admin_stop(
+        target, stop_container, stop_owner.empty() ? std::nullopt : std::optional<std::string>(stop_owner));
   }
   if (serve->parsed()) {
     try {
-      auto config = config_file.empty() ? sandboxd::ops::default_config() : sandboxd::ops::load_config_file(config_file);
+      auto config = config_file.empty() ? sandboxd::ops::default_config()
+                                        : sandboxd::ops::load_config_file(config_file);
       return sandboxd::app::serve(std::move(config), config_file);
     } catch (const sandboxd::ops::ConfigError& e) {
       std::fprintf(stderr, "sandboxd: configuration: %s\n", e.what());

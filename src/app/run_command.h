@@ -7,10 +7,10 @@
 namespace sandboxd::app {
 
 struct RunOptions {
-  std::string container;       // a directory; empty = a temporary one
+  std::string container;  // a directory; empty = a temporary one
   double timeout_seconds = 60;
-  std::string memory;          // a size ("512Mi"); empty = no limit
-  std::string workspace_size;  // a size; empty = workspace and outputs are plain folders
+  std::string memory;                // a size ("512Mi"); empty = no limit
+  std::string workspace_size;        // a size; empty = workspace and outputs are plain folders
   std::vector<std::string> command;  // one argument: a bash script; several: quoted words
 };
 

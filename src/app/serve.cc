@@ -14,18 +14,14 @@
 #include <thread>
 
 #include "api/cluster_relay.h"
-#include "cluster/container_leases.h"
-#include "cluster/container_durability.h"
-#include "service/container_service.h"
-#include "service/e2b_sandboxes.h"
-#include "service/directory_watches.h"
-#include "service/sandbox_processes.h"
-#include "app/host_share.h"
 #include "api/routes.h"
 #include "api/sandbox_network.h"
-#include "service/store_check.h"
 #include "api/thread_chat.h"
-#include "service/skill_mounts.h"
+#include "app/host_share.h"
+#include "base/blocking.h"
+#include "base/ids.h"
+#include "cluster/container_durability.h"
+#include "cluster/container_leases.h"
 #include "images/store.h"
 #include "kubernetes/peer_watch.h"
 #include "model/upstream_client.h"
@@ -39,9 +35,13 @@
 #include "runtime/userns.h"
 #include "runtime/volume.h"
 #include "server/auth.h"
-#include "base/blocking.h"
-#include "base/ids.h"
 #include "server/http_server.h"
+#include "service/container_service.h"
+#include "service/directory_watches.h"
+#include "service/e2b_sandboxes.h"
+#include "service/sandbox_processes.h"
+#include "service/skill_mounts.h"
+#include "service/store_check.h"
 #include "store/file_store.h"
 #include "store/lease_store.h"
 #include "store/manifest_store.h"
@@ -109,13 +109,15 @@ int serve(ops::Config config, const std::string& config_path) {
   std::string image_root;
   if (config.runtime_provider == "sandboxd") {
     const ops::Config defaults;
-    auto image = images::select_image(config.data_dir, config.image_repository, config.image_tag,
-                                      config.image_repository == defaults.image_repository &&
-                                          config.image_tag == defaults.image_tag);
+    auto image = images::select_image(
+        config.data_dir, config.image_repository, config.image_tag,
+        config.image_repository == defaults.image_repository && config.image_tag == defaults.image_tag);
     image_problem = image.problem;
     image_root = image.rootfs;
-    if (image_problem.empty()) spdlog::info("sandbox image: {}", image.label);
-    else spdlog::error("{}; code execution is unavailable", image_problem);
+    if (image_problem.empty())
+      spdlog::info("sandbox image: {}", image.label);
+    else
+      spdlog::error("{}; code execution is unavailable", image_problem);
   }
   if (config.runtime_provider == "sandboxd" && image_problem.empty()) {
     runtime::RuntimeOptions runtime_options;
@@ -126,13 +128,15 @@ int serve(ops::Config config, const std::string& config_path) {
     runtime_options.cgroups.mode = config.cgroup_mode;
     runtime_options.cgroups.total = sandboxes_total(config);
     // The kernel's OOM killer takes sandbox processes (1000) long before the server.
-    if (!runtime::set_oom_score_adj(0, runtime::kServerOomScoreAdj)) spdlog::warn("cannot lower the server's oom_score_adj");
+    if (!runtime::set_oom_score_adj(0, runtime::kServerOomScoreAdj))
+      spdlog::warn("cannot lower the server's oom_score_adj");
     runtime_options.image_root = image_root;
     runtime_options.service_dir = config.data_dir;
     try {
       sandbox_runtime.emplace(runtime_options);
     } catch (const std::exception& e) {
-      spdlog::error("the sandbox runtime cannot start on this host ({}); code execution is unavailable", e.what());
+      spdlog::error("the sandbox runtime cannot start on this host ({}); code execution is unavailable",
+                    e.what());
     }
   }
   // Whatever a killed predecessor left: sandboxes (by cgroup) and mounts under the data
@@ -141,7 +145,8 @@ int serve(ops::Config config, const std::string& config_path) {
     if (size_t stale = sandbox_runtime->cleanup_stale(config.data_dir); stale > 0)
       spdlog::warn("removed {} sandbox(es) left by a previous sandboxd", stale);
   } else {
-    for (const auto& mount_point : runtime::Volume::mounts_under(config.data_dir)) runtime::Volume::unmount(mount_point);
+    for (const auto& mount_point : runtime::Volume::mounts_under(config.data_dir))
+      runtime::Volume::unmount(mount_point);
   }
   runtime::Volume::make_private_mount(config.data_dir);
   // The private bind, and anything a part of the service left mounted below it (deepest
@@ -166,8 +171,9 @@ int serve(ops::Config config, const std::string& config_path) {
   } unmount_on_exit{config.data_dir};
 
   // Append-only, in the data directory, rotated by size.
-  ops::set_audit(std::make_unique<ops::AuditLog>((fs::path(config.data_dir) / "audit.log").string(), config.audit_max_bytes,
-                                       static_cast<size_t>(config.audit_files)));
+  ops::set_audit(std::make_unique<ops::AuditLog>((fs::path(config.data_dir) / "audit.log").string(),
+                                                 config.audit_max_bytes,
+                                                 static_cast<size_t>(config.audit_files)));
   // The metadata database: sandboxd.db in the data directory, each store on a SQLite
   // connection of its own (as always), or one PostgreSQL pool the stores share.
   const std::string sqlite_path = (fs::path(config.data_dir) / "sandboxd.db").string();
@@ -187,7 +193,8 @@ int serve(ops::Config config, const std::string& config_path) {
   {  // the service's objects end before the data directory's bind is unmounted
     asio::io_context io;
     ops::LiveConfig live_config(config);
-    service::ContainerService containers(io, live_config, sandbox_runtime ? &*sandbox_runtime : nullptr, metadata);
+    service::ContainerService containers(io, live_config, sandbox_runtime ? &*sandbox_runtime : nullptr,
+                                         metadata);
     containers.set_unavailable_reason(image_problem);
     // storage.backend s3: the sessions bucket holds the durable copy (the manifest in the
     // metadata database); the local disk is the working copy.
@@ -214,14 +221,16 @@ int serve(ops::Config config, const std::string& config_path) {
               config.cluster_replica_id, config.cluster_advertise_url,
               std::chrono::seconds(config.cluster_lease_seconds), config.retry_after_sec,
               static_cast<double>(config.cluster_takeover_per_second), config.cluster_takeover_batch});
-      metadata.set_write_fence(
-          [&leases](store::db::Connection& conn, const std::string& storage) { leases->check_fence(conn, storage); });
+      metadata.set_write_fence([&leases](store::db::Connection& conn, const std::string& storage) {
+        leases->check_fence(conn, storage);
+      });
       if (manifest)
-        manifest->set_write_fence(
-            [&leases](store::db::Connection& conn, const std::string& storage) { return leases->check_fence(conn, storage); });
+        manifest->set_write_fence([&leases](store::db::Connection& conn, const std::string& storage) {
+          return leases->check_fence(conn, storage);
+        });
       containers.set_cluster(&*leases);
-      spdlog::info("cluster: replica {} at {}, leases of {}s", config.cluster_replica_id, config.cluster_advertise_url,
-                   config.cluster_lease_seconds);
+      spdlog::info("cluster: replica {} at {}, leases of {}s", config.cluster_replica_id,
+                   config.cluster_advertise_url, config.cluster_lease_seconds);
     }
     if (!config.cluster_enabled() && !durability) {
       // (Not in cluster mode: the shared index names containers that other replicas'
@@ -234,7 +243,8 @@ int serve(ops::Config config, const std::string& config_path) {
     limits.body_idle_timeout = std::chrono::seconds(config.body_idle_timeout_sec);
     limits.body_min_rate = config.body_min_rate_bytes_per_sec;
     limits.body_rate_grace = std::chrono::seconds(config.body_rate_grace_sec);
-    limits.max_connections = config.max_connections ? config.max_connections : server::default_max_connections();
+    limits.max_connections =
+        config.max_connections ? config.max_connections : server::default_max_connections();
     limits.max_connections_per_owner = config.max_connections_per_owner;
     limits.max_connections_per_address = config.max_connections_per_ip;
     limits.max_unauthenticated_per_address = config.max_unauthenticated_connections_per_ip;
@@ -248,12 +258,14 @@ int serve(ops::Config config, const std::string& config_path) {
       std::string why;
       auto endpoint = kubernetes::find_api_endpoint(config.kubernetes, why);
       if (!endpoint)
-        throw std::runtime_error("external.opensandbox.codeExecution.internal.services: the NetworkPolicy peers need "
-                                 "the Kubernetes API: " + why);
+        throw std::runtime_error(
+            "external.opensandbox.codeExecution.internal.services: the NetworkPolicy peers need "
+            "the Kubernetes API: " +
+            why);
       peer_watch = std::make_shared<kubernetes::PeerWatch>(io, *endpoint, config.network_peers);
       peer_watch->start();
-      spdlog::info("network peers: watching the Kubernetes API at {}:{} ({} peer(s), namespace {})", endpoint->host,
-                   endpoint->port, config.network_peers.size(), endpoint->namespace_name);
+      spdlog::info("network peers: watching the Kubernetes API at {}:{} ({} peer(s), namespace {})",
+                   endpoint->host, endpoint->port, config.network_peers.size(), endpoint->namespace_name);
     }
     api::SandboxNetwork network(io, http, config, tokens, peer_watch);
     containers.set_network(&network);
@@ -272,8 +284,12 @@ int serve(ops::Config config, const std::string& config_path) {
       // Who did what to which container, and how it ended: every owner's request.
       if (r.authenticated_route && !r.owner.empty())
         if (auto* log = ops::audit())
-          log->record("request", {{"owner", r.owner}, {"method", r.method}, {"target", r.target},
-                                  {"route", r.route}, {"status", int64_t{r.status}}, {"id", r.request_id}});
+          log->record("request", {{"owner", r.owner},
+                                  {"method", r.method},
+                                  {"target", r.target},
+                                  {"route", r.route},
+                                  {"status", int64_t{r.status}},
+                                  {"id", r.request_id}});
     });
     // The upstream model's client (its own event-loop thread) exists only when one is
     // configured; /messages answers with a clear 400 otherwise.
@@ -333,7 +349,8 @@ int serve(ops::Config config, const std::string& config_path) {
                 endpoint.address().to_string().c_str(), endpoint.port(), config.data_dir.c_str(),
                 sandbox_runtime ? sandbox_runtime->cgroups().version().c_str() : "none (no code execution)");
     std::fflush(stdout);
-    ops::notify_systemd_when_ready(io.get_executor(), config.runtime_provider == "sandboxd", [&] { return containers.probe(); });
+    ops::notify_systemd_when_ready(io.get_executor(), config.runtime_provider == "sandboxd",
+                                   [&] { return containers.probe(); });
 
     asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
     std::function<void()> wait_signal = [&]() {
@@ -381,7 +398,7 @@ int serve(ops::Config config, const std::string& config_path) {
     // Disk work handed off by handlers (walks, hashing) ends before the stores it uses.
     blocking_pool().join();
     if (durability) cluster::bucket_transfer_pool().join();  // (uploads' parts and their aborts)
-    runtime::join_userns_holders();  // (likewise the sandboxes' user namespace holders)
+    runtime::join_userns_holders();     // (likewise the sandboxes' user namespace holders)
     metadata.set_write_fence(nullptr);  // it refers to the leases, which end here
     if (manifest) manifest->set_write_fence(nullptr);
   }

@@ -7,10 +7,10 @@
 // message's text. It lives below every layer, so any of them may return a Result.
 #pragma once
 
-#include <ostream>  // boost/core/detail/string_view.hpp in 1.81 needs it first
 #include <boost/beast/http/status.hpp>
 #include <boost/system/result.hpp>
 #include <optional>
+#include <ostream>  // boost/core/detail/string_view.hpp in 1.81 needs it first
 #include <string>
 
 namespace sandboxd {

@@ -13,16 +13,17 @@ namespace sandboxd {
 namespace {
 
 bool below(std::string_view path, std::string_view mount) {
-  return path == mount || (path.size() > mount.size() && path.substr(0, mount.size()) == mount &&
-                           path[mount.size()] == '/');
+  return path == mount ||
+         (path.size() > mount.size() && path.substr(0, mount.size()) == mount && path[mount.size()] == '/');
 }
 
 }  // namespace
 
 std::optional<ResolvedPath> resolve_sandbox_path(const ContainerPaths& paths, std::string_view path) {
   if (path.find('\0') != std::string_view::npos) return std::nullopt;
-  std::string absolute = path.empty() || path[0] != '/' ? std::string(kWorkspaceMount) + "/" + std::string(path)
-                                                        : std::string(path);
+  std::string absolute = path.empty() || path[0] != '/'
+                             ? std::string(kWorkspaceMount) + "/" + std::string(path)
+                             : std::string(path);
   std::vector<std::string_view> parts;
   std::string_view rest = absolute;
   while (!rest.empty()) {

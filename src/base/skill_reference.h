@@ -8,9 +8,9 @@
 namespace sandboxd {
 
 struct SkillReference {
-  std::string type;      // "custom" | "anthropic"
+  std::string type;  // "custom" | "anthropic"
   std::string skill_id;
-  std::string version;   // "latest" when not given
+  std::string version;  // "latest" when not given
 };
 
 }  // namespace sandboxd

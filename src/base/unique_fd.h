@@ -36,5 +36,4 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-
 }  // namespace sandboxd

@@ -1,5 +1,6 @@
 #include "cluster/bucket_upload.h"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
 #include <boost/asio/post.hpp>
@@ -9,7 +10,6 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
-#include <spdlog/spdlog.h>
 
 namespace sandboxd::cluster {
 
@@ -31,7 +31,8 @@ asio::awaitable<std::invoke_result_t<Fn&>> invoke_transfer(Fn fn) {
 // own executor with the result. (A named callable, moved: see base/blocking.h.)
 template <typename Fn>
 asio::awaitable<std::invoke_result_t<Fn&>> run_transfer(Fn fn) {
-  co_return co_await asio::co_spawn(bucket_transfer_pool(), invoke_transfer(std::move(fn)), asio::use_awaitable);
+  co_return co_await asio::co_spawn(bucket_transfer_pool(), invoke_transfer(std::move(fn)),
+                                    asio::use_awaitable);
 }
 
 }  // namespace
@@ -120,8 +121,8 @@ struct BucketUpload::Stream {
   }
 };
 
-BucketUpload::BucketUpload(asio::any_io_executor executor, std::shared_ptr<store::S3Client> client, std::string key,
-                           size_t part_bytes, int retry_after_sec, size_t max_in_flight,
+BucketUpload::BucketUpload(asio::any_io_executor executor, std::shared_ptr<store::S3Client> client,
+                           std::string key, size_t part_bytes, int retry_after_sec, size_t max_in_flight,
                            std::optional<uint64_t> stream_size)
     : executor_(std::move(executor)),
       client_(std::move(client)),
@@ -147,7 +148,8 @@ BucketUpload::~BucketUpload() {
 
 Result<void> BucketUpload::failed(const store::S3Error& error) const {
   spdlog::warn("bucket: upload of {}: {}", key_, error.describe());
-  return ApiError::overloaded("The sessions bucket cannot take the file now; try again later", retry_after_sec_);
+  return ApiError::overloaded("The sessions bucket cannot take the file now; try again later",
+                              retry_after_sec_);
 }
 
 void BucketUpload::send_part() {
@@ -163,11 +165,12 @@ void BucketUpload::send_part() {
   }
   part_etags_.resize(static_cast<size_t>(part_count_));
   pending_->part_started();
-  asio::post(bucket_transfer_pool(), [client = client_, key = key_, id = upload_id_, part, pending = pending_] {
-    part->etag = client->upload_part(key, id, part->number, part->body);
-    part->done.try_send(boost::system::error_code());
-    pending->part_done();
-  });
+  asio::post(bucket_transfer_pool(),
+             [client = client_, key = key_, id = upload_id_, part, pending = pending_] {
+               part->etag = client->upload_part(key, id, part->number, part->body);
+               part->done.try_send(boost::system::error_code());
+               pending->part_done();
+             });
   in_flight_.push_back(std::move(part));
 }
 
@@ -196,29 +199,32 @@ asio::awaitable<Result<void>> BucketUpload::wait_all() {
 asio::awaitable<Result<void>> BucketUpload::feed_stream(bool last) {
   if (!stream_) {
     stream_ = std::make_shared<Stream>(executor_);
-    asio::post(bucket_transfer_pool(), [client = client_, key = key_, size = *stream_size_, stream = stream_] {
-      std::function<long(char*, size_t)> pull = [&stream](char* out, size_t want) { return stream->pull(out, want); };
-      auto etag = client->put_object_pulled(key, size, pull);
-      const bool stored = etag.has_value();
-      {  // the outcome first: the upload answers without waiting for the clean-up below
-        std::lock_guard lock(stream->mutex);
-        stream->etag = std::move(etag);
-        stream->finished = true;
-        stream->wake_writer();
-      }
-      stream->done.try_send(boost::system::error_code());
-      // Not stored by S3; a server that keeps a cut PUT's bytes gets a delete, retried for
-      // about half a minute when the bucket is away (it may be why the PUT failed).
-      for (int attempt = 0; !stored; ++attempt) {
-        auto removed = client->delete_object(key);
-        if (removed) break;
-        if (attempt == 5) {
-          spdlog::warn("bucket: deleting the cut object {}: {}", key, removed.error().describe());
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::seconds(1 << attempt));
-      }
-    });
+    asio::post(bucket_transfer_pool(),
+               [client = client_, key = key_, size = *stream_size_, stream = stream_] {
+                 std::function<long(char*, size_t)> pull = [&stream](char* out, size_t want) {
+                   return stream->pull(out, want);
+                 };
+                 auto etag = client->put_object_pulled(key, size, pull);
+                 const bool stored = etag.has_value();
+                 {  // the outcome first: the upload answers without waiting for the clean-up below
+                   std::lock_guard lock(stream->mutex);
+                   stream->etag = std::move(etag);
+                   stream->finished = true;
+                   stream->wake_writer();
+                 }
+                 stream->done.try_send(boost::system::error_code());
+                 // Not stored by S3; a server that keeps a cut PUT's bytes gets a delete, retried for
+                 // about half a minute when the bucket is away (it may be why the PUT failed).
+                 for (int attempt = 0; !stored; ++attempt) {
+                   auto removed = client->delete_object(key);
+                   if (removed) break;
+                   if (attempt == 5) {
+                     spdlog::warn("bucket: deleting the cut object {}: {}", key, removed.error().describe());
+                     break;
+                   }
+                   std::this_thread::sleep_for(std::chrono::seconds(1 << attempt));
+                 }
+               });
   }
   // Handed over in chunks of 1 MiB or more (the body reader's pieces may be small).
   if (buffer_.size() < (1u << 20) && !last) co_return Result<void>();
@@ -227,7 +233,8 @@ asio::awaitable<Result<void>> BucketUpload::feed_stream(bool last) {
     {
       std::lock_guard lock(stream_->mutex);
       if (stream_->finished && !stream_->etag) co_return failed(stream_->etag.error());
-      if (stream_->finished) co_return failed(store::S3Error{store::S3Error::Kind::kServer, 0, "", "the PUT ended early"});
+      if (stream_->finished)
+        co_return failed(store::S3Error{store::S3Error::Kind::kServer, 0, "", "the PUT ended early"});
       if (stream_->queued < window) {
         stream_->queued += buffer_.size();
         if (!buffer_.empty()) stream_->chunks.push_back(std::move(buffer_));

@@ -87,10 +87,10 @@ class BucketUpload {
   // Shared with the parts in flight: an abandoned upload is aborted by its last part.
   std::shared_ptr<Pending> pending_;
   std::optional<uint64_t> stream_size_;  // set: one streamed PUT of this many bytes
-  std::shared_ptr<Stream> stream_;        // that PUT, once begun
-  bool stream_done_ = false;              // its outcome has been received
-  bool finished_ = false;  // the object is complete in the bucket
-  bool dropped_ = false;   // discarded: the multipart upload is aborted (or never began)
+  std::shared_ptr<Stream> stream_;       // that PUT, once begun
+  bool stream_done_ = false;             // its outcome has been received
+  bool finished_ = false;                // the object is complete in the bucket
+  bool dropped_ = false;                 // discarded: the multipart upload is aborted (or never began)
 };
 
 }  // namespace sandboxd::cluster

@@ -23,10 +23,10 @@
 // thread. The cluster helper calls ensure_local / flush around lease changes.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -35,10 +35,9 @@
 #include <vector>
 
 #include "cluster/bucket_upload.h"
-#include "service/cluster_hooks.h"
+#include "ops/config.h"
 #include "service/cluster_hooks.h"
 #include "service/container_service.h"
-#include "ops/config.h"
 #include "store/lease_store.h"
 #include "store/manifest_store.h"
 #include "store/metadata.h"

@@ -27,7 +27,8 @@ ContainerLeases::ContainerLeases(asio::io_context& io, store::LeaseStore& store,
       takeover_timer_(io) {}
 
 int64_t ContainerLeases::now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -132,8 +133,9 @@ Result<ContainerLeases::Claim> ContainerLeases::claim(const std::string& storage
     }
   }
   if (draining_ && !held_here)
-    return ApiError::overloaded("This replica is shutting down; try again (another replica takes the container)",
-                                settings_.retry_after_sec);
+    return ApiError::overloaded(
+        "This replica is shutting down; try again (another replica takes the container)",
+        settings_.retry_after_sec);
   std::optional<store::Lease> lease;
   try {
     // The heartbeat has not been confirmed for a while (the database was slow or away):
@@ -149,7 +151,8 @@ Result<ContainerLeases::Claim> ContainerLeases::claim(const std::string& storage
     // Another session holds the lease row (a replica paused inside a write, or cut off
     // mid-transaction): this container waits until the database ends that session;
     // nothing else here waits with it.
-    spdlog::warn("lease: container storage {}: the lease row is held by another session: {}", storage, e.what());
+    spdlog::warn("lease: container storage {}: the lease row is held by another session: {}", storage,
+                 e.what());
     return ApiError::overloaded("The container's lease is held up in the database; try again shortly",
                                 settings_.retry_after_sec);
   }

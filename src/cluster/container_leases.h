@@ -82,7 +82,9 @@ class ContainerLeases : public service::LeaseKeeper {
   void drop(const std::string& storage, bool deleted = false, bool lost = false) override;
   void fenced(const store::FencedError& fenced) override;
   std::vector<std::string> held() const override;
-  void set_on_lost(std::function<void(const std::string& storage)> on_lost) override { on_lost_ = std::move(on_lost); }
+  void set_on_lost(std::function<void(const std::string& storage)> on_lost) override {
+    on_lost_ = std::move(on_lost);
+  }
 
   // The fence (Metadata::set_write_fence): throws store::FencedError unless `storage`'s
   // lease still has the epoch this replica took it at.
@@ -146,7 +148,7 @@ class ContainerLeases : public service::LeaseKeeper {
   store::LeaseStore& store_;
   Settings settings_;
   mutable std::mutex mutex_;
-  std::map<std::string, Held> held_;  // the epoch stays after a release: the fence uses it
+  std::map<std::string, Held> held_;         // the epoch stays after a release: the fence uses it
   store::ReplicaRegistration registration_;  // under mutex_
   std::chrono::steady_clock::time_point
       heartbeat_at_{};  // the last heartbeat that found the incarnation; under mutex_

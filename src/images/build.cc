@@ -8,8 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <boost/json.hpp>
 #include <algorithm>
+#include <boost/json.hpp>
 #include <cstring>
 #include <fstream>
 
@@ -20,18 +20,23 @@ namespace sandboxd::images {
 
 const std::vector<std::string> kDataSciencePackages = {
     "python3", "python3-pandas", "python3-numpy", "python3-scipy", "python3-sklearn", "python3-statsmodels",
-    "python3-matplotlib", "python3-seaborn", "python3-openpyxl", "python3-xlsxwriter", "python3-xlrd", "python3-pil",
-    "python3-docx", "python3-pypdf", "python3-reportlab", "python3-img2pdf", "img2pdf", "python3-sympy",
-    "python3-mpmath", "python3-tqdm", "python3-dateutil", "python3-tz", "python3-joblib", "python3-pdfkit",
-    "unzip", "p7zip-full", "bc", "ripgrep", "fd-find", "sqlite3", "curl", "ca-certificates", "unrar-free",
+    "python3-matplotlib", "python3-seaborn", "python3-openpyxl", "python3-xlsxwriter", "python3-xlrd",
+    "python3-pil", "python3-docx", "python3-pypdf", "python3-reportlab", "python3-img2pdf", "img2pdf",
+    "python3-sympy", "python3-mpmath", "python3-tqdm", "python3-dateutil", "python3-tz", "python3-joblib",
+    "python3-pdfkit", "unzip", "p7zip-full", "bc", "ripgrep", "fd-find", "sqlite3", "curl", "ca-certificates",
+    "unrar-free",
     "bash-static",  // sandboxes run it for /bin/bash (no dynamic linking per command)
     // The persistent Python (code_execution): IPython's kernel, and matplotlib's inline
     // backend for figures as PNG.
-    "python3-ipykernel", "python3-matplotlib-inline",
-    "fonts-dejavu-core"};
+    "python3-ipykernel", "python3-matplotlib-inline", "fonts-dejavu-core"};
 
-const std::vector<std::string> kNotInDebian = {"pyarrow", "python-pptx", "pdfplumber", "pypdfium2", "pdf2image",
-                                               "tabula-py", "unrar (non-free; unrar-free is installed instead)"};
+const std::vector<std::string> kNotInDebian = {"pyarrow",
+                                               "python-pptx",
+                                               "pdfplumber",
+                                               "pypdfium2",
+                                               "pdf2image",
+                                               "tabula-py",
+                                               "unrar (non-free; unrar-free is installed instead)"};
 
 namespace {
 
@@ -69,21 +74,24 @@ void run(const std::vector<std::string>& argv, const std::string& chroot_dir = "
       mkdir(dev.c_str(), 0755);
       if (mount("proc", proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
         fail("mount(proc, " + proc + ")");
-      if (mount("/dev", dev.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) fail("mount(/dev, " + dev + ", MS_BIND)");
+      if (mount("/dev", dev.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
+        fail("mount(/dev, " + dev + ", MS_BIND)");
       if (chroot(chroot_dir.c_str()) != 0) fail("chroot(" + chroot_dir + ")");
       if (chdir("/") != 0) fail("chdir(/)");
     }
-    const char* env[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C.UTF-8",
-                         "HOME=/root", nullptr};
+    const char* env[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND=noninteractive",
+                         "LC_ALL=C.UTF-8", "HOME=/root", nullptr};
     execve(args[0], args.data(), const_cast<char**>(env));
     fail(std::string("execve(") + args[0] + ")");
   }
   int status = 0;
-  if (runtime::retry_eintr([&] { return waitpid(pid, &status, 0); }) < 0) throw SyscallError("waitpid()", errno);
+  if (runtime::retry_eintr([&] { return waitpid(pid, &status, 0); }) < 0)
+    throw SyscallError("waitpid()", errno);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw ImageError(join(argv, " ") + (chroot_dir.empty() ? "" : " (in the chroot)") + " failed (" +
                      (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                        : "signal " + std::to_string(WTERMSIG(status))) + ")");
+                                        : "signal " + std::to_string(WTERMSIG(status))) +
+                     ")");
 }
 
 void write_file(const std::string& path, const std::string& text, mode_t mode) {
@@ -105,7 +113,8 @@ uint64_t sanitize_dir(int dir_fd, const std::string& where) {
     struct stat st;
     if (fstatat(dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
-      if (unlinkat(dirfd(dir), name.c_str(), 0) != 0) throw SyscallError("unlinkat(" + where + "/" + name + ")", errno);
+      if (unlinkat(dirfd(dir), name.c_str(), 0) != 0)
+        throw SyscallError("unlinkat(" + where + "/" + name + ")", errno);
       ++changed;
     } else if (S_ISREG(st.st_mode) && (st.st_mode & (S_ISUID | S_ISGID))) {
       // A regular file found by lstat in a tree only this process writes: fchmodat
@@ -171,11 +180,13 @@ ImageInfo build_image(ImageStore& store, const BuildOptions& options) {
     // No service may start inside the chroot (policy-rc.d), and no documentation.
     write_file(root + "/usr/sbin/policy-rc.d", "#!/bin/sh\nexit 101\n", 0755);
     write_file(root + "/etc/dpkg/dpkg.cfg.d/01-sandboxd-nodoc",
-               "path-exclude /usr/share/doc/*\npath-include /usr/share/doc/*/copyright\npath-exclude /usr/share/man/*\n"
-               "path-exclude /usr/share/info/*\n", 0644);
+               "path-exclude /usr/share/doc/*\npath-include /usr/share/doc/*/copyright\npath-exclude "
+               "/usr/share/man/*\n"
+               "path-exclude /usr/share/info/*\n",
+               0644);
     run({"/usr/bin/apt-get", "-q", "update"}, root);
-    std::vector<std::string> install = {"/usr/bin/apt-get", "-q", "-y", "--no-install-recommends",
-                                        "-o", "Dpkg::Use-Pty=0", "install"};
+    std::vector<std::string> install = {"/usr/bin/apt-get", "-q",     "-y", "--no-install-recommends", "-o",
+                                        "Dpkg::Use-Pty=0",  "install"};
     install.insert(install.end(), packages.begin(), packages.end());
     run(install, root);
     run({"/usr/bin/apt-get", "clean"}, root);
@@ -201,8 +212,8 @@ ImageInfo build_image(ImageStore& store, const BuildOptions& options) {
   std::fprintf(out, "    %lu device nodes removed or setuid/setgid bits cleared\n", (unsigned long)changed);
 
   auto installed = installed_packages(root);
-  say("[4/4] recording " + std::to_string(installed.size()) + " installed packages and installing the image as " +
-      options.ref.str());
+  say("[4/4] recording " + std::to_string(installed.size()) +
+      " installed packages and installing the image as " + options.ref.str());
   boost::json::object manifest;
   // Built images have no registry digest: theirs is that of what is installed.
   manifest["digest"] = "sha256:" + sha256_hex(options.suite + "\n" + join(installed, "\n"));

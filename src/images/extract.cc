@@ -38,7 +38,8 @@ int open_dir_in_root(int root_fd, const std::string& rel) {
 }
 
 std::string describe_openat2(const std::string& rel) {
-  return "openat2(IMAGE_ROOT, \"" + rel + "\", O_PATH|O_DIRECTORY, RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS|RESOLVE_NO_XDEV)";
+  return "openat2(IMAGE_ROOT, \"" + rel +
+         "\", O_PATH|O_DIRECTORY, RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS|RESOLVE_NO_XDEV)";
 }
 
 // Components of a symlink's target as the image sees it: relative to the link's folder
@@ -52,7 +53,8 @@ std::vector<std::string> resolve_link_text(const std::vector<std::string>& base,
 // The directory made of the first `count` components, created (0755) where missing. A
 // symlink on the way whose target is missing gets its target made, inside the root, as
 // `mkdir -p` through it would in the image (`depth` stops symlink loops).
-UniqueFd open_parent(int root_fd, const std::vector<std::string>& parts, size_t count, bool create, int depth = 0) {
+UniqueFd open_parent(int root_fd, const std::vector<std::string>& parts, size_t count, bool create,
+                     int depth = 0) {
   std::string rel = join_path(parts, count);
   int fd = open_dir_in_root(root_fd, rel);
   if (fd < 0 && errno == ENOENT && create && count > 0) {
@@ -60,7 +62,8 @@ UniqueFd open_parent(int root_fd, const std::vector<std::string>& parts, size_t 
     const std::string& name = parts[count - 1];
     if (mkdirat(up.get(), name.c_str(), 0755) != 0) {
       if (errno != EEXIST)
-        throw SyscallError("mkdirat(IMAGE_ROOT/" + join_path(parts, count - 1) + ", \"" + name + "\", 0755)", errno);
+        throw SyscallError("mkdirat(IMAGE_ROOT/" + join_path(parts, count - 1) + ", \"" + name + "\", 0755)",
+                           errno);
       char link[PATH_MAX];
       ssize_t n = readlinkat(up.get(), name.c_str(), link, sizeof link - 1);
       if (n > 0 && depth < 40) {
@@ -101,10 +104,14 @@ std::vector<std::string> list_names(int dir_fd, const std::string& what) {
 
 const char* type_name(const TarEntry& entry) {
   switch (entry.type) {
-    case EntryType::kCharDevice: return "a character device";
-    case EntryType::kBlockDevice: return "a block device";
-    case EntryType::kFifo: return "a FIFO";
-    default: return "an unsupported entry type";
+    case EntryType::kCharDevice:
+      return "a character device";
+    case EntryType::kBlockDevice:
+      return "a block device";
+    case EntryType::kFifo:
+      return "a FIFO";
+    default:
+      return "an unsupported entry type";
   }
 }
 
@@ -129,8 +136,10 @@ bool split_path(const std::string& path, DotDot dot_dot, std::vector<std::string
       continue;
     }
     if (dot_dot == DotDot::kRefuse) return false;
-    if (parts.size() > (dot_dot == DotDot::kFailAboveRoot ? floor : 0)) parts.pop_back();
-    else if (dot_dot == DotDot::kFailAboveRoot) return false;
+    if (parts.size() > (dot_dot == DotDot::kFailAboveRoot ? floor : 0))
+      parts.pop_back();
+    else if (dot_dot == DotDot::kFailAboveRoot)
+      return false;
   }
   return true;
 }
@@ -163,11 +172,13 @@ void remove_tree(int dir_fd, const std::string& name) {
       throw SyscallError("unlinkat(" + name + ", AT_REMOVEDIR)", errno);
     return;
   }
-  if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) throw SyscallError("unlinkat(" + name + ")", errno);
+  if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT)
+    throw SyscallError("unlinkat(" + name + ")", errno);
 }
 
 namespace {
-void add_sizes(int dir_fd, const std::string& what, std::set<std::pair<dev_t, ino_t>>& seen, uint64_t& total) {
+void add_sizes(int dir_fd, const std::string& what, std::set<std::pair<dev_t, ino_t>>& seen,
+               uint64_t& total) {
   for (const auto& name : list_names(dir_fd, what)) {
     struct stat st;
     if (!lstat_at(dir_fd, name, st)) continue;
@@ -212,9 +223,9 @@ void LayerExtractor::apply_entry(TarReader& tar, const TarEntry& entry) {
   bool too_long = rel.size() >= PATH_MAX;
   for (const auto& part : parts) too_long = too_long || part.size() > NAME_MAX;
   if (too_long) {
-    report_.skip(entry.path.substr(0, 80) + "...", "refused: a name of " + std::to_string(rel.size()) +
-                                                       " characters (the limits are " + std::to_string(NAME_MAX) +
-                                                       " a component, " + std::to_string(PATH_MAX - 1) + " a path)");
+    report_.skip(entry.path.substr(0, 80) + "...",
+                 "refused: a name of " + std::to_string(rel.size()) + " characters (the limits are " +
+                     std::to_string(NAME_MAX) + " a component, " + std::to_string(PATH_MAX - 1) + " a path)");
     return;
   }
   const std::string& name = parts.back();
@@ -320,7 +331,8 @@ void LayerExtractor::write_file(TarReader& tar, int parent_fd, const std::string
   // O_EXCL|O_NOFOLLOW: the name was just cleared; whatever appeared since is not ours
   // to write through.
   UniqueFd file(openat(parent_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (file.get() < 0) throw SyscallError("openat(" + where + ", O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW, 0600)", errno);
+  if (file.get() < 0)
+    throw SyscallError("openat(" + where + ", O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW, 0600)", errno);
   char buf[1 << 16];
   while (size_t got = tar.read(buf, sizeof buf)) {
     for (size_t done = 0; done < got;) {

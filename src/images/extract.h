@@ -44,9 +44,9 @@ class LayerExtractor {
 
 // What ".." does when a path is split into components.
 enum class DotDot {
-  kRefuse,          // an entry's own path: ".." is refused outright
-  kClampAtRoot,     // a symlink's target as the image sees it: ".." stops at the root
-  kFailAboveRoot,   // a member named by another: ".." climbs, but not above the start
+  kRefuse,         // an entry's own path: ".." is refused outright
+  kClampAtRoot,    // a symlink's target as the image sees it: ".." stops at the root
+  kFailAboveRoot,  // a member named by another: ".." climbs, but not above the start
 };
 // Appends the components of `path` to `parts` ("./a//b/" -> a, b; a leading "/" adds
 // nothing, as GNU tar drops it), applying `dot_dot`. False when that refuses the path.

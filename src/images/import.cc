@@ -41,8 +41,9 @@ class Unpacked {
         files_[path] = staged;
       } else if (entry.type == EntryType::kSymlink) {
         // Older `docker save` links a layer shared by two images: "../<id>/layer.tar".
-        std::string target = entry.link_target[0] == '/' ? entry.link_target
-                                                         : path.substr(0, path.rfind('/') + 1) + entry.link_target;
+        std::string target = entry.link_target[0] == '/'
+                                 ? entry.link_target
+                                 : path.substr(0, path.rfind('/') + 1) + entry.link_target;
         links.emplace_back(path, target);
       } else if (entry.type == EntryType::kHardlink) {
         links.emplace_back(path, entry.link_target);
@@ -68,7 +69,8 @@ class Unpacked {
     if (staged.empty()) throw ImageError(std::string(what) + " (" + path + ") is not in the tarball");
     struct stat st;
     if (stat(staged.c_str(), &st) != 0) throw SyscallError("stat(" + staged + ")", errno);
-    if (st.st_size > (16 << 20)) throw ImageError(std::string(what) + " (" + path + ") is larger than 16 MiB");
+    if (st.st_size > (16 << 20))
+      throw ImageError(std::string(what) + " (" + path + ") is larger than 16 MiB");
     FileSource source(staged);
     std::string text(static_cast<size_t>(st.st_size), '\0');
     if (!source.read_full(text.data(), text.size())) throw ImageError(path + " changed while being read");
@@ -140,22 +142,25 @@ std::string host_architecture() {
 }
 
 // A small blob, checked against the digest (and size) its descriptor gives.
-std::string read_verified_blob(const Unpacked& files, const json::object& descriptor, const std::string& what) {
+std::string read_verified_blob(const Unpacked& files, const json::object& descriptor,
+                               const std::string& what) {
   std::string hex = sha256_of_digest(string_at(descriptor, "digest", what), what);
   std::string text = files.read_small(oci_blob_path(hex), what.c_str());
   if (sha256_hex(text) != hex)
-    throw ImageError(what + ": blob sha256:" + hex + " does not match its digest (sha256:" + sha256_hex(text) + ")");
-  if (auto* size = descriptor.if_contains("size"); size && size->is_number() && size->to_number<uint64_t>() != text.size())
-    throw ImageError(what + ": blob sha256:" + hex + " has " + std::to_string(text.size()) + " bytes, its descriptor says " +
-                     std::to_string(size->to_number<uint64_t>()));
+    throw ImageError(what + ": blob sha256:" + hex +
+                     " does not match its digest (sha256:" + sha256_hex(text) + ")");
+  if (auto* size = descriptor.if_contains("size");
+      size && size->is_number() && size->to_number<uint64_t>() != text.size())
+    throw ImageError(what + ": blob sha256:" + hex + " has " + std::to_string(text.size()) +
+                     " bytes, its descriptor says " + std::to_string(size->to_number<uint64_t>()));
   return text;
 }
 
 struct Layer {
-  std::string path;             // in the tarball
-  std::string compressed_hex;   // expected sha256 of the stored blob, when known
+  std::string path;              // in the tarball
+  std::string compressed_hex;    // expected sha256 of the stored blob, when known
   std::optional<uint64_t> size;  // expected size of the stored blob, when known
-  std::string diff_id_hex;      // expected sha256 of the uncompressed tar, when known
+  std::string diff_id_hex;       // expected sha256 of the uncompressed tar, when known
 };
 
 struct Plan {
@@ -171,8 +176,8 @@ void attach_diff_ids(Plan& plan) {
   auto* ids = rootfs && rootfs->is_object() ? rootfs->as_object().if_contains("diff_ids") : nullptr;
   if (!ids || !ids->is_array()) throw ImageError("the image config has no rootfs.diff_ids");
   if (ids->as_array().size() != plan.layers.size())
-    throw ImageError("the image config lists " + std::to_string(ids->as_array().size()) + " layers (rootfs.diff_ids), the manifest " +
-                     std::to_string(plan.layers.size()));
+    throw ImageError("the image config lists " + std::to_string(ids->as_array().size()) +
+                     " layers (rootfs.diff_ids), the manifest " + std::to_string(plan.layers.size()));
   for (size_t i = 0; i < plan.layers.size(); ++i) {
     const auto& id = ids->as_array()[i];
     if (!id.is_string()) throw ImageError("rootfs.diff_ids holds a non-string");
@@ -191,9 +196,11 @@ Plan plan_docker_save(const Unpacked& files) {
   // The config's file name is its digest: "<hex>.json" (classic) or blobs/sha256/<hex>.
   plan.config_hex = sha256_hex(config_text);
   std::string named = digest_in_blob_path(config_path);
-  if (named.empty() && config_path.size() == 69 && config_path.substr(64) == ".json") named = config_path.substr(0, 64);
+  if (named.empty() && config_path.size() == 69 && config_path.substr(64) == ".json")
+    named = config_path.substr(0, 64);
   if (!named.empty() && named != plan.config_hex)
-    throw ImageError("the image config " + config_path + " does not match its digest (sha256:" + plan.config_hex + ")");
+    throw ImageError("the image config " + config_path +
+                     " does not match its digest (sha256:" + plan.config_hex + ")");
   plan.config = as_object(parse_json(config_text, config_path), config_path);
   auto* layers = image.if_contains("Layers");
   if (!layers || !layers->is_array()) throw ImageError("manifest.json[0] has no Layers");
@@ -204,8 +211,8 @@ Plan plan_docker_save(const Unpacked& files) {
     layer.compressed_hex = digest_in_blob_path(layer.path);
     plan.layers.push_back(layer);
   }
-  if (auto* tags = image.if_contains("RepoTags"); tags && tags->is_array() && !tags->as_array().empty() &&
-                                                  tags->as_array()[0].is_string())
+  if (auto* tags = image.if_contains("RepoTags");
+      tags && tags->is_array() && !tags->as_array().empty() && tags->as_array()[0].is_string())
     plan.name_in_archive = std::string(tags->as_array()[0].as_string());
   attach_diff_ids(plan);
   return plan;
@@ -214,7 +221,8 @@ Plan plan_docker_save(const Unpacked& files) {
 Plan plan_oci(const Unpacked& files) {
   Plan plan;
   plan.format = "oci";
-  auto layout = as_object(parse_json(files.read_small("oci-layout", "oci-layout"), "oci-layout"), "oci-layout");
+  auto layout =
+      as_object(parse_json(files.read_small("oci-layout", "oci-layout"), "oci-layout"), "oci-layout");
   if (string_at(layout, "imageLayoutVersion", "oci-layout") != "1.0.0")
     throw ImageError("oci-layout: imageLayoutVersion is not 1.0.0");
   auto index_value = parse_json(files.read_small("index.json", "index.json"), "index.json");
@@ -246,10 +254,12 @@ Plan plan_oci(const Unpacked& files) {
       }
     }
     std::string media = chosen->if_contains("mediaType") && chosen->at("mediaType").is_string()
-                            ? std::string(chosen->at("mediaType").as_string()) : "";
+                            ? std::string(chosen->at("mediaType").as_string())
+                            : "";
     std::string text = read_verified_blob(files, *chosen, "a manifest");
     json::object doc = as_object(parse_json(text, "a manifest"), "a manifest");
-    bool is_index = media.find("index") != std::string::npos || media.find("manifest.list") != std::string::npos ||
+    bool is_index = media.find("index") != std::string::npos ||
+                    media.find("manifest.list") != std::string::npos ||
                     (doc.if_contains("manifests") && !doc.if_contains("layers"));
     if (is_index) {
       if (depth >= 4) throw ImageError("image indexes nested more than 4 deep");
@@ -259,16 +269,19 @@ Plan plan_oci(const Unpacked& files) {
     auto* config = doc.if_contains("config");
     if (!config || !config->is_object()) throw ImageError("the manifest has no config descriptor");
     std::string config_text = read_verified_blob(files, config->as_object(), "the image config");
-    plan.config_hex = sha256_of_digest(string_at(config->as_object(), "digest", "the config descriptor"), "config");
+    plan.config_hex =
+        sha256_of_digest(string_at(config->as_object(), "digest", "the config descriptor"), "config");
     plan.config = as_object(parse_json(config_text, "the image config"), "the image config");
     auto* layers = doc.if_contains("layers");
     if (!layers || !layers->is_array()) throw ImageError("the manifest has no layers");
     for (const auto& l : layers->as_array()) {
       const auto& d = as_object(l, "a layer descriptor");
       Layer layer;
-      layer.compressed_hex = sha256_of_digest(string_at(d, "digest", "a layer descriptor"), "a layer descriptor");
+      layer.compressed_hex =
+          sha256_of_digest(string_at(d, "digest", "a layer descriptor"), "a layer descriptor");
       layer.path = oci_blob_path(layer.compressed_hex);
-      if (auto* size = d.if_contains("size"); size && size->is_number()) layer.size = size->to_number<uint64_t>();
+      if (auto* size = d.if_contains("size"); size && size->is_number())
+        layer.size = size->to_number<uint64_t>();
       plan.layers.push_back(layer);
     }
     break;
@@ -279,7 +292,8 @@ Plan plan_oci(const Unpacked& files) {
 
 void apply_layer(const Unpacked& files, const Layer& layer, size_t number, size_t count, int root_fd,
                  ExtractReport& report, FILE* progress) {
-  std::string what = "layer " + std::to_string(number) + "/" + std::to_string(count) + " (" + layer.path + ")";
+  std::string what =
+      "layer " + std::to_string(number) + "/" + std::to_string(count) + " (" + layer.path + ")";
   std::string staged = files.find(layer.path);
   if (staged.empty()) throw ImageError(what + " is not in the tarball");
   ExtractReport before = report;
@@ -299,11 +313,13 @@ void apply_layer(const Unpacked& files, const Layer& layer, size_t number, size_
                      std::to_string(*layer.size));
   if (!layer.diff_id_hex.empty() && uncompressed.hex_digest() != layer.diff_id_hex)
     throw ImageError(what + " does not match the config's diff_id sha256:" + layer.diff_id_hex);
-  std::fprintf(progress, "  %s%s: %lu files, %lu dirs, %lu symlinks, %lu hardlinks, %lu whiteouts, %s; digest ok\n",
-               what.c_str(), plain.gzip() ? " gzip" : "", (unsigned long)(report.files - before.files),
-               (unsigned long)(report.directories - before.directories), (unsigned long)(report.symlinks - before.symlinks),
-               (unsigned long)(report.hardlinks - before.hardlinks), (unsigned long)(report.whiteouts - before.whiteouts),
-               human_size(report.bytes - before.bytes).c_str());
+  std::fprintf(
+      progress, "  %s%s: %lu files, %lu dirs, %lu symlinks, %lu hardlinks, %lu whiteouts, %s; digest ok\n",
+      what.c_str(), plain.gzip() ? " gzip" : "", (unsigned long)(report.files - before.files),
+      (unsigned long)(report.directories - before.directories),
+      (unsigned long)(report.symlinks - before.symlinks),
+      (unsigned long)(report.hardlinks - before.hardlinks),
+      (unsigned long)(report.whiteouts - before.whiteouts), human_size(report.bytes - before.bytes).c_str());
   std::fflush(progress);
 }
 
@@ -318,12 +334,15 @@ ImportResult import_image(ImageStore& store, const ImportOptions& options) {
   files.read_all(options.file);
 
   Plan plan;
-  if (!files.find("oci-layout").empty() && !files.find("index.json").empty() && files.find("manifest.json").empty())
+  if (!files.find("oci-layout").empty() && !files.find("index.json").empty() &&
+      files.find("manifest.json").empty())
     plan = plan_oci(files);
   else if (!files.find("manifest.json").empty())
     plan = plan_docker_save(files);
   else
-    throw ImageError(options.file + " is neither a `docker save` tarball (manifest.json) nor an OCI image layout (oci-layout, index.json)");
+    throw ImageError(options.file +
+                     " is neither a `docker save` tarball (manifest.json) nor an OCI image layout "
+                     "(oci-layout, index.json)");
 
   ImageRef ref;
   if (options.name) {
@@ -333,10 +352,11 @@ ImportResult import_image(ImageStore& store, const ImportOptions& options) {
     if (name.rfind("docker.io/library/", 0) == 0) name = name.substr(18);  // as docker shows it
     ref = parse_ref(name);
   } else {
-    throw ImageError(options.file + " names no image (no RepoTags or ref annotation); give one with --name NAME[:TAG]");
+    throw ImageError(options.file +
+                     " names no image (no RepoTags or ref annotation); give one with --name NAME[:TAG]");
   }
-  std::fprintf(progress, "%s image sha256:%s, %zu layer(s) -> %s\n", plan.format.c_str(), plan.config_hex.c_str(),
-               plan.layers.size(), ref.str().c_str());
+  std::fprintf(progress, "%s image sha256:%s, %zu layer(s) -> %s\n", plan.format.c_str(),
+               plan.config_hex.c_str(), plan.layers.size(), ref.str().c_str());
   std::fflush(progress);
 
   int root_fd = open(staging->rootfs().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

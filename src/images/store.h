@@ -30,10 +30,10 @@ ImageRef make_ref(const std::string& name, const std::string& tag);
 
 struct ImageInfo {
   ImageRef ref;
-  std::string dir;     // DATA_DIR/images/<dir name>
-  std::string rootfs;  // dir + "/rootfs"
-  std::string digest;  // "sha256:..."
-  uint64_t size = 0;   // bytes of the files in rootfs
+  std::string dir;      // DATA_DIR/images/<dir name>
+  std::string rootfs;   // dir + "/rootfs"
+  std::string digest;   // "sha256:..."
+  uint64_t size = 0;    // bytes of the files in rootfs
   std::string created;  // RFC 3339, UTC
   boost::json::object manifest;
 };
@@ -95,7 +95,7 @@ struct ImageSelection {
 };
 // An installed image is used; the built-in default name, when not installed, means the
 // host image (what sandboxd always ran); any other missing or invalid name is a problem.
-ImageSelection select_image(const std::string& data_dir, const std::string& repository, const std::string& tag,
-                            bool builtin_default);
+ImageSelection select_image(const std::string& data_dir, const std::string& repository,
+                            const std::string& tag, bool builtin_default);
 
 }  // namespace sandboxd::images

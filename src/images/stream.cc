@@ -66,10 +66,17 @@ void DecompressingSource::detect() {
     if (got == 0) break;
     in_len_ += got;
   }
-  auto starts = [&](const char* magic, size_t len) { return in_len_ >= len && std::memcmp(in_.data(), magic, len) == 0; };
-  if (starts("\x28\xb5\x2f\xfd", 4)) throw ImageError(what_ + " is zstd-compressed; only plain and gzip layers are supported");
-  if (starts("\xfd" "7zXZ", 5)) throw ImageError(what_ + " is xz-compressed; only plain and gzip layers are supported");
-  if (starts("BZh", 3)) throw ImageError(what_ + " is bzip2-compressed; only plain and gzip layers are supported");
+  auto starts = [&](const char* magic, size_t len) {
+    return in_len_ >= len && std::memcmp(in_.data(), magic, len) == 0;
+  };
+  if (starts("\x28\xb5\x2f\xfd", 4))
+    throw ImageError(what_ + " is zstd-compressed; only plain and gzip layers are supported");
+  if (starts("\xfd"
+             "7zXZ",
+             5))
+    throw ImageError(what_ + " is xz-compressed; only plain and gzip layers are supported");
+  if (starts("BZh", 3))
+    throw ImageError(what_ + " is bzip2-compressed; only plain and gzip layers are supported");
   gzip_ = starts("\x1f\x8b", 2);
   if (!gzip_) return;
   // 15 + 32: the largest window, and zlib recognises the gzip header itself.
@@ -115,13 +122,15 @@ size_t DecompressingSource::read(char* buf, size_t n) {
       continue;
     }
     if (rc != Z_OK && rc != Z_BUF_ERROR)
-      throw ImageError(what_ + ": gzip data is corrupt (" + (zs_.msg ? zs_.msg : "inflate error " + std::to_string(rc)) + ")");
+      throw ImageError(what_ + ": gzip data is corrupt (" +
+                       (zs_.msg ? zs_.msg : "inflate error " + std::to_string(rc)) + ")");
     if (produced > 0) return produced;
   }
 }
 
 HashingSource::HashingSource(Source& inner) : inner_(inner), ctx_(EVP_MD_CTX_new()) {
-  if (!ctx_ || EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) != 1) throw ImageError("SHA-256 is unavailable");
+  if (!ctx_ || EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) != 1)
+    throw ImageError("SHA-256 is unavailable");
 }
 
 HashingSource::~HashingSource() { EVP_MD_CTX_free(ctx_); }

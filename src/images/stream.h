@@ -5,12 +5,12 @@
 
 #include <openssl/evp.h>
 
+#include <zlib.h>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <zlib.h>
 
 namespace sandboxd::images {
 

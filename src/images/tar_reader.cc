@@ -12,8 +12,8 @@ constexpr size_t kBlock = 512;
 struct Field {
   size_t offset, length;
 };
-constexpr Field kName{0, 100}, kMode{100, 8}, kSize{124, 12}, kMtime{136, 12}, kChecksum{148, 8}, kTypeflag{156, 1},
-    kLinkname{157, 100}, kMagic{257, 6}, kPrefix{345, 155};
+constexpr Field kName{0, 100}, kMode{100, 8}, kSize{124, 12}, kMtime{136, 12}, kChecksum{148, 8},
+    kTypeflag{156, 1}, kLinkname{157, 100}, kMagic{257, 6}, kPrefix{345, 155};
 
 std::string text_field(const char* block, Field f) {
   const char* begin = block + f.offset;
@@ -67,14 +67,24 @@ bool checksum_ok(const char* block) {
 
 EntryType type_of(char flag) {
   switch (flag) {
-    case '0': case '\0': case '7': return EntryType::kFile;
-    case '1': return EntryType::kHardlink;
-    case '2': return EntryType::kSymlink;
-    case '3': return EntryType::kCharDevice;
-    case '4': return EntryType::kBlockDevice;
-    case '5': return EntryType::kDirectory;
-    case '6': return EntryType::kFifo;
-    default: return EntryType::kUnsupported;
+    case '0':
+    case '\0':
+    case '7':
+      return EntryType::kFile;
+    case '1':
+      return EntryType::kHardlink;
+    case '2':
+      return EntryType::kSymlink;
+    case '3':
+      return EntryType::kCharDevice;
+    case '4':
+      return EntryType::kBlockDevice;
+    case '5':
+      return EntryType::kDirectory;
+    case '6':
+      return EntryType::kFifo;
+    default:
+      return EntryType::kUnsupported;
   }
 }
 
@@ -93,8 +103,8 @@ size_t TarReader::read(char* buf, size_t n) {
   size_t want = static_cast<size_t>(std::min<uint64_t>(n, remaining_));
   size_t got = source_.read(buf, want);
   if (got == 0)
-    throw ImageError(what_ + " is truncated (it ends inside an entry's data after " + std::to_string(entries_) +
-                     " entries)");
+    throw ImageError(what_ + " is truncated (it ends inside an entry's data after " +
+                     std::to_string(entries_) + " entries)");
   remaining_ -= got;
   return got;
 }
@@ -104,15 +114,16 @@ void TarReader::skip_rest_of_entry() {
   while (remaining_ > 0) read(buf, sizeof buf);
   while (padding_ > 0) {
     size_t want = static_cast<size_t>(std::min<uint64_t>(padding_, sizeof buf));
-    if (!source_.read_full(buf, want)) throw ImageError(what_ + " is truncated (it ends inside an entry's padding)");
+    if (!source_.read_full(buf, want))
+      throw ImageError(what_ + " is truncated (it ends inside an entry's padding)");
     padding_ -= want;
   }
 }
 
 std::string TarReader::read_record_data(uint64_t size, const char* kind) {
   if (size > kMaxLongName)
-    throw ImageError(what_ + ": a " + std::string(kind) + " record of " + std::to_string(size) + " bytes (at most " +
-                     std::to_string(kMaxLongName) + ")");
+    throw ImageError(what_ + ": a " + std::string(kind) + " record of " + std::to_string(size) +
+                     " bytes (at most " + std::to_string(kMaxLongName) + ")");
   std::string data(size, '\0');
   remaining_ = size;
   padding_ = (kBlock - size % kBlock) % kBlock;
@@ -144,8 +155,10 @@ void TarReader::apply_pax(const std::string& records, std::map<std::string, std:
     std::string key = record.substr(0, eq), value = record.substr(eq + 1);
     // An empty value deletes the key (POSIX); only the keys we use are kept.
     if (key == "path" || key == "linkpath" || key == "size") {
-      if (value.empty()) into.erase(key);
-      else into[key] = value;
+      if (value.empty())
+        into.erase(key);
+      else
+        into[key] = value;
     }
     pos += length;
   }
@@ -176,7 +189,8 @@ bool TarReader::next(TarEntry& entry) {
       throw ImageError(what_ + ": a corrupt tar header after " + std::to_string(entries_) +
                        " entries (checksum mismatch; not a tar archive, or damaged)");
     uint64_t size = 0, mode = 0, mtime = 0;
-    if (!numeric_field(block, kSize, size)) throw ImageError(what_ + ": a tar header with an unreadable size");
+    if (!numeric_field(block, kSize, size))
+      throw ImageError(what_ + ": a tar header with an unreadable size");
     numeric_field(block, kMode, mode);
     numeric_field(block, kMtime, mtime);
     char flag = block[kTypeflag.offset];

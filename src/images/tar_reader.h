@@ -11,15 +11,24 @@
 
 namespace sandboxd::images {
 
-enum class EntryType { kFile, kHardlink, kSymlink, kCharDevice, kBlockDevice, kDirectory, kFifo, kUnsupported };
+enum class EntryType {
+  kFile,
+  kHardlink,
+  kSymlink,
+  kCharDevice,
+  kBlockDevice,
+  kDirectory,
+  kFifo,
+  kUnsupported
+};
 
 struct TarEntry {
   std::string path;         // as in the archive (not cleaned)
   std::string link_target;  // hardlinks and symlinks
   EntryType type = EntryType::kFile;
-  char typeflag = '0';      // the raw flag, for messages about unsupported entries
-  uint32_t mode = 0;        // permission bits and setuid/setgid/sticky, as stored
-  uint64_t size = 0;        // bytes of data that follow (files only)
+  char typeflag = '0';  // the raw flag, for messages about unsupported entries
+  uint32_t mode = 0;    // permission bits and setuid/setgid/sticky, as stored
+  uint64_t size = 0;    // bytes of data that follow (files only)
   int64_t mtime = 0;
 };
 
@@ -41,7 +50,8 @@ class TarReader {
   void skip_rest_of_entry();
   std::string read_record_data(uint64_t size, const char* kind);
   void read_block(char* block, bool at_header);
-  static void apply_pax(const std::string& records, std::map<std::string, std::string>& into, const std::string& what);
+  static void apply_pax(const std::string& records, std::map<std::string, std::string>& into,
+                        const std::string& what);
 
   Source& source_;
   std::string what_;

@@ -235,7 +235,8 @@ asio::awaitable<Result<void>> ApiClient::watch(const std::string& target, std::c
     parser.get().body().size = chunk.size();
     lowest.expires_after(idle);
     // Some bytes at a time: a watch sends an event and then waits, its body never fills a buffer.
-    auto [read_error, bytes] = co_await http::async_read_some(stream.stream, stream.buffer, parser, use_tuple);
+    auto [read_error, bytes] =
+        co_await http::async_read_some(stream.stream, stream.buffer, parser, use_tuple);
     if (read_error && read_error != http::error::need_buffer) {
       if (read_error == beast::error::timeout)
         co_return unavailable(target + ": nothing for " + std::to_string(idle.count()) + " s");

@@ -68,12 +68,14 @@ std::optional<ApiError> check_block(const json::value& value, const std::string&
     if (auto e = need_string(block, "id", path)) return e;
     if (auto e = need_string(block, "name", path)) return e;
     if (type == "server_tool_use" && !is_sub_tool(block.at("name").as_string()))
-      return invalid(path + ".name", "unknown server tool '" + std::string(block.at("name").as_string()) + "'");
+      return invalid(path + ".name",
+                     "unknown server tool '" + std::string(block.at("name").as_string()) + "'");
     return need_object(block, "input", path);
   }
   if (type == "tool_result") {
     if (auto e = need_string(block, "tool_use_id", path)) return e;
-    if (auto* content = block.if_contains("content"); content && !content->is_string() && !content->is_array())
+    if (auto* content = block.if_contains("content");
+        content && !content->is_string() && !content->is_array())
       return invalid(path + ".content", "Input should be a valid string or list");
     if (auto* is_error = block.if_contains("is_error"); is_error && !is_error->is_bool())
       return invalid(path + ".is_error", "Input should be a valid boolean");
@@ -145,7 +147,8 @@ std::optional<ApiError> check_messages(const json::value& value, bool& has_serve
     if (!messages[i].is_object()) return invalid(path, "Input should be a valid dictionary");
     const auto& message = messages[i].as_object();
     for (const auto& [key, v] : message)
-      if (key != "role" && key != "content") return invalid(path + "." + std::string(key), "Extra inputs are not permitted");
+      if (key != "role" && key != "content")
+        return invalid(path + "." + std::string(key), "Extra inputs are not permitted");
     auto* role = message.if_contains("role");
     if (!role) return invalid(path + ".role", "Field required");
     if (!role->is_string() || (role->as_string() != "user" && role->as_string() != "assistant"))
@@ -233,7 +236,8 @@ std::optional<ApiError> check_system(const json::value& value) {
     if (!blocks[i].is_object()) return invalid(path, "Input should be a valid dictionary");
     const auto& block = blocks[i].as_object();
     auto* type = block.if_contains("type");
-    if (!type || !type->is_string() || type->as_string() != "text") return invalid(path + ".type", "Input should be 'text'");
+    if (!type || !type->is_string() || type->as_string() != "text")
+      return invalid(path + ".type", "Input should be 'text'");
     if (auto e = need_string(block, "text", path)) return e;
   }
   return std::nullopt;
@@ -270,7 +274,8 @@ std::optional<ApiError> check_tools(const json::value& value, CodeToolVersion& c
                        "'code_execution_20260521', not '" +
                            type + "'");
       }
-      if (name != "code_execution") return invalid(path + ".name", "the code execution tool must be named 'code_execution'");
+      if (name != "code_execution")
+        return invalid(path + ".name", "the code execution tool must be named 'code_execution'");
     } else if (type.empty() || type == "custom") {
       if (name.empty() || name.size() > 128) return invalid(path + ".name", "must be 1 to 128 characters");
       for (char c : name)
@@ -296,7 +301,8 @@ std::optional<ApiError> check_tools(const json::value& value, CodeToolVersion& c
                          "'code_execution_20260521'");
       }
     }
-    if (!names.insert(name).second) return invalid("tools", "tool names must be unique ('" + name + "' repeats)");
+    if (!names.insert(name).second)
+      return invalid("tools", "tool names must be unique ('" + name + "' repeats)");
   }
   return std::nullopt;
 }
@@ -340,22 +346,25 @@ std::optional<ApiError> check_skills(const json::value& value, std::vector<Skill
   if (!value.is_array()) return invalid("container.skills", "Input should be a valid list");
   const auto& skills = value.as_array();
   if (skills.size() > kMaxSkillsPerRequest)
-    return invalid("container.skills", "at most " + std::to_string(kMaxSkillsPerRequest) + " skills per request, not " +
-                                           std::to_string(skills.size()));
+    return invalid("container.skills", "at most " + std::to_string(kMaxSkillsPerRequest) +
+                                           " skills per request, not " + std::to_string(skills.size()));
   std::set<std::pair<std::string, std::string>> seen;
   for (size_t i = 0; i < skills.size(); ++i) {
     std::string path = "container.skills." + std::to_string(i);
     if (!skills[i].is_object()) return invalid(path, "Input should be a valid dictionary");
     const auto& skill = skills[i].as_object();
     for (const auto& [key, v] : skill)
-      if (key != "type" && key != "skill_id" && key != "version") return invalid(path + "." + std::string(key), "Extra inputs are not permitted");
+      if (key != "type" && key != "skill_id" && key != "version")
+        return invalid(path + "." + std::string(key), "Extra inputs are not permitted");
     if (auto e = need_string(skill, "type", path)) return e;
     if (auto e = need_string(skill, "skill_id", path)) return e;
     SkillReference ref;
     ref.type = std::string(skill.at("type").as_string());
-    if (ref.type != "custom" && ref.type != "anthropic") return invalid(path + ".type", "Input should be 'anthropic' or 'custom'");
+    if (ref.type != "custom" && ref.type != "anthropic")
+      return invalid(path + ".type", "Input should be 'anthropic' or 'custom'");
     ref.skill_id = std::string(skill.at("skill_id").as_string());
-    if (ref.skill_id.empty() || ref.skill_id.size() > 128) return invalid(path + ".skill_id", "must be 1 to 128 characters");
+    if (ref.skill_id.empty() || ref.skill_id.size() > 128)
+      return invalid(path + ".skill_id", "must be 1 to 128 characters");
     ref.version = "latest";
     if (auto* v = skill.if_contains("version"); v && !v->is_null()) {
       if (!v->is_string() || v->as_string().empty() || v->as_string().size() > 64)
@@ -371,17 +380,19 @@ std::optional<ApiError> check_skills(const json::value& value, std::vector<Skill
 
 }  // namespace
 
-Result<MessagesRequest> parse_messages_request(json::object body, bool (*valid_container_id)(std::string_view)) {
+Result<MessagesRequest> parse_messages_request(json::object body,
+                                               bool (*valid_container_id)(std::string_view)) {
   static const std::set<std::string, std::less<>> kKnown = {
-      "model",    "messages", "max_tokens",  "system",   "stream",       "temperature", "top_p",
-      "top_k",    "stop_sequences", "metadata", "tools", "tool_choice", "thinking",   "container",
-      "service_tier"};
+      "model",       "messages",    "max_tokens", "system",         "stream",
+      "temperature", "top_p",       "top_k",      "stop_sequences", "metadata",
+      "tools",       "tool_choice", "thinking",   "container",      "service_tier"};
   for (const auto& [key, v] : body)
     if (!kKnown.count(key)) return invalid(std::string(key), "Extra inputs are not permitted");
   MessagesRequest request;
   auto* model = body.if_contains("model");
   if (!model) return invalid("model", "Field required");
-  if (!model->is_string() || model->as_string().empty()) return invalid("model", "Input should be a non-empty string");
+  if (!model->is_string() || model->as_string().empty())
+    return invalid("model", "Input should be a non-empty string");
   request.model = std::string(model->as_string());
   auto* max_tokens = body.if_contains("max_tokens");
   if (!max_tokens) return invalid("max_tokens", "Field required");
@@ -397,19 +408,24 @@ Result<MessagesRequest> parse_messages_request(json::object body, bool (*valid_c
     if (!stream->is_bool()) return invalid("stream", "Input should be a valid boolean");
     request.stream = stream->as_bool();
   }
-  if (auto* t = body.if_contains("temperature"); t && (!t->is_number() || t->to_number<double>() < 0 || t->to_number<double>() > 1))
+  if (auto* t = body.if_contains("temperature");
+      t && (!t->is_number() || t->to_number<double>() < 0 || t->to_number<double>() > 1))
     return invalid("temperature", "Input should be a number from 0 to 1");
-  if (auto* t = body.if_contains("top_p"); t && (!t->is_number() || t->to_number<double>() < 0 || t->to_number<double>() > 1))
+  if (auto* t = body.if_contains("top_p");
+      t && (!t->is_number() || t->to_number<double>() < 0 || t->to_number<double>() > 1))
     return invalid("top_p", "Input should be a number from 0 to 1");
   if (auto* t = body.if_contains("top_k"); t && (!is_integer(*t) || integer(*t) < 0))
     return invalid("top_k", "Input should be a non-negative integer");
   if (auto* s = body.if_contains("stop_sequences")) {
     if (!s->is_array()) return invalid("stop_sequences", "Input should be a valid list");
     for (size_t i = 0; i < s->as_array().size(); ++i)
-      if (!s->as_array()[i].is_string()) return invalid("stop_sequences." + std::to_string(i), "Input should be a valid string");
+      if (!s->as_array()[i].is_string())
+        return invalid("stop_sequences." + std::to_string(i), "Input should be a valid string");
   }
-  if (auto* m = body.if_contains("metadata"); m && !m->is_object()) return invalid("metadata", "Input should be a valid dictionary");
-  if (auto* t = body.if_contains("thinking"); t && !t->is_object()) return invalid("thinking", "Input should be a valid dictionary");
+  if (auto* m = body.if_contains("metadata"); m && !m->is_object())
+    return invalid("metadata", "Input should be a valid dictionary");
+  if (auto* t = body.if_contains("thinking"); t && !t->is_object())
+    return invalid("thinking", "Input should be a valid dictionary");
   if (auto* tools = body.if_contains("tools")) {
     if (auto e = check_tools(*tools, request.code_tool)) return *e;
     if (auto e = check_code_callers(tools->as_array(), request)) return *e;
@@ -428,22 +444,26 @@ Result<MessagesRequest> parse_messages_request(json::object body, bool (*valid_c
     const json::value* id = container;
     if (container->is_object()) {
       for (const auto& [key, v] : container->as_object())
-        if (key != "id" && key != "skills") return invalid("container." + std::string(key), "Extra inputs are not permitted");
+        if (key != "id" && key != "skills")
+          return invalid("container." + std::string(key), "Extra inputs are not permitted");
       id = container->as_object().if_contains("id");
       if (id && id->is_null()) id = nullptr;
       if (auto* skills = container->as_object().if_contains("skills"); skills && !skills->is_null())
         if (auto e = check_skills(*skills, request.skills)) return *e;
     }
     if (id) {
-      if (!id->is_string()) return invalid("container", "Input should be a string or an object with a string 'id'");
+      if (!id->is_string())
+        return invalid("container", "Input should be a string or an object with a string 'id'");
       if (!valid_container_id(id->as_string()))
-        return invalid("container", "a container id is 1 to 128 characters of letters, digits, '.', '_', ':' and '-'");
+        return invalid("container",
+                       "a container id is 1 to 128 characters of letters, digits, '.', '_', ':' and '-'");
       request.container = std::string(id->as_string());
     }
   }
   if (!request.skills.empty() && request.code_tool == CodeToolVersion::kNone)
-    return invalid("container.skills", "skills need the code execution tool: add {\"type\": \"code_execution_20250825\", "
-                                       "\"name\": \"code_execution\"} to tools");
+    return invalid("container.skills",
+                   "skills need the code execution tool: add {\"type\": \"code_execution_20250825\", "
+                   "\"name\": \"code_execution\"} to tools");
   if (has_server_blocks && request.code_tool == CodeToolVersion::kNone)
     return invalid("tools",
                    "the messages hold code execution or container_upload blocks; include the "
@@ -492,7 +512,8 @@ size_t current_turn_start(const json::array& messages) {
 std::string server_tool_id(std::string_view upstream_id) {
   std::string_view rest = upstream_id.starts_with("toolu_") ? upstream_id.substr(6) : upstream_id;
   std::string id = "srvtoolu_";
-  for (char c : rest) id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ? c : '_');
+  for (char c : rest)
+    id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ? c : '_');
   return id;
 }
 
@@ -560,7 +581,8 @@ json::array translate_history(const json::array& messages) {
     if (content.empty()) return;
     if (!out.empty() && out.back().as_object().at("role").as_string() == role) {
       auto& previous = out.back().as_object()["content"];
-      if (previous.is_string()) previous = json::array{json::object{{"type", "text"}, {"text", previous.as_string()}}};
+      if (previous.is_string())
+        previous = json::array{json::object{{"type", "text"}, {"text", previous.as_string()}}};
       for (auto& block : content) previous.as_array().push_back(std::move(block));
       return;
     }
@@ -586,13 +608,15 @@ json::array translate_history(const json::array& messages) {
       std::string_view type = block.at("type").as_string();
       if (code_call_block(block)) continue;
       if (type == "server_tool_use") {
-        if (!results.empty() ) {  // a new step after results: close the step
+        if (!results.empty()) {  // a new step after results: close the step
           append("assistant", std::move(turn));
           append("user", std::move(results));
           turn = {};
           results = {};
         }
-        turn.push_back(json::object{{"type", "tool_use"}, {"id", block.at("id")}, {"name", block.at("name")},
+        turn.push_back(json::object{{"type", "tool_use"},
+                                    {"id", block.at("id")},
+                                    {"name", block.at("name")},
                                     {"input", block.at("input")}});
       } else if (is_sub_tool_result(type)) {
         const auto& result = block.at("content").as_object();
@@ -672,7 +696,8 @@ json::array bash_and_editor_definitions() {
             {"description", "Seconds before the command is killed (default 60); it then returns code 124."}}},
           {"restart",
            {{"type", "boolean"},
-            {"description", "Stop every process in the sandbox and empty /home/agent/workspace before running."}}}}},
+            {"description",
+             "Stop every process in the sandbox and empty /home/agent/workspace before running."}}}}},
         {"required", json::array{"command"}}};
     json::object editor_schema{
         {"type", "object"},
@@ -680,11 +705,13 @@ json::array bash_and_editor_definitions() {
          {{"command",
            {{"type", "string"},
             {"enum", json::array{"view", "create", "str_replace", "insert"}},
-            {"description", "view a file or list a directory; create (or overwrite) a file; str_replace one "
-                            "exact, unique string; insert text after a line."}}},
+            {"description",
+             "view a file or list a directory; create (or overwrite) a file; str_replace one "
+             "exact, unique string; insert text after a line."}}},
           {"path",
            {{"type", "string"},
-            {"description", "The file or directory. Relative paths resolve against /home/agent/workspace/."}}},
+            {"description",
+             "The file or directory. Relative paths resolve against /home/agent/workspace/."}}},
           {"view_range",
            {{"type", "array"},
             {"items", {{"type", "integer"}}},
@@ -692,10 +719,14 @@ json::array bash_and_editor_definitions() {
             {"maxItems", 2},
             {"description", "view: [start, end] lines, 1-based; end -1 means the end of the file."}}},
           {"file_text", {{"type", "string"}, {"description", "create: the whole content of the file."}}},
-          {"old_str", {{"type", "string"}, {"description", "str_replace: the exact text to replace; it must occur once."}}},
+          {"old_str",
+           {{"type", "string"},
+            {"description", "str_replace: the exact text to replace; it must occur once."}}},
           {"new_str", {{"type", "string"}, {"description", "str_replace: the replacement text."}}},
           {"insert_line",
-           {{"type", "integer"}, {"minimum", 0}, {"description", "insert: the line after which to insert (0 = start)."}}},
+           {{"type", "integer"},
+            {"minimum", 0},
+            {"description", "insert: the line after which to insert (0 = start)."}}},
           {"insert_text", {{"type", "string"}, {"description", "insert: the text to insert."}}}}},
         {"required", json::array{"command", "path"}}};
     const char* sandbox =
@@ -707,15 +738,19 @@ json::array bash_and_editor_definitions() {
         "Files persist between calls and later requests; processes, environment variables and the current "
         "directory do not. There is no internet access: packages cannot be installed.";
     return json::array{
-        json::object{{"name", kBashTool},
-                     {"description", std::string("Run a shell command in the sandbox. Each call runs in a new bash "
-                                                 "shell; output beyond 1 MiB is truncated.") + sandbox},
-                     {"input_schema", bash_schema}},
-        json::object{{"name", kEditorTool},
-                     {"description", std::string("View, create and edit text files in the sandbox. uploads/ and "
-                                                 "skills/ are read-only; paths outside the sandbox folders are "
-                                                 "refused.") + sandbox},
-                     {"input_schema", editor_schema}}};
+        json::object{
+            {"name", kBashTool},
+            {"description", std::string("Run a shell command in the sandbox. Each call runs in a new bash "
+                                        "shell; output beyond 1 MiB is truncated.") +
+                                sandbox},
+            {"input_schema", bash_schema}},
+        json::object{
+            {"name", kEditorTool},
+            {"description", std::string("View, create and edit text files in the sandbox. uploads/ and "
+                                        "skills/ are read-only; paths outside the sandbox folders are "
+                                        "refused.") +
+                                sandbox},
+            {"input_schema", editor_schema}}};
   }();
   return kTools;
 }
@@ -730,7 +765,8 @@ json::array sub_tool_definitions(bool python, const json::array& code_callable) 
 json::object upstream_body(const MessagesRequest& request, const std::string& upstream_model, bool stream) {
   json::object out;
   for (const auto& [key, value] : request.body) {
-    if (key == "container" || key == "tools" || key == "messages" || key == "stream" || key == "model") continue;
+    if (key == "container" || key == "tools" || key == "messages" || key == "stream" || key == "model")
+      continue;
     out[key] = value;
   }
   out["model"] = upstream_model;
@@ -747,7 +783,7 @@ json::object upstream_body(const MessagesRequest& request, const std::string& up
       // Python sub-tool's description instead.
       if (!lists_caller(tool.as_object(), "direct")) continue;
       json::object plain = tool.as_object();
-      plain.erase("type");  // "custom" is the default
+      plain.erase("type");             // "custom" is the default
       plain.erase("allowed_callers");  // the upstream calls it directly; code's calls are sandboxd's
       tools.push_back(std::move(plain));
     }

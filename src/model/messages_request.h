@@ -85,11 +85,12 @@ struct MessagesRequest {
 
 // Validates a request body. `valid_container_id` tells whether an id is acceptable.
 Result<MessagesRequest> parse_messages_request(boost::json::object body,
-                                                       bool (*valid_container_id)(std::string_view));
+                                               bool (*valid_container_id)(std::string_view));
 
 // The upstream request body: the client's parameters, the upstream model name, the
 // history translated, the sub-tools in place of code_execution.
-boost::json::object upstream_body(const MessagesRequest& request, const std::string& upstream_model, bool stream);
+boost::json::object upstream_body(const MessagesRequest& request, const std::string& upstream_model,
+                                  bool stream);
 
 // The client's history in upstream terms (see the header comment).
 boost::json::array translate_history(const boost::json::array& messages);

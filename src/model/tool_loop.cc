@@ -1,5 +1,6 @@
 #include "model/tool_loop.h"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
@@ -9,11 +10,10 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <map>
 #include <mutex>
-#include <spdlog/spdlog.h>
 
-#include "model/sse.h"
 #include "base/ids.h"
 #include "base/utf8.h"
+#include "model/sse.h"
 
 namespace sandboxd::model {
 
@@ -149,17 +149,22 @@ ApiError upstream_http_error(long status, std::string_view body) {
   json::value parsed = json::parse(body, ec);
   if (!ec && parsed.is_object()) {
     if (auto* error = parsed.as_object().if_contains("error"); error && error->is_object()) {
-      if (auto* t = error->as_object().if_contains("type"); t && t->is_string()) type = std::string(t->as_string());
-      if (auto* m = error->as_object().if_contains("message"); m && m->is_string()) message = std::string(m->as_string());
+      if (auto* t = error->as_object().if_contains("type"); t && t->is_string())
+        type = std::string(t->as_string());
+      if (auto* m = error->as_object().if_contains("message"); m && m->is_string())
+        message = std::string(m->as_string());
     }
   }
   if (status == 529 || type == "overloaded_error")
     return overloaded_529(message.empty() ? "The upstream model is overloaded" : message);
   if (status >= 400 && status < 500) {
     if (type.empty()) {
-      type = status == 401 ? "authentication_error" : status == 403 ? "permission_error"
-             : status == 404 ? "not_found_error" : status == 413 ? "request_too_large"
-             : status == 429 ? "rate_limit_error" : "invalid_request_error";
+      type = status == 401   ? "authentication_error"
+             : status == 403 ? "permission_error"
+             : status == 404 ? "not_found_error"
+             : status == 413 ? "request_too_large"
+             : status == 429 ? "rate_limit_error"
+                             : "invalid_request_error";
     }
     if (message.empty()) message = "The upstream model answered HTTP " + std::to_string(status);
     return ApiError{static_cast<HttpStatus>(status), type, message, {}};
@@ -176,7 +181,8 @@ struct ToolLoop::UpstreamTurn {
 };
 
 ToolLoop::ToolLoop(std::shared_ptr<UpstreamClient> client, LoopSettings settings, MessagesRequest request,
-                   std::string upstream_model, ToolRunner& runner, std::shared_ptr<runtime::Cancellation> cancellation)
+                   std::string upstream_model, ToolRunner& runner,
+                   std::shared_ptr<runtime::Cancellation> cancellation)
     : client_(std::move(client)),
       settings_(std::move(settings)),
       request_(std::move(request)),
@@ -310,15 +316,17 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_json_turn(std::sh
   UpstreamTurn turn;
   turn.content = std::move(message["content"].as_array());
   for (const auto& block : turn.content)
-    if (!valid_upstream_block(block)) co_return bad_gateway("The upstream model sent an invalid content block");
-  if (auto* r = message.if_contains("stop_reason"); r && r->is_string()) turn.stop_reason = std::string(r->as_string());
+    if (!valid_upstream_block(block))
+      co_return bad_gateway("The upstream model sent an invalid content block");
+  if (auto* r = message.if_contains("stop_reason"); r && r->is_string())
+    turn.stop_reason = std::string(r->as_string());
   if (auto* s = message.if_contains("stop_sequence")) turn.stop_sequence = *s;
   if (auto* u = message.if_contains("usage"); u && u->is_object()) turn.usage = u->as_object();
   co_return turn;
 }
 
 asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::shared_ptr<UpstreamCall> call,
-                                                                          EventSink& sink) {
+                                                                           EventSink& sink) {
   UpstreamTurn turn;
   std::vector<SseEvent> pending;
   SseParser parser([&](const SseEvent& event) { pending.push_back(event); });
@@ -327,7 +335,8 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
   bool stopped = false;
   auto index_of = [&](const json::object& data) -> std::optional<int64_t> {
     auto* index = data.if_contains("index");
-    if (!index || !index->is_int64() || index->as_int64() < 0 || index->as_int64() > 100000) return std::nullopt;
+    if (!index || !index->is_int64() || index->as_int64() < 0 || index->as_int64() > 100000)
+      return std::nullopt;
     return index->as_int64();
   };
   for (;;) {
@@ -363,9 +372,11 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
       if (type == "message_start") {
         auto* message = data.if_contains("message");
         if (message && message->is_object())
-          if (auto* u = message->as_object().if_contains("usage"); u && u->is_object()) turn.usage = u->as_object();
+          if (auto* u = message->as_object().if_contains("usage"); u && u->is_object())
+            turn.usage = u->as_object();
         delivered = co_await send_message_start(sink, turn.usage);
-      } else if (type == "content_block_start" || type == "content_block_delta" || type == "content_block_stop") {
+      } else if (type == "content_block_start" || type == "content_block_delta" ||
+                 type == "content_block_stop") {
         auto index = index_of(data);
         if (!index) {
           call->cancel();
@@ -403,10 +414,14 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
               joined.append(text);
               block[field] = joined;
             };
-            if (delta_type == "text_delta") append("text", text_of("text"));
-            else if (delta_type == "thinking_delta") append("thinking", text_of("thinking"));
-            else if (delta_type == "signature_delta") block["signature"] = text_of("signature");
-            else if (delta_type == "input_json_delta") partial_json[*index].append(text_of("partial_json"));
+            if (delta_type == "text_delta")
+              append("text", text_of("text"));
+            else if (delta_type == "thinking_delta")
+              append("thinking", text_of("thinking"));
+            else if (delta_type == "signature_delta")
+              block["signature"] = text_of("signature");
+            else if (delta_type == "input_json_delta")
+              partial_json[*index].append(text_of("partial_json"));
             else if (delta_type == "citations_delta") {
               if (auto* citation = delta.if_contains("citation")) {
                 auto& citations = block["citations"];
@@ -416,7 +431,8 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
             }
           } else {  // content_block_stop: a tool call's input is complete
             if (auto it = partial_json.find(*index); it != partial_json.end()) {
-              json::value input = it->second.empty() ? json::value(json::object{}) : json::parse(it->second, ec);
+              json::value input =
+                  it->second.empty() ? json::value(json::object{}) : json::parse(it->second, ec);
               if (ec || !input.is_object()) {
                 call->cancel();
                 co_return bad_gateway("The upstream model streamed a tool input that is not a JSON object");
@@ -440,8 +456,10 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
       } else if (type == "error") {
         std::string error_type, message = "The upstream model failed mid-stream";
         if (auto* e = data.if_contains("error"); e && e->is_object()) {
-          if (auto* t = e->as_object().if_contains("type"); t && t->is_string()) error_type = std::string(t->as_string());
-          if (auto* m = e->as_object().if_contains("message"); m && m->is_string()) message = std::string(m->as_string());
+          if (auto* t = e->as_object().if_contains("type"); t && t->is_string())
+            error_type = std::string(t->as_string());
+          if (auto* m = e->as_object().if_contains("message"); m && m->is_string())
+            message = std::string(m->as_string());
         }
         call->cancel();
         if (error_type == "overloaded_error") co_return overloaded_529(message);
@@ -515,9 +533,12 @@ asio::awaitable<bool> ToolLoop::after_turn(UpstreamTurn& turn, EventSink* sink) 
   for (const auto& value : turn.content) {
     const auto& block = value.as_object();
     content_.push_back(shown_block(block));
-    if (auto* type = block.if_contains("type"); type && type->is_string() && type->as_string() == "tool_use") {
-      if (content_.back().as_object().at("type").as_string() == "server_tool_use") server_calls.push_back(&block);
-      else client_calls = true;
+    if (auto* type = block.if_contains("type");
+        type && type->is_string() && type->as_string() == "tool_use") {
+      if (content_.back().as_object().at("type").as_string() == "server_tool_use")
+        server_calls.push_back(&block);
+      else
+        client_calls = true;
     }
   }
   stop_reason_ = turn.stop_reason;

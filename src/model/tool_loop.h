@@ -12,16 +12,16 @@
 #include <memory>
 #include <string>
 
+#include "base/error.h"
 #include "model/messages_request.h"
 #include "model/upstream_client.h"
 #include "runtime/cancellation.h"
-#include "base/error.h"
 
 namespace sandboxd::model {
 
 struct LoopSettings {
-  std::string messages_url;           // the upstream's .../v1/messages
-  std::vector<std::string> headers;   // auth and version headers for the upstream
+  std::string messages_url;          // the upstream's .../v1/messages
+  std::vector<std::string> headers;  // auth and version headers for the upstream
   std::chrono::milliseconds timeout{600'000};
   int max_tool_iterations = 20;
   std::chrono::milliseconds ping_interval{5'000};
@@ -53,7 +53,8 @@ class ToolRunner {
   virtual ~ToolRunner() = default;
   // Runs one sub-tool call; returns the result block's `content` (errors included, with
   // their `detail`).
-  virtual boost::asio::awaitable<boost::json::object> run(std::string_view tool, const boost::json::object& input) = 0;
+  virtual boost::asio::awaitable<boost::json::object> run(std::string_view tool,
+                                                          const boost::json::object& input) = 0;
   // The same, telling `listener` the command's output while it runs (where the runner
   // can; by default it cannot and runs the call plainly).
   virtual boost::asio::awaitable<boost::json::object> run_observed(std::string_view tool,
@@ -99,7 +100,8 @@ ApiError upstream_http_error(long status, std::string_view body);
 class ToolLoop {
  public:
   ToolLoop(std::shared_ptr<UpstreamClient> client, LoopSettings settings, MessagesRequest request,
-           std::string upstream_model, ToolRunner& runner, std::shared_ptr<runtime::Cancellation> cancellation);
+           std::string upstream_model, ToolRunner& runner,
+           std::shared_ptr<runtime::Cancellation> cancellation);
   ~ToolLoop();
 
   // The whole turn as one message (non-streaming requests).
@@ -115,7 +117,7 @@ class ToolLoop {
   boost::asio::awaitable<Result<std::shared_ptr<UpstreamCall>>> call_upstream(bool stream);
   boost::asio::awaitable<Result<UpstreamTurn>> read_json_turn(std::shared_ptr<UpstreamCall> call);
   boost::asio::awaitable<Result<UpstreamTurn>> read_stream_turn(std::shared_ptr<UpstreamCall> call,
-                                                                       EventSink& sink);
+                                                                EventSink& sink);
   // After a turn: runs its sub-tool calls; true when the loop goes on.
   boost::asio::awaitable<bool> after_turn(UpstreamTurn& turn, EventSink* sink);
   // Runs one sub-tool call (beside pings when streaming); `code_tools` set: the Python

@@ -2,12 +2,12 @@
 
 #include <curl/curl.h>
 
+#include <spdlog/spdlog.h>
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <map>
-#include <spdlog/spdlog.h>
 #include <stdexcept>
 
 namespace sandboxd::model {
@@ -36,9 +36,9 @@ struct UpstreamClient::Shared {
   std::map<CURL*, std::shared_ptr<UpstreamCall>> active;  // the loop thread's own
 };
 
-
 // ---------------------------------------------------------------------------------
-UpstreamCall::UpstreamCall(asio::any_io_executor executor, std::shared_ptr<runtime::Cancellation> cancellation)
+UpstreamCall::UpstreamCall(asio::any_io_executor executor,
+                           std::shared_ptr<runtime::Cancellation> cancellation)
     : executor_(executor), signal_(executor), cancellation_(std::move(cancellation)) {}
 
 UpstreamCall::~UpstreamCall() {
@@ -163,7 +163,8 @@ std::shared_ptr<UpstreamCall> UpstreamClient::post(asio::any_io_executor executo
   CURL* easy = curl_easy_init();
   if (!easy) throw std::runtime_error("curl_easy_init failed");
   transfer.easy = easy;
-  for (const auto& header : transfer.request.headers) transfer.headers = curl_slist_append(transfer.headers, header.c_str());
+  for (const auto& header : transfer.request.headers)
+    transfer.headers = curl_slist_append(transfer.headers, header.c_str());
   // No "Expect: 100-continue" round trip before the body.
   transfer.headers = curl_slist_append(transfer.headers, "Expect:");
   curl_easy_setopt(easy, CURLOPT_URL, transfer.request.url.c_str());
@@ -172,8 +173,9 @@ std::shared_ptr<UpstreamCall> UpstreamClient::post(asio::any_io_executor executo
   curl_easy_setopt(easy, CURLOPT_POSTFIELDS, transfer.request.body.data());
   curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(transfer.request.body.size()));
   curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(transfer.request.timeout.count()));
-  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(std::min(transfer.request.connect_timeout, transfer.request.timeout).count()));
+  curl_easy_setopt(
+      easy, CURLOPT_CONNECTTIMEOUT_MS,
+      static_cast<long>(std::min(transfer.request.connect_timeout, transfer.request.timeout).count()));
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);

@@ -24,9 +24,9 @@ namespace asio = boost::asio;
 
 struct UpstreamEvent {
   enum class Kind { kHead, kData, kEnd } kind = Kind::kEnd;
-  long status = 0;            // kHead: the HTTP status
-  std::string content_type;   // kHead
-  std::string data;           // kData: a piece of the body
+  long status = 0;           // kHead: the HTTP status
+  std::string content_type;  // kHead
+  std::string data;          // kData: a piece of the body
   // kEnd: empty when the transfer completed; else why it did not.
   std::string error;
   bool timed_out = false;

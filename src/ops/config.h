@@ -51,9 +51,9 @@ struct Config {
   std::string data_dir = "./sandboxd-data";
   uint64_t max_upload_bytes = 512ull << 20;
   int header_timeout_sec = 15;  // the whole request header must arrive in this time
-  std::string web_root;  // server.webRoot: the web page's files; empty = found beside the binary
+  std::string web_root;         // server.webRoot: the web page's files; empty = found beside the binary
   // Slow bodies and connection caps (see server::ServerLimits).
-  int body_idle_timeout_sec = 60;              // longest wait for the next body bytes
+  int body_idle_timeout_sec = 60;               // longest wait for the next body bytes
   uint64_t body_min_rate_bytes_per_sec = 1024;  // a body's minimum average rate (0: none)
   int body_rate_grace_sec = 10;                 // the time credit a body starts with
   uint64_t max_connections = 0;                 // 0: half the process's open-file limit
@@ -71,7 +71,7 @@ struct Config {
   std::string model_api_key;
   std::map<std::string, std::string> model_names;  // "default" -> upstream name
   int max_tool_iterations = 20;
-  int model_timeout_sec = 600;      // one upstream call, connect to last byte
+  int model_timeout_sec = 600;  // one upstream call, connect to last byte
   // How long code paused on a client tool (programmatic tool calling) waits for the
   // client's tool_result before the call fails in the code (about Anthropic's 4.5 min).
   int tool_result_timeout_sec = 270;
@@ -115,16 +115,16 @@ struct Config {
   bool download_uploaded = false;
   int max_history_turns = 20;  // workspace.maxHistoryTurns: turns of a thread sent upstream
   // quotas (per owner)
-  uint64_t running_sandboxes_per_owner = 20;  // quotas.runningSandboxesPerOwner (0: none)
-  uint64_t containers_per_owner = 2000;       // quotas.containersPerOwner: stored containers (0: none)
+  uint64_t running_sandboxes_per_owner = 20;      // quotas.runningSandboxesPerOwner (0: none)
+  uint64_t containers_per_owner = 2000;           // quotas.containersPerOwner: stored containers (0: none)
   uint64_t stored_bytes_per_owner = 50ull << 30;  // quotas.storedBytesPerOwner: uploads and outputs (0: none)
   uint64_t threads_per_owner = 2000;              // quotas.threadsPerOwner: chat threads (0: none)
   uint64_t skills_per_owner = 100;                // quotas.skillsPerOwner: custom skills (0: none)
-  uint64_t skill_versions_per_owner = 500;        // quotas.skillVersionsPerOwner: all their versions (0: none)
+  uint64_t skill_versions_per_owner = 500;  // quotas.skillVersionsPerOwner: all their versions (0: none)
   // logging
-  bool log_json = false;                 // logging.format: json (JSON lines) or text
+  bool log_json = false;                   // logging.format: json (JSON lines) or text
   uint64_t audit_max_bytes = 64ull << 20;  // logging.auditMaxSize: the audit log rotates past it
-  int audit_files = 5;                   // logging.auditFiles: rotated audit logs kept
+  int audit_files = 5;                     // logging.auditFiles: rotated audit logs kept
   // runtime
   uint32_t sandbox_host_uid = 101000;
   std::string cgroup_mode = "auto";
@@ -133,8 +133,8 @@ struct Config {
   std::string skills_dir;
   uint64_t skill_max_bytes = 30ull << 20;  // runtime.skillMaxSize: one skill version, uncompressed
   int skill_max_files = 1000;              // runtime.skillMaxFiles: files and folders together
-  int prestarted_sandboxes = 2;  // started ahead, handed to new containers on demand
-  int max_connections_per_sandbox = 64;  // relayed connections (API and services) at once
+  int prestarted_sandboxes = 2;            // started ahead, handed to new containers on demand
+  int max_connections_per_sandbox = 64;    // relayed connections (API and services) at once
   // All sandboxes together (runtime.sandboxesPidsMax, sandboxesMemoryMax, sandboxesCpuMax):
   // limits on this instance's parent cgroup. 0 = a share of the host
   // (runtime/host_capacity.h); kNoLimit ("none") = no limit.
@@ -147,9 +147,9 @@ struct Config {
   std::string runtime_provider = "sandboxd";
   // cluster (docs/storage.md): several replicas share the metadata and serve each container
   // from one replica at a time (a lease). On when cluster_replica_id is set.
-  std::string cluster_replica_id;     // cluster.replicaId: unique among the replicas
-  std::string cluster_advertise_url;  // cluster.advertiseUrl: http://HOST:PORT the others relay to
-  int cluster_lease_seconds = 15;     // cluster.leaseSeconds: a lease not renewed for this long is free
+  std::string cluster_replica_id;       // cluster.replicaId: unique among the replicas
+  std::string cluster_advertise_url;    // cluster.advertiseUrl: http://HOST:PORT the others relay to
+  int cluster_lease_seconds = 15;       // cluster.leaseSeconds: a lease not renewed for this long is free
   int cluster_shutdown_grace_sec = 30;  // cluster.shutdownGraceSec: SIGTERM to exit, at most
   // cluster.takeoverPerSecond: containers a replica takes over a second from replicas whose
   // heartbeat ran out; cluster.takeoverBatch: the most its background takeover takes at once.
@@ -164,7 +164,7 @@ struct Config {
     std::string endpoint;  // http(s)://host[:port]
     std::string region = "us-east-1";
     std::string bucket;
-    std::string prefix;  // keys start with it ("sandboxd/")
+    std::string prefix;                            // keys start with it ("sandboxd/")
     std::string access_key_id, secret_access_key;  // env SANDBOXD_S3_ACCESS_KEY_ID / _SECRET_ACCESS_KEY win
     bool force_path_style = false;
     uint64_t part_bytes = 8ull << 20;  // storage.s3.partSize: multipart threshold and part size

@@ -23,7 +23,8 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 }  // namespace
 
-HealthCheck::HealthCheck(boost::asio::io_context& io, std::string data_dir, std::chrono::milliseconds interval)
+HealthCheck::HealthCheck(boost::asio::io_context& io, std::string data_dir,
+                         std::chrono::milliseconds interval)
     : io_(io), data_dir_(std::move(data_dir)), interval_(interval) {
   // Failpoint STOP_HEALTH_CHECK=<seconds> (base/failpoint.h): the check stops after
   // that long, as a crashed check would.
@@ -108,7 +109,8 @@ HealthCheck::Status HealthCheck::status() const {
   status.seconds_since_run = seconds(now - last_run_);
   // Three missed runs (and a margin for a loaded host) mean the check has stopped.
   status.running = now - last_run_ < 3 * interval_ + std::chrono::seconds(2);
-  status.event_loop_lag = probe_pending_ ? seconds(now - probe_posted_) : seconds(probe_answered_ - probe_posted_);
+  status.event_loop_lag =
+      probe_pending_ ? seconds(now - probe_posted_) : seconds(probe_answered_ - probe_posted_);
   status.data_free_bytes = data_free_bytes_;
   status.problems = problems_;
   return status;

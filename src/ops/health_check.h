@@ -28,9 +28,9 @@ class HealthCheck {
   HealthCheck& operator=(const HealthCheck&) = delete;
 
   struct Status {
-    bool running = false;           // the check ran within the last few intervals
-    double seconds_since_run = 0;   // since its last run
-    double event_loop_lag = 0;      // seconds the last posted probe waited (or is waiting)
+    bool running = false;          // the check ran within the last few intervals
+    double seconds_since_run = 0;  // since its last run
+    double event_loop_lag = 0;     // seconds the last posted probe waited (or is waiting)
     uint64_t data_free_bytes = 0;
     std::vector<std::string> problems;  // what the last run found
   };

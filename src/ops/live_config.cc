@@ -42,9 +42,11 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
   auto keep = [&](bool same, const char* key) {
     if (!same) kept.emplace_back(key);
   };
-  keep(loaded.listen_host == current->listen_host && loaded.listen_port == current->listen_port, "server.listen");
+  keep(loaded.listen_host == current->listen_host && loaded.listen_port == current->listen_port,
+       "server.listen");
   std::error_code ec;
-  keep(std::filesystem::weakly_canonical(loaded.data_dir, ec).string() == current->data_dir, "server.dataDir");
+  keep(std::filesystem::weakly_canonical(loaded.data_dir, ec).string() == current->data_dir,
+       "server.dataDir");
   keep(loaded.header_timeout_sec == current->header_timeout_sec, "server.headerTimeoutSec");
   keep(loaded.web_root == current->web_root, "server.webRoot");
   keep(loaded.max_connections == current->max_connections &&
@@ -54,7 +56,8 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
        "server.maxConnections*");
   bool same_tokens = loaded.tokens.size() == current->tokens.size();
   for (size_t i = 0; same_tokens && i < loaded.tokens.size(); ++i)
-    same_tokens = loaded.tokens[i].token == current->tokens[i].token && loaded.tokens[i].owner == current->tokens[i].owner;
+    same_tokens = loaded.tokens[i].token == current->tokens[i].token &&
+                  loaded.tokens[i].owner == current->tokens[i].owner;
   keep(same_tokens, "auth.tokens");
   keep(loaded.admin_token == current->admin_token, "auth.adminToken");
   keep(loaded.cluster_replica_id == current->cluster_replica_id &&
@@ -66,7 +69,8 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
        "model.baseUrl/apiKey");
   keep(loaded.workspace_size_bytes == current->workspace_size_bytes, "codeInterpreter.workspaceSizeLimit");
   keep(loaded.sandbox_host_uid == current->sandbox_host_uid && loaded.cgroup_mode == current->cgroup_mode &&
-           loaded.skills_dir == current->skills_dir && loaded.prestarted_sandboxes == current->prestarted_sandboxes &&
+           loaded.skills_dir == current->skills_dir &&
+           loaded.prestarted_sandboxes == current->prestarted_sandboxes &&
            loaded.runtime_provider == current->runtime_provider &&
            loaded.max_connections_per_sandbox == current->max_connections_per_sandbox &&
            loaded.sandboxes_pids_max == current->sandboxes_pids_max &&
@@ -91,7 +95,8 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
   keep(loaded.metadata_backend == current->metadata_backend && loaded.postgres_url == current->postgres_url &&
            loaded.postgres_lock_timeout_sec == current->postgres_lock_timeout_sec &&
            loaded.postgres_statement_timeout_sec == current->postgres_statement_timeout_sec &&
-           loaded.postgres_idle_in_transaction_timeout_sec == current->postgres_idle_in_transaction_timeout_sec,
+           loaded.postgres_idle_in_transaction_timeout_sec ==
+               current->postgres_idle_in_transaction_timeout_sec,
        "metadata");
   keep(loaded.image_repository == current->image_repository && loaded.image_tag == current->image_tag,
        "external.opensandbox.codeExecution.image");
@@ -99,7 +104,8 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
            loaded.s3.region == current->s3.region && loaded.s3.bucket == current->s3.bucket &&
            loaded.s3.prefix == current->s3.prefix && loaded.s3.access_key_id == current->s3.access_key_id &&
            loaded.s3.secret_access_key == current->s3.secret_access_key &&
-           loaded.s3.force_path_style == current->s3.force_path_style && loaded.s3.part_bytes == current->s3.part_bytes &&
+           loaded.s3.force_path_style == current->s3.force_path_style &&
+           loaded.s3.part_bytes == current->s3.part_bytes &&
            loaded.s3.max_parts_in_flight == current->s3.max_parts_in_flight &&
            loaded.s3.single_put_max_bytes == current->s3.single_put_max_bytes &&
            loaded.flush_interval_sec == current->flush_interval_sec,

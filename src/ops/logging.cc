@@ -2,14 +2,14 @@
 
 #include <unistd.h>
 
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/sinks/rotating_file_sink.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
-#include <spdlog/pattern_formatter.h>
-#include <spdlog/sinks/base_sink.h>
-#include <spdlog/sinks/rotating_file_sink.h>
 
 #include "base/utf8.h"
 
@@ -31,11 +31,21 @@ void append_escaped(std::string& out, std::string_view text) {
   }
   for (unsigned char c : to_valid_utf8(text)) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           out += "\\u00";
@@ -58,7 +68,8 @@ std::string utc_now() {
   // the rest of a short line.
   char out[] = "0000-00-00T00:00:00.000Z";
   auto put = [&out](size_t at, long long value, int digits) {
-    for (int i = digits - 1; i >= 0; --i, value /= 10) out[at + static_cast<size_t>(i)] = static_cast<char>('0' + value % 10);
+    for (int i = digits - 1; i >= 0; --i, value /= 10)
+      out[at + static_cast<size_t>(i)] = static_cast<char>('0' + value % 10);
   };
   put(0, tm.tm_year + 1900, 4);
   put(5, tm.tm_mon + 1, 2);
@@ -119,7 +130,8 @@ class JsonLineFlag : public spdlog::custom_flag_formatter {
                   ",\"level\":\"" + std::string(level.data(), level.size()) + "\"");
     } else {
       auto level = spdlog::level::to_string_view(msg.level);
-      line = "{\"time\":\"" + utc_now() + "\",\"level\":\"" + std::string(level.data(), level.size()) + "\",\"msg\":\"";
+      line = "{\"time\":\"" + utc_now() + "\",\"level\":\"" + std::string(level.data(), level.size()) +
+             "\",\"msg\":\"";
       append_escaped(line, text);
       line += "\"}";
     }
@@ -183,7 +195,8 @@ std::string event_json(std::string_view event, std::initializer_list<LogField> f
   return line;
 }
 
-void log_event(spdlog::level::level_enum level, std::string_view event, std::initializer_list<LogField> fields) {
+void log_event(spdlog::level::level_enum level, std::string_view event,
+               std::initializer_list<LogField> fields) {
   if (!spdlog::should_log(level)) return;
   if (json_logs) {
     // (A string_view is logged as is: no format string to parse, no copy through fmt.)

@@ -3,10 +3,10 @@
 // in the data directory (who did what, when), rotated by size.
 #pragma once
 
+#include <spdlog/spdlog.h>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
-#include <spdlog/spdlog.h>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -23,7 +23,8 @@ struct LogField {
 void configure_logging(bool json);
 
 // One event with fields: `event key=value …` as text, or a JSON object line.
-void log_event(spdlog::level::level_enum level, std::string_view event, std::initializer_list<LogField> fields);
+void log_event(spdlog::level::level_enum level, std::string_view event,
+               std::initializer_list<LogField> fields);
 
 // The same for a line of the request path (each request's, each execution's): written
 // with the next flush (within a second, at once for a warning) rather than by a write

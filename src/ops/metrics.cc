@@ -8,8 +8,8 @@
 namespace sandboxd::ops {
 namespace {
 
-const std::vector<double> kLatencyBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                            0.25,  0.5,    1,     2.5,  5,     10,   30, 60, 300};
+const std::vector<double> kLatencyBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                            0.5,   1,      2.5,   5,    10,    30,   60,  300};
 
 std::string escape(const std::string& value) {
   std::string out;
@@ -43,7 +43,8 @@ void sample(std::string& out, const std::string& name, const std::string& labels
 
 }  // namespace
 
-Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
 
 void Histogram::observe(double value) {
   size_t bucket = 0;
@@ -60,7 +61,8 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
   uint64_t cumulative = 0;
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += counts_[i];
-    sample(out, name + "_bucket", prefix + "le=\"" + number(bounds_[i]) + "\"", static_cast<double>(cumulative));
+    sample(out, name + "_bucket", prefix + "le=\"" + number(bounds_[i]) + "\"",
+           static_cast<double>(cumulative));
   }
   sample(out, name + "_bucket", prefix + "le=\"+Inf\"", static_cast<double>(count_));
   sample(out, name + "_sum", labels, sum_);
@@ -133,11 +135,13 @@ std::string Metrics::render(const Gauges& g) const {
   header(out, "sandboxd_files_bytes", "gauge", "Bytes of files stored in containers.");
   sample(out, "sandboxd_files_bytes", "", static_cast<double>(g.files_bytes));
   header(out, "sandboxd_quota_executions_per_owner", "gauge",
-         "Commands one owner may run at once (capacity.maxConcurrentExecutionsPerOwner; unset: the whole limit).");
+         "Commands one owner may run at once (capacity.maxConcurrentExecutionsPerOwner; unset: the whole "
+         "limit).");
   sample(out, "sandboxd_quota_executions_per_owner", "", g.executions_owner_share);
   header(out, "sandboxd_quota_running_sandboxes_per_owner", "gauge",
          "Sandboxes one owner may run at once (quotas.runningSandboxesPerOwner; 0: none).");
-  sample(out, "sandboxd_quota_running_sandboxes_per_owner", "", static_cast<double>(g.running_sandboxes_per_owner));
+  sample(out, "sandboxd_quota_running_sandboxes_per_owner", "",
+         static_cast<double>(g.running_sandboxes_per_owner));
   header(out, "sandboxd_quota_containers_per_owner", "gauge",
          "Containers one owner may keep (quotas.containersPerOwner; 0: none).");
   sample(out, "sandboxd_quota_containers_per_owner", "", static_cast<double>(g.containers_per_owner));
@@ -145,21 +149,27 @@ std::string Metrics::render(const Gauges& g) const {
     header(out, name, "gauge", help);
     sample(out, name, "", static_cast<double>(value));
   };
-  quota("sandboxd_quota_stored_bytes_per_owner", "Bytes of files one owner may store (quotas.storedBytesPerOwner; 0: none).",
+  quota("sandboxd_quota_stored_bytes_per_owner",
+        "Bytes of files one owner may store (quotas.storedBytesPerOwner; 0: none).",
         g.stored_bytes_per_owner);
-  quota("sandboxd_quota_threads_per_owner", "Chat threads one owner may keep (quotas.threadsPerOwner; 0: none).",
-        g.threads_per_owner);
-  quota("sandboxd_quota_skills_per_owner", "Custom skills one owner may keep (quotas.skillsPerOwner; 0: none).",
-        g.skills_per_owner);
+  quota("sandboxd_quota_threads_per_owner",
+        "Chat threads one owner may keep (quotas.threadsPerOwner; 0: none).", g.threads_per_owner);
+  quota("sandboxd_quota_skills_per_owner",
+        "Custom skills one owner may keep (quotas.skillsPerOwner; 0: none).", g.skills_per_owner);
   quota("sandboxd_quota_skill_versions_per_owner",
-        "Versions of custom skills one owner may keep (quotas.skillVersionsPerOwner; 0: none).", g.skill_versions_per_owner);
+        "Versions of custom skills one owner may keep (quotas.skillVersionsPerOwner; 0: none).",
+        g.skill_versions_per_owner);
   header(out, "sandboxd_http_connections", "gauge", "HTTP connections open now, by state.");
-  sample(out, "sandboxd_http_connections", "state=\"authenticated\"",
-         static_cast<double>(g.connections_open - std::min(g.connections_open, g.connections_unauthenticated)));
-  sample(out, "sandboxd_http_connections", "state=\"unauthenticated\"", static_cast<double>(g.connections_unauthenticated));
-  header(out, "sandboxd_http_connections_refused_total", "counter", "HTTP connections refused, by the cap that refused them.");
+  sample(
+      out, "sandboxd_http_connections", "state=\"authenticated\"",
+      static_cast<double>(g.connections_open - std::min(g.connections_open, g.connections_unauthenticated)));
+  sample(out, "sandboxd_http_connections", "state=\"unauthenticated\"",
+         static_cast<double>(g.connections_unauthenticated));
+  header(out, "sandboxd_http_connections_refused_total", "counter",
+         "HTTP connections refused, by the cap that refused them.");
   for (const auto& [cap, refused] : g.connections_refused)
-    sample(out, "sandboxd_http_connections_refused_total", "cap=\"" + cap + "\"", static_cast<double>(refused));
+    sample(out, "sandboxd_http_connections_refused_total", "cap=\"" + cap + "\"",
+           static_cast<double>(refused));
   header(out, "sandboxd_sandboxes_started_total", "counter", "Sandboxes started.");
   sample(out, "sandboxd_sandboxes_started_total", "", static_cast<double>(started_.load()));
   if (g.network_peers) {
@@ -168,33 +178,46 @@ std::string Metrics::render(const Gauges& g) const {
       sample(out, name, "", value);
     };
     gauge("sandboxd_network_peers_watch_current", "gauge",
-          "1 while every Kubernetes watch of the NetworkPolicy peers is open and listed; 0: the last set is in force.",
+          "1 while every Kubernetes watch of the NetworkPolicy peers is open and listed; 0: the last set is "
+          "in force.",
           g.network_peers_current ? 1 : 0);
-    gauge("sandboxd_network_peers_synced", "gauge", "1 once the NetworkPolicy peers were listed from the Kubernetes API.",
+    gauge("sandboxd_network_peers_synced", "gauge",
+          "1 once the NetworkPolicy peers were listed from the Kubernetes API.",
           g.network_peers_synced ? 1 : 0);
     gauge("sandboxd_network_peers_seconds_not_current", "gauge",
-          "Seconds since the peer watch stopped being current (0 while current).", g.network_peers_seconds_not_current);
-    gauge("sandboxd_network_peers_names", "gauge", "Service names the NetworkPolicy peers let a sandbox resolve.",
+          "Seconds since the peer watch stopped being current (0 while current).",
+          g.network_peers_seconds_not_current);
+    gauge("sandboxd_network_peers_names", "gauge",
+          "Service names the NetworkPolicy peers let a sandbox resolve.",
           static_cast<double>(g.network_peers_names));
     gauge("sandboxd_network_peers_addresses", "gauge", "Pod addresses the NetworkPolicy peers select.",
           static_cast<double>(g.network_peers_addresses));
-    gauge("sandboxd_network_peers_relists_total", "counter", "Lists of a watched Kubernetes resource (first and after 410 Gone).",
+    gauge("sandboxd_network_peers_relists_total", "counter",
+          "Lists of a watched Kubernetes resource (first and after 410 Gone).",
           static_cast<double>(g.network_peers_relists));
-    gauge("sandboxd_network_peers_reconnects_total", "counter", "Watches of the Kubernetes API opened again after a failure.",
+    gauge("sandboxd_network_peers_reconnects_total", "counter",
+          "Watches of the Kubernetes API opened again after a failure.",
           static_cast<double>(g.network_peers_reconnects));
-    gauge("sandboxd_network_peers_updates_total", "counter", "Resolved sets of the NetworkPolicy peers published.",
+    gauge("sandboxd_network_peers_updates_total", "counter",
+          "Resolved sets of the NetworkPolicy peers published.",
           static_cast<double>(g.network_peers_updates));
   }
   if (g.storage_bucket) {
-    header(out, "sandboxd_storage_pending_flush_bytes", "gauge",
-           "Bytes of workspace and outputs changed but not yet in the sessions bucket (as of the last flush).");
-    sample(out, "sandboxd_storage_pending_flush_bytes", "", static_cast<double>(g.storage_pending_flush_bytes));
-    header(out, "sandboxd_storage_flushes_total", "counter", "Flushes of containers to the sessions bucket, by outcome.");
+    header(
+        out, "sandboxd_storage_pending_flush_bytes", "gauge",
+        "Bytes of workspace and outputs changed but not yet in the sessions bucket (as of the last flush).");
+    sample(out, "sandboxd_storage_pending_flush_bytes", "",
+           static_cast<double>(g.storage_pending_flush_bytes));
+    header(out, "sandboxd_storage_flushes_total", "counter",
+           "Flushes of containers to the sessions bucket, by outcome.");
     sample(out, "sandboxd_storage_flushes_total", "outcome=\"ok\"", static_cast<double>(flushes_ok_.load()));
-    sample(out, "sandboxd_storage_flushes_total", "outcome=\"failed\"", static_cast<double>(flushes_failed_.load()));
-    header(out, "sandboxd_storage_flush_failures_total", "counter", "Flushes to the sessions bucket that failed (retried).");
+    sample(out, "sandboxd_storage_flushes_total", "outcome=\"failed\"",
+           static_cast<double>(flushes_failed_.load()));
+    header(out, "sandboxd_storage_flush_failures_total", "counter",
+           "Flushes to the sessions bucket that failed (retried).");
     sample(out, "sandboxd_storage_flush_failures_total", "", static_cast<double>(flushes_failed_.load()));
-    header(out, "sandboxd_storage_flush_duration_seconds", "histogram", "Duration of flushes to the sessions bucket.");
+    header(out, "sandboxd_storage_flush_duration_seconds", "histogram",
+           "Duration of flushes to the sessions bucket.");
     flush_duration_.render(out, "sandboxd_storage_flush_duration_seconds", "");
     header(out, "sandboxd_storage_restore_duration_seconds", "histogram",
            "Duration of restores of containers from the sessions bucket.");

@@ -51,7 +51,8 @@ class Metrics {
     // The per-owner quotas in force (0: none).
     int executions_owner_share = 0;  // the per-owner cap in force
     uint64_t running_sandboxes_per_owner = 0, containers_per_owner = 0;
-    uint64_t stored_bytes_per_owner = 0, threads_per_owner = 0, skills_per_owner = 0, skill_versions_per_owner = 0;
+    uint64_t stored_bytes_per_owner = 0, threads_per_owner = 0, skills_per_owner = 0,
+             skill_versions_per_owner = 0;
     // HTTP connections open now, and how many of them have not authenticated yet.
     size_t connections_open = 0, connections_unauthenticated = 0;
     // Connections refused so far, by the cap that refused them (total, address,

@@ -2,13 +2,13 @@
 
 #include <systemd/sd-daemon.h>
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <cstdlib>
-#include <spdlog/spdlog.h>
 
 namespace sandboxd::ops {
 namespace {

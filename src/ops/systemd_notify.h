@@ -17,7 +17,8 @@ using ReadinessProbe = std::function<boost::asio::awaitable<std::string>()>;
 // Probes until `probe` passes, then tells systemd READY=1. With `code_execution` false
 // (runtime.provider: none, a files-only service by the operator's choice) READY=1 is
 // sent at once: nothing will ever make that probe pass.
-void notify_systemd_when_ready(boost::asio::any_io_executor executor, bool code_execution, ReadinessProbe probe);
+void notify_systemd_when_ready(boost::asio::any_io_executor executor, bool code_execution,
+                               ReadinessProbe probe);
 
 // STOPPING=1: systemd shows "deactivating" while sandboxes are stopped and flushed.
 void notify_systemd_stopping();

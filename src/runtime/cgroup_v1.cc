@@ -110,7 +110,8 @@ class CgroupV1 final : public CgroupBackend {
   uint64_t memory_usage(const std::string& sandbox) const override {
     const Root* memory = find("memory");
     if (!memory) return 0;
-    return std::strtoull(read_file(memory->path + "/" + sandbox + "/memory.usage_in_bytes").c_str(), nullptr, 10);
+    return std::strtoull(read_file(memory->path + "/" + sandbox + "/memory.usage_in_bytes").c_str(), nullptr,
+                         10);
   }
 
   uint64_t oom_kills(const std::string& sandbox) const override {

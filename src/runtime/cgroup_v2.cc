@@ -45,7 +45,8 @@ void enable_for_children(const std::string& dir, const std::string& enable) {
     const std::string leaf = dir + "/" + kServerLeaf;
     make_dir(leaf);
     std::istringstream procs(read_file(dir + "/cgroup.procs"));
-    for (std::string pid; procs >> pid;) try_write_file(leaf + "/cgroup.procs", pid);  // gone meanwhile: ESRCH
+    for (std::string pid; procs >> pid;)
+      try_write_file(leaf + "/cgroup.procs", pid);  // gone meanwhile: ESRCH
   }
 }
 
@@ -54,7 +55,8 @@ class CgroupV2 final : public CgroupBackend {
   explicit CgroupV2(const CgroupOptions& options) {
     std::istringstream available(read_file(options.v2_root + "/cgroup.controllers"));
     for (std::string name; available >> name;)
-      if (std::find(options.v2_controllers.begin(), options.v2_controllers.end(), name) != options.v2_controllers.end())
+      if (std::find(options.v2_controllers.begin(), options.v2_controllers.end(), name) !=
+          options.v2_controllers.end())
         controllers_.push_back(name);
     std::string enable;
     for (const auto& name : controllers_) enable += (enable.empty() ? "+" : " +") + name;

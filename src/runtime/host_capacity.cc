@@ -68,8 +68,9 @@ std::vector<UsernsLimit> default_userns_limits() {
       {"max_fanotify_groups", share("/proc/sys/fs/fanotify/max_user_groups", 128)},
       {"max_fanotify_marks", share("/proc/sys/fs/fanotify/max_user_marks", 8192)},
   };
-  for (const char* ns : {"max_user_namespaces", "max_mnt_namespaces", "max_pid_namespaces", "max_net_namespaces",
-                         "max_ipc_namespaces", "max_uts_namespaces", "max_cgroup_namespaces", "max_time_namespaces"})
+  for (const char* ns :
+       {"max_user_namespaces", "max_mnt_namespaces", "max_pid_namespaces", "max_net_namespaces",
+        "max_ipc_namespaces", "max_uts_namespaces", "max_cgroup_namespaces", "max_time_namespaces"})
     limits.push_back({ns, 0});
   return limits;
 }

@@ -13,11 +13,11 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,8 +25,8 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "runtime/cgroup_kill.h"
 #include "runtime/mount.h"
@@ -86,7 +86,8 @@ class Init {
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
-    int sfd = static_cast<int>(rt::check(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK), "signalfd(SIGCHLD)"));
+    int sfd =
+        static_cast<int>(rt::check(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK), "signalfd(SIGCHLD)"));
     std::vector<pollfd> fds;
     std::vector<uint32_t> report_ids;
     for (;;) {
@@ -131,8 +132,11 @@ class Init {
       case proto::Type::kSpawn:
         spawn(msg.header.id, msg.payload, msg.header.value == proto::kSpawnKeepStdin);
         break;
-      case proto::Type::kKill: kill_execution(msg.header.id); break;
-      default: break;
+      case proto::Type::kKill:
+        kill_execution(msg.header.id);
+        break;
+      default:
+        break;
     }
   }
 
@@ -364,7 +368,7 @@ void join_cgroup(const std::string& dir) {
 
 // PID 1: build the filesystem and serve.
 [[noreturn]] void run_pid1(rt::Spec spec, const rt::FolderTrees& trees, int userns_fd, int exec_parent_fd,
-                          rt::SeccompProgram seccomp) {
+                           rt::SeccompProgram seccomp) {
   std::vector<int> listeners;
   try {
     rt::setup_filesystem(spec, trees);
@@ -374,7 +378,8 @@ void join_cgroup(const std::string& dir) {
     rt::bring_up_loopback();
     // The sandbox's only ways out: listeners on its own loopback, whose connections the
     // server relays (no route, no interface, no firewall rule to get wrong).
-    for (const auto& listener : spec.listeners) listeners.push_back(rt::open_listener(listener.address, listener.port));
+    for (const auto& listener : spec.listeners)
+      listeners.push_back(rt::open_listener(listener.address, listener.port));
     // Nothing in the sandbox may read PID 1's memory or descriptors.
     rt::check(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE, 0)");
   } catch (const std::exception& e) {
@@ -431,7 +436,8 @@ int main(int argc, char** argv) {
   // the sandbox's from and the container's folders as detached trees.
   const size_t trees = spec.mount_trees ? 3 + (spec.skills_dir.empty() ? 0 : 1) : 0;
   if (msg.fds.size() != 1 + (spec.mount_trees ? 1 + trees : 0))
-    report_failure("expected the agent user namespace (and the mount template and folder trees) with the spec");
+    report_failure(
+        "expected the agent user namespace (and the mount template and folder trees) with the spec");
   int userns_fd = msg.fds[0], exec_parent_fd = -1;
   const int mount_template_fd = spec.mount_trees ? msg.fds[1] : -1;
   rt::FolderTrees folder_trees;
@@ -446,18 +452,18 @@ int main(int argc, char** argv) {
   std::memcpy(seccomp.instructions.data(), spec.seccomp_bpf.data(), spec.seccomp_bpf.size());
   try {
     for (const auto& dir : spec.cgroup_dirs) join_cgroup(dir);
-    exec_parent_fd = static_cast<int>(rt::check(
-        open(spec.exec_cgroup_parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC),
-        "open(" + spec.exec_cgroup_parent + ")"));
+    exec_parent_fd =
+        static_cast<int>(rt::check(open(spec.exec_cgroup_parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC),
+                                   "open(" + spec.exec_cgroup_parent + ")"));
     // The sandbox's mount namespace is a copy of the template's few mounts, not of the
     // server's (mount_template.h); entered after the host paths above are opened.
     if (mount_template_fd >= 0) {
       rt::check(setns(mount_template_fd, CLONE_NEWNS), "setns(mount template, CLONE_NEWNS)");
       close(mount_template_fd);
     }
-    rt::check(unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
-                      CLONE_NEWCGROUP),
-              "unshare(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWCGROUP)");
+    rt::check(
+        unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP),
+        "unshare(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWCGROUP)");
   } catch (const std::exception& e) {
     report_failure(e.what());
   }

@@ -41,12 +41,11 @@ std::string flag_names(unsigned long flags) {
   return out.empty() ? "0" : out;
 }
 
-void do_mount(const char* source, const std::string& target, const char* fstype,
-              unsigned long flags, const std::string& data = "") {
+void do_mount(const char* source, const std::string& target, const char* fstype, unsigned long flags,
+              const std::string& data = "") {
   if (mount(source, target.c_str(), fstype, flags, data.empty() ? nullptr : data.c_str()) != 0)
     throw SyscallError(std::string("mount(") + (source ? source : "NULL") + ", " + target + ", " +
-                           (fstype ? fstype : "NULL") + ", " + flag_names(flags) + ", \"" + data +
-                           "\")",
+                           (fstype ? fstype : "NULL") + ", " + flag_names(flags) + ", \"" + data + "\")",
                        errno);
 }
 
@@ -54,8 +53,7 @@ void mkdir_p(const std::string& path, mode_t mode = 0755) {
   for (size_t pos = 1; pos <= path.size(); ++pos) {
     if (pos != path.size() && path[pos] != '/') continue;
     std::string part = path.substr(0, pos);
-    if (mkdir(part.c_str(), mode) != 0 && errno != EEXIST)
-      throw SyscallError("mkdir(" + part + ")", errno);
+    if (mkdir(part.c_str(), mode) != 0 && errno != EEXIST) throw SyscallError("mkdir(" + part + ")", errno);
   }
 }
 
@@ -86,10 +84,8 @@ void set_attributes(const std::string& target, bool read_only, bool allow_dev, b
   mount_attr attr{};
   attr.attr_set = MOUNT_ATTR_NOSUID | (read_only ? MOUNT_ATTR_RDONLY : 0) |
                   (allow_dev ? 0 : MOUNT_ATTR_NODEV) | (no_exec ? MOUNT_ATTR_NOEXEC : 0);
-  if (syscall(SYS_mount_setattr, AT_FDCWD, target.c_str(), AT_RECURSIVE, &attr, sizeof attr) == 0)
-    return;
-  if (errno != ENOSYS)
-    throw SyscallError("mount_setattr(" + target + ", AT_RECURSIVE)", errno);
+  if (syscall(SYS_mount_setattr, AT_FDCWD, target.c_str(), AT_RECURSIVE, &attr, sizeof attr) == 0) return;
+  if (errno != ENOSYS) throw SyscallError("mount_setattr(" + target + ", AT_RECURSIVE)", errno);
   unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | (read_only ? MS_RDONLY : 0) |
                         (allow_dev ? 0 : MS_NODEV) | (no_exec ? MS_NOEXEC : 0);
   std::vector<std::string> targets{target};
@@ -99,8 +95,7 @@ void set_attributes(const std::string& target, bool read_only, bool allow_dev, b
       char mount_point[4096];
       if (std::sscanf(line, "%*s %*s %*s %*s %4095s", mount_point) != 1) continue;
       std::string mp = mount_point;
-      if (mp.size() > target.size() && mp.compare(0, target.size(), target) == 0 &&
-          mp[target.size()] == '/')
+      if (mp.size() > target.size() && mp.compare(0, target.size(), target) == 0 && mp[target.size()] == '/')
         targets.push_back(mp);
     }
     std::fclose(info);
@@ -109,8 +104,8 @@ void set_attributes(const std::string& target, bool read_only, bool allow_dev, b
 }
 
 // Binds a host path (seen under /oldroot) into the new root.
-void bind(const std::string& source, const std::string& target, bool read_only,
-          bool allow_dev = false, bool no_exec = false) {
+void bind(const std::string& source, const std::string& target, bool read_only, bool allow_dev = false,
+          bool no_exec = false) {
   struct stat st;
   if (stat(source.c_str(), &st) != 0) throw SyscallError("stat(" + source + ")", errno);
   if (S_ISDIR(st.st_mode)) {
@@ -149,16 +144,42 @@ void mirror_entry(const std::string& source, const std::string& target) {
 
 // The host's /etc entries a sandbox may see: what programs need to run, never
 // passwd/shadow or anything of sandboxd's.
-constexpr const char* kHostEtcAllowList[] = {
-    "alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf", "debian_version",
-    "environment", "fonts", "gai.conf", "host.conf", "inputrc", "issue", "ld.so.cache",
-    "ld.so.conf", "ld.so.conf.d", "locale.alias", "locale.gen", "localtime", "magic",
-    "magic.mime", "matplotlibrc", "mime.types", "os-release", "profile", "protocols",
-    "python3", "python3.11", "services", "ssl", "terminfo", "timezone", "vim", "xdg"};
+constexpr const char* kHostEtcAllowList[] = {"alternatives",
+                                             "bash.bashrc",
+                                             "ca-certificates",
+                                             "ca-certificates.conf",
+                                             "debian_version",
+                                             "environment",
+                                             "fonts",
+                                             "gai.conf",
+                                             "host.conf",
+                                             "inputrc",
+                                             "issue",
+                                             "ld.so.cache",
+                                             "ld.so.conf",
+                                             "ld.so.conf.d",
+                                             "locale.alias",
+                                             "locale.gen",
+                                             "localtime",
+                                             "magic",
+                                             "magic.mime",
+                                             "matplotlibrc",
+                                             "mime.types",
+                                             "os-release",
+                                             "profile",
+                                             "protocols",
+                                             "python3",
+                                             "python3.11",
+                                             "services",
+                                             "ssl",
+                                             "terminfo",
+                                             "timezone",
+                                             "vim",
+                                             "xdg"};
 
 // Top-level entries of an image root that the sandbox builds itself.
-constexpr const char* kBuiltTopLevel[] = {"dev", "proc", "sys", "tmp", "home", "mnt", "run",
-                                          "etc", "root", "boot", "media", "lost+found"};
+constexpr const char* kBuiltTopLevel[] = {"dev", "proc", "sys",  "tmp",  "home",  "mnt",
+                                          "run", "etc",  "root", "boot", "media", "lost+found"};
 
 bool in_list(const char* const* begin, const char* const* end, const std::string& name) {
   for (auto it = begin; it != end; ++it)
@@ -258,8 +279,8 @@ void write_etc(const Spec& spec) {
             "agent:x:1000:1000:agent:/home/agent:/bin/bash\n"
             "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
   make_file("/newroot/etc/group", "root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n");
-  std::string hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" +
-                      spec.hostname + "\n";
+  std::string hosts =
+      "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + spec.hostname + "\n";
   for (const auto& entry : spec.hosts_entries) hosts += entry + "\n";
   make_file("/newroot/etc/hosts", hosts);
   make_file("/newroot/etc/hostname", spec.hostname + "\n");
@@ -269,21 +290,23 @@ void write_etc(const Spec& spec) {
   if (spec.nameserver.empty()) {
     make_file("/newroot/etc/resolv.conf", "# sandboxd: no DNS; known names are in /etc/hosts\n");
   } else {
-    make_file("/newroot/etc/resolv.conf", "# sandboxd: names the server resolves for this sandbox\nnameserver " +
-                                              spec.nameserver + "\noptions timeout:2 attempts:2\n");
+    make_file("/newroot/etc/resolv.conf",
+              "# sandboxd: names the server resolves for this sandbox\nnameserver " + spec.nameserver +
+                  "\noptions timeout:2 attempts:2\n");
   }
   make_file("/newroot/etc/nsswitch.conf",
             std::string("passwd: files\ngroup: files\nshadow: files\nhosts: files") +
-                (spec.nameserver.empty() ? "" : " dns") + "\nnetworks: files\nprotocols: files\nservices: files\n");
+                (spec.nameserver.empty() ? "" : " dns") +
+                "\nnetworks: files\nprotocols: files\nservices: files\n");
 }
 
 void setup_proc() {
   mkdir_p("/newroot/proc");
   do_mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC);
   // Docker's masked and read-only paths.
-  for (const char* file : {"kcore", "keys", "timer_list", "sched_debug", "sysrq-trigger",
-                           "latency_stats", "kpagecount", "kpageflags", "kpagecgroup",
-                           "config.gz", "kallsyms", "interrupts"}) {
+  for (const char* file :
+       {"kcore", "keys", "timer_list", "sched_debug", "sysrq-trigger", "latency_stats", "kpagecount",
+        "kpageflags", "kpagecgroup", "config.gz", "kallsyms", "interrupts"}) {
     std::string target = std::string("/newroot/proc/") + file;
     if (access(target.c_str(), F_OK) != 0) continue;
     do_mount("/oldroot/dev/null", target, nullptr, MS_BIND);
@@ -325,8 +348,8 @@ void setup_sys() {
   mkdir_p("/newroot/sys");
   do_mount("sysfs", "/newroot/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
   if (access("/newroot/sys/firmware", F_OK) == 0)
-    do_mount("tmpfs", "/newroot/sys/firmware", "tmpfs",
-             MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0");
+    do_mount("tmpfs", "/newroot/sys/firmware", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+             "size=0");
 }
 
 // Attaches a folder the server cloned (open_tree) at `target`: what a bind of its host
@@ -344,25 +367,29 @@ void attach_tree(int tree, const std::string& target, bool read_only, bool recei
 // A container folder: its tree when the server sent one, else a bind of its host path.
 void mount_folder(int tree, const std::string& host_path, const std::string& target, bool read_only,
                   bool receive) {
-  if (tree >= 0) attach_tree(tree, target, read_only, receive);
-  else bind("/oldroot" + host_path, target, read_only);
+  if (tree >= 0)
+    attach_tree(tree, target, read_only, receive);
+  else
+    bind("/oldroot" + host_path, target, read_only);
 }
 
 void setup_container_mounts(const Spec& spec, const FolderTrees& trees) {
   std::string owner = ",uid=" + std::to_string(spec.host_uid) + ",gid=" + std::to_string(spec.host_gid);
-  mount_tmpfs("/newroot/tmp", "mode=1777,size=" + std::to_string(spec.tmp_size_bytes),
-              MS_NOSUID | MS_NODEV);
+  mount_tmpfs("/newroot/tmp", "mode=1777,size=" + std::to_string(spec.tmp_size_bytes), MS_NOSUID | MS_NODEV);
   mkdir_p("/newroot/home");
   mount_tmpfs("/newroot/home/agent", "mode=0755,size=" + std::to_string(spec.home_size_bytes) + owner,
               MS_NOSUID | MS_NODEV);
   const bool receive = spec.receive_mounts;
-  mount_folder(trees.workspace, spec.workspace_dir, "/newroot/home/agent/workspace", /*read_only=*/false, receive);
+  mount_folder(trees.workspace, spec.workspace_dir, "/newroot/home/agent/workspace", /*read_only=*/false,
+               receive);
   // E2B's code expects a writable home at /home/user that lasts: the workspace, by a
   // symlink (it follows whatever is mounted on the workspace, a pre-started sandbox's
   // container included).
   make_symlink("agent/workspace", "/newroot/home/user");
-  mount_folder(trees.uploads, spec.uploads_dir, "/newroot/mnt/user-data/uploads", /*read_only=*/true, receive);
-  mount_folder(trees.outputs, spec.outputs_dir, "/newroot/mnt/user-data/outputs", /*read_only=*/false, receive);
+  mount_folder(trees.uploads, spec.uploads_dir, "/newroot/mnt/user-data/uploads", /*read_only=*/true,
+               receive);
+  mount_folder(trees.outputs, spec.outputs_dir, "/newroot/mnt/user-data/outputs", /*read_only=*/false,
+               receive);
   if (!spec.skills_dir.empty())
     mount_folder(trees.skills, spec.skills_dir, "/newroot/mnt/skills", /*read_only=*/true, receive);
   else
@@ -407,14 +434,16 @@ namespace {
 // "/a/b" is "/a/b" or below "/a".
 bool at_or_below(const std::string& path, const std::string& dir) {
   if (dir == "/") return true;
-  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
+  return path == dir ||
+         (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
 }
 
 // /proc/self/mountinfo writes a space, tab, newline or backslash in a path as \ooo.
 std::string unescape_mount_point(const char* text) {
   std::string out;
   for (const char* p = text; *p; ++p) {
-    if (p[0] == '\\' && p[1] >= '0' && p[1] <= '7' && p[2] >= '0' && p[2] <= '7' && p[3] >= '0' && p[3] <= '7') {
+    if (p[0] == '\\' && p[1] >= '0' && p[1] <= '7' && p[2] >= '0' && p[2] <= '7' && p[3] >= '0' &&
+        p[3] <= '7') {
       out += static_cast<char>((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
       p += 3;
     } else {
@@ -438,7 +467,8 @@ int run_mount_template(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) needed.emplace_back(argv[i]);
   // Private: nothing mounted on the host later reaches it (or the sandboxes made from
   // it), and nothing done in it reaches the host.
-  if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return fail();
+  if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return fail();
   // A mount is kept when it is "/", holds a needed path (an ancestor) or is part of one
   // (at or below it), and is not the service's own (below its directory): every other
   // is detached, deepest first, so that this namespace pins no one's volume.

@@ -42,8 +42,9 @@ int create_mount_template(const std::string& init_path, const std::string& servi
   retry_eintr([&] { return waitpid(helper, &status, 0); });
   if (got != 1 || byte != 'o' || fd < 0) {
     if (fd >= 0) close(fd);
-    error = init_path + " --mount-template could not make a mount namespace to start sandboxes from "
-                        "(unshare(CLONE_NEWNS), open_tree(2) or setns(2) refused: setns needs CAP_SYS_CHROOT)";
+    error = init_path +
+            " --mount-template could not make a mount namespace to start sandboxes from "
+            "(unshare(CLONE_NEWNS), open_tree(2) or setns(2) refused: setns needs CAP_SYS_CHROOT)";
     return -1;
   }
   return fd;
@@ -55,8 +56,8 @@ std::vector<int> clone_folders(const std::vector<const std::string*>& folders) {
     if (folder->empty()) continue;
     // Recursive: a folder with mounts below it (skills) comes whole. A clone, never
     // the mount itself: the server's own stays where it is.
-    int tree = static_cast<int>(
-        syscall(SYS_open_tree, AT_FDCWD, folder->c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
+    int tree = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, folder->c_str(),
+                                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
     if (tree < 0) {
       const int err = errno;
       for (int fd : trees) close(fd);

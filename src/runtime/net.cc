@@ -14,8 +14,8 @@
 namespace sandboxd::runtime {
 
 void bring_up_loopback() {
-  int sock = static_cast<int>(check(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0),
-                                    "socket(AF_INET, SOCK_DGRAM)"));
+  int sock =
+      static_cast<int>(check(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), "socket(AF_INET, SOCK_DGRAM)"));
   ifreq req{};
   std::strncpy(req.ifr_name, "lo", IFNAMSIZ - 1);
   if (ioctl(sock, SIOCGIFFLAGS, &req) != 0) {
@@ -47,7 +47,8 @@ int open_listener(const std::string& address, uint16_t port) {
     close(sock);
     throw SyscallError(call, err);
   };
-  if (setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) fail("setsockopt(SO_REUSEADDR) for " + where);
+  if (setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
+    fail("setsockopt(SO_REUSEADDR) for " + where);
   if (bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) fail("bind(" + where + ")");
   if (listen(sock, 128) != 0) fail("listen(" + where + ", 128)");
   return sock;

@@ -10,11 +10,10 @@
 
 namespace sandboxd::runtime::protocol {
 
-int send_message(int sock, Type type, uint32_t id, int64_t value, std::string_view payload,
-                 const int* fds, size_t nfds, bool dont_wait) {
+int send_message(int sock, Type type, uint32_t id, int64_t value, std::string_view payload, const int* fds,
+                 size_t nfds, bool dont_wait) {
   Header header{type, id, value};
-  iovec iov[2] = {{&header, sizeof header},
-                  {const_cast<char*>(payload.data()), payload.size()}};
+  iovec iov[2] = {{&header, sizeof header}, {const_cast<char*>(payload.data()), payload.size()}};
   msghdr msg{};
   msg.msg_iov = iov;
   msg.msg_iovlen = payload.empty() ? 1 : 2;

@@ -12,10 +12,10 @@
 #include "runtime/mount_template.h"
 #include "runtime/seccomp.h"
 #include "runtime/spawn.h"
-#include "runtime/user.h"
-#include "runtime/userns.h"
 #include "runtime/spec.h"
 #include "runtime/syscall_error.h"
+#include "runtime/user.h"
+#include "runtime/userns.h"
 #include "runtime/volume.h"
 
 namespace sandboxd::runtime {
@@ -30,7 +30,8 @@ std::string default_init_path() {
   // The build tree has it next to sandboxd; the Debian package in /usr/lib/sandboxd
   // (a helper, not a command on PATH) beside /usr/bin.
   std::string installed = dir + "../lib/sandboxd/sandboxd-init";
-  if (access((dir + "sandboxd-init").c_str(), X_OK) != 0 && access(installed.c_str(), X_OK) == 0) return installed;
+  if (access((dir + "sandboxd-init").c_str(), X_OK) != 0 && access(installed.c_str(), X_OK) == 0)
+    return installed;
   return dir + "sandboxd-init";
 }
 
@@ -56,7 +57,8 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
                       program.instructions.size() * sizeof(sock_filter));
   if (options_.userns_limits.empty()) options_.userns_limits = default_userns_limits();
   // Fails here, at start-up, on a host where the sandboxes' user namespaces cannot be made.
-  close(create_agent_userns(options_.init_path, options_.host_uid, options_.host_gid, options_.userns_limits));
+  close(
+      create_agent_userns(options_.init_path, options_.host_uid, options_.host_gid, options_.userns_limits));
   // The mount namespace sandboxes are made from: the host paths they read, nothing else.
   std::vector<std::string> needed{"/dev"};
   if (options_.image_root.empty())
@@ -64,7 +66,8 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   else
     needed.push_back(options_.image_root);
   std::string template_error;
-  mount_template_fd_ = create_mount_template(options_.init_path, options_.service_dir, needed, template_error);
+  mount_template_fd_ =
+      create_mount_template(options_.init_path, options_.service_dir, needed, template_error);
   // The container's folders are cloned by this process (clone_folders), which a
   // seccomp profile or a tracer (valgrind) may deny it even when the helper could.
   if (mount_template_fd_ >= 0 && !can_clone_folders(template_error)) {
@@ -72,8 +75,10 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
     mount_template_fd_ = -1;
   }
   if (mount_template_fd_ < 0)
-    std::fprintf(stderr, "sandboxd: %s; each sandbox copies the server's mount namespace instead (slower to start "
-                         "with many sandboxes running)\n", template_error.c_str());
+    std::fprintf(stderr,
+                 "sandboxd: %s; each sandbox copies the server's mount namespace instead (slower to start "
+                 "with many sandboxes running)\n",
+                 template_error.c_str());
   // Every sandbox's PID 1 is re-parented to this process when its launcher exits, so
   // that we can reap it and learn of its exit through a pidfd.
   check(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)");
@@ -168,7 +173,8 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
   if (spec.mount_trees) {
     std::string clone_error;
     try {
-      auto trees = clone_folders({&spec.workspace_dir, &spec.uploads_dir, &spec.outputs_dir, &spec.skills_dir});
+      auto trees =
+          clone_folders({&spec.workspace_dir, &spec.uploads_dir, &spec.outputs_dir, &spec.skills_dir});
       fds.push_back(mount_template_fd_);
       fds.insert(fds.end(), trees.begin(), trees.end());
     } catch (const std::exception& e) {

@@ -19,12 +19,12 @@
 namespace sandboxd::runtime {
 
 struct RuntimeOptions {
-  std::string init_path;           // empty: sandboxd-init next to this executable
+  std::string init_path;             // empty: sandboxd-init next to this executable
   std::string instance = "default";  // [A-Za-z0-9_-]{1,64}
-  uint32_t host_uid = 101000;      // what agent (1000) is on the host
+  uint32_t host_uid = 101000;        // what agent (1000) is on the host
   uint32_t host_gid = 101000;
-  std::string image_root;          // empty: the host's /usr and friends
-  CgroupOptions cgroups;           // .instance is set from `instance`
+  std::string image_root;  // empty: the host's /usr and friends
+  CgroupOptions cgroups;   // .instance is set from `instance`
   std::chrono::milliseconds start_timeout{10'000};
   // Each sandbox's caps on per-user kernel counters (user.h); empty: default_userns_limits().
   std::vector<UsernsLimit> userns_limits;
@@ -74,7 +74,7 @@ class Runtime {
  private:
   RuntimeOptions options_;
   std::unique_ptr<CgroupBackend> cgroups_;
-  std::string seccomp_bpf_;  // compiled once, sent to every sandbox
+  std::string seccomp_bpf_;     // compiled once, sent to every sandbox
   int mount_template_fd_ = -1;  // mount_template.h; -1: sandboxes copy this process's namespace
   // Each sandbox gets a user namespace of its own (its counters are its own).
 };

@@ -29,8 +29,8 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kReadAfter = std::chrono::milliseconds(20);
 
 constexpr std::array<const char*, 5> kFixedEnv = {
-    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/home/agent",
-    "USER=agent", "LANG=C.UTF-8", "TERM=dumb"};
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/home/agent", "USER=agent",
+    "LANG=C.UTF-8", "TERM=dumb"};
 
 int exit_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -123,8 +123,10 @@ struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
   // The shell has exited: what it wrote is in the pipe. At its end (no background
   // writer holds it) it closes now, else it goes on discarding until they close it.
   void finish() {
-    if (!drain_now(64)) close();
-    else if (!pipe) read_more();
+    if (!drain_now(64))
+      close();
+    else if (!pipe)
+      read_more();
   }
 
   std::string result() {
@@ -524,7 +526,9 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   const auto read_from = Clock::now() + kReadAfter;
   while (!exec->exited && !exec->failed && state_ != State::kStopped) {
     const bool lazy = !out->reading();
-    exec->wake.expires_at(kill_sent ? Clock::time_point::max() : lazy ? std::min(deadline, read_from) : deadline);
+    exec->wake.expires_at(kill_sent ? Clock::time_point::max()
+                          : lazy    ? std::min(deadline, read_from)
+                                    : deadline);
     bool expired = co_await wait_event(exec->wake);
     if (expired && lazy && Clock::now() < deadline) {  // still running: read it as it writes
       out->read_more();

@@ -5,18 +5,18 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -54,7 +54,7 @@ struct ExecRequest {
 struct ExecResult {
   std::string stdout_text;  // capped; ends with "...[truncated]" past the cap
   std::string stderr_text;
-  int return_code = 0;      // 128+N for a signal, 124 on timeout
+  int return_code = 0;  // 128+N for a signal, 124 on timeout
   bool timed_out = false;
   bool cancelled = false;
   bool stdout_truncated = false;

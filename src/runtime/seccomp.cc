@@ -17,29 +17,76 @@ namespace sandboxd::runtime {
 namespace {
 
 // Always refused, whatever the arguments.
-constexpr const char* kDenied[] = {
-    "mount", "umount", "umount2", "pivot_root", "chroot", "unshare", "setns",
-    "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-    "create_module", "get_kernel_syms", "query_module", "bpf", "perf_event_open",
-    "keyctl", "add_key", "request_key", "userfaultfd", "open_by_handle_at",
-    "name_to_handle_at", "reboot", "swapon", "swapoff", "iopl", "ioperm", "acct",
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "stime",
-    "lookup_dcookie", "quotactl", "quotactl_fd", "nfsservctl", "vhangup", "syslog",
-    "uselib", "_sysctl", "sysfs", "ustat", "fanotify_init", "pciconfig_read",
-    "pciconfig_write", "pciconfig_iobase", "vm86", "vm86old", "io_uring_setup",
-    "io_uring_enter", "io_uring_register"};
+constexpr const char* kDenied[] = {"mount",
+                                   "umount",
+                                   "umount2",
+                                   "pivot_root",
+                                   "chroot",
+                                   "unshare",
+                                   "setns",
+                                   "move_mount",
+                                   "open_tree",
+                                   "fsopen",
+                                   "fsconfig",
+                                   "fsmount",
+                                   "fspick",
+                                   "mount_setattr",
+                                   "kexec_load",
+                                   "kexec_file_load",
+                                   "init_module",
+                                   "finit_module",
+                                   "delete_module",
+                                   "create_module",
+                                   "get_kernel_syms",
+                                   "query_module",
+                                   "bpf",
+                                   "perf_event_open",
+                                   "keyctl",
+                                   "add_key",
+                                   "request_key",
+                                   "userfaultfd",
+                                   "open_by_handle_at",
+                                   "name_to_handle_at",
+                                   "reboot",
+                                   "swapon",
+                                   "swapoff",
+                                   "iopl",
+                                   "ioperm",
+                                   "acct",
+                                   "settimeofday",
+                                   "clock_settime",
+                                   "clock_adjtime",
+                                   "adjtimex",
+                                   "stime",
+                                   "lookup_dcookie",
+                                   "quotactl",
+                                   "quotactl_fd",
+                                   "nfsservctl",
+                                   "vhangup",
+                                   "syslog",
+                                   "uselib",
+                                   "_sysctl",
+                                   "sysfs",
+                                   "ustat",
+                                   "fanotify_init",
+                                   "pciconfig_read",
+                                   "pciconfig_write",
+                                   "pciconfig_iobase",
+                                   "vm86",
+                                   "vm86old",
+                                   "io_uring_setup",
+                                   "io_uring_enter",
+                                   "io_uring_register"};
 
-constexpr scmp_datum_t kNamespaceFlags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC |
-                                         CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |
-                                         CLONE_NEWCGROUP | CLONE_NEWTIME;
+constexpr scmp_datum_t kNamespaceFlags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |
+                                         CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP | CLONE_NEWTIME;
 
 struct CtxDeleter {
   void operator()(scmp_filter_ctx ctx) const { seccomp_release(ctx); }
 };
 
-void add(scmp_filter_ctx ctx, int action, int nr, unsigned count,
-         const scmp_arg_cmp* args, const std::string& what) {
+void add(scmp_filter_ctx ctx, int action, int nr, unsigned count, const scmp_arg_cmp* args,
+         const std::string& what) {
   int rc = seccomp_rule_add_array(ctx, action, nr, count, args);
   if (rc < 0) throw SyscallError("seccomp_rule_add(" + what + ")", -rc);
 }

@@ -10,8 +10,7 @@ void put(std::string& out, std::string_view key, std::string_view value) {
   // Values are paths and names chosen by sandboxd itself; a newline in one would let it
   // forge another key, so it is refused rather than escaped.
   if (value.find('\n') != std::string_view::npos || value.find('\0') != std::string_view::npos)
-    throw std::invalid_argument("sandbox spec value for " + std::string(key) +
-                                " contains a newline or NUL");
+    throw std::invalid_argument("sandbox spec value for " + std::string(key) + " contains a newline or NUL");
   out.append(key).append("=").append(value).append("\n");
 }
 
@@ -47,9 +46,12 @@ bool from_hex(std::string_view hex, std::string& out) {
 
 const char* kill_method_name(KillMethod m) {
   switch (m) {
-    case KillMethod::kCgroupKill: return "cgroup.kill";
-    case KillMethod::kFreezer: return "freezer";
-    case KillMethod::kSignalLoop: return "signal";
+    case KillMethod::kCgroupKill:
+      return "cgroup.kill";
+    case KillMethod::kFreezer:
+      return "freezer";
+    case KillMethod::kSignalLoop:
+      return "signal";
   }
   return "signal";
 }
@@ -95,16 +97,26 @@ std::string decode(std::string_view payload, Spec& out) {
     std::string_view key = line.substr(0, eq), value = line.substr(eq + 1);
     uint64_t number = 0;
     auto need_number = [&]() { return parse_u64(value, number); };
-    if (key == "image_root") out.image_root = value;
-    else if (key == "workspace_dir") out.workspace_dir = value;
-    else if (key == "uploads_dir") out.uploads_dir = value;
-    else if (key == "outputs_dir") out.outputs_dir = value;
-    else if (key == "skills_dir") out.skills_dir = value;
-    else if (key == "hostname") out.hostname = value;
-    else if (key == "cgroup_dir") out.cgroup_dirs.emplace_back(value);
-    else if (key == "exec_cgroup_parent") out.exec_cgroup_parent = value;
-    else if (key == "hosts_entry") out.hosts_entries.emplace_back(value);
-    else if (key == "nameserver") out.nameserver = value;
+    if (key == "image_root")
+      out.image_root = value;
+    else if (key == "workspace_dir")
+      out.workspace_dir = value;
+    else if (key == "uploads_dir")
+      out.uploads_dir = value;
+    else if (key == "outputs_dir")
+      out.outputs_dir = value;
+    else if (key == "skills_dir")
+      out.skills_dir = value;
+    else if (key == "hostname")
+      out.hostname = value;
+    else if (key == "cgroup_dir")
+      out.cgroup_dirs.emplace_back(value);
+    else if (key == "exec_cgroup_parent")
+      out.exec_cgroup_parent = value;
+    else if (key == "hosts_entry")
+      out.hosts_entries.emplace_back(value);
+    else if (key == "nameserver")
+      out.nameserver = value;
     else if (key == "listener") {
       auto space = value.find(' ');
       if (space == std::string_view::npos || !parse_u64(value.substr(space + 1), number) || number == 0 ||
@@ -112,8 +124,7 @@ std::string decode(std::string_view payload, Spec& out) {
         return "bad listener";
       out.listeners.push_back({std::string(value.substr(0, space)), static_cast<uint16_t>(number)});
       if (out.listeners.size() > kMaxListeners) return "too many listeners";
-    }
-    else if (key == "receive_mounts") {
+    } else if (key == "receive_mounts") {
       if (value != "0" && value != "1") return "bad receive_mounts";
       out.receive_mounts = value == "1";
     } else if (key == "mount_trees") {
@@ -121,21 +132,30 @@ std::string decode(std::string_view payload, Spec& out) {
       out.mount_trees = value == "1";
     } else if (key == "seccomp_bpf") {
       if (!from_hex(value, out.seccomp_bpf)) return "bad seccomp_bpf";
-    }
-    else if (key == "kill_method") {
-      if (value == "cgroup.kill") out.kill_method = KillMethod::kCgroupKill;
-      else if (value == "freezer") out.kill_method = KillMethod::kFreezer;
-      else if (value == "signal") out.kill_method = KillMethod::kSignalLoop;
-      else return "bad kill_method";
+    } else if (key == "kill_method") {
+      if (value == "cgroup.kill")
+        out.kill_method = KillMethod::kCgroupKill;
+      else if (value == "freezer")
+        out.kill_method = KillMethod::kFreezer;
+      else if (value == "signal")
+        out.kill_method = KillMethod::kSignalLoop;
+      else
+        return "bad kill_method";
     } else if (key == "host_uid" || key == "host_gid" || key == "tmp_size_bytes" ||
                key == "home_size_bytes" || key == "shm_size_bytes" || key == "max_open_files") {
       if (!need_number()) return "bad number for " + std::string(key);
-      if (key == "host_uid") out.host_uid = static_cast<uint32_t>(number);
-      else if (key == "host_gid") out.host_gid = static_cast<uint32_t>(number);
-      else if (key == "tmp_size_bytes") out.tmp_size_bytes = number;
-      else if (key == "home_size_bytes") out.home_size_bytes = number;
-      else if (key == "shm_size_bytes") out.shm_size_bytes = number;
-      else out.max_open_files = number;
+      if (key == "host_uid")
+        out.host_uid = static_cast<uint32_t>(number);
+      else if (key == "host_gid")
+        out.host_gid = static_cast<uint32_t>(number);
+      else if (key == "tmp_size_bytes")
+        out.tmp_size_bytes = number;
+      else if (key == "home_size_bytes")
+        out.home_size_bytes = number;
+      else if (key == "shm_size_bytes")
+        out.shm_size_bytes = number;
+      else
+        out.max_open_files = number;
     } else {
       return "unknown key " + std::string(key);
     }

@@ -15,8 +15,9 @@ enum class KillMethod { kCgroupKill /* v2 cgroup.kill */, kFreezer /* v1 freezer
 // /etc names a sandbox never takes from its image: generated for each sandbox (passwd,
 // hosts, ...) or hidden (shadow, ...). The image store gives every image a regular file
 // at each of them, so that an image's /etc can be bound whole with these bound over it.
-inline constexpr const char* kGeneratedEtc[] = {"passwd", "group", "hosts", "hostname", "resolv.conf",
-                                                "nsswitch.conf", "shadow", "gshadow", "subuid", "subgid"};
+inline constexpr const char* kGeneratedEtc[] = {"passwd",      "group",         "hosts",  "hostname",
+                                                "resolv.conf", "nsswitch.conf", "shadow", "gshadow",
+                                                "subuid",      "subgid"};
 
 struct Spec {
   // Image: empty = the host's /usr, /bin, /sbin, /lib* and an allow-list of /etc.

@@ -4,9 +4,7 @@
 
 namespace sandboxd::runtime {
 
-std::string describe_errno(const std::string& call, int err) {
-  return call + ": " + std::strerror(err);
-}
+std::string describe_errno(const std::string& call, int err) { return call + ": " + std::strerror(err); }
 
 SyscallError::SyscallError(const std::string& call, int err)
     : std::runtime_error(describe_errno(call, err)), err_(err) {}

@@ -1,22 +1,22 @@
 #include "runtime/user.h"
 
 #include <fcntl.h>
-#include <sys/socket.h>
 #include <grp.h>
 #include <linux/capability.h>
-#include <sched.h>
 #include <linux/securebits.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <string_view>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "runtime/fd_passing.h"
 #include "runtime/syscall_error.h"

@@ -35,7 +35,8 @@ void write_map(const std::string& path, const std::string& content) {
 
 int create_agent_userns(const std::string& init_path, uint32_t host_uid, uint32_t host_gid,
                         const std::vector<UsernsLimit>& limits) {
-  std::vector<std::string> argv{init_path, "--userns-holder", std::to_string(host_uid), std::to_string(host_gid)};
+  std::vector<std::string> argv{init_path, "--userns-holder", std::to_string(host_uid),
+                                std::to_string(host_gid)};
   for (const auto& limit : limits) argv.push_back(limit.name + "=" + std::to_string(limit.value));
   int pair[2];
   check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), "socketpair(userns holder)");
@@ -60,8 +61,8 @@ int create_agent_userns(const std::string& init_path, uint32_t host_uid, uint32_
   if (got != 1 || byte != 'o' || fd < 0) {
     if (fd >= 0) close(fd);
     finish();
-    throw SyscallError("unshare(CLONE_NEWUSER) as uid " + std::to_string(host_uid) + " or setting its limits in " +
-                           init_path + " --userns-holder",
+    throw SyscallError("unshare(CLONE_NEWUSER) as uid " + std::to_string(host_uid) +
+                           " or setting its limits in " + init_path + " --userns-holder",
                        EPERM);
   }
   try {
@@ -90,8 +91,8 @@ boost::asio::thread_pool& holder_threads() {
 }  // namespace
 
 std::shared_ptr<PendingUserns> PendingUserns::start(const boost::asio::any_io_executor& executor,
-                                                    std::string init_path, uint32_t host_uid, uint32_t host_gid,
-                                                    std::vector<UsernsLimit> limits) {
+                                                    std::string init_path, uint32_t host_uid,
+                                                    uint32_t host_gid, std::vector<UsernsLimit> limits) {
   std::shared_ptr<PendingUserns> pending(new PendingUserns(executor));
   boost::asio::post(holder_threads(), [pending, init_path = std::move(init_path), host_uid, host_gid,
                                        limits = std::move(limits)] {

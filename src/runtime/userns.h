@@ -20,8 +20,9 @@ namespace sandboxd::runtime {
 // launcher) goes on meanwhile; `get` awaits it.
 class PendingUserns : public std::enable_shared_from_this<PendingUserns> {
  public:
-  static std::shared_ptr<PendingUserns> start(const boost::asio::any_io_executor& executor, std::string init_path,
-                                              uint32_t host_uid, uint32_t host_gid, std::vector<UsernsLimit> limits);
+  static std::shared_ptr<PendingUserns> start(const boost::asio::any_io_executor& executor,
+                                              std::string init_path, uint32_t host_uid, uint32_t host_gid,
+                                              std::vector<UsernsLimit> limits);
   ~PendingUserns();  // closes a namespace that nobody took
   PendingUserns(const PendingUserns&) = delete;
   PendingUserns& operator=(const PendingUserns&) = delete;

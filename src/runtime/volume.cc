@@ -71,9 +71,12 @@ bool out_of_space(int err) { return err == ENOSPC || err == EDQUOT; }
 
 std::ostream& operator<<(std::ostream& out, VolumeError error) {
   switch (error) {
-    case VolumeError::kNoSpace: return out << "no space for the volume image";
-    case VolumeError::kFormatFailed: return out << "formatting the volume failed";
-    case VolumeError::kNoLoopDevice: return out << "no free loop device";
+    case VolumeError::kNoSpace:
+      return out << "no space for the volume image";
+    case VolumeError::kFormatFailed:
+      return out << "formatting the volume failed";
+    case VolumeError::kNoLoopDevice:
+      return out << "no free loop device";
   }
   return out << "volume error";
 }
@@ -98,8 +101,8 @@ VolumeResult<void> Volume::create(const std::string& image, uint64_t size_bytes,
   }
   close(fd);
   std::string output;
-  int status = run_program({find_mke2fs(), "-q", "-F", "-t", "ext4", "-m", "0", "-L", "sandboxd",
-                            "-E", "root_owner=" + std::to_string(uid) + ":" + std::to_string(gid), tmp},
+  int status = run_program({find_mke2fs(), "-q", "-F", "-t", "ext4", "-m", "0", "-L", "sandboxd", "-E",
+                            "root_owner=" + std::to_string(uid) + ":" + std::to_string(gid), tmp},
                            output);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     unlink(tmp.c_str());
@@ -114,7 +117,8 @@ VolumeResult<void> Volume::mount(const std::string& image, const std::string& ta
   // Failpoint NO_LOOP_DEVICE=1 (base/failpoint.h): every mount finds the loop devices
   // all in use, as a host at its loop device limit would.
   if (failpoint_on("NO_LOOP_DEVICE")) return VolumeError::kNoLoopDevice;
-  int control = static_cast<int>(check(open("/dev/loop-control", O_RDWR | O_CLOEXEC), "open(/dev/loop-control)"));
+  int control =
+      static_cast<int>(check(open("/dev/loop-control", O_RDWR | O_CLOEXEC), "open(/dev/loop-control)"));
   int backing = open(image.c_str(), O_RDWR | O_CLOEXEC);
   if (backing < 0) {
     int err = errno;
@@ -136,7 +140,8 @@ VolumeResult<void> Volume::mount(const std::string& image, const std::string& ta
     }
     device = "/dev/loop" + std::to_string(number);
     int fd = open(device.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT && make_loop_node(number, device)) fd = open(device.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && make_loop_node(number, device))
+      fd = open(device.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) continue;
     loop_config config{};
     config.fd = static_cast<uint32_t>(backing);
@@ -200,10 +205,12 @@ void Volume::make_shared_mount(const std::string& dir) {
     throw SyscallError("mount(" + dir + ", MS_SHARED)", errno);
 }
 
-void Volume::attach_bind(const std::string& source, const std::string& target, bool read_only, bool recursive) {
-  int tree = static_cast<int>(check(
-      open_tree(AT_FDCWD, source.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0)),
-      "open_tree(" + source + ")"));
+void Volume::attach_bind(const std::string& source, const std::string& target, bool read_only,
+                         bool recursive) {
+  int tree =
+      static_cast<int>(check(open_tree(AT_FDCWD, source.c_str(),
+                                       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0)),
+                             "open_tree(" + source + ")"));
   mount_attr attr{};
   attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (read_only ? MOUNT_ATTR_RDONLY : 0);
   if (mount_setattr(tree, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr, sizeof attr) != 0) {
@@ -233,7 +240,8 @@ bool Volume::is_mounted(const std::string& target) {
   // each) that made every container start and stop slower than a sandbox start.
   struct statx st {};
   if (statx(AT_FDCWD, target.c_str(), AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, 0, &st) == 0) {
-    if (st.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) return (st.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
+    if (st.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT)
+      return (st.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
   } else if (errno == ENOENT || errno == ENOTDIR) {
     return false;  // no such path, so no mount there
   }

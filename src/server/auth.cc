@@ -25,7 +25,8 @@ std::string_view presented_token(const RequestContext& ctx) {
   if (token.empty()) token = ctx.header_value("e2b-traffic-access-token");
   if (token.empty()) {
     std::string_view authorization = ctx.header_value(http::field::authorization);
-    if (authorization.size() > 7 && beast::iequals(authorization.substr(0, 7), "Bearer ")) token = authorization.substr(7);
+    if (authorization.size() > 7 && beast::iequals(authorization.substr(0, 7), "Bearer "))
+      token = authorization.substr(7);
   }
   return token;
 }
@@ -33,7 +34,8 @@ std::string_view presented_token(const RequestContext& ctx) {
 Result<void> TokenAuth::authenticate(RequestContext& ctx) const {
   std::string_view token = presented_token(ctx);
   if (token.empty())
-    return ApiError::authentication("Missing API token: send 'Authorization: Bearer <token>' or 'x-api-key: <token>'");
+    return ApiError::authentication(
+        "Missing API token: send 'Authorization: Bearer <token>' or 'x-api-key: <token>'");
   if (ctx.connection)
     if (const std::string* owner = ctx.connection->remembered_owner(token)) {
       ctx.owner = *owner;

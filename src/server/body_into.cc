@@ -1,8 +1,8 @@
 // RequestContext::read_body_into: a sized body read from the socket straight into the
 // consumer's buffers (an upload's hashing and writing threads take them from there).
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <algorithm>
 #include <cstring>
 
 #include "server/http_server.h"
@@ -41,7 +41,8 @@ asio::awaitable<Result<void>> RequestContext::read_body_into(size_t limit, const
   // What the header read already buffered.
   if (buffer_.size() > 0) {
     const size_t take = static_cast<size_t>(std::min<uint64_t>(remaining, buffer_.size()));
-    auto copied = co_await copy_into(buffers, std::string_view(static_cast<const char*>(buffer_.data().data()), take));
+    auto copied =
+        co_await copy_into(buffers, std::string_view(static_cast<const char*>(buffer_.data().data()), take));
     buffer_.consume(take);
     remaining -= take;
     if (!copied) co_return copied.error();
@@ -58,7 +59,8 @@ asio::awaitable<Result<void>> RequestContext::read_body_into(size_t limit, const
     }
     stream_.expires_at(body_read_deadline(started, received));
     auto [ec, n] = co_await stream_.async_read_some(
-        asio::buffer(lent->data(), static_cast<size_t>(std::min<uint64_t>(remaining, lent->size()))), use_tuple);
+        asio::buffer(lent->data(), static_cast<size_t>(std::min<uint64_t>(remaining, lent->size()))),
+        use_tuple);
     if (ec) {
       stream_.expires_never();
       co_return ApiError::invalid_request("The request body could not be read: " + ec.message());

@@ -41,7 +41,8 @@ std::optional<std::string> RequestContext::query_value(const std::string& name) 
 asio::awaitable<Result<void>> RequestContext::read_body_stream(
     size_t limit, const std::function<Result<void>(std::string_view)>& on_chunk,
     const std::function<asio::awaitable<Result<void>>()>& after_chunk) {
-  AsyncChunkConsumer consume = [&on_chunk, &after_chunk](std::string_view chunk) -> asio::awaitable<Result<void>> {
+  AsyncChunkConsumer consume = [&on_chunk,
+                                &after_chunk](std::string_view chunk) -> asio::awaitable<Result<void>> {
     if (auto accepted = on_chunk(chunk); !accepted) co_return accepted;
     if (!after_chunk) co_return Result<void>();
     co_return co_await after_chunk();
@@ -49,7 +50,8 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream(
   co_return co_await read_body_stream_async(limit, consume);
 }
 
-asio::awaitable<Result<void>> RequestContext::read_body_stream_async(size_t limit, const AsyncChunkConsumer& on_chunk) {
+asio::awaitable<Result<void>> RequestContext::read_body_stream_async(size_t limit,
+                                                                     const AsyncChunkConsumer& on_chunk) {
   if (kept_body_) {
     std::string body = std::move(*kept_body_);
     kept_body_.reset();
@@ -97,7 +99,8 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream_async(size_t limi
       ensure_chunk(remaining);
       stream_.expires_at(read_deadline());
       auto [ec, n] = co_await stream_.async_read_some(
-          asio::buffer(chunk.get(), static_cast<size_t>(std::min<uint64_t>(remaining, chunk_size))), use_tuple);
+          asio::buffer(chunk.get(), static_cast<size_t>(std::min<uint64_t>(remaining, chunk_size))),
+          use_tuple);
       if (ec) {
         stream_.expires_never();
         co_return ApiError::invalid_request("The request body could not be read: " + ec.message());
@@ -148,8 +151,8 @@ asio::awaitable<Result<void>> RequestContext::read_body_stream_async(size_t limi
 Clock::time_point RequestContext::body_read_deadline(Clock::time_point started, uint64_t received) const {
   auto idle = Clock::now() + limits_.body_idle_timeout;
   if (limits_.body_min_rate == 0) return idle;
-  auto earned = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(static_cast<double>(received) / static_cast<double>(limits_.body_min_rate)));
+  auto earned = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+      static_cast<double>(received) / static_cast<double>(limits_.body_min_rate)));
   return std::min(idle, started + limits_.body_rate_grace + earned);
 }
 

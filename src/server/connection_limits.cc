@@ -42,7 +42,8 @@ ConnectionCounter::Admission ConnectionCounter::admit(const std::string& address
 void ConnectionCounter::authenticated(const std::string& address) {
   std::lock_guard lock(mutex_);
   --unauthenticated_;
-  if (auto it = per_address_.find(address); !address.empty() && it != per_address_.end()) --it->second.unauthenticated;
+  if (auto it = per_address_.find(address); !address.empty() && it != per_address_.end())
+    --it->second.unauthenticated;
 }
 
 bool ConnectionCounter::charge(const std::string& owner) {

@@ -17,7 +17,8 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 std::shared_ptr<DisconnectWatch> DisconnectWatch::start(tcp::socket& socket, std::function<void()> on_gone) {
   std::shared_ptr<DisconnectWatch> watch(new DisconnectWatch(socket, std::move(on_gone)));
-  asio::co_spawn(socket.get_executor(), [watch]() { return watch->watch(); }, asio::detached);
+  asio::co_spawn(
+      socket.get_executor(), [watch]() { return watch->watch(); }, asio::detached);
   return watch;
 }
 

@@ -9,7 +9,8 @@
 
 namespace sandboxd::server {
 
-asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx, http::request_parser<http::buffer_body>& parser) {
+asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx,
+                                               http::request_parser<http::buffer_body>& parser) {
   auto parsed = boost::urls::parse_origin_form(parser.get().target());
   if (!parsed) co_return error_response(ApiError::invalid_request("Malformed request target"));
   auto url = *parsed;
@@ -17,12 +18,14 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx, http::reques
   std::string path(url.encoded_path());
   RouteMatch match = router_.match(ctx.method(), path);
   if (match.kind == RouteMatch::Kind::kNotFound)
-    co_return error_response(ApiError::not_found("No route for " + std::string(http::to_string(ctx.method())) +
-                                                 " " + path.substr(0, 200)));
+    co_return error_response(ApiError::not_found(
+        "No route for " + std::string(http::to_string(ctx.method())) + " " + path.substr(0, 200)));
   if (match.kind == RouteMatch::Kind::kMethodNotAllowed) {
-    auto res = error_response({http::status::method_not_allowed, "invalid_request_error",
-                               "Method " + std::string(http::to_string(ctx.method())) + " is not allowed here",
-                               {}});
+    auto res =
+        error_response({http::status::method_not_allowed,
+                        "invalid_request_error",
+                        "Method " + std::string(http::to_string(ctx.method())) + " is not allowed here",
+                        {}});
     res.set(http::field::allow, match.allow);
     co_return res;
   }
@@ -32,22 +35,25 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx, http::reques
   // A connection from a sandbox is always authenticated: what it may reach is the
   // authenticator's decision, for every route.
   if (route_options_[match.route].authenticated || ctx.origin) {
-    if (!authenticator_) co_return error_response(ApiError::authentication("Authentication is not configured"));
+    if (!authenticator_)
+      co_return error_response(ApiError::authentication("Authentication is not configured"));
     auto auth = authenticator_(ctx);
     if (!auth) co_return error_response(auth.error());
     // The owner is known now: its connections count against its own cap (the body of
     // a refused request is not read, so the connection closes after the answer).
     if (ctx.connection && !ctx.owner.empty() && !ctx.connection->charge(ctx.owner))
-      co_return error_response(ApiError::rate_limited(
-          "Too many open connections for this owner (the limit is " +
-              std::to_string(connections_->max_per_owner()) + ")",
-          1));
+      co_return error_response(
+          ApiError::rate_limited("Too many open connections for this owner (the limit is " +
+                                     std::to_string(connections_->max_per_owner()) + ")",
+                                 1));
   }
   try {
     // (Not a ?: of two co_awaits: GCC 12 miscompiles that.)
     Result<Response> result = ApiError::internal();
-    if (interceptor_) result = co_await interceptor_(ctx, handlers_[match.route]);
-    else result = co_await handlers_[match.route](ctx);
+    if (interceptor_)
+      result = co_await interceptor_(ctx, handlers_[match.route]);
+    else
+      result = co_await handlers_[match.route](ctx);
     if (!result) co_return error_response(result.error());
     co_return std::move(*result);
   } catch (const std::exception& e) {

@@ -14,14 +14,12 @@ void percent_encode(std::string& out, unsigned char c) {
 // RFC 5987 attr-char: the bytes that may stand for themselves in filename*.
 bool attr_char(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '!' || c == '#' ||
-         c == '$' || c == '&' || c == '+' || c == '-' || c == '.' || c == '^' || c == '_' || c == '`' || c == '|' ||
-         c == '~';
+         c == '$' || c == '&' || c == '+' || c == '-' || c == '.' || c == '^' || c == '_' || c == '`' ||
+         c == '|' || c == '~';
 }
 
 // RFC 9110 token characters (field names).
-bool token_char(unsigned char c) {
-  return attr_char(c) || c == '\'' || c == '*';
-}
+bool token_char(unsigned char c) { return attr_char(c) || c == '\'' || c == '*'; }
 
 }  // namespace
 
@@ -29,8 +27,10 @@ std::string header_text(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (unsigned char c : text) {
-    if (c >= 0x20 && c < 0x7f && c != '%') out.push_back(static_cast<char>(c));
-    else percent_encode(out, c);
+    if (c >= 0x20 && c < 0x7f && c != '%')
+      out.push_back(static_cast<char>(c));
+    else
+      percent_encode(out, c);
   }
   return out;
 }
@@ -39,8 +39,10 @@ std::string content_disposition(bool inline_disposition, std::string_view filena
   std::string ascii, encoded;
   for (unsigned char c : filename) {
     ascii.push_back(c >= 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '%' ? static_cast<char>(c) : '_');
-    if (attr_char(c)) encoded.push_back(static_cast<char>(c));
-    else percent_encode(encoded, c);
+    if (attr_char(c))
+      encoded.push_back(static_cast<char>(c));
+    else
+      percent_encode(encoded, c);
   }
   return std::string(inline_disposition ? "inline" : "attachment") + "; filename=\"" + ascii +
          "\"; filename*=UTF-8''" + encoded;

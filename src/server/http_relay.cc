@@ -1,14 +1,14 @@
 #include "server/http_relay.h"
 
+#include <spdlog/spdlog.h>
+#include <algorithm>
+#include <array>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http.hpp>
-#include <algorithm>
-#include <array>
 #include <limits>
 #include <set>
-#include <spdlog/spdlog.h>
 
 namespace sandboxd::server {
 namespace {
@@ -22,19 +22,29 @@ constexpr size_t kReplayCopyLimit = 1u << 20;
 bool is_hop_by_hop(std::string_view name, const std::set<std::string>& named_by_connection) {
   // RFC 9110 §7.6.1's list, plus what this relay frames itself (length, encoding, host)
   // and Expect (the 100-continue is answered to the client by this server already).
-  static constexpr std::array<std::string_view, 12> kFields = {
-      "connection", "keep-alive",        "proxy-connection", "proxy-authenticate", "proxy-authorization", "te",
-      "trailer",    "transfer-encoding", "upgrade",          "content-length",     "host",                "expect"};
+  static constexpr std::array<std::string_view, 12> kFields = {"connection",
+                                                               "keep-alive",
+                                                               "proxy-connection",
+                                                               "proxy-authenticate",
+                                                               "proxy-authorization",
+                                                               "te",
+                                                               "trailer",
+                                                               "transfer-encoding",
+                                                               "upgrade",
+                                                               "content-length",
+                                                               "host",
+                                                               "expect"};
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  return std::find(kFields.begin(), kFields.end(), lower) != kFields.end() || named_by_connection.count(lower);
+  return std::find(kFields.begin(), kFields.end(), lower) != kFields.end() ||
+         named_by_connection.count(lower);
 }
 
 // Field names a Connection header lists are hop-by-hop too.
 std::set<std::string> connection_tokens(const http::fields& fields) {
   std::set<std::string> tokens;
-  for (auto it = fields.find(http::field::connection); it != fields.end() && it->name() == http::field::connection;
-       ++it) {
+  for (auto it = fields.find(http::field::connection);
+       it != fields.end() && it->name() == http::field::connection; ++it) {
     std::string value(it->value());
     size_t start = 0;
     while (start <= value.size()) {
@@ -42,7 +52,8 @@ std::set<std::string> connection_tokens(const http::fields& fields) {
       std::string token = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       token.erase(0, token.find_first_not_of(" \t"));
       token.erase(token.find_last_not_of(" \t") + 1);
-      std::transform(token.begin(), token.end(), token.begin(), [](unsigned char c) { return std::tolower(c); });
+      std::transform(token.begin(), token.end(), token.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
       if (!token.empty()) tokens.insert(token);
       if (comma == std::string::npos) break;
       start = comma + 1;
@@ -64,7 +75,8 @@ ApiError unreachable(const RelayOptions& options) {
 
 ApiError broke_off(const RelayOptions& options) {
   return ApiError{http::status::bad_gateway, "api_error",
-                  "The replica serving this container did not answer; try again shortly", options.retry_after_sec};
+                  "The replica serving this container did not answer; try again shortly",
+                  options.retry_after_sec};
 }
 
 // What the relay holds while the answer streams (the response outlives the handler).
@@ -84,7 +96,8 @@ struct Upstream {
   }
   // The answer was read to its end: a connection both sides keep goes back to the pool.
   void answered(bool request_sent_whole) {
-    if (!pool || !request_sent_whole || !parser.is_done() || !parser.keep_alive() || buffer.size() != 0) return;
+    if (!pool || !request_sent_whole || !parser.is_done() || !parser.keep_alive() || buffer.size() != 0)
+      return;
     stream.expires_never();
     pool->give_back(pool_key, std::move(stream.socket()));
     pool.reset();
@@ -161,12 +174,15 @@ asio::awaitable<Result<Response>> relay_request(RequestContext& ctx, const Relay
   request.set(http::field::host, target.host + ":" + target.port);
   request.set(kRelayedByHeader, options.via);
   request.keep_alive(options.pool != nullptr);
-  const bool chunked_in = !ctx.kept_body() && ctx.header_value(http::field::transfer_encoding).find("chunked") !=
-                                                  std::string_view::npos;
-  if (ctx.kept_body()) request.content_length(ctx.kept_body()->size());
+  const bool chunked_in =
+      !ctx.kept_body() &&
+      ctx.header_value(http::field::transfer_encoding).find("chunked") != std::string_view::npos;
+  if (ctx.kept_body())
+    request.content_length(ctx.kept_body()->size());
   else if (auto length = ctx.header_value(http::field::content_length); !length.empty())
     request.set(http::field::content_length, length);  // checked by this server's parser
-  else if (chunked_in) request.chunked(true);
+  else if (chunked_in)
+    request.chunked(true);
   // Whether the request can be sent again on a new connection when a reused one turns
   // out closed: its body is not read from the client yet, or read already and kept.
   const bool copy_kept = options.pool && ctx.kept_body() && ctx.kept_body()->size() <= kReplayCopyLimit;
@@ -204,7 +220,8 @@ asio::awaitable<Result<Response>> relay_request(RequestContext& ctx, const Relay
     // early: 401, 413) is not an error yet: its answer is read below.
     upstream_write_failed = false;
     const bool from_client = !ctx.kept_body();
-    RequestContext::AsyncChunkConsumer forward = [&](std::string_view piece) -> asio::awaitable<Result<void>> {
+    RequestContext::AsyncChunkConsumer forward =
+        [&](std::string_view piece) -> asio::awaitable<Result<void>> {
       if (from_client) body_from_client = true;
       if (upstream_write_failed) co_return Result<void>();
       stream.expires_after(options.answer_timeout);
@@ -228,21 +245,25 @@ asio::awaitable<Result<Response>> relay_request(RequestContext& ctx, const Relay
 
     // The answer's header; the client going away meanwhile ends the relay (the holder
     // then sees its connection close and cancels the work, as for a direct client).
-    upstream->watch = DisconnectWatch::start(ctx.stream().socket(), [weak = std::weak_ptr<Upstream>(upstream)] {
-      if (auto alive = weak.lock()) alive->stream.cancel();
-    });
+    upstream->watch =
+        DisconnectWatch::start(ctx.stream().socket(), [weak = std::weak_ptr<Upstream>(upstream)] {
+          if (auto alive = weak.lock()) alive->stream.cancel();
+        });
     auto& parser = upstream->parser;
     parser.body_limit(boost::none);
     if (ctx.method() == http::verb::head) parser.skip(true);
     stream.expires_after(options.answer_timeout);
-    auto [read_error, read_bytes] = co_await http::async_read_header(stream, upstream->buffer, parser, use_tuple);
+    auto [read_error, read_bytes] =
+        co_await http::async_read_header(stream, upstream->buffer, parser, use_tuple);
     if (read_error) {
       // Nothing read at all on a reused connection: the peer had closed it (not a
       // cancel: that is the client gone, or the answer's timeout).
-      const bool closed_before = read_error != asio::error::operation_aborted && read_error != beast::error::timeout &&
-                                 upstream->buffer.size() == 0 && !parser.got_some();
+      const bool closed_before = read_error != asio::error::operation_aborted &&
+                                 read_error != beast::error::timeout && upstream->buffer.size() == 0 &&
+                                 !parser.got_some();
       if (closed_before && try_again()) continue;
-      spdlog::warn("{} relay to {}:{}: no answer: {}", ctx.request_id, target.host, target.port, read_error.message());
+      spdlog::warn("{} relay to {}:{}: no answer: {}", ctx.request_id, target.host, target.port,
+                   read_error.message());
       // A kept-alive connection the holder closed before a byte of answer, with a body
       // that cannot be sent again: the holder closes an idle connection only while it
       // had no request on it (a request read is always answered, if only with a
@@ -296,7 +317,8 @@ asio::awaitable<Result<FetchedAnswer>> fetch_from_replica(RequestContext& ctx, c
                                                           const RelayOptions& options, size_t body_limit) {
   http::request<http::empty_body> request{http::verb::get, path, 11};
   request.set(http::field::host, target.host + ":" + target.port);
-  if (auto value = ctx.header_value(http::field::authorization); !value.empty()) request.set(http::field::authorization, value);
+  if (auto value = ctx.header_value(http::field::authorization); !value.empty())
+    request.set(http::field::authorization, value);
   if (auto key = ctx.header_value(std::string_view("x-api-key")); !key.empty()) request.set("x-api-key", key);
   request.set(kRelayedByHeader, options.via);
   request.set(marker, "1");
@@ -310,10 +332,14 @@ asio::awaitable<Result<FetchedAnswer>> fetch_from_replica(RequestContext& ctx, c
     http::response_parser<http::string_body> parser;
     parser.body_limit(body_limit);
     boost::system::error_code read_error = write_error;
-    if (!write_error) std::tie(read_error, std::ignore) = co_await http::async_read(stream, upstream->buffer, parser, use_tuple);
+    if (!write_error)
+      std::tie(read_error, std::ignore) =
+          co_await http::async_read(stream, upstream->buffer, parser, use_tuple);
     if (read_error) {
-      if (upstream->reused && !parser.got_some() && read_error != beast::error::timeout) continue;  // closed while idle
-      spdlog::warn("{} asking {}:{} for {}: {}", ctx.request_id, target.host, target.port, path, read_error.message());
+      if (upstream->reused && !parser.got_some() && read_error != beast::error::timeout)
+        continue;  // closed while idle
+      spdlog::warn("{} asking {}:{} for {}: {}", ctx.request_id, target.host, target.port, path,
+                   read_error.message());
       co_return broke_off(options);
     }
     if (options.pool && parser.keep_alive() && upstream->buffer.size() == 0) {

@@ -58,6 +58,7 @@ struct FetchedAnswer {
 };
 asio::awaitable<Result<FetchedAnswer>> fetch_from_replica(RequestContext& ctx, const RelayTarget& target,
                                                           const std::string& path, std::string_view marker,
-                                                          const RelayOptions& options, size_t body_limit = 1u << 20);
+                                                          const RelayOptions& options,
+                                                          size_t body_limit = 1u << 20);
 
 }  // namespace sandboxd::server

@@ -26,9 +26,9 @@ using Clock = std::chrono::steady_clock;
 HttpServer::HttpServer(asio::io_context& io, ServerLimits limits)
     : io_(io),
       limits_(limits),
-      connections_(std::make_shared<ConnectionCounter>(limits.max_connections, limits.max_connections_per_owner,
-                                                       limits.max_connections_per_address,
-                                                       limits.max_unauthenticated_per_address)),
+      connections_(std::make_shared<ConnectionCounter>(
+          limits.max_connections, limits.max_connections_per_owner, limits.max_connections_per_address,
+          limits.max_unauthenticated_per_address)),
       reserve_fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
 
 HttpServer::~HttpServer() {
@@ -73,8 +73,10 @@ asio::awaitable<void> HttpServer::accept_loop() {
       // the reserve one makes room to take the waiting connection off the queue and
       // close it, so its client hears at once instead of hanging.
       static std::atomic<int64_t> last_warning{0};  // at most one line every 5 s
-      const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count();
-      if (int64_t last = last_warning.load(); now - last >= 5 && last_warning.compare_exchange_strong(last, now))
+      const int64_t now =
+          std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count();
+      if (int64_t last = last_warning.load();
+          now - last >= 5 && last_warning.compare_exchange_strong(last, now))
         spdlog::warn("accept: {}", ec.message());
       const bool out_of_descriptors = ec == asio::error::no_descriptors || ec.value() == ENFILE;
       if (out_of_descriptors && reserve_fd_ < 0) reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);

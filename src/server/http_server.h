@@ -105,9 +105,9 @@ struct ServerLimits {
   // it starts with (time to get going). A trickle is cut off, not just a silence.
   size_t body_min_rate = 1024;
   std::chrono::seconds body_rate_grace{10};
-  size_t max_connections = 4096;           // open at once, all clients together
-  size_t max_connections_per_owner = 256;  // open at once that authenticated to one owner
-  size_t max_connections_per_address = 0;  // open at once from one client address (0: no cap)
+  size_t max_connections = 4096;               // open at once, all clients together
+  size_t max_connections_per_owner = 256;      // open at once that authenticated to one owner
+  size_t max_connections_per_address = 0;      // open at once from one client address (0: no cap)
   size_t max_unauthenticated_per_address = 0;  // of those, not authenticated yet (0: no cap)
   std::chrono::seconds write_timeout{60};
   size_t json_body_limit = 32u << 20;
@@ -231,7 +231,8 @@ class HttpServer {
   HttpServer(asio::io_context& io, ServerLimits limits);
   ~HttpServer();
 
-  void route(http::verb method, std::string pattern, std::string name, Handler handler, RouteOptions options = {});
+  void route(http::verb method, std::string pattern, std::string name, Handler handler,
+             RouteOptions options = {});
   void set_authenticator(Authenticator authenticator) { authenticator_ = std::move(authenticator); }
   void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
   void set_interceptor(Interceptor interceptor) { interceptor_ = std::move(interceptor); }

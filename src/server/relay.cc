@@ -52,11 +52,16 @@ asio::awaitable<void> pump(tcp::socket& from, tcp::socket& to) {
   for (;;) {
     bool would_block_reading = false;
     if (!from_done && buffered < pipe.capacity()) {
-      ssize_t n = splice(from.native_handle(), nullptr, pipe.write_end(), nullptr, pipe.capacity() - buffered, kFlags);
-      if (n > 0) buffered += static_cast<size_t>(n);
-      else if (n == 0) from_done = true;
-      else if (errno == EAGAIN) would_block_reading = true;
-      else if (errno != EINTR) fail("splice(socket -> pipe)");
+      ssize_t n = splice(from.native_handle(), nullptr, pipe.write_end(), nullptr, pipe.capacity() - buffered,
+                         kFlags);
+      if (n > 0)
+        buffered += static_cast<size_t>(n);
+      else if (n == 0)
+        from_done = true;
+      else if (errno == EAGAIN)
+        would_block_reading = true;
+      else if (errno != EINTR)
+        fail("splice(socket -> pipe)");
     }
     if (buffered > 0) {
       ssize_t n = splice(pipe.read_end(), nullptr, to.native_handle(), nullptr, buffered, kFlags);

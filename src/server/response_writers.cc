@@ -32,8 +32,10 @@ StringResponse json_response(http::status status, std::string body) {
   // did not choose (a file name made in a sandbox) have their invalid bytes replaced
   // with U+FFFD here, whatever the handler forgot. (JSON's own syntax is ASCII, so
   // this never touches anything but string contents.)
-  if (is_valid_utf8(body)) res.body() = std::move(body);  // the common case: no copy
-  else res.body() = to_valid_utf8(body);
+  if (is_valid_utf8(body))
+    res.body() = std::move(body);  // the common case: no copy
+  else
+    res.body() = to_valid_utf8(body);
   return res;
 }
 
@@ -42,7 +44,8 @@ StringResponse error_response(const ApiError& error) {
   if (error.status == static_cast<http::status>(529)) res.reason("Overloaded");
   if (error.retry_after) res.set(http::field::retry_after, std::to_string(*error.retry_after));
   // RFC 9110: a 401 names the scheme it wants; MCP clients read it to learn how to sign in.
-  if (error.status == http::status::unauthorized) res.set(http::field::www_authenticate, "Bearer realm=\"sandboxd\"");
+  if (error.status == http::status::unauthorized)
+    res.set(http::field::www_authenticate, "Bearer realm=\"sandboxd\"");
   return res;
 }
 
@@ -52,7 +55,8 @@ asio::awaitable<bool> ChunkWriter::write(std::string_view data) {
   stream_.expires_after(write_timeout_);
   boost::system::error_code ec;
   if (raw_)
-    std::tie(ec, std::ignore) = co_await asio::async_write(stream_, asio::const_buffer(data.data(), data.size()), use_tuple);
+    std::tie(ec, std::ignore) =
+        co_await asio::async_write(stream_, asio::const_buffer(data.data(), data.size()), use_tuple);
   else
     std::tie(ec, std::ignore) = co_await asio::async_write(
         stream_, http::make_chunk(asio::const_buffer(data.data(), data.size())), use_tuple);
@@ -168,7 +172,8 @@ asio::awaitable<bool> HttpServer::send(beast::tcp_stream& stream, Response& resp
   uint64_t remaining = file.length;
   asio::steady_timer deadline(socket.get_executor());
   while (remaining > 0) {
-    ssize_t sent = ::sendfile(socket.native_handle(), file.fd, &offset, std::min<uint64_t>(remaining, 4u << 20));
+    ssize_t sent =
+        ::sendfile(socket.native_handle(), file.fd, &offset, std::min<uint64_t>(remaining, 4u << 20));
     if (sent > 0) {
       remaining -= static_cast<uint64_t>(sent);
       bytes += static_cast<size_t>(sent);
@@ -178,7 +183,8 @@ asio::awaitable<bool> HttpServer::send(beast::tcp_stream& stream, Response& resp
     if (sent < 0 && errno == EAGAIN) {
       using namespace asio::experimental::awaitable_operators;
       deadline.expires_after(limits_.write_timeout);
-      auto outcome = co_await (socket.async_wait(tcp::socket::wait_write, use_tuple) || deadline.async_wait(use_tuple));
+      auto outcome =
+          co_await (socket.async_wait(tcp::socket::wait_write, use_tuple) || deadline.async_wait(use_tuple));
       if (outcome.index() == 1) co_return false;  // the client stopped reading
       continue;
     }

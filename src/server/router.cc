@@ -105,7 +105,8 @@ RouteMatch Router::match(http::verb method, std::string_view path) const {
         bool explicit_head = false;
         std::map<std::string, std::string> other;
         for (size_t j = 0; j < routes_.size(); ++j)
-          if (routes_[j].method == http::verb::head && match_segments(routes_[j], parts, other)) explicit_head = true;
+          if (routes_[j].method == http::verb::head && match_segments(routes_[j], parts, other))
+            explicit_head = true;
         if (explicit_head) continue;
       }
       result.kind = RouteMatch::Kind::kFound;

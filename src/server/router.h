@@ -3,9 +3,9 @@
 // from 405 (a pattern matches, not with this method).
 #pragma once
 
-#include <ostream>  // boost/core/detail/string_view.hpp in 1.81 needs it first
 #include <boost/beast/http/verb.hpp>
 #include <map>
+#include <ostream>  // boost/core/detail/string_view.hpp in 1.81 needs it first
 #include <string>
 #include <string_view>
 #include <vector>

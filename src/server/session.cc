@@ -23,8 +23,10 @@ http::fields& header_of(Response& response) {
   return std::visit(
       [](auto& res) -> http::fields& {
         using T = std::decay_t<decltype(res)>;
-        if constexpr (std::is_same_v<T, FileResponse> || std::is_same_v<T, StreamResponse>) return res.header;
-        else return res;
+        if constexpr (std::is_same_v<T, FileResponse> || std::is_same_v<T, StreamResponse>)
+          return res.header;
+        else
+          return res;
       },
       response);
 }
@@ -42,7 +44,8 @@ std::string canned_refusal(const ApiError& error) {
 
 }  // namespace
 
-asio::awaitable<void> HttpServer::session(tcp::socket socket, std::shared_ptr<const ConnectionOrigin> origin) {
+asio::awaitable<void> HttpServer::session(tcp::socket socket,
+                                          std::shared_ptr<const ConnectionOrigin> origin) {
   // The public listener's connections count per client address too; a sandbox's own
   // listener (an origin) is bounded per sandbox instead.
   std::string address;
@@ -55,14 +58,16 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket, std::shared_ptr<co
   if (!slot.admitted()) {
     // At a cap: a short answer, best effort and without waiting, then close.
     static const std::string kBusy = canned_refusal(ApiError::overloaded("Too many open connections", 1));
-    static const std::string kAddressBusy = canned_refusal(
-        ApiError::rate_limited("Too many open connections from this address (server.maxConnectionsPerIp)", 1));
-    static const std::string kAddressIdle = canned_refusal(ApiError::rate_limited(
-        "Too many connections from this address have not authenticated (server.maxUnauthenticatedConnectionsPerIp)", 1));
-    const std::string& answer = slot.admission() == ConnectionCounter::Admission::kAddressFull ? kAddressBusy
-                                : slot.admission() == ConnectionCounter::Admission::kAddressUnauthenticatedFull
-                                    ? kAddressIdle
-                                    : kBusy;
+    static const std::string kAddressBusy = canned_refusal(ApiError::rate_limited(
+        "Too many open connections from this address (server.maxConnectionsPerIp)", 1));
+    static const std::string kAddressIdle =
+        canned_refusal(ApiError::rate_limited("Too many connections from this address have not authenticated "
+                                              "(server.maxUnauthenticatedConnectionsPerIp)",
+                                              1));
+    const std::string& answer =
+        slot.admission() == ConnectionCounter::Admission::kAddressFull                  ? kAddressBusy
+        : slot.admission() == ConnectionCounter::Admission::kAddressUnauthenticatedFull ? kAddressIdle
+                                                                                        : kBusy;
     ::send(socket.native_handle(), answer.data(), answer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     boost::system::error_code ignored;
     socket.close(ignored);
@@ -81,8 +86,10 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket, std::shared_ptr<co
           ec == http::error::bad_field || ec == http::error::bad_value || ec == http::error::bad_version ||
           ec == http::error::bad_line_ending || ec == http::error::bad_content_length) {
         ApiError error = ec == http::error::header_limit
-                             ? ApiError{http::status::request_header_fields_too_large, "invalid_request_error",
-                                        "Request headers are too large", {}}
+                             ? ApiError{http::status::request_header_fields_too_large,
+                                        "invalid_request_error",
+                                        "Request headers are too large",
+                                        {}}
                              : ApiError::invalid_request("Malformed HTTP request: " + ec.message());
         auto res = error_response(error);
         res.set("request-id", new_request_id());
@@ -102,7 +109,8 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket, std::shared_ptr<co
       // containers are about to stop (in a cluster their leases are being released), so
       // it is refused whole with a retry (its body unread, the connection closed) rather
       // than started and cut off at exit with no answer at all.
-      auto refusal = error_response(ApiError::overloaded("This server is shutting down; try again shortly", 1));
+      auto refusal =
+          error_response(ApiError::overloaded("This server is shutting down; try again shortly", 1));
       refusal.set("request-id", new_request_id());
       refusal.keep_alive(false);
       refusal.prepare_payload();
@@ -122,9 +130,12 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket, std::shared_ptr<co
         [&](auto& res) {
           auto& base = [&]() -> auto& {
             using T = std::decay_t<decltype(res)>;
-            if constexpr (std::is_same_v<T, FileResponse> || std::is_same_v<T, StreamResponse>) return res.header;
-            else return res;
-          }();
+            if constexpr (std::is_same_v<T, FileResponse> || std::is_same_v<T, StreamResponse>)
+              return res.header;
+            else
+              return res;
+          }
+          ();
           base.set("request-id", ctx.request_id);
           base.keep_alive(keep_alive);
         },
@@ -152,7 +163,8 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket, std::shared_ptr<co
       record.method = http::to_string(ctx.method());
       record.target = std::string_view(parser.get().target()).substr(0, 256);
       record.owner = ctx.owner;
-      record.route = ctx.route_name.empty() ? std::string_view("unmatched") : std::string_view(ctx.route_name);
+      record.route =
+          ctx.route_name.empty() ? std::string_view("unmatched") : std::string_view(ctx.route_name);
       record.status = status;
       record.bytes = bytes;
       record.seconds = seconds;

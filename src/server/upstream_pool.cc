@@ -29,7 +29,8 @@ UpstreamPool::UpstreamPool(asio::any_io_executor executor, Limits limits)
 
 UpstreamPool::~UpstreamPool() = default;
 
-std::optional<asio::ip::tcp::socket> UpstreamPool::take(const std::string& upstream, asio::any_io_executor executor) {
+std::optional<asio::ip::tcp::socket> UpstreamPool::take(const std::string& upstream,
+                                                        asio::any_io_executor executor) {
   std::lock_guard lock(mutex_);
   auto it = idle_.find(upstream);
   if (it == idle_.end()) return std::nullopt;
@@ -38,7 +39,8 @@ std::optional<asio::ip::tcp::socket> UpstreamPool::take(const std::string& upstr
   while (!waiting.empty()) {
     Idle idle = std::move(waiting.back());  // the most recently used: the least likely closed
     waiting.pop_back();
-    if (now - idle.since >= limits_.idle_timeout || !still_open(idle.fd.get())) continue;  // closed as it goes
+    if (now - idle.since >= limits_.idle_timeout || !still_open(idle.fd.get()))
+      continue;  // closed as it goes
     asio::ip::tcp::socket socket(executor);
     boost::system::error_code ec;
     socket.assign(idle.protocol, idle.fd.get(), ec);

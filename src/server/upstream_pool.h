@@ -40,7 +40,8 @@ class UpstreamPool : public std::enable_shared_from_this<UpstreamPool> {
 
   // An idle connection to `upstream` ("host:port") that is still open, as a socket on
   // `executor`; nullopt when there is none (the caller connects anew).
-  std::optional<boost::asio::ip::tcp::socket> take(const std::string& upstream, boost::asio::any_io_executor executor);
+  std::optional<boost::asio::ip::tcp::socket> take(const std::string& upstream,
+                                                   boost::asio::any_io_executor executor);
   // A connection whose last answer was read to its end and which both sides keep open:
   // it waits for the next request to `upstream` (or is closed when the pool is full).
   void give_back(const std::string& upstream, boost::asio::ip::tcp::socket socket);

@@ -11,14 +11,14 @@
 #include <boost/asio/strand.hpp>
 #include <chrono>
 #include <cstdint>
-#include <memory>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 #include <unordered_map>
+#include <vector>
 
 #include "base/sandbox_paths.h"
 #include "runtime/runtime.h"

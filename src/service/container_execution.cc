@@ -3,9 +3,9 @@
 // container's sandbox (started if need be: container_lifecycle.cc), and is counted,
 // logged and audited.
 #include <spdlog/spdlog.h>
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <algorithm>
 #include <chrono>
 
 #include "base/blocking.h"
@@ -311,9 +311,10 @@ asio::awaitable<Result<ContainerService::StartedProcess>> ContainerService::star
     outcome = StartedProcess{*sandbox, channel};
   } catch (const runtime::SandboxError& e) {
     spdlog::warn("starting a process in container {} failed: {}", container->id, e.what());
-    outcome = ApiError::overloaded("The process could not be started (the sandbox or the host is out of "
-                                   "processes or memory); try again later",
-                                   settings()->capacity_retry_after_sec);
+    outcome = ApiError::overloaded(
+        "The process could not be started (the sandbox or the host is out of "
+        "processes or memory); try again later",
+        settings()->capacity_retry_after_sec);
   }
   // With its request's record (within a second while the request streams on).
   if (auto* audit = ops::audit())

@@ -2,22 +2,23 @@
 
 #include <algorithm>
 
-#include "ops/metrics.h"
 #include "base/blocking.h"
+#include "ops/metrics.h"
 
 namespace sandboxd::service {
 namespace {
 
 ApiError stored_bytes_refusal(uint64_t limit) {
   ops::metrics().execution_rejected("403", "stored_bytes_quota");
-  return ApiError::permission("Storage quota reached: this owner's files may take at most " + std::to_string(limit) +
+  return ApiError::permission("Storage quota reached: this owner's files may take at most " +
+                              std::to_string(limit) +
                               " bytes (quotas.storedBytesPerOwner); delete some files first");
 }
 
 }  // namespace
 
-OwnerQuotas::UploadCharge::UploadCharge(OwnerQuotas& quotas, std::string owner, uint64_t limit, uint64_t stored,
-                                        uint64_t replaced, int64_t committed_at)
+OwnerQuotas::UploadCharge::UploadCharge(OwnerQuotas& quotas, std::string owner, uint64_t limit,
+                                        uint64_t stored, uint64_t replaced, int64_t committed_at)
     : quotas_(quotas),
       owner_(std::move(owner)),
       limit_(limit),
@@ -37,7 +38,8 @@ bool OwnerQuotas::UploadCharge::fits(const OwnerUploads& owner, uint64_t bytes) 
   // upload replaces.
   if (limit_ == 0) return true;
   const int64_t since = owner.committed - committed_at_begin_;
-  const int64_t used = static_cast<int64_t>(stored_ - replaced_) + since + static_cast<int64_t>(owner.in_flight);
+  const int64_t used =
+      static_cast<int64_t>(stored_ - replaced_) + since + static_cast<int64_t>(owner.in_flight);
   return used + static_cast<int64_t>(bytes) <= static_cast<int64_t>(limit_);
 }
 
@@ -58,8 +60,9 @@ void OwnerQuotas::UploadCharge::committed() {
   committed_ = true;
 }
 
-boost::asio::awaitable<OwnerQuotas::StoredBytes> OwnerQuotas::stored_bytes(store::Metadata& metadata, uint64_t limit,
-                                                                            std::string owner) {
+boost::asio::awaitable<OwnerQuotas::StoredBytes> OwnerQuotas::stored_bytes(store::Metadata& metadata,
+                                                                           uint64_t limit,
+                                                                           std::string owner) {
   StoredBytes out{owner, limit, 0, 0};
   if (out.limit == 0) co_return out;
   {
@@ -73,11 +76,9 @@ boost::asio::awaitable<OwnerQuotas::StoredBytes> OwnerQuotas::stored_bytes(store
   co_return out;
 }
 
-Result<std::unique_ptr<OwnerQuotas::UploadCharge>> OwnerQuotas::begin_upload(const StoredBytes& owner,
-                                                                             store::Metadata& metadata,
-                                                                             const std::string& storage,
-                                                                             const std::string& path,
-                                                                             std::optional<uint64_t> declared) {
+Result<std::unique_ptr<OwnerQuotas::UploadCharge>> OwnerQuotas::begin_upload(
+    const StoredBytes& owner, store::Metadata& metadata, const std::string& storage, const std::string& path,
+    std::optional<uint64_t> declared) {
   uint64_t replaced = 0;
   if (owner.limit > 0)
     if (auto previous = metadata.find_file(storage, path)) replaced = std::min(previous->size, owner.stored);
@@ -95,8 +96,8 @@ Result<void> OwnerQuotas::room_for_one_more(uint64_t have, uint64_t cap, const c
                                             const char* reason) {
   if (cap == 0 || have < cap) return {};
   ops::metrics().execution_rejected("403", reason);
-  return ApiError::permission("Quota reached: this owner has " + std::to_string(have) + " " + what + " (" + key +
-                              " is " + std::to_string(cap) + "); delete some first");
+  return ApiError::permission("Quota reached: this owner has " + std::to_string(have) + " " + what + " (" +
+                              key + " is " + std::to_string(cap) + "); delete some first");
 }
 
 }  // namespace sandboxd::service

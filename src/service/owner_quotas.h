@@ -49,8 +49,8 @@ class OwnerQuotas {
     OwnerQuotas& quotas_;
     std::string owner_;
     uint64_t limit_;
-    uint64_t stored_;     // the owner's bytes in the metadata when measured, minus...
-    uint64_t replaced_;   // ...the previous version of the key, which the upload replaces
+    uint64_t stored_;             // the owner's bytes in the metadata when measured, minus...
+    uint64_t replaced_;           // ...the previous version of the key, which the upload replaces
     int64_t committed_at_begin_;  // the owner's committed uploads' count when measured
     uint64_t charged_ = 0;
     bool committed_ = false;
@@ -66,7 +66,8 @@ class OwnerQuotas {
   };
   // `limit`: quotas.storedBytesPerOwner. (Parameters by value: the coroutine starts
   // when awaited.)
-  boost::asio::awaitable<StoredBytes> stored_bytes(store::Metadata& metadata, uint64_t limit, std::string owner);
+  boost::asio::awaitable<StoredBytes> stored_bytes(store::Metadata& metadata, uint64_t limit,
+                                                   std::string owner);
   // Starts charging an upload to `path` of container storage `storage`, from what
   // `stored_bytes` found. `declared`: the body's size when the request says it (refused
   // at once when it cannot fit). With no quota it refuses nothing.

@@ -1,15 +1,15 @@
 #include "service/sandbox_pool.h"
 
-#include <algorithm>
 #include <unistd.h>
+#include <algorithm>
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <filesystem>
-#include <spdlog/spdlog.h>
 #include <tuple>
 
 #include "ops/metrics.h"
@@ -20,7 +20,8 @@ namespace sandboxd::service {
 namespace fs = std::filesystem;
 using runtime::Volume;
 
-SandboxPool::SandboxPool(asio::io_context& io, runtime::Runtime* runtime, std::string slots_dir, Settings settings)
+SandboxPool::SandboxPool(asio::io_context& io, runtime::Runtime* runtime, std::string slots_dir,
+                         Settings settings)
     : io_(io), runtime_(runtime), slots_dir_(std::move(slots_dir)), settings_(std::move(settings)) {
   fs::remove_all(slots_dir_);
   fs::create_directories(slots_dir_);
@@ -59,7 +60,8 @@ asio::awaitable<void> SandboxPool::refill() {
     std::shared_ptr<Slot> slot;
     {
       std::lock_guard lock(mutex_);
-      if (stopping_ || !runtime_ || static_cast<int>(ready_.size()) + starting_ >= settings_.size()) co_return;
+      if (stopping_ || !runtime_ || static_cast<int>(ready_.size()) + starting_ >= settings_.size())
+        co_return;
       ++starting_;
       if (!free_.empty()) {
         slot = free_.back();
@@ -143,8 +145,10 @@ void SandboxPool::release(const std::shared_ptr<Slot>& slot) {
     try {
       // The container's skills folder is shared: its copy comes off without taking
       // the skills of requests still running off the original.
-      if (dir == slot->dirs.skills) Volume::detach_private(dir);
-      else Volume::unmount(dir);  // the topmost mount there: the container's bind
+      if (dir == slot->dirs.skills)
+        Volume::detach_private(dir);
+      else
+        Volume::unmount(dir);  // the topmost mount there: the container's bind
     } catch (const std::exception& e) {
       spdlog::warn("releasing slot {}: {}", dir, e.what());
     }
@@ -167,7 +171,8 @@ void SandboxPool::release(const std::shared_ptr<Slot>& slot) {
 void SandboxPool::dispose(const Slot& slot) {
   auto mounts = Volume::mounts_under(slot.root);
   // Deepest first: a mount on top of another comes off before it.
-  std::sort(mounts.begin(), mounts.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  std::sort(mounts.begin(), mounts.end(),
+            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
   for (const auto& mount_point : mounts) {
     try {
       for (int layer = 0; layer < 8 && Volume::is_mounted(mount_point); ++layer)

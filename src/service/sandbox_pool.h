@@ -25,14 +25,13 @@ namespace sandboxd::service {
 
 namespace asio = boost::asio;
 
-
 // One slot: its folders, and the sandbox waiting over them (if any).
 struct Slot {
   std::string root;
   ContainerPaths dirs;  // workspace, uploads, outputs slot folders
   std::shared_ptr<runtime::Sandbox> sandbox;
   std::shared_ptr<NetworkLink> link;  // its network (see sandbox_networking.h)
-  std::vector<std::string> bound;  // slot folders carrying a container's bind now
+  std::vector<std::string> bound;     // slot folders carrying a container's bind now
 };
 
 class SandboxPool {
@@ -40,7 +39,8 @@ class SandboxPool {
   struct Settings {
     // The options of a sandbox over `dirs` (the service's, so pooled sandboxes get the
     // same limits, image and network plan as any other).
-    std::function<runtime::SandboxOptions(const ContainerPaths& dirs, const std::string& name)> sandbox_options;
+    std::function<runtime::SandboxOptions(const ContainerPaths& dirs, const std::string& name)>
+        sandbox_options;
     std::function<int()> size;     // runtime.prestartedSandboxes, read at each refill
     std::function<uid_t()> owner;  // the host uid that owns slot folders
   };
@@ -67,7 +67,8 @@ class SandboxPool {
 
  private:
   asio::awaitable<void> refill();
-  asio::awaitable<void> stop_and_release(std::shared_ptr<runtime::Sandbox> sandbox, std::shared_ptr<Slot> slot);
+  asio::awaitable<void> stop_and_release(std::shared_ptr<runtime::Sandbox> sandbox,
+                                         std::shared_ptr<Slot> slot);
   std::shared_ptr<Slot> new_slot();
   // Unmounts everything under a slot that is no longer wanted and removes its folder.
   static void dispose(const Slot& slot);

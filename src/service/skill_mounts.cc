@@ -1,23 +1,23 @@
 #include "service/skill_mounts.h"
 
 #include <sys/stat.h>
-#include <boost/asio/post.hpp>
 #include <unistd.h>
+#include <boost/asio/post.hpp>
 
+#include <spdlog/spdlog.h>
 #include <cstring>
 #include <filesystem>
-#include <spdlog/spdlog.h>
 
-#include "runtime/tree_users.h"
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include "runtime/tree_users.h"
 
-#include "runtime/volume.h"
 #include "base/blocking.h"
+#include "runtime/volume.h"
 
 namespace sandboxd::service {
 namespace {
@@ -34,7 +34,7 @@ constexpr size_t kMaxSkillEntries = 100000;
 }  // namespace
 
 Result<std::vector<LoadedSkill>> resolve_skills(store::SkillStore& store, const std::string& owner,
-                                                        const std::vector<SkillReference>& references) {
+                                                const std::vector<SkillReference>& references) {
   std::vector<LoadedSkill> out;
   for (size_t i = 0; i < references.size(); ++i) {
     const auto& ref = references[i];
@@ -46,18 +46,19 @@ Result<std::vector<LoadedSkill>> resolve_skills(store::SkillStore& store, const 
     auto version = store.find_version(owner, ref.skill_id, ref.version);
     if (!version)
       return ApiError::not_found(path + ": version '" + ref.version + "' of skill '" + ref.skill_id +
-                                         "' not found");
+                                 "' not found");
     for (const auto& other : out)
       if (other.name == version->name)
         return ApiError::invalid_request(path + ": two skills are named '" + version->name +
-                                                 "'; each needs its own folder under /mnt/skills");
+                                         "'; each needs its own folder under /mnt/skills");
     out.push_back(LoadedSkill{ref.type, ref.skill_id, version->version, version->name, version->description,
                               version->directory});
   }
   return out;
 }
 
-Result<void> ensure_local_skills(store::SkillStore& store, const std::vector<LoadedSkill>& skills, int retry_after_sec) {
+Result<void> ensure_local_skills(store::SkillStore& store, const std::vector<LoadedSkill>& skills,
+                                 int retry_after_sec) {
   for (const auto& skill : skills) {
     if (skill.type != "custom") continue;
     store::SkillVersionRecord version;
@@ -68,8 +69,9 @@ Result<void> ensure_local_skills(store::SkillStore& store, const std::vector<Loa
       store.ensure_local(version);
     } catch (const store::SkillBucketError& e) {
       spdlog::warn("skills: {}", e.what());
-      return ApiError::overloaded("The skill '" + skill.name + "' cannot be read from the sessions bucket now; try again later",
-                                  retry_after_sec);
+      return ApiError::overloaded(
+          "The skill '" + skill.name + "' cannot be read from the sessions bucket now; try again later",
+          retry_after_sec);
     }
   }
   return {};
@@ -140,13 +142,14 @@ void SkillMounts::remove_folder(const std::string& data_dir, const std::string& 
     spdlog::warn("unmounting {}: {}", folder.string(), e.what());
   }
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(folder, ec)) fs::remove(entry.path(), ec);  // empty folders only
+  for (const auto& entry : fs::directory_iterator(folder, ec))
+    fs::remove(entry.path(), ec);  // empty folders only
   fs::remove(folder, ec);
 }
 
 Result<std::shared_ptr<SkillMounts::Lease>> SkillMounts::load(const std::string& container_folder,
-                                                                      const std::vector<LoadedSkill>& skills,
-                                                                      SandboxPid sandbox_pid) {
+                                                              const std::vector<LoadedSkill>& skills,
+                                                              SandboxPid sandbox_pid) {
   std::lock_guard lock(mutex_);
   std::vector<std::string> loaded;
   auto undo = [&] {
@@ -157,9 +160,9 @@ Result<std::shared_ptr<SkillMounts::Lease>> SkillMounts::load(const std::string&
     auto it = mounted_.find(key);
     if (it != mounted_.end() && it->second.directory != skill.directory) {
       undo();
-      return ApiError::invalid_request(
-          "container.skills: skill '" + skill.name + "' is loaded in this container at another version by a request "
-          "that is still running; use the same version or another container");
+      return ApiError::invalid_request("container.skills: skill '" + skill.name +
+                                       "' is loaded in this container at another version by a request "
+                                       "that is still running; use the same version or another container");
     }
     if (it == mounted_.end()) {
       const std::string target = container_folder + "/" + skill.name;
@@ -188,7 +191,8 @@ void SkillMounts::release(const std::string& folder, const std::string& name, co
   release_locked(folder, name, &sandbox_pid);
 }
 
-void SkillMounts::release_locked(const std::string& folder, const std::string& name, const SandboxPid* sandbox_pid) {
+void SkillMounts::release_locked(const std::string& folder, const std::string& name,
+                                 const SandboxPid* sandbox_pid) {
   auto it = mounted_.find({folder, name});
   if (it == mounted_.end() || --it->second.users > 0) return;
   const std::string directory = it->second.directory;
@@ -205,7 +209,8 @@ void SkillMounts::release_locked(const std::string& folder, const std::string& n
       if (pid1 > 0) {
         auto end_holders = [pid1, directory, target] {
           const int killed = runtime::kill_tree_users(pid1, directory, kMaxSkillEntries);
-          if (killed > 0) spdlog::info("skill {} came off: ended {} process(es) still using it", target, killed);
+          if (killed > 0)
+            spdlog::info("skill {} came off: ended {} process(es) still using it", target, killed);
         };
         boost::asio::post(blocking_pool(), std::move(end_holders));
       }

@@ -25,8 +25,8 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "base/skill_reference.h"
 #include "base/error.h"
+#include "base/skill_reference.h"
 #include "store/skill_store.h"
 
 namespace sandboxd::service {
@@ -34,10 +34,10 @@ namespace sandboxd::service {
 namespace asio = boost::asio;
 
 struct LoadedSkill {
-  std::string type;      // "custom" | "anthropic"
+  std::string type;  // "custom" | "anthropic"
   std::string skill_id;
-  std::string version;   // resolved
-  std::string name;      // the folder under /mnt/skills
+  std::string version;  // resolved
+  std::string name;     // the folder under /mnt/skills
   std::string description;
   std::string directory;  // host folder of the version
 };
@@ -45,7 +45,7 @@ struct LoadedSkill {
 // The request's `container.skills`, each resolved to a stored version (404 naming the
 // first that is missing). Two skills with the same name are refused (one folder each).
 Result<std::vector<LoadedSkill>> resolve_skills(store::SkillStore& store, const std::string& owner,
-                                                        const std::vector<SkillReference>& references);
+                                                const std::vector<SkillReference>& references);
 
 // What the upstream model is told (added to the system prompt): each skill's name,
 // description and where its SKILL.md is, to be read when a task needs it.
@@ -54,7 +54,8 @@ std::string skills_prompt(const std::vector<LoadedSkill>& skills);
 // Cluster mode (skills in the bucket, store/skill_bucket.h): the resolved custom
 // skills' folders, made here from the bucket's copy where this replica has none yet.
 // Blocking (the bucket): a blocking pool's thread. 503 when the bucket cannot be read.
-Result<void> ensure_local_skills(store::SkillStore& store, const std::vector<LoadedSkill>& skills, int retry_after_sec);
+Result<void> ensure_local_skills(store::SkillStore& store, const std::vector<LoadedSkill>& skills,
+                                 int retry_after_sec);
 
 // Cluster mode: every few seconds, this replica's copies of skill versions deleted
 // through any replica go (SkillStore::drop_deleted_copies, on the blocking pool).
@@ -94,7 +95,7 @@ class SkillMounts {
   // skill's name is loaded at another version by a request still running there.
   // `sandbox_pid` finds the processes to end when a skill is still in use as it comes off.
   Result<std::shared_ptr<Lease>> load(const std::string& container_folder,
-                                              const std::vector<LoadedSkill>& skills, SandboxPid sandbox_pid);
+                                      const std::vector<LoadedSkill>& skills, SandboxPid sandbox_pid);
 
  private:
   void release(const std::string& folder, const std::string& name, const SandboxPid& sandbox_pid);

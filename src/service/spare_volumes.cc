@@ -1,8 +1,8 @@
 #include "service/spare_volumes.h"
 
+#include <spdlog/spdlog.h>
 #include <filesystem>
 #include <sstream>
-#include <spdlog/spdlog.h>
 
 #include "base/ids.h"
 #include "runtime/volume.h"
@@ -48,7 +48,8 @@ ApiError unavailable_volume(runtime::VolumeError error, int retry_after) {
     case runtime::VolumeError::kFormatFailed:
       break;
   }
-  return ApiError::overloaded("The host is out of disk space for a new container; try again later", retry_after);
+  return ApiError::overloaded("The host is out of disk space for a new container; try again later",
+                              retry_after);
 }
 
 runtime::VolumeResult<void> SpareVolumes::take(const std::string& image, const std::string& mount_point) {
@@ -74,7 +75,8 @@ runtime::VolumeResult<void> SpareVolumes::take(const std::string& image, const s
     }
   }
   const VolumeShape shape = shape_();
-  if (auto created = Volume::create(image, shape.image_bytes, shape.owner, shape.owner); !created) return created;
+  if (auto created = Volume::create(image, shape.image_bytes, shape.owner, shape.owner); !created)
+    return created;
   auto mounted = Volume::mount(image, mount_point);
   if (!mounted) {
     std::error_code ec;

@@ -26,8 +26,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "service/services.h"
 #include "base/blocking.h"
+#include "service/services.h"
 #include "store/database.h"
 
 namespace sandboxd::service {

@@ -1,8 +1,8 @@
 #include "service/store_check.h"
 
+#include <spdlog/spdlog.h>
 #include <filesystem>
 #include <set>
-#include <spdlog/spdlog.h>
 
 #include "base/temp_files.h"
 
@@ -30,11 +30,12 @@ StoreCheckSummary check_store(store::Metadata& metadata, const std::string& cont
       const fs::path host = root / "uploads" / file.path.substr(kUploads.size());
       if (fs::is_regular_file(fs::symlink_status(host, ec))) continue;
       metadata.delete_file(record.storage, file.path);
-      spdlog::warn("start-up check: {} of container {} ({}) is gone from disk; its record is dropped", file.path,
-                   record.id, record.owner);
+      spdlog::warn("start-up check: {} of container {} ({}) is gone from disk; its record is dropped",
+                   file.path, record.id, record.owner);
       ++summary.dropped;
     }
-    for (auto it = fs::recursive_directory_iterator(root / "uploads", fs::directory_options::skip_permission_denied, ec);
+    for (auto it = fs::recursive_directory_iterator(root / "uploads",
+                                                    fs::directory_options::skip_permission_denied, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
       if (!is_temp_name(it->path().filename().string())) continue;
       std::error_code removed;
@@ -47,9 +48,10 @@ StoreCheckSummary check_store(store::Metadata& metadata, const std::string& cont
     spdlog::warn("start-up check: {} belongs to no container; kept for inspection", entry.path().string());
     ++summary.reported;
   }
-  spdlog::info("start-up check: {} container(s); {} record(s) of vanished uploads dropped, {} temporary file(s) "
-               "removed, {} problem(s) reported",
-               summary.containers, summary.dropped, summary.temporaries, summary.reported);
+  spdlog::info(
+      "start-up check: {} container(s); {} record(s) of vanished uploads dropped, {} temporary file(s) "
+      "removed, {} problem(s) reported",
+      summary.containers, summary.dropped, summary.temporaries, summary.reported);
   return summary;
 }
 

@@ -261,15 +261,16 @@ asio::awaitable<Result<PythonStep>> resume_python_step(Services& services,
 }
 
 asio::awaitable<Result<boost::json::object>> run_sub_tool(
-    Services& services, std::shared_ptr<Container> container, std::string_view tool, const boost::json::object& input,
-    std::shared_ptr<runtime::Cancellation> cancellation, int depth,
+    Services& services, std::shared_ptr<Container> container, std::string_view tool,
+    const boost::json::object& input, std::shared_ptr<runtime::Cancellation> cancellation, int depth,
     std::function<void(runtime::OutputStreamId, std::string_view)> on_output) {
   if (tool == "code_execution") co_return co_await run_python_tool(services, container, input, false, depth);
   services.containers.touch(*container);
   const auto config = services.config();
   if (!services.containers.code_execution_available())
-    co_return tools::tool_error(tool == "text_editor_code_execution" ? tools::kEditorErrorType : tools::kBashErrorType,
-                                "unavailable", services.containers.unavailable_reason(), true);
+    co_return tools::tool_error(
+        tool == "text_editor_code_execution" ? tools::kEditorErrorType : tools::kBashErrorType, "unavailable",
+        services.containers.unavailable_reason(), true);
   if (tool == "text_editor_code_execution") {
     if (auto* durability = services.containers.durability()) {  // the bucket's copy first, when needed
       if (auto ready = co_await durability->ensure_local(container); !ready)
@@ -285,13 +286,17 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(
         auto* v = input.if_contains(key);
         return v && v->is_string() ? std::string_view(v->as_string()) : std::string_view();
       };
-      audit->record("editor", {{"owner", container->owner}, {"container", container->id}, {"command", text("command")},
-                               {"path", text("path")}, {"result", std::string_view(content.at("type").as_string())}});
+      audit->record("editor", {{"owner", container->owner},
+                               {"container", container->id},
+                               {"command", text("command")},
+                               {"path", text("path")},
+                               {"result", std::string_view(content.at("type").as_string())}});
     }
     co_return content;
   }
   auto parsed = tools::parse_bash_input(input);
-  if (!parsed) co_return tools::tool_error(tools::kBashErrorType, "invalid_tool_input", parsed.error().message, true);
+  if (!parsed)
+    co_return tools::tool_error(tools::kBashErrorType, "invalid_tool_input", parsed.error().message, true);
   auto& bash = *parsed;
   runtime::ExecRequest request;
   request.command = bash.command;

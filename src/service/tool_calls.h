@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "service/services.h"
 #include "runtime/cancellation.h"
 #include "runtime/sandbox.h"
+#include "service/services.h"
 
 namespace sandboxd::service {
 
@@ -26,9 +26,9 @@ namespace sandboxd::service {
 // command's ANTHROPIC_AUTH_TOKEN is for depth + 1. `on_output`, when set, sees a bash
 // command's output as it is written (runtime::ExecRequest::on_output).
 asio::awaitable<Result<boost::json::object>> run_sub_tool(
-    Services& services, std::shared_ptr<Container> container, std::string_view tool, const boost::json::object& input,
-    std::shared_ptr<runtime::Cancellation> cancellation = nullptr, int depth = 0,
-    std::function<void(runtime::OutputStreamId, std::string_view)> on_output = nullptr);
+    Services& services, std::shared_ptr<Container> container, std::string_view tool,
+    const boost::json::object& input, std::shared_ptr<runtime::Cancellation> cancellation = nullptr,
+    int depth = 0, std::function<void(runtime::OutputStreamId, std::string_view)> on_output = nullptr);
 
 // code_execution: input {"code": str, "timeout"?: seconds, "restart"?: bool}; the result
 // is Anthropic's code_execution_result {stdout, stderr, return_code, content: []}: the

@@ -35,8 +35,8 @@ class FileWriter {
   virtual size_t room() = 0;
   virtual void when_room(size_t bytes, std::function<void()> ready) = 0;
   // Waits for the body's last bytes to be hashed and written, then fsync, rename, fsync
-  // the directory (blocking: an I/O thread runs it through run_blocking); returns the record (path, size, etag, mime,
-  // mtime, created_at = now; storage left empty). The caller stores it in the metadata.
+  // the directory (blocking: an I/O thread runs it through run_blocking); returns the record (path, size,
+  // etag, mime, mtime, created_at = now; storage left empty). The caller stores it in the metadata.
   virtual FileResult<FileRecord> commit() = 0;
   // Drops the temporary file. Called by the destructor if neither commit nor abort ran.
   virtual void abort() = 0;

@@ -9,11 +9,13 @@
 
 namespace sandboxd::store {
 
-BodyPipeline::BodyPipeline(HashStep hash, WriteStep write) : hash_(std::move(hash)), write_(std::move(write)) {
+BodyPipeline::BodyPipeline(HashStep hash, WriteStep write)
+    : hash_(std::move(hash)), write_(std::move(write)) {
   // Mapped rather than allocated: pages are touched only as the body needs them, and
   // they go back to the system with the pipeline instead of staying in malloc's heap
   // (the server's RSS does not keep the peak of its largest uploads).
-  void* mapped = mmap(nullptr, kBuffers * kBufferBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* mapped =
+      mmap(nullptr, kBuffers * kBufferBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) throw std::bad_alloc();
   buffers_ = static_cast<char*>(mapped);
 }
@@ -118,8 +120,10 @@ void BodyPipeline::run_step(Step step) {
     const bool skip = step == Step::kWrite && failure_.has_value();
     lock.unlock();
     FileResult<void> result;
-    if (step == Step::kHash) hash_(data, size);
-    else if (!skip) result = write_(data, size);
+    if (step == Step::kHash)
+      hash_(data, size);
+    else if (!skip)
+      result = write_(data, size);
     lock.lock();
     if (!result && !failure_) failure_ = result.error();
     done += count;

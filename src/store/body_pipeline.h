@@ -71,12 +71,12 @@ class BodyPipeline {
   size_t fill_ = 0;  // bytes in the buffer being filled (number submitted_)
 
   std::mutex mutex_;
-  std::condition_variable work_;  // the steps wait for buffers
-  std::condition_variable room_;  // append waits for a free buffer
+  std::condition_variable work_;                       // the steps wait for buffers
+  std::condition_variable room_;                       // append waits for a free buffer
   uint64_t submitted_ = 0, hashed_ = 0, written_ = 0;  // buffers, by sequence number
-  bool closed_ = false;    // no more buffers: the steps finish what is submitted
-  bool stopping_ = false;  // the steps leave now
-  std::optional<FileError> failure_;  // the write step failed: later buffers are not written
+  bool closed_ = false;                                // no more buffers: the steps finish what is submitted
+  bool stopping_ = false;                              // the steps leave now
+  std::optional<FileError> failure_;                   // the write step failed: later buffers are not written
   std::function<void()> waiter_;
   size_t waiter_bytes_ = 0;
   std::thread hasher_, writer_;

@@ -18,7 +18,8 @@ constexpr Oid kByteaOid = 17;
 [[noreturn]] void sqlite_fail(sqlite3* db, std::string_view what) {
   if (db && (sqlite3_errcode(db) == SQLITE_BUSY || sqlite3_errcode(db) == SQLITE_LOCKED))
     throw TimeoutError("sqlite: " + std::string(what) + ": " + sqlite3_errmsg(db));
-  throw std::runtime_error("sqlite: " + std::string(what) + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
+  throw std::runtime_error("sqlite: " + std::string(what) + ": " +
+                           (db ? sqlite3_errmsg(db) : "out of memory"));
 }
 
 std::string trimmed(const char* message) {
@@ -154,7 +155,9 @@ class SqliteDatabase final : public Database {
     sqlite3_close(db_);
   }
 
-  Connection acquire() override { return Connection(Backend::kSqlite, db_, std::unique_lock(mutex_), &statements_); }
+  Connection acquire() override {
+    return Connection(Backend::kSqlite, db_, std::unique_lock(mutex_), &statements_);
+  }
 
  private:
   void release(pg_conn*, PostgresSession*) override {}
@@ -164,7 +167,9 @@ class SqliteDatabase final : public Database {
   SqliteStatementCache statements_;  // under mutex_
 };
 
-std::shared_ptr<Database> open_sqlite(const std::string& path) { return std::make_shared<SqliteDatabase>(path); }
+std::shared_ptr<Database> open_sqlite(const std::string& path) {
+  return std::make_shared<SqliteDatabase>(path);
+}
 
 // ------------------------------------------------------------------ Connection
 
@@ -182,8 +187,10 @@ Connection::~Connection() {
 }
 
 void Connection::exec(std::string_view sql) {
-  if (backend_ == Backend::kSqlite) sqlite_exec(sqlite_, std::string(sql));
-  else postgres_exec(postgres_, std::string(sql));
+  if (backend_ == Backend::kSqlite)
+    sqlite_exec(sqlite_, std::string(sql));
+  else
+    postgres_exec(postgres_, std::string(sql));
 }
 
 // ------------------------------------------------------------------ Statement
@@ -226,8 +233,8 @@ Statement::Statement(Connection& conn, std::string_view sql) : conn_(conn) {
     if (sqlite3_prepare_v2(conn.sqlite_handle(), sql.data(), static_cast<int>(sql.size()), &stmt_, nullptr) !=
         SQLITE_OK)
       sqlite_fail(conn.sqlite_handle(), "prepare");
-    if (cache && found == cache->statements.end() && cache->statements.size() < SqliteStatementCache::kMaxStatements &&
-        stmt_) {
+    if (cache && found == cache->statements.end() &&
+        cache->statements.size() < SqliteStatementCache::kMaxStatements && stmt_) {
       auto& entry = cache->statements[std::string(sql)];
       entry = {stmt_, true};
       cached_in_use_ = &entry.in_use;
@@ -260,7 +267,8 @@ Statement& Statement::bind(int index, std::string_view value) {
     pg_->set(index, std::string(value), 0, 0);  // untyped: the server infers it, as SQLite would accept it
     return *this;
   }
-  if (sqlite3_bind_text(stmt_, index, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT) != SQLITE_OK)
+  if (sqlite3_bind_text(stmt_, index, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT) !=
+      SQLITE_OK)
     sqlite_fail(conn_.sqlite_handle(), "bind");
   return *this;
 }

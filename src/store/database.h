@@ -127,7 +127,8 @@ class Connection {
   friend class SqliteDatabase;
   friend class PostgresDatabase;
   friend class Statement;
-  Connection(Backend backend, sqlite3* sqlite, std::unique_lock<std::mutex> lock, SqliteStatementCache* statements)
+  Connection(Backend backend, sqlite3* sqlite, std::unique_lock<std::mutex> lock,
+             SqliteStatementCache* statements)
       : backend_(backend), sqlite_(sqlite), sqlite_lock_(std::move(lock)), sqlite_statements_(statements) {}
   Connection(Database* owner, pg_conn* conn, PostgresSession* session)
       : backend_(Backend::kPostgres), postgres_(conn), session_(session), owner_(owner) {}

@@ -7,12 +7,18 @@ namespace sandboxd::store {
 
 std::ostream& operator<<(std::ostream& out, FileError error) {
   switch (error) {
-    case FileError::kNotFound: return out << "not found";
-    case FileError::kNotAFile: return out << "not a file";
-    case FileError::kOutsideMounts: return out << "outside the mounts";
-    case FileError::kNoSpace: return out << "no space";
-    case FileError::kTooLarge: return out << "too large";
-    case FileError::kIo: return out << "I/O error";
+    case FileError::kNotFound:
+      return out << "not found";
+    case FileError::kNotAFile:
+      return out << "not a file";
+    case FileError::kOutsideMounts:
+      return out << "outside the mounts";
+    case FileError::kNoSpace:
+      return out << "no space";
+    case FileError::kTooLarge:
+      return out << "too large";
+    case FileError::kIo:
+      return out << "I/O error";
   }
   return out << "unknown file error";
 }

@@ -4,9 +4,9 @@
 
 #include <sys/stat.h>
 
+#include <boost/system/result.hpp>
 #include <cstdint>
 #include <ostream>
-#include <boost/system/result.hpp>
 
 namespace sandboxd::store {
 

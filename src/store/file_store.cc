@@ -29,7 +29,8 @@ bool starts_with(std::string_view text, std::string_view prefix) {
 
 // The part of `path` strictly below `mount`, or nullopt.
 std::optional<std::string_view> below_mount(std::string_view path, std::string_view mount) {
-  if (path.size() <= mount.size() + 1 || !starts_with(path, mount) || path[mount.size()] != '/') return std::nullopt;
+  if (path.size() <= mount.size() + 1 || !starts_with(path, mount) || path[mount.size()] != '/')
+    return std::nullopt;
   return path.substr(mount.size() + 1);
 }
 
@@ -79,7 +80,8 @@ std::string leaf_name(std::string_view path) {
 }
 
 // A record for the regular file open at `fd` (position 0), or nullopt when reading fails.
-std::optional<FileRecord> describe_open_file(int fd, const std::string& storage, const std::string& sandbox_path) {
+std::optional<FileRecord> describe_open_file(int fd, const std::string& storage,
+                                             const std::string& sandbox_path) {
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   // mtime is taken before reading: a write racing with the read changes mtime again,
@@ -100,7 +102,6 @@ bool unchanged(const FileRecord& record, const struct stat& st) {
   return record.size == static_cast<uint64_t>(st.st_size) && record.mtime_ns == mtime_ns_of(st);
 }
 
-
 bool is_regular_file_beneath(int root, const std::string& relative) {
   UniqueFd fd(open_beneath(root, relative, O_PATH | O_NOFOLLOW));
   struct stat st;
@@ -114,7 +115,8 @@ bool is_regular_file_beneath(int root, const std::string& relative) {
 FileStore::FileStore(Metadata& metadata, uid_t uid, gid_t gid) : metadata_(metadata), uid_(uid), gid_(gid) {}
 
 FileResult<std::unique_ptr<FileWriter>> FileStore::begin_write(const ContainerPaths& paths,
-                                                               const std::string& sandbox_path, bool workspace_too) {
+                                                               const std::string& sandbox_path,
+                                                               bool workspace_too) {
   auto resolved = resolve_sandbox_path(paths, sandbox_path);
   if (!resolved || (resolved->mount != Mount::kUploads && resolved->mount != Mount::kOutputs &&
                     !(workspace_too && resolved->mount == Mount::kWorkspace))) {
@@ -143,7 +145,8 @@ FileResult<std::unique_ptr<FileWriter>> FileStore::begin_write(const ContainerPa
   return begin_atomic_write(std::move(directory), std::move(target.leaf), resolved->sandbox_path, uid_, gid_);
 }
 
-FileResult<OpenedFile> FileStore::open_for_read(const ContainerPaths& paths, const std::string& sandbox_path) {
+FileResult<OpenedFile> FileStore::open_for_read(const ContainerPaths& paths,
+                                                const std::string& sandbox_path) {
   auto resolved = resolve_sandbox_path(paths, sandbox_path);
   if (!resolved) return FileError::kOutsideMounts;
   UniqueFd root = open_directory(resolved->host_root, O_PATH);
@@ -169,7 +172,7 @@ FileResult<OpenedFile> FileStore::open_for_read(const ContainerPaths& paths, con
 // opened is skipped entirely, so its records survive a volume that is not mounted.
 void FileStore::sync(const std::string& storage, const ContainerPaths& paths, OutputChanges* changes) {
   const std::pair<std::string_view, const std::string*> mounts[] = {{kUploadsMount, &paths.uploads},
-                                                                      {kOutputsMount, &paths.outputs}};
+                                                                    {kOutputsMount, &paths.outputs}};
   auto synced_here = [&mounts](std::string_view path) {
     return std::any_of(std::begin(mounts), std::end(mounts),
                        [path](const auto& mount) { return below_mount(path, mount.first).has_value(); });
@@ -191,33 +194,34 @@ void FileStore::sync(const std::string& storage, const ContainerPaths& paths, Ou
       continue;
     }
     const bool outputs = mount == kOutputsMount;
-    walk_regular_files(root.get(), std::string(mount),
-                       [&](int directory, const char* name, const std::string& path, const struct stat& st) {
-                         const int64_t ctime_ns =
-                             static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
-                         if (changes && outputs && ctime_ns >= changes->since_ns) {
-                           auto before = changes->reported_before.find(path);
-                           if (before == changes->reported_before.end() || before->second != ctime_ns) {
-                             if (changes->paths.size() < changes->limit) {
-                               changes->paths.push_back(path);
-                               changes->reported_now[path] = ctime_ns;
-                             } else {
-                               changes->truncated = true;
-                             }
-                           }
-                         }
-                         auto known = unseen.find(path);
-                         if (known != unseen.end() && unchanged(known->second, st)) {
-                           unseen.erase(known);
-                           return;
-                         }
-                         UniqueFd file(open_beneath(directory, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
-                         auto record = file.valid() ? describe_open_file(file.get(), storage, path) : std::nullopt;
-                         if (!record) return;  // vanished or unreadable: dropped below if it had a row
-                         record->created_at = known != unseen.end() ? known->second.created_at : now;
-                         metadata_.put_file(*record, false);
-                         if (known != unseen.end()) unseen.erase(known);
-                       });
+    walk_regular_files(
+        root.get(), std::string(mount),
+        [&](int directory, const char* name, const std::string& path, const struct stat& st) {
+          const int64_t ctime_ns =
+              static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+          if (changes && outputs && ctime_ns >= changes->since_ns) {
+            auto before = changes->reported_before.find(path);
+            if (before == changes->reported_before.end() || before->second != ctime_ns) {
+              if (changes->paths.size() < changes->limit) {
+                changes->paths.push_back(path);
+                changes->reported_now[path] = ctime_ns;
+              } else {
+                changes->truncated = true;
+              }
+            }
+          }
+          auto known = unseen.find(path);
+          if (known != unseen.end() && unchanged(known->second, st)) {
+            unseen.erase(known);
+            return;
+          }
+          UniqueFd file(open_beneath(directory, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
+          auto record = file.valid() ? describe_open_file(file.get(), storage, path) : std::nullopt;
+          if (!record) return;  // vanished or unreadable: dropped below if it had a row
+          record->created_at = known != unseen.end() ? known->second.created_at : now;
+          metadata_.put_file(*record, false);
+          if (known != unseen.end()) unseen.erase(known);
+        });
   }
 
   // Rows whose file is gone. Looked at once more, in case it was written after the walk.

@@ -11,8 +11,8 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "base/sandbox_paths.h"
@@ -41,7 +41,7 @@ struct OutputChanges {
   std::unordered_map<std::string, int64_t> reported_before;
   std::vector<std::string> paths;
   std::unordered_map<std::string, int64_t> reported_now;  // paths, by their ctime
-  bool truncated = false;  // more changed files than `limit`
+  bool truncated = false;                                 // more changed files than `limit`
 };
 
 class FileStore {
@@ -54,7 +54,8 @@ class FileStore {
   // the workspace as well, for clients that manage a sandbox's files by path). Creates
   // parent folders. kOutsideMounts, kNotAFile (a folder or a symlink is in the way),
   // kNoSpace, kIo.
-  FileResult<std::unique_ptr<FileWriter>> begin_write(const ContainerPaths& paths, const std::string& sandbox_path,
+  FileResult<std::unique_ptr<FileWriter>> begin_write(const ContainerPaths& paths,
+                                                      const std::string& sandbox_path,
                                                       bool workspace_too = false);
 
   // Opens a regular file for reading. kNotFound, kNotAFile (a directory, a device, a
@@ -76,7 +77,8 @@ class FileStore {
                                       const std::string& sandbox_path);
 
   // Deletes one file (any mount). kNotFound when absent.
-  FileResult<void> remove(const std::string& storage, const ContainerPaths& paths, const std::string& sandbox_path);
+  FileResult<void> remove(const std::string& storage, const ContainerPaths& paths,
+                          const std::string& sandbox_path);
   // Deletes every upload whose key starts with `key_prefix`; returns the count (and,
   // with `removed_paths`, the sandbox path of each file it deleted).
   size_t remove_prefix(const std::string& storage, const ContainerPaths& paths, const std::string& key_prefix,

@@ -100,7 +100,8 @@ constexpr char kBase64UrlAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmno
 constexpr std::array<int8_t, 256> make_base64url_table() {
   std::array<int8_t, 256> table{};
   for (auto& entry : table) entry = -1;
-  for (int i = 0; i < 64; ++i) table[static_cast<unsigned char>(kBase64UrlAlphabet[i])] = static_cast<int8_t>(i);
+  for (int i = 0; i < 64; ++i)
+    table[static_cast<unsigned char>(kBase64UrlAlphabet[i])] = static_cast<int8_t>(i);
   return table;
 }
 
@@ -142,7 +143,8 @@ std::string file_id_for_path(std::string_view sandbox_path) { return base64url_e
 
 std::optional<std::string> path_for_file_id(std::string_view id) {
   auto path = base64url_decode(id);
-  if (!path || path->empty() || path->front() != '/' || path->find('\0') != std::string::npos) return std::nullopt;
+  if (!path || path->empty() || path->front() != '/' || path->find('\0') != std::string::npos)
+    return std::nullopt;
   return path;
 }
 
@@ -151,8 +153,8 @@ std::string base64url_encode(std::string_view bytes) {
   out.reserve((bytes.size() + 2) / 3 * 4);
   size_t i = 0;
   for (; i + 3 <= bytes.size(); i += 3) {
-    uint32_t group = static_cast<unsigned char>(bytes[i]) << 16 | static_cast<unsigned char>(bytes[i + 1]) << 8 |
-                     static_cast<unsigned char>(bytes[i + 2]);
+    uint32_t group = static_cast<unsigned char>(bytes[i]) << 16 |
+                     static_cast<unsigned char>(bytes[i + 1]) << 8 | static_cast<unsigned char>(bytes[i + 2]);
     out.push_back(kBase64UrlAlphabet[(group >> 18) & 63]);
     out.push_back(kBase64UrlAlphabet[(group >> 12) & 63]);
     out.push_back(kBase64UrlAlphabet[(group >> 6) & 63]);
@@ -164,7 +166,8 @@ std::string base64url_encode(std::string_view bytes) {
     out.push_back(kBase64UrlAlphabet[(group >> 18) & 63]);
     out.push_back(kBase64UrlAlphabet[(group >> 12) & 63]);
   } else if (rest == 2) {
-    uint32_t group = static_cast<unsigned char>(bytes[i]) << 16 | static_cast<unsigned char>(bytes[i + 1]) << 8;
+    uint32_t group = static_cast<unsigned char>(bytes[i]) << 16 | static_cast<unsigned char>(bytes[i + 1])
+                                                                      << 8;
     out.push_back(kBase64UrlAlphabet[(group >> 18) & 63]);
     out.push_back(kBase64UrlAlphabet[(group >> 12) & 63]);
     out.push_back(kBase64UrlAlphabet[(group >> 6) & 63]);

@@ -70,19 +70,23 @@ std::optional<Lease> take(db::Connection& conn, const std::string& storage,
 }  // namespace
 
 FencedError::FencedError(std::string storage, int64_t writer_epoch, int64_t current_epoch)
-    : std::runtime_error("container storage " + storage + " is held at epoch " + std::to_string(current_epoch) +
-                         "; a write at epoch " + std::to_string(writer_epoch) + " is refused"),
+    : std::runtime_error("container storage " + storage + " is held at epoch " +
+                         std::to_string(current_epoch) + "; a write at epoch " +
+                         std::to_string(writer_epoch) + " is refused"),
       storage_(std::move(storage)) {}
 
 FencedError::FencedError(std::string storage, int64_t writer_epoch)
-    : std::runtime_error("container storage " + storage + " has no lease (the container was deleted); a write at epoch " +
+    : std::runtime_error("container storage " + storage +
+                         " has no lease (the container was deleted); a write at epoch " +
                          std::to_string(writer_epoch) + " is refused"),
       storage_(std::move(storage)),
       deleted_(true) {}
 
 LeaseStore::LeaseStore(const std::string& db_path) : LeaseStore(db::open_sqlite(db_path)) {}
 
-LeaseStore::LeaseStore(std::shared_ptr<db::Database> database) : db_(std::move(database)) { schema::migrate(*db_); }
+LeaseStore::LeaseStore(std::shared_ptr<db::Database> database) : db_(std::move(database)) {
+  schema::migrate(*db_);
+}
 
 LeaseStore::~LeaseStore() = default;
 

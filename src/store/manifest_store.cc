@@ -18,7 +18,9 @@ using db::Statement;
 using db::Transaction;
 
 std::optional<ManifestRow> find_row(Connection& conn, const std::string& storage, const std::string& path) {
-  Statement select(conn, "SELECT size, mode, mtime_ns, md5, object_key, version, epoch FROM manifest WHERE storage = ? AND path = ?");
+  Statement select(conn,
+                   "SELECT size, mode, mtime_ns, md5, object_key, version, epoch FROM manifest WHERE storage "
+                   "= ? AND path = ?");
   select.add(storage).add_blob(path);
   if (!select.step()) return std::nullopt;
   ManifestRow row;
@@ -44,9 +46,9 @@ int64_t bump_generation(Connection& conn, const std::string& storage, const std:
   return upsert.integer(0);
 }
 
-// Failpoint STOP_IN_FENCED_WRITE=<sandbox path> (base/failpoint.h) stops this whole process (SIGSTOP, as `kill -STOP` or a paused VM would), once,
-// right after a manifest write of that path passed the fence: its transaction open and
-// the lease row locked, what a holder paused inside a flush leaves the other replicas.
+// Failpoint STOP_IN_FENCED_WRITE=<sandbox path> (base/failpoint.h) stops this whole process (SIGSTOP, as
+// `kill -STOP` or a paused VM would), once, right after a manifest write of that path passed the fence: its
+// transaction open and the lease row locked, what a holder paused inside a flush leaves the other replicas.
 void failpoint_stop_in_fenced_write(const std::string& path) {
   static const std::optional<std::string> wanted = failpoint("STOP_IN_FENCED_WRITE");
   static std::atomic<bool> fired{false};
@@ -65,7 +67,9 @@ ManifestStore::~ManifestStore() = default;
 
 std::vector<ManifestRow> ManifestStore::rows(const std::string& storage) {
   auto conn = db_->acquire();
-  Statement select(conn, "SELECT path, size, mode, mtime_ns, md5, object_key, version, epoch FROM manifest WHERE storage = ?");
+  Statement select(
+      conn,
+      "SELECT path, size, mode, mtime_ns, md5, object_key, version, epoch FROM manifest WHERE storage = ?");
   select.add(storage);
   std::vector<ManifestRow> out;
   while (select.step()) {
@@ -106,13 +110,21 @@ ManifestStore::Change ManifestStore::put(const ManifestRow& row, const std::stri
   auto current = find_row(conn, row.storage, row.path);
   Change change;
   if (expected_version && (current ? current->version : 0) != *expected_version) return change;
-  Statement upsert(conn,
-                   "INSERT INTO manifest (storage, path, size, mode, mtime_ns, md5, object_key, version, epoch) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (storage, path) DO UPDATE SET size = excluded.size, "
-                   "mode = excluded.mode, mtime_ns = excluded.mtime_ns, md5 = excluded.md5, "
-                   "object_key = excluded.object_key, version = excluded.version, epoch = excluded.epoch");
-  upsert.add(row.storage).add_blob(row.path).add(static_cast<int64_t>(row.size)).add(static_cast<int64_t>(row.mode));
-  upsert.add(row.mtime_ns).add(row.md5).add(row.object_key).add((current ? current->version : 0) + 1).add(epoch);
+  Statement upsert(
+      conn,
+      "INSERT INTO manifest (storage, path, size, mode, mtime_ns, md5, object_key, version, epoch) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (storage, path) DO UPDATE SET size = excluded.size, "
+      "mode = excluded.mode, mtime_ns = excluded.mtime_ns, md5 = excluded.md5, "
+      "object_key = excluded.object_key, version = excluded.version, epoch = excluded.epoch");
+  upsert.add(row.storage)
+      .add_blob(row.path)
+      .add(static_cast<int64_t>(row.size))
+      .add(static_cast<int64_t>(row.mode));
+  upsert.add(row.mtime_ns)
+      .add(row.md5)
+      .add(row.object_key)
+      .add((current ? current->version : 0) + 1)
+      .add(epoch);
   upsert.run();
   change.generation = generation;
   transaction.commit();
@@ -122,7 +134,8 @@ ManifestStore::Change ManifestStore::put(const ManifestRow& row, const std::stri
 }
 
 ManifestStore::Change ManifestStore::remove(const std::string& storage, const std::string& path,
-                                            const std::string& writer, std::optional<int64_t> expected_version) {
+                                            const std::string& writer,
+                                            std::optional<int64_t> expected_version) {
   auto conn = db_->acquire();
   Transaction transaction(conn);
   if (fence_) fence_(conn, storage);

@@ -10,7 +10,8 @@
 // between leaves an orphan object, never a row without its bytes).
 //
 // On the metadata database (store/database.h, SQLite or PostgreSQL; the tables are made
-// by store/schema.cc). Paths are bytes (BYTEA in PostgreSQL). `epoch` is the writer's lease epoch (0 in single-host mode), for fencing in a cluster.
+// by store/schema.cc). Paths are bytes (BYTEA in PostgreSQL). `epoch` is the writer's lease epoch (0 in
+// single-host mode), for fencing in a cluster.
 #pragma once
 
 #include <cstdint>
@@ -62,7 +63,8 @@ class ManifestStore {
   // Inserts or replaces the row of (storage, path). With `expected_version`, only when
   // the current row has that version (0: no row): a flush that read the tree before an
   // upload replaced the file never puts the older content back over it.
-  Change put(const ManifestRow& row, const std::string& writer, std::optional<int64_t> expected_version = std::nullopt);
+  Change put(const ManifestRow& row, const std::string& writer,
+             std::optional<int64_t> expected_version = std::nullopt);
   Change remove(const std::string& storage, const std::string& path, const std::string& writer,
                 std::optional<int64_t> expected_version = std::nullopt);
   // Every row of a container (deleted); returns their objects.

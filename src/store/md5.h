@@ -15,7 +15,8 @@ namespace sandboxd::store {
 class Md5 {
  public:
   Md5() : context_(EVP_MD_CTX_new()) {
-    if (!context_ || EVP_DigestInit_ex(context_, EVP_md5(), nullptr) != 1) throw std::runtime_error("md5: init failed");
+    if (!context_ || EVP_DigestInit_ex(context_, EVP_md5(), nullptr) != 1)
+      throw std::runtime_error("md5: init failed");
   }
   ~Md5() { EVP_MD_CTX_free(context_); }
   Md5(const Md5&) = delete;

@@ -99,20 +99,25 @@ int64_t next_file_seq(Connection& conn) {
 // PostgreSQL's TEXT holds only UTF-8 and refuses other bytes in a parameter; no stored
 // owner or id can be such bytes (ids are checked where they are made), so a lookup with
 // them finds nothing, on either backend, instead of failing.
-bool storable(const std::string& a, const std::string& b = {}) { return is_valid_utf8(a) && is_valid_utf8(b); }
+bool storable(const std::string& a, const std::string& b = {}) {
+  return is_valid_utf8(a) && is_valid_utf8(b);
+}
 
 }  // namespace
 
 Metadata::Metadata(const std::string& db_path) : Metadata(db::open_sqlite(db_path)) {}
 
-Metadata::Metadata(std::shared_ptr<db::Database> database) : db_(std::move(database)) { schema::migrate(*db_); }
+Metadata::Metadata(std::shared_ptr<db::Database> database) : db_(std::move(database)) {
+  schema::migrate(*db_);
+}
 
 Metadata::~Metadata() = default;
 
 std::optional<ContainerRecord> Metadata::find_container(const std::string& owner, const std::string& id) {
   if (!storable(owner, id)) return std::nullopt;
   auto conn = db_->acquire();
-  Statement query(conn, std::string("SELECT ") + kContainerColumns + " FROM containers WHERE owner = ? AND id = ?");
+  Statement query(conn,
+                  std::string("SELECT ") + kContainerColumns + " FROM containers WHERE owner = ? AND id = ?");
   query.bind(1, owner).bind(2, id);
   if (!query.step()) return std::nullopt;
   return read_container_row(query);
@@ -122,11 +127,12 @@ ContainerRecord Metadata::create_container(const ContainerRecord& record) {
   auto conn = db_->acquire();
   Transaction transaction(conn);
   Statement insert(conn, std::string("INSERT INTO containers (") + kContainerColumns +
-                            ") VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, id) DO NOTHING");
+                             ") VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, id) DO NOTHING");
   insert.bind(1, record.owner).bind(2, record.id).bind(3, record.storage);
   insert.bind(4, record.created_at).bind(5, record.last_used_at);
   insert.run();
-  Statement query(conn, std::string("SELECT ") + kContainerColumns + " FROM containers WHERE owner = ? AND id = ?");
+  Statement query(conn,
+                  std::string("SELECT ") + kContainerColumns + " FROM containers WHERE owner = ? AND id = ?");
   query.bind(1, record.owner).bind(2, record.id);
   if (!query.step()) throw std::runtime_error("metadata: container vanished after insert");
   ContainerRecord stored = read_container_row(query);
@@ -180,7 +186,8 @@ uint64_t Metadata::containers_claimed(const std::string& owner, const std::strin
 
 std::vector<ContainerRecord> Metadata::all_containers() {
   auto conn = db_->acquire();
-  Statement query(conn, std::string("SELECT ") + kContainerColumns + " FROM containers ORDER BY owner, created_at, id");
+  Statement query(
+      conn, std::string("SELECT ") + kContainerColumns + " FROM containers ORDER BY owner, created_at, id");
   std::vector<ContainerRecord> out;
   while (query.step()) out.push_back(read_container_row(query));
   return out;
@@ -249,7 +256,8 @@ void Metadata::put_file(const FileRecord& record, bool reset_created) {
   if (fence_) fence_(conn, record.storage);
   // Whether the row exists matters only when its position is kept.
   if (!reset_created && file_position(conn, record.storage, record.path)) {
-    Statement update(conn, "UPDATE files SET size = ?, etag = ?, mime = ?, mtime_ns = ? WHERE storage = ? AND path = ?");
+    Statement update(
+        conn, "UPDATE files SET size = ?, etag = ?, mime = ?, mtime_ns = ? WHERE storage = ? AND path = ?");
     update.bind(1, static_cast<int64_t>(record.size)).bind(2, record.etag).bind(3, record.mime);
     update.bind(4, record.mtime_ns).bind(5, record.storage).bind_blob(6, record.path);
     update.run();
@@ -326,7 +334,8 @@ FilePage Metadata::list_files(const std::string& storage, const std::vector<std:
 
 std::vector<FileRecord> Metadata::files_of(const std::string& storage) {
   auto conn = db_->acquire();
-  Statement query(conn, std::string("SELECT ") + kFileColumns + " FROM files WHERE storage = ? ORDER BY created_at, seq");
+  Statement query(
+      conn, std::string("SELECT ") + kFileColumns + " FROM files WHERE storage = ? ORDER BY created_at, seq");
   query.bind(1, storage);
   std::vector<FileRecord> out;
   while (query.step()) out.push_back(read_file_row(query));
@@ -342,8 +351,9 @@ uint64_t Metadata::total_bytes() {
 uint64_t Metadata::owner_bytes(const std::string& owner) {
   if (!storable(owner)) return 0;
   auto conn = db_->acquire();
-  Statement query(conn, "SELECT COALESCE(SUM(f.size), 0) FROM containers c JOIN files f ON f.storage = c.storage "
-                        "WHERE c.owner = ?");
+  Statement query(conn,
+                  "SELECT COALESCE(SUM(f.size), 0) FROM containers c JOIN files f ON f.storage = c.storage "
+                  "WHERE c.owner = ?");
   query.bind(1, owner);
   return query.step() ? static_cast<uint64_t>(query.integer(0)) : 0;
 }

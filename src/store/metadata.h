@@ -16,21 +16,21 @@ namespace sandboxd::store {
 
 struct ContainerRecord {
   std::string owner;
-  std::string id;         // the client's container id
-  std::string storage;    // internal directory name (never derived from the id)
+  std::string id;            // the client's container id
+  std::string storage;       // internal directory name (never derived from the id)
   int64_t created_at = 0;    // unix seconds
   int64_t last_used_at = 0;  // unix seconds
 };
 
 struct FileRecord {
-  std::string storage;       // container storage name
-  std::string path;          // sandbox path, e.g. /mnt/user-data/outputs/chart.png
-  int64_t created_at = 0;    // unix seconds, when first stored or first seen
-  int64_t seq = 0;           // insertion order: ties in created_at sort by it
+  std::string storage;     // container storage name
+  std::string path;        // sandbox path, e.g. /mnt/user-data/outputs/chart.png
+  int64_t created_at = 0;  // unix seconds, when first stored or first seen
+  int64_t seq = 0;         // insertion order: ties in created_at sort by it
   uint64_t size = 0;
-  std::string etag;          // MD5 hex of the content
+  std::string etag;  // MD5 hex of the content
   std::string mime;
-  int64_t mtime_ns = 0;      // the body's mtime when etag was computed
+  int64_t mtime_ns = 0;  // the body's mtime when etag was computed
 };
 
 struct FilePage {
@@ -79,8 +79,8 @@ class Metadata {
   size_t delete_prefix(const std::string& storage, const std::string& path_prefix);
   // Files of a storage whose path starts with any of `path_prefixes`, ordered by
   // (created_at, seq). after/before are cursor paths (exclusive); limit rows at most.
-  FilePage list_files(const std::string& storage, const std::vector<std::string>& path_prefixes,
-                      size_t limit, const std::optional<std::string>& after_path,
+  FilePage list_files(const std::string& storage, const std::vector<std::string>& path_prefixes, size_t limit,
+                      const std::optional<std::string>& after_path,
                       const std::optional<std::string>& before_path);
   std::vector<FileRecord> files_of(const std::string& storage);
   uint64_t total_bytes();

@@ -15,14 +15,15 @@ constexpr size_t kMaxHeaderBytes = 16 * 1024;
 
 std::string to_lower(std::string_view text) {
   std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
 bool equals_ignore_case(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
-           return std::tolower(x) == std::tolower(y);
-         });
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(),
+                    [](unsigned char x, unsigned char y) { return std::tolower(x) == std::tolower(y); });
 }
 
 bool is_space(char c) { return c == ' ' || c == '\t'; }
@@ -37,7 +38,8 @@ std::string_view trim(std::string_view text) {
 bool is_valid_boundary(std::string_view boundary) {
   if (boundary.empty() || boundary.size() > kMaxBoundaryLength || boundary.back() == ' ') return false;
   return std::all_of(boundary.begin(), boundary.end(), [](unsigned char c) {
-    return std::isalnum(c) || std::string_view("'()+_,-./:=? ").find(static_cast<char>(c)) != std::string_view::npos;
+    return std::isalnum(c) ||
+           std::string_view("'()+_,-./:=? ").find(static_cast<char>(c)) != std::string_view::npos;
   });
 }
 
@@ -174,7 +176,8 @@ std::string parse_header_block(std::string_view block, PartHeaders& out) {
       continue;
     }
     size_t colon = line.find(':');
-    if (colon == std::string_view::npos || trim(line.substr(0, colon)).empty()) return "malformed part header";
+    if (colon == std::string_view::npos || trim(line.substr(0, colon)).empty())
+      return "malformed part header";
     fields.emplace_back(to_lower(trim(line.substr(0, colon))), std::string(trim(line.substr(colon + 1))));
   }
   bool has_disposition = false;
@@ -360,7 +363,8 @@ struct MultipartParser::State {
     input.remove_prefix(terminator_end - old_size);
 
     PartHeaders part;
-    if (auto reason = parse_header_block(std::string_view(headers).substr(0, block_end), part); !reason.empty()) {
+    if (auto reason = parse_header_block(std::string_view(headers).substr(0, block_end), part);
+        !reason.empty()) {
       fail(reason);
       return;
     }
@@ -417,7 +421,8 @@ const std::string& MultipartParser::error() const { return state_->error; }
 
 std::optional<std::string> MultipartParser::boundary_from_content_type(std::string_view content_type) {
   size_t semicolon = content_type.find(';');
-  if (!equals_ignore_case(trim(content_type.substr(0, semicolon)), "multipart/form-data")) return std::nullopt;
+  if (!equals_ignore_case(trim(content_type.substr(0, semicolon)), "multipart/form-data"))
+    return std::nullopt;
   if (semicolon == std::string_view::npos) return std::nullopt;
   auto parameters = parse_parameters(content_type.substr(semicolon + 1));
   if (!parameters) return std::nullopt;

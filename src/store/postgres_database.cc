@@ -95,10 +95,9 @@ class PostgresDatabase final : public Database {
     // keywords win). A server (or the path to it) that vanishes mid-call would otherwise
     // leave the call waiting for the kernel's TCP timeouts, hours: idle 10 s, then 3
     // probes 5 s apart, and at most 30 s for data the server does not acknowledge.
-    const char* keywords[] = {"connect_timeout",     "keepalives",       "keepalives_idle",
-                              "keepalives_interval", "keepalives_count", "tcp_user_timeout",
-                              "application_name",    "dbname",           "client_encoding",
-                              nullptr};
+    const char* keywords[] = {
+        "connect_timeout",  "keepalives",       "keepalives_idle", "keepalives_interval", "keepalives_count",
+        "tcp_user_timeout", "application_name", "dbname",          "client_encoding",     nullptr};
     const char* values[] = {"10", "1", "10", "5", "3", "30000", "sandboxd", url_.c_str(), "UTF8", nullptr};
     PGconn* conn = PQconnectdbParams(keywords, values, /*expand_dbname=*/1);
     if (!conn) throw std::runtime_error("postgres: connect: out of memory");
@@ -164,10 +163,11 @@ class PostgresDatabase final : public Database {
   std::condition_variable available_;
   std::vector<PGconn*> idle_;
   std::unordered_map<PGconn*, std::unique_ptr<PostgresSession>> sessions_;  // every open connection's
-  size_t open_ = 0;  // idle + leased
+  size_t open_ = 0;                                                         // idle + leased
 };
 
-std::shared_ptr<Database> open_postgres(const std::string& url, size_t max_connections, PostgresTimeouts timeouts) {
+std::shared_ptr<Database> open_postgres(const std::string& url, size_t max_connections,
+                                        PostgresTimeouts timeouts) {
   return std::make_shared<PostgresDatabase>(url, max_connections, timeouts);
 }
 

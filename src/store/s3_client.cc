@@ -62,7 +62,8 @@ class XmlWalker {
     XML_SetUserData(parser, this);
     XML_SetElementHandler(parser, &XmlWalker::start, &XmlWalker::end);
     XML_SetCharacterDataHandler(parser, &XmlWalker::characters);
-    bool ok = XML_Parse(parser, document.data(), static_cast<int>(document.size()), XML_TRUE) == XML_STATUS_OK;
+    bool ok =
+        XML_Parse(parser, document.data(), static_cast<int>(document.size()), XML_TRUE) == XML_STATUS_OK;
     XML_ParserFree(parser);
     return ok;
   }
@@ -98,9 +99,12 @@ class XmlWalker {
 bool parse_error_body(const std::string& body, std::string& code, std::string& message) {
   bool is_error = false;
   XmlWalker walker([&](const std::string& path, const std::string& text) {
-    if (path == "Error/Code") code = text, is_error = true;
-    else if (path == "Error/Message") message = text;
-    else if (path == "Error") is_error = true;
+    if (path == "Error/Code")
+      code = text, is_error = true;
+    else if (path == "Error/Message")
+      message = text;
+    else if (path == "Error")
+      is_error = true;
   });
   return walker.parse(body) && is_error;
 }
@@ -112,7 +116,8 @@ std::string unquote(std::string etag) {
 
 std::string trim(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == '\r' || text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  while (!text.empty() && (text.back() == '\r' || text.back() == '\n' || text.back() == ' '))
+    text.remove_suffix(1);
   return std::string(text);
 }
 
@@ -175,8 +180,10 @@ S3Client::S3Client(S3Settings settings) : settings_(std::move(settings)) {
 
 std::string S3Client::url_for(const std::string& key, const std::string& query) const {
   std::string url = scheme_ + "://";
-  if (settings_.force_path_style) url += host_ + "/" + settings_.bucket;
-  else url += settings_.bucket + "." + host_;
+  if (settings_.force_path_style)
+    url += host_ + "/" + settings_.bucket;
+  else
+    url += settings_.bucket + "." + host_;
   url += "/";
   // Keys are made of safe characters by their makers (prefix checked by the config);
   // '/' stays a separator, anything else is encoded as SigV4 expects.
@@ -217,82 +224,87 @@ S3Result<std::string> S3Client::perform(Request& r) {
     curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE,
                      static_cast<curl_off_t>(r.body_fd >= 0 || r.pull ? r.body_size : r.body.size()));
     curl_easy_setopt(curl, CURLOPT_READDATA, &r);
-    curl_easy_setopt(curl, CURLOPT_READFUNCTION, +[](char* buffer, size_t size, size_t count, void* user) -> size_t {
-      auto& req = *static_cast<Request*>(user);
-      size_t room = size * count;
-      if (req.pull) {
-        const uint64_t left = req.body_size - req.sent;
-        if (left == 0) return 0;
-        const long n = (*req.pull)(buffer, static_cast<size_t>(std::min<uint64_t>(left, room)));
-        if (n <= 0) return CURL_READFUNC_ABORT;  // cut by the producer (or it ran dry early)
-        req.sent += static_cast<uint64_t>(n);
-        return static_cast<size_t>(n);
-      }
-      if (req.body_fd >= 0) {
-        uint64_t left = req.body_size - req.sent;
-        size_t want = static_cast<size_t>(std::min<uint64_t>(left, room));
-        if (want == 0) return 0;
-        ssize_t n;
-        do n = ::pread(req.body_fd, buffer, want, static_cast<off_t>(req.sent));
-        while (n < 0 && errno == EINTR);
-        if (n <= 0) {
-          req.sink_failed = true;
-          return CURL_READFUNC_ABORT;
-        }
-        // curl may rewind and send again (a redirect, a retried connection): only the
-        // first pass is hashed.
-        if (req.on_read && req.sent + static_cast<uint64_t>(n) > req.hashed) {
-          (*req.on_read)(buffer, static_cast<size_t>(n));
-          req.hashed = req.sent + static_cast<uint64_t>(n);
-        }
-        req.sent += static_cast<uint64_t>(n);
-        return static_cast<size_t>(n);
-      }
-      size_t want = std::min<size_t>(req.body.size() - req.sent, room);
-      std::memcpy(buffer, req.body.data() + req.sent, want);
-      req.sent += want;
-      return want;
-    });
+    curl_easy_setopt(
+        curl, CURLOPT_READFUNCTION, +[](char* buffer, size_t size, size_t count, void* user) -> size_t {
+          auto& req = *static_cast<Request*>(user);
+          size_t room = size * count;
+          if (req.pull) {
+            const uint64_t left = req.body_size - req.sent;
+            if (left == 0) return 0;
+            const long n = (*req.pull)(buffer, static_cast<size_t>(std::min<uint64_t>(left, room)));
+            if (n <= 0) return CURL_READFUNC_ABORT;  // cut by the producer (or it ran dry early)
+            req.sent += static_cast<uint64_t>(n);
+            return static_cast<size_t>(n);
+          }
+          if (req.body_fd >= 0) {
+            uint64_t left = req.body_size - req.sent;
+            size_t want = static_cast<size_t>(std::min<uint64_t>(left, room));
+            if (want == 0) return 0;
+            ssize_t n;
+            do n = ::pread(req.body_fd, buffer, want, static_cast<off_t>(req.sent));
+            while (n < 0 && errno == EINTR);
+            if (n <= 0) {
+              req.sink_failed = true;
+              return CURL_READFUNC_ABORT;
+            }
+            // curl may rewind and send again (a redirect, a retried connection): only the
+            // first pass is hashed.
+            if (req.on_read && req.sent + static_cast<uint64_t>(n) > req.hashed) {
+              (*req.on_read)(buffer, static_cast<size_t>(n));
+              req.hashed = req.sent + static_cast<uint64_t>(n);
+            }
+            req.sent += static_cast<uint64_t>(n);
+            return static_cast<size_t>(n);
+          }
+          size_t want = std::min<size_t>(req.body.size() - req.sent, room);
+          std::memcpy(buffer, req.body.data() + req.sent, want);
+          req.sent += want;
+          return want;
+        });
   }
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &r);
-  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, +[](char* line, size_t size, size_t count, void* user) -> size_t {
-    auto& req = *static_cast<Request*>(user);
-    std::string_view text(line, size * count);
-    if (text.rfind("HTTP/", 0) == 0) {  // a new status line (after a redirect or 100)
-      req.etag.clear();
-      return size * count;
-    }
-    auto colon = text.find(':');
-    if (colon == std::string_view::npos) return size * count;
-    std::string name(text.substr(0, colon));
-    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (name == "etag") req.etag = unquote(trim(text.substr(colon + 1)));
-    else if (name == "content-length") req.content_length = std::strtoull(trim(text.substr(colon + 1)).c_str(), nullptr, 10);
-    return size * count;
-  });
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, +[](char* data, size_t size, size_t count, void* user) -> size_t {
-    auto& req = *static_cast<Request*>(user);
-    size_t length = size * count;
-    if (req.status == 0) curl_easy_getinfo(req.handle, CURLINFO_RESPONSE_CODE, &req.status);
-    if (req.sink_fd >= 0 && req.status >= 200 && req.status < 300) {
-      size_t done = 0;
-      while (done < length) {
-        ssize_t n = ::write(req.sink_fd, data + done, length - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          req.sink_failed = true;
-          return 0;  // aborts the transfer
+  curl_easy_setopt(
+      curl, CURLOPT_HEADERFUNCTION, +[](char* line, size_t size, size_t count, void* user) -> size_t {
+        auto& req = *static_cast<Request*>(user);
+        std::string_view text(line, size * count);
+        if (text.rfind("HTTP/", 0) == 0) {  // a new status line (after a redirect or 100)
+          req.etag.clear();
+          return size * count;
         }
-        done += static_cast<size_t>(n);
-      }
-      req.sunk += length;
-      return length;
-    }
-    if (req.answer.size() < (1u << 20)) req.answer.append(data, length);  // XML answers are small
-    return length;
-  });
+        auto colon = text.find(':');
+        if (colon == std::string_view::npos) return size * count;
+        std::string name(text.substr(0, colon));
+        for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (name == "etag")
+          req.etag = unquote(trim(text.substr(colon + 1)));
+        else if (name == "content-length")
+          req.content_length = std::strtoull(trim(text.substr(colon + 1)).c_str(), nullptr, 10);
+        return size * count;
+      });
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r);
+  curl_easy_setopt(
+      curl, CURLOPT_WRITEFUNCTION, +[](char* data, size_t size, size_t count, void* user) -> size_t {
+        auto& req = *static_cast<Request*>(user);
+        size_t length = size * count;
+        if (req.status == 0) curl_easy_getinfo(req.handle, CURLINFO_RESPONSE_CODE, &req.status);
+        if (req.sink_fd >= 0 && req.status >= 200 && req.status < 300) {
+          size_t done = 0;
+          while (done < length) {
+            ssize_t n = ::write(req.sink_fd, data + done, length - done);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) {
+              req.sink_failed = true;
+              return 0;  // aborts the transfer
+            }
+            done += static_cast<size_t>(n);
+          }
+          req.sunk += length;
+          return length;
+        }
+        if (req.answer.size() < (1u << 20)) req.answer.append(data, length);  // XML answers are small
+        return length;
+      });
 
   char error_text[CURL_ERROR_SIZE] = {0};
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_text);
@@ -303,8 +315,9 @@ S3Result<std::string> S3Client::perform(Request& r) {
 
   if (r.sink_failed) return S3Error{S3Error::Kind::kLocal, r.status, "", std::strerror(errno)};
   if (rc != CURLE_OK) {
-    return S3Error{S3Error::Kind::kUnreachable, r.status, "",
-                   std::string(curl_easy_strerror(rc)) + (error_text[0] ? std::string(": ") + error_text : "")};
+    return S3Error{
+        S3Error::Kind::kUnreachable, r.status, "",
+        std::string(curl_easy_strerror(rc)) + (error_text[0] ? std::string(": ") + error_text : "")};
   }
   std::string code, message;
   if (r.status >= 300 || r.status < 200) {
@@ -313,7 +326,8 @@ S3Result<std::string> S3Client::perform(Request& r) {
     return S3Error{kind, r.status, code, message.empty() ? r.answer.substr(0, 200) : message};
   }
   // A 200 can still carry an error (CompleteMultipartUpload fails after sending 200).
-  if (!r.answer.empty() && r.answer.find("<Error") != std::string::npos && parse_error_body(r.answer, code, message))
+  if (!r.answer.empty() && r.answer.find("<Error") != std::string::npos &&
+      parse_error_body(r.answer, code, message))
     return S3Error{S3Error::Kind::kServer, r.status, code, message};
   return std::move(r.answer);
 }
@@ -340,7 +354,8 @@ S3Result<std::string> S3Client::put_object_from_fd(const std::string& key, int f
   r.body_fd = fd;
   r.body_size = size;
   auto etag = put(r, key);
-  if (etag && r.sent != size) return S3Error{S3Error::Kind::kLocal, 0, "", "the file changed size while it was sent"};
+  if (etag && r.sent != size)
+    return S3Error{S3Error::Kind::kLocal, 0, "", "the file changed size while it was sent"};
   return etag;
 }
 
@@ -350,7 +365,8 @@ S3Result<std::string> S3Client::put_object_pulled(const std::string& key, uint64
   r.pull = &pull;
   r.body_size = size;
   auto etag = put(r, key);
-  if (etag && etag->empty()) return S3Error{S3Error::Kind::kServer, r.status, "", "no ETag in the answer to PutObject"};
+  if (etag && etag->empty())
+    return S3Error{S3Error::Kind::kServer, r.status, "", "no ETag in the answer to PutObject"};
   return etag;
 }
 
@@ -367,12 +383,13 @@ S3Result<std::string> S3Client::create_multipart(const std::string& key) {
     if (path == "InitiateMultipartUploadResult/UploadId") upload_id = text;
   });
   if (!walker.parse(*answer) || upload_id.empty())
-    return S3Error{S3Error::Kind::kServer, r.status, "", "no UploadId in the answer to CreateMultipartUpload"};
+    return S3Error{S3Error::Kind::kServer, r.status, "",
+                   "no UploadId in the answer to CreateMultipartUpload"};
   return upload_id;
 }
 
-S3Result<std::string> S3Client::upload_part(const std::string& key, const std::string& upload_id, int part_number,
-                                            std::string_view body) {
+S3Result<std::string> S3Client::upload_part(const std::string& key, const std::string& upload_id,
+                                            int part_number, std::string_view body) {
   Request r;
   r.method = "PUT";
   r.key = key;
@@ -381,7 +398,8 @@ S3Result<std::string> S3Client::upload_part(const std::string& key, const std::s
   r.has_body = true;
   auto answer = perform(r);
   if (!answer) return answer.error();
-  if (r.etag.empty()) return S3Error{S3Error::Kind::kServer, r.status, "", "no ETag in the answer to UploadPart"};
+  if (r.etag.empty())
+    return S3Error{S3Error::Kind::kServer, r.status, "", "no ETag in the answer to UploadPart"};
   return r.etag;
 }
 
@@ -456,12 +474,18 @@ S3Result<std::vector<S3Object>> S3Client::list_objects(const std::string& prefix
     bool truncated = false;
     std::string next;
     XmlWalker walker([&](const std::string& path, const std::string& text) {
-      if (path == "ListBucketResult/Contents/Key") current.key = text;
-      else if (path == "ListBucketResult/Contents/Size") current.size = std::strtoull(text.c_str(), nullptr, 10);
-      else if (path == "ListBucketResult/Contents/ETag") current.etag = unquote(text);
-      else if (path == "ListBucketResult/Contents") objects.push_back(std::exchange(current, S3Object{}));
-      else if (path == "ListBucketResult/IsTruncated") truncated = text == "true";
-      else if (path == "ListBucketResult/NextContinuationToken") next = text;
+      if (path == "ListBucketResult/Contents/Key")
+        current.key = text;
+      else if (path == "ListBucketResult/Contents/Size")
+        current.size = std::strtoull(text.c_str(), nullptr, 10);
+      else if (path == "ListBucketResult/Contents/ETag")
+        current.etag = unquote(text);
+      else if (path == "ListBucketResult/Contents")
+        objects.push_back(std::exchange(current, S3Object{}));
+      else if (path == "ListBucketResult/IsTruncated")
+        truncated = text == "true";
+      else if (path == "ListBucketResult/NextContinuationToken")
+        next = text;
     });
     if (!walker.parse(*answer))
       return S3Error{S3Error::Kind::kServer, r.status, "", "the answer to ListObjectsV2 is not XML"};

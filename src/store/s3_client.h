@@ -106,5 +106,4 @@ class S3Client {
   std::string scheme_, host_;  // from the endpoint
 };
 
-
 }  // namespace sandboxd::store

@@ -293,13 +293,16 @@ std::set<int64_t> applied_versions(Connection& conn) {
   while (query.step()) applied.insert(query.integer(0));
   if (!applied.empty() && *applied.rbegin() > latest_version())
     throw std::runtime_error("metadata: database schema version " + std::to_string(*applied.rbegin()) +
-                             " is newer than this sandboxd supports (" + std::to_string(latest_version()) + ")");
+                             " is newer than this sandboxd supports (" + std::to_string(latest_version()) +
+                             ")");
   return applied;
 }
 
 void record(Connection& conn, const Migration& m) {
   Statement insert(conn, "INSERT INTO schema_migrations (version, description, applied_at) VALUES (?, ?, ?)");
-  insert.add(static_cast<int64_t>(m.version)).add(m.description).add(static_cast<int64_t>(std::time(nullptr)));
+  insert.add(static_cast<int64_t>(m.version))
+      .add(m.description)
+      .add(static_cast<int64_t>(std::time(nullptr)));
   insert.run();
 }
 
@@ -315,7 +318,8 @@ int migrate_sqlite(Database& database) {
   }
   if (user_version > latest_version())
     throw std::runtime_error("metadata: database schema version " + std::to_string(user_version) +
-                             " is newer than this sandboxd supports (" + std::to_string(latest_version()) + ")");
+                             " is newer than this sandboxd supports (" + std::to_string(latest_version()) +
+                             ")");
   conn.exec(
       "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
       "applied_at INTEGER NOT NULL)");
@@ -327,7 +331,8 @@ int migrate_sqlite(Database& database) {
     record(conn, m);
     ++count;
   }
-  if (user_version != latest_version()) conn.exec("PRAGMA user_version = " + std::to_string(latest_version()));
+  if (user_version != latest_version())
+    conn.exec("PRAGMA user_version = " + std::to_string(latest_version()));
   transaction.commit();
   return count;
 }
@@ -350,7 +355,8 @@ int migrate_postgres(Database& database) {
     const std::string &lock, &statement;
     ~Bounds() {
       try {
-        Statement restore(conn, "SELECT set_config('lock_timeout', ?, false), set_config('statement_timeout', ?, false)");
+        Statement restore(
+            conn, "SELECT set_config('lock_timeout', ?, false), set_config('statement_timeout', ?, false)");
         restore.add(lock).add(statement).run();
       } catch (...) {
         // A broken connection is dropped on release; a new one gets the bounds anew.
@@ -362,7 +368,8 @@ int migrate_postgres(Database& database) {
   int count = 0;
   try {
     conn.exec(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, "
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, description TEXT NOT "
+        "NULL, "
         "applied_at BIGINT NOT NULL)");
     auto applied = applied_versions(conn);
     for (const auto& m : migrations()) {

@@ -17,7 +17,9 @@ using db::Transaction;
 
 // Owners and thread ids from outside (a URL) that are not UTF-8 name no stored thread;
 // PostgreSQL would refuse them as parameters.
-bool storable(const std::string& owner, const std::string& id) { return is_valid_utf8(owner) && is_valid_utf8(id); }
+bool storable(const std::string& owner, const std::string& id) {
+  return is_valid_utf8(owner) && is_valid_utf8(id);
+}
 
 constexpr const char* kThreadColumns = "owner, id, title, created_at, updated_at, seq";
 
@@ -25,9 +27,11 @@ ThreadRecord read_thread(const Statement& row) {
   return ThreadRecord{row.text(0), row.text(1), row.text(2), row.integer(3), row.integer(4), row.integer(5)};
 }
 
-void insert_message(Connection& conn, const std::string& owner, const std::string& id, const ThreadMessage& m) {
-  Statement insert(conn, "INSERT INTO thread_messages (owner, thread_id, id, role, content, extra, created_at) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?)");
+void insert_message(Connection& conn, const std::string& owner, const std::string& id,
+                    const ThreadMessage& m) {
+  Statement insert(conn,
+                   "INSERT INTO thread_messages (owner, thread_id, id, role, content, extra, created_at) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?)");
   insert.add(owner).add(id).add(m.id).add(m.role).add(m.content).add(m.extra.empty() ? "{}" : m.extra);
   insert.add(m.created_at).run();
 }
@@ -44,9 +48,15 @@ ThreadStore::~ThreadStore() = default;
 
 bool ThreadStore::create(const ThreadRecord& record) {
   auto conn = db_->acquire();
-  Statement insert(conn, "INSERT INTO threads (owner, id, title, created_at, updated_at) VALUES (?, ?, ?, ?, ?) "
-                        "ON CONFLICT (owner, id) DO NOTHING");
-  insert.add(record.owner).add(record.id).add(record.title).add(record.created_at).add(record.created_at).run();
+  Statement insert(conn,
+                   "INSERT INTO threads (owner, id, title, created_at, updated_at) VALUES (?, ?, ?, ?, ?) "
+                   "ON CONFLICT (owner, id) DO NOTHING");
+  insert.add(record.owner)
+      .add(record.id)
+      .add(record.title)
+      .add(record.created_at)
+      .add(record.created_at)
+      .run();
   return insert.changes() > 0;
 }
 
@@ -109,7 +119,8 @@ ThreadPage ThreadStore::list(const std::string& owner, size_t limit, const std::
   return page;
 }
 
-bool ThreadStore::rename(const std::string& owner, const std::string& id, const std::string& title, int64_t now) {
+bool ThreadStore::rename(const std::string& owner, const std::string& id, const std::string& title,
+                         int64_t now) {
   if (!storable(owner, id)) return false;
   auto conn = db_->acquire();
   Statement update(conn, "UPDATE threads SET title = ?, updated_at = ? WHERE owner = ? AND id = ?");
@@ -139,15 +150,17 @@ bool ThreadStore::append_turn(const std::string& owner, const std::string& id, c
   auto conn = db_->acquire();
   Transaction transaction(conn);
   // A thread deleted while its turn ran keeps nothing of it.
-  Statement touch(conn, "UPDATE threads SET updated_at = ?, title = CASE WHEN title = '' THEN ? ELSE title END "
-                       "WHERE owner = ? AND id = ?");
+  Statement touch(conn,
+                  "UPDATE threads SET updated_at = ?, title = CASE WHEN title = '' THEN ? ELSE title END "
+                  "WHERE owner = ? AND id = ?");
   touch.add(assistant.created_at).add(title_if_empty).add(owner).add(id).run();
   if (touch.changes() == 0) return false;
   insert_message(conn, owner, id, user);
   insert_message(conn, owner, id, assistant);
   for (const auto& a : artifacts) {
-    Statement insert(conn, "INSERT INTO thread_artifacts (owner, thread_id, file_id, path, filename, mime, size, "
-                          "message_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    Statement insert(conn,
+                     "INSERT INTO thread_artifacts (owner, thread_id, file_id, path, filename, mime, size, "
+                     "message_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
     insert.add(owner).add(id).add(a.file_id).add_blob(a.path).add_blob(a.filename).add(a.mime);
     insert.add(static_cast<int64_t>(a.size)).add(a.message_id).add(a.created_at).run();
   }
@@ -158,20 +171,23 @@ bool ThreadStore::append_turn(const std::string& owner, const std::string& id, c
 std::vector<ThreadMessage> ThreadStore::messages(const std::string& owner, const std::string& id) {
   if (!storable(owner, id)) return {};
   auto conn = db_->acquire();
-  Statement query(conn, "SELECT id, role, content, extra, created_at FROM thread_messages "
-                       "WHERE owner = ? AND thread_id = ? ORDER BY seq");
+  Statement query(conn,
+                  "SELECT id, role, content, extra, created_at FROM thread_messages "
+                  "WHERE owner = ? AND thread_id = ? ORDER BY seq");
   query.add(owner).add(id);
   std::vector<ThreadMessage> out;
   while (query.step())
-    out.push_back(ThreadMessage{query.text(0), query.text(1), query.text(2), query.text(3), query.integer(4)});
+    out.push_back(
+        ThreadMessage{query.text(0), query.text(1), query.text(2), query.text(3), query.integer(4)});
   return out;
 }
 
 std::vector<ThreadArtifact> ThreadStore::artifacts(const std::string& owner, const std::string& id) {
   if (!storable(owner, id)) return {};
   auto conn = db_->acquire();
-  Statement query(conn, "SELECT file_id, path, filename, mime, size, message_id, created_at FROM thread_artifacts "
-                       "WHERE owner = ? AND thread_id = ? ORDER BY seq");
+  Statement query(conn,
+                  "SELECT file_id, path, filename, mime, size, message_id, created_at FROM thread_artifacts "
+                  "WHERE owner = ? AND thread_id = ? ORDER BY seq");
   query.add(owner).add(id);
   std::vector<ThreadArtifact> out;
   while (query.step())

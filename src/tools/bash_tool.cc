@@ -13,14 +13,16 @@ Result<BashInput> parse_bash_input(const boost::json::object& input) {
       if (!value.is_string()) return ApiError::invalid_request("'command' must be a string");
       out.command = std::string(value.as_string());
       // A shell command is a C string: a NUL cannot be passed on, only cut it short.
-      if (out.command.find('\0') != std::string::npos) return ApiError::invalid_request("'command' must not contain NUL characters");
+      if (out.command.find('\0') != std::string::npos)
+        return ApiError::invalid_request("'command' must not contain NUL characters");
     } else if (key == "timeout") {
       if (value.is_int64() && value.as_int64() > 0 && value.as_int64() <= 86400)
         out.timeout_sec = static_cast<int>(value.as_int64());
       else if (value.is_uint64() && value.as_uint64() > 0 && value.as_uint64() <= 86400)
         out.timeout_sec = static_cast<int>(value.as_uint64());
       else
-        return ApiError::invalid_request("'timeout' must be an integer number of seconds between 1 and 86400");
+        return ApiError::invalid_request(
+            "'timeout' must be an integer number of seconds between 1 and 86400");
     } else if (key == "restart") {
       if (!value.is_bool()) return ApiError::invalid_request("'restart' must be a boolean");
       out.restart = value.as_bool();
@@ -55,7 +57,8 @@ boost::json::object tool_error(std::string_view block_type, std::string_view err
   // Anthropic's editor error has its reason in error_message (string or null); the
   // bash error has no such field.
   if (block_type == kEditorErrorType) error["error_message"] = explanation;
-  if (include_detail) error["detail"] = boost::json::object{{"code", error_code}, {"explanation", explanation}};
+  if (include_detail)
+    error["detail"] = boost::json::object{{"code", error_code}, {"explanation", explanation}};
   return error;
 }
 
