@@ -53,13 +53,6 @@ const char* kToken = "bench-token-123";
 const char* kAdminToken = "bench-admin-0123456789";
 constexpr int kLeaseSeconds = 15;  // the default: a heartbeat every 5 s
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -198,22 +191,6 @@ class DatabaseLoad {
                                   : "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid()");
     while (query.step()) out.push_back(static_cast<int>(query.integer(0)));
     return out;
-  }
-  static double cpu_ms_of(int pid) {
-    std::string stat = read_all("/proc/" + std::to_string(pid) + "/stat");
-    const auto close = stat.rfind(')');
-    if (close == std::string::npos) return 0;
-    std::istringstream fields(stat.substr(close + 2));
-    std::string field;
-    long long utime = 0, stime = 0;
-    for (int i = 3; fields >> field; ++i) {  // field 3 is the state; 14 utime, 15 stime
-      if (i == 14) utime = std::stoll(field);
-      if (i == 15) {
-        stime = std::stoll(field);
-        break;
-      }
-    }
-    return 1000.0 * static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
   }
   std::shared_ptr<db::Database> database_;
 };

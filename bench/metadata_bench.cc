@@ -38,30 +38,6 @@ const char* kToken = "bench-token-123";
 constexpr int kConnections = 8;
 constexpr int kFiles = 200;
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-double cpu_ms_of(int pid) {
-  std::string stat = read_all("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(stat.substr(close + 2));
-  std::string field;
-  long long utime = 0, stime = 0;
-  for (int i = 3; fields >> field; ++i) {  // field 3 is the state; 14 utime, 15 stime
-    if (i == 14) utime = std::stoll(field);
-    if (i == 15) {
-      stime = std::stoll(field);
-      break;
-    }
-  }
-  return 1000.0 * static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 // Every process of the database server (pg_stat_activity lists the sessions and the
 // background ones).
 double postgres_cpu_ms(sandboxd::store::db::Database& database) {

@@ -47,13 +47,6 @@ struct Server {
   fs::path dir, log;
 };
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // `wrapper`: a command line the server runs under (valgrind), which starts it slowly.
 Server start_server(const std::string& binary, const fs::path& dir, const std::string& extra_yaml,
                     const std::vector<std::string>& wrapper = {}) {

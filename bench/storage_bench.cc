@@ -47,13 +47,6 @@ namespace {
 const char* kToken = "bench-token-123";
 const std::string kTools = "/api/gpt/v1/containers/";
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // popen `command`, its stdout.
 std::string shell(const std::string& command) {
   FILE* p = popen(command.c_str(), "r");
