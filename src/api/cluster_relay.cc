@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <boost/json.hpp>
 
+#include "api/e2b_common.h"
 #include "base/blocking.h"
 #include "server/http_relay.h"
 #include "service/store_call.h"
@@ -50,6 +51,14 @@ asio::awaitable<std::string> container_of_request(RequestContext& ctx) {
   if (route_in(route, {"containers.get", "containers.delete", "containers.stop", "containers.tool"}))
     co_return ctx.params["id"];
   if (route.starts_with("files.")) co_return ctx.query_value("scope_id").value_or("");
+  // E2B: a sandbox is a container of the same id; the calls to a sandbox name it in a
+  // header (the SDKs' E2B_SANDBOX_URL), the control plane's in the path. Those that work
+  // on the container run on its holder; the others (get, list, timeout) only on records.
+  if (route.starts_with("e2b.envd.") || route == "e2b.execute" || route.starts_with("e2b.contexts."))
+    co_return std::string(ctx.header_value("E2b-Sandbox-Id"));
+  if (route_in(route, {"e2b.sandboxes.kill", "e2b.sandboxes.pause", "e2b.sandboxes.connect",
+                       "e2b.sandboxes.metrics"}))
+    co_return ctx.params["id"];
   if (route_in(route, {"threads.upload_file", "threads.put_file", "threads.download_file", "threads.message",
                        "threads.delete", "threads.artifacts"}))
     co_return ctx.params["thread_id"];
@@ -108,6 +117,14 @@ asio::awaitable<std::map<std::string, boost::json::object>> describe_held_elsewh
   co_return described;
 }
 
+namespace {
+// A request for a container: relayed to the replica that holds it, or served here (a
+// takeover waiting for its turn first).
+asio::awaitable<Result<Response>> route_request(ApiContext& api, cluster::ContainerLeases& leases,
+                                                const std::shared_ptr<server::UpstreamPool>& pool,
+                                                RequestContext& ctx, const server::Handler& handler);
+}  // namespace
+
 void install_cluster_routing(server::HttpServer& http, ApiContext& api, cluster::ContainerLeases& leases) {
   // Kept-alive connections to the other replicas, shared by every relayed request; an
   // idle one closes before a peer's server.headerTimeoutSec would close it.
@@ -119,64 +136,76 @@ void install_cluster_routing(server::HttpServer& http, ApiContext& api, cluster:
   http.set_interceptor(
       [&api, &leases, pool](RequestContext& ctx,
                             const server::Handler& handler) -> asio::awaitable<Result<Response>> {
-        const auto& settings = leases.settings();
-        // A sandbox's own requests come from this replica (it runs the sandbox): served here.
-        std::string container_id;
-        if (!ctx.origin) container_id = co_await container_of_request(ctx);
-        if (!container_id.empty() && ContainerService::valid_id(container_id)) {
-          // Two reads (the container, its lease) before the request is served or relayed.
-          auto lookup = [&api, &leases, &ctx,
-                         &container_id]() -> std::optional<cluster::ContainerLeases::Holder> {
-            auto record = api.containers.metadata().find_container(ctx.owner, container_id);
-            if (!record) return std::nullopt;
-            return leases.holder_of(record->storage);
-          };
-          if (auto holder = co_await store_call(api, std::move(lookup))) {
-            // A container of a replica whose heartbeat ran out: served here once its turn
-            // comes, so that a burst of them is taken over at the pace the database was sized
-            // for while this replica's own requests go on (the wait holds no thread).
-            if (holder->takeover && !co_await leases.takeover_turn())
-              co_return ApiError::overloaded("This replica is taking over many containers; try again shortly",
-                                             settings.retry_after_sec);
-            if (holder->elsewhere) {
-              // Relayed once at most: a relayed request that finds the container moved on
-              // again is answered here, and the client's retry finds the new holder.
-              if (!ctx.header_value(server::kRelayedByHeader).empty())
-                co_return ApiError::overloaded("The container is moving between replicas; try again shortly",
-                                               settings.retry_after_sec);
-              auto target = server::parse_relay_target(holder->holder_url);
-              if (!target) {
-                spdlog::error("{}: replica {} advertises an unusable URL", ctx.request_id, holder->holder);
-                co_return ApiError::overloaded(
-                    "The replica serving this container cannot be reached; try again shortly",
-                    settings.retry_after_sec);
-              }
-              server::RelayOptions options;
-              options.via = settings.replica_id;
-              options.retry_after_sec = settings.retry_after_sec;
-              options.pool = pool;
-              co_return co_await server::relay_request(ctx, *target, options);
-            }
-          }
-        }
-        try {
-          co_return co_await handler(ctx);
-        } catch (const store::FencedError& fenced) {
-          // Another replica took the container over (or deleted it) while this one was
-          // paused or cut off: nothing was written; the lease is forgotten so the retry is
-          // relayed to the new holder (or finds the container gone).
-          spdlog::warn("{}: a write met the fence", ctx.request_id);
-          leases.fenced(fenced);
-          co_return ApiError::overloaded("The container moved to another replica; try again",
-                                         settings.retry_after_sec);
-        } catch (const store::db::TimeoutError& e) {
-          // A row this request needs is held by another session (bounded by the database's
-          // lock and statement timeouts): this request alone is refused, to be retried.
-          spdlog::warn("{}: the database did not answer in time: {}", ctx.request_id, e.what());
-          co_return ApiError::overloaded("The container is busy in the database; try again shortly",
-                                         settings.retry_after_sec);
-        }
+        Result<Response> result = co_await route_request(api, leases, pool, ctx, handler);
+        // The routing's own refusals (a takeover's pace, a holder out of reach) in the
+        // shape the route's clients read: E2B's SDKs raise their own errors only on theirs.
+        if (!result)
+          if (auto shaped = e2b_error_for_route(ctx.route_name, result.error())) co_return std::move(*shaped);
+        co_return result;
       });
 }
+
+namespace {
+asio::awaitable<Result<Response>> route_request(ApiContext& api, cluster::ContainerLeases& leases,
+                                                const std::shared_ptr<server::UpstreamPool>& pool,
+                                                RequestContext& ctx, const server::Handler& handler) {
+  const auto& settings = leases.settings();
+  // A sandbox's own requests come from this replica (it runs the sandbox): served here.
+  std::string container_id;
+  if (!ctx.origin) container_id = co_await container_of_request(ctx);
+  if (!container_id.empty() && ContainerService::valid_id(container_id)) {
+    // Two reads (the container, its lease) before the request is served or relayed.
+    auto lookup = [&api, &leases, &ctx, &container_id]() -> std::optional<cluster::ContainerLeases::Holder> {
+      auto record = api.containers.metadata().find_container(ctx.owner, container_id);
+      if (!record) return std::nullopt;
+      return leases.holder_of(record->storage);
+    };
+    if (auto holder = co_await store_call(api, std::move(lookup))) {
+      // A container of a replica whose heartbeat ran out: served here once its turn
+      // comes, so that a burst of them is taken over at the pace the database was sized
+      // for while this replica's own requests go on (the wait holds no thread).
+      if (holder->takeover && !co_await leases.takeover_turn())
+        co_return ApiError::overloaded("This replica is taking over many containers; try again shortly",
+                                       settings.retry_after_sec);
+      if (holder->elsewhere) {
+        // Relayed once at most: a relayed request that finds the container moved on
+        // again is answered here, and the client's retry finds the new holder.
+        if (!ctx.header_value(server::kRelayedByHeader).empty())
+          co_return ApiError::overloaded("The container is moving between replicas; try again shortly",
+                                         settings.retry_after_sec);
+        auto target = server::parse_relay_target(holder->holder_url);
+        if (!target) {
+          spdlog::error("{}: replica {} advertises an unusable URL", ctx.request_id, holder->holder);
+          co_return ApiError::overloaded(
+              "The replica serving this container cannot be reached; try again shortly",
+              settings.retry_after_sec);
+        }
+        server::RelayOptions options;
+        options.via = settings.replica_id;
+        options.retry_after_sec = settings.retry_after_sec;
+        options.pool = pool;
+        co_return co_await server::relay_request(ctx, *target, options);
+      }
+    }
+  }
+  try {
+    co_return co_await handler(ctx);
+  } catch (const store::FencedError& fenced) {
+    // Another replica took the container over (or deleted it) while this one was
+    // paused or cut off: nothing was written; the lease is forgotten so the retry is
+    // relayed to the new holder (or finds the container gone).
+    spdlog::warn("{}: a write met the fence", ctx.request_id);
+    leases.fenced(fenced);
+    co_return ApiError::overloaded("The container moved to another replica; try again",
+                                   settings.retry_after_sec);
+  } catch (const store::db::TimeoutError& e) {
+    // A row this request needs is held by another session (bounded by the database's
+    // lock and statement timeouts): this request alone is refused, to be retried.
+    spdlog::warn("{}: the database did not answer in time: {}", ctx.request_id, e.what());
+    co_return ApiError::overloaded("The container is busy in the database; try again shortly",
+                                   settings.retry_after_sec);
+  }
+}
+}  // namespace
 
 }  // namespace sandboxd::api

@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "api/api_calls.h"
+#include "api/connect_rpc.h"
 #include "api/e2b_common.h"
 #include "server/auth.h"
 #include "server/router.h"
@@ -162,6 +163,9 @@ Result<service::E2bListQuery> list_query(RequestContext& ctx) {
       if (server::percent_decode(value, value2)) value = value2;
       query.metadata[key] = value;
     }
+    if (query.metadata.size() > store::E2bRecords::kMaxMetadataFilters)
+      return ApiError::invalid_request("'metadata' may filter by at most " +
+                                       std::to_string(store::E2bRecords::kMaxMetadataFilters) + " pairs");
   }
   if (auto state = ctx.query_value("state"); state && !state->empty()) {
     bool running = false, paused = false;
@@ -197,30 +201,28 @@ Result<service::E2bListQuery> list_query(RequestContext& ctx) {
 asio::awaitable<Result<Response>> list_sandboxes(ApiContext& api, RequestContext& ctx) {
   auto query = list_query(ctx);
   if (!query) co_return query.error();
-  bool has_more = false;
-  auto sandboxes = api.e2b_sandboxes->list(ctx.owner, *query, has_more);
+  auto page = co_await api.e2b_sandboxes->list(ctx.owner, *query);
   json::array data;
-  for (const auto& s : sandboxes) data.push_back(sandbox_detail(api, s));
+  for (const auto& s : page.records) data.push_back(sandbox_detail(api, s));
   auto res = json_ok(data);
-  if (has_more && !sandboxes.empty()) res.set("x-next-token", sandboxes.back().id);
+  if (page.has_more && !page.records.empty()) res.set("x-next-token", page.records.back().id);
   co_return res;
 }
 
-// The v1 listing: running sandboxes only.
+// The v1 listing: running sandboxes only (its first 1,000: it has no paging).
 asio::awaitable<Result<Response>> list_running_sandboxes(ApiContext& api, RequestContext& ctx) {
   auto query = list_query(ctx);
   if (!query) co_return query.error();
   query->paused = false;
   query->limit = kMaxListLimit;
-  bool has_more = false;
+  auto page = co_await api.e2b_sandboxes->list(ctx.owner, *query);
   json::array data;
-  for (const auto& s : api.e2b_sandboxes->list(ctx.owner, *query, has_more))
-    data.push_back(sandbox_detail(api, s));
+  for (const auto& s : page.records) data.push_back(sandbox_detail(api, s));
   co_return json_ok(data);
 }
 
 asio::awaitable<Result<Response>> get_sandbox(ApiContext& api, RequestContext& ctx) {
-  auto found = api.e2b_sandboxes->find(ctx.owner, ctx.params["id"]);
+  auto found = co_await api.e2b_sandboxes->find(ctx.owner, ctx.params["id"]);
   if (!found) co_return found.error();
   co_return json_ok(sandbox_detail(api, *found));
 }
@@ -260,7 +262,7 @@ asio::awaitable<Result<Response>> connect_sandbox(ApiContext& api, RequestContex
   const std::string id = ctx.params["id"];
   auto resumed = co_await api.e2b_sandboxes->resume(ctx.owner, id, *timeout);
   if (!resumed) co_return resumed.error();
-  auto found = api.e2b_sandboxes->find(ctx.owner, id);
+  auto found = co_await api.e2b_sandboxes->find(ctx.owner, id);
   if (!found) co_return found.error();
   co_return json_ok(sandbox_handle(*found, ctx), *resumed ? HttpStatus::created : HttpStatus::ok);
 }
@@ -298,6 +300,16 @@ server::StringResponse e2b_error_response(const ApiError& error) {
   return res;
 }
 
+std::optional<Response> e2b_error_for_route(std::string_view route, const ApiError& error) {
+  if (!route.starts_with("e2b.")) return std::nullopt;
+  if (route == "e2b.envd.process.start" || route == "e2b.envd.process.connect" ||
+      route == "e2b.envd.fs.watch")
+    return Response{connect_rpc::stream_error(error)};
+  if (route.starts_with("e2b.envd.process.") || route.starts_with("e2b.envd.fs."))
+    return Response{connect_rpc::unary_error(error)};
+  return Response{e2b_error_response(error)};
+}
+
 asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api, RequestContext& ctx,
                                                                  uint16_t port) {
   if (!api.e2b_sandboxes) co_return ApiError::not_found("E2B's API is not enabled on this server");
@@ -312,7 +324,7 @@ asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api
                                   " for " + std::string(ctx.header().target()));
   // A missing sandbox (or another owner's) and a paused one answer as E2B's proxy does
   // for a sandbox that is not running: 502 (the SDKs tell the sandbox is gone from it).
-  auto found = api.e2b_sandboxes->find(ctx.owner, id);
+  auto found = co_await api.e2b_sandboxes->find(ctx.owner, id);
   if (!found)
     co_return ApiError{HttpStatus::bad_gateway, "api_error", "The sandbox " + id + " was not found"};
   if (found->paused)

@@ -12,6 +12,7 @@
 
 #include <boost/json/object.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,6 +30,11 @@ inline constexpr std::string_view kEnvdVersion = "0.5.7";
 // E2B's error body, {"code": <HTTP status>, "message": "..."}, with Retry-After for
 // 429 and 503 (the SDKs map 401, 404, 429 and 503 to their own exception types).
 server::StringResponse e2b_error_response(const ApiError& error);
+
+// An error of an E2B route answered before its handler ran (the cluster's routing), in
+// the shape the route's handler answers with: Connect's for envd's RPCs, E2B's for the
+// rest. nullopt for a route that is not E2B's.
+std::optional<Response> e2b_error_for_route(std::string_view route, const ApiError& error);
 
 // A route handler whose errors answer in E2B's shape instead of sandboxd's own.
 template <typename Fn>

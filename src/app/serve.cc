@@ -41,7 +41,9 @@
 #include "service/e2b_sandboxes.h"
 #include "service/sandbox_processes.h"
 #include "service/skill_mounts.h"
+#include "service/store_call.h"
 #include "service/store_check.h"
+#include "store/e2b_records.h"
 #include "store/file_store.h"
 #include "store/lease_store.h"
 #include "store/manifest_store.h"
@@ -323,21 +325,29 @@ int serve(ops::Config config, const std::string& config_path) {
     api::register_admin_routes(http, api);
     api::register_skill_routes(http, api);
     api::register_mcp_routes(http, api);
-    // E2B's API keeps its sandboxes' records on this host's disk: a single host's (not
-    // in cluster mode, where another replica could serve the same container).
-    std::optional<service::E2bSandboxes> e2b_sandboxes;
+    // E2B's API: its sandboxes' records in the metadata database, so a cluster's replicas
+    // share them; a request for a sandbox another replica serves is relayed to it (the
+    // cluster routing below), and a sandbox is ended at its end time by the replica that
+    // serves it.
+    store::E2bRecords e2b_records(metadata_database());
+    service::E2bSandboxes e2b_sandboxes(io, containers, e2b_records, config.data_dir);
+    if (leases)
+      e2b_sandboxes.set_may_end_here([&leases, &metadata](std::string storage) -> asio::awaitable<bool> {
+        auto holder = co_await service::store_call(
+            metadata.backend(), [&leases, &storage] { return leases->holder_of(storage); });
+        if (holder.elsewhere) co_return false;
+        if (holder.takeover) co_return co_await leases->takeover_turn();
+        co_return true;
+      });
     service::SandboxProcesses sandbox_processes;
     api.sandbox_processes = &sandbox_processes;
     service::DirectoryWatches directory_watches;
     api.directory_watches = &directory_watches;
-    if (!config.cluster_enabled()) {
-      e2b_sandboxes.emplace(io, containers, config.data_dir);
-      e2b_sandboxes->start();
-      api.e2b_sandboxes = &*e2b_sandboxes;
-      api::register_e2b_routes(http, api);
-      api::register_e2b_envd_routes(http, api);
-      api::register_e2b_interpreter_routes(http, api);
-    }
+    e2b_sandboxes.start();
+    api.e2b_sandboxes = &e2b_sandboxes;
+    api::register_e2b_routes(http, api);
+    api::register_e2b_envd_routes(http, api);
+    api::register_e2b_interpreter_routes(http, api);
     if (leases) {
       api::install_cluster_routing(http, api, *leases);
       leases->register_replica();

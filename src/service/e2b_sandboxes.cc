@@ -11,9 +11,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "base/blocking.h"
 #include "base/ids.h"
 #include "ops/logging.h"
+#include "service/store_call.h"
 
 namespace sandboxd::service {
 namespace {
@@ -21,16 +21,15 @@ namespace {
 namespace fs = std::filesystem;
 namespace json = boost::json;
 
+// Sandboxes past their end time looked at in one pass (one pass a second).
+constexpr size_t kDueBatch = 64;
+// A connect that resumes a paused sandbox without a timeout gives it at least this long.
+constexpr int64_t kResumeDefaultSec = 300;
+
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-json::object string_map(const std::map<std::string, std::string>& map) {
-  json::object out;
-  for (const auto& [key, value] : map) out[key] = value;
-  return out;
 }
 
 std::map<std::string, std::string> string_map(const json::value* value) {
@@ -41,19 +40,8 @@ std::map<std::string, std::string> string_map(const json::value* value) {
   return out;
 }
 
-std::string encode_record(const E2bSandbox& s) {
-  return json::serialize(json::object{{"id", s.id},
-                                      {"owner", s.owner},
-                                      {"template", s.template_id},
-                                      {"metadata", string_map(s.metadata)},
-                                      {"env_vars", string_map(s.env_vars)},
-                                      {"started_at_ms", s.started_at_ms},
-                                      {"end_at_ms", s.end_at_ms},
-                                      {"auto_pause", s.auto_pause},
-                                      {"paused", s.paused}});
-}
-
-std::optional<E2bSandbox> decode_record(const std::string& text) {
+// A record as older versions wrote it, one JSON file per sandbox.
+std::optional<E2bSandbox> decode_json_record(const std::string& text) {
   boost::system::error_code ec;
   json::value value = json::parse(text, ec);
   if (ec || !value.is_object()) return std::nullopt;
@@ -88,39 +76,62 @@ ApiError sandbox_not_found(const std::string& id) {
   return ApiError::not_found("Sandbox " + id + " not found");
 }
 
+ApiError bad_timeout() {
+  return ApiError::invalid_request("'timeout' must be from 0 to " +
+                                   std::to_string(E2bSandboxes::kMaxTimeoutSec) + " seconds");
+}
+
 }  // namespace
+
+template <typename Fn>
+auto E2bSandboxes::store(Fn fn) {
+  return store_call(records_.backend(), std::move(fn));
+}
 
 bool E2bSandboxes::known_template(std::string_view name) {
   return name == "base" || name == "code-interpreter-v1" || name == "code-interpreter";
 }
 
-E2bSandboxes::E2bSandboxes(asio::io_context& io, ContainerService& containers, std::string data_dir)
+E2bSandboxes::E2bSandboxes(asio::io_context& io, ContainerService& containers, store::E2bRecords& records,
+                           std::string data_dir)
     : io_(io),
       containers_(containers),
-      dir_((fs::path(data_dir) / "e2b" / "sandboxes").string()),
+      records_(records),
+      json_dir_((fs::path(data_dir) / "e2b" / "sandboxes").string()),
       timer_(io) {}
 
 E2bSandboxes::~E2bSandboxes() { stopping_ = true; }
 
-std::string E2bSandboxes::record_path(const std::string& id) const {
-  return (fs::path(dir_) / (id + ".json")).string();
-}
-
-void E2bSandboxes::start() {
-  fs::create_directories(dir_);
+void E2bSandboxes::import_json_records() {
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+  if (!fs::is_directory(json_dir_, ec)) return;
+  size_t moved = 0;
+  for (const auto& entry : fs::directory_iterator(json_dir_, ec)) {
+    if (entry.path().extension() == ".tmp") {  // a write an older version left half done
+      fs::remove(entry.path(), ec);
+      continue;
+    }
     if (entry.path().extension() != ".json") continue;
     std::ifstream in(entry.path());
     std::stringstream text;
     text << in.rdbuf();
-    if (auto record = decode_record(text.str())) {
-      std::lock_guard lock(mutex_);
-      sandboxes_[record->id] = std::move(*record);
-    } else {
+    auto record = decode_json_record(text.str());
+    if (!record) {
       spdlog::warn("e2b: ignoring the unreadable sandbox record {}", entry.path().string());
+      continue;
     }
+    records_.insert(*record);  // (false: moved already by a start that stopped before the removal)
+    fs::remove(entry.path(), ec);
+    ++moved;
   }
+  if (moved)
+    spdlog::info("e2b: {} sandbox record(s) moved from {} into the metadata database", moved, json_dir_);
+  fs::remove(json_dir_, ec);                          // only when empty
+  fs::remove(fs::path(json_dir_).parent_path(), ec);  // likewise
+}
+
+void E2bSandboxes::start() {
+  import_json_records();
   asio::co_spawn(io_, end_expired(), asio::detached);
 }
 
@@ -130,58 +141,72 @@ asio::awaitable<void> E2bSandboxes::end_expired() {
     boost::system::error_code ec;
     co_await timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::operation_aborted || stopping_) co_return;
-    const int64_t now = now_ms();
-    std::vector<E2bSandbox> due;
-    {
-      std::lock_guard lock(mutex_);
-      for (const auto& [id, s] : sandboxes_)
-        if (!s.paused && s.end_at_ms <= now) due.push_back(s);
-    }
-    for (const auto& s : due) {
-      ops::log_event(spdlog::level::info, "e2b_sandbox_timeout",
-                     {{"owner", s.owner}, {"sandbox", s.id}, {"action", s.auto_pause ? "pause" : "kill"}});
-      if (s.auto_pause)
-        co_await pause(s.owner, s.id);
-      else
-        co_await kill(s.owner, s.id);
+    try {
+      co_await end_due_batch();
+    } catch (const std::exception& e) {  // the database: the next pass tries again
+      spdlog::warn("e2b: ending sandboxes past their end time: {}", e.what());
     }
   }
 }
 
-asio::awaitable<void> E2bSandboxes::save(E2bSandbox record) {
-  auto write = [path = record_path(record.id), text = encode_record(record)] {
-    // Written aside and renamed: a crash leaves the old record or the new one.
-    const std::string temp = path + ".tmp";
-    {
-      std::ofstream out(temp, std::ios::trunc);
-      out << text;
-      out.flush();
-      if (!out) return false;
+asio::awaitable<void> E2bSandboxes::end_due_batch() {
+  const int64_t now = now_ms();
+  auto due = co_await store([this, now] { return records_.due(now, due_cursor_, kDueBatch); });
+  // A short batch reached the end: the next pass starts from the beginning again.
+  if (due.size() < kDueBatch)
+    due_cursor_ = {};
+  else
+    due_cursor_ = {due.back().end_at_ms, due.back().id};
+  for (const auto& sandbox : due) {
+    if (stopping_) co_return;
+    try {
+      if (may_end_here_) {
+        auto storage = co_await store([this, &sandbox] {
+          auto record = containers_.metadata().find_container(sandbox.owner, sandbox.id);
+          return record ? record->storage : std::string();
+        });
+        if (!storage.empty() && !co_await may_end_here_(storage)) continue;  // its holder ends it
+      }
+      co_await end_one(sandbox);
+    } catch (const std::exception& e) {
+      spdlog::warn("e2b: ending sandbox {} at its end time: {}", sandbox.id, e.what());
     }
-    std::error_code ec;
-    fs::rename(temp, path, ec);
-    return !ec;
-  };
-  if (!co_await run_blocking(std::move(write)))
-    spdlog::error("e2b: could not write the record of sandbox {}", record.id);
+  }
 }
 
-void E2bSandboxes::forget_record(const std::string& id) {
-  {
-    std::lock_guard lock(mutex_);
-    sandboxes_.erase(id);
+asio::awaitable<void> E2bSandboxes::end_one(const E2bSandbox& s) {
+  // Opening the container takes its lease in a cluster: a replica that lost the race to
+  // another one (which then ends it) leaves it alone.
+  auto container = co_await containers_.async_open(s.owner, s.id, /*create=*/false);
+  if (!container && container.error().status != HttpStatus::not_found) co_return;
+  const int64_t now = now_ms();
+  if (s.auto_pause && container) {
+    if (!co_await store([this, &s, now] { return records_.mark_paused_if_due(s.owner, s.id, now); }))
+      co_return;  // resumed or given more time meanwhile
+    ops::log_event(spdlog::level::info, "e2b_sandbox_timeout",
+                   {{"owner", s.owner}, {"sandbox", s.id}, {"action", "pause"}});
+    co_await containers_.stop(*container, "paused");
+    co_return;
   }
-  std::error_code ec;
-  fs::remove(record_path(id), ec);
+  // Given more time (or paused) since the pass read it: it stays.
+  auto current = co_await store([this, &s] { return records_.find(s.owner, s.id); });
+  if (!current || current->paused || current->end_at_ms > now) co_return;
+  ops::log_event(spdlog::level::info, "e2b_sandbox_timeout",
+                 {{"owner", s.owner}, {"sandbox", s.id}, {"action", "kill"}});
+  if (container) co_await containers_.remove(*container);
+  co_await store([this, &s] { return records_.remove(s.owner, s.id); });
+  if (auto* audit = ops::audit())
+    audit->record("e2b_sandbox_killed", {{"owner", s.owner}, {"sandbox", s.id}});
 }
 
 asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bCreate request) {
   if (!known_template(request.template_id))
     co_return ApiError::not_found("Template '" + request.template_id +
                                   "' not found (this server has 'base' and 'code-interpreter-v1')");
-  if (request.timeout_sec < 0 || request.timeout_sec > kMaxTimeoutSec)
-    co_return ApiError::invalid_request("'timeout' must be from 0 to " + std::to_string(kMaxTimeoutSec) +
-                                        " seconds");
+  if (request.timeout_sec < 0 || request.timeout_sec > kMaxTimeoutSec) co_return bad_timeout();
+  if (request.metadata.size() > store::E2bRecords::kMaxMetadataEntries)
+    co_return ApiError::invalid_request("'metadata' may have at most " +
+                                        std::to_string(store::E2bRecords::kMaxMetadataEntries) + " entries");
   // E2B's ids: lower-case letters and digits, 20 of them.
   std::string id = random_alnum(20);
   for (auto& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -197,130 +222,101 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
   s.started_at_ms = now_ms();
   s.end_at_ms = s.started_at_ms + request.timeout_sec * 1000;
   s.auto_pause = request.auto_pause;
-  {
-    std::lock_guard lock(mutex_);
-    sandboxes_[s.id] = s;
+  bool inserted = false;
+  try {
+    inserted = co_await store([this, &s] { return records_.insert(s); });
+  } catch (const std::exception& e) {
+    spdlog::error("e2b: recording sandbox {}: {}", s.id, e.what());
   }
-  co_await save(s);
+  if (!inserted) {  // (an id of 20 random characters taken already, or the database failed)
+    co_await containers_.remove(*container);
+    co_return ApiError::internal();
+  }
   if (auto* audit = ops::audit())
     audit->record("e2b_sandbox_created",
                   {{"owner", s.owner}, {"sandbox", s.id}, {"template", s.template_id}});
   co_return s;
 }
 
-Result<E2bSandbox> E2bSandboxes::find(const std::string& owner, const std::string& id) const {
-  std::lock_guard lock(mutex_);
-  auto it = sandboxes_.find(id);
-  if (it == sandboxes_.end() || it->second.owner != owner) return sandbox_not_found(id);
-  return it->second;
+asio::awaitable<Result<E2bSandbox>> E2bSandboxes::find(const std::string& owner, const std::string& id) {
+  auto found = co_await store([this, &owner, &id] { return records_.find(owner, id); });
+  if (!found) co_return sandbox_not_found(id);
+  co_return std::move(*found);
 }
 
-asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open(const std::string& owner,
-                                                                       const std::string& id) {
-  if (auto found = find(owner, id); !found) co_return found.error();
+asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open_container(const std::string& owner,
+                                                                                 const std::string& id) {
+  if (auto found = co_await find(owner, id); !found) co_return found.error();
   auto container = co_await containers_.async_open(owner, id, /*create=*/false);
   if (!container && container.error().status == HttpStatus::not_found) co_return sandbox_not_found(id);
   co_return container;
 }
 
-std::vector<E2bSandbox> E2bSandboxes::list(const std::string& owner, const E2bListQuery& query,
-                                           bool& has_more) const {
-  std::vector<E2bSandbox> out;
-  has_more = false;
-  std::lock_guard lock(mutex_);
-  for (auto it = query.after_id.empty() ? sandboxes_.begin() : sandboxes_.upper_bound(query.after_id);
-       it != sandboxes_.end(); ++it) {
-    const auto& s = it->second;
-    if (s.owner != owner) continue;
-    if (query.paused && s.paused != *query.paused) continue;
-    bool matches = true;
-    for (const auto& [key, value] : query.metadata) {
-      auto m = s.metadata.find(key);
-      if (m == s.metadata.end() || m->second != value) matches = false;
-    }
-    if (!matches) continue;
-    if (out.size() == query.limit) {
-      has_more = true;
-      break;
-    }
-    out.push_back(s);
-  }
-  return out;
+asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open(const std::string& owner,
+                                                                       const std::string& id) {
+  auto container = co_await open_container(owner, id);
+  if (!container) co_return container;
+  // The filesystem calls work on the container's folders from the host: with the bucket,
+  // a copy this replica just took over is made current first (cheap once done).
+  if (auto* bucket = containers_.durability())
+    if (auto ready = co_await bucket->ensure_local(*container); !ready) co_return ready.error();
+  co_return container;
+}
+
+asio::awaitable<E2bPage> E2bSandboxes::list(const std::string& owner, const E2bListQuery& query) {
+  store::E2bRecordQuery select;
+  select.owner = owner;
+  select.metadata = query.metadata;
+  select.paused = query.paused;
+  select.after_id = query.after_id;
+  select.limit = query.limit;
+  co_return co_await store([this, &select] { return records_.list(select); });
 }
 
 asio::awaitable<Result<void>> E2bSandboxes::set_timeout(const std::string& owner, const std::string& id,
                                                         int64_t timeout_sec) {
-  if (timeout_sec < 0 || timeout_sec > kMaxTimeoutSec)
-    co_return ApiError::invalid_request("'timeout' must be from 0 to " + std::to_string(kMaxTimeoutSec) +
-                                        " seconds");
-  E2bSandbox copy;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end() || it->second.owner != owner) co_return sandbox_not_found(id);
-    it->second.end_at_ms = now_ms() + timeout_sec * 1000;
-    copy = it->second;
-  }
-  co_await save(copy);
+  if (timeout_sec < 0 || timeout_sec > kMaxTimeoutSec) co_return bad_timeout();
+  const int64_t end = now_ms() + timeout_sec * 1000;
+  if (!co_await store([this, &owner, &id, end] { return records_.set_end(owner, id, end); }))
+    co_return sandbox_not_found(id);
   co_return Result<void>{};
 }
 
 asio::awaitable<Result<void>> E2bSandboxes::pause(const std::string& owner, const std::string& id) {
-  auto container = co_await open(owner, id);
+  auto container = co_await open_container(owner, id);
   if (!container) co_return container.error();
-  E2bSandbox copy;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end() || it->second.owner != owner) co_return sandbox_not_found(id);
-    if (it->second.paused)
-      co_return ApiError{HttpStatus::conflict, "invalid_request_error",
-                         "Sandbox " + id + " is already paused"};
-    it->second.paused = true;
-    copy = it->second;
-  }
-  co_await save(copy);
-  co_await containers_.stop(*container, "paused");
+  if (!co_await store([this, &owner, &id] { return records_.mark_paused(owner, id); }))
+    co_return ApiError{HttpStatus::conflict, "invalid_request_error", "Sandbox " + id + " is already paused"};
+  co_await containers_.stop(*container, "paused");  // in a cluster: flushed to the bucket, the lease let go
   co_return Result<void>{};
 }
 
 asio::awaitable<Result<bool>> E2bSandboxes::resume(const std::string& owner, const std::string& id,
                                                    std::optional<int64_t> timeout_sec) {
-  if (timeout_sec && (*timeout_sec < 0 || *timeout_sec > kMaxTimeoutSec))
-    co_return ApiError::invalid_request("'timeout' must be from 0 to " + std::to_string(kMaxTimeoutSec) +
-                                        " seconds");
-  auto container = co_await open(owner, id);
+  if (timeout_sec && (*timeout_sec < 0 || *timeout_sec > kMaxTimeoutSec)) co_return bad_timeout();
+  auto container = co_await open_container(owner, id);
   if (!container) co_return container.error();
   containers_.touch(**container);
-  E2bSandbox copy;
-  bool was_paused = false;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end() || it->second.owner != owner) co_return sandbox_not_found(id);
-    was_paused = it->second.paused;
-    it->second.paused = false;
-    const int64_t now = now_ms();
-    // A connect never shortens a sandbox's life; it may lengthen it.
-    if (timeout_sec)
-      it->second.end_at_ms = std::max(it->second.end_at_ms, now + *timeout_sec * 1000);
-    else if (was_paused)
-      it->second.end_at_ms = std::max(it->second.end_at_ms, now + 300 * 1000);
-    copy = it->second;
-  }
-  co_await save(copy);
-  co_return was_paused;
+  const int64_t now = now_ms();
+  // A connect never shortens a sandbox's life; it may lengthen it.
+  std::optional<int64_t> end_at_least;
+  if (timeout_sec) end_at_least = now + *timeout_sec * 1000;
+  const int64_t end_if_paused = now + kResumeDefaultSec * 1000;
+  auto was_paused = co_await store([this, &owner, &id, end_at_least, end_if_paused] {
+    return records_.resume(owner, id, end_at_least, end_if_paused);
+  });
+  if (!was_paused) co_return sandbox_not_found(id);
+  co_return *was_paused;
 }
 
 asio::awaitable<Result<void>> E2bSandboxes::kill(const std::string& owner, const std::string& id) {
-  if (auto found = find(owner, id); !found) co_return found.error();
+  if (auto found = co_await find(owner, id); !found) co_return found.error();
   auto container = co_await containers_.async_open(owner, id, /*create=*/false);
   if (container)
     co_await containers_.remove(*container);
   else if (container.error().status != HttpStatus::not_found)
     co_return container.error();
-  auto forget = [this, id] { forget_record(id); };
-  co_await run_blocking(std::move(forget));
+  co_await store([this, &owner, &id] { return records_.remove(owner, id); });
   if (auto* audit = ops::audit()) audit->record("e2b_sandbox_killed", {{"owner", owner}, {"sandbox", id}});
   co_return Result<void>{};
 }

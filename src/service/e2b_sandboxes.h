@@ -1,14 +1,17 @@
 // Sandboxes as E2B's control plane sees them: a sandboxd container of its owner plus what
 // E2B attaches to it (a template name, metadata, environment variables, an end time and
-// whether it is paused). The container keeps the files; this registry keeps the rest, in
-// one small JSON file per sandbox under <data_dir>/e2b/sandboxes/ (so a restarted
-// server still knows its sandboxes), and ends each sandbox at its end time: killed (the
+// whether it is paused). The container keeps the files; the record the rest, in the
+// metadata database (store/e2b_records.h), so that every replica of a cluster knows
+// every sandbox and a restarted server (or a replica that took a dead one's containers
+// over) still knows its sandboxes. Each sandbox ends at its end time: killed (the
 // container deleted) or, when it asked for auto-pause, paused (the container's sandbox
-// stopped, its files kept).
+// stopped, its files kept). In a cluster the replica that serves the container ends it;
+// one nobody serves is ended by whichever replica takes its lease first.
 //
-// Pause is sandboxd's stop: the workspace (/home/user), outputs and uploads are kept;
-// processes, memory, /tmp and /home/agent are not. Resume (connect) clears the paused
-// mark; the sandbox itself starts again on the next command, over the same files.
+// Pause is sandboxd's stop: the workspace (/home/user), outputs and uploads are kept
+// (in a cluster, flushed to the sessions bucket); processes, memory, /tmp and /home/agent
+// are not. Resume (connect) clears the paused mark; the sandbox itself starts again on
+// the next command, over the same files, on whichever replica serves that command.
 #pragma once
 
 #include <atomic>
@@ -16,29 +19,21 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
 #include "service/container_service.h"
+#include "store/e2b_records.h"
 
 namespace sandboxd::service {
 
-struct E2bSandbox {
-  std::string id;  // also the container's id
-  std::string owner;
-  std::string template_id;  // as asked for ("base", "code-interpreter-v1", ...)
-  std::map<std::string, std::string> metadata;
-  std::map<std::string, std::string> env_vars;  // every process of the sandbox gets them
-  int64_t started_at_ms = 0;
-  int64_t end_at_ms = 0;
-  bool auto_pause = false;  // at the end time: paused instead of killed
-  bool paused = false;
-};
+using E2bSandbox = store::E2bRecord;
+using E2bPage = store::E2bRecordPage;
 
 struct E2bCreate {
   std::string template_id;
@@ -62,21 +57,31 @@ class E2bSandboxes {
   // The longest timeout a sandbox may ask for: E2B's own cap for its larger plans.
   static constexpr int64_t kMaxTimeoutSec = 24 * 3600;
 
-  E2bSandboxes(asio::io_context& io, ContainerService& containers, std::string data_dir);
+  E2bSandboxes(asio::io_context& io, ContainerService& containers, store::E2bRecords& records,
+               std::string data_dir);
   ~E2bSandboxes();
 
-  // Reads the records a previous run left (blocking; before serving) and starts the
-  // timer that ends sandboxes at their end time.
+  // Cluster mode: whether this replica may end the container of this storage at its end
+  // time: not when another replica serves it now (that one ends it); when a replica whose
+  // heartbeat ran out held it, once the takeover's pace allows (ending it takes it over,
+  // as a request for it would). Set once, before start().
+  using MayEndHere = std::function<asio::awaitable<bool>(std::string storage)>;
+  void set_may_end_here(MayEndHere may_end_here) { may_end_here_ = std::move(may_end_here); }
+
+  // Moves the records an older version kept as JSON files under <data_dir>/e2b/sandboxes/
+  // into the database (blocking; before serving), then starts the timer that ends
+  // sandboxes at their end time.
   void start();
 
   // Makes the container and the record. Quotas (containers per owner) apply as for any
   // container; an unknown template is a 404.
   asio::awaitable<Result<E2bSandbox>> create(std::string owner, E2bCreate request);
   // The owner's sandbox; 404 for a missing one or another owner's.
-  Result<E2bSandbox> find(const std::string& owner, const std::string& id) const;
-  // The container of the owner's sandbox (opened if need be); 404 as find.
+  asio::awaitable<Result<E2bSandbox>> find(const std::string& owner, const std::string& id);
+  // The container of the owner's sandbox (opened if need be, its files made current from
+  // the sessions bucket when this replica just took it); 404 as find.
   asio::awaitable<Result<std::shared_ptr<Container>>> open(const std::string& owner, const std::string& id);
-  std::vector<E2bSandbox> list(const std::string& owner, const E2bListQuery& query, bool& has_more) const;
+  asio::awaitable<E2bPage> list(const std::string& owner, const E2bListQuery& query);
   // The end time becomes now + timeout.
   asio::awaitable<Result<void>> set_timeout(const std::string& owner, const std::string& id,
                                             int64_t timeout_sec);
@@ -92,16 +97,25 @@ class E2bSandboxes {
   ContainerService& containers() { return containers_; }
 
  private:
+  // The container of a sandbox, without a restore from the bucket (pause, kill).
+  asio::awaitable<Result<std::shared_ptr<Container>>> open_container(const std::string& owner,
+                                                                     const std::string& id);
   asio::awaitable<void> end_expired();
-  asio::awaitable<void> save(E2bSandbox record);
-  void forget_record(const std::string& id);
-  std::string record_path(const std::string& id) const;
+  // One pass over the sandboxes past their end time (a bounded batch, continued at the
+  // next pass where this one stopped, so that sandboxes left to other replicas never
+  // hide the rest).
+  asio::awaitable<void> end_due_batch();
+  asio::awaitable<void> end_one(const E2bSandbox& sandbox);
+  void import_json_records();
+  template <typename Fn>
+  auto store(Fn fn);
 
   asio::io_context& io_;
   ContainerService& containers_;
-  std::string dir_;
-  mutable std::mutex mutex_;
-  std::map<std::string, E2bSandbox> sandboxes_;  // by id (ids are unique across owners)
+  store::E2bRecords& records_;
+  std::string json_dir_;
+  MayEndHere may_end_here_;
+  store::E2bDueCursor due_cursor_;  // used by end_expired() only
   asio::steady_timer timer_;
   std::atomic<bool> stopping_{false};
 };

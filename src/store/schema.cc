@@ -282,6 +282,59 @@ constexpr const char* kPostgresV4 = R"sql(
 CREATE INDEX leases_by_holder ON leases (holder);
 )sql";
 
+// Version 5: E2B's sandboxes (store/e2b_records), keyed by the sandbox id (the
+// container's id): listed by owner in id order, by state, by metadata pair, and walked
+// by end time (the timeout's enforcement) without reading every row.
+constexpr const char* kSqliteV5 = R"sql(
+CREATE TABLE e2b_sandboxes (
+  id            TEXT    PRIMARY KEY,
+  owner         TEXT    NOT NULL,
+  template_id   TEXT    NOT NULL,
+  metadata      TEXT    NOT NULL,
+  env_vars      TEXT    NOT NULL,
+  started_at_ms INTEGER NOT NULL,
+  end_at_ms     INTEGER NOT NULL,
+  auto_pause    INTEGER NOT NULL,
+  paused        INTEGER NOT NULL
+);
+CREATE INDEX e2b_sandboxes_by_owner ON e2b_sandboxes (owner, id);
+CREATE INDEX e2b_sandboxes_by_state ON e2b_sandboxes (owner, paused, id);
+CREATE INDEX e2b_sandboxes_by_end ON e2b_sandboxes (paused, end_at_ms, id);
+CREATE TABLE e2b_sandbox_metadata (
+  sandbox_id TEXT NOT NULL,
+  owner      TEXT NOT NULL,
+  name       TEXT NOT NULL,
+  value      TEXT NOT NULL,
+  PRIMARY KEY (sandbox_id, name)
+);
+CREATE INDEX e2b_sandbox_metadata_by_pair ON e2b_sandbox_metadata (owner, name, value, sandbox_id);
+)sql";
+
+constexpr const char* kPostgresV5 = R"sql(
+CREATE TABLE e2b_sandboxes (
+  id            TEXT COLLATE "C" PRIMARY KEY,
+  owner         TEXT COLLATE "C" NOT NULL,
+  template_id   TEXT   NOT NULL,
+  metadata      TEXT   NOT NULL,
+  env_vars      TEXT   NOT NULL,
+  started_at_ms BIGINT NOT NULL,
+  end_at_ms     BIGINT NOT NULL,
+  auto_pause    BIGINT NOT NULL,
+  paused        BIGINT NOT NULL
+);
+CREATE INDEX e2b_sandboxes_by_owner ON e2b_sandboxes (owner, id);
+CREATE INDEX e2b_sandboxes_by_state ON e2b_sandboxes (owner, paused, id);
+CREATE INDEX e2b_sandboxes_by_end ON e2b_sandboxes (paused, end_at_ms, id);
+CREATE TABLE e2b_sandbox_metadata (
+  sandbox_id TEXT COLLATE "C" NOT NULL,
+  owner      TEXT COLLATE "C" NOT NULL,
+  name       BYTEA NOT NULL,
+  value      BYTEA NOT NULL,
+  PRIMARY KEY (sandbox_id, name)
+);
+CREATE INDEX e2b_sandbox_metadata_by_pair ON e2b_sandbox_metadata (owner, name, value, sandbox_id);
+)sql";
+
 // pg_advisory_lock's key for "the schema is being migrated" (ASCII "sbxdschm").
 constexpr int64_t kMigrationLockKey = 0x736278647363686dLL;
 
@@ -400,6 +453,7 @@ const std::vector<Migration>& migrations() {
       {2, "leases, manifest", kSqliteV2, kPostgresV2},
       {3, "replica heartbeats", kSqliteV3, kPostgresV3},
       {4, "leases by holder", kSqliteV4, kPostgresV4},
+      {5, "E2B sandboxes", kSqliteV5, kPostgresV5},
   };
   return all;
 }

@@ -1,0 +1,126 @@
+// E2B's API in cluster mode, through E2B's own SDK (npm `e2b`, unmodified, run by node
+// from tests/e2b/cluster.mjs) against real parts the test starts: two `sandboxd serve`
+// replicas (separate processes and data directories) on one real PostgreSQL
+// (tests/cluster_harness.h) and one bucket of a real S3 server (s3rver,
+// tests/s3_server.h). A sandbox made through replica A is used through replica B
+// (commands, streamed output, a background process, files, list, get, timeout, kill,
+// pause and connect), another key finds it on neither, a timeout set through B is
+// enforced by A (its holder); then A is killed (SIGKILL) and B takes the sandbox over,
+// its files from the bucket, still usable through the SDK, and ends at its timeout a
+// sandbox A held.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "cluster_harness.h"
+#include "eventually.h"
+#include "s3_server.h"
+#include "scripted_upstream.h"
+
+using namespace sandboxd::testing;
+
+namespace {
+
+constexpr int kLeaseSeconds = 3;
+constexpr int kFlushIntervalSec = 1;
+
+// Runs one phase of tests/e2b/cluster.mjs; its exit status, its output in `output`.
+int run_phase(const std::string& phase, const fs::path& state, const Replica& a, const Replica& b,
+              std::string& output) {
+  std::ostringstream command;
+  command << "cd '" << SANDBOXD_E2B_TEST_DIR << "' && REPLICA_A='" << a.url() << "' REPLICA_B='" << b.url()
+          << "' ALICE_KEY='" << Replica::kToken << "' BOB_KEY='" << Replica::kBobToken << "' '"
+          << SANDBOXD_NODE_PATH << "' cluster.mjs " << phase << " '" << state.string() << "' 2>&1";
+  int status = -1;
+  output = sh(command.str(), &status);
+  return status;
+}
+
+// The lines of `log` that name both `event` and `sandbox`.
+size_t events_of(const std::string& log, const std::string& event, const std::string& sandbox) {
+  size_t count = 0;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find(event) != std::string::npos && line.find(sandbox) != std::string::npos) ++count;
+  return count;
+}
+
+std::string id_in(const std::string& state, const std::string& key) {
+  return std::string(json(state).at(key).as_string());
+}
+
+class ClusterE2b : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "sandboxd-cluster-e2b-XXXXXX").string();
+    root_ = mkdtemp(pattern.data());
+    metadata_ = std::make_unique<SharedMetadata>(sandboxd::store::db::Backend::kPostgres);
+    s3_ = std::make_unique<S3Server>();
+    upstream_ = std::make_unique<ScriptedUpstream>();
+    const std::string extra =
+        s3_->storage_yaml("sbx/", kFlushIntervalSec) + "capacity:\n  retryAfterSec: 1\n";
+    for (const char* id : {"replica-a", "replica-b"})
+      replicas_.push_back(
+          std::make_unique<Replica>(id, root_, *metadata_, upstream_->base_url(), kLeaseSeconds, extra));
+    for (auto& replica : replicas_) replica->start();
+  }
+  void TearDown() override {
+    if (HasFailure())
+      for (auto& replica : replicas_) {
+        const std::string log = replica->log();
+        std::cerr << "---- " << replica->id() << " log tail:\n"
+                  << (log.size() > 30000 ? log.substr(log.size() - 30000) : log);
+      }
+    replicas_.clear();
+    upstream_.reset();
+    s3_.reset();
+    metadata_.reset();
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  Replica& a() { return *replicas_[0]; }
+  Replica& b() { return *replicas_[1]; }
+
+  fs::path root_;
+  std::unique_ptr<SharedMetadata> metadata_;
+  std::unique_ptr<S3Server> s3_;
+  std::unique_ptr<ScriptedUpstream> upstream_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+};
+
+TEST_F(ClusterE2b, TheSdkThroughEitherReplicaAndAfterItsHolderDies) {
+  const fs::path state = root_ / "state.json";
+  std::string output;
+  ASSERT_EQ(run_phase("before", state, a(), b(), output), 0) << output;
+  ASSERT_NE(output.find("phase before: passed"), std::string::npos) << output;
+  const std::string ids = read_file(state);
+  const std::string main = id_in(ids, "main"), orphan = id_in(ids, "orphan"), timed = id_in(ids, "timed");
+
+  // The sandbox made through A is held by A; the one whose timeout was set through B was
+  // ended by A, its holder, not by B.
+  auto lease = metadata_->lease_of("alice", main);
+  ASSERT_TRUE(lease);
+  EXPECT_EQ(lease->holder, "replica-a");
+  EXPECT_EQ(events_of(a().log(), "e2b_sandbox_timeout", timed), 1u) << a().log();
+  EXPECT_EQ(events_of(b().log(), "e2b_sandbox_timeout", timed), 0u);
+  // The records are the database's: nothing under a replica's data directory.
+  EXPECT_FALSE(fs::exists(a().dir() / "data" / "e2b"));
+  EXPECT_FALSE(fs::exists(b().dir() / "data" / "e2b"));
+
+  // The file written through B is in the bucket's manifest before A goes.
+  ASSERT_TRUE(eventually([&] {
+    for (const auto& [path, row] : metadata_->manifest_of("alice", main))
+      if (path.find("notes.txt") != std::string::npos) return true;
+    return false;
+  })) << "the sandbox's files never reached the bucket";
+  ASSERT_EQ(a().stop(SIGKILL), -SIGKILL);
+
+  ASSERT_EQ(run_phase("after", state, a(), b(), output), 0) << output;
+  ASSERT_NE(output.find("phase after: passed"), std::string::npos) << output;
+  EXPECT_NE(b().log().find("bucket: restoring container " + main), std::string::npos)
+      << "B had no copy of the sandbox's files: it restored them from the bucket";
+  EXPECT_EQ(events_of(b().log(), "e2b_sandbox_timeout", orphan), 1u) << "B ended A's sandbox at its timeout";
+  EXPECT_FALSE(metadata_->lease_of("alice", main)) << "the killed sandbox's container is gone";
+}
+
+}  // namespace

@@ -1,0 +1,162 @@
+// E2B's own SDK (npm `e2b`, unmodified) against a cluster of sandboxd replicas on one
+// PostgreSQL and one bucket, run by tests/cluster_e2b_test.cc in two phases around the
+// kill of replica A:
+//   node cluster.mjs before STATE   (A and B up)
+//   node cluster.mjs after STATE    (A killed; B only)
+// Each phase exits non-zero on the first failed assertion. The replicas' URLs and keys
+// come from the environment: REPLICA_A, REPLICA_B, ALICE_KEY, BOB_KEY. STATE is a JSON
+// file the first phase writes and the second reads (the sandbox ids).
+import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { Sandbox, NotFoundError, SandboxNotFoundError, CommandExitError } from 'e2b';
+
+const [phase, statePath] = process.argv.slice(2);
+const alice = process.env.ALICE_KEY;
+const bob = process.env.BOB_KEY;
+const on = (url, apiKey = alice) => ({ apiUrl: `${url}/e2b`, sandboxUrl: `${url}/e2b/sandbox`, apiKey });
+const A = on(process.env.REPLICA_A);
+const B = on(process.env.REPLICA_B);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Until `check` answers true (each try may throw: not yet), for at most a minute.
+async function eventually(what, check) {
+  const deadline = Date.now() + 60_000;
+  let last;
+  while (Date.now() < deadline) {
+    try {
+      if (await check()) return;
+    } catch (e) {
+      last = e;
+    }
+    await sleep(250);
+  }
+  throw new Error(`${what} did not happen within a minute (last error: ${last?.stack ?? last})`);
+}
+
+const gone = (id, opts) => Sandbox.getInfo(id, opts).then(() => false, (e) => {
+  if (e instanceof SandboxNotFoundError) return true;
+  throw e;
+});
+
+async function before() {
+  // Made through A; used through B (every call to it relayed to A, its holder).
+  const made = await Sandbox.create({ ...A, timeoutMs: 600_000, metadata: { suite: 'cluster', role: 'main' } });
+  const other = await Sandbox.create({ ...A, timeoutMs: 600_000, metadata: { suite: 'cluster', role: 'other' } });
+  const viaB = await Sandbox.connect(made.sandboxId, B);
+  assert.equal(viaB.sandboxId, made.sandboxId);
+
+  const ran = await viaB.commands.run('echo hello from $(pwd); echo oops >&2');
+  assert.equal(ran.exitCode, 0);
+  assert.equal(ran.stdout, 'hello from /home/user\n');
+  assert.equal(ran.stderr, 'oops\n');
+  await assert.rejects(viaB.commands.run('echo out; echo err >&2; exit 3'), (e) => {
+    assert.ok(e instanceof CommandExitError, String(e));
+    assert.equal(e.exitCode, 3);
+    assert.equal(e.stdout, 'out\n');
+    assert.equal(e.stderr, 'err\n');
+    return true;
+  });
+  // Output streamed through the relay as it comes (each line a piece of its own).
+  const pieces = [];
+  await viaB.commands.run('for i in 1 2 3; do echo line $i; sleep 0.2; done', { onStdout: (d) => pieces.push(d) });
+  assert.equal(pieces.join(''), 'line 1\nline 2\nline 3\n');
+  assert.ok(pieces.length >= 2, `streamed in ${pieces.length} piece(s)`);
+  // A background process, listed and killed through B.
+  const handle = await viaB.commands.run('sleep 600', { background: true });
+  assert.ok((await viaB.commands.list()).some((p) => p.pid === handle.pid));
+  assert.equal(await viaB.commands.kill(handle.pid), true);
+  await eventually('the killed process leaves the list',
+                   async () => !(await viaB.commands.list()).some((p) => p.pid === handle.pid));
+
+  // Files through B, seen through A and by commands.
+  await viaB.files.write('/home/user/notes.txt', 'written through B\n');
+  assert.equal(await made.files.read('/home/user/notes.txt'), 'written through B\n');
+  assert.ok((await viaB.files.list('/home/user')).some((f) => f.name === 'notes.txt'));
+  assert.equal((await made.commands.run('cat /home/user/notes.txt')).stdout, 'written through B\n');
+  assert.equal(await viaB.files.exists('/home/user/notes.txt'), true);
+
+  // List and get through B, from the shared records.
+  const listed = await Sandbox.list({ ...B, query: { metadata: { suite: 'cluster' } } }).nextItems();
+  assert.deepEqual(listed.map((s) => s.sandboxId).sort(), [made.sandboxId, other.sandboxId].sort());
+  const mains = await Sandbox.list({ ...B, query: { metadata: { suite: 'cluster', role: 'main' } } }).nextItems();
+  assert.deepEqual(mains.map((s) => s.sandboxId), [made.sandboxId]);
+  const pages = [];
+  const paginator = Sandbox.list({ ...B, limit: 1, query: { metadata: { suite: 'cluster' } } });
+  while (paginator.hasNext) pages.push((await paginator.nextItems()).map((s) => s.sandboxId));
+  assert.deepEqual(pages.flat().sort(), [made.sandboxId, other.sandboxId].sort());
+  assert.ok(pages.every((page) => page.length <= 1), JSON.stringify(pages));
+  const info = await Sandbox.getInfo(made.sandboxId, B);
+  assert.equal(info.state, 'running');
+  assert.deepEqual(info.metadata, { suite: 'cluster', role: 'main' });
+
+  // Another key finds it on neither replica.
+  for (const replica of [process.env.REPLICA_A, process.env.REPLICA_B]) {
+    await assert.rejects(Sandbox.connect(made.sandboxId, on(replica, bob)), NotFoundError);
+    await assert.rejects(Sandbox.getInfo(made.sandboxId, on(replica, bob)), SandboxNotFoundError);
+    assert.equal(await Sandbox.kill(made.sandboxId, on(replica, bob)), false);
+    assert.deepEqual(await Sandbox.list(on(replica, bob)).nextItems(), []);
+  }
+
+  // A timeout set through B ends the sandbox on its holder, A.
+  const timed = await Sandbox.create({ ...A, timeoutMs: 600_000 });
+  await Sandbox.setTimeout(timed.sandboxId, 1_000, B);
+  await eventually('the sandbox ends at its timeout', () => gone(timed.sandboxId, B));
+
+  // Kill through B.
+  const killed = await Sandbox.create({ ...A, timeoutMs: 600_000 });
+  assert.equal(await Sandbox.kill(killed.sandboxId, B), true);
+  assert.equal(await gone(killed.sandboxId, A), true);
+  assert.equal(await Sandbox.kill(killed.sandboxId, A), false);
+
+  // Pause through B (A, its holder, stops it and flushes it to the bucket); connect through
+  // B, which then serves it over the same files.
+  const paused = await Sandbox.create({ ...A, timeoutMs: 600_000 });
+  await paused.files.write('/home/user/kept.txt', 'kept across the pause\n');
+  assert.equal(await Sandbox.pause(paused.sandboxId, B), true);
+  assert.equal((await Sandbox.getInfo(paused.sandboxId, A)).state, 'paused');
+  const resumed = await Sandbox.connect(paused.sandboxId, B);
+  assert.equal((await resumed.commands.run('cat /home/user/kept.txt')).stdout, 'kept across the pause\n');
+  assert.equal((await Sandbox.getInfo(paused.sandboxId, A)).state, 'running');
+
+  // One more on A, to be given a short timeout once A is gone.
+  const orphan = await Sandbox.create({ ...A, timeoutMs: 600_000 });
+  await orphan.commands.run('true');
+  writeFileSync(statePath, JSON.stringify({ main: made.sandboxId, orphan: orphan.sandboxId,
+                                            timed: timed.sandboxId, resumed: paused.sandboxId }));
+}
+
+async function after() {
+  const state = JSON.parse(readFileSync(statePath, 'utf8'));
+  // A was killed: B answers 503 (Retry-After) until A's heartbeat runs out, then takes
+  // the sandbox over, its files from the bucket.
+  let viaB;
+  await eventually('B takes the sandbox over', async () => {
+    viaB = await Sandbox.connect(state.main, B);
+    return (await viaB.commands.run('true')).exitCode === 0;
+  });
+  assert.equal(await viaB.files.read('/home/user/notes.txt'), 'written through B\n');
+  assert.equal((await viaB.commands.run('cat /home/user/notes.txt; echo more >> /home/user/notes.txt')).stdout,
+               'written through B\n');
+  assert.equal(await viaB.files.read('/home/user/notes.txt'), 'written through B\nmore\n');
+  assert.ok((await viaB.files.list('/home/user')).some((f) => f.name === 'notes.txt'));
+  const handle = await viaB.commands.run('sleep 600', { background: true });
+  assert.ok((await viaB.commands.list()).some((p) => p.pid === handle.pid));
+  assert.equal(await viaB.commands.kill(handle.pid), true);
+  assert.equal((await Sandbox.getInfo(state.main, B)).state, 'running');
+  const listed = (await Sandbox.list(B).nextItems()).map((s) => s.sandboxId);
+  assert.ok(listed.includes(state.main) && listed.includes(state.orphan), JSON.stringify(listed));
+  await assert.rejects(Sandbox.connect(state.main, on(process.env.REPLICA_B, bob)), NotFoundError);
+
+  // The end time is the cluster's: one set now, with A gone, ends the sandbox A held.
+  await Sandbox.setTimeout(state.orphan, 1_000, B);
+  await eventually('the dead replica\'s sandbox ends at its timeout', () => gone(state.orphan, B));
+
+  assert.equal(await Sandbox.kill(state.main, B), true);
+  assert.equal(await gone(state.main, B), true);
+  assert.equal(await Sandbox.kill(state.resumed, B), true);
+}
+
+if (phase === 'before') await before();
+else if (phase === 'after') await after();
+else throw new Error(`unknown phase ${phase}`);
+console.log(`phase ${phase}: passed`);

@@ -1,0 +1,198 @@
+// E2B's sandbox records (store/e2b_records.h) on both backends, SQLite and a real
+// PostgreSQL the test starts: the owner checked on every read and write, listings
+// filtered by metadata and state and paged by the database, the walk over sandboxes
+// past their end time, pause and resume, metadata that is not UTF-8, and the plan a
+// listing by metadata gets (an index, not a walk of every row).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "postgres_harness.h"
+#include "store/e2b_records.h"
+
+namespace sandboxd::store {
+namespace {
+
+class E2bRecordsTest : public ::testing::TestWithParam<db::Backend> {
+ protected:
+  static E2bRecord record(const std::string& id, const std::string& owner,
+                          std::map<std::string, std::string> metadata = {}, int64_t end_at_ms = 1'000'000) {
+    E2bRecord r;
+    r.id = id;
+    r.owner = owner;
+    r.template_id = "base";
+    r.metadata = std::move(metadata);
+    r.env_vars = {{"LEVEL", "one"}};
+    r.started_at_ms = 1000;
+    r.end_at_ms = end_at_ms;
+    return r;
+  }
+  static std::vector<std::string> ids_of(const std::vector<E2bRecord>& records) {
+    std::vector<std::string> out;
+    for (const auto& r : records) out.push_back(r.id);
+    return out;
+  }
+  E2bRecordPage list(std::map<std::string, std::string> metadata, std::optional<bool> paused = {},
+                     const std::string& after = "", size_t limit = 100, const std::string& owner = "alice") {
+    E2bRecordQuery query;
+    query.owner = owner;
+    query.metadata = std::move(metadata);
+    query.paused = paused;
+    query.after_id = after;
+    query.limit = limit;
+    return records_.list(query);
+  }
+
+  sandboxd::testing::TestDatabase database_{GetParam()};
+  E2bRecords records_{database_.open()};
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, E2bRecordsTest,
+                         ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
+                         sandboxd::testing::backend_name);
+
+TEST_P(E2bRecordsTest, OwnerCheckedOnEveryReadAndWrite) {
+  ASSERT_TRUE(records_.insert(record("s1", "alice", {{"job", "report"}})));
+  EXPECT_FALSE(records_.insert(record("s1", "bob")));  // the id is taken: nothing changes
+  auto found = records_.find("alice", "s1");
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->template_id, "base");
+  EXPECT_EQ(found->metadata, (std::map<std::string, std::string>{{"job", "report"}}));
+  EXPECT_EQ(found->env_vars, (std::map<std::string, std::string>{{"LEVEL", "one"}}));
+  EXPECT_EQ(found->end_at_ms, 1'000'000);
+  EXPECT_FALSE(records_.find("bob", "s1"));
+  EXPECT_FALSE(records_.set_end("bob", "s1", 5));
+  EXPECT_FALSE(records_.mark_paused("bob", "s1"));
+  EXPECT_FALSE(records_.resume("bob", "s1", 5, 5));
+  EXPECT_FALSE(records_.remove("bob", "s1"));
+  EXPECT_TRUE(list({}, {}, "", 100, "bob").records.empty());
+  EXPECT_TRUE(list({{"job", "report"}}, {}, "", 100, "bob").records.empty());
+  EXPECT_EQ(records_.find("alice", "s1")->end_at_ms, 1'000'000);
+  EXPECT_TRUE(records_.remove("alice", "s1"));
+  EXPECT_FALSE(records_.find("alice", "s1"));
+  EXPECT_TRUE(list({{"job", "report"}}).records.empty());  // its metadata rows went with it
+}
+
+TEST_P(E2bRecordsTest, ListsFilterByMetadataAndStateAndPageInIdOrder) {
+  for (int i = 0; i < 30; ++i) {
+    const std::string id = "s" + std::string(i < 10 ? "0" : "") + std::to_string(i);
+    ASSERT_TRUE(records_.insert(
+        record(id, "alice", {{"parity", i % 2 ? "odd" : "even"}, {"third", i % 3 == 0 ? "yes" : "no"}})));
+  }
+  ASSERT_TRUE(records_.insert(record("x1", "bob", {{"parity", "even"}})));
+  ASSERT_TRUE(records_.mark_paused("alice", "s00"));
+  ASSERT_TRUE(records_.mark_paused("alice", "s06"));
+  EXPECT_FALSE(records_.mark_paused("alice", "s06"));  // paused already
+
+  auto all = list({});
+  EXPECT_EQ(all.records.size(), 30u);
+  EXPECT_FALSE(all.has_more);
+  EXPECT_TRUE(std::is_sorted(all.records.begin(), all.records.end(),
+                             [](const auto& a, const auto& b) { return a.id < b.id; }));
+  // Both pairs must match: even and a multiple of three.
+  EXPECT_EQ(ids_of(list({{"parity", "even"}, {"third", "yes"}}).records),
+            (std::vector<std::string>{"s00", "s06", "s12", "s18", "s24"}));
+  EXPECT_EQ(ids_of(list({{"parity", "even"}, {"third", "yes"}}, false).records),
+            (std::vector<std::string>{"s12", "s18", "s24"}));
+  EXPECT_EQ(ids_of(list({}, true).records), (std::vector<std::string>{"s00", "s06"}));
+  EXPECT_TRUE(list({{"parity", "none"}}).records.empty());
+  EXPECT_TRUE(list({{"nothing", "even"}}).records.empty());
+
+  // Pages of 4 of the 15 odd ones, each continuing after the last id of the one before.
+  std::vector<std::string> seen;
+  std::string after;
+  int pages = 0;
+  for (;; ++pages) {
+    auto page = list({{"parity", "odd"}}, {}, after, 4);
+    ASSERT_LE(page.records.size(), 4u);
+    for (const auto& r : page.records) seen.push_back(r.id);
+    if (!page.has_more) break;
+    after = page.records.back().id;
+  }
+  EXPECT_EQ(pages, 3);  // 4 + 4 + 4 + 3
+  EXPECT_EQ(seen.size(), 15u);
+  EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 15u);
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  // Without a filter too; an exact page has no next one.
+  auto first = list({}, {}, "", 29);
+  EXPECT_TRUE(first.has_more);
+  auto rest = list({}, {}, first.records.back().id, 29);
+  EXPECT_EQ(ids_of(rest.records), (std::vector<std::string>{"s29"}));
+  EXPECT_FALSE(rest.has_more);
+}
+
+TEST_P(E2bRecordsTest, MetadataThatIsNotUtf8IsKeptAndMatchedByItsBytes) {
+  const std::string odd("caf\xe9\xff", 5);
+  ASSERT_TRUE(records_.insert(record("s1", "alice", {{"name", "plain"}})));
+  // The record's own copy is JSON (text); the filter's rows are bytes, so a filter of
+  // any bytes is answered (nothing matches), never a database error.
+  EXPECT_TRUE(list({{odd, odd}}).records.empty());
+  EXPECT_EQ(ids_of(list({{"name", "plain"}}).records), (std::vector<std::string>{"s1"}));
+}
+
+TEST_P(E2bRecordsTest, DueWalksRunningSandboxesPastTheirEndInOrderFromACursor) {
+  ASSERT_TRUE(records_.insert(record("late", "alice", {}, 500)));
+  ASSERT_TRUE(records_.insert(record("b-early", "alice", {}, 100)));
+  ASSERT_TRUE(records_.insert(record("a-early", "bob", {}, 100)));
+  ASSERT_TRUE(records_.insert(record("future", "alice", {}, 10'000)));
+  ASSERT_TRUE(records_.insert(record("paused", "alice", {}, 50)));
+  ASSERT_TRUE(records_.mark_paused("alice", "paused"));
+  EXPECT_EQ(ids_of(records_.due(1000, {}, 10)), (std::vector<std::string>{"a-early", "b-early", "late"}));
+  EXPECT_EQ(ids_of(records_.due(1000, {}, 2)), (std::vector<std::string>{"a-early", "b-early"}));
+  EXPECT_EQ(ids_of(records_.due(1000, {100, "a-early"}, 10)), (std::vector<std::string>{"b-early", "late"}));
+  EXPECT_EQ(ids_of(records_.due(1000, {100, "b-early"}, 10)), (std::vector<std::string>{"late"}));
+  EXPECT_TRUE(records_.due(99, {}, 10).empty());
+
+  // The timeout's pause happens only while the record is still due and running.
+  EXPECT_FALSE(records_.mark_paused_if_due("alice", "future", 1000));
+  EXPECT_TRUE(records_.mark_paused_if_due("alice", "late", 1000));
+  EXPECT_FALSE(records_.mark_paused_if_due("alice", "late", 1000));
+  EXPECT_EQ(ids_of(records_.due(1000, {}, 10)), (std::vector<std::string>{"a-early", "b-early"}));
+}
+
+TEST_P(E2bRecordsTest, ResumeClearsThePauseAndNeverShortensTheLife) {
+  ASSERT_TRUE(records_.insert(record("s1", "alice", {}, 5000)));
+  // Running, no timeout asked: the end time stays.
+  EXPECT_EQ(records_.resume("alice", "s1", std::nullopt, 9000), std::optional<bool>(false));
+  EXPECT_EQ(records_.find("alice", "s1")->end_at_ms, 5000);
+  // A shorter timeout does not shorten it; a longer one lengthens it.
+  EXPECT_EQ(records_.resume("alice", "s1", 4000, 9000), std::optional<bool>(false));
+  EXPECT_EQ(records_.find("alice", "s1")->end_at_ms, 5000);
+  EXPECT_EQ(records_.resume("alice", "s1", 7000, 9000), std::optional<bool>(false));
+  EXPECT_EQ(records_.find("alice", "s1")->end_at_ms, 7000);
+  // Paused, no timeout asked: at least the default from now.
+  ASSERT_TRUE(records_.mark_paused("alice", "s1"));
+  EXPECT_EQ(records_.resume("alice", "s1", std::nullopt, 9000), std::optional<bool>(true));
+  auto after = records_.find("alice", "s1");
+  EXPECT_FALSE(after->paused);
+  EXPECT_EQ(after->end_at_ms, 9000);
+  EXPECT_FALSE(records_.resume("alice", "nope", std::nullopt, 9000));
+}
+
+// The listing by a metadata pair reads that pair's index rows, whatever the number of
+// the owner's sandboxes (the plan names the index; SQLite's planner is asked directly).
+TEST_P(E2bRecordsTest, AListingByMetadataUsesItsIndex) {
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_TRUE(
+        records_.insert(record("s" + std::to_string(10000 + i), "alice", {{"n", std::to_string(i)}})));
+  EXPECT_EQ(ids_of(list({{"n", "150"}}).records), (std::vector<std::string>{"s10150"}));
+  auto database = database_.open();
+  auto conn = database->acquire();
+  const bool sqlite = GetParam() == db::Backend::kSqlite;
+  if (!sqlite) conn.exec("ANALYZE e2b_sandbox_metadata; ANALYZE e2b_sandboxes");
+  db::Statement plan(
+      conn, std::string(sqlite ? "EXPLAIN QUERY PLAN " : "EXPLAIN ") +
+                "SELECT s.id FROM e2b_sandbox_metadata m JOIN e2b_sandboxes s ON s.id = "
+                "m.sandbox_id WHERE m.owner = 'alice' AND m.name = " +
+                (sqlite ? "'n'" : "'n'::bytea") + " AND m.value = " + (sqlite ? "'150'" : "'150'::bytea") +
+                " AND m.sandbox_id > '' AND s.owner = 'alice' ORDER BY m.sandbox_id LIMIT 101");
+  std::string text;
+  while (plan.step()) text += plan.text(sqlite ? 3 : 0) + "\n";
+  EXPECT_NE(text.find("e2b_sandbox_metadata_by_pair"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace sandboxd::store
