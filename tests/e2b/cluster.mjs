@@ -9,6 +9,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Sandbox, NotFoundError, SandboxNotFoundError, CommandExitError } from 'e2b';
+import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter';
 
 const [phase, statePath] = process.argv.slice(2);
 const alice = process.env.ALICE_KEY;
@@ -74,6 +75,14 @@ async function before() {
   assert.ok((await viaB.files.list('/home/user')).some((f) => f.name === 'notes.txt'));
   assert.equal((await made.commands.run('cat /home/user/notes.txt')).stdout, 'written through B\n');
   assert.equal(await viaB.files.exists('/home/user/notes.txt'), true);
+
+  // The code interpreter through B: its kernel runs on A, and keeps its state.
+  const interpreter = await CodeInterpreter.connect(made.sandboxId, B);
+  assert.equal((await interpreter.runCode('x = 41\nx + 1')).text, '42');
+  const printed = [];
+  const second = await interpreter.runCode('print("streamed"); x * 2', { onStdout: (m) => printed.push(m.line) });
+  assert.equal(second.text, '82');
+  assert.match(printed.join(''), /^streamed\n?$/);
 
   // List and get through B, from the shared records.
   const listed = await Sandbox.list({ ...B, query: { metadata: { suite: 'cluster' } } }).nextItems();

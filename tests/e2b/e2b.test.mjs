@@ -3,7 +3,7 @@
 // (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY). Run by CTest with SANDBOXD_PATH.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox, NotFoundError, SandboxNotFoundError, CommandExitError, FileNotFoundError } from 'e2b';
@@ -377,4 +377,33 @@ test('metrics of a running sandbox', async () => {
   assert.equal(metrics.length, 1);
   assert.ok(metrics[0].memUsed > 0, JSON.stringify(metrics));
   assert.ok(metrics[0].diskUsed >= 100000, JSON.stringify(metrics));
+});
+
+test('records an older version kept as JSON files are moved into the database at start', async () => {
+  // As an older sandboxd left them: one JSON file a sandbox under <dataDir>/e2b/sandboxes/.
+  const id = 'legacyrecord0000000a';
+  const folder = join(dir, 'legacy', 'e2b', 'sandboxes');
+  mkdirSync(folder, { recursive: true });
+  const endAt = Date.now() + 600_000;
+  writeFileSync(join(folder, `${id}.json`), JSON.stringify({
+    id, owner: 'alice', template: 'base', metadata: { origin: 'json' }, env_vars: {},
+    started_at_ms: Date.now(), end_at_ms: endAt, auto_pause: false, paused: true }));
+  const legacy = await startServer(dir, 'legacy', [
+    `auth: { tokens: [ { token: ${ALICE}, owner: alice }, { token: ${BOB}, owner: bob } ] }`,
+  ]);
+  try {
+    const opts = { apiUrl: `${legacy.url}/e2b`, apiKey: ALICE };
+    const info = await Sandbox.getInfo(id, opts);
+    assert.deepEqual(info.metadata, { origin: 'json' });
+    assert.equal(info.state, 'paused');
+    assert.equal(info.endAt.getTime(), endAt);
+    const listed = await Sandbox.list({ ...opts, query: { metadata: { origin: 'json' } } }).nextItems();
+    assert.deepEqual(listed.map((s) => s.sandboxId), [id]);
+    await assert.rejects(Sandbox.getInfo(id, { ...opts, apiKey: BOB }), SandboxNotFoundError);
+    assert.equal(existsSync(folder), false, 'the JSON records are gone once moved');
+    assert.equal(await Sandbox.kill(id, opts), true);
+    await assert.rejects(Sandbox.getInfo(id, opts), SandboxNotFoundError);
+  } finally {
+    await stopProgram(legacy.child);
+  }
 });
