@@ -390,6 +390,7 @@ int serve(ops::Config config, const std::string& config_path) {
                 co_await pause.async_wait(asio::use_awaitable);
               }
               if (upstream) upstream->shutdown();
+              co_await e2b_sandboxes.stop();   // no end-time pass from here on
               co_await containers.shutdown();  // each stop flushes to the bucket
               if (leases) leases->stop();
               if (durability) durability->stop();

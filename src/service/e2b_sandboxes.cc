@@ -132,10 +132,25 @@ void E2bSandboxes::import_json_records() {
 
 void E2bSandboxes::start() {
   import_json_records();
+  loop_running_ = true;
   asio::co_spawn(io_, end_expired(), asio::detached);
 }
 
+asio::awaitable<void> E2bSandboxes::stop() {
+  stopping_ = true;
+  timer_.cancel();
+  asio::steady_timer pause(io_);
+  while (loop_running_) {
+    pause.expires_after(std::chrono::milliseconds(20));
+    co_await pause.async_wait(asio::use_awaitable);
+  }
+}
+
 asio::awaitable<void> E2bSandboxes::end_expired() {
+  struct Done {
+    std::atomic<bool>& running;
+    ~Done() { running = false; }
+  } done{loop_running_};
   while (!stopping_) {
     timer_.expires_after(std::chrono::seconds(1));
     boost::system::error_code ec;
@@ -178,9 +193,15 @@ asio::awaitable<void> E2bSandboxes::end_one(const E2bSandbox& s) {
   // Opening the container takes its lease in a cluster: a replica that lost the race to
   // another one (which then ends it) leaves it alone.
   auto container = co_await containers_.async_open(s.owner, s.id, /*create=*/false);
-  if (!container && container.error().status != HttpStatus::not_found) co_return;
+  if (!container) {
+    // Its container is gone (a kill through another replica a moment ago, which also
+    // removes the record): the record goes with it, and nothing is ended here.
+    if (container.error().status == HttpStatus::not_found)
+      co_await store([this, &s] { return records_.remove(s.owner, s.id); });
+    co_return;
+  }
   const int64_t now = now_ms();
-  if (s.auto_pause && container) {
+  if (s.auto_pause) {
     if (!co_await store([this, &s, now] { return records_.mark_paused_if_due(s.owner, s.id, now); }))
       co_return;  // resumed or given more time meanwhile
     ops::log_event(spdlog::level::info, "e2b_sandbox_timeout",
@@ -193,7 +214,7 @@ asio::awaitable<void> E2bSandboxes::end_one(const E2bSandbox& s) {
   if (!current || current->paused || current->end_at_ms > now) co_return;
   ops::log_event(spdlog::level::info, "e2b_sandbox_timeout",
                  {{"owner", s.owner}, {"sandbox", s.id}, {"action", "kill"}});
-  if (container) co_await containers_.remove(*container);
+  co_await containers_.remove(*container);
   co_await store([this, &s] { return records_.remove(s.owner, s.id); });
   if (auto* audit = ops::audit())
     audit->record("e2b_sandbox_killed", {{"owner", s.owner}, {"sandbox", s.id}});

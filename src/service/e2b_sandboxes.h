@@ -72,6 +72,9 @@ class E2bSandboxes {
   // into the database (blocking; before serving), then starts the timer that ends
   // sandboxes at their end time.
   void start();
+  // Ends the timer's loop and waits until a pass under way is over (shutdown: before the
+  // containers stop, so that no pass works on them, or on the database, afterwards).
+  asio::awaitable<void> stop();
 
   // Makes the container and the record. Quotas (containers per owner) apply as for any
   // container; an unknown template is a 404.
@@ -118,6 +121,7 @@ class E2bSandboxes {
   store::E2bDueCursor due_cursor_;  // used by end_expired() only
   asio::steady_timer timer_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> loop_running_{false};
 };
 
 }  // namespace sandboxd::service
