@@ -330,7 +330,7 @@ asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api
   if (found->paused)
     co_return ApiError{HttpStatus::bad_gateway, "api_error",
                        "Sandbox " + id + " is paused; connect to resume it"};
-  auto container = co_await api.e2b_sandboxes->open(ctx.owner, id);
+  auto container = co_await api.e2b_sandboxes->open(*found);
   if (!container && container.error().status == HttpStatus::not_found)
     co_return ApiError{HttpStatus::bad_gateway, "api_error", "The sandbox " + id + " was not found"};
   if (!container) co_return container.error();

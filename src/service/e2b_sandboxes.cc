@@ -275,7 +275,14 @@ asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open_container
 
 asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open(const std::string& owner,
                                                                        const std::string& id) {
-  auto container = co_await open_container(owner, id);
+  auto found = co_await find(owner, id);
+  if (!found) co_return found.error();
+  co_return co_await open(*found);
+}
+
+asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open(const E2bSandbox& found) {
+  auto container = co_await containers_.async_open(found.owner, found.id, /*create=*/false);
+  if (!container && container.error().status == HttpStatus::not_found) co_return sandbox_not_found(found.id);
   if (!container) co_return container;
   // The filesystem calls work on the container's folders from the host: with the bucket,
   // a copy this replica just took over is made current first (cheap once done).

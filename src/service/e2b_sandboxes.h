@@ -84,6 +84,8 @@ class E2bSandboxes {
   // The container of the owner's sandbox (opened if need be, its files made current from
   // the sessions bucket when this replica just took it); 404 as find.
   asio::awaitable<Result<std::shared_ptr<Container>>> open(const std::string& owner, const std::string& id);
+  // The same for a sandbox found a moment ago (no second read of its record).
+  asio::awaitable<Result<std::shared_ptr<Container>>> open(const E2bSandbox& found);
   asio::awaitable<E2bPage> list(const std::string& owner, const E2bListQuery& query);
   // The end time becomes now + timeout.
   asio::awaitable<Result<void>> set_timeout(const std::string& owner, const std::string& id,
