@@ -158,8 +158,11 @@ asio::awaitable<void> SandboxProcess::deliver(ProcessOutput piece) {
 
 asio::awaitable<void> SandboxProcess::finish(std::function<void()> on_end) {
   auto self = shared_from_this();
-  while (pumps_running_ > 0) co_await wait_on(pumps_done_, std::chrono::seconds(1));
+  // The exit is waited for on the sandbox's strand while the process runs (not after
+  // its pipes close: a hop there and back less once it has ended); the end goes out
+  // once both pipes are closed too, after all of its output.
   const int status = co_await sandbox_->wait_process(execution_id_);
+  while (pumps_running_ > 0) co_await wait_on(pumps_done_, std::chrono::seconds(1));
   ProcessOutput end;
   end.kind = ProcessOutput::Kind::kEnd;
   const int asked = kill_signal_.load();

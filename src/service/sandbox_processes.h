@@ -94,7 +94,7 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
  private:
   friend class SandboxProcesses;
   friend class ProcessReader;
-  // Reads the output until both pipes close, then waits for the exit; `on_end` runs
+  // Reads the output until both pipes close, and waits for the exit; `on_end` runs
   // once it has ended (the registry forgets it).
   void run(std::chrono::milliseconds timeout, std::function<void()> on_end);
   asio::awaitable<void> pump(asio::posix::stream_descriptor& pipe, ProcessOutput::Kind kind);

@@ -67,6 +67,21 @@ test('create, get and list a sandbox with its metadata', async () => {
   assert.deepEqual(bobs, []);
 });
 
+test('a sandbox runs once it is made, before its first command', async () => {
+  const sandbox = await create();
+  // Seen through sandboxd's own API: its container's sandbox starts without a command
+  // (E2B's create answers with a running sandbox; the start overlaps the client's work).
+  const url = `${server.url}/api/gpt/v1/containers/${sandbox.sandboxId}`;
+  const headers = { Authorization: `Bearer ${ALICE}` };
+  let state;
+  for (const deadline = Date.now() + 30_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 50))) {
+    state = (await (await fetch(url, { headers })).json()).state;
+    if (state === 'running') break;
+  }
+  assert.equal(state, 'running');
+  assert.equal((await sandbox.commands.run('echo up')).stdout, 'up\n');
+});
+
 test('another key cannot reach a sandbox: not found', async () => {
   const sandbox = await create();
   await assert.rejects(Sandbox.connect(sandbox.sandboxId, { apiKey: BOB }), NotFoundError);
