@@ -162,6 +162,15 @@ test('commands: run, a failing command, streamed output, environment and cwd', a
   assert.equal(done.stdout, 'first\nsecond\n');
   assert.ok(seen.length >= 2, JSON.stringify(seen));
   assert.ok(seen[0].includes('first') && !seen[0].includes('second'), JSON.stringify(seen));
+
+  // All of a command's output: more than its pipe holds (the command waits for it to be
+  // read), and what a process it started writes after it has exited (the end comes
+  // once that one closes the pipe too).
+  const big = await sandbox.commands.run('head -c 300000 /dev/zero | tr "\\0" a; echo end >&2');
+  assert.equal(big.stdout, 'a'.repeat(300000));
+  assert.equal(big.stderr, 'end\n');
+  const late = await sandbox.commands.run('(sleep 0.3; echo late) & echo early');
+  assert.equal(late.stdout, 'early\nlate\n');
 });
 
 test('a background process is listed, gets stdin, and is killed', async () => {
