@@ -4,7 +4,8 @@
 // whether the user is root: a subshell and an exec of id for every command, more than
 // the rest of a short command costs. bash knows the answer itself ($EUID), so the
 // sandbox's copy asks it first and runs id only in a shell without it (sh, dash): the
-// same branch is taken in every shell, with no process in bash.
+// same branch is taken, with no process in bash. (bash keeps an EUID its caller put in
+// its environment: a command that sets one chooses its own PATH, nothing more.)
 #pragma once
 
 #include <optional>
