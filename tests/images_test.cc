@@ -535,7 +535,8 @@ void expect_sandbox_sees_image(const im::ImageInfo& image, const std::string& ma
       "cat /etc/image-marker /usr/share/marker; ls /usr/bin; cat /etc/passwd /etc/shadow /etc/subuid "
       "/etc/hosts; "
       "touch /usr/share/new 2>&1; echo touch=$?; touch /etc/image-marker 2>&1; echo etc=$?; "
-      "touch /etc/new 2>&1; echo etcnew=$?; echo v > /var/tmp/v && cat /var/tmp/v /tmp/v; id -u");
+      "touch /etc/new 2>&1; echo etcnew=$?; echo v > /var/tmp/v && cat /var/tmp/v /tmp/v; id -u; "
+      "bash -l -x -c 'echo login:$PATH' 2>&1");
   harness.stop(*sandbox);
   EXPECT_EQ(result.return_code, 0) << result.stderr_text;
   // The image's files, not the host's (the host has python3 and much more in /usr/bin).
@@ -552,6 +553,10 @@ void expect_sandbox_sees_image(const im::ImageInfo& image, const std::string& ma
   EXPECT_NE(result.stdout_text.find("etc=1"), std::string::npos) << result.stdout_text;
   EXPECT_NE(result.stdout_text.find("etcnew=1"), std::string::npos) << result.stdout_text;
   EXPECT_NE(result.stdout_text.find("etcnew=1\nv\nv\n1000\n"), std::string::npos) << result.stdout_text;
+  // A login shell takes the profile's branch for a user who is not root, without id.
+  EXPECT_NE(result.stdout_text.find("\nlogin:/usr/bin:/usr/games\n"), std::string::npos)
+      << result.stdout_text;
+  EXPECT_EQ(result.stdout_text.find("id -u"), std::string::npos) << result.stdout_text;
   EXPECT_FALSE(fs::exists(fs::path(image.rootfs) / "usr/share/new"));
   EXPECT_FALSE(fs::exists(fs::path(image.rootfs) / "etc/new"));
   EXPECT_EQ(sandboxd::testing::read_file(fs::path(image.rootfs) / "etc/image-marker"), marker);
@@ -565,6 +570,12 @@ std::string host_programs_image_layers(const std::string& marker, std::vector<La
   etc.file("etc/subuid", "image-root:image-secret-range:65536\n");
   etc.symlink("etc/hosts", "/etc/passwd");
   etc.file("var/tmp/left-by-the-build", "x");
+  // Debian's way of telling root from the others: the store rewrites it (no `id -u` per
+  // login shell).
+  etc.file("etc/profile",
+           "if [ \"$(id -u)\" -eq 0 ]; then\n  PATH=\"/usr/sbin:/usr/bin\"\nelse\n  "
+           "PATH=\"/usr/bin:/usr/games\"\nfi\n"
+           "export PATH\n");
   layers.push_back({etc.finish(), false});
   return marker;
 }
@@ -576,6 +587,9 @@ TEST_F(ImagesTest, ASandboxRunsOnAnImportedImageAndCannotWriteIt) {
   // The store replaced the hosts symlink with a placeholder: /etc is bound whole.
   EXPECT_EQ(fs::symlink_status(fs::path(image.rootfs) / "etc/hosts").type(), fs::file_type::regular);
   EXPECT_EQ(fs::file_size(fs::path(image.rootfs) / "etc/shadow"), 0u);  // no password hashes kept
+  EXPECT_EQ(sandboxd::testing::read_file(fs::path(image.rootfs) / "etc/profile"),
+            "if [ \"${EUID:-$(id -u)}\" -eq 0 ]; then\n  PATH=\"/usr/sbin:/usr/bin\"\nelse\n  "
+            "PATH=\"/usr/bin:/usr/games\"\nfi\nexport PATH\n");
   expect_sandbox_sees_image(image, marker);
   // A root that is not the store's (a symlink at a generated name): one bind per entry.
   fs::remove(fs::path(image.rootfs) / "etc/hostname");

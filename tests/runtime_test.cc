@@ -98,6 +98,26 @@ TEST_F(RuntimeTest, GeneratedEtcAndMinimalDev) {
       << r.stderr_text;
 }
 
+// A login shell (what E2B's SDKs run every command in) reads /etc/profile. The host's
+// Debian profile asks `"$(id -u)"` whether the user is root; the sandbox's copy lets
+// bash answer from $EUID: the same branch, no subshell and no exec of id per command.
+TEST_F(RuntimeTest, LoginShellsTakeTheProfilesNonRootBranchWithoutRunningId) {
+  if (read_text("/etc/profile").find("\"$(id -u)\"") == std::string::npos)
+    GTEST_SKIP() << "this host's /etc/profile does not ask id -u";
+  // sh (dash) has no $EUID: it still asks id, and must end up with the same PATH.
+  auto r = run(R"(
+    bash -l -x -c 'echo "bash:$PATH"' 2>&1
+    sh -l -c 'echo "sh:$PATH"'
+    grep -c 'EUID' /etc/profile
+  )");
+  ASSERT_EQ(r.return_code, 0) << r.stderr_text;
+  EXPECT_EQ(r.stdout_text.find("id -u"), std::string::npos) << "bash ran id: " << r.stdout_text;
+  const std::string non_root = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games";
+  EXPECT_NE(r.stdout_text.find("'[' 1000 -eq 0 ']'"), std::string::npos) << r.stdout_text;
+  EXPECT_NE(r.stdout_text.find("\nbash:" + non_root + "\n"), std::string::npos) << r.stdout_text;
+  EXPECT_NE(r.stdout_text.find("\nsh:" + non_root + "\n"), std::string::npos) << r.stdout_text;
+}
+
 TEST_F(RuntimeTest, TmpIsSizeLimited) {
   auto r = run("head -c 100M /dev/zero > /tmp/big; echo rc=$?; df -k /tmp | tail -1 | awk '{print $2}'");
   EXPECT_NE(r.stdout_text.find("rc=1"), std::string::npos) << r.stdout_text;

@@ -19,6 +19,7 @@
 
 #include "base/ids.h"
 #include "images/extract.h"
+#include "runtime/login_profile.h"
 #include "runtime/spec.h"
 #include "runtime/syscall_error.h"
 
@@ -108,13 +109,37 @@ void remove_path(const std::string& path) {
 
 std::string random_suffix() { return random_base36(8); }
 
+// The image's /etc/profile without the `id -u` subshell each login shell would run
+// (runtime/login_profile.h), written aside and renamed over it. A profile that is not a
+// regular file, or has no such subshell, stays as it is.
+void rewrite_login_profile(int etc_fd, const std::string& etc) {
+  int fd = openat(etc_fd, "profile", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  unsigned mode = 0644;
+  auto rewritten = runtime::rewritten_profile(fd, mode);
+  close(fd);
+  if (!rewritten) return;
+  constexpr const char* kAside = ".profile.sandboxd";
+  unlinkat(etc_fd, kAside, 0);
+  int out = openat(etc_fd, kAside, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (out < 0) throw SyscallError("openat(" + etc + "/" + kAside + ", O_CREAT|O_EXCL)", errno);
+  const bool written =
+      write(out, rewritten->data(), rewritten->size()) == static_cast<ssize_t>(rewritten->size());
+  const int err = errno;
+  close(out);
+  if (!written) throw SyscallError("write(" + etc + "/" + kAside + ")", err);
+  if (renameat(etc_fd, kAside, etc_fd, "profile") != 0)
+    throw SyscallError("renameat(" + etc + "/" + kAside + ", profile)", errno);
+}
+
 // What every image gets before it is installed:
 // - a regular file at each /etc name that sandboxes generate or hide
 //   (runtime::kGeneratedEtc), replacing a symlink or anything else there: a sandbox never
 //   sees these files of the image, and with them it binds the image's /etc whole (see
 //   mount.cc);
 // - /var/tmp -> /tmp, as on the host image: the image is read-only in a sandbox, /tmp is
-//   the sandbox's own tmpfs.
+//   the sandbox's own tmpfs;
+// - an /etc/profile whose login shells run no `id -u` (rewrite_login_profile).
 void prepare_for_sandboxes(const std::string& rootfs) {
   const std::string var = rootfs + "/var";
   struct stat var_st;
@@ -149,6 +174,12 @@ void prepare_for_sandboxes(const std::string& rootfs) {
       throw SyscallError("openat(" + etc + "/" + name + ", O_CREAT|O_EXCL)", err);
     }
     close(fd);
+  }
+  try {
+    rewrite_login_profile(etc_fd, etc);
+  } catch (...) {
+    close(etc_fd);
+    throw;
   }
   close(etc_fd);
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/fd_passing.h"
+#include "runtime/login_profile.h"
 #include "runtime/syscall_error.h"
 #include "runtime/user.h"
 
@@ -199,13 +200,31 @@ std::vector<std::string> list_dir(const std::string& path) {
   return names;
 }
 
+// The host's /etc/profile as a file of the sandbox's own /etc, without the `id -u`
+// subshell each login shell would run (runtime/login_profile.h). False when it is not a
+// regular file with one, and it is then bound as it is.
+bool copy_login_profile(const std::string& source, const std::string& target) {
+  int fd = open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  unsigned mode = 0644;
+  auto rewritten = rewritten_profile(fd, mode);
+  close(fd);
+  if (!rewritten) return false;
+  make_file(target, *rewritten, mode);
+  return true;
+}
+
 void setup_image(const Spec& spec) {
   if (spec.image_root.empty()) {
     for (const char* top : {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"})
       mirror_entry(std::string("/oldroot/") + top, std::string("/newroot/") + top);
     mkdir_p("/newroot/etc");
-    for (const char* name : kHostEtcAllowList)
-      mirror_entry(std::string("/oldroot/etc/") + name, std::string("/newroot/etc/") + name);
+    for (const char* name : kHostEtcAllowList) {
+      const std::string source = std::string("/oldroot/etc/") + name,
+                        target = std::string("/newroot/etc/") + name;
+      if (std::strcmp(name, "profile") == 0 && copy_login_profile(source, target)) continue;
+      mirror_entry(source, target);
+    }
     mkdir_p("/newroot/var");
     make_symlink("/tmp", "/newroot/var/tmp");
     return;

@@ -393,6 +393,15 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
   }
 }
 
+void ContainerService::start_sandbox_soon(std::shared_ptr<Container> container) {
+  if (!runtime_ || shutting_down_) return;
+  auto start = [this, container]() -> asio::awaitable<void> {
+    if (shutting_down_ || container->deleted) co_return;
+    co_await ensure_sandbox(container);  // its outcome is the first command's
+  };
+  asio::co_spawn(container->strand, std::move(start), asio::detached);
+}
+
 asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container> container,
                                                        const char* reason) {
   auto& state = container->on_strand;

@@ -144,6 +144,10 @@ class ContainerService {
   Result<void> restart_python_context(Container& container, const std::string& id);
   Result<void> remove_python_context(Container& container, const std::string& id);
 
+  // Starts the container's sandbox now, in the background, as its first command would
+  // (quotas and capacity apply; a start that fails is the next command's to report):
+  // for a surface whose clients expect a running sandbox once they made one (E2B).
+  void start_sandbox_soon(std::shared_ptr<Container> container);
   // `reason` labels the stop in the metrics (api, idle, deleted, restart, shutdown).
   asio::awaitable<void> stop(std::shared_ptr<Container> container, const char* reason = "api");
   asio::awaitable<void> remove(std::shared_ptr<Container> container);

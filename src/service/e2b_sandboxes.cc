@@ -234,6 +234,9 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
   auto container = co_await containers_.async_open(owner, id, /*create=*/true);
   if (!container) co_return container.error();
   containers_.touch(**container);
+  // An E2B sandbox runs once it is made (its SDK's next call is a command, some
+  // milliseconds of the client's own work away): its start overlaps them.
+  containers_.start_sandbox_soon(*container);
   E2bSandbox s;
   s.id = id;
   s.owner = std::move(owner);
@@ -253,9 +256,10 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
     co_await containers_.remove(*container);
     co_return ApiError::internal();
   }
+  // With its request's record, which is on disk when the request ends.
   if (auto* audit = ops::audit())
-    audit->record("e2b_sandbox_created",
-                  {{"owner", s.owner}, {"sandbox", s.id}, {"template", s.template_id}});
+    audit->record_batched("e2b_sandbox_created",
+                          {{"owner", s.owner}, {"sandbox", s.id}, {"template", s.template_id}});
   co_return s;
 }
 

@@ -1,5 +1,6 @@
 #include "service/sandbox_processes.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -18,6 +19,10 @@ namespace sandboxd::service {
 namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
+// How long a process's output may wait in its pipes before they are read as it comes:
+// a process that writes more than a pipe holds in that time waits at most this long,
+// and a reader sees the first output this late at most.
+constexpr auto kReadAfter = std::chrono::milliseconds(20);
 
 // Waits on a timer used as an event: woken by cancel(), or at its expiry.
 asio::awaitable<void> wait_on(asio::steady_timer& timer, std::chrono::steady_clock::duration limit) {
@@ -89,10 +94,15 @@ SandboxProcess::SandboxProcess(uint32_t pid, ProcessConfig config, std::optional
       sandbox_(std::move(started.sandbox)),
       execution_id_(started.channel.id),
       strand_(asio::make_strand(sandbox_->executor())),
-      stdout_(strand_, started.channel.stdout_read),
-      stderr_(strand_, started.channel.stderr_read),
+      stdout_fd_(started.channel.stdout_read),
+      stderr_fd_(started.channel.stderr_read),
+      read_after_(strand_),
       pumps_done_(strand_),
       deadline_(strand_) {
+  // Read without waiting, at the exit (a pipe as sandboxd-init made it has no status
+  // flag set to keep).
+  fcntl(stdout_fd_, F_SETFL, O_NONBLOCK);
+  fcntl(stderr_fd_, F_SETFL, O_NONBLOCK);
   if (keep_stdin)
     stdin_.emplace(strand_, started.channel.stdin_write);
   else
@@ -100,20 +110,62 @@ SandboxProcess::SandboxProcess(uint32_t pid, ProcessConfig config, std::optional
   ++container_->executing;                 // the idle reaper leaves a sandbox alone while it runs
 }
 
-SandboxProcess::~SandboxProcess() { --container_->executing; }
+SandboxProcess::~SandboxProcess() {
+  // (A pipe read as it comes is closed by its stream descriptor.)
+  if (!stdout_ && stdout_fd_ >= 0) ::close(stdout_fd_);
+  if (!stderr_ && stderr_fd_ >= 0) ::close(stderr_fd_);
+  --container_->executing;
+}
 
 void SandboxProcess::run(std::chrono::milliseconds timeout, std::function<void()> on_end) {
   auto self = shared_from_this();
-  pumps_running_ = 2;
-  asio::co_spawn(
-      strand_, [self]() { return self->pump(self->stdout_, ProcessOutput::Kind::kStdout); }, asio::detached);
-  asio::co_spawn(
-      strand_, [self]() { return self->pump(self->stderr_, ProcessOutput::Kind::kStderr); }, asio::detached);
   asio::co_spawn(
       strand_, [self, on_end = std::move(on_end)]() { return self->finish(on_end); }, asio::detached);
+  asio::co_spawn(
+      strand_, [self]() { return self->read_later(); }, asio::detached);
   if (timeout.count() > 0)
     asio::co_spawn(
         strand_, [self, timeout]() { return self->enforce_timeout(timeout); }, asio::detached);
+}
+
+asio::awaitable<void> SandboxProcess::read_later() {
+  auto self = shared_from_this();
+  read_after_.expires_after(kReadAfter);
+  boost::system::error_code ec;
+  co_await read_after_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  if (!exited_) start_pumps();  // (an exit seen first has read the pipes, or pumps them)
+}
+
+void SandboxProcess::start_pumps() {
+  if (pumping_) return;
+  pumping_ = true;
+  stdout_.emplace(strand_, stdout_fd_);
+  stderr_.emplace(strand_, stderr_fd_);
+  pumps_running_ = 2;
+  auto self = shared_from_this();
+  asio::co_spawn(
+      strand_, [self]() { return self->pump(*self->stdout_, ProcessOutput::Kind::kStdout); }, asio::detached);
+  asio::co_spawn(
+      strand_, [self]() { return self->pump(*self->stderr_, ProcessOutput::Kind::kStderr); }, asio::detached);
+}
+
+asio::awaitable<bool> SandboxProcess::drain(int fd, ProcessOutput::Kind kind) {
+  auto self = shared_from_this();
+  std::string buffer(kReadChunk, '\0');
+  // At most 1 MiB here (what pipes hold); anything beyond is pumped.
+  for (int reads = 0; reads < 16; ++reads) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n > 0) {
+      ProcessOutput piece;
+      piece.kind = kind;
+      piece.data.assign(buffer.data(), static_cast<size_t>(n));
+      co_await deliver(std::move(piece));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    co_return n < 0 && errno == EAGAIN;  // end of file, or a broken pipe: it is done
+  }
+  co_return true;
 }
 
 asio::awaitable<void> SandboxProcess::pump(asio::posix::stream_descriptor& pipe, ProcessOutput::Kind kind) {
@@ -158,8 +210,18 @@ asio::awaitable<void> SandboxProcess::deliver(ProcessOutput piece) {
 
 asio::awaitable<void> SandboxProcess::finish(std::function<void()> on_end) {
   auto self = shared_from_this();
-  while (pumps_running_ > 0) co_await wait_on(pumps_done_, std::chrono::seconds(1));
+  // The exit is waited for on the sandbox's strand while the process runs; the end
+  // goes out once both pipes are at their end too, after all of its output.
   const int status = co_await sandbox_->wait_process(execution_id_);
+  exited_ = true;
+  read_after_.cancel();
+  if (!pumping_) {
+    // Ended within kReadAfter: what it wrote waits in the pipes.
+    const bool stdout_open = co_await drain(stdout_fd_, ProcessOutput::Kind::kStdout);
+    const bool stderr_open = co_await drain(stderr_fd_, ProcessOutput::Kind::kStderr);
+    if (stdout_open || stderr_open) start_pumps();  // what it started still writes
+  }
+  while (pumps_running_ > 0) co_await wait_on(pumps_done_, std::chrono::seconds(1));
   ProcessOutput end;
   end.kind = ProcessOutput::Kind::kEnd;
   const int asked = kill_signal_.load();

@@ -94,10 +94,16 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
  private:
   friend class SandboxProcesses;
   friend class ProcessReader;
-  // Reads the output until both pipes close, then waits for the exit; `on_end` runs
+  // Reads the output until both pipes close, and waits for the exit; `on_end` runs
   // once it has ended (the registry forgets it).
   void run(std::chrono::milliseconds timeout, std::function<void()> on_end);
   asio::awaitable<void> pump(asio::posix::stream_descriptor& pipe, ProcessOutput::Kind kind);
+  // Still running kReadAfter after its start: its pipes are read as the output comes.
+  asio::awaitable<void> read_later();
+  void start_pumps();
+  // Reads what waits in an exited process's pipe; true when the pipe is still open (a
+  // process it started holds it) or more is coming.
+  asio::awaitable<bool> drain(int fd, ProcessOutput::Kind kind);
   asio::awaitable<void> finish(std::function<void()> on_end);
   asio::awaitable<void> enforce_timeout(std::chrono::milliseconds timeout);
   // Hands `piece` to every reader; waits while one of them has kReaderBuffer queued.
@@ -112,7 +118,16 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   asio::strand<asio::any_io_executor> strand_;
   // On the strand.
   std::optional<asio::posix::stream_descriptor> stdin_;
-  asio::posix::stream_descriptor stdout_, stderr_;
+  // The output pipes' read ends. Most processes are short: what they write waits in the
+  // pipes until they exit and is read then, the pipes never registered with the reactor
+  // (two descriptors added and removed, two wake-ups for their end, as much as the rest
+  // of a short process's cost in the server). One that runs on past kReadAfter is read
+  // as it writes (pump), from then on.
+  int stdout_fd_, stderr_fd_;
+  std::optional<asio::posix::stream_descriptor> stdout_, stderr_;
+  asio::steady_timer read_after_;
+  bool pumping_ = false;
+  bool exited_ = false;
   std::vector<std::weak_ptr<ProcessReader>> readers_;
   std::optional<ProcessOutput> end_;
   int pumps_running_ = 0;

@@ -67,6 +67,21 @@ test('create, get and list a sandbox with its metadata', async () => {
   assert.deepEqual(bobs, []);
 });
 
+test('a sandbox runs once it is made, before its first command', async () => {
+  const sandbox = await create();
+  // Seen through sandboxd's own API: its container's sandbox starts without a command
+  // (E2B's create answers with a running sandbox; the start overlaps the client's work).
+  const url = `${server.url}/api/gpt/v1/containers/${sandbox.sandboxId}`;
+  const headers = { Authorization: `Bearer ${ALICE}` };
+  let state;
+  for (const deadline = Date.now() + 30_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 50))) {
+    state = (await (await fetch(url, { headers })).json()).state;
+    if (state === 'running') break;
+  }
+  assert.equal(state, 'running');
+  assert.equal((await sandbox.commands.run('echo up')).stdout, 'up\n');
+});
+
 test('another key cannot reach a sandbox: not found', async () => {
   const sandbox = await create();
   await assert.rejects(Sandbox.connect(sandbox.sandboxId, { apiKey: BOB }), NotFoundError);
@@ -147,6 +162,15 @@ test('commands: run, a failing command, streamed output, environment and cwd', a
   assert.equal(done.stdout, 'first\nsecond\n');
   assert.ok(seen.length >= 2, JSON.stringify(seen));
   assert.ok(seen[0].includes('first') && !seen[0].includes('second'), JSON.stringify(seen));
+
+  // All of a command's output: more than its pipe holds (the command waits for it to be
+  // read), and what a process it started writes after it has exited (the end comes
+  // once that one closes the pipe too).
+  const big = await sandbox.commands.run('head -c 300000 /dev/zero | tr "\\0" a; echo end >&2');
+  assert.equal(big.stdout, 'a'.repeat(300000));
+  assert.equal(big.stderr, 'end\n');
+  const late = await sandbox.commands.run('(sleep 0.3; echo late) & echo early');
+  assert.equal(late.stdout, 'early\nlate\n');
 });
 
 test('a background process is listed, gets stdin, and is killed', async () => {
