@@ -67,6 +67,25 @@ std::string random_base36(size_t length) {
   return random_chars("0123456789abcdefghijklmnopqrstuvwxyz", length);
 }
 
-std::string new_request_id() { return "req_" + random_alnum(24); }
+std::string new_request_id() {
+  // Every request gets one: its random bytes come from a thread's pool refilled a few
+  // kilobytes at a time, not from a getrandom call per request.
+  static constexpr std::string_view kAlphabet =
+      "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  static constexpr size_t kLimit = 256 - 256 % kAlphabet.size();
+  thread_local unsigned char pool[4096];
+  thread_local size_t used = sizeof pool;
+  std::string id = "req_";
+  id.reserve(4 + 24);
+  while (id.size() < 4 + 24) {
+    if (used == sizeof pool) {
+      random_bytes(pool, sizeof pool);
+      used = 0;
+    }
+    const unsigned char byte = pool[used++];
+    if (byte < kLimit) id.push_back(kAlphabet[byte % kAlphabet.size()]);
+  }
+  return id;
+}
 
 }  // namespace sandboxd
