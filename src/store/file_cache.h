@@ -1,0 +1,91 @@
+// The file records of the containers this process is the only writer of, kept in memory
+// so that a file list, one file's metadata and the lookups an upload makes first are
+// answered without a database round trip. Used by Metadata only (store/metadata.h),
+// which fills it from the database and applies its own writes to it after they commit:
+// every write to the `files` table goes through Metadata, so it is the one place that
+// keeps the copy true.
+//
+// Each container's records are held whole (or not at all), under the token Metadata was
+// given when it filled them (the lease's epoch in cluster mode, 0 on a single host): a
+// read under another token finds nothing, so a copy made under an earlier lease is never
+// served after the container changed hands. Bounded: least recently used containers are
+// evicted first when the records or their bytes go over the limits; a container with
+// more records than the limit allows is marked too large and read from the database.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "store/metadata.h"
+
+namespace sandboxd::store {
+
+class FileCache {
+ public:
+  explicit FileCache(FileCacheLimits limits) : limits_(limits) {}
+
+  // What a read found: the container is held under `token` (a value), held but too large
+  // (read the database, do not fill), or not held (fill it).
+  enum class State { kHeld, kTooLarge, kMissing };
+
+  // Reads under `token`; `out` is set only when kHeld.
+  State find(const std::string& storage, int64_t token, const std::string& path,
+             std::optional<FileRecord>& out);
+  State list(const std::string& storage, int64_t token, const std::vector<std::string>& path_prefixes,
+             size_t limit, const std::optional<std::string>& after_path,
+             const std::optional<std::string>& before_path, FilePage& out);
+  State all(const std::string& storage, int64_t token, std::vector<FileRecord>& out);
+
+  // The whole of a container's records, read from the database (ordered or not), or
+  // more than max_records of them (`too_large`): held from now on under `token`.
+  void install(const std::string& storage, int64_t token, std::vector<FileRecord> records, bool too_large);
+
+  // A committed write, applied to the container's records if they are held. (Metadata
+  // serialises the writes of one container with their application here, so these come
+  // in the database's commit order.)
+  void upsert(const FileRecord& record);
+  void erase(const std::string& storage, const std::string& path);
+  void erase_prefix(const std::string& storage, const std::string& path_prefix);
+  // Forgets the container (a write of unknown outcome, the lease given up, the
+  // container deleted).
+  void drop(const std::string& storage);
+
+  size_t records() const;
+  size_t containers() const;
+  const FileCacheLimits& limits() const { return limits_; }
+
+ private:
+  using Position = std::pair<int64_t, int64_t>;  // (created_at, seq): the listing order
+  struct Entry {
+    int64_t token = 0;
+    bool too_large = false;
+    std::map<Position, FileRecord> by_position;
+    std::unordered_map<std::string, Position> position_of;
+    size_t bytes = 0;
+    std::list<std::string>::iterator recent;
+  };
+
+  // The held entry of `storage` under `token` (moved to the front of the LRU), or null;
+  // an entry under another token is dropped. Under mutex_.
+  Entry* held(const std::string& storage, int64_t token, State& state);
+  void insert(Entry& entry, FileRecord record);
+  void remove(Entry& entry, std::unordered_map<std::string, Position>::iterator it);
+  void erase_entry(std::unordered_map<std::string, Entry>::iterator it);
+  void evict_beyond_limits(const std::string& keep);
+  static size_t bytes_of(const FileRecord& record);
+
+  FileCacheLimits limits_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, Entry> entries_;
+  std::list<std::string> recent_;  // storages, most recently used first
+  size_t records_ = 0, bytes_ = 0;
+};
+
+}  // namespace sandboxd::store
