@@ -788,6 +788,44 @@ TEST_P(FileCacheTest, TheLimitsEvictTheLeastRecentlyUsedContainers) {
   EXPECT_EQ(paths_of(metadata_.files_of("s3")), paths_of(other_process_.files_of("s3")));
 }
 
+// A single host holds its owners' container lists too, with its own writes (made, used,
+// deleted) applied; in cluster mode (a scope given) never: other replicas make an
+// owner's containers.
+TEST_P(FileCacheTest, ASingleHostHoldsContainerListsAndAClusterNever) {
+  metadata_.enable_file_cache(FileCacheLimits{});
+  auto ids = [](const std::vector<ContainerRecord>& list) {
+    std::vector<std::string> out;
+    for (const auto& c : list) out.push_back(c.id);
+    return out;
+  };
+  metadata_.create_container({"alice", "c1", "st-1", 10, 10});
+  EXPECT_EQ(ids(metadata_.list_containers("alice", 10, "")), (std::vector<std::string>{"c1"}));
+  ASSERT_TRUE(metadata_.cached_list_containers("alice", 10, ""));
+  other_process_.create_container({"alice", "elsewhere", "st-x", 1, 1});
+  EXPECT_EQ(ids(metadata_.list_containers("alice", 10, "")), (std::vector<std::string>{"c1"}));
+
+  metadata_.create_container({"alice", "c0", "st-0", 5, 5});
+  metadata_.create_container({"alice", "c2", "st-2", 10, 10});
+  EXPECT_EQ(metadata_.create_container({"alice", "c2", "st-other", 99, 99}).storage, "st-2");  // found made
+  metadata_.touch_container("alice", "c1", 777);
+  auto listed = metadata_.list_containers("alice", 10, "");
+  EXPECT_EQ(ids(listed), (std::vector<std::string>{"c0", "c1", "c2"}));
+  EXPECT_EQ(listed[1].last_used_at, 777);
+  EXPECT_EQ(ids(metadata_.list_containers("alice", 1, "c0")), (std::vector<std::string>{"c1"}));
+  EXPECT_TRUE(metadata_.list_containers("alice", 10, "gone").empty());
+  metadata_.delete_container("alice", "c1");
+  EXPECT_EQ(ids(metadata_.list_containers("alice", 10, "")), (std::vector<std::string>{"c0", "c2"}));
+  EXPECT_EQ(ids(*metadata_.cached_list_containers("alice", 10, "")), (std::vector<std::string>{"c0", "c2"}));
+  EXPECT_TRUE(metadata_.list_containers("bob", 10, "").empty());
+
+  Metadata replica(database_.open());
+  replica.enable_file_cache(FileCacheLimits{}, [](const std::string&) { return std::optional<int64_t>(1); });
+  EXPECT_EQ(replica.list_containers("alice", 10, "").size(), 3u);
+  EXPECT_FALSE(replica.cached_list_containers("alice", 10, ""));
+  other_process_.create_container({"alice", "later", "st-l", 100, 100});
+  EXPECT_EQ(replica.list_containers("alice", 10, "").size(), 4u);
+}
+
 // ========================================================================= database
 
 class DatabaseTest : public ::testing::TestWithParam<db::Backend> {

@@ -414,7 +414,7 @@ int serve(ops::Config config, const std::string& config_path) {
     if (durability) cluster::bucket_transfer_pool().join();  // (uploads' parts and their aborts)
     runtime::join_userns_holders();     // (likewise the sandboxes' user namespace holders)
     metadata.set_write_fence(nullptr);  // it refers to the leases, which end here
-    metadata.enable_file_cache(store::FileCacheLimits{0, 0});  // (so does the cache's scope)
+    if (leases) metadata.enable_file_cache(store::FileCacheLimits{0, 0});  // (so does the cache's scope)
     if (manifest) manifest->set_write_fence(nullptr);
   }
   spdlog::info("sandboxd stopped");

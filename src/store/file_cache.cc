@@ -221,6 +221,108 @@ void FileCache::drop(const std::string& storage) {
   if (auto it = entries_.find(storage); it != entries_.end()) erase_entry(it);
 }
 
+// --- container lists ------------------------------------------------------------------
+
+FileCache::Owner* FileCache::held_owner(const std::string& owner, State& state) {
+  auto it = owners_.find(owner);
+  if (it == owners_.end()) {
+    state = State::kMissing;
+    return nullptr;
+  }
+  recent_owners_.splice(recent_owners_.begin(), recent_owners_, it->second.recent);
+  state = it->second.too_large ? State::kTooLarge : State::kHeld;
+  return it->second.too_large ? nullptr : &it->second;
+}
+
+void FileCache::erase_owner(std::unordered_map<std::string, Owner>::iterator it) {
+  container_records_ -= it->second.by_order.size();
+  recent_owners_.erase(it->second.recent);
+  owners_.erase(it);
+}
+
+// The database's page: ordered by (created_at, id), strictly after the cursor's
+// position; a cursor that names no container gives an empty page.
+FileCache::State FileCache::list_containers(const std::string& owner, size_t limit,
+                                            const std::string& after_id, std::vector<ContainerRecord>& out) {
+  std::lock_guard lock(mutex_);
+  State state;
+  Owner* entry = held_owner(owner, state);
+  if (!entry) return state;
+  out.clear();
+  auto it = entry->by_order.begin();
+  if (!after_id.empty()) {
+    auto cursor = entry->created_at_of.find(after_id);
+    if (cursor == entry->created_at_of.end()) return state;
+    it = entry->by_order.upper_bound(Order{cursor->second, after_id});
+  }
+  for (; it != entry->by_order.end() && out.size() < limit; ++it) out.push_back(it->second);
+  return state;
+}
+
+void FileCache::install_containers(const std::string& owner, std::vector<ContainerRecord> records,
+                                   bool too_large) {
+  if (limits_.max_records == 0) return;
+  std::lock_guard lock(mutex_);
+  if (auto it = owners_.find(owner); it != owners_.end()) erase_owner(it);
+  recent_owners_.push_front(owner);
+  Owner& entry = owners_[owner];
+  entry.recent = recent_owners_.begin();
+  entry.too_large = too_large || records.size() > limits_.max_records;
+  if (!entry.too_large) {
+    for (auto& record : records) {
+      entry.created_at_of[record.id] = record.created_at;
+      Order order{record.created_at, record.id};
+      entry.by_order.emplace(std::move(order), std::move(record));
+    }
+    container_records_ += entry.by_order.size();
+  }
+  while (container_records_ > limits_.max_records && recent_owners_.back() != owner)
+    erase_owner(owners_.find(recent_owners_.back()));
+}
+
+void FileCache::put_container(const ContainerRecord& record) {
+  std::lock_guard lock(mutex_);
+  auto it = owners_.find(record.owner);
+  if (it == owners_.end() || it->second.too_large) return;
+  Owner& entry = it->second;
+  if (auto known = entry.created_at_of.find(record.id); known != entry.created_at_of.end()) {
+    container_records_ -= entry.by_order.erase(Order{known->second, record.id});
+    entry.created_at_of.erase(known);
+  }
+  entry.created_at_of[record.id] = record.created_at;
+  entry.by_order[Order{record.created_at, record.id}] = record;
+  ++container_records_;
+  if (container_records_ > limits_.max_records) erase_owner(it);  // read from the database again
+}
+
+void FileCache::touch_container(const std::string& owner, const std::string& id, int64_t now) {
+  std::lock_guard lock(mutex_);
+  auto it = owners_.find(owner);
+  if (it == owners_.end() || it->second.too_large) return;
+  auto known = it->second.created_at_of.find(id);
+  if (known == it->second.created_at_of.end()) return;
+  it->second.by_order.at(Order{known->second, id}).last_used_at = now;
+}
+
+void FileCache::erase_container(const std::string& owner, const std::string& id) {
+  std::lock_guard lock(mutex_);
+  auto it = owners_.find(owner);
+  if (it == owners_.end()) return;
+  if (it->second.too_large) {
+    erase_owner(it);
+    return;
+  }
+  auto known = it->second.created_at_of.find(id);
+  if (known == it->second.created_at_of.end()) return;
+  container_records_ -= it->second.by_order.erase(Order{known->second, id});
+  it->second.created_at_of.erase(known);
+}
+
+void FileCache::drop_owner(const std::string& owner) {
+  std::lock_guard lock(mutex_);
+  if (auto it = owners_.find(owner); it != owners_.end()) erase_owner(it);
+}
+
 size_t FileCache::records() const {
   std::lock_guard lock(mutex_);
   return records_;

@@ -57,6 +57,17 @@ class FileCache {
   // container deleted).
   void drop(const std::string& storage);
 
+  // A single host's container lists, by owner (in cluster mode other replicas make an
+  // owner's containers, so Metadata never holds them there): the same rules, apart from
+  // the file records, bounded by as many records again.
+  State list_containers(const std::string& owner, size_t limit, const std::string& after_id,
+                        std::vector<ContainerRecord>& out);
+  void install_containers(const std::string& owner, std::vector<ContainerRecord> records, bool too_large);
+  void put_container(const ContainerRecord& record);  // made (or found made)
+  void touch_container(const std::string& owner, const std::string& id, int64_t now);
+  void erase_container(const std::string& owner, const std::string& id);
+  void drop_owner(const std::string& owner);
+
   size_t records() const;
   size_t containers() const;
   const FileCacheLimits& limits() const { return limits_; }
@@ -80,6 +91,20 @@ class FileCache {
   void erase_entry(std::unordered_map<std::string, Entry>::iterator it);
   void evict_beyond_limits(const std::string& keep);
   static size_t bytes_of(const FileRecord& record);
+
+  using Order = std::pair<int64_t, std::string>;  // (created_at, id): the container list's order
+  struct Owner {
+    bool too_large = false;
+    std::map<Order, ContainerRecord> by_order;
+    std::unordered_map<std::string, int64_t> created_at_of;  // id -> created_at
+    std::list<std::string>::iterator recent;
+  };
+  Owner* held_owner(const std::string& owner, State& state);
+  void erase_owner(std::unordered_map<std::string, Owner>::iterator it);
+
+  std::unordered_map<std::string, Owner> owners_;
+  std::list<std::string> recent_owners_;
+  size_t container_records_ = 0;
 
   FileCacheLimits limits_;
   mutable std::mutex mutex_;

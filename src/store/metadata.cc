@@ -124,7 +124,29 @@ std::optional<ContainerRecord> Metadata::find_container(const std::string& owner
   return read_container_row(query);
 }
 
+// A single host's container lists are held as the file records are (cluster mode: never,
+// other replicas make an owner's containers): each write under the owner's stripe,
+// applied after it commits, the owner forgotten when one fails.
+namespace {
+std::string owner_key(const std::string& owner) { return "owner/" + owner; }
+}  // namespace
+
+bool Metadata::holds_containers() const { return cache_ && !cache_scope_; }
+
 ContainerRecord Metadata::create_container(const ContainerRecord& record) {
+  if (!holds_containers()) return insert_container(record);
+  std::lock_guard stripe(stripe_of(owner_key(record.owner)));
+  try {
+    ContainerRecord stored = insert_container(record);
+    cache_->put_container(stored);
+    return stored;
+  } catch (...) {
+    cache_->drop_owner(record.owner);
+    throw;
+  }
+}
+
+ContainerRecord Metadata::insert_container(const ContainerRecord& record) {
   auto conn = db_->acquire();
   Transaction transaction(conn);
   Statement insert(conn, std::string("INSERT INTO containers (") + kContainerColumns +
@@ -143,16 +165,55 @@ ContainerRecord Metadata::create_container(const ContainerRecord& record) {
 
 void Metadata::touch_container(const std::string& owner, const std::string& id, int64_t now) {
   if (!storable(owner, id)) return;
-  auto conn = db_->acquire();
-  Statement update(conn, "UPDATE containers SET last_used_at = ? WHERE owner = ? AND id = ?");
-  update.bind(1, now).bind(2, owner).bind(3, id);
-  update.run();
+  std::optional<std::lock_guard<std::mutex>> stripe;
+  if (holds_containers()) stripe.emplace(stripe_of(owner_key(owner)));
+  try {
+    auto conn = db_->acquire();
+    Statement update(conn, "UPDATE containers SET last_used_at = ? WHERE owner = ? AND id = ?");
+    update.bind(1, now).bind(2, owner).bind(3, id);
+    update.run();
+    if (stripe) cache_->touch_container(owner, id, now);
+  } catch (...) {
+    if (stripe) cache_->drop_owner(owner);
+    throw;
+  }
+}
+
+std::vector<ContainerRecord> Metadata::list_containers(const std::string& owner, size_t limit,
+                                                       const std::string& after_id) {
+  if (holds_containers() && storable(owner, after_id)) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::vector<ContainerRecord> out;
+      const auto state = cache_->list_containers(owner, limit, after_id, out);
+      if (state == FileCache::State::kHeld) return out;
+      if (state == FileCache::State::kTooLarge) break;
+      if (attempt == 0) {
+        std::lock_guard stripe(stripe_of(owner_key(owner)));
+        if (cache_->list_containers(owner, 0, "", out) != FileCache::State::kMissing) continue;
+        const size_t most = cache_->limits().max_records;
+        auto all = list_containers_in_database(owner, most + 1, "");
+        const bool too_large = all.size() > most;
+        if (too_large) all.clear();
+        cache_->install_containers(owner, std::move(all), too_large);
+      }
+    }
+  }
+  return list_containers_in_database(owner, limit, after_id);
+}
+
+std::optional<std::vector<ContainerRecord>> Metadata::cached_list_containers(const std::string& owner,
+                                                                             size_t limit,
+                                                                             const std::string& after_id) {
+  if (!holds_containers() || !storable(owner, after_id)) return std::nullopt;
+  std::vector<ContainerRecord> out;
+  if (cache_->list_containers(owner, limit, after_id, out) != FileCache::State::kHeld) return std::nullopt;
+  return out;
 }
 
 // A missing after_id yields an empty page: the cursor names a position that no longer
 // exists, and guessing one could skip or repeat containers.
-std::vector<ContainerRecord> Metadata::list_containers(const std::string& owner, size_t limit,
-                                                       const std::string& after_id) {
+std::vector<ContainerRecord> Metadata::list_containers_in_database(const std::string& owner, size_t limit,
+                                                                   const std::string& after_id) {
   std::vector<ContainerRecord> out;
   if (!storable(owner, after_id)) return out;
   auto conn = db_->acquire();
@@ -202,19 +263,35 @@ void Metadata::delete_container(const std::string& owner, const std::string& id)
     // them back.
     auto record = find_container(owner, id);
     if (!record) return;
-    std::lock_guard stripe(stripe_of(record->storage));
+    // Two stripes, the container's records' and (a single host) the owner's list's,
+    // taken together (std::lock: no order to deadlock on), or one when they are one.
+    std::mutex& files_stripe = stripe_of(record->storage);
+    std::mutex& list_stripe = holds_containers() ? stripe_of(owner_key(owner)) : files_stripe;
+    std::unique_lock files_lock(files_stripe, std::defer_lock), list_lock(list_stripe, std::defer_lock);
+    if (&files_stripe == &list_stripe)
+      files_lock.lock();
+    else
+      std::lock(files_lock, list_lock);
+    // Its records are forgotten whatever happens; on a failure (an unknown outcome) the
+    // owner's whole list too.
     struct Forget {
       FileCache& cache;
       const std::string& storage;
       ~Forget() { cache.drop(storage); }
     } forget{*cache_, record->storage};
-    auto conn = db_->acquire();
-    Transaction transaction(conn);
-    Statement delete_files(conn, "DELETE FROM files WHERE storage = ?");
-    delete_files.bind(1, record->storage).run();
-    Statement delete_row(conn, "DELETE FROM containers WHERE owner = ? AND id = ? AND storage = ?");
-    delete_row.bind(1, owner).bind(2, id).bind(3, record->storage).run();
-    transaction.commit();
+    try {
+      auto conn = db_->acquire();
+      Transaction transaction(conn);
+      Statement delete_files(conn, "DELETE FROM files WHERE storage = ?");
+      delete_files.bind(1, record->storage).run();
+      Statement delete_row(conn, "DELETE FROM containers WHERE owner = ? AND id = ? AND storage = ?");
+      delete_row.bind(1, owner).bind(2, id).bind(3, record->storage).run();
+      transaction.commit();
+    } catch (...) {
+      if (holds_containers()) cache_->drop_owner(owner);
+      throw;
+    }
+    if (holds_containers()) cache_->erase_container(owner, id);
     return;
   }
   auto conn = db_->acquire();

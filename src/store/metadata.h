@@ -118,6 +118,10 @@ class Metadata {
                                             const std::vector<std::string>& path_prefixes, size_t limit,
                                             const std::optional<std::string>& after_path,
                                             const std::optional<std::string>& before_path);
+  // list_containers from memory only (a single host holds its owners' container lists
+  // as it holds file records): nullopt when not held. Never blocks.
+  std::optional<std::vector<ContainerRecord>> cached_list_containers(const std::string& owner, size_t limit,
+                                                                     const std::string& after_id);
   // What is held (for tests and the metrics).
   size_t cached_records() const;
   size_t cached_containers() const;
@@ -130,6 +134,10 @@ class Metadata {
 
  private:
   std::optional<int64_t> cache_token(const std::string& storage) const;
+  bool holds_containers() const;
+  ContainerRecord insert_container(const ContainerRecord& record);
+  std::vector<ContainerRecord> list_containers_in_database(const std::string& owner, size_t limit,
+                                                           const std::string& after_id);
   // The writes and fills of one container, one at a time (a stripe is shared by several
   // containers), so that what is applied to the cache follows the database's order.
   std::mutex& stripe_of(const std::string& storage);
