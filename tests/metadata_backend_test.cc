@@ -196,31 +196,37 @@ TEST_P(FileRecordsInMemory, FollowTheApiAndCommandsAndStayTheOwners) {
   const std::string a_id(a.at("id").as_string());
   EXPECT_EQ(names(), (std::vector<std::string>{"a.txt"}));  // the records are held from here on
 
-  // A command writes an output and deletes the upload: the next listing shows both.
-  auto ran = bash("echo out > /mnt/user-data/outputs/out.txt && rm /mnt/user-data/uploads/a.txt");
+  // A command writes an output: the next listing shows it.
+  auto ran = bash("echo out > /mnt/user-data/outputs/out.txt");
   ASSERT_EQ(ran.at("return_code"), 0) << ran;
-  EXPECT_EQ(names(), (std::vector<std::string>{"out.txt"}));
-  EXPECT_EQ(server.status(files("/" + a_id)), 404);
+  EXPECT_EQ(names(), (std::vector<std::string>{"a.txt", "out.txt"}));
   auto listed = server.curl_json(files());
-  const std::string out_id(listed.at("data").as_array()[0].at("id").as_string());
+  const std::string out_id(listed.at("data").as_array()[1].at("id").as_string());
   EXPECT_EQ(server.curl_json(files("/" + out_id)).at("size_bytes"), 4);
+  // One that deletes it and writes another: the deleted one is never listed or found.
+  ran = bash("rm /mnt/user-data/outputs/out.txt && echo new > /mnt/user-data/outputs/new.txt");
+  ASSERT_EQ(ran.at("return_code"), 0) << ran;
+  EXPECT_EQ(names(), (std::vector<std::string>{"a.txt", "new.txt"}));
+  EXPECT_EQ(server.status(files("/" + out_id)), 404);
 
   // The API's own writes: an upload, a delete.
   auto b = server.curl_json("-X PUT " + files("/b.txt") + " --data-binary 'beta'");
-  EXPECT_EQ(names(), (std::vector<std::string>{"out.txt", "b.txt"}));
-  EXPECT_EQ(server.curl_json("-X DELETE " + files("/" + out_id)).at("type"), "file_deleted");
-  EXPECT_EQ(names(), (std::vector<std::string>{"b.txt"}));
-  EXPECT_EQ(server.status(files("/" + out_id)), 404);
-  // A command that overwrites the upload: the new size at once.
-  ASSERT_EQ(bash("printf 'beta, longer' > /mnt/user-data/uploads/b.txt").at("return_code"), 0);
-  EXPECT_EQ(server.curl_json(files("/" + std::string(b.at("id").as_string()))).at("size_bytes"), 12);
+  EXPECT_EQ(names(), (std::vector<std::string>{"a.txt", "new.txt", "b.txt"}));
+  EXPECT_EQ(server.curl_json("-X DELETE " + files("/" + a_id)).at("type"), "file_deleted");
+  EXPECT_EQ(names(), (std::vector<std::string>{"new.txt", "b.txt"}));
+  EXPECT_EQ(server.status(files("/" + a_id)), 404);
+  // A command that rewrites an output: its new size at once.
+  listed = server.curl_json(files());
+  const std::string new_id(listed.at("data").as_array()[0].at("id").as_string());
+  ASSERT_EQ(bash("printf 'new, longer' > /mnt/user-data/outputs/new.txt").at("return_code"), 0);
+  EXPECT_EQ(server.curl_json(files("/" + new_id)).at("size_bytes"), 11);
 
   // Another owner's container of the same id: none of it.
   EXPECT_EQ(server.status(files(), "secret-bob-x"), 404);
   server.curl_json("-X PUT " + files("/bobs.txt") + " --data-binary 'b'", "secret-bob-x");
   EXPECT_EQ(names("secret-bob-x"), (std::vector<std::string>{"bobs.txt"}));
   EXPECT_EQ(server.status(files("/" + std::string(b.at("id").as_string())), "secret-bob-x"), 404);
-  EXPECT_EQ(names(), (std::vector<std::string>{"b.txt"}));
+  EXPECT_EQ(names(), (std::vector<std::string>{"new.txt", "b.txt"}));
 
   // A row written behind the server's back is not listed: the listing is from memory.
   auto database = postgres ? sandboxd::store::db::open_postgres(url, 1)
@@ -235,7 +241,7 @@ TEST_P(FileRecordsInMemory, FollowTheApiAndCommandsAndStayTheOwners) {
     insert.bind_blob(1, "/mnt/user-data/uploads/behind.txt").run();
     ASSERT_EQ(insert.changes(), 1);
   }
-  EXPECT_EQ(names(), (std::vector<std::string>{"b.txt"}));
+  EXPECT_EQ(names(), (std::vector<std::string>{"new.txt", "b.txt"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FileRecordsInMemory,
