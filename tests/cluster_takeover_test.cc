@@ -22,6 +22,7 @@
 #include "cluster/takeover_pacer.h"
 #include "postgres_harness.h"
 #include "store/lease_store.h"
+#include "store/metadata.h"
 
 namespace sandboxd::cluster {
 namespace {
@@ -318,6 +319,83 @@ TEST_F(TakeoverTest, AReplicaWhoseOwnHeartbeatIsNotConfirmedJudgesNobody) {
   EXPECT_EQ(round.taken, 0u);  // seen again: the wait starts over
   EXPECT_TRUE(round.watching);
   EXPECT_TRUE(survivor.held().empty());
+}
+
+// The file records in memory follow the lease, wired as `sandboxd serve` wires them: held
+// while the lease is held and its heartbeat confirmed, under its epoch; not served once
+// the heartbeat is older than leaseSeconds/2; forgotten when the lease is released or lost
+// with the incarnation (another replica took a container over).
+TEST_F(TakeoverTest, FileRecordsAreServedFromMemoryOnlyUnderAConfirmedLease) {
+  boost::asio::io_context io;
+  LeaseStore a_store(db_), b_store(db_);
+  store::Metadata metadata(db_), other_replica(db_);
+  ContainerLeases::Settings settings;
+  settings.replica_id = "replica-a";
+  settings.advertise_url = "http://a:1";
+  settings.lease = std::chrono::seconds(2);
+  ContainerLeases a(io, a_store, settings);
+  metadata.enable_file_cache(store::FileCacheLimits{},
+                             [&a](const std::string& storage) { return a.cache_epoch(storage); });
+  a.set_on_let_go([&metadata](const std::string& storage) { metadata.forget_cached_files(storage); });
+  a.register_replica();
+  auto record = [](const std::string& storage, const std::string& name) {
+    store::FileRecord file;
+    file.storage = storage;
+    file.path = "/mnt/user-data/uploads/" + name;
+    file.created_at = 100;
+    file.etag = "e";
+    file.mime = "text/plain";
+    return file;
+  };
+  auto count = [&metadata](const std::string& storage) {
+    return metadata.list_files(storage, {}, 100, std::nullopt, std::nullopt).files.size();
+  };
+  auto held = [&metadata](const std::string& storage) {
+    return metadata.cached_list_files(storage, {}, 100, std::nullopt, std::nullopt).has_value();
+  };
+
+  auto claim = a.claim("c1", /*existing_container=*/false);
+  ASSERT_TRUE(claim);
+  EXPECT_EQ(a.cache_epoch("c1"), claim->epoch);
+  EXPECT_EQ(a.cache_epoch("never-claimed"), std::nullopt);
+  metadata.put_file(record("c1", "a"), true);
+  metadata.put_file(record("free", "a"), true);
+  EXPECT_EQ(count("c1"), 1u);
+  EXPECT_TRUE(held("c1"));
+  EXPECT_EQ(count("free"), 1u);
+  EXPECT_FALSE(held("free"));  // no lease here: always the database
+
+  // The heartbeat older than leaseSeconds/2: the database, not memory.
+  std::this_thread::sleep_for(1100ms);
+  EXPECT_EQ(a.cache_epoch("c1"), std::nullopt);
+  EXPECT_FALSE(held("c1"));
+  ASSERT_TRUE(a.renew());
+  EXPECT_TRUE(held("c1"));
+  // Released: forgotten at once, and not served again under that lease.
+  EXPECT_TRUE(a.release("c1"));
+  EXPECT_EQ(metadata.cached_containers(), 0u);
+  EXPECT_FALSE(held("c1"));
+
+  // Lost with the incarnation: replica B takes c2 over once A's heartbeat ran out, and
+  // writes; A's next heartbeat finds its incarnation gone and forgets what it held.
+  ASSERT_TRUE(a.claim("c2", false));
+  metadata.put_file(record("c2", "a"), true);
+  EXPECT_EQ(count("c2"), 1u);
+  EXPECT_TRUE(held("c2"));
+  std::this_thread::sleep_for(2200ms);  // A's heartbeat (2 s) runs out
+  ContainerLeases::Settings b_settings = settings;
+  b_settings.replica_id = "replica-b";
+  b_settings.advertise_url = "http://b:1";
+  ContainerLeases b(io, b_store, b_settings);
+  b.register_replica();
+  ASSERT_TRUE(b.holder_of("c2").takeover);
+  ASSERT_TRUE(b.claim("c2", false));
+  other_replica.put_file(record("c2", "by-b"), true);
+  EXPECT_FALSE(held("c2"));  // A's heartbeat is old: its reads ask the database
+  EXPECT_EQ(count("c2"), 2u);
+  EXPECT_FALSE(a.renew());  // gone: what it held is let go
+  EXPECT_EQ(a.cache_epoch("c2"), std::nullopt);
+  EXPECT_EQ(metadata.cached_containers(), 0u);
 }
 
 }  // namespace

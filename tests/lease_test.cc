@@ -621,5 +621,23 @@ TEST(MetadataConfig, PostgresTimeoutsHaveDefaultsAndAreRead) {
   }
 }
 
+TEST(MetadataConfig, TheFileCacheHasDefaultsAndIsRead) {
+  const Config defaults = parse_config("");
+  EXPECT_EQ(defaults.file_cache_records, 200'000);
+  EXPECT_EQ(defaults.file_cache_bytes, 64ull << 20);
+  const Config set = parse_config("metadata:\n  fileCache:\n    records: 0\n    maxSize: 2Mi\n");
+  EXPECT_EQ(set.file_cache_records, 0);
+  EXPECT_EQ(set.file_cache_bytes, 2ull << 20);
+  for (const char* bad :
+       {"metadata:\n  fileCache:\n    records: -1\n", "metadata:\n  fileCache:\n    maxSize: 1Ki\n"}) {
+    try {
+      parse_config(bad);
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("metadata.fileCache.", 0), 0u) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sandboxd::ops

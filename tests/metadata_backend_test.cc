@@ -164,6 +164,91 @@ TEST(MetadataBackend, PostgresServesEverySurfaceToConcurrentClients) {
   EXPECT_EQ(server.log().find("metadata: a background write failed"), std::string::npos) << server.log();
 }
 
+// The file records a server holds in memory (store/file_cache.h), on each backend, with
+// a real sandbox: what the Files API and a command write is listed at once, a file
+// deleted either way is never listed or found again, and another owner's container of
+// the same id never shows them. A row written behind the server's back (no other
+// process writes a single host's metadata) is not listed: the listing came from memory.
+class FileRecordsInMemory : public ::testing::TestWithParam<sandboxd::store::db::Backend> {};
+
+TEST_P(FileRecordsInMemory, FollowTheApiAndCommandsAndStayTheOwners) {
+  const bool postgres = GetParam() == sandboxd::store::db::Backend::kPostgres;
+  const std::string url = postgres ? PostgresEnvironment::server().create_database() : "";
+  ServerProcess server(postgres ? "metadata:\n  backend: postgres\n  postgres:\n    url: \"" + url + "\"\n"
+                                : "");
+  auto files = [&](const std::string& suffix = "", const std::string& query = "") {
+    return "'" + server.base() + "/files" + suffix + "?scope_id=mem" + query + "'";
+  };
+  auto names = [&](const std::string& token = "secret-alice") {
+    std::vector<std::string> out;
+    auto listed = server.curl_json(files(), token);
+    for (const auto& file : listed.at("data").as_array()) out.emplace_back(file.at("filename").as_string());
+    return out;
+  };
+  auto bash = [&](const std::string& command) {
+    const fs::path body = server.dir() / "command.json";
+    std::ofstream(body) << bj::serialize(bj::object{{"command", command}});
+    return server.curl_json("-X POST '" + server.base() + "/containers/mem/tools/bash_code_execution' -d @" +
+                            body.string());
+  };
+
+  auto a = server.curl_json("-X PUT " + files("/a.txt") + " --data-binary 'alpha'");
+  const std::string a_id(a.at("id").as_string());
+  EXPECT_EQ(names(), (std::vector<std::string>{"a.txt"}));  // the records are held from here on
+
+  // A command writes an output: the next listing shows it.
+  auto ran = bash("echo out > /mnt/user-data/outputs/out.txt");
+  ASSERT_EQ(ran.at("return_code"), 0) << ran;
+  EXPECT_EQ(names(), (std::vector<std::string>{"a.txt", "out.txt"}));
+  auto listed = server.curl_json(files());
+  const std::string out_id(listed.at("data").as_array()[1].at("id").as_string());
+  EXPECT_EQ(server.curl_json(files("/" + out_id)).at("size_bytes"), 4);
+  // One that deletes it and writes another: the deleted one is never listed or found.
+  ran = bash("rm /mnt/user-data/outputs/out.txt && echo new > /mnt/user-data/outputs/new.txt");
+  ASSERT_EQ(ran.at("return_code"), 0) << ran;
+  EXPECT_EQ(names(), (std::vector<std::string>{"a.txt", "new.txt"}));
+  EXPECT_EQ(server.status(files("/" + out_id)), 404);
+
+  // The API's own writes: an upload, a delete.
+  auto b = server.curl_json("-X PUT " + files("/b.txt") + " --data-binary 'beta'");
+  EXPECT_EQ(names(), (std::vector<std::string>{"a.txt", "new.txt", "b.txt"}));
+  EXPECT_EQ(server.curl_json("-X DELETE " + files("/" + a_id)).at("type"), "file_deleted");
+  EXPECT_EQ(names(), (std::vector<std::string>{"new.txt", "b.txt"}));
+  EXPECT_EQ(server.status(files("/" + a_id)), 404);
+  // A command that rewrites an output: its new size at once.
+  listed = server.curl_json(files());
+  const std::string new_id(listed.at("data").as_array()[0].at("id").as_string());
+  ASSERT_EQ(bash("printf 'new, longer' > /mnt/user-data/outputs/new.txt").at("return_code"), 0);
+  EXPECT_EQ(server.curl_json(files("/" + new_id)).at("size_bytes"), 11);
+
+  // Another owner's container of the same id: none of it.
+  EXPECT_EQ(server.status(files(), "secret-bob-x"), 404);
+  server.curl_json("-X PUT " + files("/bobs.txt") + " --data-binary 'b'", "secret-bob-x");
+  EXPECT_EQ(names("secret-bob-x"), (std::vector<std::string>{"bobs.txt"}));
+  EXPECT_EQ(server.status(files("/" + std::string(b.at("id").as_string())), "secret-bob-x"), 404);
+  EXPECT_EQ(names(), (std::vector<std::string>{"new.txt", "b.txt"}));
+
+  // A row written behind the server's back is not listed: the listing is from memory.
+  auto database = postgres ? sandboxd::store::db::open_postgres(url, 1)
+                           : sandboxd::store::db::open_sqlite((server.data_dir() / "sandboxd.db").string());
+  {
+    auto conn = database->acquire();
+    sandboxd::store::db::Statement insert(
+        conn,
+        "INSERT INTO files (storage, path, created_at, seq, size, etag, mime, mtime_ns) SELECT storage, ?, "
+        "1, "
+        "-1, 1, 'e', 'text/plain', 1 FROM containers WHERE owner = 'alice' AND id = 'mem'");
+    insert.bind_blob(1, "/mnt/user-data/uploads/behind.txt").run();
+    ASSERT_EQ(insert.changes(), 1);
+  }
+  EXPECT_EQ(names(), (std::vector<std::string>{"new.txt", "b.txt"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, FileRecordsInMemory,
+                         ::testing::Values(sandboxd::store::db::Backend::kSqlite,
+                                           sandboxd::store::db::Backend::kPostgres),
+                         backend_name);
+
 TEST(MetadataBackend, AnUnreachableDatabaseStopsTheStartWithTheReason) {
   ServerProcess* server = nullptr;
   const std::string url =

@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <span>
@@ -27,6 +29,7 @@
 #include "postgres_harness.h"
 #include "store/file_store.h"
 #include "store/keys.h"
+#include "store/lease_store.h"
 #include "store/metadata.h"
 #include "store/mime.h"
 #include "store/multipart.h"
@@ -250,9 +253,19 @@ TEST(Base64Url, RoundTripsRandomBytes) {
 
 // ========================================================================= metadata
 
-// Every metadata test runs on both backends: SQLite and a real PostgreSQL.
-class MetadataTest : public ::testing::TestWithParam<db::Backend> {
+// Every metadata test runs on both backends, SQLite and a real PostgreSQL, each with the
+// file records held in memory (what `sandboxd serve` does) and without: the same answers.
+struct MetadataCase {
+  db::Backend backend;
+  bool cached;
+};
+
+class MetadataTest : public ::testing::TestWithParam<MetadataCase> {
  protected:
+  MetadataTest() {
+    if (GetParam().cached) metadata_.enable_file_cache(FileCacheLimits{});
+  }
+
   FileRecord file(const std::string& path, int64_t created_at, uint64_t size = 1) {
     FileRecord record;
     record.storage = "s1";
@@ -271,13 +284,18 @@ class MetadataTest : public ::testing::TestWithParam<db::Backend> {
     return out;
   }
 
-  sandboxd::testing::TestDatabase database_{GetParam()};
+  sandboxd::testing::TestDatabase database_{GetParam().backend};
   Metadata metadata_{database_.open()};
 };
 
-INSTANTIATE_TEST_SUITE_P(Backends, MetadataTest,
-                         ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
-                         sandboxd::testing::backend_name);
+INSTANTIATE_TEST_SUITE_P(
+    Backends, MetadataTest,
+    ::testing::Values(MetadataCase{db::Backend::kSqlite, false}, MetadataCase{db::Backend::kPostgres, false},
+                      MetadataCase{db::Backend::kSqlite, true}, MetadataCase{db::Backend::kPostgres, true}),
+    [](const ::testing::TestParamInfo<MetadataCase>& info) {
+      return std::string(info.param.backend == db::Backend::kPostgres ? "Postgres" : "Sqlite") +
+             (info.param.cached ? "Cached" : "");
+    });
 
 TEST_P(MetadataTest, ContainersCreateFindTouchListDelete) {
   ContainerRecord a{"alice", "c1", "st-a", 100, 100};
@@ -508,7 +526,7 @@ TEST_P(MetadataTest, ReopensTheSameDatabaseWithItsSchemaVersion) {
     EXPECT_EQ(applied.size(), schema::migrations().size());
     EXPECT_EQ(applied.back(), schema::migrations().back().version);
   }
-  if (GetParam() != db::Backend::kSqlite) return;
+  if (GetParam().backend != db::Backend::kSqlite) return;
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(database_.sqlite_path().c_str(), &db), SQLITE_OK);
   auto scalar = [db](const char* sql) {
@@ -569,7 +587,7 @@ TEST_P(MetadataTest, PathsThatAreNotUtf8KeepTheirBytesAndByteOrder) {
 // Two processes (here: threads, each with connections of its own) starting on one new
 // database at once: exactly one of them migrates, the other waits and finds it done.
 TEST_P(MetadataTest, ConcurrentStartsMigrateExactlyOnce) {
-  sandboxd::testing::TestDatabase fresh(GetParam());
+  sandboxd::testing::TestDatabase fresh(GetParam().backend);
   constexpr int kStarters = 4;
   std::vector<std::shared_ptr<db::Database>> databases;
   for (int i = 0; i < kStarters; ++i) databases.push_back(fresh.open());
@@ -600,6 +618,212 @@ TEST_P(MetadataTest, ConcurrentStartsMigrateExactlyOnce) {
     EXPECT_EQ(counters.integer(0), 1);
   }
   EXPECT_EQ(schema::migrate(*databases[1]), 0);  // nothing left to do
+}
+
+// ========================================================================= file cache
+
+// The file records held in memory (Metadata::enable_file_cache), on both backends. A
+// second Metadata on the same database stands for another process writing the rows
+// (the replica that took a container over): what the first one holds is not asked of
+// the database again, which is how these tests see that a read came from memory.
+class FileCacheTest : public ::testing::TestWithParam<db::Backend> {
+ protected:
+  static FileRecord file(const std::string& storage, const std::string& path, int64_t created_at = 100) {
+    FileRecord record;
+    record.storage = storage;
+    record.path = path;
+    record.created_at = created_at;
+    record.size = path.size();
+    record.etag = md5_hex(path);
+    record.mime = "text/plain";
+    record.mtime_ns = created_at * 1'000'000'000;
+    return record;
+  }
+  static std::vector<std::string> paths_of(const std::vector<FileRecord>& records) {
+    std::vector<std::string> out;
+    for (const auto& f : records) out.push_back(f.path);
+    return out;
+  }
+  std::vector<std::string> listed(Metadata& metadata, const std::string& storage) {
+    return paths_of(metadata.list_files(storage, {}, 100, std::nullopt, std::nullopt).files);
+  }
+
+  sandboxd::testing::TestDatabase database_{GetParam()};
+  Metadata metadata_{database_.open()};
+  Metadata other_process_{database_.open()};
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, FileCacheTest,
+                         ::testing::Values(db::Backend::kSqlite, db::Backend::kPostgres),
+                         sandboxd::testing::backend_name);
+
+TEST_P(FileCacheTest, OwnWritesAreSeenAtOnceAndADeletedFileIsNeverServed) {
+  metadata_.enable_file_cache(FileCacheLimits{});
+  metadata_.put_file(file("s1", kUploads + "/a"), true);
+  EXPECT_EQ(listed(metadata_, "s1"), (std::vector<std::string>{kUploads + "/a"}));  // filled here
+  EXPECT_EQ(metadata_.cached_containers(), 1u);
+  ASSERT_TRUE(metadata_.cached_list_files("s1", {}, 10, std::nullopt, std::nullopt));
+
+  // Held: a row another process writes is not read again (the reads make no round trip).
+  other_process_.put_file(file("s1", kUploads + "/written-elsewhere"), true);
+  EXPECT_EQ(listed(metadata_, "s1"), (std::vector<std::string>{kUploads + "/a"}));
+
+  // This process's own writes, each seen by the next read: an upload, an index sync's
+  // update that keeps the position, a delete, a prefix delete.
+  metadata_.put_file(file("s1", kUploads + "/b", 100), true);
+  metadata_.put_file(file("s1", kOutputs + "/chart.png", 90), false);
+  EXPECT_EQ(listed(metadata_, "s1"),
+            (std::vector<std::string>{kOutputs + "/chart.png", kUploads + "/a", kUploads + "/b"}));
+  FileRecord changed = file("s1", kUploads + "/a", 500);
+  changed.size = 77;
+  changed.etag = "0123456789abcdef0123456789abcdef";
+  metadata_.put_file(changed, false);
+  auto a = metadata_.find_file("s1", kUploads + "/a");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->size, 77u);
+  EXPECT_EQ(a->etag, changed.etag);
+  EXPECT_EQ(a->created_at, 100);                                    // kept, as in the database
+  EXPECT_EQ(*a, *other_process_.find_file("s1", kUploads + "/a"));  // the row exactly
+
+  EXPECT_TRUE(metadata_.delete_file("s1", kUploads + "/b"));
+  EXPECT_EQ(metadata_.find_file("s1", kUploads + "/b"), std::nullopt);
+  EXPECT_EQ(listed(metadata_, "s1"), (std::vector<std::string>{kOutputs + "/chart.png", kUploads + "/a"}));
+  EXPECT_EQ(metadata_.delete_prefix("s1", kUploads + "/"), 2u);  // a, and the other process's row
+  EXPECT_EQ(listed(metadata_, "s1"), (std::vector<std::string>{kOutputs + "/chart.png"}));
+  EXPECT_EQ(metadata_.files_of("s1").size(), 1u);
+
+  // A deleted container's records go with it.
+  metadata_.create_container({"alice", "c1", "s1", 1, 1});
+  metadata_.delete_container("alice", "c1");
+  EXPECT_TRUE(metadata_.files_of("s1").empty());
+  EXPECT_EQ(metadata_.find_file("s1", kOutputs + "/chart.png"), std::nullopt);
+  EXPECT_TRUE(other_process_.files_of("s1").empty());
+}
+
+TEST_P(FileCacheTest, AWriteThatFailsForgetsTheContainer) {
+  metadata_.enable_file_cache(FileCacheLimits{});
+  metadata_.put_file(file("s1", kUploads + "/a"), true);
+  EXPECT_EQ(listed(metadata_, "s1").size(), 1u);
+  // The fence refuses the write (another replica took the container): nothing of it is
+  // held any more, and the next read asks the database.
+  metadata_.set_write_fence(
+      [](db::Connection&, const std::string& storage) { throw FencedError(storage, 2, 1); });
+  EXPECT_THROW(metadata_.put_file(file("s1", kUploads + "/b"), true), FencedError);
+  EXPECT_EQ(metadata_.cached_containers(), 0u);
+  metadata_.set_write_fence(nullptr);
+  other_process_.put_file(file("s1", kUploads + "/by-the-new-holder"), true);
+  EXPECT_EQ(listed(metadata_, "s1"),
+            (std::vector<std::string>{kUploads + "/a", kUploads + "/by-the-new-holder"}));
+}
+
+// Cluster mode: what is held under a lease's epoch is served only while the scope says
+// that epoch; a lease lost (no epoch) reads the database, one taken again (a new epoch)
+// fills anew.
+TEST_P(FileCacheTest, ALostLeaseIsNeverServedFromMemory) {
+  std::mutex mutex;
+  std::map<std::string, int64_t> held{{"s1", 1}};
+  metadata_.enable_file_cache(FileCacheLimits{}, [&](const std::string& storage) -> std::optional<int64_t> {
+    std::lock_guard lock(mutex);
+    auto it = held.find(storage);
+    if (it == held.end()) return std::nullopt;
+    return it->second;
+  });
+  metadata_.put_file(file("s1", kUploads + "/a"), true);
+  metadata_.put_file(file("s2", kUploads + "/a"), true);
+  EXPECT_EQ(listed(metadata_, "s1").size(), 1u);
+  EXPECT_EQ(listed(metadata_, "s2").size(), 1u);
+  EXPECT_EQ(metadata_.cached_containers(), 1u);  // s2's lease is not held here: never kept
+
+  other_process_.put_file(file("s2", kUploads + "/b"), true);
+  EXPECT_EQ(listed(metadata_, "s2").size(), 2u);  // read from the database
+
+  // The lease of s1 is lost; the replica that took it writes.
+  {
+    std::lock_guard lock(mutex);
+    held.erase("s1");
+  }
+  other_process_.put_file(file("s1", kUploads + "/b"), true);
+  other_process_.delete_file("s1", kUploads + "/a");
+  EXPECT_EQ(listed(metadata_, "s1"), (std::vector<std::string>{kUploads + "/b"}));
+  EXPECT_EQ(metadata_.find_file("s1", kUploads + "/a"), std::nullopt);
+  EXPECT_FALSE(metadata_.cached_list_files("s1", {}, 10, std::nullopt, std::nullopt));
+  // Taken back at a later epoch: filled anew, never the copy of epoch 1.
+  {
+    std::lock_guard lock(mutex);
+    held["s1"] = 3;
+  }
+  EXPECT_EQ(listed(metadata_, "s1"), (std::vector<std::string>{kUploads + "/b"}));
+  ASSERT_TRUE(metadata_.cached_list_files("s1", {}, 10, std::nullopt, std::nullopt));
+  // Let go of (released): forgotten at once.
+  metadata_.forget_cached_files("s1");
+  EXPECT_EQ(metadata_.cached_containers(), 0u);
+}
+
+TEST_P(FileCacheTest, TheLimitsEvictTheLeastRecentlyUsedContainers) {
+  metadata_.enable_file_cache(FileCacheLimits{.max_records = 10, .max_bytes = 1u << 20});
+  for (const std::string storage : {"s1", "s2", "s3"})
+    for (int i = 0; i < 4; ++i) metadata_.put_file(file(storage, kUploads + "/f" + std::to_string(i)), true);
+  EXPECT_EQ(listed(metadata_, "s1").size(), 4u);
+  EXPECT_EQ(listed(metadata_, "s2").size(), 4u);
+  EXPECT_EQ(metadata_.cached_records(), 8u);
+  EXPECT_EQ(listed(metadata_, "s3").size(), 4u);  // 12 > 10: s1, the least recently used, goes
+  EXPECT_EQ(metadata_.cached_records(), 8u);
+  EXPECT_FALSE(metadata_.cached_list_files("s1", {}, 10, std::nullopt, std::nullopt));
+  EXPECT_TRUE(metadata_.cached_list_files("s2", {}, 10, std::nullopt, std::nullopt));
+  EXPECT_TRUE(metadata_.cached_list_files("s3", {}, 10, std::nullopt, std::nullopt));
+  EXPECT_EQ(listed(metadata_, "s1").size(), 4u);  // filled again; now s2 goes
+  EXPECT_FALSE(metadata_.cached_list_files("s2", {}, 10, std::nullopt, std::nullopt));
+
+  // A container with more records than the limit is read from the database, correctly.
+  for (int i = 0; i < 11; ++i) metadata_.put_file(file("big", kUploads + "/g" + std::to_string(i)), true);
+  EXPECT_EQ(listed(metadata_, "big").size(), 11u);
+  EXPECT_FALSE(metadata_.cached_list_files("big", {}, 100, std::nullopt, std::nullopt));
+  other_process_.put_file(file("big", kUploads + "/g11"), true);
+  EXPECT_EQ(listed(metadata_, "big").size(), 12u);
+  EXPECT_LE(metadata_.cached_records(), 10u);
+  // Growing past the limits by writes: the others are evicted first, then it is too large.
+  for (int i = 4; i < 12; ++i) metadata_.put_file(file("s3", kUploads + "/f" + std::to_string(i)), true);
+  EXPECT_LE(metadata_.cached_records(), 10u);
+  EXPECT_EQ(listed(metadata_, "s3").size(), 12u);
+  EXPECT_EQ(paths_of(metadata_.files_of("s3")), paths_of(other_process_.files_of("s3")));
+}
+
+// A single host holds its owners' container lists too, with its own writes (made, used,
+// deleted) applied; in cluster mode (a scope given) never: other replicas make an
+// owner's containers.
+TEST_P(FileCacheTest, ASingleHostHoldsContainerListsAndAClusterNever) {
+  metadata_.enable_file_cache(FileCacheLimits{});
+  auto ids = [](const std::vector<ContainerRecord>& list) {
+    std::vector<std::string> out;
+    for (const auto& c : list) out.push_back(c.id);
+    return out;
+  };
+  metadata_.create_container({"alice", "c1", "st-1", 10, 10});
+  EXPECT_EQ(ids(metadata_.list_containers("alice", 10, "")), (std::vector<std::string>{"c1"}));
+  ASSERT_TRUE(metadata_.cached_list_containers("alice", 10, ""));
+  other_process_.create_container({"alice", "elsewhere", "st-x", 1, 1});
+  EXPECT_EQ(ids(metadata_.list_containers("alice", 10, "")), (std::vector<std::string>{"c1"}));
+
+  metadata_.create_container({"alice", "c0", "st-0", 5, 5});
+  metadata_.create_container({"alice", "c2", "st-2", 10, 10});
+  EXPECT_EQ(metadata_.create_container({"alice", "c2", "st-other", 99, 99}).storage, "st-2");  // found made
+  metadata_.touch_container("alice", "c1", 777);
+  auto listed = metadata_.list_containers("alice", 10, "");
+  EXPECT_EQ(ids(listed), (std::vector<std::string>{"c0", "c1", "c2"}));
+  EXPECT_EQ(listed[1].last_used_at, 777);
+  EXPECT_EQ(ids(metadata_.list_containers("alice", 1, "c0")), (std::vector<std::string>{"c1"}));
+  EXPECT_TRUE(metadata_.list_containers("alice", 10, "gone").empty());
+  metadata_.delete_container("alice", "c1");
+  EXPECT_EQ(ids(metadata_.list_containers("alice", 10, "")), (std::vector<std::string>{"c0", "c2"}));
+  EXPECT_EQ(ids(*metadata_.cached_list_containers("alice", 10, "")), (std::vector<std::string>{"c0", "c2"}));
+  EXPECT_TRUE(metadata_.list_containers("bob", 10, "").empty());
+
+  Metadata replica(database_.open());
+  replica.enable_file_cache(FileCacheLimits{}, [](const std::string&) { return std::optional<int64_t>(1); });
+  EXPECT_EQ(replica.list_containers("alice", 10, "").size(), 3u);
+  EXPECT_FALSE(replica.cached_list_containers("alice", 10, ""));
+  other_process_.create_container({"alice", "later", "st-l", 100, 100});
+  EXPECT_EQ(replica.list_containers("alice", 10, "").size(), 4u);
 }
 
 // ========================================================================= database

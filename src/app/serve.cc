@@ -251,6 +251,20 @@ int serve(ops::Config config, const std::string& config_path) {
       // bucket: a local copy that is missing is restored, not a loss to report.)
       service::check_store(metadata, (fs::path(config.data_dir) / "containers").string());
     }
+    // File records in memory, for the containers this process alone writes: on a single
+    // host all of them; in cluster mode those whose lease it holds, under the lease's
+    // epoch, forgotten when it lets the lease go. (After the start-up check, which reads
+    // every container once.)
+    const store::FileCacheLimits file_cache{static_cast<size_t>(config.file_cache_records),
+                                            static_cast<size_t>(config.file_cache_bytes)};
+    if (leases) {
+      metadata.enable_file_cache(
+          file_cache, [&leases](const std::string& storage) { return leases->cache_epoch(storage); });
+      leases->set_on_let_go(
+          [&metadata](const std::string& storage) { metadata.forget_cached_files(storage); });
+    } else {
+      metadata.enable_file_cache(file_cache);
+    }
     server::ServerLimits limits;
     limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
     limits.body_idle_timeout = std::chrono::seconds(config.body_idle_timeout_sec);
@@ -421,6 +435,7 @@ int serve(ops::Config config, const std::string& config_path) {
     if (durability) cluster::bucket_transfer_pool().join();  // (uploads' parts and their aborts)
     runtime::join_userns_holders();     // (likewise the sandboxes' user namespace holders)
     metadata.set_write_fence(nullptr);  // it refers to the leases, which end here
+    if (leases) metadata.enable_file_cache(store::FileCacheLimits{0, 0});  // (so does the cache's scope)
     if (manifest) manifest->set_write_fence(nullptr);
   }
   spdlog::info("sandboxd stopped");

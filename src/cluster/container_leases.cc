@@ -65,6 +65,15 @@ bool ContainerLeases::confirmed(const std::string& storage) const {
          Clock::now() - heartbeat_at_ < settings_.lease / 2;
 }
 
+std::optional<int64_t> ContainerLeases::cache_epoch(const std::string& storage) const {
+  std::lock_guard lock(mutex_);
+  auto it = held_.find(storage);
+  if (it == held_.end() || !it->second.live || it->second.unchecked ||
+      Clock::now() - heartbeat_at_ >= settings_.lease / 2)
+    return std::nullopt;
+  return it->second.epoch;
+}
+
 void ContainerLeases::register_replica() {
   auto replica = store_.register_replica(settings_.replica_id, settings_.advertise_url, now_ms(), ttl_ms());
   std::lock_guard lock(mutex_);
@@ -103,6 +112,7 @@ void ContainerLeases::lost_incarnation(int64_t lost) {
       "lease: replica {} incarnation {} is gone (its heartbeat ran out and another replica took over); this "
       "replica stops serving its {} container(s) and registers again",
       settings_.replica_id, lost, gone.size());
+  for (const auto& storage : gone) let_go(storage);
   if (on_lost_)
     for (const auto& storage : gone) on_lost_(storage);
   try {
@@ -157,16 +167,23 @@ Result<ContainerLeases::Claim> ContainerLeases::claim(const std::string& storage
                                 settings_.retry_after_sec);
   }
   if (!lease && existing_container && !store_.find(storage)) {
-    std::lock_guard lock(mutex_);
-    held_.erase(storage);
+    {
+      std::lock_guard lock(mutex_);
+      held_.erase(storage);
+    }
+    let_go(storage);
     return ApiError::not_found("Container not found");  // deleted meanwhile (through another replica)
   }
-  std::lock_guard lock(mutex_);
   if (!lease) {
-    if (held_here) held_.erase(storage);  // another replica has it now
+    {
+      std::lock_guard lock(mutex_);
+      if (held_here) held_.erase(storage);  // another replica has it now
+    }
+    let_go(storage);
     return ApiError::overloaded("The container is moving to another replica; try again shortly",
                                 settings_.retry_after_sec);
   }
+  std::lock_guard lock(mutex_);
   const bool fresh = !held_here || unchecked || held_epoch != lease->epoch;
   held_[storage] = Held{lease->epoch, true, false};
   if (fresh) spdlog::info("lease: took container storage {} at epoch {}", storage, lease->epoch);
@@ -193,6 +210,7 @@ bool ContainerLeases::release(const std::string& storage) {
     it->second.live = false;  // the epoch stays for the fence
     epoch = it->second.epoch;
   }
+  let_go(storage);
   const bool released = store_.release(storage, settings_.replica_id, epoch);
   if (released) spdlog::info("lease: released container storage {} (epoch {})", storage, epoch);
   return released;
@@ -203,6 +221,7 @@ void ContainerLeases::drop(const std::string& storage, bool deleted, bool lost) 
     std::lock_guard lock(mutex_);
     held_.erase(storage);
   }
+  let_go(storage);
   if (deleted) store_.remove(storage);
   if (lost && on_lost_) on_lost_(storage);
 }
@@ -254,6 +273,7 @@ void ContainerLeases::set_draining() {
           untouched.emplace_back(storage, lease.epoch);
         }
     }
+    for (const auto& entry : untouched) let_go(entry.first);
     size_t released = 0;
     try {
       for (const auto& [storage, epoch] : untouched)

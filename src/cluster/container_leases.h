@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,19 @@ class ContainerLeases : public service::LeaseKeeper {
   std::vector<std::string> held() const override;
   void set_on_lost(std::function<void(const std::string& storage)> on_lost) override {
     on_lost_ = std::move(on_lost);
+  }
+
+  // The epoch under which `storage`'s file records may be answered from memory
+  // (Metadata::enable_file_cache): its lease's while confirmed(storage), none otherwise.
+  // Confirmed means no other replica can have taken the container yet (a takeover waits
+  // for this replica's heartbeat to run out, leaseSeconds after it was renewed), so
+  // every write to its records since the epoch began was this replica's own.
+  std::optional<int64_t> cache_epoch(const std::string& storage) const;
+  // Called with each container this replica lets go of (released, dropped, lost with the
+  // incarnation, fenced, found held elsewhere), outside the leases' lock. Set before
+  // serving.
+  void set_on_let_go(std::function<void(const std::string& storage)> on_let_go) {
+    on_let_go_ = std::move(on_let_go);
   }
 
   // The fence (Metadata::set_write_fence): throws store::FencedError unless `storage`'s
@@ -164,6 +178,10 @@ class ContainerLeases : public service::LeaseKeeper {
   std::atomic<bool> stopped_{false};
   std::atomic<bool> draining_{false};
   std::function<void(const std::string&)> on_lost_;
+  std::function<void(const std::string&)> on_let_go_;
+  void let_go(const std::string& storage) const {
+    if (on_let_go_) on_let_go_(storage);
+  }
 };
 
 }  // namespace sandboxd::cluster

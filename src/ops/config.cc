@@ -591,6 +591,9 @@ const std::vector<Key>& keys() {
       integer("metadata.postgres.statementTimeoutSec", &C::postgres_statement_timeout_sec, 0, 86400),
       integer("metadata.postgres.idleInTransactionTimeoutSec", &C::postgres_idle_in_transaction_timeout_sec,
               0, 86400),
+      integer("metadata.fileCache.records", &C::file_cache_records, 0, 100'000'000),
+      bytes("metadata.fileCache.maxSize", &C::file_cache_bytes,
+            {.min = 1u << 20, .message = "must be at least 1Mi"}),
 
       custom("kubernetes.apiServer", read_kubernetes_api_server),
       text("kubernetes.caFile", in_kubernetes(&K::ca_file)),

@@ -186,6 +186,11 @@ struct Config {
   int postgres_lock_timeout_sec = 5;
   int postgres_statement_timeout_sec = 30;
   int postgres_idle_in_transaction_timeout_sec = 10;
+  // metadata.fileCache: the file records held in memory for the containers this process
+  // alone writes (store/file_cache.h): at most this many records and bytes of them
+  // (records 0: none held, every read asks the database).
+  int64_t file_cache_records = 200'000;
+  uint64_t file_cache_bytes = 64ull << 20;
 };
 
 class ConfigError : public std::runtime_error {

@@ -160,6 +160,8 @@ std::vector<std::shared_ptr<Container>> ContainerService::find_open_any_owner(co
 asio::awaitable<std::vector<store::ContainerRecord>> ContainerService::async_list(std::string owner,
                                                                                   size_t limit,
                                                                                   std::string after_id) {
+  // From memory when the owner's list is held (a single host): no round trip, no hop.
+  if (auto held = metadata_.cached_list_containers(owner, limit, after_id)) co_return std::move(*held);
   auto call = [this, &owner, limit, &after_id] { return list(owner, limit, after_id); };
   co_return co_await store_call(metadata_.backend(), std::move(call));
 }

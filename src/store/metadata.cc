@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "base/utf8.h"
+#include "store/file_cache.h"
 #include "store/schema.h"
 
 namespace sandboxd::store {
@@ -123,7 +124,29 @@ std::optional<ContainerRecord> Metadata::find_container(const std::string& owner
   return read_container_row(query);
 }
 
+// A single host's container lists are held as the file records are (cluster mode: never,
+// other replicas make an owner's containers): each write under the owner's stripe,
+// applied after it commits, the owner forgotten when one fails.
+namespace {
+std::string owner_key(const std::string& owner) { return "owner/" + owner; }
+}  // namespace
+
+bool Metadata::holds_containers() const { return cache_ && !cache_scope_; }
+
 ContainerRecord Metadata::create_container(const ContainerRecord& record) {
+  if (!holds_containers()) return insert_container(record);
+  std::lock_guard stripe(stripe_of(owner_key(record.owner)));
+  try {
+    ContainerRecord stored = insert_container(record);
+    cache_->put_container(stored);
+    return stored;
+  } catch (...) {
+    cache_->drop_owner(record.owner);
+    throw;
+  }
+}
+
+ContainerRecord Metadata::insert_container(const ContainerRecord& record) {
   auto conn = db_->acquire();
   Transaction transaction(conn);
   Statement insert(conn, std::string("INSERT INTO containers (") + kContainerColumns +
@@ -142,16 +165,55 @@ ContainerRecord Metadata::create_container(const ContainerRecord& record) {
 
 void Metadata::touch_container(const std::string& owner, const std::string& id, int64_t now) {
   if (!storable(owner, id)) return;
-  auto conn = db_->acquire();
-  Statement update(conn, "UPDATE containers SET last_used_at = ? WHERE owner = ? AND id = ?");
-  update.bind(1, now).bind(2, owner).bind(3, id);
-  update.run();
+  std::optional<std::lock_guard<std::mutex>> stripe;
+  if (holds_containers()) stripe.emplace(stripe_of(owner_key(owner)));
+  try {
+    auto conn = db_->acquire();
+    Statement update(conn, "UPDATE containers SET last_used_at = ? WHERE owner = ? AND id = ?");
+    update.bind(1, now).bind(2, owner).bind(3, id);
+    update.run();
+    if (stripe) cache_->touch_container(owner, id, now);
+  } catch (...) {
+    if (stripe) cache_->drop_owner(owner);
+    throw;
+  }
+}
+
+std::vector<ContainerRecord> Metadata::list_containers(const std::string& owner, size_t limit,
+                                                       const std::string& after_id) {
+  if (holds_containers() && storable(owner, after_id)) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::vector<ContainerRecord> out;
+      const auto state = cache_->list_containers(owner, limit, after_id, out);
+      if (state == FileCache::State::kHeld) return out;
+      if (state == FileCache::State::kTooLarge) break;
+      if (attempt == 0) {
+        std::lock_guard stripe(stripe_of(owner_key(owner)));
+        if (cache_->list_containers(owner, 0, "", out) != FileCache::State::kMissing) continue;
+        const size_t most = cache_->limits().max_records;
+        auto all = list_containers_in_database(owner, most + 1, "");
+        const bool too_large = all.size() > most;
+        if (too_large) all.clear();
+        cache_->install_containers(owner, std::move(all), too_large);
+      }
+    }
+  }
+  return list_containers_in_database(owner, limit, after_id);
+}
+
+std::optional<std::vector<ContainerRecord>> Metadata::cached_list_containers(const std::string& owner,
+                                                                             size_t limit,
+                                                                             const std::string& after_id) {
+  if (!holds_containers() || !storable(owner, after_id)) return std::nullopt;
+  std::vector<ContainerRecord> out;
+  if (cache_->list_containers(owner, limit, after_id, out) != FileCache::State::kHeld) return std::nullopt;
+  return out;
 }
 
 // A missing after_id yields an empty page: the cursor names a position that no longer
 // exists, and guessing one could skip or repeat containers.
-std::vector<ContainerRecord> Metadata::list_containers(const std::string& owner, size_t limit,
-                                                       const std::string& after_id) {
+std::vector<ContainerRecord> Metadata::list_containers_in_database(const std::string& owner, size_t limit,
+                                                                   const std::string& after_id) {
   std::vector<ContainerRecord> out;
   if (!storable(owner, after_id)) return out;
   auto conn = db_->acquire();
@@ -195,6 +257,43 @@ std::vector<ContainerRecord> Metadata::all_containers() {
 
 void Metadata::delete_container(const std::string& owner, const std::string& id) {
   if (!storable(owner, id)) return;
+  if (cache_) {
+    // Its records go from memory with the rows, under the container's stripe (taken
+    // before a connection, as every write here does), so that no fill in between puts
+    // them back.
+    auto record = find_container(owner, id);
+    if (!record) return;
+    // Two stripes, the container's records' and (a single host) the owner's list's,
+    // taken together (std::lock: no order to deadlock on), or one when they are one.
+    std::mutex& files_stripe = stripe_of(record->storage);
+    std::mutex& list_stripe = holds_containers() ? stripe_of(owner_key(owner)) : files_stripe;
+    std::unique_lock files_lock(files_stripe, std::defer_lock), list_lock(list_stripe, std::defer_lock);
+    if (&files_stripe == &list_stripe)
+      files_lock.lock();
+    else
+      std::lock(files_lock, list_lock);
+    // Its records are forgotten whatever happens; on a failure (an unknown outcome) the
+    // owner's whole list too.
+    struct Forget {
+      FileCache& cache;
+      const std::string& storage;
+      ~Forget() { cache.drop(storage); }
+    } forget{*cache_, record->storage};
+    try {
+      auto conn = db_->acquire();
+      Transaction transaction(conn);
+      Statement delete_files(conn, "DELETE FROM files WHERE storage = ?");
+      delete_files.bind(1, record->storage).run();
+      Statement delete_row(conn, "DELETE FROM containers WHERE owner = ? AND id = ? AND storage = ?");
+      delete_row.bind(1, owner).bind(2, id).bind(3, record->storage).run();
+      transaction.commit();
+    } catch (...) {
+      if (holds_containers()) cache_->drop_owner(owner);
+      throw;
+    }
+    if (holds_containers()) cache_->erase_container(owner, id);
+    return;
+  }
   auto conn = db_->acquire();
   Transaction transaction(conn);
   Statement find(conn, "SELECT storage FROM containers WHERE owner = ? AND id = ?");
@@ -208,7 +307,160 @@ void Metadata::delete_container(const std::string& owner, const std::string& id)
   transaction.commit();
 }
 
+// --- the cache of file records ------------------------------------------------------
+
+void Metadata::enable_file_cache(FileCacheLimits limits, CacheScope scope) {
+  cache_ = limits.max_records > 0 ? std::make_unique<FileCache>(limits) : nullptr;
+  cache_scope_ = std::move(scope);
+}
+
+void Metadata::forget_cached_files(const std::string& storage) {
+  if (cache_) cache_->drop(storage);
+}
+
+size_t Metadata::cached_records() const { return cache_ ? cache_->records() : 0; }
+size_t Metadata::cached_containers() const { return cache_ ? cache_->containers() : 0; }
+
+std::optional<int64_t> Metadata::cache_token(const std::string& storage) const {
+  if (!cache_) return std::nullopt;
+  if (!cache_scope_) return 0;
+  return cache_scope_(storage);
+}
+
+std::mutex& Metadata::stripe_of(const std::string& storage) {
+  return stripes_[std::hash<std::string>{}(storage) % stripes_.size()];
+}
+
+void Metadata::fill(const std::string& storage, int64_t token) {
+  std::lock_guard stripe(stripe_of(storage));
+  std::optional<FileRecord> unused;
+  if (cache_->find(storage, token, std::string(), unused) != FileCache::State::kMissing) return;
+  const size_t most = cache_->limits().max_records;
+  auto records = files_of_in_database(storage, most + 1);
+  const bool too_large = records.size() > most;
+  if (too_large) records.clear();
+  cache_->install(storage, token, std::move(records), too_large);
+}
+
 std::optional<FileRecord> Metadata::find_file(const std::string& storage, const std::string& path) {
+  if (auto token = cache_token(storage)) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::optional<FileRecord> found;
+      const auto state = cache_->find(storage, *token, path, found);
+      if (state == FileCache::State::kHeld) return found;
+      if (state == FileCache::State::kTooLarge) break;
+      if (attempt == 0) fill(storage, *token);
+    }
+  }
+  return find_file_in_database(storage, path);
+}
+
+FilePage Metadata::list_files(const std::string& storage, const std::vector<std::string>& path_prefixes,
+                              size_t limit, const std::optional<std::string>& after_path,
+                              const std::optional<std::string>& before_path) {
+  if (auto token = cache_token(storage)) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      FilePage page;
+      const auto state = cache_->list(storage, *token, path_prefixes, limit, after_path, before_path, page);
+      if (state == FileCache::State::kHeld) return page;
+      if (state == FileCache::State::kTooLarge) break;
+      if (attempt == 0) fill(storage, *token);
+    }
+  }
+  return list_files_in_database(storage, path_prefixes, limit, after_path, before_path);
+}
+
+std::optional<FilePage> Metadata::cached_list_files(const std::string& storage,
+                                                    const std::vector<std::string>& path_prefixes,
+                                                    size_t limit,
+                                                    const std::optional<std::string>& after_path,
+                                                    const std::optional<std::string>& before_path) {
+  auto token = cache_token(storage);
+  if (!token) return std::nullopt;
+  FilePage page;
+  if (cache_->list(storage, *token, path_prefixes, limit, after_path, before_path, page) !=
+      FileCache::State::kHeld)
+    return std::nullopt;
+  return page;
+}
+
+std::vector<FileRecord> Metadata::files_of(const std::string& storage) {
+  if (auto token = cache_token(storage)) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::vector<FileRecord> records;
+      const auto state = cache_->all(storage, *token, records);
+      if (state == FileCache::State::kHeld) return records;
+      if (state == FileCache::State::kTooLarge) break;
+      if (attempt == 0) fill(storage, *token);
+    }
+  }
+  return files_of_in_database(storage, SIZE_MAX);
+}
+
+// Each write runs under its container's stripe and is applied to the cache before the
+// stripe is let go; a failure (the fence refusing it, a connection lost at COMMIT, whose
+// outcome nobody knows) forgets the container's records instead.
+void Metadata::put_file(const FileRecord& record, bool reset_created) {
+  if (!cache_) {
+    write_file(record, reset_created);
+    return;
+  }
+  std::lock_guard stripe(stripe_of(record.storage));
+  FileRecord stored;
+  try {
+    stored = write_file(record, reset_created);
+  } catch (...) {
+    cache_->drop(record.storage);
+    throw;
+  }
+  cache_->upsert(stored);
+}
+
+bool Metadata::delete_file(const std::string& storage, const std::string& path) {
+  std::optional<std::lock_guard<std::mutex>> stripe;
+  if (cache_) stripe.emplace(stripe_of(storage));
+  try {
+    auto conn = db_->acquire();
+    std::optional<Transaction> fenced;  // the fence and the delete, at once
+    if (fence_) fenced.emplace(conn), fence_(conn, storage);
+    Statement remove(conn, "DELETE FROM files WHERE storage = ? AND path = ?");
+    remove.bind(1, storage).bind_blob(2, path).run();
+    const bool deleted = remove.changes() > 0;
+    if (fenced) fenced->commit();
+    if (cache_) cache_->erase(storage, path);
+    return deleted;
+  } catch (...) {
+    if (cache_) cache_->drop(storage);
+    throw;
+  }
+}
+
+size_t Metadata::delete_prefix(const std::string& storage, const std::string& path_prefix) {
+  std::optional<std::lock_guard<std::mutex>> stripe;
+  if (cache_) stripe.emplace(stripe_of(storage));
+  try {
+    auto conn = db_->acquire();
+    std::optional<Transaction> fenced;  // the fence and the delete, at once
+    if (fence_) fenced.emplace(conn), fence_(conn, storage);
+    PrefixFilter filter = prefix_filter({path_prefix});
+    Statement remove(conn, "DELETE FROM files WHERE storage = ?" + filter.sql);
+    remove.add(storage);
+    for (const auto& value : filter.values) remove.add_blob(value);
+    remove.run();
+    const size_t deleted = static_cast<size_t>(remove.changes());
+    if (fenced) fenced->commit();
+    if (cache_) cache_->erase_prefix(storage, path_prefix);
+    return deleted;
+  } catch (...) {
+    if (cache_) cache_->drop(storage);
+    throw;
+  }
+}
+
+// --- the database ----------------------------------------------------------------------
+
+std::optional<FileRecord> Metadata::find_file_in_database(const std::string& storage,
+                                                          const std::string& path) {
   auto conn = db_->acquire();
   Statement query(conn, std::string("SELECT ") + kFileColumns + " FROM files WHERE storage = ? AND path = ?");
   query.bind(1, storage).bind_blob(2, path);
@@ -216,11 +468,14 @@ std::optional<FileRecord> Metadata::find_file(const std::string& storage, const 
   return read_file_row(query);
 }
 
-void Metadata::put_file(const FileRecord& record, bool reset_created) {
+// Returns the row as it now is in the database.
+FileRecord Metadata::write_file(const FileRecord& record, bool reset_created) {
   auto conn = db_->acquire();
   const bool postgres = conn.backend() == db::Backend::kPostgres;
   const int64_t created_at =
       record.created_at != 0 ? record.created_at : static_cast<int64_t>(std::time(nullptr));
+  FileRecord stored = record;
+  stored.created_at = created_at;
   // A new position (created_at, seq) for a new file or one whose created_at is reset: the
   // upsert. On PostgreSQL the sequence number is taken in the same statement (a
   // data-modifying WITH), one round trip instead of a transaction of four.
@@ -238,24 +493,29 @@ void Metadata::put_file(const FileRecord& record, bool reset_created) {
       insert.bind(4, static_cast<int64_t>(record.size)).bind(5, record.etag).bind(6, record.mime);
       insert.bind(7, record.mtime_ns);
       if (!insert.step()) throw std::runtime_error("metadata: file_seq counter is missing");
+      stored.seq = insert.integer(0);
       insert.run();
       return;
     }
     Statement insert(conn, std::string("INSERT INTO files (") + kFileColumns +
                                ") VALUES (?, ?, ?, ?, ?, ?, ?, ?)" + upsert_tail);
-    insert.bind(1, record.storage).bind_blob(2, record.path).bind(3, created_at).bind(4, next_file_seq(conn));
+    stored.seq = next_file_seq(conn);
+    insert.bind(1, record.storage).bind_blob(2, record.path).bind(3, created_at).bind(4, stored.seq);
     insert.bind(5, static_cast<int64_t>(record.size)).bind(6, record.etag).bind(7, record.mime);
     insert.bind(8, record.mtime_ns);
     insert.run();
   };
   if (reset_created && !fence_ && postgres) {
     upsert();  // one statement: its own transaction
-    return;
+    return stored;
   }
   Transaction transaction(conn);
   if (fence_) fence_(conn, record.storage);
   // Whether the row exists matters only when its position is kept.
-  if (!reset_created && file_position(conn, record.storage, record.path)) {
+  std::optional<Position> kept;
+  if (!reset_created && (kept = file_position(conn, record.storage, record.path))) {
+    stored.created_at = kept->created_at;
+    stored.seq = kept->seq;
     Statement update(
         conn, "UPDATE files SET size = ?, etag = ?, mime = ?, mtime_ns = ? WHERE storage = ? AND path = ?");
     update.bind(1, static_cast<int64_t>(record.size)).bind(2, record.etag).bind(3, record.mime);
@@ -265,40 +525,17 @@ void Metadata::put_file(const FileRecord& record, bool reset_created) {
     upsert();
   }
   transaction.commit();
-}
-
-bool Metadata::delete_file(const std::string& storage, const std::string& path) {
-  auto conn = db_->acquire();
-  std::optional<Transaction> fenced;  // the fence and the delete, at once
-  if (fence_) fenced.emplace(conn), fence_(conn, storage);
-  Statement remove(conn, "DELETE FROM files WHERE storage = ? AND path = ?");
-  remove.bind(1, storage).bind_blob(2, path).run();
-  const bool deleted = remove.changes() > 0;
-  if (fenced) fenced->commit();
-  return deleted;
-}
-
-size_t Metadata::delete_prefix(const std::string& storage, const std::string& path_prefix) {
-  auto conn = db_->acquire();
-  std::optional<Transaction> fenced;  // the fence and the delete, at once
-  if (fence_) fenced.emplace(conn), fence_(conn, storage);
-  PrefixFilter filter = prefix_filter({path_prefix});
-  Statement remove(conn, "DELETE FROM files WHERE storage = ?" + filter.sql);
-  remove.add(storage);
-  for (const auto& value : filter.values) remove.add_blob(value);
-  remove.run();
-  const size_t deleted = static_cast<size_t>(remove.changes());
-  if (fenced) fenced->commit();
-  return deleted;
+  return stored;
 }
 
 // Pages over (created_at, seq), which is unique because seq is. With only before_path
 // the query walks backwards from the cursor (so the page is the `limit` rows right
 // before it) and the result is flipped back to ascending order. A cursor path with no
 // row gives an empty page: the position it named is gone.
-FilePage Metadata::list_files(const std::string& storage, const std::vector<std::string>& path_prefixes,
-                              size_t limit, const std::optional<std::string>& after_path,
-                              const std::optional<std::string>& before_path) {
+FilePage Metadata::list_files_in_database(const std::string& storage,
+                                          const std::vector<std::string>& path_prefixes, size_t limit,
+                                          const std::optional<std::string>& after_path,
+                                          const std::optional<std::string>& before_path) {
   auto conn = db_->acquire();
   FilePage page;
   std::optional<Position> after, before;
@@ -332,11 +569,11 @@ FilePage Metadata::list_files(const std::string& storage, const std::vector<std:
   return page;
 }
 
-std::vector<FileRecord> Metadata::files_of(const std::string& storage) {
+std::vector<FileRecord> Metadata::files_of_in_database(const std::string& storage, size_t limit) {
   auto conn = db_->acquire();
-  Statement query(
-      conn, std::string("SELECT ") + kFileColumns + " FROM files WHERE storage = ? ORDER BY created_at, seq");
-  query.bind(1, storage);
+  Statement query(conn, std::string("SELECT ") + kFileColumns +
+                            " FROM files WHERE storage = ? ORDER BY created_at, seq LIMIT ?");
+  query.bind(1, storage).bind(2, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
   std::vector<FileRecord> out;
   while (query.step()) out.push_back(read_file_row(query));
   return out;

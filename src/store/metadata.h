@@ -3,9 +3,11 @@
 // files exist, since when, and what they hold.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,12 +33,21 @@ struct FileRecord {
   std::string etag;  // MD5 hex of the content
   std::string mime;
   int64_t mtime_ns = 0;  // the body's mtime when etag was computed
+  bool operator==(const FileRecord&) const = default;
 };
 
 struct FilePage {
   std::vector<FileRecord> files;
   bool has_more = false;
 };
+
+// The bounds of the file records held in memory (store/file_cache.h).
+struct FileCacheLimits {
+  size_t max_records = 200'000;  // across all containers; 0: nothing is held
+  size_t max_bytes = 64u << 20;  // their approximate memory
+};
+
+class FileCache;
 
 // Thread-safe (SQLite: one connection, serialised by a mutex, held for microseconds;
 // PostgreSQL: a connection of the pool per call). Throws std::runtime_error on database
@@ -87,6 +98,34 @@ class Metadata {
   // The bytes of every file of the owner's containers (uploads and outputs as indexed).
   uint64_t owner_bytes(const std::string& owner);
 
+  // The file records of the containers this process alone writes, held in memory
+  // (store/file_cache.h): find_file, list_files and files_of answer from there without
+  // a round trip, once a first read filled a container's records; every write of this
+  // Metadata is applied there after it commits (serialised per container with its
+  // application), and a write whose outcome is unknown (an error) forgets the container.
+  // `scope` says, at each read, whether `storage`'s records may be served from memory
+  // now and under which token (cluster mode: the lease's epoch while the lease is held
+  // and its heartbeat recent; nullopt otherwise); without one, every container may be,
+  // under token 0 (a single host: no other process writes its metadata). A read under
+  // another token than the fill's never uses what was held. Set once, before serving.
+  using CacheScope = std::function<std::optional<int64_t>(const std::string& storage)>;
+  void enable_file_cache(FileCacheLimits limits, CacheScope scope = {});
+  // Forgets a container's records (its lease released, lost or fenced).
+  void forget_cached_files(const std::string& storage);
+  // list_files from memory only: nullopt when the container's records are not held (the
+  // caller then makes the call where a round trip may wait). Never blocks.
+  std::optional<FilePage> cached_list_files(const std::string& storage,
+                                            const std::vector<std::string>& path_prefixes, size_t limit,
+                                            const std::optional<std::string>& after_path,
+                                            const std::optional<std::string>& before_path);
+  // list_containers from memory only (a single host holds its owners' container lists
+  // as it holds file records): nullopt when not held. Never blocks.
+  std::optional<std::vector<ContainerRecord>> cached_list_containers(const std::string& owner, size_t limit,
+                                                                     const std::string& after_id);
+  // What is held (for tests and the metrics).
+  size_t cached_records() const;
+  size_t cached_containers() const;
+
   // Cluster mode (the lease's fence): runs inside the transaction of every write to a
   // container's file records, with that container's storage; throws (FencedError) to
   // refuse the write. Set once, before serving.
@@ -94,8 +133,29 @@ class Metadata {
   void set_write_fence(WriteFence fence) { fence_ = std::move(fence); }
 
  private:
+  std::optional<int64_t> cache_token(const std::string& storage) const;
+  bool holds_containers() const;
+  ContainerRecord insert_container(const ContainerRecord& record);
+  std::vector<ContainerRecord> list_containers_in_database(const std::string& owner, size_t limit,
+                                                           const std::string& after_id);
+  // The writes and fills of one container, one at a time (a stripe is shared by several
+  // containers), so that what is applied to the cache follows the database's order.
+  std::mutex& stripe_of(const std::string& storage);
+  // Fills `storage`'s records (under its stripe) unless held already; false when they
+  // are not held afterwards (too many, or the cache is off).
+  void fill(const std::string& storage, int64_t token);
+  std::optional<FileRecord> find_file_in_database(const std::string& storage, const std::string& path);
+  FilePage list_files_in_database(const std::string& storage, const std::vector<std::string>& path_prefixes,
+                                  size_t limit, const std::optional<std::string>& after_path,
+                                  const std::optional<std::string>& before_path);
+  std::vector<FileRecord> files_of_in_database(const std::string& storage, size_t limit);
+  FileRecord write_file(const FileRecord& record, bool reset_created);
+
   WriteFence fence_;
   std::shared_ptr<db::Database> db_;
+  std::unique_ptr<FileCache> cache_;
+  CacheScope cache_scope_;
+  std::array<std::mutex, 64> stripes_;
 };
 
 }  // namespace sandboxd::store
