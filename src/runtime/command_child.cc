@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <linux/futex.h>
 #include <signal.h>
 
 #include "runtime/child_syscalls.h"
@@ -49,49 +50,76 @@
 
 namespace sandboxd::runtime {
 
+namespace {
+
+// A step before execve failed: said on the report pipe, or, for a child of the template
+// (which has none), in its region, which PID 1 reads once the child has exited.
+[[noreturn]] void fail(CommandRegion& region, const char* step, long rc) {
+  if (region.report_fd >= 0) child_fail(region.report_fd, step, rc);
+  size_t n = length_of(step);
+  if (n > sizeof region.failure.step - 1) n = sizeof region.failure.step - 1;
+  for (size_t i = 0; i < n; ++i) region.failure.step[i] = step[i];
+  region.failure.step[n] = '\0';
+  __atomic_store_n(&region.failure.err, static_cast<int>(rc < 0 ? -rc : EIO), __ATOMIC_RELEASE);
+  child_exit(127);
+}
+
+// Waits for PID 1's word in the region: true for the command, false when none will come.
+bool wait_for_start(CommandRegion& region) {
+  for (;;) {
+    uint32_t word = __atomic_load_n(&region.start_word, __ATOMIC_ACQUIRE);
+    if (word == kGoToken) return true;
+    if (word != 0) return false;
+    sys(SYS_futex, reinterpret_cast<long>(&region.start_word), FUTEX_WAIT_PRIVATE, 0, 0);
+  }
+}
+
+}  // namespace
+
 [[noreturn]] void run_child(CommandRegion& region, bool shares_memory) {
   const CommandContext& ctx = *region.ctx;
-  const int report = region.report_fd;
   long rc;
   // Every signal stays blocked until just before execve (see the top of this file).
   uint64_t all = ~uint64_t{0}, none = 0;
   sys(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&all), 0, sizeof all);
-  if ((rc = sys(SYS_setsid)) < 0) child_fail(report, "setsid()", rc);
-  if (!region.from_template) {
-    int procs = static_cast<int>(
-        sys(SYS_openat, region.cgroup_dirfd, reinterpret_cast<long>("cgroup.procs"), O_WRONLY | O_CLOEXEC));
-    if (procs < 0) child_fail(report, "openat(exec cgroup, cgroup.procs)", procs);
-    if ((rc = sys(SYS_write, procs, reinterpret_cast<long>("0"), 1)) != 1)
-      child_fail(report, "write(exec cgroup.procs, 0)", rc < 0 ? rc : -EIO);
-    sys(SYS_close, procs);
-  }
+  if ((rc = sys(SYS_setsid)) < 0) fail(region, "setsid()", rc);
+  // The cgroup.procs PID 1 opened (as root) for it; a child of the template is moved by
+  // PID 1 instead (it is the agent already, which may not move itself).
+  if (!region.from_template &&
+      (rc = sys(SYS_write, region.cgroup_procs, reinterpret_cast<long>("0"), 1)) != 1)
+    fail(region, "write(exec cgroup.procs, 0)", rc < 0 ? rc : -EIO);
   // Everything that does not depend on the command is done before waiting for it, so
   // that a command only pays for execve.
   if (!region.from_template) {
     const char* step = "";
-    if ((rc = become_confined_agent(ctx, &step)) < 0) child_fail(report, step, rc);
+    if ((rc = become_confined_agent(ctx, &step)) < 0) fail(region, step, rc);
   }
   // Every inherited descriptor but stdio closes at exec (the report pipe must survive
   // until then to tell the parent about a failed execve; the request pipe is read first).
-  if ((rc = sys(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC)) < 0)
-    child_fail(report, "close_range(3, ~0)", rc);
+  if ((rc = sys(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC)) < 0) fail(region, "close_range(3, ~0)", rc);
 
-  // Ready: wait for the command. Later siblings may hold copies of the request pipe's
-  // write end, so a token or length, not EOF, says it has come.
-  uint32_t word = 0;
-  if (!read_exactly(region.request_read, &word, sizeof word)) child_exit(0);  // never used
-  if (shares_memory) {
-    // PID 1 has laid the request out in the region.
-    if (word != kGoToken) child_fail(report, "read(spawn token)", -EPROTO);
+  // Ready: wait for the command. A child of the template waits on its region's word
+  // (no pipe to make, write and close per command). Otherwise later siblings may hold
+  // copies of the request pipe's write end, so a token or length, not EOF, says it has
+  // come.
+  if (region.request_read < 0) {
+    if (!wait_for_start(region)) child_exit(0);  // never used
   } else {
-    // A forked child has its own copy of the region: the request comes on the pipe.
-    if (word > protocol::kMaxMessage || word > region.data_capacity)
-      child_fail(report, "read(spawn request): too long", -E2BIG);
-    if (!read_exactly(region.request_read, region.data(), word))
-      child_fail(report, "read(spawn request)", -EPIPE);
-    if (!lay_out(region, word, ctx.static_bash)) child_fail(report, "decode(spawn request)", -EINVAL);
+    uint32_t word = 0;
+    if (!read_exactly(region.request_read, &word, sizeof word)) child_exit(0);  // never used
+    if (shares_memory) {
+      // PID 1 has laid the request out in the region.
+      if (word != kGoToken) fail(region, "read(spawn token)", -EPROTO);
+    } else {
+      // A forked child has its own copy of the region: the request comes on the pipe.
+      if (word > protocol::kMaxMessage || word > region.data_capacity)
+        fail(region, "read(spawn request): too long", -E2BIG);
+      if (!read_exactly(region.request_read, region.data(), word))
+        fail(region, "read(spawn request)", -EPIPE);
+      if (!lay_out(region, word, ctx.static_bash)) fail(region, "decode(spawn request)", -EINVAL);
+    }
+    sys(SYS_close, region.request_read);
   }
-  sys(SYS_close, region.request_read);
   const CommandRequestLayout& req = region.request;
 
   auto move_to = [&](int from, int to) {
@@ -99,8 +127,8 @@ namespace sandboxd::runtime {
     return sys(SYS_dup3, from, to, 0);
   };
   if (move_to(region.in_r, 0) < 0 || move_to(region.out_w, 1) < 0 || (rc = move_to(region.err_w, 2)) < 0)
-    child_fail(report, "dup2(stdio)", rc < 0 ? rc : -EBADF);
-  if ((rc = sys(SYS_chdir, reinterpret_cast<long>(req.cwd))) < 0) child_fail(report, "chdir(cwd)", rc);
+    fail(region, "dup2(stdio)", rc < 0 ? rc : -EBADF);
+  if ((rc = sys(SYS_chdir, reinterpret_cast<long>(req.cwd))) < 0) fail(region, "chdir(cwd)", rc);
   // The command starts with default signal handling (PID 1 ignores SIGPIPE) and
   // nothing blocked. A signal that came while blocked is delivered now, with the
   // address space still not dumpable (so it cannot dump core through PID 1's memory).
@@ -112,7 +140,7 @@ namespace sandboxd::runtime {
   sys(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&none), 0, sizeof none);
   rc = sys(SYS_execve, reinterpret_cast<long>(req.program), reinterpret_cast<long>(req.argv),
            reinterpret_cast<long>(req.envp));
-  child_fail(report, "execve", rc);
+  fail(region, "execve", rc);
 }
 
 int shared_memory_child_main(void* arg) { run_child(*static_cast<CommandRegion*>(arg), true); }

@@ -1,5 +1,6 @@
 #include "runtime/command_region.h"
 
+#include <linux/futex.h>
 #include <sys/mman.h>
 
 #include <cstring>
@@ -38,11 +39,11 @@ CommandRegion* acquire_region() {
   return region;
 }
 
-void prepare_child_region(CommandRegion* region, const CommandContext& ctx, int cgroup_dirfd,
+void prepare_child_region(CommandRegion* region, const CommandContext& ctx, int cgroup_procs,
                           int request_read, int in_r, int out_w, int err_w, int report_fd,
                           bool from_template) {
   region->ctx = &ctx;
-  region->cgroup_dirfd = cgroup_dirfd;
+  region->cgroup_procs = cgroup_procs;
   region->request_read = request_read;
   region->in_r = in_r;
   region->out_w = out_w;
@@ -52,6 +53,18 @@ void prepare_child_region(CommandRegion* region, const CommandContext& ctx, int 
   region->request = {};
   region->from_template = from_template;
   region->template_child_pid = 0;
+  region->start_word = 0;
+  region->failure = {};
+}
+
+void wake_template_child(CommandRegion& region, uint32_t token) {
+  // The request's bytes (written before) are visible to the child once it sees the token.
+  __atomic_store_n(&region.start_word, token, __ATOMIC_RELEASE);
+  sys(SYS_futex, reinterpret_cast<long>(&region.start_word), FUTEX_WAKE_PRIVATE, 1);
+}
+
+bool template_child_done(const CommandRegion& region) {
+  return __atomic_load_n(&region.template_child_pid, __ATOMIC_ACQUIRE) == 0;
 }
 
 void* stack_top(CommandRegion* region) {

@@ -26,31 +26,51 @@ struct CommandRequestLayout {
 // One mapping: this header, then the data area (the request's bytes, then its argv and
 // envp arrays), a guard page, and the child's stack at the top.
 struct CommandRegion {
-  // Fixed before the child starts.
+  // Fixed before the child starts. cgroup_procs: its execution cgroup's cgroup.procs,
+  // opened by PID 1, for a child that joins it itself. request_read and report_fd are
+  // -1 for a child of the template, which is told and tells through this region
+  // (start_word, failure) instead.
   const CommandContext* ctx;
-  int cgroup_dirfd, request_read, in_r, out_w, err_w, report_fd;
+  int cgroup_procs, request_read, in_r, out_w, err_w, report_fd;
   size_t data_capacity;
   // Written by PID 1 before the token (shared memory child) or by the forked child
   // itself after reading the request from the pipe.
   CommandRequestLayout request;
   size_t data_used;
   // A child cloned by the template: the kernel writes its pid here during the clone
-  // (CLONE_PARENT_SETTID), so PID 1 knows it even when the template dies before saying.
+  // (CLONE_PARENT_SETTID), so PID 1 knows it even when the template dies before saying,
+  // and sets it back to 0 when the child execs or exits (CLONE_CHILD_CLEARTID: the
+  // kernel clears it once the child has left this memory for good).
   pid_t template_child_pid;
   bool from_template;
+  // A child of the template waits on this word (a futex) for its command: 0 until PID 1
+  // stores kGoToken (the request is laid out) or kQuitToken (it will not come).
+  uint32_t start_word;
+  // What a child of the template that could not reach execve writes before it exits
+  // (err 0: nothing failed).
+  SpawnFailure failure;
   char* data() { return reinterpret_cast<char*>(this + 1); }
 };
 
-// What PID 1 writes on a shared-memory child's request pipe once the request is laid out
-// in its region (a forked child gets the request's length there instead).
+// What PID 1 writes on a shared-memory child's request pipe, or into a template child's
+// start_word, once the request is laid out in its region (a forked child gets the
+// request's length on the pipe instead).
 inline constexpr uint32_t kGoToken = 0xffffffffu;
+inline constexpr uint32_t kQuitToken = 0xfffffffeu;
+
+// A template child: PID 1 wakes it for its command (kGoToken) or to exit (kQuitToken).
+void wake_template_child(CommandRegion& region, uint32_t token);
+
+// A template child has exec'd or exited: it will not touch its region again (its
+// failure, if any, is in region.failure).
+bool template_child_done(const CommandRegion& region);
 
 // A region from the reuse slots or a new mapping; null (errno set) when none can be made.
 CommandRegion* acquire_region();
 
 // A command child's region: its context and the ends of the pipes it keeps, nothing of
 // an earlier request left.
-void prepare_child_region(CommandRegion* region, const CommandContext& ctx, int cgroup_dirfd,
+void prepare_child_region(CommandRegion* region, const CommandContext& ctx, int cgroup_procs,
                           int request_read, int in_r, int out_w, int err_w, int report_fd,
                           bool from_template);
 

@@ -57,8 +57,10 @@ namespace {
 #if defined(__x86_64__)
 #define SANDBOXD_HAVE_TEMPLATE 1
 // clone(CLONE_VM) onto `stack`, running fn(arg) there, without libc: glibc's clone()
-// stores errno on failure, and the template must not write PID 1's memory.
-// long raw_clone_on_stack(unsigned long flags, void* stack, pid_t* parent_tid, int (*fn)(void*), void* arg)
+// stores errno on failure, and the template must not write PID 1's memory. `tid` is
+// both the parent's and the child's tid address (CLONE_PARENT_SETTID sets it to the
+// child's pid, CLONE_CHILD_CLEARTID clears it when the child execs or exits).
+// long raw_clone_on_stack(unsigned long flags, void* stack, pid_t* tid, int (*fn)(void*), void* arg)
 extern "C" long sandboxd_raw_clone_on_stack(unsigned long, void*, pid_t*, int (*)(void*), void*);
 __asm__(R"(
   .text
@@ -71,7 +73,7 @@ sandboxd_raw_clone_on_stack:
   sub $16, %rsi
   mov %rcx, 0(%rsi)
   mov %r8, 8(%rsi)
-  xor %r10d, %r10d
+  mov %rdx, %r10
   xor %r8d, %r8d
   mov $56, %eax
   syscall
@@ -129,8 +131,9 @@ int template_main(void* arg) {
   for (;;) {
     CommandRegion* child = nullptr;
     if (!read_exactly(self.request_read, &child, sizeof child)) child_exit(0);
-    long pid = sandboxd_raw_clone_on_stack(CLONE_VM | CLONE_PARENT | CLONE_PARENT_SETTID, stack_top(child),
-                                           &child->template_child_pid, template_child_main, child);
+    long pid =
+        sandboxd_raw_clone_on_stack(CLONE_VM | CLONE_PARENT | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID,
+                                    stack_top(child), &child->template_child_pid, template_child_main, child);
     if (pid > 0)
       template_reply(self.report_fd, static_cast<int>(pid), false, "", 0);
     else
@@ -210,18 +213,12 @@ int start_template(CommandTemplate& tpl, const CommandContext& ctx, std::string&
   return 0;
 }
 
-// Moves a template's child into its execution cgroup (the child, as the agent, may not).
-int join_exec_cgroup(int cgroup_dirfd, pid_t pid, std::string& error) {
-  int fd = openat(cgroup_dirfd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    error = describe_errno("openat(exec cgroup, cgroup.procs)", err);
-    return -err;
-  }
+// Moves a template's child into its execution cgroup (the child, as the agent, may not)
+// through the cgroup's cgroup.procs, which PID 1 keeps open.
+int join_exec_cgroup(int cgroup_procs, pid_t pid, std::string& error) {
   std::string text = std::to_string(pid);
-  ssize_t n = write(fd, text.data(), text.size());
+  ssize_t n = write(cgroup_procs, text.data(), text.size());
   int err = n < 0 ? errno : EIO;
-  close(fd);
   if (n != static_cast<ssize_t>(text.size())) {
     error = describe_errno("write(exec cgroup.procs, " + text + ")", err);
     return -err;
@@ -231,7 +228,7 @@ int join_exec_cgroup(int cgroup_dirfd, pid_t pid, std::string& error) {
 
 }  // namespace
 
-int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ctx, int cgroup_dirfd,
+int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ctx, int cgroup_procs,
                                   PreparedCommand& out, std::string& error) {
   if (!SANDBOXD_HAVE_TEMPLATE || !ctx.share_memory || tpl.unusable) {
     error = "no command template here";
@@ -239,15 +236,15 @@ int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ct
   }
   if (tpl.pid < 0)
     if (int rc = start_template(tpl, ctx, error); rc < 0) return rc;
-  int request[2] = {-1, -1}, in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1},
-      report[2] = {-1, -1};
+  // The command's stdio only: the child is told its command and tells its failure
+  // through its region (start_word, failure), and its exec or exit shows there too
+  // (CLONE_CHILD_CLEARTID), so it needs no request or report pipe.
+  int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
   auto close_pipes = [&] {
-    close_all({request[0], request[1], in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0],
-               err_pipe[1], report[0], report[1]});
+    close_all({in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]});
   };
-  for (auto [pipe_fds, name] : {std::pair{request, "pipe2(request)"}, std::pair{in_pipe, "pipe2(stdin)"},
-                                std::pair{out_pipe, "pipe2(stdout)"}, std::pair{err_pipe, "pipe2(stderr)"},
-                                std::pair{report, "pipe2(report)"}}) {
+  for (auto [pipe_fds, name] : {std::pair{in_pipe, "pipe2(stdin)"}, std::pair{out_pipe, "pipe2(stdout)"},
+                                std::pair{err_pipe, "pipe2(stderr)"}}) {
     if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
       int err = errno;
       close_pipes();
@@ -262,8 +259,7 @@ int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ct
     error = describe_errno("mmap(command region)", err);
     return -err;
   }
-  prepare_child_region(region, ctx, cgroup_dirfd, request[0], in_pipe[0], out_pipe[1], err_pipe[1], report[1],
-                       true);
+  prepare_child_region(region, ctx, cgroup_procs, -1, in_pipe[0], out_pipe[1], err_pipe[1], -1, true);
   // The region is the template's to read after this write, and its child's after the
   // clone; PID 1 touches it again only to lay out the command (launch_command).
   ssize_t sent = write(tpl.request_write, &region, sizeof region);
@@ -299,20 +295,18 @@ int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ct
     return answered ? -reply.failure.err : -ETIMEDOUT;
   }
   const pid_t pid = reply.pid;
-  if (int rc = join_exec_cgroup(cgroup_dirfd, pid, error); rc < 0) {
+  if (int rc = join_exec_cgroup(cgroup_procs, pid, error); rc < 0) {
     kill(pid, SIGKILL);
     tpl.orphans.push_back({pid, region});
     close_pipes();
     return rc;
   }
   // The child has its copies; PID 1 keeps its own ends.
-  close_all({request[0], in_pipe[0], out_pipe[1], err_pipe[1], report[1]});
+  close_all({in_pipe[0], out_pipe[1], err_pipe[1]});
   out.pid = pid;
-  out.request_write = request[1];
   out.stdin_write = in_pipe[1];
   out.stdout_read = out_pipe[0];
   out.stderr_read = err_pipe[0];
-  out.report_read = report[0];
   out.region = region;
   return 0;
 }

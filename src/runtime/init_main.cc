@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "runtime/cgroup_kill.h"
+#include "runtime/command_region.h"
 #include "runtime/mount.h"
 #include "runtime/net.h"
 #include "runtime/process.h"
@@ -47,13 +48,23 @@ constexpr int kControlFd = 3;
 // Every listener's fd travels in the one ready message.
 static_assert(rt::kMaxListeners <= proto::kMaxFds);
 
+// An execution's cgroup, with the control files PID 1 uses for every command kept open
+// (an open and a close of each per command, otherwise).
+struct ExecCgroup {
+  std::string name;
+  int dir_fd = -1;
+  int procs_fd = -1;   // cgroup.procs, written to move a command's child in
+  int events_fd = -1;  // cgroup v2's cgroup.events ("populated"); -1 on v1
+};
+
 struct Execution {
   uint32_t id = 0;
   pid_t pid = -1;
-  int cgroup_fd = -1;
-  int report_fd = -1;  // open until the child's execve (or its failure) is known
+  ExecCgroup cgroup;
+  // Open until the child's execve (or its failure) is known; -1 for a child of the
+  // template, which says both in its region.
+  int report_fd = -1;
   bool failed = false;
-  std::string cgroup_name;
   // The shared-memory child's stack and request, until it has exec'd or is reaped.
   rt::CommandRegion* region = nullptr;
 };
@@ -106,8 +117,10 @@ class Init {
       for (size_t i = 0; i < report_ids.size(); ++i)
         if (fds[i + 2].revents) check_report(report_ids[i]);
       if (fds[1].revents & POLLIN) {
-        signalfd_siginfo info;
-        while (read(sfd, &info, sizeof info) == sizeof info) {
+        // Every queued SIGCHLD in one read (one is queued however many children exited);
+        // reap() asks the kernel for each zombie.
+        signalfd_siginfo info[4];
+        while (read(sfd, info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
         }
         reap();
       }
@@ -172,6 +185,8 @@ class Init {
       exec.pid = prepared.command.pid;
       exec.report_fd = prepared.command.report_read;
       exec.region = prepared.command.region;
+      // Regions whose children have exec'd since are free for the next one.
+      release_started_regions();
       // A plain command's stdin is closed here (it reads end of file); a process the
       // server talks to gets its write end sent along, the third descriptor.
       int fds[3] = {prepared.command.stdout_read, prepared.command.stderr_read, prepared.command.stdin_write};
@@ -194,25 +209,29 @@ class Init {
     Prepared prepared;
     if (!free_cgroups_.empty()) {
       // An emptied execution cgroup is reused rather than removed and made again.
-      prepared.exec.cgroup_name = std::move(free_cgroups_.back().name);
-      prepared.exec.cgroup_fd = free_cgroups_.back().fd;
+      prepared.exec.cgroup = std::move(free_cgroups_.back());
       free_cgroups_.pop_back();
       return prepare_in(prepared, error);
     }
-    prepared.exec.cgroup_name = "e" + std::to_string(++cgroup_counter_);
-    if (mkdirat(exec_parent_fd_, prepared.exec.cgroup_name.c_str(), 0755) != 0 && errno != EEXIST) {
+    ExecCgroup& cgroup = prepared.exec.cgroup;
+    cgroup.name = "e" + std::to_string(++cgroup_counter_);
+    if (mkdirat(exec_parent_fd_, cgroup.name.c_str(), 0755) != 0 && errno != EEXIST) {
       int err = errno;
-      error = rt::describe_errno("mkdirat(exec cgroup " + prepared.exec.cgroup_name + ")", err);
+      error = rt::describe_errno("mkdirat(exec cgroup " + cgroup.name + ")", err);
       return -err;
     }
-    prepared.exec.cgroup_fd =
-        openat(exec_parent_fd_, prepared.exec.cgroup_name.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (prepared.exec.cgroup_fd < 0) {
+    cgroup.dir_fd = openat(exec_parent_fd_, cgroup.name.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (cgroup.dir_fd >= 0) cgroup.procs_fd = openat(cgroup.dir_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+    if (cgroup.procs_fd < 0) {
       int err = errno;
-      unlinkat(exec_parent_fd_, prepared.exec.cgroup_name.c_str(), AT_REMOVEDIR);
-      error = rt::describe_errno("openat(exec cgroup " + prepared.exec.cgroup_name + ")", err);
+      const char* what = cgroup.dir_fd < 0 ? "openat(exec cgroup " : "openat(cgroup.procs of exec cgroup ";
+      rt::close_all({cgroup.dir_fd});
+      unlinkat(exec_parent_fd_, cgroup.name.c_str(), AT_REMOVEDIR);
+      error = rt::describe_errno(what + cgroup.name + ")", err);
       return -err;
     }
+    // Only cgroup v2 has it; v1's emptiness is read from cgroup.procs.
+    cgroup.events_fd = openat(cgroup.dir_fd, "cgroup.events", O_RDONLY | O_CLOEXEC);
     return prepare_in(prepared, error);
   }
 
@@ -220,12 +239,12 @@ class Init {
     // Cloned from the template, which installed the filter and credentials once; made
     // directly (the same steps, per command) when the template cannot.
     std::string template_error;
-    if (rt::prepare_command_from_template(template_, ctx_, prepared.exec.cgroup_fd, prepared.command,
+    if (rt::prepare_command_from_template(template_, ctx_, prepared.exec.cgroup.procs_fd, prepared.command,
                                           template_error) == 0) {
       next_ = std::move(prepared);
       return 0;
     }
-    if (int rc = rt::prepare_command(ctx_, prepared.exec.cgroup_fd, prepared.command, error); rc < 0) {
+    if (int rc = rt::prepare_command(ctx_, prepared.exec.cgroup.procs_fd, prepared.command, error); rc < 0) {
       lingering_.push_back(prepared.exec);
       sweep_lingering();
       return rc;
@@ -234,11 +253,26 @@ class Init {
     return 0;
   }
 
-  // EOF on the report pipe: execve succeeded. Data: a step before it failed.
+  // EOF on the report pipe: execve succeeded. Data: a step before it failed. A child of
+  // the template says the same in its region: its pid word cleared (it exec'd or exited),
+  // with a failure written first if a step failed.
   void check_report(uint32_t id) {
     auto it = running_.find(id);
-    if (it == running_.end() || it->second.report_fd < 0) return;
+    if (it == running_.end()) return;
     Execution& exec = it->second;
+    if (exec.report_fd < 0) {
+      // (A child made directly, whose report said it failed, may still run on its region.)
+      if (!exec.region || !exec.region->from_template || !rt::template_child_done(*exec.region)) return;
+      rt::SpawnFailure failure = exec.region->failure;
+      rt::release_region(exec.region);
+      exec.region = nullptr;
+      if (failure.err != 0) {
+        failure.step[sizeof failure.step - 1] = '\0';
+        exec.failed = true;
+        fail(id, failure.err, rt::describe_errno(failure.step, failure.err));
+      }
+      return;
+    }
     rt::SpawnFailure failure{};
     ssize_t n = rt::retry_eintr([&] { return read(exec.report_fd, &failure, sizeof failure); });
     if (n < 0 && errno == EAGAIN) return;
@@ -257,6 +291,12 @@ class Init {
     }
   }
 
+  // A long command keeps its child's region only until the child has exec'd.
+  void release_started_regions() {
+    for (auto& [id, exec] : running_)
+      if (exec.region && exec.region->from_template) check_report(id);
+  }
+
   void fail(uint32_t id, int err, const std::string& what) {
     proto::send_message(kControlFd, proto::Type::kSpawnFailed, id, err, what);
   }
@@ -264,7 +304,7 @@ class Init {
   void kill_execution(uint32_t id) {
     auto it = running_.find(id);
     int rc = 0;
-    if (it != running_.end()) rc = rt::kill_cgroup_tree(it->second.cgroup_fd, spec_.kill_method);
+    if (it != running_.end()) rc = rt::kill_cgroup_tree(it->second.cgroup.dir_fd, spec_.kill_method);
     proto::send_message(kControlFd, proto::Type::kKilled, id, rc, {});
     reap();
   }
@@ -316,16 +356,32 @@ class Init {
   // process into it, so a command's tree (to kill on timeout) is still exactly its own.
   void sweep_lingering() {
     for (auto it = lingering_.begin(); it != lingering_.end();) {
-      if (free_cgroups_.size() < kKeptCgroups && rt::cgroup_is_empty(it->cgroup_fd)) {
-        free_cgroups_.push_back({std::move(it->cgroup_name), it->cgroup_fd});
+      ExecCgroup& cgroup = it->cgroup;
+      if (free_cgroups_.size() < kKeptCgroups && exec_cgroup_empty(cgroup)) {
+        free_cgroups_.push_back(std::move(cgroup));
         it = lingering_.erase(it);
-      } else if (unlinkat(exec_parent_fd_, it->cgroup_name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) {
-        close(it->cgroup_fd);
+      } else if (unlinkat(exec_parent_fd_, cgroup.name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) {
+        rt::close_all({cgroup.dir_fd, cgroup.procs_fd, cgroup.events_fd});
         it = lingering_.erase(it);
       } else {
         ++it;
       }
     }
+  }
+
+  // v2: "populated 0" in cgroup.events, read again through the descriptor kept open. v1
+  // has no such file, and its cgroup.procs must be opened afresh for each look: a
+  // descriptor read again within a second is answered from the kernel's cached list.
+  static bool exec_cgroup_empty(const ExecCgroup& cgroup) {
+    if (cgroup.events_fd >= 0) {
+      char text[128];
+      ssize_t n = pread(cgroup.events_fd, text, sizeof text - 1, 0);
+      if (n > 0) {
+        text[n] = '\0';
+        if (const char* populated = std::strstr(text, "populated ")) return populated[10] == '0';
+      }
+    }
+    return rt::cgroup_is_empty(cgroup.dir_fd);
   }
 
   rt::Spec spec_;
@@ -340,11 +396,7 @@ class Init {
   uint32_t cgroup_counter_ = 0;
   // Emptied execution cgroups kept for reuse.
   static constexpr size_t kKeptCgroups = 2;
-  struct FreeCgroup {
-    std::string name;
-    int fd;
-  };
-  std::vector<FreeCgroup> free_cgroups_;
+  std::vector<ExecCgroup> free_cgroups_;
   // Regions of children discarded before their command, until they are reaped.
   std::map<pid_t, rt::CommandRegion*> discarded_regions_;
 };

@@ -35,7 +35,7 @@ bool use_shared_memory_child() {
 #endif
 }
 
-int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand& out, std::string& error) {
+int prepare_command(const CommandContext& ctx, int cgroup_procs, PreparedCommand& out, std::string& error) {
   int request[2] = {-1, -1}, in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1},
       report[2] = {-1, -1};
   for (auto [pipe_fds, name] : {std::pair{request, "pipe2(request)"}, std::pair{in_pipe, "pipe2(stdin)"},
@@ -57,7 +57,7 @@ int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand
     error = describe_errno("mmap(command region)", err);
     return -err;
   }
-  prepare_child_region(region, ctx, cgroup_dirfd, request[0], in_pipe[0], out_pipe[1], err_pipe[1], report[1],
+  prepare_child_region(region, ctx, cgroup_procs, request[0], in_pipe[0], out_pipe[1], err_pipe[1], report[1],
                        false);
   // The child gets its own copy of the descriptor table (no CLONE_FILES), so the ends
   // it keeps are closed here, and the ones PID 1 keeps are closed there by close_range.
@@ -97,6 +97,17 @@ int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand
 }
 
 int launch_command(PreparedCommand& prepared, const std::string& encoded_request) {
+  if (prepared.region && prepared.region->from_template) {
+    // A child of the template: the request goes into its region and the child is woken
+    // there. A child that has exited (an agent can kill it) has cleared its pid word.
+    CommandRegion& region = *prepared.region;
+    if (template_child_done(region)) return -EPIPE;
+    if (encoded_request.size() > region.data_capacity) return -E2BIG;
+    std::memcpy(region.data(), encoded_request.data(), encoded_request.size());
+    if (!lay_out(region, encoded_request.size(), region.ctx->static_bash)) return -EINVAL;
+    wake_template_child(region, kGoToken);
+    return 0;
+  }
   std::string message(sizeof(uint32_t), '\0');
   if (prepared.region) {
     // The child reads the region only after the token (see command_child.cc).
@@ -128,6 +139,8 @@ int launch_command(PreparedCommand& prepared, const std::string& encoded_request
 }
 
 void discard_prepared(PreparedCommand& prepared) {
+  // A child of the template waits on its region, not on a pipe whose close it would see.
+  if (prepared.region && prepared.region->from_template) wake_template_child(*prepared.region, kQuitToken);
   close_all({prepared.request_write, prepared.stdin_write, prepared.stdout_read, prepared.stderr_read,
              prepared.report_read});
   CommandRegion* region = prepared.region;

@@ -55,7 +55,9 @@ void release_region(CommandRegion* region);
 // command on a pipe. PID 1 keeps one ready, so a command only pays for the exec.
 struct PreparedCommand {
   pid_t pid = -1;
-  int request_write = -1;  // the encoded SpawnRequest goes here, length first
+  // The encoded SpawnRequest goes here, length first. -1 for a child of the template,
+  // which is woken through its region and says there when it has exec'd or exited.
+  int request_write = -1;
   // The command's stdin. PID 1 closes it at once for a plain command (its stdin is then
   // an empty pipe at end of file, as /dev/null would be) and hands it to the server for
   // a long-lived process the server talks to (the Python kernel's request channel).
@@ -63,7 +65,8 @@ struct PreparedCommand {
   int stdout_read = -1;
   int stderr_read = -1;
   // Closes (EOF) when execve succeeds; carries a SpawnFailure when a step before it
-  // failed. Polled, so PID 1 never waits for a child's execve.
+  // failed. Polled, so PID 1 never waits for a child's execve. -1 for a child of the
+  // template (its region has both: template_child_done, failure).
   int report_read = -1;
   // The shared-memory child's stack and request; PID 1 owns it until release_region.
   CommandRegion* region = nullptr;
@@ -75,12 +78,14 @@ struct SpawnFailure {
   char step[96];
 };
 
-// Starts (clone or fork) a child that joins the cgroup at cgroup_dirfd and waits for its command.
-// Returns 0, or a negative errno with `error` naming the failed call.
-int prepare_command(const CommandContext& ctx, int cgroup_dirfd, PreparedCommand& out, std::string& error);
+// Starts (clone or fork) a child that joins the execution cgroup whose cgroup.procs is
+// open at cgroup_procs and waits for its command. Returns 0, or a negative errno with
+// `error` naming the failed call.
+int prepare_command(const CommandContext& ctx, int cgroup_procs, PreparedCommand& out, std::string& error);
 
-// Hands the encoded SpawnRequest to a prepared child and closes request_write.
-// Returns 0, or -EPIPE when the child is gone (prepare another).
+// Hands the encoded SpawnRequest to a prepared child: laid out in its region and the
+// child woken there (a child of the template), or written on request_write, which is
+// then closed. Returns 0, or -EPIPE when the child is gone (prepare another).
 int launch_command(PreparedCommand& prepared, const std::string& encoded_request);
 
 // The command template (see command_template.cc): one process per sandbox that became the
@@ -107,15 +112,16 @@ struct CommandTemplate {
 // died or stopped answering): the same child, in its execution cgroup and waiting for
 // its command. Returns 0, or a negative errno with `error` set when the template could
 // not make it (the caller then uses prepare_command).
-int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ctx, int cgroup_dirfd,
+int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ctx, int cgroup_procs,
                                   PreparedCommand& out, std::string& error);
 
 // For every pid PID 1 reaps: true when it was the template (now forgotten, so the next
 // command starts a new one) or a child orphaned by it.
 bool template_reaped(CommandTemplate& tpl, pid_t pid);
 
-// Closes every descriptor the parent holds for a prepared child. Its region, if any,
-// is left in `prepared.region` (the child may still run on it until it is reaped).
+// Closes every descriptor the parent holds for a prepared child that never got its
+// command (a child of the template is told to exit). Its region, if any, is left in
+// `prepared.region` (the child may still run on it until it is reaped).
 void discard_prepared(PreparedCommand& prepared);
 
 }  // namespace sandboxd::runtime
