@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -126,6 +127,27 @@ TEST_F(CommandTemplateTest, AFullPidsLimitFailsCleanlyAndRecovers) {
   sandbox = harness->start(options);
   auto bomb = harness->exec(*sandbox, "bomb() { bomb | bomb & }; bomb; sleep 30", 3s);
   EXPECT_EQ(bomb.return_code, 124);
+  expect_commands_work();
+}
+
+// A child of the template that cannot reach execve says why through its region (it has
+// no report pipe): here the workspace is made unenterable from the host, so the next
+// commands' chdir fails. Each call fails with that step and reason, PID 1 keeps serving,
+// and once the folder is usable again commands run as always.
+TEST_F(CommandTemplateTest, AChildThatCannotStartSaysWhyAndTheNextCommandsRun) {
+  ASSERT_EQ(run("true").return_code, 0);
+  const fs::perms usable = fs::status(dirs->workspace).permissions();
+  fs::permissions(dirs->workspace, fs::perms::none);
+  for (int i = 0; i < 3; ++i) {
+    try {
+      auto r = run("true");
+      ADD_FAILURE() << "ran in a workspace it may not enter: " << r.return_code;
+    } catch (const rt::SandboxError& e) {
+      EXPECT_NE(std::string(e.what()).find("chdir(cwd)"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::strerror(EACCES)), std::string::npos) << e.what();
+    }
+  }
+  fs::permissions(dirs->workspace, usable);
   expect_commands_work();
 }
 
