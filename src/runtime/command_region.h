@@ -49,6 +49,15 @@ struct CommandRegion {
   // What a child of the template that could not reach execve writes before it exits
   // (err 0: nothing failed).
   SpawnFailure failure;
+  // The template's own region: how PID 1 asks it for a child and it answers (see
+  // command_template.cc). `state` is a futex word the kernel sets to 0 when the
+  // template exits (CLONE_CHILD_CLEARTID), which wakes PID 1 if it is waiting.
+  struct TemplateHandshake {
+    uint32_t state;
+    CommandRegion* request;  // the region of the child to clone
+    int pid;                 // > 0: the child; <= 0: nothing was cloned
+    int setup_failed;        // the template could not become the agent (failure says why)
+  } handshake;
   char* data() { return reinterpret_cast<char*>(this + 1); }
 };
 
@@ -58,7 +67,9 @@ struct CommandRegion {
 inline constexpr uint32_t kGoToken = 0xffffffffu;
 inline constexpr uint32_t kQuitToken = 0xfffffffeu;
 
-// A template child: PID 1 wakes it for its command (kGoToken) or to exit (kQuitToken).
+// Stores `token` in the region's start_word and wakes who waits on it: a template child
+// (kGoToken: its command is laid out; kQuitToken: none will come), or the template
+// itself (kGoToken: a child's region is in its handshake).
 void wake_template_child(CommandRegion& region, uint32_t token);
 
 // A template child has exec'd or exited: it will not touch its region again (its

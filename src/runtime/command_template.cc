@@ -2,10 +2,12 @@
 // once, from which each command's child is cloned (process.h, CommandTemplate).
 
 #include <fcntl.h>
-#include <poll.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <string>
@@ -96,22 +98,26 @@ sandboxd_raw_clone_on_stack:
 #define SANDBOXD_HAVE_TEMPLATE 0
 #endif
 
-// What the template answers for each region PID 1 hands it, and once if its setup failed.
-struct TemplateReply {
-  int pid;  // > 0: the child; <= 0: nothing was cloned
-  int setup_failed;
-  SpawnFailure failure;
-};
+// The handshake in the template's region (CommandRegion::TemplateHandshake::state):
+// PID 1 moves it from idle to asked, and wakes the template on its start_word with the
+// child's region in `request`; the template clones, writes pid (or a failure) and moves
+// it to answered; PID 1 reads the answer and moves it back to idle. The kernel sets it
+// to 0 when the template exits, whatever it was, and wakes PID 1 if it is waiting. PID 1
+// waits on it as a shared futex, because that is how the kernel wakes it at the exit.
+constexpr uint32_t kTemplateIdle = 1, kTemplateAsked = 2, kTemplateAnswered = 3;
 
-void template_reply(int fd, int pid, bool setup_failed, const char* step, long rc) {
-  TemplateReply reply{};
-  reply.pid = pid;
-  reply.setup_failed = setup_failed;
-  reply.failure.err = static_cast<int>(-rc);
+void template_answer(CommandRegion& self, int pid, const char* step, long rc) {
+  CommandRegion::TemplateHandshake& h = self.handshake;
+  h.pid = pid;
+  self.failure.err = static_cast<int>(-rc);
   size_t n = length_of(step);
-  if (n > sizeof reply.failure.step - 1) n = sizeof reply.failure.step - 1;
-  for (size_t i = 0; i < n; ++i) reply.failure.step[i] = step[i];
-  sys(SYS_write, fd, reinterpret_cast<long>(&reply), sizeof reply);  // < PIPE_BUF: atomic
+  if (n > sizeof self.failure.step - 1) n = sizeof self.failure.step - 1;
+  for (size_t i = 0; i < n; ++i) self.failure.step[i] = step[i];
+  self.failure.step[n] = '\0';
+  uint32_t asked = kTemplateAsked;
+  if (__atomic_compare_exchange_n(&h.state, &asked, kTemplateAnswered, false, __ATOMIC_RELEASE,
+                                  __ATOMIC_RELAXED))
+    sys(SYS_futex, reinterpret_cast<long>(&h.state), FUTEX_WAKE, 1);
 }
 
 // The template: becomes the confined agent once, then clones a child per region PID 1
@@ -123,21 +129,25 @@ int template_main(void* arg) {
   sys(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&all), 0, sizeof all);
   const char* step = "";
   if (long rc = become_confined_agent(*self.ctx, &step); rc < 0) {
-    template_reply(self.report_fd, 0, true, step, rc);
+    // Said before it exits; PID 1 reads it when it sees the template gone.
+    self.handshake.setup_failed = 1;
+    template_answer(self, 0, step, rc);
     child_exit(127);
   }
 #if SANDBOXD_HAVE_TEMPLATE
   auto template_child_main = [](void* arg) -> int { run_child(*static_cast<CommandRegion*>(arg), true); };
   for (;;) {
-    CommandRegion* child = nullptr;
-    if (!read_exactly(self.request_read, &child, sizeof child)) child_exit(0);
+    while (__atomic_load_n(&self.start_word, __ATOMIC_ACQUIRE) != kGoToken)
+      sys(SYS_futex, reinterpret_cast<long>(&self.start_word), FUTEX_WAIT_PRIVATE, 0, 0);
+    __atomic_store_n(&self.start_word, 0, __ATOMIC_RELAXED);
+    CommandRegion* child = self.handshake.request;
     long pid =
         sandboxd_raw_clone_on_stack(CLONE_VM | CLONE_PARENT | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID,
                                     stack_top(child), &child->template_child_pid, template_child_main, child);
     if (pid > 0)
-      template_reply(self.report_fd, static_cast<int>(pid), false, "", 0);
+      template_answer(self, static_cast<int>(pid), "", 0);
     else
-      template_reply(self.report_fd, 0, false, "clone(CLONE_VM|CLONE_PARENT) in the template", pid);
+      template_answer(self, 0, "clone(CLONE_VM|CLONE_PARENT) in the template", pid);
   }
 #else
   child_exit(127);
@@ -153,8 +163,6 @@ int template_main(void* arg) {
 constexpr int kTemplateReplyTimeoutMs = 1000;
 
 void forget_template(CommandTemplate& tpl) {
-  // Its descriptors are in PID 1's table (the template shares it, CLONE_FILES).
-  close_all({tpl.pidfd, tpl.request_write, tpl.request_read, tpl.reply_write, tpl.reply_read});
   release_region(tpl.region);
   bool unusable = tpl.unusable;
   auto orphans = std::move(tpl.orphans);
@@ -173,44 +181,66 @@ void kill_template(CommandTemplate& tpl) {
 }
 
 int start_template(CommandTemplate& tpl, const CommandContext& ctx, std::string& error) {
-  int request[2] = {-1, -1}, reply[2] = {-1, -1};
-  if (pipe2(request, O_CLOEXEC) != 0 || pipe2(reply, O_CLOEXEC) != 0) {
-    int err = errno;
-    close_all({request[0], request[1], reply[0], reply[1]});
-    error = describe_errno("pipe2(template)", err);
-    return -err;
-  }
   CommandRegion* region = acquire_region();
   if (!region) {
     int err = errno;
-    close_all({request[0], request[1], reply[0], reply[1]});
     error = describe_errno("mmap(template region)", err);
     return -err;
   }
   region->ctx = &ctx;
-  region->request_read = request[0];
-  region->report_fd = reply[1];
   region->data_used = 0;
-  int pidfd = -1;
+  region->start_word = 0;
+  region->failure = {};
+  region->handshake = {};
+  // Idle before the clone, so that only the template's exit can make it 0.
+  region->handshake.state = kTemplateIdle;
   // CLONE_FILES: the children it clones get PID 1's descriptors (their pipes) as a child
   // of PID 1 would; they mark everything close-on-exec as such a child does.
-  pid_t pid =
-      clone(template_main, stack_top(region), CLONE_VM | CLONE_FILES | CLONE_PIDFD | SIGCHLD, region, &pidfd);
+  pid_t pid = clone(template_main, stack_top(region), CLONE_VM | CLONE_FILES | CLONE_CHILD_CLEARTID | SIGCHLD,
+                    region, nullptr, nullptr, &region->handshake.state);
   if (pid < 0) {
     int err = errno;
     release_region(region);
-    close_all({request[0], request[1], reply[0], reply[1]});
     error = describe_errno("clone(template)", err);
     return -err;
   }
   tpl.pid = pid;
-  tpl.pidfd = pidfd;
-  tpl.request_read = request[0];
-  tpl.request_write = request[1];
-  tpl.reply_read = reply[0];
-  tpl.reply_write = reply[1];
   tpl.region = region;
   return 0;
+}
+
+// Asks the template for a child on `region`. True when it answered (its answer is in
+// its region); false when it exited or did not answer within the timeout.
+bool ask_template(CommandTemplate& tpl, CommandRegion* region) {
+  CommandRegion& self = *tpl.region;
+  CommandRegion::TemplateHandshake& h = self.handshake;
+  h.request = region;
+  h.pid = 0;
+  uint32_t idle = kTemplateIdle;
+  if (!__atomic_compare_exchange_n(&h.state, &idle, kTemplateAsked, false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE))
+    return false;  // it has exited
+  wake_template_child(self, kGoToken);
+  timespec deadline{};
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  deadline.tv_sec += kTemplateReplyTimeoutMs / 1000;
+  deadline.tv_nsec += (kTemplateReplyTimeoutMs % 1000) * 1'000'000L;
+  if (deadline.tv_nsec >= 1'000'000'000L) {
+    deadline.tv_sec += 1;
+    deadline.tv_nsec -= 1'000'000'000L;
+  }
+  uint32_t state;
+  while ((state = __atomic_load_n(&h.state, __ATOMIC_ACQUIRE)) == kTemplateAsked) {
+    // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline.
+    long rc = syscall(SYS_futex, &h.state, FUTEX_WAIT_BITSET, kTemplateAsked, &deadline, nullptr,
+                      FUTEX_BITSET_MATCH_ANY);
+    if (rc < 0 && errno == ETIMEDOUT) break;
+  }
+  if (state != kTemplateAnswered) return false;
+  // Back to idle for the next request (unless it has exited meanwhile: then 0 stays).
+  uint32_t answered = kTemplateAnswered;
+  __atomic_compare_exchange_n(&h.state, &answered, kTemplateIdle, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+  return true;
 }
 
 // Moves a template's child into its execution cgroup (the child, as the agent, may not)
@@ -260,24 +290,15 @@ int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ct
     return -err;
   }
   prepare_child_region(region, ctx, cgroup_procs, -1, in_pipe[0], out_pipe[1], err_pipe[1], -1, true);
-  // The region is the template's to read after this write, and its child's after the
-  // clone; PID 1 touches it again only to lay out the command (launch_command).
-  ssize_t sent = write(tpl.request_write, &region, sizeof region);
-  TemplateReply reply{};
-  bool answered = false;
-  if (sent == static_cast<ssize_t>(sizeof region)) {
-    pollfd fds[2] = {{tpl.reply_read, POLLIN, 0}, {tpl.pidfd, POLLIN, 0}};
-    for (;;) {
-      int n = poll(fds, 2, kTemplateReplyTimeoutMs);
-      if (n < 0 && errno == EINTR) continue;
-      if (n > 0 && (fds[0].revents & POLLIN))
-        answered = read(tpl.reply_read, &reply, sizeof reply) == static_cast<ssize_t>(sizeof reply);
-      break;  // answered, died (pidfd readable) or timed out
-    }
-  }
-  if (!answered || reply.setup_failed || reply.pid <= 0) {
-    if (answered && reply.setup_failed) tpl.unusable = true;  // the same steps would fail again
-    if (!answered || reply.setup_failed) {
+  // The region is the template's to read once asked, and its child's after the clone;
+  // PID 1 touches it again only to lay out the command (launch_command).
+  const bool answered = ask_template(tpl, region);
+  const CommandRegion& self = *tpl.region;
+  const bool setup_failed = self.handshake.setup_failed != 0;
+  if (!answered || setup_failed || self.handshake.pid <= 0) {
+    if (setup_failed) tpl.unusable = true;  // the same steps would fail again
+    SpawnFailure failure = self.failure;
+    if (!answered || setup_failed) {
       kill_template(tpl);
       // A clone may have happened before it died: that child is PID 1's, and waits
       // for a command that will not come.
@@ -289,12 +310,12 @@ int prepare_command_from_template(CommandTemplate& tpl, const CommandContext& ct
     }
     release_region(region);
     close_pipes();
-    reply.failure.step[sizeof reply.failure.step - 1] = '\0';
-    error = answered ? describe_errno(reply.failure.step, reply.failure.err)
-                     : "the command template did not answer";
-    return answered ? -reply.failure.err : -ETIMEDOUT;
+    failure.step[sizeof failure.step - 1] = '\0';
+    const bool said = answered || setup_failed;
+    error = said ? describe_errno(failure.step, failure.err) : "the command template did not answer";
+    return said ? -failure.err : -ETIMEDOUT;
   }
-  const pid_t pid = reply.pid;
+  const pid_t pid = self.handshake.pid;
   if (int rc = join_exec_cgroup(cgroup_procs, pid, error); rc < 0) {
     kill(pid, SIGKILL);
     tpl.orphans.push_back({pid, region});

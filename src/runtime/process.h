@@ -94,10 +94,9 @@ int launch_command(PreparedCommand& prepared, const std::string& encoded_request
 // setting them up again. Owned by PID 1; killed and replaced when it stops answering.
 struct CommandTemplate {
   pid_t pid = -1;
-  int pidfd = -1;
-  int request_write = -1, request_read = -1;  // PID 1 -> template: a child's region
-  int reply_write = -1, reply_read = -1;      // template -> PID 1: the child's pid
-  CommandRegion* region = nullptr;            // the template's own stack
+  // The template's own stack, and the handshake through which PID 1 asks it for a
+  // child (no descriptors: futex words in this region).
+  CommandRegion* region = nullptr;
   // Its setup failed once (the same steps would fail again): prepare directly.
   bool unusable = false;
   // Children whose template died before saying so, killed, until reaped.
