@@ -32,9 +32,11 @@
 //    PID 1 sees it exec or die (release_region).
 //  - The command reaches the child through the region: PID 1 lays it out there (argv,
 //    envp, cwd; parsed and checked by PID 1) and only then writes a token on the
-//    request pipe; the child reads the region only after reading the token (the pipe's
-//    write and read order the memory accesses), and PID 1 does not touch the region
-//    again until the child is done with it.
+//    request pipe, or, for a child of the template, stores it in the region's start
+//    word (a release store the child's acquire load pairs with) and wakes the futex;
+//    the child reads the region only after the token (the pipe's write and read, or
+//    that store and load, order the memory accesses), and PID 1 does not touch the
+//    region again until the child is done with it.
 //  - Everything that protects PID 1 from the child's future owner holds before the
 //    child becomes the agent: all signals stay blocked from the start until the last
 //    step before execve (a core-dumping signal to a task sharing an address space

@@ -46,7 +46,8 @@ bool use_shared_memory_child();
 // A child's stack and request, in PID 1's memory (command_region.h).
 struct CommandRegion;
 // Gives a region back once its child can no longer use it: its execve succeeded (the
-// report pipe closed without a failure) or it has been reaped.
+// report pipe closed without a failure, or a template child's pid word was cleared) or
+// it has been reaped.
 void release_region(CommandRegion* region);
 
 // A child forked ahead of its command: already in its own session and in its
@@ -72,7 +73,8 @@ struct PreparedCommand {
   CommandRegion* region = nullptr;
 };
 
-// What a child that could not reach execve writes to its report pipe.
+// What a child that could not reach execve writes to its report pipe (a child of the
+// template: into its region).
 struct SpawnFailure {
   int err;
   char step[96];
