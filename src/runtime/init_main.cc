@@ -154,8 +154,10 @@ class Init {
   }
 
   void spawn(uint32_t id, const std::string& payload, bool keep_stdin) {
-    proto::SpawnRequest req;
-    if (!proto::decode(payload, req)) {
+    // A child that shares PID 1's memory has the request laid out in its region by PID 1
+    // (launch_command), which checks it as it goes, without a copy of every string; a
+    // forked child lays it out itself, so it is checked here first.
+    if (proto::SpawnRequest req; !ctx_.share_memory && !proto::decode(payload, req)) {
       fail(id, EINVAL, "malformed spawn request");
       return;
     }
