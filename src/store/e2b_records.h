@@ -140,7 +140,7 @@ class E2bRecords {
   class Cache;
   // The writes and fills of one sandbox, one at a time (a stripe is shared by several
   // sandboxes), so that what is applied to the held copy follows the database's order.
-  // Taken before a connection, never on an I/O thread.
+  // Taken before a connection is (never while holding one), as Metadata's stripes are.
   std::mutex& stripe_of(const std::string& id);
   // Runs `write` (a database write of sandbox `id`) under its stripe; on an exception
   // (an unknown outcome) the held copy is forgotten before it goes on.
