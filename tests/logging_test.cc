@@ -3,11 +3,15 @@
 // carry their level, and the numbers are printf's.
 #include <gtest/gtest.h>
 #include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/ostream_sink.h>
 
 #include <boost/json.hpp>
 #include <chrono>
+#include <random>
+#include <sstream>
 #include <string>
 
+#include "base/utf8.h"
 #include "ops/logging.h"
 
 namespace {
@@ -73,6 +77,43 @@ TEST(Logging, JsonLinesCarryTheirLevelAfterTheTime) {
   EXPECT_EQ(wrapped.at("msg"), "listening on \"x\"");
   EXPECT_EQ(wrapped.at("level"), "info");
   EXPECT_TRUE(wrapped.contains("time"));
+}
+
+// Values are scanned eight bytes at a time: a byte to escape or quote is found wherever
+// it stands, in values of every length.
+TEST(Logging, EveryByteToEscapeOrQuoteIsFoundWhereverItStands) {
+  std::mt19937 random(7);
+  for (size_t length = 0; length < 40; ++length) {
+    for (size_t at = 0; at <= length; ++at) {
+      for (char special : {'"', '\\', '\n', '\x01', '\x1f', '\x7f', '\x80', '\xff', ' ', '='}) {
+        std::string value(length, 'a');
+        for (auto& c : value) c = static_cast<char>('0' + random() % 40);  // 0-9 ... W: nothing special
+        if (at < length) value[at] = special;
+        const auto object =
+            boost::json::parse(sandboxd::ops::event_json("e", {{"v", std::string_view(value)}}));
+        ASSERT_EQ(std::string(object.at("v").as_string()), sandboxd::to_valid_utf8(value))
+            << length << " " << at;
+      }
+    }
+  }
+  // The text format quotes a value with a space, a quote, '=' or a newline, wherever it is.
+  std::ostringstream out;
+  auto previous = spdlog::default_logger();
+  auto logger = std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::ostream_sink_st>(out));
+  logger->set_pattern("%v");
+  spdlog::set_default_logger(logger);
+  for (size_t at = 0; at < 19; ++at) {
+    for (char special : {' ', '"', '=', '\n', 'x'}) {
+      std::string value(19, 'v');
+      value[at] = special;
+      out.str("");
+      sandboxd::ops::log_event(spdlog::level::info, "e", {{"k", std::string_view(value)}});
+      const std::string line = out.str();
+      const bool quoted = line.starts_with("e k=\"");
+      EXPECT_EQ(quoted, special != 'x') << line;
+    }
+  }
+  spdlog::set_default_logger(previous);
 }
 
 }  // namespace

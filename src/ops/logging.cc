@@ -11,7 +11,9 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <mutex>
 
@@ -33,9 +35,30 @@ constexpr std::array<unsigned char, 256> kByteClass = [] {
   return classes;
 }();
 
+// Eight bytes at a time (the bit tricks of "Bit Twiddling Hacks": a word has a zero
+// byte, a byte below n), the rest by the table: every value of every line is scanned.
+constexpr uint64_t kOnes = 0x0101010101010101ULL, kHighBits = 0x8080808080808080ULL;
+constexpr uint64_t has_zero_byte(uint64_t word) { return (word - kOnes) & ~word & kHighBits; }
+constexpr uint64_t has_byte(uint64_t word, unsigned char byte) {
+  return has_zero_byte(word ^ (kOnes * byte));
+}
+
+bool word_has_byte_of(uint64_t word, unsigned char byte_class) {
+  if (byte_class == kJsonSpecial)  // a byte >= 0x80, below 0x20, a quote or a backslash
+    return (word & kHighBits) | ((word - kOnes * 0x20) & ~word & kHighBits) | has_byte(word, '"') |
+           has_byte(word, '\\');
+  return has_byte(word, ' ') | has_byte(word, '"') | has_byte(word, '=') | has_byte(word, '\n');
+}
+
 bool has_byte_of(std::string_view text, unsigned char byte_class) {
-  for (char c : text)
-    if (kByteClass[static_cast<unsigned char>(c)] & byte_class) return true;
+  size_t i = 0;
+  for (; i + 8 <= text.size(); i += 8) {
+    uint64_t word;
+    std::memcpy(&word, text.data() + i, sizeof word);
+    if (word_has_byte_of(word, byte_class)) return true;
+  }
+  for (; i < text.size(); ++i)
+    if (kByteClass[static_cast<unsigned char>(text[i])] & byte_class) return true;
   return false;
 }
 
@@ -213,22 +236,33 @@ class LineFormatter : public spdlog::formatter {
       char text[64];
       const int n = std::snprintf(text, sizeof text, "[%d-%02d-%02d %02d:%02d:%02d.", tm.tm_year + 1900,
                                   tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-      cached_datetime_.assign(text, static_cast<size_t>(std::max(n, 0)));
+      cached_datetime_.assign(text, static_cast<size_t>(std::clamp(n, 0, static_cast<int>(sizeof text) - 1)));
       cached_seconds_ = seconds;
     }
-    append(dest, cached_datetime_);
-    const char fraction[] = {static_cast<char>('0' + ms / 100), static_cast<char>('0' + ms / 10 % 10),
-                             static_cast<char>('0' + ms % 10), ']', ' '};
-    append(dest, std::string_view(fraction, sizeof fraction));
-    if (msg.logger_name.size() > 0) {
-      dest.push_back('[');
-      append(dest, std::string_view(msg.logger_name.data(), msg.logger_name.size()));
-      append(dest, "] ");
-    }
-    dest.push_back('[');
+    // The prefix put together here and appended once (each append to the buffer is a call).
+    char prefix[96];
+    size_t length = cached_datetime_.size();
+    std::memcpy(prefix, cached_datetime_.data(), length);
+    const char fraction[] = {static_cast<char>('0' + ms / 100),
+                             static_cast<char>('0' + ms / 10 % 10),
+                             static_cast<char>('0' + ms % 10),
+                             ']',
+                             ' ',
+                             '['};
+    std::memcpy(prefix + length, fraction, sizeof fraction);
+    length += sizeof fraction;
     const auto level = spdlog::level::to_string_view(msg.level);
-    append(dest, std::string_view(level.data(), level.size()));
-    append(dest, "] ");
+    if (msg.logger_name.size() > 0) {
+      append(dest, std::string_view(prefix, length));
+      append(dest, std::string_view(msg.logger_name.data(), msg.logger_name.size()));
+      std::memcpy(prefix, "] [", 3);
+      length = 3;
+    }
+    std::memcpy(prefix + length, level.data(), level.size());  // at most "critical"
+    length += level.size();
+    std::memcpy(prefix + length, "] ", 2);
+    length += 2;
+    append(dest, std::string_view(prefix, length));
     append(dest, std::string_view(msg.payload.data(), msg.payload.size()));
     append(dest, spdlog::details::os::default_eol);
   }
