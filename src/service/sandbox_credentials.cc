@@ -51,26 +51,11 @@ std::string scoped_token(const Container& container, int depth) {
 }
 
 std::vector<std::string> sandbox_env(const ops::Config& config, const Container& container, int depth) {
-  std::string_view model = "default";
+  std::string model = "default";
   if (auto it = config.model_names.find("default"); it != config.model_names.end()) model = it->second;
-  // Every command's: each variable built in place, once (no temporaries, no copies out
-  // of an initializer list).
-  auto variable = [](std::string_view name, std::initializer_list<std::string_view> parts) {
-    std::string text;
-    size_t size = name.size();
-    for (auto part : parts) size += part.size();
-    text.reserve(size);
-    text.append(name);
-    for (auto part : parts) text.append(part);
-    return text;
-  };
-  std::vector<std::string> env;
-  env.reserve(3);
   // The SDKs append /v1/messages to the base URL: that is sandboxd's messages endpoint.
-  env.push_back(variable("ANTHROPIC_BASE_URL=", {"http://", ops::kApiHostName, "/api/gpt"}));
-  env.push_back(variable("ANTHROPIC_AUTH_TOKEN=", {scoped_token(container, depth + 1)}));
-  env.push_back(variable("ANTHROPIC_MODEL=", {model}));
-  return env;
+  return {std::string("ANTHROPIC_BASE_URL=http://") + ops::kApiHostName + "/api/gpt",
+          "ANTHROPIC_AUTH_TOKEN=" + scoped_token(container, depth + 1), "ANTHROPIC_MODEL=" + model};
 }
 
 int scoped_token_depth(std::string_view token) {
