@@ -79,8 +79,8 @@ TEST(Logging, JsonLinesCarryTheirLevelAfterTheTime) {
   EXPECT_TRUE(wrapped.contains("time"));
 }
 
-// Values are scanned eight bytes at a time: a byte to escape or quote is found wherever
-// it stands, in values of every length.
+// A byte to escape (JSON) or quote (text) is found wherever it stands, in values of
+// every length: the whole value is escaped or quoted, or appended as it is.
 TEST(Logging, EveryByteToEscapeOrQuoteIsFoundWhereverItStands) {
   std::mt19937 random(7);
   for (size_t length = 0; length < 40; ++length) {

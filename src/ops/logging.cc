@@ -11,7 +11,6 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
-#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -35,30 +34,9 @@ constexpr std::array<unsigned char, 256> kByteClass = [] {
   return classes;
 }();
 
-// Eight bytes at a time (the bit tricks of "Bit Twiddling Hacks": a word has a zero
-// byte, a byte below n), the rest by the table: every value of every line is scanned.
-constexpr uint64_t kOnes = 0x0101010101010101ULL, kHighBits = 0x8080808080808080ULL;
-constexpr uint64_t has_zero_byte(uint64_t word) { return (word - kOnes) & ~word & kHighBits; }
-constexpr uint64_t has_byte(uint64_t word, unsigned char byte) {
-  return has_zero_byte(word ^ (kOnes * byte));
-}
-
-bool word_has_byte_of(uint64_t word, unsigned char byte_class) {
-  if (byte_class == kJsonSpecial)  // a byte >= 0x80, below 0x20, a quote or a backslash
-    return (word & kHighBits) | ((word - kOnes * 0x20) & ~word & kHighBits) | has_byte(word, '"') |
-           has_byte(word, '\\');
-  return has_byte(word, ' ') | has_byte(word, '"') | has_byte(word, '=') | has_byte(word, '\n');
-}
-
 bool has_byte_of(std::string_view text, unsigned char byte_class) {
-  size_t i = 0;
-  for (; i + 8 <= text.size(); i += 8) {
-    uint64_t word;
-    std::memcpy(&word, text.data() + i, sizeof word);
-    if (word_has_byte_of(word, byte_class)) return true;
-  }
-  for (; i < text.size(); ++i)
-    if (kByteClass[static_cast<unsigned char>(text[i])] & byte_class) return true;
+  for (char c : text)
+    if (kByteClass[static_cast<unsigned char>(c)] & byte_class) return true;
   return false;
 }
 
