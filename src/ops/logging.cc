@@ -21,8 +21,6 @@
 namespace sandboxd::ops {
 namespace {
 
-// (Bytes that are not UTF-8, from a request target or a file name, become U+FFFD: a
-// JSON log line always parses.)
 // Byte classes, looked up once per byte: what JSON must escape (or the UTF-8 repair must
 // see), and what makes a text-format value need quotes.
 constexpr unsigned char kJsonSpecial = 1, kTextSpecial = 2;
@@ -40,6 +38,8 @@ bool has_byte_of(std::string_view text, unsigned char byte_class) {
   return false;
 }
 
+// (Bytes that are not UTF-8, from a request target or a file name, become U+FFFD: a
+// JSON log line always parses.)
 void append_escaped(std::string& out, std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
   // Most values (ids, routes, outcomes) are printable ASCII with nothing to escape:
