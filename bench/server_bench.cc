@@ -693,6 +693,13 @@ int main(int argc, char** argv) {
                       dump.c_str());
         } else {
           const double per_command = std::stod(m[1]) / kTraced;
+          // SANDBOXD_BENCH_CALLGRIND_KEEP=FILE keeps the dump (the run's folder is removed at
+          // the end), for callgrind_annotate --inclusive=yes --tree=caller and the like.
+          if (const char* keep = std::getenv("SANDBOXD_BENCH_CALLGRIND_KEEP"); keep && *keep) {
+            std::error_code copy_error;
+            fs::copy_file(dump, keep, fs::copy_options::overwrite_existing, copy_error);
+            std::printf("  (the dump is kept in %s%s)\n", keep, copy_error ? ": copy failed" : "");
+          }
           std::printf("\nthe server's user-space instructions per warm `true` (callgrind, %d commands)\n",
                       kTraced);
           std::printf("  %.0f instructions per command   (goal <= 100000)\n", per_command);
