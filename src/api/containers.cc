@@ -93,7 +93,7 @@ asio::awaitable<Result<Response>> delete_container(ApiContext& api, RequestConte
 }
 
 asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx) {
-  const std::string tool = ctx.params["tool"];
+  const std::string& tool = ctx.params["tool"];
   if (tool != "bash_code_execution" && tool != "text_editor_code_execution" && tool != "code_execution")
     co_return ApiError::not_found("Unknown tool: " + tool);
   auto body = co_await ctx.read_body(kToolBodyLimit);
