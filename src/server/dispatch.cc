@@ -50,7 +50,7 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx,
   }
   try {
     // (Not a ?: of two co_awaits: GCC 12 miscompiles that.)
-    Result<Response> result = ApiError::internal();
+    Result<Response> result = Response{};  // (a placeholder that allocates nothing)
     if (interceptor_)
       result = co_await interceptor_(ctx, handlers_[match.route]);
     else

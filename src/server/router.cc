@@ -58,8 +58,12 @@ size_t Router::add(http::verb method, std::string pattern, std::string name) {
     if (route.kinds.back() == Segment::kRest) break;  // it takes the rest of the path
   }
   route.rest = route.kinds.back() == Segment::kRest;
+  const size_t index = routes_.size();
+  const size_t count = route.segments.size();
+  for (size_t n = count; n <= kIndexedParts && (n == count || route.rest); ++n) by_parts_[n].push_back(index);
+  all_.push_back(index);
   routes_.push_back(std::move(route));
-  return routes_.size() - 1;
+  return index;
 }
 
 bool Router::match_segments(const Route& route, std::span<const std::string_view> parts,
@@ -98,13 +102,18 @@ bool Router::match_segments(const Route& route, std::span<const std::string_view
   return true;
 }
 
+std::span<const size_t> Router::candidates(size_t parts) const {
+  return parts <= kIndexedParts ? std::span<const size_t>(by_parts_[parts]) : std::span<const size_t>(all_);
+}
+
 RouteMatch Router::match(http::verb method, std::string_view path) const {
   RouteMatch result;
   const PathParts split = split_path(path);
   const std::span<const std::string_view> parts(split.data(), split.size());
   std::vector<std::string> allowed;
   std::map<std::string, std::string> params;
-  for (size_t i = 0; i < routes_.size(); ++i) {
+  const auto tried = candidates(parts.size());
+  for (const size_t i : tried) {
     if (!match_segments(routes_[i], parts, params)) continue;
     http::verb route_method = routes_[i].method;
     bool head_via_get = method == http::verb::head && route_method == http::verb::get;
@@ -113,7 +122,7 @@ RouteMatch Router::match(http::verb method, std::string_view path) const {
       if (head_via_get) {
         bool explicit_head = false;
         std::map<std::string, std::string> other;
-        for (size_t j = 0; j < routes_.size(); ++j)
+        for (const size_t j : tried)
           if (routes_[j].method == http::verb::head && match_segments(routes_[j], parts, other))
             explicit_head = true;
         if (explicit_head) continue;

@@ -40,7 +40,14 @@ class Router {
   };
   static bool match_segments(const Route& route, std::span<const std::string_view> parts,
                              std::map<std::string, std::string>& params);
+  // The routes that can match a path of n segments, in table order: those of exactly n
+  // segments and those ending in a {key+} with fewer (paths up to kIndexedParts
+  // segments; a longer one is tried against every route).
+  static constexpr size_t kIndexedParts = 32;
+  std::span<const size_t> candidates(size_t parts) const;
   std::vector<Route> routes_;
+  std::vector<std::vector<size_t>> by_parts_ = std::vector<std::vector<size_t>>(kIndexedParts + 1);
+  std::vector<size_t> all_;
 };
 
 // Percent-decodes one path segment or query value. nullopt on a malformed escape.
