@@ -221,6 +221,62 @@ TEST(HardeningTransport, AHeaderWithAControlByteIsNeverSent) {
   runner.join();
 }
 
+// The transport writes a string answer's header itself: its own fields once (a
+// handler's request-id or nosniff replaced, as set() would), Content-Length right for
+// GET and HEAD, "Connection: close" when the connection ends, and answers whose framing
+// the handler chose (a 204, its own Content-Length) left as the handler made them.
+TEST(HardeningTransport, AStringAnswerIsFramedOnceWithTheTransportsOwnFields) {
+  namespace server = sandboxd::server;
+  boost::asio::io_context io;
+  server::HttpServer http(io, server::ServerLimits{});
+  http.route(server::http::verb::get, "/json", "json",
+             [](server::RequestContext&) -> boost::asio::awaitable<sandboxd::Result<server::Response>> {
+               auto res = server::json_response(server::http::status::ok, "{\"ok\":true}");
+               res.set("request-id", "spoofed");
+               res.set("X-Content-Type-Options", "spoofed");
+               res.set("X-Own", "kept");
+               co_return server::Response(std::move(res));
+             },
+             {.authenticated = false});
+  http.route(server::http::verb::get, "/empty", "empty",
+             [](server::RequestContext&) -> boost::asio::awaitable<sandboxd::Result<server::Response>> {
+               co_return server::Response(server::StringResponse{server::http::status::no_content, 11});
+             },
+             {.authenticated = false});
+  http.route(server::http::verb::get, "/sized", "sized",
+             [](server::RequestContext&) -> boost::asio::awaitable<sandboxd::Result<server::Response>> {
+               server::StringResponse res{server::http::status::ok, 11};
+               res.body() = "abc";
+               res.content_length(3);
+               co_return server::Response(std::move(res));
+             },
+             {.authenticated = false});
+  auto endpoint = http.listen("127.0.0.1", 0);
+  std::thread runner([&] { io.run(); });
+  // GET, HEAD, the 204 and the handler's own length, pipelined on one connection.
+  std::string raw = raw_exchange(endpoint.port(),
+                                 "GET /json HTTP/1.1\r\nHost: x\r\n\r\nHEAD /json HTTP/1.1\r\nHost: x\r\n\r\n"
+                                 "GET /empty HTTP/1.1\r\nHost: x\r\n\r\n"
+                                 "GET /sized HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(count(raw, "HTTP/1.1 200 OK\r\n"), 3u) << raw;
+  EXPECT_EQ(count(raw, "HTTP/1.1 204 No Content\r\n"), 1u) << raw;
+  EXPECT_EQ(count(raw, "spoofed"), 0u) << raw;
+  EXPECT_EQ(count(raw, "\r\nrequest-id: req_"), 4u) << raw;
+  EXPECT_EQ(count(raw, "\r\nX-Content-Type-Options: nosniff\r\n"), 4u) << raw;
+  EXPECT_EQ(count(raw, "\r\nX-Own: kept\r\n"), 2u) << raw;
+  // The GET's body and the HEAD's header announce the same 11 bytes; only the GET sends them.
+  EXPECT_EQ(count(raw, "\r\nContent-Length: 11\r\n"), 2u) << raw;
+  EXPECT_EQ(count(raw, "{\"ok\":true}"), 1u) << raw;
+  EXPECT_EQ(count(raw, "\r\nContent-Length: 3\r\n"), 1u) << raw;
+  // The 204 (Beast's framing, as before) has no body: the next answer follows its header.
+  EXPECT_NE(raw.find("\r\n\r\nHTTP/1.1 200 OK\r\n", raw.find("204 No Content")), std::string::npos) << raw;
+  EXPECT_EQ(count(raw, "\r\nConnection: close\r\n"), 1u) << raw;
+  EXPECT_EQ(raw.substr(raw.size() - 7), "\r\n\r\nabc") << raw;
+  http.stop_accepting();
+  io.stop();
+  runner.join();
+}
+
 // --- 2. invalid UTF-8 never reaches JSON ---------------------------------------------
 
 TEST_F(HardeningTest, NonUtf8FileNamesListAsReplacementAndIdsStayExact) {

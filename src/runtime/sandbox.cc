@@ -168,9 +168,21 @@ struct Sandbox::Execution {
   std::vector<int> fds;
 };
 
+namespace {
+// Every sandbox's executor belongs to the server's io_context (a strand of it, or it).
+asio::io_context& io_context_of(const asio::any_io_executor& executor) {
+  using IoExecutor = asio::io_context::executor_type;
+  if (auto* io = executor.target<IoExecutor>()) return io->context();
+  if (auto* strand = executor.target<asio::strand<IoExecutor>>())
+    return strand->get_inner_executor().context();
+  throw std::logic_error("a sandbox's executor must be an io_context's or a strand of one");
+}
+}  // namespace
+
 Sandbox::Sandbox(asio::any_io_executor executor, std::string name, int control_fd, pid_t launcher,
                  CgroupBackend* cgroups)
-    : strand_(asio::make_strand(executor)),
+    : executor_(executor),
+      strand_(asio::make_strand(io_context_of(executor_))),
       name_(std::move(name)),
       control_(strand_, control_fd),
       launcher_(launcher),

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -92,7 +93,11 @@ std::string timeout_message(std::chrono::milliseconds timeout);
 
 class Sandbox : public std::enable_shared_from_this<Sandbox> {
  public:
-  using Strand = asio::strand<asio::any_io_executor>;
+  // A strand of the io_context's own executor (the one `executor` belongs to), not of
+  // `executor` itself: copied into every handler and coroutine of a command, it fits an
+  // any_io_executor without an allocation, where a strand of an any_io_executor (or of
+  // a container's strand) is allocated at each copy and hops through both strands.
+  using Strand = asio::strand<asio::io_context::executor_type>;
 
   Sandbox(asio::any_io_executor executor, std::string name, int control_fd, pid_t launcher,
           CgroupBackend* cgroups);
@@ -116,7 +121,7 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   asio::awaitable<void> stop();
 
   const std::string& name() const { return name_; }
-  asio::any_io_executor executor() const { return strand_.get_inner_executor(); }
+  asio::any_io_executor executor() const { return executor_; }
   bool running() const { return state_ == State::kRunning; }
   pid_t pid() const { return pid1_; }  // host pid of PID 1
   std::chrono::steady_clock::time_point started_at() const { return started_at_; }
@@ -153,6 +158,7 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   void wake_all();
   int send(protocol::Type type, uint32_t id, std::string_view payload = {}, int64_t value = 0);
 
+  asio::any_io_executor executor_;  // as given
   Strand strand_;
   std::string name_;
   asio::posix::stream_descriptor control_;

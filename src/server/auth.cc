@@ -18,17 +18,36 @@ TokenAuth::TokenAuth(const std::vector<std::pair<std::string, std::string>>& tok
 }
 
 std::string_view presented_token(const RequestContext& ctx) {
-  std::string_view token = ctx.header_value("x-api-key");
-  // E2B's SDKs present their access token so on every call to a sandbox (api/e2b_common.h).
-  if (token.empty()) token = ctx.header_value("x-access-token");
-  // The code interpreter's context calls carry only the traffic token (the same one).
-  if (token.empty()) token = ctx.header_value("e2b-traffic-access-token");
-  if (token.empty()) {
-    std::string_view authorization = ctx.header_value(http::field::authorization);
-    if (authorization.size() > 7 && beast::iequals(authorization.substr(0, 7), "Bearer "))
-      token = authorization.substr(7);
+  // The first of these that the request has (one pass over its fields, not a lookup of
+  // each name): x-api-key; x-access-token, as E2B's SDKs present their access token on
+  // every call to a sandbox (api/e2b_common.h); e2b-traffic-access-token, all that the
+  // code interpreter's context calls carry (the same token); a bearer Authorization.
+  constexpr std::string_view kNames[] = {"x-api-key", "x-access-token", "e2b-traffic-access-token"};
+  // Of each name its first field counts, as a lookup would find it (and an empty one
+  // counts as absent).
+  std::string_view found[std::size(kNames)];
+  bool seen[std::size(kNames)] = {};
+  std::string_view authorization;
+  bool authorization_seen = false;
+  for (const auto& field : ctx.header()) {
+    const std::string_view value(field.value().data(), field.value().size());
+    if (field.name() == http::field::authorization) {
+      if (!authorization_seen) authorization = value;
+      authorization_seen = true;
+      continue;
+    }
+    const std::string_view name(field.name_string().data(), field.name_string().size());
+    for (size_t i = 0; i < std::size(kNames); ++i)
+      if (!seen[i] && beast::iequals(name, kNames[i])) {
+        found[i] = value;
+        seen[i] = true;
+      }
   }
-  return token;
+  for (const auto& token : found)
+    if (!token.empty()) return token;
+  if (authorization.size() > 7 && beast::iequals(authorization.substr(0, 7), "Bearer "))
+    return authorization.substr(7);
+  return {};
 }
 
 Result<void> TokenAuth::authenticate(RequestContext& ctx) const {

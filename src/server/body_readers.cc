@@ -166,6 +166,18 @@ asio::awaitable<bool> RequestContext::send_continue_if_expected() {
 }
 
 asio::awaitable<Result<std::string>> RequestContext::read_body(size_t limit) {
+  // A small sized body usually arrives with its header: taken from the read buffer at
+  // once, without the chunked reader's coroutines around it.
+  if (!kept_body_ && !parser_.is_done() && !parser_.chunked()) {
+    const auto length = parser_.content_length();
+    if (length && *length <= limit && buffer_.size() >= *length &&
+        !beast::iequals(header_value(http::field::expect), "100-continue")) {
+      std::string body(static_cast<const char*>(buffer_.data().data()), static_cast<size_t>(*length));
+      buffer_.consume(static_cast<size_t>(*length));
+      body_read_ = true;
+      co_return body;
+    }
+  }
   std::string body;
   auto rc = co_await read_body_stream(limit, [&](std::string_view chunk) -> Result<void> {
     body.append(chunk);

@@ -15,11 +15,12 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx,
   if (!parsed) co_return error_response(ApiError::invalid_request("Malformed request target"));
   auto url = *parsed;
   for (auto param : url.params()) ctx.query[std::string(param.key)] = std::string(param.value);
-  std::string path(url.encoded_path());
+  const std::string_view path(url.encoded_path().data(), url.encoded_path().size());
   RouteMatch match = router_.match(ctx.method(), path);
   if (match.kind == RouteMatch::Kind::kNotFound)
-    co_return error_response(ApiError::not_found(
-        "No route for " + std::string(http::to_string(ctx.method())) + " " + path.substr(0, 200)));
+    co_return error_response(ApiError::not_found("No route for " +
+                                                 std::string(http::to_string(ctx.method())) + " " +
+                                                 std::string(path.substr(0, 200))));
   if (match.kind == RouteMatch::Kind::kMethodNotAllowed) {
     auto res =
         error_response({http::status::method_not_allowed,
@@ -49,7 +50,7 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx,
   }
   try {
     // (Not a ?: of two co_awaits: GCC 12 miscompiles that.)
-    Result<Response> result = ApiError::internal();
+    Result<Response> result = Response{};  // (a placeholder that allocates nothing)
     if (interceptor_)
       result = co_await interceptor_(ctx, handlers_[match.route]);
     else

@@ -1,12 +1,16 @@
 #include "server/router.h"
 
 #include <algorithm>
+#include <boost/container/small_vector.hpp>
 
 namespace sandboxd::server {
 namespace {
 
-std::vector<std::string_view> split_path(std::string_view path) {
-  std::vector<std::string_view> parts;
+// The segments of a path; a request's path has a few of them, kept without allocating.
+using PathParts = boost::container::small_vector<std::string_view, 16>;
+
+PathParts split_path(std::string_view path) {
+  PathParts parts;
   if (!path.empty() && path[0] == '/') path.remove_prefix(1);
   while (true) {
     auto slash = path.find('/');
@@ -44,31 +48,42 @@ bool percent_decode(std::string_view in, std::string& out) {
 }
 
 size_t Router::add(http::verb method, std::string pattern, std::string name) {
-  Route route{method, {}, std::move(name)};
-  for (auto part : split_path(pattern)) route.segments.emplace_back(part);
+  Route route{method, {}, std::move(name), {}, false};
+  for (auto part : split_path(pattern)) {
+    const bool is_param = part.size() > 2 && part.front() == '{' && part.back() == '}';
+    route.kinds.push_back(!is_param                      ? Segment::kLiteral
+                          : part[part.size() - 2] == '+' ? Segment::kRest
+                                                         : Segment::kParam);
+    route.segments.emplace_back(part);
+    if (route.kinds.back() == Segment::kRest) break;  // it takes the rest of the path
+  }
+  route.rest = route.kinds.back() == Segment::kRest;
+  const size_t index = routes_.size();
+  const size_t count = route.segments.size();
+  for (size_t n = count; n <= kIndexedParts && (n == count || route.rest); ++n) by_parts_[n].push_back(index);
+  all_.push_back(index);
   routes_.push_back(std::move(route));
-  return routes_.size() - 1;
+  return index;
 }
 
-bool Router::match_segments(const Route& route, const std::vector<std::string_view>& parts,
+bool Router::match_segments(const Route& route, std::span<const std::string_view> parts,
                             std::map<std::string, std::string>& params) {
   params.clear();
   // The shape first, without decoding or allocating anything: every route of the table
-  // is tried in turn, and most differ from the path in a literal segment or in length.
-  for (size_t i = 0; i < route.segments.size(); ++i) {
-    const std::string& seg = route.segments[i];
-    const bool is_param = seg.size() > 2 && seg.front() == '{' && seg.back() == '}';
-    if (is_param && seg[seg.size() - 2] == '+') break;  // the rest of the path, checked below
-    if (i >= parts.size() || (is_param ? parts[i].empty() : seg != parts[i])) return false;
-    if (i + 1 == route.segments.size() && parts.size() != route.segments.size()) return false;
+  // is tried in turn, and most differ from the path in length or in a literal segment.
+  // A {key+} takes at least one segment.
+  const size_t count = route.segments.size();
+  if (route.rest ? parts.size() < count : parts.size() != count) return false;
+  for (size_t i = 0; i < count; ++i) {
+    if (route.kinds[i] == Segment::kLiteral ? route.segments[i] != parts[i]
+                                            : route.kinds[i] == Segment::kParam && parts[i].empty())
+      return false;
   }
-  for (size_t i = 0; i < route.segments.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     const std::string& seg = route.segments[i];
-    bool is_param = seg.size() > 2 && seg.front() == '{' && seg.back() == '}';
-    if (is_param && seg[seg.size() - 2] == '+') {
-      // {key+}: the rest of the path, at least one segment, decoded segment by segment
-      // so an encoded "/" inside a segment stays distinguishable only as a character.
-      if (i >= parts.size()) return false;
+    if (route.kinds[i] == Segment::kRest) {
+      // {key+}: the rest of the path, decoded segment by segment so an encoded "/"
+      // inside a segment stays distinguishable only as a character.
       std::string rest, decoded;
       for (size_t j = i; j < parts.size(); ++j) {
         if (!percent_decode(parts[j], decoded)) return false;
@@ -78,24 +93,27 @@ bool Router::match_segments(const Route& route, const std::vector<std::string_vi
       params[seg.substr(1, seg.size() - 3)] = rest;
       return true;
     }
-    if (i >= parts.size()) return false;
-    if (is_param) {
+    if (route.kinds[i] == Segment::kParam) {
       std::string decoded;
-      if (parts[i].empty() || !percent_decode(parts[i], decoded)) return false;
-      params[seg.substr(1, seg.size() - 2)] = decoded;
-    } else if (seg != parts[i]) {
-      return false;
+      if (!percent_decode(parts[i], decoded)) return false;
+      params[seg.substr(1, seg.size() - 2)] = std::move(decoded);
     }
   }
-  return parts.size() == route.segments.size();
+  return true;
+}
+
+std::span<const size_t> Router::candidates(size_t parts) const {
+  return parts <= kIndexedParts ? std::span<const size_t>(by_parts_[parts]) : std::span<const size_t>(all_);
 }
 
 RouteMatch Router::match(http::verb method, std::string_view path) const {
   RouteMatch result;
-  auto parts = split_path(path);
+  const PathParts split = split_path(path);
+  const std::span<const std::string_view> parts(split.data(), split.size());
   std::vector<std::string> allowed;
   std::map<std::string, std::string> params;
-  for (size_t i = 0; i < routes_.size(); ++i) {
+  const auto tried = candidates(parts.size());
+  for (const size_t i : tried) {
     if (!match_segments(routes_[i], parts, params)) continue;
     http::verb route_method = routes_[i].method;
     bool head_via_get = method == http::verb::head && route_method == http::verb::get;
@@ -104,7 +122,7 @@ RouteMatch Router::match(http::verb method, std::string_view path) const {
       if (head_via_get) {
         bool explicit_head = false;
         std::map<std::string, std::string> other;
-        for (size_t j = 0; j < routes_.size(); ++j)
+        for (const size_t j : tried)
           if (routes_[j].method == http::verb::head && match_segments(routes_[j], parts, other))
             explicit_head = true;
         if (explicit_head) continue;

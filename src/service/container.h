@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <chrono>
@@ -39,7 +40,7 @@ struct PythonContext {
 };
 
 struct Container {
-  explicit Container(boost::asio::any_io_executor executor) : strand(boost::asio::make_strand(executor)) {}
+  explicit Container(boost::asio::io_context& io) : strand(boost::asio::make_strand(io)) {}
 
   // What it is: set before it is shared, constant after.
   std::string owner;
@@ -58,8 +59,11 @@ struct Container {
 
   // Its sandbox. Started and stopped on `strand`; the members of `on_strand` are the
   // strand's. The two atomics below give the same answer to readers on any thread: a
-  // command in a running sandbox needs no hop onto the strand.
-  boost::asio::strand<boost::asio::any_io_executor> strand;
+  // command in a running sandbox needs no hop onto the strand. (A strand of the
+  // io_context's own executor: copied into the handlers and coroutines that run on it,
+  // it fits an any_io_executor without an allocation, where a strand of an
+  // any_io_executor is allocated at each copy.)
+  boost::asio::strand<boost::asio::io_context::executor_type> strand;
   struct OnStrand {
     std::shared_ptr<runtime::Sandbox> sandbox;
     std::shared_ptr<Slot> slot;         // when the sandbox came from the pre-started pool

@@ -58,7 +58,7 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
   ops::Admission::Ticket ticket;
   auto sandbox = co_await admit(container, ticket);
   if (!sandbox) co_return sandbox.error();
-  Result<runtime::ExecResult> outcome = ApiError::internal();
+  Result<runtime::ExecResult> outcome = runtime::ExecResult{};  // (a placeholder that allocates nothing)
   const ExecutionMark mark(*container, durability_ != nullptr);
   const auto started = std::chrono::steady_clock::now();
   const char* label = "failed";

@@ -124,7 +124,7 @@ Result<std::shared_ptr<Container>> ContainerService::open_blocking(const std::st
   record.id = id;
   record.storage = "c" + random_hex(20);
   record.created_at = record.last_used_at = now_seconds();
-  auto container = std::make_shared<Container>(io_.get_executor());
+  auto container = std::make_shared<Container>(io_);
   container->owner = owner;
   container->id = id;
   container->storage = record.storage;
@@ -185,7 +185,7 @@ Result<std::shared_ptr<Container>> ContainerService::open_existing(const store::
 }
 
 Result<std::shared_ptr<Container>> ContainerService::load(const store::ContainerRecord& record) {
-  auto container = std::make_shared<Container>(io_.get_executor());
+  auto container = std::make_shared<Container>(io_);
   container->owner = record.owner;
   container->id = record.id;
   container->storage = record.storage;
