@@ -190,12 +190,16 @@ ToolLoop::ToolLoop(std::shared_ptr<UpstreamClient> client, LoopSettings settings
       runner_(runner),
       cancellation_(std::move(cancellation)),
       id_(new_message_id()) {
-  // Built once: per upstream call only the conversation (and the stream flag) differ.
-  base_body_ = upstream_body(request_, upstream_model_, false);
+  // Built and serialised once: per upstream call only the conversation (and the stream
+  // flag) differ.
+  json::object base = upstream_body(request_, upstream_model_, false);
   for (const auto& tool : request_.code_callable_tools)
     code_tool_names_.push_back(std::string(tool.as_object().at("name").as_string()));
-  conversation_ = std::move(base_body_["messages"].as_array());
-  base_body_.erase("messages");
+  conversation_ = std::move(base["messages"].as_array());
+  base.erase("messages");
+  base_body_ = json::serialize(base);
+  base_body_.pop_back();  // the closing brace: the conversation follows
+  if (base_body_.size() > 1) base_body_ += ',';
 }
 
 ToolLoop::~ToolLoop() {
@@ -203,11 +207,9 @@ ToolLoop::~ToolLoop() {
 }
 
 asio::awaitable<Result<std::shared_ptr<UpstreamCall>>> ToolLoop::call_upstream(bool stream) {
-  // The body is the base, then the stream flag, then the conversation, each serialised
-  // where it is: no copy of the whole conversation (it grows with every round trip).
-  std::string body = json::serialize(base_body_);
-  body.pop_back();  // the closing brace
-  if (body.size() > 1) body += ',';
+  // The body is the base, then the stream flag, then the conversation serialised where
+  // it is: no copy of the whole conversation (it grows with every round trip).
+  std::string body = base_body_;
   if (stream) body += "\"stream\":true,";
   body += "\"messages\":";
   body += json::serialize(conversation_);
