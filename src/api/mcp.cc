@@ -89,7 +89,10 @@ json::object rpc_error_from(const json::value& id, const ApiError& error, bool r
   return rpc_error(id, code, error.message, std::move(data));
 }
 
-server::StringResponse rpc_http(HttpStatus status, const json::value& body, std::string_view session = {}) {
+// `body` is an object or a batch's array, serialised as it is (a json::value parameter
+// would copy a whole result into a temporary value first).
+template <typename Json>
+server::StringResponse rpc_http(HttpStatus status, const Json& body, std::string_view session = {}) {
   auto response = server::json_response(status, json::serialize(body));
   if (!session.empty()) response.set(kSessionHeader, session);
   return response;
