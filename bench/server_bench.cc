@@ -889,6 +889,13 @@ int main(int argc, char** argv) {
                       dump.c_str());
         } else {
           const double per_command = std::stod(m[1]) / kTraced;
+          // SANDBOXD_BENCH_CALLGRIND_OUT=FILE keeps the dump (the run's folder is removed),
+          // for callgrind_annotate --tree=caller: who calls malloc per command.
+          if (const char* keep = std::getenv("SANDBOXD_BENCH_CALLGRIND_OUT")) {
+            std::error_code copy_error;
+            fs::copy_file(dump, keep, fs::copy_options::overwrite_existing, copy_error);
+            if (copy_error) std::printf("  (the dump was not kept: %s)\n", copy_error.message().c_str());
+          }
           std::printf("\nthe server's user-space instructions per warm `true` (callgrind, %d commands)\n",
                       kTraced);
           std::printf("  %.0f instructions per command   (goal <= 100000)\n", per_command);

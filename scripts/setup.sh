@@ -8,6 +8,7 @@ packages=(
   libyaml-cpp-dev libseccomp-dev libsqlite3-dev libpq-dev libcurl4-openssl-dev libssl-dev
   libexpat1-dev  # the S3 storage backend parses the bucket's XML answers
   libmagic-dev libspdlog-dev libsystemd-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libgoogle-perftools-dev  # tcmalloc_minimal, linked statically into the server (CMakeLists.txt)
   e2fsprogs util-linux iproute2 bubblewrap curl wrk
   valgrind  # the server benchmark counts the server's instructions per command with callgrind
   bash-static  # sandboxes run it for /bin/bash: the same bash, no dynamic linking per command

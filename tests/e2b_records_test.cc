@@ -1,8 +1,9 @@
 // E2B's sandbox records (store/e2b_records.h) on both backends, SQLite and a real
 // PostgreSQL the test starts: the owner checked on every read and write, listings
 // filtered by metadata and state and paged by the database, the walk over sandboxes
-// past their end time, pause and resume, metadata that is not UTF-8, and the plan a
-// listing by metadata gets (an index, not a walk of every row).
+// past their end time, pause and resume, metadata that is not UTF-8, the plan a
+// listing by metadata gets (an index, not a walk of every row), and the copy held in
+// memory: under its token only, the same as a read of the database after every write.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -170,6 +171,108 @@ TEST_P(E2bRecordsTest, ResumeClearsThePauseAndNeverShortensTheLife) {
   EXPECT_FALSE(after->paused);
   EXPECT_EQ(after->end_at_ms, 9000);
   EXPECT_FALSE(records_.resume("alice", "nope", std::nullopt, 9000));
+}
+
+// What a read of the database finds, field by field.
+void expect_same(const E2bRecord& held, const std::optional<E2bRecord>& read) {
+  ASSERT_TRUE(read);
+  EXPECT_EQ(held.id, read->id);
+  EXPECT_EQ(held.owner, read->owner);
+  EXPECT_EQ(held.template_id, read->template_id);
+  EXPECT_EQ(held.metadata, read->metadata);
+  EXPECT_EQ(held.env_vars, read->env_vars);
+  EXPECT_EQ(held.started_at_ms, read->started_at_ms);
+  EXPECT_EQ(held.end_at_ms, read->end_at_ms);
+  EXPECT_EQ(held.auto_pause, read->auto_pause);
+  EXPECT_EQ(held.paused, read->paused);
+}
+
+TEST_P(E2bRecordsTest, TheHeldCopyIsTheDatabasesAfterEveryWrite) {
+  records_.enable_cache();
+  const E2bHold hold{7, "storage-1"};
+  E2bRecord held;
+  ASSERT_TRUE(records_.insert(record("s1", "alice", {{"job", "report"}, {"k\"y", "\u00e9\n"}}), hold));
+  ASSERT_EQ(records_.cached_find("alice", "s1", 7, held), E2bRecords::Cached::kFound);
+  expect_same(held, records_.find("alice", "s1"));
+  // Another owner's: not found from memory, as from the database.
+  EXPECT_EQ(records_.cached_find("bob", "s1", 7, held), E2bRecords::Cached::kNotFound);
+  EXPECT_FALSE(records_.find("bob", "s1"));
+
+  const auto check = [&] {
+    E2bRecord now;
+    ASSERT_EQ(records_.cached_find("alice", "s1", 7, now), E2bRecords::Cached::kFound);
+    expect_same(now, records_.find("alice", "s1"));
+  };
+  ASSERT_TRUE(records_.set_end("alice", "s1", 4000));
+  check();
+  EXPECT_FALSE(records_.set_end("bob", "s1", 1));  // another owner's write changes nothing
+  check();
+  ASSERT_TRUE(records_.mark_paused("alice", "s1"));
+  check();
+  ASSERT_EQ(records_.resume("alice", "s1", 6000, 9000), std::optional<bool>(true));
+  check();
+  EXPECT_FALSE(records_.mark_paused_if_due("alice", "s1", 5000));  // not due yet
+  check();
+  ASSERT_TRUE(records_.mark_paused_if_due("alice", "s1", 6000));
+  check();
+  ASSERT_TRUE(records_.remove("alice", "s1"));
+  EXPECT_EQ(records_.cached_find("alice", "s1", 7, held), E2bRecords::Cached::kNotHeld);
+  EXPECT_EQ(records_.cached(), 0u);
+}
+
+TEST_P(E2bRecordsTest, AHeldCopyIsFoundOnlyUnderItsToken) {
+  records_.enable_cache();
+  ASSERT_TRUE(records_.insert(record("s1", "alice")));  // no hold: not held
+  E2bRecord held;
+  EXPECT_EQ(records_.cached_find("alice", "s1", 0, held), E2bRecords::Cached::kNotHeld);
+  // A read with a hold fills it.
+  ASSERT_TRUE(records_.find("alice", "s1", E2bHold{3, "storage-1"}));
+  EXPECT_EQ(records_.cached_find("alice", "s1", 3, held), E2bRecords::Cached::kFound);
+  // Under another lease's epoch it is not served, and is forgotten.
+  EXPECT_EQ(records_.cached_find("alice", "s1", 4, held), E2bRecords::Cached::kNotHeld);
+  EXPECT_EQ(records_.cached_find("alice", "s1", 3, held), E2bRecords::Cached::kNotHeld);
+  // Letting the container's lease go forgets it.
+  ASSERT_TRUE(records_.find("alice", "s1", E2bHold{4, "storage-1"}));
+  records_.forget_storage("storage-other");
+  EXPECT_EQ(records_.cached_find("alice", "s1", 4, held), E2bRecords::Cached::kFound);
+  records_.forget_storage("storage-1");
+  EXPECT_EQ(records_.cached_find("alice", "s1", 4, held), E2bRecords::Cached::kNotHeld);
+  // A read that finds nothing holds nothing.
+  EXPECT_FALSE(records_.find("alice", "nope", E2bHold{}));
+  EXPECT_EQ(records_.cached(), 0u);
+}
+
+// A write through another E2bRecords (another replica) is not seen by the held copy:
+// why a cluster holds only what the holder of a sandbox's container alone writes.
+TEST_P(E2bRecordsTest, AnotherWritersChangeIsNotSeen) {
+  records_.enable_cache();
+  ASSERT_TRUE(records_.insert(record("s1", "alice", {}, 5000), E2bHold{}));
+  E2bRecords other(database_.open());
+  ASSERT_TRUE(other.set_end("alice", "s1", 8000));
+  E2bRecord held;
+  ASSERT_EQ(records_.cached_find("alice", "s1", 0, held), E2bRecords::Cached::kFound);
+  EXPECT_EQ(held.end_at_ms, 5000);
+  EXPECT_EQ(records_.find("alice", "s1")->end_at_ms, 8000);
+}
+
+TEST_P(E2bRecordsTest, TheHeldCopiesAreBounded) {
+  records_.enable_cache(E2bCacheLimits{2, 64u << 10});
+  for (const char* id : {"s1", "s2", "s3"}) ASSERT_TRUE(records_.insert(record(id, "alice"), E2bHold{}));
+  E2bRecord held;
+  // The least recently used went first.
+  EXPECT_EQ(records_.cached_find("alice", "s1", 0, held), E2bRecords::Cached::kNotHeld);
+  EXPECT_EQ(records_.cached_find("alice", "s2", 0, held), E2bRecords::Cached::kFound);
+  ASSERT_TRUE(records_.insert(record("s4", "alice"), E2bHold{}));  // s3 is the older now
+  EXPECT_EQ(records_.cached_find("alice", "s3", 0, held), E2bRecords::Cached::kNotHeld);
+  EXPECT_EQ(records_.cached_find("alice", "s2", 0, held), E2bRecords::Cached::kFound);
+  EXPECT_EQ(records_.cached(), 2u);
+  // A record larger than a tenth of the bytes is read each time, never held.
+  auto large = record("s5", "alice");
+  large.env_vars["BIG"] = std::string(10u << 10, 'x');
+  ASSERT_TRUE(records_.insert(large, E2bHold{}));
+  EXPECT_EQ(records_.cached_find("alice", "s5", 0, held), E2bRecords::Cached::kNotHeld);
+  EXPECT_EQ(records_.find("alice", "s5", E2bHold{})->env_vars.at("BIG").size(), 10u << 10);
+  EXPECT_EQ(records_.cached_find("alice", "s5", 0, held), E2bRecords::Cached::kNotHeld);
 }
 
 // The listing by a metadata pair reads that pair's index rows, whatever the number of

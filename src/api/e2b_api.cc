@@ -324,7 +324,7 @@ asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api
                                   " for " + std::string(ctx.header().target()));
   // A missing sandbox (or another owner's) and a paused one answer as E2B's proxy does
   // for a sandbox that is not running: 502 (the SDKs tell the sandbox is gone from it).
-  auto found = co_await api.e2b_sandboxes->find(ctx.owner, id);
+  auto found = co_await api.e2b_sandboxes->find_addressed(ctx.owner, id);
   if (!found)
     co_return ApiError{HttpStatus::bad_gateway, "api_error", "The sandbox " + id + " was not found"};
   if (found->paused)

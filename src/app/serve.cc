@@ -354,8 +354,20 @@ int serve(ops::Config config, const std::string& config_path) {
     // share them; a request for a sandbox another replica serves is relayed to it (the
     // cluster routing below), and a sandbox is ended at its end time by the replica that
     // serves it.
+    // Their records are held in memory as the file records are: on a single host all of
+    // them, in cluster mode those of the containers held here under a confirmed lease
+    // (forgotten as the lease is let go).
     store::E2bRecords e2b_records(metadata_database());
+    e2b_records.enable_cache();
     service::E2bSandboxes e2b_sandboxes(io, containers, e2b_records, config.data_dir);
+    if (leases) {
+      e2b_sandboxes.set_cache_scope(
+          [&leases](const std::string& storage) { return leases->cache_epoch(storage); });
+      leases->set_on_let_go([&metadata, &e2b_records](const std::string& storage) {
+        metadata.forget_cached_files(storage);
+        e2b_records.forget_storage(storage);
+      });
+    }
     if (leases)
       e2b_sandboxes.set_may_end_here([&leases, &metadata](std::string storage) -> asio::awaitable<bool> {
         auto holder = co_await service::store_call(
@@ -436,6 +448,9 @@ int serve(ops::Config config, const std::string& config_path) {
     runtime::join_userns_holders();     // (likewise the sandboxes' user namespace holders)
     metadata.set_write_fence(nullptr);  // it refers to the leases, which end here
     if (leases) metadata.enable_file_cache(store::FileCacheLimits{0, 0});  // (so does the cache's scope)
+    if (leases)  // (e2b_records ends before the leases)
+      leases->set_on_let_go(
+          [&metadata](const std::string& storage) { metadata.forget_cached_files(storage); });
     if (manifest) manifest->set_write_fence(nullptr);
   }
   spdlog::info("sandboxd stopped");

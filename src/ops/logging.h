@@ -22,6 +22,10 @@ struct LogField {
 // included ({"time","level","msg"}).
 void configure_logging(bool json);
 
+// The default logger's line format, as configure_logging sets it (for its test): JSON
+// lines, or exactly what spdlog's default pattern writes.
+std::unique_ptr<spdlog::formatter> line_formatter(bool json);
+
 // One event with fields: `event key=value …` as text, or a JSON object line.
 void log_event(spdlog::level::level_enum level, std::string_view event,
                std::initializer_list<LogField> fields);

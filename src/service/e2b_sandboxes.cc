@@ -246,9 +246,16 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
   s.started_at_ms = now_ms();
   s.end_at_ms = s.started_at_ms + request.timeout_sec * 1000;
   s.auto_pause = request.auto_pause;
+  // Held in memory from the start where the scope allows (this replica made it: its
+  // container's lease is this replica's).
+  std::optional<store::E2bHold> hold;
+  if (!cache_scope_)
+    hold = store::E2bHold{};
+  else if (auto epoch = cache_scope_((*container)->storage))
+    hold = store::E2bHold{*epoch, (*container)->storage};
   bool inserted = false;
   try {
-    inserted = co_await store([this, &s] { return records_.insert(s); });
+    inserted = co_await store([this, &s, &hold] { return records_.insert(s, hold); });
   } catch (const std::exception& e) {
     spdlog::error("e2b: recording sandbox {}: {}", s.id, e.what());
   }
@@ -264,7 +271,37 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
 }
 
 asio::awaitable<Result<E2bSandbox>> E2bSandboxes::find(const std::string& owner, const std::string& id) {
-  auto found = co_await store([this, &owner, &id] { return records_.find(owner, id); });
+  // (A named local: GCC 12 destroys a temporary made inside a co_await expression twice.)
+  std::optional<store::E2bHold> hold;
+  if (!cache_scope_) hold.emplace();
+  co_return co_await find_held(owner, id, hold);
+}
+
+asio::awaitable<Result<E2bSandbox>> E2bSandboxes::find_addressed(const std::string& owner,
+                                                                 const std::string& id) {
+  if (!cache_scope_) co_return co_await find(owner, id);
+  // The token is taken before the database is read: what the read finds is then as
+  // new as the lease, and only this replica writes it while the lease stays confirmed.
+  std::optional<store::E2bHold> hold;
+  if (auto open = containers_.find_open(owner, id))
+    if (auto epoch = cache_scope_(open->storage)) hold = store::E2bHold{*epoch, open->storage};
+  co_return co_await find_held(owner, id, hold);
+}
+
+asio::awaitable<Result<E2bSandbox>> E2bSandboxes::find_held(const std::string& owner, const std::string& id,
+                                                            const std::optional<store::E2bHold>& hold) {
+  if (hold) {
+    E2bSandbox held;
+    switch (records_.cached_find(owner, id, hold->token, held)) {
+      case store::E2bRecords::Cached::kFound:
+        co_return held;
+      case store::E2bRecords::Cached::kNotFound:
+        co_return sandbox_not_found(id);
+      case store::E2bRecords::Cached::kNotHeld:
+        break;
+    }
+  }
+  auto found = co_await store([this, &owner, &id, &hold] { return records_.find(owner, id, hold); });
   if (!found) co_return sandbox_not_found(id);
   co_return std::move(*found);
 }

@@ -68,6 +68,17 @@ class E2bSandboxes {
   using MayEndHere = std::function<asio::awaitable<bool>(std::string storage)>;
   void set_may_end_here(MayEndHere may_end_here) { may_end_here_ = std::move(may_end_here); }
 
+  // Where a sandbox's record may be answered from memory (store/e2b_records.h), so that
+  // a call to a sandbox makes no database call. On a single host (no scope) every
+  // record: the server is its database's only writer. In cluster mode the scope gives,
+  // for a container's storage, the epoch of its lease while this replica holds it
+  // confirmed (nullopt otherwise): then only the calls to a sandbox whose container is
+  // held here are answered from memory, and only for what its holder alone writes (the
+  // owner, environment variables, the paused mark), since set timeout may land on any
+  // replica; get, list and the end-time pass read the database. Set once, before start().
+  using CacheScope = std::function<std::optional<int64_t>(const std::string& storage)>;
+  void set_cache_scope(CacheScope scope) { cache_scope_ = std::move(scope); }
+
   // Moves the records an older version kept as JSON files under <data_dir>/e2b/sandboxes/
   // into the database (blocking; before serving), then starts the timer that ends
   // sandboxes at their end time.
@@ -81,6 +92,10 @@ class E2bSandboxes {
   asio::awaitable<Result<E2bSandbox>> create(std::string owner, E2bCreate request);
   // The owner's sandbox; 404 for a missing one or another owner's.
   asio::awaitable<Result<E2bSandbox>> find(const std::string& owner, const std::string& id);
+  // The same for a call to the sandbox (envd's, the code interpreter's): from memory
+  // where the scope allows (see set_cache_scope; in cluster mode its end time may be
+  // older than the database's).
+  asio::awaitable<Result<E2bSandbox>> find_addressed(const std::string& owner, const std::string& id);
   // The container of the owner's sandbox (opened if need be, its files made current from
   // the sessions bucket when this replica just took it); 404 as find.
   asio::awaitable<Result<std::shared_ptr<Container>>> open(const std::string& owner, const std::string& id);
@@ -105,6 +120,10 @@ class E2bSandboxes {
   // The container of a sandbox, without a restore from the bucket (pause, kill).
   asio::awaitable<Result<std::shared_ptr<Container>>> open_container(const std::string& owner,
                                                                      const std::string& id);
+  // From memory under `hold` when it is held there, else from the database (held
+  // from then on).
+  asio::awaitable<Result<E2bSandbox>> find_held(const std::string& owner, const std::string& id,
+                                                const std::optional<store::E2bHold>& hold);
   asio::awaitable<void> end_expired();
   // One pass over the sandboxes past their end time (a bounded batch, continued at the
   // next pass where this one stopped, so that sandboxes left to other replicas never
@@ -120,6 +139,7 @@ class E2bSandboxes {
   store::E2bRecords& records_;
   std::string json_dir_;
   MayEndHere may_end_here_;
+  CacheScope cache_scope_;
   store::E2bDueCursor due_cursor_;  // used by end_expired() only
   asio::steady_timer timer_;
   std::atomic<bool> stopping_{false};

@@ -57,13 +57,155 @@ std::optional<E2bRecord> find_on(db::Connection& conn, const std::string& owner,
   return read_record(query);
 }
 
+size_t bytes_of(const E2bRecord& record) {
+  // The record, its strings, and about what a map spends on each entry.
+  size_t bytes = sizeof(E2bRecord) + record.id.size() + record.owner.size() + record.template_id.size();
+  for (const auto* map : {&record.metadata, &record.env_vars})
+    for (const auto& [key, value] : *map) bytes += key.size() + value.size() + 96;
+  return bytes;
+}
+
 }  // namespace
+
+// The held records, by sandbox id, least recently used first out.
+class E2bRecords::Cache {
+ public:
+  explicit Cache(E2bCacheLimits limits) : limits_(limits) {}
+
+  Cached find(const std::string& owner, const std::string& id, int64_t token, E2bRecord& out) {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(id);
+    if (it == entries_.end()) return Cached::kNotHeld;
+    if (it->second.token != token) {  // read under another lease: never served
+      erase_entry(it);
+      return Cached::kNotHeld;
+    }
+    if (it->second.record.owner != owner) return Cached::kNotFound;
+    recent_.splice(recent_.begin(), recent_, it->second.recent);
+    out = it->second.record;
+    return Cached::kFound;
+  }
+
+  void install(const E2bRecord& record, const E2bHold& hold) {
+    const size_t bytes = bytes_of(record);
+    std::lock_guard lock(mutex_);
+    if (auto it = entries_.find(record.id); it != entries_.end()) erase_entry(it);
+    if (bytes > limits_.max_bytes / 10 || limits_.max_records == 0) return;
+    recent_.push_front(record.id);
+    Entry& entry = entries_[record.id];
+    entry.record = record;
+    entry.token = hold.token;
+    entry.storage = hold.storage;
+    entry.bytes = bytes;
+    entry.recent = recent_.begin();
+    bytes_ += bytes;
+    if (!hold.storage.empty()) id_of_storage_[hold.storage] = record.id;
+    while (entries_.size() > limits_.max_records || bytes_ > limits_.max_bytes)
+      erase_entry(entries_.find(recent_.back()));
+  }
+
+  // A committed write's change to a held record (its sizes stay: only the end time and
+  // the paused mark change after a record is made).
+  template <typename Change>
+  void update(const std::string& id, Change change) {
+    std::lock_guard lock(mutex_);
+    if (auto it = entries_.find(id); it != entries_.end()) change(it->second.record);
+  }
+
+  void erase(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    if (auto it = entries_.find(id); it != entries_.end()) erase_entry(it);
+  }
+
+  void forget_storage(const std::string& storage) {
+    std::lock_guard lock(mutex_);
+    auto named = id_of_storage_.find(storage);
+    if (named == id_of_storage_.end()) return;
+    if (auto it = entries_.find(named->second); it != entries_.end()) erase_entry(it);
+    id_of_storage_.erase(storage);
+  }
+
+  size_t size() const {
+    std::lock_guard lock(mutex_);
+    return entries_.size();
+  }
+
+ private:
+  struct Entry {
+    E2bRecord record;
+    int64_t token = 0;
+    std::string storage;
+    size_t bytes = 0;
+    std::list<std::string>::iterator recent;
+  };
+
+  void erase_entry(std::unordered_map<std::string, Entry>::iterator it) {
+    if (!it->second.storage.empty())
+      if (auto named = id_of_storage_.find(it->second.storage);
+          named != id_of_storage_.end() && named->second == it->first)
+        id_of_storage_.erase(named);
+    bytes_ -= it->second.bytes;
+    recent_.erase(it->second.recent);
+    entries_.erase(it);
+  }
+
+  const E2bCacheLimits limits_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, Entry> entries_;
+  std::unordered_map<std::string, std::string> id_of_storage_;
+  std::list<std::string> recent_;  // ids, most recently used first
+  size_t bytes_ = 0;
+};
 
 E2bRecords::E2bRecords(std::shared_ptr<db::Database> database) : db_(std::move(database)) {
   schema::migrate(*db_);
 }
 
-bool E2bRecords::insert(const E2bRecord& record) {
+E2bRecords::~E2bRecords() = default;
+
+void E2bRecords::enable_cache(E2bCacheLimits limits) { cache_ = std::make_unique<Cache>(limits); }
+
+E2bRecords::Cached E2bRecords::cached_find(const std::string& owner, const std::string& id, int64_t token,
+                                           E2bRecord& out) {
+  return cache_ ? cache_->find(owner, id, token, out) : Cached::kNotHeld;
+}
+
+void E2bRecords::forget_storage(const std::string& storage) {
+  if (cache_) cache_->forget_storage(storage);
+}
+
+size_t E2bRecords::cached() const { return cache_ ? cache_->size() : 0; }
+
+std::mutex& E2bRecords::stripe_of(const std::string& id) {
+  return stripes_[std::hash<std::string>{}(id) % stripes_.size()];
+}
+
+template <typename Write>
+auto E2bRecords::under_stripe(const std::string& id, Write write) {
+  std::lock_guard stripe(stripe_of(id));
+  try {
+    return write();
+  } catch (...) {
+    if (cache_) cache_->erase(id);  // committed or not: unknown
+    throw;
+  }
+}
+
+bool E2bRecords::insert(const E2bRecord& record, const std::optional<E2bHold>& hold) {
+  return under_stripe(record.id, [&] {
+    const bool inserted = insert_row(record);
+    if (inserted && hold && cache_) {
+      // Held as a read would find it (its maps through the column's JSON and back).
+      E2bRecord stored = record;
+      stored.metadata = decode_map(encode_map(record.metadata));
+      stored.env_vars = decode_map(encode_map(record.env_vars));
+      cache_->install(stored, *hold);
+    }
+    return inserted;
+  });
+}
+
+bool E2bRecords::insert_row(const E2bRecord& record) {
   auto conn = db_->acquire();
   Transaction transaction(conn);
   Statement insert(
@@ -91,9 +233,21 @@ bool E2bRecords::insert(const E2bRecord& record) {
   return true;
 }
 
-std::optional<E2bRecord> E2bRecords::find(const std::string& owner, const std::string& id) {
-  auto conn = db_->acquire();
-  return find_on(conn, owner, id, /*for_update=*/false);
+std::optional<E2bRecord> E2bRecords::find(const std::string& owner, const std::string& id,
+                                          const std::optional<E2bHold>& hold) {
+  if (!hold || !cache_) {
+    auto conn = db_->acquire();
+    return find_on(conn, owner, id, /*for_update=*/false);
+  }
+  // Under the stripe: no write of this sandbox commits between the read and the copy.
+  std::lock_guard stripe(stripe_of(id));
+  std::optional<E2bRecord> found;
+  {
+    auto conn = db_->acquire();
+    found = find_on(conn, owner, id, /*for_update=*/false);
+  }
+  if (found) cache_->install(*found, *hold);
+  return found;
 }
 
 E2bRecordPage E2bRecords::list(const E2bRecordQuery& query) {
@@ -142,61 +296,96 @@ E2bRecordPage E2bRecords::list(const E2bRecordQuery& query) {
 }
 
 bool E2bRecords::set_end(const std::string& owner, const std::string& id, int64_t end_at_ms) {
-  auto conn = db_->acquire();
-  Statement update(conn, "UPDATE e2b_sandboxes SET end_at_ms = ? WHERE id = ? AND owner = ?");
-  update.add(end_at_ms).add(id).add(owner);
-  update.run();
-  return update.changes() > 0;
+  return under_stripe(id, [&] {
+    {
+      auto conn = db_->acquire();
+      Statement update(conn, "UPDATE e2b_sandboxes SET end_at_ms = ? WHERE id = ? AND owner = ?");
+      update.add(end_at_ms).add(id).add(owner);
+      update.run();
+      if (update.changes() == 0) return false;
+    }
+    if (cache_) cache_->update(id, [end_at_ms](E2bRecord& held) { held.end_at_ms = end_at_ms; });
+    return true;
+  });
 }
 
 bool E2bRecords::mark_paused(const std::string& owner, const std::string& id) {
-  auto conn = db_->acquire();
-  Statement update(conn, "UPDATE e2b_sandboxes SET paused = 1 WHERE id = ? AND owner = ? AND paused = 0");
-  update.add(id).add(owner);
-  update.run();
-  return update.changes() > 0;
+  return under_stripe(id, [&] {
+    {
+      auto conn = db_->acquire();
+      Statement update(conn, "UPDATE e2b_sandboxes SET paused = 1 WHERE id = ? AND owner = ? AND paused = 0");
+      update.add(id).add(owner);
+      update.run();
+      if (update.changes() == 0) return false;
+    }
+    if (cache_) cache_->update(id, [](E2bRecord& held) { held.paused = true; });
+    return true;
+  });
 }
 
 bool E2bRecords::mark_paused_if_due(const std::string& owner, const std::string& id, int64_t now_ms) {
-  auto conn = db_->acquire();
-  Statement update(conn,
-                   "UPDATE e2b_sandboxes SET paused = 1 WHERE id = ? AND owner = ? AND paused = 0 AND "
-                   "end_at_ms <= ?");
-  update.add(id).add(owner).add(now_ms);
-  update.run();
-  return update.changes() > 0;
+  return under_stripe(id, [&] {
+    {
+      auto conn = db_->acquire();
+      Statement update(conn,
+                       "UPDATE e2b_sandboxes SET paused = 1 WHERE id = ? AND owner = ? AND paused = 0 AND "
+                       "end_at_ms <= ?");
+      update.add(id).add(owner).add(now_ms);
+      update.run();
+      if (update.changes() == 0) return false;
+    }
+    if (cache_) cache_->update(id, [](E2bRecord& held) { held.paused = true; });
+    return true;
+  });
 }
 
 std::optional<bool> E2bRecords::resume(const std::string& owner, const std::string& id,
                                        std::optional<int64_t> end_at_least_ms, int64_t end_if_paused_ms) {
-  auto conn = db_->acquire();
-  Transaction transaction(conn);
-  auto record = find_on(conn, owner, id, /*for_update=*/true);
-  if (!record) return std::nullopt;
-  int64_t end = record->end_at_ms;
-  if (end_at_least_ms)
-    end = std::max(end, *end_at_least_ms);
-  else if (record->paused)
-    end = std::max(end, end_if_paused_ms);
-  Statement update(conn, "UPDATE e2b_sandboxes SET paused = 0, end_at_ms = ? WHERE id = ? AND owner = ?");
-  update.add(end).add(id).add(owner);
-  update.run();
-  transaction.commit();
-  return record->paused;
+  return under_stripe(id, [&]() -> std::optional<bool> {
+    int64_t end = 0;
+    bool was_paused = false;
+    {
+      auto conn = db_->acquire();
+      Transaction transaction(conn);
+      auto record = find_on(conn, owner, id, /*for_update=*/true);
+      if (!record) return std::nullopt;
+      end = record->end_at_ms;
+      if (end_at_least_ms)
+        end = std::max(end, *end_at_least_ms);
+      else if (record->paused)
+        end = std::max(end, end_if_paused_ms);
+      Statement update(conn, "UPDATE e2b_sandboxes SET paused = 0, end_at_ms = ? WHERE id = ? AND owner = ?");
+      update.add(end).add(id).add(owner);
+      update.run();
+      transaction.commit();
+      was_paused = record->paused;
+    }
+    if (cache_)
+      cache_->update(id, [end](E2bRecord& held) {
+        held.paused = false;
+        held.end_at_ms = end;
+      });
+    return was_paused;
+  });
 }
 
 bool E2bRecords::remove(const std::string& owner, const std::string& id) {
-  auto conn = db_->acquire();
-  Transaction transaction(conn);
-  Statement remove(conn, "DELETE FROM e2b_sandboxes WHERE id = ? AND owner = ?");
-  remove.add(id).add(owner);
-  remove.run();
-  if (remove.changes() == 0) return false;
-  Statement pairs(conn, "DELETE FROM e2b_sandbox_metadata WHERE sandbox_id = ? AND owner = ?");
-  pairs.add(id).add(owner);
-  pairs.run();
-  transaction.commit();
-  return true;
+  return under_stripe(id, [&] {
+    {
+      auto conn = db_->acquire();
+      Transaction transaction(conn);
+      Statement remove(conn, "DELETE FROM e2b_sandboxes WHERE id = ? AND owner = ?");
+      remove.add(id).add(owner);
+      remove.run();
+      if (remove.changes() == 0) return false;
+      Statement pairs(conn, "DELETE FROM e2b_sandbox_metadata WHERE sandbox_id = ? AND owner = ?");
+      pairs.add(id).add(owner);
+      pairs.run();
+      transaction.commit();
+    }
+    if (cache_) cache_->erase(id);
+    return true;
+  });
 }
 
 std::vector<E2bRecord> E2bRecords::due(int64_t now_ms, const E2bDueCursor& cursor, size_t limit) {

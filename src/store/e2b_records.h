@@ -8,14 +8,30 @@
 // A listing is one bounded, indexed query: paged by id, filtered by state, and by
 // metadata through a table of (owner, key, value) rows (the first pair walks its index
 // in id order; the others are point lookups).
+//
+// The records of the sandboxes this process alone writes may be held in memory as well
+// (enable_cache), so that a call to a sandbox (every envd call names one) finds its
+// record without a database round trip. A record is held under the token its reader
+// gave when it read it from the database (cluster mode: the epoch of the lease under
+// which this replica holds the sandbox's container; 0 on a single host) and is found
+// only under that token: what was read under an earlier lease is never served after the
+// container changed hands. Each write of this object is applied to a held record after
+// it commits, serialised (per sandbox) with the reads that fill it, so that what is held
+// follows the database's order; a write whose outcome is unknown (an error) forgets it.
+// Writes made through another E2bRecords (another replica) are not seen: the caller
+// holds a record only while no one else writes what it reads of it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <limits>
+#include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "store/database.h"
@@ -53,6 +69,20 @@ struct E2bDueCursor {
   std::string id;
 };
 
+// The bounds of the records held in memory: the least recently used go first beyond
+// them, and a record larger than a tenth of max_bytes is never held (read each time).
+struct E2bCacheLimits {
+  size_t max_records = 100'000;
+  size_t max_bytes = 64u << 20;
+};
+
+// Under which token a record read (or written) now may be held, and the storage of the
+// sandbox's container (so that letting its lease go forgets it: forget_storage).
+struct E2bHold {
+  int64_t token = 0;
+  std::string storage;
+};
+
 // Thread-safe, as the other stores; throws std::runtime_error on database failures.
 class E2bRecords {
  public:
@@ -63,12 +93,31 @@ class E2bRecords {
 
   // Any database; its schema is migrated first.
   explicit E2bRecords(std::shared_ptr<db::Database> database);
+  ~E2bRecords();
 
   db::Backend backend() const { return db_->backend(); }
 
-  // False when a record with this id exists already (nothing is changed then).
-  bool insert(const E2bRecord& record);
-  std::optional<E2bRecord> find(const std::string& owner, const std::string& id);
+  // Holds records in memory from now on (see above). Set once, before serving.
+  void enable_cache(E2bCacheLimits limits = {});
+  // From memory only, never blocking (an I/O thread may call it): kFound with `out` set,
+  // kNotFound when the id's record is held and is another owner's (the database would
+  // answer the same: the id is the key), kNotHeld when it is not held under `token`
+  // (the caller then reads the database, holding what it finds).
+  enum class Cached { kFound, kNotFound, kNotHeld };
+  Cached cached_find(const std::string& owner, const std::string& id, int64_t token, E2bRecord& out);
+  // Forgets what is held of the sandbox whose container has this storage (its lease let
+  // go: a later holder's reads fill it again).
+  void forget_storage(const std::string& storage);
+  // How many records are held (for tests).
+  size_t cached() const;
+
+  // False when a record with this id exists already (nothing is changed then). With
+  // `hold`, the new record is held in memory under it.
+  bool insert(const E2bRecord& record, const std::optional<E2bHold>& hold = std::nullopt);
+  // From the database; with `hold`, what it finds is held in memory under it (the token
+  // must have been current before this call began: see above).
+  std::optional<E2bRecord> find(const std::string& owner, const std::string& id,
+                                const std::optional<E2bHold>& hold = std::nullopt);
   E2bRecordPage list(const E2bRecordQuery& query);
   // The end time becomes `end_at_ms`. False when there is no such record.
   bool set_end(const std::string& owner, const std::string& id, int64_t end_at_ms);
@@ -88,7 +137,20 @@ class E2bRecords {
   std::vector<E2bRecord> due(int64_t now_ms, const E2bDueCursor& cursor, size_t limit);
 
  private:
+  class Cache;
+  // The writes and fills of one sandbox, one at a time (a stripe is shared by several
+  // sandboxes), so that what is applied to the held copy follows the database's order.
+  // Taken before a connection is (never while holding one), as Metadata's stripes are.
+  std::mutex& stripe_of(const std::string& id);
+  // Runs `write` (a database write of sandbox `id`) under its stripe; on an exception
+  // (an unknown outcome) the held copy is forgotten before it goes on.
+  template <typename Write>
+  auto under_stripe(const std::string& id, Write write);
+  bool insert_row(const E2bRecord& record);
+
   std::shared_ptr<db::Database> db_;
+  std::unique_ptr<Cache> cache_;
+  std::array<std::mutex, 64> stripes_;
 };
 
 }  // namespace sandboxd::store

@@ -113,7 +113,9 @@ async function before() {
 
   // Kill through B.
   const killed = await Sandbox.create({ ...A, timeoutMs: 600_000 });
+  await killed.commands.run('true');  // (its record held on A, its holder)
   assert.equal(await Sandbox.kill(killed.sandboxId, B), true);
+  await assert.rejects(killed.commands.run('true'), SandboxNotFoundError);
   assert.equal(await gone(killed.sandboxId, A), true);
   assert.equal(await Sandbox.kill(killed.sandboxId, A), false);
 
@@ -123,6 +125,8 @@ async function before() {
   await paused.files.write('/home/user/kept.txt', 'kept across the pause\n');
   assert.equal(await Sandbox.pause(paused.sandboxId, B), true);
   assert.equal((await Sandbox.getInfo(paused.sandboxId, A)).state, 'paused');
+  // Not running through A either, which held its record in memory while it held it.
+  await assert.rejects(paused.commands.run('true'), SandboxNotFoundError);
   const resumed = await Sandbox.connect(paused.sandboxId, B);
   assert.equal((await resumed.commands.run('cat /home/user/kept.txt')).stdout, 'kept across the pause\n');
   assert.equal((await Sandbox.getInfo(paused.sandboxId, A)).state, 'running');

@@ -113,10 +113,28 @@ test('a sandbox ends at its timeout', async () => {
   assert.ok(gone, 'the sandbox outlived its timeout');
 });
 
+test('a sandbox made to pause at its timeout is paused then, its files kept', async () => {
+  const sandbox = await create({ timeoutMs: 2000, lifecycle: { onTimeout: 'pause' } });
+  await sandbox.commands.run('echo kept > /home/user/kept.txt');
+  const deadline = Date.now() + 30_000;
+  let state = 'running';
+  while (state !== 'paused' && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 250));
+    state = (await sandbox.getInfo()).state;
+  }
+  assert.equal(state, 'paused');
+  await assert.rejects(sandbox.commands.run('true'), SandboxNotFoundError);  // (502: not running)
+  const resumed = await Sandbox.connect(sandbox.sandboxId, { timeoutMs: 300_000 });
+  assert.equal((await resumed.commands.run('cat /home/user/kept.txt')).stdout, 'kept\n');
+});
+
 test('kill: a killed sandbox is gone', async () => {
   const sandbox = await create();
   assert.equal(await sandbox.isRunning(), true);
+  await sandbox.commands.run('true');
   await sandbox.kill();
+  // Its record, held in memory for the calls to it, went with it.
+  await assert.rejects(sandbox.commands.run('true'), SandboxNotFoundError);
   await assert.rejects(Sandbox.getInfo(sandbox.sandboxId), SandboxNotFoundError);
   assert.equal(await Sandbox.kill(sandbox.sandboxId), false);
   assert.equal(await sandbox.isRunning(), false);
@@ -317,6 +335,7 @@ test('pause keeps the files; connect resumes over them', async () => {
   await sandbox.commands.run('echo kept > /home/user/kept.txt');
   assert.equal(await sandbox.pause(), true);
   assert.equal((await sandbox.getInfo()).state, 'paused');
+  await assert.rejects(sandbox.commands.run('true'), SandboxNotFoundError);  // (502: not running)
   assert.equal(await sandbox.pause(), false);
   const paused = await Sandbox.list({ query: { state: ['paused'] } }).nextItems();
   assert.ok(paused.some((s) => s.sandboxId === sandbox.sandboxId));
