@@ -2,7 +2,8 @@
 // executions (from the pre-started pools, and a burst that empties them) and warm ones,
 // throughput with 32 connections (wrk; only checked 200 replies count), a 1 GiB upload and download
 // against cp on the same disk (with the server's RSS growth), listing 10,000 files, and
-// the server's overhead per tool round trip in /messages (scripted upstream model).
+// the server's overhead per tool round trip in /messages (scripted upstream model), and the
+// server's instructions per call through MCP and /messages against the direct endpoints.
 // Prints figures, the bars (docs/benchmarks.md) and ratios; asserts nothing.
 //   usage: sandboxd_server_bench [SANDBOXD_BINARY]
 
@@ -230,6 +231,68 @@ double seconds_of(const std::function<void()>& f) {
   auto start = Clock::now();
   f();
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A server under callgrind whose counts are read phase by phase: each dump holds what
+// the server did since the one before (a dump zeroes the counters).
+struct TracedServer {
+  Server server;
+  fs::path dir;
+  std::vector<fs::path> dumps_seen;
+};
+
+TracedServer start_traced_server(const std::string& binary, const fs::path& dir,
+                                 const std::string& extra_yaml) {
+  TracedServer traced;
+  traced.dir = dir;
+  fs::create_directories(dir);
+  traced.server = start_server(binary, dir, extra_yaml,
+                               {"/usr/bin/valgrind", "--tool=callgrind", "--trace-children=no",
+                                "--log-file=" + (dir / "valgrind.log").string(),
+                                "--callgrind-out-file=" + (dir / "callgrind.out").string()});
+  return traced;
+}
+
+// The instructions of every thread of the server since the last dump (or zeroing), or
+// -1 when no dump came.
+double dump_instructions(TracedServer& traced) {
+  output_of("/usr/bin/callgrind_control --dump " + std::to_string(traced.server.pid) + " 2>&1");
+  for (const auto& entry : fs::directory_iterator(traced.dir)) {
+    const fs::path path = entry.path();
+    if (!path.filename().string().starts_with("callgrind.out") ||
+        std::find(traced.dumps_seen.begin(), traced.dumps_seen.end(), path) != traced.dumps_seen.end())
+      continue;
+    traced.dumps_seen.push_back(path);
+    std::smatch m;
+    const std::string dumped = read_all(path);
+    if (std::regex_search(dumped, m, std::regex("\ntotals: ([0-9]+)"))) return std::stod(m[1]);
+  }
+  return -1;
+}
+
+// Under valgrind the server may not finish its shutdown: a minute, then SIGKILL (its
+// sandboxes end with their control sockets; their mounts are let go here).
+void stop_traced_server(TracedServer& traced) {
+  kill(traced.server.pid, SIGTERM);
+  bool exited = false;
+  for (int i = 0; i < 600 && !exited; ++i) {
+    exited = waitpid(traced.server.pid, nullptr, WNOHANG) == traced.server.pid;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (exited) return;
+  kill(traced.server.pid, SIGKILL);
+  waitpid(traced.server.pid, nullptr, 0);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  std::vector<std::string> left;
+  std::ifstream mounts("/proc/self/mountinfo");
+  for (std::string line; std::getline(mounts, line);) {
+    std::istringstream fields(line);
+    std::string skip, point;
+    fields >> skip >> skip >> skip >> skip >> point;
+    if (point.starts_with(traced.dir.string())) left.push_back(point);
+  }
+  std::sort(left.rbegin(), left.rend());  // the deepest first
+  for (const auto& point : left) umount2(point.c_str(), MNT_DETACH);
 }
 
 }  // namespace
@@ -501,6 +564,139 @@ int main(int argc, char** argv) {
     std::printf("  ratio (p50): MCP / HTTP tool endpoint      %6.2fx   (goal <= 1.2x)\n",
                 mcp_s.p50_ms / direct_s.p50_ms);
   }  // mcp
+
+  if (everything || only == "surfaces") {
+    // The server's user-space instructions per call through each surface against the
+    // same work through its direct HTTP endpoint, counted by callgrind in a server of
+    // its own (counts do not depend on the machine's load): an MCP tools/call of `true`
+    // against POST .../tools/bash_code_execution, and a /messages tool round trip with
+    // the editor viewing a small file (a turn with 5 views less a turn with none, over
+    // 5: the loop, one upstream call, the JSON both ways) against POST
+    // .../tools/text_editor_code_execution viewing the same file (and the same round trip
+    // with bash `true` against the direct `true`).
+    constexpr int kCalls = 100, kTurns = 20, kRounds = 5;
+    using Up = sandboxd::testing::ScriptedUpstream;
+    using Headers = sandboxd::testing::HttpClient::Headers;
+    if (access("/usr/bin/valgrind", X_OK) != 0 || access("/usr/bin/callgrind_control", X_OK) != 0) {
+      std::printf("\nthrough each surface: valgrind is not installed (scripts/setup.sh installs it)\n");
+    } else {
+      TracedServer traced = start_traced_server(
+          binary, dir / "surfaces",
+          "model:\n  baseUrl: \"" + upstream.base_url() + "\"\n  maxToolIterations: 100\n");
+      if (!traced.server.port) {
+        std::printf("\nthrough each surface: the server did not start under valgrind:\n%s\n",
+                    read_all(traced.dir / "valgrind.log").c_str());
+      } else {
+        sandboxd::testing::HttpClient direct(traced.server.port, kToken), mcp(traced.server.port, kToken);
+        const std::string bash_target = tools + "loop/tools/bash_code_execution";
+        const std::string editor_target = tools + "loop/tools/text_editor_code_execution";
+        const std::string view_body = R"({"command":"view","path":"small.txt"})";
+        const Headers accept{{"Accept", "application/json, text/event-stream"}};
+        auto init = mcp.post(
+            "/mcp",
+            R"({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25",)"
+            R"("capabilities":{},"clientInfo":{"name":"bench","version":"1"}}})",
+            "application/json", accept);
+        Headers in_session = accept;
+        in_session.emplace_back("Mcp-Session-Id", init.header("Mcp-Session-Id"));
+        in_session.emplace_back("MCP-Protocol-Version", "2025-11-25");
+        mcp.post("/mcp", R"({"jsonrpc":"2.0","method":"notifications/initialized"})", "application/json",
+                 in_session);
+        const std::string mcp_call =
+            R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash_code_execution",)"
+            R"("arguments":{"command":"true","container":"loop"}}})";
+        const std::string turn_body =
+            R"({"model":"default","max_tokens":64,"container":"loop","messages":[{"role":"user","content":"go"}],)"
+            R"("tools":[{"name":"code_execution","type":"code_execution_v1"}]})";
+        int failed = 0;
+        auto check = [&failed](const char* what, const sandboxd::testing::HttpClient::Reply& reply, bool ok) {
+          if (!ok && ++failed <= 3)
+            std::fprintf(stderr, "%s: %u %s\n", what, reply.status, reply.body.c_str());
+        };
+        auto direct_true = [&] {
+          auto reply = direct.post(bash_target, true_body);
+          check("direct", reply, executed(reply, ""));
+        };
+        auto mcp_true = [&] {
+          auto reply = mcp.post("/mcp", mcp_call, "application/json", in_session);
+          check("mcp", reply,
+                reply.status == 200 && reply.body.find("\"return_code\":0") != std::string::npos &&
+                    reply.body.find("\"isError\"") == std::string::npos);
+        };
+        bool editor_refused = false;
+        auto direct_view = [&] {
+          auto reply = direct.post(editor_target, view_body);
+          // valgrind refuses the system call the editor opens files with (openat2), so
+          // the view answers an error block here: the same block through both paths.
+          check("view", reply,
+                reply.status == 200 &&
+                    reply.body.find("\"type\":\"text_editor_code_execution_") != std::string::npos);
+          editor_refused = reply.body.find("_tool_result_error") != std::string::npos;
+        };
+        int turn_number = 0;
+        const boost::json::object view{{"command", "view"}, {"path", "small.txt"}};
+        const boost::json::object bash_true{{"command", "true"}};
+        auto turn = [&](int rounds, const char* tool, const boost::json::object& input) {
+          ++turn_number;
+          for (int r = 0; r < rounds; ++r)
+            upstream.push_message(
+                Up::message({Up::tool_use("toolu_s" + std::to_string(turn_number) + "_" + std::to_string(r),
+                                          tool, input)},
+                            "tool_use"));
+          upstream.push_message(Up::message({Up::text_block("done")}, "end_turn"));
+          auto reply = direct.post("/api/gpt/v1/messages", turn_body);
+          check("messages", reply,
+                reply.status == 200 && reply.body.find("\"end_turn\"") != std::string::npos);
+        };
+        direct.post(editor_target, R"({"command":"create","path":"small.txt","file_text":"one\ntwo\n"})");
+        for (int i = 0; i < 30; ++i) {  // the sandbox starts, the pools refill, every path warms up
+          direct_true();
+          mcp_true();
+          direct_view();
+          if (i % 10 == 0) turn(i % 20 == 0 ? kRounds : 0, "text_editor_code_execution", view);
+          if (i % 10 == 5) turn(kRounds, "bash_code_execution", bash_true);
+        }
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        failed = 0;
+        dump_instructions(traced);  // everything before counts nowhere
+        auto per_call = [&](int calls, const std::function<void()>& call) {
+          for (int i = 0; i < calls; ++i) call();
+          return dump_instructions(traced) / calls;
+        };
+        const double direct_true_i = per_call(kCalls, direct_true);
+        const double mcp_true_i = per_call(kCalls, mcp_true);
+        const double direct_view_i = per_call(kCalls, direct_view);
+        const double plain_turn_i = per_call(kTurns, [&] { turn(0, "", {}); });
+        const double view_turn_i =
+            per_call(kTurns, [&] { turn(kRounds, "text_editor_code_execution", view); });
+        const double bash_turn_i = per_call(kTurns, [&] { turn(kRounds, "bash_code_execution", bash_true); });
+        const double round_trip_i = (view_turn_i - plain_turn_i) / kRounds;
+        const double bash_round_trip_i = (bash_turn_i - plain_turn_i) / kRounds;
+        if (failed || direct_true_i < 0 || mcp_true_i < 0 || direct_view_i < 0 || plain_turn_i < 0 ||
+            view_turn_i < 0 || bash_turn_i < 0) {
+          std::printf("\nthrough each surface: no count (%d failed calls; dumps in %s)\n", failed,
+                      traced.dir.c_str());
+        } else {
+          std::printf("\nthe server's user-space instructions per call through each surface (callgrind)\n");
+          std::printf("  MCP tools/call: %.0f instructions per call, direct %.0f   ratio %.2fx (+%.0f)\n",
+                      mcp_true_i, direct_true_i, mcp_true_i / direct_true_i, mcp_true_i - direct_true_i);
+          std::printf(
+              "  /messages editor round trip: %.0f instructions, direct view %.0f   ratio %.2fx (+%.0f)\n",
+              round_trip_i, direct_view_i, round_trip_i / direct_view_i, round_trip_i - direct_view_i);
+          if (editor_refused)
+            std::printf(
+                "    (valgrind refuses the editor's openat2: both paths answer the same error block)\n");
+          std::printf(
+              "  /messages bash `true` round trip: %.0f instructions, direct %.0f   ratio %.2fx (+%.0f)\n",
+              bash_round_trip_i, direct_true_i, bash_round_trip_i / direct_true_i,
+              bash_round_trip_i - direct_true_i);
+          std::printf("    (a turn without tools %.0f, with %d views %.0f, with %d bash `true` %.0f)\n",
+                      plain_turn_i, kRounds, view_turn_i, kRounds, bash_turn_i);
+        }
+      }
+      stop_traced_server(traced);
+    }
+  }  // surfaces
 
   if (everything || only == "relay") {
     // 1 GiB each way through the relay to an allow-listed echo service (sandbox ->

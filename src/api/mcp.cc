@@ -16,6 +16,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
+#include <optional>
+#include <variant>
 
 #include "api/mcp_sessions.h"
 #include "api/mcp_tools.h"
@@ -87,7 +89,10 @@ json::object rpc_error_from(const json::value& id, const ApiError& error, bool r
   return rpc_error(id, code, error.message, std::move(data));
 }
 
-server::StringResponse rpc_http(HttpStatus status, const json::value& body, std::string_view session = {}) {
+// `body` is an object or a batch's array, serialised as it is (a json::value parameter
+// would copy a whole result into a temporary value first).
+template <typename Json>
+server::StringResponse rpc_http(HttpStatus status, const Json& body, std::string_view session = {}) {
   auto response = server::json_response(status, json::serialize(body));
   if (!session.empty()) response.set(kSessionHeader, session);
   return response;
@@ -131,11 +136,12 @@ struct Message {
   json::object params;
 };
 
-// A message, or the error response it gets (id null when it has no usable id).
-std::variant<Message, json::object> classify(const json::value& value) {
+// A message, or the error response it gets (id null when it has no usable id). Its
+// params are moved out of `value` (a tool call's arguments may be a whole file).
+std::variant<Message, json::object> classify(json::value& value) {
   if (!value.is_object())
     return rpc_error(nullptr, kInvalidRequest, "Invalid Request: a message must be an object");
-  const auto& object = value.as_object();
+  auto& object = value.as_object();
   json::value id = nullptr;
   const auto* id_value = object.if_contains("id");
   const bool id_usable = id_value && (id_value->is_string() || id_value->is_int64() || id_value->is_uint64());
@@ -159,10 +165,10 @@ std::variant<Message, json::object> classify(const json::value& value) {
   message.kind = id_value ? Message::Kind::kRequest : Message::Kind::kNotification;
   message.id = id;
   message.method = std::string(method->as_string());
-  if (const auto* params = object.if_contains("params"); params && !params->is_null()) {
+  if (auto* params = object.if_contains("params"); params && !params->is_null()) {
     if (!params->is_object())
       return rpc_error(id, kInvalidParams, "Invalid params: 'params' must be an object");
-    message.params = params->as_object();
+    message.params = std::move(params->as_object());
   }
   return message;
 }
@@ -199,7 +205,7 @@ json::object initialize_result(std::string_view version) {
 }
 
 // The response to one request of a session (JSON; a request needing none gets nullopt).
-asio::awaitable<json::object> answer(Mcp& mcp, RequestContext& ctx, const Message& message,
+asio::awaitable<json::object> answer(Mcp& mcp, RequestContext& ctx, Message& message,
                                      McpCallOptions options) {
   const json::value& id = message.id;
   const std::string& method = message.method;
@@ -210,7 +216,7 @@ asio::awaitable<json::object> answer(Mcp& mcp, RequestContext& ctx, const Messag
   if (method == "resources/templates/list") co_return rpc_result(id, mcp_resource_templates());
   Result<json::object> result = ApiError::internal();
   if (method == "tools/call") {
-    result = co_await mcp_call_tool(mcp.api, ctx, message.params, std::move(options));
+    result = co_await mcp_call_tool(mcp.api, ctx, std::move(message.params), std::move(options));
   } else if (method == "resources/list") {
     result = co_await mcp_list_resources(mcp.api, ctx, message.params);
   } else if (method == "resources/read") {
@@ -288,7 +294,8 @@ asio::awaitable<void> stream_call(Mcp& mcp, RequestContext& ctx, std::shared_ptr
   };
   asio::co_spawn(
       executor,
-      [&mcp, &ctx, call, message, options = std::move(options)]() mutable -> asio::awaitable<void> {
+      [&mcp, &ctx, call, message = std::move(message),
+       options = std::move(options)]() mutable -> asio::awaitable<void> {
         auto response = co_await answer(mcp, ctx, message, std::move(options));
         std::lock_guard lock(call->mutex);
         call->response = std::move(response);
@@ -390,12 +397,15 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
   const std::string session_id(ctx.header_value(kSessionHeader));
   const std::string_view version_header = ctx.header_value(kVersionHeader);
 
-  // initialize: a new session (never in a batch).
+  // One message, classified once: initialize makes a new session (never in a batch);
+  // the rest is answered below, in the session.
+  std::optional<Message> single;
   if (parsed.is_object()) {
     auto classified = classify(parsed);
     if (auto* error = std::get_if<json::object>(&classified))
       co_return rpc_http(HttpStatus::bad_request, *error);
-    auto& message = std::get<Message>(classified);
+    single = std::move(std::get<Message>(classified));
+    auto& message = *single;
     if (message.kind == Message::Kind::kRequest && message.method == "initialize") {
       std::string requested;
       if (auto* v = message.params.if_contains("protocolVersion"); v && v->is_string())
@@ -426,7 +436,7 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
         "Bad Request: unsupported MCP-Protocol-Version: " + to_valid_utf8(version_header.substr(0, 64)));
 
   if (parsed.is_array()) {
-    const auto& batch = parsed.as_array();
+    auto& batch = parsed.as_array();
     if (session->protocol_version != kBatchVersion)
       co_return transport_error(
           HttpStatus::bad_request, kInvalidRequest,
@@ -434,7 +444,7 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
     if (batch.empty())
       co_return transport_error(HttpStatus::bad_request, kInvalidRequest, "Invalid Request: an empty batch");
     json::array responses;
-    for (const auto& item : batch) {
+    for (auto& item : batch) {
       auto classified = classify(item);
       if (auto* error = std::get_if<json::object>(&classified)) {
         responses.push_back(std::move(*error));
@@ -452,10 +462,9 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
     co_return rpc_http(HttpStatus::ok, responses);
   }
 
-  auto classified = classify(parsed);
-  if (auto* error = std::get_if<json::object>(&classified))
-    co_return rpc_http(HttpStatus::bad_request, *error);
-  auto& message = std::get<Message>(classified);
+  if (!single)  // neither an object nor a batch: the error classify gives it
+    co_return rpc_http(HttpStatus::bad_request, std::get<json::object>(classify(parsed)));
+  auto& message = *single;
   if (message.kind == Message::Kind::kNotification) notify(mcp, *session, message);
   if (message.kind != Message::Kind::kRequest) co_return server::StringResponse{HttpStatus::accepted, 11};
 

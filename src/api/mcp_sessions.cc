@@ -11,10 +11,13 @@ namespace {
 std::string new_session_id() { return "mcps_" + random_hex(32); }
 }  // namespace
 
+bool McpSessions::expired(const Entry& entry, Clock::time_point now) {
+  return entry.in_flight.empty() && entry.idle_ttl.count() > 0 && now - entry.last_used > entry.idle_ttl;
+}
+
 void McpSessions::forget_expired(Clock::time_point now) {
   for (auto it = sessions_.begin(); it != sessions_.end();) {
-    auto& entry = it->second;
-    if (entry.in_flight.empty() && entry.idle_ttl.count() > 0 && now - entry.last_used > entry.idle_ttl)
+    if (expired(it->second, now))
       it = sessions_.erase(it);
     else
       ++it;
@@ -63,11 +66,17 @@ Result<std::shared_ptr<const McpSessions::Session>> McpSessions::create(const st
 
 std::shared_ptr<const McpSessions::Session> McpSessions::find(const std::string& id,
                                                               const std::string& owner) {
+  // Only this session's own expiry is looked at: the sweep of all of them is create's
+  // (the one call that adds sessions), not every request's.
   std::lock_guard lock(mutex_);
   const auto now = Clock::now();
-  forget_expired(now);
   auto it = sessions_.find(id);
-  if (it == sessions_.end() || it->second.session->owner != owner) return nullptr;
+  if (it == sessions_.end()) return nullptr;
+  if (expired(it->second, now)) {
+    sessions_.erase(it);
+    return nullptr;
+  }
+  if (it->second.session->owner != owner) return nullptr;
   it->second.last_used = now;
   return it->second.session;
 }
@@ -114,9 +123,10 @@ void McpSessions::cancel(const std::string& session, const std::string& key) {
 
 size_t McpSessions::count(const std::string& owner) const {
   std::lock_guard lock(mutex_);
+  const auto now = Clock::now();
   size_t n = 0;
   for (const auto& [id, entry] : sessions_)
-    if (entry.session->owner == owner) ++n;
+    if (entry.session->owner == owner && !expired(entry, now)) ++n;
   return n;
 }
 

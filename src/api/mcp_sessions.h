@@ -62,6 +62,8 @@ class McpSessions {
     std::chrono::seconds idle_ttl{0};
     std::map<std::string, std::shared_ptr<runtime::Cancellation>> in_flight;
   };
+  // Unused for its idle_ttl, with no request in flight.
+  static bool expired(const Entry& entry, std::chrono::steady_clock::time_point now);
   void forget_expired(std::chrono::steady_clock::time_point now);  // under mutex_
   void cancel_all(Entry& entry);                                   // under mutex_
 

@@ -1,9 +1,5 @@
 #include "api/mcp_tools.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <time.h>
-
 #include <algorithm>
 
 #include "api/api_calls.h"
@@ -12,12 +8,10 @@
 #include "base/base64.h"
 #include "base/blocking.h"
 #include "base/percent_encoding.h"
-#include "base/unique_fd.h"
 #include "base/utf8.h"
 #include "server/router.h"
 #include "service/store_call.h"
 #include "service/tool_calls.h"
-#include "store/file_walk.h"
 #include "store/keys.h"
 #include "tools/bash_tool.h"
 
@@ -322,14 +316,6 @@ std::string container_arg(const json::object& args) {
 }
 
 // --- the outputs a command wrote -------------------------------------------------
-int64_t coarse_now_ns() {
-  // File times come from the kernel's coarse clock: a file written after this reading
-  // never has an earlier mtime (a precise reading could be a tick ahead of it).
-  timespec now{};
-  ::clock_gettime(CLOCK_REALTIME_COARSE, &now);
-  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
-}
-
 json::object resource_link(const Container& container, const store::FileRecord& record) {
   const std::string name = to_valid_utf8(record.path.substr(record.path.rfind('/') + 1));
   return json::object{{"type", "resource_link"},
@@ -340,28 +326,27 @@ json::object resource_link(const Container& container, const store::FileRecord& 
                       {"size", record.size}};
 }
 
-// The files under outputs/ whose mtime is `since_ns` or later (a walk of the outputs
-// folder alone, stat only, on the blocking pool; each found file's record made or
-// refreshed as a listing would).
-asio::awaitable<std::vector<store::FileRecord>> outputs_written_since(ApiContext& api, Container& container,
-                                                                      int64_t since_ns) {
-  auto walk = [&api, &container, since_ns] {
+// The outputs a command wrote, as its result lists them by file id (the index sync
+// after every command finds them): their records, read on the blocking pool only when
+// there are any, so a command that writes none costs no walk and no thread hop here.
+asio::awaitable<std::vector<store::FileRecord>> outputs_listed_in(ApiContext& api, Container& container,
+                                                                  const json::object& result) {
+  std::vector<std::string> paths;
+  if (auto* content = result.if_contains("content"); content && content->is_array())
+    for (const auto& block : content->as_array()) {
+      auto* file_id = block.is_object() ? block.as_object().if_contains("file_id") : nullptr;
+      if (!file_id || !file_id->is_string() || paths.size() >= kMaxOutputLinks) continue;
+      if (auto path = store::path_for_file_id(file_id->as_string())) paths.push_back(std::move(*path));
+    }
+  if (paths.empty()) co_return std::vector<store::FileRecord>{};
+  auto stat_all = [&api, &container, paths = std::move(paths)] {
     std::vector<store::FileRecord> written;
-    UniqueFd root(::open(container.paths.outputs.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!root.valid()) return written;
-    std::vector<std::string> paths;
-    store::walk_regular_files(
-        root.get(), std::string(kOutputsMount),
-        [&paths, since_ns](int, const char*, const std::string& path, const struct stat& st) {
-          const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-          if (mtime >= since_ns && paths.size() < kMaxOutputLinks) paths.push_back(path);
-        });
     for (const auto& path : paths)
       if (auto record = api.files.stat_file(container.storage, container.paths, path))
-        written.push_back(*record);
+        written.push_back(std::move(*record));
     return written;
   };
-  co_return co_await run_blocking(std::move(walk));
+  co_return co_await run_blocking(std::move(stat_all));
 }
 
 // --- the tools -------------------------------------------------------------------
@@ -373,7 +358,6 @@ asio::awaitable<json::object> call_code_tool(ApiContext& api, RequestContext& ct
   args.erase("container");
   auto container = co_await api.containers.async_open(ctx.owner, container_id, /*create=*/true);
   if (!container) co_return api_error_result(container.error());
-  const int64_t started_ns = coarse_now_ns();
   const SandboxCaller* caller = sandbox_caller(ctx);
   auto content = co_await run_sub_tool(api, *container, name, args, options.cancellation,
                                        caller ? caller->nesting_depth : 0, options.on_output);
@@ -392,7 +376,7 @@ asio::awaitable<json::object> call_code_tool(ApiContext& api, RequestContext& ct
   json::array blocks;
   if (name == kBashTool || name == kPythonTool) {
     blocks.push_back(text_block(bash_text(*content)));
-    for (const auto& record : co_await outputs_written_since(api, **container, started_ns))
+    for (const auto& record : co_await outputs_listed_in(api, **container, *content))
       blocks.push_back(resource_link(**container, record));
   } else {
     blocks.push_back(text_block(editor_text(*content, string_arg(args, "path").value_or(""))));
@@ -597,8 +581,8 @@ std::string mcp_file_uri(std::string_view container, std::string_view sandbox_pa
          percent_encode(sandbox_path, true);
 }
 
-asio::awaitable<Result<json::object>> mcp_call_tool(ApiContext& api, RequestContext& ctx,
-                                                    const json::object& params, McpCallOptions options) {
+asio::awaitable<Result<json::object>> mcp_call_tool(ApiContext& api, RequestContext& ctx, json::object params,
+                                                    McpCallOptions options) {
   auto* name_value = params.if_contains("name");
   if (!name_value || !name_value->is_string())
     co_return ApiError::invalid_request("tools/call needs a tool 'name'");
@@ -606,7 +590,7 @@ asio::awaitable<Result<json::object>> mcp_call_tool(ApiContext& api, RequestCont
   json::object args;
   if (auto* value = params.if_contains("arguments"); value && !value->is_null()) {
     if (!value->is_object()) co_return ApiError::invalid_request("'arguments' must be an object");
-    args = value->as_object();
+    args = std::move(value->as_object());
   }
   const auto& tools = mcp_tools();
   const bool known = std::any_of(tools.begin(), tools.end(), [&name](const json::value& t) {

@@ -38,7 +38,7 @@ bool mcp_tool_streams(std::string_view name);
 // is an invalid_request ApiError (a JSON-RPC error); everything that goes wrong inside a
 // known tool is a result with isError.
 asio::awaitable<Result<boost::json::object>> mcp_call_tool(ApiContext& api, RequestContext& ctx,
-                                                           const boost::json::object& params,
+                                                           boost::json::object params,
                                                            McpCallOptions options);
 
 // resources/list: the uploads and outputs of the owner's containers, a page at a time.

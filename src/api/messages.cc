@@ -136,7 +136,7 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
   if (!stream) {
     auto message = co_await turn->loop->run();
     if (!message) co_return message.error();
-    co_return json_ok(*message);
+    co_return json_ok(json::value(std::move(*message)));  // moved: the whole turn is in it
   }
   // The first upstream answer decides between an HTTP error and a stream.
   auto opened = co_await turn->loop->open();

@@ -190,12 +190,16 @@ ToolLoop::ToolLoop(std::shared_ptr<UpstreamClient> client, LoopSettings settings
       runner_(runner),
       cancellation_(std::move(cancellation)),
       id_(new_message_id()) {
-  // Built once: per upstream call only the conversation (and the stream flag) differ.
-  base_body_ = upstream_body(request_, upstream_model_, false);
+  // Built and serialised once: per upstream call only the conversation (and the stream
+  // flag) differ.
+  json::object base = upstream_body(request_, upstream_model_, false);
   for (const auto& tool : request_.code_callable_tools)
     code_tool_names_.push_back(std::string(tool.as_object().at("name").as_string()));
-  conversation_ = std::move(base_body_["messages"].as_array());
-  base_body_.erase("messages");
+  conversation_ = std::move(base["messages"].as_array());
+  base.erase("messages");
+  base_body_ = json::serialize(base);
+  base_body_.pop_back();  // the closing brace: the conversation follows
+  if (base_body_.size() > 1) base_body_ += ',';
 }
 
 ToolLoop::~ToolLoop() {
@@ -203,13 +207,17 @@ ToolLoop::~ToolLoop() {
 }
 
 asio::awaitable<Result<std::shared_ptr<UpstreamCall>>> ToolLoop::call_upstream(bool stream) {
-  json::object body = base_body_;
-  if (stream) body["stream"] = true;
-  body["messages"] = conversation_;
+  // The body is the base, then the stream flag, then the conversation serialised where
+  // it is: no copy of the whole conversation (it grows with every round trip).
+  std::string body = base_body_;
+  if (stream) body += "\"stream\":true,";
+  body += "\"messages\":";
+  body += json::serialize(conversation_);
+  body += '}';
   UpstreamRequest request;
   request.url = settings_.messages_url;
   request.headers = settings_.headers;
-  request.body = json::serialize(body);
+  request.body = std::move(body);
   request.timeout = settings_.timeout;
   auto executor = co_await asio::this_coro::executor;
   auto call = client_->post(executor, std::move(request), cancellation_);
@@ -552,7 +560,8 @@ asio::awaitable<bool> ToolLoop::after_turn(UpstreamTurn& turn, EventSink* sink) 
     std::string upstream_id(call->at("id").as_string());
     const std::string shown_id = server_tool_id(upstream_id);
     auto* input_value = call->if_contains("input");
-    json::object input = input_value && input_value->is_object() ? input_value->as_object() : json::object{};
+    const json::object no_input;
+    const json::object& input = input_value && input_value->is_object() ? input_value->as_object() : no_input;
     // Code that may call client tools; once one such pauses, the kernel is its until the
     // client answers, so a second Python call of the same turn cannot run.
     const bool programmatic = name == kPythonTool && !code_tool_names_.empty();
@@ -573,18 +582,19 @@ asio::awaitable<bool> ToolLoop::after_turn(UpstreamTurn& turn, EventSink* sink) 
       code_paused_ = true;
       continue;
     }
-    json::object result_block{
-        {"type", name + "_tool_result"}, {"tool_use_id", shown_id}, {"content", strip_detail(step.result)}};
-    co_await add_block(std::move(result_block), sink);
     json::object tool_result{{"type", "tool_result"},
                              {"tool_use_id", upstream_id},
                              {"content", result_text_for_model(step.result)}};
     if (result_is_error(step.result)) tool_result["is_error"] = true;
     results.push_back(std::move(tool_result));
+    json::object result_block{{"type", name + "_tool_result"},
+                              {"tool_use_id", shown_id},
+                              {"content", strip_detail(std::move(step.result))}};
+    co_await add_block(std::move(result_block), sink);
   }
   // stop_reason stays tool_use: the client answers (its own calls, or those of the code)
   if (client_calls || code_paused_) co_return false;
-  conversation_.push_back(json::object{{"role", "assistant"}, {"content", turn.content}});
+  conversation_.push_back(json::object{{"role", "assistant"}, {"content", std::move(turn.content)}});
   conversation_.push_back(json::object{{"role", "user"}, {"content", std::move(results)}});
   if (++iterations_ >= settings_.max_tool_iterations) {
     stop_reason_ = "pause_turn";
@@ -595,8 +605,11 @@ asio::awaitable<bool> ToolLoop::after_turn(UpstreamTurn& turn, EventSink* sink) 
 }
 
 asio::awaitable<void> ToolLoop::add_block(json::object block, EventSink* sink) {
+  if (!sink) {
+    content_.push_back(std::move(block));
+    co_return;
+  }
   content_.push_back(block);
-  if (!sink) co_return;
   const auto index = static_cast<int64_t>(content_.size() - 1);
   json::object stop{{"type", "content_block_stop"}, {"index", index}};
   if (block.at("type").as_string() == "tool_use") {
@@ -697,11 +710,12 @@ asio::awaitable<Result<json::object>> ToolLoop::run() {
       {"type", "message"},
       {"role", "assistant"},
       {"model", request_.model},
-      {"content", content_},
+      {"content", nullptr},
       {"stop_reason", stop_reason_.empty() ? json::value(nullptr) : json::value(stop_reason_)},
       {"stop_sequence", stop_sequence_},
       {"stop_details", nullptr},
       {"usage", final_usage()}};
+  message["content"] = std::move(content_);  // the turn is over: its blocks are the message's
   message["container"] =
       request_.code_tool != CodeToolVersion::kNone ? runner_.container() : json::value(nullptr);
   co_return message;

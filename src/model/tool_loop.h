@@ -148,7 +148,7 @@ class ToolLoop {
   std::shared_ptr<runtime::Cancellation> cancellation_;
 
   std::string id_;
-  boost::json::object base_body_;    // the upstream request without its messages
+  std::string base_body_;            // the upstream request's JSON up to its messages: `{...,`
   boost::json::array conversation_;  // what the upstream sees, grown turn by turn
   boost::json::array content_;       // what the client gets
   boost::json::object usage_;
