@@ -54,7 +54,6 @@ struct Exchange {
   std::string sse_buffer;  // an event stream's bytes not yet split into lines
   std::string event, data;
   bool answered = false;  // the response to request_id went out
-  bool notified = false;  // a notification of this exchange went out
   CURL* curl = nullptr;   // while it is performed
 
   bool streaming() const {
@@ -67,15 +66,8 @@ struct Exchange {
     json::value message = json::parse(text, ec);
     if (ec) return;  // not JSON: nothing a client could use
     if (auto* object = message.if_object()) {
-      if (object->contains("method")) notified = true;
       if (auto* id = object->if_contains("id"); id && !object->contains("method") && *id == request_id) {
         answered = true;
-        // The official client runs a notification's handler a microtask after reading it
-        // but forgets a request's progress token as soon as it reads the response: a last
-        // progress notification read together with the response would be dropped. A
-        // moment between them (this exchange's own thread waits) lets the client read the
-        // notification first.
-        if (notified) std::this_thread::sleep_for(std::chrono::milliseconds(5));
         if (is_initialize)
           if (auto* result = object->if_contains("result"); result && result->is_object())
             if (auto* version = result->as_object().if_contains("protocolVersion");

@@ -309,7 +309,11 @@ async function progressWhileRunning(client, container) {
   await editor(client, container, { command: 'create', path: 'go', file_text: '' });
   const result = await call;
   assert.equal(result.structuredContent.stdout, 'ready\nfinished\n');
-  assert.equal(messages.join(''), 'ready\nfinished\n');
+  // The last output's notification may be read in the same chunk as the response; the
+  // official client handles a notification a microtask after reading it but forgets the
+  // request's progress token as soon as it reads the response, so it may drop that one.
+  // What was streamed is the output's beginning, in order, either way.
+  assert.ok(['ready\n', 'ready\nfinished\n'].includes(messages.join('')), JSON.stringify(messages));
 }
 
 // Cancelling the request (notifications/cancelled) stops the command in the sandbox.
