@@ -295,6 +295,24 @@ void stop_traced_server(TracedServer& traced) {
   for (const auto& point : left) umount2(point.c_str(), MNT_DETACH);
 }
 
+// An MCP session on `client` (initialize, then notifications/initialized): the headers
+// each call in it sends.
+sandboxd::testing::HttpClient::Headers open_mcp_session(sandboxd::testing::HttpClient& client) {
+  using Headers = sandboxd::testing::HttpClient::Headers;
+  const Headers accept{{"Accept", "application/json, text/event-stream"}};
+  auto init =
+      client.post("/mcp",
+                  R"({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25",)"
+                  R"("capabilities":{},"clientInfo":{"name":"bench","version":"1"}}})",
+                  "application/json", accept);
+  Headers in_session = accept;
+  in_session.emplace_back("Mcp-Session-Id", init.header("Mcp-Session-Id"));
+  in_session.emplace_back("MCP-Protocol-Version", "2025-11-25");
+  client.post("/mcp", R"({"jsonrpc":"2.0","method":"notifications/initialized"})", "application/json",
+              in_session);
+  return in_session;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -515,17 +533,7 @@ int main(int argc, char** argv) {
     // one container, the two alternating on connections of their own.
     using Headers = sandboxd::testing::HttpClient::Headers;
     sandboxd::testing::HttpClient mcp_client(server.port, kToken), direct_client(server.port, kToken);
-    const Headers accept{{"Accept", "application/json, text/event-stream"}};
-    auto init = mcp_client.post(
-        "/mcp",
-        R"({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25",)"
-        R"("capabilities":{},"clientInfo":{"name":"bench","version":"1"}}})",
-        "application/json", accept);
-    Headers in_session = accept;
-    in_session.emplace_back("Mcp-Session-Id", init.header("Mcp-Session-Id"));
-    in_session.emplace_back("MCP-Protocol-Version", "2025-11-25");
-    mcp_client.post("/mcp", R"({"jsonrpc":"2.0","method":"notifications/initialized"})", "application/json",
-                    in_session);
+    const Headers in_session = open_mcp_session(mcp_client);
     const std::string call =
         R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash_code_execution",)"
         R"("arguments":{"command":"true","container":"mcp-bench"}}})";
@@ -591,17 +599,7 @@ int main(int argc, char** argv) {
         const std::string bash_target = tools + "loop/tools/bash_code_execution";
         const std::string editor_target = tools + "loop/tools/text_editor_code_execution";
         const std::string view_body = R"({"command":"view","path":"small.txt"})";
-        const Headers accept{{"Accept", "application/json, text/event-stream"}};
-        auto init = mcp.post(
-            "/mcp",
-            R"({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25",)"
-            R"("capabilities":{},"clientInfo":{"name":"bench","version":"1"}}})",
-            "application/json", accept);
-        Headers in_session = accept;
-        in_session.emplace_back("Mcp-Session-Id", init.header("Mcp-Session-Id"));
-        in_session.emplace_back("MCP-Protocol-Version", "2025-11-25");
-        mcp.post("/mcp", R"({"jsonrpc":"2.0","method":"notifications/initialized"})", "application/json",
-                 in_session);
+        const Headers in_session = open_mcp_session(mcp);
         const std::string mcp_call =
             R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash_code_execution",)"
             R"("arguments":{"command":"true","container":"loop"}}})";
