@@ -271,17 +271,17 @@ double dump_instructions(TracedServer& traced) {
 }
 
 // Under valgrind the server may not finish its shutdown: a minute, then SIGKILL (its
-// sandboxes end with their control sockets; their mounts are let go here).
-void stop_traced_server(TracedServer& traced) {
-  kill(traced.server.pid, SIGTERM);
+// sandboxes end with their control sockets; their mounts below `dir` are let go here).
+void stop_server_under_valgrind(pid_t pid, const fs::path& dir) {
+  kill(pid, SIGTERM);
   bool exited = false;
   for (int i = 0; i < 600 && !exited; ++i) {
-    exited = waitpid(traced.server.pid, nullptr, WNOHANG) == traced.server.pid;
+    exited = waitpid(pid, nullptr, WNOHANG) == pid;
     if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (exited) return;
-  kill(traced.server.pid, SIGKILL);
-  waitpid(traced.server.pid, nullptr, 0);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
   std::this_thread::sleep_for(std::chrono::seconds(1));
   std::vector<std::string> left;
   std::ifstream mounts("/proc/self/mountinfo");
@@ -289,11 +289,13 @@ void stop_traced_server(TracedServer& traced) {
     std::istringstream fields(line);
     std::string skip, point;
     fields >> skip >> skip >> skip >> skip >> point;
-    if (point.starts_with(traced.dir.string())) left.push_back(point);
+    if (point.starts_with(dir.string())) left.push_back(point);
   }
   std::sort(left.rbegin(), left.rend());  // the deepest first
   for (const auto& point : left) umount2(point.c_str(), MNT_DETACH);
 }
+
+void stop_traced_server(TracedServer& traced) { stop_server_under_valgrind(traced.server.pid, traced.dir); }
 
 // An MCP session on `client` (initialize, then notifications/initialized): the headers
 // each call in it sends.
@@ -925,29 +927,7 @@ int main(int argc, char** argv) {
             }
           }
         }
-        // Under valgrind the server may not finish its shutdown: a minute, then SIGKILL
-        // (its sandboxes end with their control sockets; their mounts are let go below).
-        kill(traced.pid, SIGTERM);
-        bool exited = false;
-        for (int i = 0; i < 600 && !exited; ++i) {
-          exited = waitpid(traced.pid, nullptr, WNOHANG) == traced.pid;
-          if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        }
-        if (!exited) {
-          kill(traced.pid, SIGKILL);
-          waitpid(traced.pid, nullptr, 0);
-          std::this_thread::sleep_for(std::chrono::seconds(1));
-          std::vector<std::string> left;
-          std::ifstream mounts("/proc/self/mountinfo");
-          for (std::string line; std::getline(mounts, line);) {
-            std::istringstream fields(line);
-            std::string skip, point;
-            fields >> skip >> skip >> skip >> skip >> point;
-            if (point.starts_with(traced_dir.string())) left.push_back(point);
-          }
-          std::sort(left.rbegin(), left.rend());  // the deepest first
-          for (const auto& point : left) umount2(point.c_str(), MNT_DETACH);
-        }
+        stop_server_under_valgrind(traced.pid, traced_dir);
       }
     }
   }  // cost
