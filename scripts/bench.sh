@@ -14,10 +14,12 @@
 #   SANDBOXD_BENCH_ONLY=cluster      3 replicas on one PostgreSQL and s3rver, 10,000
 #                                    leases each: renewal, database stalls, a takeover
 #                                    (the build's test hooks: SANDBOXD_TEST_HOOKS=ON)
-#   SANDBOXD_BENCH_ONLY=messages | relay | throughput | transfer | mcp | python | cost
+#   SANDBOXD_BENCH_ONLY=messages | relay | throughput | transfer | mcp | python | cost | surfaces
 #                                    the server benchmark's executions and that part
 #                                    (cost: CPU and callgrind instructions per warm
-#                                    command, valgrind from scripts/setup.sh, and throughput)
+#                                    command, valgrind from scripts/setup.sh, and throughput;
+#                                    surfaces: callgrind instructions per call through MCP and
+#                                    /messages against the direct endpoints)
 #   SANDBOXD_BENCH_ONLY=e2b          E2B's SDKs (tests/e2b, `npm ci`ed) against sandboxd's
 #                                    own HTTP API on one server: create + run, warm run,
 #                                    warm runCode
@@ -102,7 +104,7 @@ case "$only" in
   metadata) ./build/bench/sandboxd_metadata_bench ;;
   cluster) npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null; ./build/bench/sandboxd_cluster_bench ;;
   storage) npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null; ./build/bench/sandboxd_storage_bench ;;
-  messages | relay | throughput | transfer | mcp | python | cost) ./build/bench/sandboxd_server_bench ;;
+  messages | relay | throughput | transfer | mcp | python | cost | surfaces) ./build/bench/sandboxd_server_bench ;;
   e2b) run_e2b_bench ;;
   "")
     start_docker
@@ -126,5 +128,5 @@ case "$only" in
       ./build/bench/sandboxd_idle_bench
     fi
     ;;
-  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, cluster, messages, relay, throughput, transfer, mcp, python, cost or e2b" >&2; exit 2 ;;
+  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, cluster, messages, relay, throughput, transfer, mcp, python, cost, surfaces or e2b" >&2; exit 2 ;;
 esac
