@@ -28,6 +28,7 @@
 
 #include "bench_util.h"
 #include "http_client.h"
+#include "instruction_stepper.h"
 #include "scripted_upstream.h"
 #include "tcp_echo.h"
 
@@ -848,6 +849,43 @@ int main(int argc, char** argv) {
     std::printf("  ratio (p50) warm / bare       %8.2fx   (goal <= 1.3x)\n",
                 warm_true_s.p50_ms / bare_true_s.p50_ms);
     if (failed_cost) std::printf("  (%d failed replies left out)\n", failed_cost);
+
+    // PID 1's user-space instructions per warm `true`, and those of its template and of
+    // each command's child until its execve: single-stepped under ptrace, since valgrind
+    // cannot run them. Stepping makes each command take a fraction of a second, so a few.
+    {
+      constexpr int kStepped = 20;
+      std::vector<pid_t> tasks{pid1};
+      for (pid_t child : children_of(pid1)) tasks.push_back(child);  // the template, the ready child
+      InstructionStepper stepper(tasks);
+      int stepped_ok = 0;
+      for (int i = 0; i < kStepped; ++i)
+        stepped_ok += executed(client.post_reply(cost_target, true_body), "");
+      const auto counts = stepper.stop();
+      uint64_t pid1_instructions = 0, template_instructions = 0, child_instructions = 0;
+      for (const auto& [task, instructions] : counts.by_pid) {
+        if (task == pid1)
+          pid1_instructions += instructions;
+        else if (std::find(counts.execed.begin(), counts.execed.end(), task) != counts.execed.end())
+          child_instructions += instructions;
+        else
+          template_instructions += instructions;
+      }
+      std::printf(
+          "\nPID 1's user-space instructions per warm `true` (single-stepped under ptrace, %d commands)\n",
+          kStepped);
+      if (stepped_ok != kStepped || pid1_instructions == 0) {
+        std::printf("  no count (%d of %d commands ran%s%s)\n", stepped_ok, kStepped,
+                    counts.error.empty() ? "" : "; ", counts.error.c_str());
+      } else {
+        std::printf("  PID 1                         %8.0f instructions per command   (goal <= 50000)\n",
+                    static_cast<double>(pid1_instructions) / kStepped);
+        std::printf("  its template (the clones)     %8.0f\n",
+                    static_cast<double>(template_instructions) / kStepped);
+        std::printf("  the command's child, to execve %7.0f   (%zu children stepped)\n",
+                    static_cast<double>(child_instructions) / kStepped, counts.execed.size());
+      }
+    }
 
     // Instructions: a second server under callgrind, zeroed after a warm-up, then
     // kTraced commands, dumped and divided.
