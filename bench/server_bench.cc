@@ -863,13 +863,18 @@ int main(int argc, char** argv) {
         stepped_ok += executed(client.post_reply(cost_target, true_body), "");
       const auto counts = stepper.stop();
       uint64_t pid1_instructions = 0, template_instructions = 0, child_instructions = 0;
+      // The template is the task of those at the start that never called execve; every
+      // other one is a command's child (the last may not have had its command yet).
       for (const auto& [task, instructions] : counts.by_pid) {
+        const bool execed =
+            std::find(counts.execed.begin(), counts.execed.end(), task) != counts.execed.end();
+        const bool at_start = std::find(tasks.begin(), tasks.end(), task) != tasks.end();
         if (task == pid1)
           pid1_instructions += instructions;
-        else if (std::find(counts.execed.begin(), counts.execed.end(), task) != counts.execed.end())
-          child_instructions += instructions;
-        else
+        else if (at_start && !execed)
           template_instructions += instructions;
+        else
+          child_instructions += instructions;
       }
       std::printf(
           "\nPID 1's user-space instructions per warm `true` (single-stepped under ptrace, %d commands)\n",
@@ -882,7 +887,7 @@ int main(int argc, char** argv) {
                     static_cast<double>(pid1_instructions) / kStepped);
         std::printf("  its template (the clones)     %8.0f\n",
                     static_cast<double>(template_instructions) / kStepped);
-        std::printf("  the command's child, to execve %7.0f   (%zu children stepped)\n",
+        std::printf("  the command's child, to execve %7.0f   (%zu of them reached it)\n",
                     static_cast<double>(child_instructions) / kStepped, counts.execed.size());
       }
     }
