@@ -6,12 +6,15 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
 #include <csignal>
+#include <memory>
 
 #include "ops/logging.h"
 
@@ -47,6 +50,20 @@ void wake(std::vector<asio::steady_timer*>& event) {
 }
 
 size_t size_of(const ProcessOutput& piece) { return piece.data.size(); }
+
+// One read of what waits in `fd`, without waiting for more: read(2)'s answer (0 at the
+// pipe's end, -1 with errno), the bytes in `out`. The buffer is the thread's, never
+// zeroed (a read fills what it returns): at a short process's end both pipes are read
+// and are usually empty, and a fresh zeroed 64 KiB buffer for each was the largest part
+// of the server's work for such a process.
+ssize_t read_waiting(int fd, std::string& out) {
+  thread_local const std::unique_ptr<char[]> buffer(new char[kReadChunk]);
+  ssize_t n;
+  do n = ::read(fd, buffer.get(), kReadChunk);
+  while (n < 0 && errno == EINTR);
+  if (n > 0) out.assign(buffer.get(), static_cast<size_t>(n));
+  return n;
+}
 
 bool valid_env_name(const std::string& name) {
   return !name.empty() && name.find('=') == std::string::npos && name.find('\0') == std::string::npos;
@@ -93,7 +110,7 @@ SandboxProcess::SandboxProcess(uint32_t pid, ProcessConfig config, std::optional
       container_(std::move(container)),
       sandbox_(std::move(started.sandbox)),
       execution_id_(started.channel.id),
-      strand_(asio::make_strand(sandbox_->executor())),
+      strand_(asio::make_strand(container_->strand.get_inner_executor().context())),
       stdout_fd_(started.channel.stdout_read),
       stderr_fd_(started.channel.stderr_read),
       read_after_(strand_),
@@ -121,19 +138,20 @@ void SandboxProcess::run(std::chrono::milliseconds timeout, std::function<void()
   auto self = shared_from_this();
   asio::co_spawn(
       strand_, [self, on_end = std::move(on_end)]() { return self->finish(on_end); }, asio::detached);
-  asio::co_spawn(
-      strand_, [self]() { return self->read_later(); }, asio::detached);
-  if (timeout.count() > 0)
-    asio::co_spawn(
-        strand_, [self, timeout]() { return self->enforce_timeout(timeout); }, asio::detached);
+  // The two timers' handlers run on the strand (the timers' executor); plain handlers,
+  // not coroutines of their own: no frame and no spawn for each process.
+  asio::dispatch(strand_, [self, timeout] {
+    self->read_later();
+    if (timeout.count() > 0) self->enforce_timeout(timeout);
+  });
 }
 
-asio::awaitable<void> SandboxProcess::read_later() {
-  auto self = shared_from_this();
+void SandboxProcess::read_later() {
+  if (exited_) return;
   read_after_.expires_after(kReadAfter);
-  boost::system::error_code ec;
-  co_await read_after_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  if (!exited_) start_pumps();  // (an exit seen first has read the pipes, or pumps them)
+  read_after_.async_wait([self = shared_from_this()](const boost::system::error_code&) {
+    if (!self->exited_) self->start_pumps();  // (an exit seen first has read the pipes, or pumps them)
+  });
 }
 
 void SandboxProcess::start_pumps() {
@@ -151,18 +169,15 @@ void SandboxProcess::start_pumps() {
 
 asio::awaitable<bool> SandboxProcess::drain(int fd, ProcessOutput::Kind kind) {
   auto self = shared_from_this();
-  std::string buffer(kReadChunk, '\0');
   // At most 1 MiB here (what pipes hold); anything beyond is pumped.
   for (int reads = 0; reads < 16; ++reads) {
-    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    ProcessOutput piece;
+    piece.kind = kind;
+    const ssize_t n = read_waiting(fd, piece.data);
     if (n > 0) {
-      ProcessOutput piece;
-      piece.kind = kind;
-      piece.data.assign(buffer.data(), static_cast<size_t>(n));
       co_await deliver(std::move(piece));
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
     co_return n < 0 && errno == EAGAIN;  // end of file, or a broken pipe: it is done
   }
   co_return true;
@@ -248,14 +263,13 @@ asio::awaitable<void> SandboxProcess::finish(std::function<void()> on_end) {
   on_end();
 }
 
-asio::awaitable<void> SandboxProcess::enforce_timeout(std::chrono::milliseconds timeout) {
-  auto self = shared_from_this();
+void SandboxProcess::enforce_timeout(std::chrono::milliseconds timeout) {
   deadline_.expires_after(timeout);
-  boost::system::error_code ec;
-  co_await deadline_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  if (ec || ended_) co_return;
-  timed_out_ = true;
-  sandbox_->kill_process(execution_id_);
+  deadline_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || self->ended_) return;
+    self->timed_out_ = true;
+    self->sandbox_->kill_process(self->execution_id_);
+  });
 }
 
 asio::awaitable<std::shared_ptr<ProcessReader>> SandboxProcess::subscribe() {
