@@ -176,7 +176,7 @@ void TreeChanges::Walk::entering(int folder) {
   // The watch is added and entered in the map in one step: an event of it that a drain
   // reads must find its tree.
   std::lock_guard lock(owner_.mutex_);
-  if (tree_->forgotten || owner_.watches_ >= owner_.limits_.total) {
+  if (tree_->forgotten) {
     complete_ = false;
     return;
   }
@@ -185,14 +185,19 @@ void TreeChanges::Walk::entering(int folder) {
     complete_ = false;
     return;
   }
-  auto [at, added] = owner_.tree_of_watch_.try_emplace(wd, tree_.get());
-  if (at->second != tree_.get()) {  // a folder of another tree (never, unless mounted twice)
-    complete_ = false;
-    return;
-  }
-  if (added) {
+  auto found = owner_.tree_of_watch_.find(wd);
+  if (found == owner_.tree_of_watch_.end()) {  // a new watch: within the server's total?
+    if (owner_.watches_ >= owner_.limits_.total) {
+      inotify_rm_watch(owner_.inotify_.get(), wd);
+      complete_ = false;
+      return;
+    }
+    owner_.tree_of_watch_.emplace(wd, tree_.get());
     tree_->watches.insert(wd);
     ++owner_.watches_;
+  } else if (found->second != tree_.get()) {  // a folder of another tree (never, unless mounted twice)
+    complete_ = false;
+    return;
   }
   seen_.insert(wd);
 }
@@ -208,6 +213,7 @@ void TreeChanges::end_walk(Walk& walk) {
     return;
   }
   tree.oversized = false;
+  if (!walk.complete_) uncover(tree);  // a folder it could not watch, a file events cannot follow
   if (!walk.complete_ || tree.generation != walk.generation_at_start_) {
     // Watches of folders that left the tree pile up only while no walk is clean: a
     // tree that keeps them from being pruned loses them all and starts over.
