@@ -164,4 +164,30 @@ TEST_F(OutputsListed, ARestartedSandboxListsWhatItsCommandsWrite) {
   EXPECT_EQ(listed_by("echo c >> " + kOutputs + "a.txt"), ids_of({"a.txt"}));
 }
 
+// The persistent Python's cells are judged the same way: a cell that saved a file lists
+// it (code_execution_output), one that saved nothing lists nothing.
+TEST_F(OutputsListed, PythonCellsListWhatTheySaved) {
+  auto cell = [&](const std::string& code) {
+    std::ofstream(*work / "body.json") << bj::serialize(bj::object{{"code", code}});
+    auto result = server
+                      ->curl_json("-X POST " + server->base() + "/containers/" + container +
+                                  "/tools/code_execution -d @" + (*work / "body.json").string())
+                      .as_object();
+    EXPECT_EQ(result.at("return_code"), 0) << code << ": " << bj::serialize(result);
+    std::vector<std::string> ids;
+    for (const auto& block : result.at("content").as_array()) {
+      EXPECT_EQ(block.at("type"), "code_execution_output");
+      ids.emplace_back(block.at("file_id").as_string());
+    }
+    return ids;
+  };
+  EXPECT_EQ(cell("x = 1"), Paths{});
+  EXPECT_EQ(cell("x + 1"), Paths{});
+  EXPECT_EQ(cell("open('" + kOutputs + "p.txt', 'w').write('p')"), ids_of({"p.txt"}));
+  const double skipped_before = skipped();
+  EXPECT_EQ(cell("x + 2"), Paths{});
+  EXPECT_EQ(skipped() - skipped_before, 1);  // no walk for it
+  EXPECT_EQ(cell("open('" + kOutputs + "p.txt', 'a').write('q')"), ids_of({"p.txt"}));
+}
+
 }  // namespace
