@@ -209,7 +209,7 @@ void TreeChanges::end_walk(Walk& walk) {
   if (tree.forgotten) return;
   if (walk.folders_ > limits_.folders_per_tree) {
     tree.oversized = true;  // not watched at all until a walk finds it small enough again
-    if (!tree.watches.empty()) remove_watches(tree);
+    remove_watches(tree);
     return;
   }
   tree.oversized = false;
