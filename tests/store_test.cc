@@ -36,6 +36,7 @@
 #include "store/schema.h"
 #include "store/skill_store.h"
 #include "store/thread_store.h"
+#include "store/tree_changes.h"
 
 namespace sandboxd::store {
 namespace {
@@ -1608,6 +1609,118 @@ TEST_F(FileStoreTest, SyncOfAnUnchangedTreeOnlyStats) {
   set_mtime(probe, 1'800'000'000);
   store_.sync(kStorage, paths_);
   EXPECT_EQ(metadata_.find_file(kStorage, kUploads + "/d7/f7.txt")->etag, md5_hex("FILE 7\n"));
+}
+
+// The kernel's word on a container's trees (store/tree_changes.h), with the real inotify:
+// a tree is covered only once its walk watched every folder of it, and "no event since"
+// then means no change under it.
+TEST_F(FileStoreTest, TreeChangesCoverATreeOnlyWhenEveryFolderIsWatched) {
+  TreeChanges changes(TreeChanges::Limits{/*folders_per_tree=*/4, /*total=*/100});
+  ASSERT_TRUE(changes.enabled());
+  store_.set_tree_changes(&changes);
+  fs::create_directories(outputs_ / "a");
+  write_host_file(outputs_ / "r.txt", "r");
+  store_.sync(kStorage, paths_);  // not tracked (no sandbox running): nothing is watched
+  EXPECT_EQ(changes.watches(), 0u);
+  EXPECT_FALSE(changes.mark(kStorage).covered);
+
+  changes.track(kStorage);
+  EXPECT_FALSE(changes.mark(kStorage).covered);  // tracked, not walked yet
+  store_.sync(kStorage, paths_);
+  auto mark = changes.mark(kStorage);
+  EXPECT_TRUE(mark.covered);
+  EXPECT_EQ(changes.watches(), 3u);  // uploads, outputs, outputs/a
+  EXPECT_TRUE(changes.unchanged_since(kStorage, mark));
+  EXPECT_EQ(read_host_file(outputs_ / "r.txt"), "r");  // reading is no change
+  EXPECT_TRUE(changes.unchanged_since(kStorage, mark));
+
+  // A file written, in a folder below: an event, and the tree stays covered.
+  write_host_file(outputs_ / "a" / "f.txt", "x");
+  EXPECT_FALSE(changes.unchanged_since(kStorage, mark));
+  mark = changes.mark(kStorage);
+  EXPECT_TRUE(mark.covered);
+  chmod((outputs_ / "a" / "f.txt").c_str(), 0600);
+  EXPECT_FALSE(changes.unchanged_since(kStorage, mark));
+  mark = changes.mark(kStorage);
+  write_host_file(uploads_ / "u.txt", "u");
+  EXPECT_FALSE(changes.unchanged_since(kStorage, mark));
+
+  // A new folder has no watch yet: uncovered until a walk watches it.
+  fs::create_directories(outputs_ / "a" / "b");
+  EXPECT_FALSE(changes.mark(kStorage).covered);
+  store_.sync(kStorage, paths_);
+  mark = changes.mark(kStorage);
+  EXPECT_TRUE(mark.covered);
+  EXPECT_EQ(changes.watches(), 4u);
+  write_host_file(outputs_ / "a" / "b" / "deep.txt", "d");
+  EXPECT_FALSE(changes.unchanged_since(kStorage, mark));
+
+  // A symlink to a folder outside is never followed: what changes there is no event.
+  fs::create_directory_symlink(outside_, outputs_ / "out");
+  store_.sync(kStorage, paths_);
+  mark = changes.mark(kStorage);
+  EXPECT_TRUE(mark.covered);
+  EXPECT_EQ(changes.watches(), 4u);
+  write_host_file(outside_ / "elsewhere.txt", "e");
+  EXPECT_TRUE(changes.unchanged_since(kStorage, mark));
+
+  // A folder moved away keeps its watch only until the next clean walk.
+  fs::rename(outputs_ / "a" / "b", workspace_ / "b");
+  EXPECT_FALSE(changes.mark(kStorage).covered);
+  store_.sync(kStorage, paths_);
+  mark = changes.mark(kStorage);
+  EXPECT_TRUE(mark.covered);
+  EXPECT_EQ(changes.watches(), 3u);
+  write_host_file(workspace_ / "b" / "moved.txt", "m");
+  EXPECT_TRUE(changes.unchanged_since(kStorage, mark));
+
+  // Past the cap of folders a tree is not watched at all, until it is small again.
+  fs::create_directories(outputs_ / "c");
+  fs::create_directories(outputs_ / "d");
+  store_.sync(kStorage, paths_);
+  EXPECT_FALSE(changes.mark(kStorage).covered);
+  EXPECT_EQ(changes.watches(), 0u);
+  store_.sync(kStorage, paths_);
+  EXPECT_FALSE(changes.mark(kStorage).covered);
+  EXPECT_EQ(changes.watches(), 0u);
+  fs::remove(outputs_ / "d");
+  store_.sync(kStorage, paths_);  // small again: the next walk watches
+  EXPECT_FALSE(changes.mark(kStorage).covered);
+  store_.sync(kStorage, paths_);
+  EXPECT_TRUE(changes.mark(kStorage).covered);
+  EXPECT_EQ(changes.watches(), 4u);
+
+  // A file with a second name is never covered: a write through a name outside the
+  // watched folders would give no event in them.
+  ASSERT_EQ(link((outputs_ / "a" / "f.txt").c_str(), (outputs_ / "c" / "g.txt").c_str()), 0);
+  store_.sync(kStorage, paths_);
+  EXPECT_FALSE(changes.mark(kStorage).covered);
+  fs::remove(outputs_ / "c" / "g.txt");
+  store_.sync(kStorage, paths_);
+  EXPECT_TRUE(changes.mark(kStorage).covered);
+
+  // A stopped sandbox's watches go.
+  changes.forget(kStorage);
+  EXPECT_EQ(changes.watches(), 0u);
+  EXPECT_FALSE(changes.mark(kStorage).covered);
+  store_.set_tree_changes(nullptr);
+}
+
+// The server's total is shared by every container: past it a tree is walked as before.
+TEST_F(FileStoreTest, TreeChangesStayWithinTheServersTotal) {
+  TreeChanges changes(TreeChanges::Limits{/*folders_per_tree=*/64, /*total=*/2});
+  ASSERT_TRUE(changes.enabled());
+  store_.set_tree_changes(&changes);
+  changes.track(kStorage);
+  fs::create_directories(outputs_ / "a");
+  store_.sync(kStorage, paths_);
+  EXPECT_FALSE(changes.mark(kStorage).covered);
+  EXPECT_LE(changes.watches(), 2u);
+  fs::remove(outputs_ / "a");
+  store_.sync(kStorage, paths_);
+  EXPECT_TRUE(changes.mark(kStorage).covered);
+  EXPECT_EQ(changes.watches(), 2u);
+  store_.set_tree_changes(nullptr);
 }
 
 TEST_F(FileStoreTest, StatFileSyncsOneFileInAnyMount) {

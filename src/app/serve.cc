@@ -9,6 +9,8 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -38,6 +40,7 @@
 #include "server/http_server.h"
 #include "service/container_service.h"
 #include "service/directory_watches.h"
+#include "service/discovery.h"
 #include "service/e2b_sandboxes.h"
 #include "service/sandbox_processes.h"
 #include "service/skill_mounts.h"
@@ -191,6 +194,14 @@ int serve(ops::Config config, const std::string& config_path) {
   auto metadata_database = [&] { return postgres ? postgres : store::db::open_sqlite(sqlite_path); };
   store::Metadata metadata(metadata_database());
   store::FileStore files(metadata, config.sandbox_host_uid, config.sandbox_host_uid);
+  // What tells a command that wrote nothing under uploads/ and outputs/ apart without a
+  // walk (store/tree_changes.h); without inotify every command walks.
+  store::TreeChanges tree_changes;
+  if (tree_changes.enabled())
+    files.set_tree_changes(&tree_changes);
+  else
+    spdlog::warn("inotify_init1: {}; every command walks its container's folders to find its outputs",
+                 std::strerror(errno));
 
   {  // the service's objects end before the data directory's bind is unmounted
     // The I/O threads: one per core, at least two. With two (a host of one or two cores)
@@ -209,6 +220,10 @@ int serve(ops::Config config, const std::string& config_path) {
     service::ContainerService containers(io, live_config, sandbox_runtime ? &*sandbox_runtime : nullptr,
                                          metadata);
     containers.set_unavailable_reason(image_problem);
+    if (tree_changes.enabled()) {
+      containers.set_tree_changes(&tree_changes);
+      service::drain_tree_changes(io, tree_changes);
+    }
     // storage.backend s3: the sessions bucket holds the durable copy (the manifest in the
     // metadata database); the local disk is the working copy.
     std::optional<store::ManifestStore> manifest;

@@ -107,6 +107,7 @@ void Metrics::execution_completed(const std::string& outcome, double seconds) {
 
 void Metrics::admission_waited(double seconds) { admission_wait_.observe(seconds); }
 void Metrics::sandbox_started() { ++started_; }
+void Metrics::output_walk(bool skipped) { ++(skipped ? output_walks_skipped_ : output_walks_); }
 void Metrics::sandbox_stopped(const std::string& reason) { count(stopped_, {{"reason", reason}}); }
 
 void Metrics::http_request(const std::string& route, unsigned code, double seconds) {
@@ -172,6 +173,13 @@ std::string Metrics::render(const Gauges& g) const {
            static_cast<double>(refused));
   header(out, "sandboxd_sandboxes_started_total", "counter", "Sandboxes started.");
   sample(out, "sandboxd_sandboxes_started_total", "", static_cast<double>(started_.load()));
+  header(out, "sandboxd_output_walks_total", "counter",
+         "Commands whose changed outputs were found by walking their container's folders.");
+  sample(out, "sandboxd_output_walks_total", "", static_cast<double>(output_walks_.load()));
+  header(
+      out, "sandboxd_output_walks_skipped_total", "counter",
+      "Commands that needed no walk: the kernel saw no change under their container's uploads and outputs.");
+  sample(out, "sandboxd_output_walks_skipped_total", "", static_cast<double>(output_walks_skipped_.load()));
   if (g.network_peers) {
     auto gauge = [&](const char* name, const char* type, const char* help, double value) {
       header(out, name, type, help);

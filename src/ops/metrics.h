@@ -38,6 +38,9 @@ class Metrics {
   void admission_waited(double seconds);
   void sandbox_started();
   void sandbox_stopped(const std::string& reason);
+  // How a command's changed outputs were found: by walking its container's folders, or
+  // without a walk, the kernel having seen no change there (service/discovery.h).
+  void output_walk(bool skipped);
   void http_request(const std::string& route, unsigned code, double seconds);
   // storage.backend s3: a flush of a container to the bucket, a restore from it.
   void storage_flushed(bool ok, double seconds);
@@ -77,6 +80,7 @@ class Metrics {
   mutable std::mutex mutex_;
   std::map<std::string, uint64_t> rejected_, completed_, stopped_, http_requests_;
   std::atomic<uint64_t> started_{0};
+  std::atomic<uint64_t> output_walks_{0}, output_walks_skipped_{0};
   std::atomic<uint64_t> flushes_ok_{0}, flushes_failed_{0};
   Histogram admission_wait_, execution_duration_, flush_duration_, restore_duration_;
   std::map<std::string, std::unique_ptr<Histogram>> http_duration_;  // by route

@@ -377,6 +377,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
       }
       container->sandbox_up = true;
       container->live_sandbox.store(state.sandbox);
+      if (tree_changes_) tree_changes_->track(container->storage);
     } catch (const std::exception& e) {
       error = e.what();
       spdlog::error("starting a sandbox for container {} of {}: {}", container->id, container->owner, error);
@@ -411,6 +412,9 @@ asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container
   }
   container->sandbox_up = false;
   container->live_sandbox.store(nullptr);
+  // A stopped sandbox writes nothing: its watches go back to the host's share (its next
+  // command walks, and watches again).
+  if (tree_changes_) tree_changes_->forget(container->storage);
   state.link.reset();  // its listeners close with the sandbox
   if (auto sandbox = std::move(state.sandbox)) {
     co_await sandbox->stop();

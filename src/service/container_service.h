@@ -204,6 +204,9 @@ class ContainerService {
   // storage.backend s3: the bucket copy (restore before use, flush after stops).
   void set_durability(BucketCopy* durability) { durability_ = durability; }
   BucketCopy* durability() const { return durability_; }
+  // The watches of a container's uploads/ and outputs/ (store/tree_changes.h): kept
+  // while its sandbox runs, removed when it stops. Set once, before serving.
+  void set_tree_changes(store::TreeChanges* changes) { tree_changes_ = changes; }
   // Every open container (its volume mounted).
   std::vector<std::shared_ptr<Container>> open_containers() const;
 
@@ -258,6 +261,7 @@ class ContainerService {
   SandboxNetworking* network_ = nullptr;
   LeaseKeeper* leases_ = nullptr;
   BucketCopy* durability_ = nullptr;
+  store::TreeChanges* tree_changes_ = nullptr;
   std::string unavailable_reason_;
   std::shared_ptr<ops::Admission> admission_;
   store::Metadata& metadata_;

@@ -1,11 +1,19 @@
 #include "service/discovery.h"
 
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <spdlog/spdlog.h>
 
 #include "base/blocking.h"
+#include "ops/metrics.h"
 
 namespace sandboxd::service {
 namespace {
@@ -74,8 +82,26 @@ asio::awaitable<void> before_listing(Services& services, Container& container) {
   co_await sync_off_io_thread(services, container);
 }
 
+store::TreeChanges::Mark output_mark(Services& services, const Container& container) {
+  auto* trees = services.files.tree_changes();
+  return trees ? trees->mark(container.storage) : store::TreeChanges::Mark{};
+}
+
 asio::awaitable<ChangedOutputs> sync_after_command(Services& services, std::shared_ptr<Container> container,
-                                                   int64_t since_ns) {
+                                                   int64_t since_ns,
+                                                   std::optional<store::TreeChanges::Mark> before) {
+  auto* trees = services.files.tree_changes();
+  if (before && trees && trees->unchanged_since(container->storage, *before)) {
+    ops::metrics().output_walk(/*skipped=*/true);
+    {
+      std::lock_guard lock(container->index.mutex);
+      auto& reported = container->index.reported_outputs;
+      std::erase_if(reported, [since_ns](const auto& entry) { return entry.second < since_ns; });
+    }
+    after_execution(services, container);
+    co_return ChangedOutputs{};
+  }
+  ops::metrics().output_walk(/*skipped=*/false);
   auto changes = std::make_shared<store::OutputChanges>();
   changes->since_ns = since_ns;
   {
@@ -93,6 +119,24 @@ asio::awaitable<ChangedOutputs> sync_after_command(Services& services, std::shar
     for (const auto& [path, ctime_ns] : changes->reported_now) reported[path] = ctime_ns;
   }
   co_return ChangedOutputs{std::move(changes->paths), changes->truncated};
+}
+
+void drain_tree_changes(asio::io_context& io, store::TreeChanges& changes) {
+  if (!changes.enabled()) return;
+  // Its own descriptor (a dup): the loop's end closes it, never the instance's.
+  const int fd = ::dup(changes.descriptor());
+  if (fd < 0) return;
+  auto readable = std::make_shared<asio::posix::stream_descriptor>(io, fd);
+  auto loop = [readable, &changes]() -> asio::awaitable<void> {
+    for (;;) {
+      boost::system::error_code ec;
+      co_await readable->async_wait(asio::posix::stream_descriptor::wait_read,
+                                    asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;
+      changes.drain();
+    }
+  };
+  asio::co_spawn(io, std::move(loop), asio::detached);
 }
 
 asio::awaitable<void> sync_off_io_thread(Services& services, Container& container) {

@@ -6,7 +6,9 @@
 // run on the blocking pool, never on an I/O thread.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,12 +24,25 @@ void after_execution(Services& services, const std::shared_ptr<Container>& conta
 // store::OutputChanges). No walk is added: the one every execution costs anyway moves
 // before the response. The paths come from the file times, not from a comparison with
 // the index, so a listing (or another command) syncing meanwhile takes nothing away.
+//
+// With `before` (output_mark, taken before the command started) and the kernel's word
+// that nothing under the container's uploads/ and outputs/ changed since
+// (store::TreeChanges), there is no walk: the command changed no output, and the index
+// gets the coalesced walk of after_execution, as after any execution, for what inotify
+// cannot see.
 struct ChangedOutputs {
   std::vector<std::string> paths;
   bool truncated = false;
 };
 asio::awaitable<ChangedOutputs> sync_after_command(Services& services, std::shared_ptr<Container> container,
-                                                   int64_t since_ns);
+                                                   int64_t since_ns,
+                                                   std::optional<store::TreeChanges::Mark> before = {});
+// The container's trees as they are now (cheap: one non-blocking read), right before a
+// command starts.
+store::TreeChanges::Mark output_mark(Services& services, const Container& container);
+// Reads the server's inotify events as they come, so that an idle server's queue never
+// overflows (a command's own reads are the ones its decision counts on).
+void drain_tree_changes(asio::io_context& io, store::TreeChanges& changes);
 // Both walk the container's folders and hash new files on the blocking pool
 // (base/blocking.h); the caller keeps `container` alive until the await returns.
 asio::awaitable<void> before_listing(Services& services, Container& container);

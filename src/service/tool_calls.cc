@@ -119,7 +119,8 @@ bool refused_for_capacity(const ApiError& error) {
 asio::awaitable<Result<PythonStep>> settle(Services& services, std::shared_ptr<Container> container,
                                            Result<KernelResult> result, std::chrono::milliseconds timeout,
                                            int64_t started_ns, bool rich_outputs,
-                                           const std::string& server_tool_id) {
+                                           const std::string& server_tool_id,
+                                           std::optional<store::TreeChanges::Mark> before) {
   PythonStep step;
   if (!result) {
     after_execution(services, container);
@@ -148,7 +149,7 @@ asio::awaitable<Result<PythonStep>> settle(Services& services, std::shared_ptr<C
   // The files the cell saved under outputs/ (Anthropic's code_execution_output blocks),
   // found by the index sync every execution is followed by anyway, as for bash.
   std::vector<std::string> file_ids;
-  auto changed = co_await sync_after_command(services, container, started_ns);
+  auto changed = co_await sync_after_command(services, container, started_ns, before);
   for (const auto& path : changed.paths) file_ids.push_back(store::file_id_for_path(path));
   step.result = python_result(*result, timeout, rich_outputs, file_ids);
   co_return step;
@@ -181,9 +182,10 @@ asio::awaitable<Result<PythonStep>> run_python(Services& services, std::shared_p
   call.tools.answer_limit = std::chrono::seconds(config->tool_result_timeout_sec);
   const auto timeout = call.timeout;
   const int64_t started_ns = realtime_now_ns();
+  const auto before = output_mark(services, *container);
   auto result = co_await services.containers.run_python(container, std::move(call));
   co_return co_await settle(services, container, std::move(result), timeout, started_ns, rich_outputs,
-                            server_tool_id);
+                            server_tool_id, before);
 }
 
 }  // namespace
@@ -256,8 +258,9 @@ asio::awaitable<Result<PythonStep>> resume_python_step(Services& services,
     co_return resumed.error();
   }
   if (!*resumed) co_return gone();
+  // (Its first part's mark is not kept across the pause: the resumed cell walks.)
   co_return co_await settle(services, container, std::move(**resumed), paused.timeout, paused.started_ns,
-                            false, server_tool_id);
+                            false, server_tool_id, std::nullopt);
 }
 
 asio::awaitable<Result<boost::json::object>> run_sub_tool(
@@ -305,6 +308,8 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(
   request.cancellation = std::move(cancellation);
   request.on_output = std::move(on_output);
   request.extra_env = sandbox_env(*config, *container, depth);
+  // Before the command starts: whether its walk can be skipped is judged against this.
+  const auto before = output_mark(services, *container);
   auto result = co_await services.containers.exec(container, std::move(request), bash.restart);
   if (!result) {
     // Files the command may have written get their created_at now, not when someone
@@ -320,7 +325,7 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(
   // that finds them also gives them their created_at.
   std::vector<std::string> file_ids;
   if (result->started_realtime_ns > 0) {  // not a restart without a command
-    auto changed = co_await sync_after_command(services, container, result->started_realtime_ns);
+    auto changed = co_await sync_after_command(services, container, result->started_realtime_ns, before);
     for (const auto& path : changed.paths) file_ids.push_back(store::file_id_for_path(path));
   }
   co_return tools::bash_result(*result, file_ids);

@@ -186,10 +186,12 @@ void FileStore::sync(const std::string& storage, const ContainerPaths& paths, Ou
   }
 
   int64_t now = now_seconds();
+  auto watching = tree_changes_ ? tree_changes_->begin_walk(storage) : nullptr;
   for (const auto& [mount, host] : mounts) {
     if (host->empty()) continue;
     UniqueFd root = open_directory(*host, O_RDONLY);
     if (!root.valid()) {
+      if (watching) watching->left_out();
       std::erase_if(unseen, [mount = mount](const auto& entry) { return below_mount(entry.first, mount); });
       continue;
     }
@@ -197,6 +199,8 @@ void FileStore::sync(const std::string& storage, const ContainerPaths& paths, Ou
     walk_regular_files(
         root.get(), std::string(mount),
         [&](int directory, const char* name, const std::string& path, const struct stat& st) {
+          // Written through another of its links, it changes without an event here.
+          if (watching && st.st_nlink > 1) watching->uncertain();
           const int64_t ctime_ns =
               static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
           if (changes && outputs && ctime_ns >= changes->since_ns) {
@@ -221,8 +225,10 @@ void FileStore::sync(const std::string& storage, const ContainerPaths& paths, Ou
           record->created_at = known != unseen.end() ? known->second.created_at : now;
           metadata_.put_file(*record, false);
           if (known != unseen.end()) unseen.erase(known);
-        });
+        },
+        watching.get());
   }
+  if (watching) tree_changes_->end_walk(*watching);
 
   // Rows whose file is gone. Looked at once more, in case it was written after the walk.
   for (const auto& [path, record] : unseen) {

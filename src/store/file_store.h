@@ -19,6 +19,7 @@
 #include "store/atomic_writer.h"
 #include "store/file_io.h"
 #include "store/metadata.h"
+#include "store/tree_changes.h"
 
 namespace sandboxd::store {
 
@@ -50,6 +51,10 @@ class FileStore {
   // them as agent's.
   FileStore(Metadata& metadata, uid_t uid, gid_t gid);
 
+  // Where sync's walks put their watches (store/tree_changes.h); none by default.
+  void set_tree_changes(TreeChanges* changes) { tree_changes_ = changes; }
+  TreeChanges* tree_changes() const { return tree_changes_; }
+
   // Starts writing `sandbox_path` (under uploads or outputs; with `workspace_too`, under
   // the workspace as well, for clients that manage a sandbox's files by path). Creates
   // parent folders. kOutsideMounts, kNotAFile (a folder or a symlink is in the way),
@@ -68,7 +73,8 @@ class FileStore {
   // Reads whole new bodies (MD5): disk work, never on an I/O thread (base/blocking.h).
   // With `changes`, the same walk also collects the outputs changed since a moment
   // (ctime is the kernel's, set on every write, rename or chmod and never settable from
-  // user space, unlike mtime: `cp -p`, `touch -d` and `mv` are all seen).
+  // user space, unlike mtime: `cp -p`, `touch -d` and `mv` are all seen). A tree that
+  // TreeChanges tracks gets its watches from this walk.
   void sync(const std::string& storage, const ContainerPaths& paths, OutputChanges* changes = nullptr);
 
   // The record of one file (any mount, workspace included), synced with the disk
@@ -86,6 +92,7 @@ class FileStore {
 
  private:
   Metadata& metadata_;
+  TreeChanges* tree_changes_ = nullptr;
   uid_t uid_;
   gid_t gid_;
 };

@@ -21,11 +21,16 @@ constexpr int kMaxWalkDepth = 128;
 // after every command (the file index), so its system calls are per command.
 constexpr size_t kListingBuffer = 16 * 1024;
 
-void walk(int directory, const std::string& sandbox_dir, int depth, const FileVisitor& visit) {
+void walk(int directory, const std::string& sandbox_dir, int depth, const FileVisitor& visit,
+          FolderObserver* folders) {
+  if (folders) folders->entering(directory);
   std::unique_ptr<char[]> listing(new char[kListingBuffer]);
   for (;;) {
     const ssize_t got = ::getdents64(directory, listing.get(), kListingBuffer);
-    if (got <= 0) return;
+    if (got <= 0) {
+      if (got < 0 && folders) folders->left_out();  // a listing cut short
+      return;
+    }
     for (ssize_t at = 0; at < got;) {
       const auto* entry = reinterpret_cast<const dirent64*>(listing.get() + at);
       at += entry->d_reclen;
@@ -35,9 +40,13 @@ void walk(int directory, const std::string& sandbox_dir, int depth, const FileVi
       if (fstatat(directory, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
       std::string sandbox_path = sandbox_dir + "/" + entry->d_name;
       if (S_ISDIR(st.st_mode)) {
-        if (depth >= kMaxWalkDepth) continue;
-        UniqueFd child(open_beneath(directory, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW));
-        if (child.valid()) walk(child.get(), sandbox_path, depth + 1, visit);
+        UniqueFd child;
+        if (depth < kMaxWalkDepth)
+          child = UniqueFd(open_beneath(directory, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW));
+        if (child.valid())
+          walk(child.get(), sandbox_path, depth + 1, visit, folders);
+        else if (folders)
+          folders->left_out();
       } else if (S_ISREG(st.st_mode) && !is_temp_name(name)) {
         visit(directory, entry->d_name, sandbox_path, st);
       }
@@ -47,8 +56,9 @@ void walk(int directory, const std::string& sandbox_dir, int depth, const FileVi
 
 }  // namespace
 
-void walk_regular_files(int directory, const std::string& sandbox_dir, const FileVisitor& visit) {
-  walk(directory, sandbox_dir, 0, visit);
+void walk_regular_files(int directory, const std::string& sandbox_dir, const FileVisitor& visit,
+                        FolderObserver* folders) {
+  walk(directory, sandbox_dir, 0, visit, folders);
 }
 
 }  // namespace sandboxd::store
