@@ -18,6 +18,7 @@
 #include "eventually.h"
 #include "server/http_server.h"
 #include "server_harness.h"
+#include "shared_server_suite.h"
 
 using namespace sandboxd::testing;
 namespace bj = boost::json;
@@ -71,22 +72,14 @@ size_t count(const std::string& text, const std::string& what) {
 // The header block of the first response in `raw` (up to the blank line).
 std::string head_of(const std::string& raw) { return raw.substr(0, raw.find("\r\n\r\n") + 2); }
 
-class HardeningTest : public ::testing::Test {
+class HardeningTest : public SharedServerSuite {
  protected:
   static void SetUpTestSuite() {
-    server = new ServerProcess(
+    start_server(
         "server:\n  bodyMinRateBytesPerSec: 2000\n  bodyRateGraceSec: 2\n  bodyIdleTimeoutSec: 30\n"
         "  maxConnectionsPerOwner: 40\n  maxConnections: 1000\n");
-    work = new fs::path(server->dir() / "client");
-    fs::create_directories(*work);
   }
-  static void TearDownTestSuite() {
-    delete server;
-    delete work;
-  }
-  void SetUp() override {
-    container = std::string("h-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  }
+  void SetUp() override { name_container("h"); }
   bj::object bash(const std::string& command, const std::string& owner_token = "secret-alice",
                   const std::string& in_container = "") {
     std::ofstream(*work / "body.json") << bj::serialize(bj::object{{"command", command}});
@@ -116,13 +109,7 @@ class HardeningTest : public ::testing::Test {
         server->curl("'" + server->base() + "/files/" + id + "/content?scope_id=bob-box'", "secret-bob-x"),
         "bob-ok\n");
   }
-
-  static ServerProcess* server;
-  static fs::path* work;
-  std::string container;
 };
-ServerProcess* HardeningTest::server = nullptr;
-fs::path* HardeningTest::work = nullptr;
 
 // --- 1. response header injection --------------------------------------------------
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "server_harness.h"
+#include "shared_server_suite.h"
 
 using namespace sandboxd::testing;
 namespace bj = boost::json;
@@ -17,20 +18,10 @@ namespace {
 
 const std::string kOutputs = "/mnt/user-data/outputs/";
 
-class OutputsListed : public ::testing::Test {
+class OutputsListed : public SharedServerSuite {
  protected:
-  static void SetUpTestSuite() {
-    server = new ServerProcess();
-    work = new fs::path(server->dir() / "client");
-    fs::create_directories(*work);
-  }
-  static void TearDownTestSuite() {
-    delete server;
-    delete work;
-  }
-  void SetUp() override {
-    container = std::string("o-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  }
+  static void SetUpTestSuite() { start_server(); }
+  void SetUp() override { name_container("o"); }
 
   bj::object bash(const std::string& command) {
     std::ofstream(*work / "body.json") << bj::serialize(bj::object{{"command", command}});
@@ -59,13 +50,7 @@ class OutputsListed : public ::testing::Test {
   }
   static double walked() { return server->metric("sandboxd_output_walks_total"); }
   static double skipped() { return server->metric("sandboxd_output_walks_skipped_total"); }
-
-  static ServerProcess* server;
-  static fs::path* work;
-  std::string container;
 };
-ServerProcess* OutputsListed::server = nullptr;
-fs::path* OutputsListed::work = nullptr;
 
 using Paths = std::vector<std::string>;
 

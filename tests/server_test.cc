@@ -13,27 +13,17 @@
 #include "eventually.h"
 #include "http_client.h"
 #include "server_harness.h"
+#include "shared_server_suite.h"
 
 using namespace sandboxd::testing;
 namespace bj = boost::json;
 
 namespace {
 
-class ServerTest : public ::testing::Test {
+class ServerTest : public SharedServerSuite {
  protected:
-  static void SetUpTestSuite() {
-    server = new ServerProcess("server:\n  maxUploadSize: 4Mi\n  headerTimeoutSec: 2\n");
-    work = new fs::path(server->dir() / "client");
-    fs::create_directories(*work);
-  }
-  static void TearDownTestSuite() {
-    delete server;
-    delete work;
-  }
-  // A fresh container id per test.
-  void SetUp() override {
-    container = std::string("t-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  }
+  static void SetUpTestSuite() { start_server("server:\n  maxUploadSize: 4Mi\n  headerTimeoutSec: 2\n"); }
+  void SetUp() override { name_container("t"); }
   // '<base>/files<path>?scope_id=<container>[&query]': `suffix` is a path ("/key"), a
   // query ("?a=b" or "&a=b"), or a path followed by a query.
   std::string files(const std::string& suffix = "") const {
@@ -65,13 +55,7 @@ class ServerTest : public ::testing::Test {
     std::ofstream(*work / name, std::ios::binary) << content;
     return (*work / name).string();
   }
-
-  static ServerProcess* server;
-  static fs::path* work;
-  std::string container;
 };
-ServerProcess* ServerTest::server = nullptr;
-fs::path* ServerTest::work = nullptr;
 
 // --- the contract's "Work with files", its curl commands ----------------------------
 
