@@ -31,7 +31,8 @@ class InstructionStepper {
   };
 
   // Starts a thread that seizes `pids` and single-steps them. Every process they clone
-  // is stepped too, until it calls execve.
+  // is stepped too, until it calls execve. It waits with waitpid(-1): while it steps,
+  // the calling process must not wait for children of its own.
   explicit InstructionStepper(std::vector<pid_t> pids);
   ~InstructionStepper();
   InstructionStepper(const InstructionStepper&) = delete;

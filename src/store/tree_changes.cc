@@ -94,12 +94,14 @@ void TreeChanges::uncover(Tree& tree) {
   ++tree.generation;
 }
 
+void TreeChanges::drop_watch(int wd) {
+  inotify_rm_watch(inotify_.get(), wd);  // its IN_IGNORED then names no tree
+  tree_of_watch_.erase(wd);
+  --watches_;
+}
+
 void TreeChanges::remove_watches(Tree& tree) {
-  for (int wd : tree.watches) {
-    inotify_rm_watch(inotify_.get(), wd);  // its IN_IGNORED then names no tree
-    tree_of_watch_.erase(wd);
-    --watches_;
-  }
+  for (int wd : tree.watches) drop_watch(wd);
   tree.watches.clear();
   uncover(tree);
 }
@@ -226,10 +228,8 @@ void TreeChanges::end_walk(Walk& walk) {
   for (int wd : tree.watches)
     if (!walk.seen_.count(wd)) stale.push_back(wd);
   for (int wd : stale) {
-    inotify_rm_watch(inotify_.get(), wd);
+    drop_watch(wd);
     tree.watches.erase(wd);
-    tree_of_watch_.erase(wd);
-    --watches_;
   }
   tree.covered = true;
 }

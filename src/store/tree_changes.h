@@ -107,6 +107,7 @@ class TreeChanges {
   void drain_locked();
   void take_events(const char* buffer, size_t size);
   void uncover(Tree& tree);
+  void drop_watch(int wd);          // one watch, from the instance and the map; with mutex_ held
   void remove_watches(Tree& tree);  // with mutex_ held
 
   Limits limits_;
