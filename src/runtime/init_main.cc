@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -67,7 +68,18 @@ struct Execution {
   bool failed = false;
   // The shared-memory child's stack and request, until it has exec'd or is reaped.
   rt::CommandRegion* region = nullptr;
+  // A plain command's stdout and stderr read ends, held until it exits or until
+  // held_until_ns (CLOCK_MONOTONIC) has passed (protocol.h, kHoldOutputMs); -1 once sent.
+  int held_stdout = -1;
+  int held_stderr = -1;
+  int64_t held_until_ns = 0;
 };
+
+int64_t monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
 
 class Init {
  public:
@@ -104,12 +116,21 @@ class Init {
     for (;;) {
       fds.assign({{kControlFd, POLLIN, 0}, {sfd, POLLIN, 0}});
       report_ids.clear();
+      int64_t next_release_ns = -1;
       for (auto& [id, exec] : running_) {
+        if (exec.held_stdout >= 0 && (next_release_ns < 0 || exec.held_until_ns < next_release_ns))
+          next_release_ns = exec.held_until_ns;
         if (exec.report_fd < 0) continue;
         fds.push_back({exec.report_fd, POLLIN, 0});
         report_ids.push_back(id);
       }
-      int n = poll(fds.data(), fds.size(), -1);
+      int timeout_ms = -1;
+      if (next_release_ns >= 0) {
+        // Rounded up: woken before the time, it would only go back to sleep.
+        const int64_t left_ns = next_release_ns - monotonic_ns();
+        timeout_ms = left_ns <= 0 ? 0 : static_cast<int>((left_ns + 999'999) / 1'000'000);
+      }
+      int n = poll(fds.data(), fds.size(), timeout_ms);
       if (n < 0) {
         if (errno == EINTR) continue;
         _exit(2);
@@ -130,6 +151,7 @@ class Init {
         if (rc == 0 || (rc < 0 && rc != -EAGAIN)) _exit(0);  // the server is gone
         if (rc > 0) handle(msg);
       }
+      if (next_release_ns >= 0) release_held_output(monotonic_ns());
     }
   }
 
@@ -189,12 +211,20 @@ class Init {
       exec.region = prepared.command.region;
       // Regions whose children have exec'd since are free for the next one.
       release_started_regions();
-      // A plain command's stdin is closed here (it reads end of file); a process the
-      // server talks to gets its write end sent along, the third descriptor.
-      int fds[3] = {prepared.command.stdout_read, prepared.command.stderr_read, prepared.command.stdin_write};
-      proto::send_message(kControlFd, proto::Type::kSpawned, id, exec.pid, {}, fds, keep_stdin ? 3 : 2);
-      close(prepared.command.stdout_read);
-      close(prepared.command.stderr_read);
+      if (keep_stdin) {
+        // A process the server talks to gets its pipes now, its stdin's write end too.
+        int fds[3] = {prepared.command.stdout_read, prepared.command.stderr_read,
+                      prepared.command.stdin_write};
+        proto::send_message(kControlFd, proto::Type::kSpawned, id, exec.pid, {}, fds, 3);
+        rt::close_all({prepared.command.stdout_read, prepared.command.stderr_read});
+      } else {
+        // A plain command's output waits in its pipes, which go with its exit, or in a
+        // kSpawned once it has run for kHoldOutputMs (protocol.h).
+        exec.held_stdout = prepared.command.stdout_read;
+        exec.held_stderr = prepared.command.stderr_read;
+        exec.held_until_ns = monotonic_ns() + int64_t{proto::kHoldOutputMs} * 1'000'000;
+      }
+      // Its stdin reads end of file, or is the server's to write.
       close(prepared.command.stdin_write);
       running_[id] = exec;
       by_pid_[exec.pid] = id;
@@ -303,6 +333,22 @@ class Init {
     proto::send_message(kControlFd, proto::Type::kSpawnFailed, id, err, what);
   }
 
+  // Sends the pipes of every command that has run past its hold, in a kSpawned.
+  void release_held_output(int64_t now_ns) {
+    for (auto& [id, exec] : running_) {
+      if (exec.held_stdout < 0 || exec.held_until_ns > now_ns || exec.failed) continue;
+      int fds[2] = {exec.held_stdout, exec.held_stderr};
+      proto::send_message(kControlFd, proto::Type::kSpawned, id, exec.pid, {}, fds, 2);
+      drop_held_output(exec);
+    }
+  }
+
+  static void drop_held_output(Execution& exec) {
+    if (exec.held_stdout < 0) return;
+    rt::close_all({exec.held_stdout, exec.held_stderr});
+    exec.held_stdout = exec.held_stderr = -1;
+  }
+
   void kill_execution(uint32_t id) {
     auto it = running_.find(id);
     int rc = 0;
@@ -343,10 +389,19 @@ class Init {
         failed = exec->second.failed;
         rt::release_region(exec->second.region);
         exec->second.region = nullptr;
+        if (!failed) {
+          // Held pipes go with the exit: what the shell wrote waits in them.
+          Execution& done = exec->second;
+          int fds[2] = {done.held_stdout, done.held_stderr};
+          proto::send_message(kControlFd, proto::Type::kExited, id, status, {}, fds,
+                              done.held_stdout >= 0 ? 2 : 0);
+        }
+        drop_held_output(exec->second);
         lingering_.push_back(exec->second);
         running_.erase(exec);
+      } else {
+        proto::send_message(kControlFd, proto::Type::kExited, id, status, {});
       }
-      if (!failed) proto::send_message(kControlFd, proto::Type::kExited, id, status, {});
     }
     sweep_lingering();
   }

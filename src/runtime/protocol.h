@@ -16,9 +16,9 @@ enum class Type : uint32_t {
   kReady = 3,        // init -> server: the sandbox is set up, fds: its listeners (Spec order)
   kSetupFailed = 4,  // init -> server: payload = what failed
   kSpawn = 5,        // server -> init: id, value = 0 or kSpawnKeepStdin, payload = encoded SpawnRequest
-  kSpawned = 6,      // init -> server: id, fds: [stdout read end, stderr read end(, stdin write end)]
+  kSpawned = 6,      // init -> server: id, value = pid, fds: [stdout, stderr read ends(, stdin write end)]
   kSpawnFailed = 7,  // init -> server: id, value = errno, payload = what failed
-  kExited = 8,       // init -> server: id, value = wait status of the shell
+  kExited = 8,       // init -> server: id, value = wait status(, fds: [stdout, stderr read ends])
   kKill = 9,         // server -> init: kill the whole process tree of execution id
   kKilled = 10,      // init -> server: id, value = 0 or errno
 };
@@ -26,6 +26,15 @@ enum class Type : uint32_t {
 // kSpawn's value for a process the server keeps talking to: kSpawned also carries the
 // write end of its stdin (a plain command's stdin is closed at once: end of file).
 inline constexpr int64_t kSpawnKeepStdin = 1;
+
+// A plain command's output pipes stay with PID 1 while it runs, this long at most. One
+// that ends sooner (most do) has them sent with its kExited, so a command is one message
+// each way and the server is not woken while it runs; one still running then has them
+// sent in a kSpawned, and the server reads them as they fill from then on. So this is
+// also the longest a command that writes more than a pipe holds waits for its reader. A
+// process the server talks to (kSpawnKeepStdin) has its kSpawned at once, as its pid is
+// wanted at its start.
+inline constexpr int kHoldOutputMs = 20;
 
 struct Header {
   Type type;

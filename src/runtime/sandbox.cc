@@ -24,10 +24,6 @@ namespace {
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 
-// How long a command's output may wait in its pipes before they are read as it comes
-// (OutputStream): a command that writes more than a pipe holds waits at most this long.
-constexpr auto kReadAfter = std::chrono::milliseconds(20);
-
 constexpr std::array<const char*, 5> kFixedEnv = {
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/home/agent", "USER=agent",
     "LANG=C.UTF-8", "TERM=dumb"};
@@ -61,16 +57,13 @@ std::string timeout_message(std::chrono::milliseconds timeout) {
 // truncated. Most commands are short: their whole output waits in the pipe until the
 // shell exits and is read then, with the pipe never registered with the reactor (each
 // readiness event would wake an I/O thread, a third of a short command's cost in the
-// server). A command still running after kReadAfter is read continuously from then on,
-// so a writer never waits long on a full pipe. After the shell exits the result is
+// server); PID 1 sends the pipe with the exit. A command still running after
+// protocol::kHoldOutputMs has its pipes sent earlier and is read continuously from then
+// on, so a writer never waits long on a full pipe. After the shell exits the result is
 // taken, and the stream keeps draining (and discarding) what background processes still
 // write, until they close it.
 struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
-  OutputStream(Strand& strand, int fd, size_t limit) : strand(strand), fd(fd), limit(limit) {
-    // A pipe's read end as sandboxd-init made it has no status flag set: O_NONBLOCK is
-    // set without reading them first (one system call per pipe, per command, fewer).
-    fcntl(fd, F_SETFL, O_NONBLOCK);
-  }
+  OutputStream(Strand& strand, int fd, size_t limit) : strand(strand), fd(fd), limit(limit) {}
   ~OutputStream() {
     if (!pipe && fd >= 0) ::close(fd);  // (a registered pipe closes its own)
   }
@@ -109,7 +102,7 @@ struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
     // stream to allocate and clear for every command.
     static thread_local std::array<char, 64 * 1024> buffer;
     for (int reads = 0; reads < max_reads; ++reads) {
-      ssize_t n = ::read(fd, buffer.data(), buffer.size());
+      ssize_t n = read_now(buffer.data(), buffer.size());
       if (n > 0) {
         take(buffer.data(), static_cast<size_t>(n));
         continue;
@@ -127,6 +120,20 @@ struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
       close();
     else if (!pipe)
       read_more();
+  }
+
+  // A read that never waits, without setting O_NONBLOCK on the pipe first (a system call
+  // per pipe, per command): RWF_NOWAIT, which pipes take since Linux 5.8; an older
+  // kernel refuses it, and the pipe is then made non-blocking once.
+  ssize_t read_now(char* bytes, size_t size) {
+    if (!nonblocking) {
+      iovec iov{bytes, size};
+      ssize_t n = preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
+      if (n >= 0 || errno != EOPNOTSUPP) return n;
+      fcntl(fd, F_SETFL, O_NONBLOCK);
+      nonblocking = true;
+    }
+    return ::read(fd, bytes, size);
   }
 
   std::string result() {
@@ -155,6 +162,7 @@ struct Sandbox::OutputStream : std::enable_shared_from_this<OutputStream> {
   std::string data;
   bool truncated = false;
   bool detached = false;
+  bool nonblocking = false;  // O_NONBLOCK set (a kernel without RWF_NOWAIT for pipes)
 };
 
 struct Sandbox::Execution {
@@ -306,6 +314,10 @@ void Sandbox::dispatch(protocol::Message& msg) {
     case Type::kExited:
       exec.exited = true;
       exec.status = static_cast<int>(msg.header.value);
+      if (!msg.fds.empty()) {  // a plain command's pipes (see exec_on_strand)
+        for (int fd : exec.fds) close(fd);
+        exec.fds = std::move(msg.fds);
+      }
       break;
     default:
       for (int fd : msg.fds) close(fd);
@@ -399,10 +411,8 @@ asio::awaitable<void> Sandbox::stop_on_strand() {
   }
 }
 
-asio::awaitable<std::vector<int>> Sandbox::spawn_on_strand(uint32_t id, Execution& exec,
-                                                           std::vector<std::string> argv,
-                                                           std::vector<std::string> extra_env,
-                                                           bool keep_stdin) {
+void Sandbox::send_spawn(uint32_t id, std::vector<std::string> argv, std::vector<std::string> extra_env,
+                         bool keep_stdin) {
   protocol::SpawnRequest spawn;
   spawn.argv = std::move(argv);
   spawn.env.assign(kFixedEnv.begin(), kFixedEnv.end());
@@ -414,14 +424,17 @@ asio::awaitable<std::vector<int>> Sandbox::spawn_on_strand(uint32_t id, Executio
     throw SandboxError("command too long (" + std::to_string(payload.size()) + " bytes)");
   if (int rc = send(protocol::Type::kSpawn, id, payload, keep_stdin ? protocol::kSpawnKeepStdin : 0); rc < 0)
     throw SandboxError(describe_errno("sending the command to sandbox " + name_, -rc));
+}
 
+asio::awaitable<std::vector<int>> Sandbox::spawn_process_on_strand(uint32_t id, Execution& exec,
+                                                                   ProcessRequest request) {
+  send_spawn(id, std::move(request.argv), std::move(request.extra_env), /*keep_stdin=*/true);
   while (!exec.spawned && !exec.failed && state_ == State::kRunning) {
     exec.wake.expires_at(Clock::time_point::max());
     co_await wait_event(exec.wake);
   }
   if (exec.failed) throw SandboxError("starting the command failed: " + exec.error);
-  const size_t expected = keep_stdin ? 3 : 2;
-  if (!exec.spawned || exec.fds.size() != expected) {
+  if (!exec.spawned || exec.fds.size() != 3) {
     for (int fd : exec.fds) close(fd);
     exec.fds.clear();
     throw SandboxError("sandbox " + name_ + " stopped");
@@ -442,8 +455,7 @@ asio::awaitable<ProcessChannel> Sandbox::start_process_on_strand(ProcessRequest 
   executions_[id] = exec;
   std::vector<int> fds;
   try {
-    fds = co_await spawn_on_strand(id, *exec, std::move(request.argv), std::move(request.extra_env),
-                                   /*keep_stdin=*/true);
+    fds = co_await spawn_process_on_strand(id, *exec, std::move(request));
   } catch (...) {
     executions_.erase(id);
     throw;
@@ -501,18 +513,24 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   const int64_t started_realtime_ns =
       static_cast<int64_t>(realtime.tv_sec) * 1'000'000'000 + realtime.tv_nsec;
   std::vector<std::string> argv{std::string("/bin/bash"), std::string("-c"), std::move(request.command)};
-  std::vector<int> fds = co_await spawn_on_strand(id, *exec, std::move(argv), std::move(request.extra_env),
-                                                  /*keep_stdin=*/false);
-  auto out = std::make_shared<OutputStream>(strand_, fds[0], request.output_limit);
-  auto err = std::make_shared<OutputStream>(strand_, fds[1], request.output_limit);
-  if (request.on_output) {
-    out->observer = [observe = request.on_output](std::string_view bytes) {
-      observe(OutputStreamId::kStdout, bytes);
-    };
-    err->observer = [observe = request.on_output](std::string_view bytes) {
-      observe(OutputStreamId::kStderr, bytes);
-    };
-  }
+  send_spawn(id, std::move(argv), std::move(request.extra_env), /*keep_stdin=*/false);
+  // The output pipes come with the exit, or in a kSpawned if the command runs on past
+  // protocol::kHoldOutputMs: from then on they are read as it writes.
+  std::shared_ptr<OutputStream> out, err;
+  auto take_pipes = [&] {
+    if (out || exec->fds.size() != 2) return;
+    out = std::make_shared<OutputStream>(strand_, exec->fds[0], request.output_limit);
+    err = std::make_shared<OutputStream>(strand_, exec->fds[1], request.output_limit);
+    exec->fds.clear();
+    if (request.on_output) {
+      out->observer = [observe = request.on_output](std::string_view bytes) {
+        observe(OutputStreamId::kStdout, bytes);
+      };
+      err->observer = [observe = request.on_output](std::string_view bytes) {
+        observe(OutputStreamId::kStderr, bytes);
+      };
+    }
+  };
 
   ExecResult result;
   result.started_realtime_ns = started_realtime_ns;
@@ -535,17 +553,15 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
       if (cancellation && id) cancellation->unsubscribe(id);
     }
   } unsubscribe{request.cancellation, subscription};
-  const auto read_from = Clock::now() + kReadAfter;
   while (!exec->exited && !exec->failed && state_ != State::kStopped) {
-    const bool lazy = !out->reading();
-    exec->wake.expires_at(kill_sent ? Clock::time_point::max()
-                          : lazy    ? std::min(deadline, read_from)
-                                    : deadline);
+    exec->wake.expires_at(kill_sent ? Clock::time_point::max() : deadline);
     bool expired = co_await wait_event(exec->wake);
-    if (expired && lazy && Clock::now() < deadline) {  // still running: read it as it writes
-      out->read_more();
-      err->read_more();
-      continue;
+    if (!out && exec->spawned) {  // still running past PID 1's hold: read it as it writes
+      take_pipes();
+      if (out) {
+        out->read_more();
+        err->read_more();
+      }
     }
     if (!kill_sent && !exec->exited && request.cancellation && request.cancellation->cancelled()) {
       result.cancelled = true;
@@ -562,13 +578,17 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   }
   // Everything the shell wrote before it exited is in the pipes now (one pipe holds at
   // most 1 MiB, and whatever a background writer adds meanwhile is not owed).
+  take_pipes();
+  for (int fd : std::exchange(exec->fds, {})) close(fd);  // (a malformed message's)
   if (exec->failed) throw SandboxError("starting the command failed: " + exec->error);
-  out->finish();
-  err->finish();
-  result.stdout_text = out->result();
-  result.stderr_text = err->result();
-  result.stdout_truncated = out->truncated;
-  result.stderr_truncated = err->truncated;
+  if (out) {
+    out->finish();
+    err->finish();
+    result.stdout_text = out->result();
+    result.stderr_text = err->result();
+    result.stdout_truncated = out->truncated;
+    result.stderr_truncated = err->truncated;
+  }
   if (result.timed_out) {
     result.return_code = 124;
     result.stderr_text = timeout_message(request.timeout);

@@ -145,10 +145,14 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   asio::awaitable<ExecResult> exec_on_strand(ExecRequest request);
   asio::awaitable<ProcessChannel> start_process_on_strand(ProcessRequest request);
   asio::awaitable<int> wait_process_on_strand(uint32_t id);
-  // Sends kSpawn for `argv` and waits for kSpawned: its fds (2, or 3 with keep_stdin).
-  asio::awaitable<std::vector<int>> spawn_on_strand(uint32_t id, Execution& exec,
-                                                    std::vector<std::string> argv,
-                                                    std::vector<std::string> extra_env, bool keep_stdin);
+  // Sends kSpawn for `argv` (the fixed environment and `extra_env`, in the workspace).
+  // Throws SandboxError when the request cannot be sent.
+  void send_spawn(uint32_t id, std::vector<std::string> argv, std::vector<std::string> extra_env,
+                  bool keep_stdin);
+  // Spawns a process the server talks to and waits for kSpawned: its stdout, stderr and
+  // stdin's write end.
+  asio::awaitable<std::vector<int>> spawn_process_on_strand(uint32_t id, Execution& exec,
+                                                            ProcessRequest request);
   asio::awaitable<void> stop_on_strand();
   asio::awaitable<void> wait_ready_on_strand(std::chrono::milliseconds limit);
   asio::awaitable<void> read_control();
