@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -83,8 +84,11 @@ int64_t monotonic_ns() {
 
 class Init {
  public:
-  Init(rt::Spec spec, int userns_fd, int exec_parent_fd, rt::SeccompProgram seccomp)
-      : spec_(std::move(spec)), exec_parent_fd_(exec_parent_fd), seccomp_(std::move(seccomp)) {
+  Init(rt::Spec spec, int userns_fd, int exec_parent_fd, int tasks_fd, rt::SeccompProgram seccomp)
+      : spec_(std::move(spec)),
+        exec_parent_fd_(exec_parent_fd),
+        tasks_fd_(tasks_fd),
+        seccomp_(std::move(seccomp)) {
     ctx_.userns_fd = userns_fd;
     ctx_.last_cap = rt::read_last_cap();
     ctx_.max_open_files = spec_.max_open_files;
@@ -412,9 +416,15 @@ class Init {
   // and the rest are removed. A kept cgroup is empty, and nothing but PID 1 can move a
   // process into it, so a command's tree (to kill on timeout) is still exactly its own.
   void sweep_lingering() {
+    std::optional<bool> all_empty;  // v1's shortcut, read once a sweep
+    auto empty = [&](const ExecCgroup& cgroup) {
+      if (cgroup.events_fd >= 0) return exec_cgroup_empty(cgroup);
+      if (!all_empty) all_empty = only_known_tasks();
+      return *all_empty || exec_cgroup_empty(cgroup);
+    };
     for (auto it = lingering_.begin(); it != lingering_.end();) {
       ExecCgroup& cgroup = it->cgroup;
-      if (free_cgroups_.size() < kKeptCgroups && exec_cgroup_empty(cgroup)) {
+      if (free_cgroups_.size() < kKeptCgroups && empty(cgroup)) {
         free_cgroups_.push_back(std::move(cgroup));
         it = lingering_.erase(it);
       } else if (unlinkat(exec_parent_fd_, cgroup.name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) {
@@ -424,6 +434,28 @@ class Init {
         ++it;
       }
     }
+  }
+
+  // Whether every task of the sandbox is one PID 1 knows, none of which is in a lingering
+  // cgroup: itself and the template (in the sandbox's own cgroup), the prepared child
+  // and each running command's shell (each in an execution cgroup of its own). Then
+  // every lingering cgroup is empty, found with one read of the sandbox's pids.current
+  // instead of a look into each (on v1, an open, read and close of its cgroup.procs).
+  // Every task PID 1 counts here is its unreaped child (or itself), so each is still
+  // charged to pids.current; any other task (a command's background process, a child
+  // being discarded, a zombie not reaped yet) only makes the count larger than this,
+  // and the cgroups are then looked into one by one.
+  bool only_known_tasks() const {
+    if (tasks_fd_ < 0) return false;
+    char text[32];
+    ssize_t n = pread(tasks_fd_, text, sizeof text - 1, 0);
+    if (n <= 0) return false;
+    text[n] = '\0';
+    char* end = nullptr;
+    const unsigned long long tasks = std::strtoull(text, &end, 10);
+    if (end == text) return false;
+    const size_t known = 1 + (template_.pid >= 0 ? 1 : 0) + (next_ ? 1 : 0) + running_.size();
+    return tasks == known;
   }
 
   // v2: "populated 0" in cgroup.events, read again through the descriptor kept open. v1
@@ -443,6 +475,7 @@ class Init {
 
   rt::Spec spec_;
   int exec_parent_fd_;
+  int tasks_fd_;  // the sandbox's pids.current, or -1 (no pids controller)
   rt::SeccompProgram seccomp_;
   rt::CommandContext ctx_;
   std::map<uint32_t, Execution> running_;
@@ -477,7 +510,7 @@ void join_cgroup(const std::string& dir) {
 
 // PID 1: build the filesystem and serve.
 [[noreturn]] void run_pid1(rt::Spec spec, const rt::FolderTrees& trees, int userns_fd, int exec_parent_fd,
-                           rt::SeccompProgram seccomp) {
+                           int tasks_fd, rt::SeccompProgram seccomp) {
   std::vector<int> listeners;
   try {
     rt::setup_filesystem(spec, trees);
@@ -494,7 +527,7 @@ void join_cgroup(const std::string& dir) {
   } catch (const std::exception& e) {
     report_failure(e.what());
   }
-  Init init(std::move(spec), userns_fd, exec_parent_fd, std::move(seccomp));
+  Init init(std::move(spec), userns_fd, exec_parent_fd, tasks_fd, std::move(seccomp));
   proto::send_message(kControlFd, proto::Type::kReady, 0, 0, {}, listeners.data(), listeners.size());
   // The server holds them now; PID 1 keeps no copy a command could inherit.
   for (int fd : listeners) close(fd);
@@ -547,7 +580,7 @@ int main(int argc, char** argv) {
   if (msg.fds.size() != 1 + (spec.mount_trees ? 1 + trees : 0))
     report_failure(
         "expected the agent user namespace (and the mount template and folder trees) with the spec");
-  int userns_fd = msg.fds[0], exec_parent_fd = -1;
+  int userns_fd = msg.fds[0], exec_parent_fd = -1, tasks_fd = -1;
   const int mount_template_fd = spec.mount_trees ? msg.fds[1] : -1;
   rt::FolderTrees folder_trees;
   if (spec.mount_trees) {
@@ -561,6 +594,10 @@ int main(int argc, char** argv) {
   std::memcpy(seccomp.instructions.data(), spec.seccomp_bpf.data(), spec.seccomp_bpf.size());
   try {
     for (const auto& dir : spec.cgroup_dirs) join_cgroup(dir);
+    // The count of the sandbox's tasks (Init::only_known_tasks), where a pids controller
+    // has it; read-only, and opened here, by its host path, like the cgroups above.
+    for (const auto& dir : spec.cgroup_dirs)
+      if ((tasks_fd = open((dir + "/pids.current").c_str(), O_RDONLY | O_CLOEXEC)) >= 0) break;
     exec_parent_fd =
         static_cast<int>(rt::check(open(spec.exec_cgroup_parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC),
                                    "open(" + spec.exec_cgroup_parent + ")"));
@@ -580,7 +617,7 @@ int main(int argc, char** argv) {
   if (pid1 < 0) report_failure(rt::describe_errno("fork(pid 1)", errno));
   if (pid1 == 0) {
     prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);  // its parent, the launcher, exits next
-    run_pid1(std::move(spec), folder_trees, userns_fd, exec_parent_fd, std::move(seccomp));
+    run_pid1(std::move(spec), folder_trees, userns_fd, exec_parent_fd, tasks_fd, std::move(seccomp));
   }
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid1, 0));
   if (pidfd < 0) {
