@@ -1612,6 +1612,13 @@ TEST_F(FileStoreTest, SyncOfAnUnchangedTreeOnlyStats) {
 }
 
 // The kernel's word on a container's trees (store/tree_changes.h), with the real inotify:
+// The mark a command's start takes, once the events queued before it are read: the
+// server's loop on the inotify descriptor reads them as they come (mark() reads none).
+TreeChanges::Mark mark_now(TreeChanges& changes, const std::string& key) {
+  changes.drain();
+  return changes.mark(key);
+}
+
 // a tree is covered only once its walk watched every folder of it, and "no event since"
 // then means no change under it.
 TEST_F(FileStoreTest, TreeChangesCoverATreeOnlyWhenEveryFolderIsWatched) {
@@ -1622,12 +1629,12 @@ TEST_F(FileStoreTest, TreeChangesCoverATreeOnlyWhenEveryFolderIsWatched) {
   write_host_file(outputs_ / "r.txt", "r");
   store_.sync(kStorage, paths_);  // not tracked (no sandbox running): nothing is watched
   EXPECT_EQ(changes.watches(), 0u);
-  EXPECT_FALSE(changes.mark(kStorage).covered);
+  EXPECT_FALSE(mark_now(changes, kStorage).covered);
 
   changes.track(kStorage);
-  EXPECT_FALSE(changes.mark(kStorage).covered);  // tracked, not walked yet
+  EXPECT_FALSE(mark_now(changes, kStorage).covered);  // tracked, not walked yet
   store_.sync(kStorage, paths_);
-  auto mark = changes.mark(kStorage);
+  auto mark = mark_now(changes, kStorage);
   EXPECT_TRUE(mark.covered);
   EXPECT_EQ(changes.watches(), 3u);  // uploads, outputs, outputs/a
   EXPECT_TRUE(changes.unchanged_since(kStorage, mark));
@@ -1637,19 +1644,19 @@ TEST_F(FileStoreTest, TreeChangesCoverATreeOnlyWhenEveryFolderIsWatched) {
   // A file written, in a folder below: an event, and the tree stays covered.
   write_host_file(outputs_ / "a" / "f.txt", "x");
   EXPECT_FALSE(changes.unchanged_since(kStorage, mark));
-  mark = changes.mark(kStorage);
+  mark = mark_now(changes, kStorage);
   EXPECT_TRUE(mark.covered);
   chmod((outputs_ / "a" / "f.txt").c_str(), 0600);
   EXPECT_FALSE(changes.unchanged_since(kStorage, mark));
-  mark = changes.mark(kStorage);
+  mark = mark_now(changes, kStorage);
   write_host_file(uploads_ / "u.txt", "u");
   EXPECT_FALSE(changes.unchanged_since(kStorage, mark));
 
   // A new folder has no watch yet: uncovered until a walk watches it.
   fs::create_directories(outputs_ / "a" / "b");
-  EXPECT_FALSE(changes.mark(kStorage).covered);
+  EXPECT_FALSE(mark_now(changes, kStorage).covered);
   store_.sync(kStorage, paths_);
-  mark = changes.mark(kStorage);
+  mark = mark_now(changes, kStorage);
   EXPECT_TRUE(mark.covered);
   EXPECT_EQ(changes.watches(), 4u);
   write_host_file(outputs_ / "a" / "b" / "deep.txt", "d");
@@ -1658,7 +1665,7 @@ TEST_F(FileStoreTest, TreeChangesCoverATreeOnlyWhenEveryFolderIsWatched) {
   // A symlink to a folder outside is never followed: what changes there is no event.
   fs::create_directory_symlink(outside_, outputs_ / "out");
   store_.sync(kStorage, paths_);
-  mark = changes.mark(kStorage);
+  mark = mark_now(changes, kStorage);
   EXPECT_TRUE(mark.covered);
   EXPECT_EQ(changes.watches(), 4u);
   write_host_file(outside_ / "elsewhere.txt", "e");
@@ -1666,9 +1673,9 @@ TEST_F(FileStoreTest, TreeChangesCoverATreeOnlyWhenEveryFolderIsWatched) {
 
   // A folder moved away keeps its watch only until the next clean walk.
   fs::rename(outputs_ / "a" / "b", workspace_ / "b");
-  EXPECT_FALSE(changes.mark(kStorage).covered);
+  EXPECT_FALSE(mark_now(changes, kStorage).covered);
   store_.sync(kStorage, paths_);
-  mark = changes.mark(kStorage);
+  mark = mark_now(changes, kStorage);
   EXPECT_TRUE(mark.covered);
   EXPECT_EQ(changes.watches(), 3u);
   write_host_file(workspace_ / "b" / "moved.txt", "m");
@@ -1678,31 +1685,31 @@ TEST_F(FileStoreTest, TreeChangesCoverATreeOnlyWhenEveryFolderIsWatched) {
   fs::create_directories(outputs_ / "c");
   fs::create_directories(outputs_ / "d");
   store_.sync(kStorage, paths_);
-  EXPECT_FALSE(changes.mark(kStorage).covered);
+  EXPECT_FALSE(mark_now(changes, kStorage).covered);
   EXPECT_EQ(changes.watches(), 0u);
   store_.sync(kStorage, paths_);
-  EXPECT_FALSE(changes.mark(kStorage).covered);
+  EXPECT_FALSE(mark_now(changes, kStorage).covered);
   EXPECT_EQ(changes.watches(), 0u);
   fs::remove(outputs_ / "d");
   store_.sync(kStorage, paths_);  // small again: the next walk watches
-  EXPECT_FALSE(changes.mark(kStorage).covered);
+  EXPECT_FALSE(mark_now(changes, kStorage).covered);
   store_.sync(kStorage, paths_);
-  EXPECT_TRUE(changes.mark(kStorage).covered);
+  EXPECT_TRUE(mark_now(changes, kStorage).covered);
   EXPECT_EQ(changes.watches(), 4u);
 
   // A file with a second name is never covered: a write through a name outside the
   // watched folders would give no event in them.
   ASSERT_EQ(link((outputs_ / "a" / "f.txt").c_str(), (outputs_ / "c" / "g.txt").c_str()), 0);
   store_.sync(kStorage, paths_);
-  EXPECT_FALSE(changes.mark(kStorage).covered);
+  EXPECT_FALSE(mark_now(changes, kStorage).covered);
   fs::remove(outputs_ / "c" / "g.txt");
   store_.sync(kStorage, paths_);
-  EXPECT_TRUE(changes.mark(kStorage).covered);
+  EXPECT_TRUE(mark_now(changes, kStorage).covered);
 
   // A stopped sandbox's watches go.
   changes.forget(kStorage);
   EXPECT_EQ(changes.watches(), 0u);
-  EXPECT_FALSE(changes.mark(kStorage).covered);
+  EXPECT_FALSE(mark_now(changes, kStorage).covered);
   store_.set_tree_changes(nullptr);
 }
 
@@ -1714,11 +1721,11 @@ TEST_F(FileStoreTest, TreeChangesStayWithinTheServersTotal) {
   changes.track(kStorage);
   fs::create_directories(outputs_ / "a");
   store_.sync(kStorage, paths_);
-  EXPECT_FALSE(changes.mark(kStorage).covered);
+  EXPECT_FALSE(mark_now(changes, kStorage).covered);
   EXPECT_LE(changes.watches(), 2u);
   fs::remove(outputs_ / "a");
   store_.sync(kStorage, paths_);
-  EXPECT_TRUE(changes.mark(kStorage).covered);
+  EXPECT_TRUE(mark_now(changes, kStorage).covered);
   EXPECT_EQ(changes.watches(), 2u);
   store_.set_tree_changes(nullptr);
 }

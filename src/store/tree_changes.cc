@@ -129,7 +129,6 @@ TreeChanges::Mark TreeChanges::mark(const std::string& key) {
   Mark out;
   if (!enabled()) return out;
   std::lock_guard lock(mutex_);
-  drain_locked();
   auto found = trees_.find(key);
   if (found == trees_.end()) return out;
   const Tree& tree = *found->second;

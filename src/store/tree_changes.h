@@ -67,7 +67,9 @@ class TreeChanges {
     uint64_t events = 0;
     bool covered = false;
   };
-  // Drains first, so the mark counts every change made before the call.
+  // Reads no events (a read a command fewer): one still queued from before the call is
+  // counted after it, which can only make unchanged_since say false (a walk, never a
+  // change missed). The server's loop on descriptor() drains them as they come.
   Mark mark(const std::string& key);
   // True only when the tree was covered at `before` and still is, with not one event
   // since (drained first): nothing under it changed in between.
