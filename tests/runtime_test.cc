@@ -8,6 +8,9 @@
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <set>
+#include <string>
+#include <thread>
 
 #include "cgroup_paths.h"
 #include "sandbox_fixture.h"
@@ -187,6 +190,41 @@ TEST_F(RuntimeTest, ConcurrentExecutionsInOneSandbox) {
   };
   auto outputs = run_sync(harness->io, work());
   EXPECT_EQ(outputs, (std::vector<std::string>{"1\n", "2\n", "3\n", "4\n"}));
+}
+
+// After a quiet spell PID 1 makes the next command's child only once the first command
+// has ended (or has run for 20 ms): commands that come meanwhile each get a child of
+// their own, made then, and every one runs as usual.
+TEST_F(RuntimeTest, CommandsAfterAQuietSpellEachGetTheirOwnProcess) {
+  using namespace boost::asio::experimental::awaitable_operators;
+  run("true");
+  std::this_thread::sleep_for(1200ms);
+  auto work = [&]() -> asio::awaitable<std::vector<std::string>> {
+    auto request = [](const std::string& command) {
+      rt::ExecRequest req;
+      req.command = command;
+      return req;
+    };
+    // The first runs past the hold; the second and third arrive while it runs.
+    auto [a, b, c] = co_await (sandbox->exec(request("sleep 0.1; echo a $$")) &&
+                               sandbox->exec(request("echo b $$")) && sandbox->exec(request("echo c $$")));
+    std::vector<std::string> out;
+    for (auto* r : {&a, &b, &c}) out.push_back(r->stdout_text + std::to_string(r->return_code));
+    co_return out;
+  };
+  auto outputs = run_sync(harness->io, work());
+  ASSERT_EQ(outputs.size(), 3u);
+  std::set<std::string> pids;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const std::string letter(1, static_cast<char>('a' + i));
+    EXPECT_EQ(outputs[i].rfind(letter + " ", 0), 0u) << outputs[i];
+    EXPECT_EQ(outputs[i].substr(outputs[i].size() - 2), "\n0") << outputs[i];
+    pids.insert(outputs[i].substr(2, outputs[i].size() - 4));
+  }
+  EXPECT_EQ(pids.size(), 3u) << "each command its own shell";
+  std::this_thread::sleep_for(1200ms);
+  EXPECT_EQ(run("echo after").stdout_text, "after\n");  // the first after a spell ends, alone
+  EXPECT_EQ(run("echo next").stdout_text, "next\n");    // its child made after it
 }
 
 // A surface showing a running command's progress sees its output as it is written:

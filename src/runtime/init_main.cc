@@ -122,7 +122,8 @@ class Init {
       report_ids.clear();
       int64_t next_release_ns = -1;
       for (auto& [id, exec] : running_) {
-        if (exec.held_stdout >= 0 && (next_release_ns < 0 || exec.held_until_ns < next_release_ns))
+        if (exec.held_stdout >= 0 && !exec.failed &&
+            (next_release_ns < 0 || exec.held_until_ns < next_release_ns))
           next_release_ns = exec.held_until_ns;
         if (exec.report_fd < 0) continue;
         fds.push_back({exec.report_fd, POLLIN, 0});
@@ -156,6 +157,11 @@ class Init {
         if (rc > 0) handle(msg);
       }
       if (next_release_ns >= 0) release_held_output(monotonic_ns());
+      if (prepare_after_ns_ != 0 && (next_ || running_.empty() || monotonic_ns() >= prepare_after_ns_)) {
+        prepare_after_ns_ = 0;
+        std::string ignored;
+        if (!next_) prepare_next(ignored);
+      }
     }
   }
 
@@ -232,7 +238,20 @@ class Init {
       close(prepared.command.stdin_write);
       running_[id] = exec;
       by_pid_[exec.pid] = id;
-      // The next command's child is forked now, while this one runs.
+      // The next command's child is forked now, while this one runs; but not behind the
+      // first plain command after a quiet spell. Its move into its cgroup then often
+      // sleeps for an RCU grace period (the host-wide cgroup_threadgroup_rwsem, after
+      // no migration for a while: 10 ms and more on a VM), and this command's exit
+      // would wait behind it. That child is made once this command has exited and its
+      // exit is sent, or once it has run for kHoldOutputMs; a spawn before either makes
+      // its own.
+      const int64_t now_ns = monotonic_ns();
+      const bool after_quiet = now_ns - last_spawn_ns_ > kQuietSpellNs;
+      last_spawn_ns_ = now_ns;
+      if (after_quiet && !keep_stdin && running_.size() == 1) {
+        prepare_after_ns_ = exec.held_until_ns;
+        return;
+      }
       std::string ignored;
       prepare_next(ignored);
       return;
@@ -482,6 +501,11 @@ class Init {
   std::map<pid_t, uint32_t> by_pid_;
   std::vector<Execution> lingering_;
   std::optional<Prepared> next_;
+  // When the last spawn came (CLOCK_MONOTONIC), and, when the next command's child waits
+  // for this command's end, the time it is made at the latest (0: it does not wait).
+  static constexpr int64_t kQuietSpellNs = 1'000'000'000;
+  int64_t last_spawn_ns_ = 0;
+  int64_t prepare_after_ns_ = 0;
   rt::CommandTemplate template_;
   uint32_t cgroup_counter_ = 0;
   // Emptied execution cgroups kept for reuse.
