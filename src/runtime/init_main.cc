@@ -156,8 +156,10 @@ class Init {
         if (rc == 0 || (rc < 0 && rc != -EAGAIN)) _exit(0);  // the server is gone
         if (rc > 0) handle(msg);
       }
-      if (next_release_ns >= 0) release_held_output(monotonic_ns());
-      if (prepare_after_ns_ != 0 && (next_ || running_.empty() || monotonic_ns() >= prepare_after_ns_)) {
+      // One clock read for both deadlines, taken only when one is pending.
+      const int64_t now_ns = next_release_ns >= 0 || prepare_after_ns_ != 0 ? monotonic_ns() : 0;
+      if (next_release_ns >= 0) release_held_output(now_ns);
+      if (prepare_after_ns_ != 0 && (next_ || running_.empty() || now_ns >= prepare_after_ns_)) {
         prepare_after_ns_ = 0;
         std::string ignored;
         if (!next_) prepare_next(ignored);
@@ -221,6 +223,7 @@ class Init {
       exec.region = prepared.command.region;
       // Regions whose children have exec'd since are free for the next one.
       release_started_regions();
+      const int64_t now_ns = monotonic_ns();
       if (keep_stdin) {
         // A process the server talks to gets its pipes now, its stdin's write end too.
         int fds[3] = {prepared.command.stdout_read, prepared.command.stderr_read,
@@ -232,7 +235,7 @@ class Init {
         // kSpawned once it has run for kHoldOutputMs (protocol.h).
         exec.held_stdout = prepared.command.stdout_read;
         exec.held_stderr = prepared.command.stderr_read;
-        exec.held_until_ns = monotonic_ns() + int64_t{proto::kHoldOutputMs} * 1'000'000;
+        exec.held_until_ns = now_ns + int64_t{proto::kHoldOutputMs} * 1'000'000;
       }
       // Its stdin reads end of file, or is the server's to write.
       close(prepared.command.stdin_write);
@@ -245,7 +248,6 @@ class Init {
       // would wait behind it. That child is made once this command has exited and its
       // exit is sent, or once it has run for kHoldOutputMs; a spawn before either makes
       // its own.
-      const int64_t now_ns = monotonic_ns();
       const bool after_quiet = now_ns - last_spawn_ns_ > kQuietSpellNs;
       last_spawn_ns_ = now_ns;
       if (after_quiet && !keep_stdin && running_.size() == 1) {
