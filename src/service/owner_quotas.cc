@@ -44,11 +44,14 @@ bool OwnerQuotas::UploadCharge::fits(const OwnerUploads& owner, uint64_t bytes) 
 }
 
 Result<void> OwnerQuotas::UploadCharge::add(uint64_t bytes) {
+  received_ += bytes;
+  if (received_ <= charged_) return {};  // within the size the request declared
+  const uint64_t more = received_ - charged_;
   std::lock_guard lock(quotas_.mutex_);
   OwnerUploads& owner = quotas_.uploads_[owner_];
-  if (!fits(owner, bytes)) return stored_bytes_refusal(limit_);
-  owner.in_flight += bytes;
-  charged_ += bytes;
+  if (!fits(owner, more)) return stored_bytes_refusal(limit_);
+  owner.in_flight += more;
+  charged_ += more;
   return {};
 }
 
@@ -56,7 +59,7 @@ void OwnerQuotas::UploadCharge::committed() {
   std::lock_guard lock(quotas_.mutex_);
   OwnerUploads& owner = quotas_.uploads_[owner_];
   owner.in_flight -= charged_;
-  owner.committed += static_cast<int64_t>(charged_) - static_cast<int64_t>(replaced_);
+  owner.committed += static_cast<int64_t>(received_) - static_cast<int64_t>(replaced_);
   committed_ = true;
 }
 
@@ -84,12 +87,18 @@ Result<std::unique_ptr<OwnerQuotas::UploadCharge>> OwnerQuotas::begin_upload(
     if (auto previous = metadata.find_file(storage, path)) replaced = std::min(previous->size, owner.stored);
   std::unique_ptr<UploadCharge> charge(
       new UploadCharge(*this, owner.owner, owner.limit, owner.stored, replaced, owner.committed_at));
-  {
-    // A body announced larger than the room left is refused before a byte is read.
-    std::lock_guard lock(mutex_);
-    if (charge->fits(uploads_[owner.owner], declared.value_or(0))) return charge;
-  }
-  return stored_bytes_refusal(owner.limit);
+  if (owner.limit == 0) return charge;
+  // A body announced larger than the room left is refused before a byte is read; one
+  // that fits holds its whole size from here. Were it charged only as it arrives,
+  // concurrent uploads that together pass the quota could each be refused part way
+  // through, none landing though one would fit; charged up front, the first ones that
+  // fit go on and the rest are refused at once.
+  std::lock_guard lock(mutex_);
+  OwnerUploads& uploads = uploads_[owner.owner];
+  if (!charge->fits(uploads, declared.value_or(0))) return stored_bytes_refusal(owner.limit);
+  uploads.in_flight += declared.value_or(0);
+  charge->charged_ = declared.value_or(0);
+  return charge;
 }
 
 Result<void> OwnerQuotas::room_for_one_more(uint64_t have, uint64_t cap, const char* what, const char* key,

@@ -28,8 +28,8 @@ class OwnerQuotas {
 
  public:
   // One upload's charge against its owner's stored bytes while its body streams in.
-  // Bytes being received count at once, so concurrent uploads of one owner cannot
-  // together pass the quota; the charge ends with the object.
+  // A declared size counts from the start, bytes past it as they arrive, so concurrent
+  // uploads of one owner cannot together pass the quota; the charge ends with the object.
   class UploadCharge {
    public:
     ~UploadCharge();
@@ -52,7 +52,8 @@ class OwnerQuotas {
     uint64_t stored_;             // the owner's bytes in the metadata when measured, minus...
     uint64_t replaced_;           // ...the previous version of the key, which the upload replaces
     int64_t committed_at_begin_;  // the owner's committed uploads' count when measured
-    uint64_t charged_ = 0;
+    uint64_t charged_ = 0;        // counted in the owner's in_flight: the declared size, or more
+    uint64_t received_ = 0;       // the body's bytes so far (add is called by one thread at a time)
     bool committed_ = false;
   };
 
