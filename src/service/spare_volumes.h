@@ -1,7 +1,9 @@
-// Pre-formatted, mounted container volumes, so that formatting (mke2fs, a few hundred
-// milliseconds) stays off the request path: a new container takes a spare with a rename
-// and a mount move. One thread keeps a few ready; it has its own lock and touches nothing
-// else of the service.
+// Pre-formatted, mounted container volumes, so that formatting stays off the request
+// path: a new container takes a spare with a rename and a mount move. One thread keeps a
+// few ready; it has its own lock and touches nothing else of the service. Past the
+// spares (a burst of new containers) a volume is made on the spot. Either way an image is
+// a copy of a pristine one, formatted by mke2fs once per shape and never mounted
+// (Volume::copy_pristine): no mke2fs run per volume.
 #pragma once
 
 #include <sys/types.h>
@@ -22,6 +24,7 @@ namespace sandboxd::service {
 struct VolumeShape {
   uint64_t image_bytes = 0;  // the ext4 image's size (see volume_image_bytes)
   uid_t owner = 0;           // the host uid its root folder belongs to
+  bool operator==(const VolumeShape&) const = default;
 };
 
 // The image size that gives code `workspace_bytes` of usable space: ext4's journal, inode
@@ -48,6 +51,9 @@ class SpareVolumes {
 
  private:
   void keep_ready();
+  // A formatted image of `shape` at `image`: a copy of the pristine image of that shape,
+  // made first when there is none yet (or the shape changed).
+  runtime::VolumeResult<void> make_image(const std::string& image, const VolumeShape& shape);
 
   static constexpr size_t kSpares = 3;
   const std::string dir_;
@@ -56,6 +62,10 @@ class SpareVolumes {
   std::condition_variable changed_;
   std::vector<std::string> ready_;  // image paths; each is mounted at <image>.mnt
   bool stopping_ = false;
+  // Held while the pristine image is made, replaced or copied (a copy is quick).
+  std::mutex pristine_mutex_;
+  std::string pristine_;  // its path in dir_, empty until the first volume
+  VolumeShape pristine_shape_;
   std::thread thread_;
 };
 
