@@ -365,13 +365,30 @@ std::string output_of(const std::string& command, int* status) {
   return out;
 }
 
-// The line of `dumpe2fs -h` that starts with `field`.
-std::string superblock_field(const fs::path& image, const std::string& field) {
+// The line of `dumpe2fs -h` that starts with `field`: of the primary superblock, or of
+// the backup at block `backup` (of `block_size` bytes).
+std::string superblock_field(const fs::path& image, const std::string& field, long backup = 0,
+                             long block_size = 0) {
   int status = -1;
-  std::istringstream in(output_of("dumpe2fs -h " + image.string(), &status));
+  const std::string which =
+      backup > 0 ? " -o superblock=" + std::to_string(backup) + " -o blocksize=" + std::to_string(block_size)
+                 : "";
+  std::istringstream in(output_of("dumpe2fs -h" + which + " " + image.string(), &status));
   for (std::string line; std::getline(in, line);)
     if (line.rfind(field, 0) == 0) return line;
   return "";
+}
+
+// The blocks holding backups of the superblock, as dumpe2fs lists them.
+std::vector<long> backup_superblocks(const fs::path& image) {
+  int status = -1;
+  std::istringstream in(output_of("dumpe2fs " + image.string(), &status));
+  std::vector<long> out;
+  const std::string marker = "Backup superblock at ";
+  for (std::string line; std::getline(in, line);)
+    if (auto at = line.find(marker); at != std::string::npos)
+      out.push_back(std::stol(line.substr(at + marker.size())));
+  return out;
 }
 
 TEST(Volume, CopiesOfAPristineImageAreCleanFileSystemsEachWithItsOwnIdentity) {
@@ -386,13 +403,27 @@ TEST(Volume, CopiesOfAPristineImageAreCleanFileSystemsEachWithItsOwnIdentity) {
     const std::string report = output_of("e2fsck -fn " + image.string(), &status);
     EXPECT_EQ(status, 0) << image << ":\n" << report;
   }
-  // A UUID and a directory hash seed of its own; the same size, the holes kept.
+  // A UUID and a directory hash seed of its own, in every backup of the superblock too
+  // (each with its checksum right); the same size, the holes kept.
+  const std::vector<long> backups = backup_superblocks(a);
+  ASSERT_GE(backups.size(), 2u);  // 48 MiB: six groups of 8 MiB, backups in groups 1, 3 and 5
+  const long block_size = std::stol(superblock_field(a, "Block size:").substr(strlen("Block size:")));
   for (const char* field : {"Filesystem UUID:", "Directory Hash Seed:"}) {
     const std::string original = superblock_field(pristine, field);
     ASSERT_FALSE(original.empty()) << field;
     EXPECT_NE(superblock_field(a, field), original);
     EXPECT_NE(superblock_field(b, field), original);
     EXPECT_NE(superblock_field(a, field), superblock_field(b, field));
+    for (long backup : backups)
+      EXPECT_EQ(superblock_field(a, field, backup, block_size), superblock_field(a, field));
+  }
+  for (long backup : backups) {
+    int status = -1;
+    const std::string report = output_of("dumpe2fs -h -o superblock=" + std::to_string(backup) +
+                                             " -o blocksize=" + std::to_string(block_size) + " " + a.string(),
+                                         &status);
+    EXPECT_EQ(status, 0) << "the backup at " << backup << ":\n" << report;
+    EXPECT_EQ(report.find("checksum"), std::string::npos) << "the backup at " << backup << ":\n" << report;
   }
   struct stat original {
   }, copy{};

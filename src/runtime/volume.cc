@@ -125,11 +125,16 @@ VolumeResult<void> Volume::create(const std::string& image, uint64_t size_bytes,
 
 namespace {
 
-// The fields of ext4's superblock (1,024 bytes at offset 1,024) a copy rewrites or checks.
+// The fields of ext4's superblock (1,024 bytes at offset 1,024, and a backup at the start
+// of some block groups) a copy rewrites or reads.
 constexpr off_t kSuperblockAt = 1024;
 constexpr size_t kSuperblockSize = 1024;
-constexpr size_t kMagicAt = 0x38, kIncompatAt = 0x60, kUuidAt = 0x68, kHashSeedAt = 0xEC, kChecksumAt = 0x3FC;
-constexpr uint32_t kIncompatCsumSeed = 0x2000;
+constexpr size_t kBlocksCountAt = 0x04, kFirstDataBlockAt = 0x14, kLogBlockSizeAt = 0x18,
+                 kBlocksPerGroupAt = 0x20, kMagicAt = 0x38, kBlockGroupAt = 0x5A, kCompatAt = 0x5C,
+                 kIncompatAt = 0x60, kRoCompatAt = 0x64, kUuidAt = 0x68, kHashSeedAt = 0xEC,
+                 kBackupGroupsAt = 0x24C, kBlocksCountHiAt = 0x150, kChecksumAt = 0x3FC;
+constexpr uint32_t kIncompatCsumSeed = 0x2000, kIncompat64Bit = 0x80, kRoCompatSparseSuper = 0x1,
+                   kCompatSparseSuper2 = 0x200;
 
 uint32_t load_le32(const unsigned char* at) {
   return uint32_t{at[0]} | uint32_t{at[1]} << 8 | uint32_t{at[2]} << 16 | uint32_t{at[3]} << 24;
@@ -137,17 +142,78 @@ uint32_t load_le32(const unsigned char* at) {
 void store_le32(unsigned char* at, uint32_t value) {
   for (int i = 0; i < 4; ++i) at[i] = static_cast<unsigned char>(value >> (8 * i));
 }
+bool is_superblock(const unsigned char* superblock) {
+  return superblock[kMagicAt] == 0x53 && superblock[kMagicAt + 1] == 0xEF;
+}
 
-// A new UUID (random, version 4) and directory hash seed, and the superblock's checksum
-// over them: crc32c of everything before it, seeded with ~0 and not inverted after.
-void give_own_identity(unsigned char* superblock) {
-  random_bytes(superblock + kUuidAt, 16);
-  superblock[kUuidAt + 6] = static_cast<unsigned char>((superblock[kUuidAt + 6] & 0x0F) | 0x40);
-  superblock[kUuidAt + 8] = static_cast<unsigned char>((superblock[kUuidAt + 8] & 0x3F) | 0x80);
-  random_bytes(superblock + kHashSeedAt, 16);
+// A UUID (random, version 4) and a directory hash seed.
+struct Identity {
+  unsigned char uuid[16], hash_seed[16];
+};
+Identity new_identity() {
+  Identity id;
+  random_bytes(id.uuid, sizeof id.uuid);
+  id.uuid[6] = static_cast<unsigned char>((id.uuid[6] & 0x0F) | 0x40);
+  id.uuid[8] = static_cast<unsigned char>((id.uuid[8] & 0x3F) | 0x80);
+  random_bytes(id.hash_seed, sizeof id.hash_seed);
+  return id;
+}
+
+// Writes `id` into a superblock (the primary or a backup) and its checksum over them:
+// crc32c of everything before it, seeded with ~0 and not inverted after.
+void stamp(unsigned char* superblock, const Identity& id) {
+  std::memcpy(superblock + kUuidAt, id.uuid, sizeof id.uuid);
+  std::memcpy(superblock + kHashSeedAt, id.hash_seed, sizeof id.hash_seed);
   boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0, true, true> crc32c;
   crc32c.process_bytes(superblock, kChecksumAt);
   store_le32(superblock + kChecksumAt, crc32c.checksum());
+}
+
+// Whether block group `group` (> 0) holds a backup of the superblock, by the layout the
+// primary's features say.
+bool holds_backup(const unsigned char* primary, uint64_t group) {
+  if (load_le32(primary + kCompatAt) & kCompatSparseSuper2)
+    return group == load_le32(primary + kBackupGroupsAt) || group == load_le32(primary + kBackupGroupsAt + 4);
+  if (!(load_le32(primary + kRoCompatAt) & kRoCompatSparseSuper)) return true;
+  if (group == 1) return true;
+  for (uint64_t base : {3, 5, 7}) {  // the powers of 3, 5 and 7
+    uint64_t power = base;
+    while (power < group) power *= base;
+    if (power == group) return true;
+  }
+  return false;
+}
+
+// Gives the copy `to` the identity `id` in its primary superblock (already read into
+// `primary`) and in every backup, each of which carries its group's number and its own
+// checksum. An errno on failure, 0 on success.
+int write_identity(int to, unsigned char* primary, const Identity& id) {
+  const uint64_t block_size = uint64_t{1024} << std::min<uint32_t>(load_le32(primary + kLogBlockSizeAt), 6);
+  const uint64_t first = load_le32(primary + kFirstDataBlockAt);
+  const uint64_t per_group = load_le32(primary + kBlocksPerGroupAt);
+  uint64_t blocks = load_le32(primary + kBlocksCountAt);
+  if (load_le32(primary + kIncompatAt) & kIncompat64Bit)
+    blocks |= uint64_t{load_le32(primary + kBlocksCountHiAt)} << 32;
+  const uint64_t groups =
+      per_group == 0 || blocks <= first ? 1 : (blocks - first + per_group - 1) / per_group;
+  for (uint64_t group = 1; group < groups; ++group) {
+    if (!holds_backup(primary, group)) continue;
+    unsigned char backup[kSuperblockSize];
+    const off_t at = static_cast<off_t>((first + group * per_group) * block_size);
+    if (pread(to, backup, sizeof backup, at) != static_cast<ssize_t>(sizeof backup))
+      return errno ? errno : EIO;
+    // Only what is one: a layout this code does not know leaves that backup as it was.
+    if (!is_superblock(backup) ||
+        (backup[kBlockGroupAt] | backup[kBlockGroupAt + 1] << 8) != (group & 0xFFFF))
+      continue;
+    stamp(backup, id);
+    if (pwrite(to, backup, sizeof backup, at) != static_cast<ssize_t>(sizeof backup))
+      return errno ? errno : EIO;
+  }
+  stamp(primary, id);
+  if (pwrite(to, primary, kSuperblockSize, kSuperblockAt) != static_cast<ssize_t>(kSuperblockSize))
+    return errno ? errno : EIO;
+  return 0;
 }
 
 // Copies the allocated extents of `from` (SEEK_DATA to SEEK_HOLE) into `to`, a sparse
@@ -182,13 +248,12 @@ VolumeResult<void> Volume::copy_pristine(const std::string& pristine, const std:
   }
   unsigned char superblock[kSuperblockSize];
   if (pread(from, superblock, sizeof superblock, kSuperblockAt) != static_cast<ssize_t>(sizeof superblock) ||
-      superblock[kMagicAt] != 0x53 || superblock[kMagicAt + 1] != 0xEF ||
-      !(load_le32(superblock + kIncompatAt) & kIncompatCsumSeed)) {
+      !is_superblock(superblock) || !(load_le32(superblock + kIncompatAt) & kIncompatCsumSeed)) {
     close(from);
     return VolumeError::kFormatFailed;  // not an image `create` made
   }
   const std::string tmp = image + ".tmp";
-  const int to = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int to = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (to < 0) {
     const int err = errno;
     close(from);
@@ -200,10 +265,8 @@ VolumeResult<void> Volume::copy_pristine(const std::string& pristine, const std:
   int err = ftruncate(to, st.st_size) == 0 ? copy_extents(from, to, st.st_size) : errno;
   std::string call = err ? "copying " + pristine + " to " + tmp : "";
   if (!err) {
-    give_own_identity(superblock);
-    if (pwrite(to, superblock, sizeof superblock, kSuperblockAt) != static_cast<ssize_t>(sizeof superblock)) {
-      err = errno ? errno : EIO;
-      call = "pwrite(" + tmp + ", superblock)";
+    if ((err = write_identity(to, superblock, new_identity())) != 0) {
+      call = "writing the superblocks of " + tmp;
     } else if (fdatasync(to) != 0) {
       err = errno;
       call = "fdatasync(" + tmp + ")";

@@ -35,7 +35,7 @@ struct Volume {
   static VolumeResult<void> create(const std::string& image, uint64_t size_bytes, uint32_t uid, uint32_t gid);
   // Makes `image` a copy of `pristine`, an image `create` made that was never mounted:
   // its allocated extents copied into a sparse file of the same size, with a UUID and a
-  // directory hash seed of its own in the superblock (`create` formats with
+  // directory hash seed of its own in the superblock and its backups (`create` formats with
   // metadata_csum_seed, so no other checksum depends on the UUID). Well under a
   // millisecond where mke2fs takes several, most of it the exec of a dynamically linked
   // program. kNoSpace when the disk is full, kFormatFailed when `pristine` is not such an
