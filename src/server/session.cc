@@ -134,6 +134,21 @@ asio::awaitable<bool> write_now_or_later(beast::tcp_stream& stream, std::string_
   co_return !ec;
 }
 
+// Reads and drops what the peer still sends after this side's FIN, until it ends (EOF or
+// an error), for at most kLingerTime or kLingerBytes.
+asio::awaitable<void> drain_before_close(beast::tcp_stream& stream) {
+  constexpr auto kLingerTime = std::chrono::seconds(2);
+  constexpr size_t kLingerBytes = 16u << 20;
+  std::array<char, 16384> scratch;
+  stream.expires_after(kLingerTime);
+  for (size_t dropped = 0; dropped < kLingerBytes;) {
+    auto [ec, n] = co_await stream.async_read_some(asio::buffer(scratch), use_tuple);
+    if (ec) break;
+    dropped += n;
+  }
+  stream.expires_never();
+}
+
 }  // namespace
 
 asio::awaitable<void> HttpServer::session(tcp::socket socket,
@@ -173,6 +188,7 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket,
   buffer.reserve(4096);
   std::string header_bytes;  // a string response's header, written here (capacity kept)
   std::string unsafe_field;
+  bool body_left = false;  // the last request was answered before its body was read
   for (;;) {
     http::request_parser<http::buffer_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(limits_.header_limit));
@@ -224,6 +240,7 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket,
     ctx.connection = &slot;
     Response response = co_await dispatch(ctx, parser);
     bool keep_alive = parser.get().keep_alive() && ctx.body_complete() && !stopping_;
+    body_left = !ctx.body_complete();
     const bool head = ctx.method() == http::verb::head;
     unsigned status = 0;
     size_t bytes = 0;
@@ -292,9 +309,17 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket,
       observer_(record);
     }
     if (!sent || !keep_alive) break;
+    body_left = false;
   }
   boost::system::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  // Answered before its body was read (too large, refused, malformed), a request leaves
+  // the client still sending: closing now, with its bytes in the receive queue or still
+  // arriving, resets the connection, and a client in the middle of a write loses the
+  // answer it was sent (curl: "Send failure: Broken pipe", the status never read). As
+  // nginx's lingering close does, what still comes is read and dropped until the client
+  // ends, for a bounded time and number of bytes.
+  if (body_left && !stopping_) co_await drain_before_close(stream);
 }
 
 }  // namespace sandboxd::server
