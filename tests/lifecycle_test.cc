@@ -21,6 +21,7 @@
 #include "runtime/syscall_error.h"
 #include "runtime/volume.h"
 #include "sandbox_harness.h"
+#include "server_harness.h"  // sh
 
 using namespace sandboxd::testing;
 using namespace std::chrono_literals;
@@ -354,17 +355,6 @@ TEST(Volume, WorkspaceAndOutputsShareAHardLimit) {
   rt::Volume::unmount(mount);
 }
 
-// What a program prints, and its exit status.
-std::string output_of(const std::string& command, int* status) {
-  std::string out;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
-  *status = pclose(pipe);
-  return out;
-}
-
 // The line of `dumpe2fs -h` that starts with `field`: of the primary superblock, or of
 // the backup at block `backup` (of `block_size` bytes).
 std::string superblock_field(const fs::path& image, const std::string& field, long backup = 0,
@@ -373,7 +363,7 @@ std::string superblock_field(const fs::path& image, const std::string& field, lo
   const std::string which =
       backup > 0 ? " -o superblock=" + std::to_string(backup) + " -o blocksize=" + std::to_string(block_size)
                  : "";
-  std::istringstream in(output_of("dumpe2fs -h" + which + " " + image.string(), &status));
+  std::istringstream in(sh("dumpe2fs -h" + which + " " + image.string() + " 2>&1", &status));
   for (std::string line; std::getline(in, line);)
     if (line.rfind(field, 0) == 0) return line;
   return "";
@@ -382,7 +372,7 @@ std::string superblock_field(const fs::path& image, const std::string& field, lo
 // The blocks holding backups of the superblock, as dumpe2fs lists them.
 std::vector<long> backup_superblocks(const fs::path& image) {
   int status = -1;
-  std::istringstream in(output_of("dumpe2fs " + image.string(), &status));
+  std::istringstream in(sh("dumpe2fs " + image.string() + " 2>&1", &status));
   std::vector<long> out;
   const std::string marker = "Backup superblock at ";
   for (std::string line; std::getline(in, line);)
@@ -400,7 +390,7 @@ TEST(Volume, CopiesOfAPristineImageAreCleanFileSystemsEachWithItsOwnIdentity) {
   // Each copy passes a full check, its superblock checksum (over the new UUID) included.
   for (const auto& image : {a, b}) {
     int status = -1;
-    const std::string report = output_of("e2fsck -fn " + image.string(), &status);
+    const std::string report = sh("e2fsck -fn " + image.string() + " 2>&1", &status);
     EXPECT_EQ(status, 0) << image << ":\n" << report;
   }
   // A UUID and a directory hash seed of its own, in every backup of the superblock too
@@ -419,9 +409,9 @@ TEST(Volume, CopiesOfAPristineImageAreCleanFileSystemsEachWithItsOwnIdentity) {
   }
   for (long backup : backups) {
     int status = -1;
-    const std::string report = output_of("dumpe2fs -h -o superblock=" + std::to_string(backup) +
-                                             " -o blocksize=" + std::to_string(block_size) + " " + a.string(),
-                                         &status);
+    const std::string report = sh("dumpe2fs -h -o superblock=" + std::to_string(backup) + " -o blocksize=" +
+                                      std::to_string(block_size) + " " + a.string() + " 2>&1",
+                                  &status);
     EXPECT_EQ(status, 0) << "the backup at " << backup << ":\n" << report;
     EXPECT_EQ(report.find("checksum"), std::string::npos) << "the backup at " << backup << ":\n" << report;
   }

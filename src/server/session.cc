@@ -309,7 +309,6 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket,
       observer_(record);
     }
     if (!sent || !keep_alive) break;
-    body_left = false;
   }
   boost::system::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);

@@ -88,7 +88,7 @@ runtime::VolumeResult<void> SpareVolumes::take(const std::string& image, const s
 runtime::VolumeResult<void> SpareVolumes::make_image(const std::string& image, const VolumeShape& shape) {
   std::lock_guard lock(pristine_mutex_);
   // (Made again, too, when it went: an operator may have emptied spares/ by hand.)
-  if (pristine_.empty() || !(pristine_shape_ == shape) || access(pristine_.c_str(), R_OK) != 0) {
+  if (pristine_.empty() || pristine_shape_ != shape || access(pristine_.c_str(), R_OK) != 0) {
     const std::string pristine = (fs::path(dir_) / ("pristine-" + std::to_string(shape.image_bytes) + "-" +
                                                     std::to_string(shape.owner) + ".img"))
                                      .string();
