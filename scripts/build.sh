@@ -10,7 +10,13 @@ bash scripts/setup.sh
 bash scripts/web-vendor.sh
 # ccache, where the machine has it, makes a rebuild in another clone of the tree cheap.
 launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# Paths are hashed relative to the tree (CCACHE_BASEDIR) and the build folder is left out
+# of the hash (CCACHE_NOHASHDIR: debug info may then name another clone's folder), so that
+# a fresh clone in another folder, as CI makes, finds what this machine compiled before.
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+fi
 # SANDBOXD_TEST_HOOKS=ON: the /admin/test/ endpoints the cluster benchmark uses (never
 # in a build that is shipped; scripts/bench.sh turns them on). SANDBOXD_FAILPOINTS=ON:
 # the failpoints the tests use (base/failpoint.h; scripts/package.sh turns them off).

@@ -4,6 +4,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake pkg-config
+  ccache  # scripts/build.sh compiles through it: a rebuild, or a build in another clone, is cheap
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
   libyaml-cpp-dev libseccomp-dev libsqlite3-dev libpq-dev libcurl4-openssl-dev libssl-dev
   libexpat1-dev  # the S3 storage backend parses the bucket's XML answers
