@@ -192,7 +192,7 @@ ApiError body_too_large(uint64_t size, size_t limit) {
 
 }  // namespace
 
-asio::awaitable<Result<json::value>> read_json_body(server::RequestContext& ctx, const JsonBodyLimits& limits) {
+boost::asio::awaitable<Result<json::value>> read_json_body(server::RequestContext& ctx, const JsonBodyLimits& limits) {
   const auto declared = ctx.declared_body_size();
   if (declared && *declared > limits.max_bytes) co_return body_too_large(*declared, limits.max_bytes);
   auto account = budget().account(ctx.owner);
@@ -205,7 +205,7 @@ asio::awaitable<Result<json::value>> read_json_body(server::RequestContext& ctx,
   size_t limit = limits.max_bytes;
   bool top_level_seen = false;
   uint64_t received = 0;
-  server::RequestContext::AsyncChunkConsumer consume = [&](std::string_view chunk) -> asio::awaitable<Result<void>> {
+  server::RequestContext::AsyncChunkConsumer consume = [&](std::string_view chunk) -> boost::asio::awaitable<Result<void>> {
     received += chunk.size();
     if (!top_level_seen) {
       const auto first = chunk.find_first_not_of(" \t\r\n");
