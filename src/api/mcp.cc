@@ -313,33 +313,44 @@ asio::awaitable<void> stream_call(Mcp& mcp, RequestContext& ctx, std::shared_ptr
 }
 
 // A batch's members, answered one by one, each freed once answered; the answers are
-// kept as text (what is sent), bounded by kBatchAnswerLimit.
+// kept as text (what is sent). Once they pass kBatchAnswerLimit, the member whose answer
+// did not fit and every request after it get an error instead (those are not run).
 asio::awaitable<Result<Response>> answer_batch(Mcp& mcp, RequestContext& ctx, const McpSessions::Session& session,
                                                std::vector<Classified>& members) {
   std::string answers;
   size_t answered = 0;
-  auto add = [&](const json::object& response) {
-    std::string text = json::serialize(response);
-    if (answers.size() + text.size() + 2 > kBatchAnswerLimit)
-      text = json::serialize(rpc_error(response.at("id"), kServerError,
-                                       "The batch's answers passed " + std::to_string(kBatchAnswerLimit) +
-                                           " bytes: send this request again on its own"));
+  bool full = false;
+  auto add = [&](std::string text) {
     answers += answered++ == 0 ? "[" : ",";
     answers += text;
+  };
+  auto refuse = [&](const json::value& id) {
+    add(json::serialize(rpc_error(id, kServerError,
+                                  "The batch's answers passed " + std::to_string(kBatchAnswerLimit) +
+                                      " bytes: send this request again on its own")));
   };
   for (auto& member : members) {
     Classified current = std::move(member);  // freed at the end of this turn
     if (auto* error = std::get_if<json::object>(&current)) {
-      add(*error);
+      add(json::serialize(*error));
       continue;
     }
     auto& message = std::get<Message>(current);
     if (message.kind == Message::Kind::kNotification) notify(mcp, session, message);
     if (message.kind != Message::Kind::kRequest) continue;
+    if (full) {
+      refuse(message.id);
+      continue;
+    }
     McpCallOptions options;
     options.cancellation = std::make_shared<runtime::Cancellation>();
     auto in_flight = mcp.sessions.begin_request(session.id, id_key(message.id), options.cancellation);
-    add(co_await answer(mcp, ctx, message, std::move(options)));
+    std::string text = json::serialize(co_await answer(mcp, ctx, message, std::move(options)));
+    full = answers.size() + text.size() + 2 > kBatchAnswerLimit;
+    if (full)
+      refuse(message.id);
+    else
+      add(std::move(text));
   }
   if (answered == 0) co_return server::StringResponse{HttpStatus::accepted, 11};
   answers += "]";

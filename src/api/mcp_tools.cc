@@ -640,7 +640,7 @@ asio::awaitable<Result<json::object>> mcp_call_tool(ApiContext& api, RequestCont
   if (!name_value || !name_value->is_string())
     co_return ApiError::invalid_request("tools/call needs a tool 'name'");
   const std::string name(name_value->as_string());
-  json::object args;
+  json::object args(params.storage());  // moved, not copied: it stays charged to the owner
   if (auto* value = params.if_contains("arguments"); value && !value->is_null()) {
     if (!value->is_object()) co_return ApiError::invalid_request("'arguments' must be an object");
     args = std::move(value->as_object());
