@@ -51,12 +51,13 @@ long count_fds(pid_t pid) {
 // The highest RSS the server reaches while it is sampled (every 20 ms).
 class PeakRss {
  public:
-  explicit PeakRss(pid_t pid) : pid_(pid), thread_([this] {
-    while (!stop_) {
-      peak_ = std::max(peak_.load(), rss_kib(pid_));
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }) {}
+  explicit PeakRss(pid_t pid)
+      : pid_(pid), thread_([this] {
+          while (!stop_) {
+            peak_ = std::max(peak_.load(), rss_kib(pid_));
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        }) {}
   ~PeakRss() { finish(); }
   long finish() {
     stop_ = true;
@@ -74,8 +75,8 @@ class PeakRss {
 // A POST of a large body on its own connection, written while the answer is read: a
 // server that answers before it has read the body (a refusal) and closes is heard,
 // where a client that writes the whole body first would see only the reset.
-HttpClient::Reply post_raw(int port, const std::string& token, const std::string& target, const std::string& body,
-                           const HttpClient::Headers& headers = {}) {
+HttpClient::Reply post_raw(int port, const std::string& token, const std::string& target,
+                           const std::string& body, const HttpClient::Headers& headers = {}) {
   HttpClient::Reply reply;
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
@@ -87,9 +88,9 @@ HttpClient::Reply post_raw(int port, const std::string& token, const std::string
     return reply;
   }
   ::fcntl(fd, F_SETFL, O_NONBLOCK);
-  std::string request = "POST " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token +
-                        "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                        "\r\n";
+  std::string request =
+      "POST " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   for (const auto& [name, value] : headers) request += name + ": " + value + "\r\n";
   request += "\r\n";
   const std::string_view parts[2] = {request, body};
@@ -143,15 +144,16 @@ const HttpClient::Headers kAccept{{"Accept", "application/json, text/event-strea
 
 // An MCP session of `token` at `version`: its id.
 std::string open_session(HttpClient& client, const std::string& version) {
-  auto reply = client.post("/mcp",
-                           bj::serialize(bj::object{{"jsonrpc", "2.0"},
-                                                    {"id", 0},
-                                                    {"method", "initialize"},
-                                                    {"params",
-                                                     {{"protocolVersion", version},
-                                                      {"capabilities", bj::object{}},
-                                                      {"clientInfo", {{"name", "limits"}, {"version", "1"}}}}}}),
-                           "application/json", kAccept);
+  auto reply =
+      client.post("/mcp",
+                  bj::serialize(bj::object{{"jsonrpc", "2.0"},
+                                           {"id", 0},
+                                           {"method", "initialize"},
+                                           {"params",
+                                            {{"protocolVersion", version},
+                                             {"capabilities", bj::object{}},
+                                             {"clientInfo", {{"name", "limits"}, {"version", "1"}}}}}}),
+                  "application/json", kAccept);
   EXPECT_EQ(reply.status, 200u) << reply.body;
   return reply.header("Mcp-Session-Id");
 }
@@ -171,7 +173,8 @@ class BobWorks {
           while (!stop_ || answered_ < 3) {
             auto echo = bob.post("/api/gpt/v1/containers/bob-limits/tools/bash_code_execution",
                                  R"({"command": "echo ok"})");
-            const bool ok = echo.status == 200 && echo.body.find("\"stdout\":\"ok\\n\"") != std::string::npos &&
+            const bool ok = echo.status == 200 &&
+                            echo.body.find("\"stdout\":\"ok\\n\"") != std::string::npos &&
                             bob.get("/health").status == 200;
             if (ok) {
               ++answered_;
@@ -226,9 +229,9 @@ void expect_recovered(const ServerProcess& server, long rss_before, long fds_bef
       << "RSS " << rss_kib(server.pid()) << " KiB, before " << rss_before << " KiB";
   EXPECT_TRUE(eventually([&] { return count_fds(server.pid()) <= fds_before + 8; }))
       << count_fds(server.pid()) << " descriptors, before " << fds_before;
-  std::cout << "[ figures ] after: RSS " << rss_kib(server.pid()) / 1024 << " MiB, " << count_fds(server.pid())
-            << " descriptors (before: " << rss_before / 1024 << " MiB, " << fds_before << "); Bob answered "
-            << bob.answered() << " times meanwhile\n";
+  std::cout << "[ figures ] after: RSS " << rss_kib(server.pid()) / 1024 << " MiB, "
+            << count_fds(server.pid()) << " descriptors (before: " << rss_before / 1024 << " MiB, "
+            << fds_before << "); Bob answered " << bob.answered() << " times meanwhile\n";
 }
 
 std::string repeated(const std::string& item, size_t count) {
@@ -269,14 +272,16 @@ TEST(McpLimits, ABatchOfToolsListIsBoundedByCountAndAnswerSize) {
   for (const auto& answer : answers) EXPECT_TRUE(answer.as_object().contains("result"));
   // Answers past 8 MiB: a 3 MiB file is 4 MiB of base64; the third and later members
   // of a batch of five downloads get an error each, to be sent again on their own.
-  ASSERT_EQ(alice.post("/api/gpt/v1/containers/limits/tools/bash_code_execution",
-                       R"({"command": "head -c 3000000 /dev/urandom > /mnt/user-data/outputs/r.bin"})")
+  ASSERT_EQ(alice
+                .post("/api/gpt/v1/containers/limits/tools/bash_code_execution",
+                      R"({"command": "head -c 3000000 /dev/urandom > /mnt/user-data/outputs/r.bin"})")
                 .status,
             200u);
   std::string downloads = "[";
   for (int i = 0; i < 5; ++i)
-    downloads += std::string(i ? "," : "") + R"({"jsonrpc":"2.0","id":)" + std::to_string(i) +
-                 R"(,"method":"tools/call","params":{"name":"download_file","arguments":{"container":"limits","path":"/mnt/user-data/outputs/r.bin"}}})";
+    downloads +=
+        std::string(i ? "," : "") + R"({"jsonrpc":"2.0","id":)" + std::to_string(i) +
+        R"(,"method":"tools/call","params":{"name":"download_file","arguments":{"container":"limits","path":"/mnt/user-data/outputs/r.bin"}}})";
   downloads += "]";
   auto capped = alice.post("/mcp", downloads, "application/json", session_headers(session));
   ASSERT_EQ(capped.status, 200u) << capped.body.substr(0, 300);
@@ -289,8 +294,8 @@ TEST(McpLimits, ABatchOfToolsListIsBoundedByCountAndAnswerSize) {
   const long peak_kib = peak.finish();
   std::cout << "[ figures ] tools/list batch: RSS before " << rss_before / 1024 << " MiB, peak "
             << peak_kib / 1024 << " MiB\n";
-  EXPECT_LT(peak_kib - rss_before, 192 * 1024) << "the batches grew the server by " << (peak_kib - rss_before) / 1024
-                                               << " MiB";
+  EXPECT_LT(peak_kib - rss_before, 192 * 1024)
+      << "the batches grew the server by " << (peak_kib - rss_before) / 1024 << " MiB";
   expect_recovered(server, rss_before, fds_before, bob);
 }
 
@@ -304,9 +309,10 @@ TEST(McpLimits, ABatchHoldsNoLargeBodyWhileItsMembersRun) {
   const long rss_before = settled_rss(server);
   const long fds_before = count_fds(server.pid());
   BobWorks bob(server);
-  const std::string big = R"([{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash_code_execution","arguments":{"container":"limits","command":"sleep 25"}}},)"
-                          R"({"jsonrpc":"2.0","id":2,"method":"ping","params":{"junk":)" +
-                          repeated("[0]", 7'800'000) + "}}]";
+  const std::string big =
+      R"([{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash_code_execution","arguments":{"container":"limits","command":"sleep 25"}}},)"
+      R"({"jsonrpc":"2.0","id":2,"method":"ping","params":{"junk":)" +
+      repeated("[0]", 7'800'000) + "}}]";
   PeakRss peak(server.pid());
   std::vector<std::thread> attackers;
   std::vector<HttpClient::Reply> replies(4);
@@ -328,14 +334,15 @@ TEST(McpLimits, ABatchHoldsNoLargeBodyWhileItsMembersRun) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20)) << "answered, not run";
   std::cout << "[ figures ] four [sleep 25, 30 MiB ping] batches: RSS before " << rss_before / 1024
             << " MiB, peak " << peak_kib / 1024 << " MiB\n";
-  EXPECT_LT(peak_kib - rss_before, 64 * 1024) << "the batches grew the server by " << (peak_kib - rss_before) / 1024
-                                              << " MiB";
+  EXPECT_LT(peak_kib - rss_before, 64 * 1024)
+      << "the batches grew the server by " << (peak_kib - rss_before) / 1024 << " MiB";
   // Under the bound: a command and a ping carrying 3 MB, both answered.
   HttpClient alice(server.port(), "secret-alice");
   const std::string session = open_session(alice, "2025-03-26");
-  const std::string batch = R"([{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash_code_execution","arguments":{"container":"limits","command":"sleep 1; echo slept"}}},)"
-                            R"({"jsonrpc":"2.0","id":2,"method":"ping","params":{"junk":)" +
-                            repeated("\"" + std::string(30, 'j') + "\"", 100'000) + "}}]";
+  const std::string batch =
+      R"([{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash_code_execution","arguments":{"container":"limits","command":"sleep 1; echo slept"}}},)"
+      R"({"jsonrpc":"2.0","id":2,"method":"ping","params":{"junk":)" +
+      repeated("\"" + std::string(30, 'j') + "\"", 100'000) + "}}]";
   auto answered = alice.post("/mcp", batch, "application/json", session_headers(session));
   ASSERT_EQ(answered.status, 200u) << answered.body.substr(0, 300);
   auto answers = json(answered.body).as_array();
@@ -350,10 +357,11 @@ TEST(McpLimits, ABatchHoldsNoLargeBodyWhileItsMembersRun) {
 TEST(McpLimits, DownloadsAreEncodedOnceAndLargeOnesAreLinks) {
   ServerProcess server;
   HttpClient alice(server.port(), "secret-alice");
-  ASSERT_EQ(alice.post("/api/gpt/v1/containers/limits/tools/bash_code_execution",
-                       R"({"command": "head -c 16000000 /dev/urandom > /mnt/user-data/outputs/big.bin; )"
-                       R"(head -c 2000000 /dev/urandom > /mnt/user-data/outputs/small.bin; )"
-                       R"(head -c 1000000 /dev/zero | tr '\\0' '\\1' > /mnt/user-data/outputs/ctl.txt"})")
+  ASSERT_EQ(alice
+                .post("/api/gpt/v1/containers/limits/tools/bash_code_execution",
+                      R"({"command": "head -c 16000000 /dev/urandom > /mnt/user-data/outputs/big.bin; )"
+                      R"(head -c 2000000 /dev/urandom > /mnt/user-data/outputs/small.bin; )"
+                      R"(head -c 1000000 /dev/zero | tr '\\0' '\\1' > /mnt/user-data/outputs/ctl.txt"})")
                 .status,
             200u);
   const long rss_before = settled_rss(server);
@@ -361,10 +369,11 @@ TEST(McpLimits, DownloadsAreEncodedOnceAndLargeOnesAreLinks) {
   BobWorks bob(server);
   const std::string session = open_session(alice, "2025-11-25");
   auto call = [&](const std::string& path) {
-    return alice.post("/mcp",
-                      R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"download_file","arguments":{"container":"limits","path":")" +
-                          path + R"("}}})",
-                      "application/json", session_headers(session));
+    return alice.post(
+        "/mcp",
+        R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"download_file","arguments":{"container":"limits","path":")" +
+            path + R"("}}})",
+        "application/json", session_headers(session));
   };
   PeakRss peak(server.pid());
   // 16 MB: a link, and where to download it.
@@ -375,7 +384,8 @@ TEST(McpLimits, DownloadsAreEncodedOnceAndLargeOnesAreLinks) {
   EXPECT_EQ(result.at("structuredContent").at("encoding"), "link");
   const std::string download(result.at("structuredContent").at("download").as_string());
   EXPECT_EQ(result.at("content").at(1).at("type"), "resource_link");
-  EXPECT_EQ(result.at("content").at(1).at("uri"), "sandboxd://containers/limits/files/mnt/user-data/outputs/big.bin");
+  EXPECT_EQ(result.at("content").at(1).at("uri"),
+            "sandboxd://containers/limits/files/mnt/user-data/outputs/big.bin");
   EXPECT_EQ(result.at("content").at(1).at("size"), 16000000);
   EXPECT_EQ(server.curl("-o /dev/null -w '%{size_download}' '" + server.url(download) + "'"), "16000000");
   // resources/read of it: refused with the same advice.
@@ -396,8 +406,8 @@ TEST(McpLimits, DownloadsAreEncodedOnceAndLargeOnesAreLinks) {
   EXPECT_EQ(json(ctl.body).at("result").at("structuredContent").at("encoding"), "base64");
   EXPECT_LT(ctl.body.size(), 1'400'000u);
   const long peak_kib = peak.finish();
-  std::cout << "[ figures ] download_file of 16 MB and 2 MB: RSS before " << rss_before / 1024 << " MiB, peak "
-            << peak_kib / 1024 << " MiB\n";
+  std::cout << "[ figures ] download_file of 16 MB and 2 MB: RSS before " << rss_before / 1024
+            << " MiB, peak " << peak_kib / 1024 << " MiB\n";
   EXPECT_LT(peak_kib - rss_before, 48 * 1024);
   expect_recovered(server, rss_before, fds_before, bob);
 }
@@ -414,7 +424,8 @@ TEST(McpLimits, LargeJsonBodiesAreChargedToTheirOwnerAndOthersAreServedMeanwhile
   // Just under 32 MiB: {"jsonrpc":..., "params": {"name":"x","arguments":{"a":[[0],[0],...]}}}
   const std::string values = repeated("[0]", 8'300'000);
   const std::string mcp_body =
-      R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"a":)" + values + "}}}";
+      R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"a":)" + values +
+      "}}}";
   const std::string messages_body = R"({"model":"m","max_tokens":1,"messages":[],"x":)" + values + "}";
   ASSERT_LT(mcp_body.size(), 32u << 20);
   PeakRss peak(server.pid());
@@ -434,16 +445,18 @@ TEST(McpLimits, LargeJsonBodiesAreChargedToTheirOwnerAndOthersAreServedMeanwhile
   const long peak_kib = peak.finish();
   for (const auto& reply : replies) {
     std::cout << "[ figures ] a 32 MiB body of small arrays: " << reply.status << "\n";
-    EXPECT_TRUE(reply.status == 413u || reply.status == 429u) << reply.status << " " << reply.body.substr(0, 300);
+    EXPECT_TRUE(reply.status == 413u || reply.status == 429u)
+        << reply.status << " " << reply.body.substr(0, 300);
     if (reply.status == 429u) {
       EXPECT_EQ(reply.retry_after, "1");
     }
   }
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(json(replies[i].body).as_object().contains("error")) << replies[i].body;
-  std::cout << "[ figures ] four 32 MiB bodies of small arrays: RSS before " << rss_before / 1024 << " MiB, peak "
-            << peak_kib / 1024 << " MiB\n";
-  EXPECT_LT(peak_kib - rss_before, 512 * 1024) << "the parses grew the server by " << (peak_kib - rss_before) / 1024
-                                               << " MiB";
+  for (int i = 0; i < 3; ++i)
+    EXPECT_TRUE(json(replies[i].body).as_object().contains("error")) << replies[i].body;
+  std::cout << "[ figures ] four 32 MiB bodies of small arrays: RSS before " << rss_before / 1024
+            << " MiB, peak " << peak_kib / 1024 << " MiB\n";
+  EXPECT_LT(peak_kib - rss_before, 512 * 1024)
+      << "the parses grew the server by " << (peak_kib - rss_before) / 1024 << " MiB";
 
   // Legitimate large bodies: a 30 MiB string is parsed (about its size), and nine at
   // once, held while their commands run, pass the owner's 256 MiB share: some are

@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Accepted only when the header's length is exactly what follows, with no flag set.
   if (message) {
     if (size < 5 || data[0] != 0) __builtin_trap();
-    const uint32_t length = (uint32_t{data[1]} << 24) | (uint32_t{data[2]} << 16) | (uint32_t{data[3]} << 8) | data[4];
+    const uint32_t length =
+        (uint32_t{data[1]} << 24) | (uint32_t{data[2]} << 16) | (uint32_t{data[3]} << 8) | data[4];
     if (length != size - 5) __builtin_trap();
     (void)boost::json::serialize(*message);
   }

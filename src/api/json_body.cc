@@ -142,8 +142,9 @@ class MappedArena {
   }
   static void* map(size_t length, size_t charged) {
     void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw ParseOutOfMemory("mmap(NULL, " + std::to_string(length) + ") failed: " +
-                                                std::strerror(errno), charged);
+    if (p == MAP_FAILED)
+      throw ParseOutOfMemory("mmap(NULL, " + std::to_string(length) + ") failed: " + std::strerror(errno),
+                             charged);
     return p;
   }
   // A block at a multiple of kBlock, so that a pointer finds its block's count.
@@ -152,13 +153,13 @@ class MappedArena {
     const uintptr_t start = (reinterpret_cast<uintptr_t>(raw) + kBlock - 1) & ~(uintptr_t{kBlock} - 1);
     char* block = reinterpret_cast<char*>(start);
     if (block > raw) unmap(raw, static_cast<size_t>(block - raw));
-    if (raw + 2 * kBlock > block + kBlock) unmap(block + kBlock, static_cast<size_t>(raw + 2 * kBlock - (block + kBlock)));
+    if (raw + 2 * kBlock > block + kBlock)
+      unmap(block + kBlock, static_cast<size_t>(raw + 2 * kBlock - (block + kBlock)));
     live(block) = 0;
     return block;
   }
   static void unmap(void* p, size_t length) {
-    if (::munmap(p, length) != 0)
-      spdlog::error("munmap({}, {}) failed: {}", p, length, std::strerror(errno));
+    if (::munmap(p, length) != 0) spdlog::error("munmap({}, {}) failed: {}", p, length, std::strerror(errno));
   }
 
   std::mutex mutex_;
@@ -252,9 +253,10 @@ ApiError refusal(ParseRefused::Reason reason, size_t cap) {
                                  std::to_string(cap) + " bytes (at most " + std::to_string(kParseFactor) +
                                  " per byte of JSON)");
     case ParseRefused::Reason::kOwnerShare:
-      return ApiError::rate_limited("Too much JSON of this owner is being parsed or held at once (the share is " +
-                                        std::to_string(kOwnerParseShare) + " bytes): retry when requests finish",
-                                    1);
+      return ApiError::rate_limited(
+          "Too much JSON of this owner is being parsed or held at once (the share is " +
+              std::to_string(kOwnerParseShare) + " bytes): retry when requests finish",
+          1);
     case ParseRefused::Reason::kTotal:
       break;
   }
@@ -265,8 +267,9 @@ ApiError refusal(ParseRefused::Reason reason, size_t cap) {
 class ChargedParse {
  public:
   ChargedParse(std::shared_ptr<Account> account, size_t expected_bytes)
-      : storage_(json::make_shared_resource<ChargedResource>(
-            std::move(account), kParseFactor * expected_bytes + kParseAllowance, expected_bytes > kInlineParseBytes)),
+      : storage_(json::make_shared_resource<ChargedResource>(std::move(account),
+                                                             kParseFactor * expected_bytes + kParseAllowance,
+                                                             expected_bytes > kInlineParseBytes)),
         parser_(storage_) {
     parser_.reset(storage_);
   }
@@ -320,7 +323,8 @@ ApiError body_too_large(uint64_t size, size_t limit) {
 
 }  // namespace
 
-boost::asio::awaitable<Result<json::value>> read_json_body(server::RequestContext& ctx, const JsonBodyLimits& limits) {
+boost::asio::awaitable<Result<json::value>> read_json_body(server::RequestContext& ctx,
+                                                           const JsonBodyLimits& limits) {
   const auto declared = ctx.declared_body_size();
   if (declared && *declared > limits.max_bytes) co_return body_too_large(*declared, limits.max_bytes);
   auto account = budget().account(ctx.owner);
@@ -333,7 +337,8 @@ boost::asio::awaitable<Result<json::value>> read_json_body(server::RequestContex
   size_t limit = limits.max_bytes;
   bool top_level_seen = false;
   uint64_t received = 0;
-  server::RequestContext::AsyncChunkConsumer consume = [&](std::string_view chunk) -> boost::asio::awaitable<Result<void>> {
+  server::RequestContext::AsyncChunkConsumer consume =
+      [&](std::string_view chunk) -> boost::asio::awaitable<Result<void>> {
     received += chunk.size();
     if (!top_level_seen) {
       const auto first = chunk.find_first_not_of(" \t\r\n");

@@ -26,7 +26,8 @@ bool method_reads_params(std::string_view method) {
 }
 
 Classified classify(json::value& value) {
-  if (!value.is_object()) return error(nullptr, kInvalidRequest, "Invalid Request: a message must be an object");
+  if (!value.is_object())
+    return error(nullptr, kInvalidRequest, "Invalid Request: a message must be an object");
   auto& object = value.as_object();
   json::value id = nullptr;
   const auto* id_value = object.if_contains("id");

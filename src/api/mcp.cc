@@ -70,7 +70,9 @@ json::object rpc_error(const json::value& id, int code, std::string message, jso
   return jsonrpc::error(id, code, std::move(message), std::move(data));
 }
 
-json::object rpc_result(const json::value& id, json::value result) { return jsonrpc::result(id, std::move(result)); }
+json::object rpc_result(const json::value& id, json::value result) {
+  return jsonrpc::result(id, std::move(result));
+}
 
 // An API error as a JSON-RPC error: by its status, its type and message kept in `data`.
 json::object rpc_error_from(const json::value& id, const ApiError& error, bool resource) {
@@ -315,7 +317,8 @@ asio::awaitable<void> stream_call(Mcp& mcp, RequestContext& ctx, std::shared_ptr
 // A batch's members, answered one by one, each freed once answered; the answers are
 // kept as text (what is sent). Once they pass kBatchAnswerLimit, the member whose answer
 // did not fit and every request after it get an error instead (those are not run).
-asio::awaitable<Result<Response>> answer_batch(Mcp& mcp, RequestContext& ctx, const McpSessions::Session& session,
+asio::awaitable<Result<Response>> answer_batch(Mcp& mcp, RequestContext& ctx,
+                                               const McpSessions::Session& session,
                                                std::vector<Classified>& members) {
   std::string answers;
   size_t answered = 0;
@@ -387,13 +390,15 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
   auto session = session_id.empty() ? nullptr : mcp.sessions.find(session_id, ctx.owner);
   JsonBodyLimits limits;
   limits.max_bytes = session ? kMessageLimit : kInitializeLimit;
-  limits.max_array_bytes = session && session->protocol_version == kBatchVersion ? kBatchLimit : kInitializeLimit;
+  limits.max_array_bytes =
+      session && session->protocol_version == kBatchVersion ? kBatchLimit : kInitializeLimit;
   auto body = co_await read_json_body(ctx, limits);
   if (!body) {
     const ApiError& error = body.error();
     if (error.status == HttpStatus::payload_too_large)
-      co_return transport_error(HttpStatus::payload_too_large, kInvalidRequest,
-                                "Message too large: " + error.message + " (send large files with the Files API)");
+      co_return transport_error(
+          HttpStatus::payload_too_large, kInvalidRequest,
+          "Message too large: " + error.message + " (send large files with the Files API)");
     if (json_syntax_error(error))
       co_return transport_error(HttpStatus::bad_request, kParseError, "Parse error: " + error.message);
     if (error.status != HttpStatus::too_many_requests && error.status != HttpStatus::service_unavailable)
@@ -451,7 +456,8 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
     // methods do not read.
     auto classified = classify_batch(std::move(parsed.as_array()), kMaxBatchMembers);
     parsed = nullptr;
-    if (auto* error = std::get_if<json::object>(&classified)) co_return rpc_http(HttpStatus::bad_request, *error);
+    if (auto* error = std::get_if<json::object>(&classified))
+      co_return rpc_http(HttpStatus::bad_request, *error);
     co_return co_await answer_batch(mcp, ctx, *session, std::get<std::vector<Classified>>(classified));
   }
 

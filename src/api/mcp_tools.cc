@@ -476,7 +476,8 @@ asio::awaitable<Result<InlineFile>> inline_file(ApiContext& api, Container& cont
 // resources/read's {uri, mimeType, text | blob}; a file too large to carry is refused
 // (413) with where to download it.
 Result<json::object> resource_contents(const Container& container, InlineFile file) {
-  if (file.form == InlineFile::Form::kLink) return ApiError::too_large(too_large_to_inline(container, file.record));
+  if (file.form == InlineFile::Form::kLink)
+    return ApiError::too_large(too_large_to_inline(container, file.record));
   json::object out{{"uri", mcp_file_uri(container.id, file.record.path)},
                    {"mimeType", file.record.mime.empty() ? "application/octet-stream" : file.record.mime}};
   out[file.form == InlineFile::Form::kText ? "text" : "blob"] = std::move(file.content);
