@@ -19,34 +19,14 @@
 
 #include "eventually.h"
 #include "http_client.h"
+#include "loopback.h"
+#include "process_stats.h"
 #include "server_harness.h"
 
 using namespace sandboxd::testing;
 namespace bj = boost::json;
 
 namespace {
-
-long rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string key; in >> key;) {
-    if (key == "VmRSS:") {
-      long v = 0;
-      in >> v;
-      return v;
-    }
-    in.ignore(1 << 16, '\n');
-  }
-  return 0;
-}
-
-long count_fds(pid_t pid) {
-  long n = 0;
-  std::error_code ec;
-  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != fs::directory_iterator(); it.increment(ec))
-    ++n;
-  return n;
-}
 
 // The highest RSS the server reaches while it is sampled (every 20 ms).
 class PeakRss {
@@ -78,15 +58,8 @@ class PeakRss {
 HttpClient::Reply post_raw(int port, const std::string& token, const std::string& target,
                            const std::string& body, const HttpClient::Headers& headers = {}) {
   HttpClient::Reply reply;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return reply;
-  }
+  const int fd = connect_loopback(port);
+  if (fd < 0) return reply;
   ::fcntl(fd, F_SETFL, O_NONBLOCK);
   std::string request =
       "POST " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token +
@@ -219,20 +192,43 @@ long settled_rss(const ServerProcess& server) {
   return rss_kib(server.pid());
 }
 
-// After an attack: RSS and descriptors come back near where they were, Bob was served.
-void expect_recovered(const ServerProcess& server, long rss_before, long fds_before, BobWorks& bob,
-                      long rss_slack_kib = 96 * 1024) {
-  bob.stop();
-  EXPECT_EQ(bob.failure(), "");
-  EXPECT_GE(bob.answered(), 3);
-  EXPECT_TRUE(eventually([&] { return rss_kib(server.pid()) < rss_before + rss_slack_kib; }))
-      << "RSS " << rss_kib(server.pid()) << " KiB, before " << rss_before << " KiB";
-  EXPECT_TRUE(eventually([&] { return count_fds(server.pid()) <= fds_before + 8; }))
-      << count_fds(server.pid()) << " descriptors, before " << fds_before;
-  std::cout << "[ figures ] after: RSS " << rss_kib(server.pid()) / 1024 << " MiB, "
-            << count_fds(server.pid()) << " descriptors (before: " << rss_before / 1024 << " MiB, "
-            << fds_before << "); Bob answered " << bob.answered() << " times meanwhile\n";
-}
+// An attack on a settled server: its RSS and descriptors before, its peak RSS during,
+// and Bob working all along.
+class Attack {
+ public:
+  explicit Attack(const ServerProcess& server)
+      : server_(server),
+        rss_before_(settled_rss(server)),
+        fds_before_(count_fds(server.pid())),
+        bob_(server),
+        peak_(server.pid()) {}
+  // The attack is over: its peak growth is at most `max_growth_mib`; then RSS and
+  // descriptors come back near where they were, and Bob was served throughout.
+  void over(const std::string& what, long max_growth_mib) {
+    const long peak = peak_.finish();
+    std::cout << "[ figures ] " << what << ": RSS before " << rss_before_ / 1024 << " MiB, peak "
+              << peak / 1024 << " MiB\n";
+    EXPECT_LT(peak - rss_before_, max_growth_mib * 1024)
+        << what << " grew the server by " << (peak - rss_before_) / 1024 << " MiB";
+    bob_.stop();
+    EXPECT_EQ(bob_.failure(), "");
+    EXPECT_GE(bob_.answered(), 3);
+    const pid_t pid = server_.pid();
+    EXPECT_TRUE(eventually([&] { return rss_kib(pid) < rss_before_ + 96 * 1024; }))
+        << "RSS " << rss_kib(pid) << " KiB, before " << rss_before_ << " KiB";
+    EXPECT_TRUE(eventually([&] { return count_fds(pid) <= fds_before_ + 8; }))
+        << count_fds(pid) << " descriptors, before " << fds_before_;
+    std::cout << "[ figures ] after: RSS " << rss_kib(pid) / 1024 << " MiB, " << count_fds(pid)
+              << " descriptors (before: " << rss_before_ / 1024 << " MiB, " << fds_before_
+              << "); Bob answered " << bob_.answered() << " times meanwhile\n";
+  }
+
+ private:
+  const ServerProcess& server_;
+  const long rss_before_, fds_before_;
+  BobWorks bob_;
+  PeakRss peak_;
+};
 
 std::string repeated(const std::string& item, size_t count) {
   std::string out;
@@ -249,17 +245,14 @@ std::string repeated(const std::string& item, size_t count) {
 // 1. A batch of tools/list: its member count and its answers are bounded.
 TEST(McpLimits, ABatchOfToolsListIsBoundedByCountAndAnswerSize) {
   ServerProcess server;
-  const long rss_before = settled_rss(server);
-  const long fds_before = count_fds(server.pid());
-  BobWorks bob(server);
+  Attack attack(server);
   HttpClient alice(server.port(), "secret-alice");
   const std::string session = open_session(alice, "2025-03-26");
   const std::string tools_list = R"({"jsonrpc":"2.0","id":1,"method":"tools/list"})";
-  PeakRss peak(server.pid());
   // The attack's batch: 89,240 tools/list in 4.2 MB.
-  const std::string attack = repeated(tools_list, 89240);
-  ASSERT_GT(attack.size(), 4'000'000u);
-  auto refused = alice.post("/mcp", attack, "application/json", session_headers(session));
+  const std::string huge = repeated(tools_list, 89240);
+  ASSERT_GT(huge.size(), 4'000'000u);
+  auto refused = alice.post("/mcp", huge, "application/json", session_headers(session));
   EXPECT_EQ(refused.status, 400u) << refused.body.substr(0, 300);
   auto error = json(refused.body);
   EXPECT_EQ(error.at("error").at("code"), -32600) << refused.body;
@@ -291,12 +284,7 @@ TEST(McpLimits, ABatchOfToolsListIsBoundedByCountAndAnswerSize) {
   EXPECT_EQ(members[0].at("result").at("structuredContent").at("encoding"), "base64");
   EXPECT_EQ(members[4].at("error").at("code"), -32000);
   EXPECT_NE(bj::serialize(members[4]).find("send this request again on its own"), std::string::npos);
-  const long peak_kib = peak.finish();
-  std::cout << "[ figures ] tools/list batch: RSS before " << rss_before / 1024 << " MiB, peak "
-            << peak_kib / 1024 << " MiB\n";
-  EXPECT_LT(peak_kib - rss_before, 192 * 1024)
-      << "the batches grew the server by " << (peak_kib - rss_before) / 1024 << " MiB";
-  expect_recovered(server, rss_before, fds_before, bob);
+  attack.over("batches of tools/list", 192);
 }
 
 // 2. The attack's batches, [bash "sleep 25", a ping with a 30 MiB array], four at once:
@@ -306,14 +294,11 @@ TEST(McpLimits, ABatchOfToolsListIsBoundedByCountAndAnswerSize) {
 // params its method does not read).
 TEST(McpLimits, ABatchHoldsNoLargeBodyWhileItsMembersRun) {
   ServerProcess server;
-  const long rss_before = settled_rss(server);
-  const long fds_before = count_fds(server.pid());
-  BobWorks bob(server);
+  Attack attack(server);
   const std::string big =
       R"([{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash_code_execution","arguments":{"container":"limits","command":"sleep 25"}}},)"
       R"({"jsonrpc":"2.0","id":2,"method":"ping","params":{"junk":)" +
       repeated("[0]", 7'800'000) + "}}]";
-  PeakRss peak(server.pid());
   std::vector<std::thread> attackers;
   std::vector<HttpClient::Reply> replies(4);
   const auto started = std::chrono::steady_clock::now();
@@ -324,7 +309,6 @@ TEST(McpLimits, ABatchHoldsNoLargeBodyWhileItsMembersRun) {
       replies[i] = post_raw(server.port(), "secret-alice", "/mcp", big, session_headers(session));
     });
   for (auto& t : attackers) t.join();
-  const long peak_kib = peak.finish();
   for (const auto& reply : replies) {
     EXPECT_EQ(reply.status, 413u) << reply.body.substr(0, 300);
     if (reply.status == 413u) {
@@ -332,10 +316,6 @@ TEST(McpLimits, ABatchHoldsNoLargeBodyWhileItsMembersRun) {
     }
   }
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20)) << "answered, not run";
-  std::cout << "[ figures ] four [sleep 25, 30 MiB ping] batches: RSS before " << rss_before / 1024
-            << " MiB, peak " << peak_kib / 1024 << " MiB\n";
-  EXPECT_LT(peak_kib - rss_before, 64 * 1024)
-      << "the batches grew the server by " << (peak_kib - rss_before) / 1024 << " MiB";
   // Under the bound: a command and a ping carrying 3 MB, both answered.
   HttpClient alice(server.port(), "secret-alice");
   const std::string session = open_session(alice, "2025-03-26");
@@ -349,7 +329,7 @@ TEST(McpLimits, ABatchHoldsNoLargeBodyWhileItsMembersRun) {
   ASSERT_EQ(answers.size(), 2u);
   EXPECT_EQ(answers[0].at("result").at("structuredContent").at("stdout"), "slept\n");
   EXPECT_EQ(answers[1], json(R"({"jsonrpc":"2.0","id":2,"result":{}})"));
-  expect_recovered(server, rss_before, fds_before, bob);
+  attack.over("four [sleep 25, 30 MiB ping] batches, then a 3 MB one", 64);
 }
 
 // 5. download_file and resources/read: the content once, at most 3 MiB of file inline;
@@ -364,9 +344,7 @@ TEST(McpLimits, DownloadsAreEncodedOnceAndLargeOnesAreLinks) {
                       R"(head -c 1000000 /dev/zero | tr '\\0' '\\1' > /mnt/user-data/outputs/ctl.txt"})")
                 .status,
             200u);
-  const long rss_before = settled_rss(server);
-  const long fds_before = count_fds(server.pid());
-  BobWorks bob(server);
+  Attack attack(server);
   const std::string session = open_session(alice, "2025-11-25");
   auto call = [&](const std::string& path) {
     return alice.post(
@@ -375,7 +353,6 @@ TEST(McpLimits, DownloadsAreEncodedOnceAndLargeOnesAreLinks) {
             path + R"("}}})",
         "application/json", session_headers(session));
   };
-  PeakRss peak(server.pid());
   // 16 MB: a link, and where to download it.
   auto big = call("/mnt/user-data/outputs/big.bin");
   ASSERT_EQ(big.status, 200u);
@@ -405,11 +382,7 @@ TEST(McpLimits, DownloadsAreEncodedOnceAndLargeOnesAreLinks) {
   auto ctl = call("/mnt/user-data/outputs/ctl.txt");
   EXPECT_EQ(json(ctl.body).at("result").at("structuredContent").at("encoding"), "base64");
   EXPECT_LT(ctl.body.size(), 1'400'000u);
-  const long peak_kib = peak.finish();
-  std::cout << "[ figures ] download_file of 16 MB and 2 MB: RSS before " << rss_before / 1024
-            << " MiB, peak " << peak_kib / 1024 << " MiB\n";
-  EXPECT_LT(peak_kib - rss_before, 48 * 1024);
-  expect_recovered(server, rss_before, fds_before, bob);
+  attack.over("download_file of 16 MB and 2 MB", 48);
 }
 
 // 7. JSON bodies of small values (ten times their size parsed), to /mcp and /messages,
@@ -418,9 +391,7 @@ TEST(McpLimits, DownloadsAreEncodedOnceAndLargeOnesAreLinks) {
 // what one owner holds at once beyond its share is refused with 429 and Retry-After.
 TEST(McpLimits, LargeJsonBodiesAreChargedToTheirOwnerAndOthersAreServedMeanwhile) {
   ServerProcess server;
-  const long rss_before = settled_rss(server);
-  const long fds_before = count_fds(server.pid());
-  BobWorks bob(server);
+  Attack attack(server);
   // Just under 32 MiB: {"jsonrpc":..., "params": {"name":"x","arguments":{"a":[[0],[0],...]}}}
   const std::string values = repeated("[0]", 8'300'000);
   const std::string mcp_body =
@@ -428,7 +399,6 @@ TEST(McpLimits, LargeJsonBodiesAreChargedToTheirOwnerAndOthersAreServedMeanwhile
       "}}}";
   const std::string messages_body = R"({"model":"m","max_tokens":1,"messages":[],"x":)" + values + "}";
   ASSERT_LT(mcp_body.size(), 32u << 20);
-  PeakRss peak(server.pid());
   std::vector<std::thread> attackers;
   std::vector<HttpClient::Reply> replies(4);
   for (int i = 0; i < 4; ++i)
@@ -442,7 +412,6 @@ TEST(McpLimits, LargeJsonBodiesAreChargedToTheirOwnerAndOthersAreServedMeanwhile
       }
     });
   for (auto& t : attackers) t.join();
-  const long peak_kib = peak.finish();
   for (const auto& reply : replies) {
     std::cout << "[ figures ] a 32 MiB body of small arrays: " << reply.status << "\n";
     EXPECT_TRUE(reply.status == 413u || reply.status == 429u)
@@ -453,10 +422,6 @@ TEST(McpLimits, LargeJsonBodiesAreChargedToTheirOwnerAndOthersAreServedMeanwhile
   }
   for (int i = 0; i < 3; ++i)
     EXPECT_TRUE(json(replies[i].body).as_object().contains("error")) << replies[i].body;
-  std::cout << "[ figures ] four 32 MiB bodies of small arrays: RSS before " << rss_before / 1024
-            << " MiB, peak " << peak_kib / 1024 << " MiB\n";
-  EXPECT_LT(peak_kib - rss_before, 512 * 1024)
-      << "the parses grew the server by " << (peak_kib - rss_before) / 1024 << " MiB";
 
   // Legitimate large bodies: a 30 MiB string is parsed (about its size), and nine at
   // once, held while their commands run, pass the owner's 256 MiB share: some are
@@ -491,7 +456,7 @@ TEST(McpLimits, LargeJsonBodiesAreChargedToTheirOwnerAndOthersAreServedMeanwhile
   EXPECT_GE(refused, 1);
   std::cout << "[ figures ] nine 30 MiB messages held at once: " << ran << " ran, " << refused
             << " refused with 429\n";
-  expect_recovered(server, rss_before, fds_before, bob);
+  attack.over("four 32 MiB bodies of small arrays, then nine 30 MiB messages", 384);
 }
 
 }  // namespace
