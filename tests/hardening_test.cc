@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "eventually.h"
+#include "loopback.h"
 #include "server/http_server.h"
 #include "server_harness.h"
 #include "shared_server_suite.h"
@@ -26,18 +27,7 @@ namespace bj = boost::json;
 namespace {
 
 // A connected loopback socket (blocking), or -1.
-int connect_to(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+int connect_to(int port) { return connect_loopback(port); }
 
 // Everything the server sends until it closes the connection (or 30 s of silence).
 std::string read_until_closed(int fd) {

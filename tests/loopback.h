@@ -19,6 +19,20 @@
 
 namespace sandboxd::testing {
 
+// A connected (blocking) socket to 127.0.0.1:`port`, or -1.
+inline int connect_loopback(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // A listening socket on 127.0.0.1:`port` (0: any free port); `bound` gets the port.
 inline int listen_loopback(uint16_t port, uint16_t& bound, const char* who) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -11,14 +11,13 @@
 #include <string>
 #include <string_view>
 
+#include "api/connect_envelope.h"  // parse_envelope, parse_message, the flags
 #include "api/routes.h"
 
 namespace sandboxd::api::connect_rpc {
 
 // The largest request message accepted (a stdin write, a file path: small by nature).
 inline constexpr size_t kMaxRequestMessage = 8u << 20;
-inline constexpr uint8_t kEndStreamFlag = 0x02;
-inline constexpr uint8_t kCompressedFlag = 0x01;
 
 // The Connect code of an error ("not_found", "invalid_argument", ...).
 std::string code_of(const ApiError& error);
@@ -33,8 +32,6 @@ server::StringResponse unary_ok(const boost::json::object& message);
 asio::awaitable<Result<boost::json::object>> read_unary(RequestContext& ctx);
 // A server-streaming call's one request message, from its envelope.
 asio::awaitable<Result<boost::json::object>> read_stream_request(RequestContext& ctx);
-// Parses one enveloped message that must be the whole of `body` (exposed for tests).
-Result<boost::json::object> parse_envelope(std::string_view body);
 
 // An enveloped message (`end_stream` flags the last).
 std::string envelope(std::string_view json, bool end_stream = false);

@@ -19,6 +19,8 @@
 #include <optional>
 #include <variant>
 
+#include "api/json_body.h"
+#include "api/jsonrpc_message.h"
 #include "api/mcp_sessions.h"
 #include "api/mcp_tools.h"
 #include "api/routes.h"
@@ -39,6 +41,15 @@ constexpr std::array<std::string_view, 3> kVersions{"2025-11-25", "2025-06-18", 
 constexpr std::string_view kBatchVersion = "2025-03-26";
 // A message holds at most a file passed inline (base64): bigger bodies go to the Files API.
 constexpr size_t kMessageLimit = 32u << 20;
+// A request outside a known session can only be an initialize: a few hundred bytes.
+constexpr size_t kInitializeLimit = 64u << 10;
+// A batch (2025-03-26) holds at most this many messages, in at most this many bytes
+// (its files go in requests of their own), and its answers together are at most
+// kBatchAnswerLimit bytes: the members beyond get an error each, to be sent again on
+// their own. (A batch of 89,000 tools/list once made 1.2 GB of answers from 4 MB.)
+constexpr size_t kMaxBatchMembers = 100;
+constexpr size_t kBatchLimit = 4u << 20;
+constexpr size_t kBatchAnswerLimit = 8u << 20;
 // Sessions are a few hundred bytes and bounded per owner; an assistant left open for
 // hours keeps its session.
 constexpr std::chrono::hours kSessionIdleTtl{24};
@@ -49,29 +60,18 @@ constexpr std::chrono::seconds kStreamKeepAlive{15};
 constexpr std::string_view kSessionHeader = "Mcp-Session-Id";
 constexpr std::string_view kVersionHeader = "MCP-Protocol-Version";
 
-// JSON-RPC 2.0 error codes, and MCP's for a missing resource.
-constexpr int kParseError = -32700;
-constexpr int kInvalidRequest = -32600;
-constexpr int kMethodNotFound = -32601;
-constexpr int kInvalidParams = -32602;
-constexpr int kInternalError = -32603;
-constexpr int kServerError = -32000;  // the transport's own (session, limits)
-constexpr int kSessionNotFound = -32001;
-constexpr int kResourceNotFound = -32002;
-constexpr int kRequestCancelled = -32800;
-
 bool supported(std::string_view version) {
   return std::find(kVersions.begin(), kVersions.end(), version) != kVersions.end();
 }
 
+using namespace jsonrpc;  // the error codes, Message, classify
+
 json::object rpc_error(const json::value& id, int code, std::string message, json::value data = nullptr) {
-  json::object error{{"code", code}, {"message", to_valid_utf8(message)}};
-  if (!data.is_null()) error["data"] = std::move(data);
-  return json::object{{"jsonrpc", "2.0"}, {"id", id}, {"error", std::move(error)}};
+  return jsonrpc::error(id, code, std::move(message), std::move(data));
 }
 
 json::object rpc_result(const json::value& id, json::value result) {
-  return json::object{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}};
+  return jsonrpc::result(id, std::move(result));
 }
 
 // An API error as a JSON-RPC error: by its status, its type and message kept in `data`.
@@ -127,53 +127,6 @@ std::string_view media_type(std::string_view content_type) {
   while (!content_type.empty() && content_type.back() == ' ') content_type.remove_suffix(1);
   return content_type;
 }
-
-// One JSON-RPC message from the client, or why it is not one.
-struct Message {
-  enum class Kind { kRequest, kNotification, kResponse } kind = Kind::kRequest;
-  json::value id;
-  std::string method;
-  json::object params;
-};
-
-// A message, or the error response it gets (id null when it has no usable id). Its
-// params are moved out of `value` (a tool call's arguments may be a whole file).
-std::variant<Message, json::object> classify(json::value& value) {
-  if (!value.is_object())
-    return rpc_error(nullptr, kInvalidRequest, "Invalid Request: a message must be an object");
-  auto& object = value.as_object();
-  json::value id = nullptr;
-  const auto* id_value = object.if_contains("id");
-  const bool id_usable = id_value && (id_value->is_string() || id_value->is_int64() || id_value->is_uint64());
-  if (id_usable) id = *id_value;
-  const auto* version = object.if_contains("jsonrpc");
-  if (!version || !version->is_string() || version->as_string() != "2.0")
-    return rpc_error(id, kInvalidRequest, "Invalid Request: 'jsonrpc' must be \"2.0\"");
-  Message message;
-  const auto* method = object.if_contains("method");
-  if (!method) {
-    if (id_usable && (object.contains("result") || object.contains("error"))) {
-      message.kind = Message::Kind::kResponse;
-      return message;
-    }
-    return rpc_error(id, kInvalidRequest, "Invalid Request: a message needs a 'method'");
-  }
-  if (!method->is_string())
-    return rpc_error(id, kInvalidRequest, "Invalid Request: 'method' must be a string");
-  if (id_value && !id_usable)
-    return rpc_error(nullptr, kInvalidRequest, "Invalid Request: 'id' must be a string or an integer");
-  message.kind = id_value ? Message::Kind::kRequest : Message::Kind::kNotification;
-  message.id = id;
-  message.method = std::string(method->as_string());
-  if (auto* params = object.if_contains("params"); params && !params->is_null()) {
-    if (!params->is_object())
-      return rpc_error(id, kInvalidParams, "Invalid params: 'params' must be an object");
-    message.params = std::move(params->as_object());
-  }
-  return message;
-}
-
-std::string id_key(const json::value& id) { return json::serialize(id); }
 
 struct Mcp {
   explicit Mcp(ApiContext& context) : api(context) {}
@@ -361,6 +314,52 @@ asio::awaitable<void> stream_call(Mcp& mcp, RequestContext& ctx, std::shared_ptr
   co_await send(model::format_sse("message", json::serialize(*call->response)));
 }
 
+// A batch's members, answered one by one, each freed once answered; the answers are
+// kept as text (what is sent). Once they pass kBatchAnswerLimit, the member whose answer
+// did not fit and every request after it get an error instead (those are not run).
+asio::awaitable<Result<Response>> answer_batch(Mcp& mcp, RequestContext& ctx,
+                                               const McpSessions::Session& session,
+                                               std::vector<Classified>& members) {
+  std::string answers;
+  size_t answered = 0;
+  bool full = false;
+  auto add = [&](std::string text) {
+    answers += answered++ == 0 ? "[" : ",";
+    answers += text;
+  };
+  auto refuse = [&](const json::value& id) {
+    add(json::serialize(rpc_error(id, kServerError,
+                                  "The batch's answers passed " + std::to_string(kBatchAnswerLimit) +
+                                      " bytes: send this request again on its own")));
+  };
+  for (auto& member : members) {
+    Classified current = std::move(member);  // freed at the end of this turn
+    if (auto* error = std::get_if<json::object>(&current)) {
+      add(json::serialize(*error));
+      continue;
+    }
+    auto& message = std::get<Message>(current);
+    if (message.kind == Message::Kind::kNotification) notify(mcp, session, message);
+    if (message.kind != Message::Kind::kRequest) continue;
+    if (full) {
+      refuse(message.id);
+      continue;
+    }
+    McpCallOptions options;
+    options.cancellation = std::make_shared<runtime::Cancellation>();
+    auto in_flight = mcp.sessions.begin_request(session.id, id_key(message.id), options.cancellation);
+    std::string text = json::serialize(co_await answer(mcp, ctx, message, std::move(options)));
+    full = answers.size() + text.size() + 2 > kBatchAnswerLimit;
+    if (full)
+      refuse(message.id);
+    else
+      add(std::move(text));
+  }
+  if (answered == 0) co_return server::StringResponse{HttpStatus::accepted, 11};
+  answers += "]";
+  co_return server::json_response(HttpStatus::ok, std::move(answers));
+}
+
 // A browser's request from another site (DNS rebinding onto a local server) names its
 // page's origin: only the server's own is let through.
 bool foreign_origin(const RequestContext& ctx) {
@@ -383,19 +382,32 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
     co_return transport_error(
         HttpStatus::not_acceptable, kServerError,
         "Not Acceptable: the client must accept application/json and text/event-stream");
-  auto body = co_await ctx.read_body(kMessageLimit);
-  if (!body) {
-    if (body.error().status != HttpStatus::payload_too_large) co_return body.error();
-    co_return transport_error(HttpStatus::payload_too_large, kInvalidRequest,
-                              "Message too large: the limit is " + std::to_string(kMessageLimit) +
-                                  " bytes (send large files with the Files API)");
-  }
-  boost::system::error_code ec;
-  json::value parsed = json::parse(*body, ec);
-  if (ec) co_return transport_error(HttpStatus::bad_request, kParseError, "Parse error: " + ec.message());
-
   const std::string session_id(ctx.header_value(kSessionHeader));
   const std::string_view version_header = ctx.header_value(kVersionHeader);
+  // What can be decided before the body is read is: a request without a known session
+  // of this owner can only be an initialize (small by nature), and only a session of
+  // the batch revision may send a batch, bounded in its size.
+  auto session = session_id.empty() ? nullptr : mcp.sessions.find(session_id, ctx.owner);
+  JsonBodyLimits limits;
+  limits.max_bytes = session ? kMessageLimit : kInitializeLimit;
+  limits.max_array_bytes =
+      session && session->protocol_version == kBatchVersion ? kBatchLimit : kInitializeLimit;
+  auto body = co_await read_json_body(ctx, limits);
+  if (!body) {
+    const ApiError& error = body.error();
+    if (error.status == HttpStatus::payload_too_large)
+      co_return transport_error(
+          HttpStatus::payload_too_large, kInvalidRequest,
+          "Message too large: " + error.message + " (send large files with the Files API)");
+    if (json_syntax_error(error))
+      co_return transport_error(HttpStatus::bad_request, kParseError, "Parse error: " + error.message);
+    if (error.status != HttpStatus::too_many_requests && error.status != HttpStatus::service_unavailable)
+      co_return error;
+    auto response = rpc_http(error.status, rpc_error_from(nullptr, error, false));
+    if (error.retry_after) response.set(http::field::retry_after, std::to_string(*error.retry_after));
+    co_return response;
+  }
+  json::value parsed = std::move(*body);
 
   // One message, classified once: initialize makes a new session (never in a batch);
   // the rest is answered below, in the session.
@@ -405,6 +417,7 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
     if (auto* error = std::get_if<json::object>(&classified))
       co_return rpc_http(HttpStatus::bad_request, *error);
     single = std::move(std::get<Message>(classified));
+    parsed = nullptr;  // what no method reads (any other member of the object) goes now
     auto& message = *single;
     if (message.kind == Message::Kind::kRequest && message.method == "initialize") {
       std::string requested;
@@ -412,15 +425,15 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
         requested = v->as_string();
       const std::string version(supported(requested) ? std::string_view(requested) : kLatestVersion);
       const auto config = mcp.api.config();
-      auto session =
+      auto created =
           mcp.sessions.create(ctx.owner, version, config->max_connections_per_owner, kSessionIdleTtl);
-      if (!session) {
-        auto response = rpc_http(session.error().status, rpc_error_from(message.id, session.error(), false));
-        if (session.error().retry_after)
-          response.set(http::field::retry_after, std::to_string(*session.error().retry_after));
+      if (!created) {
+        auto response = rpc_http(created.error().status, rpc_error_from(message.id, created.error(), false));
+        if (created.error().retry_after)
+          response.set(http::field::retry_after, std::to_string(*created.error().retry_after));
         co_return response;
       }
-      co_return rpc_http(HttpStatus::ok, rpc_result(message.id, initialize_result(version)), (*session)->id);
+      co_return rpc_http(HttpStatus::ok, rpc_result(message.id, initialize_result(version)), (*created)->id);
     }
   }
 
@@ -428,7 +441,6 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
   if (session_id.empty())
     co_return transport_error(HttpStatus::bad_request, kServerError,
                               "Bad Request: the Mcp-Session-Id header is required (initialize first)");
-  auto session = mcp.sessions.find(session_id, ctx.owner);
   if (!session) co_return transport_error(HttpStatus::not_found, kSessionNotFound, "Session not found");
   if (!version_header.empty() && !supported(version_header))
     co_return transport_error(
@@ -436,30 +448,17 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
         "Bad Request: unsupported MCP-Protocol-Version: " + to_valid_utf8(version_header.substr(0, 64)));
 
   if (parsed.is_array()) {
-    auto& batch = parsed.as_array();
     if (session->protocol_version != kBatchVersion)
       co_return transport_error(
           HttpStatus::bad_request, kInvalidRequest,
           "Invalid Request: JSON-RPC batches are not part of MCP " + session->protocol_version);
-    if (batch.empty())
-      co_return transport_error(HttpStatus::bad_request, kInvalidRequest, "Invalid Request: an empty batch");
-    json::array responses;
-    for (auto& item : batch) {
-      auto classified = classify(item);
-      if (auto* error = std::get_if<json::object>(&classified)) {
-        responses.push_back(std::move(*error));
-        continue;
-      }
-      auto& message = std::get<Message>(classified);
-      if (message.kind == Message::Kind::kNotification) notify(mcp, *session, message);
-      if (message.kind != Message::Kind::kRequest) continue;
-      McpCallOptions options;
-      options.cancellation = std::make_shared<runtime::Cancellation>();
-      auto in_flight = mcp.sessions.begin_request(session->id, id_key(message.id), options.cancellation);
-      responses.push_back(co_await answer(mcp, ctx, message, std::move(options)));
-    }
-    if (responses.empty()) co_return server::StringResponse{HttpStatus::accepted, 11};
-    co_return rpc_http(HttpStatus::ok, responses);
+    // The members, classified: the parsed batch is gone, and with it all that their
+    // methods do not read.
+    auto classified = classify_batch(std::move(parsed.as_array()), kMaxBatchMembers);
+    parsed = nullptr;
+    if (auto* error = std::get_if<json::object>(&classified))
+      co_return rpc_http(HttpStatus::bad_request, *error);
+    co_return co_await answer_batch(mcp, ctx, *session, std::get<std::vector<Classified>>(classified));
   }
 
   if (!single)  // neither an object nor a batch: the error classify gives it

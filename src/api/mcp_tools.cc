@@ -24,9 +24,11 @@ constexpr std::string_view kBashTool = "bash_code_execution";
 constexpr std::string_view kEditorTool = "text_editor_code_execution";
 constexpr std::string_view kPythonTool = "code_execution";  // the persistent Python
 constexpr std::string_view kUriPrefix = "sandboxd://containers/";
-// A file returned inside a message (download_file, resources/read) is at most this big:
-// larger ones go through the Files API's download, which streams.
-constexpr uint64_t kInlineFileLimit = 16u << 20;
+// A file returned inside a message (download_file, resources/read) is at most this big
+// (4 MiB as base64): a larger one is a resource_link and the Files API's download,
+// which streams, so that a small request cannot make the server hold a large answer
+// until a slow reader has taken it.
+constexpr uint64_t kInlineFileLimit = 3u << 20;
 constexpr size_t kResourcesPerPage = 100;
 constexpr size_t kContainersPerResourcePage = 20;
 // A command's result links at most this many of the outputs it wrote (list_files has all).
@@ -191,12 +193,14 @@ json::array make_tools() {
       tool("download_file", "Download a file",
            "Returns a file of the container (by file_id, or by its sandbox path such as "
            "/mnt/user-data/outputs/chart.png) "
-           "with its content: text for UTF-8 text, else base64.",
+           "with its content: text for UTF-8 text, else base64; a file over 3 MiB is not returned inline "
+           "(encoding 'link': a resource link, and 'download', the Files API path that serves it).",
            R"({"type": "object", "properties": {"container": )" + container + R"(,
             "file_id": {"type": "string"}, "path": {"type": "string"}}})",
            output_schema({R"({"type": "object", "properties": {"file": )" + std::string(kFileSchema) + R"(,
-                         "encoding": {"enum": ["text", "base64"]}, "content": {"type": "string"}},
-                         "required": ["file", "encoding", "content"]})"}),
+                         "encoding": {"enum": ["text", "base64", "link"]}, "content": {"type": "string"},
+                         "download": {"type": "string"}},
+                         "required": ["file", "encoding"]})"}),
            {{"readOnlyHint", true}}));
   tools.push_back(tool("delete_file", "Delete a file", "Deletes one file of the container by its id.",
                        R"({"type": "object", "properties": {"container": )" + container +
@@ -402,11 +406,45 @@ bool is_text_type(std::string_view mime) {
   return mime.find("+json") != std::string_view::npos || mime.find("+xml") != std::string_view::npos;
 }
 
+// The size of `text` as a JSON string's content (escapes counted: a control byte is six).
+uint64_t json_escaped_size(std::string_view text) {
+  uint64_t size = 0;
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f')
+      size += 2;
+    else if (c < 0x20)
+      size += 6;
+    else
+      size += 1;
+  }
+  return size;
+}
+
+// A file as a message carries it: as text (UTF-8 text whose JSON form is no larger than
+// its base64), as base64 (encoded once, whichever blocks carry it), or, beyond
+// kInlineFileLimit, not at all: a link, and the Files API's download.
 struct InlineFile {
+  enum class Form { kText, kBase64, kLink };
   store::FileRecord record;
-  std::string body;
-  bool text = false;
+  Form form = Form::kLink;
+  std::string content;  // the text or the base64; empty for a link
 };
+
+const char* form_name(InlineFile::Form form) {
+  return form == InlineFile::Form::kText ? "text" : form == InlineFile::Form::kBase64 ? "base64" : "link";
+}
+
+// Where the Files API serves the file (with the owner's token).
+std::string download_path(const Container& container, const store::FileRecord& record) {
+  return "/api/gpt/v1/files/" + store::file_id_for_path(record.path) +
+         "/content?scope_id=" + percent_encode(container.id, false);
+}
+
+std::string too_large_to_inline(const Container& container, const store::FileRecord& record) {
+  return to_valid_utf8(record.path) + " is " + std::to_string(record.size) + " bytes, more than the " +
+         std::to_string(kInlineFileLimit) + " a message carries: download it from the Files API, GET " +
+         download_path(container, record);
+}
 
 asio::awaitable<Result<InlineFile>> inline_file(ApiContext& api, Container& container,
                                                 const std::string& id) {
@@ -416,21 +454,33 @@ asio::awaitable<Result<InlineFile>> inline_file(ApiContext& api, Container& cont
   // follows the organisation's settings whichever door is used).
   const DownloadRule rule = co_await download_rule(api, container);
   if (!rule.allows(record->path)) co_return rule.refusal(record->path);
-  auto body = co_await read_file_bytes(api, container, *record, kInlineFileLimit);
-  if (!body) co_return body.error();
-  InlineFile file{std::move(*record), std::move(*body)};
-  file.text = is_text_type(file.record.mime) && is_valid_utf8(file.body);
+  InlineFile file{std::move(*record)};
+  if (file.record.size > kInlineFileLimit) co_return file;
+  auto body = co_await read_file_bytes(api, container, file.record, kInlineFileLimit);
+  if (!body) {
+    // Grown past the limit since its record was made: a link too.
+    if (body.error().status == HttpStatus::payload_too_large) co_return file;
+    co_return body.error();
+  }
+  if (is_text_type(file.record.mime) && is_valid_utf8(*body) &&
+      json_escaped_size(*body) <= (body->size() + 2) / 3 * 4) {
+    file.form = InlineFile::Form::kText;
+    file.content = std::move(*body);
+  } else {
+    file.form = InlineFile::Form::kBase64;
+    file.content = base64_encode(*body);
+  }
   co_return file;
 }
 
-// {uri, mimeType, text | blob}
-json::object resource_contents(const Container& container, InlineFile file) {
+// resources/read's {uri, mimeType, text | blob}; a file too large to carry is refused
+// (413) with where to download it.
+Result<json::object> resource_contents(const Container& container, InlineFile file) {
+  if (file.form == InlineFile::Form::kLink)
+    return ApiError::too_large(too_large_to_inline(container, file.record));
   json::object out{{"uri", mcp_file_uri(container.id, file.record.path)},
                    {"mimeType", file.record.mime.empty() ? "application/octet-stream" : file.record.mime}};
-  if (file.text)
-    out["text"] = std::move(file.body);
-  else
-    out["blob"] = base64_encode(file.body);
+  out[file.form == InlineFile::Form::kText ? "text" : "blob"] = std::move(file.content);
   return out;
 }
 
@@ -502,14 +552,18 @@ asio::awaitable<json::object> call_file_tool(ApiContext& api, RequestContext& ct
     auto file = co_await inline_file(api, **container, *id);
     if (!file) co_return api_error_result(file.error());
     const DownloadRule rule = co_await download_rule(api, **container);
+    // The content once, in structuredContent; the content blocks link to the file.
     json::object structured{{"file", file_object((*container)->id, file->record, rule)},
-                            {"encoding", file->text ? "text" : "base64"},
-                            {"content", file->text ? file->body : base64_encode(file->body)}};
-    const std::string summary = to_valid_utf8(file->record.path) + " (" + file->record.mime + ", " +
-                                std::to_string(file->record.size) + " bytes)";
-    json::array content{
-        text_block(summary),
-        json::object{{"type", "resource"}, {"resource", resource_contents(**container, std::move(*file))}}};
+                            {"encoding", form_name(file->form)}};
+    std::string summary = to_valid_utf8(file->record.path) + " (" + file->record.mime + ", " +
+                          std::to_string(file->record.size) + " bytes)";
+    if (file->form == InlineFile::Form::kLink) {
+      structured["download"] = download_path(**container, file->record);
+      summary = too_large_to_inline(**container, file->record);
+    } else {
+      structured["content"] = std::move(file->content);
+    }
+    json::array content{text_block(summary), resource_link(**container, file->record)};
     co_return call_result(std::move(structured), std::move(content), false);
   }
   if (name == "delete_file") {
@@ -587,7 +641,7 @@ asio::awaitable<Result<json::object>> mcp_call_tool(ApiContext& api, RequestCont
   if (!name_value || !name_value->is_string())
     co_return ApiError::invalid_request("tools/call needs a tool 'name'");
   const std::string name(name_value->as_string());
-  json::object args;
+  json::object args(params.storage());  // moved, not copied: it stays charged to the owner
   if (auto* value = params.if_contains("arguments"); value && !value->is_null()) {
     if (!value->is_object()) co_return ApiError::invalid_request("'arguments' must be an object");
     args = std::move(value->as_object());
@@ -683,7 +737,9 @@ asio::awaitable<Result<json::object>> mcp_read_resource(ApiContext& api, Request
   if (!container) co_return container.error();
   auto file = co_await inline_file(api, **container, store::file_id_for_path("/" + path));
   if (!file) co_return file.error();
-  co_return json::object{{"contents", json::array{resource_contents(**container, std::move(*file))}}};
+  auto contents = resource_contents(**container, std::move(*file));
+  if (!contents) co_return contents.error();
+  co_return json::object{{"contents", json::array{std::move(*contents)}}};
 }
 
 }  // namespace sandboxd::api

@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 
 #include "api/container_uploads.h"
+#include "api/json_body.h"
 #include "api/routes.h"
 #include "api/sandbox_network.h"
 #include "api/tool_loop_support.h"
@@ -54,11 +55,11 @@ void add_skills_to_system(json::object& body, const std::string& text) {
 }
 
 asio::awaitable<Result<model::MessagesRequest>> read_request(RequestContext& ctx) {
-  auto body = co_await ctx.read_body(kMessagesBodyLimit);
+  // Parsed as it arrives, off the I/O threads, charged to the owner (api/json_body.h).
+  auto body = co_await read_json_body(ctx, {.max_bytes = kMessagesBodyLimit});
   if (!body) co_return body.error();
-  auto object = parse_json_object(*body);
-  if (!object) co_return object.error();
-  co_return model::parse_messages_request(std::move(*object), &ContainerService::valid_id);
+  if (!body->is_object()) co_return ApiError::invalid_request("The request body must be a JSON object");
+  co_return model::parse_messages_request(std::move(body->as_object()), &ContainerService::valid_id);
 }
 
 asio::awaitable<Result<Response>> validate(ApiContext& api, RequestContext& ctx) {

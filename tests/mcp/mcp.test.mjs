@@ -274,7 +274,8 @@ test('file and container tools answer with the HTTP API objects', async () => {
   const down = await client.callTool({ name: 'download_file', arguments: { container: 'mcp-files', path: '/mnt/user-data/outputs/blob.bin' } });
   assert.equal(down.structuredContent.encoding, 'base64');
   assert.equal(down.structuredContent.content, bytes.toString('base64'));
-  assert.equal(down.content[1].type, 'resource');
+  assert.equal(down.content[1].type, 'resource_link');  // the content once, in structuredContent
+  assert.equal(down.content[1].uri, 'sandboxd://containers/mcp-files/files/mnt/user-data/outputs/blob.bin');
   const id = up.structuredContent.id;
   const deleted = await client.callTool({ name: 'delete_file', arguments: { container: 'mcp-files', file_id: id } });
   assert.deepEqual(deleted.structuredContent, { id, type: 'file_deleted' });
