@@ -76,6 +76,14 @@ struct ParseRefused : std::bad_alloc {
   explicit ParseRefused(Reason why) : reason(why) {}
 };
 
+// Whether an owner holding `owner_bytes` (of `total_bytes` held by all) is past what it
+// may hold: its share is its own; beyond it, it borrows what nobody uses, as long as one
+// share stays free for another owner (a limit that wastes nothing when the owner is alone
+// and still leaves room for the next one).
+bool past_share(size_t owner_bytes, size_t total_bytes) {
+  return owner_bytes > kOwnerParseShare && total_bytes > kTotalParseMemory - kOwnerParseShare;
+}
+
 // The kernel gave no memory for a parse (the call and its arguments in `what`).
 struct ParseOutOfMemory : std::bad_alloc {
   ParseOutOfMemory(std::string call, size_t bytes) : call(std::move(call)), bytes(bytes) {}
@@ -224,7 +232,7 @@ class ChargedResource final : public json::memory_resource {
     std::optional<ParseRefused::Reason> refused;
     if (used_now > cap_)
       refused = ParseRefused::Reason::kTooComplex;
-    else if (owner_now > kOwnerParseShare)
+    else if (past_share(owner_now, total_now))
       refused = ParseRefused::Reason::kOwnerShare;
     else if (total_now > kTotalParseMemory)
       refused = ParseRefused::Reason::kTotal;
@@ -254,8 +262,9 @@ ApiError refusal(ParseRefused::Reason reason, size_t cap) {
                                  " per byte of JSON)");
     case ParseRefused::Reason::kOwnerShare:
       return ApiError::rate_limited(
-          "Too much JSON of this owner is being parsed or held at once (the share is " +
-              std::to_string(kOwnerParseShare) + " bytes): retry when requests finish",
+          "Too much JSON of this owner is being parsed or held at once (past its share of " +
+              std::to_string(kOwnerParseShare) +
+              " bytes, the rest is kept for others): retry when requests finish",
           1);
     case ParseRefused::Reason::kTotal:
       break;
@@ -311,7 +320,8 @@ class ChargedParse {
 // Whether the budgets could take `bytes` more for `account` now (checked before a body
 // is read: a body the owner's share cannot hold is refused before it is read at all).
 std::optional<ApiError> room_for(const Account& account, uint64_t bytes) {
-  if (account.bytes.load() + bytes > kOwnerParseShare) return refusal(ParseRefused::Reason::kOwnerShare, 0);
+  if (past_share(account.bytes.load() + bytes, budget().total.load() + bytes))
+    return refusal(ParseRefused::Reason::kOwnerShare, 0);
   if (budget().total.load() + bytes > kTotalParseMemory) return refusal(ParseRefused::Reason::kTotal, 0);
   return std::nullopt;
 }

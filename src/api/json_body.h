@@ -6,9 +6,11 @@
 // is fed to a streaming parser as it comes off the socket (on the blocking pool when
 // the body is large, never on an I/O thread), and every byte the parser allocates, for
 // its stack and for the value, is counted against two budgets:
-//   - the owner's share (kOwnerParseShare): beyond it the request is refused with 429
-//     and Retry-After, so one owner's concurrent large bodies cannot take the memory
-//     every other owner's requests need;
+//   - the owner's share (kOwnerParseShare), guaranteed to it: past its share an owner
+//     borrows only while a share is still free for someone else (the total stays under
+//     kTotalParseMemory - kOwnerParseShare), and beyond that the request is refused with
+//     429 and Retry-After. An owner alone on the server uses all but one share; one that
+//     floods it cannot take the share another owner's requests need;
 //   - all owners together (kTotalParseMemory): 503 and Retry-After beyond it.
 // and a single body may take at most kParseFactor times its size (plus a little):
 // beyond it, 413 (the body is too complex). What a budget counts stays counted as long
