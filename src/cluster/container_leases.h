@@ -49,7 +49,9 @@ class ContainerLeases : public service::LeaseKeeper {
   // relayed to `holder_url`), or nobody else (this replica serves it, taking the lease).
   // `takeover`: nobody serves it, but a replica whose heartbeat ran out (or an earlier
   // run of this one) held it: serving it here takes it over, at the pace of
-  // takeover_turn().
+  // takeover_turn(). A container held here under a recent heartbeat (the rule of
+  // confirmed()) is answered from memory; any other asks the database (and throws its
+  // failures, store::db::TimeoutError included).
   struct Holder {
     bool elsewhere = false;
     bool takeover = false;
