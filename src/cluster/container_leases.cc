@@ -34,16 +34,18 @@ int64_t ContainerLeases::now_ms() {
 
 ContainerLeases::Holder ContainerLeases::holder_of(const std::string& storage) {
   Holder holder;
-  {
-    // Held here under a heartbeat confirmed less than leaseSeconds/2 ago: nobody else can
-    // have taken it (a takeover waits until leaseSeconds after that heartbeat), so its
-    // requests need no read of the leases table, which a migration, a VACUUM FULL or a
-    // stuck session may hold locked.
+  // Held here under a heartbeat confirmed less than leaseSeconds/2 ago: nobody else can
+  // have taken it (a takeover waits until leaseSeconds after that heartbeat), so its
+  // requests need no read of the leases table, which a migration, a VACUUM FULL or a
+  // stuck session may hold locked. Under an older heartbeat, one renewed now under the
+  // incarnation that holds it confirms it the same way (a takeover moves the
+  // incarnation on first), as claim() does.
+  auto held_here = [&] {
     std::lock_guard lock(mutex_);
-    if (auto it = held_.find(storage);
-        it != held_.end() && it->second.live && Clock::now() - heartbeat_at_ < settings_.lease / 2)
-      return holder;
-  }
+    auto it = held_.find(storage);
+    return it != held_.end() && it->second.live;
+  };
+  if (held_here() && (confirmed_heartbeat() || (heartbeat() && held_here()))) return holder;
   auto lease = store_.find(storage);
   if (!lease || lease->holder.empty()) return holder;
   if (!lease->live(now_ms())) {
@@ -64,6 +66,11 @@ int64_t ContainerLeases::ttl_ms() const {
 store::ReplicaRegistration ContainerLeases::registration() const {
   std::lock_guard lock(mutex_);
   return registration_;
+}
+
+bool ContainerLeases::confirmed_heartbeat() const {
+  std::lock_guard lock(mutex_);
+  return Clock::now() - heartbeat_at_ < settings_.lease / 2;
 }
 
 bool ContainerLeases::confirmed(const std::string& storage) const {
