@@ -156,6 +156,13 @@ class ClusterReliability : public ::testing::Test {
       stop_ = true;
       if (thread_.joinable()) thread_.join();
     }
+    // Ends the loop: every answer must have been right, and some of each must have come.
+    void check() {
+      finish();
+      EXPECT_TRUE(failures_.empty()) << failures_.size() << " failed, the first: " << failures_[0];
+      EXPECT_GT(health_ok_, 0);
+      EXPECT_GT(echo_ok_, 0);
+    }
     // After finish(): what went wrong, and how many answers of each came.
     std::vector<std::string> failures() const { return failures_; }
     int health_ok() const { return health_ok_; }
@@ -169,6 +176,20 @@ class ClusterReliability : public ::testing::Test {
     std::vector<std::string> failures_;
     int health_ok_ = 0, echo_ok_ = 0;
   };
+
+  // A 503 with Retry-After, in the shape of a refusal for capacity.
+  static void expect_retry_later(const Answer& answer) {
+    EXPECT_EQ(answer.status, 503) << answer.describe();
+    EXPECT_TRUE(answer.retry_after()) << answer.describe();
+    EXPECT_NE(answer.body.find("overloaded_error"), std::string::npos) << answer.describe();
+  }
+  // Ends the database sessions the test opened as `application_name`.
+  static void end_sessions(const std::string& application_name) {
+    auto admin = metadata->database().open();
+    auto conn = admin->acquire();
+    conn.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '" +
+              application_name + "'");
+  }
 
   // Sessions of the shared database, from pg_stat_activity: how many match `where`.
   static int64_t sessions_where(const std::string& where) {
@@ -227,29 +248,15 @@ TEST_F(ClusterReliability, ALeaseRowHeldInTheDatabaseHoldsUpThatContainerAloneWi
     for (auto& answer : held)
       requests.emplace_back([&answer, &container] { answer = alice(a().url(), container, "echo two"); });
     for (auto& request : requests) request.join();
-    for (const auto& answer : held) {
-      EXPECT_EQ(answer.status, 503) << answer.describe();
-      EXPECT_TRUE(answer.retry_after()) << answer.describe();
-      EXPECT_NE(answer.body.find("overloaded_error"), std::string::npos) << answer.describe();
-    }
+    for (const auto& answer : held) expect_retry_later(answer);
     // The same through the other replica (it would take the lease as well).
-    Answer through_b = alice(b().url(), container, "echo two");
-    EXPECT_EQ(through_b.status, 503) << through_b.describe();
-    EXPECT_TRUE(through_b.retry_after()) << through_b.describe();
-    others.finish();
-    EXPECT_TRUE(others.failures().empty())
-        << others.failures().size() << " failed, the first: " << others.failures()[0];
-    EXPECT_GT(others.health_ok(), 0);
-    EXPECT_GT(others.echo_ok(), 0);
+    expect_retry_later(alice(b().url(), container, "echo two"));
+    others.check();
   }
   EXPECT_NE(a().log().find("the lease row is held by another session"), std::string::npos);
 
   // The holder goes: the container is served again.
-  {
-    auto admin = metadata->database().open();
-    auto conn = admin->acquire();
-    conn.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'row-holder'");
-  }
+  end_sessions("row-holder");
   holder.join();
   Answer again;
   EXPECT_TRUE(eventually([&] { return (again = alice(a().url(), container, "echo three")).status == 200; }))
@@ -302,27 +309,13 @@ TEST_F(ClusterReliability, ALeaseTableLockedInTheDatabaseLeavesHeldContainersSer
         alice(a().url(), held, "echo data > /mnt/user-data/outputs/while-locked.txt; echo written");
     EXPECT_TRUE(write.status == 200 || (write.status == 503 && write.retry_after())) << write.describe();
     // A container A does not hold: its lease must be read and taken.
-    Answer claim = alice(a().url(), not_held, "echo two");
-    EXPECT_EQ(claim.status, 503) << claim.describe();
-    EXPECT_TRUE(claim.retry_after()) << claim.describe();
-    EXPECT_NE(claim.body.find("overloaded_error"), std::string::npos) << claim.describe();
+    expect_retry_later(alice(a().url(), not_held, "echo two"));
     // A's container through B: B must read who holds it.
-    Answer through_b = alice(b().url(), held, "echo two");
-    EXPECT_EQ(through_b.status, 503) << through_b.describe();
-    EXPECT_TRUE(through_b.retry_after()) << through_b.describe();
-    others.finish();
-    EXPECT_TRUE(others.failures().empty())
-        << others.failures().size() << " failed, the first: " << others.failures()[0];
-    EXPECT_GT(others.health_ok(), 0);
-    EXPECT_GT(others.echo_ok(), 0);
+    expect_retry_later(alice(b().url(), held, "echo two"));
+    others.check();
   }
 
-  {
-    auto admin = metadata->database().open();
-    auto conn = admin->acquire();
-    conn.exec(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'table-locker'");
-  }
+  end_sessions("table-locker");
   locker.join();
   Answer again;
   EXPECT_TRUE(eventually([&] { return (again = alice(a().url(), not_held, "echo three")).status == 200; }))

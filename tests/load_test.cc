@@ -25,28 +25,6 @@ constexpr int kClients = 200;
 constexpr long kSpareDescriptors = 400;
 constexpr long kMaxRssGrowthKib = 256 * 1024;
 
-long count_fds(pid_t pid) {
-  long n = 0;
-  std::error_code ec;
-  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != fs::directory_iterator(); it.increment(ec))
-    ++n;
-  return n;
-}
-
-long rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string key; in >> key;) {
-    if (key == "VmRSS:") {
-      long v = 0;
-      in >> v;
-      return v;
-    }
-    in.ignore(1 << 16, '\n');
-  }
-  return 0;
-}
-
 TEST(Load, TwoHundredClientsGetOnlySuccessesOrDocumentedRefusals) {
   ServerProcess server("capacity:\n  maxConcurrentExecutions: 8\n  queueTimeoutSec: 1\n  retryAfterSec: 1\n");
   const char* env = std::getenv("SANDBOXD_LOAD_SECONDS");

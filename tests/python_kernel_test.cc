@@ -16,6 +16,8 @@
 
 namespace {
 
+using sandboxd::testing::count_fds;
+using sandboxd::testing::rss_kib;
 using sandboxd::testing::ServerProcess;
 using sandboxd::testing::sh;
 namespace fs = std::filesystem;
@@ -256,27 +258,6 @@ const std::string kForge =
     "    data = json.dumps(message).encode()\n"
     "    write_all(struct.pack('>I', len(data)) + data)\n";
 
-long rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string key; in >> key;) {
-    if (key == "VmRSS:") {
-      long v = 0;
-      in >> v;
-      return v;
-    }
-    in.ignore(1 << 16, '\n');
-  }
-  return 0;
-}
-long descriptors(pid_t pid) {
-  long n = 0;
-  std::error_code ec;
-  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != fs::directory_iterator(); it.increment(ec))
-    ++n;
-  return n;
-}
-
 // Within 64 MiB of `before` (what freed memory the allocator keeps), given a few
 // seconds to settle.
 constexpr long kRssSlackKib = 64 * 1024;
@@ -365,7 +346,7 @@ TEST_F(PythonKernelChannel, StrayAndAnnouncedFramesAreBoundedAndEndTheKernel) {
   auto& server = *server_;
   const std::vector<std::string> attackers = {"stray-1", "stray-2", "stray-3", "stray-4"};
   warm_up(attackers);
-  const long rss_before = rss_kib(server.pid()), fds_before = descriptors(server.pid());
+  const long rss_before = rss_kib(server.pid()), fds_before = count_fds(server.pid());
   BobServed bob(server);
 
   // Four kernels announce a 64 MiB frame each and send nothing more, past the timeout.
@@ -434,7 +415,7 @@ TEST_F(PythonKernelChannel, StrayAndAnnouncedFramesAreBoundedAndEndTheKernel) {
 
   bob.check();
   expect_rss_back_near(server.pid(), rss_before);
-  EXPECT_LE(descriptors(server.pid()), fds_before + 8);
+  EXPECT_LE(count_fds(server.pid()), fds_before + 8);
 }
 
 // A "done" frame of the code's own, with 8 MiB of stdout and of stderr and an 8 MiB
