@@ -6,6 +6,9 @@
 // - a session holding a container's lease row (FOR SHARE, then pg_sleep(60)) makes
 //   requests for that container a 503 with Retry-After, while /health and another
 //   owner's commands on the same replica are answered throughout;
+// - the whole leases table locked ACCESS EXCLUSIVE: commands on containers the replica
+//   holds are answered (no read of that table), requests that need a lease are a 503
+//   with Retry-After, never a 500;
 // - a holder stopped (SIGSTOP) inside a flush's fenced transaction: the other replica
 //   keeps answering /health and other owners, the server ends the stopped session
 //   (idle_in_transaction_session_timeout) and the other replica then takes the container;
@@ -153,6 +156,13 @@ class ClusterReliability : public ::testing::Test {
       stop_ = true;
       if (thread_.joinable()) thread_.join();
     }
+    // Ends the loop: every answer must have been right, and some of each must have come.
+    void check() {
+      finish();
+      EXPECT_TRUE(failures_.empty()) << failures_.size() << " failed, the first: " << failures_[0];
+      EXPECT_GT(health_ok_, 0);
+      EXPECT_GT(echo_ok_, 0);
+    }
     // After finish(): what went wrong, and how many answers of each came.
     std::vector<std::string> failures() const { return failures_; }
     int health_ok() const { return health_ok_; }
@@ -166,6 +176,20 @@ class ClusterReliability : public ::testing::Test {
     std::vector<std::string> failures_;
     int health_ok_ = 0, echo_ok_ = 0;
   };
+
+  // A 503 with Retry-After, in the shape of a refusal for capacity.
+  static void expect_retry_later(const Answer& answer) {
+    EXPECT_EQ(answer.status, 503) << answer.describe();
+    EXPECT_TRUE(answer.retry_after()) << answer.describe();
+    EXPECT_NE(answer.body.find("overloaded_error"), std::string::npos) << answer.describe();
+  }
+  // Ends the database sessions the test opened as `application_name`.
+  static void end_sessions(const std::string& application_name) {
+    auto admin = metadata->database().open();
+    auto conn = admin->acquire();
+    conn.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '" +
+              application_name + "'");
+  }
 
   // Sessions of the shared database, from pg_stat_activity: how many match `where`.
   static int64_t sessions_where(const std::string& where) {
@@ -224,34 +248,80 @@ TEST_F(ClusterReliability, ALeaseRowHeldInTheDatabaseHoldsUpThatContainerAloneWi
     for (auto& answer : held)
       requests.emplace_back([&answer, &container] { answer = alice(a().url(), container, "echo two"); });
     for (auto& request : requests) request.join();
-    for (const auto& answer : held) {
-      EXPECT_EQ(answer.status, 503) << answer.describe();
-      EXPECT_TRUE(answer.retry_after()) << answer.describe();
-      EXPECT_NE(answer.body.find("overloaded_error"), std::string::npos) << answer.describe();
-    }
+    for (const auto& answer : held) expect_retry_later(answer);
     // The same through the other replica (it would take the lease as well).
-    Answer through_b = alice(b().url(), container, "echo two");
-    EXPECT_EQ(through_b.status, 503) << through_b.describe();
-    EXPECT_TRUE(through_b.retry_after()) << through_b.describe();
-    others.finish();
-    EXPECT_TRUE(others.failures().empty())
-        << others.failures().size() << " failed, the first: " << others.failures()[0];
-    EXPECT_GT(others.health_ok(), 0);
-    EXPECT_GT(others.echo_ok(), 0);
+    expect_retry_later(alice(b().url(), container, "echo two"));
+    others.check();
   }
   EXPECT_NE(a().log().find("the lease row is held by another session"), std::string::npos);
 
   // The holder goes: the container is served again.
-  {
-    auto admin = metadata->database().open();
-    auto conn = admin->acquire();
-    conn.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'row-holder'");
-  }
+  end_sessions("row-holder");
   holder.join();
   Answer again;
   EXPECT_TRUE(eventually([&] { return (again = alice(a().url(), container, "echo three")).status == 200; }))
       << again.describe();
   EXPECT_EQ(stdout_of(again), "three\n");
+}
+
+// The whole leases table locked ACCESS EXCLUSIVE (a migration, a VACUUM FULL, a stuck
+// administrator's transaction): even a plain read of it waits. Commands on containers
+// replica A already holds need no access to it and are answered; a request that must
+// read or take a lease (a container A does not hold, or A's through replica B) is a 503
+// with Retry-After, never a 500; and once the lock goes, everything is served again.
+TEST_F(ClusterReliability, ALeaseTableLockedInTheDatabaseLeavesHeldContainersServed) {
+  const std::string held = "held-table", not_held = "not-held-table";
+  ASSERT_EQ(stdout_of(command(Replica::kBobToken, a().url(), "bob-box", "echo ok")), "ok\n");
+  ASSERT_EQ(stdout_of(alice(a().url(), held, "echo one")), "one\n");
+  ASSERT_EQ(stdout_of(alice(a().url(), not_held, "echo one")), "one\n");
+  Answer stopped =
+      curl_as_alice(root, counter, "-X POST '" + a().url(kContainers + "/" + not_held + "/stop") + "'");
+  ASSERT_EQ(stopped.status, 200) << stopped.describe();
+
+  std::thread locker([&] {
+    try {
+      auto database =
+          db::open_postgres(metadata->database().postgres_url() + "?application_name=table-locker", 1);
+      auto conn = database->acquire();
+      conn.exec("SET statement_timeout = 0");
+      conn.exec("SET lock_timeout = 0");
+      conn.exec("BEGIN");
+      conn.exec("LOCK TABLE leases IN ACCESS EXCLUSIVE MODE");
+      conn.exec("SELECT pg_sleep(60)");
+    } catch (const std::exception&) {
+      // Ended by the test (pg_terminate_backend).
+    }
+  });
+  ASSERT_TRUE(eventually(
+      [] { return sessions_where("application_name = 'table-locker' AND query LIKE '%pg_sleep%'") == 1; }));
+
+  {
+    OthersServed others(a(), "bob-box");
+    // Another owner's held container: every command answered, none a 500.
+    for (int i = 0; i < 8; ++i) {
+      Answer echo = command(Replica::kBobToken, a().url(), "bob-box", "echo ok", 30);
+      EXPECT_EQ(echo.status, 200) << echo.describe();
+      EXPECT_EQ(stdout_of(echo), "ok\n");
+    }
+    // A command that writes a file must pass the fence, which reads the lease row: it
+    // may wait for the lock, then is answered or refused with Retry-After, never a 500.
+    Answer write =
+        alice(a().url(), held, "echo data > /mnt/user-data/outputs/while-locked.txt; echo written");
+    EXPECT_TRUE(write.status == 200 || (write.status == 503 && write.retry_after())) << write.describe();
+    // A container A does not hold: its lease must be read and taken.
+    expect_retry_later(alice(a().url(), not_held, "echo two"));
+    // A's container through B: B must read who holds it.
+    expect_retry_later(alice(b().url(), held, "echo two"));
+    others.check();
+  }
+
+  end_sessions("table-locker");
+  locker.join();
+  Answer again;
+  EXPECT_TRUE(eventually([&] { return (again = alice(a().url(), not_held, "echo three")).status == 200; }))
+      << again.describe();
+  EXPECT_EQ(stdout_of(again), "three\n");
+  EXPECT_EQ(stdout_of(alice(b().url(), held, "echo four")), "four\n");  // relayed to A again
 }
 
 TEST_F(ClusterReliability, AHolderStoppedInsideAFencedWriteIsEndedByTheDatabaseWhileTheOtherReplicaServes) {

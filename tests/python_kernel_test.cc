@@ -5,16 +5,22 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "server_harness.h"
 
 namespace {
 
+using sandboxd::testing::count_fds;
+using sandboxd::testing::rss_kib;
 using sandboxd::testing::ServerProcess;
 using sandboxd::testing::sh;
+namespace fs = std::filesystem;
 
 // Runs one cell; returns the result block (or whatever came back).
 boost::json::object cell(const ServerProcess& server, const std::string& container,
@@ -233,6 +239,221 @@ TEST_F(PythonKernel, BadInputIsAnInvalidToolInputBlock) {
   EXPECT_EQ(field(missing, "error_code"), "invalid_tool_input");
   auto wrong = cell(server, "input", boost::json::object{{"code", 5}});
   EXPECT_EQ(field(wrong, "error_code"), "invalid_tool_input");
+}
+
+// The channel to the server from the attacker's side: code in a cell finds the driver's
+// protocol descriptor and its own call's id (in the driver's globals, found through the
+// garbage collector) and writes frames of its own to it. `forge` is defined in the cell
+// for that.
+const std::string kForge =
+    "import gc, json, os, struct\n"
+    "_g = next(o for o in gc.get_objects() if isinstance(o, dict) and 'PROTOCOL_OUT' in o and '_running' in "
+    "o)\n"
+    "channel, call = _g['PROTOCOL_OUT'], _g['_running']['id']\n"
+    "def write_all(data):\n"
+    "    view = memoryview(data)\n"
+    "    while view:\n"
+    "        view = view[os.write(channel, view):]\n"
+    "def forge(message):\n"
+    "    data = json.dumps(message).encode()\n"
+    "    write_all(struct.pack('>I', len(data)) + data)\n";
+
+// Within 64 MiB of `before` (what freed memory the allocator keeps), given a few
+// seconds to settle.
+constexpr long kRssSlackKib = 64 * 1024;
+void expect_rss_back_near(pid_t pid, long before) {
+  long after = rss_kib(pid);
+  for (int i = 0; i < 50 && after - before >= kRssSlackKib; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    after = rss_kib(pid);
+  }
+  EXPECT_LT(after - before, kRssSlackKib) << "RSS " << before << " -> " << after << " KiB";
+}
+
+// Bob's `echo ok` and /health, again and again while it lives, each checked.
+class BobServed {
+ public:
+  explicit BobServed(const ServerProcess& server) : server_(server) {
+    thread_ = std::thread([this] {
+      while (!stop_ || answered_ < 3) {
+        auto echo = server_.curl_json("--max-time 20 -X POST '" + server_.base() +
+                                          "/containers/bob-channel/tools/bash_code_execution' -d "
+                                          "'{\"command\": \"echo ok\"}'",
+                                      "secret-bob-x");
+        const bool ok = echo.is_object() && echo.as_object().contains("stdout") &&
+                        echo.at("stdout") == "ok\n" &&
+                        server_.status("--max-time 20 " + server_.url("/health")) == 200;
+        std::lock_guard lock(mutex_);
+        if (ok)
+          ++answered_;
+        else
+          failures_.push_back(boost::json::serialize(echo));
+      }
+    });
+  }
+  ~BobServed() { finish(); }
+  // Ends the loop; every answer Bob had must have been right.
+  void check() {
+    finish();
+    EXPECT_TRUE(failures_.empty()) << failures_.size() << " failed, the first: " << failures_[0];
+    EXPECT_GE(answered_.load(), 3);
+  }
+
+ private:
+  void finish() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  std::vector<std::string> failures_;
+  std::atomic<int> answered_{0};
+  const ServerProcess& server_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mutex_;
+};
+
+class PythonKernelChannel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new ServerProcess(kConfig); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  // The server's memory and descriptors once Bob's container and `containers`' kernels
+  // are up (the baseline an attack is measured against).
+  static void warm_up(const std::vector<std::string>& containers) {
+    auto& server = *server_;
+    ASSERT_EQ(
+        server
+            .curl_json("-X POST '" + server.base() +
+                           "/containers/bob-channel/tools/bash_code_execution' -d '{\"command\": \"true\"}'",
+                       "secret-bob-x")
+            .at("return_code"),
+        0);
+    for (const auto& container : containers) ASSERT_EQ(code_of(cell(server, container, "kept = 1")), 0);
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* PythonKernelChannel::server_ = nullptr;
+
+// Frames that are not the call's own: a non-streamed cell's "event" frames of 20 MiB
+// each (they used to be parsed and dropped uncounted), and bare headers announcing
+// 64 MiB (they used to allocate and zero 64 MiB each until the cell's timeout). The
+// first ends its kernel, which the result says; the second costs the server nothing
+// while it waits; the server's memory and descriptors come back to where they were, and
+// Bob is served throughout.
+TEST_F(PythonKernelChannel, StrayAndAnnouncedFramesAreBoundedAndEndTheKernel) {
+  auto& server = *server_;
+  const std::vector<std::string> attackers = {"stray-1", "stray-2", "stray-3", "stray-4"};
+  warm_up(attackers);
+  const long rss_before = rss_kib(server.pid()), fds_before = count_fds(server.pid());
+  BobServed bob(server);
+
+  // Four kernels announce a 64 MiB frame each and send nothing more, past the timeout.
+  std::vector<boost::json::object> announced(attackers.size());
+  std::atomic<int> running{static_cast<int>(attackers.size())};
+  std::vector<std::thread> cells;
+  for (size_t i = 0; i < attackers.size(); ++i)
+    cells.emplace_back([&, i] {
+      announced[i] = cell(server, attackers[i],
+                          boost::json::object{{"code", kForge +
+                                                           "write_all(struct.pack('>I', 64 << 20))\n"
+                                                           "import time\ntime.sleep(30)  # " +
+                                                           attackers[i]},
+                                              {"timeout", 2}});
+      --running;
+    });
+  long peak = rss_before;
+  while (running > 0) {
+    peak = std::max(peak, rss_kib(server.pid()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& t : cells) t.join();
+  for (const auto& result : announced) {
+    EXPECT_EQ(code_of(result), 124) << boost::json::serialize(result);
+    EXPECT_NE(field(result, "stderr").find("restarted"), std::string::npos) << boost::json::serialize(result);
+  }
+  EXPECT_LT(peak - rss_before, kRssSlackKib) << "RSS " << rss_before << " -> peak " << peak << " KiB";
+  // Their kernels were restarted: each gets state again.
+  for (const auto& container : attackers) ASSERT_EQ(code_of(cell(server, container, "kept = 2")), 0);
+
+  // Event frames of a call that is not streamed: the first ends the kernel.
+  auto stray =
+      cell(server, "stray-1",
+           kForge +
+               "text = 'x' * (20 << 20)\nfor _ in range(8):\n"
+               "    forge({'op': 'event', 'id': call, 'event': {'type': 'stdout', 'text': text}})\n");
+  EXPECT_EQ(code_of(stray), 1) << field(stray, "stderr").substr(0, 400);
+  EXPECT_NE(field(stray, "stderr")
+                .find("The Python kernel was ended for breaking its channel to the server (more "
+                      "than 1 MiB that were not its call's)"),
+            std::string::npos)
+      << field(stray, "stderr").substr(0, 400);
+  EXPECT_LE(field(stray, "stdout").size(), 100u);
+  // A frame over the bound, and one that is not JSON, end it too.
+  auto over = cell(server, "stray-2",
+                   kForge + "write_all(struct.pack('>I', (64 << 20) + 1))\nimport time\ntime.sleep(5)");
+  EXPECT_NE(field(over, "stderr")
+                .find("breaking its channel to the server (a frame of 67108865 bytes, over the "
+                      "limit of 64 MiB)"),
+            std::string::npos)
+      << boost::json::serialize(over);
+  auto garbled = cell(server, "stray-3",
+                      kForge + "write_all(struct.pack('>I', 5) + b'{nope')\nimport time\ntime.sleep(5)");
+  EXPECT_NE(field(garbled, "stderr").find("(a frame of 5 bytes that is not a JSON object)"),
+            std::string::npos)
+      << boost::json::serialize(garbled);
+  // A few stray frames are skipped: the call ends as usual, its state kept.
+  auto few = cell(server, "stray-4",
+                  kForge +
+                      "for n in range(3):\n    forge({'op': 'done', 'id': call + 1000})\n"
+                      "print('after', kept)");
+  EXPECT_EQ(field(few, "stdout"), "after 2\n") << boost::json::serialize(few);
+  // Each ended kernel's next call starts a fresh one.
+  for (const char* container : {"stray-1", "stray-2", "stray-3"})
+    EXPECT_EQ(field(cell(server, container, "print('kept' in globals())"), "stdout"), "False\n") << container;
+
+  bob.check();
+  expect_rss_back_near(server.pid(), rss_before);
+  EXPECT_LE(count_fds(server.pid()), fds_before + 8);
+}
+
+// A "done" frame of the code's own, with 8 MiB of stdout and of stderr and an 8 MiB
+// value: the result is capped at the output limit (1 MiB) as a command's output is,
+// ending with the same marker; Bob is served meanwhile.
+TEST_F(PythonKernelChannel, AForgedDoneFrameIsCappedAsCommandsAre) {
+  auto& server = *server_;
+  warm_up({"forged"});
+  const long rss_before = rss_kib(server.pid());
+  BobServed bob(server);
+  auto forged =
+      cell(server, "forged",
+           kForge +
+               "forge({'op': 'done', 'id': call, 'status': 'ok', 'execution_count': 1,\n"
+               "       'stdout': 'o' * (8 << 20), 'stderr': 'e' * (8 << 20),\n"
+               "       'outputs': [{'type': 'execute_result', 'data': {'text/plain': 'v' * (8 << 20)}}]})\n"
+               "import time\ntime.sleep(1)");
+  const std::string marker = "...[truncated]";
+  const std::string out = field(forged, "stdout"), err = field(forged, "stderr");
+  EXPECT_EQ(out.size(), (1u << 20) + marker.size());
+  EXPECT_TRUE(out.size() > marker.size() && out.substr(out.size() - marker.size()) == marker);
+  EXPECT_EQ(out.find_first_not_of('o'), 1u << 20);
+  EXPECT_EQ(err.size(), (1u << 20) + marker.size());
+  EXPECT_TRUE(err.size() > marker.size() && err.substr(err.size() - marker.size()) == marker);
+  // bash's cap, for comparison: the same size and marker.
+  const fs::path body = server.dir() / "bash-cap.json";
+  std::ofstream(body) << boost::json::serialize(
+      boost::json::object{{"command", "head -c 9000000 /dev/zero | tr '\\0' o"}});
+  auto bash =
+      server.curl_json("-X POST '" + server.base() +
+                       "/containers/forged/tools/bash_code_execution' --data-binary @" + body.string());
+  const std::string bash_out(bash.at("stdout").as_string());
+  EXPECT_TRUE(bash_out == out) << "bash kept " << bash_out.size() << " bytes, the kernel's cell "
+                               << out.size();
+  // The kernel goes on: the real "done" that came after is skipped as a stray.
+  EXPECT_EQ(field(cell(server, "forged", "print(kept)"), "stdout"), "1\n");
+  bob.check();
+  expect_rss_back_near(server.pid(), rss_before);
 }
 
 // The sandbox stops on its TTL: the kernel goes with it, the next call starts afresh.

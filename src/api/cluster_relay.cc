@@ -87,9 +87,15 @@ asio::awaitable<std::map<std::string, boost::json::object>> describe_held_elsewh
   // The leases (the database) off the I/O thread; the holders are asked one by one.
   auto look_up = [leases, &records] {
     std::vector<std::pair<const store::ContainerRecord*, cluster::ContainerLeases::Holder>> held;
-    for (const auto& record : records)
-      if (auto holder = leases->holder_of(record.storage); holder.elsewhere)
-        held.emplace_back(&record, holder);
+    try {
+      for (const auto& record : records)
+        if (auto holder = leases->holder_of(record.storage); holder.elsewhere)
+          held.emplace_back(&record, holder);
+    } catch (const store::db::TimeoutError& e) {
+      // The leases table is locked by another session: the rest are listed from the
+      // index (one wait of lockTimeoutSec, not one a container).
+      spdlog::warn("the containers' holders are not known (listed from the index): {}", e.what());
+    }
     return held;
   };
   const auto held = co_await run_blocking(std::move(look_up));
@@ -154,13 +160,31 @@ asio::awaitable<Result<Response>> route_request(ApiContext& api, cluster::Contai
   std::string container_id;
   if (!ctx.origin) container_id = co_await container_of_request(ctx);
   if (!container_id.empty() && ContainerService::valid_id(container_id)) {
-    // Two reads (the container, its lease) before the request is served or relayed.
-    auto lookup = [&api, &leases, &ctx, &container_id]() -> std::optional<cluster::ContainerLeases::Holder> {
-      auto record = api.containers.metadata().find_container(ctx.owner, container_id);
-      if (!record) return std::nullopt;
-      return leases.holder_of(record->storage);
+    // Two reads (the container, its lease) before the request is served or relayed; the
+    // lease's from memory when this replica holds it (ContainerLeases::holder_of).
+    struct Lookup {
+      std::optional<cluster::ContainerLeases::Holder> holder;
+      std::string timed_out;  // the database's refusal when it waited too long for a lock
     };
-    if (auto holder = co_await store_call(api, std::move(lookup))) {
+    auto lookup = [&api, &leases, &ctx, &container_id]() -> Lookup {
+      try {
+        auto record = api.containers.metadata().find_container(ctx.owner, container_id);
+        if (!record) return {};
+        return {leases.holder_of(record->storage), {}};
+      } catch (const store::db::TimeoutError& e) {
+        return {std::nullopt, e.what()};
+      }
+    };
+    auto found = co_await store_call(api, std::move(lookup));
+    if (!found.timed_out.empty()) {
+      // The leases table (or the container's row) is locked by another session (a
+      // migration, a VACUUM FULL, an operator's transaction): this request is refused,
+      // to be retried; those for containers held here are served meanwhile.
+      spdlog::warn("{}: the database did not answer in time: {}", ctx.request_id, found.timed_out);
+      co_return ApiError::overloaded("The container's lease is held up in the database; try again shortly",
+                                     settings.retry_after_sec);
+    }
+    if (auto& holder = found.holder) {
       // A container of a replica whose heartbeat ran out: served here once its turn
       // comes, so that a burst of them is taken over at the pace the database was sized
       // for while this replica's own requests go on (the wait holds no thread).

@@ -215,11 +215,7 @@ std::string closing_lines(const Result<KernelResult>& outcome, std::chrono::mill
                                                   "restarted and its variables are lost."
                                                 : "")));
   } else if (outcome->status == KernelResult::Status::kKernelDied) {
-    out += line(error_message(
-        "KernelDied",
-        "The Python kernel exited" +
-            (outcome->exit_code >= 0 ? " with code " + std::to_string(outcome->exit_code) : "") +
-            "; its variables are lost and the next call starts a fresh kernel."));
+    out += line(error_message("KernelDied", kernel_died_message(*outcome)));
   }
   out += line(json::object{{"type", "end_of_execution"}});
   return out;

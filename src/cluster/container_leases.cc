@@ -34,6 +34,18 @@ int64_t ContainerLeases::now_ms() {
 
 ContainerLeases::Holder ContainerLeases::holder_of(const std::string& storage) {
   Holder holder;
+  // Held here under a heartbeat confirmed less than leaseSeconds/2 ago: nobody else can
+  // have taken it (a takeover waits until leaseSeconds after that heartbeat), so its
+  // requests need no read of the leases table, which a migration, a VACUUM FULL or a
+  // stuck session may hold locked. Under an older heartbeat, one renewed now under the
+  // incarnation that holds it confirms it the same way (a takeover moves the
+  // incarnation on first), as claim() does.
+  auto held_here = [&] {
+    std::lock_guard lock(mutex_);
+    auto it = held_.find(storage);
+    return it != held_.end() && it->second.live;
+  };
+  if (held_here() && (confirmed_heartbeat() || (heartbeat() && held_here()))) return holder;
   auto lease = store_.find(storage);
   if (!lease || lease->holder.empty()) return holder;
   if (!lease->live(now_ms())) {
@@ -54,6 +66,11 @@ int64_t ContainerLeases::ttl_ms() const {
 store::ReplicaRegistration ContainerLeases::registration() const {
   std::lock_guard lock(mutex_);
   return registration_;
+}
+
+bool ContainerLeases::confirmed_heartbeat() const {
+  std::lock_guard lock(mutex_);
+  return Clock::now() - heartbeat_at_ < settings_.lease / 2;
 }
 
 bool ContainerLeases::confirmed(const std::string& storage) const {
@@ -152,9 +169,17 @@ Result<ContainerLeases::Claim> ContainerLeases::claim(const std::string& storage
     // confirm it first, so that what is served from here on is served under a heartbeat
     // that is known to run for another leaseSeconds.
     if (!recent) {
-      heartbeat();
+      const bool renewed = heartbeat();
       std::lock_guard lock(mutex_);
-      if (held_here && held_.count(storage) == 0) held_here = false;  // gone with the incarnation
+      auto it = held_.find(storage);
+      if (held_here && it == held_.end()) held_here = false;  // gone with the incarnation
+      // Renewed under the incarnation that holds it: nobody took it (a takeover moves
+      // the incarnation on first), so it is served as under a recent heartbeat, with no
+      // read of the leases table (which another session may hold locked).
+      if (renewed && held_here && it->second.live && it->second.epoch == held_epoch) {
+        it->second.unchecked = false;
+        return Claim{held_epoch, unchecked};
+      }
     }
     lease = store_.acquire(storage, registration(), now_ms(), existing_container);
   } catch (const store::db::TimeoutError& e) {

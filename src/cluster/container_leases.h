@@ -49,7 +49,9 @@ class ContainerLeases : public service::LeaseKeeper {
   // relayed to `holder_url`), or nobody else (this replica serves it, taking the lease).
   // `takeover`: nobody serves it, but a replica whose heartbeat ran out (or an earlier
   // run of this one) held it: serving it here takes it over, at the pace of
-  // takeover_turn().
+  // takeover_turn(). A container held here under a recent heartbeat (the rule of
+  // confirmed()), or one renewed now, is answered without reading the leases table; any
+  // other asks the database (and throws its failures, store::db::TimeoutError included).
   struct Holder {
     bool elsewhere = false;
     bool takeover = false;
@@ -138,6 +140,8 @@ class ContainerLeases : public service::LeaseKeeper {
   static int64_t now_ms();
   int64_t ttl_ms() const;
   store::ReplicaRegistration registration() const;
+  // The last heartbeat that found the incarnation is less than leaseSeconds/2 old.
+  bool confirmed_heartbeat() const;
   // One heartbeat; on finding the incarnation gone, lost_incarnation(). True when it
   // was renewed. Throws on database failures.
   bool heartbeat();

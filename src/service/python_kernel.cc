@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
@@ -17,6 +18,11 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "base/blocking.h"
 
 namespace sandboxd::service {
 namespace {
@@ -27,6 +33,8 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kPython = "/usr/bin/python3";
 // What the driver's own start may print before it fails, kept for the error.
 constexpr size_t kStartErrorLimit = 4096;
+// How much of a frame is read at a time (a pipe's default capacity).
+constexpr size_t kReadChunk = 64 << 10;
 
 // The driver's frames: a 4-byte big-endian length, then that many bytes of JSON.
 std::string frame(const boost::json::object& message) {
@@ -42,9 +50,12 @@ std::string frame(const boost::json::object& message) {
   return out;
 }
 
-std::string string_field(const boost::json::object& o, const char* key) {
+std::string_view string_view_field(const boost::json::object& o, const char* key) {
   auto* v = o.if_contains(key);
-  return v && v->is_string() ? std::string(v->as_string()) : std::string();
+  return v && v->is_string() ? std::string_view(v->as_string()) : std::string_view();
+}
+std::string string_field(const boost::json::object& o, const char* key) {
+  return std::string(string_view_field(o, key));
 }
 
 // An output as the driver sent it, checked: only the documented types and fields pass.
@@ -103,6 +114,7 @@ struct PythonKernel::Process {
         stderr_fd(channel.stderr_read),
         exited(strand, Clock::time_point::max()) {
     fcntl(stderr_fd, F_SETFL, fcntl(stderr_fd, F_GETFL) | O_NONBLOCK);
+    chunk.resize(kReadChunk);
   }
   ~Process() {
     if (stderr_fd >= 0) ::close(stderr_fd);
@@ -130,6 +142,7 @@ struct PythonKernel::Process {
   bool ready = false;
   bool broken = false;  // EOF, or a frame that broke the protocol: it is ended
   bool killed = false;
+  std::vector<char> chunk;  // what read_frame reads into (one frame at a time)
   std::optional<int> exit_code;
   asio::steady_timer exited;  // cancelled when exit_code is known
 };
@@ -145,9 +158,33 @@ struct PythonKernel::Cell {
   bool abandoned = false;  // its pause expired: its calls are answered with errors at once
   Clock::time_point started;
   std::vector<KernelToolCall> pending;
-  KernelEventSink sink;  // a streamed cell's consumer (none: it is not streamed)
+  size_t output_limit = 1 << 20;  // per stream: what the server keeps of its text
+  bool streamed = false;
+  KernelEventSink sink;              // a streamed cell's consumer (none: it is not streamed, or it went)
+  size_t streamed_text[2] = {0, 0};  // stdout's and stderr's bytes sent to the sink
+  bool streamed_cut[2] = {false, false};
   std::shared_ptr<runtime::Cancellation> cancellation;  // cancelled: interrupted as at its timeout
   asio::steady_timer expiry;                            // of its pause
+
+  // A streamed cell's text as the server passes it on: each stream capped at
+  // output_limit in all, the marker where it was cut, nothing after it (as the driver
+  // does; the code's own "event" frames are cut the same). False: drop the event.
+  bool keep_streamed_text(boost::json::object& event) {
+    const std::string_view type = event.at("type").as_string();
+    const int stream = type == "stdout" ? 0 : type == "stderr" ? 1 : -1;
+    if (stream < 0) return true;
+    if (streamed_cut[stream]) return false;
+    const std::string_view text = event.at("text").as_string();
+    const size_t room = output_limit - streamed_text[stream];
+    if (text.size() <= room) {
+      streamed_text[stream] += text.size();
+      return true;
+    }
+    streamed_cut[stream] = true;
+    streamed_text[stream] = output_limit;
+    event["text"] = capped_output(text, room);
+    return true;
+  }
 };
 
 PythonKernel::PythonKernel(std::shared_ptr<runtime::Sandbox> sandbox,
@@ -185,21 +222,44 @@ asio::awaitable<KernelResult> PythonKernel::execute(KernelCall call) {
   co_return co_await asio::co_spawn(strand_, execute_on_strand(std::move(call)), asio::use_awaitable);
 }
 
-asio::awaitable<std::optional<boost::json::object>> PythonKernel::read_frame(Process& process) {
+asio::awaitable<PythonKernel::Frame> PythonKernel::read_frame(Process& process) {
+  Frame frame;
   unsigned char header[4];
   error_code ec;
   co_await asio::async_read(process.out, asio::buffer(header), asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) co_return std::nullopt;
+  if (ec) co_return frame;
   const size_t n =
       (size_t{header[0]} << 24) | (size_t{header[1]} << 16) | (size_t{header[2]} << 8) | header[3];
-  if (n > kMaxFrame) co_return std::nullopt;
-  std::string body(n, '\0');
-  co_await asio::async_read(process.out, asio::buffer(body), asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) co_return std::nullopt;
-  boost::system::error_code parse_error;
-  boost::json::value value = boost::json::parse(body, parse_error);
-  if (parse_error || !value.is_object()) co_return std::nullopt;
-  co_return std::move(value.as_object());
+  frame.bytes = 4 + n;
+  if (n > kMaxFrame) {
+    frame.broken = "a frame of " + std::to_string(n) + " bytes, over the limit of " +
+                   std::to_string(kMaxFrame >> 20) + " MiB";
+    co_return frame;
+  }
+  // The body grows with what arrives (a header that announces a large frame and then
+  // nothing more holds no memory), read through the process's own chunk buffer.
+  std::string body;
+  while (body.size() < n) {
+    const size_t want = std::min(n - body.size(), process.chunk.size());
+    const size_t got = co_await process.out.async_read_some(asio::buffer(process.chunk.data(), want),
+                                                            asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return frame;  // the end of the channel in the middle of a frame: it exited
+    body.append(process.chunk.data(), got);
+  }
+  auto parse = [&body] {
+    boost::system::error_code parse_error;
+    boost::json::value value = boost::json::parse(body, parse_error);
+    std::string().swap(body);  // its bytes go before the message is used
+    return parse_error || !value.is_object() ? std::optional<boost::json::object>()
+                                             : std::optional(std::move(value.as_object()));
+  };
+  // A large frame is parsed on a pool thread: the I/O thread serves others meanwhile.
+  if (n > kParseOffThread)
+    frame.message = co_await run_on(tree_pool(), std::move(parse));
+  else
+    frame.message = parse();
+  if (!frame.message) frame.broken = "a frame of " + std::to_string(n) + " bytes that is not a JSON object";
+  co_return frame;
 }
 
 asio::awaitable<bool> PythonKernel::write_frame(Process& process, const boost::json::object& message) {
@@ -251,7 +311,7 @@ asio::awaitable<void> PythonKernel::start_process() {
   });
   auto ready = co_await read_frame(*process);
   limit.cancel();
-  if (!ready || string_field(*ready, "op") != "ready") {
+  if (!ready.message || string_field(*ready.message, "op") != "ready") {
     std::string early = process->early_stderr();
     int code = co_await end_process(process);
     throw runtime::SandboxError("the Python kernel did not start (exit code " + std::to_string(code) + ")" +
@@ -344,7 +404,9 @@ asio::awaitable<KernelResult> PythonKernel::execute_on_strand(KernelCall call_in
   cell->tools.insert(call_input.tools.names.begin(), call_input.tools.names.end());
   cell->answer_limit = call_input.tools.answer_limit;
   cell->started = Clock::now();
+  cell->output_limit = call_input.output_limit;
   cell->sink = std::move(call_input.on_event);
+  cell->streamed = static_cast<bool>(cell->sink);
   cell->cancellation = std::move(call_input.cancellation);
   boost::json::object request;
   request["op"] = "execute";
@@ -477,20 +539,26 @@ asio::awaitable<KernelResult> PythonKernel::run_cell(std::shared_ptr<Cell> cell)
 
   std::optional<boost::json::object> done;
   bool paused = false;
+  std::string channel_broken;
   if (cell->written) {
     // Frames that are not this call's are the code's own writes to the protocol's
-    // descriptor: a few are skipped, a flood ends the kernel.
-    for (int stray = 0; stray < 64;) {
-      auto message = co_await read_frame(*process);
-      if (!message) break;
-      if (is_call(*message, "done", call)) {
-        done = std::move(*message);
+    // descriptor: a few are skipped, a flood (by count or by bytes) ends the kernel.
+    size_t stray_frames = 0, stray_bytes = 0;
+    while (true) {
+      auto frame = co_await read_frame(*process);
+      if (!frame.message) {
+        channel_broken = std::move(frame.broken);
         break;
       }
-      if (is_call(*message, "tool_calls", call)) {
+      auto& message = *frame.message;
+      if (is_call(message, "done", call)) {
+        done = std::move(message);
+        break;
+      }
+      if (is_call(message, "tool_calls", call)) {
         std::vector<KernelToolCall> calls;
         std::vector<KernelToolAnswer> refused;
-        sort_tool_calls(*message, cell->tools, calls, refused);
+        sort_tool_calls(message, cell->tools, calls, refused);
         // After an expired pause, or once interrupted, nobody will answer: fail at once.
         if (cell->abandoned || watch->interrupted) {
           for (const auto& c : calls)
@@ -507,17 +575,23 @@ asio::awaitable<KernelResult> PythonKernel::run_cell(std::shared_ptr<Cell> cell)
         paused = true;
         break;
       }
-      if (!is_call(*message, "event", call)) {
-        ++stray;
-        continue;
+      std::optional<boost::json::object> event;
+      if (cell->streamed && is_call(message, "event", call)) {
+        if (!cell->sink) continue;  // its consumer is gone: read and dropped until the interrupt ends it
+        if (auto* body = message.if_contains("event")) event = checked_event(*body);
       }
-      if (!cell->sink) continue;  // not a streamed call, or its consumer is gone: dropped
-      auto* body = message->if_contains("event");
-      auto event = body ? checked_event(*body) : std::nullopt;
       if (!event) {
-        ++stray;
+        stray_bytes += frame.bytes;
+        if (++stray_frames > kMaxStrayFrames || stray_bytes > kMaxStrayBytes) {
+          channel_broken = "more than " +
+                           (stray_frames > kMaxStrayFrames ? std::to_string(kMaxStrayFrames) + " frames"
+                                                           : std::to_string(kMaxStrayBytes >> 20) + " MiB") +
+                           " that were not its call's";
+          break;
+        }
         continue;
       }
+      if (!cell->keep_streamed_text(*event)) continue;  // past its stream's cap
       if (auto* count = event->if_contains("execution_count")) result.execution_count = count->as_int64();
       if (!co_await cell->sink(std::move(*event))) {
         cell->sink = nullptr;  // the consumer is gone: the rest of the cell's frames are read and dropped
@@ -534,8 +608,10 @@ asio::awaitable<KernelResult> PythonKernel::run_cell(std::shared_ptr<Cell> cell)
     result.status = KernelResult::Status::kPaused;
   } else if (done) {
     const std::string status = string_field(*done, "status");
-    result.stdout_text = string_field(*done, "stdout");
-    result.stderr_text = string_field(*done, "stderr");
+    // Capped here whatever the frame says (the driver caps them too, but the code can
+    // write a "done" of its own).
+    result.stdout_text = capped_output(string_view_field(*done, "stdout"), cell->output_limit);
+    result.stderr_text = capped_output(string_view_field(*done, "stderr"), cell->output_limit);
     if (auto* count = done->if_contains("execution_count"); count && count->is_int64())
       result.execution_count = count->as_int64();
     if (auto* outputs = done->if_contains("outputs"); outputs && outputs->is_array())
@@ -549,11 +625,18 @@ asio::awaitable<KernelResult> PythonKernel::run_cell(std::shared_ptr<Cell> cell)
       result.status = KernelResult::Status::kError;
     }
   } else {
-    // No answer: the kernel exited, closed or garbled its channel, or was killed at
-    // the end of its grace. Its state is gone either way; the next call starts afresh.
+    // No answer: the kernel exited or closed its channel, broke it (ended here), or was
+    // killed at the end of its grace. Its state is gone either way; the next call
+    // starts afresh.
     process->broken = true;
+    if (!channel_broken.empty())
+      spdlog::warn("python kernel (process {}) ended for breaking its channel: {}", process->id,
+                   channel_broken);
     int exit_code = co_await end_process(process);
-    if (watch->killed) {
+    if (!channel_broken.empty()) {
+      result.status = KernelResult::Status::kKernelDied;
+      result.channel_broken = std::move(channel_broken);
+    } else if (watch->killed) {
       result.status = KernelResult::Status::kTimedOut;
       result.restarted = true;
     } else {
@@ -563,6 +646,22 @@ asio::awaitable<KernelResult> PythonKernel::run_cell(std::shared_ptr<Cell> cell)
   }
   result.duration = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - cell->started);
   co_return result;
+}
+
+std::string capped_output(std::string_view text, size_t limit) {
+  if (text.size() <= limit) return std::string(text);
+  std::string kept(text.substr(0, limit));
+  kept += runtime::kTruncationMarker;
+  return kept;
+}
+
+std::string kernel_died_message(const KernelResult& result) {
+  if (!result.channel_broken.empty())
+    return "The Python kernel was ended for breaking its channel to the server (" + result.channel_broken +
+           "); its variables are lost and the next call starts a fresh kernel.";
+  return "The Python kernel exited" +
+         (result.exit_code >= 0 ? " with code " + std::to_string(result.exit_code) : std::string()) +
+         "; its variables are lost and the next call starts a fresh kernel.";
 }
 
 std::shared_ptr<const std::string> python_kernel_driver() {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,10 @@ struct KernelResult {
   bool restarted = false;
   // kKernelDied: the kernel's exit code (128+N for a signal), -1 when not known.
   int exit_code = -1;
+  // kKernelDied because the server ended it for breaking its channel (what it sent: a
+  // frame over kMaxFrame, one that is not a JSON object, a flood of stray frames);
+  // empty when it exited by itself.
+  std::string channel_broken;
   // IPython's number for this cell (1 for a fresh kernel's first); 0 when it never ran.
   int64_t execution_count = 0;
   std::chrono::microseconds duration{};
@@ -135,12 +140,28 @@ class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
   static constexpr std::chrono::milliseconds kInterruptGrace{2000};
   // How long a kernel may take to start (import IPython) before it counts as failed.
   static constexpr std::chrono::milliseconds kStartLimit{60000};
-  // The largest frame accepted from the kernel (a cell's outputs, images included).
+  // The largest frame accepted from the kernel (a cell's outputs, images included). Its
+  // bytes are taken as they arrive: a header alone costs nothing.
   static constexpr size_t kMaxFrame = 64u << 20;
+  // Frames a cell's stretch may send that are not its own (the code writing to the
+  // protocol's descriptor: another call's id, an event of a call that is not streamed,
+  // an unknown op, a malformed event), by count and by bytes; past either the kernel
+  // is ended for breaking its channel. The driver itself sends none.
+  static constexpr size_t kMaxStrayFrames = 64;
+  static constexpr size_t kMaxStrayBytes = 1u << 20;
+  // A frame larger than this is parsed on a pool thread (tree_pool), not on the I/O thread.
+  static constexpr size_t kParseOffThread = 256u << 10;
 
  private:
   struct Process;
   struct Cell;
+  // One frame read: the message; or nothing at the end of the channel (the process
+  // exited or closed it), with `broken` saying how the frame broke the protocol when it did.
+  struct Frame {
+    std::optional<boost::json::object> message;
+    size_t bytes = 0;  // its length, header included
+    std::string broken;
+  };
   asio::awaitable<KernelResult> execute_on_strand(KernelCall call);
   asio::awaitable<std::optional<KernelResult>> resume_on_strand(uint64_t cell,
                                                                 std::vector<KernelToolAnswer> answers);
@@ -151,8 +172,8 @@ class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
   asio::awaitable<void> finish_abandoned(std::shared_ptr<Cell> cell);
   void release_turn();
   asio::awaitable<void> start_process();
-  // Reads one frame; nullopt at end of file or on a frame that breaks the protocol.
-  asio::awaitable<std::optional<boost::json::object>> read_frame(Process& process);
+  // Reads one frame, its body as it arrives.
+  asio::awaitable<Frame> read_frame(Process& process);
   asio::awaitable<bool> write_frame(Process& process, const boost::json::object& message);
   // Ends the process (kills its tree) and waits until it has exited: its exit code.
   asio::awaitable<int> end_process(std::shared_ptr<Process> process);
@@ -169,6 +190,14 @@ class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
   asio::steady_timer turn_;
   std::shared_ptr<Cell> paused_;  // the cell waiting on tool answers (it keeps busy_)
 };
+
+// What the server keeps of one stream of a cell (stdout or stderr), whatever the kernel
+// sent: its first `limit` bytes, then "...[truncated]" past them, as a command's output
+// is kept (runtime::kTruncationMarker).
+std::string capped_output(std::string_view text, size_t limit);
+
+// The sentence a result ends with when the kernel died or was ended (kKernelDied).
+std::string kernel_died_message(const KernelResult& result);
 
 // The driver script shipped beside the binary (python_kernel_driver.py next to
 // sandboxd in the build tree, /usr/lib/sandboxd/ in the package), read once. Throws

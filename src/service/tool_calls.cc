@@ -49,7 +49,8 @@ Result<PythonInput> parse_python_input(const boost::json::object& input) {
 }
 
 boost::json::object python_result(const KernelResult& result, std::chrono::milliseconds timeout,
-                                  bool rich_outputs, const std::vector<std::string>& file_ids) {
+                                  size_t output_limit, bool rich_outputs,
+                                  const std::vector<std::string>& file_ids) {
   std::string stdout_text = result.stdout_text;
   for (const auto& output : result.outputs) {
     const auto& o = output.as_object();
@@ -60,6 +61,8 @@ boost::json::object python_result(const KernelResult& result, std::chrono::milli
     stdout_text += plain->as_string();
     stdout_text += '\n';
   }
+  // The values' text counts against the cap as what the cell printed does.
+  stdout_text = capped_output(stdout_text, output_limit);
   std::string stderr_text = result.stderr_text;
   int return_code = 0;
   switch (result.status) {
@@ -79,12 +82,9 @@ boost::json::object python_result(const KernelResult& result, std::chrono::milli
             "lost.";
       break;
     case KernelResult::Status::kKernelDied:
-      return_code = result.exit_code > 0 ? result.exit_code : 1;
+      return_code = result.exit_code > 0 && result.channel_broken.empty() ? result.exit_code : 1;
       if (!stderr_text.empty() && stderr_text.back() != '\n') stderr_text += '\n';
-      stderr_text +=
-          "The Python kernel exited" +
-          (result.exit_code >= 0 ? " with code " + std::to_string(result.exit_code) : std::string()) +
-          "; its variables are lost and the next call starts a fresh kernel.";
+      stderr_text += kernel_died_message(result);
       break;
   }
   boost::json::object block{{"type", "code_execution_result"},
@@ -151,7 +151,8 @@ asio::awaitable<Result<PythonStep>> settle(Services& services, std::shared_ptr<C
   std::vector<std::string> file_ids;
   auto changed = co_await sync_after_command(services, container, started_ns, before);
   for (const auto& path : changed.paths) file_ids.push_back(store::file_id_for_path(path));
-  step.result = python_result(*result, timeout, rich_outputs, file_ids);
+  step.result =
+      python_result(*result, timeout, services.config()->output_limit_bytes, rich_outputs, file_ids);
   co_return step;
 }
 
