@@ -91,6 +91,11 @@ class CgroupV1 final : public CgroupBackend {
                   root.controller == "freezer" ? KillMethod::kFreezer : KillMethod::kSignalLoop);
   }
 
+  size_t thaw(const std::string& sandbox) override {
+    const Root* freezer = find("freezer");
+    return freezer ? thaw_tree(freezer->path + "/" + sandbox) : 0;
+  }
+
   size_t destroy_all() override {
     size_t found = 0;
     for (const auto& root : roots_) {
