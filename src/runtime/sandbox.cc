@@ -176,6 +176,9 @@ struct Sandbox::Execution {
   int status = 0;
   std::string error;
   std::vector<int> fds;
+  // What PID 1 did to make room for the command (kLeftoversEnded): the client is told,
+  // on a line of its own before the command's stderr.
+  std::string notice;
 };
 
 namespace {
@@ -325,6 +328,10 @@ void Sandbox::dispatch(protocol::Message& msg) {
       exec.failed = true;
       exec.error = msg.payload;
       break;
+    case Type::kLeftoversEnded:
+      exec.notice = std::move(msg.payload);
+      for (int fd : msg.fds) close(fd);
+      return;  // (nothing to wake for)
     case Type::kExited:
       exec.exited = true;
       exec.status = static_cast<int>(msg.header.value);
@@ -654,6 +661,7 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
     result.stdout_truncated = out->truncated;
     result.stderr_truncated = err->truncated;
   }
+  if (!exec->notice.empty()) result.stderr_text = exec->notice + "\n" + result.stderr_text;
   if (result.timed_out) {
     result.return_code = 124;
     result.stderr_text = timeout_message(request.timeout);
