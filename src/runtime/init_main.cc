@@ -556,7 +556,7 @@ class Init {
 
   rt::Spec spec_;
   int exec_parent_fd_;
-  int tasks_fd_;  // the sandbox's pids.current, or -1 (no pids controller)
+  int tasks_fd_;         // the sandbox's pids.current, or -1 (no pids controller)
   uint64_t task_limit_;  // the sandbox's pids.max, 0 when it has none
   // What make_room keeps free for the next command (its shell and what it forks).
   static constexpr uint64_t kReservedTasks = 16;

@@ -384,7 +384,8 @@ asio::awaitable<void> Sandbox::bound_pid1_exit() {
     if (finishing_ || state_ == State::kStopped) break;
     auto thaw = [this] { return cgroups_->thaw(name_); };
     if (const size_t thawed = co_await run_on(teardown_pool(), std::move(thaw)); thawed > 0)
-      std::fprintf(stderr, "sandboxd: sandbox %s: thawed %zu frozen cgroup(s) so that its processes can end\n",
+      std::fprintf(stderr,
+                   "sandboxd: sandbox %s: thawed %zu frozen cgroup(s) so that its processes can end\n",
                    name_.c_str(), thawed);
     if (finishing_ || state_ == State::kStopped) break;
     if (Clock::now() >= give_up) {

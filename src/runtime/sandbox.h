@@ -188,8 +188,8 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   uint32_t next_id_ = 1;
   size_t active_ = 0;
   std::chrono::steady_clock::time_point started_at_;
-  bool finishing_ = false;            // finish_stop() has begun
-  bool exit_bounded_ = false;         // bound_pid1_exit() runs
+  bool finishing_ = false;     // finish_stop() has begun
+  bool exit_bounded_ = false;  // bound_pid1_exit() runs
 
   // Guarded by hooks_mutex_ (touched from other threads than the strand's).
   std::mutex hooks_mutex_;

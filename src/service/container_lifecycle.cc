@@ -24,8 +24,8 @@
 #include "ops/metrics.h"
 #include "service/container_service.h"
 #include "service/reaper_policy.h"
-#include "service/side_by_side.h"
 #include "service/sandbox_credentials.h"
+#include "service/side_by_side.h"
 #include "service/store_call.h"
 
 namespace sandboxd::service {
