@@ -11,7 +11,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "host_leftovers.h"
@@ -81,6 +84,75 @@ TEST(IdleSandboxes, StoppingThemAllLeavesNoLoopDeviceMountOrCgroup) {
   EXPECT_EQ(mounts(data_dir), 0);
   EXPECT_EQ(cgroups(data_dir), 0);
   EXPECT_TRUE(instance_dirs(data_dir).empty());
+}
+
+// The host pids of every running sandbox's PID 1.
+std::vector<pid_t> pid1s(const ServerProcess& server) {
+  std::vector<pid_t> pids;
+  auto status = server.curl_json(server.url("/admin/sandboxes"), kAdminToken);
+  if (!status.is_object() || !status.as_object().contains("data")) return pids;
+  for (const auto& entry : status.at("data").as_array()) pids.push_back(entry.at("pid").to_number<pid_t>());
+  return pids;
+}
+
+// Whether `pid` is a live process (a zombie counts as gone: it runs and holds nothing).
+bool alive(pid_t pid) {
+  const std::string stat = sandboxd::testing::read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto state_at = stat.rfind(')');
+  return state_at != std::string::npos && stat.size() > state_at + 2 && stat[state_at + 2] != 'Z';
+}
+
+// SIGTERM while many sandboxes are busy (a command in flight in each, background
+// processes in each): the server stops within cluster.shutdownGraceSec, and nothing of
+// theirs is left on the host (mount, loop device, cgroup, process). Waiting the whole
+// grace for the requests in flight, then stopping the sandboxes one by one, overran it.
+TEST(IdleSandboxes, SigtermWithBusySandboxesStopsWithinTheGraceAndLeavesNothing) {
+  constexpr int kBusy = 12;
+  constexpr int kGraceSec = 8;
+  ServerProcess server(kConfig + "cluster: { shutdownGraceSec: " + std::to_string(kGraceSec) + " }\n");
+  const fs::path data_dir = server.data_dir();
+  // Each container: ten processes left in the background, then a command that runs on
+  // (its request stays in flight until the shutdown ends it).
+  std::vector<FILE*> in_flight;
+  for (int i = 0; i < kBusy; ++i) {
+    const std::string id = "busy-" + std::to_string(i);
+    ASSERT_EQ(run(server, id, "for i in $(seq 10); do sleep 600 & done; echo ok"), "ok\n") << id;
+    const std::string body =
+        boost::json::serialize(boost::json::object{{"command", "sleep 600"}, {"timeout", 900}});
+    in_flight.push_back(popen(
+        ("curl -s -m 120 -X POST -H 'Authorization: Bearer secret-alice' -H "
+         "'Content-Type: application/json' " +
+         server.base() + "/containers/" + id + "/tools/bash_code_execution -d '" + body + "' >/dev/null 2>&1")
+            .c_str(),
+        "r"));
+  }
+  // Every command in flight is running (each sandbox's commands: its shell's sleep).
+  for (int i = 0; i < 200; ++i) {
+    auto status = server.curl_json(server.url("/admin/sandboxes"), kAdminToken);
+    int running = 0;
+    if (status.is_object())
+      for (const auto& entry : status.at("data").as_array())
+        if (const auto& executing = entry.at("executing");
+            executing.is_bool() ? executing.as_bool() : executing.to_number<int>() > 0)
+          ++running;
+    if (running == kBusy) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::vector<pid_t> pids = pid1s(server);
+  ASSERT_EQ(pids.size(), static_cast<size_t>(kBusy));
+  ASSERT_GE(mounts(data_dir), kBusy);
+
+  const auto began = std::chrono::steady_clock::now();
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  EXPECT_LT(took, kGraceSec) << "the shutdown overran its grace";
+  std::printf("shutdown with %d busy sandboxes: %.1f s (grace %d s)\n", kBusy, took, kGraceSec);
+  for (FILE* request : in_flight) pclose(request);
+  EXPECT_EQ(loop_devices(data_dir), 0);
+  EXPECT_EQ(mounts(data_dir), 0);
+  EXPECT_EQ(cgroups(data_dir), 0);
+  EXPECT_TRUE(instance_dirs(data_dir).empty());
+  for (pid_t pid : pids) EXPECT_FALSE(alive(pid)) << "PID 1 " << pid << " outlived the server";
 }
 
 // The host pid of the PID 1 of container `id`'s sandbox, or -1.
