@@ -24,10 +24,7 @@ snapshot() {
     [ -d "$instance" ] || continue
     find "$instance" -mindepth 0 -maxdepth 1 -type d -printf 'cgroup %p\n' 2>/dev/null
   done
-  for proc in /proc/[0-9]*; do
-    exe=$(readlink "$proc/exe" 2>/dev/null) || continue
-    case $exe in "$build"/*) echo "process ${proc#/proc/} $exe" ;; esac
-  done
+  find /proc -mindepth 2 -maxdepth 2 -name exe -lname "$build/*" -printf 'process %h %l\n' 2>/dev/null
 }
 
 case $mode in
@@ -38,9 +35,11 @@ case $mode in
   check)
     [ -f "$state" ] || { echo "no baseline at $state (run with the fixture's setup, host_baseline)"; exit 1; }
     # What a test's last server or sandbox ends on its own goes within a few seconds.
-    for attempt in $(seq 1 30); do
+    deadline=$((SECONDS + 15))
+    while :; do
       left=$(snapshot | sort -u | comm -13 "$state" -)
       [ -z "$left" ] && { echo "the tests left the host as they found it"; exit 0; }
+      [ $SECONDS -ge $deadline ] && break
       sleep 0.5
     done
     echo "the tests left these on the host (not there before the run):"
