@@ -96,7 +96,7 @@ inline int cgroups(const fs::path& data_dir) {
 // next start of the same data directory would (a test that kills a server and does not
 // start it again cleans up after it): the processes in its cgroup instance (thawed
 // first: a PID 1 killed mid-freeze leaves its command's cgroup frozen), the cgroup
-// folders, deepest first, then the mounts below the data directory, deepest first, and
+// folders, deepest first, then the mounts at and below the data directory, deepest first, and
 // the loop devices backed by its files. Returns what it could not remove, one line each.
 inline std::string clean(const fs::path& data_dir) {
   std::string failed;
@@ -136,7 +136,7 @@ inline std::string clean(const fs::path& data_dir) {
     std::istringstream fields(line);
     std::string field;
     for (int i = 0; i < 5; ++i) fields >> field;
-    if (field.rfind(data_dir.string() + "/", 0) == 0) points.push_back(field);
+    if (field == data_dir.string() || field.rfind(data_dir.string() + "/", 0) == 0) points.push_back(field);
   }
   std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
   for (const auto& point : points)

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -153,6 +154,33 @@ TEST(IdleSandboxes, SigtermWithBusySandboxesStopsWithinTheGraceAndLeavesNothing)
   EXPECT_EQ(cgroups(data_dir), 0);
   EXPECT_TRUE(instance_dirs(data_dir).empty());
   for (pid_t pid : pids) EXPECT_FALSE(alive(pid)) << "PID 1 " << pid << " outlived the server";
+}
+
+// What a server killed outright leaves (operations.md): its sandboxes end on their own,
+// their volumes stay mounted with their loop devices, and the cgroup instance stays;
+// host::clean, which a test that kills a server without starting it again calls (the
+// harnesses' destructors), removes all of it.
+TEST(IdleSandboxes, WhatAKilledServerLeavesEndsOrIsCleanedAfter) {
+  ServerProcess server(kConfig);
+  const fs::path data_dir = server.data_dir();
+  for (const char* id : {"killed-a", "killed-b"})
+    ASSERT_EQ(run(server, id, "sleep 600 >/dev/null 2>&1 & echo ok"), "ok\n") << id;
+  const std::vector<pid_t> pids = pid1s(server);
+  ASSERT_EQ(pids.size(), 2u);
+  EXPECT_EQ(server.stop(SIGKILL), -SIGKILL);
+  EXPECT_GE(loop_devices(data_dir), 2);
+  EXPECT_GE(mounts(data_dir), 2);
+  // Each PID 1 exits once its control socket closes, its namespace's processes with it.
+  for (int i = 0; i < 500; ++i) {
+    if (std::none_of(pids.begin(), pids.end(), alive)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (pid_t pid : pids) EXPECT_FALSE(alive(pid)) << "PID 1 " << pid << " outlived the killed server";
+  EXPECT_EQ(sandboxd::testing::host::clean(data_dir), "");
+  EXPECT_EQ(loop_devices(data_dir), 0);
+  EXPECT_EQ(mounts(data_dir), 0);
+  EXPECT_EQ(cgroups(data_dir), 0);
+  EXPECT_TRUE(instance_dirs(data_dir).empty());
 }
 
 // The host pid of the PID 1 of container `id`'s sandbox, or -1.

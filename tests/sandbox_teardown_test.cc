@@ -53,8 +53,8 @@ class Teardown : public SandboxSuite {
     }
     for (const auto& root : roots) {
       std::error_code ec;
-      for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
-           it.increment(ec))
+      for (auto it = fs::recursive_directory_iterator(root, ec);
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
         if (it->is_directory(ec)) found.push_back(it->path());
     }
     return found;
@@ -194,8 +194,8 @@ TEST_F(Teardown, StopsRacingATimeoutKillAlwaysFinishAndLeaveNothingFrozen) {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   EXPECT_EQ(hung, 0);
   EXPECT_TRUE(frozen_cgroups().empty());
-  EXPECT_TRUE(instance_cgroups().empty()) << instance_cgroups().size() << " cgroups left, "
-                                          << instance_cgroups().front();
+  EXPECT_TRUE(instance_cgroups().empty())
+      << instance_cgroups().size() << " cgroups left, " << instance_cgroups().front();
 }
 
 // The sandbox's tasks (pids.current of its pids cgroup), or -1.
@@ -224,8 +224,9 @@ TEST_F(Teardown, ACommandAfterAForkBombRunsAndTheFilesStay) {
 
   // The next command runs, at once, with its files, and says what was done.
   const auto began = std::chrono::steady_clock::now();
-  auto next = harness->exec(*sandbox, "cat /home/agent/workspace/keep.txt /tmp/t; ls / | wc -l >/dev/null; echo ok",
-                            std::chrono::seconds(20));
+  auto next =
+      harness->exec(*sandbox, "cat /home/agent/workspace/keep.txt /tmp/t; ls / | wc -l >/dev/null; echo ok",
+                    std::chrono::seconds(20));
   EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(10));
   EXPECT_EQ(next.return_code, 0) << next.stderr_text;
   EXPECT_EQ(next.stdout_text, "precious\n/tmp\nok\n") << next.stderr_text;
@@ -240,8 +241,8 @@ TEST_F(Teardown, ACommandAfterAForkBombRunsAndTheFilesStay) {
   // A background process that is not at the limit is left alone.
   auto server = harness->exec(*sandbox, "sleep 600 >/dev/null 2>&1 & echo $!");
   ASSERT_EQ(server.return_code, 0);
-  auto still = harness->exec(*sandbox, "kill -0 " + server.stdout_text.substr(0, server.stdout_text.size() - 1) +
-                                           " && echo alive");
+  auto still = harness->exec(
+      *sandbox, "kill -0 " + server.stdout_text.substr(0, server.stdout_text.size() - 1) + " && echo alive");
   EXPECT_EQ(still.stdout_text, "alive\n") << still.stderr_text;
 }
 
