@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 
+#include "host_leftovers.h"
 #include "loopback.h"
 #include "postgres_harness.h"
 #include "server_harness.h"
@@ -127,11 +128,22 @@ class Replica {
         << "\"\n  leaseSeconds: " << lease_seconds << "\n  shutdownGraceSec: 10\n"
         << metadata_yaml << extra_yaml;
   }
-  ~Replica() { stop(SIGTERM); }
+  // A replica that was killed (SIGKILL: no shutdown of its own) and not started again
+  // leaves its volumes mounted and its sandboxes' cgroups: removed here, as its next
+  // start would have (host_leftovers.h).
+  ~Replica() {
+    stop(SIGTERM);
+    if (killed_) {
+      const std::string failed = host::clean(dir_ / "data");
+      if (!failed.empty())
+        std::fprintf(stderr, "cleaning what replica %s left: %s", id_.c_str(), failed.c_str());
+    }
+  }
 
   void start() {
     pid_ = spawn_logged({SANDBOXD_PATH, "serve", "--config", (dir_ / "config.yaml").string()},
                         dir_ / "server.log");
+    killed_ = false;  // its start cleans what a killed predecessor left
     if (!wait_for_port(port_, pid_)) throw std::runtime_error(id_ + " did not start: " + log());
   }
   // The exit status, or -signal.
@@ -142,6 +154,7 @@ class Replica {
     int status = 0;
     waitpid(pid_, &status, 0);
     pid_ = -1;
+    if (!WIFEXITED(status)) killed_ = true;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   }
   void signal(int signo) { kill(pid_, signo); }
@@ -161,6 +174,7 @@ class Replica {
   fs::path dir_;
   uint16_t port_;
   pid_t pid_ = -1;
+  bool killed_ = false;  // ended by a signal, not started since
 };
 
 // nginx in the foreground, one process, its files in `dir`: round-robin over the

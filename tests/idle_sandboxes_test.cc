@@ -11,7 +11,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "host_leftovers.h"
@@ -77,6 +81,102 @@ TEST(IdleSandboxes, StoppingThemAllLeavesNoLoopDeviceMountOrCgroup) {
 
   // The server's shutdown closes every container: nothing of theirs is left on the host.
   EXPECT_EQ(server.stop(SIGTERM), 0);
+  EXPECT_EQ(loop_devices(data_dir), 0);
+  EXPECT_EQ(mounts(data_dir), 0);
+  EXPECT_EQ(cgroups(data_dir), 0);
+  EXPECT_TRUE(instance_dirs(data_dir).empty());
+}
+
+// The host pids of every running sandbox's PID 1.
+std::vector<pid_t> pid1s(const ServerProcess& server) {
+  std::vector<pid_t> pids;
+  auto status = server.curl_json(server.url("/admin/sandboxes"), kAdminToken);
+  if (!status.is_object() || !status.as_object().contains("data")) return pids;
+  for (const auto& entry : status.at("data").as_array()) pids.push_back(entry.at("pid").to_number<pid_t>());
+  return pids;
+}
+
+// Whether `pid` is a live process (a zombie counts as gone: it runs and holds nothing).
+bool alive(pid_t pid) {
+  const std::string stat = sandboxd::testing::read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto state_at = stat.rfind(')');
+  return state_at != std::string::npos && stat.size() > state_at + 2 && stat[state_at + 2] != 'Z';
+}
+
+// SIGTERM while many sandboxes are busy (a command in flight in each, background
+// processes in each): the server stops within cluster.shutdownGraceSec, and nothing of
+// theirs is left on the host (mount, loop device, cgroup, process). Waiting the whole
+// grace for the requests in flight, then stopping the sandboxes one by one, overran it.
+TEST(IdleSandboxes, SigtermWithBusySandboxesStopsWithinTheGraceAndLeavesNothing) {
+  constexpr int kBusy = 12;
+  constexpr int kGraceSec = 8;
+  ServerProcess server(kConfig + "cluster: { shutdownGraceSec: " + std::to_string(kGraceSec) + " }\n");
+  const fs::path data_dir = server.data_dir();
+  // Each container: ten processes left in the background, then a command that runs on
+  // (its request stays in flight until the shutdown ends it).
+  std::vector<FILE*> in_flight;
+  for (int i = 0; i < kBusy; ++i) {
+    const std::string id = "busy-" + std::to_string(i);
+    ASSERT_EQ(run(server, id, "for i in $(seq 10); do sleep 600 & done; echo ok"), "ok\n") << id;
+    const std::string body =
+        boost::json::serialize(boost::json::object{{"command", "sleep 600"}, {"timeout", 900}});
+    in_flight.push_back(popen(
+        ("curl -s -m 120 -X POST -H 'Authorization: Bearer secret-alice' -H "
+         "'Content-Type: application/json' " +
+         server.base() + "/containers/" + id + "/tools/bash_code_execution -d '" + body + "' >/dev/null 2>&1")
+            .c_str(),
+        "r"));
+  }
+  // Every command in flight is running (each sandbox's commands: its shell's sleep).
+  for (int i = 0; i < 200; ++i) {
+    auto status = server.curl_json(server.url("/admin/sandboxes"), kAdminToken);
+    int running = 0;
+    if (status.is_object())
+      for (const auto& entry : status.at("data").as_array())
+        if (const auto& executing = entry.at("executing");
+            executing.is_bool() ? executing.as_bool() : executing.to_number<int>() > 0)
+          ++running;
+    if (running == kBusy) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::vector<pid_t> pids = pid1s(server);
+  ASSERT_EQ(pids.size(), static_cast<size_t>(kBusy));
+  ASSERT_GE(mounts(data_dir), kBusy);
+
+  const auto began = std::chrono::steady_clock::now();
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  EXPECT_LT(took, kGraceSec) << "the shutdown overran its grace";
+  std::printf("shutdown with %d busy sandboxes: %.1f s (grace %d s)\n", kBusy, took, kGraceSec);
+  for (FILE* request : in_flight) pclose(request);
+  EXPECT_EQ(loop_devices(data_dir), 0);
+  EXPECT_EQ(mounts(data_dir), 0);
+  EXPECT_EQ(cgroups(data_dir), 0);
+  EXPECT_TRUE(instance_dirs(data_dir).empty());
+  for (pid_t pid : pids) EXPECT_FALSE(alive(pid)) << "PID 1 " << pid << " outlived the server";
+}
+
+// What a server killed outright leaves (operations.md): its sandboxes end on their own,
+// their volumes stay mounted with their loop devices, and the cgroup instance stays;
+// host::clean, which a test that kills a server without starting it again calls (the
+// harnesses' destructors), removes all of it.
+TEST(IdleSandboxes, WhatAKilledServerLeavesEndsOrIsCleanedAfter) {
+  ServerProcess server(kConfig);
+  const fs::path data_dir = server.data_dir();
+  for (const char* id : {"killed-a", "killed-b"})
+    ASSERT_EQ(run(server, id, "sleep 600 >/dev/null 2>&1 & echo ok"), "ok\n") << id;
+  const std::vector<pid_t> pids = pid1s(server);
+  ASSERT_EQ(pids.size(), 2u);
+  EXPECT_EQ(server.stop(SIGKILL), -SIGKILL);
+  EXPECT_GE(loop_devices(data_dir), 2);
+  EXPECT_GE(mounts(data_dir), 2);
+  // Each PID 1 exits once its control socket closes, its namespace's processes with it.
+  for (int i = 0; i < 500; ++i) {
+    if (std::none_of(pids.begin(), pids.end(), alive)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (pid_t pid : pids) EXPECT_FALSE(alive(pid)) << "PID 1 " << pid << " outlived the killed server";
+  EXPECT_EQ(sandboxd::testing::host::clean(data_dir), "");
   EXPECT_EQ(loop_devices(data_dir), 0);
   EXPECT_EQ(mounts(data_dir), 0);
   EXPECT_EQ(cgroups(data_dir), 0);

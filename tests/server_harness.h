@@ -19,6 +19,8 @@
 #include <string>
 #include <thread>
 
+#include "host_leftovers.h"
+
 extern char** environ;
 
 namespace sandboxd::testing {
@@ -124,6 +126,12 @@ class ServerProcess {
   }
   ~ServerProcess() {
     stop(SIGTERM);
+    // Killed and not started again: what its next start would have removed (its
+    // volumes' mounts and loop devices, its sandboxes' cgroups) is removed here.
+    if (killed_) {
+      const std::string failed = host::clean(data_dir_);
+      if (!failed.empty()) std::fprintf(stderr, "cleaning what a killed server left: %s", failed.c_str());
+    }
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
@@ -164,6 +172,7 @@ class ServerProcess {
                     nullptr};
     if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv, environ) != 0)
       throw std::runtime_error("spawn failed");
+    killed_ = false;  // its start cleans what a killed predecessor left
     posix_spawn_file_actions_destroy(&actions);
     std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
     for (int i = 0; i < 300; ++i) {
@@ -186,6 +195,7 @@ class ServerProcess {
     int status = 0;
     waitpid(pid_, &status, 0);
     pid_ = -1;
+    if (!WIFEXITED(status)) killed_ = true;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   }
   void restart() {
@@ -259,6 +269,7 @@ class ServerProcess {
   fs::path dir_, data_dir_, config_, log_;
   pid_t pid_ = -1;
   int port_ = 0;
+  bool killed_ = false;  // ended by a signal, not started since
   int starts_ = 0;
 };
 

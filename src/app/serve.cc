@@ -432,10 +432,14 @@ int serve(ops::Config config, const std::string& config_path) {
               asio::steady_timer pause(io);
               // cluster.shutdownGraceSec bounds it all: in cluster mode two thirds for the
               // requests in flight, the rest to stop the sandboxes, flush and release
-              // the leases (a single host keeps the whole of it, 30 s by default).
+              // the leases; on a single host half of it, the rest to stop the sandboxes
+              // (side by side, each within runtime::kPid1ExitLimit) and unmount their
+              // volumes. A command still running then ends with its sandbox: waiting for
+              // the whole grace left nothing for the stops, and the kill -9 that follows
+              // the grace (Kubernetes, systemd) leaves mounts and loop devices behind.
               if (leases) leases->set_draining();
               const int grace = config.cluster_shutdown_grace_sec;
-              const int in_flight_wait = leases ? std::max(1, grace * 2 / 3) : grace;
+              const int in_flight_wait = std::max(1, leases ? grace * 2 / 3 : grace / 2);
               auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(in_flight_wait);
               while (http.requests_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
                 pause.expires_after(std::chrono::milliseconds(50));

@@ -8,6 +8,9 @@
 
 #include <linux/magic.h>
 
+#include <cerrno>
+#include <cstdio>
+
 #include "runtime/cgroup_kill.h"
 #include "runtime/syscall_error.h"
 
@@ -74,6 +77,22 @@ void remove_tree(const std::string& dir, KillMethod method) {
     usleep(1000);
   }
   throw SyscallError("rmdir(" + dir + ")", errno);
+}
+
+size_t thaw_tree(const std::string& dir) {
+  size_t thawed = 0;
+  const std::string state = read_file(dir + "/freezer.state");
+  if (!state.empty() && state.rfind("THAWED", 0) != 0) {
+    try {
+      write_file(dir + "/freezer.state", "THAWED");
+    } catch (const SyscallError& e) {
+      if (e.code() == ENOENT) return thawed;  // removed meanwhile: nothing left to thaw
+      std::fprintf(stderr, "sandboxd: %s\n", e.what());
+    }
+    ++thawed;
+  }
+  for (const auto& child : list_children(dir)) thawed += thaw_tree(dir + "/" + child);
+  return thawed;
 }
 
 }  // namespace cgroupfs

@@ -35,6 +35,12 @@ class CgroupBackend {
   virtual SandboxCgroups create(const std::string& sandbox, const CgroupLimits& limits) = 0;
   // Kills anything left and removes the sandbox's cgroups, children first.
   virtual void destroy(const std::string& sandbox) = 0;
+  // Thaws every frozen cgroup of the sandbox, top down; returns how many were frozen.
+  // A process frozen by v1's freezer does not act on SIGKILL, so one that PID 1 froze to
+  // kill a command's tree, and was itself killed before it thawed, would never exit, and
+  // neither would PID 1 (the end of a PID namespace waits for every process in it).
+  // (v2's freezer lets a killed process go, and sandboxd does not use it: returns 0.)
+  virtual size_t thaw(const std::string& sandbox) = 0;
   // Removes every sandbox cgroup of this instance (start-up cleanup). Returns how many
   // sandbox cgroups were found.
   virtual size_t destroy_all() = 0;
@@ -78,6 +84,9 @@ bool exists(const std::string& path);
 std::vector<std::string> list_children(const std::string& dir);
 // Kills every process below `dir` and removes it and its children, deepest first.
 void remove_tree(const std::string& dir, KillMethod method);
+// v1's freezer: writes THAWED to `dir` and each cgroup below it that is not, parents
+// before children (a child stays frozen while its parent is). Returns how many were not.
+size_t thaw_tree(const std::string& dir);
 }  // namespace cgroupfs
 
 }  // namespace sandboxd::runtime

@@ -86,19 +86,24 @@ class CgroupV1 final : public CgroupBackend {
   }
 
   void destroy(const std::string& sandbox) override {
-    for (const auto& root : roots_)
-      remove_tree(root.path + "/" + sandbox,
-                  root.controller == "freezer" ? KillMethod::kFreezer : KillMethod::kSignalLoop);
+    for (const Root* root : freezer_first())
+      remove_tree(root->path + "/" + sandbox,
+                  root->controller == "freezer" ? KillMethod::kFreezer : KillMethod::kSignalLoop);
+  }
+
+  size_t thaw(const std::string& sandbox) override {
+    const Root* freezer = find("freezer");
+    return freezer ? thaw_tree(freezer->path + "/" + sandbox) : 0;
   }
 
   size_t destroy_all() override {
     size_t found = 0;
-    for (const auto& root : roots_) {
-      std::vector<std::string> names = list_children(root.path);
+    for (const Root* root : freezer_first()) {
+      std::vector<std::string> names = list_children(root->path);
       found = std::max(found, names.size());
       for (const auto& name : names)
-        remove_tree(root.path + "/" + name,
-                    root.controller == "freezer" ? KillMethod::kFreezer : KillMethod::kSignalLoop);
+        remove_tree(root->path + "/" + name,
+                    root->controller == "freezer" ? KillMethod::kFreezer : KillMethod::kSignalLoop);
     }
     return found;
   }
@@ -127,6 +132,18 @@ class CgroupV1 final : public CgroupBackend {
     std::string controller;
     std::string path;
   };
+
+  // The freezer's hierarchy first: its kill is race-free and thaws what was left frozen
+  // (a frozen process takes no SIGKILL, so the other hierarchies' signal loops, where
+  // the same processes are, would spin on it until their bound).
+  std::vector<const Root*> freezer_first() const {
+    std::vector<const Root*> order;
+    for (const auto& root : roots_)
+      if (root.controller == "freezer") order.push_back(&root);
+    for (const auto& root : roots_)
+      if (root.controller != "freezer") order.push_back(&root);
+    return order;
+  }
 
   const Root* find(const std::string& controller) const {
     for (const auto& root : roots_)

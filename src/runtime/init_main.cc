@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -84,10 +85,12 @@ int64_t monotonic_ns() {
 
 class Init {
  public:
-  Init(rt::Spec spec, int userns_fd, int exec_parent_fd, int tasks_fd, rt::SeccompProgram seccomp)
+  Init(rt::Spec spec, int userns_fd, int exec_parent_fd, int tasks_fd, uint64_t task_limit,
+       rt::SeccompProgram seccomp)
       : spec_(std::move(spec)),
         exec_parent_fd_(exec_parent_fd),
         tasks_fd_(tasks_fd),
+        task_limit_(task_limit),
         seccomp_(std::move(seccomp)) {
     ctx_.userns_fd = userns_fd;
     ctx_.last_cap = rt::read_last_cap();
@@ -188,6 +191,7 @@ class Init {
   }
 
   void spawn(uint32_t id, const std::string& payload, bool keep_stdin) {
+    make_room(id);
     // A child that shares PID 1's memory has the request laid out in its region by PID 1
     // (launch_command), which checks it as it goes, without a copy of every string; a
     // forked child lays it out itself, so it is checked here first.
@@ -374,6 +378,68 @@ class Init {
     exec.held_stdout = exec.held_stderr = -1;
   }
 
+  // The sandbox's process limit is its own processes' to fill: what an earlier command
+  // left running in the background (a fork bomb, `:(){ :|:& };:`) can hold all of it,
+  // and then no new command could start (or its shell could not fork) until a restart,
+  // which loses /tmp; retrying would not help. So when fewer than kReservedTasks are
+  // left, the leftovers of finished commands are ended, the largest group first, until
+  // there is room again; the client is told (kLeftoversEnded). Commands still running
+  // (and processes the server talks to) are never touched, nor is anything while the
+  // sandbox is below its limit.
+  void make_room(uint32_t id) {
+    if (task_limit_ == 0 || lingering_.empty()) return;
+    const uint64_t reserve = std::min<uint64_t>(kReservedTasks, task_limit_ / 4);
+    auto tasks = current_tasks();
+    if (!tasks || *tasks + reserve < task_limit_) return;
+    std::vector<std::pair<size_t, size_t>> groups;  // (processes, index in lingering_)
+    for (size_t i = 0; i < lingering_.size(); ++i)
+      if (size_t n = count_processes(lingering_[i].cgroup.dir_fd); n > 0) groups.emplace_back(n, i);
+    std::sort(groups.rbegin(), groups.rend());
+    const uint64_t before = *tasks;
+    for (const auto& [count, index] : groups) {
+      if (int rc = rt::kill_cgroup_tree(lingering_[index].cgroup.dir_fd, spec_.kill_method); rc < 0)
+        std::fprintf(stderr, "sandboxd-init: ending the leftovers in exec cgroup %s: %s\n",
+                     lingering_[index].cgroup.name.c_str(), std::strerror(-rc));
+      tasks = current_tasks();
+      if (!tasks || *tasks + reserve < task_limit_) break;
+    }
+    reap();
+    const uint64_t after = current_tasks().value_or(before);
+    const uint64_t ended = before > after ? before - after : 0;
+    if (ended == 0) return;
+    const std::string note = "sandboxd: the sandbox was at its limit of " + std::to_string(task_limit_) +
+                             " processes; " + std::to_string(ended) +
+                             " processes that earlier commands left running in the background were "
+                             "ended to run this command (files are kept).";
+    proto::send_message(kControlFd, proto::Type::kLeftoversEnded, id, static_cast<int64_t>(ended), note);
+  }
+
+  std::optional<uint64_t> current_tasks() const {
+    if (tasks_fd_ < 0) return std::nullopt;
+    char text[32];
+    ssize_t n = pread(tasks_fd_, text, sizeof text - 1, 0);
+    if (n <= 0) return std::nullopt;
+    text[n] = '\0';
+    char* end = nullptr;
+    const unsigned long long tasks = std::strtoull(text, &end, 10);
+    if (end == text) return std::nullopt;
+    return tasks;
+  }
+
+  // Processes listed in the cgroup's cgroup.procs (opened afresh: v1 answers a reread of
+  // an open one from a cached list).
+  static size_t count_processes(int dir_fd) {
+    int fd = openat(dir_fd, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    size_t lines = 0;
+    char buf[4096];
+    ssize_t n;
+    while ((n = rt::retry_eintr([&] { return read(fd, buf, sizeof buf); })) > 0)
+      lines += static_cast<size_t>(std::count(buf, buf + n, '\n'));
+    close(fd);
+    return lines;
+  }
+
   void kill_execution(uint32_t id) {
     auto it = running_.find(id);
     int rc = 0;
@@ -467,16 +533,10 @@ class Init {
   // being discarded, a zombie not reaped yet) only makes the count larger than this,
   // and the cgroups are then looked into one by one.
   bool only_known_tasks() const {
-    if (tasks_fd_ < 0) return false;
-    char text[32];
-    ssize_t n = pread(tasks_fd_, text, sizeof text - 1, 0);
-    if (n <= 0) return false;
-    text[n] = '\0';
-    char* end = nullptr;
-    const unsigned long long tasks = std::strtoull(text, &end, 10);
-    if (end == text) return false;
+    const auto tasks = current_tasks();
+    if (!tasks) return false;
     const size_t known = 1 + (template_.pid >= 0 ? 1 : 0) + (next_ ? 1 : 0) + running_.size();
-    return tasks == known;
+    return *tasks == known;
   }
 
   // v2: "populated 0" in cgroup.events, read again through the descriptor kept open. v1
@@ -496,7 +556,10 @@ class Init {
 
   rt::Spec spec_;
   int exec_parent_fd_;
-  int tasks_fd_;  // the sandbox's pids.current, or -1 (no pids controller)
+  int tasks_fd_;         // the sandbox's pids.current, or -1 (no pids controller)
+  uint64_t task_limit_;  // the sandbox's pids.max, 0 when it has none
+  // What make_room keeps free for the next command (its shell and what it forks).
+  static constexpr uint64_t kReservedTasks = 16;
   rt::SeccompProgram seccomp_;
   rt::CommandContext ctx_;
   std::map<uint32_t, Execution> running_;
@@ -536,7 +599,7 @@ void join_cgroup(const std::string& dir) {
 
 // PID 1: build the filesystem and serve.
 [[noreturn]] void run_pid1(rt::Spec spec, const rt::FolderTrees& trees, int userns_fd, int exec_parent_fd,
-                           int tasks_fd, rt::SeccompProgram seccomp) {
+                           int tasks_fd, uint64_t task_limit, rt::SeccompProgram seccomp) {
   std::vector<int> listeners;
   try {
     rt::setup_filesystem(spec, trees);
@@ -553,7 +616,7 @@ void join_cgroup(const std::string& dir) {
   } catch (const std::exception& e) {
     report_failure(e.what());
   }
-  Init init(std::move(spec), userns_fd, exec_parent_fd, tasks_fd, std::move(seccomp));
+  Init init(std::move(spec), userns_fd, exec_parent_fd, tasks_fd, task_limit, std::move(seccomp));
   proto::send_message(kControlFd, proto::Type::kReady, 0, 0, {}, listeners.data(), listeners.size());
   // The server holds them now; PID 1 keeps no copy a command could inherit.
   for (int fd : listeners) close(fd);
@@ -607,6 +670,7 @@ int main(int argc, char** argv) {
     report_failure(
         "expected the agent user namespace (and the mount template and folder trees) with the spec");
   int userns_fd = msg.fds[0], exec_parent_fd = -1, tasks_fd = -1;
+  uint64_t task_limit = 0;
   const int mount_template_fd = spec.mount_trees ? msg.fds[1] : -1;
   rt::FolderTrees folder_trees;
   if (spec.mount_trees) {
@@ -622,8 +686,16 @@ int main(int argc, char** argv) {
     for (const auto& dir : spec.cgroup_dirs) join_cgroup(dir);
     // The count of the sandbox's tasks (Init::only_known_tasks), where a pids controller
     // has it; read-only, and opened here, by its host path, like the cgroups above.
-    for (const auto& dir : spec.cgroup_dirs)
-      if ((tasks_fd = open((dir + "/pids.current").c_str(), O_RDONLY | O_CLOEXEC)) >= 0) break;
+    for (const auto& dir : spec.cgroup_dirs) {
+      if ((tasks_fd = open((dir + "/pids.current").c_str(), O_RDONLY | O_CLOEXEC)) < 0) continue;
+      // Its limit, set before PID 1 joined and never changed ("max": none).
+      if (int fd = open((dir + "/pids.max").c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+        char text[32] = {};
+        if (read(fd, text, sizeof text - 1) > 0) task_limit = std::strtoull(text, nullptr, 10);
+        close(fd);
+      }
+      break;
+    }
     exec_parent_fd =
         static_cast<int>(rt::check(open(spec.exec_cgroup_parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC),
                                    "open(" + spec.exec_cgroup_parent + ")"));
@@ -643,7 +715,8 @@ int main(int argc, char** argv) {
   if (pid1 < 0) report_failure(rt::describe_errno("fork(pid 1)", errno));
   if (pid1 == 0) {
     prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);  // its parent, the launcher, exits next
-    run_pid1(std::move(spec), folder_trees, userns_fd, exec_parent_fd, tasks_fd, std::move(seccomp));
+    run_pid1(std::move(spec), folder_trees, userns_fd, exec_parent_fd, tasks_fd, task_limit,
+             std::move(seccomp));
   }
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid1, 0));
   if (pidfd < 0) {

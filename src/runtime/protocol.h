@@ -21,6 +21,10 @@ enum class Type : uint32_t {
   kExited = 8,       // init -> server: id, value = wait status(, fds: [stdout, stderr read ends])
   kKill = 9,         // server -> init: kill the whole process tree of execution id
   kKilled = 10,      // init -> server: id, value = 0 or errno
+  // init -> server, before kSpawned/kExited: to make room for command id under the
+  // sandbox's process limit, value = processes that earlier commands left running were
+  // ended; payload = what to tell the client
+  kLeftoversEnded = 11,
 };
 
 // kSpawn's value for a process the server keeps talking to: kSpawned also carries the

@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <optional>
 
+#include "base/blocking.h"
+
 #include "runtime/syscall_error.h"
 
 namespace sandboxd::runtime {
@@ -174,9 +176,20 @@ struct Sandbox::Execution {
   int status = 0;
   std::string error;
   std::vector<int> fds;
+  // What PID 1 did to make room for the command (kLeftoversEnded): the client is told,
+  // on a line of its own before the command's stderr.
+  std::string notice;
 };
 
 namespace {
+// Threads for what a stopping sandbox waits on the kernel for: thawing and removing its
+// cgroups. Their own, so that a shutdown stopping every sandbox at once neither holds
+// up the blocking pool's file work nor waits behind it.
+asio::thread_pool& teardown_pool() {
+  static asio::thread_pool pool(4);
+  return pool;
+}
+
 // Every sandbox's executor belongs to the server's io_context (a strand of it, or it).
 asio::io_context& io_context_of(const asio::any_io_executor& executor) {
   using IoExecutor = asio::io_context::executor_type;
@@ -252,10 +265,14 @@ asio::awaitable<void> Sandbox::read_control() {
       int rc = protocol::receive_message(control_.native_handle(), msg, /*dont_wait=*/true);
       if (rc == -EAGAIN) break;
       if (rc <= 0) {
-        // PID 1 is gone (or the socket broke): the pidfd watcher finishes the stop.
+        // PID 1 is gone or on its way (its descriptors close before it waits for the
+        // rest of its namespace): the pidfd watcher finishes the stop, in bounded time.
         control_.close(ec);
-        if (!pidfd_) on_pid1_exit();  // PID 1 was never announced
         wake_all();
+        if (!pidfd_)
+          co_await finish_stop();  // PID 1 was never announced
+        else
+          co_await bound_pid1_exit();
         co_return;
       }
       dispatch(msg);
@@ -311,6 +328,10 @@ void Sandbox::dispatch(protocol::Message& msg) {
       exec.failed = true;
       exec.error = msg.payload;
       break;
+    case Type::kLeftoversEnded:
+      exec.notice = std::move(msg.payload);
+      for (int fd : msg.fds) close(fd);
+      return;  // (nothing to wake for)
     case Type::kExited:
       exec.exited = true;
       exec.status = static_cast<int>(msg.header.value);
@@ -341,12 +362,55 @@ asio::awaitable<void> Sandbox::watch_pid1() {
     asio::steady_timer pause(strand_, std::chrono::milliseconds(1));
     co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
-  on_pid1_exit();
+  co_await finish_stop();
 }
 
-void Sandbox::on_pid1_exit() {
-  if (state_ == State::kStopped) return;
-  state_ = State::kStopped;
+asio::awaitable<void> Sandbox::bound_pid1_exit() {
+  auto self = shared_from_this();
+  if (exit_bounded_ || finishing_) co_return;
+  exit_bounded_ = true;
+  // PID 1 freezes a command's cgroup to kill its tree (v1) and thaws it after; killed in
+  // between, it leaves the cgroup frozen, and a frozen process never acts on the
+  // SIGKILL that the end of the namespace sends it, so PID 1 would wait for it forever.
+  // PID 1 freezes nothing once it is killed: thawing now lets the rest go. Tried again
+  // while PID 1 has not exited (it may have been inside its write to freezer.state).
+  const auto give_up = Clock::now() + kPid1ExitLimit;
+  auto pause = std::chrono::milliseconds(5);
+  asio::steady_timer timer(strand_);
+  while (!finishing_ && state_ != State::kStopped) {
+    timer.expires_after(pause);
+    error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (finishing_ || state_ == State::kStopped) break;
+    auto thaw = [this] { return cgroups_->thaw(name_); };
+    if (const size_t thawed = co_await run_on(teardown_pool(), std::move(thaw)); thawed > 0)
+      std::fprintf(stderr,
+                   "sandboxd: sandbox %s: thawed %zu frozen cgroup(s) so that its processes can end\n",
+                   name_.c_str(), thawed);
+    if (finishing_ || state_ == State::kStopped) break;
+    if (Clock::now() >= give_up) {
+      std::fprintf(stderr,
+                   "sandboxd: sandbox %s: PID 1 (host pid %d) did not exit within %lld s of being killed; "
+                   "what is left in its cgroups is killed and the sandbox counts as stopped\n",
+                   name_.c_str(), static_cast<int>(pid1_), static_cast<long long>(kPid1ExitLimit.count()));
+      co_await finish_stop();
+      break;
+    }
+    pause = std::min(pause * 2, std::chrono::milliseconds(250));
+  }
+}
+
+asio::awaitable<void> Sandbox::finish_stop() {
+  auto self = shared_from_this();
+  if (finishing_ || state_ == State::kStopped) {
+    while (state_ != State::kStopped) {  // (another caller is finishing it)
+      state_changed_.expires_at(Clock::time_point::max());
+      co_await wait_event(state_changed_);
+    }
+    co_return;
+  }
+  finishing_ = true;
+  state_ = State::kStopping;  // (no command is started from now on)
   error_code ec;
   control_.close(ec);
   if (pidfd_) pidfd_->close(ec);
@@ -355,12 +419,19 @@ void Sandbox::on_pid1_exit() {
     retry_eintr([&] { return waitpid(launcher_, &status, 0); });
     launcher_ = -1;
   }
-  // PID 1 is gone, so is every process of its namespace; remove the cgroups.
-  try {
-    cgroups_->destroy(name_);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sandboxd: removing cgroups of sandbox %s: %s\n", name_.c_str(), e.what());
-  }
+  // PID 1 is gone, so is every process of its namespace; remove the cgroups. That waits
+  // for the kernel (a memory cgroup refuses rmdir for a moment after its last task), so
+  // it runs on a pool of its own, never on an I/O thread, and many sandboxes stopping
+  // at once (a shutdown) remove theirs side by side.
+  auto destroy = [this] {
+    try {
+      cgroups_->destroy(name_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sandboxd: removing cgroups of sandbox %s: %s\n", name_.c_str(), e.what());
+    }
+  };
+  co_await run_on(teardown_pool(), std::move(destroy));
+  state_ = State::kStopped;
   wake_all();
   std::vector<std::function<void()>> hooks;
   {
@@ -400,10 +471,12 @@ asio::awaitable<void> Sandbox::stop_on_strand() {
   if (state_ == State::kStopped) co_return;
   if (state_ != State::kStopping) {
     state_ = State::kStopping;
-    if (pidfd_ && pidfd_->is_open())
+    if (pidfd_ && pidfd_->is_open()) {
       syscall(SYS_pidfd_send_signal, pidfd_->native_handle(), SIGKILL, nullptr, 0);
-    else
-      on_pid1_exit();  // never got as far as PID 1
+      asio::co_spawn(strand_, bound_pid1_exit(), asio::detached);
+    } else {
+      co_await finish_stop();  // never got as far as PID 1
+    }
   }
   while (state_ != State::kStopped) {
     state_changed_.expires_at(Clock::time_point::max());
@@ -589,6 +662,7 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
     result.stdout_truncated = out->truncated;
     result.stderr_truncated = err->truncated;
   }
+  if (!exec->notice.empty()) result.stderr_text = exec->notice + "\n" + result.stderr_text;
   if (result.timed_out) {
     result.return_code = 124;
     result.stderr_text = timeout_message(request.timeout);

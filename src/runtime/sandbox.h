@@ -82,6 +82,11 @@ struct ProcessChannel {
   int stderr_read = -1;
 };
 
+// How long a stop waits for PID 1 to exit once it is killed (frozen cgroups are thawed
+// meanwhile): past it the sandbox counts as stopped, what is left in its cgroups is
+// killed, and the failure is logged. Delete and shutdown never wait for longer.
+inline constexpr std::chrono::seconds kPid1ExitLimit{10};
+
 // A sandbox that cannot start, or a command that cannot be started in it.
 class SandboxError : public std::runtime_error {
  public:
@@ -158,7 +163,12 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   asio::awaitable<void> read_control();
   asio::awaitable<void> watch_pid1();
   void dispatch(protocol::Message& msg);
-  void on_pid1_exit();
+  // PID 1 has exited (or is given up on): removes the cgroups (on a pool, not here) and
+  // marks the sandbox stopped. Idempotent.
+  asio::awaitable<void> finish_stop();
+  // Once PID 1 is killed or its control socket closed: while it has not exited, thaws
+  // the sandbox's frozen cgroups, and past kPid1ExitLimit gives up on it. Idempotent.
+  asio::awaitable<void> bound_pid1_exit();
   void wake_all();
   int send(protocol::Type type, uint32_t id, std::string_view payload = {}, int64_t value = 0);
 
@@ -178,6 +188,8 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   uint32_t next_id_ = 1;
   size_t active_ = 0;
   std::chrono::steady_clock::time_point started_at_;
+  bool finishing_ = false;     // finish_stop() has begun
+  bool exit_bounded_ = false;  // bound_pid1_exit() runs
 
   // Guarded by hooks_mutex_ (touched from other threads than the strand's).
   std::mutex hooks_mutex_;
