@@ -3,6 +3,8 @@
 #include <boost/json.hpp>
 #include <charconv>
 
+#include "api/e2b_common.h"
+
 namespace sandboxd::api::connect_rpc {
 namespace {
 
@@ -22,6 +24,7 @@ ApiError unsupported_codec(std::string_view content_type, std::string_view expec
 }
 
 Result<json::object> parse_message(std::string_view text) {
+  if (auto checked = check_json_values(text); !checked) return checked.error();
   boost::system::error_code ec;
   json::value value = json::parse(text, ec);
   if (ec) return ApiError::invalid_request("The request message is not valid JSON: " + ec.message());
@@ -74,11 +77,11 @@ server::StringResponse unary_ok(const json::object& message) {
   return server::json_response(HttpStatus::ok, json::serialize(message));
 }
 
-asio::awaitable<Result<json::object>> read_unary(RequestContext& ctx) {
+asio::awaitable<Result<json::object>> read_unary(RequestContext& ctx, size_t limit) {
   const auto content_type = ctx.header_value(http::field::content_type);
   if (!media_type_is(content_type, "application/json"))
     co_return unsupported_codec(content_type, "application/json");
-  auto body = co_await ctx.read_body(kMaxRequestMessage);
+  auto body = co_await ctx.read_body(limit);
   if (!body) co_return body.error();
   if (body->empty()) co_return json::object{};
   co_return parse_message(*body);
@@ -100,11 +103,11 @@ Result<json::object> parse_envelope(std::string_view body) {
   return parse_message(body.substr(5));
 }
 
-asio::awaitable<Result<json::object>> read_stream_request(RequestContext& ctx) {
+asio::awaitable<Result<json::object>> read_stream_request(RequestContext& ctx, size_t limit) {
   const auto content_type = ctx.header_value(http::field::content_type);
   if (!media_type_is(content_type, "application/connect+json"))
     co_return unsupported_codec(content_type, "application/connect+json");
-  auto body = co_await ctx.read_body(kMaxRequestMessage + 5);
+  auto body = co_await ctx.read_body(limit + 5);
   if (!body) co_return body.error();
   co_return parse_envelope(*body);
 }
