@@ -926,7 +926,9 @@ void register_e2b_envd_routes(server::HttpServer& http, ApiContext& api) {
   http.route(http::verb::get, base + "/files", "e2b.envd.files.read", e2b_route(api, download));
   auto slots = std::make_shared<UploadSlots>();
   http.route(http::verb::post, base + "/files", "e2b.envd.files.write",
-             e2b_route(api, [slots](ApiContext& context, RequestContext& ctx) { return upload(context, *slots, ctx); }));
+             e2b_route(api, [slots](ApiContext& context, RequestContext& ctx) {
+               return upload(context, *slots, ctx);
+             }));
   const std::string process = base + "/process.Process/";
   http.route(http::verb::post, process + "Start", "e2b.envd.process.start", stream_route(api, start_process));
   http.route(http::verb::post, process + "Connect", "e2b.envd.process.connect",

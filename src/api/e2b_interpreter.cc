@@ -358,10 +358,10 @@ asio::awaitable<Result<Response>> execute(ApiContext& api, RequestContext& ctx) 
     message.reset();
     co_return co_await stream->push(std::move(text));
   };
-  stream->watch = server::DisconnectWatch::start(ctx.stream().socket(),
-                                                 [weak = std::weak_ptr<CellStream>(stream)] {
-                                                   if (auto gone = weak.lock()) gone->abandon();
-                                                 });
+  stream->watch =
+      server::DisconnectWatch::start(ctx.stream().socket(), [weak = std::weak_ptr<CellStream>(stream)] {
+        if (auto gone = weak.lock()) gone->abandon();
+      });
   asio::co_spawn(
       executor,
       [&api, stream, container, call = std::move(call)]() mutable -> asio::awaitable<Result<KernelResult>> {

@@ -292,12 +292,12 @@ asio::awaitable<Result<void>> SandboxProcess::write_stdin(std::string bytes) {
       co_return ApiError::invalid_request("The process's stdin is closed (start it with stdin enabled)");
     if (bytes.empty()) co_return Result<void>{};
     if (self->stdin_queued_ + bytes.size() > kStdinQueue)
-      co_return ApiError::rate_limited(
-          "The process has not read the " + std::to_string(self->stdin_queued_) +
-              " bytes of stdin waiting for it; at most " + std::to_string(kStdinQueue) +
-              " bytes may wait (this write has " + std::to_string(bytes.size()) +
-              "): none of it was taken, send it again once the process reads",
-          1);
+      co_return ApiError::rate_limited("The process has not read the " + std::to_string(self->stdin_queued_) +
+                                           " bytes of stdin waiting for it; at most " +
+                                           std::to_string(kStdinQueue) + " bytes may wait (this write has " +
+                                           std::to_string(bytes.size()) +
+                                           "): none of it was taken, send it again once the process reads",
+                                       1);
     self->stdin_queued_ += bytes.size();
     self->stdin_queue_.push_back(std::move(bytes));
     if (!self->stdin_writing_) {

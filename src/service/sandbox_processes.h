@@ -145,12 +145,12 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   std::vector<std::weak_ptr<ProcessReader>> readers_;
   std::optional<ProcessOutput> end_;
   int pumps_running_ = 0;
-  std::deque<std::string> stdin_queue_;  // taken, not yet written
-  size_t stdin_queued_ = 0;              // their bytes
-  bool stdin_writing_ = false;           // write_queued_stdin runs
-  bool stdin_closing_ = false;           // closed once the queue is written
+  std::deque<std::string> stdin_queue_;    // taken, not yet written
+  size_t stdin_queued_ = 0;                // their bytes
+  bool stdin_writing_ = false;             // write_queued_stdin runs
+  bool stdin_closing_ = false;             // closed once the queue is written
   std::vector<asio::steady_timer*> room_;  // woken when a reader drains
-  asio::steady_timer pumps_done_;                // woken as each pipe closes
+  asio::steady_timer pumps_done_;          // woken as each pipe closes
   asio::steady_timer deadline_;
   std::atomic<bool> ended_{false};
   std::atomic<int> kill_signal_{0};  // the signal a client asked for (0: none)
