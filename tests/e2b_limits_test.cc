@@ -118,6 +118,21 @@ class E2bLimits : public ::testing::Test {
     auto listing = json(out.substr(out.find('\n') + 1));
     return listing.at("processes").as_array().size();
   }
+  // A connection to the server with one socket option set first (-1 on a failure).
+  int connect_to_server(int option, const void* value, socklen_t size) const {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    setsockopt(fd, SOL_SOCKET, option, value, size);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(server_.port()));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
   // The descriptor count once it has stayed the same for half a second.
   size_t settled_descriptors() const {
     size_t now = open_descriptors(server_.pid());
@@ -192,15 +207,9 @@ TEST_F(E2bLimits, ConcurrentStartsStayWithinTheSandboxsShare) {
       std::to_string(body.size()) + "\r\n\r\n" + body;
   std::vector<int> clients;
   for (int i = 0; i < 200; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
     timeval wait{30, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(server_.port()));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    const int fd = connect_to_server(SO_RCVTIMEO, &wait, sizeof wait);
+    ASSERT_GE(fd, 0);
     clients.push_back(fd);
   }
   for (int fd : clients)
@@ -455,15 +464,9 @@ TEST_F(E2bLimits, ExecuteForAClientThatStopsReadingHoldsLittleAndOthersAreServed
         "\r\nE2b-Sandbox-Id: " + sandbox_ +
         "\r\nE2b-Sandbox-Port: 49999\r\nContent-Type: application/json\r\nContent-Length: " +
         std::to_string(body.size()) + "\r\n\r\n" + body;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;  // a client that reads nothing holds little in its own buffer
+    const int fd = connect_to_server(SO_RCVBUF, &small, sizeof small);
     ASSERT_GE(fd, 0);
-    int small = 4096;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(server_.port()));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
     ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
     clients.push_back(fd);
   }
