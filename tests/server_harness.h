@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "process_stats.h"
 #include "host_leftovers.h"
 
 extern char** environ;
@@ -89,28 +90,9 @@ inline boost::json::value json(const std::string& text) {
   return value;
 }
 
-// A process's resident memory (VmRSS in /proc/PID/status), in KiB.
-inline long rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string key; in >> key;) {
-    if (key == "VmRSS:") {
-      long v = 0;
-      in >> v;
-      return v;
-    }
-    in.ignore(1 << 16, '\n');
-  }
-  return 0;
-}
-// How many descriptors a process has open (/proc/PID/fd).
-inline long count_fds(pid_t pid) {
-  long n = 0;
-  std::error_code ec;
-  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != fs::directory_iterator(); it.increment(ec))
-    ++n;
-  return n;
-}
+// A process's resident memory and open descriptors (tests/process_stats.h).
+using sandboxd::testing::count_fds;
+using sandboxd::testing::rss_kib;
 
 class ServerProcess {
  public:

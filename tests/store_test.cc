@@ -1932,6 +1932,49 @@ TEST(Multipart, AnyOneOrTwoCutsGiveTheSameParts) {
   }
 }
 
+// A receiver that pauses at each part's start and end (to do asynchronous work there)
+// gets control back exactly there, with the rest of the bytes left to feed, and the
+// same parts as a plain feed.
+TEST(Multipart, PausesAtEachPartsStartAndEnd) {
+  const std::string body = sample_body(kTrickyContent);
+  ParseResult result;
+  MultipartParser* self = nullptr;
+  std::vector<std::string> events;
+  MultipartParser parser(
+      kBoundary,
+      [&](const PartHeaders& headers) {
+        result.parts.push_back({headers, {}, false});
+        events.push_back("part");
+        self->pause();
+        return true;
+      },
+      [&](std::string_view chunk) {
+        result.parts.back().data.append(chunk);
+        return true;
+      },
+      [&] {
+        result.parts.back().ended = true;
+        events.push_back("end");
+        self->pause();
+        return true;
+      });
+  self = &parser;
+  std::string_view rest = body;
+  int returns = 0;
+  while (!rest.empty()) {
+    const size_t before = events.size();
+    ASSERT_TRUE(parser.feed_until_pause(rest)) << parser.error();
+    ++returns;
+    // Each return follows at most one callback that paused (none for the last bytes).
+    ASSERT_LE(events.size(), before + 1);
+    ASSERT_LE(returns, 10);
+  }
+  EXPECT_EQ(events, (std::vector<std::string>{"part", "end", "part", "end"}));
+  result.ok = true;
+  result.finished = parser.finished();
+  expect_sample(result, kTrickyContent);
+}
+
 TEST(Multipart, OneByteAtATime) {
   const std::string body = sample_body(kTrickyContent);
   std::vector<size_t> cuts;

@@ -3,6 +3,8 @@
 #include <boost/json.hpp>
 #include <charconv>
 
+#include "api/e2b_common.h"
+
 namespace sandboxd::api::connect_rpc {
 namespace {
 
@@ -66,22 +68,26 @@ server::StringResponse unary_ok(const json::object& message) {
   return server::json_response(HttpStatus::ok, json::serialize(message));
 }
 
-asio::awaitable<Result<json::object>> read_unary(RequestContext& ctx) {
+asio::awaitable<Result<json::object>> read_unary(RequestContext& ctx, size_t limit) {
   const auto content_type = ctx.header_value(http::field::content_type);
   if (!media_type_is(content_type, "application/json"))
     co_return unsupported_codec(content_type, "application/json");
-  auto body = co_await ctx.read_body(kMaxRequestMessage);
+  auto body = co_await ctx.read_body(limit);
   if (!body) co_return body.error();
   if (body->empty()) co_return json::object{};
+  // Counted before it is parsed: a message of many small values costs many times its size.
+  if (auto counted = check_json_values(*body); !counted) co_return counted.error();
   co_return parse_message(*body);
 }
 
-asio::awaitable<Result<json::object>> read_stream_request(RequestContext& ctx) {
+asio::awaitable<Result<json::object>> read_stream_request(RequestContext& ctx, size_t limit) {
   const auto content_type = ctx.header_value(http::field::content_type);
   if (!media_type_is(content_type, "application/connect+json"))
     co_return unsupported_codec(content_type, "application/connect+json");
-  auto body = co_await ctx.read_body(kMaxRequestMessage + 5);
+  auto body = co_await ctx.read_body(limit + 5);
   if (!body) co_return body.error();
+  if (body->size() > 5)
+    if (auto counted = check_json_values(std::string_view(*body).substr(5)); !counted) co_return counted.error();
   co_return parse_envelope(*body);
 }
 

@@ -16,8 +16,9 @@
 
 namespace sandboxd::api::connect_rpc {
 
-// The largest request message accepted (a stdin write, a file path: small by nature).
-inline constexpr size_t kMaxRequestMessage = 8u << 20;
+// The largest request message of most calls (a pid, a path, a signal: small by
+// nature); a call that needs more says so (a process's start, a stdin write).
+inline constexpr size_t kSmallMessage = 64 * 1024;
 
 // The Connect code of an error ("not_found", "invalid_argument", ...).
 std::string code_of(const ApiError& error);
@@ -28,10 +29,13 @@ boost::json::object error_object(const ApiError& error);
 server::StringResponse unary_error(const ApiError& error);
 server::StringResponse unary_ok(const boost::json::object& message);
 
-// A unary call's request message: the body, as JSON (415 for another codec).
-asio::awaitable<Result<boost::json::object>> read_unary(RequestContext& ctx);
-// A server-streaming call's one request message, from its envelope.
-asio::awaitable<Result<boost::json::object>> read_stream_request(RequestContext& ctx);
+// A unary call's request message: the body, as JSON (415 for another codec), at most
+// `limit` bytes (413 beyond: resource_exhausted) and kMaxJsonValues values (400,
+// checked before it is parsed).
+asio::awaitable<Result<boost::json::object>> read_unary(RequestContext& ctx, size_t limit = kSmallMessage);
+// A server-streaming call's one request message, from its envelope (the same bounds).
+asio::awaitable<Result<boost::json::object>> read_stream_request(RequestContext& ctx,
+                                                                 size_t limit = kSmallMessage);
 
 // An enveloped message (`end_stream` flags the last).
 std::string envelope(std::string_view json, bool end_stream = false);

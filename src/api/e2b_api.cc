@@ -56,7 +56,7 @@ asio::awaitable<Result<json::object>> read_object(RequestContext& ctx) {
   auto body = co_await ctx.read_body(kControlBodyLimit);
   if (!body) co_return body.error();
   if (body->empty()) co_return json::object{};
-  co_return parse_json_object(*body);
+  co_return parse_e2b_object(*body);
 }
 
 // The Sandbox schema: what create and connect answer. The envd access token is the
@@ -335,6 +335,36 @@ asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api
     co_return ApiError{HttpStatus::bad_gateway, "api_error", "The sandbox " + id + " was not found"};
   if (!container) co_return container.error();
   co_return AddressedSandbox{std::move(*found), std::move(*container)};
+}
+
+Result<void> check_json_values(std::string_view text, size_t max_values) {
+  // Separators and openings outside strings: a value follows each (and an object's
+  // member has two: its key and its value, around the colon).
+  size_t values = 1;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"')
+      in_string = true;
+    else if (c == ',' || c == ':' || c == '[' || c == '{')
+      ++values;
+    if (values > max_values)
+      return ApiError::invalid_request("The request holds more than " + std::to_string(max_values) +
+                                       " JSON values; this API's messages are a few fields");
+  }
+  return {};
+}
+
+Result<json::object> parse_e2b_object(std::string_view body) {
+  if (auto checked = check_json_values(body); !checked) return checked.error();
+  return parse_json_object(body);
 }
 
 std::string e2b_time(int64_t unix_ms) {

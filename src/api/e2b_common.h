@@ -55,6 +55,20 @@ struct AddressedSandbox {
 asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api, RequestContext& ctx,
                                                                  uint16_t port);
 
+// What an E2B request body may hold. A parsed JSON value costs far more than its text
+// (a value of 16 bytes or more for each `0,` in an array, an allocation for each object
+// or array): the count of values is checked on the text before anything is parsed, so
+// that parsing a body of the surface's size limit costs about its size again, never
+// tens of times it. Every E2B message is a few fields, a command's arguments and
+// variables, metadata: far fewer values than this.
+inline constexpr size_t kMaxJsonValues = 16 * 1024;
+
+// At least how many values the JSON text `text` holds (counted without parsing: each
+// comma, colon, '[' and '{' outside strings), or a 400 beyond `max_values`.
+Result<void> check_json_values(std::string_view text, size_t max_values = kMaxJsonValues);
+// A JSON object body, checked by check_json_values first.
+Result<boost::json::object> parse_e2b_object(std::string_view body);
+
 // Unix milliseconds as RFC 3339 (UTC, milliseconds): E2B's date-time fields.
 std::string e2b_time(int64_t unix_ms);
 

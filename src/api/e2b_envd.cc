@@ -11,11 +11,17 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 #include <charconv>
 #include <csignal>
 #include <ctime>
 #include <deque>
+#include <mutex>
+#include <utility>
 
 #include "api/connect_rpc.h"
 #include "api/e2b_common.h"
@@ -39,6 +45,14 @@ using service::ProcessOutput;
 constexpr std::string_view kHome = "/home/user";
 // One multipart upload writes at most this many files.
 constexpr size_t kMaxFilesPerUpload = 1000;
+
+// The request messages' sizes: what each call can need, no more. A process's start is a
+// command, its arguments and variables, which the kernel takes at most 2 MiB of in all
+// (ARG_MAX at the default stack limit; one argument at most 128 KiB): 1 MiB of JSON
+// leaves room for escapes. A stdin write is at most what may wait for a process
+// (SandboxProcess::kStdinQueue), in base64, and the selector.
+constexpr size_t kStartMessage = 1u << 20;
+constexpr size_t kInputMessage = service::SandboxProcess::kStdinQueue / 3 * 4 + 4096;
 
 // ---------------------------------------------------------------------------------
 // Paths: E2B's home is the workspace.
@@ -269,7 +283,7 @@ Result<std::shared_ptr<service::SandboxProcess>> select_process(ApiContext& api,
 }
 
 asio::awaitable<Result<Response>> start_process(ApiContext& api, RequestContext& ctx) {
-  auto request = co_await connect_rpc::read_stream_request(ctx);
+  auto request = co_await connect_rpc::read_stream_request(ctx, kStartMessage);
   if (!request) co_return request.error();
   if (auto user = check_user(ctx); !user) co_return user.error();
   if (const auto* pty = request->if_contains("pty"); pty && !pty->is_null())
@@ -324,7 +338,7 @@ asio::awaitable<Result<Response>> list_processes(ApiContext& api, RequestContext
 }
 
 asio::awaitable<Result<Response>> send_input(ApiContext& api, RequestContext& ctx) {
-  auto request = co_await connect_rpc::read_unary(ctx);
+  auto request = co_await connect_rpc::read_unary(ctx, kInputMessage);
   if (!request) co_return request.error();
   auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
   if (!addressed) co_return addressed.error();
@@ -633,10 +647,84 @@ asio::awaitable<Result<Response>> download(ApiContext& api, RequestContext& ctx)
   co_return response;
 }
 
+// The files an upload holds open: each is a temporary file and its folder (two
+// descriptors) from its part's first byte until it is committed, at the part's end. One
+// upload holds one at a time, and one owner's uploads together at most
+// kOpenFilesPerOwner (then a new part waits until one of them commits, at most
+// kUploadSlotWait): an upload of thousands of small parts, or many uploads at once,
+// cannot take the server's descriptors from others.
+constexpr size_t kOpenFilesPerOwner = 64;
+constexpr auto kUploadSlotWait = std::chrono::seconds(60);
+
+class UploadSlots {
+ public:
+  // One open file of an owner's uploads, given back when it goes.
+  class Slot {
+   public:
+    Slot() = default;
+    Slot(UploadSlots* slots, std::string owner) : slots_(slots), owner_(std::move(owner)) {}
+    Slot(Slot&& other) noexcept
+        : slots_(std::exchange(other.slots_, nullptr)), owner_(std::move(other.owner_)) {}
+    Slot& operator=(Slot&& other) noexcept {
+      if (this != &other) {
+        release();
+        slots_ = std::exchange(other.slots_, nullptr);
+        owner_ = std::move(other.owner_);
+      }
+      return *this;
+    }
+    ~Slot() { release(); }
+    explicit operator bool() const { return slots_ != nullptr; }
+
+   private:
+    void release() {
+      if (slots_) std::exchange(slots_, nullptr)->give_back(owner_);
+    }
+    UploadSlots* slots_ = nullptr;
+    std::string owner_;
+  };
+
+  // A slot now, if the owner has one left.
+  std::optional<Slot> try_take(const std::string& owner) {
+    std::lock_guard lock(mutex_);
+    size_t& held = held_[owner];
+    if (held >= kOpenFilesPerOwner) return std::nullopt;
+    ++held;
+    return Slot(this, owner);
+  }
+  // A slot once the owner has one, waiting at most kUploadSlotWait (then a 429).
+  asio::awaitable<Result<Slot>> take(const std::string& owner) {
+    const auto deadline = std::chrono::steady_clock::now() + kUploadSlotWait;
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (;;) {
+      if (auto slot = try_take(owner)) co_return std::move(*slot);
+      if (std::chrono::steady_clock::now() >= deadline)
+        co_return ApiError::rate_limited("This key's uploads hold " + std::to_string(kOpenFilesPerOwner) +
+                                             " files open already; send fewer uploads at once",
+                                         1);
+      // (Slots come back from other connections' threads: a short poll, while an owner
+      // has more files under way than its share, instead of a wake-up across threads.)
+      timer.expires_after(std::chrono::milliseconds(10));
+      boost::system::error_code ignored;
+      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    }
+  }
+
+ private:
+  void give_back(const std::string& owner) {
+    std::lock_guard lock(mutex_);
+    auto it = held_.find(owner);
+    if (it != held_.end() && --it->second == 0) held_.erase(it);
+  }
+  std::mutex mutex_;
+  std::map<std::string, size_t> held_;
+};
+
 // One file of an upload, written where its path says.
-struct PendingFile {
+struct UploadFile {
   std::string path;
   std::unique_ptr<store::FileWriter> writer;
+  UploadSlots::Slot slot;
 };
 
 Result<std::unique_ptr<store::FileWriter>> begin_write(ApiContext& api, const Container& container,
@@ -649,22 +737,33 @@ Result<std::unique_ptr<store::FileWriter>> begin_write(ApiContext& api, const Co
   return std::move(*begun);
 }
 
-asio::awaitable<Result<json::array>> commit_all(std::deque<PendingFile>& files) {
-  auto commit = [&files]() -> Result<json::array> {
-    json::array out;
-    for (auto& file : files) {
-      auto record = file.writer->commit();
-      if (!record) return file_problem(record.error(), file.path);
+// Commits the files (off the I/O thread) and closes them; what each became goes to
+// `out`, as /files answers it.
+asio::awaitable<Result<void>> commit_all(std::vector<UploadFile>& files, json::array& out) {
+  auto commit = [&files, &out]() -> Result<void> {
+    for (size_t i = 0; i < files.size(); ++i) {
+      auto record = files[i].writer->commit();
+      if (!record) {
+        for (size_t rest = i; rest < files.size(); ++rest) files[rest].writer->abort();
+        return file_problem(record.error(), files[i].path);
+      }
       const std::string shown = to_e2b_path(record->path);
       out.push_back(
           json::object{{"name", shown.substr(shown.rfind('/') + 1)}, {"type", "file"}, {"path", shown}});
     }
-    return out;
+    return {};
   };
-  co_return co_await run_blocking(std::move(commit));
+  auto committed = co_await run_blocking(std::move(commit));
+  files.clear();  // (closed here, on the I/O thread: their descriptors and slots go back)
+  co_return committed;
 }
 
-asio::awaitable<Result<Response>> upload(ApiContext& api, RequestContext& ctx) {
+void abort_all(std::vector<UploadFile>& files) {
+  for (auto& file : files) file.writer->abort();
+  files.clear();
+}
+
+asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, RequestContext& ctx) {
   if (auto user = check_username_query(ctx); !user) co_return user.error();
   if (auto encoding = ctx.header_value(http::field::content_encoding);
       !encoding.empty() && encoding != "identity")
@@ -677,7 +776,8 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, RequestContext& ctx) {
   Container& container = **ready;
   const auto query_path = ctx.query_value("path");
   const uint64_t limit = api.config()->max_upload_bytes;
-  std::deque<PendingFile> files;  // (a deque: `current` stays valid as files are added)
+  json::array committed;
+  std::vector<UploadFile> ended;  // ended parts, open until committed
   const auto content_type = ctx.header_value(http::field::content_type);
   auto boundary = store::MultipartParser::boundary_from_content_type(content_type);
   if (!boundary) {
@@ -685,6 +785,8 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, RequestContext& ctx) {
     if (!query_path || query_path->empty())
       co_return ApiError::invalid_request("'path' is required for a raw upload");
     const std::string path = to_sandbox_path(*query_path);
+    auto slot = co_await slots.take(ctx.owner);
+    if (!slot) co_return slot.error();
     auto writer = begin_write(api, container, path);
     if (!writer) co_return writer.error();
     auto accept = [](size_t) -> Result<void> { return {}; };  // the volume's size bounds it
@@ -693,16 +795,33 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, RequestContext& ctx) {
       (*writer)->abort();
       co_return received.error();
     }
-    files.push_back({path, std::move(*writer)});
+    ended.push_back({path, std::move(*writer), std::move(*slot)});
   } else {
+    // Each 'file' part: its path when its headers end (the parser pauses there, and the
+    // part waits for a slot), its file opened at its first byte (or at its end, when it
+    // is empty) and committed at its end (the parser pauses again).
     std::optional<ApiError> failure;
-    PendingFile* current = nullptr;
+    size_t file_parts = 0;
+    std::optional<std::string> part_path;  // the 'file' part being read
+    std::optional<UploadFile> current;     // its file, once opened
+    UploadSlots::Slot part_slot;           // the slot it opens with
+    bool wants_slot = false;
+    store::MultipartParser* parser_ptr = nullptr;
+    auto open_current = [&]() -> bool {
+      auto writer = begin_write(api, container, *part_path);
+      if (!writer) {
+        failure = writer.error();
+        return false;
+      }
+      current.emplace(UploadFile{*part_path, std::move(*writer), std::move(part_slot)});
+      return true;
+    };
     store::MultipartParser parser(
         *boundary,
         [&](const store::PartHeaders& part) {
-          current = nullptr;
+          part_path.reset();
           if (part.name != "file") return true;  // other fields are ignored
-          if (files.size() >= kMaxFilesPerUpload) {
+          if (file_parts >= kMaxFilesPerUpload) {
             failure = ApiError::invalid_request("At most " + std::to_string(kMaxFilesPerUpload) +
                                                 " files in one upload");
             return false;
@@ -715,18 +834,15 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, RequestContext& ctx) {
             failure = ApiError::invalid_request("A 'file' part has no filename; pass ?path=");
             return false;
           }
-          const std::string path = to_sandbox_path(chosen);
-          auto writer = begin_write(api, container, path);
-          if (!writer) {
-            failure = writer.error();
-            return false;
-          }
-          files.push_back({path, std::move(*writer)});
-          current = &files.back();
+          ++file_parts;
+          part_path = to_sandbox_path(chosen);
+          wants_slot = true;
+          parser_ptr->pause();
           return true;
         },
         [&](std::string_view data) {
-          if (!current) return true;
+          if (!part_path) return true;
+          if (!current && !open_current()) return false;
           if (auto written = current->writer->write(data.data(), data.size()); !written) {
             failure = file_problem(written.error(), current->path);
             return false;
@@ -734,37 +850,61 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, RequestContext& ctx) {
           return true;
         },
         [&]() {
-          current = nullptr;
+          if (!part_path) return true;
+          if (!current && !open_current()) return false;  // an empty file
+          ended.push_back(std::move(*current));
+          current.reset();
+          part_path.reset();
+          parser_ptr->pause();
           return true;
         });
+    parser_ptr = &parser;
     // A refused part ends the upload, but the rest of the body is still read (and
     // dropped, within the upload limit): a client that streams its body reads the
     // answer instead of finding the connection closed under its writes.
     std::optional<ApiError> refused;
     server::RequestContext::AsyncChunkConsumer on_chunk =
         [&](std::string_view chunk) -> asio::awaitable<Result<void>> {
-      if (refused) co_return Result<void>{};
-      if (current) co_await room_in(*current->writer, std::min<size_t>(chunk.size(), 1u << 20));
-      if (!parser.feed(chunk))
-        refused =
-            failure ? *failure : ApiError::invalid_request("Malformed multipart body: " + parser.error());
+      while (!chunk.empty() && !refused) {
+        if (!ended.empty()) {
+          if (auto done = co_await commit_all(ended, committed); !done) {
+            refused = done.error();
+            break;
+          }
+        }
+        if (wants_slot) {
+          wants_slot = false;
+          auto taken = co_await slots.take(ctx.owner);
+          if (!taken) {
+            refused = taken.error();
+            break;
+          }
+          part_slot = std::move(*taken);
+        }
+        if (current) co_await room_in(*current->writer, std::min<size_t>(chunk.size(), 1u << 20));
+        if (!parser.feed_until_pause(chunk))
+          refused =
+              failure ? *failure : ApiError::invalid_request("Malformed multipart body: " + parser.error());
+      }
       co_return Result<void>{};
     };
     auto received = co_await ctx.read_body_stream_async(limit, on_chunk);
     if (received && refused) received = *refused;
     if (received && !parser.finished())
       received = ApiError::invalid_request("The multipart body ended before its closing boundary");
-    if (received && files.empty())
+    if (received && file_parts == 0)
       received = ApiError::invalid_request("The multipart body has no 'file' field");
     if (!received) {
-      for (auto& file : files) file.writer->abort();
+      if (current) current->writer->abort();
+      abort_all(ended);
+      if (!committed.empty()) note_changed(container);
       co_return received.error();
     }
   }
-  auto committed = co_await commit_all(files);
+  auto done = co_await commit_all(ended, committed);
   note_changed(container);
-  if (!committed) co_return committed.error();
-  co_return json_ok(*committed);
+  if (!done) co_return done.error();
+  co_return json_ok(committed);
 }
 
 // GET /health: 204 while the sandbox runs (or can run: it starts on the next call), 502
@@ -784,7 +924,11 @@ void register_e2b_envd_routes(server::HttpServer& http, ApiContext& api) {
   using connect_rpc::unary_route;
   http.route(http::verb::get, base + "/health", "e2b.envd.health", e2b_route(api, health));
   http.route(http::verb::get, base + "/files", "e2b.envd.files.read", e2b_route(api, download));
-  http.route(http::verb::post, base + "/files", "e2b.envd.files.write", e2b_route(api, upload));
+  auto slots = std::make_shared<UploadSlots>();
+  http.route(http::verb::post, base + "/files", "e2b.envd.files.write",
+             e2b_route(api, [slots](ApiContext& context, RequestContext& ctx) {
+               return upload(context, *slots, ctx);
+             }));
   const std::string process = base + "/process.Process/";
   http.route(http::verb::post, process + "Start", "e2b.envd.process.start", stream_route(api, start_process));
   http.route(http::verb::post, process + "Connect", "e2b.envd.process.connect",

@@ -12,6 +12,8 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <ctime>
+#include <deque>
+#include <mutex>
 #include <optional>
 #include <variant>
 
@@ -26,8 +28,14 @@ namespace {
 
 namespace json = boost::json;
 
-// A request is code and a few fields; the code's own size limit is this.
-constexpr size_t kRequestLimit = 4u << 20;
+// A request is a code cell and a few fields: 2 MiB of it (checked before it is read,
+// and its values counted before it is parsed, e2b_common.h).
+constexpr size_t kRequestLimit = 2u << 20;
+// What may wait for a client to read a cell's stream: the lines already made, beyond
+// the one being written. A cell that makes more waits (the kernel reads its next frame
+// once the line before is taken), so a client that stops reading holds this much and a
+// line, not the cell's outputs.
+constexpr size_t kStreamBuffer = 1u << 20;
 constexpr size_t kMaxEnvVars = 1024;
 constexpr size_t kMaxPathLength = 4096;
 // Where E2B's code interpreter starts a context when the request names no directory.
@@ -117,7 +125,7 @@ std::string timestamp() {
 
 // A result of E2B's: the Jupyter MIME bundle's well-known types under E2B's names, the
 // rest in `extra`. A string's repr loses its quotes in `text`, as E2B's does.
-json::object e2b_result(const json::object& bundle, bool main_result) {
+json::object e2b_result(json::object bundle, bool main_result) {
   static const std::pair<std::string_view, std::string_view> kNames[] = {
       {"text/plain", "text"},        {"text/html", "html"},
       {"text/markdown", "markdown"}, {"image/svg+xml", "svg"},
@@ -127,12 +135,12 @@ json::object e2b_result(const json::object& bundle, bool main_result) {
       {"e2b/data", "data"},          {"e2b/chart", "chart"}};
   json::object out{{"type", "result"}, {"is_main_result", main_result}};
   json::object extra;
-  for (const auto& [mime, value] : bundle) {
+  for (auto& [mime, value] : bundle) {
     std::string_view name;
     for (const auto& [known, e2b] : kNames)
       if (mime == known) name = e2b;
     if (name.empty()) {
-      extra[mime] = value;
+      extra[mime] = std::move(value);
       continue;
     }
     if (name == "text" && value.is_string()) {
@@ -142,14 +150,14 @@ json::object e2b_result(const json::object& bundle, bool main_result) {
       out["text"] = text;
       continue;
     }
-    out[name] = value;
+    out[name] = std::move(value);
   }
   if (!extra.empty()) out["extra"] = std::move(extra);
   return out;
 }
 
 // A kernel event (python_kernel.h) as the line E2B's stream has for it.
-std::optional<json::object> e2b_message(const json::object& event) {
+std::optional<json::object> e2b_message(json::object event) {
   const std::string_view type = event.at("type").as_string();
   if (type == "start")
     return json::object{{"type", "number_of_executions"}, {"execution_count", event.at("execution_count")}};
@@ -158,7 +166,7 @@ std::optional<json::object> e2b_message(const json::object& event) {
                         {"text", to_valid_utf8(std::string(event.at("text").as_string()))},
                         {"timestamp", timestamp()}};
   if (type == "execute_result" || type == "display_data")
-    return e2b_result(event.at("data").as_object(), type == "execute_result");
+    return e2b_result(std::move(event.at("data").as_object()), type == "execute_result");
   if (type == "error") {
     std::string traceback;
     for (const auto& line : event.at("traceback").as_array()) {
@@ -180,26 +188,101 @@ json::object error_message(std::string name, std::string value) {
 
 std::string line(const json::object& message) { return json::serialize(message) + "\n"; }
 
-// One cell's way from the kernel to the response: its events, then its outcome. The
-// channel holds a few, so the kernel waits for a slow client (bounded memory).
-struct CellStream {
-  struct Item {
-    std::optional<json::object> event;
-    std::optional<Result<KernelResult>> outcome;
-  };
-  using Channel =
-      asio::experimental::concurrent_channel<void(boost::system::error_code, std::shared_ptr<Item>)>;
-  explicit CellStream(asio::any_io_executor executor) : channel(executor, 8) {}
-  Channel channel;
+// One cell's way from the kernel to the response: its events as the lines of E2B's
+// stream (made at once: a line is far smaller than the event it comes from), then its
+// outcome. At most kStreamBuffer of lines wait for the client (or one line, however
+// large): the kernel waits for a slow client, and a client that goes away drops them.
+class CellStream {
+ public:
+  explicit CellStream(asio::any_io_executor executor) : ready_(executor, 1), room_(executor, 1) {}
+
   std::shared_ptr<runtime::Cancellation> cancellation = std::make_shared<runtime::Cancellation>();
   std::shared_ptr<server::DisconnectWatch> watch;
 
-  // Whoever stops reading (the response ended, or never began) stops the cell.
-  void abandon() {
-    cancellation->cancel();
-    channel.close();
-    if (watch) watch->stop();
+  // The kernel's side: queues a line, waiting for room; false once the client is gone.
+  asio::awaitable<bool> push(std::string line) {
+    for (;;) {
+      {
+        std::lock_guard lock(mutex_);
+        if (closed_) co_return false;
+        if (bytes_ == 0 || bytes_ + line.size() <= kStreamBuffer) {
+          bytes_ += line.size();
+          lines_.push_back(std::move(line));
+          break;
+        }
+      }
+      auto [ec] = co_await room_.async_receive(asio::as_tuple(asio::use_awaitable));
+      if (ec) co_return false;
+    }
+    ready_.try_send(boost::system::error_code{});
+    co_return true;
   }
+  // The cell's end (or its refusal before it started).
+  void finish(Result<KernelResult> outcome) {
+    {
+      std::lock_guard lock(mutex_);
+      if (closed_) return;
+      outcome_ = std::move(outcome);
+    }
+    ready_.try_send(boost::system::error_code{});
+  }
+
+  // The response's side: the next line, or the outcome once every line is taken;
+  // nullopt when the stream was abandoned. A line taken counts until written().
+  struct Next {
+    std::optional<std::string> line;
+    std::optional<Result<KernelResult>> outcome;
+  };
+  asio::awaitable<std::optional<Next>> next() {
+    for (;;) {
+      {
+        std::lock_guard lock(mutex_);
+        if (closed_) co_return std::nullopt;
+        if (!lines_.empty()) {
+          Next next{std::move(lines_.front()), std::nullopt};
+          lines_.pop_front();
+          co_return next;
+        }
+        if (outcome_) co_return Next{std::nullopt, std::move(outcome_)};
+      }
+      auto [ec] = co_await ready_.async_receive(asio::as_tuple(asio::use_awaitable));
+      if (ec) co_return std::nullopt;
+    }
+  }
+  void written(size_t line_bytes) {
+    {
+      std::lock_guard lock(mutex_);
+      bytes_ -= std::min(bytes_, line_bytes);
+    }
+    room_.try_send(boost::system::error_code{});
+  }
+
+  // Whoever stops reading (the client went away, the response ended or never began)
+  // stops the cell and drops what waits.
+  void abandon() {
+    std::deque<std::string> dropped;
+    {
+      std::lock_guard lock(mutex_);
+      closed_ = true;
+      dropped.swap(lines_);
+      bytes_ = 0;
+      outcome_.reset();
+    }
+    cancellation->cancel();
+    ready_.close();
+    room_.close();
+  }
+
+ private:
+  // A wake-up (one buffered: a wake-up sent while nobody waits is not lost).
+  using Signal = asio::experimental::concurrent_channel<void(boost::system::error_code)>;
+  std::mutex mutex_;
+  std::deque<std::string> lines_;
+  size_t bytes_ = 0;  // of the lines queued and the one being written
+  std::optional<Result<KernelResult>> outcome_;
+  bool closed_ = false;
+  Signal ready_;  // a line or the outcome came
+  Signal room_;   // a line was written
 };
 
 // The line(s) that end a stream after the cell's events: its outcome when the events
@@ -224,7 +307,7 @@ std::string closing_lines(const Result<KernelResult>& outcome, std::chrono::mill
 asio::awaitable<Result<Response>> execute(ApiContext& api, RequestContext& ctx) {
   auto body_text = co_await ctx.read_body(kRequestLimit);
   if (!body_text) co_return body_text.error();
-  auto body = parse_json_object(*body_text);
+  auto body = parse_e2b_object(*body_text);
   if (!body) co_return body.error();
   auto* code = body->if_contains("code");
   if (!code || !code->is_string())
@@ -264,14 +347,17 @@ asio::awaitable<Result<Response>> execute(ApiContext& api, RequestContext& ctx) 
   auto stream = std::make_shared<CellStream>(executor);
   call.cancellation = stream->cancellation;
   call.on_event = [stream](json::object event) -> asio::awaitable<bool> {
-    auto item = std::make_shared<CellStream::Item>();
-    item->event = std::move(event);
-    auto [ec] = co_await stream->channel.async_send(boost::system::error_code{}, std::move(item),
-                                                    asio::as_tuple(asio::use_awaitable));
-    co_return !ec;
+    // The event becomes its line here and is freed before any wait.
+    auto message = e2b_message(std::move(event));
+    if (!message) co_return true;
+    std::string text = line(*message);
+    message.reset();
+    co_return co_await stream->push(std::move(text));
   };
-  stream->watch = server::DisconnectWatch::start(
-      ctx.stream().socket(), [cancellation = stream->cancellation] { cancellation->cancel(); });
+  stream->watch =
+      server::DisconnectWatch::start(ctx.stream().socket(), [weak = std::weak_ptr<CellStream>(stream)] {
+        if (auto gone = weak.lock()) gone->abandon();
+      });
   asio::co_spawn(
       executor,
       [&api, stream, container, call = std::move(call)]() mutable -> asio::awaitable<Result<KernelResult>> {
@@ -280,49 +366,43 @@ asio::awaitable<Result<Response>> execute(ApiContext& api, RequestContext& ctx) 
         co_return outcome;
       },
       [stream](std::exception_ptr failure, Result<KernelResult> outcome) {
-        auto item = std::make_shared<CellStream::Item>();
-        item->outcome = failure ? Result<KernelResult>(ApiError::internal()) : std::move(outcome);
-        stream->channel.try_send(boost::system::error_code{}, std::move(item));
+        stream->finish(failure ? Result<KernelResult>(ApiError::internal()) : std::move(outcome));
       });
 
-  // Nothing is sent until the cell has started (its slot taken, its kernel up): a
-  // refusal before that (no slot, no such context) is an HTTP error, as E2B's is.
-  auto [ec, first] = co_await stream->channel.async_receive(asio::as_tuple(asio::use_awaitable));
-  if (ec || !first) {
-    stream->abandon();
-    co_return ApiError::internal();
-  }
-  if (first->outcome && !*first->outcome) {
-    stream->abandon();
-    co_return first->outcome->error();
-  }
-  const auto timeout = std::chrono::seconds(config->code_execution_timeout_sec);
   struct Abandon {
     std::shared_ptr<CellStream> stream;
     ~Abandon() {
-      if (stream) stream->abandon();
+      if (!stream) return;
+      stream->abandon();
+      if (stream->watch) stream->watch->stop();
     }
   };
+  auto guard = std::shared_ptr<Abandon>(new Abandon{stream});  // (no temporary to destroy)
+  // Nothing is sent until the cell has started (its slot taken, its kernel up): a
+  // refusal before that (no slot, no such context) is an HTTP error, as E2B's is.
+  auto first = co_await stream->next();
+  if (!first) co_return ApiError::internal();
+  if (first->outcome && !*first->outcome) co_return first->outcome->error();
+  const auto timeout = std::chrono::seconds(config->code_execution_timeout_sec);
   server::StreamResponse response;
   response.header.result(http::status::ok);
   response.header.version(11);
   response.header.set(http::field::content_type, "application/x-ndjson");
   response.header.set(http::field::cache_control, "no-cache");
-  response.produce = [stream, first = std::move(first), timeout,
-                      guard = std::shared_ptr<Abandon>(new Abandon{stream})](
-                         server::ChunkWriter& writer) mutable -> asio::awaitable<void> {
-    auto item = std::move(first);
+  response.produce = [stream, item = std::move(*first), timeout,
+                      guard](server::ChunkWriter& writer) mutable -> asio::awaitable<void> {
     for (;;) {
-      if (item->outcome) {
-        co_await writer.write(closing_lines(*item->outcome, timeout));
+      if (item.outcome) {
+        co_await writer.write(closing_lines(*item.outcome, timeout));
         co_return;
       }
-      if (auto message = e2b_message(*item->event)) {
-        if (!co_await writer.write(line(*message))) co_return;  // the client left: the guard stops the cell
-      }
-      auto [ec, next] = co_await stream->channel.async_receive(asio::as_tuple(asio::use_awaitable));
-      if (ec || !next) co_return;
-      item = std::move(next);
+      const size_t size = item.line->size();
+      if (!co_await writer.write(*item.line)) co_return;  // the client left: the guard stops the cell
+      item.line.reset();
+      stream->written(size);
+      auto next = co_await stream->next();
+      if (!next) co_return;
+      item = std::move(*next);
     }
   };
   co_return Response{std::move(response)};
@@ -333,7 +413,7 @@ asio::awaitable<Result<Response>> create_context(ApiContext& api, RequestContext
   if (!body_text) co_return body_text.error();
   json::object body;
   if (!body_text->empty()) {
-    auto parsed = parse_json_object(*body_text);
+    auto parsed = parse_e2b_object(*body_text);
     if (!parsed) co_return parsed.error();
     body = std::move(*parsed);
   }

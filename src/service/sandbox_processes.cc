@@ -251,7 +251,7 @@ asio::awaitable<void> SandboxProcess::finish(std::function<void()> on_end) {
     end.exit_code = status;
   }
   deadline_.cancel();
-  stdin_.reset();
+  stdin_.reset();  // (a stdin write under way ends with an error and drops the queue)
   ended_ = true;
   co_await deliver(end);
   end_ = std::move(end);
@@ -287,27 +287,58 @@ asio::awaitable<std::shared_ptr<ProcessReader>> SandboxProcess::subscribe() {
 
 asio::awaitable<Result<void>> SandboxProcess::write_stdin(std::string bytes) {
   auto self = shared_from_this();
-  auto write = [self, bytes = std::move(bytes)]() -> asio::awaitable<Result<void>> {
-    while (self->stdin_busy_) co_await wait_for(self->stdin_turn_, std::chrono::seconds(1));
-    if (!self->stdin_ || self->ended_)
+  auto take = [self, bytes = std::move(bytes)]() mutable -> asio::awaitable<Result<void>> {
+    if (!self->stdin_ || self->stdin_closing_ || self->ended_)
       co_return ApiError::invalid_request("The process's stdin is closed (start it with stdin enabled)");
-    self->stdin_busy_ = true;
-    boost::system::error_code ec;
-    co_await asio::async_write(*self->stdin_, asio::buffer(bytes),
-                               asio::redirect_error(asio::use_awaitable, ec));
-    self->stdin_busy_ = false;
-    wake(self->stdin_turn_);
-    if (ec) co_return ApiError::invalid_request("The process's stdin is closed (" + ec.message() + ")");
+    if (bytes.empty()) co_return Result<void>{};
+    if (self->stdin_queued_ + bytes.size() > kStdinQueue)
+      co_return ApiError::rate_limited("The process has not read the " + std::to_string(self->stdin_queued_) +
+                                           " bytes of stdin waiting for it; at most " +
+                                           std::to_string(kStdinQueue) + " bytes may wait (this write has " +
+                                           std::to_string(bytes.size()) +
+                                           "): none of it was taken, send it again once the process reads",
+                                       1);
+    self->stdin_queued_ += bytes.size();
+    self->stdin_queue_.push_back(std::move(bytes));
+    if (!self->stdin_writing_) {
+      self->stdin_writing_ = true;
+      asio::co_spawn(
+          self->strand_, [self]() { return self->write_queued_stdin(); }, asio::detached);
+    }
     co_return Result<void>{};
   };
-  co_return co_await asio::co_spawn(strand_, write(), asio::use_awaitable);
+  co_return co_await asio::co_spawn(strand_, take(), asio::use_awaitable);
+}
+
+asio::awaitable<void> SandboxProcess::write_queued_stdin() {
+  auto self = shared_from_this();
+  while (!stdin_queue_.empty() && stdin_) {
+    boost::system::error_code ec;
+    // (The front stays in the queue while it is written: the buffer outlives the write,
+    // even when the process's end closes the pipe under it.)
+    co_await asio::async_write(*stdin_, asio::buffer(stdin_queue_.front()),
+                               asio::redirect_error(asio::use_awaitable, ec));
+    if (stdin_queue_.empty()) break;
+    stdin_queued_ -= stdin_queue_.front().size();
+    stdin_queue_.pop_front();
+    if (ec) {
+      // The process closed its stdin or ended: what waits can never be read.
+      stdin_queue_.clear();
+      stdin_queued_ = 0;
+      stdin_.reset();
+    }
+  }
+  stdin_queue_.clear();
+  stdin_queued_ = 0;
+  stdin_writing_ = false;
+  if (stdin_closing_) stdin_.reset();
 }
 
 asio::awaitable<Result<void>> SandboxProcess::close_stdin() {
   auto self = shared_from_this();
   auto close = [self]() -> asio::awaitable<Result<void>> {
-    while (self->stdin_busy_) co_await wait_for(self->stdin_turn_, std::chrono::seconds(1));
-    self->stdin_.reset();
+    self->stdin_closing_ = true;
+    if (!self->stdin_writing_) self->stdin_.reset();  // else once the queue is written
     co_return Result<void>{};
   };
   co_return co_await asio::co_spawn(strand_, close(), asio::use_awaitable);
@@ -316,6 +347,27 @@ asio::awaitable<Result<void>> SandboxProcess::close_stdin() {
 void SandboxProcess::kill(int signal) {
   kill_signal_ = signal > 0 ? signal : SIGKILL;
   sandbox_->kill_process(execution_id_);
+}
+
+struct SandboxProcesses::Reservation {
+  SandboxProcesses* processes;
+  Key key;
+  std::optional<std::string> tag;
+  bool held = true;
+  ~Reservation() {
+    if (!held) return;
+    std::lock_guard lock(processes->mutex_);
+    processes->release_locked(key, tag);
+  }
+};
+
+void SandboxProcesses::release_locked(const Key& key, const std::optional<std::string>& tag) {
+  if (auto it = starting_.find(key); it != starting_.end() && --it->second == 0) starting_.erase(it);
+  if (!tag) return;
+  if (auto it = starting_tags_.find(key); it != starting_tags_.end()) {
+    if (auto one = it->second.find(*tag); one != it->second.end()) it->second.erase(one);
+    if (it->second.empty()) starting_tags_.erase(it);
+  }
 }
 
 asio::awaitable<Result<SandboxProcesses::Started>> SandboxProcesses::start(
@@ -337,17 +389,25 @@ asio::awaitable<Result<SandboxProcesses::Started>> SandboxProcesses::start(
   const Key key{container->owner, container->id};
   {
     std::lock_guard lock(mutex_);
-    if (auto it = running_.find(key); it != running_.end() && it->second.size() >= kMaxPerSandbox)
+    auto it = running_.find(key);
+    const size_t running = it == running_.end() ? 0 : it->second.size();
+    const size_t starting = starting_.contains(key) ? starting_[key] : 0;
+    if (running + starting >= kMaxPerSandbox)
       co_return ApiError::rate_limited("This sandbox runs " + std::to_string(kMaxPerSandbox) +
                                            " processes already; wait for one to end or kill one",
                                        service.settings()->retry_after_sec);
-    if (tag)
-      if (auto it = running_.find(key); it != running_.end())
-        for (const auto& [pid, process] : it->second)
-          if (process->tag() == tag)
-            co_return ApiError{HttpStatus::conflict, "invalid_request_error",
-                               "A process tagged '" + *tag + "' runs already"};
+    if (tag) {
+      bool taken = starting_tags_.contains(key) && starting_tags_[key].contains(*tag);
+      if (it != running_.end())
+        for (const auto& [pid, process] : it->second) taken = taken || process->tag() == tag;
+      if (taken)
+        co_return ApiError{HttpStatus::conflict, "invalid_request_error",
+                           "A process tagged '" + *tag + "' runs already"};
+      starting_tags_[key].insert(*tag);
+    }
+    ++starting_[key];
   }
+  Reservation reservation{this, key, tag};
   // The working directory is entered by a shell in front of the command (the runtime
   // starts every process in the workspace): the command's own argv follows unchanged.
   // What E2B's SDKs send for a command, `bash -l -c SCRIPT`, enters it in that same
@@ -369,6 +429,8 @@ asio::awaitable<Result<SandboxProcesses::Started>> SandboxProcesses::start(
   {
     std::lock_guard lock(mutex_);
     running_[key][pid] = process;
+    release_locked(key, process->tag());
+    reservation.held = false;
   }
   // Its first reader before anything runs: nothing it writes is missed.
   auto reader = std::make_shared<ProcessReader>(process);

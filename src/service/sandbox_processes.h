@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,8 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
  public:
   // What one reader may have waiting before its process's output is held back.
   static constexpr size_t kReaderBuffer = 1u << 20;
+  // What may wait for a process to read its stdin (beyond what its pipe holds).
+  static constexpr size_t kStdinQueue = 2u << 20;
 
   SandboxProcess(uint32_t pid, ProcessConfig config, std::optional<std::string> tag,
                  std::shared_ptr<Container> container, ContainerService::StartedProcess started,
@@ -84,8 +87,14 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
 
   // A reader of everything the process writes from now on (and of its end).
   asio::awaitable<std::shared_ptr<ProcessReader>> subscribe();
-  // Writes to its stdin, in the order of the calls; 400 when its stdin is closed.
+  // Takes bytes for its stdin, written in the order of the calls as the process reads
+  // them: answered once queued, not once read. At most kStdinQueue bytes wait per
+  // process: beyond that a write is refused (429) and nothing of it is taken, so a
+  // process that never reads costs the server that much and no more. 400 when its
+  // stdin is closed.
   asio::awaitable<Result<void>> write_stdin(std::string bytes);
+  // Closes its stdin once what waits for it is written (the process reads its end of
+  // file after the last byte taken).
   asio::awaitable<Result<void>> close_stdin();
   // Kills its whole process tree (sandboxd runs each process in its own execution
   // cgroup, and ends it as a whole: every signal asked for is a kill).
@@ -108,6 +117,8 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   void enforce_timeout(std::chrono::milliseconds timeout);
   // Hands `piece` to every reader; waits while one of them has kReaderBuffer queued.
   asio::awaitable<void> deliver(ProcessOutput piece);
+  // Writes the queued stdin bytes as the process takes them (one at a time per process).
+  asio::awaitable<void> write_queued_stdin();
 
   const uint32_t pid_;
   const ProcessConfig config_;
@@ -134,10 +145,12 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   std::vector<std::weak_ptr<ProcessReader>> readers_;
   std::optional<ProcessOutput> end_;
   int pumps_running_ = 0;
-  bool stdin_busy_ = false;
-  std::vector<asio::steady_timer*> room_;        // woken when a reader drains
-  std::vector<asio::steady_timer*> stdin_turn_;  // woken when a stdin write ends
-  asio::steady_timer pumps_done_;                // woken as each pipe closes
+  std::deque<std::string> stdin_queue_;    // taken, not yet written
+  size_t stdin_queued_ = 0;                // their bytes
+  bool stdin_writing_ = false;             // write_queued_stdin runs
+  bool stdin_closing_ = false;             // closed once the queue is written
+  std::vector<asio::steady_timer*> room_;  // woken when a reader drains
+  asio::steady_timer pumps_done_;          // woken as each pipe closes
   asio::steady_timer deadline_;
   std::atomic<bool> ended_{false};
   std::atomic<int> kill_signal_{0};  // the signal a client asked for (0: none)
@@ -148,6 +161,8 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
 class SandboxProcesses {
  public:
   // Running at once in one sandbox (beyond it, a 429): each holds pipes and a reader.
+  // Counted from the moment a start is accepted, before it runs, so that concurrent
+  // starts cannot pass it together.
   static constexpr size_t kMaxPerSandbox = 64;
 
   // Starts `config` in the container's sandbox (starting it if need be). `env` is the
@@ -169,9 +184,16 @@ class SandboxProcesses {
  private:
   using Key = std::pair<std::string, std::string>;  // (owner, container id)
   void forget(const Key& key, uint32_t pid);
+  // A place among kMaxPerSandbox taken for a start under way (and its tag), given back
+  // when the start fails or its process is counted as running.
+  struct Reservation;
+  void release_locked(const Key& key, const std::optional<std::string>& tag);
 
   mutable std::mutex mutex_;
   std::map<Key, std::map<uint32_t, std::shared_ptr<SandboxProcess>>> running_;
+  // Starts accepted and not running yet, per sandbox, and the tags they will have.
+  std::map<Key, size_t> starting_;
+  std::map<Key, std::multiset<std::string>> starting_tags_;
   std::atomic<uint32_t> next_pid_{1000};
 };
 

@@ -217,6 +217,7 @@ struct MultipartParser::State {
   std::string held;
   std::string headers;  // the header block of the current part, until its blank line
   std::string error;
+  bool pause_asked = false;  // by a callback: feed_until_pause returns after it
 
   bool fail(std::string reason) {
     phase = Phase::kError;
@@ -391,8 +392,17 @@ MultipartParser::MultipartParser(std::string boundary, OnPart on_part, OnData on
 }
 
 bool MultipartParser::feed(std::string_view bytes) {
+  while (feed_until_pause(bytes) && !bytes.empty()) {
+  }
+  return state_->phase != State::Phase::kError;
+}
+
+void MultipartParser::pause() { state_->pause_asked = true; }
+
+bool MultipartParser::feed_until_pause(std::string_view& bytes) {
   State& s = *state_;
   using Phase = State::Phase;
+  s.pause_asked = false;
   while (s.phase != Phase::kError && s.phase != Phase::kEpilogue) {
     switch (s.phase) {
       case Phase::kPreamble:
@@ -411,7 +421,12 @@ bool MultipartParser::feed(std::string_view bytes) {
       default:
         break;
     }
+    if (s.pause_asked) {
+      s.pause_asked = false;
+      return s.phase != Phase::kError;
+    }
   }
+  if (s.phase == Phase::kEpilogue) bytes = {};  // the epilogue is ignored
   return s.phase != Phase::kError;
 }
 

@@ -31,6 +31,12 @@ class MultipartParser {
   // Feeds bytes. Returns false on malformed input or when a callback stopped it;
   // error() says why.
   bool feed(std::string_view bytes);
+  // The same, but stops early when the part or part-end callback called pause(): the
+  // bytes not parsed yet are left in `bytes`, for the next call (a receiver that has
+  // asynchronous work to do between parts: files to close, a slot to wait for).
+  bool feed_until_pause(std::string_view& bytes);
+  // Called from on_part or on_part_end: feed_until_pause returns after that callback.
+  void pause();
   // True once the closing boundary has been seen.
   bool finished() const;
   const std::string& error() const;
