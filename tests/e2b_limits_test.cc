@@ -408,7 +408,7 @@ TEST_F(E2bLimits, UploadsOfManyPartsHoldFewDescriptorsAndOthersAreServedMeanwhil
 
 // A client that asks for a cell of large outputs and stops reading: what waits for it
 // is bounded (a few lines, not the cell's outputs), another owner is served meanwhile,
-// and once the clients go their cells stop and their descriptors come back.
+// and once the clients go their cells stop and their descriptors and memory come back.
 TEST_F(E2bLimits, ExecuteForAClientThatStopsReadingHoldsLittleAndOthersAreServedMeanwhile) {
   const std::string cell =
       server_.curl("-m 120 -X POST " + server_.url("/e2b/sandbox/execute") + addressed(49999) +
@@ -482,6 +482,11 @@ TEST_F(E2bLimits, ExecuteForAClientThatStopsReadingHoldsLittleAndOthersAreServed
                        " -H 'Content-Type: application/json' -d '{\"code\": \"6 * 7\"}'",
                    kAlice);
   EXPECT_NE(next.find("\"text\":\"42\""), std::string::npos) << next.substr(0, 300);
+  // What the cells took is given back to the kernel, not kept by the server's allocator.
+  EXPECT_TRUE(eventually([&] { return rss_mib(server_.pid()) < rss_before + 96; }, std::chrono::seconds(30)))
+      << "RSS " << rss_mib(server_.pid()) << " MiB, before " << rss_before << " MiB";
+  std::cout << "the server's memory after the clients left: " << rss_mib(server_.pid()) << " MiB (before "
+            << rss_before << " MiB)\n";
 }
 
 }  // namespace

@@ -455,8 +455,9 @@ TEST(McpLimits, LargeJsonBodiesAreChargedToTheirOwnerAndOthersAreServedMeanwhile
   if (some_refused) bobs = held_call("secret-bob-x", "bob-held", "bob");
   for (auto& t : attackers) t.join();
   EXPECT_EQ(bobs.status, 200u) << bobs.body.substr(0, 300);
-  if (bobs.status == 200u)
+  if (bobs.status == 200u) {
     EXPECT_EQ(json(bobs.body).at("result").at("structuredContent").at("stdout"), "bob\n") << bobs.body;
+  }
   int ran = 0, refused = 0;
   for (const auto& reply : held) {
     if (reply.status == 200u) {

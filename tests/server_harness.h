@@ -19,8 +19,8 @@
 #include <string>
 #include <thread>
 
-#include "process_stats.h"
 #include "host_leftovers.h"
+#include "process_stats.h"
 
 extern char** environ;
 

@@ -87,7 +87,8 @@ asio::awaitable<Result<json::object>> read_stream_request(RequestContext& ctx, s
   auto body = co_await ctx.read_body(limit + 5);
   if (!body) co_return body.error();
   if (body->size() > 5)
-    if (auto counted = check_json_values(std::string_view(*body).substr(5)); !counted) co_return counted.error();
+    if (auto counted = check_json_values(std::string_view(*body).substr(5)); !counted)
+      co_return counted.error();
   co_return parse_envelope(*body);
 }
 

@@ -20,6 +20,7 @@
 #include "api/sandbox_network.h"
 #include "api/thread_chat.h"
 #include "app/host_share.h"
+#include "app/memory_release.h"
 #include "base/blocking.h"
 #include "base/ids.h"
 #include "cluster/container_durability.h"
@@ -396,6 +397,8 @@ int serve(ops::Config config, const std::string& config_path) {
     service::DirectoryWatches directory_watches;
     api.directory_watches = &directory_watches;
     e2b_sandboxes.start();
+    // What bursts freed goes back to the kernel instead of staying in the server's RSS.
+    start_memory_release(io);
     api.e2b_sandboxes = &e2b_sandboxes;
     api::register_e2b_routes(http, api);
     api::register_e2b_envd_routes(http, api);
