@@ -9,11 +9,7 @@
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <optional>
 
 #include "base/blocking.h"
@@ -84,143 +80,30 @@ bool past_share(size_t owner_bytes, size_t total_bytes) {
   return owner_bytes > kOwnerParseShare && total_bytes > kTotalParseMemory - kOwnerParseShare;
 }
 
-// The kernel gave no memory for a parse (the call and its arguments in `what`).
-struct ParseOutOfMemory : std::bad_alloc {
-  ParseOutOfMemory(std::string call, size_t bytes) : call(std::move(call)), bytes(bytes) {}
-  const char* what() const noexcept override { return call.c_str(); }
-  std::string call;
-  size_t bytes;
-};
-
-// Memory for a large body's parsed value, mapped from the kernel in blocks and given
-// back as soon as what lives in a block is freed. (The process's malloc keeps what is
-// freed for reuse: the millions of small values of one large body would stay in the
-// server's RSS long after the request.) Small allocations are carved from 1 MiB blocks,
-// each counting its live allocations; large ones are mappings of their own.
-class MappedArena {
- public:
-  static constexpr size_t kBlock = 1u << 20;
-  static constexpr size_t kHeader = 64;  // the block's live count, at its start
-  static constexpr size_t kDirect = 64u << 10;
-
-  ~MappedArena() {
-    if (current_) unmap(current_, kBlock);
-  }
-  // The memory, and how many bytes were mapped for it (0 when it fit in a block).
-  void* allocate(size_t n, size_t align, size_t& mapped) {
-    std::lock_guard lock(mutex_);
-    if (n >= kDirect) {
-      mapped = page_rounded(n);
-      return map(mapped, mapped);
-    }
-    mapped = 0;
-    size_t at = (offset_ + align - 1) & ~(align - 1);
-    if (!current_ || at + n > kBlock) {
-      char* block = map_aligned_block();
-      mapped = kBlock;
-      if (current_ && live(current_) == 0) {
-        unmap(current_, kBlock);
-        mapped -= kBlock;  // (net: the old block went as the new one came)
-      }
-      current_ = block;
-      at = (kHeader + align - 1) & ~(align - 1);
-    }
-    offset_ = at + n;
-    ++live(current_);
-    return current_ + at;
-  }
-  // Frees; returns how many bytes were unmapped.
-  size_t deallocate(void* p, size_t n) {
-    std::lock_guard lock(mutex_);
-    if (n >= kDirect) {
-      unmap(p, page_rounded(n));
-      return page_rounded(n);
-    }
-    char* block = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t{kBlock} - 1));
-    if (--live(block) > 0 || block == current_) return 0;
-    unmap(block, kBlock);
-    return kBlock;
-  }
-
- private:
-  static size_t& live(char* block) { return *reinterpret_cast<size_t*>(block); }
-  static size_t page_rounded(size_t n) {
-    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-    return (n + page - 1) / page * page;
-  }
-  static void* map(size_t length, size_t charged) {
-    void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-      throw ParseOutOfMemory("mmap(NULL, " + std::to_string(length) + ") failed: " + std::strerror(errno),
-                             charged);
-    return p;
-  }
-  // A block at a multiple of kBlock, so that a pointer finds its block's count.
-  static char* map_aligned_block() {
-    char* raw = static_cast<char*>(map(2 * kBlock, kBlock));
-    const uintptr_t start = (reinterpret_cast<uintptr_t>(raw) + kBlock - 1) & ~(uintptr_t{kBlock} - 1);
-    char* block = reinterpret_cast<char*>(start);
-    if (block > raw) unmap(raw, static_cast<size_t>(block - raw));
-    if (raw + 2 * kBlock > block + kBlock)
-      unmap(block + kBlock, static_cast<size_t>(raw + 2 * kBlock - (block + kBlock)));
-    live(block) = 0;
-    return block;
-  }
-  static void unmap(void* p, size_t length) {
-    if (::munmap(p, length) != 0) spdlog::error("munmap({}, {}) failed: {}", p, length, std::strerror(errno));
-  }
-
-  std::mutex mutex_;
-  char* current_ = nullptr;
-  size_t offset_ = 0;
-};
-
 // The storage of one body's parse and its value: every byte it takes is counted
-// against the owner's account and the total (what the arena maps for a large body,
-// what is asked of malloc for a small one). While the parse runs, an allocation past
+// against the owner's account and the total. While the parse runs, an allocation past
 // the body's own cap or a budget is refused; once the value is made, allocations in its
 // storage (a handler adding to it) are counted but never refused.
 class ChargedResource final : public json::memory_resource {
  public:
-  ChargedResource(std::shared_ptr<Account> account, size_t cap, bool mapped)
-      : account_(std::move(account)), cap_(cap) {
-    if (mapped) arena_.emplace();
-  }
-  ~ChargedResource() override {
-    arena_.reset();
-    uncharge(used_.load());
-  }
+  ChargedResource(std::shared_ptr<Account> account, size_t cap) : account_(std::move(account)), cap_(cap) {}
+  ~ChargedResource() override { uncharge(used_.load()); }
   void stop_enforcing() { enforcing_ = false; }
   size_t cap() const { return cap_; }
 
  private:
   void* do_allocate(size_t n, size_t align) override {
-    if (!arena_) {
-      charge(n);
-      try {
-        return ::operator new(n, std::align_val_t(align));
-      } catch (...) {
-        uncharge(n);
-        throw;
-      }
-    }
-    size_t mapped = 0;
-    void* p = arena_->allocate(n, align, mapped);
+    charge(n);
     try {
-      if (mapped > 0) charge(mapped);
+      return ::operator new(n, std::align_val_t(align));
     } catch (...) {
-      arena_->deallocate(p, n);  // (what it maps back is what was not charged)
+      uncharge(n);
       throw;
     }
-    return p;
   }
   void do_deallocate(void* p, size_t n, size_t align) override {
-    if (!arena_) {
-      ::operator delete(p, n, std::align_val_t(align));
-      uncharge(n);
-      return;
-    }
-    if (const size_t unmapped = arena_->deallocate(p, n); unmapped > 0) uncharge(unmapped);
+    ::operator delete(p, n, std::align_val_t(align));
+    uncharge(n);
   }
   bool do_is_equal(const json::memory_resource& other) const noexcept override { return this == &other; }
   // Counts `n` more bytes; while the parse runs, refuses them past a bound.
@@ -251,7 +134,6 @@ class ChargedResource final : public json::memory_resource {
   const size_t cap_;
   std::atomic<size_t> used_{0};
   std::atomic<bool> enforcing_{true};
-  std::optional<MappedArena> arena_;
 };
 
 ApiError refusal(ParseRefused::Reason reason, size_t cap) {
@@ -276,9 +158,8 @@ ApiError refusal(ParseRefused::Reason reason, size_t cap) {
 class ChargedParse {
  public:
   ChargedParse(std::shared_ptr<Account> account, size_t expected_bytes)
-      : storage_(json::make_shared_resource<ChargedResource>(std::move(account),
-                                                             kParseFactor * expected_bytes + kParseAllowance,
-                                                             expected_bytes > kInlineParseBytes)),
+      : storage_(json::make_shared_resource<ChargedResource>(
+            std::move(account), kParseFactor * expected_bytes + kParseAllowance)),
         parser_(storage_) {
     parser_.reset(storage_);
   }
@@ -290,9 +171,6 @@ class ChargedParse {
       return {};
     } catch (const ParseRefused& refused) {
       return refusal(refused.reason, resource().cap());
-    } catch (const ParseOutOfMemory& failed) {
-      spdlog::error("parsing a JSON body: {}", failed.call);
-      return ApiError::overloaded("The server is out of memory: retry shortly", 1);
     }
   }
   Result<json::value> finish() {
@@ -305,9 +183,6 @@ class ChargedParse {
       return value;
     } catch (const ParseRefused& refused) {
       return refusal(refused.reason, resource().cap());
-    } catch (const ParseOutOfMemory& failed) {
-      spdlog::error("parsing a JSON body: {}", failed.call);
-      return ApiError::overloaded("The server is out of memory: retry shortly", 1);
     }
   }
 

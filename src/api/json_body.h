@@ -15,9 +15,8 @@
 // and a single body may take at most kParseFactor times its size (plus a little):
 // beyond it, 413 (the body is too complex). What a budget counts stays counted as long
 // as the parsed value (or any value built in its storage) lives, so a handler that keeps
-// the value while it works keeps its owner charged. A large body's value lives in memory
-// mapped for it and given back to the kernel as it is freed, so that the server's RSS
-// comes back down after it (malloc would keep it for reuse).
+// the value while it works keeps its owner charged. (What a large body took goes back
+// to the kernel after it is freed: app/memory_release.h.)
 //
 //   auto body = co_await read_json_body(ctx, {.max_bytes = 32u << 20});
 //   if (!body) co_return body.error();   // 400 invalid JSON, 413, 429, 503
