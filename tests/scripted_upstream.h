@@ -6,7 +6,8 @@
 //   {"message": {...}}                  a Messages response; streamed as SSE when the
 //                                       request asks, its text and tool input split
 //                                       into small deltas and its bytes into `chunk`-
-//                                       sized writes (default 7)
+//                                       sized writes (default 7); a text block's
+//                                       citations as citations_delta events
 //   {"status": 529, "error": {"type": "overloaded_error", "message": "..."}}
 //   {"hang_ms": 5000}                   read the request, answer nothing for that long
 //   {"close": true}                     read the request, close the connection
@@ -269,6 +270,12 @@ class ScriptedUpstream : public LoopbackServer {
       };
       if (type == "text") {
         shown["text"] = "";
+        // As Anthropic streams a cited text: each citation a citations_delta before the text.
+        if (auto* citations = block.if_contains("citations"); citations && citations->is_array()) {
+          shown.erase("citations");
+          for (const auto& citation : citations->as_array())
+            deltas.push_back({{"type", "citations_delta"}, {"citation", citation}});
+        }
         for (auto& p : pieces(std::string(block["text"].as_string()), 4))
           deltas.push_back({{"type", "text_delta"}, {"text", p}});
       } else if (type == "tool_use") {

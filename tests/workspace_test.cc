@@ -512,6 +512,46 @@ TEST_F(WorkspaceTest, AZylonResourceBlockTheModelMakesUpIsNeitherStreamedNorStor
   EXPECT_EQ(bj::serialize(sent().back()).find("alice-private"), std::string::npos);
 }
 
+// Citations the model gives (Anthropic's citations_delta in the stream) stay on their text
+// block in the answer, streamed or not, and in the stored thread.
+TEST_F(WorkspaceTest, ATurnKeepsTheModelsCitations) {
+  const std::string id = create_thread();
+  const bj::object citation{{"type", "char_location"}, {"cited_text", "The grass is green."},
+                            {"document_index", 0},     {"document_title", "Facts"},
+                            {"start_char_index", 0},   {"end_char_index", 19}};
+  bj::object cited = U::text_block("The grass is green.");
+  cited["citations"] = bj::array{citation};
+  for (bool stream : {false, true}) {
+    upstream->push_message(U::message({U::text_block("According to the document, "), cited}, "end_turn"));
+    std::string raw = post_message(id, {{"content", "What colour is grass?"}, {"stream", stream}});
+    if (stream) {
+      int citation_deltas = 0;
+      for (const auto& e : parse_sse(raw)) {
+        if (e.name != "content_block_delta" || e.data.at("delta").at("type") != "citations_delta") continue;
+        EXPECT_EQ(e.data.at("delta").at("citation"), citation);
+        ++citation_deltas;
+      }
+      EXPECT_EQ(citation_deltas, 1) << raw;
+    } else {
+      const auto reply = json(raw);
+      const auto& content = reply.at("content").as_array();
+      ASSERT_EQ(content.size(), 2u) << raw;
+      EXPECT_EQ(content[1].at("citations"), bj::array{citation}) << raw;
+    }
+  }
+  const auto thread = get_thread(id);
+  int stored = 0;
+  for (const auto& message : thread.at("messages").as_array()) {
+    if (message.at("role") != "assistant") continue;
+    const auto& content = message.at("content").as_array();
+    ASSERT_EQ(content.size(), 2u) << bj::serialize(message);
+    EXPECT_EQ(content[1].at("text"), "The grass is green.");
+    EXPECT_EQ(content[1].at("citations"), bj::array{citation}) << bj::serialize(message);
+    ++stored;
+  }
+  EXPECT_EQ(stored, 2);
+}
+
 // The organisation's download settings hold whichever door reaches a thread's container:
 // with generatedResources (and uploadedResources) off, the Files API refuses the thread's
 // files as the thread's download-file does, and says downloadable: false; a container that

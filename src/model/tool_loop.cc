@@ -13,6 +13,8 @@
 
 #include "base/ids.h"
 #include "base/utf8.h"
+#include "messages/content_accumulator.h"
+#include "messages/error_types.h"
 #include "model/sse.h"
 
 namespace sandboxd::model {
@@ -30,7 +32,8 @@ ApiError bad_gateway(std::string message) {
 }
 
 ApiError overloaded_529(std::string message) {
-  return ApiError{static_cast<HttpStatus>(529), "overloaded_error", std::move(message), {}};
+  return ApiError{
+      messages::kOverloadedStatus, std::string(messages::kOverloadedError), std::move(message), {}};
 }
 
 // A content block the loop can work with: an object with a type, and a tool call with
@@ -155,7 +158,7 @@ ApiError upstream_http_error(long status, std::string_view body) {
         message = std::string(m->as_string());
     }
   }
-  if (status == 529 || type == "overloaded_error")
+  if (status == 529 || type == messages::kOverloadedError)
     return overloaded_529(message.empty() ? "The upstream model is overloaded" : message);
   if (status >= 400 && status < 500) {
     if (type.empty()) {
@@ -338,7 +341,7 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
   UpstreamTurn turn;
   std::vector<SseEvent> pending;
   SseParser parser([&](const SseEvent& event) { pending.push_back(event); });
-  std::map<int64_t, std::string> partial_json;  // tool input being streamed, by block
+  messages::ContentAccumulator content;  // the blocks of this upstream turn
   const size_t base = content_.size();
   bool stopped = false;
   auto index_of = [&](const json::object& data) -> std::optional<int64_t> {
@@ -392,61 +395,25 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
         }
         if (type == "content_block_start") {
           auto* block = data.if_contains("content_block");
-          if (!block || !valid_upstream_block(*block) || static_cast<size_t>(*index) != turn.content.size()) {
+          if (!block || !valid_upstream_block(*block) || static_cast<size_t>(*index) != content.size()) {
             call->cancel();
             co_return bad_gateway("The upstream model sent an invalid content_block_start");
           }
-          turn.content.push_back(block->as_object());
+          content.start(block->as_object());
           data["content_block"] = shown_block(block->as_object());
         } else {
-          if (static_cast<size_t>(*index) >= turn.content.size()) {
+          auto* delta = data.if_contains("delta");
+          const auto outcome = type == "content_block_stop" ? content.stop(static_cast<size_t>(*index))
+                                                            : content.apply(static_cast<size_t>(*index),
+                                                                            delta ? *delta : json::value());
+          if (outcome != messages::ContentAccumulator::Outcome::applied) {
             call->cancel();
-            co_return bad_gateway("The upstream model sent an event for a block it never started");
-          }
-          auto& block = turn.content[*index].as_object();
-          if (type == "content_block_delta") {
-            auto* delta_value = data.if_contains("delta");
-            if (!delta_value || !delta_value->is_object()) {
-              call->cancel();
-              co_return bad_gateway("The upstream model sent a delta without a body");
-            }
-            const auto& delta = delta_value->as_object();
-            auto text_of = [&](const char* field) -> std::string_view {
-              auto* v = delta.if_contains(field);
-              return v && v->is_string() ? std::string_view(v->as_string()) : std::string_view();
-            };
-            std::string_view delta_type = text_of("type");
-            auto append = [&](const char* field, std::string_view text) {
-              auto* have = block.if_contains(field);
-              std::string joined = have && have->is_string() ? std::string(have->as_string()) : std::string();
-              joined.append(text);
-              block[field] = joined;
-            };
-            if (delta_type == "text_delta")
-              append("text", text_of("text"));
-            else if (delta_type == "thinking_delta")
-              append("thinking", text_of("thinking"));
-            else if (delta_type == "signature_delta")
-              block["signature"] = text_of("signature");
-            else if (delta_type == "input_json_delta")
-              partial_json[*index].append(text_of("partial_json"));
-            else if (delta_type == "citations_delta") {
-              if (auto* citation = delta.if_contains("citation")) {
-                auto& citations = block["citations"];
-                if (!citations.is_array()) citations = json::array{};
-                citations.as_array().push_back(*citation);
-              }
-            }
-          } else {  // content_block_stop: a tool call's input is complete
-            if (auto it = partial_json.find(*index); it != partial_json.end()) {
-              json::value input =
-                  it->second.empty() ? json::value(json::object{}) : json::parse(it->second, ec);
-              if (ec || !input.is_object()) {
-                call->cancel();
-                co_return bad_gateway("The upstream model streamed a tool input that is not a JSON object");
-              }
-              block["input"] = std::move(input);
-            }
+            using Outcome = messages::ContentAccumulator::Outcome;
+            co_return bad_gateway(outcome == Outcome::no_such_block
+                                      ? "The upstream model sent an event for a block it never started"
+                                  : outcome == Outcome::bad_delta
+                                      ? "The upstream model sent a delta without a body"
+                                      : "The upstream model streamed a tool input that is not a JSON object");
           }
         }
         data["index"] = static_cast<int64_t>(base) + *index;
@@ -470,7 +437,7 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
             message = std::string(m->as_string());
         }
         call->cancel();
-        if (error_type == "overloaded_error") co_return overloaded_529(message);
+        if (error_type == messages::kOverloadedError) co_return overloaded_529(message);
         co_return bad_gateway("The upstream model failed mid-stream: " + message);
       }
       // "ping" and unknown events are the upstream's own business.
@@ -481,6 +448,7 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
     }
     pending.clear();
   }
+  turn.content = content.take();
   co_return turn;
 }
 

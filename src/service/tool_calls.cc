@@ -6,6 +6,7 @@
 
 #include "base/ids.h"
 #include "base/utf8.h"
+#include "messages/error_types.h"
 #include "ops/logging.h"
 #include "service/discovery.h"
 #include "service/python_kernel.h"
@@ -111,7 +112,7 @@ int64_t realtime_now_ns() {
 
 bool refused_for_capacity(const ApiError& error) {
   return error.status == HttpStatus::too_many_requests ||
-         (error.status == HttpStatus::service_unavailable && error.type == "overloaded_error");
+         (error.status == HttpStatus::service_unavailable && error.type == messages::kOverloadedError);
 }
 
 // What a kernel call's outcome becomes: the result block of code that ended (with the
@@ -318,7 +319,7 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(
     after_execution(services, container);
     const auto status = result.error().status;
     if (status == HttpStatus::too_many_requests ||
-        (status == HttpStatus::service_unavailable && result.error().type == "overloaded_error"))
+        (status == HttpStatus::service_unavailable && result.error().type == messages::kOverloadedError))
       co_return result.error();
     co_return tools::tool_error(tools::kBashErrorType, "unavailable", result.error().message, true);
   }

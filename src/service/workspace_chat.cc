@@ -11,6 +11,7 @@
 #include <set>
 
 #include "base/sandbox_paths.h"
+#include "messages/error_types.h"
 #include "service/discovery.h"
 #include "service/store_call.h"
 #include "store/keys.h"
@@ -369,15 +370,22 @@ std::optional<json::object> WorkspaceTurn::record(std::string_view event, const 
         // stream's numbering stays whole; nothing of it is sent or stored.
         json::object replaced = data;
         replaced["content_block"] = json::object{{"type", "text"}, {"text", ""}};
-        content_.push_back(replaced["content_block"]);
+        content_.start(replaced["content_block"].as_object());
         return replaced;
       }
-      content_.push_back(*block);
+      content_.start(block->as_object());
     }
-  } else if (event == "content_block_delta") {
-    apply_delta(data);
-  } else if (event == "content_block_stop") {
-    finish_block(data);
+  } else if (event == "content_block_delta" || event == "content_block_stop") {
+    // What the loop streams it has already checked; a block it never started is ignored.
+    auto* index = data.if_contains("index");
+    if (index && index->is_int64() && index->as_int64() >= 0) {
+      const auto at = static_cast<size_t>(index->as_int64());
+      auto* delta = data.if_contains("delta");
+      if (event == "content_block_stop")
+        content_.stop(at);
+      else if (delta)
+        content_.apply(at, *delta);
+    }
   } else if (event == "error") {
     std::string type = "api_error", message = "The turn failed";
     if (auto* e = data.if_contains("error"); e && e->is_object()) {
@@ -386,9 +394,9 @@ std::optional<json::object> WorkspaceTurn::record(std::string_view event, const 
       if (auto* m = e->as_object().if_contains("message"); m && m->is_string())
         message = std::string(m->as_string());
     }
-    auto status = type == "overloaded_error"        ? static_cast<HttpStatus>(529)
-                  : type == "invalid_request_error" ? HttpStatus::bad_request
-                                                    : HttpStatus::bad_gateway;
+    auto status = type == messages::kOverloadedError       ? messages::kOverloadedStatus
+                  : type == messages::kInvalidRequestError ? HttpStatus::bad_request
+                                                           : HttpStatus::bad_gateway;
     failure_ = ApiError{status, type, message, {}};
   }
   return std::nullopt;
@@ -396,13 +404,13 @@ std::optional<json::object> WorkspaceTurn::record(std::string_view event, const 
 
 void WorkspaceTurn::drop_incomplete_blocks() {
   std::set<std::string> answered;
-  for (const auto& block : content_)
+  for (const auto& block : content_.blocks())
     if (auto* id = block.is_object() ? block.as_object().if_contains("tool_use_id") : nullptr;
         id && id->is_string())
       answered.emplace(id->as_string());
   json::array kept;
   for (size_t i = 0; i < content_.size(); ++i) {
-    const auto& block = content_[i];
+    const auto& block = content_.blocks()[i];
     if (!block.is_object()) continue;
     const auto& b = block.as_object();
     auto* type = b.if_contains("type");
@@ -410,7 +418,7 @@ void WorkspaceTurn::drop_incomplete_blocks() {
         type && type->is_string() ? std::string_view(type->as_string()) : std::string_view();
     if (kind == "server_tool_use") {
       auto* id = b.if_contains("id");
-      if (partial_json_.contains(static_cast<int64_t>(i)) || !id || !id->is_string() ||
+      if (content_.input_unfinished(i) || !id || !id->is_string() ||
           !answered.contains(std::string(id->as_string())))
         continue;
     }
@@ -420,53 +428,8 @@ void WorkspaceTurn::drop_incomplete_blocks() {
     }
     kept.push_back(block);
   }
-  content_ = std::move(kept);
-  partial_json_.clear();
-}
-
-json::object* WorkspaceTurn::block_at(const json::object& data) {
-  auto* index = data.if_contains("index");
-  if (!index || !index->is_int64() || index->as_int64() < 0 ||
-      static_cast<size_t>(index->as_int64()) >= content_.size())
-    return nullptr;
-  auto& block = content_[static_cast<size_t>(index->as_int64())];
-  return block.is_object() ? &block.as_object() : nullptr;
-}
-
-void WorkspaceTurn::apply_delta(const json::object& data) {
-  auto* block = block_at(data);
-  auto* delta = data.if_contains("delta");
-  if (!block || !delta || !delta->is_object()) return;
-  const auto& d = delta->as_object();
-  auto text_of = [&](const char* key) {
-    auto* v = d.if_contains(key);
-    return v && v->is_string() ? std::string(v->as_string()) : std::string();
-  };
-  auto append = [&](const char* key, const std::string& text) {
-    auto* have = block->if_contains(key);
-    block->insert_or_assign(
-        key, (have && have->is_string() ? std::string(have->as_string()) : std::string()) + text);
-  };
-  std::string type = text_of("type");
-  if (type == "text_delta")
-    append("text", text_of("text"));
-  else if (type == "thinking_delta")
-    append("thinking", text_of("thinking"));
-  else if (type == "signature_delta")
-    block->insert_or_assign("signature", text_of("signature"));
-  else if (type == "input_json_delta")
-    partial_json_[data.at("index").as_int64()] += text_of("partial_json");
-}
-
-void WorkspaceTurn::finish_block(const json::object& data) {
-  auto* block = block_at(data);
-  if (!block) return;
-  auto it = partial_json_.find(data.at("index").as_int64());
-  if (it == partial_json_.end()) return;
-  boost::system::error_code ec;
-  json::value input = it->second.empty() ? json::value(json::object{}) : json::parse(it->second, ec);
-  if (!ec) block->insert_or_assign("input", std::move(input));
-  partial_json_.erase(it);
+  content_.take();  // what was unfinished is gone with its block
+  content_.blocks() = std::move(kept);
 }
 
 asio::awaitable<std::vector<std::pair<int64_t, json::object>>> WorkspaceTurn::add_artifacts() {
@@ -477,7 +440,7 @@ asio::awaitable<std::vector<std::pair<int64_t, json::object>>> WorkspaceTurn::ad
   for (const auto& artifact : artifacts_) {
     json::object block = resource_block(thread_id_, artifact, downloadable);
     const auto index = static_cast<int64_t>(content_.size());
-    content_.push_back(block);
+    content_.start(block);
     blocks.emplace_back(index, std::move(block));
   }
   co_return blocks;
@@ -496,7 +459,7 @@ asio::awaitable<Result<WorkspaceTurn::Answer>> WorkspaceTurn::store(const json::
   }
   if (auto* usage = message_delta.if_contains("usage")) extra["usage"] = *usage;
   if (cancellation_->cancelled()) extra["stopped"] = true;
-  answer.message = store::ThreadMessage{message_id_, "assistant", json::serialize(content_),
+  answer.message = store::ThreadMessage{message_id_, "assistant", json::serialize(content_.blocks()),
                                         json::serialize(extra), now_seconds()};
   auto append = [this, &answer] {
     return chat_->threads_.append_turn(owner_, thread_id_, user_, answer.message, artifacts_,

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "messages/content_accumulator.h"
 #include "ops/config.h"
 #include "runtime/cancellation.h"
 #include "service/services.h"
@@ -210,10 +211,6 @@ class WorkspaceTurn {
   asio::awaitable<OutputsSnapshot> snapshot_outputs();
   asio::awaitable<std::vector<store::ThreadArtifact>> changed_outputs();
 
-  boost::json::object* block_at(const boost::json::object& data);
-  void apply_delta(const boost::json::object& data);
-  void finish_block(const boost::json::object& data);
-
   std::shared_ptr<WorkspaceChat> chat_;
   std::string owner_, thread_id_;
   std::shared_ptr<runtime::Cancellation> cancellation_;
@@ -225,8 +222,7 @@ class WorkspaceTurn {
   boost::json::object upstream_request_;
 
   std::string message_id_;
-  boost::json::array content_;
-  std::map<int64_t, std::string> partial_json_;
+  messages::ContentAccumulator content_;  // the answer's blocks, read from the loop's stream
   std::vector<store::ThreadArtifact> artifacts_;
   bool stored_ = false;
   bool released_ = false;
