@@ -224,3 +224,17 @@ for (const { what, file = "single-host", args, message } of refusals) {
     assert.match(result.stderr, message);
   });
 }
+
+test("docs/install.md's values table is the one values.yaml gives", () => {
+  const generated = spawnSync("python3", [path.join(repo, "scripts/helm-values-table.py")], { encoding: "utf8" });
+  assert.equal(generated.status, 0, generated.stderr);
+  const doc = fs.readFileSync(path.join(repo, "docs/install.md"), "utf8");
+  const table = /<!-- helm-values-table: generated [^>]*-->\n([\s\S]*?)\n<!-- helm-values-table: end -->/.exec(doc);
+  assert.ok(table, "docs/install.md has the values table's markers");
+  assert.equal(table[1], generated.stdout.trimEnd(),
+               "docs/install.md's values table is stale: python3 scripts/helm-values-table.py --write");
+  // Every key of the chart's values has its row (a key without a `# --` line has none).
+  for (const key of ["replicaCount", "isolation.tier", "metrics.serviceMonitor.enabled", "fileStorage.shared",
+                     "opensandbox.runtime.resourceQuota.enabled", "codeInterpreter.kubernetesExecutor"])
+    assert.match(table[1], new RegExp("\\| `" + key.replace(/\./g, "\\.") + "` \\|"));
+});
