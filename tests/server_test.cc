@@ -664,6 +664,8 @@ TEST(ServerLifecycle, KillDashNineLosesNoAcknowledgedFile) {
   server.start();
   // The container's sandbox and the pre-started ones.
   EXPECT_TRUE(std::regex_search(server.log(), std::regex("removed [1-9][0-9]* sandbox"))) << server.log();
+  // What the chart's SandboxdLeftoversAfterRestart alert watches.
+  EXPECT_GE(server.metric("sandboxd_leftovers_removed_total"), 1);
   EXPECT_EQ(sh("pgrep -f 'slee[p] 600' | wc -l"), "0\n");
   std::string id = sh("printf '/mnt/user-data/uploads/doc.txt' | base64 -w0 | tr '+/' '-_' | tr -d '='");
   auto meta = server.curl_json("'" + server.base() + "/files/" + id + "?scope_id=c1'");

@@ -21,6 +21,8 @@ struct ReadyCache {
   std::chrono::steady_clock::time_point checked_at{};
   bool checked = false;
   std::string problem;
+  // The last answer, the peers' part included (sandboxd_ready): -1 before the first.
+  int last_ready = -1;
 };
 
 }  // namespace
@@ -84,6 +86,10 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
                    problem = "the network peers have not been listed from the Kubernetes API yet: " +
                              status.problem;
                }
+               {
+                 std::lock_guard lock(cache->mutex);
+                 cache->last_ready = problem.empty() ? 1 : 0;
+               }
                boost::json::object body{{"status", problem.empty() ? "ready" : "not_ready"}};
                if (!problem.empty()) body["reason"] = problem;
                if (peers) body["network_peers"] = std::move(*peers);
@@ -95,8 +101,12 @@ void register_ops_routes(server::HttpServer& http, ApiContext& api) {
              {.authenticated = false});
 
   http.route(http::verb::get, "/metrics", "ops.metrics",
-             [&api, &http](server::RequestContext&) -> asio::awaitable<Result<Response>> {
+             [&api, &http, cache](server::RequestContext&) -> asio::awaitable<Result<Response>> {
                ops::Metrics::Gauges gauges;
+               {
+                 std::lock_guard lock(cache->mutex);
+                 gauges.ready = cache->last_ready;
+               }
                const auto& admission = api.containers.admission();
                gauges.executions_active = admission.active();
                gauges.executions_queued = admission.queued();

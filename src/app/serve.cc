@@ -148,8 +148,10 @@ int serve(ops::Config config, const std::string& config_path) {
   // Whatever a killed predecessor left: sandboxes (by cgroup) and mounts under the data
   // directory (volumes, spares, the data directory's own private bind).
   if (sandbox_runtime) {
-    if (size_t stale = sandbox_runtime->cleanup_stale(config.data_dir); stale > 0)
+    if (size_t stale = sandbox_runtime->cleanup_stale(config.data_dir); stale > 0) {
       spdlog::warn("removed {} sandbox(es) left by a previous sandboxd", stale);
+      ops::metrics().leftovers_removed(stale);
+    }
   } else {
     for (const auto& mount_point : runtime::Volume::mounts_under(config.data_dir))
       runtime::Volume::unmount(mount_point);

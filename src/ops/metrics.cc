@@ -82,6 +82,12 @@ void Metrics::storage_flushed(bool ok, double seconds) {
 
 void Metrics::storage_restored(double seconds) { restore_duration_.observe(seconds); }
 
+void Metrics::lease_taken_over(const std::string& by, uint64_t containers) {
+  (by == "request" ? takeovers_request_ : takeovers_background_) += containers;
+}
+
+void Metrics::leftovers_removed(uint64_t sandboxes) { leftovers_removed_ += sandboxes; }
+
 std::string Metrics::label_text(const Labels& labels) {
   std::string out;
   for (const auto& [key, value] : labels) {
@@ -171,6 +177,20 @@ std::string Metrics::render(const Gauges& g) const {
   for (const auto& [cap, refused] : g.connections_refused)
     sample(out, "sandboxd_http_connections_refused_total", "cap=\"" + cap + "\"",
            static_cast<double>(refused));
+  if (g.ready >= 0) {
+    header(out, "sandboxd_ready", "gauge",
+           "1 if the last GET /ready answered ready, 0 if not (its body says why).");
+    sample(out, "sandboxd_ready", "", g.ready);
+  }
+  header(out, "sandboxd_lease_takeovers_total", "counter",
+         "Containers this replica took over from replicas whose heartbeat ran out, by what moved them.");
+  sample(out, "sandboxd_lease_takeovers_total", "by=\"request\"",
+         static_cast<double>(takeovers_request_.load()));
+  sample(out, "sandboxd_lease_takeovers_total", "by=\"background\"",
+         static_cast<double>(takeovers_background_.load()));
+  header(out, "sandboxd_leftovers_removed_total", "counter",
+         "Sandboxes a killed predecessor left (cgroups, mounts), removed at start.");
+  sample(out, "sandboxd_leftovers_removed_total", "", static_cast<double>(leftovers_removed_.load()));
   header(out, "sandboxd_sandboxes_started_total", "counter", "Sandboxes started.");
   sample(out, "sandboxd_sandboxes_started_total", "", static_cast<double>(started_.load()));
   header(out, "sandboxd_output_walks_total", "counter",

@@ -45,6 +45,11 @@ class Metrics {
   // storage.backend s3: a flush of a container to the bucket, a restore from it.
   void storage_flushed(bool ok, double seconds);
   void storage_restored(double seconds);
+  // Containers this replica took over from one whose heartbeat ran out: `by` "request"
+  // (a request for the container moved it) or "background" (the paced takeover).
+  void lease_taken_over(const std::string& by, uint64_t containers);
+  // What a start removed of a killed predecessor's (sandboxes: their cgroups, mounts).
+  void leftovers_removed(uint64_t sandboxes);
 
   // Values read at scrape time.
   struct Gauges {
@@ -69,6 +74,8 @@ class Metrics {
     // storage.backend s3 (the storage metrics are rendered only then).
     bool storage_bucket = false;
     uint64_t storage_pending_flush_bytes = 0;
+    // The last GET /ready's answer: 1 ready, 0 not; -1 before the first (not rendered).
+    int ready = -1;
   };
   std::string render(const Gauges& gauges) const;
 
@@ -82,6 +89,7 @@ class Metrics {
   std::atomic<uint64_t> started_{0};
   std::atomic<uint64_t> output_walks_{0}, output_walks_skipped_{0};
   std::atomic<uint64_t> flushes_ok_{0}, flushes_failed_{0};
+  std::atomic<uint64_t> takeovers_request_{0}, takeovers_background_{0}, leftovers_removed_{0};
   Histogram admission_wait_, execution_duration_, flush_duration_, restore_duration_;
   std::map<std::string, std::unique_ptr<Histogram>> http_duration_;  // by route
 };

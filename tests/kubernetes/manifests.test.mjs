@@ -13,6 +13,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import YAML from "yaml";
+import { kubectl, modelClass, one, only, parseObjects, podEnvironment, selects, validateAll } from "./objects.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, "../..");
@@ -26,65 +27,8 @@ const expectations = {
   "overlays/cluster": { replicas: 3, cluster: true },
 };
 
-function kubectl(args) {
-  const result = spawnSync("kubectl", args, { encoding: "utf8" });
-  if (result.error?.code === "ENOENT")
-    throw new Error("kubectl is not installed: this test renders the manifests with `kubectl kustomize` " +
-                    "(the machine image ships Debian's kubectl package; install kubectl >= 1.27)");
-  if (result.status !== 0) throw new Error(`kubectl ${args.join(" ")}: ${result.stderr}`);
-  return result.stdout;
-}
-
 function render(dir) {
-  const docs = YAML.parseAllDocuments(kubectl(["kustomize", path.join(deploy, dir)]));
-  for (const doc of docs) assert.deepEqual(doc.errors, [], `${dir}: YAML errors`);
-  const objects = docs.map((doc) => doc.toJS()).filter(Boolean);
-  // kustomize folds a Secret's long base64 values into lines; the API server's decoder
-  // (Go's encoding/base64) skips line breaks, the schema's "byte" format does not.
-  for (const o of objects.filter((o) => o.kind === "Secret"))
-    for (const key of Object.keys(o.data ?? {})) o.data[key] = o.data[key].replace(/\s+/g, "");
-  return objects;
-}
-
-// kubernetes-models' class for an object: "apps/v1" StatefulSet -> kubernetes-models/apps/v1/StatefulSet.
-async function modelClass(apiVersion, kind) {
-  const loaded = await import(`kubernetes-models/${apiVersion}/${kind}`).catch(() => null);
-  assert.ok(loaded?.[kind], `no Kubernetes schema for ${apiVersion} ${kind}`);
-  return loaded[kind];
-}
-
-const only = (objects, kind) => objects.filter((o) => o.kind === kind);
-const one = (objects, kind, name) => {
-  const found = objects.filter((o) => o.kind === kind && (name === undefined || o.metadata.name === name));
-  assert.equal(found.length, 1, `exactly one ${kind}${name ? " " + name : ""} (found ${found.length})`);
-  return found[0];
-};
-const selects = (selector, labels) => Object.entries(selector).every(([k, v]) => labels[k] === v);
-
-// The environment of pod `podName` as the kubelet builds it: fieldRef, secretKeyRef, and
-// $(VAR) expanded only from variables defined earlier in the list ($$ escapes).
-function podEnvironment(container, pod, objects) {
-  const env = {};
-  for (const entry of container.env ?? []) {
-    let value;
-    if (entry.value !== undefined) {
-      value = entry.value.replace(/\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (match, name) =>
-        match === "$$" ? "$" : name in env ? env[name] : match);
-    } else if (entry.valueFrom?.fieldRef) {
-      const field = entry.valueFrom.fieldRef.fieldPath;
-      assert.ok(field in pod, `${entry.name}: unsupported fieldRef ${field}`);
-      value = pod[field];
-    } else if (entry.valueFrom?.secretKeyRef) {
-      const { name, key } = entry.valueFrom.secretKeyRef;
-      const secret = one(objects, "Secret", name);
-      assert.ok(secret.data && key in secret.data, `${entry.name}: Secret ${name} has no key ${key}`);
-      value = Buffer.from(secret.data[key], "base64").toString("utf8");
-    } else {
-      assert.fail(`${entry.name}: unexpected env source ${JSON.stringify(entry.valueFrom)}`);
-    }
-    env[entry.name] = value;
-  }
-  return env;
+  return parseObjects(kubectl(["kustomize", path.join(deploy, dir)]), dir);
 }
 
 const timeoutStopSec = Number(
@@ -109,10 +53,7 @@ test("the schemas refuse a broken object (the validation is live)", async () => 
 for (const [dir, expected] of Object.entries(expectations)) {
   test(`${dir}: renders, validates and deploys what sandboxd needs`, async (t) => {
     const objects = render(dir);
-    for (const object of objects) {
-      const Model = await modelClass(object.apiVersion, object.kind);
-      assert.doesNotThrow(() => new Model(object).validate(), `${object.kind} ${object.metadata?.name} is invalid`);
-    }
+    await validateAll(objects, dir);
     const kinds = objects.map((o) => o.kind).sort();
     assert.deepEqual(kinds, ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Namespace", "NetworkPolicy",
                              "PodDisruptionBudget", "Secret", "Service", "Service", "ServiceAccount", "StatefulSet"]);
