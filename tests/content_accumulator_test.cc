@@ -13,7 +13,9 @@ using Outcome = ContentAccumulator::Outcome;
 
 namespace {
 
-bj::value delta(const char* type, const char* key, const char* text) { return bj::object{{"type", type}, {key, text}}; }
+bj::value delta(const char* type, const char* key, const char* text) {
+  return bj::object{{"type", type}, {key, text}};
+}
 
 TEST(ContentAccumulator, TextThinkingAndSignatureAreJoined) {
   ContentAccumulator content;
@@ -37,11 +39,14 @@ TEST(ContentAccumulator, TextThinkingAndSignatureAreJoined) {
 TEST(ContentAccumulator, CitationsAreKeptInOrderOnTheirTextBlock) {
   ContentAccumulator content;
   content.start({{"type", "text"}, {"text", ""}});
-  const bj::object first{{"type", "char_location"}, {"cited_text", "The sky is blue."}, {"document_index", 0}};
-  const bj::object second{{"type", "page_location"}, {"cited_text", "Grass is green."}, {"document_index", 1}};
+  const bj::object first{
+      {"type", "char_location"}, {"cited_text", "The sky is blue."}, {"document_index", 0}};
+  const bj::object second{
+      {"type", "page_location"}, {"cited_text", "Grass is green."}, {"document_index", 1}};
   EXPECT_EQ(content.apply(0, bj::object{{"type", "citations_delta"}, {"citation", first}}), Outcome::applied);
   EXPECT_EQ(content.apply(0, delta("text_delta", "text", "the sky is blue")), Outcome::applied);
-  EXPECT_EQ(content.apply(0, bj::object{{"type", "citations_delta"}, {"citation", second}}), Outcome::applied);
+  EXPECT_EQ(content.apply(0, bj::object{{"type", "citations_delta"}, {"citation", second}}),
+            Outcome::applied);
   const auto& block = content.blocks()[0].as_object();
   ASSERT_TRUE(block.contains("citations"));
   const auto& citations = block.at("citations").as_array();
