@@ -319,7 +319,7 @@ Clock::duration ContainerLeases::heartbeat_interval() const {
 asio::awaitable<bool> ContainerLeases::takeover_turn() {
   const auto turn = pacer_.reserve(Clock::now(), kTakeoverWait);
   if (!turn) co_return false;
-  ops::metrics().lease_taken_over("request", 1);
+  ops::metrics().lease_taken_over(ops::Metrics::TakeoverBy::request, 1);
   if (*turn > Clock::now()) {
     asio::steady_timer wait(co_await asio::this_coro::executor, *turn);
     boost::system::error_code ec;
@@ -380,7 +380,7 @@ ContainerLeases::TakeoverRound ContainerLeases::take_over_round() {
     for (const auto& lease : taken) held_[lease.storage] = Held{lease.epoch, true, /*unchecked=*/true};
   }
   round.taken = taken.size();
-  ops::metrics().lease_taken_over("background", taken.size());
+  ops::metrics().lease_taken_over(ops::Metrics::TakeoverBy::background, taken.size());
   // Its row now has the next incarnation (moved on by this replica or another).
   const int64_t moved_on = dead->expires_at_ms != 0 ? dead->incarnation + 1 : dead->incarnation;
   if (!taken.empty())

@@ -7,30 +7,38 @@ namespace sandboxd::messages {
 
 namespace json = boost::json;
 
+namespace {
+
+// The deltas that carry text, and the field that holds it (Anthropic's stream events).
+struct TextDeltaType {
+  std::string_view type;
+  BlockDelta::Kind kind;
+  const char* field;
+};
+constexpr TextDeltaType kTextDeltaTypes[] = {
+    {"text_delta", BlockDelta::Kind::text, "text"},
+    {"thinking_delta", BlockDelta::Kind::thinking, "thinking"},
+    {"signature_delta", BlockDelta::Kind::signature, "signature"},
+    {"input_json_delta", BlockDelta::Kind::input_json, "partial_json"},
+};
+
+}  // namespace
+
 boost::system::result<BlockDelta> tag_invoke(json::try_value_to_tag<BlockDelta>, const json::value& value) {
   if (!value.is_object()) return json::make_error_code(json::error::not_object);
   const auto& object = value.as_object();
   auto* type = object.if_contains("type");
   if (!type || !type->is_string()) return json::make_error_code(json::error::not_string);
-  auto string_at = [&](const char* key) {
-    auto* v = object.if_contains(key);
-    return v && v->is_string() ? std::string(v->as_string()) : std::string();
-  };
   BlockDelta delta;
   const std::string_view kind = type->as_string();
-  if (kind == "text_delta") {
-    delta.kind = BlockDelta::Kind::text;
-    delta.text = string_at("text");
-  } else if (kind == "thinking_delta") {
-    delta.kind = BlockDelta::Kind::thinking;
-    delta.text = string_at("thinking");
-  } else if (kind == "signature_delta") {
-    delta.kind = BlockDelta::Kind::signature;
-    delta.text = string_at("signature");
-  } else if (kind == "input_json_delta") {
-    delta.kind = BlockDelta::Kind::input_json;
-    delta.text = string_at("partial_json");
-  } else if (kind == "citations_delta") {
+  for (const auto& known : kTextDeltaTypes) {
+    if (kind != known.type) continue;
+    delta.kind = known.kind;
+    if (auto* text = object.if_contains(known.field); text && text->is_string())
+      delta.text = std::string(text->as_string());
+    return delta;
+  }
+  if (kind == "citations_delta") {
     delta.kind = BlockDelta::Kind::citation;
     if (auto* citation = object.if_contains("citation")) delta.citation = *citation;
   }

@@ -82,8 +82,8 @@ void Metrics::storage_flushed(bool ok, double seconds) {
 
 void Metrics::storage_restored(double seconds) { restore_duration_.observe(seconds); }
 
-void Metrics::lease_taken_over(const std::string& by, uint64_t containers) {
-  (by == "request" ? takeovers_request_ : takeovers_background_) += containers;
+void Metrics::lease_taken_over(TakeoverBy by, uint64_t containers) {
+  (by == TakeoverBy::request ? takeovers_request_ : takeovers_background_) += containers;
 }
 
 void Metrics::leftovers_removed(uint64_t sandboxes) { leftovers_removed_ += sandboxes; }

@@ -45,9 +45,10 @@ class Metrics {
   // storage.backend s3: a flush of a container to the bucket, a restore from it.
   void storage_flushed(bool ok, double seconds);
   void storage_restored(double seconds);
-  // Containers this replica took over from one whose heartbeat ran out: `by` "request"
-  // (a request for the container moved it) or "background" (the paced takeover).
-  void lease_taken_over(const std::string& by, uint64_t containers);
+  // Containers this replica took over from one whose heartbeat ran out: moved by a
+  // request for the container, or by the paced takeover in the background.
+  enum class TakeoverBy { request, background };
+  void lease_taken_over(TakeoverBy by, uint64_t containers);
   // What a start removed of a killed predecessor's (sandboxes: their cgroups, mounts).
   void leftovers_removed(uint64_t sandboxes);
 
