@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 
 #include "api/e2b_common.h"
+#include "api/mcp_tools.h"
 #include "base/blocking.h"
 #include "server/http_relay.h"
 #include "service/store_call.h"
@@ -66,6 +67,26 @@ asio::awaitable<std::string> container_of_request(RequestContext& ctx) {
     auto body = co_await ctx.read_body(kCreateBodyLimit);
     if (!body) co_return "";  // the handler's own read answers the error
     std::string container = container_of_create_body(*body);
+    ctx.keep_body(std::move(*body));
+    co_return container;
+  }
+  if (route == "mcp.post") {
+    // MCP's stateless revision (2026-07-28) names its method in a header: a tool call or
+    // a read for a container runs on the container's holder like the HTTP API's calls.
+    // The earlier revisions' sessions live on the replica that made them: served there.
+    const std::string method(ctx.header_value("Mcp-Method"));
+    if (method != "tools/call" && method != "resources/read") co_return "";
+    if (!ctx.header_value("Mcp-Session-Id").empty() &&
+        ctx.header_value("MCP-Protocol-Version") != "2026-07-28")
+      co_return "";
+    auto body = co_await ctx.read_body(kMessagesBodyLimit);
+    if (!body) co_return "";  // the handler's own read answers the error
+    std::string container;
+    boost::system::error_code ec;
+    auto value = boost::json::parse(*body, ec);
+    if (!ec && value.is_object())
+      if (auto* params = value.as_object().if_contains("params"); params && params->is_object())
+        container = mcp_container_of_request(method, params->as_object());
     ctx.keep_body(std::move(*body));
     co_return container;
   }

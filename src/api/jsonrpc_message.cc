@@ -12,7 +12,12 @@ namespace json = boost::json;
 json::object error(const json::value& id, int code, std::string message, json::value data) {
   json::object error{{"code", code}, {"message", to_valid_utf8(message)}};
   if (!data.is_null()) error["data"] = std::move(data);
-  return json::object{{"jsonrpc", "2.0"}, {"id", id}, {"error", std::move(error)}};
+  // MCP's schema (2025-11-25 and later) has no null id: an error that answers no
+  // identifiable request carries none (JSON-RPC's own null fails MCP clients' validation).
+  json::object response{{"jsonrpc", "2.0"}};
+  if (!id.is_null()) response["id"] = id;
+  response["error"] = std::move(error);
+  return response;
 }
 
 json::object result(const json::value& id, json::value result) {
@@ -20,8 +25,13 @@ json::object result(const json::value& id, json::value result) {
 }
 
 bool method_reads_params(std::string_view method) {
-  static constexpr std::array<std::string_view, 5> kReading{"initialize", "tools/call", "resources/list",
-                                                            "resources/read", "notifications/cancelled"};
+  static constexpr std::array<std::string_view, 7> kReading{"initialize",
+                                                            "tools/call",
+                                                            "tools/list",
+                                                            "resources/list",
+                                                            "resources/read",
+                                                            "completion/complete",
+                                                            "notifications/cancelled"};
   return std::find(kReading.begin(), kReading.end(), method) != kReading.end();
 }
 
@@ -53,7 +63,14 @@ Classified classify(json::value& value) {
   message.method = std::string(method->as_string());
   if (auto* params = object.if_contains("params"); params && !params->is_null()) {
     if (!params->is_object()) return error(id, kInvalidParams, "Invalid params: 'params' must be an object");
-    if (method_reads_params(message.method)) message.params = std::move(params->as_object());
+    auto& object_params = params->as_object();
+    if (method_reads_params(message.method)) {
+      message.params = std::move(object_params);
+    } else if (auto* meta = object_params.if_contains("_meta")) {
+      // The per-request metadata of MCP 2026-07-28 (protocol version, client
+      // capabilities) is read for every method; the rest of such params is not.
+      message.params["_meta"] = std::move(*meta);
+    }
   }
   return message;
 }

@@ -23,8 +23,13 @@ inline constexpr int kServerError = -32000;  // the transport's own (session, li
 inline constexpr int kSessionNotFound = -32001;
 inline constexpr int kResourceNotFound = -32002;
 inline constexpr int kRequestCancelled = -32800;
+// MCP 2026-07-28's: headers that do not match the body (or are missing), and a protocol
+// version the server does not speak (both HTTP 400).
+inline constexpr int kHeaderMismatch = -32020;
+inline constexpr int kUnsupportedProtocolVersion = -32022;
 
-// {"jsonrpc": "2.0", "id": id, "error": {code, message, data?}} (the message made valid UTF-8).
+// {"jsonrpc": "2.0", "id": id, "error": {code, message, data?}} (the message made valid UTF-8);
+// without "id" when `id` is null (MCP's schema has no null id).
 boost::json::object error(const boost::json::value& id, int code, std::string message,
                           boost::json::value data = nullptr);
 // {"jsonrpc": "2.0", "id": id, "result": result}
@@ -35,7 +40,8 @@ struct Message {
   enum class Kind { kRequest, kNotification, kResponse } kind = Kind::kRequest;
   boost::json::value id;
   std::string method;
-  // Only for the methods that read them (method_reads_params); kept in the parsed
+  // Only for the methods that read them (method_reads_params; of the others' params only
+  // `_meta`, the per-request metadata); kept in the parsed
   // body's storage, so that they stay charged to its owner (api/json_body.h).
   boost::json::object params;
   explicit Message(boost::json::storage_ptr storage = {}) : params(std::move(storage)) {}

@@ -1,4 +1,9 @@
-// The MCP endpoint: the Model Context Protocol's Streamable HTTP transport at /mcp.
+// The MCP endpoint: the Model Context Protocol's Streamable HTTP transport at /mcp, in
+// both eras of the protocol on the one endpoint. The stateless revision (2026-07-28): a
+// request names its version in MCP-Protocol-Version and its `_meta`, its method (and
+// tool or resource) in Mcp-Method and Mcp-Name, and is answered on its own, with nothing
+// kept between requests: the owner comes from the token, the container from the
+// arguments, so any replica can answer it. The earlier revisions (2025-11-25 and older):
 // POST carries one JSON-RPC message (or, for sessions of the 2025-03-26 revision, a
 // batch); `initialize` makes a session whose id (Mcp-Session-Id) every later request
 // carries; DELETE ends it; GET answers 405 (no server-initiated stream: the server has
@@ -24,8 +29,10 @@
 #include "api/mcp_sessions.h"
 #include "api/mcp_tools.h"
 #include "api/routes.h"
+#include "base/base64.h"
 #include "base/utf8.h"
 #include "model/sse.h"
+#include "ops/config.h"
 
 namespace sandboxd::api {
 namespace {
@@ -60,8 +67,36 @@ constexpr std::chrono::seconds kStreamKeepAlive{15};
 constexpr std::string_view kSessionHeader = "Mcp-Session-Id";
 constexpr std::string_view kVersionHeader = "MCP-Protocol-Version";
 
+// The stateless revision, and what its requests carry (in `_meta` and as headers).
+constexpr std::string_view kModernVersion = "2026-07-28";
+constexpr std::string_view kMethodHeader = "Mcp-Method";
+constexpr std::string_view kNameHeader = "Mcp-Name";
+constexpr std::string_view kMetaVersion = "io.modelcontextprotocol/protocolVersion";
+constexpr std::string_view kMetaCapabilities = "io.modelcontextprotocol/clientCapabilities";
+constexpr std::string_view kMetaServerInfo = "io.modelcontextprotocol/serverInfo";
+// How long a client may keep a list (ttlMs): the tools, the resource template and what
+// server/discover says change only with the server's version; the files with every
+// command, so resources/list and resources/read are stale at once.
+constexpr int64_t kStaticTtlMs = 5 * 60 * 1000;
+
+// Legacy (session) revisions.
 bool supported(std::string_view version) {
   return std::find(kVersions.begin(), kVersions.end(), version) != kVersions.end();
+}
+
+// Every revision, newest first (server/discover's supportedVersions, -32022's `supported`).
+json::array all_versions() {
+  json::array versions{kModernVersion};
+  for (auto version : kVersions) versions.emplace_back(version);
+  return versions;
+}
+
+// Whether the era of the request is the protocol's stateless one: its params carry the
+// per-request `_meta` protocol version.
+const json::value* meta_version(const jsonrpc::Message& message) {
+  const auto* meta = message.params.if_contains("_meta");
+  if (!meta || !meta->is_object()) return nullptr;
+  return meta->as_object().if_contains(kMetaVersion);
 }
 
 using namespace jsonrpc;  // the error codes, Message, classify
@@ -75,12 +110,14 @@ json::object rpc_result(const json::value& id, json::value result) {
 }
 
 // An API error as a JSON-RPC error: by its status, its type and message kept in `data`.
-json::object rpc_error_from(const json::value& id, const ApiError& error, bool resource) {
+// A resource that is not there is -32002 up to 2025-11-25, -32602 from 2026-07-28 on.
+json::object rpc_error_from(const json::value& id, const ApiError& error, bool resource,
+                            bool modern = false) {
   int code = kInternalError;
   if (error.status == HttpStatus::bad_request)
     code = kInvalidParams;
   else if (error.status == HttpStatus::not_found)
-    code = resource ? kResourceNotFound : kInvalidParams;
+    code = resource && !modern ? kResourceNotFound : kInvalidParams;
   else if (error.status == HttpStatus::too_many_requests || error.status == HttpStatus::service_unavailable ||
            error.status == HttpStatus::forbidden || error.status == HttpStatus::payload_too_large)
     code = kServerError;
@@ -142,42 +179,84 @@ struct StopWatch {
   }
 };
 
-json::object initialize_result(std::string_view version) {
-  return json::object{
-      {"protocolVersion", version},
-      {"capabilities",
-       {{"tools", {{"listChanged", false}}}, {"resources", {{"subscribe", false}, {"listChanged", false}}}}},
-      {"serverInfo", {{"name", "sandboxd"}, {"title", "sandboxd"}, {"version", SANDBOXD_VERSION}}},
-      {"instructions",
-       "Each container is a persistent Linux sandbox of yours: bash_code_execution runs commands in it "
-       "(working "
-       "directory /home/agent/workspace), text_editor_code_execution views and edits its files, and the file "
-       "tools "
-       "move files in and out. Without a 'container' argument the tools use your container 'default'. Files "
-       "written to /mnt/user-data/outputs come back as resource links."}};
+json::object server_info() {
+  return json::object{{"name", "sandboxd"}, {"title", "sandboxd"}, {"version", SANDBOXD_VERSION}};
 }
 
-// The response to one request of a session (JSON; a request needing none gets nullopt).
-asio::awaitable<json::object> answer(Mcp& mcp, RequestContext& ctx, Message& message,
-                                     McpCallOptions options) {
+json::object server_capabilities() {
+  return json::object{{"tools", {{"listChanged", false}}},
+                      {"resources", {{"subscribe", false}, {"listChanged", false}}},
+                      {"completions", json::object{}}};
+}
+
+constexpr std::string_view kInstructions =
+    "Each container is a persistent Linux sandbox of yours: bash_code_execution runs commands in it "
+    "(working directory /home/agent/workspace), text_editor_code_execution views and edits its files, and "
+    "the file tools move files in and out. Without a 'container' argument the tools use your container "
+    "'default'. Files written to /mnt/user-data/outputs come back as resource links.";
+
+// 2026-07-28's server/discover: the versions, capabilities and instructions.
+json::object discover_result() {
+  return json::object{{"supportedVersions", all_versions()},
+                      {"capabilities", server_capabilities()},
+                      {"instructions", kInstructions},
+                      {"ttlMs", kStaticTtlMs},
+                      {"cacheScope", "public"}};
+}
+
+// A result as 2026-07-28 shapes it: its kind, the server named, and for the cacheable
+// ones how long and to whom they may be cached (the files are the owner's: private).
+void modern_result(const std::string& method, json::object& result) {
+  result["resultType"] = "complete";
+  result["_meta"] = json::object{{kMetaServerInfo, server_info()}};
+  if (method == "tools/list" || method == "resources/templates/list") {
+    result["ttlMs"] = kStaticTtlMs;
+    result["cacheScope"] = "public";
+  } else if (method == "resources/list" || method == "resources/read") {
+    result["ttlMs"] = 0;
+    result["cacheScope"] = "private";
+  }
+}
+
+json::object initialize_result(std::string_view version) {
+  return json::object{{"protocolVersion", version},
+                      {"capabilities", server_capabilities()},
+                      {"serverInfo", server_info()},
+                      {"instructions", kInstructions}};
+}
+
+// The response to one request: of a session, or (`modern`) a 2026-07-28 request, which
+// has no ping, no initialize, and server/discover.
+asio::awaitable<json::object> answer(Mcp& mcp, RequestContext& ctx, Message& message, McpCallOptions options,
+                                     bool modern = false) {
   const json::value& id = message.id;
   const std::string& method = message.method;
-  if (method == "ping") co_return rpc_result(id, json::object{});
-  if (method == "initialize")
+  if (!modern && method == "ping") co_return rpc_result(id, json::object{});
+  if (!modern && method == "initialize")
     co_return rpc_error(id, kInvalidRequest, "Invalid Request: the session is initialized already");
-  if (method == "tools/list") co_return rpc_result(id, json::object{{"tools", mcp_tools()}});
-  if (method == "resources/templates/list") co_return rpc_result(id, mcp_resource_templates());
   Result<json::object> result = ApiError::internal();
-  if (method == "tools/call") {
+  if (modern && method == "server/discover") {
+    result = discover_result();
+  } else if (method == "tools/list") {
+    // One page holds every tool: no cursor was ever handed out, so any is invalid.
+    if (auto* cursor = message.params.if_contains("cursor"); cursor && !cursor->is_null())
+      co_return rpc_error(id, kInvalidParams, "Invalid params: invalid cursor (tools/list has one page)");
+    result = json::object{{"tools", mcp_tools()}};
+  } else if (method == "resources/templates/list") {
+    result = mcp_resource_templates();
+  } else if (method == "tools/call") {
     result = co_await mcp_call_tool(mcp.api, ctx, std::move(message.params), std::move(options));
   } else if (method == "resources/list") {
     result = co_await mcp_list_resources(mcp.api, ctx, message.params);
   } else if (method == "resources/read") {
     result = co_await mcp_read_resource(mcp.api, ctx, message.params);
+  } else if (method == "completion/complete") {
+    result = co_await mcp_complete(mcp.api, ctx, message.params);
   } else {
     co_return rpc_error(id, kMethodNotFound, "Method not found: " + method.substr(0, 200));
   }
-  if (!result) co_return rpc_error_from(id, result.error(), method == "resources/read");
+  if (!result) co_return rpc_error_from(id, result.error(), method == "resources/read", modern);
+  if (modern) modern_result(method, *result);
   co_return rpc_result(id, std::move(*result));
 }
 
@@ -209,6 +288,7 @@ struct StreamedCall {
   std::optional<json::object> response;
 
   json::value id, token;
+  bool modern = false;  // a 2026-07-28 request (no session)
   uint64_t progress = 0;
   std::shared_ptr<runtime::Cancellation> cancellation = std::make_shared<runtime::Cancellation>();
   std::unique_ptr<McpSessions::InFlight> in_flight;
@@ -249,7 +329,7 @@ asio::awaitable<void> stream_call(Mcp& mcp, RequestContext& ctx, std::shared_ptr
       executor,
       [&mcp, &ctx, call, message = std::move(message),
        options = std::move(options)]() mutable -> asio::awaitable<void> {
-        auto response = co_await answer(mcp, ctx, message, std::move(options));
+        auto response = co_await answer(mcp, ctx, message, std::move(options), call->modern);
         std::lock_guard lock(call->mutex);
         call->response = std::move(response);
       },
@@ -305,8 +385,9 @@ asio::awaitable<void> stream_call(Mcp& mcp, RequestContext& ctx, std::shared_ptr
     // A request the client cancelled gets no response (it has stopped waiting for one).
     // One cancelled because its session ended (DELETE, or room made for a new session)
     // is answered, so that the client does not wait for it until its own timeout.
+    // A 2026-07-28 request is cancelled only by its stream closing: no one to answer.
     const std::string session(ctx.header_value("mcp-session-id"));
-    if (client_gone || mcp.sessions.find(session, ctx.owner)) co_return;
+    if (call->modern || client_gone || mcp.sessions.find(session, ctx.owner)) co_return;
     co_await send(model::format_sse(
         "message", json::serialize(rpc_error(call->id, kRequestCancelled, "The session ended"))));
     co_return;
@@ -360,20 +441,85 @@ asio::awaitable<Result<Response>> answer_batch(Mcp& mcp, RequestContext& ctx,
   co_return server::json_response(HttpStatus::ok, std::move(answers));
 }
 
-// A browser's request from another site (DNS rebinding onto a local server) names its
-// page's origin: only the server's own is let through.
-bool foreign_origin(const RequestContext& ctx) {
-  std::string_view origin = ctx.header_value(http::field::origin);
-  if (origin.empty()) return false;
-  const auto scheme_end = origin.find("://");
-  if (scheme_end == std::string_view::npos) return true;
-  return origin.substr(scheme_end + 3) != ctx.header_value(http::field::host);
+// The host of an authority (host[:port], [v6]:port), lower-cased, without brackets.
+std::string host_of_authority(std::string_view authority) {
+  std::string_view host = authority;
+  if (host.starts_with('[')) {
+    host = host.substr(
+        1, host.find(']') == std::string_view::npos ? std::string_view::npos : host.find(']') - 1);
+  } else if (auto colon = host.find(':'); colon != std::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  std::string lower(host);
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower;
 }
 
+// The host of an http(s) URL ("" when it is none).
+std::string host_of_url(std::string_view url) {
+  const auto scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) return "";
+  std::string_view authority = url.substr(scheme_end + 3);
+  authority = authority.substr(0, authority.find_first_of("/?#"));
+  if (auto at = authority.rfind('@'); at != std::string_view::npos) authority.remove_prefix(at + 1);
+  return host_of_authority(authority);
+}
+
+// A name only this machine answers to.
+bool loopback_host(std::string_view host) {
+  if (host == "localhost" || host.ends_with(".localhost") || host == "::1") return true;
+  if (!host.starts_with("127.")) return false;
+  return host.find_first_not_of("0123456789.") == std::string_view::npos;
+}
+
+bool wildcard_host(std::string_view host) { return host.empty() || host == "0.0.0.0" || host == "::"; }
+
+// The hosts this server is known by: loopback names, the address it listens on, its
+// configured public URL and (cluster mode) the URL the other replicas relay to.
+bool own_host(const ops::Config& config, std::string_view host) {
+  if (host.empty()) return false;
+  if (loopback_host(host)) return true;
+  if (!wildcard_host(config.listen_host) && host == host_of_authority(config.listen_host)) return true;
+  if (!config.public_url.empty() && host == host_of_url(config.public_url)) return true;
+  if (!config.cluster_advertise_url.empty() && host == host_of_url(config.cluster_advertise_url)) return true;
+  return false;
+}
+
+// DNS rebinding: a page of the attacker's site whose name has been made to resolve to
+// this server sends requests whose Origin and Host both carry the attacker's name, so
+// comparing them proves nothing for a name. A browser's Origin (sent on every POST)
+// must name one of this server's own hosts, or be an IP address that the Host names too
+// (an address cannot be rebound: the page was served from this very address); and a server listening on
+// loopback, which no remote client reaches by another name, answers only a Host that is one of them (a proxy
+// passing its public Host on: server.publicUrl). A sandbox's own requests come through
+// its relay and are not a browser's.
+std::optional<std::string> rebinding_refusal(const ApiContext& api, const RequestContext& ctx) {
+  if (ctx.origin) return std::nullopt;
+  const auto config = api.config();
+  const std::string_view origin = ctx.header_value(http::field::origin);
+  // A page whose origin is an address (no name to rebind) on the very address it asks.
+  const std::string origin_host = host_of_url(origin);
+  const bool address_origin = !origin_host.empty() &&
+                              (origin_host.find(':') != std::string::npos ||
+                               origin_host.find_first_not_of("0123456789.") == std::string::npos) &&
+                              origin_host == host_of_authority(ctx.header_value(http::field::host));
+  if (!origin.empty() && !address_origin && !own_host(*config, origin_host))
+    return "Forbidden: requests from the origin " + to_valid_utf8(origin.substr(0, 200)) +
+           " are refused (set server.publicUrl to the address clients reach this server by)";
+  if (loopback_host(host_of_authority(config->listen_host)) &&
+      !own_host(*config, host_of_authority(ctx.header_value(http::field::host))))
+    return "Forbidden: a server listening on loopback answers only loopback names, not " +
+           to_valid_utf8(ctx.header_value(http::field::host).substr(0, 200)) +
+           " (set server.publicUrl to the address clients reach this server by)";
+  return std::nullopt;
+}
+
+asio::awaitable<Result<Response>> post_modern(Mcp& mcp, RequestContext& ctx, std::string_view accept,
+                                              std::string version);
+
 asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
-  if (foreign_origin(ctx))
-    co_return transport_error(HttpStatus::forbidden, kServerError,
-                              "Forbidden: requests from another origin are refused");
+  if (auto refusal = rebinding_refusal(mcp.api, ctx))
+    co_return transport_error(HttpStatus::forbidden, kServerError, std::move(*refusal));
   if (media_type(ctx.header_value(http::field::content_type)) != "application/json")
     co_return transport_error(HttpStatus::unsupported_media_type, kServerError,
                               "Unsupported Media Type: Content-Type must be application/json");
@@ -382,8 +528,13 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
     co_return transport_error(
         HttpStatus::not_acceptable, kServerError,
         "Not Acceptable: the client must accept application/json and text/event-stream");
-  const std::string session_id(ctx.header_value(kSessionHeader));
   const std::string_view version_header = ctx.header_value(kVersionHeader);
+  // A version header that names no session revision is the stateless era's (or one the
+  // server does not speak, which that era's error answers): its Mcp-Session-Id, if any,
+  // is ignored.
+  if (!version_header.empty() && !supported(version_header))
+    co_return co_await post_modern(mcp, ctx, accept, std::string(version_header));
+  const std::string session_id(ctx.header_value(kSessionHeader));
   // What can be decided before the body is read is: a request without a known session
   // of this owner can only be an initialize (small by nature), and only a session of
   // the batch revision may send a batch, bounded in its size.
@@ -436,6 +587,11 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
       co_return rpc_http(HttpStatus::ok, rpc_result(message.id, initialize_result(version)), (*created)->id);
     }
   }
+
+  // A stateless request without its version header (the body says which it is).
+  if (single && single->kind == Message::Kind::kRequest && !session && meta_version(*single))
+    co_return transport_error(HttpStatus::bad_request, kHeaderMismatch,
+                              "Header mismatch: the MCP-Protocol-Version header is required", single->id);
 
   // Everything else belongs to a session of this owner.
   if (session_id.empty())
@@ -502,11 +658,171 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
         ctx.stream().socket(), [cancellation = options.cancellation] { cancellation->cancel(); });
   auto cancellation = options.cancellation;
   auto response = co_await answer(mcp, ctx, message, std::move(options));
-  if (cancellation->cancelled()) response = rpc_error(message.id, kRequestCancelled, "Request cancelled");
+  if (cancellation->cancelled()) {
+    // The client cancelled it (notifications/cancelled): the protocol asks for no
+    // response, so the POST is answered without one. One cancelled because its session
+    // ended is answered, so that the client does not wait for it until its own timeout.
+    if (mcp.sessions.find(session->id, ctx.owner)) co_return server::StringResponse{HttpStatus::accepted, 11};
+    response = rpc_error(message.id, kRequestCancelled, "The session ended");
+  }
   co_return rpc_http(HttpStatus::ok, response, session->id);
 }
 
+// Mcp-Name's value: as sent, or decoded from its base64 form (=?base64?...?=) that
+// carries a name a header cannot. nullopt when that form does not decode.
+std::optional<std::string> header_name_value(std::string_view header) {
+  constexpr std::string_view kPrefix = "=?base64?", kSuffix = "?=";
+  if (header.size() < kPrefix.size() + kSuffix.size() || !header.starts_with(kPrefix) ||
+      !header.ends_with(kSuffix))
+    return std::string(header);
+  return base64_decode(header.substr(kPrefix.size(), header.size() - kPrefix.size() - kSuffix.size()));
+}
+
+server::StringResponse header_mismatch(const json::value& id, std::string message) {
+  return rpc_http(HttpStatus::bad_request, rpc_error(id, kHeaderMismatch, "Header mismatch: " + message));
+}
+
+// Checks what a 2026-07-28 request carries twice (headers and body) and what its `_meta`
+// must hold: the refusal, or nullopt.
+std::optional<server::StringResponse> modern_envelope_refusal(const RequestContext& ctx,
+                                                              const Message& message,
+                                                              std::string_view version) {
+  const json::value& id = message.id;
+  const std::string_view method_header = ctx.header_value(kMethodHeader);
+  if (method_header.empty()) return header_mismatch(id, "the Mcp-Method header is required");
+  if (method_header != message.method)
+    return header_mismatch(id, "Mcp-Method header value '" + to_valid_utf8(method_header.substr(0, 100)) +
+                                   "' does not match body value '" +
+                                   to_valid_utf8(message.method.substr(0, 100)) + "'");
+  const json::value* body_version = meta_version(message);
+  if (!body_version || !body_version->is_string())
+    return header_mismatch(id, "params._meta[\"" + std::string(kMetaVersion) + "\"] is required");
+  if (body_version->as_string() != version)
+    return header_mismatch(
+        id, "MCP-Protocol-Version header value '" + std::string(version) + "' does not match body value '" +
+                to_valid_utf8(std::string_view(body_version->as_string()).substr(0, 64)) + "'");
+  const auto& meta = message.params.at("_meta").as_object();
+  if (const auto* capabilities = meta.if_contains(kMetaCapabilities);
+      !capabilities || !capabilities->is_object())
+    return rpc_http(HttpStatus::bad_request,
+                    rpc_error(id, kInvalidParams,
+                              "Invalid params: params._meta[\"" + std::string(kMetaCapabilities) +
+                                  "\"] must be an object (the client's capabilities for this request)"));
+  // The tool or resource, named again for intermediaries that route on it.
+  const char* name_field = message.method == "tools/call"       ? "name"
+                           : message.method == "resources/read" ? "uri"
+                                                                : nullptr;
+  if (name_field) {
+    const auto* body_name = message.params.if_contains(name_field);
+    if (body_name && body_name->is_string()) {
+      const std::string_view name_header = ctx.header_value(kNameHeader);
+      if (name_header.empty())
+        return header_mismatch(id, "the Mcp-Name header is required for " + message.method);
+      auto name = header_name_value(name_header);
+      if (!name) return header_mismatch(id, "the Mcp-Name header's base64 form does not decode");
+      if (*name != body_name->as_string())
+        return header_mismatch(
+            id, "Mcp-Name header value '" + to_valid_utf8(std::string_view(*name).substr(0, 200)) +
+                    "' does not match body value '" +
+                    to_valid_utf8(std::string_view(body_name->as_string()).substr(0, 200)) + "'");
+    }
+  }
+  return std::nullopt;
+}
+
+// A request of the stateless revision: everything it needs is in it (the owner from the
+// token, the container from the arguments), so nothing is kept once it is answered, and
+// in cluster mode any replica takes it (api/cluster_relay.cc relays a container's calls to
+// its holder). Cancelled by closing its stream (or connection): it then gets no answer.
+asio::awaitable<Result<Response>> post_modern(Mcp& mcp, RequestContext& ctx, std::string_view accept,
+                                              std::string version) {
+  JsonBodyLimits limits;
+  limits.max_bytes = kMessageLimit;
+  limits.max_array_bytes = kInitializeLimit;  // batches are refused: an array is read no further
+  auto body = co_await read_json_body(ctx, limits);
+  if (!body) {
+    const ApiError& error = body.error();
+    if (error.status == HttpStatus::payload_too_large)
+      co_return transport_error(
+          HttpStatus::payload_too_large, kInvalidRequest,
+          "Message too large: " + error.message + " (send large files with the Files API)");
+    if (json_syntax_error(error))
+      co_return transport_error(HttpStatus::bad_request, kParseError, "Parse error: " + error.message);
+    if (error.status != HttpStatus::too_many_requests && error.status != HttpStatus::service_unavailable)
+      co_return error;
+    auto response = rpc_http(error.status, rpc_error_from(nullptr, error, false, true));
+    if (error.retry_after) response.set(http::field::retry_after, std::to_string(*error.retry_after));
+    co_return response;
+  }
+  json::value parsed = std::move(*body);
+  if (parsed.is_array())
+    co_return transport_error(HttpStatus::bad_request, kInvalidRequest,
+                              "Invalid Request: JSON-RPC batches are not part of MCP " + version);
+  auto classified = classify(parsed);
+  parsed = nullptr;
+  if (auto* error = std::get_if<json::object>(&classified))
+    co_return rpc_http(HttpStatus::bad_request, *error);
+  auto& message = std::get<Message>(classified);
+  if (version != kModernVersion) {
+    // Named with the versions to retry with (a client picks one and sends again).
+    json::object data{{"supported", all_versions()},
+                      {"requested", to_valid_utf8(std::string_view(version).substr(0, 64))}};
+    co_return rpc_http(HttpStatus::bad_request, rpc_error(message.id, kUnsupportedProtocolVersion,
+                                                          "Unsupported protocol version", std::move(data)));
+  }
+  // notifications/cancelled belongs to stdio in this revision (over HTTP, closing the
+  // stream cancels); notifications are accepted and have nothing to do.
+  if (message.kind == Message::Kind::kNotification)
+    co_return server::StringResponse{HttpStatus::accepted, 11};
+  if (message.kind == Message::Kind::kResponse)
+    co_return transport_error(HttpStatus::bad_request, kInvalidRequest,
+                              "Invalid Request: a client sends no responses in MCP " + version);
+  if (auto refusal = modern_envelope_refusal(ctx, message, version)) co_return std::move(*refusal);
+
+  bool streams = false;
+  if (message.method == "tools/call" && accepts(accept, "text/event-stream")) {
+    auto* name = message.params.if_contains("name");
+    streams = name && name->is_string() && mcp_tool_streams(name->as_string()) && progress_token(message);
+  }
+  if (streams) {
+    auto call = std::make_shared<StreamedCall>(co_await asio::this_coro::executor);
+    call->id = message.id;
+    call->token = *progress_token(message);
+    call->modern = true;
+    call->watch = server::DisconnectWatch::start(
+        ctx.stream().socket(), [cancellation = call->cancellation] { cancellation->cancel(); });
+    server::StreamResponse response;
+    response.header.result(http::status::ok);
+    response.header.version(11);
+    response.header.set(http::field::content_type, "text/event-stream");
+    response.header.set(http::field::cache_control, "no-cache");
+    response.header.set("X-Accel-Buffering", "no");
+    response.produce = [&mcp, &ctx, call, message = std::move(message)](server::ChunkWriter& writer) {
+      return stream_call(mcp, ctx, call, message, writer);
+    };
+    co_return response;
+  }
+  McpCallOptions options;
+  options.cancellation = std::make_shared<runtime::Cancellation>();
+  StopWatch watch;
+  if (message.method == "tools/call")
+    watch.watch = server::DisconnectWatch::start(
+        ctx.stream().socket(), [cancellation = options.cancellation] { cancellation->cancel(); });
+  auto response = co_await answer(mcp, ctx, message, std::move(options), /*modern=*/true);
+  // A method this revision does not have is a 404 (with its JSON-RPC error, which tells
+  // a client that this is an MCP endpoint all the same).
+  HttpStatus status = HttpStatus::ok;
+  if (auto* error = response.if_contains("error"))
+    if (error->as_object().at("code") == json::value(kMethodNotFound)) status = HttpStatus::not_found;
+  co_return rpc_http(status, response);
+}
+
+asio::awaitable<Result<Response>> no_stream(Mcp&, RequestContext&);
+
 asio::awaitable<Result<Response>> end_session(Mcp& mcp, RequestContext& ctx) {
+  // The stateless revision has no sessions to end: 405, as for GET.
+  if (const auto version = ctx.header_value(kVersionHeader); !version.empty() && !supported(version))
+    co_return co_await no_stream(mcp, ctx);
   const std::string session_id(ctx.header_value(kSessionHeader));
   if (session_id.empty())
     co_return transport_error(HttpStatus::bad_request, kServerError,

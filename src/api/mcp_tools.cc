@@ -8,6 +8,7 @@
 #include "base/base64.h"
 #include "base/blocking.h"
 #include "base/percent_encoding.h"
+#include "base/sandbox_paths.h"
 #include "base/utf8.h"
 #include "server/router.h"
 #include "service/store_call.h"
@@ -191,8 +192,8 @@ json::array make_tools() {
                        {{"readOnlyHint", false}, {"destructiveHint", true}}));
   tools.push_back(
       tool("download_file", "Download a file",
-           "Returns a file of the container (by file_id, or by its sandbox path such as "
-           "/mnt/user-data/outputs/chart.png) "
+           "Returns a file of the container (by file_id, or by its path: the sandbox path such as "
+           "/mnt/user-data/outputs/chart.png or the key upload_file takes, such as outputs/chart.png) "
            "with its content: text for UTF-8 text, else base64; a file over 3 MiB is not returned inline "
            "(encoding 'link': a resource link, and 'download', the Files API path that serves it).",
            R"({"type": "object", "properties": {"container": )" + container + R"(,
@@ -546,11 +547,25 @@ asio::awaitable<json::object> call_file_tool(ApiContext& api, RequestContext& ct
     auto path = string_arg(args, "path");
     if (id.has_value() == path.has_value())
       co_return api_error_result(ApiError::invalid_request("Give exactly one of 'file_id' and 'path'"));
-    if (path) id = store::file_id_for_path(*path);
+    // A sandbox path (/mnt/user-data/outputs/x.csv), or the key upload_file and list_files
+    // name files by (outputs/x.csv; data.csv is an upload).
+    if (path)
+      id = store::file_id_for_path(path->starts_with('/') ? *path : store::sandbox_path_for_key(*path));
     auto container = co_await existing_container(api, ctx, args);
     if (!container) co_return api_error_result(container.error());
     auto file = co_await inline_file(api, **container, *id);
-    if (!file) co_return api_error_result(file.error());
+    if (!file) {
+      // An upload is there for code in the sandbox to read, not to be downloaded: say
+      // so, and how to reach it, rather than a bare refusal.
+      if (file.error().status == HttpStatus::forbidden)
+        if (auto sandbox_path = store::path_for_file_id(*id);
+            sandbox_path && sandbox_path->starts_with(std::string(kUploadsMount) + "/"))
+          co_return api_error_result(ApiError::permission(
+              to_valid_utf8(*sandbox_path) + " is an uploaded file: " + file.error().message +
+              ". Code in the sandbox reads it at that path (bash_code_execution, e.g. cat or cp it into "
+              "/mnt/user-data/outputs/ to download a copy)"));
+      co_return api_error_result(file.error());
+    }
     const DownloadRule rule = co_await download_rule(api, **container);
     // The content once, in structuredContent; the content blocks link to the file.
     json::object structured{{"file", file_object((*container)->id, file->record, rule)},
@@ -704,6 +719,91 @@ asio::awaitable<Result<json::object>> mcp_list_resources(ApiContext& api, Reques
   co_return out;
 }
 
+asio::awaitable<Result<json::object>> mcp_complete(ApiContext& api, RequestContext& ctx,
+                                                   const json::object& params) {
+  constexpr size_t kMaxValues = 100;  // the protocol's cap on one answer
+  const auto* ref = params.if_contains("ref");
+  const auto* argument = params.if_contains("argument");
+  if (!ref || !ref->is_object() || !argument || !argument->is_object())
+    co_return ApiError::invalid_request("completion/complete needs a 'ref' and an 'argument'");
+  const auto* type = ref->as_object().if_contains("type");
+  const auto* uri = ref->as_object().if_contains("uri");
+  const std::string template_uri = std::string(kUriPrefix) + "{container}/files/{+path}";
+  if (!type || *type != "ref/resource" || !uri || !uri->is_string() || uri->as_string() != template_uri)
+    co_return ApiError::invalid_request("Completions are offered for the resource template " + template_uri +
+                                        " only");
+  const auto* name = argument->as_object().if_contains("name");
+  const auto* value = argument->as_object().if_contains("value");
+  if (!name || !name->is_string() || !value || !value->is_string())
+    co_return ApiError::invalid_request("'argument' needs a string 'name' and 'value'");
+  const std::string typed(value->as_string());
+  json::array values;
+  bool more = false;
+  auto add = [&](std::string candidate) {
+    if (!candidate.starts_with(typed)) return;
+    if (values.size() == kMaxValues) {
+      more = true;
+      return;
+    }
+    values.emplace_back(to_valid_utf8(candidate));
+  };
+  if (name->as_string() == "container") {
+    // The owner's containers (a page of them: the rest by typing more of the id).
+    for (auto& record : co_await api.containers.async_list(ctx.owner, 1000, "")) add(record.id);
+  } else if (name->as_string() == "path") {
+    // The files of the container already chosen (context.arguments.container, else the
+    // default one), their paths as the template takes them (no leading '/').
+    std::string container_id = ContainerService::default_id();
+    if (const auto* context = params.if_contains("context"); context && context->is_object())
+      if (const auto* arguments = context->as_object().if_contains("arguments");
+          arguments && arguments->is_object())
+        if (const auto* chosen = arguments->as_object().if_contains("container");
+            chosen && chosen->is_string())
+          container_id = std::string(chosen->as_string());
+    auto container = co_await api.containers.async_open(ctx.owner, container_id, /*create=*/false);
+    container = co_await ready_container(api, std::move(container));
+    if (container) {
+      FileListQuery query{store::key_for_sandbox_path("/" + typed).value_or(""), 1000, std::nullopt,
+                          std::nullopt};
+      auto page = co_await list_files_page(api, **container, query);
+      if (!page) co_return page.error();
+      for (auto& file : page->at("data").as_array())
+        if (auto path = store::path_for_file_id(file.as_object().at("id").as_string())) add(path->substr(1));
+      more = more || page->at("has_more").as_bool();
+    }
+  } else {
+    co_return ApiError::invalid_request("The template's arguments are 'container' and 'path'");
+  }
+  json::object completion{{"values", std::move(values)}, {"hasMore", more}};
+  co_return json::object{{"completion", std::move(completion)}};
+}
+
+std::string mcp_container_of_request(std::string_view method, const json::object& params) {
+  if (method == "resources/read") {
+    const auto* uri = params.if_contains("uri");
+    if (!uri || !uri->is_string() || !uri->as_string().starts_with(kUriPrefix)) return "";
+    std::string_view rest = std::string_view(uri->as_string()).substr(kUriPrefix.size());
+    std::string container_id;
+    const auto slash = rest.find("/files/");
+    if (slash == std::string_view::npos || !server::percent_decode(rest.substr(0, slash), container_id))
+      return "";
+    return container_id;
+  }
+  if (method != "tools/call") return "";
+  const auto* name = params.if_contains("name");
+  const auto* args = params.if_contains("arguments");
+  if (!name || !name->is_string() || name->as_string() == "list_containers") return "";
+  static const json::object kNone;
+  const json::object& arguments = args && args->is_object() ? args->as_object() : kNone;
+  if (name->as_string() == "stop_container" || name->as_string() == "delete_container") {
+    const auto* container = arguments.if_contains("container");
+    return container && container->is_string() ? std::string(container->as_string()) : std::string();
+  }
+  const auto* container = arguments.if_contains("container");
+  if (container && !container->is_null() && !container->is_string()) return "";
+  return container_arg(arguments);
+}
+
 json::object mcp_resource_templates() {
   return json::object{
       {"resourceTemplates",
@@ -736,6 +836,8 @@ asio::awaitable<Result<json::object>> mcp_read_resource(ApiContext& api, Request
   container = co_await ready_container(api, std::move(container));
   if (!container) co_return container.error();
   auto file = co_await inline_file(api, **container, store::file_id_for_path("/" + path));
+  // Named by the URI the client asked for (the file's internal id means nothing to it).
+  if (!file && file.error().status == HttpStatus::not_found) co_return not_found;
   if (!file) co_return file.error();
   auto contents = resource_contents(**container, std::move(*file));
   if (!contents) co_return contents.error();

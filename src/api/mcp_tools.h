@@ -51,6 +51,17 @@ boost::json::object mcp_resource_templates();
 asio::awaitable<Result<boost::json::object>> mcp_read_resource(ApiContext& api, RequestContext& ctx,
                                                                const boost::json::object& params);
 
+// The container a tools/call or resources/read works on, from its params (the default
+// container when a container tool names none); "" for the others (served anywhere).
+// Cluster mode relays a stateless request for a container to the replica holding it.
+std::string mcp_container_of_request(std::string_view method, const boost::json::object& params);
+
+// completion/complete for the resource template's arguments: the owner's container ids
+// (`container`), and the paths of the chosen container's files (`path`, the container from
+// context.arguments, else the default), those starting with what was typed, at most 100.
+asio::awaitable<Result<boost::json::object>> mcp_complete(ApiContext& api, RequestContext& ctx,
+                                                          const boost::json::object& params);
+
 // sandboxd://containers/{container}/files/{path without its leading '/'}, percent-encoded.
 std::string mcp_file_uri(std::string_view container, std::string_view sandbox_path);
 

@@ -2,15 +2,20 @@
 
 #include <curl/curl.h>
 
+#include <atomic>
 #include <boost/json.hpp>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include "base/base64.h"
 
 namespace sandboxd::app {
 namespace {
@@ -27,6 +32,12 @@ struct Bridge {
   std::mutex threads_mutex;
   std::condition_variable threads_done;
   int running = 0;
+
+  // The stateless revision's requests in flight, by id (their JSON text): over HTTP,
+  // closing a request's stream is its cancellation, so a client's
+  // notifications/cancelled for one (stdio's way) aborts its transfer here.
+  std::mutex in_flight_mutex;
+  std::map<std::string, std::shared_ptr<std::atomic<bool>>> in_flight;
 
   // One message to the client: one line of stdout.
   void emit(std::string_view message) {
@@ -55,6 +66,9 @@ struct Exchange {
   std::string event, data;
   bool answered = false;  // the response to request_id went out
   CURL* curl = nullptr;   // while it is performed
+  // A 2026-07-28 message: the headers that mirror its body (no session's).
+  std::vector<std::string> modern_headers;
+  std::shared_ptr<std::atomic<bool>> cancelled;  // set: the transfer is aborted
 
   bool streaming() const {
     return status == 200 && content_type.find("text/event-stream") != std::string::npos;
@@ -139,6 +153,45 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
   return size * count;
 }
 
+// Aborts a transfer whose request the client cancelled (checked about once a second,
+// and whenever data moves).
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<std::atomic<bool>*>(user)->load() ? 1 : 0;
+}
+
+// A header value as MCP 2026-07-28 carries it: as is when it is plain visible ASCII,
+// else (or when it looks like the encoded form) =?base64?{UTF-8 as base64}?=.
+std::string header_value(std::string_view value) {
+  bool plain = !value.empty() && value.front() != ' ' && value.back() != ' ' &&
+               !(value.starts_with("=?base64?") && value.ends_with("?="));
+  for (unsigned char c : value)
+    if (c < 0x20 || c > 0x7e) plain = false;
+  if (plain) return std::string(value);
+  return "=?base64?" + base64_encode(value) + "?=";
+}
+
+// The headers a 2026-07-28 message mirrors from its body (its version, method, and tool
+// or resource); none for a message of a session's revision.
+std::vector<std::string> modern_headers_of(const json::object& message) {
+  const auto* method = message.if_contains("method");
+  const auto* params = message.if_contains("params");
+  if (!method || !method->is_string() || !params || !params->is_object()) return {};
+  const auto* meta = params->as_object().if_contains("_meta");
+  if (!meta || !meta->is_object()) return {};
+  const auto* version = meta->as_object().if_contains("io.modelcontextprotocol/protocolVersion");
+  if (!version || !version->is_string()) return {};
+  std::vector<std::string> headers{"MCP-Protocol-Version: " + header_value(version->as_string()),
+                                   "Mcp-Method: " + header_value(method->as_string())};
+  const char* name_field = method->as_string() == "tools/call"       ? "name"
+                           : method->as_string() == "resources/read" ? "uri"
+                           : method->as_string() == "prompts/get"    ? "name"
+                                                                     : nullptr;
+  if (name_field)
+    if (const auto* name = params->as_object().if_contains(name_field); name && name->is_string())
+      headers.push_back("Mcp-Name: " + header_value(name->as_string()));
+  return headers;
+}
+
 // Sends one request with the session's headers; `method` POST (with `payload`) or DELETE.
 CURLcode perform(Bridge& bridge, const char* method, const std::string& payload, Exchange& exchange) {
   CURL* curl = curl_easy_init();
@@ -147,12 +200,19 @@ CURLcode perform(Bridge& bridge, const char* method, const std::string& payload,
   headers = curl_slist_append(headers, ("Authorization: Bearer " + bridge.token).c_str());
   headers = curl_slist_append(headers, "Content-Type: application/json");
   headers = curl_slist_append(headers, "Accept: application/json, text/event-stream");
-  {
+  if (!exchange.modern_headers.empty()) {
+    for (const auto& header : exchange.modern_headers) headers = curl_slist_append(headers, header.c_str());
+  } else {
     std::lock_guard lock(bridge.mutex);
     if (!bridge.session_id.empty())
       headers = curl_slist_append(headers, ("Mcp-Session-Id: " + bridge.session_id).c_str());
     if (!bridge.protocol_version.empty())
       headers = curl_slist_append(headers, ("MCP-Protocol-Version: " + bridge.protocol_version).c_str());
+  }
+  if (exchange.cancelled) {
+    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, exchange.cancelled.get());
   }
   curl_easy_setopt(curl, CURLOPT_URL, bridge.endpoint.c_str());
   curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
@@ -180,14 +240,43 @@ void relay(std::shared_ptr<Bridge> bridge, std::string line) {
   Exchange exchange{*bridge};
   boost::system::error_code ec;
   json::value message = json::parse(line, ec);
+  std::string in_flight_key;
   if (!ec)
-    if (auto* object = message.if_object())
-      if (auto* id = object->if_contains("id"); id && object->contains("method")) {
+    if (auto* object = message.if_object()) {
+      exchange.modern_headers = modern_headers_of(*object);
+      auto* method = object->if_contains("method");
+      if (auto* id = object->if_contains("id"); id && method) {
         exchange.request_id = *id;
-        auto* method = object->if_contains("method");
         exchange.is_initialize = method->is_string() && method->as_string() == "initialize";
+        if (!exchange.modern_headers.empty()) {
+          in_flight_key = json::serialize(*id);
+          exchange.cancelled = std::make_shared<std::atomic<bool>>(false);
+          std::lock_guard lock(bridge->in_flight_mutex);
+          bridge->in_flight[in_flight_key] = exchange.cancelled;
+        }
+      } else if (method && method->is_string() && method->as_string() == "notifications/cancelled") {
+        // A stateless request's cancellation: its transfer is aborted here (the server
+        // stops it when the stream closes). One of a session goes to the server.
+        const auto* params = object->if_contains("params");
+        const auto* request =
+            params && params->is_object() ? params->as_object().if_contains("requestId") : nullptr;
+        if (request) {
+          std::lock_guard lock(bridge->in_flight_mutex);
+          if (auto found = bridge->in_flight.find(json::serialize(*request));
+              found != bridge->in_flight.end()) {
+            found->second->store(true);
+            return;
+          }
+        }
       }
+    }
   CURLcode rc = perform(*bridge, "POST", line, exchange);
+  if (!in_flight_key.empty()) {
+    std::lock_guard lock(bridge->in_flight_mutex);
+    bridge->in_flight.erase(in_flight_key);
+  }
+  // A cancelled request gets no response, as the protocol asks.
+  if (exchange.cancelled && exchange.cancelled->load()) return;
   if (!exchange.session_id.empty() && exchange.is_initialize) {
     std::lock_guard lock(bridge->mutex);
     bridge->session_id = exchange.session_id;

@@ -301,6 +301,24 @@ void read_model_base_url(const YAML::Node& v, const std::string& kp, Config& c) 
     throw ConfigError(kp + ": must be an http:// or https:// URL");
 }
 
+// server.publicUrl: an http(s) origin (a trailing path is dropped), one line.
+void read_public_url(const YAML::Node& v, const std::string& kp, Config& c) {
+  std::string url = scalar(v, kp);
+  if (url.empty()) {
+    c.public_url.clear();
+    return;
+  }
+  const bool http = url.rfind("http://", 0) == 0, https = url.rfind("https://", 0) == 0;
+  if (!http && !https) throw ConfigError(kp + ": must be an http:// or https:// URL");
+  const size_t authority = url.find("://") + 3;
+  const size_t end = url.find_first_of("/?#", authority);
+  const std::string host =
+      url.substr(authority, end == std::string::npos ? std::string::npos : end - authority);
+  if (host.empty() || host.find_first_of(" \t\r\n@") != std::string::npos)
+    throw ConfigError(kp + ": must name a host (scheme://host[:port])");
+  c.public_url = url.substr(0, authority) + host;
+}
+
 // model.models: {name: upstream model}.
 void read_models(const YAML::Node& v, const std::string& kp, Config& c) {
   if (!v.IsMap()) throw ConfigError(kp + ": must be a mapping of name to upstream model");
@@ -474,6 +492,7 @@ const std::vector<Key>& keys() {
   using K = KubernetesSettings;
   static const std::vector<Key> kKeys = {
       text("server.webRoot", &C::web_root),
+      custom("server.publicUrl", read_public_url),
       integer("server.headerTimeoutSec", &C::header_timeout_sec, 1, 3600),
       integer("server.bodyIdleTimeoutSec", &C::body_idle_timeout_sec, 1, 3600),
       integer("server.bodyMinRateBytesPerSec", &C::body_min_rate_bytes_per_sec, 0, int64_t{1} << 40),

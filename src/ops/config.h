@@ -52,6 +52,11 @@ struct Config {
   uint64_t max_upload_bytes = 512ull << 20;
   int header_timeout_sec = 15;  // the whole request header must arrive in this time
   std::string web_root;         // server.webRoot: the web page's files; empty = found beside the binary
+  // server.publicUrl: the scheme://host[:port] clients reach this server by (behind a
+  // proxy, or a name of its own); MCP lets browser pages of that origin, and requests
+  // naming that host, through its DNS-rebinding check. Empty: none but loopback names
+  // and the listen address.
+  std::string public_url;
   // Slow bodies and connection caps (see server::ServerLimits).
   int body_idle_timeout_sec = 60;               // longest wait for the next body bytes
   uint64_t body_min_rate_bytes_per_sec = 1024;  // a body's minimum average rate (0: none)

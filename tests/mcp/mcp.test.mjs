@@ -252,7 +252,7 @@ test('outputs come back as resource links and read as resources', async () => {
   const { resourceTemplates } = await client.listResourceTemplates();
   assert.equal(resourceTemplates[0].uriTemplate, 'sandboxd://containers/{container}/files/{+path}');
   await assert.rejects(client.readResource({ uri: 'sandboxd://containers/mcp-res/files/mnt/user-data/outputs/none' }),
-                       (e) => e.code === -32002);
+                       (e) => e.code === -32002 && e.message.includes('sandboxd://containers/mcp-res/files/mnt/user-data/outputs/none'));
 });
 
 test('file and container tools answer with the HTTP API objects', async () => {
@@ -274,6 +274,15 @@ test('file and container tools answer with the HTTP API objects', async () => {
   const down = await client.callTool({ name: 'download_file', arguments: { container: 'mcp-files', path: '/mnt/user-data/outputs/blob.bin' } });
   assert.equal(down.structuredContent.encoding, 'base64');
   assert.equal(down.structuredContent.content, bytes.toString('base64'));
+  // The key form upload_file takes names the same file.
+  const byKey = await client.callTool({ name: 'download_file', arguments: { container: 'mcp-files', path: 'outputs/blob.bin' } });
+  assert.equal(byKey.isError, undefined);
+  assert.equal(byKey.structuredContent.content, bytes.toString('base64'));
+  // An upload is not downloadable, and the refusal says how to reach it.
+  const upload = await client.callTool({ name: 'download_file', arguments: { container: 'mcp-files', path: 'docs/a.txt' } });
+  assert.equal(upload.isError, true);
+  assert.equal(upload.structuredContent.error.type, 'permission_error');
+  assert.match(upload.structuredContent.error.message, /\/mnt\/user-data\/uploads\/docs\/a\.txt is an uploaded file.*bash_code_execution/);
   assert.equal(down.content[1].type, 'resource_link');  // the content once, in structuredContent
   assert.equal(down.content[1].uri, 'sandboxd://containers/mcp-files/files/mnt/user-data/outputs/blob.bin');
   const id = up.structuredContent.id;
@@ -401,7 +410,7 @@ test('malformed JSON-RPC gets JSON-RPC errors', async () => {
   const parse = await rpc('{"jsonrpc": "2.0", "id": 1, "method": ', opts);
   assert.equal(parse.res.status, 400);
   assert.equal(parse.json.error.code, -32700);
-  assert.equal(parse.json.id, null);
+  assert.equal('id' in parse.json, false, 'MCP\'s schema has no null id: none when the request has none');
   const noMethod = await rpc({ jsonrpc: '2.0', id: 2 }, opts);
   assert.equal(noMethod.json.error.code, -32600);
   const badVersion = await rpc({ jsonrpc: '1.0', id: 3, method: 'ping' }, opts);
@@ -441,12 +450,62 @@ test('malformed JSON-RPC gets JSON-RPC errors', async () => {
     { bad: true },
   ], { session: oldSession });
   assert.equal(batch.res.status, 200);
-  assert.deepEqual(batch.json.map((m) => m.id), ['a', 'b', null]);
+  assert.deepEqual(batch.json.map((m) => m.id), ['a', 'b', undefined]);
   assert.deepEqual(batch.json[0].result, {});
   assert.equal(batch.json[1].error.code, -32601);
   assert.equal(batch.json[2].error.code, -32600);
   const empty = await rpc([], { session: oldSession });
   assert.equal(empty.json.error.code, -32600);
+
+  // tools/list has one page: a cursor is invalid, as resources/list's bad ones are.
+  const cursor = await rpc({ jsonrpc: '2.0', id: 11, method: 'tools/list', params: { cursor: 'bogus' } }, opts);
+  assert.equal(cursor.json.error.code, -32602);
+});
+
+test('a cancelled request answered as JSON gets no response', async () => {
+  const init = await initialize('2025-11-25');
+  const opts = { session: init.res.headers.get('mcp-session-id'), version: '2025-11-25' };
+  const call = rpc({ jsonrpc: '2.0', id: 'long', method: 'tools/call',
+                     params: { name: 'bash_code_execution', arguments: { container: 'mcp-cancel-json', command: markerCommand } } }, opts);
+  await eventually('the command runs', async () =>
+    (await httpTool(ALICE, 'mcp-cancel-json', 'bash_code_execution', { command: countMarkers })).stdout === '1\n');
+  const cancelled = await rpc({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'long' } }, opts);
+  assert.equal(cancelled.res.status, 202);
+  const answered = await call;
+  assert.equal(answered.res.status, 202);
+  assert.equal(answered.text, '', 'no JSON-RPC response for a cancelled request');
+  await eventually('the command stops', async () =>
+    (await httpTool(ALICE, 'mcp-cancel-json', 'bash_code_execution', { command: countMarkers })).stdout === '0\n');
+});
+
+// DNS rebinding: the attacker's page names its own site in Origin and Host alike.
+test('Origin and Host must name this server', async () => {
+  const request = (headers) => fetch(`${server.url}/mcp`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${ALICE}`, Accept: 'application/json, text/event-stream',
+               'Content-Type': 'application/json', ...headers },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize',
+                           params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'o', version: '0' } } }),
+  });
+  const { port } = new URL(server.url);
+  const rebound = await request({ Origin: `http://attacker.example:${port}` });
+  assert.equal(rebound.status, 403);
+  assert.match((await rebound.json()).error.message, /origin http:\/\/attacker\.example/);
+  // A local page (another port of this machine) is let through, as is no Origin.
+  assert.equal((await request({ Origin: 'http://localhost:6274' })).status, 200);
+  assert.equal((await request({ Origin: `http://127.0.0.1:${port}` })).status, 200);
+  // The Host alone, on a server listening on loopback: only loopback names.
+  const { request: raw } = await import('node:http');
+  const status = (host) => new Promise((resolve, reject) => {
+    const req = raw({ host: '127.0.0.1', port, path: '/mcp', method: 'POST',
+                      headers: { Host: host, Authorization: `Bearer ${ALICE}`, 'Content-Type': 'application/json',
+                                 Accept: 'application/json, text/event-stream' } }, (res) => { res.resume(); resolve(res.statusCode); });
+    req.on('error', reject);
+    req.end(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize',
+                             params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'h', version: '0' } } }));
+  });
+  assert.equal(await status(`attacker.example:${port}`), 403);
+  assert.equal(await status(`localhost:${port}`), 200);
 });
 
 test('the stdio bridge: tools, progress and cancellation', async () => {
