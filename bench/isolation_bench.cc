@@ -31,7 +31,8 @@ struct Figures {
 Figures measure(rt::Isolation isolation, uint32_t host_uid, int cold_n, int warm_n) {
   rt::RuntimeOptions options;
   options.init_path = SANDBOXD_INIT_PATH;
-  options.instance = "isobench-" + std::to_string(getpid()) + (isolation == rt::Isolation::kGvisor ? "g" : "n");
+  options.instance =
+      "isobench-" + std::to_string(getpid()) + (isolation == rt::Isolation::kGvisor ? "g" : "n");
   options.host_uid = options.host_gid = host_uid;
   options.isolation = isolation;
   if (const char* platform = std::getenv("BENCH_GVISOR_PLATFORM")) options.gvisor.platform = platform;
@@ -91,7 +92,7 @@ int main() {
   Figures gvisor = measure(rt::Isolation::kGvisor, 1000, cold_n, warm_n);
   print_row("gvisor cold: start + true", gvisor.cold);
   print_row("gvisor warm: true", gvisor.warm);
-  std::printf("\nratios gvisor/native (p50): warm %.1fx, cold %.1fx\n", gvisor.warm.p50_ms / native.warm.p50_ms,
-              gvisor.cold.p50_ms / native.cold.p50_ms);
+  std::printf("\nratios gvisor/native (p50): warm %.1fx, cold %.1fx\n",
+              gvisor.warm.p50_ms / native.warm.p50_ms, gvisor.cold.p50_ms / native.cold.p50_ms);
   return 0;
 }

@@ -70,7 +70,8 @@ class Agent {
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
     sigprocmask(SIG_BLOCK, &mask, nullptr);
-    const int sfd = static_cast<int>(check(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK), "signalfd(SIGCHLD)"));
+    const int sfd =
+        static_cast<int>(check(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK), "signalfd(SIGCHLD)"));
     proto::send_message(control_, proto::Type::kReady, 0, 0, {});
     std::vector<pollfd> fds;
     // What each polled pipe is: (command id, stream), or id 0 for a pipe being drained.
@@ -174,8 +175,9 @@ class Agent {
   void spawn(uint32_t id, const std::string& payload, bool keep_stdin) {
     if (keep_stdin) {
       // A process the server talks to needs its pipes on the host: not on this tier yet.
-      proto::send_message(control_, proto::Type::kSpawnFailed, id, ENOSYS,
-                          "long-lived processes (the Python kernel) are not available on the gvisor tier yet");
+      proto::send_message(
+          control_, proto::Type::kSpawnFailed, id, ENOSYS,
+          "long-lived processes (the Python kernel) are not available on the gvisor tier yet");
       return;
     }
     proto::SpawnRequest request;
@@ -248,7 +250,8 @@ class Agent {
     if (setresgid(kAgentId, kAgentId, kAgentId) != 0) fail(describe_errno("setresgid(1000)", errno));
     if (setresuid(kAgentId, kAgentId, kAgentId) != 0) fail(describe_errno("setresuid(1000)", errno));
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(describe_errno("prctl(PR_SET_NO_NEW_PRIVS)", errno));
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+      fail(describe_errno("prctl(PR_SET_NO_NEW_PRIVS)", errno));
     if (chdir(request.cwd.c_str()) != 0) fail(describe_errno("chdir(" + request.cwd + ")", errno));
     std::vector<char*> argv, env;
     for (const auto& arg : request.argv) argv.push_back(const_cast<char*>(arg.c_str()));
@@ -275,7 +278,8 @@ class Agent {
       commands_.erase(it);
       // What the shell wrote before it exited is in its pipes: sent before the exit.
       // What a background process writes afterwards is not owed to this command.
-      for (auto [fd, stream] : {std::pair{command.out, proto::kOutputStdout}, {command.err, proto::kOutputStderr}}) {
+      for (auto [fd, stream] :
+           {std::pair{command.out, proto::kOutputStdout}, {command.err, proto::kOutputStderr}}) {
         if (fd < 0) continue;
         if (forward(id, stream, fd, /*max_reads=*/64))
           draining_.push_back(fd);
@@ -385,7 +389,8 @@ int run_gvisor_launch(int argc, char** argv) {
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   int separator = 2;
   while (separator < argc && std::strcmp(argv[separator], "--") != 0) ++separator;
-  if (separator + 1 >= argc) launch_failed(kControlFd, "sandboxd-init --gvisor-launch: no runsc command line");
+  if (separator + 1 >= argc)
+    launch_failed(kControlFd, "sandboxd-init --gvisor-launch: no runsc command line");
   try {
     // runsc and every process it starts (the sentry, the gofer) count against the
     // sandbox's cgroups: its memory, pids and CPU limits hold for the whole of gVisor.

@@ -5,9 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/use_awaitable.hpp>
 #include <cstdio>
-#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 #include <system_error>
@@ -111,10 +111,11 @@ GvisorLauncher::GvisorLauncher(const RuntimeOptions& options, CgroupBackend& cgr
   if (access((init_dir + "sandboxd-gvisor-preload.so").c_str(), R_OK) == 0)
     preload_ = init_dir + "sandboxd-gvisor-preload.so";
   else
-    std::fprintf(stderr,
-                 "sandboxd: %ssandboxd-gvisor-preload.so is missing: `ls -l` and `stat` fail in gvisor sandboxes "
-                 "with this runsc\n",
-                 init_dir.c_str());
+    std::fprintf(
+        stderr,
+        "sandboxd: %ssandboxd-gvisor-preload.so is missing: `ls -l` and `stat` fail in gvisor sandboxes "
+        "with this runsc\n",
+        init_dir.c_str());
   state_dir_ = options_.gvisor.state_dir.empty() ? "/run/sandboxd-gvisor/" + options_.instance
                                                  : options_.gvisor.state_dir;
   make_dirs(state_dir_ + "/runsc");
@@ -124,7 +125,8 @@ GvisorLauncher::GvisorLauncher(const RuntimeOptions& options, CgroupBackend& cgr
 }
 
 GvisorLauncher::~GvisorLauncher() {
-  for (const std::string& dir : {state_dir_ + "/runsc", state_dir_ + "/bundles", state_dir_}) rmdir(dir.c_str());
+  for (const std::string& dir : {state_dir_ + "/runsc", state_dir_ + "/bundles", state_dir_})
+    rmdir(dir.c_str());
 }
 
 void GvisorLauncher::cleanup_stale() {
@@ -137,7 +139,9 @@ void GvisorLauncher::cleanup_stale() {
   }
 }
 
-void GvisorLauncher::remove_leftovers(const std::string& name) const { remove_gvisor_leftovers(state_dir_, name); }
+void GvisorLauncher::remove_leftovers(const std::string& name) const {
+  remove_gvisor_leftovers(state_dir_, name);
+}
 
 void remove_gvisor_leftovers(const std::string& state_dir, const std::string& name) {
   std::error_code ec;
@@ -161,7 +165,7 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
   // The system: the image's top-level entries, or the host's /usr and friends, read-only;
   // a symlink (/bin -> usr/bin) stays a symlink.
   auto system_entry = [&](const std::string& source, const std::string& name) {
-    struct stat st{};
+    struct stat st {};
     if (lstat(source.c_str(), &st) != 0) return;
     if (S_ISLNK(st.st_mode)) {
       fs::copy_symlink(source, root + "/" + name, ec);
@@ -171,7 +175,7 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
     make_dirs(root + "/" + name);
     mounts.bind(source, "/" + name, /*read_only=*/true);
   };
-  const std::vector<std::string> built = {"dev", "proc", "sys",  "tmp",  "home",  "mnt",       "run",
+  const std::vector<std::string> built = {"dev", "proc", "sys",  "tmp",   "home",       "mnt",      "run",
                                           "etc", "root", "boot", "media", "lost+found", ".sandboxd"};
   if (options_.image_root.empty()) {
     for (const char* top : {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"})
@@ -217,7 +221,7 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
   for (const char* hidden : kGeneratedEtc)
     if (access((etc + "/" + hidden).c_str(), F_OK) != 0) write_text(etc + "/" + hidden, "");
   auto etc_entry = [&](const std::string& source, const std::string& name) {
-    struct stat st{};
+    struct stat st {};
     if (stat(source.c_str(), &st) != 0) return;  // (a dangling link: nothing to see)
     if (S_ISDIR(st.st_mode))
       make_dirs(etc + "/" + name);
@@ -243,8 +247,8 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
                            R"(,"nosuid","nodev")");
   mounts.tmpfs("/dev/shm", quoted("mode=1777") + "," + quoted("size=" + std::to_string(64ull << 20)) +
                                R"(,"nosuid","nodev","noexec")");
-  mounts.tmpfs("/home/agent", quoted("mode=0755") + "," + quoted("uid=1000") + "," + quoted("gid=1000") + "," +
-                                  quoted("size=" + std::to_string(sandbox.home_size_bytes)) +
+  mounts.tmpfs("/home/agent", quoted("mode=0755") + "," + quoted("uid=1000") + "," + quoted("gid=1000") +
+                                  "," + quoted("size=" + std::to_string(sandbox.home_size_bytes)) +
                                   R"(,"nosuid","nodev")");
   mounts.bind(sandbox.workspace_dir, kWorkspacePath, /*read_only=*/false);
   mounts.bind(sandbox.uploads_dir, "/mnt/user-data/uploads", /*read_only=*/true);
@@ -257,14 +261,17 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
               ",\"soft\":" + std::to_string(sandbox.max_open_files) + "}]";
   const std::string config =
       std::string("{\"ociVersion\":\"1.0.2\",\n") +
-      "  \"process\":{\"terminal\":false,\"user\":{\"uid\":0,\"gid\":0},\"args\":[" + json_string(kInitInContainer) +
-      ",\"--gvisor-agent\",\"" + std::to_string(sandbox.max_open_files) + "\",\"" +
-      std::to_string(sandbox.limits.pids) + "\"],\"env\":[\"PATH=/usr/sbin:/usr/bin:/sbin:/bin\"],\"cwd\":\"/\",\"noNewPrivileges\":true," +
+      "  \"process\":{\"terminal\":false,\"user\":{\"uid\":0,\"gid\":0},\"args\":[" +
+      json_string(kInitInContainer) + ",\"--gvisor-agent\",\"" + std::to_string(sandbox.max_open_files) +
+      "\",\"" + std::to_string(sandbox.limits.pids) +
+      "\"],\"env\":[\"PATH=/usr/sbin:/usr/bin:/sbin:/bin\"],\"cwd\":\"/\",\"noNewPrivileges\":true," +
       "\"capabilities\":{\"bounding\":" + kAgentCapabilities + ",\"effective\":" + kAgentCapabilities +
       ",\"permitted\":" + kAgentCapabilities + "}" + rlimits + "},\n" +
       "  \"root\":{\"path\":\"rootfs\",\"readonly\":true},\n  \"hostname\":\"sandbox\",\n" +
       "  \"mounts\":[" + mounts.json() + "],\n" +
-      "  \"linux\":{\"namespaces\":[{\"type\":\"pid\"},{\"type\":\"network\"},{\"type\":\"ipc\"},{\"type\":\"uts\"},"
+      "  "
+      "\"linux\":{\"namespaces\":[{\"type\":\"pid\"},{\"type\":\"network\"},{\"type\":\"ipc\"},{\"type\":"
+      "\"uts\"},"
       "{\"type\":\"mount\"}]}}\n";
   write_text(bundle + "/config.json", config);
   return bundle;
@@ -291,11 +298,12 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
   }
   std::vector<std::string> argv{options_.init_path, "--gvisor-launch"};
   argv.insert(argv.end(), cg.join_dirs.begin(), cg.join_dirs.end());
-  argv.insert(argv.end(), {"--", runsc_, "--root=" + state_dir_ + "/runsc", "--platform=" + options_.gvisor.platform,
-                           // gVisor's own loopback only (docs/isolation-tiers.md).
-                           "--network=none",
-                           // The launcher has put runsc in the sandbox's cgroups already.
-                           "--ignore-cgroups", "run", "--bundle", bundle, options.name});
+  argv.insert(argv.end(),
+              {"--", runsc_, "--root=" + state_dir_ + "/runsc", "--platform=" + options_.gvisor.platform,
+               // gVisor's own loopback only (docs/isolation-tiers.md).
+               "--network=none",
+               // The launcher has put runsc in the sandbox's cgroups already.
+               "--ignore-cgroups", "run", "--bundle", bundle, options.name});
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
     int err = errno;
@@ -316,7 +324,8 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
   close(pair[1]);
   auto sandbox = std::make_shared<Sandbox>(executor, options.name, pair[0], launcher, &cgroups_);
   // (The runtime may be gone by the time a sandbox stops: nothing of it is captured.)
-  sandbox->on_stopped([state_dir = state_dir_, name = options.name] { remove_gvisor_leftovers(state_dir, name); });
+  sandbox->on_stopped(
+      [state_dir = state_dir_, name = options.name] { remove_gvisor_leftovers(state_dir, name); });
   co_await sandbox->wait_ready(options_.start_timeout);
   co_return sandbox;
 }

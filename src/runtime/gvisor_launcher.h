@@ -46,7 +46,7 @@ class GvisorLauncher : public SandboxLauncher {
   const RuntimeOptions& options_;
   CgroupBackend& cgroups_;
   std::string runsc_;
-  std::string preload_;  // sandboxd-gvisor-preload.so (runtime/gvisor_preload.cc); empty: none found
+  std::string preload_;    // sandboxd-gvisor-preload.so (runtime/gvisor_preload.cc); empty: none found
   std::string state_dir_;  // runsc --root is state_dir_/runsc, bundles are in state_dir_/bundles
 };
 

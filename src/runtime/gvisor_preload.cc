@@ -14,16 +14,17 @@
 extern "C" {
 
 __attribute__((visibility("default"))) int statx(int dirfd, const char* path, int flags, unsigned int mask,
-                                                  struct statx* buffer) {
+                                                 struct statx* buffer) {
   return static_cast<int>(syscall(SYS_statx, dirfd, path, flags & ~AT_NO_AUTOMOUNT, mask, buffer));
 }
 
-__attribute__((visibility("default"))) int fstatat(int dirfd, const char* path, struct stat* buffer, int flags) {
+__attribute__((visibility("default"))) int fstatat(int dirfd, const char* path, struct stat* buffer,
+                                                   int flags) {
   return static_cast<int>(syscall(SYS_newfstatat, dirfd, path, buffer, flags & ~AT_NO_AUTOMOUNT));
 }
 
 __attribute__((visibility("default"))) int fstatat64(int dirfd, const char* path, struct stat64* buffer,
-                                                      int flags) {
+                                                     int flags) {
   return static_cast<int>(syscall(SYS_newfstatat, dirfd, path, buffer, flags & ~AT_NO_AUTOMOUNT));
 }
 
