@@ -3,6 +3,7 @@
 #   /usr/bin/sandboxd                      the command
 #   /usr/lib/sandboxd/sandboxd-init        PID 1 of every sandbox (a helper, not on PATH;
 #                                          sandboxd finds it at ../lib/sandboxd/)
+#   /usr/lib/sandboxd/sandboxd-gvisor-preload.so  preloaded in gvisor-tier sandboxes
 #   /usr/lib/sandboxd/python_kernel_driver.py  the persistent Python's driver (read by
 #                                          sandboxd, run in sandboxes by python3)
 #   /etc/sandboxd/config.yaml              the configuration (a conffile)
@@ -18,6 +19,7 @@ set(SANDBOXD_PACKAGE_STAGE ${CMAKE_BINARY_DIR}/package-stage)
 
 install(TARGETS sandboxd RUNTIME DESTINATION bin)
 install(TARGETS sandboxd-init RUNTIME DESTINATION lib/sandboxd)
+install(TARGETS sandboxd-gvisor-preload LIBRARY DESTINATION lib/sandboxd)
 install(FILES ${CMAKE_SOURCE_DIR}/helpers/python_kernel_driver.py DESTINATION lib/sandboxd)
 install(FILES ${SANDBOXD_PACKAGING_DIR}/config.yaml DESTINATION /etc/sandboxd PERMISSIONS OWNER_READ OWNER_WRITE)
 install(FILES ${SANDBOXD_PACKAGING_DIR}/sandboxd.service DESTINATION /lib/systemd/system)
@@ -89,7 +91,8 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "e2fsprogs")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "bash-static, python3")
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "debootstrap")
+# runsc: runtime.isolation: gvisor (docs/isolation-tiers.md).
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "debootstrap, runsc")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     ${SANDBOXD_CONTROL_STAGE}/postinst ${SANDBOXD_CONTROL_STAGE}/prerm
     ${SANDBOXD_CONTROL_STAGE}/postrm ${SANDBOXD_CONTROL_STAGE}/conffiles)

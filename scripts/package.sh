@@ -19,7 +19,7 @@ build_dir="${PACKAGE_BUILD_DIR:-build}"
 # make it fail on purpose. (scripts/build.sh turns failpoints back on for the tests.)
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" -DSANDBOXD_FAILPOINTS=OFF \
   -DSANDBOXD_TEST_HOOKS=OFF >/dev/null
-cmake --build "$build_dir" -j"${JOBS:-2}" --target sandboxd sandboxd-init sandboxd_package_docs >&2
+cmake --build "$build_dir" -j"${JOBS:-2}" --target sandboxd sandboxd-init sandboxd-gvisor-preload sandboxd_package_docs >&2
 cd "$build_dir"
 args=(-G DEB)
 [ -n "$version" ] && args+=(-R "$version")

@@ -138,8 +138,13 @@ int serve(ops::Config config, const std::string& config_path) {
       spdlog::warn("cannot lower the server's oom_score_adj");
     runtime_options.image_root = image_root;
     runtime_options.service_dir = config.data_dir;
+    runtime_options.isolation =
+        config.isolation == "gvisor" ? runtime::Isolation::kGvisor : runtime::Isolation::kNative;
+    runtime_options.gvisor.platform = config.gvisor_platform;
     try {
       sandbox_runtime.emplace(runtime_options);
+      spdlog::info("sandbox isolation: {}{}", config.isolation,
+                   config.isolation == "gvisor" ? " (runsc --platform=" + config.gvisor_platform + ")" : "");
     } catch (const std::exception& e) {
       spdlog::error("the sandbox runtime cannot start on this host ({}); code execution is unavailable",
                     e.what());

@@ -572,6 +572,9 @@ const std::vector<Key>& keys() {
       integer("runtime.skillMaxFiles", &C::skill_max_files, 1, 100000),
       integer("runtime.maxConnectionsPerSandbox", &C::max_connections_per_sandbox, 1, 4096),
       one_of("runtime.provider", &C::runtime_provider, {"sandboxd", "none"}, "must be 'sandboxd' or 'none'"),
+      one_of("runtime.isolation", &C::isolation, {"native", "gvisor"}, "must be 'native' or 'gvisor'"),
+      one_of("runtime.gvisorPlatform", &C::gvisor_platform, {"ptrace", "systrap", "kvm"},
+             "must be ptrace, systrap or kvm"),
       integer("runtime.prestartedSandboxes", &C::prestarted_sandboxes, 0, 64),
       integer("runtime.sandboxUid", &C::sandbox_host_uid, 1000, 4000000000LL),
       one_of("runtime.cgroupMode", &C::cgroup_mode, {"auto", "v1", "v2"}, "must be auto, v1 or v2"),
@@ -697,6 +700,17 @@ Config parse_config_checked(const std::string& yaml_text) {
                       ": Kubernetes NetworkPolicy peers (namespaceSelector, podSelector, ipBlock) need the "
                       "Kubernetes API: run sandboxd in a Kubernetes pod (in-cluster service account) or set "
                       "kubernetes.apiServer");
+  if (c.isolation == "gvisor") {
+    // gVisor maps no user ids: what the agent (1000) writes through the gofer is owned
+    // by 1000 on the host too, so the container's files are kept for that uid.
+    const Config defaults;
+    if (c.sandbox_host_uid != defaults.sandbox_host_uid && c.sandbox_host_uid != 1000)
+      throw ConfigError("runtime.sandboxUid: must be 1000 (or unset) when runtime.isolation is 'gvisor'");
+    c.sandbox_host_uid = 1000;
+    // A pre-started sandbox is given its container by mounts made after it started,
+    // which runsc's gofer does not see: on this tier every sandbox starts for its container.
+    c.prestarted_sandboxes = 0;
+  }
   // The URL (with its password) may come from a Secret instead of the file.
   if (const char* url = std::getenv("SANDBOXD_POSTGRES_URL"); url && *url) c.postgres_url = url;
   if (c.metadata_backend == "postgres" && c.postgres_url.empty())

@@ -150,6 +150,12 @@ struct Config {
   // "sandboxd" runs code in sandboxd's own sandboxes; "none" runs no code at all (the
   // files API works; code execution answers "code_execution provider is not configured.").
   std::string runtime_provider = "sandboxd";
+  // runtime.isolation: "native" (Linux namespaces over the host's kernel) or "gvisor"
+  // (every sandbox under runsc, docs/isolation-tiers.md); start-only.
+  std::string isolation = "native";
+  // runtime.gvisorPlatform: runsc's --platform (ptrace works everywhere; systrap and kvm
+  // where the installed runsc and the host offer them).
+  std::string gvisor_platform = "ptrace";
   // cluster (docs/storage.md): several replicas share the metadata and serve each container
   // from one replica at a time (a lease). On when cluster_replica_id is set.
   std::string cluster_replica_id;       // cluster.replicaId: unique among the replicas

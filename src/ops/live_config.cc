@@ -71,7 +71,8 @@ std::vector<std::string> LiveConfig::reload(const Config& loaded) {
   keep(loaded.sandbox_host_uid == current->sandbox_host_uid && loaded.cgroup_mode == current->cgroup_mode &&
            loaded.skills_dir == current->skills_dir &&
            loaded.prestarted_sandboxes == current->prestarted_sandboxes &&
-           loaded.runtime_provider == current->runtime_provider &&
+           loaded.runtime_provider == current->runtime_provider && loaded.isolation == current->isolation &&
+           loaded.gvisor_platform == current->gvisor_platform &&
            loaded.max_connections_per_sandbox == current->max_connections_per_sandbox &&
            loaded.sandboxes_pids_max == current->sandboxes_pids_max &&
            loaded.sandboxes_memory_max == current->sandboxes_memory_max &&

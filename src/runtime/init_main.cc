@@ -33,6 +33,7 @@
 
 #include "runtime/cgroup_kill.h"
 #include "runtime/command_region.h"
+#include "runtime/gvisor_init.h"
 #include "runtime/mount.h"
 #include "runtime/net.h"
 #include "runtime/process.h"
@@ -633,6 +634,8 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--userns-holder") == 0) return rt::run_userns_holder(argc, argv);
   if (argc > 1 && std::strcmp(argv[1], "--mount-template") == 0) return rt::run_mount_template(argc, argv);
+  if (argc > 1 && std::strcmp(argv[1], "--gvisor-launch") == 0) return rt::run_gvisor_launch(argc, argv);
+  if (argc > 1 && std::strcmp(argv[1], "--gvisor-agent") == 0) return rt::run_gvisor_agent(argc, argv);
   if (fcntl(kControlFd, F_GETFD) < 0) {
     std::fprintf(stderr, "sandboxd-init: started by sandboxd with its control socket on fd 3\n");
     return 2;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/fd_passing.h"
+#include "runtime/host_etc.h"
 #include "runtime/login_profile.h"
 #include "runtime/syscall_error.h"
 #include "runtime/user.h"
@@ -142,41 +143,6 @@ void mirror_entry(const std::string& source, const std::string& target) {
     bind(source, target, /*read_only=*/true);
   }
 }
-
-// The host's /etc entries a sandbox may see: what programs need to run, never
-// passwd/shadow or anything of sandboxd's.
-constexpr const char* kHostEtcAllowList[] = {"alternatives",
-                                             "bash.bashrc",
-                                             "ca-certificates",
-                                             "ca-certificates.conf",
-                                             "debian_version",
-                                             "environment",
-                                             "fonts",
-                                             "gai.conf",
-                                             "host.conf",
-                                             "inputrc",
-                                             "issue",
-                                             "ld.so.cache",
-                                             "ld.so.conf",
-                                             "ld.so.conf.d",
-                                             "locale.alias",
-                                             "locale.gen",
-                                             "localtime",
-                                             "magic",
-                                             "magic.mime",
-                                             "matplotlibrc",
-                                             "mime.types",
-                                             "os-release",
-                                             "profile",
-                                             "protocols",
-                                             "python3",
-                                             "python3.11",
-                                             "services",
-                                             "ssl",
-                                             "terminfo",
-                                             "timezone",
-                                             "vim",
-                                             "xdg"};
 
 // Top-level entries of an image root that the sandbox builds itself.
 constexpr const char* kBuiltTopLevel[] = {"dev", "proc", "sys",  "tmp",  "home",  "mnt",

@@ -25,7 +25,14 @@ enum class Type : uint32_t {
   // sandbox's process limit, value = processes that earlier commands left running were
   // ended; payload = what to tell the client
   kLeftoversEnded = 11,
+  // init -> server, on the gvisor tier only: id, value = kOutputStdout or kOutputStderr,
+  // payload = bytes the command wrote, in order, all before its kExited. A pipe made
+  // inside gVisor cannot be passed to the host, so its bytes are carried instead.
+  kOutput = 12,
 };
+
+inline constexpr int64_t kOutputStdout = 1;
+inline constexpr int64_t kOutputStderr = 2;
 
 // kSpawn's value for a process the server keeps talking to: kSpawned also carries the
 // write end of its stdin (a plain command's stdin is closed at once: end of file).

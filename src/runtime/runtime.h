@@ -12,11 +12,24 @@
 #include <vector>
 
 #include "runtime/cgroup.h"
+#include "runtime/launcher.h"
 #include "runtime/sandbox.h"
 #include "runtime/spec.h"
 #include "runtime/user.h"
 
 namespace sandboxd::runtime {
+
+// How sandboxes are isolated (runtime.isolation), for every sandbox of the server.
+enum class Isolation {
+  kNative,  // Linux namespaces, cgroups and seccomp over the host's kernel
+  kGvisor,  // every sandbox a runsc container: gVisor's kernel between it and the host's
+};
+
+struct GvisorOptions {
+  std::string runsc_path;           // empty: runsc on PATH (/usr/sbin, /usr/bin, ...)
+  std::string platform = "ptrace";  // runsc --platform: ptrace, systrap or kvm
+  std::string state_dir;            // runsc --root and the bundles; empty: /run/sandboxd-gvisor/INSTANCE
+};
 
 struct RuntimeOptions {
   std::string init_path;             // empty: sandboxd-init next to this executable
@@ -31,6 +44,8 @@ struct RuntimeOptions {
   // The service's own directory (volumes, slots, skills): none of its mounts is ever in
   // the template sandboxes are made from (mount_template.h).
   std::string service_dir;
+  Isolation isolation = Isolation::kNative;
+  GvisorOptions gvisor;  // with Isolation::kGvisor
 };
 
 struct SandboxOptions {
@@ -74,9 +89,7 @@ class Runtime {
  private:
   RuntimeOptions options_;
   std::unique_ptr<CgroupBackend> cgroups_;
-  std::string seccomp_bpf_;     // compiled once, sent to every sandbox
-  int mount_template_fd_ = -1;  // mount_template.h; -1: sandboxes copy this process's namespace
-  // Each sandbox gets a user namespace of its own (its counters are its own).
+  std::unique_ptr<SandboxLauncher> launcher_;  // the tier's (launcher.h)
 };
 
 // The sandboxd-init next to the running executable, else in ../lib/sandboxd/ (installed).

@@ -179,6 +179,12 @@ struct Sandbox::Execution {
   // What PID 1 did to make room for the command (kLeftoversEnded): the client is told,
   // on a line of its own before the command's stderr.
   std::string notice;
+  // A command whose output PID 1 carries in kOutput messages (the gvisor tier) instead of
+  // passing its pipes: the streams it goes into, made at its first bytes, with the
+  // command's cap and observer.
+  size_t output_limit = 0;
+  std::function<void(OutputStreamId, std::string_view)> on_output;
+  std::shared_ptr<OutputStream> carried_out, carried_err;
 };
 
 namespace {
@@ -328,6 +334,24 @@ void Sandbox::dispatch(protocol::Message& msg) {
       exec.failed = true;
       exec.error = msg.payload;
       break;
+    case Type::kOutput: {
+      if (!exec.carried_out) {
+        exec.carried_out = std::make_shared<OutputStream>(strand_, -1, exec.output_limit);
+        exec.carried_err = std::make_shared<OutputStream>(strand_, -1, exec.output_limit);
+        if (exec.on_output) {
+          exec.carried_out->observer = [observe = exec.on_output](std::string_view bytes) {
+            observe(OutputStreamId::kStdout, bytes);
+          };
+          exec.carried_err->observer = [observe = exec.on_output](std::string_view bytes) {
+            observe(OutputStreamId::kStderr, bytes);
+          };
+        }
+      }
+      auto& stream = msg.header.value == protocol::kOutputStderr ? exec.carried_err : exec.carried_out;
+      stream->take(msg.payload.data(), msg.payload.size());
+      for (int fd : msg.fds) close(fd);
+      return;  // (nothing to wake for: the result is taken at the exit)
+    }
     case Type::kLeftoversEnded:
       exec.notice = std::move(msg.payload);
       for (int fd : msg.fds) close(fd);
@@ -570,6 +594,8 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   const auto started = Clock::now();
   const uint32_t id = next_id_++;
   auto exec = std::make_shared<Execution>(strand_);
+  exec->output_limit = request.output_limit;
+  exec->on_output = request.on_output;
   executions_[id] = exec;
   ++active_;
   struct Done {
@@ -652,6 +678,10 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   // Everything the shell wrote before it exited is in the pipes now (one pipe holds at
   // most 1 MiB, and whatever a background writer adds meanwhile is not owed).
   take_pipes();
+  if (!out && exec->carried_out) {  // its output came in messages
+    out = exec->carried_out;
+    err = exec->carried_err;
+  }
   for (int fd : std::exchange(exec->fds, {})) close(fd);  // (a malformed message's)
   if (exec->failed) throw SandboxError("starting the command failed: " + exec->error);
   if (out) {

@@ -1,0 +1,98 @@
+// The price of the gvisor tier: a warm `true` (one command after another in one running
+// sandbox, through the runtime as the service drives it) and a cold start (a new sandbox
+// and its first `true`) on each tier, same machine, same run. Prints figures and the
+// gvisor/native ratios; asserts nothing. Needs root and, for the gvisor half, runsc.
+//   BENCH_WARM, BENCH_COLD: iteration counts (default 200, 10); BENCH_GVISOR_PLATFORM
+//   (default ptrace).
+
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <cstdlib>
+#include <filesystem>
+
+#include "bench_util.h"
+#include "runtime/gvisor_launcher.h"
+#include "runtime/runtime.h"
+#include "sandbox_harness.h"  // run_sync
+
+namespace fs = std::filesystem;
+namespace rt = sandboxd::runtime;
+namespace asio = boost::asio;
+using namespace sandboxd::bench;
+using sandboxd::testing::run_sync;
+
+namespace {
+
+struct Figures {
+  Stats cold, warm;
+};
+
+Figures measure(rt::Isolation isolation, uint32_t host_uid, int cold_n, int warm_n) {
+  rt::RuntimeOptions options;
+  options.init_path = SANDBOXD_INIT_PATH;
+  options.instance =
+      "isobench-" + std::to_string(getpid()) + (isolation == rt::Isolation::kGvisor ? "g" : "n");
+  options.host_uid = options.host_gid = host_uid;
+  options.isolation = isolation;
+  if (const char* platform = std::getenv("BENCH_GVISOR_PLATFORM")) options.gvisor.platform = platform;
+  rt::Runtime runtime(options);
+  asio::io_context io;
+  std::string pattern = (fs::temp_directory_path() / "sandboxd-isobench-XXXXXX").string();
+  const fs::path root = mkdtemp(pattern.data());
+  for (const char* sub : {"workspace", "uploads", "outputs"}) {
+    fs::create_directories(root / sub);
+    (void)!chown((root / sub).c_str(), host_uid, host_uid);
+  }
+  int counter = 0;
+  auto sandbox_options = [&] {
+    rt::SandboxOptions o;
+    o.name = "i" + std::to_string(++counter);
+    o.workspace_dir = root / "workspace";
+    o.uploads_dir = root / "uploads";
+    o.outputs_dir = root / "outputs";
+    return o;
+  };
+  rt::ExecRequest true_cmd;
+  true_cmd.command = "true";
+  std::vector<double> cold, warm;
+  for (int i = 0; i < cold_n; ++i) {
+    auto start = Clock::now();
+    auto sandbox = run_sync(io, runtime.start(io.get_executor(), sandbox_options()));
+    auto result = run_sync(io, sandbox->exec(true_cmd));
+    cold.push_back(ms_since(start));
+    run_sync(io, sandbox->stop());
+    if (result.return_code != 0) std::fprintf(stderr, "cold run failed: %s\n", result.stderr_text.c_str());
+  }
+  auto sandbox = run_sync(io, runtime.start(io.get_executor(), sandbox_options()));
+  for (int i = 0; i < warm_n + 5; ++i) {
+    auto start = Clock::now();
+    auto result = run_sync(io, sandbox->exec(true_cmd));
+    if (i >= 5) warm.push_back(ms_since(start));  // (the first few warm the caches)
+    if (result.return_code != 0) std::fprintf(stderr, "warm run failed: %s\n", result.stderr_text.c_str());
+  }
+  run_sync(io, sandbox->stop());
+  std::error_code ec;
+  fs::remove_all(root, ec);
+  return {summarize(cold), summarize(warm)};
+}
+
+}  // namespace
+
+int main() {
+  const int warm_n = env_int("BENCH_WARM", 200), cold_n = env_int("BENCH_COLD", 10);
+  std::printf("isolation tiers (%ld cores)\n", sysconf(_SC_NPROCESSORS_ONLN));
+  Figures native = measure(rt::Isolation::kNative, 101000, cold_n, warm_n);
+  print_row("native cold: start + true", native.cold);
+  print_row("native warm: true", native.warm);
+  if (rt::find_runsc().empty()) {
+    std::printf("gvisor: runsc is not installed\n");
+    return 0;
+  }
+  Figures gvisor = measure(rt::Isolation::kGvisor, 1000, cold_n, warm_n);
+  print_row("gvisor cold: start + true", gvisor.cold);
+  print_row("gvisor warm: true", gvisor.warm);
+  std::printf("\nratios gvisor/native (p50): warm %.1fx, cold %.1fx\n",
+              gvisor.warm.p50_ms / native.warm.p50_ms, gvisor.cold.p50_ms / native.cold.p50_ms);
+  return 0;
+}

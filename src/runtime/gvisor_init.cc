@@ -1,0 +1,448 @@
+#include "runtime/gvisor_init.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/poll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/protocol.h"
+#include "runtime/syscall_error.h"
+#include "runtime/user.h"
+
+namespace sandboxd::runtime {
+namespace {
+
+namespace proto = protocol;
+
+constexpr uid_t kAgentId = 1000;
+
+void write_file(const std::string& path, const char* text) {
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw SyscallError("open(" + path + ", O_WRONLY)", errno);
+  const ssize_t n = write(fd, text, std::strlen(text));
+  const int err = errno;
+  close(fd);
+  if (n < 0) throw SyscallError("write(" + path + ", \"" + text + "\")", err);
+}
+
+[[noreturn]] void launch_failed(int control_fd, const std::string& what) {
+  proto::send_message(control_fd, proto::Type::kSetupFailed, 0, 0, what);
+  _exit(1);
+}
+
+// One command of the agent: the shell's pid (also its session, so its whole tree is
+// found by session id) and its output pipes' read ends.
+struct Command {
+  uint32_t id = 0;
+  pid_t pid = -1;
+  int out = -1;
+  int err = -1;
+};
+
+class Agent {
+ public:
+  Agent(int control_fd, uint64_t max_open_files, uint64_t max_processes)
+      : control_(control_fd), max_open_files_(max_open_files), max_processes_(max_processes) {
+    last_cap_ = read_last_cap();
+  }
+
+  [[noreturn]] void serve() {
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &mask, nullptr);
+    const int sfd =
+        static_cast<int>(check(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK), "signalfd(SIGCHLD)"));
+    proto::send_message(control_, proto::Type::kReady, 0, 0, {});
+    std::vector<pollfd> fds;
+    // What each polled pipe is: (command id, stream), or id 0 for a pipe being drained.
+    std::vector<std::pair<uint32_t, int64_t>> owners;
+    for (;;) {
+      fds.assign({{control_, POLLIN, 0}, {sfd, POLLIN, 0}});
+      owners.assign(2, {0, 0});
+      for (auto& [id, command] : commands_) {
+        if (command.out >= 0) {
+          fds.push_back({command.out, POLLIN, 0});
+          owners.emplace_back(id, proto::kOutputStdout);
+        }
+        if (command.err >= 0) {
+          fds.push_back({command.err, POLLIN, 0});
+          owners.emplace_back(id, proto::kOutputStderr);
+        }
+      }
+      for (int fd : draining_) {
+        fds.push_back({fd, POLLIN, 0});
+        owners.emplace_back(0, 0);
+      }
+      if (poll(fds.data(), fds.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        _exit(2);
+      }
+      for (size_t i = 2; i < fds.size(); ++i) {
+        if (!fds[i].revents) continue;
+        auto [id, stream] = owners[i];
+        if (id == 0) {
+          discard(fds[i].fd);
+        } else if (auto it = commands_.find(id); it != commands_.end()) {
+          int& fd = stream == proto::kOutputStdout ? it->second.out : it->second.err;
+          if (fd == fds[i].fd && !forward(id, stream, fd, /*max_reads=*/4)) {
+            close(fd);
+            fd = -1;
+          }
+        }
+      }
+      if (fds[1].revents & POLLIN) {
+        signalfd_siginfo info[4];
+        while (read(sfd, info, sizeof info) > 0) {
+        }
+        reap();
+      }
+      if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+        proto::Message msg;
+        const int rc = proto::receive_message(control_, msg, /*dont_wait=*/true);
+        if (rc == 0 || (rc < 0 && rc != -EAGAIN)) {
+          // The server is gone: so is everything of the sandbox (ending PID 1 ends the
+          // container, and runsc with it).
+          kill(-1, SIGKILL);
+          _exit(0);
+        }
+        if (rc > 0) handle(msg);
+      }
+    }
+  }
+
+ private:
+  void handle(proto::Message& msg) {
+    for (int fd : msg.fds) close(fd);
+    switch (msg.header.type) {
+      case proto::Type::kSpawn:
+        spawn(msg.header.id, msg.payload, msg.header.value == proto::kSpawnKeepStdin);
+        break;
+      case proto::Type::kKill:
+        kill_tree(msg.header.id);
+        break;
+      default:
+        break;
+    }
+  }
+
+  // Sends what the pipe holds now, at most `max_reads` chunks (a writer that never stops
+  // must not keep the agent from its other pipes). Returns false at end of file.
+  bool forward(uint32_t id, int64_t stream, int fd, int max_reads) {
+    static std::array<char, 64 * 1024> buffer;
+    for (int reads = 0; reads < max_reads; ++reads) {
+      const ssize_t n = read(fd, buffer.data(), buffer.size());
+      if (n > 0) {
+        proto::send_message(control_, proto::Type::kOutput, id, stream,
+                            std::string_view(buffer.data(), static_cast<size_t>(n)));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      return n < 0 && errno == EAGAIN;
+    }
+    return true;
+  }
+
+  // A finished command's pipe still held by a background process: read and dropped (as
+  // the native tier does), so that the writer never blocks on it, until it closes.
+  void discard(int fd) {
+    static std::array<char, 64 * 1024> buffer;
+    const ssize_t n = read(fd, buffer.data(), buffer.size());
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return;
+    close(fd);
+    std::erase(draining_, fd);
+  }
+
+  void spawn(uint32_t id, const std::string& payload, bool keep_stdin) {
+    if (keep_stdin) {
+      // A process the server talks to needs its pipes on the host: not on this tier yet.
+      proto::send_message(
+          control_, proto::Type::kSpawnFailed, id, ENOSYS,
+          "long-lived processes (the Python kernel) are not available on the gvisor tier yet");
+      return;
+    }
+    proto::SpawnRequest request;
+    if (!proto::decode(payload, request) || request.argv.empty()) {
+      proto::send_message(control_, proto::Type::kSpawnFailed, id, EINVAL, "malformed spawn request");
+      return;
+    }
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0) {
+      proto::send_message(control_, proto::Type::kSpawnFailed, id, errno, describe_errno("pipe2", errno));
+      return;
+    }
+    if (pipe2(err, O_CLOEXEC) != 0) {
+      const int e = errno;
+      close(out[0]);
+      close(out[1]);
+      proto::send_message(control_, proto::Type::kSpawnFailed, id, e, describe_errno("pipe2", e));
+      return;
+    }
+    const pid_t pid = fork();
+    if (pid == 0) run_child(request, out[1], err[1]);
+    const int fork_errno = errno;
+    close(out[1]);
+    close(err[1]);
+    if (pid < 0) {
+      close(out[0]);
+      close(err[0]);
+      proto::send_message(control_, proto::Type::kSpawnFailed, id, fork_errno,
+                          describe_errno("fork", fork_errno));
+      return;
+    }
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
+    commands_[id] = Command{id, pid, out[0], err[0]};
+    by_pid_[pid] = id;
+  }
+
+  // The command's child: its own session (its tree is found by session id, kill_tree),
+  // the agent's uid with no capability left in any set, then bash.
+  [[noreturn]] void run_child(const proto::SpawnRequest& request, int out, int err) {
+    auto fail = [err](const std::string& what) {
+      const std::string line = "sandboxd: " + what + "\n";
+      if (write(err, line.data(), line.size()) < 0) _exit(126);
+      _exit(126);
+    };
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGPIPE, SIG_DFL);
+    setsid();
+    const int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+      fail(describe_errno("redirecting stdio", errno));
+    if (max_open_files_ > 0) {
+      rlimit limit{max_open_files_, max_open_files_};
+      if (setrlimit(RLIMIT_NOFILE, &limit) != 0) fail(describe_errno("setrlimit(RLIMIT_NOFILE)", errno));
+    }
+    // The sandbox's pids limit, counted by gVisor for the agent's uid: it stops a fork bomb
+    // inside, before the host's pids limit (which also counts the sentry's threads) is hit.
+    if (max_processes_ > 0) {
+      rlimit limit{max_processes_, max_processes_};
+      if (setrlimit(RLIMIT_NPROC, &limit) != 0) fail(describe_errno("setrlimit(RLIMIT_NPROC)", errno));
+    }
+    // Out of the bounding set first (that needs CAP_SETPCAP, still held), so that no
+    // exec can give a capability back; the uid change then clears the other sets.
+    for (int cap = 0; cap <= last_cap_; ++cap)
+      if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+        fail(describe_errno("prctl(PR_CAPBSET_DROP, " + std::to_string(cap) + ")", errno));
+    if (setgroups(0, nullptr) != 0) fail(describe_errno("setgroups(0)", errno));
+    if (setresgid(kAgentId, kAgentId, kAgentId) != 0) fail(describe_errno("setresgid(1000)", errno));
+    if (setresuid(kAgentId, kAgentId, kAgentId) != 0) fail(describe_errno("setresuid(1000)", errno));
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+      fail(describe_errno("prctl(PR_SET_NO_NEW_PRIVS)", errno));
+    if (chdir(request.cwd.c_str()) != 0) fail(describe_errno("chdir(" + request.cwd + ")", errno));
+    std::vector<char*> argv, env;
+    for (const auto& arg : request.argv) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    for (const auto& var : request.env) env.push_back(const_cast<char*>(var.c_str()));
+    env.push_back(nullptr);
+    execve(argv[0], argv.data(), env.data());
+    fail(describe_errno(std::string("execve(") + argv[0] + ")", errno));
+    _exit(126);
+  }
+
+  void reap() {
+    for (;;) {
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) return;
+      auto known = by_pid_.find(pid);
+      if (known == by_pid_.end()) continue;  // an orphan re-parented to PID 1
+      const uint32_t id = known->second;
+      by_pid_.erase(known);
+      auto it = commands_.find(id);
+      if (it == commands_.end()) continue;
+      Command command = it->second;
+      commands_.erase(it);
+      // What the shell wrote before it exited is in its pipes: sent before the exit.
+      // What a background process writes afterwards is not owed to this command.
+      for (auto [fd, stream] :
+           {std::pair{command.out, proto::kOutputStdout}, {command.err, proto::kOutputStderr}}) {
+        if (fd < 0) continue;
+        if (forward(id, stream, fd, /*max_reads=*/64))
+          draining_.push_back(fd);
+        else
+          close(fd);
+      }
+      proto::send_message(control_, proto::Type::kExited, id, status, {});
+    }
+  }
+
+  // Kills every process of the command's session, the shell's and its descendants'
+  // (they keep the session when re-parented to PID 1), until none is left. A process
+  // that made a session of its own escapes this: gVisor offers no cgroup to find it by
+  // (docs/isolation-tiers.md).
+  void kill_tree(uint32_t id) {
+    auto it = commands_.find(id);
+    if (it == commands_.end()) return;
+    const pid_t session = it->second.pid;
+    for (int round = 0; round < 100; ++round) {
+      kill(-session, SIGKILL);
+      if (kill_session_members(session) == 0) break;
+    }
+    proto::send_message(control_, proto::Type::kKilled, id, 0, {});
+  }
+
+  // Sends SIGKILL to every live process of `session`; returns how many there were.
+  static int kill_session_members(pid_t session) {
+    DIR* dir = opendir("/proc");
+    if (!dir) return 0;
+    int found = 0;
+    while (dirent* entry = readdir(dir)) {
+      char* end = nullptr;
+      const long pid = std::strtol(entry->d_name, &end, 10);
+      if (pid <= 1 || *end != '\0') continue;
+      char path[64];
+      std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+      const int fd = open(path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      char stat[512];
+      const ssize_t n = read(fd, stat, sizeof stat - 1);
+      close(fd);
+      if (n <= 0) continue;
+      stat[n] = '\0';
+      // After the command name's closing parenthesis: state ppid pgrp session.
+      const char* rest = std::strrchr(stat, ')');
+      char state = 0;
+      long ppid = 0, pgrp = 0, sid = 0;
+      if (!rest || std::sscanf(rest + 1, " %c %ld %ld %ld", &state, &ppid, &pgrp, &sid) != 4) continue;
+      if (sid != session || state == 'Z' || state == 'X') continue;
+      ++found;
+      kill(static_cast<pid_t>(pid), SIGKILL);
+    }
+    closedir(dir);
+    return found;
+  }
+
+  int control_;
+  uint64_t max_open_files_;
+  uint64_t max_processes_;
+  int last_cap_ = 40;
+  std::map<uint32_t, Command> commands_;
+  std::map<pid_t, uint32_t> by_pid_;
+  std::vector<int> draining_;
+};
+
+// PID 1 of runsc's PID namespace: starts runsc with the control socket as its stdin
+// (the container's PID 1 inherits it as a host descriptor), keeps no copy of the socket
+// (so that either end sees the other close), reaps whatever is re-parented to it, and
+// exits with runsc's status once nothing is left.
+[[noreturn]] void run_reaper(int control_fd, char** runsc_argv) {
+  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+    launch_failed(control_fd, describe_errno("mount(proc, /proc) in runsc's PID namespace", errno));
+  const pid_t runsc = fork();
+  if (runsc < 0) _exit(126);
+  if (runsc == 0) {
+    if (dup2(control_fd, 0) < 0) _exit(126);
+    close(control_fd);
+    execv(runsc_argv[0], runsc_argv);
+    std::fprintf(stderr, "sandboxd-init: %s\n",
+                 describe_errno(std::string("execv(") + runsc_argv[0] + ")", errno).c_str());
+    _exit(127);
+  }
+  close(control_fd);
+  int runsc_status = 0;
+  for (;;) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;  // ECHILD: nothing left
+    }
+    if (pid == runsc) runsc_status = status;
+  }
+  _exit(WIFEXITED(runsc_status) ? WEXITSTATUS(runsc_status) : 128 + WTERMSIG(runsc_status));
+}
+
+}  // namespace
+
+int run_gvisor_launch(int argc, char** argv) {
+  constexpr int kControlFd = 3;
+  if (fcntl(kControlFd, F_GETFD) < 0) {
+    std::fprintf(stderr, "sandboxd-init: started by sandboxd with its control socket on fd 3\n");
+    return 2;
+  }
+  close_range(kControlFd + 1, ~0U, 0);
+  // If the server dies while the sandbox is being launched, so does the launcher.
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  int separator = 2;
+  while (separator < argc && std::strcmp(argv[separator], "--") != 0) ++separator;
+  if (separator + 1 >= argc)
+    launch_failed(kControlFd, "sandboxd-init --gvisor-launch: no runsc command line");
+  try {
+    // runsc and every process it starts (the sentry, the gofer) count against the
+    // sandbox's cgroups: its memory, pids and CPU limits hold for the whole of gVisor.
+    for (int i = 2; i < separator; ++i) write_file(std::string(argv[i]) + "/cgroup.procs", "0");
+  } catch (const std::exception& e) {
+    launch_failed(kControlFd, e.what());
+  }
+  // Under memory pressure the kernel kills sandboxes first, never the server (as the
+  // native tier's PID 1 does); runsc's sentry and gofer inherit it.
+  if (int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
+    if (write(fd, "1000", 4) != 4) std::fprintf(stderr, "sandboxd-init: cannot raise oom_score_adj\n");
+    close(fd);
+  }
+  // A PID namespace of runsc's own, whose init (run_reaper) the server sees as PID 1:
+  // when it is killed, the kernel kills runsc, the sentry and the gofer with it and
+  // reaps them inside, so nothing of runsc is ever left to the server to reap. Its own
+  // mount namespace, for a /proc of that PID namespace (runsc writes its children's
+  // uid_map by the pids it sees). And an empty network namespace: the sandbox has
+  // gVisor's own loopback only (--network=none), and nothing the server opens "in the
+  // sandbox's namespace" by PID 1's pid can land in the host's.
+  if (unshare(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS) != 0)
+    launch_failed(kControlFd, describe_errno("unshare(CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWNS)", errno));
+  // The host's unmounts still reach the copy (a container's volume is never held here).
+  if (mount(nullptr, "/", nullptr, MS_SLAVE | MS_REC, nullptr) != 0)
+    launch_failed(kControlFd, describe_errno("mount(/, MS_SLAVE|MS_REC)", errno));
+  const pid_t reaper = fork();
+  if (reaper < 0) launch_failed(kControlFd, describe_errno("fork(runsc's reaper)", errno));
+  if (reaper == 0) {
+    prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);  // its parent, the launcher, exits next
+    run_reaper(kControlFd, argv + separator + 1);
+  }
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, reaper, 0));
+  if (pidfd < 0) {
+    kill(reaper, SIGKILL);
+    launch_failed(kControlFd, describe_errno("pidfd_open(runsc's reaper)", errno));
+  }
+  proto::send_message(kControlFd, proto::Type::kInitPid, 0, reaper, {}, &pidfd, 1);
+  _exit(0);
+}
+
+int run_gvisor_agent(int argc, char** argv) {
+  const uint64_t max_open_files = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0;
+  const uint64_t max_processes = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 0;
+  signal(SIGPIPE, SIG_IGN);
+  umask(022);
+  try {
+    Agent agent(0, max_open_files, max_processes);
+    agent.serve();
+  } catch (const std::exception& e) {
+    proto::send_message(0, proto::Type::kSetupFailed, 0, 0, e.what());
+    return 1;
+  }
+}
+
+}  // namespace sandboxd::runtime

@@ -1,0 +1,20 @@
+// sandboxd-init's two roles on the gvisor tier (runtime/gvisor_launcher.h), where the
+// sandbox is a runsc container instead of namespaces made by sandboxd-init itself.
+#pragma once
+
+namespace sandboxd::runtime {
+
+// `sandboxd-init --gvisor-launch CGROUP_DIR... -- RUNSC ARG...`, started by the server
+// with the control socket on fd 3: joins the sandbox's cgroups (so that runsc, its
+// sentry and its gofer are counted and limited there), forks runsc with the control
+// socket as its stdin (the container's PID 1 inherits it as a host descriptor) in an
+// empty network namespace of its own, reports runsc's pid and a pidfd of it to the
+// server (kInitPid, as the native launcher does for PID 1) and exits.
+int run_gvisor_launch(int argc, char** argv);
+
+// `sandboxd-init --gvisor-agent NOFILE NPROC` (0: no limit): the container's PID 1 inside gVisor. Serves the
+// native tier's control protocol on fd 0, except that a command's output travels in
+// kOutput messages (a descriptor made inside gVisor cannot be passed to the host).
+int run_gvisor_agent(int argc, char** argv);
+
+}  // namespace sandboxd::runtime

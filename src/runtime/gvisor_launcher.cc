@@ -1,0 +1,333 @@
+#include "runtime/gvisor_launcher.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/use_awaitable.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+#include <system_error>
+#include <vector>
+
+#include "runtime/host_etc.h"
+#include "runtime/runtime.h"
+#include "runtime/spawn.h"
+#include "runtime/spec.h"
+#include "runtime/syscall_error.h"
+
+namespace sandboxd::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The only capabilities PID 1 has inside gVisor: to change to the agent's ids, to drop
+// the bounding set of each command, and to kill a command's tree. Commands have none.
+constexpr const char* kAgentCapabilities = R"(["CAP_SETUID","CAP_SETGID","CAP_SETPCAP","CAP_KILL"])";
+
+// Where the helper sits in the container's root (bound read-only from the host).
+constexpr const char* kInitInContainer = "/.sandboxd/init";
+constexpr const char* kPreloadInContainer = "/.sandboxd/preload.so";
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw SyscallError("open(" + path + ", O_CREAT)", errno);
+  const ssize_t n = write(fd, text.data(), text.size());
+  const int err = errno;
+  close(fd);
+  if (n != static_cast<ssize_t>(text.size())) throw SyscallError("write(" + path + ")", n < 0 ? err : EIO);
+}
+
+void make_dirs(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) throw SyscallError("mkdir(" + path + ")", ec.value());
+}
+
+// The mounts of config.json, in order (a mount point inside an earlier mount comes after it).
+class Mounts {
+ public:
+  void bind(const std::string& source, const std::string& destination, bool read_only) {
+    add(destination, "bind", source,
+        read_only ? R"(["rbind","ro","nosuid","nodev"])" : R"(["rbind","rw","nosuid","nodev"])");
+  }
+  void tmpfs(const std::string& destination, const std::string& options) {
+    add(destination, "tmpfs", "tmpfs", "[" + options + "]");
+  }
+  void add(const std::string& destination, const std::string& type, const std::string& source,
+           const std::string& options_json) {
+    if (!json_.empty()) json_ += ",\n    ";
+    json_ += "{\"destination\":" + json_string(destination) + ",\"type\":" + json_string(type) +
+             ",\"source\":" + json_string(source) + ",\"options\":" + options_json + "}";
+  }
+  const std::string& json() const { return json_; }
+
+ private:
+  std::string json_;
+};
+
+std::string quoted(const std::string& option) { return json_string(option); }
+
+}  // namespace
+
+std::string find_runsc(const std::string& configured) {
+  if (!configured.empty()) return access(configured.c_str(), X_OK) == 0 ? configured : "";
+  for (const char* dir : {"/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin", "/sbin", "/bin"}) {
+    std::string candidate = std::string(dir) + "/runsc";
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+GvisorLauncher::GvisorLauncher(const RuntimeOptions& options, CgroupBackend& cgroups)
+    : options_(options), cgroups_(cgroups) {
+  runsc_ = find_runsc(options_.gvisor.runsc_path);
+  if (runsc_.empty())
+    throw std::runtime_error(
+        "runtime.isolation is gvisor but runsc is not installed (Debian: apt-get install runsc)" +
+        (options_.gvisor.runsc_path.empty() ? std::string() : ": " + options_.gvisor.runsc_path));
+  // Beside sandboxd-init, in the build tree and in the package alike.
+  const std::string init_dir = options_.init_path.substr(0, options_.init_path.rfind('/') + 1);
+  if (access((init_dir + "sandboxd-gvisor-preload.so").c_str(), R_OK) == 0)
+    preload_ = init_dir + "sandboxd-gvisor-preload.so";
+  else
+    std::fprintf(
+        stderr,
+        "sandboxd: %ssandboxd-gvisor-preload.so is missing: `ls -l` and `stat` fail in gvisor sandboxes "
+        "with this runsc\n",
+        init_dir.c_str());
+  state_dir_ = options_.gvisor.state_dir.empty() ? "/run/sandboxd-gvisor/" + options_.instance
+                                                 : options_.gvisor.state_dir;
+  make_dirs(state_dir_ + "/runsc");
+  make_dirs(state_dir_ + "/bundles");
+  // Only root reads the bundles (they name the container's host folders) and the state.
+  check(chmod(state_dir_.c_str(), 0700), "chmod(" + state_dir_ + ", 0700)");
+}
+
+GvisorLauncher::~GvisorLauncher() {
+  for (const std::string& dir : {state_dir_ + "/runsc", state_dir_ + "/bundles", state_dir_})
+    rmdir(dir.c_str());
+}
+
+void GvisorLauncher::cleanup_stale() {
+  // A killed predecessor's sandboxes were killed with their cgroups; what runsc kept of
+  // them (its state files) and their bundles are all that is left.
+  std::error_code ec;
+  for (const char* sub : {"/runsc", "/bundles"}) {
+    fs::remove_all(state_dir_ + sub, ec);
+    make_dirs(state_dir_ + sub);
+  }
+}
+
+void GvisorLauncher::remove_leftovers(const std::string& name) const {
+  remove_gvisor_leftovers(state_dir_, name);
+}
+
+void remove_gvisor_leftovers(const std::string& state_dir, const std::string& name) {
+  std::error_code ec;
+  fs::remove_all(state_dir + "/bundles/" + name, ec);
+  // runsc names its files after the sandbox and container ids (both `name` here); a
+  // runsc that ended on its own has removed them already.
+  for (const auto& entry : fs::directory_iterator(state_dir + "/runsc", ec)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind(name + "_", 0) == 0 || file.rfind(name + ".", 0) == 0 || file == name)
+      fs::remove_all(entry.path(), ec);
+  }
+}
+
+std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
+  const std::string bundle = state_dir_ + "/bundles/" + sandbox.name;
+  const std::string root = bundle + "/rootfs";
+  std::error_code ec;
+  fs::remove_all(bundle, ec);
+  make_dirs(root);
+  Mounts mounts;
+  // The system: the image's top-level entries, or the host's /usr and friends, read-only;
+  // a symlink (/bin -> usr/bin) stays a symlink.
+  auto system_entry = [&](const std::string& source, const std::string& name) {
+    struct stat st {};
+    if (lstat(source.c_str(), &st) != 0) return;
+    if (S_ISLNK(st.st_mode)) {
+      fs::copy_symlink(source, root + "/" + name, ec);
+      return;
+    }
+    if (!S_ISDIR(st.st_mode)) return;
+    make_dirs(root + "/" + name);
+    mounts.bind(source, "/" + name, /*read_only=*/true);
+  };
+  const std::vector<std::string> built = {"dev", "proc", "sys",  "tmp",   "home",       "mnt",      "run",
+                                          "etc", "root", "boot", "media", "lost+found", ".sandboxd"};
+  if (options_.image_root.empty()) {
+    for (const char* top : {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"})
+      system_entry(std::string("/") + top, top);
+  } else {
+    for (const auto& entry : fs::directory_iterator(options_.image_root, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (std::find(built.begin(), built.end(), name) == built.end())
+        system_entry(entry.path().string(), name);
+    }
+  }
+  for (const char* dir : {"dev", "proc", "sys", "tmp", "home/agent", "mnt/user-data/uploads",
+                          "mnt/user-data/outputs", "mnt/skills", "run", "root", "var", ".sandboxd"})
+    make_dirs(root + "/" + dir);
+  fs::create_symlink("/tmp", root + "/var/tmp", ec);
+  write_text(root + kInitInContainer, "");
+  mounts.bind(options_.init_path, kInitInContainer, /*read_only=*/true);
+  if (!preload_.empty()) {
+    write_text(root + kPreloadInContainer, "");
+    mounts.bind(preload_, kPreloadInContainer, /*read_only=*/true);
+  }
+
+  // /etc: the generated files (as the native tier writes them) in the read-only root,
+  // and the allowed host entries (or the image's own) bound over placeholders.
+  const std::string etc = root + "/etc";
+  make_dirs(etc);
+  write_text(etc + "/passwd",
+             "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+             "agent:x:1000:1000:agent:/home/agent:/bin/bash\n"
+             "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+  write_text(etc + "/group", "root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n");
+  std::string hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox\n";
+  for (const auto& entry : sandbox.hosts_entries) hosts += entry + "\n";
+  write_text(etc + "/hosts", hosts);
+  write_text(etc + "/hostname", "sandbox\n");
+  // No resolver: the relays the native tier offers on the sandbox's loopback are not
+  // reachable from gVisor's network stack yet (docs/isolation-tiers.md).
+  write_text(etc + "/resolv.conf", "# sandboxd: no DNS; known names are in /etc/hosts\n");
+  write_text(etc + "/nsswitch.conf",
+             "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\nprotocols: "
+             "files\nservices: files\n");
+  if (!preload_.empty()) write_text(etc + "/ld.so.preload", std::string(kPreloadInContainer) + "\n");
+  for (const char* hidden : kGeneratedEtc)
+    if (access((etc + "/" + hidden).c_str(), F_OK) != 0) write_text(etc + "/" + hidden, "");
+  auto etc_entry = [&](const std::string& source, const std::string& name) {
+    struct stat st {};
+    if (stat(source.c_str(), &st) != 0) return;  // (a dangling link: nothing to see)
+    if (S_ISDIR(st.st_mode))
+      make_dirs(etc + "/" + name);
+    else if (S_ISREG(st.st_mode))
+      write_text(etc + "/" + name, "");
+    else
+      return;
+    mounts.bind(source, "/etc/" + name, /*read_only=*/true);
+  };
+  if (options_.image_root.empty()) {
+    for (const char* name : kHostEtcAllowList) etc_entry(std::string("/etc/") + name, name);
+  } else {
+    for (const auto& entry : fs::directory_iterator(options_.image_root + "/etc", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (std::find(std::begin(kGeneratedEtc), std::end(kGeneratedEtc), name) == std::end(kGeneratedEtc))
+        etc_entry(entry.path().string(), name);
+    }
+  }
+
+  // The writable places, each with the native tier's size and modes.
+  mounts.add("/proc", "proc", "proc", R"(["nosuid","noexec","nodev"])");
+  mounts.tmpfs("/tmp", quoted("mode=1777") + "," + quoted("size=" + std::to_string(sandbox.tmp_size_bytes)) +
+                           R"(,"nosuid","nodev")");
+  mounts.tmpfs("/dev/shm", quoted("mode=1777") + "," + quoted("size=" + std::to_string(64ull << 20)) +
+                               R"(,"nosuid","nodev","noexec")");
+  mounts.tmpfs("/home/agent", quoted("mode=0755") + "," + quoted("uid=1000") + "," + quoted("gid=1000") +
+                                  "," + quoted("size=" + std::to_string(sandbox.home_size_bytes)) +
+                                  R"(,"nosuid","nodev")");
+  mounts.bind(sandbox.workspace_dir, kWorkspacePath, /*read_only=*/false);
+  mounts.bind(sandbox.uploads_dir, "/mnt/user-data/uploads", /*read_only=*/true);
+  mounts.bind(sandbox.outputs_dir, "/mnt/user-data/outputs", /*read_only=*/false);
+  if (!sandbox.skills_dir.empty()) mounts.bind(sandbox.skills_dir, "/mnt/skills", /*read_only=*/true);
+
+  std::string rlimits;
+  if (sandbox.max_open_files > 0)
+    rlimits = ",\"rlimits\":[{\"type\":\"RLIMIT_NOFILE\",\"hard\":" + std::to_string(sandbox.max_open_files) +
+              ",\"soft\":" + std::to_string(sandbox.max_open_files) + "}]";
+  const std::string config =
+      std::string("{\"ociVersion\":\"1.0.2\",\n") +
+      "  \"process\":{\"terminal\":false,\"user\":{\"uid\":0,\"gid\":0},\"args\":[" +
+      json_string(kInitInContainer) + ",\"--gvisor-agent\",\"" + std::to_string(sandbox.max_open_files) +
+      "\",\"" + std::to_string(sandbox.limits.pids) +
+      "\"],\"env\":[\"PATH=/usr/sbin:/usr/bin:/sbin:/bin\"],\"cwd\":\"/\",\"noNewPrivileges\":true," +
+      "\"capabilities\":{\"bounding\":" + kAgentCapabilities + ",\"effective\":" + kAgentCapabilities +
+      ",\"permitted\":" + kAgentCapabilities + "}" + rlimits + "},\n" +
+      "  \"root\":{\"path\":\"rootfs\",\"readonly\":true},\n  \"hostname\":\"sandbox\",\n" +
+      "  \"mounts\":[" + mounts.json() + "],\n" +
+      "  "
+      "\"linux\":{\"namespaces\":[{\"type\":\"pid\"},{\"type\":\"network\"},{\"type\":\"ipc\"},{\"type\":"
+      "\"uts\"},"
+      "{\"type\":\"mount\"}]}}\n";
+  write_text(bundle + "/config.json", config);
+  return bundle;
+}
+
+asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_executor executor,
+                                                                const SandboxOptions& options) {
+  // The sentry's and the gofer's own memory on top of the processes' (kGvisorMemoryOverhead).
+  CgroupLimits limits = options.limits;
+  if (limits.memory_bytes > 0) limits.memory_bytes += kGvisorMemoryOverhead;
+  if (limits.pids > 0) limits.pids += kGvisorTaskOverhead;
+  SandboxCgroups cg;
+  std::string bundle;
+  try {
+    cg = cgroups_.create(options.name, limits);
+    bundle = write_bundle(options);
+  } catch (const std::exception& e) {
+    try {
+      cgroups_.destroy(options.name);
+    } catch (...) {
+    }
+    remove_leftovers(options.name);
+    throw SandboxError(std::string("preparing the gVisor sandbox: ") + e.what());
+  }
+  std::vector<std::string> argv{options_.init_path, "--gvisor-launch"};
+  argv.insert(argv.end(), cg.join_dirs.begin(), cg.join_dirs.end());
+  argv.insert(argv.end(),
+              {"--", runsc_, "--root=" + state_dir_ + "/runsc", "--platform=" + options_.gvisor.platform,
+               // gVisor's own loopback only (docs/isolation-tiers.md).
+               "--network=none",
+               // The launcher has put runsc in the sandbox's cgroups already.
+               "--ignore-cgroups", "run", "--bundle", bundle, options.name});
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+    int err = errno;
+    cgroups_.destroy(options.name);
+    remove_leftovers(options.name);
+    throw SandboxError(describe_errno("socketpair(AF_UNIX, SOCK_SEQPACKET)", err));
+  }
+  pid_t launcher = -1;
+  try {
+    launcher = spawn_program(argv, pair[1]);
+  } catch (const std::exception& e) {
+    close(pair[0]);
+    close(pair[1]);
+    cgroups_.destroy(options.name);
+    remove_leftovers(options.name);
+    throw SandboxError(e.what());
+  }
+  close(pair[1]);
+  auto sandbox = std::make_shared<Sandbox>(executor, options.name, pair[0], launcher, &cgroups_);
+  // (The runtime may be gone by the time a sandbox stops: nothing of it is captured.)
+  sandbox->on_stopped(
+      [state_dir = state_dir_, name = options.name] { remove_gvisor_leftovers(state_dir, name); });
+  co_await sandbox->wait_ready(options_.start_timeout);
+  co_return sandbox;
+}
+
+}  // namespace sandboxd::runtime

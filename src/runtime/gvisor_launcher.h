@@ -1,0 +1,59 @@
+// The gvisor tier: every sandbox is a runsc container, so that what runs in it meets
+// gVisor's kernel (the sentry), never the host's. The bundle (config.json) gives the
+// container the native tier's layout: the host's (or the image's) read-only system, a
+// generated /etc, /tmp and the home as size-limited tmpfs, the container's folders bound
+// at their places, and sandboxd-init as PID 1 (the container's only process with
+// capabilities, which it drops for every command: uid 1000, none left). runsc, its
+// sentry and its gofer run in the sandbox's cgroups, whose limits thus hold for all of it.
+#pragma once
+
+#include <string>
+
+#include "runtime/cgroup.h"
+#include "runtime/launcher.h"
+
+namespace sandboxd::runtime {
+
+struct RuntimeOptions;
+
+// What the sentry and gofer take beyond the sandbox's own processes, added to the
+// sandbox's memory limit so that the limit is the processes' (docs/limits.md).
+inline constexpr uint64_t kGvisorMemoryOverhead = 96ull << 20;
+// Likewise the host tasks of runsc, the sentry's and the gofer's threads, added to the
+// pids limit on the host; the sandbox's own limit is RLIMIT_NPROC inside gVisor.
+inline constexpr uint64_t kGvisorTaskOverhead = 128;
+
+class GvisorLauncher : public SandboxLauncher {
+ public:
+  // Throws std::runtime_error when runsc is not installed or its state folder cannot be made.
+  GvisorLauncher(const RuntimeOptions& options, CgroupBackend& cgroups);
+  // Leaves no empty state folder behind (one with sandboxes in it stays).
+  ~GvisorLauncher() override;
+
+  asio::awaitable<std::shared_ptr<Sandbox>> start(asio::any_io_executor executor,
+                                                  const SandboxOptions& options) override;
+  // Removes the state and bundles runsc containers of a killed predecessor left.
+  void cleanup_stale() override;
+
+  const std::string& runsc_path() const { return runsc_; }
+
+ private:
+  // Writes the sandbox's bundle (its root skeleton and config.json); returns its folder.
+  std::string write_bundle(const SandboxOptions& options) const;
+  // Removes a stopped sandbox's bundle and what runsc keeps of it.
+  void remove_leftovers(const std::string& name) const;
+
+  const RuntimeOptions& options_;
+  CgroupBackend& cgroups_;
+  std::string runsc_;
+  std::string preload_;    // sandboxd-gvisor-preload.so (runtime/gvisor_preload.cc); empty: none found
+  std::string state_dir_;  // runsc --root is state_dir_/runsc, bundles are in state_dir_/bundles
+};
+
+// Removes a stopped sandbox's bundle and what runsc kept of it under `state_dir`.
+void remove_gvisor_leftovers(const std::string& state_dir, const std::string& name);
+
+// The runsc on PATH (or `configured` when set and executable); empty when none.
+std::string find_runsc(const std::string& configured = "");
+
+}  // namespace sandboxd::runtime

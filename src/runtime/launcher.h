@@ -1,0 +1,31 @@
+// How a sandbox's PID 1 comes to be: the seam between the isolation tiers. The runtime
+// holds one launcher, chosen at start (RuntimeOptions::isolation); everything past the
+// start (commands, their output, timeouts, kills, stop) is the same Sandbox speaking the
+// same control protocol to its PID 1, whichever launcher made it.
+//   native (native_launcher.h): sandboxd-init makes the namespaces itself and is PID 1.
+//   gvisor (gvisor_launcher.h): runsc runs the sandbox, sandboxd-init is the container's PID 1.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <memory>
+
+#include "runtime/sandbox.h"
+
+namespace sandboxd::runtime {
+
+struct SandboxOptions;
+
+class SandboxLauncher {
+ public:
+  virtual ~SandboxLauncher() = default;
+  // Starts a sandbox (its cgroups, its PID 1) and returns once PID 1 is ready. Throws
+  // SandboxError, having removed whatever it made.
+  virtual asio::awaitable<std::shared_ptr<Sandbox>> start(asio::any_io_executor executor,
+                                                          const SandboxOptions& options) = 0;
+  // Removes what sandboxes of a crashed predecessor left outside their cgroups (which the
+  // runtime removes itself).
+  virtual void cleanup_stale() {}
+};
+
+}  // namespace sandboxd::runtime
