@@ -75,21 +75,28 @@ TEST(ConfigParse, EveryRefusalNamesTheKey) {
       {"server:\n  nope: 1\n", "server.nope: unknown key"},
       {"nope: 1\n", "nope: unknown key"},
       {"server: 3\n", "server: must be a mapping"},
-      {"capacity:\n  maxConcurrentExecutions: 0\n", "capacity.maxConcurrentExecutions: must be between 1 and 100000"},
+      {"capacity:\n  maxConcurrentExecutions: 0\n",
+       "capacity.maxConcurrentExecutions: must be between 1 and 100000"},
       {"capacity:\n  queueTimeoutSec: soon\n", "capacity.queueTimeoutSec: must be an integer, not 'soon'"},
-      {"server:\n  maxUploadSize: 12 parsecs\n", "server.maxUploadSize: must be a size such as 512Mi or 40Gi"},
-      {"opensandbox:\n  runtime:\n    limitRange:\n      cpu: 0\n", "opensandbox.runtime.limitRange.cpu: must be a CPU"},
-      {"features:\n  codeExecution:\n    enabled: yes\n", "features.codeExecution.enabled: must be true or false"},
-      {"auth:\n  tokens:\n    - { token: short, owner: a }\n", "auth.tokens[0].token: must be at least 8 characters"},
+      {"server:\n  maxUploadSize: 12 parsecs\n",
+       "server.maxUploadSize: must be a size such as 512Mi or 40Gi"},
+      {"opensandbox:\n  runtime:\n    limitRange:\n      cpu: 0\n",
+       "opensandbox.runtime.limitRange.cpu: must be a CPU"},
+      {"features:\n  codeExecution:\n    enabled: yes\n",
+       "features.codeExecution.enabled: must be true or false"},
+      {"auth:\n  tokens:\n    - { token: short, owner: a }\n",
+       "auth.tokens[0].token: must be at least 8 characters"},
       {"auth:\n  tokens:\n    - { token: same-token, owner: a }\n    - { token: same-token, owner: b }\n",
        "auth.tokens[1].token: duplicate token"},
       {"auth:\n  tokens:\n    - { token: secret-alice, owner: a }\n  adminToken: secret-alice\n",
        "auth.adminToken: must be at least 16 characters"},
-      {"codeInterpreter:\n  workspaceSizeLimit: 1Mi\n", "codeInterpreter.workspaceSizeLimit: must be at least 8Mi"},
+      {"codeInterpreter:\n  workspaceSizeLimit: 1Mi\n",
+       "codeInterpreter.workspaceSizeLimit: must be at least 8Mi"},
       {"runtime:\n  cgroupMode: v3\n", "runtime.cgroupMode: must be auto, v1 or v2"},
       {"cluster:\n  replicaId: r1\n", "cluster.advertiseUrl: required when cluster.replicaId is set"},
       {"storage:\n  s3:\n    partSize: 1Mi\n", "storage.s3.partSize: must be between 5Mi"},
-      {"metadata:\n  backend: postgres\n", "metadata.postgres.url: required when metadata.backend is 'postgres'"},
+      {"metadata:\n  backend: postgres\n",
+       "metadata.postgres.url: required when metadata.backend is 'postgres'"},
       {"server: [unclosed\n", "not valid YAML"},
   };
   for (const auto& [yaml, message] : refused) {
@@ -116,12 +123,13 @@ TEST(ConfigParse, SizesAndCpuQuantities) {
 // ------------------------------------------------------------------------------ reload
 
 TEST(ConfigReload, NewWorkKeysApplyAndRestartKeysAreNamedAndKept) {
-  LiveConfig live(parse_config("capacity: { maxConcurrentExecutions: 4 }\nserver: { headerTimeoutSec: 15 }\n"));
-  const auto restart = live.reload(parse_config(
-      "capacity: { maxConcurrentExecutions: 2, maxConcurrentExecutionsPerOwner: 1 }\n"
-      "quotas: { storedBytesPerOwner: 1Gi }\n"
-      "server: { headerTimeoutSec: 3, bodyIdleTimeoutSec: 5 }\n"
-      "logging: { format: json }\n"));
+  LiveConfig live(
+      parse_config("capacity: { maxConcurrentExecutions: 4 }\nserver: { headerTimeoutSec: 15 }\n"));
+  const auto restart = live.reload(
+      parse_config("capacity: { maxConcurrentExecutions: 2, maxConcurrentExecutionsPerOwner: 1 }\n"
+                   "quotas: { storedBytesPerOwner: 1Gi }\n"
+                   "server: { headerTimeoutSec: 3, bodyIdleTimeoutSec: 5 }\n"
+                   "logging: { format: json }\n"));
   const auto now = live.get();
   EXPECT_EQ(now->max_concurrent_executions, 2);
   EXPECT_EQ(now->max_concurrent_executions_per_owner, 1) << "applied to new work, as the admission line is";
@@ -149,13 +157,14 @@ TEST(ConfigReload, AnUnchangedFileNamesNothing) {
 
 TEST(ConfigReload, ARestartKeyOfAListOrANestedSectionIsNamedByItsPath) {
   LiveConfig live(parse_config("auth:\n  tokens:\n    - { token: secret-alice, owner: alice }\n"));
-  const auto restart = live.reload(parse_config(
-      "auth:\n  tokens:\n    - { token: secret-alice, owner: alicia }\n"
-      "external:\n  opensandbox:\n    codeExecution:\n      internal:\n        services:\n"
-      "          - { name: db.internal, host: 10.0.0.12, port: 5432 }\n"
-      "storage: { s3: { maxPartsInFlight: 2 } }\n"));
-  EXPECT_EQ(restart, (std::vector<std::string>{"auth.tokens", "external.opensandbox.codeExecution.internal.services",
-                                               "storage.s3.maxPartsInFlight"}));
+  const auto restart = live.reload(
+      parse_config("auth:\n  tokens:\n    - { token: secret-alice, owner: alicia }\n"
+                   "external:\n  opensandbox:\n    codeExecution:\n      internal:\n        services:\n"
+                   "          - { name: db.internal, host: 10.0.0.12, port: 5432 }\n"
+                   "storage: { s3: { maxPartsInFlight: 2 } }\n"));
+  EXPECT_EQ(restart,
+            (std::vector<std::string>{"auth.tokens", "external.opensandbox.codeExecution.internal.services",
+                                      "storage.s3.maxPartsInFlight"}));
   EXPECT_EQ(live.get()->tokens[0].owner, "alice");
   EXPECT_TRUE(live.get()->internal_services.empty());
   EXPECT_EQ(live.get()->s3.max_parts_in_flight, 4);
@@ -271,7 +280,8 @@ std::map<std::string, std::string> documented_reload() {
     EXPECT_GE(cells.size(), 4u) << line;
     if (cells.size() < 4) continue;
     const std::string& names = cells[0];
-    for (auto it = std::sregex_iterator(names.begin(), names.end(), key); it != std::sregex_iterator(); ++it) {
+    for (auto it = std::sregex_iterator(names.begin(), names.end(), key); it != std::sregex_iterator();
+         ++it) {
       const std::string path = section + "." + (*it)[1].str();
       EXPECT_FALSE(out.contains(path)) << path << " is in the docs twice";
       out[path] = cells[2];

@@ -464,7 +464,8 @@ TEST(PythonKernelLifetime, TheStateIsGoneAfterTheSandboxStopsOnItsTtl) {
   EXPECT_EQ(code_of(cell(server, "ttl", "before_ttl = 1")), 0);
   // (Asking for the container's state is activity too: it is asked once, after the idle
   // reaper stopped the only sandbox there is, which /metrics shows without touching it.)
-  ASSERT_TRUE(eventually([&] { return server.metric("sandboxd_sandboxes_running") == 0; }, std::chrono::seconds(60)))
+  ASSERT_TRUE(
+      eventually([&] { return server.metric("sandboxd_sandboxes_running") == 0; }, std::chrono::seconds(60)))
       << server.log();
   auto described = server.curl_json(server.base() + "/containers/ttl");
   const std::string state = described.is_object() ? std::string(described.at("state").as_string()) : "";

@@ -119,7 +119,8 @@ TEST(PercentDecode, DecodesEscapesAndRefusesBrokenOnes) {
   EXPECT_EQ(out, std::string(1, '\0')) << "a NUL is decoded; what may hold it is the handler's rule";
   EXPECT_TRUE(percent_decode("", out));
   EXPECT_EQ(out, "");
-  for (const char* broken : {"%", "%4", "x%", "%g0", "%0g", "a%%41"}) EXPECT_FALSE(percent_decode(broken, out)) << broken;
+  for (const char* broken : {"%", "%4", "x%", "%g0", "%0g", "a%%41"})
+    EXPECT_FALSE(percent_decode(broken, out)) << broken;
 }
 
 }  // namespace

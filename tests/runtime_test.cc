@@ -164,8 +164,9 @@ TEST_F(RuntimeTest, OutputIsCappedAndTheWriterNeverBlocks) {
 
 TEST_F(RuntimeTest, BackgroundProcessesKeepRunningAndDoNotHoldTheResult) {
   auto start = std::chrono::steady_clock::now();
-  auto r = run(
-      "(sleep 0.1; while true; do echo tick; echo tick >> /tmp/ticks; sleep 0.2; done) & sleep 60 & echo started");
+  auto r =
+      run("(sleep 0.1; while true; do echo tick; echo tick >> /tmp/ticks; sleep 0.2; done) & sleep 60 & echo "
+          "started");
   auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(r.stdout_text.rfind("started\n", 0), 0u) << r.stdout_text;
   EXPECT_LT(elapsed, 20s) << "the call returned when its shell exited";  // behaviour, not a timing bar

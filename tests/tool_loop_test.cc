@@ -68,7 +68,10 @@ MessagesRequest request(bj::value tools = nullptr) {
 }
 
 bj::object bash_result(const std::string& out) {
-  return {{"type", "bash_code_execution_result"}, {"stdout", out}, {"stderr", ""}, {"return_code", 0},
+  return {{"type", "bash_code_execution_result"},
+          {"stdout", out},
+          {"stderr", ""},
+          {"return_code", 0},
           {"content", bj::array{}}};
 }
 
@@ -86,7 +89,8 @@ class ToolLoopTest : public ::testing::Test {
     asio::io_context io;
     ToolLoop loop(client_, std::move(s), std::move(req), "upstream-model", runner_, nullptr);
     std::optional<Result<bj::object>> out;
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> { out.emplace(co_await loop.run()); }, asio::detached);
+    asio::co_spawn(
+        io, [&]() -> asio::awaitable<void> { out.emplace(co_await loop.run()); }, asio::detached);
     io.run();
     EXPECT_TRUE(out) << "the loop ended";
     return std::move(*out);
@@ -114,9 +118,10 @@ class ToolLoopTest : public ::testing::Test {
 };
 
 TEST_F(ToolLoopTest, ASubToolCallRunsAndItsResultGoesBackUpstream) {
-  upstream_.push_message(U::message({U::text_block("Let me look."),
-                                     U::tool_use("toolu_01A", "bash_code_execution", {{"command", "ls | wc -l"}})},
-                                    "tool_use", 10, 5));
+  upstream_.push_message(
+      U::message({U::text_block("Let me look."),
+                  U::tool_use("toolu_01A", "bash_code_execution", {{"command", "ls | wc -l"}})},
+                 "tool_use", 10, 5));
   upstream_.push_message(U::message({U::text_block("There are 3 files.")}, "end_turn", 20, 7));
   runner_.results = {bash_result("3\n")};
 
@@ -165,7 +170,8 @@ TEST_F(ToolLoopTest, ASubToolCallRunsAndItsResultGoesBackUpstream) {
 }
 
 TEST_F(ToolLoopTest, AnErrorResultIsMarkedForTheModel) {
-  upstream_.push_message(U::message({U::tool_use("toolu_e", "bash_code_execution", {{"command", "x"}})}, "tool_use"));
+  upstream_.push_message(
+      U::message({U::tool_use("toolu_e", "bash_code_execution", {{"command", "x"}})}, "tool_use"));
   upstream_.push_message(U::message({U::text_block("It failed.")}, "end_turn"));
   runner_.results = {bj::object{{"type", "bash_code_execution_tool_result_error"},
                                 {"error_code", "unavailable"},
@@ -180,7 +186,8 @@ TEST_F(ToolLoopTest, AnErrorResultIsMarkedForTheModel) {
 }
 
 TEST_F(ToolLoopTest, TheIterationCapPausesTheTurn) {
-  upstream_.push_message(U::message({U::tool_use("toolu_1", "bash_code_execution", {{"command", "a"}})}, "tool_use"));
+  upstream_.push_message(
+      U::message({U::tool_use("toolu_1", "bash_code_execution", {{"command", "a"}})}, "tool_use"));
   upstream_.push_message(U::message({U::text_block("never asked")}, "end_turn"));
   runner_.results = {bash_result("a\n")};
   auto s = settings();
@@ -217,7 +224,8 @@ TEST_F(ToolLoopTest, AnOverloadedUpstreamIsPassedOnAs529) {
 }
 
 TEST_F(ToolLoopTest, AStreamedTurnSendsTheCallAndItsResultAsBlocks) {
-  upstream_.push_message(U::message({U::tool_use("toolu_s", "bash_code_execution", {{"command", "pwd"}})}, "tool_use"));
+  upstream_.push_message(
+      U::message({U::tool_use("toolu_s", "bash_code_execution", {{"command", "pwd"}})}, "tool_use"));
   upstream_.push_message(U::message({U::text_block("Done.")}, "end_turn"));
   runner_.results = {bash_result("/\n")};
   auto sink = stream(request());
@@ -230,7 +238,8 @@ TEST_F(ToolLoopTest, AStreamedTurnSendsTheCallAndItsResultAsBlocks) {
     if (name == "content_block_start") started.emplace_back(data.at("content_block").at("type").as_string());
     if (name == "message_delta") stop_reason = data.at("delta").at("stop_reason").as_string();
   }
-  EXPECT_EQ(started, (std::vector<std::string>{"server_tool_use", "bash_code_execution_tool_result", "text"}));
+  EXPECT_EQ(started,
+            (std::vector<std::string>{"server_tool_use", "bash_code_execution_tool_result", "text"}));
   EXPECT_EQ(stop_reason, "end_turn");
 }
 
@@ -248,9 +257,11 @@ TEST(MessagesRequest, RefusalsNameTheField) {
 
 TEST(UpstreamErrors, StatusesMapAsTheClientExpects) {
   using sandboxd::model::upstream_http_error;
-  auto overloaded = upstream_http_error(529, R"({"type":"error","error":{"type":"overloaded_error","message":"x"}})");
+  auto overloaded =
+      upstream_http_error(529, R"({"type":"error","error":{"type":"overloaded_error","message":"x"}})");
   EXPECT_EQ(static_cast<int>(overloaded.status), 529);
-  auto bad = upstream_http_error(400, R"({"type":"error","error":{"type":"invalid_request_error","message":"no"}})");
+  auto bad =
+      upstream_http_error(400, R"({"type":"error","error":{"type":"invalid_request_error","message":"no"}})");
   EXPECT_EQ(static_cast<int>(bad.status), 400) << "a 4xx is passed on";
   EXPECT_EQ(bad.message, "no");
   auto broken = upstream_http_error(500, "<html>oops</html>");

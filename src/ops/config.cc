@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -180,7 +180,9 @@ struct Key {
   std::function<void(Config&)> check;  // a check across keys
 };
 
-Key check(std::function<void(Config&)> across_keys) { return {"", Reload::restart, nullptr, {}, std::move(across_keys)}; }
+Key check(std::function<void(Config&)> across_keys) {
+  return {"", Reload::restart, nullptr, {}, std::move(across_keys)};
+}
 
 // Where a row's value goes: a member of Config, or a function to a nested one (in_s3).
 template <typename Configuration, typename Field>
@@ -204,8 +206,9 @@ auto in_kubernetes(Member member) {
 // The transfer of a key that sets these members (compared with ==).
 template <typename... Fields>
 Transfer fields(Fields... each) {
-  return {[=](const Config& from, Config& to) { ((field_of(to, each) = field_of(from, each)), ...); },
-          [=](const Config& a, const Config& b) { return ((field_of(a, each) == field_of(b, each)) && ...); }};
+  return {
+      [=](const Config& from, Config& to) { ((field_of(to, each) = field_of(from, each)), ...); },
+      [=](const Config& a, const Config& b) { return ((field_of(a, each) == field_of(b, each)) && ...); }};
 }
 
 // A key with a parser of its own (the read_* functions below) and the members it sets.
@@ -216,9 +219,10 @@ Key custom(Reload reload, std::string_view path, Reader read, Transfer transfer)
 // Any string.
 template <typename Field>
 Key text(Reload reload, std::string_view path, Field field) {
-  return custom(reload, path,
-                [field](const YAML::Node& v, const std::string& kp, Config& c) { field_of(c, field) = scalar(v, kp); },
-                fields(field));
+  return custom(
+      reload, path,
+      [field](const YAML::Node& v, const std::string& kp, Config& c) { field_of(c, field) = scalar(v, kp); },
+      fields(field));
 }
 
 // true or false.
@@ -226,7 +230,9 @@ template <typename Field>
 Key flag(Reload reload, std::string_view path, Field field) {
   return custom(
       reload, path,
-      [field](const YAML::Node& v, const std::string& kp, Config& c) { field_of(c, field) = read_bool(v, kp); },
+      [field](const YAML::Node& v, const std::string& kp, Config& c) {
+        field_of(c, field) = read_bool(v, kp);
+      },
       fields(field));
 }
 
@@ -266,7 +272,9 @@ template <typename Field>
 Key cpu(Reload reload, std::string_view path, Field field) {
   return custom(
       reload, path,
-      [field](const YAML::Node& v, const std::string& kp, Config& c) { field_of(c, field) = read_cpu(v, kp); },
+      [field](const YAML::Node& v, const std::string& kp, Config& c) {
+        field_of(c, field) = read_cpu(v, kp);
+      },
       fields(field));
 }
 
@@ -535,7 +543,9 @@ Transfer data_dir_transfer() {
     return std::filesystem::weakly_canonical(path, ec).string();
   };
   return {[](const Config& from, Config& to) { to.data_dir = from.data_dir; },
-          [canonical](const Config& a, const Config& b) { return canonical(a.data_dir) == canonical(b.data_dir); }};
+          [canonical](const Config& a, const Config& b) {
+            return canonical(a.data_dir) == canonical(b.data_dir);
+          }};
 }
 
 const std::vector<Key>& keys() {
@@ -552,8 +562,8 @@ const std::vector<Key>& keys() {
       integer(restart, "server.maxConnections", &C::max_connections, 0, 1000000),
       integer(restart, "server.maxConnectionsPerOwner", &C::max_connections_per_owner, 1, 1000000),
       integer(restart, "server.maxConnectionsPerIp", &C::max_connections_per_ip, 0, 1000000),
-      integer(restart, "server.maxUnauthenticatedConnectionsPerIp", &C::max_unauthenticated_connections_per_ip, 0,
-              1000000),
+      integer(restart, "server.maxUnauthenticatedConnectionsPerIp",
+              &C::max_unauthenticated_connections_per_ip, 0, 1000000),
       custom(restart, "server.listen", read_listen, fields(&C::listen_host, &C::listen_port)),
       custom(restart, "server.dataDir", read_data_dir, data_dir_transfer()),
       bytes(new_work, "server.maxUploadSize", &C::max_upload_bytes),
@@ -587,7 +597,8 @@ const std::vector<Key>& keys() {
       cpu(new_work, "opensandbox.runtime.limitRange.cpu", &C::limit_cpu_millis),
       bytes(new_work, "opensandbox.runtime.limitRange.memory", &C::limit_memory_bytes),
 
-      integer(new_work, "capacity.maxConcurrentExecutionsPerOwner", &C::max_concurrent_executions_per_owner, 0, 100000),
+      integer(new_work, "capacity.maxConcurrentExecutionsPerOwner", &C::max_concurrent_executions_per_owner,
+              0, 100000),
       integer(new_work, "capacity.maxConcurrentExecutions", &C::max_concurrent_executions, 1, 100000),
       integer(new_work, "capacity.queueTimeoutSec", &C::queue_timeout_sec, 0, 3600),
       integer(new_work, "capacity.retryAfterSec", &C::retry_after_sec, 0, 3600),
@@ -618,12 +629,15 @@ const std::vector<Key>& keys() {
       integer(new_work, "quotas.runningSandboxesPerOwner", &C::running_sandboxes_per_owner, 0, 1000000),
 
       custom(restart, "runtime.sandboxesPidsMax", read_sandboxes_pids_max, fields(&C::sandboxes_pids_max)),
-      custom(restart, "runtime.sandboxesMemoryMax", read_sandboxes_memory_max, fields(&C::sandboxes_memory_max)),
+      custom(restart, "runtime.sandboxesMemoryMax", read_sandboxes_memory_max,
+             fields(&C::sandboxes_memory_max)),
       custom(restart, "runtime.sandboxesCpuMax", read_sandboxes_cpu_max, fields(&C::sandboxes_cpu_millis)),
-      bytes(new_work, "runtime.skillMaxSize", &C::skill_max_bytes, {.min = 1024, .message = "must be at least 1Ki"}),
+      bytes(new_work, "runtime.skillMaxSize", &C::skill_max_bytes,
+            {.min = 1024, .message = "must be at least 1Ki"}),
       integer(new_work, "runtime.skillMaxFiles", &C::skill_max_files, 1, 100000),
       integer(restart, "runtime.maxConnectionsPerSandbox", &C::max_connections_per_sandbox, 1, 4096),
-      one_of(restart, "runtime.provider", &C::runtime_provider, {"sandboxd", "none"}, "must be 'sandboxd' or 'none'"),
+      one_of(restart, "runtime.provider", &C::runtime_provider, {"sandboxd", "none"},
+             "must be 'sandboxd' or 'none'"),
       integer(restart, "runtime.prestartedSandboxes", &C::prestarted_sandboxes, 0, 64),
       integer(restart, "runtime.sandboxUid", &C::sandbox_host_uid, 1000, 4000000000LL),
       one_of(restart, "runtime.cgroupMode", &C::cgroup_mode, {"auto", "v1", "v2"}, "must be auto, v1 or v2"),
@@ -660,13 +674,14 @@ const std::vector<Key>& keys() {
       custom(restart, "metadata.postgres.url", read_postgres_url, fields(&C::postgres_url)),
       integer(restart, "metadata.postgres.lockTimeoutSec", &C::postgres_lock_timeout_sec, 0, 3600),
       integer(restart, "metadata.postgres.statementTimeoutSec", &C::postgres_statement_timeout_sec, 0, 86400),
-      integer(restart, "metadata.postgres.idleInTransactionTimeoutSec", &C::postgres_idle_in_transaction_timeout_sec,
-              0, 86400),
+      integer(restart, "metadata.postgres.idleInTransactionTimeoutSec",
+              &C::postgres_idle_in_transaction_timeout_sec, 0, 86400),
       integer(restart, "metadata.fileCache.records", &C::file_cache_records, 0, 100'000'000),
       bytes(restart, "metadata.fileCache.maxSize", &C::file_cache_bytes,
             {.min = 1u << 20, .message = "must be at least 1Mi"}),
 
-      custom(restart, "kubernetes.apiServer", read_kubernetes_api_server, fields(in_kubernetes(&K::api_server))),
+      custom(restart, "kubernetes.apiServer", read_kubernetes_api_server,
+             fields(in_kubernetes(&K::api_server))),
       text(restart, "kubernetes.caFile", in_kubernetes(&K::ca_file)),
       text(restart, "kubernetes.tokenFile", in_kubernetes(&K::token_file)),
       text(restart, "kubernetes.namespace", in_kubernetes(&K::namespace_name)),
