@@ -41,6 +41,8 @@ class ScriptedRunner : public ToolRunner {
     bj::object result = results.at(calls.size() - 1);
     co_return result;
   }
+  // No container here: a turn's `container` is null.
+  bj::value container() override { return nullptr; }
 };
 
 // Records the events a streamed turn sends.
