@@ -155,12 +155,13 @@ namespace {
 
 // ---------------------------------------------------------------------------- the keys
 //
-// Every key of the file is one row of the table in keys() below: its dotted path, its type (the
-// function that makes the row), where its value goes in Config, its bounds and the
-// refusal's message. What a key holds when the file leaves it out is Config's default
-// (config.h). The rows are read in their order; a check across keys is a row too, run at
-// its place whatever the file holds. The keys a mapping may hold are those the rows
-// name under it: any other is refused.
+// Every key of the file is one row of the table in keys() below: what a SIGHUP does to it
+// (new_work: the reloaded value applies to new work; restart: a change is logged and waits
+// for a restart; ops/config_reload.h), its dotted path, its type (the function that makes
+// the row), where its value goes in Config, its bounds and the refusal's message. What a key holds when the
+// file leaves it out is Config's default (config.h). The rows are read in their order; a check across keys is
+// a row too, run at its place whatever the file holds. The keys a mapping may hold are those the rows name
+// under it: any other is refused.
 
 // Reads a present, non-null value at `path` into the configuration, or refuses it.
 using Reader = std::function<void(const YAML::Node& value, const std::string& path, Config& c)>;
