@@ -147,7 +147,7 @@ TEST(ConfigReload, AnUnchangedFileNamesNothing) {
       "auth:\n  tokens:\n    - { token: secret-alice, owner: alice }\n"
       "external:\n  opensandbox:\n    codeExecution:\n      internal:\n        services:\n"
       "          - { name: db.internal, host: 10.0.0.12, port: 5432 }\n"
-      "storage: { backend: s3, s3: { endpoint: \"http://127.0.0.1:9\", bucket: b, accessKeyId: k, "
+      "storage: { backend: s3, s3: { endpoint: \"http://127.0.0.1:9\", bucket: sessions, accessKeyId: k, "
       "secretAccessKey: s } }\n";
   Config started = parse_config(yaml);
   started.data_dir = "/tmp/sandboxd-config-test";  // as serve() holds it: the canonical path

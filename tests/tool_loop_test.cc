@@ -180,7 +180,9 @@ TEST_F(ToolLoopTest, AnErrorResultIsMarkedForTheModel) {
                                 {"detail", {{"explanation", "no sandbox"}}}}};
   auto reply = run(request(), settings());
   ASSERT_TRUE(reply.has_value()) << reply.error().message;
-  const auto& fed = upstream_.requests().at(1).at("messages").as_array()[2].at("content").as_array()[0];
+  const auto sent = upstream_.requests();
+  ASSERT_EQ(sent.size(), 2u);
+  const auto& fed = sent[1].at("messages").as_array().at(2).at("content").as_array().at(0);
   EXPECT_EQ(fed.at("is_error"), true);
   EXPECT_EQ(fed.at("content"), "Error (unavailable): no sandbox");
   const auto& shown = reply->at("content").as_array()[1].at("content").as_object();
