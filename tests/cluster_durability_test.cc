@@ -441,11 +441,19 @@ TEST_F(ClusterDurability, RollingRestartUnderLoadLosesNothingAcknowledged) {
       }
     }
   });
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  auto answers_so_far = [&] {
+    std::lock_guard lock(mutex);
+    return answered;
+  };
+  // Each replica is restarted while the load runs, and the load gets answers again
+  // (three rounds of it) before the next one goes.
+  EXPECT_TRUE(eventually([&] { return answers_so_far() >= 9; }, std::chrono::seconds(60)));
   for (auto* replica : replicas) {
     EXPECT_EQ(replica->stop(SIGTERM), 0) << replica->id();
     replica->start();
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    const int before = answers_so_far();
+    EXPECT_TRUE(eventually([&] { return answers_so_far() >= before + 9; }, std::chrono::seconds(60)))
+        << replica->id();
   }
   done = true;
   client.join();

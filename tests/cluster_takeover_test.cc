@@ -20,6 +20,7 @@
 
 #include "cluster/container_leases.h"
 #include "cluster/takeover_pacer.h"
+#include "eventually.h"
 #include "postgres_harness.h"
 #include "store/lease_store.h"
 #include "store/metadata.h"
@@ -32,6 +33,7 @@ using store::LeaseStore;
 using store::ReplicaRegistration;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
+using sandboxd::testing::eventually;
 
 int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -310,7 +312,15 @@ TEST_F(TakeoverTest, AReplicaWhoseOwnHeartbeatIsNotConfirmedJudgesNobody) {
   ContainerLeases survivor(io, store, settings);
   survivor.register_replica();
   EXPECT_TRUE(survivor.take_over_round().watching);
-  std::this_thread::sleep_for(1200ms);  // past leaseSeconds/2 without a heartbeat of its own
+  // Past leaseSeconds/2 without a heartbeat of its own: the dead are forgotten, and no
+  // round took anything meanwhile.
+  size_t taken = 0;
+  ASSERT_TRUE(eventually([&] {
+    auto round = survivor.take_over_round();
+    taken += round.taken;
+    return !round.watching;
+  }));
+  EXPECT_EQ(taken, 0u);
   auto round = survivor.take_over_round();
   EXPECT_EQ(round.taken, 0u);
   EXPECT_FALSE(round.watching);  // forgotten
@@ -366,8 +376,7 @@ TEST_F(TakeoverTest, FileRecordsAreServedFromMemoryOnlyUnderAConfirmedLease) {
   EXPECT_FALSE(held("free"));  // no lease here: always the database
 
   // The heartbeat older than leaseSeconds/2: the database, not memory.
-  std::this_thread::sleep_for(1100ms);
-  EXPECT_EQ(a.cache_epoch("c1"), std::nullopt);
+  ASSERT_TRUE(eventually([&] { return a.cache_epoch("c1") == std::nullopt; }));
   EXPECT_FALSE(held("c1"));
   ASSERT_TRUE(a.renew());
   EXPECT_TRUE(held("c1"));
@@ -382,13 +391,13 @@ TEST_F(TakeoverTest, FileRecordsAreServedFromMemoryOnlyUnderAConfirmedLease) {
   metadata.put_file(record("c2", "a"), true);
   EXPECT_EQ(count("c2"), 1u);
   EXPECT_TRUE(held("c2"));
-  std::this_thread::sleep_for(2200ms);  // A's heartbeat (2 s) runs out
   ContainerLeases::Settings b_settings = settings;
   b_settings.replica_id = "replica-b";
   b_settings.advertise_url = "http://b:1";
   ContainerLeases b(io, b_store, b_settings);
   b.register_replica();
-  ASSERT_TRUE(b.holder_of("c2").takeover);
+  // A's heartbeat (2 s) runs out: B may take c2 over.
+  ASSERT_TRUE(eventually([&] { return b.holder_of("c2").takeover; }));
   ASSERT_TRUE(b.claim("c2", false));
   other_replica.put_file(record("c2", "by-b"), true);
   EXPECT_FALSE(held("c2"));  // A's heartbeat is old: its reads ask the database

@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <mutex>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -52,8 +54,40 @@ inline int listen_loopback(uint16_t port, uint16_t& bound, const char* who) {
   return fd;
 }
 
-// A loopback port nothing listens on (free when this returns).
+// A loopback port nothing listens on (free when this returns), for a server started
+// later with that port in its configuration (PostgreSQL, s3rver, nginx, a replica). Tests
+// run side by side, and between this probe and that server's bind the port must stay
+// free: it is chosen at random below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), where no outgoing connection of another test can take
+// it, as a port 0 bind's choice could be. A host whose range leaves no room below falls
+// back to that.
 inline uint16_t free_loopback_port() {
+  constexpr int kLowest = 10000;
+  int ephemeral_low = 32768;
+  if (FILE* range = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(range, "%d", &ephemeral_low) != 1) ephemeral_low = 32768;
+    std::fclose(range);
+  }
+  if (ephemeral_low - kLowest >= 1000) {
+    static std::mutex mutex;
+    static std::mt19937 random(std::random_device{}());
+    std::uniform_int_distribution<int> pick(kLowest, ephemeral_low - 1);
+    for (int tries = 0; tries < 200; ++tries) {
+      int port;
+      {
+        std::lock_guard lock(mutex);
+        port = pick(random);
+      }
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      const bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+      close(fd);
+      if (free) return static_cast<uint16_t>(port);
+    }
+  }
   uint16_t port = 0;
   close(listen_loopback(0, port, "free port probe"));
   return port;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <future>
 #include <regex>
 
@@ -386,7 +387,9 @@ TEST(Ops, TheQuotaStopsTheLeastRecentlyUsedIdleSandboxThenAnswers503) {
     return std::string(server.curl_json(server.base() + "/containers/" + container).at("state").as_string());
   };
   EXPECT_NE(exec("q-a", mark).find("200 OK"), std::string::npos);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // last use in a later second than q-b
+  // q-b's last use in a later second than q-a's (the order of last uses has seconds).
+  const std::time_t a_used = std::time(nullptr);
+  ASSERT_TRUE(eventually([&] { return std::time(nullptr) > a_used; }));
   EXPECT_NE(exec("q-b", mark).find("200 OK"), std::string::npos);
   // A third sandbox: q-a, the least recently used and idle, is stopped to make room.
   EXPECT_NE(exec("q-c", mark).find("200 OK"), std::string::npos);

@@ -12,11 +12,13 @@
 #include <thread>
 #include <vector>
 
+#include "eventually.h"
 #include "server_harness.h"
 
 namespace {
 
 using sandboxd::testing::count_fds;
+using sandboxd::testing::eventually;
 using sandboxd::testing::rss_kib;
 using sandboxd::testing::ServerProcess;
 using sandboxd::testing::sh;
@@ -460,8 +462,11 @@ TEST_F(PythonKernelChannel, AForgedDoneFrameIsCappedAsCommandsAre) {
 TEST(PythonKernelLifetime, TheStateIsGoneAfterTheSandboxStopsOnItsTtl) {
   ServerProcess server(kConfig + "external:\n  opensandbox:\n    sessionTTLSeconds: 2\n");
   EXPECT_EQ(code_of(cell(server, "ttl", "before_ttl = 1")), 0);
-  // (Asking for the container's state is activity too: it is asked once, after the TTL.)
-  std::this_thread::sleep_for(std::chrono::seconds(5));
+  // (Asking for the container's state is activity too: it is asked once, after the idle
+  // reaper stopped the only sandbox there is, which /metrics shows without touching it.)
+  ASSERT_TRUE(
+      eventually([&] { return server.metric("sandboxd_sandboxes_running") == 0; }, std::chrono::seconds(60)))
+      << server.log();
   auto described = server.curl_json(server.base() + "/containers/ttl");
   const std::string state = described.is_object() ? std::string(described.at("state").as_string()) : "";
   ASSERT_EQ(state, "stopped");

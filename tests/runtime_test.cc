@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cgroup_paths.h"
+#include "eventually.h"
 #include "sandbox_fixture.h"
 #include "sandbox_harness.h"
 
@@ -163,11 +164,17 @@ TEST_F(RuntimeTest, OutputIsCappedAndTheWriterNeverBlocks) {
 
 TEST_F(RuntimeTest, BackgroundProcessesKeepRunningAndDoNotHoldTheResult) {
   auto start = std::chrono::steady_clock::now();
-  auto r = run("(sleep 0.1; while true; do echo tick; sleep 0.2; done) & sleep 60 & echo started");
+  auto r =
+      run("(sleep 0.1; while true; do echo tick; echo tick >> /tmp/ticks; sleep 0.2; done) & sleep 60 & echo "
+          "started");
   auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(r.stdout_text.rfind("started\n", 0), 0u) << r.stdout_text;
   EXPECT_LT(elapsed, 20s) << "the call returned when its shell exited";  // behaviour, not a timing bar
-  std::this_thread::sleep_for(500ms);
+  // The loop goes round and round after the call returned: its output pipe is drained.
+  EXPECT_TRUE(eventually([&] {
+    auto ticks = run("wc -l < /tmp/ticks");
+    return ticks.return_code == 0 && std::stoi("0" + ticks.stdout_text) >= 3;
+  }));
   auto later = run("pgrep -c -x sleep");
   EXPECT_EQ(later.return_code, 0) << "the background loop still runs (its output pipe is drained)";
   ASSERT_FALSE(later.stdout_text.empty()) << later.stderr_text;

@@ -529,14 +529,16 @@ TEST_F(ServerTest, HugeHeadersAndSlowlorisCostNothing) {
 TEST(ServerLifecycle, GracefulShutdownLeavesNothingAndFilesSurvive) {
   auto server = std::make_unique<ServerProcess>();
   server->curl("-X POST " + server->base() +
-               "/containers/c1/tools/bash_code_execution -d '{\"command\":\"echo kept > k.txt; sleep 600 "
+               "/containers/c1/tools/bash_code_execution -d '{\"command\":\"echo kept > k.txt; sleep 6001 "
                ">/dev/null 2>&1 &\"}'");
   server->curl("-X PUT '" + server->base() + "/files/up.txt?scope_id=c1' --data-binary up");
   std::string data = server->data_dir().string();
   EXPECT_NE(sh("grep -c " + data + " /proc/mounts"), "0\n");
   EXPECT_EQ(server->stop(SIGTERM), 0);
   EXPECT_EQ(sh("grep -c " + data + " /proc/mounts"), "0\n") << "volumes unmounted";
-  EXPECT_EQ(sh("pgrep -f 'slee[p] 600' | wc -l"), "0\n") << "sandbox processes gone";
+  // (Each test's sleep has a length of its own: the host's process table is shared with
+  // the tests that run beside this one.)
+  EXPECT_EQ(sh("pgrep -f 'slee[p] 6001' | wc -l"), "0\n") << "sandbox processes gone";
   server->start();
   auto r = server->curl_json("-X POST " + server->base() +
                              "/containers/c1/tools/bash_code_execution -d '{\"command\":\"cat k.txt "
@@ -577,10 +579,10 @@ TEST(ServerLifecycle, ARequestOnAKeptAliveConnectionDuringTheDrainIsRefusedWithA
   auto in_flight = std::async(std::launch::async, [&] {
     return server.curl_json("-X POST " + server.base() +
                             "/containers/d1/tools/bash_code_execution -d "
-                            "'{\"command\":\"sleep 2; echo finished\"}'");
+                            "'{\"command\":\"sleep 2.31; echo finished\"}'");
   });
   // (The sandbox's own sleep, not the curl whose command line carries the same words.)
-  for (int i = 0; i < 200 && sh("pgrep -f '^sleep 2$' | wc -l") == "0\n"; ++i)
+  for (int i = 0; i < 200 && sh("pgrep -f '^sleep 2[.]31$' | wc -l") == "0\n"; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   kill(server.pid(), SIGTERM);
   for (int i = 0; i < 200 && server.log().find("shutting down") == std::string::npos; ++i)
@@ -650,7 +652,7 @@ TEST(ServerLifecycle, KillDashNineLosesNoAcknowledgedFile) {
   ServerProcess server;
   server.curl("-X PUT '" + server.base() + "/files/doc.txt?scope_id=c1' --data-binary version-1");
   server.curl("-X POST " + server.base() +
-              "/containers/c1/tools/bash_code_execution -d '{\"command\":\"sleep 600 >/dev/null 2>&1 &\"}'");
+              "/containers/c1/tools/bash_code_execution -d '{\"command\":\"sleep 6002 >/dev/null 2>&1 &\"}'");
   // An upload in flight when the server dies.
   sh("head -c 3M /dev/urandom > " + (server.dir() / "slow.bin").string());
   sh("(curl -s --limit-rate 200k -X PUT '" + server.base() +
@@ -666,7 +668,7 @@ TEST(ServerLifecycle, KillDashNineLosesNoAcknowledgedFile) {
   EXPECT_TRUE(std::regex_search(server.log(), std::regex("removed [1-9][0-9]* sandbox"))) << server.log();
   // What the chart's SandboxdLeftoversAfterRestart alert watches.
   EXPECT_GE(server.metric("sandboxd_leftovers_removed_total"), 1);
-  EXPECT_EQ(sh("pgrep -f 'slee[p] 600' | wc -l"), "0\n");
+  EXPECT_EQ(sh("pgrep -f 'slee[p] 6002' | wc -l"), "0\n");
   std::string id = sh("printf '/mnt/user-data/uploads/doc.txt' | base64 -w0 | tr '+/' '-_' | tr -d '='");
   auto meta = server.curl_json("'" + server.base() + "/files/" + id + "?scope_id=c1'");
   EXPECT_EQ(meta.at("size_bytes"), 9);
@@ -687,15 +689,15 @@ TEST(ServerLifecycle, IdleSandboxesStopAfterTheTtlAndKeepTheirFiles) {
                             "/containers/idle/tools/bash_code_execution -d '{\"command\":\"" + command +
                             "\"}'");
   };
-  run("echo kept > k.txt; sleep 600 >/dev/null 2>&1 &");
+  run("echo kept > k.txt; sleep 6003 >/dev/null 2>&1 &");
   auto running = server.curl_json(server.base() + "/containers/idle");
   EXPECT_EQ(running.at("state"), "running");
   std::string expires = std::string(running.at("expires_at").as_string());
   EXPECT_TRUE(eventually([&] {
-    return sh("pgrep -f 'slee[p] 600' | wc -l") == "0\n" &&
+    return sh("pgrep -f 'slee[p] 6003' | wc -l") == "0\n" &&
            sh("grep -c " + server.data_dir().string() + "/containers /proc/mounts") == "0\n";
   }));
-  EXPECT_EQ(sh("pgrep -f 'slee[p] 600' | wc -l"), "0\n") << "the idle sandbox was stopped";
+  EXPECT_EQ(sh("pgrep -f 'slee[p] 6003' | wc -l"), "0\n") << "the idle sandbox was stopped";
   EXPECT_EQ(sh("grep -c " + server.data_dir().string() + "/containers /proc/mounts"), "0\n")
       << "and its volume unmounted";
   auto stopped = server.curl_json(server.base() + "/containers/idle");

@@ -77,8 +77,10 @@ void reload(const std::string& config_path, ops::LiveConfig& live_config, ops::A
   }
   for (const auto& key : live_config.reload(loaded))
     spdlog::warn("SIGHUP: {} changed in {}; that takes a restart, the current value stays", key, config_path);
-  admission.set_limits(loaded.max_concurrent_executions, std::chrono::seconds(loaded.queue_timeout_sec),
-                       loaded.max_concurrent_executions_per_owner);
+  // The line of commands is built once; it takes the limits the reload kept.
+  const auto now = live_config.get();
+  admission.set_limits(now->max_concurrent_executions, std::chrono::seconds(now->queue_timeout_sec),
+                       now->max_concurrent_executions_per_owner);
   spdlog::info("SIGHUP: configuration reloaded from {}", config_path);
 }
 

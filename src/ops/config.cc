@@ -1,6 +1,7 @@
 #include "ops/config.h"
 
 #include "ops/config_env.h"
+#include "ops/config_reload.h"
 #include "ops/network_peers.h"
 
 #include <cctype>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -153,30 +155,39 @@ namespace {
 
 // ---------------------------------------------------------------------------- the keys
 //
-// Every key of the file is one row of the table in keys() below: its dotted path, its type (the
-// function that makes the row), where its value goes in Config, its bounds and the
-// refusal's message. What a key holds when the file leaves it out is Config's default
-// (config.h). The rows are read in their order; a check across keys is a row too, run at
-// its place whatever the file holds. The keys a mapping may hold are those the rows
-// name under it: any other is refused.
+// Every key of the file is one row of the table in keys() below: what a SIGHUP does to it
+// (new_work: the reloaded value applies to new work; restart: a change is logged and waits
+// for a restart; ops/config_reload.h), its dotted path, its type (the function that makes
+// the row), where its value goes in Config, its bounds and the refusal's message. What a key holds when the
+// file leaves it out is Config's default (config.h). The rows are read in their order; a check across keys is
+// a row too, run at its place whatever the file holds. The keys a mapping may hold are those the rows name
+// under it: any other is refused.
 
 // Reads a present, non-null value at `path` into the configuration, or refuses it.
 using Reader = std::function<void(const YAML::Node& value, const std::string& path, Config& c)>;
 
+// How a reload moves a key's value between configurations: `take` copies it from the file
+// just read, `same` tells whether the file changed it.
+struct Transfer {
+  std::function<void(const Config& from, Config& to)> take;
+  std::function<bool(const Config& a, const Config& b)> same;
+};
+
 struct Key {
   std::string_view path;               // a key: where it is in the file; a check: empty
+  Reload reload = Reload::restart;     // a key: what a SIGHUP does to it
   Reader read;                         // a key: how it is read
+  Transfer transfer;                   // a key: the Config members it sets
   std::function<void(Config&)> check;  // a check across keys
 };
 
-// A key with a parser of its own (the read_* functions below).
-Key custom(std::string_view path, Reader read) { return {path, std::move(read), nullptr}; }
-
-Key check(std::function<void(Config&)> across_keys) { return {"", nullptr, std::move(across_keys)}; }
+Key check(std::function<void(Config&)> across_keys) {
+  return {"", Reload::restart, nullptr, {}, std::move(across_keys)};
+}
 
 // Where a row's value goes: a member of Config, or a function to a nested one (in_s3).
-template <typename Field>
-decltype(auto) field_of(Config& c, const Field& field) {
+template <typename Configuration, typename Field>
+decltype(auto) field_of(Configuration& c, const Field& field) {
   if constexpr (std::is_member_object_pointer_v<Field>)
     return (c.*field);
   else
@@ -185,37 +196,57 @@ decltype(auto) field_of(Config& c, const Field& field) {
 
 template <typename Member>
 auto in_s3(Member member) {
-  return [member](Config & c) -> auto& { return c.s3.*member; };
+  return [member](auto& c) -> auto& { return c.s3.*member; };
 }
 
 template <typename Member>
 auto in_kubernetes(Member member) {
-  return [member](Config & c) -> auto& { return c.kubernetes.*member; };
+  return [member](auto& c) -> auto& { return c.kubernetes.*member; };
+}
+
+// The transfer of a key that sets these members (compared with ==).
+template <typename... Fields>
+Transfer fields(Fields... each) {
+  return {
+      [=](const Config& from, Config& to) { ((field_of(to, each) = field_of(from, each)), ...); },
+      [=](const Config& a, const Config& b) { return ((field_of(a, each) == field_of(b, each)) && ...); }};
+}
+
+// A key with a parser of its own (the read_* functions below) and the members it sets.
+Key custom(Reload reload, std::string_view path, Reader read, Transfer transfer) {
+  return {path, reload, std::move(read), std::move(transfer), nullptr};
 }
 
 // Any string.
 template <typename Field>
-Key text(std::string_view path, Field field) {
-  return custom(path, [field](const YAML::Node& v, const std::string& kp, Config& c) {
-    field_of(c, field) = scalar(v, kp);
-  });
+Key text(Reload reload, std::string_view path, Field field) {
+  return custom(
+      reload, path,
+      [field](const YAML::Node& v, const std::string& kp, Config& c) { field_of(c, field) = scalar(v, kp); },
+      fields(field));
 }
 
 // true or false.
 template <typename Field>
-Key flag(std::string_view path, Field field) {
-  return custom(path, [field](const YAML::Node& v, const std::string& kp, Config& c) {
-    field_of(c, field) = read_bool(v, kp);
-  });
+Key flag(Reload reload, std::string_view path, Field field) {
+  return custom(
+      reload, path,
+      [field](const YAML::Node& v, const std::string& kp, Config& c) {
+        field_of(c, field) = read_bool(v, kp);
+      },
+      fields(field));
 }
 
 // An integer in [min, max].
 template <typename Field>
-Key integer(std::string_view path, Field field, int64_t min, int64_t max) {
-  return custom(path, [field, min, max](const YAML::Node& v, const std::string& kp, Config& c) {
-    auto& target = field_of(c, field);
-    target = static_cast<std::remove_reference_t<decltype(target)>>(read_int(v, kp, min, max));
-  });
+Key integer(Reload reload, std::string_view path, Field field, int64_t min, int64_t max) {
+  return custom(
+      reload, path,
+      [field, min, max](const YAML::Node& v, const std::string& kp, Config& c) {
+        auto& target = field_of(c, field);
+        target = static_cast<std::remove_reference_t<decltype(target)>>(read_int(v, kp, min, max));
+      },
+      fields(field));
 }
 
 // A size (512Mi, 40Gi, plain bytes); outside [min, max] it is refused with `message`.
@@ -226,32 +257,41 @@ struct SizeBounds {
 };
 
 template <typename Field>
-Key bytes(std::string_view path, Field field, SizeBounds bounds = {}) {
-  return custom(path, [field, bounds](const YAML::Node& v, const std::string& kp, Config& c) {
-    auto& target = field_of(c, field);
-    target = read_bytes(v, kp);
-    if (target < bounds.min || target > bounds.max) throw ConfigError(kp + ": " + bounds.message);
-  });
+Key bytes(Reload reload, std::string_view path, Field field, SizeBounds bounds = {}) {
+  return custom(
+      reload, path,
+      [field, bounds](const YAML::Node& v, const std::string& kp, Config& c) {
+        auto& target = field_of(c, field);
+        target = read_bytes(v, kp);
+        if (target < bounds.min || target > bounds.max) throw ConfigError(kp + ": " + bounds.message);
+      },
+      fields(field));
 }
 
 // A CPU quantity (500m, 2), more than zero.
 template <typename Field>
-Key cpu(std::string_view path, Field field) {
-  return custom(path, [field](const YAML::Node& v, const std::string& kp, Config& c) {
-    field_of(c, field) = read_cpu(v, kp);
-  });
+Key cpu(Reload reload, std::string_view path, Field field) {
+  return custom(
+      reload, path,
+      [field](const YAML::Node& v, const std::string& kp, Config& c) {
+        field_of(c, field) = read_cpu(v, kp);
+      },
+      fields(field));
 }
 
 // One of `values`; anything else is refused with `message`.
 template <typename Field>
-Key one_of(std::string_view path, Field field, std::vector<std::string> values, const char* message) {
-  return custom(path, [field, values = std::move(values), message](const YAML::Node& v, const std::string& kp,
-                                                                   Config& c) {
-    auto& target = field_of(c, field);
-    target = scalar(v, kp);
-    if (std::find(values.begin(), values.end(), target) == values.end())
-      throw ConfigError(kp + ": " + message);
-  });
+Key one_of(Reload reload, std::string_view path, Field field, std::vector<std::string> values,
+           const char* message) {
+  return custom(
+      reload, path,
+      [field, values = std::move(values), message](const YAML::Node& v, const std::string& kp, Config& c) {
+        auto& target = field_of(c, field);
+        target = scalar(v, kp);
+        if (std::find(values.begin(), values.end(), target) == values.end())
+          throw ConfigError(kp + ": " + message);
+      },
+      fields(field));
 }
 
 // ------------------------------------------------------------- the keys with a parser of their own
@@ -486,141 +526,188 @@ void read_kubernetes_api_server(const YAML::Node& v, const std::string& kp, Conf
   if (c.kubernetes.api_server.rfind("https://", 0) != 0) throw ConfigError(kp + ": must be an https:// URL");
 }
 
+// The services list sets the allow-listed services and the NetworkPolicy peers; a peer is
+// compared as it was written (its parsed form has no ==).
+Transfer services_transfer() {
+  return {[](const Config& from, Config& to) {
+            to.internal_services = from.internal_services;
+            to.network_peers = from.network_peers;
+          },
+          [](const Config& a, const Config& b) {
+            auto same_service = [](const InternalService& x, const InternalService& y) {
+              return x.name == y.name && x.host == y.host && x.port == y.port;
+            };
+            return std::ranges::equal(a.internal_services, b.internal_services, same_service) &&
+                   std::ranges::equal(a.network_peers, b.network_peers, {}, &NetworkPeer::source,
+                                      &NetworkPeer::source);
+          }};
+}
+
+Transfer tokens_transfer() {
+  return {[](const Config& from, Config& to) { to.tokens = from.tokens; },
+          [](const Config& a, const Config& b) {
+            return std::ranges::equal(a.tokens, b.tokens, [](const TokenEntry& x, const TokenEntry& y) {
+              return x.token == y.token && x.owner == y.owner;
+            });
+          }};
+}
+
+// server.dataDir: the running server holds the folder's canonical path (app/serve.cc); the
+// file may name the same folder otherwise.
+void read_data_dir(const YAML::Node& v, const std::string& kp, Config& c) { c.data_dir = scalar(v, kp); }
+
+Transfer data_dir_transfer() {
+  auto canonical = [](const std::string& path) {
+    std::error_code ec;
+    return std::filesystem::weakly_canonical(path, ec).string();
+  };
+  return {[](const Config& from, Config& to) { to.data_dir = from.data_dir; },
+          [canonical](const Config& a, const Config& b) {
+            return canonical(a.data_dir) == canonical(b.data_dir);
+          }};
+}
+
 const std::vector<Key>& keys() {
   using C = Config;
   using S3 = Config::S3;
   using K = KubernetesSettings;
+  constexpr Reload new_work = Reload::new_work, restart = Reload::restart;
   static const std::vector<Key> kKeys = {
-      text("server.webRoot", &C::web_root),
-      custom("server.publicUrl", read_public_url),
-      integer("server.headerTimeoutSec", &C::header_timeout_sec, 1, 3600),
-      integer("server.bodyIdleTimeoutSec", &C::body_idle_timeout_sec, 1, 3600),
-      integer("server.bodyMinRateBytesPerSec", &C::body_min_rate_bytes_per_sec, 0, int64_t{1} << 40),
-      integer("server.bodyRateGraceSec", &C::body_rate_grace_sec, 0, 3600),
-      integer("server.maxConnections", &C::max_connections, 0, 1000000),
-      integer("server.maxConnectionsPerOwner", &C::max_connections_per_owner, 1, 1000000),
-      integer("server.maxConnectionsPerIp", &C::max_connections_per_ip, 0, 1000000),
-      integer("server.maxUnauthenticatedConnectionsPerIp", &C::max_unauthenticated_connections_per_ip, 0,
-              1000000),
-      custom("server.listen", read_listen),
-      text("server.dataDir", &C::data_dir),
-      bytes("server.maxUploadSize", &C::max_upload_bytes),
+      text(restart, "server.webRoot", &C::web_root),
+      custom(new_work, "server.publicUrl", read_public_url, fields(&C::public_url)),
+      integer(restart, "server.headerTimeoutSec", &C::header_timeout_sec, 1, 3600),
+      integer(restart, "server.bodyIdleTimeoutSec", &C::body_idle_timeout_sec, 1, 3600),
+      integer(restart, "server.bodyMinRateBytesPerSec", &C::body_min_rate_bytes_per_sec, 0, int64_t{1} << 40),
+      integer(restart, "server.bodyRateGraceSec", &C::body_rate_grace_sec, 0, 3600),
+      integer(restart, "server.maxConnections", &C::max_connections, 0, 1000000),
+      integer(restart, "server.maxConnectionsPerOwner", &C::max_connections_per_owner, 1, 1000000),
+      integer(restart, "server.maxConnectionsPerIp", &C::max_connections_per_ip, 0, 1000000),
+      integer(restart, "server.maxUnauthenticatedConnectionsPerIp",
+              &C::max_unauthenticated_connections_per_ip, 0, 1000000),
+      custom(restart, "server.listen", read_listen, fields(&C::listen_host, &C::listen_port)),
+      custom(restart, "server.dataDir", read_data_dir, data_dir_transfer()),
+      bytes(new_work, "server.maxUploadSize", &C::max_upload_bytes),
 
-      custom("auth.tokens", read_tokens),
-      custom("auth.adminToken", read_admin_token),
+      custom(restart, "auth.tokens", read_tokens, tokens_transfer()),
+      custom(restart, "auth.adminToken", read_admin_token, fields(&C::admin_token)),
 
-      integer("model.maxNestingDepth", &C::max_nesting_depth, 0, 10),
-      one_of("model.provider", &C::model_provider, {"anthropic"}, "only 'anthropic' is supported"),
-      custom("model.baseUrl", read_model_base_url),
-      text("model.apiKey", &C::model_api_key),
-      custom("model.models", read_models),
-      integer("model.maxToolIterations", &C::max_tool_iterations, 1, 1000),
-      integer("model.timeoutSec", &C::model_timeout_sec, 1, 86400),
-      integer("model.toolResultTimeoutSec", &C::tool_result_timeout_sec, 1, 86400),
-      integer("model.pingIntervalSec", &C::model_ping_interval_sec, 1, 3600),
+      integer(new_work, "model.maxNestingDepth", &C::max_nesting_depth, 0, 10),
+      one_of(restart, "model.provider", &C::model_provider, {"anthropic"}, "only 'anthropic' is supported"),
+      custom(restart, "model.baseUrl", read_model_base_url, fields(&C::model_base_url)),
+      text(restart, "model.apiKey", &C::model_api_key),
+      custom(new_work, "model.models", read_models, fields(&C::model_names)),
+      integer(new_work, "model.maxToolIterations", &C::max_tool_iterations, 1, 1000),
+      integer(new_work, "model.timeoutSec", &C::model_timeout_sec, 1, 86400),
+      integer(new_work, "model.toolResultTimeoutSec", &C::tool_result_timeout_sec, 1, 86400),
+      integer(new_work, "model.pingIntervalSec", &C::model_ping_interval_sec, 1, 3600),
 
-      flag("features.codeExecution.enabled", &C::code_execution_enabled),
-      integer("features.codeExecution.timeout", &C::code_execution_timeout_sec, 1, 86400),
+      flag(new_work, "features.codeExecution.enabled", &C::code_execution_enabled),
+      integer(new_work, "features.codeExecution.timeout", &C::code_execution_timeout_sec, 1, 86400),
 
-      integer("external.opensandbox.sessionTTLSeconds", &C::session_ttl_sec, 1, 31 * 86400),
-      custom(kServicesPath, read_services),
-      text("external.opensandbox.codeExecution.image.repository", &C::image_repository),
-      text("external.opensandbox.codeExecution.image.tag", &C::image_tag),
+      integer(new_work, "external.opensandbox.sessionTTLSeconds", &C::session_ttl_sec, 1, 31 * 86400),
+      custom(restart, kServicesPath, read_services, services_transfer()),
+      text(restart, "external.opensandbox.codeExecution.image.repository", &C::image_repository),
+      text(restart, "external.opensandbox.codeExecution.image.tag", &C::image_tag),
 
-      flag("opensandbox.runtime.resourceQuota.enabled", &C::quota_enabled),
-      integer("opensandbox.runtime.resourceQuota.pods", &C::quota_pods, 1, 1000000),
-      cpu("opensandbox.runtime.resourceQuota.cpu", &C::quota_cpu_millis),
-      bytes("opensandbox.runtime.resourceQuota.memory", &C::quota_memory_bytes),
-      flag("opensandbox.runtime.limitRange.enabled", &C::limit_range_enabled),
-      cpu("opensandbox.runtime.limitRange.cpu", &C::limit_cpu_millis),
-      bytes("opensandbox.runtime.limitRange.memory", &C::limit_memory_bytes),
+      flag(new_work, "opensandbox.runtime.resourceQuota.enabled", &C::quota_enabled),
+      integer(new_work, "opensandbox.runtime.resourceQuota.pods", &C::quota_pods, 1, 1000000),
+      cpu(new_work, "opensandbox.runtime.resourceQuota.cpu", &C::quota_cpu_millis),
+      bytes(new_work, "opensandbox.runtime.resourceQuota.memory", &C::quota_memory_bytes),
+      flag(new_work, "opensandbox.runtime.limitRange.enabled", &C::limit_range_enabled),
+      cpu(new_work, "opensandbox.runtime.limitRange.cpu", &C::limit_cpu_millis),
+      bytes(new_work, "opensandbox.runtime.limitRange.memory", &C::limit_memory_bytes),
 
-      integer("capacity.maxConcurrentExecutionsPerOwner", &C::max_concurrent_executions_per_owner, 0, 100000),
-      integer("capacity.maxConcurrentExecutions", &C::max_concurrent_executions, 1, 100000),
-      integer("capacity.queueTimeoutSec", &C::queue_timeout_sec, 0, 3600),
-      integer("capacity.retryAfterSec", &C::retry_after_sec, 0, 3600),
-      integer("capacity.capacityRetryAfterSec", &C::capacity_retry_after_sec, 0, 3600),
+      integer(new_work, "capacity.maxConcurrentExecutionsPerOwner", &C::max_concurrent_executions_per_owner,
+              0, 100000),
+      integer(new_work, "capacity.maxConcurrentExecutions", &C::max_concurrent_executions, 1, 100000),
+      integer(new_work, "capacity.queueTimeoutSec", &C::queue_timeout_sec, 0, 3600),
+      integer(new_work, "capacity.retryAfterSec", &C::retry_after_sec, 0, 3600),
+      integer(new_work, "capacity.capacityRetryAfterSec", &C::capacity_retry_after_sec, 0, 3600),
 
-      custom("codeInterpreter.memoryLimitMb", read_memory_limit_mb),
-      bytes("codeInterpreter.workspaceSizeLimit", &C::workspace_size_bytes,
+      custom(new_work, "codeInterpreter.memoryLimitMb", read_memory_limit_mb, fields(&C::memory_limit_bytes)),
+      bytes(restart, "codeInterpreter.workspaceSizeLimit", &C::workspace_size_bytes,
             {.min = 8u << 20, .message = "must be at least 8Mi"}),
-      bytes("codeInterpreter.tmpSizeLimit", &C::tmp_size_bytes),
-      bytes("codeInterpreter.outputLimit", &C::output_limit_bytes),
-      integer("codeInterpreter.pidsLimit", &C::pids_limit, 0, 1 << 22),
-      integer("codeInterpreter.openFilesLimit", &C::open_files_limit, 0, 1 << 20),
+      bytes(new_work, "codeInterpreter.tmpSizeLimit", &C::tmp_size_bytes),
+      bytes(new_work, "codeInterpreter.outputLimit", &C::output_limit_bytes),
+      integer(new_work, "codeInterpreter.pidsLimit", &C::pids_limit, 0, 1 << 22),
+      integer(new_work, "codeInterpreter.openFilesLimit", &C::open_files_limit, 0, 1 << 20),
 
-      integer("workspace.maxHistoryTurns", &C::max_history_turns, 1, 1000),
-      flag("workspace.downloads.generatedResources", &C::download_generated),
-      flag("workspace.downloads.uploadedResources", &C::download_uploaded),
+      integer(new_work, "workspace.maxHistoryTurns", &C::max_history_turns, 1, 1000),
+      flag(new_work, "workspace.downloads.generatedResources", &C::download_generated),
+      flag(new_work, "workspace.downloads.uploadedResources", &C::download_uploaded),
 
-      custom("logging.format", read_log_format),
-      bytes("logging.auditMaxSize", &C::audit_max_bytes,
+      custom(restart, "logging.format", read_log_format, fields(&C::log_json)),
+      bytes(restart, "logging.auditMaxSize", &C::audit_max_bytes,
             {.min = 64u << 10, .message = "must be at least 64Ki"}),
-      integer("logging.auditFiles", &C::audit_files, 1, 1000),
+      integer(restart, "logging.auditFiles", &C::audit_files, 1, 1000),
 
-      bytes("quotas.storedBytesPerOwner", &C::stored_bytes_per_owner),
-      integer("quotas.threadsPerOwner", &C::threads_per_owner, 0, 100000000),
-      integer("quotas.skillsPerOwner", &C::skills_per_owner, 0, 100000000),
-      integer("quotas.skillVersionsPerOwner", &C::skill_versions_per_owner, 0, 100000000),
-      integer("quotas.containersPerOwner", &C::containers_per_owner, 0, 100000000),
-      integer("quotas.runningSandboxesPerOwner", &C::running_sandboxes_per_owner, 0, 1000000),
+      bytes(new_work, "quotas.storedBytesPerOwner", &C::stored_bytes_per_owner),
+      integer(new_work, "quotas.threadsPerOwner", &C::threads_per_owner, 0, 100000000),
+      integer(new_work, "quotas.skillsPerOwner", &C::skills_per_owner, 0, 100000000),
+      integer(new_work, "quotas.skillVersionsPerOwner", &C::skill_versions_per_owner, 0, 100000000),
+      integer(new_work, "quotas.containersPerOwner", &C::containers_per_owner, 0, 100000000),
+      integer(new_work, "quotas.runningSandboxesPerOwner", &C::running_sandboxes_per_owner, 0, 1000000),
 
-      custom("runtime.sandboxesPidsMax", read_sandboxes_pids_max),
-      custom("runtime.sandboxesMemoryMax", read_sandboxes_memory_max),
-      custom("runtime.sandboxesCpuMax", read_sandboxes_cpu_max),
-      bytes("runtime.skillMaxSize", &C::skill_max_bytes, {.min = 1024, .message = "must be at least 1Ki"}),
-      integer("runtime.skillMaxFiles", &C::skill_max_files, 1, 100000),
-      integer("runtime.maxConnectionsPerSandbox", &C::max_connections_per_sandbox, 1, 4096),
-      one_of("runtime.provider", &C::runtime_provider, {"sandboxd", "none"}, "must be 'sandboxd' or 'none'"),
-      one_of("runtime.isolation", &C::isolation, {"native", "gvisor"}, "must be 'native' or 'gvisor'"),
-      one_of("runtime.gvisorPlatform", &C::gvisor_platform, {"ptrace", "systrap", "kvm"},
+      custom(restart, "runtime.sandboxesPidsMax", read_sandboxes_pids_max, fields(&C::sandboxes_pids_max)),
+      custom(restart, "runtime.sandboxesMemoryMax", read_sandboxes_memory_max,
+             fields(&C::sandboxes_memory_max)),
+      custom(restart, "runtime.sandboxesCpuMax", read_sandboxes_cpu_max, fields(&C::sandboxes_cpu_millis)),
+      bytes(new_work, "runtime.skillMaxSize", &C::skill_max_bytes,
+            {.min = 1024, .message = "must be at least 1Ki"}),
+      integer(new_work, "runtime.skillMaxFiles", &C::skill_max_files, 1, 100000),
+      integer(restart, "runtime.maxConnectionsPerSandbox", &C::max_connections_per_sandbox, 1, 4096),
+      one_of(restart, "runtime.provider", &C::runtime_provider, {"sandboxd", "none"},
+             "must be 'sandboxd' or 'none'"),
+      one_of(restart, "runtime.isolation", &C::isolation, {"native", "gvisor"}, "must be 'native' or 'gvisor'"),
+      one_of(restart, "runtime.gvisorPlatform", &C::gvisor_platform, {"ptrace", "systrap", "kvm"},
              "must be ptrace, systrap or kvm"),
-      integer("runtime.prestartedSandboxes", &C::prestarted_sandboxes, 0, 64),
-      integer("runtime.sandboxUid", &C::sandbox_host_uid, 1000, 4000000000LL),
-      one_of("runtime.cgroupMode", &C::cgroup_mode, {"auto", "v1", "v2"}, "must be auto, v1 or v2"),
-      text("runtime.skillsDir", &C::skills_dir),
+      integer(restart, "runtime.prestartedSandboxes", &C::prestarted_sandboxes, 0, 64),
+      integer(restart, "runtime.sandboxUid", &C::sandbox_host_uid, 1000, 4000000000LL),
+      one_of(restart, "runtime.cgroupMode", &C::cgroup_mode, {"auto", "v1", "v2"}, "must be auto, v1 or v2"),
+      text(restart, "runtime.skillsDir", &C::skills_dir),
 
-      custom("cluster.replicaId", read_replica_id),
-      custom("cluster.advertiseUrl", read_advertise_url),
-      integer("cluster.leaseSeconds", &C::cluster_lease_seconds, 1, 3600),
-      integer("cluster.shutdownGraceSec", &C::cluster_shutdown_grace_sec, 1, 3600),
-      integer("cluster.takeoverPerSecond", &C::cluster_takeover_per_second, 1, 100000),
-      integer("cluster.takeoverBatch", &C::cluster_takeover_batch, 1, 10000),
+      custom(restart, "cluster.replicaId", read_replica_id, fields(&C::cluster_replica_id)),
+      custom(restart, "cluster.advertiseUrl", read_advertise_url, fields(&C::cluster_advertise_url)),
+      integer(restart, "cluster.leaseSeconds", &C::cluster_lease_seconds, 1, 3600),
+      integer(restart, "cluster.shutdownGraceSec", &C::cluster_shutdown_grace_sec, 1, 3600),
+      integer(restart, "cluster.takeoverPerSecond", &C::cluster_takeover_per_second, 1, 100000),
+      integer(restart, "cluster.takeoverBatch", &C::cluster_takeover_batch, 1, 10000),
       check(check_cluster),
 
-      one_of("storage.backend", &C::storage_backend, {"local", "s3"}, "must be 'local' or 's3'"),
-      integer("storage.flushIntervalSec", &C::flush_interval_sec, 1, 86400),
-      custom("storage.s3.endpoint", read_s3_endpoint),
-      custom("storage.s3.region", read_s3_region),
-      custom("storage.s3.bucket", read_s3_bucket),
-      custom("storage.s3.prefix", read_s3_prefix),
-      text("storage.s3.accessKeyId", in_s3(&S3::access_key_id)),
-      text("storage.s3.secretAccessKey", in_s3(&S3::secret_access_key)),
-      flag("storage.s3.forcePathStyle", in_s3(&S3::force_path_style)),
-      bytes("storage.s3.partSize", in_s3(&S3::part_bytes),
+      one_of(restart, "storage.backend", &C::storage_backend, {"local", "s3"}, "must be 'local' or 's3'"),
+      integer(restart, "storage.flushIntervalSec", &C::flush_interval_sec, 1, 86400),
+      custom(restart, "storage.s3.endpoint", read_s3_endpoint, fields(in_s3(&S3::endpoint))),
+      custom(restart, "storage.s3.region", read_s3_region, fields(in_s3(&S3::region))),
+      custom(restart, "storage.s3.bucket", read_s3_bucket, fields(in_s3(&S3::bucket))),
+      custom(restart, "storage.s3.prefix", read_s3_prefix, fields(in_s3(&S3::prefix))),
+      text(restart, "storage.s3.accessKeyId", in_s3(&S3::access_key_id)),
+      text(restart, "storage.s3.secretAccessKey", in_s3(&S3::secret_access_key)),
+      flag(restart, "storage.s3.forcePathStyle", in_s3(&S3::force_path_style)),
+      bytes(restart, "storage.s3.partSize", in_s3(&S3::part_bytes),
             {.min = 5u << 20,
              .max = 512u << 20,
              .message = "must be between 5Mi (S3's smallest part) and 512Mi"}),
-      integer("storage.s3.maxPartsInFlight", in_s3(&S3::max_parts_in_flight), 1, 16),
-      bytes("storage.s3.singlePutMaxSize", in_s3(&S3::single_put_max_bytes),
+      integer(restart, "storage.s3.maxPartsInFlight", in_s3(&S3::max_parts_in_flight), 1, 16),
+      bytes(restart, "storage.s3.singlePutMaxSize", in_s3(&S3::single_put_max_bytes),
             {.max = 5ull << 30, .message = "must be at most 5Gi (S3's largest PUT)"}),
       check(check_storage),
 
-      one_of("metadata.backend", &C::metadata_backend, {"sqlite", "postgres"},
+      one_of(restart, "metadata.backend", &C::metadata_backend, {"sqlite", "postgres"},
              "must be 'sqlite' or 'postgres'"),
-      custom("metadata.postgres.url", read_postgres_url),
-      integer("metadata.postgres.lockTimeoutSec", &C::postgres_lock_timeout_sec, 0, 3600),
-      integer("metadata.postgres.statementTimeoutSec", &C::postgres_statement_timeout_sec, 0, 86400),
-      integer("metadata.postgres.idleInTransactionTimeoutSec", &C::postgres_idle_in_transaction_timeout_sec,
-              0, 86400),
-      integer("metadata.fileCache.records", &C::file_cache_records, 0, 100'000'000),
-      bytes("metadata.fileCache.maxSize", &C::file_cache_bytes,
+      custom(restart, "metadata.postgres.url", read_postgres_url, fields(&C::postgres_url)),
+      integer(restart, "metadata.postgres.lockTimeoutSec", &C::postgres_lock_timeout_sec, 0, 3600),
+      integer(restart, "metadata.postgres.statementTimeoutSec", &C::postgres_statement_timeout_sec, 0, 86400),
+      integer(restart, "metadata.postgres.idleInTransactionTimeoutSec",
+              &C::postgres_idle_in_transaction_timeout_sec, 0, 86400),
+      integer(restart, "metadata.fileCache.records", &C::file_cache_records, 0, 100'000'000),
+      bytes(restart, "metadata.fileCache.maxSize", &C::file_cache_bytes,
             {.min = 1u << 20, .message = "must be at least 1Mi"}),
 
-      custom("kubernetes.apiServer", read_kubernetes_api_server),
-      text("kubernetes.caFile", in_kubernetes(&K::ca_file)),
-      text("kubernetes.tokenFile", in_kubernetes(&K::token_file)),
-      text("kubernetes.namespace", in_kubernetes(&K::namespace_name)),
+      custom(restart, "kubernetes.apiServer", read_kubernetes_api_server,
+             fields(in_kubernetes(&K::api_server))),
+      text(restart, "kubernetes.caFile", in_kubernetes(&K::ca_file)),
+      text(restart, "kubernetes.tokenFile", in_kubernetes(&K::token_file)),
+      text(restart, "kubernetes.namespace", in_kubernetes(&K::namespace_name)),
   };
   return kKeys;
 }
@@ -737,6 +824,25 @@ Config load_config_file(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return parse_config(text.str());
+}
+
+std::vector<KeyReload> key_reload_policies() {
+  std::vector<KeyReload> out;
+  for (const auto& key : keys())
+    if (!key.path.empty()) out.push_back({std::string(key.path), key.reload});
+  return out;
+}
+
+ReloadedConfig reload_config(const Config& current, const Config& loaded) {
+  ReloadedConfig out{current, {}};
+  for (const auto& key : keys()) {
+    if (key.path.empty()) continue;
+    if (key.reload == Reload::new_work)
+      key.transfer.take(loaded, out.config);
+    else if (!key.transfer.same(loaded, current))
+      out.restart_keys.emplace_back(key.path);
+  }
+  return out;
 }
 
 }  // namespace sandboxd::ops

@@ -18,9 +18,8 @@ class LiveConfig {
 
   std::shared_ptr<const Config> get() const { return current_.load(); }
 
-  // Takes the settings of `loaded` that can change while serving (limits, capacity,
-  // TTL, timeouts, upload size, download settings, model names and iterations). Returns
-  // the keys whose new values need a restart; those keep their current values.
+  // Takes the keys of `loaded` whose row in the key table says Reload::new_work. Returns
+  // the Reload::restart keys `loaded` changes; those keep their current values.
   std::vector<std::string> reload(const Config& loaded);
 
  private:
