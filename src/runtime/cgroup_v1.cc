@@ -119,6 +119,16 @@ class CgroupV1 final : public CgroupBackend {
                          10);
   }
 
+  std::optional<uint64_t> cpu_usage_usec(const std::string& sandbox) const override {
+    // cpuacct rides on the cpu hierarchy where they are mounted together (cpu,cpuacct);
+    // a sandbox joins it only when it has a CPU quota.
+    const Root* cpu = find("cpu");
+    if (!cpu) return std::nullopt;
+    const std::string path = cpu->path + "/" + sandbox + "/cpuacct.usage";
+    if (!exists(path)) return std::nullopt;
+    return std::strtoull(read_file(path).c_str(), nullptr, 10) / 1000;  // (nanoseconds)
+  }
+
   uint64_t oom_kills(const std::string& sandbox) const override {
     const Root* memory = find("memory");
     if (!memory) return 0;
