@@ -333,7 +333,8 @@ TEST_P(E2bRecordsTest, TheHeldCopiesAreBounded) {
 }
 
 // The listing by a metadata pair reads that pair's index rows, whatever the number of
-// the owner's sandboxes (the plan names the index; SQLite's planner is asked directly).
+// the owner's sandboxes, then orders what matched by start time (the plan names the
+// index; SQLite's planner is asked directly; the query is the one E2bRecords::list makes).
 TEST_P(E2bRecordsTest, AListingByMetadataUsesItsIndex) {
   for (int i = 0; i < 1000; ++i)
     ASSERT_TRUE(
@@ -348,7 +349,8 @@ TEST_P(E2bRecordsTest, AListingByMetadataUsesItsIndex) {
                 "SELECT s.id FROM e2b_sandbox_metadata m JOIN e2b_sandboxes s ON s.id = "
                 "m.sandbox_id WHERE m.owner = 'alice' AND m.name = " +
                 (sqlite ? "'n'" : "'n'::bytea") + " AND m.value = " + (sqlite ? "'150'" : "'150'::bytea") +
-                " AND m.sandbox_id > '' AND s.owner = 'alice' ORDER BY m.sandbox_id LIMIT 101");
+                " AND s.owner = 'alice' AND s.started_at_ms >= 0 AND s.started_at_ms <= 9000000000000"
+                " ORDER BY s.started_at_ms DESC, s.id DESC LIMIT 101");
   std::string text;
   while (plan.step()) text += plan.text(sqlite ? 3 : 0) + "\n";
   EXPECT_NE(text.find("e2b_sandbox_metadata_by_pair"), std::string::npos) << text;

@@ -52,8 +52,8 @@ class CgroupBackend {
   // Number of OOM kills in the sandbox so far (when the kernel reports it).
   virtual uint64_t oom_kills(const std::string& sandbox) const = 0;
   // CPU time the sandbox's processes have used so far, in microseconds (v2: cpu.stat's
-  // usage_usec; v1: cpuacct.usage when the cpu hierarchy carries it); nullopt when the
-  // kernel does not account it for the sandbox.
+  // usage_usec; v1: cpuacct.usage when the cpu hierarchy carries it and the sandbox
+  // joined it, else its cgroup's processes' times from /proc); nullopt when unknown.
   virtual std::optional<uint64_t> cpu_usage_usec(const std::string& sandbox) const = 0;
 };
 
