@@ -809,7 +809,9 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
           co_return file_problem(written.error(), path);
         co_return Result<void>{};
       };
-      received = co_await ctx.read_body_stream_async(limit, body.inflating(to_file));
+      // (Named, not a temporary in the co_await: GCC 12 mishandles those.)
+      const server::RequestContext::AsyncChunkConsumer inflate_to_file = body.inflating(to_file);
+      received = co_await ctx.read_body_stream_async(limit, inflate_to_file);
       if (received) received = body.check_complete();
     } else {
       auto accept = [](size_t) -> Result<void> { return {}; };  // the volume's size bounds it
@@ -914,8 +916,10 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
     };
     std::optional<GzipBody> gzip_body;
     if (*gzipped) gzip_body.emplace(limit);
-    auto received =
-        co_await ctx.read_body_stream_async(limit, gzip_body ? gzip_body->inflating(on_chunk) : on_chunk);
+    // (Named, not a temporary in the co_await: GCC 12 mishandles those.)
+    server::RequestContext::AsyncChunkConsumer consumer = on_chunk;
+    if (gzip_body) consumer = gzip_body->inflating(on_chunk);
+    auto received = co_await ctx.read_body_stream_async(limit, consumer);
     if (received && refused) received = *refused;
     if (received && gzip_body) received = gzip_body->check_complete();
     if (received && !parser.finished())

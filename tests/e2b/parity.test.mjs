@@ -13,7 +13,8 @@ import * as current from 'e2b';
 import * as old from 'e2b-old';
 import { startProgram, stopProgram } from '../harness.mjs';
 
-const ALICE = 'e2b-parity-alice';
+// E2B's key format (e2b_ and hex): SDK 2.45 refuses any other key before it sends it.
+const ALICE = `e2b_${'a1ce'.repeat(10)}`;
 // Small, so that a compressed body past it is cheap to make.
 const MAX_UPLOAD = 2 * 1024 * 1024;
 let dir;
