@@ -527,7 +527,7 @@ void register_e2b_routes(server::HttpServer& http, ApiContext& api) {
              e2b_route(api, connect_sandbox));
   http.route(http::verb::post, base + "/v2/sandboxes/{id}/connect", "e2b.sandboxes.connect",
              e2b_route(api, connect_sandbox));
-  // The unversioned connect: what E2B's spec serves and its SDKs before 2.46 call.
+  // The unversioned connect: what E2B's spec serves and its JS SDK 2.45 calls.
   http.route(http::verb::post, base + "/sandboxes/{id}/connect", "e2b.sandboxes.connect",
              e2b_route(api, connect_sandbox));
   http.route(http::verb::get, base + "/sandboxes/{id}/metrics", "e2b.sandboxes.metrics",
