@@ -14,7 +14,7 @@ packages=(
   valgrind  # the server benchmark counts the server's instructions per command with callgrind
   bash-static  # sandboxes run it for /bin/bash: the same bash, no dynamic linking per command
   runsc  # runtime.isolation: gvisor runs every sandbox under gVisor (tests/gvisor_test.cc)
-  zlib1g-dev debootstrap  # images: gzip layers; `sandboxd image build`
+  zlib1g-dev debootstrap  # images: gzip layers; `sandboxd image build`; E2B gzip uploads
   prometheus  # promtool checks the /metrics output in the tests
   postgresql  # metadata.backend: postgres in the tests; an allow-listed service the network tests query
   nginx  # the load balancer in front of three replicas in the cluster tests (run by the test itself)

@@ -43,6 +43,7 @@ class E2bRecordsTest : public ::testing::TestWithParam<db::Backend> {
     query.metadata = std::move(metadata);
     query.paused = paused;
     query.after_id = after;
+    query.after_started_ms = 1000;  // every record's start (record())
     query.limit = limit;
     return records_.list(query);
   }
@@ -123,6 +124,62 @@ TEST_P(E2bRecordsTest, ListsFilterByMetadataAndStateAndPageInIdOrder) {
   auto rest = list({}, {}, first.records.back().id, 29);
   EXPECT_EQ(ids_of(rest.records), (std::vector<std::string>{"s29"}));
   EXPECT_FALSE(rest.has_more);
+}
+
+TEST_P(E2bRecordsTest, ListsByStartTimeNewestFirstWithTemplateAndStartRange) {
+  // Started at 1000, 2000, ... 6000, inserted out of order; two share a start time.
+  const std::vector<std::pair<std::string, int64_t>> made = {{"b3", 3000}, {"a1", 1000}, {"c6", 6000},
+                                                             {"a5", 5000}, {"z5", 5000}, {"b2", 2000}};
+  for (const auto& [id, started] : made) {
+    auto r = record(id, "alice", {{"job", "x"}});
+    r.started_at_ms = started;
+    r.template_id = id == "b2" || id == "z5" ? "code-interpreter-v1" : "base";
+    ASSERT_TRUE(records_.insert(r));
+  }
+  auto page = [&](bool newest_first, std::map<std::string, std::string> metadata, size_t limit,
+                  const E2bRecord* after) {
+    E2bRecordQuery query;
+    query.owner = "alice";
+    query.metadata = std::move(metadata);
+    query.newest_first = newest_first;
+    query.limit = limit;
+    if (after) {
+      query.after_id = after->id;
+      query.after_started_ms = after->started_at_ms;
+    }
+    return records_.list(query);
+  };
+  const std::vector<std::string> newest = {"c6", "z5", "a5", "b3", "b2", "a1"};
+  EXPECT_EQ(ids_of(page(true, {}, 100, nullptr).records), newest);
+  EXPECT_EQ(ids_of(page(false, {}, 100, nullptr).records),
+            (std::vector<std::string>{"a1", "b2", "b3", "a5", "z5", "c6"}));
+  // Pages of two keep the order across pages, with a metadata filter and without.
+  for (const bool by_metadata : {false, true}) {
+    std::vector<std::string> seen;
+    std::optional<E2bRecord> last;
+    for (int pages = 0; pages < 10; ++pages) {
+      auto next = page(true,
+                       by_metadata ? std::map<std::string, std::string>{{"job", "x"}}
+                                   : std::map<std::string, std::string>{},
+                       2, last ? &*last : nullptr);
+      for (const auto& r : next.records) seen.push_back(r.id);
+      if (!next.has_more) break;
+      last = next.records.back();
+    }
+    EXPECT_EQ(seen, newest);
+  }
+  E2bRecordQuery query;
+  query.owner = "alice";
+  query.newest_first = true;
+  query.template_id = "code-interpreter-v1";
+  EXPECT_EQ(ids_of(records_.list(query).records), (std::vector<std::string>{"z5", "b2"}));
+  query.template_id.reset();
+  query.started_from_ms = 2000;
+  query.started_to_ms = 5000;
+  EXPECT_EQ(ids_of(records_.list(query).records), (std::vector<std::string>{"z5", "a5", "b3", "b2"}));
+  query.started_from_ms = 7000;
+  query.started_to_ms = std::numeric_limits<int64_t>::max();
+  EXPECT_TRUE(records_.list(query).records.empty());
 }
 
 TEST_P(E2bRecordsTest, MetadataThatIsNotUtf8IsKeptAndMatchedByItsBytes) {
@@ -276,7 +333,8 @@ TEST_P(E2bRecordsTest, TheHeldCopiesAreBounded) {
 }
 
 // The listing by a metadata pair reads that pair's index rows, whatever the number of
-// the owner's sandboxes (the plan names the index; SQLite's planner is asked directly).
+// the owner's sandboxes, then orders what matched by start time (the plan names the
+// index; SQLite's planner is asked directly; the query is the one E2bRecords::list makes).
 TEST_P(E2bRecordsTest, AListingByMetadataUsesItsIndex) {
   for (int i = 0; i < 1000; ++i)
     ASSERT_TRUE(
@@ -291,7 +349,8 @@ TEST_P(E2bRecordsTest, AListingByMetadataUsesItsIndex) {
                 "SELECT s.id FROM e2b_sandbox_metadata m JOIN e2b_sandboxes s ON s.id = "
                 "m.sandbox_id WHERE m.owner = 'alice' AND m.name = " +
                 (sqlite ? "'n'" : "'n'::bytea") + " AND m.value = " + (sqlite ? "'150'" : "'150'::bytea") +
-                " AND m.sandbox_id > '' AND s.owner = 'alice' ORDER BY m.sandbox_id LIMIT 101");
+                " AND s.owner = 'alice' AND s.started_at_ms >= 0 AND s.started_at_ms <= 9000000000000"
+                " ORDER BY s.started_at_ms DESC, s.id DESC LIMIT 101");
   std::string text;
   while (plan.step()) text += plan.text(sqlite ? 3 : 0) + "\n";
   EXPECT_NE(text.find("e2b_sandbox_metadata_by_pair"), std::string::npos) << text;

@@ -65,6 +65,24 @@ TEST(CgroupV2, WritesLimitsAndEnablesControllersDownTheTree) {
   EXPECT_EQ(created.exec_parent, sandbox.string());
 }
 
+// The CPU time a sandbox used, as the E2B metrics sample it: cpu.stat's usage_usec.
+TEST(CgroupV2, ReadsTheSandboxCpuUsage) {
+  ContainerDirs scratch(0, 0);
+  fs::path root = scratch.root / "cgroup2";
+  fs::path sandbox = root / "sandboxd" / "inst" / "sbx";
+  fs::create_directories(sandbox);
+  write_text(root / "cgroup.controllers", "cpu memory pids\n");
+  for (const auto& dir : {root, root / "sandboxd", root / "sandboxd" / "inst"})
+    write_text(dir / "cgroup.subtree_control", "");
+  rt::CgroupOptions options{"v2", root, "/sys/fs/cgroup", "inst"};
+  auto backend = rt::detect_cgroups(options);
+  EXPECT_FALSE(backend->cpu_usage_usec("sbx"));  // no cpu.stat: not measured
+  write_text(sandbox / "cpu.stat", "usage_usec 1234567\nuser_usec 1000000\nsystem_usec 234567\n");
+  EXPECT_EQ(backend->cpu_usage_usec("sbx"), std::optional<uint64_t>(1234567));
+  write_text(sandbox / "cpu.stat", "nr_periods 0\nuser_usec 5\n");
+  EXPECT_FALSE(backend->cpu_usage_usec("sbx"));
+}
+
 TEST(CgroupV2, RefusesALimitWhoseControllerIsMissing) {
   ContainerDirs scratch(0, 0);
   fs::path root = scratch.root / "cgroup2";

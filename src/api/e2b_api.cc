@@ -3,7 +3,12 @@
 // container of the key's owner (service/e2b_sandboxes.h); the same quotas, capacity
 // answers, audit and metrics apply to it as to any container.
 
+#include <unistd.h>
+
 #include <boost/json.hpp>
+#include <boost/url/parse.hpp>
+#include <charconv>
+#include <cmath>
 #include <ctime>
 
 #include "api/api_calls.h"
@@ -73,16 +78,23 @@ json::object sandbox_handle(const service::E2bSandbox& s, RequestContext& ctx) {
 }
 
 // A sandbox's size as E2B reports it, from the limits every sandbox gets (no limit on
-// memory reads as the host's share being unbounded: 0).
+// memory: the host's memory).
 struct SandboxSize {
   int64_t cpus = 1, memory_bytes = 0, disk_bytes = 0;
 };
 SandboxSize sandbox_size(const ops::Config& config) {
   SandboxSize size;
-  if (config.limit_range_enabled) size.cpus = std::max<int64_t>(1, (config.limit_cpu_millis + 999) / 1000);
+  // A CPU quota in whole CPUs, rounded up; without one, the host's CPUs.
+  size.cpus = config.limit_range_enabled && config.limit_cpu_millis > 0
+                  ? std::max<int64_t>(1, (config.limit_cpu_millis + 999) / 1000)
+                  : std::max<int64_t>(1, sysconf(_SC_NPROCESSORS_ONLN));
   size.memory_bytes = static_cast<int64_t>(config.memory_limit_bytes    ? config.memory_limit_bytes
                                            : config.limit_range_enabled ? config.limit_memory_bytes
                                                                         : 0);
+  // No limit of its own: the host's memory is what it may take.
+  if (size.memory_bytes == 0)
+    size.memory_bytes =
+        static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
   size.disk_bytes = static_cast<int64_t>(config.workspace_size_bytes);
   return size;
 }
@@ -167,21 +179,46 @@ Result<service::E2bListQuery> list_query(RequestContext& ctx) {
       return ApiError::invalid_request("'metadata' may filter by at most " +
                                        std::to_string(store::E2bRecords::kMaxMetadataFilters) + " pairs");
   }
-  if (auto state = ctx.query_value("state"); state && !state->empty()) {
-    bool running = false, paused = false;
-    std::string_view rest = *state;
-    while (!rest.empty()) {
-      const size_t comma = rest.find(',');
-      std::string_view item = rest.substr(0, comma);
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-      if (item == "running")
-        running = true;
-      else if (item == "paused")
-        paused = true;
-      else
-        return ApiError::invalid_request("'state' must be running, paused or both");
+  // ?state=running&state=paused (what the SDKs send for an array) or
+  // ?state=running,paused: every value of every 'state' parameter.
+  {
+    bool running = false, paused = false, any = false;
+    auto target = boost::urls::parse_origin_form(ctx.header().target());
+    if (target) {
+      for (auto param : target->params()) {
+        if (param.key != "state") continue;
+        std::string_view rest = param.value;
+        while (!rest.empty()) {
+          const size_t comma = rest.find(',');
+          std::string_view item = rest.substr(0, comma);
+          rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+          any = true;
+          if (item == "running")
+            running = true;
+          else if (item == "paused")
+            paused = true;
+          else
+            return ApiError::invalid_request("'state' must be running, paused or both");
+        }
+      }
     }
-    if (running != paused) query.paused = paused;
+    if (any && running != paused) query.paused = paused;
+  }
+  if (auto order = ctx.query_value("order"); order && !order->empty()) {
+    if (*order != "asc" && *order != "desc") return ApiError::invalid_request("'order' must be asc or desc");
+    query.newest_first = *order == "desc";
+  }
+  if (auto template_id = ctx.query_value("template"); template_id && !template_id->empty())
+    query.template_id = *template_id;
+  if (auto after = ctx.query_value("startedAfter"); after && !after->empty()) {
+    auto ms = parse_e2b_time(*after);
+    if (!ms) return ApiError::invalid_request("'startedAfter' must be an RFC 3339 date-time");
+    query.started_from_ms = *ms;
+  }
+  if (auto before = ctx.query_value("startedBefore"); before && !before->empty()) {
+    auto ms = parse_e2b_time(*before);
+    if (!ms) return ApiError::invalid_request("'startedBefore' must be an RFC 3339 date-time");
+    query.started_to_ms = *ms;
   }
   if (auto limit = ctx.query_value("limit")) {
     char* end = nullptr;
@@ -190,10 +227,17 @@ Result<service::E2bListQuery> list_query(RequestContext& ctx) {
       return ApiError::invalid_request("'limit' must be an integer from 1 to 1000");
     query.limit = static_cast<size_t>(value);
   }
-  if (auto token = ctx.query_value("nextToken")) {
-    if (!token->empty() && !ContainerService::valid_id(*token))
+  if (auto token = ctx.query_value("nextToken"); token && !token->empty()) {
+    // "<start time in ms>.<id>": the last sandbox of the page before (list_sandboxes).
+    const size_t dot = token->find('.');
+    int64_t started = 0;
+    const char* digits_end = token->data() + (dot == std::string::npos ? 0 : dot);
+    auto [end, ec] = std::from_chars(token->data(), digits_end, started);
+    if (dot == std::string::npos || dot == 0 || ec != std::errc() || end != digits_end ||
+        !ContainerService::valid_id(token->substr(dot + 1)))
       return ApiError::invalid_request("Invalid 'nextToken'");
-    query.after_id = *token;
+    query.after_started_ms = started;
+    query.after_id = token->substr(dot + 1);
   }
   return query;
 }
@@ -205,7 +249,8 @@ asio::awaitable<Result<Response>> list_sandboxes(ApiContext& api, RequestContext
   json::array data;
   for (const auto& s : page.records) data.push_back(sandbox_detail(api, s));
   auto res = json_ok(data);
-  if (page.has_more && !page.records.empty()) res.set("x-next-token", page.records.back().id);
+  if (page.has_more && !page.records.empty())
+    res.set("x-next-token", std::to_string(page.records.back().started_at_ms) + "." + page.records.back().id);
   co_return res;
 }
 
@@ -267,25 +312,49 @@ asio::awaitable<Result<Response>> connect_sandbox(ApiContext& api, RequestContex
   co_return json_ok(sandbox_handle(*found, ctx), *resumed ? HttpStatus::created : HttpStatus::ok);
 }
 
-// What sandboxd measures of a running sandbox: its memory now and the bytes its files
-// take. (CPU use is not sampled, so cpuUsedPct is left out rather than made up.)
+// ?start= and ?end= of the metrics (Unix seconds, what the SDKs send).
+Result<std::optional<int64_t>> unix_seconds_query(RequestContext& ctx, const std::string& name) {
+  auto text = ctx.query_value(name);
+  if (!text || text->empty()) return std::optional<int64_t>{};
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc() || end != text->data() + text->size() || value < 0)
+    return ApiError::invalid_request("'" + name + "' must be a Unix time in seconds");
+  return std::optional<int64_t>{value};
+}
+
+// What sandboxd measures of a running sandbox, sampled when asked: the CPU its cgroup
+// used since the previous sample (since its start for the first), its memory now
+// against its limit, and the bytes its files take. One sample, now's: it is answered
+// when now is in the range asked for (start: the sandbox's start by default; end: now,
+// a second's slack for the SDK's rounding to seconds), so a range before the sandbox
+// existed, or after, is empty.
 asio::awaitable<Result<Response>> sandbox_metrics(ApiContext& api, RequestContext& ctx) {
-  auto container = co_await api.e2b_sandboxes->open(ctx.owner, ctx.params["id"]);
+  auto start = unix_seconds_query(ctx, "start");
+  if (!start) co_return start.error();
+  auto end = unix_seconds_query(ctx, "end");
+  if (!end) co_return end.error();
+  if (*start && *end && **start > **end) co_return ApiError::invalid_request("'start' is after 'end'");
+  auto found = co_await api.e2b_sandboxes->find(ctx.owner, ctx.params["id"]);
+  if (!found) co_return found.error();
+  auto container = co_await api.e2b_sandboxes->open(*found);
   if (!container) co_return container.error();
   json::array data;
-  if (auto sandbox = (*container)->live_sandbox.load(); sandbox && sandbox->running()) {
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  const int64_t now_sec = now_ms / 1000;
+  const bool in_range =
+      start->value_or(found->started_at_ms / 1000) <= now_sec && end->value_or(now_sec) >= now_sec - 1;
+  if (auto sandbox = (*container)->live_sandbox.load(); in_range && sandbox && sandbox->running()) {
     const auto size = sandbox_size(*api.config());
-    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
     auto described = co_await describe_container(api.containers, **container);
-    data.push_back(json::object{{"timestamp", e2b_time(now_ms)},
-                                {"timestampUnix", now_ms / 1000},
-                                {"cpuCount", size.cpus},
-                                {"memUsed", sandbox->memory_usage()},
-                                {"memTotal", size.memory_bytes},
-                                {"diskUsed", described.at("usage").at("bytes")},
-                                {"diskTotal", size.disk_bytes}});
+    json::object sample{{"timestamp", e2b_time(now_ms)}, {"timestampUnix", now_sec},
+                        {"cpuCount", size.cpus},         {"memUsed", sandbox->memory_usage()},
+                        {"memTotal", size.memory_bytes}, {"diskUsed", described.at("usage").at("bytes")},
+                        {"diskTotal", size.disk_bytes}};
+    if (auto cpu = sandbox->cpu_used_percent(size.cpus)) sample["cpuUsedPct"] = std::round(*cpu * 100) / 100;
+    data.push_back(std::move(sample));
   }
   co_return json_ok(data);
 }
@@ -334,6 +403,9 @@ asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api
   if (!container && container.error().status == HttpStatus::not_found)
     co_return ApiError{HttpStatus::bad_gateway, "api_error", "The sandbox " + id + " was not found"};
   if (!container) co_return container.error();
+  // Being killed: gone already for the SDKs (a /health probe after a dropped stream).
+  if ((*container)->deleted)
+    co_return ApiError{HttpStatus::bad_gateway, "api_error", "The sandbox " + id + " was not found"};
   co_return AddressedSandbox{std::move(*found), std::move(*container)};
 }
 
@@ -377,9 +449,67 @@ std::string e2b_time(int64_t unix_ms) {
   return buf;
 }
 
+std::optional<int64_t> parse_e2b_time(std::string_view text) {
+  // YYYY-MM-DDTHH:MM:SS, optional fraction, then Z or +HH:MM / -HH:MM.
+  auto number = [&](size_t at, size_t digits) -> std::optional<int> {
+    if (at + digits > text.size()) return std::nullopt;
+    int value = 0;
+    for (size_t i = at; i < at + digits; ++i) {
+      if (text[i] < '0' || text[i] > '9') return std::nullopt;
+      value = value * 10 + (text[i] - '0');
+    }
+    return value;
+  };
+  if (text.size() < 20 || text[4] != '-' || text[7] != '-' || (text[10] != 'T' && text[10] != 't') ||
+      text[13] != ':' || text[16] != ':')
+    return std::nullopt;
+  auto year = number(0, 4), month = number(5, 2), day = number(8, 2), hour = number(11, 2),
+       minute = number(14, 2), second = number(17, 2);
+  if (!year || !month || !day || !hour || !minute || !second || *month < 1 || *month > 12 || *day < 1 ||
+      *day > 31 || *hour > 23 || *minute > 59 || *second > 60)
+    return std::nullopt;
+  size_t at = 19;
+  int64_t millis = 0;
+  if (at < text.size() && text[at] == '.') {
+    size_t digits = 0;
+    for (++at; at < text.size() && text[at] >= '0' && text[at] <= '9'; ++at, ++digits)
+      if (digits < 3) millis = millis * 10 + (text[at] - '0');
+    if (digits == 0) return std::nullopt;
+    for (; digits < 3; ++digits) millis *= 10;
+  }
+  int64_t offset_sec = 0;
+  if (at < text.size() && (text[at] == 'Z' || text[at] == 'z')) {
+    ++at;
+  } else if (at < text.size() && (text[at] == '+' || text[at] == '-')) {
+    auto oh = number(at + 1, 2), om = number(at + 4, 2);
+    if (!oh || !om || at + 3 >= text.size() || text[at + 3] != ':' || *oh > 23 || *om > 59)
+      return std::nullopt;
+    offset_sec = (text[at] == '+' ? 1 : -1) * (*oh * 3600 + *om * 60);
+    at += 6;
+  } else {
+    return std::nullopt;
+  }
+  if (at != text.size()) return std::nullopt;
+  std::tm tm{};
+  tm.tm_year = *year - 1900;
+  tm.tm_mon = *month - 1;
+  tm.tm_mday = *day;
+  tm.tm_hour = *hour;
+  tm.tm_min = *minute;
+  tm.tm_sec = *second;
+  const std::time_t seconds = timegm(&tm);
+  return (static_cast<int64_t>(seconds) - offset_sec) * 1000 + millis;
+}
+
 void register_e2b_routes(server::HttpServer& http, ApiContext& api) {
   if (!api.e2b_sandboxes) return;
   const std::string base = "/e2b";
+  // Every error under /e2b in E2B's shapes, a path with no route included: the SDKs
+  // raise their own exceptions (SandboxNotFoundError, ...) from nothing else.
+  http.shape_errors(base, [](std::string_view route, const ApiError& error) -> std::optional<Response> {
+    if (auto shaped = e2b_error_for_route(route, error)) return shaped;
+    return Response{e2b_error_response(error)};
+  });
   http.route(http::verb::post, base + "/v2/sandboxes", "e2b.sandboxes.create",
              e2b_route(api, create_sandbox));
   http.route(http::verb::post, base + "/sandboxes", "e2b.sandboxes.create", e2b_route(api, create_sandbox));
@@ -396,6 +526,9 @@ void register_e2b_routes(server::HttpServer& http, ApiContext& api) {
   http.route(http::verb::post, base + "/sandboxes/{id}/resume", "e2b.sandboxes.connect",
              e2b_route(api, connect_sandbox));
   http.route(http::verb::post, base + "/v2/sandboxes/{id}/connect", "e2b.sandboxes.connect",
+             e2b_route(api, connect_sandbox));
+  // The unversioned connect: what E2B's spec serves and its JS SDK 2.45 calls.
+  http.route(http::verb::post, base + "/sandboxes/{id}/connect", "e2b.sandboxes.connect",
              e2b_route(api, connect_sandbox));
   http.route(http::verb::get, base + "/sandboxes/{id}/metrics", "e2b.sandboxes.metrics",
              e2b_route(api, sandbox_metrics));

@@ -71,5 +71,8 @@ Result<boost::json::object> parse_e2b_object(std::string_view body);
 
 // Unix milliseconds as RFC 3339 (UTC, milliseconds): E2B's date-time fields.
 std::string e2b_time(int64_t unix_ms);
+// An RFC 3339 date-time (what the SDKs send: toISOString()) as Unix milliseconds;
+// nullopt when it is not one.
+std::optional<int64_t> parse_e2b_time(std::string_view text);
 
 }  // namespace sandboxd::api

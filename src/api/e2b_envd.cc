@@ -26,6 +26,7 @@
 #include "api/connect_rpc.h"
 #include "api/e2b_common.h"
 #include "api/file_transfer.h"
+#include "api/gzip_body.h"
 #include "api/upload_buffers.h"
 #include "base/base64.h"
 #include "base/blocking.h"
@@ -209,15 +210,24 @@ std::string message(const json::object& o) { return connect_rpc::envelope(json::
 // The events of a process to its reader: start, data as it comes, keep-alives while it
 // is quiet, the end. A client that goes away leaves the process running (as envd does).
 server::StreamResponse event_stream(std::shared_ptr<service::ProcessReader> reader, uint32_t pid,
-                                    std::chrono::milliseconds keepalive) {
+                                    std::chrono::milliseconds keepalive, std::weak_ptr<Container> container) {
   server::StreamResponse res{connect_rpc::stream_header(), nullptr};
   res.first_chunk = message(start_event(pid));  // in the header's packet
-  res.produce = [reader, keepalive](server::ChunkWriter& out) -> asio::awaitable<void> {
+  res.produce = [reader, keepalive, container](server::ChunkWriter& out) -> asio::awaitable<void> {
     for (;;) {
       auto piece = co_await reader->next(keepalive);
       if (!piece) {
         if (!co_await out.write(message(keepalive_event()))) co_return;
         continue;
+      }
+      auto held = container.lock();
+      if (piece->kind == ProcessOutput::Kind::kEnd && (piece->sandbox_stopped || (held && held->deleted))) {
+        // The sandbox went (killed, paused, at its end of life): with it envd, and the
+        // connection with envd, as E2B's clients see it. The SDKs then ask /health, and
+        // a sandbox that is gone raises their TimeoutError ("killed or reached its end
+        // of life"), not an exit of the command.
+        out.abort();
+        co_return;
       }
       if (piece->kind == ProcessOutput::Kind::kEnd) {
         // The end event, the stream's end and the body's, in one write.
@@ -302,7 +312,7 @@ asio::awaitable<Result<Response>> start_process(ApiContext& api, RequestContext&
       addressed->container, api.containers, std::move(*config), std::move(*tag), addressed->sandbox.env_vars,
       keep_stdin, connect_rpc::timeout_of(ctx));
   if (!started) co_return started.error();
-  co_return event_stream(started->reader, started->process->pid(), keepalive_of(ctx));
+  co_return event_stream(started->reader, started->process->pid(), keepalive_of(ctx), addressed->container);
 }
 
 asio::awaitable<Result<Response>> connect_process(ApiContext& api, RequestContext& ctx) {
@@ -313,7 +323,7 @@ asio::awaitable<Result<Response>> connect_process(ApiContext& api, RequestContex
   auto process = select_process(api, *addressed->container, *request);
   if (!process) co_return process.error();
   auto reader = co_await (*process)->subscribe();
-  co_return event_stream(reader, (*process)->pid(), keepalive_of(ctx));
+  co_return event_stream(reader, (*process)->pid(), keepalive_of(ctx), addressed->container);
 }
 
 asio::awaitable<Result<Response>> list_processes(ApiContext& api, RequestContext& ctx) {
@@ -765,10 +775,8 @@ void abort_all(std::vector<UploadFile>& files) {
 
 asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, RequestContext& ctx) {
   if (auto user = check_username_query(ctx); !user) co_return user.error();
-  if (auto encoding = ctx.header_value(http::field::content_encoding);
-      !encoding.empty() && encoding != "identity")
-    co_return ApiError::invalid_request("Encoded uploads (" + std::string(encoding.substr(0, 32)) +
-                                        ") are not accepted; send the body as is");
+  auto gzipped = gzip_encoded(ctx);
+  if (!gzipped) co_return gzipped.error();
   auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
   if (!addressed) co_return addressed.error();
   auto ready = co_await ready_container(api, addressed->container);
@@ -789,8 +797,26 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
     if (!slot) co_return slot.error();
     auto writer = begin_write(api, container, path);
     if (!writer) co_return writer.error();
-    auto accept = [](size_t) -> Result<void> { return {}; };  // the volume's size bounds it
-    auto received = co_await ctx.read_body_into(limit, writer_buffers(api, **writer, path, accept));
+    Result<void> received;
+    if (*gzipped) {
+      // Inflated a piece at a time into the file; what it inflates to counts against
+      // the limit (the compressed body is bounded by it too).
+      GzipBody body(limit);
+      store::FileWriter& out = **writer;
+      auto to_file = [&out, &path](std::string_view data) -> asio::awaitable<Result<void>> {
+        co_await room_in(out, data.size());
+        if (auto written = out.write(data.data(), data.size()); !written)
+          co_return file_problem(written.error(), path);
+        co_return Result<void>{};
+      };
+      // (Named, not a temporary in the co_await: GCC 12 mishandles those.)
+      const server::RequestContext::AsyncChunkConsumer inflate_to_file = body.inflating(to_file);
+      received = co_await ctx.read_body_stream_async(limit, inflate_to_file);
+      if (received) received = body.check_complete();
+    } else {
+      auto accept = [](size_t) -> Result<void> { return {}; };  // the volume's size bounds it
+      received = co_await ctx.read_body_into(limit, writer_buffers(api, **writer, path, accept));
+    }
     if (!received) {
       (*writer)->abort();
       co_return received.error();
@@ -888,8 +914,14 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
       }
       co_return Result<void>{};
     };
-    auto received = co_await ctx.read_body_stream_async(limit, on_chunk);
+    std::optional<GzipBody> gzip_body;
+    if (*gzipped) gzip_body.emplace(limit);
+    // (Named, not a temporary in the co_await: GCC 12 mishandles those.)
+    server::RequestContext::AsyncChunkConsumer consumer = on_chunk;
+    if (gzip_body) consumer = gzip_body->inflating(on_chunk);
+    auto received = co_await ctx.read_body_stream_async(limit, consumer);
     if (received && refused) received = *refused;
+    if (received && gzip_body) received = gzip_body->check_complete();
     if (received && !parser.finished())
       received = ApiError::invalid_request("The multipart body ended before its closing boundary");
     if (received && file_parts == 0)

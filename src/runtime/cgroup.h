@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,10 @@ class CgroupBackend {
   virtual uint64_t memory_usage(const std::string& sandbox) const = 0;
   // Number of OOM kills in the sandbox so far (when the kernel reports it).
   virtual uint64_t oom_kills(const std::string& sandbox) const = 0;
+  // CPU time the sandbox's processes have used so far, in microseconds (v2: cpu.stat's
+  // usage_usec; v1: cpuacct.usage when the cpu hierarchy carries it and the sandbox
+  // joined it, else its cgroup's processes' times from /proc); nullopt when unknown.
+  virtual std::optional<uint64_t> cpu_usage_usec(const std::string& sandbox) const = 0;
 };
 
 struct CgroupOptions {

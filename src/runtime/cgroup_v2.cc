@@ -115,6 +115,14 @@ class CgroupV2 final : public CgroupBackend {
     return std::strtoull(read_file(root_ + "/" + sandbox + "/memory.current").c_str(), nullptr, 10);
   }
 
+  std::optional<uint64_t> cpu_usage_usec(const std::string& sandbox) const override {
+    // cpu.stat's usage_usec is kept for every cgroup, with or without the cpu controller.
+    const std::string stat = read_file(root_ + "/" + sandbox + "/cpu.stat");
+    const auto pos = stat.find("usage_usec ");
+    if (pos != 0 && (pos == std::string::npos || stat[pos - 1] != '\n')) return std::nullopt;
+    return std::strtoull(stat.c_str() + pos + 11, nullptr, 10);
+  }
+
   uint64_t oom_kills(const std::string& sandbox) const override {
     std::string events = read_file(root_ + "/" + sandbox + "/memory.events");
     auto pos = events.find("oom_kill ");

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -231,6 +232,23 @@ int Sandbox::send(protocol::Type type, uint32_t id, std::string_view payload, in
 }
 
 uint64_t Sandbox::memory_usage() const { return cgroups_->memory_usage(name_); }
+
+std::optional<double> Sandbox::cpu_used_percent(int64_t cpus) {
+  const auto usage = cgroups_->cpu_usage_usec(name_);
+  if (!usage) return std::nullopt;
+  const auto now = Clock::now();
+  std::lock_guard lock(cpu_sample_mutex_);
+  const bool first = cpu_sampled_at_ == std::chrono::steady_clock::time_point{};
+  const auto since = first ? started_at_ : cpu_sampled_at_;
+  const uint64_t before = first ? 0 : cpu_sampled_usec_;
+  const double interval_usec =
+      static_cast<double>(std::chrono::duration_cast<std::chrono::microseconds>(now - since).count());
+  cpu_sampled_at_ = now;
+  cpu_sampled_usec_ = *usage;
+  if (interval_usec <= 0 || cpus <= 0) return 0.0;
+  const double used = static_cast<double>(*usage >= before ? *usage - before : 0);
+  return std::min(100.0, used * 100.0 / (interval_usec * static_cast<double>(cpus)));
+}
 
 void Sandbox::wake_all() {
   state_changed_.cancel();

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -131,6 +132,10 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   pid_t pid() const { return pid1_; }  // host pid of PID 1
   std::chrono::steady_clock::time_point started_at() const { return started_at_; }
   uint64_t memory_usage() const;
+  // The share of `cpus` CPUs the sandbox used, in percent, over the interval since the
+  // previous call (since its start for the first): its cgroup's CPU time over that
+  // interval's length. nullopt when the kernel does not account its CPU time.
+  std::optional<double> cpu_used_percent(int64_t cpus);
 
   // The listening sockets PID 1 opened in the sandbox's network namespace (Spec order),
   // handed over once: the caller owns them. Empty before the sandbox is ready.
@@ -190,6 +195,11 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   std::chrono::steady_clock::time_point started_at_;
   bool finishing_ = false;     // finish_stop() has begun
   bool exit_bounded_ = false;  // bound_pid1_exit() runs
+
+  // The previous CPU sample (cpu_used_percent), under its own mutex (any thread).
+  std::mutex cpu_sample_mutex_;
+  std::chrono::steady_clock::time_point cpu_sampled_at_{};
+  uint64_t cpu_sampled_usec_ = 0;
 
   // Guarded by hooks_mutex_ (touched from other threads than the strand's).
   std::mutex hooks_mutex_;

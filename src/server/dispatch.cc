@@ -16,18 +16,30 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx,
   auto url = *parsed;
   for (auto param : url.params()) ctx.query[std::string(param.key)] = std::string(param.value);
   const std::string_view path(url.encoded_path().data(), url.encoded_path().size());
+  const ErrorShaper* shaper = nullptr;
+  for (const auto& [prefix, shape] : error_shapers_)
+    if (path.starts_with(prefix) &&
+        (path.size() == prefix.size() || path[prefix.size()] == '/' || prefix.ends_with('/')))
+      shaper = &shape;
+  // An error in the shape the path's API answers with (sandboxd's own by default).
+  auto answer = [&ctx, shaper](const ApiError& error) -> Response {
+    if (shaper)
+      if (auto shaped = (*shaper)(ctx.route_name, error)) return std::move(*shaped);
+    return error_response(error);
+  };
   RouteMatch match = router_.match(ctx.method(), path);
   if (match.kind == RouteMatch::Kind::kNotFound)
-    co_return error_response(ApiError::not_found("No route for " +
-                                                 std::string(http::to_string(ctx.method())) + " " +
-                                                 std::string(path.substr(0, 200))));
+    co_return answer(ApiError::not_found("No route for " + std::string(http::to_string(ctx.method())) + " " +
+                                         std::string(path.substr(0, 200))));
   if (match.kind == RouteMatch::Kind::kMethodNotAllowed) {
-    auto res =
-        error_response({http::status::method_not_allowed,
-                        "invalid_request_error",
-                        "Method " + std::string(http::to_string(ctx.method())) + " is not allowed here",
-                        {}});
-    res.set(http::field::allow, match.allow);
+    Response res = answer({http::status::method_not_allowed,
+                           "invalid_request_error",
+                           "Method " + std::string(http::to_string(ctx.method())) + " is not allowed here",
+                           {}});
+    if (auto* text = std::get_if<StringResponse>(&res))
+      text->set(http::field::allow, match.allow);
+    else if (auto* stream = std::get_if<StreamResponse>(&res))
+      stream->header.set(http::field::allow, match.allow);
     co_return res;
   }
   ctx.params = std::move(match.params);
@@ -36,17 +48,15 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx,
   // A connection from a sandbox is always authenticated: what it may reach is the
   // authenticator's decision, for every route.
   if (route_options_[match.route].authenticated || ctx.origin) {
-    if (!authenticator_)
-      co_return error_response(ApiError::authentication("Authentication is not configured"));
+    if (!authenticator_) co_return answer(ApiError::authentication("Authentication is not configured"));
     auto auth = authenticator_(ctx);
-    if (!auth) co_return error_response(auth.error());
+    if (!auth) co_return answer(auth.error());
     // The owner is known now: its connections count against its own cap (the body of
     // a refused request is not read, so the connection closes after the answer).
     if (ctx.connection && !ctx.owner.empty() && !ctx.connection->charge(ctx.owner))
-      co_return error_response(
-          ApiError::rate_limited("Too many open connections for this owner (the limit is " +
-                                     std::to_string(connections_->max_per_owner()) + ")",
-                                 1));
+      co_return answer(ApiError::rate_limited("Too many open connections for this owner (the limit is " +
+                                                  std::to_string(connections_->max_per_owner()) + ")",
+                                              1));
   }
   try {
     // (Not a ?: of two co_awaits: GCC 12 miscompiles that.)
@@ -55,12 +65,12 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx,
       result = co_await interceptor_(ctx, handlers_[match.route]);
     else
       result = co_await handlers_[match.route](ctx);
-    if (!result) co_return error_response(result.error());
+    if (!result) co_return answer(result.error());
     co_return std::move(*result);
   } catch (const std::exception& e) {
     // Unexpected: log the detail, answer without it.
     spdlog::error("{} {} failed: {}", ctx.request_id, ctx.route_name, e.what());
-    co_return error_response(ApiError::internal());
+    co_return answer(ApiError::internal());
   }
 }
 

@@ -236,6 +236,15 @@ class HttpServer {
   void set_authenticator(Authenticator authenticator) { authenticator_ = std::move(authenticator); }
   void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
   void set_interceptor(Interceptor interceptor) { interceptor_ = std::move(interceptor); }
+  // The errors of requests whose path is `prefix` or below it (no route there, a
+  // method not allowed, authentication, a handler's error) answered in another API's
+  // shape by `shaper` (given the route's name, empty when none matched); nullopt from
+  // it keeps sandboxd's own shape. Clients of that API then see its errors everywhere
+  // under its prefix.
+  using ErrorShaper = std::function<std::optional<Response>(std::string_view route, const ApiError&)>;
+  void shape_errors(std::string prefix, ErrorShaper shaper) {
+    error_shapers_.emplace_back(std::move(prefix), std::move(shaper));
+  }
   asio::io_context& io_context() { return io_; }
 
   // Binds and starts accepting. Throws on a bind failure.
@@ -268,6 +277,7 @@ class HttpServer {
   Authenticator authenticator_;
   RequestObserver observer_;
   Interceptor interceptor_;
+  std::vector<std::pair<std::string, ErrorShaper>> error_shapers_;
   std::optional<tcp::acceptor> acceptor_;
   std::atomic<bool> stopping_{false};
   std::atomic<size_t> in_flight_{0};

@@ -7,12 +7,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cerrno>
 #include <cstring>
+
+#include "base/temp_files.h"
 
 namespace sandboxd::service {
 namespace {
@@ -98,6 +101,23 @@ DirectoryWatch::~DirectoryWatch() {
   limits_.release(owner_);
 }
 
+namespace {
+
+// The renames from a temporary name whose final name is awaited: both halves come in
+// one read of the queue but for a full buffer, so a few suffice.
+constexpr size_t kMaxPendingTempRenames = 64;
+
+// The name the kernel gives an O_TMPFILE while it has none ("#" and its inode number),
+// for the attribute and data changes it reports of it.
+bool is_anonymous_temp(std::string_view leaf, uint32_t mask) {
+  if (!(mask & (IN_ATTRIB | IN_MODIFY)) || (mask & (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE)))
+    return false;
+  if (leaf.size() < 2 || leaf[0] != '#') return false;
+  return std::all_of(leaf.begin() + 1, leaf.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
 bool DirectoryWatch::add_folder(const std::string& relative, int depth) {
   if (folders_.size() >= max_folders_) return false;
   const std::string below_root =
@@ -157,8 +177,29 @@ std::vector<WatchEvent> DirectoryWatch::take_events(const char* buffer, size_t s
       if (event.wd == root_watch_) ended = true;
       continue;  // a folder below is reported by its parent, under its name there
     }
-    const std::string name = joined(folder->second, std::string_view(name_at, strnlen(name_at, event.len)));
+    const std::string_view leaf(name_at, strnlen(name_at, event.len));
+    const std::string name = joined(folder->second, leaf);
     auto report = [&](WatchEvent::Type type) { out.push_back({name, type}); };
+    // sandboxd writes a file whole (its uploads, the editor's saves): a temporary file,
+    // then a rename over the final name. A watcher is told what envd's direct write
+    // shows: a write of the final name, nothing of the temporary one. Its events are
+    // dropped: those of its name (kTempPrefix) and, while it is an anonymous O_TMPFILE,
+    // the ones the kernel names "#<inode>" (its owner and mode set before it is named).
+    if (is_temp_name(leaf) || is_anonymous_temp(leaf, event.mask)) {
+      if ((event.mask & IN_MOVED_FROM) && event.cookie) {
+        temp_renames_.push_back(event.cookie);
+        if (temp_renames_.size() > kMaxPendingTempRenames) temp_renames_.pop_front();
+      }
+      continue;
+    }
+    if ((event.mask & IN_MOVED_TO) && event.cookie) {
+      if (auto it = std::find(temp_renames_.begin(), temp_renames_.end(), event.cookie);
+          it != temp_renames_.end()) {
+        temp_renames_.erase(it);
+        report(WatchEvent::Type::kWrite);
+        continue;
+      }
+    }
     if (event.mask & (IN_CREATE | IN_MOVED_TO)) {
       report(WatchEvent::Type::kCreate);
       if (recursive_ && (event.mask & IN_ISDIR) && !add_folder(name, 0))

@@ -16,6 +16,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -97,6 +98,9 @@ class DirectoryWatch {
   UniqueFd inotify_;
   int root_watch_ = -1;
   std::map<int, std::string> folders_;  // watch descriptor -> folder below the watched one
+  // The cookies of renames away from sandboxd's own temporary names whose other half
+  // (the final name) has not come yet: that half is the write of the final name.
+  std::deque<uint32_t> temp_renames_;
   std::unique_ptr<boost::asio::posix::stream_descriptor> stream_;
   bool ended_ = false;
 };

@@ -337,6 +337,11 @@ asio::awaitable<E2bPage> E2bSandboxes::list(const std::string& owner, const E2bL
   select.owner = owner;
   select.metadata = query.metadata;
   select.paused = query.paused;
+  select.template_id = query.template_id;
+  select.started_from_ms = query.started_from_ms;
+  select.started_to_ms = query.started_to_ms;
+  select.newest_first = query.newest_first;
+  select.after_started_ms = query.after_started_ms;
   select.after_id = query.after_id;
   select.limit = query.limit;
   co_return co_await store([this, &select] { return records_.list(select); });

@@ -20,6 +20,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,9 +45,15 @@ struct E2bCreate {
 
 // What a listing asks for (every filter optional).
 struct E2bListQuery {
-  std::map<std::string, std::string> metadata;  // all must match
-  std::optional<bool> paused;                   // nullopt: running and paused
-  std::string after_id;                         // the page continues after this id
+  std::map<std::string, std::string> metadata;                    // all must match
+  std::optional<bool> paused;                                     // nullopt: running and paused
+  std::optional<std::string> template_id;                         // only this template's sandboxes
+  int64_t started_from_ms = std::numeric_limits<int64_t>::min();  // started at or after
+  int64_t started_to_ms = std::numeric_limits<int64_t>::max();    // started at or before
+  bool newest_first = true;                                       // E2B's default order (by start time)
+  // The page continues after this sandbox (the last of the page before).
+  int64_t after_started_ms = 0;
+  std::string after_id;
   size_t limit = 100;
 };
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <cerrno>
 #include <cstring>
@@ -83,6 +84,33 @@ std::string join(const std::string& dir, const std::string& name) {
   return dir == "/" ? "/" + name : dir + "/" + name;
 }
 
+// A link's target as an absolute path in the sandbox, as envd reports it: a relative
+// target taken from the link's folder, "." and ".." worked out by name. (Only the text
+// is worked on, nothing is followed: the target may be anywhere, and is not opened.)
+std::string absolute_target(const std::string& link_path, const std::string& target) {
+  std::string joined = target;
+  if (!target.starts_with('/')) {
+    const size_t slash = link_path.rfind('/');
+    joined = (slash == std::string::npos || slash == 0 ? std::string() : link_path.substr(0, slash)) + "/" +
+             target;
+  }
+  std::vector<std::string> parts;
+  size_t at = 0;
+  while (at <= joined.size()) {
+    const size_t next = std::min(joined.find('/', at), joined.size());
+    const std::string part = joined.substr(at, next - at);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    at = next + 1;
+  }
+  std::string out;
+  for (const auto& part : parts) out += "/" + part;
+  return out.empty() ? "/" : out;
+}
+
 FileEntry entry_of(const struct stat& st, std::string name, std::string path, int dirfd, const char* leaf) {
   FileEntry entry;
   entry.name = std::move(name);
@@ -98,7 +126,8 @@ FileEntry entry_of(const struct stat& st, std::string name, std::string path, in
   if (S_ISLNK(st.st_mode)) {
     char target[4096];
     const ssize_t n = readlinkat(dirfd, leaf, target, sizeof target);
-    if (n >= 0) entry.symlink_target = std::string(target, static_cast<size_t>(n));
+    if (n >= 0)
+      entry.symlink_target = absolute_target(entry.path, std::string(target, static_cast<size_t>(n)));
   }
   return entry;
 }
@@ -202,6 +231,13 @@ Result<std::vector<FileEntry>> list_entries(const ContainerPaths& paths, const s
   }
   std::vector<FileEntry> out;
   if (auto listed = list_into(dir, at->resolved.sandbox_path, depth, out); !listed) return listed.error();
+  // As envd lists (a walk in name order): a folder's entries by name, each folder's own
+  // entries right after it, so '/' sorts before every other byte.
+  auto key = [](char c) { return c == '/' ? 0 : static_cast<unsigned char>(c) + 1; };
+  std::sort(out.begin(), out.end(), [&key](const FileEntry& a, const FileEntry& b) {
+    return std::lexicographical_compare(a.path.begin(), a.path.end(), b.path.begin(), b.path.end(),
+                                        [&key](char x, char y) { return key(x) < key(y); });
+  });
   return out;
 }
 
@@ -254,10 +290,13 @@ Result<void> remove_entry(const ContainerPaths& paths, const std::string& sandbo
   const auto& r = at->resolved;
   if (r.relative.empty()) return ApiError::invalid_request("A mount's own folder cannot be removed");
   const auto [parent, leaf] = split(r.relative);
+  // What is not there is removed already: envd answers that with success too.
   const int dir = open_beneath(at->root.get(), parent, O_PATH | O_DIRECTORY);
+  if (dir == -ENOENT) return {};
   if (dir < 0) return from_errno(-dir, r.sandbox_path);
   UniqueFd parent_fd(dir);
-  if (int err = remove_at(parent_fd.get(), leaf.c_str(), 0); err) return from_errno(err, r.sandbox_path);
+  if (int err = remove_at(parent_fd.get(), leaf.c_str(), 0); err && err != ENOENT)
+    return from_errno(err, r.sandbox_path);
   return {};
 }
 

@@ -253,35 +253,42 @@ std::optional<E2bRecord> E2bRecords::find(const std::string& owner, const std::s
 E2bRecordPage E2bRecords::list(const E2bRecordQuery& query) {
   const size_t limit = std::min(std::max<size_t>(query.limit, 1), kMaxPage);
   std::string sql = std::string("SELECT ") + kColumns;
-  // With a metadata filter the first pair's index rows drive the walk, in id order;
-  // every other pair is a lookup by (sandbox, name).
+  // With a metadata filter the first pair's index rows narrow the walk; every other
+  // pair is a lookup by (sandbox, name). The order is the start time's, then the id's
+  // (one owner's sandboxes: as many as its container quota allows).
   auto pairs = query.metadata.begin();
   const bool by_pair = pairs != query.metadata.end();
   if (by_pair)
     sql +=
         " FROM e2b_sandbox_metadata m JOIN e2b_sandboxes s ON s.id = m.sandbox_id"
-        " WHERE m.owner = ? AND m.name = ? AND m.value = ? AND m.sandbox_id > ? AND s.owner = ?";
+        " WHERE m.owner = ? AND m.name = ? AND m.value = ? AND s.owner = ?";
   else
-    sql += " FROM e2b_sandboxes s WHERE s.owner = ? AND s.id > ?";
+    sql += " FROM e2b_sandboxes s WHERE s.owner = ?";
+  const bool after = !query.after_id.empty();
+  if (after)
+    sql += query.newest_first ? " AND (s.started_at_ms < ? OR (s.started_at_ms = ? AND s.id < ?))"
+                              : " AND (s.started_at_ms > ? OR (s.started_at_ms = ? AND s.id > ?))";
+  sql += " AND s.started_at_ms >= ? AND s.started_at_ms <= ?";
   if (query.paused) sql += " AND s.paused = ?";
+  if (query.template_id) sql += " AND s.template_id = ?";
   for (size_t i = 1; i < query.metadata.size(); ++i)
     sql +=
         " AND EXISTS (SELECT 1 FROM e2b_sandbox_metadata o WHERE o.sandbox_id = s.id AND o.name = ? AND "
         "o.value = ?)";
-  sql += by_pair ? " ORDER BY m.sandbox_id LIMIT ?" : " ORDER BY s.id LIMIT ?";
+  sql += query.newest_first ? " ORDER BY s.started_at_ms DESC, s.id DESC LIMIT ?"
+                            : " ORDER BY s.started_at_ms, s.id LIMIT ?";
   auto conn = db_->acquire();
   Statement select(conn, sql);
   if (by_pair) {
-    select.add(query.owner)
-        .add_blob(pairs->first)
-        .add_blob(pairs->second)
-        .add(query.after_id)
-        .add(query.owner);
+    select.add(query.owner).add_blob(pairs->first).add_blob(pairs->second).add(query.owner);
     ++pairs;
   } else {
-    select.add(query.owner).add(query.after_id);
+    select.add(query.owner);
   }
+  if (after) select.add(query.after_started_ms).add(query.after_started_ms).add(query.after_id);
+  select.add(query.started_from_ms).add(query.started_to_ms);
   if (query.paused) select.add(int64_t{*query.paused});
+  if (query.template_id) select.add(*query.template_id);
   for (; pairs != query.metadata.end(); ++pairs) select.add_blob(pairs->first).add_blob(pairs->second);
   select.add(static_cast<int64_t>(limit + 1));  // one more: whether there is a next page
   E2bRecordPage page;

@@ -54,7 +54,16 @@ struct E2bRecordQuery {
   std::string owner;
   std::map<std::string, std::string> metadata;  // all must match
   std::optional<bool> paused;                   // nullopt: either
-  std::string after_id;                         // the page continues after this id
+  std::optional<std::string> template_id;       // only sandboxes of this template
+  // Only sandboxes started in [started_from_ms, started_to_ms].
+  int64_t started_from_ms = std::numeric_limits<int64_t>::min();
+  int64_t started_to_ms = std::numeric_limits<int64_t>::max();
+  // Ordered by start time, then id: oldest first, or newest first.
+  bool newest_first = false;
+  // The page continues after this sandbox (its start time and id: the last one of the
+  // page before); an empty id starts at the first.
+  int64_t after_started_ms = 0;
+  std::string after_id;
   size_t limit = 100;
 };
 
