@@ -514,6 +514,22 @@ std::optional<std::string> rebinding_refusal(const ApiContext& api, const Reques
   return std::nullopt;
 }
 
+// A body the transport could not read, answered alike by every revision: too large or
+// not JSON as JSON-RPC errors, overload as one with its Retry-After, anything else (the
+// HTTP layer's own refusals) as it came.
+Result<Response> unreadable_body(const ApiError& error) {
+  if (error.status == HttpStatus::payload_too_large)
+    return transport_error(HttpStatus::payload_too_large, kInvalidRequest,
+                           "Message too large: " + error.message + " (send large files with the Files API)");
+  if (json_syntax_error(error))
+    return transport_error(HttpStatus::bad_request, kParseError, "Parse error: " + error.message);
+  if (error.status != HttpStatus::too_many_requests && error.status != HttpStatus::service_unavailable)
+    return error;
+  auto response = rpc_http(error.status, rpc_error_from(nullptr, error, false));
+  if (error.retry_after) response.set(http::field::retry_after, std::to_string(*error.retry_after));
+  return response;
+}
+
 asio::awaitable<Result<Response>> post_modern(Mcp& mcp, RequestContext& ctx, std::string_view accept,
                                               std::string version);
 
@@ -545,18 +561,7 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
       session && session->protocol_version == kBatchVersion ? kBatchLimit : kInitializeLimit;
   auto body = co_await read_json_body(ctx, limits);
   if (!body) {
-    const ApiError& error = body.error();
-    if (error.status == HttpStatus::payload_too_large)
-      co_return transport_error(
-          HttpStatus::payload_too_large, kInvalidRequest,
-          "Message too large: " + error.message + " (send large files with the Files API)");
-    if (json_syntax_error(error))
-      co_return transport_error(HttpStatus::bad_request, kParseError, "Parse error: " + error.message);
-    if (error.status != HttpStatus::too_many_requests && error.status != HttpStatus::service_unavailable)
-      co_return error;
-    auto response = rpc_http(error.status, rpc_error_from(nullptr, error, false));
-    if (error.retry_after) response.set(http::field::retry_after, std::to_string(*error.retry_after));
-    co_return response;
+    co_return unreadable_body(body.error());
   }
   json::value parsed = std::move(*body);
 
@@ -741,18 +746,7 @@ asio::awaitable<Result<Response>> post_modern(Mcp& mcp, RequestContext& ctx, std
   limits.max_array_bytes = kInitializeLimit;  // batches are refused: an array is read no further
   auto body = co_await read_json_body(ctx, limits);
   if (!body) {
-    const ApiError& error = body.error();
-    if (error.status == HttpStatus::payload_too_large)
-      co_return transport_error(
-          HttpStatus::payload_too_large, kInvalidRequest,
-          "Message too large: " + error.message + " (send large files with the Files API)");
-    if (json_syntax_error(error))
-      co_return transport_error(HttpStatus::bad_request, kParseError, "Parse error: " + error.message);
-    if (error.status != HttpStatus::too_many_requests && error.status != HttpStatus::service_unavailable)
-      co_return error;
-    auto response = rpc_http(error.status, rpc_error_from(nullptr, error, false, true));
-    if (error.retry_after) response.set(http::field::retry_after, std::to_string(*error.retry_after));
-    co_return response;
+    co_return unreadable_body(body.error());
   }
   json::value parsed = std::move(*body);
   if (parsed.is_array())
