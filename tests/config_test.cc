@@ -174,7 +174,7 @@ TEST(ConfigReload, ARestartKeyOfAListOrANestedSectionIsNamedByItsPath) {
 // changes the live configuration; nothing is named for a restart.
 TEST(ConfigReload, EveryNewWorkKeyChangesTheLiveConfiguration) {
   const std::string yaml =
-      "server: { maxUploadSize: 1Mi }\n"
+      "server: { maxUploadSize: 1Mi, publicUrl: \"https://sandboxes.example.com\" }\n"
       "model: { maxNestingDepth: 1, models: { default: m }, maxToolIterations: 3, timeoutSec: 9, "
       "toolResultTimeoutSec: 8, pingIntervalSec: 7 }\n"
       "features: { codeExecution: { enabled: false, timeout: 5 } }\n"
@@ -197,11 +197,12 @@ TEST(ConfigReload, EveryNewWorkKeyChangesTheLiveConfiguration) {
     EXPECT_NE(yaml.find(key.path.substr(key.path.rfind('.') + 1) + ":"), std::string::npos)
         << key.path << " is new work: set it in this test's file";
   }
-  EXPECT_EQ(new_work, 38u) << "a key changed its reload: this test's file and the docs go with it";
+  EXPECT_EQ(new_work, 39u) << "a key changed its reload: this test's file and the docs go with it";
   LiveConfig live(Config{});
   EXPECT_EQ(live.reload(parse_config(yaml)), std::vector<std::string>{});
   const auto c = live.get();
   EXPECT_EQ(c->max_upload_bytes, 1u << 20);
+  EXPECT_EQ(c->public_url, "https://sandboxes.example.com");
   EXPECT_EQ(c->max_nesting_depth, 1);
   EXPECT_EQ(c->model_names.at("default"), "m");
   EXPECT_EQ(c->max_tool_iterations, 3);

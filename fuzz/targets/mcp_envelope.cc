@@ -18,8 +18,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return;
     }
     const auto& message = std::get<jsonrpc::Message>(classified);
-    // Only a method that reads params keeps them.
-    if (!message.params.empty() && !jsonrpc::method_reads_params(message.method)) __builtin_trap();
+    // Only a method that reads params keeps them; any other keeps its `_meta` alone
+    // (MCP 2026-07-28's per-request metadata).
+    const auto& params = message.params;
+    const bool only_meta = params.empty() || (params.size() == 1 && params.contains("_meta"));
+    if (!only_meta && !jsonrpc::method_reads_params(message.method)) __builtin_trap();
     (void)jsonrpc::id_key(message.id);
   };
   if (value.is_array()) {
