@@ -514,6 +514,24 @@ std::optional<std::string> rebinding_refusal(const ApiContext& api, const Reques
   return std::nullopt;
 }
 
+// Whether a call is answered as an event stream: a bash call whose client takes a stream
+// and asked for progress (progress while it runs, keep-alives through a long silence).
+bool streams_progress(const Message& message, std::string_view accept) {
+  if (message.method != "tools/call" || !accepts(accept, "text/event-stream")) return false;
+  auto* name = message.params.if_contains("name");
+  return name && name->is_string() && mcp_tool_streams(name->as_string()) && progress_token(message);
+}
+
+// The head of a streamed call's answer, as both transports send it.
+server::StreamResponse event_stream_head() {
+  server::StreamResponse response;
+  response.header.result(http::status::ok);
+  response.header.version(11);
+  response.header.set(http::field::content_type, "text/event-stream");
+  response.header.set(http::field::cache_control, "no-cache");
+  return response;
+}
+
 // A body the transport could not read, answered alike by every revision: too large or
 // not JSON as JSON-RPC errors, overload as one with its Retry-After, anything else (the
 // HTTP layer's own refusals) as it came.
@@ -628,25 +646,14 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
   if (message.kind == Message::Kind::kNotification) notify(mcp, *session, message);
   if (message.kind != Message::Kind::kRequest) co_return server::StringResponse{HttpStatus::accepted, 11};
 
-  // A bash call streams when the client takes a stream: progress while it runs, and
-  // keep-alives through a long silence.
-  bool streams = false;
-  if (message.method == "tools/call" && accepts(accept, "text/event-stream")) {
-    auto* name = message.params.if_contains("name");
-    streams = name && name->is_string() && mcp_tool_streams(name->as_string()) && progress_token(message);
-  }
-  if (streams) {
+  if (streams_progress(message, accept)) {
     auto call = std::make_shared<StreamedCall>(co_await asio::this_coro::executor);
     call->id = message.id;
     call->token = *progress_token(message);
     call->in_flight = mcp.sessions.begin_request(session->id, id_key(message.id), call->cancellation);
     call->watch = server::DisconnectWatch::start(
         ctx.stream().socket(), [cancellation = call->cancellation] { cancellation->cancel(); });
-    server::StreamResponse response;
-    response.header.result(http::status::ok);
-    response.header.version(11);
-    response.header.set(http::field::content_type, "text/event-stream");
-    response.header.set(http::field::cache_control, "no-cache");
+    auto response = event_stream_head();
     response.header.set(kSessionHeader, session->id);
     response.produce = [&mcp, &ctx, call, message = std::move(message)](server::ChunkWriter& writer) {
       return stream_call(mcp, ctx, call, message, writer);
@@ -773,23 +780,14 @@ asio::awaitable<Result<Response>> post_modern(Mcp& mcp, RequestContext& ctx, std
                               "Invalid Request: a client sends no responses in MCP " + version);
   if (auto refusal = modern_envelope_refusal(ctx, message, version)) co_return std::move(*refusal);
 
-  bool streams = false;
-  if (message.method == "tools/call" && accepts(accept, "text/event-stream")) {
-    auto* name = message.params.if_contains("name");
-    streams = name && name->is_string() && mcp_tool_streams(name->as_string()) && progress_token(message);
-  }
-  if (streams) {
+  if (streams_progress(message, accept)) {
     auto call = std::make_shared<StreamedCall>(co_await asio::this_coro::executor);
     call->id = message.id;
     call->token = *progress_token(message);
     call->modern = true;
     call->watch = server::DisconnectWatch::start(
         ctx.stream().socket(), [cancellation = call->cancellation] { cancellation->cancel(); });
-    server::StreamResponse response;
-    response.header.result(http::status::ok);
-    response.header.version(11);
-    response.header.set(http::field::content_type, "text/event-stream");
-    response.header.set(http::field::cache_control, "no-cache");
+    auto response = event_stream_head();
     response.header.set("X-Accel-Buffering", "no");
     response.produce = [&mcp, &ctx, call, message = std::move(message)](server::ChunkWriter& writer) {
       return stream_call(mcp, ctx, call, message, writer);
