@@ -68,11 +68,7 @@ class ClusterConsistency : public ::testing::Test {
   }
   void TearDown() override {
     if (HasFailure())
-      for (auto* replica : replicas) {
-        const std::string log = replica->log();
-        std::cerr << "---- " << replica->id() << " log tail:\n"
-                  << (log.size() > 30000 ? log.substr(log.size() - 30000) : log);
-      }
+      for (const auto* replica : replicas) replica->print_log_tail();
   }
 
   static Replica& a() { return *replicas[0]; }

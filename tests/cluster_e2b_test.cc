@@ -66,11 +66,7 @@ class ClusterE2b : public ::testing::Test {
   }
   void TearDown() override {
     if (HasFailure())
-      for (auto& replica : replicas_) {
-        const std::string log = replica->log();
-        std::cerr << "---- " << replica->id() << " log tail:\n"
-                  << (log.size() > 30000 ? log.substr(log.size() - 30000) : log);
-      }
+      for (const auto& replica : replicas_) replica->print_log_tail();
     replicas_.clear();
     upstream_.reset();
     s3_.reset();

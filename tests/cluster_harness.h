@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <iostream>
 #include <optional>
 
 #include "host_leftovers.h"
@@ -167,6 +168,12 @@ class Replica {
     return "http://127.0.0.1:" + std::to_string(port_) + path;
   }
   std::string log() const { return read_file(dir_ / "server.log"); }
+  // For a failed test's output: the end of this replica's log, under its id.
+  void print_log_tail(size_t max_bytes = 30000) const {
+    const std::string text = log();
+    std::cerr << "---- " << id() << " log tail:\n"
+              << (text.size() > max_bytes ? text.substr(text.size() - max_bytes) : text);
+  }
   const fs::path& dir() const { return dir_; }
 
  private:

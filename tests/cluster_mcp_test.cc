@@ -32,11 +32,7 @@ class ClusterMcp : public ::testing::Test {
   }
   void TearDown() override {
     if (HasFailure())
-      for (auto& replica : replicas_) {
-        const std::string log = replica->log();
-        std::cerr << "---- " << replica->id() << " log tail:\n"
-                  << (log.size() > 20000 ? log.substr(log.size() - 20000) : log);
-      }
+      for (const auto& replica : replicas_) replica->print_log_tail(20000);
     replicas_.clear();
     metadata_.reset();
     std::error_code ec;

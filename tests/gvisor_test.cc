@@ -10,37 +10,28 @@
 #include <string>
 
 #include "runtime/gvisor_launcher.h"
-#include "server_harness.h"
+#include "shared_server_suite.h"
 
 namespace {
 
 namespace bj = boost::json;
 using sandboxd::testing::file_id;
-using sandboxd::testing::ServerProcess;
 using sandboxd::testing::sh;
 
-class GvisorTest : public ::testing::Test {
+class GvisorTest : public sandboxd::testing::SharedServerSuite {
  protected:
   static void SetUpTestSuite() {
     if (sandboxd::runtime::find_runsc().empty()) return;
     // A memory limit small enough to cross, large enough for bash and python to start.
-    server = new ServerProcess(
+    start_server(
         "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n"
         "codeInterpreter:\n  memoryLimitMb: 128\n");
-    work = new std::filesystem::path(server->dir() / "client");
-    std::filesystem::create_directories(*work);
-  }
-  static void TearDownTestSuite() {
-    delete server;
-    server = nullptr;
-    delete work;
-    work = nullptr;
   }
   void SetUp() override {
     if (!server)
       GTEST_SKIP()
           << "runsc is not installed (Debian: apt-get install runsc): the gvisor tier cannot run here";
-    container = std::string("gv-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    name_container("gv");
   }
 
   bj::object bash(const std::string& command, const std::string& extra = "") {
@@ -59,14 +50,7 @@ class GvisorTest : public ::testing::Test {
     auto it = reply.find(field);
     return it != reply.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
   }
-
-  static ServerProcess* server;
-  static std::filesystem::path* work;
-  std::string container;
 };
-
-ServerProcess* GvisorTest::server = nullptr;
-std::filesystem::path* GvisorTest::work = nullptr;
 
 TEST_F(GvisorTest, ACommandsOutputAndExitCodeComeBackFromGvisorsKernel) {
   auto reply = bash("echo out; echo err >&2; exit 3");
