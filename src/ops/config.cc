@@ -217,24 +217,28 @@ Key custom(Reload reload, std::string_view path, Reader read, Transfer transfer)
   return {path, reload, std::move(read), std::move(transfer), nullptr};
 }
 
+// A key whose value one reader (scalar, read_bool, read_cpu) turns into its member.
+template <typename Field, typename Value>
+Key read_into(Reload reload, std::string_view path, Field field,
+              Value (*read)(const YAML::Node&, const std::string&)) {
+  return custom(
+      reload, path,
+      [field, read](const YAML::Node& v, const std::string& kp, Config& c) {
+        field_of(c, field) = read(v, kp);
+      },
+      fields(field));
+}
+
 // Any string.
 template <typename Field>
 Key text(Reload reload, std::string_view path, Field field) {
-  return custom(
-      reload, path,
-      [field](const YAML::Node& v, const std::string& kp, Config& c) { field_of(c, field) = scalar(v, kp); },
-      fields(field));
+  return read_into(reload, path, field, scalar);
 }
 
 // true or false.
 template <typename Field>
 Key flag(Reload reload, std::string_view path, Field field) {
-  return custom(
-      reload, path,
-      [field](const YAML::Node& v, const std::string& kp, Config& c) {
-        field_of(c, field) = read_bool(v, kp);
-      },
-      fields(field));
+  return read_into(reload, path, field, read_bool);
 }
 
 // An integer in [min, max].
@@ -271,12 +275,7 @@ Key bytes(Reload reload, std::string_view path, Field field, SizeBounds bounds =
 // A CPU quantity (500m, 2), more than zero.
 template <typename Field>
 Key cpu(Reload reload, std::string_view path, Field field) {
-  return custom(
-      reload, path,
-      [field](const YAML::Node& v, const std::string& kp, Config& c) {
-        field_of(c, field) = read_cpu(v, kp);
-      },
-      fields(field));
+  return read_into(reload, path, field, read_cpu);
 }
 
 // One of `values`; anything else is refused with `message`.
