@@ -19,9 +19,13 @@ using namespace std::chrono_literals;
 namespace {
 
 // From inside: the sandbox's template is the agent's sandboxd-init that is not in a
-// session of its own (a child waiting for its command has called setsid).
+// session of its own (a child waiting for its command has called setsid). A child the
+// template has just cloned for the next command is in the same state for the moment
+// before its setsid, so the template is the one seen so in three looks 20 ms apart.
 const char* kFindTemplate =
-    "ps -eo pid=,sid=,uid=,comm= | awk '$4 == \"sandboxd-init\" && $3 == 1000 && $1 != $2 {print $1}'";
+    "for look in 1 2 3; do ps -eo pid=,sid=,uid=,comm= | "
+    "awk '$4 == \"sandboxd-init\" && $3 == 1000 && $1 != $2 {print $1}'; sleep 0.02; done | "
+    "sort | uniq -c | awk '$1 == 3 {print $2}'";
 // (Only the template: killing or stopping the child prepared for the next command hits
 // that command, which is the agent's own doing and was so before the template.)
 const std::string kKillTemplate = std::string("kill -KILL $(") + kFindTemplate + ")";
