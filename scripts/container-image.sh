@@ -51,7 +51,7 @@ fi
 mkdir -p "$rootfs"
 tar --numeric-owner -C "$rootfs" -xf "$work/base.tar"
 
-echo "==> [2/4] apt-get install ./$(basename "$deb") (and its Recommends), curl for the healthcheck"
+echo "==> [2/4] apt-get install ./$(basename "$deb") (and its Recommends), runsc for the gvisor tier, curl for the healthcheck"
 cp "$deb" "$rootfs/tmp/sandboxd.deb"
 printf '#!/bin/sh\nexit 101\n' > "$rootfs/usr/sbin/policy-rc.d"  # start no service in the chroot
 chmod 755 "$rootfs/usr/sbin/policy-rc.d"
@@ -59,7 +59,9 @@ echo "deb $mirror bookworm main" > "$rootfs/etc/apt/sources.list"
 mount -t proc proc "$rootfs/proc"
 in_root() { chroot "$rootfs" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 "$@"; }
 in_root apt-get -q update
-in_root apt-get -q -y install /tmp/sandboxd.deb curl ca-certificates
+# runsc is only a Suggests of the package; the image carries it so that a pod can run
+# the gvisor tier (isolation.tier in the chart) with no image of its own.
+in_root apt-get -q -y install /tmp/sandboxd.deb runsc curl ca-certificates
 in_root apt-get clean
 umount "$rootfs/proc"
 rm -f "$rootfs/usr/sbin/policy-rc.d" "$rootfs/tmp/sandboxd.deb"

@@ -193,15 +193,44 @@ test("the seeds' Onyx keys become sandboxd's configuration", () => {
   assert.equal(config.capacity.maxConcurrentExecutions, 8);
 });
 
+test("the gvisor tier: the chart writes runtime.isolation and the platform, and sandboxd accepts them", () => {
+  const rendered = helmTemplate(["-f", path.join(chart, "ci/single-host-values.yaml"), "--set", "isolation.tier=gvisor",
+                                 "--set", "isolation.gvisorPlatform=systrap"]);
+  const text = one(rendered, "ConfigMap", "sandboxd-config").data["config.yaml"];
+  const config = YAML.parse(text);
+  assert.equal(config.runtime.isolation, "gvisor");
+  assert.equal(config.runtime.gvisorPlatform, "systrap");
+  assert.equal(config.runtime.sandboxesMemoryMax, "6Gi", "the runtime section's other keys stay");
+  const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "sandboxd-helm-gvisor-"));
+  try {
+    fs.writeFileSync(path.join(scratch, "config.yaml"), text);
+    const set = one(rendered, "StatefulSet");
+    const env = { KUBERNETES_SERVICE_HOST: "10.96.0.1", KUBERNETES_SERVICE_PORT: "443",
+                  ...podEnvironment(set.spec.template.spec.containers[0],
+                                    { "metadata.name": `${set.metadata.name}-0`, "metadata.namespace": "sandboxd" }, rendered) };
+    const check = spawnSync(sandboxd, ["config", "check", path.join(scratch, "config.yaml")],
+                            { encoding: "utf8", env: { PATH: process.env.PATH, ...env } });
+    assert.equal(check.status, 0, `sandboxd config check: ${check.stderr}`);
+  } finally {
+    fs.rmSync(scratch, { recursive: true, force: true });
+  }
+  // The native tier's configuration names no tier (sandboxd's default), as kustomize's base.
+  const native = YAML.parse(one(helmTemplate(["-f", path.join(chart, "ci/single-host-values.yaml")]), "ConfigMap",
+                                "sandboxd-config").data["config.yaml"]);
+  assert.ok(!("isolation" in native.runtime));
+});
+
 // Settings that cannot work: each refused with its message.
 const refusals = [
   { what: "several replicas on the pod's own volume", args: ["--set", "replicaCount=3"],
     message: /replicaCount 3 needs storage\.backend: s3 and metadata\.backend: postgres/ },
   { what: "fileStorage.shared without the bucket", args: ["--set", "fileStorage.shared=true"],
     message: /fileStorage\.shared: true, but sandboxd shares files through the bucket and PostgreSQL/ },
-  { what: "the gvisor tier, not built yet", args: ["--set", "isolation.tier=gvisor"],
-    message: /isolation\.tier gvisor: sandboxd has no gVisor tier yet/ },
   { what: "an unknown tier", args: ["--set", "isolation.tier=kata"], message: /isolation\.tier "kata" is unknown/ },
+  { what: "a gVisor platform runsc does not have", args: ["--set", "isolation.tier=gvisor", "--set", "isolation.gvisorPlatform=xen"],
+    message: /isolation\.gvisorPlatform "xen" is unknown/ },
+  { what: "runtime.isolation against isolation.tier", args: ["--set", "runtime.isolation=gvisor"],
+    message: /runtime\.isolation "gvisor" and isolation\.tier "native" disagree/ },
   { what: "NetworkPolicy peers without the API's RBAC", file: "network-peers", args: ["--set", "rbac.create=false"],
     message: /NetworkPolicy peers, which sandboxd resolves through the Kubernetes API: set rbac\.create: true/ },
   { what: "NetworkPolicy peers without the API server in the egress policy", file: "network-peers",

@@ -65,10 +65,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "sandboxd.validate" -}}
 {{- $v := .Values -}}
 {{- $tier := toString $v.isolation.tier -}}
-{{- if eq $tier "gvisor" -}}
-{{- fail "isolation.tier gvisor: sandboxd has no gVisor tier yet (the one built is native: Linux namespaces, cgroups and seccomp); set isolation.tier: native" -}}
-{{- else if ne $tier "native" -}}
-{{- fail (printf "isolation.tier %q is unknown: the tiers are native (and gvisor, once sandboxd has it)" $tier) -}}
+{{- if not (has $tier (list "native" "gvisor")) -}}
+{{- fail (printf "isolation.tier %q is unknown: the tiers are native (Linux namespaces, cgroups and seccomp) and gvisor (the same under gVisor's kernel)" $tier) -}}
+{{- end -}}
+{{- with ($v.runtime | default dict).isolation -}}
+{{- if ne (toString .) $tier -}}
+{{- fail (printf "runtime.isolation %q and isolation.tier %q disagree: set isolation.tier only (the chart writes runtime.isolation from it)" (toString .) $tier) -}}
+{{- end -}}
+{{- end -}}
+{{- $platform := toString ($v.isolation.gvisorPlatform | default "ptrace") -}}
+{{- if not (has $platform (list "ptrace" "systrap" "kvm")) -}}
+{{- fail (printf "isolation.gvisorPlatform %q is unknown: runsc's platforms are ptrace (any node), systrap (runsc from mid-2023) and kvm (/dev/kvm on the node)" $platform) -}}
 {{- end -}}
 {{- $cluster := include "sandboxd.clusterMode" . -}}
 {{- if and (gt (int $v.replicaCount) 1) (not $cluster) -}}
@@ -137,6 +144,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if hasKey $executor $key -}}{{- $_ := set $interpreter $key (get $executor $key) -}}{{- end -}}
 {{- end -}}
 {{- $_ := set $config "codeInterpreter" $interpreter -}}
+{{- if eq (toString $v.isolation.tier) "gvisor" -}}
+{{- $_ := set $config.runtime "isolation" "gvisor" -}}
+{{- $_ := set $config.runtime "gvisorPlatform" (toString ($v.isolation.gvisorPlatform | default "ptrace")) -}}
+{{- end -}}
 {{- if $executor.image -}}
 {{- $image := toString $executor.image -}}
 {{- $repository := regexReplaceAll ":[^:/]+$" $image "" -}}
