@@ -29,6 +29,10 @@ enum class PeersTier { kNative, kGvisor };
 inline std::string peers_tier_name(const ::testing::TestParamInfo<PeersTier>& info) {
   return info.param == PeersTier::kNative ? "native" : "gvisor";
 }
+// How GoogleTest (and so CTest's listing) shows the parameter.
+inline void PrintTo(PeersTier tier, std::ostream* os) {
+  *os << (tier == PeersTier::kNative ? "native" : "gvisor");
+}
 
 inline constexpr const char* kServiceIp = "10.96.0.10";
 inline constexpr const char* kOtherServiceIp = "10.96.0.11";

@@ -25,6 +25,8 @@ enum class Tier { kNative, kGvisor };
 inline std::string tier_name(const ::testing::TestParamInfo<Tier>& info) {
   return info.param == Tier::kNative ? "native" : "gvisor";
 }
+// How GoogleTest (and so CTest's listing) shows the parameter.
+inline void PrintTo(Tier tier, std::ostream* os) { *os << (tier == Tier::kNative ? "native" : "gvisor"); }
 
 namespace bj = boost::json;
 
