@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/net.h"
 #include "runtime/protocol.h"
 #include "runtime/syscall_error.h"
 #include "runtime/user.h"
@@ -391,10 +392,28 @@ int run_gvisor_launch(int argc, char** argv) {
   while (separator < argc && std::strcmp(argv[separator], "--") != 0) ++separator;
   if (separator + 1 >= argc)
     launch_failed(kControlFd, "sandboxd-init --gvisor-launch: no runsc command line");
+  // The sandbox's listeners (ADDRESS:PORT after --listen=), opened below in its namespace.
+  constexpr std::string_view kListen = "--listen=";
+  std::vector<std::pair<std::string, uint16_t>> listen_on;
   try {
-    // runsc and every process it starts (the sentry, the gofer) count against the
-    // sandbox's cgroups: its memory, pids and CPU limits hold for the whole of gVisor.
-    for (int i = 2; i < separator; ++i) write_file(std::string(argv[i]) + "/cgroup.procs", "0");
+    for (int i = 2; i < separator; ++i) {
+      const std::string_view arg = argv[i];
+      if (arg.starts_with(kListen)) {
+        const std::string_view where = arg.substr(kListen.size());
+        const size_t colon = where.rfind(':');
+        const unsigned long port =
+            colon == std::string_view::npos
+                ? 0
+                : std::strtoul(std::string(where.substr(colon + 1)).c_str(), nullptr, 10);
+        if (port == 0 || port > 65535)
+          launch_failed(kControlFd, "sandboxd-init --gvisor-launch: bad listener " + std::string(where));
+        listen_on.emplace_back(std::string(where.substr(0, colon)), static_cast<uint16_t>(port));
+        continue;
+      }
+      // runsc and every process it starts (the sentry, the gofer) count against the
+      // sandbox's cgroups: its memory, pids and CPU limits hold for the whole of gVisor.
+      write_file(std::string(argv[i]) + "/cgroup.procs", "0");
+    }
   } catch (const std::exception& e) {
     launch_failed(kControlFd, e.what());
   }
@@ -408,11 +427,20 @@ int run_gvisor_launch(int argc, char** argv) {
   // when it is killed, the kernel kills runsc, the sentry and the gofer with it and
   // reaps them inside, so nothing of runsc is ever left to the server to reap. Its own
   // mount namespace, for a /proc of that PID namespace (runsc writes its children's
-  // uid_map by the pids it sees). And an empty network namespace: the sandbox has
-  // gVisor's own loopback only (--network=none), and nothing the server opens "in the
-  // sandbox's namespace" by PID 1's pid can land in the host's.
+  // uid_map by the pids it sees). And the sandbox's network namespace, as the native
+  // tier's: only `lo`, no route out, and the listeners below on it. runsc runs with
+  // --network=host in it (gVisor's hostinet: the sentry makes the sandbox's socket calls
+  // on the host kernel, from this namespace), so what the sandbox reaches is exactly
+  // what this namespace holds: the listeners the server relays, and what the server
+  // opens here later by the reaper's pid (the DNS relay, NetworkPolicy peers).
   if (unshare(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS) != 0)
     launch_failed(kControlFd, describe_errno("unshare(CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWNS)", errno));
+  try {
+    // Up before runsc starts: the sentry takes the namespace's interfaces as it finds them.
+    bring_up_loopback();
+  } catch (const std::exception& e) {
+    launch_failed(kControlFd, e.what());
+  }
   // The host's unmounts still reach the copy (a container's volume is never held here).
   if (mount(nullptr, "/", nullptr, MS_SLAVE | MS_REC, nullptr) != 0)
     launch_failed(kControlFd, describe_errno("mount(/, MS_SLAVE|MS_REC)", errno));
@@ -422,12 +450,24 @@ int run_gvisor_launch(int argc, char** argv) {
     prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);  // its parent, the launcher, exits next
     run_reaper(kControlFd, argv + separator + 1);
   }
+  // The listeners are opened here, after the fork, so that the reaper (which lives as
+  // long as the sandbox) holds no copy: the server's closing of one closes it.
+  std::vector<int> fds;
+  try {
+    for (const auto& [address, port] : listen_on) fds.push_back(open_listener(address, port));
+  } catch (const std::exception& e) {
+    kill(reaper, SIGKILL);
+    launch_failed(kControlFd, e.what());
+  }
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, reaper, 0));
   if (pidfd < 0) {
     kill(reaper, SIGKILL);
     launch_failed(kControlFd, describe_errno("pidfd_open(runsc's reaper)", errno));
   }
-  proto::send_message(kControlFd, proto::Type::kInitPid, 0, reaper, {}, &pidfd, 1);
+  // The pidfd, then the listeners: the server takes them as the native PID 1's (whose
+  // ready message carries them; the agent's, from inside gVisor, carries none).
+  fds.insert(fds.begin(), pidfd);
+  proto::send_message(kControlFd, proto::Type::kInitPid, 0, reaper, {}, fds.data(), fds.size());
   _exit(0);
 }
 

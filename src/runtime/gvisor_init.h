@@ -4,12 +4,13 @@
 
 namespace sandboxd::runtime {
 
-// `sandboxd-init --gvisor-launch CGROUP_DIR... -- RUNSC ARG...`, started by the server
-// with the control socket on fd 3: joins the sandbox's cgroups (so that runsc, its
-// sentry and its gofer are counted and limited there), forks runsc with the control
-// socket as its stdin (the container's PID 1 inherits it as a host descriptor) in an
-// empty network namespace of its own, reports runsc's pid and a pidfd of it to the
-// server (kInitPid, as the native launcher does for PID 1) and exits.
+// `sandboxd-init --gvisor-launch CGROUP_DIR... [--listen=ADDRESS:PORT...] -- RUNSC ARG...`,
+// started by the server with the control socket on fd 3: joins the sandbox's cgroups (so
+// that runsc, its sentry and its gofer are counted and limited there), forks runsc with
+// the control socket as its stdin (the container's PID 1 inherits it as a host
+// descriptor) in a network namespace of its own (only `lo`, with the listeners on it),
+// reports runsc's pid, a pidfd of it and the listeners to the server (kInitPid, as the
+// native launcher does for PID 1) and exits.
 int run_gvisor_launch(int argc, char** argv);
 
 // `sandboxd-init --gvisor-agent NOFILE NPROC` (0: no limit): the container's PID 1 inside gVisor. Serves the

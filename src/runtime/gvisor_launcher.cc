@@ -211,12 +211,17 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
   for (const auto& entry : sandbox.hosts_entries) hosts += entry + "\n";
   write_text(etc + "/hosts", hosts);
   write_text(etc + "/hostname", "sandbox\n");
-  // No resolver: the relays the native tier offers on the sandbox's loopback are not
-  // reachable from gVisor's network stack yet (docs/isolation-tiers.md).
-  write_text(etc + "/resolv.conf", "# sandboxd: no DNS; known names are in /etc/hosts\n");
-  write_text(etc + "/nsswitch.conf",
-             "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\nprotocols: "
-             "files\nservices: files\n");
+  // As the native tier writes them (runtime/mount.cc): without a nameserver names resolve
+  // through /etc/hosts only and an unknown one fails at once; with one, it is the DNS
+  // relay the server answers on the sandbox's loopback, reached through hostinet.
+  if (sandbox.nameserver.empty())
+    write_text(etc + "/resolv.conf", "# sandboxd: no DNS; known names are in /etc/hosts\n");
+  else
+    write_text(etc + "/resolv.conf", "# sandboxd: names the server resolves for this sandbox\nnameserver " +
+                                         sandbox.nameserver + "\noptions timeout:2 attempts:2\n");
+  write_text(etc + "/nsswitch.conf", std::string("passwd: files\ngroup: files\nshadow: files\nhosts: files") +
+                                         (sandbox.nameserver.empty() ? "" : " dns") +
+                                         "\nnetworks: files\nprotocols: files\nservices: files\n");
   if (!preload_.empty()) write_text(etc + "/ld.so.preload", std::string(kPreloadInContainer) + "\n");
   for (const char* hidden : kGeneratedEtc)
     if (access((etc + "/" + hidden).c_str(), F_OK) != 0) write_text(etc + "/" + hidden, "");
@@ -269,9 +274,10 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
       ",\"permitted\":" + kAgentCapabilities + "}" + rlimits + "},\n" +
       "  \"root\":{\"path\":\"rootfs\",\"readonly\":true},\n  \"hostname\":\"sandbox\",\n" +
       "  \"mounts\":[" + mounts.json() + "],\n" +
-      "  "
-      "\"linux\":{\"namespaces\":[{\"type\":\"pid\"},{\"type\":\"network\"},{\"type\":\"ipc\"},{\"type\":"
-      "\"uts\"},"
+      // No network namespace of its own: with --network=host runsc would make an empty
+      // one for it; without, the sandbox stays in the launcher's (the sandbox's, with its
+      // listeners).
+      "  \"linux\":{\"namespaces\":[{\"type\":\"pid\"},{\"type\":\"ipc\"},{\"type\":\"uts\"},"
       "{\"type\":\"mount\"}]}}\n";
   write_text(bundle + "/config.json", config);
   return bundle;
@@ -298,10 +304,24 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
   }
   std::vector<std::string> argv{options_.init_path, "--gvisor-launch"};
   argv.insert(argv.end(), cg.join_dirs.begin(), cg.join_dirs.end());
+  for (const auto& listener : options.listeners)
+    argv.push_back("--listen=" + listener.address + ":" + std::to_string(listener.port));
   argv.insert(argv.end(),
               {"--", runsc_, "--root=" + state_dir_ + "/runsc", "--platform=" + options_.gvisor.platform,
-               // gVisor's own loopback only (docs/isolation-tiers.md).
-               "--network=none",
+               // gVisor's hostinet: the sentry serves the sandbox's socket calls with
+               // socket calls of its own on the host kernel, in the network namespace
+               // the launcher made (only `lo`, no route out, the sandbox's listeners on
+               // it), so the sandbox reaches what the native tier's does and nothing
+               // else, by the same names and addresses. What this exposes beyond
+               // --network=none: the host kernel's TCP/UDP code, through the calls the
+               // sentry's own seccomp filter lets it make for sockets (no raw sockets:
+               // runsc drops CAP_NET_RAW without --net-raw; AF_UNIX stays the sentry's).
+               // The namespace bounds where those calls lead. gVisor's own stack
+               // (--network=sandbox) would keep that code away too, but it has a loopback
+               // of its own, on which the listeners here are not: it would need a veth
+               // pair, other addresses than the native tier's, and routes out of the
+               // namespace (docs/isolation-tiers.md).
+               "--network=host",
                // The launcher has put runsc in the sandbox's cgroups already.
                "--ignore-cgroups", "run", "--bundle", bundle, options.name});
   int pair[2];

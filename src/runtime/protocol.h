@@ -12,7 +12,7 @@ namespace sandboxd::runtime::protocol {
 
 enum class Type : uint32_t {
   kSpec = 1,         // server -> init: the sandbox spec (payload: encoded Spec)
-  kInitPid = 2,      // launcher -> server: value = host pid of PID 1, fds: [pidfd]
+  kInitPid = 2,      // launcher -> server: value = host pid of PID 1, fds: [pidfd, listeners (gvisor)...]
   kReady = 3,        // init -> server: the sandbox is set up, fds: its listeners (Spec order)
   kSetupFailed = 4,  // init -> server: payload = what failed
   kSpawn = 5,        // server -> init: id, value = 0 or kSpawnKeepStdin, payload = encoded SpawnRequest

@@ -311,7 +311,10 @@ void Sandbox::dispatch(protocol::Message& msg) {
       pid1_ = static_cast<pid_t>(msg.header.value);
       if (!msg.fds.empty()) {
         pidfd_ = std::make_unique<asio::posix::stream_descriptor>(strand_, msg.fds[0]);
-        for (size_t i = 1; i < msg.fds.size(); ++i) close(msg.fds[i]);
+        // The gvisor tier's listeners come from its launcher, which opens them in the
+        // sandbox's namespace (its PID 1 is inside gVisor and cannot pass host sockets).
+        std::lock_guard lock(hooks_mutex_);
+        for (size_t i = 1; i < msg.fds.size(); ++i) listeners_.push_back(msg.fds[i]);
         asio::co_spawn(strand_, watch_pid1(), asio::detached);
       }
       // The launcher exits right after sending this; reap it (a few microseconds).
@@ -324,8 +327,11 @@ void Sandbox::dispatch(protocol::Message& msg) {
     }
     case Type::kReady: {
       std::lock_guard lock(hooks_mutex_);
-      for (int fd : listeners_) close(fd);
-      listeners_ = std::move(msg.fds);
+      // The native PID 1's listeners; none from the gvisor tier's (they came with kInitPid).
+      if (!msg.fds.empty()) {
+        for (int fd : listeners_) close(fd);
+        listeners_ = std::move(msg.fds);
+      }
       if (state_ == State::kStarting) state_ = State::kRunning;
       state_changed_.cancel();
       return;
