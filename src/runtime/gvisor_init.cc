@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -240,8 +241,13 @@ class Agent {
   bool forward(Command& command, int64_t stream, int fd, int max_reads) {
     static std::array<char, 64 * 1024> buffer;
     for (int reads = 0; reads < max_reads; ++reads) {
-      if (command.relayed && command.output_in_flight >= proto::kRelayWindow) return true;
-      const ssize_t n = read(fd, buffer.data(), buffer.size());
+      // A relayed process's bytes in flight never pass the window (the server keeps no more).
+      size_t room = buffer.size();
+      if (command.relayed) {
+        if (command.output_in_flight >= proto::kRelayWindow) return true;
+        room = std::min(room, proto::kRelayWindow - command.output_in_flight);
+      }
+      const ssize_t n = read(fd, buffer.data(), room);
       if (n > 0) {
         proto::send_message(control_, proto::Type::kOutput, command.id, stream,
                             std::string_view(buffer.data(), static_cast<size_t>(n)));
