@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -35,6 +36,9 @@ namespace {
 namespace proto = protocol;
 
 constexpr uid_t kAgentId = 1000;
+// The stream a polled descriptor stands for, besides protocol::kOutputStdout/kOutputStderr:
+// a relayed process's stdin, polled for room.
+constexpr int64_t kStdinStream = 3;
 
 void write_file(const std::string& path, const char* text) {
   int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -57,6 +61,16 @@ struct Command {
   pid_t pid = -1;
   int out = -1;
   int err = -1;
+  // A long-lived process the server talks to (relayed): its pipes stay here and their
+  // bytes travel as messages (protocol::kStdin, kOutput). Its entry lives until its exit
+  // has been reported and both output pipes are at their end (a process it started may
+  // hold them after it exits, as natively), so that a kill still finds its session.
+  bool relayed = false;
+  bool exited = false;
+  int in = -1;                  // the write end of its stdin
+  std::string stdin_pending;    // received, not yet taken by its pipe
+  bool stdin_ended = false;     // the server closed its end: close `in` once pending is written
+  size_t output_in_flight = 0;  // kOutput bytes sent and not yet acknowledged
 };
 
 class Agent {
@@ -81,13 +95,20 @@ class Agent {
       fds.assign({{control_, POLLIN, 0}, {sfd, POLLIN, 0}});
       owners.assign(2, {0, 0});
       for (auto& [id, command] : commands_) {
-        if (command.out >= 0) {
+        // A relayed process's output waits in its pipes while the server has a window's
+        // worth unacknowledged (the process then waits on its pipe, as natively).
+        const bool room = !command.relayed || command.output_in_flight < proto::kRelayWindow;
+        if (command.out >= 0 && room) {
           fds.push_back({command.out, POLLIN, 0});
           owners.emplace_back(id, proto::kOutputStdout);
         }
-        if (command.err >= 0) {
+        if (command.err >= 0 && room) {
           fds.push_back({command.err, POLLIN, 0});
           owners.emplace_back(id, proto::kOutputStderr);
+        }
+        if (command.in >= 0 && !command.stdin_pending.empty()) {
+          fds.push_back({command.in, POLLOUT, 0});
+          owners.emplace_back(id, kStdinStream);
         }
       }
       for (int fd : draining_) {
@@ -104,11 +125,19 @@ class Agent {
         if (id == 0) {
           discard(fds[i].fd);
         } else if (auto it = commands_.find(id); it != commands_.end()) {
-          int& fd = stream == proto::kOutputStdout ? it->second.out : it->second.err;
-          if (fd == fds[i].fd && !forward(id, stream, fd, /*max_reads=*/4)) {
-            close(fd);
-            fd = -1;
+          Command& command = it->second;
+          if (stream == kStdinStream) {
+            if (command.in == fds[i].fd) write_stdin(command);
+          } else {
+            int& fd = stream == proto::kOutputStdout ? command.out : command.err;
+            if (fd == fds[i].fd && !forward(command, stream, fd, /*max_reads=*/4)) {
+              close(fd);
+              fd = -1;
+              // A relayed stream's end is a message of its own (a plain command's is its exit).
+              if (command.relayed) proto::send_message(control_, proto::Type::kOutput, id, stream, {});
+            }
           }
+          forget_if_done(id);
         }
       }
       if (fds[1].revents & POLLIN) {
@@ -141,20 +170,89 @@ class Agent {
       case proto::Type::kKill:
         kill_tree(msg.header.id);
         break;
+      case proto::Type::kStdin:
+        take_stdin(msg.header.id, msg.payload, msg.header.value == proto::kStdinEnd);
+        break;
+      case proto::Type::kOutputTaken:
+        if (auto it = commands_.find(msg.header.id); it != commands_.end() && msg.header.value > 0) {
+          const auto taken = static_cast<size_t>(msg.header.value);
+          Command& command = it->second;
+          command.output_in_flight = taken >= command.output_in_flight ? 0 : command.output_in_flight - taken;
+        }
+        break;
       default:
         break;
     }
   }
 
+  // Bytes for a relayed process's stdin: written on as its pipe takes them (the server
+  // sends at most proto::kRelayWindow unacknowledged, so what waits here is bounded).
+  void take_stdin(uint32_t id, const std::string& bytes, bool end) {
+    auto it = commands_.find(id);
+    if (it == commands_.end() || !it->second.relayed) return;
+    Command& command = it->second;
+    if (command.in < 0) {  // its stdin is closed already: taken, and dropped
+      if (!bytes.empty())
+        proto::send_message(control_, proto::Type::kStdinTaken, id, static_cast<int64_t>(bytes.size()), {});
+      return;
+    }
+    command.stdin_pending.append(bytes);
+    command.stdin_ended = command.stdin_ended || end;
+    write_stdin(command);
+  }
+
+  void write_stdin(Command& command) {
+    size_t taken = 0;
+    while (!command.stdin_pending.empty()) {
+      const ssize_t n = write(command.in, command.stdin_pending.data(), command.stdin_pending.size());
+      if (n > 0) {
+        command.stdin_pending.erase(0, static_cast<size_t>(n));
+        taken += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) break;  // its pipe is full: polled for room
+      // EPIPE: nothing reads its stdin any more; what waits is dropped, as natively.
+      taken += command.stdin_pending.size();
+      command.stdin_pending.clear();
+      command.stdin_ended = true;
+    }
+    if (command.stdin_ended && command.stdin_pending.empty()) {
+      close(command.in);
+      command.in = -1;
+    }
+    if (taken > 0)
+      proto::send_message(control_, proto::Type::kStdinTaken, command.id, static_cast<int64_t>(taken), {});
+  }
+
+  // Once a relayed process has exited and its output is at its end, it is forgotten (a
+  // plain command is forgotten at its exit, reap).
+  void forget_if_done(uint32_t id) {
+    auto it = commands_.find(id);
+    if (it == commands_.end()) return;
+    Command& command = it->second;
+    if (!command.relayed || !command.exited || command.out >= 0 || command.err >= 0) return;
+    if (command.in >= 0) close(command.in);
+    commands_.erase(it);
+  }
+
   // Sends what the pipe holds now, at most `max_reads` chunks (a writer that never stops
-  // must not keep the agent from its other pipes). Returns false at end of file.
-  bool forward(uint32_t id, int64_t stream, int fd, int max_reads) {
+  // must not keep the agent from its other pipes; a relayed process's stops at its
+  // window). Returns false at end of file.
+  bool forward(Command& command, int64_t stream, int fd, int max_reads) {
     static std::array<char, 64 * 1024> buffer;
     for (int reads = 0; reads < max_reads; ++reads) {
-      const ssize_t n = read(fd, buffer.data(), buffer.size());
+      // A relayed process's bytes in flight never pass the window (the server keeps no more).
+      size_t room = buffer.size();
+      if (command.relayed) {
+        if (command.output_in_flight >= proto::kRelayWindow) return true;
+        room = std::min(room, proto::kRelayWindow - command.output_in_flight);
+      }
+      const ssize_t n = read(fd, buffer.data(), room);
       if (n > 0) {
-        proto::send_message(control_, proto::Type::kOutput, id, stream,
+        proto::send_message(control_, proto::Type::kOutput, command.id, stream,
                             std::string_view(buffer.data(), static_cast<size_t>(n)));
+        if (command.relayed) command.output_in_flight += static_cast<size_t>(n);
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -174,13 +272,6 @@ class Agent {
   }
 
   void spawn(uint32_t id, const std::string& payload, bool keep_stdin) {
-    if (keep_stdin) {
-      // A process the server talks to needs its pipes on the host: not on this tier yet.
-      proto::send_message(
-          control_, proto::Type::kSpawnFailed, id, ENOSYS,
-          "long-lived processes (the Python kernel) are not available on the gvisor tier yet");
-      return;
-    }
     proto::SpawnRequest request;
     if (!proto::decode(payload, request) || request.argv.empty()) {
       proto::send_message(control_, proto::Type::kSpawnFailed, id, EINVAL, "malformed spawn request");
@@ -198,27 +289,46 @@ class Agent {
       proto::send_message(control_, proto::Type::kSpawnFailed, id, e, describe_errno("pipe2", e));
       return;
     }
+    // A process the server talks to reads its stdin from a pipe whose write end stays
+    // here (a plain command's stdin is /dev/null).
+    int in[2] = {-1, -1};
+    if (keep_stdin && pipe2(in, O_CLOEXEC) != 0) {
+      const int e = errno;
+      for (int fd : {out[0], out[1], err[0], err[1]}) close(fd);
+      proto::send_message(control_, proto::Type::kSpawnFailed, id, e, describe_errno("pipe2", e));
+      return;
+    }
     const pid_t pid = fork();
-    if (pid == 0) run_child(request, out[1], err[1]);
+    if (pid == 0) run_child(request, in[0], out[1], err[1]);
     const int fork_errno = errno;
     close(out[1]);
     close(err[1]);
+    if (in[0] >= 0) close(in[0]);
     if (pid < 0) {
       close(out[0]);
       close(err[0]);
+      if (in[1] >= 0) close(in[1]);
       proto::send_message(control_, proto::Type::kSpawnFailed, id, fork_errno,
                           describe_errno("fork", fork_errno));
       return;
     }
     fcntl(out[0], F_SETFL, O_NONBLOCK);
     fcntl(err[0], F_SETFL, O_NONBLOCK);
-    commands_[id] = Command{id, pid, out[0], err[0]};
+    Command command{id, pid, out[0], err[0]};
+    if (keep_stdin) {
+      fcntl(in[1], F_SETFL, O_NONBLOCK);
+      command.relayed = true;
+      command.in = in[1];
+      // Its pid at once (the server waits for it); no descriptors: they cannot leave gVisor.
+      proto::send_message(control_, proto::Type::kSpawned, id, pid, {});
+    }
+    commands_[id] = std::move(command);
     by_pid_[pid] = id;
   }
 
   // The command's child: its own session (its tree is found by session id, kill_tree),
   // the agent's uid with no capability left in any set, then bash.
-  [[noreturn]] void run_child(const proto::SpawnRequest& request, int out, int err) {
+  [[noreturn]] void run_child(const proto::SpawnRequest& request, int in, int out, int err) {
     auto fail = [err](const std::string& what) {
       const std::string line = "sandboxd: " + what + "\n";
       if (write(err, line.data(), line.size()) < 0) _exit(126);
@@ -229,8 +339,8 @@ class Agent {
     sigprocmask(SIG_SETMASK, &none, nullptr);
     signal(SIGPIPE, SIG_DFL);
     setsid();
-    const int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+    const int stdin_fd = in >= 0 ? in : open("/dev/null", O_RDONLY);
+    if (stdin_fd < 0 || dup2(stdin_fd, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
       fail(describe_errno("redirecting stdio", errno));
     if (max_open_files_ > 0) {
       rlimit limit{max_open_files_, max_open_files_};
@@ -275,6 +385,13 @@ class Agent {
       by_pid_.erase(known);
       auto it = commands_.find(id);
       if (it == commands_.end()) continue;
+      if (it->second.relayed) {
+        // Its output goes on streaming until its pipes' end, independently of this.
+        it->second.exited = true;
+        proto::send_message(control_, proto::Type::kExited, id, status, {});
+        forget_if_done(id);
+        continue;
+      }
       Command command = it->second;
       commands_.erase(it);
       // What the shell wrote before it exited is in its pipes: sent before the exit.
@@ -282,7 +399,7 @@ class Agent {
       for (auto [fd, stream] :
            {std::pair{command.out, proto::kOutputStdout}, {command.err, proto::kOutputStderr}}) {
         if (fd < 0) continue;
-        if (forward(id, stream, fd, /*max_reads=*/64))
+        if (forward(command, stream, fd, /*max_reads=*/64))
           draining_.push_back(fd);
         else
           close(fd);

@@ -191,6 +191,9 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
                           "mnt/user-data/outputs", "mnt/skills", "run", "root", "var", ".sandboxd"})
     make_dirs(root + "/" + dir);
   fs::create_symlink("/tmp", root + "/var/tmp", ec);
+  // E2B's code expects a writable home at /home/user that lasts: the workspace, as on
+  // the native tier (runtime/mount.cc).
+  fs::create_symlink("agent/workspace", root + "/home/user", ec);
   write_text(root + kInitInContainer, "");
   mounts.bind(options_.init_path, kInitInContainer, /*read_only=*/true);
   if (!preload_.empty()) {

@@ -29,6 +29,16 @@ enum class Type : uint32_t {
   // payload = bytes the command wrote, in order, all before its kExited. A pipe made
   // inside gVisor cannot be passed to the host, so its bytes are carried instead.
   kOutput = 12,
+  // A long-lived process on the gvisor tier (kSpawnKeepStdin answered by a kSpawned with
+  // no descriptors): its pipes stay with PID 1, and their bytes travel as messages. Its
+  // kOutput carries what it wrote as it writes, an empty payload ending that stream, and
+  // is independent of its kExited (as a pipe outlives its writer's exit natively). Each
+  // direction has at most kRelayWindow bytes in flight: the receiver acknowledges what
+  // it has written on, so a reader that stops reading makes the writer wait on its pipe
+  // as it would natively, and no side buffers without bound.
+  kStdin = 13,        // server -> init: id, value = 0 with bytes for its stdin, or kStdinEnd
+  kStdinTaken = 14,   // init -> server: id, value = bytes of kStdin written into its stdin
+  kOutputTaken = 15,  // server -> init: id, value = bytes of kOutput written on to its reader
 };
 
 inline constexpr int64_t kOutputStdout = 1;
@@ -37,6 +47,14 @@ inline constexpr int64_t kOutputStderr = 2;
 // kSpawn's value for a process the server keeps talking to: kSpawned also carries the
 // write end of its stdin (a plain command's stdin is closed at once: end of file).
 inline constexpr int64_t kSpawnKeepStdin = 1;
+
+// kStdin's value when the server's end of the process's stdin was closed: PID 1 closes
+// the process's stdin once what came before is written.
+inline constexpr int64_t kStdinEnd = 1;
+
+// The bytes of a relayed process's output (both streams together) or of its stdin that
+// may be sent and not yet acknowledged (kOutputTaken, kStdinTaken).
+inline constexpr size_t kRelayWindow = 256 * 1024;
 
 // A plain command's output pipes stay with PID 1 while it runs, this long at most. One
 // that ends sooner (most do) has them sent with its kExited, so a command is one message

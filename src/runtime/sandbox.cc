@@ -15,6 +15,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cstdio>
+#include <deque>
 #include <optional>
 
 #include "base/blocking.h"
@@ -186,6 +187,73 @@ struct Sandbox::Execution {
   size_t output_limit = 0;
   std::function<void(OutputStreamId, std::string_view)> on_output;
   std::shared_ptr<OutputStream> carried_out, carried_err;
+  // A long-lived process (start_process): a kSpawned without descriptors means PID 1
+  // keeps its pipes, and a relay stands in for them.
+  bool process = false;
+};
+
+// The server's side of a relayed process: host pipes whose far ends the caller holds as
+// it would hold the process's own, and what moves between them and PID 1's messages.
+// Both directions are bounded by protocol::kRelayWindow: bytes are acknowledged only
+// once a pipe has taken them, so a caller that stops reading (or a process that stops
+// reading its stdin) holds the other side back instead of filling the server's memory.
+struct Sandbox::Relay : std::enable_shared_from_this<Relay> {
+  Relay(Strand& strand, uint32_t id) : id(id), stdin_room(strand, Clock::time_point::max()) {}
+
+  // Sends to PID 1, in order. The control socket is non-blocking (the reactor made it
+  // so): what it cannot take now waits here and goes once it has room, never dropped
+  // (a lost kStdin would lose bytes, a lost acknowledgement would stall the process).
+  // Bounded by the window: at most kRelayWindow of stdin, and acknowledgements.
+  void post(Sandbox& sandbox, protocol::Type type, std::string_view payload, int64_t value) {
+    outbox.push_back({type, value, std::string(payload)});
+    flush(sandbox);
+  }
+  void flush(Sandbox& sandbox) {
+    while (!sending && !outbox.empty()) {
+      if (!sandbox.control_.is_open()) {
+        outbox.clear();
+        return;
+      }
+      const auto& message = outbox.front();
+      const int rc = protocol::send_message(sandbox.control_.native_handle(), message.type, id, message.value,
+                                            message.payload, nullptr, 0, /*dont_wait=*/true);
+      if (rc == -EAGAIN) {
+        sending = true;
+        sandbox.control_.async_wait(
+            asio::posix::descriptor_base::wait_write,
+            [owner = sandbox.shared_from_this(), self = shared_from_this()](error_code ec) {
+              self->sending = false;
+              if (ec) {
+                self->outbox.clear();  // the sandbox is stopping
+                return;
+              }
+              self->flush(*owner);
+            });
+        return;
+      }
+      outbox.pop_front();  // sent (or PID 1 is gone, which the control reader sees)
+    }
+  }
+
+  struct Outgoing {
+    protocol::Type type;
+    int64_t value;
+    std::string payload;
+  };
+  std::deque<Outgoing> outbox;
+  bool sending = false;  // waiting for room in the control socket
+
+  struct Output {
+    std::optional<asio::posix::stream_descriptor> pipe;  // the write end; the caller reads
+    std::string pending;                                 // received, not yet taken by the pipe
+    bool ended = false;                                  // PID 1 sent the stream's end
+    bool waiting = false;                                // waiting for room in the pipe
+  };
+  uint32_t id;
+  std::array<Output, 2> out;                                 // stdout, stderr
+  std::optional<asio::posix::stream_descriptor> stdin_pipe;  // the read end; the caller writes
+  size_t stdin_in_flight = 0;                                // sent in kStdin, not yet taken
+  asio::steady_timer stdin_room;                             // cancelled by a kStdinTaken
 };
 
 namespace {
@@ -343,6 +411,20 @@ void Sandbox::dispatch(protocol::Message& msg) {
     default:
       break;
   }
+  if (msg.header.type == Type::kOutput || msg.header.type == Type::kStdinTaken) {
+    if (auto found = relays_.find(msg.header.id); found != relays_.end()) {
+      for (int fd : msg.fds) close(fd);
+      auto relay = found->second;
+      if (msg.header.type == Type::kOutput) {
+        relay_output(relay, msg.header.value == protocol::kOutputStderr ? 1 : 0, msg.payload);
+      } else if (msg.header.value > 0) {
+        const auto taken = static_cast<size_t>(msg.header.value);
+        relay->stdin_in_flight = taken >= relay->stdin_in_flight ? 0 : relay->stdin_in_flight - taken;
+        relay->stdin_room.cancel();
+      }
+      return;
+    }
+  }
   auto it = executions_.find(msg.header.id);
   if (it == executions_.end()) {
     for (int fd : msg.fds) close(fd);
@@ -351,8 +433,20 @@ void Sandbox::dispatch(protocol::Message& msg) {
   Execution& exec = *it->second;
   switch (msg.header.type) {
     case Type::kSpawned:
+      if (exec.process && msg.fds.empty()) {
+        // PID 1 keeps the process's pipes (they cannot leave gVisor): relayed from here on.
+        exec.fds = start_relay(msg.header.id);
+        if (exec.fds.empty()) {
+          const int e = errno;
+          exec.failed = true;
+          exec.error = describe_errno("pipe2 (the host's end of a relayed process)", e);
+          send(Type::kKill, msg.header.id);
+          break;
+        }
+      } else {
+        exec.fds = std::move(msg.fds);
+      }
       exec.spawned = true;
-      exec.fds = std::move(msg.fds);
       break;
     case Type::kSpawnFailed:
       exec.failed = true;
@@ -461,6 +555,8 @@ asio::awaitable<void> Sandbox::finish_stop() {
   state_ = State::kStopping;  // (no command is started from now on)
   error_code ec;
   control_.close(ec);
+  // The relayed processes are gone with PID 1: their callers see their pipes' end.
+  for (auto& [id, relay] : std::exchange(relays_, {})) close_relay(*relay);
   if (pidfd_) pidfd_->close(ec);
   if (launcher_ > 0) {
     int status;
@@ -549,6 +645,7 @@ void Sandbox::send_spawn(uint32_t id, std::vector<std::string> argv, std::vector
 
 asio::awaitable<std::vector<int>> Sandbox::spawn_process_on_strand(uint32_t id, Execution& exec,
                                                                    ProcessRequest request) {
+  exec.process = true;
   send_spawn(id, std::move(request.argv), std::move(request.extra_env), /*keep_stdin=*/true);
   while (!exec.spawned && !exec.failed && state_ == State::kRunning) {
     exec.wake.expires_at(Clock::time_point::max());
@@ -561,6 +658,140 @@ asio::awaitable<std::vector<int>> Sandbox::spawn_process_on_strand(uint32_t id, 
     throw SandboxError("sandbox " + name_ + " stopped");
   }
   co_return std::exchange(exec.fds, {});
+}
+
+std::vector<int> Sandbox::start_relay(uint32_t id) {
+  std::array<std::array<int, 2>, 3> pipes{};  // stdout, stderr, stdin
+  for (size_t made = 0; made < pipes.size(); ++made) {
+    if (pipe2(pipes[made].data(), O_CLOEXEC) != 0) {
+      const int e = errno;
+      for (size_t i = 0; i < made; ++i) {
+        close(pipes[i][0]);
+        close(pipes[i][1]);
+      }
+      errno = e;
+      return {};
+    }
+  }
+  // The server's ends never block its strand; the caller's stay as a pipe from PID 1 is.
+  fcntl(pipes[0][1], F_SETFL, O_NONBLOCK);
+  fcntl(pipes[1][1], F_SETFL, O_NONBLOCK);
+  fcntl(pipes[2][0], F_SETFL, O_NONBLOCK);
+  auto relay = std::make_shared<Relay>(strand_, id);
+  relay->out[0].pipe.emplace(strand_, pipes[0][1]);
+  relay->out[1].pipe.emplace(strand_, pipes[1][1]);
+  relay->stdin_pipe.emplace(strand_, pipes[2][0]);
+  relays_[id] = relay;
+  asio::co_spawn(strand_, relay_stdin(relay), asio::detached);
+  return {pipes[0][0], pipes[1][0], pipes[2][1]};
+}
+
+void Sandbox::relay_output(const std::shared_ptr<Relay>& relay, int stream, std::string_view bytes) {
+  auto& out = relay->out[static_cast<size_t>(stream)];
+  if (bytes.empty()) {
+    out.ended = true;
+  } else if (!out.pipe) {
+    // Its reader is gone: taken and dropped, as a write to a closed pipe would be.
+    relay->post(*this, protocol::Type::kOutputTaken, {}, static_cast<int64_t>(bytes.size()));
+    return;
+  } else if (out.pending.size() + bytes.size() > protocol::kRelayWindow) {
+    // Past the window PID 1 keeps to: never held (and never acknowledged).
+    std::fprintf(stderr, "sandboxd: sandbox %s: process %u sent output past its window; dropped\n",
+                 name_.c_str(), relay->id);
+    return;
+  } else {
+    out.pending.append(bytes);
+  }
+  flush_output(relay, stream);
+}
+
+void Sandbox::flush_output(const std::shared_ptr<Relay>& relay, int stream) {
+  auto& out = relay->out[static_cast<size_t>(stream)];
+  if (out.waiting) return;
+  size_t taken = 0;
+  while (out.pipe && !out.pending.empty()) {
+    const ssize_t n = ::write(out.pipe->native_handle(), out.pending.data(), out.pending.size());
+    if (n > 0) {
+      out.pending.erase(0, static_cast<size_t>(n));
+      taken += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {  // the caller has not read yet: on once it has
+      out.waiting = true;
+      out.pipe->async_wait(asio::posix::descriptor_base::wait_write,
+                           [self = shared_from_this(), relay, stream](error_code) {
+                             relay->out[static_cast<size_t>(stream)].waiting = false;
+                             self->flush_output(relay, stream);
+                           });
+      break;
+    }
+    // EPIPE: the caller closed its end; what is left is dropped, and so is what comes.
+    taken += out.pending.size();
+    out.pending.clear();
+    error_code ignored;
+    out.pipe->close(ignored);
+    out.pipe.reset();
+  }
+  if (taken > 0) relay->post(*this, protocol::Type::kOutputTaken, {}, static_cast<int64_t>(taken));
+  if (out.pipe && out.ended && out.pending.empty() && !out.waiting) {
+    error_code ignored;  // its end: the caller reads end of file
+    out.pipe->close(ignored);
+    out.pipe.reset();
+  }
+  forget_relay_if_done(relay->id);
+}
+
+asio::awaitable<void> Sandbox::relay_stdin(std::shared_ptr<Relay> relay) {
+  auto self = shared_from_this();
+  std::string buffer(64 * 1024, '\0');
+  auto open = [&] { return relay->stdin_pipe && relay->stdin_pipe->is_open(); };
+  while (open()) {
+    while (open() && relay->stdin_in_flight >= protocol::kRelayWindow) {
+      relay->stdin_room.expires_at(Clock::time_point::max());
+      co_await wait_event(relay->stdin_room);
+    }
+    if (!open()) break;
+    error_code ec;
+    co_await relay->stdin_pipe->async_wait(asio::posix::descriptor_base::wait_read,
+                                           asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || !open()) break;
+    const size_t room = std::min(buffer.size(), protocol::kRelayWindow - relay->stdin_in_flight);
+    const ssize_t n = ::read(relay->stdin_pipe->native_handle(), buffer.data(), room);
+    if (n > 0) {
+      relay->stdin_in_flight += static_cast<size_t>(n);
+      relay->post(*this, protocol::Type::kStdin, std::string_view(buffer.data(), static_cast<size_t>(n)), 0);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    // The caller closed its end (or it broke): the process reads end of file.
+    relay->post(*this, protocol::Type::kStdin, {}, protocol::kStdinEnd);
+    break;
+  }
+  if (relay->stdin_pipe) {
+    error_code ignored;
+    relay->stdin_pipe->close(ignored);
+    relay->stdin_pipe.reset();
+  }
+  forget_relay_if_done(relay->id);
+}
+
+void Sandbox::close_relay(Relay& relay) {
+  error_code ignored;
+  for (auto& out : relay.out) {
+    if (out.pipe) out.pipe->close(ignored);
+    out.pending.clear();
+  }
+  if (relay.stdin_pipe) relay.stdin_pipe->close(ignored);
+  relay.stdin_room.cancel();
+}
+
+void Sandbox::forget_relay_if_done(uint32_t id) {
+  auto it = relays_.find(id);
+  if (it == relays_.end()) return;
+  const Relay& relay = *it->second;
+  if (relay.out[0].pipe || relay.out[1].pipe || relay.stdin_pipe) return;
+  relays_.erase(it);
 }
 
 asio::awaitable<ProcessChannel> Sandbox::start_process(ProcessRequest request) {

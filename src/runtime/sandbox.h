@@ -151,6 +151,7 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   enum class State { kStarting, kRunning, kStopping, kStopped };
   struct Execution;
   struct OutputStream;
+  struct Relay;
 
   asio::awaitable<ExecResult> exec_on_strand(ExecRequest request);
   asio::awaitable<ProcessChannel> start_process_on_strand(ProcessRequest request);
@@ -175,6 +176,16 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   // the sandbox's frozen cgroups, and past kPid1ExitLimit gives up on it. Idempotent.
   asio::awaitable<void> bound_pid1_exit();
   void wake_all();
+  // A long-lived process whose pipes PID 1 keeps (the gvisor tier: a pipe made inside
+  // gVisor cannot be passed out): host pipes for the caller, their bytes relayed as
+  // messages (protocol::kStdin, kOutput). Returns the caller's ends [stdout, stderr,
+  // stdin], or an empty vector with errno when the pipes cannot be made.
+  std::vector<int> start_relay(uint32_t id);
+  void relay_output(const std::shared_ptr<Relay>& relay, int stream, std::string_view bytes);
+  void flush_output(const std::shared_ptr<Relay>& relay, int stream);
+  asio::awaitable<void> relay_stdin(std::shared_ptr<Relay> relay);
+  void close_relay(Relay& relay);
+  void forget_relay_if_done(uint32_t id);
   int send(protocol::Type type, uint32_t id, std::string_view payload = {}, int64_t value = 0);
 
   asio::any_io_executor executor_;  // as given
@@ -190,6 +201,9 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   std::unique_ptr<asio::posix::stream_descriptor> pidfd_;
   asio::steady_timer state_changed_;  // cancelled to wake waiters on state changes
   std::map<uint32_t, std::shared_ptr<Execution>> executions_;
+  // By execution id, until every end of the process's pipes is closed (its exit may come
+  // before its output's end, which outlives wait_process's look at executions_).
+  std::map<uint32_t, std::shared_ptr<Relay>> relays_;
   uint32_t next_id_ = 1;
   size_t active_ = 0;
   std::chrono::steady_clock::time_point started_at_;

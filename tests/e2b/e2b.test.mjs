@@ -13,6 +13,10 @@ const ALICE = 'e2b-alice-token';
 const BOB = 'e2b-bob-token';
 let dir;
 let server;
+// The same server on the gvisor tier (runtime.isolation: gvisor), for the tests that run
+// on both tiers; only where runsc is installed.
+const RUNSC = ['/usr/sbin/runsc', '/usr/bin/runsc', '/usr/local/sbin/runsc', '/usr/local/bin/runsc'].find(existsSync);
+let gvisorServer;
 const made = [];
 
 before(async () => {
@@ -23,11 +27,18 @@ before(async () => {
   process.env.E2B_API_URL = `${server.url}/e2b`;
   process.env.E2B_SANDBOX_URL = `${server.url}/e2b/sandbox`;
   process.env.E2B_API_KEY = ALICE;
+  if (RUNSC) {
+    gvisorServer = await startServer(dir, 'gvisor', [
+      `auth: { tokens: [ { token: ${ALICE}, owner: alice } ] }`,
+      'runtime: { isolation: gvisor, gvisorPlatform: ptrace }',
+    ]);
+  }
 });
 
 after(async () => {
-  for (const sandbox of made) await Sandbox.kill(sandbox.sandboxId).catch(() => {});
+  for (const sandbox of made) await sandbox.kill().catch(() => {});
   if (server) await stopProgram(server.child);
+  if (gvisorServer) await stopProgram(gvisorServer.child);
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -35,6 +46,17 @@ async function create(opts = {}) {
   const sandbox = await Sandbox.create({ timeoutMs: 300_000, ...opts });
   made.push(sandbox);
   return sandbox;
+}
+
+// A test that holds on both isolation tiers runs on each: `body` gets the options that
+// create a sandbox on that tier's server.
+const TIERS = ['native', 'gvisor'];
+function onEachTier(name, body) {
+  for (const tier of TIERS) {
+    const skip = tier === 'gvisor' && !RUNSC ? 'runsc is not installed (Debian: apt-get install runsc)' : false;
+    test(`${name} (${tier})`, { skip }, () =>
+      body(tier === 'native' ? {} : { apiUrl: `${gvisorServer.url}/e2b`, sandboxUrl: `${gvisorServer.url}/e2b/sandbox` }));
+  }
 }
 
 test('create, get and list a sandbox with its metadata', async () => {
@@ -191,8 +213,8 @@ test('commands: run, a failing command, streamed output, environment and cwd', a
   assert.equal(late.stdout, 'early\nlate\n');
 });
 
-test('a background process is listed, gets stdin, and is killed', async () => {
-  const sandbox = await create();
+onEachTier('a background process is listed, gets stdin, and is killed', async (tier) => {
+  const sandbox = await create(tier);
   const handle = await sandbox.commands.run('read line; echo "got $line"; sleep 600', { background: true, stdin: true });
   const listed = await sandbox.commands.list();
   const entry = listed.find((p) => p.pid === handle.pid);

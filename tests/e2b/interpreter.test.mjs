@@ -4,7 +4,7 @@
 // CTest with SANDBOXD_PATH.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox, NotFoundError } from '@e2b/code-interpreter';
@@ -16,6 +16,11 @@ let dir;
 let server;
 let sandbox;
 let opts;
+// The same server on the gvisor tier (runtime.isolation: gvisor) and a sandbox of it, for
+// the tests that run on both tiers; only where runsc is installed.
+const RUNSC = ['/usr/sbin/runsc', '/usr/bin/runsc', '/usr/local/sbin/runsc', '/usr/local/bin/runsc'].find(existsSync);
+let gvisorServer;
+let gvisorSandbox;
 
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'sandboxd-e2b-interpreter-'));
@@ -27,15 +32,34 @@ before(async () => {
   opts = { apiKey: ALICE, apiUrl: `${server.url}/e2b`, sandboxUrl: `${server.url}/e2b/sandbox` };
   // E2B's API ends a sandbox 15 s after its creation unless it asks for longer.
   sandbox = await Sandbox.create({ ...opts, timeoutMs: 600_000 });
+  if (RUNSC) {
+    gvisorServer = await startServer(dir, 'gvisor', [
+      `auth: { tokens: [ { token: ${ALICE}, owner: alice } ] }`,
+      'runtime: { isolation: gvisor, gvisorPlatform: ptrace }',
+    ]);
+    gvisorSandbox = await Sandbox.create({
+      apiKey: ALICE, apiUrl: `${gvisorServer.url}/e2b`, sandboxUrl: `${gvisorServer.url}/e2b/sandbox`, timeoutMs: 600_000,
+    });
+  }
 });
 
 after(async () => {
   if (sandbox) await sandbox.kill().catch(() => {});
+  if (gvisorSandbox) await gvisorSandbox.kill().catch(() => {});
   if (server) await stopProgram(server.child);
+  if (gvisorServer) await stopProgram(gvisorServer.child);
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-test('the last expression is the main result, as text, and state is kept between calls', async () => {
+// A test that holds on both isolation tiers runs on each, with that tier's sandbox.
+function onEachTier(name, body) {
+  for (const tier of ['native', 'gvisor']) {
+    const skip = tier === 'gvisor' && !RUNSC ? 'runsc is not installed (Debian: apt-get install runsc)' : false;
+    test(`${name} (${tier})`, { skip }, () => body(tier === 'native' ? sandbox : gvisorSandbox));
+  }
+}
+
+onEachTier('the last expression is the main result, as text, and state is kept between calls', async (sandbox) => {
   const first = await sandbox.runCode('x = 41\nx + 1');
   assert.equal(first.text, '42');
   assert.equal(first.error, undefined);
