@@ -2,6 +2,8 @@
 //   - cold: Sandbox.create() + commands.run('true')  vs  POST /containers + bash `true`
 //   - warm: commands.run('true')                      vs  bash_code_execution `true`
 //   - warm Python: runCode('1')                       vs  code_execution `1`
+//   - files: files.write() of 1 KiB until watchDir()'s callback has its `write`
+//            vs  PUT /files/{key} of the same bytes (and files.write() alone)
 // Each pair alternates call by call (the same noise for both sides), through node's
 // fetch on both sides; the goal is a ratio (E2B's SDK / sandboxd's API at p50 <= 1.3x).
 // E2B's own published figure for a sandbox start (~150 ms) is printed beside them: a
@@ -119,6 +121,47 @@ try {
   row("warm runCode('1')", e2bCode);
   row("warm code_execution '1'", ownCode);
   ratio('warm Python: E2B SDK / sandboxd API', e2bCode, ownCode, 1.3);
+
+  // Files: a write seen by a watch of its folder (the round trip a client that syncs
+  // files makes: write, then learn of it from the watch) against sandboxd's own upload
+  // of the same bytes, and the E2B write alone (what the watch adds). The outputs folder
+  // on both sides: the same file system and the same commit path.
+  const body = 'x'.repeat(1024);
+  const folder = '/mnt/user-data/outputs/watched';
+  await sandbox.files.makeDir(folder);
+  let waiting = null;
+  const watch = await sandbox.files.watchDir(folder, (event) => {
+    if (waiting && event.type === 'write' && event.name === waiting.name) {
+      const done = waiting.done;
+      waiting = null;
+      done();
+    }
+  }, { timeoutMs: 0 });
+  const seen = (name) => new Promise((done) => { waiting = { name, done }; });
+  const put = async (key) => {
+    const response = await fetch(`${server.url}/api/gpt/v1/files/${key}?scope_id=${own}`,
+                                 { method: 'PUT', headers: { Authorization: `Bearer ${TOKEN}` }, body });
+    await response.text();
+    if (!response.ok) throw new Error(`PUT ${key}: ${response.status}`);
+  };
+  const roundE2b = [], writeE2b = [], putOwn = [];
+  for (let i = 0; i < WARM; ++i) {
+    const name = `f${i % 16}.txt`;
+    roundE2b.push(await timed(async () => {
+      const event = seen(name);
+      await sandbox.files.write(`${folder}/${name}`, body);
+      await event;
+    }));
+    writeE2b.push(await timed(() => sandbox.files.write(`/home/user/${name}`, body)));
+    putOwn.push(await timed(() => put(`outputs/bench/${name}`)));
+  }
+  await watch.stop();
+  const e2bRound = stats(roundE2b), e2bWrite = stats(writeE2b), ownPut = stats(putOwn);
+  row('files.write() 1 KiB until watchDir() sees its write', e2bRound);
+  row('files.write() 1 KiB', e2bWrite);
+  row('PUT /files/{key} 1 KiB', ownPut);
+  ratio('files: E2B write + watch / sandboxd PUT', e2bRound, ownPut);
+  ratio('files: E2B write + watch / E2B write', e2bRound, e2bWrite);
 
   await sandbox.kill();
   await call('DELETE', `/containers/${own}`);

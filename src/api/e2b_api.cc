@@ -7,6 +7,7 @@
 
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <ctime>
@@ -67,14 +68,16 @@ asio::awaitable<Result<json::object>> read_object(RequestContext& ctx) {
 // The Sandbox schema: what create and connect answer. The envd access token is the
 // caller's own token (see api/e2b_common.h); so is the traffic token, which the code
 // interpreter's SDK sends on its context calls (they carry no other credential).
-json::object sandbox_handle(const service::E2bSandbox& s, RequestContext& ctx) {
+json::object sandbox_handle(const service::E2bSandbox& s, RequestContext& ctx, const std::string& domain) {
   return json::object{{"templateID", s.template_id},
                       {"sandboxID", s.id},
                       {"clientID", "sandboxd"},
                       {"envdVersion", kEnvdVersion},
                       {"envdAccessToken", std::string(server::presented_token(ctx))},
                       {"trafficAccessToken", std::string(server::presented_token(ctx))},
-                      {"domain", nullptr}};
+                      // The SDKs address the sandbox as PORT-ID.<domain> where it is
+                      // given (E2B_SANDBOX_URL, when set, wins for their calls).
+                      {"domain", domain.empty() ? json::value(nullptr) : json::value(domain)}};
 }
 
 // A sandbox's size as E2B reports it, from the limits every sandbox gets (no limit on
@@ -150,7 +153,7 @@ asio::awaitable<Result<Response>> create_sandbox(ApiContext& api, RequestContext
     co_return ApiError::invalid_request("Volumes are not available on this server");
   auto created = co_await api.e2b_sandboxes->create(ctx.owner, std::move(request));
   if (!created) co_return created.error();
-  co_return json_ok(sandbox_handle(*created, ctx), HttpStatus::created);
+  co_return json_ok(sandbox_handle(*created, ctx, api.config()->e2b_sandbox_domain), HttpStatus::created);
 }
 
 // ?metadata=k1%3Dv1%26k2%3Dv2 (the SDK encodes each key and value, then the pairs as a
@@ -309,7 +312,8 @@ asio::awaitable<Result<Response>> connect_sandbox(ApiContext& api, RequestContex
   if (!resumed) co_return resumed.error();
   auto found = co_await api.e2b_sandboxes->find(ctx.owner, id);
   if (!found) co_return found.error();
-  co_return json_ok(sandbox_handle(*found, ctx), *resumed ? HttpStatus::created : HttpStatus::ok);
+  co_return json_ok(sandbox_handle(*found, ctx, api.config()->e2b_sandbox_domain),
+                    *resumed ? HttpStatus::created : HttpStatus::ok);
 }
 
 // ?start= and ?end= of the metrics (Unix seconds, what the SDKs send).
@@ -357,6 +361,32 @@ asio::awaitable<Result<Response>> sandbox_metrics(ApiContext& api, RequestContex
     data.push_back(std::move(sample));
   }
   co_return json_ok(data);
+}
+
+// E2B's addressing by name: PORT-SANDBOXID.<domain> (e.g. 49983-k3v9....sandboxes.example)
+// is that sandbox's port, as the SDKs' getHost and their file URLs name it. Such a
+// request goes where the same call through the sandbox URL goes: /e2b/sandbox plus its
+// path, the sandbox and port in the headers (any the client sent itself replaced).
+// Authentication is unchanged: the caller's token, or a file URL's signature.
+void route_by_host(http::request<http::buffer_body>& request, const std::string& domain) {
+  std::string_view host = request[http::field::host];
+  if (const size_t colon = host.rfind(':'); colon != std::string_view::npos) host = host.substr(0, colon);
+  if (host.size() <= domain.size() + 1 || host[host.size() - domain.size() - 1] != '.' ||
+      !boost::beast::iequals(host.substr(host.size() - domain.size()), domain))
+    return;
+  const std::string_view label = host.substr(0, host.size() - domain.size() - 1);
+  const size_t dash = label.find('-');
+  if (dash == std::string_view::npos || dash == 0 || dash > 5) return;
+  const std::string_view port = label.substr(0, dash);
+  if (port.find_first_not_of("0123456789") != std::string_view::npos) return;
+  std::string id(label.substr(dash + 1));
+  for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!ContainerService::valid_id(id)) return;
+  const std::string_view target = request.target();
+  if (target.empty() || target.front() != '/') return;
+  request.set("E2b-Sandbox-Id", id);
+  request.set("E2b-Sandbox-Port", port);
+  request.target("/e2b/sandbox" + std::string(target));
 }
 
 }  // namespace
@@ -510,6 +540,9 @@ void register_e2b_routes(server::HttpServer& http, ApiContext& api) {
     if (auto shaped = e2b_error_for_route(route, error)) return shaped;
     return Response{e2b_error_response(error)};
   });
+  if (const std::string domain = api.config()->e2b_sandbox_domain; !domain.empty())
+    http.set_host_router(
+        [domain](http::request<http::buffer_body>& request) { route_by_host(request, domain); });
   http.route(http::verb::post, base + "/v2/sandboxes", "e2b.sandboxes.create",
              e2b_route(api, create_sandbox));
   http.route(http::verb::post, base + "/sandboxes", "e2b.sandboxes.create", e2b_route(api, create_sandbox));

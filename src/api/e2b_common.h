@@ -24,8 +24,9 @@ namespace sandboxd::api {
 inline constexpr uint16_t kEnvdPort = 49983;
 inline constexpr uint16_t kCodeInterpreterPort = 49999;
 // The envd version the control plane reports: the SDKs turn features on by it (stdin
-// close, raw uploads), so it names the newest behaviour this server implements.
-inline constexpr std::string_view kEnvdVersion = "0.5.7";
+// close, raw uploads, file metadata, entries in watch events), so it names the newest
+// behaviour this server implements: everything the SDKs gate on up to 0.6.4.
+inline constexpr std::string_view kEnvdVersion = "0.6.4";
 
 // E2B's error body, {"code": <HTTP status>, "message": "..."}, with Retry-After for
 // 429 and 503 (the SDKs map 401, 404, 429 and 503 to their own exception types).

@@ -11,17 +11,24 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
+#include <cctype>
 #include <charconv>
 #include <csignal>
 #include <ctime>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 #include "api/connect_rpc.h"
 #include "api/e2b_common.h"
@@ -31,9 +38,12 @@
 #include "base/base64.h"
 #include "base/blocking.h"
 #include "base/utf8.h"
+#include "server/auth.h"
 #include "service/directory_watches.h"
+#include "service/owner_quotas.h"
 #include "service/sandbox_files.h"
 #include "service/sandbox_processes.h"
+#include "service/store_call.h"
 #include "store/multipart.h"
 
 namespace sandboxd::api {
@@ -137,7 +147,66 @@ json::object entry_info(const FileEntry& e) {
                  {"group", "user"},
                  {"modifiedTime", timestamp(e.mtime_ns)}};
   if (e.symlink_target) o["symlinkTarget"] = to_e2b_path(*e.symlink_target);
+  if (!e.metadata.empty()) {
+    json::object metadata;
+    for (const auto& [key, value] : e.metadata) metadata[key] = value;
+    o["metadata"] = std::move(metadata);
+  }
   return o;
+}
+
+// ---------------------------------------------------------------------------------
+// File metadata: an upload's `X-Metadata-<key>: <value>` headers, kept as the file's
+// extended attributes `user.e2b.<key>` (as envd keeps them, so code in the sandbox sees
+// them with getfattr too) and answered in EntryInfo. Bounded as envd bounds them: keys
+// and values printable ASCII, a key at most 246 bytes (the kernel's 255 for a name,
+// less the prefix), all of a file's at most 4096 bytes with the prefix counted per key
+// (one file system block: what ext4 keeps beside the inode).
+constexpr std::string_view kMetadataHeaderPrefix = "x-metadata-";
+constexpr size_t kMaxMetadataKey = 246;
+constexpr size_t kMaxMetadataBytes = 4096;
+
+struct FileMetadata {
+  std::map<std::string, std::string> entries;  // key (lower case) -> value
+  std::vector<std::pair<std::string, std::string>> attributes() const {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& [key, value] : entries)
+      out.emplace_back(std::string(service::kMetadataAttributePrefix) + key, value);
+    return out;
+  }
+};
+
+bool printable_ascii(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
+}
+
+// The metadata an upload's headers give its files (the first of a repeated key wins).
+Result<FileMetadata> metadata_of_headers(const RequestContext& ctx) {
+  FileMetadata metadata;
+  size_t bytes = 0;
+  for (const auto& field : ctx.header()) {
+    const std::string_view name = field.name_string();
+    if (name.size() < kMetadataHeaderPrefix.size() ||
+        !boost::beast::iequals(name.substr(0, kMetadataHeaderPrefix.size()), kMetadataHeaderPrefix))
+      continue;
+    std::string key(name.substr(kMetadataHeaderPrefix.size()));
+    for (char& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string_view value = field.value();
+    if (key.empty()) return ApiError::invalid_request("A metadata header needs a key: X-Metadata-<key>");
+    if (key.size() > kMaxMetadataKey)
+      return ApiError::invalid_request("The metadata key '" + key.substr(0, 64) + "...' is longer than " +
+                                       std::to_string(kMaxMetadataKey) + " bytes");
+    if (!printable_ascii(key) || !printable_ascii(value))
+      return ApiError::invalid_request("The metadata of key '" + to_valid_utf8(key.substr(0, 64)) +
+                                       "' is not printable US-ASCII");
+    if (metadata.entries.contains(key)) continue;
+    bytes += service::kMetadataAttributePrefix.size() + key.size() + value.size();
+    if (bytes > kMaxMetadataBytes)
+      return ApiError::invalid_request("A file's metadata is at most " + std::to_string(kMaxMetadataBytes) +
+                                       " bytes (keys, values and 9 bytes a key)");
+    metadata.entries.emplace(std::move(key), std::string(value));
+  }
+  return metadata;
 }
 
 // ---------------------------------------------------------------------------------
@@ -530,16 +599,25 @@ const char* event_type_name(service::WatchEvent::Type type) {
 // inside a co_await expression.)
 std::string watch_start_message() { return message(json::object{{"start", json::object{}}}); }
 std::string watch_keepalive_message() { return message(json::object{{"keepalive", json::object{}}}); }
-std::string watch_change_message(const service::WatchEvent& event) {
+std::string watch_change_message(const service::WatchEvent& event, const std::optional<FileEntry>& entry) {
   json::object change{{"name", to_valid_utf8(event.name)}, {"type", event_type_name(event.type)}};
+  if (entry) change["entry"] = entry_info(*entry);
   json::object response;
   response["filesystem"] = std::move(change);
   return message(response);
 }
 
+// What a watch with include_entry sends with each event: the entry as Stat describes
+// it now, when it is there (not for a remove, nor for a name gone again since).
+struct EntryLookup {
+  ContainerPaths paths;
+  std::string folder;  // the watched folder's sandbox path
+};
+
 asio::awaitable<void> watch_events(server::ChunkWriter& out, std::shared_ptr<service::DirectoryWatch> watch,
                                    std::chrono::milliseconds keepalive,
-                                   std::chrono::steady_clock::time_point deadline) {
+                                   std::chrono::steady_clock::time_point deadline,
+                                   std::optional<EntryLookup> entries) {
   const std::string start = watch_start_message();
   if (!co_await out.write(start)) co_return;
   for (;;) {
@@ -555,9 +633,20 @@ asio::awaitable<void> watch_events(server::ChunkWriter& out, std::shared_ptr<ser
       co_await out.write(connect_rpc::end_of_stream(&error));
       co_return;
     }
+    std::vector<std::optional<FileEntry>> described(events->size());
+    if (entries && !events->empty()) {
+      auto describe = [&entries, &events, &described] {
+        for (size_t i = 0; i < events->size(); ++i) {
+          if ((*events)[i].type == service::WatchEvent::Type::kRemove) continue;
+          auto entry = service::stat_entry(entries->paths, entries->folder + "/" + (*events)[i].name);
+          if (entry) described[i] = std::move(*entry);
+        }
+      };
+      co_await run_blocking(std::move(describe));
+    }
     std::string batch;
     if (events->empty()) batch = watch_keepalive_message();
-    for (const auto& event : *events) batch += watch_change_message(event);
+    for (size_t i = 0; i < events->size(); ++i) batch += watch_change_message((*events)[i], described[i]);
     if (!co_await out.write(batch)) co_return;
   }
 }
@@ -573,6 +662,12 @@ asio::awaitable<Result<Response>> watch_dir(ApiContext& api, RequestContext& ctx
   bool recursive = false;
   if (const auto* flag = request->if_contains("recursive"); flag && flag->is_bool())
     recursive = flag->as_bool();
+  bool include_entry = false;
+  if (const auto* flag = request->if_contains("includeEntry"); flag && flag->is_bool())
+    include_entry = flag->as_bool();
+  // allowNetworkMounts lets envd watch a folder on NFS, CIFS or FUSE, which it refuses
+  // by default (their events may never come): the folders a watch reaches here are the
+  // container's own, never a network mount, so there is nothing to allow or refuse.
   auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
   if (!addressed) co_return addressed.error();
   auto ready = co_await ready_container(api, addressed->container);
@@ -584,13 +679,15 @@ asio::awaitable<Result<Response>> watch_dir(ApiContext& api, RequestContext& ctx
   const auto timeout = connect_rpc::timeout_of(ctx);
   const auto deadline = timeout.count() > 0 ? std::chrono::steady_clock::now() + timeout
                                             : std::chrono::steady_clock::time_point::max();
+  std::optional<EntryLookup> entries;
+  if (include_entry) entries = EntryLookup{(*ready)->paths, *path};
   server::StreamResponse res{connect_rpc::stream_header(), nullptr};
-  res.produce = [watch = std::move(*watch), keepalive = keepalive_of(ctx),
-                 deadline](server::ChunkWriter& out) -> asio::awaitable<void> {
+  res.produce = [watch = std::move(*watch), keepalive = keepalive_of(ctx), deadline,
+                 entries = std::move(entries)](server::ChunkWriter& out) -> asio::awaitable<void> {
     // A client that leaves ends the watch at once (not at the next keep-alive), so its
     // share of watches comes back.
     auto gone = server::DisconnectWatch::start(out.stream().socket(), [watch] { watch->cancel(); });
-    co_await watch_events(out, watch, keepalive, deadline);
+    co_await watch_events(out, watch, keepalive, deadline, entries);
     gone->stop();
   };
   co_return res;
@@ -730,41 +827,87 @@ class UploadSlots {
   std::map<std::string, size_t> held_;
 };
 
-// One file of an upload, written where its path says.
+// One file of an upload, written where its path says, and its charge against the
+// owner's stored bytes.
 struct UploadFile {
   std::string path;
   std::unique_ptr<store::FileWriter> writer;
   UploadSlots::Slot slot;
+  std::unique_ptr<service::OwnerQuotas::UploadCharge> charge;
 };
 
+// quotas.storedBytesPerOwner, as for every upload (api/file_transfer.h): what the owner
+// stores is measured once per upload, and each file is charged as its bytes arrive (a
+// 403 past the quota, the file dropped). A file committed under outputs/ gets its record
+// at once, so it counts from then on as the Files API's do; one in the workspace counts
+// while it arrives and is bounded afterwards by the workspace's own size, as what code
+// writes there (the stored bytes are uploads' and outputs').
+asio::awaitable<Result<std::unique_ptr<service::OwnerQuotas::UploadCharge>>> begin_charge(
+    ApiContext& api, const Container& container, const service::OwnerQuotas::StoredBytes& stored,
+    const std::string& path, std::optional<uint64_t> declared) {
+  auto charge = [&api, &container, &stored, &path, declared] {
+    return api.quotas.begin_upload(stored, api.containers.metadata(), container.storage, path, declared);
+  };
+  co_return co_await store_call(api, std::move(charge));
+}
+
+bool under_outputs(const std::string& sandbox_path) {
+  return sandbox_path.size() > kOutputsMount.size() && sandbox_path.starts_with(kOutputsMount) &&
+         sandbox_path[kOutputsMount.size()] == '/';
+}
+
 Result<std::unique_ptr<store::FileWriter>> begin_write(ApiContext& api, const Container& container,
-                                                       const std::string& path) {
+                                                       const std::string& path,
+                                                       const FileMetadata& metadata) {
   auto resolved = resolve_sandbox_path(container.paths, path);
   if (resolved && resolved->read_only)
     return ApiError::permission("'" + resolved->sandbox_path + "' is read-only in the sandbox");
   auto begun = api.files.begin_write(container.paths, path, /*workspace_too=*/true);
   if (!begun) return file_problem(begun.error(), path);
+  // Every upload sets the file's metadata whole: none when it sends none (a new inode
+  // takes the name, without the previous version's attributes).
+  (*begun)->set_extended_attributes(metadata.attributes());
   return std::move(*begun);
 }
 
 // Commits the files (off the I/O thread) and closes them; what each became goes to
 // `out`, as /files answers it.
-asio::awaitable<Result<void>> commit_all(std::vector<UploadFile>& files, json::array& out) {
-  auto commit = [&files, &out]() -> Result<void> {
+asio::awaitable<Result<void>> commit_all(ApiContext& api, Container& container,
+                                         std::vector<UploadFile>& files, const FileMetadata& metadata,
+                                         json::array& out) {
+  json::object metadata_json;
+  for (const auto& [key, value] : metadata.entries) metadata_json[key] = value;
+  std::vector<std::pair<store::FileRecord, service::OwnerQuotas::UploadCharge*>> recorded;
+  auto commit = [&files, &out, &metadata_json, &recorded, &container]() -> Result<void> {
     for (size_t i = 0; i < files.size(); ++i) {
       auto record = files[i].writer->commit();
       if (!record) {
         for (size_t rest = i; rest < files.size(); ++rest) files[rest].writer->abort();
         return file_problem(record.error(), files[i].path);
       }
+      if (under_outputs(record->path)) {
+        record->storage = container.storage;
+        recorded.emplace_back(*record, files[i].charge.get());
+      }
       const std::string shown = to_e2b_path(record->path);
-      out.push_back(
-          json::object{{"name", shown.substr(shown.rfind('/') + 1)}, {"type", "file"}, {"path", shown}});
+      json::object entry{{"name", shown.substr(shown.rfind('/') + 1)}, {"type", "file"}, {"path", shown}};
+      if (!metadata_json.empty()) entry["metadata"] = metadata_json;
+      out.push_back(std::move(entry));
     }
     return {};
   };
   auto committed = co_await run_blocking(std::move(commit));
-  files.clear();  // (closed here, on the I/O thread: their descriptors and slots go back)
+  if (!recorded.empty()) {
+    auto index = [&api, &recorded] {
+      for (auto& [record, charge] : recorded) {
+        api.containers.metadata().put_file(record, /*reset_created=*/true);
+        if (charge) charge->committed();
+      }
+      return true;
+    };
+    co_await store_call(api, std::move(index));
+  }
+  files.clear();  // (closed here, on the I/O thread: their descriptors, slots and charges go back)
   co_return committed;
 }
 
@@ -777,6 +920,8 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
   if (auto user = check_username_query(ctx); !user) co_return user.error();
   auto gzipped = gzip_encoded(ctx);
   if (!gzipped) co_return gzipped.error();
+  auto metadata = metadata_of_headers(ctx);
+  if (!metadata) co_return metadata.error();
   auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
   if (!addressed) co_return addressed.error();
   auto ready = co_await ready_container(api, addressed->container);
@@ -784,6 +929,8 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
   Container& container = **ready;
   const auto query_path = ctx.query_value("path");
   const uint64_t limit = api.config()->max_upload_bytes;
+  const auto stored = co_await api.quotas.stored_bytes(api.containers.metadata(),
+                                                       api.config()->stored_bytes_per_owner, container.owner);
   json::array committed;
   std::vector<UploadFile> ended;  // ended parts, open until committed
   const auto content_type = ctx.header_value(http::field::content_type);
@@ -795,7 +942,11 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
     const std::string path = to_sandbox_path(*query_path);
     auto slot = co_await slots.take(ctx.owner);
     if (!slot) co_return slot.error();
-    auto writer = begin_write(api, container, path);
+    // (A compressed body's size says nothing of what it inflates to.)
+    auto charge = co_await begin_charge(api, container, stored, path,
+                                        *gzipped ? std::nullopt : ctx.declared_body_size());
+    if (!charge) co_return charge.error();
+    auto writer = begin_write(api, container, path, *metadata);
     if (!writer) co_return writer.error();
     Result<void> received;
     if (*gzipped) {
@@ -803,7 +954,9 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
       // the limit (the compressed body is bounded by it too).
       GzipBody body(limit);
       store::FileWriter& out = **writer;
-      auto to_file = [&out, &path](std::string_view data) -> asio::awaitable<Result<void>> {
+      service::OwnerQuotas::UploadCharge& quota = **charge;
+      auto to_file = [&out, &path, &quota](std::string_view data) -> asio::awaitable<Result<void>> {
+        if (auto room = quota.add(data.size()); !room) co_return room.error();
         co_await room_in(out, data.size());
         if (auto written = out.write(data.data(), data.size()); !written)
           co_return file_problem(written.error(), path);
@@ -814,32 +967,34 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
       received = co_await ctx.read_body_stream_async(limit, inflate_to_file);
       if (received) received = body.check_complete();
     } else {
-      auto accept = [](size_t) -> Result<void> { return {}; };  // the volume's size bounds it
+      auto accept = [&quota = **charge](size_t size) { return quota.add(size); };
       received = co_await ctx.read_body_into(limit, writer_buffers(api, **writer, path, accept));
     }
     if (!received) {
       (*writer)->abort();
       co_return received.error();
     }
-    ended.push_back({path, std::move(*writer), std::move(*slot)});
+    ended.push_back({path, std::move(*writer), std::move(*slot), std::move(*charge)});
   } else {
     // Each 'file' part: its path when its headers end (the parser pauses there, and the
     // part waits for a slot), its file opened at its first byte (or at its end, when it
     // is empty) and committed at its end (the parser pauses again).
     std::optional<ApiError> failure;
     size_t file_parts = 0;
-    std::optional<std::string> part_path;  // the 'file' part being read
-    std::optional<UploadFile> current;     // its file, once opened
-    UploadSlots::Slot part_slot;           // the slot it opens with
+    std::optional<std::string> part_path;                             // the 'file' part being read
+    std::optional<UploadFile> current;                                // its file, once opened
+    UploadSlots::Slot part_slot;                                      // the slot it opens with
+    std::unique_ptr<service::OwnerQuotas::UploadCharge> part_charge;  // and its charge
     bool wants_slot = false;
     store::MultipartParser* parser_ptr = nullptr;
     auto open_current = [&]() -> bool {
-      auto writer = begin_write(api, container, *part_path);
+      auto writer = begin_write(api, container, *part_path, *metadata);
       if (!writer) {
         failure = writer.error();
         return false;
       }
-      current.emplace(UploadFile{*part_path, std::move(*writer), std::move(part_slot)});
+      current.emplace(
+          UploadFile{*part_path, std::move(*writer), std::move(part_slot), std::move(part_charge)});
       return true;
     };
     store::MultipartParser parser(
@@ -869,6 +1024,10 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
         [&](std::string_view data) {
           if (!part_path) return true;
           if (!current && !open_current()) return false;
+          if (auto room = current->charge ? current->charge->add(data.size()) : Result<void>(); !room) {
+            failure = room.error();
+            return false;
+          }
           if (auto written = current->writer->write(data.data(), data.size()); !written) {
             failure = file_problem(written.error(), current->path);
             return false;
@@ -893,7 +1052,7 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
         [&](std::string_view chunk) -> asio::awaitable<Result<void>> {
       while (!chunk.empty() && !refused) {
         if (!ended.empty()) {
-          if (auto done = co_await commit_all(ended, committed); !done) {
+          if (auto done = co_await commit_all(api, container, ended, *metadata, committed); !done) {
             refused = done.error();
             break;
           }
@@ -906,6 +1065,12 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
             break;
           }
           part_slot = std::move(*taken);
+          auto charge = co_await begin_charge(api, container, stored, *part_path, std::nullopt);
+          if (!charge) {
+            refused = charge.error();
+            break;
+          }
+          part_charge = std::move(*charge);
         }
         if (current) co_await room_in(*current->writer, std::min<size_t>(chunk.size(), 1u << 20));
         if (!parser.feed_until_pause(chunk))
@@ -933,7 +1098,7 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
       co_return received.error();
     }
   }
-  auto done = co_await commit_all(ended, committed);
+  auto done = co_await commit_all(api, container, ended, *metadata, committed);
   note_changed(container);
   if (!done) co_return done.error();
   co_return json_ok(committed);
@@ -948,6 +1113,54 @@ asio::awaitable<Result<Response>> health(ApiContext& api, RequestContext& ctx) {
 }
 
 }  // namespace
+
+bool is_e2b_signed_request(const RequestContext& ctx) {
+  return !ctx.origin &&
+         (ctx.route_name == "e2b.envd.files.read" || ctx.route_name == "e2b.envd.files.write") &&
+         server::presented_token(ctx).empty() && ctx.query_value("signature").has_value();
+}
+
+// The signature, as the SDKs compute it (getSignature): "v1_" and the unpadded base64
+// of SHA-256 over "path:operation:user:token", with ":expiration" (Unix seconds) when
+// the URL expires; operation "read" for a download, "write" for an upload; path and
+// user as the URL gives them (either may be empty). The token is the envdAccessToken
+// the sandbox was made with: here the owner's own, so each of the server's tokens is
+// tried (a handful; constant-time compares) and the one that signed names the owner.
+// A signature is checked before its expiry, as envd does: a forged URL is "invalid"
+// whatever its expiry says.
+Result<void> authenticate_e2b_signature(RequestContext& ctx,
+                                        const std::vector<std::pair<std::string, std::string>>& tokens) {
+  const std::string operation = ctx.route_name == "e2b.envd.files.write" ? "write" : "read";
+  const std::string signature = ctx.query_value("signature").value_or("");
+  const auto expiration = ctx.query_value("signature_expiration");
+  const std::string prefix = ctx.query_value("path").value_or("") + ":" + operation + ":" +
+                             ctx.query_value("username").value_or("") + ":";
+  const std::string suffix = expiration ? ":" + *expiration : "";
+  const std::string* owner = nullptr;
+  for (const auto& [token, token_owner] : tokens) {
+    const std::string raw = prefix + token + suffix;
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int length = 0;
+    EVP_Digest(raw.data(), raw.size(), digest, &length, EVP_sha256(), nullptr);
+    std::string expected =
+        "v1_" + base64_encode(std::string_view(reinterpret_cast<const char*>(digest), length));
+    while (expected.ends_with('=')) expected.pop_back();
+    if (expected.size() == signature.size() &&
+        CRYPTO_memcmp(expected.data(), signature.data(), expected.size()) == 0)
+      owner = &token_owner;
+  }
+  if (!owner) return ApiError::authentication("invalid signature");
+  if (expiration) {
+    int64_t at = 0;
+    auto [end, ec] = std::from_chars(expiration->data(), expiration->data() + expiration->size(), at);
+    if (ec != std::errc() || end != expiration->data() + expiration->size())
+      return ApiError::authentication("invalid signature expiration");
+    if (at < static_cast<int64_t>(std::time(nullptr)))
+      return ApiError::authentication("signature is already expired");
+  }
+  ctx.owner = *owner;
+  return {};
+}
 
 void register_e2b_envd_routes(server::HttpServer& http, ApiContext& api) {
   if (!api.e2b_sandboxes || !api.sandbox_processes) return;

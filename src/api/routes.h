@@ -65,6 +65,14 @@ void register_e2b_routes(server::HttpServer& http, ApiContext& api);            
 void register_e2b_envd_routes(server::HttpServer& http, ApiContext& api);         // api/e2b_envd.cc
 void register_e2b_interpreter_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_interpreter.cc
 
+// envd's signed file URLs (the SDKs' downloadUrl and uploadUrl; api/e2b_envd.cc): a
+// GET or POST of /files that presents no token but a signature. Sets ctx.owner to the
+// owner of the token (of `tokens`, the server's (token, owner) pairs) that signed it,
+// or answers E2B's 401 ("invalid signature", "signature is already expired").
+bool is_e2b_signed_request(const server::RequestContext& ctx);
+Result<void> authenticate_e2b_signature(server::RequestContext& ctx,
+                                        const std::vector<std::pair<std::string, std::string>>& tokens);
+
 // A route handler from a function of (ApiContext&, RequestContext&).
 template <typename Fn>
 server::Handler with_api(ApiContext& api, Fn fn) {

@@ -321,7 +321,11 @@ int serve(ops::Config config, const std::string& config_path) {
     }
     api::SandboxNetwork network(io, http, config, tokens, peer_watch);
     containers.set_network(&network);
-    http.set_authenticator([&network](server::RequestContext& ctx) { return network.authenticate(ctx); });
+    // A token, or (for envd's /files only) a URL signed with one: the SDKs' file URLs.
+    http.set_authenticator([&network, &tokens](server::RequestContext& ctx) -> Result<void> {
+      if (api::is_e2b_signed_request(ctx)) return api::authenticate_e2b_signature(ctx, tokens);
+      return network.authenticate(ctx);
+    });
     http.set_observer([](const server::RequestRecord& r) {
       ops::log_event_batched(spdlog::level::info, "request",
                              {{"id", r.request_id},

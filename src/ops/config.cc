@@ -358,6 +358,19 @@ void read_public_url(const YAML::Node& v, const std::string& kp, Config& c) {
   c.public_url = url.substr(0, authority) + host;
 }
 
+// e2b.sandboxDomain: a DNS name (lower-cased), or empty.
+void read_e2b_sandbox_domain(const YAML::Node& v, const std::string& kp, Config& c) {
+  std::string domain = scalar(v, kp);
+  for (char& ch : domain) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const bool valid = domain.empty() || (domain.size() <= 200 && domain.front() != '.' &&
+                                        domain.back() != '.' && domain.find("..") == std::string::npos &&
+                                        domain.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-.") ==
+                                            std::string::npos);
+  if (!valid)
+    throw ConfigError(kp + ": must be a DNS name (letters, digits, '-' and '.'), e.g. sandboxes.example.com");
+  c.e2b_sandbox_domain = std::move(domain);
+}
+
 // model.models: {name: upstream model}.
 void read_models(const YAML::Node& v, const std::string& kp, Config& c) {
   if (!v.IsMap()) throw ConfigError(kp + ": must be a mapping of name to upstream model");
@@ -574,6 +587,7 @@ const std::vector<Key>& keys() {
   static const std::vector<Key> kKeys = {
       text(restart, "server.webRoot", &C::web_root),
       custom(new_work, "server.publicUrl", read_public_url, fields(&C::public_url)),
+      custom(restart, "e2b.sandboxDomain", read_e2b_sandbox_domain, fields(&C::e2b_sandbox_domain)),
       integer(restart, "server.headerTimeoutSec", &C::header_timeout_sec, 1, 3600),
       integer(restart, "server.bodyIdleTimeoutSec", &C::body_idle_timeout_sec, 1, 3600),
       integer(restart, "server.bodyMinRateBytesPerSec", &C::body_min_rate_bytes_per_sec, 0, int64_t{1} << 40),

@@ -57,6 +57,9 @@ struct Config {
   // naming that host, through its DNS-rebinding check. Empty: none but loopback names
   // and the listen address.
   std::string public_url;
+  // e2b.sandboxDomain: requests whose Host is PORT-SANDBOXID.<this> go to that sandbox
+  // (E2B's addressing; empty: off).
+  std::string e2b_sandbox_domain;
   // Slow bodies and connection caps (see server::ServerLimits).
   int body_idle_timeout_sec = 60;               // longest wait for the next body bytes
   uint64_t body_min_rate_bytes_per_sec = 1024;  // a body's minimum average rate (0: none)

@@ -11,6 +11,7 @@ namespace sandboxd::server {
 
 asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx,
                                                http::request_parser<http::buffer_body>& parser) {
+  if (host_router_) host_router_(parser.get());
   auto parsed = boost::urls::parse_origin_form(parser.get().target());
   if (!parsed) co_return error_response(ApiError::invalid_request("Malformed request target"));
   auto url = *parsed;

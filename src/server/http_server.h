@@ -236,6 +236,12 @@ class HttpServer {
   void set_authenticator(Authenticator authenticator) { authenticator_ = std::move(authenticator); }
   void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
   void set_interceptor(Interceptor interceptor) { interceptor_ = std::move(interceptor); }
+  // Runs first on every request, before its target is parsed: may give it another
+  // target and set headers from what its Host names (E2B's PORT-SANDBOXID.domain
+  // addressing, api/e2b_api.cc). What it sets is what the client could have sent itself
+  // (a target and headers), so it grants nothing.
+  using HostRouter = std::function<void(http::request<http::buffer_body>& request)>;
+  void set_host_router(HostRouter router) { host_router_ = std::move(router); }
   // The errors of requests whose path is `prefix` or below it (no route there, a
   // method not allowed, authentication, a handler's error) answered in another API's
   // shape by `shaper` (given the route's name, empty when none matched); nullopt from
@@ -277,6 +283,7 @@ class HttpServer {
   Authenticator authenticator_;
   RequestObserver observer_;
   Interceptor interceptor_;
+  HostRouter host_router_;
   std::vector<std::pair<std::string, ErrorShaper>> error_shapers_;
   std::optional<tcp::acceptor> acceptor_;
   std::atomic<bool> stopping_{false};

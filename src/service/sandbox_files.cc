@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 #include <algorithm>
 
@@ -111,6 +112,45 @@ std::string absolute_target(const std::string& link_path, const std::string& tar
   return out.empty() ? "/" : out;
 }
 
+// The user metadata of the entry `leaf` in `dirfd` (`dirfd` itself when `leaf` is
+// empty). Read through an O_PATH descriptor of the entry, opened without following a
+// symlink, by its /proc/self/fd name, which names that inode itself: nothing is looked
+// up by path again, so a rename under the call cannot lead it elsewhere. What cannot
+// be read (a file system without user attributes, an entry gone meanwhile) is none.
+std::map<std::string, std::string> metadata_of(int dirfd, const char* leaf) {
+  std::map<std::string, std::string> metadata;
+  UniqueFd opened;
+  int fd = dirfd;
+  if (*leaf) {
+    opened = UniqueFd(openat(dirfd, leaf, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!opened.valid()) return metadata;
+    fd = opened.get();
+  }
+  const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  // (Sizes first: most entries have no attributes, one call each.)
+  const ssize_t size = listxattr(proc.c_str(), nullptr, 0);
+  if (size <= 0) return metadata;
+  std::string names(static_cast<size_t>(size), '\0');
+  const ssize_t listed = listxattr(proc.c_str(), names.data(), names.size());
+  if (listed <= 0) return metadata;
+  names.resize(static_cast<size_t>(listed));
+  for (size_t at = 0; at < names.size();) {
+    const size_t end = std::min(names.find('\0', at), names.size());
+    const std::string name = names.substr(at, end - at);
+    at = end + 1;
+    if (!name.starts_with(kMetadataAttributePrefix) || name.size() == kMetadataAttributePrefix.size())
+      continue;
+    const ssize_t value_size = getxattr(proc.c_str(), name.c_str(), nullptr, 0);
+    if (value_size < 0) continue;
+    std::string value(static_cast<size_t>(value_size), '\0');
+    const ssize_t n = getxattr(proc.c_str(), name.c_str(), value.data(), value.size());
+    if (n < 0) continue;
+    value.resize(static_cast<size_t>(n));
+    metadata[name.substr(kMetadataAttributePrefix.size())] = std::move(value);
+  }
+  return metadata;
+}
+
 FileEntry entry_of(const struct stat& st, std::string name, std::string path, int dirfd, const char* leaf) {
   FileEntry entry;
   entry.name = std::move(name);
@@ -129,6 +169,7 @@ FileEntry entry_of(const struct stat& st, std::string name, std::string path, in
     if (n >= 0)
       entry.symlink_target = absolute_target(entry.path, std::string(target, static_cast<size_t>(n)));
   }
+  if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) entry.metadata = metadata_of(dirfd, leaf);
   return entry;
 }
 

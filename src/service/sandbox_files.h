@@ -9,8 +9,10 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/error.h"
@@ -28,7 +30,13 @@ struct FileEntry {
   std::string permissions;  // as ls shows them: "-rw-r--r--"
   int64_t mtime_ns = 0;
   std::optional<std::string> symlink_target;
+  // The user metadata of a file or folder (E2B's): its extended attributes named
+  // kMetadataAttributePrefix + key, by key.
+  std::map<std::string, std::string> metadata;
 };
+
+// The extended-attribute namespace of user metadata, as envd keeps it.
+inline constexpr std::string_view kMetadataAttributePrefix = "user.e2b.";
 
 // At most this many entries in one listing (a deeper or larger tree is a 400).
 inline constexpr size_t kMaxListedEntries = 10000;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,6 +65,10 @@ class AtomicFileWriter final : public FileWriter {
     finished_ = true;
     file_.reset();
     return record;
+  }
+
+  void set_extended_attributes(std::vector<std::pair<std::string, std::string>> attributes) override {
+    attributes_ = std::move(attributes);
   }
 
   void abort() override {
@@ -132,6 +137,9 @@ class AtomicFileWriter final : public FileWriter {
   FileResult<FileRecord> finish_file() {
     if (fchown(file_.get(), uid_, gid_) != 0 || fchmod(file_.get(), 0644) != 0) return FileError::kIo;
     if (!stamp_precise_mtime()) return FileError::kIo;
+    for (const auto& [name, value] : attributes_)
+      if (fsetxattr(file_.get(), name.c_str(), value.data(), value.size(), 0) != 0)
+        return errno == ENOSPC || errno == EDQUOT || errno == E2BIG ? FileError::kNoSpace : FileError::kIo;
     // Delayed allocation can report a full volume only here.
     if (fsync(file_.get()) != 0) return error_from_errno(errno);
     struct stat st;
@@ -206,6 +214,7 @@ class AtomicFileWriter final : public FileWriter {
   static constexpr uint64_t kWritebackStep = 8u << 20;
   Direct direct_ = Direct::kUntried;  // the write step's
   bool finished_ = false;
+  std::vector<std::pair<std::string, std::string>> attributes_;  // set at commit
   // Last: stopped (its threads joined) before the members its steps use go.
   BodyPipeline pipeline_{[this](const char* data, size_t size) { hash(data, size); },
                          [this](const char* data, size_t size) { return write_to_file(data, size); }};

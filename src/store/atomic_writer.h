@@ -11,6 +11,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/unique_fd.h"
 #include "store/file_io.h"
@@ -40,6 +42,10 @@ class FileWriter {
   virtual FileResult<FileRecord> commit() = 0;
   // Drops the temporary file. Called by the destructor if neither commit nor abort ran.
   virtual void abort() = 0;
+  // Extended attributes (full names, e.g. "user.e2b.k") the file gets at commit, before
+  // it takes its name: set on the new inode, so they replace the previous version's
+  // with the body, in the same rename.
+  virtual void set_extended_attributes(std::vector<std::pair<std::string, std::string>> attributes) = 0;
 };
 
 // Starts writing `leaf` in `directory` (opened beneath the mount by the caller), owned

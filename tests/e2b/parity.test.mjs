@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
+import http from 'node:http';
 import * as current from 'e2b';
 import * as old from 'e2b-old';
 import { startProgram, stopProgram } from '../harness.mjs';
@@ -17,6 +18,8 @@ import { startProgram, stopProgram } from '../harness.mjs';
 const ALICE = `e2b_${'a1ce'.repeat(10)}`;
 // Small, so that a compressed body past it is cheap to make.
 const MAX_UPLOAD = 2 * 1024 * 1024;
+// The server's e2b.sandboxDomain: PORT-SANDBOXID.<it> names a sandbox's port.
+const SANDBOX_DOMAIN = 'sbx.test';
 let dir;
 let server;
 
@@ -38,6 +41,7 @@ before(async () => {
   writeFileSync(config, [
     `server: { listen: "127.0.0.1:0", dataDir: "${join(dir, 'data')}", maxUploadSize: ${MAX_UPLOAD} }`,
     `auth: { tokens: [ { token: ${ALICE}, owner: alice } ] }`,
+    `e2b: { sandboxDomain: "${SANDBOX_DOMAIN}" }`,
     '',
   ].join('\n'));
   const started = await startProgram(process.env.SANDBOXD_PATH, ['serve', '--config', config],
@@ -57,6 +61,23 @@ after(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
+// An HTTP request to `url` as a browser would send it (its Host the URL's), the name
+// resolved to the server's loopback address (no wildcard DNS in a test).
+function request(url, { method = 'GET', headers = {}, body } = {}) {
+  const lookup = (host, opts, done) =>
+    opts && opts.all ? done(null, [{ address: '127.0.0.1', family: 4 }]) : done(null, '127.0.0.1', 4);
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method, headers, lookup }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk) => { text += chunk; });
+      res.on('end', () => resolve({ status: res.statusCode, body: text }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
 // Waits for `done()` to hold, polling (up to 20 s).
 async function eventually(done) {
   for (let i = 0; i < 200; i++) {
@@ -65,6 +86,45 @@ async function eventually(done) {
   }
   return done();
 }
+
+// quotas.storedBytesPerOwner holds for E2B's uploads as for every other: on a server of
+// its own with a small quota (its SIGTERM on every way out, as the main server's).
+test('uploads count against the owner\'s stored bytes', async () => {
+  const quotaDir = mkdtempSync(join(tmpdir(), 'sandboxd-e2b-quota-'));
+  const config = join(quotaDir, 'server.yaml');
+  const QUOTA = 1024 * 1024;
+  writeFileSync(config, [
+    `server: { listen: "127.0.0.1:0", dataDir: "${join(quotaDir, 'data')}" }`,
+    `auth: { tokens: [ { token: ${ALICE}, owner: alice } ] }`,
+    `quotas: { storedBytesPerOwner: ${QUOTA} }`,
+    '',
+  ].join('\n'));
+  const started = await startProgram(process.env.SANDBOXD_PATH, ['serve', '--config', config],
+                                     /listening on (http:\/\/127\.0\.0\.1:\d+)/);
+  const stop = () => { if (started.child.exitCode === null) started.child.kill('SIGTERM'); };
+  process.on('exit', stop);
+  try {
+    const url = started.match[1];
+    const opts = { apiUrl: `${url}/e2b`, sandboxUrl: `${url}/e2b/sandbox`, apiKey: ALICE };
+    const sandbox = await current.Sandbox.create({ timeoutMs: 120_000, ...opts });
+    const chunk = 'x'.repeat(600 * 1024);
+    // Under outputs/ a file is recorded as it lands: it counts from then on.
+    await sandbox.files.write('/mnt/user-data/outputs/one.bin', chunk);
+    await assert.rejects(sandbox.files.write('/mnt/user-data/outputs/two.bin', chunk), /Storage quota reached/);
+    assert.equal(await sandbox.files.exists('/mnt/user-data/outputs/two.bin'), false);
+    // A workspace upload counts while it arrives: past the quota with what is stored, refused.
+    await assert.rejects(sandbox.files.write('/home/user/three.bin', chunk, { useOctetStream: true }), /Storage quota reached/);
+    await assert.rejects(sandbox.files.write([{ path: '/home/user/four.bin', data: chunk }]), /Storage quota reached/);
+    // Replacing the stored file with one of its size fits (the old version is not counted twice).
+    await sandbox.files.write('/mnt/user-data/outputs/one.bin', chunk.replaceAll('x', 'y'));
+    await sandbox.files.write('/home/user/small.txt', 'small');
+    await current.Sandbox.kill(sandbox.sandboxId, opts);
+  } finally {
+    await stopProgram(started.child);
+    process.off('exit', stop);
+    rmSync(quotaDir, { recursive: true, force: true });
+  }
+});
 
 for (const [release, sdk] of [['e2b (lockfile)', current], ['e2b 2.45 (E2B\'s own repo)', old]]) {
   const { Sandbox, SandboxNotFoundError, TimeoutError, CommandExitError } = sdk;
@@ -209,6 +269,110 @@ for (const [release, sdk] of [['e2b (lockfile)', current], ['e2b 2.45 (E2B\'s ow
       await Sandbox.kill(sandbox.sandboxId);
       await assert.rejects(handle.wait(), (e) => e instanceof TimeoutError && !(e instanceof CommandExitError) &&
                                                  /killed or reached its end of life/.test(e.message));
+    });
+
+    test('signed file URLs: downloadUrl and uploadUrl on the sandbox domain, expiring, refused when forged', async () => {
+      const sandbox = await create({ secure: true });
+      await sandbox.files.write('hello.txt', 'hello world');
+      // With E2B_SANDBOX_URL the SDK builds the URL on that URL's origin, its path and
+      // the sandbox's id (a header of the SDK's calls) lost: only a name can carry it.
+      assert.equal(new URL(await sandbox.downloadUrl('hello.txt')).pathname, '/files');
+      // On the sandbox domain (the SDK's own addressing, PORT-SANDBOXID.<domain>) it works.
+      const port = new URL(server.url).port;
+      const direct = await Sandbox.connect(sandbox.sandboxId,
+                                           { sandboxUrl: `http://49983-${sandbox.sandboxId}.${SANDBOX_DOMAIN}:${port}` });
+      const url = await direct.downloadUrl('hello.txt', { useSignatureExpiration: 10_000 });
+      assert.equal(new URL(url).host, `49983-${sandbox.sandboxId}.${SANDBOX_DOMAIN}:${port}`);
+      assert.deepEqual(await request(url), { status: 200, body: 'hello world' });
+      assert.deepEqual(await request(await direct.downloadUrl('hello.txt')), { status: 200, body: 'hello world' });
+      // Expired, forged (another path under this signature), or for another operation: E2B's 401.
+      const expired = await request(await direct.downloadUrl('hello.txt', { useSignatureExpiration: -10_000 }));
+      assert.equal(expired.status, 401);
+      assert.deepEqual(JSON.parse(expired.body), { code: 401, message: 'signature is already expired' });
+      const forged = new URL(url);
+      forged.searchParams.set('path', '/home/user/other.txt');
+      assert.deepEqual(JSON.parse((await request(forged.toString())).body), { code: 401, message: 'invalid signature' });
+      const later = new URL(url);
+      later.searchParams.set('signature_expiration', String(Number(later.searchParams.get('signature_expiration')) + 3600));
+      assert.equal((await request(later.toString())).status, 401);
+      const unsigned = new URL(url);
+      unsigned.searchParams.delete('signature');
+      assert.equal((await request(unsigned.toString())).status, 401);
+      // An upload URL takes a multipart body, as a browser's form sends it.
+      const form = new Response((() => { const f = new FormData(); f.append('file', 'file content'); return f; })());
+      const upload = { method: 'POST', headers: { 'Content-Type': form.headers.get('content-type') },
+                       body: Buffer.from(await form.arrayBuffer()) };
+      const uploaded = await request(await direct.uploadUrl('up.txt', { useSignatureExpiration: 10_000 }), upload);
+      assert.equal(uploaded.status, 200, uploaded.body);
+      assert.deepEqual(JSON.parse(uploaded.body), [{ name: 'up.txt', path: '/home/user/up.txt', type: 'file' }]);
+      assert.equal(await sandbox.files.read('up.txt'), 'file content');
+      // A download URL does not upload.
+      const misused = await request(url, upload);
+      assert.deepEqual(JSON.parse(misused.body), { code: 401, message: 'invalid signature' });
+      // A call by name with the token, as the SDK's calls go there (any path of envd's).
+      const listed = await request(`http://49983-${sandbox.sandboxId}.${SANDBOX_DOMAIN}:${port}/filesystem.Filesystem/Stat`,
+                                   { method: 'POST', headers: { 'X-Access-Token': ALICE, 'Content-Type': 'application/json' },
+                                     body: JSON.stringify({ path: '/home/user/up.txt' }) });
+      assert.equal(listed.status, 200, listed.body);
+      assert.equal(JSON.parse(listed.body).entry.size, '12');
+    });
+
+    test('file metadata: kept with the file as envd keeps it, replaced by each upload', async () => {
+      const sandbox = await create();
+      const written = await sandbox.files.write('/home/user/m.txt', 'x', { metadata: { Owner: 'alice', stage: 'raw' } });
+      // Keys are lower-cased (they travel as header names), as envd answers them.
+      const expected = { owner: 'alice', stage: 'raw' };
+      assert.deepEqual(written.metadata, expected);
+      assert.deepEqual((await sandbox.files.getInfo('/home/user/m.txt')).metadata, expected);
+      assert.deepEqual((await sandbox.files.list('/home/user')).find((e) => e.name === 'm.txt').metadata, expected);
+      // Code in the sandbox sees extended attributes user.e2b.<key>.
+      const seen = await sandbox.commands.run(
+        'python3 -c "import os; p=\'/home/user/m.txt\'; print(sorted((n, os.getxattr(p, n).decode()) for n in os.listxattr(p)))"');
+      assert.equal(seen.stdout.trim(), "[('user.e2b.owner', 'alice'), ('user.e2b.stage', 'raw')]");
+      // Each upload sets them whole: another replaces them, one without any clears them.
+      await sandbox.files.write('/home/user/m.txt', 'y', { metadata: { stage: 'clean' } });
+      assert.deepEqual((await sandbox.files.getInfo('/home/user/m.txt')).metadata, { stage: 'clean' });
+      await sandbox.files.write('/home/user/m.txt', 'z');
+      assert.equal((await sandbox.files.getInfo('/home/user/m.txt')).metadata, undefined);
+      // Every file of a multi-file upload gets them; a file with none has none.
+      await sandbox.files.write([{ path: '/home/user/b1.txt', data: '1' }, { path: '/home/user/b2.txt', data: '2' }],
+                                { metadata: { batch: '7' } });
+      for (const name of ['b1.txt', 'b2.txt'])
+        assert.deepEqual((await sandbox.files.getInfo(`/home/user/${name}`)).metadata, { batch: '7' });
+      await sandbox.commands.run('echo plain > /home/user/plain.txt');
+      assert.equal((await sandbox.files.getInfo('/home/user/plain.txt')).metadata, undefined);
+      // Bounded as envd bounds them: 4096 bytes a file, a key at most 246 bytes; nothing written.
+      await assert.rejects(sandbox.files.write('/home/user/big.txt', 'x', { metadata: { big: 'v'.repeat(4100) } }),
+                           /metadata is at most 4096 bytes/);
+      await assert.rejects(sandbox.files.write('/home/user/big.txt', 'x', { metadata: { ['k'.repeat(247)]: 'v' } }),
+                           /longer than 246 bytes/);
+      assert.equal(await sandbox.files.exists('/home/user/big.txt'), false);
+    });
+
+    test('watchDir with includeEntry: each event with its entry while it is there', async () => {
+      const sandbox = await create();
+      await sandbox.files.makeDir('/home/user/w');
+      const events = [];
+      const handle = await sandbox.files.watchDir('/home/user/w', (e) => events.push(e),
+                                                  { includeEntry: true, allowNetworkMounts: true });
+      const plain = [];
+      const plainHandle = await sandbox.files.watchDir('/home/user/w', (e) => plain.push(e));
+      await sandbox.files.write('/home/user/w/e.txt', 'hello', { metadata: { k: 'v' } });
+      const written = () => events.find((e) => e.type === 'write' && e.name === 'e.txt');
+      assert.ok(await eventually(() => written()), JSON.stringify(events));
+      const { entry } = written();
+      assert.equal(entry.path, '/home/user/w/e.txt');
+      assert.equal(entry.type, 'file');
+      assert.equal(entry.size, 5);
+      assert.deepEqual(entry.metadata, { k: 'v' });
+      await sandbox.files.remove('/home/user/w/e.txt');
+      assert.ok(await eventually(() => events.some((e) => e.type === 'remove' && e.name === 'e.txt')), JSON.stringify(events));
+      assert.equal(events.find((e) => e.type === 'remove').entry, undefined);
+      // A watch that did not ask has no entries.
+      assert.ok(await eventually(() => plain.some((e) => e.type === 'remove')), JSON.stringify(plain));
+      assert.ok(plain.every((e) => e.entry === undefined), JSON.stringify(plain));
+      await handle.stop();
+      await plainHandle.stop();
     });
 
     test('gzip uploads: inflated into the file, bounded by the upload limit once inflated', async () => {
