@@ -32,8 +32,8 @@ std::optional<FileUri> parse_file_uri(std::string_view uri) {
   FileUri parsed;
   std::string path;
   if (!server::percent_decode(rest.substr(0, slash), parsed.container) ||
-      !server::percent_decode(rest.substr(slash + 7), path) || !ContainerService::valid_id(parsed.container) ||
-      path.empty() || path.back() == '/')
+      !server::percent_decode(rest.substr(slash + 7), path) ||
+      !ContainerService::valid_id(parsed.container) || path.empty() || path.back() == '/')
     return std::nullopt;
   parsed.path = "/" + path;
   return parsed;
@@ -113,9 +113,10 @@ asio::awaitable<Result<std::shared_ptr<McpResourceWatch>>> mcp_watch_resources(A
     files.emplace_back(parsed->path.substr(slash + 1), uri);
   }
   if (by_folder.size() > kMaxListenFolders)
-    co_return ApiError::invalid_request("Invalid params: the resourceSubscriptions of one subscriptions/listen are "
-                                        "in at most " +
-                                        std::to_string(kMaxListenFolders) + " folders");
+    co_return ApiError::invalid_request(
+        "Invalid params: the resourceSubscriptions of one subscriptions/listen are "
+        "in at most " +
+        std::to_string(kMaxListenFolders) + " folders");
   std::vector<McpResourceWatch::Folder> folders;
   if (container_id.empty() || !api.directory_watches)
     co_return std::make_shared<McpResourceWatch>(std::move(folders));

@@ -51,9 +51,8 @@ class McpResourceWatch {
 // not there, or not of the container's mounts (or that names no file of a container),
 // is left out of the watch, which says so by its uris(). 429 past the owner's share of
 // watches.
-asio::awaitable<Result<std::shared_ptr<McpResourceWatch>>> mcp_watch_resources(ApiContext& api,
-                                                                               RequestContext& ctx,
-                                                                               const boost::json::array& uris);
+asio::awaitable<Result<std::shared_ptr<McpResourceWatch>>> mcp_watch_resources(
+    ApiContext& api, RequestContext& ctx, const boost::json::array& uris);
 
 // The container the URIs of a subscriptions/listen name ("" for none): in cluster mode
 // the listen runs on the replica holding it, where the command writes.

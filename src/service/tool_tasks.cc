@@ -91,16 +91,16 @@ void ToolTasks::forget_expired(std::chrono::steady_clock::time_point now) {
     auto& tasks = owner->second;
     for (auto it = tasks.begin(); it != tasks.end();) {
       std::lock_guard lock(it->second->mutex);
-      const bool expired = !it->second->work_running && it->second->ended &&
-                           now - *it->second->ended >= limits_.keep_ended;
+      const bool expired =
+          !it->second->work_running && it->second->ended && now - *it->second->ended >= limits_.keep_ended;
       it = expired ? tasks.erase(it) : std::next(it);
     }
     owner = tasks.empty() ? tasks_.erase(owner) : std::next(owner);
   }
 }
 
-Result<ToolTasks::View> ToolTasks::start(const boost::asio::any_io_executor& executor, const std::string& owner,
-                                         const std::string& container, Work work) {
+Result<ToolTasks::View> ToolTasks::start(const boost::asio::any_io_executor& executor,
+                                         const std::string& owner, const std::string& container, Work work) {
   auto task = std::make_shared<Task>();
   task->id = std::string(kIdPrefix) + random_hex(kRandomHex) + "." + container;
   task->owner = owner;
@@ -136,11 +136,13 @@ Result<ToolTasks::View> ToolTasks::start(const boost::asio::any_io_executor& exe
       task->output_tail.assign(output.substr(output.size() - tail_limit));
     } else {
       task->output_tail.append(output);
-      if (task->output_tail.size() > tail_limit) task->output_tail.erase(0, task->output_tail.size() - tail_limit);
+      if (task->output_tail.size() > tail_limit)
+        task->output_tail.erase(0, task->output_tail.size() - tail_limit);
     }
     task->updated = std::chrono::system_clock::now();
   };
-  auto run = [task, work = std::move(work), progress = std::move(progress)]() -> boost::asio::awaitable<void> {
+  auto run = [task, work = std::move(work),
+              progress = std::move(progress)]() -> boost::asio::awaitable<void> {
     Outcome outcome;
     try {
       outcome = co_await work(task->cancellation, progress);

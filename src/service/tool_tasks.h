@@ -37,9 +37,9 @@ namespace sandboxd::service {
 class ToolTasks {
  public:
   struct Limits {
-    size_t per_owner = 32;                                   // tasks kept at once (running or ended)
+    size_t per_owner = 32;                                         // tasks kept at once (running or ended)
     std::chrono::milliseconds keep_ended = std::chrono::hours(1);  // an ended task's result
-    size_t status_tail_bytes = 1024;                         // the output shown while it runs
+    size_t status_tail_bytes = 1024;                               // the output shown while it runs
   };
   enum class Status { kWorking, kCompleted, kFailed, kCancelled };
 
@@ -47,8 +47,8 @@ class ToolTasks {
   struct View {
     std::string id;
     Status status = Status::kWorking;
-    std::string status_message;      // while working: the end of its output so far
-    boost::json::object payload;     // completed: the result; failed: the error
+    std::string status_message;   // while working: the end of its output so far
+    boost::json::object payload;  // completed: the result; failed: the error
     std::chrono::system_clock::time_point created, updated;
     std::chrono::milliseconds ttl{};  // from `created` to when it may be forgotten
   };
