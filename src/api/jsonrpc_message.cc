@@ -25,13 +25,17 @@ json::object result(const json::value& id, json::value result) {
 }
 
 bool method_reads_params(std::string_view method) {
-  static constexpr std::array<std::string_view, 7> kReading{"initialize",
-                                                            "tools/call",
-                                                            "tools/list",
-                                                            "resources/list",
-                                                            "resources/read",
-                                                            "completion/complete",
-                                                            "notifications/cancelled"};
+  static constexpr std::array<std::string_view, 11> kReading{"initialize",
+                                                             "tools/call",
+                                                             "tools/list",
+                                                             "resources/list",
+                                                             "resources/read",
+                                                             "completion/complete",
+                                                             "notifications/cancelled",
+                                                             "subscriptions/listen",
+                                                             "tasks/get",
+                                                             "tasks/cancel",
+                                                             "tasks/update"};
   return std::find(kReading.begin(), kReading.end(), method) != kReading.end();
 }
 

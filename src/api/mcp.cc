@@ -27,12 +27,15 @@
 #include "api/json_body.h"
 #include "api/jsonrpc_message.h"
 #include "api/mcp_sessions.h"
+#include "api/mcp_subscriptions.h"
 #include "api/mcp_tools.h"
 #include "api/routes.h"
 #include "base/base64.h"
 #include "base/utf8.h"
 #include "model/sse.h"
 #include "ops/config.h"
+#include "service/container_service.h"
+#include "service/tool_tasks.h"
 
 namespace sandboxd::api {
 namespace {
@@ -74,6 +77,13 @@ constexpr std::string_view kNameHeader = "Mcp-Name";
 constexpr std::string_view kMetaVersion = "io.modelcontextprotocol/protocolVersion";
 constexpr std::string_view kMetaCapabilities = "io.modelcontextprotocol/clientCapabilities";
 constexpr std::string_view kMetaServerInfo = "io.modelcontextprotocol/serverInfo";
+// The Tasks extension: a long command's tools/call answered with a task at once.
+constexpr std::string_view kTasksExtension = "io.modelcontextprotocol/tasks";
+constexpr int kMissingClientCapability = -32021;
+// subscriptions/listen: every message on its stream names it by the listen's request id.
+constexpr std::string_view kMetaSubscriptionId = "io.modelcontextprotocol/subscriptionId";
+// How often a client should ask for a task's state: a command's output shows meanwhile.
+constexpr int64_t kTaskPollIntervalMs = 1000;
 // How long a client may keep a list (ttlMs): the tools, the resource template and what
 // server/discover says change only with the server's version; the files with every
 // command, so resources/list and resources/read are stale at once.
@@ -197,8 +207,13 @@ constexpr std::string_view kInstructions =
 
 // 2026-07-28's server/discover: the versions, capabilities and instructions.
 json::object discover_result() {
+  auto capabilities = server_capabilities();
+  capabilities["extensions"] = json::object{{kTasksExtension, json::object{}}};
+  // subscriptions/listen's resourceSubscriptions (the earlier revisions' resources/subscribe
+  // is not offered: it needs a stream outside a request).
+  capabilities["resources"].as_object()["subscribe"] = true;
   return json::object{{"supportedVersions", all_versions()},
-                      {"capabilities", server_capabilities()},
+                      {"capabilities", std::move(capabilities)},
                       {"instructions", kInstructions},
                       {"ttlMs", kStaticTtlMs},
                       {"cacheScope", "public"}};
@@ -207,7 +222,7 @@ json::object discover_result() {
 // A result as 2026-07-28 shapes it: its kind, the server named, and for the cacheable
 // ones how long and to whom they may be cached (the files are the owner's: private).
 void modern_result(const std::string& method, json::object& result) {
-  result["resultType"] = "complete";
+  if (!result.contains("resultType")) result["resultType"] = "complete";
   result["_meta"] = json::object{{kMetaServerInfo, server_info()}};
   if (method == "tools/list" || method == "resources/templates/list") {
     result["ttlMs"] = kStaticTtlMs;
@@ -223,6 +238,101 @@ json::object initialize_result(std::string_view version) {
                       {"capabilities", server_capabilities()},
                       {"serverInfo", server_info()},
                       {"instructions", kInstructions}};
+}
+
+// --- the Tasks extension (2026-07-28) ----------------------------------------------
+// Whether the request's client takes tasks: it names the extension in this request's
+// capabilities (a client's earlier requests say nothing about this one).
+bool takes_tasks(const Message& message) {
+  const auto* meta = message.params.if_contains("_meta");
+  if (!meta || !meta->is_object()) return false;
+  const auto* capabilities = meta->as_object().if_contains(kMetaCapabilities);
+  if (!capabilities || !capabilities->is_object()) return false;
+  const auto* extensions = capabilities->as_object().if_contains("extensions");
+  if (!extensions || !extensions->is_object()) return false;
+  const auto* tasks = extensions->as_object().if_contains(kTasksExtension);
+  return tasks && tasks->is_object();
+}
+
+// A tools/call made a task: a command that may run long, for a client that takes tasks.
+bool becomes_task(const Mcp& mcp, const Message& message) {
+  if (message.method != "tools/call" || !mcp.api.tool_tasks || !takes_tasks(message)) return false;
+  const auto* name = message.params.if_contains("name");
+  return name && name->is_string() && mcp_tool_may_run_long(name->as_string());
+}
+
+std::string iso_time(std::chrono::system_clock::time_point time) {
+  return service::ContainerService::format_time(
+      std::chrono::duration_cast<std::chrono::seconds>(time.time_since_epoch()).count());
+}
+
+// A task as the extension shows it (DetailedTask): its state, and its result or error
+// once it ended.
+json::object task_object(const service::ToolTasks::View& task) {
+  json::object object{{"taskId", task.id},
+                      {"status", service::ToolTasks::status_name(task.status)},
+                      {"createdAt", iso_time(task.created)},
+                      {"lastUpdatedAt", iso_time(task.updated)},
+                      {"ttlMs", task.ttl.count()},
+                      {"pollIntervalMs", kTaskPollIntervalMs}};
+  if (!task.status_message.empty()) object["statusMessage"] = task.status_message;
+  if (task.status == service::ToolTasks::Status::kCompleted) object["result"] = task.payload;
+  if (task.status == service::ToolTasks::Status::kFailed) {
+    object["error"] = task.payload;
+    if (auto* message = task.payload.if_contains("message"); message && message->is_string())
+      object["statusMessage"] = message->as_string();
+  }
+  return object;
+}
+
+// Starts the call as a task: its command runs on, apart from this request (its params
+// copied out of the request's memory), and the client gets the task at once.
+asio::awaitable<Result<json::object>> start_task(Mcp& mcp, RequestContext& ctx, const Message& message) {
+  ApiContext& api = mcp.api;
+  const std::string container = mcp_container_of_request("tools/call", message.params);
+  if (!service::ContainerService::valid_id(container))
+    co_return ApiError::invalid_request(
+        "'container' must be a container id (letters, digits, '.', '_', ':', '-'; at most 128)");
+  auto work = [&api, owner = ctx.owner, depth = mcp_nesting_depth(ctx),
+               params = json::object(message.params, json::storage_ptr())](
+                  std::shared_ptr<runtime::Cancellation> cancellation,
+                  service::ToolTasks::Progress progress) -> asio::awaitable<service::ToolTasks::Outcome> {
+    McpCallOptions options;
+    options.cancellation = std::move(cancellation);
+    options.on_output = [progress = std::move(progress)](runtime::OutputStreamId, std::string_view output) {
+      progress(output);
+    };
+    auto result = co_await mcp_call_long_tool(api, owner, depth, params, std::move(options));
+    if (!result) {
+      auto error = rpc_error_from(nullptr, result.error(), false, true);
+      co_return service::ToolTasks::Outcome{true, std::move(error.at("error").as_object())};
+    }
+    co_return service::ToolTasks::Outcome{false, std::move(*result)};
+  };
+  auto task =
+      api.tool_tasks->start(co_await asio::this_coro::executor, ctx.owner, container, std::move(work));
+  if (!task) co_return task.error();
+  auto result = task_object(*task);
+  result["resultType"] = "task";
+  co_return result;
+}
+
+// tasks/get, tasks/cancel and tasks/update of the owner's tasks (another's is not found).
+Result<json::object> task_request(Mcp& mcp, RequestContext& ctx, const Message& message) {
+  const auto* id = message.params.if_contains("taskId");
+  if (!id || !id->is_string()) return ApiError::invalid_request("Invalid params: 'taskId' must be a string");
+  const std::string_view task_id = id->as_string();
+  auto& tasks = *mcp.api.tool_tasks;
+  auto task =
+      message.method == "tasks/cancel" ? tasks.cancel(ctx.owner, task_id) : tasks.get(ctx.owner, task_id);
+  if (!task)
+    return ApiError::not_found(
+        "Failed to retrieve task: Task not found (it ended more than an hour ago, or "
+        "the container's replica changed)");
+  if (message.method == "tasks/get") return task_object(*task);
+  // tasks/update: these tasks never wait for input, so there is nothing to take; cancel
+  // is acknowledged empty, as the extension says.
+  return json::object{};
 }
 
 // The response to one request: of a session, or (`modern`) a 2026-07-28 request, which
@@ -244,6 +354,15 @@ asio::awaitable<json::object> answer(Mcp& mcp, RequestContext& ctx, Message& mes
     result = json::object{{"tools", mcp_tools()}};
   } else if (method == "resources/templates/list") {
     result = mcp_resource_templates();
+  } else if (modern && becomes_task(mcp, message)) {
+    result = co_await start_task(mcp, ctx, message);
+  } else if (modern && mcp.api.tool_tasks &&
+             (method == "tasks/get" || method == "tasks/cancel" || method == "tasks/update")) {
+    if (!takes_tasks(message))
+      co_return rpc_error(id, kMissingClientCapability, "Missing required client capability",
+                          json::object{{"requiredCapabilities",
+                                        {{"extensions", json::object{{kTasksExtension, json::object{}}}}}}});
+    result = task_request(mcp, ctx, message);
   } else if (method == "tools/call") {
     result = co_await mcp_call_tool(mcp.api, ctx, std::move(message.params), std::move(options));
   } else if (method == "resources/list") {
@@ -720,10 +839,11 @@ std::optional<server::StringResponse> modern_envelope_refusal(const RequestConte
                     rpc_error(id, kInvalidParams,
                               "Invalid params: params._meta[\"" + std::string(kMetaCapabilities) +
                                   "\"] must be an object (the client's capabilities for this request)"));
-  // The tool or resource, named again for intermediaries that route on it.
-  const char* name_field = message.method == "tools/call"       ? "name"
-                           : message.method == "resources/read" ? "uri"
-                                                                : nullptr;
+  // The tool, resource or task, named again for intermediaries that route on it.
+  const char* name_field = message.method == "tools/call"         ? "name"
+                           : message.method == "resources/read"   ? "uri"
+                           : message.method.starts_with("tasks/") ? "taskId"
+                                                                  : nullptr;
   if (name_field) {
     const auto* body_name = message.params.if_contains(name_field);
     if (body_name && body_name->is_string()) {
@@ -746,6 +866,66 @@ std::optional<server::StringResponse> modern_envelope_refusal(const RequestConte
 // token, the container from the arguments), so nothing is kept once it is answered, and
 // in cluster mode any replica takes it (api/cluster_relay.cc relays a container's calls to
 // its holder). Cancelled by closing its stream (or connection): it then gets no answer.
+// subscriptions/listen: an event stream that first acknowledges what it honours (the
+// resourceSubscriptions naming files, in a folder that is there, of one container of
+// the owner's), then carries notifications/resources/updated each time one of them
+// appears, is written, renamed or removed, with an SSE comment every 15 s meanwhile,
+// until the client closes it (or a watched folder goes away: the stream then ends
+// without a response, and the client may listen again). The other notification types
+// are not offered: tools never change, and the resource list changes with every command.
+asio::awaitable<Result<Response>> listen_for_changes(Mcp& mcp, RequestContext& ctx, const Message& message) {
+  static const json::array kNoUris;
+  const json::array* uris = &kNoUris;
+  const auto* notifications = message.params.if_contains("notifications");
+  if (!notifications || !notifications->is_object())
+    co_return rpc_http(
+        HttpStatus::ok,
+        rpc_error(message.id, kInvalidParams,
+                  "Invalid params: subscriptions/listen needs a 'notifications' filter (an object)"));
+  if (const auto* asked = notifications->as_object().if_contains("resourceSubscriptions")) {
+    if (!asked->is_array())
+      co_return rpc_http(HttpStatus::ok,
+                         rpc_error(message.id, kInvalidParams,
+                                   "Invalid params: resourceSubscriptions must be an array of URIs"));
+    uris = &asked->as_array();
+  }
+  auto watch = co_await mcp_watch_resources(mcp.api, ctx, *uris);
+  if (!watch) co_return rpc_http(HttpStatus::ok, rpc_error_from(message.id, watch.error(), false, true));
+  json::object honoured;
+  if (!(*watch)->uris().empty()) {
+    json::array watched;
+    for (const auto& uri : (*watch)->uris()) watched.emplace_back(uri);
+    honoured["resourceSubscriptions"] = std::move(watched);
+  }
+  auto response = event_stream_head();
+  response.header.set("X-Accel-Buffering", "no");
+  // The id in memory of the stream's own (the request's body is freed).
+  response.produce = [watch = std::move(*watch), id = json::value(message.id, json::storage_ptr()),
+                      honoured = std::move(honoured)](server::ChunkWriter& writer) -> asio::awaitable<void> {
+    // A client that leaves ends the watches at once, so its share of them comes back.
+    auto gone = server::DisconnectWatch::start(writer.stream().socket(), [watch] { watch->cancel(); });
+    const json::object meta{{kMetaSubscriptionId, id}};
+    json::object ack{{"jsonrpc", "2.0"},
+                     {"method", "notifications/subscriptions/acknowledged"},
+                     {"params", {{"_meta", meta}, {"notifications", honoured}}}};
+    bool open = co_await writer.write(model::format_sse("message", json::serialize(ack)));
+    while (open) {
+      auto changed = co_await watch->next(kStreamKeepAlive);
+      if (!changed) break;
+      std::string batch = changed->empty() ? ": keep-alive\n\n" : "";
+      for (const auto& uri : *changed) {
+        json::object updated{{"jsonrpc", "2.0"},
+                             {"method", "notifications/resources/updated"},
+                             {"params", {{"_meta", meta}, {"uri", uri}}}};
+        batch += model::format_sse("message", json::serialize(updated));
+      }
+      open = co_await writer.write(batch);
+    }
+    gone->stop();
+  };
+  co_return response;
+}
+
 asio::awaitable<Result<Response>> post_modern(Mcp& mcp, RequestContext& ctx, std::string_view accept,
                                               std::string version) {
   JsonBodyLimits limits;
@@ -780,7 +960,9 @@ asio::awaitable<Result<Response>> post_modern(Mcp& mcp, RequestContext& ctx, std
                               "Invalid Request: a client sends no responses in MCP " + version);
   if (auto refusal = modern_envelope_refusal(ctx, message, version)) co_return std::move(*refusal);
 
-  if (streams_progress(message, accept)) {
+  if (message.method == "subscriptions/listen") co_return co_await listen_for_changes(mcp, ctx, message);
+  // A call made a task is answered at once, with the task: nothing to stream.
+  if (streams_progress(message, accept) && !becomes_task(mcp, message)) {
     auto call = std::make_shared<StreamedCall>(co_await asio::this_coro::executor);
     call->id = message.id;
     call->token = *progress_token(message);
@@ -797,15 +979,18 @@ asio::awaitable<Result<Response>> post_modern(Mcp& mcp, RequestContext& ctx, std
   McpCallOptions options;
   options.cancellation = std::make_shared<runtime::Cancellation>();
   StopWatch watch;
-  if (message.method == "tools/call")
+  if (message.method == "tools/call" && !becomes_task(mcp, message))
     watch.watch = server::DisconnectWatch::start(
         ctx.stream().socket(), [cancellation = options.cancellation] { cancellation->cancel(); });
   auto response = co_await answer(mcp, ctx, message, std::move(options), /*modern=*/true);
   // A method this revision does not have is a 404 (with its JSON-RPC error, which tells
   // a client that this is an MCP endpoint all the same).
   HttpStatus status = HttpStatus::ok;
-  if (auto* error = response.if_contains("error"))
+  if (auto* error = response.if_contains("error")) {
     if (error->as_object().at("code") == json::value(kMethodNotFound)) status = HttpStatus::not_found;
+    if (error->as_object().at("code") == json::value(kMissingClientCapability))
+      status = HttpStatus::bad_request;
+  }
   co_return rpc_http(status, response);
 }
 

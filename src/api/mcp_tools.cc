@@ -4,6 +4,7 @@
 
 #include "api/api_calls.h"
 #include "api/file_transfer.h"
+#include "api/mcp_subscriptions.h"
 #include "api/sandbox_network.h"
 #include "base/base64.h"
 #include "base/blocking.h"
@@ -13,6 +14,7 @@
 #include "server/router.h"
 #include "service/store_call.h"
 #include "service/tool_calls.h"
+#include "service/tool_tasks.h"
 #include "store/keys.h"
 #include "tools/bash_tool.h"
 
@@ -355,17 +357,17 @@ asio::awaitable<std::vector<store::FileRecord>> outputs_listed_in(ApiContext& ap
 }
 
 // --- the tools -------------------------------------------------------------------
-asio::awaitable<json::object> call_code_tool(ApiContext& api, RequestContext& ctx, std::string_view name,
-                                             json::object args, McpCallOptions& options) {
+asio::awaitable<json::object> call_code_tool(ApiContext& api, const std::string& owner, int nesting_depth,
+                                             std::string_view name, json::object args,
+                                             McpCallOptions& options) {
   std::string container_id = container_arg(args);
   if (auto* value = args.if_contains("container"); value && !value->is_string())
     co_return api_error_result(ApiError::invalid_request("'container' must be a string"));
   args.erase("container");
-  auto container = co_await api.containers.async_open(ctx.owner, container_id, /*create=*/true);
+  auto container = co_await api.containers.async_open(owner, container_id, /*create=*/true);
   if (!container) co_return api_error_result(container.error());
-  const SandboxCaller* caller = sandbox_caller(ctx);
-  auto content = co_await run_sub_tool(api, *container, name, args, options.cancellation,
-                                       caller ? caller->nesting_depth : 0, options.on_output);
+  auto content = co_await run_sub_tool(api, *container, name, args, options.cancellation, nesting_depth,
+                                       options.on_output);
   if (!content) {  // refused by capacity: the block /messages shows the model
     auto block = tools::tool_error(name == kEditorTool   ? tools::kEditorErrorType
                                    : name == kPythonTool ? kCodeExecutionErrorType
@@ -644,6 +646,8 @@ const json::array& mcp_tools() {
 
 bool mcp_tool_streams(std::string_view name) { return name == kBashTool; }
 
+bool mcp_tool_may_run_long(std::string_view name) { return name == kBashTool || name == kPythonTool; }
+
 std::string mcp_file_uri(std::string_view container, std::string_view sandbox_path) {
   if (!sandbox_path.empty() && sandbox_path.front() == '/') sandbox_path.remove_prefix(1);
   return std::string(kUriPrefix) + percent_encode(container, false) + "/files/" +
@@ -666,9 +670,32 @@ asio::awaitable<Result<json::object>> mcp_call_tool(ApiContext& api, RequestCont
     return t.as_object().at("name").as_string() == name;
   });
   if (!known) co_return ApiError::invalid_request("Unknown tool: " + name.substr(0, 200));
-  if (name == kBashTool || name == kEditorTool || name == kPythonTool)
-    co_return co_await call_code_tool(api, ctx, name, std::move(args), options);
+  if (name == kBashTool || name == kEditorTool || name == kPythonTool) {
+    const SandboxCaller* caller = sandbox_caller(ctx);
+    co_return co_await call_code_tool(api, ctx.owner, caller ? caller->nesting_depth : 0, name,
+                                      std::move(args), options);
+  }
   co_return co_await call_file_tool(api, ctx, name, args);
+}
+
+asio::awaitable<Result<json::object>> mcp_call_long_tool(ApiContext& api, std::string owner,
+                                                         int nesting_depth, json::object params,
+                                                         McpCallOptions options) {
+  auto* name_value = params.if_contains("name");
+  if (!name_value || !name_value->is_string() || !mcp_tool_may_run_long(name_value->as_string()))
+    co_return ApiError::invalid_request("a task runs bash_code_execution or code_execution");
+  const std::string name(name_value->as_string());
+  json::object args;
+  if (auto* value = params.if_contains("arguments"); value && !value->is_null()) {
+    if (!value->is_object()) co_return ApiError::invalid_request("'arguments' must be an object");
+    args = std::move(value->as_object());
+  }
+  co_return co_await call_code_tool(api, owner, nesting_depth, name, std::move(args), options);
+}
+
+int mcp_nesting_depth(const RequestContext& ctx) {
+  const SandboxCaller* caller = sandbox_caller(ctx);
+  return caller ? caller->nesting_depth : 0;
 }
 
 asio::awaitable<Result<json::object>> mcp_list_resources(ApiContext& api, RequestContext& ctx,
@@ -789,6 +816,12 @@ std::string mcp_container_of_request(std::string_view method, const json::object
       return "";
     return container_id;
   }
+  if (method == "tasks/get" || method == "tasks/cancel" || method == "tasks/update") {
+    // A task runs (and is kept) where its container is held: its id names the container.
+    const auto* task_id = params.if_contains("taskId");
+    return task_id && task_id->is_string() ? service::ToolTasks::container_of(task_id->as_string()) : "";
+  }
+  if (method == "subscriptions/listen") return mcp_container_of_listen(params);
   if (method != "tools/call") return "";
   const auto* name = params.if_contains("name");
   const auto* args = params.if_contains("arguments");

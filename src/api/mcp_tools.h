@@ -34,6 +34,18 @@ const boost::json::array& mcp_tools();
 // Whether the tool streams output while it runs (progress notifications are worth it).
 bool mcp_tool_streams(std::string_view name);
 
+// Whether a call of the tool may run long enough to be made a task (the Tasks
+// extension): the code tools that run commands.
+bool mcp_tool_may_run_long(std::string_view name);
+
+// tools/call of such a tool for a task, apart from any request (a task outlives the one
+// that started it): the owner and the caller's nesting depth (mcp_nesting_depth) given,
+// `params` in memory of its own.
+asio::awaitable<Result<boost::json::object>> mcp_call_long_tool(ApiContext& api, std::string owner,
+                                                                int nesting_depth, boost::json::object params,
+                                                                McpCallOptions options);
+int mcp_nesting_depth(const RequestContext& ctx);
+
 // tools/call: a CallToolResult ({content, structuredContent, isError?}). An unknown tool
 // is an invalid_request ApiError (a JSON-RPC error); everything that goes wrong inside a
 // known tool is a result with isError.
@@ -51,9 +63,9 @@ boost::json::object mcp_resource_templates();
 asio::awaitable<Result<boost::json::object>> mcp_read_resource(ApiContext& api, RequestContext& ctx,
                                                                const boost::json::object& params);
 
-// The container a tools/call or resources/read works on, from its params (the default
-// container when a container tool names none); "" for the others (served anywhere).
-// Cluster mode relays a stateless request for a container to the replica holding it.
+// The container a tools/call or resources/read works on (or, for tasks/*, the task's), from its params (the
+// default container when a container tool names none); "" for the others (served anywhere). Cluster mode
+// relays a stateless request for a container to the replica holding it.
 std::string mcp_container_of_request(std::string_view method, const boost::json::object& params);
 
 // completion/complete for the resource template's arguments: the owner's container ids

@@ -17,6 +17,7 @@ namespace sandboxd::service {
 class E2bSandboxes;
 class SandboxProcesses;
 class DirectoryWatches;
+class ToolTasks;
 }  // namespace sandboxd::service
 
 namespace sandboxd::cluster {
@@ -51,6 +52,7 @@ struct ApiContext : service::Services {
   service::E2bSandboxes* e2b_sandboxes = nullptr;
   service::SandboxProcesses* sandbox_processes = nullptr;
   service::DirectoryWatches* directory_watches = nullptr;  // envd's WatchDir
+  service::ToolTasks* tool_tasks = nullptr;                // MCP's tasks (api/mcp.cc)
 };
 
 void register_container_routes(server::HttpServer& http, ApiContext& api);

@@ -47,6 +47,7 @@
 #include "service/skill_mounts.h"
 #include "service/store_call.h"
 #include "service/store_check.h"
+#include "service/tool_tasks.h"
 #include "store/e2b_records.h"
 #include "store/file_store.h"
 #include "store/lease_store.h"
@@ -409,6 +410,8 @@ int serve(ops::Config config, const std::string& config_path) {
     api.sandbox_processes = &sandbox_processes;
     service::DirectoryWatches directory_watches;
     api.directory_watches = &directory_watches;
+    service::ToolTasks tool_tasks;
+    api.tool_tasks = &tool_tasks;
     e2b_sandboxes.start();
     // What bursts freed goes back to the kernel instead of staying in the server's RSS.
     start_memory_release(io);
