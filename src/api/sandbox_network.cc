@@ -6,18 +6,24 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
 #include <array>
 
 #include "base/blocking.h"
 #include "base/unique_fd.h"
+#include "ops/logging.h"
+#include "ops/metrics.h"
 #include "runtime/net.h"
 #include "runtime/netns.h"
 #include "runtime/syscall_error.h"
+#include "server/destination_peek.h"
+#include "server/dns_client.h"
 #include "server/dns_message.h"
 #include "server/relay.h"
 
@@ -42,6 +48,30 @@ constexpr size_t kMaxPeerListeners = 64;
 // Service i is 127.0.3.(i+1): a distinct address per name, so each service keeps its
 // own port and two services may share one.
 std::string service_address(size_t index) { return "127.0.3." + std::to_string(index + 1); }
+
+// Egress (network.egress): the outside name the sandbox's resolver answered i-th has the
+// address 198.18.0.(i+1) in the sandbox (RFC 2544's benchmarking block, which no real
+// destination uses), so a connection's local address says which name it is for. Its
+// listeners: HTTP, HTTPS and the ports the policy names for it.
+constexpr uint32_t kEgressAddresses = 0xC6120000;  // 198.18.0.0
+uint32_t egress_address_of(size_t index) { return kEgressAddresses + static_cast<uint32_t>(index) + 1; }
+constexpr uint16_t kHttpPort = 80, kHttpsPort = 443;
+// Names per sandbox (each costs the server two or more listening descriptors); past it a
+// name does not resolve, and the server logs it.
+constexpr size_t kMaxEgressNames = 32;
+constexpr size_t kMaxEgressPortsPerName = 8;
+// How long the server waits for a ClientHello or a request head, and for the DNS servers.
+constexpr auto kPeekTimeout = std::chrono::seconds(10);
+constexpr auto kResolveTimeout = std::chrono::milliseconds(2000);
+
+// Addresses an allowed name may not lead to unless an allow CIDR names them: the
+// server's own host (loopback, "this network") and link-local (cloud metadata services).
+// The server connects from the host, so without this an allowed name that resolves to
+// 127.0.0.1 would reach the host's own services.
+bool host_only_address(uint32_t address) {
+  const uint8_t first = static_cast<uint8_t>(address >> 24);
+  return first == 127 || first == 0 || (address & 0xFFFF0000) == 0xA9FE0000;
+}
 
 // Closes with a reset, so the client in the sandbox sees ECONNRESET at once rather than
 // a connection that seemed to work and then ended.
@@ -72,16 +102,19 @@ std::shared_ptr<Container> SandboxLink::container() const {
   return container_.lock();
 }
 
-SandboxNetwork::SandboxNetwork(asio::io_context& io, server::HttpServer& http, const ops::Config& config,
+SandboxNetwork::SandboxNetwork(asio::io_context& io, server::HttpServer& http, const ops::LiveConfig& live,
                                const std::vector<std::pair<std::string, std::string>>& tokens,
                                std::shared_ptr<kubernetes::PeerWatch> peers)
     : io_(io),
       http_(http),
+      config_(live),
+      host_resolvers_(server::resolv_conf_nameservers()),
       owners_(tokens),
-      max_connections_(config.max_connections_per_sandbox),
+      max_connections_(live.get()->max_connections_per_sandbox),
       peers_(std::move(peers)) {
+  const auto config = live.get();
   targets_.push_back({ops::kApiHostName, "", kApiPort});
-  for (const auto& service : config.internal_services)
+  for (const auto& service : config->internal_services)
     targets_.push_back({service.name, service.host, service.port});
   for (const auto& target : targets_) fixed_ports_.insert(target.port);
   if (peers_) {
@@ -106,8 +139,10 @@ void SandboxNetwork::plan(runtime::SandboxOptions& options) const {
     options.hosts_entries.push_back(address + "\t" + targets_[i].name);
     options.listeners.push_back({address, targets_[i].port});
   }
-  options.nameserver = peers_ ? kNameserverAddress : "";
+  options.nameserver = gives_resolver() ? kNameserverAddress : "";
 }
+
+bool SandboxNetwork::gives_resolver() const { return peers_ || !config_.get()->egress_policy().closed(); }
 
 asio::awaitable<std::shared_ptr<service::NetworkLink>> SandboxNetwork::attach(
     const std::shared_ptr<runtime::Sandbox>& sandbox) {
@@ -133,7 +168,7 @@ asio::awaitable<std::shared_ptr<service::NetworkLink>> SandboxNetwork::attach(
     if (link->acceptors_[i]->is_open())
       asio::co_spawn(link->strand_, accept_loop(this, link, i), asio::detached);
   sandbox->on_stopped([link] { close_link(link); });
-  if (!peers_) co_return link;
+  if (!gives_resolver()) co_return link;
   link->name_ = sandbox->name();
   try {
     link->netns_ = runtime::open_network_namespace(sandbox->pid());
@@ -150,7 +185,7 @@ asio::awaitable<std::shared_ptr<service::NetworkLink>> SandboxNetwork::attach(
   // once its resolver answers and its peers' listeners are open. Listening sockets queue
   // connections before their accept loops run, so nothing arriving after this is lost.
   try {
-    co_await asio::co_spawn(link->strand_, start_peers(this, link), asio::use_awaitable);
+    co_await asio::co_spawn(link->strand_, start_resolver(this, link), asio::use_awaitable);
   } catch (const std::exception& e) {
     spdlog::error("sandbox {}: opening its network peers: {}", link->name_, e.what());
   }
@@ -164,6 +199,8 @@ void SandboxNetwork::close_link(std::shared_ptr<SandboxLink> link) {
     for (auto& acceptor : link->acceptors_) acceptor->close(ignored);
     for (auto& [address, acceptor] : link->peer_acceptors_) acceptor->close(ignored);
     link->peer_acceptors_.clear();
+    for (auto& acceptor : link->egress_acceptors_) acceptor->close(ignored);
+    link->egress_acceptors_.clear();
     if (link->dns_) link->dns_->close(ignored);
   });
 }
@@ -175,7 +212,8 @@ void SandboxNetwork::peers_changed() {
     if (auto link = weak.lock()) asio::co_spawn(link->strand_, reconcile(this, link), asio::detached);
 }
 
-asio::awaitable<void> SandboxNetwork::start_peers(SandboxNetwork* self, std::shared_ptr<SandboxLink> link) {
+asio::awaitable<void> SandboxNetwork::start_resolver(SandboxNetwork* self,
+                                                     std::shared_ptr<SandboxLink> link) {
   // In the sandbox's namespace: every address local (so a peer's address reaches a
   // listener here, or is refused here) and the DNS socket its resolv.conf names.
   const int netns = link->netns_.get();
@@ -210,7 +248,8 @@ asio::awaitable<void> SandboxNetwork::start_peers(SandboxNetwork* self, std::sha
     co_return;
   }
   asio::co_spawn(link->strand_, serve_dns(self, link), asio::detached);
-  co_await reconcile(self, link);
+  co_await open_egress_networks(self, link);
+  if (self->peers_) co_await reconcile(self, link);
 }
 
 asio::awaitable<void> SandboxNetwork::serve_dns(SandboxNetwork* self, std::shared_ptr<SandboxLink> link) {
@@ -222,14 +261,39 @@ asio::awaitable<void> SandboxNetwork::serve_dns(SandboxNetwork* self, std::share
       if (link->closed_ || ec == asio::error::operation_aborted) co_return;
       continue;
     }
-    const auto set = self->peers_->peers();
-    auto reply = server::dns_reply(std::string_view(buffer.data(), size),
-                                   [&](const std::string& name) -> std::optional<std::vector<uint32_t>> {
-                                     auto addresses = set->resolve(name);
-                                     if (addresses.empty()) return std::nullopt;
-                                     return addresses;
-                                   });
-    if (reply) co_await link->dns_->async_send_to(asio::buffer(*reply), from, use_tuple);
+    const std::string_view query(buffer.data(), size);
+    const auto parsed = server::parse_dns_query(query);
+    std::optional<std::string> reply;
+    switch (parsed.outcome) {
+      case server::DnsParse::Outcome::Drop:
+        continue;
+      case server::DnsParse::Outcome::FormatError:
+        reply = server::dns_error_reply(query, 1);
+        break;
+      case server::DnsParse::Outcome::NotImplemented:
+        reply = server::dns_error_reply(query, 4);
+        break;
+      case server::DnsParse::Outcome::Question: {
+        // The peers' names first (the cluster's own), then the egress policy's.
+        const std::string& name = parsed.question.name;
+        std::optional<std::vector<uint32_t>> addresses;
+        if (self->peers_)
+          if (auto found = self->peers_->peers()->resolve(name); !found.empty()) addresses = std::move(found);
+        if (!addresses && self->config_.get()->egress_policy().allows_name_on_any_port(name)) {
+          // An allowed name the outside does not know is "no such name" here too; one the
+          // resolvers could not answer for is a server failure (the client asks again).
+          auto answer = co_await egress_address(self, link, name);
+          if (!answer.error.empty()) {
+            reply = server::dns_error_reply(query, 2);
+            break;
+          }
+          if (answer.address) addresses = std::vector<uint32_t>{*answer.address};
+        }
+        reply = server::dns_answer_reply(query, parsed, addresses);
+        break;
+      }
+    }
+    co_await link->dns_->async_send_to(asio::buffer(*reply), from, use_tuple);
   }
 }
 
@@ -406,6 +470,271 @@ asio::awaitable<void> SandboxNetwork::relay_to(std::shared_ptr<SandboxLink> link
   outside.socket().set_option(tcp::no_delay(true), ignored);
   inside.set_option(tcp::no_delay(true), ignored);
   co_await server::relay(std::move(inside), outside.release_socket());
+}
+
+asio::awaitable<std::vector<int>> SandboxNetwork::open_listeners_in(
+    std::shared_ptr<SandboxLink> link, std::vector<kubernetes::ListenAddress> addresses) {
+  const int netns = link->netns_.get();
+  auto open = [netns, addresses, name = link->name_] {
+    std::vector<int> fds(addresses.size(), -1);
+    try {
+      runtime::in_network_namespace(netns, [&] {
+        for (size_t i = 0; i < addresses.size(); ++i) {
+          try {
+            fds[i] = runtime::open_listener(ops::format_ipv4(addresses[i].address), addresses[i].port);
+          } catch (const runtime::SyscallError& e) {
+            // Code in the sandbox may hold the port itself: then only it loses.
+            spdlog::warn("sandbox {}: an egress listener: {}", name, e.what());
+          }
+        }
+      });
+    } catch (const runtime::SyscallError& e) {
+      spdlog::warn("sandbox {}: entering its network namespace: {}", name, e.what());
+    }
+    return fds;
+  };
+  co_return co_await run_blocking(std::move(open));
+}
+
+asio::awaitable<SandboxNetwork::EgressAnswer> SandboxNetwork::egress_address(
+    SandboxNetwork* self, std::shared_ptr<SandboxLink> link, std::string name) {
+  if (auto it = std::ranges::find(link->egress_names_, name); it != link->egress_names_.end())
+    co_return EgressAnswer{egress_address_of(static_cast<size_t>(it - link->egress_names_.begin())), {}};
+  if (link->egress_names_.size() >= kMaxEgressNames) {
+    spdlog::warn(
+        "sandbox {}: {} outside names resolved already (the most a sandbox has); '{}' does not resolve",
+        link->name_, kMaxEgressNames, name);
+    co_return EgressAnswer{};
+  }
+  // Asked outside first: a name that does not exist there does not exist here.
+  const auto config = self->config_.get();
+  const auto& resolvers = config->egress_resolvers.empty() ? self->host_resolvers_ : config->egress_resolvers;
+  auto lookup = co_await server::resolve_ipv4(link->strand_, resolvers, name, kResolveTimeout);
+  if (lookup.addresses.empty()) {
+    if (lookup.error == "no such name" || lookup.error == "no IPv4 address") co_return EgressAnswer{};
+    spdlog::warn("sandbox {}: resolving the allowed name {}: {}", link->name_, name, lookup.error);
+    co_return EgressAnswer{std::nullopt, lookup.error};
+  }
+  // Another query for the same name may have been answered meanwhile.
+  if (auto it = std::ranges::find(link->egress_names_, name); it != link->egress_names_.end())
+    co_return EgressAnswer{egress_address_of(static_cast<size_t>(it - link->egress_names_.begin())), {}};
+  if (link->egress_names_.size() >= kMaxEgressNames) co_return EgressAnswer{};
+  const uint32_t address = egress_address_of(link->egress_names_.size());
+  link->egress_names_.push_back(name);
+  std::vector<kubernetes::ListenAddress> listeners{{address, kHttpPort}, {address, kHttpsPort}};
+  for (uint16_t port : config->egress_policy().named_ports(name))
+    if (port != kHttpPort && port != kHttpsPort && listeners.size() < 2 + kMaxEgressPortsPerName)
+      listeners.push_back({address, port});
+  auto fds = co_await open_listeners_in(link, listeners);
+  for (int fd : fds) {
+    if (fd < 0) continue;
+    if (link->closed_) {
+      close(fd);
+      continue;
+    }
+    auto acceptor = std::make_shared<tcp::acceptor>(link->strand_);
+    boost::system::error_code ec;
+    acceptor->assign(tcp::v4(), fd, ec);
+    if (ec) {
+      close(fd);
+      continue;
+    }
+    link->egress_acceptors_.push_back(acceptor);
+    asio::co_spawn(link->strand_, egress_accept_loop(self, link, acceptor, name), asio::detached);
+  }
+  co_return EgressAnswer{address, {}};
+}
+
+asio::awaitable<void> SandboxNetwork::open_egress_networks(SandboxNetwork* self,
+                                                           std::shared_ptr<SandboxLink> link) {
+  // Raw TCP to the allowed CIDRs: one listener per port, on every address (each is local
+  // in the sandbox); whether an address is allowed is decided per connection. The ports
+  // the API, the services and the names' listeners use are reached by name only.
+  std::vector<kubernetes::ListenAddress> listeners;
+  const auto policy = self->config_.get()->egress_policy();
+  for (const auto* rule : policy.network_rules()) {
+    const uint16_t port = rule->port;
+    if (port == 0 || port == kHttpPort || port == kHttpsPort || self->fixed_ports_.count(port)) continue;
+    if (std::ranges::find(listeners, port, &kubernetes::ListenAddress::port) == listeners.end())
+      listeners.push_back({0, port});
+  }
+  if (listeners.empty()) co_return;
+  auto fds = co_await open_listeners_in(link, listeners);
+  for (int fd : fds) {
+    if (fd < 0) continue;
+    auto acceptor = std::make_shared<tcp::acceptor>(link->strand_);
+    boost::system::error_code ec;
+    acceptor->assign(tcp::v4(), fd, ec);
+    if (ec) {
+      close(fd);
+      continue;
+    }
+    link->egress_acceptors_.push_back(acceptor);
+    asio::co_spawn(link->strand_, egress_accept_loop(self, link, acceptor, ""), asio::detached);
+  }
+}
+
+asio::awaitable<void> SandboxNetwork::egress_accept_loop(SandboxNetwork* self,
+                                                         std::shared_ptr<SandboxLink> link,
+                                                         std::shared_ptr<tcp::acceptor> acceptor,
+                                                         std::string name) {
+  while (!link->closed_ && acceptor->is_open()) {
+    auto [ec, socket] = co_await acceptor->async_accept(asio::make_strand(self->io_), use_tuple);
+    if (ec) {
+      if (link->closed_ || ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
+      asio::steady_timer pause(link->strand_, std::chrono::milliseconds(50));
+      co_await pause.async_wait(use_tuple);
+      continue;
+    }
+    if (link->connections_.load() >= self->max_connections_) {
+      spdlog::warn("sandbox connection limit ({}) reached; an outside connection was refused",
+                   self->max_connections_);
+      refuse(socket);
+      continue;
+    }
+    ++link->connections_;
+    auto executor = socket.get_executor();
+    asio::co_spawn(executor, egress_relay(self, link, std::move(socket), name), asio::detached);
+  }
+}
+
+namespace {
+
+// What one outside connection was, for the audit log and the metrics.
+struct EgressRecord {
+  std::string owner, container, destination, address, refused;
+  uint16_t port = 0;
+  server::RelayBytes bytes;
+
+  void finish() const {
+    ops::metrics().egress_connection(refused.empty(), bytes.a_to_b, bytes.b_to_a);
+    if (!refused.empty())
+      spdlog::info("sandbox of container {}: an outside connection to {}:{} was refused: {}", container,
+                   destination, port, refused);
+    if (auto* log = ops::audit())
+      log->record("egress", {{"owner", owner},
+                             {"container", container},
+                             {"destination", destination},
+                             {"port", int64_t{port}},
+                             {"address", address},
+                             {"bytes_out", static_cast<int64_t>(bytes.a_to_b)},
+                             {"bytes_in", static_cast<int64_t>(bytes.b_to_a)},
+                             {"result", refused.empty() ? "allowed" : "refused"},
+                             {"reason", refused}});
+  }
+};
+
+// Reads the first bytes of `inside` until `peek` decides, the peek bound or the timeout.
+template <typename Peek>
+asio::awaitable<server::PeekedDestination> read_destination(tcp::socket& inside, std::string& peeked,
+                                                            Peek peek) {
+  using namespace asio::experimental::awaitable_operators;
+  server::PeekedDestination found;
+  auto read = [&]() -> asio::awaitable<void> {
+    std::array<char, 4096> chunk;
+    while (peeked.size() < server::kMaxPeekBytes) {
+      auto [ec, n] = co_await inside.async_read_some(asio::buffer(chunk), use_tuple);
+      if (ec) co_return;
+      peeked.append(chunk.data(), n);
+      found = peek(std::string_view(peeked));
+      if (found.state != server::PeekedDestination::State::NeedMore) co_return;
+    }
+  };
+  asio::steady_timer deadline(inside.get_executor(), kPeekTimeout);
+  co_await (read() || deadline.async_wait(use_tuple));
+  // Cut short by the timeout, the bound or an error: not a destination to go to.
+  if (found.state == server::PeekedDestination::State::NeedMore)
+    found.state = server::PeekedDestination::State::Invalid;
+  co_return found;
+}
+
+}  // namespace
+
+asio::awaitable<void> SandboxNetwork::egress_relay(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
+                                                   tcp::socket inside, std::string name) {
+  struct Count {
+    std::shared_ptr<SandboxLink> link;
+    ~Count() { --link->connections_; }
+  } count{link};
+  // The policy in force when the connection arrives: a reload applies to new connections.
+  const auto config = self->config_.get();
+  const auto policy = config->egress_policy();
+  EgressRecord record;
+  if (auto container = link->container()) {
+    record.owner = container->owner;
+    record.container = container->id;
+  }
+  boost::system::error_code ec;
+  const auto local = inside.local_endpoint(ec);
+  if (ec || !local.address().is_v4()) co_return refuse(inside);
+  record.port = local.port();
+  const uint32_t local_address = local.address().to_v4().to_uint();
+  auto refuse_for = [&](std::string why) {
+    record.refused = std::move(why);
+    record.finish();
+    refuse(inside);
+  };
+
+  std::vector<uint32_t> addresses;
+  std::string peeked;
+  if (name.empty()) {
+    // A CIDR entry's port: the address the code connected to is the destination.
+    record.destination = ops::format_ipv4(local_address);
+    if (!policy.allows_address(local_address, record.port))
+      co_return refuse_for("the address is not allowed by network.egress.allow on this port");
+    addresses.push_back(local_address);
+  } else {
+    record.destination = name;
+    if (!policy.allows_name(name, record.port)) co_return refuse_for(policy.why_refused(name, record.port));
+    // HTTPS and HTTP name their host: it must be the name this address was resolved
+    // for. (The connection goes to that name whatever it says; a mismatch is refused so
+    // that what the client asked for and what it reaches never differ.)
+    if (record.port == kHttpsPort || record.port == kHttpPort) {
+      const bool tls = record.port == kHttpsPort;
+      auto found =
+          co_await read_destination(inside, peeked, tls ? server::tls_server_name : server::http_host);
+      using State = server::PeekedDestination::State;
+      if (found.state == State::Invalid)
+        co_return refuse_for(tls ? "not a TLS ClientHello" : "not an HTTP request");
+      if (found.state == State::Found && found.host != name)
+        co_return refuse_for(std::string(tls ? "the TLS server name '" : "the Host '") + found.host +
+                             "' is not the name this connection was resolved for");
+    }
+    const auto& resolvers =
+        config->egress_resolvers.empty() ? self->host_resolvers_ : config->egress_resolvers;
+    auto lookup = co_await server::resolve_ipv4(inside.get_executor(), resolvers, name, kResolveTimeout);
+    if (lookup.addresses.empty()) co_return refuse_for("resolving " + name + ": " + lookup.error);
+    for (uint32_t address : lookup.addresses) {
+      if (policy.denies_address(address, record.port)) continue;
+      if (host_only_address(address) && !policy.allows_address(address, record.port)) continue;
+      addresses.push_back(address);
+    }
+    if (addresses.empty())
+      co_return refuse_for(name + " resolves only to addresses the policy does not allow (" +
+                           ops::format_ipv4(lookup.addresses.front()) + ")");
+  }
+
+  boost::beast::tcp_stream outside(inside.get_executor());
+  std::vector<tcp::endpoint> endpoints;
+  for (uint32_t address : addresses) endpoints.emplace_back(asio::ip::address_v4(address), record.port);
+  outside.expires_after(kConnectTimeout);
+  auto [connect_error, endpoint] = co_await outside.async_connect(endpoints, use_tuple);
+  if (connect_error) co_return refuse_for("connecting: " + connect_error.message());
+  record.address = endpoint.address().to_string();
+  if (!peeked.empty()) {
+    auto [write_error, written] = co_await asio::async_write(outside, asio::buffer(peeked), use_tuple);
+    if (write_error) co_return refuse_for("sending the first bytes: " + write_error.message());
+  }
+  outside.expires_never();
+  record.bytes.a_to_b = peeked.size();
+  boost::system::error_code ignored;
+  outside.socket().set_option(tcp::no_delay(true), ignored);
+  inside.set_option(tcp::no_delay(true), ignored);
+  server::RelayBytes moved;
+  co_await server::relay(std::move(inside), outside.release_socket(), &moved);
+  record.bytes.a_to_b += moved.a_to_b;
+  record.bytes.b_to_a = moved.b_to_a;
+  record.finish();
 }
 
 Result<void> SandboxNetwork::authenticate(server::RequestContext& ctx) const {

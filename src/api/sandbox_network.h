@@ -41,6 +41,7 @@
 #include "base/unique_fd.h"
 #include "kubernetes/peer_watch.h"
 #include "ops/config.h"
+#include "ops/live_config.h"
 #include "runtime/runtime.h"
 #include "server/auth.h"
 #include "server/http_server.h"
@@ -91,13 +92,18 @@ class SandboxLink : public server::ConnectionOrigin,
   std::map<kubernetes::ListenAddress, std::shared_ptr<asio::ip::tcp::acceptor>> peer_acceptors_;
   bool reconciling_ = false, reconcile_again_ = false;
   size_t picks_ = 0;
+  // The egress part (on strand_): each outside name the sandbox's resolver answered, with
+  // an address of its own in the sandbox (egress_address(index)) and its listeners; the
+  // listeners for the allowed CIDRs' ports.
+  std::vector<std::string> egress_names_;
+  std::vector<std::shared_ptr<asio::ip::tcp::acceptor>> egress_acceptors_;
 };
 
 class SandboxNetwork : public service::SandboxNetworking {
  public:
   // `tokens`: the owners' (token, owner) pairs, for the public listener.
   // `peers`: the watched NetworkPolicy peers, or null when the list has none.
-  SandboxNetwork(asio::io_context& io, server::HttpServer& http, const ops::Config& config,
+  SandboxNetwork(asio::io_context& io, server::HttpServer& http, const ops::LiveConfig& config,
                  const std::vector<std::pair<std::string, std::string>>& tokens,
                  std::shared_ptr<kubernetes::PeerWatch> peers = nullptr);
   ~SandboxNetwork() override;
@@ -123,16 +129,38 @@ class SandboxNetwork : public service::SandboxNetworking {
   static asio::awaitable<void> relay_to(std::shared_ptr<SandboxLink> link, asio::ip::tcp::socket inside,
                                         Target target);
   static void close_link(std::shared_ptr<SandboxLink> link);
-  // The peers' part of a link: the DNS server, the listeners of the current set.
-  static asio::awaitable<void> start_peers(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
+  // The resolver of a link (for the peers, the egress policy or both), the listeners of
+  // the peers' current set.
+  static asio::awaitable<void> start_resolver(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
   static asio::awaitable<void> reconcile(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
   static asio::awaitable<void> serve_dns(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
   static asio::awaitable<void> peer_accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
                                                 kubernetes::ListenAddress address);
   void peers_changed();
+  // The egress part (network.egress, docs/network.md): whether a sandbox started now gets
+  // the resolver; a name's address in `link` (its listeners opened first), nullopt past the
+  // per-sandbox bound; the listeners of the CIDR entries' ports; each connection's check,
+  // connection out and relay.
+  bool gives_resolver() const;
+  struct EgressAnswer {
+    std::optional<uint32_t> address;  // none: the name does not resolve
+    std::string error;                // the resolvers failed (not "no such name")
+  };
+  static asio::awaitable<EgressAnswer> egress_address(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
+                                                      std::string name);
+  static asio::awaitable<void> open_egress_networks(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
+  static asio::awaitable<void> egress_accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
+                                                  std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
+                                                  std::string name);
+  static asio::awaitable<void> egress_relay(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
+                                            asio::ip::tcp::socket inside, std::string name);
+  static asio::awaitable<std::vector<int>> open_listeners_in(
+      std::shared_ptr<SandboxLink> link, std::vector<kubernetes::ListenAddress> addresses);
 
   asio::io_context& io_;
   server::HttpServer& http_;
+  const ops::LiveConfig& config_;
+  std::vector<std::string> host_resolvers_;  // the host's, when network.egress.resolvers is empty
   server::TokenAuth owners_;
   std::vector<Target> targets_;  // [0] is the API
   int max_connections_;

@@ -320,7 +320,7 @@ int serve(ops::Config config, const std::string& config_path) {
       spdlog::info("network peers: watching the Kubernetes API at {}:{} ({} peer(s), namespace {})",
                    endpoint->host, endpoint->port, config.network_peers.size(), endpoint->namespace_name);
     }
-    api::SandboxNetwork network(io, http, config, tokens, peer_watch);
+    api::SandboxNetwork network(io, http, live_config, tokens, peer_watch);
     containers.set_network(&network);
     // A token, or (for envd's /files only) a URL signed with one: the SDKs' file URLs.
     http.set_authenticator([&network, &tokens](server::RequestContext& ctx) -> Result<void> {

@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -415,6 +416,52 @@ void read_services(const YAML::Node& list, const std::string& sp, Config& c) {
   }
 }
 
+// network.egress.allow / deny: lists of egress entries (ops/egress_policy.h).
+inline constexpr size_t kMaxEgressRules = 256;
+
+void read_egress_rules(const YAML::Node& list, const std::string& kp, std::vector<EgressRule>& rules) {
+  if (!list.IsSequence()) throw ConfigError(kp + ": must be a list of host names, *.suffixes and CIDRs");
+  if (list.size() > kMaxEgressRules)
+    throw ConfigError(kp + ": at most " + std::to_string(kMaxEgressRules) + " entries");
+  rules.clear();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string ep = kp + "[" + std::to_string(i) + "]";
+    std::string error;
+    auto rule = parse_egress_rule(scalar(list[i], ep), &error);
+    if (!rule) throw ConfigError(ep + ": '" + scalar(list[i], ep) + "' " + error);
+    rules.push_back(std::move(*rule));
+  }
+}
+
+void read_egress_allow(const YAML::Node& v, const std::string& kp, Config& c) {
+  read_egress_rules(v, kp, c.egress_allow);
+}
+void read_egress_deny(const YAML::Node& v, const std::string& kp, Config& c) {
+  read_egress_rules(v, kp, c.egress_deny);
+}
+
+// network.egress.resolvers: "IPv4[:port]" each (port 53 by default).
+void read_egress_resolvers(const YAML::Node& list, const std::string& kp, Config& c) {
+  if (!list.IsSequence()) throw ConfigError(kp + ": must be a list of DNS servers (address or address:port)");
+  if (list.size() > 8) throw ConfigError(kp + ": at most 8 DNS servers");
+  c.egress_resolvers.clear();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string ep = kp + "[" + std::to_string(i) + "]";
+    std::string text = scalar(list[i], ep);
+    std::string address = text, port = "53";
+    if (auto colon = text.find(':'); colon != std::string::npos) {
+      address = text.substr(0, colon);
+      port = text.substr(colon + 1);
+    }
+    int number = 0;
+    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), number);
+    if (!parse_ipv4(address) || ec != std::errc() || end != port.data() + port.size() || number < 1 ||
+        number > 65535)
+      throw ConfigError(ep + ": '" + text + "' must be an IPv4 address with an optional :port");
+    c.egress_resolvers.push_back(address + ":" + port);
+  }
+}
+
 // codeInterpreter.memoryLimitMb: MiB (0: none).
 void read_memory_limit_mb(const YAML::Node& v, const std::string& kp, Config& c) {
   c.memory_limit_bytes = static_cast<uint64_t>(read_int(v, kp, 0, 1 << 24)) << 20;
@@ -619,6 +666,9 @@ const std::vector<Key>& keys() {
 
       integer(new_work, "external.opensandbox.sessionTTLSeconds", &C::session_ttl_sec, 1, 31 * 86400),
       custom(restart, kServicesPath, read_services, services_transfer()),
+      custom(new_work, "network.egress.allow", read_egress_allow, fields(&C::egress_allow)),
+      custom(new_work, "network.egress.deny", read_egress_deny, fields(&C::egress_deny)),
+      custom(new_work, "network.egress.resolvers", read_egress_resolvers, fields(&C::egress_resolvers)),
       text(restart, "external.opensandbox.codeExecution.image.repository", &C::image_repository),
       text(restart, "external.opensandbox.codeExecution.image.tag", &C::image_tag),
 

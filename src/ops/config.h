@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/egress_policy.h"
 #include "ops/network_peers.h"
 
 namespace sandboxd::ops {
@@ -94,6 +95,11 @@ struct Config {
   int session_ttl_sec = 600;
   std::vector<InternalService> internal_services;
   std::vector<NetworkPeer> network_peers;  // the services list's NetworkPolicy peers
+  // network.egress: outside destinations allowed (none by default), denied, and the DNS
+  // servers ("address:port") allowed names are resolved with (empty: the host's).
+  std::vector<EgressRule> egress_allow, egress_deny;
+  std::vector<std::string> egress_resolvers;
+  EgressPolicy egress_policy() const { return EgressPolicy(egress_allow, egress_deny); }
   KubernetesSettings kubernetes;
   std::string image_repository = "zylon-sandbox-templates/code-execution";
   std::string image_tag = "1.1.0";

@@ -88,6 +88,12 @@ void Metrics::lease_taken_over(TakeoverBy by, uint64_t containers) {
 
 void Metrics::leftovers_removed(uint64_t sandboxes) { leftovers_removed_ += sandboxes; }
 
+void Metrics::egress_connection(bool allowed, uint64_t bytes_out, uint64_t bytes_in) {
+  ++(allowed ? egress_allowed_ : egress_refused_);
+  egress_bytes_out_ += bytes_out;
+  egress_bytes_in_ += bytes_in;
+}
+
 std::string Metrics::label_text(const Labels& labels) {
   std::string out;
   for (const auto& [key, value] : labels) {
@@ -191,6 +197,18 @@ std::string Metrics::render(const Gauges& g) const {
   header(out, "sandboxd_leftovers_removed_total", "counter",
          "Sandboxes a killed predecessor left (cgroups, mounts), removed at start.");
   sample(out, "sandboxd_leftovers_removed_total", "", static_cast<double>(leftovers_removed_.load()));
+  header(out, "sandboxd_egress_connections_total", "counter",
+         "Outside connections from sandboxes (network.egress), by whether the policy allowed them.");
+  sample(out, "sandboxd_egress_connections_total", "result=\"allowed\"",
+         static_cast<double>(egress_allowed_.load()));
+  sample(out, "sandboxd_egress_connections_total", "result=\"refused\"",
+         static_cast<double>(egress_refused_.load()));
+  header(out, "sandboxd_egress_bytes_total", "counter",
+         "Bytes of allowed outside connections from sandboxes, out (to the destination) and in.");
+  sample(out, "sandboxd_egress_bytes_total", "direction=\"out\"",
+         static_cast<double>(egress_bytes_out_.load()));
+  sample(out, "sandboxd_egress_bytes_total", "direction=\"in\"",
+         static_cast<double>(egress_bytes_in_.load()));
   header(out, "sandboxd_sandboxes_started_total", "counter", "Sandboxes started.");
   sample(out, "sandboxd_sandboxes_started_total", "", static_cast<double>(started_.load()));
   header(out, "sandboxd_output_walks_total", "counter",

@@ -51,6 +51,9 @@ class Metrics {
   void lease_taken_over(TakeoverBy by, uint64_t containers);
   // What a start removed of a killed predecessor's (sandboxes: their cgroups, mounts).
   void leftovers_removed(uint64_t sandboxes);
+  // An outside connection from a sandbox (network.egress): allowed or refused, and the
+  // bytes it moved each way.
+  void egress_connection(bool allowed, uint64_t bytes_out, uint64_t bytes_in);
 
   // Values read at scrape time.
   struct Gauges {
@@ -91,6 +94,7 @@ class Metrics {
   std::atomic<uint64_t> output_walks_{0}, output_walks_skipped_{0};
   std::atomic<uint64_t> flushes_ok_{0}, flushes_failed_{0};
   std::atomic<uint64_t> takeovers_request_{0}, takeovers_background_{0}, leftovers_removed_{0};
+  std::atomic<uint64_t> egress_allowed_{0}, egress_refused_{0}, egress_bytes_out_{0}, egress_bytes_in_{0};
   Histogram admission_wait_, execution_duration_, flush_duration_, restore_duration_;
   std::map<std::string, std::unique_ptr<Histogram>> http_duration_;  // by route
 };

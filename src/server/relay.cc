@@ -44,7 +44,7 @@ class Pipe {
 }
 
 // One direction, `from` -> `to`, until `from` ends; then `to`'s write half is shut down.
-asio::awaitable<void> pump(tcp::socket& from, tcp::socket& to) {
+asio::awaitable<void> pump(tcp::socket& from, tcp::socket& to, uint64_t* delivered) {
   Pipe pipe;
   size_t buffered = 0;  // bytes in the pipe, not yet written to `to`
   bool from_done = false;
@@ -67,6 +67,7 @@ asio::awaitable<void> pump(tcp::socket& from, tcp::socket& to) {
       ssize_t n = splice(pipe.read_end(), nullptr, to.native_handle(), nullptr, buffered, kFlags);
       if (n > 0) {
         buffered -= static_cast<size_t>(n);
+        if (delivered) *delivered += static_cast<uint64_t>(n);
       } else if (n < 0 && errno == EAGAIN) {
         co_await to.async_wait(tcp::socket::wait_write, asio::use_awaitable);  // the reader is slow: wait
       } else if (n < 0 && errno != EINTR) {
@@ -83,14 +84,14 @@ asio::awaitable<void> pump(tcp::socket& from, tcp::socket& to) {
 
 }  // namespace
 
-asio::awaitable<void> relay(tcp::socket a, tcp::socket b) {
+asio::awaitable<void> relay(tcp::socket a, tcp::socket b, RelayBytes* bytes) {
   using namespace asio::experimental::awaitable_operators;
   error_code ignored;
   a.native_non_blocking(true, ignored);
   b.native_non_blocking(true, ignored);
   try {
     // When one direction fails, the other is cancelled.
-    co_await (pump(a, b) && pump(b, a));
+    co_await (pump(a, b, bytes ? &bytes->a_to_b : nullptr) && pump(b, a, bytes ? &bytes->b_to_a : nullptr));
   } catch (const std::exception&) {
     // A reset or a closed peer: the relay simply ends.
   }

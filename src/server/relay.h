@@ -12,7 +12,13 @@ namespace sandboxd::server {
 
 namespace asio = boost::asio;
 
+// Bytes a relay has moved, each way (for the egress audit: what went out, what came in).
+struct RelayBytes {
+  uint64_t a_to_b = 0, b_to_a = 0;
+};
+
 // Relays until both directions are done. Never throws; both sockets are closed after.
-asio::awaitable<void> relay(asio::ip::tcp::socket a, asio::ip::tcp::socket b);
+// `bytes`, when given, counts what was delivered each way.
+asio::awaitable<void> relay(asio::ip::tcp::socket a, asio::ip::tcp::socket b, RelayBytes* bytes = nullptr);
 
 }  // namespace sandboxd::server

@@ -1,0 +1,185 @@
+// The egress policy's parsing and matching (ops/egress_policy.h), and what the egress
+// path reads before it connects out: a real ClientHello's server name (made by OpenSSL's
+// client), an HTTP request's Host, and the DNS client's query and reply (answered by
+// the sandbox resolver's own reply builder). Pure logic: no server, no root.
+
+#include <gtest/gtest.h>
+#include <openssl/bio.h>
+#include <openssl/ssl.h>
+
+#include "ops/config.h"
+#include "ops/egress_policy.h"
+#include "server/destination_peek.h"
+#include "server/dns_client.h"
+#include "server/dns_message.h"
+
+using namespace sandboxd;
+
+namespace {
+
+ops::EgressRule rule(const std::string& text) {
+  std::string error;
+  auto parsed = ops::parse_egress_rule(text, &error);
+  EXPECT_TRUE(parsed) << text << ": " << error;
+  return parsed.value_or(ops::EgressRule{});
+}
+
+std::string refusal(const std::string& text) {
+  std::string error;
+  EXPECT_FALSE(ops::parse_egress_rule(text, &error)) << text;
+  return error;
+}
+
+ops::EgressPolicy policy(std::vector<std::string> allow, std::vector<std::string> deny = {}) {
+  std::vector<ops::EgressRule> a, d;
+  for (const auto& text : allow) a.push_back(rule(text));
+  for (const auto& text : deny) d.push_back(rule(text));
+  return ops::EgressPolicy(a, d);
+}
+
+uint32_t ip(const char* text) { return *ops::parse_ipv4(text); }
+
+// The first flight of a TLS client that names `server_name` (none when empty).
+std::string client_hello(const std::string& server_name) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = SSL_new(ctx);
+  BIO* in = BIO_new(BIO_s_mem());
+  BIO* out = BIO_new(BIO_s_mem());
+  SSL_set_bio(ssl, in, out);
+  if (!server_name.empty()) SSL_set_tlsext_host_name(ssl, server_name.c_str());
+  SSL_connect(ssl);  // wants to read the server's answer: the ClientHello is in `out`
+  char* data = nullptr;
+  long size = BIO_get_mem_data(out, &data);
+  std::string hello(data, static_cast<size_t>(size));
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  return hello;
+}
+
+}  // namespace
+
+TEST(EgressPolicy, EntriesAreNamesWildcardsAndCidrsWithOptionalPorts) {
+  EXPECT_EQ(rule("PyPI.Internal.").name, "pypi.internal");
+  EXPECT_EQ(rule("*.example.com:443").kind, ops::EgressRule::Kind::Suffix);
+  EXPECT_EQ(rule("*.example.com:443").port, 443);
+  EXPECT_EQ(rule("10.1.0.0/16:5432").kind, ops::EgressRule::Kind::Network);
+  EXPECT_EQ(rule("192.0.2.7").network.prefix, 32);
+  EXPECT_NE(refusal("example.com:0").find("1 to 65535"), std::string::npos);
+  EXPECT_NE(refusal("example.com:http").find("1 to 65535"), std::string::npos);
+  EXPECT_NE(refusal("10.0.0.0/33").find("CIDR"), std::string::npos);
+  EXPECT_NE(refusal("*.").find("wildcard"), std::string::npos);
+  EXPECT_NE(refusal("a.*.example.com").find("host name"), std::string::npos);
+  EXPECT_NE(refusal("exa mple.com").find("host name"), std::string::npos);
+  EXPECT_NE(refusal(":443").find("must name"), std::string::npos);
+}
+
+TEST(EgressPolicy, NothingIsAllowedByDefault) {
+  ops::EgressPolicy none;
+  EXPECT_TRUE(none.closed());
+  EXPECT_FALSE(none.allows_name("example.com", 443));
+  EXPECT_FALSE(none.allows_address(ip("10.0.0.1"), 22));
+}
+
+TEST(EgressPolicy, AWildcardMatchesSubdomainsButNotTheApex) {
+  auto p = policy({"*.example.com"});
+  EXPECT_TRUE(p.allows_name("api.example.com", 443));
+  EXPECT_TRUE(p.allows_name("a.b.example.com", 80));
+  EXPECT_FALSE(p.allows_name("example.com", 443));
+  EXPECT_FALSE(p.allows_name("badexample.com", 443));
+  EXPECT_FALSE(p.allows_name("example.com.evil.net", 443));
+}
+
+TEST(EgressPolicy, PortsNarrowAnEntryAndDenyWins) {
+  auto p = policy({"git.example.com:22", "*.example.com:443", "pypi.internal"},
+                  {"secret.example.com", "pypi.internal:80"});
+  EXPECT_TRUE(p.allows_name("git.example.com", 22));
+  EXPECT_FALSE(p.allows_name("git.example.com", 80));
+  EXPECT_TRUE(p.allows_name("git.example.com", 443));
+  EXPECT_FALSE(p.allows_name("secret.example.com", 443));
+  EXPECT_FALSE(p.allows_name_on_any_port("secret.example.com"));
+  EXPECT_TRUE(p.allows_name("pypi.internal", 443));
+  EXPECT_FALSE(p.allows_name("pypi.internal", 80));
+  EXPECT_TRUE(p.allows_name_on_any_port("pypi.internal"));
+  EXPECT_EQ(p.named_ports("git.example.com"), std::vector<uint16_t>({22, 443}));
+  EXPECT_NE(p.why_refused("secret.example.com", 443).find("'secret.example.com'"), std::string::npos);
+  EXPECT_NE(p.why_refused("other.net", 443).find("not allowed"), std::string::npos);
+}
+
+TEST(EgressPolicy, CidrsAllowAddressesAndDenyCidrsRemoveResolvedOnes) {
+  auto p = policy({"10.20.0.0/16:5432", "*.corp.example"}, {"10.20.5.0/24", "169.254.169.254"});
+  EXPECT_TRUE(p.allows_address(ip("10.20.1.1"), 5432));
+  EXPECT_FALSE(p.allows_address(ip("10.20.1.1"), 5433));
+  EXPECT_FALSE(p.allows_address(ip("10.20.5.9"), 5432));
+  EXPECT_TRUE(p.denies_address(ip("169.254.169.254"), 80));
+  EXPECT_FALSE(p.denies_address(ip("10.21.0.1"), 80));
+  ASSERT_EQ(p.network_rules().size(), 1u);
+}
+
+TEST(EgressPolicy, TheConfigurationRefusesABadEntryWithItsPath) {
+  auto config = ops::parse_config("network:\n  egress:\n    allow: [pypi.internal, '*.example.com:443']\n"
+                                  "    deny: [10.0.0.0/8]\n    resolvers: ['10.0.0.2', '10.0.0.3:5353']\n");
+  EXPECT_EQ(config.egress_allow.size(), 2u);
+  EXPECT_EQ(config.egress_deny.size(), 1u);
+  EXPECT_EQ(config.egress_resolvers, std::vector<std::string>({"10.0.0.2:53", "10.0.0.3:5353"}));
+  EXPECT_FALSE(config.egress_policy().closed());
+  try {
+    ops::parse_config("network:\n  egress:\n    allow: [good.example, 'bad example']\n");
+    ADD_FAILURE() << "accepted";
+  } catch (const ops::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("network.egress.allow[1]: 'bad example'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ops::parse_config("network:\n  egress:\n    resolvers: [dns.example]\n"), ops::ConfigError);
+}
+
+TEST(DestinationPeek, TheServerNameOfARealClientHello) {
+  const std::string hello = client_hello("Files.Example.COM");
+  ASSERT_GT(hello.size(), 50u);
+  auto found = server::tls_server_name(hello);
+  EXPECT_EQ(found.state, server::PeekedDestination::State::Found);
+  EXPECT_EQ(found.host, "files.example.com");
+  // Cut anywhere: more is needed, never a wrong answer.
+  for (size_t cut : {size_t{0}, size_t{3}, size_t{5}, hello.size() / 2, hello.size() - 1})
+    EXPECT_EQ(server::tls_server_name(hello.substr(0, cut)).state, server::PeekedDestination::State::NeedMore)
+        << cut;
+  EXPECT_EQ(server::tls_server_name(client_hello("")).state, server::PeekedDestination::State::None);
+  EXPECT_EQ(server::tls_server_name("GET / HTTP/1.1\r\n").state, server::PeekedDestination::State::Invalid);
+  // A length that points past what the record holds is refused, not followed.
+  std::string broken = hello;
+  broken[5 + 1] = '\x7f';
+  EXPECT_EQ(server::tls_server_name(broken).state, server::PeekedDestination::State::Invalid);
+}
+
+TEST(DestinationPeek, TheHostOfAnHttpRequest) {
+  auto found = server::http_host("GET /simple/ HTTP/1.1\r\nUser-Agent: pip\r\nhost: PyPI.internal:80\r\n\r\n");
+  EXPECT_EQ(found.state, server::PeekedDestination::State::Found);
+  EXPECT_EQ(found.host, "pypi.internal");
+  EXPECT_EQ(server::http_host("GET http://other.example/x HTTP/1.1\r\nHost: pypi.internal\r\n\r\n").host,
+            "other.example");
+  EXPECT_EQ(server::http_host("GET / HTTP/1.1\r\nHost: a\r\n").state, server::PeekedDestination::State::NeedMore);
+  EXPECT_EQ(server::http_host("GET / HTTP/1.0\r\n\r\n").state, server::PeekedDestination::State::None);
+  EXPECT_EQ(server::http_host("GET / HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n").state,
+            server::PeekedDestination::State::Invalid);
+  EXPECT_EQ(server::http_host("\x16\x03\x01").state, server::PeekedDestination::State::Invalid);
+}
+
+TEST(DnsClient, AQueryAndTheResolversReplyToIt) {
+  const std::string query = server::dns_a_query(0x1234, "pypi.internal");
+  auto parsed = server::parse_dns_query(query);
+  ASSERT_EQ(parsed.outcome, server::DnsParse::Outcome::Question);
+  EXPECT_EQ(parsed.question.name, "pypi.internal");
+  EXPECT_EQ(parsed.question.type, server::kDnsTypeA);
+  auto reply = server::dns_answer_reply(query, parsed, std::vector<uint32_t>{ip("10.0.0.7"), ip("10.0.0.8")});
+  auto answer = server::parse_dns_a_reply(reply, 0x1234);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->addresses, std::vector<uint32_t>({ip("10.0.0.7"), ip("10.0.0.8")}));
+  EXPECT_FALSE(server::parse_dns_a_reply(reply, 0x1235)) << "another query's reply is not this one's";
+  EXPECT_FALSE(server::parse_dns_a_reply(query, 0x1234)) << "a query is not a reply";
+  auto missing = server::parse_dns_a_reply(server::dns_answer_reply(query, parsed, std::nullopt), 0x1234);
+  ASSERT_TRUE(missing);
+  EXPECT_TRUE(missing->addresses.empty());
+  EXPECT_EQ(missing->error, "no such name");
+  // Cut short: no addresses read past the end.
+  auto cut = server::parse_dns_a_reply(reply.substr(0, reply.size() - 3), 0x1234);
+  ASSERT_TRUE(cut);
+  EXPECT_EQ(cut->addresses.size(), 1u);
+}
