@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 out=$root/build-fuzz
 targets=(router multipart keys header_values tool_input messages_request sse tar config skill_archive mcp_envelope
-  connect_envelope)
+  connect_envelope destination_peek)
 smoke_seconds=${FUZZ_SMOKE_SECONDS:-6}
 
 build() {

@@ -1,0 +1,326 @@
+// Egress by policy (network.egress, docs/network.md), from inside a sandbox the way code
+// (or an attacker) would try it. No machine here reaches the internet, so the test
+// stands up its own "outside": a DNS server of its own that sandboxd uses as its
+// resolver (network.egress.resolvers), and HTTP and HTTPS servers (Python's, with a
+// certificate made for the test by openssl) on other loopback addresses of the host.
+// A real `sandboxd serve` on loopback; curl and Python inside the sandbox.
+//
+// One suite for both isolation tiers (runtime.isolation), instantiated once per tier by
+// egress_test.cc (native) and gvisor_egress_test.cc (gvisor: its own executable, SERIAL
+// like the other gvisor suites): the same names, refusals and audit on both.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "eventually.h"
+#include "runtime/gvisor_launcher.h"
+#include "server/dns_message.h"
+#include "server_harness.h"
+#include "tcp_echo.h"
+
+namespace sandboxd::testing {
+
+namespace bj = boost::json;
+
+namespace egress {
+
+// The outside: the allowed servers on 127.1.X.21, the unlisted ones on 127.1.X.22, with
+// X free on this host now (another run of this suite may hold ports 80 and 443 of its own
+// addresses at the same time).
+std::string outside_ip(int x, int host) { return "127.1." + std::to_string(x) + "." + std::to_string(host); }
+bool port_free(const std::string& ip, uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  inet_pton(AF_INET, ip.c_str(), &address.sin_addr);
+  const bool free = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  close(fd);
+  return free;
+}
+
+// A DNS server of the test's own on 127.0.0.1: the names of the test's outside.
+class OutsideDns {
+ public:
+  explicit OutsideDns(std::map<std::string, std::string> names) : names_(std::move(names)) {
+    fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0)
+      throw std::runtime_error("bind of the test's DNS server");
+    socklen_t length = sizeof address;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+    timeval timeout{0, 100000};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~OutsideDns() {
+    stopping_ = true;
+    thread_.join();
+    close(fd_);
+  }
+  uint16_t port() const { return port_; }
+  int queries() const { return queries_.load(); }
+
+ private:
+  void serve() {
+    char buffer[1500];
+    while (!stopping_) {
+      sockaddr_in from{};
+      socklen_t length = sizeof from;
+      ssize_t n = recvfrom(fd_, buffer, sizeof buffer, 0, reinterpret_cast<sockaddr*>(&from), &length);
+      if (n <= 0) continue;
+      ++queries_;
+      auto reply = sandboxd::server::dns_reply(
+          std::string_view(buffer, static_cast<size_t>(n)),
+          [&](const std::string& name) -> std::optional<std::vector<uint32_t>> {
+            auto it = names_.find(name);
+            if (it == names_.end()) return std::nullopt;
+            in_addr address{};
+            inet_pton(AF_INET, it->second.c_str(), &address);
+            return std::vector<uint32_t>{ntohl(address.s_addr)};
+          });
+      if (reply) sendto(fd_, reply->data(), reply->size(), 0, reinterpret_cast<sockaddr*>(&from), length);
+    }
+  }
+  std::map<std::string, std::string> names_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> queries_{0};
+  std::thread thread_;
+};
+
+// An HTTP(S) server that answers every GET with who it is and the Host it was sent.
+constexpr const char* kWebServer = R"PY(import http.server, ssl, sys
+name, address, port, cert = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("%s %s %s\n" % (name, self.headers.get("Host"), self.path)).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer((address, port), Handler)
+if cert != "-":
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+)PY";
+
+}  // namespace egress
+
+enum class EgressTier { kNative, kGvisor };
+inline std::string egress_tier_name(const ::testing::TestParamInfo<EgressTier>& info) {
+  return info.param == EgressTier::kNative ? "native" : "gvisor";
+}
+inline void PrintTo(EgressTier tier, std::ostream* os) { *os << (tier == EgressTier::kNative ? "native" : "gvisor"); }
+
+class EgressTest : public ::testing::TestWithParam<EgressTier> {
+ protected:
+  static void SetUpTestSuite() {
+    dir = new fs::path(fs::temp_directory_path() / ("sandboxd-egress-" + std::to_string(getpid())));
+    fs::create_directories(*dir);
+    std::ofstream(*dir / "web.py") << egress::kWebServer;
+    // One certificate for every HTTPS name of the outside (the sandbox is given it as its CA).
+    sh("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=allowed.test "
+       "-addext subjectAltName=DNS:allowed.test,DNS:api.wild.test,DNS:denied.test,DNS:other.test "
+       "-keyout " + (*dir / "key.pem").string() + " -out " + (*dir / "cert.pem").string() + " 2>/dev/null");
+    sh("cat " + (*dir / "cert.pem").string() + " " + (*dir / "key.pem").string() + " > " +
+       (*dir / "both.pem").string());
+    ca = new std::string(sh("cat " + (*dir / "cert.pem").string()));
+    for (int x = getpid() % 200; !allowed_ip; x = (x + 1) % 250)
+      if (egress::port_free(egress::outside_ip(x, 21), 80) && egress::port_free(egress::outside_ip(x, 21), 443) && egress::port_free(egress::outside_ip(x, 22), 80) &&
+          port_free(outside_ip(x, 22), 443)) {
+        allowed_ip = new std::string(egress::outside_ip(x, 21));
+        unlisted_ip = new std::string(egress::outside_ip(x, 22));
+      }
+    start_web("allowed", *allowed_ip, 80, "-");
+    start_web("allowed-tls", *allowed_ip, 443, (*dir / "both.pem").string());
+    start_web("unlisted", *unlisted_ip, 80, "-");
+    start_web("unlisted-tls", *unlisted_ip, 443, (*dir / "both.pem").string());
+    echo = new TcpEcho();
+    dns = new egress::OutsideDns({{"allowed.test", *allowed_ip},
+                          {"api.wild.test", *allowed_ip},
+                          {"wild.test", *allowed_ip},
+                          {"denied.test", *allowed_ip},
+                          {"other.test", *unlisted_ip},
+                          {"host-itself.test", "127.0.0.1"}});
+  }
+  // The server, of this process's tier, started by the first test (CTest runs each test
+  // in a process of its own).
+  void start_server() {
+    if (server || skip_reason) return;
+    if (GetParam() == EgressTier::kGvisor && sandboxd::runtime::find_runsc().empty()) {
+      skip_reason = new std::string("runsc is not installed (Debian: apt-get install runsc)");
+      return;
+    }
+    server = new ServerProcess(config_yaml(""));
+  }
+  static void TearDownTestSuite() {
+    delete server;
+    delete dns;
+    delete echo;
+    for (pid_t pid : *web_pids) kill(pid, SIGTERM);
+    delete web_pids;
+    std::error_code ec;
+    fs::remove_all(*dir, ec);
+    delete dir;
+    delete ca;
+    delete allowed_ip;
+    delete unlisted_ip;
+    delete skip_reason;
+  }
+  static void start_web(const std::string& name, const std::string& address, int port, const std::string& cert) {
+    if (!web_pids) web_pids = new std::vector<pid_t>;
+    web_pids->push_back(std::stoi(sh("(python3 " + (*dir / "web.py").string() + " " + name + " " + address + " " +
+                                     std::to_string(port) + " " + cert + " >/dev/null 2>&1 & echo $!)")));
+    const std::string scheme = cert == "-" ? "http" : "https";
+    ASSERT_TRUE(eventually([&] {
+      return sh("curl -sk -m 2 " + scheme + "://" + address + ":" + std::to_string(port) + "/up").starts_with(name);
+    })) << name << " on " << address << ":" << port;
+  }
+  // The policy: the test's names, the outside's address (names that resolve to a
+  // loopback address need an allow CIDR: the server connects from the host), the echo
+  // server's port for raw TCP; `extra` more allow entries.
+  std::string config_yaml(const std::string& extra) const {
+    return std::string(GetParam() == EgressTier::kGvisor ? "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n" : "") + "network:\n  egress:\n    allow: [allowed.test, '*.wild.test', denied.test, host-itself.test, " +
+           *allowed_ip + ", '127.0.0.1/32:" + std::to_string(echo->port()) + "'" + extra +
+           "]\n    deny: [denied.test]\n    resolvers: ['127.0.0.1:" + std::to_string(dns->port()) + "']\n";
+  }
+  void SetUp() override {
+    start_server();
+    if (skip_reason) GTEST_SKIP() << *skip_reason;
+    // (The parameter's suffix, "/native", is not part of a container id.)
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    container = "eg-" + test.substr(0, test.find('/'));
+  }
+  bj::object bash(const std::string& command) {
+    fs::path file = server->dir() / ("cmd-" + std::to_string(++commands) + ".json");
+    std::ofstream(file) << bj::serialize(bj::object{{"command", command}, {"timeout", 60}});
+    auto reply = server->curl_json(
+        "-X POST '" + server->base() + "/containers/" + container +
+        "/tools/bash_code_execution' -H 'content-type: application/json' --data-binary @" + file.string());
+    return reply.is_object() ? reply.as_object() : bj::object{};
+  }
+  static std::string out(const bj::object& result) {
+    return result.contains("stdout") ? std::string(result.at("stdout").as_string()) : "(no result)";
+  }
+  // curl inside the sandbox: its body, or "exit N" when it failed.
+  std::string curl(const std::string& args) {
+    return out(bash("printf '%s' '" + *ca + "' > /tmp/ca.pem; curl -sS -m 20 --cacert /tmp/ca.pem " + args +
+                    " 2>/dev/null || echo \"exit $?\""));
+  }
+  std::string audit() { return sh("cat " + (server->data_dir() / "audit.log").string()); }
+
+  static inline fs::path* dir = nullptr;
+  static inline std::string *allowed_ip = nullptr, *unlisted_ip = nullptr;
+  static inline std::string* ca = nullptr;
+  static inline std::vector<pid_t>* web_pids = nullptr;
+  static inline TcpEcho* echo = nullptr;
+  static inline egress::OutsideDns* dns = nullptr;
+  static inline ServerProcess* server = nullptr;
+  static inline std::string* skip_reason = nullptr;
+  std::string container;
+  int commands = 0;
+};
+
+
+TEST_P(EgressTest, AnAllowedNameAnswersOverHttpAndHttps) {
+  EXPECT_EQ(curl("http://allowed.test/a"), "allowed allowed.test /a\n");
+  EXPECT_EQ(curl("https://allowed.test/b"), "allowed-tls allowed.test /b\n");
+  // The sandbox still has no route out: the name is an address of the sandbox's own.
+  EXPECT_EQ(out(bash("getent hosts allowed.test | cut -d' ' -f1")), "198.18.0.1\n");
+  // Python's own HTTPS client, verifying with the CA (the sandbox's Python has no requests).
+  auto py = bash("printf '%s' '" + *ca +
+                 "' > /tmp/ca.pem; python3 -c \"import ssl, urllib.request; "
+                 "c = ssl.create_default_context(cafile='/tmp/ca.pem'); "
+                 "print(urllib.request.urlopen('https://allowed.test/py', context=c).read().decode(), end='')\"");
+  EXPECT_EQ(out(py), "allowed-tls allowed.test /py\n") << bj::serialize(py);
+  // Each connection is in the audit log, with its bytes.
+  const std::string log = audit();
+  EXPECT_NE(log.find("\"destination\":\"allowed.test\",\"port\":443,\"address\":\"" + *allowed_ip + "\""),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("\"result\":\"allowed\""), std::string::npos) << log;
+  EXPECT_GT(server->metric("sandboxd_egress_connections_total{result=\"allowed\"}"), 2);
+  EXPECT_GT(server->metric("sandboxd_egress_bytes_total{direction=\"in\"}"), 100);
+}
+
+TEST_P(EgressTest, AWildcardMatchesASubdomainButNotTheApex) {
+  EXPECT_EQ(curl("https://api.wild.test/w"), "allowed-tls api.wild.test /w\n");
+  EXPECT_EQ(curl("http://wild.test/"), "exit 6\n") << "the apex does not resolve";
+}
+
+TEST_P(EgressTest, DeniedAndUnlistedNamesDoNotResolve) {
+  EXPECT_EQ(curl("http://denied.test/"), "exit 6\n");
+  EXPECT_EQ(curl("https://other.test/"), "exit 6\n");
+  EXPECT_EQ(out(bash("getent hosts other.test denied.test; echo $?")), "2\n");
+  // Nor does any other resolver help: every address but the sandbox's own is local.
+  EXPECT_EQ(curl("--resolve other.test:80:" + *unlisted_ip + " http://other.test/"), "exit 7\n");
+}
+
+TEST_P(EgressTest, AForgedHostOrServerNameCannotReachAnUnlistedServer) {
+  // The allowed name's address with another name inside: refused, never relayed to the
+  // name it carries (which is the unlisted server's).
+  EXPECT_EQ(curl("-H 'Host: other.test' http://allowed.test/"), "exit 56\n");
+  const std::string forged_sni = curl("--resolve other.test:443:198.18.0.1 https://other.test/");
+  EXPECT_TRUE(forged_sni == "exit 35\n" || forged_sni == "exit 56\n") << forged_sni;
+  EXPECT_EQ(curl("--resolve allowed.test:80:198.18.0.1 http://allowed.test/ok"), "allowed allowed.test /ok\n")
+      << "the same address with its own name still works";
+  const std::string log = audit();
+  EXPECT_NE(log.find("the Host 'other.test' is not the name this connection was resolved for"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("the TLS server name 'other.test' is not the name"), std::string::npos) << log;
+  EXPECT_EQ(log.find("\"address\":\"" + *unlisted_ip + "\""), std::string::npos)
+      << "nothing reached the unlisted server";
+}
+
+TEST_P(EgressTest, AnAllowedNameThatResolvesToTheHostItselfIsRefused) {
+  EXPECT_EQ(out(bash("getent hosts host-itself.test | cut -d' ' -f1")), "198.18.0.1\n");
+  EXPECT_EQ(curl("http://host-itself.test/"), "exit 56\n");
+  EXPECT_NE(audit().find("host-itself.test resolves only to addresses the policy does not allow (127.0.0.1)"),
+            std::string::npos);
+}
+
+TEST_P(EgressTest, ACidrEntryAllowsRawTcpOnItsPort) {
+  const std::string port = std::to_string(echo->port());
+  EXPECT_EQ(out(bash("python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', " + port +
+                     "), timeout=10); s.sendall(b'ping'); print(s.recv(4).decode())\"")),
+            "ping\n");
+  // Another address on that port is not in the entry: closed at once with a reset.
+  const std::string other = out(bash("python3 -c \"import socket\ntry:\n s = socket.create_connection(('10.9.9.9', " +
+                                     port + "), timeout=10); s.sendall(b'x'); print(len(s.recv(4)))\nexcept OSError as e: "
+                                     "print(type(e).__name__)\""));
+  EXPECT_TRUE(other == "ConnectionResetError\n" || other == "0\n") << other;
+  EXPECT_NE(audit().find("\"destination\":\"10.9.9.9\""), std::string::npos);
+}
+
+TEST_P(EgressTest, AReloadedPolicyAppliesToTheNextConnection) {
+  EXPECT_EQ(curl("http://allowed.test/before"), "allowed allowed.test /before\n");
+  // allowed.test now denied as well: the running sandbox's next connection is refused.
+  std::string yaml = config_yaml("");
+  yaml.replace(yaml.find("deny: [denied.test]"), 19, "deny: [denied.test, allowed.test]");
+  server->write_config(yaml);
+  EXPECT_NE(server->reload().find("SIGHUP"), std::string::npos);
+  EXPECT_EQ(curl("http://allowed.test/after"), "exit 6\n") << "the name no longer resolves";
+  // And its address, known from before: refused (reset, or no longer listened on).
+  const std::string known = curl("--resolve allowed.test:80:198.18.0.1 http://allowed.test/after");
+  EXPECT_TRUE(known == "exit 56\n" || known == "exit 7\n") << known;
+  server->write_config(config_yaml(""));
+  server->reload();
+  EXPECT_EQ(curl("http://allowed.test/again"), "allowed allowed.test /again\n");
+}
+
+}  // namespace sandboxd::testing
