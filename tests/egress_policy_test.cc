@@ -116,8 +116,9 @@ TEST(EgressPolicy, CidrsAllowAddressesAndDenyCidrsRemoveResolvedOnes) {
 }
 
 TEST(EgressPolicy, TheConfigurationRefusesABadEntryWithItsPath) {
-  auto config = ops::parse_config("network:\n  egress:\n    allow: [pypi.internal, '*.example.com:443']\n"
-                                  "    deny: [10.0.0.0/8]\n    resolvers: ['10.0.0.2', '10.0.0.3:5353']\n");
+  auto config = ops::parse_config(
+      "network:\n  egress:\n    allow: [pypi.internal, '*.example.com:443']\n"
+      "    deny: [10.0.0.0/8]\n    resolvers: ['10.0.0.2', '10.0.0.3:5353']\n");
   EXPECT_EQ(config.egress_allow.size(), 2u);
   EXPECT_EQ(config.egress_deny.size(), 1u);
   EXPECT_EQ(config.egress_resolvers, std::vector<std::string>({"10.0.0.2:53", "10.0.0.3:5353"}));
@@ -126,7 +127,8 @@ TEST(EgressPolicy, TheConfigurationRefusesABadEntryWithItsPath) {
     ops::parse_config("network:\n  egress:\n    allow: [good.example, 'bad example']\n");
     ADD_FAILURE() << "accepted";
   } catch (const ops::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("network.egress.allow[1]: 'bad example'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("network.egress.allow[1]: 'bad example'"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(ops::parse_config("network:\n  egress:\n    resolvers: [dns.example]\n"), ops::ConfigError);
 }
@@ -150,12 +152,14 @@ TEST(DestinationPeek, TheServerNameOfARealClientHello) {
 }
 
 TEST(DestinationPeek, TheHostOfAnHttpRequest) {
-  auto found = server::http_host("GET /simple/ HTTP/1.1\r\nUser-Agent: pip\r\nhost: PyPI.internal:80\r\n\r\n");
+  auto found =
+      server::http_host("GET /simple/ HTTP/1.1\r\nUser-Agent: pip\r\nhost: PyPI.internal:80\r\n\r\n");
   EXPECT_EQ(found.state, server::PeekedDestination::State::Found);
   EXPECT_EQ(found.host, "pypi.internal");
   EXPECT_EQ(server::http_host("GET http://other.example/x HTTP/1.1\r\nHost: pypi.internal\r\n\r\n").host,
             "other.example");
-  EXPECT_EQ(server::http_host("GET / HTTP/1.1\r\nHost: a\r\n").state, server::PeekedDestination::State::NeedMore);
+  EXPECT_EQ(server::http_host("GET / HTTP/1.1\r\nHost: a\r\n").state,
+            server::PeekedDestination::State::NeedMore);
   EXPECT_EQ(server::http_host("GET / HTTP/1.0\r\n\r\n").state, server::PeekedDestination::State::None);
   EXPECT_EQ(server::http_host("GET / HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n").state,
             server::PeekedDestination::State::Invalid);

@@ -79,15 +79,15 @@ class OutsideDns {
       ssize_t n = recvfrom(fd_, buffer, sizeof buffer, 0, reinterpret_cast<sockaddr*>(&from), &length);
       if (n <= 0) continue;
       ++queries_;
-      auto reply = sandboxd::server::dns_reply(
-          std::string_view(buffer, static_cast<size_t>(n)),
-          [&](const std::string& name) -> std::optional<std::vector<uint32_t>> {
-            auto it = names_.find(name);
-            if (it == names_.end()) return std::nullopt;
-            in_addr address{};
-            inet_pton(AF_INET, it->second.c_str(), &address);
-            return std::vector<uint32_t>{ntohl(address.s_addr)};
-          });
+      auto reply =
+          sandboxd::server::dns_reply(std::string_view(buffer, static_cast<size_t>(n)),
+                                      [&](const std::string& name) -> std::optional<std::vector<uint32_t>> {
+                                        auto it = names_.find(name);
+                                        if (it == names_.end()) return std::nullopt;
+                                        in_addr address{};
+                                        inet_pton(AF_INET, it->second.c_str(), &address);
+                                        return std::vector<uint32_t>{ntohl(address.s_addr)};
+                                      });
       if (reply) sendto(fd_, reply->data(), reply->size(), 0, reinterpret_cast<sockaddr*>(&from), length);
     }
   }
@@ -125,7 +125,9 @@ enum class EgressTier { kNative, kGvisor };
 inline std::string egress_tier_name(const ::testing::TestParamInfo<EgressTier>& info) {
   return info.param == EgressTier::kNative ? "native" : "gvisor";
 }
-inline void PrintTo(EgressTier tier, std::ostream* os) { *os << (tier == EgressTier::kNative ? "native" : "gvisor"); }
+inline void PrintTo(EgressTier tier, std::ostream* os) {
+  *os << (tier == EgressTier::kNative ? "native" : "gvisor");
+}
 
 class EgressTest : public ::testing::TestWithParam<EgressTier> {
  protected:
@@ -136,13 +138,16 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
     // One certificate for every HTTPS name of the outside (the sandbox is given it as its CA).
     sh("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=allowed.test "
        "-addext subjectAltName=DNS:allowed.test,DNS:api.wild.test,DNS:denied.test,DNS:other.test "
-       "-keyout " + (*dir / "key.pem").string() + " -out " + (*dir / "cert.pem").string() + " 2>/dev/null");
+       "-keyout " +
+       (*dir / "key.pem").string() + " -out " + (*dir / "cert.pem").string() + " 2>/dev/null");
     sh("cat " + (*dir / "cert.pem").string() + " " + (*dir / "key.pem").string() + " > " +
        (*dir / "both.pem").string());
     ca = new std::string(sh("cat " + (*dir / "cert.pem").string()));
     for (int x = getpid() % 200; !allowed_ip; x = (x + 1) % 250)
-      if (egress::port_free(egress::outside_ip(x, 21), 80) && egress::port_free(egress::outside_ip(x, 21), 443) && egress::port_free(egress::outside_ip(x, 22), 80) &&
-          port_free(outside_ip(x, 22), 443)) {
+      if (egress::port_free(egress::outside_ip(x, 21), 80) &&
+          egress::port_free(egress::outside_ip(x, 21), 443) &&
+          egress::port_free(egress::outside_ip(x, 22), 80) &&
+          egress::port_free(egress::outside_ip(x, 22), 443)) {
         allowed_ip = new std::string(egress::outside_ip(x, 21));
         unlisted_ip = new std::string(egress::outside_ip(x, 22));
       }
@@ -152,11 +157,11 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
     start_web("unlisted-tls", *unlisted_ip, 443, (*dir / "both.pem").string());
     echo = new TcpEcho();
     dns = new egress::OutsideDns({{"allowed.test", *allowed_ip},
-                          {"api.wild.test", *allowed_ip},
-                          {"wild.test", *allowed_ip},
-                          {"denied.test", *allowed_ip},
-                          {"other.test", *unlisted_ip},
-                          {"host-itself.test", "127.0.0.1"}});
+                                  {"api.wild.test", *allowed_ip},
+                                  {"wild.test", *allowed_ip},
+                                  {"denied.test", *allowed_ip},
+                                  {"other.test", *unlisted_ip},
+                                  {"host-itself.test", "127.0.0.1"}});
   }
   // The server, of this process's tier, started by the first test (CTest runs each test
   // in a process of its own).
@@ -182,20 +187,27 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
     delete unlisted_ip;
     delete skip_reason;
   }
-  static void start_web(const std::string& name, const std::string& address, int port, const std::string& cert) {
+  static void start_web(const std::string& name, const std::string& address, int port,
+                        const std::string& cert) {
     if (!web_pids) web_pids = new std::vector<pid_t>;
-    web_pids->push_back(std::stoi(sh("(python3 " + (*dir / "web.py").string() + " " + name + " " + address + " " +
-                                     std::to_string(port) + " " + cert + " >/dev/null 2>&1 & echo $!)")));
+    web_pids->push_back(
+        std::stoi(sh("(python3 " + (*dir / "web.py").string() + " " + name + " " + address + " " +
+                     std::to_string(port) + " " + cert + " >/dev/null 2>&1 & echo $!)")));
     const std::string scheme = cert == "-" ? "http" : "https";
     ASSERT_TRUE(eventually([&] {
-      return sh("curl -sk -m 2 " + scheme + "://" + address + ":" + std::to_string(port) + "/up").starts_with(name);
-    })) << name << " on " << address << ":" << port;
+      return sh("curl -sk -m 2 " + scheme + "://" + address + ":" + std::to_string(port) + "/up")
+          .starts_with(name);
+    })) << name
+        << " on " << address << ":" << port;
   }
   // The policy: the test's names, the outside's address (names that resolve to a
   // loopback address need an allow CIDR: the server connects from the host), the echo
   // server's port for raw TCP; `extra` more allow entries.
   std::string config_yaml(const std::string& extra) const {
-    return std::string(GetParam() == EgressTier::kGvisor ? "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n" : "") + "network:\n  egress:\n    allow: [allowed.test, '*.wild.test', denied.test, host-itself.test, " +
+    return std::string(GetParam() == EgressTier::kGvisor
+                           ? "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n"
+                           : "") +
+           "network:\n  egress:\n    allow: [allowed.test, '*.wild.test', denied.test, host-itself.test, " +
            *allowed_ip + ", '127.0.0.1/32:" + std::to_string(echo->port()) + "'" + extra +
            "]\n    deny: [denied.test]\n    resolvers: ['127.0.0.1:" + std::to_string(dns->port()) + "']\n";
   }
@@ -236,17 +248,17 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
   int commands = 0;
 };
 
-
 TEST_P(EgressTest, AnAllowedNameAnswersOverHttpAndHttps) {
   EXPECT_EQ(curl("http://allowed.test/a"), "allowed allowed.test /a\n");
   EXPECT_EQ(curl("https://allowed.test/b"), "allowed-tls allowed.test /b\n");
   // The sandbox still has no route out: the name is an address of the sandbox's own.
   EXPECT_EQ(out(bash("getent hosts allowed.test | cut -d' ' -f1")), "198.18.0.1\n");
   // Python's own HTTPS client, verifying with the CA (the sandbox's Python has no requests).
-  auto py = bash("printf '%s' '" + *ca +
-                 "' > /tmp/ca.pem; python3 -c \"import ssl, urllib.request; "
-                 "c = ssl.create_default_context(cafile='/tmp/ca.pem'); "
-                 "print(urllib.request.urlopen('https://allowed.test/py', context=c).read().decode(), end='')\"");
+  auto py =
+      bash("printf '%s' '" + *ca +
+           "' > /tmp/ca.pem; python3 -c \"import ssl, urllib.request; "
+           "c = ssl.create_default_context(cafile='/tmp/ca.pem'); "
+           "print(urllib.request.urlopen('https://allowed.test/py', context=c).read().decode(), end='')\"");
   EXPECT_EQ(out(py), "allowed-tls allowed.test /py\n") << bj::serialize(py);
   // Each connection is in the audit log, with its bytes.
   const std::string log = audit();
@@ -280,7 +292,8 @@ TEST_P(EgressTest, AForgedHostOrServerNameCannotReachAnUnlistedServer) {
   EXPECT_EQ(curl("--resolve allowed.test:80:198.18.0.1 http://allowed.test/ok"), "allowed allowed.test /ok\n")
       << "the same address with its own name still works";
   const std::string log = audit();
-  EXPECT_NE(log.find("the Host 'other.test' is not the name this connection was resolved for"), std::string::npos)
+  EXPECT_NE(log.find("the Host 'other.test' is not the name this connection was resolved for"),
+            std::string::npos)
       << log;
   EXPECT_NE(log.find("the TLS server name 'other.test' is not the name"), std::string::npos) << log;
   EXPECT_EQ(log.find("\"address\":\"" + *unlisted_ip + "\""), std::string::npos)
@@ -300,9 +313,10 @@ TEST_P(EgressTest, ACidrEntryAllowsRawTcpOnItsPort) {
                      "), timeout=10); s.sendall(b'ping'); print(s.recv(4).decode())\"")),
             "ping\n");
   // Another address on that port is not in the entry: closed at once with a reset.
-  const std::string other = out(bash("python3 -c \"import socket\ntry:\n s = socket.create_connection(('10.9.9.9', " +
-                                     port + "), timeout=10); s.sendall(b'x'); print(len(s.recv(4)))\nexcept OSError as e: "
-                                     "print(type(e).__name__)\""));
+  const std::string other =
+      out(bash("python3 -c \"import socket\ntry:\n s = socket.create_connection(('10.9.9.9', " + port +
+               "), timeout=10); s.sendall(b'x'); print(len(s.recv(4)))\nexcept OSError as e: "
+               "print(type(e).__name__)\""));
   EXPECT_TRUE(other == "ConnectionResetError\n" || other == "0\n") << other;
   EXPECT_NE(audit().find("\"destination\":\"10.9.9.9\""), std::string::npos);
 }

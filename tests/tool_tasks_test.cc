@@ -34,7 +34,8 @@ ToolTasks::Work running_until_cancelled() {
   return [](std::shared_ptr<sandboxd::runtime::Cancellation> cancellation,
             ToolTasks::Progress progress) -> asio::awaitable<ToolTasks::Outcome> {
     progress("started\n");
-    auto timer = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor, std::chrono::hours(1));
+    auto timer =
+        std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor, std::chrono::hours(1));
     cancellation->subscribe([timer] { asio::post(timer->get_executor(), [timer] { timer->cancel(); }); });
     boost::system::error_code ec;
     co_await timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -126,8 +127,7 @@ TEST(ToolTasks, OnlyATaskIdNamesAContainer) {
                                               "mcpt_" + random + "-box",
                                               "mcpt_" + random + ".bad/box",
                                               "task_" + random + ".box"};
-  for (const auto& id : not_task_ids)
-    EXPECT_EQ(ToolTasks::container_of(id), "") << id;
+  for (const auto& id : not_task_ids) EXPECT_EQ(ToolTasks::container_of(id), "") << id;
 }
 
 }  // namespace

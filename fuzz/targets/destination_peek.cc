@@ -13,7 +13,8 @@ static void check(const server::PeekedDestination& found) {
   if (found.state != server::PeekedDestination::State::Found) return;
   if (found.host.empty() || found.host.size() > 253) abort();
   for (char ch : found.host)
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.')) abort();
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.'))
+      abort();
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -43,7 +43,8 @@ std::optional<EgressRule> parse_egress_rule(std::string_view text, std::string* 
     std::string_view digits = text.substr(colon + 1);
     unsigned port = 0;
     auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
-    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || port < 1 || port > 65535) {
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || port < 1 ||
+        port > 65535) {
       *error = "the port after ':' must be a number from 1 to 65535";
       return std::nullopt;
     }

@@ -20,10 +20,10 @@ namespace sandboxd::ops {
 
 struct EgressRule {
   enum class Kind { Name, Suffix, Network } kind = Kind::Name;
-  std::string name;       // Name: the host name; Suffix: ".example.com" (with its dot)
-  Ipv4Network network;    // Network
-  uint16_t port = 0;      // 0: any port
-  std::string source;     // as written, for messages and the audit log
+  std::string name;     // Name: the host name; Suffix: ".example.com" (with its dot)
+  Ipv4Network network;  // Network
+  uint16_t port = 0;    // 0: any port
+  std::string source;   // as written, for messages and the audit log
   bool operator==(const EgressRule& other) const { return source == other.source; }
 };
 

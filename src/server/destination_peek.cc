@@ -31,7 +31,8 @@ std::string clean_host(std::string_view host) {
 
 std::string_view trim(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r')) text.remove_suffix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r'))
+    text.remove_suffix(1);
   return text;
 }
 
@@ -66,7 +67,7 @@ PeekedDestination tls_server_name(std::string_view data) {
     return at <= hello.size();
   };
   if (!skip(1) || !skip(2) || !skip(1)) return state(State::Invalid);  // session id, suites, compression
-  if (at == hello.size()) return state(State::None);                    // no extensions
+  if (at == hello.size()) return state(State::None);                   // no extensions
   if (at + 2 > hello.size()) return state(State::Invalid);
   const size_t extensions_end = at + 2 + read16(hello, at);
   if (extensions_end > hello.size()) return state(State::Invalid);

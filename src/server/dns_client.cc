@@ -2,13 +2,13 @@
 
 #include <openssl/rand.h>
 
+#include <array>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/udp.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <array>
 #include <fstream>
 #include <sstream>
 
@@ -109,8 +109,9 @@ std::optional<DnsLookup> parse_dns_a_reply(std::string_view reply, uint16_t id) 
   return lookup;
 }
 
-asio::awaitable<DnsLookup> resolve_ipv4(asio::any_io_executor executor, const std::vector<std::string>& servers,
-                                       std::string name, std::chrono::milliseconds timeout) {
+asio::awaitable<DnsLookup> resolve_ipv4(asio::any_io_executor executor,
+                                        const std::vector<std::string>& servers, std::string name,
+                                        std::chrono::milliseconds timeout) {
   using namespace asio::experimental::awaitable_operators;
   DnsLookup last{{}, "no DNS server to ask (network.egress.resolvers, or the host's resolv.conf)"};
   for (const auto& server : servers) {

@@ -32,8 +32,9 @@ std::optional<DnsLookup> parse_dns_a_reply(std::string_view reply, uint16_t id);
 
 // `name`'s addresses from the first of `servers` ("a.b.c.d:port") that answers within
 // `timeout`.
-asio::awaitable<DnsLookup> resolve_ipv4(asio::any_io_executor executor, const std::vector<std::string>& servers,
-                                       std::string name, std::chrono::milliseconds timeout);
+asio::awaitable<DnsLookup> resolve_ipv4(asio::any_io_executor executor,
+                                        const std::vector<std::string>& servers, std::string name,
+                                        std::chrono::milliseconds timeout);
 
 // The IPv4 nameservers of a resolv.conf ("a.b.c.d:53" each).
 std::vector<std::string> resolv_conf_nameservers(const std::string& path = "/etc/resolv.conf");
