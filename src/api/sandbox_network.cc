@@ -333,26 +333,7 @@ asio::awaitable<void> SandboxNetwork::reconcile(SandboxNetwork* self, std::share
     for (const auto& address : wanted)
       if (!link->peer_acceptors_.count(address)) to_open.push_back(address);
     if (to_open.empty()) continue;
-    const int netns = link->netns_.get();
-    auto open_listeners = [netns, to_open, name = link->name_] {
-      std::vector<int> fds(to_open.size(), -1);
-      try {
-        runtime::in_network_namespace(netns, [&] {
-          for (size_t i = 0; i < to_open.size(); ++i) {
-            try {
-              fds[i] = runtime::open_listener(ops::format_ipv4(to_open[i].address), to_open[i].port);
-            } catch (const runtime::SyscallError& e) {
-              // Code in the sandbox may hold the port itself: then only it loses.
-              spdlog::warn("sandbox {}: a network peer's listener: {}", name, e.what());
-            }
-          }
-        });
-      } catch (const runtime::SyscallError& e) {
-        spdlog::warn("sandbox {}: entering its network namespace: {}", name, e.what());
-      }
-      return fds;
-    };
-    auto fds = co_await run_blocking(std::move(open_listeners));
+    auto fds = co_await open_listeners_in(link, to_open, "a network peer's listener");
     for (size_t i = 0; i < to_open.size(); ++i) {
       if (fds[i] < 0) continue;
       if (link->closed_ || link->peer_acceptors_.count(to_open[i])) {
@@ -473,9 +454,9 @@ asio::awaitable<void> SandboxNetwork::relay_to(std::shared_ptr<SandboxLink> link
 }
 
 asio::awaitable<std::vector<int>> SandboxNetwork::open_listeners_in(
-    std::shared_ptr<SandboxLink> link, std::vector<kubernetes::ListenAddress> addresses) {
+    std::shared_ptr<SandboxLink> link, std::vector<kubernetes::ListenAddress> addresses, const char* what) {
   const int netns = link->netns_.get();
-  auto open = [netns, addresses, name = link->name_] {
+  auto open = [netns, addresses, what, name = link->name_] {
     std::vector<int> fds(addresses.size(), -1);
     try {
       runtime::in_network_namespace(netns, [&] {
@@ -484,7 +465,7 @@ asio::awaitable<std::vector<int>> SandboxNetwork::open_listeners_in(
             fds[i] = runtime::open_listener(ops::format_ipv4(addresses[i].address), addresses[i].port);
           } catch (const runtime::SyscallError& e) {
             // Code in the sandbox may hold the port itself: then only it loses.
-            spdlog::warn("sandbox {}: an egress listener: {}", name, e.what());
+            spdlog::warn("sandbox {}: {}: {}", name, what, e.what());
           }
         }
       });
@@ -525,7 +506,7 @@ asio::awaitable<SandboxNetwork::EgressAnswer> SandboxNetwork::egress_address(
   for (uint16_t port : config->egress_policy().named_ports(name))
     if (port != kHttpPort && port != kHttpsPort && listeners.size() < 2 + kMaxEgressPortsPerName)
       listeners.push_back({address, port});
-  auto fds = co_await open_listeners_in(link, listeners);
+  auto fds = co_await open_listeners_in(link, listeners, "an egress listener");
   for (int fd : fds) {
     if (fd < 0) continue;
     if (link->closed_) {
@@ -559,7 +540,7 @@ asio::awaitable<void> SandboxNetwork::open_egress_networks(SandboxNetwork* self,
       listeners.push_back({0, port});
   }
   if (listeners.empty()) co_return;
-  auto fds = co_await open_listeners_in(link, listeners);
+  auto fds = co_await open_listeners_in(link, listeners, "an egress listener");
   for (int fd : fds) {
     if (fd < 0) continue;
     auto acceptor = std::make_shared<tcp::acceptor>(link->strand_);

@@ -154,8 +154,11 @@ class SandboxNetwork : public service::SandboxNetworking {
                                                   std::string name);
   static asio::awaitable<void> egress_relay(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
                                             asio::ip::tcp::socket inside, std::string name);
-  static asio::awaitable<std::vector<int>> open_listeners_in(
-      std::shared_ptr<SandboxLink> link, std::vector<kubernetes::ListenAddress> addresses);
+  // Listeners on `addresses` in the link's namespace (the blocking pool's work); -1 for
+  // each that could not be opened (logged as `what`).
+  static asio::awaitable<std::vector<int>> open_listeners_in(std::shared_ptr<SandboxLink> link,
+                                                             std::vector<kubernetes::ListenAddress> addresses,
+                                                             const char* what);
 
   asio::io_context& io_;
   server::HttpServer& http_;
