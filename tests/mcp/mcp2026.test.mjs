@@ -4,36 +4,19 @@
 // beside a 1.x client's session on the same endpoint; then raw probes of what the
 // revision's transport asks (headers, version errors, no sessions). Run by CTest with
 // SANDBOXD_PATH.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { Client as LegacyClient } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport as LegacyHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { startServer, stopProgram } from '../harness.mjs';
+import { serveTwoOwners } from './two_owners.mjs';
 
 const ALICE = 'mcp26-alice-token';
 const BOB = 'mcp26-bob-token';
 const MODERN = '2026-07-28';
-let dir;
-let server;
-const clients = [];
-
-before(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'sandboxd-mcp2026-'));
-  server = await startServer(dir, 'data', [
-    `auth: { tokens: [ { token: ${ALICE}, owner: alice }, { token: ${BOB}, owner: bob } ] }`,
-  ]);
-});
-
-after(async () => {
-  for (const client of clients) await client.close().catch(() => {});
-  if (server) await stopProgram(server.child);
-  if (dir) rmSync(dir, { recursive: true, force: true });
-});
+const server = serveTwoOwners('sandboxd-mcp2026-', ALICE, BOB);
+const clients = server.clients;
 
 // The v2 client as an application would make it: version negotiation on (the SDK's
 // default is still the 2025 handshake), the token in a header.

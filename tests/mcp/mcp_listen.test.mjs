@@ -2,32 +2,15 @@
 // client (`@modelcontextprotocol/client`, unmodified, pinned in package-lock.json) against
 // a real `sandboxd serve`: a client listens for an output file and is told when a
 // command writes it. Run by CTest with SANDBOXD_PATH.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { startServer, stopProgram } from '../harness.mjs';
+import { serveTwoOwners } from './two_owners.mjs';
 
 const ALICE = 'listen-alice-token';
 const BOB = 'listen-bob-token';
-let dir;
-let server;
-const clients = [];
-
-before(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'sandboxd-mcp-listen-'));
-  server = await startServer(dir, 'data', [
-    `auth: { tokens: [ { token: ${ALICE}, owner: alice }, { token: ${BOB}, owner: bob } ] }`,
-  ]);
-});
-
-after(async () => {
-  for (const client of clients) await client.close().catch(() => {});
-  if (server) await stopProgram(server.child);
-  if (dir) rmSync(dir, { recursive: true, force: true });
-});
+const server = serveTwoOwners('sandboxd-mcp-listen-', ALICE, BOB);
+const clients = server.clients;
 
 async function modernClient(token = ALICE) {
   const transport = new StreamableHTTPClientTransport(new URL(`${server.url}/mcp`), {

@@ -10,34 +10,17 @@
 // `resultType: "task"` it does not decode yet (UNSUPPORTED_RESULT_TYPE), so the call that
 // starts a task is sent through its Streamable HTTP transport, which sets the
 // revision's headers from the message as for any request.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { startServer, stopProgram } from '../harness.mjs';
+import { serveTwoOwners } from './two_owners.mjs';
 
 const ALICE = 'tasks-alice-token';
 const BOB = 'tasks-bob-token';
 const MODERN = '2026-07-28';
 const TASKS = 'io.modelcontextprotocol/tasks';
-let dir;
-let server;
-const clients = [];
-
-before(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'sandboxd-mcp-tasks-'));
-  server = await startServer(dir, 'data', [
-    `auth: { tokens: [ { token: ${ALICE}, owner: alice }, { token: ${BOB}, owner: bob } ] }`,
-  ]);
-});
-
-after(async () => {
-  for (const client of clients) await client.close().catch(() => {});
-  if (server) await stopProgram(server.child);
-  if (dir) rmSync(dir, { recursive: true, force: true });
-});
+const server = serveTwoOwners('sandboxd-mcp-tasks-', ALICE, BOB);
+const clients = server.clients;
 
 const transportFor = (token) =>
   new StreamableHTTPClientTransport(new URL(`${server.url}/mcp`), {
