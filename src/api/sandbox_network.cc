@@ -507,22 +507,7 @@ asio::awaitable<SandboxNetwork::EgressAnswer> SandboxNetwork::egress_address(
     if (port != kHttpPort && port != kHttpsPort && listeners.size() < 2 + kMaxEgressPortsPerName)
       listeners.push_back({address, port});
   auto fds = co_await open_listeners_in(link, listeners, "an egress listener");
-  for (int fd : fds) {
-    if (fd < 0) continue;
-    if (link->closed_) {
-      close(fd);
-      continue;
-    }
-    auto acceptor = std::make_shared<tcp::acceptor>(link->strand_);
-    boost::system::error_code ec;
-    acceptor->assign(tcp::v4(), fd, ec);
-    if (ec) {
-      close(fd);
-      continue;
-    }
-    link->egress_acceptors_.push_back(acceptor);
-    asio::co_spawn(link->strand_, egress_accept_loop(self, link, acceptor, name), asio::detached);
-  }
+  serve_egress_listeners(self, link, std::move(fds), name);
   co_return EgressAnswer{address, {}};
 }
 
@@ -541,8 +526,18 @@ asio::awaitable<void> SandboxNetwork::open_egress_networks(SandboxNetwork* self,
   }
   if (listeners.empty()) co_return;
   auto fds = co_await open_listeners_in(link, listeners, "an egress listener");
+  serve_egress_listeners(self, link, std::move(fds), "");
+}
+
+void SandboxNetwork::serve_egress_listeners(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
+                                            std::vector<int> fds, const std::string& name) {
   for (int fd : fds) {
     if (fd < 0) continue;
+    // The sandbox stopped while they were opened: nothing will accept on them.
+    if (link->closed_) {
+      close(fd);
+      continue;
+    }
     auto acceptor = std::make_shared<tcp::acceptor>(link->strand_);
     boost::system::error_code ec;
     acceptor->assign(tcp::v4(), fd, ec);
@@ -551,7 +546,7 @@ asio::awaitable<void> SandboxNetwork::open_egress_networks(SandboxNetwork* self,
       continue;
     }
     link->egress_acceptors_.push_back(acceptor);
-    asio::co_spawn(link->strand_, egress_accept_loop(self, link, acceptor, ""), asio::detached);
+    asio::co_spawn(link->strand_, egress_accept_loop(self, link, acceptor, name), asio::detached);
   }
 }
 

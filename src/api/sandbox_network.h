@@ -149,6 +149,10 @@ class SandboxNetwork : public service::SandboxNetworking {
   static asio::awaitable<EgressAnswer> egress_address(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
                                                       std::string name);
   static asio::awaitable<void> open_egress_networks(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
+  // Takes the opened listeners (-1s skipped) and accepts on each, for `name` ("" for a
+  // CIDR port: the address connected to is the destination).
+  static void serve_egress_listeners(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
+                                     std::vector<int> fds, const std::string& name);
   static asio::awaitable<void> egress_accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
                                                   std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
                                                   std::string name);
