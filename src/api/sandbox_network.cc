@@ -359,20 +359,10 @@ asio::awaitable<void> SandboxNetwork::peer_accept_loop(SandboxNetwork* self,
                                                        std::shared_ptr<SandboxLink> link,
                                                        kubernetes::ListenAddress address) {
   std::shared_ptr<tcp::acceptor> acceptor = link->peer_acceptors_.at(address);
-  while (!link->closed_ && acceptor->is_open()) {
-    auto [ec, socket] = co_await acceptor->async_accept(asio::make_strand(self->io_), use_tuple);
-    if (ec) {
-      if (link->closed_ || ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
-      asio::steady_timer pause(link->strand_, std::chrono::milliseconds(50));
-      co_await pause.async_wait(use_tuple);
-      continue;
-    }
-    if (link->connections_.load() >= self->max_connections_) {
-      spdlog::warn("sandbox connection limit ({}) reached; a connection to a network peer was refused",
-                   self->max_connections_);
-      refuse(socket);
-      continue;
-    }
+  for (;;) {
+    auto accepted = co_await accept_within_limit(self, link, acceptor, "a network peer");
+    if (!accepted) co_return;
+    tcp::socket& socket = *accepted;
     // Decided now, from the set in force now: a peer that left is refused from here on.
     boost::system::error_code local_error;
     const auto local = socket.local_endpoint(local_error);
@@ -554,24 +544,37 @@ asio::awaitable<void> SandboxNetwork::egress_accept_loop(SandboxNetwork* self,
                                                          std::shared_ptr<SandboxLink> link,
                                                          std::shared_ptr<tcp::acceptor> acceptor,
                                                          std::string name) {
+  for (;;) {
+    auto socket = co_await accept_within_limit(self, link, acceptor, "an outside destination");
+    if (!socket) co_return;
+    ++link->connections_;
+    auto executor = socket->get_executor();
+    asio::co_spawn(executor, egress_relay(self, link, std::move(*socket), name), asio::detached);
+  }
+}
+
+asio::awaitable<std::optional<tcp::socket>> SandboxNetwork::accept_within_limit(
+    SandboxNetwork* self, std::shared_ptr<SandboxLink> link, std::shared_ptr<tcp::acceptor> acceptor,
+    const char* what) {
   while (!link->closed_ && acceptor->is_open()) {
     auto [ec, socket] = co_await acceptor->async_accept(asio::make_strand(self->io_), use_tuple);
     if (ec) {
-      if (link->closed_ || ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
+      if (link->closed_ || ec == asio::error::operation_aborted || !acceptor->is_open()) break;
+      // Out of descriptors or similar: back off instead of spinning.
       asio::steady_timer pause(link->strand_, std::chrono::milliseconds(50));
       co_await pause.async_wait(use_tuple);
       continue;
     }
+    // Over the sandbox's limit: closed at once (the client sees its connection end).
     if (link->connections_.load() >= self->max_connections_) {
-      spdlog::warn("sandbox connection limit ({}) reached; an outside connection was refused",
-                   self->max_connections_);
+      spdlog::warn("sandbox connection limit ({}) reached; a connection to {} was refused",
+                   self->max_connections_, what);
       refuse(socket);
       continue;
     }
-    ++link->connections_;
-    auto executor = socket.get_executor();
-    asio::co_spawn(executor, egress_relay(self, link, std::move(socket), name), asio::detached);
+    co_return std::move(socket);
   }
+  co_return std::nullopt;
 }
 
 namespace {

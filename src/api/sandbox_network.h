@@ -32,6 +32,7 @@
 #include <boost/asio/strand.hpp>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,11 @@ class SandboxNetwork : public service::SandboxNetworking {
   static asio::awaitable<EgressAnswer> egress_address(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
                                                       std::string name);
   static asio::awaitable<void> open_egress_networks(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
+  // The next connection on a peer's or an egress listener that the sandbox's connection
+  // limit lets in (others are refused and logged as to `what`); none once it closes.
+  static asio::awaitable<std::optional<asio::ip::tcp::socket>> accept_within_limit(
+      SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
+      std::shared_ptr<asio::ip::tcp::acceptor> acceptor, const char* what);
   // Takes the opened listeners (-1s skipped) and accepts on each, for `name` ("" for a
   // CIDR port: the address connected to is the destination).
   static void serve_egress_listeners(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
