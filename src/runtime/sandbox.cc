@@ -197,51 +197,8 @@ struct Sandbox::Execution {
 // Both directions are bounded by protocol::kRelayWindow: bytes are acknowledged only
 // once a pipe has taken them, so a caller that stops reading (or a process that stops
 // reading its stdin) holds the other side back instead of filling the server's memory.
-struct Sandbox::Relay : std::enable_shared_from_this<Relay> {
+struct Sandbox::Relay {
   Relay(Strand& strand, uint32_t id) : id(id), stdin_room(strand, Clock::time_point::max()) {}
-
-  // Sends to PID 1, in order. The control socket is non-blocking (the reactor made it
-  // so): what it cannot take now waits here and goes once it has room, never dropped
-  // (a lost kStdin would lose bytes, a lost acknowledgement would stall the process).
-  // Bounded by the window: at most kRelayWindow of stdin, and acknowledgements.
-  void post(Sandbox& sandbox, protocol::Type type, std::string_view payload, int64_t value) {
-    outbox.push_back({type, value, std::string(payload)});
-    flush(sandbox);
-  }
-  void flush(Sandbox& sandbox) {
-    while (!sending && !outbox.empty()) {
-      if (!sandbox.control_.is_open()) {
-        outbox.clear();
-        return;
-      }
-      const auto& message = outbox.front();
-      const int rc = protocol::send_message(sandbox.control_.native_handle(), message.type, id, message.value,
-                                            message.payload, nullptr, 0, /*dont_wait=*/true);
-      if (rc == -EAGAIN) {
-        sending = true;
-        sandbox.control_.async_wait(
-            asio::posix::descriptor_base::wait_write,
-            [owner = sandbox.shared_from_this(), self = shared_from_this()](error_code ec) {
-              self->sending = false;
-              if (ec) {
-                self->outbox.clear();  // the sandbox is stopping
-                return;
-              }
-              self->flush(*owner);
-            });
-        return;
-      }
-      outbox.pop_front();  // sent (or PID 1 is gone, which the control reader sees)
-    }
-  }
-
-  struct Outgoing {
-    protocol::Type type;
-    int64_t value;
-    std::string payload;
-  };
-  std::deque<Outgoing> outbox;
-  bool sending = false;  // waiting for room in the control socket
 
   struct Output {
     std::optional<asio::posix::stream_descriptor> pipe;  // the write end; the caller reads
@@ -296,7 +253,35 @@ Sandbox::~Sandbox() {
 
 int Sandbox::send(protocol::Type type, uint32_t id, std::string_view payload, int64_t value) {
   if (!control_.is_open()) return -EPIPE;
-  return protocol::send_message(control_.native_handle(), type, id, value, payload);
+  outbox_.push_back({type, id, value, std::string(payload)});
+  flush_outbox();
+  return 0;
+}
+
+void Sandbox::flush_outbox() {
+  while (!outbox_waiting_ && !outbox_.empty()) {
+    if (!control_.is_open()) {
+      outbox_.clear();
+      return;
+    }
+    const Outgoing& message = outbox_.front();
+    const int rc = protocol::send_message(control_.native_handle(), message.type, message.id, message.value,
+                                          message.payload, nullptr, 0, /*dont_wait=*/true);
+    if (rc == -EAGAIN) {
+      outbox_waiting_ = true;
+      control_.async_wait(asio::posix::descriptor_base::wait_write,
+                          [self = shared_from_this()](error_code ec) {
+                            self->outbox_waiting_ = false;
+                            if (ec) {
+                              self->outbox_.clear();  // the sandbox is stopping
+                              return;
+                            }
+                            self->flush_outbox();
+                          });
+      return;
+    }
+    outbox_.pop_front();  // sent (or PID 1 is gone, which the control reader sees)
+  }
 }
 
 uint64_t Sandbox::memory_usage() const { return cgroups_->memory_usage(name_); }
@@ -692,7 +677,7 @@ void Sandbox::relay_output(const std::shared_ptr<Relay>& relay, int stream, std:
     out.ended = true;
   } else if (!out.pipe) {
     // Its reader is gone: taken and dropped, as a write to a closed pipe would be.
-    relay->post(*this, protocol::Type::kOutputTaken, {}, static_cast<int64_t>(bytes.size()));
+    send(protocol::Type::kOutputTaken, relay->id, {}, static_cast<int64_t>(bytes.size()));
     return;
   } else if (out.pending.size() + bytes.size() > protocol::kRelayWindow) {
     // Past the window PID 1 keeps to: never held (and never acknowledged).
@@ -733,7 +718,7 @@ void Sandbox::flush_output(const std::shared_ptr<Relay>& relay, int stream) {
     out.pipe->close(ignored);
     out.pipe.reset();
   }
-  if (taken > 0) relay->post(*this, protocol::Type::kOutputTaken, {}, static_cast<int64_t>(taken));
+  if (taken > 0) send(protocol::Type::kOutputTaken, relay->id, {}, static_cast<int64_t>(taken));
   if (out.pipe && out.ended && out.pending.empty() && !out.waiting) {
     error_code ignored;  // its end: the caller reads end of file
     out.pipe->close(ignored);
@@ -760,12 +745,12 @@ asio::awaitable<void> Sandbox::relay_stdin(std::shared_ptr<Relay> relay) {
     const ssize_t n = ::read(relay->stdin_pipe->native_handle(), buffer.data(), room);
     if (n > 0) {
       relay->stdin_in_flight += static_cast<size_t>(n);
-      relay->post(*this, protocol::Type::kStdin, std::string_view(buffer.data(), static_cast<size_t>(n)), 0);
+      send(protocol::Type::kStdin, relay->id, std::string_view(buffer.data(), static_cast<size_t>(n)), 0);
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
     // The caller closed its end (or it broke): the process reads end of file.
-    relay->post(*this, protocol::Type::kStdin, {}, protocol::kStdinEnd);
+    send(protocol::Type::kStdin, relay->id, {}, protocol::kStdinEnd);
     break;
   }
   if (relay->stdin_pipe) {

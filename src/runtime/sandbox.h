@@ -14,6 +14,7 @@
 #include <boost/asio/strand.hpp>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -186,7 +187,15 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   asio::awaitable<void> relay_stdin(std::shared_ptr<Relay> relay);
   void close_relay(Relay& relay);
   void forget_relay_if_done(uint32_t id);
+  // Sends to PID 1, in order. The control socket is non-blocking (the reactor made it
+  // so), and PID 1 may be slow to read (inside gVisor, one message per turn of its loop):
+  // what the socket cannot take now waits in outbox_ and goes once it has room, never
+  // dropped (a lost kSpawn would fail a command, a lost kKill leave a tree running, a lost
+  // kStdin lose bytes, a lost acknowledgement stall a relayed process). Bounded by what
+  // the callers bound: executions by the owner's limits, relayed bytes by the window.
+  // Returns -EPIPE when the socket is closed, else 0.
   int send(protocol::Type type, uint32_t id, std::string_view payload = {}, int64_t value = 0);
+  void flush_outbox();
 
   asio::any_io_executor executor_;  // as given
   Strand strand_;
@@ -209,6 +218,14 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   std::chrono::steady_clock::time_point started_at_;
   bool finishing_ = false;     // finish_stop() has begun
   bool exit_bounded_ = false;  // bound_pid1_exit() runs
+  struct Outgoing {
+    protocol::Type type;
+    uint32_t id;
+    int64_t value;
+    std::string payload;
+  };
+  std::deque<Outgoing> outbox_;  // see send()
+  bool outbox_waiting_ = false;  // waiting for room in the control socket
 
   // The previous CPU sample (cpu_used_percent), under its own mutex (any thread).
   std::mutex cpu_sample_mutex_;
