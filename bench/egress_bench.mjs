@@ -11,7 +11,8 @@
 //
 // Run by scripts/bench.sh (SANDBOXD_BENCH_ONLY=egress) with SANDBOXD_PATH, as root (the
 // HTTPS server takes port 443). BENCH_EGRESS_TTFB, BENCH_EGRESS_DOWNLOADS: counts (50, 5).
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import https from 'node:https';
 import { tmpdir } from 'node:os';
@@ -81,10 +82,13 @@ function inside(path, count, proxy) {
   return bash(`for i in $(seq ${count}); do curl -sS -o /dev/null --cacert /tmp/ca.pem ${proxy ? '' : "--noproxy '*'"} ` +
     `${WRITE_OUT} https://bench.test${path}; done`).then(parse);
 }
-function direct(path, count) {
-  const out = execFileSync('bash', ['-c', `for i in $(seq ${count}); do curl -sS -o /dev/null --noproxy '*' ` +
-    `--cacert ${join(dir, 'cert.pem')} --resolve bench.test:443:${address} ${WRITE_OUT} https://bench.test${path}; done`]);
-  return parse(out.toString());
+// (Asynchronous: the HTTPS server is this process's own. A bare environment, as the
+// sandbox's curl has: no CA or proxy settings of the host's.)
+async function direct(path, count) {
+  const { stdout } = await promisify(execFile)('bash', ['-c', `for i in $(seq ${count}); do curl -sS -o /dev/null ` +
+    `--noproxy '*' --cacert ${join(dir, 'cert.pem')} --resolve bench.test:443:${address} ${WRITE_OUT} ` +
+    `https://bench.test${path}; done`], { env: { PATH: '/usr/bin:/bin' } });
+  return parse(stdout);
 }
 
 try {
@@ -92,19 +96,19 @@ try {
   // Warm: the sandbox has resolved the name and its listeners are open.
   await inside('/small', 2, false);
   await inside('/small', 2, true);
-  direct('/small', 2);
+  await direct('/small', 2);
   const ttfb = { egress: [], proxy: [], direct: [] };
   const rate = { egress: [], proxy: [], direct: [] };
   for (let round = 0; round < TTFB_ROUNDS; round += 10) {
     const n = Math.min(10, TTFB_ROUNDS - round);
     for (const [t] of await inside('/small', n, false)) ttfb.egress.push(t * 1000);
     for (const [t] of await inside('/small', n, true)) ttfb.proxy.push(t * 1000);
-    for (const [t] of direct('/small', n)) ttfb.direct.push(t * 1000);
+    for (const [t] of await direct('/small', n)) ttfb.direct.push(t * 1000);
   }
   for (let round = 0; round < DOWNLOADS; round++) {
     rate.egress.push((await inside('/download', 1, false))[0][1] / MIB);
     rate.proxy.push((await inside('/download', 1, true))[0][1] / MIB);
-    rate.direct.push(direct('/download', 1)[0][1] / MIB);
+    rate.direct.push((await direct('/download', 1))[0][1] / MIB);
   }
   console.log(`egress: HTTPS from a sandbox through sandboxd against curl on the host (${address})`);
   for (const side of ['direct', 'egress', 'proxy']) {
