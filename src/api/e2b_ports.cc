@@ -99,7 +99,8 @@ std::string upstream_target(std::string_view target) {
 asio::awaitable<Result<tcp::socket>> connect_inside(RequestContext& ctx, runtime::Sandbox& sandbox,
                                                     const std::string& id, uint16_t port) {
   const std::string where = "port " + std::to_string(port) + " of sandbox " + id;
-  const ApiError nothing_listens{HttpStatus::bad_gateway, "api_error",
+  const ApiError nothing_listens{HttpStatus::bad_gateway,
+                                 "api_error",
                                  "Nothing listens on " + where +
                                      ": start a server in the sandbox on 0.0.0.0:" + std::to_string(port) +
                                      " (or 127.0.0.1)",
@@ -143,9 +144,11 @@ asio::awaitable<Result<tcp::socket>> connect_inside(RequestContext& ctx, runtime
       co_await connecting.async_connect(tcp::endpoint(asio::ip::address_v4::loopback(), port), use_tuple);
   if (connect_error == asio::error::connection_refused) co_return nothing_listens;
   if (connect_error)
-    co_return ApiError{HttpStatus::bad_gateway, "api_error",
-                       "The server on " + where + " did not accept a connection (" + connect_error.message() + ")",
-                       {}};
+    co_return ApiError{
+        HttpStatus::bad_gateway,
+        "api_error",
+        "The server on " + where + " did not accept a connection (" + connect_error.message() + ")",
+        {}};
   connecting.expires_never();
   co_return connecting.release_socket();
 }
@@ -158,13 +161,15 @@ asio::awaitable<Result<Response>> proxy_port(ApiContext& api, ProxiedConnections
   const std::string& id = addressed->sandbox.id;
   auto slot = open.take(id);
   if (!slot)
-    co_return ApiError::rate_limited("Sandbox " + id + " has " + std::to_string(kMaxProxiedConnectionsPerSandbox) +
-                                         " proxied connections open (the most a sandbox may have); close some "
-                                         "and try again",
-                                     1);
+    co_return ApiError::rate_limited(
+        "Sandbox " + id + " has " + std::to_string(kMaxProxiedConnectionsPerSandbox) +
+            " proxied connections open (the most a sandbox may have); close some "
+            "and try again",
+        1);
   auto sandbox = addressed->container->live_sandbox.load();
   if (!sandbox || !sandbox->running())
-    co_return ApiError{HttpStatus::bad_gateway, "api_error",
+    co_return ApiError{HttpStatus::bad_gateway,
+                       "api_error",
                        "Nothing listens on port " + std::to_string(*port) + " of sandbox " + id +
                            ": its processes have ended (start a server there with commands.run)",
                        {}};
@@ -174,7 +179,8 @@ asio::awaitable<Result<Response>> proxy_port(ApiContext& api, ProxiedConnections
   server::PortProxyOptions options;
   options.idle_timeout = kProxyIdleTimeout;
   options.hold = std::move(slot);
-  options.no_answer_message = "The server on port " + std::to_string(*port) + " of sandbox " + id + " did not answer";
+  options.no_answer_message =
+      "The server on port " + std::to_string(*port) + " of sandbox " + id + " did not answer";
   // The credentials that admitted the request are the owner's token: never handed to
   // the sandbox's code (which may be anybody's), nor the routing headers.
   options.drop_fields = {"e2b-sandbox-id", "e2b-sandbox-port", "x-api-key", "x-access-token",
@@ -191,9 +197,10 @@ asio::awaitable<Result<Response>> proxy_port(ApiContext& api, ProxiedConnections
 
 void register_e2b_port_routes(server::HttpServer& http, ApiContext& api) {
   auto open = std::make_shared<ProxiedConnections>();
-  auto handler = e2b_route(api, [open](ApiContext& api, RequestContext& ctx) -> asio::awaitable<Result<Response>> {
-    return proxy_port(api, *open, ctx);
-  });
+  auto handler =
+      e2b_route(api, [open](ApiContext& api, RequestContext& ctx) -> asio::awaitable<Result<Response>> {
+        return proxy_port(api, *open, ctx);
+      });
   const std::string base(kPortsPath);
   for (auto verb : {http::verb::get, http::verb::head, http::verb::post, http::verb::put, http::verb::patch,
                     http::verb::delete_, http::verb::options}) {

@@ -113,7 +113,8 @@ asio::awaitable<Result<Response>> proxy_request(RequestContext& ctx, tcp::socket
   // its links from it). A WebSocket's upgrade keeps its Connection and Upgrade; any
   // other request asks the upstream to close after its answer (one connection each).
   const std::string upgrade(ctx.header_value(http::field::upgrade));
-  const bool upgrading = !upgrade.empty() && lists_token(ctx.header_value(http::field::connection), "upgrade");
+  const bool upgrading =
+      !upgrade.empty() && lists_token(ctx.header_value(http::field::connection), "upgrade");
   http::request<http::empty_body> request{ctx.method(), target, 11};
   copy_end_to_end(ctx.header(), request);
   for (const auto& name : options.drop_fields) request.erase(name);
@@ -166,14 +167,16 @@ asio::awaitable<Result<Response>> proxy_request(RequestContext& ctx, tcp::socket
   // (not for an upgrade: the client may send its first frames before the 101, and the
   // watch would take the socket's wake-ups; the idle timeout bounds that wait).
   if (!upgrading)
-    upstream->watch = DisconnectWatch::start(ctx.stream().socket(), [weak = std::weak_ptr<Upstream>(upstream)] {
-      if (auto alive = weak.lock()) alive->stream.cancel();
-    });
+    upstream->watch =
+        DisconnectWatch::start(ctx.stream().socket(), [weak = std::weak_ptr<Upstream>(upstream)] {
+          if (auto alive = weak.lock()) alive->stream.cancel();
+        });
   auto& parser = upstream->parser;
   parser.body_limit(boost::none);
   if (ctx.method() == http::verb::head) parser.skip(true);
   stream.expires_after(idle);
-  auto [read_error, read_bytes] = co_await http::async_read_header(stream, upstream->buffer, parser, use_tuple);
+  auto [read_error, read_bytes] =
+      co_await http::async_read_header(stream, upstream->buffer, parser, use_tuple);
   if (read_error) {
     spdlog::info("{} proxy: no answer: {}", ctx.request_id, read_error.message());
     co_return no_answer(options);

@@ -291,6 +291,30 @@ describe(`getHost(port) on the ${ISOLATION} tier`, { skip: SKIP }, () => {
     await new Promise((resolve) => ws.socket.on('close', resolve).end());
   });
 
+  test('a sandbox has at most 64 proxied connections open; a closed one frees its place', async () => {
+    const host = sandbox.getHost(8765);
+    const token = { 'e2b-traffic-access-token': sandbox.trafficAccessToken };
+    const open = [];
+    try {
+      for (let i = 0; i < 64; i++) open.push(await openWebSocket(host, token));
+      const refused = await request(host, '/', { headers: token });
+      assert.equal(refused.status, 429);
+      assert.match(JSON.parse(refused.body).message, /has 64 proxied connections open/);
+      // One closes: its place is free again once the server has seen it end.
+      const closing = open.pop();
+      closing.socket.write(Buffer.from([0x88, 0x80, 1, 2, 3, 4]));
+      await new Promise((resolve) => closing.socket.on('close', resolve).end());
+      let again;
+      assert.ok(await eventually(async () => {
+        again = await openWebSocket(host, token).catch(() => null);
+        return again !== null;
+      }));
+      open.push(again);
+    } finally {
+      for (const ws of open) ws.socket.destroy();
+    }
+  });
+
   test('without the owner\'s credentials a port is refused', async () => {
     const host = sandbox.getHost(8000);
     const anonymous = await request(host, '/');
