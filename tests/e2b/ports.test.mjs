@@ -328,6 +328,18 @@ describe(`getHost(port) on the ${ISOLATION} tier`, { skip: SKIP }, () => {
     await assert.rejects(Sandbox.create({ network: { allowPublicTraffic: true } }), /Public traffic is not available/);
   });
 
+  test('a paused sandbox\'s port answers E2B\'s 502 (no auto-resume: pause keeps files only)', async () => {
+    const other = await Sandbox.create({ timeoutMs: 120_000 });
+    try {
+      assert.equal(await other.pause(), true);
+      const answer = await request(other.getHost(8000), '/', { headers: { 'X-API-Key': ALICE } });
+      assert.equal(answer.status, 502);
+      assert.match(JSON.parse(answer.body).message, new RegExp(`Sandbox ${other.sandboxId} is paused`));
+    } finally {
+      await other.kill().catch(() => {});
+    }
+  });
+
   test('a port nothing listens on answers 502 with a clear message at once', async () => {
     const answer = await request(sandbox.getHost(8001), '/', { headers: { 'X-API-Key': ALICE } });
     assert.equal(answer.status, 502);
