@@ -228,6 +228,16 @@ asio::awaitable<Result<Response>> create_sandbox(ApiContext& api, RequestContext
   request.auto_pause = *auto_pause;
   if (const auto* mcp = body->if_contains("mcp"); mcp && !mcp->is_null())
     co_return ApiError::invalid_request("MCP gateways are not available on this server");
+  // E2B's default lets anyone who knows a port's URL in; here only the owner's
+  // credentials (the traffic access token among them) open a sandbox's ports, and a
+  // sandbox is never opened to strangers (api/e2b_ports.cc).
+  if (const auto* network = body->if_contains("network"); network && network->is_object())
+    if (const auto* allow = network->as_object().if_contains("allowPublicTraffic");
+        allow && allow->is_bool() && allow->as_bool())
+      co_return ApiError::invalid_request(
+          "Public traffic is not available on this server: a sandbox's ports open only with its "
+          "traffic access token (header e2b-traffic-access-token) or its owner's API key; create it "
+          "with network.allowPublicTraffic false");
   if (const auto* mounts = body->if_contains("volumeMounts");
       mounts && mounts->is_array() && !mounts->as_array().empty())
     co_return ApiError::invalid_request("Volumes are not available on this server");
@@ -480,7 +490,10 @@ void route_by_host(http::request<http::buffer_body>& request, const std::string&
   if (target.empty() || target.front() != '/') return;
   request.set("E2b-Sandbox-Id", id);
   request.set("E2b-Sandbox-Port", port);
-  request.target("/e2b/sandbox" + std::string(target));
+  // envd's and the interpreter's ports are served by the server itself; any other is a
+  // port a process in the sandbox listens on (api/e2b_ports.cc).
+  const bool served_here = port == std::to_string(kEnvdPort) || port == std::to_string(kCodeInterpreterPort);
+  request.target((served_here ? std::string("/e2b/sandbox") : std::string(kPortsPath)) + std::string(target));
 }
 
 }  // namespace
@@ -504,14 +517,14 @@ std::optional<Response> e2b_error_for_route(std::string_view route, const ApiErr
 }
 
 asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api, RequestContext& ctx,
-                                                                 uint16_t port) {
+                                                                 std::optional<uint16_t> port) {
   if (!api.e2b_sandboxes) co_return ApiError::not_found("E2B's API is not enabled on this server");
   const std::string id(ctx.header_value("E2b-Sandbox-Id"));
   if (id.empty())
     co_return ApiError::invalid_request(
         "Missing the E2b-Sandbox-Id header (set E2B_SANDBOX_URL for E2B's SDKs)");
   if (!ContainerService::valid_id(id)) co_return ApiError::not_found("Sandbox not found");
-  if (ctx.header_value("E2b-Sandbox-Port") != std::to_string(port))
+  if (port && ctx.header_value("E2b-Sandbox-Port") != std::to_string(*port))
     co_return ApiError::not_found("Nothing answers on port " +
                                   std::string(ctx.header_value("E2b-Sandbox-Port")) + " of sandbox " + id +
                                   " for " + std::string(ctx.header().target()));
@@ -661,6 +674,7 @@ void register_e2b_routes(server::HttpServer& http, ApiContext& api) {
              e2b_route(api, connect_sandbox));
   http.route(http::verb::get, base + "/sandboxes/{id}/metrics", "e2b.sandboxes.metrics",
              e2b_route(api, sandbox_metrics));
+  register_e2b_port_routes(http, api);
 }
 
 }  // namespace sandboxd::api
