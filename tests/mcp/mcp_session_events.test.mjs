@@ -21,6 +21,7 @@ import { startServer, stopProgram } from '../harness.mjs';
 
 const ALICE = 'events-alice-token';
 const BOB = 'events-bob-token';
+const CAROL = 'events-carol-token';  // only the stream-count test's
 let dir;
 let server;
 const clients = [];
@@ -29,7 +30,7 @@ before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'sandboxd-mcp-events-'));
   // A small output cap, so that a command's output is cut at it (a notice).
   server = await startServer(dir, 'data', [
-    `auth: { tokens: [ { token: ${ALICE}, owner: alice }, { token: ${BOB}, owner: bob } ] }`,
+    `auth: { tokens: [ { token: ${ALICE}, owner: alice }, { token: ${BOB}, owner: bob }, { token: ${CAROL}, owner: carol } ] }`,
     'codeInterpreter: { outputLimit: 4Ki }',
   ]);
 });
@@ -192,6 +193,30 @@ test('one GET stream a session, of its owner, ended by the session\'s end', asyn
   assert.equal((await endSession(session)).status, 200);
   assert.equal(await stream.text(), '');
   assert.equal((await openStream(session)).status, 404);
+});
+
+test('an owner has at most 16 streams open', async () => {
+  const sessions = [];
+  const streams = [];
+  for (let i = 0; i < 16; i++) {
+    sessions.push(await rawSession(CAROL));
+    streams.push(await openStream(sessions[i], {}, CAROL));
+    assert.equal(streams[i].status, 200);
+  }
+  const extra = await rawSession(CAROL);
+  const refused = await openStream(extra, {}, CAROL);
+  assert.equal(refused.status, 429);
+  assert.equal(refused.headers.get('retry-after'), '1');
+  assert.match((await refused.json()).error.message, /Too many MCP session streams open for this owner \(16\)/);
+  // Another owner's are counted apart.
+  const alices = await rawSession();
+  const alicesStream = await openStream(alices);
+  assert.equal(alicesStream.status, 200);
+  for (const session of [...sessions, extra, alices]) {
+    const ended = await fetch(`${server.url}/mcp`, { method: 'DELETE', headers: { ...auth(session === alices ? ALICE : CAROL), 'Mcp-Session-Id': session } });
+    assert.equal(ended.status, 200);
+  }
+  for (const stream of [...streams, alicesStream]) assert.equal(await stream.text(), '');
 });
 
 test('Last-Event-ID gets a fresh stream that says nothing is replayed', async () => {
