@@ -25,7 +25,7 @@ json::object result(const json::value& id, json::value result) {
 }
 
 bool method_reads_params(std::string_view method) {
-  static constexpr std::array<std::string_view, 11> kReading{"initialize",
+  static constexpr std::array<std::string_view, 14> kReading{"initialize",
                                                              "tools/call",
                                                              "tools/list",
                                                              "resources/list",
@@ -35,7 +35,10 @@ bool method_reads_params(std::string_view method) {
                                                              "subscriptions/listen",
                                                              "tasks/get",
                                                              "tasks/cancel",
-                                                             "tasks/update"};
+                                                             "tasks/update",
+                                                             "logging/setLevel",
+                                                             "resources/subscribe",
+                                                             "resources/unsubscribe"};
   return std::find(kReading.begin(), kReading.end(), method) != kReading.end();
 }
 

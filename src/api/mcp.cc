@@ -6,12 +6,11 @@
 // arguments, so any replica can answer it. The earlier revisions (2025-11-25 and older):
 // POST carries one JSON-RPC message (or, for sessions of the 2025-03-26 revision, a
 // batch); `initialize` makes a session whose id (Mcp-Session-Id) every later request
-// carries; DELETE ends it; GET answers 405 (no server-initiated stream: the server has
-// nothing to say outside a request). A request is answered with JSON, or, for a bash
-// call when the client accepts it, with server-sent events: progress notifications
-// carrying the command's output while it runs, then the response. Authenticated and
-// scoped to the owner like every other endpoint; the tools and resources themselves are
-// api/mcp_tools.h.
+// carries; DELETE ends it; GET opens the session's stream, which carries the
+// notifications of its resource subscriptions and its log messages. A request is answered with JSON, or, for
+// a bash call when the client accepts it, with server-sent events: progress notifications carrying the
+// command's output while it runs, then the response. Authenticated and scoped to the owner like every other
+// endpoint; the tools and resources themselves are api/mcp_tools.h.
 
 #include <array>
 #include <boost/asio/as_tuple.hpp>
@@ -66,6 +65,11 @@ constexpr std::chrono::hours kSessionIdleTtl{24};
 // An SSE comment this often while a command is silent keeps proxies and clients from
 // timing the stream out (and finds a client that left).
 constexpr std::chrono::seconds kStreamKeepAlive{15};
+// A session's GET streams: each holds a connection and reads its folders' watches a
+// slice at a time, so an owner has a few (a client opens one a session).
+constexpr size_t kMaxSessionStreamsPerOwner = 16;
+// How long a GET stream waits for events before it looks whether its session ended.
+constexpr std::chrono::milliseconds kSessionStreamWait{500};
 
 constexpr std::string_view kSessionHeader = "Mcp-Session-Id";
 constexpr std::string_view kVersionHeader = "MCP-Protocol-Version";
@@ -209,8 +213,7 @@ constexpr std::string_view kInstructions =
 json::object discover_result() {
   auto capabilities = server_capabilities();
   capabilities["extensions"] = json::object{{kTasksExtension, json::object{}}};
-  // subscriptions/listen's resourceSubscriptions (the earlier revisions' resources/subscribe
-  // is not offered: it needs a stream outside a request).
+  // subscriptions/listen's resourceSubscriptions (no logging: the revision dropped it).
   capabilities["resources"].as_object()["subscribe"] = true;
   return json::object{{"supportedVersions", all_versions()},
                       {"capabilities", std::move(capabilities)},
@@ -233,9 +236,14 @@ void modern_result(const std::string& method, json::object& result) {
   }
 }
 
+// The session revisions also have resources/subscribe (on the session's GET stream)
+// and logging; 2026-07-28 has neither (its subscriptions/listen is in server/discover).
 json::object initialize_result(std::string_view version) {
+  auto capabilities = server_capabilities();
+  capabilities["resources"].as_object()["subscribe"] = true;
+  capabilities["logging"] = json::object{};
   return json::object{{"protocolVersion", version},
-                      {"capabilities", server_capabilities()},
+                      {"capabilities", std::move(capabilities)},
                       {"serverInfo", server_info()},
                       {"instructions", kInstructions}};
 }
@@ -335,13 +343,50 @@ Result<json::object> task_request(Mcp& mcp, RequestContext& ctx, const Message& 
   return json::object{};
 }
 
-// The response to one request: of a session, or (`modern`) a 2026-07-28 request, which
-// has no ping, no initialize, and server/discover.
+// logging/setLevel, resources/subscribe and resources/unsubscribe of a session: what its
+// GET stream carries from now on.
+asio::awaitable<json::object> answer_session_events(Mcp& mcp, RequestContext& ctx,
+                                                    const McpSessions::Session& session,
+                                                    const Message& message) {
+  const json::value& id = message.id;
+  if (message.method == "logging/setLevel") {
+    const auto* name = message.params.if_contains("level");
+    const auto level =
+        name && name->is_string() ? McpSessionEvents::log_level(name->as_string()) : std::nullopt;
+    if (!level)
+      co_return rpc_error(
+          id, kInvalidParams,
+          "Invalid params: 'level' must be one of debug, info, notice, warning, error, critical, "
+          "alert, emergency");
+    session.events->set_log_level(*level);
+    co_return rpc_result(id, json::object{});
+  }
+  const auto* uri = message.params.if_contains("uri");
+  if (!uri || !uri->is_string() || uri->as_string().empty() || uri->as_string().size() > 4096)
+    co_return rpc_error(id, kInvalidParams, "Invalid params: 'uri' must be a resource URI (a string)");
+  if (message.method == "resources/unsubscribe") {
+    session.events->unsubscribe(std::string(uri->as_string()));
+    co_return rpc_result(id, json::object{});
+  }
+  auto subscribed = co_await session.events->subscribe(mcp.api, ctx, std::string(uri->as_string()));
+  if (!subscribed) co_return rpc_error_from(id, subscribed.error(), false);
+  co_return rpc_result(id, json::object{});
+}
+
+bool session_events_method(std::string_view method) {
+  return method == "logging/setLevel" || method == "resources/subscribe" || method == "resources/unsubscribe";
+}
+
+// The response to one request: of a session (`session`), or (`modern`) a 2026-07-28
+// request, which has no ping, no initialize, no logging or resources/subscribe, and
+// server/discover.
 asio::awaitable<json::object> answer(Mcp& mcp, RequestContext& ctx, Message& message, McpCallOptions options,
-                                     bool modern = false) {
+                                     bool modern = false, const McpSessions::Session* session = nullptr) {
   const json::value& id = message.id;
   const std::string& method = message.method;
   if (!modern && method == "ping") co_return rpc_result(id, json::object{});
+  if (!modern && session && session_events_method(method))
+    co_return co_await answer_session_events(mcp, ctx, *session, message);
   if (!modern && method == "initialize")
     co_return rpc_error(id, kInvalidRequest, "Invalid Request: the session is initialized already");
   Result<json::object> result = ApiError::internal();
@@ -379,6 +424,15 @@ asio::awaitable<json::object> answer(Mcp& mcp, RequestContext& ctx, Message& mes
   co_return rpc_result(id, std::move(*result));
 }
 
+// A session request's options: its cancellation, and its calls' notices queued as log
+// messages for the session's stream.
+McpCallOptions session_call_options(const McpSessions::Session& session) {
+  McpCallOptions options;
+  options.cancellation = std::make_shared<runtime::Cancellation>();
+  options.on_notice = [events = session.events](service::ToolNotice notice) { events->log(notice); };
+  return options;
+}
+
 void notify(Mcp& mcp, const McpSessions::Session& session, const Message& message) {
   if (message.method != "notifications/cancelled") return;  // initialized and the rest: nothing to do
   if (const auto* request = message.params.if_contains("requestId"))
@@ -412,6 +466,7 @@ struct StreamedCall {
   std::shared_ptr<runtime::Cancellation> cancellation = std::make_shared<runtime::Cancellation>();
   std::unique_ptr<McpSessions::InFlight> in_flight;
   std::shared_ptr<server::DisconnectWatch> watch;
+  service::ToolNoticeSink on_notice;  // a session's: its log messages
 
   void signal() { wake.try_send(boost::system::error_code{}); }
 };
@@ -434,6 +489,7 @@ asio::awaitable<void> stream_call(Mcp& mcp, RequestContext& ctx, std::shared_ptr
   const auto executor = co_await asio::this_coro::executor;
   McpCallOptions options;
   options.cancellation = call->cancellation;
+  options.on_notice = call->on_notice;
   options.on_output = [weak = std::weak_ptr<StreamedCall>(call)](runtime::OutputStreamId stream,
                                                                  std::string_view bytes) {
     auto call = weak.lock();
@@ -545,10 +601,10 @@ asio::awaitable<Result<Response>> answer_batch(Mcp& mcp, RequestContext& ctx,
       refuse(message.id);
       continue;
     }
-    McpCallOptions options;
-    options.cancellation = std::make_shared<runtime::Cancellation>();
+    McpCallOptions options = session_call_options(session);
     auto in_flight = mcp.sessions.begin_request(session.id, id_key(message.id), options.cancellation);
-    std::string text = json::serialize(co_await answer(mcp, ctx, message, std::move(options)));
+    std::string text =
+        json::serialize(co_await answer(mcp, ctx, message, std::move(options), false, &session));
     full = answers.size() + text.size() + 2 > kBatchAnswerLimit;
     if (full)
       refuse(message.id);
@@ -770,6 +826,7 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
     call->id = message.id;
     call->token = *progress_token(message);
     call->in_flight = mcp.sessions.begin_request(session->id, id_key(message.id), call->cancellation);
+    call->on_notice = session_call_options(*session).on_notice;
     call->watch = server::DisconnectWatch::start(
         ctx.stream().socket(), [cancellation = call->cancellation] { cancellation->cancel(); });
     auto response = event_stream_head();
@@ -779,8 +836,7 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
     };
     co_return response;
   }
-  McpCallOptions options;
-  options.cancellation = std::make_shared<runtime::Cancellation>();
+  McpCallOptions options = session_call_options(*session);
   auto in_flight = mcp.sessions.begin_request(session->id, id_key(message.id), options.cancellation);
   // A tool call may run a command: a client that leaves stops it.
   StopWatch watch;
@@ -788,7 +844,7 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
     watch.watch = server::DisconnectWatch::start(
         ctx.stream().socket(), [cancellation = options.cancellation] { cancellation->cancel(); });
   auto cancellation = options.cancellation;
-  auto response = co_await answer(mcp, ctx, message, std::move(options));
+  auto response = co_await answer(mcp, ctx, message, std::move(options), false, session.get());
   if (cancellation->cancelled()) {
     // The client cancelled it (notifications/cancelled): the protocol asks for no
     // response, so the POST is answered without one. One cancelled because its session
@@ -996,6 +1052,64 @@ asio::awaitable<Result<Response>> post_modern(Mcp& mcp, RequestContext& ctx, std
 
 asio::awaitable<Result<Response>> no_stream(Mcp&, RequestContext&);
 
+// GET: the stream of a session (2025-11-25 and older), one a session, on which the
+// server sends what comes outside any request: notifications/resources/updated for the
+// files the session subscribed to, notifications/message at the level it set. Its
+// events carry no SSE id: nothing is kept once sent, so there is nothing to resume,
+// and a GET with Last-Event-ID gets a fresh stream, which says so in a comment first.
+// It lasts until the client closes it or the session ends (DELETE, which ends it).
+asio::awaitable<Result<Response>> open_stream(Mcp& mcp, RequestContext& ctx) {
+  // The stateless revision has no stream outside a request (subscriptions/listen): 405.
+  if (const auto version = ctx.header_value(kVersionHeader); !version.empty() && !supported(version))
+    co_return co_await no_stream(mcp, ctx);
+  if (auto refusal = rebinding_refusal(mcp.api, ctx))
+    co_return transport_error(HttpStatus::forbidden, kServerError, std::move(*refusal));
+  if (!accepts(ctx.header_value(http::field::accept), "text/event-stream"))
+    co_return transport_error(HttpStatus::not_acceptable, kServerError,
+                              "Not Acceptable: the client must accept text/event-stream");
+  const std::string session_id(ctx.header_value(kSessionHeader));
+  if (session_id.empty())
+    co_return transport_error(HttpStatus::bad_request, kServerError,
+                              "Bad Request: the Mcp-Session-Id header is required (initialize first)");
+  auto session = mcp.sessions.find(session_id, ctx.owner);
+  if (!session) co_return transport_error(HttpStatus::not_found, kSessionNotFound, "Session not found");
+  auto cancellation = std::make_shared<runtime::Cancellation>();
+  auto in_flight =
+      mcp.sessions.begin_stream(session->id, ctx.owner, kMaxSessionStreamsPerOwner, cancellation);
+  if (!in_flight) {
+    const auto& error = in_flight.error();
+    auto response = transport_error(
+        error.status, error.status == HttpStatus::not_found ? kSessionNotFound : kServerError, error.message);
+    if (error.retry_after) response.set(http::field::retry_after, std::to_string(*error.retry_after));
+    co_return response;
+  }
+  auto response = event_stream_head();
+  response.header.set(kSessionHeader, session->id);
+  response.header.set("X-Accel-Buffering", "no");
+  if (!ctx.header_value("Last-Event-ID").empty())
+    response.first_chunk = ": sandboxd keeps no events to replay: this stream starts afresh\n\n";
+  response.produce = [session, cancellation,
+                      in_flight = std::shared_ptr<McpSessions::InFlight>(std::move(*in_flight))](
+                         server::ChunkWriter& writer) -> asio::awaitable<void> {
+    // A client that leaves ends the stream at once (and with it, its hold on the session).
+    auto gone =
+        server::DisconnectWatch::start(writer.stream().socket(), [cancellation] { cancellation->cancel(); });
+    auto keep_alive_at = std::chrono::steady_clock::now() + kStreamKeepAlive;
+    while (!cancellation->cancelled()) {
+      auto frames = co_await session->events->next(kSessionStreamWait);
+      if (cancellation->cancelled()) break;
+      if (frames.empty()) {
+        if (std::chrono::steady_clock::now() < keep_alive_at) continue;
+        frames = ": keep-alive\n\n";
+      }
+      if (!co_await writer.write(frames)) break;
+      keep_alive_at = std::chrono::steady_clock::now() + kStreamKeepAlive;
+    }
+    gone->stop();
+  };
+  co_return response;
+}
+
 asio::awaitable<Result<Response>> end_session(Mcp& mcp, RequestContext& ctx) {
   // The stateless revision has no sessions to end: 405, as for GET.
   if (const auto version = ctx.header_value(kVersionHeader); !version.empty() && !supported(version))
@@ -1011,8 +1125,9 @@ asio::awaitable<Result<Response>> end_session(Mcp& mcp, RequestContext& ctx) {
 
 asio::awaitable<Result<Response>> no_stream(Mcp&, RequestContext&) {
   auto response = transport_error(HttpStatus::method_not_allowed, kServerError,
-                                  "Method Not Allowed: this server sends no stream outside a request");
-  response.set(http::field::allow, "POST, DELETE");
+                                  "Method Not Allowed: MCP 2026-07-28 has no stream outside a request "
+                                  "(subscriptions/listen)");
+  response.set(http::field::allow, "POST");
   co_return response;
 }
 
@@ -1027,7 +1142,7 @@ server::Handler with_mcp(std::shared_ptr<Mcp> mcp, Fn fn) {
 void register_mcp_routes(server::HttpServer& http, ApiContext& api) {
   auto mcp = std::make_shared<Mcp>(api);
   http.route(http::verb::post, "/mcp", "mcp.post", with_mcp(mcp, post_message));
-  http.route(http::verb::get, "/mcp", "mcp.get", with_mcp(mcp, no_stream));
+  http.route(http::verb::get, "/mcp", "mcp.get", with_mcp(mcp, open_stream));
   http.route(http::verb::delete_, "/mcp", "mcp.delete", with_mcp(mcp, end_session));
 }
 

@@ -9,6 +9,9 @@ using Clock = std::chrono::steady_clock;
 namespace {
 // A session id is a bearer of the session (with the owner's token): 128 random bits.
 std::string new_session_id() { return "mcps_" + random_hex(32); }
+// The GET stream's key among the requests in flight: no JSON-RPC id serialises to it
+// (a string's has quotes, a number's only digits and signs).
+constexpr std::string_view kStreamKey = "stream";
 }  // namespace
 
 bool McpSessions::expired(const Entry& entry, Clock::time_point now) {
@@ -60,6 +63,7 @@ Result<std::shared_ptr<const McpSessions::Session>> McpSessions::create(const st
   session->id = new_session_id();
   session->owner = owner;
   session->protocol_version = protocol_version;
+  session->events = std::make_shared<McpSessionEvents>();
   sessions_[session->id] = Entry{session, now, idle_ttl, {}};
   return std::shared_ptr<const Session>(session);
 }
@@ -106,6 +110,29 @@ McpSessions::InFlight::~InFlight() {
   if (it == sessions_->sessions_.end()) return;
   it->second.in_flight.erase(key_);
   it->second.last_used = Clock::now();
+}
+
+Result<std::unique_ptr<McpSessions::InFlight>> McpSessions::begin_stream(
+    const std::string& session, const std::string& owner, size_t per_owner,
+    std::shared_ptr<runtime::Cancellation> cancellation) {
+  std::lock_guard lock(mutex_);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end() || it->second.session->owner != owner)
+    return ApiError::not_found("Session not found");
+  const std::string key(kStreamKey);
+  if (it->second.in_flight.contains(key))
+    return ApiError{HttpStatus::conflict, "invalid_request_error",
+                    "Conflict: this session has its stream open already (one GET stream a session)"};
+  size_t open = 0;
+  for (const auto& [id, entry] : sessions_)
+    if (entry.session->owner == owner && entry.in_flight.contains(key)) ++open;
+  if (per_owner > 0 && open >= per_owner)
+    return ApiError::rate_limited("Too many MCP session streams open for this owner (" +
+                                      std::to_string(per_owner) + "); close one first",
+                                  1);
+  it->second.in_flight.emplace(key, std::move(cancellation));
+  it->second.last_used = Clock::now();
+  return std::make_unique<InFlight>(this, session, key, true);
 }
 
 void McpSessions::cancel(const std::string& session, const std::string& key) {

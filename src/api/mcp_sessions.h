@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "api/mcp_subscriptions.h"
 #include "base/error.h"
 #include "runtime/cancellation.h"
 
@@ -20,6 +21,8 @@ class McpSessions {
  public:
   struct Session {
     std::string id, owner, protocol_version;
+    // What its GET stream carries (subscriptions, log messages).
+    std::shared_ptr<McpSessionEvents> events;
   };
 
   // A new session of `owner`. At most `per_owner` live at once (0: no cap): past it the
@@ -50,6 +53,13 @@ class McpSessions {
   };
   std::unique_ptr<InFlight> begin_request(const std::string& session, const std::string& key,
                                           std::shared_ptr<runtime::Cancellation> cancellation);
+  // The session's GET stream, in flight (as a request is) until the returned handle
+  // goes: the session is not ended to make room meanwhile, and its end cancels
+  // `cancellation`. 409 when the session has one open already, 429 when the owner has
+  // `per_owner` open, 404 when the session is gone.
+  Result<std::unique_ptr<InFlight>> begin_stream(const std::string& session, const std::string& owner,
+                                                 size_t per_owner,
+                                                 std::shared_ptr<runtime::Cancellation> cancellation);
   // notifications/cancelled: the request `key` of the session, if it runs, is cancelled.
   void cancel(const std::string& session, const std::string& key);
 

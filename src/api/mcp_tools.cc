@@ -367,7 +367,7 @@ asio::awaitable<json::object> call_code_tool(ApiContext& api, const std::string&
   auto container = co_await api.containers.async_open(owner, container_id, /*create=*/true);
   if (!container) co_return api_error_result(container.error());
   auto content = co_await run_sub_tool(api, *container, name, args, options.cancellation, nesting_depth,
-                                       options.on_output);
+                                       options.on_output, options.on_notice);
   if (!content) {  // refused by capacity: the block /messages shows the model
     auto block = tools::tool_error(name == kEditorTool   ? tools::kEditorErrorType
                                    : name == kPythonTool ? kCodeExecutionErrorType

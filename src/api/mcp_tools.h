@@ -17,6 +17,7 @@
 #include "api/routes.h"
 #include "runtime/cancellation.h"
 #include "runtime/sandbox.h"
+#include "service/tool_calls.h"
 
 namespace sandboxd::api {
 
@@ -27,6 +28,8 @@ struct McpCallOptions {
   std::shared_ptr<runtime::Cancellation> cancellation;
   // The command's output as it is written (bash only), for progress notifications.
   std::function<void(runtime::OutputStreamId, std::string_view)> on_output;
+  // What the session's client may want to hear of as a log message (bash only).
+  service::ToolNoticeSink on_notice;
 };
 
 // tools/list's `tools`.

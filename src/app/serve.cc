@@ -301,6 +301,9 @@ int serve(ops::Config config, const std::string& config_path) {
     limits.max_connections_per_owner = config.max_connections_per_owner;
     limits.max_connections_per_address = config.max_connections_per_ip;
     limits.max_unauthenticated_per_address = config.max_unauthenticated_connections_per_ip;
+    // Before the server: the MCP sessions its routes hold keep watches (resources/subscribe)
+    // until the routes go, and each gives its share back to this.
+    service::DirectoryWatches directory_watches;
     server::HttpServer http(io, limits);
     // Sandboxes reach the API (and the allow-listed services) through listeners in their
     // own network namespace; the owners' tokens are checked by the same object.
@@ -408,7 +411,6 @@ int serve(ops::Config config, const std::string& config_path) {
       });
     service::SandboxProcesses sandbox_processes;
     api.sandbox_processes = &sandbox_processes;
-    service::DirectoryWatches directory_watches;
     api.directory_watches = &directory_watches;
     service::ToolTasks tool_tasks;
     api.tool_tasks = &tool_tasks;

@@ -83,6 +83,11 @@ Result<std::shared_ptr<DirectoryWatch>> DirectoryWatches::open(const std::string
                                      std::to_string(limits_.folders_per_watch) +
                                      " folders below it; watch a smaller part");
   }
+  // A watch of one folder never opens another: its descriptor of the mount goes now, so
+  // that the watch does not keep the container's volume busy (an open descriptor makes
+  // its unmount fail, at a stop or at shutdown). The inotify mark does not: an unmount
+  // removes it, which ends the watch.
+  if (!recursive) watch->mount_root_.reset();
   return watch;
 }
 

@@ -268,7 +268,7 @@ asio::awaitable<Result<PythonStep>> resume_python_step(Services& services,
 asio::awaitable<Result<boost::json::object>> run_sub_tool(
     Services& services, std::shared_ptr<Container> container, std::string_view tool,
     const boost::json::object& input, std::shared_ptr<runtime::Cancellation> cancellation, int depth,
-    std::function<void(runtime::OutputStreamId, std::string_view)> on_output) {
+    std::function<void(runtime::OutputStreamId, std::string_view)> on_output, ToolNoticeSink on_notice) {
   if (tool == "code_execution") co_return co_await run_python_tool(services, container, input, false, depth);
   services.containers.touch(*container);
   const auto config = services.config();
@@ -312,7 +312,28 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(
   request.extra_env = sandbox_env(*config, *container, depth);
   // Before the command starts: whether its walk can be skipped is judged against this.
   const auto before = output_mark(services, *container);
+  // Whether this call is what starts the sandbox (a concurrent call may start it too:
+  // a notice, not an account).
+  const bool was_running = container->running();
+  const auto timeout = request.timeout;
   auto result = co_await services.containers.exec(container, std::move(request), bash.restart);
+  if (result && on_notice) {
+    if (bash.restart)
+      on_notice({ToolNotice::Level::kInfo,
+                 "The sandbox of container " + container->id + " was restarted and its workspace emptied"});
+    else if (!was_running && result->started_realtime_ns > 0)
+      on_notice({ToolNotice::Level::kInfo, "A sandbox was started for container " + container->id});
+    if (result->timed_out)
+      on_notice({ToolNotice::Level::kWarning,
+                 "The command in container " + container->id + " was killed after its timeout of " +
+                     std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) +
+                     " s"});
+    if (result->stdout_truncated || result->stderr_truncated)
+      on_notice({ToolNotice::Level::kNotice, "The command's output in container " + container->id +
+                                                 " passed the cap of " +
+                                                 std::to_string(config->output_limit_bytes) +
+                                                 " bytes (codeInterpreter.outputLimit) and was truncated"});
+  }
   if (!result) {
     // Files the command may have written get their created_at now, not when someone
     // lists them.

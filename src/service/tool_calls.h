@@ -25,10 +25,22 @@ namespace sandboxd::service {
 // `depth` is the nesting depth of the request that makes the call (0: a user's); the
 // command's ANTHROPIC_AUTH_TOKEN is for depth + 1. `on_output`, when set, sees a bash
 // command's output as it is written (runtime::ExecRequest::on_output).
+// What a client following a bash call may want to know beside its result (MCP's log
+// messages of the session revisions): its sandbox started or restarted for it, its
+// command killed by its timeout, its output cut at the cap. `on_notice`, when set, is
+// told each, on the call's own coroutine.
+struct ToolNotice {
+  enum class Level { kInfo, kNotice, kWarning };
+  Level level = Level::kInfo;
+  std::string message;
+};
+using ToolNoticeSink = std::function<void(ToolNotice)>;
+
 asio::awaitable<Result<boost::json::object>> run_sub_tool(
     Services& services, std::shared_ptr<Container> container, std::string_view tool,
     const boost::json::object& input, std::shared_ptr<runtime::Cancellation> cancellation = nullptr,
-    int depth = 0, std::function<void(runtime::OutputStreamId, std::string_view)> on_output = nullptr);
+    int depth = 0, std::function<void(runtime::OutputStreamId, std::string_view)> on_output = nullptr,
+    ToolNoticeSink on_notice = nullptr);
 
 // code_execution: input {"code": str, "timeout"?: seconds, "restart"?: bool}; the result
 // is Anthropic's code_execution_result {stdout, stderr, return_code, content: []}: the
