@@ -21,6 +21,9 @@ struct CommandRequestLayout {
   char* const* argv = nullptr;
   char* const* envp = nullptr;
   const char* cwd = nullptr;
+  // The pseudo-terminal slave to open as stdio and controlling terminal (PID 1 opened
+  // its master); null for a process on pipes.
+  const char* terminal = nullptr;
 };
 
 // One mapping: this header, then the data area (the request's bytes, then its argv and
