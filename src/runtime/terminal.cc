@@ -34,23 +34,18 @@ int open_terminal(const protocol::TerminalSize& size, uid_t owner_uid, gid_t own
   if (ioctl(master, TIOCGPTN, &number) != 0) return failed("ioctl(/dev/ptmx, TIOCGPTN)");
   winsize window{size.rows, size.cols, 0, 0};
   if (ioctl(master, TIOCSWINSZ, &window) != 0) return failed("ioctl(/dev/ptmx, TIOCSWINSZ)");
-  // The slave through the master (TIOCGPTPEER), not by its path: it is this terminal's
-  // slave whatever the agent did to /dev/pts meanwhile. PID 1 (root) made it, so it is
-  // root's until given to the agent; mode 0620 as devpts is mounted with (group write
-  // for a `write`-like tool of the agent's own group).
-  const int slave = ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
-  if (slave < 0) return failed("ioctl(/dev/ptmx, TIOCGPTPEER, O_RDWR|O_NOCTTY)");
+  // The slave is given to the agent by its path, never opened here: a slave opened and
+  // closed again would leave the master reading EIO (the terminal's hang-up) until the
+  // child opens it, and the server would take that for the process's end. The path is
+  // this terminal's: number N stays the master's while it is open, and devpts holds
+  // nothing but the kernel's own nodes (the agent can neither mount over /dev/pts nor
+  // make a link in it). PID 1 (root) made it, so it is root's until given to the agent;
+  // mode 0620 as devpts is mounted with.
   const std::string path = "/dev/pts/" + std::to_string(number);
-  if (fchown(slave, owner_uid, owner_gid) != 0) {
-    close(slave);
-    return failed("fchown(" + path + ", " + std::to_string(owner_uid) + ", " + std::to_string(owner_gid) +
-                  ")");
-  }
-  if (fchmod(slave, 0620) != 0) {
-    close(slave);
-    return failed("fchmod(" + path + ", 0620)");
-  }
-  close(slave);
+  if (fchownat(AT_FDCWD, path.c_str(), owner_uid, owner_gid, AT_SYMLINK_NOFOLLOW) != 0)
+    return failed("fchownat(" + path + ", " + std::to_string(owner_uid) + ", " + std::to_string(owner_gid) +
+                  ", AT_SYMLINK_NOFOLLOW)");
+  if (fchmodat(AT_FDCWD, path.c_str(), 0620, 0) != 0) return failed("fchmodat(" + path + ", 0620)");
   out.master = master;
   out.slave_path = path;
   return 0;

@@ -91,7 +91,7 @@ for (const [release, sdk] of [['e2b (lockfile)', current], ['e2b 2.45 (E2B\'s ow
         // A real terminal: stdin is one (isatty), its name is the sandbox's /dev/pts.
         let from = screen.mark();
         await type('tty; test -t 0 && test -t 1 && echo "tty-$((6*7))"\n');
-        await screen.waitFor(/\/dev\/pts\/\d+\r?\n(.|\n)*tty-42/, from);
+        await screen.waitFor(/\/dev\/pts\/\d+\r?\n[\s\S]*tty-42/, from);
         // Only the sandbox's own terminals are there (a devpts instance of its own).
         from = screen.mark();
         await type('ls /dev/pts | tr "\\n" " "; echo "pts-$((1+1))"\n');
@@ -101,7 +101,7 @@ for (const [release, sdk] of [['e2b (lockfile)', current], ['e2b 2.45 (E2B\'s ow
         // changes (stty size) and the foreground process gets SIGWINCH.
         from = screen.mark();
         await type('stty size; echo "size-$((2+3))"\n');
-        await screen.waitFor(/24 80\r?\n(.|\n)*size-5/, from);
+        await screen.waitFor(/24 80\r?\n[\s\S]*size-5/, from);
         from = screen.mark();
         await type('sh -c \'trap "echo winch-\\$((4+4))" WINCH; echo "trapped-$((3+3))"; while sleep 0.05; do :; done\'\n');
         await screen.waitFor(/trapped-6/, from);
@@ -113,13 +113,13 @@ for (const [release, sdk] of [['e2b (lockfile)', current], ['e2b 2.45 (E2B\'s ow
         from = screen.mark();
         await type('\x03');
         await type('stty size; echo "resized-$((5+5))"\n');
-        await screen.waitFor(/45 123\r?\n(.|\n)*resized-10/, from);
+        await screen.waitFor(/45 123\r?\n[\s\S]*resized-10/, from);
 
         // Job control: a background job, listed by `jobs`.
         from = screen.mark();
         await type('sleep 100 &\n');
         await type('jobs; echo "jobs-$((7+7))"\n');
-        await screen.waitFor(/\[1\]\+\s+Running\s+sleep 100 &(.|\n)*jobs-14/, from);
+        await screen.waitFor(/\[1\]\+\s+Running\s+sleep 100 &[\s\S]*jobs-14/, from);
 
         // Another client connects to the running terminal and sees what it writes next.
         const second = new Screen();
