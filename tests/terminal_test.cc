@@ -131,6 +131,20 @@ TEST_F(TerminalTest, KillEndsTheSessionsWholeTree) {
   EXPECT_EQ(left.stdout_text, "0\n") << left.stderr_text;
 }
 
+TEST_F(TerminalTest, NoInputCanBePushedIntoTheTerminal) {
+  // TIOCSTI (typing into a terminal as if from its keyboard) is refused by the seccomp
+  // filter even on the process's own terminal, so nothing in the sandbox can type into
+  // a terminal, and the server never gives it one outside.
+  Terminal t{
+      start("python3 -c 'import fcntl, termios\n"
+            "try:\n fcntl.ioctl(0, termios.TIOCSTI, b\"x\"); print(\"pushed\")\n"
+            "except OSError as e: print(\"refused\", e.errno)'; echo end-$((2+5))")};
+  ASSERT_TRUE(t.read_until("end-7")) << t.screen;
+  EXPECT_NE(t.screen.find("refused 1\r\n"), std::string::npos) << t.screen;
+  EXPECT_EQ(t.screen.find("pushed"), std::string::npos) << t.screen;
+  EXPECT_EQ(wait(t.channel.id), 0);
+}
+
 TEST_F(TerminalTest, EachTerminalIsNewAndCommandsStayOnPipes) {
   Terminal first{start("echo one-$((0+1)); read line")};
   ASSERT_TRUE(first.read_until("one-1")) << first.screen;
