@@ -270,7 +270,9 @@ json::object end_event(const ProcessOutput& end) {
 }
 
 json::object data_event(const ProcessOutput& piece) {
-  const char* stream = piece.kind == ProcessOutput::Kind::kStdout ? "stdout" : "stderr";
+  const char* stream = piece.kind == ProcessOutput::Kind::kStdout ? "stdout"
+                       : piece.kind == ProcessOutput::Kind::kPty  ? "pty"
+                                                                  : "stderr";
   return {{"event", {{"data", {{stream, base64_encode(piece.data)}}}}}};
 }
 
@@ -339,6 +341,28 @@ asio::awaitable<Result<service::ProcessConfig>> process_config(const json::objec
   co_return config;
 }
 
+// PTY: {"size": {"cols": N, "rows": N}}, each a window dimension (a zero one is left
+// out in protobuf's JSON, and is 0 as envd passes it on).
+Result<runtime::protocol::TerminalSize> terminal_size(const json::value& pty) {
+  if (!pty.is_object()) return ApiError::invalid_request("'pty' must be an object with a 'size'");
+  runtime::protocol::TerminalSize size;
+  const auto* dimensions = object_field(pty.as_object(), "size");
+  if (!dimensions) {
+    if (pty.as_object().contains("size")) return ApiError::invalid_request("'pty.size' must be an object");
+    return size;
+  }
+  for (auto [key, into] : {std::pair{"cols", &size.cols}, std::pair{"rows", &size.rows}}) {
+    const auto* v = dimensions->if_contains(key);
+    if (!v || v->is_null()) continue;
+    auto value = integer_of(*v);
+    if (!value || *value < 0 || *value > UINT16_MAX)
+      return ApiError::invalid_request("'pty.size." + std::string(key) +
+                                       "' must be a whole number from 0 to " + std::to_string(UINT16_MAX));
+    *into = static_cast<uint16_t>(*value);
+  }
+  return size;
+}
+
 // ProcessSelector: {"pid": N} or {"tag": "..."}.
 Result<std::shared_ptr<service::SandboxProcess>> select_process(ApiContext& api, const Container& container,
                                                                 const json::object& request) {
@@ -365,11 +389,13 @@ asio::awaitable<Result<Response>> start_process(ApiContext& api, RequestContext&
   auto request = co_await connect_rpc::read_stream_request(ctx, kStartMessage);
   if (!request) co_return request.error();
   if (auto user = check_user(ctx); !user) co_return user.error();
-  if (const auto* pty = request->if_contains("pty"); pty && !pty->is_null())
-    co_return ApiError{HttpStatus::not_implemented, "api_error",
-                       "Terminals (PTY) are not available on this server"};
   auto config = co_await process_config(*request);
   if (!config) co_return config.error();
+  if (const auto* pty = request->if_contains("pty"); pty && !pty->is_null()) {
+    auto size = terminal_size(*pty);
+    if (!size) co_return size.error();
+    config->terminal = *size;
+  }
   auto tag = string_field(*request, "tag");
   if (!tag) co_return tag.error();
   bool keep_stdin = true;  // the protocol's default; E2B's SDKs send false unless asked
@@ -425,15 +451,39 @@ asio::awaitable<Result<Response>> send_input(ApiContext& api, RequestContext& ct
   if (!process) co_return process.error();
   const auto* input = object_field(*request, "input");
   if (!input) co_return ApiError::invalid_request("'input' is required");
-  if (input->contains("pty"))
-    co_return ApiError{HttpStatus::not_implemented, "api_error",
-                       "Terminals (PTY) are not available on this server"};
-  auto data = string_field(*input, "stdin");
+  // ProcessInput is a oneof: "stdin" for a process on pipes, "pty" for one on a terminal
+  // (both go to what the process reads: its stdin pipe, or its terminal).
+  const bool to_terminal = input->contains("pty");
+  if (to_terminal && input->contains("stdin"))
+    co_return ApiError::invalid_request("'input' holds one of 'stdin' and 'pty', not both");
+  if (to_terminal && !(*process)->on_terminal())
+    co_return ApiError::invalid_request("Process " + std::to_string((*process)->pid()) +
+                                        " does not run on a terminal (PTY): send its input as 'stdin'");
+  const char* field = to_terminal ? "pty" : "stdin";
+  auto data = string_field(*input, field);
   if (!data) co_return data.error();
   auto bytes = base64_decode(data->value_or(""));
-  if (!bytes) co_return ApiError::invalid_request("'input.stdin' must be base64");
+  if (!bytes) co_return ApiError::invalid_request("'input." + std::string(field) + "' must be base64");
   auto written = co_await (*process)->write_stdin(std::move(*bytes));
   if (!written) co_return written.error();
+  co_return connect_rpc::unary_ok({});
+}
+
+// Update: a process's terminal window size ({"process": selector, "pty": {"size": ...}}),
+// which the process sees as SIGWINCH and in TIOCGWINSZ (`stty size`).
+asio::awaitable<Result<Response>> update_process(ApiContext& api, RequestContext& ctx) {
+  auto request = co_await connect_rpc::read_unary(ctx);
+  if (!request) co_return request.error();
+  auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
+  if (!addressed) co_return addressed.error();
+  auto process = select_process(api, *addressed->container, *request);
+  if (!process) co_return process.error();
+  if (const auto* pty = request->if_contains("pty"); pty && !pty->is_null()) {
+    auto size = terminal_size(*pty);
+    if (!size) co_return size.error();
+    auto resized = (*process)->resize_terminal(*size);
+    if (!resized) co_return resized.error();
+  }
   co_return connect_rpc::unary_ok({});
 }
 
@@ -1180,6 +1230,8 @@ void register_e2b_envd_routes(server::HttpServer& http, ApiContext& api) {
              stream_route(api, connect_process));
   http.route(http::verb::post, process + "List", "e2b.envd.process.list", unary_route(api, list_processes));
   http.route(http::verb::post, process + "SendInput", "e2b.envd.process.input", unary_route(api, send_input));
+  http.route(http::verb::post, process + "Update", "e2b.envd.process.update",
+             unary_route(api, update_process));
   http.route(http::verb::post, process + "CloseStdin", "e2b.envd.process.input",
              unary_route(api, close_stdin));
   http.route(http::verb::post, process + "SendSignal", "e2b.envd.process.signal",

@@ -4,6 +4,7 @@
 #include <linux/close_range.h>
 #include <linux/futex.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 
 #include "runtime/child_syscalls.h"
 #include "runtime/confinement.h"
@@ -128,8 +129,23 @@ bool wait_for_start(CommandRegion& region) {
     if (from == to) return sys(SYS_fcntl, to, F_SETFD, 0);
     return sys(SYS_dup3, from, to, 0);
   };
-  if (move_to(region.in_r, 0) < 0 || move_to(region.out_w, 1) < 0 || (rc = move_to(region.err_w, 2)) < 0)
+  if (req.terminal) {
+    // A terminal: the slave PID 1 opened in the sandbox's own devpts (and gave to the
+    // agent), opened by path as the agent (no descriptor can reach a child prepared
+    // before it). This child leads a session of its own (setsid above) and has no
+    // controlling terminal, so TIOCSCTTY makes this one it, with no steal (arg 0): bash's
+    // job control, isatty and SIGWINCH then work as on a login. It is the only terminal
+    // the process can reach: the server never passes it one of the host's.
+    const long tty =
+        sys(SYS_openat, AT_FDCWD, reinterpret_cast<long>(req.terminal), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (tty < 0) fail(region, "open(terminal slave)", tty);
+    if ((rc = sys(SYS_ioctl, tty, TIOCSCTTY, 0)) < 0) fail(region, "ioctl(terminal slave, TIOCSCTTY)", rc);
+    for (int target = 0; target <= 2; ++target)
+      if ((rc = sys(SYS_dup3, tty, target, 0)) < 0) fail(region, "dup2(terminal slave, stdio)", rc);
+  } else if (move_to(region.in_r, 0) < 0 || move_to(region.out_w, 1) < 0 ||
+             (rc = move_to(region.err_w, 2)) < 0) {
     fail(region, "dup2(stdio)", rc < 0 ? rc : -EBADF);
+  }
   if ((rc = sys(SYS_chdir, reinterpret_cast<long>(req.cwd))) < 0) fail(region, "chdir(cwd)", rc);
   // The command starts with default signal handling (PID 1 ignores SIGPIPE) and
   // nothing blocked. A signal that came while blocked is delivered now, with the

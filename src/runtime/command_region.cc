@@ -110,8 +110,9 @@ bool lay_out(CommandRegion& region, size_t length, const char* static_bash) {
     return true;
   };
   CommandRequestLayout& out = region.request;
-  if (!take(out.cwd) || !take_list(out.argv) || !take_list(out.envp) || pos != length || !out.argv[0])
-    return false;
+  if (!take(out.cwd) || !take_list(out.argv) || !take_list(out.envp) || !out.argv[0]) return false;
+  out.terminal = nullptr;
+  if (pos != length && (!take(out.terminal) || out.terminal[0] == '\0' || pos != length)) return false;
   out.program = out.argv[0];
   if (static_bash && std::strcmp(out.argv[0], "/bin/bash") == 0) out.program = static_bash;
   region.data_used = pointers_at + used * sizeof(char*);

@@ -21,6 +21,9 @@ struct CommandRequestLayout {
   char* const* argv = nullptr;
   char* const* envp = nullptr;
   const char* cwd = nullptr;
+  // The pseudo-terminal slave to open as stdio and controlling terminal (PID 1 opened
+  // its master); null for a process on pipes.
+  const char* terminal = nullptr;
 };
 
 // One mapping: this header, then the data area (the request's bytes, then its argv and
@@ -89,8 +92,9 @@ void prepare_child_region(CommandRegion* region, const CommandContext& ctx, int 
 void* stack_top(CommandRegion* region);
 
 // Parses an encoded SpawnRequest (protocol.cc: cwd, then argv and env as a count and
-// that many NUL-terminated items) that sits in the region's data area, in place: the
-// strings stay where they are and the argv and envp arrays go after them. Used by PID 1
+// that many NUL-terminated items, then the terminal's slave path when there is one)
+// that sits in the region's data area, in place: the strings stay where they are and
+// the argv and envp arrays go after them. Used by PID 1
 // for a shared-memory child, and by a forked child on its own copy; allocates nothing.
 // False when it is malformed or does not fit.
 bool lay_out(CommandRegion& region, size_t length, const char* static_bash);

@@ -165,7 +165,14 @@ class Agent {
     for (int fd : msg.fds) close(fd);
     switch (msg.header.type) {
       case proto::Type::kSpawn:
-        spawn(msg.header.id, msg.payload, msg.header.value == proto::kSpawnKeepStdin);
+        if (proto::spawn_on_terminal(msg.header.value)) {
+          // A terminal's master cannot leave gVisor, and this agent relays no terminal:
+          // refused with ENOTSUP, which the server reports as a terminal this tier lacks.
+          proto::send_message(control_, proto::Type::kSpawnFailed, msg.header.id, ENOTSUP,
+                              "terminals (PTY) are available on the native isolation tier only");
+          break;
+        }
+        spawn(msg.header.id, msg.payload, proto::spawn_keeps_stdin(msg.header.value));
         break;
       case proto::Type::kKill:
         kill_tree(msg.header.id);

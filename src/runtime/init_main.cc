@@ -41,6 +41,7 @@
 #include "runtime/seccomp.h"
 #include "runtime/spec.h"
 #include "runtime/syscall_error.h"
+#include "runtime/terminal.h"
 #include "runtime/user.h"
 
 namespace rt = sandboxd::runtime;
@@ -181,7 +182,7 @@ class Init {
     for (int fd : msg.fds) close(fd);
     switch (msg.header.type) {
       case proto::Type::kSpawn:
-        spawn(msg.header.id, msg.payload, msg.header.value == proto::kSpawnKeepStdin);
+        spawn(msg.header.id, msg.payload, msg.header.value);
         break;
       case proto::Type::kKill:
         kill_execution(msg.header.id);
@@ -191,8 +192,31 @@ class Init {
     }
   }
 
-  void spawn(uint32_t id, const std::string& payload, bool keep_stdin) {
+  void spawn(uint32_t id, const std::string& request, int64_t value) {
+    const bool keep_stdin = proto::spawn_keeps_stdin(value);
     make_room(id);
+    // A process on a terminal: its master is opened here, in the sandbox's devpts, and
+    // the slave's path goes to the child with its command (it opens the slave itself:
+    // it was made before this terminal existed, with a descriptor table of its own).
+    rt::OpenedTerminal terminal;
+    std::string with_terminal;
+    if (proto::spawn_on_terminal(value)) {
+      proto::SpawnRequest req;
+      if (!proto::decode(request, req) || !req.terminal.empty()) {
+        fail(id, EINVAL, "malformed spawn request");
+        return;
+      }
+      std::string error;
+      if (int rc = rt::open_terminal(proto::spawn_terminal_size(value), spec_.host_uid, spec_.host_gid,
+                                     terminal, error);
+          rc < 0) {
+        fail(id, -rc, error);
+        return;
+      }
+      req.terminal = terminal.slave_path;
+      with_terminal = proto::encode(req);
+    }
+    const std::string& payload = terminal.master >= 0 ? with_terminal : request;
     // A child that shares PID 1's memory has the request laid out in its region by PID 1
     // (launch_command), which checks it as it goes, without a copy of every string; a
     // forked child lays it out itself, so it is checked here first.
@@ -205,6 +229,7 @@ class Init {
       if (!next_) {
         std::string error;
         if (int rc = prepare_next(error); rc < 0) {
+          rt::close_all({terminal.master});
           fail(id, -rc, error);
           return;
         }
@@ -216,6 +241,7 @@ class Init {
         if (prepared.command.region) discarded_regions_[prepared.command.pid] = prepared.command.region;
         lingering_.push_back(prepared.exec);
         if (rc == -E2BIG || rc == -EINVAL) {
+          rt::close_all({terminal.master});
           fail(id, -rc, rc == -E2BIG ? "spawn request: too many arguments" : "malformed spawn request");
           return;
         }
@@ -229,7 +255,14 @@ class Init {
       // Regions whose children have exec'd since are free for the next one.
       release_started_regions();
       const int64_t now_ns = monotonic_ns();
-      if (keep_stdin) {
+      if (terminal.master >= 0) {
+        // The terminal's master stands in for its stdout and stdin (protocol.h); its
+        // pipes are unused (the child closes its ends at execve: the stderr pipe the
+        // server is given reads end of file then). PID 1 keeps no end of the terminal.
+        int fds[3] = {terminal.master, prepared.command.stderr_read, terminal.master};
+        proto::send_message(kControlFd, proto::Type::kSpawned, id, exec.pid, {}, fds, 3);
+        rt::close_all({terminal.master, prepared.command.stdout_read, prepared.command.stderr_read});
+      } else if (keep_stdin) {
         // A process the server talks to gets its pipes now, its stdin's write end too.
         int fds[3] = {prepared.command.stdout_read, prepared.command.stderr_read,
                       prepared.command.stdin_write};
@@ -263,6 +296,7 @@ class Init {
       prepare_next(ignored);
       return;
     }
+    rt::close_all({terminal.master});
     fail(id, EPIPE, "the prepared command process went away");
   }
 

@@ -115,12 +115,20 @@ std::string encode(const SpawnRequest& req) {
   out.push_back('\0');
   append_list(out, req.argv);
   append_list(out, req.env);
+  if (!req.terminal.empty()) {
+    out += req.terminal;
+    out.push_back('\0');
+  }
   return out;
 }
 
 bool decode(std::string_view payload, SpawnRequest& out) {
-  return take(payload, out.cwd) && take_list(payload, out.argv) && take_list(payload, out.env) &&
-         payload.empty() && !out.argv.empty();
+  if (!take(payload, out.cwd) || !take_list(payload, out.argv) || !take_list(payload, out.env) ||
+      out.argv.empty())
+    return false;
+  out.terminal.clear();
+  if (!payload.empty() && (!take(payload, out.terminal) || out.terminal.empty())) return false;
+  return payload.empty();
 }
 
 }  // namespace sandboxd::runtime::protocol

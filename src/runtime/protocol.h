@@ -15,8 +15,10 @@ enum class Type : uint32_t {
   kInitPid = 2,      // launcher -> server: value = host pid of PID 1, fds: [pidfd, listeners (gvisor)...]
   kReady = 3,        // init -> server: the sandbox is set up, fds: its listeners (Spec order)
   kSetupFailed = 4,  // init -> server: payload = what failed
-  kSpawn = 5,        // server -> init: id, value = 0 or kSpawnKeepStdin, payload = encoded SpawnRequest
-  kSpawned = 6,      // init -> server: id, value = pid, fds: [stdout, stderr read ends(, stdin write end)]
+  kSpawn = 5,        // server -> init: id, value = spawn_value(...), payload = encoded SpawnRequest
+  // init -> server: id, value = pid, fds: [stdout, stderr read ends(, stdin write end)];
+  // for a terminal (kSpawnTerminal): [terminal master, stderr read end, terminal master]
+  kSpawned = 6,
   kSpawnFailed = 7,  // init -> server: id, value = errno, payload = what failed
   kExited = 8,       // init -> server: id, value = wait status(, fds: [stdout, stderr read ends])
   kKill = 9,         // server -> init: kill the whole process tree of execution id
@@ -47,6 +49,32 @@ inline constexpr int64_t kOutputStderr = 2;
 // kSpawn's value for a process the server keeps talking to: kSpawned also carries the
 // write end of its stdin (a plain command's stdin is closed at once: end of file).
 inline constexpr int64_t kSpawnKeepStdin = 1;
+
+// kSpawn's value bit for a process on a terminal (always with kSpawnKeepStdin): PID 1
+// opens a pseudo-terminal in the sandbox's own devpts, gives the process its slave as
+// stdin, stdout, stderr and controlling terminal, and hands the master to the server
+// in place of the stdout and stdin pipes (the stderr pipe then only reads end of file).
+// The window size rides in the same value (bits 16-31 rows, 32-47 columns), so the
+// process sees it from its first instruction.
+inline constexpr int64_t kSpawnTerminal = 2;
+
+struct TerminalSize {
+  uint16_t rows = 0;
+  uint16_t cols = 0;
+};
+
+inline constexpr int64_t spawn_value(bool keep_stdin, const TerminalSize* terminal) {
+  int64_t value = keep_stdin ? kSpawnKeepStdin : 0;
+  if (terminal)
+    value |=
+        kSpawnKeepStdin | kSpawnTerminal | (int64_t{terminal->rows} << 16) | (int64_t{terminal->cols} << 32);
+  return value;
+}
+inline constexpr bool spawn_keeps_stdin(int64_t value) { return (value & kSpawnKeepStdin) != 0; }
+inline constexpr bool spawn_on_terminal(int64_t value) { return (value & kSpawnTerminal) != 0; }
+inline constexpr TerminalSize spawn_terminal_size(int64_t value) {
+  return {static_cast<uint16_t>((value >> 16) & 0xffff), static_cast<uint16_t>((value >> 32) & 0xffff)};
+}
 
 // kStdin's value when the server's end of the process's stdin was closed: PID 1 closes
 // the process's stdin once what came before is written.
@@ -88,11 +116,14 @@ int send_message(int sock, Type type, uint32_t id, int64_t value, std::string_vi
 // (-EAGAIN on a non-blocking socket with nothing queued).
 int receive_message(int sock, Message& out, bool dont_wait = false);
 
-// The command the init spawns: argv and environment, NUL-separated.
+// The command the init spawns: argv and environment, NUL-separated. `terminal` is the
+// path of the pseudo-terminal slave the child opens as its controlling terminal: set
+// only by PID 1 (it opened the terminal), encoded after the environment when set.
 struct SpawnRequest {
   std::vector<std::string> argv;
   std::vector<std::string> env;
   std::string cwd;
+  std::string terminal;
 };
 std::string encode(const SpawnRequest& req);
 bool decode(std::string_view payload, SpawnRequest& out);

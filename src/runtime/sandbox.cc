@@ -177,6 +177,7 @@ struct Sandbox::Execution {
   bool exited = false;
   int status = 0;
   std::string error;
+  int error_code = 0;  // kSpawnFailed's errno
   std::vector<int> fds;
   // What PID 1 did to make room for the command (kLeftoversEnded): the client is told,
   // on a line of its own before the command's stderr.
@@ -436,6 +437,7 @@ void Sandbox::dispatch(protocol::Message& msg) {
     case Type::kSpawnFailed:
       exec.failed = true;
       exec.error = msg.payload;
+      exec.error_code = static_cast<int>(msg.header.value);
       break;
     case Type::kOutput: {
       if (!exec.carried_out) {
@@ -614,7 +616,7 @@ asio::awaitable<void> Sandbox::stop_on_strand() {
 }
 
 void Sandbox::send_spawn(uint32_t id, std::vector<std::string> argv, std::vector<std::string> extra_env,
-                         bool keep_stdin) {
+                         int64_t spawn_value) {
   protocol::SpawnRequest spawn;
   spawn.argv = std::move(argv);
   spawn.env.assign(kFixedEnv.begin(), kFixedEnv.end());
@@ -624,18 +626,21 @@ void Sandbox::send_spawn(uint32_t id, std::vector<std::string> argv, std::vector
   std::string payload = protocol::encode(spawn);
   if (payload.size() + sizeof(protocol::Header) > protocol::kMaxMessage)
     throw SandboxError("command too long (" + std::to_string(payload.size()) + " bytes)");
-  if (int rc = send(protocol::Type::kSpawn, id, payload, keep_stdin ? protocol::kSpawnKeepStdin : 0); rc < 0)
+  if (int rc = send(protocol::Type::kSpawn, id, payload, spawn_value); rc < 0)
     throw SandboxError(describe_errno("sending the command to sandbox " + name_, -rc));
 }
 
 asio::awaitable<std::vector<int>> Sandbox::spawn_process_on_strand(uint32_t id, Execution& exec,
                                                                    ProcessRequest request) {
   exec.process = true;
-  send_spawn(id, std::move(request.argv), std::move(request.extra_env), /*keep_stdin=*/true);
+  const bool on_terminal = request.terminal.has_value();
+  send_spawn(id, std::move(request.argv), std::move(request.extra_env),
+             protocol::spawn_value(/*keep_stdin=*/true, on_terminal ? &*request.terminal : nullptr));
   while (!exec.spawned && !exec.failed && state_ == State::kRunning) {
     exec.wake.expires_at(Clock::time_point::max());
     co_await wait_event(exec.wake);
   }
+  if (exec.failed && on_terminal && exec.error_code == ENOTSUP) throw TerminalUnavailable(exec.error);
   if (exec.failed) throw SandboxError("starting the command failed: " + exec.error);
   if (!exec.spawned || exec.fds.size() != 3) {
     for (int fd : exec.fds) close(fd);
@@ -791,14 +796,27 @@ asio::awaitable<ProcessChannel> Sandbox::start_process_on_strand(ProcessRequest 
   auto exec = std::make_shared<Execution>(strand_);
   executions_[id] = exec;
   std::vector<int> fds;
+  const bool terminal = request.terminal.has_value();
   try {
     fds = co_await spawn_process_on_strand(id, *exec, std::move(request));
   } catch (...) {
     executions_.erase(id);
     throw;
   }
+  ProcessChannel channel{id, fds[2], fds[0], fds[1]};
+  if (terminal) {
+    // The master once more, for its window size: the stdin end may be closed before.
+    channel.terminal = fcntl(fds[0], F_DUPFD_CLOEXEC, 3);
+    if (channel.terminal < 0) {
+      const int e = errno;
+      for (int fd : fds) close(fd);
+      send(protocol::Type::kKill, id);
+      executions_.erase(id);
+      throw SandboxError(describe_errno("fcntl(terminal master, F_DUPFD_CLOEXEC)", e));
+    }
+  }
   // The entry stays until wait_process has seen the exit.
-  co_return ProcessChannel{id, fds[2], fds[0], fds[1]};
+  co_return channel;
 }
 
 asio::awaitable<int> Sandbox::wait_process(uint32_t id) {
@@ -852,7 +870,8 @@ asio::awaitable<ExecResult> Sandbox::exec_on_strand(ExecRequest request) {
   const int64_t started_realtime_ns =
       static_cast<int64_t>(realtime.tv_sec) * 1'000'000'000 + realtime.tv_nsec;
   std::vector<std::string> argv{std::string("/bin/bash"), std::string("-c"), std::move(request.command)};
-  send_spawn(id, std::move(argv), std::move(request.extra_env), /*keep_stdin=*/false);
+  send_spawn(id, std::move(argv), std::move(request.extra_env),
+             protocol::spawn_value(/*keep_stdin=*/false, nullptr));
   // The output pipes come with the exit, or in a kSpawned if the command runs on past
   // protocol::kHoldOutputMs: from then on they are read as it writes.
   std::shared_ptr<OutputStream> out, err;

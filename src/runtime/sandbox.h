@@ -74,14 +74,22 @@ struct ExecResult {
 struct ProcessRequest {
   std::vector<std::string> argv;
   std::vector<std::string> extra_env;  // added to the fixed environment, as for commands
+  // Set: the process runs on a pseudo-terminal of the sandbox's own (terminal.h) of this
+  // window size, as its stdin, stdout, stderr and controlling terminal.
+  std::optional<protocol::TerminalSize> terminal;
 };
 
 // A started process's pipe ends, owned by the caller (who closes them).
+// For a process on a terminal, stdout_read and stdin_write are both its master (what
+// the process writes is read there, what is written there is its input), terminal a
+// third descriptor of it for its window size (set_terminal_size), and stderr_read
+// only reads end of file (a terminal has one output).
 struct ProcessChannel {
   uint32_t id = 0;
   int stdin_write = -1;
   int stdout_read = -1;
   int stderr_read = -1;
+  int terminal = -1;
 };
 
 // How long a stop waits for PID 1 to exit once it is killed (frozen cgroups are thawed
@@ -93,6 +101,13 @@ inline constexpr std::chrono::seconds kPid1ExitLimit{10};
 class SandboxError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A process asked for a terminal where the sandbox cannot give it one: on the gvisor
+// tier a descriptor cannot leave gVisor, and its agent relays no terminal.
+class TerminalUnavailable : public SandboxError {
+ public:
+  using SandboxError::SandboxError;
 };
 
 // "Command timed out after 60s." (fractional seconds are kept: "after 0.5s").
@@ -160,7 +175,7 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   // Sends kSpawn for `argv` (the fixed environment and `extra_env`, in the workspace).
   // Throws SandboxError when the request cannot be sent.
   void send_spawn(uint32_t id, std::vector<std::string> argv, std::vector<std::string> extra_env,
-                  bool keep_stdin);
+                  int64_t spawn_value);
   // Spawns a process the server talks to and waits for kSpawned: its stdout, stderr and
   // stdin's write end.
   asio::awaitable<std::vector<int>> spawn_process_on_strand(uint32_t id, Execution& exec,

@@ -14,9 +14,11 @@
 #include <boost/asio/write.hpp>
 #include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <memory>
 
 #include "ops/logging.h"
+#include "runtime/terminal.h"
 
 namespace sandboxd::service {
 namespace {
@@ -113,6 +115,7 @@ SandboxProcess::SandboxProcess(uint32_t pid, ProcessConfig config, std::optional
       strand_(asio::make_strand(container_->strand.get_inner_executor().context())),
       stdout_fd_(started.channel.stdout_read),
       stderr_fd_(started.channel.stderr_read),
+      terminal_fd_(started.channel.terminal),
       read_after_(strand_),
       pumps_done_(strand_),
       deadline_(strand_) {
@@ -120,7 +123,7 @@ SandboxProcess::SandboxProcess(uint32_t pid, ProcessConfig config, std::optional
   // flag set to keep).
   fcntl(stdout_fd_, F_SETFL, O_NONBLOCK);
   fcntl(stderr_fd_, F_SETFL, O_NONBLOCK);
-  if (keep_stdin)
+  if (keep_stdin || terminal_fd_ >= 0)  // (a terminal's input is always the client's)
     stdin_.emplace(strand_, started.channel.stdin_write);
   else
     ::close(started.channel.stdin_write);  // the process reads end of file at once
@@ -131,6 +134,7 @@ SandboxProcess::~SandboxProcess() {
   // (A pipe read as it comes is closed by its stream descriptor.)
   if (!stdout_ && stdout_fd_ >= 0) ::close(stdout_fd_);
   if (!stderr_ && stderr_fd_ >= 0) ::close(stderr_fd_);
+  if (terminal_fd_ >= 0) ::close(terminal_fd_);
   --container_->executing;
 }
 
@@ -162,7 +166,7 @@ void SandboxProcess::start_pumps() {
   pumps_running_ = 2;
   auto self = shared_from_this();
   asio::co_spawn(
-      strand_, [self]() { return self->pump(*self->stdout_, ProcessOutput::Kind::kStdout); }, asio::detached);
+      strand_, [self]() { return self->pump(*self->stdout_, self->stdout_kind()); }, asio::detached);
   asio::co_spawn(
       strand_, [self]() { return self->pump(*self->stderr_, ProcessOutput::Kind::kStderr); }, asio::detached);
 }
@@ -178,7 +182,9 @@ asio::awaitable<bool> SandboxProcess::drain(int fd, ProcessOutput::Kind kind) {
       co_await deliver(std::move(piece));
       continue;
     }
-    co_return n < 0 && errno == EAGAIN;  // end of file, or a broken pipe: it is done
+    // End of file, or a broken pipe: it is done (a terminal's master reads EIO once no
+    // process holds its slave).
+    co_return n < 0 && errno == EAGAIN;
   }
   co_return true;
 }
@@ -232,7 +238,7 @@ asio::awaitable<void> SandboxProcess::finish(std::function<void()> on_end) {
   read_after_.cancel();
   if (!pumping_) {
     // Ended within kReadAfter: what it wrote waits in the pipes.
-    const bool stdout_open = co_await drain(stdout_fd_, ProcessOutput::Kind::kStdout);
+    const bool stdout_open = co_await drain(stdout_fd_, stdout_kind());
     const bool stderr_open = co_await drain(stderr_fd_, ProcessOutput::Kind::kStderr);
     if (stdout_open || stderr_open) start_pumps();  // what it started still writes
   }
@@ -344,6 +350,18 @@ asio::awaitable<Result<void>> SandboxProcess::close_stdin() {
   co_return co_await asio::co_spawn(strand_, close(), asio::use_awaitable);
 }
 
+Result<void> SandboxProcess::resize_terminal(const runtime::protocol::TerminalSize& size) {
+  if (terminal_fd_ < 0)
+    return ApiError::invalid_request("Process " + std::to_string(pid_) + " does not run on a terminal (PTY)");
+  if (ended_) return ApiError::not_found("Process " + std::to_string(pid_) + " has ended");
+  if (int rc = runtime::set_terminal_size(terminal_fd_, size); rc < 0) {
+    spdlog::warn("resizing the terminal of process {} in container {} failed: {}", pid_, container_->id,
+                 std::strerror(-rc));
+    return ApiError::internal();
+  }
+  return {};
+}
+
 void SandboxProcess::kill(int signal) {
   kill_signal_ = signal > 0 ? signal : SIGKILL;
   sandbox_->kill_process(execution_id_);
@@ -377,6 +395,7 @@ asio::awaitable<Result<SandboxProcesses::Started>> SandboxProcesses::start(
   if (config.cmd.empty()) co_return ApiError::invalid_request("'process.cmd' is required");
   for (const auto& [name, value] : config.envs) env[name] = value;
   runtime::ProcessRequest request;
+  request.terminal = config.terminal;
   for (const auto& [name, value] : env) {
     if (!valid_env_name(name) || value.find('\0') != std::string::npos)
       co_return ApiError::invalid_request("Environment variable names may not be empty or hold '=' or NUL");

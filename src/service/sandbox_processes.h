@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "runtime/protocol.h"
 #include "service/container_service.h"
 
 namespace sandboxd::service {
@@ -33,13 +34,16 @@ struct ProcessConfig {
   std::vector<std::string> args;
   std::map<std::string, std::string> envs;  // added to the sandbox's environment
   std::optional<std::string> cwd;           // a sandbox path; the workspace when unset
+  // Set: the process runs on a terminal of this window size (runtime/terminal.h): its
+  // output is the terminal's (Kind::kPty), its input goes to the terminal.
+  std::optional<runtime::protocol::TerminalSize> terminal;
 };
 
 // One piece of a process's life as a reader sees it.
 struct ProcessOutput {
-  enum class Kind { kStdout, kStderr, kEnd };
+  enum class Kind { kStdout, kStderr, kPty, kEnd };
   Kind kind = Kind::kStdout;
-  std::string data;  // kStdout, kStderr
+  std::string data;  // kStdout, kStderr, kPty (what a process on a terminal wrote to it)
   // kEnd: how it ended.
   int exit_code = 0;             // its exit status; -1 when killed or the sandbox stopped
   std::optional<int> killed_by;  // the signal that ended it (a kill, its timeout)
@@ -84,6 +88,7 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   const std::optional<std::string>& tag() const { return tag_; }
   const std::string& sandbox_id() const { return container_->id; }
   bool ended() const { return ended_.load(); }
+  bool on_terminal() const { return terminal_fd_ >= 0; }
 
   // A reader of everything the process writes from now on (and of its end).
   asio::awaitable<std::shared_ptr<ProcessReader>> subscribe();
@@ -99,6 +104,9 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   // Kills its whole process tree (sandboxd runs each process in its own execution
   // cgroup, and ends it as a whole: every signal asked for is a kill).
   void kill(int signal);
+  // Sets the window size of its terminal (the kernel signals SIGWINCH to the terminal's
+  // foreground process group). 400 for a process on pipes.
+  Result<void> resize_terminal(const runtime::protocol::TerminalSize& size);
 
  private:
   friend class SandboxProcesses;
@@ -110,6 +118,10 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   // Still running kReadAfter after its start: its pipes are read as the output comes.
   void read_later();
   void start_pumps();
+  // What its stdout descriptor carries: its stdout, or its terminal's output.
+  ProcessOutput::Kind stdout_kind() const {
+    return terminal_fd_ >= 0 ? ProcessOutput::Kind::kPty : ProcessOutput::Kind::kStdout;
+  }
   // Reads what waits in an exited process's pipe; true when the pipe is still open (a
   // process it started holds it) or more is coming.
   asio::awaitable<bool> drain(int fd, ProcessOutput::Kind kind);
@@ -138,6 +150,9 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   // of a short process's cost in the server). One that runs on past kReadAfter is read
   // as it writes (pump), from then on.
   int stdout_fd_, stderr_fd_;
+  // The terminal's master (a descriptor of its own, for its window size: the stdin end
+  // may close first); -1 for a process on pipes. Closed with the process object.
+  const int terminal_fd_;
   std::optional<asio::posix::stream_descriptor> stdout_, stderr_;
   asio::steady_timer read_after_;
   bool pumping_ = false;
