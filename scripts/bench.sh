@@ -23,6 +23,10 @@
 #   SANDBOXD_BENCH_ONLY=e2b          E2B's SDKs (tests/e2b, `npm ci`ed) against sandboxd's
 #                                    own HTTP API on one server: create + run, warm run,
 #                                    warm runCode
+#   SANDBOXD_BENCH_ONLY=egress       HTTPS from a sandbox through the egress path (its
+#                                    own address for the name, and the HTTP proxy)
+#                                    against curl on the host: time to first byte and a
+#                                    100 MiB download, as ratios
 #   SANDBOXD_BENCH_IDLE=N            also, in a full run, N idle running sandboxes (the
 #                                    idle part defaults to 1,000 and takes minutes)
 #   SANDBOXD_BENCH_NO_DOCKER=1       leave Docker out (no install, no engine)
@@ -92,6 +96,10 @@ start_docker() {
   export SANDBOXD_BENCH_DOCKER
 }
 
+run_egress_bench() {
+  SANDBOXD_PATH="$PWD/build/sandboxd" node bench/egress_bench.mjs
+}
+
 run_e2b_bench() {
   npm ci --prefix tests/e2b --no-audit --no-fund --loglevel=error >/dev/null
   SANDBOXD_PATH="$PWD/build/sandboxd" node bench/e2b_bench.mjs
@@ -106,6 +114,7 @@ case "$only" in
   storage) npm ci --prefix tests/s3 --no-audit --no-fund --loglevel=error >/dev/null; ./build/bench/sandboxd_storage_bench ;;
   messages | relay | throughput | transfer | mcp | python | cost | surfaces) ./build/bench/sandboxd_server_bench ;;
   e2b) run_e2b_bench ;;
+  egress) run_egress_bench ;;
   "")
     start_docker
     ./build/bench/sandboxd_runtime_bench
@@ -123,10 +132,12 @@ case "$only" in
     ./build/bench/sandboxd_cluster_bench
     echo
     run_e2b_bench
+    echo
+    run_egress_bench
     if [ -n "${SANDBOXD_BENCH_IDLE:-}" ]; then
       echo
       ./build/bench/sandboxd_idle_bench
     fi
     ;;
-  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, cluster, messages, relay, throughput, transfer, mcp, python, cost, surfaces or e2b" >&2; exit 2 ;;
+  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, cluster, messages, relay, throughput, transfer, mcp, python, cost, surfaces, e2b or egress" >&2; exit 2 ;;
 esac

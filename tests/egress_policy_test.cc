@@ -9,6 +9,7 @@
 
 #include "ops/config.h"
 #include "ops/egress_policy.h"
+#include "ops/sandbox_egress.h"
 #include "server/destination_peek.h"
 #include "server/dns_client.h"
 #include "server/dns_message.h"
@@ -38,6 +39,15 @@ ops::EgressPolicy policy(std::vector<std::string> allow, std::vector<std::string
 }
 
 uint32_t ip(const char* text) { return *ops::parse_ipv4(text); }
+
+// A sandbox's own options against the operator's allow entries `ceiling`.
+std::optional<ops::SandboxEgress> own(std::vector<std::string> allow_out, std::vector<std::string> deny_out,
+                                      std::optional<bool> internet, std::vector<std::string> ceiling,
+                                      std::string* error) {
+  std::vector<ops::EgressRule> allow;
+  for (const auto& text : ceiling) allow.push_back(rule(text));
+  return ops::parse_sandbox_egress(allow_out, deny_out, internet, allow, {}, error);
+}
 
 // The first flight of a TLS client that names `server_name` (none when empty).
 std::string client_hello(const std::string& server_name) {
@@ -133,6 +143,61 @@ TEST(EgressPolicy, TheConfigurationRefusesABadEntryWithItsPath) {
   EXPECT_THROW(ops::parse_config("network:\n  egress:\n    resolvers: [dns.example]\n"), ops::ConfigError);
 }
 
+// A sandbox's own options (E2B's network): within the operator's allow entries only.
+TEST(SandboxEgress, ARequestMayNarrowTheOperatorsPolicyButNeverWidenIt) {
+  const std::vector<std::string> ceiling{"pypi.internal", "*.example.com", "git.example.com:22",
+                                         "10.1.0.0/16:5432"};
+  std::string error;
+  EXPECT_TRUE(own({"pypi.internal", "*.example.com", "*.api.example.com", "a.example.com", "git.example.com",
+                   "10.1.2.0/24:5432", "10.1.2.3:5432"},
+                  {"0.0.0.0/0"}, false, ceiling, &error))
+      << error;
+  for (const char* wider :
+       {"other.internal", "example.com", "*.com", "10.0.0.0/8:5432", "10.1.2.3", "0.0.0.0/0"}) {
+    EXPECT_FALSE(own({wider}, {}, std::nullopt, ceiling, &error)) << wider;
+    EXPECT_NE(error.find("'" + std::string(wider) + "' is not allowed by this server's egress policy"),
+              std::string::npos)
+        << error;
+  }
+  // Nothing allowed by the operator: every allowOut entry is wider.
+  EXPECT_FALSE(own({"pypi.internal"}, {}, std::nullopt, {}, &error));
+  // E2B's denyOut takes addresses and CIDRs, not names; malformed entries are named.
+  EXPECT_FALSE(own({}, {"pypi.internal"}, std::nullopt, ceiling, &error));
+  EXPECT_NE(error.find("domain names are not supported for deny rules"), std::string::npos) << error;
+  EXPECT_FALSE(own({"bad name"}, {}, std::nullopt, ceiling, &error));
+  EXPECT_NE(error.find("'network.allowOut' entry 'bad name'"), std::string::npos) << error;
+  std::vector<std::string> many(ops::kMaxSandboxEgressEntries + 1, "10.9.9.9");
+  EXPECT_FALSE(own({}, many, std::nullopt, ceiling, &error));
+  EXPECT_NE(error.find("at most 64 entries"), std::string::npos) << error;
+}
+
+TEST(SandboxEgress, AllowOutWinsOverDenyOutAndAllowInternetAccessFalseDeniesTheRest) {
+  const std::vector<std::string> ceiling{"*.example.com", "10.0.0.0/8"};
+  std::string error;
+  // allowOut alone narrows nothing (E2B: what no denyOut entry covers stays allowed).
+  auto alone = own({"a.example.com"}, {}, std::nullopt, ceiling, &error);
+  ASSERT_TRUE(alone) << error;
+  EXPECT_TRUE(alone->may_resolve("b.example.com"));
+  EXPECT_TRUE(alone->allows_address(ip("10.2.3.4"), 443));
+  // "Only these": allowOut and denyOut 0.0.0.0/0, or allowInternetAccess false.
+  for (auto only : {own({"a.example.com", "10.1.0.0/16"}, {"0.0.0.0/0"}, std::nullopt, ceiling, &error),
+                    own({"a.example.com", "10.1.0.0/16"}, {}, false, ceiling, &error)}) {
+    ASSERT_TRUE(only) << error;
+    EXPECT_TRUE(only->denies_everything());
+    EXPECT_TRUE(only->lists_name("a.example.com", 443));
+    EXPECT_TRUE(only->may_resolve("a.example.com"));
+    EXPECT_FALSE(only->may_resolve("b.example.com"));
+    EXPECT_TRUE(only->allows_address(ip("10.1.2.3"), 5432));
+    EXPECT_FALSE(only->allows_address(ip("10.2.3.4"), 5432));
+  }
+  // A narrower denyOut keeps the rest.
+  auto some = own({}, {"10.2.0.0/16"}, true, ceiling, &error);
+  ASSERT_TRUE(some) << error;
+  EXPECT_FALSE(some->denies_everything());
+  EXPECT_FALSE(some->allows_address(ip("10.2.3.4"), 80));
+  EXPECT_TRUE(some->allows_address(ip("10.3.3.4"), 80));
+}
+
 TEST(DestinationPeek, TheServerNameOfARealClientHello) {
   const std::string hello = client_hello("Files.Example.COM");
   ASSERT_GT(hello.size(), 50u);
@@ -164,6 +229,45 @@ TEST(DestinationPeek, TheHostOfAnHttpRequest) {
   EXPECT_EQ(server::http_host("GET / HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n").state,
             server::PeekedDestination::State::Invalid);
   EXPECT_EQ(server::http_host("\x16\x03\x01").state, server::PeekedDestination::State::Invalid);
+}
+
+TEST(DestinationPeek, AProxyRequestNamesItsDestination) {
+  using State = server::ProxyRequest::State;
+  auto connect =
+      server::proxy_request("CONNECT Allowed.Test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\nextra");
+  EXPECT_EQ(connect.state, State::Connect);
+  EXPECT_EQ(connect.host, "allowed.test");
+  EXPECT_EQ(connect.port, 443);
+  EXPECT_EQ(connect.head_size,
+            std::string("CONNECT Allowed.Test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n").size());
+  auto get = server::proxy_request(
+      "GET http://allowed.test:8080/a?b=1#frag HTTP/1.1\r\nHost: allowed.test:8080\r\nProxy-Connection: "
+      "keep-alive\r\n"
+      "Proxy-Authorization: Basic eA==\r\nAccept: */*\r\n\r\n");
+  EXPECT_EQ(get.state, State::Forward);
+  EXPECT_EQ(get.host, "allowed.test");
+  EXPECT_EQ(get.port, 8080);
+  EXPECT_EQ(get.forward_head, "GET /a?b=1 HTTP/1.1\r\nHost: allowed.test:8080\r\nAccept: */*\r\n\r\n");
+  auto bare = server::proxy_request("GET http://10.1.2.3 HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(bare.state, State::Forward);
+  EXPECT_EQ(bare.host, "10.1.2.3");
+  EXPECT_EQ(bare.port, 80);
+  EXPECT_EQ(bare.forward_head, "GET / HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(server::proxy_request("CONNECT allowed.test:443 HTTP/1.1\r\n").state, State::NeedMore);
+  // Refused, each with its reason: no port on CONNECT, an origin-form or https:// target,
+  // a Host naming another host, credentials in the URL, not HTTP, a head past the bound.
+  for (const char* bad :
+       {"CONNECT allowed.test HTTP/1.1\r\n\r\n", "CONNECT allowed.test:0 HTTP/1.1\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n", "GET https://allowed.test/ HTTP/1.1\r\n\r\n",
+        "GET http://allowed.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n",
+        "GET http://user@allowed.test/ HTTP/1.1\r\n\r\n", "\x16\x03\x01 hello",
+        "GET http://allowed.test/ FTP/1.0\r\n\r\n"}) {
+    auto request = server::proxy_request(bad);
+    EXPECT_EQ(request.state, State::Invalid) << bad;
+    EXPECT_FALSE(request.error.empty()) << bad;
+  }
+  EXPECT_EQ(server::proxy_request("GET http://allowed.test/" + std::string(server::kMaxPeekBytes, 'a')).state,
+            State::Invalid);
 }
 
 TEST(DnsClient, AQueryAndTheResolversReplyToIt) {

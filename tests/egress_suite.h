@@ -119,6 +119,48 @@ if cert != "-":
 server.serve_forever()
 )PY";
 
+// Builds the package index: a wheel (zipfile, with its dist-info and RECORD) and the
+// simple pages that link it with its sha256.
+constexpr const char* kMakeIndex = R"PY(import base64, hashlib, os, sys, zipfile
+root = sys.argv[1]
+os.makedirs(os.path.join(root, "packages"), exist_ok=True)
+os.makedirs(os.path.join(root, "simple", "sbxtiny"), exist_ok=True)
+name = "sbxtiny-1.0-py3-none-any.whl"
+files = {
+    "sbxtiny/__init__.py": "VALUE = 42\n",
+    "sbxtiny-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: sbxtiny\nVersion: 1.0\n",
+    "sbxtiny-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: sandboxd-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+def digest(data):
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+record = "".join("%s,%s,%d\n" % (path, digest(text.encode()), len(text.encode())) for path, text in files.items())
+record += "sbxtiny-1.0.dist-info/RECORD,,\n"
+wheel = os.path.join(root, "packages", name)
+with zipfile.ZipFile(wheel, "w") as archive:
+    for path, text in files.items():
+        archive.writestr(path, text)
+    archive.writestr("sbxtiny-1.0.dist-info/RECORD", record)
+sha = hashlib.sha256(open(wheel, "rb").read()).hexdigest()
+open(os.path.join(root, "simple", "index.html"), "w").write('<a href="sbxtiny/">sbxtiny</a>\n')
+open(os.path.join(root, "simple", "sbxtiny", "index.html"), "w").write(
+    '<a href="../../packages/%s#sha256=%s">%s</a>\n' % (name, sha, name))
+)PY";
+
+// Serves a folder over HTTPS (the package index).
+constexpr const char* kIndexServer = R"PY(import http.server, ssl, sys
+root, address, cert = sys.argv[1], sys.argv[2], sys.argv[3]
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, directory=root, **kwargs)
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer((address, 443), Handler)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(cert)
+server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+)PY";
+
 }  // namespace egress
 
 enum class EgressTier { kNative, kGvisor };
@@ -137,7 +179,9 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
     std::ofstream(*dir / "web.py") << egress::kWebServer;
     // One certificate for every HTTPS name of the outside (the sandbox is given it as its CA).
     sh("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=allowed.test "
-       "-addext subjectAltName=DNS:allowed.test,DNS:api.wild.test,DNS:denied.test,DNS:other.test "
+       "-addext "
+       "subjectAltName=DNS:allowed.test,DNS:api.wild.test,DNS:denied.test,DNS:other.test,DNS:pypi.test,"
+       "DNS:pypi-unlisted.test "
        "-keyout " +
        (*dir / "key.pem").string() + " -out " + (*dir / "cert.pem").string() + " 2>/dev/null");
     sh("cat " + (*dir / "cert.pem").string() + " " + (*dir / "key.pem").string() + " > " +
@@ -147,21 +191,26 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
       if (egress::port_free(egress::outside_ip(x, 21), 80) &&
           egress::port_free(egress::outside_ip(x, 21), 443) &&
           egress::port_free(egress::outside_ip(x, 22), 80) &&
-          egress::port_free(egress::outside_ip(x, 22), 443)) {
+          egress::port_free(egress::outside_ip(x, 22), 443) &&
+          egress::port_free(egress::outside_ip(x, 23), 443)) {
         allowed_ip = new std::string(egress::outside_ip(x, 21));
         unlisted_ip = new std::string(egress::outside_ip(x, 22));
+        index_ip = new std::string(egress::outside_ip(x, 23));
       }
     start_web("allowed", *allowed_ip, 80, "-");
     start_web("allowed-tls", *allowed_ip, 443, (*dir / "both.pem").string());
     start_web("unlisted", *unlisted_ip, 80, "-");
     start_web("unlisted-tls", *unlisted_ip, 443, (*dir / "both.pem").string());
+    start_package_index();
     echo = new TcpEcho();
     dns = new egress::OutsideDns({{"allowed.test", *allowed_ip},
                                   {"api.wild.test", *allowed_ip},
                                   {"wild.test", *allowed_ip},
                                   {"denied.test", *allowed_ip},
                                   {"other.test", *unlisted_ip},
-                                  {"host-itself.test", "127.0.0.1"}});
+                                  {"host-itself.test", "127.0.0.1"},
+                                  {"pypi.test", *index_ip},
+                                  {"pypi-unlisted.test", *index_ip}});
   }
   // The server, of this process's tier, started by the first test (CTest runs each test
   // in a process of its own).
@@ -185,6 +234,7 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
     delete ca;
     delete allowed_ip;
     delete unlisted_ip;
+    delete index_ip;
     delete skip_reason;
   }
   static void start_web(const std::string& name, const std::string& address, int port,
@@ -200,6 +250,22 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
     })) << name
         << " on " << address << ":" << port;
   }
+  // A package index of the test's own (PEP 503's simple layout) over HTTPS on index_ip,
+  // as pypi.test (allowed) and pypi-unlisted.test (not): one wheel, made here with the
+  // stdlib's zipfile, whose module says 42.
+  static void start_package_index() {
+    std::ofstream(*dir / "make_index.py") << egress::kMakeIndex;
+    std::ofstream(*dir / "index.py") << egress::kIndexServer;
+    sh("python3 " + (*dir / "make_index.py").string() + " " + (*dir / "index").string());
+    web_pids->push_back(
+        std::stoi(sh("(python3 " + (*dir / "index.py").string() + " " + (*dir / "index").string() + " " +
+                     *index_ip + " " + (*dir / "both.pem").string() + " >/dev/null 2>&1 & echo $!)")));
+    ASSERT_TRUE(eventually([&] {
+      return sh("curl -sk -m 2 https://" + *index_ip + "/simple/sbxtiny/").find("sbxtiny-1.0") !=
+             std::string::npos;
+    })) << "the package index on "
+        << *index_ip;
+  }
   // The policy: the test's names, the outside's address (names that resolve to a
   // loopback address need an allow CIDR: the server connects from the host), the echo
   // server's port for raw TCP; `extra` more allow entries.
@@ -207,8 +273,9 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
     return std::string(GetParam() == EgressTier::kGvisor
                            ? "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n"
                            : "") +
-           "network:\n  egress:\n    allow: [allowed.test, '*.wild.test', denied.test, host-itself.test, " +
-           *allowed_ip + ", '127.0.0.1/32:" + std::to_string(echo->port()) + "'" + extra +
+           "network:\n  egress:\n    allow: [allowed.test, '*.wild.test', denied.test, host-itself.test, "
+           "pypi.test, " +
+           *allowed_ip + ", " + *index_ip + ", '127.0.0.1/32:" + std::to_string(echo->port()) + "'" + extra +
            "]\n    deny: [denied.test]\n    resolvers: ['127.0.0.1:" + std::to_string(dns->port()) + "']\n";
   }
   void SetUp() override {
@@ -229,15 +296,18 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
   static std::string out(const bj::object& result) {
     return result.contains("stdout") ? std::string(result.at("stdout").as_string()) : "(no result)";
   }
-  // curl inside the sandbox: its body, or "exit N" when it failed.
-  std::string curl(const std::string& args) {
-    return out(bash("printf '%s' '" + *ca + "' > /tmp/ca.pem; curl -sS -m 20 --cacert /tmp/ca.pem " + args +
+  // curl inside the sandbox: its body, or "exit N" when it failed. Directly (the
+  // sandbox's own addresses for the names), unless `proxy`: then through the HTTP proxy
+  // its environment names (HTTP_PROXY, HTTPS_PROXY).
+  std::string curl(const std::string& args, bool proxy = false) {
+    return out(bash("printf '%s' '" + *ca + "' > /tmp/ca.pem; curl -sS -m 20 " +
+                    (proxy ? "" : "--noproxy '*' ") + "--cacert /tmp/ca.pem " + args +
                     " 2>/dev/null || echo \"exit $?\""));
   }
   std::string audit() { return sh("cat " + (server->data_dir() / "audit.log").string()); }
 
   static inline fs::path* dir = nullptr;
-  static inline std::string *allowed_ip = nullptr, *unlisted_ip = nullptr;
+  static inline std::string *allowed_ip = nullptr, *unlisted_ip = nullptr, *index_ip = nullptr;
   static inline std::string* ca = nullptr;
   static inline std::vector<pid_t>* web_pids = nullptr;
   static inline TcpEcho* echo = nullptr;
@@ -256,7 +326,7 @@ TEST_P(EgressTest, AnAllowedNameAnswersOverHttpAndHttps) {
   // Python's own HTTPS client, verifying with the CA (the sandbox's Python has no requests).
   auto py =
       bash("printf '%s' '" + *ca +
-           "' > /tmp/ca.pem; python3 -c \"import ssl, urllib.request; "
+           "' > /tmp/ca.pem; env -u HTTPS_PROXY -u https_proxy python3 -c \"import ssl, urllib.request; "
            "c = ssl.create_default_context(cafile='/tmp/ca.pem'); "
            "print(urllib.request.urlopen('https://allowed.test/py', context=c).read().decode(), end='')\"");
   EXPECT_EQ(out(py), "allowed-tls allowed.test /py\n") << bj::serialize(py);
@@ -364,6 +434,102 @@ TEST_P(EgressTest, AReloadedPolicyAppliesToTheNextConnection) {
   server->write_config(config_yaml(""));
   server->reload();
   EXPECT_EQ(curl("http://allowed.test/again"), "allowed allowed.test /again\n");
+}
+
+TEST_P(EgressTest, TheHttpProxyReachesAllowedNamesAndRefusesTheRest) {
+  EXPECT_EQ(out(bash("echo $HTTP_PROXY $HTTPS_PROXY")), "http://127.0.2.3:3128 http://127.0.2.3:3128\n");
+  // CONNECT (curl -x, and HTTPS_PROXY from the environment) and a plain absolute-URI GET.
+  EXPECT_EQ(curl("-x http://127.0.2.3:3128 https://allowed.test/c", true), "allowed-tls allowed.test /c\n");
+  EXPECT_EQ(curl("https://api.wild.test/e", true), "allowed-tls api.wild.test /e\n");
+  EXPECT_EQ(curl("http://allowed.test/g?q=1", true), "allowed allowed.test /g?q=1\n");
+  // Python's urllib takes the proxy from the environment.
+  auto py =
+      bash("printf '%s' '" + *ca +
+           "' > /tmp/ca.pem; python3 -c \"import ssl, urllib.request; "
+           "c = ssl.create_default_context(cafile='/tmp/ca.pem'); "
+           "print(urllib.request.urlopen('https://allowed.test/u', context=c).read().decode(), end=''); "
+           "print(urllib.request.urlopen('http://allowed.test/v').read().decode(), end='')\"");
+  EXPECT_EQ(out(py), "allowed-tls allowed.test /u\nallowed allowed.test /v\n") << bj::serialize(py);
+  // Refused: 403 for what the policy does not allow (unlisted, denied, the apex of a
+  // wildcard, a port not open for the name, the host's own address), 400 for a Host
+  // that differs from the URL.
+  // The proxy's answer: to a CONNECT (HTTPS) or to a plain request (HTTP).
+  auto connect_status = [&](const std::string& args) {
+    return out(bash("curl -s -m 20 -o /dev/null -w '%{http_connect}' " + args + "; echo"));
+  };
+  auto get_status = [&](const std::string& args) {
+    return out(bash("curl -s -m 20 -o /dev/null -w '%{http_code}' " + args + "; echo"));
+  };
+  EXPECT_EQ(connect_status("https://other.test/"), "403\n");
+  EXPECT_EQ(connect_status("https://denied.test/"), "403\n");
+  EXPECT_EQ(get_status("http://wild.test/"), "403\n");
+  EXPECT_EQ(get_status("http://other.test/"), "403\n");
+  EXPECT_EQ(connect_status("https://allowed.test:8443/"), "403\n");
+  // (--noproxy '': through the proxy even for 127.0.0.1, which NO_PROXY lists.)
+  EXPECT_EQ(connect_status("--noproxy '' -p http://127.0.0.1:22/"), "403\n");
+  EXPECT_EQ(get_status("-H 'Host: other.test' http://allowed.test/"), "400\n");
+  // A name that resolves to the host itself: refused after the lookup.
+  EXPECT_EQ(get_status("http://host-itself.test/"), "403\n");
+  const std::string log = audit();
+  EXPECT_NE(log.find("\"destination\":\"other.test\",\"port\":443"), std::string::npos) << log;
+  EXPECT_NE(log.find("port 8443 is not allowed for allowed.test"), std::string::npos) << log;
+  EXPECT_NE(log.find("the Host header names another host than the URL"), std::string::npos) << log;
+  EXPECT_EQ(log.find("\"address\":\"" + *unlisted_ip + "\""), std::string::npos)
+      << "nothing reached the unlisted server";
+  EXPECT_GE(server->metric("sandboxd_egress_refused_total{reason=\"policy\"}"), 6);
+}
+
+TEST_P(EgressTest, PipInstallsFromAnAllowedPackageIndexOnly) {
+  // pip through the proxy its environment names (HTTPS_PROXY), trusting the test's CA;
+  // no retries, so that a refusal is an answer at once.
+  auto pip = [&](const std::string& index) {
+    return out(bash("printf '%s' '" + *ca +
+                    "' > /tmp/ca.pem; rm -rf /tmp/site; PIP_CONFIG_FILE=/dev/null python3 -m pip install "
+                    "--disable-pip-version-check --no-cache-dir --retries 0 --timeout 20 --cert /tmp/ca.pem "
+                    "--target /tmp/site --index-url https://" +
+                    index +
+                    "/simple/ sbxtiny >/tmp/pip.log 2>&1; echo \"pip $?\"; "
+                    "PYTHONPATH=/tmp/site python3 -c 'import sbxtiny; print(sbxtiny.VALUE)' 2>/dev/null"));
+  };
+  EXPECT_EQ(pip("pypi.test"), "pip 0\n42\n");
+  EXPECT_EQ(pip("pypi-unlisted.test"), "pip 1\n");
+  // The proxy refused its CONNECT (pip's own message for it is not shown at its default
+  // verbosity): the audit log says so.
+  const std::string log = audit();
+  EXPECT_NE(log.find("\"destination\":\"pypi-unlisted.test\",\"port\":443,\"address\":\"\""),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("\"result\":\"refused\",\"reason\":\"not allowed by network.egress.allow\""),
+            std::string::npos)
+      << log;
+}
+
+TEST_P(EgressTest, OutsideConnectionsAreCappedPerSandbox) {
+  // 32 connections held open to the echo server (raw TCP: relayed at once, each echoes a
+  // byte), then one more: reset at once by the cap; the held ones still work.
+  const std::string port = std::to_string(echo->port());
+  const std::string result =
+      out(bash("python3 -c \"import socket\n"
+               "held = []\n"
+               "for i in range(32):\n"
+               " s = socket.create_connection(('127.0.0.1', " +
+               port +
+               "), timeout=10); s.sendall(b'a'); s.recv(1); "
+               "held.append(s)\n"
+               "try:\n b = socket.create_connection(('127.0.0.1', " +
+               port +
+               "), timeout=10); b.sendall(b'b'); "
+               "print(len(b.recv(1)))\nexcept OSError as e: print(type(e).__name__)\n"
+               "held[0].sendall(b'c'); print(held[0].recv(1).decode())\""));
+  EXPECT_TRUE(result == "ConnectionResetError\nc\n" || result == "0\nc\n") << result;
+  EXPECT_NE(audit().find("the sandbox has 32 outside connections open (at most a sandbox has)"),
+            std::string::npos);
+  EXPECT_GE(server->metric("sandboxd_egress_refused_total{reason=\"sandbox_limit\"}"), 1);
+  // Given back when they closed (at the relays' end, a moment after the command's).
+  EXPECT_TRUE(eventually([&] {
+    return out(bash("python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', " + port +
+                    "), timeout=10); s.sendall(b'ping'); print(s.recv(4).decode())\"")) == "ping\n";
+  }));
 }
 
 }  // namespace sandboxd::testing

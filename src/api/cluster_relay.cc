@@ -55,7 +55,8 @@ asio::awaitable<std::string> container_of_request(RequestContext& ctx) {
   // E2B: a sandbox is a container of the same id; the calls to a sandbox name it in a
   // header (the SDKs' E2B_SANDBOX_URL), the control plane's in the path. Those that work
   // on the container run on its holder; the others (get, list, timeout) only on records.
-  if (route.starts_with("e2b.envd.") || route == "e2b.execute" || route.starts_with("e2b.contexts."))
+  if (route.starts_with("e2b.envd.") || route == "e2b.execute" || route.starts_with("e2b.contexts.") ||
+      route == "e2b.ports")
     co_return std::string(ctx.header_value("E2b-Sandbox-Id"));
   if (route_in(route, {"e2b.sandboxes.kill", "e2b.sandboxes.pause", "e2b.sandboxes.connect",
                        "e2b.sandboxes.metrics"}))

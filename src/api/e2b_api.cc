@@ -58,6 +58,84 @@ Result<bool> bool_field(const json::object& body, std::string_view key) {
   return value->as_bool();
 }
 
+// An optional array of strings (E2B's allowOut and denyOut).
+Result<std::vector<std::string>> string_list_field(const json::object& body, std::string_view key) {
+  std::vector<std::string> out;
+  const auto* value = body.if_contains(key);
+  if (!value || value->is_null()) return out;
+  if (!value->is_array())
+    return ApiError::invalid_request("'network." + std::string(key) + "' must be an array of strings");
+  for (const auto& item : value->as_array()) {
+    if (!item.is_string())
+      return ApiError::invalid_request("'network." + std::string(key) + "' must be an array of strings");
+    out.emplace_back(item.as_string());
+  }
+  return out;
+}
+
+// E2B's egress options of a create (NewSandbox) or an update (SandboxNetworkUpdateConfig):
+// top-level allow_internet_access and network.allowOut/denyOut, checked against the
+// operator's policy (a request may narrow it, never widen it). Null when none is given.
+// Header rules and a SOCKS5 egress proxy are refused rather than ignored: a client that
+// sends them counts on them.
+Result<std::shared_ptr<const ops::SandboxEgress>> requested_egress(ApiContext& api,
+                                                                   const json::object& body) {
+  std::optional<bool> internet;
+  if (const auto* value = body.if_contains("allow_internet_access"); value && !value->is_null()) {
+    if (!value->is_bool()) return ApiError::invalid_request("'allow_internet_access' must be a boolean");
+    internet = value->as_bool();
+  }
+  // A create nests them under "network"; an update is the network object itself.
+  const json::object* network = &body;
+  if (const auto* nested = body.if_contains("network")) {
+    if (nested->is_null()) {
+      network = nullptr;
+    } else if (!nested->is_object()) {
+      return ApiError::invalid_request("'network' must be an object");
+    } else {
+      network = &nested->as_object();
+    }
+  } else if (body.contains("templateID")) {
+    network = nullptr;
+  }
+  std::vector<std::string> allow_out, deny_out;
+  bool listed = false;
+  if (network) {
+    if (const auto* rules = network->if_contains("rules");
+        rules && !rules->is_null() && !(rules->is_object() && rules->as_object().empty()))
+      return ApiError::invalid_request(
+          "'network.rules' (header transforms) are not available on this server");
+    if (const auto* proxy = network->if_contains("egressProxy"); proxy && !proxy->is_null())
+      return ApiError::invalid_request("'network.egressProxy' is not available on this server");
+    auto allow = string_list_field(*network, "allowOut");
+    if (!allow) return allow.error();
+    auto deny = string_list_field(*network, "denyOut");
+    if (!deny) return deny.error();
+    listed = network->contains("allowOut") || network->contains("denyOut");
+    allow_out = std::move(*allow);
+    deny_out = std::move(*deny);
+  }
+  if (!internet && !listed) return std::shared_ptr<const ops::SandboxEgress>{};
+  std::string error;
+  const auto config = api.config();
+  auto egress = ops::parse_sandbox_egress(allow_out, deny_out, internet, config->egress_allow,
+                                          config->egress_deny, &error);
+  if (!egress) return ApiError::invalid_request(error);
+  return std::shared_ptr<const ops::SandboxEgress>(std::make_shared<ops::SandboxEgress>(std::move(*egress)));
+}
+
+// SandboxDetail's allowInternetAccess and network (SandboxNetworkConfig), as given.
+void add_network_detail(json::object& detail, const ops::SandboxEgress* egress) {
+  detail["allowInternetAccess"] = egress && egress->allow_internet_access
+                                      ? json::value(*egress->allow_internet_access)
+                                      : json::value(nullptr);
+  if (!egress) return;
+  json::array allow, deny;
+  for (const auto& rule : egress->allow_out) allow.emplace_back(rule.source);
+  for (const auto& rule : egress->deny_out) deny.emplace_back(rule.source);
+  detail["network"] = json::object{{"allowOut", std::move(allow)}, {"denyOut", std::move(deny)}};
+}
+
 asio::awaitable<Result<json::object>> read_object(RequestContext& ctx) {
   auto body = co_await ctx.read_body(kControlBodyLimit);
   if (!body) co_return body.error();
@@ -107,7 +185,7 @@ json::object sandbox_detail(ApiContext& api, const service::E2bSandbox& s) {
   const auto size = sandbox_size(*api.config());
   json::object metadata;
   for (const auto& [key, value] : s.metadata) metadata[key] = value;
-  return json::object{{"templateID", s.template_id},
+  json::object detail{{"templateID", s.template_id},
                       {"sandboxID", s.id},
                       {"clientID", "sandboxd"},
                       {"startedAt", e2b_time(s.started_at_ms)},
@@ -119,6 +197,8 @@ json::object sandbox_detail(ApiContext& api, const service::E2bSandbox& s) {
                       {"state", s.paused ? "paused" : "running"},
                       {"envdVersion", kEnvdVersion},
                       {"volumeMounts", json::array{}}};
+  add_network_detail(detail, api.e2b_sandboxes->network(s.owner, s.id).get());
+  return detail;
 }
 
 asio::awaitable<Result<Response>> create_sandbox(ApiContext& api, RequestContext& ctx) {
@@ -148,9 +228,22 @@ asio::awaitable<Result<Response>> create_sandbox(ApiContext& api, RequestContext
   request.auto_pause = *auto_pause;
   if (const auto* mcp = body->if_contains("mcp"); mcp && !mcp->is_null())
     co_return ApiError::invalid_request("MCP gateways are not available on this server");
+  // E2B's default lets anyone who knows a port's URL in; here only the owner's
+  // credentials (the traffic access token among them) open a sandbox's ports, and a
+  // sandbox is never opened to strangers (api/e2b_ports.cc).
+  if (const auto* network = body->if_contains("network"); network && network->is_object())
+    if (const auto* allow = network->as_object().if_contains("allowPublicTraffic");
+        allow && allow->is_bool() && allow->as_bool())
+      co_return ApiError::invalid_request(
+          "Public traffic is not available on this server: a sandbox's ports open only with its "
+          "traffic access token (header e2b-traffic-access-token) or its owner's API key; create it "
+          "with network.allowPublicTraffic false");
   if (const auto* mounts = body->if_contains("volumeMounts");
       mounts && mounts->is_array() && !mounts->as_array().empty())
     co_return ApiError::invalid_request("Volumes are not available on this server");
+  auto egress = requested_egress(api, *body);
+  if (!egress) co_return egress.error();
+  request.egress = std::move(*egress);
   auto created = co_await api.e2b_sandboxes->create(ctx.owner, std::move(request));
   if (!created) co_return created.error();
   co_return json_ok(sandbox_handle(*created, ctx, api.config()->e2b_sandbox_domain), HttpStatus::created);
@@ -293,6 +386,17 @@ asio::awaitable<Result<Response>> set_timeout(ApiContext& api, RequestContext& c
   co_return server::StringResponse{HttpStatus::no_content, 11};
 }
 
+// updateNetwork: replaces the sandbox's egress options (omitted ones are cleared).
+asio::awaitable<Result<Response>> update_network(ApiContext& api, RequestContext& ctx) {
+  auto body = co_await read_object(ctx);
+  if (!body) co_return body.error();
+  auto egress = requested_egress(api, *body);
+  if (!egress) co_return egress.error();
+  auto updated = co_await api.e2b_sandboxes->update_network(ctx.owner, ctx.params["id"], std::move(*egress));
+  if (!updated) co_return updated.error();
+  co_return server::StringResponse{HttpStatus::no_content, 11};
+}
+
 asio::awaitable<Result<Response>> pause_sandbox(ApiContext& api, RequestContext& ctx) {
   auto body = co_await read_object(ctx);
   if (!body) co_return body.error();
@@ -386,7 +490,10 @@ void route_by_host(http::request<http::buffer_body>& request, const std::string&
   if (target.empty() || target.front() != '/') return;
   request.set("E2b-Sandbox-Id", id);
   request.set("E2b-Sandbox-Port", port);
-  request.target("/e2b/sandbox" + std::string(target));
+  // envd's and the interpreter's ports are served by the server itself; any other is a
+  // port a process in the sandbox listens on (api/e2b_ports.cc).
+  const bool served_here = port == std::to_string(kEnvdPort) || port == std::to_string(kCodeInterpreterPort);
+  request.target((served_here ? std::string("/e2b/sandbox") : std::string(kPortsPath)) + std::string(target));
 }
 
 }  // namespace
@@ -410,14 +517,14 @@ std::optional<Response> e2b_error_for_route(std::string_view route, const ApiErr
 }
 
 asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api, RequestContext& ctx,
-                                                                 uint16_t port) {
+                                                                 std::optional<uint16_t> port) {
   if (!api.e2b_sandboxes) co_return ApiError::not_found("E2B's API is not enabled on this server");
   const std::string id(ctx.header_value("E2b-Sandbox-Id"));
   if (id.empty())
     co_return ApiError::invalid_request(
         "Missing the E2b-Sandbox-Id header (set E2B_SANDBOX_URL for E2B's SDKs)");
   if (!ContainerService::valid_id(id)) co_return ApiError::not_found("Sandbox not found");
-  if (ctx.header_value("E2b-Sandbox-Port") != std::to_string(port))
+  if (port && ctx.header_value("E2b-Sandbox-Port") != std::to_string(*port))
     co_return ApiError::not_found("Nothing answers on port " +
                                   std::string(ctx.header_value("E2b-Sandbox-Port")) + " of sandbox " + id +
                                   " for " + std::string(ctx.header().target()));
@@ -554,6 +661,8 @@ void register_e2b_routes(server::HttpServer& http, ApiContext& api) {
              e2b_route(api, kill_sandbox));
   http.route(http::verb::post, base + "/sandboxes/{id}/timeout", "e2b.sandboxes.timeout",
              e2b_route(api, set_timeout));
+  http.route(http::verb::put, base + "/sandboxes/{id}/network", "e2b.sandboxes.network",
+             e2b_route(api, update_network));
   http.route(http::verb::post, base + "/sandboxes/{id}/pause", "e2b.sandboxes.pause",
              e2b_route(api, pause_sandbox));
   http.route(http::verb::post, base + "/sandboxes/{id}/resume", "e2b.sandboxes.connect",
@@ -565,6 +674,7 @@ void register_e2b_routes(server::HttpServer& http, ApiContext& api) {
              e2b_route(api, connect_sandbox));
   http.route(http::verb::get, base + "/sandboxes/{id}/metrics", "e2b.sandboxes.metrics",
              e2b_route(api, sandbox_metrics));
+  register_e2b_port_routes(http, api);
 }
 
 }  // namespace sandboxd::api

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <boost/json/object.hpp>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,8 +54,20 @@ struct AddressedSandbox {
   service::E2bSandbox sandbox;
   std::shared_ptr<Container> container;
 };
+// nullopt `port`: any port (the proxy to a sandbox's own ports, api/e2b_ports.cc).
 asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api, RequestContext& ctx,
-                                                                 uint16_t port);
+                                                                 std::optional<uint16_t> port);
+
+// The sandbox's other ports (getHost(port)): the host router sends a request for
+// PORT-SANDBOXID.<domain> below this path when PORT is neither envd's nor the code
+// interpreter's, and api/e2b_ports.cc proxies it to that port in the sandbox.
+inline constexpr std::string_view kPortsPath = "/e2b/ports";
+// Requests being proxied and WebSockets open at once to one sandbox's ports (each holds
+// a connection into the sandbox); past it a 429.
+inline constexpr size_t kMaxProxiedConnectionsPerSandbox = 64;
+// A proxied exchange with nothing moving either way this long is closed.
+inline constexpr std::chrono::seconds kProxyIdleTimeout{600};
+void register_e2b_port_routes(server::HttpServer& http, ApiContext& api);
 
 // What an E2B request body may hold. A parsed JSON value costs far more than its text
 // (a value of 16 bytes or more for each `0,` in an array, an allocation for each object

@@ -18,6 +18,7 @@
 
 #include "base/blocking.h"
 #include "base/unique_fd.h"
+#include "ops/egress_metrics.h"
 #include "ops/logging.h"
 #include "ops/metrics.h"
 #include "runtime/net.h"
@@ -27,6 +28,7 @@
 #include "server/dns_client.h"
 #include "server/dns_message.h"
 #include "server/relay.h"
+#include "service/egress_options.h"
 
 namespace sandboxd::api {
 namespace {
@@ -62,6 +64,10 @@ constexpr uint16_t kHttpPort = 80, kHttpsPort = 443;
 // name does not resolve, and the server logs it.
 constexpr size_t kMaxEgressNames = 32;
 constexpr size_t kMaxEgressPortsPerName = 8;
+// Outside connections open at once, per sandbox and per owner (all its sandboxes here);
+// past either the next one is refused at once and audited.
+constexpr int kMaxEgressConnectionsPerSandbox = 32;
+constexpr int kMaxEgressConnectionsPerOwner = 128;
 // How long the server waits for a ClientHello or a request head, and for the DNS servers.
 constexpr auto kPeekTimeout = std::chrono::seconds(10);
 constexpr auto kResolveTimeout = std::chrono::milliseconds(2000);
@@ -268,6 +274,15 @@ asio::awaitable<void> SandboxNetwork::start_resolver(SandboxNetwork* self,
   }
   asio::co_spawn(link->strand_, serve_dns(self, link), asio::detached);
   co_await open_egress_networks(self, link);
+  // The HTTP proxy (HTTP_PROXY/HTTPS_PROXY in the sandbox's commands) where the policy
+  // allows something.
+  if (!self->config_.get()->egress_policy().closed()) {
+    auto proxy_address = ops::parse_ipv4(std::string(service::kEgressProxyAddress));
+    std::vector<kubernetes::ListenAddress> listener;
+    listener.push_back({*proxy_address, service::kEgressProxyPort});
+    auto fds = co_await open_listeners_in(link, std::move(listener), "the HTTP proxy's listener");
+    serve_egress_listeners(self, link, std::move(fds), "", /*proxy=*/true);
+  }
   if (self->peers_) co_await reconcile(self, link);
 }
 
@@ -306,7 +321,11 @@ asio::awaitable<std::optional<std::string>> SandboxNetwork::dns_reply(SandboxNet
       std::optional<std::vector<uint32_t>> addresses;
       if (self->peers_)
         if (auto found = self->peers_->peers()->resolve(name); !found.empty()) addresses = std::move(found);
-      if (!addresses && self->config_.get()->egress_policy().allows_name_on_any_port(name)) {
+      // The container's own options (E2B's network) narrow the operator's policy.
+      std::shared_ptr<const ops::SandboxEgress> own;
+      if (auto container = link->container()) own = service::egress_options(*container);
+      if (!addresses && self->config_.get()->egress_policy().allows_name_on_any_port(name) &&
+          (!own || own->may_resolve(name))) {
         // An allowed name the outside does not know is "no such name" here too; one the
         // resolvers could not answer for is a server failure (the client asks again).
         auto answer = co_await egress_address(self, link, name);
@@ -601,7 +620,7 @@ asio::awaitable<void> SandboxNetwork::open_egress_networks(SandboxNetwork* self,
 }
 
 void SandboxNetwork::serve_egress_listeners(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
-                                            std::vector<int> fds, const std::string& name) {
+                                            std::vector<int> fds, const std::string& name, bool proxy) {
   for (int fd : fds) {
     if (fd < 0) continue;
     // The sandbox stopped while they were opened: nothing will accept on them.
@@ -617,20 +636,20 @@ void SandboxNetwork::serve_egress_listeners(SandboxNetwork* self, std::shared_pt
       continue;
     }
     link->egress_acceptors_.push_back(acceptor);
-    asio::co_spawn(link->strand_, egress_accept_loop(self, link, acceptor, name), asio::detached);
+    asio::co_spawn(link->strand_, egress_accept_loop(self, link, acceptor, name, proxy), asio::detached);
   }
 }
 
 asio::awaitable<void> SandboxNetwork::egress_accept_loop(SandboxNetwork* self,
                                                          std::shared_ptr<SandboxLink> link,
                                                          std::shared_ptr<tcp::acceptor> acceptor,
-                                                         std::string name) {
+                                                         std::string name, bool proxy) {
   for (;;) {
     auto socket = co_await accept_within_limit(self, link, acceptor, "an outside destination");
     if (!socket) co_return;
     ++link->connections_;
     auto executor = socket->get_executor();
-    asio::co_spawn(executor, egress_relay(self, link, std::move(*socket), name), asio::detached);
+    asio::co_spawn(executor, egress_relay(self, link, std::move(*socket), name, proxy), asio::detached);
   }
 }
 
@@ -663,11 +682,13 @@ namespace {
 // What one outside connection was, for the audit log and the metrics.
 struct EgressRecord {
   std::string owner, container, destination, address, refused;
+  std::string reason;  // a refusal's kind, for the metric: policy, invalid, resolve, connect, *_limit
   uint16_t port = 0;
   server::RelayBytes bytes;
 
   void finish() const {
     ops::metrics().egress_connection(refused.empty(), bytes.a_to_b, bytes.b_to_a);
+    if (!refused.empty()) ops::count_egress_refusal(reason);
     if (!refused.empty())
       spdlog::info("sandbox of container {}: an outside connection to {}:{} was refused: {}", container,
                    destination, port, refused);
@@ -708,10 +729,30 @@ asio::awaitable<server::PeekedDestination> read_destination(tcp::socket& inside,
   co_return found;
 }
 
+// Reads a proxy request's head from `inside` (into `head`, with what followed it) until
+// it is complete, the peek bound or the timeout.
+asio::awaitable<server::ProxyRequest> read_proxy_request(tcp::socket& inside, std::string& head) {
+  using namespace asio::experimental::awaitable_operators;
+  server::ProxyRequest found;
+  auto read = [&]() -> asio::awaitable<void> {
+    std::array<char, 4096> chunk;
+    for (;;) {
+      auto [ec, n] = co_await inside.async_read_some(asio::buffer(chunk), use_tuple);
+      if (ec) co_return;
+      head.append(chunk.data(), n);
+      found = server::proxy_request(head);
+      if (found.state != server::ProxyRequest::State::NeedMore) co_return;
+    }
+  };
+  asio::steady_timer deadline(inside.get_executor(), kPeekTimeout);
+  co_await (read() || deadline.async_wait(use_tuple));
+  co_return found;
+}
+
 }  // namespace
 
 asio::awaitable<void> SandboxNetwork::egress_relay(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
-                                                   tcp::socket inside, std::string name) {
+                                                   tcp::socket inside, std::string name, bool proxy) {
   struct Count {
     std::shared_ptr<SandboxLink> link;
     ~Count() { --link->connections_; }
@@ -720,58 +761,174 @@ asio::awaitable<void> SandboxNetwork::egress_relay(SandboxNetwork* self, std::sh
   const auto config = self->config_.get();
   const auto policy = config->egress_policy();
   EgressRecord record;
+  // The container's own options (E2B's network), as they are now: they narrow the
+  // operator's policy, never widen it (both are checked).
+  std::shared_ptr<const ops::SandboxEgress> own;
   if (auto container = link->container()) {
     record.owner = container->owner;
     record.container = container->id;
+    own = service::egress_options(*container);
   }
   boost::system::error_code ec;
   const auto local = inside.local_endpoint(ec);
   if (ec || !local.address().is_v4()) co_return refuse(inside);
   record.port = local.port();
-  const uint32_t local_address = local.address().to_v4().to_uint();
-  auto refuse_for = [&](std::string why) {
+  uint32_t destination_address = local.address().to_v4().to_uint();
+  // A refusal: a reset at once, or on the proxy an HTTP answer that says why (403 for a
+  // destination the policy refuses, 400 for a request it cannot read, 502 for one it
+  // could not reach), then the connection closed.
+  bool proxy_answered = false;
+  std::string refusal_answer;
+  auto refuse_for = [&](const char* reason, std::string why) {
+    record.reason = reason;
     record.refused = std::move(why);
     record.finish();
-    refuse(inside);
+    if (!proxy || proxy_answered) return refuse(inside);
+    const std::string_view kind = reason;
+    const char* status = kind == "invalid"                        ? "400 Bad Request"
+                         : kind == "resolve" || kind == "connect" ? "502 Bad Gateway"
+                                                                  : "403 Forbidden";
+    const std::string body = "sandboxd egress: " + record.refused + "\n";
+    refusal_answer = std::string("HTTP/1.1 ") + status +
+                     "\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n" + body;
   };
+  // Sends the proxy's refusal (when there is one) and closes.
+  auto answer_refusal = [&]() -> asio::awaitable<void> {
+    if (!refusal_answer.empty()) {
+      co_await asio::async_write(inside, asio::buffer(refusal_answer), use_tuple);
+      boost::system::error_code ignored;
+      inside.shutdown(tcp::socket::shutdown_send, ignored);
+      inside.close(ignored);
+    }
+  };
+  // The caps on outside connections open at once, first (a refusal costs nothing more):
+  // per sandbox, then per owner (all its sandboxes on this server).
+  struct Held {
+    SandboxNetwork* self;
+    std::shared_ptr<SandboxLink> link;
+    std::string owner;
+    bool by_owner = false;
+    ~Held() {
+      --link->egress_connections_;
+      if (by_owner) self->release_owner_egress(owner);
+    }
+  } held{self, link, record.owner};
+  if (++link->egress_connections_ > kMaxEgressConnectionsPerSandbox) {
+    refuse_for("sandbox_limit", "the sandbox has " + std::to_string(kMaxEgressConnectionsPerSandbox) +
+                                    " outside connections open (at most a sandbox has)");
+    co_return co_await answer_refusal();
+  }
+  if (!self->hold_owner_egress(record.owner, kMaxEgressConnectionsPerOwner)) {
+    refuse_for("owner_limit", "the owner's sandboxes have " + std::to_string(kMaxEgressConnectionsPerOwner) +
+                                  " outside connections open (at most an owner has)");
+    co_return co_await answer_refusal();
+  }
+  held.by_owner = true;
+
+  // What the code sent that goes out first: the peeked ClientHello or request head, or
+  // on the proxy what followed its request (a plain request's head, rewritten).
+  std::string first_bytes;
+  bool connect_request = false;
+  if (proxy) {
+    // The destination is what the request names (checked below as any other).
+    std::string head;
+    auto request = co_await read_proxy_request(inside, head);
+    if (request.state != server::ProxyRequest::State::Connect &&
+        request.state != server::ProxyRequest::State::Forward) {
+      refuse_for("invalid", request.error.empty() ? "no complete proxy request" : request.error);
+      co_return co_await answer_refusal();
+    }
+    connect_request = request.state == server::ProxyRequest::State::Connect;
+    record.port = request.port;
+    first_bytes = connect_request ? head.substr(request.head_size)
+                                  : request.forward_head + head.substr(request.head_size);
+    if (auto literal = ops::parse_ipv4(request.host)) {
+      // An address: allowed only by a CIDR entry that names this very port (as the
+      // sandbox's own raw TCP listeners are), never a name's HTTP and HTTPS.
+      destination_address = *literal;
+      const auto rules = policy.network_rules();
+      const bool port_named = std::ranges::any_of(rules, [&](const ops::EgressRule* rule) {
+        return rule->port == record.port && ops::network_contains(rule->network, *literal);
+      });
+      if (!port_named) {
+        record.destination = request.host;
+        refuse_for("policy", "the address is not allowed by network.egress.allow on this port");
+        co_return co_await answer_refusal();
+      }
+    } else {
+      name = request.host;
+      // A name through the proxy is reached on the ports it is reached on directly.
+      const auto ports = policy.named_ports(name);
+      if (record.port != kHttpPort && record.port != kHttpsPort &&
+          std::ranges::find(ports, record.port) == ports.end()) {
+        record.destination = name;
+        refuse_for("policy", "port " + std::to_string(record.port) + " is not allowed for " + name +
+                                 " (network.egress.allow names 80 and 443, and the ports an entry gives it)");
+        co_return co_await answer_refusal();
+      }
+    }
+  }
 
   std::vector<uint32_t> addresses;
-  std::string peeked;
   if (name.empty()) {
-    // A CIDR entry's port: the address the code connected to is the destination.
-    record.destination = ops::format_ipv4(local_address);
-    if (!policy.allows_address(local_address, record.port))
-      co_return refuse_for("the address is not allowed by network.egress.allow on this port");
-    addresses.push_back(local_address);
+    // A CIDR entry's port (or an address named to the proxy): the address is the destination.
+    record.destination = ops::format_ipv4(destination_address);
+    if (!policy.allows_address(destination_address, record.port)) {
+      refuse_for("policy", "the address is not allowed by network.egress.allow on this port");
+      co_return co_await answer_refusal();
+    }
+    if (own && !own->allows_address(destination_address, record.port)) {
+      refuse_for("policy", "the address is denied by the sandbox's own network options (denyOut)");
+      co_return co_await answer_refusal();
+    }
+    addresses.push_back(destination_address);
   } else {
     record.destination = name;
-    if (!policy.allows_name(name, record.port)) co_return refuse_for(policy.why_refused(name, record.port));
+    if (!policy.allows_name(name, record.port)) {
+      refuse_for("policy", policy.why_refused(name, record.port));
+      co_return co_await answer_refusal();
+    }
+    // A name the sandbox's allowOut lists goes wherever it resolves (E2B: allow wins over
+    // deny); any other is subject to its denyOut, address by address.
+    const bool listed_by_own = own && own->lists_name(name, record.port);
+    if (own && !listed_by_own && own->denies_everything()) {
+      refuse_for("policy", "not in the sandbox's own network options (allowOut)");
+      co_return co_await answer_refusal();
+    }
     // HTTPS and HTTP name their host: it must be the name this address was resolved
     // for. (The connection goes to that name whatever it says; a mismatch is refused so
-    // that what the client asked for and what it reaches never differ.)
-    if (record.port == kHttpsPort || record.port == kHttpPort) {
+    // that what the client asked for and what it reaches never differ.) The proxy's
+    // requests name it in their request line.
+    if (!proxy && (record.port == kHttpsPort || record.port == kHttpPort)) {
       const bool tls = record.port == kHttpsPort;
       auto found =
-          co_await read_destination(inside, peeked, tls ? server::tls_server_name : server::http_host);
+          co_await read_destination(inside, first_bytes, tls ? server::tls_server_name : server::http_host);
       using State = server::PeekedDestination::State;
       if (found.state == State::Invalid)
-        co_return refuse_for(tls ? "not a TLS ClientHello" : "not an HTTP request");
+        co_return refuse_for("invalid", tls ? "not a TLS ClientHello" : "not an HTTP request");
       if (found.state == State::Found && found.host != name)
-        co_return refuse_for(std::string(tls ? "the TLS server name '" : "the Host '") + found.host +
-                             "' is not the name this connection was resolved for");
+        co_return refuse_for("policy", std::string(tls ? "the TLS server name '" : "the Host '") +
+                                           found.host + "' is not the name this connection was resolved for");
     }
     const auto& resolvers =
         config->egress_resolvers.empty() ? self->host_resolvers_ : config->egress_resolvers;
     auto lookup = co_await server::resolve_ipv4(inside.get_executor(), resolvers, name, kResolveTimeout);
-    if (lookup.addresses.empty()) co_return refuse_for("resolving " + name + ": " + lookup.error);
+    if (lookup.addresses.empty()) {
+      refuse_for("resolve", "resolving " + name + ": " + lookup.error);
+      co_return co_await answer_refusal();
+    }
     for (uint32_t address : lookup.addresses) {
       if (policy.denies_address(address, record.port)) continue;
       if (host_only_address(address) && !policy.allows_address(address, record.port)) continue;
+      if (own && !listed_by_own && !own->allows_address(address, record.port)) continue;
       addresses.push_back(address);
     }
-    if (addresses.empty())
-      co_return refuse_for(name + " resolves only to addresses the policy does not allow (" +
-                           ops::format_ipv4(lookup.addresses.front()) + ")");
+    if (addresses.empty()) {
+      refuse_for("policy", name + " resolves only to addresses the policy does not allow (" +
+                               ops::format_ipv4(lookup.addresses.front()) + ")");
+      co_return co_await answer_refusal();
+    }
   }
 
   boost::beast::tcp_stream outside(inside.get_executor());
@@ -779,14 +936,26 @@ asio::awaitable<void> SandboxNetwork::egress_relay(SandboxNetwork* self, std::sh
   for (uint32_t address : addresses) endpoints.emplace_back(asio::ip::address_v4(address), record.port);
   outside.expires_after(kConnectTimeout);
   auto [connect_error, endpoint] = co_await outside.async_connect(endpoints, use_tuple);
-  if (connect_error) co_return refuse_for("connecting: " + connect_error.message());
+  if (connect_error) {
+    refuse_for("connect", "connecting: " + connect_error.message());
+    co_return co_await answer_refusal();
+  }
   record.address = endpoint.address().to_string();
-  if (!peeked.empty()) {
-    auto [write_error, written] = co_await asio::async_write(outside, asio::buffer(peeked), use_tuple);
-    if (write_error) co_return refuse_for("sending the first bytes: " + write_error.message());
+  if (connect_request) {
+    static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
+    auto [answer_error, answered] = co_await asio::async_write(inside, asio::buffer(kEstablished), use_tuple);
+    proxy_answered = true;
+    if (answer_error) co_return refuse_for("connect", "answering the CONNECT: " + answer_error.message());
+  }
+  if (!first_bytes.empty()) {
+    auto [write_error, written] = co_await asio::async_write(outside, asio::buffer(first_bytes), use_tuple);
+    if (write_error) {
+      refuse_for("connect", "sending the first bytes: " + write_error.message());
+      co_return co_await answer_refusal();
+    }
   }
   outside.expires_never();
-  record.bytes.a_to_b = peeked.size();
+  record.bytes.a_to_b = first_bytes.size();
   boost::system::error_code ignored;
   outside.socket().set_option(tcp::no_delay(true), ignored);
   inside.set_option(tcp::no_delay(true), ignored);
@@ -795,6 +964,23 @@ asio::awaitable<void> SandboxNetwork::egress_relay(SandboxNetwork* self, std::sh
   record.bytes.a_to_b += moved.a_to_b;
   record.bytes.b_to_a = moved.b_to_a;
   record.finish();
+}
+
+bool SandboxNetwork::hold_owner_egress(const std::string& owner, int cap) {
+  std::lock_guard lock(egress_owners_mutex_);
+  int& open = egress_by_owner_[owner];
+  if (open >= cap) {
+    if (open == 0) egress_by_owner_.erase(owner);
+    return false;
+  }
+  ++open;
+  return true;
+}
+
+void SandboxNetwork::release_owner_egress(const std::string& owner) {
+  std::lock_guard lock(egress_owners_mutex_);
+  auto it = egress_by_owner_.find(owner);
+  if (it != egress_by_owner_.end() && --it->second <= 0) egress_by_owner_.erase(it);
 }
 
 Result<void> SandboxNetwork::authenticate(server::RequestContext& ctx) const {

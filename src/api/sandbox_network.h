@@ -102,6 +102,7 @@ class SandboxLink : public server::ConnectionOrigin,
   // listeners for the allowed CIDRs' ports.
   std::vector<std::string> egress_names_;
   std::vector<std::shared_ptr<asio::ip::tcp::acceptor>> egress_acceptors_;
+  std::atomic<int> egress_connections_{0};  // outside connections open (network.egress caps)
 };
 
 class SandboxNetwork : public service::SandboxNetworking {
@@ -169,19 +170,25 @@ class SandboxNetwork : public service::SandboxNetworking {
       SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
       std::shared_ptr<asio::ip::tcp::acceptor> acceptor, const char* what);
   // Takes the opened listeners (-1s skipped) and accepts on each, for `name` ("" for a
-  // CIDR port: the address connected to is the destination).
+  // CIDR port: the address connected to is the destination), or as the HTTP proxy
+  // (`proxy`: each request names its destination).
   static void serve_egress_listeners(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
-                                     std::vector<int> fds, const std::string& name);
+                                     std::vector<int> fds, const std::string& name, bool proxy = false);
   static asio::awaitable<void> egress_accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
                                                   std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
-                                                  std::string name);
+                                                  std::string name, bool proxy);
   static asio::awaitable<void> egress_relay(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
-                                            asio::ip::tcp::socket inside, std::string name);
+                                            asio::ip::tcp::socket inside, std::string name, bool proxy);
   // Listeners on `addresses` in the link's namespace (the blocking pool's work); -1 for
   // each that could not be opened (logged as `what`).
   static asio::awaitable<std::vector<int>> open_listeners_in(std::shared_ptr<SandboxLink> link,
                                                              std::vector<kubernetes::ListenAddress> addresses,
                                                              const char* what);
+
+  // The per-owner cap on outside connections open at once: takes one of `owner`'s
+  // (false when it has `cap` open already), gives it back.
+  bool hold_owner_egress(const std::string& owner, int cap);
+  void release_owner_egress(const std::string& owner);
 
   asio::io_context& io_;
   server::HttpServer& http_;
@@ -194,6 +201,8 @@ class SandboxNetwork : public service::SandboxNetworking {
   std::set<uint16_t> fixed_ports_;  // held by the API's and the services' listeners
   std::mutex links_mutex_;
   std::vector<std::weak_ptr<SandboxLink>> links_;  // the links with a peers' part
+  std::mutex egress_owners_mutex_;
+  std::map<std::string, int> egress_by_owner_;  // outside connections open, by owner
   // The watch outlives this object (others share it) and calls back from its own
   // strand: the callback reaches this object only through here, cleared (under the
   // lock) when it goes, so a change arriving during shutdown finds nobody to call.

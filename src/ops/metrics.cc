@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <memory>
 
+#include "ops/egress_metrics.h"
+
 namespace sandboxd::ops {
 namespace {
 
@@ -209,6 +211,12 @@ std::string Metrics::render(const Gauges& g) const {
          static_cast<double>(egress_bytes_out_.load()));
   sample(out, "sandboxd_egress_bytes_total", "direction=\"in\"",
          static_cast<double>(egress_bytes_in_.load()));
+  header(
+      out, "sandboxd_egress_refused_total", "counter",
+      "Outside connections from sandboxes refused, by why (policy, invalid, resolve, connect, sandbox_limit, "
+      "owner_limit).");
+  for (const auto& [reason, count] : egress_refusals())
+    sample(out, "sandboxd_egress_refused_total", "reason=\"" + reason + "\"", static_cast<double>(count));
   header(out, "sandboxd_sandboxes_started_total", "counter", "Sandboxes started.");
   sample(out, "sandboxd_sandboxes_started_total", "", static_cast<double>(started_.load()));
   header(out, "sandboxd_output_walks_total", "counter",

@@ -1,6 +1,8 @@
 #include "server/destination_peek.h"
 
+#include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <optional>
 
 namespace sandboxd::server {
@@ -138,6 +140,101 @@ PeekedDestination http_host(std::string_view data) {
   }
   if (!found) return state(State::None);
   return {State::Found, std::move(*found)};
+}
+
+namespace {
+
+ProxyRequest invalid_proxy_request(std::string why) {
+  ProxyRequest request;
+  request.state = ProxyRequest::State::Invalid;
+  request.error = std::move(why);
+  return request;
+}
+
+// "host[:port]" with a default port; false when either part is malformed.
+bool split_authority(std::string_view authority, uint16_t default_port, bool port_required, std::string& host,
+                     uint16_t& port) {
+  if (authority.find('@') != std::string_view::npos || authority.starts_with("[")) return false;
+  std::string_view host_part = authority;
+  port = default_port;
+  if (auto colon = authority.rfind(':'); colon != std::string_view::npos) {
+    std::string_view digits = authority.substr(colon + 1);
+    unsigned value = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || value < 1 ||
+        value > 65535)
+      return false;
+    port = static_cast<uint16_t>(value);
+    host_part = authority.substr(0, colon);
+  } else if (port_required) {
+    return false;
+  }
+  host = clean_host(host_part);
+  return !host.empty();
+}
+
+}  // namespace
+
+ProxyRequest proxy_request(std::string_view data) {
+  const size_t end = data.find("\r\n\r\n");
+  if (end == std::string_view::npos) {
+    if (data.size() >= kMaxPeekBytes) return invalid_proxy_request("the request head is larger than 16 KiB");
+    for (char ch : data.substr(0, 16)) {
+      if (ch == ' ') break;
+      if (!std::isupper(static_cast<unsigned char>(ch))) return invalid_proxy_request("not an HTTP request");
+    }
+    return {};
+  }
+  std::string_view head = data.substr(0, end);
+  const size_t line_end = std::min(head.find("\r\n"), head.size());
+  std::string_view line = head.substr(0, line_end);
+  const size_t first = line.find(' ');
+  const size_t last = line.rfind(' ');
+  if (first == std::string_view::npos || first == last)
+    return invalid_proxy_request("malformed request line");
+  std::string_view method = line.substr(0, first);
+  std::string_view target = line.substr(first + 1, last - first - 1);
+  std::string_view version = line.substr(last + 1);
+  if (method.empty() || !version.starts_with("HTTP/1."))
+    return invalid_proxy_request("malformed request line");
+  for (char ch : method)
+    if (!std::isupper(static_cast<unsigned char>(ch))) return invalid_proxy_request("malformed request line");
+  ProxyRequest request;
+  request.head_size = end + 4;
+  if (method == "CONNECT") {
+    if (!split_authority(target, 0, true, request.host, request.port))
+      return invalid_proxy_request("CONNECT takes host:port");
+    request.state = ProxyRequest::State::Connect;
+    return request;
+  }
+  if (target.size() >= 8 && iequals(target.substr(0, 8), "https://"))
+    return invalid_proxy_request("an https:// URL is reached through CONNECT (HTTPS_PROXY)");
+  if (target.size() < 7 || !iequals(target.substr(0, 7), "http://"))
+    return invalid_proxy_request("a proxy request names an absolute http:// URL");
+  std::string_view rest = target.substr(7);
+  const size_t path_at = std::min(rest.find_first_of("/?#"), rest.size());
+  if (!split_authority(rest.substr(0, path_at), 80, false, request.host, request.port))
+    return invalid_proxy_request("the URL's host is not a host name or an IPv4 address");
+  std::string path(rest.substr(path_at));
+  if (auto hash = path.find('#'); hash != std::string::npos) path.resize(hash);
+  if (path.empty() || path.front() != '/') path.insert(0, "/");
+  request.forward_head = std::string(method) + " " + path + " " + std::string(version) + "\r\n";
+  size_t at = line_end + 2;
+  while (at < head.size()) {
+    size_t next = std::min(head.find("\r\n", at), head.size());
+    std::string_view header = head.substr(at, next - at);
+    at = next + 2;
+    const size_t colon = header.find(':');
+    if (colon == std::string_view::npos) return invalid_proxy_request("malformed header line");
+    std::string_view name = header.substr(0, colon);
+    if (name.size() >= 6 && iequals(name.substr(0, 6), "proxy-")) continue;
+    if (iequals(name, "host") && clean_host(trim(header.substr(colon + 1))) != request.host)
+      return invalid_proxy_request("the Host header names another host than the URL");
+    request.forward_head.append(header).append("\r\n");
+  }
+  request.forward_head += "\r\n";
+  request.state = ProxyRequest::State::Forward;
+  return request;
 }
 
 }  // namespace sandboxd::server

@@ -1,5 +1,7 @@
 #include "server/http_relay.h"
 
+#include "server/end_to_end_fields.h"
+
 #include <spdlog/spdlog.h>
 #include <algorithm>
 #include <array>
@@ -60,12 +62,6 @@ std::set<std::string> connection_tokens(const http::fields& fields) {
     }
   }
   return tokens;
-}
-
-void copy_end_to_end(const http::fields& from, http::fields& to) {
-  const auto hop = connection_tokens(from);
-  for (const auto& field : from)
-    if (!is_hop_by_hop(field.name_string(), hop)) to.insert(field.name_string(), field.value());
 }
 
 ApiError unreachable(const RelayOptions& options) {
@@ -139,6 +135,12 @@ asio::awaitable<std::shared_ptr<Upstream>> connect_upstream(RequestContext& ctx,
 }
 
 }  // namespace
+
+void copy_end_to_end(const http::fields& from, http::fields& to) {
+  const auto hop = connection_tokens(from);
+  for (const auto& field : from)
+    if (!is_hop_by_hop(field.name_string(), hop)) to.insert(field.name_string(), field.value());
+}
 
 Result<RelayTarget> parse_relay_target(std::string_view url) {
   constexpr std::string_view kScheme = "http://";

@@ -104,7 +104,10 @@ asio::awaitable<bool> HttpServer::send(beast::tcp_stream& stream, Response& resp
   }
   if (auto* streamed = std::get_if<StreamResponse>(&response)) {
     status = streamed->header.result_int();
-    const bool sized = streamed->header.has_content_length();
+    // A 101 has no body at all (what follows is another protocol's, written raw by the
+    // producer): neither length nor chunks (RFC 9110 8.6, RFC 9112 6.1).
+    const bool sized = streamed->header.has_content_length() ||
+                       streamed->header.result() == http::status::switching_protocols;
     if (!sized) streamed->header.chunked(true);
     http::response_serializer<http::empty_body> serializer{streamed->header};
     boost::system::error_code ec;

@@ -13,6 +13,7 @@
 
 #include "base/ids.h"
 #include "ops/logging.h"
+#include "service/egress_options.h"
 #include "service/store_call.h"
 
 namespace sandboxd::service {
@@ -214,6 +215,7 @@ asio::awaitable<void> E2bSandboxes::end_one(const E2bSandbox& s) {
   if (!current || current->paused || current->end_at_ms > now) co_return;
   ops::log_event(spdlog::level::info, "e2b_sandbox_timeout",
                  {{"owner", s.owner}, {"sandbox", s.id}, {"action", "kill"}});
+  set_egress_options(**container, nullptr);
   co_await containers_.remove(*container);
   co_await store([this, &s] { return records_.remove(s.owner, s.id); });
   if (auto* audit = ops::audit())
@@ -234,6 +236,8 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
   auto container = co_await containers_.async_open(owner, id, /*create=*/true);
   if (!container) co_return container.error();
   containers_.touch(**container);
+  // Before its sandbox starts: its first connection is already checked against them.
+  set_egress_options(**container, request.egress);
   // An E2B sandbox runs once it is made (its SDK's next call is a command, some
   // milliseconds of the client's own work away): its start overlaps them.
   containers_.start_sandbox_soon(*container);
@@ -386,13 +390,29 @@ asio::awaitable<Result<bool>> E2bSandboxes::resume(const std::string& owner, con
 asio::awaitable<Result<void>> E2bSandboxes::kill(const std::string& owner, const std::string& id) {
   if (auto found = co_await find(owner, id); !found) co_return found.error();
   auto container = co_await containers_.async_open(owner, id, /*create=*/false);
-  if (container)
+  if (container) {
+    set_egress_options(**container, nullptr);
     co_await containers_.remove(*container);
-  else if (container.error().status != HttpStatus::not_found)
+  } else if (container.error().status != HttpStatus::not_found)
     co_return container.error();
   co_await store([this, &owner, &id] { return records_.remove(owner, id); });
   if (auto* audit = ops::audit()) audit->record("e2b_sandbox_killed", {{"owner", owner}, {"sandbox", id}});
   co_return Result<void>{};
+}
+
+asio::awaitable<Result<void>> E2bSandboxes::update_network(const std::string& owner, const std::string& id,
+                                                           std::shared_ptr<const ops::SandboxEgress> egress) {
+  auto container = co_await open_container(owner, id);
+  if (!container) co_return container.error();
+  set_egress_options(**container, std::move(egress));
+  if (auto* audit = ops::audit()) audit->record("e2b_sandbox_network", {{"owner", owner}, {"sandbox", id}});
+  co_return Result<void>{};
+}
+
+std::shared_ptr<const ops::SandboxEgress> E2bSandboxes::network(const std::string& owner,
+                                                                const std::string& id) const {
+  auto container = containers_.find_open(owner, id);
+  return container ? egress_options(*container) : nullptr;
 }
 
 }  // namespace sandboxd::service

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "ops/sandbox_egress.h"
 #include "service/container_service.h"
 #include "store/e2b_records.h"
 
@@ -41,6 +42,8 @@ struct E2bCreate {
   std::map<std::string, std::string> metadata, env_vars;
   int64_t timeout_sec = 300;
   bool auto_pause = false;
+  // Its network options, checked against the operator's policy already (null: none).
+  std::shared_ptr<const ops::SandboxEgress> egress;
 };
 
 // What a listing asks for (every filter optional).
@@ -120,6 +123,12 @@ class E2bSandboxes {
                                        std::optional<int64_t> timeout_sec);
   // Deletes the container (files included) and the record.
   asio::awaitable<Result<void>> kill(const std::string& owner, const std::string& id);
+  // Replaces the sandbox's network options (checked against the operator's policy
+  // already; null clears them): its next lookups and connections follow them.
+  asio::awaitable<Result<void>> update_network(const std::string& owner, const std::string& id,
+                                               std::shared_ptr<const ops::SandboxEgress> egress);
+  // The network options of the owner's sandbox whose container is open here (null: none).
+  std::shared_ptr<const ops::SandboxEgress> network(const std::string& owner, const std::string& id) const;
 
   ContainerService& containers() { return containers_; }
 

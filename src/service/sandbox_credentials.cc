@@ -54,8 +54,22 @@ std::vector<std::string> sandbox_env(const ops::Config& config, const Container&
   std::string model = "default";
   if (auto it = config.model_names.find("default"); it != config.model_names.end()) model = it->second;
   // The SDKs append /v1/messages to the base URL: that is sandboxd's messages endpoint.
-  return {std::string("ANTHROPIC_BASE_URL=http://") + ops::kApiHostName + "/api/gpt",
-          "ANTHROPIC_AUTH_TOKEN=" + scoped_token(container, depth + 1), "ANTHROPIC_MODEL=" + model};
+  std::vector<std::string> env{std::string("ANTHROPIC_BASE_URL=http://") + ops::kApiHostName + "/api/gpt",
+                               "ANTHROPIC_AUTH_TOKEN=" + scoped_token(container, depth + 1),
+                               "ANTHROPIC_MODEL=" + model};
+  if (!config.egress_policy().closed()) {
+    const std::string proxy =
+        "http://" + std::string(kEgressProxyAddress) + ":" + std::to_string(kEgressProxyPort);
+    // Names the sandbox reaches directly: the proxy would refuse them (they are no
+    // outside destinations), so tools must not send them there.
+    std::string direct = std::string("localhost,127.0.0.1,") + ops::kApiHostName + ",.svc,.cluster.local";
+    for (const auto& service : config.internal_services) direct += "," + service.name;
+    for (const char* name : {"HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy="})
+      env.push_back(name + proxy);
+    env.push_back("NO_PROXY=" + direct);
+    env.push_back("no_proxy=" + direct);
+  }
+  return env;
 }
 
 int scoped_token_depth(std::string_view token) {
