@@ -439,7 +439,9 @@ class Agent {
     auto it = commands_.find(id);
     if (it == commands_.end() || !it->second.channel) return;
     Command& command = it->second;
-    if (command.in >= 0) close(command.in);
+    // Either descriptor may be the last one left (the sandbox may have ended its writing):
+    // the reset is set on the socket through both before either is closed.
+    if (command.in >= 0) reset(command.in);
     if (command.out >= 0) reset(command.out);
     commands_.erase(it);
     --channels_;
