@@ -36,7 +36,8 @@ std::unique_ptr<rt::CgroupBackend> scratch_cgroups(const fs::path& root) {
   const fs::path instance = root / "sandboxd" / "controlsocket";
   fs::create_directories(instance);
   std::ofstream(root / "cgroup.controllers") << "cpu memory pids\n";
-  for (const auto& dir : {root, root / "sandboxd", instance}) std::ofstream(dir / "cgroup.subtree_control") << "";
+  for (const auto& dir : {root, root / "sandboxd", instance})
+    std::ofstream(dir / "cgroup.subtree_control") << "";
   rt::CgroupOptions options;
   options.mode = "v2";
   options.v2_root = root.string();
@@ -51,7 +52,8 @@ TEST(ControlSocket, CommandsSentFasterThanPid1ReadsWaitInOrderAndNoneIsLost) {
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
   const int pid1 = pair[1];
   asio::io_context io;
-  auto sandbox = std::make_shared<rt::Sandbox>(io.get_executor(), "control-socket-test", pair[0], -1, cgroups.get());
+  auto sandbox =
+      std::make_shared<rt::Sandbox>(io.get_executor(), "control-socket-test", pair[0], -1, cgroups.get());
   ASSERT_EQ(proto::send_message(pid1, proto::Type::kReady, 0, 0, {}), 0);
   bool ready = false;
   asio::co_spawn(

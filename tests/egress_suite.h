@@ -340,6 +340,42 @@ TEST_P(EgressTest, AnAllowedNameAnswersOverHttpAndHttps) {
   EXPECT_GT(server->metric("sandboxd_egress_bytes_total{direction=\"in\"}"), 100);
 }
 
+TEST_P(EgressTest, TheResolverAnswersOverTcpAndOverUdpOnTheNativeTier) {
+  // A query for allowed.test (A, IN) built by hand, asked over TCP with its two-byte
+  // length (RFC 7766), as a resolver with `use-vc` (the gvisor tier's) or one with a
+  // truncated answer asks, then over UDP. TCP carries the sandbox's own address for the
+  // name on both tiers; UDP the same answer on the native tier, and none on the gvisor
+  // tier, whose PID 1 relays connections, not datagrams.
+  auto result = bash(R"(python3 - <<'PY'
+import socket, struct
+query = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
+for label in b"allowed.test".split(b"."):
+    query += bytes([len(label)]) + label
+query += b"\0" + struct.pack(">HH", 1, 1)
+t = socket.create_connection(("127.0.2.53", 53), timeout=10)
+t.sendall(struct.pack(">H", len(query)) + query)
+def read(n):
+    data = b""
+    while len(data) < n:
+        chunk = t.recv(n - len(data))
+        if not chunk: raise SystemExit("closed after %d bytes" % len(data))
+        data += chunk
+    return data
+tcp = read(struct.unpack(">H", read(2))[0])
+print(socket.inet_ntoa(tcp[-4:]), tcp[:2] == b"\x12\x34")
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2)
+u.sendto(query, ("127.0.2.53", 53))
+try:
+    print("udp", u.recv(512) == tcp)
+except OSError:
+    print("udp none")
+PY
+)");
+  EXPECT_EQ(out(result), std::string("198.18.0.1 True\n") +
+                             (GetParam() == EgressTier::kGvisor ? "udp none\n" : "udp True\n"))
+      << bj::serialize(result);
+}
+
 TEST_P(EgressTest, AWildcardMatchesASubdomainButNotTheApex) {
   EXPECT_EQ(curl("https://api.wild.test/w"), "allowed-tls api.wild.test /w\n");
   EXPECT_EQ(curl("http://wild.test/"), "exit 6\n") << "the apex does not resolve";

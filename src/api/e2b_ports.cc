@@ -11,26 +11,25 @@
 // strangers, so a create request asking for public traffic is refused (api/e2b_api.cc)
 // and every request here is authenticated like the rest of E2B's API.
 //
-// The server reaches the port with a socket it makes in the sandbox's network namespace
-// (on the blocking pool, runtime/netns.h): the connection is the sandbox's own loopback
-// connection, whatever the tier (gVisor's runsc runs with hostinet in that same
-// namespace), and nothing outside the sandbox is reachable by it.
+// The server reaches the port through the runtime (runtime::Sandbox::connect_inside): a
+// connection to the sandbox's own loopback, made as one from within it would be on
+// either tier, so nothing outside the sandbox is reachable by it.
 
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/string.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <map>
 #include <mutex>
 
 #include "api/e2b_common.h"
-#include "base/blocking.h"
-#include "runtime/netns.h"
-#include "runtime/syscall_error.h"
 #include "server/auth.h"
 #include "server/port_proxy.h"
 
@@ -105,30 +104,16 @@ asio::awaitable<Result<tcp::socket>> connect_inside(RequestContext& ctx, runtime
                                      ": start a server in the sandbox on 0.0.0.0:" + std::to_string(port) +
                                      " (or 127.0.0.1)",
                                  {}};
-  // The namespace through a pidfd of PID 1. The server reaps PID 1 (on the sandbox's
-  // strand) and marks the sandbox stopping in the same step, a few instructions apart:
-  // still running once the pidfd is open, PID 1 had not been reaped when it was opened,
-  // so the pidfd names PID 1 and no process that took its pid afterwards.
-  UniqueFd netns;
-  try {
-    netns = runtime::open_pidfd(sandbox.pid());
-  } catch (const runtime::SyscallError& e) {
-    spdlog::info("{} proxy to {}: {}", ctx.request_id, where, e.what());
-  }
-  if (netns.get() < 0 || !sandbox.running()) co_return nothing_listens;  // it stopped, every process with it
-  auto make = [netns = netns.get()]() -> std::pair<int, std::string> {
-    try {
-      int fd = -1;
-      runtime::in_network_namespace(netns, [&] { fd = runtime::open_tcp_socket(); });
-      return {fd, ""};
-    } catch (const runtime::SyscallError& e) {
-      return {-1, e.what()};
-    }
-  };
-  auto [fd, error] = co_await run_blocking(std::move(make));
+  // Made as a connection from within the sandbox would be (runtime::Sandbox::connect_inside:
+  // through descriptors the sandbox holds, never a pid a later process could have taken).
+  const int fd = co_await sandbox.connect_inside("127.0.0.1", port);
+  if (fd == -ECONNREFUSED || fd == -ESRCH) co_return nothing_listens;  // (ESRCH: it stopped)
   if (fd < 0) {
-    spdlog::error("{} proxy to {}: {}", ctx.request_id, where, error);
-    co_return ApiError::internal();
+    spdlog::error("{} proxy to {}: {}", ctx.request_id, where, std::strerror(-fd));
+    co_return ApiError{HttpStatus::bad_gateway,
+                       "api_error",
+                       "The server on " + where + " did not accept a connection (" + std::strerror(-fd) + ")",
+                       {}};
   }
   tcp::socket socket(ctx.stream().get_executor());
   boost::system::error_code ec;
@@ -138,19 +123,27 @@ asio::awaitable<Result<tcp::socket>> connect_inside(RequestContext& ctx, runtime
     spdlog::error("{} proxy to {}: {}", ctx.request_id, where, ec.message());
     co_return ApiError::internal();
   }
-  boost::beast::tcp_stream connecting(std::move(socket));
-  connecting.expires_after(kConnectTimeout);
-  auto [connect_error] =
-      co_await connecting.async_connect(tcp::endpoint(asio::ip::address_v4::loopback(), port), use_tuple);
-  if (connect_error == asio::error::connection_refused) co_return nothing_listens;
-  if (connect_error)
+  // Connected once writable (at once on loopback, or refused).
+  asio::steady_timer limit(socket.get_executor(), kConnectTimeout);
+  limit.async_wait([&socket](boost::system::error_code expired) {
+    if (!expired) socket.cancel();
+  });
+  auto [wait_error] = co_await socket.async_wait(tcp::socket::wait_write, use_tuple);
+  limit.cancel();
+  int error = 0;
+  socklen_t size = sizeof error;
+  if (wait_error)
+    error = ETIMEDOUT;
+  else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0)
+    error = errno;
+  if (error == ECONNREFUSED) co_return nothing_listens;
+  if (error)
     co_return ApiError{
         HttpStatus::bad_gateway,
         "api_error",
-        "The server on " + where + " did not accept a connection (" + connect_error.message() + ")",
+        "The server on " + where + " did not accept a connection (" + std::strerror(error) + ")",
         {}};
-  connecting.expires_never();
-  co_return connecting.release_socket();
+  co_return std::move(socket);
 }
 
 asio::awaitable<Result<Response>> proxy_port(ApiContext& api, ProxiedConnections& open, RequestContext& ctx) {

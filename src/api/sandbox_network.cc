@@ -8,6 +8,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -43,6 +44,7 @@ constexpr auto kConnectTimeout = std::chrono::seconds(10);
 // The DNS server of a sandbox with NetworkPolicy peers (its resolv.conf names it).
 constexpr const char* kNameserverAddress = "127.0.2.53";
 constexpr uint16_t kNameserverPort = 53;
+constexpr auto kDnsTcpIdle = std::chrono::seconds(10);
 // A sandbox's listeners for the peers at most: each is a descriptor of the server's
 // per sandbox; past it the rest of the set is not reachable (logged), never more.
 constexpr size_t kMaxPeerListeners = 64;
@@ -153,6 +155,7 @@ bool SandboxNetwork::gives_resolver() const { return peers_ || !config_.get()->e
 asio::awaitable<std::shared_ptr<service::NetworkLink>> SandboxNetwork::attach(
     const std::shared_ptr<runtime::Sandbox>& sandbox) {
   auto link = std::make_shared<SandboxLink>(io_);
+  link->sandbox_ = sandbox;
   std::vector<int> fds = sandbox->take_listeners();
   if (fds.size() != targets_.size()) {
     spdlog::error("sandbox {} reported {} listener(s), expected {}; its network stays closed",
@@ -208,6 +211,7 @@ void SandboxNetwork::close_link(std::shared_ptr<SandboxLink> link) {
     for (auto& acceptor : link->egress_acceptors_) acceptor->close(ignored);
     link->egress_acceptors_.clear();
     if (link->dns_) link->dns_->close(ignored);
+    if (link->dns_tcp_) link->dns_tcp_->close(ignored);
   });
 }
 
@@ -226,24 +230,39 @@ asio::awaitable<void> SandboxNetwork::start_resolver(SandboxNetwork* self,
   // (Named before co_await: GCC 12 frees a closure with captured strings twice when it
   // is a temporary of the co_await expression.)
   auto setup = [netns, name = link->name_] {
-    int fd = -1;
+    int fd = -1, tcp_fd = -1;
     try {
       runtime::in_network_namespace(netns, [&] {
         runtime::route_every_address_locally();
         fd = runtime::open_udp_socket(kNameserverAddress, kNameserverPort);
+        tcp_fd = runtime::open_listener(kNameserverAddress, kNameserverPort);
       });
     } catch (const runtime::SyscallError& e) {
       spdlog::error("sandbox {}: its network peers stay closed: {}", name, e.what());
       if (fd >= 0) close(fd);
-      fd = -1;
+      if (tcp_fd >= 0) close(tcp_fd);
+      fd = tcp_fd = -1;
     }
-    return fd;
+    return std::pair{fd, tcp_fd};
   };
-  const int dns_fd = co_await run_blocking(std::move(setup));
+  const auto [dns_fd, dns_tcp_fd] = co_await run_blocking(std::move(setup));
   if (dns_fd < 0) co_return;
   if (link->closed_) {
     close(dns_fd);
+    close(dns_tcp_fd);
     co_return;
+  }
+  if (auto sandbox = link->sandbox_.lock()) sandbox->every_address_local_inside();
+  link->dns_tcp_ = std::make_shared<tcp::acceptor>(link->strand_);
+  {
+    boost::system::error_code ec;
+    link->dns_tcp_->assign(tcp::v4(), dns_tcp_fd, ec);
+    if (ec) {
+      close(dns_tcp_fd);
+    } else {
+      asio::co_spawn(link->strand_, serve_dns_tcp(self, link), asio::detached);
+      if (auto sandbox = link->sandbox_.lock()) sandbox->listen_inside(kNameserverAddress, kNameserverPort);
+    }
   }
   link->dns_ = std::make_unique<asio::ip::udp::socket>(link->strand_);
   boost::system::error_code ec;
@@ -276,44 +295,102 @@ asio::awaitable<void> SandboxNetwork::serve_dns(SandboxNetwork* self, std::share
       if (link->closed_ || ec == asio::error::operation_aborted) co_return;
       continue;
     }
-    const std::string_view query(buffer.data(), size);
-    const auto parsed = server::parse_dns_query(query);
-    std::optional<std::string> reply;
-    switch (parsed.outcome) {
-      case server::DnsParse::Outcome::Drop:
-        continue;
-      case server::DnsParse::Outcome::FormatError:
-        reply = server::dns_error_reply(query, 1);
-        break;
-      case server::DnsParse::Outcome::NotImplemented:
-        reply = server::dns_error_reply(query, 4);
-        break;
-      case server::DnsParse::Outcome::Question: {
-        // The peers' names first (the cluster's own), then the egress policy's.
-        const std::string& name = parsed.question.name;
-        std::optional<std::vector<uint32_t>> addresses;
-        if (self->peers_)
-          if (auto found = self->peers_->peers()->resolve(name); !found.empty()) addresses = std::move(found);
-        // The container's own options (E2B's network) narrow the operator's policy.
-        std::shared_ptr<const ops::SandboxEgress> own;
-        if (auto container = link->container()) own = service::egress_options(*container);
-        if (!addresses && self->config_.get()->egress_policy().allows_name_on_any_port(name) &&
-            (!own || own->may_resolve(name))) {
-          // An allowed name the outside does not know is "no such name" here too; one the
-          // resolvers could not answer for is a server failure (the client asks again).
-          auto answer = co_await egress_address(self, link, name);
-          if (!answer.error.empty()) {
-            reply = server::dns_error_reply(query, 2);
-            break;
-          }
-          if (answer.address) addresses = std::vector<uint32_t>{*answer.address};
-        }
-        reply = server::dns_answer_reply(query, parsed, addresses);
-        break;
-      }
-    }
+    auto reply = co_await dns_reply(self, link, std::string(buffer.data(), size));
+    if (!reply) continue;
     co_await link->dns_->async_send_to(asio::buffer(*reply), from, use_tuple);
   }
+}
+
+asio::awaitable<std::optional<std::string>> SandboxNetwork::dns_reply(SandboxNetwork* self,
+                                                                      std::shared_ptr<SandboxLink> link,
+                                                                      std::string query) {
+  const auto parsed = server::parse_dns_query(query);
+  std::optional<std::string> reply;
+  switch (parsed.outcome) {
+    case server::DnsParse::Outcome::Drop:
+      co_return std::nullopt;
+    case server::DnsParse::Outcome::FormatError:
+      reply = server::dns_error_reply(query, 1);
+      break;
+    case server::DnsParse::Outcome::NotImplemented:
+      reply = server::dns_error_reply(query, 4);
+      break;
+    case server::DnsParse::Outcome::Question: {
+      // The peers' names first (the cluster's own), then the egress policy's.
+      const std::string& name = parsed.question.name;
+      std::optional<std::vector<uint32_t>> addresses;
+      if (self->peers_)
+        if (auto found = self->peers_->peers()->resolve(name); !found.empty()) addresses = std::move(found);
+      // The container's own options (E2B's network) narrow the operator's policy.
+      std::shared_ptr<const ops::SandboxEgress> own;
+      if (auto container = link->container()) own = service::egress_options(*container);
+      if (!addresses && self->config_.get()->egress_policy().allows_name_on_any_port(name) &&
+          (!own || own->may_resolve(name))) {
+        // An allowed name the outside does not know is "no such name" here too; one the
+        // resolvers could not answer for is a server failure (the client asks again).
+        auto answer = co_await egress_address(self, link, name);
+        if (!answer.error.empty()) {
+          reply = server::dns_error_reply(query, 2);
+          break;
+        }
+        if (answer.address) addresses = std::vector<uint32_t>{*answer.address};
+      }
+      reply = server::dns_answer_reply(query, parsed, addresses);
+      break;
+    }
+  }
+  co_return reply;
+}
+
+asio::awaitable<void> SandboxNetwork::serve_dns_tcp(SandboxNetwork* self, std::shared_ptr<SandboxLink> link) {
+  auto acceptor = link->dns_tcp_;
+  for (;;) {
+    auto socket = co_await accept_within_limit(self, link, acceptor, "the DNS resolver");
+    if (!socket) co_return;
+    ++link->connections_;
+    auto executor = socket->get_executor();
+    asio::co_spawn(executor, dns_tcp_connection(self, link, std::move(*socket)), asio::detached);
+  }
+}
+
+asio::awaitable<void> SandboxNetwork::dns_tcp_connection(SandboxNetwork* self,
+                                                         std::shared_ptr<SandboxLink> link,
+                                                         tcp::socket socket) {
+  struct Count {
+    std::shared_ptr<SandboxLink> link;
+    ~Count() { --link->connections_; }
+  } count{link};
+  // A resolver asks and closes; one that keeps the connection idle past this is closed
+  // (RFC 7766 suggests seconds), so a connection is never held for nothing.
+  asio::steady_timer idle(socket.get_executor());
+  for (;;) {
+    idle.expires_after(kDnsTcpIdle);
+    idle.async_wait([&socket](boost::system::error_code ec) {
+      if (!ec) {
+        boost::system::error_code ignored;
+        socket.close(ignored);
+      }
+    });
+    std::array<unsigned char, 2> length{};
+    auto [ec, n] = co_await asio::async_read(socket, asio::buffer(length), use_tuple);
+    if (ec) break;
+    std::string query(static_cast<size_t>(length[0]) << 8 | length[1], '\0');
+    if (query.empty()) break;
+    std::tie(ec, n) = co_await asio::async_read(socket, asio::buffer(query), use_tuple);
+    idle.cancel();
+    if (ec) break;
+    auto reply =
+        co_await asio::co_spawn(link->strand_, dns_reply(self, link, std::move(query)), asio::use_awaitable);
+    if (!reply) continue;
+    if (reply->size() > 0xFFFF) break;
+    std::string framed;
+    framed.push_back(static_cast<char>(reply->size() >> 8));
+    framed.push_back(static_cast<char>(reply->size() & 0xFF));
+    framed += *reply;
+    std::tie(ec, n) = co_await asio::async_write(socket, asio::buffer(framed), use_tuple);
+    if (ec) break;
+  }
+  idle.cancel();
 }
 
 asio::awaitable<void> SandboxNetwork::reconcile(SandboxNetwork* self, std::shared_ptr<SandboxLink> link) {
@@ -483,7 +560,11 @@ asio::awaitable<std::vector<int>> SandboxNetwork::open_listeners_in(
     }
     return fds;
   };
-  co_return co_await run_blocking(std::move(open));
+  auto fds = co_await run_blocking(std::move(open));
+  if (auto sandbox = link->sandbox_.lock())
+    for (size_t i = 0; i < addresses.size(); ++i)
+      if (fds[i] >= 0) sandbox->listen_inside(ops::format_ipv4(addresses[i].address), addresses[i].port);
+  co_return fds;
 }
 
 asio::awaitable<SandboxNetwork::EgressAnswer> SandboxNetwork::egress_address(

@@ -90,6 +90,10 @@ class SandboxLink : public server::ConnectionOrigin,
   std::string name_;
   UniqueFd netns_;
   std::unique_ptr<asio::ip::udp::socket> dns_;
+  std::shared_ptr<asio::ip::tcp::acceptor> dns_tcp_;  // DNS over TCP, same address
+  // The sandbox, to listen inside it where the server listens in its namespace (the
+  // gvisor tier relays the network from there: runtime::Sandbox::listen_inside).
+  std::weak_ptr<runtime::Sandbox> sandbox_;
   std::map<kubernetes::ListenAddress, std::shared_ptr<asio::ip::tcp::acceptor>> peer_acceptors_;
   bool reconciling_ = false, reconcile_again_ = false;
   size_t picks_ = 0;
@@ -136,6 +140,15 @@ class SandboxNetwork : public service::SandboxNetworking {
   static asio::awaitable<void> start_resolver(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
   static asio::awaitable<void> reconcile(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
   static asio::awaitable<void> serve_dns(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
+  // DNS over TCP (RFC 7766: each message after its two-byte length), for resolvers that
+  // ask that way (`options use-vc`, a truncated answer): the same answers.
+  static asio::awaitable<void> serve_dns_tcp(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
+  static asio::awaitable<void> dns_tcp_connection(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
+                                                  asio::ip::tcp::socket socket);
+  // The answer to one query (nullopt: dropped, as a malformed one is).
+  static asio::awaitable<std::optional<std::string>> dns_reply(SandboxNetwork* self,
+                                                               std::shared_ptr<SandboxLink> link,
+                                                               std::string query);
   static asio::awaitable<void> peer_accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
                                                 kubernetes::ListenAddress address);
   void peers_changed();

@@ -1,8 +1,10 @@
 #include "runtime/gvisor_init.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -10,6 +12,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -39,6 +42,10 @@ constexpr uid_t kAgentId = 1000;
 // The stream a polled descriptor stands for, besides protocol::kOutputStdout/kOutputStderr:
 // a relayed process's stdin, polled for room.
 constexpr int64_t kStdinStream = 3;
+// And a listener (listen_inside), polled for connections to accept.
+constexpr int64_t kListenerStream = 4;
+// And a connection being made inside for the server (dial), polled until it is made.
+constexpr int64_t kDialingStream = 5;
 
 void write_file(const std::string& path, const char* text) {
   int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -71,7 +78,15 @@ struct Command {
   std::string stdin_pending;    // received, not yet taken by its pipe
   bool stdin_ended = false;     // the server closed its end: close `in` once pending is written
   size_t output_in_flight = 0;  // kOutput bytes sent and not yet acknowledged
+  // A network channel (protocol::kConnect): no process; `out` reads the connection and
+  // `in` (a duplicate of it) writes to it, relayed as a process's stdout and stdin are.
+  // It is forgotten once both directions have ended.
+  bool channel = false;
 };
+
+// The most connections PID 1 relays at once; past it a new one is reset. (The server
+// bounds a sandbox's connections lower: this only bounds PID 1's own table.)
+constexpr size_t kMaxChannels = 1024;
 
 class Agent {
  public:
@@ -115,6 +130,14 @@ class Agent {
         fds.push_back({fd, POLLIN, 0});
         owners.emplace_back(0, 0);
       }
+      for (int fd : listeners_) {
+        fds.push_back({fd, POLLIN, 0});
+        owners.emplace_back(0, kListenerStream);
+      }
+      for (auto [fd, id] : dialing_) {
+        fds.push_back({fd, POLLOUT, 0});
+        owners.emplace_back(0, kDialingStream);
+      }
       if (poll(fds.data(), fds.size(), -1) < 0) {
         if (errno == EINTR) continue;
         _exit(2);
@@ -122,7 +145,11 @@ class Agent {
       for (size_t i = 2; i < fds.size(); ++i) {
         if (!fds[i].revents) continue;
         auto [id, stream] = owners[i];
-        if (id == 0) {
+        if (id == 0 && stream == kListenerStream) {
+          accept_connections(fds[i].fd);
+        } else if (id == 0 && stream == kDialingStream) {
+          finish_dial(fds[i].fd);
+        } else if (id == 0) {
           discard(fds[i].fd);
         } else if (auto it = commands_.find(id); it != commands_.end()) {
           Command& command = it->second;
@@ -146,7 +173,8 @@ class Agent {
         }
         reap();
       }
-      if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      // Several messages a turn: a relayed connection's bytes come in many of them.
+      for (int taken = 0; taken < 64 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)); ++taken) {
         proto::Message msg;
         const int rc = proto::receive_message(control_, msg, /*dont_wait=*/true);
         if (rc == 0 || (rc < 0 && rc != -EAGAIN)) {
@@ -155,7 +183,8 @@ class Agent {
           kill(-1, SIGKILL);
           _exit(0);
         }
-        if (rc > 0) handle(msg);
+        if (rc < 0) break;
+        handle(msg);
       }
     }
   }
@@ -175,7 +204,28 @@ class Agent {
         spawn(msg.header.id, msg.payload, proto::spawn_keeps_stdin(msg.header.value));
         break;
       case proto::Type::kKill:
-        kill_tree(msg.header.id);
+        if (auto it = commands_.find(msg.header.id); it != commands_.end() && it->second.channel)
+          reset_channel(msg.header.id);
+        else
+          kill_tree(msg.header.id);
+        break;
+      case proto::Type::kListen:
+        listen_inside(msg.payload);
+        break;
+      case proto::Type::kDial:
+        dial(msg.header.id, msg.payload);
+        break;
+      case proto::Type::kEveryAddressLocal:
+        // As the server made them in the sandbox's namespace on the host: a connection to
+        // an address PID 1 listens on is relayed, to any other refused at once (instead of
+        // "no route"), and none leaves. Two halves: gVisor's stack takes a prefix on `lo`
+        // as local, and a /0 is not an address.
+        try {
+          add_loopback_address("0.0.0.0", 1);
+          add_loopback_address("128.0.0.0", 1);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "sandboxd-init: making every address local inside: %s\n", e.what());
+        }
         break;
       case proto::Type::kStdin:
         take_stdin(msg.header.id, msg.payload, msg.header.value == proto::kStdinEnd);
@@ -225,6 +275,8 @@ class Agent {
       command.stdin_ended = true;
     }
     if (command.stdin_ended && command.stdin_pending.empty()) {
+      // A channel's end of writing is the connection's (its reading side may go on).
+      if (command.channel) shutdown(command.in, SHUT_WR);
       close(command.in);
       command.in = -1;
     }
@@ -239,7 +291,9 @@ class Agent {
     if (it == commands_.end()) return;
     Command& command = it->second;
     if (!command.relayed || !command.exited || command.out >= 0 || command.err >= 0) return;
+    if (command.channel && command.in >= 0) return;
     if (command.in >= 0) close(command.in);
+    if (command.channel) --channels_;
     commands_.erase(it);
   }
 
@@ -276,6 +330,134 @@ class Agent {
     if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return;
     close(fd);
     std::erase(draining_, fd);
+  }
+
+  // Listens on ADDRESS:PORT inside gVisor, as the server listens in the sandbox's network
+  // namespace. What the sandbox reaches is decided there, on the host: a connection here
+  // only becomes one to the same address in that namespace, so nothing PID 1 is told (or
+  // made to do) reaches further.
+  void listen_inside(const std::string& where) {
+    const size_t colon = where.rfind(':');
+    if (colon == std::string::npos) return;
+    const std::string address = where.substr(0, colon);
+    const unsigned long port = std::strtoul(where.c_str() + colon + 1, nullptr, 10);
+    try {
+      if (port > 0 && port <= 65535)
+        listeners_.push_back(open_listener(address, static_cast<uint16_t>(port)));
+    } catch (const std::exception& e) {
+      // (The server's own listener is there: only this sandbox's reaching it is lost.)
+      std::fprintf(stderr, "sandboxd-init: listening on %s inside: %s\n", where.c_str(), e.what());
+    }
+  }
+
+  // Each connection made to a listener becomes a channel: announced with the address it
+  // was made to, its bytes relayed from then on (the server's may take a moment to connect;
+  // what the sandbox sends meanwhile waits in flight, within the window).
+  void accept_connections(int listener) {
+    for (int accepted = 0; accepted < 16; ++accepted) {
+      const int fd = accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) return;
+      sockaddr_in local{};
+      socklen_t size = sizeof local;
+      char address[INET_ADDRSTRLEN] = {};
+      const int writer = channels_ < kMaxChannels ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+      if (writer < 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&local), &size) != 0 ||
+          !inet_ntop(AF_INET, &local.sin_addr, address, sizeof address)) {
+        if (writer >= 0) close(writer);
+        reset(fd);
+        continue;
+      }
+      uint32_t id = 0;
+      do {
+        id = proto::kChannelIdBit | (next_channel_++ & ~proto::kChannelIdBit);
+      } while (commands_.count(id));
+      add_channel(id, fd, writer);
+      proto::send_message(control_, proto::Type::kConnect, id, 0,
+                          std::string(address) + ":" + std::to_string(ntohs(local.sin_port)));
+    }
+  }
+
+  // A connection into the sandbox, made here for the server (kDial): its answer
+  // (kDialed) once it is made or refused; a channel from then on.
+  void dial(uint32_t id, const std::string& where) {
+    sockaddr_in destination{};
+    destination.sin_family = AF_INET;
+    const size_t colon = where.rfind(':');
+    const unsigned long port =
+        colon == std::string::npos ? 0 : std::strtoul(where.c_str() + colon + 1, nullptr, 10);
+    if ((id & proto::kChannelIdBit) || commands_.count(id) || port == 0 || port > 65535 ||
+        inet_pton(AF_INET, where.substr(0, colon).c_str(), &destination.sin_addr) != 1) {
+      proto::send_message(control_, proto::Type::kDialed, id, EINVAL, {});
+      return;
+    }
+    destination.sin_port = htons(static_cast<uint16_t>(port));
+    const int fd =
+        channels_ < kMaxChannels ? socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0) : -1;
+    if (fd < 0) {
+      proto::send_message(control_, proto::Type::kDialed, id,
+                          fd < 0 && channels_ < kMaxChannels ? errno : EMFILE, {});
+      return;
+    }
+    if (connect(fd, reinterpret_cast<sockaddr*>(&destination), sizeof destination) == 0) {
+      dialed(id, fd, 0);
+    } else if (errno == EINPROGRESS) {
+      dialing_[fd] = id;  // polled until it is writable (made or refused)
+    } else {
+      dialed(id, fd, errno);
+    }
+  }
+
+  void finish_dial(int fd) {
+    auto it = dialing_.find(fd);
+    if (it == dialing_.end()) return;
+    const uint32_t id = it->second;
+    dialing_.erase(it);
+    int error = 0;
+    socklen_t size = sizeof error;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) error = errno;
+    dialed(id, fd, error);
+  }
+
+  void dialed(uint32_t id, int fd, int error) {
+    const int writer = error == 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (error == 0 && writer < 0) error = errno;
+    if (error != 0) {
+      close(fd);
+      proto::send_message(control_, proto::Type::kDialed, id, error, {});
+      return;
+    }
+    add_channel(id, fd, writer);
+    proto::send_message(control_, proto::Type::kDialed, id, 0, {});
+  }
+
+  void add_channel(uint32_t id, int fd, int writer) {
+    Command command{id, -1, fd, -1};
+    command.relayed = true;
+    command.exited = true;  // no process: it ends when both directions have
+    command.channel = true;
+    command.in = writer;
+    commands_[id] = std::move(command);
+    ++channels_;
+  }
+
+  // The server could not reach what the connection was made to (or gave up on it): the
+  // sandbox sees a reset, as a refused connection natively.
+  void reset_channel(uint32_t id) {
+    auto it = commands_.find(id);
+    if (it == commands_.end() || !it->second.channel) return;
+    Command& command = it->second;
+    // Either descriptor may be the last one left (the sandbox may have ended its writing):
+    // the reset is set on the socket through both before either is closed.
+    if (command.in >= 0) reset(command.in);
+    if (command.out >= 0) reset(command.out);
+    commands_.erase(it);
+    --channels_;
+  }
+
+  static void reset(int fd) {
+    linger abort{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
+    close(fd);
   }
 
   void spawn(uint32_t id, const std::string& payload, bool keep_stdin) {
@@ -468,6 +650,10 @@ class Agent {
   std::map<uint32_t, Command> commands_;
   std::map<pid_t, uint32_t> by_pid_;
   std::vector<int> draining_;
+  std::vector<int> listeners_;       // inside gVisor (listen_inside)
+  std::map<int, uint32_t> dialing_;  // connections being made inside (dial), by descriptor
+  uint32_t next_channel_ = 1;
+  size_t channels_ = 0;
 };
 
 // PID 1 of runsc's PID namespace: starts runsc with the control socket as its stdin
@@ -552,15 +738,16 @@ int run_gvisor_launch(int argc, char** argv) {
   // reaps them inside, so nothing of runsc is ever left to the server to reap. Its own
   // mount namespace, for a /proc of that PID namespace (runsc writes its children's
   // uid_map by the pids it sees). And the sandbox's network namespace, as the native
-  // tier's: only `lo`, no route out, and the listeners below on it. runsc runs with
-  // --network=host in it (gVisor's hostinet: the sentry makes the sandbox's socket calls
-  // on the host kernel, from this namespace), so what the sandbox reaches is exactly
-  // what this namespace holds: the listeners the server relays, and what the server
-  // opens here later by the reaper's pid (the DNS relay, NetworkPolicy peers).
+  // tier's: only `lo`, no route out, and the listeners below on it. The sandbox itself
+  // runs on gVisor's own network stack (--network=none); its PID 1 relays each
+  // connection made there to the server, which makes it to the same address in this
+  // namespace, so what the sandbox reaches is exactly what this namespace holds: the
+  // listeners the server relays, and what the server opens here later by the reaper's
+  // pid (the DNS relay, NetworkPolicy peers, egress).
   if (unshare(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS) != 0)
     launch_failed(kControlFd, describe_errno("unshare(CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWNS)", errno));
   try {
-    // Up before runsc starts: the sentry takes the namespace's interfaces as it finds them.
+    // The server's connections for the sandbox are made to this namespace's loopback.
     bring_up_loopback();
   } catch (const std::exception& e) {
     launch_failed(kControlFd, e.what());

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/host_etc.h"
+#include "runtime/netns.h"
 #include "runtime/runtime.h"
 #include "runtime/spawn.h"
 #include "runtime/spec.h"
@@ -25,8 +26,11 @@ namespace {
 namespace fs = std::filesystem;
 
 // The only capabilities PID 1 has inside gVisor: to change to the agent's ids, to drop
-// the bounding set of each command, and to kill a command's tree. Commands have none.
-constexpr const char* kAgentCapabilities = R"(["CAP_SETUID","CAP_SETGID","CAP_SETPCAP","CAP_KILL"])";
+// the bounding set of each command, to kill a command's tree, and to listen where the
+// server listens (addresses on gVisor's own loopback, ports below 1024: DNS, HTTP).
+// Commands have none.
+constexpr const char* kAgentCapabilities =
+    R"(["CAP_SETUID","CAP_SETGID","CAP_SETPCAP","CAP_KILL","CAP_NET_ADMIN","CAP_NET_BIND_SERVICE"])";
 
 // Where the helper sits in the container's root (bound read-only from the host).
 constexpr const char* kInitInContainer = "/.sandboxd/init";
@@ -216,12 +220,13 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
   write_text(etc + "/hostname", "sandbox\n");
   // As the native tier writes them (runtime/mount.cc): without a nameserver names resolve
   // through /etc/hosts only and an unknown one fails at once; with one, it is the DNS
-  // relay the server answers on the sandbox's loopback, reached through hostinet.
+  // relay the server answers on the sandbox's loopback, asked over TCP (use-vc): PID 1
+  // relays connections, not datagrams.
   if (sandbox.nameserver.empty())
     write_text(etc + "/resolv.conf", "# sandboxd: no DNS; known names are in /etc/hosts\n");
   else
     write_text(etc + "/resolv.conf", "# sandboxd: names the server resolves for this sandbox\nnameserver " +
-                                         sandbox.nameserver + "\noptions timeout:2 attempts:2\n");
+                                         sandbox.nameserver + "\noptions timeout:2 attempts:2 use-vc\n");
   write_text(etc + "/nsswitch.conf", std::string("passwd: files\ngroup: files\nshadow: files\nhosts: files") +
                                          (sandbox.nameserver.empty() ? "" : " dns") +
                                          "\nnetworks: files\nprotocols: files\nservices: files\n");
@@ -311,20 +316,14 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
     argv.push_back("--listen=" + listener.address + ":" + std::to_string(listener.port));
   argv.insert(argv.end(),
               {"--", runsc_, "--root=" + state_dir_ + "/runsc", "--platform=" + options_.gvisor.platform,
-               // gVisor's hostinet: the sentry serves the sandbox's socket calls with
-               // socket calls of its own on the host kernel, in the network namespace
-               // the launcher made (only `lo`, no route out, the sandbox's listeners on
-               // it), so the sandbox reaches what the native tier's does and nothing
-               // else, by the same names and addresses. What this exposes beyond
-               // --network=none: the host kernel's TCP/UDP code, through the calls the
-               // sentry's own seccomp filter lets it make for sockets (no raw sockets:
-               // runsc drops CAP_NET_RAW without --net-raw; AF_UNIX stays the sentry's).
-               // The namespace bounds where those calls lead. gVisor's own stack
-               // (--network=sandbox) would keep that code away too, but it has a loopback
-               // of its own, on which the listeners here are not: it would need a veth
-               // pair, other addresses than the native tier's, and routes out of the
-               // namespace (docs/isolation-tiers.md).
-               "--network=host",
+               // gVisor's own network stack with nothing but its loopback: no socket
+               // call of the sandbox reaches the host kernel's TCP/UDP code. PID 1
+               // listens there where the server listens in the sandbox's namespace and
+               // relays each connection over the control socket (Sandbox::relay_network),
+               // so the sandbox reaches what the native tier's does, by the same names
+               // and addresses, and nothing else. And a sandbox with no host sockets
+               // can be checkpointed (runsc refuses to with hostinet).
+               "--network=none",
                // The launcher has put runsc in the sandbox's cgroups already.
                "--ignore-cgroups", "run", "--bundle", bundle, options.name});
   int pair[2];
@@ -350,6 +349,17 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
   sandbox->on_stopped(
       [state_dir = state_dir_, name = options.name] { remove_gvisor_leftovers(state_dir, name); });
   co_await sandbox->wait_ready(options_.start_timeout);
+  std::string network_error;
+  try {
+    sandbox->relay_network(open_network_namespace(sandbox->pid()));
+  } catch (const SyscallError& e) {
+    network_error = e.what();
+  }
+  if (!network_error.empty()) {
+    co_await sandbox->stop();
+    throw SandboxError("sandbox " + options.name + ": its network: " + network_error);
+  }
+  for (const auto& listener : options.listeners) sandbox->listen_inside(listener.address, listener.port);
   co_return sandbox;
 }
 

@@ -8,7 +8,6 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -22,11 +21,6 @@ namespace sandboxd::runtime {
 UniqueFd open_network_namespace(pid_t pid1) {
   const std::string path = "/proc/" + std::to_string(pid1) + "/ns/net";
   return UniqueFd(static_cast<int>(check(open(path.c_str(), O_RDONLY | O_CLOEXEC), "open(" + path + ")")));
-}
-
-UniqueFd open_pidfd(pid_t pid) {
-  return UniqueFd(
-      static_cast<int>(check(syscall(SYS_pidfd_open, pid, 0), "pidfd_open(" + std::to_string(pid) + ")")));
 }
 
 void in_network_namespace(int netns, const std::function<void()>& work) {
@@ -106,11 +100,6 @@ int open_udp_socket(const std::string& address, uint16_t port) {
   UniqueFd guard(sock);
   check(bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), "bind(udp " + where + ")");
   return guard.release();
-}
-
-int open_tcp_socket() {
-  return static_cast<int>(
-      check(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), "socket(AF_INET, SOCK_STREAM)"));
 }
 
 }  // namespace sandboxd::runtime

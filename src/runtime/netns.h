@@ -19,12 +19,6 @@ namespace sandboxd::runtime {
 // SyscallError.
 UniqueFd open_network_namespace(pid_t pid1);
 
-// A pidfd of the process `pid` (pidfd_open): unlike /proc/PID/ns/net, it keeps naming
-// that process, never one that takes its pid once it is reaped, and setns() on it
-// (Linux 5.8+) enters its namespaces: it serves as `netns` below. Throws SyscallError
-// (ESRCH: no such process).
-UniqueFd open_pidfd(pid_t pid);
-
 // Runs `work` with the calling thread inside `netns`, then returns it to its own
 // namespace (terminates the process if it cannot: a thread left in a sandbox's
 // namespace would make the server's later sockets there). Throws what `work` throws,
@@ -39,10 +33,5 @@ void route_every_address_locally();
 
 // A non-blocking UDP socket bound to `address:port` in the current namespace.
 int open_udp_socket(const std::string& address, uint16_t port);
-
-// A non-blocking TCP (IPv4) socket in the current namespace, not connected: made in a
-// sandbox's namespace, its connections go to that namespace's addresses (the sandbox's
-// loopback) wherever it is used from. Throws SyscallError.
-int open_tcp_socket();
 
 }  // namespace sandboxd::runtime

@@ -41,7 +41,25 @@ enum class Type : uint32_t {
   kStdin = 13,        // server -> init: id, value = 0 with bytes for its stdin, or kStdinEnd
   kStdinTaken = 14,   // init -> server: id, value = bytes of kStdin written into its stdin
   kOutputTaken = 15,  // server -> init: id, value = bytes of kOutput written on to its reader
+  // The gvisor tier's network (gVisor's own network stack, whose loopback is the
+  // sandbox's alone): PID 1 listens inside where the server listens in the sandbox's
+  // network namespace, and carries each connection made to it as a relayed channel. The
+  // bytes of a channel travel as a relayed process's do (kOutput: from the sandbox,
+  // kStdin: to it, each direction's end an empty kOutput or a kStdinEnd, kRelayWindow in
+  // flight each way); a kKill resets it.
+  kListen = 16,             // server -> init: payload = "ADDRESS:PORT" to listen on
+  kConnect = 17,            // init -> server: id = a channel id, payload = "ADDRESS:PORT" the connection was
+                            // made to; the server connects to the same in the sandbox's namespace
+  kEveryAddressLocal = 18,  // server -> init: every IPv4 address local inside, as the server
+                            // made them in the sandbox's namespace (route_every_address_locally)
+  // A connection into the sandbox (to a server a process there listens on): the server
+  // asks PID 1 to make it inside, and relays it as a channel once made.
+  kDial = 19,    // server -> init: id = a command-space id for the channel, payload = "ADDRESS:PORT"
+  kDialed = 20,  // init -> server: id, value = 0 (connected: a channel from now on) or errno
 };
+
+// Channel ids are PID 1's, commands' the server's: a channel's has this bit set.
+inline constexpr uint32_t kChannelIdBit = 0x8000'0000u;
 
 inline constexpr int64_t kOutputStdout = 1;
 inline constexpr int64_t kOutputStderr = 2;

@@ -1,7 +1,11 @@
 #include "runtime/sandbox.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/poll.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -13,12 +17,15 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cstdio>
 #include <deque>
 #include <optional>
 
 #include "base/blocking.h"
+#include "runtime/net.h"
+#include "runtime/netns.h"
 
 #include "runtime/syscall_error.h"
 
@@ -27,6 +34,8 @@ namespace {
 
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
+// How long connect_inside waits for PID 1 to make a connection inside.
+constexpr std::chrono::seconds kDialLimit{10};
 
 constexpr std::array<const char*, 5> kFixedEnv = {
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/home/agent", "USER=agent",
@@ -201,6 +210,11 @@ struct Sandbox::Execution {
 struct Sandbox::Relay {
   Relay(Strand& strand, uint32_t id) : id(id), stdin_room(strand, Clock::time_point::max()) {}
 
+  // A network channel's socket stands for both pipes: its end of writing is a shutdown
+  // (the same connection still reads), and until it is connected what arrives waits.
+  bool socket = false;
+  bool connecting = false;
+
   struct Output {
     std::optional<asio::posix::stream_descriptor> pipe;  // the write end; the caller reads
     std::string pending;                                 // received, not yet taken by the pipe
@@ -215,6 +229,13 @@ struct Sandbox::Relay {
 };
 
 namespace {
+// Threads that enter a sandbox's network namespace to make a socket there (a socket
+// belongs to the namespace it was made in; a thread of the I/O pool never enters one).
+asio::thread_pool& namespace_pool() {
+  static asio::thread_pool pool(2);
+  return pool;
+}
+
 // Threads for what a stopping sandbox waits on the kernel for: thawing and removing its
 // cgroups. Their own, so that a shutdown stopping every sandbox at once neither holds
 // up the blocking pool's file work nor waits behind it.
@@ -306,6 +327,7 @@ std::optional<double> Sandbox::cpu_used_percent(int64_t cpus) {
 
 void Sandbox::wake_all() {
   state_changed_.cancel();
+  for (auto& [id, dial] : dials_) dial->wake.cancel();
   for (auto& [id, exec] : executions_) exec->wake.cancel();
 }
 
@@ -396,6 +418,20 @@ void Sandbox::dispatch(protocol::Message& msg) {
       return;
     default:
       break;
+  }
+  if (msg.header.type == Type::kDialed) {
+    if (auto it = dials_.find(msg.header.id); it != dials_.end()) {
+      it->second->result = static_cast<int>(msg.header.value);
+      it->second->wake.cancel();
+    } else if (msg.header.value == 0) {
+      send(Type::kKill, msg.header.id);  // its waiter gave up: not wanted any more
+    }
+    return;
+  }
+  if (msg.header.type == Type::kConnect) {
+    for (int fd : msg.fds) close(fd);
+    connect_channel(msg.header.id, msg.payload);
+    return;
   }
   if (msg.header.type == Type::kOutput || msg.header.type == Type::kStdinTaken) {
     if (auto found = relays_.find(msg.header.id); found != relays_.end()) {
@@ -680,7 +716,7 @@ void Sandbox::relay_output(const std::shared_ptr<Relay>& relay, int stream, std:
   auto& out = relay->out[static_cast<size_t>(stream)];
   if (bytes.empty()) {
     out.ended = true;
-  } else if (!out.pipe) {
+  } else if (!out.pipe && !relay->connecting) {
     // Its reader is gone: taken and dropped, as a write to a closed pipe would be.
     send(protocol::Type::kOutputTaken, relay->id, {}, static_cast<int64_t>(bytes.size()));
     return;
@@ -716,6 +752,10 @@ void Sandbox::flush_output(const std::shared_ptr<Relay>& relay, int stream) {
                            });
       break;
     }
+    if (relay->socket) {  // the connection is gone: the sandbox's is reset
+      reset_channel(*relay);
+      return;
+    }
     // EPIPE: the caller closed its end; what is left is dropped, and so is what comes.
     taken += out.pending.size();
     out.pending.clear();
@@ -726,6 +766,7 @@ void Sandbox::flush_output(const std::shared_ptr<Relay>& relay, int stream) {
   if (taken > 0) send(protocol::Type::kOutputTaken, relay->id, {}, static_cast<int64_t>(taken));
   if (out.pipe && out.ended && out.pending.empty() && !out.waiting) {
     error_code ignored;  // its end: the caller reads end of file
+    if (relay->socket) ::shutdown(out.pipe->native_handle(), SHUT_WR);
     out.pipe->close(ignored);
     out.pipe.reset();
   }
@@ -754,6 +795,12 @@ asio::awaitable<void> Sandbox::relay_stdin(std::shared_ptr<Relay> relay) {
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n < 0 && relay->socket) {
+      // The connection was reset (a service that is down, a refused one): so is the
+      // sandbox's, at once, as it would be natively.
+      reset_channel(*relay);
+      break;
+    }
     // The caller closed its end (or it broke): the process reads end of file.
     send(protocol::Type::kStdin, relay->id, {}, protocol::kStdinEnd);
     break;
@@ -776,11 +823,223 @@ void Sandbox::close_relay(Relay& relay) {
   relay.stdin_room.cancel();
 }
 
+void Sandbox::relay_network(UniqueFd netns) { netns_ = std::make_shared<UniqueFd>(std::move(netns)); }
+
+void Sandbox::listen_inside(const std::string& address, uint16_t port) {
+  asio::post(strand_, [self = shared_from_this(), where = address + ":" + std::to_string(port)] {
+    if (self->netns_) self->send(protocol::Type::kListen, 0, where);
+  });
+}
+
+asio::awaitable<int> Sandbox::connect_inside(std::string address, uint16_t port) {
+  co_return co_await asio::co_spawn(strand_, connect_inside_on_strand(std::move(address), port),
+                                    asio::use_awaitable);
+}
+
+asio::awaitable<int> Sandbox::connect_inside_on_strand(std::string address, uint16_t port) {
+  auto self = shared_from_this();
+  sockaddr_in destination{};
+  destination.sin_family = AF_INET;
+  destination.sin_port = htons(port);
+  if (port == 0 || inet_pton(AF_INET, address.c_str(), &destination.sin_addr) != 1) co_return -EINVAL;
+  // The namespace through descriptors the sandbox holds (its PID 1's pidfd, or the one the
+  // launcher opened): never a pid, which a process started later could have taken.
+  if (state_ != State::kRunning || !pidfd_) co_return -ESRCH;
+  UniqueFd ns(fcntl(netns_ ? netns_->get() : pidfd_->native_handle(), F_DUPFD_CLOEXEC, 0));
+  if (ns.get() < 0) co_return -errno;
+  if (!netns_) {
+    // The sandbox is in that namespace itself: a socket made there connects as one of its
+    // own would.
+    auto make = [ns = ns.get(), destination]() -> int {
+      int fd = -1;
+      int result = 0;
+      try {
+        in_network_namespace(ns, [&] {
+          fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+          if (fd < 0) {
+            result = -errno;
+          } else if (::connect(fd, reinterpret_cast<const sockaddr*>(&destination), sizeof destination) !=
+                         0 &&
+                     errno != EINPROGRESS) {
+            result = -errno;
+            ::close(fd);
+            fd = -1;
+          }
+        });
+      } catch (const SyscallError& e) {
+        return -e.code();
+      }
+      return fd >= 0 ? fd : result;
+    };
+    co_return co_await run_on(namespace_pool(), std::move(make));
+  }
+  // PID 1 relays the network: the caller gets one end of a TCP connection made in the
+  // sandbox's namespace on the host (where nothing but the server can reach it), and the
+  // other end is relayed to the connection PID 1 makes inside.
+  auto make_pair = [ns = ns.get()]() -> std::pair<int, int> {
+    int client = -1, accepted = -1;
+    try {
+      in_network_namespace(ns, [&] {
+        UniqueFd listener(open_listener("127.0.0.1", 0));
+        sockaddr_in bound{};
+        socklen_t size = sizeof bound;
+        if (getsockname(listener.get(), reinterpret_cast<sockaddr*>(&bound), &size) != 0) return;
+        client = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (client < 0) return;
+        if (::connect(client, reinterpret_cast<sockaddr*>(&bound), sizeof bound) != 0 && errno != EINPROGRESS)
+          return;
+        pollfd ready{listener.get(), POLLIN, 0};
+        if (poll(&ready, 1, 1000) == 1)
+          accepted = accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      });
+    } catch (const SyscallError&) {
+    }
+    if (accepted < 0 && client >= 0) {
+      ::close(client);
+      client = -1;
+    }
+    return {client, accepted};
+  };
+  auto [client, accepted] = co_await run_on(namespace_pool(), std::move(make_pair));
+  if (client < 0) co_return -EIO;
+  if (state_ != State::kRunning) {
+    ::close(client);
+    ::close(accepted);
+    co_return -ESRCH;
+  }
+  uint32_t id = next_id_++ & ~protocol::kChannelIdBit;
+  while (id == 0 || executions_.count(id) || relays_.count(id)) id = next_id_++ & ~protocol::kChannelIdBit;
+  auto dial = std::make_shared<Dial>(strand_);
+  dials_[id] = dial;
+  send(protocol::Type::kDial, id, address + ":" + std::to_string(port));
+  dial->wake.expires_after(kDialLimit);
+  while (!dial->result && state_ == State::kRunning)
+    if (co_await wait_event(dial->wake)) break;  // past the limit
+  dials_.erase(id);
+  const int result = dial->result ? *dial->result : state_ == State::kRunning ? ETIMEDOUT : ESRCH;
+  if (result != 0 || state_ != State::kRunning) {
+    if (!dial->result) send(protocol::Type::kKill, id);  // PID 1 may still make it: reset then
+    ::close(client);
+    ::close(accepted);
+    co_return -(result != 0 ? result : ESRCH);
+  }
+  const int writer = fcntl(accepted, F_DUPFD_CLOEXEC, 0);
+  if (writer < 0) {
+    const int e = errno;
+    send(protocol::Type::kKill, id);
+    ::close(client);
+    ::close(accepted);
+    co_return -e;
+  }
+  auto relay = std::make_shared<Relay>(strand_, id);
+  relay->socket = true;
+  relay->out[0].pipe.emplace(strand_, writer);
+  relay->stdin_pipe.emplace(strand_, accepted);
+  relays_[id] = relay;
+  asio::co_spawn(strand_, relay_stdin(relay), asio::detached);
+  co_return client;
+}
+
+void Sandbox::every_address_local_inside() {
+  asio::post(strand_, [self = shared_from_this()] {
+    if (self->netns_) self->send(protocol::Type::kEveryAddressLocal, 0);
+  });
+}
+
+void Sandbox::connect_channel(uint32_t id, const std::string& where) {
+  if (!(id & protocol::kChannelIdBit) || relays_.count(id)) return;
+  sockaddr_in destination{};
+  destination.sin_family = AF_INET;
+  const size_t colon = where.rfind(':');
+  const unsigned long port =
+      colon == std::string::npos ? 0 : std::strtoul(where.c_str() + colon + 1, nullptr, 10);
+  if (!netns_ || port == 0 || port > 65535 ||
+      inet_pton(AF_INET, where.substr(0, colon).c_str(), &destination.sin_addr) != 1) {
+    send(protocol::Type::kKill, id);  // PID 1 resets it
+    return;
+  }
+  destination.sin_port = htons(static_cast<uint16_t>(port));
+  auto relay = std::make_shared<Relay>(strand_, id);
+  relay->socket = true;
+  relay->connecting = true;
+  relays_[id] = relay;
+  // The connection is made where the sandbox's own would be natively: in its namespace,
+  // to the address it named, so it reaches exactly the listeners there and nothing else.
+  asio::post(namespace_pool(), [self = shared_from_this(), relay, destination, netns = netns_] {
+    int fd = -1;
+    int error = 0;
+    try {
+      in_network_namespace(netns->get(), [&] {
+        fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+          error = errno;
+          return;
+        }
+        if (::connect(fd, reinterpret_cast<const sockaddr*>(&destination), sizeof destination) != 0 &&
+            errno != EINPROGRESS) {
+          error = errno;
+          ::close(fd);
+          fd = -1;
+        }
+      });
+    } catch (const SyscallError& e) {
+      error = e.code();
+    }
+    asio::post(self->strand_, [self, relay, fd, error] {
+      asio::co_spawn(self->strand_, self->finish_connect(relay, fd, error), asio::detached);
+    });
+  });
+}
+
+asio::awaitable<void> Sandbox::finish_connect(std::shared_ptr<Relay> relay, int fd, int error) {
+  auto self = shared_from_this();
+  auto found = relays_.find(relay->id);
+  if (found == relays_.end() || found->second != relay) {  // the sandbox stopped meanwhile
+    if (fd >= 0) ::close(fd);
+    co_return;
+  }
+  if (fd >= 0) {
+    relay->stdin_pipe.emplace(strand_, fd);
+    error_code ec;
+    co_await relay->stdin_pipe->async_wait(asio::posix::descriptor_base::wait_write,
+                                           asio::redirect_error(asio::use_awaitable, ec));
+    socklen_t size = sizeof error;
+    if (ec || getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) error = ec ? ECANCELED : errno;
+  }
+  const int writer = error == 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+  if (error != 0 || writer < 0 || !relays_.count(relay->id)) {
+    // Nothing listens there (refused), or it could not be made: PID 1 resets the
+    // sandbox's connection, as the kernel would have refused it natively.
+    if (writer >= 0) ::close(writer);
+    relay->connecting = false;
+    reset_channel(*relay);
+    co_return;
+  }
+  relay->out[0].pipe.emplace(strand_, writer);
+  relay->connecting = false;
+  flush_output(relay, 0);  // what the sandbox sent meanwhile
+  asio::co_spawn(strand_, relay_stdin(relay), asio::detached);
+}
+
+void Sandbox::reset_channel(Relay& relay) {
+  error_code ignored;
+  for (auto& out : relay.out) {
+    if (out.pipe) out.pipe->close(ignored);
+    out.pipe.reset();
+    out.pending.clear();
+  }
+  if (relay.stdin_pipe) relay.stdin_pipe->close(ignored);
+  relay.stdin_pipe.reset();
+  relay.stdin_room.cancel();
+  send(protocol::Type::kKill, relay.id);  // PID 1 resets the sandbox's end
+  forget_relay_if_done(relay.id);
+}
+
 void Sandbox::forget_relay_if_done(uint32_t id) {
   auto it = relays_.find(id);
   if (it == relays_.end()) return;
   const Relay& relay = *it->second;
-  if (relay.out[0].pipe || relay.out[1].pipe || relay.stdin_pipe) return;
+  if (relay.connecting || relay.out[0].pipe || relay.out[1].pipe || relay.stdin_pipe) return;
   relays_.erase(it);
 }
 

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "runtime/cancellation.h"
 #include "runtime/cgroup.h"
 #include "runtime/protocol.h"
@@ -160,6 +161,25 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   // sandbox (its relays) ends with it. Any thread.
   void on_stopped(std::function<void()> hook);
 
+  // The gvisor tier's network: PID 1 runs gVisor's own network stack (whose loopback is
+  // the sandbox's alone) and relays each connection made there to the server, which
+  // makes it to the same address in `netns`, the sandbox's network namespace on the
+  // host, where its listeners are (the runtime's and the server's alike). Set once, by
+  // the launcher, before the sandbox is handed out.
+  void relay_network(UniqueFd netns);
+  // Where the server listens in the sandbox's namespace, PID 1 listens too when it relays
+  // the network (a no-op otherwise: the sandbox is in that namespace itself). Any thread.
+  void listen_inside(const std::string& address, uint16_t port);
+  // A connection to ADDRESS:PORT inside the sandbox (a server a process there listens
+  // on), made as one from within would be: a socket of the sandbox's namespace, or, when
+  // PID 1 relays the network, a connection PID 1 makes inside and relays. Returns the
+  // caller's socket (non-blocking; one that may still be connecting: wait until it is
+  // writable, then read SO_ERROR) or -errno (ECONNREFUSED: nothing listens there).
+  asio::awaitable<int> connect_inside(std::string address, uint16_t port);
+  // Every IPv4 address local inside too, when the server has made them so in the
+  // sandbox's namespace (runtime::route_every_address_locally). Any thread.
+  void every_address_local_inside();
+
   // Used by Runtime::start: waits for PID 1 to report ready. Throws SandboxError.
   asio::awaitable<void> wait_ready(std::chrono::milliseconds limit);
 
@@ -202,6 +222,13 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   asio::awaitable<void> relay_stdin(std::shared_ptr<Relay> relay);
   void close_relay(Relay& relay);
   void forget_relay_if_done(uint32_t id);
+  // A connection PID 1 accepted (protocol::kConnect): made to `where` in the sandbox's
+  // namespace, then relayed as a process's pipes are, the socket standing for them.
+  void connect_channel(uint32_t id, const std::string& where);
+  asio::awaitable<void> finish_connect(std::shared_ptr<Relay> relay, int fd, int error);
+  asio::awaitable<int> connect_inside_on_strand(std::string address, uint16_t port);
+  // A channel whose connection broke: closed here and reset in the sandbox.
+  void reset_channel(Relay& relay);
   // Sends to PID 1, in order. The control socket is non-blocking (the reactor made it
   // so), and PID 1 may be slow to read (inside gVisor, one message per turn of its loop):
   // what the socket cannot take now waits in outbox_ and goes once it has room, never
@@ -239,7 +266,16 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
     int64_t value;
     std::string payload;
   };
-  std::deque<Outgoing> outbox_;  // see send()
+  std::deque<Outgoing> outbox_;      // see send()
+  std::shared_ptr<UniqueFd> netns_;  // relay_network
+  // Connections PID 1 is making inside for connect_inside, by channel id: its answer
+  // (kDialed: 0 or errno), and the timer that wakes the waiter.
+  struct Dial {
+    explicit Dial(Strand& strand) : wake(strand, std::chrono::steady_clock::time_point::max()) {}
+    std::optional<int> result;
+    asio::steady_timer wake;
+  };
+  std::map<uint32_t, std::shared_ptr<Dial>> dials_;
   bool outbox_waiting_ = false;  // waiting for room in the control socket
 
   // The previous CPU sample (cpu_used_percent), under its own mutex (any thread).
