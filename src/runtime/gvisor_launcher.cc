@@ -282,9 +282,8 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
       ",\"permitted\":" + kAgentCapabilities + "}" + rlimits + "},\n" +
       "  \"root\":{\"path\":\"rootfs\",\"readonly\":true},\n  \"hostname\":\"sandbox\",\n" +
       "  \"mounts\":[" + mounts.json() + "],\n" +
-      // No network namespace of its own: with --network=host runsc would make an empty
-      // one for it; without, the sandbox stays in the launcher's (the sandbox's, with its
-      // listeners).
+      // No network namespace of its own: runsc stays in the launcher's (the sandbox's,
+      // with the server's listeners), which gVisor's own network stack never touches.
       "  \"linux\":{\"namespaces\":[{\"type\":\"pid\"},{\"type\":\"ipc\"},{\"type\":\"uts\"},"
       "{\"type\":\"mount\"}]}}\n";
   write_text(bundle + "/config.json", config);
