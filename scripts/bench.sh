@@ -27,6 +27,9 @@
 #                                    own address for the name, and the HTTP proxy)
 #                                    against curl on the host: time to first byte and a
 #                                    100 MiB download, as ratios
+#   SANDBOXD_BENCH_ONLY=isolation    the native tier against the gvisor tier (cold start,
+#                                    warm command) and the gvisor tier's memory: pause and
+#                                    resume of a sandbox holding 100 MiB, against its cold start
 #   SANDBOXD_BENCH_IDLE=N            also, in a full run, N idle running sandboxes (the
 #                                    idle part defaults to 1,000 and takes minutes)
 #   SANDBOXD_BENCH_NO_DOCKER=1       leave Docker out (no install, no engine)
@@ -115,6 +118,7 @@ case "$only" in
   messages | relay | throughput | transfer | mcp | python | cost | surfaces) ./build/bench/sandboxd_server_bench ;;
   e2b) run_e2b_bench ;;
   egress) run_egress_bench ;;
+  isolation) ./build/bench/sandboxd_isolation_bench ;;
   "")
     start_docker
     ./build/bench/sandboxd_runtime_bench
@@ -134,10 +138,12 @@ case "$only" in
     run_e2b_bench
     echo
     run_egress_bench
+    echo
+    ./build/bench/sandboxd_isolation_bench
     if [ -n "${SANDBOXD_BENCH_IDLE:-}" ]; then
       echo
       ./build/bench/sandboxd_idle_bench
     fi
     ;;
-  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, cluster, messages, relay, throughput, transfer, mcp, python, cost, surfaces, e2b or egress" >&2; exit 2 ;;
+  *) echo "SANDBOXD_BENCH_ONLY: runtime, image, idle, storage, metadata, cluster, messages, relay, throughput, transfer, mcp, python, cost, surfaces, e2b, egress or isolation" >&2; exit 2 ;;
 esac

@@ -105,7 +105,8 @@ class SharedMetadata {
 };
 
 // One replica: a sandboxd process on its own port and data directory. `extra_yaml` is
-// appended to its configuration (top-level sections).
+// appended to its configuration (top-level sections); `runtime_yaml`, lines of its
+// `runtime:` section (indented two spaces), which the harness writes itself.
 class Replica {
  public:
   static constexpr const char* kToken = "secret-alice";
@@ -113,7 +114,7 @@ class Replica {
   static constexpr const char* kAdminToken = "admin-secret-0123456789";
 
   Replica(std::string id, const fs::path& root, const SharedMetadata& metadata, const std::string& model_url,
-          int lease_seconds, const std::string& extra_yaml)
+          int lease_seconds, const std::string& extra_yaml, const std::string& runtime_yaml = "")
       : id_(std::move(id)), dir_(root / id_), port_(free_loopback_port()) {
     fs::create_directories(dir_ / "data");
     const std::string metadata_yaml = metadata.attach(dir_ / "data");
@@ -123,7 +124,8 @@ class Replica {
         << "auth:\n  tokens:\n    - { token: " << kToken << ", owner: alice }\n    - { token: " << kBobToken
         << ", owner: bob }\n  adminToken: " << kAdminToken << "\n"
         << "runtime:\n  prestartedSandboxes: 0\n"
-        << "model:\n  baseUrl: \"" << model_url << "\"\n  apiKey: k\n  models: { default: upstream-model }\n"
+        << runtime_yaml << "model:\n  baseUrl: \"" << model_url
+        << "\"\n  apiKey: k\n  models: { default: upstream-model }\n"
         << "  timeoutSec: 10\n  pingIntervalSec: 1\n"
         << "cluster:\n  replicaId: " << id_ << "\n  advertiseUrl: \"" << url()
         << "\"\n  leaseSeconds: " << lease_seconds << "\n  shutdownGraceSec: 10\n"

@@ -400,7 +400,14 @@ asio::awaitable<Result<Response>> update_network(ApiContext& api, RequestContext
 asio::awaitable<Result<Response>> pause_sandbox(ApiContext& api, RequestContext& ctx) {
   auto body = co_await read_object(ctx);
   if (!body) co_return body.error();
-  auto paused = co_await api.e2b_sandboxes->pause(ctx.owner, ctx.params["id"]);
+  // E2B's SDK sends {"memory": keepMemory}; absent, memory is kept (E2B's default) where
+  // the isolation tier can keep it (docs/e2b.md).
+  bool keep_memory = true;
+  if (const auto* memory = body->if_contains("memory"); memory && !memory->is_null()) {
+    if (!memory->is_bool()) co_return ApiError::invalid_request("'memory' must be a boolean");
+    keep_memory = memory->as_bool();
+  }
+  auto paused = co_await api.e2b_sandboxes->pause(ctx.owner, ctx.params["id"], keep_memory);
   if (!paused) co_return paused.error();
   co_return server::StringResponse{HttpStatus::no_content, 11};
 }

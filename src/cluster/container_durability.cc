@@ -21,6 +21,7 @@
 #include "base/temp_files.h"
 #include "base/unique_fd.h"
 #include "ops/metrics.h"
+#include "service/container_memory.h"
 #include "store/file_io.h"
 #include "store/file_walk.h"
 #include "store/md5.h"
@@ -50,15 +51,23 @@ store::S3Settings s3_settings(const ops::Config& config) {
   return settings;
 }
 
-// The mounts that hold a container's files, with their host folders.
+// The folders that hold a container's files, with their host folders: its mounts, and
+// the checkpoint of its sandbox's memory (service/container_memory.h), which is not a
+// sandbox path: its rows are never files of the Files API.
 struct MountDir {
   std::string_view sandbox;
-  const std::string* host;
+  std::string host;
 };
 std::vector<MountDir> mounts_of(const Container& container) {
-  return {{kWorkspaceMount, &container.paths.workspace},
-          {kUploadsMount, &container.paths.uploads},
-          {kOutputsMount, &container.paths.outputs}};
+  return {{kWorkspaceMount, container.paths.workspace},
+          {kUploadsMount, container.paths.uploads},
+          {kOutputsMount, container.paths.outputs},
+          {service::kMemoryManifestPath, service::memory_folder(container)}};
+}
+
+bool is_memory_row(std::string_view path) {
+  return path.size() > service::kMemoryManifestPath.size() &&
+         path.starts_with(service::kMemoryManifestPath) && path[service::kMemoryManifestPath.size()] == '/';
 }
 
 bool same_file(const store::ManifestRow& row, const struct stat& st) {
@@ -253,8 +262,11 @@ bool ContainerDurability::flush_blocking(Container& container, std::optional<sto
   std::vector<std::string> garbage;
   std::vector<std::string_view> walked;  // mounts whose folder could be read
   for (const auto& [mount, host] : mounts_of(container)) {
-    UniqueFd root(::open(host->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!root.valid()) continue;  // not mounted: its rows stay as they are
+    UniqueFd root(::open(host.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    // Not mounted: its rows stay as they are. No memory folder: there is no checkpoint
+    // (it was used), and its rows go.
+    if (mount == service::kMemoryManifestPath && !root.valid() && errno == ENOENT) walked.push_back(mount);
+    if (!root.valid()) continue;
     walked.push_back(mount);
     store::walk_regular_files(
         root.get(), std::string(mount),
@@ -438,6 +450,27 @@ bool ContainerDurability::local_copy_valid(const Container& container) {
   return marker.generation == state.generation || state.writer == instance_id_;
 }
 
+std::string ContainerDurability::restore_memory_file(const Container& container,
+                                                     const store::ManifestRow& row) {
+  // The server's own folder (root's, 0700: no sandbox reaches it), not a sandbox path.
+  const std::string relative = row.path.substr(service::kMemoryManifestPath.size() + 1);
+  if (relative.find("..") != std::string::npos) return "a checkpoint file named " + row.path;
+  const fs::path target = fs::path(service::memory_folder(container)) / relative;
+  std::error_code ec;
+  fs::create_directories(target.parent_path(), ec);
+  if (ec) return "cannot make " + target.parent_path().string() + ": " + ec.message();
+  chmod(service::memory_folder(container).c_str(), 0700);
+  const std::string temp = target.string() + ".part";
+  UniqueFd file(::open(temp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!file.valid()) return "cannot create " + temp;
+  auto got = client_->get_object(row.object_key, file.get());
+  if (!got || *got != row.size || fsync(file.get()) != 0 || ::rename(temp.c_str(), target.c_str()) != 0) {
+    unlink(temp.c_str());
+    return got ? "cannot place " + target.string() : got.error().describe();
+  }
+  return {};
+}
+
 Result<void> ContainerDurability::restore_blocking(Container& container) {
   std::lock_guard lock(container.bucket.mutex);
   if (container.bucket.local_ready) return {};
@@ -457,9 +490,13 @@ Result<void> ContainerDurability::restore_blocking(Container& container) {
   // The stale (or partial) local copy goes first: the bucket is the truth.
   for (const auto& [mount, host] : mounts_of(container)) {
     std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(*host, ec)) fs::remove_all(entry.path(), ec);
+    for (const auto& entry : fs::directory_iterator(host, ec)) fs::remove_all(entry.path(), ec);
   }
   for (const auto& row : rows) {
+    if (is_memory_row(row.path)) {
+      if (auto failure = restore_memory_file(container, row); !failure.empty()) return unavailable(failure);
+      continue;
+    }
     auto resolved = resolve_sandbox_path(container.paths, row.path);
     if (!resolved || resolved->mount == Mount::kSkills || resolved->relative.empty()) continue;
     UniqueFd root(::open(resolved->host_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -508,7 +545,7 @@ Result<void> ContainerDurability::restore_blocking(Container& container) {
   }
   // The bytes are on disk before the marker says the copy is whole.
   for (const auto& [mount, host] : mounts_of(container)) {
-    UniqueFd root(::open(host->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd root(::open(host.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (root.valid()) syncfs(root.get());
   }
   write_marker(container, state.generation);

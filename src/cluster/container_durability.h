@@ -115,6 +115,9 @@ class ContainerDurability : public service::BucketCopy {
   // deleted).
   bool flush_blocking(Container& container, std::optional<store::FencedError>& fenced);
   Result<void> restore_blocking(Container& container);
+  // One file of the checkpoint of the container's memory (service/container_memory.h)
+  // from the bucket into its memory folder; empty, or what failed.
+  std::string restore_memory_file(const Container& container, const store::ManifestRow& row);
   void write_marker(const Container& container, int64_t generation);
   bool local_copy_valid(const Container& container);
   void delete_objects_later(std::vector<std::string> keys);

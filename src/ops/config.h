@@ -165,6 +165,10 @@ struct Config {
   // runtime.gvisorPlatform: runsc's --platform (ptrace works everywhere; systrap and kvm
   // where the installed runsc and the host offer them).
   std::string gvisor_platform = "ptrace";
+  // runtime.keepMemory: on a tier that can (gvisor), a sandbox that stops (idle, stop,
+  // pause, shutdown, drain) is checkpointed and its next start restores it; false: its
+  // files only, as on the native tier. Applies to the next stop.
+  bool keep_memory = true;
   // cluster (docs/storage.md): several replicas share the metadata and serve each container
   // from one replica at a time (a lease). On when cluster_replica_id is set.
   std::string cluster_replica_id;       // cluster.replicaId: unique among the replicas

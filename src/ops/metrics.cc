@@ -75,7 +75,28 @@ Metrics::Metrics()
     : admission_wait_(kLatencyBounds),
       execution_duration_(kLatencyBounds),
       flush_duration_(kLatencyBounds),
-      restore_duration_(kLatencyBounds) {}
+      restore_duration_(kLatencyBounds),
+      checkpoint_duration_(kLatencyBounds),
+      memory_restore_duration_(kLatencyBounds) {}
+
+void Metrics::memory_checkpointed(bool ok, uint64_t bytes, double seconds) {
+  if (!ok) {
+    ++checkpoints_failed_;
+    return;
+  }
+  ++checkpoints_ok_;
+  checkpoint_bytes_ += bytes;
+  checkpoint_duration_.observe(seconds);
+}
+
+void Metrics::memory_restored(bool ok, double seconds) {
+  if (!ok) {
+    ++restores_failed_;
+    return;
+  }
+  ++restores_ok_;
+  memory_restore_duration_.observe(seconds);
+}
 
 void Metrics::storage_flushed(bool ok, double seconds) {
   ++(ok ? flushes_ok_ : flushes_failed_);
@@ -217,6 +238,24 @@ std::string Metrics::render(const Gauges& g) const {
       "owner_limit).");
   for (const auto& [reason, count] : egress_refusals())
     sample(out, "sandboxd_egress_refused_total", "reason=\"" + reason + "\"", static_cast<double>(count));
+  header(out, "sandboxd_memory_checkpoints_total", "counter",
+         "Sandboxes checkpointed at a stop (runtime.keepMemory), by result.");
+  sample(out, "sandboxd_memory_checkpoints_total", "result=\"ok\"",
+         static_cast<double>(checkpoints_ok_.load()));
+  sample(out, "sandboxd_memory_checkpoints_total", "result=\"failed\"",
+         static_cast<double>(checkpoints_failed_.load()));
+  header(out, "sandboxd_memory_checkpoint_bytes_total", "counter", "Bytes of the checkpoint images written.");
+  sample(out, "sandboxd_memory_checkpoint_bytes_total", "", static_cast<double>(checkpoint_bytes_.load()));
+  header(out, "sandboxd_memory_checkpoint_seconds", "histogram", "Time to checkpoint a sandbox.");
+  checkpoint_duration_.render(out, "sandboxd_memory_checkpoint_seconds", "");
+  header(out, "sandboxd_memory_restores_total", "counter",
+         "Sandbox starts from a checkpoint, by result (failed: started fresh over the same files).");
+  sample(out, "sandboxd_memory_restores_total", "result=\"ok\"", static_cast<double>(restores_ok_.load()));
+  sample(out, "sandboxd_memory_restores_total", "result=\"failed\"",
+         static_cast<double>(restores_failed_.load()));
+  header(out, "sandboxd_memory_restore_seconds", "histogram",
+         "Time to restore a sandbox from its checkpoint.");
+  memory_restore_duration_.render(out, "sandboxd_memory_restore_seconds", "");
   header(out, "sandboxd_sandboxes_started_total", "counter", "Sandboxes started.");
   sample(out, "sandboxd_sandboxes_started_total", "", static_cast<double>(started_.load()));
   header(out, "sandboxd_output_walks_total", "counter",

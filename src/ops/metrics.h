@@ -54,6 +54,11 @@ class Metrics {
   // An outside connection from a sandbox (network.egress): allowed or refused, and the
   // bytes it moved each way.
   void egress_connection(bool allowed, uint64_t bytes_out, uint64_t bytes_in);
+  // A sandbox's memory (runtime.keepMemory on the gvisor tier): a checkpoint taken at a
+  // stop (its image's bytes) or failed, and a start that restored one or could not (and
+  // started fresh over the same files).
+  void memory_checkpointed(bool ok, uint64_t bytes, double seconds);
+  void memory_restored(bool ok, double seconds);
 
   // Values read at scrape time.
   struct Gauges {
@@ -94,8 +99,11 @@ class Metrics {
   std::atomic<uint64_t> output_walks_{0}, output_walks_skipped_{0};
   std::atomic<uint64_t> flushes_ok_{0}, flushes_failed_{0};
   std::atomic<uint64_t> takeovers_request_{0}, takeovers_background_{0}, leftovers_removed_{0};
+  std::atomic<uint64_t> checkpoints_ok_{0}, checkpoints_failed_{0}, checkpoint_bytes_{0};
+  std::atomic<uint64_t> restores_ok_{0}, restores_failed_{0};
   std::atomic<uint64_t> egress_allowed_{0}, egress_refused_{0}, egress_bytes_out_{0}, egress_bytes_in_{0};
   Histogram admission_wait_, execution_duration_, flush_duration_, restore_duration_;
+  Histogram checkpoint_duration_, memory_restore_duration_;
   std::map<std::string, std::unique_ptr<Histogram>> http_duration_;  // by route
 };
 

@@ -215,7 +215,13 @@ class Agent {
       case proto::Type::kDial:
         dial(msg.header.id, msg.payload);
         break;
+      case proto::Type::kRestored:
+        forget_the_old_server();
+        break;
       case proto::Type::kEveryAddressLocal:
+        // After a restore the addresses are there already (gVisor's stack was restored).
+        if (every_address_local_) break;
+        every_address_local_ = true;
         // As the server made them in the sandbox's namespace on the host: a connection to
         // an address PID 1 listens on is relayed, to any other refused at once (instead of
         // "no route"), and none leaves. Two halves: gVisor's stack takes a prefix on `lo`
@@ -240,6 +246,30 @@ class Agent {
       default:
         break;
     }
+  }
+
+  // Restored from a checkpoint (protocol::kRestored): the server that knew this agent's
+  // channels, listeners and unacknowledged bytes is gone. Connections in flight cannot
+  // be carried on (the server's ends went with it): each is reset, as a connection is
+  // whose peer restarted. The listeners close (the new server asks for them again); a
+  // relayed process keeps its pipes and whatever waits in them, and its window starts
+  // empty (what was in flight to the old server is lost, as output to a closed reader).
+  void forget_the_old_server() {
+    for (int fd : listeners_) close(fd);
+    listeners_.clear();
+    for (auto& [fd, id] : dialing_) close(fd);
+    dialing_.clear();
+    std::vector<uint32_t> channels;
+    for (auto& [id, command] : commands_)
+      if (command.channel) channels.push_back(id);
+    for (uint32_t id : channels) reset_channel(id);
+    std::string held;
+    for (auto& [id, command] : commands_) {
+      command.output_in_flight = 0;
+      held +=
+          std::to_string(id) + " " + std::to_string(command.pid) + " " + (command.relayed ? "1" : "0") + "\n";
+    }
+    proto::send_message(control_, proto::Type::kReady, 0, 0, held);
   }
 
   // Bytes for a relayed process's stdin: written on as its pipe takes them (the server
@@ -654,6 +684,7 @@ class Agent {
   std::map<int, uint32_t> dialing_;  // connections being made inside (dial), by descriptor
   uint32_t next_channel_ = 1;
   size_t channels_ = 0;
+  bool every_address_local_ = false;  // kEveryAddressLocal done
 };
 
 // PID 1 of runsc's PID namespace: starts runsc with the control socket as its stdin
@@ -780,6 +811,53 @@ int run_gvisor_launch(int argc, char** argv) {
   fds.insert(fds.begin(), pidfd);
   proto::send_message(kControlFd, proto::Type::kInitPid, 0, reaper, {}, fds.data(), fds.size());
   _exit(0);
+}
+
+int run_gvisor_enter(int argc, char** argv) {
+  if (argc < 5 || std::strcmp(argv[3], "--") != 0) {
+    std::fprintf(stderr, "usage: sandboxd-init --gvisor-enter PID -- RUNSC ARG...\n");
+    return 2;
+  }
+  char* end = nullptr;
+  const long pid = std::strtol(argv[2], &end, 10);
+  if (pid <= 1 || *end != '\0') {
+    std::fprintf(stderr, "sandboxd-init --gvisor-enter: bad pid %s\n", argv[2]);
+    return 2;
+  }
+  // If the server dies meanwhile, the runsc command goes with it.
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+  if (pidfd < 0) {
+    std::fprintf(stderr, "sandboxd-init: %s\n",
+                 describe_errno("pidfd_open(" + std::string(argv[2]) + ")", errno).c_str());
+    return 126;
+  }
+  // Its PID namespace (entered by the child forked below), its mount namespace (whose
+  // /proc shows that PID namespace) and its network namespace, all at once.
+  if (setns(pidfd, CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET) != 0) {
+    std::fprintf(
+        stderr, "sandboxd-init: %s\n",
+        describe_errno("setns(pidfd " + std::string(argv[2]) + ", CLONE_NEWPID|CLONE_NEWNS|CLONE_NEWNET)",
+                       errno)
+            .c_str());
+    return 126;
+  }
+  close(pidfd);
+  const pid_t child = fork();
+  if (child < 0) {
+    std::fprintf(stderr, "sandboxd-init: %s\n", describe_errno("fork", errno).c_str());
+    return 126;
+  }
+  if (child == 0) {
+    execv(argv[4], argv + 4);
+    std::fprintf(stderr, "sandboxd-init: %s\n",
+                 describe_errno(std::string("execv(") + argv[4] + ")", errno).c_str());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0)
+    if (errno != EINTR) return 126;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 int run_gvisor_agent(int argc, char** argv) {

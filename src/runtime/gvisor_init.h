@@ -18,4 +18,11 @@ int run_gvisor_launch(int argc, char** argv);
 // kOutput messages (a descriptor made inside gVisor cannot be passed to the host).
 int run_gvisor_agent(int argc, char** argv);
 
+// `sandboxd-init --gvisor-enter PID -- RUNSC ARG...`: runs a runsc command (checkpoint)
+// for the sandbox whose runsc PID is runsc's reaper, PID 1 of its namespaces (host pid
+// PID): runsc finds its container by the pids it recorded, which are of that PID
+// namespace, and reaches the sentry through that network namespace. Exits with runsc's
+// status (126: the namespaces could not be entered).
+int run_gvisor_enter(int argc, char** argv);
+
 }  // namespace sandboxd::runtime

@@ -1,11 +1,16 @@
 #include "runtime/gvisor_launcher.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -324,7 +329,15 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
                // can be checkpointed (runsc refuses to with hostinet).
                "--network=none",
                // The launcher has put runsc in the sandbox's cgroups already.
-               "--ignore-cgroups", "run", "--bundle", bundle, options.name});
+               "--ignore-cgroups"});
+  if (options.restore_from.empty()) {
+    argv.insert(argv.end(), {"run", "--bundle", bundle, options.name});
+  } else {
+    // The same bundle as the checkpointed sandbox's (the same folders at the same
+    // places, the same limits): its processes go on where they were.
+    argv.insert(argv.end(),
+                {"restore", "--image-path=" + options.restore_from, "--bundle", bundle, options.name});
+  }
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
     int err = errno;
@@ -347,6 +360,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
   // (The runtime may be gone by the time a sandbox stops: nothing of it is captured.)
   sandbox->on_stopped(
       [state_dir = state_dir_, name = options.name] { remove_gvisor_leftovers(state_dir, name); });
+  if (!options.restore_from.empty()) sandbox->expect_restore();
   co_await sandbox->wait_ready(options_.start_timeout);
   std::string network_error;
   try {
@@ -360,6 +374,56 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
   }
   for (const auto& listener : options.listeners) sandbox->listen_inside(listener.address, listener.port);
   co_return sandbox;
+}
+
+namespace {
+// Runs argv to its end without blocking a thread (the runtime's own child: its pidfd
+// becomes readable at its exit). Returns its wait status.
+asio::awaitable<int> run_to_exit(asio::any_io_executor executor, const std::vector<std::string>& argv) {
+  const pid_t pid = spawn_program(argv);
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) {
+    const int err = errno;
+    kill(pid, SIGKILL);  // (its end is then a moment away)
+    int status = 0;
+    retry_eintr([&] { return waitpid(pid, &status, 0); });
+    throw SyscallError("pidfd_open(" + std::to_string(pid) + ")", err);
+  }
+  asio::posix::stream_descriptor exit_watch(executor, pidfd);
+  boost::system::error_code ec;
+  co_await exit_watch.async_wait(asio::posix::descriptor_base::wait_read,
+                                 asio::redirect_error(asio::use_awaitable, ec));
+  int status = 0;
+  retry_eintr([&] { return waitpid(pid, &status, 0); });
+  co_return status;
+}
+}  // namespace
+
+asio::awaitable<void> GvisorLauncher::checkpoint(std::shared_ptr<Sandbox> sandbox, std::string image_dir) {
+  if (!sandbox->running() || sandbox->pid() <= 0)
+    throw SandboxError("sandbox " + sandbox->name() + " is not running: nothing to checkpoint");
+  // runsc knows its container by the pids of runsc's own PID namespace, whose init is
+  // the sandbox's PID 1 as the server sees it (run_reaper).
+  const std::vector<std::string> argv{options_.init_path,
+                                      "--gvisor-enter",
+                                      std::to_string(sandbox->pid()),
+                                      "--",
+                                      runsc_,
+                                      "--root=" + state_dir_ + "/runsc",
+                                      "checkpoint",
+                                      "--image-path=" + image_dir,
+                                      sandbox->name()};
+  int status = 0;
+  try {
+    status = co_await run_to_exit(sandbox->executor(), argv);
+  } catch (const std::exception& e) {
+    throw SandboxError("sandbox " + sandbox->name() + ": starting runsc checkpoint: " + e.what());
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw SandboxError("sandbox " + sandbox->name() + ": runsc checkpoint " +
+                       (WIFEXITED(status) ? "exited with " + std::to_string(WEXITSTATUS(status))
+                                          : "was killed by signal " + std::to_string(WTERMSIG(status))) +
+                       " (its message is in the server's log)");
 }
 
 }  // namespace sandboxd::runtime

@@ -34,6 +34,10 @@ class GvisorLauncher : public SandboxLauncher {
                                                   const SandboxOptions& options) override;
   // Removes the state and bundles runsc containers of a killed predecessor left.
   void cleanup_stale() override;
+  bool keeps_memory() const override { return true; }
+  // `runsc checkpoint` (run in runsc's own namespaces: sandboxd-init --gvisor-enter),
+  // which ends the sandbox once its state is saved.
+  asio::awaitable<void> checkpoint(std::shared_ptr<Sandbox> sandbox, std::string image_dir) override;
 
   const std::string& runsc_path() const { return runsc_; }
 

@@ -670,6 +670,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--mount-template") == 0) return rt::run_mount_template(argc, argv);
   if (argc > 1 && std::strcmp(argv[1], "--gvisor-launch") == 0) return rt::run_gvisor_launch(argc, argv);
   if (argc > 1 && std::strcmp(argv[1], "--gvisor-agent") == 0) return rt::run_gvisor_agent(argc, argv);
+  if (argc > 1 && std::strcmp(argv[1], "--gvisor-enter") == 0) return rt::run_gvisor_enter(argc, argv);
   if (fcntl(kControlFd, F_GETFD) < 0) {
     std::fprintf(stderr, "sandboxd-init: started by sandboxd with its control socket on fd 3\n");
     return 2;

@@ -26,6 +26,16 @@ class SandboxLauncher {
   // Removes what sandboxes of a crashed predecessor left outside their cgroups (which the
   // runtime removes itself).
   virtual void cleanup_stale() {}
+  // Whether this tier can keep a sandbox's memory (checkpoint, then a start restoring it:
+  // SandboxOptions::restore_from).
+  virtual bool keeps_memory() const { return false; }
+  // Saves the running sandbox's whole state (its processes and their memory, its /tmp)
+  // into the empty folder `image_dir`; the sandbox then ends (wait with Sandbox::stop).
+  // Throws SandboxError when it cannot (the sandbox then runs on).
+  virtual asio::awaitable<void> checkpoint(std::shared_ptr<Sandbox> sandbox, std::string /*image_dir*/) {
+    throw SandboxError("sandbox " + sandbox->name() + ": this isolation tier keeps no memory");
+    co_return;
+  }
 };
 
 }  // namespace sandboxd::runtime

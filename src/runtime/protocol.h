@@ -56,6 +56,14 @@ enum class Type : uint32_t {
   // asks PID 1 to make it inside, and relays it as a channel once made.
   kDial = 19,    // server -> init: id = a command-space id for the channel, payload = "ADDRESS:PORT"
   kDialed = 20,  // init -> server: id, value = 0 (connected: a channel from now on) or errno
+  // The gvisor tier's memory: a sandbox restored from a checkpoint (runsc restore) goes on
+  // where it was, its PID 1 speaking over the restoring launcher's new control socket.
+  // What crossed the old socket is lost: the server asks PID 1 to forget it (reset every
+  // network channel, close its listeners: the server asks for them anew) and to say which
+  // processes it still has. PID 1 answers with a kReady whose payload is one line per
+  // command it holds: "ID PID RELAYED" (RELAYED 1 for a long-lived process whose pipes it
+  // relays, 0 for a plain command still running).
+  kRestored = 21,  // server -> init
 };
 
 // Channel ids are PID 1's, commands' the server's: a channel's has this bit set.

@@ -84,7 +84,15 @@ size_t Runtime::cleanup_stale(const std::string& volumes_root) {
 asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor executor,
                                                          SandboxOptions options) {
   if (!valid_name(options.name)) throw SandboxError("invalid sandbox name: " + options.name);
+  if (!options.restore_from.empty() && !launcher_->keeps_memory())
+    throw SandboxError("this isolation tier cannot restore a checkpoint");
   co_return co_await launcher_->start(std::move(executor), options);
+}
+
+bool Runtime::keeps_memory() const { return launcher_->keeps_memory(); }
+
+asio::awaitable<void> Runtime::checkpoint(std::shared_ptr<Sandbox> sandbox, std::string image_dir) {
+  co_await launcher_->checkpoint(std::move(sandbox), std::move(image_dir));
 }
 
 }  // namespace sandboxd::runtime

@@ -64,6 +64,10 @@ struct SandboxOptions {
   // Receives the mounts the server makes later under its (shared) skills folder: the
   // skills of each request, bound there by the server while the request runs.
   bool receive_mounts = false;
+  // A checkpoint folder (Runtime::checkpoint) the sandbox goes on from instead of starting
+  // fresh: its processes run on where they were (the tiers that keep memory only). Its
+  // folders, limits and listeners must be those it was checkpointed with.
+  std::string restore_from;
 };
 
 class Runtime {
@@ -75,6 +79,12 @@ class Runtime {
 
   // Starts a sandbox; returns once its PID 1 is ready. Throws SandboxError.
   asio::awaitable<std::shared_ptr<Sandbox>> start(asio::any_io_executor executor, SandboxOptions options);
+  // Whether sandboxes of this runtime can be checkpointed (the gvisor tier).
+  bool keeps_memory() const;
+  // Saves a running sandbox's processes and memory into the empty folder `image_dir`,
+  // ending it; a later start with SandboxOptions::restore_from = image_dir goes on from
+  // there. Throws SandboxError when it cannot (the sandbox then runs on).
+  asio::awaitable<void> checkpoint(std::shared_ptr<Sandbox> sandbox, std::string image_dir);
 
   // Kills and removes every sandbox cgroup this instance left behind (a crashed
   // predecessor's), and unmounts every volume still mounted under `volumes_root` (when

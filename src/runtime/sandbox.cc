@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <deque>
 #include <optional>
+#include <sstream>
 
 #include "base/blocking.h"
 #include "runtime/net.h"
@@ -337,6 +338,8 @@ asio::awaitable<void> Sandbox::wait_ready(std::chrono::milliseconds limit) {
 
 asio::awaitable<void> Sandbox::wait_ready_on_strand(std::chrono::milliseconds limit) {
   asio::co_spawn(strand_, read_control(), asio::detached);
+  // A restored PID 1 is past its start: it answers this with its kReady.
+  if (restoring_) send(protocol::Type::kRestored, 0);
   auto deadline = Clock::now() + limit;
   while (state_ == State::kStarting && setup_error_.empty()) {
     state_changed_.expires_at(deadline);
@@ -408,6 +411,7 @@ void Sandbox::dispatch(protocol::Message& msg) {
         for (int fd : listeners_) close(fd);
         listeners_ = std::move(msg.fds);
       }
+      if (restoring_ && state_ == State::kStarting) take_restored_commands(msg.payload);
       if (state_ == State::kStarting) state_ = State::kRunning;
       state_changed_.cancel();
       return;
@@ -1095,9 +1099,74 @@ asio::awaitable<int> Sandbox::wait_process_on_strand(uint32_t id) {
   co_return exec->exited ? exit_code(exec->status) : -1;
 }
 
+void Sandbox::take_restored_commands(const std::string& listing) {
+  std::istringstream lines(listing);
+  std::string line;
+  while (std::getline(lines, line)) {
+    unsigned long id = 0;
+    long pid = 0;
+    int relayed = 0;
+    if (std::sscanf(line.c_str(), "%lu %ld %d", &id, &pid, &relayed) != 3 || id == 0 ||
+        id >= protocol::kChannelIdBit)
+      continue;
+    const auto command = static_cast<uint32_t>(id);
+    // Ids from here on are new to PID 1 (what it still runs keeps its own).
+    next_id_ = std::max(next_id_, command + 1);
+    if (!relayed) continue;  // a plain command's caller is gone: its exit goes unread
+    auto exec = std::make_shared<Execution>(strand_);
+    exec->process = true;
+    exec->fds = start_relay(command);
+    if (exec->fds.empty()) {
+      std::fprintf(stderr, "sandboxd: sandbox %s: %s: process %u restored unrelayed and ended\n",
+                   name_.c_str(), describe_errno("pipe2", errno).c_str(), command);
+      send(protocol::Type::kKill, command);
+      continue;
+    }
+    exec->spawned = true;
+    executions_[command] = exec;
+    adoptable_.push_back(command);
+  }
+}
+
+asio::awaitable<std::optional<ProcessChannel>> Sandbox::adopt_process(uint32_t id) {
+  // (Named before co_await: GCC 12 destroys a closure that is a temporary of the
+  // co_await expression twice, and this one holds a reference count.)
+  auto take = [self = shared_from_this(), id]() -> asio::awaitable<std::optional<ProcessChannel>> {
+    auto listed = std::find(self->adoptable_.begin(), self->adoptable_.end(), id);
+    if (listed == self->adoptable_.end()) co_return std::nullopt;
+    self->adoptable_.erase(listed);
+    auto it = self->executions_.find(id);
+    if (it == self->executions_.end() || it->second->fds.size() != 3) co_return std::nullopt;
+    std::vector<int> fds = std::exchange(it->second->fds, {});
+    co_return ProcessChannel{id, fds[2], fds[0], fds[1]};
+  };
+  co_return co_await asio::co_spawn(strand_, std::move(take), asio::use_awaitable);
+}
+
+void Sandbox::release_unadopted_processes(std::vector<uint32_t> keep) {
+  asio::post(strand_, [self = shared_from_this(), keep = std::move(keep)] {
+    std::erase_if(self->adoptable_, [&](uint32_t id) {
+      if (std::find(keep.begin(), keep.end(), id) != keep.end()) return false;
+      if (auto it = self->executions_.find(id); it != self->executions_.end()) {
+        for (int fd : std::exchange(it->second->fds, {})) close(fd);
+        self->executions_.erase(it);
+      }
+      return true;
+    });
+  });
+}
+
 void Sandbox::kill_process(uint32_t id) {
   asio::post(strand_, [self = shared_from_this(), id] {
-    if (self->executions_.count(id)) self->send(protocol::Type::kKill, id);
+    auto it = self->executions_.find(id);
+    if (it == self->executions_.end()) return;
+    self->send(protocol::Type::kKill, id);
+    // One that came back with a restored sandbox and was never adopted: nobody holds its
+    // pipes' ends but this.
+    if (std::erase(self->adoptable_, id) > 0) {
+      for (int fd : std::exchange(it->second->fds, {})) close(fd);
+      self->executions_.erase(it);
+    }
   });
 }
 

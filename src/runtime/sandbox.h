@@ -182,6 +182,20 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
 
   // Used by Runtime::start: waits for PID 1 to report ready. Throws SandboxError.
   asio::awaitable<void> wait_ready(std::chrono::milliseconds limit);
+  // Set by the launcher before wait_ready when the sandbox goes on from a checkpoint:
+  // its PID 1 is asked to forget the server it had (protocol::kRestored) and says which
+  // long-lived processes it still relays; each waits to be adopted.
+  void expect_restore() { restoring_ = true; }
+  bool restored() const { return restoring_; }
+
+  // Takes over a process that came back with a restored sandbox: its pipes as
+  // start_process gave them (wait_process and kill_process work on it). nullopt when
+  // there is none of that id (or it was adopted already).
+  asio::awaitable<std::optional<ProcessChannel>> adopt_process(uint32_t id);
+  // Lets the processes that came back run on unobserved, except those in `keep` (still
+  // to be adopted): nobody will read them, so what they write is dropped (as if their
+  // reader had closed its pipe) instead of holding them back. Any thread.
+  void release_unadopted_processes(std::vector<uint32_t> keep);
 
  private:
   enum class State { kStarting, kRunning, kStopping, kStopped };
@@ -205,6 +219,9 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   asio::awaitable<void> read_control();
   asio::awaitable<void> watch_pid1();
   void dispatch(protocol::Message& msg);
+  // A restored PID 1's kReady listing (protocol::kRestored): its relayed processes become
+  // adoptable, and new ids start past every id it still holds.
+  void take_restored_commands(const std::string& listing);
   // PID 1 has exited (or is given up on): removes the cgroups (on a pool, not here) and
   // marks the sandbox stopped. Idempotent.
   asio::awaitable<void> finish_stop();
@@ -276,7 +293,10 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
     asio::steady_timer wake;
   };
   std::map<uint32_t, std::shared_ptr<Dial>> dials_;
-  bool outbox_waiting_ = false;  // waiting for room in the control socket
+  bool outbox_waiting_ = false;         // waiting for room in the control socket
+  std::atomic<bool> restoring_{false};  // expect_restore
+  // Restored processes not yet adopted (adopt_process), with their pipes in executions_.
+  std::vector<uint32_t> adoptable_;  // on the strand
 
   // The previous CPU sample (cpu_used_percent), under its own mutex (any thread).
   std::mutex cpu_sample_mutex_;

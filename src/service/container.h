@@ -124,6 +124,10 @@ struct Container {
       std::shared_ptr<PythonKernel> kernel;
     };
     std::vector<NamedPython> contexts;
+    // The kernels that came back with a sandbox restored from a checkpoint, by context:
+    // their process ids, each taken over by its context's next call (PythonKernel::
+    // adopt_on_first_call), and listed again by the next checkpoint until then.
+    std::map<std::string, uint32_t> restored;
   } python;
 };
 

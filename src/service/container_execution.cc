@@ -143,6 +143,14 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
   auto sandbox = co_await admit(container, ticket);
   if (!sandbox) co_return sandbox.error();
   std::shared_ptr<PythonKernel> kernel;
+  // A kernel whose process came back with a restored sandbox (container_memory.cc)
+  // takes it over at its first call; the context's other kernels start fresh.
+  auto take_restored_process = [&](PythonKernel& made) {
+    auto it = container->python.restored.find(call.context);
+    if (it == container->python.restored.end()) return;
+    if ((*sandbox)->restored() && made.sandbox() == sandbox->get()) made.adopt_on_first_call(it->second);
+    container->python.restored.erase(it);
+  };
   {
     // A kernel belongs to one sandbox: after a stop (its TTL, a restart) the next call
     // gets a fresh one in the new sandbox, and the old one's state is gone with it.
@@ -151,12 +159,14 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
       if (!container->python.kernel || container->python.kernel->sandbox() != sandbox->get())
         container->python.kernel = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env);
       kernel = container->python.kernel;
+      take_restored_process(*kernel);
     } else {
       auto* named = find_context();
       if (!named) co_return missing_context();
       if (!named->kernel || named->kernel->sandbox() != sandbox->get())
         named->kernel = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env, named->context.cwd);
       kernel = named->kernel;
+      take_restored_process(*kernel);
     }
   }
   if (call.restart) {

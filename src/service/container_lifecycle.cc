@@ -358,10 +358,17 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
         std::make_unique<asio::steady_timer>(container->strand, std::chrono::steady_clock::time_point::max());
     std::string error;
     try {
-      // A pre-started sandbox first: it only needs the container's folders bound in
-      // (mounts: the blocking pool's work).
+      // Its memory, when its last stop kept it; else a pre-started sandbox, which only
+      // needs the container's folders bound in (mounts: the blocking pool's work).
       auto claim = [this, &container] { return pool_.claim(container->paths, container->id); };
-      if (auto slot = co_await run_blocking(std::move(claim))) {
+      if (auto restored = co_await restore_memory(container)) {
+        state.sandbox = restored;
+        if (network_) {
+          state.link = co_await network_->attach(state.sandbox);
+          state.link->bind(container);
+        }
+        ops::metrics().sandbox_started();
+      } else if (auto slot = co_await run_blocking(std::move(claim))) {
         state.slot = slot;
         state.sandbox = slot->sandbox;
         state.link = slot->link;
@@ -411,6 +418,9 @@ asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container
     boost::system::error_code ec;
     co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
+  // Its memory first, while it still runs as it was (the checkpoint ends it).
+  if (state.sandbox && state.sandbox->running() && !container->deleted && keeps_memory_at(reason))
+    co_await checkpoint_memory(container, state.sandbox);
   container->sandbox_up = false;
   container->live_sandbox.store(nullptr);
   // A stopped sandbox writes nothing: its watches go back to the host's share (its next

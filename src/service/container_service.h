@@ -48,6 +48,10 @@ namespace sandboxd::service {
 
 namespace asio = boost::asio;
 
+// The reason of a stop that keeps the container's files only, whatever runtime.keepMemory
+// says (E2B's pause with keepMemory: false).
+inline constexpr std::string_view kStopKeepingFilesOnly = "paused_files_only";
+
 // The contract's error for code execution with no provider behind it.
 inline constexpr std::string_view kNoProvider = "code_execution provider is not configured.";
 
@@ -226,6 +230,14 @@ class ContainerService {
   asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ensure_sandbox(
       std::shared_ptr<Container> container);
   asio::awaitable<void> stop_on_strand(std::shared_ptr<Container> container, const char* reason);
+  // The container's memory (container_memory.cc): whether a stop for `reason` keeps it,
+  // the checkpoint taken at such a stop (failures logged and counted: the stop goes on,
+  // files only), and a start from the checkpoint (nullptr when there is none or it could
+  // not be restored: the caller starts the sandbox fresh).
+  bool keeps_memory_at(const char* reason) const;
+  asio::awaitable<void> checkpoint_memory(std::shared_ptr<Container> container,
+                                          std::shared_ptr<runtime::Sandbox> sandbox);
+  asio::awaitable<std::shared_ptr<runtime::Sandbox>> restore_memory(std::shared_ptr<Container> container);
   // Admission for one execution (a slot, fairly shared between the owners that wait)
   // and the running sandbox, started if need be. The ticket is held for the execution.
   asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> admit(std::shared_ptr<Container> container,

@@ -360,12 +360,17 @@ asio::awaitable<Result<void>> E2bSandboxes::set_timeout(const std::string& owner
   co_return Result<void>{};
 }
 
-asio::awaitable<Result<void>> E2bSandboxes::pause(const std::string& owner, const std::string& id) {
+asio::awaitable<Result<void>> E2bSandboxes::pause(const std::string& owner, const std::string& id,
+                                                  bool keep_memory) {
   auto container = co_await open_container(owner, id);
   if (!container) co_return container.error();
   if (!co_await store([this, &owner, &id] { return records_.mark_paused(owner, id); }))
     co_return ApiError{HttpStatus::conflict, "invalid_request_error", "Sandbox " + id + " is already paused"};
-  co_await containers_.stop(*container, "paused");  // in a cluster: flushed to the bucket, the lease let go
+  // In a cluster: flushed to the bucket, the lease let go.
+  co_await containers_.stop(*container, keep_memory ? "paused" : kStopKeepingFilesOnly.data());
+  if (auto* audit = ops::audit())
+    audit->record("e2b_sandbox_paused",
+                  {{"owner", owner}, {"sandbox", id}, {"keep_memory", keep_memory ? "true" : "false"}});
   co_return Result<void>{};
 }
 

@@ -115,8 +115,10 @@ class E2bSandboxes {
   // The end time becomes now + timeout.
   asio::awaitable<Result<void>> set_timeout(const std::string& owner, const std::string& id,
                                             int64_t timeout_sec);
-  // Stops the sandbox keeping its files; 409 when it is paused already.
-  asio::awaitable<Result<void>> pause(const std::string& owner, const std::string& id);
+  // Stops the sandbox keeping its files, and its memory with `keep_memory` where the
+  // runtime keeps memory (runtime.keepMemory); 409 when it is paused already.
+  asio::awaitable<Result<void>> pause(const std::string& owner, const std::string& id,
+                                      bool keep_memory = true);
   // Clears the paused mark and sets the end time (when timeout_sec is given). Returns
   // whether it was paused.
   asio::awaitable<Result<bool>> resume(const std::string& owner, const std::string& id,

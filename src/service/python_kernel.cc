@@ -210,6 +210,8 @@ void PythonKernel::restart() {
       cell->expiry.cancel();
       self->release_turn();
     }
+    // A process still to be taken over from a restored sandbox goes too.
+    if (const uint32_t adopted = std::exchange(self->adopt_id_, 0)) self->sandbox_->kill_process(adopted);
     if (auto process = std::exchange(self->process_, nullptr)) {
       process->killed = true;
       self->sandbox_->kill_process(process->id);
@@ -286,14 +288,7 @@ asio::awaitable<int> PythonKernel::end_process(std::shared_ptr<Process> process)
   co_return process->exit_code.value_or(-1);
 }
 
-asio::awaitable<void> PythonKernel::start_process() {
-  runtime::ProcessRequest request;
-  request.argv = {kPython, "-c", *driver_};
-  if (!cwd_.empty()) request.argv.push_back(cwd_);
-  request.extra_env = extra_env_;
-  auto channel = co_await sandbox_->start_process(std::move(request));
-  auto process = std::make_shared<Process>(strand_, channel);
-  process_ = process;
+void PythonKernel::watch_exit(const std::shared_ptr<Process>& process) {
   // Its exit, whenever it comes (a crash, a kill, the sandbox's stop).
   asio::co_spawn(
       strand_,
@@ -303,6 +298,30 @@ asio::awaitable<void> PythonKernel::start_process() {
         process->exited.cancel();
       },
       asio::detached);
+}
+
+asio::awaitable<std::optional<uint32_t>> PythonKernel::idle_process() {
+  // (Named before co_await: GCC 12 destroys a closure that is a temporary of the
+  // co_await expression twice, and this one holds a reference count.)
+  auto look = [self = shared_from_this()]() -> asio::awaitable<std::optional<uint32_t>> {
+    const auto& process = self->process_;
+    if (self->busy_ || !process || !process->ready || process->broken || process->killed ||
+        process->exit_code)
+      co_return std::nullopt;
+    co_return process->id;
+  };
+  co_return co_await asio::co_spawn(strand_, std::move(look), asio::use_awaitable);
+}
+
+asio::awaitable<void> PythonKernel::start_process() {
+  runtime::ProcessRequest request;
+  request.argv = {kPython, "-c", *driver_};
+  if (!cwd_.empty()) request.argv.push_back(cwd_);
+  request.extra_env = extra_env_;
+  auto channel = co_await sandbox_->start_process(std::move(request));
+  auto process = std::make_shared<Process>(strand_, channel);
+  process_ = process;
+  watch_exit(process);
   // The first frame says IPython is up; a driver that cannot import it exits instead.
   asio::steady_timer limit(strand_, kStartLimit);
   limit.async_wait([weak = std::weak_ptr<Process>(process), sandbox = sandbox_](error_code ec) {
@@ -395,6 +414,13 @@ asio::awaitable<KernelResult> PythonKernel::execute_on_strand(KernelCall call_in
 
   if (!sandbox_->running()) throw runtime::SandboxError("sandbox " + sandbox_->name() + " is not running");
   if (process_ && (process_->broken || process_->exit_code)) co_await end_process(process_);
+  if (!process_ && adopt_id_ != 0) {
+    if (auto channel = co_await sandbox_->adopt_process(std::exchange(adopt_id_, 0))) {
+      process_ = std::make_shared<Process>(strand_, *channel);
+      process_->ready = true;  // it was between cells when its sandbox was checkpointed
+      watch_exit(process_);
+    }
+  }
   if (!process_) co_await start_process();
 
   auto cell = std::make_shared<Cell>(strand_);

@@ -131,6 +131,15 @@ class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
   asio::awaitable<std::optional<KernelResult>> resume(uint64_t cell, std::vector<KernelToolAnswer> answers);
   // Kills the kernel's process tree; the next call starts a fresh one. Any thread.
   void restart();
+  // The kernel's process when it is up and between cells (nothing in flight on its
+  // channel): the one a checkpoint of its sandbox can bring back (adopt). nullopt while a
+  // cell runs or is paused, or with no process.
+  asio::awaitable<std::optional<uint32_t>> idle_process();
+  // The process of a kernel of an earlier sandbox came back with this one (a restored
+  // checkpoint): the first call takes it over (runtime::Sandbox::adopt_process) instead
+  // of starting a process, its variables, imports and working directory as they were.
+  // Before the first execute.
+  void adopt_on_first_call(uint32_t process_id) { adopt_id_ = process_id; }
 
   const runtime::Sandbox* sandbox() const { return sandbox_.get(); }
   // False once this kernel can never run again (its sandbox stopped).
@@ -172,6 +181,8 @@ class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
   asio::awaitable<void> finish_abandoned(std::shared_ptr<Cell> cell);
   void release_turn();
   asio::awaitable<void> start_process();
+  // Watches a started (or adopted) process's exit.
+  void watch_exit(const std::shared_ptr<Process>& process);
   // Reads one frame, its body as it arrives.
   asio::awaitable<Frame> read_frame(Process& process);
   asio::awaitable<bool> write_frame(Process& process, const boost::json::object& message);
@@ -184,6 +195,7 @@ class PythonKernel : public std::enable_shared_from_this<PythonKernel> {
   std::string cwd_;
   asio::strand<asio::any_io_executor> strand_;
   std::shared_ptr<Process> process_;  // on the strand
+  uint32_t adopt_id_ = 0;             // adopt_on_first_call; then on the strand
   uint64_t next_call_ = 1;
   // Cells waiting for the one running now (calls run one at a time, in order).
   bool busy_ = false;

@@ -145,6 +145,36 @@ test('environment variables of a call are set for that call only', async () => {
   assert.equal((await sandbox.runCode("repr(os.environ.get('GREETING'))")).text, 'None');
 });
 
+// The gvisor tier keeps a paused sandbox's memory (runtime.keepMemory, E2B's default
+// keepMemory): after connect a runCode variable and a background process (the same pid
+// inside) are there; pause({ keepMemory: false }) keeps the files only.
+test('pause keeps memory on the gvisor tier; keepMemory: false keeps files only', {
+  skip: RUNSC ? false : 'runsc is not installed (Debian: apt-get install runsc)',
+}, async () => {
+  const gopts = { apiKey: ALICE, apiUrl: `${gvisorServer.url}/e2b`, sandboxUrl: `${gvisorServer.url}/e2b/sandbox` };
+  const paused = await Sandbox.create({ ...gopts, timeoutMs: 600_000 });
+  try {
+    assert.equal((await paused.runCode('kept = 41\nkept')).text, '41');
+    await paused.commands.run('sleep 6001', { background: true });
+    const pidOf = async (sbx) => (await sbx.commands.run('pgrep -f "sleep 600[1]" || true')).stdout.trim();
+    const pid = await pidOf(paused);
+    assert.match(pid, /^[0-9]+$/);
+    assert.equal(await paused.pause(), true);
+    const back = await Sandbox.connect(paused.sandboxId, { ...gopts, timeoutMs: 600_000 });
+    assert.equal((await back.runCode('kept + 1')).text, '42');
+    assert.equal(await pidOf(back), pid, 'the same process, the same pid');
+
+    await back.files.write('/home/user/paused.txt', 'a file');
+    assert.equal(await back.pause({ keepMemory: false }), true);
+    const fresh = await Sandbox.connect(paused.sandboxId, { ...gopts, timeoutMs: 600_000 });
+    assert.equal((await fresh.runCode("'kept' in globals()")).text, 'False');
+    assert.equal(await pidOf(fresh), '');
+    assert.equal(await fresh.files.read('/home/user/paused.txt'), 'a file');
+  } finally {
+    await paused.kill().catch(() => {});
+  }
+});
+
 test('contexts: created, listed, each with its own state, restarted and removed', async () => {
   const context = await sandbox.createCodeContext({ cwd: '/tmp' });
   assert.equal(context.language, 'python');

@@ -1,0 +1,224 @@
+// A container's memory across stops (runtime.keepMemory, on a tier whose runtime keeps
+// memory: gvisor). A stop checkpoints the sandbox into <container folder>/memory, beside
+// its volume and never in it (neither the sandbox nor the Files API sees it), with a
+// list of the Python kernels that were between cells; the next start restores it, and
+// each kernel's next call takes its process back. A checkpoint is used once: it goes
+// when the sandbox it saved runs again, or when it cannot be restored (the sandbox then
+// starts fresh over the same files: said in the log and a metric, never an error).
+#include <sys/stat.h>
+
+#include <spdlog/spdlog.h>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "base/blocking.h"
+#include "ops/logging.h"
+#include "ops/metrics.h"
+#include "service/container_memory.h"
+#include "service/container_service.h"
+
+namespace sandboxd::service {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// The folder, the image runsc writes inside it, and the list of kernels, written last:
+// a folder without it is an unfinished checkpoint and is never restored.
+std::string memory_dir(const Container& container) { return memory_folder(container); }
+std::string image_dir(const Container& container) { return memory_dir(container) + "/image"; }
+std::string kernels_file(const Container& container) { return memory_dir(container) + "/kernels"; }
+
+void remove_memory(const Container& container) {
+  std::error_code ec;
+  fs::remove_all(memory_dir(container), ec);
+  if (ec) spdlog::warn("removing the checkpoint of container {}: {}", container.id, ec.message());
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+std::string memory_folder(const Container& container) {
+  return (fs::path(container.volume_image).parent_path() / "memory").string();
+}
+
+bool ContainerService::keeps_memory_at(const char* reason) const {
+  const std::string_view why = reason;
+  return runtime_ && runtime_->keeps_memory() && settings()->keep_memory && why != "deleted" &&
+         why != kStopKeepingFilesOnly;
+}
+
+asio::awaitable<void> ContainerService::checkpoint_memory(std::shared_ptr<Container> container,
+                                                          std::shared_ptr<runtime::Sandbox> sandbox) {
+  // The kernels between cells come back; one that runs a cell is not listed (its caller
+  // is gone with the stop), and is ended when the sandbox comes back. A kernel of an
+  // earlier checkpoint not called since is listed again.
+  std::vector<std::pair<std::string, std::shared_ptr<PythonKernel>>> kernels;
+  std::map<std::string, uint32_t> listed;
+  {
+    std::lock_guard lock(container->python.mutex);
+    listed = container->python.restored;
+    auto of_this_sandbox = [&](const std::shared_ptr<PythonKernel>& kernel) {
+      return kernel && kernel->sandbox() == sandbox.get();
+    };
+    if (of_this_sandbox(container->python.kernel))
+      kernels.emplace_back(std::string(kDefaultPythonContext), container->python.kernel);
+    for (const auto& named : container->python.contexts)
+      if (of_this_sandbox(named.kernel)) kernels.emplace_back(named.context.id, named.kernel);
+  }
+  for (const auto& [context, kernel] : kernels) {
+    if (auto process = co_await kernel->idle_process())
+      listed[context] = *process;
+    else
+      listed.erase(context);
+  }
+  std::string list;
+  for (const auto& [context, process] : listed) list += std::to_string(process) + " " + context + "\n";
+
+  auto prepare = [&container] {
+    remove_memory(*container);
+    std::error_code ec;
+    fs::create_directories(image_dir(*container), ec);
+    if (ec) throw std::runtime_error("creating " + image_dir(*container) + ": " + ec.message());
+    // Root's only: the image holds whatever the sandbox had in memory.
+    chmod(memory_dir(*container).c_str(), 0700);
+  };
+  const auto started = Clock::now();
+  std::string failure;
+  try {
+    co_await run_blocking(std::move(prepare));
+    co_await runtime_->checkpoint(sandbox, image_dir(*container));
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (!failure.empty()) {
+    ops::metrics().memory_checkpointed(false, 0, 0);
+    ops::log_event(spdlog::level::warn, "sandbox_checkpoint_failed",
+                   {{"owner", container->owner}, {"container", container->id}, {"error", failure}});
+    auto forget = [&container] { remove_memory(*container); };
+    co_await run_blocking(std::move(forget));
+    co_return;
+  }
+  const double seconds = seconds_since(started);
+  auto finish = [&container, &list]() -> uint64_t {
+    const std::string file = kernels_file(*container);
+    {
+      std::ofstream out(file + ".new", std::ios::trunc);
+      out << list;
+      if (!out.flush()) throw std::runtime_error("writing " + file);
+    }
+    fs::rename(file + ".new", file);
+    uint64_t bytes = 0;
+    std::error_code ec;
+    for (const auto& entry : fs::recursive_directory_iterator(image_dir(*container), ec))
+      if (entry.is_regular_file(ec)) bytes += entry.file_size(ec);
+    return bytes;
+  };
+  uint64_t bytes = 0;
+  try {
+    bytes = co_await run_blocking(std::move(finish));
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (!failure.empty()) {
+    ops::metrics().memory_checkpointed(false, 0, 0);
+    ops::log_event(spdlog::level::warn, "sandbox_checkpoint_failed",
+                   {{"owner", container->owner}, {"container", container->id}, {"error", failure}});
+    auto forget = [&container] { remove_memory(*container); };
+    co_await run_blocking(std::move(forget));
+    co_return;
+  }
+  {
+    std::lock_guard lock(container->python.mutex);
+    container->python.restored.clear();
+  }
+  if (durability_) durability_->note_change(*container);  // the checkpoint goes to the bucket
+  ops::metrics().memory_checkpointed(true, bytes, seconds);
+  if (auto* audit = ops::audit())
+    audit->record(
+        "sandbox_checkpointed",
+        {{"owner", container->owner}, {"container", container->id}, {"bytes", std::to_string(bytes)}});
+  ops::log_event(spdlog::level::info, "sandbox_checkpointed",
+                 {{"owner", container->owner},
+                  {"container", container->id},
+                  {"bytes", std::to_string(bytes)},
+                  {"ms", std::to_string(static_cast<int64_t>(seconds * 1000))}});
+}
+
+asio::awaitable<std::shared_ptr<runtime::Sandbox>> ContainerService::restore_memory(
+    std::shared_ptr<Container> container) {
+  if (!runtime_ || !runtime_->keeps_memory()) co_return nullptr;
+  // The list of kernels, or nothing when there is no finished checkpoint.
+  auto read_list = [&container]() -> std::optional<std::string> {
+    std::ifstream in(kernels_file(*container));
+    if (!in) {
+      std::error_code ec;
+      if (fs::exists(memory_dir(*container), ec)) remove_memory(*container);  // unfinished
+      return std::nullopt;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  auto list = co_await run_blocking(std::move(read_list));
+  if (!list) co_return nullptr;
+  auto options =
+      sandbox_options(container->paths, container->storage + "-" + std::to_string(++sandbox_counter_));
+  options.restore_from = image_dir(*container);
+  const auto started = Clock::now();
+  std::shared_ptr<runtime::Sandbox> sandbox;
+  std::string failure;
+  try {
+    sandbox = co_await runtime_->start(container->strand, options);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  // Used once, whatever the outcome: the sandbox runs on from it, or it cannot be used
+  // (and the bucket's copy goes with the next flush).
+  auto forget = [&container] { remove_memory(*container); };
+  co_await run_blocking(std::move(forget));
+  if (durability_) durability_->note_change(*container);
+  if (!sandbox) {
+    ops::metrics().memory_restored(false, 0);
+    ops::log_event(spdlog::level::warn, "sandbox_restore_failed",
+                   {{"owner", container->owner},
+                    {"container", container->id},
+                    {"error", failure},
+                    {"outcome", "started fresh over the same files; what was in memory is lost"}});
+    co_return nullptr;
+  }
+  std::map<std::string, uint32_t> kernels;
+  std::istringstream lines(*list);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t space = line.find(' ');
+    if (space == std::string::npos) continue;
+    try {
+      kernels[line.substr(space + 1)] = static_cast<uint32_t>(std::stoul(line.substr(0, space)));
+    } catch (const std::exception&) {
+    }
+  }
+  std::vector<uint32_t> keep;
+  for (const auto& [context, process] : kernels) keep.push_back(process);
+  sandbox->release_unadopted_processes(std::move(keep));
+  {
+    std::lock_guard lock(container->python.mutex);
+    container->python.restored = std::move(kernels);
+  }
+  const double seconds = seconds_since(started);
+  ops::metrics().memory_restored(true, seconds);
+  if (auto* audit = ops::audit())
+    audit->record("sandbox_restored", {{"owner", container->owner}, {"container", container->id}});
+  ops::log_event(spdlog::level::info, "sandbox_restored",
+                 {{"owner", container->owner},
+                  {"container", container->id},
+                  {"ms", std::to_string(static_cast<int64_t>(seconds * 1000))}});
+  co_return sandbox;
+}
+
+}  // namespace sandboxd::service

@@ -1,0 +1,194 @@
+// The gvisor tier's memory (runtime.keepMemory, docs/isolation-tiers.md): a sandbox that
+// stops is checkpointed, and its next start goes on from there. Checked as a client sees
+// it, through the HTTP API of a real server on real runsc: background processes run on
+// with the same pid, /tmp is as it was, the Python kernel's variables are there, after
+// an explicit stop and after an idle one; a checkpoint that cannot be restored starts the
+// sandbox fresh over the same files and says so; a deleted container's checkpoint goes.
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "eventually.h"
+#include "runtime/gvisor_launcher.h"
+#include "shared_server_suite.h"
+
+namespace {
+
+namespace bj = boost::json;
+namespace fs = std::filesystem;
+using sandboxd::testing::eventually;
+
+class GvisorMemoryTest : public sandboxd::testing::SharedServerSuite {
+ protected:
+  static void SetUpTestSuite() {
+    if (sandboxd::runtime::find_runsc().empty()) return;
+    start_server(config_yaml());
+  }
+  // The suite's configuration; `extra_runtime` adds lines to its runtime section and
+  // `ttl_seconds` sets the idle TTL (the idle test shortens it for a while).
+  static std::string config_yaml(const std::string& extra_runtime = "", int ttl_seconds = 600) {
+    return "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n" + extra_runtime +
+           "codeInterpreter:\n  memoryLimitMb: 256\n"
+           "external:\n  opensandbox:\n    sessionTTLSeconds: " +
+           std::to_string(ttl_seconds) + "\n";
+  }
+  void SetUp() override {
+    if (!server)
+      GTEST_SKIP()
+          << "runsc is not installed (Debian: apt-get install runsc): the gvisor tier cannot run here";
+    name_container("mem");
+  }
+
+  std::string containers(const std::string& suffix) const {
+    return server->base() + "/containers/" + container + suffix;
+  }
+  bj::object post(const std::string& suffix, const bj::object& body) {
+    std::ofstream(*work / "body.json") << bj::serialize(body);
+    auto reply =
+        server->curl_json("-X POST " + containers(suffix) + " -d @" + (*work / "body.json").string());
+    return reply.is_object() ? reply.as_object() : bj::object{};
+  }
+  bj::object bash(const std::string& command) {
+    auto reply = post("/tools/bash_code_execution", {{"command", command}});
+    EXPECT_TRUE(reply.contains("return_code")) << bj::serialize(reply);
+    return reply;
+  }
+  bj::object python(const std::string& code) {
+    auto reply = post("/tools/code_execution", {{"code", code}});
+    EXPECT_TRUE(reply.contains("return_code")) << bj::serialize(reply);
+    return reply;
+  }
+  static std::string text(const bj::object& reply, const char* field) {
+    auto it = reply.find(field);
+    return it != reply.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
+  }
+  void stop() {
+    const std::string status =
+        server->curl("-s -o /dev/null -w '%{http_code}' -X POST " + containers("/stop"));
+    ASSERT_EQ(status, "200") << "stopping " << container;
+  }
+  double metric(const std::string& sample) const { return server->metric(sample); }
+  // The checkpoints on the host now, each in its container's folder.
+  std::set<fs::path> memory_folders() const {
+    std::set<fs::path> found;
+    for (const auto& entry : fs::directory_iterator(server->data_dir() / "containers"))
+      if (fs::exists(entry.path() / "memory" / "kernels")) found.insert(entry.path() / "memory");
+    return found;
+  }
+  // Stops the test's container; returns the checkpoint its stop made (empty: none).
+  fs::path stop_and_find_checkpoint() {
+    const auto before = memory_folders();
+    stop();
+    for (const auto& folder : memory_folders())
+      if (!before.count(folder)) return folder;
+    return {};
+  }
+};
+
+TEST_F(GvisorMemoryTest, AStoppedSandboxGoesOnWithItsProcessesTmpAndPythonVariables) {
+  // A background process counting, a file in /tmp (gVisor's memory, not the volume), a
+  // Python variable and an import.
+  auto started = bash(
+      "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &"
+      " echo $! > /tmp/counter.pid; echo kept > /tmp/note; cat /tmp/counter.pid");
+  const std::string pid = text(started, "stdout");
+  ASSERT_FALSE(pid.empty()) << bj::serialize(started);
+  auto defined = python("import json\nx = 41\nprint('defined')");
+  ASSERT_EQ(text(defined, "stdout"), "defined\n") << bj::serialize(defined);
+  const double checkpoints = metric("sandboxd_memory_checkpoints_total{result=\"ok\"}");
+  const double restores = metric("sandboxd_memory_restores_total{result=\"ok\"}");
+
+  const fs::path checkpoint = stop_and_find_checkpoint();
+  EXPECT_EQ(metric("sandboxd_memory_checkpoints_total{result=\"ok\"}"), checkpoints + 1);
+  EXPECT_FALSE(checkpoint.empty()) << "the checkpoint is beside the volume";
+
+  auto again = python("print(x + 1, json.dumps([1]))");
+  EXPECT_EQ(text(again, "stdout"), "42 [1]\n") << bj::serialize(again);
+  EXPECT_EQ(metric("sandboxd_memory_restores_total{result=\"ok\"}"), restores + 1);
+  EXPECT_FALSE(fs::exists(checkpoint)) << "a checkpoint is used once";
+  // The same process (same pid), still counting; /tmp as it was.
+  auto same = bash("cat /tmp/note; kill -0 $(cat /tmp/counter.pid) && echo alive; cat /tmp/counter.pid");
+  EXPECT_EQ(text(same, "stdout"), "kept\nalive\n" + pid) << bj::serialize(same);
+  auto first = bash("cat /tmp/count");
+  EXPECT_TRUE(eventually([&] { return text(bash("cat /tmp/count"), "stdout") != text(first, "stdout"); }))
+      << "the background process counts on";
+  // The files API never lists the checkpoint.
+  const std::string listing = server->curl("'" + server->base() + "/files?scope_id=" + container + "'");
+  EXPECT_EQ(listing.find("checkpoint"), std::string::npos) << listing;
+}
+
+TEST_F(GvisorMemoryTest, AnIdleStopKeepsThePythonKernelsVariables) {
+  auto defined = python("y = 'remembered'\nprint('ok')");
+  ASSERT_EQ(text(defined, "stdout"), "ok\n") << bj::serialize(defined);
+  // A short idle TTL for a while (the reaper then looks every second), until this
+  // container's sandbox is stopped (the listing, unlike GET of the container, does not
+  // count as a use).
+  server->write_config(config_yaml("", 2));
+  server->reload();
+  auto state = [&] {
+    auto listing = server->curl_json("'" + server->base() + "/containers?limit=100'");
+    if (!listing.is_object() || !listing.as_object().contains("data")) return std::string();
+    for (const auto& item : listing.at("data").as_array())
+      if (item.at("id").as_string() == container) return std::string(item.at("state").as_string());
+    return std::string();
+  };
+  const bool stopped = eventually([&] { return state() == "stopped"; }, std::chrono::seconds(60));
+  server->write_config(config_yaml());
+  server->reload();
+  ASSERT_TRUE(stopped) << "the idle reaper stops the sandbox";
+  EXPECT_GT(metric("sandboxd_sandboxes_stopped_total{reason=\"idle\"}"), 0);
+  auto again = python("print(y)");
+  EXPECT_EQ(text(again, "stdout"), "remembered\n") << bj::serialize(again);
+}
+
+TEST_F(GvisorMemoryTest, ADamagedCheckpointStartsFreshOverTheSameFilesAndSaysSo) {
+  auto made = bash("echo safe > /home/agent/workspace/kept.txt; echo gone > /tmp/lost");
+  ASSERT_EQ(made.at("return_code").as_int64(), 0);
+  python("z = 1");
+  const fs::path folder = stop_and_find_checkpoint();
+  ASSERT_FALSE(folder.empty());
+  bool damaged = false;
+  for (const auto& entry : fs::recursive_directory_iterator(folder / "image"))
+    if (entry.is_regular_file()) {
+      std::ofstream(entry.path(), std::ios::trunc) << "not a checkpoint";
+      damaged = true;
+    }
+  ASSERT_TRUE(damaged) << "the image has files";
+  const double failed = metric("sandboxd_memory_restores_total{result=\"failed\"}");
+
+  auto fresh = bash("cat /home/agent/workspace/kept.txt; cat /tmp/lost 2>/dev/null || echo 'no /tmp'");
+  EXPECT_EQ(fresh.at("return_code").as_int64(), 0) << bj::serialize(fresh);
+  EXPECT_EQ(text(fresh, "stdout"), "safe\nno /tmp\n") << bj::serialize(fresh);
+  auto lost = python("print('z' in globals())");
+  EXPECT_EQ(text(lost, "stdout"), "False\n") << bj::serialize(lost);
+  EXPECT_EQ(metric("sandboxd_memory_restores_total{result=\"failed\"}"), failed + 1);
+  EXPECT_NE(server->log().find("sandbox_restore_failed"), std::string::npos);
+  EXPECT_FALSE(fs::exists(folder)) << "a checkpoint that cannot be restored goes";
+}
+
+TEST_F(GvisorMemoryTest, ADeletedContainersCheckpointGoesWithIt) {
+  python("w = 2");
+  const fs::path folder = stop_and_find_checkpoint();
+  ASSERT_FALSE(folder.empty());
+  const std::string status = server->curl("-s -o /dev/null -w '%{http_code}' -X DELETE " + containers(""));
+  EXPECT_EQ(status, "200");
+  EXPECT_FALSE(fs::exists(folder));
+}
+
+TEST_F(GvisorMemoryTest, KeepMemoryFalseKeepsFilesOnly) {
+  python("v = 3");
+  server->write_config(config_yaml("  keepMemory: false\n"));
+  const std::string reloaded = server->reload();
+  const fs::path checkpoint = stop_and_find_checkpoint();
+  server->write_config(config_yaml());
+  server->reload();
+  EXPECT_TRUE(checkpoint.empty()) << reloaded;
+  auto again = python("print('v' in globals())");
+  EXPECT_EQ(text(again, "stdout"), "False\n") << bj::serialize(again);
+}
+
+}  // namespace
