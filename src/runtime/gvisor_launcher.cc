@@ -13,6 +13,7 @@
 #include <system_error>
 #include <vector>
 
+#include "runtime/gvisor_command_cgroups.h"
 #include "runtime/host_etc.h"
 #include "runtime/netns.h"
 #include "runtime/runtime.h"
@@ -26,11 +27,14 @@ namespace {
 namespace fs = std::filesystem;
 
 // The only capabilities PID 1 has inside gVisor: to change to the agent's ids, to drop
-// the bounding set of each command, to kill a command's tree, and to listen where the
-// server listens (addresses on gVisor's own loopback, ports below 1024: DNS, HTTP).
-// Commands have none.
+// the bounding set of each command, to kill a command's tree, to listen where the
+// server listens (addresses on gVisor's own loopback, ports below 1024: DNS, HTTP), and
+// to mount gVisor's cgroupfs for the commands' trees (CAP_SYS_ADMIN, the sentry's only:
+// PID 1 gives it up right after that mount, gvisor_command_cgroups.cc says why it
+// reaches nothing of the host). Commands have none.
 constexpr const char* kAgentCapabilities =
-    R"(["CAP_SETUID","CAP_SETGID","CAP_SETPCAP","CAP_KILL","CAP_NET_ADMIN","CAP_NET_BIND_SERVICE"])";
+    R"(["CAP_SETUID","CAP_SETGID","CAP_SETPCAP","CAP_KILL","CAP_NET_ADMIN","CAP_NET_BIND_SERVICE",)"
+    R"("CAP_SYS_ADMIN"])";
 
 // Where the helper sits in the container's root (bound read-only from the host).
 constexpr const char* kInitInContainer = "/.sandboxd/init";
@@ -194,6 +198,8 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
   for (const char* dir : {"dev", "proc", "sys", "tmp", "home/agent", "mnt/user-data/uploads",
                           "mnt/user-data/outputs", "mnt/skills", "run", "root", "var", ".sandboxd"})
     make_dirs(root + "/" + dir);
+  // Where PID 1 mounts gVisor's cgroupfs for its commands (gvisor_command_cgroups.h).
+  make_dirs(root + kCommandCgroups);
   fs::create_symlink("/tmp", root + "/var/tmp", ec);
   // E2B's code expects a writable home at /home/user that lasts: the workspace, as on
   // the native tier (runtime/mount.cc).
@@ -295,7 +301,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
   // The sentry's and the gofer's own memory on top of the processes' (kGvisorMemoryOverhead).
   CgroupLimits limits = options.limits;
   if (limits.memory_bytes > 0) limits.memory_bytes += kGvisorMemoryOverhead;
-  if (limits.pids > 0) limits.pids += kGvisorTaskOverhead;
+  if (limits.pids > 0) limits.pids += limits.pids * kGvisorHostTasksPerTask + kGvisorTaskOverhead;
   SandboxCgroups cg;
   std::string bundle;
   try {
