@@ -4,8 +4,8 @@
 
 #include "security_suite.h"
 
-using sandboxd::testing::SandboxTier;
 using sandboxd::testing::sandbox_tier_name;
+using sandboxd::testing::SandboxTier;
 using sandboxd::testing::SecurityTest;
 
 INSTANTIATE_TEST_SUITE_P(Gvisor, SecurityTest, ::testing::Values(SandboxTier::kGvisor), sandbox_tier_name);

@@ -41,10 +41,10 @@ TEST_P(SecurityTest, NoCapabilitiesNoNewPrivsAndASeccompFilter) {
   // gVisor's /proc/self/status has no CapAmb and NoNewPrivs lines: no_new_privs is asked
   // of the kernel itself (prctl(PR_GET_NO_NEW_PRIVS) = 39), and an ambient set, where
   // shown, must be empty.
-  auto r = run(
-      "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|Seccomp):' /proc/self/status | tr -s '\\t' ' ' "
-      "| grep -vx 'CapAmb: 0000000000000000'; "
-      "python3 -c 'import ctypes; print(\"NoNewPrivs:\", ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'");
+  auto r =
+      run("grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|Seccomp):' /proc/self/status | tr -s '\\t' ' ' "
+          "| grep -vx 'CapAmb: 0000000000000000'; "
+          "python3 -c 'import ctypes; print(\"NoNewPrivs:\", ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'");
   EXPECT_EQ(r.stdout_text,
             "CapInh: 0000000000000000\nCapPrm: 0000000000000000\nCapEff: 0000000000000000\n"
             "CapBnd: 0000000000000000\nSeccomp: 2\nNoNewPrivs: 1\n")
@@ -89,9 +89,9 @@ TEST_P(SecurityTest, CannotReadHostFilesOutsideTheImage) {
 // the memory on that, and shows anyone PID 1's environ and maps, which hold nothing of
 // the server: the bundle's PATH, and runsc's HOME.
 TEST_P(SecurityTest, Pid1sMemoryIsClosedToCommandsAndOnGvisorItsReadableEnvironIsTheBundles) {
-  auto r = run(
-      "dd if=/proc/1/mem of=/dev/null bs=1 count=1 2>&1 | grep -c 'Permission denied'; "
-      "cat /proc/1/environ 2>&1 | tr '\\0' '\\n'");
+  auto r =
+      run("dd if=/proc/1/mem of=/dev/null bs=1 count=1 2>&1 | grep -c 'Permission denied'; "
+          "cat /proc/1/environ 2>&1 | tr '\\0' '\\n'");
   if (on_gvisor())
     EXPECT_EQ(r.stdout_text, "1\nPATH=/usr/sbin:/usr/bin:/sbin:/bin\nHOME=/root\n");
   else
@@ -192,15 +192,16 @@ TEST_P(SecurityTest, ATimeoutEndsProcessesThatLeftTheCommandsSessionAndSparesEar
   auto earlier = run("nohup sleep 4243 >/dev/null 2>&1 &");
   ASSERT_EQ(earlier.return_code, 0) << earlier.stderr_text;
   // The command waits until both escapees run, so that the timeout meets them.
-  auto timed_out = run(
-      "setsid sleep 4241 >/dev/null 2>&1 & (setsid sh -c 'sleep 4242 >/dev/null 2>&1 &' &); "
-      "until [ \"$(ps -eo args= | grep -c '^sleep 424[12]$')\" = 2 ]; do sleep 0.1; done; "
-      "echo both-running; sleep 4240",
-      on_gvisor() ? 20s : 5s);
+  auto timed_out =
+      run("setsid sleep 4241 >/dev/null 2>&1 & (setsid sh -c 'sleep 4242 >/dev/null 2>&1 &' &); "
+          "until [ \"$(ps -eo args= | grep -c '^sleep 424[12]$')\" = 2 ]; do sleep 0.1; done; "
+          "echo both-running; sleep 4240",
+          on_gvisor() ? 20s : 5s);
   EXPECT_EQ(timed_out.return_code, 124) << timed_out.stderr_text;
   EXPECT_EQ(timed_out.stdout_text, "both-running\n") << "the escapees ran before the timeout";
   auto left = run("ps -eo args= | grep '^sleep 42'");
-  EXPECT_EQ(left.stdout_text, "sleep 4243\n") << "the timed-out tree is gone, the earlier background process is not";
+  EXPECT_EQ(left.stdout_text, "sleep 4243\n")
+      << "the timed-out tree is gone, the earlier background process is not";
 }
 
 TEST_P(SecurityTest, ForkBombIsContainedAndTheSandboxStaysUsable) {
@@ -220,8 +221,7 @@ TEST_P(SecurityTest, ForkBombIsContainedAndTheSandboxStaysUsable) {
 // the whole sandbox ends (docs/isolation-tiers.md; the service starts a fresh one over
 // the same files for the next command).
 TEST_P(SecurityTest, MemoryBombIsKilledInsideOnlyOnTheNativeTierGvisorHasNoOomKiller) {
-  if (on_gvisor())
-    GTEST_SKIP() << "gVisor has no OOM killer of its own: the host's ends the whole sandbox";
+  if (on_gvisor()) GTEST_SKIP() << "gVisor has no OOM killer of its own: the host's ends the whole sandbox";
   rt::CgroupLimits limits;
   limits.memory_bytes = 64ull << 20;
   start(limits);
@@ -274,6 +274,5 @@ TEST_P(SecurityTest, OtherSandboxesAreInvisible) {
   EXPECT_EQ(r.stdout_text.find("sleep 300"), std::string::npos);
   EXPECT_NE(r.stdout_text.find("end"), std::string::npos);
 }
-
 
 }  // namespace sandboxd::testing

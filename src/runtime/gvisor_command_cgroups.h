@@ -46,7 +46,7 @@ class CommandCgroups {
  private:
   std::string dir_of(uint32_t id) const { return root_ + "/c" + std::to_string(id); }
 
-  std::string root_;                // where cgroupfs is mounted; empty: not mounted
+  std::string root_;                 // where cgroupfs is mounted; empty: not mounted
   std::map<uint32_t, bool> groups_;  // command id -> ended
 };
 

@@ -106,6 +106,7 @@ class Agent {
         static_cast<int>(check(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK), "signalfd(SIGCHLD)"));
     mount_command_cgroups();
     make_command_filter();
+    trim_devices();
     proto::send_message(control_, proto::Type::kReady, 0, 0, {});
     std::vector<pollfd> fds;
     // What each polled pipe is: (command id, stream), or id 0 for a pipe being drained.
@@ -695,6 +696,19 @@ class Agent {
   // of those calls is one wall further away. A filter that cannot be built fails the
   // sandbox's start (a kSetupFailed), never a sandbox without it.
   void make_command_filter() { command_filter_ = build_seccomp_program(); }
+
+  // The native tier's /dev (mount.cc): gVisor's also has fuse and net/tun, the sentry's
+  // own devices, which commands could not use without the capabilities they lack; they
+  // are removed so that a sandbox sees the same /dev on both tiers. (PID 1 owns gVisor's
+  // /dev; what is not there is left alone.)
+  static void trim_devices() {
+    for (const char* device : {"/dev/fuse", "/dev/net/tun"})
+      if (unlink(device) != 0 && errno != ENOENT)
+        std::fprintf(stderr, "sandboxd-init: %s\n",
+                     describe_errno(std::string("unlink(") + device + ")", errno).c_str());
+    if (rmdir("/dev/net") != 0 && errno != ENOENT)
+      std::fprintf(stderr, "sandboxd-init: %s\n", describe_errno("rmdir(/dev/net)", errno).c_str());
+  }
 
   int control_;
   SeccompProgram command_filter_;

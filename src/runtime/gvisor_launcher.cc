@@ -15,6 +15,7 @@
 
 #include "runtime/gvisor_command_cgroups.h"
 #include "runtime/host_etc.h"
+#include "runtime/login_profile.h"
 #include "runtime/netns.h"
 #include "runtime/runtime.h"
 #include "runtime/spawn.h"
@@ -237,9 +238,25 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
                                          (sandbox.nameserver.empty() ? "" : " dns") +
                                          "\nnetworks: files\nprotocols: files\nservices: files\n");
   if (!preload_.empty()) write_text(etc + "/ld.so.preload", std::string(kPreloadInContainer) + "\n");
-  for (const char* hidden : kGeneratedEtc)
-    if (access((etc + "/" + hidden).c_str(), F_OK) != 0) write_text(etc + "/" + hidden, "");
+  // (shadow, gshadow, subuid and subgid are not there at all, as on the native tier: the
+  // host's or the image's are never bound, kGeneratedEtc.)
   auto etc_entry = [&](const std::string& source, const std::string& name) {
+    // The login profile as the native tier's (mount.cc): a file of the sandbox's own
+    // without the `id -u` subshell of every login shell (login_profile.h); one that
+    // cannot be rewritten is bound as it is.
+    if (name == "profile") {
+      const int fd = open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd >= 0) {
+        unsigned mode = 0644;
+        auto rewritten = rewritten_profile(fd, mode);
+        close(fd);
+        if (rewritten) {
+          write_text(etc + "/profile", *rewritten);
+          check(chmod((etc + "/profile").c_str(), mode & 07777), "chmod(" + etc + "/profile)");
+          return;
+        }
+      }
+    }
     struct stat st {};
     if (stat(source.c_str(), &st) != 0) return;  // (a dangling link: nothing to see)
     if (S_ISDIR(st.st_mode))
