@@ -857,7 +857,8 @@ int run_gvisor_agent(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   umask(022);
   // As the native tier's PID 1: not dumpable, so the agent's processes (uid 1000) can
-  // neither trace it nor read its /proc entries (environ, fds, memory).
+  // neither trace it nor read or write its memory. (gVisor still shows anyone its
+  // environ and maps, which hold nothing of the server: the bundle's PATH, runsc's HOME.)
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
     proto::send_message(0, proto::Type::kSetupFailed, 0, 0,
                         describe_errno("prctl(PR_SET_DUMPABLE, 0)", errno));
