@@ -28,8 +28,10 @@
 #include <string>
 #include <vector>
 
+#include "runtime/gvisor_command_cgroups.h"
 #include "runtime/net.h"
 #include "runtime/protocol.h"
+#include "runtime/seccomp.h"
 #include "runtime/syscall_error.h"
 #include "runtime/user.h"
 
@@ -61,8 +63,8 @@ void write_file(const std::string& path, const char* text) {
   _exit(1);
 }
 
-// One command of the agent: the shell's pid (also its session, so its whole tree is
-// found by session id) and its output pipes' read ends.
+// One command of the agent: the shell's pid (also its session) and its output pipes'
+// read ends. Its whole tree is found by its cgroup (CommandCgroups).
 struct Command {
   uint32_t id = 0;
   pid_t pid = -1;
@@ -102,6 +104,9 @@ class Agent {
     sigprocmask(SIG_BLOCK, &mask, nullptr);
     const int sfd =
         static_cast<int>(check(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK), "signalfd(SIGCHLD)"));
+    mount_command_cgroups();
+    make_command_filter();
+    trim_devices();
     proto::send_message(control_, proto::Type::kReady, 0, 0, {});
     std::vector<pollfd> fds;
     // What each polled pipe is: (command id, stream), or id 0 for a pipe being drained.
@@ -517,8 +522,17 @@ class Agent {
       proto::send_message(control_, proto::Type::kSpawnFailed, id, e, describe_errno("pipe2", e));
       return;
     }
+    std::string cgroup_error;
+    const std::string cgroup_procs = command_cgroups_.create(id, &cgroup_error);
+    if (command_cgroups_.available() && cgroup_procs.empty()) {
+      // A command whose tree a timeout could not find is not started.
+      for (int fd : {out[0], out[1], err[0], err[1], in[0], in[1]})
+        if (fd >= 0) close(fd);
+      proto::send_message(control_, proto::Type::kSpawnFailed, id, EAGAIN, cgroup_error);
+      return;
+    }
     const pid_t pid = fork();
-    if (pid == 0) run_child(request, in[0], out[1], err[1]);
+    if (pid == 0) run_child(request, in[0], out[1], err[1], cgroup_procs);
     const int fork_errno = errno;
     close(out[1]);
     close(err[1]);
@@ -527,6 +541,7 @@ class Agent {
       close(out[0]);
       close(err[0]);
       if (in[1] >= 0) close(in[1]);
+      command_cgroups_.ended(id);
       proto::send_message(control_, proto::Type::kSpawnFailed, id, fork_errno,
                           describe_errno("fork", fork_errno));
       return;
@@ -545,9 +560,11 @@ class Agent {
     by_pid_[pid] = id;
   }
 
-  // The command's child: its own session (its tree is found by session id, kill_tree),
-  // the agent's uid with no capability left in any set, then bash.
-  [[noreturn]] void run_child(const proto::SpawnRequest& request, int in, int out, int err) {
+  // The command's child: in its command's cgroup (`cgroup_procs`, empty: none) and its
+  // own session, so that kill_tree finds its whole tree; the agent's uid with no
+  // capability left in any set, then bash.
+  [[noreturn]] void run_child(const proto::SpawnRequest& request, int in, int out, int err,
+                              const std::string& cgroup_procs) {
     auto fail = [err](const std::string& what) {
       const std::string line = "sandboxd: " + what + "\n";
       if (write(err, line.data(), line.size()) < 0) _exit(126);
@@ -557,6 +574,11 @@ class Agent {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     signal(SIGPIPE, SIG_DFL);
+    // Still root: moving into the cgroup takes root's write access to it, which the
+    // agent's uid has not (so no process of the command can move out).
+    if (!cgroup_procs.empty())
+      if (const int e = CommandCgroups::join(cgroup_procs); e != 0)
+        fail(describe_errno("joining the command's cgroup (" + cgroup_procs + ")", e));
     setsid();
     const int stdin_fd = in >= 0 ? in : open("/dev/null", O_RDONLY);
     if (stdin_fd < 0 || dup2(stdin_fd, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
@@ -588,6 +610,10 @@ class Agent {
     argv.push_back(nullptr);
     for (const auto& var : request.env) env.push_back(const_cast<char*>(var.c_str()));
     env.push_back(nullptr);
+    // The native tier's filter, last before execve as there (command_child.cc).
+    const char* failed_step = nullptr;
+    if (const int rc = apply_seccomp(command_filter_, &failed_step); rc != 0)
+      fail(describe_errno(failed_step ? failed_step : "seccomp", -rc));
     execve(argv[0], argv.data(), env.data());
     fail(describe_errno(std::string("execve(") + argv[0] + ")", errno));
     _exit(126);
@@ -597,11 +623,17 @@ class Agent {
     for (;;) {
       int status = 0;
       const pid_t pid = waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) return;
+      if (pid <= 0) {
+        // A background process that outlived its command may have been the last of it.
+        command_cgroups_.remove_empty();
+        return;
+      }
       auto known = by_pid_.find(pid);
       if (known == by_pid_.end()) continue;  // an orphan re-parented to PID 1
       const uint32_t id = known->second;
       by_pid_.erase(known);
+      // Its cgroup goes once its background processes (if any) have ended too.
+      command_cgroups_.ended(id);
       auto it = commands_.find(id);
       if (it == commands_.end()) continue;
       if (it->second.relayed) {
@@ -627,13 +659,14 @@ class Agent {
     }
   }
 
-  // Kills every process of the command's session, the shell's and its descendants'
-  // (they keep the session when re-parented to PID 1), until none is left. A process
-  // that made a session of its own escapes this: gVisor offers no cgroup to find it by
-  // (docs/isolation-tiers.md).
+  // Kills every process of the command's cgroup, the shell's and every descendant's,
+  // one that made a session of its own or was re-parented to PID 1 included, until none
+  // is left. The session is killed too: where gVisor mounted no cgroupfs (an older
+  // runsc) it is what finds the tree, and a process that called setsid() escapes it.
   void kill_tree(uint32_t id) {
     auto it = commands_.find(id);
     if (it == commands_.end()) return;
+    command_cgroups_.kill_all(id);
     const pid_t session = it->second.pid;
     for (int round = 0; round < 100; ++round) {
       kill(-session, SIGKILL);
@@ -673,7 +706,43 @@ class Agent {
     return found;
   }
 
+  // gVisor's cgroupfs at kCommandCgroups, each command in a cgroup of its own there; a
+  // failed mount leaves the agent killing by session (said on its stderr, runsc's log).
+  void mount_command_cgroups() {
+    try {
+      command_cgroups_.mount(kCommandCgroups);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr,
+                   "sandboxd-init: no cgroups inside gVisor (%s): a timeout or kill ends a command's "
+                   "session only\n",
+                   e.what());
+    }
+  }
+
+  // The native tier's seccomp filter (seccomp.h), built here once and installed in every
+  // command, so that what a sandbox may ask of its kernel is the same on both tiers:
+  // the sentry answers the calls it lets through, but a new user namespace, a keyring
+  // or a terminal injection is refused inside gVisor too, and a sentry bug behind one
+  // of those calls is one wall further away. A filter that cannot be built fails the
+  // sandbox's start (a kSetupFailed), never a sandbox without it.
+  void make_command_filter() { command_filter_ = build_seccomp_program(); }
+
+  // The native tier's /dev (mount.cc): gVisor's also has fuse and net/tun, the sentry's
+  // own devices, which commands could not use without the capabilities they lack; they
+  // are removed so that a sandbox sees the same /dev on both tiers. (PID 1 owns gVisor's
+  // /dev; what is not there is left alone.)
+  static void trim_devices() {
+    for (const char* device : {"/dev/fuse", "/dev/net/tun"})
+      if (unlink(device) != 0 && errno != ENOENT)
+        std::fprintf(stderr, "sandboxd-init: %s\n",
+                     describe_errno(std::string("unlink(") + device + ")", errno).c_str());
+    if (rmdir("/dev/net") != 0 && errno != ENOENT)
+      std::fprintf(stderr, "sandboxd-init: %s\n", describe_errno("rmdir(/dev/net)", errno).c_str());
+  }
+
   int control_;
+  SeccompProgram command_filter_;
+  CommandCgroups command_cgroups_;
   uint64_t max_open_files_;
   uint64_t max_processes_;
   int last_cap_ = 40;
@@ -865,6 +934,14 @@ int run_gvisor_agent(int argc, char** argv) {
   const uint64_t max_processes = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 0;
   signal(SIGPIPE, SIG_IGN);
   umask(022);
+  // As the native tier's PID 1: not dumpable, so the agent's processes (uid 1000) can
+  // neither trace it nor read or write its memory. (gVisor still shows anyone its
+  // environ and maps, which hold nothing of the server: the bundle's PATH, runsc's HOME.)
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    proto::send_message(0, proto::Type::kSetupFailed, 0, 0,
+                        describe_errno("prctl(PR_SET_DUMPABLE, 0)", errno));
+    return 1;
+  }
   try {
     Agent agent(0, max_open_files, max_processes);
     agent.serve();

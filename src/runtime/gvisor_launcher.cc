@@ -18,7 +18,9 @@
 #include <system_error>
 #include <vector>
 
+#include "runtime/gvisor_command_cgroups.h"
 #include "runtime/host_etc.h"
+#include "runtime/login_profile.h"
 #include "runtime/netns.h"
 #include "runtime/runtime.h"
 #include "runtime/spawn.h"
@@ -31,11 +33,14 @@ namespace {
 namespace fs = std::filesystem;
 
 // The only capabilities PID 1 has inside gVisor: to change to the agent's ids, to drop
-// the bounding set of each command, to kill a command's tree, and to listen where the
-// server listens (addresses on gVisor's own loopback, ports below 1024: DNS, HTTP).
-// Commands have none.
+// the bounding set of each command, to kill a command's tree, to listen where the
+// server listens (addresses on gVisor's own loopback, ports below 1024: DNS, HTTP), and
+// to mount gVisor's cgroupfs for the commands' trees (CAP_SYS_ADMIN, the sentry's only:
+// PID 1 gives it up right after that mount, gvisor_command_cgroups.cc says why it
+// reaches nothing of the host). Commands have none.
 constexpr const char* kAgentCapabilities =
-    R"(["CAP_SETUID","CAP_SETGID","CAP_SETPCAP","CAP_KILL","CAP_NET_ADMIN","CAP_NET_BIND_SERVICE"])";
+    R"(["CAP_SETUID","CAP_SETGID","CAP_SETPCAP","CAP_KILL","CAP_NET_ADMIN","CAP_NET_BIND_SERVICE",)"
+    R"("CAP_SYS_ADMIN"])";
 
 // Where the helper sits in the container's root (bound read-only from the host).
 constexpr const char* kInitInContainer = "/.sandboxd/init";
@@ -199,6 +204,8 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
   for (const char* dir : {"dev", "proc", "sys", "tmp", "home/agent", "mnt/user-data/uploads",
                           "mnt/user-data/outputs", "mnt/skills", "run", "root", "var", ".sandboxd"})
     make_dirs(root + "/" + dir);
+  // Where PID 1 mounts gVisor's cgroupfs for its commands (gvisor_command_cgroups.h).
+  make_dirs(root + kCommandCgroups);
   fs::create_symlink("/tmp", root + "/var/tmp", ec);
   // E2B's code expects a writable home at /home/user that lasts: the workspace, as on
   // the native tier (runtime/mount.cc).
@@ -236,9 +243,25 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
                                          (sandbox.nameserver.empty() ? "" : " dns") +
                                          "\nnetworks: files\nprotocols: files\nservices: files\n");
   if (!preload_.empty()) write_text(etc + "/ld.so.preload", std::string(kPreloadInContainer) + "\n");
-  for (const char* hidden : kGeneratedEtc)
-    if (access((etc + "/" + hidden).c_str(), F_OK) != 0) write_text(etc + "/" + hidden, "");
+  // (shadow, gshadow, subuid and subgid are not there at all, as on the native tier: the
+  // host's or the image's are never bound, kGeneratedEtc.)
   auto etc_entry = [&](const std::string& source, const std::string& name) {
+    // The login profile as the native tier's (mount.cc): a file of the sandbox's own
+    // without the `id -u` subshell of every login shell (login_profile.h); one that
+    // cannot be rewritten is bound as it is.
+    if (name == "profile") {
+      const int fd = open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd >= 0) {
+        unsigned mode = 0644;
+        auto rewritten = rewritten_profile(fd, mode);
+        close(fd);
+        if (rewritten) {
+          write_text(etc + "/profile", *rewritten);
+          check(chmod((etc + "/profile").c_str(), mode & 07777), "chmod(" + etc + "/profile)");
+          return;
+        }
+      }
+    }
     struct stat st {};
     if (stat(source.c_str(), &st) != 0) return;  // (a dangling link: nothing to see)
     if (S_ISDIR(st.st_mode))
@@ -300,7 +323,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
   // The sentry's and the gofer's own memory on top of the processes' (kGvisorMemoryOverhead).
   CgroupLimits limits = options.limits;
   if (limits.memory_bytes > 0) limits.memory_bytes += kGvisorMemoryOverhead;
-  if (limits.pids > 0) limits.pids += kGvisorTaskOverhead;
+  if (limits.pids > 0) limits.pids += limits.pids * kGvisorHostTasksPerTask + kGvisorTaskOverhead;
   SandboxCgroups cg;
   std::string bundle;
   try {

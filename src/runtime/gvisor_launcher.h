@@ -20,8 +20,15 @@ struct RuntimeOptions;
 // sandbox's memory limit so that the limit is the processes' (docs/limits.md).
 inline constexpr uint64_t kGvisorMemoryOverhead = 96ull << 20;
 // Likewise the host tasks of runsc, the sentry's and the gofer's threads, added to the
-// pids limit on the host; the sandbox's own limit is RLIMIT_NPROC inside gVisor.
-inline constexpr uint64_t kGvisorTaskOverhead = 128;
+// pids limit on the host; the sandbox's own limit is RLIMIT_NPROC inside gVisor. An idle
+// sandbox held about 200 host tasks with Debian's runsc (20221219, ptrace platform).
+inline constexpr uint64_t kGvisorTaskOverhead = 384;
+// And each process inside costs host tasks of its own (on the ptrace platform its stub
+// process and the sentry threads that trace its tasks; about 20 each were measured): the
+// host cgroup allows this many per process of the sandbox's limit on top, so that a fork
+// bomb inside meets RLIMIT_NPROC (EAGAIN) before the host's limit stops the sentry from
+// making a thread, which ends the whole sandbox.
+inline constexpr uint64_t kGvisorHostTasksPerTask = 24;
 
 class GvisorLauncher : public SandboxLauncher {
  public:

@@ -6,6 +6,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <memory>
@@ -117,6 +118,17 @@ SeccompProgram build_seccomp_program() {
   add(ctx.get(), eperm, SCMP_SYS(ioctl), 1, &tiocsti, "ioctl(TIOCSTI)");
   scmp_arg_cmp tioclinux = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCLINUX);
   add(ctx.get(), eperm, SCMP_SYS(ioctl), 1, &tioclinux, "ioctl(TIOCLINUX)");
+
+  // A device node (character or block): refused, whatever the device. Natively the
+  // kernel refuses it already (no CAP_MKNOD in the sandbox's user namespace); gVisor
+  // lets an unprivileged process make one in its tmpfs, where it opens the sentry's
+  // device of that number. FIFOs and sockets (mkfifo, mknod p) stay allowed.
+  for (scmp_datum_t type : {scmp_datum_t{S_IFCHR}, scmp_datum_t{S_IFBLK}}) {
+    scmp_arg_cmp mknod_type = SCMP_A1(SCMP_CMP_MASKED_EQ, S_IFMT, type);
+    add(ctx.get(), eperm, SCMP_SYS(mknod), 1, &mknod_type, "mknod(device)");
+    scmp_arg_cmp mknodat_type = SCMP_A2(SCMP_CMP_MASKED_EQ, S_IFMT, type);
+    add(ctx.get(), eperm, SCMP_SYS(mknodat), 1, &mknodat_type, "mknodat(device)");
+  }
 
   // The filter is exported to BPF once, so each command only pays for one prctl.
   int fd = memfd_create("seccomp-bpf", MFD_CLOEXEC);
