@@ -140,7 +140,8 @@ asio::awaitable<DownloadRule> ContainerFiles::download_rule(const Container& con
 }
 
 DownloadRule DownloadRule::for_thread(const ops::Config& config) {
-  return DownloadRule{.thread = true, .outputs = config.download_generated, .uploads = config.download_uploaded};
+  return DownloadRule{
+      .thread = true, .outputs = config.download_generated, .uploads = config.download_uploaded};
 }
 
 // --- one upload -------------------------------------------------------------------------
@@ -252,7 +253,7 @@ asio::awaitable<void> FileUpload::abort() {
 // --- the container's files --------------------------------------------------------------
 
 asio::awaitable<Result<std::shared_ptr<Container>>> ContainerFiles::open_ready(std::string owner,
-                                                                                std::string id, bool create) {
+                                                                               std::string id, bool create) {
   auto container = co_await services_.containers.async_open(std::move(owner), std::move(id), create);
   co_return co_await ready(std::move(container));
 }
@@ -266,8 +267,8 @@ asio::awaitable<Result<std::shared_ptr<Container>>> ContainerFiles::ready(
 }
 
 asio::awaitable<OwnerQuotas::StoredBytes> ContainerFiles::stored_bytes(const Container& container) {
-  return services_.quotas.stored_bytes(services_.containers.metadata(), services_.config()->stored_bytes_per_owner,
-                                       container.owner);
+  return services_.quotas.stored_bytes(services_.containers.metadata(),
+                                       services_.config()->stored_bytes_per_owner, container.owner);
 }
 
 Result<std::unique_ptr<FileUpload>> ContainerFiles::start_store(Container& container,
@@ -295,7 +296,8 @@ Result<std::unique_ptr<FileUpload>> ContainerFiles::start_store(Container& conta
   if (BucketCopy* bucket_copy = services_.containers.durability(); bucket_copy && recorded(sandbox_path))
     bucket = bucket_copy->begin_upload(container, std::move(executor), options.declared_size);
   return std::unique_ptr<FileUpload>(new FileUpload(services_, container, sandbox_path, std::move(wording),
-                                                    std::move(*charge), std::move(*begun), std::move(bucket)));
+                                                    std::move(*charge), std::move(*begun),
+                                                    std::move(bucket)));
 }
 
 asio::awaitable<Result<std::unique_ptr<FileUpload>>> ContainerFiles::begin_store(
@@ -442,7 +444,8 @@ asio::awaitable<size_t> ContainerFiles::remove_prefix(Container& c, const std::s
 }
 
 asio::awaitable<Result<std::string>> ContainerFiles::read_bytes(Container& container,
-                                                                const store::FileRecord& record, uint64_t limit) {
+                                                                const store::FileRecord& record,
+                                                                uint64_t limit) {
   auto read = [this, &container, &record, limit]() -> Result<std::string> {
     auto opened = services_.files.open_for_read(container.paths, record.path);
     if (!opened) return file_error(opened.error(), record.path);

@@ -129,9 +129,10 @@ class ContainerFiles {
   // sessions bucket, restored from it when its local copy is missing or stale (503
   // with Retry-After when the bucket cannot be read). Every file call starts here.
   boost::asio::awaitable<Result<std::shared_ptr<Container>>> open_ready(std::string owner, std::string id,
-                                                                         bool create);
+                                                                        bool create);
   // The same for a container already opened; passes an error through.
-  boost::asio::awaitable<Result<std::shared_ptr<Container>>> ready(Result<std::shared_ptr<Container>> container);
+  boost::asio::awaitable<Result<std::shared_ptr<Container>>> ready(
+      Result<std::shared_ptr<Container>> container);
 
   // What the owner stores now (quotas.storedBytesPerOwner), measured once for an
   // upload of several files.
@@ -146,7 +147,8 @@ class ContainerFiles {
   // Starts storing a body at `sandbox_path` of `container`, charged against `stored`.
   // Synchronous (its charge asks the metadata inline): for a parser's callback.
   Result<std::unique_ptr<FileUpload>> start_store(Container& container, const std::string& sandbox_path,
-                                                  const OwnerQuotas::StoredBytes& stored, StoreOptions options,
+                                                  const OwnerQuotas::StoredBytes& stored,
+                                                  StoreOptions options,
                                                   boost::asio::any_io_executor executor);
   // The same with the charge as a store call; the owner's stored bytes measured first
   // unless given.
@@ -171,8 +173,8 @@ class ContainerFiles {
   // Every file under a key prefix removed; how many.
   boost::asio::awaitable<size_t> remove_prefix(Container& container, const std::string& prefix);
   // A file's whole body (on the blocking pool); 413 past `limit` bytes.
-  boost::asio::awaitable<Result<std::string>> read_bytes(Container& container, const store::FileRecord& record,
-                                                         uint64_t limit);
+  boost::asio::awaitable<Result<std::string>> read_bytes(Container& container,
+                                                         const store::FileRecord& record, uint64_t limit);
 
   // Something changed in the container's folders outside a command (a file written,
   // moved or removed by path): the outputs' index is looked at again and the sessions
