@@ -103,6 +103,15 @@ TEST_F(ClusterE2b, TheSdkThroughEitherReplicaAndAfterItsHolderDies) {
   EXPECT_FALSE(fs::exists(a().dir() / "data" / "e2b"));
   EXPECT_FALSE(fs::exists(b().dir() / "data" / "e2b"));
 
+  // The upload under outputs/ went to the bucket with its body: its manifest row was
+  // written before the SDK's write returned (no flush awaited here), naming an object.
+  {
+    const auto rows = metadata_->manifest_of("alice", main);
+    auto report = rows.find("/mnt/user-data/outputs/report.txt");
+    ASSERT_NE(report, rows.end()) << "an E2B upload under outputs/ did not reach the bucket with its answer";
+    EXPECT_EQ(report->second.size, 17u);  // "report through B\n"
+    EXPECT_FALSE(report->second.object_key.empty());
+  }
   // The file written through B is in the bucket's manifest before A goes.
   ASSERT_TRUE(eventually([&] {
     for (const auto& [path, row] : metadata_->manifest_of("alice", main))

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "api/routes.h"
+#include "service/container_files.h"
 
 namespace sandboxd::api {
 
@@ -25,11 +26,7 @@ asio::awaitable<boost::json::object> list_containers_page(ApiContext& api, Reque
                                                           std::string after_id);
 
 // GET /files: one page of a container's uploads and outputs by creation time.
-struct FileListQuery {
-  std::string prefix;  // a key prefix ("outputs/" selects outputs)
-  size_t limit = 20;
-  std::optional<std::string> after_id, before_id;  // file ids
-};
+using FileListQuery = FilePageQuery;
 asio::awaitable<Result<boost::json::object>> list_files_page(ApiContext& api, Container& container,
                                                              const FileListQuery& query);
 

@@ -74,10 +74,10 @@ asio::awaitable<Result<std::string>> place(ApiContext& api, const std::string& o
     co_return ApiError::invalid_request(field + ": file '" + id.substr(0, 200) + "' (" + path.substr(0, 300) +
                                         ") is in several of your containers; upload it to container '" +
                                         container->id + "' and send that id");
-  auto opened = co_await api.containers.async_open(owner, holders.front(), false);
-  auto source = co_await ready_container(api, std::move(opened));
+  ContainerFiles files(api);
+  auto source = co_await files.open_ready(owner, holders.front(), /*create=*/false);
   if (!source) co_return source.error();
-  auto copied = co_await copy_file(api, **source, path, *container, target);
+  auto copied = co_await files.copy(**source, path, *container, target);
   if (!copied) {
     if (copied.error().status == HttpStatus::not_found) co_return missing;  // gone meanwhile
     co_return copied.error();
@@ -100,7 +100,8 @@ asio::awaitable<Result<void>> place_container_uploads(ApiContext& api, const std
   if (!any) co_return Result<void>();
   if (!container) co_return ApiError::internal();  // the parser asks for the code tool first
   Result<std::shared_ptr<Container>> request_container = container;
-  auto ready = co_await ready_container(api, std::move(request_container));
+  ContainerFiles files(api);
+  auto ready = co_await files.ready(std::move(request_container));
   if (!ready) co_return ready.error();
   for (size_t i = 0; i < messages.size(); ++i) {
     auto& content = messages[i].as_object()["content"];

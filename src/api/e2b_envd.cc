@@ -34,7 +34,6 @@
 #include "api/e2b_common.h"
 #include "api/file_transfer.h"
 #include "api/gzip_body.h"
-#include "api/upload_buffers.h"
 #include "base/base64.h"
 #include "base/blocking.h"
 #include "base/utf8.h"
@@ -525,13 +524,7 @@ asio::awaitable<Result<Response>> send_signal(ApiContext& api, RequestContext& c
 
 // What a change made through the API means for the rest of sandboxd: the outputs'
 // index is looked at again, and the sessions bucket copies the change.
-void note_changed(Container& container) {
-  {
-    std::lock_guard lock(container.index.mutex);
-    container.index.dirty = true;
-  }
-  ++container.bucket.changes;
-}
+void note_changed(ApiContext& api, Container& container) { ContainerFiles(api).note_change(container); }
 
 template <typename Op>
 asio::awaitable<Result<Response>> filesystem_call(ApiContext& api, RequestContext& ctx, Op op) {
@@ -540,7 +533,8 @@ asio::awaitable<Result<Response>> filesystem_call(ApiContext& api, RequestContex
   if (auto user = check_user(ctx); !user) co_return user.error();
   auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
   if (!addressed) co_return addressed.error();
-  auto ready = co_await ready_container(api, addressed->container);
+  ContainerFiles container_files(api);
+  auto ready = co_await container_files.ready(addressed->container);
   if (!ready) co_return ready.error();
   const uid_t uid = api.config()->sandbox_host_uid;
   auto work = [request = std::move(*request), paths = (*ready)->paths, uid, &op]() -> Result<json::object> {
@@ -720,7 +714,8 @@ asio::awaitable<Result<Response>> watch_dir(ApiContext& api, RequestContext& ctx
   // container's own, never a network mount, so there is nothing to allow or refuse.
   auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
   if (!addressed) co_return addressed.error();
-  auto ready = co_await ready_container(api, addressed->container);
+  ContainerFiles container_files(api);
+  auto ready = co_await container_files.ready(addressed->container);
   if (!ready) co_return ready.error();
   auto open = [watches = api.directory_watches, owner = ctx.owner, paths = (*ready)->paths, path = *path,
                recursive] { return watches->open(owner, paths, path, recursive); };
@@ -751,7 +746,7 @@ auto changing(Handler handler) {
     if (result)
       if (auto container =
               api.containers.find_open(ctx.owner, std::string(ctx.header_value("E2b-Sandbox-Id"))))
-        note_changed(*container);
+        note_changed(api, *container);
     co_return result;
   };
 }
@@ -789,7 +784,8 @@ asio::awaitable<Result<Response>> download(ApiContext& api, RequestContext& ctx)
   if (!query_path || query_path->empty()) co_return ApiError::invalid_request("'path' is required");
   auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
   if (!addressed) co_return addressed.error();
-  auto ready = co_await ready_container(api, addressed->container);
+  ContainerFiles container_files(api);
+  auto ready = co_await container_files.ready(addressed->container);
   if (!ready) co_return ready.error();
   const std::string path = to_sandbox_path(*query_path);
   auto opened = api.files.open_for_read((*ready)->paths, path);
@@ -877,92 +873,65 @@ class UploadSlots {
   std::map<std::string, size_t> held_;
 };
 
-// One file of an upload, written where its path says, and its charge against the
-// owner's stored bytes.
+// One file of an upload, stored through the file service (service/container_files.h):
+// charged against the owner's stored bytes as its bytes arrive (a 403 past the quota,
+// the file dropped), with its record and its copy in the sessions bucket under outputs/
+// as any other upload there; a file in the workspace counts while it arrives and is
+// bounded afterwards by the workspace's own size, as what code writes there (the stored
+// bytes are uploads' and outputs'), and goes to the bucket with the workspace's flush.
 struct UploadFile {
-  std::string path;
-  std::unique_ptr<store::FileWriter> writer;
+  std::unique_ptr<service::FileUpload> upload;
   UploadSlots::Slot slot;
-  std::unique_ptr<service::OwnerQuotas::UploadCharge> charge;
 };
 
-// quotas.storedBytesPerOwner, as for every upload (api/file_transfer.h): what the owner
-// stores is measured once per upload, and each file is charged as its bytes arrive (a
-// 403 past the quota, the file dropped). A file committed under outputs/ gets its record
-// at once, so it counts from then on as the Files API's do; one in the workspace counts
-// while it arrives and is bounded afterwards by the workspace's own size, as what code
-// writes there (the stored bytes are uploads' and outputs').
-asio::awaitable<Result<std::unique_ptr<service::OwnerQuotas::UploadCharge>>> begin_charge(
-    ApiContext& api, const Container& container, const service::OwnerQuotas::StoredBytes& stored,
-    const std::string& path, std::optional<uint64_t> declared) {
-  auto charge = [&api, &container, &stored, &path, declared] {
-    return api.quotas.begin_upload(stored, api.containers.metadata(), container.storage, path, declared);
-  };
-  co_return co_await store_call(api, std::move(charge));
-}
-
-bool under_outputs(const std::string& sandbox_path) {
-  return sandbox_path.size() > kOutputsMount.size() && sandbox_path.starts_with(kOutputsMount) &&
-         sandbox_path[kOutputsMount.size()] == '/';
-}
-
-Result<std::unique_ptr<store::FileWriter>> begin_write(ApiContext& api, const Container& container,
-                                                       const std::string& path,
-                                                       const FileMetadata& metadata) {
+// Where an upload may write: envd writes anywhere the user may, and here the
+// container's persistent folders but the read-only ones (a 403, as envd's EACCES).
+Result<void> writable(const Container& container, const std::string& path) {
   auto resolved = resolve_sandbox_path(container.paths, path);
   if (resolved && resolved->read_only)
     return ApiError::permission("'" + resolved->sandbox_path + "' is read-only in the sandbox");
-  auto begun = api.files.begin_write(container.paths, path, /*workspace_too=*/true);
-  if (!begun) return file_problem(begun.error(), path);
-  // Every upload sets the file's metadata whole: none when it sends none (a new inode
-  // takes the name, without the previous version's attributes).
-  (*begun)->set_extended_attributes(metadata.attributes());
-  return std::move(*begun);
+  return {};
 }
 
-// Commits the files (off the I/O thread) and closes them; what each became goes to
-// `out`, as /files answers it.
-asio::awaitable<Result<void>> commit_all(ApiContext& api, Container& container,
-                                         std::vector<UploadFile>& files, const FileMetadata& metadata,
+// How E2B's files are stored: the workspace too, every upload setting the file's
+// metadata whole (none when it sends none: a new inode takes the name, without the
+// previous version's attributes), a store error in envd's words.
+ContainerFiles::StoreOptions store_options(const FileMetadata& metadata, std::optional<uint64_t> declared) {
+  return {
+      .declared_size = declared,
+      .workspace_too = true,
+      .attributes = metadata.attributes(),
+      .wording = [](store::FileError error, const std::string& path) { return file_problem(error, path); }};
+}
+
+// Finishes the files (their bodies in place, their records written) and closes them;
+// what each became goes to `out`, as /files answers it. The first failure drops the rest.
+asio::awaitable<Result<void>> commit_all(std::vector<UploadFile>& files, const FileMetadata& metadata,
                                          json::array& out) {
   json::object metadata_json;
   for (const auto& [key, value] : metadata.entries) metadata_json[key] = value;
-  std::vector<std::pair<store::FileRecord, service::OwnerQuotas::UploadCharge*>> recorded;
-  auto commit = [&files, &out, &metadata_json, &recorded, &container]() -> Result<void> {
-    for (size_t i = 0; i < files.size(); ++i) {
-      auto record = files[i].writer->commit();
-      if (!record) {
-        for (size_t rest = i; rest < files.size(); ++rest) files[rest].writer->abort();
-        return file_problem(record.error(), files[i].path);
-      }
-      if (under_outputs(record->path)) {
-        record->storage = container.storage;
-        recorded.emplace_back(*record, files[i].charge.get());
-      }
-      const std::string shown = to_e2b_path(record->path);
-      json::object entry{{"name", shown.substr(shown.rfind('/') + 1)}, {"type", "file"}, {"path", shown}};
-      if (!metadata_json.empty()) entry["metadata"] = metadata_json;
-      out.push_back(std::move(entry));
+  Result<void> outcome;
+  for (auto& file : files) {
+    if (!outcome) {
+      co_await file.upload->abort();
+      continue;
     }
-    return {};
-  };
-  auto committed = co_await run_blocking(std::move(commit));
-  if (!recorded.empty()) {
-    auto index = [&api, &recorded] {
-      for (auto& [record, charge] : recorded) {
-        api.containers.metadata().put_file(record, /*reset_created=*/true);
-        if (charge) charge->committed();
-      }
-      return true;
-    };
-    co_await store_call(api, std::move(index));
+    auto record = co_await file.upload->finish();
+    if (!record) {
+      outcome = record.error();
+      continue;
+    }
+    const std::string shown = to_e2b_path(record->path);
+    json::object entry{{"name", shown.substr(shown.rfind('/') + 1)}, {"type", "file"}, {"path", shown}};
+    if (!metadata_json.empty()) entry["metadata"] = metadata_json;
+    out.push_back(std::move(entry));
   }
-  files.clear();  // (closed here, on the I/O thread: their descriptors, slots and charges go back)
-  co_return committed;
+  files.clear();  // (closed here, on the I/O thread: their slots and charges go back)
+  co_return outcome;
 }
 
-void abort_all(std::vector<UploadFile>& files) {
-  for (auto& file : files) file.writer->abort();
+asio::awaitable<void> abort_all(std::vector<UploadFile>& files) {
+  for (auto& file : files) co_await file.upload->abort();
   files.clear();
 }
 
@@ -974,13 +943,13 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
   if (!metadata) co_return metadata.error();
   auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
   if (!addressed) co_return addressed.error();
-  auto ready = co_await ready_container(api, addressed->container);
+  ContainerFiles files(api);
+  auto ready = co_await files.ready(addressed->container);
   if (!ready) co_return ready.error();
   Container& container = **ready;
   const auto query_path = ctx.query_value("path");
   const uint64_t limit = api.config()->max_upload_bytes;
-  const auto stored = co_await api.quotas.stored_bytes(api.containers.metadata(),
-                                                       api.config()->stored_bytes_per_owner, container.owner);
+  const auto stored = co_await files.stored_bytes(container);
   json::array committed;
   std::vector<UploadFile> ended;  // ended parts, open until committed
   const auto content_type = ctx.header_value(http::field::content_type);
@@ -990,61 +959,50 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
     if (!query_path || query_path->empty())
       co_return ApiError::invalid_request("'path' is required for a raw upload");
     const std::string path = to_sandbox_path(*query_path);
+    if (auto allowed = writable(container, path); !allowed) co_return allowed.error();
     auto slot = co_await slots.take(ctx.owner);
     if (!slot) co_return slot.error();
     // (A compressed body's size says nothing of what it inflates to.)
-    auto charge = co_await begin_charge(api, container, stored, path,
-                                        *gzipped ? std::nullopt : ctx.declared_body_size());
-    if (!charge) co_return charge.error();
-    auto writer = begin_write(api, container, path, *metadata);
-    if (!writer) co_return writer.error();
+    auto options = store_options(*metadata, *gzipped ? std::nullopt : ctx.declared_body_size());
+    auto upload = co_await files.begin_store(container, path, std::move(options), stored);
+    if (!upload) co_return upload.error();
+    service::FileUpload& file = **upload;
     Result<void> received;
     if (*gzipped) {
       // Inflated a piece at a time into the file; what it inflates to counts against
       // the limit (the compressed body is bounded by it too).
       GzipBody body(limit);
-      store::FileWriter& out = **writer;
-      service::OwnerQuotas::UploadCharge& quota = **charge;
-      auto to_file = [&out, &path, &quota](std::string_view data) -> asio::awaitable<Result<void>> {
-        if (auto room = quota.add(data.size()); !room) co_return room.error();
-        co_await room_in(out, data.size());
-        if (auto written = out.write(data.data(), data.size()); !written)
-          co_return file_problem(written.error(), path);
-        co_return Result<void>{};
-      };
+      auto to_file = [&file](std::string_view data) { return file.append(data); };
       // (Named, not a temporary in the co_await: GCC 12 mishandles those.)
       const server::RequestContext::AsyncChunkConsumer inflate_to_file = body.inflating(to_file);
       received = co_await ctx.read_body_stream_async(limit, inflate_to_file);
       if (received) received = body.check_complete();
     } else {
-      auto accept = [&quota = **charge](size_t size) { return quota.add(size); };
-      received = co_await ctx.read_body_into(limit, writer_buffers(api, **writer, path, accept));
+      received = co_await receive_body(ctx, file, limit);
     }
     if (!received) {
-      (*writer)->abort();
+      co_await file.abort();
       co_return received.error();
     }
-    ended.push_back({path, std::move(*writer), std::move(*slot), std::move(*charge)});
+    ended.push_back({std::move(*upload), std::move(*slot)});
   } else {
     // Each 'file' part: its path when its headers end (the parser pauses there, and the
-    // part waits for a slot), its file opened at its first byte (or at its end, when it
-    // is empty) and committed at its end (the parser pauses again).
+    // part waits for a slot and its charge), its file opened at its first byte (or at
+    // its end, when it is empty) and committed at its end (the parser pauses again).
     std::optional<ApiError> failure;
     size_t file_parts = 0;
-    std::optional<std::string> part_path;                             // the 'file' part being read
-    std::optional<UploadFile> current;                                // its file, once opened
-    UploadSlots::Slot part_slot;                                      // the slot it opens with
-    std::unique_ptr<service::OwnerQuotas::UploadCharge> part_charge;  // and its charge
+    std::optional<std::string> part_path;              // the 'file' part being read
+    std::optional<UploadFile> current;                 // its file, once opened
+    UploadSlots::Slot part_slot;                       // the slot it opens with
+    std::unique_ptr<service::FileUpload> part_upload;  // and its upload
     bool wants_slot = false;
     store::MultipartParser* parser_ptr = nullptr;
     auto open_current = [&]() -> bool {
-      auto writer = begin_write(api, container, *part_path, *metadata);
-      if (!writer) {
-        failure = writer.error();
+      if (!part_upload) {  // (begun before the part's first byte is fed: a refusal ends the feed)
+        failure = ApiError::internal();
         return false;
       }
-      current.emplace(
-          UploadFile{*part_path, std::move(*writer), std::move(part_slot), std::move(part_charge)});
+      current.emplace(UploadFile{std::move(part_upload), std::move(part_slot)});
       return true;
     };
     store::MultipartParser parser(
@@ -1067,6 +1025,10 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
           }
           ++file_parts;
           part_path = to_sandbox_path(chosen);
+          if (auto allowed = writable(container, *part_path); !allowed) {
+            failure = allowed.error();
+            return false;
+          }
           wants_slot = true;
           parser_ptr->pause();
           return true;
@@ -1074,12 +1036,8 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
         [&](std::string_view data) {
           if (!part_path) return true;
           if (!current && !open_current()) return false;
-          if (auto room = current->charge ? current->charge->add(data.size()) : Result<void>(); !room) {
-            failure = room.error();
-            return false;
-          }
-          if (auto written = current->writer->write(data.data(), data.size()); !written) {
-            failure = file_problem(written.error(), current->path);
+          if (auto written = current->upload->write(data); !written) {
+            failure = written.error();
             return false;
           }
           return true;
@@ -1102,7 +1060,7 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
         [&](std::string_view chunk) -> asio::awaitable<Result<void>> {
       while (!chunk.empty() && !refused) {
         if (!ended.empty()) {
-          if (auto done = co_await commit_all(api, container, ended, *metadata, committed); !done) {
+          if (auto done = co_await commit_all(ended, *metadata, committed); !done) {
             refused = done.error();
             break;
           }
@@ -1115,17 +1073,24 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
             break;
           }
           part_slot = std::move(*taken);
-          auto charge = co_await begin_charge(api, container, stored, *part_path, std::nullopt);
-          if (!charge) {
-            refused = charge.error();
+          auto options = store_options(*metadata, std::nullopt);
+          auto begun = co_await files.begin_store(container, *part_path, std::move(options), stored);
+          if (!begun) {
+            refused = begun.error();
             break;
           }
-          part_charge = std::move(*charge);
+          part_upload = std::move(*begun);
         }
-        if (current) co_await room_in(*current->writer, std::min<size_t>(chunk.size(), 1u << 20));
-        if (!parser.feed_until_pause(chunk))
+        service::FileUpload* writing = current ? current->upload.get() : part_upload.get();
+        if (writing) co_await writing->room(chunk.size());
+        if (!parser.feed_until_pause(chunk)) {
           refused =
               failure ? *failure : ApiError::invalid_request("Malformed multipart body: " + parser.error());
+          break;
+        }
+        // The bucket's full parts sent (a file under outputs/ streams there).
+        if (writing)
+          if (auto drained = co_await writing->drain(); !drained) refused = drained.error();
       }
       co_return Result<void>{};
     };
@@ -1142,14 +1107,15 @@ asio::awaitable<Result<Response>> upload(ApiContext& api, UploadSlots& slots, Re
     if (received && file_parts == 0)
       received = ApiError::invalid_request("The multipart body has no 'file' field");
     if (!received) {
-      if (current) current->writer->abort();
-      abort_all(ended);
-      if (!committed.empty()) note_changed(container);
+      if (current) co_await current->upload->abort();
+      if (part_upload) co_await part_upload->abort();
+      co_await abort_all(ended);
+      if (!committed.empty()) files.note_change(container);
       co_return received.error();
     }
   }
-  auto done = co_await commit_all(api, container, ended, *metadata, committed);
-  note_changed(container);
+  auto done = co_await commit_all(ended, *metadata, committed);
+  files.note_change(container);
   if (!done) co_return done.error();
   co_return json_ok(committed);
 }

@@ -60,9 +60,9 @@ asio::awaitable<Result<FolderWatches>> open_folder_watches(ApiContext& api, Requ
                                                            const std::vector<std::string>& folders) {
   FolderWatches watches;
   if (container_id.empty() || folders.empty() || !api.directory_watches) co_return watches;
-  auto container = co_await api.containers.async_open(ctx.owner, container_id, /*create=*/false);
+  ContainerFiles files(api);
+  auto container = co_await files.open_ready(ctx.owner, container_id, /*create=*/false);
   if (container) api.containers.touch(**container);
-  container = co_await ready_container(api, std::move(container));
   // Another owner's container, or none: nothing of it is watched (as a file not there).
   if (!container && container.error().status == HttpStatus::not_found) co_return watches;
   if (!container) co_return container.error();

@@ -395,9 +395,10 @@ asio::awaitable<json::object> call_code_tool(ApiContext& api, const std::string&
 // need be).
 asio::awaitable<Result<std::shared_ptr<Container>>> existing_container(ApiContext& api, RequestContext& ctx,
                                                                        const json::object& args) {
-  auto container = co_await api.containers.async_open(ctx.owner, container_arg(args), /*create=*/false);
+  ContainerFiles files(api);
+  auto container = co_await files.open_ready(ctx.owner, container_arg(args), /*create=*/false);
   if (container) api.containers.touch(**container);
-  co_return co_await ready_container(api, std::move(container));
+  co_return container;
 }
 
 bool is_text_type(std::string_view mime) {
@@ -455,11 +456,12 @@ asio::awaitable<Result<InlineFile>> inline_file(ApiContext& api, Container& cont
   if (!record) co_return record.error();
   // The same files may be downloaded as through the Files API (a thread's container
   // follows the organisation's settings whichever door is used).
-  const DownloadRule rule = co_await download_rule(api, container);
+  ContainerFiles files(api);
+  const DownloadRule rule = co_await files.download_rule(container);
   if (!rule.allows(record->path)) co_return rule.refusal(record->path);
   InlineFile file{std::move(*record)};
   if (file.record.size > kInlineFileLimit) co_return file;
-  auto body = co_await read_file_bytes(api, container, file.record, kInlineFileLimit);
+  auto body = co_await files.read_bytes(container, file.record, kInlineFileLimit);
   if (!body) {
     // Grown past the limit since its record was made: a link too.
     if (body.error().status == HttpStatus::payload_too_large) co_return file;
@@ -533,13 +535,14 @@ asio::awaitable<json::object> call_file_tool(ApiContext& api, RequestContext& ct
     std::optional<std::string> body = text;
     if (encoded) body = base64_decode(*encoded);
     if (!body) co_return api_error_result(ApiError::invalid_request("'content_base64' is not valid base64"));
-    auto container = co_await api.containers.async_open(ctx.owner, container_arg(args), /*create=*/true);
+    ContainerFiles files(api);
+    auto container = co_await files.open_ready(ctx.owner, container_arg(args), /*create=*/true);
     if (container) api.containers.touch(**container);
-    container = co_await ready_container(api, std::move(container));
     if (!container) co_return api_error_result(container.error());
-    auto record = co_await store_bytes(api, **container, *key, *body);
+    auto record = co_await files.store_bytes(**container, *key, *body);
     if (!record) co_return api_error_result(record.error());
-    co_return json_result(file_object((*container)->id, *record, co_await download_rule(api, **container)));
+    const DownloadRule rule = co_await files.download_rule(**container);
+    co_return json_result(file_object((*container)->id, *record, rule));
   }
   if (name == "download_file") {
     if (auto ok = check_args(args, {{"container", K::string}, {"file_id", K::string}, {"path", K::string}});
@@ -568,7 +571,8 @@ asio::awaitable<json::object> call_file_tool(ApiContext& api, RequestContext& ct
               "/mnt/user-data/outputs/ to download a copy)"));
       co_return api_error_result(file.error());
     }
-    const DownloadRule rule = co_await download_rule(api, **container);
+    ContainerFiles files(api);
+    const DownloadRule rule = co_await files.download_rule(**container);
     // The content once, in structuredContent; the content blocks link to the file.
     json::object structured{{"file", file_object((*container)->id, file->record, rule)},
                             {"encoding", form_name(file->form)}};
@@ -715,8 +719,8 @@ asio::awaitable<Result<json::object>> mcp_list_resources(ApiContext& api, Reques
   if (more_containers) records.pop_back();
   std::string previous = cursor.after_container;
   for (size_t i = 0; i < records.size() && !next; ++i) {
-    auto container = co_await api.containers.async_open(ctx.owner, records[i].id, /*create=*/false);
-    container = co_await ready_container(api, std::move(container));
+    ContainerFiles files(api);
+    auto container = co_await files.open_ready(ctx.owner, records[i].id, /*create=*/false);
     if (container) {
       FileListQuery query{"", kResourcesPerPage - resources.size(), i == 0 ? cursor.after_file : std::nullopt,
                           std::nullopt};
@@ -787,8 +791,8 @@ asio::awaitable<Result<json::object>> mcp_complete(ApiContext& api, RequestConte
         if (const auto* chosen = arguments->as_object().if_contains("container");
             chosen && chosen->is_string())
           container_id = std::string(chosen->as_string());
-    auto container = co_await api.containers.async_open(ctx.owner, container_id, /*create=*/false);
-    container = co_await ready_container(api, std::move(container));
+    ContainerFiles files(api);
+    auto container = co_await files.open_ready(ctx.owner, container_id, /*create=*/false);
     if (container) {
       FileListQuery query{store::key_for_sandbox_path("/" + typed).value_or(""), 1000, std::nullopt,
                           std::nullopt};
@@ -864,9 +868,9 @@ asio::awaitable<Result<json::object>> mcp_read_resource(ApiContext& api, Request
   const bool decoded = server::percent_decode(rest.substr(0, slash), container_id) &&
                        server::percent_decode(rest.substr(slash + 7), path);
   if (!decoded || !ContainerService::valid_id(container_id)) co_return not_found;
-  auto container = co_await api.containers.async_open(ctx.owner, container_id, /*create=*/false);
+  ContainerFiles files(api);
+  auto container = co_await files.open_ready(ctx.owner, container_id, /*create=*/false);
   if (container) api.containers.touch(**container);
-  container = co_await ready_container(api, std::move(container));
   if (!container) co_return container.error();
   auto file = co_await inline_file(api, **container, store::file_id_for_path("/" + path));
   // Named by the URI the client asked for (the file's internal id means nothing to it).

@@ -41,9 +41,6 @@ struct ApiContext : service::Services {
   const ops::HealthCheck* health = nullptr;            // behind /health
   cluster::ContainerDurability* durability = nullptr;  // storage.backend s3: the sessions bucket
   cluster::ContainerLeases* leases = nullptr;          // cluster mode: this replica's leases
-  // The Workspace's chat threads: a container is a thread's when the thread store holds a
-  // thread of the same owner and id (the thread's turns run in it).
-  store::ThreadStore* threads = nullptr;
   // Cluster mode: kept-alive connections to the other replicas (api/cluster_relay.h).
   std::shared_ptr<server::UpstreamPool> replica_connections;
   // NetworkPolicy peers configured: their watch (its status is in /ready and /metrics).

@@ -11,9 +11,11 @@
 namespace sandboxd::api {
 namespace {
 
+// The thread's container, opened (made when `create`) and ready.
 asio::awaitable<Result<std::shared_ptr<Container>>> thread_container(ApiContext& api, RequestContext& ctx,
                                                                      bool create) {
-  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["thread_id"], create);
+  ContainerFiles files(api);
+  auto container = co_await files.open_ready(ctx.owner, ctx.params["thread_id"], create);
   if (container) api.containers.touch(**container);
   co_return container;
 }
@@ -32,17 +34,14 @@ asio::awaitable<Result<Response>> download_file(ApiContext& api, RequestContext&
   auto path = ctx.query_value("path");
   if (!path || path->empty())
     co_return ApiError::invalid_request("The 'path' query parameter (a sandbox path) is required");
-  auto opened = co_await thread_container(api, ctx, /*create=*/false);
-  auto container = co_await ready_container(api, std::move(opened));
+  auto container = co_await thread_container(api, ctx, /*create=*/false);
   if (!container) co_return container.error();
   auto resolved = resolve_sandbox_path((*container)->paths, *path);
   if (!resolved)
     co_return ApiError::invalid_request("Path '" + path->substr(0, 300) +
                                         "' does not match any session mount");
   // The organisation's settings (the same rule as the Files API's for a thread's files).
-  const auto config = api.config();
-  const DownloadRule rule{
-      .thread = true, .outputs = config->download_generated, .uploads = config->download_uploaded};
+  const DownloadRule rule = DownloadRule::for_thread(*api.config());
   if (!rule.allows(resolved->sandbox_path)) co_return rule.refusal(resolved->sandbox_path);
   Container& c = **container;
   auto stat = [&api, &c, &resolved] {

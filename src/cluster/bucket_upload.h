@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "service/cluster_hooks.h"
 #include "store/s3_client.h"
 
 namespace sandboxd::cluster {
@@ -34,26 +35,26 @@ namespace asio = boost::asio;
 // up to a second or more) never hold up the disk walks and hashing on the blocking pool.
 asio::thread_pool& bucket_transfer_pool();
 
-class BucketUpload {
+class BucketUpload : public service::BucketObjectUpload {
  public:
   BucketUpload(asio::any_io_executor executor, std::shared_ptr<store::S3Client> client, std::string key,
                size_t part_bytes, int retry_after_sec, size_t max_in_flight = 1,
                std::optional<uint64_t> stream_size = std::nullopt);
-  ~BucketUpload();
+  ~BucketUpload() override;
   BucketUpload(const BucketUpload&) = delete;
   BucketUpload& operator=(const BucketUpload&) = delete;
 
-  const std::string& key() const { return key_; }
+  const std::string& key() const override { return key_; }
   // Takes the next bytes (synchronous: called from the body reader).
-  void append(std::string_view data) { buffer_.append(data); }
+  void append(std::string_view data) override { buffer_.append(data); }
   // Sends a full part if there is one (first waiting for the oldest part in flight when
   // max_in_flight are): awaited after every chunk of the body.
-  asio::awaitable<Result<void>> drain();
+  asio::awaitable<Result<void>> drain() override;
   // The rest, and the object is complete in the bucket.
-  asio::awaitable<Result<void>> finish();
+  asio::awaitable<Result<void>> finish() override;
   // Drops whatever was sent: the multipart upload is aborted (or, on a server without
   // AbortMultipartUpload, completed and deleted), nothing stays in the bucket.
-  asio::awaitable<void> discard();
+  asio::awaitable<void> discard() override;
 
  private:
   struct InFlight;

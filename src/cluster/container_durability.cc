@@ -197,9 +197,8 @@ void ContainerDurability::delete_objects_later(std::vector<std::string> keys) {
 
 // --- uploads ------------------------------------------------------------------------
 
-std::unique_ptr<BucketUpload> ContainerDurability::begin_upload(const Container& container,
-                                                                asio::any_io_executor executor,
-                                                                std::optional<uint64_t> declared_size) {
+std::unique_ptr<service::BucketObjectUpload> ContainerDurability::begin_upload(
+    const Container& container, asio::any_io_executor executor, std::optional<uint64_t> declared_size) {
   std::string key = config_.s3.prefix + "objects/" + container.storage + "/" + random_hex(32);
   std::optional<uint64_t> streamed;
   if (declared_size && *declared_size > config_.s3.part_bytes &&

@@ -82,7 +82,7 @@ class ContainerDurability : public service::BucketCopy {
   // upload's row is written: throws store::FencedError when another replica holds the
   // container), their objects after that; a holder that dies before its next flush
   // cannot bring them back. Blocking (the database): on the blocking pool.
-  void forget_files(Container& container, const std::vector<std::string>& paths);
+  void forget_files(Container& container, const std::vector<std::string>& paths) override;
   // A deleted container: its rows and objects go (every object under its prefix).
   asio::awaitable<void> forget(std::shared_ptr<Container> container) override;
   // Cluster mode: a flush or restore met the fence (another replica holds the
@@ -93,10 +93,12 @@ class ContainerDurability : public service::BucketCopy {
 
   // --- uploads ----------------------------------------------------------------------
   // `declared_size`: the body's Content-Length, when it has one (see BucketUpload).
-  std::unique_ptr<BucketUpload> begin_upload(const Container& container, asio::any_io_executor executor,
-                                             std::optional<uint64_t> declared_size = std::nullopt);
+  std::unique_ptr<service::BucketObjectUpload> begin_upload(const Container& container,
+                                                            asio::any_io_executor executor,
+                                                            std::optional<uint64_t> declared_size) override;
   // The uploaded file's row (its object is in the bucket), before the 200.
-  void commit_upload(Container& container, const store::FileRecord& record, const std::string& object_key);
+  void commit_upload(Container& container, const store::FileRecord& record,
+                     const std::string& object_key) override;
 
   // The bucket's client (the skills' copies share it: store/skill_bucket.h).
   std::shared_ptr<store::S3Client> bucket_client() const { return client_; }

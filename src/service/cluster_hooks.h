@@ -4,15 +4,19 @@
 // single host sets neither (every call site checks for null).
 #pragma once
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/error.h"
 #include "store/lease_store.h"
+#include "store/metadata.h"
 
 namespace sandboxd::service {
 
@@ -51,6 +55,24 @@ class LeaseKeeper {
   virtual void set_draining() = 0;
 };
 
+// One uploaded body on its way to the bucket while it streams to the local file
+// (cluster/bucket_upload.h): the bytes are appended as they arrive, full parts sent
+// between chunks, the object completed before the local file is committed.
+class BucketObjectUpload {
+ public:
+  virtual ~BucketObjectUpload() = default;
+  // The object's key in the bucket (its manifest row names it).
+  virtual const std::string& key() const = 0;
+  // Takes the next bytes (synchronous: called from the body reader).
+  virtual void append(std::string_view data) = 0;
+  // Sends what is ready to go: awaited after every chunk of the body.
+  virtual boost::asio::awaitable<Result<void>> drain() = 0;
+  // The rest, and the object is complete in the bucket.
+  virtual boost::asio::awaitable<Result<void>> finish() = 0;
+  // Drops whatever was sent: nothing stays in the bucket.
+  virtual boost::asio::awaitable<void> discard() = 0;
+};
+
 // The durable copy of a container in the sessions bucket; the local volume stays the
 // working copy.
 class BucketCopy {
@@ -63,6 +85,16 @@ class BucketCopy {
   virtual void invalidate_local(Container& container) = 0;
   // Something changed outside a command (an edit, a file deleted through the API).
   virtual void note_change(Container& container) = 0;
+  // An upload's body streamed to the bucket as it arrives (`declared_size`: the body's
+  // length when the request announced it), and its manifest row once the local file is
+  // committed (may throw store::FencedError, as every write of the manifest).
+  virtual std::unique_ptr<BucketObjectUpload> begin_upload(const Container& container,
+                                                           boost::asio::any_io_executor executor,
+                                                           std::optional<uint64_t> declared_size) = 0;
+  virtual void commit_upload(Container& container, const store::FileRecord& record,
+                             const std::string& object_key) = 0;
+  // Files removed through the API: their rows and objects go, before the answer.
+  virtual void forget_files(Container& container, const std::vector<std::string>& paths) = 0;
   // After a sandbox stopped: a flush if anything changed (a failure is retried).
   virtual boost::asio::awaitable<void> flush_if_changed(std::shared_ptr<Container> container) = 0;
   // Whether the container may be let go (unmounted, lease released): nothing unflushed.

@@ -10,8 +10,9 @@
 
 namespace sandboxd::store {
 
-// Why a file operation failed for an expected reason. The api layer turns each into the
-// documented status (api/file_transfer.h, file_error()).
+// Why a file operation failed for an expected reason. The file service turns each into
+// the documented status (service/container_files.h, file_error(); a surface with a
+// wording of its own, E2B's, passes it).
 enum class FileError { kNotFound, kNotAFile, kOutsideMounts, kNoSpace, kTooLarge, kIo };
 
 std::ostream& operator<<(std::ostream& out, FileError error);

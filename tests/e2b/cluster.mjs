@@ -75,6 +75,9 @@ async function before() {
   assert.ok((await viaB.files.list('/home/user')).some((f) => f.name === 'notes.txt'));
   assert.equal((await made.commands.run('cat /home/user/notes.txt')).stdout, 'written through B\n');
   assert.equal(await viaB.files.exists('/home/user/notes.txt'), true);
+  // An upload under outputs/ through B: stored by its holder (A) as any upload, its body
+  // in the bucket and its manifest row written before the answer.
+  await viaB.files.write('/mnt/user-data/outputs/report.txt', 'report through B\n');
 
   // The code interpreter through B: its kernel runs on A, and keeps its state.
   const interpreter = await CodeInterpreter.connect(made.sandboxId, B);
@@ -148,6 +151,7 @@ async function after() {
     return (await viaB.commands.run('true')).exitCode === 0;
   });
   assert.equal(await viaB.files.read('/home/user/notes.txt'), 'written through B\n');
+  assert.equal(await viaB.files.read('/mnt/user-data/outputs/report.txt'), 'report through B\n');
   assert.equal((await viaB.commands.run('cat /home/user/notes.txt; echo more >> /home/user/notes.txt')).stdout,
                'written through B\n');
   assert.equal(await viaB.files.read('/home/user/notes.txt'), 'written through B\nmore\n');

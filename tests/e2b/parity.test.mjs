@@ -115,6 +115,30 @@ test('uploads count against the owner\'s stored bytes', async () => {
     // A workspace upload counts while it arrives: past the quota with what is stored, refused.
     await assert.rejects(sandbox.files.write('/home/user/three.bin', chunk, { useOctetStream: true }), /Storage quota reached/);
     await assert.rejects(sandbox.files.write([{ path: '/home/user/four.bin', data: chunk }]), /Storage quota reached/);
+    // The refusal in each surface's own shape, from the one file service: E2B's
+    // {code, message} on envd's /files, the Files API's {type: error, error} on the same
+    // container through sandboxd's own API; neither keeps a byte.
+    const envd = await fetch(`${url}/e2b/sandbox/files?path=/mnt/user-data/outputs/raw.bin`, {
+      method: 'POST',
+      headers: { 'X-Access-Token': ALICE, 'E2b-Sandbox-Id': sandbox.sandboxId, 'E2b-Sandbox-Port': '49983',
+                 'Content-Type': 'application/octet-stream' },
+      body: chunk,
+    });
+    assert.equal(envd.status, 403);
+    const envdBody = await envd.json();
+    assert.equal(envdBody.code, 403);
+    assert.match(envdBody.message, /quotas\.storedBytesPerOwner/);
+    assert.equal(envdBody.type, undefined);
+    const filesApi = await fetch(`${url}/api/gpt/v1/files/outputs/api.bin?scope_id=${sandbox.sandboxId}`, {
+      method: 'PUT', headers: { Authorization: `Bearer ${ALICE}` }, body: chunk,
+    });
+    assert.equal(filesApi.status, 403);
+    const filesBody = await filesApi.json();
+    assert.equal(filesBody.type, 'error');
+    assert.equal(filesBody.error.type, 'permission_error');
+    assert.match(filesBody.error.message, /quotas\.storedBytesPerOwner/);
+    assert.equal(await sandbox.files.exists('/mnt/user-data/outputs/raw.bin'), false);
+    assert.equal(await sandbox.files.exists('/mnt/user-data/outputs/api.bin'), false);
     // Replacing the stored file with one of its size fits (the old version is not counted twice).
     await sandbox.files.write('/mnt/user-data/outputs/one.bin', chunk.replaceAll('x', 'y'));
     await sandbox.files.write('/home/user/small.txt', 'small');
