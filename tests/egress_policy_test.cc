@@ -361,7 +361,7 @@ TEST(InterceptionCa, IsMadeOnceAndSignsALeafPerHost) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   auto ca = server::InterceptionCa::load_or_create((dir / "egress-ca").string());
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(stat((dir / "egress-ca").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   ASSERT_EQ(stat((dir / "egress-ca" / "ca.key").c_str(), &st), 0);
@@ -393,4 +393,3 @@ TEST(InterceptionCa, IsMadeOnceAndSignsALeafPerHost) {
   EXPECT_THROW(server::InterceptionCa::load_or_create((dir / "egress-ca").string()), std::runtime_error);
   fs::remove_all(dir);
 }
-

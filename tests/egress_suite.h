@@ -318,7 +318,8 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
            "network:\n  egress:\n    allow: [allowed.test, '*.wild.test', denied.test, host-itself.test, "
            "pypi.test, " +
            *allowed_ip + ", " + *index_ip + ", '127.0.0.1/32:" + std::to_string(echo->port()) + "'" + extra +
-           "]\n    deny: [denied.test]\n    resolvers: ['127.0.0.1:" + std::to_string(dns->port()) + "']\n    upstreamCaFile: " + (*dir / "cert.pem").string() + "\n" + keys;
+           "]\n    deny: [denied.test]\n    resolvers: ['127.0.0.1:" + std::to_string(dns->port()) +
+           "']\n    upstreamCaFile: " + (*dir / "cert.pem").string() + "\n" + keys;
   }
   void SetUp() override {
     start_server();
@@ -578,8 +579,9 @@ TEST_P(EgressTest, OutsideConnectionsAreCappedPerSandbox) {
                "print(len(b.recv(1)))\nexcept OSError as e: print(type(e).__name__)\n"
                "held[0].sendall(b'c'); print(held[0].recv(1).decode())\""));
   EXPECT_TRUE(result == "ConnectionResetError\nc\n" || result == "0\nc\n") << result;
-  EXPECT_NE(audit().find("the sandbox has 32 outside connections open (network.egress.maxConnectionsPerSandbox)"),
-            std::string::npos);
+  EXPECT_NE(
+      audit().find("the sandbox has 32 outside connections open (network.egress.maxConnectionsPerSandbox)"),
+      std::string::npos);
   EXPECT_GE(server->metric("sandboxd_egress_refused_total{reason=\"sandbox_limit\"}"), 1);
   // Given back when they closed (at the relays' end, a moment after the command's).
   EXPECT_TRUE(eventually([&] {
@@ -617,7 +619,8 @@ TEST_P(EgressTest, OutsideConnectionsAreCappedPerOwnerAcrossItsSandboxes) {
     // reaches its own cap of 3, and the fourth is refused for that.
     std::thread second_holding([&] { second_out = out(bash_in(second, hold_script(3))); });
     std::thread bob_holding([&] { bob_out = out(bash_in(bobs, hold_script(4), "secret-bob-x")); });
-    EXPECT_TRUE(eventually([&] { return hold->holding() >= 7; }, std::chrono::seconds(60))) << hold->holding();
+    EXPECT_TRUE(eventually([&] { return hold->holding() >= 7; }, std::chrono::seconds(60)))
+        << hold->holding();
     EXPECT_TRUE(eventually([&] {
       const std::string log = audit();
       return log.find("the owner's sandboxes have 4 outside connections open") != std::string::npos &&
@@ -631,9 +634,11 @@ TEST_P(EgressTest, OutsideConnectionsAreCappedPerOwnerAcrossItsSandboxes) {
   holding.join();
   ASSERT_TRUE(held) << first_out;
   EXPECT_EQ(first_out, "h\nh\nreleased\n");
-  EXPECT_TRUE(second_out == "h\nh\nConnectionResetError\nreleased\n" || second_out == "h\nh\nclosed\nreleased\n")
+  EXPECT_TRUE(second_out == "h\nh\nConnectionResetError\nreleased\n" ||
+              second_out == "h\nh\nclosed\nreleased\n")
       << second_out;
-  EXPECT_TRUE(bob_out == "h\nh\nh\nConnectionResetError\nreleased\n" || bob_out == "h\nh\nh\nclosed\nreleased\n")
+  EXPECT_TRUE(bob_out == "h\nh\nh\nConnectionResetError\nreleased\n" ||
+              bob_out == "h\nh\nh\nclosed\nreleased\n")
       << bob_out;
   const std::string log = audit();
   EXPECT_NE(log.find("the owner's sandboxes have 4 outside connections open "
@@ -651,8 +656,8 @@ TEST_P(EgressTest, AHeaderRuleAddsItsCredentialOnItsHostOnlyAndTheSandboxNeverSe
   // vendor.test (allowed) has a rule; allowed.test has none. The secret is written here
   // split in two, so that no command below carries it whole.
   const std::string secret = std::string("sbx-secret-") + "4417";
-  server->write_config(config_yaml(", vendor.test", "    rules: [ { host: vendor.test, headers: { X-Api-Key: " +
-                                                        secret + " } } ]\n"));
+  server->write_config(config_yaml(
+      ", vendor.test", "    rules: [ { host: vendor.test, headers: { X-Api-Key: " + secret + " } } ]\n"));
   EXPECT_NE(server->reload().find("SIGHUP"), std::string::npos);
   // The installation's CA, as the sandbox would trust it.
   const std::string installation_ca = sh("cat " + (server->data_dir() / "egress-ca" / "ca.pem").string());
@@ -666,10 +671,11 @@ TEST_P(EgressTest, AHeaderRuleAddsItsCredentialOnItsHostOnlyAndTheSandboxNeverSe
             "allowed-tls vendor.test /d key=" + secret + "\n");
   EXPECT_EQ(with_ca("curl -sS -m 20 --cacert /tmp/sbxca.pem https://vendor.test/p"),
             "allowed-tls vendor.test /p key=" + secret + "\n");
-  EXPECT_EQ(with_ca("env -u HTTPS_PROXY -u https_proxy python3 -c \"import ssl, urllib.request; "
-                    "c = ssl.create_default_context(cafile='/tmp/sbxca.pem'); "
-                    "print(urllib.request.urlopen('https://vendor.test/py', context=c).read().decode(), end='')\""),
-            "allowed-tls vendor.test /py key=" + secret + "\n");
+  EXPECT_EQ(
+      with_ca("env -u HTTPS_PROXY -u https_proxy python3 -c \"import ssl, urllib.request; "
+              "c = ssl.create_default_context(cafile='/tmp/sbxca.pem'); "
+              "print(urllib.request.urlopen('https://vendor.test/py', context=c).read().decode(), end='')\""),
+      "allowed-tls vendor.test /py key=" + secret + "\n");
   // Keep-alive: two requests on one connection, each with the header.
   EXPECT_EQ(with_ca("curl -sS -m 20 --noproxy '*' --cacert /tmp/sbxca.pem https://vendor.test/1 "
                     "https://vendor.test/2"),
@@ -679,14 +685,15 @@ TEST_P(EgressTest, AHeaderRuleAddsItsCredentialOnItsHostOnlyAndTheSandboxNeverSe
   // Another allowed host is not intercepted: the client sees the outside server's own
   // certificate (the test's, which --cacert trusts), and the installation CA's would fail.
   EXPECT_EQ(curl("https://allowed.test/own"), "allowed-tls allowed.test /own\n");
-  EXPECT_EQ(with_ca("curl -sS -m 20 --noproxy '*' --cacert /tmp/sbxca.pem https://allowed.test/ 2>/dev/null || "
-                    "echo \"exit $?\""),
-            "exit 60\n");
+  EXPECT_EQ(
+      with_ca("curl -sS -m 20 --noproxy '*' --cacert /tmp/sbxca.pem https://allowed.test/ 2>/dev/null || "
+              "echo \"exit $?\""),
+      "exit 60\n");
   // Nowhere inside: not in the environment, /etc, /proc or the workspace (the pattern
   // is split too, so that it matches nothing of the command itself).
   const std::string pattern = "'sbx-secre[t]-4417'";
-  EXPECT_EQ(out(bash("env | grep -c " + pattern + "; grep -c " + pattern +
-                     " /proc/self/environ; grep -rls " + pattern + " /etc $HOME /mnt/user-data /tmp | wc -l")),
+  EXPECT_EQ(out(bash("env | grep -c " + pattern + "; grep -c " + pattern + " /proc/self/environ; grep -rls " +
+                     pattern + " /etc $HOME /mnt/user-data /tmp | wc -l")),
             "0\n0\n0\n");
   // Nor in what the server logs and audits (the destination and bytes, never headers).
   EXPECT_EQ(audit().find(secret), std::string::npos);
@@ -698,4 +705,3 @@ TEST_P(EgressTest, AHeaderRuleAddsItsCredentialOnItsHostOnlyAndTheSandboxNeverSe
 }
 
 }  // namespace sandboxd::testing
-

@@ -81,18 +81,20 @@ Result<std::vector<ops::HeaderRule>> header_rules_field(const json::value& rules
   if (!rules.is_object())
     return ApiError::invalid_request("'network.rules' must be an object of host patterns to lists of rules");
   if (rules.as_object().size() > ops::kMaxHeaderRules)
-    return ApiError::invalid_request("'network.rules' may have at most " + std::to_string(ops::kMaxHeaderRules) +
-                                     " hosts");
+    return ApiError::invalid_request("'network.rules' may have at most " +
+                                     std::to_string(ops::kMaxHeaderRules) + " hosts");
   std::vector<ops::HeaderRule> out;
   for (const auto& [pattern, list] : rules.as_object()) {
     const std::string where = "'network.rules[\"" + std::string(pattern) + "\"]'";
     if (!list.is_array()) return ApiError::invalid_request(where + " must be a list of rules");
     std::vector<std::pair<std::string, std::string>> headers;
     for (const auto& rule : list.as_array()) {
-      if (!rule.is_object()) return ApiError::invalid_request(where + " must be a list of rules ({transform})");
+      if (!rule.is_object())
+        return ApiError::invalid_request(where + " must be a list of rules ({transform})");
       const auto* transform = rule.as_object().if_contains("transform");
       if (!transform || transform->is_null()) continue;
-      if (!transform->is_object()) return ApiError::invalid_request(where + ": 'transform' must be an object");
+      if (!transform->is_object())
+        return ApiError::invalid_request(where + ": 'transform' must be an object");
       const auto* set = transform->as_object().if_contains("headers");
       if (!set || set->is_null()) continue;
       if (!set->is_object())
@@ -101,7 +103,8 @@ Result<std::vector<ops::HeaderRule>> header_rules_field(const json::value& rules
         if (!value.is_string())
           return ApiError::invalid_request(where + ": the value of header '" + std::string(name) +
                                            "' must be a string");
-        std::erase_if(headers, [&](const auto& pair) { return boost::iequals(pair.first, std::string_view(name)); });
+        std::erase_if(headers,
+                      [&](const auto& pair) { return boost::iequals(pair.first, std::string_view(name)); });
         headers.emplace_back(std::string(name), std::string(value.as_string()));
       }
     }

@@ -11,10 +11,10 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/asio/ssl.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
 #include <array>
@@ -793,8 +793,9 @@ asio::awaitable<void> intercept(std::shared_ptr<server::InterceptionCa> ca,
     refuse(socket);
   };
   if (!ca) {
-    refused("connect", "a header rule applies to " + name +
-                           " and the TLS interception it needs has no CA (see the server's log)",
+    refused("connect",
+            "a header rule applies to " + name +
+                " and the TLS interception it needs has no CA (see the server's log)",
             inside);
     co_return;
   }
@@ -830,14 +831,16 @@ asio::awaitable<void> intercept(std::shared_ptr<server::InterceptionCa> ca,
     co_return;
   }
   server::TlsStream downstream(std::move(inside), *leaf_context);
-  auto down_error = co_await handshake_within(downstream, [&]() -> asio::awaitable<boost::system::error_code> {
-    auto [error, used] =
-        co_await downstream.async_handshake(asio::ssl::stream_base::server, asio::buffer(first_bytes), use_tuple);
-    co_return error;
-  });
+  auto down_error =
+      co_await handshake_within(downstream, [&]() -> asio::awaitable<boost::system::error_code> {
+        auto [error, used] = co_await downstream.async_handshake(asio::ssl::stream_base::server,
+                                                                 asio::buffer(first_bytes), use_tuple);
+        co_return error;
+      });
   if (down_error) {
     // (The sandbox's client did not accept the installation CA, most often.)
-    refused("invalid", "TLS from the sandbox for " + name + ": " + down_error.message(), downstream.next_layer());
+    refused("invalid", "TLS from the sandbox for " + name + ": " + down_error.message(),
+            downstream.next_layer());
     boost::system::error_code ignored;
     upstream.lowest_layer().close(ignored);
     co_return;

@@ -114,8 +114,8 @@ std::optional<HeaderRule> parse_header_rule(std::string_view pattern,
   for (const auto& [name, value] : headers) {
     // RFC 9110's token characters.
     const bool token = !name.empty() && std::all_of(name.begin(), name.end(), [](char ch) {
-      return std::isalnum(static_cast<unsigned char>(ch)) || std::string_view("!#$%&'*+-.^_`|~").find(ch) !=
-                                                                   std::string_view::npos;
+      return std::isalnum(static_cast<unsigned char>(ch)) ||
+             std::string_view("!#$%&'*+-.^_`|~").find(ch) != std::string_view::npos;
     });
     if (!token) {
       *error = "has a header name that is not one: '" + name + "'";
@@ -130,8 +130,9 @@ std::optional<HeaderRule> parse_header_rule(std::string_view pattern,
         return std::nullopt;
       }
     // A control character (CR, LF above all) would end the header and start another.
-    if (std::any_of(value.begin(), value.end(),
-                    [](char ch) { return (static_cast<unsigned char>(ch) < 0x20 && ch != '\t') || ch == 0x7F; })) {
+    if (std::any_of(value.begin(), value.end(), [](char ch) {
+          return (static_cast<unsigned char>(ch) < 0x20 && ch != '\t') || ch == 0x7F;
+        })) {
       *error = "has a value of header '" + name + "' with a control character";
       return std::nullopt;
     }

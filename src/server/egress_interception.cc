@@ -98,8 +98,8 @@ Cert new_certificate(EVP_PKEY* key, const std::string& common_name, long lifetim
   X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600);
   X509_gmtime_adj(X509_getm_notAfter(cert.get()), lifetime_seconds);
   X509_NAME* name = X509_get_subject_name(cert.get());
-  X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("sandboxd"), -1, -1,
-                             0);
+  X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("sandboxd"), -1,
+                             -1, 0);
   if (!X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
                                   reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1, 0))
     fail("X509_NAME_add_entry_by_txt(CN=" + common_name + ")");
@@ -122,7 +122,8 @@ std::string pem_of(X509* cert) {
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("egress TLS interception: reading " + path.string() + ": " + strerror(errno));
+  if (!in)
+    throw std::runtime_error("egress TLS interception: reading " + path.string() + ": " + strerror(errno));
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
@@ -141,7 +142,8 @@ void write_file(const fs::path& path, const std::string& text, mode_t mode) {
     if (n <= 0) {
       const int error = errno;
       close(fd);
-      throw std::runtime_error("egress TLS interception: write(" + temporary.string() + "): " + strerror(error));
+      throw std::runtime_error("egress TLS interception: write(" + temporary.string() +
+                               "): " + strerror(error));
     }
     written += static_cast<size_t>(n);
   }
@@ -189,14 +191,16 @@ std::shared_ptr<InterceptionCa> InterceptionCa::load_or_create(const std::string
   if (mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST)
     throw std::runtime_error("egress TLS interception: mkdir(" + folder.string() + "): " + strerror(errno));
   if (chmod(folder.c_str(), 0700) != 0)
-    throw std::runtime_error("egress TLS interception: chmod(" + folder.string() + ", 0700): " + strerror(errno));
+    throw std::runtime_error("egress TLS interception: chmod(" + folder.string() +
+                             ", 0700): " + strerror(errno));
   auto keys = std::make_unique<Keys>();
   std::error_code ec;
   const bool have_key = fs::exists(key_path, ec), have_cert = fs::exists(cert_path, ec);
   if (have_key != have_cert)
-    throw std::runtime_error("egress TLS interception: " + (have_key ? cert_path : key_path).string() +
-                             " is missing while the other file of the CA is there; restore it, or remove both "
-                             "to make a new CA (which every sandbox then trusts instead)");
+    throw std::runtime_error(
+        "egress TLS interception: " + (have_key ? cert_path : key_path).string() +
+        " is missing while the other file of the CA is there; restore it, or remove both "
+        "to make a new CA (which every sandbox then trusts instead)");
   if (have_key) {
     const std::string key_pem = read_file(key_path), cert_pem = read_file(cert_path);
     Bio key_bio(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
@@ -212,15 +216,17 @@ std::shared_ptr<InterceptionCa> InterceptionCa::load_or_create(const std::string
     keys->ca_key = new_key();
     char host[256] = "";
     gethostname(host, sizeof host - 1);
-    keys->ca_certificate = new_certificate(keys->ca_key.get(), std::string("sandboxd egress CA (") + host + ")",
-                                           kCaLifetimeSeconds, nullptr, keys->ca_key.get());
+    keys->ca_certificate =
+        new_certificate(keys->ca_key.get(), std::string("sandboxd egress CA (") + host + ")",
+                        kCaLifetimeSeconds, nullptr, keys->ca_key.get());
     X509* ca = keys->ca_certificate.get();
     add_extension(ca, ca, NID_basic_constraints, "critical,CA:TRUE,pathlen:0");
     add_extension(ca, ca, NID_key_usage, "critical,keyCertSign,cRLSign");
     add_extension(ca, ca, NID_subject_key_identifier, "hash");
     sign(ca, keys->ca_key.get());
     Bio key_bio(BIO_new(BIO_s_mem()));
-    if (!key_bio || !PEM_write_bio_PrivateKey(key_bio.get(), keys->ca_key.get(), nullptr, nullptr, 0, nullptr, nullptr))
+    if (!key_bio ||
+        !PEM_write_bio_PrivateKey(key_bio.get(), keys->ca_key.get(), nullptr, nullptr, 0, nullptr, nullptr))
       fail("PEM_write_bio_PrivateKey");
     char* data = nullptr;
     const long size = BIO_get_mem_data(key_bio.get(), &data);
@@ -237,7 +243,8 @@ std::shared_ptr<InterceptionCa> InterceptionCa::load_or_create(const std::string
 std::shared_ptr<asio::ssl::context> InterceptionCa::server_context(const std::string& host) {
   const auto now = std::chrono::system_clock::now();
   std::lock_guard lock(mutex_);
-  if (auto it = leaves_.find(host); it != leaves_.end() && it->second.renew_at > now) return it->second.context;
+  if (auto it = leaves_.find(host); it != leaves_.end() && it->second.renew_at > now)
+    return it->second.context;
   Cert leaf = new_certificate(keys_->leaf_key.get(), host,
                               std::chrono::duration_cast<std::chrono::seconds>(kLeafLifetime).count(),
                               keys_->ca_certificate.get(), keys_->ca_key.get());
@@ -256,8 +263,9 @@ std::shared_ptr<asio::ssl::context> InterceptionCa::server_context(const std::st
   if (SSL_CTX_use_PrivateKey(ctx, keys_->leaf_key.get()) != 1) fail("SSL_CTX_use_PrivateKey");
   SSL_CTX_set_alpn_select_cb(ctx, select_http11, nullptr);
   if (leaves_.size() >= kMaxLeaves && !leaves_.count(host)) {
-    auto oldest = std::min_element(leaves_.begin(), leaves_.end(),
-                                   [](const auto& a, const auto& b) { return a.second.made < b.second.made; });
+    auto oldest = std::min_element(leaves_.begin(), leaves_.end(), [](const auto& a, const auto& b) {
+      return a.second.made < b.second.made;
+    });
     leaves_.erase(oldest);
   }
   leaves_[host] = Leaf{context, now + kLeafLifetime - kLeafRenewBefore, ++made_};
@@ -284,8 +292,8 @@ namespace {
 // connection may carry another message.
 template <bool isRequest, typename Transform>
 asio::awaitable<std::optional<bool>> relay_message(TlsStream& in, boost::beast::flat_buffer& in_buffer,
-                                                    TlsStream& out, uint64_t& bytes, bool head_request,
-                                                    Transform transform) {
+                                                   TlsStream& out, uint64_t& bytes, bool head_request,
+                                                   Transform transform) {
   http::parser<isRequest, http::buffer_body> parser;
   parser.header_limit(kMaxHead);
   parser.body_limit(boost::none);
@@ -326,8 +334,8 @@ asio::awaitable<std::optional<bool>> relay_message(TlsStream& in, boost::beast::
 
 }  // namespace
 
-asio::awaitable<void> relay_http_setting_headers(TlsStream& inside, TlsStream& outside, const HeaderList& headers,
-                                                 RelayBytes& bytes) {
+asio::awaitable<void> relay_http_setting_headers(TlsStream& inside, TlsStream& outside,
+                                                 const HeaderList& headers, RelayBytes& bytes) {
   boost::beast::flat_buffer from_inside, from_outside;
   for (;;) {
     bool head_request = false;
@@ -344,13 +352,14 @@ asio::awaitable<void> relay_http_setting_headers(TlsStream& inside, TlsStream& o
     std::optional<bool> response_kept;
     for (;;) {
       bool interim = false;
-      response_kept = co_await relay_message<false>(outside, from_outside, inside, bytes.b_to_a, head_request,
-                                                    [&](http::response<http::buffer_body>& response) {
-                                                      if (response.result() == http::status::switching_protocols)
-                                                        return false;
-                                                      interim = response.result_int() / 100 == 1;
-                                                      return true;
-                                                    });
+      response_kept =
+          co_await relay_message<false>(outside, from_outside, inside, bytes.b_to_a, head_request,
+                                        [&](http::response<http::buffer_body>& response) {
+                                          if (response.result() == http::status::switching_protocols)
+                                            return false;
+                                          interim = response.result_int() / 100 == 1;
+                                          return true;
+                                        });
       if (!response_kept || !interim) break;
     }
     if (!response_kept || !*response_kept || !*request_kept) break;

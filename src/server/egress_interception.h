@@ -79,7 +79,7 @@ using HeaderList = std::vector<std::pair<std::string, std::string>>;
 // either side ends its connection, a message is not HTTP/1.1 the relay can read, or a
 // connection upgrade is asked for (refused: the headers could not be set on what
 // follows). `bytes` counts the bytes of the messages each way (a_to_b: to the host).
-asio::awaitable<void> relay_http_setting_headers(TlsStream& inside, TlsStream& outside, const HeaderList& headers,
-                                                 RelayBytes& bytes);
+asio::awaitable<void> relay_http_setting_headers(TlsStream& inside, TlsStream& outside,
+                                                 const HeaderList& headers, RelayBytes& bytes);
 
 }  // namespace sandboxd::server

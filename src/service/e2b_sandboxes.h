@@ -132,7 +132,7 @@ class E2bSandboxes {
   // The same for any of the owner's sandboxes: from its container's row when it is not
   // open here (after a restart, or on another replica).
   asio::awaitable<std::shared_ptr<const ops::SandboxEgress>> stored_network(const std::string& owner,
-                                                                             const std::string& id);
+                                                                            const std::string& id);
 
   ContainerService& containers() { return containers_; }
 

@@ -27,7 +27,8 @@ std::string encode_egress_options(const ops::SandboxEgress* options) {
     json::array rules;
     for (const auto& rule : options->header_rules) {
       json::array headers;
-      for (const auto& [name, value] : rule.headers) headers.push_back(json::array{json::string(name), json::string(value)});
+      for (const auto& [name, value] : rule.headers)
+        headers.push_back(json::array{json::string(name), json::string(value)});
       rules.push_back(json::object{{"host", rule.source}, {"headers", std::move(headers)}});
     }
     out["rules"] = std::move(rules);
@@ -41,9 +42,10 @@ std::shared_ptr<const ops::SandboxEgress> decode_egress_options(std::string_view
   const json::value value = json::parse(text, ec);
   auto unreadable = [&](const std::string& why) {
     // (Not the text itself: it may hold a header rule's credential.)
-    spdlog::error("a container's stored network options are unreadable ({}); the operator's policy alone applies "
-                  "to it",
-                  why);
+    spdlog::error(
+        "a container's stored network options are unreadable ({}); the operator's policy alone applies "
+        "to it",
+        why);
     return nullptr;
   };
   if (ec || !value.is_object()) return unreadable("not a JSON object");
@@ -57,7 +59,8 @@ std::shared_ptr<const ops::SandboxEgress> decode_egress_options(std::string_view
       std::string why;
       auto rule = item.is_string() ? ops::parse_egress_rule(item.as_string(), &why) : std::nullopt;
       if (!rule) return unreadable(std::string(key) + " has an entry that is not one");
-      (std::string_view(key) == "allowOut" ? egress->allow_out : egress->deny_out).push_back(std::move(*rule));
+      (std::string_view(key) == "allowOut" ? egress->allow_out : egress->deny_out)
+          .push_back(std::move(*rule));
     }
   }
   if (const auto* rules = object.if_contains("rules")) {
@@ -65,7 +68,8 @@ std::shared_ptr<const ops::SandboxEgress> decode_egress_options(std::string_view
     for (const auto& item : rules->as_array()) {
       const auto* host = item.is_object() ? item.as_object().if_contains("host") : nullptr;
       const auto* headers = item.is_object() ? item.as_object().if_contains("headers") : nullptr;
-      if (!host || !host->is_string() || !headers || !headers->is_array()) return unreadable("a rule is not one");
+      if (!host || !host->is_string() || !headers || !headers->is_array())
+        return unreadable("a rule is not one");
       std::vector<std::pair<std::string, std::string>> pairs;
       for (const auto& pair : headers->as_array()) {
         if (!pair.is_array() || pair.as_array().size() != 2 || !pair.as_array()[0].is_string() ||
