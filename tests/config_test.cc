@@ -189,7 +189,9 @@ TEST(ConfigReload, EveryNewWorkKeyChangesTheLiveConfiguration) {
       "quotas: { storedBytesPerOwner: 1Gi, threadsPerOwner: 1, skillsPerOwner: 1, skillVersionsPerOwner: 1, "
       "containersPerOwner: 1, runningSandboxesPerOwner: 1 }\n"
       "runtime: { skillMaxSize: 2Ki, skillMaxFiles: 2, keepMemory: false }\n"
-      "network: { egress: { allow: [pypi.internal], deny: [10.0.0.0/8], resolvers: [10.0.0.2] } }\n";
+      "network: { egress: { allow: [pypi.internal], deny: [10.0.0.0/8], resolvers: [10.0.0.2], "
+      "maxConnectionsPerSandbox: 5, maxConnectionsPerOwner: 9, "
+      "rules: [ { host: pypi.internal, headers: { X-Key: k } } ] } }\n";
   size_t new_work = 0;
   for (const auto& key : sandboxd::ops::key_reload_policies()) {
     if (key.reload != Reload::new_work) continue;
@@ -198,7 +200,7 @@ TEST(ConfigReload, EveryNewWorkKeyChangesTheLiveConfiguration) {
     EXPECT_NE(yaml.find(key.path.substr(key.path.rfind('.') + 1) + ":"), std::string::npos)
         << key.path << " is new work: set it in this test's file";
   }
-  EXPECT_EQ(new_work, 43u) << "a key changed its reload: this test's file and the docs go with it";
+  EXPECT_EQ(new_work, 46u) << "a key changed its reload: this test's file and the docs go with it";
   LiveConfig live(Config{});
   EXPECT_EQ(live.reload(parse_config(yaml)), std::vector<std::string>{});
   const auto c = live.get();
@@ -207,6 +209,10 @@ TEST(ConfigReload, EveryNewWorkKeyChangesTheLiveConfiguration) {
   EXPECT_TRUE(c->egress_policy().allows_name("pypi.internal", 443));
   EXPECT_TRUE(c->egress_policy().denies_address(0x0A000001, 443));
   EXPECT_EQ(c->egress_resolvers, std::vector<std::string>{"10.0.0.2:53"});
+  EXPECT_EQ(c->egress_max_connections_per_sandbox, 5);
+  EXPECT_EQ(c->egress_max_connections_per_owner, 9);
+  ASSERT_EQ(c->egress_header_rules.size(), 1u);
+  EXPECT_EQ(c->egress_header_rules[0].host, "pypi.internal");
   EXPECT_EQ(c->public_url, "https://sandboxes.example.com");
   EXPECT_EQ(c->max_nesting_depth, 1);
   EXPECT_EQ(c->model_names.at("default"), "m");

@@ -1,11 +1,18 @@
 // The egress policy's parsing and matching (ops/egress_policy.h), and what the egress
 // path reads before it connects out: a real ClientHello's server name (made by OpenSSL's
 // client), an HTTP request's Host, and the DNS client's query and reply (answered by
-// the sandbox resolver's own reply builder). Pure logic: no server, no root.
+// the sandbox resolver's own reply builder); the header rules and the CA that their TLS
+// interception signs with. No server, no root.
 
 #include <gtest/gtest.h>
 #include <openssl/bio.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "ops/config.h"
 #include "ops/egress_policy.h"
@@ -13,6 +20,7 @@
 #include "server/destination_peek.h"
 #include "server/dns_client.h"
 #include "server/dns_message.h"
+#include "server/egress_interception.h"
 
 using namespace sandboxd;
 
@@ -290,4 +298,98 @@ TEST(DnsClient, AQueryAndTheResolversReplyToIt) {
   auto cut = server::parse_dns_a_reply(reply.substr(0, reply.size() - 3), 0x1234);
   ASSERT_TRUE(cut);
   EXPECT_EQ(cut->addresses.size(), 1u);
+}
+
+TEST(HeaderRules, AHostOrAWildcardWithHeadersThatCannotReframeTheRequest) {
+  std::string error;
+  auto exact = ops::parse_header_rule("API.Vendor.test.", {{"Authorization", "Bearer s"}}, &error);
+  ASSERT_TRUE(exact) << error;
+  EXPECT_EQ(exact->host, "api.vendor.test");
+  EXPECT_FALSE(exact->wildcard);
+  auto wildcard = ops::parse_header_rule("*.vendor.test", {{"X-Key", "k"}}, &error);
+  ASSERT_TRUE(wildcard) << error;
+  EXPECT_EQ(wildcard->host, ".vendor.test");
+  EXPECT_TRUE(wildcard->wildcard);
+  for (const char* bad : {"*", "*.", "10.0.0.1", "a b", ""})
+    EXPECT_FALSE(ops::parse_header_rule(bad, {{"X-Key", "k"}}, &error)) << bad;
+  EXPECT_FALSE(ops::parse_header_rule("a.test", {{"Host", "elsewhere.test"}}, &error));
+  EXPECT_NE(error.find("may not set 'Host'"), std::string::npos) << error;
+  EXPECT_FALSE(ops::parse_header_rule("a.test", {{"Transfer-Encoding", "chunked"}}, &error));
+  EXPECT_FALSE(ops::parse_header_rule("a.test", {{"Bad Name", "v"}}, &error));
+  EXPECT_FALSE(ops::parse_header_rule("a.test", {{"X-Key", "v\r\nHost: elsewhere.test"}}, &error));
+  EXPECT_NE(error.find("control character"), std::string::npos) << error;
+}
+
+TEST(HeaderRules, AnExactRuleWinsThenTheLongestWildcardAndTheApexIsNotASubdomain) {
+  std::string error;
+  std::vector<ops::HeaderRule> rules;
+  for (const char* pattern : {"*.test", "*.vendor.test", "api.vendor.test"})
+    rules.push_back(*ops::parse_header_rule(pattern, {{"X-Rule", pattern}}, &error));
+  auto which = [&](const char* host) {
+    const auto* rule = ops::match_header_rule(rules, host);
+    return rule ? rule->source : std::string("none");
+  };
+  EXPECT_EQ(which("api.vendor.test"), "api.vendor.test");
+  EXPECT_EQ(which("eu.api.vendor.test"), "*.vendor.test");
+  EXPECT_EQ(which("other.test"), "*.test");
+  EXPECT_EQ(which("vendor.test"), "*.test");
+  EXPECT_EQ(which("test"), "none");
+  EXPECT_EQ(which("example.com"), "none");
+}
+
+TEST(HeaderRules, TheConfigurationTakesRulesAndRefusesABadOneWithItsPath) {
+  auto config = ops::parse_config(
+      "network: { egress: { allow: [api.vendor.test], rules: [ { host: api.vendor.test, headers: { "
+      "Authorization: 'Bearer s3cret' } } ], upstreamCaFile: /etc/ca.pem } }\n");
+  ASSERT_EQ(config.egress_header_rules.size(), 1u);
+  EXPECT_EQ(config.egress_header_rules[0].headers[0].second, "Bearer s3cret");
+  EXPECT_EQ(config.egress_upstream_ca_file, "/etc/ca.pem");
+  try {
+    ops::parse_config("network: { egress: { rules: [ { host: '*', headers: { X-Key: v } } ] } }\n");
+    ADD_FAILURE() << "a bare * was taken";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("network.egress.rules[0]: must be a host name"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The installation's CA: made once (the key 0600 in a 0700 folder), the same one loaded
+// after; each leaf verifies against it for its own name only.
+TEST(InterceptionCa, IsMadeOnceAndSignsALeafPerHost) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sandboxd-ca-test-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto ca = server::InterceptionCa::load_or_create((dir / "egress-ca").string());
+  struct stat st {};
+  ASSERT_EQ(stat((dir / "egress-ca").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(stat((dir / "egress-ca" / "ca.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(server::InterceptionCa::load_or_create((dir / "egress-ca").string())->certificate_pem(),
+            ca->certificate_pem());
+
+  BIO* bio = BIO_new_mem_buf(ca->certificate_pem().data(), static_cast<int>(ca->certificate_pem().size()));
+  X509* root = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  ASSERT_NE(root, nullptr);
+  auto context = ca->server_context("api.vendor.test");
+  EXPECT_EQ(context, ca->server_context("api.vendor.test")) << "kept, not made again";
+  X509* leaf = SSL_CTX_get0_certificate(context->native_handle());
+  ASSERT_NE(leaf, nullptr);
+  X509_STORE* store = X509_STORE_new();
+  X509_STORE_add_cert(store, root);
+  X509_STORE_CTX* verify = X509_STORE_CTX_new();
+  X509_STORE_CTX_init(verify, store, leaf, nullptr);
+  EXPECT_EQ(X509_verify_cert(verify), 1) << X509_verify_cert_error_string(X509_STORE_CTX_get_error(verify));
+  X509_STORE_CTX_free(verify);
+  X509_STORE_free(store);
+  EXPECT_EQ(X509_check_host(leaf, "api.vendor.test", 0, 0, nullptr), 1);
+  EXPECT_NE(X509_check_host(leaf, "other.test", 0, 0, nullptr), 1);
+  X509_free(root);
+
+  // A key without its certificate is an error, never silently replaced.
+  fs::remove(dir / "egress-ca" / "ca.pem");
+  EXPECT_THROW(server::InterceptionCa::load_or_create((dir / "egress-ca").string()), std::runtime_error);
+  fs::remove_all(dir);
 }

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <thread>
 
@@ -99,12 +100,14 @@ class OutsideDns {
   std::thread thread_;
 };
 
-// An HTTP(S) server that answers every GET with who it is and the Host it was sent.
+// An HTTP(S) server that answers every GET with who it is, the Host it was sent and the
+// X-Api-Key header when it was sent one (what a header rule sets).
 constexpr const char* kWebServer = R"PY(import http.server, ssl, sys
 name, address, port, cert = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = ("%s %s %s\n" % (name, self.headers.get("Host"), self.path)).encode()
+        key = self.headers.get("X-Api-Key")
+        body = ("%s %s %s%s\n" % (name, self.headers.get("Host"), self.path, " key=" + key if key else "")).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -161,6 +164,40 @@ server.socket = context.wrap_socket(server.socket, server_side=True)
 server.serve_forever()
 )PY";
 
+// A TCP server that sends one byte on each connection and then holds it open until
+// released: outside connections that stay open while the test looks at the caps.
+class HoldServer : public LoopbackServer {
+ public:
+  HoldServer() : LoopbackServer(0, "hold server") { start_accepting(); }
+  ~HoldServer() override {
+    release();
+    stop_serving();
+  }
+  int holding() const { return holding_.load(); }
+  // Closes every connection held now, and each one made after at once.
+  void release() {
+    {
+      std::lock_guard lock(mutex_);
+      released_ = true;
+    }
+    released_changed_.notify_all();
+  }
+
+ private:
+  void serve_connection(int fd) override {
+    ++holding_;
+    if (write(fd, "h", 1) == 1) {
+      std::unique_lock lock(mutex_);
+      released_changed_.wait(lock, [this] { return released_; });
+    }
+    --holding_;
+  }
+  std::mutex mutex_;
+  std::condition_variable released_changed_;
+  bool released_ = false;
+  std::atomic<int> holding_{0};
+};
+
 }  // namespace egress
 
 enum class EgressTier { kNative, kGvisor };
@@ -181,7 +218,7 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
     sh("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=allowed.test "
        "-addext "
        "subjectAltName=DNS:allowed.test,DNS:api.wild.test,DNS:denied.test,DNS:other.test,DNS:pypi.test,"
-       "DNS:pypi-unlisted.test "
+       "DNS:pypi-unlisted.test,DNS:vendor.test "
        "-keyout " +
        (*dir / "key.pem").string() + " -out " + (*dir / "cert.pem").string() + " 2>/dev/null");
     sh("cat " + (*dir / "cert.pem").string() + " " + (*dir / "key.pem").string() + " > " +
@@ -203,6 +240,7 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
     start_web("unlisted-tls", *unlisted_ip, 443, (*dir / "both.pem").string());
     start_package_index();
     echo = new TcpEcho();
+    hold = new egress::HoldServer();
     dns = new egress::OutsideDns({{"allowed.test", *allowed_ip},
                                   {"api.wild.test", *allowed_ip},
                                   {"wild.test", *allowed_ip},
@@ -210,7 +248,8 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
                                   {"other.test", *unlisted_ip},
                                   {"host-itself.test", "127.0.0.1"},
                                   {"pypi.test", *index_ip},
-                                  {"pypi-unlisted.test", *index_ip}});
+                                  {"pypi-unlisted.test", *index_ip},
+                                  {"vendor.test", *allowed_ip}});
   }
   // The server, of this process's tier, started by the first test (CTest runs each test
   // in a process of its own).
@@ -226,6 +265,7 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
     delete server;
     delete dns;
     delete echo;
+    delete hold;
     for (pid_t pid : *web_pids) kill(pid, SIGTERM);
     delete web_pids;
     std::error_code ec;
@@ -269,14 +309,17 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
   // The policy: the test's names, the outside's address (names that resolve to a
   // loopback address need an allow CIDR: the server connects from the host), the echo
   // server's port for raw TCP; `extra` more allow entries.
-  std::string config_yaml(const std::string& extra) const {
+  // The hosts of header rules are verified with the outside's certificate
+  // (upstreamCaFile). `keys`: more keys of network.egress (each "    key: value\n").
+  std::string config_yaml(const std::string& extra, const std::string& keys = "") const {
     return std::string(GetParam() == EgressTier::kGvisor
                            ? "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n"
                            : "") +
            "network:\n  egress:\n    allow: [allowed.test, '*.wild.test', denied.test, host-itself.test, "
            "pypi.test, " +
            *allowed_ip + ", " + *index_ip + ", '127.0.0.1/32:" + std::to_string(echo->port()) + "'" + extra +
-           "]\n    deny: [denied.test]\n    resolvers: ['127.0.0.1:" + std::to_string(dns->port()) + "']\n";
+           "]\n    deny: [denied.test]\n    resolvers: ['127.0.0.1:" + std::to_string(dns->port()) +
+           "']\n    upstreamCaFile: " + (*dir / "cert.pem").string() + "\n" + keys;
   }
   void SetUp() override {
     start_server();
@@ -285,12 +328,17 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
     const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     container = "eg-" + test.substr(0, test.find('/'));
   }
-  bj::object bash(const std::string& command) {
+  bj::object bash(const std::string& command) { return bash_in(container, command); }
+  // In another container (of another owner with bob's token); safe from several threads.
+  bj::object bash_in(const std::string& in, const std::string& command,
+                     const std::string& token = "secret-alice") {
     fs::path file = server->dir() / ("cmd-" + std::to_string(++commands) + ".json");
     std::ofstream(file) << bj::serialize(bj::object{{"command", command}, {"timeout", 60}});
-    auto reply = server->curl_json(
-        "-X POST '" + server->base() + "/containers/" + container +
-        "/tools/bash_code_execution' -H 'content-type: application/json' --data-binary @" + file.string());
+    auto reply = server->curl_json("-X POST '" + server->base() + "/containers/" + in +
+                                       "/tools/bash_code_execution' -H 'content-type: application/json' "
+                                       "--data-binary @" +
+                                       file.string(),
+                                   token);
     return reply.is_object() ? reply.as_object() : bj::object{};
   }
   static std::string out(const bj::object& result) {
@@ -311,11 +359,12 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
   static inline std::string* ca = nullptr;
   static inline std::vector<pid_t>* web_pids = nullptr;
   static inline TcpEcho* echo = nullptr;
+  static inline egress::HoldServer* hold = nullptr;
   static inline egress::OutsideDns* dns = nullptr;
   static inline ServerProcess* server = nullptr;
   static inline std::string* skip_reason = nullptr;
   std::string container;
-  int commands = 0;
+  std::atomic<int> commands{0};
 };
 
 TEST_P(EgressTest, AnAllowedNameAnswersOverHttpAndHttps) {
@@ -530,14 +579,129 @@ TEST_P(EgressTest, OutsideConnectionsAreCappedPerSandbox) {
                "print(len(b.recv(1)))\nexcept OSError as e: print(type(e).__name__)\n"
                "held[0].sendall(b'c'); print(held[0].recv(1).decode())\""));
   EXPECT_TRUE(result == "ConnectionResetError\nc\n" || result == "0\nc\n") << result;
-  EXPECT_NE(audit().find("the sandbox has 32 outside connections open (at most a sandbox has)"),
-            std::string::npos);
+  EXPECT_NE(
+      audit().find("the sandbox has 32 outside connections open (network.egress.maxConnectionsPerSandbox)"),
+      std::string::npos);
   EXPECT_GE(server->metric("sandboxd_egress_refused_total{reason=\"sandbox_limit\"}"), 1);
   // Given back when they closed (at the relays' end, a moment after the command's).
   EXPECT_TRUE(eventually([&] {
     return out(bash("python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', " + port +
                     "), timeout=10); s.sendall(b'ping'); print(s.recv(4).decode())\"")) == "ping\n";
   }));
+}
+
+TEST_P(EgressTest, OutsideConnectionsAreCappedPerOwnerAcrossItsSandboxes) {
+  // Caps small enough to reach, set by a reload (they apply to the next connection): 3
+  // per sandbox, 4 per owner; the hold server's port allowed for raw TCP.
+  const std::string port = std::to_string(hold->port());
+  server->write_config(config_yaml(", '127.0.0.1/32:" + port + "'",
+                                   "    maxConnectionsPerSandbox: 3\n    maxConnectionsPerOwner: 4\n"));
+  EXPECT_NE(server->reload().find("SIGHUP"), std::string::npos);
+  // Opens `n` connections to the hold server, each answered with its byte or the error
+  // (a refused one is reset at once: its read fails or ends), then waits until the hold
+  // server lets go of those it holds.
+  auto hold_script = [&](int n) {
+    return "python3 -c \"import socket\nheld = []\nfor i in range(" + std::to_string(n) +
+           "):\n try:\n  s = socket.create_connection(('127.0.0.1', " + port +
+           "), timeout=60); r = s.recv(1); print(r.decode() or 'closed', flush=True); held.append(s)\n"
+           " except OSError as e: print(type(e).__name__, flush=True)\n"
+           "for s in held:\n try: s.recv(1)\n except OSError: pass\nprint('released')\"";
+  };
+  // alice's first sandbox holds 2 while her second one (and bob's) try theirs.
+  const std::string first = container + "-a", second = container + "-b", bobs = container + "-bob";
+  std::string first_out;
+  std::thread holding([&] { first_out = out(bash_in(first, hold_script(2))); });
+  const bool held = eventually([&] { return hold->holding() >= 2; }, std::chrono::seconds(60));
+  std::string second_out, bob_out;
+  if (held) {
+    // 2 more of alice's reach the owner's 4; the third is refused though her second
+    // sandbox has only 2 (its own cap is 3). bob's are counted apart: his sandbox
+    // reaches its own cap of 3, and the fourth is refused for that.
+    std::thread second_holding([&] { second_out = out(bash_in(second, hold_script(3))); });
+    std::thread bob_holding([&] { bob_out = out(bash_in(bobs, hold_script(4), "secret-bob-x")); });
+    EXPECT_TRUE(eventually([&] { return hold->holding() >= 7; }, std::chrono::seconds(60)))
+        << hold->holding();
+    EXPECT_TRUE(eventually([&] {
+      const std::string log = audit();
+      return log.find("the owner's sandboxes have 4 outside connections open") != std::string::npos &&
+             log.find("the sandbox has 3 outside connections open") != std::string::npos;
+    })) << audit();
+    hold->release();
+    second_holding.join();
+    bob_holding.join();
+  }
+  hold->release();
+  holding.join();
+  ASSERT_TRUE(held) << first_out;
+  EXPECT_EQ(first_out, "h\nh\nreleased\n");
+  EXPECT_TRUE(second_out == "h\nh\nConnectionResetError\nreleased\n" ||
+              second_out == "h\nh\nclosed\nreleased\n")
+      << second_out;
+  EXPECT_TRUE(bob_out == "h\nh\nh\nConnectionResetError\nreleased\n" ||
+              bob_out == "h\nh\nh\nclosed\nreleased\n")
+      << bob_out;
+  const std::string log = audit();
+  EXPECT_NE(log.find("the owner's sandboxes have 4 outside connections open "
+                     "(network.egress.maxConnectionsPerOwner)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("\"owner\":\"bob\""), std::string::npos) << log;
+  EXPECT_GE(server->metric("sandboxd_egress_refused_total{reason=\"owner_limit\"}"), 1);
+  EXPECT_GE(server->metric("sandboxd_egress_refused_total{reason=\"sandbox_limit\"}"), 1);
+  server->write_config(config_yaml(""));
+  server->reload();
+}
+
+TEST_P(EgressTest, AHeaderRuleAddsItsCredentialOnItsHostOnlyAndTheSandboxNeverSeesIt) {
+  // vendor.test (allowed) has a rule; allowed.test has none. The secret is written here
+  // split in two, so that no command below carries it whole.
+  const std::string secret = std::string("sbx-secret-") + "4417";
+  server->write_config(config_yaml(
+      ", vendor.test", "    rules: [ { host: vendor.test, headers: { X-Api-Key: " + secret + " } } ]\n"));
+  EXPECT_NE(server->reload().find("SIGHUP"), std::string::npos);
+  // The installation's CA, as the sandbox would trust it.
+  const std::string installation_ca = sh("cat " + (server->data_dir() / "egress-ca" / "ca.pem").string());
+  ASSERT_NE(installation_ca.find("BEGIN CERTIFICATE"), std::string::npos);
+  auto with_ca = [&](const std::string& command) {
+    return out(bash("printf '%s' '" + installation_ca + "' > /tmp/sbxca.pem; " + command));
+  };
+  // curl, directly and through the proxy (CONNECT), and Python's own HTTPS client: the
+  // outside server sees the header.
+  EXPECT_EQ(with_ca("curl -sS -m 20 --noproxy '*' --cacert /tmp/sbxca.pem https://vendor.test/d"),
+            "allowed-tls vendor.test /d key=" + secret + "\n");
+  EXPECT_EQ(with_ca("curl -sS -m 20 --cacert /tmp/sbxca.pem https://vendor.test/p"),
+            "allowed-tls vendor.test /p key=" + secret + "\n");
+  EXPECT_EQ(
+      with_ca("env -u HTTPS_PROXY -u https_proxy python3 -c \"import ssl, urllib.request; "
+              "c = ssl.create_default_context(cafile='/tmp/sbxca.pem'); "
+              "print(urllib.request.urlopen('https://vendor.test/py', context=c).read().decode(), end='')\""),
+      "allowed-tls vendor.test /py key=" + secret + "\n");
+  // Keep-alive: two requests on one connection, each with the header.
+  EXPECT_EQ(with_ca("curl -sS -m 20 --noproxy '*' --cacert /tmp/sbxca.pem https://vendor.test/1 "
+                    "https://vendor.test/2"),
+            "allowed-tls vendor.test /1 key=" + secret + "\nallowed-tls vendor.test /2 key=" + secret + "\n");
+  // HTTPS only: plain HTTP to the same host carries nothing (it would go in the clear).
+  EXPECT_EQ(curl("http://vendor.test/plain"), "allowed vendor.test /plain\n");
+  // Another allowed host is not intercepted: the client sees the outside server's own
+  // certificate (the test's, which --cacert trusts), and the installation CA's would fail.
+  EXPECT_EQ(curl("https://allowed.test/own"), "allowed-tls allowed.test /own\n");
+  EXPECT_EQ(
+      with_ca("curl -sS -m 20 --noproxy '*' --cacert /tmp/sbxca.pem https://allowed.test/ 2>/dev/null || "
+              "echo \"exit $?\""),
+      "exit 60\n");
+  // Nowhere inside: not in the environment, /etc, /proc or the workspace (the pattern
+  // is split too, so that it matches nothing of the command itself).
+  const std::string pattern = "'sbx-secre[t]-4417'";
+  EXPECT_EQ(out(bash("env | grep -c " + pattern + "; grep -c " + pattern + " /proc/self/environ; grep -rls " +
+                     pattern + " /etc $HOME /mnt/user-data /tmp | wc -l")),
+            "0\n0\n0\n");
+  // Nor in what the server logs and audits (the destination and bytes, never headers).
+  EXPECT_EQ(audit().find(secret), std::string::npos);
+  EXPECT_EQ(server->log().find(secret), std::string::npos);
+  EXPECT_NE(audit().find("\"destination\":\"vendor.test\",\"port\":443,\"address\":\"" + *allowed_ip + "\""),
+            std::string::npos);
+  server->write_config(config_yaml(""));
+  server->reload();
 }
 
 }  // namespace sandboxd::testing

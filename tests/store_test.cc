@@ -298,6 +298,22 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.cached ? "Cached" : "");
     });
 
+// A container's network options (service/egress_options.h) are a column of its row: set,
+// read back with it, replaced, and only for the container with that storage (one made
+// again under the same id is another).
+TEST_P(MetadataTest, AContainersNetworkOptionsAreKeptWithItsRow) {
+  metadata_.create_container({"alice", "c1", "st-a", 100, 100});
+  EXPECT_EQ(metadata_.find_container("alice", "c1")->egress, "");
+  EXPECT_TRUE(metadata_.set_container_egress("alice", "c1", "st-a", R"({"allowOut":["a.test"]})"));
+  EXPECT_EQ(metadata_.find_container("alice", "c1")->egress, R"({"allowOut":["a.test"]})");
+  EXPECT_EQ(metadata_.list_containers("alice", 10, "")[0].egress, R"({"allowOut":["a.test"]})");
+  EXPECT_FALSE(metadata_.set_container_egress("alice", "c1", "st-other", "{}"));
+  EXPECT_FALSE(metadata_.set_container_egress("alice", "gone", "st-a", "{}"));
+  EXPECT_TRUE(metadata_.set_container_egress("alice", "c1", "st-a", ""));
+  EXPECT_EQ(metadata_.find_container("alice", "c1")->egress, "");
+  EXPECT_EQ(metadata_.list_containers("alice", 10, "")[0].egress, "");
+}
+
 TEST_P(MetadataTest, ContainersCreateFindTouchListDelete) {
   ContainerRecord a{"alice", "c1", "st-a", 100, 100};
   EXPECT_EQ(metadata_.create_container(a).storage, "st-a");

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <boost/algorithm/string/predicate.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
 #include <cctype>
@@ -73,11 +74,53 @@ Result<std::vector<std::string>> string_list_field(const json::object& body, std
   return out;
 }
 
+// E2B's network.rules (SandboxNetworkConfig.rules): {host pattern: [SandboxNetworkRule]},
+// each rule's transform.headers set in order (a later one's value wins for a name). As
+// E2B: keys are exact names or one leading "*." wildcard, lower-cased; a bare "*" is not.
+Result<std::vector<ops::HeaderRule>> header_rules_field(const json::value& rules) {
+  if (!rules.is_object())
+    return ApiError::invalid_request("'network.rules' must be an object of host patterns to lists of rules");
+  if (rules.as_object().size() > ops::kMaxHeaderRules)
+    return ApiError::invalid_request("'network.rules' may have at most " +
+                                     std::to_string(ops::kMaxHeaderRules) + " hosts");
+  std::vector<ops::HeaderRule> out;
+  for (const auto& [pattern, list] : rules.as_object()) {
+    const std::string where = "'network.rules[\"" + std::string(pattern) + "\"]'";
+    if (!list.is_array()) return ApiError::invalid_request(where + " must be a list of rules");
+    std::vector<std::pair<std::string, std::string>> headers;
+    for (const auto& rule : list.as_array()) {
+      if (!rule.is_object())
+        return ApiError::invalid_request(where + " must be a list of rules ({transform})");
+      const auto* transform = rule.as_object().if_contains("transform");
+      if (!transform || transform->is_null()) continue;
+      if (!transform->is_object())
+        return ApiError::invalid_request(where + ": 'transform' must be an object");
+      const auto* set = transform->as_object().if_contains("headers");
+      if (!set || set->is_null()) continue;
+      if (!set->is_object())
+        return ApiError::invalid_request(where + ": 'transform.headers' must be an object of strings");
+      for (const auto& [name, value] : set->as_object()) {
+        if (!value.is_string())
+          return ApiError::invalid_request(where + ": the value of header '" + std::string(name) +
+                                           "' must be a string");
+        std::erase_if(headers,
+                      [&](const auto& pair) { return boost::iequals(pair.first, std::string_view(name)); });
+        headers.emplace_back(std::string(name), std::string(value.as_string()));
+      }
+    }
+    std::string error;
+    auto parsed = ops::parse_header_rule(pattern, std::move(headers), &error);
+    if (!parsed) return ApiError::invalid_request(where + " " + error);
+    out.push_back(std::move(*parsed));
+  }
+  return out;
+}
+
 // E2B's egress options of a create (NewSandbox) or an update (SandboxNetworkUpdateConfig):
 // top-level allow_internet_access and network.allowOut/denyOut, checked against the
 // operator's policy (a request may narrow it, never widen it). Null when none is given.
-// Header rules and a SOCKS5 egress proxy are refused rather than ignored: a client that
-// sends them counts on them.
+// Header rules (network.rules) are kept with them; a SOCKS5 egress proxy is refused rather
+// than ignored: a client that sends one counts on it.
 Result<std::shared_ptr<const ops::SandboxEgress>> requested_egress(ApiContext& api,
                                                                    const json::object& body) {
   std::optional<bool> internet;
@@ -99,12 +142,15 @@ Result<std::shared_ptr<const ops::SandboxEgress>> requested_egress(ApiContext& a
     network = nullptr;
   }
   std::vector<std::string> allow_out, deny_out;
-  bool listed = false;
+  std::vector<ops::HeaderRule> header_rules;
+  bool listed = false, has_rules = false;
   if (network) {
-    if (const auto* rules = network->if_contains("rules");
-        rules && !rules->is_null() && !(rules->is_object() && rules->as_object().empty()))
-      return ApiError::invalid_request(
-          "'network.rules' (header transforms) are not available on this server");
+    if (const auto* rules = network->if_contains("rules"); rules && !rules->is_null()) {
+      auto parsed = header_rules_field(*rules);
+      if (!parsed) return parsed.error();
+      header_rules = std::move(*parsed);
+      has_rules = !header_rules.empty();
+    }
     if (const auto* proxy = network->if_contains("egressProxy"); proxy && !proxy->is_null())
       return ApiError::invalid_request("'network.egressProxy' is not available on this server");
     auto allow = string_list_field(*network, "allowOut");
@@ -115,12 +161,13 @@ Result<std::shared_ptr<const ops::SandboxEgress>> requested_egress(ApiContext& a
     allow_out = std::move(*allow);
     deny_out = std::move(*deny);
   }
-  if (!internet && !listed) return std::shared_ptr<const ops::SandboxEgress>{};
+  if (!internet && !listed && !has_rules) return std::shared_ptr<const ops::SandboxEgress>{};
   std::string error;
   const auto config = api.config();
   auto egress = ops::parse_sandbox_egress(allow_out, deny_out, internet, config->egress_allow,
                                           config->egress_deny, &error);
   if (!egress) return ApiError::invalid_request(error);
+  egress->header_rules = std::move(header_rules);
   return std::shared_ptr<const ops::SandboxEgress>(std::make_shared<ops::SandboxEgress>(std::move(*egress)));
 }
 
@@ -133,7 +180,20 @@ void add_network_detail(json::object& detail, const ops::SandboxEgress* egress) 
   json::array allow, deny;
   for (const auto& rule : egress->allow_out) allow.emplace_back(rule.source);
   for (const auto& rule : egress->deny_out) deny.emplace_back(rule.source);
-  detail["network"] = json::object{{"allowOut", std::move(allow)}, {"denyOut", std::move(deny)}};
+  json::object network{{"allowOut", std::move(allow)}, {"denyOut", std::move(deny)}};
+  // The rules as E2B's info shows them (the owner's own; never reachable from a sandbox,
+  // whose token is taken by the messages endpoints only).
+  if (!egress->header_rules.empty()) {
+    json::object rules;
+    for (const auto& rule : egress->header_rules) {
+      json::object headers;
+      for (const auto& [name, value] : rule.headers) headers[name] = value;
+      rules[rule.source] =
+          json::array{json::object{{"transform", json::object{{"headers", std::move(headers)}}}}};
+    }
+    network["rules"] = std::move(rules);
+  }
+  detail["network"] = std::move(network);
 }
 
 asio::awaitable<Result<json::object>> read_object(RequestContext& ctx) {
@@ -365,7 +425,11 @@ asio::awaitable<Result<Response>> list_running_sandboxes(ApiContext& api, Reques
 asio::awaitable<Result<Response>> get_sandbox(ApiContext& api, RequestContext& ctx) {
   auto found = co_await api.e2b_sandboxes->find(ctx.owner, ctx.params["id"]);
   if (!found) co_return found.error();
-  co_return json_ok(sandbox_detail(api, *found));
+  auto detail = sandbox_detail(api, *found);
+  // Its network options as its container keeps them, also when it is not open here.
+  detail.erase("network");
+  add_network_detail(detail, (co_await api.e2b_sandboxes->stored_network(found->owner, found->id)).get());
+  co_return json_ok(detail);
 }
 
 asio::awaitable<Result<Response>> kill_sandbox(ApiContext& api, RequestContext& ctx) {

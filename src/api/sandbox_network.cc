@@ -1,6 +1,8 @@
 #include "api/sandbox_network.h"
 
 #include <openssl/crypto.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
@@ -9,12 +11,14 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
 #include <array>
+#include <filesystem>
 
 #include "base/blocking.h"
 #include "base/unique_fd.h"
@@ -64,10 +68,6 @@ constexpr uint16_t kHttpPort = 80, kHttpsPort = 443;
 // name does not resolve, and the server logs it.
 constexpr size_t kMaxEgressNames = 32;
 constexpr size_t kMaxEgressPortsPerName = 8;
-// Outside connections open at once, per sandbox and per owner (all its sandboxes here);
-// past either the next one is refused at once and audited.
-constexpr int kMaxEgressConnectionsPerSandbox = 32;
-constexpr int kMaxEgressConnectionsPerOwner = 128;
 // How long the server waits for a ClientHello or a request head, and for the DNS servers.
 constexpr auto kPeekTimeout = std::chrono::seconds(10);
 constexpr auto kResolveTimeout = std::chrono::milliseconds(2000);
@@ -125,6 +125,15 @@ SandboxNetwork::SandboxNetwork(asio::io_context& io, server::HttpServer& http, c
   for (const auto& service : config->internal_services)
     targets_.push_back({service.name, service.host, service.port});
   for (const auto& target : targets_) fixed_ports_.insert(target.port);
+  // The header rules' CA, made once into the data dir and loaded at each start after.
+  try {
+    interception_ca_ = server::InterceptionCa::load_or_create(
+        (std::filesystem::path(config->data_dir) / "egress-ca").string());
+  } catch (const std::exception& e) {
+    spdlog::error("{}; HTTPS connections that a header rule applies to are refused", e.what());
+  }
+  // A CA file that cannot be read is a configuration error: the start fails with it.
+  upstream_tls_ = server::upstream_tls_context(config->egress_upstream_ca_file);
   if (peers_) {
     change_target_->network = this;
     peers_->on_change([target = change_target_] {
@@ -749,6 +758,100 @@ asio::awaitable<server::ProxyRequest> read_proxy_request(tcp::socket& inside, st
   co_return found;
 }
 
+// Runs `handshake` (an SSL stream's) within kConnectTimeout: past it the stream's socket
+// is closed, which ends the handshake with an error.
+template <typename Stream, typename Handshake>
+asio::awaitable<boost::system::error_code> handshake_within(Stream& stream, Handshake handshake) {
+  asio::steady_timer deadline(stream.get_executor(), kConnectTimeout);
+  deadline.async_wait([&stream](boost::system::error_code ec) {
+    if (ec) return;
+    boost::system::error_code ignored;
+    stream.lowest_layer().close(ignored);
+  });
+  auto error = co_await handshake();
+  deadline.cancel();
+  co_return error;
+}
+
+// A connection a header rule applies to (docs/network.md#header-rules): TLS to the
+// destination first, its certificate verified against the host's trust store (and
+// network.egress.upstreamCaFile) for `name`; then the sandbox's handshake (its
+// ClientHello is `first_bytes`, already read) answered with the installation CA's
+// certificate for `name`; then HTTP/1.1 relayed with `headers` set on every request.
+// The headers exist only here and on the connection to the destination: never in the
+// sandbox, nor in the audit log (which has the destination and the bytes, as for any).
+asio::awaitable<void> intercept(std::shared_ptr<server::InterceptionCa> ca,
+                                std::shared_ptr<asio::ssl::context> upstream_context, tcp::socket inside,
+                                tcp::socket outside, std::string name, std::string first_bytes,
+                                server::HeaderList headers, EgressRecord record) {
+  boost::system::error_code endpoint_error;
+  record.address = outside.remote_endpoint(endpoint_error).address().to_string();
+  auto refused = [&](const char* reason, std::string why, tcp::socket& socket) {
+    record.reason = reason;
+    record.refused = std::move(why);
+    record.finish();
+    refuse(socket);
+  };
+  if (!ca) {
+    refused("connect",
+            "a header rule applies to " + name +
+                " and the TLS interception it needs has no CA (see the server's log)",
+            inside);
+    co_return;
+  }
+  server::TlsStream upstream(std::move(outside), *upstream_context);
+  // SNI, and the name the certificate must carry (RFC 6125 through X509_VERIFY_PARAM).
+  if (!SSL_set_tlsext_host_name(upstream.native_handle(), name.c_str()) ||
+      !SSL_set1_host(upstream.native_handle(), name.c_str())) {
+    refused("connect", "setting the TLS server name " + name, inside);
+    co_return;
+  }
+  auto up_error = co_await handshake_within(upstream, [&]() -> asio::awaitable<boost::system::error_code> {
+    auto [error] = co_await upstream.async_handshake(asio::ssl::stream_base::client, use_tuple);
+    co_return error;
+  });
+  if (up_error) {
+    const long verify = SSL_get_verify_result(upstream.native_handle());
+    refused("connect",
+            "TLS to " + name + ": " +
+                (verify != X509_V_OK ? std::string("its certificate is not trusted (") +
+                                           X509_verify_cert_error_string(verify) + ")"
+                                     : up_error.message()),
+            inside);
+    co_return;
+  }
+  // (Held for as long as the stream: the kept leaves may be renewed meanwhile.)
+  std::shared_ptr<asio::ssl::context> leaf_context;
+  try {
+    leaf_context = ca->server_context(name);
+  } catch (const std::exception& e) {
+    refused("connect", e.what(), inside);
+    boost::system::error_code ignored;
+    upstream.lowest_layer().close(ignored);
+    co_return;
+  }
+  server::TlsStream downstream(std::move(inside), *leaf_context);
+  auto down_error =
+      co_await handshake_within(downstream, [&]() -> asio::awaitable<boost::system::error_code> {
+        auto [error, used] = co_await downstream.async_handshake(asio::ssl::stream_base::server,
+                                                                 asio::buffer(first_bytes), use_tuple);
+        co_return error;
+      });
+  if (down_error) {
+    // (The sandbox's client did not accept the installation CA, most often.)
+    refused("invalid", "TLS from the sandbox for " + name + ": " + down_error.message(),
+            downstream.next_layer());
+    boost::system::error_code ignored;
+    upstream.lowest_layer().close(ignored);
+    co_return;
+  }
+  boost::system::error_code ignored;
+  upstream.lowest_layer().set_option(tcp::no_delay(true), ignored);
+  downstream.lowest_layer().set_option(tcp::no_delay(true), ignored);
+  co_await server::relay_http_setting_headers(downstream, upstream, headers, record.bytes);
+  record.finish();
+}
+
 }  // namespace
 
 asio::awaitable<void> SandboxNetwork::egress_relay(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
@@ -814,14 +917,18 @@ asio::awaitable<void> SandboxNetwork::egress_relay(SandboxNetwork* self, std::sh
       if (by_owner) self->release_owner_egress(owner);
     }
   } held{self, link, record.owner};
-  if (++link->egress_connections_ > kMaxEgressConnectionsPerSandbox) {
-    refuse_for("sandbox_limit", "the sandbox has " + std::to_string(kMaxEgressConnectionsPerSandbox) +
-                                    " outside connections open (at most a sandbox has)");
+  // (network.egress.maxConnectionsPerSandbox and maxConnectionsPerOwner as they are
+  // now: a reload applies to the next connection.)
+  const int sandbox_cap = config->egress_max_connections_per_sandbox;
+  const int owner_cap = config->egress_max_connections_per_owner;
+  if (++link->egress_connections_ > sandbox_cap) {
+    refuse_for("sandbox_limit", "the sandbox has " + std::to_string(sandbox_cap) +
+                                    " outside connections open (network.egress.maxConnectionsPerSandbox)");
     co_return co_await answer_refusal();
   }
-  if (!self->hold_owner_egress(record.owner, kMaxEgressConnectionsPerOwner)) {
-    refuse_for("owner_limit", "the owner's sandboxes have " + std::to_string(kMaxEgressConnectionsPerOwner) +
-                                  " outside connections open (at most an owner has)");
+  if (!self->hold_owner_egress(record.owner, owner_cap)) {
+    refuse_for("owner_limit", "the owner's sandboxes have " + std::to_string(owner_cap) +
+                                  " outside connections open (network.egress.maxConnectionsPerOwner)");
     co_return co_await answer_refusal();
   }
   held.by_owner = true;
@@ -946,6 +1053,21 @@ asio::awaitable<void> SandboxNetwork::egress_relay(SandboxNetwork* self, std::sh
     auto [answer_error, answered] = co_await asio::async_write(inside, asio::buffer(kEstablished), use_tuple);
     proxy_answered = true;
     if (answer_error) co_return refuse_for("connect", "answering the CONNECT: " + answer_error.message());
+  }
+  // HTTPS to a host a header rule names (the sandbox's own, then the operator's, whose
+  // headers win): TLS terminated here, the rule's headers set on each request. Only
+  // there: any other connection goes on end to end, untouched.
+  if (!name.empty() && record.port == kHttpsPort) {
+    const ops::HeaderRule* own_rule = own ? ops::match_header_rule(own->header_rules, name) : nullptr;
+    const ops::HeaderRule* operator_rule = ops::match_header_rule(config->egress_header_rules, name);
+    if (own_rule || operator_rule) {
+      server::HeaderList headers;
+      for (const auto* rule : {own_rule, operator_rule})
+        if (rule) headers.insert(headers.end(), rule->headers.begin(), rule->headers.end());
+      co_return co_await intercept(self->interception_ca_, self->upstream_tls_, std::move(inside),
+                                   outside.release_socket(), name, std::move(first_bytes), std::move(headers),
+                                   std::move(record));
+    }
   }
   if (!first_bytes.empty()) {
     auto [write_error, written] = co_await asio::async_write(outside, asio::buffer(first_bytes), use_tuple);

@@ -45,6 +45,7 @@
 #include "ops/live_config.h"
 #include "runtime/runtime.h"
 #include "server/auth.h"
+#include "server/egress_interception.h"
 #include "server/http_server.h"
 #include "service/container_service.h"
 #include "service/sandbox_credentials.h"
@@ -125,6 +126,12 @@ class SandboxNetwork : public service::SandboxNetworking {
   // endpoints only), the public listener with the owners' tokens.
   Result<void> authenticate(server::RequestContext& ctx) const;
 
+  // The CA the header rules' interception signs with (PEM; empty when there is none), for
+  // the sandboxes' trust stores.
+  std::string interception_ca_certificate() const {
+    return interception_ca_ ? interception_ca_->certificate_pem() : std::string();
+  }
+
  private:
   struct Target {
     std::string name, host;
@@ -203,6 +210,12 @@ class SandboxNetwork : public service::SandboxNetworking {
   std::vector<std::weak_ptr<SandboxLink>> links_;  // the links with a peers' part
   std::mutex egress_owners_mutex_;
   std::map<std::string, int> egress_by_owner_;  // outside connections open, by owner
+  // The header rules' TLS interception (server/egress_interception.h): the installation's
+  // CA (null when it could not be loaded or made: a connection a rule applies to is then
+  // refused, never relayed without its headers) and the context upstreams are verified
+  // with (network.egress.upstreamCaFile, read at start).
+  std::shared_ptr<server::InterceptionCa> interception_ca_;
+  std::shared_ptr<asio::ssl::context> upstream_tls_;
   // The watch outlives this object (others share it) and calls back from its own
   // strand: the callback reaches this object only through here, cleared (under the
   // lock) when it goes, so a change arriving during shutdown finds nobody to call.

@@ -462,6 +462,38 @@ void read_egress_resolvers(const YAML::Node& list, const std::string& kp, Config
   }
 }
 
+// network.egress.rules: [{host, headers: {name: value}}] (ops/egress_policy.h HeaderRule).
+void read_egress_header_rules(const YAML::Node& list, const std::string& kp, Config& c) {
+  if (!list.IsSequence()) throw ConfigError(kp + ": must be a list of {host, headers}");
+  if (list.size() > kMaxHeaderRules)
+    throw ConfigError(kp + ": at most " + std::to_string(kMaxHeaderRules) + " rules");
+  c.egress_header_rules.clear();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string ep = kp + "[" + std::to_string(i) + "]";
+    const YAML::Node& item = list[i];
+    if (!item.IsMap()) throw ConfigError(ep + ": must be a mapping with host and headers");
+    for (const auto& entry : item) {
+      const std::string key = entry.first.as<std::string>();
+      if (key != "host" && key != "headers") throw ConfigError(ep + "." + key + ": unknown key");
+    }
+    if (!item["host"] || !item["headers"] || !item["headers"].IsMap())
+      throw ConfigError(ep + ": needs host and headers (a mapping of header names to values)");
+    std::vector<std::pair<std::string, std::string>> headers;
+    for (const auto& header : item["headers"]) {
+      const std::string name = scalar(header.first, ep + ".headers");
+      headers.emplace_back(name, scalar(header.second, ep + ".headers." + name));
+    }
+    const std::string host = scalar(item["host"], ep + ".host");
+    std::string error;
+    auto rule = parse_header_rule(host, std::move(headers), &error);
+    if (!rule) throw ConfigError(ep + ": " + error);
+    for (const auto& other : c.egress_header_rules)
+      if (other.host == rule->host && other.wildcard == rule->wildcard)
+        throw ConfigError(ep + ".host: '" + host + "' has a rule already");
+    c.egress_header_rules.push_back(std::move(*rule));
+  }
+}
+
 // codeInterpreter.memoryLimitMb: MiB (0: none).
 void read_memory_limit_mb(const YAML::Node& v, const std::string& kp, Config& c) {
   c.memory_limit_bytes = static_cast<uint64_t>(read_int(v, kp, 0, 1 << 24)) << 20;
@@ -669,6 +701,12 @@ const std::vector<Key>& keys() {
       custom(new_work, "network.egress.allow", read_egress_allow, fields(&C::egress_allow)),
       custom(new_work, "network.egress.deny", read_egress_deny, fields(&C::egress_deny)),
       custom(new_work, "network.egress.resolvers", read_egress_resolvers, fields(&C::egress_resolvers)),
+      integer(new_work, "network.egress.maxConnectionsPerSandbox", &C::egress_max_connections_per_sandbox, 1,
+              4096),
+      integer(new_work, "network.egress.maxConnectionsPerOwner", &C::egress_max_connections_per_owner, 1,
+              1000000),
+      custom(new_work, "network.egress.rules", read_egress_header_rules, fields(&C::egress_header_rules)),
+      text(restart, "network.egress.upstreamCaFile", &C::egress_upstream_ca_file),
       text(restart, "external.opensandbox.codeExecution.image.repository", &C::image_repository),
       text(restart, "external.opensandbox.codeExecution.image.tag", &C::image_tag),
 

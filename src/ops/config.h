@@ -99,6 +99,15 @@ struct Config {
   // servers ("address:port") allowed names are resolved with (empty: the host's).
   std::vector<EgressRule> egress_allow, egress_deny;
   std::vector<std::string> egress_resolvers;
+  // Outside connections open at once per sandbox, and per owner (all its sandboxes on
+  // this server); past either the next one is refused at once.
+  int egress_max_connections_per_sandbox = 32;
+  int egress_max_connections_per_owner = 128;
+  // network.egress.rules: headers set on HTTPS requests to the hosts they name (TLS
+  // terminated for those hosts only), and upstreamCaFile: one more CA file those hosts'
+  // certificates are verified with (the host's trust store always).
+  std::vector<HeaderRule> egress_header_rules;
+  std::string egress_upstream_ca_file;
   EgressPolicy egress_policy() const { return EgressPolicy(egress_allow, egress_deny); }
   KubernetesSettings kubernetes;
   std::string image_repository = "zylon-sandbox-templates/code-execution";

@@ -88,6 +88,73 @@ std::optional<EgressRule> parse_egress_rule(std::string_view text, std::string* 
   return rule;
 }
 
+std::optional<HeaderRule> parse_header_rule(std::string_view pattern,
+                                            std::vector<std::pair<std::string, std::string>> headers,
+                                            std::string* error) {
+  HeaderRule rule;
+  rule.source = std::string(pattern);
+  if (pattern.starts_with("*.")) {
+    rule.wildcard = true;
+    const std::string suffix = normalize_host_name(pattern.substr(2));
+    if (!suffix.empty()) rule.host = "." + suffix;
+  } else {
+    rule.host = normalize_host_name(pattern);
+  }
+  const bool numeric = std::all_of(rule.host.begin(), rule.host.end(), [](char ch) {
+    return std::isdigit(static_cast<unsigned char>(ch)) || ch == '.';
+  });
+  if (rule.host.empty() || rule.host == "." || numeric) {
+    *error = "must be a host name or '*.' and one (its subdomains), not '" + std::string(pattern) + "'";
+    return std::nullopt;
+  }
+  if (headers.size() > kMaxHeadersPerRule) {
+    *error = "sets more than " + std::to_string(kMaxHeadersPerRule) + " headers";
+    return std::nullopt;
+  }
+  for (const auto& [name, value] : headers) {
+    // RFC 9110's token characters.
+    const bool token = !name.empty() && std::all_of(name.begin(), name.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) ||
+             std::string_view("!#$%&'*+-.^_`|~").find(ch) != std::string_view::npos;
+    });
+    if (!token) {
+      *error = "has a header name that is not one: '" + name + "'";
+      return std::nullopt;
+    }
+    std::string lower = name;
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    // Those frame the message the relay passes on: set by a rule, they would change it.
+    for (std::string_view owned : {"host", "content-length", "transfer-encoding", "connection", "upgrade"})
+      if (lower == owned) {
+        *error = "may not set '" + name + "' (the relay keeps the request's own)";
+        return std::nullopt;
+      }
+    // A control character (CR, LF above all) would end the header and start another.
+    if (std::any_of(value.begin(), value.end(), [](char ch) {
+          return (static_cast<unsigned char>(ch) < 0x20 && ch != '\t') || ch == 0x7F;
+        })) {
+      *error = "has a value of header '" + name + "' with a control character";
+      return std::nullopt;
+    }
+  }
+  rule.headers = std::move(headers);
+  return rule;
+}
+
+const HeaderRule* match_header_rule(const std::vector<HeaderRule>& rules, std::string_view host) {
+  const HeaderRule* best = nullptr;
+  for (const auto& rule : rules) {
+    if (!rule.wildcard) {
+      if (rule.host == host) return &rule;
+      continue;
+    }
+    if (host.size() > rule.host.size() && host.ends_with(rule.host) &&
+        (!best || rule.host.size() > best->host.size()))
+      best = &rule;
+  }
+  return best;
+}
+
 bool EgressPolicy::matches(const EgressRule& rule, std::string_view name, uint16_t port) {
   if (!port_matches(rule.port, port)) return false;
   switch (rule.kind) {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ops/network_peers.h"
@@ -34,6 +35,35 @@ std::optional<EgressRule> parse_egress_rule(std::string_view text, std::string* 
 // A host name as DNS and TLS carry it, compared case-insensitively and without a
 // trailing dot: lower-cased, the dot removed; empty when it is no host name.
 std::string normalize_host_name(std::string_view name);
+
+// A header rule (network.egress.rules, and a sandbox's own: E2B's network.rules): the
+// headers the server sets on every HTTPS request to the hosts it names, terminating TLS
+// for those hosts only (server/egress_interception.h). A rule grants no access: the
+// destination must be allowed on its own.
+struct HeaderRule {
+  std::string host;       // the normalized name; for a wildcard, ".suffix" (with its dot)
+  bool wildcard = false;  // "*.example.com": its subdomains at any depth, not the apex
+  std::vector<std::pair<std::string, std::string>> headers;  // name, value; in order
+  std::string source;                                        // the host pattern as written
+  bool operator==(const HeaderRule&) const = default;
+};
+
+// The most rules a configuration or a sandbox has, and headers one rule sets.
+inline constexpr size_t kMaxHeaderRules = 64;
+inline constexpr size_t kMaxHeadersPerRule = 16;
+
+// A rule for `pattern` ("api.example.com" or "*.example.com"; a bare "*" or a CIDR is
+// none) setting `headers`: nullopt and the reason in `error` for a pattern that is not a
+// host name or wildcard, a header name that is not an HTTP token (or one the relay owns:
+// Host, Content-Length, Transfer-Encoding, Connection, Upgrade), a value with a control
+// character, or more than kMaxHeadersPerRule headers.
+std::optional<HeaderRule> parse_header_rule(std::string_view pattern,
+                                            std::vector<std::pair<std::string, std::string>> headers,
+                                            std::string* error);
+
+// The rule that applies to `host` (normalized) by E2B's precedence: an exact rule first,
+// then the wildcard with the longest matching suffix; rules are not merged. Null: none.
+const HeaderRule* match_header_rule(const std::vector<HeaderRule>& rules, std::string_view host);
 
 class EgressPolicy {
  public:

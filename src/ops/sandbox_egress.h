@@ -21,6 +21,9 @@ namespace sandboxd::ops {
 struct SandboxEgress {
   std::vector<EgressRule> allow_out, deny_out;  // as given
   std::optional<bool> allow_internet_access;    // as given (false: deny 0.0.0.0/0 as well)
+  // E2B's network.rules: headers set on HTTPS requests to the hosts they name (they grant
+  // no access; the operator's rule for the same host sets its headers after these).
+  std::vector<HeaderRule> header_rules;
 
   // `name` (normalized) is an allowOut entry's (on `port`; 0: on some port).
   bool lists_name(std::string_view name, uint16_t port) const;

@@ -24,6 +24,10 @@
 #include "base/sandbox_paths.h"
 #include "runtime/runtime.h"
 
+namespace sandboxd::ops {
+struct SandboxEgress;  // ops/sandbox_egress.h
+}
+
 namespace sandboxd::service {
 
 struct Slot;         // sandbox_pool.h
@@ -51,6 +55,9 @@ struct Container {
   std::string volume_image, volume_mount;
   // Keys the container's scoped API tokens (sandbox_credentials.h); never leaves the server.
   std::string api_secret;
+  // Its own network options (service/egress_options.h: stored with its row, read back
+  // when it opens); null: none. Replaced whole, read by any thread.
+  std::atomic<std::shared_ptr<const ops::SandboxEgress>> egress_options;
 
   // Its use, read and written from any thread.
   std::atomic<int64_t> last_used_at{0};  // unix seconds

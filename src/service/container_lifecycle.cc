@@ -23,6 +23,7 @@
 #include "base/ids.h"
 #include "ops/metrics.h"
 #include "service/container_service.h"
+#include "service/egress_options.h"
 #include "service/reaper_policy.h"
 #include "service/sandbox_credentials.h"
 #include "service/side_by_side.h"
@@ -193,6 +194,9 @@ Result<std::shared_ptr<Container>> ContainerService::load(const store::Container
   container->created_at = record.created_at;
   container->last_used_at = record.last_used_at;
   container->api_secret = new_api_secret();
+  // Its network options as its row keeps them: before its sandbox starts, so that its
+  // first connection is checked against them.
+  set_egress_options(*container, decode_egress_options(record.egress));
   // Cluster mode: a container another replica made or served may have no local copy
   // here yet; an empty one is made (and filled by ensure_local).
   const bool no_local_copy = leases_ && !storage_.has_volume(container->storage);

@@ -215,8 +215,7 @@ asio::awaitable<void> E2bSandboxes::end_one(const E2bSandbox& s) {
   if (!current || current->paused || current->end_at_ms > now) co_return;
   ops::log_event(spdlog::level::info, "e2b_sandbox_timeout",
                  {{"owner", s.owner}, {"sandbox", s.id}, {"action", "kill"}});
-  set_egress_options(**container, nullptr);
-  co_await containers_.remove(*container);
+  co_await containers_.remove(*container);  // its network options with it
   co_await store([this, &s] { return records_.remove(s.owner, s.id); });
   if (auto* audit = ops::audit())
     audit->record("e2b_sandbox_killed", {{"owner", s.owner}, {"sandbox", s.id}});
@@ -237,7 +236,18 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
   if (!container) co_return container.error();
   containers_.touch(**container);
   // Before its sandbox starts: its first connection is already checked against them.
-  set_egress_options(**container, request.egress);
+  if (request.egress) {
+    bool kept = false;
+    try {
+      kept = co_await keep_network(*container, request.egress);
+    } catch (const std::exception& e) {
+      spdlog::error("e2b: storing the network options of sandbox {}: {}", id, e.what());
+    }
+    if (!kept) {
+      co_await containers_.remove(*container);
+      co_return ApiError::internal();
+    }
+  }
   // An E2B sandbox runs once it is made (its SDK's next call is a command, some
   // milliseconds of the client's own work away): its start overlaps them.
   containers_.start_sandbox_soon(*container);
@@ -396,8 +406,7 @@ asio::awaitable<Result<void>> E2bSandboxes::kill(const std::string& owner, const
   if (auto found = co_await find(owner, id); !found) co_return found.error();
   auto container = co_await containers_.async_open(owner, id, /*create=*/false);
   if (container) {
-    set_egress_options(**container, nullptr);
-    co_await containers_.remove(*container);
+    co_await containers_.remove(*container);  // its network options with it
   } else if (container.error().status != HttpStatus::not_found)
     co_return container.error();
   co_await store([this, &owner, &id] { return records_.remove(owner, id); });
@@ -409,7 +418,7 @@ asio::awaitable<Result<void>> E2bSandboxes::update_network(const std::string& ow
                                                            std::shared_ptr<const ops::SandboxEgress> egress) {
   auto container = co_await open_container(owner, id);
   if (!container) co_return container.error();
-  set_egress_options(**container, std::move(egress));
+  if (!co_await keep_network(*container, std::move(egress))) co_return sandbox_not_found(id);
   if (auto* audit = ops::audit()) audit->record("e2b_sandbox_network", {{"owner", owner}, {"sandbox", id}});
   co_return Result<void>{};
 }
@@ -418,6 +427,29 @@ std::shared_ptr<const ops::SandboxEgress> E2bSandboxes::network(const std::strin
                                                                 const std::string& id) const {
   auto container = containers_.find_open(owner, id);
   return container ? egress_options(*container) : nullptr;
+}
+
+asio::awaitable<std::shared_ptr<const ops::SandboxEgress>> E2bSandboxes::stored_network(
+    const std::string& owner, const std::string& id) {
+  if (auto container = containers_.find_open(owner, id)) co_return egress_options(*container);
+  auto stored = co_await store([this, &owner, &id] {
+    auto record = containers_.metadata().find_container(owner, id);
+    return record ? record->egress : std::string();
+  });
+  co_return decode_egress_options(stored);
+}
+
+asio::awaitable<bool> E2bSandboxes::keep_network(const std::shared_ptr<Container>& container,
+                                                 std::shared_ptr<const ops::SandboxEgress> egress) {
+  // Stored first: options in force that a restart would forget must never be.
+  const std::string encoded = encode_egress_options(egress.get());
+  const bool stored = co_await store([this, &container, &encoded] {
+    return containers_.metadata().set_container_egress(container->owner, container->id, container->storage,
+                                                       encoded);
+  });
+  if (!stored) co_return false;
+  set_egress_options(*container, std::move(egress));
+  co_return true;
 }
 
 }  // namespace sandboxd::service

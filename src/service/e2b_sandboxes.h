@@ -131,6 +131,10 @@ class E2bSandboxes {
                                                std::shared_ptr<const ops::SandboxEgress> egress);
   // The network options of the owner's sandbox whose container is open here (null: none).
   std::shared_ptr<const ops::SandboxEgress> network(const std::string& owner, const std::string& id) const;
+  // The same for any of the owner's sandboxes: from its container's row when it is not
+  // open here (after a restart, or on another replica).
+  asio::awaitable<std::shared_ptr<const ops::SandboxEgress>> stored_network(const std::string& owner,
+                                                                            const std::string& id);
 
   ContainerService& containers() { return containers_; }
 
@@ -142,6 +146,10 @@ class E2bSandboxes {
   // from then on).
   asio::awaitable<Result<E2bSandbox>> find_held(const std::string& owner, const std::string& id,
                                                 const std::optional<store::E2bHold>& hold);
+  // Stores the sandbox's network options with its container, then puts them in force
+  // (the next lookup and connection see them). False when its container went meanwhile.
+  asio::awaitable<bool> keep_network(const std::shared_ptr<Container>& container,
+                                     std::shared_ptr<const ops::SandboxEgress> egress);
   asio::awaitable<void> end_expired();
   // One pass over the sandboxes past their end time (a bounded batch, continued at the
   // next pass where this one stopped, so that sandboxes left to other replicas never

@@ -12,7 +12,7 @@ namespace sandboxd::store {
 namespace {
 
 constexpr const char* kFileColumns = "storage, path, created_at, seq, size, etag, mime, mtime_ns";
-constexpr const char* kContainerColumns = "owner, id, storage, created_at, last_used_at";
+constexpr const char* kContainerColumns = "owner, id, storage, created_at, last_used_at, egress";
 
 using db::Connection;
 using db::Statement;
@@ -38,6 +38,7 @@ ContainerRecord read_container_row(const Statement& row) {
   record.storage = row.text(2);
   record.created_at = row.integer(3);
   record.last_used_at = row.integer(4);
+  record.egress = row.text(5);
   return record;
 }
 
@@ -150,9 +151,9 @@ ContainerRecord Metadata::insert_container(const ContainerRecord& record) {
   auto conn = db_->acquire();
   Transaction transaction(conn);
   Statement insert(conn, std::string("INSERT INTO containers (") + kContainerColumns +
-                             ") VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, id) DO NOTHING");
+                             ") VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (owner, id) DO NOTHING");
   insert.bind(1, record.owner).bind(2, record.id).bind(3, record.storage);
-  insert.bind(4, record.created_at).bind(5, record.last_used_at);
+  insert.bind(4, record.created_at).bind(5, record.last_used_at).bind(6, record.egress);
   insert.run();
   Statement query(conn,
                   std::string("SELECT ") + kContainerColumns + " FROM containers WHERE owner = ? AND id = ?");
@@ -173,6 +174,28 @@ void Metadata::touch_container(const std::string& owner, const std::string& id, 
     update.bind(1, now).bind(2, owner).bind(3, id);
     update.run();
     if (stripe) cache_->touch_container(owner, id, now);
+  } catch (...) {
+    if (stripe) cache_->drop_owner(owner);
+    throw;
+  }
+}
+
+bool Metadata::set_container_egress(const std::string& owner, const std::string& id,
+                                    const std::string& storage, const std::string& egress) {
+  if (!storable(owner, id)) return false;
+  std::optional<std::lock_guard<std::mutex>> stripe;
+  if (holds_containers()) stripe.emplace(stripe_of(owner_key(owner)));
+  try {
+    auto conn = db_->acquire();
+    // The storage too: a container deleted and made again under the same id meanwhile
+    // is another container, whose options this is not.
+    Statement update(conn, "UPDATE containers SET egress = ? WHERE owner = ? AND id = ? AND storage = ?");
+    update.add(egress).add(owner).add(id).add(storage);
+    update.run();
+    const bool changed = update.changes() > 0;
+    // The owner's held list has the old options: it is read again when next listed.
+    if (stripe) cache_->drop_owner(owner);
+    return changed;
   } catch (...) {
     if (stripe) cache_->drop_owner(owner);
     throw;

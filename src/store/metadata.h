@@ -22,6 +22,9 @@ struct ContainerRecord {
   std::string storage;       // internal directory name (never derived from the id)
   int64_t created_at = 0;    // unix seconds
   int64_t last_used_at = 0;  // unix seconds
+  // Its own network options (E2B's allowInternetAccess and network.allowOut/denyOut), as
+  // service/egress_options.h encodes them; empty: none, the operator's policy alone.
+  std::string egress;
 };
 
 struct FileRecord {
@@ -78,6 +81,10 @@ class Metadata {
   // its first turn, so each thread holds a claim on one), leaving `except_id` out of the
   // latter (the container being made for that thread takes its own claim).
   uint64_t containers_claimed(const std::string& owner, const std::string& except_id = "");
+  // Replaces the container's network options (ContainerRecord::egress) if (owner, id)
+  // is still the container with this storage; false when it is not (deleted meanwhile).
+  bool set_container_egress(const std::string& owner, const std::string& id, const std::string& storage,
+                            const std::string& egress);
   // Removes the container and all its file records.
   void delete_container(const std::string& owner, const std::string& id);
 

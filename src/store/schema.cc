@@ -335,6 +335,17 @@ CREATE TABLE e2b_sandbox_metadata (
 CREATE INDEX e2b_sandbox_metadata_by_pair ON e2b_sandbox_metadata (owner, name, value, sandbox_id);
 )sql";
 
+// Version 6: a container's own network options (E2B's allowInternetAccess and
+// network.allowOut/denyOut, service/egress_options.h), kept with it so that they hold
+// across a restart and on whichever replica serves it next. '' is none.
+constexpr const char* kSqliteV6 = R"sql(
+ALTER TABLE containers ADD COLUMN egress TEXT NOT NULL DEFAULT '';
+)sql";
+
+constexpr const char* kPostgresV6 = R"sql(
+ALTER TABLE containers ADD COLUMN egress TEXT NOT NULL DEFAULT '';
+)sql";
+
 // pg_advisory_lock's key for "the schema is being migrated" (ASCII "sbxdschm").
 constexpr int64_t kMigrationLockKey = 0x736278647363686dLL;
 
@@ -454,6 +465,7 @@ const std::vector<Migration>& migrations() {
       {3, "replica heartbeats", kSqliteV3, kPostgresV3},
       {4, "leases by holder", kSqliteV4, kPostgresV4},
       {5, "E2B sandboxes", kSqliteV5, kPostgresV5},
+      {6, "containers' network options", kSqliteV6, kPostgresV6},
   };
   return all;
 }

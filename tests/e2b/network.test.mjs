@@ -7,10 +7,12 @@
 // (as root: the HTTP server takes port 80) with SANDBOXD_PATH.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import http from 'node:http';
+import https from 'node:https';
 import { Sandbox, ALL_TRAFFIC, SandboxError } from 'e2b';
 import { startServer, stopProgram } from '../harness.mjs';
 import { startDns } from '../outside_dns.mjs';
@@ -37,22 +39,49 @@ async function startWeb() {
   }
 }
 
+// An HTTPS server on port 443 of the same address, with a certificate for vendor.test
+// made here (sandboxd verifies it with network.egress.upstreamCaFile), answering with the
+// Host and the X-Api-Key header it was sent.
+async function startTlsWeb(address) {
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=vendor.test',
+    '-addext', 'subjectAltName=DNS:vendor.test', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')],
+  { stdio: 'ignore' });
+  const server = https.createServer({ key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) },
+    (req, res) => res.end(`outside-tls ${req.headers.host} ${req.url} key=${req.headers['x-api-key'] ?? '-'}\n`));
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(443, address, resolve);
+  });
+  return server;
+}
+let tlsWeb;
+
 before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'sandboxd-e2b-network-'));
   web = await startWeb();
   outsideIp = web.address;
-  dns = await startDns({ 'allowed.test': outsideIp, 'other.test': outsideIp, 'third.test': outsideIp });
-  dir = mkdtempSync(join(tmpdir(), 'sandboxd-e2b-network-'));
+  tlsWeb = await startTlsWeb(outsideIp);
+  dns = await startDns({
+    'allowed.test': outsideIp, 'other.test': outsideIp, 'third.test': outsideIp, 'vendor.test': outsideIp,
+  });
   // The operator allows the three names (and the outside's loopback address, which a
   // name may resolve to only when a CIDR entry names it: the server connects from the host).
-  server = await startServer(dir, 'data', [
+  configLines = [
     `auth: { tokens: [ { token: ${TOKEN}, owner: alice } ] }`,
-    `network: { egress: { allow: [allowed.test, other.test, third.test, "${outsideIp}"], ` +
-      `resolvers: ["127.0.0.1:${dns.address().port}"] } }`,
-  ]);
+    `network: { egress: { allow: [allowed.test, other.test, third.test, vendor.test, "${outsideIp}"], ` +
+      `resolvers: ["127.0.0.1:${dns.address().port}"], upstreamCaFile: "${join(dir, 'cert.pem')}" } }`,
+  ];
+  await startSandboxd();
+});
+
+let configLines;
+// sandboxd over the test's data folder (again after a stop: the same data).
+async function startSandboxd() {
+  server = await startServer(dir, 'data', configLines);
   process.env.E2B_API_URL = `${server.url}/e2b`;
   process.env.E2B_SANDBOX_URL = `${server.url}/e2b/sandbox`;
   process.env.E2B_API_KEY = TOKEN;
-});
+}
 
 after(async () => {
   for (const sandbox of made) await sandbox.kill().catch(() => {});
@@ -60,6 +89,7 @@ after(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
   dns?.close();
   web?.server.close();
+  tlsWeb?.close();
 });
 
 async function create(opts = {}) {
@@ -137,4 +167,45 @@ test('a request wider than the operator policy is a 400 that names the entry', a
   // The refused update changed nothing.
   assert.equal(await fetchInside(sandbox, 'http://allowed.test/f'), 'outside allowed.test /f\n');
   assert.equal(await fetchInside(sandbox, 'http://other.test/'), 'exit 6\n');
+});
+
+test('network.rules: the header reaches the outside host, never the sandbox', async () => {
+  const secret = 'e2b-secret-' + '5120';
+  const sandbox = await create({
+    network: { rules: { 'vendor.test': [{ transform: { headers: { 'X-Api-Key': secret } } }] } },
+  });
+  // The installation's CA (in the data folder), as the sandbox trusts it.
+  const ca = readFileSync(join(dir, 'data', 'egress-ca', 'ca.pem'), 'utf8');
+  await sandbox.commands.run(`printf '%s' '${ca}' > /tmp/sbxca.pem`);
+  const result = await sandbox.commands.run('curl -sS -m 20 --noproxy "*" --cacert /tmp/sbxca.pem https://vendor.test/k');
+  assert.equal(result.stdout, `outside-tls vendor.test /k key=${secret}\n`);
+  // Not in the sandbox's environment.
+  const env = await sandbox.commands.run('env | grep -c "e2b-secre[t]" || true');
+  assert.equal(env.stdout, '0\n');
+  // The info shows the rule.
+  const info = await sandbox.getInfo();
+  assert.deepEqual(info.network?.rules?.['vendor.test'], [{ transform: { headers: { 'X-Api-Key': secret } } }]);
+});
+
+test('the options are kept with the sandbox: they hold across a restart of the server', async () => {
+  const sandbox = await create({ network: { allowOut: ['allowed.test'], denyOut: [ALL_TRAFFIC] } });
+  assert.equal(await fetchInside(sandbox, 'http://allowed.test/r'), 'outside allowed.test /r\n');
+  assert.equal(await fetchInside(sandbox, 'http://other.test/'), 'exit 6\n');
+  // SIGTERM, and a new process over the same data folder.
+  await stopProgram(server.child);
+  await startSandboxd();
+  // Its info, before anything opened its container here, shows them.
+  const info = await Sandbox.getInfo(sandbox.sandboxId);
+  assert.deepEqual(info.network.allowOut, ['allowed.test']);
+  assert.deepEqual(info.network.denyOut, [ALL_TRAFFIC]);
+  // A sandbox started by the new process: the operator still allows other.test, the
+  // sandbox's own options still do not.
+  const again = await Sandbox.connect(sandbox.sandboxId);
+  made.push(again);
+  assert.equal(await fetchInside(again, 'http://other.test/after'), 'exit 6\n');
+  assert.equal(await fetchInside(again, 'http://allowed.test/after'), 'outside allowed.test /after\n');
+  // And an update made now is kept too (a connection of the sandbox checks it at once).
+  await again.updateNetwork({ allowOut: ['other.test'], denyOut: [ALL_TRAFFIC] });
+  assert.equal(await fetchInside(again, 'http://other.test/updated'), 'outside other.test /updated\n');
+  assert.equal(await fetchInside(again, 'http://allowed.test/'), 'exit 6\n');
 });
