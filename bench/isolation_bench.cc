@@ -24,35 +24,55 @@ using sandboxd::testing::run_sync;
 
 namespace {
 
-struct Figures {
-  Stats cold, warm;
-};
-
-Figures measure(rt::Isolation isolation, uint32_t host_uid, int cold_n, int warm_n) {
-  rt::RuntimeOptions options;
-  options.init_path = SANDBOXD_INIT_PATH;
-  options.instance =
-      "isobench-" + std::to_string(getpid()) + (isolation == rt::Isolation::kGvisor ? "g" : "n");
-  options.host_uid = options.host_gid = host_uid;
-  options.isolation = isolation;
-  if (const char* platform = std::getenv("BENCH_GVISOR_PLATFORM")) options.gvisor.platform = platform;
-  rt::Runtime runtime(options);
-  asio::io_context io;
-  std::string pattern = (fs::temp_directory_path() / "sandboxd-isobench-XXXXXX").string();
-  const fs::path root = mkdtemp(pattern.data());
-  for (const char* sub : {"workspace", "uploads", "outputs"}) {
-    fs::create_directories(root / sub);
-    (void)!chown((root / sub).c_str(), host_uid, host_uid);
+// One tier's runtime over a folder of the benchmark's own (the container's three
+// folders, owned by the sandbox's user), and the options of its next sandbox.
+struct Bench {
+  Bench(rt::Isolation isolation, uint32_t host_uid, const std::string& tag)
+      : runtime(runtime_options(isolation, host_uid, tag)) {
+    std::string pattern = (fs::temp_directory_path() / "sandboxd-isobench-XXXXXX").string();
+    root = mkdtemp(pattern.data());
+    for (const char* sub : {"workspace", "uploads", "outputs"}) {
+      fs::create_directories(root / sub);
+      (void)!chown((root / sub).c_str(), host_uid, host_uid);
+    }
   }
-  int counter = 0;
-  auto sandbox_options = [&] {
+  ~Bench() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+  static rt::RuntimeOptions runtime_options(rt::Isolation isolation, uint32_t host_uid,
+                                            const std::string& tag) {
+    rt::RuntimeOptions options;
+    options.init_path = SANDBOXD_INIT_PATH;
+    options.instance = "isobench-" + std::to_string(getpid()) + tag;
+    options.host_uid = options.host_gid = host_uid;
+    options.isolation = isolation;
+    if (const char* platform = std::getenv("BENCH_GVISOR_PLATFORM")) options.gvisor.platform = platform;
+    return options;
+  }
+  rt::SandboxOptions sandbox_options() {
     rt::SandboxOptions o;
     o.name = "i" + std::to_string(++counter);
     o.workspace_dir = root / "workspace";
     o.uploads_dir = root / "uploads";
     o.outputs_dir = root / "outputs";
     return o;
-  };
+  }
+  rt::Runtime runtime;
+  asio::io_context io;
+  fs::path root;
+  int counter = 0;
+};
+
+struct Figures {
+  Stats cold, warm;
+};
+
+Figures measure(rt::Isolation isolation, uint32_t host_uid, int cold_n, int warm_n) {
+  Bench bench(isolation, host_uid, isolation == rt::Isolation::kGvisor ? "g" : "n");
+  auto& runtime = bench.runtime;
+  auto& io = bench.io;
+  auto sandbox_options = [&] { return bench.sandbox_options(); };
   rt::ExecRequest true_cmd;
   true_cmd.command = "true";
   std::vector<double> cold, warm;
@@ -72,8 +92,6 @@ Figures measure(rt::Isolation isolation, uint32_t host_uid, int cold_n, int warm
     if (result.return_code != 0) std::fprintf(stderr, "warm run failed: %s\n", result.stderr_text.c_str());
   }
   run_sync(io, sandbox->stop());
-  std::error_code ec;
-  fs::remove_all(root, ec);
   return {summarize(cold), summarize(warm)};
 }
 
@@ -85,29 +103,11 @@ struct MemoryFigures {
 };
 
 MemoryFigures measure_memory(uint32_t host_uid, int n) {
-  rt::RuntimeOptions options;
-  options.init_path = SANDBOXD_INIT_PATH;
-  options.instance = "isobench-" + std::to_string(getpid()) + "m";
-  options.host_uid = options.host_gid = host_uid;
-  options.isolation = rt::Isolation::kGvisor;
-  if (const char* platform = std::getenv("BENCH_GVISOR_PLATFORM")) options.gvisor.platform = platform;
-  rt::Runtime runtime(options);
-  asio::io_context io;
-  std::string pattern = (fs::temp_directory_path() / "sandboxd-isobench-XXXXXX").string();
-  const fs::path root = mkdtemp(pattern.data());
-  for (const char* sub : {"workspace", "uploads", "outputs"}) {
-    fs::create_directories(root / sub);
-    (void)!chown((root / sub).c_str(), host_uid, host_uid);
-  }
-  int counter = 0;
-  auto sandbox_options = [&] {
-    rt::SandboxOptions o;
-    o.name = "m" + std::to_string(++counter);
-    o.workspace_dir = root / "workspace";
-    o.uploads_dir = root / "uploads";
-    o.outputs_dir = root / "outputs";
-    return o;
-  };
+  Bench bench(rt::Isolation::kGvisor, host_uid, "m");
+  auto& runtime = bench.runtime;
+  auto& io = bench.io;
+  const fs::path& root = bench.root;
+  auto sandbox_options = [&] { return bench.sandbox_options(); };
   rt::ExecRequest true_cmd;
   true_cmd.command = "true";
   rt::ExecRequest wait_for_data;  // the process has its 100 MiB once the file is there
@@ -144,8 +144,6 @@ MemoryFigures measure_memory(uint32_t host_uid, int n) {
   }
   for (int fd : {channel.stdin_write, channel.stdout_read, channel.stderr_read}) close(fd);
   run_sync(io, sandbox->stop());
-  std::error_code ec;
-  fs::remove_all(root, ec);
   figures.pause = summarize(pause);
   figures.resume = summarize(resume);
   return figures;

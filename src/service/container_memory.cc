@@ -88,23 +88,7 @@ asio::awaitable<void> ContainerService::checkpoint_memory(std::shared_ptr<Contai
     // Root's only: the image holds whatever the sandbox had in memory.
     chmod(memory_dir(*container).c_str(), 0700);
   };
-  const auto started = Clock::now();
-  std::string failure;
-  try {
-    co_await run_blocking(std::move(prepare));
-    co_await runtime_->checkpoint(sandbox, image_dir(*container));
-  } catch (const std::exception& e) {
-    failure = e.what();
-  }
-  if (!failure.empty()) {
-    ops::metrics().memory_checkpointed(false, 0, 0);
-    ops::log_event(spdlog::level::warn, "sandbox_checkpoint_failed",
-                   {{"owner", container->owner}, {"container", container->id}, {"error", failure}});
-    auto forget = [&container] { remove_memory(*container); };
-    co_await run_blocking(std::move(forget));
-    co_return;
-  }
-  const double seconds = seconds_since(started);
+  // The list of kernels is written last: a folder without it is never restored.
   auto finish = [&container, &list]() -> uint64_t {
     const std::string file = kernels_file(*container);
     {
@@ -119,8 +103,14 @@ asio::awaitable<void> ContainerService::checkpoint_memory(std::shared_ptr<Contai
       if (entry.is_regular_file(ec)) bytes += entry.file_size(ec);
     return bytes;
   };
+  const auto started = Clock::now();
+  std::string failure;
   uint64_t bytes = 0;
+  double seconds = 0;
   try {
+    co_await run_blocking(std::move(prepare));
+    co_await runtime_->checkpoint(sandbox, image_dir(*container));
+    seconds = seconds_since(started);
     bytes = co_await run_blocking(std::move(finish));
   } catch (const std::exception& e) {
     failure = e.what();
