@@ -464,15 +464,18 @@ TEST_P(EgressTest, AnAllowedNameThatResolvesToTheHostItselfIsRefused) {
 
 TEST_P(EgressTest, ACidrEntryAllowsRawTcpOnItsPort) {
   const std::string port = std::to_string(echo->port());
-  EXPECT_EQ(out(bash("python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', " + port +
-                     "), timeout=10); s.sendall(b'ping'); print(s.recv(4).decode())\"")),
-            "ping\n");
+  const bj::object echoed = bash("python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', " +
+                                 port + "), timeout=10); s.sendall(b'ping'); print(s.recv(4).decode())\"");
+  // (On a failure: what the sandbox saw, its routes, and what the server said of its network.)
+  EXPECT_EQ(out(echoed), "ping\n") << bj::serialize(echoed) << "\n"
+                                   << out(bash("cat /proc/net/tcp /proc/net/fib_trie")) << server->log();
   // Another address on that port is not in the entry: closed at once with a reset.
-  const std::string other =
-      out(bash("python3 -c \"import socket\ntry:\n s = socket.create_connection(('10.9.9.9', " + port +
-               "), timeout=10); s.sendall(b'x'); print(len(s.recv(4)))\nexcept OSError as e: "
-               "print(type(e).__name__)\""));
-  EXPECT_TRUE(other == "ConnectionResetError\n" || other == "0\n") << other;
+  const bj::object refused =
+      bash("python3 -c \"import socket, sys\ntry:\n s = socket.create_connection(('10.9.9.9', " + port +
+           "), timeout=10); s.sendall(b'x'); print(len(s.recv(4)))\nexcept OSError as e: "
+           "print(type(e).__name__); print(e, file=sys.stderr)\"");
+  const std::string other = out(refused);
+  EXPECT_TRUE(other == "ConnectionResetError\n" || other == "0\n") << bj::serialize(refused);
   EXPECT_NE(audit().find("\"destination\":\"10.9.9.9\""), std::string::npos);
 }
 
