@@ -1,4 +1,4 @@
-// Load: 200 concurrent clients for 60 s (SANDBOXD_LOAD_SECONDS to change it) mixing
+// Load: 200 concurrent clients for 30 s (SANDBOXD_LOAD_SECONDS to change it) mixing
 // executions, editor calls, uploads, listings and metadata reads against one server
 // with a small execution capacity. Every answer must be a success or a documented
 // refusal (429/503 with Retry-After); the server must not crash; its file descriptors
@@ -30,7 +30,7 @@ constexpr long kMaxRssGrowthKib = 256 * 1024;
 TEST(Load, TwoHundredClientsGetOnlySuccessesOrDocumentedRefusals) {
   ServerProcess server("capacity:\n  maxConcurrentExecutions: 8\n  queueTimeoutSec: 1\n  retryAfterSec: 1\n");
   const char* env = std::getenv("SANDBOXD_LOAD_SECONDS");
-  const int seconds = env ? std::max(1, std::atoi(env)) : 60;
+  const int seconds = env ? std::max(1, std::atoi(env)) : 30;
   const std::string base = "/api/gpt/v1";
 
   // Warm up: the containers exist and their sandboxes run before the baseline.
