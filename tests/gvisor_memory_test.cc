@@ -2,7 +2,8 @@
 // stops is checkpointed, and its next start goes on from there. Checked as a client sees
 // it, through the HTTP API of a real server on real runsc: background processes run on
 // with the same pid, /tmp is as it was, the Python kernel's variables are there, after
-// an explicit stop and after an idle one; a checkpoint that cannot be restored starts the
+// an explicit stop and after an idle one (the idle one through /messages, the model's
+// persistent Python as Anthropic's code_execution_20260120); a checkpoint that cannot be restored starts the
 // sandbox fresh over the same files and says so; a deleted container's checkpoint goes.
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 
 #include "eventually.h"
 #include "runtime/gvisor_launcher.h"
+#include "scripted_upstream.h"
 #include "shared_server_suite.h"
 
 namespace {
@@ -21,17 +23,27 @@ namespace {
 namespace bj = boost::json;
 namespace fs = std::filesystem;
 using sandboxd::testing::eventually;
+using U = sandboxd::testing::ScriptedUpstream;
 
 class GvisorMemoryTest : public sandboxd::testing::SharedServerSuite {
  protected:
   static void SetUpTestSuite() {
     if (sandboxd::runtime::find_runsc().empty()) return;
+    upstream = new U();
     start_server(config_yaml());
+  }
+  static void TearDownTestSuite() {
+    SharedServerSuite::TearDownTestSuite();
+    delete upstream;
+    upstream = nullptr;
   }
   // The suite's configuration; `extra_runtime` adds lines to its runtime section and
   // `ttl_seconds` sets the idle TTL (the idle test shortens it for a while).
   static std::string config_yaml(const std::string& extra_runtime = "", int ttl_seconds = 600) {
-    return "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n" + extra_runtime +
+    return "model:\n  baseUrl: \"" + upstream->base_url() +
+           "\"\n  apiKey: upstream-key\n  models: { default: upstream-model }\n  timeoutSec: 30\n"
+           "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n" +
+           extra_runtime +
            "codeInterpreter:\n  memoryLimitMb: 256\n"
            "external:\n  opensandbox:\n    sessionTTLSeconds: " +
            std::to_string(ttl_seconds) + "\n";
@@ -72,6 +84,32 @@ class GvisorMemoryTest : public sandboxd::testing::SharedServerSuite {
     ASSERT_EQ(status, "200") << "stopping " << container;
   }
   double metric(const std::string& sample) const { return server->metric(sample); }
+  // One /messages turn on the test's container in which the model runs `code` in the
+  // persistent Python (code_execution_20260120) and then ends; returns the code's result
+  // (code_execution_result).
+  bj::object model_runs_python(const std::string& code) {
+    upstream->push_message(U::message(
+        {U::tool_use("toolu_" + std::to_string(++turns), "code_execution", {{"code", code}})}, "tool_use"));
+    upstream->push_message(U::message({U::text_block("done")}, "end_turn"));
+    bj::object body{
+        {"model", "default"},
+        {"max_tokens", 1024},
+        {"container", container},
+        {"messages", bj::array{bj::object{{"role", "user"}, {"content", "Run it."}}}},
+        {"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20260120"}}}}};
+    std::ofstream(*work / "message.json") << bj::serialize(body);
+    auto reply = server->curl_json("-X POST '" + server->base() +
+                                   "/messages' -H 'content-type: application/json' --data-binary @" +
+                                   (*work / "message.json").string());
+    if (reply.is_object() && reply.as_object().contains("content"))
+      for (const auto& block : reply.at("content").as_array())
+        if (block.at("type") == "code_execution_tool_result" && block.at("content").is_object())
+          return block.at("content").as_object();
+    ADD_FAILURE() << "no code_execution_tool_result: " << bj::serialize(reply);
+    return {};
+  }
+  static inline U* upstream = nullptr;
+  int turns = 0;
   // The checkpoints on the host now, each in its container's folder.
   std::set<fs::path> memory_folders() const {
     std::set<fs::path> found;
@@ -121,8 +159,8 @@ TEST_F(GvisorMemoryTest, AStoppedSandboxGoesOnWithItsProcessesTmpAndPythonVariab
   EXPECT_EQ(listing.find("checkpoint"), std::string::npos) << listing;
 }
 
-TEST_F(GvisorMemoryTest, AnIdleStopKeepsThePythonKernelsVariables) {
-  auto defined = python("y = 'remembered'\nprint('ok')");
+TEST_F(GvisorMemoryTest, AnIdleStopKeepsThePythonKernelsVariablesForTheModel) {
+  auto defined = model_runs_python("x = 41\nprint('ok')");
   ASSERT_EQ(text(defined, "stdout"), "ok\n") << bj::serialize(defined);
   // A short idle TTL for a while (the reaper then looks every second), until this
   // container's sandbox is stopped (the listing, unlike GET of the container, does not
@@ -141,8 +179,8 @@ TEST_F(GvisorMemoryTest, AnIdleStopKeepsThePythonKernelsVariables) {
   server->reload();
   ASSERT_TRUE(stopped) << "the idle reaper stops the sandbox";
   EXPECT_GT(metric("sandboxd_sandboxes_stopped_total{reason=\"idle\"}"), 0);
-  auto again = python("print(y)");
-  EXPECT_EQ(text(again, "stdout"), "remembered\n") << bj::serialize(again);
+  auto again = model_runs_python("x + 1");
+  EXPECT_EQ(text(again, "stdout"), "42\n") << bj::serialize(again);
 }
 
 TEST_F(GvisorMemoryTest, ADamagedCheckpointStartsFreshOverTheSameFilesAndSaysSo) {

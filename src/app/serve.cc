@@ -441,6 +441,7 @@ int serve(ops::Config config, const std::string& config_path) {
         if (ec) return;
         if (signo == SIGHUP) {
           reload(config_path, live_config, containers.admission());
+          containers.settings_reloaded();
           wait_signal();
           return;
         }

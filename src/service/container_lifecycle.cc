@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
@@ -466,20 +467,27 @@ asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> contai
   co_await run_blocking(std::move(discard));
 }
 
+void ContainerService::settings_reloaded() {
+  asio::post(reaper_strand_, [this] { reaper_timer_.cancel(); });
+}
+
 asio::awaitable<void> ContainerService::reap_idle() {
-  const auto interval = std::chrono::seconds(std::clamp(settings()->session_ttl_sec / 4, 1, 30));
   while (!shutting_down_) {
-    reaper_timer_.expires_after(interval);
+    // The TTL in force now: a reload changes it, and wakes this wait (settings_reloaded).
+    const int64_t ttl = settings()->session_ttl_sec;
+    reaper_timer_.expires_after(std::chrono::seconds(std::clamp<int64_t>(ttl / 4, 1, 30)));
     boost::system::error_code ec;
     co_await reaper_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (shutting_down_) break;
     const int64_t now = now_seconds();
-    const int64_t ttl = settings()->session_ttl_sec;
     std::vector<std::shared_ptr<Container>> idle = registry_.all();
     std::erase_if(idle,
                   [&](const auto& container) { return !expired(container->last_used_at.load(), ttl, now); });
     for (const auto& container : idle) {
-      if (!stops_idle({container->last_used_at.load(), container->executing.load()}, ttl, now)) continue;
+      // The clock of this moment, not of the pass's start: the stops before this one took
+      // time (a checkpoint takes seconds), and a request meanwhile made it recent again.
+      if (!stops_idle({container->last_used_at.load(), container->executing.load()}, ttl, now_seconds()))
+        continue;
       co_await stop(container, "idle");
     }
     // Unmount volumes nobody holds (the registry is then the only other owner), each as
@@ -494,7 +502,7 @@ asio::awaitable<void> ContainerService::reap_idle() {
                           .last_used_at = container->last_used_at.load(),
                           .held_elsewhere = uses > 2,  // `idle` and the registry: nobody else
                           .unflushed = durability_ && !durability_->releasable(*container)},
-                         ttl, now);
+                         ttl, now_seconds());
       };
       auto closing = registry_.try_begin_closing(key, container, may);
       if (!closing) continue;
@@ -508,7 +516,7 @@ asio::awaitable<void> ContainerService::reap_idle() {
 
 asio::awaitable<void> ContainerService::shutdown() {
   shutting_down_ = true;
-  reaper_timer_.cancel();
+  asio::post(reaper_strand_, [this] { reaper_timer_.cancel(); });
   const std::vector<std::shared_ptr<Container>> all = registry_.all();
   // Side by side: one after the other, 40 sandboxes took most of Kubernetes' 30 s grace
   // (each stop waits for its PID 1's namespace to end and its cgroups to go), and a

@@ -40,7 +40,8 @@ ContainerService::ContainerService(asio::io_context& io, ops::LiveConfig& config
                                         config.get()->max_concurrent_executions_per_owner)),
       metadata_(metadata),
       registry_(io.get_executor()),
-      reaper_timer_(io),
+      reaper_strand_(asio::make_strand(io)),
+      reaper_timer_(reaper_strand_),
       spares_((fs::path(config.get()->data_dir) / "spares").string(),
               [this] {
                 const auto settings = this->settings();
@@ -56,7 +57,7 @@ ContainerService::ContainerService(asio::io_context& io, ops::LiveConfig& config
                                   [this] { return static_cast<uid_t>(settings()->sandbox_host_uid); }}) {
   fs::create_directories(fs::path(config.get()->data_dir) / "containers");
   fs::permissions(config.get()->data_dir, fs::perms::owner_all, fs::perm_options::replace);
-  asio::co_spawn(io_, reap_idle(), asio::detached);
+  asio::co_spawn(reaper_strand_, reap_idle(), asio::detached);
   pool_.start();
 }
 

@@ -181,6 +181,9 @@ class ContainerService {
   // Why code execution is unavailable (no runtime): a missing sandbox image, else the
   // contract's "provider is not configured".
   void set_unavailable_reason(std::string reason) { unavailable_reason_ = std::move(reason); }
+  // The configuration was reloaded: the idle reaper looks again at once, with the TTL
+  // (and the interval between its passes) now in force.
+  void settings_reloaded();
   std::string unavailable_reason() const {
     return unavailable_reason_.empty() ? std::string(kNoProvider) : unavailable_reason_;
   }
@@ -282,6 +285,8 @@ class ContainerService {
   std::atomic<bool> shutting_down_{false};
   // touch()'s PostgreSQL writes still queued (shared with them).
   std::shared_ptr<std::atomic<int>> background_touches_ = std::make_shared<std::atomic<int>>(0);
+  // The reaper's pass runs on its strand; a reload or a shutdown wakes it there.
+  asio::strand<asio::io_context::executor_type> reaper_strand_;
   asio::steady_timer reaper_timer_;
   std::atomic<uint64_t> sandbox_counter_{0};
   // Each with its own lock; declared last so they go first (their threads and
