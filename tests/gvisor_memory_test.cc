@@ -37,16 +37,18 @@ class GvisorMemoryTest : public sandboxd::testing::SharedServerSuite {
     delete upstream;
     upstream = nullptr;
   }
-  // The suite's configuration; `extra_runtime` adds lines to its runtime section and
-  // `ttl_seconds` sets the idle TTL (the idle test shortens it for a while).
-  static std::string config_yaml(const std::string& extra_runtime = "", int ttl_seconds = 600) {
+  // The suite's configuration; `extra_runtime` adds lines to its runtime section,
+  // `ttl_seconds` sets the idle TTL (the idle test shortens it for a while) and `extra`
+  // adds sections.
+  static std::string config_yaml(const std::string& extra_runtime = "", int ttl_seconds = 600,
+                                 const std::string& extra = "") {
     return "model:\n  baseUrl: \"" + upstream->base_url() +
            "\"\n  apiKey: upstream-key\n  models: { default: upstream-model }\n  timeoutSec: 30\n"
            "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n" +
            extra_runtime +
            "codeInterpreter:\n  memoryLimitMb: 256\n"
            "external:\n  opensandbox:\n    sessionTTLSeconds: " +
-           std::to_string(ttl_seconds) + "\n";
+           std::to_string(ttl_seconds) + "\n" + extra;
   }
   void SetUp() override {
     if (!server)
@@ -227,6 +229,32 @@ TEST_F(GvisorMemoryTest, KeepMemoryFalseKeepsFilesOnly) {
   EXPECT_TRUE(checkpoint.empty()) << reloaded;
   auto again = python("print('v' in globals())");
   EXPECT_EQ(text(again, "stdout"), "False\n") << bj::serialize(again);
+}
+
+TEST_F(GvisorMemoryTest, ACheckpointCountsAgainstTheOwnersStoredBytes) {
+  python("w = 'x' * 1000");
+  const fs::path checkpoint = stop_and_find_checkpoint();
+  ASSERT_FALSE(checkpoint.empty());
+  uint64_t image = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(checkpoint / "image"))
+    if (entry.is_regular_file()) image += entry.file_size();
+  // A quota the checkpoint nearly fills: a 1 MiB upload does not fit beside it...
+  server->write_config(
+      config_yaml("", 600, "quotas:\n  storedBytesPerOwner: " + std::to_string(image + (512 << 10)) + "\n"));
+  server->reload();
+  const fs::path mib = *work / "mib.bin";
+  std::ofstream(mib) << std::string(1 << 20, 'm');
+  const std::string upload =
+      "-X POST '" + server->base() + "/files?scope_id=" + container + "' -F file=@" + mib.string();
+  const std::string refused = server->curl("-i " + upload);
+  EXPECT_NE(refused.find(" 403"), std::string::npos) << refused.substr(0, 600);
+  EXPECT_NE(refused.find("quotas.storedBytesPerOwner"), std::string::npos) << refused.substr(0, 600);
+  // ...and once the next command has used the checkpoint, it no longer counts.
+  auto restored = python("print(len(w))");
+  EXPECT_EQ(text(restored, "stdout"), "1000\n") << bj::serialize(restored);
+  EXPECT_EQ(server->status(upload), 200);
+  server->write_config(config_yaml());
+  server->reload();
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "ops/metrics.h"
 #include "service/container_memory.h"
 #include "service/container_service.h"
+#include "service/store_call.h"
 
 namespace sandboxd::service {
 namespace {
@@ -35,6 +36,22 @@ void remove_memory(const Container& container) {
   std::error_code ec;
   fs::remove_all(memory_dir(container), ec);
   if (ec) spdlog::warn("removing the checkpoint of container {}: {}", container.id, ec.message());
+}
+
+// The checkpoint's bytes in the metadata (0: none), where the owner's stored bytes are
+// summed (quotas.storedBytesPerOwner). A failure is logged: the checkpoint is then not
+// counted, never lost.
+asio::awaitable<void> record_memory_bytes(store::Metadata& metadata, std::shared_ptr<Container> container,
+                                          uint64_t bytes) {
+  auto update = [&metadata, &container, bytes] {
+    metadata.set_container_memory_bytes(container->owner, container->id, container->storage, bytes);
+  };
+  try {
+    co_await store_call(metadata.backend(), std::move(update));
+  } catch (const std::exception& e) {
+    spdlog::warn("container {} of {}: recording its checkpoint's size: {}", container->id, container->owner,
+                 e.what());
+  }
 }
 
 double seconds_since(Clock::time_point start) {
@@ -115,6 +132,21 @@ asio::awaitable<void> ContainerService::checkpoint_memory(std::shared_ptr<Contai
   } catch (const std::exception& e) {
     failure = e.what();
   }
+  // The image is the owner's stored bytes too: one that would take the owner past
+  // quotas.storedBytesPerOwner is not kept (the disk is every owner's), and the next
+  // start is fresh over the same files, as after a stop that keeps files only.
+  if (const uint64_t limit = settings()->stored_bytes_per_owner; failure.empty() && limit > 0) {
+    auto measure = [this, &container] { return metadata_.owner_bytes(container->owner); };
+    try {
+      const uint64_t stored = co_await store_call(metadata_.backend(), std::move(measure));
+      if (stored + bytes > limit)
+        failure = "the image's " + std::to_string(bytes) + " bytes would take the owner past " +
+                  std::to_string(limit) + " stored bytes (quotas.storedBytesPerOwner)";
+    } catch (const std::exception& e) {
+      spdlog::warn("container {} of {}: measuring its owner's stored bytes: {}", container->id,
+                   container->owner, e.what());
+    }
+  }
   if (!failure.empty()) {
     ops::metrics().memory_checkpointed(false, 0, 0);
     ops::log_event(spdlog::level::warn, "sandbox_checkpoint_failed",
@@ -123,6 +155,7 @@ asio::awaitable<void> ContainerService::checkpoint_memory(std::shared_ptr<Contai
     co_await run_blocking(std::move(forget));
     co_return;
   }
+  co_await record_memory_bytes(metadata_, container, bytes);
   {
     std::lock_guard lock(container->python.mutex);
     container->python.restored.clear();
@@ -172,6 +205,7 @@ asio::awaitable<std::shared_ptr<runtime::Sandbox>> ContainerService::restore_mem
   // (and the bucket's copy goes with the next flush).
   auto forget = [&container] { remove_memory(*container); };
   co_await run_blocking(std::move(forget));
+  co_await record_memory_bytes(metadata_, container, 0);
   if (durability_) durability_->note_change(*container);
   if (!sandbox) {
     ops::metrics().memory_restored(false, 0);

@@ -202,6 +202,16 @@ bool Metadata::set_container_egress(const std::string& owner, const std::string&
   }
 }
 
+void Metadata::set_container_memory_bytes(const std::string& owner, const std::string& id,
+                                          const std::string& storage, uint64_t bytes) {
+  if (!storable(owner, id)) return;
+  auto conn = db_->acquire();
+  // (Not in ContainerRecord, so the held containers' cache has nothing to forget.)
+  Statement update(conn, "UPDATE containers SET memory_bytes = ? WHERE owner = ? AND id = ? AND storage = ?");
+  update.add(static_cast<int64_t>(bytes)).add(owner).add(id).add(storage);
+  update.run();
+}
+
 std::vector<ContainerRecord> Metadata::list_containers(const std::string& owner, size_t limit,
                                                        const std::string& after_id) {
   if (holds_containers() && storable(owner, after_id)) {
@@ -611,10 +621,11 @@ uint64_t Metadata::total_bytes() {
 uint64_t Metadata::owner_bytes(const std::string& owner) {
   if (!storable(owner)) return 0;
   auto conn = db_->acquire();
-  Statement query(conn,
-                  "SELECT COALESCE(SUM(f.size), 0) FROM containers c JOIN files f ON f.storage = c.storage "
-                  "WHERE c.owner = ?");
-  query.bind(1, owner);
+  Statement query(
+      conn,
+      "SELECT COALESCE((SELECT SUM(f.size) FROM containers c JOIN files f ON f.storage = c.storage "
+      "WHERE c.owner = ?), 0) + COALESCE((SELECT SUM(memory_bytes) FROM containers WHERE owner = ?), 0)");
+  query.bind(1, owner).bind(2, owner);
   return query.step() ? static_cast<uint64_t>(query.integer(0)) : 0;
 }
 

@@ -85,6 +85,10 @@ class Metadata {
   // is still the container with this storage; false when it is not (deleted meanwhile).
   bool set_container_egress(const std::string& owner, const std::string& id, const std::string& storage,
                             const std::string& egress);
+  // The bytes of the container's memory checkpoint now (0: none), if (owner, id) is still
+  // the container with this storage.
+  void set_container_memory_bytes(const std::string& owner, const std::string& id, const std::string& storage,
+                                  uint64_t bytes);
   // Removes the container and all its file records.
   void delete_container(const std::string& owner, const std::string& id);
 
@@ -102,7 +106,8 @@ class Metadata {
                       const std::optional<std::string>& before_path);
   std::vector<FileRecord> files_of(const std::string& storage);
   uint64_t total_bytes();
-  // The bytes of every file of the owner's containers (uploads and outputs as indexed).
+  // The bytes of every file of the owner's containers (uploads and outputs as indexed),
+  // and of their memory checkpoints.
   uint64_t owner_bytes(const std::string& owner);
 
   // The file records of the containers this process alone writes, held in memory

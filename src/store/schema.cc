@@ -346,6 +346,17 @@ constexpr const char* kPostgresV6 = R"sql(
 ALTER TABLE containers ADD COLUMN egress TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Version 7: the bytes of a container's memory checkpoint (the gvisor tier's image,
+// service/container_memory.cc), so that it counts against the owner's stored bytes
+// (quotas.storedBytesPerOwner) on every replica. 0 is none.
+constexpr const char* kSqliteV7 = R"sql(
+ALTER TABLE containers ADD COLUMN memory_bytes INTEGER NOT NULL DEFAULT 0;
+)sql";
+
+constexpr const char* kPostgresV7 = R"sql(
+ALTER TABLE containers ADD COLUMN memory_bytes BIGINT NOT NULL DEFAULT 0;
+)sql";
+
 // pg_advisory_lock's key for "the schema is being migrated" (ASCII "sbxdschm").
 constexpr int64_t kMigrationLockKey = 0x736278647363686dLL;
 
@@ -466,6 +477,7 @@ const std::vector<Migration>& migrations() {
       {4, "leases by holder", kSqliteV4, kPostgresV4},
       {5, "E2B sandboxes", kSqliteV5, kPostgresV5},
       {6, "containers' network options", kSqliteV6, kPostgresV6},
+      {7, "containers' memory checkpoint bytes", kSqliteV7, kPostgresV7},
   };
   return all;
 }
