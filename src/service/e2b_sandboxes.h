@@ -44,6 +44,9 @@ struct E2bCreate {
   bool auto_pause = false;
   // Its network options, checked against the operator's policy already (null: none).
   std::shared_ptr<const ops::SandboxEgress> egress;
+  // Gives the new container its first state before its sandbox starts (a snapshot's:
+  // service/e2b_snapshots.h); set, the template is the caller's to have checked.
+  std::function<asio::awaitable<Result<void>>(std::shared_ptr<Container>)> seed;
 };
 
 // What a listing asks for (every filter optional).

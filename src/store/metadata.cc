@@ -615,7 +615,12 @@ uint64_t Metadata::owner_bytes(const std::string& owner) {
                   "SELECT COALESCE(SUM(f.size), 0) FROM containers c JOIN files f ON f.storage = c.storage "
                   "WHERE c.owner = ?");
   query.bind(1, owner);
-  return query.step() ? static_cast<uint64_t>(query.integer(0)) : 0;
+  const uint64_t files = query.step() ? static_cast<uint64_t>(query.integer(0)) : 0;
+  // E2B's snapshots (store/e2b_records.h) are the owner's stored bytes too: each keeps a
+  // copy of a sandbox's files (and memory) for as long as it is not deleted.
+  Statement snapshots(conn, "SELECT COALESCE(SUM(bytes), 0) FROM e2b_snapshots WHERE owner = ?");
+  snapshots.bind(1, owner);
+  return files + (snapshots.step() ? static_cast<uint64_t>(snapshots.integer(0)) : 0);
 }
 
 }  // namespace sandboxd::store
