@@ -212,3 +212,42 @@ test(`bad counts and names are 400s in E2B's shape (${ISOLATION})`, { skip: SKIP
   }
   assert.deepEqual(await Sandbox.listSnapshots(alice).nextItems(), []);
 });
+
+// A snapshot is the owner's stored bytes: one that would take the owner past
+// quotas.storedBytesPerOwner is refused before anything is copied. Each fork succeeds
+// or fails on its own: past quotas.containersPerOwner a fork is an Error in its place.
+test(`a snapshot past the owner's stored bytes is a 403; forks past the container quota fail alone (${ISOLATION})`, { skip: SKIP }, async () => {
+  const small = await startServer(dir, 'small', [
+    `auth: { tokens: [ { token: ${ALICE}, owner: alice } ] }`,
+    'quotas: { storedBytesPerOwner: 4096, containersPerOwner: 2 }',
+    GVISOR ? 'runtime: { prestartedSandboxes: 0, isolation: gvisor, gvisorPlatform: ptrace }'
+      : 'runtime: { prestartedSandboxes: 0 }',
+  ]);
+  try {
+    const opts = { apiKey: ALICE, apiUrl: `${small.url}/e2b`, sandboxUrl: `${small.url}/e2b/sandbox` };
+    const sandbox = await Sandbox.create({ ...opts, timeoutMs: 600_000 });
+    try {
+      await assert.rejects(sandbox.createSnapshot(),
+        (e) => e.statusCode === 403 && /Storage quota reached.*storedBytesPerOwner/.test(e.message));
+      assert.deepEqual(await Sandbox.listSnapshots(opts).nextItems(), []);
+      assert.deepEqual(readdirSync(join(dir, 'small', 'snapshots')), []);
+      assert.equal((await sandbox.commands.run('echo still')).stdout, 'still\n');
+
+      await sandbox.files.write('/home/user/forked.txt', 'in every fork');
+      const forks = await sandbox.fork({ count: 3, timeoutMs: 600_000 });
+      assert.equal(forks.length, 3);
+      assert.ok(forks[0] instanceof Sandbox, String(forks[0]));
+      assert.equal(await forks[0].files.read('/home/user/forked.txt'), 'in every fork');
+      await forks[0].kill();
+      for (const refused of forks.slice(1)) {
+        assert.ok(refused instanceof Error && !(refused instanceof Sandbox), String(refused));
+        assert.equal(refused.statusCode, 403);
+        assert.match(refused.message, /containersPerOwner/);
+      }
+    } finally {
+      await sandbox.kill().catch(() => {});
+    }
+  } finally {
+    await stopProgram(small.child);
+  }
+});
