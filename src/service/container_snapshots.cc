@@ -57,8 +57,10 @@ uint64_t link_tree(const fs::path& from, const fs::path& to) {
 }
 
 ApiError no_space() {
-  return ApiError{HttpStatus::insufficient_storage, "api_error",
-                  "The server's disk is full: the snapshot could not be stored", {}};
+  return ApiError{HttpStatus::insufficient_storage,
+                  "api_error",
+                  "The server's disk is full: the snapshot could not be stored",
+                  {}};
 }
 
 }  // namespace
@@ -120,8 +122,8 @@ asio::awaitable<Result<ContainerService::CapturedState>> ContainerService::captu
   // The source runs again from its checkpoint, as it would on its next command.
   if (was_running && with_memory) start_sandbox_soon(container);
   if (!failure.empty()) {
-    spdlog::error("copying the state of container {} of {} into {}: {}", container->id, container->owner, folder,
-                  failure);
+    spdlog::error("copying the state of container {} of {} into {}: {}", container->id, container->owner,
+                  folder, failure);
     co_return ApiError::internal();
   }
   if (!*copied) co_return no_space();
@@ -134,7 +136,8 @@ asio::awaitable<Result<void>> ContainerService::seed_state(std::shared_ptr<Conta
   auto seed = [&container, &folder, with_memory]() -> runtime::VolumeResult<void> {
     // Its fresh volume gives way to a copy of the snapshot's (a UUID of its own).
     Volume::unmount(container->volume_mount);
-    if (auto copied = Volume::copy_pristine((fs::path(folder) / kVolumeFile).string(), container->volume_image);
+    if (auto copied =
+            Volume::copy_pristine((fs::path(folder) / kVolumeFile).string(), container->volume_image);
         !copied)
       return copied.error();
     if (auto mounted = Volume::mount(container->volume_image, container->volume_mount); !mounted)

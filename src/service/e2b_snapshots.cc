@@ -46,7 +46,8 @@ std::optional<ApiError> bad_name(const std::string& name) {
   const auto refuse = [&name](const std::string& why) {
     return ApiError::invalid_request("Invalid snapshot name '" + name + "': " + why);
   };
-  if (name.size() > kMaxNameLength) return refuse("at most " + std::to_string(kMaxNameLength) + " characters");
+  if (name.size() > kMaxNameLength)
+    return refuse("at most " + std::to_string(kMaxNameLength) + " characters");
   for (char c : name)
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_'))
       return refuse("only lower-case letters, digits, '-' and '_'");
@@ -112,8 +113,10 @@ asio::awaitable<Result<std::shared_ptr<Container>>> E2bSnapshots::source(const E
   // In a cluster a container's files move between replicas through the sessions
   // bucket; a snapshot store shared by replicas is not built yet.
   if (containers_.leases())
-    co_return ApiError{HttpStatus::not_implemented, "api_error",
-                       "Snapshots and forks are not available in cluster mode yet", {}};
+    co_return ApiError{HttpStatus::not_implemented,
+                       "api_error",
+                       "Snapshots and forks are not available in cluster mode yet",
+                       {}};
   co_return co_await sandboxes_.open(sandbox);
 }
 
@@ -125,13 +128,15 @@ asio::awaitable<Result<E2bSnapshot>> E2bSnapshots::create(std::string owner, std
   if (!found) co_return found.error();
   auto container = co_await source(*found);
   if (!container) co_return container.error();
+  containers_.touch(**container);  // in use: no idle stop closes its volume meanwhile
   // The owner's cap, counting the snapshots being made now.
   {
     const size_t have = co_await store([this, &owner] { return records_.count_snapshots(owner); });
     std::lock_guard lock(creating_mutex_);
     if (have + creating_[owner] >= kMaxPerOwner)
-      co_return ApiError::permission("This owner keeps " + std::to_string(kMaxPerOwner) +
-                                     " snapshots, the most it may; delete one first (Sandbox.deleteSnapshot)");
+      co_return ApiError::permission(
+          "This owner keeps " + std::to_string(kMaxPerOwner) +
+          " snapshots, the most it may; delete one first (Sandbox.deleteSnapshot)");
     ++creating_[owner];
   }
   struct Created {
@@ -147,9 +152,8 @@ asio::awaitable<Result<E2bSnapshot>> E2bSnapshots::create(std::string owner, std
   if (const uint64_t limit = containers_.settings()->stored_bytes_per_owner) {
     auto measure = [this, &owner, &container] {
       struct stat st {};
-      const uint64_t image = stat((*container)->volume_image.c_str(), &st) == 0
-                                 ? static_cast<uint64_t>(st.st_blocks) * 512
-                                 : 0;
+      const uint64_t image =
+          stat((*container)->volume_image.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
       return containers_.metadata().owner_bytes(owner) + image;
     };
     if (co_await store(std::move(measure)) > limit)
@@ -216,8 +220,9 @@ asio::awaitable<Result<void>> E2bSnapshots::remove(std::string owner, std::strin
     co_return not_found;  // deleted by another request a moment ago
   co_await remove_folder(folder_of(found->id));
   if (auto* audit = ops::audit())
-    audit->record("e2b_snapshot_deleted",
-                  {{"owner", owner}, {"snapshot", this->snapshot_id(*found)}, {"bytes", std::to_string(found->bytes)}});
+    audit->record(
+        "e2b_snapshot_deleted",
+        {{"owner", owner}, {"snapshot", this->snapshot_id(*found)}, {"bytes", std::to_string(found->bytes)}});
   co_return Result<void>{};
 }
 
@@ -230,21 +235,24 @@ asio::awaitable<Result<E2bSandbox>> E2bSnapshots::create_from(std::string owner,
 }
 
 asio::awaitable<std::optional<Result<E2bSandbox>>> E2bSnapshots::create_sandbox(std::string owner,
-                                                                               E2bCreate request) {
+                                                                                E2bCreate request) {
   const auto key = key_of(request.template_id);
   if (!key) co_return std::nullopt;
   auto found = co_await store([this, &owner, &key] { return records_.find_snapshot(owner, *key); });
   if (!found) co_return std::nullopt;
   if (containers_.leases())
-    co_return Result<E2bSandbox>(ApiError{HttpStatus::not_implemented, "api_error",
-                                          "Snapshots and forks are not available in cluster mode yet", {}});
+    co_return Result<E2bSandbox>(ApiError{HttpStatus::not_implemented,
+                                          "api_error",
+                                          "Snapshots and forks are not available in cluster mode yet",
+                                          {}});
   request.template_id = snapshot_id(*found);
   co_return co_await create_from(std::move(owner), folder_of(found->id), std::move(request));
 }
 
 asio::awaitable<Result<std::vector<Result<E2bSandbox>>>> E2bSnapshots::fork(std::string owner,
                                                                             std::string sandbox_id,
-                                                                            int64_t count, int64_t timeout_sec) {
+                                                                            int64_t count,
+                                                                            int64_t timeout_sec) {
   if (count < 1 || count > kMaxForks)
     co_return ApiError::invalid_request("'count' must be from 1 to " + std::to_string(kMaxForks));
   if (timeout_sec < 0 || timeout_sec > E2bSandboxes::kMaxTimeoutSec)
@@ -254,10 +262,13 @@ asio::awaitable<Result<std::vector<Result<E2bSandbox>>>> E2bSnapshots::fork(std:
   if (!found) co_return found.error();
   // E2B forks a running sandbox (its memory is what it forks).
   if (found->paused)
-    co_return ApiError{HttpStatus::conflict, "invalid_request_error",
-                       "Sandbox " + sandbox_id + " is paused; connect to resume it before forking it", {}};
+    co_return ApiError{HttpStatus::conflict,
+                       "invalid_request_error",
+                       "Sandbox " + sandbox_id + " is paused; connect to resume it before forking it",
+                       {}};
   auto container = co_await source(*found);
   if (!container) co_return container.error();
+  containers_.touch(**container);  // in use: no idle stop closes its volume meanwhile
   const std::string folder = folder_of(std::string(kForkPrefix) + lower_alnum(20));
   auto captured = co_await containers_.capture_state(*container, folder);
   if (!captured) {
