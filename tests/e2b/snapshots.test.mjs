@@ -25,7 +25,7 @@ let server;
 let alice;
 let bob;
 let source;
-const made = [];
+const made = []; // killed at the end (those of the server before a restart go with its folder)
 
 function stopServerNow() {
   if (server && server.child.exitCode === null) server.child.kill('SIGTERM');
@@ -250,4 +250,26 @@ test(`a snapshot past the owner's stored bytes is a 403; forks past the containe
   } finally {
     await stopProgram(small.child);
   }
+});
+
+// A snapshot is in the metadata database and on disk: a restarted server still has it
+// (last: it restarts the suite's server).
+test(`a snapshot survives a restart of the server (${ISOLATION})`, { skip: SKIP }, async () => {
+  await source.files.write('/home/user/restart.txt', 'before the restart');
+  await source.runCode('survived = 5');
+  const snapshot = await source.createSnapshot({ name: 'across-restart' });
+  await stopProgram(server.child);
+  server = await startServer(dir, 'data', [
+    `auth: { tokens: [ { token: ${ALICE}, owner: alice }, { token: ${BOB}, owner: bob } ] }`,
+    GVISOR ? 'runtime: { prestartedSandboxes: 0, isolation: gvisor, gvisorPlatform: ptrace }'
+      : 'runtime: { prestartedSandboxes: 0 }',
+  ]);
+  const restarted = { ...alice, apiUrl: `${server.url}/e2b`, sandboxUrl: `${server.url}/e2b/sandbox` };
+  const listed = await Sandbox.listSnapshots(restarted).nextItems();
+  assert.deepEqual(listed.map((s) => s.snapshotId), [snapshot.snapshotId]);
+  const copy = await Sandbox.create(snapshot.snapshotId, { ...restarted, timeoutMs: 600_000 });
+  made.push(copy);
+  assert.equal(await copy.files.read('/home/user/restart.txt'), 'before the restart');
+  if (GVISOR) assert.equal((await copy.runCode('survived')).text, '5');
+  assert.equal(await Sandbox.deleteSnapshot(snapshot.snapshotId, restarted), true);
 });
