@@ -289,6 +289,22 @@ VolumeResult<uint64_t> Volume::copy_frozen(const std::string& image, const std::
   // The mount point's root names the file system to freeze (any file of it would).
   const int root = open(target.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   check(root, "open(" + target + ")");
+  // Only the volume is ever frozen: a folder that is not a mount point (a volume closed
+  // under us) would freeze the file system holding it, the host's, where the copy is
+  // written. The open folder is the one frozen, whatever is mounted there afterwards.
+  struct stat mounted {
+  }, parent{};
+  const std::string above = target + "/..";
+  int not_mounted = 0;
+  if (fstat(root, &mounted) != 0 || stat(above.c_str(), &parent) != 0)
+    not_mounted = errno;
+  else if (mounted.st_dev == parent.st_dev)
+    not_mounted = EINVAL;  // the same file system as its parent: nothing is mounted there
+  if (not_mounted) {
+    close(root);
+    throw SyscallError("checking that " + target + " is a mounted volume (fstat, stat(" + above + "))",
+                       not_mounted);
+  }
   if (ioctl(root, FIFREEZE, 0) != 0) {
     const int err = errno;
     close(root);
