@@ -7,7 +7,7 @@
 // from it (skipped where runsc is not installed). Run by CTest with SANDBOXD_PATH.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox } from '@e2b/code-interpreter';
@@ -52,6 +52,10 @@ after(async () => {
   if (server) await stopProgram(server.child);
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
+
+// The audit log's events (each request's are on disk when it ends).
+const audited = (event) => readFileSync(join(dir, 'data', 'audit.log'), 'utf8').split('\n').filter(Boolean)
+  .map((line) => JSON.parse(line)).filter((entry) => entry.event === event);
 
 const pidOf = async (sandbox) => (await sandbox.commands.run('pgrep -f "sleep 700[1]" || true')).stdout.trim();
 
@@ -141,6 +145,9 @@ test(`fork({ count: 2 }) gives two sandboxes that start equal and diverge (${ISO
   made.push(three);
   assert.equal(await three.files.read('/home/user/fork.txt'), 'before the fork');
   assert.equal((await source.commands.run('echo on')).stdout, 'on\n');
+  const forked = audited('e2b_sandbox_forked').filter((e) => e.sandbox === source.sandboxId);
+  assert.deepEqual(forked.map((e) => [e.owner, String(e.count), String(e.forked)]),
+    [['alice', '2', '2'], ['alice', '1', '1']]);
 });
 
 test(`listSnapshots pages newest first and filters; deleteSnapshot (${ISOLATION})`, { skip: SKIP }, async () => {
@@ -176,6 +183,10 @@ test(`listSnapshots pages newest first and filters; deleteSnapshot (${ISOLATION}
   assert.equal(await Sandbox.deleteSnapshot(named.snapshotId, alice), false);
   assert.equal(await Sandbox.deleteSnapshot(first.snapshotId, alice), true);
   assert.deepEqual(await Sandbox.listSnapshots(alice).nextItems(), []);
+  const created = audited('e2b_snapshot_created').map((e) => e.snapshot);
+  assert.ok(created.includes(first.snapshotId) && created.includes(named.snapshotId), created.join());
+  const deleted = audited('e2b_snapshot_deleted').map((e) => [e.owner, e.snapshot]);
+  assert.ok(deleted.some(([owner, id]) => owner === 'alice' && id === first.snapshotId), JSON.stringify(deleted));
   // Their folders went with them.
   assert.deepEqual(readdirSync(join(dir, 'data', 'snapshots')), []);
 });
