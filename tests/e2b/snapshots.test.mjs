@@ -67,8 +67,10 @@ test(`a snapshot makes new sandboxes with its files${GVISOR ? ', variables and p
     pid = await pidOf(source);
     assert.match(pid, /^[0-9]+$/);
   }
+  const endBefore = (await source.getInfo()).endAt.getTime();
   const snapshot = await source.createSnapshot();
   assert.match(snapshot.snapshotId, /^[a-z0-9]{20}:default$/);
+  assert.equal((await source.getInfo()).endAt.getTime(), endBefore, 'the source keeps its end time');
   assert.deepEqual(snapshot.names, [snapshot.snapshotId]);
 
   // The source keeps its id and its state, and goes on.
