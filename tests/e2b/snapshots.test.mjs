@@ -226,6 +226,29 @@ test(`bad counts and names are 400s in E2B's shape (${ISOLATION})`, { skip: SKIP
   assert.deepEqual(await Sandbox.listSnapshots(alice).nextItems(), []);
 });
 
+// A paused sandbox is snapshotted as it is (on gvisor with the memory its pause kept);
+// forking it is E2B's 409 (a fork is of a running sandbox).
+test(`a paused sandbox's snapshot has what its pause kept; a fork of it is a 409 (${ISOLATION})`, { skip: SKIP }, async () => {
+  const paused = await Sandbox.create({ ...alice, timeoutMs: 600_000 });
+  made.push(paused);
+  await paused.files.write('/home/user/paused.txt', 'kept by the pause');
+  assert.equal((await paused.runCode('held = 9\nheld')).text, '9');
+  assert.equal(await paused.pause(), true);
+  await assert.rejects(Sandbox.fork(paused.sandboxId, { ...alice, count: 1 }),
+    (e) => e.statusCode === 409 && /paused/.test(e.message));
+  const snapshot = await Sandbox.createSnapshot(paused.sandboxId, alice);
+  const copy = await Sandbox.create(snapshot.snapshotId, { ...alice, timeoutMs: 600_000 });
+  made.push(copy);
+  assert.equal(await copy.files.read('/home/user/paused.txt'), 'kept by the pause');
+  assert.equal((await copy.runCode("globals().get('held')")).text, GVISOR ? '9' : undefined);
+  // The paused sandbox stays paused, and comes back with its own state.
+  assert.equal((await Sandbox.getInfo(paused.sandboxId, alice)).state, 'paused');
+  const back = await Sandbox.connect(paused.sandboxId, { ...alice, timeoutMs: 600_000 });
+  assert.equal(await back.files.read('/home/user/paused.txt'), 'kept by the pause');
+  if (GVISOR) assert.equal((await back.runCode('held')).text, '9');
+  assert.equal(await Sandbox.deleteSnapshot(snapshot.snapshotId, alice), true);
+});
+
 // A snapshot is the owner's stored bytes: one that would take the owner past
 // quotas.storedBytesPerOwner is refused before anything is copied. Each fork succeeds
 // or fails on its own: past quotas.containersPerOwner a fork is an Error in its place.
