@@ -2,8 +2,9 @@
 // sandbox, through the runtime as the service drives it) and a cold start (a new sandbox
 // and its first `true`) on each tier, same machine, same run. Prints figures and the
 // gvisor/native ratios; asserts nothing. Needs root and, for the gvisor half, runsc.
-//   BENCH_WARM, BENCH_COLD: iteration counts (default 200, 10); BENCH_GVISOR_PLATFORM
-//   (default ptrace).
+//   BENCH_WARM, BENCH_COLD: iteration counts (default 200, 10); BENCH_MEMORY, BENCH_FORK:
+//   rounds of the memory and fork measures (default 5, 3); BENCH_GVISOR_PLATFORM (default
+//   ptrace).
 
 #include <unistd.h>
 
@@ -149,6 +150,57 @@ MemoryFigures measure_memory(uint32_t host_uid, int n) {
   return figures;
 }
 
+// E2B's fork on the gvisor tier, as the service makes one (service/container_snapshots.cc):
+// the source checkpointed once and restored in place, then 4 sandboxes restored from that
+// checkpoint, each with a first `true`; against 4 cold starts (start + `true`), N times.
+// The runtime's part only: the volume's frozen copy and its copies for the forks (a pass
+// over the image's allocated extents each) come on top.
+struct ForkFigures {
+  Stats fork4, cold4;
+};
+
+ForkFigures measure_fork(uint32_t host_uid, int n) {
+  constexpr int kForks = 4;
+  Bench bench(rt::Isolation::kGvisor, host_uid, "f");
+  auto& runtime = bench.runtime;
+  auto& io = bench.io;
+  rt::ExecRequest true_cmd;
+  true_cmd.command = "true";
+  std::vector<double> fork4, cold4;
+  auto start_and_true = [&](rt::SandboxOptions options) {
+    auto sandbox = run_sync(io, runtime.start(io.get_executor(), std::move(options)));
+    if (auto result = run_sync(io, sandbox->exec(true_cmd)); result.return_code != 0)
+      std::fprintf(stderr, "a first true failed: %s\n", result.stderr_text.c_str());
+    return sandbox;
+  };
+  for (int i = 0; i < n; ++i) {
+    auto source = start_and_true(bench.sandbox_options());
+    const fs::path image = bench.root / ("fork-" + std::to_string(i));
+    fs::create_directories(image);
+    std::vector<std::shared_ptr<rt::Sandbox>> made;
+    auto start = Clock::now();
+    run_sync(io, runtime.checkpoint(source, image.string()));
+    run_sync(io, source->stop());
+    auto restored = [&] {
+      auto options = bench.sandbox_options();
+      options.restore_from = image.string();
+      return options;
+    };
+    source = run_sync(io, runtime.start(io.get_executor(), restored()));
+    for (int k = 0; k < kForks; ++k) made.push_back(start_and_true(restored()));
+    fork4.push_back(ms_since(start));
+    for (auto& sandbox : made) run_sync(io, sandbox->stop());
+    run_sync(io, source->stop());
+    made.clear();
+    start = Clock::now();
+    for (int k = 0; k < kForks; ++k) made.push_back(start_and_true(bench.sandbox_options()));
+    cold4.push_back(ms_since(start));
+    for (auto& sandbox : made) run_sync(io, sandbox->stop());
+    fs::remove_all(image);
+  }
+  return {summarize(fork4), summarize(cold4)};
+}
+
 }  // namespace
 
 int main() {
@@ -177,5 +229,10 @@ int main() {
   std::printf(
       "E2B's published figures, for reference: pause ~%.0f ms for this image (4 s/GiB), resume ~1000 ms\n",
       memory.image_mib / 1024.0 * 4000.0);
+  const ForkFigures forks = measure_fork(1000, env_int("BENCH_FORK", 3));
+  std::printf("\ngvisor fork of 4 (E2B's fork: one checkpoint, the source restored, 4 restores)\n");
+  print_row("gvisor fork of 4: checkpoint + 5 restores", forks.fork4);
+  print_row("gvisor 4 cold starts: 4 x (start + true)", forks.cold4);
+  std::printf("ratio fork of 4 / 4 cold starts (p50): %.2fx\n", forks.fork4.p50_ms / forks.cold4.p50_ms);
   return 0;
 }

@@ -13,6 +13,7 @@
 
 #include "postgres_harness.h"
 #include "store/e2b_records.h"
+#include "store/metadata.h"
 
 namespace sandboxd::store {
 namespace {
@@ -354,6 +355,65 @@ TEST_P(E2bRecordsTest, AListingByMetadataUsesItsIndex) {
   std::string text;
   while (plan.step()) text += plan.text(sqlite ? 3 : 0) + "\n";
   EXPECT_NE(text.find("e2b_sandbox_metadata_by_pair"), std::string::npos) << text;
+}
+
+// E2B's snapshots: found by id or name by their owner only, a name naming one snapshot
+// of its owner, listed newest first and paged, filtered by source and key, counted, and
+// their bytes in the owner's stored bytes (Metadata::owner_bytes, the same database).
+TEST_P(E2bRecordsTest, SnapshotsAreTheOwnersFoundByIdOrNameAndCountInStoredBytes) {
+  auto snapshot = [](const std::string& id, const std::string& owner, const std::string& name, int64_t at) {
+    E2bSnapshotRecord s;
+    s.id = id;
+    s.owner = owner;
+    s.name = name;
+    s.source_sandbox = "sandbox1";
+    s.created_at_ms = at;
+    s.bytes = 1000;
+    s.memory = name == "named";
+    return s;
+  };
+  ASSERT_TRUE(records_.insert_snapshot(snapshot("snapa", "alice", "", 10)));
+  ASSERT_TRUE(records_.insert_snapshot(snapshot("snapb", "alice", "named", 20)));
+  EXPECT_FALSE(records_.insert_snapshot(snapshot("snapc", "alice", "named", 30)));  // the name is taken
+  EXPECT_FALSE(records_.insert_snapshot(snapshot("snapa", "bob", "", 30)));         // the id is taken
+  ASSERT_TRUE(records_.insert_snapshot(snapshot("snapd", "bob", "named", 30)));     // bob's own name
+  EXPECT_EQ(records_.find_snapshot("alice", "named")->id, "snapb");
+  EXPECT_TRUE(records_.find_snapshot("alice", "named")->memory);
+  EXPECT_EQ(records_.find_snapshot("alice", "snapa")->source_sandbox, "sandbox1");
+  EXPECT_FALSE(records_.find_snapshot("bob", "snapa"));
+  EXPECT_FALSE(records_.find_snapshot("alice", ""));  // an unnamed one is not found by the empty name
+  EXPECT_EQ(records_.count_snapshots("alice"), 2u);
+
+  E2bSnapshotQuery query;
+  query.owner = "alice";
+  query.limit = 1;
+  auto first = records_.list_snapshots(query);
+  ASSERT_EQ(first.snapshots.size(), 1u);
+  EXPECT_EQ(first.snapshots[0].id, "snapb");  // newest first
+  EXPECT_TRUE(first.has_more);
+  query.after_created_ms = first.snapshots[0].created_at_ms;
+  query.after_id = first.snapshots[0].id;
+  auto second = records_.list_snapshots(query);
+  ASSERT_EQ(second.snapshots.size(), 1u);
+  EXPECT_EQ(second.snapshots[0].id, "snapa");
+  EXPECT_FALSE(second.has_more);
+  E2bSnapshotQuery by_key;
+  by_key.owner = "alice";
+  by_key.key = "named";
+  EXPECT_EQ(records_.list_snapshots(by_key).snapshots.size(), 1u);
+  by_key.key.clear();
+  by_key.source_sandbox = "another";
+  EXPECT_TRUE(records_.list_snapshots(by_key).snapshots.empty());
+
+  Metadata metadata(database_.open());
+  EXPECT_EQ(metadata.owner_bytes("alice"), 2000u);
+  EXPECT_EQ(metadata.owner_bytes("bob"), 1000u);
+  EXPECT_FALSE(records_.remove_snapshot("bob", "snapb"));
+  EXPECT_TRUE(records_.remove_snapshot("alice", "snapb"));
+  EXPECT_FALSE(records_.remove_snapshot("alice", "snapb"));
+  EXPECT_EQ(metadata.owner_bytes("alice"), 1000u);
+  EXPECT_EQ(records_.count_snapshots("alice"), 1u);
+  EXPECT_TRUE(records_.insert_snapshot(snapshot("snape", "alice", "named", 40)));  // the name is free again
 }
 
 }  // namespace

@@ -465,6 +465,45 @@ TEST(Volume, CopiesOfAPristineImageAreCleanFileSystemsEachWithItsOwnIdentity) {
   EXPECT_FALSE(fs::exists(data.root / "c.img.tmp"));
 }
 
+// E2B's snapshots copy a volume while it is mounted and in use: the copy is taken frozen,
+// so it is a clean file system (a full check passes, copy_pristine takes it), it holds what
+// was written, and the volume is thawed after (writes go on). A folder that is not a
+// mounted volume is refused, never frozen (it would freeze the host's file system).
+TEST(Volume, AFrozenCopyOfAMountedVolumeIsACleanImageWithItsFiles) {
+  ContainerDirs data(kHostId, kHostId);
+  const fs::path image = data.root / "v.img", copy = data.root / "copy.img",
+                 seeded = data.root / "seeded.img";
+  ASSERT_TRUE(rt::Volume::create(image, 48 << 20, kHostId, kHostId));
+  const fs::path mount = data.root / "v";
+  fs::create_directories(mount);
+  ASSERT_TRUE(rt::Volume::mount(image, mount));
+  write_text(mount / "kept.txt", "before the copy\n");
+  auto bytes = rt::Volume::copy_frozen(image, mount, copy);
+  ASSERT_TRUE(bytes);
+  struct stat copied {};
+  ASSERT_EQ(stat(copy.c_str(), &copied), 0);
+  EXPECT_EQ(*bytes, static_cast<uint64_t>(copied.st_blocks) * 512);
+  EXPECT_FALSE(fs::exists(data.root / "copy.img.tmp"));
+  write_text(mount / "after.txt", "thawed\n");  // would hang on a frozen volume
+  int status = -1;
+  const std::string report = sh("e2fsck -fn " + copy.string() + " 2>&1", &status);
+  EXPECT_EQ(status, 0) << report;
+  ASSERT_TRUE(rt::Volume::copy_pristine(copy, seeded));
+  const fs::path seeded_mount = data.root / "seeded";
+  fs::create_directories(seeded_mount);
+  ASSERT_TRUE(rt::Volume::mount(seeded, seeded_mount));
+  EXPECT_EQ(read_text(seeded_mount / "kept.txt"), "before the copy\n");
+  EXPECT_FALSE(fs::exists(seeded_mount / "after.txt"));
+  rt::Volume::unmount(seeded_mount);
+  // Not a mount point: refused before anything is frozen or written.
+  const fs::path plain = data.root / "plain";
+  fs::create_directories(plain);
+  EXPECT_THROW(rt::Volume::copy_frozen(image, plain, data.root / "never.img"), rt::SyscallError);
+  EXPECT_FALSE(fs::exists(data.root / "never.img"));
+  write_text(data.root / "host-writable.txt", "the host's file system was never frozen\n");
+  rt::Volume::unmount(mount);
+}
+
 }  // namespace
 
 namespace {

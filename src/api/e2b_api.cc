@@ -304,7 +304,19 @@ asio::awaitable<Result<Response>> create_sandbox(ApiContext& api, RequestContext
   auto egress = requested_egress(api, *body);
   if (!egress) co_return egress.error();
   request.egress = std::move(*egress);
-  auto created = co_await api.e2b_sandboxes->create(ctx.owner, std::move(request));
+  Result<service::E2bSandbox> created = ApiError::internal();
+  if (service::E2bSandboxes::known_template(request.template_id) || !api.e2b_snapshots) {
+    created = co_await api.e2b_sandboxes->create(ctx.owner, std::move(request));
+  } else {
+    // Sandbox.create(snapshotId): a template id that names one of the owner's snapshots.
+    const std::string name = request.template_id;
+    auto from_snapshot = co_await api.e2b_snapshots->create_sandbox(ctx.owner, std::move(request));
+    if (!from_snapshot)
+      co_return ApiError::not_found("Template '" + name +
+                                    "' not found (this server has 'base', 'code-interpreter-v1' and the "
+                                    "key's snapshots)");
+    created = std::move(*from_snapshot);
+  }
   if (!created) co_return created.error();
   co_return json_ok(sandbox_handle(*created, ctx, api.config()->e2b_sandbox_domain), HttpStatus::created);
 }
@@ -489,6 +501,101 @@ asio::awaitable<Result<Response>> connect_sandbox(ApiContext& api, RequestContex
   if (!found) co_return found.error();
   co_return json_ok(sandbox_handle(*found, ctx, api.config()->e2b_sandbox_domain),
                     *resumed ? HttpStatus::created : HttpStatus::ok);
+}
+
+// SnapshotInfo.
+json::object snapshot_info(const service::E2bSnapshot& snapshot) {
+  const std::string id = service::E2bSnapshots::snapshot_id(snapshot);
+  return json::object{{"snapshotID", id}, {"names", json::array{json::value(id)}}};
+}
+
+asio::awaitable<Result<Response>> create_snapshot(ApiContext& api, RequestContext& ctx) {
+  auto body = co_await read_object(ctx);
+  if (!body) co_return body.error();
+  std::string name;
+  if (const auto* value = body->if_contains("name"); value && !value->is_null()) {
+    if (!value->is_string()) co_return ApiError::invalid_request("'name' must be a string");
+    name = std::string(value->as_string());
+  }
+  auto snapshot = co_await api.e2b_snapshots->create(ctx.owner, ctx.params["id"], std::move(name));
+  if (!snapshot) co_return snapshot.error();
+  co_return json_ok(snapshot_info(*snapshot), HttpStatus::created);
+}
+
+// ?sandboxID, ?name (a name or snapshot id), ?limit, ?nextToken: newest first.
+asio::awaitable<Result<Response>> list_snapshots(ApiContext& api, RequestContext& ctx) {
+  store::E2bSnapshotQuery query;
+  query.owner = ctx.owner;
+  if (auto sandbox = ctx.query_value("sandboxID"); sandbox && !sandbox->empty())
+    query.source_sandbox = *sandbox;
+  if (auto name = ctx.query_value("name"); name && !name->empty()) {
+    auto key = service::E2bSnapshots::key_of(*name);
+    if (!key) co_return json_ok(json::array{});  // nothing of this server's has that name
+    query.key = *key;
+  }
+  if (auto limit = ctx.query_value("limit")) {
+    char* end = nullptr;
+    const long value = std::strtol(limit->c_str(), &end, 10);
+    if (limit->empty() || *end || value < 1 || value > static_cast<long>(kMaxListLimit))
+      co_return ApiError::invalid_request("'limit' must be an integer from 1 to 1000");
+    query.limit = static_cast<size_t>(value);
+  }
+  if (auto token = ctx.query_value("nextToken"); token && !token->empty()) {
+    // "<creation time in ms>.<id>": the last snapshot of the page before.
+    const size_t dot = token->find('.');
+    int64_t created = 0;
+    const char* digits_end = token->data() + (dot == std::string::npos ? 0 : dot);
+    auto [end, ec] = std::from_chars(token->data(), digits_end, created);
+    if (dot == std::string::npos || dot == 0 || ec != std::errc() || end != digits_end ||
+        !ContainerService::valid_id(token->substr(dot + 1)))
+      co_return ApiError::invalid_request("Invalid 'nextToken'");
+    query.after_created_ms = created;
+    query.after_id = token->substr(dot + 1);
+  }
+  auto page = co_await api.e2b_snapshots->list(std::move(query));
+  json::array data;
+  for (const auto& snapshot : page.snapshots) data.push_back(snapshot_info(snapshot));
+  auto res = json_ok(data);
+  if (page.has_more && !page.snapshots.empty())
+    res.set("x-next-token",
+            std::to_string(page.snapshots.back().created_at_ms) + "." + page.snapshots.back().id);
+  co_return res;
+}
+
+// deleteSnapshot (a snapshot is a template to E2B): 204, or 404 (the SDK's false).
+asio::awaitable<Result<Response>> delete_snapshot(ApiContext& api, RequestContext& ctx) {
+  auto removed = co_await api.e2b_snapshots->remove(ctx.owner, ctx.params["id"]);
+  if (!removed) co_return removed.error();
+  co_return server::StringResponse{HttpStatus::no_content, 11};
+}
+
+// Fork: 201 with one SandboxForkResult per fork, each {sandbox} or {error}.
+asio::awaitable<Result<Response>> fork_sandbox(ApiContext& api, RequestContext& ctx) {
+  auto body = co_await read_object(ctx);
+  if (!body) co_return body.error();
+  int64_t count = 1;  // E2B's default
+  if (const auto* value = body->if_contains("count"); value && !value->is_null()) {
+    if (value->is_int64())
+      count = value->as_int64();
+    else if (value->is_uint64())
+      count = INT64_MAX;  // (refused below as too many)
+    else
+      co_return ApiError::invalid_request("'count' must be an integer");
+  }
+  auto timeout = seconds_field(*body, "timeout");
+  if (!timeout) co_return timeout.error();
+  auto forks = co_await api.e2b_snapshots->fork(ctx.owner, ctx.params["id"], count, timeout->value_or(15));
+  if (!forks) co_return forks.error();
+  json::array results;
+  for (const auto& fork : *forks) {
+    if (fork)
+      results.push_back(
+          json::object{{"sandbox", sandbox_handle(*fork, ctx, api.config()->e2b_sandbox_domain)}});
+    else
+      results.push_back(json::object{{"error", json::object{{"code", static_cast<int>(fork.error().status)},
+                                                            {"message", fork.error().message}}}});
+  }
+  co_return json_ok(results, HttpStatus::created);
 }
 
 // ?start= and ?end= of the metrics (Unix seconds, what the SDKs send).
@@ -745,6 +852,13 @@ void register_e2b_routes(server::HttpServer& http, ApiContext& api) {
              e2b_route(api, connect_sandbox));
   http.route(http::verb::get, base + "/sandboxes/{id}/metrics", "e2b.sandboxes.metrics",
              e2b_route(api, sandbox_metrics));
+  http.route(http::verb::post, base + "/sandboxes/{id}/snapshots", "e2b.snapshots.create",
+             e2b_route(api, create_snapshot));
+  http.route(http::verb::get, base + "/snapshots", "e2b.snapshots.list", e2b_route(api, list_snapshots));
+  http.route(http::verb::delete_, base + "/templates/{id}", "e2b.snapshots.delete",
+             e2b_route(api, delete_snapshot));
+  http.route(http::verb::post, base + "/sandboxes/{id}/fork", "e2b.sandboxes.fork",
+             e2b_route(api, fork_sandbox));
   register_e2b_port_routes(http, api);
 }
 

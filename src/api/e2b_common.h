@@ -19,6 +19,7 @@
 
 #include "api/routes.h"
 #include "service/e2b_sandboxes.h"
+#include "service/e2b_snapshots.h"
 
 namespace sandboxd::api {
 

@@ -15,6 +15,7 @@ class PeerWatch;
 }
 namespace sandboxd::service {
 class E2bSandboxes;
+class E2bSnapshots;
 class SandboxProcesses;
 class DirectoryWatches;
 class ToolTasks;
@@ -47,6 +48,7 @@ struct ApiContext : service::Services {
   const kubernetes::PeerWatch* peer_watch = nullptr;
   // E2B's API (api/e2b_api.cc, api/e2b_envd.cc): its sandboxes and their processes.
   service::E2bSandboxes* e2b_sandboxes = nullptr;
+  service::E2bSnapshots* e2b_snapshots = nullptr;  // its snapshots and forks
   service::SandboxProcesses* sandbox_processes = nullptr;
   service::DirectoryWatches* directory_watches = nullptr;  // envd's WatchDir
   service::ToolTasks* tool_tasks = nullptr;                // MCP's tasks (api/mcp.cc)

@@ -43,6 +43,7 @@
 #include "service/directory_watches.h"
 #include "service/discovery.h"
 #include "service/e2b_sandboxes.h"
+#include "service/e2b_snapshots.h"
 #include "service/sandbox_processes.h"
 #include "service/skill_mounts.h"
 #include "service/store_call.h"
@@ -415,6 +416,10 @@ int serve(ops::Config config, const std::string& config_path) {
     service::ToolTasks tool_tasks;
     api.tool_tasks = &tool_tasks;
     e2b_sandboxes.start();
+    // Its snapshots and forks: copies of a sandbox's state under <dataDir>/snapshots.
+    service::E2bSnapshots e2b_snapshots(e2b_sandboxes, e2b_records, config.data_dir);
+    e2b_snapshots.start();
+    api.e2b_snapshots = &e2b_snapshots;
     // What bursts freed goes back to the kernel instead of staying in the server's RSS.
     start_memory_release(io);
     api.e2b_sandboxes = &e2b_sandboxes;

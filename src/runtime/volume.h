@@ -41,6 +41,16 @@ struct Volume {
   // program. kNoSpace when the disk is full, kFormatFailed when `pristine` is not such an
   // image; the unexpected throws SyscallError.
   static VolumeResult<void> copy_pristine(const std::string& pristine, const std::string& image);
+  // Copies the image of the volume mounted at `target` into `copy` while its file system
+  // is frozen (FIFREEZE: the kernel writes everything out, the journal included, and
+  // holds every new write until the thaw), so the copy is a clean, consistent file system
+  // that `copy_pristine` accepts, taken while the sandbox over it runs on. A reflink
+  // (FICLONE) where the file system holding the images shares extents (XFS, btrfs), else
+  // the allocated extents into a sparse file. Returns the bytes the copy takes on disk.
+  // kNoSpace when the disk is full; the unexpected throws SyscallError (the volume is
+  // thawed on every path).
+  static VolumeResult<uint64_t> copy_frozen(const std::string& image, const std::string& target,
+                                            const std::string& copy);
   // Attaches the image to a free loop device (auto-clearing) and mounts it at target.
   // kNoLoopDevice when none is free (or SANDBOXD_FAILPOINT_NO_LOOP_DEVICE=1 says so, for
   // tests and drills); anything else unexpected throws SyscallError.

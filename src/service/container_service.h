@@ -156,6 +156,25 @@ class ContainerService {
   asio::awaitable<void> stop(std::shared_ptr<Container> container, const char* reason = "api");
   asio::awaitable<void> remove(std::shared_ptr<Container> container);
 
+  // E2B's snapshots (container_snapshots.cc). Whether a stop keeps the sandbox's memory
+  // here (a tier that keeps memory, runtime.keepMemory on).
+  bool keeps_memory() const;
+  struct CapturedState {
+    uint64_t bytes = 0;   // what the copy takes on disk
+    bool memory = false;  // it holds a checkpoint of the sandbox's memory
+  };
+  // Copies the container's state into `folder` (made here; it must not exist): its
+  // volume's image, and with keeps_memory() its sandbox's memory: a running sandbox is
+  // checkpointed and restored in place (the same processes go on), a stopped one's
+  // checkpoint is taken as it is. A native sandbox runs on while its volume is copied
+  // (frozen meanwhile). No start of its sandbox overlaps the copy.
+  asio::awaitable<Result<CapturedState>> capture_state(std::shared_ptr<Container> container,
+                                                       std::string folder);
+  // Gives a container made a moment ago, before its sandbox first starts, the state
+  // `capture_state` put in `folder`: its volume becomes a copy of that image, and the
+  // memory (where this tier keeps memory) is what its first start restores.
+  asio::awaitable<Result<void>> seed_state(std::shared_ptr<Container> container, std::string folder);
+
   // Refreshes last activity (expires_at rolls). The index's copy is written at most
   // once a second, inline with SQLite, in the background with PostgreSQL (not awaited;
   // the destructor waits for those still queued).
@@ -238,6 +257,8 @@ class ContainerService {
   // files only), and a start from the checkpoint (nullptr when there is none or it could
   // not be restored: the caller starts the sandbox fresh).
   bool keeps_memory_at(const char* reason) const;
+  asio::awaitable<Result<CapturedState>> capture_on_strand(std::shared_ptr<Container> container,
+                                                           std::string folder);
   asio::awaitable<void> checkpoint_memory(std::shared_ptr<Container> container,
                                           std::shared_ptr<runtime::Sandbox> sandbox);
   asio::awaitable<std::shared_ptr<runtime::Sandbox>> restore_memory(std::shared_ptr<Container> container);

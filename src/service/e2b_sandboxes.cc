@@ -222,7 +222,7 @@ asio::awaitable<void> E2bSandboxes::end_one(const E2bSandbox& s) {
 }
 
 asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bCreate request) {
-  if (!known_template(request.template_id))
+  if (!request.seed && !known_template(request.template_id))
     co_return ApiError::not_found("Template '" + request.template_id +
                                   "' not found (this server has 'base' and 'code-interpreter-v1')");
   if (request.timeout_sec < 0 || request.timeout_sec > kMaxTimeoutSec) co_return bad_timeout();
@@ -235,6 +235,12 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
   auto container = co_await containers_.async_open(owner, id, /*create=*/true);
   if (!container) co_return container.error();
   containers_.touch(**container);
+  if (request.seed) {
+    if (auto seeded = co_await request.seed(*container); !seeded) {
+      co_await containers_.remove(*container);
+      co_return seeded.error();
+    }
+  }
   // Before its sandbox starts: its first connection is already checked against them.
   if (request.egress) {
     bool kept = false;

@@ -9,9 +9,10 @@
 // one nobody serves is ended by whichever replica takes its lease first.
 //
 // Pause is sandboxd's stop: the workspace (/home/user), outputs and uploads are kept
-// (in a cluster, flushed to the sessions bucket); processes, memory, /tmp and /home/agent
-// are not. Resume (connect) clears the paused mark; the sandbox itself starts again on
-// the next command, over the same files, on whichever replica serves that command.
+// (in a cluster, flushed to the sessions bucket); on the gvisor tier its memory too
+// (processes, /tmp, the Python kernels: service/container_memory.h) unless the pause
+// asks for files only. Resume (connect) clears the paused mark; the sandbox itself starts
+// again on the next command, over the same files, on whichever replica serves that command.
 #pragma once
 
 #include <atomic>
@@ -44,6 +45,9 @@ struct E2bCreate {
   bool auto_pause = false;
   // Its network options, checked against the operator's policy already (null: none).
   std::shared_ptr<const ops::SandboxEgress> egress;
+  // Gives the new container its first state before its sandbox starts (a snapshot's:
+  // service/e2b_snapshots.h); set, the template is the caller's to have checked.
+  std::function<asio::awaitable<Result<void>>(std::shared_ptr<Container>)> seed;
 };
 
 // What a listing asks for (every filter optional).

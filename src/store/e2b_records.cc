@@ -411,4 +411,95 @@ std::vector<E2bRecord> E2bRecords::due(int64_t now_ms, const E2bDueCursor& curso
   return out;
 }
 
+namespace {
+
+constexpr const char* kSnapshotColumns = "id, owner, name, source_sandbox, created_at_ms, bytes, memory";
+
+E2bSnapshotRecord read_snapshot(const Statement& row) {
+  E2bSnapshotRecord snapshot;
+  snapshot.id = row.text(0);
+  snapshot.owner = row.text(1);
+  snapshot.name = row.text(2);
+  snapshot.source_sandbox = row.text(3);
+  snapshot.created_at_ms = row.integer(4);
+  snapshot.bytes = static_cast<uint64_t>(row.integer(5));
+  snapshot.memory = row.integer(6) != 0;
+  return snapshot;
+}
+
+}  // namespace
+
+bool E2bRecords::insert_snapshot(const E2bSnapshotRecord& snapshot) {
+  auto conn = db_->acquire();
+  Transaction transaction(conn);
+  if (!snapshot.name.empty()) {
+    Statement taken(conn, "SELECT 1 FROM e2b_snapshots WHERE owner = ? AND name = ?");
+    taken.add(snapshot.owner).add(snapshot.name);
+    if (taken.step()) return false;
+  }
+  Statement insert(conn, std::string("INSERT INTO e2b_snapshots (") + kSnapshotColumns +
+                             ") VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING");
+  insert.add(snapshot.id)
+      .add(snapshot.owner)
+      .add(snapshot.name)
+      .add(snapshot.source_sandbox)
+      .add(snapshot.created_at_ms)
+      .add(static_cast<int64_t>(snapshot.bytes))
+      .add(int64_t{snapshot.memory});
+  insert.run();
+  if (insert.changes() == 0) return false;
+  transaction.commit();
+  return true;
+}
+
+std::optional<E2bSnapshotRecord> E2bRecords::find_snapshot(const std::string& owner, const std::string& key) {
+  auto conn = db_->acquire();
+  Statement query(conn, std::string("SELECT ") + kSnapshotColumns +
+                            " FROM e2b_snapshots WHERE owner = ? AND (id = ? OR (name <> '' AND name = ?))");
+  query.add(owner).add(key).add(key);
+  if (!query.step()) return std::nullopt;
+  return read_snapshot(query);
+}
+
+E2bSnapshotPage E2bRecords::list_snapshots(const E2bSnapshotQuery& query) {
+  const size_t limit = std::min(std::max<size_t>(query.limit, 1), kMaxPage);
+  std::string sql = std::string("SELECT ") + kSnapshotColumns + " FROM e2b_snapshots WHERE owner = ?";
+  if (!query.source_sandbox.empty()) sql += " AND source_sandbox = ?";
+  if (!query.key.empty()) sql += " AND (id = ? OR (name <> '' AND name = ?))";
+  const bool after = !query.after_id.empty();
+  if (after) sql += " AND (created_at_ms < ? OR (created_at_ms = ? AND id < ?))";
+  sql += " ORDER BY created_at_ms DESC, id DESC LIMIT ?";
+  auto conn = db_->acquire();
+  Statement select(conn, sql);
+  select.add(query.owner);
+  if (!query.source_sandbox.empty()) select.add(query.source_sandbox);
+  if (!query.key.empty()) select.add(query.key).add(query.key);
+  if (after) select.add(query.after_created_ms).add(query.after_created_ms).add(query.after_id);
+  select.add(static_cast<int64_t>(limit + 1));  // one more: whether there is a next page
+  E2bSnapshotPage page;
+  while (select.step()) {
+    if (page.snapshots.size() == limit) {
+      page.has_more = true;
+      break;
+    }
+    page.snapshots.push_back(read_snapshot(select));
+  }
+  return page;
+}
+
+bool E2bRecords::remove_snapshot(const std::string& owner, const std::string& id) {
+  auto conn = db_->acquire();
+  Statement remove(conn, "DELETE FROM e2b_snapshots WHERE id = ? AND owner = ?");
+  remove.add(id).add(owner);
+  remove.run();
+  return remove.changes() > 0;
+}
+
+size_t E2bRecords::count_snapshots(const std::string& owner) {
+  auto conn = db_->acquire();
+  Statement count(conn, "SELECT COUNT(*) FROM e2b_snapshots WHERE owner = ?");
+  count.add(owner);
+  return count.step() ? static_cast<size_t>(count.integer(0)) : 0;
+}
+
 }  // namespace sandboxd::store

@@ -72,6 +72,33 @@ struct E2bRecordPage {
   bool has_more = false;
 };
 
+// An E2B snapshot: a copy of a sandbox's files (and memory, where the tier keeps it),
+// kept apart from any container so that it outlives the sandbox it was taken from.
+struct E2bSnapshotRecord {
+  std::string id;  // 20 lower-case letters and digits (its folder's name)
+  std::string owner;
+  std::string name;  // the owner's name for it ('' none): unique per owner
+  std::string source_sandbox;
+  int64_t created_at_ms = 0;
+  uint64_t bytes = 0;   // what its files take on disk (counted in the owner's stored bytes)
+  bool memory = false;  // carries a checkpoint of the sandbox's memory
+};
+
+struct E2bSnapshotQuery {
+  std::string owner;
+  std::string source_sandbox;  // '' any
+  std::string key;             // an id or a name; '' any
+  // The page continues after this snapshot (newest first: creation time, then id).
+  int64_t after_created_ms = 0;
+  std::string after_id;
+  size_t limit = 100;
+};
+
+struct E2bSnapshotPage {
+  std::vector<E2bSnapshotRecord> snapshots;
+  bool has_more = false;
+};
+
 // Where the walk over sandboxes past their end time stopped (end time, then id).
 struct E2bDueCursor {
   int64_t end_at_ms = std::numeric_limits<int64_t>::min();
@@ -144,6 +171,15 @@ class E2bRecords {
   // Running (not paused) records whose end time is at or before `now_ms`, after
   // `cursor`, in order of end time then id; at most `limit`.
   std::vector<E2bRecord> due(int64_t now_ms, const E2bDueCursor& cursor, size_t limit);
+
+  // Snapshots (never held in memory: read on their few calls). A name names one
+  // snapshot of its owner: the insert of a named one fails (false) while another has it.
+  bool insert_snapshot(const E2bSnapshotRecord& snapshot);
+  // The owner's snapshot with this id or this name.
+  std::optional<E2bSnapshotRecord> find_snapshot(const std::string& owner, const std::string& key);
+  E2bSnapshotPage list_snapshots(const E2bSnapshotQuery& query);
+  bool remove_snapshot(const std::string& owner, const std::string& id);
+  size_t count_snapshots(const std::string& owner);
 
  private:
   class Cache;

@@ -621,11 +621,15 @@ uint64_t Metadata::total_bytes() {
 uint64_t Metadata::owner_bytes(const std::string& owner) {
   if (!storable(owner)) return 0;
   auto conn = db_->acquire();
+  // The files of the owner's containers, their memory checkpoints, and E2B's snapshots
+  // (store/e2b_records.h: each keeps a copy of a sandbox's files, and memory, for as long
+  // as it is not deleted).
   Statement query(
       conn,
       "SELECT COALESCE((SELECT SUM(f.size) FROM containers c JOIN files f ON f.storage = c.storage "
-      "WHERE c.owner = ?), 0) + COALESCE((SELECT SUM(memory_bytes) FROM containers WHERE owner = ?), 0)");
-  query.bind(1, owner).bind(2, owner);
+      "WHERE c.owner = ?), 0) + COALESCE((SELECT SUM(memory_bytes) FROM containers WHERE owner = ?), 0) + "
+      "COALESCE((SELECT SUM(bytes) FROM e2b_snapshots WHERE owner = ?), 0)");
+  query.bind(1, owner).bind(2, owner).bind(3, owner);
   return query.step() ? static_cast<uint64_t>(query.integer(0)) : 0;
 }
 

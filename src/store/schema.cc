@@ -346,14 +346,45 @@ constexpr const char* kPostgresV6 = R"sql(
 ALTER TABLE containers ADD COLUMN egress TEXT NOT NULL DEFAULT '';
 )sql";
 
-// Version 7: the bytes of a container's memory checkpoint (the gvisor tier's image,
-// service/container_memory.cc), so that it counts against the owner's stored bytes
-// (quotas.storedBytesPerOwner) on every replica. 0 is none.
+// Version 7: E2B's snapshots (store/e2b_records: E2bSnapshotRecord), each a copy of a
+// sandbox's files (and on the gvisor tier its memory) kept under <dataDir>/snapshots/<id>:
+// found by id or by the owner's name for it, listed by owner newest first, and summed
+// into the owner's stored bytes.
 constexpr const char* kSqliteV7 = R"sql(
-ALTER TABLE containers ADD COLUMN memory_bytes INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE e2b_snapshots (
+  id             TEXT    PRIMARY KEY,
+  owner          TEXT    NOT NULL,
+  name           TEXT    NOT NULL,
+  source_sandbox TEXT    NOT NULL,
+  created_at_ms  INTEGER NOT NULL,
+  bytes          INTEGER NOT NULL,
+  memory         INTEGER NOT NULL
+);
+CREATE INDEX e2b_snapshots_by_owner ON e2b_snapshots (owner, created_at_ms, id);
+CREATE INDEX e2b_snapshots_by_name ON e2b_snapshots (owner, name);
 )sql";
 
 constexpr const char* kPostgresV7 = R"sql(
+CREATE TABLE e2b_snapshots (
+  id             TEXT COLLATE "C" PRIMARY KEY,
+  owner          TEXT COLLATE "C" NOT NULL,
+  name           TEXT COLLATE "C" NOT NULL,
+  source_sandbox TEXT COLLATE "C" NOT NULL,
+  created_at_ms  BIGINT NOT NULL,
+  bytes          BIGINT NOT NULL,
+  memory         BIGINT NOT NULL
+);
+CREATE INDEX e2b_snapshots_by_owner ON e2b_snapshots (owner, created_at_ms, id);
+CREATE INDEX e2b_snapshots_by_name ON e2b_snapshots (owner, name);
+
+// Version 8: the bytes of a container's memory checkpoint (the gvisor tier's image,
+// service/container_memory.cc), so that it counts against the owner's stored bytes
+// (quotas.storedBytesPerOwner) on every replica. 0 is none.
+constexpr const char* kSqliteV8 = R"sql(
+ALTER TABLE containers ADD COLUMN memory_bytes INTEGER NOT NULL DEFAULT 0;
+)sql";
+
+constexpr const char* kPostgresV8 = R"sql(
 ALTER TABLE containers ADD COLUMN memory_bytes BIGINT NOT NULL DEFAULT 0;
 )sql";
 
@@ -477,7 +508,8 @@ const std::vector<Migration>& migrations() {
       {4, "leases by holder", kSqliteV4, kPostgresV4},
       {5, "E2B sandboxes", kSqliteV5, kPostgresV5},
       {6, "containers' network options", kSqliteV6, kPostgresV6},
-      {7, "containers' memory checkpoint bytes", kSqliteV7, kPostgresV7},
+      {7, "E2B snapshots", kSqliteV7, kPostgresV7},
+      {8, "containers' memory checkpoint bytes", kSqliteV8, kPostgresV8},
   };
   return all;
 }

@@ -1,0 +1,170 @@
+// A container's state copied out and into another container: E2B's snapshots and forks
+// (service/e2b_snapshots.h). The files are the volume's image, copied whole rather than
+// as a tree: the copy is taken from the frozen file system in one pass over its
+// allocated extents (a reflink where the disk shares extents), it keeps every inode as
+// it was (numbers, times, extended attributes, ownership: what a restored gVisor
+// checkpoint finds again), and a container made from it mounts it as any volume. The
+// memory (gvisor tier) is the checkpoint a stop writes (container_memory.cc), hard-linked
+// into the snapshot, so that the restore that brings the source back, which removes its
+// own copy, leaves the snapshot's.
+#include <sys/stat.h>
+
+#include <spdlog/spdlog.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <filesystem>
+
+#include "base/blocking.h"
+#include "runtime/volume.h"
+#include "service/container_memory.h"
+#include "service/container_service.h"
+
+namespace sandboxd::service {
+namespace {
+
+namespace fs = std::filesystem;
+using runtime::Volume;
+
+constexpr const char* kVolumeFile = "volume.img";
+constexpr const char* kMemoryFolder = "memory";
+constexpr const char* kKernelsFile = "kernels";  // container_memory.cc's: written last
+
+// Links every file under `from` into the same place under `to` (a copy where a link
+// cannot be made: another file system). The checkpoint's list of kernels goes last, as
+// container_memory.cc writes it: a folder without it is never restored. Returns the
+// bytes of the files.
+uint64_t link_tree(const fs::path& from, const fs::path& to) {
+  fs::create_directories(to);
+  chmod(to.c_str(), 0700);  // root's only: the image holds whatever the sandbox had in memory
+  uint64_t bytes = 0;
+  auto link_one = [&bytes](const fs::path& source, const fs::path& target) {
+    std::error_code ec;
+    fs::create_hard_link(source, target, ec);
+    if (ec) fs::copy_file(source, target, fs::copy_options::overwrite_existing);
+    bytes += fs::file_size(source);
+  };
+  for (const auto& entry : fs::recursive_directory_iterator(from)) {
+    const fs::path target = to / fs::relative(entry.path(), from);
+    if (entry.is_directory()) {
+      fs::create_directories(target);
+    } else if (entry.is_regular_file() && entry.path() != from / kKernelsFile) {
+      link_one(entry.path(), target);
+    }
+  }
+  if (fs::exists(from / kKernelsFile)) link_one(from / kKernelsFile, to / kKernelsFile);
+  return bytes;
+}
+
+ApiError no_space() {
+  return ApiError{HttpStatus::insufficient_storage,
+                  "api_error",
+                  "The server's disk is full: the snapshot could not be stored",
+                  {}};
+}
+
+}  // namespace
+
+bool ContainerService::keeps_memory() const {
+  return runtime_ && runtime_->keeps_memory() && settings()->keep_memory;
+}
+
+asio::awaitable<Result<ContainerService::CapturedState>> ContainerService::capture_state(
+    std::shared_ptr<Container> container, std::string folder) {
+  co_return co_await asio::co_spawn(container->strand, capture_on_strand(container, std::move(folder)),
+                                    asio::use_awaitable);
+}
+
+asio::awaitable<Result<ContainerService::CapturedState>> ContainerService::capture_on_strand(
+    std::shared_ptr<Container> container, std::string folder) {
+  auto& state = container->on_strand;
+  while (state.starting) {
+    boost::system::error_code ec;
+    co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
+  const bool with_memory = keeps_memory();
+  const bool was_running = state.sandbox && state.sandbox->running();
+  // Its memory: a running sandbox is checkpointed by a stop (which ends it) and comes
+  // back from that checkpoint below, its processes where they were.
+  if (was_running && with_memory) co_await stop_on_strand(container, "snapshot");
+  // From here until the copy is done no start of its sandbox begins: a start would take
+  // (and remove) the checkpoint the snapshot links. (Nothing suspended between the stop
+  // and this mark: the strand ran nothing else.)
+  state.starting = true;
+  state.started_event =
+      std::make_unique<asio::steady_timer>(container->strand, std::chrono::steady_clock::time_point::max());
+  auto copy = [&container, &folder, with_memory]() -> runtime::VolumeResult<CapturedState> {
+    fs::create_directory(folder);  // throws when it exists: a snapshot's folder is its own
+    chmod(folder.c_str(), 0700);
+    CapturedState captured;
+    const fs::path memory = memory_folder(*container);
+    if (with_memory && fs::exists(memory / kKernelsFile)) {
+      captured.bytes += link_tree(memory, fs::path(folder) / kMemoryFolder);
+      captured.memory = true;
+    }
+    auto volume = Volume::copy_frozen(container->volume_image, container->volume_mount,
+                                      (fs::path(folder) / kVolumeFile).string());
+    if (!volume) return volume.error();
+    captured.bytes += *volume;
+    return captured;
+  };
+  std::string failure;
+  std::optional<runtime::VolumeResult<CapturedState>> copied;
+  try {
+    copied = co_await run_blocking(std::move(copy));
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  // (Every path comes here: the copy's failures were caught above.)
+  state.starting = false;
+  state.started_event->cancel();
+  // The source runs again from its checkpoint, as it would on its next command.
+  if (was_running && with_memory) start_sandbox_soon(container);
+  if (!failure.empty()) {
+    spdlog::error("copying the state of container {} of {} into {}: {}", container->id, container->owner,
+                  folder, failure);
+    co_return ApiError::internal();
+  }
+  if (!*copied) co_return no_space();
+  co_return **copied;
+}
+
+asio::awaitable<Result<void>> ContainerService::seed_state(std::shared_ptr<Container> container,
+                                                           std::string folder) {
+  const bool with_memory = keeps_memory();
+  auto seed = [&container, &folder, with_memory]() -> runtime::VolumeResult<void> {
+    // Its fresh volume gives way to a copy of the snapshot's (a UUID of its own).
+    Volume::unmount(container->volume_mount);
+    if (auto copied =
+            Volume::copy_pristine((fs::path(folder) / kVolumeFile).string(), container->volume_image);
+        !copied)
+      return copied.error();
+    if (auto mounted = Volume::mount(container->volume_image, container->volume_mount); !mounted)
+      return mounted.error();
+    const fs::path memory = fs::path(folder) / kMemoryFolder;
+    if (with_memory && fs::exists(memory / kKernelsFile)) link_tree(memory, memory_folder(*container));
+    return {};
+  };
+  std::string failure;
+  std::optional<runtime::VolumeResult<void>> seeded;
+  try {
+    seeded = co_await run_blocking(std::move(seed));
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (!failure.empty()) {
+    spdlog::error("giving container {} of {} the state in {}: {}", container->id, container->owner, folder,
+                  failure);
+    co_return ApiError::internal();
+  }
+  if (!*seeded) {
+    if (seeded->error() == runtime::VolumeError::kNoLoopDevice)
+      co_return ApiError::overloaded("No loop device is free for the sandbox's volume; try again later",
+                                     settings()->capacity_retry_after_sec);
+    co_return no_space();
+  }
+  co_return Result<void>{};
+}
+
+}  // namespace sandboxd::service

@@ -1,0 +1,85 @@
+// E2B's snapshots and forks (docs/e2b.md, "Snapshots and forks"): a snapshot is a copy
+// of a sandbox's state kept apart from any container, so that it outlives the sandbox:
+// its files (the volume's image: service/container_snapshots.cc) on both tiers, and on
+// a tier that keeps memory (gvisor) its processes and memory as well. A sandbox created
+// from one starts as a copy of it; a fork is a snapshot taken once and `count` sandboxes
+// made from it, each succeeding or failing on its own. The source runs on, keeping its
+// id and end time (on the gvisor tier it is checkpointed and restored in place: its
+// processes go on where they were).
+//
+// Snapshots live under <dataDir>/snapshots/<id>/ (root's only), their records in the
+// metadata database beside the sandboxes' (store/e2b_records.h), so that they survive a
+// restart. They count against the owner's stored bytes (quotas.storedBytesPerOwner) until
+// they are deleted. Single host only: in cluster mode the calls answer 501.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/error.h"
+#include "service/e2b_sandboxes.h"
+#include "store/e2b_records.h"
+
+namespace sandboxd::service {
+
+using E2bSnapshot = store::E2bSnapshotRecord;
+
+class E2bSnapshots {
+ public:
+  // The most snapshots one owner keeps, and forks one request makes (E2B's own cap:
+  // SandboxForkRequest.count is 1 to 100).
+  static constexpr size_t kMaxPerOwner = 100;
+  static constexpr int64_t kMaxForks = 100;
+
+  E2bSnapshots(E2bSandboxes& sandboxes, store::E2bRecords& records, std::string data_dir);
+
+  // E2B's snapshot id: "<name or id>:default" (a template id with its tag, as E2B's).
+  static std::string snapshot_id(const E2bSnapshot& snapshot);
+  // The name or id an E2B snapshot id (with or without ":default") names; nullopt for
+  // anything that cannot be one of this server's.
+  static std::optional<std::string> key_of(std::string_view snapshot_id);
+
+  // Removes what a fork that stopped half way left (blocking; before serving).
+  void start();
+
+  // Snapshots the owner's sandbox. `name` ('' none): a later snapshot under the same name
+  // replaces the earlier one. 404 for a missing sandbox, 400 for a bad name, 403 past the
+  // owner's snapshots or stored bytes.
+  asio::awaitable<Result<E2bSnapshot>> create(std::string owner, std::string sandbox_id, std::string name);
+  asio::awaitable<store::E2bSnapshotPage> list(store::E2bSnapshotQuery query);
+  // 404 when the owner has no such snapshot.
+  asio::awaitable<Result<void>> remove(std::string owner, std::string snapshot_id);
+  // A new sandbox whose state starts as the snapshot's (request.template_id names it);
+  // nullopt when the owner has no such snapshot (the caller answers as for an unknown
+  // template).
+  asio::awaitable<std::optional<Result<E2bSandbox>>> create_sandbox(std::string owner, E2bCreate request);
+  // The sandbox snapshotted once and `count` sandboxes made from it, each its own
+  // outcome. 404 for a missing sandbox, 409 for a paused one, 400 for a bad count.
+  asio::awaitable<Result<std::vector<Result<E2bSandbox>>>> fork(std::string owner, std::string sandbox_id,
+                                                                int64_t count, int64_t timeout_sec);
+
+ private:
+  std::string folder_of(const std::string& id) const;
+  // The owner's sandbox's container, ready to be copied; 501 in cluster mode.
+  asio::awaitable<Result<std::shared_ptr<Container>>> source(const E2bSandbox& sandbox);
+  asio::awaitable<void> remove_folder(std::string folder);
+  // A sandbox made from the state in `folder`.
+  asio::awaitable<Result<E2bSandbox>> create_from(std::string owner, std::string folder, E2bCreate request);
+  template <typename Fn>
+  auto store(Fn fn);
+
+  E2bSandboxes& sandboxes_;
+  ContainerService& containers_;
+  store::E2bRecords& records_;
+  std::string root_;  // <dataDir>/snapshots
+  std::mutex creating_mutex_;
+  std::map<std::string, size_t> creating_;  // snapshots being made, by owner (for the cap)
+};
+
+}  // namespace sandboxd::service
