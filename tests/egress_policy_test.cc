@@ -310,8 +310,17 @@ TEST(HeaderRules, AHostOrAWildcardWithHeadersThatCannotReframeTheRequest) {
   ASSERT_TRUE(wildcard) << error;
   EXPECT_EQ(wildcard->host, ".vendor.test");
   EXPECT_TRUE(wildcard->wildcard);
-  for (const char* bad : {"*", "*.", "10.0.0.1", "a b", ""})
+  for (const char* bad : {"*", "*.", "a b", ""})
     EXPECT_FALSE(ops::parse_header_rule(bad, {{"X-Key", "k"}}, &error)) << bad;
+  // An address or a CIDR: a rule applies by the TLS server name, which is never one.
+  for (const char* address :
+       {"10.0.0.1", "10.0.0.0/8", "*.10.0.0.1", "::1", "[2001:db8::1]", "192.0.2.7:443"}) {
+    error.clear();
+    EXPECT_FALSE(ops::parse_header_rule(address, {{"X-Key", "k"}}, &error)) << address;
+    EXPECT_NE(error.find("is an IP address or CIDR: header rules apply to HTTPS by host name"),
+              std::string::npos)
+        << address << ": " << error;
+  }
   EXPECT_FALSE(ops::parse_header_rule("a.test", {{"Host", "elsewhere.test"}}, &error));
   EXPECT_NE(error.find("may not set 'Host'"), std::string::npos) << error;
   EXPECT_FALSE(ops::parse_header_rule("a.test", {{"Transfer-Encoding", "chunked"}}, &error));
@@ -349,6 +358,14 @@ TEST(HeaderRules, TheConfigurationTakesRulesAndRefusesABadOneWithItsPath) {
     ADD_FAILURE() << "a bare * was taken";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("network.egress.rules[0]: must be a host name"), std::string::npos)
+        << e.what();
+  }
+  try {
+    ops::parse_config("network: { egress: { rules: [ { host: 10.1.0.0/16, headers: { X-Key: v } } ] } }\n");
+    ADD_FAILURE() << "a CIDR was taken";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("network.egress.rules[0]: is an IP address or CIDR"),
+              std::string::npos)
         << e.what();
   }
 }

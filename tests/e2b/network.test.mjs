@@ -187,6 +187,25 @@ test('network.rules: the header reaches the outside host, never the sandbox', as
   assert.deepEqual(info.network?.rules?.['vendor.test'], [{ transform: { headers: { 'X-Api-Key': secret } } }]);
 });
 
+test('network.rules keyed by an IP address or a CIDR are a 400: rules apply by host name', async () => {
+  // E2B's API takes DNS names and "*." wildcards as rule keys; TLS is intercepted by the
+  // server name the client asks for, which is never an address.
+  for (const key of ['198.51.100.7', '10.0.0.0/8']) {
+    await assert.rejects(create({ network: { rules: { [key]: [{ transform: { headers: { 'X-Api-Key': 'k' } } }] } } }),
+      (error) => {
+        assert.ok(error instanceof SandboxError, String(error));
+        assert.equal(error.message, `400: 'network.rules["${key}"]' is an IP address or CIDR: header rules apply ` +
+          `to HTTPS by host name (the TLS server name), so a rule names a host or '*.' and one`);
+        return true;
+      });
+  }
+  const sandbox = await create({ network: { rules: { 'vendor.test': [{ transform: { headers: { 'X-Api-Key': 'k' } } }] } } });
+  await assert.rejects(sandbox.updateNetwork({ rules: { '*.10.0.0.1': [{ transform: { headers: { 'X-Api-Key': 'k' } } }] } }),
+    /^SandboxError: 400: 'network\.rules\["\*\.10\.0\.0\.1"\]' is an IP address or CIDR/);
+  // The refused update changed nothing.
+  assert.deepEqual(Object.keys((await sandbox.getInfo()).network?.rules ?? {}), ['vendor.test']);
+});
+
 test('the options are kept with the sandbox: they hold across a restart of the server', async () => {
   const sandbox = await create({ network: { allowOut: ['allowed.test'], denyOut: [ALL_TRAFFIC] } });
   assert.equal(await fetchInside(sandbox, 'http://allowed.test/r'), 'outside allowed.test /r\n');
