@@ -179,6 +179,17 @@ test('network.rules: the header reaches the outside host, never the sandbox', as
   await sandbox.commands.run(`printf '%s' '${ca}' > /tmp/sbxca.pem`);
   const result = await sandbox.commands.run('curl -sS -m 20 --noproxy "*" --cacert /tmp/sbxca.pem https://vendor.test/k');
   assert.equal(result.stdout, `outside-tls vendor.test /k key=${secret}\n`);
+  // With no CA given: the sandbox's trust stores hold the installation's CA (its
+  // environment names the bundle), for curl and Node alike.
+  const trusted = await sandbox.commands.run('curl -sS -m 20 --noproxy "*" https://vendor.test/t');
+  assert.equal(trusted.stdout, `outside-tls vendor.test /t key=${secret}\n`);
+  const node = await sandbox.commands.run(`node -e "fetch('https://vendor.test/n').then((r) => r.text())` +
+    `.then((t) => process.stdout.write(t), (e) => console.log(String(e.cause ?? e)))"`);
+  assert.equal(node.stdout, `outside-tls vendor.test /n key=${secret}\n`);
+  // A command's own value of one of those names wins (and is the only one it has).
+  const own = await sandbox.commands.run('printenv SSL_CERT_FILE; env | grep -c ^SSL_CERT_FILE=',
+    { envs: { SSL_CERT_FILE: '/tmp/own.pem' } });
+  assert.equal(own.stdout, '/tmp/own.pem\n1\n');
   // Not in the sandbox's environment.
   const env = await sandbox.commands.run('env | grep -c "e2b-secre[t]" || true');
   assert.equal(env.stdout, '0\n');
