@@ -540,11 +540,13 @@ TEST_P(EgressTest, TheHttpProxyReachesAllowedNamesAndRefusesTheRest) {
 }
 
 TEST_P(EgressTest, PipInstallsFromAnAllowedPackageIndexOnly) {
-  // pip through the proxy its environment names (HTTPS_PROXY), trusting the test's CA;
-  // no retries, so that a refusal is an answer at once.
+  // pip through the proxy its environment names (HTTPS_PROXY), trusting the test's CA
+  // (REQUESTS_CA_BUNDLE as well as --cert: requests lets the variable the sandbox has
+  // win over pip's --cert); no retries, so that a refusal is an answer at once.
   auto pip = [&](const std::string& index) {
     return out(bash("printf '%s' '" + *ca +
-                    "' > /tmp/ca.pem; rm -rf /tmp/site; PIP_CONFIG_FILE=/dev/null python3 -m pip install "
+                    "' > /tmp/ca.pem; rm -rf /tmp/site; PIP_CONFIG_FILE=/dev/null "
+                    "REQUESTS_CA_BUNDLE=/tmp/ca.pem python3 -m pip install "
                     "--disable-pip-version-check --no-cache-dir --retries 0 --timeout 20 --cert /tmp/ca.pem "
                     "--target /tmp/site --index-url https://" +
                     index +
@@ -742,9 +744,9 @@ TEST_P(EgressTest, CodeInsideTrustsTheInstallationCaWithNoCaOfItsOwn) {
   EXPECT_EQ(out(bash("curl -sS -m 20 --noproxy '*' https://allowed.test/ 2>/dev/null || echo \"exit $?\"")),
             "exit 60\n");
   // The environment names the folder.
-  EXPECT_EQ(out(bash("printenv SSL_CERT_FILE CURL_CA_BUNDLE REQUESTS_CA_BUNDLE NODE_EXTRA_CA_CERTS")),
+  EXPECT_EQ(out(bash("printenv SSL_CERT_FILE REQUESTS_CA_BUNDLE NODE_EXTRA_CA_CERTS")),
             "/.sandboxd/trust/ca-certificates.crt\n/.sandboxd/trust/ca-certificates.crt\n"
-            "/.sandboxd/trust/ca-certificates.crt\n/.sandboxd/trust/sandboxd-egress-ca.crt\n");
+            "/.sandboxd/trust/sandboxd-egress-ca.crt\n");
   // The bundle: the system's certificates and the CA, the same file at the system's
   // place, read-only; no key in it, and nothing of the CA's key anywhere inside.
   const fs::path ca_dir = server->data_dir() / "egress-ca";

@@ -24,11 +24,15 @@ inline constexpr const char* kTrustCaName = "sandboxd-egress-ca.crt";   // the C
 inline constexpr const char* kSystemBundle = "/etc/ssl/certs/ca-certificates.crt";
 
 // What a command of a sandbox with the folder gets (a command's own value of one of
-// these names wins): OpenSSL's (Python's ssl, Ruby, Go and Rust's native stores read it
-// too), curl's, requests' (and pip's), and Node's, which adds to its own store.
-inline constexpr std::array<const char*, 4> kTrustEnv = {
+// these names wins): OpenSSL's (curl, Python's ssl, Ruby, Go and Rust's native stores
+// read it too), requests' and pip's (whose own certifi bundle is otherwise all they
+// trust), and Node's, which adds it to its own store. Not CURL_CA_BUNDLE: curl reads
+// SSL_CERT_FILE already, and requests reads that name too. requests lets the variable
+// win over a `verify=` path of a session, and so pip over its `--cert` (requests'
+// precedence, psf/requests#3829): code with a CA of its own sets REQUESTS_CA_BUNDLE
+// itself (docs/network.md).
+inline constexpr std::array<const char*, 3> kTrustEnv = {
     "SSL_CERT_FILE=/.sandboxd/trust/ca-certificates.crt",
-    "CURL_CA_BUNDLE=/.sandboxd/trust/ca-certificates.crt",
     "REQUESTS_CA_BUNDLE=/.sandboxd/trust/ca-certificates.crt",
     "NODE_EXTRA_CA_CERTS=/.sandboxd/trust/sandboxd-egress-ca.crt"};
 
