@@ -24,7 +24,8 @@
 #                                    own HTTP API on one server: create + run, warm run,
 #                                    warm runCode
 #   SANDBOXD_BENCH_ONLY=egress       HTTPS from a sandbox through the egress path (its
-#                                    own address for the name, and the HTTP proxy)
+#                                    own address for the name, the HTTP proxy, and a
+#                                    name whose header rule sandboxd's TLS relay sets)
 #                                    against curl on the host: time to first byte and a
 #                                    100 MiB download, as ratios
 #   SANDBOXD_BENCH_ONLY=isolation    the native tier against the gvisor tier (cold start,

@@ -17,6 +17,7 @@
 #include "ops/config.h"
 #include "ops/egress_policy.h"
 #include "ops/sandbox_egress.h"
+#include "runtime/trust_bundle.h"
 #include "server/destination_peek.h"
 #include "server/dns_client.h"
 #include "server/dns_message.h"
@@ -310,8 +311,17 @@ TEST(HeaderRules, AHostOrAWildcardWithHeadersThatCannotReframeTheRequest) {
   ASSERT_TRUE(wildcard) << error;
   EXPECT_EQ(wildcard->host, ".vendor.test");
   EXPECT_TRUE(wildcard->wildcard);
-  for (const char* bad : {"*", "*.", "10.0.0.1", "a b", ""})
+  for (const char* bad : {"*", "*.", "a b", ""})
     EXPECT_FALSE(ops::parse_header_rule(bad, {{"X-Key", "k"}}, &error)) << bad;
+  // An address or a CIDR: a rule applies by the TLS server name, which is never one.
+  for (const char* address :
+       {"10.0.0.1", "10.0.0.0/8", "*.10.0.0.1", "::1", "[2001:db8::1]", "192.0.2.7:443"}) {
+    error.clear();
+    EXPECT_FALSE(ops::parse_header_rule(address, {{"X-Key", "k"}}, &error)) << address;
+    EXPECT_NE(error.find("is an IP address or CIDR: header rules apply to HTTPS by host name"),
+              std::string::npos)
+        << address << ": " << error;
+  }
   EXPECT_FALSE(ops::parse_header_rule("a.test", {{"Host", "elsewhere.test"}}, &error));
   EXPECT_NE(error.find("may not set 'Host'"), std::string::npos) << error;
   EXPECT_FALSE(ops::parse_header_rule("a.test", {{"Transfer-Encoding", "chunked"}}, &error));
@@ -349,6 +359,14 @@ TEST(HeaderRules, TheConfigurationTakesRulesAndRefusesABadOneWithItsPath) {
     ADD_FAILURE() << "a bare * was taken";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("network.egress.rules[0]: must be a host name"), std::string::npos)
+        << e.what();
+  }
+  try {
+    ops::parse_config("network: { egress: { rules: [ { host: 10.1.0.0/16, headers: { X-Key: v } } ] } }\n");
+    ADD_FAILURE() << "a CIDR was taken";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("network.egress.rules[0]: is an IP address or CIDR"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -391,5 +409,53 @@ TEST(InterceptionCa, IsMadeOnceAndSignsALeafPerHost) {
   // A key without its certificate is an error, never silently replaced.
   fs::remove(dir / "egress-ca" / "ca.pem");
   EXPECT_THROW(server::InterceptionCa::load_or_create((dir / "egress-ca").string()), std::runtime_error);
+  fs::remove_all(dir);
+}
+
+// The folder every sandbox trusts (runtime/trust_bundle.h): the system's certificates and
+// the CA's, never anything else of the system's file; a system bundle reached through a
+// link is not read (an image's link could lead to any file of the host).
+TEST(TrustFolder, HoldsTheSystemsCertificatesAndTheCaAndNothingElse) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sandboxd-trust-test-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "image" / "etc" / "ssl" / "certs");
+  auto ca = server::InterceptionCa::load_or_create((dir / "egress-ca").string());
+  const std::string system_cert = "-----BEGIN CERTIFICATE-----\nU1lTVEVN\n-----END CERTIFICATE-----";
+  std::ofstream(dir / "image" / "etc" / "ssl" / "certs" / "ca-certificates.crt")
+      << "# a comment\n"
+      << system_cert << "\n-----BEGIN PRIVATE KEY-----\nS0VZ\n-----END PRIVATE KEY-----\n";
+  auto read = [](const fs::path& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  runtime::write_trust_folder((dir / "trust").string(), (dir / "image").string(), ca->certificate_pem());
+  const std::string bundle = read(dir / "trust" / runtime::kTrustBundleName);
+  EXPECT_EQ(bundle, system_cert + "\n" + ca->certificate_pem());
+  EXPECT_EQ(read(dir / "trust" / runtime::kTrustCaName), ca->certificate_pem());
+  EXPECT_EQ(bundle.find("PRIVATE KEY"), std::string::npos);
+  struct stat st {};
+  ASSERT_EQ(stat((dir / "trust").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  ASSERT_EQ(stat((dir / "trust" / runtime::kTrustBundleName).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  EXPECT_TRUE(runtime::plain_file_beneath((dir / "image").string(), runtime::kSystemBundle));
+
+  // The image's bundle a link to a file outside it: not read, not a place to bind over.
+  fs::remove(dir / "image" / "etc" / "ssl" / "certs" / "ca-certificates.crt");
+  std::ofstream(dir / "outside.pem") << system_cert << "\n";
+  fs::create_symlink(dir / "outside.pem", dir / "image" / "etc" / "ssl" / "certs" / "ca-certificates.crt");
+  EXPECT_FALSE(runtime::plain_file_beneath((dir / "image").string(), runtime::kSystemBundle));
+  runtime::write_trust_folder((dir / "trust").string(), (dir / "image").string(), ca->certificate_pem());
+  EXPECT_EQ(read(dir / "trust" / runtime::kTrustBundleName), ca->certificate_pem());
+  // Likewise a link on the way to it.
+  fs::remove_all(dir / "image" / "etc" / "ssl");
+  fs::create_directories(dir / "elsewhere" / "certs");
+  std::ofstream(dir / "elsewhere" / "certs" / "ca-certificates.crt") << system_cert << "\n";
+  fs::create_symlink(dir / "elsewhere", dir / "image" / "etc" / "ssl");
+  EXPECT_FALSE(runtime::plain_file_beneath((dir / "image").string(), runtime::kSystemBundle));
+  // A CA without a certificate is an error.
+  EXPECT_THROW(runtime::write_trust_folder((dir / "trust").string(), (dir / "image").string(), "not a pem"),
+               std::runtime_error);
   fs::remove_all(dir);
 }

@@ -540,11 +540,13 @@ TEST_P(EgressTest, TheHttpProxyReachesAllowedNamesAndRefusesTheRest) {
 }
 
 TEST_P(EgressTest, PipInstallsFromAnAllowedPackageIndexOnly) {
-  // pip through the proxy its environment names (HTTPS_PROXY), trusting the test's CA;
-  // no retries, so that a refusal is an answer at once.
+  // pip through the proxy its environment names (HTTPS_PROXY), trusting the test's CA
+  // (REQUESTS_CA_BUNDLE as well as --cert: requests lets the variable the sandbox has
+  // win over pip's --cert); no retries, so that a refusal is an answer at once.
   auto pip = [&](const std::string& index) {
     return out(bash("printf '%s' '" + *ca +
-                    "' > /tmp/ca.pem; rm -rf /tmp/site; PIP_CONFIG_FILE=/dev/null python3 -m pip install "
+                    "' > /tmp/ca.pem; rm -rf /tmp/site; PIP_CONFIG_FILE=/dev/null "
+                    "REQUESTS_CA_BUNDLE=/tmp/ca.pem python3 -m pip install "
                     "--disable-pip-version-check --no-cache-dir --retries 0 --timeout 20 --cert /tmp/ca.pem "
                     "--target /tmp/site --index-url https://" +
                     index +
@@ -703,6 +705,70 @@ TEST_P(EgressTest, AHeaderRuleAddsItsCredentialOnItsHostOnlyAndTheSandboxNeverSe
   EXPECT_EQ(server->log().find(secret), std::string::npos);
   EXPECT_NE(audit().find("\"destination\":\"vendor.test\",\"port\":443,\"address\":\"" + *allowed_ip + "\""),
             std::string::npos);
+  server->write_config(config_yaml(""));
+  server->reload();
+}
+
+TEST_P(EgressTest, CodeInsideTrustsTheInstallationCaWithNoCaOfItsOwn) {
+  const std::string secret = std::string("sbx-secret-") + "5521";
+  server->write_config(config_yaml(
+      ", vendor.test", "    rules: [ { host: vendor.test, headers: { X-Api-Key: " + secret + " } } ]\n"));
+  EXPECT_NE(server->reload().find("SIGHUP"), std::string::npos);
+  auto answer = [&](const std::string& path) {
+    return "allowed-tls vendor.test " + path + " key=" + secret + "\n";
+  };
+  // curl, directly and through the proxy (CONNECT), with no --cacert: its environment
+  // names the bundle.
+  EXPECT_EQ(out(bash("curl -sS -m 20 --noproxy '*' https://vendor.test/c 2>&1")), answer("/c"));
+  EXPECT_EQ(out(bash("curl -sS -m 20 https://vendor.test/cp 2>&1")), answer("/cp"));
+  // Python's default context (SSL_CERT_FILE), and with that unset: OpenSSL's own default
+  // file, the system bundle the server's is bound over. (The image has no `requests`;
+  // REQUESTS_CA_BUNDLE names the same bundle, checked below.)
+  const std::string python =
+      " python3 -c \"import urllib.request; "
+      "print(urllib.request.urlopen('https://vendor.test/PATH').read().decode(), end='')\" 2>&1";
+  auto python_get = [&](const std::string& unset, const std::string& path) {
+    std::string command = "env -u HTTPS_PROXY -u https_proxy " + unset + python;
+    command.replace(command.find("PATH"), 4, path.substr(1));
+    return out(bash(command));
+  };
+  EXPECT_EQ(python_get("", "/py"), answer("/py"));
+  EXPECT_EQ(python_get("-u SSL_CERT_FILE", "/system"), answer("/system"));
+  // Node, which reads its own store and NODE_EXTRA_CA_CERTS.
+  EXPECT_EQ(out(bash("node -e \"require('https').get('https://vendor.test/js', (r) => { let b = ''; "
+                     "r.setEncoding('utf8'); r.on('data', (d) => (b += d)); r.on('end', () => "
+                     "process.stdout.write(b)); }).on('error', (e) => console.log(e.message))\" 2>&1")),
+            answer("/js"));
+  // The CA is trusted for the hosts the server intercepts only: another allowed host
+  // presents its own certificate (the test's), which nothing inside trusts.
+  EXPECT_EQ(out(bash("curl -sS -m 20 --noproxy '*' https://allowed.test/ 2>/dev/null || echo \"exit $?\"")),
+            "exit 60\n");
+  // The environment names the folder.
+  EXPECT_EQ(out(bash("printenv SSL_CERT_FILE REQUESTS_CA_BUNDLE NODE_EXTRA_CA_CERTS")),
+            "/.sandboxd/trust/ca-certificates.crt\n/.sandboxd/trust/ca-certificates.crt\n"
+            "/.sandboxd/trust/sandboxd-egress-ca.crt\n");
+  // The bundle: the system's certificates and the CA, the same file at the system's
+  // place, read-only; no key in it, and nothing of the CA's key anywhere inside.
+  const fs::path ca_dir = server->data_dir() / "egress-ca";
+  const std::string ca_line = sh("sed -n 2p " + (ca_dir / "ca.pem").string());
+  const std::string key_line = sh("sed -n 2p " + (ca_dir / "ca.key").string());
+  ASSERT_GT(ca_line.size(), 20u);
+  ASSERT_GT(key_line.size(), 20u);
+  const int system_certificates =
+      std::stoi(sh("grep -c 'BEGIN CERTIFICATE' /etc/ssl/certs/ca-certificates.crt"));
+  EXPECT_EQ(out(bash("cd /.sandboxd/trust && grep -cF '" + ca_line.substr(0, ca_line.size() - 1) +
+                     "' ca-certificates.crt sandboxd-egress-ca.crt /etc/ssl/certs/ca-certificates.crt; "
+                     "grep -c 'BEGIN CERTIFICATE' ca-certificates.crt; "
+                     "cmp -s ca-certificates.crt /etc/ssl/certs/ca-certificates.crt && echo same; "
+                     "grep -c 'PRIVATE KEY' ca-certificates.crt sandboxd-egress-ca.crt; "
+                     "grep -rlF '" +
+                     key_line.substr(0, key_line.size() - 1) +
+                     "' /.sandboxd /etc /home /tmp /mnt 2>/dev/null | wc -l; "
+                     "touch x 2>/dev/null || echo read-only; "
+                     "(echo x >> /etc/ssl/certs/ca-certificates.crt) 2>/dev/null || echo read-only")),
+            "ca-certificates.crt:1\nsandboxd-egress-ca.crt:1\n/etc/ssl/certs/ca-certificates.crt:1\n" +
+                std::to_string(system_certificates + 1) +
+                "\nsame\nca-certificates.crt:0\nsandboxd-egress-ca.crt:0\n0\nread-only\nread-only\n");
   server->write_config(config_yaml(""));
   server->reload();
 }

@@ -18,7 +18,6 @@
 #include <boost/beast/core/tcp_stream.hpp>
 
 #include <array>
-#include <filesystem>
 
 #include "base/blocking.h"
 #include "base/unique_fd.h"
@@ -112,6 +111,7 @@ std::shared_ptr<Container> SandboxLink::container() const {
 
 SandboxNetwork::SandboxNetwork(asio::io_context& io, server::HttpServer& http, const ops::LiveConfig& live,
                                const std::vector<std::pair<std::string, std::string>>& tokens,
+                               std::shared_ptr<server::InterceptionCa> interception_ca,
                                std::shared_ptr<kubernetes::PeerWatch> peers)
     : io_(io),
       http_(http),
@@ -125,13 +125,7 @@ SandboxNetwork::SandboxNetwork(asio::io_context& io, server::HttpServer& http, c
   for (const auto& service : config->internal_services)
     targets_.push_back({service.name, service.host, service.port});
   for (const auto& target : targets_) fixed_ports_.insert(target.port);
-  // The header rules' CA, made once into the data dir and loaded at each start after.
-  try {
-    interception_ca_ = server::InterceptionCa::load_or_create(
-        (std::filesystem::path(config->data_dir) / "egress-ca").string());
-  } catch (const std::exception& e) {
-    spdlog::error("{}; HTTPS connections that a header rule applies to are refused", e.what());
-  }
+  interception_ca_ = std::move(interception_ca);
   // A CA file that cannot be read is a configuration error: the start fails with it.
   upstream_tls_ = server::upstream_tls_context(config->egress_upstream_ca_file);
   if (peers_) {

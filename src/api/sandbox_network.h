@@ -109,9 +109,12 @@ class SandboxLink : public server::ConnectionOrigin,
 class SandboxNetwork : public service::SandboxNetworking {
  public:
   // `tokens`: the owners' (token, owner) pairs, for the public listener.
+  // `interception_ca`: the installation's CA for the header rules, or null when it could
+  // not be loaded (an HTTPS connection a rule applies to is then refused).
   // `peers`: the watched NetworkPolicy peers, or null when the list has none.
   SandboxNetwork(asio::io_context& io, server::HttpServer& http, const ops::LiveConfig& config,
                  const std::vector<std::pair<std::string, std::string>>& tokens,
+                 std::shared_ptr<server::InterceptionCa> interception_ca,
                  std::shared_ptr<kubernetes::PeerWatch> peers = nullptr);
   ~SandboxNetwork() override;
 

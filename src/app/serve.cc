@@ -35,9 +35,11 @@
 #include "ops/systemd_notify.h"
 #include "runtime/host_capacity.h"
 #include "runtime/runtime.h"
+#include "runtime/trust_bundle.h"
 #include "runtime/userns.h"
 #include "runtime/volume.h"
 #include "server/auth.h"
+#include "server/egress_interception.h"
 #include "server/http_server.h"
 #include "service/container_service.h"
 #include "service/directory_watches.h"
@@ -129,8 +131,31 @@ int serve(ops::Config config, const std::string& config_path) {
     else
       spdlog::error("{}; code execution is unavailable", image_problem);
   }
+  // The header rules' CA (server/egress_interception.h), made once into the data dir and
+  // loaded at each start after.
+  std::shared_ptr<server::InterceptionCa> interception_ca;
+  try {
+    interception_ca =
+        server::InterceptionCa::load_or_create((fs::path(config.data_dir) / "egress-ca").string());
+  } catch (const std::exception& e) {
+    spdlog::error("{}; HTTPS connections that a header rule applies to are refused", e.what());
+  }
   if (config.runtime_provider == "sandboxd" && image_problem.empty()) {
     runtime::RuntimeOptions runtime_options;
+    // Every sandbox trusts the CA (runtime/trust_bundle.h), whatever the policy of the
+    // moment: a reload may open egress, and add rules, for sandboxes already running.
+    // The folder is written again at each start, from the CA and the sandboxes' system.
+    if (interception_ca) {
+      const std::string trust_dir = (fs::path(config.data_dir) / "egress-trust").string();
+      try {
+        runtime::write_trust_folder(trust_dir, image_root, interception_ca->certificate_pem());
+        runtime_options.trust_dir = trust_dir;
+      } catch (const std::exception& e) {
+        spdlog::error(
+            "{}; sandboxes do not trust the egress CA (a header rule's host fails their TLS checks)",
+            e.what());
+      }
+    }
     // The instance is tied to the data directory: a restarted server finds (and removes)
     // exactly what its predecessor left.
     runtime_options.instance = "s" + server::sha256_hex(config.data_dir).substr(0, 16);
@@ -324,7 +349,7 @@ int serve(ops::Config config, const std::string& config_path) {
       spdlog::info("network peers: watching the Kubernetes API at {}:{} ({} peer(s), namespace {})",
                    endpoint->host, endpoint->port, config.network_peers.size(), endpoint->namespace_name);
     }
-    api::SandboxNetwork network(io, http, live_config, tokens, peer_watch);
+    api::SandboxNetwork network(io, http, live_config, tokens, interception_ca, peer_watch);
     containers.set_network(&network);
     // A token, or (for envd's /files only) a URL signed with one: the SDKs' file URLs.
     http.set_authenticator([&network, &tokens](server::RequestContext& ctx) -> Result<void> {

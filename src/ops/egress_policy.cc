@@ -93,6 +93,21 @@ std::optional<HeaderRule> parse_header_rule(std::string_view pattern,
                                             std::string* error) {
   HeaderRule rule;
   rule.source = std::string(pattern);
+  // A rule applies by name: the server intercepts a connection by the TLS server name the
+  // client asks for, which is never an address (RFC 6066), and E2B's API takes DNS names
+  // and wildcards as keys. An address or a CIDR would match nothing, silently.
+  const std::string_view name = pattern.starts_with("*.") ? pattern.substr(2) : pattern;
+  const bool address_like =
+      !name.empty() && (name.find_first_of(":/") != std::string_view::npos ||
+                        std::all_of(name.begin(), name.end(), [](char ch) {
+                          return std::isdigit(static_cast<unsigned char>(ch)) || ch == '.';
+                        }));
+  if (address_like) {
+    *error =
+        "is an IP address or CIDR: header rules apply to HTTPS by host name (the TLS server name), so a "
+        "rule names a host or '*.' and one";
+    return std::nullopt;
+  }
   if (pattern.starts_with("*.")) {
     rule.wildcard = true;
     const std::string suffix = normalize_host_name(pattern.substr(2));
@@ -100,10 +115,7 @@ std::optional<HeaderRule> parse_header_rule(std::string_view pattern,
   } else {
     rule.host = normalize_host_name(pattern);
   }
-  const bool numeric = std::all_of(rule.host.begin(), rule.host.end(), [](char ch) {
-    return std::isdigit(static_cast<unsigned char>(ch)) || ch == '.';
-  });
-  if (rule.host.empty() || rule.host == "." || numeric) {
+  if (rule.host.empty() || rule.host == ".") {
     *error = "must be a host name or '*.' and one (its subdomains), not '" + std::string(pattern) + "'";
     return std::nullopt;
   }

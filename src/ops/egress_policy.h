@@ -52,8 +52,9 @@ struct HeaderRule {
 inline constexpr size_t kMaxHeaderRules = 64;
 inline constexpr size_t kMaxHeadersPerRule = 16;
 
-// A rule for `pattern` ("api.example.com" or "*.example.com"; a bare "*" or a CIDR is
-// none) setting `headers`: nullopt and the reason in `error` for a pattern that is not a
+// A rule for `pattern` ("api.example.com" or "*.example.com"; a bare "*" is none, and
+// an IP address or a CIDR is refused with a message of its own: rules apply by name)
+// setting `headers`: nullopt and the reason in `error` for a pattern that is not a
 // host name or wildcard, a header name that is not an HTTP token (or one the relay owns:
 // Host, Content-Length, Transfer-Encoding, Connection, Upgrade), a value with a control
 // character, or more than kMaxHeadersPerRule headers.

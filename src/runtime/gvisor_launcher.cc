@@ -26,6 +26,7 @@
 #include "runtime/spawn.h"
 #include "runtime/spec.h"
 #include "runtime/syscall_error.h"
+#include "runtime/trust_bundle.h"
 
 namespace sandboxd::runtime {
 namespace {
@@ -280,6 +281,16 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
       if (std::find(std::begin(kGeneratedEtc), std::end(kGeneratedEtc), name) == std::end(kGeneratedEtc))
         etc_entry(entry.path().string(), name);
     }
+  }
+
+  // The certificates the sandbox trusts beyond its system's (trust_bundle.h), as on the
+  // native tier (runtime/mount.cc): the folder, and its bundle over the system's own
+  // where that is a plain file of the image (or the host's /etc/ssl, bound above).
+  if (!options_.trust_dir.empty()) {
+    make_dirs(root + kTrustDir);
+    mounts.bind(options_.trust_dir, kTrustDir, /*read_only=*/true);
+    if (plain_file_beneath(options_.image_root.empty() ? "/" : options_.image_root, kSystemBundle))
+      mounts.bind(options_.trust_dir + "/" + kTrustBundleName, kSystemBundle, /*read_only=*/true);
   }
 
   // The writable places, each with the native tier's size and modes.

@@ -18,6 +18,7 @@
 #include "runtime/host_etc.h"
 #include "runtime/login_profile.h"
 #include "runtime/syscall_error.h"
+#include "runtime/trust_bundle.h"
 #include "runtime/user.h"
 
 namespace sandboxd::runtime {
@@ -381,6 +382,21 @@ void setup_container_mounts(const Spec& spec, const FolderTrees& trees) {
     mkdir_p("/newroot/mnt/skills");
 }
 
+// The certificates the sandbox trusts beyond its system's (trust_bundle.h): the server's
+// folder read-only at kTrustDir, and its bundle over the system's own when the image has
+// a plain file there (a bind through a link of the image could land anywhere). The
+// folder holds certificates only, never a key.
+void setup_trust(const Spec& spec) {
+  const std::string folder = "/oldroot" + spec.trust_dir;
+  bind(folder, std::string("/newroot") + kTrustDir, /*read_only=*/true, /*allow_dev=*/false,
+       /*no_exec=*/true);
+  if (!plain_file_beneath("/newroot", kSystemBundle)) return;
+  const std::string source = folder + "/" + kTrustBundleName,
+                    target = std::string("/newroot") + kSystemBundle;
+  do_mount(source.c_str(), target, nullptr, MS_BIND);
+  set_attributes(target, /*read_only=*/true, /*allow_dev=*/false, /*no_exec=*/true);
+}
+
 }  // namespace
 
 void setup_filesystem(const Spec& spec, const FolderTrees& trees) {
@@ -405,6 +421,7 @@ void setup_filesystem(const Spec& spec, const FolderTrees& trees) {
   setup_dev(spec);
   setup_sys();
   setup_container_mounts(spec, trees);
+  if (!spec.trust_dir.empty()) setup_trust(spec);
   do_mount(nullptr, "/newroot", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV);
   // 4. Drop the host, then make /newroot the root and detach the staging tmpfs.
   check(umount2("/oldroot", MNT_DETACH), "umount2(/oldroot, MNT_DETACH)");

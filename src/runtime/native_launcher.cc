@@ -32,6 +32,7 @@ NativeLauncher::NativeLauncher(const RuntimeOptions& options, CgroupBackend& cgr
     needed.insert(needed.end(), {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"});
   else
     needed.push_back(options_.image_root);
+  if (!options_.trust_dir.empty()) needed.push_back(options_.trust_dir);
   std::string template_error;
   mount_template_fd_ =
       create_mount_template(options_.init_path, options_.service_dir, needed, template_error);
@@ -73,6 +74,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> NativeLauncher::start(asio::any_io_exe
   spec.hosts_entries = options.hosts_entries;
   spec.listeners = options.listeners;
   spec.nameserver = options.nameserver;
+  spec.trust_dir = options_.trust_dir;
   spec.seccomp_bpf = seccomp_bpf_;
   spec.receive_mounts = options.pre_started || options.receive_mounts;
   spec.mount_trees = mount_template_fd_ >= 0;

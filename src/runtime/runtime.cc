@@ -86,7 +86,9 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
   if (!valid_name(options.name)) throw SandboxError("invalid sandbox name: " + options.name);
   if (!options.restore_from.empty() && !launcher_->keeps_memory())
     throw SandboxError("this isolation tier cannot restore a checkpoint");
-  co_return co_await launcher_->start(std::move(executor), options);
+  auto sandbox = co_await launcher_->start(std::move(executor), options);
+  if (!options_.trust_dir.empty()) sandbox->set_trust_env();
+  co_return sandbox;
 }
 
 bool Runtime::keeps_memory() const { return launcher_->keeps_memory(); }

@@ -44,6 +44,9 @@ struct RuntimeOptions {
   // The service's own directory (volumes, slots, skills): none of its mounts is ever in
   // the template sandboxes are made from (mount_template.h).
   std::string service_dir;
+  // The folder of certificates every sandbox trusts beyond its system's (trust_bundle.h:
+  // write_trust_folder made it), bound read-only into each; empty: none.
+  std::string trust_dir;
   Isolation isolation = Isolation::kNative;
   GvisorOptions gvisor;  // with Isolation::kGvisor
 };

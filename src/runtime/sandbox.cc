@@ -29,6 +29,7 @@
 #include "runtime/netns.h"
 
 #include "runtime/syscall_error.h"
+#include "runtime/trust_bundle.h"
 
 namespace sandboxd::runtime {
 namespace {
@@ -661,6 +662,13 @@ void Sandbox::send_spawn(uint32_t id, std::vector<std::string> argv, std::vector
   spawn.argv = std::move(argv);
   spawn.env.assign(kFixedEnv.begin(), kFixedEnv.end());
   spawn.env.push_back(std::string("PWD=") + kWorkspacePath);
+  if (trust_env_)
+    for (std::string_view trust : kTrustEnv) {
+      const std::string_view name = trust.substr(0, trust.find('=') + 1);
+      if (std::none_of(extra_env.begin(), extra_env.end(),
+                       [&](const auto& e) { return e.starts_with(name); }))
+        spawn.env.emplace_back(trust);
+    }
   for (auto& extra : extra_env) spawn.env.push_back(std::move(extra));
   spawn.cwd = kWorkspacePath;
   std::string payload = protocol::encode(spawn);

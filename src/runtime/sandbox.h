@@ -144,6 +144,9 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   asio::awaitable<void> stop();
 
   const std::string& name() const { return name_; }
+  // Every command from now on gets kTrustEnv (runtime/trust_bundle.h) where it does not
+  // set those names itself: the sandbox has the trust folder. Before the first command.
+  void set_trust_env() { trust_env_ = true; }
   asio::any_io_executor executor() const { return executor_; }
   bool running() const { return state_ == State::kRunning; }
   pid_t pid() const { return pid1_; }  // host pid of PID 1
@@ -259,6 +262,7 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   asio::any_io_executor executor_;  // as given
   Strand strand_;
   std::string name_;
+  bool trust_env_ = false;
   asio::posix::stream_descriptor control_;
   pid_t launcher_;
   CgroupBackend* cgroups_;

@@ -79,6 +79,7 @@ std::string encode(const Spec& spec) {
   for (const auto& listener : spec.listeners)
     put(out, "listener", listener.address + " " + std::to_string(listener.port));
   if (!spec.nameserver.empty()) put(out, "nameserver", spec.nameserver);
+  if (!spec.trust_dir.empty()) put(out, "trust_dir", spec.trust_dir);
   put(out, "seccomp_bpf", to_hex(spec.seccomp_bpf));
   put(out, "receive_mounts", spec.receive_mounts ? "1" : "0");
   put(out, "mount_trees", spec.mount_trees ? "1" : "0");
@@ -117,6 +118,8 @@ std::string decode(std::string_view payload, Spec& out) {
       out.hosts_entries.emplace_back(value);
     else if (key == "nameserver")
       out.nameserver = value;
+    else if (key == "trust_dir")
+      out.trust_dir = value;
     else if (key == "listener") {
       auto space = value.find(' ');
       if (space == std::string_view::npos || !parse_u64(value.substr(space + 1), number) || number == 0 ||

@@ -77,6 +77,11 @@ struct Spec {
   // The DNS server the sandbox's resolver asks after /etc/hosts (an address on its own
   // loopback, answered by the server), or empty: /etc/hosts only, no resolver.
   std::string nameserver;
+
+  // The folder of certificates the sandbox trusts beyond its system's (a host path,
+  // runtime/trust_bundle.h), bound read-only at kTrustDir with its bundle over the
+  // system's; empty: none.
+  std::string trust_dir;
 };
 
 // At most this many listeners per sandbox (one control message carries their fds).

@@ -179,12 +179,42 @@ test('network.rules: the header reaches the outside host, never the sandbox', as
   await sandbox.commands.run(`printf '%s' '${ca}' > /tmp/sbxca.pem`);
   const result = await sandbox.commands.run('curl -sS -m 20 --noproxy "*" --cacert /tmp/sbxca.pem https://vendor.test/k');
   assert.equal(result.stdout, `outside-tls vendor.test /k key=${secret}\n`);
+  // With no CA given: the sandbox's trust stores hold the installation's CA (its
+  // environment names the bundle), for curl and Node alike.
+  const trusted = await sandbox.commands.run('curl -sS -m 20 --noproxy "*" https://vendor.test/t');
+  assert.equal(trusted.stdout, `outside-tls vendor.test /t key=${secret}\n`);
+  const node = await sandbox.commands.run(`node -e "fetch('https://vendor.test/n').then((r) => r.text())` +
+    `.then((t) => process.stdout.write(t), (e) => console.log(String(e.cause ?? e)))"`);
+  assert.equal(node.stdout, `outside-tls vendor.test /n key=${secret}\n`);
+  // A command's own value of one of those names wins (and is the only one it has).
+  const own = await sandbox.commands.run('printenv SSL_CERT_FILE; env | grep -c ^SSL_CERT_FILE=',
+    { envs: { SSL_CERT_FILE: '/tmp/own.pem' } });
+  assert.equal(own.stdout, '/tmp/own.pem\n1\n');
   // Not in the sandbox's environment.
   const env = await sandbox.commands.run('env | grep -c "e2b-secre[t]" || true');
   assert.equal(env.stdout, '0\n');
   // The info shows the rule.
   const info = await sandbox.getInfo();
   assert.deepEqual(info.network?.rules?.['vendor.test'], [{ transform: { headers: { 'X-Api-Key': secret } } }]);
+});
+
+test('network.rules keyed by an IP address or a CIDR are a 400: rules apply by host name', async () => {
+  // E2B's API takes DNS names and "*." wildcards as rule keys; TLS is intercepted by the
+  // server name the client asks for, which is never an address.
+  for (const key of ['198.51.100.7', '10.0.0.0/8']) {
+    await assert.rejects(create({ network: { rules: { [key]: [{ transform: { headers: { 'X-Api-Key': 'k' } } }] } } }),
+      (error) => {
+        assert.ok(error instanceof SandboxError, String(error));
+        assert.equal(error.message, `400: 'network.rules["${key}"]' is an IP address or CIDR: header rules apply ` +
+          `to HTTPS by host name (the TLS server name), so a rule names a host or '*.' and one`);
+        return true;
+      });
+  }
+  const sandbox = await create({ network: { rules: { 'vendor.test': [{ transform: { headers: { 'X-Api-Key': 'k' } } }] } } });
+  await assert.rejects(sandbox.updateNetwork({ rules: { '*.10.0.0.1': [{ transform: { headers: { 'X-Api-Key': 'k' } } }] } }),
+    /^SandboxError: 400: 'network\.rules\["\*\.10\.0\.0\.1"\]' is an IP address or CIDR/);
+  // The refused update changed nothing.
+  assert.deepEqual(Object.keys((await sandbox.getInfo()).network?.rules ?? {}), ['vendor.test']);
 });
 
 test('the options are kept with the sandbox: they hold across a restart of the server', async () => {
