@@ -376,6 +376,7 @@ CREATE TABLE e2b_snapshots (
 );
 CREATE INDEX e2b_snapshots_by_owner ON e2b_snapshots (owner, created_at_ms, id);
 CREATE INDEX e2b_snapshots_by_name ON e2b_snapshots (owner, name);
+)sql";
 
 // Version 8: the bytes of a container's memory checkpoint (the gvisor tier's image,
 // service/container_memory.cc), so that it counts against the owner's stored bytes
