@@ -601,6 +601,14 @@ TEST_F(ImagesTest, TheServerRunsTheConfiguredImage) {
   const std::string marker = "served-" + std::to_string(getpid());
   std::vector<Layer> layers;
   host_programs_image_layers(marker, layers);
+  // The image's own system bundle: the sandboxes' trust bundle is made from it (its
+  // certificates and the installation's CA), bound over it (docs/network.md).
+  TarWriter ssl;
+  ssl.dir("etc/ssl");
+  ssl.dir("etc/ssl/certs");
+  ssl.file("etc/ssl/certs/ca-certificates.crt",
+           "-----BEGIN CERTIFICATE-----\nSU1BR0U=\n-----END CERTIFICATE-----\n");
+  layers.push_back({ssl.finish(), false});
   import(write("host-programs.tar", docker_save(layers, "example/served:1")));
   sandboxd::testing::ServerProcess server(
       "external:\n  opensandbox:\n    codeExecution:\n      image:\n        repository: example/served\n     "
@@ -613,6 +621,15 @@ TEST_F(ImagesTest, TheServerRunsTheConfiguredImage) {
       "/containers/c1/tools/bash_code_execution -d '{\"command\":\"cat /etc/image-marker\"}'");
   EXPECT_EQ(reply.at("stdout").as_string(), marker) << reply;
   EXPECT_NE(server.log().find("sandbox image: example/served:1 (sha256:"), std::string::npos) << server.log();
+  // (bash's builtins: the image has no grep or cmp.)
+  reply = server.curl_json(
+      "-X POST " + server.base() +
+      "/containers/c1/tools/bash_code_execution -d '{\"command\":\"cd /etc/ssl/certs; n=0; c=0; while read "
+      "-r l; "
+      "do case $l in SU1BR0U=) n=$((n+1));; *BEGIN*) c=$((c+1));; esac; done < ca-certificates.crt; echo $n "
+      "$c; "
+      "b=$(<ca-certificates.crt); t=$(<$SSL_CERT_FILE); [[ -n $b && $b == $t ]] && echo same\"}'");
+  EXPECT_EQ(reply.at("stdout").as_string(), "1 2\nsame\n") << reply;
 }
 
 TEST_F(ImagesTest, AMissingImageMakesReadyAnswer503NamingItAndExecutionsFailClearly) {
