@@ -236,6 +236,22 @@ int copy_extents(int from, int to, off_t size) {
   return 0;
 }
 
+// The end of a copy into `tmp`: both descriptors closed; on `err` (from `call`) the
+// partial copy removed and the error reported (a full disk as kNoSpace), else `tmp`
+// renamed over `dest`, so that `dest` is only ever a whole copy.
+VolumeResult<void> finish_copy(int from, int to, const std::string& tmp, const std::string& dest, int err,
+                               const std::string& call) {
+  close(from);
+  close(to);
+  if (err) {
+    unlink(tmp.c_str());
+    if (out_of_space(err) || err == EFBIG) return VolumeError::kNoSpace;
+    throw SyscallError(call, err);
+  }
+  check(rename(tmp.c_str(), dest.c_str()), "rename(" + tmp + ", " + dest + ")");
+  return {};
+}
+
 }  // namespace
 
 VolumeResult<void> Volume::copy_pristine(const std::string& pristine, const std::string& image) {
@@ -273,15 +289,7 @@ VolumeResult<void> Volume::copy_pristine(const std::string& pristine, const std:
       call = "fdatasync(" + tmp + ")";
     }
   }
-  close(from);
-  close(to);
-  if (err) {
-    unlink(tmp.c_str());
-    if (out_of_space(err) || err == EFBIG) return VolumeError::kNoSpace;
-    throw SyscallError(call, err);
-  }
-  check(rename(tmp.c_str(), image.c_str()), "rename(" + tmp + ", " + image + ")");
-  return {};
+  return finish_copy(from, to, tmp, image, err, call);
 }
 
 VolumeResult<uint64_t> Volume::copy_frozen(const std::string& image, const std::string& target,
@@ -355,14 +363,8 @@ VolumeResult<uint64_t> Volume::copy_frozen(const std::string& image, const std::
     err = errno;
     call = "fstat(" + tmp + ")";
   }
-  close(from);
-  close(to);
-  if (err) {
-    unlink(tmp.c_str());
-    if (out_of_space(err) || err == EFBIG) return VolumeError::kNoSpace;
-    throw SyscallError(call, err);
-  }
-  check(rename(tmp.c_str(), copy.c_str()), "rename(" + tmp + ", " + copy + ")");
+  auto finished = finish_copy(from, to, tmp, copy, err, call);
+  if (!finished) return finished.error();
   return static_cast<uint64_t>(copied.st_blocks) * 512;
 }
 
