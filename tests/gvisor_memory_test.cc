@@ -180,7 +180,10 @@ TEST_F(GvisorMemoryTest, AnIdleStopKeepsThePythonKernelsVariablesForTheModel) {
   server->write_config(config_yaml());
   server->reload();
   ASSERT_TRUE(stopped) << "the idle reaper stops the sandbox";
-  EXPECT_GT(metric("sandboxd_sandboxes_stopped_total{reason=\"idle\"}"), 0);
+  // The listing says "stopped" as the stop begins; the count follows once the sandbox
+  // has ended (runsc's delete takes a moment).
+  EXPECT_TRUE(eventually([&] { return metric("sandboxd_sandboxes_stopped_total{reason=\"idle\"}") > 0; }))
+      << "the idle stop is counted";
   auto again = model_runs_python("x + 1");
   EXPECT_EQ(text(again, "stdout"), "42\n") << bj::serialize(again);
 }
