@@ -29,6 +29,8 @@
 #include "service/store_call.h"
 
 namespace sandboxd::api {
+
+using service::SandboxStatus;
 namespace {
 
 // Compares digests, so a wrong token takes as long as a right one.
@@ -187,7 +189,7 @@ asio::awaitable<Result<Response>> test_leases(ApiContext& api, RequestContext& c
 
 }  // namespace
 
-void register_admin_routes(server::HttpServer& http, ApiContext& api) {
+void install_admin_routes(server::HttpServer& http, ApiContext& api) {
   http.route(http::verb::get, "/admin/sandboxes", "admin.sandboxes", with_api(api, list_sandboxes),
              {.authenticated = false});
   http.route(http::verb::post, "/admin/sandboxes/{container}/stop", "admin.stop", with_api(api, stop_sandbox),

@@ -26,7 +26,7 @@ asio::awaitable<boost::json::object> list_containers_page(ApiContext& api, Reque
                                                           std::string after_id);
 
 // GET /files: one page of a container's uploads and outputs by creation time.
-using FileListQuery = FilePageQuery;
+using FileListQuery = service::FilePageQuery;
 asio::awaitable<Result<boost::json::object>> list_files_page(ApiContext& api, Container& container,
                                                              const FileListQuery& query);
 

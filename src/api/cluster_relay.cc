@@ -4,108 +4,12 @@
 #include <boost/json.hpp>
 
 #include "api/e2b_common.h"
-#include "api/mcp_tools.h"
 #include "base/blocking.h"
 #include "server/http_relay.h"
 #include "service/store_call.h"
 #include "store/lease_store.h"
 
 namespace sandboxd::api {
-namespace {
-
-constexpr size_t kMessagesBodyLimit = 32u << 20;  // as messages.cc reads it
-constexpr size_t kCreateBodyLimit = 64u << 10;    // as containers.cc reads it
-
-bool route_in(std::string_view route, std::initializer_list<std::string_view> names) {
-  for (auto name : names)
-    if (route == name) return true;
-  return false;
-}
-
-// The body's `container`: a string, or an object with a string `id`; the default
-// container when there is none. "" when the body is not a JSON object (the handler
-// then answers the 400, wherever it runs).
-std::string container_of_messages_body(std::string_view body) {
-  boost::system::error_code ec;
-  auto value = boost::json::parse(body, ec);
-  if (ec || !value.is_object()) return "";
-  const auto* container = value.as_object().if_contains("container");
-  if (!container || container->is_null()) return ContainerService::default_id();
-  if (container->is_object()) container = container->as_object().if_contains("id");
-  if (!container || !container->is_string()) return "";
-  return std::string(container->as_string());
-}
-
-// The body's `id` when it is a string ("" otherwise: a new id, or the handler's 400).
-std::string container_of_create_body(std::string_view body) {
-  boost::system::error_code ec;
-  auto value = boost::json::parse(body, ec);
-  if (ec || !value.is_object()) return "";
-  const auto* id = value.as_object().if_contains("id");
-  return id && id->is_string() ? std::string(id->as_string()) : std::string();
-}
-
-}  // namespace
-
-asio::awaitable<std::string> container_of_request(RequestContext& ctx) {
-  const std::string& route = ctx.route_name;
-  if (route_in(route, {"containers.get", "containers.delete", "containers.stop", "containers.tool"}))
-    co_return ctx.params["id"];
-  if (route.starts_with("files.")) co_return ctx.query_value("scope_id").value_or("");
-  // E2B: a sandbox is a container of the same id; the calls to a sandbox name it in a
-  // header (the SDKs' E2B_SANDBOX_URL), the control plane's in the path. Those that work
-  // on the container run on its holder; the others (get, list, timeout) only on records.
-  if (route.starts_with("e2b.envd.") || route == "e2b.execute" || route.starts_with("e2b.contexts.") ||
-      route == "e2b.ports")
-    co_return std::string(ctx.header_value("E2b-Sandbox-Id"));
-  if (route_in(route, {"e2b.sandboxes.kill", "e2b.sandboxes.pause", "e2b.sandboxes.connect",
-                       "e2b.sandboxes.metrics"}))
-    co_return ctx.params["id"];
-  if (route_in(route, {"threads.upload_file", "threads.put_file", "threads.download_file", "threads.message",
-                       "threads.delete", "threads.artifacts"}))
-    co_return ctx.params["thread_id"];
-  if (route == "containers.create") {  // an id of the client's may be a container another replica holds
-    auto body = co_await ctx.read_body(kCreateBodyLimit);
-    if (!body) co_return "";  // the handler's own read answers the error
-    std::string container = container_of_create_body(*body);
-    ctx.keep_body(std::move(*body));
-    co_return container;
-  }
-  if (route == "mcp.post") {
-    // MCP's stateless revision (2026-07-28) names its method in a header: a tool call or
-    // a read for a container runs on the container's holder like the HTTP API's calls.
-    // The earlier revisions' sessions live on the replica that made them: served there.
-    // A task (tasks/get, tasks/cancel, tasks/update) is kept where its command runs, on
-    // its container's holder; its id names the container.
-    const std::string method(ctx.header_value("Mcp-Method"));
-    // A subscriptions/listen watches its container's files where the commands write them.
-    if (method != "tools/call" && method != "resources/read" && method != "subscriptions/listen" &&
-        !method.starts_with("tasks/"))
-      co_return "";
-    if (!ctx.header_value("Mcp-Session-Id").empty() &&
-        ctx.header_value("MCP-Protocol-Version") != "2026-07-28")
-      co_return "";
-    auto body = co_await ctx.read_body(kMessagesBodyLimit);
-    if (!body) co_return "";  // the handler's own read answers the error
-    std::string container;
-    boost::system::error_code ec;
-    auto value = boost::json::parse(*body, ec);
-    if (!ec && value.is_object())
-      if (auto* params = value.as_object().if_contains("params"); params && params->is_object())
-        container = mcp_container_of_request(method, params->as_object());
-    ctx.keep_body(std::move(*body));
-    co_return container;
-  }
-  if (route == "messages.create") {
-    auto body = co_await ctx.read_body(kMessagesBodyLimit);
-    if (!body) co_return "";  // the handler's own read answers the error
-    std::string container = container_of_messages_body(*body);
-    ctx.keep_body(std::move(*body));
-    co_return container;
-  }
-  co_return "";
-}
-
 asio::awaitable<std::map<std::string, boost::json::object>> describe_held_elsewhere(
     ApiContext& api, RequestContext& ctx, const std::vector<store::ContainerRecord>& records) {
   std::map<std::string, boost::json::object> described;
@@ -185,7 +89,7 @@ asio::awaitable<Result<Response>> route_request(ApiContext& api, cluster::Contai
   const auto& settings = leases.settings();
   // A sandbox's own requests come from this replica (it runs the sandbox): served here.
   std::string container_id;
-  if (!ctx.origin) container_id = co_await container_of_request(ctx);
+  if (!ctx.origin && ctx.container_scope) container_id = co_await ctx.container_scope->container_of(ctx);
   if (!container_id.empty() && ContainerService::valid_id(container_id)) {
     // Two reads (the container, its lease) before the request is served or relayed; the
     // lease's from memory when this replica holds it (ContainerLeases::holder_of).

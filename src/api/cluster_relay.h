@@ -1,5 +1,6 @@
-// Cluster mode's request routing (docs/storage.md): a request for a container that another
-// live replica serves is relayed to that replica (server/http_relay.h); any other is
+// Cluster mode's request routing (docs/storage.md): a request for a container (its route
+// says where the request names it: server::ContainerScope) that another live replica
+// serves is relayed to that replica (server/http_relay.h); any other is
 // served here, under this replica's lease. A write refused by the fence (this replica
 // lost the container while it was paused or cut off) answers 503 with Retry-After and
 // this replica forgets the lease, so the client's retry reaches the new holder.
@@ -12,11 +13,6 @@
 #include "cluster/container_leases.h"
 
 namespace sandboxd::api {
-
-// The container a request is for, when its route is container-scoped ("" otherwise):
-// the path's container or thread id, files' scope_id, /messages' body `container` or a
-// container creation's body `id` (whose body this reads then, and keeps for the handler).
-asio::awaitable<std::string> container_of_request(RequestContext& ctx);
 
 void install_cluster_routing(server::HttpServer& http, ApiContext& api, cluster::ContainerLeases& leases);
 

@@ -10,6 +10,8 @@
 #include "store/keys.h"
 
 namespace sandboxd::api {
+
+using service::ContainerFiles;
 namespace {
 
 namespace json = boost::json;

@@ -21,6 +21,22 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr size_t kToolBodyLimit = 16u << 20;
+constexpr size_t kCreateBodyLimit = 64u << 10;
+
+// The id a creation's body names, when it is a string ("" otherwise: a new id, or the
+// handler's 400). The body is kept for the handler.
+asio::awaitable<std::string> container_named_in_create_body(RequestContext& ctx) {
+  auto body = co_await ctx.read_body(kCreateBodyLimit);
+  if (!body) co_return "";  // the handler's own read answers the error
+  std::string id;
+  boost::system::error_code ec;
+  auto value = boost::json::parse(*body, ec);
+  if (!ec && value.is_object())
+    if (const auto* named = value.as_object().if_contains("id"); named && named->is_string())
+      id = named->as_string();
+  ctx.keep_body(std::move(*body));
+  co_return id;
+}
 
 // Bytes and files of a container: its three folders, symlinks not followed.
 boost::json::object usage_of(const ContainerPaths& paths) {
@@ -39,7 +55,7 @@ boost::json::object usage_of(const ContainerPaths& paths) {
 }
 
 asio::awaitable<Result<Response>> create_container(ApiContext& api, RequestContext& ctx) {
-  auto body = co_await ctx.read_body(64 * 1024);
+  auto body = co_await ctx.read_body(kCreateBodyLimit);
   if (!body) co_return body.error();
   std::string id;
   if (!body->empty()) {
@@ -191,14 +207,19 @@ Result<boost::json::object> parse_json_object(std::string_view body) {
   return std::move(value.as_object());
 }
 
-void register_container_routes(server::HttpServer& http, ApiContext& api) {
+void install_container_routes(server::HttpServer& http, ApiContext& api) {
   const std::string base = "/api/gpt/v1/containers";
-  http.route(http::verb::post, base, "containers.create", with_api(api, create_container));
+  const server::RouteOptions by_id{.container = server::ContainerScope::path_parameter("id")};
+  // A creation may name its id, which may be a container another replica holds.
+  http.route(http::verb::post, base, "containers.create", with_api(api, create_container),
+             {.container = server::ContainerScope::found_by(container_named_in_create_body)});
   http.route(http::verb::get, base, "containers.list", with_api(api, list_containers));
-  http.route(http::verb::get, base + "/{id}", "containers.get", with_api(api, get_container));
-  http.route(http::verb::delete_, base + "/{id}", "containers.delete", with_api(api, delete_container));
-  http.route(http::verb::post, base + "/{id}/stop", "containers.stop", with_api(api, stop_container));
-  http.route(http::verb::post, base + "/{id}/tools/{tool}", "containers.tool", with_api(api, run_tool));
+  http.route(http::verb::get, base + "/{id}", "containers.get", with_api(api, get_container), by_id);
+  http.route(http::verb::delete_, base + "/{id}", "containers.delete", with_api(api, delete_container),
+             by_id);
+  http.route(http::verb::post, base + "/{id}/stop", "containers.stop", with_api(api, stop_container), by_id);
+  http.route(http::verb::post, base + "/{id}/tools/{tool}", "containers.tool", with_api(api, run_tool),
+             by_id);
 }
 
 }  // namespace sandboxd::api

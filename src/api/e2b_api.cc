@@ -697,7 +697,7 @@ std::optional<Response> e2b_error_for_route(std::string_view route, const ApiErr
 asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api, RequestContext& ctx,
                                                                  std::optional<uint16_t> port) {
   if (!api.e2b_sandboxes) co_return ApiError::not_found("E2B's API is not enabled on this server");
-  const std::string id(ctx.header_value("E2b-Sandbox-Id"));
+  const std::string id(ctx.header_value(kSandboxIdHeader));
   if (id.empty())
     co_return ApiError::invalid_request(
         "Missing the E2b-Sandbox-Id header (set E2B_SANDBOX_URL for E2B's SDKs)");
@@ -816,7 +816,7 @@ std::optional<int64_t> parse_e2b_time(std::string_view text) {
   return (static_cast<int64_t>(seconds) - offset_sec) * 1000 + millis;
 }
 
-void register_e2b_routes(server::HttpServer& http, ApiContext& api) {
+void install_e2b_routes(server::HttpServer& http, ApiContext& api) {
   if (!api.e2b_sandboxes) return;
   const std::string base = "/e2b";
   // Every error under /e2b in E2B's shapes, a path with no route included: the SDKs
@@ -835,23 +835,26 @@ void register_e2b_routes(server::HttpServer& http, ApiContext& api) {
   http.route(http::verb::get, base + "/sandboxes", "e2b.sandboxes.list",
              e2b_route(api, list_running_sandboxes));
   http.route(http::verb::get, base + "/sandboxes/{id}", "e2b.sandboxes.get", e2b_route(api, get_sandbox));
+  // Those that work on the sandbox's container run on its holder; the others (get, list,
+  // timeout, network, snapshots) on records only.
+  const server::RouteOptions on_container{.container = server::ContainerScope::path_parameter("id")};
   http.route(http::verb::delete_, base + "/sandboxes/{id}", "e2b.sandboxes.kill",
-             e2b_route(api, kill_sandbox));
+             e2b_route(api, kill_sandbox), on_container);
   http.route(http::verb::post, base + "/sandboxes/{id}/timeout", "e2b.sandboxes.timeout",
              e2b_route(api, set_timeout));
   http.route(http::verb::put, base + "/sandboxes/{id}/network", "e2b.sandboxes.network",
              e2b_route(api, update_network));
   http.route(http::verb::post, base + "/sandboxes/{id}/pause", "e2b.sandboxes.pause",
-             e2b_route(api, pause_sandbox));
+             e2b_route(api, pause_sandbox), on_container);
   http.route(http::verb::post, base + "/sandboxes/{id}/resume", "e2b.sandboxes.connect",
-             e2b_route(api, connect_sandbox));
+             e2b_route(api, connect_sandbox), on_container);
   http.route(http::verb::post, base + "/v2/sandboxes/{id}/connect", "e2b.sandboxes.connect",
-             e2b_route(api, connect_sandbox));
+             e2b_route(api, connect_sandbox), on_container);
   // The unversioned connect: what E2B's spec serves and its JS SDK 2.45 calls.
   http.route(http::verb::post, base + "/sandboxes/{id}/connect", "e2b.sandboxes.connect",
-             e2b_route(api, connect_sandbox));
+             e2b_route(api, connect_sandbox), on_container);
   http.route(http::verb::get, base + "/sandboxes/{id}/metrics", "e2b.sandboxes.metrics",
-             e2b_route(api, sandbox_metrics));
+             e2b_route(api, sandbox_metrics), on_container);
   http.route(http::verb::post, base + "/sandboxes/{id}/snapshots", "e2b.snapshots.create",
              e2b_route(api, create_snapshot));
   http.route(http::verb::get, base + "/snapshots", "e2b.snapshots.list", e2b_route(api, list_snapshots));
@@ -859,7 +862,7 @@ void register_e2b_routes(server::HttpServer& http, ApiContext& api) {
              e2b_route(api, delete_snapshot));
   http.route(http::verb::post, base + "/sandboxes/{id}/fork", "e2b.sandboxes.fork",
              e2b_route(api, fork_sandbox));
-  register_e2b_port_routes(http, api);
+  install_e2b_port_routes(http, api);
 }
 
 }  // namespace sandboxd::api

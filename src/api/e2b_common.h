@@ -49,6 +49,15 @@ server::Handler e2b_route(ApiContext& api, Fn fn) {
   };
 }
 
+// The header that names a sandbox-addressed request's sandbox (the SDKs' E2B_SANDBOX_URL,
+// or the host router from PORT-SANDBOXID.<domain>); the sandbox is a container of that id.
+inline constexpr std::string_view kSandboxIdHeader = "E2b-Sandbox-Id";
+// Where the sandbox-addressed routes (envd's, the code interpreter's, the ports') find
+// their container.
+inline server::RouteOptions in_addressed_sandbox() {
+  return {.container = server::ContainerScope::header(std::string(kSandboxIdHeader))};
+}
+
 // The sandbox a sandbox-addressed request names (E2b-Sandbox-Id), checked to be the
 // caller's and the request to be for `port` (E2b-Sandbox-Port); its container opened.
 struct AddressedSandbox {
@@ -68,7 +77,7 @@ inline constexpr std::string_view kPortsPath = "/e2b/ports";
 inline constexpr size_t kMaxProxiedConnectionsPerSandbox = 64;
 // A proxied exchange with nothing moving either way this long is closed.
 inline constexpr std::chrono::seconds kProxyIdleTimeout{600};
-void register_e2b_port_routes(server::HttpServer& http, ApiContext& api);
+void install_e2b_port_routes(server::HttpServer& http, ApiContext& api);
 
 // What an E2B request body may hold. A parsed JSON value costs far more than its text
 // (a value of 16 bytes or more for each `0,` in an array, an allocation for each object

@@ -46,6 +46,8 @@
 #include "store/multipart.h"
 
 namespace sandboxd::api {
+
+using service::ContainerFiles;
 namespace {
 
 namespace json = boost::json;
@@ -745,7 +747,7 @@ auto changing(Handler handler) {
     auto result = co_await handler(api, ctx);
     if (result)
       if (auto container =
-              api.containers.find_open(ctx.owner, std::string(ctx.header_value("E2b-Sandbox-Id"))))
+              api.containers.find_open(ctx.owner, std::string(ctx.header_value(kSandboxIdHeader))))
         note_changed(api, *container);
     co_return result;
   };
@@ -1178,40 +1180,47 @@ Result<void> authenticate_e2b_signature(RequestContext& ctx,
   return {};
 }
 
-void register_e2b_envd_routes(server::HttpServer& http, ApiContext& api) {
+void install_e2b_envd_routes(server::HttpServer& http, ApiContext& api) {
+  const server::RouteOptions sandbox = in_addressed_sandbox();
   if (!api.e2b_sandboxes || !api.sandbox_processes) return;
   const std::string base = "/e2b/sandbox";
   using connect_rpc::stream_route;
   using connect_rpc::unary_route;
-  http.route(http::verb::get, base + "/health", "e2b.envd.health", e2b_route(api, health));
-  http.route(http::verb::get, base + "/files", "e2b.envd.files.read", e2b_route(api, download));
+  http.route(http::verb::get, base + "/health", "e2b.envd.health", e2b_route(api, health), sandbox);
+  http.route(http::verb::get, base + "/files", "e2b.envd.files.read", e2b_route(api, download), sandbox);
   auto slots = std::make_shared<UploadSlots>();
   http.route(http::verb::post, base + "/files", "e2b.envd.files.write",
-             e2b_route(api, [slots](ApiContext& context, RequestContext& ctx) {
-               return upload(context, *slots, ctx);
-             }));
+             e2b_route(api, [slots](ApiContext& context,
+                                    RequestContext& ctx) { return upload(context, *slots, ctx); }),
+             sandbox);
   const std::string process = base + "/process.Process/";
-  http.route(http::verb::post, process + "Start", "e2b.envd.process.start", stream_route(api, start_process));
+  http.route(http::verb::post, process + "Start", "e2b.envd.process.start", stream_route(api, start_process),
+             sandbox);
   http.route(http::verb::post, process + "Connect", "e2b.envd.process.connect",
-             stream_route(api, connect_process));
-  http.route(http::verb::post, process + "List", "e2b.envd.process.list", unary_route(api, list_processes));
-  http.route(http::verb::post, process + "SendInput", "e2b.envd.process.input", unary_route(api, send_input));
+             stream_route(api, connect_process), sandbox);
+  http.route(http::verb::post, process + "List", "e2b.envd.process.list", unary_route(api, list_processes),
+             sandbox);
+  http.route(http::verb::post, process + "SendInput", "e2b.envd.process.input", unary_route(api, send_input),
+             sandbox);
   http.route(http::verb::post, process + "Update", "e2b.envd.process.update",
-             unary_route(api, update_process));
+             unary_route(api, update_process), sandbox);
   http.route(http::verb::post, process + "CloseStdin", "e2b.envd.process.input",
-             unary_route(api, close_stdin));
+             unary_route(api, close_stdin), sandbox);
   http.route(http::verb::post, process + "SendSignal", "e2b.envd.process.signal",
-             unary_route(api, send_signal));
+             unary_route(api, send_signal), sandbox);
   const std::string filesystem = base + "/filesystem.Filesystem/";
-  http.route(http::verb::post, filesystem + "Stat", "e2b.envd.fs.stat", unary_route(api, stat));
-  http.route(http::verb::post, filesystem + "ListDir", "e2b.envd.fs.list", unary_route(api, list_dir));
+  http.route(http::verb::post, filesystem + "Stat", "e2b.envd.fs.stat", unary_route(api, stat), sandbox);
+  http.route(http::verb::post, filesystem + "ListDir", "e2b.envd.fs.list", unary_route(api, list_dir),
+             sandbox);
   http.route(http::verb::post, filesystem + "MakeDir", "e2b.envd.fs.mkdir",
-             unary_route(api, changing(make_dir)));
-  http.route(http::verb::post, filesystem + "Move", "e2b.envd.fs.move", unary_route(api, changing(move)));
+             unary_route(api, changing(make_dir)), sandbox);
+  http.route(http::verb::post, filesystem + "Move", "e2b.envd.fs.move", unary_route(api, changing(move)),
+             sandbox);
   http.route(http::verb::post, filesystem + "Remove", "e2b.envd.fs.remove",
-             unary_route(api, changing(remove)));
+             unary_route(api, changing(remove)), sandbox);
   if (api.directory_watches)
-    http.route(http::verb::post, filesystem + "WatchDir", "e2b.envd.fs.watch", stream_route(api, watch_dir));
+    http.route(http::verb::post, filesystem + "WatchDir", "e2b.envd.fs.watch", stream_route(api, watch_dir),
+               sandbox);
 }
 
 }  // namespace sandboxd::api

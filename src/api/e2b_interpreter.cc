@@ -24,6 +24,11 @@
 #include "service/sandbox_credentials.h"
 
 namespace sandboxd::api {
+
+using service::kernel_died_message;
+using service::KernelResult;
+using service::PythonCall;
+using service::PythonContext;
 namespace {
 
 namespace json = boost::json;
@@ -454,16 +459,18 @@ asio::awaitable<Result<Response>> remove_context(ApiContext& api, RequestContext
 
 }  // namespace
 
-void register_e2b_interpreter_routes(server::HttpServer& http, ApiContext& api) {
+void install_e2b_interpreter_routes(server::HttpServer& http, ApiContext& api) {
+  const server::RouteOptions sandbox = in_addressed_sandbox();
   if (!api.e2b_sandboxes) return;
-  http.route(http::verb::post, "/e2b/sandbox/execute", "e2b.execute", e2b_route(api, execute));
-  http.route(http::verb::post, "/e2b/sandbox/contexts", "e2b.contexts.create",
-             e2b_route(api, create_context));
-  http.route(http::verb::get, "/e2b/sandbox/contexts", "e2b.contexts.list", e2b_route(api, list_contexts));
+  http.route(http::verb::post, "/e2b/sandbox/execute", "e2b.execute", e2b_route(api, execute), sandbox);
+  http.route(http::verb::post, "/e2b/sandbox/contexts", "e2b.contexts.create", e2b_route(api, create_context),
+             sandbox);
+  http.route(http::verb::get, "/e2b/sandbox/contexts", "e2b.contexts.list", e2b_route(api, list_contexts),
+             sandbox);
   http.route(http::verb::post, "/e2b/sandbox/contexts/{id}/restart", "e2b.contexts.restart",
-             e2b_route(api, restart_context));
+             e2b_route(api, restart_context), sandbox);
   http.route(http::verb::delete_, "/e2b/sandbox/contexts/{id}", "e2b.contexts.remove",
-             e2b_route(api, remove_context));
+             e2b_route(api, remove_context), sandbox);
 }
 
 }  // namespace sandboxd::api

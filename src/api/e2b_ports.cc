@@ -188,7 +188,8 @@ asio::awaitable<Result<Response>> proxy_port(ApiContext& api, ProxiedConnections
 
 }  // namespace
 
-void register_e2b_port_routes(server::HttpServer& http, ApiContext& api) {
+void install_e2b_port_routes(server::HttpServer& http, ApiContext& api) {
+  const server::RouteOptions sandbox = in_addressed_sandbox();
   auto open = std::make_shared<ProxiedConnections>();
   auto handler =
       e2b_route(api, [open](ApiContext& api, RequestContext& ctx) -> asio::awaitable<Result<Response>> {
@@ -197,8 +198,8 @@ void register_e2b_port_routes(server::HttpServer& http, ApiContext& api) {
   const std::string base(kPortsPath);
   for (auto verb : {http::verb::get, http::verb::head, http::verb::post, http::verb::put, http::verb::patch,
                     http::verb::delete_, http::verb::options}) {
-    http.route(verb, base, "e2b.ports", handler);
-    http.route(verb, base + "/{path+}", "e2b.ports", handler);
+    http.route(verb, base, "e2b.ports", handler, sandbox);
+    http.route(verb, base + "/{path+}", "e2b.ports", handler, sandbox);
   }
 }
 

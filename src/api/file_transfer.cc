@@ -12,6 +12,12 @@
 #include "store/multipart.h"
 
 namespace sandboxd::api {
+
+using service::ContainerFiles;
+using service::DownloadRule;
+using service::file_error;
+using service::FileUpload;
+using service::sandbox_path_of_key;
 namespace {
 
 std::string leaf(const std::string& path) { return path.substr(path.rfind('/') + 1); }

@@ -14,7 +14,7 @@ namespace sandboxd::api {
 
 // The Files API's file object (docs/http-api.md); `downloadable` says what `rule` allows.
 boost::json::object file_object(const std::string& container_id, const store::FileRecord& record,
-                                const DownloadRule& rule);
+                                const service::DownloadRule& rule);
 
 // A multipart upload (field `file`). The key is `key` when given, else a `path` form
 // field sent before the file, else the part's filename (its last segment).
@@ -27,7 +27,8 @@ asio::awaitable<Result<store::FileRecord>> receive_raw(ApiContext& api, server::
 // A request's whole body (up to `limit` bytes) into `upload`: read straight into the
 // writer's buffers, or chunk by chunk with the bucket's parts sent between them. The
 // upload is neither finished nor aborted here.
-asio::awaitable<Result<void>> receive_body(server::RequestContext& ctx, FileUpload& upload, uint64_t limit);
+asio::awaitable<Result<void>> receive_body(server::RequestContext& ctx, service::FileUpload& upload,
+                                           uint64_t limit);
 
 // An upload into `container` answered with its file object: the raw body at `raw_key`
 // when given, else a multipart body (key from ?path= or the part). `container` is

@@ -11,6 +11,9 @@
 #include "store/keys.h"
 
 namespace sandboxd::api {
+
+using service::ContainerFiles;
+using service::DownloadRule;
 namespace {
 
 // The request's container (scope_id), opened (made when `create`) and ready.
@@ -151,16 +154,17 @@ asio::awaitable<Result<boost::json::object>> delete_file(ApiContext& api, Contai
   co_return boost::json::object{{"id", id}, {"type", "file_deleted"}};
 }
 
-void register_file_routes(server::HttpServer& http, ApiContext& api) {
+void install_file_routes(server::HttpServer& http, ApiContext& api) {
   const std::string base = "/api/gpt/v1/files";
-  http.route(http::verb::post, base, "files.upload", with_api(api, upload));
-  http.route(http::verb::get, base, "files.list", with_api(api, list));
-  http.route(http::verb::delete_, base, "files.delete_prefix", with_api(api, remove_prefix));
-  http.route(http::verb::put, base + "/{key+}", "files.put", with_api(api, put));
-  http.route(http::verb::get, base + "/{file_id}", "files.get", with_api(api, metadata));
-  http.route(http::verb::head, base + "/{file_id}", "files.head", with_api(api, head));
-  http.route(http::verb::delete_, base + "/{file_id}", "files.delete", with_api(api, remove_one));
-  http.route(http::verb::get, base + "/{file_id}/content", "files.content", with_api(api, content));
+  const server::RouteOptions in_scope{.container = server::ContainerScope::query_parameter("scope_id")};
+  http.route(http::verb::post, base, "files.upload", with_api(api, upload), in_scope);
+  http.route(http::verb::get, base, "files.list", with_api(api, list), in_scope);
+  http.route(http::verb::delete_, base, "files.delete_prefix", with_api(api, remove_prefix), in_scope);
+  http.route(http::verb::put, base + "/{key+}", "files.put", with_api(api, put), in_scope);
+  http.route(http::verb::get, base + "/{file_id}", "files.get", with_api(api, metadata), in_scope);
+  http.route(http::verb::head, base + "/{file_id}", "files.head", with_api(api, head), in_scope);
+  http.route(http::verb::delete_, base + "/{file_id}", "files.delete", with_api(api, remove_one), in_scope);
+  http.route(http::verb::get, base + "/{file_id}/content", "files.content", with_api(api, content), in_scope);
 }
 
 }  // namespace sandboxd::api

@@ -1131,6 +1131,32 @@ asio::awaitable<Result<Response>> no_stream(Mcp&, RequestContext&) {
   co_return response;
 }
 
+// The container an MCP request works on: the stateless revision (2026-07-28) names its
+// method in a header, and a tool call or a read for a container runs on the container's
+// holder like the HTTP API's calls; a subscriptions/listen watches its container's files
+// where the commands write them; a task (tasks/get, tasks/cancel, tasks/update) is kept
+// where its command runs, its id naming the container. The earlier revisions' sessions
+// live on the replica that made them: "" (served there). The body is kept for the handler.
+asio::awaitable<std::string> container_named_in_mcp_request(RequestContext& ctx) {
+  const std::string method(ctx.header_value(kMethodHeader));
+  if (method != "tools/call" && method != "resources/read" && method != "subscriptions/listen" &&
+      !method.starts_with("tasks/"))
+    co_return "";
+  if (!ctx.header_value("Mcp-Session-Id").empty() &&
+      ctx.header_value("MCP-Protocol-Version") != kModernVersion)
+    co_return "";
+  auto body = co_await ctx.read_body(kMessageLimit);
+  if (!body) co_return "";  // the handler's own read answers the error
+  std::string container;
+  boost::system::error_code ec;
+  auto value = json::parse(*body, ec);
+  if (!ec && value.is_object())
+    if (auto* params = value.as_object().if_contains("params"); params && params->is_object())
+      container = mcp_container_of_request(method, params->as_object());
+  ctx.keep_body(std::move(*body));
+  co_return container;
+}
+
 // The sessions live as long as the routes that use them (the server's handlers).
 template <typename Fn>
 server::Handler with_mcp(std::shared_ptr<Mcp> mcp, Fn fn) {
@@ -1139,9 +1165,10 @@ server::Handler with_mcp(std::shared_ptr<Mcp> mcp, Fn fn) {
 
 }  // namespace
 
-void register_mcp_routes(server::HttpServer& http, ApiContext& api) {
+void install_mcp_routes(server::HttpServer& http, ApiContext& api) {
   auto mcp = std::make_shared<Mcp>(api);
-  http.route(http::verb::post, "/mcp", "mcp.post", with_mcp(mcp, post_message));
+  http.route(http::verb::post, "/mcp", "mcp.post", with_mcp(mcp, post_message),
+             {.container = server::ContainerScope::found_by(container_named_in_mcp_request)});
   http.route(http::verb::get, "/mcp", "mcp.get", with_mcp(mcp, open_stream));
   http.route(http::verb::delete_, "/mcp", "mcp.delete", with_mcp(mcp, end_session));
 }

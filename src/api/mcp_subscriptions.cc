@@ -16,6 +16,8 @@
 #include "service/directory_watches.h"
 
 namespace sandboxd::api {
+
+using service::ContainerFiles;
 namespace {
 
 namespace json = boost::json;

@@ -19,6 +19,10 @@
 #include "tools/bash_tool.h"
 
 namespace sandboxd::api {
+
+using service::ContainerFiles;
+using service::DownloadRule;
+using service::kCodeExecutionErrorType;
 namespace {
 
 namespace json = boost::json;

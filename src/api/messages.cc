@@ -19,11 +19,40 @@
 #include "tools/bash_tool.h"
 
 namespace sandboxd::api {
+
+using service::ensure_local_skills;
+using service::LoadedSkill;
+using service::resolve_skills;
+using service::SkillMounts;
+using service::skills_prompt;
 namespace {
 
 namespace json = boost::json;
 
 constexpr size_t kMessagesBodyLimit = 32u << 20;
+
+// The container a request's body names: its `container`, a string or an object with a
+// string `id`; the default container when there is none; "" when the body is not a JSON
+// object (the handler then answers the 400, wherever it runs). The body is kept for the
+// handler.
+asio::awaitable<std::string> container_named_in_messages_body(RequestContext& ctx) {
+  auto body = co_await ctx.read_body(kMessagesBodyLimit);
+  if (!body) co_return "";  // the handler's own read answers the error
+  std::string id;
+  boost::system::error_code ec;
+  auto value = json::parse(*body, ec);
+  if (!ec && value.is_object()) {
+    const auto* container = value.as_object().if_contains("container");
+    if (!container || container->is_null()) {
+      id = ContainerService::default_id();
+    } else {
+      if (container->is_object()) container = container->as_object().if_contains("id");
+      if (container && container->is_string()) id = container->as_string();
+    }
+  }
+  ctx.keep_body(std::move(*body));
+  co_return id;
+}
 
 // Stops watching for a disconnect when the work it guards is over.
 struct StopWatch {
@@ -158,8 +187,9 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
 
 }  // namespace
 
-void register_messages_routes(server::HttpServer& http, ApiContext& api) {
-  http.route(http::verb::post, "/api/gpt/v1/messages", "messages.create", with_api(api, create_message));
+void install_messages_routes(server::HttpServer& http, ApiContext& api) {
+  http.route(http::verb::post, "/api/gpt/v1/messages", "messages.create", with_api(api, create_message),
+             {.container = server::ContainerScope::found_by(container_named_in_messages_body)});
   http.route(http::verb::post, "/api/gpt/v1/messages/validate", "messages.validate", with_api(api, validate));
 }
 

@@ -27,7 +27,7 @@ struct ReadyCache {
 
 }  // namespace
 
-void register_ops_routes(server::HttpServer& http, ApiContext& api) {
+void install_ops_routes(server::HttpServer& http, ApiContext& api) {
   http.route(
       http::verb::get, "/health", "ops.health",
       [&api](server::RequestContext&) -> asio::awaitable<Result<Response>> {

@@ -28,8 +28,10 @@ class ContainerLeases;
 
 namespace sandboxd::api {
 
-// The surfaces speak the service's vocabulary (containers, quotas, sub-tool calls).
-using namespace sandboxd::service;
+namespace asio = boost::asio;
+// The service's names every surface uses.
+using service::Container;
+using service::ContainerService;
 
 // The server names every surface uses.
 namespace http = server::http;
@@ -54,17 +56,17 @@ struct ApiContext : service::Services {
   service::ToolTasks* tool_tasks = nullptr;                // MCP's tasks (api/mcp.cc)
 };
 
-void register_container_routes(server::HttpServer& http, ApiContext& api);
-void register_file_routes(server::HttpServer& http, ApiContext& api);
-void register_thread_routes(server::HttpServer& http, ApiContext& api);
-void register_ops_routes(server::HttpServer& http, ApiContext& api);
-void register_messages_routes(server::HttpServer& http, ApiContext& api);
-void register_admin_routes(server::HttpServer& http, ApiContext& api);
-void register_skill_routes(server::HttpServer& http, ApiContext& api);
-void register_mcp_routes(server::HttpServer& http, ApiContext& api);              // api/mcp.cc
-void register_e2b_routes(server::HttpServer& http, ApiContext& api);              // api/e2b_api.cc
-void register_e2b_envd_routes(server::HttpServer& http, ApiContext& api);         // api/e2b_envd.cc
-void register_e2b_interpreter_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_interpreter.cc
+void install_container_routes(server::HttpServer& http, ApiContext& api);
+void install_file_routes(server::HttpServer& http, ApiContext& api);
+void install_thread_routes(server::HttpServer& http, ApiContext& api);
+void install_ops_routes(server::HttpServer& http, ApiContext& api);
+void install_messages_routes(server::HttpServer& http, ApiContext& api);
+void install_admin_routes(server::HttpServer& http, ApiContext& api);
+void install_skill_routes(server::HttpServer& http, ApiContext& api);
+void install_mcp_routes(server::HttpServer& http, ApiContext& api);              // api/mcp.cc
+void install_e2b_routes(server::HttpServer& http, ApiContext& api);              // api/e2b_api.cc
+void install_e2b_envd_routes(server::HttpServer& http, ApiContext& api);         // api/e2b_envd.cc
+void install_e2b_interpreter_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_interpreter.cc
 
 // envd's signed file URLs (the SDKs' downloadUrl and uploadUrl; api/e2b_envd.cc): a
 // GET or POST of /files that presents no token but a signature. Sets ctx.owner to the

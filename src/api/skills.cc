@@ -20,6 +20,8 @@
 #include "store/skill_store.h"
 
 namespace sandboxd::api {
+
+using service::OwnerQuotas;
 namespace {
 
 namespace json = boost::json;
@@ -433,7 +435,7 @@ asio::awaitable<Result<Response>> delete_version(ApiContext& api, RequestContext
 
 }  // namespace
 
-void register_skill_routes(server::HttpServer& http, ApiContext& api) {
+void install_skill_routes(server::HttpServer& http, ApiContext& api) {
   http.route(http::verb::post, "/api/gpt/v1/skills", "skills.create", with_api(api, create_skill));
   http.route(http::verb::get, "/api/gpt/v1/skills", "skills.list", with_api(api, list_skills));
   http.route(http::verb::get, "/api/gpt/v1/skills/{skill_id}", "skills.retrieve", with_api(api, get_skill));

@@ -19,6 +19,12 @@
 #include "store/keys.h"
 
 namespace sandboxd::api {
+
+using service::resource_block;
+using service::stored_json;
+using service::TurnRequest;
+using service::WorkspaceChat;
+using service::WorkspaceTurn;
 namespace {
 
 namespace json = boost::json;
@@ -449,8 +455,8 @@ server::Handler with_chat(ApiContext& api, std::shared_ptr<WorkspaceChat> chat, 
 
 }  // namespace
 
-void register_thread_chat_routes(server::HttpServer& http, ApiContext& api,
-                                 std::shared_ptr<store::db::Database> database) {
+void install_thread_chat_routes(server::HttpServer& http, ApiContext& api,
+                                std::shared_ptr<store::db::Database> database) {
   auto chat = std::make_shared<WorkspaceChat>(api, std::move(database));
   api.threads = &chat->threads();  // the routes keep `chat` alive as long as the server
   const std::string base = "/api/v1/app/thread";
@@ -458,14 +464,17 @@ void register_thread_chat_routes(server::HttpServer& http, ApiContext& api,
   http.route(http::verb::get, base, "threads.list", with_chat(api, chat, list_threads));
   http.route(http::verb::get, base + "/{thread_id}", "threads.get", with_chat(api, chat, get_thread));
   http.route(http::verb::patch, base + "/{thread_id}", "threads.rename", with_chat(api, chat, rename_thread));
+  // Those that work on the thread's container (of the thread's id) run on its holder;
+  // the others read and write the thread's records only.
+  const server::RouteOptions on_container{.container = server::ContainerScope::path_parameter("thread_id")};
   http.route(http::verb::delete_, base + "/{thread_id}", "threads.delete",
-             with_chat(api, chat, delete_thread));
+             with_chat(api, chat, delete_thread), on_container);
   http.route(http::verb::get, base + "/{thread_id}/artifacts", "threads.artifacts",
-             with_chat(api, chat, list_artifacts));
+             with_chat(api, chat, list_artifacts), on_container);
   http.route(http::verb::get, base + "/{thread_id}/files", "threads.files", with_chat(api, chat, list_files));
   http.route(http::verb::post, base + "/{thread_id}/stop", "threads.stop", with_chat(api, chat, stop_turn));
   http.route(http::verb::post, base + "/{thread_id}/messages", "threads.message",
-             with_chat(api, chat, post_message));
+             with_chat(api, chat, post_message), on_container);
   http.route(http::verb::get, "/api/v1/app/features", "workspace.features", with_chat(api, chat, features));
 }
 

@@ -9,6 +9,9 @@
 #include "base/blocking.h"
 
 namespace sandboxd::api {
+
+using service::ContainerFiles;
+using service::DownloadRule;
 namespace {
 
 // The thread's container, opened (made when `create`) and ready.
@@ -54,11 +57,16 @@ asio::awaitable<Result<Response>> download_file(ApiContext& api, RequestContext&
 
 }  // namespace
 
-void register_thread_routes(server::HttpServer& http, ApiContext& api) {
+void install_thread_routes(server::HttpServer& http, ApiContext& api) {
   const std::string base = "/api/v1/app/thread/{thread_id}";
-  http.route(http::verb::post, base + "/upload-file", "threads.upload_file", with_api(api, upload_file));
-  http.route(http::verb::put, base + "/put-file/{path+}", "threads.put_file", with_api(api, put_file));
-  http.route(http::verb::get, base + "/download-file", "threads.download_file", with_api(api, download_file));
+  // A thread's container has the thread's id.
+  const server::RouteOptions in_thread{.container = server::ContainerScope::path_parameter("thread_id")};
+  http.route(http::verb::post, base + "/upload-file", "threads.upload_file", with_api(api, upload_file),
+             in_thread);
+  http.route(http::verb::put, base + "/put-file/{path+}", "threads.put_file", with_api(api, put_file),
+             in_thread);
+  http.route(http::verb::get, base + "/download-file", "threads.download_file", with_api(api, download_file),
+             in_thread);
 }
 
 }  // namespace sandboxd::api

@@ -39,14 +39,14 @@ class ContainerRunner : public model::ToolRunner {
   // {id, expires_at, skills (null without)}; touching the container keeps it alive.
   boost::json::value container() override;
   // The request's skills, as the response's container shows them (resolved versions).
-  void set_skills(std::vector<LoadedSkill> skills) { skills_ = std::move(skills); }
+  void set_skills(std::vector<service::LoadedSkill> skills) { skills_ = std::move(skills); }
 
  private:
   ApiContext& api_;
   std::shared_ptr<Container> container_;
   std::shared_ptr<runtime::Cancellation> cancellation_;
   int depth_;
-  std::vector<LoadedSkill> skills_;
+  std::vector<service::LoadedSkill> skills_;
 };
 
 // Writes each event as an SSE frame, its JSON valid UTF-8 whatever went into it.

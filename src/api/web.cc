@@ -131,7 +131,7 @@ asio::awaitable<Result<Response>> serve_file(std::shared_ptr<const WebRoot> root
 
 }  // namespace
 
-void register_web_routes(server::HttpServer& http, ApiContext& api) {
+void install_web_routes(server::HttpServer& http, ApiContext& api) {
   const std::string path = find_web_root(api.config()->web_root);
   auto root = std::make_shared<WebRoot>(path);
   if (path.empty())

@@ -18,6 +18,7 @@
 #include "api/cluster_relay.h"
 #include "api/routes.h"
 #include "api/sandbox_network.h"
+#include "api/surfaces.h"
 #include "api/thread_chat.h"
 #include "app/host_share.h"
 #include "app/memory_release.h"
@@ -65,6 +66,225 @@ namespace asio = boost::asio;
 
 std::string random_token() { return "sbx_dev_" + random_base36(32); }
 
+// The owners' tokens; with none configured, one made up for owner "dev" and printed.
+std::vector<std::pair<std::string, std::string>> owner_tokens(const ops::Config& config) {
+  std::vector<std::pair<std::string, std::string>> tokens;
+  for (const auto& entry : config.tokens) tokens.emplace_back(entry.token, entry.owner);
+  if (tokens.empty()) {
+    std::string token = random_token();
+    tokens.emplace_back(token, "dev");
+    std::printf("sandboxd: no auth.tokens configured; development token for owner 'dev':\n  %s\n",
+                token.c_str());
+    std::fflush(stdout);
+  }
+  return tokens;
+}
+
+// The header rules' CA (server/egress_interception.h), made once into the data dir and
+// loaded at each start after. Null when it cannot be: header rules' HTTPS is refused.
+std::shared_ptr<server::InterceptionCa> load_interception_ca(const ops::Config& config) {
+  try {
+    return server::InterceptionCa::load_or_create((fs::path(config.data_dir) / "egress-ca").string());
+  } catch (const std::exception& e) {
+    spdlog::error("{}; HTTPS connections that a header rule applies to are refused", e.what());
+    return nullptr;
+  }
+}
+
+// The sandbox runtime, unless the operator runs none, or this host cannot run one (then
+// the service still serves files, and code execution answers with the contract's "not
+// configured" error blocks). The sandbox image (external.opensandbox.codeExecution.image):
+// an installed image, or the host's for the built-in default name; any other missing
+// image leaves code execution unavailable with a reason that names it (`image_problem`:
+// /ready, tool results).
+void start_runtime(const ops::Config& config, const std::shared_ptr<server::InterceptionCa>& interception_ca,
+                   std::optional<runtime::Runtime>& sandbox_runtime, std::string& image_problem) {
+  if (config.runtime_provider != "sandboxd") return;
+  const ops::Config defaults;
+  auto image = images::select_image(
+      config.data_dir, config.image_repository, config.image_tag,
+      config.image_repository == defaults.image_repository && config.image_tag == defaults.image_tag);
+  image_problem = image.problem;
+  if (!image_problem.empty()) {
+    spdlog::error("{}; code execution is unavailable", image_problem);
+    return;
+  }
+  spdlog::info("sandbox image: {}", image.label);
+  runtime::RuntimeOptions runtime_options;
+  // Every sandbox trusts the CA (runtime/trust_bundle.h), whatever the policy of the
+  // moment: a reload may open egress, and add rules, for sandboxes already running.
+  // The folder is written again at each start, from the CA and the sandboxes' system.
+  if (interception_ca) {
+    const std::string trust_dir = (fs::path(config.data_dir) / "egress-trust").string();
+    try {
+      runtime::write_trust_folder(trust_dir, image.rootfs, interception_ca->certificate_pem());
+      runtime_options.trust_dir = trust_dir;
+    } catch (const std::exception& e) {
+      spdlog::error("{}; sandboxes do not trust the egress CA (a header rule's host fails their TLS checks)",
+                    e.what());
+    }
+  }
+  // The instance is tied to the data directory: a restarted server finds (and removes)
+  // exactly what its predecessor left.
+  runtime_options.instance = "s" + server::sha256_hex(config.data_dir).substr(0, 16);
+  runtime_options.host_uid = runtime_options.host_gid = config.sandbox_host_uid;
+  runtime_options.cgroups.mode = config.cgroup_mode;
+  runtime_options.cgroups.total = sandboxes_total(config);
+  // The kernel's OOM killer takes sandbox processes (1000) long before the server.
+  if (!runtime::set_oom_score_adj(0, runtime::kServerOomScoreAdj))
+    spdlog::warn("cannot lower the server's oom_score_adj");
+  runtime_options.image_root = image.rootfs;
+  runtime_options.service_dir = config.data_dir;
+  runtime_options.isolation =
+      config.isolation == "gvisor" ? runtime::Isolation::kGvisor : runtime::Isolation::kNative;
+  runtime_options.gvisor.platform = config.gvisor_platform;
+  try {
+    sandbox_runtime.emplace(runtime_options);
+    spdlog::info("sandbox isolation: {}{}", config.isolation,
+                 config.isolation == "gvisor" ? " (runsc --platform=" + config.gvisor_platform + ")" : "");
+  } catch (const std::exception& e) {
+    spdlog::error("the sandbox runtime cannot start on this host ({}); code execution is unavailable",
+                  e.what());
+  }
+}
+
+// Whatever a killed predecessor left: sandboxes (by cgroup) and mounts under the data
+// directory (volumes, spares, the data directory's own private bind).
+void remove_leftovers(std::optional<runtime::Runtime>& sandbox_runtime, const std::string& data_dir) {
+  if (sandbox_runtime) {
+    if (size_t stale = sandbox_runtime->cleanup_stale(data_dir); stale > 0) {
+      spdlog::warn("removed {} sandbox(es) left by a previous sandboxd", stale);
+      ops::metrics().leftovers_removed(stale);
+    }
+  } else {
+    for (const auto& mount_point : runtime::Volume::mounts_under(data_dir))
+      runtime::Volume::unmount(mount_point);
+  }
+}
+
+// The private bind of the data directory, and anything a part of the service left
+// mounted below it (deepest first), come off on every way out, a start that fails
+// included (an unreachable database): nothing of this run stays mounted on the host.
+struct UnmountOnExit {
+  const std::string& dir;
+  ~UnmountOnExit() {
+    ops::set_audit(nullptr);  // its file is under the data directory's bind
+    try {
+      for (const auto& mount_point : runtime::Volume::mounts_under(dir)) {
+        try {
+          runtime::Volume::unmount(mount_point);
+        } catch (const std::exception& e) {
+          spdlog::warn("unmounting {}: {}", mount_point, e.what());
+        }
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("listing the mounts under {}: {}", dir, e.what());
+    }
+  }
+};
+
+server::ServerLimits server_limits(const ops::Config& config) {
+  server::ServerLimits limits;
+  limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
+  limits.body_idle_timeout = std::chrono::seconds(config.body_idle_timeout_sec);
+  limits.body_min_rate = config.body_min_rate_bytes_per_sec;
+  limits.body_rate_grace = std::chrono::seconds(config.body_rate_grace_sec);
+  limits.max_connections =
+      config.max_connections ? config.max_connections : server::default_max_connections();
+  limits.max_connections_per_owner = config.max_connections_per_owner;
+  limits.max_connections_per_address = config.max_connections_per_ip;
+  limits.max_unauthenticated_per_address = config.max_unauthenticated_connections_per_ip;
+  return limits;
+}
+
+// Each request: one access-log line, its metrics, and an audit record of an owner's.
+void observe_requests(server::HttpServer& http) {
+  http.set_observer([](const server::RequestRecord& r) {
+    ops::log_event_batched(spdlog::level::info, "request",
+                           {{"id", r.request_id},
+                            {"method", r.method},
+                            {"target", r.target},
+                            {"status", int64_t{r.status}},
+                            {"ms", r.seconds * 1000},
+                            {"bytes", static_cast<int64_t>(r.bytes)},
+                            {"owner", r.owner.empty() ? std::string_view("-") : r.owner},
+                            {"route", r.route}});
+    ops::metrics().http_request(std::string(r.route), r.status, r.seconds);
+    // Who did what to which container, and how it ended: every owner's request.
+    if (r.authenticated_route && !r.owner.empty())
+      if (auto* log = ops::audit())
+        log->record("request", {{"owner", r.owner},
+                                {"method", r.method},
+                                {"target", r.target},
+                                {"route", r.route},
+                                {"status", int64_t{r.status}},
+                                {"id", r.request_id}});
+  });
+}
+
+// NetworkPolicy peers in the services list: what they select, watched through the
+// Kubernetes API and resolved for every sandbox while it runs. Null without peers.
+std::shared_ptr<kubernetes::PeerWatch> watch_network_peers(asio::io_context& io, const ops::Config& config) {
+  if (config.network_peers.empty()) return nullptr;
+  std::string why;
+  auto endpoint = kubernetes::find_api_endpoint(config.kubernetes, why);
+  if (!endpoint)
+    throw std::runtime_error(
+        "external.opensandbox.codeExecution.internal.services: the NetworkPolicy peers need the Kubernetes "
+        "API: " +
+        why);
+  auto peer_watch = std::make_shared<kubernetes::PeerWatch>(io, *endpoint, config.network_peers);
+  peer_watch->start();
+  spdlog::info("network peers: watching the Kubernetes API at {}:{} ({} peer(s), namespace {})",
+               endpoint->host, endpoint->port, config.network_peers.size(), endpoint->namespace_name);
+  return peer_watch;
+}
+
+// The bucket and the cluster's leases, when configured (each optional).
+struct DurableParts {
+  // storage.backend s3: the sessions bucket holds the durable copy (the manifest in the
+  // metadata database); the local disk is the working copy.
+  std::optional<store::ManifestStore> manifest;
+  std::optional<cluster::ContainerDurability> durability;
+  // Cluster mode: the metadata is shared with the other replicas, and each container is
+  // served under a lease (one replica at a time).
+  std::optional<store::LeaseStore> lease_store;
+  std::optional<cluster::ContainerLeases> leases;
+};
+
+void start_durable_parts(DurableParts& parts, asio::io_context& io, const ops::Config& config,
+                         const std::function<std::shared_ptr<store::db::Database>()>& metadata_database,
+                         store::Metadata& metadata, service::ContainerService& containers) {
+  auto& [manifest, durability, lease_store, leases] = parts;
+  if (config.storage_backend == "s3") {
+    manifest.emplace(metadata_database());
+    durability.emplace(io, config, *manifest, metadata, cluster::load_instance_id(config.data_dir));
+    containers.set_durability(&*durability);
+    durability->start([&containers] { return containers.open_containers(); });
+    spdlog::info("storage: sessions bucket {} at {} (prefix '{}'), flush every {} s", config.s3.bucket,
+                 config.s3.endpoint, config.s3.prefix, config.flush_interval_sec);
+  }
+  if (!config.cluster_enabled()) return;
+  // Every write to a container's file records and to its manifest passes the lease's
+  // fence in its own transaction.
+  lease_store.emplace(metadata_database());
+  leases.emplace(io, *lease_store,
+                 cluster::ContainerLeases::Settings{
+                     config.cluster_replica_id, config.cluster_advertise_url,
+                     std::chrono::seconds(config.cluster_lease_seconds), config.retry_after_sec,
+                     static_cast<double>(config.cluster_takeover_per_second), config.cluster_takeover_batch});
+  auto* held = &*leases;
+  metadata.set_write_fence(
+      [held](store::db::Connection& conn, const std::string& storage) { held->check_fence(conn, storage); });
+  if (manifest)
+    manifest->set_write_fence([held](store::db::Connection& conn, const std::string& storage) {
+      return held->check_fence(conn, storage);
+    });
+  containers.set_cluster(held);
+  spdlog::info("cluster: replica {} at {}, leases of {}s", config.cluster_replica_id,
+               config.cluster_advertise_url, config.cluster_lease_seconds);
+}
+
 // SIGHUP: the file is read and checked again; what can change while serving applies to
 // new work, and a file with a problem changes nothing (the reason is logged).
 void reload(const std::string& config_path, ops::LiveConfig& live_config, ops::Admission& admission) {
@@ -88,6 +308,63 @@ void reload(const std::string& config_path, ops::LiveConfig& live_config, ops::A
   spdlog::info("SIGHUP: configuration reloaded from {}", config_path);
 }
 
+// What a graceful stop ends, in order.
+struct RunningParts {
+  asio::io_context& io;
+  server::HttpServer& http;
+  service::ContainerService& containers;
+  service::E2bSandboxes& e2b_sandboxes;
+  std::shared_ptr<model::UpstreamClient> upstream;  // may be null
+  cluster::ContainerLeases* leases = nullptr;
+  cluster::ContainerDurability* durability = nullptr;
+  int shutdown_grace_sec = 0;
+};
+
+// SIGTERM/SIGINT: stop accepting, let the requests in flight finish (bounded), then
+// stop the sandboxes, flush and release; cluster.shutdownGraceSec bounds it all: in
+// cluster mode two thirds for the requests in flight, the rest to stop the sandboxes,
+// flush and release the leases; on a single host half of it, the rest to stop the
+// sandboxes (side by side, each within runtime::kPid1ExitLimit) and unmount their
+// volumes. A command still running then ends with its sandbox: waiting for the whole
+// grace left nothing for the stops, and the kill -9 that follows the grace (Kubernetes,
+// systemd) leaves mounts and loop devices behind.
+asio::awaitable<void> shut_down(RunningParts parts) {
+  asio::steady_timer pause(parts.io);
+  if (parts.leases) parts.leases->set_draining();
+  const int grace = parts.shutdown_grace_sec;
+  const int in_flight_wait = std::max(1, parts.leases ? grace * 2 / 3 : grace / 2);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(in_flight_wait);
+  while (parts.http.requests_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+    pause.expires_after(std::chrono::milliseconds(50));
+    co_await pause.async_wait(asio::use_awaitable);
+  }
+  if (parts.upstream) parts.upstream->shutdown();
+  co_await parts.e2b_sandboxes.stop();   // no end-time pass from here on
+  co_await parts.containers.shutdown();  // each stop flushes to the bucket
+  if (parts.leases) parts.leases->stop();
+  if (parts.durability) parts.durability->stop();
+  parts.io.stop();
+}
+
+// SIGHUP reloads (and wakes the idle reaper); SIGTERM/SIGINT shut down.
+void handle_signals(asio::signal_set& signals, const std::string& config_path, ops::LiveConfig& live_config,
+                    const RunningParts& parts) {
+  signals.async_wait(
+      [&signals, &config_path, &live_config, parts](const boost::system::error_code& ec, int signo) {
+        if (ec) return;
+        if (signo == SIGHUP) {
+          reload(config_path, live_config, parts.containers.admission());
+          parts.containers.settings_reloaded();
+          handle_signals(signals, config_path, live_config, parts);
+          return;
+        }
+        spdlog::info("signal {}: shutting down", signo);
+        ops::notify_systemd_stopping();
+        parts.http.stop_accepting();
+        asio::co_spawn(parts.io, shut_down(parts), asio::detached);
+      });
+}
+
 }  // namespace
 
 int serve(ops::Config config, const std::string& config_path) {
@@ -100,117 +377,14 @@ int serve(ops::Config config, const std::string& config_path) {
   fs::create_directories(config.data_dir);
   config.data_dir = fs::canonical(config.data_dir).string();
 
-  std::vector<std::pair<std::string, std::string>> tokens;
-  for (const auto& entry : config.tokens) tokens.emplace_back(entry.token, entry.owner);
-  if (tokens.empty()) {
-    std::string token = random_token();
-    tokens.emplace_back(token, "dev");
-    std::printf("sandboxd: no auth.tokens configured; development token for owner 'dev':\n  %s\n",
-                token.c_str());
-    std::fflush(stdout);
-  }
-
-  // The sandbox runtime, unless the operator runs none, or this host cannot run one
-  // (then the service still serves files, and code execution answers with the contract's
-  // "not configured" error blocks).
+  const auto tokens = owner_tokens(config);
+  std::shared_ptr<server::InterceptionCa> interception_ca = load_interception_ca(config);
   std::optional<runtime::Runtime> sandbox_runtime;
-  // The sandbox image (external.opensandbox.codeExecution.image): an installed image, or
-  // the host's for the built-in default name; any other missing image leaves code
-  // execution unavailable with a reason that names it (/ready, tool results).
   std::string image_problem;
-  std::string image_root;
-  if (config.runtime_provider == "sandboxd") {
-    const ops::Config defaults;
-    auto image = images::select_image(
-        config.data_dir, config.image_repository, config.image_tag,
-        config.image_repository == defaults.image_repository && config.image_tag == defaults.image_tag);
-    image_problem = image.problem;
-    image_root = image.rootfs;
-    if (image_problem.empty())
-      spdlog::info("sandbox image: {}", image.label);
-    else
-      spdlog::error("{}; code execution is unavailable", image_problem);
-  }
-  // The header rules' CA (server/egress_interception.h), made once into the data dir and
-  // loaded at each start after.
-  std::shared_ptr<server::InterceptionCa> interception_ca;
-  try {
-    interception_ca =
-        server::InterceptionCa::load_or_create((fs::path(config.data_dir) / "egress-ca").string());
-  } catch (const std::exception& e) {
-    spdlog::error("{}; HTTPS connections that a header rule applies to are refused", e.what());
-  }
-  if (config.runtime_provider == "sandboxd" && image_problem.empty()) {
-    runtime::RuntimeOptions runtime_options;
-    // Every sandbox trusts the CA (runtime/trust_bundle.h), whatever the policy of the
-    // moment: a reload may open egress, and add rules, for sandboxes already running.
-    // The folder is written again at each start, from the CA and the sandboxes' system.
-    if (interception_ca) {
-      const std::string trust_dir = (fs::path(config.data_dir) / "egress-trust").string();
-      try {
-        runtime::write_trust_folder(trust_dir, image_root, interception_ca->certificate_pem());
-        runtime_options.trust_dir = trust_dir;
-      } catch (const std::exception& e) {
-        spdlog::error(
-            "{}; sandboxes do not trust the egress CA (a header rule's host fails their TLS checks)",
-            e.what());
-      }
-    }
-    // The instance is tied to the data directory: a restarted server finds (and removes)
-    // exactly what its predecessor left.
-    runtime_options.instance = "s" + server::sha256_hex(config.data_dir).substr(0, 16);
-    runtime_options.host_uid = runtime_options.host_gid = config.sandbox_host_uid;
-    runtime_options.cgroups.mode = config.cgroup_mode;
-    runtime_options.cgroups.total = sandboxes_total(config);
-    // The kernel's OOM killer takes sandbox processes (1000) long before the server.
-    if (!runtime::set_oom_score_adj(0, runtime::kServerOomScoreAdj))
-      spdlog::warn("cannot lower the server's oom_score_adj");
-    runtime_options.image_root = image_root;
-    runtime_options.service_dir = config.data_dir;
-    runtime_options.isolation =
-        config.isolation == "gvisor" ? runtime::Isolation::kGvisor : runtime::Isolation::kNative;
-    runtime_options.gvisor.platform = config.gvisor_platform;
-    try {
-      sandbox_runtime.emplace(runtime_options);
-      spdlog::info("sandbox isolation: {}{}", config.isolation,
-                   config.isolation == "gvisor" ? " (runsc --platform=" + config.gvisor_platform + ")" : "");
-    } catch (const std::exception& e) {
-      spdlog::error("the sandbox runtime cannot start on this host ({}); code execution is unavailable",
-                    e.what());
-    }
-  }
-  // Whatever a killed predecessor left: sandboxes (by cgroup) and mounts under the data
-  // directory (volumes, spares, the data directory's own private bind).
-  if (sandbox_runtime) {
-    if (size_t stale = sandbox_runtime->cleanup_stale(config.data_dir); stale > 0) {
-      spdlog::warn("removed {} sandbox(es) left by a previous sandboxd", stale);
-      ops::metrics().leftovers_removed(stale);
-    }
-  } else {
-    for (const auto& mount_point : runtime::Volume::mounts_under(config.data_dir))
-      runtime::Volume::unmount(mount_point);
-  }
+  start_runtime(config, interception_ca, sandbox_runtime, image_problem);
+  remove_leftovers(sandbox_runtime, config.data_dir);
   runtime::Volume::make_private_mount(config.data_dir);
-  // The private bind, and anything a part of the service left mounted below it (deepest
-  // first), come off on every way out, a start that fails included (an unreachable
-  // database): nothing of this run stays mounted on the host.
-  struct UnmountOnExit {
-    const std::string& dir;
-    ~UnmountOnExit() {
-      ops::set_audit(nullptr);  // its file is under the data directory's bind
-      try {
-        for (const auto& mount_point : runtime::Volume::mounts_under(dir)) {
-          try {
-            runtime::Volume::unmount(mount_point);
-          } catch (const std::exception& e) {
-            spdlog::warn("unmounting {}: {}", mount_point, e.what());
-          }
-        }
-      } catch (const std::exception& e) {
-        spdlog::warn("listing the mounts under {}: {}", dir, e.what());
-      }
-    }
-  } unmount_on_exit{config.data_dir};
+  UnmountOnExit unmount_on_exit{config.data_dir};
 
   // Append-only, in the data directory, rotated by size.
   ops::set_audit(std::make_unique<ops::AuditLog>((fs::path(config.data_dir) / "audit.log").string(),
@@ -261,42 +435,11 @@ int serve(ops::Config config, const std::string& config_path) {
       containers.set_tree_changes(&tree_changes);
       service::drain_tree_changes(io, tree_changes);
     }
-    // storage.backend s3: the sessions bucket holds the durable copy (the manifest in the
-    // metadata database); the local disk is the working copy.
-    std::optional<store::ManifestStore> manifest;
-    std::optional<cluster::ContainerDurability> durability;
-    if (config.storage_backend == "s3") {
-      manifest.emplace(metadata_database());
-      durability.emplace(io, config, *manifest, metadata, cluster::load_instance_id(config.data_dir));
-      containers.set_durability(&*durability);
-      durability->start([&containers] { return containers.open_containers(); });
-      spdlog::info("storage: sessions bucket {} at {} (prefix '{}'), flush every {} s", config.s3.bucket,
-                   config.s3.endpoint, config.s3.prefix, config.flush_interval_sec);
-    }
-    // Cluster mode: the metadata is shared with the other replicas, and each container
-    // is served under a lease (one replica at a time). Every write to a container's file records
-    // and to its manifest passes the lease's fence in its own transaction.
-    std::optional<store::LeaseStore> lease_store;
-    std::optional<cluster::ContainerLeases> leases;
-    if (config.cluster_enabled()) {
-      lease_store.emplace(metadata_database());
-      leases.emplace(
-          io, *lease_store,
-          cluster::ContainerLeases::Settings{
-              config.cluster_replica_id, config.cluster_advertise_url,
-              std::chrono::seconds(config.cluster_lease_seconds), config.retry_after_sec,
-              static_cast<double>(config.cluster_takeover_per_second), config.cluster_takeover_batch});
-      metadata.set_write_fence([&leases](store::db::Connection& conn, const std::string& storage) {
-        leases->check_fence(conn, storage);
-      });
-      if (manifest)
-        manifest->set_write_fence([&leases](store::db::Connection& conn, const std::string& storage) {
-          return leases->check_fence(conn, storage);
-        });
-      containers.set_cluster(&*leases);
-      spdlog::info("cluster: replica {} at {}, leases of {}s", config.cluster_replica_id,
-                   config.cluster_advertise_url, config.cluster_lease_seconds);
-    }
+    DurableParts durable;
+    start_durable_parts(durable, io, config, metadata_database, metadata, containers);
+    auto& manifest = durable.manifest;
+    auto& durability = durable.durability;
+    auto& leases = durable.leases;
     if (!config.cluster_enabled() && !durability) {
       // (Not in cluster mode: the shared index names containers that other replicas'
       // disks hold, and a missing upload here is not a missing upload. Not with the
@@ -317,65 +460,20 @@ int serve(ops::Config config, const std::string& config_path) {
     } else {
       metadata.enable_file_cache(file_cache);
     }
-    server::ServerLimits limits;
-    limits.header_timeout = std::chrono::seconds(config.header_timeout_sec);
-    limits.body_idle_timeout = std::chrono::seconds(config.body_idle_timeout_sec);
-    limits.body_min_rate = config.body_min_rate_bytes_per_sec;
-    limits.body_rate_grace = std::chrono::seconds(config.body_rate_grace_sec);
-    limits.max_connections =
-        config.max_connections ? config.max_connections : server::default_max_connections();
-    limits.max_connections_per_owner = config.max_connections_per_owner;
-    limits.max_connections_per_address = config.max_connections_per_ip;
-    limits.max_unauthenticated_per_address = config.max_unauthenticated_connections_per_ip;
     // Before the server: the MCP sessions its routes hold keep watches (resources/subscribe)
     // until the routes go, and each gives its share back to this.
     service::DirectoryWatches directory_watches;
-    server::HttpServer http(io, limits);
+    server::HttpServer http(io, server_limits(config));
+    observe_requests(http);
     // Sandboxes reach the API (and the allow-listed services) through listeners in their
     // own network namespace; the owners' tokens are checked by the same object.
-    // NetworkPolicy peers in the services list: what they select, watched through the
-    // Kubernetes API and resolved for every sandbox while it runs.
-    std::shared_ptr<kubernetes::PeerWatch> peer_watch;
-    if (!config.network_peers.empty()) {
-      std::string why;
-      auto endpoint = kubernetes::find_api_endpoint(config.kubernetes, why);
-      if (!endpoint)
-        throw std::runtime_error(
-            "external.opensandbox.codeExecution.internal.services: the NetworkPolicy peers need "
-            "the Kubernetes API: " +
-            why);
-      peer_watch = std::make_shared<kubernetes::PeerWatch>(io, *endpoint, config.network_peers);
-      peer_watch->start();
-      spdlog::info("network peers: watching the Kubernetes API at {}:{} ({} peer(s), namespace {})",
-                   endpoint->host, endpoint->port, config.network_peers.size(), endpoint->namespace_name);
-    }
+    std::shared_ptr<kubernetes::PeerWatch> peer_watch = watch_network_peers(io, config);
     api::SandboxNetwork network(io, http, live_config, tokens, interception_ca, peer_watch);
     containers.set_network(&network);
     // A token, or (for envd's /files only) a URL signed with one: the SDKs' file URLs.
     http.set_authenticator([&network, &tokens](server::RequestContext& ctx) -> Result<void> {
       if (api::is_e2b_signed_request(ctx)) return api::authenticate_e2b_signature(ctx, tokens);
       return network.authenticate(ctx);
-    });
-    http.set_observer([](const server::RequestRecord& r) {
-      ops::log_event_batched(spdlog::level::info, "request",
-                             {{"id", r.request_id},
-                              {"method", r.method},
-                              {"target", r.target},
-                              {"status", int64_t{r.status}},
-                              {"ms", r.seconds * 1000},
-                              {"bytes", static_cast<int64_t>(r.bytes)},
-                              {"owner", r.owner.empty() ? std::string_view("-") : r.owner},
-                              {"route", r.route}});
-      ops::metrics().http_request(std::string(r.route), r.status, r.seconds);
-      // Who did what to which container, and how it ended: every owner's request.
-      if (r.authenticated_route && !r.owner.empty())
-        if (auto* log = ops::audit())
-          log->record("request", {{"owner", r.owner},
-                                  {"method", r.method},
-                                  {"target", r.target},
-                                  {"route", r.route},
-                                  {"status", int64_t{r.status}},
-                                  {"id", r.request_id}});
     });
     // The upstream model's client (its own event-loop thread) exists only when one is
     // configured; /messages answers with a clear 400 otherwise.
@@ -397,18 +495,8 @@ int serve(ops::Config config, const std::string& config_path) {
     if (durability) {
       skill_bucket.emplace(durability->bucket_client(), config.s3.prefix);
       skills.set_bucket(&*skill_bucket);
-      api::keep_skill_copies_current(io, skills);
+      service::keep_skill_copies_current(io, skills);
     }
-    api::register_ops_routes(http, api);
-    api::register_container_routes(http, api);
-    api::register_file_routes(http, api);
-    api::register_thread_routes(http, api);
-    api::register_thread_chat_routes(http, api, metadata_database());
-    api::register_web_routes(http, api);
-    api::register_messages_routes(http, api);
-    api::register_admin_routes(http, api);
-    api::register_skill_routes(http, api);
-    api::register_mcp_routes(http, api);
     // E2B's API: its sandboxes' records in the metadata database, so a cluster's replicas
     // share them; a request for a sandbox another replica serves is relayed to it (the
     // cluster routing below), and a sandbox is ended at its end time by the replica that
@@ -448,9 +536,7 @@ int serve(ops::Config config, const std::string& config_path) {
     // What bursts freed goes back to the kernel instead of staying in the server's RSS.
     start_memory_release(io);
     api.e2b_sandboxes = &e2b_sandboxes;
-    api::register_e2b_routes(http, api);
-    api::register_e2b_envd_routes(http, api);
-    api::register_e2b_interpreter_routes(http, api);
+    api::install_surfaces(http, api, metadata_database());
     if (leases) {
       api::install_cluster_routing(http, api, *leases);
       leases->register_replica();
@@ -466,48 +552,9 @@ int serve(ops::Config config, const std::string& config_path) {
                                    [&] { return containers.probe(); });
 
     asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
-    std::function<void()> wait_signal = [&]() {
-      signals.async_wait([&](const boost::system::error_code& ec, int signo) {
-        if (ec) return;
-        if (signo == SIGHUP) {
-          reload(config_path, live_config, containers.admission());
-          containers.settings_reloaded();
-          wait_signal();
-          return;
-        }
-        spdlog::info("signal {}: shutting down", signo);
-        ops::notify_systemd_stopping();
-        http.stop_accepting();
-        asio::co_spawn(
-            io,
-            [&]() -> asio::awaitable<void> {
-              asio::steady_timer pause(io);
-              // cluster.shutdownGraceSec bounds it all: in cluster mode two thirds for the
-              // requests in flight, the rest to stop the sandboxes, flush and release
-              // the leases; on a single host half of it, the rest to stop the sandboxes
-              // (side by side, each within runtime::kPid1ExitLimit) and unmount their
-              // volumes. A command still running then ends with its sandbox: waiting for
-              // the whole grace left nothing for the stops, and the kill -9 that follows
-              // the grace (Kubernetes, systemd) leaves mounts and loop devices behind.
-              if (leases) leases->set_draining();
-              const int grace = config.cluster_shutdown_grace_sec;
-              const int in_flight_wait = std::max(1, leases ? grace * 2 / 3 : grace / 2);
-              auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(in_flight_wait);
-              while (http.requests_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
-                pause.expires_after(std::chrono::milliseconds(50));
-                co_await pause.async_wait(asio::use_awaitable);
-              }
-              if (upstream) upstream->shutdown();
-              co_await e2b_sandboxes.stop();   // no end-time pass from here on
-              co_await containers.shutdown();  // each stop flushes to the bucket
-              if (leases) leases->stop();
-              if (durability) durability->stop();
-              io.stop();
-            },
-            asio::detached);
-      });
-    };
-    wait_signal();
+    handle_signals(signals, config_path, live_config,
+                   RunningParts{io, http, containers, e2b_sandboxes, upstream, leases ? &*leases : nullptr,
+                                durability ? &*durability : nullptr, config.cluster_shutdown_grace_sec});
 
     std::vector<std::thread> pool;
     for (unsigned i = 1; i < io_threads; ++i) pool.emplace_back([&io] { io.run(); });

@@ -46,6 +46,7 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx,
   ctx.params = std::move(match.params);
   ctx.route_name = router_.name(match.route);
   ctx.authenticated_route = route_options_[match.route].authenticated;
+  ctx.container_scope = &route_options_[match.route].container;
   // A connection from a sandbox is always authenticated: what it may reach is the
   // authenticator's decision, for every route.
   if (route_options_[match.route].authenticated || ctx.origin) {

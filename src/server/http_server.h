@@ -124,6 +124,8 @@ struct CallerDetails {
   virtual ~CallerDetails() = default;
 };
 
+class ContainerScope;
+
 class RequestContext {
  public:
   RequestContext(beast::tcp_stream& stream, beast::flat_buffer& buffer,
@@ -141,7 +143,9 @@ class RequestContext {
   std::optional<std::string> query_value(const std::string& name) const;
 
   std::string request_id;
-  std::string route_name;
+  std::string route_name;  // for metrics and logs
+  // Where the matched route finds its container (null until a route matched).
+  const ContainerScope* container_scope = nullptr;
   std::string owner;  // set once authenticated
   bool authenticated_route = false;
   // Null for the public listener; a sandbox's API listener otherwise.
@@ -211,8 +215,35 @@ using Authenticator = std::function<Result<void>(RequestContext&)>;
 // relays a request for a container another replica serves).
 using Interceptor = std::function<asio::awaitable<Result<Response>>(RequestContext&, const Handler&)>;
 
+// Where a route's request names the one container it works on, declared by the route
+// beside its pattern: cluster mode serves such a request on the replica that holds that
+// container (api/cluster_relay.h), so a container route that said nothing would run on
+// the wrong replica. The default names none (a listing, a creation of a new id, a route
+// for records only).
+class ContainerScope {
+ public:
+  // Reads the container's id from whatever the request carries; "" when it names none.
+  // One that reads the body keeps it for the handler (RequestContext::keep_body).
+  using Finder = std::function<asio::awaitable<std::string>(RequestContext&)>;
+
+  ContainerScope() = default;
+  static ContainerScope path_parameter(std::string name);
+  static ContainerScope query_parameter(std::string name);
+  static ContainerScope header(std::string name);
+  static ContainerScope found_by(Finder finder);
+
+  bool names_a_container() const { return static_cast<bool>(finder_); }
+  // The id the request names ("" when none, or when the route names no container).
+  asio::awaitable<std::string> container_of(RequestContext& ctx) const;
+
+ private:
+  explicit ContainerScope(Finder finder) : finder_(std::move(finder)) {}
+  Finder finder_;
+};
+
 struct RouteOptions {
   bool authenticated = true;
+  ContainerScope container;
 };
 
 // What the server tells its observer after each request (the access log, metrics and
