@@ -257,7 +257,7 @@ json::object sandbox_detail(ApiContext& api, const service::E2bSandbox& s) {
                       {"state", s.paused ? "paused" : "running"},
                       {"envdVersion", kEnvdVersion},
                       {"volumeMounts", json::array{}}};
-  add_network_detail(detail, api.e2b_sandboxes->network(s.owner, s.id).get());
+  add_network_detail(detail, api.e2b_sandboxes.network(s.owner, s.id).get());
   return detail;
 }
 
@@ -305,12 +305,12 @@ asio::awaitable<Result<Response>> create_sandbox(ApiContext& api, RequestContext
   if (!egress) co_return egress.error();
   request.egress = std::move(*egress);
   Result<service::E2bSandbox> created = ApiError::internal();
-  if (service::E2bSandboxes::known_template(request.template_id) || !api.e2b_snapshots) {
-    created = co_await api.e2b_sandboxes->create(ctx.owner, std::move(request));
+  if (service::E2bSandboxes::known_template(request.template_id)) {
+    created = co_await api.e2b_sandboxes.create(ctx.owner, std::move(request));
   } else {
     // Sandbox.create(snapshotId): a template id that names one of the owner's snapshots.
     const std::string name = request.template_id;
-    auto from_snapshot = co_await api.e2b_snapshots->create_sandbox(ctx.owner, std::move(request));
+    auto from_snapshot = co_await api.e2b_snapshots.create_sandbox(ctx.owner, std::move(request));
     if (!from_snapshot)
       co_return ApiError::not_found("Template '" + name +
                                     "' not found (this server has 'base', 'code-interpreter-v1' and the "
@@ -413,7 +413,7 @@ Result<service::E2bListQuery> list_query(RequestContext& ctx) {
 asio::awaitable<Result<Response>> list_sandboxes(ApiContext& api, RequestContext& ctx) {
   auto query = list_query(ctx);
   if (!query) co_return query.error();
-  auto page = co_await api.e2b_sandboxes->list(ctx.owner, *query);
+  auto page = co_await api.e2b_sandboxes.list(ctx.owner, *query);
   json::array data;
   for (const auto& s : page.records) data.push_back(sandbox_detail(api, s));
   auto res = json_ok(data);
@@ -428,24 +428,24 @@ asio::awaitable<Result<Response>> list_running_sandboxes(ApiContext& api, Reques
   if (!query) co_return query.error();
   query->paused = false;
   query->limit = kMaxListLimit;
-  auto page = co_await api.e2b_sandboxes->list(ctx.owner, *query);
+  auto page = co_await api.e2b_sandboxes.list(ctx.owner, *query);
   json::array data;
   for (const auto& s : page.records) data.push_back(sandbox_detail(api, s));
   co_return json_ok(data);
 }
 
 asio::awaitable<Result<Response>> get_sandbox(ApiContext& api, RequestContext& ctx) {
-  auto found = co_await api.e2b_sandboxes->find(ctx.owner, ctx.params["id"]);
+  auto found = co_await api.e2b_sandboxes.find(ctx.owner, ctx.params["id"]);
   if (!found) co_return found.error();
   auto detail = sandbox_detail(api, *found);
   // Its network options as its container keeps them, also when it is not open here.
   detail.erase("network");
-  add_network_detail(detail, (co_await api.e2b_sandboxes->stored_network(found->owner, found->id)).get());
+  add_network_detail(detail, (co_await api.e2b_sandboxes.stored_network(found->owner, found->id)).get());
   co_return json_ok(detail);
 }
 
 asio::awaitable<Result<Response>> kill_sandbox(ApiContext& api, RequestContext& ctx) {
-  auto killed = co_await api.e2b_sandboxes->kill(ctx.owner, ctx.params["id"]);
+  auto killed = co_await api.e2b_sandboxes.kill(ctx.owner, ctx.params["id"]);
   if (!killed) co_return killed.error();
   server::StringResponse res{HttpStatus::no_content, 11};
   co_return res;
@@ -457,7 +457,7 @@ asio::awaitable<Result<Response>> set_timeout(ApiContext& api, RequestContext& c
   auto timeout = seconds_field(*body, "timeout");
   if (!timeout) co_return timeout.error();
   if (!*timeout) co_return ApiError::invalid_request("'timeout' is required");
-  auto set = co_await api.e2b_sandboxes->set_timeout(ctx.owner, ctx.params["id"], **timeout);
+  auto set = co_await api.e2b_sandboxes.set_timeout(ctx.owner, ctx.params["id"], **timeout);
   if (!set) co_return set.error();
   co_return server::StringResponse{HttpStatus::no_content, 11};
 }
@@ -468,7 +468,7 @@ asio::awaitable<Result<Response>> update_network(ApiContext& api, RequestContext
   if (!body) co_return body.error();
   auto egress = requested_egress(api, *body);
   if (!egress) co_return egress.error();
-  auto updated = co_await api.e2b_sandboxes->update_network(ctx.owner, ctx.params["id"], std::move(*egress));
+  auto updated = co_await api.e2b_sandboxes.update_network(ctx.owner, ctx.params["id"], std::move(*egress));
   if (!updated) co_return updated.error();
   co_return server::StringResponse{HttpStatus::no_content, 11};
 }
@@ -483,7 +483,7 @@ asio::awaitable<Result<Response>> pause_sandbox(ApiContext& api, RequestContext&
     if (!memory->is_bool()) co_return ApiError::invalid_request("'memory' must be a boolean");
     keep_memory = memory->as_bool();
   }
-  auto paused = co_await api.e2b_sandboxes->pause(ctx.owner, ctx.params["id"], keep_memory);
+  auto paused = co_await api.e2b_sandboxes.pause(ctx.owner, ctx.params["id"], keep_memory);
   if (!paused) co_return paused.error();
   co_return server::StringResponse{HttpStatus::no_content, 11};
 }
@@ -495,9 +495,9 @@ asio::awaitable<Result<Response>> connect_sandbox(ApiContext& api, RequestContex
   auto timeout = seconds_field(*body, "timeout");
   if (!timeout) co_return timeout.error();
   const std::string id = ctx.params["id"];
-  auto resumed = co_await api.e2b_sandboxes->resume(ctx.owner, id, *timeout);
+  auto resumed = co_await api.e2b_sandboxes.resume(ctx.owner, id, *timeout);
   if (!resumed) co_return resumed.error();
-  auto found = co_await api.e2b_sandboxes->find(ctx.owner, id);
+  auto found = co_await api.e2b_sandboxes.find(ctx.owner, id);
   if (!found) co_return found.error();
   co_return json_ok(sandbox_handle(*found, ctx, api.config()->e2b_sandbox_domain),
                     *resumed ? HttpStatus::created : HttpStatus::ok);
@@ -517,7 +517,7 @@ asio::awaitable<Result<Response>> create_snapshot(ApiContext& api, RequestContex
     if (!value->is_string()) co_return ApiError::invalid_request("'name' must be a string");
     name = std::string(value->as_string());
   }
-  auto snapshot = co_await api.e2b_snapshots->create(ctx.owner, ctx.params["id"], std::move(name));
+  auto snapshot = co_await api.e2b_snapshots.create(ctx.owner, ctx.params["id"], std::move(name));
   if (!snapshot) co_return snapshot.error();
   co_return json_ok(snapshot_info(*snapshot), HttpStatus::created);
 }
@@ -552,7 +552,7 @@ asio::awaitable<Result<Response>> list_snapshots(ApiContext& api, RequestContext
     query.after_created_ms = created;
     query.after_id = token->substr(dot + 1);
   }
-  auto page = co_await api.e2b_snapshots->list(std::move(query));
+  auto page = co_await api.e2b_snapshots.list(std::move(query));
   json::array data;
   for (const auto& snapshot : page.snapshots) data.push_back(snapshot_info(snapshot));
   auto res = json_ok(data);
@@ -564,7 +564,7 @@ asio::awaitable<Result<Response>> list_snapshots(ApiContext& api, RequestContext
 
 // deleteSnapshot (a snapshot is a template to E2B): 204, or 404 (the SDK's false).
 asio::awaitable<Result<Response>> delete_snapshot(ApiContext& api, RequestContext& ctx) {
-  auto removed = co_await api.e2b_snapshots->remove(ctx.owner, ctx.params["id"]);
+  auto removed = co_await api.e2b_snapshots.remove(ctx.owner, ctx.params["id"]);
   if (!removed) co_return removed.error();
   co_return server::StringResponse{HttpStatus::no_content, 11};
 }
@@ -584,7 +584,7 @@ asio::awaitable<Result<Response>> fork_sandbox(ApiContext& api, RequestContext& 
   }
   auto timeout = seconds_field(*body, "timeout");
   if (!timeout) co_return timeout.error();
-  auto forks = co_await api.e2b_snapshots->fork(ctx.owner, ctx.params["id"], count, timeout->value_or(15));
+  auto forks = co_await api.e2b_snapshots.fork(ctx.owner, ctx.params["id"], count, timeout->value_or(15));
   if (!forks) co_return forks.error();
   json::array results;
   for (const auto& fork : *forks) {
@@ -621,9 +621,9 @@ asio::awaitable<Result<Response>> sandbox_metrics(ApiContext& api, RequestContex
   auto end = unix_seconds_query(ctx, "end");
   if (!end) co_return end.error();
   if (*start && *end && **start > **end) co_return ApiError::invalid_request("'start' is after 'end'");
-  auto found = co_await api.e2b_sandboxes->find(ctx.owner, ctx.params["id"]);
+  auto found = co_await api.e2b_sandboxes.find(ctx.owner, ctx.params["id"]);
   if (!found) co_return found.error();
-  auto container = co_await api.e2b_sandboxes->open(*found);
+  auto container = co_await api.e2b_sandboxes.open(*found);
   if (!container) co_return container.error();
   json::array data;
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -696,7 +696,6 @@ std::optional<Response> e2b_error_for_route(std::string_view route, const ApiErr
 
 asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api, RequestContext& ctx,
                                                                  std::optional<uint16_t> port) {
-  if (!api.e2b_sandboxes) co_return ApiError::not_found("E2B's API is not enabled on this server");
   const std::string id(ctx.header_value(kSandboxIdHeader));
   if (id.empty())
     co_return ApiError::invalid_request(
@@ -708,13 +707,13 @@ asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api
                                   " for " + std::string(ctx.header().target()));
   // A missing sandbox (or another owner's) and a paused one answer as E2B's proxy does
   // for a sandbox that is not running: 502 (the SDKs tell the sandbox is gone from it).
-  auto found = co_await api.e2b_sandboxes->find_addressed(ctx.owner, id);
+  auto found = co_await api.e2b_sandboxes.find_addressed(ctx.owner, id);
   if (!found)
     co_return ApiError{HttpStatus::bad_gateway, "api_error", "The sandbox " + id + " was not found"};
   if (found->paused)
     co_return ApiError{HttpStatus::bad_gateway, "api_error",
                        "Sandbox " + id + " is paused; connect to resume it"};
-  auto container = co_await api.e2b_sandboxes->open(*found);
+  auto container = co_await api.e2b_sandboxes.open(*found);
   if (!container && container.error().status == HttpStatus::not_found)
     co_return ApiError{HttpStatus::bad_gateway, "api_error", "The sandbox " + id + " was not found"};
   if (!container) co_return container.error();
@@ -817,7 +816,6 @@ std::optional<int64_t> parse_e2b_time(std::string_view text) {
 }
 
 void install_e2b_routes(server::HttpServer& http, ApiContext& api) {
-  if (!api.e2b_sandboxes) return;
   const std::string base = "/e2b";
   // Every error under /e2b in E2B's shapes, a path with no route included: the SDKs
   // raise their own exceptions (SandboxNotFoundError, ...) from nothing else.

@@ -374,10 +374,10 @@ Result<std::shared_ptr<service::SandboxProcess>> select_process(ApiContext& api,
     auto value = integer_of(*pid);
     if (!value || *value < 0 || *value > UINT32_MAX)
       return ApiError::invalid_request("'process.pid' must be a pid");
-    found = api.sandbox_processes->find(container, static_cast<uint32_t>(*value));
+    found = api.sandbox_processes.find(container, static_cast<uint32_t>(*value));
     if (!found) return ApiError::not_found("process with pid " + std::to_string(*value) + " not found");
   } else if (const auto* tag = process->if_contains("tag"); tag && tag->is_string()) {
-    found = api.sandbox_processes->find_tag(container, std::string(tag->as_string()));
+    found = api.sandbox_processes.find_tag(container, std::string(tag->as_string()));
     if (!found)
       return ApiError::not_found("process with tag '" + std::string(tag->as_string()) + "' not found");
   } else {
@@ -404,7 +404,7 @@ asio::awaitable<Result<Response>> start_process(ApiContext& api, RequestContext&
     keep_stdin = stdin_flag->as_bool();
   auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
   if (!addressed) co_return addressed.error();
-  auto started = co_await api.sandbox_processes->start(
+  auto started = co_await api.sandbox_processes.start(
       addressed->container, api.containers, std::move(*config), std::move(*tag), addressed->sandbox.env_vars,
       keep_stdin, connect_rpc::timeout_of(ctx));
   if (!started) co_return started.error();
@@ -428,7 +428,7 @@ asio::awaitable<Result<Response>> list_processes(ApiContext& api, RequestContext
   auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
   if (!addressed) co_return addressed.error();
   json::array processes;
-  for (const auto& p : api.sandbox_processes->list(*addressed->container)) {
+  for (const auto& p : api.sandbox_processes.list(*addressed->container)) {
     if (p->ended()) continue;
     json::object envs;
     for (const auto& [name, value] : p->config().envs) envs[name] = value;
@@ -719,7 +719,7 @@ asio::awaitable<Result<Response>> watch_dir(ApiContext& api, RequestContext& ctx
   ContainerFiles container_files(api);
   auto ready = co_await container_files.ready(addressed->container);
   if (!ready) co_return ready.error();
-  auto open = [watches = api.directory_watches, owner = ctx.owner, paths = (*ready)->paths, path = *path,
+  auto open = [watches = &api.directory_watches, owner = ctx.owner, paths = (*ready)->paths, path = *path,
                recursive] { return watches->open(owner, paths, path, recursive); };
   auto watch = co_await run_blocking(std::move(open));
   if (!watch) co_return watch.error();
@@ -1182,7 +1182,6 @@ Result<void> authenticate_e2b_signature(RequestContext& ctx,
 
 void install_e2b_envd_routes(server::HttpServer& http, ApiContext& api) {
   const server::RouteOptions sandbox = in_addressed_sandbox();
-  if (!api.e2b_sandboxes || !api.sandbox_processes) return;
   const std::string base = "/e2b/sandbox";
   using connect_rpc::stream_route;
   using connect_rpc::unary_route;
@@ -1218,9 +1217,8 @@ void install_e2b_envd_routes(server::HttpServer& http, ApiContext& api) {
              sandbox);
   http.route(http::verb::post, filesystem + "Remove", "e2b.envd.fs.remove",
              unary_route(api, changing(remove)), sandbox);
-  if (api.directory_watches)
-    http.route(http::verb::post, filesystem + "WatchDir", "e2b.envd.fs.watch", stream_route(api, watch_dir),
-               sandbox);
+  http.route(http::verb::post, filesystem + "WatchDir", "e2b.envd.fs.watch", stream_route(api, watch_dir),
+             sandbox);
 }
 
 }  // namespace sandboxd::api

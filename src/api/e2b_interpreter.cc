@@ -461,7 +461,6 @@ asio::awaitable<Result<Response>> remove_context(ApiContext& api, RequestContext
 
 void install_e2b_interpreter_routes(server::HttpServer& http, ApiContext& api) {
   const server::RouteOptions sandbox = in_addressed_sandbox();
-  if (!api.e2b_sandboxes) return;
   http.route(http::verb::post, "/e2b/sandbox/execute", "e2b.execute", e2b_route(api, execute), sandbox);
   http.route(http::verb::post, "/e2b/sandbox/contexts", "e2b.contexts.create", e2b_route(api, create_context),
              sandbox);

@@ -264,7 +264,7 @@ bool takes_tasks(const Message& message) {
 
 // A tools/call made a task: a command that may run long, for a client that takes tasks.
 bool becomes_task(const Mcp& mcp, const Message& message) {
-  if (message.method != "tools/call" || !mcp.api.tool_tasks || !takes_tasks(message)) return false;
+  if (message.method != "tools/call" || !takes_tasks(message)) return false;
   const auto* name = message.params.if_contains("name");
   return name && name->is_string() && mcp_tool_may_run_long(name->as_string());
 }
@@ -317,8 +317,7 @@ asio::awaitable<Result<json::object>> start_task(Mcp& mcp, RequestContext& ctx, 
     }
     co_return service::ToolTasks::Outcome{false, std::move(*result)};
   };
-  auto task =
-      api.tool_tasks->start(co_await asio::this_coro::executor, ctx.owner, container, std::move(work));
+  auto task = api.tool_tasks.start(co_await asio::this_coro::executor, ctx.owner, container, std::move(work));
   if (!task) co_return task.error();
   auto result = task_object(*task);
   result["resultType"] = "task";
@@ -330,7 +329,7 @@ Result<json::object> task_request(Mcp& mcp, RequestContext& ctx, const Message& 
   const auto* id = message.params.if_contains("taskId");
   if (!id || !id->is_string()) return ApiError::invalid_request("Invalid params: 'taskId' must be a string");
   const std::string_view task_id = id->as_string();
-  auto& tasks = *mcp.api.tool_tasks;
+  auto& tasks = mcp.api.tool_tasks;
   auto task =
       message.method == "tasks/cancel" ? tasks.cancel(ctx.owner, task_id) : tasks.get(ctx.owner, task_id);
   if (!task)
@@ -401,8 +400,7 @@ asio::awaitable<json::object> answer(Mcp& mcp, RequestContext& ctx, Message& mes
     result = mcp_resource_templates();
   } else if (modern && becomes_task(mcp, message)) {
     result = co_await start_task(mcp, ctx, message);
-  } else if (modern && mcp.api.tool_tasks &&
-             (method == "tasks/get" || method == "tasks/cancel" || method == "tasks/update")) {
+  } else if (modern && (method == "tasks/get" || method == "tasks/cancel" || method == "tasks/update")) {
     if (!takes_tasks(message))
       co_return rpc_error(id, kMissingClientCapability, "Missing required client capability",
                           json::object{{"requiredCapabilities",

@@ -61,7 +61,7 @@ asio::awaitable<Result<FolderWatches>> open_folder_watches(ApiContext& api, Requ
                                                            const std::string& container_id,
                                                            const std::vector<std::string>& folders) {
   FolderWatches watches;
-  if (container_id.empty() || folders.empty() || !api.directory_watches) co_return watches;
+  if (container_id.empty() || folders.empty()) co_return watches;
   ContainerFiles files(api);
   auto container = co_await files.open_ready(ctx.owner, container_id, /*create=*/false);
   if (container) api.containers.touch(**container);
@@ -69,7 +69,7 @@ asio::awaitable<Result<FolderWatches>> open_folder_watches(ApiContext& api, Requ
   if (!container && container.error().status == HttpStatus::not_found) co_return watches;
   if (!container) co_return container.error();
   for (const auto& folder : folders) {
-    auto open = [watches = api.directory_watches, owner = ctx.owner, paths = (*container)->paths,
+    auto open = [watches = &api.directory_watches, owner = ctx.owner, paths = (*container)->paths,
                  path = folder] { return watches->open(owner, paths, path, /*recursive=*/false); };
     auto watch = co_await run_blocking(std::move(open));
     // The owner's share of watches taken: refused. A folder that is not there, or not

@@ -38,22 +38,22 @@ namespace http = server::http;
 using server::RequestContext;
 using server::Response;
 
-// The services, and what only the HTTP surfaces need beside them.
+// The services, and what only the HTTP surfaces need beside them: those every server
+// has, then those its configuration may leave out (null then).
 struct ApiContext : service::Services {
-  std::shared_ptr<model::UpstreamClient> upstream;     // the /messages model client
-  const ops::HealthCheck* health = nullptr;            // behind /health
+  const ops::HealthCheck& health;                      // behind /health
+  service::E2bSandboxes& e2b_sandboxes;                // E2B's sandboxes (api/e2b_api.cc, e2b_envd.cc)
+  service::E2bSnapshots& e2b_snapshots;                // their snapshots and forks
+  service::SandboxProcesses& sandbox_processes;        // envd's processes
+  service::DirectoryWatches& directory_watches;        // envd's WatchDir, MCP's subscriptions
+  service::ToolTasks& tool_tasks;                      // MCP's tasks (api/mcp.cc)
+  std::shared_ptr<model::UpstreamClient> upstream;     // the /messages model client: none configured
   cluster::ContainerDurability* durability = nullptr;  // storage.backend s3: the sessions bucket
   cluster::ContainerLeases* leases = nullptr;          // cluster mode: this replica's leases
   // Cluster mode: kept-alive connections to the other replicas (api/cluster_relay.h).
   std::shared_ptr<server::UpstreamPool> replica_connections;
   // NetworkPolicy peers configured: their watch (its status is in /ready and /metrics).
   const kubernetes::PeerWatch* peer_watch = nullptr;
-  // E2B's API (api/e2b_api.cc, api/e2b_envd.cc): its sandboxes and their processes.
-  service::E2bSandboxes* e2b_sandboxes = nullptr;
-  service::E2bSnapshots* e2b_snapshots = nullptr;  // its snapshots and forks
-  service::SandboxProcesses* sandbox_processes = nullptr;
-  service::DirectoryWatches* directory_watches = nullptr;  // envd's WatchDir
-  service::ToolTasks* tool_tasks = nullptr;                // MCP's tasks (api/mcp.cc)
 };
 
 void install_container_routes(server::HttpServer& http, ApiContext& api);

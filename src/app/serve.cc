@@ -480,15 +480,9 @@ int serve(ops::Config config, const std::string& config_path) {
     std::shared_ptr<model::UpstreamClient> upstream;
     if (!config.model_base_url.empty()) upstream = model::UpstreamClient::create();
     ops::HealthCheck health(io, config.data_dir);
-    api::ApiContext api{{containers, files, live_config}, upstream, &health};
-    if (durability) api.durability = &*durability;
-    if (leases) api.leases = &*leases;
-    api.peer_watch = peer_watch.get();
     store::SkillStore skills(metadata_database(), config.data_dir,
                              store::find_builtin_skills_dir(config.skills_dir));
     service::SkillMounts skill_mounts(config.data_dir);
-    api.skills = &skills;
-    api.skill_mounts = &skill_mounts;
     // With the bucket, skills are the cluster's: every version in the bucket, a copy
     // made on each replica's first use, deleted everywhere.
     std::optional<store::SkillBucket> skill_bucket;
@@ -524,18 +518,27 @@ int serve(ops::Config config, const std::string& config_path) {
         co_return true;
       });
     service::SandboxProcesses sandbox_processes;
-    api.sandbox_processes = &sandbox_processes;
-    api.directory_watches = &directory_watches;
     service::ToolTasks tool_tasks;
-    api.tool_tasks = &tool_tasks;
     e2b_sandboxes.start();
     // Its snapshots and forks: copies of a sandbox's state under <dataDir>/snapshots.
     service::E2bSnapshots e2b_snapshots(e2b_sandboxes, e2b_records, config.data_dir);
     e2b_snapshots.start();
-    api.e2b_snapshots = &e2b_snapshots;
     // What bursts freed goes back to the kernel instead of staying in the server's RSS.
     start_memory_release(io);
-    api.e2b_sandboxes = &e2b_sandboxes;
+    api::ApiContext api{{containers, files, live_config},
+                        health,
+                        e2b_sandboxes,
+                        e2b_snapshots,
+                        sandbox_processes,
+                        directory_watches,
+                        tool_tasks,
+                        upstream,
+                        durability ? &*durability : nullptr,
+                        leases ? &*leases : nullptr,
+                        nullptr,
+                        peer_watch.get()};
+    api.skills = &skills;
+    api.skill_mounts = &skill_mounts;
     api::install_surfaces(http, api, metadata_database());
     if (leases) {
       api::install_cluster_routing(http, api, *leases);
