@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "messages/error_types.h"
 #include "model/messages_request.h"
 #include "scripted_upstream.h"
 
@@ -223,8 +224,10 @@ TEST_F(ToolLoopTest, AnOverloadedUpstreamIsPassedOnAs529) {
   upstream_.push({{"status", 529}, {"error", {{"type", "overloaded_error"}, {"message", "busy"}}}});
   auto reply = run(request(), settings());
   ASSERT_FALSE(reply.has_value());
-  EXPECT_EQ(static_cast<int>(reply.error().status), 529);
-  EXPECT_EQ(reply.error().type, "overloaded_error");
+  EXPECT_EQ(reply.error().kind, sandboxd::ErrorKind::upstream_overloaded);
+  const auto shape = sandboxd::messages::anthropic_error(reply.error().kind);
+  EXPECT_EQ(shape.status, 529u);
+  EXPECT_EQ(shape.type, "overloaded_error");
 }
 
 TEST_F(ToolLoopTest, AStreamedTurnSendsTheCallAndItsResultAsBlocks) {
@@ -260,16 +263,52 @@ TEST(MessagesRequest, RefusalsNameTheField) {
 }
 
 TEST(UpstreamErrors, StatusesMapAsTheClientExpects) {
+  using sandboxd::messages::anthropic_error;
   using sandboxd::model::upstream_http_error;
   auto overloaded =
       upstream_http_error(529, R"({"type":"error","error":{"type":"overloaded_error","message":"x"}})");
-  EXPECT_EQ(static_cast<int>(overloaded.status), 529);
+  EXPECT_EQ(anthropic_error(overloaded.kind).status, 529u);
   auto bad =
       upstream_http_error(400, R"({"type":"error","error":{"type":"invalid_request_error","message":"no"}})");
-  EXPECT_EQ(static_cast<int>(bad.status), 400) << "a 4xx is passed on";
+  EXPECT_EQ(anthropic_error(bad.kind).status, 400u) << "a 4xx is passed on";
   EXPECT_EQ(bad.message, "no");
   auto broken = upstream_http_error(500, "<html>oops</html>");
-  EXPECT_EQ(static_cast<int>(broken.status), 502) << "anything else is a bad gateway";
+  EXPECT_EQ(anthropic_error(broken.kind).status, 502u) << "anything else is a bad gateway";
+}
+
+// Each of Anthropic's errors (https://docs.anthropic.com/en/api/errors) reaches the
+// client with the status and type the upstream answered: a 4xx as it is, a 529 as it
+// is, any other 5xx as a 502 api_error (the upstream failed, not the request).
+TEST(UpstreamErrors, EachAnthropicErrorReachesTheClientAsTheUpstreamSaidIt) {
+  using sandboxd::messages::anthropic_error;
+  using sandboxd::model::upstream_http_error;
+  struct Case {
+    long status;
+    std::string type;
+    unsigned client_status;
+    std::string client_type;
+  };
+  const Case cases[] = {
+      {400, "invalid_request_error", 400, "invalid_request_error"},
+      {401, "authentication_error", 401, "authentication_error"},
+      {402, "billing_error", 402, "billing_error"},
+      {403, "permission_error", 403, "permission_error"},
+      {404, "not_found_error", 404, "not_found_error"},
+      {413, "request_too_large", 413, "request_too_large"},
+      {429, "rate_limit_error", 429, "rate_limit_error"},
+      {500, "api_error", 502, "api_error"},
+      {504, "timeout_error", 502, "api_error"},
+      {529, "overloaded_error", 529, "overloaded_error"},
+  };
+  for (const auto& c : cases) {
+    const std::string body = R"({"type":"error","error":{"type":")" + c.type + R"(","message":"m"}})";
+    const auto shape = anthropic_error(upstream_http_error(c.status, body).kind);
+    EXPECT_EQ(shape.status, c.client_status) << c.status << " " << c.type;
+    EXPECT_EQ(shape.type, c.client_type) << c.status << " " << c.type;
+  }
+  // Without a body the status alone says it.
+  EXPECT_EQ(anthropic_error(upstream_http_error(401, "").kind).type, "authentication_error");
+  EXPECT_EQ(anthropic_error(upstream_http_error(429, "").kind).type, "rate_limit_error");
 }
 
 }  // namespace

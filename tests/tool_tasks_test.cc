@@ -96,7 +96,7 @@ TEST(ToolTasks, AnOwnersTasksAreBoundedTheFirstEndedMakesRoomNoneWhileAllRun) {
   // Both kept tasks run: the next is refused, and another owner is not held back.
   auto refused = tasks.start(io.get_executor(), "alice", "box", finishing("4"));
   ASSERT_FALSE(refused);
-  EXPECT_EQ(refused.error().status, sandboxd::HttpStatus::too_many_requests);
+  EXPECT_EQ(refused.error().kind, sandboxd::ErrorKind::rate_limited);
   EXPECT_NE(refused.error().message.find("at most 2 tasks"), std::string::npos) << refused.error().message;
   EXPECT_TRUE(tasks.start(io.get_executor(), "bob", "box", finishing("b")));
   io.poll();

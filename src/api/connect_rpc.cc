@@ -18,40 +18,48 @@ bool media_type_is(std::string_view content_type, std::string_view expected) {
 }
 
 ApiError unsupported_codec(std::string_view content_type, std::string_view expected) {
-  return ApiError{HttpStatus::unsupported_media_type, "invalid_request_error",
-                  "This server speaks Connect with the JSON codec only (Content-Type: " +
-                      std::string(expected) + "), not '" + std::string(content_type.substr(0, 100)) + "'"};
+  return ApiError::unsupported_media_type(
+      "This server speaks Connect with the JSON codec only (Content-Type: " + std::string(expected) +
+      "), not '" + std::string(content_type.substr(0, 100)) + "'");
 }
 
 }  // namespace
 
+// Connect's code of each kind (connectrpc.com/docs/protocol#error-codes); the HTTP
+// status is E2B's (api/e2b_common.h). A switch over every kind: a new kind left out is
+// a -Wswitch warning.
 std::string code_of(const ApiError& error) {
-  switch (static_cast<unsigned>(error.status)) {
-    case 400:
-    case 415:
+  switch (error.kind) {
+    case ErrorKind::invalid:
+    case ErrorKind::unsupported_media_type:
       return "invalid_argument";
-    case 401:
+    case ErrorKind::unauthenticated:
       return "unauthenticated";
-    case 403:
+    case ErrorKind::forbidden:
       return "permission_denied";
-    case 404:
+    case ErrorKind::not_found:
       return "not_found";
-    case 409:
+    case ErrorKind::conflict:
       return "already_exists";
-    case 413:
-    case 429:
-    case 507:
+    case ErrorKind::too_large:
+    case ErrorKind::rate_limited:
+    case ErrorKind::insufficient_storage:
       return "resource_exhausted";
-    case 501:
+    case ErrorKind::not_implemented:
       return "unimplemented";
-    case 502:
-    case 503:
+    case ErrorKind::upstream_failed:
+    case ErrorKind::unavailable:
+    case ErrorKind::overloaded:
       return "unavailable";
-    case 504:
-      return "deadline_exceeded";
-    default:
+    case ErrorKind::billing:
+    case ErrorKind::range_not_satisfiable:
+    case ErrorKind::method_not_allowed:
+    case ErrorKind::headers_too_large:
+    case ErrorKind::upstream_overloaded:
+    case ErrorKind::internal:
       return "internal";
   }
+  return "internal";
 }
 
 json::object error_object(const ApiError& error) {
@@ -59,7 +67,7 @@ json::object error_object(const ApiError& error) {
 }
 
 server::StringResponse unary_error(const ApiError& error) {
-  auto res = server::json_response(error.status, json::serialize(error_object(error)));
+  auto res = server::json_response(e2b_status_of(error.kind), json::serialize(error_object(error)));
   if (error.retry_after) res.set(http::field::retry_after, std::to_string(*error.retry_after));
   return res;
 }

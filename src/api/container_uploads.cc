@@ -81,7 +81,7 @@ asio::awaitable<Result<std::string>> place(ApiContext& api, const std::string& o
   if (!source) co_return source.error();
   auto copied = co_await files.copy(**source, path, *container, target);
   if (!copied) {
-    if (copied.error().status == HttpStatus::not_found) co_return missing;  // gone meanwhile
+    if (copied.error().kind == ErrorKind::not_found) co_return missing;  // gone meanwhile
     co_return copied.error();
   }
   co_return target;

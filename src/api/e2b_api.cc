@@ -592,8 +592,9 @@ asio::awaitable<Result<Response>> fork_sandbox(ApiContext& api, RequestContext& 
       results.push_back(
           json::object{{"sandbox", sandbox_handle(*fork, ctx, api.config()->e2b_sandbox_domain)}});
     else
-      results.push_back(json::object{{"error", json::object{{"code", static_cast<int>(fork.error().status)},
-                                                            {"message", fork.error().message}}}});
+      results.push_back(
+          json::object{{"error", json::object{{"code", static_cast<int>(e2b_status_of(fork.error().kind))},
+                                              {"message", fork.error().message}}}});
   }
   co_return json_ok(results, HttpStatus::created);
 }
@@ -676,10 +677,54 @@ void route_by_host(http::request<http::buffer_body>& request, const std::string&
 
 }  // namespace
 
+HttpStatus e2b_status_of(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::invalid:
+      return HttpStatus::bad_request;
+    case ErrorKind::unauthenticated:
+      return HttpStatus::unauthorized;
+    case ErrorKind::billing:
+      return HttpStatus::payment_required;
+    case ErrorKind::forbidden:
+      return HttpStatus::forbidden;
+    case ErrorKind::not_found:
+      return HttpStatus::not_found;
+    case ErrorKind::method_not_allowed:
+      return HttpStatus::method_not_allowed;
+    case ErrorKind::conflict:
+      return HttpStatus::conflict;
+    case ErrorKind::too_large:
+      return HttpStatus::payload_too_large;
+    case ErrorKind::range_not_satisfiable:
+      return HttpStatus::range_not_satisfiable;
+    case ErrorKind::unsupported_media_type:
+      return HttpStatus::unsupported_media_type;
+    case ErrorKind::headers_too_large:
+      return HttpStatus::request_header_fields_too_large;
+    case ErrorKind::rate_limited:
+      return HttpStatus::too_many_requests;
+    case ErrorKind::internal:
+      return HttpStatus::internal_server_error;
+    case ErrorKind::not_implemented:
+      return HttpStatus::not_implemented;
+    case ErrorKind::upstream_failed:
+      return HttpStatus::bad_gateway;
+    case ErrorKind::unavailable:
+    case ErrorKind::overloaded:
+      return HttpStatus::service_unavailable;
+    // Only the Messages API meets it (the upstream's own 529, passed on).
+    case ErrorKind::upstream_overloaded:
+      return static_cast<HttpStatus>(529);
+    case ErrorKind::insufficient_storage:
+      return HttpStatus::insufficient_storage;
+  }
+  return HttpStatus::internal_server_error;
+}
+
 server::StringResponse e2b_error_response(const ApiError& error) {
+  const HttpStatus status = e2b_status_of(error.kind);
   auto res = server::json_response(
-      error.status,
-      json::serialize(json::object{{"code", static_cast<int>(error.status)}, {"message", error.message}}));
+      status, json::serialize(json::object{{"code", static_cast<int>(status)}, {"message", error.message}}));
   if (error.retry_after) res.set(http::field::retry_after, std::to_string(*error.retry_after));
   return res;
 }
@@ -708,18 +753,15 @@ asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api
   // A missing sandbox (or another owner's) and a paused one answer as E2B's proxy does
   // for a sandbox that is not running: 502 (the SDKs tell the sandbox is gone from it).
   auto found = co_await api.e2b_sandboxes.find_addressed(ctx.owner, id);
-  if (!found)
-    co_return ApiError{HttpStatus::bad_gateway, "api_error", "The sandbox " + id + " was not found"};
+  if (!found) co_return ApiError::upstream_failed("The sandbox " + id + " was not found");
   if (found->paused)
-    co_return ApiError{HttpStatus::bad_gateway, "api_error",
-                       "Sandbox " + id + " is paused; connect to resume it"};
+    co_return ApiError::upstream_failed("Sandbox " + id + " is paused; connect to resume it");
   auto container = co_await api.e2b_sandboxes.open(*found);
-  if (!container && container.error().status == HttpStatus::not_found)
-    co_return ApiError{HttpStatus::bad_gateway, "api_error", "The sandbox " + id + " was not found"};
+  if (!container && container.error().kind == ErrorKind::not_found)
+    co_return ApiError::upstream_failed("The sandbox " + id + " was not found");
   if (!container) co_return container.error();
   // Being killed: gone already for the SDKs (a /health probe after a dropped stream).
-  if ((*container)->deleted)
-    co_return ApiError{HttpStatus::bad_gateway, "api_error", "The sandbox " + id + " was not found"};
+  if ((*container)->deleted) co_return ApiError::upstream_failed("The sandbox " + id + " was not found");
   co_return AddressedSandbox{std::move(*found), std::move(*container)};
 }
 

@@ -30,6 +30,11 @@ inline constexpr uint16_t kCodeInterpreterPort = 49999;
 // behaviour this server implements: everything the SDKs gate on up to 0.6.4.
 inline constexpr std::string_view kEnvdVersion = "0.6.4";
 
+// The HTTP status of each kind of error on E2B's surfaces (the control plane, envd, the
+// code interpreter, the port proxy; Connect's RPCs answer with it too). A switch over
+// every kind: a new kind left out is a -Wswitch warning.
+HttpStatus e2b_status_of(ErrorKind kind);
+
 // E2B's error body, {"code": <HTTP status>, "message": "..."}, with Retry-After for
 // 429 and 503 (the SDKs map 401, 404, 429 and 503 to their own exception types).
 server::StringResponse e2b_error_response(const ApiError& error);

@@ -769,7 +769,7 @@ ApiError file_problem(store::FileError error, const std::string& path) {
                                        "/mnt/user-data/outputs, /mnt/user-data/uploads)");
     case store::FileError::kNoSpace:
     case store::FileError::kTooLarge:
-      return ApiError{HttpStatus::insufficient_storage, "api_error", "Not enough disk space in the sandbox"};
+      return ApiError::insufficient_storage("Not enough disk space in the sandbox");
     default:
       return ApiError::internal();
   }

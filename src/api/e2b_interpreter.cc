@@ -331,8 +331,8 @@ asio::awaitable<Result<Response>> execute(ApiContext& api, RequestContext& ctx) 
   if (!addressed) co_return addressed.error();
   auto container = addressed->container;
   if (!api.containers.code_execution_available())
-    co_return ApiError{HttpStatus::service_unavailable, "api_error", api.containers.unavailable_reason(),
-                       api.config()->capacity_retry_after_sec};
+    co_return ApiError::unavailable(api.containers.unavailable_reason(),
+                                    api.config()->capacity_retry_after_sec);
 
   const auto config = api.config();
   PythonCall call;

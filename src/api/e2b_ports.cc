@@ -98,22 +98,17 @@ std::string upstream_target(std::string_view target) {
 asio::awaitable<Result<tcp::socket>> connect_inside(RequestContext& ctx, runtime::Sandbox& sandbox,
                                                     const std::string& id, uint16_t port) {
   const std::string where = "port " + std::to_string(port) + " of sandbox " + id;
-  const ApiError nothing_listens{HttpStatus::bad_gateway,
-                                 "api_error",
-                                 "Nothing listens on " + where +
-                                     ": start a server in the sandbox on 0.0.0.0:" + std::to_string(port) +
-                                     " (or 127.0.0.1)",
-                                 {}};
+  const ApiError nothing_listens = ApiError::upstream_failed(
+      "Nothing listens on " + where + ": start a server in the sandbox on 0.0.0.0:" + std::to_string(port) +
+      " (or 127.0.0.1)");
   // Made as a connection from within the sandbox would be (runtime::Sandbox::connect_inside:
   // through descriptors the sandbox holds, never a pid a later process could have taken).
   const int fd = co_await sandbox.connect_inside("127.0.0.1", port);
   if (fd == -ECONNREFUSED || fd == -ESRCH) co_return nothing_listens;  // (ESRCH: it stopped)
   if (fd < 0) {
     spdlog::error("{} proxy to {}: {}", ctx.request_id, where, std::strerror(-fd));
-    co_return ApiError{HttpStatus::bad_gateway,
-                       "api_error",
-                       "The server on " + where + " did not accept a connection (" + std::strerror(-fd) + ")",
-                       {}};
+    co_return ApiError::upstream_failed("The server on " + where + " did not accept a connection (" +
+                                        std::strerror(-fd) + ")");
   }
   tcp::socket socket(ctx.stream().get_executor());
   boost::system::error_code ec;
@@ -138,11 +133,8 @@ asio::awaitable<Result<tcp::socket>> connect_inside(RequestContext& ctx, runtime
     error = errno;
   if (error == ECONNREFUSED) co_return nothing_listens;
   if (error)
-    co_return ApiError{
-        HttpStatus::bad_gateway,
-        "api_error",
-        "The server on " + where + " did not accept a connection (" + std::strerror(error) + ")",
-        {}};
+    co_return ApiError::upstream_failed("The server on " + where + " did not accept a connection (" +
+                                        std::strerror(error) + ")");
   co_return std::move(socket);
 }
 
@@ -161,11 +153,9 @@ asio::awaitable<Result<Response>> proxy_port(ApiContext& api, ProxiedConnections
         1);
   auto sandbox = addressed->container->live_sandbox.load();
   if (!sandbox || !sandbox->running())
-    co_return ApiError{HttpStatus::bad_gateway,
-                       "api_error",
-                       "Nothing listens on port " + std::to_string(*port) + " of sandbox " + id +
-                           ": its processes have ended (start a server there with commands.run)",
-                       {}};
+    co_return ApiError::upstream_failed(
+        "Nothing listens on port " + std::to_string(*port) + " of sandbox " + id +
+        ": its processes have ended (start a server there with commands.run)");
   auto connected = co_await connect_inside(ctx, *sandbox, id, *port);
   if (!connected) co_return connected.error();
 

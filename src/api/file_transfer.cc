@@ -250,11 +250,8 @@ Result<server::Response> send_content(ApiContext& api, server::RequestContext& c
   if (std::string_view range = ctx.header_value(http::field::range); !range.empty()) {
     auto parsed = parse_range(range, file.size);
     if (!parsed) {
-      auto res = server::error_response(
-          {http::status::range_not_satisfiable,
-           "invalid_request_error",
-           "Range not satisfiable for a file of " + std::to_string(file.size) + " bytes",
-           {}});
+      auto res = server::error_response(ApiError::range_not_satisfiable(
+          "Range not satisfiable for a file of " + std::to_string(file.size) + " bytes"));
       res.set(http::field::content_range, "bytes */" + std::to_string(file.size));
       return server::Response(std::move(res));
     }

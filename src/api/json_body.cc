@@ -252,7 +252,7 @@ Result<json::value> parse_json_charged(const std::string& owner, std::string_vie
 }
 
 bool json_syntax_error(const ApiError& error) {
-  return error.status == HttpStatus::bad_request && error.message.starts_with(kNotJson);
+  return error.kind == ErrorKind::invalid && error.message.starts_with(kNotJson);
 }
 
 size_t json_parse_bytes_of(const std::string& owner) { return budget().bytes_of(owner); }

@@ -31,6 +31,7 @@
 #include "api/routes.h"
 #include "base/base64.h"
 #include "base/utf8.h"
+#include "messages/error_types.h"
 #include "model/sse.h"
 #include "ops/config.h"
 #include "service/container_service.h"
@@ -123,19 +124,51 @@ json::object rpc_result(const json::value& id, json::value result) {
   return jsonrpc::result(id, std::move(result));
 }
 
-// An API error as a JSON-RPC error: by its status, its type and message kept in `data`.
-// A resource that is not there is -32002 up to 2025-11-25, -32602 from 2026-07-28 on.
+// The JSON-RPC code of each kind of error. A resource that is not there is -32002 up
+// to 2025-11-25, -32602 from 2026-07-28 on. A switch over every kind: a new kind left
+// out is a -Wswitch warning.
+int rpc_code_of(ErrorKind kind, bool resource, bool modern) {
+  switch (kind) {
+    case ErrorKind::invalid:
+      return kInvalidParams;
+    case ErrorKind::not_found:
+      return resource && !modern ? kResourceNotFound : kInvalidParams;
+    case ErrorKind::forbidden:
+    case ErrorKind::too_large:
+    case ErrorKind::rate_limited:
+    case ErrorKind::unavailable:
+    case ErrorKind::overloaded:
+      return kServerError;
+    case ErrorKind::unauthenticated:
+    case ErrorKind::billing:
+    case ErrorKind::method_not_allowed:
+    case ErrorKind::range_not_satisfiable:
+    case ErrorKind::conflict:
+    case ErrorKind::unsupported_media_type:
+    case ErrorKind::headers_too_large:
+    case ErrorKind::internal:
+    case ErrorKind::not_implemented:
+    case ErrorKind::upstream_failed:
+    case ErrorKind::upstream_overloaded:
+    case ErrorKind::insufficient_storage:
+      return kInternalError;
+  }
+  return kInternalError;
+}
+
+// Whether a refusal says "later" (429 or 503 with Retry-After): answered as a JSON-RPC
+// error with the HTTP status of the refusal, so that a client backs off.
+bool says_later(ErrorKind kind) {
+  return kind == ErrorKind::rate_limited || kind == ErrorKind::overloaded || kind == ErrorKind::unavailable;
+}
+
+// An API error as a JSON-RPC error: its code by its kind, and the HTTP API's status and
+// type for it (server::http_status_of, messages/error_types.h) and its message in `data`.
 json::object rpc_error_from(const json::value& id, const ApiError& error, bool resource,
                             bool modern = false) {
-  int code = kInternalError;
-  if (error.status == HttpStatus::bad_request)
-    code = kInvalidParams;
-  else if (error.status == HttpStatus::not_found)
-    code = resource && !modern ? kResourceNotFound : kInvalidParams;
-  else if (error.status == HttpStatus::too_many_requests || error.status == HttpStatus::service_unavailable ||
-           error.status == HttpStatus::forbidden || error.status == HttpStatus::payload_too_large)
-    code = kServerError;
-  json::object data{{"status", static_cast<int>(error.status)}, {"type", error.type}};
+  const int code = rpc_code_of(error.kind, resource, modern);
+  const auto shape = messages::anthropic_error(error.kind);
+  json::object data{{"status", static_cast<int>(shape.status)}, {"type", shape.type}};
   if (error.retry_after) data["retry_after"] = *error.retry_after;
   return rpc_error(id, code, error.message, std::move(data));
 }
@@ -709,14 +742,13 @@ server::StreamResponse event_stream_head() {
 // not JSON as JSON-RPC errors, overload as one with its Retry-After, anything else (the
 // HTTP layer's own refusals) as it came.
 Result<Response> unreadable_body(const ApiError& error) {
-  if (error.status == HttpStatus::payload_too_large)
+  if (error.kind == ErrorKind::too_large)
     return transport_error(HttpStatus::payload_too_large, kInvalidRequest,
                            "Message too large: " + error.message + " (send large files with the Files API)");
   if (json_syntax_error(error))
     return transport_error(HttpStatus::bad_request, kParseError, "Parse error: " + error.message);
-  if (error.status != HttpStatus::too_many_requests && error.status != HttpStatus::service_unavailable)
-    return error;
-  auto response = rpc_http(error.status, rpc_error_from(nullptr, error, false));
+  if (!says_later(error.kind)) return error;
+  auto response = rpc_http(server::http_status_of(error.kind), rpc_error_from(nullptr, error, false));
   if (error.retry_after) response.set(http::field::retry_after, std::to_string(*error.retry_after));
   return response;
 }
@@ -775,7 +807,8 @@ asio::awaitable<Result<Response>> post_message(Mcp& mcp, RequestContext& ctx) {
       auto created =
           mcp.sessions.create(ctx.owner, version, config->max_connections_per_owner, kSessionIdleTtl);
       if (!created) {
-        auto response = rpc_http(created.error().status, rpc_error_from(message.id, created.error(), false));
+        auto response = rpc_http(server::http_status_of(created.error().kind),
+                                 rpc_error_from(message.id, created.error(), false));
         if (created.error().retry_after)
           response.set(http::field::retry_after, std::to_string(*created.error().retry_after));
         co_return response;
@@ -1076,8 +1109,9 @@ asio::awaitable<Result<Response>> open_stream(Mcp& mcp, RequestContext& ctx) {
       mcp.sessions.begin_stream(session->id, ctx.owner, kMaxSessionStreamsPerOwner, cancellation);
   if (!in_flight) {
     const auto& error = in_flight.error();
-    auto response = transport_error(
-        error.status, error.status == HttpStatus::not_found ? kSessionNotFound : kServerError, error.message);
+    auto response =
+        transport_error(server::http_status_of(error.kind),
+                        error.kind == ErrorKind::not_found ? kSessionNotFound : kServerError, error.message);
     if (error.retry_after) response.set(http::field::retry_after, std::to_string(*error.retry_after));
     co_return response;
   }

@@ -121,8 +121,8 @@ Result<std::unique_ptr<McpSessions::InFlight>> McpSessions::begin_stream(
     return ApiError::not_found("Session not found");
   const std::string key(kStreamKey);
   if (it->second.in_flight.contains(key))
-    return ApiError{HttpStatus::conflict, "invalid_request_error",
-                    "Conflict: this session has its stream open already (one GET stream a session)"};
+    return ApiError::conflict(
+        "Conflict: this session has its stream open already (one GET stream a session)");
   size_t open = 0;
   for (const auto& [id, entry] : sessions_)
     if (entry.session->owner == owner && entry.in_flight.contains(key)) ++open;

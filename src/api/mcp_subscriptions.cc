@@ -66,7 +66,7 @@ asio::awaitable<Result<FolderWatches>> open_folder_watches(ApiContext& api, Requ
   auto container = co_await files.open_ready(ctx.owner, container_id, /*create=*/false);
   if (container) api.containers.touch(**container);
   // Another owner's container, or none: nothing of it is watched (as a file not there).
-  if (!container && container.error().status == HttpStatus::not_found) co_return watches;
+  if (!container && container.error().kind == ErrorKind::not_found) co_return watches;
   if (!container) co_return container.error();
   for (const auto& folder : folders) {
     auto open = [watches = &api.directory_watches, owner = ctx.owner, paths = (*container)->paths,
@@ -74,7 +74,7 @@ asio::awaitable<Result<FolderWatches>> open_folder_watches(ApiContext& api, Requ
     auto watch = co_await run_blocking(std::move(open));
     // The owner's share of watches taken: refused. A folder that is not there, or not
     // one of the container's (outside its mounts): its files are left out.
-    if (!watch && watch.error().status == HttpStatus::too_many_requests) co_return watch.error();
+    if (!watch && watch.error().kind == ErrorKind::rate_limited) co_return watch.error();
     if (!watch) continue;
     watches.emplace(folder, std::move(*watch));
   }

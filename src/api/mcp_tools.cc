@@ -11,6 +11,7 @@
 #include "base/percent_encoding.h"
 #include "base/sandbox_paths.h"
 #include "base/utf8.h"
+#include "messages/error_types.h"
 #include "server/router.h"
 #include "service/store_call.h"
 #include "service/tool_calls.h"
@@ -250,7 +251,9 @@ json::object json_result(json::object structured) {
 
 // The HTTP API's error response for a call it refused, as the tool's error result.
 json::object api_error_result(const ApiError& error) {
-  json::object structured{{"type", "error"}, {"error", {{"type", error.type}, {"message", error.message}}}};
+  json::object structured{
+      {"type", "error"},
+      {"error", {{"type", messages::anthropic_error(error.kind).type}, {"message", error.message}}}};
   json::array content{text_block(error.message)};
   return call_result(std::move(structured), std::move(content), true);
 }
@@ -468,7 +471,7 @@ asio::awaitable<Result<InlineFile>> inline_file(ApiContext& api, Container& cont
   auto body = co_await files.read_bytes(container, file.record, kInlineFileLimit);
   if (!body) {
     // Grown past the limit since its record was made: a link too.
-    if (body.error().status == HttpStatus::payload_too_large) co_return file;
+    if (body.error().kind == ErrorKind::too_large) co_return file;
     co_return body.error();
   }
   if (is_text_type(file.record.mime) && is_valid_utf8(*body) &&
@@ -566,7 +569,7 @@ asio::awaitable<json::object> call_file_tool(ApiContext& api, RequestContext& ct
     if (!file) {
       // An upload is there for code in the sandbox to read, not to be downloaded: say
       // so, and how to reach it, rather than a bare refusal.
-      if (file.error().status == HttpStatus::forbidden)
+      if (file.error().kind == ErrorKind::forbidden)
         if (auto sandbox_path = store::path_for_file_id(*id);
             sandbox_path && sandbox_path->starts_with(std::string(kUploadsMount) + "/"))
           co_return api_error_result(ApiError::permission(
@@ -878,7 +881,7 @@ asio::awaitable<Result<json::object>> mcp_read_resource(ApiContext& api, Request
   if (!container) co_return container.error();
   auto file = co_await inline_file(api, **container, store::file_id_for_path("/" + path));
   // Named by the URI the client asked for (the file's internal id means nothing to it).
-  if (!file && file.error().status == HttpStatus::not_found) co_return not_found;
+  if (!file && file.error().kind == ErrorKind::not_found) co_return not_found;
   if (!file) co_return file.error();
   auto contents = resource_contents(**container, std::move(*file));
   if (!contents) co_return contents.error();

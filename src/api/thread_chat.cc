@@ -426,9 +426,8 @@ asio::awaitable<Result<Response>> post_message(ApiContext& api, WorkspaceChat& c
     if (!stream->turn->stored() && cancellation->cancelled()) co_await stream->finish_stopped();
     stream->watch->stop();
     if (!stream->turn->stored())
-      co_return stream->turn->failure()
-          ? *stream->turn->failure()
-          : ApiError{http::status::bad_gateway, "api_error", "The turn did not finish", {}};
+      co_return stream->turn->failure() ? *stream->turn->failure()
+                                        : ApiError::upstream_failed("The turn did not finish");
     co_return json_ok(stream->answer);
   }
   server::StreamResponse response;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <vector>
 
 #include "base/blocking.h"
@@ -29,19 +30,9 @@ constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr auto kRequestTimeout = std::chrono::seconds(60);
 constexpr size_t kMaxFileBytes = 1 << 20;  // a token or a CA bundle
 
-ApiError unavailable(std::string message) {
-  ApiError error;
-  error.status = HttpStatus::service_unavailable;
-  error.message = std::move(message);
-  return error;
-}
+ApiFailure unavailable(std::string message) { return ApiFailure{0, std::move(message)}; }
 
-ApiError api_status(unsigned status, std::string message) {
-  ApiError error;
-  error.status = static_cast<HttpStatus>(status);
-  error.message = std::move(message);
-  return error;
-}
+ApiFailure api_status(unsigned status, std::string message) { return ApiFailure{status, std::move(message)}; }
 
 std::optional<std::string> read_small_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -78,6 +69,11 @@ bool split_url(const std::string& url, std::string& host, std::string& port) {
 }
 
 }  // namespace
+
+void throw_exception_from_error(const ApiFailure& failure, const boost::source_location&) {
+  throw std::runtime_error("kubernetes API (HTTP " + std::to_string(failure.status) +
+                           "): " + failure.message);
+}
 
 std::optional<ApiEndpoint> find_api_endpoint(const ops::KubernetesSettings& settings, std::string& why) {
   ApiEndpoint endpoint;
@@ -121,7 +117,7 @@ ApiClient::ApiClient(asio::any_io_executor executor, ApiEndpoint endpoint)
     : executor_(std::move(executor)), endpoint_(std::move(endpoint)) {}
 ApiClient::~ApiClient() = default;
 
-asio::awaitable<Result<std::unique_ptr<ApiClient::Stream>>> ApiClient::connect() {
+asio::awaitable<KubeResult<std::unique_ptr<ApiClient::Stream>>> ApiClient::connect() {
   // The CA bundle and the token are files the kubelet rotates: read on each connection.
   // (Named before co_await: GCC 12 frees a closure with captured strings twice when it
   // is a temporary of the co_await expression.)
@@ -206,10 +202,10 @@ asio::awaitable<ApiResult> ApiClient::get(const std::string& target, size_t limi
   co_return body;
 }
 
-asio::awaitable<Result<void>> ApiClient::watch(const std::string& target, std::chrono::seconds idle,
-                                               size_t line_limit,
-                                               const std::function<bool(json::value)>& on_event,
-                                               const std::function<void()>& on_open) {
+asio::awaitable<KubeResult<void>> ApiClient::watch(const std::string& target, std::chrono::seconds idle,
+                                                   size_t line_limit,
+                                                   const std::function<bool(json::value)>& on_event,
+                                                   const std::function<void()>& on_open) {
   auto connected = co_await connect();
   if (!connected) co_return connected.error();
   auto& stream = **connected;
@@ -259,11 +255,11 @@ asio::awaitable<Result<void>> ApiClient::watch(const std::string& target, std::c
       json::value event = json::parse(line, ec);
       line.clear();
       if (ec) co_return unavailable(target + ": an event that is not JSON");
-      if (!on_event(std::move(event))) co_return Result<void>{};
+      if (!on_event(std::move(event))) co_return KubeResult<void>{};
     }
   }
   if (status != 200) co_return api_status(status, failure_message(status, failure_body));
-  co_return Result<void>{};
+  co_return KubeResult<void>{};
 }
 
 }  // namespace sandboxd::kubernetes

@@ -9,6 +9,8 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/json/value.hpp>
+#include <boost/system/result.hpp>
+#include <ostream>  // boost/core/detail/string_view.hpp in 1.81 needs it first
 
 #include <chrono>
 #include <functional>
@@ -16,7 +18,6 @@
 #include <optional>
 #include <string>
 
-#include "base/error.h"
 #include "ops/config.h"
 
 namespace sandboxd::kubernetes {
@@ -33,9 +34,19 @@ struct ApiEndpoint {
 // with `why` when neither says (not in a pod, no kubernetes.apiServer).
 std::optional<ApiEndpoint> find_api_endpoint(const ops::KubernetesSettings& settings, std::string& why);
 
-// A failed request: `status` is the API's HTTP status (410: the resource version is
-// too old, list again), or 503 when the API could not be reached.
-using ApiResult = Result<boost::json::value>;
+// A failed request to the Kubernetes API (its own protocol, not one of sandboxd's
+// errors: nothing of it reaches a client). `status` is the API's HTTP status (410: the
+// resource version is too old, list again), or 0 when the API could not be reached.
+struct ApiFailure {
+  unsigned status = 0;
+  std::string message;
+};
+inline constexpr unsigned kStatusGone = 410;
+// Lets KubeResult<T>::value() throw; callers use has_value()/error() instead.
+[[noreturn]] void throw_exception_from_error(const ApiFailure& failure, const boost::source_location& loc);
+template <typename T>
+using KubeResult = boost::system::result<T, ApiFailure>;
+using ApiResult = KubeResult<boost::json::value>;
 
 class ApiClient {
  public:
@@ -51,13 +62,13 @@ class ApiClient {
   // until the server ends it, `idle` passes with nothing (bookmarks keep a quiet watch
   // busy), or on_event returns false. A line past `line_limit` ends it with an error.
   class Stream;
-  boost::asio::awaitable<Result<void>> watch(const std::string& target, std::chrono::seconds idle,
-                                             size_t line_limit,
-                                             const std::function<bool(boost::json::value)>& on_event,
-                                             const std::function<void()>& on_open);
+  boost::asio::awaitable<KubeResult<void>> watch(const std::string& target, std::chrono::seconds idle,
+                                                 size_t line_limit,
+                                                 const std::function<bool(boost::json::value)>& on_event,
+                                                 const std::function<void()>& on_open);
 
  private:
-  boost::asio::awaitable<Result<std::unique_ptr<Stream>>> connect();
+  boost::asio::awaitable<KubeResult<std::unique_ptr<Stream>>> connect();
   boost::asio::any_io_executor executor_;
   ApiEndpoint endpoint_;
 };

@@ -157,7 +157,7 @@ asio::awaitable<bool> PeerWatch::list(Resource& resource) {
     if (!page) {
       spdlog::warn("kubernetes: listing {}: {}", resource.path, page.error().message);
       set_problem("listing " + resource.path + ": " + page.error().message);
-      if (page.error().status == HttpStatus::gone && !continue_token.empty()) {
+      if (page.error().status == kStatusGone && !continue_token.empty()) {
         continue_token.clear();
         items.clear();
         continue;
@@ -241,7 +241,7 @@ asio::awaitable<void> PeerWatch::follow(std::shared_ptr<Resource> resource) {
       };
       auto result = co_await client_.watch(target, kWatchIdle, kEventBytes, on_event, on_open);
       resource->open = false;
-      if (!result && result.error().status == HttpStatus::gone) gone = true;
+      if (!result && result.error().status == kStatusGone) gone = true;
       if (gone) {
         need_list = true;
         continue;  // relist at once: the last set stays in force meanwhile

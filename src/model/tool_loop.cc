@@ -27,13 +27,44 @@ namespace {
 constexpr size_t kMaxUpstreamBody = 64u << 20;  // one upstream answer
 constexpr size_t kMaxErrorBody = 1u << 20;
 
-ApiError bad_gateway(std::string message) {
-  return ApiError{HttpStatus::bad_gateway, "api_error", std::move(message), {}};
+ApiError bad_gateway(std::string message) { return ApiError::upstream_failed(std::move(message)); }
+
+// Passed on as the upstream said it: 529 overloaded_error (messages/error_types.h).
+ApiError overloaded_529(std::string message) {
+  return ApiError{ErrorKind::upstream_overloaded, std::move(message), {}};
 }
 
-ApiError overloaded_529(std::string message) {
-  return ApiError{
-      messages::kOverloadedStatus, std::string(messages::kOverloadedError), std::move(message), {}};
+// Anthropic's errors (https://docs.anthropic.com/en/api/errors): the status, the type,
+// and the kind the client gets it as. A 4xx is the client's own request refused, passed
+// on with its status and type; a 5xx is the upstream failing, a 502 here, except an
+// overloaded model, passed on as 529 for the client to retry later. The one place where
+// the upstream's status is read.
+struct UpstreamError {
+  long status;
+  std::string_view type;
+  ErrorKind kind;
+};
+constexpr UpstreamError kUpstreamErrors[] = {
+    {400, "invalid_request_error", ErrorKind::invalid},
+    {401, "authentication_error", ErrorKind::unauthenticated},
+    {402, "billing_error", ErrorKind::billing},
+    {403, "permission_error", ErrorKind::forbidden},
+    {404, "not_found_error", ErrorKind::not_found},
+    {413, "request_too_large", ErrorKind::too_large},
+    {429, "rate_limit_error", ErrorKind::rate_limited},
+    {500, "api_error", ErrorKind::upstream_failed},
+    {504, "timeout_error", ErrorKind::upstream_failed},
+    {529, "overloaded_error", ErrorKind::upstream_overloaded},
+};
+
+// The kind of an upstream's answer: by its status (a status Anthropic does not list: a
+// 4xx is the request refused, anything else the upstream failing), and an
+// overloaded_error whatever the status says.
+ErrorKind upstream_kind(long status, std::string_view type) {
+  if (type == messages::kOverloadedError) return ErrorKind::upstream_overloaded;
+  for (const auto& known : kUpstreamErrors)
+    if (known.status == status) return known.kind;
+  return status >= 400 && status < 500 ? ErrorKind::invalid : ErrorKind::upstream_failed;
 }
 
 // A content block the loop can work with: an object with a type, and a tool call with
@@ -136,7 +167,8 @@ asio::awaitable<void> run_and_signal(ToolRunner& runner, std::shared_ptr<PingedC
 }
 
 json::object error_event(const ApiError& error) {
-  return {{"type", "error"}, {"error", {{"type", error.type}, {"message", error.message}}}};
+  return {{"type", "error"},
+          {"error", {{"type", messages::anthropic_error(error.kind).type}, {"message", error.message}}}};
 }
 
 }  // namespace
@@ -158,19 +190,12 @@ ApiError upstream_http_error(long status, std::string_view body) {
         message = std::string(m->as_string());
     }
   }
-  if (status == 529 || type == messages::kOverloadedError)
+  const ErrorKind kind = upstream_kind(status, type);
+  if (kind == ErrorKind::upstream_overloaded)
     return overloaded_529(message.empty() ? "The upstream model is overloaded" : message);
   if (status >= 400 && status < 500) {
-    if (type.empty()) {
-      type = status == 401   ? "authentication_error"
-             : status == 403 ? "permission_error"
-             : status == 404 ? "not_found_error"
-             : status == 413 ? "request_too_large"
-             : status == 429 ? "rate_limit_error"
-                             : "invalid_request_error";
-    }
     if (message.empty()) message = "The upstream model answered HTTP " + std::to_string(status);
-    return ApiError{static_cast<HttpStatus>(status), type, message, {}};
+    return ApiError{kind, message, {}};
   }
   return bad_gateway("The upstream model failed (HTTP " + std::to_string(status) + ")" +
                      (message.empty() ? std::string() : ": " + message));
@@ -443,7 +468,7 @@ asio::awaitable<Result<ToolLoop::UpstreamTurn>> ToolLoop::read_stream_turn(std::
       // "ping" and unknown events are the upstream's own business.
       if (!delivered) {
         call->cancel();
-        co_return ApiError{HttpStatus::bad_request, "invalid_request_error", "The client went away", {}};
+        co_return ApiError::invalid_request("The client went away");
       }
     }
     pending.clear();

@@ -93,8 +93,9 @@ class EventSink {
   virtual boost::asio::awaitable<bool> send(std::string_view event, const boost::json::object& data) = 0;
 };
 
-// Maps an upstream HTTP error (status and body) to the error the client gets: 4xx
-// passed on, 529/overloaded_error as 529, anything else as 502.
+// Maps an upstream HTTP error (status and body) to the error the client gets: a 4xx
+// passed on, 529/overloaded_error as 529, anything else as 502 (the table is in
+// tool_loop.cc).
 ApiError upstream_http_error(long status, std::string_view body);
 
 class ToolLoop {

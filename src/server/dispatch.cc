@@ -33,10 +33,8 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx,
     co_return answer(ApiError::not_found("No route for " + std::string(http::to_string(ctx.method())) + " " +
                                          std::string(path.substr(0, 200))));
   if (match.kind == RouteMatch::Kind::kMethodNotAllowed) {
-    Response res = answer({http::status::method_not_allowed,
-                           "invalid_request_error",
-                           "Method " + std::string(http::to_string(ctx.method())) + " is not allowed here",
-                           {}});
+    Response res = answer(ApiError::method_not_allowed(
+        "Method " + std::string(http::to_string(ctx.method())) + " is not allowed here"));
     if (auto* text = std::get_if<StringResponse>(&res))
       text->set(http::field::allow, match.allow);
     else if (auto* stream = std::get_if<StreamResponse>(&res))

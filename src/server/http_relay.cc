@@ -70,9 +70,8 @@ ApiError unreachable(const RelayOptions& options) {
 }
 
 ApiError broke_off(const RelayOptions& options) {
-  return ApiError{http::status::bad_gateway, "api_error",
-                  "The replica serving this container did not answer; try again shortly",
-                  options.retry_after_sec};
+  return ApiError::upstream_failed("The replica serving this container did not answer; try again shortly",
+                                   options.retry_after_sec);
 }
 
 // What the relay holds while the answer streams (the response outlives the handler).

@@ -327,6 +327,16 @@ class HttpServer {
 
 // Builders for handlers.
 StringResponse json_response(http::status status, std::string body);
+// An error in the Anthropic shape (messages/error_types.h): its status, its
+// {"type":"error","error":{"type":...,"message":...}} body, and the response with both,
+// Retry-After and, for a 401, WWW-Authenticate.
+http::status http_status_of(ErrorKind kind);
+std::string error_body(const ApiError& error);
 StringResponse error_response(const ApiError& error);
 
 }  // namespace sandboxd::server
+
+namespace sandboxd {
+// The surfaces' name for an HTTP status (the service and below never see one).
+using HttpStatus = boost::beast::http::status;
+}  // namespace sandboxd

@@ -95,7 +95,7 @@ asio::awaitable<void> tunnel(tcp::socket& client, tcp::socket& upstream, std::ch
 }
 
 ApiError no_answer(const PortProxyOptions& options) {
-  return ApiError{http::status::bad_gateway, "api_error", options.no_answer_message, {}};
+  return ApiError::upstream_failed(options.no_answer_message);
 }
 
 }  // namespace

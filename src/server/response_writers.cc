@@ -14,12 +14,16 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/buffers_cat.hpp>
 #include <boost/beast/core/buffers_range.hpp>
+#include <boost/json.hpp>
 
 #include "base/utf8.h"
+#include "messages/error_types.h"
 #include "server/http_server.h"
 
 namespace sandboxd::server {
 namespace {
+
+namespace json = boost::json;
 
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
@@ -39,12 +43,24 @@ StringResponse json_response(http::status status, std::string body) {
   return res;
 }
 
+http::status http_status_of(ErrorKind kind) {
+  return static_cast<http::status>(messages::anthropic_error(kind).status);
+}
+
+std::string error_body(const ApiError& error) {
+  json::object body{{"type", "error"},
+                    {"error", json::object{{"type", messages::anthropic_error(error.kind).type},
+                                           {"message", error.message}}}};
+  return json::serialize(body);
+}
+
 StringResponse error_response(const ApiError& error) {
-  auto res = json_response(error.status, error_body(error));
-  if (error.status == static_cast<http::status>(529)) res.reason("Overloaded");
+  auto res = json_response(http_status_of(error.kind), error_body(error));
+  // 529 is Anthropic's own status; Beast knows no reason phrase for it.
+  if (error.kind == ErrorKind::upstream_overloaded) res.reason("Overloaded");
   if (error.retry_after) res.set(http::field::retry_after, std::to_string(*error.retry_after));
   // RFC 9110: a 401 names the scheme it wants; MCP clients read it to learn how to sign in.
-  if (error.status == http::status::unauthorized)
+  if (error.kind == ErrorKind::unauthenticated)
     res.set(http::field::www_authenticate, "Bearer realm=\"sandboxd\"");
   return res;
 }

@@ -200,10 +200,7 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket,
           ec == http::error::bad_field || ec == http::error::bad_value || ec == http::error::bad_version ||
           ec == http::error::bad_line_ending || ec == http::error::bad_content_length) {
         ApiError error = ec == http::error::header_limit
-                             ? ApiError{http::status::request_header_fields_too_large,
-                                        "invalid_request_error",
-                                        "Request headers are too large",
-                                        {}}
+                             ? ApiError::headers_too_large("Request headers are too large")
                              : ApiError::invalid_request("Malformed HTTP request: " + ec.message());
         auto res = error_response(error);
         res.set("request-id", new_request_id());

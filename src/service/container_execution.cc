@@ -78,8 +78,8 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
                         "The command could not be started (the sandbox or the host is out of "
                         "processes or memory); try again later",
                         settings()->capacity_retry_after_sec)
-                  : ApiError{HttpStatus::service_unavailable, "api_error",
-                             "The sandbox stopped during the command", settings()->capacity_retry_after_sec};
+                  : ApiError::unavailable("The sandbox stopped during the command",
+                                          settings()->capacity_retry_after_sec);
   } catch (const std::exception& e) {
     spdlog::error("execution in container {} failed: {}", container->id, e.what());
     outcome = ApiError::overloaded("The command could not be run; try again later",
@@ -122,9 +122,8 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
     driver = co_await run_blocking(std::move(read_driver));
   } catch (const runtime::SandboxError& e) {
     spdlog::error("{}", e.what());
-    co_return ApiError{HttpStatus::service_unavailable, "api_error",
-                       "The Python kernel is not installed on this server",
-                       settings()->capacity_retry_after_sec};
+    co_return ApiError::unavailable("The Python kernel is not installed on this server",
+                                    settings()->capacity_retry_after_sec);
   }
   // The context is looked for before a slot is taken, and again once it is (it may
   // have been removed meanwhile).
@@ -206,10 +205,9 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
     }
   } catch (const runtime::SandboxError& e) {
     spdlog::warn("python in container {} failed: {}", container->id, e.what());
-    outcome =
-        ApiError{HttpStatus::service_unavailable, "api_error",
-                 sandbox->get()->running() ? std::string(e.what()) : "The sandbox stopped during the code",
-                 settings()->capacity_retry_after_sec};
+    outcome = ApiError::unavailable(
+        sandbox->get()->running() ? std::string(e.what()) : "The sandbox stopped during the code",
+        settings()->capacity_retry_after_sec);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ops::metrics().execution_completed(label, seconds);
@@ -239,8 +237,8 @@ asio::awaitable<Result<std::optional<KernelResult>>> ContainerService::resume_py
     outcome = co_await kernel->resume(cell, std::move(answers));
   } catch (const runtime::SandboxError& e) {
     spdlog::warn("python in container {} failed: {}", container->id, e.what());
-    co_return ApiError{HttpStatus::service_unavailable, "api_error", "The sandbox stopped during the code",
-                       settings()->capacity_retry_after_sec};
+    co_return ApiError::unavailable("The sandbox stopped during the code",
+                                    settings()->capacity_retry_after_sec);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ops::log_event(spdlog::level::info, "python_resumed",
@@ -320,9 +318,9 @@ asio::awaitable<Result<ContainerService::StartedProcess>> ContainerService::star
     auto channel = co_await (*sandbox)->start_process(std::move(request));
     outcome = StartedProcess{*sandbox, channel};
   } catch (const runtime::TerminalUnavailable& e) {
-    outcome = ApiError{HttpStatus::not_implemented, "api_error",
-                       "Terminals (PTY) are available on the native isolation tier only; this server runs "
-                       "sandboxes under gVisor (runtime.isolation: gvisor)"};
+    outcome = ApiError::not_implemented(
+        "Terminals (PTY) are available on the native isolation tier only; this server runs "
+        "sandboxes under gVisor (runtime.isolation: gvisor)");
   } catch (const runtime::SandboxError& e) {
     spdlog::warn("starting a process in container {} failed: {}", container->id, e.what());
     outcome = ApiError::overloaded(

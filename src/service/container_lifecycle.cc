@@ -67,8 +67,7 @@ asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::async_open
     if (!transition->outcome) continue;  // it was closing: look again
     const auto& outcome = *transition->outcome;
     // An opening that could not make it says nothing to a request that may.
-    if (!outcome && outcome.error().status == HttpStatus::not_found && create && !transition->create)
-      continue;
+    if (!outcome && outcome.error().kind == ErrorKind::not_found && create && !transition->create) continue;
     co_return outcome;
   }
 }
@@ -89,8 +88,7 @@ asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::run_openin
     failure = std::current_exception();
   }
   // An open container whose lease claim found it deleted (through another replica).
-  const bool deleted_elsewhere =
-      open && !failure && !outcome && outcome.error().status == HttpStatus::not_found;
+  const bool deleted_elsewhere = open && !failure && !outcome && outcome.error().kind == ErrorKind::not_found;
   transition->outcome = failure ? Result<std::shared_ptr<Container>>(ApiError::internal()) : outcome;
   registry_.settle_opening(key, transition, !failure && outcome ? *outcome : nullptr,
                            deleted_elsewhere ? open : nullptr);
@@ -104,7 +102,7 @@ Result<std::shared_ptr<Container>> ContainerService::open_blocking(const std::st
                                                                    const std::shared_ptr<Container>& open) {
   if (open) {  // cluster mode: open here, its lease not confirmed lately
     if (auto claimed = claim_lease(*open, /*existing=*/true); !claimed) {
-      if (claimed.error().status == HttpStatus::not_found)
+      if (claimed.error().kind == ErrorKind::not_found)
         return ApiError::not_found("Container not found: " + id);
       return claimed.error();
     }
@@ -169,7 +167,7 @@ Result<std::shared_ptr<Container>> ContainerService::open_existing(const store::
   if (leases_) {
     auto claimed = leases_->claim(record.storage, /*existing_container=*/true);
     if (!claimed) {
-      if (claimed.error().status == HttpStatus::not_found)
+      if (claimed.error().kind == ErrorKind::not_found)
         return ApiError::not_found("Container not found: " + record.id);  // deleted since it was read
       return claimed.error();
     }
@@ -342,7 +340,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
     if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
     if (state.sandbox && state.sandbox->running()) co_return state.sandbox;
     container->sandbox_up = false;  // it stopped by itself (PID 1 died)
-    if (!runtime_) co_return ApiError{HttpStatus::service_unavailable, "api_error", unavailable_reason(), {}};
+    if (!runtime_) co_return ApiError::unavailable(unavailable_reason());
     if (state.starting) {
       boost::system::error_code ec;
       co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));

@@ -57,10 +57,7 @@ uint64_t link_tree(const fs::path& from, const fs::path& to) {
 }
 
 ApiError no_space() {
-  return ApiError{HttpStatus::insufficient_storage,
-                  "api_error",
-                  "The server's disk is full: the snapshot could not be stored",
-                  {}};
+  return ApiError::insufficient_storage("The server's disk is full: the snapshot could not be stored");
 }
 
 }  // namespace

@@ -197,7 +197,7 @@ asio::awaitable<void> E2bSandboxes::end_one(const E2bSandbox& s) {
   if (!container) {
     // Its container is gone (a kill through another replica a moment ago, which also
     // removes the record): the record goes with it, and nothing is ended here.
-    if (container.error().status == HttpStatus::not_found)
+    if (container.error().kind == ErrorKind::not_found)
       co_await store([this, &s] { return records_.remove(s.owner, s.id); });
     co_return;
   }
@@ -330,7 +330,7 @@ asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open_container
                                                                                  const std::string& id) {
   if (auto found = co_await find(owner, id); !found) co_return found.error();
   auto container = co_await containers_.async_open(owner, id, /*create=*/false);
-  if (!container && container.error().status == HttpStatus::not_found) co_return sandbox_not_found(id);
+  if (!container && container.error().kind == ErrorKind::not_found) co_return sandbox_not_found(id);
   co_return container;
 }
 
@@ -343,7 +343,7 @@ asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open(const std
 
 asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open(const E2bSandbox& found) {
   auto container = co_await containers_.async_open(found.owner, found.id, /*create=*/false);
-  if (!container && container.error().status == HttpStatus::not_found) co_return sandbox_not_found(found.id);
+  if (!container && container.error().kind == ErrorKind::not_found) co_return sandbox_not_found(found.id);
   if (!container) co_return container;
   // The filesystem calls work on the container's folders from the host: with the bucket,
   // a copy this replica just took over is made current first (cheap once done).
@@ -381,7 +381,7 @@ asio::awaitable<Result<void>> E2bSandboxes::pause(const std::string& owner, cons
   auto container = co_await open_container(owner, id);
   if (!container) co_return container.error();
   if (!co_await store([this, &owner, &id] { return records_.mark_paused(owner, id); }))
-    co_return ApiError{HttpStatus::conflict, "invalid_request_error", "Sandbox " + id + " is already paused"};
+    co_return ApiError::conflict("Sandbox " + id + " is already paused");
   // In a cluster: flushed to the bucket, the lease let go.
   co_await containers_.stop(*container, keep_memory ? "paused" : kStopKeepingFilesOnly.data());
   if (auto* audit = ops::audit())
@@ -413,7 +413,7 @@ asio::awaitable<Result<void>> E2bSandboxes::kill(const std::string& owner, const
   auto container = co_await containers_.async_open(owner, id, /*create=*/false);
   if (container) {
     co_await containers_.remove(*container);  // its network options with it
-  } else if (container.error().status != HttpStatus::not_found)
+  } else if (container.error().kind != ErrorKind::not_found)
     co_return container.error();
   co_await store([this, &owner, &id] { return records_.remove(owner, id); });
   if (auto* audit = ops::audit()) audit->record("e2b_sandbox_killed", {{"owner", owner}, {"sandbox", id}});

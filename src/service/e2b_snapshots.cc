@@ -113,10 +113,7 @@ asio::awaitable<Result<std::shared_ptr<Container>>> E2bSnapshots::source(const E
   // In a cluster a container's files move between replicas through the sessions
   // bucket; a snapshot store shared by replicas is not built yet.
   if (containers_.leases())
-    co_return ApiError{HttpStatus::not_implemented,
-                       "api_error",
-                       "Snapshots and forks are not available in cluster mode yet",
-                       {}};
+    co_return ApiError::not_implemented("Snapshots and forks are not available in cluster mode yet");
   co_return co_await sandboxes_.open(sandbox);
 }
 
@@ -241,10 +238,8 @@ asio::awaitable<std::optional<Result<E2bSandbox>>> E2bSnapshots::create_sandbox(
   auto found = co_await store([this, &owner, &key] { return records_.find_snapshot(owner, *key); });
   if (!found) co_return std::nullopt;
   if (containers_.leases())
-    co_return Result<E2bSandbox>(ApiError{HttpStatus::not_implemented,
-                                          "api_error",
-                                          "Snapshots and forks are not available in cluster mode yet",
-                                          {}});
+    co_return Result<E2bSandbox>(
+        ApiError::not_implemented("Snapshots and forks are not available in cluster mode yet"));
   request.template_id = snapshot_id(*found);
   co_return co_await create_from(std::move(owner), folder_of(found->id), std::move(request));
 }
@@ -262,10 +257,8 @@ asio::awaitable<Result<std::vector<Result<E2bSandbox>>>> E2bSnapshots::fork(std:
   if (!found) co_return found.error();
   // E2B forks a running sandbox (its memory is what it forks).
   if (found->paused)
-    co_return ApiError{HttpStatus::conflict,
-                       "invalid_request_error",
-                       "Sandbox " + sandbox_id + " is paused; connect to resume it before forking it",
-                       {}};
+    co_return ApiError::conflict("Sandbox " + sandbox_id +
+                                 " is paused; connect to resume it before forking it");
   auto container = co_await source(*found);
   if (!container) co_return container.error();
   containers_.touch(**container);  // in use: no idle stop closes its volume meanwhile

@@ -59,10 +59,10 @@ ApiError from_errno(int err, const std::string& path) {
       return not_found(path);
     case EEXIST:
     case ENOTEMPTY:
-      return ApiError{HttpStatus::conflict, "invalid_request_error", "'" + path + "' exists already"};
+      return ApiError::conflict("'" + path + "' exists already");
     case ENOSPC:
     case EDQUOT:
-      return ApiError{HttpStatus::insufficient_storage, "api_error", "The sandbox's disk is full"};
+      return ApiError::insufficient_storage("The sandbox's disk is full");
     case EACCES:
     case EPERM:
     case EROFS:

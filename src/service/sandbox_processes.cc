@@ -419,9 +419,7 @@ asio::awaitable<Result<SandboxProcesses::Started>> SandboxProcesses::start(
       bool taken = starting_tags_.contains(key) && starting_tags_[key].contains(*tag);
       if (it != running_.end())
         for (const auto& [pid, process] : it->second) taken = taken || process->tag() == tag;
-      if (taken)
-        co_return ApiError{HttpStatus::conflict, "invalid_request_error",
-                           "A process tagged '" + *tag + "' runs already"};
+      if (taken) co_return ApiError::conflict("A process tagged '" + *tag + "' runs already");
       starting_tags_[key].insert(*tag);
     }
     ++starting_[key];

@@ -6,7 +6,6 @@
 
 #include "base/ids.h"
 #include "base/utf8.h"
-#include "messages/error_types.h"
 #include "ops/logging.h"
 #include "service/discovery.h"
 #include "service/python_kernel.h"
@@ -111,8 +110,7 @@ int64_t realtime_now_ns() {
 }
 
 bool refused_for_capacity(const ApiError& error) {
-  return error.status == HttpStatus::too_many_requests ||
-         (error.status == HttpStatus::service_unavailable && error.type == messages::kOverloadedError);
+  return error.kind == ErrorKind::rate_limited || error.kind == ErrorKind::overloaded;
 }
 
 // What a kernel call's outcome becomes: the result block of code that ended (with the
@@ -338,10 +336,7 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(
     // Files the command may have written get their created_at now, not when someone
     // lists them.
     after_execution(services, container);
-    const auto status = result.error().status;
-    if (status == HttpStatus::too_many_requests ||
-        (status == HttpStatus::service_unavailable && result.error().type == messages::kOverloadedError))
-      co_return result.error();
+    if (refused_for_capacity(result.error())) co_return result.error();
     co_return tools::tool_error(tools::kBashErrorType, "unavailable", result.error().message, true);
   }
   // The result lists the outputs the command made (Anthropic's `content`); the sync

@@ -261,9 +261,8 @@ asio::awaitable<Result<std::shared_ptr<WorkspaceTurn>>> WorkspaceChat::begin_tur
 
   auto cancellation = std::make_shared<runtime::Cancellation>();
   if (!running_.claim(thread.owner, thread.id, cancellation))
-    co_return ApiError{HttpStatus::too_many_requests, "rate_limit_error",
-                       "A message is being answered in this thread; send the next one when it has finished",
-                       1};
+    co_return ApiError::rate_limited(
+        "A message is being answered in this thread; send the next one when it has finished", 1);
   auto turn = std::make_shared<WorkspaceTurn>(shared_from_this(), thread.owner, thread.id, cancellation,
                                               std::move(answer_id));
   turn->user_ = store::ThreadMessage{std::move(user_message_id), "user",
@@ -394,10 +393,7 @@ std::optional<json::object> WorkspaceTurn::record(std::string_view event, const 
       if (auto* m = e->as_object().if_contains("message"); m && m->is_string())
         message = std::string(m->as_string());
     }
-    auto status = type == messages::kOverloadedError       ? messages::kOverloadedStatus
-                  : type == messages::kInvalidRequestError ? HttpStatus::bad_request
-                                                           : HttpStatus::bad_gateway;
-    failure_ = ApiError{status, type, message, {}};
+    failure_ = ApiError{messages::kind_of_stream_error(type), message, {}};
   }
   return std::nullopt;
 }
