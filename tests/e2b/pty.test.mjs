@@ -18,6 +18,10 @@ const ALICE = `e2b_${'a1ce'.repeat(10)}`;
 const ISOLATION = process.env.SANDBOXD_E2B_ISOLATION || 'native';
 const RUNSC = ['/usr/sbin/runsc', '/usr/bin/runsc', '/usr/local/sbin/runsc', '/usr/local/bin/runsc'].some(existsSync);
 const SKIP = ISOLATION === 'gvisor' && !RUNSC ? 'runsc is not installed (Debian: apt-get install runsc)' : false;
+// Ctrl-C typed on the terminal: the line discipline signals the foreground job. gVisor's
+// line discipline in the runsc this is tested with (Debian's 0.0~20221219) does not act on
+// the terminal's signal characters (docs/e2b.md), so on that tier the job ends itself.
+const CTRL_C = ISOLATION !== 'gvisor';
 let dir;
 let server;
 
@@ -102,7 +106,9 @@ for (const [release, sdk] of [['e2b (lockfile)', current], ['e2b 2.45 (E2B\'s ow
         await type('stty size; echo "size-$((2+3))"\n');
         await screen.waitFor(/24 80\r?\n[\s\S]*size-5/, from);
         from = screen.mark();
-        await type('sh -c \'trap "echo winch-\\$((4+4))" WINCH; echo "trapped-$((3+3))"; while sleep 0.05; do :; done\'\n');
+        // (On gVisor the trap ends the job itself: see CTRL_C.)
+        const trapEnd = CTRL_C ? '' : '; exit';
+        await type(`sh -c 'trap "echo winch-\\$((4+4))${trapEnd}" WINCH; echo "trapped-$((3+3))"; while sleep 0.05; do :; done'\n`);
         await screen.waitFor(/trapped-6/, from);
         from = screen.mark();
         await sandbox.pty.resize(terminal.pid, { cols: 123, rows: 45 });
@@ -110,7 +116,7 @@ for (const [release, sdk] of [['e2b (lockfile)', current], ['e2b 2.45 (E2B\'s ow
         // Ctrl-C on the terminal interrupts the foreground job (the line discipline's
         // signal, a controlling terminal's), and bash takes the terminal back.
         from = screen.mark();
-        await type('\x03');
+        if (CTRL_C) await type('\x03');
         await type('stty size; echo "resized-$((5+5))"\n');
         await screen.waitFor(/45 123\r?\n[\s\S]*resized-10/, from);
 
