@@ -167,3 +167,37 @@ for (const [release, sdk] of [['e2b (lockfile)', current], ['e2b 2.45 (E2B\'s ow
     });
   });
 }
+
+// A pause ends a terminal: on the gvisor tier the pause keeps the sandbox's memory, and a
+// plain background process comes back with the resume, but a terminal (its shell and its
+// jobs) is killed then, since nobody can type into it again; the resumed sandbox gives
+// new terminals. (On the native tier a pause keeps files only: everything ends.)
+test(`a pause ends a terminal and its jobs; the resumed sandbox gives a new one (${ISOLATION})`, { skip: SKIP }, async () => {
+  const { Sandbox } = current;
+  const sandbox = await Sandbox.create({ timeoutMs: 120_000 });
+  try {
+    await sandbox.commands.run('sleep 301 >/dev/null 2>&1 &');  // a command's background process
+    const screen = new Screen();
+    const terminal = await sandbox.pty.create({ cols: 80, rows: 24, onData: screen.onData });
+    await sandbox.pty.sendInput(terminal.pid, encoder.encode('sleep 300 & echo "bg-$((2+2))"\n'));
+    await screen.waitFor(/bg-4/);
+    const before = await sandbox.commands.run(
+      'for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < $f 2>/dev/null; echo; done | grep -c "^sleep 30[01] $" || true');
+    assert.equal(before.stdout.trim(), '2');
+    assert.equal(await sandbox.pause(), true);
+    const resumed = await Sandbox.connect(sandbox.sandboxId);
+    // The processes running `sleep SECONDS`, by their command lines.
+    const count = async (seconds) =>
+      (await resumed.commands.run(
+        `for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < $f 2>/dev/null; echo; done | grep -c "^sleep ${seconds} $" || true`)).stdout.trim();
+    assert.ok(await eventually(async () => (await count(300)) === '0'), 'the terminal\'s job came back with the resume');
+    assert.equal(await count(301), ISOLATION === 'gvisor' ? '1' : '0');
+    const again = new Screen();
+    const next = await resumed.pty.create({ cols: 80, rows: 24, onData: again.onData });
+    await resumed.pty.sendInput(next.pid, encoder.encode('echo "new-$((3+4))"\n'));
+    await again.waitFor(/new-7/);
+    assert.equal(await resumed.pty.kill(next.pid), true);
+  } finally {
+    await sandbox.kill();
+  }
+});
