@@ -482,7 +482,7 @@ asio::awaitable<Result<Response>> update_process(ApiContext& api, RequestContext
   if (const auto* pty = request->if_contains("pty"); pty && !pty->is_null()) {
     auto size = terminal_size(*pty);
     if (!size) co_return size.error();
-    auto resized = (*process)->resize_terminal(*size);
+    auto resized = co_await (*process)->resize_terminal(*size);
     if (!resized) co_return resized.error();
   }
   co_return connect_rpc::unary_ok({});

@@ -42,6 +42,9 @@ class CommandCgroups {
   void ended(uint32_t id);
   // Removes the cgroups of ended commands that no process is left in.
   void remove_empty();
+  // Command `id`'s cgroup is still there: a process of its tree may still run (false
+  // without cgroupfs).
+  bool holds(uint32_t id) const { return groups_.count(id) > 0; }
 
  private:
   std::string dir_of(uint32_t id) const { return root_ + "/c" + std::to_string(id); }

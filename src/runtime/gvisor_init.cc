@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/poll.h>
 #include <sys/prctl.h>
@@ -16,6 +17,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +35,7 @@
 #include "runtime/protocol.h"
 #include "runtime/seccomp.h"
 #include "runtime/syscall_error.h"
+#include "runtime/terminal.h"
 #include "runtime/user.h"
 
 namespace sandboxd::runtime {
@@ -80,6 +83,14 @@ struct Command {
   std::string stdin_pending;    // received, not yet taken by its pipe
   bool stdin_ended = false;     // the server closed its end: close `in` once pending is written
   size_t output_in_flight = 0;  // kOutput bytes sent and not yet acknowledged
+  // A process on a terminal (protocol::kSpawnTerminal): `out` reads the terminal's
+  // master and `in` (a duplicate of it) writes to it, relayed as a process's stdout and
+  // stdin are; `err` only reads end of file (a terminal has one output).
+  bool terminal = false;
+  // PID 1's own descriptor of its slave, kept open until its output has ended: gVisor
+  // drops what the terminal still holds for the master when the slave's last
+  // descriptor closes, which would lose what a process wrote just before it exited.
+  int slave = -1;
   // A network channel (protocol::kConnect): no process; `out` reads the connection and
   // `in` (a duplicate of it) writes to it, relayed as a process's stdout and stdin are.
   // It is forgotten once both directions have ended.
@@ -178,6 +189,7 @@ class Agent {
         }
         reap();
       }
+      end_idle_terminals();
       // Several messages a turn: a relayed connection's bytes come in many of them.
       for (int taken = 0; taken < 64 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)); ++taken) {
         proto::Message msg;
@@ -199,14 +211,13 @@ class Agent {
     for (int fd : msg.fds) close(fd);
     switch (msg.header.type) {
       case proto::Type::kSpawn:
-        if (proto::spawn_on_terminal(msg.header.value)) {
-          // A terminal's master cannot leave gVisor, and this agent relays no terminal:
-          // refused with ENOTSUP, which the server reports as a terminal this tier lacks.
-          proto::send_message(control_, proto::Type::kSpawnFailed, msg.header.id, ENOTSUP,
-                              "terminals (PTY) are available on the native isolation tier only");
-          break;
-        }
-        spawn(msg.header.id, msg.payload, proto::spawn_keeps_stdin(msg.header.value));
+        if (proto::spawn_on_terminal(msg.header.value))
+          spawn_on_terminal(msg.header.id, msg.payload, proto::spawn_terminal_size(msg.header.value));
+        else
+          spawn(msg.header.id, msg.payload, proto::spawn_keeps_stdin(msg.header.value));
+        break;
+      case proto::Type::kResizeTerminal:
+        resize_terminal(msg.header.id, proto::terminal_size_of(msg.header.value));
         break;
       case proto::Type::kKill:
         if (auto it = commands_.find(msg.header.id); it != commands_.end() && it->second.channel)
@@ -271,8 +282,11 @@ class Agent {
     std::string held;
     for (auto& [id, command] : commands_) {
       command.output_in_flight = 0;
-      held +=
-          std::to_string(id) + " " + std::to_string(command.pid) + " " + (command.relayed ? "1" : "0") + "\n";
+      held += std::to_string(id) + " " + std::to_string(command.pid) + " " +
+              (command.terminal  ? "2"
+               : command.relayed ? "1"
+                                 : "0") +
+              "\n";
     }
     proto::send_message(control_, proto::Type::kReady, 0, 0, held);
   }
@@ -319,6 +333,31 @@ class Agent {
       proto::send_message(control_, proto::Type::kStdinTaken, command.id, static_cast<int64_t>(taken), {});
   }
 
+  // gVisor's terminal master never reads the hang-up Linux's reads (EIO once no process
+  // holds the slave), so a terminal's output is ended here instead: once its process has
+  // exited, nothing of its tree is left (its cgroup is gone: every process that could
+  // hold the slave was in it; without cgroupfs, at the process's exit), and the server
+  // has what the terminal held. Its master then closes (forget_if_done), as a terminal
+  // window's would. Called at the end of each turn of the loop: a reaped process, an
+  // acknowledgement that makes room and a drained master all come through it.
+  void end_idle_terminals() {
+    std::vector<uint32_t> ended;
+    for (auto& [id, command] : commands_) {
+      if (!command.terminal || !command.exited || command.out < 0 || command_cgroups_.holds(id)) continue;
+      bool drained = false;
+      // Not drained: bytes wait past the window (sent as it opens), or past 4 reads.
+      if (forward(command, proto::kOutputStdout, command.out, /*max_reads=*/4, &drained) && !drained)
+        continue;
+      close(command.out);
+      command.out = -1;
+      close(command.slave);
+      command.slave = -1;
+      proto::send_message(control_, proto::Type::kOutput, id, proto::kOutputStdout, {});
+      ended.push_back(id);
+    }
+    for (uint32_t id : ended) forget_if_done(id);
+  }
+
   // Once a relayed process has exited and its output is at its end, it is forgotten (a
   // plain command is forgotten at its exit, reap).
   void forget_if_done(uint32_t id) {
@@ -328,14 +367,16 @@ class Agent {
     if (!command.relayed || !command.exited || command.out >= 0 || command.err >= 0) return;
     if (command.channel && command.in >= 0) return;
     if (command.in >= 0) close(command.in);
+    if (command.slave >= 0) close(command.slave);
     if (command.channel) --channels_;
     commands_.erase(it);
   }
 
   // Sends what the pipe holds now, at most `max_reads` chunks (a writer that never stops
   // must not keep the agent from its other pipes; a relayed process's stops at its
-  // window). Returns false at end of file.
-  bool forward(Command& command, int64_t stream, int fd, int max_reads) {
+  // window). Returns false at end of file; `drained` (when given) is set when the pipe
+  // had nothing more to read.
+  bool forward(Command& command, int64_t stream, int fd, int max_reads, bool* drained = nullptr) {
     static std::array<char, 64 * 1024> buffer;
     for (int reads = 0; reads < max_reads; ++reads) {
       // A relayed process's bytes in flight never pass the window (the server keeps no more).
@@ -352,6 +393,8 @@ class Agent {
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
+
+      if (n < 0 && errno == EAGAIN && drained) *drained = true;
       return n < 0 && errno == EAGAIN;
     }
     return true;
@@ -532,7 +575,7 @@ class Agent {
       return;
     }
     const pid_t pid = fork();
-    if (pid == 0) run_child(request, in[0], out[1], err[1], cgroup_procs);
+    if (pid == 0) run_child(request, in[0], out[1], err[1], -1, cgroup_procs);
     const int fork_errno = errno;
     close(out[1]);
     close(err[1]);
@@ -560,10 +603,169 @@ class Agent {
     by_pid_[pid] = id;
   }
 
+  // A process on a terminal (protocol::kSpawnTerminal). The terminal is gVisor's own: its
+  // /dev/ptmx and /dev/pts are the devpts instance the sentry mounts for this sandbox
+  // (the OCI spec in gvisor_launcher.cc mounts none of the host's), so the terminal,
+  // its number and its line discipline exist only inside gVisor, and the host never
+  // gives the sandbox a terminal of its own. Its master stays here (a descriptor cannot
+  // leave gVisor) and is relayed as a long-lived process's pipes are; the server sets
+  // its window size through protocol::kResizeTerminal. A TIOCSTI (were the seccomp filter
+  // not to refuse it) could only type into this sandbox's own terminal.
+  void spawn_on_terminal(uint32_t id, const std::string& payload, const proto::TerminalSize& size) {
+    proto::SpawnRequest request;
+    if (!proto::decode(payload, request) || request.argv.empty() || !request.terminal.empty()) {
+      proto::send_message(control_, proto::Type::kSpawnFailed, id, EINVAL, "malformed spawn request");
+      return;
+    }
+    // Unlocked, sized, its slave given to the agent (mode 0620), as on the native tier.
+    OpenedTerminal opened;
+    int slave = -1;
+    std::string error;
+    if (const int rc = open_terminal_as_agent(size, opened, slave, error); rc < 0) {
+      proto::send_message(control_, proto::Type::kSpawnFailed, id, -rc, error);
+      return;
+    }
+    const int master = opened.master;
+    int err[2] = {-1, -1};
+    int writer = -1;
+    auto refuse = [&](const std::string& call) {
+      const int e = errno;
+      for (int fd : {master, slave, err[0], err[1], writer})
+        if (fd >= 0) close(fd);
+      proto::send_message(control_, proto::Type::kSpawnFailed, id, e, describe_errno(call, e));
+    };
+    if (pipe2(err, O_CLOEXEC) != 0) return refuse("pipe2");
+    // The relay writes what is typed through a descriptor of its own (its end closes
+    // on its own, as a pipe's write end would) and reads the output through the master.
+    writer = fcntl(master, F_DUPFD_CLOEXEC, 0);
+    if (writer < 0) return refuse("fcntl(terminal master, F_DUPFD_CLOEXEC)");
+    std::string cgroup_error;
+    const std::string cgroup_procs = command_cgroups_.create(id, &cgroup_error);
+    if (command_cgroups_.available() && cgroup_procs.empty()) {
+      for (int fd : {master, slave, err[0], err[1], writer}) close(fd);
+      proto::send_message(control_, proto::Type::kSpawnFailed, id, EAGAIN, cgroup_error);
+      return;
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(master);
+      close(writer);
+      run_child(request, -1, -1, err[1], slave, cgroup_procs);
+    }
+    const int fork_errno = errno;
+    close(err[1]);
+    err[1] = -1;
+    if (pid < 0) {
+      command_cgroups_.ended(id);
+      errno = fork_errno;
+      return refuse("fork");
+    }
+    // (One open file: O_NONBLOCK holds for the writer too.)
+    fcntl(master, F_SETFL, O_NONBLOCK);
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
+    Command command{id, pid, master, err[0]};
+    command.relayed = true;
+    command.terminal = true;
+    command.in = writer;
+    command.slave = slave;
+    proto::send_message(control_, proto::Type::kSpawned, id, pid, {});
+    commands_[id] = std::move(command);
+    by_pid_[pid] = id;
+  }
+
+  // Opens a terminal for the agent: its master (`opened`) and its slave (`slave`), both
+  // close-on-exec. gVisor's devpts gives a new terminal's slave to the ids that open
+  // /dev/ptmx (mode 0600), and PID 1 holds no CAP_CHOWN or CAP_DAC_OVERRIDE to give it
+  // away or open it afterwards; so PID 1 takes the agent's effective ids for these few
+  // calls and its own back. Its real and saved ids stay root meanwhile, so no process of
+  // the agent may signal or trace it, and it has no other thread that could act with
+  // them. The slave is opened here and inherited by the child, so that it is open from
+  // before the child runs until the process's session lets go of it (O_NOCTTY: never
+  // PID 1's controlling terminal). 0 or -errno with `error` naming the failed call.
+  int open_terminal_as_agent(const proto::TerminalSize& size, OpenedTerminal& opened, int& slave,
+                             std::string& error) {
+    if (setegid(kAgentId) != 0) {
+      const int e = errno;
+      error = describe_errno("setegid(1000)", e);
+      return -e;
+    }
+    if (seteuid(kAgentId) != 0) {
+      const int e = errno;
+      error = describe_errno("seteuid(1000)", e);
+      become_root_again();
+      return -e;
+    }
+    int rc = open_terminal(size, kAgentId, kAgentId, opened, error);
+    // Output processing as Linux's default terminal has it (tty_std_termios: OPOST|ONLCR,
+    // "\n" written as "\r\n"), which gVisor's new terminal lacks: a terminal program
+    // expects the same screen on both tiers.
+    termios modes{};
+    if (rc == 0 && tcgetattr(opened.master, &modes) == 0 &&
+        (modes.c_oflag & (OPOST | ONLCR)) != (OPOST | ONLCR)) {
+      modes.c_oflag |= OPOST | ONLCR;
+      tcsetattr(opened.master, TCSANOW, &modes);
+    }
+    if (rc == 0) {
+      slave = open(opened.slave_path.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
+      if (slave < 0) {
+        rc = -errno;
+        error = describe_errno("open(" + opened.slave_path + ", O_RDWR|O_NOCTTY)", -rc);
+        close(opened.master);
+        opened.master = -1;
+      }
+    }
+    become_root_again();
+    return rc;
+  }
+
+  // Back to root's effective ids (and so its capabilities) after open_terminal_as_agent;
+  // a PID 1 that cannot is of no use to the sandbox, which ends with it.
+  static void become_root_again() {
+    if (seteuid(0) != 0 || setegid(0) != 0) {
+      std::fprintf(stderr, "sandboxd-init: %s\n", describe_errno("seteuid(0)/setegid(0)", errno).c_str());
+      _exit(2);
+    }
+    // A change of ids makes a process dumpable again: PID 1 never is (run_gvisor_agent).
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+      std::fprintf(stderr, "sandboxd-init: %s\n", describe_errno("prctl(PR_SET_DUMPABLE, 0)", errno).c_str());
+      _exit(2);
+    }
+  }
+
+  // A new window size for a process's terminal (protocol::kResizeTerminal): the kernel
+  // (the sentry) signals SIGWINCH to the terminal's foreground process group. Anything
+  // else (no such process, one on pipes, a terminal whose master is closed) is ignored:
+  // the server checks what it asks for, and a process may end meanwhile.
+  void resize_terminal(uint32_t id, const proto::TerminalSize& size) {
+    auto it = commands_.find(id);
+    if (it == commands_.end() || !it->second.terminal) return;
+    const int master = it->second.out >= 0 ? it->second.out : it->second.in;
+    if (master < 0) return;
+    if (const int rc = set_terminal_size(master, size); rc < 0) {
+      std::fprintf(
+          stderr, "sandboxd-init: %s\n",
+          describe_errno("ioctl(terminal master of command " + std::to_string(id) + ", TIOCSWINSZ)", -rc)
+              .c_str());
+      return;
+    }
+    // Linux's resize signals the terminal's foreground process group (tty_do_resize);
+    // gVisor's sets the size only, so PID 1 sends the SIGWINCH itself (CAP_KILL). To that
+    // group where the terminal names it; gVisor names it only to a process of the
+    // terminal's own session, so there to every process of the session (the terminal's
+    // process is its leader): a background job that has no handler ignores SIGWINCH, its
+    // default, and one that has one reads the same new size. Never a process of another
+    // command's session.
+    pid_t foreground = 0;
+    if (ioctl(master, TIOCGPGRP, &foreground) == 0 && foreground > 1)
+      kill(-foreground, SIGWINCH);
+    else
+      signal_session_members(it->second.pid, SIGWINCH);
+  }
+
   // The command's child: in its command's cgroup (`cgroup_procs`, empty: none) and its
   // own session, so that kill_tree finds its whole tree; the agent's uid with no
   // capability left in any set, then bash.
-  [[noreturn]] void run_child(const proto::SpawnRequest& request, int in, int out, int err,
+  [[noreturn]] void run_child(const proto::SpawnRequest& request, int in, int out, int err, int terminal,
                               const std::string& cgroup_procs) {
     auto fail = [err](const std::string& what) {
       const std::string line = "sandboxd: " + what + "\n";
@@ -580,9 +782,22 @@ class Agent {
       if (const int e = CommandCgroups::join(cgroup_procs); e != 0)
         fail(describe_errno("joining the command's cgroup (" + cgroup_procs + ")", e));
     setsid();
-    const int stdin_fd = in >= 0 ? in : open("/dev/null", O_RDONLY);
-    if (stdin_fd < 0 || dup2(stdin_fd, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
-      fail(describe_errno("redirecting stdio", errno));
+    if (terminal >= 0) {
+      // The session this child leads has no controlling terminal yet: the slave PID 1
+      // opened becomes it (TIOCSCTTY, no steal), and its stdin, stdout and stderr, so that
+      // bash's job control, isatty and SIGWINCH work as on a login (command_child.cc does
+      // the same on the native tier). `err` stays the pipe for this setup's failures and
+      // closes at execve: the server reads its end, a terminal has one output.
+      if (ioctl(terminal, TIOCSCTTY, 0) != 0)
+        fail(describe_errno("ioctl(terminal slave, TIOCSCTTY, 0)", errno));
+      for (int target = 0; target <= 2; ++target)
+        if (dup2(terminal, target) < 0)
+          fail(describe_errno("dup2(terminal slave, " + std::to_string(target) + ")", errno));
+    } else {
+      const int stdin_fd = in >= 0 ? in : open("/dev/null", O_RDONLY);
+      if (stdin_fd < 0 || dup2(stdin_fd, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+        fail(describe_errno("redirecting stdio", errno));
+    }
     if (max_open_files_ > 0) {
       rlimit limit{max_open_files_, max_open_files_};
       if (setrlimit(RLIMIT_NOFILE, &limit) != 0) fail(describe_errno("setrlimit(RLIMIT_NOFILE)", errno));
@@ -670,13 +885,13 @@ class Agent {
     const pid_t session = it->second.pid;
     for (int round = 0; round < 100; ++round) {
       kill(-session, SIGKILL);
-      if (kill_session_members(session) == 0) break;
+      if (signal_session_members(session, SIGKILL) == 0) break;
     }
     proto::send_message(control_, proto::Type::kKilled, id, 0, {});
   }
 
-  // Sends SIGKILL to every live process of `session`; returns how many there were.
-  static int kill_session_members(pid_t session) {
+  // Sends `signal` to every live process of `session`; returns how many there were.
+  static int signal_session_members(pid_t session, int signal) {
     DIR* dir = opendir("/proc");
     if (!dir) return 0;
     int found = 0;
@@ -700,7 +915,7 @@ class Agent {
       if (!rest || std::sscanf(rest + 1, " %c %ld %ld %ld", &state, &ppid, &pgrp, &sid) != 4) continue;
       if (sid != session || state == 'Z' || state == 'X') continue;
       ++found;
-      kill(static_cast<pid_t>(pid), SIGKILL);
+      kill(static_cast<pid_t>(pid), signal);
     }
     closedir(dir);
     return found;

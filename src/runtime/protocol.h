@@ -17,7 +17,8 @@ enum class Type : uint32_t {
   kSetupFailed = 4,  // init -> server: payload = what failed
   kSpawn = 5,        // server -> init: id, value = spawn_value(...), payload = encoded SpawnRequest
   // init -> server: id, value = pid, fds: [stdout, stderr read ends(, stdin write end)];
-  // for a terminal (kSpawnTerminal): [terminal master, stderr read end, terminal master]
+  // for a terminal (kSpawnTerminal): [terminal master, stderr read end, terminal master];
+  // none on the gvisor tier (relayed, see kStdin)
   kSpawned = 6,
   kSpawnFailed = 7,  // init -> server: id, value = errno, payload = what failed
   kExited = 8,       // init -> server: id, value = wait status(, fds: [stdout, stderr read ends])
@@ -62,8 +63,14 @@ enum class Type : uint32_t {
   // network channel, close its listeners: the server asks for them anew) and to say which
   // processes it still has. PID 1 answers with a kReady whose payload is one line per
   // command it holds: "ID PID RELAYED" (RELAYED 1 for a long-lived process whose pipes it
-  // relays, 0 for a plain command still running).
+  // relays, 2 for one on a terminal whose master it relays, 0 for a plain command still
+  // running).
   kRestored = 21,  // server -> init
+  // A process on a terminal gets a new window size: id, value = terminal_size_value(...).
+  // The gvisor tier's PID 1 holds the terminal's master (it cannot leave gVisor) and sets
+  // it there (TIOCSWINSZ: the kernel signals SIGWINCH to the terminal's foreground group);
+  // on the native tier the server holds the master and sets it itself.
+  kResizeTerminal = 22,  // server -> init
 };
 
 // Channel ids are PID 1's, commands' the server's: a channel's has this bit set.
@@ -80,6 +87,9 @@ inline constexpr int64_t kSpawnKeepStdin = 1;
 // opens a pseudo-terminal in the sandbox's own devpts, gives the process its slave as
 // stdin, stdout, stderr and controlling terminal, and hands the master to the server
 // in place of the stdout and stdin pipes (the stderr pipe then only reads end of file).
+// On the gvisor tier the master stays with PID 1 (gVisor's devpts: nothing of it can
+// leave gVisor) and is relayed as a long-lived process's pipes are: its output as
+// kOutput on stdout, what is typed as kStdin, stderr's end at once.
 // The window size rides in the same value (bits 16-31 rows, 32-47 columns), so the
 // process sees it from its first instruction.
 inline constexpr int64_t kSpawnTerminal = 2;
@@ -89,18 +99,23 @@ struct TerminalSize {
   uint16_t cols = 0;
 };
 
+// A window size in a message's value: bits 16-31 rows, 32-47 columns (kSpawn's low bits
+// are its flags; kResizeTerminal's are 0).
+inline constexpr int64_t terminal_size_value(const TerminalSize& size) {
+  return (int64_t{size.rows} << 16) | (int64_t{size.cols} << 32);
+}
+inline constexpr TerminalSize terminal_size_of(int64_t value) {
+  return {static_cast<uint16_t>((value >> 16) & 0xffff), static_cast<uint16_t>((value >> 32) & 0xffff)};
+}
+
 inline constexpr int64_t spawn_value(bool keep_stdin, const TerminalSize* terminal) {
   int64_t value = keep_stdin ? kSpawnKeepStdin : 0;
-  if (terminal)
-    value |=
-        kSpawnKeepStdin | kSpawnTerminal | (int64_t{terminal->rows} << 16) | (int64_t{terminal->cols} << 32);
+  if (terminal) value |= kSpawnKeepStdin | kSpawnTerminal | terminal_size_value(*terminal);
   return value;
 }
 inline constexpr bool spawn_keeps_stdin(int64_t value) { return (value & kSpawnKeepStdin) != 0; }
 inline constexpr bool spawn_on_terminal(int64_t value) { return (value & kSpawnTerminal) != 0; }
-inline constexpr TerminalSize spawn_terminal_size(int64_t value) {
-  return {static_cast<uint16_t>((value >> 16) & 0xffff), static_cast<uint16_t>((value >> 32) & 0xffff)};
-}
+inline constexpr TerminalSize spawn_terminal_size(int64_t value) { return terminal_size_of(value); }
 
 // kStdin's value when the server's end of the process's stdin was closed: PID 1 closes
 // the process's stdin once what came before is written.

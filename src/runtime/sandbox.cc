@@ -29,6 +29,7 @@
 #include "runtime/netns.h"
 
 #include "runtime/syscall_error.h"
+#include "runtime/terminal.h"
 #include "runtime/trust_bundle.h"
 
 namespace sandboxd::runtime {
@@ -202,6 +203,13 @@ struct Sandbox::Execution {
   // A long-lived process (start_process): a kSpawned without descriptors means PID 1
   // keeps its pipes, and a relay stands in for them.
   bool process = false;
+  // A process on a terminal; on the native tier, `terminal_master` is a descriptor of its
+  // master of the server's own, for its window size (the caller's may close first).
+  bool terminal = false;
+  int terminal_master = -1;
+  ~Execution() {
+    if (terminal_master >= 0) ::close(terminal_master);
+  }
 };
 
 // The server's side of a relayed process: host pipes whose far ends the caller holds as
@@ -688,7 +696,6 @@ asio::awaitable<std::vector<int>> Sandbox::spawn_process_on_strand(uint32_t id, 
     exec.wake.expires_at(Clock::time_point::max());
     co_await wait_event(exec.wake);
   }
-  if (exec.failed && on_terminal && exec.error_code == ENOTSUP) throw TerminalUnavailable(exec.error);
   if (exec.failed) throw SandboxError("starting the command failed: " + exec.error);
   if (!exec.spawned || exec.fds.size() != 3) {
     for (int fd : exec.fds) close(fd);
@@ -1074,11 +1081,13 @@ asio::awaitable<ProcessChannel> Sandbox::start_process_on_strand(ProcessRequest 
     executions_.erase(id);
     throw;
   }
-  ProcessChannel channel{id, fds[2], fds[0], fds[1]};
-  if (terminal) {
-    // The master once more, for its window size: the stdin end may be closed before.
-    channel.terminal = fcntl(fds[0], F_DUPFD_CLOEXEC, 3);
-    if (channel.terminal < 0) {
+  ProcessChannel channel{id, fds[2], fds[0], fds[1], terminal};
+  exec->terminal = terminal;
+  if (terminal && !relays_.count(id)) {
+    // The native tier: the caller holds the master. Once more here, for its window size
+    // (resize_terminal): the caller's ends may be closed before.
+    exec->terminal_master = fcntl(fds[0], F_DUPFD_CLOEXEC, 3);
+    if (exec->terminal_master < 0) {
       const int e = errno;
       for (int fd : fds) close(fd);
       send(protocol::Type::kKill, id);
@@ -1123,6 +1132,7 @@ void Sandbox::take_restored_commands(const std::string& listing) {
     if (!relayed) continue;  // a plain command's caller is gone: its exit goes unread
     auto exec = std::make_shared<Execution>(strand_);
     exec->process = true;
+    exec->terminal = relayed == 2;  // its master relayed by PID 1, as before the checkpoint
     exec->fds = start_relay(command);
     if (exec->fds.empty()) {
       std::fprintf(stderr, "sandboxd: sandbox %s: %s: process %u restored unrelayed and ended\n",
@@ -1146,7 +1156,7 @@ asio::awaitable<std::optional<ProcessChannel>> Sandbox::adopt_process(uint32_t i
     auto it = self->executions_.find(id);
     if (it == self->executions_.end() || it->second->fds.size() != 3) co_return std::nullopt;
     std::vector<int> fds = std::exchange(it->second->fds, {});
-    co_return ProcessChannel{id, fds[2], fds[0], fds[1]};
+    co_return ProcessChannel{id, fds[2], fds[0], fds[1], it->second->terminal};
   };
   co_return co_await asio::co_spawn(strand_, std::move(take), asio::use_awaitable);
 }
@@ -1156,12 +1166,29 @@ void Sandbox::release_unadopted_processes(std::vector<uint32_t> keep) {
     std::erase_if(self->adoptable_, [&](uint32_t id) {
       if (std::find(keep.begin(), keep.end(), id) != keep.end()) return false;
       if (auto it = self->executions_.find(id); it != self->executions_.end()) {
+        // A terminal's session is ended instead: an interactive shell that nobody can
+        // ever type into again would only wait (a process on pipes may still finish
+        // its work unobserved).
+        if (it->second->terminal) self->send(protocol::Type::kKill, id);
         for (int fd : std::exchange(it->second->fds, {})) close(fd);
         self->executions_.erase(it);
       }
       return true;
     });
   });
+}
+
+asio::awaitable<int> Sandbox::resize_terminal(uint32_t id, protocol::TerminalSize size) {
+  auto resize = [self = shared_from_this(), id, size]() -> asio::awaitable<int> {
+    auto it = self->executions_.find(id);
+    if (it == self->executions_.end() || it->second->exited || self->state_ != State::kRunning)
+      co_return -ESRCH;
+    const Execution& exec = *it->second;
+    if (!exec.terminal) co_return -ENOTTY;
+    if (exec.terminal_master >= 0) co_return set_terminal_size(exec.terminal_master, size);
+    co_return self->send(protocol::Type::kResizeTerminal, id, {}, protocol::terminal_size_value(size));
+  };
+  co_return co_await asio::co_spawn(strand_, std::move(resize), asio::use_awaitable);
 }
 
 void Sandbox::kill_process(uint32_t id) {

@@ -81,16 +81,16 @@ struct ProcessRequest {
 };
 
 // A started process's pipe ends, owned by the caller (who closes them).
-// For a process on a terminal, stdout_read and stdin_write are both its master (what
-// the process writes is read there, what is written there is its input), terminal a
-// third descriptor of it for its window size (set_terminal_size), and stderr_read
-// only reads end of file (a terminal has one output).
+// For a process on a terminal, stdout_read reads what the process writes to it and
+// stdin_write is its input (on the native tier both are its master, on the gvisor tier
+// pipes PID 1 relays its master through), stderr_read only reads end of file (a
+// terminal has one output), and its window size is set by Sandbox::resize_terminal.
 struct ProcessChannel {
   uint32_t id = 0;
   int stdin_write = -1;
   int stdout_read = -1;
   int stderr_read = -1;
-  int terminal = -1;
+  bool terminal = false;
 };
 
 // How long a stop waits for PID 1 to exit once it is killed (frozen cgroups are thawed
@@ -102,13 +102,6 @@ inline constexpr std::chrono::seconds kPid1ExitLimit{10};
 class SandboxError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
-};
-
-// A process asked for a terminal where the sandbox cannot give it one: on the gvisor
-// tier a descriptor cannot leave gVisor, and its agent relays no terminal.
-class TerminalUnavailable : public SandboxError {
- public:
-  using SandboxError::SandboxError;
 };
 
 // "Command timed out after 60s." (fractional seconds are kept: "after 0.5s").
@@ -140,6 +133,13 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   asio::awaitable<int> wait_process(uint32_t id);
   // Kills the process's whole tree (its execution cgroup), nothing else. Any thread.
   void kill_process(uint32_t id);
+  // Sets the window size of a process's terminal (the kernel signals SIGWINCH to its
+  // foreground process group), on either tier: the native tier's server holds the
+  // master and sets it here; on the gvisor tier PID 1 holds it and is asked to
+  // (protocol::kResizeTerminal, answered by nothing: 0 once asked). Returns 0, -ESRCH
+  // when the process has ended or is unknown, -ENOTTY when it runs on pipes, or the
+  // failed ioctl's -errno.
+  asio::awaitable<int> resize_terminal(uint32_t id, protocol::TerminalSize size);
   // Kills everything in the sandbox and removes its cgroups. Idempotent.
   asio::awaitable<void> stop();
 
@@ -197,7 +197,8 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   asio::awaitable<std::optional<ProcessChannel>> adopt_process(uint32_t id);
   // Lets the processes that came back run on unobserved, except those in `keep` (still
   // to be adopted): nobody will read them, so what they write is dropped (as if their
-  // reader had closed its pipe) instead of holding them back. Any thread.
+  // reader had closed its pipe) instead of holding them back. One on a terminal is
+  // killed with its tree instead (nobody can type into it again). Any thread.
   void release_unadopted_processes(std::vector<uint32_t> keep);
 
  private:

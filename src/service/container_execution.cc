@@ -317,10 +317,6 @@ asio::awaitable<Result<ContainerService::StartedProcess>> ContainerService::star
   try {
     auto channel = co_await (*sandbox)->start_process(std::move(request));
     outcome = StartedProcess{*sandbox, channel};
-  } catch (const runtime::TerminalUnavailable& e) {
-    outcome = ApiError::not_implemented(
-        "Terminals (PTY) are available on the native isolation tier only; this server runs "
-        "sandboxes under gVisor (runtime.isolation: gvisor)");
   } catch (const runtime::SandboxError& e) {
     spdlog::warn("starting a process in container {} failed: {}", container->id, e.what());
     outcome = ApiError::overloaded(

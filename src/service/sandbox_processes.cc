@@ -18,7 +18,6 @@
 #include <memory>
 
 #include "ops/logging.h"
-#include "runtime/terminal.h"
 
 namespace sandboxd::service {
 namespace {
@@ -115,7 +114,7 @@ SandboxProcess::SandboxProcess(uint32_t pid, ProcessConfig config, std::optional
       strand_(asio::make_strand(container_->strand.get_inner_executor().context())),
       stdout_fd_(started.channel.stdout_read),
       stderr_fd_(started.channel.stderr_read),
-      terminal_fd_(started.channel.terminal),
+      terminal_(started.channel.terminal),
       read_after_(strand_),
       pumps_done_(strand_),
       deadline_(strand_) {
@@ -123,7 +122,7 @@ SandboxProcess::SandboxProcess(uint32_t pid, ProcessConfig config, std::optional
   // flag set to keep).
   fcntl(stdout_fd_, F_SETFL, O_NONBLOCK);
   fcntl(stderr_fd_, F_SETFL, O_NONBLOCK);
-  if (keep_stdin || terminal_fd_ >= 0)  // (a terminal's input is always the client's)
+  if (keep_stdin || terminal_)  // (a terminal's input is always the client's)
     stdin_.emplace(strand_, started.channel.stdin_write);
   else
     ::close(started.channel.stdin_write);  // the process reads end of file at once
@@ -134,7 +133,6 @@ SandboxProcess::~SandboxProcess() {
   // (A pipe read as it comes is closed by its stream descriptor.)
   if (!stdout_ && stdout_fd_ >= 0) ::close(stdout_fd_);
   if (!stderr_ && stderr_fd_ >= 0) ::close(stderr_fd_);
-  if (terminal_fd_ >= 0) ::close(terminal_fd_);
   --container_->executing;
 }
 
@@ -350,16 +348,19 @@ asio::awaitable<Result<void>> SandboxProcess::close_stdin() {
   co_return co_await asio::co_spawn(strand_, close(), asio::use_awaitable);
 }
 
-Result<void> SandboxProcess::resize_terminal(const runtime::protocol::TerminalSize& size) {
-  if (terminal_fd_ < 0)
-    return ApiError::invalid_request("Process " + std::to_string(pid_) + " does not run on a terminal (PTY)");
-  if (ended_) return ApiError::not_found("Process " + std::to_string(pid_) + " has ended");
-  if (int rc = runtime::set_terminal_size(terminal_fd_, size); rc < 0) {
+asio::awaitable<Result<void>> SandboxProcess::resize_terminal(runtime::protocol::TerminalSize size) {
+  if (!terminal_)
+    co_return ApiError::invalid_request("Process " + std::to_string(pid_) +
+                                        " does not run on a terminal (PTY)");
+  if (ended_) co_return ApiError::not_found("Process " + std::to_string(pid_) + " has ended");
+  const int rc = co_await sandbox_->resize_terminal(execution_id_, size);
+  if (rc == -ESRCH) co_return ApiError::not_found("Process " + std::to_string(pid_) + " has ended");
+  if (rc < 0) {
     spdlog::warn("resizing the terminal of process {} in container {} failed: {}", pid_, container_->id,
                  std::strerror(-rc));
-    return ApiError::internal();
+    co_return ApiError::internal();
   }
-  return {};
+  co_return Result<void>{};
 }
 
 void SandboxProcess::kill(int signal) {

@@ -88,7 +88,7 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   const std::optional<std::string>& tag() const { return tag_; }
   const std::string& sandbox_id() const { return container_->id; }
   bool ended() const { return ended_.load(); }
-  bool on_terminal() const { return terminal_fd_ >= 0; }
+  bool on_terminal() const { return terminal_; }
 
   // A reader of everything the process writes from now on (and of its end).
   asio::awaitable<std::shared_ptr<ProcessReader>> subscribe();
@@ -105,8 +105,9 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   // cgroup, and ends it as a whole: every signal asked for is a kill).
   void kill(int signal);
   // Sets the window size of its terminal (the kernel signals SIGWINCH to the terminal's
-  // foreground process group). 400 for a process on pipes.
-  Result<void> resize_terminal(const runtime::protocol::TerminalSize& size);
+  // foreground process group), on either isolation tier (runtime::Sandbox::resize_terminal).
+  // 400 for a process on pipes, 404 once it has ended.
+  asio::awaitable<Result<void>> resize_terminal(runtime::protocol::TerminalSize size);
 
  private:
   friend class SandboxProcesses;
@@ -120,7 +121,7 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   void start_pumps();
   // What its stdout descriptor carries: its stdout, or its terminal's output.
   ProcessOutput::Kind stdout_kind() const {
-    return terminal_fd_ >= 0 ? ProcessOutput::Kind::kPty : ProcessOutput::Kind::kStdout;
+    return terminal_ ? ProcessOutput::Kind::kPty : ProcessOutput::Kind::kStdout;
   }
   // Reads what waits in an exited process's pipe; true when the pipe is still open (a
   // process it started holds it) or more is coming.
@@ -150,9 +151,9 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   // of a short process's cost in the server). One that runs on past kReadAfter is read
   // as it writes (pump), from then on.
   int stdout_fd_, stderr_fd_;
-  // The terminal's master (a descriptor of its own, for its window size: the stdin end
-  // may close first); -1 for a process on pipes. Closed with the process object.
-  const int terminal_fd_;
+  // It runs on a terminal: its stdout is the terminal's output, its stdin the terminal's
+  // input, its window size the sandbox's to set (resize_terminal).
+  const bool terminal_;
   std::optional<asio::posix::stream_descriptor> stdout_, stderr_;
   asio::steady_timer read_after_;
   bool pumping_ = false;

@@ -2,8 +2,9 @@
 // E2B tests use (npm `e2b` at the lockfile's version and `e2b-old`), against a real
 // `sandboxd serve`: a real pseudo-terminal inside the sandbox (bash -i -l on it, as the
 // SDK starts it), its output streamed, its input typed, its window resized, bash's job
-// control, connect and kill. On the gvisor tier (where runsc is installed) a terminal is
-// refused with the error docs/e2b.md gives. Run by CTest with SANDBOXD_PATH.
+// control, connect and kill. With SANDBOXD_E2B_ISOLATION=gvisor every sandbox is a runsc
+// sandbox, the terminal gVisor's own and relayed by the sandbox's PID 1 (the test is
+// skipped where runsc is not installed). Run by CTest with SANDBOXD_PATH.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -14,14 +15,19 @@ import * as old from 'e2b-old';
 import { startServer, stopProgram } from '../harness.mjs';
 
 const ALICE = `e2b_${'a1ce'.repeat(10)}`;
-const RUNSC = ['/usr/sbin/runsc', '/usr/bin/runsc', '/usr/local/sbin/runsc', '/usr/local/bin/runsc'].find(existsSync);
+const ISOLATION = process.env.SANDBOXD_E2B_ISOLATION || 'native';
+const RUNSC = ['/usr/sbin/runsc', '/usr/bin/runsc', '/usr/local/sbin/runsc', '/usr/local/bin/runsc'].some(existsSync);
+const SKIP = ISOLATION === 'gvisor' && !RUNSC ? 'runsc is not installed (Debian: apt-get install runsc)' : false;
+// Ctrl-C typed on the terminal: the line discipline signals the foreground job. gVisor's
+// line discipline in the runsc this is tested with (Debian's 0.0~20221219) does not act on
+// the terminal's signal characters (docs/e2b.md), so on that tier the job ends itself.
+const CTRL_C = ISOLATION !== 'gvisor';
 let dir;
 let server;
-let gvisorServer;
 
 // SIGTERM on every way out: a server killed otherwise leaves its sandboxes' mounts.
 function stopServersNow() {
-  for (const s of [server, gvisorServer]) if (s && s.child.exitCode === null) s.child.kill('SIGTERM');
+  if (server && server.child.exitCode === null) server.child.kill('SIGTERM');
 }
 process.on('exit', stopServersNow);
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'])
@@ -31,22 +37,19 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'])
   });
 
 before(async () => {
+  if (SKIP) return;
   dir = mkdtempSync(join(tmpdir(), 'sandboxd-e2b-pty-'));
-  server = await startServer(dir, 'native', [`auth: { tokens: [ { token: ${ALICE}, owner: alice } ] }`]);
+  server = await startServer(dir, ISOLATION, [
+    `auth: { tokens: [ { token: ${ALICE}, owner: alice } ] }`,
+    ...(ISOLATION === 'gvisor' ? ['runtime: { isolation: gvisor, gvisorPlatform: ptrace }'] : []),
+  ]);
   process.env.E2B_API_URL = `${server.url}/e2b`;
   process.env.E2B_SANDBOX_URL = `${server.url}/e2b/sandbox`;
   process.env.E2B_API_KEY = ALICE;
-  if (RUNSC) {
-    gvisorServer = await startServer(dir, 'gvisor', [
-      `auth: { tokens: [ { token: ${ALICE}, owner: alice } ] }`,
-      'runtime: { isolation: gvisor, gvisorPlatform: ptrace }',
-    ]);
-  }
 });
 
 after(async () => {
   if (server) await stopProgram(server.child);
-  if (gvisorServer) await stopProgram(gvisorServer.child);
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -79,7 +82,7 @@ const encoder = new TextEncoder();
 
 for (const [release, sdk] of [['e2b (lockfile)', current], ['e2b 2.45 (E2B\'s own repo)', old]]) {
   const { Sandbox } = sdk;
-  describe(release, () => {
+  describe(`${release} on the ${ISOLATION} tier`, { skip: SKIP }, () => {
     test('a terminal: a tty, streamed output, resize, job control, connect and kill', async () => {
       const sandbox = await Sandbox.create({ timeoutMs: 120_000 });
       try {
@@ -103,7 +106,9 @@ for (const [release, sdk] of [['e2b (lockfile)', current], ['e2b 2.45 (E2B\'s ow
         await type('stty size; echo "size-$((2+3))"\n');
         await screen.waitFor(/24 80\r?\n[\s\S]*size-5/, from);
         from = screen.mark();
-        await type('sh -c \'trap "echo winch-\\$((4+4))" WINCH; echo "trapped-$((3+3))"; while sleep 0.05; do :; done\'\n');
+        // (On gVisor the trap ends the job itself: see CTRL_C.)
+        const trapEnd = CTRL_C ? '' : '; exit';
+        await type(`sh -c 'trap "echo winch-\\$((4+4))${trapEnd}" WINCH; echo "trapped-$((3+3))"; while sleep 0.05; do :; done'\n`);
         await screen.waitFor(/trapped-6/, from);
         from = screen.mark();
         await sandbox.pty.resize(terminal.pid, { cols: 123, rows: 45 });
@@ -111,7 +116,7 @@ for (const [release, sdk] of [['e2b (lockfile)', current], ['e2b 2.45 (E2B\'s ow
         // Ctrl-C on the terminal interrupts the foreground job (the line discipline's
         // signal, a controlling terminal's), and bash takes the terminal back.
         from = screen.mark();
-        await type('\x03');
+        if (CTRL_C) await type('\x03');
         await type('stty size; echo "resized-$((5+5))"\n');
         await screen.waitFor(/45 123\r?\n[\s\S]*resized-10/, from);
 
@@ -160,18 +165,39 @@ for (const [release, sdk] of [['e2b (lockfile)', current], ['e2b 2.45 (E2B\'s ow
         await sandbox.kill();
       }
     });
-
-    test('on the gvisor tier a terminal is refused with a clear error', { skip: RUNSC ? false : 'runsc is not installed' }, async () => {
-      const opts = { apiUrl: `${gvisorServer.url}/e2b`, sandboxUrl: `${gvisorServer.url}/e2b/sandbox` };
-      const sandbox = await Sandbox.create({ timeoutMs: 120_000, ...opts });
-      try {
-        await assert.rejects(sandbox.pty.create({ cols: 80, rows: 24, onData: () => {} }),
-                             /Terminals \(PTY\) are available on the native isolation tier only/);
-        // Commands still run there.
-        assert.equal((await sandbox.commands.run('echo ok')).stdout, 'ok\n');
-      } finally {
-        await sandbox.kill();
-      }
-    });
   });
 }
+
+// A pause ends a terminal: on the gvisor tier the pause keeps the sandbox's memory, and a
+// plain background process comes back with the resume, but a terminal (its shell and its
+// jobs) is killed then, since nobody can type into it again; the resumed sandbox gives
+// new terminals. (On the native tier a pause keeps files only: everything ends.)
+test(`a pause ends a terminal and its jobs; the resumed sandbox gives a new one (${ISOLATION})`, { skip: SKIP }, async () => {
+  const { Sandbox } = current;
+  const sandbox = await Sandbox.create({ timeoutMs: 120_000 });
+  try {
+    await sandbox.commands.run('sleep 301 >/dev/null 2>&1 &');  // a command's background process
+    const screen = new Screen();
+    const terminal = await sandbox.pty.create({ cols: 80, rows: 24, onData: screen.onData });
+    await sandbox.pty.sendInput(terminal.pid, encoder.encode('sleep 300 & echo "bg-$((2+2))"\n'));
+    await screen.waitFor(/bg-4/);
+    const before = await sandbox.commands.run(
+      'for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < $f 2>/dev/null; echo; done | grep -c "^sleep 30[01] $" || true');
+    assert.equal(before.stdout.trim(), '2');
+    assert.equal(await sandbox.pause(), true);
+    const resumed = await Sandbox.connect(sandbox.sandboxId);
+    // The processes running `sleep SECONDS`, by their command lines.
+    const count = async (seconds) =>
+      (await resumed.commands.run(
+        `for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < $f 2>/dev/null; echo; done | grep -c "^sleep ${seconds} $" || true`)).stdout.trim();
+    assert.ok(await eventually(async () => (await count(300)) === '0'), 'the terminal\'s job came back with the resume');
+    assert.equal(await count(301), ISOLATION === 'gvisor' ? '1' : '0');
+    const again = new Screen();
+    const next = await resumed.pty.create({ cols: 80, rows: 24, onData: again.onData });
+    await resumed.pty.sendInput(next.pid, encoder.encode('echo "new-$((3+4))"\n'));
+    await again.waitFor(/new-7/);
+    assert.equal(await resumed.pty.kill(next.pid), true);
+  } finally {
+    await sandbox.kill();
+  }
+});
