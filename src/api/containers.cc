@@ -24,18 +24,12 @@ constexpr size_t kToolBodyLimit = 16u << 20;
 constexpr size_t kCreateBodyLimit = 64u << 10;
 
 // The id a creation's body names, when it is a string ("" otherwise: a new id, or the
-// handler's 400). The body is kept for the handler.
+// handler's 400).
 asio::awaitable<std::string> container_named_in_create_body(RequestContext& ctx) {
-  auto body = co_await ctx.read_body(kCreateBodyLimit);
-  if (!body) co_return "";  // the handler's own read answers the error
-  std::string id;
-  boost::system::error_code ec;
-  auto value = boost::json::parse(*body, ec);
-  if (!ec && value.is_object())
-    if (const auto* named = value.as_object().if_contains("id"); named && named->is_string())
-      id = named->as_string();
-  ctx.keep_body(std::move(*body));
-  co_return id;
+  return container_named_in_json_body(ctx, kCreateBodyLimit, [](const boost::json::object& body) {
+    const auto* named = body.if_contains("id");
+    return named && named->is_string() ? std::string(named->as_string()) : std::string();
+  });
 }
 
 // Bytes and files of a container: its three folders, symlinks not followed.
@@ -197,6 +191,18 @@ Result<size_t> page_limit(const RequestContext& ctx) {
   if (text->empty() || *end || value < 1 || value > 1000)
     return ApiError::invalid_request("'limit' must be an integer from 1 to 1000");
   return static_cast<size_t>(value);
+}
+
+asio::awaitable<std::string> container_named_in_json_body(RequestContext& ctx, size_t limit,
+                                                          ContainerPick pick) {
+  auto body = co_await ctx.read_body(limit);
+  if (!body) co_return "";
+  std::string id;
+  boost::system::error_code ec;
+  auto value = boost::json::parse(*body, ec);
+  if (!ec && value.is_object()) id = pick(value.as_object());
+  ctx.keep_body(std::move(*body));
+  co_return id;
 }
 
 Result<boost::json::object> parse_json_object(std::string_view body) {

@@ -296,7 +296,7 @@ bool takes_tasks(const Message& message) {
 }
 
 // A tools/call made a task: a command that may run long, for a client that takes tasks.
-bool becomes_task(const Mcp& mcp, const Message& message) {
+bool becomes_task(const Message& message) {
   if (message.method != "tools/call" || !takes_tasks(message)) return false;
   const auto* name = message.params.if_contains("name");
   return name && name->is_string() && mcp_tool_may_run_long(name->as_string());
@@ -431,7 +431,7 @@ asio::awaitable<json::object> answer(Mcp& mcp, RequestContext& ctx, Message& mes
     result = json::object{{"tools", mcp_tools()}};
   } else if (method == "resources/templates/list") {
     result = mcp_resource_templates();
-  } else if (modern && becomes_task(mcp, message)) {
+  } else if (modern && becomes_task(message)) {
     result = co_await start_task(mcp, ctx, message);
   } else if (modern && (method == "tasks/get" || method == "tasks/cancel" || method == "tasks/update")) {
     if (!takes_tasks(message))
@@ -1049,7 +1049,7 @@ asio::awaitable<Result<Response>> post_modern(Mcp& mcp, RequestContext& ctx, std
 
   if (message.method == "subscriptions/listen") co_return co_await listen_for_changes(mcp, ctx, message);
   // A call made a task is answered at once, with the task: nothing to stream.
-  if (streams_progress(message, accept) && !becomes_task(mcp, message)) {
+  if (streams_progress(message, accept) && !becomes_task(message)) {
     auto call = std::make_shared<StreamedCall>(co_await asio::this_coro::executor);
     call->id = message.id;
     call->token = *progress_token(message);
@@ -1066,7 +1066,7 @@ asio::awaitable<Result<Response>> post_modern(Mcp& mcp, RequestContext& ctx, std
   McpCallOptions options;
   options.cancellation = std::make_shared<runtime::Cancellation>();
   StopWatch watch;
-  if (message.method == "tools/call" && !becomes_task(mcp, message))
+  if (message.method == "tools/call" && !becomes_task(message))
     watch.watch = server::DisconnectWatch::start(
         ctx.stream().socket(), [cancellation = options.cancellation] { cancellation->cancel(); });
   auto response = co_await answer(mcp, ctx, message, std::move(options), /*modern=*/true);
@@ -1177,16 +1177,12 @@ asio::awaitable<std::string> container_named_in_mcp_request(RequestContext& ctx)
   if (!ctx.header_value("Mcp-Session-Id").empty() &&
       ctx.header_value("MCP-Protocol-Version") != kModernVersion)
     co_return "";
-  auto body = co_await ctx.read_body(kMessageLimit);
-  if (!body) co_return "";  // the handler's own read answers the error
-  std::string container;
-  boost::system::error_code ec;
-  auto value = json::parse(*body, ec);
-  if (!ec && value.is_object())
-    if (auto* params = value.as_object().if_contains("params"); params && params->is_object())
-      container = mcp_container_of_request(method, params->as_object());
-  ctx.keep_body(std::move(*body));
-  co_return container;
+  auto pick = [&method](const json::object& body) {
+    const auto* params = body.if_contains("params");
+    return params && params->is_object() ? mcp_container_of_request(method, params->as_object())
+                                         : std::string();
+  };
+  co_return co_await container_named_in_json_body(ctx, kMessageLimit, std::move(pick));
 }
 
 // The sessions live as long as the routes that use them (the server's handlers).

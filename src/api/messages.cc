@@ -32,26 +32,14 @@ namespace json = boost::json;
 constexpr size_t kMessagesBodyLimit = 32u << 20;
 
 // The container a request's body names: its `container`, a string or an object with a
-// string `id`; the default container when there is none; "" when the body is not a JSON
-// object (the handler then answers the 400, wherever it runs). The body is kept for the
-// handler.
+// string `id`; the default container when there is none.
 asio::awaitable<std::string> container_named_in_messages_body(RequestContext& ctx) {
-  auto body = co_await ctx.read_body(kMessagesBodyLimit);
-  if (!body) co_return "";  // the handler's own read answers the error
-  std::string id;
-  boost::system::error_code ec;
-  auto value = json::parse(*body, ec);
-  if (!ec && value.is_object()) {
-    const auto* container = value.as_object().if_contains("container");
-    if (!container || container->is_null()) {
-      id = ContainerService::default_id();
-    } else {
-      if (container->is_object()) container = container->as_object().if_contains("id");
-      if (container && container->is_string()) id = container->as_string();
-    }
-  }
-  ctx.keep_body(std::move(*body));
-  co_return id;
+  return container_named_in_json_body(ctx, kMessagesBodyLimit, [](const json::object& body) {
+    const auto* container = body.if_contains("container");
+    if (!container || container->is_null()) return ContainerService::default_id();
+    if (container->is_object()) container = container->as_object().if_contains("id");
+    return container && container->is_string() ? std::string(container->as_string()) : std::string();
+  });
 }
 
 // Stops watching for a disconnect when the work it guards is over.

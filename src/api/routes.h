@@ -90,4 +90,12 @@ Result<size_t> page_limit(const server::RequestContext& ctx);
 // Parses a JSON object body; 400 with the parser's reason otherwise.
 Result<boost::json::object> parse_json_object(std::string_view body);
 
+// The container a JSON object body names, as `pick` reads it from the object ("" for
+// none); a body that cannot be read (past `limit`) or is not a JSON object names none (the
+// handler's own read answers the error, wherever it runs). The body is kept for the handler.
+// (`pick` by value: the coroutine outlives the caller's expression.)
+using ContainerPick = std::function<std::string(const boost::json::object&)>;
+asio::awaitable<std::string> container_named_in_json_body(RequestContext& ctx, size_t limit,
+                                                          ContainerPick pick);
+
 }  // namespace sandboxd::api
