@@ -1,16 +1,26 @@
 // The price of the gvisor tier: a warm `true` (one command after another in one running
 // sandbox, through the runtime as the service drives it) and a cold start (a new sandbox
-// and its first `true`) on each tier, same machine, same run. Prints figures and the
-// gvisor/native ratios; asserts nothing. Needs root and, for the gvisor half, runsc.
+// and its first `true`) on each tier, same machine, same run, each against its own
+// reference: the warm `true` against the same `bash -c true` run by a shell already inside
+// the same sandbox (what the runtime's path to a command adds), the gvisor cold start
+// against a bare `runsc run` of the very bundle the tier writes with that first command
+// (what sandboxd adds to gVisor's own start). Then the memory (pause, resume), E2B's fork,
+// and the price of the second kernel for real work: a Python `import pandas` and a `du`
+// of a 10,000-file tree on each tier. Prints figures and ratios; asserts nothing. Needs
+// root and, for the gvisor half, runsc.
 //   BENCH_WARM, BENCH_COLD: iteration counts (default 200, 10); BENCH_MEMORY, BENCH_FORK:
-//   rounds of the memory and fork measures (default 5, 3); BENCH_GVISOR_PLATFORM (default
-//   ptrace).
+//   rounds of the memory and fork measures (default 5, 3); BENCH_WORK: rounds of each
+//   work measure (default 5); BENCH_GVISOR_PLATFORM (default ptrace).
 
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
 
 #include "bench_util.h"
 #include "runtime/gvisor_launcher.h"
@@ -41,11 +51,14 @@ struct Bench {
     std::error_code ec;
     fs::remove_all(root, ec);
   }
+  static std::string instance_name(const std::string& tag) {
+    return "isobench-" + std::to_string(getpid()) + tag;
+  }
   static rt::RuntimeOptions runtime_options(rt::Isolation isolation, uint32_t host_uid,
                                             const std::string& tag) {
     rt::RuntimeOptions options;
     options.init_path = SANDBOXD_INIT_PATH;
-    options.instance = "isobench-" + std::to_string(getpid()) + tag;
+    options.instance = instance_name(tag);
     options.host_uid = options.host_gid = host_uid;
     options.isolation = isolation;
     if (const char* platform = std::getenv("BENCH_GVISOR_PLATFORM")) options.gvisor.platform = platform;
@@ -65,18 +78,93 @@ struct Bench {
   int counter = 0;
 };
 
-struct Figures {
-  Stats cold, warm;
+// gVisor's own start, the reference for the tier's cold start: the bundle the tier
+// writes for a sandbox (its config.json and root skeleton, copied while that sandbox
+// runs), its process replaced by the sandbox's first command (`bash -c true` as uid
+// 1000), run with `runsc run` and the tier's flags, each until runsc exits.
+class BareRunsc {
+ public:
+  explicit BareRunsc(uint32_t host_uid) : bench_(rt::Isolation::kGvisor, host_uid, "b") {
+    auto& io = bench_.io;
+    const auto options = bench_.sandbox_options();
+    const fs::path state = "/run/sandboxd-gvisor/" + Bench::instance_name("b");
+    auto sandbox = run_sync(io, bench_.runtime.start(io.get_executor(), options));
+    fs::copy(state / "bundles" / options.name, bundle_,
+             fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+    run_sync(io, sandbox->stop());
+    std::string config = read_all(bundle_ / "config.json");
+    const std::string root_user = "\"user\":{\"uid\":0,\"gid\":0}";
+    const auto args = config.find("\"args\":[");
+    const auto args_end = config.find(']', args);
+    if (args == std::string::npos || args_end == std::string::npos ||
+        config.find(root_user) == std::string::npos)
+      throw std::runtime_error("the tier's config.json has changed shape: no bare runsc figure");
+    config.replace(args, args_end + 1 - args, "\"args\":[\"" + sandbox_bash() + "\",\"-c\",\"true\"]");
+    config.replace(config.find(root_user), root_user.size(), "\"user\":{\"uid\":1000,\"gid\":1000}");
+    std::ofstream(bundle_ / "config.json", std::ios::trunc) << config;
+    fs::create_directories(state_);
+  }
+  // One `runsc run`, timed.
+  void run_once() {
+    const char* platform = std::getenv("BENCH_GVISOR_PLATFORM");
+    const std::vector<std::string> argv = {
+        rt::find_runsc(),
+        "--root=" + state_.string(),
+        std::string("--platform=") + (platform ? platform : "ptrace"),
+        "--network=none",
+        "--ignore-cgroups",
+        "run",
+        "--bundle",
+        bundle_.string(),
+        "bare-" + std::to_string(getpid()) + "-" + std::to_string(runs_.size())};
+    const auto start = Clock::now();
+    const int rc = run_quiet(argv);
+    runs_.push_back(ms_since(start));
+    if (rc != 0) std::fprintf(stderr, "bare runsc run exited %d\n", rc);
+  }
+  Stats figures() const { return summarize(runs_); }
+
+ private:
+  Bench bench_;
+  fs::path bundle_ = bench_.root / "bare-bundle";
+  fs::path state_ = bench_.root / "runsc-state";
+  std::vector<double> runs_;
 };
 
+struct Figures {
+  Stats cold, warm;
+  Stats warm_inside;  // the same `bash -c true` from a shell inside the same sandbox
+  Stats bare_cold;    // a bare `runsc run` (gvisor only)
+};
+
+// A shell inside `sandbox` runs the sandbox's `bash -c true` n times, timing each run by
+// its own clock (bash's EPOCHREALTIME): no relay, no server, no runtime in the way.
+void true_from_a_shell_inside(asio::io_context& io, rt::Sandbox& sandbox, int n, std::vector<double>& ms) {
+  rt::ExecRequest loop;
+  loop.command = "b=" + sandbox_bash() + "; for i in $(seq " + std::to_string(n) +
+                 "); do s=$EPOCHREALTIME; $b -c true; e=$EPOCHREALTIME; echo $s $e; done";
+  loop.timeout = std::chrono::minutes(10);
+  const auto result = run_sync(io, sandbox.exec(loop));
+  if (result.return_code != 0)
+    std::fprintf(stderr, "the shell's loop failed: %s\n", result.stderr_text.c_str());
+  std::istringstream lines(result.stdout_text);
+  double start = 0, end = 0;
+  while (lines >> start >> end) ms.push_back((end - start) * 1000.0);
+}
+
+// Each measure alternates with its reference (a cold start with a bare runsc run on the
+// gvisor tier, every 10 warm commands with 10 runs of the shell inside), so that both
+// meet the same load.
 Figures measure(rt::Isolation isolation, uint32_t host_uid, int cold_n, int warm_n) {
   Bench bench(isolation, host_uid, isolation == rt::Isolation::kGvisor ? "g" : "n");
+  std::unique_ptr<BareRunsc> bare;
+  if (isolation == rt::Isolation::kGvisor) bare = std::make_unique<BareRunsc>(host_uid);
   auto& runtime = bench.runtime;
   auto& io = bench.io;
   auto sandbox_options = [&] { return bench.sandbox_options(); };
   rt::ExecRequest true_cmd;
   true_cmd.command = "true";
-  std::vector<double> cold, warm;
+  std::vector<double> cold, warm, inside;
   for (int i = 0; i < cold_n; ++i) {
     auto start = Clock::now();
     auto sandbox = run_sync(io, runtime.start(io.get_executor(), sandbox_options()));
@@ -84,16 +172,57 @@ Figures measure(rt::Isolation isolation, uint32_t host_uid, int cold_n, int warm
     cold.push_back(ms_since(start));
     run_sync(io, sandbox->stop());
     if (result.return_code != 0) std::fprintf(stderr, "cold run failed: %s\n", result.stderr_text.c_str());
+    if (bare) bare->run_once();
   }
   auto sandbox = run_sync(io, runtime.start(io.get_executor(), sandbox_options()));
-  for (int i = 0; i < warm_n + 5; ++i) {
+  for (int i = 0; i < 5; ++i) run_sync(io, sandbox->exec(true_cmd));  // (the first few warm the caches)
+  for (int i = 0; i < warm_n; ++i) {
     auto start = Clock::now();
     auto result = run_sync(io, sandbox->exec(true_cmd));
-    if (i >= 5) warm.push_back(ms_since(start));  // (the first few warm the caches)
+    warm.push_back(ms_since(start));
     if (result.return_code != 0) std::fprintf(stderr, "warm run failed: %s\n", result.stderr_text.c_str());
+    if (i % 10 == 9) true_from_a_shell_inside(io, *sandbox, 10, inside);
   }
   run_sync(io, sandbox->stop());
-  return {summarize(cold), summarize(warm)};
+  return {summarize(cold), summarize(warm), summarize(inside), bare ? bare->figures() : Stats{}};
+}
+
+// Real work on each tier, in one running sandbox: a Python `import pandas` (a few
+// thousand files opened and mapped) and a `du` of a 10,000-file tree in the workspace
+// (a stat each), n times each after one unmeasured run.
+struct WorkFigures {
+  Stats pandas, du;
+};
+
+WorkFigures measure_work(rt::Isolation isolation, uint32_t host_uid, int n) {
+  Bench bench(isolation, host_uid, isolation == rt::Isolation::kGvisor ? "wg" : "wn");
+  auto& io = bench.io;
+  const fs::path tree = bench.root / "workspace" / "tree";
+  for (int d = 0; d < 100; ++d) {
+    const fs::path dir = tree / std::to_string(d);
+    fs::create_directories(dir);
+    for (int f = 0; f < 100; ++f) std::ofstream(dir / std::to_string(f)) << "x";
+  }
+  auto sandbox = run_sync(io, bench.runtime.start(io.get_executor(), bench.sandbox_options()));
+  auto time_it = [&](const std::string& command) {
+    rt::ExecRequest request;
+    request.command = command;
+    request.timeout = std::chrono::minutes(5);
+    std::vector<double> ms;
+    for (int i = 0; i <= n; ++i) {
+      const auto start = Clock::now();
+      const auto result = run_sync(io, sandbox->exec(request));
+      if (i > 0) ms.push_back(ms_since(start));
+      if (result.return_code != 0)
+        std::fprintf(stderr, "%s failed: %s\n", command.c_str(), result.stderr_text.c_str());
+    }
+    return summarize(ms);
+  };
+  WorkFigures figures;
+  figures.pandas = time_it("/usr/bin/python3 -c 'import pandas'");
+  figures.du = time_it("du -s /home/agent/workspace/tree > /dev/null");
+  run_sync(io, sandbox->stop());
+  return figures;
 }
 
 // The gvisor tier's memory: a sandbox holding a Python process with 100 MiB of data is
@@ -209,6 +338,7 @@ int main() {
   Figures native = measure(rt::Isolation::kNative, 101000, cold_n, warm_n);
   print_row("native cold: start + true", native.cold);
   print_row("native warm: true", native.warm);
+  print_row("native warm: bash -c true from a shell inside", native.warm_inside);
   if (rt::find_runsc().empty()) {
     std::printf("gvisor: runsc is not installed\n");
     return 0;
@@ -216,8 +346,14 @@ int main() {
   Figures gvisor = measure(rt::Isolation::kGvisor, 1000, cold_n, warm_n);
   print_row("gvisor cold: start + true", gvisor.cold);
   print_row("gvisor warm: true", gvisor.warm);
+  print_row("gvisor warm: bash -c true from a shell inside", gvisor.warm_inside);
+  print_row("bare runsc run of the same bundle: bash -c true", gvisor.bare_cold);
   std::printf("\nratios gvisor/native (p50): warm %.1fx, cold %.1fx\n",
               gvisor.warm.p50_ms / native.warm.p50_ms, gvisor.cold.p50_ms / native.cold.p50_ms);
+  std::printf("ratio gvisor warm / a shell inside (p50): %.2fx (goal <= 1.3); native: %.2fx\n",
+              gvisor.warm.p50_ms / gvisor.warm_inside.p50_ms, native.warm.p50_ms / native.warm_inside.p50_ms);
+  std::printf("ratio gvisor cold / bare runsc run (p50): %.2fx (goal <= 0.5)\n",
+              gvisor.cold.p50_ms / gvisor.bare_cold.p50_ms);
   const MemoryFigures memory = measure_memory(1000, env_int("BENCH_MEMORY", 5));
   std::printf("\ngvisor memory: a Python process holding 100 MiB (image %.1f MiB)\n", memory.image_mib);
   print_row("gvisor pause: checkpoint + stop", memory.pause);
@@ -234,5 +370,16 @@ int main() {
   print_row("gvisor fork of 4: checkpoint + 5 restores", forks.fork4);
   print_row("gvisor 4 cold starts: 4 x (start + true)", forks.cold4);
   std::printf("ratio fork of 4 / 4 cold starts (p50): %.2fx\n", forks.fork4.p50_ms / forks.cold4.p50_ms);
+  const int work_n = env_int("BENCH_WORK", 5);
+  const WorkFigures native_work = measure_work(rt::Isolation::kNative, 101000, work_n);
+  const WorkFigures gvisor_work = measure_work(rt::Isolation::kGvisor, 1000, work_n);
+  std::printf("\nthe second kernel's price for real work\n");
+  print_row("native: python3 -c 'import pandas'", native_work.pandas);
+  print_row("gvisor: python3 -c 'import pandas'", gvisor_work.pandas);
+  print_row("native: du -s of 10,000 files", native_work.du);
+  print_row("gvisor: du -s of 10,000 files", gvisor_work.du);
+  std::printf("ratios gvisor/native (p50): import pandas %.1fx, du %.1fx\n",
+              gvisor_work.pandas.p50_ms / native_work.pandas.p50_ms,
+              gvisor_work.du.p50_ms / native_work.du.p50_ms);
   return 0;
 }
