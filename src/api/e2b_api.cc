@@ -286,6 +286,13 @@ asio::awaitable<Result<Response>> create_sandbox(ApiContext& api, RequestContext
   auto auto_pause = bool_field(*body, "autoPause");
   if (!auto_pause) co_return auto_pause.error();
   request.auto_pause = *auto_pause;
+  // What that pause keeps (E2B's lifecycle.onTimeout.keepMemory): memory unless it says
+  // false, where the tier keeps memory; files either way.
+  if (body->contains("autoPauseMemory")) {
+    auto auto_pause_memory = bool_field(*body, "autoPauseMemory");
+    if (!auto_pause_memory) co_return auto_pause_memory.error();
+    request.auto_pause_memory = *auto_pause_memory;
+  }
   if (const auto* mcp = body->if_contains("mcp"); mcp && !mcp->is_null())
     co_return ApiError::invalid_request("MCP gateways are not available on this server");
   // E2B's default lets anyone who knows a port's URL in; here only the owner's

@@ -338,14 +338,16 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
   auto& state = container->on_strand;
   for (;;) {
     if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
-    if (state.sandbox && state.sandbox->running()) co_return state.sandbox;
-    container->sandbox_up = false;  // it stopped by itself (PID 1 died)
-    if (!runtime_) co_return ApiError::unavailable(unavailable_reason());
+    // A start, a stop or a snapshot under way first: a sandbox being stopped still runs
+    // while it is checkpointed, and is not to be handed out.
     if (state.starting) {
       boost::system::error_code ec;
       co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
+    if (state.sandbox && state.sandbox->running()) co_return state.sandbox;
+    container->sandbox_up = false;  // it stopped by itself (PID 1 died)
+    if (!runtime_) co_return ApiError::unavailable(unavailable_reason());
     // Room under the quota first (this may stop the least recently used idle sandbox).
     auto room = co_await make_room(container);
     if (!room) co_return room.error();
@@ -421,11 +423,25 @@ asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container
     boost::system::error_code ec;
     co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
+  // From here until the stop ends, the strand's other work (a command, a start, another
+  // stop) waits for it as for a start, and no command takes the running sandbox from the
+  // fast path: the steps below suspend, and a command run meanwhile in a sandbox being
+  // checkpointed would break the checkpoint or be lost with it, and a start during the
+  // flush below would take (and remove) the checkpoint the flush is sending. (An E2B
+  // sandbox paused at its end time is seen paused, and may be resumed and called, while
+  // this runs.)
+  container->sandbox_up = false;
+  container->live_sandbox.store(nullptr);
+  state.starting = true;
+  state.started_event =
+      std::make_unique<asio::steady_timer>(container->strand, std::chrono::steady_clock::time_point::max());
+  TransitionEnd stopped{[&state] {
+    state.starting = false;
+    state.started_event->cancel();
+  }};
   // Its memory first, while it still runs as it was (the checkpoint ends it).
   if (state.sandbox && state.sandbox->running() && !container->deleted && keeps_memory_at(reason))
     co_await checkpoint_memory(container, state.sandbox);
-  container->sandbox_up = false;
-  container->live_sandbox.store(nullptr);
   // A stopped sandbox writes nothing: its watches go back to the host's share (its next
   // command walks, and watches again).
   if (tree_changes_) tree_changes_->forget(container->storage);

@@ -206,8 +206,11 @@ asio::awaitable<void> E2bSandboxes::end_one(const E2bSandbox& s) {
     if (!co_await store([this, &s, now] { return records_.mark_paused_if_due(s.owner, s.id, now); }))
       co_return;  // resumed or given more time meanwhile
     ops::log_event(spdlog::level::info, "e2b_sandbox_timeout",
-                   {{"owner", s.owner}, {"sandbox", s.id}, {"action", "pause"}});
-    co_await containers_.stop(*container, "paused");
+                   {{"owner", s.owner},
+                    {"sandbox", s.id},
+                    {"action", "pause"},
+                    {"keep_memory", s.auto_pause_memory ? "true" : "false"}});
+    co_await containers_.stop(*container, s.auto_pause_memory ? "paused" : kStopKeepingFilesOnly.data());
     co_return;
   }
   // Given more time (or paused) since the pass read it: it stays.
@@ -266,6 +269,7 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
   s.started_at_ms = now_ms();
   s.end_at_ms = s.started_at_ms + request.timeout_sec * 1000;
   s.auto_pause = request.auto_pause;
+  s.auto_pause_memory = request.auto_pause_memory;
   // Held in memory from the start where the scope allows (this replica made it: its
   // container's lease is this replica's).
   std::optional<store::E2bHold> hold;

@@ -43,6 +43,7 @@ struct E2bCreate {
   std::map<std::string, std::string> metadata, env_vars;
   int64_t timeout_sec = 300;
   bool auto_pause = false;
+  bool auto_pause_memory = true;  // that pause keeps memory (where the tier does), else files only
   // Its network options, checked against the operator's policy already (null: none).
   std::shared_ptr<const ops::SandboxEgress> egress;
   // Gives the new container its first state before its sandbox starts (a snapshot's:

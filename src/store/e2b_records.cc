@@ -11,6 +11,10 @@ namespace json = boost::json;
 using db::Statement;
 using db::Transaction;
 
+// e2b_sandboxes.auto_pause: 0 ends the sandbox at its end time, 1 pauses it, this
+// pauses it keeping its files only.
+constexpr int64_t kAutoPauseFilesOnly = 2;
+
 constexpr const char* kColumns =
     "s.id, s.owner, s.template_id, s.metadata, s.env_vars, s.started_at_ms, s.end_at_ms, s.auto_pause, "
     "s.paused";
@@ -41,6 +45,7 @@ E2bRecord read_record(const Statement& row) {
   record.started_at_ms = row.integer(5);
   record.end_at_ms = row.integer(6);
   record.auto_pause = row.integer(7) != 0;
+  record.auto_pause_memory = row.integer(7) != kAutoPauseFilesOnly;
   record.paused = row.integer(8) != 0;
   return record;
 }
@@ -219,7 +224,7 @@ bool E2bRecords::insert_row(const E2bRecord& record) {
       .add(encode_map(record.env_vars))
       .add(record.started_at_ms)
       .add(record.end_at_ms)
-      .add(int64_t{record.auto_pause})
+      .add(record.auto_pause ? (record.auto_pause_memory ? int64_t{1} : kAutoPauseFilesOnly) : int64_t{0})
       .add(int64_t{record.paused});
   insert.run();
   if (insert.changes() == 0) return false;

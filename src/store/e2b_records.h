@@ -47,6 +47,10 @@ struct E2bRecord {
   int64_t started_at_ms = 0;
   int64_t end_at_ms = 0;
   bool auto_pause = false;
+  // Whether that pause keeps the sandbox's memory where the tier keeps memory (E2B's
+  // autoPauseMemory, default on); false: files only. Kept in auto_pause's column as
+  // its value 2, so no schema change: an older server reads it as a pause.
+  bool auto_pause_memory = true;
   bool paused = false;
 };
 

@@ -175,6 +175,49 @@ test('pause keeps memory on the gvisor tier; keepMemory: false keeps files only'
   }
 });
 
+// The same at the end time: lifecycle.onTimeout 'pause' keeps memory (E2B's default
+// autoPauseMemory), and { action: 'pause', keepMemory: false } keeps the files only.
+test('an auto-pause at the end time keeps memory unless onTimeout says keepMemory: false (gvisor)', {
+  skip: RUNSC ? false : 'runsc is not installed (Debian: apt-get install runsc)',
+}, async () => {
+  const gopts = { apiKey: ALICE, apiUrl: `${gvisorServer.url}/e2b`, sandboxUrl: `${gvisorServer.url}/e2b/sandbox` };
+  const pidOf = async (sbx) => (await sbx.commands.run('pgrep -f "sleep 600[2]" || true')).stdout.trim();
+  const pausedAtItsEnd = async (sbx) => {
+    const deadline = Date.now() + 60_000;
+    let state = 'running';
+    while (state !== 'paused' && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 250));
+      state = (await sbx.getInfo()).state;
+    }
+    assert.equal(state, 'paused');
+  };
+  for (const keepMemory of [true, false]) {
+    const onTimeout = keepMemory ? 'pause' : { action: 'pause', keepMemory: false };
+    const sbx = await Sandbox.create({ ...gopts, timeoutMs: 600_000, lifecycle: { onTimeout } });
+    try {
+      assert.equal((await sbx.runCode('kept = 41\nkept')).text, '41');
+      await sbx.commands.run('sleep 6002', { background: true });
+      await sbx.files.write('/home/user/auto-paused.txt', 'a file');
+      const pid = await pidOf(sbx);
+      assert.match(pid, /^[0-9]+$/);
+      await sbx.setTimeout(2_000);  // its end time comes now that it holds all that
+      // Seen paused as its checkpoint begins: the calls below wait for it to end.
+      await pausedAtItsEnd(sbx);
+      const back = await Sandbox.connect(sbx.sandboxId, { ...gopts, timeoutMs: 600_000 });
+      if (keepMemory) {
+        assert.equal((await back.runCode('kept + 1')).text, '42');
+        assert.equal(await pidOf(back), pid, 'the same process, the same pid');
+      } else {
+        assert.equal((await back.runCode("'kept' in globals()")).text, 'False');
+        assert.equal(await pidOf(back), '');
+      }
+      assert.equal(await back.files.read('/home/user/auto-paused.txt'), 'a file');
+    } finally {
+      await sbx.kill().catch(() => {});
+    }
+  }
+});
+
 test('contexts: created, listed, each with its own state, restarted and removed', async () => {
   const context = await sandbox.createCodeContext({ cwd: '/tmp' });
   assert.equal(context.language, 'python');
