@@ -93,7 +93,18 @@ void E2bSnapshots::start() {
   chmod(root_.c_str(), 0700);  // what sandboxes had in their files and memory
   for (const auto& entry : fs::directory_iterator(root_, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.starts_with(kForkPrefix) || name.ends_with(".tmp")) {
+    // A fork's, or one whose record is missing: the server stopped between copying a
+    // snapshot and recording it, or between removing its record and its folder. Its
+    // bytes counted for nobody (the records are what the quota counts).
+    bool left_over = name.starts_with(kForkPrefix) || name.ends_with(".tmp");
+    if (!left_over) {
+      try {
+        left_over = !records_.snapshot_exists(name);
+      } catch (const std::exception& e) {
+        spdlog::warn("e2b: looking up snapshot {}: {}", name, e.what());  // kept: looked at next start
+      }
+    }
+    if (left_over) {
       fs::remove_all(entry.path(), ec);
       spdlog::info("e2b: removed {}, left by a fork or snapshot that did not finish", entry.path().string());
     }

@@ -45,7 +45,8 @@ class E2bSnapshots {
   // anything that cannot be one of this server's.
   static std::optional<std::string> key_of(std::string_view snapshot_id);
 
-  // Removes what a fork that stopped half way left (blocking; before serving).
+  // Removes what a fork, a snapshot or a deletion that stopped half way left: a folder
+  // with no record (blocking; before serving).
   void start();
 
   // Snapshots the owner's sandbox. `name` ('' none): a later snapshot under the same name

@@ -507,4 +507,11 @@ size_t E2bRecords::count_snapshots(const std::string& owner) {
   return count.step() ? static_cast<size_t>(count.integer(0)) : 0;
 }
 
+bool E2bRecords::snapshot_exists(const std::string& id) {
+  auto conn = db_->acquire();
+  Statement find(conn, "SELECT 1 FROM e2b_snapshots WHERE id = ?");
+  find.add(id);
+  return find.step();
+}
+
 }  // namespace sandboxd::store

@@ -184,6 +184,9 @@ class E2bRecords {
   E2bSnapshotPage list_snapshots(const E2bSnapshotQuery& query);
   bool remove_snapshot(const std::string& owner, const std::string& id);
   size_t count_snapshots(const std::string& owner);
+  // Whether any owner has a snapshot of this id (a snapshot's folder without one was left
+  // by a server that stopped half way through making or deleting it).
+  bool snapshot_exists(const std::string& id);
 
  private:
   class Cache;

@@ -7,7 +7,7 @@
 // from it (skipped where runsc is not installed). Run by CTest with SANDBOXD_PATH.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox } from '@e2b/code-interpreter';
@@ -295,12 +295,20 @@ test(`a snapshot survives a restart of the server (${ISOLATION})`, { skip: SKIP 
   await source.runCode('survived = 5');
   const snapshot = await source.createSnapshot({ name: 'across-restart' });
   await stopProgram(server.child);
+  // What a server killed between copying a snapshot and recording it leaves: a folder
+  // with no record, which the next start removes.
+  const strayFolder = join(dir, 'data', 'snapshots', 'strayfolder000000000');
+  mkdirSync(strayFolder);
+  writeFileSync(join(strayFolder, 'volume.img'), 'left over');
+  const kept = readdirSync(join(dir, 'data', 'snapshots')).filter((name) => name !== 'strayfolder000000000');
   server = await startServer(dir, 'data', [
     `auth: { tokens: [ { token: ${ALICE}, owner: alice }, { token: ${BOB}, owner: bob } ] }`,
     GVISOR ? 'runtime: { prestartedSandboxes: 0, isolation: gvisor, gvisorPlatform: ptrace }'
       : 'runtime: { prestartedSandboxes: 0 }',
   ]);
   const restarted = { ...alice, apiUrl: `${server.url}/e2b`, sandboxUrl: `${server.url}/e2b/sandbox` };
+  assert.equal(existsSync(strayFolder), false, 'a folder with no record is removed at start');
+  assert.deepEqual(readdirSync(join(dir, 'data', 'snapshots')).sort(), kept.sort(), 'the recorded ones stay');
   const listed = await Sandbox.listSnapshots(restarted).nextItems();
   assert.deepEqual(listed.map((s) => s.snapshotId), [snapshot.snapshotId]);
   const copy = await Sandbox.create(snapshot.snapshotId, { ...restarted, timeoutMs: 600_000 });
