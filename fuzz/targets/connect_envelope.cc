@@ -1,9 +1,9 @@
 // A Connect-RPC server-streaming request: the 5-byte envelope (flags, big-endian
-// length) and the JSON message it frames (api/connect_envelope.h).
+// length) and the JSON message it frames (e2b/api/connect_envelope.h).
 #include <boost/json.hpp>
 #include <string>
 
-#include "api/connect_envelope.h"
+#include "e2b/api/connect_envelope.h"
 
 using namespace sandboxd::api;
 

@@ -3,8 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <boost/json.hpp>
 
-#include "api/e2b_common.h"
 #include "base/blocking.h"
+#include "e2b/api/common.h"
 #include "server/http_relay.h"
 #include "service/store_call.h"
 #include "store/lease_store.h"

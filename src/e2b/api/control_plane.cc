@@ -14,8 +14,8 @@
 #include <ctime>
 
 #include "api/api_calls.h"
-#include "api/connect_rpc.h"
-#include "api/e2b_common.h"
+#include "e2b/api/common.h"
+#include "e2b/api/connect_rpc.h"
 #include "server/auth.h"
 #include "server/router.h"
 

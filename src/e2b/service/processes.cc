@@ -1,4 +1,4 @@
-#include "service/sandbox_processes.h"
+#include "e2b/service/processes.h"
 
 #include <fcntl.h>
 #include <unistd.h>

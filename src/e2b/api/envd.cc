@@ -30,18 +30,18 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
-#include "api/connect_rpc.h"
-#include "api/e2b_common.h"
 #include "api/file_transfer.h"
 #include "api/gzip_body.h"
 #include "base/base64.h"
 #include "base/blocking.h"
 #include "base/utf8.h"
+#include "e2b/api/common.h"
+#include "e2b/api/connect_rpc.h"
+#include "e2b/service/processes.h"
 #include "server/auth.h"
 #include "service/directory_watches.h"
 #include "service/owner_quotas.h"
 #include "service/sandbox_files.h"
-#include "service/sandbox_processes.h"
 #include "service/store_call.h"
 #include "store/multipart.h"
 

@@ -1,9 +1,9 @@
-#include "api/connect_rpc.h"
+#include "e2b/api/connect_rpc.h"
 
 #include <boost/json.hpp>
 #include <charconv>
 
-#include "api/e2b_common.h"
+#include "e2b/api/common.h"
 
 namespace sandboxd::api::connect_rpc {
 namespace {

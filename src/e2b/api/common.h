@@ -18,8 +18,8 @@
 #include <string_view>
 
 #include "api/routes.h"
-#include "service/e2b_sandboxes.h"
-#include "service/e2b_snapshots.h"
+#include "e2b/service/sandboxes.h"
+#include "e2b/service/snapshots.h"
 
 namespace sandboxd::api {
 

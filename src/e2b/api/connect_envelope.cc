@@ -1,4 +1,4 @@
-#include "api/connect_envelope.h"
+#include "e2b/api/connect_envelope.h"
 
 #include <boost/json.hpp>
 #include <string>

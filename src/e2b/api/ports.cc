@@ -29,7 +29,7 @@
 #include <map>
 #include <mutex>
 
-#include "api/e2b_common.h"
+#include "e2b/api/common.h"
 #include "server/auth.h"
 #include "server/port_proxy.h"
 

@@ -1,4 +1,4 @@
-#include "service/e2b_snapshots.h"
+#include "e2b/service/snapshots.h"
 
 #include <sys/stat.h>
 

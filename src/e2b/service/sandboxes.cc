@@ -1,4 +1,4 @@
-#include "service/e2b_sandboxes.h"
+#include "e2b/service/sandboxes.h"
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>

@@ -11,8 +11,8 @@
 #include <string>
 #include <string_view>
 
-#include "api/connect_envelope.h"  // parse_envelope, parse_message, the flags
 #include "api/routes.h"
+#include "e2b/api/connect_envelope.h"  // parse_envelope, parse_message, the flags
 
 namespace sandboxd::api::connect_rpc {
 

@@ -17,9 +17,9 @@
 #include <optional>
 #include <variant>
 
-#include "api/e2b_common.h"
 #include "api/routes.h"
 #include "base/utf8.h"
+#include "e2b/api/common.h"
 #include "service/discovery.h"
 #include "service/sandbox_credentials.h"
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "service/e2b_sandboxes.h"
+#include "e2b/service/sandboxes.h"
 #include "store/e2b_records.h"
 
 namespace sandboxd::service {
