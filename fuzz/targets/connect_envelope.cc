@@ -5,7 +5,7 @@
 
 #include "e2b/api/connect_envelope.h"
 
-using namespace sandboxd::api;
+using namespace sandboxd::e2b;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
