@@ -17,6 +17,7 @@
 
 #include "eventually.h"
 #include "loopback.h"
+#include "server/auth.h"
 #include "server/http_server.h"
 #include "server_harness.h"
 #include "shared_server_suite.h"
@@ -249,6 +250,85 @@ TEST(HardeningTransport, AStringAnswerIsFramedOnceWithTheTransportsOwnFields) {
   EXPECT_NE(raw.find("\r\n\r\nHTTP/1.1 200 OK\r\n", raw.find("204 No Content")), std::string::npos) << raw;
   EXPECT_EQ(count(raw, "\r\nConnection: close\r\n"), 1u) << raw;
   EXPECT_EQ(raw.substr(raw.size() - 7), "\r\n\r\nabc") << raw;
+  http.stop_accepting();
+  io.stop();
+  runner.join();
+}
+
+// What a route declares beyond its pattern (server::RouteOptions), and the credential
+// headers a surface adds: another API's error shape answers every error of its route
+// (authentication's included) and, for a path under its prefix that no route matches, the
+// prefix's; a route's own credential is asked first and declines a request that carries
+// none of it; a token comes in x-api-key, an added header or a bearer Authorization, and
+// in no other header.
+TEST(HardeningTransport, RouteOptionsShapeErrorsAndAcceptTheirOwnCredential) {
+  namespace server = sandboxd::server;
+  using sandboxd::ApiError;
+  using sandboxd::Result;
+  boost::asio::io_context io;
+  server::HttpServer http(io, server::ServerLimits{});
+  http.accept_credential_header("x-other-token");
+  http.set_authenticator([](server::RequestContext& ctx) -> Result<void> {
+    if (server::presented_token(ctx) != "t1") return ApiError::authentication("no token");
+    ctx.owner = "token-owner";
+    return {};
+  });
+  // The other API's shape: a 418 whose body names the message.
+  auto other_shape = [](const ApiError& error) -> server::Response {
+    return server::Response(server::json_response(static_cast<server::http::status>(418),
+                                                  "{\"shaped\":\"" + error.message + "\"}"));
+  };
+  http.shape_errors("/other", other_shape);
+  auto echo_owner = [](server::RequestContext& ctx) -> boost::asio::awaitable<Result<server::Response>> {
+    if (ctx.query_value("fail")) co_return ApiError::not_found("handler said no");
+    co_return server::Response(
+        server::json_response(server::http::status::ok, "{\"owner\":\"" + ctx.owner + "\"}"));
+  };
+  server::RouteOptions signed_route{.error_shape = other_shape};
+  signed_route.credential = [](server::RequestContext& ctx) -> std::optional<Result<void>> {
+    const auto sig = ctx.query_value("sig");
+    if (!sig) return std::nullopt;
+    if (*sig != "good") return Result<void>(ApiError::authentication("bad signature"));
+    ctx.owner = "signer";
+    return Result<void>();
+  };
+  http.route(server::http::verb::get, "/other/signed", "other.signed", echo_owner, signed_route);
+  http.route(server::http::verb::get, "/plain", "plain", echo_owner);
+  auto endpoint = http.listen("127.0.0.1", 0);
+  std::thread runner([&] { io.run(); });
+  auto get = [&](const std::string& target, const std::string& fields = "") {
+    return raw_exchange(endpoint.port(),
+                        "GET " + target + " HTTP/1.1\r\nHost: x\r\n" + fields + "Connection: close\r\n\r\n");
+  };
+  // The route's shape for authentication, the credential's refusal and the handler's error.
+  std::string raw = get("/other/signed");
+  EXPECT_EQ(raw.rfind("HTTP/1.1 418 ", 0), 0u) << raw;
+  EXPECT_NE(raw.find("{\"shaped\":\"no token\"}"), std::string::npos) << raw;
+  raw = get("/other/signed?sig=bad", "x-api-key: t1\r\n");
+  EXPECT_NE(raw.find("{\"shaped\":\"bad signature\"}"), std::string::npos) << raw;
+  raw = get("/other/signed?fail=1", "x-api-key: t1\r\n");
+  EXPECT_NE(raw.find("{\"shaped\":\"handler said no\"}"), std::string::npos) << raw;
+  // The route's credential names the owner; without one the server's authenticator does.
+  raw = get("/other/signed?sig=good");
+  EXPECT_NE(raw.find("{\"owner\":\"signer\"}"), std::string::npos) << raw;
+  raw = get("/other/signed", "x-other-token: t1\r\n");
+  EXPECT_NE(raw.find("{\"owner\":\"token-owner\"}"), std::string::npos) << raw;
+  // No route under the prefix: the prefix's shape; outside it, sandboxd's own.
+  raw = get("/other/missing");
+  EXPECT_EQ(raw.rfind("HTTP/1.1 418 ", 0), 0u) << raw;
+  raw = get("/plain?fail=1", "x-api-key: t1\r\n");
+  EXPECT_EQ(raw.rfind("HTTP/1.1 404 ", 0), 0u) << raw;
+  EXPECT_NE(raw.find("\"type\":\"not_found_error\""), std::string::npos) << raw;
+  // The added header and a bearer carry a token on every route; an unknown header does not.
+  raw = get("/plain", "x-other-token: t1\r\n");
+  EXPECT_NE(raw.find("{\"owner\":\"token-owner\"}"), std::string::npos) << raw;
+  raw = get("/plain", "Authorization: Bearer t1\r\n");
+  EXPECT_NE(raw.find("{\"owner\":\"token-owner\"}"), std::string::npos) << raw;
+  raw = get("/plain", "x-access-token: t1\r\n");
+  EXPECT_EQ(raw.rfind("HTTP/1.1 401 ", 0), 0u) << raw;
+  // The sig query is not a credential where the route declares none.
+  raw = get("/plain?sig=good");
+  EXPECT_EQ(raw.rfind("HTTP/1.1 401 ", 0), 0u) << raw;
   http.stop_accepting();
   io.stop();
   runner.join();

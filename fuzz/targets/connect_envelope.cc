@@ -1,11 +1,11 @@
 // A Connect-RPC server-streaming request: the 5-byte envelope (flags, big-endian
-// length) and the JSON message it frames (api/connect_envelope.h).
+// length) and the JSON message it frames (e2b/api/connect_envelope.h).
 #include <boost/json.hpp>
 #include <string>
 
-#include "api/connect_envelope.h"
+#include "e2b/api/connect_envelope.h"
 
-using namespace sandboxd::api;
+using namespace sandboxd::e2b;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 #include <boost/json.hpp>
 
-#include "api/e2b_common.h"
 #include "base/blocking.h"
 #include "server/http_relay.h"
 #include "service/store_call.h"
@@ -70,15 +69,12 @@ void install_cluster_routing(server::HttpServer& http, ApiContext& api, cluster:
   limits.idle_timeout = std::min<std::chrono::milliseconds>(std::chrono::seconds(10), header_timeout * 2 / 3);
   auto pool = server::UpstreamPool::make(http.io_context().get_executor(), limits);
   api.replica_connections = pool;
+  // (The routing's own refusals, a takeover's pace or a holder out of reach, are
+  // answered in the route's own error shape by the server: server::RouteOptions.)
   http.set_interceptor(
       [&api, &leases, pool](RequestContext& ctx,
                             const server::Handler& handler) -> asio::awaitable<Result<Response>> {
-        Result<Response> result = co_await route_request(api, leases, pool, ctx, handler);
-        // The routing's own refusals (a takeover's pace, a holder out of reach) in the
-        // shape the route's clients read: E2B's SDKs raise their own errors only on theirs.
-        if (!result)
-          if (auto shaped = e2b_error_for_route(ctx.route_name, result.error())) co_return std::move(*shaped);
-        co_return result;
+        co_return co_await route_request(api, leases, pool, ctx, handler);
       });
 }
 

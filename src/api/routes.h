@@ -14,9 +14,6 @@ namespace sandboxd::kubernetes {
 class PeerWatch;
 }
 namespace sandboxd::service {
-class E2bSandboxes;
-class E2bSnapshots;
-class SandboxProcesses;
 class DirectoryWatches;
 class ToolTasks;
 }  // namespace sandboxd::service
@@ -39,13 +36,11 @@ using server::RequestContext;
 using server::Response;
 
 // The services, and what only the HTTP surfaces need beside them: those every server
-// has, then those its configuration may leave out (null then).
+// has, then those its configuration may leave out (null then). (E2B's surfaces reach
+// theirs through a context of their own that extends this one: e2b/api/surfaces.h.)
 struct ApiContext : service::Services {
   const ops::HealthCheck& health;                      // behind /health
-  service::E2bSandboxes& e2b_sandboxes;                // E2B's sandboxes (api/e2b_api.cc, e2b_envd.cc)
-  service::E2bSnapshots& e2b_snapshots;                // their snapshots and forks
-  service::SandboxProcesses& sandbox_processes;        // envd's processes
-  service::DirectoryWatches& directory_watches;        // envd's WatchDir, MCP's subscriptions
+  service::DirectoryWatches& directory_watches;        // MCP's subscriptions, envd's WatchDir
   service::ToolTasks& tool_tasks;                      // MCP's tasks (api/mcp.cc)
   std::shared_ptr<model::UpstreamClient> upstream;     // the /messages model client: none configured
   cluster::ContainerDurability* durability = nullptr;  // storage.backend s3: the sessions bucket
@@ -63,18 +58,7 @@ void install_ops_routes(server::HttpServer& http, ApiContext& api);
 void install_messages_routes(server::HttpServer& http, ApiContext& api);
 void install_admin_routes(server::HttpServer& http, ApiContext& api);
 void install_skill_routes(server::HttpServer& http, ApiContext& api);
-void install_mcp_routes(server::HttpServer& http, ApiContext& api);              // api/mcp.cc
-void install_e2b_routes(server::HttpServer& http, ApiContext& api);              // api/e2b_api.cc
-void install_e2b_envd_routes(server::HttpServer& http, ApiContext& api);         // api/e2b_envd.cc
-void install_e2b_interpreter_routes(server::HttpServer& http, ApiContext& api);  // api/e2b_interpreter.cc
-
-// envd's signed file URLs (the SDKs' downloadUrl and uploadUrl; api/e2b_envd.cc): a
-// GET or POST of /files that presents no token but a signature. Sets ctx.owner to the
-// owner of the token (of `tokens`, the server's (token, owner) pairs) that signed it,
-// or answers E2B's 401 ("invalid signature", "signature is already expired").
-bool is_e2b_signed_request(const server::RequestContext& ctx);
-Result<void> authenticate_e2b_signature(server::RequestContext& ctx,
-                                        const std::vector<std::pair<std::string, std::string>>& tokens);
+void install_mcp_routes(server::HttpServer& http, ApiContext& api);  // api/mcp.cc
 
 // A route handler from a function of (ApiContext&, RequestContext&).
 template <typename Fn>

@@ -16,9 +16,6 @@ void install_surfaces(server::HttpServer& http, ApiContext& api,
   install_admin_routes(http, api);
   install_skill_routes(http, api);
   install_mcp_routes(http, api);
-  install_e2b_routes(http, api);
-  install_e2b_envd_routes(http, api);
-  install_e2b_interpreter_routes(http, api);
 }
 
 }  // namespace sandboxd::api

@@ -9,10 +9,10 @@
 
 namespace sandboxd::api {
 
-// The ops endpoints (/health, /ready, /metrics), the HTTP API (containers, files,
-// /messages, admin, Skills), the Workspace (threads and its page), MCP and E2B's API
-// (its control plane, envd, the code interpreter, the sandboxes' ports). The threads
-// are kept in `threads_database`.
+// The core's surfaces: the ops endpoints (/health, /ready, /metrics), the HTTP API
+// (containers, files, /messages, admin, Skills), the Workspace (threads and its page)
+// and MCP. The threads are kept in `threads_database`. (E2B's API is a library of its
+// own, which the composition root installs beside these: e2b/api/surfaces.h.)
 void install_surfaces(server::HttpServer& http, ApiContext& api,
                       std::shared_ptr<store::db::Database> threads_database);
 

@@ -26,6 +26,10 @@
 #include "base/ids.h"
 #include "cluster/container_durability.h"
 #include "cluster/container_leases.h"
+#include "e2b/api/surfaces.h"
+#include "e2b/service/processes.h"
+#include "e2b/service/sandboxes.h"
+#include "e2b/service/snapshots.h"
 #include "images/store.h"
 #include "kubernetes/peer_watch.h"
 #include "model/upstream_client.h"
@@ -45,9 +49,6 @@
 #include "service/container_service.h"
 #include "service/directory_watches.h"
 #include "service/discovery.h"
-#include "service/e2b_sandboxes.h"
-#include "service/e2b_snapshots.h"
-#include "service/sandbox_processes.h"
 #include "service/skill_mounts.h"
 #include "service/store_call.h"
 #include "service/store_check.h"
@@ -313,7 +314,7 @@ struct RunningParts {
   asio::io_context& io;
   server::HttpServer& http;
   service::ContainerService& containers;
-  service::E2bSandboxes& e2b_sandboxes;
+  e2b::Sandboxes& e2b_sandboxes;
   std::shared_ptr<model::UpstreamClient> upstream;  // may be null
   cluster::ContainerLeases* leases = nullptr;
   cluster::ContainerDurability* durability = nullptr;
@@ -470,11 +471,10 @@ int serve(ops::Config config, const std::string& config_path) {
     std::shared_ptr<kubernetes::PeerWatch> peer_watch = watch_network_peers(io, config);
     api::SandboxNetwork network(io, http, live_config, tokens, interception_ca, peer_watch);
     containers.set_network(&network);
-    // A token, or (for envd's /files only) a URL signed with one: the SDKs' file URLs.
-    http.set_authenticator([&network, &tokens](server::RequestContext& ctx) -> Result<void> {
-      if (api::is_e2b_signed_request(ctx)) return api::authenticate_e2b_signature(ctx, tokens);
-      return network.authenticate(ctx);
-    });
+    // A token (a route may accept a credential of its own first: envd's signed file
+    // URLs, e2b/api/envd.cc).
+    http.set_authenticator(
+        [&network](server::RequestContext& ctx) -> Result<void> { return network.authenticate(ctx); });
     // The upstream model's client (its own event-loop thread) exists only when one is
     // configured; /messages answers with a clear 400 otherwise.
     std::shared_ptr<model::UpstreamClient> upstream;
@@ -500,7 +500,7 @@ int serve(ops::Config config, const std::string& config_path) {
     // (forgotten as the lease is let go).
     store::E2bRecords e2b_records(metadata_database());
     e2b_records.enable_cache();
-    service::E2bSandboxes e2b_sandboxes(io, containers, e2b_records, config.data_dir);
+    e2b::Sandboxes e2b_sandboxes(io, containers, e2b_records, config.data_dir);
     if (leases) {
       e2b_sandboxes.set_cache_scope(
           [&leases](const std::string& storage) { return leases->cache_epoch(storage); });
@@ -517,29 +517,32 @@ int serve(ops::Config config, const std::string& config_path) {
         if (holder.takeover) co_return co_await leases->takeover_turn();
         co_return true;
       });
-    service::SandboxProcesses sandbox_processes;
+    e2b::Processes e2b_processes;
     service::ToolTasks tool_tasks;
     e2b_sandboxes.start();
     // Its snapshots and forks: copies of a sandbox's state under <dataDir>/snapshots.
-    service::E2bSnapshots e2b_snapshots(e2b_sandboxes, e2b_records, config.data_dir);
+    e2b::Snapshots e2b_snapshots(e2b_sandboxes, e2b_records, config.data_dir);
     e2b_snapshots.start();
     // What bursts freed goes back to the kernel instead of staying in the server's RSS.
     start_memory_release(io);
-    api::ApiContext api{{containers, files, live_config},
-                        health,
+    // One context for every surface: the core's see it as their api::ApiContext, E2B's
+    // (a library of its own, src/e2b/) as one with E2B's service beside it.
+    e2b::ApiContext api{{{containers, files, live_config},
+                         health,
+                         directory_watches,
+                         tool_tasks,
+                         upstream,
+                         durability ? &*durability : nullptr,
+                         leases ? &*leases : nullptr,
+                         nullptr,
+                         peer_watch.get()},
                         e2b_sandboxes,
                         e2b_snapshots,
-                        sandbox_processes,
-                        directory_watches,
-                        tool_tasks,
-                        upstream,
-                        durability ? &*durability : nullptr,
-                        leases ? &*leases : nullptr,
-                        nullptr,
-                        peer_watch.get()};
+                        e2b_processes};
     api.skills = &skills;
     api.skill_mounts = &skill_mounts;
     api::install_surfaces(http, api, metadata_database());
+    e2b::install_surfaces(http, api, tokens);
     if (leases) {
       api::install_cluster_routing(http, api, *leases);
       leases->register_replica();

@@ -4,7 +4,7 @@
 // store::S3Result); the service and the surfaces make it an ApiError in a Result. An
 // ApiError knows no protocol: each surface maps the kind to its own shape once, at its
 // edge (the HTTP status and Anthropic error type in messages/error_types.h, E2B's code
-// in api/e2b_common.h, Connect's in api/connect_rpc.cc, JSON-RPC's in api/mcp.cc). Bugs
+// in e2b/api/common.h, Connect's in e2b/api/connect_rpc.cc, JSON-RPC's in api/mcp.cc). Bugs
 // are thrown and never reach a client in detail; code decides on the kind, never on a
 // message's text. It lives below every layer, so any of them may return a Result.
 #pragma once

@@ -2,6 +2,8 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
+
 #include "base/hex.h"
 
 namespace sandboxd::server {
@@ -18,15 +20,15 @@ TokenAuth::TokenAuth(const std::vector<std::pair<std::string, std::string>>& tok
 }
 
 std::string_view presented_token(const RequestContext& ctx) {
-  // The first of these that the request has (one pass over its fields, not a lookup of
-  // each name): x-api-key; x-access-token, as E2B's SDKs present their access token on
-  // every call to a sandbox (api/e2b_common.h); e2b-traffic-access-token, all that the
-  // code interpreter's context calls carry (the same token); a bearer Authorization.
-  constexpr std::string_view kNames[] = {"x-api-key", "x-access-token", "e2b-traffic-access-token"};
+  // The first of the server's credential headers that the request has (one pass over
+  // its fields, not a lookup of each name): x-api-key, then those a surface added for its
+  // SDKs (HttpServer::accept_credential_header); a bearer Authorization last.
+  const auto names = ctx.credential_headers.first(
+      std::min(ctx.credential_headers.size(), HttpServer::kMaxCredentialHeaders));
   // Of each name its first field counts, as a lookup would find it (and an empty one
   // counts as absent).
-  std::string_view found[std::size(kNames)];
-  bool seen[std::size(kNames)] = {};
+  std::string_view found[HttpServer::kMaxCredentialHeaders];
+  bool seen[HttpServer::kMaxCredentialHeaders] = {};
   std::string_view authorization;
   bool authorization_seen = false;
   for (const auto& field : ctx.header()) {
@@ -37,14 +39,14 @@ std::string_view presented_token(const RequestContext& ctx) {
       continue;
     }
     const std::string_view name(field.name_string().data(), field.name_string().size());
-    for (size_t i = 0; i < std::size(kNames); ++i)
-      if (!seen[i] && beast::iequals(name, kNames[i])) {
+    for (size_t i = 0; i < names.size(); ++i)
+      if (!seen[i] && beast::iequals(name, names[i])) {
         found[i] = value;
         seen[i] = true;
       }
   }
-  for (const auto& token : found)
-    if (!token.empty()) return token;
+  for (size_t i = 0; i < names.size(); ++i)
+    if (!found[i].empty()) return found[i];
   if (authorization.size() > 7 && beast::iequals(authorization.substr(0, 7), "Bearer "))
     return authorization.substr(7);
   return {};

@@ -24,7 +24,8 @@ class TokenAuth {
 
 std::string sha256_hex(std::string_view data);
 
-// The token a request presents (x-api-key, else x-access-token, else a Bearer
+// The token a request presents (x-api-key, else the first of the other credential
+// headers the server accepts, HttpServer::accept_credential_header, else a Bearer
 // authorization); empty if none.
 std::string_view presented_token(const RequestContext& ctx);
 

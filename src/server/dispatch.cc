@@ -1,7 +1,7 @@
 // A request to its handler (HttpServer::dispatch): the target parsed, the route matched
-// (404, 405 with Allow), the caller authenticated and charged to its owner's connection
-// cap, then the handler (or the interceptor in front of it), its exceptions answered
-// as a plain 500.
+// (404, 405 with Allow), the caller authenticated (the route's own credential first)
+// and charged to its owner's connection cap, then the handler (or the interceptor in
+// front of it), its exceptions answered as a plain 500.
 #include <spdlog/spdlog.h>
 #include <boost/url/parse.hpp>
 
@@ -17,15 +17,16 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx,
   auto url = *parsed;
   for (auto param : url.params()) ctx.query[std::string(param.key)] = std::string(param.value);
   const std::string_view path(url.encoded_path().data(), url.encoded_path().size());
-  const ErrorShaper* shaper = nullptr;
-  for (const auto& [prefix, shape] : error_shapers_)
+  ctx.credential_headers = credential_headers_;
+  const ErrorShape* shape = nullptr;
+  for (const auto& [prefix, prefix_shape] : error_shapers_)
     if (path.starts_with(prefix) &&
         (path.size() == prefix.size() || path[prefix.size()] == '/' || prefix.ends_with('/')))
-      shaper = &shape;
-  // An error in the shape the path's API answers with (sandboxd's own by default).
-  auto answer = [&ctx, shaper](const ApiError& error) -> Response {
-    if (shaper)
-      if (auto shaped = (*shaper)(ctx.route_name, error)) return std::move(*shaped);
+      shape = &prefix_shape;
+  // An error in the shape the route's API answers with (the path's until a route
+  // matched; sandboxd's own by default).
+  auto answer = [&shape](const ApiError& error) -> Response {
+    if (shape && *shape) return (*shape)(error);
     return error_response(error);
   };
   RouteMatch match = router_.match(ctx.method(), path);
@@ -43,14 +44,22 @@ asio::awaitable<Response> HttpServer::dispatch(RequestContext& ctx,
   }
   ctx.params = std::move(match.params);
   ctx.route_name = router_.name(match.route);
-  ctx.authenticated_route = route_options_[match.route].authenticated;
-  ctx.container_scope = &route_options_[match.route].container;
+  const RouteOptions& options = route_options_[match.route];
+  ctx.authenticated_route = options.authenticated;
+  ctx.container_scope = &options.container;
+  if (options.error_shape) shape = &options.error_shape;
   // A connection from a sandbox is always authenticated: what it may reach is the
   // authenticator's decision, for every route.
-  if (route_options_[match.route].authenticated || ctx.origin) {
-    if (!authenticator_) co_return answer(ApiError::authentication("Authentication is not configured"));
-    auto auth = authenticator_(ctx);
-    if (!auth) co_return answer(auth.error());
+  if (options.authenticated || ctx.origin) {
+    // The route's own credential first (it declines a request that carries none of it);
+    // never for a connection from a sandbox, whose reach is the authenticator's alone.
+    std::optional<Result<void>> auth;
+    if (options.credential && !ctx.origin) auth = options.credential(ctx);
+    if (!auth) {
+      if (!authenticator_) co_return answer(ApiError::authentication("Authentication is not configured"));
+      auth = authenticator_(ctx);
+    }
+    if (!*auth) co_return answer(auth->error());
     // The owner is known now: its connections count against its own cap (the body of
     // a refused request is not read, so the connection closes after the answer).
     if (ctx.connection && !ctx.owner.empty() && !ctx.connection->charge(ctx.owner))

@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <stdexcept>
+
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -40,6 +42,14 @@ void HttpServer::route(http::verb method, std::string pattern, std::string name,
   router_.add(method, std::move(pattern), std::move(name));
   handlers_.push_back(std::move(handler));
   route_options_.push_back(options);
+}
+
+void HttpServer::accept_credential_header(std::string name) {
+  // presented_token keeps what it found of each name in a fixed array: no allocation on
+  // every request.
+  if (credential_headers_.size() >= kMaxCredentialHeaders)
+    throw std::logic_error("more than " + std::to_string(kMaxCredentialHeaders) + " credential headers");
+  credential_headers_.push_back(std::move(name));
 }
 
 tcp::endpoint HttpServer::listen(const std::string& host, uint16_t port) {

@@ -144,6 +144,9 @@ class RequestContext {
 
   std::string request_id;
   std::string route_name;  // for metrics and logs
+  // The headers that may carry the caller's token, in order (x-api-key first; the
+  // server's, HttpServer::accept_credential_header).
+  std::span<const std::string> credential_headers;
   // Where the matched route finds its container (null until a route matched).
   const ContainerScope* container_scope = nullptr;
   std::string owner;  // set once authenticated
@@ -241,9 +244,24 @@ class ContainerScope {
   Finder finder_;
 };
 
+// An error answered in another API's shape than sandboxd's own (a surface for another
+// API's clients: they raise their own errors only from their API's bodies).
+using ErrorShape = std::function<Response(const ApiError&)>;
+// A credential a route accepts besides the server's authenticator's: nullopt when the
+// request carries none of it (the server's authenticator then decides), else the
+// verdict (ctx.owner set, or the error).
+using RouteCredential = std::function<std::optional<Result<void>>(RequestContext&)>;
+
 struct RouteOptions {
   bool authenticated = true;
   ContainerScope container;
+  // Every error of the route in this shape, wherever it arises (authentication, the
+  // cluster's routing, the handler); null: sandboxd's own.
+  ErrorShape error_shape;
+  // Asked before the server's authenticator (a URL signed with a token, which an SDK
+  // hands to a browser to download or upload a file with); never for a connection from
+  // a sandbox (ConnectionOrigin), whose reach is the authenticator's alone.
+  RouteCredential credential;
 };
 
 // What the server tells its observer after each request (the access log, metrics and
@@ -268,20 +286,22 @@ class HttpServer {
   void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
   void set_interceptor(Interceptor interceptor) { interceptor_ = std::move(interceptor); }
   // Runs first on every request, before its target is parsed: may give it another
-  // target and set headers from what its Host names (E2B's PORT-SANDBOXID.domain
-  // addressing, api/e2b_api.cc). What it sets is what the client could have sent itself
+  // target and set headers from what its Host names (a surface's addressing by host
+  // name, as PORT-SANDBOXID.domain). What it sets is what the client could have sent itself
   // (a target and headers), so it grants nothing.
   using HostRouter = std::function<void(http::request<http::buffer_body>& request)>;
   void set_host_router(HostRouter router) { host_router_ = std::move(router); }
-  // The errors of requests whose path is `prefix` or below it (no route there, a
-  // method not allowed, authentication, a handler's error) answered in another API's
-  // shape by `shaper` (given the route's name, empty when none matched); nullopt from
-  // it keeps sandboxd's own shape. Clients of that API then see its errors everywhere
-  // under its prefix.
-  using ErrorShaper = std::function<std::optional<Response>(std::string_view route, const ApiError&)>;
-  void shape_errors(std::string prefix, ErrorShaper shaper) {
-    error_shapers_.emplace_back(std::move(prefix), std::move(shaper));
+  // The errors of requests whose path is `prefix` or below it that no route's own
+  // shape answers (no route there, a method not allowed) in another API's shape.
+  // Clients of that API then see its errors everywhere under its prefix.
+  void shape_errors(std::string prefix, ErrorShape shape) {
+    error_shapers_.emplace_back(std::move(prefix), std::move(shape));
   }
+  // A header that may carry the caller's token besides x-api-key and a bearer
+  // Authorization (presented_token, server/auth.h): another API's SDKs send theirs in
+  // headers of their own. Before serving; at most kMaxCredentialHeaders in all.
+  void accept_credential_header(std::string name);
+  static constexpr size_t kMaxCredentialHeaders = 8;
   asio::io_context& io_context() { return io_; }
 
   // Binds and starts accepting. Throws on a bind failure.
@@ -315,7 +335,8 @@ class HttpServer {
   RequestObserver observer_;
   Interceptor interceptor_;
   HostRouter host_router_;
-  std::vector<std::pair<std::string, ErrorShaper>> error_shapers_;
+  std::vector<std::pair<std::string, ErrorShape>> error_shapers_;
+  std::vector<std::string> credential_headers_{"x-api-key"};
   std::optional<tcp::acceptor> acceptor_;
   std::atomic<bool> stopping_{false};
   std::atomic<size_t> in_flight_{0};

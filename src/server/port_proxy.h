@@ -1,5 +1,5 @@
 // Proxies one HTTP request to a server the caller has connected to already (a port a
-// process in a sandbox listens on: api/e2b_ports.cc), and its answer back. Both bodies
+// process in a sandbox listens on, reached by a surface of its own), and its answer back. Both bodies
 // move as they arrive, never buffered whole; one upstream connection per request (the
 // client's own connection stays kept alive with this server). A request that asks to
 // upgrade (WebSocket) and is answered 101 turns the client's connection into a tunnel:

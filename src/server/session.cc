@@ -183,7 +183,7 @@ asio::awaitable<void> HttpServer::session(tcp::socket socket,
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   // Beast reads into what the buffer has room for, at least 512 bytes: an empty buffer
-  // takes a typical client's request (E2B's SDK sends 534 bytes of header) in two
+  // takes a typical client's request (an SDK's runs to 534 bytes of header) in two
   // reads. One allocation per connection makes it one.
   buffer.reserve(4096);
   std::string header_bytes;  // a string response's header, written here (capacity kept)

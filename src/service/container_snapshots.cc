@@ -1,5 +1,5 @@
 // A container's state copied out and into another container: E2B's snapshots and forks
-// (service/e2b_snapshots.h). The files are the volume's image, copied whole rather than
+// (e2b/service/snapshots.h). The files are the volume's image, copied whole rather than
 // as a tree: the copy is taken from the frozen file system in one pass over its
 // allocated extents (a reflink where the disk shares extents), it keeps every inode as
 // it was (numbers, times, extended attributes, ownership: what a restored gVisor

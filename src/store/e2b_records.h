@@ -1,5 +1,5 @@
 // E2B's sandbox records in the metadata database (SQLite or PostgreSQL, the same code):
-// what E2B's control plane attaches to a sandboxd container (service/e2b_sandboxes.h).
+// what E2B's control plane attaches to a sandboxd container (e2b/service/sandboxes.h).
 // Keyed by the sandbox id, which is the container's id; every read and write names the
 // owner as well, so another owner's sandbox is never found. In the database rather than
 // on a replica's disk so that every replica of a cluster sees every sandbox, and a

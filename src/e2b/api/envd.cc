@@ -1,9 +1,9 @@
 // envd, E2B's agent inside each sandbox, as E2B's SDKs reach it with E2B_SANDBOX_URL set
 // to http://HOST:PORT/e2b/sandbox (docs/e2b.md): the sandbox and the port are named by
-// headers (api/e2b_common.h), the process and filesystem services are Connect RPC with
+// headers (e2b/api/common.h), the process and filesystem services are Connect RPC with
 // the JSON codec (api/connect_rpc.h), and /files moves file bodies over plain HTTP.
 //
-// Processes run in the sandbox (service/sandbox_processes.h); the filesystem calls and
+// Processes run in the sandbox (e2b/service/processes.h); the filesystem calls and
 // /files work on the host side of the container's folders with sandboxd's path rules
 // and symlink safety (service/sandbox_files.h, store/file_store.h). E2B's home,
 // /home/user, is the workspace: in the sandbox a symlink to /home/agent/workspace.
@@ -30,29 +30,31 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
-#include "api/connect_rpc.h"
-#include "api/e2b_common.h"
 #include "api/file_transfer.h"
 #include "api/gzip_body.h"
 #include "base/base64.h"
 #include "base/blocking.h"
 #include "base/utf8.h"
+#include "e2b/api/common.h"
+#include "e2b/api/connect_rpc.h"
+#include "e2b/service/processes.h"
 #include "server/auth.h"
 #include "service/directory_watches.h"
 #include "service/owner_quotas.h"
 #include "service/sandbox_files.h"
-#include "service/sandbox_processes.h"
 #include "service/store_call.h"
 #include "store/multipart.h"
 
-namespace sandboxd::api {
+namespace sandboxd::e2b {
 
+using api::gzip_encoded;
+using api::GzipBody;
+using api::receive_body;
 using service::ContainerFiles;
 namespace {
 
 namespace json = boost::json;
 using service::FileEntry;
-using service::ProcessOutput;
 
 constexpr std::string_view kHome = "/home/user";
 // One multipart upload writes at most this many files.
@@ -62,9 +64,9 @@ constexpr size_t kMaxFilesPerUpload = 1000;
 // command, its arguments and variables, which the kernel takes at most 2 MiB of in all
 // (ARG_MAX at the default stack limit; one argument at most 128 KiB): 1 MiB of JSON
 // leaves room for escapes. A stdin write is at most what may wait for a process
-// (SandboxProcess::kStdinQueue), in base64, and the selector.
+// (Process::kStdinQueue), in base64, and the selector.
 constexpr size_t kStartMessage = 1u << 20;
-constexpr size_t kInputMessage = service::SandboxProcess::kStdinQueue / 3 * 4 + 4096;
+constexpr size_t kInputMessage = e2b::Process::kStdinQueue / 3 * 4 + 4096;
 
 // ---------------------------------------------------------------------------------
 // Paths: E2B's home is the workspace.
@@ -281,7 +283,7 @@ std::string message(const json::object& o) { return connect_rpc::envelope(json::
 
 // The events of a process to its reader: start, data as it comes, keep-alives while it
 // is quiet, the end. A client that goes away leaves the process running (as envd does).
-server::StreamResponse event_stream(std::shared_ptr<service::ProcessReader> reader, uint32_t pid,
+server::StreamResponse event_stream(std::shared_ptr<ProcessReader> reader, uint32_t pid,
                                     std::chrono::milliseconds keepalive, std::weak_ptr<Container> container) {
   server::StreamResponse res{connect_rpc::stream_header(), nullptr};
   res.first_chunk = message(start_event(pid));  // in the header's packet
@@ -312,8 +314,8 @@ server::StreamResponse event_stream(std::shared_ptr<service::ProcessReader> read
   return res;
 }
 
-asio::awaitable<Result<service::ProcessConfig>> process_config(const json::object& request) {
-  service::ProcessConfig config;
+asio::awaitable<Result<ProcessConfig>> process_config(const json::object& request) {
+  ProcessConfig config;
   const auto* process = object_field(request, "process");
   if (!process) co_return ApiError::invalid_request("'process' is required");
   auto cmd = string_field(*process, "cmd");
@@ -365,19 +367,19 @@ Result<runtime::protocol::TerminalSize> terminal_size(const json::value& pty) {
 }
 
 // ProcessSelector: {"pid": N} or {"tag": "..."}.
-Result<std::shared_ptr<service::SandboxProcess>> select_process(ApiContext& api, const Container& container,
-                                                                const json::object& request) {
+Result<std::shared_ptr<e2b::Process>> select_process(ApiContext& api, const Container& container,
+                                                     const json::object& request) {
   const auto* process = object_field(request, "process");
   if (!process) return ApiError::invalid_request("'process' (a pid or a tag) is required");
-  std::shared_ptr<service::SandboxProcess> found;
+  std::shared_ptr<e2b::Process> found;
   if (const auto* pid = process->if_contains("pid")) {
     auto value = integer_of(*pid);
     if (!value || *value < 0 || *value > UINT32_MAX)
       return ApiError::invalid_request("'process.pid' must be a pid");
-    found = api.sandbox_processes.find(container, static_cast<uint32_t>(*value));
+    found = api.processes.find(container, static_cast<uint32_t>(*value));
     if (!found) return ApiError::not_found("process with pid " + std::to_string(*value) + " not found");
   } else if (const auto* tag = process->if_contains("tag"); tag && tag->is_string()) {
-    found = api.sandbox_processes.find_tag(container, std::string(tag->as_string()));
+    found = api.processes.find_tag(container, std::string(tag->as_string()));
     if (!found)
       return ApiError::not_found("process with tag '" + std::string(tag->as_string()) + "' not found");
   } else {
@@ -404,9 +406,9 @@ asio::awaitable<Result<Response>> start_process(ApiContext& api, RequestContext&
     keep_stdin = stdin_flag->as_bool();
   auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
   if (!addressed) co_return addressed.error();
-  auto started = co_await api.sandbox_processes.start(
-      addressed->container, api.containers, std::move(*config), std::move(*tag), addressed->sandbox.env_vars,
-      keep_stdin, connect_rpc::timeout_of(ctx));
+  auto started =
+      co_await api.processes.start(addressed->container, api.containers, std::move(*config), std::move(*tag),
+                                   addressed->sandbox.env_vars, keep_stdin, connect_rpc::timeout_of(ctx));
   if (!started) co_return started.error();
   co_return event_stream(started->reader, started->process->pid(), keepalive_of(ctx), addressed->container);
 }
@@ -428,7 +430,7 @@ asio::awaitable<Result<Response>> list_processes(ApiContext& api, RequestContext
   auto addressed = co_await open_addressed_sandbox(api, ctx, kEnvdPort);
   if (!addressed) co_return addressed.error();
   json::array processes;
-  for (const auto& p : api.sandbox_processes.list(*addressed->container)) {
+  for (const auto& p : api.processes.list(*addressed->container)) {
     if (p->ended()) continue;
     json::object envs;
     for (const auto& [name, value] : p->config().envs) envs[name] = value;
@@ -1132,12 +1134,15 @@ asio::awaitable<Result<Response>> health(ApiContext& api, RequestContext& ctx) {
 
 }  // namespace
 
-bool is_e2b_signed_request(const RequestContext& ctx) {
-  return !ctx.origin &&
-         (ctx.route_name == "e2b.envd.files.read" || ctx.route_name == "e2b.envd.files.write") &&
-         server::presented_token(ctx).empty() && ctx.query_value("signature").has_value();
-}
+namespace {
 
+// envd's signed file URLs (the SDKs' downloadUrl and uploadUrl): a GET or POST of /files
+// from the public listener that presents no token but a signature, for `operation`
+// ("read" or "write"). Sets ctx.owner to the owner of the token (of `tokens`, the
+// server's (token, owner) pairs) that signed it, or answers E2B's 401 ("invalid
+// signature", "signature is already expired"); nullopt for a request that is not signed
+// (the server's token check then decides).
+//
 // The signature, as the SDKs compute it (getSignature): "v1_" and the unpadded base64
 // of SHA-256 over "path:operation:user:token", with ":expiration" (Unix seconds) when
 // the URL expires; operation "read" for a download, "write" for an upload; path and
@@ -1146,79 +1151,94 @@ bool is_e2b_signed_request(const RequestContext& ctx) {
 // tried (a handful; constant-time compares) and the one that signed names the owner.
 // A signature is checked before its expiry, as envd does: a forged URL is "invalid"
 // whatever its expiry says.
-Result<void> authenticate_e2b_signature(RequestContext& ctx,
-                                        const std::vector<std::pair<std::string, std::string>>& tokens) {
-  const std::string operation = ctx.route_name == "e2b.envd.files.write" ? "write" : "read";
-  const std::string signature = ctx.query_value("signature").value_or("");
-  const auto expiration = ctx.query_value("signature_expiration");
-  const std::string prefix = ctx.query_value("path").value_or("") + ":" + operation + ":" +
-                             ctx.query_value("username").value_or("") + ":";
-  const std::string suffix = expiration ? ":" + *expiration : "";
-  const std::string* owner = nullptr;
-  for (const auto& [token, token_owner] : tokens) {
-    const std::string raw = prefix + token + suffix;
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    EVP_Digest(raw.data(), raw.size(), digest, &length, EVP_sha256(), nullptr);
-    std::string expected =
-        "v1_" + base64_encode(std::string_view(reinterpret_cast<const char*>(digest), length));
-    while (expected.ends_with('=')) expected.pop_back();
-    if (expected.size() == signature.size() &&
-        CRYPTO_memcmp(expected.data(), signature.data(), expected.size()) == 0)
-      owner = &token_owner;
-  }
-  if (!owner) return ApiError::authentication("invalid signature");
-  if (expiration) {
-    int64_t at = 0;
-    auto [end, ec] = std::from_chars(expiration->data(), expiration->data() + expiration->size(), at);
-    if (ec != std::errc() || end != expiration->data() + expiration->size())
-      return ApiError::authentication("invalid signature expiration");
-    if (at < static_cast<int64_t>(std::time(nullptr)))
-      return ApiError::authentication("signature is already expired");
-  }
-  ctx.owner = *owner;
-  return {};
+server::RouteCredential signed_url(
+    std::string operation, std::shared_ptr<const std::vector<std::pair<std::string, std::string>>> tokens) {
+  return [operation = std::move(operation),
+          tokens = std::move(tokens)](RequestContext& ctx) -> std::optional<Result<void>> {
+    if (ctx.origin || !server::presented_token(ctx).empty() || !ctx.query_value("signature"))
+      return std::nullopt;
+    const std::string signature = ctx.query_value("signature").value_or("");
+    const auto expiration = ctx.query_value("signature_expiration");
+    const std::string prefix = ctx.query_value("path").value_or("") + ":" + operation + ":" +
+                               ctx.query_value("username").value_or("") + ":";
+    const std::string suffix = expiration ? ":" + *expiration : "";
+    const std::string* owner = nullptr;
+    for (const auto& [token, token_owner] : *tokens) {
+      const std::string raw = prefix + token + suffix;
+      unsigned char digest[EVP_MAX_MD_SIZE];
+      unsigned int length = 0;
+      EVP_Digest(raw.data(), raw.size(), digest, &length, EVP_sha256(), nullptr);
+      std::string expected =
+          "v1_" + base64_encode(std::string_view(reinterpret_cast<const char*>(digest), length));
+      while (expected.ends_with('=')) expected.pop_back();
+      if (expected.size() == signature.size() &&
+          CRYPTO_memcmp(expected.data(), signature.data(), expected.size()) == 0)
+        owner = &token_owner;
+    }
+    if (!owner) return Result<void>(ApiError::authentication("invalid signature"));
+    if (expiration) {
+      int64_t at = 0;
+      auto [end, ec] = std::from_chars(expiration->data(), expiration->data() + expiration->size(), at);
+      if (ec != std::errc() || end != expiration->data() + expiration->size())
+        return Result<void>(ApiError::authentication("invalid signature expiration"));
+      if (at < static_cast<int64_t>(std::time(nullptr)))
+        return Result<void>(ApiError::authentication("signature is already expired"));
+    }
+    ctx.owner = *owner;
+    return Result<void>();
+  };
 }
 
-void install_e2b_envd_routes(server::HttpServer& http, ApiContext& api) {
+}  // namespace
+
+void install_envd_routes(server::HttpServer& http, ApiContext& api,
+                         std::vector<std::pair<std::string, std::string>> tokens) {
   const server::RouteOptions sandbox = in_addressed_sandbox();
+  // Connect's RPCs answer every error in Connect's shape.
+  const server::RouteOptions unary = in_addressed_sandbox(connect_rpc::unary_shape);
+  const server::RouteOptions stream = in_addressed_sandbox(connect_rpc::stream_shape);
+  // /files also takes a URL signed with a token in place of the token.
+  const auto signers =
+      std::make_shared<const std::vector<std::pair<std::string, std::string>>>(std::move(tokens));
+  server::RouteOptions read_files = sandbox, write_files = sandbox;
+  read_files.credential = signed_url("read", signers);
+  write_files.credential = signed_url("write", signers);
   const std::string base = "/e2b/sandbox";
   using connect_rpc::stream_route;
   using connect_rpc::unary_route;
   http.route(http::verb::get, base + "/health", "e2b.envd.health", e2b_route(api, health), sandbox);
-  http.route(http::verb::get, base + "/files", "e2b.envd.files.read", e2b_route(api, download), sandbox);
+  http.route(http::verb::get, base + "/files", "e2b.envd.files.read", e2b_route(api, download), read_files);
   auto slots = std::make_shared<UploadSlots>();
   http.route(http::verb::post, base + "/files", "e2b.envd.files.write",
              e2b_route(api, [slots](ApiContext& context,
                                     RequestContext& ctx) { return upload(context, *slots, ctx); }),
-             sandbox);
+             write_files);
   const std::string process = base + "/process.Process/";
   http.route(http::verb::post, process + "Start", "e2b.envd.process.start", stream_route(api, start_process),
-             sandbox);
+             stream);
   http.route(http::verb::post, process + "Connect", "e2b.envd.process.connect",
-             stream_route(api, connect_process), sandbox);
+             stream_route(api, connect_process), stream);
   http.route(http::verb::post, process + "List", "e2b.envd.process.list", unary_route(api, list_processes),
-             sandbox);
+             unary);
   http.route(http::verb::post, process + "SendInput", "e2b.envd.process.input", unary_route(api, send_input),
-             sandbox);
+             unary);
   http.route(http::verb::post, process + "Update", "e2b.envd.process.update",
-             unary_route(api, update_process), sandbox);
+             unary_route(api, update_process), unary);
   http.route(http::verb::post, process + "CloseStdin", "e2b.envd.process.input",
-             unary_route(api, close_stdin), sandbox);
+             unary_route(api, close_stdin), unary);
   http.route(http::verb::post, process + "SendSignal", "e2b.envd.process.signal",
-             unary_route(api, send_signal), sandbox);
+             unary_route(api, send_signal), unary);
   const std::string filesystem = base + "/filesystem.Filesystem/";
-  http.route(http::verb::post, filesystem + "Stat", "e2b.envd.fs.stat", unary_route(api, stat), sandbox);
-  http.route(http::verb::post, filesystem + "ListDir", "e2b.envd.fs.list", unary_route(api, list_dir),
-             sandbox);
+  http.route(http::verb::post, filesystem + "Stat", "e2b.envd.fs.stat", unary_route(api, stat), unary);
+  http.route(http::verb::post, filesystem + "ListDir", "e2b.envd.fs.list", unary_route(api, list_dir), unary);
   http.route(http::verb::post, filesystem + "MakeDir", "e2b.envd.fs.mkdir",
-             unary_route(api, changing(make_dir)), sandbox);
+             unary_route(api, changing(make_dir)), unary);
   http.route(http::verb::post, filesystem + "Move", "e2b.envd.fs.move", unary_route(api, changing(move)),
-             sandbox);
+             unary);
   http.route(http::verb::post, filesystem + "Remove", "e2b.envd.fs.remove",
-             unary_route(api, changing(remove)), sandbox);
+             unary_route(api, changing(remove)), unary);
   http.route(http::verb::post, filesystem + "WatchDir", "e2b.envd.fs.watch", stream_route(api, watch_dir),
-             sandbox);
+             stream);
 }
 
-}  // namespace sandboxd::api
+}  // namespace sandboxd::e2b

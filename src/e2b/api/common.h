@@ -1,6 +1,7 @@
-// What the E2B surfaces share (api/e2b_api.cc, the control plane; api/e2b_envd.cc,
-// envd's process and filesystem RPCs and /files; the code interpreter's /execute and
-// /contexts): E2B's error shape and the addressing of a sandbox by headers.
+// What the E2B surfaces share (e2b/api/control_plane.cc; e2b/api/envd.cc, envd's process
+// and filesystem RPCs and /files; e2b/api/interpreter.cc, the code interpreter's /execute
+// and /contexts; e2b/api/ports.cc): E2B's error shape and the addressing of a sandbox by
+// headers.
 //
 // With E2B_SANDBOX_URL set, E2B's SDKs send every call meant for a sandbox to that one
 // URL and name the sandbox and the port inside it in two headers (E2b-Sandbox-Id,
@@ -18,10 +19,35 @@
 #include <string_view>
 
 #include "api/routes.h"
-#include "service/e2b_sandboxes.h"
-#include "service/e2b_snapshots.h"
+#include "e2b/api/surfaces.h"
+#include "e2b/service/sandboxes.h"
+#include "e2b/service/snapshots.h"
 
-namespace sandboxd::api {
+namespace sandboxd::e2b {
+
+// The core surfaces' names E2B's surfaces use (api/routes.h).
+namespace asio = boost::asio;
+namespace http = server::http;
+using api::json_ok;
+using api::page_limit;
+using api::parse_json_object;
+using server::RequestContext;
+using server::Response;
+using service::Container;
+using service::ContainerService;
+
+// Each surface's routes (install_surfaces, e2b/api/surfaces.h, installs them all).
+void install_control_plane_routes(server::HttpServer& http, ApiContext& api);  // e2b/api/control_plane.cc
+void install_envd_routes(server::HttpServer& http, ApiContext& api,
+                         std::vector<std::pair<std::string, std::string>> tokens);  // e2b/api/envd.cc
+void install_interpreter_routes(server::HttpServer& http, ApiContext& api);         // e2b/api/interpreter.cc
+void install_port_routes(server::HttpServer& http, ApiContext& api);                // e2b/api/ports.cc
+
+// The headers E2B's SDKs present their token in besides x-api-key: X-Access-Token on
+// every call to a sandbox (the envdAccessToken, see above), e2b-traffic-access-token on
+// the code interpreter's context calls and a sandbox's ports (the same token).
+inline constexpr std::string_view kAccessTokenHeader = "x-access-token";
+inline constexpr std::string_view kTrafficTokenHeader = "e2b-traffic-access-token";
 
 inline constexpr uint16_t kEnvdPort = 49983;
 inline constexpr uint16_t kCodeInterpreterPort = 49999;
@@ -39,10 +65,17 @@ HttpStatus e2b_status_of(ErrorKind kind);
 // 429 and 503 (the SDKs map 401, 404, 429 and 503 to their own exception types).
 server::StringResponse e2b_error_response(const ApiError& error);
 
-// An error of an E2B route answered before its handler ran (the cluster's routing), in
-// the shape the route's handler answers with: Connect's for envd's RPCs, E2B's for the
-// rest. nullopt for a route that is not E2B's.
-std::optional<Response> e2b_error_for_route(std::string_view route, const ApiError& error);
+// E2B's error body as a route's error shape (server::RouteOptions::error_shape): every
+// error of the route, answered before its handler ran too (authentication, the
+// cluster's routing), in the shape its clients read. (envd's RPCs answer in Connect's:
+// connect_rpc::unary_shape, stream_shape.)
+inline Response e2b_error_shape(const ApiError& error) { return Response{e2b_error_response(error)}; }
+
+// The options of a control-plane route: its errors in E2B's shape, its container where
+// `container` says (none: a route for records only).
+inline server::RouteOptions e2b_options(server::ContainerScope container = {}) {
+  return {.container = std::move(container), .error_shape = e2b_error_shape};
+}
 
 // A route handler whose errors answer in E2B's shape instead of sandboxd's own.
 template <typename Fn>
@@ -58,31 +91,31 @@ server::Handler e2b_route(ApiContext& api, Fn fn) {
 // or the host router from PORT-SANDBOXID.<domain>); the sandbox is a container of that id.
 inline constexpr std::string_view kSandboxIdHeader = "E2b-Sandbox-Id";
 // Where the sandbox-addressed routes (envd's, the code interpreter's, the ports') find
-// their container.
-inline server::RouteOptions in_addressed_sandbox() {
-  return {.container = server::ContainerScope::header(std::string(kSandboxIdHeader))};
+// their container; their errors in `shape` (E2B's, or Connect's for envd's RPCs).
+inline server::RouteOptions in_addressed_sandbox(server::ErrorShape shape = e2b_error_shape) {
+  return {.container = server::ContainerScope::header(std::string(kSandboxIdHeader)),
+          .error_shape = std::move(shape)};
 }
 
 // The sandbox a sandbox-addressed request names (E2b-Sandbox-Id), checked to be the
 // caller's and the request to be for `port` (E2b-Sandbox-Port); its container opened.
 struct AddressedSandbox {
-  service::E2bSandbox sandbox;
+  e2b::Sandbox sandbox;
   std::shared_ptr<Container> container;
 };
-// nullopt `port`: any port (the proxy to a sandbox's own ports, api/e2b_ports.cc).
+// nullopt `port`: any port (the proxy to a sandbox's own ports, e2b/api/ports.cc).
 asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api, RequestContext& ctx,
                                                                  std::optional<uint16_t> port);
 
 // The sandbox's other ports (getHost(port)): the host router sends a request for
 // PORT-SANDBOXID.<domain> below this path when PORT is neither envd's nor the code
-// interpreter's, and api/e2b_ports.cc proxies it to that port in the sandbox.
+// interpreter's, and e2b/api/ports.cc proxies it to that port in the sandbox.
 inline constexpr std::string_view kPortsPath = "/e2b/ports";
 // Requests being proxied and WebSockets open at once to one sandbox's ports (each holds
 // a connection into the sandbox); past it a 429.
 inline constexpr size_t kMaxProxiedConnectionsPerSandbox = 64;
 // A proxied exchange with nothing moving either way this long is closed.
 inline constexpr std::chrono::seconds kProxyIdleTimeout{600};
-void install_e2b_port_routes(server::HttpServer& http, ApiContext& api);
 
 // What an E2B request body may hold. A parsed JSON value costs far more than its text
 // (a value of 16 bytes or more for each `0,` in an array, an allocation for each object
@@ -104,4 +137,4 @@ std::string e2b_time(int64_t unix_ms);
 // nullopt when it is not one.
 std::optional<int64_t> parse_e2b_time(std::string_view text);
 
-}  // namespace sandboxd::api
+}  // namespace sandboxd::e2b

@@ -11,10 +11,10 @@
 #include <string>
 #include <string_view>
 
-#include "api/connect_envelope.h"  // parse_envelope, parse_message, the flags
-#include "api/routes.h"
+#include "e2b/api/common.h"
+#include "e2b/api/connect_envelope.h"  // parse_envelope, parse_message, the flags
 
-namespace sandboxd::api::connect_rpc {
+namespace sandboxd::e2b::connect_rpc {
 
 // The largest request message of most calls (a pid, a path, a signal: small by
 // nature); a call that needs more says so (a process's start, a stdin write).
@@ -28,6 +28,11 @@ boost::json::object error_object(const ApiError& error);
 // A unary call's error: the code's HTTP status and the error object.
 server::StringResponse unary_error(const ApiError& error);
 server::StringResponse unary_ok(const boost::json::object& message);
+// unary_error and stream_error as a route's error shape (server::RouteOptions): an error
+// answered before the handler ran (authentication, the cluster's routing) reads as one
+// of the RPC's own.
+inline server::Response unary_shape(const ApiError& error) { return server::Response{unary_error(error)}; }
+server::Response stream_shape(const ApiError& error);
 
 // A unary call's request message: the body, as JSON (415 for another codec), at most
 // `limit` bytes (413 beyond: resource_exhausted) and kMaxJsonValues values (400,
@@ -70,4 +75,4 @@ server::Handler stream_route(ApiContext& api, Fn fn) {
   };
 }
 
-}  // namespace sandboxd::api::connect_rpc
+}  // namespace sandboxd::e2b::connect_rpc

@@ -17,13 +17,13 @@
 #include <optional>
 #include <variant>
 
-#include "api/e2b_common.h"
 #include "api/routes.h"
 #include "base/utf8.h"
+#include "e2b/api/common.h"
 #include "service/discovery.h"
 #include "service/sandbox_credentials.h"
 
-namespace sandboxd::api {
+namespace sandboxd::e2b {
 
 using service::kernel_died_message;
 using service::KernelResult;
@@ -34,7 +34,7 @@ namespace {
 namespace json = boost::json;
 
 // A request is a code cell and a few fields: 2 MiB of it (checked before it is read,
-// and its values counted before it is parsed, e2b_common.h).
+// and its values counted before it is parsed, e2b/api/common.h).
 constexpr size_t kRequestLimit = 2u << 20;
 // What may wait for a client to read a cell's stream: the lines already made, beyond
 // the one being written. A cell that makes more waits (the kernel reads its next frame
@@ -459,7 +459,7 @@ asio::awaitable<Result<Response>> remove_context(ApiContext& api, RequestContext
 
 }  // namespace
 
-void install_e2b_interpreter_routes(server::HttpServer& http, ApiContext& api) {
+void install_interpreter_routes(server::HttpServer& http, ApiContext& api) {
   const server::RouteOptions sandbox = in_addressed_sandbox();
   http.route(http::verb::post, "/e2b/sandbox/execute", "e2b.execute", e2b_route(api, execute), sandbox);
   http.route(http::verb::post, "/e2b/sandbox/contexts", "e2b.contexts.create", e2b_route(api, create_context),
@@ -472,4 +472,4 @@ void install_e2b_interpreter_routes(server::HttpServer& http, ApiContext& api) {
              e2b_route(api, remove_context), sandbox);
 }
 
-}  // namespace sandboxd::api
+}  // namespace sandboxd::e2b

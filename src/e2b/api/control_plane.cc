@@ -1,6 +1,6 @@
 // E2B's control plane (docs/e2b.md) under /e2b: what E2B's SDKs call with E2B_API_URL
 // set to http://HOST:PORT/e2b and the API key a sandboxd token. A sandbox is a
-// container of the key's owner (service/e2b_sandboxes.h); the same quotas, capacity
+// container of the key's owner (e2b/service/sandboxes.h); the same quotas, capacity
 // answers, audit and metrics apply to it as to any container.
 
 #include <unistd.h>
@@ -14,13 +14,15 @@
 #include <ctime>
 
 #include "api/api_calls.h"
-#include "api/connect_rpc.h"
-#include "api/e2b_common.h"
+#include "e2b/api/common.h"
+#include "e2b/api/connect_rpc.h"
 #include "server/auth.h"
 #include "server/router.h"
 
-namespace sandboxd::api {
+namespace sandboxd::e2b {
 namespace {
+
+using api::describe_container;
 
 namespace json = boost::json;
 
@@ -204,9 +206,9 @@ asio::awaitable<Result<json::object>> read_object(RequestContext& ctx) {
 }
 
 // The Sandbox schema: what create and connect answer. The envd access token is the
-// caller's own token (see api/e2b_common.h); so is the traffic token, which the code
+// caller's own token (see e2b/api/common.h); so is the traffic token, which the code
 // interpreter's SDK sends on its context calls (they carry no other credential).
-json::object sandbox_handle(const service::E2bSandbox& s, RequestContext& ctx, const std::string& domain) {
+json::object sandbox_handle(const e2b::Sandbox& s, RequestContext& ctx, const std::string& domain) {
   return json::object{{"templateID", s.template_id},
                       {"sandboxID", s.id},
                       {"clientID", "sandboxd"},
@@ -241,7 +243,7 @@ SandboxSize sandbox_size(const ops::Config& config) {
 }
 
 // ListedSandbox / SandboxDetail.
-json::object sandbox_detail(ApiContext& api, const service::E2bSandbox& s) {
+json::object sandbox_detail(ApiContext& api, const e2b::Sandbox& s) {
   const auto size = sandbox_size(*api.config());
   json::object metadata;
   for (const auto& [key, value] : s.metadata) metadata[key] = value;
@@ -257,14 +259,14 @@ json::object sandbox_detail(ApiContext& api, const service::E2bSandbox& s) {
                       {"state", s.paused ? "paused" : "running"},
                       {"envdVersion", kEnvdVersion},
                       {"volumeMounts", json::array{}}};
-  add_network_detail(detail, api.e2b_sandboxes.network(s.owner, s.id).get());
+  add_network_detail(detail, api.sandboxes.network(s.owner, s.id).get());
   return detail;
 }
 
 asio::awaitable<Result<Response>> create_sandbox(ApiContext& api, RequestContext& ctx) {
   auto body = co_await read_object(ctx);
   if (!body) co_return body.error();
-  service::E2bCreate request;
+  e2b::NewSandbox request;
   const auto* template_id = body->if_contains("templateID");
   if (!template_id || !template_id->is_string() || template_id->as_string().empty())
     co_return ApiError::invalid_request("'templateID' is required (a template name such as 'base')");
@@ -297,7 +299,7 @@ asio::awaitable<Result<Response>> create_sandbox(ApiContext& api, RequestContext
     co_return ApiError::invalid_request("MCP gateways are not available on this server");
   // E2B's default lets anyone who knows a port's URL in; here only the owner's
   // credentials (the traffic access token among them) open a sandbox's ports, and a
-  // sandbox is never opened to strangers (api/e2b_ports.cc).
+  // sandbox is never opened to strangers (e2b/api/ports.cc).
   if (const auto* network = body->if_contains("network"); network && network->is_object())
     if (const auto* allow = network->as_object().if_contains("allowPublicTraffic");
         allow && allow->is_bool() && allow->as_bool())
@@ -311,13 +313,13 @@ asio::awaitable<Result<Response>> create_sandbox(ApiContext& api, RequestContext
   auto egress = requested_egress(api, *body);
   if (!egress) co_return egress.error();
   request.egress = std::move(*egress);
-  Result<service::E2bSandbox> created = ApiError::internal();
-  if (service::E2bSandboxes::known_template(request.template_id)) {
-    created = co_await api.e2b_sandboxes.create(ctx.owner, std::move(request));
+  Result<e2b::Sandbox> created = ApiError::internal();
+  if (e2b::Sandboxes::known_template(request.template_id)) {
+    created = co_await api.sandboxes.create(ctx.owner, std::move(request));
   } else {
     // Sandbox.create(snapshotId): a template id that names one of the owner's snapshots.
     const std::string name = request.template_id;
-    auto from_snapshot = co_await api.e2b_snapshots.create_sandbox(ctx.owner, std::move(request));
+    auto from_snapshot = co_await api.snapshots.create_sandbox(ctx.owner, std::move(request));
     if (!from_snapshot)
       co_return ApiError::not_found("Template '" + name +
                                     "' not found (this server has 'base', 'code-interpreter-v1' and the "
@@ -330,8 +332,8 @@ asio::awaitable<Result<Response>> create_sandbox(ApiContext& api, RequestContext
 
 // ?metadata=k1%3Dv1%26k2%3Dv2 (the SDK encodes each key and value, then the pairs as a
 // query string) and ?state=running,paused.
-Result<service::E2bListQuery> list_query(RequestContext& ctx) {
-  service::E2bListQuery query;
+Result<e2b::SandboxQuery> list_query(RequestContext& ctx) {
+  e2b::SandboxQuery query;
   if (auto metadata = ctx.query_value("metadata"); metadata && !metadata->empty()) {
     std::string_view rest = *metadata;
     while (!rest.empty()) {
@@ -420,7 +422,7 @@ Result<service::E2bListQuery> list_query(RequestContext& ctx) {
 asio::awaitable<Result<Response>> list_sandboxes(ApiContext& api, RequestContext& ctx) {
   auto query = list_query(ctx);
   if (!query) co_return query.error();
-  auto page = co_await api.e2b_sandboxes.list(ctx.owner, *query);
+  auto page = co_await api.sandboxes.list(ctx.owner, *query);
   json::array data;
   for (const auto& s : page.records) data.push_back(sandbox_detail(api, s));
   auto res = json_ok(data);
@@ -435,24 +437,24 @@ asio::awaitable<Result<Response>> list_running_sandboxes(ApiContext& api, Reques
   if (!query) co_return query.error();
   query->paused = false;
   query->limit = kMaxListLimit;
-  auto page = co_await api.e2b_sandboxes.list(ctx.owner, *query);
+  auto page = co_await api.sandboxes.list(ctx.owner, *query);
   json::array data;
   for (const auto& s : page.records) data.push_back(sandbox_detail(api, s));
   co_return json_ok(data);
 }
 
 asio::awaitable<Result<Response>> get_sandbox(ApiContext& api, RequestContext& ctx) {
-  auto found = co_await api.e2b_sandboxes.find(ctx.owner, ctx.params["id"]);
+  auto found = co_await api.sandboxes.find(ctx.owner, ctx.params["id"]);
   if (!found) co_return found.error();
   auto detail = sandbox_detail(api, *found);
   // Its network options as its container keeps them, also when it is not open here.
   detail.erase("network");
-  add_network_detail(detail, (co_await api.e2b_sandboxes.stored_network(found->owner, found->id)).get());
+  add_network_detail(detail, (co_await api.sandboxes.stored_network(found->owner, found->id)).get());
   co_return json_ok(detail);
 }
 
 asio::awaitable<Result<Response>> kill_sandbox(ApiContext& api, RequestContext& ctx) {
-  auto killed = co_await api.e2b_sandboxes.kill(ctx.owner, ctx.params["id"]);
+  auto killed = co_await api.sandboxes.kill(ctx.owner, ctx.params["id"]);
   if (!killed) co_return killed.error();
   server::StringResponse res{HttpStatus::no_content, 11};
   co_return res;
@@ -464,7 +466,7 @@ asio::awaitable<Result<Response>> set_timeout(ApiContext& api, RequestContext& c
   auto timeout = seconds_field(*body, "timeout");
   if (!timeout) co_return timeout.error();
   if (!*timeout) co_return ApiError::invalid_request("'timeout' is required");
-  auto set = co_await api.e2b_sandboxes.set_timeout(ctx.owner, ctx.params["id"], **timeout);
+  auto set = co_await api.sandboxes.set_timeout(ctx.owner, ctx.params["id"], **timeout);
   if (!set) co_return set.error();
   co_return server::StringResponse{HttpStatus::no_content, 11};
 }
@@ -475,7 +477,7 @@ asio::awaitable<Result<Response>> update_network(ApiContext& api, RequestContext
   if (!body) co_return body.error();
   auto egress = requested_egress(api, *body);
   if (!egress) co_return egress.error();
-  auto updated = co_await api.e2b_sandboxes.update_network(ctx.owner, ctx.params["id"], std::move(*egress));
+  auto updated = co_await api.sandboxes.update_network(ctx.owner, ctx.params["id"], std::move(*egress));
   if (!updated) co_return updated.error();
   co_return server::StringResponse{HttpStatus::no_content, 11};
 }
@@ -490,7 +492,7 @@ asio::awaitable<Result<Response>> pause_sandbox(ApiContext& api, RequestContext&
     if (!memory->is_bool()) co_return ApiError::invalid_request("'memory' must be a boolean");
     keep_memory = memory->as_bool();
   }
-  auto paused = co_await api.e2b_sandboxes.pause(ctx.owner, ctx.params["id"], keep_memory);
+  auto paused = co_await api.sandboxes.pause(ctx.owner, ctx.params["id"], keep_memory);
   if (!paused) co_return paused.error();
   co_return server::StringResponse{HttpStatus::no_content, 11};
 }
@@ -502,17 +504,17 @@ asio::awaitable<Result<Response>> connect_sandbox(ApiContext& api, RequestContex
   auto timeout = seconds_field(*body, "timeout");
   if (!timeout) co_return timeout.error();
   const std::string id = ctx.params["id"];
-  auto resumed = co_await api.e2b_sandboxes.resume(ctx.owner, id, *timeout);
+  auto resumed = co_await api.sandboxes.resume(ctx.owner, id, *timeout);
   if (!resumed) co_return resumed.error();
-  auto found = co_await api.e2b_sandboxes.find(ctx.owner, id);
+  auto found = co_await api.sandboxes.find(ctx.owner, id);
   if (!found) co_return found.error();
   co_return json_ok(sandbox_handle(*found, ctx, api.config()->e2b_sandbox_domain),
                     *resumed ? HttpStatus::created : HttpStatus::ok);
 }
 
 // SnapshotInfo.
-json::object snapshot_info(const service::E2bSnapshot& snapshot) {
-  const std::string id = service::E2bSnapshots::snapshot_id(snapshot);
+json::object snapshot_info(const e2b::Snapshot& snapshot) {
+  const std::string id = e2b::Snapshots::snapshot_id(snapshot);
   return json::object{{"snapshotID", id}, {"names", json::array{json::value(id)}}};
 }
 
@@ -524,7 +526,7 @@ asio::awaitable<Result<Response>> create_snapshot(ApiContext& api, RequestContex
     if (!value->is_string()) co_return ApiError::invalid_request("'name' must be a string");
     name = std::string(value->as_string());
   }
-  auto snapshot = co_await api.e2b_snapshots.create(ctx.owner, ctx.params["id"], std::move(name));
+  auto snapshot = co_await api.snapshots.create(ctx.owner, ctx.params["id"], std::move(name));
   if (!snapshot) co_return snapshot.error();
   co_return json_ok(snapshot_info(*snapshot), HttpStatus::created);
 }
@@ -536,7 +538,7 @@ asio::awaitable<Result<Response>> list_snapshots(ApiContext& api, RequestContext
   if (auto sandbox = ctx.query_value("sandboxID"); sandbox && !sandbox->empty())
     query.source_sandbox = *sandbox;
   if (auto name = ctx.query_value("name"); name && !name->empty()) {
-    auto key = service::E2bSnapshots::key_of(*name);
+    auto key = e2b::Snapshots::key_of(*name);
     if (!key) co_return json_ok(json::array{});  // nothing of this server's has that name
     query.key = *key;
   }
@@ -559,7 +561,7 @@ asio::awaitable<Result<Response>> list_snapshots(ApiContext& api, RequestContext
     query.after_created_ms = created;
     query.after_id = token->substr(dot + 1);
   }
-  auto page = co_await api.e2b_snapshots.list(std::move(query));
+  auto page = co_await api.snapshots.list(std::move(query));
   json::array data;
   for (const auto& snapshot : page.snapshots) data.push_back(snapshot_info(snapshot));
   auto res = json_ok(data);
@@ -571,7 +573,7 @@ asio::awaitable<Result<Response>> list_snapshots(ApiContext& api, RequestContext
 
 // deleteSnapshot (a snapshot is a template to E2B): 204, or 404 (the SDK's false).
 asio::awaitable<Result<Response>> delete_snapshot(ApiContext& api, RequestContext& ctx) {
-  auto removed = co_await api.e2b_snapshots.remove(ctx.owner, ctx.params["id"]);
+  auto removed = co_await api.snapshots.remove(ctx.owner, ctx.params["id"]);
   if (!removed) co_return removed.error();
   co_return server::StringResponse{HttpStatus::no_content, 11};
 }
@@ -591,7 +593,7 @@ asio::awaitable<Result<Response>> fork_sandbox(ApiContext& api, RequestContext& 
   }
   auto timeout = seconds_field(*body, "timeout");
   if (!timeout) co_return timeout.error();
-  auto forks = co_await api.e2b_snapshots.fork(ctx.owner, ctx.params["id"], count, timeout->value_or(15));
+  auto forks = co_await api.snapshots.fork(ctx.owner, ctx.params["id"], count, timeout->value_or(15));
   if (!forks) co_return forks.error();
   json::array results;
   for (const auto& fork : *forks) {
@@ -629,9 +631,9 @@ asio::awaitable<Result<Response>> sandbox_metrics(ApiContext& api, RequestContex
   auto end = unix_seconds_query(ctx, "end");
   if (!end) co_return end.error();
   if (*start && *end && **start > **end) co_return ApiError::invalid_request("'start' is after 'end'");
-  auto found = co_await api.e2b_sandboxes.find(ctx.owner, ctx.params["id"]);
+  auto found = co_await api.sandboxes.find(ctx.owner, ctx.params["id"]);
   if (!found) co_return found.error();
-  auto container = co_await api.e2b_sandboxes.open(*found);
+  auto container = co_await api.sandboxes.open(*found);
   if (!container) co_return container.error();
   json::array data;
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -677,7 +679,7 @@ void route_by_host(http::request<http::buffer_body>& request, const std::string&
   request.set("E2b-Sandbox-Id", id);
   request.set("E2b-Sandbox-Port", port);
   // envd's and the interpreter's ports are served by the server itself; any other is a
-  // port a process in the sandbox listens on (api/e2b_ports.cc).
+  // port a process in the sandbox listens on (e2b/api/ports.cc).
   const bool served_here = port == std::to_string(kEnvdPort) || port == std::to_string(kCodeInterpreterPort);
   request.target((served_here ? std::string("/e2b/sandbox") : std::string(kPortsPath)) + std::string(target));
 }
@@ -736,16 +738,6 @@ server::StringResponse e2b_error_response(const ApiError& error) {
   return res;
 }
 
-std::optional<Response> e2b_error_for_route(std::string_view route, const ApiError& error) {
-  if (!route.starts_with("e2b.")) return std::nullopt;
-  if (route == "e2b.envd.process.start" || route == "e2b.envd.process.connect" ||
-      route == "e2b.envd.fs.watch")
-    return Response{connect_rpc::stream_error(error)};
-  if (route.starts_with("e2b.envd.process.") || route.starts_with("e2b.envd.fs."))
-    return Response{connect_rpc::unary_error(error)};
-  return Response{e2b_error_response(error)};
-}
-
 asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api, RequestContext& ctx,
                                                                  std::optional<uint16_t> port) {
   const std::string id(ctx.header_value(kSandboxIdHeader));
@@ -759,11 +751,11 @@ asio::awaitable<Result<AddressedSandbox>> open_addressed_sandbox(ApiContext& api
                                   " for " + std::string(ctx.header().target()));
   // A missing sandbox (or another owner's) and a paused one answer as E2B's proxy does
   // for a sandbox that is not running: 502 (the SDKs tell the sandbox is gone from it).
-  auto found = co_await api.e2b_sandboxes.find_addressed(ctx.owner, id);
+  auto found = co_await api.sandboxes.find_addressed(ctx.owner, id);
   if (!found) co_return ApiError::upstream_failed("The sandbox " + id + " was not found");
   if (found->paused)
     co_return ApiError::upstream_failed("Sandbox " + id + " is paused; connect to resume it");
-  auto container = co_await api.e2b_sandboxes.open(*found);
+  auto container = co_await api.sandboxes.open(*found);
   if (!container && container.error().kind == ErrorKind::not_found)
     co_return ApiError::upstream_failed("The sandbox " + id + " was not found");
   if (!container) co_return container.error();
@@ -864,33 +856,35 @@ std::optional<int64_t> parse_e2b_time(std::string_view text) {
   return (static_cast<int64_t>(seconds) - offset_sec) * 1000 + millis;
 }
 
-void install_e2b_routes(server::HttpServer& http, ApiContext& api) {
+void install_control_plane_routes(server::HttpServer& http, ApiContext& api) {
   const std::string base = "/e2b";
   // Every error under /e2b in E2B's shapes, a path with no route included: the SDKs
-  // raise their own exceptions (SandboxNotFoundError, ...) from nothing else.
-  http.shape_errors(base, [](std::string_view route, const ApiError& error) -> std::optional<Response> {
-    if (auto shaped = e2b_error_for_route(route, error)) return shaped;
-    return Response{e2b_error_response(error)};
-  });
+  // raise their own exceptions (SandboxNotFoundError, ...) from nothing else. (Each
+  // route's own options say its shape: e2b_options, in_addressed_sandbox.)
+  http.shape_errors(base, e2b_error_shape);
   if (const std::string domain = api.config()->e2b_sandbox_domain; !domain.empty())
     http.set_host_router(
         [domain](http::request<http::buffer_body>& request) { route_by_host(request, domain); });
-  http.route(http::verb::post, base + "/v2/sandboxes", "e2b.sandboxes.create",
-             e2b_route(api, create_sandbox));
-  http.route(http::verb::post, base + "/sandboxes", "e2b.sandboxes.create", e2b_route(api, create_sandbox));
-  http.route(http::verb::get, base + "/v2/sandboxes", "e2b.sandboxes.list", e2b_route(api, list_sandboxes));
-  http.route(http::verb::get, base + "/sandboxes", "e2b.sandboxes.list",
-             e2b_route(api, list_running_sandboxes));
-  http.route(http::verb::get, base + "/sandboxes/{id}", "e2b.sandboxes.get", e2b_route(api, get_sandbox));
   // Those that work on the sandbox's container run on its holder; the others (get, list,
   // timeout, network, snapshots) on records only.
-  const server::RouteOptions on_container{.container = server::ContainerScope::path_parameter("id")};
+  const server::RouteOptions records_only = e2b_options();
+  const server::RouteOptions on_container = e2b_options(server::ContainerScope::path_parameter("id"));
+  http.route(http::verb::post, base + "/v2/sandboxes", "e2b.sandboxes.create", e2b_route(api, create_sandbox),
+             records_only);
+  http.route(http::verb::post, base + "/sandboxes", "e2b.sandboxes.create", e2b_route(api, create_sandbox),
+             records_only);
+  http.route(http::verb::get, base + "/v2/sandboxes", "e2b.sandboxes.list", e2b_route(api, list_sandboxes),
+             records_only);
+  http.route(http::verb::get, base + "/sandboxes", "e2b.sandboxes.list",
+             e2b_route(api, list_running_sandboxes), records_only);
+  http.route(http::verb::get, base + "/sandboxes/{id}", "e2b.sandboxes.get", e2b_route(api, get_sandbox),
+             records_only);
   http.route(http::verb::delete_, base + "/sandboxes/{id}", "e2b.sandboxes.kill",
              e2b_route(api, kill_sandbox), on_container);
   http.route(http::verb::post, base + "/sandboxes/{id}/timeout", "e2b.sandboxes.timeout",
-             e2b_route(api, set_timeout));
+             e2b_route(api, set_timeout), records_only);
   http.route(http::verb::put, base + "/sandboxes/{id}/network", "e2b.sandboxes.network",
-             e2b_route(api, update_network));
+             e2b_route(api, update_network), records_only);
   http.route(http::verb::post, base + "/sandboxes/{id}/pause", "e2b.sandboxes.pause",
              e2b_route(api, pause_sandbox), on_container);
   http.route(http::verb::post, base + "/sandboxes/{id}/resume", "e2b.sandboxes.connect",
@@ -903,13 +897,13 @@ void install_e2b_routes(server::HttpServer& http, ApiContext& api) {
   http.route(http::verb::get, base + "/sandboxes/{id}/metrics", "e2b.sandboxes.metrics",
              e2b_route(api, sandbox_metrics), on_container);
   http.route(http::verb::post, base + "/sandboxes/{id}/snapshots", "e2b.snapshots.create",
-             e2b_route(api, create_snapshot));
-  http.route(http::verb::get, base + "/snapshots", "e2b.snapshots.list", e2b_route(api, list_snapshots));
+             e2b_route(api, create_snapshot), records_only);
+  http.route(http::verb::get, base + "/snapshots", "e2b.snapshots.list", e2b_route(api, list_snapshots),
+             records_only);
   http.route(http::verb::delete_, base + "/templates/{id}", "e2b.snapshots.delete",
-             e2b_route(api, delete_snapshot));
+             e2b_route(api, delete_snapshot), records_only);
   http.route(http::verb::post, base + "/sandboxes/{id}/fork", "e2b.sandboxes.fork",
-             e2b_route(api, fork_sandbox));
-  install_e2b_port_routes(http, api);
+             e2b_route(api, fork_sandbox), records_only);
 }
 
-}  // namespace sandboxd::api
+}  // namespace sandboxd::e2b

@@ -10,7 +10,7 @@
 
 #include "base/error.h"
 
-namespace sandboxd::api::connect_rpc {
+namespace sandboxd::e2b::connect_rpc {
 
 inline constexpr uint8_t kEndStreamFlag = 0x02;
 inline constexpr uint8_t kCompressedFlag = 0x01;
@@ -20,4 +20,4 @@ Result<boost::json::object> parse_message(std::string_view text);
 // Parses one enveloped message that must be the whole of `body`.
 Result<boost::json::object> parse_envelope(std::string_view body);
 
-}  // namespace sandboxd::api::connect_rpc
+}  // namespace sandboxd::e2b::connect_rpc

@@ -33,12 +33,17 @@
 #include "service/container_service.h"
 #include "store/e2b_records.h"
 
-namespace sandboxd::service {
+namespace sandboxd::e2b {
 
-using E2bSandbox = store::E2bRecord;
-using E2bPage = store::E2bRecordPage;
+// The service's names E2B's service uses.
+namespace asio = boost::asio;
+using service::Container;
+using service::ContainerService;
 
-struct E2bCreate {
+using Sandbox = store::E2bRecord;
+using SandboxPage = store::E2bRecordPage;
+
+struct NewSandbox {
   std::string template_id;
   std::map<std::string, std::string> metadata, env_vars;
   int64_t timeout_sec = 300;
@@ -47,12 +52,12 @@ struct E2bCreate {
   // Its network options, checked against the operator's policy already (null: none).
   std::shared_ptr<const ops::SandboxEgress> egress;
   // Gives the new container its first state before its sandbox starts (a snapshot's:
-  // service/e2b_snapshots.h); set, the template is the caller's to have checked.
+  // e2b/service/snapshots.h); set, the template is the caller's to have checked.
   std::function<asio::awaitable<Result<void>>(std::shared_ptr<Container>)> seed;
 };
 
 // What a listing asks for (every filter optional).
-struct E2bListQuery {
+struct SandboxQuery {
   std::map<std::string, std::string> metadata;                    // all must match
   std::optional<bool> paused;                                     // nullopt: running and paused
   std::optional<std::string> template_id;                         // only this template's sandboxes
@@ -65,16 +70,16 @@ struct E2bListQuery {
   size_t limit = 100;
 };
 
-class E2bSandboxes {
+class Sandboxes {
  public:
   // The templates that map to sandboxd's sandbox image (there is one image for now).
   static bool known_template(std::string_view name);
   // The longest timeout a sandbox may ask for: E2B's own cap for its larger plans.
   static constexpr int64_t kMaxTimeoutSec = 24 * 3600;
 
-  E2bSandboxes(asio::io_context& io, ContainerService& containers, store::E2bRecords& records,
-               std::string data_dir);
-  ~E2bSandboxes();
+  Sandboxes(asio::io_context& io, ContainerService& containers, store::E2bRecords& records,
+            std::string data_dir);
+  ~Sandboxes();
 
   // Cluster mode: whether this replica may end the container of this storage at its end
   // time: not when another replica serves it now (that one ends it); when a replica whose
@@ -104,19 +109,19 @@ class E2bSandboxes {
 
   // Makes the container and the record. Quotas (containers per owner) apply as for any
   // container; an unknown template is a 404.
-  asio::awaitable<Result<E2bSandbox>> create(std::string owner, E2bCreate request);
+  asio::awaitable<Result<Sandbox>> create(std::string owner, NewSandbox request);
   // The owner's sandbox; 404 for a missing one or another owner's.
-  asio::awaitable<Result<E2bSandbox>> find(const std::string& owner, const std::string& id);
+  asio::awaitable<Result<Sandbox>> find(const std::string& owner, const std::string& id);
   // The same for a call to the sandbox (envd's, the code interpreter's): from memory
   // where the scope allows (see set_cache_scope; in cluster mode its end time may be
   // older than the database's).
-  asio::awaitable<Result<E2bSandbox>> find_addressed(const std::string& owner, const std::string& id);
+  asio::awaitable<Result<Sandbox>> find_addressed(const std::string& owner, const std::string& id);
   // The container of the owner's sandbox (opened if need be, its files made current from
   // the sessions bucket when this replica just took it); 404 as find.
   asio::awaitable<Result<std::shared_ptr<Container>>> open(const std::string& owner, const std::string& id);
   // The same for a sandbox found a moment ago (no second read of its record).
-  asio::awaitable<Result<std::shared_ptr<Container>>> open(const E2bSandbox& found);
-  asio::awaitable<E2bPage> list(const std::string& owner, const E2bListQuery& query);
+  asio::awaitable<Result<std::shared_ptr<Container>>> open(const Sandbox& found);
+  asio::awaitable<SandboxPage> list(const std::string& owner, const SandboxQuery& query);
   // The end time becomes now + timeout.
   asio::awaitable<Result<void>> set_timeout(const std::string& owner, const std::string& id,
                                             int64_t timeout_sec);
@@ -149,8 +154,8 @@ class E2bSandboxes {
                                                                      const std::string& id);
   // From memory under `hold` when it is held there, else from the database (held
   // from then on).
-  asio::awaitable<Result<E2bSandbox>> find_held(const std::string& owner, const std::string& id,
-                                                const std::optional<store::E2bHold>& hold);
+  asio::awaitable<Result<Sandbox>> find_held(const std::string& owner, const std::string& id,
+                                             const std::optional<store::E2bHold>& hold);
   // Stores the sandbox's network options with its container, then puts them in force
   // (the next lookup and connection see them). False when its container went meanwhile.
   asio::awaitable<bool> keep_network(const std::shared_ptr<Container>& container,
@@ -160,7 +165,7 @@ class E2bSandboxes {
   // next pass where this one stopped, so that sandboxes left to other replicas never
   // hide the rest).
   asio::awaitable<void> end_due_batch();
-  asio::awaitable<void> end_one(const E2bSandbox& sandbox);
+  asio::awaitable<void> end_one(const Sandbox& sandbox);
   void import_json_records();
   template <typename Fn>
   auto store(Fn fn);
@@ -177,4 +182,4 @@ class E2bSandboxes {
   std::atomic<bool> loop_running_{false};
 };
 
-}  // namespace sandboxd::service
+}  // namespace sandboxd::e2b

@@ -23,24 +23,24 @@
 #include <vector>
 
 #include "base/error.h"
-#include "service/e2b_sandboxes.h"
+#include "e2b/service/sandboxes.h"
 #include "store/e2b_records.h"
 
-namespace sandboxd::service {
+namespace sandboxd::e2b {
 
-using E2bSnapshot = store::E2bSnapshotRecord;
+using Snapshot = store::E2bSnapshotRecord;
 
-class E2bSnapshots {
+class Snapshots {
  public:
   // The most snapshots one owner keeps, and forks one request makes (E2B's own cap:
   // SandboxForkRequest.count is 1 to 100).
   static constexpr size_t kMaxPerOwner = 100;
   static constexpr int64_t kMaxForks = 100;
 
-  E2bSnapshots(E2bSandboxes& sandboxes, store::E2bRecords& records, std::string data_dir);
+  Snapshots(Sandboxes& sandboxes, store::E2bRecords& records, std::string data_dir);
 
   // E2B's snapshot id: "<name or id>:default" (a template id with its tag, as E2B's).
-  static std::string snapshot_id(const E2bSnapshot& snapshot);
+  static std::string snapshot_id(const Snapshot& snapshot);
   // The name or id an E2B snapshot id (with or without ":default") names; nullopt for
   // anything that cannot be one of this server's.
   static std::optional<std::string> key_of(std::string_view snapshot_id);
@@ -52,30 +52,30 @@ class E2bSnapshots {
   // Snapshots the owner's sandbox. `name` ('' none): a later snapshot under the same name
   // replaces the earlier one. 404 for a missing sandbox, 400 for a bad name, 403 past the
   // owner's snapshots or stored bytes.
-  asio::awaitable<Result<E2bSnapshot>> create(std::string owner, std::string sandbox_id, std::string name);
+  asio::awaitable<Result<Snapshot>> create(std::string owner, std::string sandbox_id, std::string name);
   asio::awaitable<store::E2bSnapshotPage> list(store::E2bSnapshotQuery query);
   // 404 when the owner has no such snapshot.
   asio::awaitable<Result<void>> remove(std::string owner, std::string snapshot_id);
   // A new sandbox whose state starts as the snapshot's (request.template_id names it);
   // nullopt when the owner has no such snapshot (the caller answers as for an unknown
   // template).
-  asio::awaitable<std::optional<Result<E2bSandbox>>> create_sandbox(std::string owner, E2bCreate request);
+  asio::awaitable<std::optional<Result<Sandbox>>> create_sandbox(std::string owner, NewSandbox request);
   // The sandbox snapshotted once and `count` sandboxes made from it, each its own
   // outcome. 404 for a missing sandbox, 409 for a paused one, 400 for a bad count.
-  asio::awaitable<Result<std::vector<Result<E2bSandbox>>>> fork(std::string owner, std::string sandbox_id,
-                                                                int64_t count, int64_t timeout_sec);
+  asio::awaitable<Result<std::vector<Result<Sandbox>>>> fork(std::string owner, std::string sandbox_id,
+                                                             int64_t count, int64_t timeout_sec);
 
  private:
   std::string folder_of(const std::string& id) const;
   // The owner's sandbox's container, ready to be copied; 501 in cluster mode.
-  asio::awaitable<Result<std::shared_ptr<Container>>> source(const E2bSandbox& sandbox);
+  asio::awaitable<Result<std::shared_ptr<Container>>> source(const Sandbox& sandbox);
   asio::awaitable<void> remove_folder(std::string folder);
   // A sandbox made from the state in `folder`.
-  asio::awaitable<Result<E2bSandbox>> create_from(std::string owner, std::string folder, E2bCreate request);
+  asio::awaitable<Result<Sandbox>> create_from(std::string owner, std::string folder, NewSandbox request);
   template <typename Fn>
   auto store(Fn fn);
 
-  E2bSandboxes& sandboxes_;
+  Sandboxes& sandboxes_;
   ContainerService& containers_;
   store::E2bRecords& records_;
   std::string root_;  // <dataDir>/snapshots
@@ -83,4 +83,4 @@ class E2bSnapshots {
   std::map<std::string, size_t> creating_;  // snapshots being made, by owner (for the cap)
 };
 
-}  // namespace sandboxd::service
+}  // namespace sandboxd::e2b

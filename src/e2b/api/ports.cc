@@ -1,6 +1,6 @@
 // E2B's sandbox ports from outside (the SDKs' getHost(port)): with e2b.sandboxDomain set,
 // a request whose Host is PORT-SANDBOXID.<domain> for a port other than envd's and the
-// code interpreter's is routed here (api/e2b_api.cc's host router) and proxied to that
+// code interpreter's is routed here (e2b/api/control_plane.cc's host router) and proxied to that
 // port on the sandbox's own loopback, where a process in the sandbox listens: plain HTTP
 // both ways as it streams, and a WebSocket after its upgrade (server/port_proxy.h).
 //
@@ -8,7 +8,7 @@
 // token (E2B's e2b-traffic-access-token header) included, since the control plane
 // answers the caller's own token as that token. Never anyone else: E2B's default lets
 // whoever knows the URL in (allowPublicTraffic), which here would expose a sandbox to
-// strangers, so a create request asking for public traffic is refused (api/e2b_api.cc)
+// strangers, so a create request asking for public traffic is refused (e2b/api/control_plane.cc)
 // and every request here is authenticated like the rest of E2B's API.
 //
 // The server reaches the port through the runtime (runtime::Sandbox::connect_inside): a
@@ -29,11 +29,11 @@
 #include <map>
 #include <mutex>
 
-#include "api/e2b_common.h"
+#include "e2b/api/common.h"
 #include "server/auth.h"
 #include "server/port_proxy.h"
 
-namespace sandboxd::api {
+namespace sandboxd::e2b {
 namespace {
 
 using tcp = asio::ip::tcp;
@@ -178,7 +178,7 @@ asio::awaitable<Result<Response>> proxy_port(ApiContext& api, ProxiedConnections
 
 }  // namespace
 
-void install_e2b_port_routes(server::HttpServer& http, ApiContext& api) {
+void install_port_routes(server::HttpServer& http, ApiContext& api) {
   const server::RouteOptions sandbox = in_addressed_sandbox();
   auto open = std::make_shared<ProxiedConnections>();
   auto handler =
@@ -193,4 +193,4 @@ void install_e2b_port_routes(server::HttpServer& http, ApiContext& api) {
   }
 }
 
-}  // namespace sandboxd::api
+}  // namespace sandboxd::e2b

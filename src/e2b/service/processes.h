@@ -27,7 +27,12 @@
 #include "runtime/protocol.h"
 #include "service/container_service.h"
 
-namespace sandboxd::service {
+namespace sandboxd::e2b {
+
+// The service's names E2B's service uses.
+namespace asio = boost::asio;
+using service::Container;
+using service::ContainerService;
 
 struct ProcessConfig {
   std::string cmd;
@@ -51,37 +56,36 @@ struct ProcessOutput {
   bool sandbox_stopped = false;  // the sandbox stopped under it
 };
 
-class SandboxProcess;
+class Process;
 
 // A reader of one process's output from the moment it subscribed.
 class ProcessReader {
  public:
-  explicit ProcessReader(std::shared_ptr<SandboxProcess> process);
+  explicit ProcessReader(std::shared_ptr<Process> process);
   // The next piece, waiting at most `wait` for it: nullopt when nothing came meanwhile
   // (the caller may send a keep-alive). After kEnd, every call returns kEnd again.
   asio::awaitable<std::optional<ProcessOutput>> next(std::chrono::milliseconds wait);
-  SandboxProcess& process() { return *process_; }
+  Process& process() { return *process_; }
 
  private:
-  friend class SandboxProcess;
-  std::shared_ptr<SandboxProcess> process_;
+  friend class Process;
+  std::shared_ptr<Process> process_;
   // On the process's strand.
   std::deque<ProcessOutput> queue_;
   size_t queued_bytes_ = 0;
   asio::steady_timer wake_;
 };
 
-class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
+class Process : public std::enable_shared_from_this<Process> {
  public:
   // What one reader may have waiting before its process's output is held back.
   static constexpr size_t kReaderBuffer = 1u << 20;
   // What may wait for a process to read its stdin (beyond what its pipe holds).
   static constexpr size_t kStdinQueue = 2u << 20;
 
-  SandboxProcess(uint32_t pid, ProcessConfig config, std::optional<std::string> tag,
-                 std::shared_ptr<Container> container, ContainerService::StartedProcess started,
-                 bool keep_stdin);
-  ~SandboxProcess();
+  Process(uint32_t pid, ProcessConfig config, std::optional<std::string> tag,
+          std::shared_ptr<Container> container, ContainerService::StartedProcess started, bool keep_stdin);
+  ~Process();
 
   uint32_t pid() const { return pid_; }
   const ProcessConfig& config() const { return config_; }
@@ -110,7 +114,7 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   asio::awaitable<Result<void>> resize_terminal(runtime::protocol::TerminalSize size);
 
  private:
-  friend class SandboxProcesses;
+  friend class Processes;
   friend class ProcessReader;
   // Reads the output until both pipes close, and waits for the exit; `on_end` runs
   // once it has ended (the registry forgets it).
@@ -174,7 +178,7 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
 };
 
 // Every sandbox's processes, by sandbox (owner and container id) and pid.
-class SandboxProcesses {
+class Processes {
  public:
   // Running at once in one sandbox (beyond it, a 429): each holds pipes and a reader.
   // Counted from the moment a start is accepted, before it runs, so that concurrent
@@ -185,7 +189,7 @@ class SandboxProcesses {
   // sandbox's own environment (config.envs win over it). `timeout` > 0 kills it then.
   // The reader sees all of its output, from the first byte.
   struct Started {
-    std::shared_ptr<SandboxProcess> process;
+    std::shared_ptr<Process> process;
     std::shared_ptr<ProcessReader> reader;
   };
   asio::awaitable<Result<Started>> start(std::shared_ptr<Container> container, ContainerService& service,
@@ -193,9 +197,9 @@ class SandboxProcesses {
                                          std::map<std::string, std::string> env, bool keep_stdin,
                                          std::chrono::milliseconds timeout);
   // The running processes of the container, by pid.
-  std::vector<std::shared_ptr<SandboxProcess>> list(const Container& container) const;
-  std::shared_ptr<SandboxProcess> find(const Container& container, uint32_t pid) const;
-  std::shared_ptr<SandboxProcess> find_tag(const Container& container, const std::string& tag) const;
+  std::vector<std::shared_ptr<Process>> list(const Container& container) const;
+  std::shared_ptr<Process> find(const Container& container, uint32_t pid) const;
+  std::shared_ptr<Process> find_tag(const Container& container, const std::string& tag) const;
 
  private:
   using Key = std::pair<std::string, std::string>;  // (owner, container id)
@@ -206,11 +210,11 @@ class SandboxProcesses {
   void release_locked(const Key& key, const std::optional<std::string>& tag);
 
   mutable std::mutex mutex_;
-  std::map<Key, std::map<uint32_t, std::shared_ptr<SandboxProcess>>> running_;
+  std::map<Key, std::map<uint32_t, std::shared_ptr<Process>>> running_;
   // Starts accepted and not running yet, per sandbox, and the tags they will have.
   std::map<Key, size_t> starting_;
   std::map<Key, std::multiset<std::string>> starting_tags_;
   std::atomic<uint32_t> next_pid_{1000};
 };
 
-}  // namespace sandboxd::service
+}  // namespace sandboxd::e2b

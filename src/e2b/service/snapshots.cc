@@ -1,4 +1,4 @@
-#include "service/e2b_snapshots.h"
+#include "e2b/service/snapshots.h"
 
 #include <sys/stat.h>
 
@@ -11,8 +11,10 @@
 #include "ops/logging.h"
 #include "service/store_call.h"
 
-namespace sandboxd::service {
+namespace sandboxd::e2b {
 namespace {
+
+using service::store_call;
 
 namespace fs = std::filesystem;
 
@@ -51,7 +53,7 @@ std::optional<ApiError> bad_name(const std::string& name) {
   for (char c : name)
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_'))
       return refuse("only lower-case letters, digits, '-' and '_'");
-  if (E2bSandboxes::known_template(name)) return refuse("that is a template's name");
+  if (Sandboxes::known_template(name)) return refuse("that is a template's name");
   if (is_id_shaped(name)) return refuse("20 letters and digits are a snapshot id's shape");
   return std::nullopt;
 }
@@ -59,21 +61,21 @@ std::optional<ApiError> bad_name(const std::string& name) {
 }  // namespace
 
 template <typename Fn>
-auto E2bSnapshots::store(Fn fn) {
+auto Snapshots::store(Fn fn) {
   return store_call(records_.backend(), std::move(fn));
 }
 
-E2bSnapshots::E2bSnapshots(E2bSandboxes& sandboxes, store::E2bRecords& records, std::string data_dir)
+Snapshots::Snapshots(Sandboxes& sandboxes, store::E2bRecords& records, std::string data_dir)
     : sandboxes_(sandboxes),
       containers_(sandboxes.containers()),
       records_(records),
       root_((fs::path(data_dir) / "snapshots").string()) {}
 
-std::string E2bSnapshots::snapshot_id(const E2bSnapshot& snapshot) {
+std::string Snapshots::snapshot_id(const Snapshot& snapshot) {
   return (snapshot.name.empty() ? snapshot.id : snapshot.name) + std::string(kTag);
 }
 
-std::optional<std::string> E2bSnapshots::key_of(std::string_view snapshot_id) {
+std::optional<std::string> Snapshots::key_of(std::string_view snapshot_id) {
   if (snapshot_id.ends_with(kTag)) snapshot_id.remove_suffix(kTag.size());
   if (snapshot_id.empty() || snapshot_id.size() > kMaxNameLength) return std::nullopt;
   for (char c : snapshot_id)
@@ -81,9 +83,9 @@ std::optional<std::string> E2bSnapshots::key_of(std::string_view snapshot_id) {
   return std::string(snapshot_id);
 }
 
-std::string E2bSnapshots::folder_of(const std::string& id) const { return (fs::path(root_) / id).string(); }
+std::string Snapshots::folder_of(const std::string& id) const { return (fs::path(root_) / id).string(); }
 
-void E2bSnapshots::start() {
+void Snapshots::start() {
   std::error_code ec;
   fs::create_directories(root_, ec);
   if (ec) {
@@ -111,7 +113,7 @@ void E2bSnapshots::start() {
   }
 }
 
-asio::awaitable<void> E2bSnapshots::remove_folder(std::string folder) {
+asio::awaitable<void> Snapshots::remove_folder(std::string folder) {
   auto remove = [&folder] {
     std::error_code ec;
     fs::remove_all(folder, ec);
@@ -120,7 +122,7 @@ asio::awaitable<void> E2bSnapshots::remove_folder(std::string folder) {
   co_await run_blocking(std::move(remove));
 }
 
-asio::awaitable<Result<std::shared_ptr<Container>>> E2bSnapshots::source(const E2bSandbox& sandbox) {
+asio::awaitable<Result<std::shared_ptr<Container>>> Snapshots::source(const Sandbox& sandbox) {
   // In a cluster a container's files move between replicas through the sessions
   // bucket; a snapshot store shared by replicas is not built yet.
   if (containers_.leases())
@@ -128,8 +130,8 @@ asio::awaitable<Result<std::shared_ptr<Container>>> E2bSnapshots::source(const E
   co_return co_await sandboxes_.open(sandbox);
 }
 
-asio::awaitable<Result<E2bSnapshot>> E2bSnapshots::create(std::string owner, std::string sandbox_id,
-                                                          std::string name) {
+asio::awaitable<Result<Snapshot>> Snapshots::create(std::string owner, std::string sandbox_id,
+                                                    std::string name) {
   if (!name.empty())
     if (auto refused = bad_name(name)) co_return *refused;
   auto found = co_await sandboxes_.find(owner, sandbox_id);
@@ -148,7 +150,7 @@ asio::awaitable<Result<E2bSnapshot>> E2bSnapshots::create(std::string owner, std
     ++creating_[owner];
   }
   struct Created {
-    E2bSnapshots& self;
+    Snapshots& self;
     const std::string& owner;
     ~Created() {
       std::lock_guard lock(self.creating_mutex_);
@@ -170,7 +172,7 @@ asio::awaitable<Result<E2bSnapshot>> E2bSnapshots::create(std::string owner, std
                                      " bytes (quotas.storedBytesPerOwner), snapshots included; delete "
                                      "some files or snapshots first");
   }
-  E2bSnapshot snapshot;
+  Snapshot snapshot;
   snapshot.id = lower_alnum(20);
   snapshot.owner = owner;
   snapshot.name = name;
@@ -186,7 +188,7 @@ asio::awaitable<Result<E2bSnapshot>> E2bSnapshots::create(std::string owner, std
   snapshot.created_at_ms = now_ms();
   // A name names the newest snapshot taken under it (E2B: a new build of that
   // template): the one it named before goes.
-  std::optional<E2bSnapshot> replaced;
+  std::optional<Snapshot> replaced;
   if (!name.empty()) {
     replaced = co_await store([this, &owner, &name] { return records_.find_snapshot(owner, name); });
     if (replaced && replaced->name == name)
@@ -214,11 +216,11 @@ asio::awaitable<Result<E2bSnapshot>> E2bSnapshots::create(std::string owner, std
   co_return snapshot;
 }
 
-asio::awaitable<store::E2bSnapshotPage> E2bSnapshots::list(store::E2bSnapshotQuery query) {
+asio::awaitable<store::E2bSnapshotPage> Snapshots::list(store::E2bSnapshotQuery query) {
   co_return co_await store([this, &query] { return records_.list_snapshots(query); });
 }
 
-asio::awaitable<Result<void>> E2bSnapshots::remove(std::string owner, std::string snapshot_id) {
+asio::awaitable<Result<void>> Snapshots::remove(std::string owner, std::string snapshot_id) {
   const auto key = key_of(snapshot_id);
   const auto not_found = ApiError::not_found("Snapshot " + snapshot_id + " not found");
   if (!key) co_return not_found;
@@ -234,36 +236,35 @@ asio::awaitable<Result<void>> E2bSnapshots::remove(std::string owner, std::strin
   co_return Result<void>{};
 }
 
-asio::awaitable<Result<E2bSandbox>> E2bSnapshots::create_from(std::string owner, std::string folder,
-                                                              E2bCreate request) {
+asio::awaitable<Result<Sandbox>> Snapshots::create_from(std::string owner, std::string folder,
+                                                        NewSandbox request) {
   request.seed = [this, folder](std::shared_ptr<Container> container) -> asio::awaitable<Result<void>> {
     co_return co_await containers_.seed_state(std::move(container), folder);
   };
   co_return co_await sandboxes_.create(std::move(owner), std::move(request));
 }
 
-asio::awaitable<std::optional<Result<E2bSandbox>>> E2bSnapshots::create_sandbox(std::string owner,
-                                                                                E2bCreate request) {
+asio::awaitable<std::optional<Result<Sandbox>>> Snapshots::create_sandbox(std::string owner,
+                                                                          NewSandbox request) {
   const auto key = key_of(request.template_id);
   if (!key) co_return std::nullopt;
   auto found = co_await store([this, &owner, &key] { return records_.find_snapshot(owner, *key); });
   if (!found) co_return std::nullopt;
   if (containers_.leases())
-    co_return Result<E2bSandbox>(
+    co_return Result<Sandbox>(
         ApiError::not_implemented("Snapshots and forks are not available in cluster mode yet"));
   request.template_id = snapshot_id(*found);
   co_return co_await create_from(std::move(owner), folder_of(found->id), std::move(request));
 }
 
-asio::awaitable<Result<std::vector<Result<E2bSandbox>>>> E2bSnapshots::fork(std::string owner,
-                                                                            std::string sandbox_id,
-                                                                            int64_t count,
-                                                                            int64_t timeout_sec) {
+asio::awaitable<Result<std::vector<Result<Sandbox>>>> Snapshots::fork(std::string owner,
+                                                                      std::string sandbox_id, int64_t count,
+                                                                      int64_t timeout_sec) {
   if (count < 1 || count > kMaxForks)
     co_return ApiError::invalid_request("'count' must be from 1 to " + std::to_string(kMaxForks));
-  if (timeout_sec < 0 || timeout_sec > E2bSandboxes::kMaxTimeoutSec)
+  if (timeout_sec < 0 || timeout_sec > Sandboxes::kMaxTimeoutSec)
     co_return ApiError::invalid_request("'timeout' must be from 0 to " +
-                                        std::to_string(E2bSandboxes::kMaxTimeoutSec) + " seconds");
+                                        std::to_string(Sandboxes::kMaxTimeoutSec) + " seconds");
   auto found = co_await sandboxes_.find(owner, sandbox_id);
   if (!found) co_return found.error();
   // E2B forks a running sandbox (its memory is what it forks).
@@ -282,10 +283,10 @@ asio::awaitable<Result<std::vector<Result<E2bSandbox>>>> E2bSnapshots::fork(std:
   // The forks carry what the source was made with: its template, metadata, environment
   // variables and network options.
   auto egress = co_await sandboxes_.stored_network(owner, sandbox_id);
-  std::vector<Result<E2bSandbox>> forks;
+  std::vector<Result<Sandbox>> forks;
   size_t made = 0;
   for (int64_t i = 0; i < count; ++i) {
-    E2bCreate request;
+    NewSandbox request;
     request.template_id = found->template_id;
     request.metadata = found->metadata;
     request.env_vars = found->env_vars;
@@ -305,4 +306,4 @@ asio::awaitable<Result<std::vector<Result<E2bSandbox>>>> E2bSnapshots::fork(std:
   co_return forks;
 }
 
-}  // namespace sandboxd::service
+}  // namespace sandboxd::e2b

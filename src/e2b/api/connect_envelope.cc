@@ -1,9 +1,9 @@
-#include "api/connect_envelope.h"
+#include "e2b/api/connect_envelope.h"
 
 #include <boost/json.hpp>
 #include <string>
 
-namespace sandboxd::api::connect_rpc {
+namespace sandboxd::e2b::connect_rpc {
 
 namespace json = boost::json;
 
@@ -31,4 +31,4 @@ Result<json::object> parse_envelope(std::string_view body) {
   return parse_message(body.substr(5));
 }
 
-}  // namespace sandboxd::api::connect_rpc
+}  // namespace sandboxd::e2b::connect_rpc

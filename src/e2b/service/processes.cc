@@ -1,4 +1,4 @@
-#include "service/sandbox_processes.h"
+#include "e2b/service/processes.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -19,7 +19,7 @@
 
 #include "ops/logging.h"
 
-namespace sandboxd::service {
+namespace sandboxd::e2b {
 namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
@@ -85,7 +85,7 @@ std::string single_quoted(std::string_view text) {
 
 }  // namespace
 
-ProcessReader::ProcessReader(std::shared_ptr<SandboxProcess> process)
+ProcessReader::ProcessReader(std::shared_ptr<Process> process)
     : process_(std::move(process)), wake_(process_->strand_) {}
 
 asio::awaitable<std::optional<ProcessOutput>> ProcessReader::next(std::chrono::milliseconds wait) {
@@ -102,9 +102,9 @@ asio::awaitable<std::optional<ProcessOutput>> ProcessReader::next(std::chrono::m
   co_return co_await asio::co_spawn(process_->strand_, step(), asio::use_awaitable);
 }
 
-SandboxProcess::SandboxProcess(uint32_t pid, ProcessConfig config, std::optional<std::string> tag,
-                               std::shared_ptr<Container> container, ContainerService::StartedProcess started,
-                               bool keep_stdin)
+Process::Process(uint32_t pid, ProcessConfig config, std::optional<std::string> tag,
+                 std::shared_ptr<Container> container, ContainerService::StartedProcess started,
+                 bool keep_stdin)
     : pid_(pid),
       config_(std::move(config)),
       tag_(std::move(tag)),
@@ -129,14 +129,14 @@ SandboxProcess::SandboxProcess(uint32_t pid, ProcessConfig config, std::optional
   ++container_->executing;                 // the idle reaper leaves a sandbox alone while it runs
 }
 
-SandboxProcess::~SandboxProcess() {
+Process::~Process() {
   // (A pipe read as it comes is closed by its stream descriptor.)
   if (!stdout_ && stdout_fd_ >= 0) ::close(stdout_fd_);
   if (!stderr_ && stderr_fd_ >= 0) ::close(stderr_fd_);
   --container_->executing;
 }
 
-void SandboxProcess::run(std::chrono::milliseconds timeout, std::function<void()> on_end) {
+void Process::run(std::chrono::milliseconds timeout, std::function<void()> on_end) {
   auto self = shared_from_this();
   asio::co_spawn(
       strand_, [self, on_end = std::move(on_end)]() { return self->finish(on_end); }, asio::detached);
@@ -148,7 +148,7 @@ void SandboxProcess::run(std::chrono::milliseconds timeout, std::function<void()
   });
 }
 
-void SandboxProcess::read_later() {
+void Process::read_later() {
   if (exited_) return;
   read_after_.expires_after(kReadAfter);
   read_after_.async_wait([self = shared_from_this()](const boost::system::error_code&) {
@@ -156,7 +156,7 @@ void SandboxProcess::read_later() {
   });
 }
 
-void SandboxProcess::start_pumps() {
+void Process::start_pumps() {
   if (pumping_) return;
   pumping_ = true;
   stdout_.emplace(strand_, stdout_fd_);
@@ -169,7 +169,7 @@ void SandboxProcess::start_pumps() {
       strand_, [self]() { return self->pump(*self->stderr_, ProcessOutput::Kind::kStderr); }, asio::detached);
 }
 
-asio::awaitable<bool> SandboxProcess::drain(int fd, ProcessOutput::Kind kind) {
+asio::awaitable<bool> Process::drain(int fd, ProcessOutput::Kind kind) {
   auto self = shared_from_this();
   // At most 1 MiB here (what pipes hold); anything beyond is pumped.
   for (int reads = 0; reads < 16; ++reads) {
@@ -187,7 +187,7 @@ asio::awaitable<bool> SandboxProcess::drain(int fd, ProcessOutput::Kind kind) {
   co_return true;
 }
 
-asio::awaitable<void> SandboxProcess::pump(asio::posix::stream_descriptor& pipe, ProcessOutput::Kind kind) {
+asio::awaitable<void> Process::pump(asio::posix::stream_descriptor& pipe, ProcessOutput::Kind kind) {
   auto self = shared_from_this();
   std::string buffer(kReadChunk, '\0');
   for (;;) {
@@ -206,7 +206,7 @@ asio::awaitable<void> SandboxProcess::pump(asio::posix::stream_descriptor& pipe,
   pumps_done_.cancel();
 }
 
-asio::awaitable<void> SandboxProcess::deliver(ProcessOutput piece) {
+asio::awaitable<void> Process::deliver(ProcessOutput piece) {
   auto self = shared_from_this();
   for (;;) {
     bool full = false;
@@ -227,7 +227,7 @@ asio::awaitable<void> SandboxProcess::deliver(ProcessOutput piece) {
   }
 }
 
-asio::awaitable<void> SandboxProcess::finish(std::function<void()> on_end) {
+asio::awaitable<void> Process::finish(std::function<void()> on_end) {
   auto self = shared_from_this();
   // The exit is waited for on the sandbox's strand while the process runs; the end
   // goes out once both pipes are at their end too, after all of its output.
@@ -267,7 +267,7 @@ asio::awaitable<void> SandboxProcess::finish(std::function<void()> on_end) {
   on_end();
 }
 
-void SandboxProcess::enforce_timeout(std::chrono::milliseconds timeout) {
+void Process::enforce_timeout(std::chrono::milliseconds timeout) {
   deadline_.expires_after(timeout);
   deadline_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
     if (ec || self->ended_) return;
@@ -276,7 +276,7 @@ void SandboxProcess::enforce_timeout(std::chrono::milliseconds timeout) {
   });
 }
 
-asio::awaitable<std::shared_ptr<ProcessReader>> SandboxProcess::subscribe() {
+asio::awaitable<std::shared_ptr<ProcessReader>> Process::subscribe() {
   auto self = shared_from_this();
   auto add = [self]() -> asio::awaitable<std::shared_ptr<ProcessReader>> {
     auto reader = std::make_shared<ProcessReader>(self);
@@ -289,7 +289,7 @@ asio::awaitable<std::shared_ptr<ProcessReader>> SandboxProcess::subscribe() {
   co_return co_await asio::co_spawn(strand_, add(), asio::use_awaitable);
 }
 
-asio::awaitable<Result<void>> SandboxProcess::write_stdin(std::string bytes) {
+asio::awaitable<Result<void>> Process::write_stdin(std::string bytes) {
   auto self = shared_from_this();
   auto take = [self, bytes = std::move(bytes)]() mutable -> asio::awaitable<Result<void>> {
     if (!self->stdin_ || self->stdin_closing_ || self->ended_)
@@ -314,7 +314,7 @@ asio::awaitable<Result<void>> SandboxProcess::write_stdin(std::string bytes) {
   co_return co_await asio::co_spawn(strand_, take(), asio::use_awaitable);
 }
 
-asio::awaitable<void> SandboxProcess::write_queued_stdin() {
+asio::awaitable<void> Process::write_queued_stdin() {
   auto self = shared_from_this();
   while (!stdin_queue_.empty() && stdin_) {
     boost::system::error_code ec;
@@ -338,7 +338,7 @@ asio::awaitable<void> SandboxProcess::write_queued_stdin() {
   if (stdin_closing_) stdin_.reset();
 }
 
-asio::awaitable<Result<void>> SandboxProcess::close_stdin() {
+asio::awaitable<Result<void>> Process::close_stdin() {
   auto self = shared_from_this();
   auto close = [self]() -> asio::awaitable<Result<void>> {
     self->stdin_closing_ = true;
@@ -348,7 +348,7 @@ asio::awaitable<Result<void>> SandboxProcess::close_stdin() {
   co_return co_await asio::co_spawn(strand_, close(), asio::use_awaitable);
 }
 
-asio::awaitable<Result<void>> SandboxProcess::resize_terminal(runtime::protocol::TerminalSize size) {
+asio::awaitable<Result<void>> Process::resize_terminal(runtime::protocol::TerminalSize size) {
   if (!terminal_)
     co_return ApiError::invalid_request("Process " + std::to_string(pid_) +
                                         " does not run on a terminal (PTY)");
@@ -363,13 +363,13 @@ asio::awaitable<Result<void>> SandboxProcess::resize_terminal(runtime::protocol:
   co_return Result<void>{};
 }
 
-void SandboxProcess::kill(int signal) {
+void Process::kill(int signal) {
   kill_signal_ = signal > 0 ? signal : SIGKILL;
   sandbox_->kill_process(execution_id_);
 }
 
-struct SandboxProcesses::Reservation {
-  SandboxProcesses* processes;
+struct Processes::Reservation {
+  Processes* processes;
   Key key;
   std::optional<std::string> tag;
   bool held = true;
@@ -380,7 +380,7 @@ struct SandboxProcesses::Reservation {
   }
 };
 
-void SandboxProcesses::release_locked(const Key& key, const std::optional<std::string>& tag) {
+void Processes::release_locked(const Key& key, const std::optional<std::string>& tag) {
   if (auto it = starting_.find(key); it != starting_.end() && --it->second == 0) starting_.erase(it);
   if (!tag) return;
   if (auto it = starting_tags_.find(key); it != starting_tags_.end()) {
@@ -389,10 +389,12 @@ void SandboxProcesses::release_locked(const Key& key, const std::optional<std::s
   }
 }
 
-asio::awaitable<Result<SandboxProcesses::Started>> SandboxProcesses::start(
-    std::shared_ptr<Container> container, ContainerService& service, ProcessConfig config,
-    std::optional<std::string> tag, std::map<std::string, std::string> env, bool keep_stdin,
-    std::chrono::milliseconds timeout) {
+asio::awaitable<Result<Processes::Started>> Processes::start(std::shared_ptr<Container> container,
+                                                             ContainerService& service, ProcessConfig config,
+                                                             std::optional<std::string> tag,
+                                                             std::map<std::string, std::string> env,
+                                                             bool keep_stdin,
+                                                             std::chrono::milliseconds timeout) {
   if (config.cmd.empty()) co_return ApiError::invalid_request("'process.cmd' is required");
   for (const auto& [name, value] : config.envs) env[name] = value;
   runtime::ProcessRequest request;
@@ -442,8 +444,8 @@ asio::awaitable<Result<SandboxProcesses::Started>> SandboxProcesses::start(
   auto started = co_await service.start_process(container, std::move(request));
   if (!started) co_return started.error();
   const uint32_t pid = next_pid_++;
-  auto process = std::make_shared<SandboxProcess>(pid, std::move(config), std::move(tag), container,
-                                                  std::move(*started), keep_stdin);
+  auto process = std::make_shared<Process>(pid, std::move(config), std::move(tag), container,
+                                           std::move(*started), keep_stdin);
   {
     std::lock_guard lock(mutex_);
     running_[key][pid] = process;
@@ -457,7 +459,7 @@ asio::awaitable<Result<SandboxProcesses::Started>> SandboxProcesses::start(
   co_return Started{process, reader};
 }
 
-void SandboxProcesses::forget(const Key& key, uint32_t pid) {
+void Processes::forget(const Key& key, uint32_t pid) {
   std::lock_guard lock(mutex_);
   auto it = running_.find(key);
   if (it == running_.end()) return;
@@ -465,15 +467,15 @@ void SandboxProcesses::forget(const Key& key, uint32_t pid) {
   if (it->second.empty()) running_.erase(it);
 }
 
-std::vector<std::shared_ptr<SandboxProcess>> SandboxProcesses::list(const Container& container) const {
-  std::vector<std::shared_ptr<SandboxProcess>> out;
+std::vector<std::shared_ptr<Process>> Processes::list(const Container& container) const {
+  std::vector<std::shared_ptr<Process>> out;
   std::lock_guard lock(mutex_);
   if (auto it = running_.find({container.owner, container.id}); it != running_.end())
     for (const auto& [pid, process] : it->second) out.push_back(process);
   return out;
 }
 
-std::shared_ptr<SandboxProcess> SandboxProcesses::find(const Container& container, uint32_t pid) const {
+std::shared_ptr<Process> Processes::find(const Container& container, uint32_t pid) const {
   std::lock_guard lock(mutex_);
   auto it = running_.find({container.owner, container.id});
   if (it == running_.end()) return nullptr;
@@ -481,8 +483,7 @@ std::shared_ptr<SandboxProcess> SandboxProcesses::find(const Container& containe
   return found == it->second.end() ? nullptr : found->second;
 }
 
-std::shared_ptr<SandboxProcess> SandboxProcesses::find_tag(const Container& container,
-                                                           const std::string& tag) const {
+std::shared_ptr<Process> Processes::find_tag(const Container& container, const std::string& tag) const {
   std::lock_guard lock(mutex_);
   auto it = running_.find({container.owner, container.id});
   if (it == running_.end()) return nullptr;
@@ -491,4 +492,4 @@ std::shared_ptr<SandboxProcess> SandboxProcesses::find_tag(const Container& cont
   return nullptr;
 }
 
-}  // namespace sandboxd::service
+}  // namespace sandboxd::e2b

@@ -1,4 +1,4 @@
-#include "service/e2b_sandboxes.h"
+#include "e2b/service/sandboxes.h"
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
@@ -16,8 +16,13 @@
 #include "service/egress_options.h"
 #include "service/store_call.h"
 
-namespace sandboxd::service {
+namespace sandboxd::e2b {
 namespace {
+
+using service::decode_egress_options;
+using service::encode_egress_options;
+using service::kStopKeepingFilesOnly;
+using service::store_call;
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
@@ -42,7 +47,7 @@ std::map<std::string, std::string> string_map(const json::value* value) {
 }
 
 // A record as older versions wrote it, one JSON file per sandbox.
-std::optional<E2bSandbox> decode_json_record(const std::string& text) {
+std::optional<Sandbox> decode_json_record(const std::string& text) {
   boost::system::error_code ec;
   json::value value = json::parse(text, ec);
   if (ec || !value.is_object()) return std::nullopt;
@@ -59,7 +64,7 @@ std::optional<E2bSandbox> decode_json_record(const std::string& text) {
     const auto* v = o.if_contains(key);
     return v && v->is_bool() && v->as_bool();
   };
-  E2bSandbox s;
+  Sandbox s;
   s.id = text_of("id");
   s.owner = text_of("owner");
   s.template_id = text_of("template");
@@ -79,31 +84,31 @@ ApiError sandbox_not_found(const std::string& id) {
 
 ApiError bad_timeout() {
   return ApiError::invalid_request("'timeout' must be from 0 to " +
-                                   std::to_string(E2bSandboxes::kMaxTimeoutSec) + " seconds");
+                                   std::to_string(Sandboxes::kMaxTimeoutSec) + " seconds");
 }
 
 }  // namespace
 
 template <typename Fn>
-auto E2bSandboxes::store(Fn fn) {
+auto Sandboxes::store(Fn fn) {
   return store_call(records_.backend(), std::move(fn));
 }
 
-bool E2bSandboxes::known_template(std::string_view name) {
+bool Sandboxes::known_template(std::string_view name) {
   return name == "base" || name == "code-interpreter-v1" || name == "code-interpreter";
 }
 
-E2bSandboxes::E2bSandboxes(asio::io_context& io, ContainerService& containers, store::E2bRecords& records,
-                           std::string data_dir)
+Sandboxes::Sandboxes(asio::io_context& io, ContainerService& containers, store::E2bRecords& records,
+                     std::string data_dir)
     : io_(io),
       containers_(containers),
       records_(records),
       json_dir_((fs::path(data_dir) / "e2b" / "sandboxes").string()),
       timer_(io) {}
 
-E2bSandboxes::~E2bSandboxes() { stopping_ = true; }
+Sandboxes::~Sandboxes() { stopping_ = true; }
 
-void E2bSandboxes::import_json_records() {
+void Sandboxes::import_json_records() {
   std::error_code ec;
   if (!fs::is_directory(json_dir_, ec)) return;
   size_t moved = 0;
@@ -131,13 +136,13 @@ void E2bSandboxes::import_json_records() {
   fs::remove(fs::path(json_dir_).parent_path(), ec);  // likewise
 }
 
-void E2bSandboxes::start() {
+void Sandboxes::start() {
   import_json_records();
   loop_running_ = true;
   asio::co_spawn(io_, end_expired(), asio::detached);
 }
 
-asio::awaitable<void> E2bSandboxes::stop() {
+asio::awaitable<void> Sandboxes::stop() {
   stopping_ = true;
   timer_.cancel();
   asio::steady_timer pause(io_);
@@ -147,7 +152,7 @@ asio::awaitable<void> E2bSandboxes::stop() {
   }
 }
 
-asio::awaitable<void> E2bSandboxes::end_expired() {
+asio::awaitable<void> Sandboxes::end_expired() {
   struct Done {
     std::atomic<bool>& running;
     ~Done() { running = false; }
@@ -165,7 +170,7 @@ asio::awaitable<void> E2bSandboxes::end_expired() {
   }
 }
 
-asio::awaitable<void> E2bSandboxes::end_due_batch() {
+asio::awaitable<void> Sandboxes::end_due_batch() {
   const int64_t now = now_ms();
   auto due = co_await store([this, now] { return records_.due(now, due_cursor_, kDueBatch); });
   // A short batch reached the end: the next pass starts from the beginning again.
@@ -190,7 +195,7 @@ asio::awaitable<void> E2bSandboxes::end_due_batch() {
   }
 }
 
-asio::awaitable<void> E2bSandboxes::end_one(const E2bSandbox& s) {
+asio::awaitable<void> Sandboxes::end_one(const Sandbox& s) {
   // Opening the container takes its lease in a cluster: a replica that lost the race to
   // another one (which then ends it) leaves it alone.
   auto container = co_await containers_.async_open(s.owner, s.id, /*create=*/false);
@@ -224,7 +229,7 @@ asio::awaitable<void> E2bSandboxes::end_one(const E2bSandbox& s) {
     audit->record("e2b_sandbox_killed", {{"owner", s.owner}, {"sandbox", s.id}});
 }
 
-asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bCreate request) {
+asio::awaitable<Result<Sandbox>> Sandboxes::create(std::string owner, NewSandbox request) {
   if (!request.seed && !known_template(request.template_id))
     co_return ApiError::not_found("Template '" + request.template_id +
                                   "' not found (this server has 'base' and 'code-interpreter-v1')");
@@ -260,7 +265,7 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
   // An E2B sandbox runs once it is made (its SDK's next call is a command, some
   // milliseconds of the client's own work away): its start overlaps them.
   containers_.start_sandbox_soon(*container);
-  E2bSandbox s;
+  Sandbox s;
   s.id = id;
   s.owner = std::move(owner);
   s.template_id = std::move(request.template_id);
@@ -294,15 +299,14 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
   co_return s;
 }
 
-asio::awaitable<Result<E2bSandbox>> E2bSandboxes::find(const std::string& owner, const std::string& id) {
+asio::awaitable<Result<Sandbox>> Sandboxes::find(const std::string& owner, const std::string& id) {
   // (A named local: GCC 12 destroys a temporary made inside a co_await expression twice.)
   std::optional<store::E2bHold> hold;
   if (!cache_scope_) hold.emplace();
   co_return co_await find_held(owner, id, hold);
 }
 
-asio::awaitable<Result<E2bSandbox>> E2bSandboxes::find_addressed(const std::string& owner,
-                                                                 const std::string& id) {
+asio::awaitable<Result<Sandbox>> Sandboxes::find_addressed(const std::string& owner, const std::string& id) {
   if (!cache_scope_) co_return co_await find(owner, id);
   // The token is taken before the database is read: what the read finds is then as
   // new as the lease, and only this replica writes it while the lease stays confirmed.
@@ -312,10 +316,10 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::find_addressed(const std::stri
   co_return co_await find_held(owner, id, hold);
 }
 
-asio::awaitable<Result<E2bSandbox>> E2bSandboxes::find_held(const std::string& owner, const std::string& id,
-                                                            const std::optional<store::E2bHold>& hold) {
+asio::awaitable<Result<Sandbox>> Sandboxes::find_held(const std::string& owner, const std::string& id,
+                                                      const std::optional<store::E2bHold>& hold) {
   if (hold) {
-    E2bSandbox held;
+    Sandbox held;
     switch (records_.cached_find(owner, id, hold->token, held)) {
       case store::E2bRecords::Cached::kFound:
         co_return held;
@@ -330,22 +334,22 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::find_held(const std::string& o
   co_return std::move(*found);
 }
 
-asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open_container(const std::string& owner,
-                                                                                 const std::string& id) {
+asio::awaitable<Result<std::shared_ptr<Container>>> Sandboxes::open_container(const std::string& owner,
+                                                                              const std::string& id) {
   if (auto found = co_await find(owner, id); !found) co_return found.error();
   auto container = co_await containers_.async_open(owner, id, /*create=*/false);
   if (!container && container.error().kind == ErrorKind::not_found) co_return sandbox_not_found(id);
   co_return container;
 }
 
-asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open(const std::string& owner,
-                                                                       const std::string& id) {
+asio::awaitable<Result<std::shared_ptr<Container>>> Sandboxes::open(const std::string& owner,
+                                                                    const std::string& id) {
   auto found = co_await find(owner, id);
   if (!found) co_return found.error();
   co_return co_await open(*found);
 }
 
-asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open(const E2bSandbox& found) {
+asio::awaitable<Result<std::shared_ptr<Container>>> Sandboxes::open(const Sandbox& found) {
   auto container = co_await containers_.async_open(found.owner, found.id, /*create=*/false);
   if (!container && container.error().kind == ErrorKind::not_found) co_return sandbox_not_found(found.id);
   if (!container) co_return container;
@@ -356,7 +360,7 @@ asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open(const E2b
   co_return container;
 }
 
-asio::awaitable<E2bPage> E2bSandboxes::list(const std::string& owner, const E2bListQuery& query) {
+asio::awaitable<SandboxPage> Sandboxes::list(const std::string& owner, const SandboxQuery& query) {
   store::E2bRecordQuery select;
   select.owner = owner;
   select.metadata = query.metadata;
@@ -371,8 +375,8 @@ asio::awaitable<E2bPage> E2bSandboxes::list(const std::string& owner, const E2bL
   co_return co_await store([this, &select] { return records_.list(select); });
 }
 
-asio::awaitable<Result<void>> E2bSandboxes::set_timeout(const std::string& owner, const std::string& id,
-                                                        int64_t timeout_sec) {
+asio::awaitable<Result<void>> Sandboxes::set_timeout(const std::string& owner, const std::string& id,
+                                                     int64_t timeout_sec) {
   if (timeout_sec < 0 || timeout_sec > kMaxTimeoutSec) co_return bad_timeout();
   const int64_t end = now_ms() + timeout_sec * 1000;
   if (!co_await store([this, &owner, &id, end] { return records_.set_end(owner, id, end); }))
@@ -380,8 +384,8 @@ asio::awaitable<Result<void>> E2bSandboxes::set_timeout(const std::string& owner
   co_return Result<void>{};
 }
 
-asio::awaitable<Result<void>> E2bSandboxes::pause(const std::string& owner, const std::string& id,
-                                                  bool keep_memory) {
+asio::awaitable<Result<void>> Sandboxes::pause(const std::string& owner, const std::string& id,
+                                               bool keep_memory) {
   auto container = co_await open_container(owner, id);
   if (!container) co_return container.error();
   if (!co_await store([this, &owner, &id] { return records_.mark_paused(owner, id); }))
@@ -394,8 +398,8 @@ asio::awaitable<Result<void>> E2bSandboxes::pause(const std::string& owner, cons
   co_return Result<void>{};
 }
 
-asio::awaitable<Result<bool>> E2bSandboxes::resume(const std::string& owner, const std::string& id,
-                                                   std::optional<int64_t> timeout_sec) {
+asio::awaitable<Result<bool>> Sandboxes::resume(const std::string& owner, const std::string& id,
+                                                std::optional<int64_t> timeout_sec) {
   if (timeout_sec && (*timeout_sec < 0 || *timeout_sec > kMaxTimeoutSec)) co_return bad_timeout();
   auto container = co_await open_container(owner, id);
   if (!container) co_return container.error();
@@ -412,7 +416,7 @@ asio::awaitable<Result<bool>> E2bSandboxes::resume(const std::string& owner, con
   co_return *was_paused;
 }
 
-asio::awaitable<Result<void>> E2bSandboxes::kill(const std::string& owner, const std::string& id) {
+asio::awaitable<Result<void>> Sandboxes::kill(const std::string& owner, const std::string& id) {
   if (auto found = co_await find(owner, id); !found) co_return found.error();
   auto container = co_await containers_.async_open(owner, id, /*create=*/false);
   if (container) {
@@ -424,8 +428,8 @@ asio::awaitable<Result<void>> E2bSandboxes::kill(const std::string& owner, const
   co_return Result<void>{};
 }
 
-asio::awaitable<Result<void>> E2bSandboxes::update_network(const std::string& owner, const std::string& id,
-                                                           std::shared_ptr<const ops::SandboxEgress> egress) {
+asio::awaitable<Result<void>> Sandboxes::update_network(const std::string& owner, const std::string& id,
+                                                        std::shared_ptr<const ops::SandboxEgress> egress) {
   auto container = co_await open_container(owner, id);
   if (!container) co_return container.error();
   if (!co_await keep_network(*container, std::move(egress))) co_return sandbox_not_found(id);
@@ -433,14 +437,14 @@ asio::awaitable<Result<void>> E2bSandboxes::update_network(const std::string& ow
   co_return Result<void>{};
 }
 
-std::shared_ptr<const ops::SandboxEgress> E2bSandboxes::network(const std::string& owner,
-                                                                const std::string& id) const {
+std::shared_ptr<const ops::SandboxEgress> Sandboxes::network(const std::string& owner,
+                                                             const std::string& id) const {
   auto container = containers_.find_open(owner, id);
   return container ? egress_options(*container) : nullptr;
 }
 
-asio::awaitable<std::shared_ptr<const ops::SandboxEgress>> E2bSandboxes::stored_network(
-    const std::string& owner, const std::string& id) {
+asio::awaitable<std::shared_ptr<const ops::SandboxEgress>> Sandboxes::stored_network(const std::string& owner,
+                                                                                     const std::string& id) {
   if (auto container = containers_.find_open(owner, id)) co_return egress_options(*container);
   auto stored = co_await store([this, &owner, &id] {
     auto record = containers_.metadata().find_container(owner, id);
@@ -449,8 +453,8 @@ asio::awaitable<std::shared_ptr<const ops::SandboxEgress>> E2bSandboxes::stored_
   co_return decode_egress_options(stored);
 }
 
-asio::awaitable<bool> E2bSandboxes::keep_network(const std::shared_ptr<Container>& container,
-                                                 std::shared_ptr<const ops::SandboxEgress> egress) {
+asio::awaitable<bool> Sandboxes::keep_network(const std::shared_ptr<Container>& container,
+                                              std::shared_ptr<const ops::SandboxEgress> egress) {
   // Stored first: options in force that a restart would forget must never be.
   const std::string encoded = encode_egress_options(egress.get());
   const bool stored = co_await store([this, &container, &encoded] {
@@ -462,4 +466,4 @@ asio::awaitable<bool> E2bSandboxes::keep_network(const std::shared_ptr<Container
   co_return true;
 }
 
-}  // namespace sandboxd::service
+}  // namespace sandboxd::e2b

@@ -1,11 +1,11 @@
-#include "api/connect_rpc.h"
+#include "e2b/api/connect_rpc.h"
 
 #include <boost/json.hpp>
 #include <charconv>
 
-#include "api/e2b_common.h"
+#include "e2b/api/common.h"
 
-namespace sandboxd::api::connect_rpc {
+namespace sandboxd::e2b::connect_rpc {
 namespace {
 
 namespace json = boost::json;
@@ -26,7 +26,7 @@ ApiError unsupported_codec(std::string_view content_type, std::string_view expec
 }  // namespace
 
 // Connect's code of each kind (connectrpc.com/docs/protocol#error-codes); the HTTP
-// status is E2B's (api/e2b_common.h). A switch over every kind: a new kind left out is
+// status is E2B's (e2b/api/common.h). A switch over every kind: a new kind left out is
 // a -Wswitch warning.
 std::string code_of(const ApiError& error) {
   switch (error.kind) {
@@ -133,6 +133,8 @@ server::StringResponse stream_error(const ApiError& error) {
   return res;
 }
 
+server::Response stream_shape(const ApiError& error) { return server::Response{stream_error(error)}; }
+
 std::chrono::milliseconds timeout_of(const RequestContext& ctx) {
   const auto text = ctx.header_value("connect-timeout-ms");
   int64_t value = 0;
@@ -143,4 +145,4 @@ std::chrono::milliseconds timeout_of(const RequestContext& ctx) {
   return std::chrono::milliseconds(value);
 }
 
-}  // namespace sandboxd::api::connect_rpc
+}  // namespace sandboxd::e2b::connect_rpc
