@@ -254,7 +254,8 @@ asio::awaitable<void> FileUpload::abort() {
 
 asio::awaitable<Result<std::shared_ptr<Container>>> ContainerFiles::open_ready(std::string owner,
                                                                                std::string id, bool create) {
-  auto container = co_await services_.containers.async_open(std::move(owner), std::move(id), create);
+  auto container =
+      co_await services_.containers.lifecycle().async_open(std::move(owner), std::move(id), create);
   co_return co_await ready(std::move(container));
 }
 

@@ -17,8 +17,9 @@
 
 #include "base/blocking.h"
 #include "runtime/volume.h"
+#include "service/container_snapshots.h"
+
 #include "service/container_memory.h"
-#include "service/container_service.h"
 
 namespace sandboxd::service {
 namespace {
@@ -62,17 +63,13 @@ ApiError no_space() {
 
 }  // namespace
 
-bool ContainerService::keeps_memory() const {
-  return runtime_ && runtime_->keeps_memory() && settings()->keep_memory;
-}
-
-asio::awaitable<Result<ContainerService::CapturedState>> ContainerService::capture_state(
+asio::awaitable<Result<ContainerSnapshots::CapturedState>> ContainerSnapshots::capture_state(
     std::shared_ptr<Container> container, std::string folder) {
   co_return co_await asio::co_spawn(container->strand, capture_on_strand(container, std::move(folder)),
                                     asio::use_awaitable);
 }
 
-asio::awaitable<Result<ContainerService::CapturedState>> ContainerService::capture_on_strand(
+asio::awaitable<Result<ContainerSnapshots::CapturedState>> ContainerSnapshots::capture_on_strand(
     std::shared_ptr<Container> container, std::string folder) {
   auto& state = container->on_strand;
   while (state.starting) {
@@ -80,11 +77,11 @@ asio::awaitable<Result<ContainerService::CapturedState>> ContainerService::captu
     co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
   if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
-  const bool with_memory = keeps_memory();
+  const bool with_memory = memory_.keeps_memory();
   const bool was_running = state.sandbox && state.sandbox->running();
   // Its memory: a running sandbox is checkpointed by a stop (which ends it) and comes
   // back from that checkpoint below, its processes where they were.
-  if (was_running && with_memory) co_await stop_on_strand(container, "snapshot");
+  if (was_running && with_memory) co_await lifecycle_.stop_on_strand(container, "snapshot");
   // From here until the copy is done no start of its sandbox begins: a start would take
   // (and remove) the checkpoint the snapshot links. (Nothing suspended between the stop
   // and this mark: the strand ran nothing else.)
@@ -117,7 +114,7 @@ asio::awaitable<Result<ContainerService::CapturedState>> ContainerService::captu
   state.starting = false;
   state.started_event->cancel();
   // The source runs again from its checkpoint, as it would on its next command.
-  if (was_running && with_memory) start_sandbox_soon(container);
+  if (was_running && with_memory) lifecycle_.start_sandbox_soon(container);
   if (!failure.empty()) {
     spdlog::error("copying the state of container {} of {} into {}: {}", container->id, container->owner,
                   folder, failure);
@@ -127,9 +124,9 @@ asio::awaitable<Result<ContainerService::CapturedState>> ContainerService::captu
   co_return **copied;
 }
 
-asio::awaitable<Result<void>> ContainerService::seed_state(std::shared_ptr<Container> container,
-                                                           std::string folder) {
-  const bool with_memory = keeps_memory();
+asio::awaitable<Result<void>> ContainerSnapshots::seed_state(std::shared_ptr<Container> container,
+                                                             std::string folder) {
+  const bool with_memory = memory_.keeps_memory();
   auto seed = [&container, &folder, with_memory]() -> runtime::VolumeResult<void> {
     // Its fresh volume gives way to a copy of the snapshot's (a UUID of its own).
     Volume::unmount(container->volume_mount);
@@ -158,7 +155,7 @@ asio::awaitable<Result<void>> ContainerService::seed_state(std::shared_ptr<Conta
   if (!*seeded) {
     if (seeded->error() == runtime::VolumeError::kNoLoopDevice)
       co_return ApiError::overloaded("No loop device is free for the sandbox's volume; try again later",
-                                     settings()->capacity_retry_after_sec);
+                                     parts_.settings()->capacity_retry_after_sec);
     co_return no_space();
   }
   co_return Result<void>{};

@@ -193,7 +193,7 @@ asio::awaitable<void> E2bSandboxes::end_due_batch() {
 asio::awaitable<void> E2bSandboxes::end_one(const E2bSandbox& s) {
   // Opening the container takes its lease in a cluster: a replica that lost the race to
   // another one (which then ends it) leaves it alone.
-  auto container = co_await containers_.async_open(s.owner, s.id, /*create=*/false);
+  auto container = co_await containers_.lifecycle().async_open(s.owner, s.id, /*create=*/false);
   if (!container) {
     // Its container is gone (a kill through another replica a moment ago, which also
     // removes the record): the record goes with it, and nothing is ended here.
@@ -207,7 +207,7 @@ asio::awaitable<void> E2bSandboxes::end_one(const E2bSandbox& s) {
       co_return;  // resumed or given more time meanwhile
     ops::log_event(spdlog::level::info, "e2b_sandbox_timeout",
                    {{"owner", s.owner}, {"sandbox", s.id}, {"action", "pause"}});
-    co_await containers_.stop(*container, "paused");
+    co_await containers_.lifecycle().stop(*container, "paused");
     co_return;
   }
   // Given more time (or paused) since the pass read it: it stays.
@@ -215,7 +215,7 @@ asio::awaitable<void> E2bSandboxes::end_one(const E2bSandbox& s) {
   if (!current || current->paused || current->end_at_ms > now) co_return;
   ops::log_event(spdlog::level::info, "e2b_sandbox_timeout",
                  {{"owner", s.owner}, {"sandbox", s.id}, {"action", "kill"}});
-  co_await containers_.remove(*container);  // its network options with it
+  co_await containers_.lifecycle().remove(*container);  // its network options with it
   co_await store([this, &s] { return records_.remove(s.owner, s.id); });
   if (auto* audit = ops::audit())
     audit->record("e2b_sandbox_killed", {{"owner", s.owner}, {"sandbox", s.id}});
@@ -232,12 +232,12 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
   // E2B's ids: lower-case letters and digits, 20 of them.
   std::string id = random_alnum(20);
   for (auto& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  auto container = co_await containers_.async_open(owner, id, /*create=*/true);
+  auto container = co_await containers_.lifecycle().async_open(owner, id, /*create=*/true);
   if (!container) co_return container.error();
-  containers_.touch(**container);
+  containers_.lifecycle().touch(**container);
   if (request.seed) {
     if (auto seeded = co_await request.seed(*container); !seeded) {
-      co_await containers_.remove(*container);
+      co_await containers_.lifecycle().remove(*container);
       co_return seeded.error();
     }
   }
@@ -250,13 +250,13 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
       spdlog::error("e2b: storing the network options of sandbox {}: {}", id, e.what());
     }
     if (!kept) {
-      co_await containers_.remove(*container);
+      co_await containers_.lifecycle().remove(*container);
       co_return ApiError::internal();
     }
   }
   // An E2B sandbox runs once it is made (its SDK's next call is a command, some
   // milliseconds of the client's own work away): its start overlaps them.
-  containers_.start_sandbox_soon(*container);
+  containers_.lifecycle().start_sandbox_soon(*container);
   E2bSandbox s;
   s.id = id;
   s.owner = std::move(owner);
@@ -280,7 +280,7 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::create(std::string owner, E2bC
     spdlog::error("e2b: recording sandbox {}: {}", s.id, e.what());
   }
   if (!inserted) {  // (an id of 20 random characters taken already, or the database failed)
-    co_await containers_.remove(*container);
+    co_await containers_.lifecycle().remove(*container);
     co_return ApiError::internal();
   }
   // With its request's record, which is on disk when the request ends.
@@ -303,7 +303,7 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::find_addressed(const std::stri
   // The token is taken before the database is read: what the read finds is then as
   // new as the lease, and only this replica writes it while the lease stays confirmed.
   std::optional<store::E2bHold> hold;
-  if (auto open = containers_.find_open(owner, id))
+  if (auto open = containers_.lifecycle().find_open(owner, id))
     if (auto epoch = cache_scope_(open->storage)) hold = store::E2bHold{*epoch, open->storage};
   co_return co_await find_held(owner, id, hold);
 }
@@ -329,7 +329,7 @@ asio::awaitable<Result<E2bSandbox>> E2bSandboxes::find_held(const std::string& o
 asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open_container(const std::string& owner,
                                                                                  const std::string& id) {
   if (auto found = co_await find(owner, id); !found) co_return found.error();
-  auto container = co_await containers_.async_open(owner, id, /*create=*/false);
+  auto container = co_await containers_.lifecycle().async_open(owner, id, /*create=*/false);
   if (!container && container.error().kind == ErrorKind::not_found) co_return sandbox_not_found(id);
   co_return container;
 }
@@ -342,7 +342,7 @@ asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open(const std
 }
 
 asio::awaitable<Result<std::shared_ptr<Container>>> E2bSandboxes::open(const E2bSandbox& found) {
-  auto container = co_await containers_.async_open(found.owner, found.id, /*create=*/false);
+  auto container = co_await containers_.lifecycle().async_open(found.owner, found.id, /*create=*/false);
   if (!container && container.error().kind == ErrorKind::not_found) co_return sandbox_not_found(found.id);
   if (!container) co_return container;
   // The filesystem calls work on the container's folders from the host: with the bucket,
@@ -383,7 +383,7 @@ asio::awaitable<Result<void>> E2bSandboxes::pause(const std::string& owner, cons
   if (!co_await store([this, &owner, &id] { return records_.mark_paused(owner, id); }))
     co_return ApiError::conflict("Sandbox " + id + " is already paused");
   // In a cluster: flushed to the bucket, the lease let go.
-  co_await containers_.stop(*container, keep_memory ? "paused" : kStopKeepingFilesOnly.data());
+  co_await containers_.lifecycle().stop(*container, keep_memory ? "paused" : kStopKeepingFilesOnly.data());
   if (auto* audit = ops::audit())
     audit->record("e2b_sandbox_paused",
                   {{"owner", owner}, {"sandbox", id}, {"keep_memory", keep_memory ? "true" : "false"}});
@@ -395,7 +395,7 @@ asio::awaitable<Result<bool>> E2bSandboxes::resume(const std::string& owner, con
   if (timeout_sec && (*timeout_sec < 0 || *timeout_sec > kMaxTimeoutSec)) co_return bad_timeout();
   auto container = co_await open_container(owner, id);
   if (!container) co_return container.error();
-  containers_.touch(**container);
+  containers_.lifecycle().touch(**container);
   const int64_t now = now_ms();
   // A connect never shortens a sandbox's life; it may lengthen it.
   std::optional<int64_t> end_at_least;
@@ -410,9 +410,9 @@ asio::awaitable<Result<bool>> E2bSandboxes::resume(const std::string& owner, con
 
 asio::awaitable<Result<void>> E2bSandboxes::kill(const std::string& owner, const std::string& id) {
   if (auto found = co_await find(owner, id); !found) co_return found.error();
-  auto container = co_await containers_.async_open(owner, id, /*create=*/false);
+  auto container = co_await containers_.lifecycle().async_open(owner, id, /*create=*/false);
   if (container) {
-    co_await containers_.remove(*container);  // its network options with it
+    co_await containers_.lifecycle().remove(*container);  // its network options with it
   } else if (container.error().kind != ErrorKind::not_found)
     co_return container.error();
   co_await store([this, &owner, &id] { return records_.remove(owner, id); });
@@ -431,13 +431,13 @@ asio::awaitable<Result<void>> E2bSandboxes::update_network(const std::string& ow
 
 std::shared_ptr<const ops::SandboxEgress> E2bSandboxes::network(const std::string& owner,
                                                                 const std::string& id) const {
-  auto container = containers_.find_open(owner, id);
+  auto container = containers_.lifecycle().find_open(owner, id);
   return container ? egress_options(*container) : nullptr;
 }
 
 asio::awaitable<std::shared_ptr<const ops::SandboxEgress>> E2bSandboxes::stored_network(
     const std::string& owner, const std::string& id) {
-  if (auto container = containers_.find_open(owner, id)) co_return egress_options(*container);
+  if (auto container = containers_.lifecycle().find_open(owner, id)) co_return egress_options(*container);
   auto stored = co_await store([this, &owner, &id] {
     auto record = containers_.metadata().find_container(owner, id);
     return record ? record->egress : std::string();

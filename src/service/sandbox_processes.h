@@ -79,7 +79,7 @@ class SandboxProcess : public std::enable_shared_from_this<SandboxProcess> {
   static constexpr size_t kStdinQueue = 2u << 20;
 
   SandboxProcess(uint32_t pid, ProcessConfig config, std::optional<std::string> tag,
-                 std::shared_ptr<Container> container, ContainerService::StartedProcess started,
+                 std::shared_ptr<Container> container, ContainerExecution::StartedProcess started,
                  bool keep_stdin);
   ~SandboxProcess();
 

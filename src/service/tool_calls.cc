@@ -158,7 +158,7 @@ asio::awaitable<Result<PythonStep>> settle(Services& services, std::shared_ptr<C
 asio::awaitable<Result<PythonStep>> run_python(Services& services, std::shared_ptr<Container> container,
                                                const boost::json::object& input, bool rich_outputs, int depth,
                                                std::string server_tool_id, std::vector<std::string> tools) {
-  services.containers.touch(*container);
+  services.containers.lifecycle().touch(*container);
   const auto config = services.config();
   PythonStep step;
   if (!services.containers.code_execution_available()) {
@@ -183,7 +183,7 @@ asio::awaitable<Result<PythonStep>> run_python(Services& services, std::shared_p
   const auto timeout = call.timeout;
   const int64_t started_ns = realtime_now_ns();
   const auto before = output_mark(services, *container);
-  auto result = co_await services.containers.run_python(container, std::move(call));
+  auto result = co_await services.containers.execution().run_python(container, std::move(call));
   co_return co_await settle(services, container, std::move(result), timeout, started_ns, rich_outputs,
                             server_tool_id, before);
 }
@@ -249,8 +249,8 @@ asio::awaitable<Result<PythonStep>> resume_python_step(Services& services,
   }
   auto kernel = paused.kernel.lock();
   if (!kernel) co_return gone();
-  auto resumed =
-      co_await services.containers.resume_python(container, kernel, paused.cell, std::move(kernel_answers));
+  auto resumed = co_await services.containers.execution().resume_python(container, kernel, paused.cell,
+                                                                        std::move(kernel_answers));
   if (!resumed) {
     // Refused before it ran on (capacity): it is still paused, and the client may retry.
     std::lock_guard lock(container->python.mutex);
@@ -268,7 +268,7 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(
     const boost::json::object& input, std::shared_ptr<runtime::Cancellation> cancellation, int depth,
     std::function<void(runtime::OutputStreamId, std::string_view)> on_output, ToolNoticeSink on_notice) {
   if (tool == "code_execution") co_return co_await run_python_tool(services, container, input, false, depth);
-  services.containers.touch(*container);
+  services.containers.lifecycle().touch(*container);
   const auto config = services.config();
   if (!services.containers.code_execution_available())
     co_return tools::tool_error(
@@ -314,7 +314,7 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(
   // a notice, not an account).
   const bool was_running = container->running();
   const auto timeout = request.timeout;
-  auto result = co_await services.containers.exec(container, std::move(request), bash.restart);
+  auto result = co_await services.containers.execution().exec(container, std::move(request), bash.restart);
   if (result && on_notice) {
     if (bash.restart)
       on_notice({ToolNotice::Level::kInfo,
