@@ -1,8 +1,8 @@
 // One container as the service holds it while it is open here: what it is (set when it
 // opens), how it is used (atomics any thread reads), its sandbox (its strand's), and the
 // state of the parts that work on it, each with its own lock: the file index
-// (discovery.h), the sessions bucket copy (cluster/container_durability.h) and the
-// persistent Python (python_kernel.h).
+// (discovery.h), the sessions bucket copy (container_bucket.h:
+// cluster/container_durability's) and the persistent Python (python_kernel.h).
 #pragma once
 
 #include <atomic>
@@ -23,6 +23,7 @@
 
 #include "base/sandbox_paths.h"
 #include "runtime/runtime.h"
+#include "service/container_bucket.h"
 
 namespace sandboxd::ops {
 struct SandboxEgress;  // ops/sandbox_egress.h
@@ -94,17 +95,9 @@ struct Container {
     std::unordered_map<std::string, int64_t> reported_outputs;
   } index;
 
-  // The durable copy in the sessions bucket (storage.backend s3; cluster/container_durability.h).
-  struct BucketState {
-    std::mutex mutex;                          // one flush or restore at a time (blocking threads)
-    std::atomic<bool> local_ready{false};      // checked against the manifest (and restored)
-    std::atomic<uint64_t> changes{0};          // bumped by executions and API deletions
-    std::atomic<uint64_t> flushed_changes{0};  // `changes` as of the last good flush
-    std::atomic<bool> flush_failed{false};     // retried with backoff; never released meanwhile
-    std::atomic<int> flush_failures{0};
-    std::atomic<int64_t> last_flush_ms{0}, retry_at_ms{0};  // steady clock
-    std::atomic<uint64_t> unflushed_bytes{0};               // what the last flush could not send
-  } bucket;
+  // The durable copy in the sessions bucket (storage.backend s3;
+  // cluster/container_durability.h); its locking rule is the class's.
+  ContainerBucket bucket;
 
   // The running sandbox's persistent Python, made on its first call; one of an earlier
   // sandbox is replaced.

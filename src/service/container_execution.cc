@@ -30,10 +30,10 @@ class ExecutionMark {
  public:
   ExecutionMark(Container& container, bool durable) : container_(container), durable_(durable) {
     ++container_.executing;
-    if (durable_) ++container_.bucket.changes;
+    if (durable_) container_.bucket.note_change();
   }
   ~ExecutionMark() {
-    if (durable_) ++container_.bucket.changes;
+    if (durable_) container_.bucket.note_change();
     --container_.executing;
   }
   ExecutionMark(const ExecutionMark&) = delete;
