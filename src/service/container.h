@@ -1,7 +1,7 @@
 // One container as the service holds it while it is open here: what it is (set when it
 // opens), how it is used (atomics any thread reads), its sandbox (its strand's), and the
 // state of the parts that work on it, each with its own lock: the file index
-// (discovery.h), the sessions bucket copy (container_bucket.h:
+// (container_file_index.h: discovery's), the sessions bucket copy (container_bucket.h:
 // cluster/container_durability's) and the persistent Python (python_kernel.h).
 #pragma once
 
@@ -24,6 +24,7 @@
 #include "base/sandbox_paths.h"
 #include "runtime/runtime.h"
 #include "service/container_bucket.h"
+#include "service/container_file_index.h"
 
 namespace sandboxd::ops {
 struct SandboxEgress;  // ops/sandbox_egress.h
@@ -83,17 +84,8 @@ struct Container {
   std::atomic<std::shared_ptr<runtime::Sandbox>> live_sandbox;
   bool running() const { return sandbox_up.load(); }
 
-  // File discovery (discovery.h).
-  struct FileIndex {
-    std::mutex mutex;  // guards the rest
-    std::chrono::steady_clock::time_point synced_at{};
-    bool dirty = true;  // code may have written files since the last sync
-    bool sync_scheduled = false;
-    int walks_running =
-        0;  // a listing meanwhile walks too: a running walk may not have reached its files yet
-    // The outputs the last commands were told they changed, by ctime (store::OutputChanges).
-    std::unordered_map<std::string, int64_t> reported_outputs;
-  } index;
+  // File discovery's view of its files (discovery.h); locks inside.
+  ContainerFileIndex index;
 
   // The durable copy in the sessions bucket (storage.backend s3;
   // cluster/container_durability.h); its locking rule is the class's.

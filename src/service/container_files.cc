@@ -471,10 +471,7 @@ asio::awaitable<Result<std::string>> ContainerFiles::read_bytes(Container& conta
 }
 
 void ContainerFiles::note_change(Container& container) {
-  {
-    std::lock_guard lock(container.index.mutex);
-    container.index.dirty = true;
-  }
+  container.index.note_change();
   if (BucketCopy* bucket_copy = services_.containers.durability()) bucket_copy->note_change(container);
 }
 
