@@ -2,7 +2,7 @@
 // opens), how it is used (atomics any thread reads), its sandbox (its strand's), and the
 // state of the parts that work on it, each with its own lock: the file index
 // (container_file_index.h: discovery's), the sessions bucket copy (container_bucket.h:
-// cluster/container_durability's) and the persistent Python (python_kernel.h).
+// cluster/container_durability's) and the persistent Pythons (container_python.h).
 #pragma once
 
 #include <atomic>
@@ -25,6 +25,7 @@
 #include "runtime/runtime.h"
 #include "service/container_bucket.h"
 #include "service/container_file_index.h"
+#include "service/container_python.h"
 
 namespace sandboxd::ops {
 struct SandboxEgress;  // ops/sandbox_egress.h
@@ -32,18 +33,8 @@ struct SandboxEgress;  // ops/sandbox_egress.h
 
 namespace sandboxd::service {
 
-struct Slot;         // sandbox_pool.h
-class NetworkLink;   // sandbox_networking.h
-class PythonKernel;  // python_kernel.h
-
-// A Python context of a container: a kernel of its own in the container's sandbox, with
-// its own variables (E2B's code-interpreter contexts). Every container has the default
-// one, the kernel of code_execution; others are made and removed by request.
-inline constexpr std::string_view kDefaultPythonContext = "default";
-struct PythonContext {
-  std::string id;
-  std::string cwd;  // its working directory; empty: the sandbox's (the workspace)
-};
+struct Slot;        // sandbox_pool.h
+class NetworkLink;  // sandbox_networking.h
 
 struct Container {
   explicit Container(boost::asio::io_context& io) : strand(boost::asio::make_strand(io)) {}
@@ -91,36 +82,9 @@ struct Container {
   // cluster/container_durability.h); its locking rule is the class's.
   ContainerBucket bucket;
 
-  // The running sandbox's persistent Python, made on its first call; one of an earlier
-  // sandbox is replaced.
-  struct Python {
-    std::mutex mutex;  // guards all of this
-    std::shared_ptr<PythonKernel> kernel;
-    // Its cell paused on client tool calls (programmatic tool calling), as the /messages
-    // turn that ran it left it: the server_tool_use id the client's next request names
-    // it by, and the tool_use id of each call it waits on -> the kernel's id of that call.
-    struct PausedCode {
-      std::string server_tool_id;
-      std::weak_ptr<PythonKernel> kernel;
-      uint64_t cell = 0;
-      std::map<std::string, std::string> calls;
-      std::chrono::milliseconds timeout{};  // the cell's, for its result's wording
-      int64_t started_ns = 0;               // its start (realtime): the outputs it made since
-      std::chrono::steady_clock::time_point expires;
-    };
-    std::optional<PausedCode> paused_code;
-    // The other Python contexts, in order of creation, each with a kernel of its own
-    // (made and replaced as the default one is).
-    struct NamedPython {
-      PythonContext context;
-      std::shared_ptr<PythonKernel> kernel;
-    };
-    std::vector<NamedPython> contexts;
-    // The kernels that came back with a sandbox restored from a checkpoint, by context:
-    // their process ids, each taken over by its context's next call (PythonKernel::
-    // adopt_on_first_call), and listed again by the next checkpoint until then.
-    std::map<std::string, uint32_t> restored;
-  } python;
+  // Its persistent Pythons: the kernel of each context (made on its first call; one of
+  // an earlier sandbox is replaced) and the cell paused on tool calls; locks inside.
+  ContainerPython python;
 };
 
 }  // namespace sandboxd::service

@@ -134,47 +134,17 @@ asio::awaitable<Result<KernelResult>> ContainerExecution::run_python(std::shared
   }
   // The context is looked for before a slot is taken, and again once it is (it may
   // have been removed meanwhile).
-  const bool default_context = call.context == kDefaultPythonContext;
   auto missing_context = [&] { return ApiError::not_found("Context " + call.context + " not found"); };
-  auto find_context = [&]() -> Container::Python::NamedPython* {
-    for (auto& named : container->python.contexts)
-      if (named.context.id == call.context) return &named;
-    return nullptr;
-  };
-  if (!default_context) {
-    std::lock_guard lock(container->python.mutex);
-    if (!find_context()) co_return missing_context();
-  }
+  if (!container->python.has_context(call.context)) co_return missing_context();
   ops::Admission::Ticket ticket;
   auto sandbox = co_await admit(container, ticket);
   if (!sandbox) co_return sandbox.error();
-  std::shared_ptr<PythonKernel> kernel;
-  // A kernel whose process came back with a restored sandbox (container_memory.cc)
-  // takes it over at its first call; the context's other kernels start fresh.
-  auto take_restored_process = [&](PythonKernel& made) {
-    auto it = container->python.restored.find(call.context);
-    if (it == container->python.restored.end()) return;
-    if ((*sandbox)->restored() && made.sandbox() == sandbox->get()) made.adopt_on_first_call(it->second);
-    container->python.restored.erase(it);
+  auto make_kernel = [&](const std::string& cwd) {
+    return std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env, cwd);
   };
-  {
-    // A kernel belongs to one sandbox: after a stop (its TTL, a restart) the next call
-    // gets a fresh one in the new sandbox, and the old one's state is gone with it.
-    std::lock_guard lock(container->python.mutex);
-    if (default_context) {
-      if (!container->python.kernel || container->python.kernel->sandbox() != sandbox->get())
-        container->python.kernel = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env);
-      kernel = container->python.kernel;
-      take_restored_process(*kernel);
-    } else {
-      auto* named = find_context();
-      if (!named) co_return missing_context();
-      if (!named->kernel || named->kernel->sandbox() != sandbox->get())
-        named->kernel = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env, named->context.cwd);
-      kernel = named->kernel;
-      take_restored_process(*kernel);
-    }
-  }
+  const std::shared_ptr<PythonKernel> kernel =
+      container->python.kernel_for(call.context, **sandbox, make_kernel);
+  if (!kernel) co_return missing_context();
   if (call.restart) {
     kernel->restart();
     if (call.code.empty()) co_return KernelResult{};
@@ -260,51 +230,30 @@ asio::awaitable<Result<std::optional<KernelResult>>> ContainerExecution::resume_
 }
 
 std::vector<PythonContext> ContainerExecution::python_contexts(Container& container) {
-  std::lock_guard lock(container.python.mutex);
-  std::vector<PythonContext> out{PythonContext{std::string(kDefaultPythonContext), {}}};
-  for (const auto& named : container.python.contexts) out.push_back(named.context);
-  return out;
+  return container.python.contexts();
 }
 
 Result<PythonContext> ContainerExecution::create_python_context(Container& container, std::string cwd) {
-  std::lock_guard lock(container.python.mutex);
   // Each context can hold a Python process in the sandbox: a bound keeps one client
   // from filling the sandbox's process and memory limits with idle kernels by accident.
-  if (container.python.contexts.size() + 1 >= kMaxPythonContexts)
+  auto context = container.python.add_context(std::move(cwd), kMaxPythonContexts);
+  if (!context)
     return ApiError::invalid_request("A container has at most " + std::to_string(kMaxPythonContexts) +
                                      " Python contexts; remove one first");
-  PythonContext context{"ctx_" + random_alnum(20), std::move(cwd)};
-  container.python.contexts.push_back({context, nullptr});
-  return context;
+  return *context;
 }
 
 Result<void> ContainerExecution::restart_python_context(Container& container, const std::string& id) {
-  std::lock_guard lock(container.python.mutex);
-  if (id == kDefaultPythonContext) {
-    if (container.python.kernel) container.python.kernel->restart();
-    return {};
-  }
-  for (auto& named : container.python.contexts)
-    if (named.context.id == id) {
-      if (named.kernel) named.kernel->restart();
-      return {};
-    }
-  return ApiError::not_found("Context " + id + " not found");
+  if (!container.python.restart_context(id)) return ApiError::not_found("Context " + id + " not found");
+  return {};
 }
 
 Result<void> ContainerExecution::remove_python_context(Container& container, const std::string& id) {
   if (id == kDefaultPythonContext)
     return ApiError::invalid_request("The default context cannot be removed; restart it instead");
-  std::shared_ptr<PythonKernel> kernel;
-  {
-    std::lock_guard lock(container.python.mutex);
-    auto it = std::find_if(container.python.contexts.begin(), container.python.contexts.end(),
-                           [&](const auto& named) { return named.context.id == id; });
-    if (it == container.python.contexts.end()) return ApiError::not_found("Context " + id + " not found");
-    kernel = std::move(it->kernel);
-    container.python.contexts.erase(it);
-  }
-  if (kernel) kernel->restart();  // its process ends now, not when the last call lets go of it
+  auto kernel = container.python.remove_context(id);
+  if (!kernel) return ApiError::not_found("Context " + id + " not found");
+  if (*kernel) (*kernel)->restart();  // its process ends now, not when the last call lets go of it
   return {};
 }
 

@@ -77,19 +77,7 @@ asio::awaitable<void> ContainerMemory::checkpoint(std::shared_ptr<Container> con
   // The kernels between cells come back; one that runs a cell is not listed (its caller
   // is gone with the stop), and is ended when the sandbox comes back. A kernel of an
   // earlier checkpoint not called since is listed again.
-  std::vector<std::pair<std::string, std::shared_ptr<PythonKernel>>> kernels;
-  std::map<std::string, uint32_t> listed;
-  {
-    std::lock_guard lock(container->python.mutex);
-    listed = container->python.restored;
-    auto of_this_sandbox = [&](const std::shared_ptr<PythonKernel>& kernel) {
-      return kernel && kernel->sandbox() == sandbox.get();
-    };
-    if (of_this_sandbox(container->python.kernel))
-      kernels.emplace_back(std::string(kDefaultPythonContext), container->python.kernel);
-    for (const auto& named : container->python.contexts)
-      if (of_this_sandbox(named.kernel)) kernels.emplace_back(named.context.id, named.kernel);
-  }
+  auto [kernels, listed] = container->python.kernels_of(*sandbox);
   for (const auto& [context, kernel] : kernels) {
     if (auto process = co_await kernel->idle_process())
       listed[context] = *process;
@@ -158,10 +146,7 @@ asio::awaitable<void> ContainerMemory::checkpoint(std::shared_ptr<Container> con
     co_return;
   }
   co_await record_memory_bytes(parts_.metadata, container, bytes);
-  {
-    std::lock_guard lock(container->python.mutex);
-    container->python.restored.clear();
-  }
+  container->python.clear_restored();
   if (parts_.durability) parts_.durability->note_change(*container);  // the checkpoint goes to the bucket
   ops::metrics().memory_checkpointed(true, bytes, seconds);
   if (auto* audit = ops::audit())
@@ -231,10 +216,7 @@ asio::awaitable<std::shared_ptr<runtime::Sandbox>> ContainerMemory::restore(
   std::vector<uint32_t> keep;
   for (const auto& [context, process] : kernels) keep.push_back(process);
   sandbox->release_unadopted_processes(std::move(keep));
-  {
-    std::lock_guard lock(container->python.mutex);
-    container->python.restored = std::move(kernels);
-  }
+  container->python.set_restored(std::move(kernels));
   const double seconds = seconds_since(started);
   ops::metrics().memory_restored(true, seconds);
   if (auto* audit = ops::audit())

@@ -128,7 +128,7 @@ asio::awaitable<Result<PythonStep>> settle(Services& services, std::shared_ptr<C
     co_return step;
   }
   if (result->status == KernelResult::Status::kPaused) {
-    Container::Python::PausedCode paused;
+    ContainerPython::PausedCode paused;
     paused.server_tool_id = server_tool_id;
     paused.cell = result->cell;
     paused.timeout = timeout;
@@ -140,9 +140,7 @@ asio::awaitable<Result<PythonStep>> settle(Services& services, std::shared_ptr<C
       paused.calls[id] = call.call;
       step.pending.push_back({id, std::move(call.name), std::move(call.input)});
     }
-    std::lock_guard lock(container->python.mutex);
-    paused.kernel = container->python.kernel;
-    container->python.paused_code = std::move(paused);
+    container->python.pause(std::move(paused));
     co_return step;
   }
   // The files the cell saved under outputs/ (Anthropic's code_execution_output blocks),
@@ -219,42 +217,45 @@ asio::awaitable<Result<PythonStep>> resume_python_step(Services& services,
                                      std::to_string(services.config()->tool_result_timeout_sec) +
                                      "s; the calls then failed in the code with TimeoutError)");
   };
-  Container::Python::PausedCode paused;
   std::vector<KernelToolAnswer> kernel_answers;
-  {
-    std::lock_guard lock(container->python.mutex);
-    if (!container->python.paused_code || container->python.paused_code->server_tool_id != server_tool_id ||
-        std::chrono::steady_clock::now() >= container->python.paused_code->expires)
-      co_return gone();
-    const auto& calls = container->python.paused_code->calls;
+  std::optional<ApiError> refused;  // the answers do not match the calls it waits on
+  auto answers_match = [&](const ContainerPython::PausedCode& waiting) {
+    const auto& calls = waiting.calls;
     std::set<std::string> answered;
     for (auto& answer : answers) {
       auto it = calls.find(answer.tool_use_id);
-      if (it == calls.end())
-        co_return ApiError::invalid_request("tool_result '" + answer.tool_use_id +
+      if (it == calls.end()) {
+        refused = ApiError::invalid_request("tool_result '" + answer.tool_use_id +
                                             "' answers no tool call that the code execution '" +
                                             server_tool_id + "' waits on");
-      if (!answered.insert(answer.tool_use_id).second)
-        co_return ApiError::invalid_request("tool_use ids were found with more than one tool_result: " +
+        return false;
+      }
+      if (!answered.insert(answer.tool_use_id).second) {
+        refused = ApiError::invalid_request("tool_use ids were found with more than one tool_result: " +
                                             answer.tool_use_id);
+        return false;
+      }
       kernel_answers.push_back({it->second, std::move(answer.content), answer.is_error});
     }
     for (const auto& [id, call] : calls)
-      if (!answered.count(id))
-        co_return ApiError::invalid_request(
+      if (!answered.count(id)) {
+        refused = ApiError::invalid_request(
             "tool_use ids were found without tool_result blocks immediately after: " + id +
             ". Each tool_use block must have a corresponding tool_result block in the next message.");
-    paused = std::move(*container->python.paused_code);
-    container->python.paused_code.reset();  // this request resumes it; another finds it taken
-  }
+        return false;
+      }
+    return true;
+  };
+  auto taken = container->python.take_paused(server_tool_id, answers_match);
+  if (!taken) co_return refused ? *refused : gone();
+  ContainerPython::PausedCode paused = std::move(*taken);
   auto kernel = paused.kernel.lock();
   if (!kernel) co_return gone();
   auto resumed = co_await services.containers.execution().resume_python(container, kernel, paused.cell,
                                                                         std::move(kernel_answers));
   if (!resumed) {
     // Refused before it ran on (capacity): it is still paused, and the client may retry.
-    std::lock_guard lock(container->python.mutex);
-    if (!container->python.paused_code) container->python.paused_code = std::move(paused);
+    container->python.put_back_paused(std::move(paused));
     co_return resumed.error();
   }
   if (!*resumed) co_return gone();
