@@ -26,15 +26,13 @@
 #include "service/container_bucket.h"
 #include "service/container_file_index.h"
 #include "service/container_python.h"
+#include "service/container_sandbox_state.h"
 
 namespace sandboxd::ops {
 struct SandboxEgress;  // ops/sandbox_egress.h
 }
 
 namespace sandboxd::service {
-
-struct Slot;        // sandbox_pool.h
-class NetworkLink;  // sandbox_networking.h
 
 struct Container {
   explicit Container(boost::asio::io_context& io) : strand(boost::asio::make_strand(io)) {}
@@ -57,20 +55,14 @@ struct Container {
   std::atomic<bool> deleted{false};      // tokens, the fast path and the flusher check it
   std::atomic<int> executing{0};         // executions running now (ExecutionMark)
 
-  // Its sandbox. Started and stopped on `strand`; the members of `on_strand` are the
-  // strand's. The two atomics below give the same answer to readers on any thread: a
-  // command in a running sandbox needs no hop onto the strand. (A strand of the
+  // Its sandbox. Started and stopped on `strand`; `on_strand` is the strand's
+  // (container_sandbox_state.h). The two atomics below give the same answer to readers
+  // on any thread: a command in a running sandbox needs no hop onto the strand. (A strand of the
   // io_context's own executor: copied into the handlers and coroutines that run on it,
   // it fits an any_io_executor without an allocation, where a strand of an
   // any_io_executor is allocated at each copy.)
   boost::asio::strand<boost::asio::io_context::executor_type> strand;
-  struct OnStrand {
-    std::shared_ptr<runtime::Sandbox> sandbox;
-    std::shared_ptr<Slot> slot;         // when the sandbox came from the pre-started pool
-    std::shared_ptr<NetworkLink> link;  // the sandbox's network
-    bool starting = false;
-    std::unique_ptr<boost::asio::steady_timer> started_event;  // cancelled when a start ends
-  } on_strand;
+  ContainerSandboxState on_strand;
   std::atomic<bool> sandbox_up{false};
   std::atomic<std::shared_ptr<runtime::Sandbox>> live_sandbox;
   bool running() const { return sandbox_up.load(); }

@@ -431,9 +431,8 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerLifecycle::e
     if (state.sandbox && state.sandbox->running()) co_return state.sandbox;
     container->sandbox_up = false;  // it stopped by itself (PID 1 died)
     if (!parts_.runtime) co_return ApiError::unavailable(parts_.why_unavailable());
-    if (state.starting) {
-      boost::system::error_code ec;
-      co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (state.starting()) {
+      co_await state.wait_until_started();
       continue;
     }
     // Room under the quota first (this may stop the least recently used idle sandbox).
@@ -446,9 +445,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerLifecycle::e
     } release{parts_.registry, container->owner};
     // From here until the start ends, other work of the strand (another execution, a
     // stop) waits for it: each step below may suspend.
-    state.starting = true;
-    state.started_event =
-        std::make_unique<asio::steady_timer>(container->strand, std::chrono::steady_clock::time_point::max());
+    state.begin_starting(container->strand);
     std::string error;
     try {
       // Its memory, when its last stop kept it; else a pre-started sandbox, which only
@@ -483,8 +480,7 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerLifecycle::e
       error = e.what();
       spdlog::error("starting a sandbox for container {} of {}: {}", container->id, container->owner, error);
     }
-    state.starting = false;
-    state.started_event->cancel();
+    state.end_starting();
     if (!error.empty()) {
       ops::metrics().execution_rejected("503", "sandbox_start");
       co_return ApiError::overloaded(
@@ -507,10 +503,7 @@ void ContainerLifecycle::start_sandbox_soon(std::shared_ptr<Container> container
 asio::awaitable<void> ContainerLifecycle::stop_on_strand(std::shared_ptr<Container> container,
                                                          const char* reason) {
   auto& state = container->on_strand;
-  while (state.starting) {
-    boost::system::error_code ec;
-    co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  }
+  co_await state.wait_until_started();
   // Its memory first, while it still runs as it was (the checkpoint ends it).
   if (state.sandbox && state.sandbox->running() && !container->deleted && memory_.keeps_memory_at(reason))
     co_await memory_.checkpoint(container, state.sandbox);

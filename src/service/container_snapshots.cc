@@ -72,10 +72,7 @@ asio::awaitable<Result<ContainerSnapshots::CapturedState>> ContainerSnapshots::c
 asio::awaitable<Result<ContainerSnapshots::CapturedState>> ContainerSnapshots::capture_on_strand(
     std::shared_ptr<Container> container, std::string folder) {
   auto& state = container->on_strand;
-  while (state.starting) {
-    boost::system::error_code ec;
-    co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  }
+  co_await state.wait_until_started();
   if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
   const bool with_memory = memory_.keeps_memory();
   const bool was_running = state.sandbox && state.sandbox->running();
@@ -85,9 +82,7 @@ asio::awaitable<Result<ContainerSnapshots::CapturedState>> ContainerSnapshots::c
   // From here until the copy is done no start of its sandbox begins: a start would take
   // (and remove) the checkpoint the snapshot links. (Nothing suspended between the stop
   // and this mark: the strand ran nothing else.)
-  state.starting = true;
-  state.started_event =
-      std::make_unique<asio::steady_timer>(container->strand, std::chrono::steady_clock::time_point::max());
+  state.begin_starting(container->strand);
   auto copy = [&container, &folder, with_memory]() -> runtime::VolumeResult<CapturedState> {
     fs::create_directory(folder);  // throws when it exists: a snapshot's folder is its own
     chmod(folder.c_str(), 0700);
@@ -111,8 +106,7 @@ asio::awaitable<Result<ContainerSnapshots::CapturedState>> ContainerSnapshots::c
     failure = e.what();
   }
   // (Every path comes here: the copy's failures were caught above.)
-  state.starting = false;
-  state.started_event->cancel();
+  state.end_starting();
   // The source runs again from its checkpoint, as it would on its next command.
   if (was_running && with_memory) lifecycle_.start_sandbox_soon(container);
   if (!failure.empty()) {
