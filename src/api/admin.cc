@@ -69,12 +69,12 @@ asio::awaitable<Result<Response>> stop_sandbox(ApiContext& api, RequestContext& 
   const std::string id = ctx.params["container"];
   auto owner = ctx.query_value("owner");
   std::vector<std::shared_ptr<Container>> matches;
-  for (auto& container : api.containers.find_open_any_owner(id))
+  for (auto& container : api.containers.lifecycle().find_open_any_owner(id))
     if (!owner || container->owner == *owner) matches.push_back(container);
   if (matches.empty()) co_return ApiError::not_found("No open container '" + id + "'");
   if (matches.size() > 1)
     co_return ApiError::invalid_request("Several owners have a container '" + id + "': name the owner");
-  co_await api.containers.stop(matches.front(), "admin");
+  co_await api.containers.lifecycle().stop(matches.front(), "admin");
   co_return json_ok(
       boost::json::object{{"container", id}, {"owner", matches.front()->owner}, {"state", "stopped"}});
 }
@@ -85,7 +85,7 @@ asio::awaitable<Result<Response>> stop_sandbox(ApiContext& api, RequestContext& 
 asio::awaitable<Result<Response>> drain(ApiContext& api, RequestContext& ctx) {
   if (auto ok = check_admin(api, ctx); !ok) co_return ok.error();
   const int grace = api.config()->cluster_shutdown_grace_sec;
-  auto outcome = co_await api.containers.drain(std::chrono::seconds(std::max(1, grace * 2 / 3)));
+  auto outcome = co_await api.containers.lifecycle().drain(std::chrono::seconds(std::max(1, grace * 2 / 3)));
   co_return json_ok(
       boost::json::object{{"drained", true}, {"released", outcome.released}, {"kept", outcome.kept}});
 }

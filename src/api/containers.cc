@@ -62,9 +62,9 @@ asio::awaitable<Result<Response>> create_container(ApiContext& api, RequestConte
     }
   }
   if (id.empty()) id = api.containers.new_id();
-  auto container = co_await api.containers.async_open(ctx.owner, id, /*create=*/true);
+  auto container = co_await api.containers.lifecycle().async_open(ctx.owner, id, /*create=*/true);
   if (!container) co_return container.error();
-  api.containers.touch(**container);
+  api.containers.lifecycle().touch(**container);
   auto described = co_await describe_container(api.containers, **container);
   co_return json_ok(described);
 }
@@ -77,28 +77,28 @@ asio::awaitable<Result<Response>> list_containers(ApiContext& api, RequestContex
 }
 
 asio::awaitable<Result<Response>> get_container(ApiContext& api, RequestContext& ctx) {
-  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
+  auto container = co_await api.containers.lifecycle().async_open(ctx.owner, ctx.params["id"], false);
   if (!container) co_return container.error();
   // Another replica's listing asks for the description only (api/cluster_relay.h).
   const bool describe_only =
       !ctx.header_value(server::kRelayedByHeader).empty() && !ctx.header_value(kDescribeOnlyHeader).empty();
-  if (!describe_only) api.containers.touch(**container);
+  if (!describe_only) api.containers.lifecycle().touch(**container);
   auto described = co_await describe_container(api.containers, **container);
   co_return json_ok(described);
 }
 
 asio::awaitable<Result<Response>> stop_container(ApiContext& api, RequestContext& ctx) {
-  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
+  auto container = co_await api.containers.lifecycle().async_open(ctx.owner, ctx.params["id"], false);
   if (!container) co_return container.error();
-  co_await api.containers.stop(*container);
+  co_await api.containers.lifecycle().stop(*container);
   auto described = co_await describe_container(api.containers, **container);
   co_return json_ok(described);
 }
 
 asio::awaitable<Result<Response>> delete_container(ApiContext& api, RequestContext& ctx) {
-  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], false);
+  auto container = co_await api.containers.lifecycle().async_open(ctx.owner, ctx.params["id"], false);
   if (!container) co_return container.error();
-  co_await api.containers.remove(*container);
+  co_await api.containers.lifecycle().remove(*container);
   co_return json_ok(boost::json::object{{"id", (*container)->id}, {"type", "container_deleted"}});
 }
 
@@ -110,7 +110,8 @@ asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx)
   if (!body) co_return body.error();
   auto input = parse_json_object(*body);
   if (!input) co_return input.error();
-  auto container = co_await api.containers.async_open(ctx.owner, ctx.params["id"], /*create=*/true);
+  auto container =
+      co_await api.containers.lifecycle().async_open(ctx.owner, ctx.params["id"], /*create=*/true);
   if (!container) co_return container.error();
   // code_execution answers with its rich outputs too (images, HTML) for direct callers.
   Result<boost::json::object> content = boost::json::object();  // (a placeholder that allocates nothing)
@@ -128,28 +129,29 @@ asio::awaitable<Result<Response>> run_tool(ApiContext& api, RequestContext& ctx)
 asio::awaitable<boost::json::object> describe_container(ContainerService& service, const Container& c) {
   auto walk = [&paths = c.paths] { return usage_of(paths); };
   boost::json::object usage = co_await run_blocking(std::move(walk));
-  co_return boost::json::object{{"id", c.id},
-                                {"type", "container"},
-                                {"created_at", ContainerService::format_time(c.created_at)},
-                                {"expires_at", ContainerService::format_time(service.expires_at(c))},
-                                {"state", c.running() ? "running" : "stopped"},
-                                {"usage", std::move(usage)}};
+  co_return boost::json::object{
+      {"id", c.id},
+      {"type", "container"},
+      {"created_at", ContainerService::format_time(c.created_at)},
+      {"expires_at", ContainerService::format_time(service.lifecycle().expires_at(c))},
+      {"state", c.running() ? "running" : "stopped"},
+      {"usage", std::move(usage)}};
 }
 
 asio::awaitable<boost::json::object> list_containers_page(ApiContext& api, RequestContext& ctx, size_t limit,
                                                           std::string after_id) {
-  auto records = co_await api.containers.async_list(ctx.owner, limit + 1, after_id);
+  auto records = co_await api.containers.lifecycle().async_list(ctx.owner, limit + 1, after_id);
   bool has_more = records.size() > limit;
   if (has_more) records.pop_back();
   // Cluster mode: a container open on another live replica is described by it (its
   // live state and usage), not from this replica's index as if it were stopped.
   std::vector<store::ContainerRecord> not_open_here;
   for (const auto& record : records)
-    if (!api.containers.find_open(ctx.owner, record.id)) not_open_here.push_back(record);
+    if (!api.containers.lifecycle().find_open(ctx.owner, record.id)) not_open_here.push_back(record);
   auto held_elsewhere = co_await describe_held_elsewhere(api, ctx, not_open_here);
   boost::json::array data;
   for (const auto& record : records) {
-    if (auto container = api.containers.find_open(ctx.owner, record.id)) {
+    if (auto container = api.containers.lifecycle().find_open(ctx.owner, record.id)) {
       data.push_back(co_await describe_container(api.containers, *container));
       continue;
     }

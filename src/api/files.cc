@@ -24,7 +24,7 @@ asio::awaitable<Result<std::shared_ptr<Container>>> scoped_container(ApiContext&
     co_return ApiError::invalid_request("The 'scope_id' query parameter (the container id) is required");
   ContainerFiles files(api);
   auto container = co_await files.open_ready(ctx.owner, *scope, create);
-  if (container) api.containers.touch(**container);
+  if (container) api.containers.lifecycle().touch(**container);
   co_return container;
 }
 

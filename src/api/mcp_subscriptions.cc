@@ -64,7 +64,7 @@ asio::awaitable<Result<FolderWatches>> open_folder_watches(ApiContext& api, Requ
   if (container_id.empty() || folders.empty()) co_return watches;
   ContainerFiles files(api);
   auto container = co_await files.open_ready(ctx.owner, container_id, /*create=*/false);
-  if (container) api.containers.touch(**container);
+  if (container) api.containers.lifecycle().touch(**container);
   // Another owner's container, or none: nothing of it is watched (as a file not there).
   if (!container && container.error().kind == ErrorKind::not_found) co_return watches;
   if (!container) co_return container.error();

@@ -371,7 +371,7 @@ asio::awaitable<json::object> call_code_tool(ApiContext& api, const std::string&
   if (auto* value = args.if_contains("container"); value && !value->is_string())
     co_return api_error_result(ApiError::invalid_request("'container' must be a string"));
   args.erase("container");
-  auto container = co_await api.containers.async_open(owner, container_id, /*create=*/true);
+  auto container = co_await api.containers.lifecycle().async_open(owner, container_id, /*create=*/true);
   if (!container) co_return api_error_result(container.error());
   auto content = co_await run_sub_tool(api, *container, name, args, options.cancellation, nesting_depth,
                                        options.on_output, options.on_notice);
@@ -404,7 +404,7 @@ asio::awaitable<Result<std::shared_ptr<Container>>> existing_container(ApiContex
                                                                        const json::object& args) {
   ContainerFiles files(api);
   auto container = co_await files.open_ready(ctx.owner, container_arg(args), /*create=*/false);
-  if (container) api.containers.touch(**container);
+  if (container) api.containers.lifecycle().touch(**container);
   co_return container;
 }
 
@@ -544,7 +544,7 @@ asio::awaitable<json::object> call_file_tool(ApiContext& api, RequestContext& ct
     if (!body) co_return api_error_result(ApiError::invalid_request("'content_base64' is not valid base64"));
     ContainerFiles files(api);
     auto container = co_await files.open_ready(ctx.owner, container_arg(args), /*create=*/true);
-    if (container) api.containers.touch(**container);
+    if (container) api.containers.lifecycle().touch(**container);
     if (!container) co_return api_error_result(container.error());
     auto record = co_await files.store_bytes(**container, *key, *body);
     if (!record) co_return api_error_result(record.error());
@@ -609,13 +609,13 @@ asio::awaitable<json::object> call_file_tool(ApiContext& api, RequestContext& ct
   if (auto ok = check_args(args, {{"container", K::string}}); !ok) co_return api_error_result(ok.error());
   auto id = string_arg(args, "container");
   if (!id) co_return api_error_result(ApiError::invalid_request("'container' is required"));
-  auto container = co_await api.containers.async_open(ctx.owner, *id, /*create=*/false);
+  auto container = co_await api.containers.lifecycle().async_open(ctx.owner, *id, /*create=*/false);
   if (!container) co_return api_error_result(container.error());
   if (name == "stop_container") {
-    co_await api.containers.stop(*container);
+    co_await api.containers.lifecycle().stop(*container);
     co_return json_result(co_await describe_container(api.containers, **container));
   }
-  co_await api.containers.remove(*container);
+  co_await api.containers.lifecycle().remove(*container);
   co_return json_result(json::object{{"id", (*container)->id}, {"type", "container_deleted"}});
 }
 
@@ -720,8 +720,8 @@ asio::awaitable<Result<json::object>> mcp_list_resources(ApiContext& api, Reques
   }
   json::array resources;
   std::optional<ResourceCursor> next;
-  auto records =
-      co_await api.containers.async_list(ctx.owner, kContainersPerResourcePage + 1, cursor.after_container);
+  auto records = co_await api.containers.lifecycle().async_list(ctx.owner, kContainersPerResourcePage + 1,
+                                                                cursor.after_container);
   const bool more_containers = records.size() > kContainersPerResourcePage;
   if (more_containers) records.pop_back();
   std::string previous = cursor.after_container;
@@ -787,7 +787,7 @@ asio::awaitable<Result<json::object>> mcp_complete(ApiContext& api, RequestConte
   };
   if (name->as_string() == "container") {
     // The owner's containers (a page of them: the rest by typing more of the id).
-    for (auto& record : co_await api.containers.async_list(ctx.owner, 1000, "")) add(record.id);
+    for (auto& record : co_await api.containers.lifecycle().async_list(ctx.owner, 1000, "")) add(record.id);
   } else if (name->as_string() == "path") {
     // The files of the container already chosen (context.arguments.container, else the
     // default one), their paths as the template takes them (no leading '/').
@@ -877,7 +877,7 @@ asio::awaitable<Result<json::object>> mcp_read_resource(ApiContext& api, Request
   if (!decoded || !ContainerService::valid_id(container_id)) co_return not_found;
   ContainerFiles files(api);
   auto container = co_await files.open_ready(ctx.owner, container_id, /*create=*/false);
-  if (container) api.containers.touch(**container);
+  if (container) api.containers.lifecycle().touch(**container);
   if (!container) co_return container.error();
   auto file = co_await inline_file(api, **container, store::file_id_for_path("/" + path));
   // Named by the URI the client asked for (the file's internal id means nothing to it).

@@ -113,7 +113,8 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
     // No container named: the owner's own stable one (for code in a sandbox, the
     // container it runs in).
     const std::string fallback = caller ? caller->container : ContainerService::default_id();
-    auto opened = co_await api.containers.async_open(ctx.owner, request->container.value_or(fallback), true);
+    auto opened = co_await api.containers.lifecycle().async_open(ctx.owner,
+                                                                 request->container.value_or(fallback), true);
     if (!opened) co_return opened.error();
     container = *opened;
   }

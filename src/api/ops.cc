@@ -60,7 +60,7 @@ void install_ops_routes(server::HttpServer& http, ApiContext& api) {
                  }
                }
                if (!fresh) {
-                 problem = co_await api.containers.probe();
+                 problem = co_await api.containers.execution().probe();
                  // With storage.backend s3, no upload can be acknowledged while the bucket is away.
                  if (problem.empty() && api.durability) problem = co_await api.durability->bucket_problem();
                  std::lock_guard lock(cache->mutex);

@@ -19,7 +19,7 @@ asio::awaitable<Result<std::shared_ptr<Container>>> thread_container(ApiContext&
                                                                      bool create) {
   ContainerFiles files(api);
   auto container = co_await files.open_ready(ctx.owner, ctx.params["thread_id"], create);
-  if (container) api.containers.touch(**container);
+  if (container) api.containers.lifecycle().touch(**container);
   co_return container;
 }
 

@@ -80,9 +80,10 @@ asio::awaitable<Result<model::CodeStep>> ContainerRunner::resume_code(
 
 json::value ContainerRunner::container() {
   if (!container_) return nullptr;
-  api_.containers.touch(*container_);
-  json::object out{{"id", container_->id},
-                   {"expires_at", ContainerService::format_time(api_.containers.expires_at(*container_))}};
+  api_.containers.lifecycle().touch(*container_);
+  json::object out{
+      {"id", container_->id},
+      {"expires_at", ContainerService::format_time(api_.containers.lifecycle().expires_at(*container_))}};
   // Anthropic's Container always has `skills`: null when the request loaded none.
   out["skills"] = nullptr;
   if (!skills_.empty()) {

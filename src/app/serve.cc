@@ -261,7 +261,7 @@ void start_durable_parts(DurableParts& parts, asio::io_context& io, const ops::C
     manifest.emplace(metadata_database());
     durability.emplace(io, config, *manifest, metadata, cluster::load_instance_id(config.data_dir));
     containers.set_durability(&*durability);
-    durability->start([&containers] { return containers.open_containers(); });
+    durability->start([&containers] { return containers.lifecycle().open_containers(); });
     spdlog::info("storage: sessions bucket {} at {} (prefix '{}'), flush every {} s", config.s3.bucket,
                  config.s3.endpoint, config.s3.prefix, config.flush_interval_sec);
   }
@@ -340,8 +340,8 @@ asio::awaitable<void> shut_down(RunningParts parts) {
     co_await pause.async_wait(asio::use_awaitable);
   }
   if (parts.upstream) parts.upstream->shutdown();
-  co_await parts.e2b_sandboxes.stop();   // no end-time pass from here on
-  co_await parts.containers.shutdown();  // each stop flushes to the bucket
+  co_await parts.e2b_sandboxes.stop();               // no end-time pass from here on
+  co_await parts.containers.lifecycle().shutdown();  // each stop flushes to the bucket
   if (parts.leases) parts.leases->stop();
   if (parts.durability) parts.durability->stop();
   parts.io.stop();
@@ -355,7 +355,7 @@ void handle_signals(asio::signal_set& signals, const std::string& config_path, o
         if (ec) return;
         if (signo == SIGHUP) {
           reload(config_path, live_config, parts.containers.admission());
-          parts.containers.settings_reloaded();
+          parts.containers.lifecycle().settings_reloaded();
           handle_signals(signals, config_path, live_config, parts);
           return;
         }
@@ -555,7 +555,7 @@ int serve(ops::Config config, const std::string& config_path) {
                 sandbox_runtime ? sandbox_runtime->cgroups().version().c_str() : "none (no code execution)");
     std::fflush(stdout);
     ops::notify_systemd_when_ready(io.get_executor(), config.runtime_provider == "sandboxd",
-                                   [&] { return containers.probe(); });
+                                   [&] { return containers.execution().probe(); });
 
     asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
     handle_signals(signals, config_path, live_config,

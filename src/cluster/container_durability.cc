@@ -228,7 +228,7 @@ void ContainerDurability::forget_files(Container& container, const std::vector<s
   if (paths.empty()) return;
   // Never between a flush's walk and its row writes: a flush that read the file before
   // it went must not put its row back after this removal.
-  std::lock_guard lock(container.bucket.mutex);
+  const auto transfer = container.bucket.transfer_lock();
   std::vector<std::string> garbage;
   std::optional<int64_t> generation;
   for (const auto& path : paths) {
@@ -244,15 +244,15 @@ void ContainerDurability::forget_files(Container& container, const std::vector<s
 // --- flush --------------------------------------------------------------------------
 
 bool ContainerDurability::flush_blocking(Container& container, std::optional<store::FencedError>& fenced) {
-  std::lock_guard lock(container.bucket.mutex);
+  const auto transfer = container.bucket.transfer_lock();
   if (container.deleted) return true;
   // A local copy never checked against the manifest (ensure_local has not run) may be
   // missing or stale: flushing it would delete or overwrite the bucket's files.
-  if (!container.bucket.local_ready) {
-    container.bucket.unflushed_bytes = 0;  // a stale copy (lease lost) has nothing to send
+  if (!container.bucket.local_ready()) {
+    container.bucket.set_unflushed_bytes(0);  // a stale copy (lease lost) has nothing to send
     return true;
   }
-  const uint64_t changes_at_start = container.bucket.changes.load();
+  const uint64_t changes_at_start = container.bucket.changes_so_far();
   std::map<std::string, store::ManifestRow> rows;
   for (auto& row : manifest_.rows(container.storage)) rows.emplace(row.path, std::move(row));
 
@@ -299,7 +299,7 @@ bool ContainerDurability::flush_blocking(Container& container, std::optional<sto
           }
           row.md5 = *md5;
           // The lease was lost while this flush ran (its copy went stale): write nothing more.
-          if (!container.bucket.local_ready) {
+          if (!container.bucket.local_ready()) {
             garbage.push_back(row.object_key);
             failed = true;
             return;
@@ -322,12 +322,12 @@ bool ContainerDurability::flush_blocking(Container& container, std::optional<sto
   }
   if (fenced) {
     delete_objects_later(std::move(garbage));
-    container.bucket.unflushed_bytes = 0;
+    container.bucket.set_unflushed_bytes(0);
     return false;
   }
   // Rows whose file is gone (in a mount that could be read); never from a copy that
   // went stale meanwhile (that would delete the new holder's files).
-  if (!failed && container.bucket.local_ready) {
+  if (!failed && container.bucket.local_ready()) {
     for (const auto& [path, row] : rows) {
       bool readable_mount = false;
       for (auto mount : walked)
@@ -355,14 +355,14 @@ bool ContainerDurability::flush_blocking(Container& container, std::optional<sto
   }
   if (fenced) {
     delete_objects_later(std::move(garbage));
-    container.bucket.unflushed_bytes = 0;
+    container.bucket.set_unflushed_bytes(0);
     return false;
   }
   delete_objects_later(std::move(garbage));
-  container.bucket.unflushed_bytes = pending;
-  if (failed || !container.bucket.local_ready) return false;  // no marker for a tree that did not go up
+  container.bucket.set_unflushed_bytes(pending);
+  if (failed || !container.bucket.local_ready()) return false;  // no marker for a tree that did not go up
   write_marker(container, manifest_.state(container.storage).generation);
-  container.bucket.flushed_changes = changes_at_start;
+  container.bucket.flush_succeeded(changes_at_start);
   return true;
 }
 
@@ -381,39 +381,28 @@ asio::awaitable<bool> ContainerDurability::flush(std::shared_ptr<Container> cont
     // to another replica, or the container was deleted). The cluster lets it go.
     spdlog::warn("bucket: flushing container {}: {}", container->id, fenced->what());
     invalidate_local(*container);
-    container->bucket.flush_failed = false;
-    container->bucket.flush_failures = 0;
-    container->bucket.flushed_changes = container->bucket.changes.load();
+    container->bucket.let_go();
     if (on_fenced_) on_fenced_(*fenced);
     co_return false;
   }
   ops::metrics().storage_flushed(
       ok, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   const int64_t now = steady_ms();
-  if (ok) {
-    container->bucket.flush_failed = false;
-    container->bucket.flush_failures = 0;
-    container->bucket.last_flush_ms = now;
-  } else {
-    const int failures = ++container->bucket.flush_failures;
-    container->bucket.flush_failed = true;
-    container->bucket.retry_at_ms =
-        now + std::min<int64_t>(kMaxRetryDelayMs, 1000LL << std::min(failures, 16));
-  }
+  if (ok)
+    container->bucket.flush_ended_well(now);
+  else
+    container->bucket.flush_ended_badly(now, kMaxRetryDelayMs);
   co_return ok;
 }
 
 asio::awaitable<void> ContainerDurability::flush_if_changed(std::shared_ptr<Container> container) {
   if (container->deleted) co_return;
-  if (container->bucket.changes.load() == container->bucket.flushed_changes.load() &&
-      !container->bucket.flush_failed)
-    co_return;
+  if (!container->bucket.needs_flush()) co_return;
   co_await flush(container);
 }
 
 bool ContainerDurability::releasable(const Container& container) const {
-  return !container.bucket.flush_failed &&
-         container.bucket.changes.load() == container.bucket.flushed_changes.load();
+  return container.bucket.releasable();
 }
 
 asio::awaitable<void> ContainerDurability::flush_loop() {
@@ -426,13 +415,8 @@ asio::awaitable<void> ContainerDurability::flush_loop() {
     for (auto& container : open_()) {
       if (stopping_) break;
       if (container->deleted) continue;
-      const int64_t now = steady_ms();
-      const bool dirty = container->executing.load() > 0 ||
-                         container->bucket.changes.load() != container->bucket.flushed_changes.load();
-      const bool due = container->bucket.flush_failed
-                           ? now >= container->bucket.retry_at_ms.load()
-                           : dirty && now - container->bucket.last_flush_ms.load() >= interval_ms;
-      if (due) co_await flush(container);
+      if (container->bucket.flush_due(steady_ms(), interval_ms, container->executing.load() > 0))
+        co_await flush(container);
     }
   }
 }
@@ -471,8 +455,8 @@ std::string ContainerDurability::restore_memory_file(const Container& container,
 }
 
 Result<void> ContainerDurability::restore_blocking(Container& container) {
-  std::lock_guard lock(container.bucket.mutex);
-  if (container.bucket.local_ready) return {};
+  const auto transfer = container.bucket.transfer_lock();
+  if (container.bucket.local_ready()) return {};
   if (local_copy_valid(container)) return {};
   const auto started = std::chrono::steady_clock::now();
   const auto state = manifest_.state(container.storage);
@@ -548,14 +532,14 @@ Result<void> ContainerDurability::restore_blocking(Container& container) {
     if (root.valid()) syncfs(root.get());
   }
   write_marker(container, state.generation);
-  container.bucket.flushed_changes = container.bucket.changes.load();
+  container.bucket.caught_up();
   ops::metrics().storage_restored(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return {};
 }
 
 asio::awaitable<Result<void>> ContainerDurability::ensure_local(std::shared_ptr<Container> container) {
-  if (container->bucket.local_ready) co_return Result<void>();
+  if (container->bucket.local_ready()) co_return Result<void>();
   auto work = [this, container] { return restore_blocking(*container); };
   Result<void> restored = ApiError::internal();
   try {
@@ -572,7 +556,7 @@ asio::awaitable<Result<void>> ContainerDurability::ensure_local(std::shared_ptr<
     restored = ApiError::overloaded("The container's files cannot be restored now; try again later",
                                     config_.retry_after_sec);
   }
-  if (restored) container->bucket.local_ready = true;
+  if (restored) container->bucket.local_is_ready();
   co_return restored;
 }
 
@@ -599,7 +583,7 @@ asio::awaitable<void> ContainerDurability::forget(std::shared_ptr<Container> con
 uint64_t ContainerDurability::pending_flush_bytes() const {
   if (!open_) return 0;
   uint64_t total = 0;
-  for (const auto& container : open_()) total += container->bucket.unflushed_bytes.load();
+  for (const auto& container : open_()) total += container->bucket.unflushed_bytes();
   return total;
 }
 

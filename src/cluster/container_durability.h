@@ -68,7 +68,7 @@ class ContainerDurability : public service::BucketCopy {
   asio::awaitable<Result<void>> ensure_local(std::shared_ptr<Container> container) override;
   // The next ensure_local checks the marker against the manifest again (a lease that
   // was away from this instance).
-  void invalidate_local(Container& container) override { container.bucket.local_ready = false; }
+  void invalidate_local(Container& container) override { container.bucket.invalidate_local(); }
   // An incremental flush now; true when the bucket holds what is on disk (a container
   // whose local copy was never ensured is left alone: nothing local to send).
   asio::awaitable<bool> flush(std::shared_ptr<Container> container);
@@ -77,7 +77,7 @@ class ContainerDurability : public service::BucketCopy {
   // Whether the container may be let go (unmounted, lease released): nothing unflushed.
   bool releasable(const Container& container) const override;
   // Something changed outside a command (a file deleted through the API).
-  void note_change(Container& container) override { ++container.bucket.changes; }
+  void note_change(Container& container) override { container.bucket.note_change(); }
   // Files deleted through the Files API: their manifest rows go now (fenced, as an
   // upload's row is written: throws store::FencedError when another replica holds the
   // container), their objects after that; a holder that dies before its next flush

@@ -1,21 +1,27 @@
-// Executions in a container: a command, or a cell in its persistent Python. Each is
-// admitted first (a slot, fairly shared between the owners that wait), runs in the
-// container's sandbox (started if need be: container_lifecycle.cc), and is counted,
-// logged and audited.
+// ContainerExecution (container_execution.h): executions in a container, its Python
+// contexts, and the /ready probe.
+#include "service/container_execution.h"
+
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 #include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 
 #include "base/blocking.h"
 #include "base/ids.h"
 #include "ops/logging.h"
 #include "ops/metrics.h"
-#include "service/container_service.h"
 
 namespace sandboxd::service {
 namespace {
+
+namespace fs = std::filesystem;
 
 // One execution (a command, a Python call) under way in a container: counted in
 // `executing` while it runs, and with the bucket a change before and after it, so that
@@ -24,10 +30,10 @@ class ExecutionMark {
  public:
   ExecutionMark(Container& container, bool durable) : container_(container), durable_(durable) {
     ++container_.executing;
-    if (durable_) ++container_.bucket.changes;
+    if (durable_) container_.bucket.note_change();
   }
   ~ExecutionMark() {
-    if (durable_) ++container_.bucket.changes;
+    if (durable_) container_.bucket.note_change();
     --container_.executing;
   }
   ExecutionMark(const ExecutionMark&) = delete;
@@ -40,15 +46,16 @@ class ExecutionMark {
 
 }  // namespace
 
-asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_ptr<Container> container,
-                                                                    runtime::ExecRequest request,
-                                                                    bool restart) {
-  touch(*container);
-  if (durability_) {  // the bucket's copy first, when the local one is missing or stale
-    if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
+asio::awaitable<Result<runtime::ExecResult>> ContainerExecution::exec(std::shared_ptr<Container> container,
+                                                                      runtime::ExecRequest request,
+                                                                      bool restart) {
+  lifecycle_.touch(*container);
+  if (parts_.durability) {  // the bucket's copy first, when the local one is missing or stale
+    if (auto ready = co_await parts_.durability->ensure_local(container); !ready) co_return ready.error();
   }
   if (restart) {
-    co_await asio::co_spawn(container->strand, stop_on_strand(container, "restart"), asio::use_awaitable);
+    co_await asio::co_spawn(container->strand, lifecycle_.stop_on_strand(container, "restart"),
+                            asio::use_awaitable);
     // restart empties the workspace (a tree walk: the blocking pool); uploads and
     // outputs are kept.
     auto empty_workspace = [&container] { ContainerStorage::empty_workspace(*container); };
@@ -59,7 +66,7 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
   auto sandbox = co_await admit(container, ticket);
   if (!sandbox) co_return sandbox.error();
   Result<runtime::ExecResult> outcome = runtime::ExecResult{};  // (a placeholder that allocates nothing)
-  const ExecutionMark mark(*container, durability_ != nullptr);
+  const ExecutionMark mark(*container, parts_.durability != nullptr);
   const auto started = std::chrono::steady_clock::now();
   const char* label = "failed";
   const std::string command_head = request.command.substr(0, 4096);  // for the audit log
@@ -77,13 +84,13 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
                   ? ApiError::overloaded(
                         "The command could not be started (the sandbox or the host is out of "
                         "processes or memory); try again later",
-                        settings()->capacity_retry_after_sec)
+                        parts_.settings()->capacity_retry_after_sec)
                   : ApiError::unavailable("The sandbox stopped during the command",
-                                          settings()->capacity_retry_after_sec);
+                                          parts_.settings()->capacity_retry_after_sec);
   } catch (const std::exception& e) {
     spdlog::error("execution in container {} failed: {}", container->id, e.what());
     outcome = ApiError::overloaded("The command could not be run; try again later",
-                                   settings()->capacity_retry_after_sec);
+                                   parts_.settings()->capacity_retry_after_sec);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ops::metrics().execution_completed(label, seconds);
@@ -106,15 +113,15 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerService::exec(std::shared_
                                         {"command", command_head},
                                         {"outcome", label},
                                         {"return_code", return_code}});
-  touch(*container);
+  lifecycle_.touch(*container);
   co_return outcome;
 }
 
-asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_ptr<Container> container,
-                                                                   PythonCall call) {
-  touch(*container);
-  if (durability_) {  // the bucket's copy first, when the local one is missing or stale
-    if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
+asio::awaitable<Result<KernelResult>> ContainerExecution::run_python(std::shared_ptr<Container> container,
+                                                                     PythonCall call) {
+  lifecycle_.touch(*container);
+  if (parts_.durability) {  // the bucket's copy first, when the local one is missing or stale
+    if (auto ready = co_await parts_.durability->ensure_local(container); !ready) co_return ready.error();
   }
   auto read_driver = [] { return python_kernel_driver(); };
   std::shared_ptr<const std::string> driver;
@@ -123,56 +130,26 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
   } catch (const runtime::SandboxError& e) {
     spdlog::error("{}", e.what());
     co_return ApiError::unavailable("The Python kernel is not installed on this server",
-                                    settings()->capacity_retry_after_sec);
+                                    parts_.settings()->capacity_retry_after_sec);
   }
   // The context is looked for before a slot is taken, and again once it is (it may
   // have been removed meanwhile).
-  const bool default_context = call.context == kDefaultPythonContext;
   auto missing_context = [&] { return ApiError::not_found("Context " + call.context + " not found"); };
-  auto find_context = [&]() -> Container::Python::NamedPython* {
-    for (auto& named : container->python.contexts)
-      if (named.context.id == call.context) return &named;
-    return nullptr;
-  };
-  if (!default_context) {
-    std::lock_guard lock(container->python.mutex);
-    if (!find_context()) co_return missing_context();
-  }
+  if (!container->python.has_context(call.context)) co_return missing_context();
   ops::Admission::Ticket ticket;
   auto sandbox = co_await admit(container, ticket);
   if (!sandbox) co_return sandbox.error();
-  std::shared_ptr<PythonKernel> kernel;
-  // A kernel whose process came back with a restored sandbox (container_memory.cc)
-  // takes it over at its first call; the context's other kernels start fresh.
-  auto take_restored_process = [&](PythonKernel& made) {
-    auto it = container->python.restored.find(call.context);
-    if (it == container->python.restored.end()) return;
-    if ((*sandbox)->restored() && made.sandbox() == sandbox->get()) made.adopt_on_first_call(it->second);
-    container->python.restored.erase(it);
+  auto make_kernel = [&](const std::string& cwd) {
+    return std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env, cwd);
   };
-  {
-    // A kernel belongs to one sandbox: after a stop (its TTL, a restart) the next call
-    // gets a fresh one in the new sandbox, and the old one's state is gone with it.
-    std::lock_guard lock(container->python.mutex);
-    if (default_context) {
-      if (!container->python.kernel || container->python.kernel->sandbox() != sandbox->get())
-        container->python.kernel = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env);
-      kernel = container->python.kernel;
-      take_restored_process(*kernel);
-    } else {
-      auto* named = find_context();
-      if (!named) co_return missing_context();
-      if (!named->kernel || named->kernel->sandbox() != sandbox->get())
-        named->kernel = std::make_shared<PythonKernel>(*sandbox, driver, call.extra_env, named->context.cwd);
-      kernel = named->kernel;
-      take_restored_process(*kernel);
-    }
-  }
+  const std::shared_ptr<PythonKernel> kernel =
+      container->python.kernel_for(call.context, **sandbox, make_kernel);
+  if (!kernel) co_return missing_context();
   if (call.restart) {
     kernel->restart();
     if (call.code.empty()) co_return KernelResult{};
   }
-  const ExecutionMark mark(*container, durability_ != nullptr);
+  const ExecutionMark mark(*container, parts_.durability != nullptr);
   const auto started = std::chrono::steady_clock::now();
   Result<KernelResult> outcome = ApiError::internal();
   const char* label = "failed";
@@ -207,7 +184,7 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
     spdlog::warn("python in container {} failed: {}", container->id, e.what());
     outcome = ApiError::unavailable(
         sandbox->get()->running() ? std::string(e.what()) : "The sandbox stopped during the code",
-        settings()->capacity_retry_after_sec);
+        parts_.settings()->capacity_retry_after_sec);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ops::metrics().execution_completed(label, seconds);
@@ -216,21 +193,21 @@ asio::awaitable<Result<KernelResult>> ContainerService::run_python(std::shared_p
                   {"container", container->id},
                   {"ms", seconds * 1000},
                   {"outcome", label}});
-  touch(*container);
+  lifecycle_.touch(*container);
   co_return outcome;
 }
 
-asio::awaitable<Result<std::optional<KernelResult>>> ContainerService::resume_python(
+asio::awaitable<Result<std::optional<KernelResult>>> ContainerExecution::resume_python(
     std::shared_ptr<Container> container, std::shared_ptr<PythonKernel> kernel, uint64_t cell,
     std::vector<KernelToolAnswer> answers) {
-  touch(*container);
+  lifecycle_.touch(*container);
   // The paused cell runs on as a cell does: it holds an execution slot while it runs
   // (not while it waited).
   ops::Admission::Ticket ticket;
   auto sandbox = co_await admit(container, ticket);
   if (!sandbox) co_return sandbox.error();
   if (kernel->sandbox() != sandbox->get()) co_return std::optional<KernelResult>();  // its sandbox is gone
-  const ExecutionMark mark(*container, durability_ != nullptr);
+  const ExecutionMark mark(*container, parts_.durability != nullptr);
   const auto started = std::chrono::steady_clock::now();
   std::optional<KernelResult> outcome;
   try {
@@ -238,7 +215,7 @@ asio::awaitable<Result<std::optional<KernelResult>>> ContainerService::resume_py
   } catch (const runtime::SandboxError& e) {
     spdlog::warn("python in container {} failed: {}", container->id, e.what());
     co_return ApiError::unavailable("The sandbox stopped during the code",
-                                    settings()->capacity_retry_after_sec);
+                                    parts_.settings()->capacity_retry_after_sec);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ops::log_event(spdlog::level::info, "python_resumed",
@@ -248,64 +225,43 @@ asio::awaitable<Result<std::optional<KernelResult>>> ContainerService::resume_py
                   {"outcome", !outcome                                           ? "expired"
                               : outcome->status == KernelResult::Status::kPaused ? "paused"
                                                                                  : "ended"}});
-  touch(*container);
+  lifecycle_.touch(*container);
   co_return outcome;
 }
 
-std::vector<PythonContext> ContainerService::python_contexts(Container& container) {
-  std::lock_guard lock(container.python.mutex);
-  std::vector<PythonContext> out{PythonContext{std::string(kDefaultPythonContext), {}}};
-  for (const auto& named : container.python.contexts) out.push_back(named.context);
-  return out;
+std::vector<PythonContext> ContainerExecution::python_contexts(Container& container) {
+  return container.python.contexts();
 }
 
-Result<PythonContext> ContainerService::create_python_context(Container& container, std::string cwd) {
-  std::lock_guard lock(container.python.mutex);
+Result<PythonContext> ContainerExecution::create_python_context(Container& container, std::string cwd) {
   // Each context can hold a Python process in the sandbox: a bound keeps one client
   // from filling the sandbox's process and memory limits with idle kernels by accident.
-  if (container.python.contexts.size() + 1 >= kMaxPythonContexts)
+  auto context = container.python.add_context(std::move(cwd), kMaxPythonContexts);
+  if (!context)
     return ApiError::invalid_request("A container has at most " + std::to_string(kMaxPythonContexts) +
                                      " Python contexts; remove one first");
-  PythonContext context{"ctx_" + random_alnum(20), std::move(cwd)};
-  container.python.contexts.push_back({context, nullptr});
-  return context;
+  return *context;
 }
 
-Result<void> ContainerService::restart_python_context(Container& container, const std::string& id) {
-  std::lock_guard lock(container.python.mutex);
-  if (id == kDefaultPythonContext) {
-    if (container.python.kernel) container.python.kernel->restart();
-    return {};
-  }
-  for (auto& named : container.python.contexts)
-    if (named.context.id == id) {
-      if (named.kernel) named.kernel->restart();
-      return {};
-    }
-  return ApiError::not_found("Context " + id + " not found");
-}
-
-Result<void> ContainerService::remove_python_context(Container& container, const std::string& id) {
-  if (id == kDefaultPythonContext)
-    return ApiError::invalid_request("The default context cannot be removed; restart it instead");
-  std::shared_ptr<PythonKernel> kernel;
-  {
-    std::lock_guard lock(container.python.mutex);
-    auto it = std::find_if(container.python.contexts.begin(), container.python.contexts.end(),
-                           [&](const auto& named) { return named.context.id == id; });
-    if (it == container.python.contexts.end()) return ApiError::not_found("Context " + id + " not found");
-    kernel = std::move(it->kernel);
-    container.python.contexts.erase(it);
-  }
-  if (kernel) kernel->restart();  // its process ends now, not when the last call lets go of it
+Result<void> ContainerExecution::restart_python_context(Container& container, const std::string& id) {
+  if (!container.python.restart_context(id)) return ApiError::not_found("Context " + id + " not found");
   return {};
 }
 
-asio::awaitable<Result<ContainerService::StartedProcess>> ContainerService::start_process(
+Result<void> ContainerExecution::remove_python_context(Container& container, const std::string& id) {
+  if (id == kDefaultPythonContext)
+    return ApiError::invalid_request("The default context cannot be removed; restart it instead");
+  auto kernel = container.python.remove_context(id);
+  if (!kernel) return ApiError::not_found("Context " + id + " not found");
+  if (*kernel) (*kernel)->restart();  // its process ends now, not when the last call lets go of it
+  return {};
+}
+
+asio::awaitable<Result<ContainerExecution::StartedProcess>> ContainerExecution::start_process(
     std::shared_ptr<Container> container, runtime::ProcessRequest request) {
-  touch(*container);
-  if (durability_) {  // the bucket's copy first, when the local one is missing or stale
-    if (auto ready = co_await durability_->ensure_local(container); !ready) co_return ready.error();
+  lifecycle_.touch(*container);
+  if (parts_.durability) {  // the bucket's copy first, when the local one is missing or stale
+    if (auto ready = co_await parts_.durability->ensure_local(container); !ready) co_return ready.error();
   }
   ops::Admission::Ticket ticket;
   auto sandbox = co_await admit(container, ticket);
@@ -322,7 +278,7 @@ asio::awaitable<Result<ContainerService::StartedProcess>> ContainerService::star
     outcome = ApiError::overloaded(
         "The process could not be started (the sandbox or the host is out of "
         "processes or memory); try again later",
-        settings()->capacity_retry_after_sec);
+        parts_.settings()->capacity_retry_after_sec);
   }
   // With its request's record (within a second while the request streams on).
   if (auto* audit = ops::audit())
@@ -333,20 +289,20 @@ asio::awaitable<Result<ContainerService::StartedProcess>> ContainerService::star
   co_return outcome;
 }
 
-asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::admit(
+asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerExecution::admit(
     std::shared_ptr<Container> container, ops::Admission::Ticket& ticket) {
   // A slot (waiting in the owner's line if need be) before a sandbox is started for it:
   // an owner alone may use every slot, and when slots are short they go round the
   // owners that wait (ops/owner_admission.h), so one owner's commands never keep another
   // waiting behind all of theirs.
   std::chrono::duration<double> waited{};
-  ticket = co_await admission_->acquire(container->owner, &waited);
+  ticket = co_await parts_.admission->acquire(container->owner, &waited);
   ops::metrics().admission_waited(waited.count());
   if (!ticket) {
-    const auto snapshot = settings();
+    const auto snapshot = parts_.settings();
     const bool at_own_cap =
         snapshot->max_concurrent_executions_per_owner > 0 &&
-        admission_->active_of(container->owner) >= snapshot->max_concurrent_executions_per_owner;
+        parts_.admission->active_of(container->owner) >= snapshot->max_concurrent_executions_per_owner;
     ops::metrics().execution_rejected("429", at_own_cap ? "owner_queue_timeout" : "queue_timeout");
     co_return ApiError::rate_limited(
         (at_own_cap
@@ -360,9 +316,62 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::adm
   // strand's business.
   Result<std::shared_ptr<runtime::Sandbox>> sandbox = container->live_sandbox.load();
   if (!*sandbox || !(*sandbox)->running() || container->deleted)
-    sandbox = co_await asio::co_spawn(container->strand, ensure_sandbox(container), asio::use_awaitable);
+    sandbox =
+        co_await asio::co_spawn(container->strand, lifecycle_.ensure_sandbox(container), asio::use_awaitable);
   if (!sandbox) ops::metrics().execution_completed("failed", 0);
   co_return sandbox;
+}
+
+asio::awaitable<std::string> ContainerExecution::probe() {
+  if (!parts_.runtime) co_return parts_.why_unavailable();
+  // A sandbox over empty folders of its own, with one command, as a container gets.
+  const std::string name = parts_.next_sandbox_name("probe-");
+  const fs::path root = fs::path(parts_.settings()->data_dir) / "probes" / name;
+  const uid_t uid = parts_.settings()->sandbox_host_uid;
+  ContainerPaths dirs{(root / "workspace").string(), (root / "uploads").string(), (root / "outputs").string(),
+                      ""};
+  // The disk's checks and the folders: the blocking pool's work. Empty when ready.
+  auto prepare = [this, &dirs, uid]() -> std::string {
+    struct statvfs disk {};
+    if (statvfs(parts_.settings()->data_dir.c_str(), &disk) == 0 &&
+        static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize < (64ull << 20))
+      return "the data directory's disk is full (less than 64 MiB free)";
+    std::error_code ec;
+    for (const auto* dir : {&dirs.workspace, &dirs.uploads, &dirs.outputs}) {
+      fs::create_directories(*dir, ec);
+      if (ec) return "a sandbox cannot start: creating " + *dir + ": " + ec.message();
+      if (chown(dir->c_str(), uid, uid) != 0)
+        return "a sandbox cannot start: chown " + *dir + ": " + std::strerror(errno);
+    }
+    return {};
+  };
+  std::string problem = co_await run_blocking(std::move(prepare));
+  if (problem.empty()) {
+    try {
+      auto sandbox =
+          co_await parts_.runtime->start(parts_.io.get_executor(), parts_.sandbox_options(dirs, name));
+      runtime::ExecRequest request;
+      request.command = "true";
+      request.timeout = std::chrono::seconds(10);
+      try {
+        auto result = co_await sandbox->exec(std::move(request));
+        if (result.return_code != 0)
+          problem = "a probe command exited with " + std::to_string(result.return_code);
+      } catch (const std::exception& e) {
+        problem = std::string("a probe command could not run: ") + e.what();
+      }
+      co_await sandbox->stop();
+    } catch (const std::exception& e) {
+      problem = std::string("a sandbox cannot start: ") + e.what();
+    }
+  }
+  auto clean_up = [&root] {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+    if (ec) spdlog::warn("removing the probe's folder {}: {}", root.string(), ec.message());
+  };
+  co_await run_blocking(std::move(clean_up));
+  co_return problem;
 }
 
 }  // namespace sandboxd::service

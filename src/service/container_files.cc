@@ -254,7 +254,8 @@ asio::awaitable<void> FileUpload::abort() {
 
 asio::awaitable<Result<std::shared_ptr<Container>>> ContainerFiles::open_ready(std::string owner,
                                                                                std::string id, bool create) {
-  auto container = co_await services_.containers.async_open(std::move(owner), std::move(id), create);
+  auto container =
+      co_await services_.containers.lifecycle().async_open(std::move(owner), std::move(id), create);
   co_return co_await ready(std::move(container));
 }
 
@@ -470,10 +471,7 @@ asio::awaitable<Result<std::string>> ContainerFiles::read_bytes(Container& conta
 }
 
 void ContainerFiles::note_change(Container& container) {
-  {
-    std::lock_guard lock(container.index.mutex);
-    container.index.dirty = true;
-  }
+  container.index.note_change();
   if (BucketCopy* bucket_copy = services_.containers.durability()) bucket_copy->note_change(container);
 }
 

@@ -1,8 +1,5 @@
-// A container's life here: opening it (its record, its lease, its storage), starting
-// its sandbox under the capacity policy, stopping it (idle, quota, restart, a lease
-// lost), removing it, draining and shutting down. Disk, database, lease and mount work
-// runs on the blocking or store pool, never on an I/O thread and never under the
-// registry's lock.
+// ContainerLifecycle (container_lifecycle.h): a container's life here, from its opening
+// to its removal, and the idle reaper.
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -23,8 +20,10 @@
 #include "base/blocking.h"
 #include "base/ids.h"
 #include "ops/metrics.h"
+#include "service/container_lifecycle.h"
 #include "service/container_service.h"
 #include "service/egress_options.h"
+#include "service/host_space.h"
 #include "service/reaper_policy.h"
 #include "service/sandbox_credentials.h"
 #include "service/side_by_side.h"
@@ -48,19 +47,35 @@ struct TransitionEnd {
 
 }  // namespace
 
-asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::async_open(std::string owner,
-                                                                                 std::string id,
-                                                                                 bool create) {
-  if (!valid_id(id))
+ContainerLifecycle::ContainerLifecycle(ContainerParts& parts, ContainerMemory& memory)
+    : parts_(parts),
+      memory_(memory),
+      reaper_strand_(asio::make_strand(parts.io)),
+      reaper_timer_(reaper_strand_) {
+  asio::co_spawn(reaper_strand_, reap_idle(), asio::detached);
+}
+
+ContainerLifecycle::~ContainerLifecycle() {
+  // touch()'s queued writes use the metadata, which the owner destroys after this.
+  for (int queued = background_touches_->load(); queued > 0; queued = background_touches_->load())
+    background_touches_->wait(queued);
+}
+
+asio::awaitable<Result<std::shared_ptr<Container>>> ContainerLifecycle::async_open(std::string owner,
+                                                                                   std::string id,
+                                                                                   bool create) {
+  if (!ContainerService::valid_id(id))
     co_return ApiError::invalid_request("Invalid container id: must be 1-128 characters of [A-Za-z0-9._:-]");
   const Key key{owner, id};
   for (;;) {
     if (shutting_down_)
-      co_return ApiError::overloaded("The server is shutting down", settings()->retry_after_sec);
+      co_return ApiError::overloaded("The server is shutting down", parts_.settings()->retry_after_sec);
     // The common case, a container in use here (its lease confirmed lately): no
     // database call, no hop.
-    auto ready = [this](const Container& open) { return !leases_ || leases_->confirmed(open.storage); };
-    auto [open, transition, ours] = registry_.begin_opening(key, create, ready);
+    auto ready = [this](const Container& open) {
+      return !parts_.leases || parts_.leases->confirmed(open.storage);
+    };
+    auto [open, transition, ours] = parts_.registry.begin_opening(key, create, ready);
     if (!transition) co_return open;
     if (ours) co_return co_await run_opening(key, create, std::move(open), std::move(transition));
     co_await ContainerRegistry::await_end(transition);
@@ -72,7 +87,78 @@ asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::async_open
   }
 }
 
-asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::run_opening(
+void ContainerLifecycle::touch(Container& container) {
+  int64_t now = now_seconds();
+  int64_t previous = container.last_used_at.exchange(now);
+  // The index only needs second resolution; skip the write within the same second.
+  if (previous == now) return;
+  if (parts_.metadata.backend() == store::db::Backend::kSqlite) {
+    parts_.metadata.touch_container(container.owner, container.id, now);
+    return;
+  }
+  // A round trip nobody needs to wait for. Two of them may land out of order: the
+  // index then says a second earlier, which only the listing's expires_at shows.
+  // The count outlives this service (the write holds it): the destructor may return
+  // the moment it reaches zero, before notify_all returns.
+  ++*background_touches_;
+  auto write = [&metadata = parts_.metadata, queued = background_touches_, owner = container.owner,
+                id = container.id, now] {
+    struct Done {
+      std::atomic<int>& queued;
+      ~Done() {
+        --queued;
+        queued.notify_all();
+      }
+    } done{*queued};
+    metadata.touch_container(owner, id, now);
+  };
+  store_call_detached(parts_.metadata.backend(), std::move(write));
+}
+
+int64_t ContainerLifecycle::expires_at(const Container& container) const {
+  return container.last_used_at.load() + parts_.settings()->session_ttl_sec;
+}
+
+std::vector<std::shared_ptr<Container>> ContainerLifecycle::open_containers() const {
+  return parts_.registry.all();
+}
+
+std::vector<std::shared_ptr<Container>> ContainerLifecycle::find_open_any_owner(const std::string& id) const {
+  return parts_.registry.with_id(id);
+}
+
+std::shared_ptr<Container> ContainerLifecycle::find_open(const std::string& owner,
+                                                         const std::string& id) const {
+  return parts_.registry.find({owner, id});
+}
+
+asio::awaitable<std::vector<store::ContainerRecord>> ContainerLifecycle::async_list(std::string owner,
+                                                                                    size_t limit,
+                                                                                    std::string after_id) {
+  // From memory when the owner's list is held (a single host): no round trip, no hop.
+  if (auto held = parts_.metadata.cached_list_containers(owner, limit, after_id)) co_return std::move(*held);
+  auto call = [this, &owner, limit, &after_id] { return list(owner, limit, after_id); };
+  co_return co_await store_call(parts_.metadata.backend(), std::move(call));
+}
+
+std::vector<store::ContainerRecord> ContainerLifecycle::list(const std::string& owner, size_t limit,
+                                                             const std::string& after_id) {
+  return parts_.metadata.list_containers(owner, limit, after_id);
+}
+
+ApiError ContainerLifecycle::host_out_of_something(const std::string& what, const std::exception& e) const {
+  // A full disk, no free loop device, mkfs or mount failing: the host is out of
+  // something, which a client can only wait out. The detail goes to the log only.
+  spdlog::error("{}: {}", what, e.what());
+  ops::metrics().execution_rejected("503", "host_resources");
+  if (is_disk_full(e))
+    return ApiError::overloaded("The host is out of disk space for a new container; try again later",
+                                parts_.settings()->retry_after_sec);
+  return ApiError::overloaded("The host is out of resources for a new container volume; try again later",
+                              parts_.settings()->capacity_retry_after_sec);
+}
+
+asio::awaitable<Result<std::shared_ptr<Container>>> ContainerLifecycle::run_opening(
     Key key, bool create, std::shared_ptr<Container> open, std::shared_ptr<Transition> transition) {
   auto work = [this, &key, create, &open] { return open_blocking(key.first, key.second, create, open); };
   Result<std::shared_ptr<Container>> outcome = ApiError::internal();
@@ -80,7 +166,7 @@ asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::run_openin
   try {
     // With PostgreSQL on the store pool (a connection per thread); with SQLite on the
     // blocking pool: a mount or a volume's folders are never an I/O thread's wait.
-    if (metadata_.backend() == store::db::Backend::kPostgres)
+    if (parts_.metadata.backend() == store::db::Backend::kPostgres)
       outcome = co_await run_on(store_pool(), std::move(work));
     else
       outcome = co_await run_blocking(std::move(work));
@@ -90,16 +176,16 @@ asio::awaitable<Result<std::shared_ptr<Container>>> ContainerService::run_openin
   // An open container whose lease claim found it deleted (through another replica).
   const bool deleted_elsewhere = open && !failure && !outcome && outcome.error().kind == ErrorKind::not_found;
   transition->outcome = failure ? Result<std::shared_ptr<Container>>(ApiError::internal()) : outcome;
-  registry_.settle_opening(key, transition, !failure && outcome ? *outcome : nullptr,
-                           deleted_elsewhere ? open : nullptr);
+  parts_.registry.settle_opening(key, transition, !failure && outcome ? *outcome : nullptr,
+                                 deleted_elsewhere ? open : nullptr);
   if (deleted_elsewhere) co_await forget_locally(open);
   if (failure) std::rethrow_exception(failure);
   co_return outcome;
 }
 
-Result<std::shared_ptr<Container>> ContainerService::open_blocking(const std::string& owner,
-                                                                   const std::string& id, bool create,
-                                                                   const std::shared_ptr<Container>& open) {
+Result<std::shared_ptr<Container>> ContainerLifecycle::open_blocking(const std::string& owner,
+                                                                     const std::string& id, bool create,
+                                                                     const std::shared_ptr<Container>& open) {
   if (open) {  // cluster mode: open here, its lease not confirmed lately
     if (auto claimed = claim_lease(*open, /*existing=*/true); !claimed) {
       if (claimed.error().kind == ErrorKind::not_found)
@@ -108,14 +194,14 @@ Result<std::shared_ptr<Container>> ContainerService::open_blocking(const std::st
     }
     return open;
   }
-  if (auto record = metadata_.find_container(owner, id)) return open_existing(*record);
+  if (auto record = parts_.metadata.find_container(owner, id)) return open_existing(*record);
   if (!create) return ApiError::not_found("Container not found: " + id);
   // Each container holds a volume image, a loop device and mounts while in use: an
   // owner keeps at most quotas.containersPerOwner of them. Its chat threads without a
   // container yet count too (each was promised one when it was made), so a quota
   // reached by other containers never strands a thread at its first turn.
-  if (const uint64_t cap = settings()->containers_per_owner;
-      cap > 0 && metadata_.containers_claimed(owner, id) >= cap) {
+  if (const uint64_t cap = parts_.settings()->containers_per_owner;
+      cap > 0 && parts_.metadata.containers_claimed(owner, id) >= cap) {
     ops::metrics().execution_rejected("403", "containers_quota");
     return ApiError::permission("Container quota reached: this owner has " + std::to_string(cap) +
                                 " containers (quotas.containersPerOwner); delete one first");
@@ -125,7 +211,7 @@ Result<std::shared_ptr<Container>> ContainerService::open_blocking(const std::st
   record.id = id;
   record.storage = "c" + random_hex(20);
   record.created_at = record.last_used_at = now_seconds();
-  auto container = std::make_shared<Container>(io_);
+  auto container = std::make_shared<Container>(parts_.io);
   container->owner = owner;
   container->id = id;
   container->storage = record.storage;
@@ -134,38 +220,39 @@ Result<std::shared_ptr<Container>> ContainerService::open_blocking(const std::st
   container->api_secret = new_api_secret();
   Result<void> prepared = ApiError::internal();
   try {
-    prepared = storage_.prepare(*container, /*fresh=*/true, /*remake_when_missing=*/durability_ != nullptr);
+    prepared = parts_.storage.prepare(*container, /*fresh=*/true,
+                                      /*remake_when_missing=*/parts_.durability != nullptr);
   } catch (const std::exception& e) {
     prepared = host_out_of_something("creating container " + id, e);
   }
   if (!prepared) {
-    storage_.discard_unmade(*container);  // nothing of a container that could not be made stays behind
+    parts_.storage.discard_unmade(*container);  // nothing of a container that could not be made stays behind
     return prepared.error();
   }
-  if (leases_)  // before the record: a container this replica may not serve is not made
+  if (parts_.leases)  // before the record: a container this replica may not serve is not made
     if (auto claimed = claim_lease(*container, /*existing=*/false); !claimed) {
-      storage_.discard_unmade(*container);
+      parts_.storage.discard_unmade(*container);
       return claimed.error();
     }
   // The database decides a race: another replica may have created (owner, id) since
   // the lookup above. The first record stays; this replica's fresh storage and its
   // lease go, and the container is opened as the existing one it is (a 503 to retry
   // when the winner serves it: the retry is relayed there).
-  const store::ContainerRecord stored = metadata_.create_container(record);
+  const store::ContainerRecord stored = parts_.metadata.create_container(record);
   if (stored.storage != record.storage) {
     spdlog::info("container {} of {} was created by another replica at the same moment; this one's copy goes",
                  id, owner);
-    if (leases_) leases_->drop(record.storage, /*deleted=*/true, /*lost=*/false);
-    storage_.discard_unmade(*container);
+    if (parts_.leases) parts_.leases->drop(record.storage, /*deleted=*/true, /*lost=*/false);
+    parts_.storage.discard_unmade(*container);
     return open_existing(stored);
   }
   return container;
 }
 
-Result<std::shared_ptr<Container>> ContainerService::open_existing(const store::ContainerRecord& record) {
+Result<std::shared_ptr<Container>> ContainerLifecycle::open_existing(const store::ContainerRecord& record) {
   std::optional<LeaseKeeper::Claim> claim;  // before anything is mounted for it
-  if (leases_) {
-    auto claimed = leases_->claim(record.storage, /*existing_container=*/true);
+  if (parts_.leases) {
+    auto claimed = parts_.leases->claim(record.storage, /*existing_container=*/true);
     if (!claimed) {
       if (claimed.error().kind == ErrorKind::not_found)
         return ApiError::not_found("Container not found: " + record.id);  // deleted since it was read
@@ -181,12 +268,13 @@ Result<std::shared_ptr<Container>> ContainerService::open_existing(const store::
   }
   // A lease newly taken: the local copy (if any) may be older than what another
   // replica flushed meanwhile; ensure_local checks it before the first use.
-  if (container && claim && claim->fresh && durability_) durability_->invalidate_local(**container);
+  if (container && claim && claim->fresh && parts_.durability)
+    parts_.durability->invalidate_local(**container);
   return container;
 }
 
-Result<std::shared_ptr<Container>> ContainerService::load(const store::ContainerRecord& record) {
-  auto container = std::make_shared<Container>(io_);
+Result<std::shared_ptr<Container>> ContainerLifecycle::load(const store::ContainerRecord& record) {
+  auto container = std::make_shared<Container>(parts_.io);
   container->owner = record.owner;
   container->id = record.id;
   container->storage = record.storage;
@@ -198,36 +286,38 @@ Result<std::shared_ptr<Container>> ContainerService::load(const store::Container
   set_egress_options(*container, decode_egress_options(record.egress));
   // Cluster mode: a container another replica made or served may have no local copy
   // here yet; an empty one is made (and filled by ensure_local).
-  const bool no_local_copy = leases_ && !storage_.has_volume(container->storage);
-  if (auto prepared = storage_.prepare(*container, /*fresh=*/no_local_copy,
-                                       /*remake_when_missing=*/durability_ != nullptr);
+  const bool no_local_copy = parts_.leases && !parts_.storage.has_volume(container->storage);
+  if (auto prepared = parts_.storage.prepare(*container, /*fresh=*/no_local_copy,
+                                             /*remake_when_missing=*/parts_.durability != nullptr);
       !prepared)
     return prepared.error();
   return container;
 }
 
-void ContainerService::lease_lost(const std::string& storage) {
-  const std::shared_ptr<Container> lost = registry_.with_storage(storage);
+void ContainerLifecycle::lease_lost(const std::string& storage) {
+  const std::shared_ptr<Container> lost = parts_.registry.with_storage(storage);
   if (!lost) return;
   spdlog::warn("container {} of {} is served by another replica now: its sandbox here stops", lost->id,
                lost->owner);
-  asio::co_spawn(io_, check_still_there(lost), asio::detached);
+  asio::co_spawn(parts_.io, check_still_there(lost), asio::detached);
   // Its local copy is stale from now on (the new holder writes the manifest): never
   // flush it again. Without this a fenced flush was retried for as long as the process
   // lived (and kept the container from being let go), and had this replica taken the
   // lease back later, a retry landing before ensure_local would have passed the new
   // epoch's fence and put the stale tree over the newer holder's manifest. A later
   // claim restores from the bucket first.
-  if (durability_) durability_->invalidate_local(*lost);
+  if (parts_.durability) parts_.durability->invalidate_local(*lost);
   asio::co_spawn(lost->strand, stop_on_strand(lost, "lease_lost"), asio::detached);
 }
 
-asio::awaitable<void> ContainerService::check_still_there(std::shared_ptr<Container> container) {
+asio::awaitable<void> ContainerLifecycle::check_still_there(std::shared_ptr<Container> container) {
   // (A lease lost is also what a delete through another replica looks like from here.)
-  auto look_up = [this, &container] { return metadata_.find_container(container->owner, container->id); };
+  auto look_up = [this, &container] {
+    return parts_.metadata.find_container(container->owner, container->id);
+  };
   std::optional<store::ContainerRecord> record;
   try {
-    record = co_await store_call(metadata_.backend(), std::move(look_up));
+    record = co_await store_call(parts_.metadata.backend(), std::move(look_up));
   } catch (const std::exception& e) {
     spdlog::warn("container {} of {}: looking it up: {}", container->id, container->owner, e.what());
     co_return;  // the next request's claim finds out
@@ -238,34 +328,34 @@ asio::awaitable<void> ContainerService::check_still_there(std::shared_ptr<Contai
   co_await forget_locally(container);
 }
 
-asio::awaitable<void> ContainerService::forget_locally(std::shared_ptr<Container> container) {
+asio::awaitable<void> ContainerLifecycle::forget_locally(std::shared_ptr<Container> container) {
   container->deleted = true;  // no flush of it from now on (the flusher and stop skip a deleted container)
   co_await asio::co_spawn(container->strand, stop_on_strand(container, "deleted"), asio::use_awaitable);
   const Key key{container->owner, container->id};
-  auto closing = co_await registry_.begin_closing(key, container);
-  TransitionEnd end{[this, &key, &closing] { registry_.end(key, closing); }};
-  if (leases_) leases_->drop(container->storage, /*deleted=*/false, /*lost=*/false);
-  auto discard = [this, &container] { storage_.discard(*container); };
+  auto closing = co_await parts_.registry.begin_closing(key, container);
+  TransitionEnd end{[this, &key, &closing] { parts_.registry.end(key, closing); }};
+  if (parts_.leases) parts_.leases->drop(container->storage, /*deleted=*/false, /*lost=*/false);
+  auto discard = [this, &container] { parts_.storage.discard(*container); };
   co_await run_blocking(std::move(discard));
 }
 
-Result<void> ContainerService::claim_lease(Container& container, bool existing) {
-  auto claimed = leases_->claim(container.storage, existing);
+Result<void> ContainerLifecycle::claim_lease(Container& container, bool existing) {
+  auto claimed = parts_.leases->claim(container.storage, existing);
   if (!claimed) return claimed.error();
-  if (claimed->fresh && durability_) durability_->invalidate_local(container);
+  if (claimed->fresh && parts_.durability) parts_.durability->invalidate_local(container);
   return {};
 }
 
-asio::awaitable<void> ContainerService::flush_and_release(std::shared_ptr<Container> container) {
+asio::awaitable<void> ContainerLifecycle::flush_and_release(std::shared_ptr<Container> container) {
   // The final flush ran as the sandbox stopped (stop_on_strand). A container whose
   // changes are not all in the bucket keeps its lease, and its local copy, until a
   // retried flush succeeds and a later stop lets it go.
-  if (durability_ && !container->deleted && !durability_->releasable(*container)) {
+  if (parts_.durability && !container->deleted && !parts_.durability->releasable(*container)) {
     spdlog::warn("container {} of {}: its files are not all in the bucket yet; its lease is kept",
                  container->id, container->owner);
     co_return;
   }
-  auto release = [this, container] { leases_->release(container->storage); };
+  auto release = [this, container] { parts_.leases->release(container->storage); };
   try {
     co_await run_blocking(std::move(release));
   } catch (const std::exception& e) {  // the database: the lease then runs out by itself
@@ -273,12 +363,12 @@ asio::awaitable<void> ContainerService::flush_and_release(std::shared_ptr<Contai
   }
 }
 
-asio::awaitable<ContainerService::DrainOutcome> ContainerService::drain(std::chrono::seconds grace) {
-  if (leases_) leases_->set_draining();
-  const std::vector<std::shared_ptr<Container>> all = registry_.all();
+asio::awaitable<ContainerLifecycle::DrainOutcome> ContainerLifecycle::drain(std::chrono::seconds grace) {
+  if (parts_.leases) parts_.leases->set_draining();
+  const std::vector<std::shared_ptr<Container>> all = parts_.registry.all();
   // Running commands get the grace period to finish; stopping the sandbox cancels the rest.
   const auto deadline = std::chrono::steady_clock::now() + grace;
-  asio::steady_timer pause(io_);
+  asio::steady_timer pause(parts_.io);
   for (;;) {
     bool busy = false;
     for (const auto& container : all) busy = busy || container->executing.load() > 0;
@@ -287,16 +377,16 @@ asio::awaitable<ContainerService::DrainOutcome> ContainerService::drain(std::chr
     co_await pause.async_wait(asio::use_awaitable);
   }
   DrainOutcome outcome;
-  const size_t held_before = leases_ ? leases_->held().size() : 0;
+  const size_t held_before = parts_.leases ? parts_.leases->held().size() : 0;
   for (const auto& container : all) co_await stop(container, "drain");
-  outcome.kept = leases_ ? leases_->held().size() : 0;
+  outcome.kept = parts_.leases ? parts_.leases->held().size() : 0;
   outcome.released = held_before > outcome.kept ? held_before - outcome.kept : 0;
   co_return outcome;
 }
 
-asio::awaitable<Result<void>> ContainerService::make_room(std::shared_ptr<Container> for_container) {
+asio::awaitable<Result<void>> ContainerLifecycle::make_room(std::shared_ptr<Container> for_container) {
   for (;;) {
-    const auto settings = this->settings();
+    const auto settings = parts_.settings();
     CapacityLimits limits;
     limits.quota_enabled = settings->quota_enabled;
     limits.quota_pods = settings->quota_pods;
@@ -308,7 +398,7 @@ asio::awaitable<Result<void>> ContainerService::make_room(std::shared_ptr<Contai
                                                                   : 0;
     limits.running_per_owner = settings->running_sandboxes_per_owner;
     std::shared_ptr<Container> victim;
-    const CapacityDecision decision = registry_.reserve_room(*for_container, limits, victim);
+    const CapacityDecision decision = parts_.registry.reserve_room(*for_container, limits, victim);
     switch (decision.kind) {
       case CapacityDecision::Kind::kAdmit:
         co_return Result<void>();  // released by the caller once its sandbox runs (or failed)
@@ -333,21 +423,20 @@ asio::awaitable<Result<void>> ContainerService::make_room(std::shared_ptr<Contai
   }
 }
 
-asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ensure_sandbox(
+asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerLifecycle::ensure_sandbox(
     std::shared_ptr<Container> container) {
   auto& state = container->on_strand;
   for (;;) {
     if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
     // A start, a stop or a snapshot under way first: a sandbox being stopped still runs
     // while it is checkpointed, and is not to be handed out.
-    if (state.starting) {
-      boost::system::error_code ec;
-      co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (state.starting()) {
+      co_await state.wait_until_started();
       continue;
     }
     if (state.sandbox && state.sandbox->running()) co_return state.sandbox;
     container->sandbox_up = false;  // it stopped by itself (PID 1 died)
-    if (!runtime_) co_return ApiError::unavailable(unavailable_reason());
+    if (!parts_.runtime) co_return ApiError::unavailable(parts_.why_unavailable());
     // Room under the quota first (this may stop the least recently used idle sandbox).
     auto room = co_await make_room(container);
     if (!room) co_return room.error();
@@ -355,21 +444,19 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
       ContainerRegistry& registry;
       const std::string& owner;
       ~Release() { registry.release_room(owner); }
-    } release{registry_, container->owner};
+    } release{parts_.registry, container->owner};
     // From here until the start ends, other work of the strand (another execution, a
     // stop) waits for it: each step below may suspend.
-    state.starting = true;
-    state.started_event =
-        std::make_unique<asio::steady_timer>(container->strand, std::chrono::steady_clock::time_point::max());
+    state.begin_starting(container->strand);
     std::string error;
     try {
       // Its memory, when its last stop kept it; else a pre-started sandbox, which only
       // needs the container's folders bound in (mounts: the blocking pool's work).
-      auto claim = [this, &container] { return pool_.claim(container->paths, container->id); };
-      if (auto restored = co_await restore_memory(container)) {
+      auto claim = [this, &container] { return parts_.pool.claim(container->paths, container->id); };
+      if (auto restored = co_await memory_.restore(container)) {
         state.sandbox = restored;
-        if (network_) {
-          state.link = co_await network_->attach(state.sandbox);
+        if (parts_.network) {
+          state.link = co_await parts_.network->attach(state.sandbox);
           state.link->bind(container);
         }
         ops::metrics().sandbox_started();
@@ -380,35 +467,34 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerService::ens
         if (state.link) state.link->bind(container);
       } else {
         auto options =
-            sandbox_options(container->paths, container->storage + "-" + std::to_string(++sandbox_counter_));
-        state.sandbox = co_await runtime_->start(container->strand, options);
-        if (network_) {
-          state.link = co_await network_->attach(state.sandbox);
+            parts_.sandbox_options(container->paths, parts_.next_sandbox_name(container->storage + "-"));
+        state.sandbox = co_await parts_.runtime->start(container->strand, options);
+        if (parts_.network) {
+          state.link = co_await parts_.network->attach(state.sandbox);
           state.link->bind(container);
         }
         ops::metrics().sandbox_started();
       }
       container->sandbox_up = true;
       container->live_sandbox.store(state.sandbox);
-      if (tree_changes_) tree_changes_->track(container->storage);
+      if (parts_.tree_changes) parts_.tree_changes->track(container->storage);
     } catch (const std::exception& e) {
       error = e.what();
       spdlog::error("starting a sandbox for container {} of {}: {}", container->id, container->owner, error);
     }
-    state.starting = false;
-    state.started_event->cancel();
+    state.end_starting();
     if (!error.empty()) {
       ops::metrics().execution_rejected("503", "sandbox_start");
       co_return ApiError::overloaded(
           "The sandbox could not be started (the host may be out of processes, memory "
           "or devices); try again later",
-          settings()->capacity_retry_after_sec);
+          parts_.settings()->capacity_retry_after_sec);
     }
   }
 }
 
-void ContainerService::start_sandbox_soon(std::shared_ptr<Container> container) {
-  if (!runtime_ || shutting_down_) return;
+void ContainerLifecycle::start_sandbox_soon(std::shared_ptr<Container> container) {
+  if (!parts_.runtime || shutting_down_) return;
   auto start = [this, container]() -> asio::awaitable<void> {
     if (shutting_down_ || container->deleted) co_return;
     co_await ensure_sandbox(container);  // its outcome is the first command's
@@ -416,13 +502,10 @@ void ContainerService::start_sandbox_soon(std::shared_ptr<Container> container) 
   asio::co_spawn(container->strand, std::move(start), asio::detached);
 }
 
-asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container> container,
-                                                       const char* reason) {
+asio::awaitable<void> ContainerLifecycle::stop_on_strand(std::shared_ptr<Container> container,
+                                                         const char* reason) {
   auto& state = container->on_strand;
-  while (state.starting) {
-    boost::system::error_code ec;
-    co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  }
+  co_await state.wait_until_started();
   // From here until the stop ends, the strand's other work (a command, a start, another
   // stop) waits for it as for a start, and no command takes the running sandbox from the
   // fast path: the steps below suspend, and a command run meanwhile in a sandbox being
@@ -432,69 +515,64 @@ asio::awaitable<void> ContainerService::stop_on_strand(std::shared_ptr<Container
   // this runs.)
   container->sandbox_up = false;
   container->live_sandbox.store(nullptr);
-  state.starting = true;
-  state.started_event =
-      std::make_unique<asio::steady_timer>(container->strand, std::chrono::steady_clock::time_point::max());
-  TransitionEnd stopped{[&state] {
-    state.starting = false;
-    state.started_event->cancel();
-  }};
+  state.begin_starting(container->strand);
+  TransitionEnd stopped{[&state] { state.end_starting(); }};
   // Its memory first, while it still runs as it was (the checkpoint ends it).
-  if (state.sandbox && state.sandbox->running() && !container->deleted && keeps_memory_at(reason))
-    co_await checkpoint_memory(container, state.sandbox);
+  if (state.sandbox && state.sandbox->running() && !container->deleted && memory_.keeps_memory_at(reason))
+    co_await memory_.checkpoint(container, state.sandbox);
   // A stopped sandbox writes nothing: its watches go back to the host's share (its next
   // command walks, and watches again).
-  if (tree_changes_) tree_changes_->forget(container->storage);
+  if (parts_.tree_changes) parts_.tree_changes->forget(container->storage);
   state.link.reset();  // its listeners close with the sandbox
   if (auto sandbox = std::move(state.sandbox)) {
     co_await sandbox->stop();
     ops::metrics().sandbox_stopped(reason);
   }
   if (auto slot = std::move(state.slot)) {  // its binds come off (mounts: the blocking pool)
-    auto release = [this, &slot] { pool_.release(slot); };
+    auto release = [this, &slot] { parts_.pool.release(slot); };
     co_await run_blocking(std::move(release));
   }
   // Whatever the reason of the stop, what changed goes to the bucket (a failure keeps
   // the local copy and is retried; the container is not released meanwhile).
-  if (durability_) co_await durability_->flush_if_changed(container);
+  if (parts_.durability) co_await parts_.durability->flush_if_changed(container);
 }
 
-asio::awaitable<void> ContainerService::stop(std::shared_ptr<Container> container, const char* reason) {
+asio::awaitable<void> ContainerLifecycle::stop(std::shared_ptr<Container> container, const char* reason) {
   co_await asio::co_spawn(container->strand, stop_on_strand(container, reason), asio::use_awaitable);
-  if (leases_) co_await flush_and_release(container);
+  if (parts_.leases) co_await flush_and_release(container);
 }
 
-asio::awaitable<void> ContainerService::remove(std::shared_ptr<Container> container) {
+asio::awaitable<void> ContainerLifecycle::remove(std::shared_ptr<Container> container) {
   container->deleted = true;
   co_await stop(container, "deleted");
   // Requests for it meanwhile wait, then find it gone (404).
   const Key key{container->owner, container->id};
-  auto closing = co_await registry_.begin_closing(key, container);
-  TransitionEnd end{[this, &key, &closing] { registry_.end(key, closing); }};
+  auto closing = co_await parts_.registry.begin_closing(key, container);
+  TransitionEnd end{[this, &key, &closing] { parts_.registry.end(key, closing); }};
   auto forget_records = [this, &container] {
-    metadata_.delete_container(container->owner, container->id);
-    if (leases_) leases_->drop(container->storage, /*deleted=*/true, /*lost=*/false);
+    parts_.metadata.delete_container(container->owner, container->id);
+    if (parts_.leases) parts_.leases->drop(container->storage, /*deleted=*/true, /*lost=*/false);
   };
-  co_await store_call(metadata_.backend(), std::move(forget_records));
-  if (durability_) co_await durability_->forget(container);
-  auto discard = [this, &container] { storage_.discard(*container); };
+  co_await store_call(parts_.metadata.backend(), std::move(forget_records));
+  if (parts_.durability) co_await parts_.durability->forget(container);
+  auto discard = [this, &container] { parts_.storage.discard(*container); };
   co_await run_blocking(std::move(discard));
 }
 
-void ContainerService::settings_reloaded() {
+void ContainerLifecycle::settings_reloaded() {
   asio::post(reaper_strand_, [this] { reaper_timer_.cancel(); });
 }
 
-asio::awaitable<void> ContainerService::reap_idle() {
+asio::awaitable<void> ContainerLifecycle::reap_idle() {
   while (!shutting_down_) {
     // The TTL in force now: a reload changes it, and wakes this wait (settings_reloaded).
-    const int64_t ttl = settings()->session_ttl_sec;
+    const int64_t ttl = parts_.settings()->session_ttl_sec;
     reaper_timer_.expires_after(std::chrono::seconds(std::clamp<int64_t>(ttl / 4, 1, 30)));
     boost::system::error_code ec;
     co_await reaper_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (shutting_down_) break;
     const int64_t now = now_seconds();
-    std::vector<std::shared_ptr<Container>> idle = registry_.all();
+    std::vector<std::shared_ptr<Container>> idle = parts_.registry.all();
     std::erase_if(idle,
                   [&](const auto& container) { return !expired(container->last_used_at.load(), ttl, now); });
     for (const auto& container : idle) {
@@ -515,23 +593,23 @@ asio::awaitable<void> ContainerService::reap_idle() {
                           .running = container->running(),
                           .last_used_at = container->last_used_at.load(),
                           .held_elsewhere = uses > 2,  // `idle` and the registry: nobody else
-                          .unflushed = durability_ && !durability_->releasable(*container)},
+                          .unflushed = parts_.durability && !parts_.durability->releasable(*container)},
                          ttl, now_seconds());
       };
-      auto closing = registry_.try_begin_closing(key, container, may);
+      auto closing = parts_.registry.try_begin_closing(key, container, may);
       if (!closing) continue;
-      auto unmount = [this, &container] { return storage_.try_close(*container); };
+      auto unmount = [this, &container] { return parts_.storage.try_close(*container); };
       const bool unmounted = co_await run_blocking(std::move(unmount));
-      if (!unmounted) registry_.reopen(key, container);  // busy: it stays open
-      registry_.end(key, closing);
+      if (!unmounted) parts_.registry.reopen(key, container);  // busy: it stays open
+      parts_.registry.end(key, closing);
     }
   }
 }
 
-asio::awaitable<void> ContainerService::shutdown() {
+asio::awaitable<void> ContainerLifecycle::shutdown() {
   shutting_down_ = true;
   asio::post(reaper_strand_, [this] { reaper_timer_.cancel(); });
-  const std::vector<std::shared_ptr<Container>> all = registry_.all();
+  const std::vector<std::shared_ptr<Container>> all = parts_.registry.all();
   // Side by side: one after the other, 40 sandboxes took most of Kubernetes' 30 s grace
   // (each stop waits for its PID 1's namespace to end and its cgroups to go), and a
   // kill -9 at the end of the grace leaves the rest mounted. Each stop is bounded
@@ -543,70 +621,19 @@ asio::awaitable<void> ContainerService::shutdown() {
       spdlog::error("stopping container {} of {} at shutdown: {}", container->id, container->owner, e.what());
     }
   };
-  co_await all_of(io_.get_executor(), all, stop_one);
-  co_await pool_.shutdown();
-  registry_.clear();
+  co_await all_of(parts_.io.get_executor(), all, stop_one);
+  co_await parts_.pool.shutdown();
+  parts_.registry.clear();
   // The unmounts too (each a loop device to detach), on the blocking pool's threads.
   auto close_one = [this](std::shared_ptr<Container> container) -> asio::awaitable<void> {
-    auto close = [this, &container] { storage_.close(*container); };
+    auto close = [this, &container] { parts_.storage.close(*container); };
     try {
       co_await run_blocking(std::move(close));
     } catch (const std::exception& e) {
       spdlog::error("closing container {} of {} at shutdown: {}", container->id, container->owner, e.what());
     }
   };
-  co_await all_of(io_.get_executor(), all, close_one);
-}
-
-asio::awaitable<std::string> ContainerService::probe() {
-  if (!runtime_) co_return unavailable_reason();
-  // A sandbox over empty folders of its own, with one command, as a container gets.
-  const std::string name = "probe-" + std::to_string(++sandbox_counter_);
-  const fs::path root = fs::path(settings()->data_dir) / "probes" / name;
-  const uid_t uid = settings()->sandbox_host_uid;
-  ContainerPaths dirs{(root / "workspace").string(), (root / "uploads").string(), (root / "outputs").string(),
-                      ""};
-  // The disk's checks and the folders: the blocking pool's work. Empty when ready.
-  auto prepare = [this, &dirs, uid]() -> std::string {
-    struct statvfs disk {};
-    if (statvfs(settings()->data_dir.c_str(), &disk) == 0 &&
-        static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize < (64ull << 20))
-      return "the data directory's disk is full (less than 64 MiB free)";
-    std::error_code ec;
-    for (const auto* dir : {&dirs.workspace, &dirs.uploads, &dirs.outputs}) {
-      fs::create_directories(*dir, ec);
-      if (ec) return "a sandbox cannot start: creating " + *dir + ": " + ec.message();
-      if (chown(dir->c_str(), uid, uid) != 0)
-        return "a sandbox cannot start: chown " + *dir + ": " + std::strerror(errno);
-    }
-    return {};
-  };
-  std::string problem = co_await run_blocking(std::move(prepare));
-  if (problem.empty()) {
-    try {
-      auto sandbox = co_await runtime_->start(io_.get_executor(), sandbox_options(dirs, name));
-      runtime::ExecRequest request;
-      request.command = "true";
-      request.timeout = std::chrono::seconds(10);
-      try {
-        auto result = co_await sandbox->exec(std::move(request));
-        if (result.return_code != 0)
-          problem = "a probe command exited with " + std::to_string(result.return_code);
-      } catch (const std::exception& e) {
-        problem = std::string("a probe command could not run: ") + e.what();
-      }
-      co_await sandbox->stop();
-    } catch (const std::exception& e) {
-      problem = std::string("a sandbox cannot start: ") + e.what();
-    }
-  }
-  auto clean_up = [&root] {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-    if (ec) spdlog::warn("removing the probe's folder {}: {}", root.string(), ec.message());
-  };
-  co_await run_blocking(std::move(clean_up));
-  co_return problem;
+  co_await all_of(parts_.io.get_executor(), all, close_one);
 }
 
 }  // namespace sandboxd::service

@@ -17,7 +17,6 @@
 #include "ops/logging.h"
 #include "ops/metrics.h"
 #include "service/container_memory.h"
-#include "service/container_service.h"
 #include "service/store_call.h"
 
 namespace sandboxd::service {
@@ -64,30 +63,21 @@ std::string memory_folder(const Container& container) {
   return (fs::path(container.volume_image).parent_path() / "memory").string();
 }
 
-bool ContainerService::keeps_memory_at(const char* reason) const {
-  const std::string_view why = reason;
-  return runtime_ && runtime_->keeps_memory() && settings()->keep_memory && why != "deleted" &&
-         why != kStopKeepingFilesOnly;
+bool ContainerMemory::keeps_memory() const {
+  return parts_.runtime && parts_.runtime->keeps_memory() && parts_.settings()->keep_memory;
 }
 
-asio::awaitable<void> ContainerService::checkpoint_memory(std::shared_ptr<Container> container,
-                                                          std::shared_ptr<runtime::Sandbox> sandbox) {
+bool ContainerMemory::keeps_memory_at(const char* reason) const {
+  const std::string_view why = reason;
+  return keeps_memory() && why != "deleted" && why != kStopKeepingFilesOnly;
+}
+
+asio::awaitable<void> ContainerMemory::checkpoint(std::shared_ptr<Container> container,
+                                                  std::shared_ptr<runtime::Sandbox> sandbox) {
   // The kernels between cells come back; one that runs a cell is not listed (its caller
   // is gone with the stop), and is ended when the sandbox comes back. A kernel of an
   // earlier checkpoint not called since is listed again.
-  std::vector<std::pair<std::string, std::shared_ptr<PythonKernel>>> kernels;
-  std::map<std::string, uint32_t> listed;
-  {
-    std::lock_guard lock(container->python.mutex);
-    listed = container->python.restored;
-    auto of_this_sandbox = [&](const std::shared_ptr<PythonKernel>& kernel) {
-      return kernel && kernel->sandbox() == sandbox.get();
-    };
-    if (of_this_sandbox(container->python.kernel))
-      kernels.emplace_back(std::string(kDefaultPythonContext), container->python.kernel);
-    for (const auto& named : container->python.contexts)
-      if (of_this_sandbox(named.kernel)) kernels.emplace_back(named.context.id, named.kernel);
-  }
+  auto [kernels, listed] = container->python.kernels_of(*sandbox);
   for (const auto& [context, kernel] : kernels) {
     if (auto process = co_await kernel->idle_process())
       listed[context] = *process;
@@ -126,7 +116,7 @@ asio::awaitable<void> ContainerService::checkpoint_memory(std::shared_ptr<Contai
   double seconds = 0;
   try {
     co_await run_blocking(std::move(prepare));
-    co_await runtime_->checkpoint(sandbox, image_dir(*container));
+    co_await parts_.runtime->checkpoint(sandbox, image_dir(*container));
     seconds = seconds_since(started);
     bytes = co_await run_blocking(std::move(finish));
   } catch (const std::exception& e) {
@@ -135,10 +125,10 @@ asio::awaitable<void> ContainerService::checkpoint_memory(std::shared_ptr<Contai
   // The image is the owner's stored bytes too: one that would take the owner past
   // quotas.storedBytesPerOwner is not kept (the disk is every owner's), and the next
   // start is fresh over the same files, as after a stop that keeps files only.
-  if (const uint64_t limit = settings()->stored_bytes_per_owner; failure.empty() && limit > 0) {
-    auto measure = [this, &container] { return metadata_.owner_bytes(container->owner); };
+  if (const uint64_t limit = parts_.settings()->stored_bytes_per_owner; failure.empty() && limit > 0) {
+    auto measure = [this, &container] { return parts_.metadata.owner_bytes(container->owner); };
     try {
-      const uint64_t stored = co_await store_call(metadata_.backend(), std::move(measure));
+      const uint64_t stored = co_await store_call(parts_.metadata.backend(), std::move(measure));
       if (stored + bytes > limit)
         failure = "the image's " + std::to_string(bytes) + " bytes would take the owner past " +
                   std::to_string(limit) + " stored bytes (quotas.storedBytesPerOwner)";
@@ -155,12 +145,9 @@ asio::awaitable<void> ContainerService::checkpoint_memory(std::shared_ptr<Contai
     co_await run_blocking(std::move(forget));
     co_return;
   }
-  co_await record_memory_bytes(metadata_, container, bytes);
-  {
-    std::lock_guard lock(container->python.mutex);
-    container->python.restored.clear();
-  }
-  if (durability_) durability_->note_change(*container);  // the checkpoint goes to the bucket
+  co_await record_memory_bytes(parts_.metadata, container, bytes);
+  container->python.clear_restored();
+  if (parts_.durability) parts_.durability->note_change(*container);  // the checkpoint goes to the bucket
   ops::metrics().memory_checkpointed(true, bytes, seconds);
   if (auto* audit = ops::audit())
     audit->record(
@@ -173,9 +160,9 @@ asio::awaitable<void> ContainerService::checkpoint_memory(std::shared_ptr<Contai
                   {"ms", std::to_string(static_cast<int64_t>(seconds * 1000))}});
 }
 
-asio::awaitable<std::shared_ptr<runtime::Sandbox>> ContainerService::restore_memory(
+asio::awaitable<std::shared_ptr<runtime::Sandbox>> ContainerMemory::restore(
     std::shared_ptr<Container> container) {
-  if (!runtime_ || !runtime_->keeps_memory()) co_return nullptr;
+  if (!parts_.runtime || !parts_.runtime->keeps_memory()) co_return nullptr;
   // The list of kernels, or nothing when there is no finished checkpoint.
   auto read_list = [&container]() -> std::optional<std::string> {
     std::ifstream in(kernels_file(*container));
@@ -190,14 +177,13 @@ asio::awaitable<std::shared_ptr<runtime::Sandbox>> ContainerService::restore_mem
   };
   auto list = co_await run_blocking(std::move(read_list));
   if (!list) co_return nullptr;
-  auto options =
-      sandbox_options(container->paths, container->storage + "-" + std::to_string(++sandbox_counter_));
+  auto options = parts_.sandbox_options(container->paths, parts_.next_sandbox_name(container->storage + "-"));
   options.restore_from = image_dir(*container);
   const auto started = Clock::now();
   std::shared_ptr<runtime::Sandbox> sandbox;
   std::string failure;
   try {
-    sandbox = co_await runtime_->start(container->strand, options);
+    sandbox = co_await parts_.runtime->start(container->strand, options);
   } catch (const std::exception& e) {
     failure = e.what();
   }
@@ -205,8 +191,8 @@ asio::awaitable<std::shared_ptr<runtime::Sandbox>> ContainerService::restore_mem
   // (and the bucket's copy goes with the next flush).
   auto forget = [&container] { remove_memory(*container); };
   co_await run_blocking(std::move(forget));
-  co_await record_memory_bytes(metadata_, container, 0);
-  if (durability_) durability_->note_change(*container);
+  co_await record_memory_bytes(parts_.metadata, container, 0);
+  if (parts_.durability) parts_.durability->note_change(*container);
   if (!sandbox) {
     ops::metrics().memory_restored(false, 0);
     ops::log_event(spdlog::level::warn, "sandbox_restore_failed",
@@ -230,10 +216,7 @@ asio::awaitable<std::shared_ptr<runtime::Sandbox>> ContainerService::restore_mem
   std::vector<uint32_t> keep;
   for (const auto& [context, process] : kernels) keep.push_back(process);
   sandbox->release_unadopted_processes(std::move(keep));
-  {
-    std::lock_guard lock(container->python.mutex);
-    container->python.restored = std::move(kernels);
-  }
+  container->python.set_restored(std::move(kernels));
   const double seconds = seconds_since(started);
   ops::metrics().memory_restored(true, seconds);
   if (auto* audit = ops::audit())

@@ -1,15 +1,24 @@
-// Where a container keeps its sandbox's memory between stops (container_memory.cc): a
-// checkpoint beside its volume, never in it. The sessions bucket copies it with the
-// files (cluster/container_durability.cc), so that a container that moves to another
-// replica comes back there with its memory.
+// A container's memory across stops (container_memory.cc): whether a stop keeps it, the
+// checkpoint a stop takes, and the start from that checkpoint. The checkpoint lives
+// beside its volume, never in it. The sessions bucket copies it with the files
+// (cluster/container_durability.cc), so that a container that moves to another replica
+// comes back there with its memory.
 #pragma once
 
+#include <boost/asio/awaitable.hpp>
+#include <memory>
 #include <string>
 #include <string_view>
 
+#include "runtime/runtime.h"
 #include "service/container.h"
+#include "service/container_parts.h"
 
 namespace sandboxd::service {
+
+// The reason of a stop that keeps the container's files only, whatever runtime.keepMemory
+// says (E2B's pause with keepMemory: false).
+inline constexpr std::string_view kStopKeepingFilesOnly = "paused_files_only";
 
 // <container folder>/memory: the checkpoint's image (image/) and, written last, the list
 // of the Python kernels it holds (kernels): a folder without that list is unfinished.
@@ -18,5 +27,30 @@ std::string memory_folder(const Container& container);
 // The memory folder's files in the sessions bucket's manifest: under this path, which
 // no sandbox path starts with (so the Files API never lists them).
 inline constexpr std::string_view kMemoryManifestPath = "/.sandboxd/memory";
+
+// Used by ContainerLifecycle (a stop checkpoints, a start restores) and
+// ContainerSnapshots (whether a snapshot holds memory). Holds no state of its own: the
+// checkpoint is on disk, the restored kernels in the container's `python` part; both
+// calls that take a container run on its strand.
+class ContainerMemory {
+ public:
+  explicit ContainerMemory(ContainerParts& parts) : parts_(parts) {}
+
+  // Whether a stop keeps the sandbox's memory here (a tier that keeps memory,
+  // runtime.keepMemory on).
+  bool keeps_memory() const;
+  // Whether a stop for `reason` keeps it (never for a deletion or a files-only pause).
+  bool keeps_memory_at(const char* reason) const;
+  // The checkpoint taken at such a stop (failures logged and counted: the stop goes on,
+  // files only).
+  asio::awaitable<void> checkpoint(std::shared_ptr<Container> container,
+                                   std::shared_ptr<runtime::Sandbox> sandbox);
+  // A start from the checkpoint (nullptr when there is none or it could not be restored:
+  // the caller starts the sandbox fresh).
+  asio::awaitable<std::shared_ptr<runtime::Sandbox>> restore(std::shared_ptr<Container> container);
+
+ private:
+  ContainerParts& parts_;
+};
 
 }  // namespace sandboxd::service

@@ -17,8 +17,9 @@
 
 #include "base/blocking.h"
 #include "runtime/volume.h"
+#include "service/container_snapshots.h"
+
 #include "service/container_memory.h"
-#include "service/container_service.h"
 
 namespace sandboxd::service {
 namespace {
@@ -62,35 +63,26 @@ ApiError no_space() {
 
 }  // namespace
 
-bool ContainerService::keeps_memory() const {
-  return runtime_ && runtime_->keeps_memory() && settings()->keep_memory;
-}
-
-asio::awaitable<Result<ContainerService::CapturedState>> ContainerService::capture_state(
+asio::awaitable<Result<ContainerSnapshots::CapturedState>> ContainerSnapshots::capture_state(
     std::shared_ptr<Container> container, std::string folder) {
   co_return co_await asio::co_spawn(container->strand, capture_on_strand(container, std::move(folder)),
                                     asio::use_awaitable);
 }
 
-asio::awaitable<Result<ContainerService::CapturedState>> ContainerService::capture_on_strand(
+asio::awaitable<Result<ContainerSnapshots::CapturedState>> ContainerSnapshots::capture_on_strand(
     std::shared_ptr<Container> container, std::string folder) {
   auto& state = container->on_strand;
-  while (state.starting) {
-    boost::system::error_code ec;
-    co_await state.started_event->async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  }
+  co_await state.wait_until_started();
   if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
-  const bool with_memory = keeps_memory();
+  const bool with_memory = memory_.keeps_memory();
   const bool was_running = state.sandbox && state.sandbox->running();
   // Its memory: a running sandbox is checkpointed by a stop (which ends it) and comes
   // back from that checkpoint below, its processes where they were.
-  if (was_running && with_memory) co_await stop_on_strand(container, "snapshot");
+  if (was_running && with_memory) co_await lifecycle_.stop_on_strand(container, "snapshot");
   // From here until the copy is done no start of its sandbox begins: a start would take
   // (and remove) the checkpoint the snapshot links. (Nothing suspended between the stop
   // and this mark: the strand ran nothing else.)
-  state.starting = true;
-  state.started_event =
-      std::make_unique<asio::steady_timer>(container->strand, std::chrono::steady_clock::time_point::max());
+  state.begin_starting(container->strand);
   auto copy = [&container, &folder, with_memory]() -> runtime::VolumeResult<CapturedState> {
     fs::create_directory(folder);  // throws when it exists: a snapshot's folder is its own
     chmod(folder.c_str(), 0700);
@@ -114,10 +106,9 @@ asio::awaitable<Result<ContainerService::CapturedState>> ContainerService::captu
     failure = e.what();
   }
   // (Every path comes here: the copy's failures were caught above.)
-  state.starting = false;
-  state.started_event->cancel();
+  state.end_starting();
   // The source runs again from its checkpoint, as it would on its next command.
-  if (was_running && with_memory) start_sandbox_soon(container);
+  if (was_running && with_memory) lifecycle_.start_sandbox_soon(container);
   if (!failure.empty()) {
     spdlog::error("copying the state of container {} of {} into {}: {}", container->id, container->owner,
                   folder, failure);
@@ -127,9 +118,9 @@ asio::awaitable<Result<ContainerService::CapturedState>> ContainerService::captu
   co_return **copied;
 }
 
-asio::awaitable<Result<void>> ContainerService::seed_state(std::shared_ptr<Container> container,
-                                                           std::string folder) {
-  const bool with_memory = keeps_memory();
+asio::awaitable<Result<void>> ContainerSnapshots::seed_state(std::shared_ptr<Container> container,
+                                                             std::string folder) {
+  const bool with_memory = memory_.keeps_memory();
   auto seed = [&container, &folder, with_memory]() -> runtime::VolumeResult<void> {
     // Its fresh volume gives way to a copy of the snapshot's (a UUID of its own).
     Volume::unmount(container->volume_mount);
@@ -158,7 +149,7 @@ asio::awaitable<Result<void>> ContainerService::seed_state(std::shared_ptr<Conta
   if (!*seeded) {
     if (seeded->error() == runtime::VolumeError::kNoLoopDevice)
       co_return ApiError::overloaded("No loop device is free for the sandbox's volume; try again later",
-                                     settings()->capacity_retry_after_sec);
+                                     parts_.settings()->capacity_retry_after_sec);
     co_return no_space();
   }
   co_return Result<void>{};

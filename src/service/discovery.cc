@@ -25,40 +25,18 @@ constexpr auto kCoalesce = std::chrono::milliseconds(200);
 constexpr auto kRunningRefresh = std::chrono::seconds(1);
 
 void sync_now(Services& services, Container& container, store::OutputChanges* changes = nullptr) {
-  {
-    std::lock_guard lock(container.index.mutex);
-    container.index.dirty = false;
-    container.index.synced_at = Clock::now();
-    ++container.index.walks_running;
-  }
-  struct Finished {
-    Container& container;
-    ~Finished() {
-      std::lock_guard lock(container.index.mutex);
-      --container.index.walks_running;
-    }
-  } finished{container};
+  const ContainerFileIndex::Walk walk(container.index);
   services.files.sync(container.storage, container.paths, changes);
 }
 
 }  // namespace
 
 void after_execution(Services& services, const std::shared_ptr<Container>& container) {
-  Clock::duration delay{};
-  {
-    std::lock_guard lock(container->index.mutex);
-    container->index.dirty = true;
-    if (container->index.sync_scheduled) return;
-    container->index.sync_scheduled = true;
-    auto since = Clock::now() - container->index.synced_at;
-    if (since < kCoalesce) delay = kCoalesce - since;
-  }
-  auto timer = std::make_shared<asio::steady_timer>(container->strand, delay);
+  const std::optional<Clock::duration> delay = container->index.schedule_sync(kCoalesce);
+  if (!delay) return;  // one is scheduled: it walks after this execution too
+  auto timer = std::make_shared<asio::steady_timer>(container->strand, *delay);
   timer->async_wait([&services, container, timer](const boost::system::error_code&) {
-    {
-      std::lock_guard lock(container->index.mutex);
-      container->index.sync_scheduled = false;
-    }
+    container->index.scheduled_sync_began();
     // The walk hashes new files: on the blocking pool, not the strand's I/O thread.
     asio::post(blocking_pool(), [&services, container] {
       try {
@@ -71,14 +49,9 @@ void after_execution(Services& services, const std::shared_ptr<Container>& conta
 }
 
 asio::awaitable<void> before_listing(Services& services, Container& container) {
-  {
-    std::lock_guard lock(container.index.mutex);
-    // A walk running now (after an execution) cleared index.dirty as it began and may
-    // not have reached the files that command wrote: this listing walks as well.
-    bool stale = container.index.dirty || container.index.walks_running > 0 ||
-                 (container.running() && Clock::now() - container.index.synced_at > kRunningRefresh);
-    if (!stale) co_return;
-  }
+  // A walk running now (after an execution) made the index clean as it began and may
+  // not have reached the files that command wrote: this listing walks as well.
+  if (!container.index.stale(container.running(), kRunningRefresh)) co_return;
   co_await sync_off_io_thread(services, container);
 }
 
@@ -93,31 +66,17 @@ asio::awaitable<ChangedOutputs> sync_after_command(Services& services, std::shar
   auto* trees = services.files.tree_changes();
   if (before && trees && trees->unchanged_since(container->storage, *before)) {
     ops::metrics().output_walk(/*skipped=*/true);
-    {
-      std::lock_guard lock(container->index.mutex);
-      auto& reported = container->index.reported_outputs;
-      std::erase_if(reported, [since_ns](const auto& entry) { return entry.second < since_ns; });
-    }
+    container->index.keep_reported_since(since_ns);
     after_execution(services, container);
     co_return ChangedOutputs{};
   }
   ops::metrics().output_walk(/*skipped=*/false);
   auto changes = std::make_shared<store::OutputChanges>();
   changes->since_ns = since_ns;
-  {
-    std::lock_guard lock(container->index.mutex);
-    changes->reported_before = container->index.reported_outputs;
-  }
+  changes->reported_before = container->index.reported_outputs();
   auto walk = [&services, container, changes] { sync_now(services, *container, changes.get()); };
   co_await run_blocking(std::move(walk));
-  {
-    // Kept only while a later command's start may still share their tick: a ctime below
-    // this command's start can never be at or after a later one's.
-    std::lock_guard lock(container->index.mutex);
-    auto& reported = container->index.reported_outputs;
-    std::erase_if(reported, [since_ns](const auto& entry) { return entry.second < since_ns; });
-    for (const auto& [path, ctime_ns] : changes->reported_now) reported[path] = ctime_ns;
-  }
+  container->index.keep_reported_since(since_ns, changes->reported_now);
   co_return ChangedOutputs{std::move(changes->paths), changes->truncated};
 }
 

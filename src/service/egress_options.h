@@ -6,7 +6,7 @@
 //
 // Durable with the container: they are a column of its row in the metadata database
 // (store::ContainerRecord::egress, SQLite or PostgreSQL), written before they take
-// effect and read back whenever the container is opened (ContainerService::load), so they
+// effect and read back whenever the container is opened (ContainerLifecycle::load), so they
 // hold across a stop (E2B's pause), a restart of the server and a move of the container
 // to another replica, and go with the container when it is deleted. The container's row
 // rather than E2B's sandbox record: the row is what every opener of a container reads

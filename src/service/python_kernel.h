@@ -6,7 +6,7 @@
 // One kernel per context of a sandbox (the default one, and those E2B's code interpreter
 // creates); a kernel's calls run one at a time, in order. The surfaces (code_execution
 // in /messages, the direct tool endpoint, MCP, E2B's runCode) all go through
-// ContainerService::run_python, which owns the kernels.
+// ContainerExecution::run_python, which owns the kernels.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>

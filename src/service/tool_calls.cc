@@ -128,7 +128,7 @@ asio::awaitable<Result<PythonStep>> settle(Services& services, std::shared_ptr<C
     co_return step;
   }
   if (result->status == KernelResult::Status::kPaused) {
-    Container::Python::PausedCode paused;
+    ContainerPython::PausedCode paused;
     paused.server_tool_id = server_tool_id;
     paused.cell = result->cell;
     paused.timeout = timeout;
@@ -140,9 +140,7 @@ asio::awaitable<Result<PythonStep>> settle(Services& services, std::shared_ptr<C
       paused.calls[id] = call.call;
       step.pending.push_back({id, std::move(call.name), std::move(call.input)});
     }
-    std::lock_guard lock(container->python.mutex);
-    paused.kernel = container->python.kernel;
-    container->python.paused_code = std::move(paused);
+    container->python.pause(std::move(paused));
     co_return step;
   }
   // The files the cell saved under outputs/ (Anthropic's code_execution_output blocks),
@@ -158,7 +156,7 @@ asio::awaitable<Result<PythonStep>> settle(Services& services, std::shared_ptr<C
 asio::awaitable<Result<PythonStep>> run_python(Services& services, std::shared_ptr<Container> container,
                                                const boost::json::object& input, bool rich_outputs, int depth,
                                                std::string server_tool_id, std::vector<std::string> tools) {
-  services.containers.touch(*container);
+  services.containers.lifecycle().touch(*container);
   const auto config = services.config();
   PythonStep step;
   if (!services.containers.code_execution_available()) {
@@ -183,7 +181,7 @@ asio::awaitable<Result<PythonStep>> run_python(Services& services, std::shared_p
   const auto timeout = call.timeout;
   const int64_t started_ns = realtime_now_ns();
   const auto before = output_mark(services, *container);
-  auto result = co_await services.containers.run_python(container, std::move(call));
+  auto result = co_await services.containers.execution().run_python(container, std::move(call));
   co_return co_await settle(services, container, std::move(result), timeout, started_ns, rich_outputs,
                             server_tool_id, before);
 }
@@ -219,42 +217,45 @@ asio::awaitable<Result<PythonStep>> resume_python_step(Services& services,
                                      std::to_string(services.config()->tool_result_timeout_sec) +
                                      "s; the calls then failed in the code with TimeoutError)");
   };
-  Container::Python::PausedCode paused;
   std::vector<KernelToolAnswer> kernel_answers;
-  {
-    std::lock_guard lock(container->python.mutex);
-    if (!container->python.paused_code || container->python.paused_code->server_tool_id != server_tool_id ||
-        std::chrono::steady_clock::now() >= container->python.paused_code->expires)
-      co_return gone();
-    const auto& calls = container->python.paused_code->calls;
+  std::optional<ApiError> refused;  // the answers do not match the calls it waits on
+  auto answers_match = [&](const ContainerPython::PausedCode& waiting) {
+    const auto& calls = waiting.calls;
     std::set<std::string> answered;
     for (auto& answer : answers) {
       auto it = calls.find(answer.tool_use_id);
-      if (it == calls.end())
-        co_return ApiError::invalid_request("tool_result '" + answer.tool_use_id +
+      if (it == calls.end()) {
+        refused = ApiError::invalid_request("tool_result '" + answer.tool_use_id +
                                             "' answers no tool call that the code execution '" +
                                             server_tool_id + "' waits on");
-      if (!answered.insert(answer.tool_use_id).second)
-        co_return ApiError::invalid_request("tool_use ids were found with more than one tool_result: " +
+        return false;
+      }
+      if (!answered.insert(answer.tool_use_id).second) {
+        refused = ApiError::invalid_request("tool_use ids were found with more than one tool_result: " +
                                             answer.tool_use_id);
+        return false;
+      }
       kernel_answers.push_back({it->second, std::move(answer.content), answer.is_error});
     }
     for (const auto& [id, call] : calls)
-      if (!answered.count(id))
-        co_return ApiError::invalid_request(
+      if (!answered.count(id)) {
+        refused = ApiError::invalid_request(
             "tool_use ids were found without tool_result blocks immediately after: " + id +
             ". Each tool_use block must have a corresponding tool_result block in the next message.");
-    paused = std::move(*container->python.paused_code);
-    container->python.paused_code.reset();  // this request resumes it; another finds it taken
-  }
+        return false;
+      }
+    return true;
+  };
+  auto taken = container->python.take_paused(server_tool_id, answers_match);
+  if (!taken) co_return refused ? *refused : gone();
+  ContainerPython::PausedCode paused = std::move(*taken);
   auto kernel = paused.kernel.lock();
   if (!kernel) co_return gone();
-  auto resumed =
-      co_await services.containers.resume_python(container, kernel, paused.cell, std::move(kernel_answers));
+  auto resumed = co_await services.containers.execution().resume_python(container, kernel, paused.cell,
+                                                                        std::move(kernel_answers));
   if (!resumed) {
     // Refused before it ran on (capacity): it is still paused, and the client may retry.
-    std::lock_guard lock(container->python.mutex);
-    if (!container->python.paused_code) container->python.paused_code = std::move(paused);
+    container->python.put_back_paused(std::move(paused));
     co_return resumed.error();
   }
   if (!*resumed) co_return gone();
@@ -268,7 +269,7 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(
     const boost::json::object& input, std::shared_ptr<runtime::Cancellation> cancellation, int depth,
     std::function<void(runtime::OutputStreamId, std::string_view)> on_output, ToolNoticeSink on_notice) {
   if (tool == "code_execution") co_return co_await run_python_tool(services, container, input, false, depth);
-  services.containers.touch(*container);
+  services.containers.lifecycle().touch(*container);
   const auto config = services.config();
   if (!services.containers.code_execution_available())
     co_return tools::tool_error(
@@ -314,7 +315,7 @@ asio::awaitable<Result<boost::json::object>> run_sub_tool(
   // a notice, not an account).
   const bool was_running = container->running();
   const auto timeout = request.timeout;
-  auto result = co_await services.containers.exec(container, std::move(request), bash.restart);
+  auto result = co_await services.containers.execution().exec(container, std::move(request), bash.restart);
   if (result && on_notice) {
     if (bash.restart)
       on_notice({ToolNotice::Level::kInfo,

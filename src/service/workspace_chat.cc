@@ -210,8 +210,9 @@ asio::awaitable<Result<store::ThreadRecord>> WorkspaceChat::rename(const std::st
 }
 
 asio::awaitable<void> WorkspaceChat::remove(const store::ThreadRecord& thread) {
-  if (auto container = co_await services_.containers.async_open(thread.owner, thread.id, /*create=*/false))
-    co_await services_.containers.remove(*container);
+  if (auto container =
+          co_await services_.containers.lifecycle().async_open(thread.owner, thread.id, /*create=*/false))
+    co_await services_.containers.lifecycle().remove(*container);
   auto remove = [this, &thread] { threads_.remove(thread.owner, thread.id); };
   co_await store_call(services_, std::move(remove));
 }
@@ -225,7 +226,7 @@ asio::awaitable<std::vector<store::ThreadArtifact>> WorkspaceChat::artifacts(con
 asio::awaitable<std::vector<ThreadFile>> WorkspaceChat::files(const std::string& owner,
                                                               const std::string& id) {
   std::vector<ThreadFile> files;
-  auto opened = co_await services_.containers.async_open(owner, id, /*create=*/false);
+  auto opened = co_await services_.containers.lifecycle().async_open(owner, id, /*create=*/false);
   if (!opened) co_return files;
   std::shared_ptr<Container> container = *opened;
   co_await sync_off_io_thread(services_, *container);
@@ -278,7 +279,8 @@ asio::awaitable<Result<std::shared_ptr<WorkspaceTurn>>> WorkspaceChat::begin_tur
                         {"messages", std::move(history)},
                         {"stream", true}};
   if (code_execution) {
-    auto opened = co_await services_.containers.async_open(thread.owner, thread.id, /*create=*/true);
+    auto opened =
+        co_await services_.containers.lifecycle().async_open(thread.owner, thread.id, /*create=*/true);
     if (!opened) co_return opened.error();
     turn->container_ = *opened;
     turn->outputs_before_ = co_await turn->snapshot_outputs();

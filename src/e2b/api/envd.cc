@@ -748,8 +748,8 @@ auto changing(Handler handler) {
   return [handler](ApiContext& api, RequestContext& ctx) -> asio::awaitable<Result<Response>> {
     auto result = co_await handler(api, ctx);
     if (result)
-      if (auto container =
-              api.containers.find_open(ctx.owner, std::string(ctx.header_value(kSandboxIdHeader))))
+      if (auto container = api.containers.lifecycle().find_open(
+              ctx.owner, std::string(ctx.header_value(kSandboxIdHeader))))
         note_changed(api, *container);
     co_return result;
   };

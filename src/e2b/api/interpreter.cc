@@ -2,7 +2,7 @@
 // E2B sandbox, addressed by headers like envd): runCode's POST /execute, answered with
 // a stream of JSON lines (stdout, stderr, results, the error, the execution count,
 // end_of_execution) while the cell runs, and its contexts (/contexts). The cells run on
-// sandboxd's persistent Python (ContainerService::run_python): the default context is
+// sandboxd's persistent Python (ContainerExecution::run_python): the default context is
 // the container's own kernel, the one code_execution uses; every other context is a
 // kernel of its own in the same sandbox.
 #include <boost/asio/as_tuple.hpp>
@@ -366,7 +366,7 @@ asio::awaitable<Result<Response>> execute(ApiContext& api, RequestContext& ctx) 
   asio::co_spawn(
       executor,
       [&api, stream, container, call = std::move(call)]() mutable -> asio::awaitable<Result<KernelResult>> {
-        auto outcome = co_await api.containers.run_python(container, std::move(call));
+        auto outcome = co_await api.containers.execution().run_python(container, std::move(call));
         after_execution(api, container);
         co_return outcome;
       },
@@ -427,7 +427,7 @@ asio::awaitable<Result<Response>> create_context(ApiContext& api, RequestContext
   if (!cwd) co_return cwd.error();
   auto addressed = co_await open_addressed_sandbox(api, ctx, kCodeInterpreterPort);
   if (!addressed) co_return addressed.error();
-  auto context = api.containers.create_python_context(*addressed->container, std::move(*cwd));
+  auto context = api.containers.execution().create_python_context(*addressed->container, std::move(*cwd));
   if (!context) co_return context.error();
   co_return Response{json_ok(context_json(*context))};
 }
@@ -436,7 +436,7 @@ asio::awaitable<Result<Response>> list_contexts(ApiContext& api, RequestContext&
   auto addressed = co_await open_addressed_sandbox(api, ctx, kCodeInterpreterPort);
   if (!addressed) co_return addressed.error();
   json::array out;
-  for (const auto& context : api.containers.python_contexts(*addressed->container))
+  for (const auto& context : api.containers.execution().python_contexts(*addressed->container))
     out.push_back(context_json(context));
   co_return Response{json_ok(out)};
 }
@@ -444,7 +444,9 @@ asio::awaitable<Result<Response>> list_contexts(ApiContext& api, RequestContext&
 asio::awaitable<Result<Response>> restart_context(ApiContext& api, RequestContext& ctx) {
   auto addressed = co_await open_addressed_sandbox(api, ctx, kCodeInterpreterPort);
   if (!addressed) co_return addressed.error();
-  if (auto done = api.containers.restart_python_context(*addressed->container, ctx.params.at("id")); !done)
+  if (auto done =
+          api.containers.execution().restart_python_context(*addressed->container, ctx.params.at("id"));
+      !done)
     co_return done.error();
   co_return Response{json_ok(nullptr)};
 }
@@ -452,7 +454,9 @@ asio::awaitable<Result<Response>> restart_context(ApiContext& api, RequestContex
 asio::awaitable<Result<Response>> remove_context(ApiContext& api, RequestContext& ctx) {
   auto addressed = co_await open_addressed_sandbox(api, ctx, kCodeInterpreterPort);
   if (!addressed) co_return addressed.error();
-  if (auto done = api.containers.remove_python_context(*addressed->container, ctx.params.at("id")); !done)
+  if (auto done =
+          api.containers.execution().remove_python_context(*addressed->container, ctx.params.at("id"));
+      !done)
     co_return done.error();
   co_return Response{json_ok(nullptr)};
 }

@@ -103,7 +103,7 @@ asio::awaitable<std::optional<ProcessOutput>> ProcessReader::next(std::chrono::m
 }
 
 Process::Process(uint32_t pid, ProcessConfig config, std::optional<std::string> tag,
-                 std::shared_ptr<Container> container, ContainerService::StartedProcess started,
+                 std::shared_ptr<Container> container, service::ContainerExecution::StartedProcess started,
                  bool keep_stdin)
     : pid_(pid),
       config_(std::move(config)),
@@ -441,7 +441,7 @@ asio::awaitable<Result<Processes::Started>> Processes::start(std::shared_ptr<Con
     request.argv = {"/bin/sh", "-c", "cd -- \"$1\" || exit 1; shift; exec \"$@\"", "sh", cwd, config.cmd};
     request.argv.insert(request.argv.end(), config.args.begin(), config.args.end());
   }
-  auto started = co_await service.start_process(container, std::move(request));
+  auto started = co_await service.execution().start_process(container, std::move(request));
   if (!started) co_return started.error();
   const uint32_t pid = next_pid_++;
   auto process = std::make_shared<Process>(pid, std::move(config), std::move(tag), container,

@@ -84,7 +84,8 @@ class Process : public std::enable_shared_from_this<Process> {
   static constexpr size_t kStdinQueue = 2u << 20;
 
   Process(uint32_t pid, ProcessConfig config, std::optional<std::string> tag,
-          std::shared_ptr<Container> container, ContainerService::StartedProcess started, bool keep_stdin);
+          std::shared_ptr<Container> container, service::ContainerExecution::StartedProcess started,
+          bool keep_stdin);
   ~Process();
 
   uint32_t pid() const { return pid_; }

@@ -198,7 +198,7 @@ asio::awaitable<void> Sandboxes::end_due_batch() {
 asio::awaitable<void> Sandboxes::end_one(const Sandbox& s) {
   // Opening the container takes its lease in a cluster: a replica that lost the race to
   // another one (which then ends it) leaves it alone.
-  auto container = co_await containers_.async_open(s.owner, s.id, /*create=*/false);
+  auto container = co_await containers_.lifecycle().async_open(s.owner, s.id, /*create=*/false);
   if (!container) {
     // Its container is gone (a kill through another replica a moment ago, which also
     // removes the record): the record goes with it, and nothing is ended here.
@@ -215,7 +215,8 @@ asio::awaitable<void> Sandboxes::end_one(const Sandbox& s) {
                     {"sandbox", s.id},
                     {"action", "pause"},
                     {"keep_memory", s.auto_pause_memory ? "true" : "false"}});
-    co_await containers_.stop(*container, s.auto_pause_memory ? "paused" : kStopKeepingFilesOnly.data());
+    co_await containers_.lifecycle().stop(*container,
+                                          s.auto_pause_memory ? "paused" : kStopKeepingFilesOnly.data());
     co_return;
   }
   // Given more time (or paused) since the pass read it: it stays.
@@ -223,7 +224,7 @@ asio::awaitable<void> Sandboxes::end_one(const Sandbox& s) {
   if (!current || current->paused || current->end_at_ms > now) co_return;
   ops::log_event(spdlog::level::info, "e2b_sandbox_timeout",
                  {{"owner", s.owner}, {"sandbox", s.id}, {"action", "kill"}});
-  co_await containers_.remove(*container);  // its network options with it
+  co_await containers_.lifecycle().remove(*container);  // its network options with it
   co_await store([this, &s] { return records_.remove(s.owner, s.id); });
   if (auto* audit = ops::audit())
     audit->record("e2b_sandbox_killed", {{"owner", s.owner}, {"sandbox", s.id}});
@@ -240,12 +241,12 @@ asio::awaitable<Result<Sandbox>> Sandboxes::create(std::string owner, NewSandbox
   // E2B's ids: lower-case letters and digits, 20 of them.
   std::string id = random_alnum(20);
   for (auto& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  auto container = co_await containers_.async_open(owner, id, /*create=*/true);
+  auto container = co_await containers_.lifecycle().async_open(owner, id, /*create=*/true);
   if (!container) co_return container.error();
-  containers_.touch(**container);
+  containers_.lifecycle().touch(**container);
   if (request.seed) {
     if (auto seeded = co_await request.seed(*container); !seeded) {
-      co_await containers_.remove(*container);
+      co_await containers_.lifecycle().remove(*container);
       co_return seeded.error();
     }
   }
@@ -258,13 +259,13 @@ asio::awaitable<Result<Sandbox>> Sandboxes::create(std::string owner, NewSandbox
       spdlog::error("e2b: storing the network options of sandbox {}: {}", id, e.what());
     }
     if (!kept) {
-      co_await containers_.remove(*container);
+      co_await containers_.lifecycle().remove(*container);
       co_return ApiError::internal();
     }
   }
   // An E2B sandbox runs once it is made (its SDK's next call is a command, some
   // milliseconds of the client's own work away): its start overlaps them.
-  containers_.start_sandbox_soon(*container);
+  containers_.lifecycle().start_sandbox_soon(*container);
   Sandbox s;
   s.id = id;
   s.owner = std::move(owner);
@@ -289,7 +290,7 @@ asio::awaitable<Result<Sandbox>> Sandboxes::create(std::string owner, NewSandbox
     spdlog::error("e2b: recording sandbox {}: {}", s.id, e.what());
   }
   if (!inserted) {  // (an id of 20 random characters taken already, or the database failed)
-    co_await containers_.remove(*container);
+    co_await containers_.lifecycle().remove(*container);
     co_return ApiError::internal();
   }
   // With its request's record, which is on disk when the request ends.
@@ -311,7 +312,7 @@ asio::awaitable<Result<Sandbox>> Sandboxes::find_addressed(const std::string& ow
   // The token is taken before the database is read: what the read finds is then as
   // new as the lease, and only this replica writes it while the lease stays confirmed.
   std::optional<store::E2bHold> hold;
-  if (auto open = containers_.find_open(owner, id))
+  if (auto open = containers_.lifecycle().find_open(owner, id))
     if (auto epoch = cache_scope_(open->storage)) hold = store::E2bHold{*epoch, open->storage};
   co_return co_await find_held(owner, id, hold);
 }
@@ -337,7 +338,7 @@ asio::awaitable<Result<Sandbox>> Sandboxes::find_held(const std::string& owner, 
 asio::awaitable<Result<std::shared_ptr<Container>>> Sandboxes::open_container(const std::string& owner,
                                                                               const std::string& id) {
   if (auto found = co_await find(owner, id); !found) co_return found.error();
-  auto container = co_await containers_.async_open(owner, id, /*create=*/false);
+  auto container = co_await containers_.lifecycle().async_open(owner, id, /*create=*/false);
   if (!container && container.error().kind == ErrorKind::not_found) co_return sandbox_not_found(id);
   co_return container;
 }
@@ -350,7 +351,7 @@ asio::awaitable<Result<std::shared_ptr<Container>>> Sandboxes::open(const std::s
 }
 
 asio::awaitable<Result<std::shared_ptr<Container>>> Sandboxes::open(const Sandbox& found) {
-  auto container = co_await containers_.async_open(found.owner, found.id, /*create=*/false);
+  auto container = co_await containers_.lifecycle().async_open(found.owner, found.id, /*create=*/false);
   if (!container && container.error().kind == ErrorKind::not_found) co_return sandbox_not_found(found.id);
   if (!container) co_return container;
   // The filesystem calls work on the container's folders from the host: with the bucket,
@@ -391,7 +392,7 @@ asio::awaitable<Result<void>> Sandboxes::pause(const std::string& owner, const s
   if (!co_await store([this, &owner, &id] { return records_.mark_paused(owner, id); }))
     co_return ApiError::conflict("Sandbox " + id + " is already paused");
   // In a cluster: flushed to the bucket, the lease let go.
-  co_await containers_.stop(*container, keep_memory ? "paused" : kStopKeepingFilesOnly.data());
+  co_await containers_.lifecycle().stop(*container, keep_memory ? "paused" : kStopKeepingFilesOnly.data());
   if (auto* audit = ops::audit())
     audit->record("e2b_sandbox_paused",
                   {{"owner", owner}, {"sandbox", id}, {"keep_memory", keep_memory ? "true" : "false"}});
@@ -403,7 +404,7 @@ asio::awaitable<Result<bool>> Sandboxes::resume(const std::string& owner, const 
   if (timeout_sec && (*timeout_sec < 0 || *timeout_sec > kMaxTimeoutSec)) co_return bad_timeout();
   auto container = co_await open_container(owner, id);
   if (!container) co_return container.error();
-  containers_.touch(**container);
+  containers_.lifecycle().touch(**container);
   const int64_t now = now_ms();
   // A connect never shortens a sandbox's life; it may lengthen it.
   std::optional<int64_t> end_at_least;
@@ -418,9 +419,9 @@ asio::awaitable<Result<bool>> Sandboxes::resume(const std::string& owner, const 
 
 asio::awaitable<Result<void>> Sandboxes::kill(const std::string& owner, const std::string& id) {
   if (auto found = co_await find(owner, id); !found) co_return found.error();
-  auto container = co_await containers_.async_open(owner, id, /*create=*/false);
+  auto container = co_await containers_.lifecycle().async_open(owner, id, /*create=*/false);
   if (container) {
-    co_await containers_.remove(*container);  // its network options with it
+    co_await containers_.lifecycle().remove(*container);  // its network options with it
   } else if (container.error().kind != ErrorKind::not_found)
     co_return container.error();
   co_await store([this, &owner, &id] { return records_.remove(owner, id); });
@@ -439,13 +440,13 @@ asio::awaitable<Result<void>> Sandboxes::update_network(const std::string& owner
 
 std::shared_ptr<const ops::SandboxEgress> Sandboxes::network(const std::string& owner,
                                                              const std::string& id) const {
-  auto container = containers_.find_open(owner, id);
+  auto container = containers_.lifecycle().find_open(owner, id);
   return container ? egress_options(*container) : nullptr;
 }
 
 asio::awaitable<std::shared_ptr<const ops::SandboxEgress>> Sandboxes::stored_network(const std::string& owner,
                                                                                      const std::string& id) {
-  if (auto container = containers_.find_open(owner, id)) co_return egress_options(*container);
+  if (auto container = containers_.lifecycle().find_open(owner, id)) co_return egress_options(*container);
   auto stored = co_await store([this, &owner, &id] {
     auto record = containers_.metadata().find_container(owner, id);
     return record ? record->egress : std::string();

@@ -138,7 +138,7 @@ asio::awaitable<Result<Snapshot>> Snapshots::create(std::string owner, std::stri
   if (!found) co_return found.error();
   auto container = co_await source(*found);
   if (!container) co_return container.error();
-  containers_.touch(**container);  // in use: no idle stop closes its volume meanwhile
+  containers_.lifecycle().touch(**container);  // in use: no idle stop closes its volume meanwhile
   // The owner's cap, counting the snapshots being made now.
   {
     const size_t have = co_await store([this, &owner] { return records_.count_snapshots(owner); });
@@ -178,7 +178,7 @@ asio::awaitable<Result<Snapshot>> Snapshots::create(std::string owner, std::stri
   snapshot.name = name;
   snapshot.source_sandbox = sandbox_id;
   const std::string folder = folder_of(snapshot.id);
-  auto captured = co_await containers_.capture_state(*container, folder);
+  auto captured = co_await containers_.snapshots().capture_state(*container, folder);
   if (!captured) {
     co_await remove_folder(folder);
     co_return captured.error();
@@ -239,7 +239,7 @@ asio::awaitable<Result<void>> Snapshots::remove(std::string owner, std::string s
 asio::awaitable<Result<Sandbox>> Snapshots::create_from(std::string owner, std::string folder,
                                                         NewSandbox request) {
   request.seed = [this, folder](std::shared_ptr<Container> container) -> asio::awaitable<Result<void>> {
-    co_return co_await containers_.seed_state(std::move(container), folder);
+    co_return co_await containers_.snapshots().seed_state(std::move(container), folder);
   };
   co_return co_await sandboxes_.create(std::move(owner), std::move(request));
 }
@@ -273,9 +273,9 @@ asio::awaitable<Result<std::vector<Result<Sandbox>>>> Snapshots::fork(std::strin
                                  " is paused; connect to resume it before forking it");
   auto container = co_await source(*found);
   if (!container) co_return container.error();
-  containers_.touch(**container);  // in use: no idle stop closes its volume meanwhile
+  containers_.lifecycle().touch(**container);  // in use: no idle stop closes its volume meanwhile
   const std::string folder = folder_of(std::string(kForkPrefix) + lower_alnum(20));
-  auto captured = co_await containers_.capture_state(*container, folder);
+  auto captured = co_await containers_.snapshots().capture_state(*container, folder);
   if (!captured) {
     co_await remove_folder(folder);
     co_return captured.error();
