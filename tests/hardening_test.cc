@@ -278,7 +278,11 @@ TEST(HardeningTransport, RouteOptionsShapeErrorsAndAcceptTheirOwnCredential) {
     return server::Response(server::json_response(static_cast<server::http::status>(418),
                                                   "{\"shaped\":\"" + error.message + "\"}"));
   };
-  http.shape_errors("/other", other_shape);
+  // The prefix's own shape, told apart from the route's by its body.
+  http.shape_errors("/other", [](const ApiError& error) -> server::Response {
+    return server::Response(server::json_response(static_cast<server::http::status>(418),
+                                                  "{\"prefix\":\"" + error.message + "\"}"));
+  });
   auto echo_owner = [](server::RequestContext& ctx) -> boost::asio::awaitable<Result<server::Response>> {
     if (ctx.query_value("fail")) co_return ApiError::not_found("handler said no");
     co_return server::Response(
@@ -316,6 +320,7 @@ TEST(HardeningTransport, RouteOptionsShapeErrorsAndAcceptTheirOwnCredential) {
   // No route under the prefix: the prefix's shape; outside it, sandboxd's own.
   raw = get("/other/missing");
   EXPECT_EQ(raw.rfind("HTTP/1.1 418 ", 0), 0u) << raw;
+  EXPECT_NE(raw.find("{\"prefix\":\"No route for GET /other/missing\"}"), std::string::npos) << raw;
   raw = get("/plain?fail=1", "x-api-key: t1\r\n");
   EXPECT_EQ(raw.rfind("HTTP/1.1 404 ", 0), 0u) << raw;
   EXPECT_NE(raw.find("\"type\":\"not_found_error\""), std::string::npos) << raw;
