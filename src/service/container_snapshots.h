@@ -1,5 +1,5 @@
 // A container's state copied out and into another container (container_snapshots.cc):
-// E2B's snapshots and forks (service/e2b_snapshots.h). The files are the volume's image;
+// E2B's snapshots and forks (e2b/service/snapshots.h). The files are the volume's image;
 // the memory (where this tier keeps memory: ContainerMemory) is the checkpoint a stop
 // writes. Holds no state of its own; a capture runs on the container's strand, where it
 // keeps any start of the sandbox from overlapping the copy.

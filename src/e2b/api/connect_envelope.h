@@ -1,7 +1,7 @@
 // The Connect protocol's enveloped message (connectrpc.com/docs/protocol, the JSON
 // codec): a flags byte, a 4-byte big-endian length, then that many bytes of JSON. Pure
 // (no I/O), so that a fuzz target can drive it (fuzz/targets/connect_envelope.cc);
-// api/connect_rpc.h is the rest of the protocol.
+// e2b/api/connect_rpc.h is the rest of the protocol.
 #pragma once
 
 #include <boost/json/object.hpp>

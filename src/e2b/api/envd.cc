@@ -1,7 +1,7 @@
 // envd, E2B's agent inside each sandbox, as E2B's SDKs reach it with E2B_SANDBOX_URL set
 // to http://HOST:PORT/e2b/sandbox (docs/e2b.md): the sandbox and the port are named by
 // headers (e2b/api/common.h), the process and filesystem services are Connect RPC with
-// the JSON codec (api/connect_rpc.h), and /files moves file bodies over plain HTTP.
+// the JSON codec (e2b/api/connect_rpc.h), and /files moves file bodies over plain HTTP.
 //
 // Processes run in the sandbox (e2b/service/processes.h); the filesystem calls and
 // /files work on the host side of the container's folders with sandboxd's path rules
