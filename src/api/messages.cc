@@ -133,11 +133,12 @@ asio::awaitable<Result<Response>> create_message(ApiContext& api, RequestContext
       };
       if (auto ready = co_await run_blocking(std::move(materialise)); !ready) co_return ready.error();
     }
-    auto sandbox_pid = [container]() -> pid_t {
+    auto end_users = [container](const std::string& host_dir, const std::string& inside_dir,
+                                 size_t max_entries) {
       auto sandbox = container->live_sandbox.load();
-      return sandbox && sandbox->running() ? sandbox->pid() : -1;
+      if (sandbox && sandbox->running()) sandbox->end_folder_users(host_dir, inside_dir, max_entries);
     };
-    auto lease = api.skill_mounts->load(container->paths.skills, *resolved, std::move(sandbox_pid));
+    auto lease = api.skill_mounts->load(container->paths.skills, *resolved, std::move(end_users));
     if (!lease) co_return lease.error();
     turn->skills = *lease;
     add_skills_to_system(request->body, skills_prompt(*resolved));

@@ -28,6 +28,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/gvisor_command_cgroups.h"
@@ -68,6 +69,85 @@ void write_file(const std::string& path, const char* text) {
 
 // One command of the agent: the shell's pid (also its session) and its output pipes'
 // read ends. Its whole tree is found by its cgroup (CommandCgroups).
+// protocol::kEndFolderUsers, from inside: whether `path` (a /proc link's target, or a
+// mapped file's) is `folder` or under it. gVisor may show a path that went away with
+// " (deleted)" after it, and by now the folder has gone from the sandbox's view.
+bool inside_folder(std::string_view path, std::string_view folder) {
+  if (!path.starts_with(folder)) return false;
+  if (path.size() == folder.size()) return true;
+  const char next = path[folder.size()];
+  return next == '/' || next == ' ';
+}
+
+std::string link_target(const std::string& path) {
+  char target[4096];
+  const ssize_t n = readlink(path.c_str(), target, sizeof target);
+  return n > 0 ? std::string(target, static_cast<size_t>(n)) : std::string();
+}
+
+// Calls `each` with every numeric entry of the folder (pids, tids, fds) until it says stop.
+template <typename Each>
+void for_each_number(const std::string& folder, Each each) {
+  DIR* dir = opendir(folder.c_str());
+  if (!dir) return;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    if (!each(std::string(entry->d_name))) break;
+  }
+  closedir(dir);
+}
+
+// Whether the process under `proc` (/proc/PID) uses `folder`: a thread's working
+// directory or root (a thread made without CLONE_FS has its own), an open file, or a
+// mapping of one of its files.
+bool uses_folder(const std::string& proc, const std::string& folder) {
+  bool uses = false;
+  for_each_number(proc + "/task", [&](const std::string& tid) {
+    const std::string task = proc + "/task/" + tid;
+    uses = inside_folder(link_target(task + "/cwd"), folder) ||
+           inside_folder(link_target(task + "/root"), folder);
+    return !uses;
+  });
+  if (uses) return true;
+  for_each_number(proc + "/fd", [&](const std::string& fd) {
+    uses = inside_folder(link_target(proc + "/fd/" + fd), folder);
+    return !uses;
+  });
+  if (uses) return true;
+  FILE* maps = std::fopen((proc + "/maps").c_str(), "re");
+  if (!maps) return false;
+  char line[4352];
+  while (!uses && std::fgets(line, sizeof line, maps)) {
+    // "ADDRESS PERMS OFFSET DEV INODE   PATH": the first '/' starts the path.
+    const char* path = std::strchr(line, '/');
+    if (!path) continue;
+    std::string_view mapped(path);
+    if (mapped.ends_with('\n')) mapped.remove_suffix(1);
+    uses = inside_folder(mapped, folder);
+  }
+  std::fclose(maps);
+  return uses;
+}
+
+// SIGKILLs every process of the sandbox but PID 1 and the caller that uses `folder`.
+// A few passes: a process ended in one may have forked a child that inherited its
+// working directory in the folder just before. Returns how many were signalled.
+int kill_folder_users(const std::string& folder) {
+  int killed = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    int this_pass = 0;
+    for_each_number("/proc", [&](const std::string& number) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(number.c_str()));
+      if (pid > 1 && pid != getpid() && uses_folder("/proc/" + number, folder) && kill(pid, SIGKILL) == 0)
+        ++this_pass;
+      return true;
+    });
+    killed += this_pass;
+    if (this_pass == 0) break;
+  }
+  return killed;
+}
+
 struct Command {
   uint32_t id = 0;
   pid_t pid = -1;
@@ -259,6 +339,9 @@ class Agent {
           std::fprintf(stderr, "sandboxd-init: making every address local inside: %s\n", e.what());
         }
         break;
+      case proto::Type::kEndFolderUsers:
+        end_folder_users(msg.payload);
+        break;
       case proto::Type::kStdin:
         take_stdin(msg.header.id, msg.payload, msg.header.value == proto::kStdinEnd);
         break;
@@ -272,6 +355,27 @@ class Agent {
       default:
         break;
     }
+  }
+
+  // protocol::kEndFolderUsers: a folder was taken away from the sandbox (a skill that
+  // came off), and its processes that still use it would go on reading it through what
+  // they hold there. A child walks /proc and ends them: every entry it reads is a trip
+  // to the sentry, and PID 1 goes on relaying meanwhile. The child is reaped as an
+  // orphan is.
+  void end_folder_users(const std::string& folder) {
+    if (folder.size() < 2 || folder[0] != '/' || folder.back() == '/') return;
+    const pid_t child = fork();
+    if (child < 0) {
+      std::fprintf(stderr, "sandboxd-init: ending the users of %s: %s\n", folder.c_str(),
+                   describe_errno("fork", errno).c_str());
+      return;
+    }
+    if (child > 0) return;
+    const int killed = kill_folder_users(folder);
+    if (killed > 0)
+      std::fprintf(stderr, "sandboxd-init: %s was taken away: ended %d process(es) still using it\n",
+                   folder.c_str(), killed);
+    _exit(0);
   }
 
   // Restored from a checkpoint (protocol::kRestored): the server that knew this agent's

@@ -38,10 +38,13 @@ namespace fs = std::filesystem;
 // server listens (addresses on gVisor's own loopback, ports below 1024: DNS, HTTP), and
 // to mount gVisor's cgroupfs for the commands' trees (CAP_SYS_ADMIN, the sentry's only:
 // PID 1 gives it up right after that mount, gvisor_command_cgroups.cc says why it
-// reaches nothing of the host). Commands have none.
+// reaches nothing of the host), and to read the commands' working directories and roots
+// in /proc when a skill comes off (CAP_SYS_PTRACE: gVisor asks for it to read another
+// process's /proc/PID/cwd even of the same uid; it is gVisor's ptrace, over the
+// sandbox's own processes, which PID 1 starts and kills anyway). Commands have none.
 constexpr const char* kAgentCapabilities =
     R"(["CAP_SETUID","CAP_SETGID","CAP_SETPCAP","CAP_KILL","CAP_NET_ADMIN","CAP_NET_BIND_SERVICE",)"
-    R"("CAP_SYS_ADMIN"])";
+    R"("CAP_SYS_ADMIN","CAP_SYS_PTRACE"])";
 
 // Where the helper sits in the container's root (bound read-only from the host).
 constexpr const char* kInitInContainer = "/.sandboxd/init";
@@ -394,6 +397,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
   // (The runtime may be gone by the time a sandbox stops: nothing of it is captured.)
   sandbox->on_stopped(
       [state_dir = state_dir_, name = options.name] { remove_gvisor_leftovers(state_dir, name); });
+  sandbox->set_processes_invisible_to_host();
   if (!options.restore_from.empty()) sandbox->expect_restore();
   co_await sandbox->wait_ready(options_.start_timeout);
   std::string network_error;

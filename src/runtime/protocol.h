@@ -71,6 +71,13 @@ enum class Type : uint32_t {
   // it there (TIOCSWINSZ: the kernel signals SIGWINCH to the terminal's foreground group);
   // on the native tier the server holds the master and sets it itself.
   kResizeTerminal = 22,  // server -> init
+  // The gvisor tier: a folder was taken away from the sandbox (a skill that came off: its
+  // bind detached on the host), and PID 1 ends every process that still uses it inside
+  // (its working directory or root, an open or a mapped file in it). The sandbox's
+  // processes are gVisor's, which the host cannot see (runtime/tree_users.h is the native
+  // tier's walk): PID 1 walks its own /proc. Payload: the folder's path inside. Answered
+  // by nothing.
+  kEndFolderUsers = 23,  // server -> init
 };
 
 // Channel ids are PID 1's, commands' the server's: a channel's has this bit set.

@@ -30,6 +30,7 @@
 
 #include "runtime/syscall_error.h"
 #include "runtime/terminal.h"
+#include "runtime/tree_users.h"
 #include "runtime/trust_bundle.h"
 
 namespace sandboxd::runtime {
@@ -843,6 +844,24 @@ void Sandbox::close_relay(Relay& relay) {
 }
 
 void Sandbox::relay_network(UniqueFd netns) { netns_ = std::make_shared<UniqueFd>(std::move(netns)); }
+
+void Sandbox::end_folder_users(std::string host_dir, std::string inside_dir, size_t max_entries) {
+  if (processes_invisible_to_host_) {
+    asio::post(strand_, [self = shared_from_this(), inside_dir = std::move(inside_dir)] {
+      if (self->state_ == State::kRunning) self->send(protocol::Type::kEndFolderUsers, 0, inside_dir);
+    });
+    return;
+  }
+  const pid_t pid1 = pid1_;
+  if (pid1 <= 0) return;
+  auto end_holders = [pid1, host_dir = std::move(host_dir), max_entries, name = name_] {
+    const int killed = kill_tree_users(pid1, host_dir, max_entries);
+    if (killed > 0)
+      std::fprintf(stderr, "sandboxd: sandbox %s: %s was taken away: ended %d process(es) still using it\n",
+                   name.c_str(), host_dir.c_str(), killed);
+  };
+  asio::post(blocking_pool(), std::move(end_holders));
+}
 
 void Sandbox::listen_inside(const std::string& address, uint16_t port) {
   asio::post(strand_, [self = shared_from_this(), where = address + ":" + std::to_string(port)] {

@@ -140,6 +140,20 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   // when the process has ended or is unknown, -ENOTTY when it runs on pipes, or the
   // failed ioctl's -errno.
   asio::awaitable<int> resize_terminal(uint32_t id, protocol::TerminalSize size);
+  // Ends the sandbox's processes that still use a folder taken away from it: a skill
+  // that came off, its host bind `host_dir` detached, seen inside at `inside_dir`.
+  // Linux has no revoke(2): a detached bind stays readable through a working directory,
+  // an open or a mapped file that was inside it. Where the sandbox's processes are host
+  // processes, the host walks them (runtime/tree_users.h: by device and inode over at
+  // most `max_entries` of the folder's entries). Where they are not
+  // (set_processes_invisible_to_host: gVisor's), the host's walk would find runsc's
+  // gofer and sentry holding the folder and end the whole sandbox, so PID 1 walks its
+  // own processes instead (protocol::kEndFolderUsers). Any thread; the walk runs off
+  // the I/O threads.
+  void end_folder_users(std::string host_dir, std::string inside_dir, size_t max_entries);
+  // Set once by the gvisor launcher, before the sandbox is handed out: its processes
+  // are the sentry's, not host processes.
+  void set_processes_invisible_to_host() { processes_invisible_to_host_ = true; }
   // Kills everything in the sandbox and removes its cgroups. Idempotent.
   asio::awaitable<void> stop();
 
@@ -264,6 +278,7 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   Strand strand_;
   std::string name_;
   bool trust_env_ = false;
+  bool processes_invisible_to_host_ = false;  // set_processes_invisible_to_host
   asio::posix::stream_descriptor control_;
   pid_t launcher_;
   CgroupBackend* cgroups_;

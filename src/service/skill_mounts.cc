@@ -14,7 +14,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include "runtime/tree_users.h"
 
 #include "base/blocking.h"
 #include "runtime/volume.h"
@@ -149,7 +148,7 @@ void SkillMounts::remove_folder(const std::string& data_dir, const std::string& 
 
 Result<std::shared_ptr<SkillMounts::Lease>> SkillMounts::load(const std::string& container_folder,
                                                               const std::vector<LoadedSkill>& skills,
-                                                              SandboxPid sandbox_pid) {
+                                                              EndUsers end_users) {
   std::lock_guard lock(mutex_);
   std::vector<std::string> loaded;
   auto undo = [&] {
@@ -181,18 +180,18 @@ Result<std::shared_ptr<SkillMounts::Lease>> SkillMounts::load(const std::string&
     ++it->second.users;
     loaded.push_back(skill.name);
   }
-  std::shared_ptr<Lease> lease(new Lease(*this, container_folder, std::move(sandbox_pid)));
+  std::shared_ptr<Lease> lease(new Lease(*this, container_folder, std::move(end_users)));
   lease->names_ = std::move(loaded);
   return lease;
 }
 
-void SkillMounts::release(const std::string& folder, const std::string& name, const SandboxPid& sandbox_pid) {
+void SkillMounts::release(const std::string& folder, const std::string& name, const EndUsers& end_users) {
   std::lock_guard lock(mutex_);
-  release_locked(folder, name, &sandbox_pid);
+  release_locked(folder, name, &end_users);
 }
 
 void SkillMounts::release_locked(const std::string& folder, const std::string& name,
-                                 const SandboxPid* sandbox_pid) {
+                                 const EndUsers* end_users) {
   auto it = mounted_.find({folder, name});
   if (it == mounted_.end() || --it->second.users > 0) return;
   const std::string directory = it->second.directory;
@@ -201,19 +200,11 @@ void SkillMounts::release_locked(const std::string& folder, const std::string& n
   try {
     // The unmount propagates to the sandbox's copy. Busy there means a process the
     // request started still uses the skill: the copy is detached at once (nothing new
-    // reaches it by its path) and the processes still inside are ended, off this thread
-    // (a walk of the skill's entries and of the sandbox's processes).
+    // reaches it by its path) and the processes still inside are ended (off this
+    // thread: a walk of the sandbox's processes).
     if (!Volume::try_unmount(target)) {
       Volume::unmount(target);
-      const pid_t pid1 = sandbox_pid && *sandbox_pid ? (*sandbox_pid)() : -1;
-      if (pid1 > 0) {
-        auto end_holders = [pid1, directory, target] {
-          const int killed = runtime::kill_tree_users(pid1, directory, kMaxSkillEntries);
-          if (killed > 0)
-            spdlog::info("skill {} came off: ended {} process(es) still using it", target, killed);
-        };
-        boost::asio::post(blocking_pool(), std::move(end_holders));
-      }
+      if (end_users && *end_users) (*end_users)(directory, "/mnt/skills/" + name, kMaxSkillEntries);
     }
   } catch (const std::exception& e) {
     spdlog::warn("unloading skill {}: {}", target, e.what());
@@ -222,7 +213,7 @@ void SkillMounts::release_locked(const std::string& folder, const std::string& n
 }
 
 SkillMounts::Lease::~Lease() {
-  for (const auto& name : names_) owner_.release(folder_, name, sandbox_pid_);
+  for (const auto& name : names_) owner_.release(folder_, name, end_users_);
 }
 
 }  // namespace sandboxd::service

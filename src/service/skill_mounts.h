@@ -10,8 +10,8 @@
 // that run at once in one container share a skill at the same version (counted).
 // A process the request started that still uses a skill then (its working directory,
 // an open or mapped file inside it) would keep reading it through the detached bind:
-// such processes are killed as the skill comes off (runtime/tree_users.h), so a skill
-// is readable for its requests only, as promised.
+// such processes are killed as the skill comes off (runtime::Sandbox::end_folder_users,
+// on either tier), so a skill is readable for its requests only, as promised.
 #pragma once
 
 #include <sys/types.h>
@@ -72,8 +72,11 @@ class SkillMounts {
   // Unmounts and removes it (the container is deleted).
   static void remove_folder(const std::string& data_dir, const std::string& storage);
 
-  // The host pid of PID 1 of the container's sandbox now (-1: none running).
-  using SandboxPid = std::function<pid_t()>;
+  // Ends the processes of the container's sandbox (if one runs) that still use a skill
+  // that came off: its folder on the host (detached) and inside (/mnt/skills/NAME), and
+  // the most entries of it a walk looks at.
+  using EndUsers =
+      std::function<void(const std::string& host_dir, const std::string& inside_dir, size_t max_entries)>;
 
   class Lease {
    public:
@@ -83,23 +86,23 @@ class SkillMounts {
 
    private:
     friend class SkillMounts;
-    Lease(SkillMounts& owner, std::string folder, SandboxPid sandbox_pid)
-        : owner_(owner), folder_(std::move(folder)), sandbox_pid_(std::move(sandbox_pid)) {}
+    Lease(SkillMounts& owner, std::string folder, EndUsers end_users)
+        : owner_(owner), folder_(std::move(folder)), end_users_(std::move(end_users)) {}
     SkillMounts& owner_;
     std::string folder_;
-    SandboxPid sandbox_pid_;
+    EndUsers end_users_;
     std::vector<std::string> names_;
   };
 
   // Binds the skills under the container's folder; released with the lease. 400 when a
   // skill's name is loaded at another version by a request still running there.
-  // `sandbox_pid` finds the processes to end when a skill is still in use as it comes off.
+  // `end_users` ends the processes that still use a skill as it comes off.
   Result<std::shared_ptr<Lease>> load(const std::string& container_folder,
-                                      const std::vector<LoadedSkill>& skills, SandboxPid sandbox_pid);
+                                      const std::vector<LoadedSkill>& skills, EndUsers end_users);
 
  private:
-  void release(const std::string& folder, const std::string& name, const SandboxPid& sandbox_pid);
-  void release_locked(const std::string& folder, const std::string& name, const SandboxPid* sandbox_pid);
+  void release(const std::string& folder, const std::string& name, const EndUsers& end_users);
+  void release_locked(const std::string& folder, const std::string& name, const EndUsers* end_users);
 
   struct Mounted {
     std::string directory;
