@@ -62,11 +62,13 @@ asio::awaitable<Result<runtime::ExecResult>> ContainerExecution::exec(std::share
     co_await run_blocking(std::move(empty_workspace));
     if (request.command.empty()) co_return runtime::ExecResult{};
   }
+  // Under way from here, its wait for the sandbox included: the idle reaper must not stop
+  // a sandbox that started (slowly, past the TTL) for a command that has yet to run.
+  const ExecutionMark mark(*container, parts_.durability != nullptr);
   ops::Admission::Ticket ticket;
   auto sandbox = co_await admit(container, ticket);
   if (!sandbox) co_return sandbox.error();
   Result<runtime::ExecResult> outcome = runtime::ExecResult{};  // (a placeholder that allocates nothing)
-  const ExecutionMark mark(*container, parts_.durability != nullptr);
   const auto started = std::chrono::steady_clock::now();
   const char* label = "failed";
   const std::string command_head = request.command.substr(0, 4096);  // for the audit log
@@ -136,6 +138,7 @@ asio::awaitable<Result<KernelResult>> ContainerExecution::run_python(std::shared
   // have been removed meanwhile).
   auto missing_context = [&] { return ApiError::not_found("Context " + call.context + " not found"); };
   if (!container->python.has_context(call.context)) co_return missing_context();
+  const ExecutionMark mark(*container, parts_.durability != nullptr);  // its wait included, as exec's
   ops::Admission::Ticket ticket;
   auto sandbox = co_await admit(container, ticket);
   if (!sandbox) co_return sandbox.error();
@@ -149,7 +152,6 @@ asio::awaitable<Result<KernelResult>> ContainerExecution::run_python(std::shared
     kernel->restart();
     if (call.code.empty()) co_return KernelResult{};
   }
-  const ExecutionMark mark(*container, parts_.durability != nullptr);
   const auto started = std::chrono::steady_clock::now();
   Result<KernelResult> outcome = ApiError::internal();
   const char* label = "failed";
