@@ -214,6 +214,15 @@ async function snapshotsBefore() {
 
 async function snapshotsAfter() {
   const state = JSON.parse(readFileSync(statePath, 'utf8'));
+  // A fork A made, taken over by B: its files (the snapshot's, never written through the
+  // API) reached the bucket.
+  await eventually('B takes a fork over', async () => {
+    const fork = await Sandbox.connect(state.forks[1], B);
+    return (await fork.commands.run('true')).exitCode === 0;
+  });
+  const fork = await Sandbox.connect(state.forks[1], B);
+  assert.equal(await fork.files.read('/home/user/later.txt'), 'after the snapshot');
+  assert.equal(await fork.files.read('/home/user/kept.txt'), 'kept by the snapshot');
   // A is gone: the snapshot it took is still the cluster's.
   const again = await Sandbox.create(state.snapshot, { ...B, timeoutMs: 600_000 });
   assert.equal(await again.files.read('/home/user/kept.txt'), 'kept by the snapshot');
