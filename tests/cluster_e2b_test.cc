@@ -68,8 +68,8 @@ class ClusterE2b : public ::testing::Test {
     const std::string extra =
         s3_->storage_yaml("sbx/", kFlushIntervalSec) + "capacity:\n  retryAfterSec: 1\n";
     for (const char* id : {"replica-a", "replica-b"})
-      replicas_.push_back(
-          std::make_unique<Replica>(id, root_, *metadata_, upstream_->base_url(), kLeaseSeconds, extra));
+      replicas_.push_back(std::make_unique<Replica>(id, root_, *metadata_, upstream_->base_url(),
+                                                    kLeaseSeconds, extra, runtime_yaml()));
     for (auto& replica : replicas_) replica->start();
   }
   void TearDown() override {
@@ -82,6 +82,8 @@ class ClusterE2b : public ::testing::Test {
     std::error_code ec;
     fs::remove_all(root_, ec);
   }
+  // Lines of the replicas' `runtime:` section.
+  virtual std::string runtime_yaml() const { return ""; }
   Replica& a() { return *replicas_[0]; }
   Replica& b() { return *replicas_[1]; }
 
@@ -207,6 +209,40 @@ TEST_F(ClusterE2b, SnapshotsLiveInTheBucketAndOutliveTheReplicaThatTookThem) {
   ASSERT_NE(output.find("phase snapshots-after: passed"), std::string::npos) << output;
   EXPECT_TRUE(snapshot_objects(*s3_).empty()) << "the deleted snapshot's objects stayed in the bucket";
   EXPECT_TRUE(no_entries(b().dir() / "data" / "snapshots"));
+}
+
+// The gvisor tier: the replicas run their sandboxes under runsc (ptrace, as
+// cluster_memory_test), so a snapshot holds the sandbox's memory.
+class ClusterE2bGvisor : public ClusterE2b {
+ protected:
+  void SetUp() override {
+    if (sh("command -v runsc || true").empty())
+      GTEST_SKIP()
+          << "runsc is not installed (Debian: apt-get install runsc): the gvisor tier cannot run here";
+    ClusterE2b::SetUp();
+  }
+  std::string runtime_yaml() const override { return "  isolation: gvisor\n  gvisorPlatform: ptrace\n"; }
+};
+
+TEST_F(ClusterE2bGvisor, ASnapshotCarriesTheSandboxesMemoryThroughTheBucket) {
+  const fs::path state = root_ / "memory.json";
+  std::string output;
+  ASSERT_EQ(run_phase("snapshots-memory", state, a(), b(), output), 0) << output;
+  ASSERT_NE(output.find("phase snapshots-memory: passed"), std::string::npos) << output;
+  const auto ids = json(read_file(state)).as_object();
+  auto copy_lease = metadata_->lease_of("alice", std::string(ids.at("copy").as_string()));
+  ASSERT_TRUE(copy_lease);
+  EXPECT_EQ(copy_lease->holder, "replica-b") << "made through B, its memory fetched from the bucket";
+  // The checkpoint's files beside the volume's objects, its list of kernels among them.
+  size_t memory_files = 0;
+  bool kernels = false;
+  for (const auto& object : snapshot_objects(*s3_)) {
+    if (object.key.find("/memory/") == std::string::npos) continue;
+    ++memory_files;
+    if (object.key.ends_with("/memory/kernels")) kernels = true;
+  }
+  EXPECT_GT(memory_files, 1u);
+  EXPECT_TRUE(kernels) << "the checkpoint's list of kernels did not reach the bucket";
 }
 
 }  // namespace

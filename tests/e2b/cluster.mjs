@@ -238,9 +238,25 @@ async function snapshotsAfter() {
   assert.equal(await Sandbox.kill(state.copy, B), true);
 }
 
+// On the gvisor tier (cluster_e2b_test's ClusterE2bGvisor): the snapshot carries the
+// sandbox's memory through the bucket, a variable with it.
+async function snapshotsMemory() {
+  const source = await CodeInterpreter.create({ ...A, timeoutMs: 600_000 });
+  assert.equal((await source.runCode('kept = 41\nkept')).text, '41');
+  await source.files.write('/home/user/kept.txt', 'kept by the snapshot');
+  const snapshot = await source.createSnapshot();
+  assert.equal((await source.runCode('kept + 1')).text, '42', 'the source goes on where it was');
+  const copy = await CodeInterpreter.create(snapshot.snapshotId, { ...B, timeoutMs: 600_000 });
+  assert.equal((await copy.runCode('kept + 1')).text, '42', "the snapshot's variable, through the bucket");
+  assert.equal(await copy.files.read('/home/user/kept.txt'), 'kept by the snapshot');
+  writeFileSync(statePath, JSON.stringify({ source: source.sandboxId, snapshot: snapshot.snapshotId,
+                                            copy: copy.sandboxId }));
+}
+
 if (phase === 'before') await before();
 else if (phase === 'after') await after();
 else if (phase === 'snapshots-before') await snapshotsBefore();
 else if (phase === 'snapshots-after') await snapshotsAfter();
+else if (phase === 'snapshots-memory') await snapshotsMemory();
 else throw new Error(`unknown phase ${phase}`);
 console.log(`phase ${phase}: passed`);
