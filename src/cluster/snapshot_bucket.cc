@@ -162,14 +162,30 @@ std::optional<std::vector<Extent>> parse_extents(const std::string& text, uint64
 }
 
 // `length` bytes of `from` at `from_offset` into `to` at `to_offset` (in the kernel:
-// copy_file_range shares blocks where the file system can).
+// copy_file_range shares blocks where the file system can; read and write where it
+// cannot copy between these files at all).
 bool copy_range(int from, uint64_t from_offset, int to, uint64_t to_offset, uint64_t length) {
   auto in = static_cast<loff_t>(from_offset), out = static_cast<loff_t>(to_offset);
   while (length > 0) {
     ssize_t n = ::copy_file_range(from, &in, to, &out, static_cast<size_t>(length), 0);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS)) break;
     if (n <= 0) return false;
     length -= static_cast<uint64_t>(n);
+  }
+  std::string buffer(static_cast<size_t>(std::min<uint64_t>(length, 1 << 20)), '\0');
+  while (length > 0) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(length, buffer.size()));
+    if (!pread_full(from, buffer.data(), n, static_cast<uint64_t>(in))) return false;
+    for (size_t written = 0; written < n;) {
+      ssize_t w = ::pwrite(to, buffer.data() + written, n - written, static_cast<off_t>(out) + written);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      written += static_cast<size_t>(w);
+    }
+    in += n;
+    out += n;
+    length -= n;
   }
   return true;
 }
