@@ -26,6 +26,7 @@
 #include "base/ids.h"
 #include "cluster/container_durability.h"
 #include "cluster/container_leases.h"
+#include "cluster/snapshot_bucket.h"
 #include "e2b/api/surfaces.h"
 #include "e2b/service/processes.h"
 #include "e2b/service/sandboxes.h"
@@ -520,8 +521,15 @@ int serve(ops::Config config, const std::string& config_path) {
     e2b::Processes e2b_processes;
     service::ToolTasks tool_tasks;
     e2b_sandboxes.start();
-    // Its snapshots and forks: copies of a sandbox's state under <dataDir>/snapshots.
+    // Its snapshots and forks: copies of a sandbox's state under <dataDir>/snapshots, or
+    // with the bucket in the bucket (any replica makes sandboxes from them).
     e2b::Snapshots e2b_snapshots(e2b_sandboxes, e2b_records, config.data_dir);
+    std::optional<cluster::SnapshotBucket> snapshot_bucket;
+    if (durability) {
+      snapshot_bucket.emplace(durability->bucket_client(), config.s3.prefix, config.s3.part_bytes,
+                              config.retry_after_sec);
+      e2b_snapshots.set_bucket(&*snapshot_bucket);
+    }
     e2b_snapshots.start();
     // What bursts freed goes back to the kernel instead of staying in the server's RSS.
     start_memory_release(io);

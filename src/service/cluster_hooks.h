@@ -106,4 +106,25 @@ class BucketCopy {
   virtual void set_on_fenced(std::function<void(const store::FencedError&)> on_fenced) = 0;
 };
 
+// E2B's snapshots (e2b/service/snapshots.h) in the sessions bucket: a snapshot taken
+// through one replica is made into sandboxes, listed and deleted through any, and
+// outlives the replica that took it. Its objects are written before its record, and
+// removed after it: a record always names a complete copy.
+class SnapshotBucket {
+ public:
+  virtual ~SnapshotBucket() = default;
+  // Stores the folder ContainerSnapshots::capture_state filled as the snapshot `id` of
+  // `owner`; complete in the bucket when this succeeds, nothing of it left when it
+  // fails (503 when the bucket cannot take it).
+  virtual boost::asio::awaitable<Result<void>> upload(std::string owner, std::string id,
+                                                      std::string folder) = 0;
+  // The snapshot's state back into `folder` (made here; it must not exist), as
+  // capture_state left it (ContainerSnapshots::seed_state reads it). 503 when the bucket
+  // cannot give it.
+  virtual boost::asio::awaitable<Result<void>> download(std::string owner, std::string id,
+                                                        std::string folder) = 0;
+  // Every object of the snapshot goes (a failure is logged: what stays is nobody's).
+  virtual boost::asio::awaitable<void> remove(std::string owner, std::string id) = 0;
+};
+
 }  // namespace sandboxd::service

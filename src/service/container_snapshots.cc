@@ -19,6 +19,7 @@
 #include "runtime/volume.h"
 #include "service/container_snapshots.h"
 
+#include "service/cluster_hooks.h"
 #include "service/container_memory.h"
 
 namespace sandboxd::service {
@@ -152,6 +153,9 @@ asio::awaitable<Result<void>> ContainerSnapshots::seed_state(std::shared_ptr<Con
                                      parts_.settings()->capacity_retry_after_sec);
     co_return no_space();
   }
+  // Cluster mode: its files (and memory) are new to the bucket's copy of it, which its
+  // next flush brings in step.
+  if (parts_.durability) parts_.durability->note_change(*container);
   co_return Result<void>{};
 }
 

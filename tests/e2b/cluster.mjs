@@ -3,6 +3,8 @@
 // kill of replica A:
 //   node cluster.mjs before STATE   (A and B up)
 //   node cluster.mjs after STATE    (A killed; B only)
+// and in a second test, snapshots and forks, around a SIGTERM of A:
+//   node cluster.mjs snapshots-before STATE, then snapshots-after STATE
 // Each phase exits non-zero on the first failed assertion. The replicas' URLs and keys
 // come from the environment: REPLICA_A, REPLICA_B, ALICE_KEY, BOB_KEY. STATE is a JSON
 // file the first phase writes and the second reads (the sandbox ids).
@@ -173,7 +175,88 @@ async function after() {
   assert.equal(await Sandbox.kill(state.resumed, B), true);
 }
 
+// Snapshots and forks (cluster_e2b_test.cc's second test, its own replicas): a snapshot
+// taken through A is made into sandboxes, listed and forked through B, and outlives A.
+async function snapshotsBefore() {
+  const source = await Sandbox.create({ ...A, timeoutMs: 600_000 });
+  await source.files.write('/home/user/kept.txt', 'kept by the snapshot');
+  const snapshot = await source.createSnapshot();
+  assert.match(snapshot.snapshotId, /^[a-z0-9]{20}:default$/);
+  await source.files.write('/home/user/later.txt', 'after the snapshot');
+
+  // Made through B (B holds it): its files are the snapshot's, fetched from the bucket.
+  const copy = await Sandbox.create(snapshot.snapshotId, { ...B, timeoutMs: 600_000 });
+  assert.equal(await copy.files.read('/home/user/kept.txt'), 'kept by the snapshot');
+  assert.equal(await copy.files.exists('/home/user/later.txt'), false, 'written after the snapshot');
+  assert.equal((await copy.getInfo()).templateId, snapshot.snapshotId);
+  const listed = await Sandbox.listSnapshots({ ...B, sandboxId: source.sandboxId }).nextItems();
+  assert.deepEqual(listed.map((s) => s.snapshotId), [snapshot.snapshotId]);
+  // Another key sees none of it.
+  const bobOnB = on(process.env.REPLICA_B, bob);
+  assert.deepEqual(await Sandbox.listSnapshots(bobOnB).nextItems(), []);
+  await assert.rejects(Sandbox.create(snapshot.snapshotId, { ...bobOnB, timeoutMs: 60_000 }),
+                       (e) => e.statusCode === 404);
+  await assert.rejects(Sandbox.fork(source.sandboxId, { ...bobOnB, count: 1 }), SandboxNotFoundError);
+
+  // A fork through B of the sandbox A holds (taken there: the request is relayed).
+  const forks = await Sandbox.fork(source.sandboxId, { ...B, count: 2, timeoutMs: 600_000 });
+  assert.equal(forks.length, 2);
+  for (const fork of forks) {
+    assert.ok(fork instanceof Sandbox, String(fork));
+    assert.equal(await fork.files.read('/home/user/kept.txt'), 'kept by the snapshot');
+    assert.equal(await fork.files.read('/home/user/later.txt'), 'after the snapshot');
+  }
+  await forks[0].files.write('/home/user/kept.txt', 'one');
+  assert.equal(await forks[1].files.read('/home/user/kept.txt'), 'kept by the snapshot');
+  writeFileSync(statePath, JSON.stringify({ source: source.sandboxId, snapshot: snapshot.snapshotId,
+                                            copy: copy.sandboxId, forks: forks.map((f) => f.sandboxId) }));
+}
+
+async function snapshotsAfter() {
+  const state = JSON.parse(readFileSync(statePath, 'utf8'));
+  // A fork A made, taken over by B: its files (the snapshot's, never written through the
+  // API) reached the bucket.
+  await eventually('B takes a fork over', async () => {
+    const fork = await Sandbox.connect(state.forks[1], B);
+    return (await fork.commands.run('true')).exitCode === 0;
+  });
+  const fork = await Sandbox.connect(state.forks[1], B);
+  assert.equal(await fork.files.read('/home/user/later.txt'), 'after the snapshot');
+  assert.equal(await fork.files.read('/home/user/kept.txt'), 'kept by the snapshot');
+  // A is gone: the snapshot it took is still the cluster's.
+  const again = await Sandbox.create(state.snapshot, { ...B, timeoutMs: 600_000 });
+  assert.equal(await again.files.read('/home/user/kept.txt'), 'kept by the snapshot');
+  const listed = await Sandbox.listSnapshots(B).nextItems();
+  assert.deepEqual(listed.map((s) => s.snapshotId), [state.snapshot]);
+  assert.equal(await Sandbox.deleteSnapshot(state.snapshot, B), true);
+  assert.equal(await Sandbox.deleteSnapshot(state.snapshot, B), false);
+  assert.deepEqual(await Sandbox.listSnapshots(B).nextItems(), []);
+  await assert.rejects(Sandbox.create(state.snapshot, { ...B, timeoutMs: 60_000 }), (e) => e.statusCode === 404);
+  // A sandbox made from it lives on without it.
+  assert.equal(await again.files.read('/home/user/kept.txt'), 'kept by the snapshot');
+  assert.equal(await again.kill(), true);
+  assert.equal(await Sandbox.kill(state.copy, B), true);
+}
+
+// On the gvisor tier (cluster_e2b_test's ClusterE2bGvisor): the snapshot carries the
+// sandbox's memory through the bucket, a variable with it.
+async function snapshotsMemory() {
+  const source = await CodeInterpreter.create({ ...A, timeoutMs: 600_000 });
+  assert.equal((await source.runCode('kept = 41\nkept')).text, '41');
+  await source.files.write('/home/user/kept.txt', 'kept by the snapshot');
+  const snapshot = await source.createSnapshot();
+  assert.equal((await source.runCode('kept + 1')).text, '42', 'the source goes on where it was');
+  const copy = await CodeInterpreter.create(snapshot.snapshotId, { ...B, timeoutMs: 600_000 });
+  assert.equal((await copy.runCode('kept + 1')).text, '42', "the snapshot's variable, through the bucket");
+  assert.equal(await copy.files.read('/home/user/kept.txt'), 'kept by the snapshot');
+  writeFileSync(statePath, JSON.stringify({ source: source.sandboxId, snapshot: snapshot.snapshotId,
+                                            copy: copy.sandboxId }));
+}
+
 if (phase === 'before') await before();
 else if (phase === 'after') await after();
+else if (phase === 'snapshots-before') await snapshotsBefore();
+else if (phase === 'snapshots-after') await snapshotsAfter();
+else if (phase === 'snapshots-memory') await snapshotsMemory();
 else throw new Error(`unknown phase ${phase}`);
 console.log(`phase ${phase}: passed`);

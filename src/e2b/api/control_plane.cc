@@ -865,8 +865,9 @@ void install_control_plane_routes(server::HttpServer& http, ApiContext& api) {
   if (const std::string domain = api.config()->e2b_sandbox_domain; !domain.empty())
     http.set_host_router(
         [domain](http::request<http::buffer_body>& request) { route_by_host(request, domain); });
-  // Those that work on the sandbox's container run on its holder; the others (get, list,
-  // timeout, network, snapshots) on records only.
+  // Those that work on the sandbox's container run on its holder (a snapshot and a fork
+  // copy it there); the others (get, list, timeout, network, the snapshots' list and
+  // deletion) on records only.
   const server::RouteOptions records_only = e2b_options();
   const server::RouteOptions on_container = e2b_options(server::ContainerScope::path_parameter("id"));
   http.route(http::verb::post, base + "/v2/sandboxes", "e2b.sandboxes.create", e2b_route(api, create_sandbox),
@@ -897,13 +898,13 @@ void install_control_plane_routes(server::HttpServer& http, ApiContext& api) {
   http.route(http::verb::get, base + "/sandboxes/{id}/metrics", "e2b.sandboxes.metrics",
              e2b_route(api, sandbox_metrics), on_container);
   http.route(http::verb::post, base + "/sandboxes/{id}/snapshots", "e2b.snapshots.create",
-             e2b_route(api, create_snapshot), records_only);
+             e2b_route(api, create_snapshot), on_container);
   http.route(http::verb::get, base + "/snapshots", "e2b.snapshots.list", e2b_route(api, list_snapshots),
              records_only);
   http.route(http::verb::delete_, base + "/templates/{id}", "e2b.snapshots.delete",
              e2b_route(api, delete_snapshot), records_only);
   http.route(http::verb::post, base + "/sandboxes/{id}/fork", "e2b.sandboxes.fork",
-             e2b_route(api, fork_sandbox), records_only);
+             e2b_route(api, fork_sandbox), on_container);
 }
 
 }  // namespace sandboxd::e2b

@@ -122,11 +122,14 @@ asio::awaitable<void> Snapshots::remove_folder(std::string folder) {
   co_await run_blocking(std::move(remove));
 }
 
+asio::awaitable<void> Snapshots::remove_state(std::string owner, std::string id) {
+  if (bucket_)
+    co_await bucket_->remove(std::move(owner), std::move(id));
+  else
+    co_await remove_folder(folder_of(id));
+}
+
 asio::awaitable<Result<std::shared_ptr<Container>>> Snapshots::source(const Sandbox& sandbox) {
-  // In a cluster a container's files move between replicas through the sessions
-  // bucket; a snapshot store shared by replicas is not built yet.
-  if (containers_.leases())
-    co_return ApiError::not_implemented("Snapshots and forks are not available in cluster mode yet");
   co_return co_await sandboxes_.open(sandbox);
 }
 
@@ -177,11 +180,18 @@ asio::awaitable<Result<Snapshot>> Snapshots::create(std::string owner, std::stri
   snapshot.owner = owner;
   snapshot.name = name;
   snapshot.source_sandbox = sandbox_id;
-  const std::string folder = folder_of(snapshot.id);
+  // Cluster mode: a folder of the moment (".tmp": the next start removes it, should
+  // this replica stop before it does), whose content goes to the bucket.
+  const std::string folder = folder_of(bucket_ ? snapshot.id + ".tmp" : snapshot.id);
   auto captured = co_await containers_.snapshots().capture_state(*container, folder);
   if (!captured) {
     co_await remove_folder(folder);
     co_return captured.error();
+  }
+  if (bucket_) {
+    auto stored = co_await bucket_->upload(owner, snapshot.id, folder);
+    co_await remove_folder(folder);
+    if (!stored) co_return stored.error();
   }
   snapshot.bytes = captured->bytes;
   snapshot.memory = captured->memory;
@@ -203,10 +213,10 @@ asio::awaitable<Result<Snapshot>> Snapshots::create(std::string owner, std::stri
     spdlog::error("e2b: recording snapshot {}: {}", snapshot.id, e.what());
   }
   if (!inserted) {  // (the database failed, or another snapshot took the name meanwhile)
-    co_await remove_folder(folder);
+    co_await remove_state(owner, snapshot.id);
     co_return ApiError::internal();
   }
-  if (replaced) co_await remove_folder(folder_of(replaced->id));
+  if (replaced) co_await remove_state(owner, replaced->id);
   if (auto* audit = ops::audit())
     audit->record("e2b_snapshot_created", {{"owner", owner},
                                            {"sandbox", sandbox_id},
@@ -228,7 +238,7 @@ asio::awaitable<Result<void>> Snapshots::remove(std::string owner, std::string s
   if (!found) co_return not_found;
   if (!co_await store([this, &owner, &found] { return records_.remove_snapshot(owner, found->id); }))
     co_return not_found;  // deleted by another request a moment ago
-  co_await remove_folder(folder_of(found->id));
+  co_await remove_state(owner, found->id);
   if (auto* audit = ops::audit())
     audit->record(
         "e2b_snapshot_deleted",
@@ -250,11 +260,18 @@ asio::awaitable<std::optional<Result<Sandbox>>> Snapshots::create_sandbox(std::s
   if (!key) co_return std::nullopt;
   auto found = co_await store([this, &owner, &key] { return records_.find_snapshot(owner, *key); });
   if (!found) co_return std::nullopt;
-  if (containers_.leases())
-    co_return Result<Sandbox>(
-        ApiError::not_implemented("Snapshots and forks are not available in cluster mode yet"));
   request.template_id = snapshot_id(*found);
-  co_return co_await create_from(std::move(owner), folder_of(found->id), std::move(request));
+  if (!bucket_) co_return co_await create_from(std::move(owner), folder_of(found->id), std::move(request));
+  // Cluster mode: a copy of the moment, fetched from the bucket for this sandbox.
+  const std::string folder = folder_of(found->id + "." + lower_alnum(8) + ".tmp");
+  auto fetched = co_await bucket_->download(owner, found->id, folder);
+  std::optional<Result<Sandbox>> made;
+  if (fetched)
+    made = co_await create_from(std::move(owner), folder, std::move(request));
+  else
+    made = Result<Sandbox>(fetched.error());
+  co_await remove_folder(folder);
+  co_return made;
 }
 
 asio::awaitable<Result<std::vector<Result<Sandbox>>>> Snapshots::fork(std::string owner,

@@ -7,10 +7,17 @@
 // id and end time (on the gvisor tier it is checkpointed and restored in place: its
 // processes go on where they were).
 //
-// Snapshots live under <dataDir>/snapshots/<id>/ (root's only), their records in the
-// metadata database beside the sandboxes' (store/e2b_records.h), so that they survive a
-// restart. They count against the owner's stored bytes (quotas.storedBytesPerOwner) until
-// they are deleted. Single host only: in cluster mode the calls answer 501.
+// On a single host snapshots live under <dataDir>/snapshots/<id>/ (root's only); in
+// cluster mode in the sessions bucket (service::SnapshotBucket, cluster/snapshot_bucket.h),
+// so that any replica makes sandboxes from one and it outlives the replica that took it:
+// there a snapshot is captured into a folder of its own, uploaded, and its folder goes;
+// a sandbox made from one is seeded from a copy fetched for it (no replica keeps one).
+// Their records are in the metadata database beside the sandboxes' (store/e2b_records.h),
+// so that they survive a restart, written after the state is stored and removed before
+// it goes: a record always names a complete copy. They count against the owner's stored
+// bytes (quotas.storedBytesPerOwner) until they are deleted. A snapshot or fork is taken
+// where its source's container is held (the routes relay to its holder); a fork's
+// sandboxes are made there too, from a local copy.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
@@ -24,6 +31,7 @@
 
 #include "base/error.h"
 #include "e2b/service/sandboxes.h"
+#include "service/cluster_hooks.h"
 #include "store/e2b_records.h"
 
 namespace sandboxd::e2b {
@@ -38,6 +46,8 @@ class Snapshots {
   static constexpr int64_t kMaxForks = 100;
 
   Snapshots(Sandboxes& sandboxes, store::E2bRecords& records, std::string data_dir);
+  // Cluster mode: where snapshots are kept (set once, before serving; null on one host).
+  void set_bucket(service::SnapshotBucket* bucket) { bucket_ = bucket; }
 
   // E2B's snapshot id: "<name or id>:default" (a template id with its tag, as E2B's).
   static std::string snapshot_id(const Snapshot& snapshot);
@@ -46,7 +56,9 @@ class Snapshots {
   static std::optional<std::string> key_of(std::string_view snapshot_id);
 
   // Removes what a fork, a snapshot or a deletion that stopped half way left: a folder
-  // with no record (blocking; before serving).
+  // with no record (blocking; before serving). (In the bucket, a replica that stopped
+  // between storing a snapshot's objects and its record leaves objects no record names:
+  // docs/storage.md.)
   void start();
 
   // Snapshots the owner's sandbox. `name` ('' none): a later snapshot under the same name
@@ -67,9 +79,12 @@ class Snapshots {
 
  private:
   std::string folder_of(const std::string& id) const;
-  // The owner's sandbox's container, ready to be copied; 501 in cluster mode.
+  // The owner's sandbox's container, ready to be copied (held here: the route relays a
+  // request to the container's holder).
   asio::awaitable<Result<std::shared_ptr<Container>>> source(const Sandbox& sandbox);
   asio::awaitable<void> remove_folder(std::string folder);
+  // A snapshot's stored state: its folder, or in cluster mode its objects in the bucket.
+  asio::awaitable<void> remove_state(std::string owner, std::string id);
   // A sandbox made from the state in `folder`.
   asio::awaitable<Result<Sandbox>> create_from(std::string owner, std::string folder, NewSandbox request);
   template <typename Fn>
@@ -78,6 +93,7 @@ class Snapshots {
   Sandboxes& sandboxes_;
   ContainerService& containers_;
   store::E2bRecords& records_;
+  service::SnapshotBucket* bucket_ = nullptr;
   std::string root_;  // <dataDir>/snapshots
   std::mutex creating_mutex_;
   std::map<std::string, size_t> creating_;  // snapshots being made, by owner (for the cap)
