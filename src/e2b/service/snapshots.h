@@ -70,6 +70,10 @@ class Snapshots {
   // The owner's sandbox's container, ready to be copied; 501 in cluster mode.
   asio::awaitable<Result<std::shared_ptr<Container>>> source(const Sandbox& sandbox);
   asio::awaitable<void> remove_folder(std::string folder);
+  // 403 (as E2B words a quota) when the owner's stored bytes and what a copy of the
+  // container would take pass quotas.storedBytesPerOwner; nullopt otherwise.
+  asio::awaitable<std::optional<ApiError>> past_stored_bytes(const std::string& owner,
+                                                             const Container& container);
   // A sandbox made from the state in `folder`.
   asio::awaitable<Result<Sandbox>> create_from(std::string owner, std::string folder, NewSandbox request);
   template <typename Fn>
