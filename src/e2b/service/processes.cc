@@ -352,7 +352,12 @@ void Process::abandon() {
   auto self = shared_from_this();
   auto end = [self]() -> asio::awaitable<void> {
     self->abandoned_ = true;
-    self->adopted_.reset();
+    if (auto& adopted = self->adopted_) {  // (taken back by nobody: its pipes are closed)
+      for (int fd :
+           {adopted->channel.stdin_write, adopted->channel.stdout_read, adopted->channel.stderr_read})
+        if (fd >= 0) ::close(fd);
+      adopted.reset();
+    }
     if (!self->parked_) co_return;  // its end comes as it would have without a checkpoint
     self->parked_ = false;
     ++self->container_->executing;  // (given back by the end, as the destructor does)
