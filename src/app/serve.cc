@@ -519,6 +519,8 @@ int serve(ops::Config config, const std::string& config_path) {
         co_return true;
       });
     e2b::Processes e2b_processes;
+    // The processes a checkpoint of their sandbox keeps come back to it with the restore.
+    e2b_processes.watch_memory(containers);
     service::ToolTasks tool_tasks;
     e2b_sandboxes.start();
     // Its snapshots and forks: copies of a sandbox's state under <dataDir>/snapshots, or

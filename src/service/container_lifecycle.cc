@@ -307,7 +307,12 @@ void ContainerLifecycle::lease_lost(const std::string& storage) {
   // epoch's fence and put the stale tree over the newer holder's manifest. A later
   // claim restores from the bucket first.
   if (parts_.durability) parts_.durability->invalidate_local(*lost);
-  asio::co_spawn(lost->strand, stop_on_strand(lost, "lease_lost"), asio::detached);
+  // Its memory (if the stop keeps it) is the new holder's to restore, not this replica's.
+  auto stop_here = [this, lost]() -> asio::awaitable<void> {
+    co_await stop_on_strand(lost, "lease_lost");
+    memory_.lost(*lost);
+  };
+  asio::co_spawn(lost->strand, std::move(stop_here), asio::detached);
 }
 
 asio::awaitable<void> ContainerLifecycle::check_still_there(std::shared_ptr<Container> container) {
@@ -331,6 +336,7 @@ asio::awaitable<void> ContainerLifecycle::check_still_there(std::shared_ptr<Cont
 asio::awaitable<void> ContainerLifecycle::forget_locally(std::shared_ptr<Container> container) {
   container->deleted = true;  // no flush of it from now on (the flusher and stop skip a deleted container)
   co_await asio::co_spawn(container->strand, stop_on_strand(container, "deleted"), asio::use_awaitable);
+  memory_.lost(*container);
   const Key key{container->owner, container->id};
   auto closing = co_await parts_.registry.begin_closing(key, container);
   TransitionEnd end{[this, &key, &closing] { parts_.registry.end(key, closing); }};
@@ -545,6 +551,7 @@ asio::awaitable<void> ContainerLifecycle::stop(std::shared_ptr<Container> contai
 asio::awaitable<void> ContainerLifecycle::remove(std::shared_ptr<Container> container) {
   container->deleted = true;
   co_await stop(container, "deleted");
+  memory_.lost(*container);  // a checkpoint of an earlier stop goes with the container
   // Requests for it meanwhile wait, then find it gone (404).
   const Key key{container->owner, container->id};
   auto closing = co_await parts_.registry.begin_closing(key, container);

@@ -114,6 +114,9 @@ asio::awaitable<void> ContainerMemory::checkpoint(std::shared_ptr<Container> con
   std::string failure;
   uint64_t bytes = 0;
   double seconds = 0;
+  // Its processes a surface keeps (E2B's) end for the server as the checkpoint stops the
+  // sandbox: told first, the surface keeps them for the restore instead of ending them.
+  if (listener_) listener_->checkpointing(*container);
   try {
     co_await run_blocking(std::move(prepare));
     co_await parts_.runtime->checkpoint(sandbox, image_dir(*container));
@@ -143,6 +146,7 @@ asio::awaitable<void> ContainerMemory::checkpoint(std::shared_ptr<Container> con
                    {{"owner", container->owner}, {"container", container->id}, {"error", failure}});
     auto forget = [&container] { remove_memory(*container); };
     co_await run_blocking(std::move(forget));
+    if (listener_) listener_->memory_lost(*container);
     co_return;
   }
   co_await record_memory_bytes(parts_.metadata, container, bytes);
@@ -176,7 +180,10 @@ asio::awaitable<std::shared_ptr<runtime::Sandbox>> ContainerMemory::restore(
     return text.str();
   };
   auto list = co_await run_blocking(std::move(read_list));
-  if (!list) co_return nullptr;
+  if (!list) {  // a fresh start: what a surface kept of an earlier sandbox is gone
+    if (listener_) listener_->memory_lost(*container);
+    co_return nullptr;
+  }
   auto options = parts_.sandbox_options(container->paths, parts_.next_sandbox_name(container->storage + "-"));
   options.restore_from = image_dir(*container);
   const auto started = Clock::now();
@@ -200,6 +207,7 @@ asio::awaitable<std::shared_ptr<runtime::Sandbox>> ContainerMemory::restore(
                     {"container", container->id},
                     {"error", failure},
                     {"outcome", "started fresh over the same files; what was in memory is lost"}});
+    if (listener_) listener_->memory_lost(*container);
     co_return nullptr;
   }
   std::map<std::string, uint32_t> kernels;
@@ -211,6 +219,15 @@ asio::awaitable<std::shared_ptr<runtime::Sandbox>> ContainerMemory::restore(
     try {
       kernels[line.substr(space + 1)] = static_cast<uint32_t>(std::stoul(line.substr(0, space)));
     } catch (const std::exception&) {
+    }
+  }
+  // A surface's processes are adopted first: the ones nobody adopts are let go below.
+  if (listener_) {
+    try {
+      co_await listener_->restored(container, sandbox);
+    } catch (const std::exception& e) {
+      spdlog::warn("container {} of {}: taking back its processes after the restore: {}", container->id,
+                   container->owner, e.what());
     }
   }
   std::vector<uint32_t> keep;

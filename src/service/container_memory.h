@@ -28,6 +28,30 @@ std::string memory_folder(const Container& container);
 // no sandbox path starts with (so the Files API never lists them).
 inline constexpr std::string_view kMemoryManifestPath = "/.sandboxd/memory";
 
+// What a surface that keeps its own long-lived processes in a sandbox (E2B's envd: its
+// process table, its readers) is told of that sandbox's memory, so that the processes a
+// checkpoint keeps come back to it after the restore. An interface here, implemented by
+// the surface (the service never includes a surface) and registered at wiring
+// (ContainerService::set_memory_listener). checkpointing() and restored() are called on
+// the container's strand, memory_lost() on any thread.
+class SandboxMemoryListener {
+ public:
+  virtual ~SandboxMemoryListener() = default;
+  // The sandbox of `container` is about to be checkpointed: its processes end for the
+  // server as it stops (runtime::Sandbox::wait_process answers -1), and may come back
+  // with the restore. The listener keeps what it knows of them until restored() or
+  // memory_lost().
+  virtual void checkpointing(const Container& container) = 0;
+  // The sandbox came back from its checkpoint: the listener adopts its processes
+  // (runtime::Sandbox::adopt_process) before the ones nobody adopts are let go. An
+  // exception is logged and the restore stands.
+  virtual asio::awaitable<void> restored(std::shared_ptr<Container> container,
+                                         std::shared_ptr<runtime::Sandbox> sandbox) = 0;
+  // What was in the sandbox's memory is gone: the checkpoint failed or was not kept,
+  // the sandbox started fresh, the container was deleted or is served elsewhere now.
+  virtual void memory_lost(const Container& container) = 0;
+};
+
 // Used by ContainerLifecycle (a stop checkpoints, a start restores) and
 // ContainerSnapshots (whether a snapshot holds memory). Holds no state of its own: the
 // checkpoint is on disk, the restored kernels in the container's `python` part; both
@@ -48,9 +72,19 @@ class ContainerMemory {
   // A start from the checkpoint (nullptr when there is none or it could not be restored:
   // the caller starts the sandbox fresh).
   asio::awaitable<std::shared_ptr<runtime::Sandbox>> restore(std::shared_ptr<Container> container);
+  // The container's memory is gone without a start (deleted, served elsewhere now): the
+  // listener forgets what it kept of it.
+  void lost(const Container& container) {
+    if (listener_) listener_->memory_lost(container);
+  }
+
+  // Set once, before serving; it outlives every stop and start (ContainerService's
+  // shutdown checkpoints with it).
+  void set_listener(SandboxMemoryListener* listener) { listener_ = listener; }
 
  private:
   ContainerParts& parts_;
+  SandboxMemoryListener* listener_ = nullptr;
 };
 
 }  // namespace sandboxd::service

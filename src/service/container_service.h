@@ -103,6 +103,9 @@ class ContainerService {
   // The watches of a container's uploads/ and outputs/ (store/tree_changes.h): kept
   // while its sandbox runs, removed when it stops. Set once, before serving.
   void set_tree_changes(store::TreeChanges* changes) { parts_.tree_changes = changes; }
+  // What a surface with processes of its own in sandboxes (E2B) is told of a sandbox's
+  // memory (container_memory.h). Set once, before serving.
+  void set_memory_listener(SandboxMemoryListener* listener) { memory_.set_listener(listener); }
 
  private:
   // Declared first so it goes last: the classes below use it until they are gone.

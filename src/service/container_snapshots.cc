@@ -6,16 +6,23 @@
 // checkpoint finds again), and a container made from it mounts it as any volume. The
 // memory (gvisor tier) is the checkpoint a stop writes (container_memory.cc), hard-linked
 // into the snapshot, so that the restore that brings the source back, which removes its
-// own copy, leaves the snapshot's.
+// own copy, leaves the snapshot's. The uploads (a folder beside the volume, not in it)
+// are copied file by file into the snapshot's uploads/, and from there into each
+// container made from it, where the next listing of its files records them.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "base/blocking.h"
+#include "base/temp_files.h"
 #include "runtime/volume.h"
 #include "service/container_snapshots.h"
 
@@ -31,6 +38,43 @@ using runtime::Volume;
 constexpr const char* kVolumeFile = "volume.img";
 constexpr const char* kMemoryFolder = "memory";
 constexpr const char* kKernelsFile = "kernels";  // container_memory.cc's: written last
+constexpr const char* kUploadsFolder = "uploads";
+
+// Copies the uploads folder `from` into `to` (made here): its folders and regular files
+// with their owners, modes and modification times (a file's record is checked against
+// its size and mtime). Anything else is left out: the uploads folder holds what the
+// Files API stored, and a symlink there is never followed out of it. A body still being
+// written (a temporary name) is left out too. Returns the bytes of the files copied.
+uint64_t copy_uploads(const fs::path& from, const fs::path& to) {
+  struct stat top {};
+  if (lstat(from.c_str(), &top) != 0 || !S_ISDIR(top.st_mode)) return 0;  // none yet
+  fs::create_directories(to);
+  auto keep_attributes = [](const fs::path& path, const struct stat& st) {
+    if (lchown(path.c_str(), st.st_uid, st.st_gid) != 0)
+      throw std::runtime_error("lchown " + path.string() + ": " + std::strerror(errno));
+    if (chmod(path.c_str(), st.st_mode & 07777) != 0)
+      throw std::runtime_error("chmod " + path.string() + ": " + std::strerror(errno));
+  };
+  keep_attributes(to, top);
+  uint64_t bytes = 0;
+  for (auto it = fs::recursive_directory_iterator(from); it != fs::recursive_directory_iterator(); ++it) {
+    const fs::path target = to / fs::relative(it->path(), from);
+    struct stat st {};
+    if (lstat(it->path().c_str(), &st) != 0) continue;  // gone meanwhile (a removal)
+    if (is_temp_name(it->path().filename().string())) continue;
+    if (S_ISDIR(st.st_mode)) {
+      fs::create_directories(target);
+      keep_attributes(target, st);
+    } else if (S_ISREG(st.st_mode)) {
+      fs::copy_file(it->path(), target, fs::copy_options::overwrite_existing);
+      keep_attributes(target, st);
+      const struct timespec times[2] = {st.st_atim, st.st_mtim};
+      utimensat(AT_FDCWD, target.c_str(), times, AT_SYMLINK_NOFOLLOW);
+      bytes += static_cast<uint64_t>(st.st_size);
+    }
+  }
+  return bytes;
+}
 
 // Links every file under `from` into the same place under `to` (a copy where a link
 // cannot be made: another file system). The checkpoint's list of kernels goes last, as
@@ -97,6 +141,13 @@ asio::awaitable<Result<ContainerSnapshots::CapturedState>> ContainerSnapshots::c
                                       (fs::path(folder) / kVolumeFile).string());
     if (!volume) return volume.error();
     captured.bytes += *volume;
+    // E2B's snapshot is the whole file system: the uploads too.
+    try {
+      captured.bytes += copy_uploads(container->paths.uploads, fs::path(folder) / kUploadsFolder);
+    } catch (const fs::filesystem_error& e) {
+      if (e.code() == std::errc::no_space_on_device) return runtime::VolumeError::kNoSpace;
+      throw;
+    }
     return captured;
   };
   std::string failure;
@@ -133,6 +184,14 @@ asio::awaitable<Result<void>> ContainerSnapshots::seed_state(std::shared_ptr<Con
       return mounted.error();
     const fs::path memory = fs::path(folder) / kMemoryFolder;
     if (with_memory && fs::exists(memory / kKernelsFile)) link_tree(memory, memory_folder(*container));
+    // The snapshot's uploads become the container's own (their records are made by the
+    // next listing's look at the disk, as for files code wrote).
+    try {
+      copy_uploads(fs::path(folder) / kUploadsFolder, container->paths.uploads);
+    } catch (const fs::filesystem_error& e) {
+      if (e.code() == std::errc::no_space_on_device) return runtime::VolumeError::kNoSpace;
+      throw;
+    }
     return {};
   };
   std::string failure;
@@ -147,6 +206,8 @@ asio::awaitable<Result<void>> ContainerSnapshots::seed_state(std::shared_ptr<Con
                   failure);
     co_return ApiError::internal();
   }
+  container->index.note_change();
+  if (parts_.durability) parts_.durability->note_change(*container);
   if (!*seeded) {
     if (seeded->error() == runtime::VolumeError::kNoLoopDevice)
       co_return ApiError::overloaded("No loop device is free for the sandbox's volume; try again later",

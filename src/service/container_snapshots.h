@@ -28,15 +28,17 @@ class ContainerSnapshots {
     bool memory = false;  // it holds a checkpoint of the sandbox's memory
   };
   // Copies the container's state into `folder` (made here; it must not exist): its
-  // volume's image, and with keeps_memory() its sandbox's memory: a running sandbox is
+  // volume's image, its uploads (a folder beside the volume; their bytes are counted),
+  // and with keeps_memory() its sandbox's memory: a running sandbox is
   // checkpointed and restored in place (the same processes go on), a stopped one's
   // checkpoint is taken as it is. A native sandbox runs on while its volume is copied
   // (frozen meanwhile). No start of its sandbox overlaps the copy.
   asio::awaitable<Result<CapturedState>> capture_state(std::shared_ptr<Container> container,
                                                        std::string folder);
   // Gives a container made a moment ago, before its sandbox first starts, the state
-  // `capture_state` put in `folder`: its volume becomes a copy of that image, and the
-  // memory (where this tier keeps memory) is what its first start restores.
+  // `capture_state` put in `folder`: its volume becomes a copy of that image, the
+  // uploads its own (recorded by its next listing), and the memory (where this tier
+  // keeps memory) is what its first start restores.
   asio::awaitable<Result<void>> seed_state(std::shared_ptr<Container> container, std::string folder);
 
  private:

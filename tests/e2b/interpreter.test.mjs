@@ -51,6 +51,21 @@ after(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
+// Until `check` answers true (each try may throw: not yet), for at most a minute.
+async function eventually(what, check) {
+  const deadline = Date.now() + 60_000;
+  let last;
+  while (Date.now() < deadline) {
+    try {
+      if (await check()) return;
+    } catch (e) {
+      last = e;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${what} did not happen within a minute (last error: ${last?.stack ?? last})`);
+}
+
 // A test that holds on both isolation tiers runs on each, with that tier's sandbox.
 function onEachTier(name, body) {
   for (const tier of ['native', 'gvisor']) {
@@ -170,6 +185,69 @@ test('pause keeps memory on the gvisor tier; keepMemory: false keeps files only'
     assert.equal((await fresh.runCode("'kept' in globals()")).text, 'False');
     assert.equal(await pidOf(fresh), '');
     assert.equal(await fresh.files.read('/home/user/paused.txt'), 'a file');
+  } finally {
+    await paused.kill().catch(() => {});
+  }
+});
+
+// E2B's processes come back with the memory (gvisor): after pause and connect a
+// background process is listed under its pid with its command, a handle connected after
+// the restore reads what it writes from then on (its count going on from where it was;
+// the handle from before lost its stream at the pause, as with E2B), and kill(pid) ends
+// it and takes it from the list.
+test('pause keeps E2B processes: listed, connected to and killed by pid after the restore (gvisor)', {
+  skip: RUNSC ? false : 'runsc is not installed (Debian: apt-get install runsc)',
+}, async () => {
+  const gopts = { apiKey: ALICE, apiUrl: `${gvisorServer.url}/e2b`, sandboxUrl: `${gvisorServer.url}/e2b/sandbox` };
+  const paused = await Sandbox.create({ ...gopts, timeoutMs: 600_000 });
+  const ticks = (text) => [...text.matchAll(/tick-(\d+)/g)].map((m) => Number(m[1]));
+  try {
+    const sleeper = await paused.commands.run('sleep 300', { background: true, timeoutMs: 0 });
+    const ticker = await paused.commands.run('i=0; while :; do i=$((i+1)); echo tick-$i; sleep 0.1; done',
+      { background: true, timeoutMs: 0 });
+    await eventually('the ticker writes', () => ticks(ticker.stdout).length >= 2);
+    assert.equal(await paused.pause(), true);
+    const lastBefore = Math.max(...ticks(ticker.stdout));
+
+    const back = await Sandbox.connect(paused.sandboxId, { ...gopts, timeoutMs: 600_000 });
+    const listed = await back.commands.list();
+    const sleeping = listed.find((p) => p.pid === sleeper.pid);
+    assert.ok(sleeping, `pid ${sleeper.pid} is listed: ${JSON.stringify(listed)}`);
+    assert.deepEqual(sleeping.args, ['-l', '-c', 'sleep 300']);
+    assert.ok(listed.some((p) => p.pid === ticker.pid), JSON.stringify(listed));
+
+    // The handle from before the pause lost its stream with the sandbox (as E2B's envd
+    // connections end at a pause); one connected now reads what it writes from here on.
+    await assert.rejects(ticker.wait());
+    let seen = '';
+    const connected = await back.commands.connect(ticker.pid, { onStdout: (data) => { seen += data; }, timeoutMs: 0 });
+    await eventually('a handle connected after the restore reads the ticker', () => ticks(seen).length >= 2);
+    assert.ok(Math.min(...ticks(seen)) > lastBefore, `the count goes on past ${lastBefore}: ${seen.slice(0, 200)}`);
+
+    assert.equal(await back.commands.kill(sleeper.pid), true);
+    await eventually('the killed process leaves the list',
+      async () => !(await back.commands.list()).some((p) => p.pid === sleeper.pid));
+    assert.equal(await back.commands.kill(ticker.pid), true);
+    await assert.rejects(connected.wait());  // killed: not a clean exit
+    assert.deepEqual((await back.commands.list()).filter((p) => p.pid === ticker.pid), []);
+  } finally {
+    await paused.kill().catch(() => {});
+  }
+});
+
+// A pause that keeps files only ends the processes: none is listed after connect.
+test('pause({ keepMemory: false }) ends E2B processes (gvisor)', {
+  skip: RUNSC ? false : 'runsc is not installed (Debian: apt-get install runsc)',
+}, async () => {
+  const gopts = { apiKey: ALICE, apiUrl: `${gvisorServer.url}/e2b`, sandboxUrl: `${gvisorServer.url}/e2b/sandbox` };
+  const paused = await Sandbox.create({ ...gopts, timeoutMs: 600_000 });
+  try {
+    const sleeper = await paused.commands.run('sleep 300', { background: true, timeoutMs: 0 });
+    assert.ok((await paused.commands.list()).some((p) => p.pid === sleeper.pid));
+    assert.equal(await paused.pause({ keepMemory: false }), true);
+    const back = await Sandbox.connect(paused.sandboxId, { ...gopts, timeoutMs: 600_000 });
+    assert.deepEqual(await back.commands.list(), []);
+    await assert.rejects(sleeper.wait());
   } finally {
     await paused.kill().catch(() => {});
   }

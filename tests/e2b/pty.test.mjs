@@ -168,11 +168,12 @@ for (const [release, sdk] of [['e2b (lockfile)', current], ['e2b 2.45 (E2B\'s ow
   });
 }
 
-// A pause ends a terminal: on the gvisor tier the pause keeps the sandbox's memory, and a
-// plain background process comes back with the resume, but a terminal (its shell and its
-// jobs) is killed then, since nobody can type into it again; the resumed sandbox gives
-// new terminals. (On the native tier a pause keeps files only: everything ends.)
-test(`a pause ends a terminal and its jobs; the resumed sandbox gives a new one (${ISOLATION})`, { skip: SKIP }, async () => {
+// A terminal across a pause: on the gvisor tier the pause keeps the sandbox's memory, and
+// the terminal (its shell and its jobs) comes back with the resume, as a plain background
+// process does: pty.connect(pid) reads it again and sendInput types into it. On the native
+// tier a pause keeps files only: everything ends. Either way the resumed sandbox gives
+// new terminals.
+test(`a pause keeps a terminal and its jobs with the memory (gvisor) or ends them (native); the resumed sandbox gives a new one (${ISOLATION})`, { skip: SKIP }, async () => {
   const { Sandbox } = current;
   const sandbox = await Sandbox.create({ timeoutMs: 120_000 });
   try {
@@ -190,8 +191,19 @@ test(`a pause ends a terminal and its jobs; the resumed sandbox gives a new one 
     const count = async (seconds) =>
       (await resumed.commands.run(
         `for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < $f 2>/dev/null; echo; done | grep -c "^sleep ${seconds} $" || true`)).stdout.trim();
-    assert.ok(await eventually(async () => (await count(300)) === '0'), 'the terminal\'s job came back with the resume');
-    assert.equal(await count(301), ISOLATION === 'gvisor' ? '1' : '0');
+    if (ISOLATION === 'gvisor') {
+      assert.equal(await count(300), '1', 'the terminal\'s job came back with the resume');
+      assert.equal(await count(301), '1');
+      const back = new Screen();
+      await resumed.pty.connect(terminal.pid, { onData: back.onData });
+      await resumed.pty.sendInput(terminal.pid, encoder.encode('echo "back-$((5+6))"\n'));
+      await back.waitFor(/back-11/);
+      assert.equal(await resumed.pty.kill(terminal.pid), true);
+      assert.ok(await eventually(async () => (await count(300)) === '0'), 'a kill ends the terminal\'s jobs');
+    } else {
+      assert.ok(await eventually(async () => (await count(300)) === '0'), 'the terminal\'s job ended with the pause');
+      assert.equal(await count(301), '0');
+    }
     const again = new Screen();
     const next = await resumed.pty.create({ cols: 80, rows: 24, onData: again.onData });
     await resumed.pty.sendInput(next.pid, encoder.encode('echo "new-$((3+4))"\n'));

@@ -249,26 +249,88 @@ test(`a paused sandbox's snapshot has what its pause kept; a fork of it is a 409
   assert.equal(await Sandbox.deleteSnapshot(snapshot.snapshotId, alice), true);
 });
 
+// The Files API's uploads are part of a snapshot (E2B: a snapshot is the whole file
+// system): a sandbox made from it and a fork have them, as uploads of their own.
+test(`uploads are in a snapshot, the sandboxes made from it and forks (${ISOLATION})`, { skip: SKIP }, async () => {
+  const upload = async (sandboxId, key, body) => {
+    const res = await fetch(`${server.url}/api/gpt/v1/files/${key}?scope_id=${sandboxId}`, {
+      method: 'PUT', headers: { Authorization: `Bearer ${ALICE}` }, body,
+    });
+    assert.equal(res.status, 200, await res.text());
+  };
+  // The uploads the Files API lists (a file's id is its sandbox path, base64url).
+  const listed = async (sandboxId) => {
+    const res = await fetch(`${server.url}/api/gpt/v1/files?scope_id=${sandboxId}`, {
+      headers: { Authorization: `Bearer ${ALICE}` },
+    });
+    assert.equal(res.status, 200);
+    return (await res.json()).data.map((f) => Buffer.from(f.id, 'base64url').toString())
+      .map((path) => path.replace('/mnt/user-data/uploads/', '')).sort();
+  };
+  const sandbox = await Sandbox.create({ ...alice, timeoutMs: 600_000 });
+  made.push(sandbox);
+  await upload(sandbox.sandboxId, 'notes.txt', 'uploaded notes');
+  await upload(sandbox.sandboxId, 'data/2026/q3.csv', 'a,b\n1,2\n');
+  const snapshot = await sandbox.createSnapshot();
+  await upload(sandbox.sandboxId, 'later.txt', 'after the snapshot');
+
+  const copy = await Sandbox.create(snapshot.snapshotId, { ...alice, timeoutMs: 600_000 });
+  made.push(copy);
+  assert.equal(await copy.files.read('/mnt/user-data/uploads/notes.txt'), 'uploaded notes');
+  assert.equal(await copy.files.read('/mnt/user-data/uploads/data/2026/q3.csv'), 'a,b\n1,2\n');
+  assert.equal(await copy.files.exists('/mnt/user-data/uploads/later.txt'), false);
+  assert.equal((await copy.commands.run('cat /mnt/user-data/uploads/notes.txt')).stdout, 'uploaded notes');
+  assert.deepEqual(await listed(copy.sandboxId), ['data/2026/q3.csv', 'notes.txt'].sort());
+
+  const [fork] = await sandbox.fork({ count: 1, timeoutMs: 600_000 });
+  assert.ok(fork instanceof Sandbox, String(fork));
+  made.push(fork);
+  assert.equal(await fork.files.read('/mnt/user-data/uploads/later.txt'), 'after the snapshot');
+  assert.deepEqual(await listed(fork.sandboxId), ['data/2026/q3.csv', 'later.txt', 'notes.txt']);
+  // Each its own: the source keeps its uploads, the copy's are not the source's.
+  assert.deepEqual(await listed(sandbox.sandboxId), ['data/2026/q3.csv', 'later.txt', 'notes.txt']);
+  await upload(copy.sandboxId, 'only-in-copy.txt', 'mine');
+  assert.equal((await listed(sandbox.sandboxId)).includes('only-in-copy.txt'), false);
+  assert.equal(await Sandbox.deleteSnapshot(snapshot.snapshotId, alice), true);
+});
+
 // A snapshot is the owner's stored bytes: one that would take the owner past
-// quotas.storedBytesPerOwner is refused before anything is copied. Each fork succeeds
-// or fails on its own: past quotas.containersPerOwner a fork is an Error in its place.
-test(`a snapshot past the owner's stored bytes is a 403; forks past the container quota fail alone (${ISOLATION})`, { skip: SKIP }, async () => {
-  const small = await startServer(dir, 'small', [
+// quotas.storedBytesPerOwner is refused before anything is copied, and so is a fork
+// (its snapshot, kept only while the forks are made, is checked as one). Each fork
+// succeeds or fails on its own: past quotas.containersPerOwner a fork is an Error in
+// its place.
+test(`a snapshot or a fork past the owner's stored bytes is a 403; forks past the container quota fail alone (${ISOLATION})`, { skip: SKIP }, async () => {
+  const serverWith = (name, quotas) => startServer(dir, name, [
     `auth: { tokens: [ { token: ${ALICE}, owner: alice } ] }`,
-    'quotas: { storedBytesPerOwner: 4096, containersPerOwner: 2 }',
+    `quotas: { ${quotas} }`,
     GVISOR ? 'runtime: { prestartedSandboxes: 0, isolation: gvisor, gvisorPlatform: ptrace }'
       : 'runtime: { prestartedSandboxes: 0 }',
   ]);
+  const small = await serverWith('small', 'storedBytesPerOwner: 4096');
   try {
     const opts = { apiKey: ALICE, apiUrl: `${small.url}/e2b`, sandboxUrl: `${small.url}/e2b/sandbox` };
     const sandbox = await Sandbox.create({ ...opts, timeoutMs: 600_000 });
     try {
-      await assert.rejects(sandbox.createSnapshot(),
-        (e) => e.statusCode === 403 && /Storage quota reached.*storedBytesPerOwner/.test(e.message));
+      const pastQuota = (e) => e.statusCode === 403 &&
+        /Storage quota reached: this owner's files may take at most 4096 bytes \(quotas\.storedBytesPerOwner\), snapshots included/.test(e.message);
+      await assert.rejects(sandbox.createSnapshot(), pastQuota);
       assert.deepEqual(await Sandbox.listSnapshots(opts).nextItems(), []);
       assert.deepEqual(readdirSync(join(dir, 'small', 'snapshots')), []);
+      await assert.rejects(sandbox.fork({ count: 2, timeoutMs: 600_000 }), pastQuota);
+      assert.deepEqual(readdirSync(join(dir, 'small', 'snapshots')), [], 'no fork folder is left');
+      assert.deepEqual((await Sandbox.list(opts).nextItems()).map((s) => s.sandboxId), [sandbox.sandboxId]);
       assert.equal((await sandbox.commands.run('echo still')).stdout, 'still\n');
-
+    } finally {
+      await sandbox.kill().catch(() => {});
+    }
+  } finally {
+    await stopProgram(small.child);
+  }
+  const few = await serverWith('few', 'containersPerOwner: 2');
+  try {
+    const opts = { apiKey: ALICE, apiUrl: `${few.url}/e2b`, sandboxUrl: `${few.url}/e2b/sandbox` };
+    const sandbox = await Sandbox.create({ ...opts, timeoutMs: 600_000 });
+    try {
       await sandbox.files.write('/home/user/forked.txt', 'in every fork');
       const forks = await sandbox.fork({ count: 3, timeoutMs: 600_000 });
       assert.equal(forks.length, 3);
@@ -284,7 +346,7 @@ test(`a snapshot past the owner's stored bytes is a 403; forks past the containe
       await sandbox.kill().catch(() => {});
     }
   } finally {
-    await stopProgram(small.child);
+    await stopProgram(few.child);
   }
 });
 

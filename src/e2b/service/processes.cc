@@ -108,36 +108,44 @@ Process::Process(uint32_t pid, ProcessConfig config, std::optional<std::string> 
     : pid_(pid),
       config_(std::move(config)),
       tag_(std::move(tag)),
+      sandbox_id_(container->id),
       container_(std::move(container)),
       sandbox_(std::move(started.sandbox)),
       execution_id_(started.channel.id),
       strand_(asio::make_strand(container_->strand.get_inner_executor().context())),
-      stdout_fd_(started.channel.stdout_read),
-      stderr_fd_(started.channel.stderr_read),
+      stdout_fd_(-1),
+      stderr_fd_(-1),
       terminal_(started.channel.terminal),
       read_after_(strand_),
       pumps_done_(strand_),
       deadline_(strand_) {
+  take_channel(started.channel, keep_stdin || terminal_);  // (a terminal's input is always the client's)
+  ++container_->executing;  // the idle reaper leaves a sandbox alone while it runs
+}
+
+void Process::take_channel(const runtime::ProcessChannel& channel, bool keep_stdin) {
+  stdout_fd_ = channel.stdout_read;
+  stderr_fd_ = channel.stderr_read;
   // Read without waiting, at the exit (a pipe as sandboxd-init made it has no status
   // flag set to keep).
   fcntl(stdout_fd_, F_SETFL, O_NONBLOCK);
   fcntl(stderr_fd_, F_SETFL, O_NONBLOCK);
-  if (keep_stdin || terminal_)  // (a terminal's input is always the client's)
-    stdin_.emplace(strand_, started.channel.stdin_write);
+  if (keep_stdin)
+    stdin_.emplace(strand_, channel.stdin_write);
   else
-    ::close(started.channel.stdin_write);  // the process reads end of file at once
-  ++container_->executing;                 // the idle reaper leaves a sandbox alone while it runs
+    ::close(channel.stdin_write);  // the process reads end of file at once
 }
 
 Process::~Process() {
   // (A pipe read as it comes is closed by its stream descriptor.)
   if (!stdout_ && stdout_fd_ >= 0) ::close(stdout_fd_);
   if (!stderr_ && stderr_fd_ >= 0) ::close(stderr_fd_);
-  --container_->executing;
+  if (!parked_) --container_->executing;  // (a parked one gave its count back)
 }
 
 void Process::run(std::chrono::milliseconds timeout, std::function<void()> on_end) {
   auto self = shared_from_this();
+  on_end_ = on_end;  // (before anything runs on the strand)
   asio::co_spawn(
       strand_, [self, on_end = std::move(on_end)]() { return self->finish(on_end); }, asio::detached);
   // The two timers' handlers run on the strand (the timers' executor); plain handlers,
@@ -241,6 +249,41 @@ asio::awaitable<void> Process::finish(std::function<void()> on_end) {
     if (stdout_open || stderr_open) start_pumps();  // what it started still writes
   }
   while (pumps_running_ > 0) co_await wait_on(pumps_done_, std::chrono::seconds(1));
+  if (status < 0 && suspended_ && !abandoned_) {
+    // Its sandbox stopped for a checkpoint: the process is in the image, and comes back
+    // with the restore (take_back). Its readers' streams end as the sandbox's (E2B's
+    // clients lose their connections to envd at a pause): each is told "the sandbox
+    // stopped" without waiting for room (a reader that stopped reading holds nothing
+    // back now), and a connect after the restore reads on. Its old pipes are closed.
+    // (Those who connected since the checkpoint began read on after the restore.)
+    ProcessOutput stopped;
+    stopped.kind = ProcessOutput::Kind::kEnd;
+    stopped.exit_code = -1;
+    stopped.sandbox_stopped = true;
+    for (const auto& weak : readers_at_checkpoint_) {
+      auto reader = weak.lock();
+      if (!reader) continue;
+      reader->queue_.push_back(stopped);
+      reader->wake_.cancel();
+      std::erase_if(readers_, [&reader](const auto& other) { return other.lock() == reader; });
+    }
+    readers_at_checkpoint_.clear();
+    stdout_.reset();
+    stderr_.reset();
+    if (stdout_fd_ >= 0 && !pumping_) ::close(stdout_fd_);
+    if (stderr_fd_ >= 0 && !pumping_) ::close(stderr_fd_);
+    stdout_fd_ = stderr_fd_ = -1;
+    pumping_ = false;
+    parked_ = true;
+    --container_->executing;  // a stopped sandbox is not busy
+    if (adopted_) take_back();
+    co_return;
+  }
+  co_await end_with(status, std::move(on_end));
+}
+
+asio::awaitable<void> Process::end_with(int status, std::function<void()> on_end) {
+  auto self = shared_from_this();
   ProcessOutput end;
   end.kind = ProcessOutput::Kind::kEnd;
   const int asked = kill_signal_.load();
@@ -265,6 +308,62 @@ asio::awaitable<void> Process::finish(std::function<void()> on_end) {
                           {"pid", int64_t{pid_}},
                           {"exit_code", int64_t{end_->exit_code}}});
   on_end();
+}
+
+void Process::suspend() {
+  suspended_ = true;
+  asio::dispatch(strand_, [self = shared_from_this()] { self->readers_at_checkpoint_ = self->readers_; });
+}
+
+void Process::resume(std::shared_ptr<Container> container, std::shared_ptr<runtime::Sandbox> sandbox,
+                     runtime::ProcessChannel channel) {
+  asio::dispatch(strand_, [self = shared_from_this(), container = std::move(container),
+                           sandbox = std::move(sandbox), channel] {
+    self->adopted_ = Adopted{container, sandbox, channel};
+    // (Before its old sandbox's end has parked it: finish() takes it back then.)
+    if (self->parked_) self->take_back();
+  });
+}
+
+void Process::take_back() {
+  Adopted adopted = std::move(*adopted_);
+  adopted_.reset();
+  const bool keep_stdin = stdin_ && !stdin_closing_;
+  stdin_.reset();  // (the old sandbox's pipe)
+  container_ = std::move(adopted.container);
+  sandbox_ = std::move(adopted.sandbox);
+  execution_id_ = adopted.channel.id;
+  take_channel(adopted.channel, keep_stdin);
+  ++container_->executing;
+  parked_ = false;
+  suspended_ = false;
+  exited_ = false;
+  // A kill asked for, or a timeout that came, while it was parked.
+  if (kill_signal_ || timed_out_) sandbox_->kill_process(execution_id_);
+  ops::log_event(spdlog::level::info, "process_restored",
+                 {{"owner", container_->owner}, {"container", container_->id}, {"pid", int64_t{pid_}}});
+  read_later();
+  auto self = shared_from_this();
+  asio::co_spawn(
+      strand_, [self]() { return self->finish(self->on_end_); }, asio::detached);
+}
+
+void Process::abandon() {
+  auto self = shared_from_this();
+  auto end = [self]() -> asio::awaitable<void> {
+    self->abandoned_ = true;
+    if (auto& adopted = self->adopted_) {  // (taken back by nobody: its pipes are closed)
+      for (int fd :
+           {adopted->channel.stdin_write, adopted->channel.stdout_read, adopted->channel.stderr_read})
+        if (fd >= 0) ::close(fd);
+      adopted.reset();
+    }
+    if (!self->parked_) co_return;  // its end comes as it would have without a checkpoint
+    self->parked_ = false;
+    ++self->container_->executing;  // (given back by the end, as the destructor does)
+    co_await self->end_with(-1, self->on_end_);
+  };
+  asio::co_spawn(strand_, std::move(end), asio::detached);
 }
 
 void Process::enforce_timeout(std::chrono::milliseconds timeout) {
@@ -353,7 +452,14 @@ asio::awaitable<Result<void>> Process::resize_terminal(runtime::protocol::Termin
     co_return ApiError::invalid_request("Process " + std::to_string(pid_) +
                                         " does not run on a terminal (PTY)");
   if (ended_) co_return ApiError::not_found("Process " + std::to_string(pid_) + " has ended");
-  const int rc = co_await sandbox_->resize_terminal(execution_id_, size);
+  // Its sandbox and id as the strand has them (they change when it comes back from a
+  // checkpoint; a parked one's old sandbox answers -ESRCH).
+  auto self = shared_from_this();
+  auto current = [self]() -> asio::awaitable<std::pair<std::shared_ptr<runtime::Sandbox>, uint32_t>> {
+    co_return std::pair{self->sandbox_, self->execution_id_};
+  };
+  const auto [sandbox, execution_id] = co_await asio::co_spawn(strand_, current(), asio::use_awaitable);
+  const int rc = co_await sandbox->resize_terminal(execution_id, size);
   if (rc == -ESRCH) co_return ApiError::not_found("Process " + std::to_string(pid_) + " has ended");
   if (rc < 0) {
     spdlog::warn("resizing the terminal of process {} in container {} failed: {}", pid_, container_->id,
@@ -365,7 +471,11 @@ asio::awaitable<Result<void>> Process::resize_terminal(runtime::protocol::Termin
 
 void Process::kill(int signal) {
   kill_signal_ = signal > 0 ? signal : SIGKILL;
-  sandbox_->kill_process(execution_id_);
+  // On the strand: its sandbox changes when it comes back from a checkpoint (a parked
+  // one is killed as it does).
+  asio::dispatch(strand_, [self = shared_from_this()] {
+    if (!self->parked_) self->sandbox_->kill_process(self->execution_id_);
+  });
 }
 
 struct Processes::Reservation {
@@ -465,6 +575,29 @@ void Processes::forget(const Key& key, uint32_t pid) {
   if (it == running_.end()) return;
   it->second.erase(pid);
   if (it->second.empty()) running_.erase(it);
+}
+
+void Processes::checkpointing(const Container& container) {
+  for (const auto& process : list(container)) process->suspend();
+}
+
+asio::awaitable<void> Processes::restored(std::shared_ptr<Container> container,
+                                          std::shared_ptr<runtime::Sandbox> sandbox) {
+  for (const auto& process : list(*container)) {
+    if (!process->suspended_) continue;  // started after the checkpoint's look (none: the strand)
+    // Its pipes as the restored sandbox relays them; none when it ended inside before
+    // the checkpoint was taken (its end then comes from its old sandbox's stop).
+    auto channel = co_await sandbox->adopt_process(process->execution_id_);
+    if (channel)
+      process->resume(container, sandbox, *channel);
+    else
+      process->abandon();
+  }
+}
+
+void Processes::memory_lost(const Container& container) {
+  for (const auto& process : list(container))
+    if (process->suspended_) process->abandon();
 }
 
 std::vector<std::shared_ptr<Process>> Processes::list(const Container& container) const {

@@ -6,6 +6,15 @@
 //
 // A slow reader holds back only its own process: the output waits in the process's
 // pipes (and a bounded queue per reader), never in the server without bound.
+//
+// On a tier that keeps memory (gvisor), a stop that checkpoints the sandbox keeps its
+// processes (service::SandboxMemoryListener, implemented by Processes): each stays
+// listed under its pid, parked while the sandbox is stopped, and after the restore takes
+// its process back (runtime::Sandbox::adopt_process) with its output, stdin, signals
+// and end for the readers that connect then (those connected at the checkpoint see the
+// sandbox stop, as E2B's clients lose envd at a pause). A start that
+// is fresh (no checkpoint, or one that could not be restored) ends them as "the sandbox
+// stopped".
 #pragma once
 
 #include <atomic>
@@ -91,7 +100,7 @@ class Process : public std::enable_shared_from_this<Process> {
   uint32_t pid() const { return pid_; }
   const ProcessConfig& config() const { return config_; }
   const std::optional<std::string>& tag() const { return tag_; }
-  const std::string& sandbox_id() const { return container_->id; }
+  const std::string& sandbox_id() const { return sandbox_id_; }
   bool ended() const { return ended_.load(); }
   bool on_terminal() const { return terminal_; }
 
@@ -107,7 +116,8 @@ class Process : public std::enable_shared_from_this<Process> {
   // file after the last byte taken).
   asio::awaitable<Result<void>> close_stdin();
   // Kills its whole process tree (sandboxd runs each process in its own execution
-  // cgroup, and ends it as a whole: every signal asked for is a kill).
+  // cgroup, and ends it as a whole: every signal asked for is a kill). One parked across
+  // a checkpoint is killed as its sandbox comes back.
   void kill(int signal);
   // Sets the window size of its terminal (the kernel signals SIGWINCH to the terminal's
   // foreground process group), on either isolation tier (runtime::Sandbox::resize_terminal).
@@ -132,18 +142,38 @@ class Process : public std::enable_shared_from_this<Process> {
   // process it started holds it) or more is coming.
   asio::awaitable<bool> drain(int fd, ProcessOutput::Kind kind);
   asio::awaitable<void> finish(std::function<void()> on_end);
+  // Its end for readers (from its exit status, -1: the sandbox stopped), then `on_end`.
+  asio::awaitable<void> end_with(int status, std::function<void()> on_end);
   void enforce_timeout(std::chrono::milliseconds timeout);
   // Hands `piece` to every reader; waits while one of them has kReaderBuffer queued.
   asio::awaitable<void> deliver(ProcessOutput piece);
   // Writes the queued stdin bytes as the process takes them (one at a time per process).
   asio::awaitable<void> write_queued_stdin();
+  // Across a checkpoint of its sandbox (Processes' SandboxMemoryListener calls). Any
+  // thread: each hops to the strand.
+  // Its sandbox is being checkpointed: an end for "the sandbox stopped" parks it instead.
+  void suspend();
+  // Its sandbox came back: it goes on with the adopted process's pipes.
+  void resume(std::shared_ptr<Container> container, std::shared_ptr<runtime::Sandbox> sandbox,
+              runtime::ProcessChannel channel);
+  // Its sandbox will not come back: it ends as "the sandbox stopped".
+  void abandon();
+  // On the strand: the parked process takes the adopted one's pipes and runs on.
+  void take_back();
+  // On the strand: a parked process ends for good (its readers get the end).
+  asio::awaitable<void> end_parked();
+  // Opens the channel's descriptors (the constructor's and take_back's).
+  void take_channel(const runtime::ProcessChannel& channel, bool keep_stdin);
 
   const uint32_t pid_;
   const ProcessConfig config_;
   const std::optional<std::string> tag_;
+  const std::string sandbox_id_;
+  // Replaced (on the strand) when it comes back from a checkpoint: the container may
+  // have been closed and opened anew meanwhile, the sandbox is a new one.
   std::shared_ptr<Container> container_;
   std::shared_ptr<runtime::Sandbox> sandbox_;
-  const uint32_t execution_id_;
+  uint32_t execution_id_;
   // A strand of the io_context's own executor (as the container's and the sandbox's):
   // it fits an any_io_executor without an allocation at every copy into a handler, a
   // timer or a coroutine, where a strand of an any_io_executor does not.
@@ -176,11 +206,43 @@ class Process : public std::enable_shared_from_this<Process> {
   std::atomic<bool> ended_{false};
   std::atomic<int> kill_signal_{0};  // the signal a client asked for (0: none)
   std::atomic<bool> timed_out_{false};
+  // Across a checkpoint. suspended_: any thread; the rest on the strand.
+  std::atomic<bool> suspended_{false};
+  bool parked_ = false;  // its sandbox stopped under it, kept for a restore
+  bool abandoned_ = false;
+  struct Adopted {
+    std::shared_ptr<Container> container;
+    std::shared_ptr<runtime::Sandbox> sandbox;
+    runtime::ProcessChannel channel;
+  };
+  std::optional<Adopted> adopted_;  // a restore that came before the park
+  // Its readers as the checkpoint began: their streams end with the sandbox.
+  std::vector<std::weak_ptr<ProcessReader>> readers_at_checkpoint_;
+  std::function<void()> on_end_;  // run()'s, kept for the end after a restore
 };
 
-// Every sandbox's processes, by sandbox (owner and container id) and pid.
-class Processes {
+// Every sandbox's processes, by sandbox (owner and container id) and pid. Told of
+// checkpoints and restores of their sandboxes (watch_memory): the processes a
+// checkpoint keeps stay listed, and come back with the restore.
+class Processes : public service::SandboxMemoryListener {
  public:
+  // Registers this as the service's memory listener (once, before serving; this
+  // outlives the service's last stop).
+  void watch_memory(ContainerService& service) {
+    service.set_memory_listener(this);
+    watched_ = &service;
+  }
+  Processes() = default;
+  Processes(const Processes&) = delete;
+  Processes& operator=(const Processes&) = delete;
+  ~Processes() override {
+    if (watched_) watched_->set_memory_listener(nullptr);
+  }
+  void checkpointing(const Container& container) override;
+  asio::awaitable<void> restored(std::shared_ptr<Container> container,
+                                 std::shared_ptr<runtime::Sandbox> sandbox) override;
+  void memory_lost(const Container& container) override;
+
   // Running at once in one sandbox (beyond it, a 429): each holds pipes and a reader.
   // Counted from the moment a start is accepted, before it runs, so that concurrent
   // starts cannot pass it together.
@@ -216,6 +278,7 @@ class Processes {
   std::map<Key, size_t> starting_;
   std::map<Key, std::multiset<std::string>> starting_tags_;
   std::atomic<uint32_t> next_pid_{1000};
+  ContainerService* watched_ = nullptr;
 };
 
 }  // namespace sandboxd::e2b

@@ -414,6 +414,9 @@ asio::awaitable<Result<bool>> Sandboxes::resume(const std::string& owner, const 
     return records_.resume(owner, id, end_at_least, end_if_paused);
   });
   if (!was_paused) co_return sandbox_not_found(id);
+  // A resumed sandbox runs, as a new one does (create): what its pause kept (its
+  // processes, with the memory) goes on from now, not from its next command.
+  if (*was_paused) containers_.lifecycle().start_sandbox_soon(*container);
   co_return *was_paused;
 }
 

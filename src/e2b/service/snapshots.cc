@@ -133,6 +133,30 @@ asio::awaitable<Result<std::shared_ptr<Container>>> Snapshots::source(const Sand
   co_return co_await sandboxes_.open(sandbox);
 }
 
+asio::awaitable<std::optional<ApiError>> Snapshots::past_stored_bytes(const std::string& owner,
+                                                                      const Container& container) {
+  const uint64_t limit = containers_.settings()->stored_bytes_per_owner;
+  if (limit == 0) co_return std::nullopt;
+  // What the owner keeps, and what the copy will take: the volume's allocated blocks and
+  // the uploads (its memory, when it has some, is counted once it is taken).
+  auto measure = [this, &owner, &container] {
+    struct stat st {};
+    uint64_t copy =
+        stat(container.volume_image.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(container.paths.uploads, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+      if (it->is_regular_file(ec) && !it->is_symlink(ec)) copy += it->file_size(ec);
+    return containers_.metadata().owner_bytes(owner) + copy;
+  };
+  if (co_await store(std::move(measure)) > limit)
+    co_return ApiError::permission("Storage quota reached: this owner's files may take at most " +
+                                   std::to_string(limit) +
+                                   " bytes (quotas.storedBytesPerOwner), snapshots included; delete "
+                                   "some files or snapshots first");
+  co_return std::nullopt;
+}
+
 asio::awaitable<Result<Snapshot>> Snapshots::create(std::string owner, std::string sandbox_id,
                                                     std::string name) {
   if (!name.empty())
@@ -160,21 +184,7 @@ asio::awaitable<Result<Snapshot>> Snapshots::create(std::string owner, std::stri
       if (--self.creating_[owner] == 0) self.creating_.erase(owner);
     }
   } created{*this, owner};
-  // The stored bytes: what the owner keeps, and what the copy will take (the volume's
-  // allocated blocks; its memory, when it has some, is counted once it is taken).
-  if (const uint64_t limit = containers_.settings()->stored_bytes_per_owner) {
-    auto measure = [this, &owner, &container] {
-      struct stat st {};
-      const uint64_t image =
-          stat((*container)->volume_image.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
-      return containers_.metadata().owner_bytes(owner) + image;
-    };
-    if (co_await store(std::move(measure)) > limit)
-      co_return ApiError::permission("Storage quota reached: this owner's files may take at most " +
-                                     std::to_string(limit) +
-                                     " bytes (quotas.storedBytesPerOwner), snapshots included; delete "
-                                     "some files or snapshots first");
-  }
+  if (auto refused = co_await past_stored_bytes(owner, **container)) co_return *refused;
   Snapshot snapshot;
   snapshot.id = lower_alnum(20);
   snapshot.owner = owner;
@@ -291,6 +301,10 @@ asio::awaitable<Result<std::vector<Result<Sandbox>>>> Snapshots::fork(std::strin
   auto container = co_await source(*found);
   if (!container) co_return container.error();
   containers_.lifecycle().touch(**container);  // in use: no idle stop closes its volume meanwhile
+  // Its snapshot is not recorded (it goes once the forks are made), so it is not in the
+  // owner's stored bytes meanwhile: the owner's quota is checked before, as for a
+  // snapshot, so that a fork cannot take the disk past it.
+  if (auto refused = co_await past_stored_bytes(owner, **container)) co_return *refused;
   const std::string folder = folder_of(std::string(kForkPrefix) + lower_alnum(20));
   auto captured = co_await containers_.snapshots().capture_state(*container, folder);
   if (!captured) {

@@ -85,6 +85,10 @@ class Snapshots {
   asio::awaitable<void> remove_folder(std::string folder);
   // A snapshot's stored state: its folder, or in cluster mode its objects in the bucket.
   asio::awaitable<void> remove_state(std::string owner, std::string id);
+  // 403 (as E2B words a quota) when the owner's stored bytes and what a copy of the
+  // container would take pass quotas.storedBytesPerOwner; nullopt otherwise.
+  asio::awaitable<std::optional<ApiError>> past_stored_bytes(const std::string& owner,
+                                                             const Container& container);
   // A sandbox made from the state in `folder`.
   asio::awaitable<Result<Sandbox>> create_from(std::string owner, std::string folder, NewSandbox request);
   template <typename Fn>
