@@ -176,16 +176,22 @@ TEST_F(ClusterE2b, SnapshotsLiveInTheBucketAndOutliveTheReplicaThatTookThem) {
   }
 
   // In the bucket: the volume's list of extents and their data, under the snapshot's
-  // prefix; the data far smaller than the image's apparent size (the volume's quota).
+  // prefix; the data far smaller than the image's apparent size (the volume's quota);
+  // the one upload's bytes and the list of the uploads.
   const auto objects = snapshot_objects(*s3_);
   const sandboxd::store::S3Object* extents = nullptr;
   const sandboxd::store::S3Object* data = nullptr;
+  const sandboxd::store::S3Object* upload = nullptr;
+  const sandboxd::store::S3Object* uploads_list = nullptr;
   for (const auto& object : objects) {
     if (object.key.ends_with("/volume.extents")) extents = &object;
     if (object.key.ends_with("/volume.data")) data = &object;
+    if (object.key.ends_with("/uploads/0")) upload = &object;
+    if (object.key.ends_with("/uploads.list")) uploads_list = &object;
   }
-  ASSERT_EQ(objects.size(), 2u) << "a native snapshot is its volume's two objects";
-  ASSERT_TRUE(extents && data);
+  ASSERT_EQ(objects.size(), 4u) << "a native snapshot is its volume's two objects and its uploads' two";
+  ASSERT_TRUE(extents && data && upload && uploads_list);
+  EXPECT_EQ(upload->size, std::string("uploaded notes").size());
   {
     const fs::path list = root_ / "extents.txt";
     sandboxd::UniqueFd file(::open(list.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600));

@@ -178,14 +178,15 @@ class SkillsInSandboxTest : public ::testing::TestWithParam<SandboxTier>,
   static void TearDownTestSuite() { stop_server(); }
   void SetUp() override {
     if (GetParam() == SandboxTier::kGvisor && rt::find_runsc().empty())
-      GTEST_SKIP() << "runsc is not installed (Debian: apt-get install runsc): the gvisor tier cannot run here";
+      GTEST_SKIP()
+          << "runsc is not installed (Debian: apt-get install runsc): the gvisor tier cannot run here";
     if (!server)
-      start_server(GetParam() == SandboxTier::kGvisor ? "  isolation: gvisor\n  gvisorPlatform: ptrace\n" : "");
+      start_server(GetParam() == SandboxTier::kGvisor ? "  isolation: gvisor\n  gvisorPlatform: ptrace\n"
+                                                      : "");
     prepare_test();
   }
   void TearDown() override { expect_every_step_used(); }
 };
-
 
 // The skill appears in a sandbox that already runs (started by an earlier command), its
 // script writes an output the Files API serves, and it is gone for the next request.

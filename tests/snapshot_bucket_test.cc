@@ -168,5 +168,60 @@ TEST_F(SnapshotBucketTest, WhatIsNotASnapshotIsRefused) {
   EXPECT_TRUE(objects(bucket_->prefix_of("alice", "empty")).empty());
 }
 
+// The uploads a capture put beside the volume come back as they were: folders and files,
+// their owners, modes and modification times, names of any bytes (an uploader chose them);
+// a list of uploads that names a place outside the folder is refused.
+TEST_F(SnapshotBucketTest, UploadsComeBackWithTheirOwnersModesAndTimesAndAHostileListIsRefused) {
+  const fs::path captured = root_ / "with-uploads";
+  fs::create_directories(captured / "uploads" / "data 2026");
+  {
+    int fd = ::open((captured / "volume.img").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, 1 << 20), 0);
+    write_at(fd, "ext4 here", 0);
+    ::close(fd);
+  }
+  const std::string odd_name = "line\nbreak %41 \xff.csv";
+  std::ofstream(captured / "uploads" / "notes.txt") << "uploaded notes";
+  std::ofstream(captured / "uploads" / "data 2026" / odd_name) << "a,b\n1,2\n";
+  ASSERT_EQ(chown((captured / "uploads" / "notes.txt").c_str(), 1000, 1000), 0);
+  ASSERT_EQ(chmod((captured / "uploads" / "notes.txt").c_str(), 0640), 0);
+  const struct timespec then[2] = {{1700000000, 123456789}, {1700000000, 123456789}};
+  ASSERT_EQ(utimensat(AT_FDCWD, (captured / "uploads" / "notes.txt").c_str(), then, 0), 0);
+  ASSERT_EQ(chmod((captured / "uploads" / "data 2026").c_str(), 0750), 0);
+
+  ASSERT_TRUE(run(bucket_->upload("alice", "up1", captured.string())));
+  for (const auto& object : objects(bucket_->prefix_of("alice", "up1")))
+    EXPECT_EQ(object.key.find("line"), std::string::npos) << "a name in a key: " << object.key;
+  const fs::path fetched = root_ / "fetched-uploads";
+  ASSERT_TRUE(run(bucket_->download("alice", "up1", fetched.string())));
+  EXPECT_EQ(read_all(fetched / "uploads" / "notes.txt"), "uploaded notes");
+  EXPECT_EQ(read_all(fetched / "uploads" / "data 2026" / odd_name), "a,b\n1,2\n");
+  struct stat st {};
+  ASSERT_EQ(stat((fetched / "uploads" / "notes.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  EXPECT_EQ(st.st_gid, 1000u);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(st.st_mtim.tv_sec, 1700000000);
+  EXPECT_EQ(st.st_mtim.tv_nsec, 123456789);
+  ASSERT_EQ(stat((fetched / "uploads" / "data 2026").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+
+  // A list naming "../escaped" (hex), or a line cut short: refused, nothing written out.
+  const std::string prefix = bucket_->prefix_of("alice", "up1");
+  for (const std::string list :
+       {"sandboxd-uploads 1\nd 755 0 0 0 0 0 2e\nf 644 0 0 0 0 14 2e2e2f65736361706564\n",
+        "sandboxd-uploads 1\nf 644 0 0 0 0 14\n"}) {
+    ASSERT_TRUE(client_->put_object(prefix + "uploads.list", list));
+    const fs::path folder = root_ / "hostile";
+    fs::remove_all(folder);
+    auto refused = run(bucket_->download("alice", "up1", folder.string()));
+    ASSERT_FALSE(refused) << list;
+    EXPECT_FALSE(fs::exists(folder / "escaped")) << list;
+  }
+  run(bucket_->remove("alice", "up1"));
+  EXPECT_TRUE(objects(bucket_->prefix_of("alice", "up1")).empty());
+}
+
 }  // namespace
 }  // namespace sandboxd::testing

@@ -7,14 +7,18 @@
 #include <spdlog/spdlog.h>
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <vector>
 
 #include "base/blocking.h"
+#include "base/hex.h"
 #include "base/unique_fd.h"
 #include "store/md5.h"
 
@@ -30,6 +34,13 @@ constexpr const char* kKernelsFile = "kernels";  // the checkpoint's: a folder w
 constexpr const char* kExtentsObject = "volume.extents";
 constexpr const char* kDataObject = "volume.data";
 constexpr std::string_view kExtentsHeader = "sandboxd-extents 1";
+// The container's uploads (ContainerSnapshots puts them in the folder's uploads/): each
+// file's bytes as uploads/<n>, then the list of every folder and file with its mode,
+// owner and times (the list last: a download reads the files it names). Names are hex in
+// the list and nowhere in a key: whoever uploaded a file chose its name.
+constexpr const char* kUploadsFolder = "uploads";
+constexpr const char* kUploadsList = "uploads.list";
+constexpr std::string_view kUploadsHeader = "sandboxd-uploads 1";
 
 struct Extent {
   uint64_t offset = 0, length = 0;
@@ -161,6 +172,69 @@ std::optional<std::vector<Extent>> parse_extents(const std::string& text, uint64
   return extents;
 }
 
+// One folder or file of the uploads' list.
+struct UploadEntry {
+  char kind = 0;  // 'd' a folder, 'f' a file (uploads/<index>)
+  uint32_t mode = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  timespec mtime{};
+  uint64_t size = 0;
+  std::string path;  // relative to the uploads folder ("." for the folder itself)
+};
+
+std::string hex_of(const std::string& text) {
+  return hex_encode(reinterpret_cast<const unsigned char*>(text.data()), text.size());
+}
+
+std::optional<std::string> unhex(const std::string& text) {
+  if (text.size() % 2 != 0) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < text.size(); i += 2) {
+    int byte = 0;
+    for (char c : {text[i], text[i + 1]}) {
+      const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (digit < 0) return std::nullopt;
+      byte = byte * 16 + digit;
+    }
+    out.push_back(static_cast<char>(byte));
+  }
+  return out;
+}
+
+// The list, strictly: every line whole, every path inside the folder, no NUL in a name.
+std::optional<std::vector<UploadEntry>> parse_uploads(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line) || line != kUploadsHeader) return std::nullopt;
+  std::vector<UploadEntry> entries;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    UploadEntry entry;
+    std::string kind, mode, name;
+    int64_t seconds = 0, nanoseconds = 0;
+    if (!(fields >> kind >> mode >> entry.uid >> entry.gid >> seconds >> nanoseconds >> entry.size >> name) ||
+        !(fields >> std::ws).eof() || (kind != "d" && kind != "f"))
+      return std::nullopt;
+    entry.kind = kind[0];
+    char* end = nullptr;
+    const unsigned long bits = std::strtoul(mode.c_str(), &end, 8);
+    if (mode.empty() || *end != '\0' || bits > 07777 || nanoseconds < 0 || nanoseconds >= 1'000'000'000)
+      return std::nullopt;
+    entry.mode = static_cast<uint32_t>(bits);
+    entry.mtime = {static_cast<time_t>(seconds), static_cast<long>(nanoseconds)};
+    auto path = unhex(name);
+    if (!path || path->empty() || path->find('\0') != std::string::npos || path->front() == '/')
+      return std::nullopt;
+    const fs::path normal = fs::path(*path).lexically_normal();
+    if (normal.empty() || normal.string().starts_with("..") || (*path != "." && normal == "."))
+      return std::nullopt;
+    entry.path = *path == "." ? "." : normal.string();
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
 // `length` bytes of `from` at `from_offset` into `to` at `to_offset` (in the kernel:
 // copy_file_range shares blocks where the file system can; read and write where it
 // cannot copy between these files at all).
@@ -248,9 +322,44 @@ std::optional<SnapshotBucket::Failure> SnapshotBucket::upload_blocking(const std
     return bucket_failure(stored.error());
   if (auto stored = client_->put_object(prefix + kExtentsObject, list.str()); !stored)
     return bucket_failure(stored.error());
+  // The uploads.
+  std::error_code ec;
+  const fs::path uploads = fs::path(folder) / kUploadsFolder;
+  if (fs::exists(uploads, ec)) {
+    std::ostringstream listing;
+    listing << kUploadsHeader << "\n";
+    size_t files = 0;
+    const auto add = [&](const fs::path& path, const std::string& relative) -> std::optional<Failure> {
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) != 0) return Failure{true, errno_text("lstat " + path.string())};
+      char kind = 0;
+      if (S_ISDIR(st.st_mode)) {
+        kind = 'd';
+      } else if (S_ISREG(st.st_mode)) {
+        kind = 'f';
+        const std::string key = prefix + kUploadsFolder + "/" + std::to_string(files++);
+        if (auto stored = upload_file(*client_, key, path, part_bytes_); !stored)
+          return bucket_failure(stored.error());
+      } else {
+        return std::nullopt;  // (the capture copies folders and files only)
+      }
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%o", static_cast<unsigned>(st.st_mode & 07777));
+      listing << kind << ' ' << mode << ' ' << st.st_uid << ' ' << st.st_gid << ' ' << st.st_mtim.tv_sec
+              << ' ' << st.st_mtim.tv_nsec << ' ' << (kind == 'f' ? static_cast<uint64_t>(st.st_size) : 0)
+              << ' ' << hex_of(relative) << "\n";
+      return std::nullopt;
+    };
+    if (auto failed = add(uploads, ".")) return failed;
+    for (auto it = fs::recursive_directory_iterator(uploads, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+      if (auto failed = add(it->path(), fs::relative(it->path(), uploads).string())) return failed;
+    if (ec) return Failure{true, "listing " + uploads.string() + ": " + ec.message()};
+    if (auto stored = client_->put_object(prefix + kUploadsList, listing.str()); !stored)
+      return bucket_failure(stored.error());
+  }
   // The memory's checkpoint, its list of kernels last (as container_memory.cc writes it).
   const fs::path memory = fs::path(folder) / kMemoryFolder;
-  std::error_code ec;
   if (!fs::exists(memory, ec)) return std::nullopt;
   std::vector<fs::path> files;
   for (const auto& entry : fs::recursive_directory_iterator(memory, ec))
@@ -308,6 +417,40 @@ std::optional<SnapshotBucket::Failure> SnapshotBucket::download_blocking(const s
   if (::fsync(image.get()) != 0) return Failure{true, errno_text("fsync " + image_path.string())};
   data.reset();
   fs::remove(data_path, ec);
+  // The uploads, when the snapshot has some: their folders and files as they were.
+  auto listed = client_->list_objects(prefix + kUploadsList);
+  if (!listed) return Failure{false, "listing " + prefix + kUploadsList + ": " + listed.error().describe()};
+  if (!listed->empty()) {
+    const fs::path list_file = root / kUploadsList;
+    if (auto failed = download_file(*client_, prefix + kUploadsList, list_file, std::nullopt, local))
+      return Failure{local, *failed};
+    std::ostringstream read;
+    read << std::ifstream(list_file).rdbuf();
+    fs::remove(list_file, ec);
+    auto entries = parse_uploads(read.str());
+    if (!entries) return Failure{false, "object " + prefix + kUploadsList + " is not a list of uploads"};
+    const fs::path uploads = root / kUploadsFolder;
+    fs::create_directory(uploads, ec);
+    size_t files = 0;
+    for (const auto& entry : *entries) {
+      const fs::path target = entry.path == "." ? uploads : uploads / entry.path;
+      if (entry.kind == 'd') {
+        fs::create_directories(target, ec);
+        if (ec) return Failure{true, "creating " + target.string() + ": " + ec.message()};
+      } else {
+        fs::create_directories(target.parent_path(), ec);
+        if (auto failed = download_file(*client_, prefix + kUploadsFolder + "/" + std::to_string(files++),
+                                        target, entry.size, local))
+          return Failure{local, *failed};
+      }
+      // (A path that is a symlink here was made by nothing but this loop: lchown, and
+      // chmod/utimensat of what this loop created.)
+      const struct timespec times[2] = {entry.mtime, entry.mtime};
+      if (::lchown(target.c_str(), entry.uid, entry.gid) != 0 || ::chmod(target.c_str(), entry.mode) != 0 ||
+          ::utimensat(AT_FDCWD, target.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0)
+        return Failure{true, errno_text("setting the owner, mode and times of " + target.string())};
+    }
+  }
   // The memory's files (none on the native tier), the list of kernels last.
   auto objects = client_->list_objects(prefix + kMemoryFolder + "/");
   if (!objects)

@@ -180,6 +180,11 @@ async function after() {
 async function snapshotsBefore() {
   const source = await Sandbox.create({ ...A, timeoutMs: 600_000 });
   await source.files.write('/home/user/kept.txt', 'kept by the snapshot');
+  // An upload through sandboxd's Files API: part of the snapshot, through the bucket too.
+  const uploaded = await fetch(`${process.env.REPLICA_A}/api/gpt/v1/files/notes.txt?scope_id=${source.sandboxId}`, {
+    method: 'PUT', headers: { Authorization: `Bearer ${alice}` }, body: 'uploaded notes',
+  });
+  assert.equal(uploaded.status, 200, await uploaded.text());
   const snapshot = await source.createSnapshot();
   assert.match(snapshot.snapshotId, /^[a-z0-9]{20}:default$/);
   await source.files.write('/home/user/later.txt', 'after the snapshot');
@@ -188,6 +193,7 @@ async function snapshotsBefore() {
   const copy = await Sandbox.create(snapshot.snapshotId, { ...B, timeoutMs: 600_000 });
   assert.equal(await copy.files.read('/home/user/kept.txt'), 'kept by the snapshot');
   assert.equal(await copy.files.exists('/home/user/later.txt'), false, 'written after the snapshot');
+  assert.equal((await copy.commands.run('cat /mnt/user-data/uploads/notes.txt')).stdout, 'uploaded notes');
   assert.equal((await copy.getInfo()).templateId, snapshot.snapshotId);
   const listed = await Sandbox.listSnapshots({ ...B, sandboxId: source.sandboxId }).nextItems();
   assert.deepEqual(listed.map((s) => s.snapshotId), [snapshot.snapshotId]);
@@ -226,6 +232,7 @@ async function snapshotsAfter() {
   // A is gone: the snapshot it took is still the cluster's.
   const again = await Sandbox.create(state.snapshot, { ...B, timeoutMs: 600_000 });
   assert.equal(await again.files.read('/home/user/kept.txt'), 'kept by the snapshot');
+  assert.equal(await again.files.read('/mnt/user-data/uploads/notes.txt'), 'uploaded notes');
   const listed = await Sandbox.listSnapshots(B).nextItems();
   assert.deepEqual(listed.map((s) => s.snapshotId), [state.snapshot]);
   assert.equal(await Sandbox.deleteSnapshot(state.snapshot, B), true);
