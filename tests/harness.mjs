@@ -8,6 +8,22 @@ import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
+// Until `check` answers true (each try may throw: not yet), for at most a minute, trying
+// every `intervalMs`.
+export async function eventually(what, check, intervalMs = 100) {
+  const deadline = Date.now() + 60_000;
+  let last;
+  while (Date.now() < deadline) {
+    try {
+      if (await check()) return;
+    } catch (e) {
+      last = e;
+    }
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+  throw new Error(`${what} did not happen within a minute (last error: ${last?.stack ?? last})`);
+}
+
 // Starts a program and resolves with the first match of `pattern` in its stdout.
 export function startProgram(command, args, pattern) {
   return new Promise((resolve, reject) => {

@@ -12,6 +12,7 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Sandbox, NotFoundError, SandboxNotFoundError, CommandExitError } from 'e2b';
 import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter';
+import { eventually } from '../harness.mjs';
 
 const [phase, statePath] = process.argv.slice(2);
 const alice = process.env.ALICE_KEY;
@@ -19,22 +20,6 @@ const bob = process.env.BOB_KEY;
 const on = (url, apiKey = alice) => ({ apiUrl: `${url}/e2b`, sandboxUrl: `${url}/e2b/sandbox`, apiKey });
 const A = on(process.env.REPLICA_A);
 const B = on(process.env.REPLICA_B);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-// Until `check` answers true (each try may throw: not yet), for at most a minute.
-async function eventually(what, check) {
-  const deadline = Date.now() + 60_000;
-  let last;
-  while (Date.now() < deadline) {
-    try {
-      if (await check()) return;
-    } catch (e) {
-      last = e;
-    }
-    await sleep(250);
-  }
-  throw new Error(`${what} did not happen within a minute (last error: ${last?.stack ?? last})`);
-}
 
 const gone = (id, opts) => Sandbox.getInfo(id, opts).then(() => false, (e) => {
   if (e instanceof SandboxNotFoundError) return true;

@@ -8,7 +8,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox, NotFoundError } from '@e2b/code-interpreter';
-import { startServer, stopProgram } from '../harness.mjs';
+import { eventually, startServer, stopProgram } from '../harness.mjs';
 
 const ALICE = 'e2b-interpreter-alice-token';
 const BOB = 'e2b-interpreter-bob-token';
@@ -50,21 +50,6 @@ after(async () => {
   if (gvisorServer) await stopProgram(gvisorServer.child);
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
-
-// Until `check` answers true (each try may throw: not yet), for at most a minute.
-async function eventually(what, check) {
-  const deadline = Date.now() + 60_000;
-  let last;
-  while (Date.now() < deadline) {
-    try {
-      if (await check()) return;
-    } catch (e) {
-      last = e;
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`${what} did not happen within a minute (last error: ${last?.stack ?? last})`);
-}
 
 // A test that holds on both isolation tiers runs on each, with that tier's sandbox.
 function onEachTier(name, body) {
