@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -70,7 +71,8 @@ class GvisorTest : public sandboxd::testing::SharedServerSuite {
     // A memory limit small enough to cross, large enough for bash and python to start.
     start_server(
         "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n"
-        "codeInterpreter:\n  memoryLimitMb: 128\n");
+        "codeInterpreter:\n  memoryLimitMb: 128\n"
+        "auth:\n  adminToken: admin-secret-for-tests-x\n");
   }
   void SetUp() override {
     if (!server)
@@ -179,6 +181,46 @@ TEST_F(GvisorTest, FilesPersistAcrossCommandsAndAreSeenThroughTheFilesApi) {
   // And the other way: a file put through the API is there for the next command.
   sh("curl -s -X PUT " + files("/up.txt") + " -H 'Authorization: Bearer secret-alice' -d uploaded");
   EXPECT_EQ(text(bash("cat /mnt/user-data/uploads/up.txt"), "stdout"), "uploaded");
+}
+
+// runtime.prestartedSandboxes (2 by default) holds on this tier too: a new container's
+// first command runs in a sandbox that was up before the container was asked for, with
+// the container's folders put in place inside it (runsc was given only the slots'
+// parents; PID 1 binds each folder): the same contract as a sandbox started for it.
+TEST_F(GvisorTest, ANewContainersFirstCommandRunsInAPreStartedSandboxOverItsFolders) {
+  auto prestarted = [] {
+    auto view = server->curl_json(server->url("/admin/sandboxes"), "admin-secret-for-tests-x");
+    return view.is_object() && view.as_object().contains("prestarted")
+               ? view.at("prestarted").to_number<int64_t>()
+               : -1;
+  };
+  ASSERT_TRUE(eventually([&] { return prestarted() >= 1; }, std::chrono::seconds(60)));
+  // An upload makes the container (its folders, no sandbox yet); the pool's sandbox
+  // waits on meanwhile, so its PID 1 is older than the container's first command.
+  sh("curl -s -X PUT " + files("/given.txt") + " -H 'Authorization: Bearer secret-alice' -d given");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  auto first = bash(
+      "ps -o etimes= -p 1 | tr -d ' '; cat /mnt/user-data/uploads/given.txt; echo; "
+      "echo made > made.txt && echo out > /mnt/user-data/outputs/out.txt && echo written; "
+      "touch /mnt/user-data/uploads/mine 2>&1 | grep -c 'Read-only'; "
+      "ls /.sandboxd/slots 2>&1 | grep -c 'Permission denied'; "
+      "stat -c '%a %u' /home/agent/workspace /mnt/user-data/outputs /mnt/user-data/uploads");
+  const std::string out = text(first, "stdout");
+  std::istringstream lines(out);
+  std::string age;
+  std::getline(lines, age);
+  EXPECT_GE(std::atoi(age.c_str()), 2) << "PID 1 started for this command:\n" << out;
+  EXPECT_EQ(out.substr(out.find('\n') + 1), "given\nwritten\n1\n1\n755 1000\n755 1000\n755 1000\n")
+      << out << text(first, "stderr");
+  // The writes reached the container's own folders, as the Files API sees them.
+  EXPECT_EQ(server->curl(files("/" + file_id("/mnt/user-data/outputs/out.txt") + "/content")), "out\n");
+  EXPECT_EQ(text(bash("cat made.txt"), "stdout"), "made\n");
+  // PID 1 gave up CAP_SYS_ADMIN (bit 21) once the folders were bound; it kept what the
+  // commands' tree management needs.
+  auto caps = bash("grep '^CapEff:' /proc/1/status | cut -f2");
+  const unsigned long long effective = std::stoull(text(caps, "stdout"), nullptr, 16);
+  EXPECT_EQ(effective & (1ull << 21), 0u) << text(caps, "stdout");
+  EXPECT_NE(effective & (1ull << 5), 0u) << "CAP_KILL: " << text(caps, "stdout");
 }
 
 TEST_F(GvisorTest, ATimeoutIs124AndKillsTheWholeTree) {

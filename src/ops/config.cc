@@ -897,9 +897,6 @@ Config parse_config_checked(const std::string& yaml_text) {
     if (c.sandbox_host_uid != defaults.sandbox_host_uid && c.sandbox_host_uid != 1000)
       throw ConfigError("runtime.sandboxUid: must be 1000 (or unset) when runtime.isolation is 'gvisor'");
     c.sandbox_host_uid = 1000;
-    // A pre-started sandbox is given its container by mounts made after it started,
-    // which runsc's gofer does not see: on this tier every sandbox starts for its container.
-    c.prestarted_sandboxes = 0;
   }
   // The URL (with its password) may come from a Secret instead of the file.
   if (const char* url = std::getenv("SANDBOXD_POSTGRES_URL"); url && *url) c.postgres_url = url;

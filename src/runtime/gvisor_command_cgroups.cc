@@ -66,8 +66,9 @@ bool is_zombie(pid_t pid) {
   return state == 'Z' || state == 'X';
 }
 
-// Gives up CAP_SYS_ADMIN in every set of PID 1: it was wanted for the mount alone.
-void drop_sys_admin() {
+}  // namespace
+
+void give_up_sys_admin() {
   if (prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0) != 0 && errno != EINVAL)
     throw SyscallError("prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN)", errno);
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
@@ -81,20 +82,14 @@ void drop_sys_admin() {
   if (syscall(SYS_capset, &header, data) != 0) throw SyscallError("capset(without CAP_SYS_ADMIN)", errno);
 }
 
-}  // namespace
-
 void CommandCgroups::mount(const std::string& mount_point) {
   // CAP_SYS_ADMIN here is gVisor's, inside the sentry: it lets PID 1 mount the sentry's
   // own cgroupfs, a table of the sentry's tasks, and reaches no host kernel interface
   // (the sentry makes no host mount for it, and the host cgroups around gVisor are the
-  // launcher's, out of the sandbox's sight). PID 1 gives it up right after the mount,
+  // launcher's, out of the sandbox's sight). PID 1 gives it up once its mounts are made,
   // before it runs any command; commands never had it (each drops its whole bounding set).
-  if (::mount("none", mount_point.c_str(), "cgroup", MS_NOSUID | MS_NODEV | MS_NOEXEC, "pids") != 0) {
-    const int err = errno;
-    drop_sys_admin();
-    throw SyscallError("mount(cgroup, " + mount_point + ", pids)", err);
-  }
-  drop_sys_admin();
+  if (::mount("none", mount_point.c_str(), "cgroup", MS_NOSUID | MS_NODEV | MS_NOEXEC, "pids") != 0)
+    throw SyscallError("mount(cgroup, " + mount_point + ", pids)", errno);
   // Only root (PID 1 and a command's child before it becomes the agent's uid) makes a
   // cgroup or moves a process: a command's processes (uid 1000, no capability) can read
   // which process is where and change nothing, so none can leave its command's cgroup.

@@ -17,12 +17,17 @@ namespace sandboxd::runtime {
 // root (the launcher makes it in the bundle).
 inline constexpr const char* kCommandCgroups = "/.sandboxd/cgroup";
 
+// Gives up CAP_SYS_ADMIN in every set of PID 1, for good: it was wanted for its own
+// mounts inside gVisor alone. Throws SyscallError.
+void give_up_sys_admin();
+
 class CommandCgroups {
  public:
   // Mounts gVisor's cgroupfs (its pids controller, with no limit set: the sandbox's limits
-  // are the host cgroups' around the whole of gVisor) at `mount_point`, then gives up the
-  // capability the mount took (CAP_SYS_ADMIN) for good. Throws SyscallError; the agent
-  // then kills by session only (available() is false).
+  // are the host cgroups' around the whole of gVisor) at `mount_point`. The capability
+  // the mount takes (CAP_SYS_ADMIN) is PID 1's to give up (give_up_sys_admin) once its
+  // mounts are made, before it runs any command. Throws SyscallError; the agent then
+  // kills by session only (available() is false).
   void mount(const std::string& mount_point);
   bool available() const { return !root_.empty(); }
 

@@ -183,9 +183,17 @@ constexpr size_t kMaxChannels = 1024;
 
 class Agent {
  public:
-  Agent(int control_fd, uint64_t max_open_files, uint64_t max_processes)
-      : control_(control_fd), max_open_files_(max_open_files), max_processes_(max_processes) {
-    last_cap_ = read_last_cap();
+  Agent(int control_fd, uint64_t max_open_files, uint64_t max_processes, bool over_slots)
+      : control_(control_fd),
+        max_open_files_(max_open_files),
+        max_processes_(max_processes),
+        awaiting_folders_(over_slots) {
+    // The bounding set PID 1 was given (the bundle's few capabilities), read once: a
+    // command's child drops these, and only these, from its own. (A capability out of
+    // the set cannot come back into it; each drop is a round trip through the sentry,
+    // a few dozen of them a measurable part of a warm command.)
+    for (int cap = 0, last = read_last_cap(); cap <= last; ++cap)
+      if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1) bounding_caps_.push_back(cap);
     // As the native tier's PID 1 (runtime/process.h): a command asking for /bin/bash runs
     // the image's statically linked bash when it has one. Under gVisor every mmap and open
     // of the dynamic loader is a round trip through the sentry, so this is most of what a
@@ -206,6 +214,8 @@ class Agent {
     const int sfd =
         static_cast<int>(check(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK), "signalfd(SIGCHLD)"));
     mount_command_cgroups();
+    // A sandbox over slots keeps it for the binds of its folders (attach_folders).
+    if (!awaiting_folders_) give_up_sys_admin();
     make_command_filter();
     trim_devices();
     proto::send_message(control_, proto::Type::kReady, 0, 0, {});
@@ -301,6 +311,12 @@ class Agent {
     for (int fd : msg.fds) close(fd);
     switch (msg.header.type) {
       case proto::Type::kSpawn:
+        // Never a command over empty slots (nor while PID 1 still holds CAP_SYS_ADMIN).
+        if (awaiting_folders_) {
+          proto::send_message(control_, proto::Type::kSpawnFailed, msg.header.id, EAGAIN,
+                              "the sandbox has no folders yet");
+          break;
+        }
         if (proto::spawn_on_terminal(msg.header.value))
           spawn_on_terminal(msg.header.id, msg.payload, proto::spawn_terminal_size(msg.header.value));
         else
@@ -342,6 +358,9 @@ class Agent {
       case proto::Type::kEndFolderUsers:
         end_folder_users(msg.payload);
         break;
+      case proto::Type::kAttachFolders:
+        attach_folders();
+        break;
       case proto::Type::kStdin:
         take_stdin(msg.header.id, msg.payload, msg.header.value == proto::kStdinEnd);
         break;
@@ -354,6 +373,44 @@ class Agent {
         break;
       default:
         break;
+    }
+  }
+
+  // protocol::kAttachFolders: the container's folders are on the slots now, seen beneath
+  // kSlotFolders (runsc's gofer walks the host's paths afresh below the folders it was
+  // given). Each is bound onto its place, as the native tier's are (mount.cc); a bind
+  // from ro/ keeps that mount's read-only (gVisor copies the flags, and its gofer refuses
+  // writes there too). A bind that fails ends the sandbox: no command may run without
+  // its folders, and the server starts another for the next one.
+  void attach_folders() {
+    if (!awaiting_folders_) return;  // (a second message changes nothing)
+    const std::string slots = kSlotFolders;
+    constexpr const char* workspace = "/home/agent/workspace";  // (sandbox.h's kWorkspacePath)
+    const struct {
+      std::string from;
+      const char* to;
+    } binds[] = {{slots + "/rw/workspace", workspace},
+                 {slots + "/rw/outputs", "/mnt/user-data/outputs"},
+                 {slots + "/ro/uploads", "/mnt/user-data/uploads"},
+                 {slots + "/ro/skills", "/mnt/skills"}};
+    try {
+      // The workspace's place is in the home's tmpfs, the agent's (0755): PID 1 holds no
+      // CAP_DAC_OVERRIDE, so it makes the folder as the agent (its effective uid for the
+      // moment; its real and saved ones stay root, so root's capabilities come back).
+      if (setresuid(-1, kAgentId, -1) != 0) throw SyscallError("setresuid(-1, 1000, -1)", errno);
+      const int made = mkdir(workspace, 0755), mkdir_errno = errno;
+      if (setresuid(-1, 0, -1) != 0) throw SyscallError("setresuid(-1, 0, -1)", errno);
+      if (made != 0 && mkdir_errno != EEXIST)
+        throw SyscallError(std::string("mkdir(") + workspace + ")", mkdir_errno);
+      for (const auto& bind : binds)
+        if (::mount(bind.from.c_str(), bind.to, nullptr, MS_BIND, nullptr) != 0)
+          throw SyscallError("mount(" + bind.from + ", " + bind.to + ", MS_BIND)", errno);
+      awaiting_folders_ = false;
+      give_up_sys_admin();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sandboxd-init: binding the container's folders: %s\n", e.what());
+      kill(-1, SIGKILL);
+      _exit(1);
     }
   }
 
@@ -924,7 +981,7 @@ class Agent {
     }
     // Out of the bounding set first (that needs CAP_SETPCAP, still held), so that no
     // exec can give a capability back; the uid change then clears the other sets.
-    for (int cap = 0; cap <= last_cap_; ++cap)
+    for (const int cap : bounding_caps_)
       if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
         fail(describe_errno("prctl(PR_CAPBSET_DROP, " + std::to_string(cap) + ")", errno));
     if (setgroups(0, nullptr) != 0) fail(describe_errno("setgroups(0)", errno));
@@ -1076,7 +1133,8 @@ class Agent {
   CommandCgroups command_cgroups_;
   uint64_t max_open_files_;
   uint64_t max_processes_;
-  int last_cap_ = 40;
+  bool awaiting_folders_;              // over slots, until attach_folders
+  std::vector<int> bounding_caps_;     // PID 1's bounding set at its start
   const char* static_bash_ = nullptr;  // the image's bash-static, if any
   std::map<uint32_t, Command> commands_;
   std::map<pid_t, uint32_t> by_pid_;
@@ -1264,6 +1322,7 @@ int run_gvisor_enter(int argc, char** argv) {
 int run_gvisor_agent(int argc, char** argv) {
   const uint64_t max_open_files = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0;
   const uint64_t max_processes = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 0;
+  const bool over_slots = argc > 4 && std::strcmp(argv[4], kOverSlotsArg) == 0;
   signal(SIGPIPE, SIG_IGN);
   umask(022);
   // As the native tier's PID 1: not dumpable, so the agent's processes (uid 1000) can
@@ -1275,7 +1334,7 @@ int run_gvisor_agent(int argc, char** argv) {
     return 1;
   }
   try {
-    Agent agent(0, max_open_files, max_processes);
+    Agent agent(0, max_open_files, max_processes, over_slots);
     agent.serve();
   } catch (const std::exception& e) {
     proto::send_message(0, proto::Type::kSetupFailed, 0, 0, e.what());

@@ -13,9 +13,17 @@ namespace sandboxd::runtime {
 // native launcher does for PID 1) and exits.
 int run_gvisor_launch(int argc, char** argv);
 
-// `sandboxd-init --gvisor-agent NOFILE NPROC` (0: no limit): the container's PID 1 inside gVisor. Serves the
-// native tier's control protocol on fd 0, except that a command's output travels in
-// kOutput messages (a descriptor made inside gVisor cannot be passed to the host).
+// Where a sandbox over slots (SandboxOptions::pre_started) has its slots' two parents,
+// rw/ (workspace, outputs) and ro/ (uploads, skills), for PID 1 to bind from.
+inline constexpr const char* kSlotFolders = "/.sandboxd/slots";
+// The last argument of --gvisor-agent for such a sandbox.
+inline constexpr const char* kOverSlotsArg = "over-slots";
+
+// `sandboxd-init --gvisor-agent NOFILE NPROC [over-slots]` (0: no limit): the container's
+// PID 1 inside gVisor. Serves the native tier's control protocol on fd 0, except that a
+// command's output travels in kOutput messages (a descriptor made inside gVisor cannot be
+// passed to the host). Over slots, it keeps CAP_SYS_ADMIN until protocol::kAttachFolders
+// has it bind the container's folders from kSlotFolders, and runs no command before.
 int run_gvisor_agent(int argc, char** argv);
 
 // `sandboxd-init --gvisor-enter PID -- RUNSC ARG...`: runs a runsc command (checkpoint)

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/gvisor_command_cgroups.h"
+#include "runtime/gvisor_init.h"
 #include "runtime/host_etc.h"
 #include "runtime/login_profile.h"
 #include "runtime/netns.h"
@@ -49,6 +50,27 @@ constexpr const char* kAgentCapabilities =
 // Where the helper sits in the container's root (bound read-only from the host).
 constexpr const char* kInitInContainer = "/.sandboxd/init";
 constexpr const char* kPreloadInContainer = "/.sandboxd/preload.so";
+// Where a sandbox over slots has the slots' parents (gvisor_init.h's kSlotFolders): a
+// folder of the read-only root that only root may enter, so the agent never reaches
+// them whole (an upload's folder writable, say) by this path.
+constexpr const char* kSlotsInContainer = kSlotFolders;
+
+// The two parents of a sandbox's slot folders (SandboxOptions::pre_started), checked to
+// be the layout PID 1 binds from: <rw>/workspace, <rw>/outputs, <ro>/uploads, <ro>/skills.
+struct SlotParents {
+  std::string writable, read_only;
+};
+SlotParents slot_parents(const SandboxOptions& sandbox) {
+  const fs::path workspace(sandbox.workspace_dir), outputs(sandbox.outputs_dir), uploads(sandbox.uploads_dir),
+      skills(sandbox.skills_dir);
+  if (workspace.filename() != "workspace" || outputs.filename() != "outputs" ||
+      uploads.filename() != "uploads" || skills.filename() != "skills" ||
+      workspace.parent_path() != outputs.parent_path() || uploads.parent_path() != skills.parent_path() ||
+      workspace.parent_path() == uploads.parent_path())
+    throw SandboxError("sandbox " + sandbox.name +
+                       ": its slot folders are not <rw>/workspace, <rw>/outputs, <ro>/uploads, <ro>/skills");
+  return {workspace.parent_path().string(), uploads.parent_path().string()};
+}
 
 std::string json_string(const std::string& text) {
   std::string out = "\"";
@@ -305,10 +327,27 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
   mounts.tmpfs("/home/agent", quoted("mode=0755") + "," + quoted("uid=1000") + "," + quoted("gid=1000") +
                                   "," + quoted("size=" + std::to_string(sandbox.home_size_bytes)) +
                                   R"(,"nosuid","nodev")");
-  mounts.bind(sandbox.workspace_dir, kWorkspacePath, /*read_only=*/false);
-  mounts.bind(sandbox.uploads_dir, "/mnt/user-data/uploads", /*read_only=*/true);
-  mounts.bind(sandbox.outputs_dir, "/mnt/user-data/outputs", /*read_only=*/false);
-  if (!sandbox.skills_dir.empty()) mounts.bind(sandbox.skills_dir, "/mnt/skills", /*read_only=*/true);
+  if (sandbox.pre_started) {
+    // Over slots: a host bind made after runsc started is not seen on top of a folder
+    // runsc was given (its gofer holds the folder it opened), but is seen beneath one.
+    // So runsc gets the slots' parents, and PID 1 binds each folder onto its place
+    // inside once the container's are on the slots (protocol::kAttachFolders). A sandbox
+    // started for its container, or restored, takes the same layout, so that a
+    // checkpoint always restores into the mounts it was taken with.
+    const SlotParents parents = slot_parents(sandbox);
+    make_dirs(root + kSlotsInContainer + "/rw");
+    make_dirs(root + kSlotsInContainer + "/ro");
+    check(chmod((root + kSlotsInContainer).c_str(), 0700), "chmod(" + root + kSlotsInContainer + ", 0700)");
+    mounts.bind(parents.writable, std::string(kSlotsInContainer) + "/rw", /*read_only=*/false);
+    // Read-only in runsc's gofer too: gVisor has no read-only remount of a bind, and a
+    // bind inside keeps the read-only of the mount it is taken from.
+    mounts.bind(parents.read_only, std::string(kSlotsInContainer) + "/ro", /*read_only=*/true);
+  } else {
+    mounts.bind(sandbox.workspace_dir, kWorkspacePath, /*read_only=*/false);
+    mounts.bind(sandbox.uploads_dir, "/mnt/user-data/uploads", /*read_only=*/true);
+    mounts.bind(sandbox.outputs_dir, "/mnt/user-data/outputs", /*read_only=*/false);
+    if (!sandbox.skills_dir.empty()) mounts.bind(sandbox.skills_dir, "/mnt/skills", /*read_only=*/true);
+  }
 
   std::string rlimits;
   if (sandbox.max_open_files > 0)
@@ -319,6 +358,7 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
       "  \"process\":{\"terminal\":false,\"user\":{\"uid\":0,\"gid\":0},\"args\":[" +
       json_string(kInitInContainer) + ",\"--gvisor-agent\",\"" + std::to_string(sandbox.max_open_files) +
       "\",\"" + std::to_string(sandbox.limits.pids) +
+      (sandbox.pre_started ? "\",\"" + std::string(kOverSlotsArg) : "") +
       "\"],\"env\":[\"PATH=/usr/sbin:/usr/bin:/sbin:/bin\"],\"cwd\":\"/\",\"noNewPrivileges\":true," +
       "\"capabilities\":{\"bounding\":" + kAgentCapabilities + ",\"effective\":" + kAgentCapabilities +
       ",\"permitted\":" + kAgentCapabilities + "}" + rlimits + "},\n" +
@@ -398,6 +438,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
   sandbox->on_stopped(
       [state_dir = state_dir_, name = options.name] { remove_gvisor_leftovers(state_dir, name); });
   sandbox->set_processes_invisible_to_host();
+  if (options.pre_started) sandbox->set_binds_folders_inside();
   if (!options.restore_from.empty()) sandbox->expect_restore();
   co_await sandbox->wait_ready(options_.start_timeout);
   std::string network_error;

@@ -1,10 +1,11 @@
 // The gvisor tier: every sandbox is a runsc container, so that what runs in it meets
 // gVisor's kernel (the sentry), never the host's. The bundle (config.json) gives the
 // container the native tier's layout: the host's (or the image's) read-only system, a
-// generated /etc, /tmp and the home as size-limited tmpfs, the container's folders bound
-// at their places, and sandboxd-init as PID 1 (the container's only process with
-// capabilities, which it drops for every command: uid 1000, none left). runsc, its
-// sentry and its gofer run in the sandbox's cgroups, whose limits thus hold for all of it.
+// generated /etc, /tmp and the home as size-limited tmpfs, the container's folders at
+// their places (over slots, SandboxOptions::pre_started: the slots' two parents bound
+// whole, and PID 1 binds each folder onto its place inside), and sandboxd-init as PID 1 (the container's only
+// process with capabilities, which it drops for every command: uid 1000, none left). runsc, its sentry and
+// its gofer run in the sandbox's cgroups, whose limits thus hold for all of it.
 #pragma once
 
 #include <string>
@@ -42,6 +43,7 @@ class GvisorLauncher : public SandboxLauncher {
   // Removes the state and bundles runsc containers of a killed predecessor left.
   void cleanup_stale() override;
   bool keeps_memory() const override { return true; }
+  bool starts_over_slots() const override { return true; }
   // `runsc checkpoint` (run in runsc's own namespaces: sandboxd-init --gvisor-enter),
   // which ends the sandbox once its state is saved.
   asio::awaitable<void> checkpoint(std::shared_ptr<Sandbox> sandbox, std::string image_dir) override;

@@ -29,6 +29,7 @@ class SandboxLauncher {
   // Whether this tier can keep a sandbox's memory (checkpoint, then a start restoring it:
   // SandboxOptions::restore_from).
   virtual bool keeps_memory() const { return false; }
+  virtual bool starts_over_slots() const { return false; }  // Runtime::starts_over_slots
   // Saves the running sandbox's whole state (its processes and their memory, its /tmp)
   // into the empty folder `image_dir`; the sandbox then ends (wait with Sandbox::stop).
   // Throws SandboxError when it cannot (the sandbox then runs on).

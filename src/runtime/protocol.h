@@ -78,6 +78,14 @@ enum class Type : uint32_t {
   // tier's walk): PID 1 walks its own /proc. Payload: the folder's path inside. Answered
   // by nothing.
   kEndFolderUsers = 23,  // server -> init
+  // The gvisor tier, a sandbox started over slot folders (SandboxOptions::pre_started):
+  // the container's folders are now bound onto the slots on the host, and PID 1 binds
+  // them onto their places inside (gVisor's own mounts: a host bind made after runsc
+  // started is seen beneath a folder runsc was given, never on top of it). Answered by
+  // nothing: PID 1 handles messages in order, so a command the server sends after this
+  // one runs over the folders; a bind that fails ends the sandbox (PID 1 exits), so no
+  // command ever runs without them.
+  kAttachFolders = 24,  // server -> init
 };
 
 // Channel ids are PID 1's, commands' the server's: a channel's has this bit set.

@@ -92,6 +92,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
 }
 
 bool Runtime::keeps_memory() const { return launcher_->keeps_memory(); }
+bool Runtime::starts_over_slots() const { return launcher_->starts_over_slots(); }
 
 asio::awaitable<void> Runtime::checkpoint(std::shared_ptr<Sandbox> sandbox, std::string image_dir) {
   co_await launcher_->checkpoint(std::move(sandbox), std::move(image_dir));

@@ -61,8 +61,10 @@ struct SandboxOptions {
   std::vector<std::string> hosts_entries;
   std::vector<Spec::Listener> listeners;  // see Spec::listeners; Sandbox::take_listeners
   std::string nameserver;                 // see Spec::nameserver
-  // The directories are slots: shared mount points on which attach_container() binds
-  // a container later (see Spec::receive_mounts).
+  // The directories are slots: shared mount points on which the service binds a
+  // container's folders later (see Spec::receive_mounts), then calls
+  // Sandbox::attach_folders. They are named workspace, outputs (one parent) and
+  // uploads, skills (another parent), as SandboxPool makes them.
   bool pre_started = false;
   // Receives the mounts the server makes later under its (shared) skills folder: the
   // skills of each request, bound there by the server while the request runs.
@@ -84,6 +86,11 @@ class Runtime {
   asio::awaitable<std::shared_ptr<Sandbox>> start(asio::any_io_executor executor, SandboxOptions options);
   // Whether sandboxes of this runtime can be checkpointed (the gvisor tier).
   bool keeps_memory() const;
+  // Whether every sandbox of this runtime is to start over slot folders
+  // (SandboxOptions::pre_started), a cold one too: the gvisor tier, whose checkpoint
+  // restores only into the mounts it was taken with, so one layout serves a sandbox
+  // taken from the pool, one started for its container and one restored.
+  bool starts_over_slots() const;
   // Saves a running sandbox's processes and memory into the empty folder `image_dir`,
   // ending it; a later start with SandboxOptions::restore_from = image_dir goes on from
   // there. Throws SandboxError when it cannot (the sandbox then runs on).

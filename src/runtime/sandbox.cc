@@ -15,6 +15,7 @@
 #include <array>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -861,6 +862,16 @@ void Sandbox::end_folder_users(std::string host_dir, std::string inside_dir, siz
                    name.c_str(), host_dir.c_str(), killed);
   };
   asio::post(blocking_pool(), std::move(end_holders));
+}
+
+void Sandbox::attach_folders() {
+  if (!binds_folders_inside_) return;  // the host's binds reached it by propagation
+  // On the strand, as every command's kSpawn is sent: this message goes first. Dispatched,
+  // not posted: a caller already on the strand (a sandbox started on its container's
+  // strand) runs its next command's co_spawn inline, which would overtake a post.
+  asio::dispatch(strand_, [self = shared_from_this()] {
+    if (self->state_ == State::kRunning) self->send(protocol::Type::kAttachFolders, 0, {});
+  });
 }
 
 void Sandbox::listen_inside(const std::string& address, uint16_t port) {

@@ -154,6 +154,14 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   // Set once by the gvisor launcher, before the sandbox is handed out: its processes
   // are the sentry's, not host processes.
   void set_processes_invisible_to_host() { processes_invisible_to_host_ = true; }
+  // A sandbox started over slot folders (SandboxOptions::pre_started) whose container's
+  // folders are now bound onto the slots: makes them its own. Where binds on the host
+  // reach the sandbox's mounts by propagation (the native tier) there is nothing left to
+  // do; where they do not (set_binds_folders_inside: gVisor's), PID 1 binds them inside
+  // (protocol::kAttachFolders), before any command sent after this call. Any thread.
+  void attach_folders();
+  // Set once by the gvisor launcher for a sandbox over slot folders.
+  void set_binds_folders_inside() { binds_folders_inside_ = true; }
   // Kills everything in the sandbox and removes its cgroups. Idempotent.
   asio::awaitable<void> stop();
 
@@ -279,6 +287,7 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   std::string name_;
   bool trust_env_ = false;
   bool processes_invisible_to_host_ = false;  // set_processes_invisible_to_host
+  bool binds_folders_inside_ = false;         // set_binds_folders_inside
   asio::posix::stream_descriptor control_;
   pid_t launcher_;
   CgroupBackend* cgroups_;

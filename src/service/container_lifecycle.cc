@@ -458,6 +458,8 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerLifecycle::e
     try {
       // Its memory, when its last stop kept it; else a pre-started sandbox, which only
       // needs the container's folders bound in (mounts: the blocking pool's work).
+      // (A restore or a start over a slot records the slot in state.slot, to be given
+      // back at the stop.)
       auto claim = [this, &container] { return parts_.pool.claim(container->paths, container->id); };
       if (auto restored = co_await memory_.restore(container)) {
         state.sandbox = restored;
@@ -469,12 +471,13 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerLifecycle::e
       } else if (auto slot = co_await run_blocking(std::move(claim))) {
         state.slot = slot;
         state.sandbox = slot->sandbox;
+        state.sandbox->attach_folders();
         state.link = slot->link;
         if (state.link) state.link->bind(container);
       } else {
-        auto options =
-            parts_.sandbox_options(container->paths, parts_.next_sandbox_name(container->storage + "-"));
-        state.sandbox = co_await parts_.runtime->start(container->strand, options);
+        auto started = co_await parts_.start_sandbox(container, "");
+        state.slot = std::move(started.slot);
+        state.sandbox = std::move(started.sandbox);
         if (parts_.network) {
           state.link = co_await parts_.network->attach(state.sandbox);
           state.link->bind(container);

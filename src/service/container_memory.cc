@@ -184,13 +184,13 @@ asio::awaitable<std::shared_ptr<runtime::Sandbox>> ContainerMemory::restore(
     if (listener_) listener_->memory_lost(*container);
     co_return nullptr;
   }
-  auto options = parts_.sandbox_options(container->paths, parts_.next_sandbox_name(container->storage + "-"));
-  options.restore_from = image_dir(*container);
   const auto started = Clock::now();
   std::shared_ptr<runtime::Sandbox> sandbox;
   std::string failure;
   try {
-    sandbox = co_await parts_.runtime->start(container->strand, options);
+    auto restored = co_await parts_.start_sandbox(container, image_dir(*container));
+    sandbox = std::move(restored.sandbox);
+    container->on_strand.slot = std::move(restored.slot);  // given back at its stop
   } catch (const std::exception& e) {
     failure = e.what();
   }

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "base/blocking.h"
 #include "runtime/host_capacity.h"
 
 namespace sandboxd::service {
@@ -43,6 +44,40 @@ ContainerParts::ContainerParts(asio::io_context& io, ops::LiveConfig& config, ru
 
 std::string ContainerParts::next_sandbox_name(const std::string& prefix) {
   return prefix + std::to_string(++sandbox_counter_);
+}
+
+asio::awaitable<ContainerParts::StartedSandbox> ContainerParts::start_sandbox(
+    std::shared_ptr<Container> container, std::string restore_from) {
+  const std::string name = next_sandbox_name(container->storage + "-");
+  if (!runtime->starts_over_slots()) {
+    auto options = sandbox_options(container->paths, name);
+    options.restore_from = std::move(restore_from);
+    auto sandbox = co_await runtime->start(container->strand, std::move(options));
+    co_return StartedSandbox{std::move(sandbox), nullptr};
+  }
+  // Mounts: the blocking pool's work, never an I/O thread's wait.
+  auto take = [this, &container] { return pool.slot_for(container->paths); };
+  std::shared_ptr<Slot> slot = co_await run_blocking(std::move(take));
+  auto options = sandbox_options(slot->dirs, name);
+  options.pre_started = true;
+  const bool restoring = !restore_from.empty();
+  options.restore_from = std::move(restore_from);
+  std::shared_ptr<runtime::Sandbox> sandbox;
+  std::string failure;
+  try {
+    sandbox = co_await runtime->start(container->strand, std::move(options));
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (!sandbox) {
+    auto give_back = [this, &slot] { pool.release(slot); };
+    co_await run_blocking(std::move(give_back));
+    throw runtime::SandboxError(failure);
+  }
+  // A restored sandbox has its folders where its checkpoint had them already.
+  if (!restoring) sandbox->attach_folders();
+  slot->sandbox = sandbox;
+  co_return StartedSandbox{std::move(sandbox), std::move(slot)};
 }
 
 runtime::SandboxOptions ContainerParts::sandbox_options(const ContainerPaths& dirs,

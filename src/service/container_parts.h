@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <memory>
 #include <string>
@@ -56,6 +57,17 @@ class ContainerParts {
   // A container's sandbox as the settings in effect now make it (one snapshot for the
   // whole sandbox), with its network planned when there is one.
   runtime::SandboxOptions sandbox_options(const ContainerPaths& dirs, const std::string& name) const;
+  // A sandbox started for `container` (from its checkpoint `restore_from`, when given):
+  // over a slot carrying its folders where the runtime starts every sandbox so
+  // (Runtime::starts_over_slots: the slot is to be given back with pool.release at the
+  // sandbox's stop), else over the folders themselves. Throws what Runtime::start throws,
+  // and a mount's failure (a slot taken is given back first).
+  struct StartedSandbox {
+    std::shared_ptr<runtime::Sandbox> sandbox;
+    std::shared_ptr<Slot> slot;  // or null
+  };
+  asio::awaitable<StartedSandbox> start_sandbox(std::shared_ptr<Container> container,
+                                                std::string restore_from);
   // A name no other sandbox of this process had: `prefix` and a counter.
   std::string next_sandbox_name(const std::string& prefix);
 

@@ -40,18 +40,72 @@ std::shared_ptr<Slot> SandboxPool::new_slot() {
     std::lock_guard lock(mutex_);
     slot->root = (fs::path(slots_dir_) / std::to_string(slots_made_++)).string();
   }
-  slot->dirs.workspace = slot->root + "/workspace";
-  slot->dirs.uploads = slot->root + "/uploads";
-  slot->dirs.outputs = slot->root + "/outputs";
+  // Two parents, root's and closed to others: a sandbox that takes them whole (the gvisor
+  // tier) gets the writable one writable and the other read-only, and only its PID 1
+  // ever sees them whole.
+  for (const char* parent : {"/rw", "/ro"}) {
+    fs::create_directories(slot->root + parent);
+    fs::permissions(slot->root + parent, fs::perms::owner_all, fs::perm_options::replace);
+  }
+  slot->dirs.workspace = slot->root + "/rw/workspace";
+  slot->dirs.outputs = slot->root + "/rw/outputs";
+  slot->dirs.uploads = slot->root + "/ro/uploads";
   const uid_t uid = settings_.owner();
   for (const auto* dir : {&slot->dirs.workspace, &slot->dirs.uploads, &slot->dirs.outputs}) {
     fs::create_directories(*dir);
     if (chown(dir->c_str(), uid, uid) != 0) throw std::runtime_error("chown(" + *dir + ") failed");
     Volume::make_shared_mount(*dir);
   }
-  slot->dirs.skills = slot->root + "/skills";  // root's, read-only: a container's skills folder goes on it
+  slot->dirs.skills = slot->root + "/ro/skills";  // root's, read-only: a container's skills folder goes on it
   fs::create_directories(slot->dirs.skills);
   Volume::make_shared_mount(slot->dirs.skills);
+  return slot;
+}
+
+void SandboxPool::bind_container(Slot& slot, const ContainerPaths& paths) {
+  for (auto [source, target, read_only] : {std::tuple{&paths.workspace, &slot.dirs.workspace, false},
+                                           std::tuple{&paths.uploads, &slot.dirs.uploads, true},
+                                           std::tuple{&paths.outputs, &slot.dirs.outputs, false}}) {
+    Volume::attach_bind(*source, *target, read_only);
+    slot.bound.push_back(*target);
+  }
+  // With the skills loaded in it now, and those that later requests load.
+  Volume::attach_bind(paths.skills, slot.dirs.skills, /*read_only=*/true, /*recursive=*/true);
+  slot.bound.push_back(slot.dirs.skills);
+}
+
+void SandboxPool::unbind_container(Slot& slot) {
+  for (const auto& dir : slot.bound) {
+    try {
+      // The container's skills folder is shared: its copy comes off without taking
+      // the skills of requests still running off the original.
+      if (dir == slot.dirs.skills)
+        Volume::detach_private(dir);
+      else
+        Volume::unmount(dir);  // the topmost mount there: the container's bind
+    } catch (const std::exception& e) {
+      spdlog::warn("releasing slot {}: {}", dir, e.what());
+    }
+  }
+  slot.bound.clear();
+}
+
+std::shared_ptr<Slot> SandboxPool::slot_for(const ContainerPaths& paths) {
+  std::shared_ptr<Slot> slot;
+  {
+    std::lock_guard lock(mutex_);
+    if (!free_.empty()) {
+      slot = free_.back();
+      free_.pop_back();
+    }
+  }
+  if (!slot) slot = new_slot();
+  try {
+    bind_container(*slot, paths);
+  } catch (...) {
+    release(slot);
+    throw;
+  }
   return slot;
 }
 
@@ -116,15 +170,7 @@ std::shared_ptr<Slot> SandboxPool::claim(const ContainerPaths& paths, std::strin
   later->async_wait([this, later](const boost::system::error_code&) { start(); });
   if (!slot) return nullptr;
   try {
-    for (auto [source, target, read_only] : {std::tuple{&paths.workspace, &slot->dirs.workspace, false},
-                                             std::tuple{&paths.uploads, &slot->dirs.uploads, true},
-                                             std::tuple{&paths.outputs, &slot->dirs.outputs, false}}) {
-      Volume::attach_bind(*source, *target, read_only);
-      slot->bound.push_back(*target);
-    }
-    // With the skills loaded in it now, and those that later requests load.
-    Volume::attach_bind(paths.skills, slot->dirs.skills, /*read_only=*/true, /*recursive=*/true);
-    slot->bound.push_back(slot->dirs.skills);
+    bind_container(*slot, paths);
     return slot;
   } catch (const std::exception& e) {
     spdlog::warn("handing a pre-started sandbox to container {}: {}", container_id, e.what());
@@ -141,19 +187,7 @@ asio::awaitable<void> SandboxPool::stop_and_release(std::shared_ptr<runtime::San
 }
 
 void SandboxPool::release(const std::shared_ptr<Slot>& slot) {
-  for (const auto& dir : slot->bound) {
-    try {
-      // The container's skills folder is shared: its copy comes off without taking
-      // the skills of requests still running off the original.
-      if (dir == slot->dirs.skills)
-        Volume::detach_private(dir);
-      else
-        Volume::unmount(dir);  // the topmost mount there: the container's bind
-    } catch (const std::exception& e) {
-      spdlog::warn("releasing slot {}: {}", dir, e.what());
-    }
-  }
-  slot->bound.clear();
+  unbind_container(*slot);
   slot->sandbox.reset();
   slot->link.reset();
   {

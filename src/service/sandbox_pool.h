@@ -1,7 +1,10 @@
 // The pre-started sandboxes: a few sandboxes kept running over empty "slot" folders
 // (shared mount points), waiting to be handed to a container. Claiming one binds the
 // container's folders onto the slots; the binds propagate into the waiting sandbox (see
-// runtime::SandboxOptions::pre_started), so a container's first command runs at once.
+// runtime::SandboxOptions::pre_started), which then makes them its own
+// (runtime::Sandbox::attach_folders), so a container's first command runs at once.
+// Where the runtime starts every sandbox over slots (Runtime::starts_over_slots), a
+// sandbox started or restored for its container takes a slot too (slot_for).
 // The pool has its own lock and refills itself on the I/O context.
 #pragma once
 
@@ -28,7 +31,10 @@ namespace asio = boost::asio;
 // One slot: its folders, and the sandbox waiting over them (if any).
 struct Slot {
   std::string root;
-  ContainerPaths dirs;  // workspace, uploads, outputs slot folders
+  // The slot folders: root/rw/{workspace,outputs} and root/ro/{uploads,skills}, the
+  // layout runtime::SandboxOptions::pre_started names (a sandbox may be given the two
+  // parents whole, one writable and one read-only).
+  ContainerPaths dirs;
   std::shared_ptr<runtime::Sandbox> sandbox;
   std::shared_ptr<NetworkLink> link;  // its network (see sandbox_networking.h)
   std::vector<std::string> bound;     // slot folders carrying a container's bind now
@@ -57,6 +63,10 @@ class SandboxPool {
   // A running pre-started sandbox with `paths` bound onto its slots, or null when none is
   // ready (or binding failed). Schedules a refill either way.
   std::shared_ptr<Slot> claim(const ContainerPaths& paths, std::string_view container_id);
+  // A free slot (or a new one) with `paths` bound onto it, for a sandbox the caller starts
+  // over it (Runtime::starts_over_slots), then gives back with release(). Throws (and
+  // keeps nothing bound) when a mount fails. Mounts: call it off the I/O threads.
+  std::shared_ptr<Slot> slot_for(const ContainerPaths& paths);
   // After a claimed slot's sandbox stopped: the container's binds come off and the slot
   // is reused.
   void release(const std::shared_ptr<Slot>& slot);
@@ -70,6 +80,10 @@ class SandboxPool {
   asio::awaitable<void> stop_and_release(std::shared_ptr<runtime::Sandbox> sandbox,
                                          std::shared_ptr<Slot> slot);
   std::shared_ptr<Slot> new_slot();
+  // Binds a container's folders onto a slot's (each recorded in slot.bound). Throws.
+  static void bind_container(Slot& slot, const ContainerPaths& paths);
+  // Takes the container's binds off a slot (slot.bound), logging what fails.
+  static void unbind_container(Slot& slot);
   // Unmounts everything under a slot that is no longer wanted and removes its folder.
   static void dispose(const Slot& slot);
 
