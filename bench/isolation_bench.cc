@@ -25,8 +25,6 @@
 #include "bench_util.h"
 #include "runtime/gvisor_launcher.h"
 #include "runtime/runtime.h"
-#include "runtime/sandbox.h"
-#include "runtime/volume.h"
 #include "sandbox_harness.h"  // run_sync
 
 namespace fs = std::filesystem;
@@ -34,6 +32,7 @@ namespace rt = sandboxd::runtime;
 namespace asio = boost::asio;
 using namespace sandboxd::bench;
 using sandboxd::testing::run_sync;
+using sandboxd::testing::Slots;
 
 namespace {
 
@@ -44,7 +43,7 @@ struct Bench {
       : runtime(runtime_options(isolation, host_uid, tag)) {
     std::string pattern = (fs::temp_directory_path() / "sandboxd-isobench-XXXXXX").string();
     root = mkdtemp(pattern.data());
-    for (const char* sub : {"workspace", "uploads", "outputs"}) {
+    for (const char* sub : {"workspace", "uploads", "outputs", "skills"}) {
       fs::create_directories(root / sub);
       (void)!chown((root / sub).c_str(), host_uid, host_uid);
     }
@@ -133,54 +132,6 @@ class BareRunsc {
   std::vector<double> runs_;
 };
 
-// Slot folders as the service's pool makes them (service/sandbox_pool.cc):
-// rw/{workspace,outputs} and ro/{uploads,skills}, each a shared mount point, with a
-// container's folders bound onto them as a claim binds them. The gvisor tier starts
-// every sandbox of the service over slots (Runtime::starts_over_slots).
-class Slots {
- public:
-  Slots(const fs::path& container, uint32_t uid) : container_(container), dir_(container / "slot") {
-    fs::create_directories(container_ / "skills");
-    for (const char* sub : {"rw/workspace", "rw/outputs", "ro/uploads", "ro/skills"}) {
-      fs::create_directories(dir_ / sub);
-      if (std::strcmp(sub, "ro/skills") != 0) (void)!chown((dir_ / sub).c_str(), uid, uid);
-      rt::Volume::make_shared_mount((dir_ / sub).string());
-    }
-  }
-  ~Slots() {
-    unbind();
-    for (const char* sub : {"rw/workspace", "rw/outputs", "ro/uploads", "ro/skills"})
-      while (rt::Volume::is_mounted((dir_ / sub).string()) &&
-             rt::Volume::try_unmount((dir_ / sub).string())) {
-      }
-  }
-  rt::SandboxOptions over_slots(rt::SandboxOptions options) const {
-    options.workspace_dir = dir_ / "rw/workspace";
-    options.outputs_dir = dir_ / "rw/outputs";
-    options.uploads_dir = dir_ / "ro/uploads";
-    options.skills_dir = dir_ / "ro/skills";
-    options.pre_started = true;
-    return options;
-  }
-  void bind() {
-    rt::Volume::attach_bind(container_ / "workspace", dir_ / "rw/workspace", false);
-    rt::Volume::attach_bind(container_ / "outputs", dir_ / "rw/outputs", false);
-    rt::Volume::attach_bind(container_ / "uploads", dir_ / "ro/uploads", true);
-    rt::Volume::attach_bind(container_ / "skills", dir_ / "ro/skills", true, /*recursive=*/true);
-    bound_ = true;
-  }
-  void unbind() {
-    if (!bound_) return;
-    for (const char* sub : {"rw/workspace", "rw/outputs", "ro/uploads"}) rt::Volume::unmount(dir_ / sub);
-    rt::Volume::detach_private(dir_ / "ro/skills");
-    bound_ = false;
-  }
-
- private:
-  fs::path container_, dir_;
-  bool bound_ = false;
-};
-
 struct Figures {
   Stats cold, warm;
   // gvisor: a new container's first `true` in a pre-started sandbox (the pool's), and a
@@ -229,7 +180,8 @@ Figures measure(rt::Isolation isolation, uint32_t host_uid, int cold_n, int warm
   }
   std::vector<double> prestarted, over_slots;
   if (runtime.starts_over_slots()) {
-    Slots slots(bench.root, host_uid);
+    Slots slots(bench.root / "workspace", bench.root / "uploads", bench.root / "outputs",
+                bench.root / "skills", host_uid);
     for (int i = 0; i < cold_n; ++i) {
       // The pool's sandbox, started ahead (untimed); the container takes it: its folders
       // bound onto the slots, the sandbox told, its first command.

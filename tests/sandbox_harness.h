@@ -16,8 +16,11 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "runtime/runtime.h"
+#include "runtime/sandbox.h"
+#include "runtime/volume.h"
 
 namespace sandboxd::testing {
 
@@ -71,6 +74,67 @@ inline void write_text(const fs::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
+// Slot folders as the service's pool makes them (service/sandbox_pool.cc), in a folder
+// of their own: rw/{workspace,outputs} and ro/{uploads,skills}, each a shared mount
+// point, with a container's folders bound onto them as a claim binds them. A runtime
+// that starts every sandbox over slots (Runtime::starts_over_slots: the gvisor tier) is
+// tested, and measured, the way the service drives it.
+class Slots {
+ public:
+  Slots(fs::path workspace, fs::path uploads, fs::path outputs, fs::path skills, uint32_t uid)
+      : workspace_(std::move(workspace)),
+        uploads_(std::move(uploads)),
+        outputs_(std::move(outputs)),
+        skills_(std::move(skills)) {
+    std::string pattern = (fs::temp_directory_path() / "sandboxd-slots-XXXXXX").string();
+    dir_ = mkdtemp(pattern.data());
+    for (const char* sub : kSlotFolders) {
+      fs::create_directories(dir_ / sub);
+      if (std::string_view(sub) != "ro/skills" && chown((dir_ / sub).c_str(), uid, uid) != 0)
+        throw std::runtime_error("chown failed");
+      rt::Volume::make_shared_mount((dir_ / sub).string());
+    }
+  }
+  ~Slots() {
+    unbind();
+    for (const char* sub : kSlotFolders)
+      while (rt::Volume::is_mounted((dir_ / sub).string()) &&
+             rt::Volume::try_unmount((dir_ / sub).string())) {
+      }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  Slots(const Slots&) = delete;
+  Slots& operator=(const Slots&) = delete;
+
+  rt::SandboxOptions over_slots(rt::SandboxOptions options) const {
+    options.workspace_dir = dir_ / "rw/workspace";
+    options.outputs_dir = dir_ / "rw/outputs";
+    options.uploads_dir = dir_ / "ro/uploads";
+    options.skills_dir = dir_ / "ro/skills";
+    options.pre_started = true;
+    return options;
+  }
+  void bind() {
+    rt::Volume::attach_bind(workspace_, dir_ / "rw/workspace", false);
+    rt::Volume::attach_bind(outputs_, dir_ / "rw/outputs", false);
+    rt::Volume::attach_bind(uploads_, dir_ / "ro/uploads", true);
+    if (!skills_.empty()) rt::Volume::attach_bind(skills_, dir_ / "ro/skills", true, /*recursive=*/true);
+    bound_ = true;
+  }
+  void unbind() {
+    if (!bound_) return;
+    for (const char* sub : {"rw/workspace", "rw/outputs", "ro/uploads"}) rt::Volume::unmount(dir_ / sub);
+    if (!skills_.empty()) rt::Volume::detach_private(dir_ / "ro/skills");
+    bound_ = false;
+  }
+
+ private:
+  static constexpr const char* kSlotFolders[] = {"rw/workspace", "rw/outputs", "ro/uploads", "ro/skills"};
+  fs::path workspace_, uploads_, outputs_, skills_, dir_;
+  bool bound_ = false;
+};
+
 // A runtime for one test suite, plus helpers to start sandboxes and run commands.
 class Harness {
  public:
@@ -79,7 +143,10 @@ class Harness {
     if (options.instance == "default") options.instance = "test-" + unique_suffix();
     runtime = std::make_unique<rt::Runtime>(options);
   }
-  ~Harness() { runtime->cleanup_stale(); }
+  ~Harness() {
+    runtime->cleanup_stale();
+    slots_.clear();
+  }
 
   rt::SandboxOptions options_for(const ContainerDirs& dirs) const {
     rt::SandboxOptions o;
@@ -91,8 +158,19 @@ class Harness {
     return o;
   }
 
+  // Over slots carrying the options' folders where the runtime starts every sandbox so,
+  // as the service does (service/container_parts.cc: start_sandbox).
   std::shared_ptr<rt::Sandbox> start(rt::SandboxOptions o) {
-    return run_sync(io, runtime->start(io.get_executor(), std::move(o)));
+    if (!runtime->starts_over_slots() || o.pre_started)
+      return run_sync(io, runtime->start(io.get_executor(), std::move(o)));
+    auto slots = std::make_unique<Slots>(o.workspace_dir, o.uploads_dir, o.outputs_dir, o.skills_dir,
+                                         runtime->options().host_uid);
+    slots->bind();
+    const bool restoring = !o.restore_from.empty();
+    auto sandbox = run_sync(io, runtime->start(io.get_executor(), slots->over_slots(std::move(o))));
+    if (!restoring) sandbox->attach_folders();
+    slots_.push_back(std::move(slots));
+    return sandbox;
   }
 
   rt::ExecResult exec(rt::Sandbox& sandbox, const std::string& command,
@@ -108,6 +186,9 @@ class Harness {
 
   asio::io_context io;
   std::unique_ptr<rt::Runtime> runtime;
+
+ private:
+  std::vector<std::unique_ptr<Slots>> slots_;  // of the sandboxes start() put over slots
 };
 
 }  // namespace sandboxd::testing
