@@ -145,6 +145,13 @@ class SkillsServer {
             {"tools", bj::array{bj::object{{"name", "code_execution"}, {"type", "code_execution_20250825"}}}},
             {"messages", bj::array{bj::object{{"role", "user"}, {"content", "make the report"}}}}};
   }
+  // The scripted model's next turn: one bash_code_execution call of `command` (id
+  // `tool_id`), then `closing` as its answer once the result comes back.
+  void script_bash_turn(const std::string& tool_id, const std::string& command, const std::string& closing) {
+    upstream->push_message(
+        U::message({U::tool_use(tool_id, "bash_code_execution", {{"command", command}})}, "tool_use"));
+    upstream->push_message(U::message({U::text_block(closing)}, "end_turn"));
+  }
   std::string post_messages(const bj::object& body, int* status = nullptr,
                             const std::string& token = "secret-alice") {
     fs::path file = work / ("body-" + std::to_string(++posts) + ".json");
@@ -206,9 +213,7 @@ TEST_P(SkillsInSandboxTest, MessagesLoadSkillForThatRequestOnly) {
       "head -3 /mnt/skills/report-maker/SKILL.md && bash /mnt/skills/report-maker/scripts/make_report.sh "
       "hello.txt && "
       "(touch /mnt/skills/report-maker/new 2>/dev/null && echo writable || echo read-only)";
-  upstream->push_message(
-      U::message({U::tool_use("toolu_sk1", "bash_code_execution", {{"command", command}})}, "tool_use"));
-  upstream->push_message(U::message({U::text_block("Done.")}, "end_turn"));
+  script_bash_turn("toolu_sk1", command, "Done.");
   const size_t requests_before = upstream->requests().size();
   auto reply = json(post_messages(
       messages_body(container, bj::array{bj::object{{"type", "custom"}, {"skill_id", id}}}), &status));
@@ -242,13 +247,10 @@ TEST_P(SkillsInSandboxTest, MessagesLoadSkillForThatRequestOnly) {
             "report by the skill for agent\n");
 
   // A later request without skills, in the same container and sandbox: none there.
-  upstream->push_message(U::message(
-      {U::tool_use(
-          "toolu_sk2", "bash_code_execution",
-          {{"command",
-            "test -e /mnt/skills/report-maker && echo present || echo absent; ls -A /mnt/skills | wc -l"}})},
-      "tool_use"));
-  upstream->push_message(U::message({U::text_block("Checked.")}, "end_turn"));
+  script_bash_turn(
+      "toolu_sk2",
+      "test -e /mnt/skills/report-maker && echo present || echo absent; ls -A /mnt/skills | wc -l",
+      "Checked.");
   auto later = json(post_messages(messages_body(container, {}), &status));
   ASSERT_EQ(status, 200) << later;
   EXPECT_EQ(later.at("content").as_array()[1].at("content").at("stdout"), "absent\n0\n") << later;
@@ -278,9 +280,7 @@ TEST_P(SkillsInSandboxTest, AProcessLeftInsideASkillIsEndedWhenTheSkillComesOff)
       "</dev/null >/dev/null 2>&1 & echo $! > /tmp/open-fd.pid); "
       "(setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $! > /tmp/bystander.pid); "
       "sleep 0.5; for f in in-cwd open-fd bystander; do kill -0 $(cat /tmp/$f.pid) && echo $f-running; done";
-  upstream->push_message(
-      U::message({U::tool_use("toolu_linger", "bash_code_execution", {{"command", command}})}, "tool_use"));
-  upstream->push_message(U::message({U::text_block("Started.")}, "end_turn"));
+  script_bash_turn("toolu_linger", command, "Started.");
   auto reply = json(post_messages(
       messages_body(container, bj::array{bj::object{{"type", "custom"}, {"skill_id", id}}}), &status));
   ASSERT_EQ(status, 200) << reply;
@@ -317,9 +317,7 @@ TEST_P(SkillsInSandboxTest, StreamingBuiltinSkill) {
       "[\"beta\"]]}]}\n"
       "EOF\n"
       "python3 /mnt/skills/pptx/scripts/make_pptx.py /tmp/deck.json /mnt/user-data/outputs/deck.pptx";
-  upstream->push_message(
-      U::message({U::tool_use("toolu_pp1", "bash_code_execution", {{"command", command}})}, "tool_use"));
-  upstream->push_message(U::message({U::text_block("Your deck is ready.")}, "end_turn"));
+  script_bash_turn("toolu_pp1", command, "Your deck is ready.");
   int status = 0;
   const std::string container = "skills-stream";
   std::string events = post_messages(

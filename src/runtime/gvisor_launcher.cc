@@ -50,11 +50,6 @@ constexpr const char* kAgentCapabilities =
 // Where the helper sits in the container's root (bound read-only from the host).
 constexpr const char* kInitInContainer = "/.sandboxd/init";
 constexpr const char* kPreloadInContainer = "/.sandboxd/preload.so";
-// Where a sandbox over slots has the slots' parents (gvisor_init.h's kSlotFolders): a
-// folder of the read-only root that only root may enter, so the agent never reaches
-// them whole (an upload's folder writable, say) by this path.
-constexpr const char* kSlotsInContainer = kSlotFolders;
-
 // The two parents of a sandbox's slot folders (SandboxOptions::pre_started), checked to
 // be the layout PID 1 binds from: <rw>/workspace, <rw>/outputs, <ro>/uploads, <ro>/skills.
 struct SlotParents {
@@ -334,14 +329,16 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
     // inside once the container's are on the slots (protocol::kAttachFolders). A sandbox
     // started for its container, or restored, takes the same layout, so that a
     // checkpoint always restores into the mounts it was taken with.
+    // kSlotFolders is a folder of the read-only root that only root may enter, so the
+    // agent never reaches the parents whole (an upload's folder writable, say).
     const SlotParents parents = slot_parents(sandbox);
-    make_dirs(root + kSlotsInContainer + "/rw");
-    make_dirs(root + kSlotsInContainer + "/ro");
-    check(chmod((root + kSlotsInContainer).c_str(), 0700), "chmod(" + root + kSlotsInContainer + ", 0700)");
-    mounts.bind(parents.writable, std::string(kSlotsInContainer) + "/rw", /*read_only=*/false);
+    make_dirs(root + kSlotFolders + "/rw");
+    make_dirs(root + kSlotFolders + "/ro");
+    check(chmod((root + kSlotFolders).c_str(), 0700), "chmod(" + root + kSlotFolders + ", 0700)");
+    mounts.bind(parents.writable, std::string(kSlotFolders) + "/rw", /*read_only=*/false);
     // Read-only in runsc's gofer too: gVisor has no read-only remount of a bind, and a
     // bind inside keeps the read-only of the mount it is taken from.
-    mounts.bind(parents.read_only, std::string(kSlotsInContainer) + "/ro", /*read_only=*/true);
+    mounts.bind(parents.read_only, std::string(kSlotFolders) + "/ro", /*read_only=*/true);
   } else {
     mounts.bind(sandbox.workspace_dir, kWorkspacePath, /*read_only=*/false);
     mounts.bind(sandbox.uploads_dir, "/mnt/user-data/uploads", /*read_only=*/true);

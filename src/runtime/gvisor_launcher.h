@@ -3,9 +3,10 @@
 // container the native tier's layout: the host's (or the image's) read-only system, a
 // generated /etc, /tmp and the home as size-limited tmpfs, the container's folders at
 // their places (over slots, SandboxOptions::pre_started: the slots' two parents bound
-// whole, and PID 1 binds each folder onto its place inside), and sandboxd-init as PID 1 (the container's only
-// process with capabilities, which it drops for every command: uid 1000, none left). runsc, its sentry and
-// its gofer run in the sandbox's cgroups, whose limits thus hold for all of it.
+// whole, and PID 1 binds each folder onto its place inside), and sandboxd-init as PID 1
+// (the container's only process with capabilities, which it drops for every command:
+// uid 1000, none left). runsc, its sentry and its gofer run in the sandbox's cgroups,
+// whose limits thus hold for all of it.
 #pragma once
 
 #include <string>
