@@ -204,6 +204,13 @@ long tasks_in(const fs::path& pids_dir) {
   return text.empty() ? -1 : std::stol(text);
 }
 
+// The forks refused at the sandbox's limit (pids.events' "max"), or -1.
+long forks_refused(const fs::path& pids_dir) {
+  const std::string text = read_text(pids_dir / "pids.events");
+  const size_t max = text.find("max ");
+  return max == std::string::npos ? -1 : std::stol(text.substr(max + 4));
+}
+
 TEST_F(Teardown, ACommandAfterAForkBombRunsAndTheFilesStay) {
   auto options = harness->options_for(*dirs);
   options.limits.pids = 64;  // small, so that the bomb fills it at once
@@ -218,9 +225,13 @@ TEST_F(Teardown, ACommandAfterAForkBombRunsAndTheFilesStay) {
   // The bomb: its shell returns at once, its processes stay in the background.
   auto bomb = harness->exec(*sandbox, ":(){ :|:& };:", std::chrono::seconds(5));
   EXPECT_EQ(bomb.return_code, 0) << bomb.stderr_text;
-  for (int i = 0; i < 500 && tasks_in(pids_dir) < 60; ++i)
+  // Full: near the limit, and forks refused at it. The count swings after that (the
+  // refused shells sleep before they fork again while the others exit), and the next
+  // command must find room whichever way it has swung.
+  for (int i = 0; i < 500 && (tasks_in(pids_dir) < 60 || forks_refused(pids_dir) == 0); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_GE(tasks_in(pids_dir), 60) << "the bomb did not fill the sandbox's limit";
+  ASSERT_GT(forks_refused(pids_dir), 0) << "no fork was refused at the limit";
 
   // The next command runs, at once, with its files, and says what was done.
   const auto began = std::chrono::steady_clock::now();

@@ -85,14 +85,22 @@ int64_t monotonic_ns() {
   return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
 }
 
+// The sandbox's pids cgroup, as PID 1 reads it: descriptors opened by host path before
+// it entered its namespaces, read-only.
+struct TaskCounter {
+  int current_fd = -1;  // pids.current
+  int events_fd = -1;   // pids.events: "max N", the forks refused at the limit
+  uint64_t limit = 0;   // pids.max; 0 when there is none
+};
+
 class Init {
  public:
-  Init(rt::Spec spec, int userns_fd, int exec_parent_fd, int tasks_fd, uint64_t task_limit,
-       rt::SeccompProgram seccomp)
+  Init(rt::Spec spec, int userns_fd, int exec_parent_fd, TaskCounter tasks, rt::SeccompProgram seccomp)
       : spec_(std::move(spec)),
         exec_parent_fd_(exec_parent_fd),
-        tasks_fd_(tasks_fd),
-        task_limit_(task_limit),
+        tasks_fd_(tasks.current_fd),
+        refusals_fd_(tasks.events_fd),
+        task_limit_(tasks.limit),
         seccomp_(std::move(seccomp)) {
     ctx_.userns_fd = userns_fd;
     ctx_.last_cap = rt::read_last_cap();
@@ -421,22 +429,37 @@ class Init {
   // there is room again; the client is told (kLeftoversEnded). Commands still running
   // (and processes the server talks to) are never touched, nor is anything while the
   // sandbox is below its limit.
+  //
+  // One read of the count is not always enough to tell: a fork bomb's count swings as it
+  // fills the limit. Each generation exits once it has forked the next, and the shells
+  // whose fork was refused sleep before they try again (bash: 1, 2, 4, 8 s), so the count
+  // can be well below the limit for a moment and back at it after the next command has
+  // started, which then finds no room to fork. So when forks were refused at the limit
+  // since the last command (pids.events' "max"), a lingering group that holds half the
+  // limit or more is ended too: it is what fills the sandbox.
   void make_room(uint32_t id) {
-    if (task_limit_ == 0 || lingering_.empty()) return;
+    if (task_limit_ == 0) return;
+    const bool refused = forks_refused_since_last_look();
+    if (lingering_.empty()) return;
     const uint64_t reserve = std::min<uint64_t>(kReservedTasks, task_limit_ / 4);
     auto tasks = current_tasks();
-    if (!tasks || *tasks + reserve < task_limit_) return;
+    if (!tasks) return;
+    bool crowded = *tasks + reserve >= task_limit_;
+    if (!crowded && !refused) return;
     std::vector<std::pair<size_t, size_t>> groups;  // (processes, index in lingering_)
     for (size_t i = 0; i < lingering_.size(); ++i)
       if (size_t n = count_processes(lingering_[i].cgroup.dir_fd); n > 0) groups.emplace_back(n, i);
     std::sort(groups.rbegin(), groups.rend());
     const uint64_t before = *tasks;
     for (const auto& [count, index] : groups) {
+      const bool filling = refused && count * 2 >= task_limit_;
+      if (!crowded && !filling) break;
       if (int rc = rt::kill_cgroup_tree(lingering_[index].cgroup.dir_fd, spec_.kill_method); rc < 0)
         std::fprintf(stderr, "sandboxd-init: ending the leftovers in exec cgroup %s: %s\n",
                      lingering_[index].cgroup.name.c_str(), std::strerror(-rc));
       tasks = current_tasks();
-      if (!tasks || *tasks + reserve < task_limit_) break;
+      if (!tasks) break;
+      crowded = *tasks + reserve >= task_limit_;
     }
     reap();
     const uint64_t after = current_tasks().value_or(before);
@@ -447,6 +470,21 @@ class Init {
                              " processes that earlier commands left running in the background were "
                              "ended to run this command (files are kept).";
     proto::send_message(kControlFd, proto::Type::kLeftoversEnded, id, static_cast<int64_t>(ended), note);
+  }
+
+  // Whether pids.events' count of forks refused at the limit grew since the last call.
+  bool forks_refused_since_last_look() {
+    if (refusals_fd_ < 0) return false;
+    char text[128];
+    ssize_t n = pread(refusals_fd_, text, sizeof text - 1, 0);
+    if (n <= 0) return false;
+    text[n] = '\0';
+    const char* max = std::strstr(text, "max ");
+    if (!max) return false;
+    const uint64_t refusals = std::strtoull(max + 4, nullptr, 10);
+    const bool grew = refusals > refusals_seen_;
+    refusals_seen_ = refusals;
+    return grew;
   }
 
   std::optional<uint64_t> current_tasks() const {
@@ -591,8 +629,10 @@ class Init {
 
   rt::Spec spec_;
   int exec_parent_fd_;
-  int tasks_fd_;         // the sandbox's pids.current, or -1 (no pids controller)
-  uint64_t task_limit_;  // the sandbox's pids.max, 0 when it has none
+  int tasks_fd_;               // the sandbox's pids.current, or -1 (no pids controller)
+  int refusals_fd_;            // its pids.events, or -1
+  uint64_t refusals_seen_{0};  // pids.events' "max" at the last look
+  uint64_t task_limit_;        // the sandbox's pids.max, 0 when it has none
   // What make_room keeps free for the next command (its shell and what it forks).
   static constexpr uint64_t kReservedTasks = 16;
   rt::SeccompProgram seccomp_;
@@ -634,7 +674,7 @@ void join_cgroup(const std::string& dir) {
 
 // PID 1: build the filesystem and serve.
 [[noreturn]] void run_pid1(rt::Spec spec, const rt::FolderTrees& trees, int userns_fd, int exec_parent_fd,
-                           int tasks_fd, uint64_t task_limit, rt::SeccompProgram seccomp) {
+                           TaskCounter tasks, rt::SeccompProgram seccomp) {
   std::vector<int> listeners;
   try {
     rt::setup_filesystem(spec, trees);
@@ -651,7 +691,7 @@ void join_cgroup(const std::string& dir) {
   } catch (const std::exception& e) {
     report_failure(e.what());
   }
-  Init init(std::move(spec), userns_fd, exec_parent_fd, tasks_fd, task_limit, std::move(seccomp));
+  Init init(std::move(spec), userns_fd, exec_parent_fd, tasks, std::move(seccomp));
   proto::send_message(kControlFd, proto::Type::kReady, 0, 0, {}, listeners.data(), listeners.size());
   // The server holds them now; PID 1 keeps no copy a command could inherit.
   for (int fd : listeners) close(fd);
@@ -707,8 +747,8 @@ int main(int argc, char** argv) {
   if (msg.fds.size() != 1 + (spec.mount_trees ? 1 + trees : 0))
     report_failure(
         "expected the agent user namespace (and the mount template and folder trees) with the spec");
-  int userns_fd = msg.fds[0], exec_parent_fd = -1, tasks_fd = -1;
-  uint64_t task_limit = 0;
+  int userns_fd = msg.fds[0], exec_parent_fd = -1;
+  TaskCounter tasks;
   const int mount_template_fd = spec.mount_trees ? msg.fds[1] : -1;
   rt::FolderTrees folder_trees;
   if (spec.mount_trees) {
@@ -725,11 +765,12 @@ int main(int argc, char** argv) {
     // The count of the sandbox's tasks (Init::only_known_tasks), where a pids controller
     // has it; read-only, and opened here, by its host path, like the cgroups above.
     for (const auto& dir : spec.cgroup_dirs) {
-      if ((tasks_fd = open((dir + "/pids.current").c_str(), O_RDONLY | O_CLOEXEC)) < 0) continue;
+      if ((tasks.current_fd = open((dir + "/pids.current").c_str(), O_RDONLY | O_CLOEXEC)) < 0) continue;
+      tasks.events_fd = open((dir + "/pids.events").c_str(), O_RDONLY | O_CLOEXEC);
       // Its limit, set before PID 1 joined and never changed ("max": none).
       if (int fd = open((dir + "/pids.max").c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
         char text[32] = {};
-        if (read(fd, text, sizeof text - 1) > 0) task_limit = std::strtoull(text, nullptr, 10);
+        if (read(fd, text, sizeof text - 1) > 0) tasks.limit = std::strtoull(text, nullptr, 10);
         close(fd);
       }
       break;
@@ -753,8 +794,7 @@ int main(int argc, char** argv) {
   if (pid1 < 0) report_failure(rt::describe_errno("fork(pid 1)", errno));
   if (pid1 == 0) {
     prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);  // its parent, the launcher, exits next
-    run_pid1(std::move(spec), folder_trees, userns_fd, exec_parent_fd, tasks_fd, task_limit,
-             std::move(seccomp));
+    run_pid1(std::move(spec), folder_trees, userns_fd, exec_parent_fd, tasks, std::move(seccomp));
   }
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid1, 0));
   if (pidfd < 0) {
