@@ -223,6 +223,34 @@ TEST_F(GvisorTest, ANewContainersFirstCommandRunsInAPreStartedSandboxOverItsFold
   EXPECT_NE(effective & (1ull << 5), 0u) << "CAP_KILL: " << text(caps, "stdout");
 }
 
+// A container's volume is mounted by the server alone: no sandbox started after that
+// mount keeps a copy of it (runsc's launcher copies the server's mounts), so that once
+// the server unmounts it (an idle container) no file system of it is left alive for the
+// next mount to stand beside, each with its own view of the same image.
+TEST_F(GvisorTest, NoSandboxKeepsAnotherContainersVolumeMounted) {
+  ASSERT_EQ(bash("echo mine > mine.txt").at("return_code"), 0);
+  std::string volume;
+  for (const auto& entry : std::filesystem::directory_iterator(server->data_dir() / "containers"))
+    if (std::filesystem::exists(entry.path() / "volume" / "workspace" / "mine.txt"))
+      volume = (entry.path() / "volume").string();
+  ASSERT_FALSE(volume.empty()) << "the container's volume is under the data directory";
+  // Sandboxes started after the mount: the pool's refill, and one for another container.
+  auto prestarted = [] {
+    auto view = server->curl_json(server->url("/admin/sandboxes"), "admin-secret-for-tests-x");
+    return view.is_object() && view.as_object().contains("prestarted")
+               ? view.at("prestarted").to_number<int64_t>()
+               : -1;
+  };
+  ASSERT_TRUE(eventually([&] { return prestarted() >= 2; }, std::chrono::seconds(60)));
+  name_container("gv-other");
+  ASSERT_EQ(bash("true").at("return_code"), 0);
+  // Every process whose mounts show the volume at its place is in the server's (and
+  // this test's) mount namespace.
+  const std::string holders = sh("for f in /proc/[0-9]*/mountinfo; do grep -q ' " + volume +
+                                 " ' $f 2>/dev/null && readlink ${f%/mountinfo}/ns/mnt; done | sort -u");
+  EXPECT_EQ(holders, sh("readlink /proc/self/ns/mnt")) << volume;
+}
+
 TEST_F(GvisorTest, ATimeoutIs124AndKillsTheWholeTree) {
   auto timed_out = bash("sleep 300 & (sleep 301 &) ; sleep 302", "\"timeout\": 1");
   EXPECT_EQ(timed_out.at("return_code"), 124);

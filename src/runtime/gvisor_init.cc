@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "runtime/gvisor_command_cgroups.h"
+#include "runtime/mount.h"
 #include "runtime/net.h"
 #include "runtime/protocol.h"
 #include "runtime/seccomp.h"
@@ -1195,9 +1196,19 @@ int run_gvisor_launch(int argc, char** argv) {
   // The sandbox's listeners (ADDRESS:PORT after --listen=), opened below in its namespace.
   constexpr std::string_view kListen = "--listen=";
   std::vector<std::pair<std::string, uint16_t>> listen_on;
+  std::string service_dir;
+  std::vector<std::string> keep;
   try {
     for (int i = 2; i < separator; ++i) {
       const std::string_view arg = argv[i];
+      if (arg.starts_with(kServiceDirArg)) {
+        service_dir = arg.substr(std::string_view(kServiceDirArg).size());
+        continue;
+      }
+      if (arg.starts_with(kKeepArg)) {
+        keep.emplace_back(arg.substr(std::string_view(kKeepArg).size()));
+        continue;
+      }
       if (arg.starts_with(kListen)) {
         const std::string_view where = arg.substr(kListen.size());
         const size_t colon = where.rfind(':');
@@ -1242,9 +1253,16 @@ int run_gvisor_launch(int argc, char** argv) {
   } catch (const std::exception& e) {
     launch_failed(kControlFd, e.what());
   }
-  // The host's unmounts still reach the copy (a container's volume is never held here).
+  // The host's unmounts reach the copy where the host's mounts are shared (the slots,
+  // whose binds come and go). The server's directory is private, so the copies of its
+  // other mounts (containers' volumes, spare volumes), and those of another server on
+  // this host, would stay here as long as the sandbox, each pinning its file system
+  // after its server unmounted it: the next mount of that volume would be a second file
+  // system over the same image. They go, all but what runsc uses.
   if (mount(nullptr, "/", nullptr, MS_SLAVE | MS_REC, nullptr) != 0)
     launch_failed(kControlFd, describe_errno("mount(/, MS_SLAVE|MS_REC)", errno));
+  if (!detach_volume_mounts(service_dir, keep))
+    launch_failed(kControlFd, describe_errno("reading /proc/self/mountinfo", errno));
   const pid_t reaper = fork();
   if (reaper < 0) launch_failed(kControlFd, describe_errno("fork(runsc's reaper)", errno));
   if (reaper == 0) {

@@ -4,14 +4,19 @@
 
 namespace sandboxd::runtime {
 
-// `sandboxd-init --gvisor-launch CGROUP_DIR... [--listen=ADDRESS:PORT...] -- RUNSC ARG...`,
-// started by the server with the control socket on fd 3: joins the sandbox's cgroups (so
-// that runsc, its sentry and its gofer are counted and limited there), forks runsc with
+// `sandboxd-init --gvisor-launch CGROUP_DIR... [--listen=ADDRESS:PORT...]
+// [--service-dir=DIR [--keep=PATH...]] -- RUNSC ARG...`, started by the server with the
+// control socket on fd 3: joins the sandbox's cgroups (so that runsc, its sentry and its
+// gofer are counted and limited there), detaches from its copy of the server's mounts
+// the volumes (below DIR, or of a loop device) that hold no PATH (runtime/mount.h:
+// detach_volume_mounts), forks runsc with
 // the control socket as its stdin (the container's PID 1 inherits it as a host
 // descriptor) in a network namespace of its own (only `lo`, with the listeners on it),
 // reports runsc's pid, a pidfd of it and the listeners to the server (kInitPid, as the
 // native launcher does for PID 1) and exits.
 int run_gvisor_launch(int argc, char** argv);
+inline constexpr const char* kServiceDirArg = "--service-dir=";
+inline constexpr const char* kKeepArg = "--keep=";
 
 // Where a sandbox over slots (SandboxOptions::pre_started) has its slots' two parents,
 // rw/ (workspace, outputs) and ro/ (uploads, skills), for PID 1 to bind from.

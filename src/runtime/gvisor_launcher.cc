@@ -105,6 +105,7 @@ class Mounts {
   void bind(const std::string& source, const std::string& destination, bool read_only) {
     add(destination, "bind", source,
         read_only ? R"(["rbind","ro","nosuid","nodev"])" : R"(["rbind","rw","nosuid","nodev"])");
+    sources_.push_back(source);
   }
   void tmpfs(const std::string& destination, const std::string& options) {
     add(destination, "tmpfs", "tmpfs", "[" + options + "]");
@@ -116,9 +117,12 @@ class Mounts {
              ",\"source\":" + json_string(source) + ",\"options\":" + options_json + "}";
   }
   const std::string& json() const { return json_; }
+  // The host paths bound in: what runsc's gofer opens (GvisorLauncher::Bundle::sources).
+  std::vector<std::string> take_sources() { return std::move(sources_); }
 
  private:
   std::string json_;
+  std::vector<std::string> sources_;
 };
 
 std::string quoted(const std::string& option) { return json_string(option); }
@@ -190,7 +194,7 @@ void remove_gvisor_leftovers(const std::string& state_dir, const std::string& na
   }
 }
 
-std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
+GvisorLauncher::Bundle GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
   const std::string bundle = state_dir_ + "/bundles/" + sandbox.name;
   const std::string root = bundle + "/rootfs";
   std::error_code ec;
@@ -366,7 +370,7 @@ std::string GvisorLauncher::write_bundle(const SandboxOptions& sandbox) const {
       "  \"linux\":{\"namespaces\":[{\"type\":\"pid\"},{\"type\":\"ipc\"},{\"type\":\"uts\"},"
       "{\"type\":\"mount\"}]}}\n";
   write_text(bundle + "/config.json", config);
-  return bundle;
+  return {bundle, mounts.take_sources()};
 }
 
 asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_executor executor,
@@ -376,7 +380,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
   if (limits.memory_bytes > 0) limits.memory_bytes += kGvisorMemoryOverhead;
   if (limits.pids > 0) limits.pids += limits.pids * kGvisorHostTasksPerTask + kGvisorTaskOverhead;
   SandboxCgroups cg;
-  std::string bundle;
+  Bundle bundle;
   try {
     cg = cgroups_.create(options.name, limits);
     bundle = write_bundle(options);
@@ -390,6 +394,13 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
   }
   std::vector<std::string> argv{options_.init_path, "--gvisor-launch"};
   argv.insert(argv.end(), cg.join_dirs.begin(), cg.join_dirs.end());
+  // What the launcher's copy of the server's mounts keeps of the volumes (the service's
+  // own, a loop device's): what runsc uses (the rest, other containers' volumes above
+  // all, it detaches).
+  if (!options_.service_dir.empty()) argv.push_back(std::string(kServiceDirArg) + options_.service_dir);
+  for (const auto& path : bundle.sources) argv.push_back(std::string(kKeepArg) + path);
+  for (const auto& path : {bundle.folder, runsc_, state_dir_, options.restore_from})
+    if (!path.empty()) argv.push_back(std::string(kKeepArg) + path);
   for (const auto& listener : options.listeners)
     argv.push_back("--listen=" + listener.address + ":" + std::to_string(listener.port));
   argv.insert(argv.end(),
@@ -405,12 +416,12 @@ asio::awaitable<std::shared_ptr<Sandbox>> GvisorLauncher::start(asio::any_io_exe
                // The launcher has put runsc in the sandbox's cgroups already.
                "--ignore-cgroups"});
   if (options.restore_from.empty()) {
-    argv.insert(argv.end(), {"run", "--bundle", bundle, options.name});
+    argv.insert(argv.end(), {"run", "--bundle", bundle.folder, options.name});
   } else {
     // The same bundle as the checkpointed sandbox's (the same folders at the same
     // places, the same limits): its processes go on where they were.
     argv.insert(argv.end(),
-                {"restore", "--image-path=" + options.restore_from, "--bundle", bundle, options.name});
+                {"restore", "--image-path=" + options.restore_from, "--bundle", bundle.folder, options.name});
   }
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
@@ -475,31 +486,42 @@ asio::awaitable<int> run_to_exit(asio::any_io_executor executor, const std::vect
 }
 }  // namespace
 
-asio::awaitable<void> GvisorLauncher::checkpoint(std::shared_ptr<Sandbox> sandbox, std::string image_dir) {
+asio::awaitable<void> GvisorLauncher::run_runsc(std::shared_ptr<Sandbox> sandbox,
+                                                std::vector<std::string> command) const {
   if (!sandbox->running() || sandbox->pid() <= 0)
-    throw SandboxError("sandbox " + sandbox->name() + " is not running: nothing to checkpoint");
+    throw SandboxError("sandbox " + sandbox->name() + " is not running: nothing to " + command.front());
   // runsc knows its container by the pids of runsc's own PID namespace, whose init is
   // the sandbox's PID 1 as the server sees it (run_reaper).
-  const std::vector<std::string> argv{options_.init_path,
-                                      "--gvisor-enter",
-                                      std::to_string(sandbox->pid()),
-                                      "--",
-                                      runsc_,
-                                      "--root=" + state_dir_ + "/runsc",
-                                      "checkpoint",
-                                      "--image-path=" + image_dir,
-                                      sandbox->name()};
+  std::vector<std::string> argv{options_.init_path, "--gvisor-enter", std::to_string(sandbox->pid()), "--",
+                                runsc_, "--root=" + state_dir_ + "/runsc"};
+  argv.insert(argv.end(), command.begin(), command.end());
+  argv.push_back(sandbox->name());
   int status = 0;
   try {
     status = co_await run_to_exit(sandbox->executor(), argv);
   } catch (const std::exception& e) {
-    throw SandboxError("sandbox " + sandbox->name() + ": starting runsc checkpoint: " + e.what());
+    throw SandboxError("sandbox " + sandbox->name() + ": starting runsc " + command.front() + ": " + e.what());
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw SandboxError("sandbox " + sandbox->name() + ": runsc checkpoint " +
+    throw SandboxError("sandbox " + sandbox->name() + ": runsc " + command.front() + " " +
                        (WIFEXITED(status) ? "exited with " + std::to_string(WEXITSTATUS(status))
                                           : "was killed by signal " + std::to_string(WTERMSIG(status))) +
                        " (its message is in the server's log)");
+}
+
+asio::awaitable<void> GvisorLauncher::checkpoint(std::shared_ptr<Sandbox> sandbox, std::string image_dir) {
+  std::vector<std::string> command{"checkpoint", "--image-path=" + image_dir};
+  co_await run_runsc(std::move(sandbox), std::move(command));
+}
+
+asio::awaitable<void> GvisorLauncher::pause(std::shared_ptr<Sandbox> sandbox) {
+  std::vector<std::string> command{"pause"};
+  co_await run_runsc(std::move(sandbox), std::move(command));
+}
+
+asio::awaitable<void> GvisorLauncher::resume(std::shared_ptr<Sandbox> sandbox) {
+  std::vector<std::string> command{"resume"};
+  co_await run_runsc(std::move(sandbox), std::move(command));
 }
 
 }  // namespace sandboxd::runtime

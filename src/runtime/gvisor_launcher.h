@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "runtime/cgroup.h"
 #include "runtime/launcher.h"
@@ -48,14 +49,26 @@ class GvisorLauncher : public SandboxLauncher {
   // `runsc checkpoint` (run in runsc's own namespaces: sandboxd-init --gvisor-enter),
   // which ends the sandbox once its state is saved.
   asio::awaitable<void> checkpoint(std::shared_ptr<Sandbox> sandbox, std::string image_dir) override;
+  // `runsc pause` and `runsc resume`: gVisor stops its tasks inside the sentry, whose
+  // memory stays as it is (a checkpoint of a paused sandbox saves it as it was).
+  asio::awaitable<void> pause(std::shared_ptr<Sandbox> sandbox) override;
+  asio::awaitable<void> resume(std::shared_ptr<Sandbox> sandbox) override;
 
   const std::string& runsc_path() const { return runsc_; }
 
  private:
-  // Writes the sandbox's bundle (its root skeleton and config.json); returns its folder.
-  std::string write_bundle(const SandboxOptions& options) const;
+  // Writes the sandbox's bundle (its root skeleton and config.json); returns its folder
+  // and the host paths it binds in.
+  struct Bundle {
+    std::string folder;
+    std::vector<std::string> sources;
+  };
+  Bundle write_bundle(const SandboxOptions& options) const;
   // Removes a stopped sandbox's bundle and what runsc keeps of it.
   void remove_leftovers(const std::string& name) const;
+  // Runs `runsc <command...> <the sandbox's name>` in runsc's own namespaces
+  // (sandboxd-init --gvisor-enter) and waits for it. Throws SandboxError when it fails.
+  asio::awaitable<void> run_runsc(std::shared_ptr<Sandbox> sandbox, std::vector<std::string> command) const;
 
   const RuntimeOptions& options_;
   CgroupBackend& cgroups_;

@@ -37,6 +37,16 @@ class SandboxLauncher {
     throw SandboxError("sandbox " + sandbox->name() + ": this isolation tier keeps no memory");
     co_return;
   }
+  // Stops every process of the running sandbox where it is, its memory kept in place, and
+  // lets them go on (Runtime::pause). Throw SandboxError when they cannot.
+  virtual asio::awaitable<void> pause(std::shared_ptr<Sandbox> sandbox) {
+    throw SandboxError("sandbox " + sandbox->name() + ": this isolation tier cannot pause");
+    co_return;
+  }
+  virtual asio::awaitable<void> resume(std::shared_ptr<Sandbox> sandbox) {
+    throw SandboxError("sandbox " + sandbox->name() + ": this isolation tier cannot pause");
+    co_return;
+  }
 };
 
 }  // namespace sandboxd::runtime

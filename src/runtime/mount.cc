@@ -455,7 +455,46 @@ std::string unescape_mount_point(const char* text) {
   return out;
 }
 
+// Detaches each mount point, the deepest first (a parent's detach takes its children).
+void detach_deepest_first(std::vector<std::string> points) {
+  std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  for (const auto& point : points) umount2(point.c_str(), MNT_DETACH);  // (a parent's detach took it already)
+}
+
 }  // namespace
+
+std::optional<std::vector<MountEntry>> read_mounts() {
+  FILE* info = std::fopen("/proc/self/mountinfo", "re");
+  if (!info) return std::nullopt;
+  std::vector<MountEntry> mounts;
+  char line[8192];
+  while (std::fgets(line, sizeof line, info)) {
+    // ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER_OPTIONS
+    char point[4096], source[4096];
+    const char* rest = std::strstr(line, " - ");
+    if (std::sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1 || !rest ||
+        std::sscanf(rest + 3, "%*s %4095s", source) != 1)
+      continue;
+    mounts.push_back({unescape_mount_point(point), unescape_mount_point(source)});
+  }
+  std::fclose(info);
+  return mounts;
+}
+
+bool detach_volume_mounts(const std::string& service_dir, const std::vector<std::string>& needed) {
+  const auto mounts = read_mounts();
+  if (!mounts) return false;
+  std::vector<std::string> detach;
+  for (const auto& [point, source] : *mounts) {
+    const bool services = !service_dir.empty() && point != service_dir && at_or_below(point, service_dir);
+    if (point == "/" || (!services && !source.starts_with("/dev/loop"))) continue;
+    bool keep = false;
+    for (const auto& path : needed) keep = keep || at_or_below(path, point) || at_or_below(point, path);
+    if (!keep) detach.push_back(point);
+  }
+  detach_deepest_first(std::move(detach));
+  return true;
+}
 
 int run_mount_template(int argc, char** argv) {
   constexpr int kReportFd = 3;
@@ -474,25 +513,17 @@ int run_mount_template(int argc, char** argv) {
   // A mount is kept when it is "/", holds a needed path (an ancestor) or is part of one
   // (at or below it), and is not the service's own (below its directory): every other
   // is detached, deepest first, so that this namespace pins no one's volume.
+  const auto mounts = read_mounts();
+  if (!mounts) return fail();
   std::vector<std::string> detach;
-  if (FILE* info = std::fopen("/proc/self/mountinfo", "re")) {
-    char line[8192];
-    while (std::fgets(line, sizeof line, info)) {
-      char field[4096];
-      if (std::sscanf(line, "%*s %*s %*s %*s %4095s", field) != 1) continue;
-      const std::string point = unescape_mount_point(field);
-      if (point == "/") continue;
-      bool keep = false;
-      for (const auto& path : needed) keep = keep || at_or_below(path, point) || at_or_below(point, path);
-      if (!service_dir.empty() && point != service_dir && at_or_below(point, service_dir)) keep = false;
-      if (!keep) detach.push_back(point);
-    }
-    std::fclose(info);
-  } else {
-    return fail();
+  for (const auto& [point, source] : *mounts) {
+    if (point == "/") continue;
+    bool keep = false;
+    for (const auto& path : needed) keep = keep || at_or_below(path, point) || at_or_below(point, path);
+    if (!service_dir.empty() && point != service_dir && at_or_below(point, service_dir)) keep = false;
+    if (!keep) detach.push_back(point);
   }
-  std::sort(detach.begin(), detach.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
-  for (const auto& point : detach) umount2(point.c_str(), MNT_DETACH);  // (a parent's detach took it already)
+  detach_deepest_first(std::move(detach));
   // open_tree(2) is what the sandboxes need of this kernel: checked here, once.
   int probe = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
   if (probe < 0) return fail();

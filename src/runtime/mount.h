@@ -4,6 +4,10 @@
 // the old root detached.
 #pragma once
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "runtime/spec.h"
 
 namespace sandboxd::runtime {
@@ -24,5 +28,22 @@ void setup_filesystem(const Spec& spec, const FolderTrees& trees);
 // the virtual /proc and /sys, never a mount below SERVICE_DIR ("-": none); reported on
 // fd 3 as 'o' and the namespace's descriptor (SCM_RIGHTS), or 'e'.
 int run_mount_template(int argc, char** argv);
+
+// The mounts of this process's mount namespace (/proc/self/mountinfo): each one's mount
+// point (unescaped) and source; nullopt when it cannot be read.
+struct MountEntry {
+  std::string point, source;
+};
+std::optional<std::vector<MountEntry>> read_mounts();
+
+// In a mount namespace copied from the server's: detaches (MNT_DETACH, deepest first)
+// every mount that neither holds one of `needed` (an ancestor) nor is part of one (at
+// or below it) and is the service's own (strictly below SERVICE_DIR; "": none) or a
+// loop device's (a volume of another server on this host). A copy of a container's
+// volume mount kept in such a namespace keeps its file system alive after its server
+// unmounts it, so that the next mount of the same image (another loop device) is a
+// second file system over the same file: what one writes the other never sees, and
+// overwrites. Returns false when the mounts cannot be read.
+bool detach_volume_mounts(const std::string& service_dir, const std::vector<std::string>& needed);
 
 }  // namespace sandboxd::runtime

@@ -98,4 +98,12 @@ asio::awaitable<void> Runtime::checkpoint(std::shared_ptr<Sandbox> sandbox, std:
   co_await launcher_->checkpoint(std::move(sandbox), std::move(image_dir));
 }
 
+asio::awaitable<void> Runtime::pause(std::shared_ptr<Sandbox> sandbox) {
+  co_await launcher_->pause(std::move(sandbox));
+}
+
+asio::awaitable<void> Runtime::resume(std::shared_ptr<Sandbox> sandbox) {
+  co_await launcher_->resume(std::move(sandbox));
+}
+
 }  // namespace sandboxd::runtime
