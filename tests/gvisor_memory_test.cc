@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "eventually.h"
 #include "runtime/gvisor_launcher.h"
@@ -38,14 +39,15 @@ class GvisorMemoryTest : public sandboxd::testing::SharedServerSuite {
     upstream = nullptr;
   }
   // The suite's configuration; `extra_runtime` adds lines to its runtime section,
-  // `ttl_seconds` sets the idle TTL (the idle test shortens it for a while) and `extra`
-  // adds sections.
+  // `ttl_seconds` sets the idle TTL (the idle test shortens it for a while), `extra`
+  // adds sections and `hold_seconds` is runtime.pauseHoldSeconds (none by default: most
+  // tests look at the checkpoint a stop takes).
   static std::string config_yaml(const std::string& extra_runtime = "", int ttl_seconds = 600,
-                                 const std::string& extra = "") {
+                                 const std::string& extra = "", int hold_seconds = 0) {
     return "model:\n  baseUrl: \"" + upstream->base_url() +
            "\"\n  apiKey: upstream-key\n  models: { default: upstream-model }\n  timeoutSec: 30\n"
-           "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n" +
-           extra_runtime +
+           "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n  pauseHoldSeconds: " +
+           std::to_string(hold_seconds) + "\n" + extra_runtime +
            "codeInterpreter:\n  memoryLimitMb: 256\n"
            "external:\n  opensandbox:\n    sessionTTLSeconds: " +
            std::to_string(ttl_seconds) + "\n" + extra;
@@ -159,6 +161,71 @@ TEST_F(GvisorMemoryTest, AStoppedSandboxGoesOnWithItsProcessesTmpAndPythonVariab
   // The files API never lists the checkpoint.
   const std::string listing = server->curl("'" + server->base() + "/files?scope_id=" + container + "'");
   EXPECT_EQ(listing.find("checkpoint"), std::string::npos) << listing;
+}
+
+// runtime.pauseHoldSeconds: a stop first pauses the sandbox in place (nothing in it runs,
+// nothing is written), the next command resumes it without a checkpoint, and the hold's
+// end takes the checkpoint a stop takes without one.
+TEST_F(GvisorMemoryTest, AStopHeldInPlaceResumesWithoutACheckpointAndItsEndTakesOne) {
+  server->write_config(config_yaml("", 600, "", 4));
+  server->reload();
+  // A counter that writes into the workspace, which the host reads.
+  auto started = bash(
+      "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /home/agent/workspace/count; sleep 0.05; done' "
+      ">/dev/null 2>&1 & echo $!");
+  const std::string pid = text(started, "stdout");
+  ASSERT_FALSE(pid.empty()) << bj::serialize(started);
+  auto defined = python("x = 41\nprint('defined')");
+  ASSERT_EQ(text(defined, "stdout"), "defined\n") << bj::serialize(defined);
+  const double holds = metric("sandboxd_memory_holds_total{result=\"ok\"}");
+  const double resumes = metric("sandboxd_memory_hold_resumes_total");
+  const double checkpoints = metric("sandboxd_memory_checkpoints_total{result=\"ok\"}");
+  const double restores = metric("sandboxd_memory_restores_total{result=\"ok\"}");
+
+  const fs::path checkpoint = stop_and_find_checkpoint();
+  EXPECT_TRUE(checkpoint.empty()) << "a held stop takes no checkpoint";
+  EXPECT_EQ(metric("sandboxd_memory_holds_total{result=\"ok\"}"), holds + 1);
+  // Paused: the counter writes nothing while it is held.
+  auto counted = [&] {
+    for (const auto& entry : fs::directory_iterator(server->data_dir() / "containers"))
+      if (fs::exists(entry.path() / "volume" / "workspace" / "count")) {
+        std::ifstream in(entry.path() / "volume" / "workspace" / "count");
+        return std::string(std::istreambuf_iterator<char>(in), {});
+      }
+    return std::string();
+  };
+  const std::string held_at = counted();
+  ASSERT_FALSE(held_at.empty()) << "the counter's file is in the workspace";
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_EQ(counted(), held_at) << "nothing runs in a held sandbox";
+
+  auto again = python("print(x + 1)");
+  EXPECT_EQ(text(again, "stdout"), "42\n") << bj::serialize(again);
+  EXPECT_EQ(metric("sandboxd_memory_hold_resumes_total"), resumes + 1);
+  EXPECT_EQ(metric("sandboxd_memory_restores_total{result=\"ok\"}"), restores) << "no restore";
+  auto same = bash("kill -0 " + pid.substr(0, pid.size() - 1) + " && echo alive");
+  EXPECT_EQ(text(same, "stdout"), "alive\n") << bj::serialize(same);
+  EXPECT_TRUE(eventually([&] { return counted() != held_at; })) << "the counter counts on";
+
+  // Held again, until the hold ends: then the checkpoint, which the next command restores.
+  stop();
+  EXPECT_TRUE(eventually([&] { return !memory_folders().empty(); }, std::chrono::seconds(30)))
+      << "the hold's end takes a checkpoint";
+  EXPECT_TRUE(eventually(
+      [&] { return metric("sandboxd_memory_checkpoints_total{result=\"ok\"}") == checkpoints + 1; }));
+  auto restored = python("print(x + 2)");
+  EXPECT_EQ(text(restored, "stdout"), "43\n") << bj::serialize(restored);
+  EXPECT_EQ(metric("sandboxd_memory_restores_total{result=\"ok\"}"), restores + 1);
+  auto still = bash("kill -0 " + pid.substr(0, pid.size() - 1) + " && echo alive");
+  EXPECT_EQ(text(still, "stdout"), "alive\n") << bj::serialize(still);
+
+  // Held once more, then deleted: its sandbox ends with it, and no checkpoint is taken.
+  stop();
+  const std::string deleted = server->curl("-s -o /dev/null -w '%{http_code}' -X DELETE " + containers(""));
+  EXPECT_EQ(deleted, "200");
+  EXPECT_EQ(metric("sandboxd_memory_checkpoints_total{result=\"ok\"}"), checkpoints + 1);
+  server->write_config(config_yaml());
+  server->reload();
 }
 
 TEST_F(GvisorMemoryTest, AnIdleStopKeepsThePythonKernelsVariablesForTheModel) {

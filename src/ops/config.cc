@@ -764,6 +764,7 @@ const std::vector<Key>& keys() {
       one_of(restart, "runtime.gvisorPlatform", &C::gvisor_platform, {"ptrace", "systrap", "kvm"},
              "must be ptrace, systrap or kvm"),
       flag(new_work, "runtime.keepMemory", &C::keep_memory),
+      integer(new_work, "runtime.pauseHoldSeconds", &C::pause_hold_sec, 0, 86400),
       integer(restart, "runtime.prestartedSandboxes", &C::prestarted_sandboxes, 0, 64),
       integer(restart, "runtime.sandboxUid", &C::sandbox_host_uid, 1000, 4000000000LL),
       one_of(restart, "runtime.cgroupMode", &C::cgroup_mode, {"auto", "v1", "v2"}, "must be auto, v1 or v2"),

@@ -178,6 +178,12 @@ struct Config {
   // pause, shutdown, drain) is checkpointed and its next start restores it; false: its
   // files only, as on the native tier. Applies to the next stop.
   bool keep_memory = true;
+  // runtime.pauseHoldSeconds: a stop that keeps memory for a client (idle, stop, E2B
+  // pause) first pauses the sandbox in place for this long (its memory stays in it, and
+  // the next command resumes it in milliseconds), then checkpoints it; 0: at once. Never
+  // in cluster mode (another replica may take the container over) nor for a shutdown,
+  // a drain or room for another sandbox. Applies to the next stop.
+  int pause_hold_sec = 120;
   // cluster (docs/storage.md): several replicas share the metadata and serve each container
   // from one replica at a time (a lease). On when cluster_replica_id is set.
   std::string cluster_replica_id;       // cluster.replicaId: unique among the replicas

@@ -89,6 +89,8 @@ void Metrics::memory_checkpointed(bool ok, uint64_t bytes, double seconds) {
   checkpoint_duration_.observe(seconds);
 }
 
+void Metrics::memory_held(bool ok) { ++(ok ? holds_ok_ : holds_failed_); }
+
 void Metrics::memory_restored(bool ok, double seconds) {
   if (!ok) {
     ++restores_failed_;
@@ -256,6 +258,13 @@ std::string Metrics::render(const Gauges& g) const {
   header(out, "sandboxd_memory_restore_seconds", "histogram",
          "Time to restore a sandbox from its checkpoint.");
   memory_restore_duration_.render(out, "sandboxd_memory_restore_seconds", "");
+  header(out, "sandboxd_memory_holds_total", "counter",
+         "Stops that paused the sandbox in place (runtime.pauseHoldSeconds), by result (failed: "
+         "checkpointed at once).");
+  sample(out, "sandboxd_memory_holds_total", "result=\"ok\"", static_cast<double>(holds_ok_.load()));
+  sample(out, "sandboxd_memory_holds_total", "result=\"failed\"", static_cast<double>(holds_failed_.load()));
+  header(out, "sandboxd_memory_hold_resumes_total", "counter", "Sandboxes held paused in place and resumed.");
+  sample(out, "sandboxd_memory_hold_resumes_total", "", static_cast<double>(hold_resumes_.load()));
   header(out, "sandboxd_sandboxes_started_total", "counter", "Sandboxes started.");
   sample(out, "sandboxd_sandboxes_started_total", "", static_cast<double>(started_.load()));
   header(out, "sandboxd_output_walks_total", "counter",

@@ -59,6 +59,10 @@ class Metrics {
   // started fresh over the same files).
   void memory_checkpointed(bool ok, uint64_t bytes, double seconds);
   void memory_restored(bool ok, double seconds);
+  // A stop that paused the sandbox in place (runtime.pauseHoldSeconds) or could not (it
+  // was checkpointed at once), and a start that resumed a sandbox so held.
+  void memory_held(bool ok);
+  void memory_hold_resumed() { ++hold_resumes_; }
 
   // Values read at scrape time.
   struct Gauges {
@@ -101,6 +105,7 @@ class Metrics {
   std::atomic<uint64_t> takeovers_request_{0}, takeovers_background_{0}, leftovers_removed_{0};
   std::atomic<uint64_t> checkpoints_ok_{0}, checkpoints_failed_{0}, checkpoint_bytes_{0};
   std::atomic<uint64_t> restores_ok_{0}, restores_failed_{0};
+  std::atomic<uint64_t> holds_ok_{0}, holds_failed_{0}, hold_resumes_{0};
   std::atomic<uint64_t> egress_allowed_{0}, egress_refused_{0}, egress_bytes_out_{0}, egress_bytes_in_{0};
   Histogram admission_wait_, execution_duration_, flush_duration_, restore_duration_;
   Histogram checkpoint_duration_, memory_restore_duration_;

@@ -14,7 +14,7 @@ namespace sandboxd::service {
 // One open container as the policy sees it.
 struct SandboxCandidate {
   std::string owner;
-  bool running = false;       // its sandbox is up
+  bool running = false;       // its sandbox is up (or held paused: Container::takes_room)
   bool executing = false;     // a command or a Python call runs in it now
   int64_t last_used_at = 0;   // unix seconds
   bool is_requester = false;  // the container the new sandbox is for (never its own victim)

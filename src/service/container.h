@@ -66,6 +66,11 @@ struct Container {
   std::atomic<bool> sandbox_up{false};
   std::atomic<std::shared_ptr<runtime::Sandbox>> live_sandbox;
   bool running() const { return sandbox_up.load(); }
+  // Stopped for its clients, its sandbox held paused in place (ContainerSandboxState::held):
+  // it still takes the host's room (capacity counts it, an eviction checkpoints it) and
+  // its volume stays mounted.
+  std::atomic<bool> sandbox_held{false};
+  bool takes_room() const { return sandbox_up.load() || sandbox_held.load(); }
 
   // File discovery's view of its files (discovery.h); locks inside.
   ContainerFileIndex index;

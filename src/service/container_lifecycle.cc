@@ -19,6 +19,7 @@
 
 #include "base/blocking.h"
 #include "base/ids.h"
+#include "ops/logging.h"
 #include "ops/metrics.h"
 #include "service/container_lifecycle.h"
 #include "service/container_service.h"
@@ -440,6 +441,11 @@ asio::awaitable<Result<std::shared_ptr<runtime::Sandbox>>> ContainerLifecycle::e
       co_await state.wait_until_started();
       continue;
     }
+    // Held paused by its last stop: it goes on where it was, in milliseconds.
+    if (state.held) {
+      if (co_await resume_held(container)) co_return state.sandbox;
+      continue;
+    }
     if (state.sandbox && state.sandbox->running()) co_return state.sandbox;
     container->sandbox_up = false;  // it stopped by itself (PID 1 died)
     if (!parts_.runtime) co_return ApiError::unavailable(parts_.why_unavailable());
@@ -511,10 +517,92 @@ void ContainerLifecycle::start_sandbox_soon(std::shared_ptr<Container> container
   asio::co_spawn(container->strand, std::move(start), asio::detached);
 }
 
+namespace {
+
+// The hold is over: whatever ends it (a resume, a stop), its timer goes with it.
+void end_hold(Container& container) {
+  auto& state = container.on_strand;
+  state.held = false;
+  container.sandbox_held = false;
+  if (auto timer = std::move(state.hold_end)) timer->cancel();
+}
+
+}  // namespace
+
+asio::awaitable<bool> ContainerLifecycle::hold_paused(std::shared_ptr<Container> container,
+                                                      std::chrono::seconds hold, const char* reason) {
+  auto& state = container->on_strand;
+  try {
+    co_await parts_.runtime->pause(state.sandbox);
+  } catch (const std::exception& e) {
+    ops::metrics().memory_held(false);
+    spdlog::warn("container {} of {}: pausing its sandbox in place (it is checkpointed instead): {}",
+                 container->id, container->owner, e.what());
+    co_return false;
+  }
+  state.held = true;
+  container->sandbox_held = true;
+  // A paused sandbox writes nothing: its watches go back to the host's share, as at a stop.
+  if (parts_.tree_changes) parts_.tree_changes->forget(container->storage);
+  ops::metrics().memory_held(true);
+  ops::metrics().sandbox_stopped(reason);
+  ops::log_event(spdlog::level::info, "sandbox_held",
+                 {{"owner", container->owner},
+                  {"container", container->id},
+                  {"reason", reason},
+                  {"seconds", std::to_string(hold.count())}});
+  auto timer = std::make_shared<asio::steady_timer>(container->strand, hold);
+  state.hold_end = timer;
+  // The hold's end: the checkpoint a stop without a hold would have taken. (A shutdown
+  // stops every sandbox, a held one with a checkpoint, before the timers go.)
+  auto end = [this, container, timer]() -> asio::awaitable<void> {
+    boost::system::error_code ec;
+    co_await timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || shutting_down_ || container->on_strand.hold_end != timer) co_return;
+    co_await stop_on_strand(container, "hold_ended");
+  };
+  asio::co_spawn(container->strand, std::move(end), asio::detached);
+  co_return true;
+}
+
+asio::awaitable<bool> ContainerLifecycle::resume_held(std::shared_ptr<Container> container) {
+  auto& state = container->on_strand;
+  state.begin_starting(container->strand);
+  const auto started = std::chrono::steady_clock::now();
+  std::string failure;
+  try {
+    co_await parts_.runtime->resume(state.sandbox);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  state.end_starting();
+  if (!failure.empty()) {
+    spdlog::warn("container {} of {}: resuming its held sandbox (it is checkpointed and restored instead): {}",
+                 container->id, container->owner, failure);
+    co_await stop_on_strand(container, "hold_ended");
+    co_return false;
+  }
+  end_hold(*container);
+  container->sandbox_up = true;
+  container->live_sandbox.store(state.sandbox);
+  if (parts_.tree_changes) parts_.tree_changes->track(container->storage);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ops::metrics().memory_hold_resumed();
+  ops::log_event(spdlog::level::info, "sandbox_resumed",
+                 {{"owner", container->owner},
+                  {"container", container->id},
+                  {"ms", std::to_string(static_cast<int64_t>(seconds * 1000))}});
+  co_return true;
+}
+
 asio::awaitable<void> ContainerLifecycle::stop_on_strand(std::shared_ptr<Container> container,
                                                          const char* reason) {
   auto& state = container->on_strand;
   co_await state.wait_until_started();
+  // A held sandbox is stopped for its clients already: another stop they may undo
+  // leaves it held as it is.
+  const std::chrono::seconds hold = memory_.hold_at(reason);
+  if (state.held && hold.count() > 0 && !container->deleted) co_return;
   // From here until the stop ends, the strand's other work (a command, a start, another
   // stop) waits for it as for a start, and no command takes the running sandbox from the
   // fast path: the steps below suspend, and a command run meanwhile in a sandbox being
@@ -526,7 +614,15 @@ asio::awaitable<void> ContainerLifecycle::stop_on_strand(std::shared_ptr<Contain
   container->live_sandbox.store(nullptr);
   state.begin_starting(container->strand);
   TransitionEnd stopped{[&state] { state.end_starting(); }};
-  // Its memory first, while it still runs as it was (the checkpoint ends it).
+  // Held paused in place instead, when the stop may soon be undone and nothing runs in
+  // it now (a command's caller would wait for the resume).
+  if (!state.held && hold.count() > 0 && state.sandbox && state.sandbox->running() && !container->deleted &&
+      container->executing.load() == 0 && co_await hold_paused(container, hold, reason))
+    co_return;
+  const bool was_held = state.held;
+  end_hold(*container);
+  // Its memory first, while it still runs as it was (the checkpoint ends it; a held
+  // sandbox is checkpointed paused, and its restore runs on).
   if (state.sandbox && state.sandbox->running() && !container->deleted && memory_.keeps_memory_at(reason))
     co_await memory_.checkpoint(container, state.sandbox);
   // A stopped sandbox writes nothing: its watches go back to the host's share (its next
@@ -535,7 +631,7 @@ asio::awaitable<void> ContainerLifecycle::stop_on_strand(std::shared_ptr<Contain
   state.link.reset();  // its listeners close with the sandbox
   if (auto sandbox = std::move(state.sandbox)) {
     co_await sandbox->stop();
-    ops::metrics().sandbox_stopped(reason);
+    if (!was_held) ops::metrics().sandbox_stopped(reason);  // (a held one was counted at its hold)
   }
   if (auto slot = std::move(state.slot)) {  // its binds come off (mounts: the blocking pool)
     auto release = [this, &slot] { parts_.pool.release(slot); };
@@ -600,7 +696,7 @@ asio::awaitable<void> ContainerLifecycle::reap_idle() {
       auto may = [&](long uses) {
         return may_close({.still_open = true,
                           .in_transition = false,
-                          .running = container->running(),
+                          .running = container->takes_room(),
                           .last_used_at = container->last_used_at.load(),
                           .held_elsewhere = uses > 2,  // `idle` and the registry: nobody else
                           .unflushed = parts_.durability && !parts_.durability->releasable(*container)},

@@ -127,6 +127,14 @@ class ContainerLifecycle {
   // Cluster mode: the final flush, then the lease goes (kept when the flush fails).
   asio::awaitable<void> flush_and_release(std::shared_ptr<Container> container);
   asio::awaitable<void> check_still_there(std::shared_ptr<Container> container);
+  // A stop that holds (ContainerMemory::hold_at): pauses the sandbox in place and sets
+  // the hold's end, which checkpoints it. False when it could not be paused (the caller
+  // checkpoints it at once). On the container's strand, within its stop's transition.
+  asio::awaitable<bool> hold_paused(std::shared_ptr<Container> container, std::chrono::seconds hold,
+                                    const char* reason);
+  // The next start of a held container: resumes its sandbox. False when it could not (it
+  // is then stopped, checkpointed as it is, and the caller starts it from there).
+  asio::awaitable<bool> resume_held(std::shared_ptr<Container> container);
 
   ContainerParts& parts_;
   ContainerMemory& memory_;

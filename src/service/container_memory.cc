@@ -69,7 +69,15 @@ bool ContainerMemory::keeps_memory() const {
 
 bool ContainerMemory::keeps_memory_at(const char* reason) const {
   const std::string_view why = reason;
-  return keeps_memory() && why != "deleted" && why != kStopKeepingFilesOnly;
+  // (A restart is a fresh sandbox: what ran before it is not to come back.)
+  return keeps_memory() && why != "deleted" && why != "restart" && why != kStopKeepingFilesOnly;
+}
+
+std::chrono::seconds ContainerMemory::hold_at(const char* reason) const {
+  const std::string_view why = reason;
+  const bool undoable = why == "idle" || why == "api" || why == "admin" || why == "paused";
+  if (!undoable || parts_.leases || !keeps_memory()) return std::chrono::seconds(0);
+  return std::chrono::seconds(parts_.settings()->pause_hold_sec);
 }
 
 asio::awaitable<void> ContainerMemory::checkpoint(std::shared_ptr<Container> container,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -63,8 +64,14 @@ class ContainerMemory {
   // Whether a stop keeps the sandbox's memory here (a tier that keeps memory,
   // runtime.keepMemory on).
   bool keeps_memory() const;
-  // Whether a stop for `reason` keeps it (never for a deletion or a files-only pause).
+  // Whether a stop for `reason` keeps it (never for a deletion, a restart or a files-only
+  // pause).
   bool keeps_memory_at(const char* reason) const;
+  // How long a stop for `reason` holds the sandbox paused in place before its checkpoint
+  // (runtime.pauseHoldSeconds; zero: none): only a stop a client may soon undo (idle, an
+  // API or admin stop, E2B's pause), and never in cluster mode, where the container's
+  // next call may come to another replica, which needs the checkpoint in the bucket.
+  std::chrono::seconds hold_at(const char* reason) const;
   // The checkpoint taken at such a stop (failures logged and counted: the stop goes on,
   // files only).
   asio::awaitable<void> checkpoint(std::shared_ptr<Container> container,

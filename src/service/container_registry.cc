@@ -166,7 +166,7 @@ CapacityDecision ContainerRegistry::reserve_room(const Container& for_container,
   candidates.reserve(open_.size());
   containers.reserve(open_.size());
   for (const auto& [key, container] : open_) {
-    candidates.push_back({container->owner, container->running(), container->executing.load() > 0,
+    candidates.push_back({container->owner, container->takes_room(), container->executing.load() > 0,
                           container->last_used_at.load(), container.get() == &for_container});
     containers.push_back(&container);
   }

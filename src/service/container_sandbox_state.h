@@ -32,6 +32,13 @@ class ContainerSandboxState {
   std::shared_ptr<Slot> slot;         // when the sandbox came from the pre-started pool
   std::shared_ptr<NetworkLink> link;  // the sandbox's network
 
+  // Held: a stop paused the sandbox in place (runtime::Runtime::pause) instead of
+  // checkpointing it, for runtime.pauseHoldSeconds (ContainerLifecycle::stop_on_strand).
+  // `sandbox`, `slot` and `link` stay; the next start resumes it in milliseconds; the
+  // hold's end, or a stop that cannot wait, checkpoints it as it is and stops it.
+  bool held = false;
+  std::shared_ptr<boost::asio::steady_timer> hold_end;  // cancelled when the hold ends
+
   // From begin_starting until end_starting, other work of the strand (another
   // execution, a stop, a copy) waits for it (wait_until_started): each step of a start
   // may suspend.

@@ -120,10 +120,13 @@ asio::awaitable<Result<ContainerSnapshots::CapturedState>> ContainerSnapshots::c
   co_await state.wait_until_started();
   if (container->deleted) co_return ApiError::not_found("Container not found: " + container->id);
   const bool with_memory = memory_.keeps_memory();
-  const bool was_running = state.sandbox && state.sandbox->running();
+  // (A sandbox held paused by a stop is stopped for its clients, and stays so.)
+  const bool held = state.held;
+  const bool was_running = state.sandbox && state.sandbox->running() && !held;
   // Its memory: a running sandbox is checkpointed by a stop (which ends it) and comes
-  // back from that checkpoint below, its processes where they were.
-  if (was_running && with_memory) co_await lifecycle_.stop_on_strand(container, "snapshot");
+  // back from that checkpoint below, its processes where they were; a held one is
+  // checkpointed as it is, and its next start restores it.
+  if (held || (was_running && with_memory)) co_await lifecycle_.stop_on_strand(container, "snapshot");
   // From here until the copy is done no start of its sandbox begins: a start would take
   // (and remove) the checkpoint the snapshot links. (Nothing suspended between the stop
   // and this mark: the strand ran nothing else.)
