@@ -228,6 +228,40 @@ TEST_F(GvisorMemoryTest, AStopHeldInPlaceResumesWithoutACheckpointAndItsEndTakes
   server->reload();
 }
 
+// A held sandbox still takes its owner's room: another sandbox of that owner past
+// quotas.runningSandboxesPerOwner checkpoints it (its hold ends), and a shutdown
+// checkpoints every held one; each comes back with its memory after the restart.
+TEST_F(GvisorMemoryTest, AHeldSandboxIsCheckpointedForRoomAndAtShutdown) {
+  server->write_config(config_yaml("", 600, "quotas:\n  runningSandboxesPerOwner: 1\n", 600));
+  server->reload();
+  const std::string first = container;
+  auto defined = python("a = 'first'\nprint('ok')");
+  ASSERT_EQ(text(defined, "stdout"), "ok\n") << bj::serialize(defined);
+  stop();  // held
+  EXPECT_TRUE(memory_folders().empty()) << "held, not checkpointed";
+  const double checkpoints = metric("sandboxd_memory_checkpoints_total{result=\"ok\"}");
+
+  // The owner's one running sandbox is the held one: the next one's start checkpoints it.
+  container = first + "-b";
+  auto other = python("b = 'second'\nprint('ok')");
+  ASSERT_EQ(text(other, "stdout"), "ok\n") << bj::serialize(other);
+  EXPECT_EQ(metric("sandboxd_memory_checkpoints_total{result=\"ok\"}"), checkpoints + 1);
+  EXPECT_EQ(memory_folders().size(), 1u) << "the held sandbox made room with a checkpoint";
+  stop();  // held in turn
+
+  // A graceful shutdown checkpoints the held sandbox; after the restart both go on.
+  server->restart();
+  EXPECT_EQ(memory_folders().size(), 2u) << "the shutdown checkpointed the held sandbox";
+  auto second_back = python("print(b)");
+  EXPECT_EQ(text(second_back, "stdout"), "second\n") << bj::serialize(second_back);
+  stop();  // held again: room for the first
+  container = first;
+  auto first_back = python("print(a)");
+  EXPECT_EQ(text(first_back, "stdout"), "first\n") << bj::serialize(first_back);
+  server->write_config(config_yaml());
+  server->reload();
+}
+
 TEST_F(GvisorMemoryTest, AnIdleStopKeepsThePythonKernelsVariablesForTheModel) {
   auto defined = model_runs_python("x = 41\nprint('ok')");
   ASSERT_EQ(text(defined, "stdout"), "ok\n") << bj::serialize(defined);
