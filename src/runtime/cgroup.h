@@ -40,8 +40,12 @@ class CgroupBackend {
   // A process frozen by v1's freezer does not act on SIGKILL, so one that PID 1 froze to
   // kill a command's tree, and was itself killed before it thawed, would never exit, and
   // neither would PID 1 (the end of a PID namespace waits for every process in it).
-  // (v2's freezer lets a killed process go, and sandboxd does not use it: returns 0.)
+  // (v2's freezer lets a killed process go.)
   virtual size_t thaw(const std::string& sandbox) = 0;
+  // Freezes the sandbox's cgroup (v1: freezer.state FROZEN, v2: cgroup.freeze 1): each
+  // of its processes stops where it is, its memory kept, until thaw(). Returns at once
+  // (the kernel completes the freeze). False when the host has no freezer for it.
+  virtual bool freeze(const std::string& sandbox) = 0;
   // Removes every sandbox cgroup of this instance (start-up cleanup). Returns how many
   // sandbox cgroups were found.
   virtual size_t destroy_all() = 0;

@@ -114,6 +114,13 @@ class CgroupV1 final : public CgroupBackend {
     return freezer ? thaw_tree(freezer->path + "/" + sandbox) : 0;
   }
 
+  bool freeze(const std::string& sandbox) override {
+    const Root* freezer = find("freezer");
+    if (!freezer) return false;
+    write_file(freezer->path + "/" + sandbox + "/freezer.state", "FROZEN");
+    return true;
+  }
+
   size_t destroy_all() override {
     size_t found = 0;
     for (const Root* root : freezer_first()) {

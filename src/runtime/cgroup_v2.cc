@@ -101,7 +101,19 @@ class CgroupV2 final : public CgroupBackend {
 
   void destroy(const std::string& sandbox) override { remove_tree(root_ + "/" + sandbox, kill_method()); }
 
-  size_t thaw(const std::string&) override { return 0; }
+  size_t thaw(const std::string& sandbox) override {
+    const std::string file = root_ + "/" + sandbox + "/cgroup.freeze";
+    if (read_file(file).rfind('1', 0) != 0) return 0;
+    write_file(file, "0");
+    return 1;
+  }
+
+  bool freeze(const std::string& sandbox) override {
+    const std::string file = root_ + "/" + sandbox + "/cgroup.freeze";
+    if (!exists(file)) return false;
+    write_file(file, "1");
+    return true;
+  }
 
   size_t destroy_all() override {
     auto names = list_children(root_);

@@ -49,8 +49,10 @@ class GvisorLauncher : public SandboxLauncher {
   // `runsc checkpoint` (run in runsc's own namespaces: sandboxd-init --gvisor-enter),
   // which ends the sandbox once its state is saved.
   asio::awaitable<void> checkpoint(std::shared_ptr<Sandbox> sandbox, std::string image_dir) override;
-  // `runsc pause` and `runsc resume`: gVisor stops its tasks inside the sentry, whose
-  // memory stays as it is (a checkpoint of a paused sandbox saves it as it was).
+  // The sandbox's host cgroup frozen and thawed: runsc, its sentry and its gofer (all in
+  // it) stop where they are, their memory kept, in microseconds where `runsc pause` and
+  // `runsc resume` take tens of milliseconds each (a runsc process, its urpc call). A
+  // checkpoint thaws it first.
   asio::awaitable<void> pause(std::shared_ptr<Sandbox> sandbox) override;
   asio::awaitable<void> resume(std::shared_ptr<Sandbox> sandbox) override;
 

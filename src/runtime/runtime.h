@@ -96,9 +96,9 @@ class Runtime {
   // there. Throws SandboxError when it cannot (the sandbox then runs on).
   asio::awaitable<void> checkpoint(std::shared_ptr<Sandbox> sandbox, std::string image_dir);
   // Stops every process of a running sandbox where it is, its memory kept in place (no
-  // image: milliseconds either way), and lets them go on; the tiers that keep memory
-  // only. A paused sandbox can be checkpointed as it is (its restore runs on) and
-  // stopped; nothing is to be run in it until it is resumed. Throw SandboxError.
+  // image: microseconds either way), and lets them go on; the tiers that keep memory
+  // only. A paused sandbox can be checkpointed (Runtime::checkpoint lets it go first)
+  // and stopped; nothing is to be run in it until it is resumed. Throw SandboxError.
   asio::awaitable<void> pause(std::shared_ptr<Sandbox> sandbox);
   asio::awaitable<void> resume(std::shared_ptr<Sandbox> sandbox);
 

@@ -577,8 +577,9 @@ asio::awaitable<bool> ContainerLifecycle::resume_held(std::shared_ptr<Container>
   }
   state.end_starting();
   if (!failure.empty()) {
-    spdlog::warn("container {} of {}: resuming its held sandbox (it is checkpointed and restored instead): {}",
-                 container->id, container->owner, failure);
+    spdlog::warn(
+        "container {} of {}: resuming its held sandbox (it is checkpointed and restored instead): {}",
+        container->id, container->owner, failure);
     co_await stop_on_strand(container, "hold_ended");
     co_return false;
   }
