@@ -4,7 +4,8 @@
 // reference: the warm `true` against the same `bash -c true` run by a shell already inside
 // the same sandbox (what the runtime's path to a command adds), the gvisor cold start
 // against a bare `runsc run` of the very bundle the tier writes with that first command
-// (what sandboxd adds to gVisor's own start). Then the memory (pause, resume), E2B's fork,
+// (what sandboxd adds to gVisor's own start). Then the memory (a pause held in place and
+// its resume, a pause that checkpoints and the restore from it), E2B's fork,
 // and the price of the second kernel for real work: a Python `import pandas` and a `du`
 // of a 10,000-file tree on each tier. Prints figures and ratios; asserts nothing. Needs
 // root and, for the gvisor half, runsc.
@@ -262,9 +263,11 @@ WorkFigures measure_work(rt::Isolation isolation, uint32_t host_uid, int n) {
 }
 
 // The gvisor tier's memory: a sandbox holding a Python process with 100 MiB of data is
-// checkpointed (pause) and restored with a first `true` (resume), N times.
+// checkpointed (pause) and restored with a first `true` (resume), N times; then paused in
+// place and resumed with a first `true`, N times (a stop within runtime.pauseHoldSeconds).
 struct MemoryFigures {
   Stats pause, resume;
+  Stats hold, resume_held;  // runtime.pauseHoldSeconds: paused in place, then resumed
   double image_mib = 0;
 };
 
@@ -308,10 +311,26 @@ MemoryFigures measure_memory(uint32_t host_uid, int n) {
     if (result.return_code != 0) std::fprintf(stderr, "resume run failed: %s\n", result.stderr_text.c_str());
     fs::remove_all(image);
   }
+  // The same sandbox held: paused in place (its cgroup frozen), then resumed (thawed)
+  // with a first `true`.
+  std::vector<double> hold, resume_held;
+  for (int i = 0; i < n; ++i) {
+    auto start = Clock::now();
+    run_sync(io, runtime.pause(sandbox));
+    hold.push_back(ms_since(start));
+    start = Clock::now();
+    run_sync(io, runtime.resume(sandbox));
+    auto result = run_sync(io, sandbox->exec(true_cmd));
+    resume_held.push_back(ms_since(start));
+    if (result.return_code != 0)
+      std::fprintf(stderr, "held resume run failed: %s\n", result.stderr_text.c_str());
+  }
   for (int fd : {channel.stdin_write, channel.stdout_read, channel.stderr_read}) close(fd);
   run_sync(io, sandbox->stop());
   figures.pause = summarize(pause);
   figures.resume = summarize(resume);
+  figures.hold = summarize(hold);
+  figures.resume_held = summarize(resume_held);
   return figures;
 }
 
@@ -396,10 +415,17 @@ int main() {
               gvisor.cold_over_slots.p50_ms / gvisor.bare_cold.p50_ms);
   const MemoryFigures memory = measure_memory(1000, env_int("BENCH_MEMORY", 5));
   std::printf("\ngvisor memory: a Python process holding 100 MiB (image %.1f MiB)\n", memory.image_mib);
+  print_row("gvisor pause held in place: cgroup frozen", memory.hold);
+  print_row("gvisor resume of a held pause: thawed + true", memory.resume_held);
   print_row("gvisor pause: checkpoint + stop", memory.pause);
-  print_row("gvisor resume: restore + true", memory.resume);
-  std::printf("ratio resume / gvisor cold start (p50): %.2fx (goal <= 1)\n",
-              memory.resume.p50_ms / gvisor.cold.p50_ms);
+  print_row("gvisor resume from the checkpoint: restore + true", memory.resume);
+  std::printf(
+      "ratio resume / gvisor cold start (p50, goal <= 1): held (within runtime.pauseHoldSeconds) %.2fx, "
+      "from the checkpoint (after the hold) %.2fx; against the cold start in a pre-started sandbox: held "
+      "%.2fx, from the checkpoint %.2fx\n",
+      memory.resume_held.p50_ms / gvisor.cold.p50_ms, memory.resume.p50_ms / gvisor.cold.p50_ms,
+      memory.resume_held.p50_ms / gvisor.cold_prestarted.p50_ms,
+      memory.resume.p50_ms / gvisor.cold_prestarted.p50_ms);
   // E2B's published figures (its docs: about 4 s per GiB of memory to pause, about 1 s to
   // resume), scaled to this image for a side-by-side reading; not measured here.
   std::printf(
