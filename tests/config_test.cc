@@ -188,7 +188,7 @@ TEST(ConfigReload, EveryNewWorkKeyChangesTheLiveConfiguration) {
       "workspace: { maxHistoryTurns: 4, downloads: { generatedResources: false, uploadedResources: true } }\n"
       "quotas: { storedBytesPerOwner: 1Gi, threadsPerOwner: 1, skillsPerOwner: 1, skillVersionsPerOwner: 1, "
       "containersPerOwner: 1, runningSandboxesPerOwner: 1 }\n"
-      "runtime: { skillMaxSize: 2Ki, skillMaxFiles: 2, keepMemory: false }\n"
+      "runtime: { skillMaxSize: 2Ki, skillMaxFiles: 2, keepMemory: false, pauseHoldSeconds: 7 }\n"
       "network: { egress: { allow: [pypi.internal], deny: [10.0.0.0/8], resolvers: [10.0.0.2], "
       "maxConnectionsPerSandbox: 5, maxConnectionsPerOwner: 9, "
       "rules: [ { host: pypi.internal, headers: { X-Key: k } } ] } }\n";
@@ -200,12 +200,13 @@ TEST(ConfigReload, EveryNewWorkKeyChangesTheLiveConfiguration) {
     EXPECT_NE(yaml.find(key.path.substr(key.path.rfind('.') + 1) + ":"), std::string::npos)
         << key.path << " is new work: set it in this test's file";
   }
-  EXPECT_EQ(new_work, 46u) << "a key changed its reload: this test's file and the docs go with it";
+  EXPECT_EQ(new_work, 47u) << "a key changed its reload: this test's file and the docs go with it";
   LiveConfig live(Config{});
   EXPECT_EQ(live.reload(parse_config(yaml)), std::vector<std::string>{});
   const auto c = live.get();
   EXPECT_EQ(c->max_upload_bytes, 1u << 20);
   EXPECT_FALSE(c->keep_memory);
+  EXPECT_EQ(c->pause_hold_sec, 7);
   EXPECT_TRUE(c->egress_policy().allows_name("pypi.internal", 443));
   EXPECT_TRUE(c->egress_policy().denies_address(0x0A000001, 443));
   EXPECT_EQ(c->egress_resolvers, std::vector<std::string>{"10.0.0.2:53"});

@@ -78,6 +78,16 @@ class GvisorMemoryTest : public sandboxd::testing::SharedServerSuite {
     EXPECT_TRUE(reply.contains("return_code")) << bj::serialize(reply);
     return reply;
   }
+  // Starts a background process that writes a growing count into `file` every
+  // `interval` seconds; returns its pid (empty, and a failure, when it did not start).
+  std::string start_counter(const std::string& file, const std::string& interval) {
+    auto started = bash("nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > " + file + "; sleep " +
+                        interval + "; done' >/dev/null 2>&1 & echo $!");
+    std::string pid = text(started, "stdout");
+    if (!pid.empty() && pid.back() == '\n') pid.pop_back();
+    EXPECT_FALSE(pid.empty()) << bj::serialize(started);
+    return pid;
+  }
   static std::string text(const bj::object& reply, const char* field) {
     auto it = reply.find(field);
     return it != reply.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
@@ -134,11 +144,9 @@ class GvisorMemoryTest : public sandboxd::testing::SharedServerSuite {
 TEST_F(GvisorMemoryTest, AStoppedSandboxGoesOnWithItsProcessesTmpAndPythonVariables) {
   // A background process counting, a file in /tmp (gVisor's memory, not the volume), a
   // Python variable and an import.
-  auto started = bash(
-      "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &"
-      " echo $! > /tmp/counter.pid; echo kept > /tmp/note; cat /tmp/counter.pid");
-  const std::string pid = text(started, "stdout");
-  ASSERT_FALSE(pid.empty()) << bj::serialize(started);
+  const std::string pid = start_counter("/tmp/count", "0.1");
+  ASSERT_FALSE(pid.empty());
+  ASSERT_EQ(bash("echo kept > /tmp/note").at("return_code"), 0);
   auto defined = python("import json\nx = 41\nprint('defined')");
   ASSERT_EQ(text(defined, "stdout"), "defined\n") << bj::serialize(defined);
   const double checkpoints = metric("sandboxd_memory_checkpoints_total{result=\"ok\"}");
@@ -153,8 +161,8 @@ TEST_F(GvisorMemoryTest, AStoppedSandboxGoesOnWithItsProcessesTmpAndPythonVariab
   EXPECT_EQ(metric("sandboxd_memory_restores_total{result=\"ok\"}"), restores + 1);
   EXPECT_FALSE(fs::exists(checkpoint)) << "a checkpoint is used once";
   // The same process (same pid), still counting; /tmp as it was.
-  auto same = bash("cat /tmp/note; kill -0 $(cat /tmp/counter.pid) && echo alive; cat /tmp/counter.pid");
-  EXPECT_EQ(text(same, "stdout"), "kept\nalive\n" + pid) << bj::serialize(same);
+  auto same = bash("cat /tmp/note; kill -0 " + pid + " && echo alive");
+  EXPECT_EQ(text(same, "stdout"), "kept\nalive\n") << bj::serialize(same);
   auto first = bash("cat /tmp/count");
   EXPECT_TRUE(eventually([&] { return text(bash("cat /tmp/count"), "stdout") != text(first, "stdout"); }))
       << "the background process counts on";
@@ -170,11 +178,8 @@ TEST_F(GvisorMemoryTest, AStopHeldInPlaceResumesWithoutACheckpointAndItsEndTakes
   server->write_config(config_yaml("", 600, "", 4));
   server->reload();
   // A counter that writes into the workspace, which the host reads.
-  auto started = bash(
-      "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /home/agent/workspace/count; sleep 0.05; done' "
-      ">/dev/null 2>&1 & echo $!");
-  const std::string pid = text(started, "stdout");
-  ASSERT_FALSE(pid.empty()) << bj::serialize(started);
+  const std::string pid = start_counter("/home/agent/workspace/count", "0.05");
+  ASSERT_FALSE(pid.empty());
   auto defined = python("x = 41\nprint('defined')");
   ASSERT_EQ(text(defined, "stdout"), "defined\n") << bj::serialize(defined);
   const double holds = metric("sandboxd_memory_holds_total{result=\"ok\"}");
@@ -203,7 +208,7 @@ TEST_F(GvisorMemoryTest, AStopHeldInPlaceResumesWithoutACheckpointAndItsEndTakes
   EXPECT_EQ(text(again, "stdout"), "42\n") << bj::serialize(again);
   EXPECT_EQ(metric("sandboxd_memory_hold_resumes_total"), resumes + 1);
   EXPECT_EQ(metric("sandboxd_memory_restores_total{result=\"ok\"}"), restores) << "no restore";
-  auto same = bash("kill -0 " + pid.substr(0, pid.size() - 1) + " && echo alive");
+  auto same = bash("kill -0 " + pid + " && echo alive");
   EXPECT_EQ(text(same, "stdout"), "alive\n") << bj::serialize(same);
   EXPECT_TRUE(eventually([&] { return counted() != held_at; })) << "the counter counts on";
 
@@ -216,7 +221,7 @@ TEST_F(GvisorMemoryTest, AStopHeldInPlaceResumesWithoutACheckpointAndItsEndTakes
   auto restored = python("print(x + 2)");
   EXPECT_EQ(text(restored, "stdout"), "43\n") << bj::serialize(restored);
   EXPECT_EQ(metric("sandboxd_memory_restores_total{result=\"ok\"}"), restores + 1);
-  auto still = bash("kill -0 " + pid.substr(0, pid.size() - 1) + " && echo alive");
+  auto still = bash("kill -0 " + pid + " && echo alive");
   EXPECT_EQ(text(still, "stdout"), "alive\n") << bj::serialize(still);
 
   // Held once more, then deleted: its sandbox ends with it, and no checkpoint is taken.

@@ -93,6 +93,13 @@ class GvisorTest : public sandboxd::testing::SharedServerSuite {
   std::string files(const std::string& suffix = "") const {
     return "'" + server->base() + "/files" + suffix + "?scope_id=" + container + "'";
   }
+  // The pool's ready sandboxes, as the admin API lists them (-1: no answer).
+  static int64_t prestarted_sandboxes() {
+    auto view = server->curl_json(server->url("/admin/sandboxes"), "admin-secret-for-tests-x");
+    return view.is_object() && view.as_object().contains("prestarted")
+               ? view.at("prestarted").to_number<int64_t>()
+               : -1;
+  }
   static std::string text(const bj::object& reply, const char* field) {
     auto it = reply.find(field);
     return it != reply.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
@@ -188,13 +195,7 @@ TEST_F(GvisorTest, FilesPersistAcrossCommandsAndAreSeenThroughTheFilesApi) {
 // the container's folders put in place inside it (runsc was given only the slots'
 // parents; PID 1 binds each folder): the same contract as a sandbox started for it.
 TEST_F(GvisorTest, ANewContainersFirstCommandRunsInAPreStartedSandboxOverItsFolders) {
-  auto prestarted = [] {
-    auto view = server->curl_json(server->url("/admin/sandboxes"), "admin-secret-for-tests-x");
-    return view.is_object() && view.as_object().contains("prestarted")
-               ? view.at("prestarted").to_number<int64_t>()
-               : -1;
-  };
-  ASSERT_TRUE(eventually([&] { return prestarted() >= 1; }, std::chrono::seconds(60)));
+  ASSERT_TRUE(eventually([&] { return prestarted_sandboxes() >= 1; }, std::chrono::seconds(60)));
   // An upload makes the container (its folders, no sandbox yet); the pool's sandbox
   // waits on meanwhile, so its PID 1 is older than the container's first command.
   sh("curl -s -X PUT " + files("/given.txt") + " -H 'Authorization: Bearer secret-alice' -d given");
@@ -235,13 +236,7 @@ TEST_F(GvisorTest, NoSandboxKeepsAnotherContainersVolumeMounted) {
       volume = (entry.path() / "volume").string();
   ASSERT_FALSE(volume.empty()) << "the container's volume is under the data directory";
   // Sandboxes started after the mount: the pool's refill, and one for another container.
-  auto prestarted = [] {
-    auto view = server->curl_json(server->url("/admin/sandboxes"), "admin-secret-for-tests-x");
-    return view.is_object() && view.as_object().contains("prestarted")
-               ? view.at("prestarted").to_number<int64_t>()
-               : -1;
-  };
-  ASSERT_TRUE(eventually([&] { return prestarted() >= 2; }, std::chrono::seconds(60)));
+  ASSERT_TRUE(eventually([&] { return prestarted_sandboxes() >= 2; }, std::chrono::seconds(60)));
   name_container("gv-other");
   ASSERT_EQ(bash("true").at("return_code"), 0);
   // Every process whose mounts show the volume at its place is in the server's (and
