@@ -486,40 +486,34 @@ asio::awaitable<int> run_to_exit(asio::any_io_executor executor, const std::vect
 }
 }  // namespace
 
-asio::awaitable<void> GvisorLauncher::run_runsc(std::shared_ptr<Sandbox> sandbox,
-                                                std::vector<std::string> command) const {
+asio::awaitable<void> GvisorLauncher::checkpoint(std::shared_ptr<Sandbox> sandbox, std::string image_dir) {
   if (!sandbox->running() || sandbox->pid() <= 0)
-    throw SandboxError("sandbox " + sandbox->name() + " is not running: nothing to " + command.front());
+    throw SandboxError("sandbox " + sandbox->name() + " is not running: nothing to checkpoint");
+  // runsc saves the sandbox through its sentry, which must run for that: a paused
+  // sandbox is let go first (its processes run for the moment runsc takes to stop them).
+  cgroups_.thaw(sandbox->name());
   // runsc knows its container by the pids of runsc's own PID namespace, whose init is
   // the sandbox's PID 1 as the server sees it (run_reaper).
-  std::vector<std::string> argv{options_.init_path,
-                                "--gvisor-enter",
-                                std::to_string(sandbox->pid()),
-                                "--",
-                                runsc_,
-                                "--root=" + state_dir_ + "/runsc"};
-  argv.insert(argv.end(), command.begin(), command.end());
-  argv.push_back(sandbox->name());
+  const std::vector<std::string> argv{options_.init_path,
+                                      "--gvisor-enter",
+                                      std::to_string(sandbox->pid()),
+                                      "--",
+                                      runsc_,
+                                      "--root=" + state_dir_ + "/runsc",
+                                      "checkpoint",
+                                      "--image-path=" + image_dir,
+                                      sandbox->name()};
   int status = 0;
   try {
     status = co_await run_to_exit(sandbox->executor(), argv);
   } catch (const std::exception& e) {
-    throw SandboxError("sandbox " + sandbox->name() + ": starting runsc " + command.front() + ": " +
-                       e.what());
+    throw SandboxError("sandbox " + sandbox->name() + ": starting runsc checkpoint: " + e.what());
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw SandboxError("sandbox " + sandbox->name() + ": runsc " + command.front() + " " +
+    throw SandboxError("sandbox " + sandbox->name() + ": runsc checkpoint " +
                        (WIFEXITED(status) ? "exited with " + std::to_string(WEXITSTATUS(status))
                                           : "was killed by signal " + std::to_string(WTERMSIG(status))) +
                        " (its message is in the server's log)");
-}
-
-asio::awaitable<void> GvisorLauncher::checkpoint(std::shared_ptr<Sandbox> sandbox, std::string image_dir) {
-  // runsc saves the sandbox through its sentry, which must run for that: a paused
-  // sandbox is let go first (its processes run for the moment runsc takes to stop them).
-  cgroups_.thaw(sandbox->name());
-  std::vector<std::string> command{"checkpoint", "--image-path=" + image_dir};
-  co_await run_runsc(std::move(sandbox), std::move(command));
 }
 
 asio::awaitable<void> GvisorLauncher::pause(std::shared_ptr<Sandbox> sandbox) {

@@ -68,9 +68,6 @@ class GvisorLauncher : public SandboxLauncher {
   Bundle write_bundle(const SandboxOptions& options) const;
   // Removes a stopped sandbox's bundle and what runsc keeps of it.
   void remove_leftovers(const std::string& name) const;
-  // Runs `runsc <command...> <the sandbox's name>` in runsc's own namespaces
-  // (sandboxd-init --gvisor-enter) and waits for it. Throws SandboxError when it fails.
-  asio::awaitable<void> run_runsc(std::shared_ptr<Sandbox> sandbox, std::vector<std::string> command) const;
 
   const RuntimeOptions& options_;
   CgroupBackend& cgroups_;
