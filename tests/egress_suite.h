@@ -311,10 +311,21 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
   // server's port for raw TCP; `extra` more allow entries.
   // The hosts of header rules are verified with the outside's certificate
   // (upstreamCaFile). `keys`: more keys of network.egress (each "    key: value\n").
-  std::string config_yaml(const std::string& extra, const std::string& keys = "") const {
+  // The tier, and an admin token (the pool's count is on /admin/sandboxes).
+  std::string tier_yaml() const {
     return std::string(GetParam() == EgressTier::kGvisor
                            ? "runtime:\n  isolation: gvisor\n  gvisorPlatform: ptrace\n"
                            : "") +
+           "auth:\n  adminToken: admin-secret-for-tests-x\n";
+  }
+  int64_t prestarted_sandboxes() const {
+    auto view = server->curl_json(server->url("/admin/sandboxes"), "admin-secret-for-tests-x");
+    return view.is_object() && view.as_object().contains("prestarted")
+               ? view.at("prestarted").to_number<int64_t>()
+               : -1;
+  }
+  std::string config_yaml(const std::string& extra, const std::string& keys = "") const {
+    return tier_yaml() +
            "network:\n  egress:\n    allow: [allowed.test, '*.wild.test', denied.test, host-itself.test, "
            "pypi.test, " +
            *allowed_ip + ", " + *index_ip + ", '127.0.0.1/32:" + std::to_string(echo->port()) + "'" + extra +
@@ -494,6 +505,48 @@ TEST_P(EgressTest, AReloadedPolicyAppliesToTheNextConnection) {
   server->write_config(config_yaml(""));
   server->reload();
   EXPECT_EQ(curl("http://allowed.test/again"), "allowed allowed.test /again\n");
+}
+
+TEST_P(EgressTest, ACidrPortAddedOrRemovedByAReloadReachesTheSandboxesAlreadyRunning) {
+  // The sandbox runs (and the pool's spares wait) before a second echo server's port is
+  // allowed: the reload opens that port's listener in each of them, a later one closes it.
+  TcpEcho other;
+  const std::string port = std::to_string(other.port());
+  const std::string ping = "python3 -c \"import socket\ntry:\n s = socket.create_connection(('127.0.0.1', " +
+                           port +
+                           "), timeout=10); s.sendall(b'ping'); print(s.recv(4).decode() or 'closed')\n"
+                           "except OSError as e: print(type(e).__name__)\"";
+  EXPECT_EQ(out(bash(ping)), "ConnectionRefusedError\n");
+  server->write_config(config_yaml(", '127.0.0.1/32:" + port + "'"));
+  EXPECT_NE(server->reload().find("SIGHUP"), std::string::npos);
+  EXPECT_EQ(out(bash(ping)), "ping\n");
+  // Another container, on a spare started before the reload.
+  EXPECT_EQ(out(bash_in(container + "-spare", ping)), "ping\n");
+  server->write_config(config_yaml(""));
+  EXPECT_NE(server->reload().find("SIGHUP"), std::string::npos);
+  // Refused in the sandbox's namespace; on the gvisor tier the sentry's relay of the port
+  // still accepts, and resets the connection once the server's end refuses it.
+  const std::string after = out(bash(ping));
+  EXPECT_TRUE(
+      after == "ConnectionRefusedError\n" ||
+      (GetParam() == EgressTier::kGvisor && (after == "ConnectionResetError\n" || after == "closed\n")))
+      << after;
+}
+
+TEST_P(EgressTest, APolicyOpenedByAReloadReachesANewContainerThoughTheSparesWereStartedClosed) {
+  // Closed by a reload: a new container finds no outside name (the spares started while
+  // it was open are not handed out), and the pool fills again under the closed policy.
+  server->write_config(tier_yaml());
+  EXPECT_NE(server->reload().find("configuration reloaded"), std::string::npos);
+  container += "-closed";
+  EXPECT_EQ(curl("http://allowed.test/closed"), "exit 6\n");
+  ASSERT_TRUE(eventually([&] { return prestarted_sandboxes() >= 2; }, std::chrono::seconds(60)));
+  // Opened again: the next container resolves the name, though every spare waiting was
+  // started with no resolver in its /etc/resolv.conf.
+  server->write_config(config_yaml(""));
+  EXPECT_NE(server->reload().find("configuration reloaded"), std::string::npos);
+  container += "-opened";
+  EXPECT_EQ(curl("http://allowed.test/opened"), "allowed allowed.test /opened\n");
 }
 
 TEST_P(EgressTest, TheHttpProxyReachesAllowedNamesAndRefusesTheRest) {

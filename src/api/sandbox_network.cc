@@ -180,7 +180,9 @@ asio::awaitable<std::shared_ptr<service::NetworkLink>> SandboxNetwork::attach(
     if (link->acceptors_[i]->is_open())
       asio::co_spawn(link->strand_, accept_loop(this, link, i), asio::detached);
   sandbox->on_stopped([link] { close_link(link); });
-  if (!gives_resolver()) co_return link;
+  // A resolver where the sandbox's /etc/resolv.conf names one: its plan (plan(), made
+  // before its start) decides, whatever a reload changed since.
+  if (sandbox->nameserver().empty()) co_return link;
   link->name_ = sandbox->name();
   try {
     link->netns_ = runtime::open_network_namespace(sandbox->pid());
@@ -213,6 +215,10 @@ void SandboxNetwork::close_link(std::shared_ptr<SandboxLink> link) {
     link->peer_acceptors_.clear();
     for (auto& acceptor : link->egress_acceptors_) acceptor->close(ignored);
     link->egress_acceptors_.clear();
+    for (auto& [port, acceptor] : link->egress_port_acceptors_) acceptor->close(ignored);
+    link->egress_port_acceptors_.clear();
+    if (link->proxy_acceptor_) link->proxy_acceptor_->close(ignored);
+    link->proxy_acceptor_.reset();
     if (link->dns_) link->dns_->close(ignored);
     if (link->dns_tcp_) link->dns_tcp_->close(ignored);
   });
@@ -276,16 +282,7 @@ asio::awaitable<void> SandboxNetwork::start_resolver(SandboxNetwork* self,
     co_return;
   }
   asio::co_spawn(link->strand_, serve_dns(self, link), asio::detached);
-  co_await open_egress_networks(self, link);
-  // The HTTP proxy (HTTP_PROXY/HTTPS_PROXY in the sandbox's commands) where the policy
-  // allows something.
-  if (!self->config_.get()->egress_policy().closed()) {
-    auto proxy_address = ops::parse_ipv4(std::string(service::kEgressProxyAddress));
-    std::vector<kubernetes::ListenAddress> listener;
-    listener.push_back({*proxy_address, service::kEgressProxyPort});
-    auto fds = co_await open_listeners_in(link, std::move(listener), "the HTTP proxy's listener");
-    serve_egress_listeners(self, link, std::move(fds), "", /*proxy=*/true);
-  }
+  co_await reconcile_egress(self, link);
   if (self->peers_) co_await reconcile(self, link);
 }
 
@@ -600,47 +597,110 @@ asio::awaitable<SandboxNetwork::EgressAnswer> SandboxNetwork::egress_address(
     if (port != kHttpPort && port != kHttpsPort && listeners.size() < 2 + kMaxEgressPortsPerName)
       listeners.push_back({address, port});
   auto fds = co_await open_listeners_in(link, listeners, "an egress listener");
-  serve_egress_listeners(self, link, std::move(fds), name);
+  for (int fd : fds)
+    if (auto acceptor = serve_egress_listener(self, link, fd, name))
+      link->egress_acceptors_.push_back(acceptor);
   co_return EgressAnswer{address, {}};
 }
 
-asio::awaitable<void> SandboxNetwork::open_egress_networks(SandboxNetwork* self,
-                                                           std::shared_ptr<SandboxLink> link) {
-  // Raw TCP to the allowed CIDRs: one listener per port, on every address (each is local
-  // in the sandbox); whether an address is allowed is decided per connection. The ports
-  // the API, the services and the names' listeners use are reached by name only.
-  std::vector<kubernetes::ListenAddress> listeners;
-  const auto policy = self->config_.get()->egress_policy();
-  for (const auto* rule : policy.network_rules()) {
-    const uint16_t port = rule->port;
-    if (port == 0 || port == kHttpPort || port == kHttpsPort || self->fixed_ports_.count(port)) continue;
-    if (std::ranges::find(listeners, port, &kubernetes::ListenAddress::port) == listeners.end())
-      listeners.push_back({0, port});
+asio::awaitable<void> SandboxNetwork::reconcile_egress(SandboxNetwork* self,
+                                                       std::shared_ptr<SandboxLink> link) {
+  // What the policy in force wants: raw TCP to the allowed CIDRs, one listener per port on
+  // every address (each is local in the sandbox; whether an address is allowed is decided
+  // per connection), and the HTTP proxy's listener where the policy allows anything. The
+  // ports the API, the services and the names' listeners use are reached by name only.
+  struct Wanted {
+    std::set<uint16_t> ports;
+    bool proxy = false;
+  };
+  auto wanted_now = [self] {
+    const auto policy = self->config_.get()->egress_policy();
+    Wanted wanted{.proxy = !policy.closed()};
+    for (const auto* rule : policy.network_rules()) {
+      const uint16_t port = rule->port;
+      if (port != 0 && port != kHttpPort && port != kHttpsPort && !self->fixed_ports_.count(port))
+        wanted.ports.insert(port);
+    }
+    return wanted;
+  };
+  Wanted wanted = wanted_now();
+  // What it no longer wants is closed (the connections relayed already go on).
+  boost::system::error_code ignored;
+  std::erase_if(link->egress_port_acceptors_, [&](const auto& entry) {
+    if (wanted.ports.count(entry.first)) return false;
+    entry.second->close(ignored);
+    return true;
+  });
+  if (!wanted.proxy && link->proxy_acceptor_) {
+    link->proxy_acceptor_->close(ignored);
+    link->proxy_acceptor_.reset();
   }
-  if (listeners.empty()) co_return;
-  auto fds = co_await open_listeners_in(link, listeners, "an egress listener");
-  serve_egress_listeners(self, link, std::move(fds), "");
+  const uint32_t proxy_address = *ops::parse_ipv4(std::string(service::kEgressProxyAddress));
+  std::vector<kubernetes::ListenAddress> to_open;
+  for (uint16_t port : wanted.ports)
+    if (!link->egress_port_acceptors_.count(port)) to_open.push_back({0, port});
+  if (wanted.proxy && !link->proxy_acceptor_) to_open.push_back({proxy_address, service::kEgressProxyPort});
+  if (to_open.empty() || link->closed_) co_return;
+  auto fds = co_await open_listeners_in(link, to_open, "an egress listener");
+  // A reload meanwhile (its own pass runs beside this one) may want less, or have opened
+  // the same listeners: those of these are closed again.
+  wanted = wanted_now();
+  for (size_t i = 0; i < to_open.size(); ++i) {
+    if (fds[i] < 0) continue;
+    const bool proxy = to_open[i].address == proxy_address;
+    const uint16_t port = to_open[i].port;
+    const bool still_wanted = proxy ? wanted.proxy && !link->proxy_acceptor_
+                                    : wanted.ports.count(port) && !link->egress_port_acceptors_.count(port);
+    if (!still_wanted) {
+      close(fds[i]);
+      continue;
+    }
+    auto acceptor = serve_egress_listener(self, link, fds[i], "", proxy);
+    if (!acceptor) continue;
+    if (proxy)
+      link->proxy_acceptor_ = acceptor;
+    else
+      link->egress_port_acceptors_[port] = acceptor;
+  }
 }
 
-void SandboxNetwork::serve_egress_listeners(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
-                                            std::vector<int> fds, const std::string& name, bool proxy) {
-  for (int fd : fds) {
-    if (fd < 0) continue;
-    // The sandbox stopped while they were opened: nothing will accept on them.
-    if (link->closed_) {
-      close(fd);
-      continue;
-    }
-    auto acceptor = std::make_shared<tcp::acceptor>(link->strand_);
-    boost::system::error_code ec;
-    acceptor->assign(tcp::v4(), fd, ec);
-    if (ec) {
-      close(fd);
-      continue;
-    }
-    link->egress_acceptors_.push_back(acceptor);
-    asio::co_spawn(link->strand_, egress_accept_loop(self, link, acceptor, name, proxy), asio::detached);
+asio::awaitable<void> SandboxNetwork::egress_policy_reloaded() {
+  std::vector<std::shared_ptr<SandboxLink>> links;
+  {
+    std::lock_guard lock(links_mutex_);
+    std::erase_if(links_, [](const std::weak_ptr<SandboxLink>& weak) { return weak.expired(); });
+    for (const auto& weak : links_)
+      if (auto link = weak.lock()) links.push_back(std::move(link));
   }
+  for (const auto& link : links) {
+    try {
+      auto pass = reconcile_egress(this, link);
+      co_await asio::co_spawn(link->strand_, std::move(pass), asio::use_awaitable);
+    } catch (const std::exception& e) {
+      spdlog::error("sandbox {}: its egress listeners after the reload: {}", link->name_, e.what());
+    }
+  }
+}
+
+std::shared_ptr<tcp::acceptor> SandboxNetwork::serve_egress_listener(SandboxNetwork* self,
+                                                                     std::shared_ptr<SandboxLink> link,
+                                                                     int fd, const std::string& name,
+                                                                     bool proxy) {
+  if (fd < 0) return nullptr;
+  // The sandbox stopped while it was opened: nothing will accept on it.
+  if (link->closed_) {
+    close(fd);
+    return nullptr;
+  }
+  auto acceptor = std::make_shared<tcp::acceptor>(link->strand_);
+  boost::system::error_code ec;
+  acceptor->assign(tcp::v4(), fd, ec);
+  if (ec) {
+    close(fd);
+    return nullptr;
+  }
+  asio::co_spawn(link->strand_, egress_accept_loop(self, link, acceptor, name, proxy), asio::detached);
+  return acceptor;
 }
 
 asio::awaitable<void> SandboxNetwork::egress_accept_loop(SandboxNetwork* self,

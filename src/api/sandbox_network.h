@@ -100,9 +100,12 @@ class SandboxLink : public server::ConnectionOrigin,
   size_t picks_ = 0;
   // The egress part (on strand_): each outside name the sandbox's resolver answered, with
   // an address of its own in the sandbox (egress_address(index)) and its listeners; the
-  // listeners for the allowed CIDRs' ports.
+  // listeners for the allowed CIDRs' ports and the HTTP proxy's, as the policy in force
+  // wants them (reconcile_egress).
   std::vector<std::string> egress_names_;
   std::vector<std::shared_ptr<asio::ip::tcp::acceptor>> egress_acceptors_;
+  std::map<uint16_t, std::shared_ptr<asio::ip::tcp::acceptor>> egress_port_acceptors_;
+  std::shared_ptr<asio::ip::tcp::acceptor> proxy_acceptor_;
   std::atomic<int> egress_connections_{0};  // outside connections open (network.egress caps)
 };
 
@@ -124,6 +127,11 @@ class SandboxNetwork : public service::SandboxNetworking {
   // Takes the started sandbox's listeners and serves them until it stops.
   asio::awaitable<std::shared_ptr<service::NetworkLink>> attach(
       const std::shared_ptr<runtime::Sandbox>& sandbox) override;
+
+  // After a reload: every running sandbox (and every waiting spare) gets the listeners the
+  // policy now names (a CIDR entry's port, the HTTP proxy) and loses those it no longer
+  // names. Completes once they are open.
+  asio::awaitable<void> egress_policy_reloaded();
 
   // Authenticates every request: a sandbox's connections with its scoped token (messages
   // endpoints only), the public listener with the owners' tokens.
@@ -173,17 +181,19 @@ class SandboxNetwork : public service::SandboxNetworking {
   };
   static asio::awaitable<EgressAnswer> egress_address(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
                                                       std::string name);
-  static asio::awaitable<void> open_egress_networks(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
+  static asio::awaitable<void> reconcile_egress(SandboxNetwork* self, std::shared_ptr<SandboxLink> link);
   // The next connection on a peer's or an egress listener that the sandbox's connection
   // limit lets in (others are refused and logged as to `what`); none once it closes.
   static asio::awaitable<std::optional<asio::ip::tcp::socket>> accept_within_limit(
       SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
       std::shared_ptr<asio::ip::tcp::acceptor> acceptor, const char* what);
-  // Takes the opened listeners (-1s skipped) and accepts on each, for `name` ("" for a
-  // CIDR port: the address connected to is the destination), or as the HTTP proxy
-  // (`proxy`: each request names its destination).
-  static void serve_egress_listeners(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
-                                     std::vector<int> fds, const std::string& name, bool proxy = false);
+  // Accepts on an opened listener (-1: none) for `name` ("" for a CIDR port: the address
+  // connected to is the destination), or as the HTTP proxy (`proxy`: each request names
+  // its destination); null when there is nothing to accept on.
+  static std::shared_ptr<asio::ip::tcp::acceptor> serve_egress_listener(SandboxNetwork* self,
+                                                                        std::shared_ptr<SandboxLink> link,
+                                                                        int fd, const std::string& name,
+                                                                        bool proxy = false);
   static asio::awaitable<void> egress_accept_loop(SandboxNetwork* self, std::shared_ptr<SandboxLink> link,
                                                   std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
                                                   std::string name, bool proxy);
@@ -210,7 +220,7 @@ class SandboxNetwork : public service::SandboxNetworking {
   std::shared_ptr<kubernetes::PeerWatch> peers_;
   std::set<uint16_t> fixed_ports_;  // held by the API's and the services' listeners
   std::mutex links_mutex_;
-  std::vector<std::weak_ptr<SandboxLink>> links_;  // the links with a peers' part
+  std::vector<std::weak_ptr<SandboxLink>> links_;  // the links with a resolver (peers, egress)
   std::mutex egress_owners_mutex_;
   std::map<std::string, int> egress_by_owner_;  // outside connections open, by owner
   // The header rules' TLS interception (server/egress_interception.h): the installation's

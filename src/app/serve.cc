@@ -288,18 +288,18 @@ void start_durable_parts(DurableParts& parts, asio::io_context& io, const ops::C
 }
 
 // SIGHUP: the file is read and checked again; what can change while serving applies to
-// new work, and a file with a problem changes nothing (the reason is logged).
-void reload(const std::string& config_path, ops::LiveConfig& live_config, ops::Admission& admission) {
+// new work, and a file with a problem changes nothing (the reason is logged; false).
+bool reload(const std::string& config_path, ops::LiveConfig& live_config, ops::Admission& admission) {
   if (config_path.empty()) {
     spdlog::warn("SIGHUP: running on the embedded defaults, there is no configuration file to reload");
-    return;
+    return false;
   }
   ops::Config loaded;
   try {
     loaded = ops::load_config_file(config_path);
   } catch (const std::exception& e) {
     spdlog::error("SIGHUP: {} not reloaded, the current configuration stays: {}", config_path, e.what());
-    return;
+    return false;
   }
   for (const auto& key : live_config.reload(loaded))
     spdlog::warn("SIGHUP: {} changed in {}; that takes a restart, the current value stays", key, config_path);
@@ -307,7 +307,7 @@ void reload(const std::string& config_path, ops::LiveConfig& live_config, ops::A
   const auto now = live_config.get();
   admission.set_limits(now->max_concurrent_executions, std::chrono::seconds(now->queue_timeout_sec),
                        now->max_concurrent_executions_per_owner);
-  spdlog::info("SIGHUP: configuration reloaded from {}", config_path);
+  return true;
 }
 
 // What a graceful stop ends, in order.
@@ -316,6 +316,7 @@ struct RunningParts {
   server::HttpServer& http;
   service::ContainerService& containers;
   e2b::Sandboxes& e2b_sandboxes;
+  api::SandboxNetwork& network;
   std::shared_ptr<model::UpstreamClient> upstream;  // may be null
   cluster::ContainerLeases* leases = nullptr;
   cluster::ContainerDurability* durability = nullptr;
@@ -355,8 +356,16 @@ void handle_signals(asio::signal_set& signals, const std::string& config_path, o
       [&signals, &config_path, &live_config, parts](const boost::system::error_code& ec, int signo) {
         if (ec) return;
         if (signo == SIGHUP) {
-          reload(config_path, live_config, parts.containers.admission());
-          parts.containers.lifecycle().settings_reloaded();
+          if (reload(config_path, live_config, parts.containers.admission())) {
+            parts.containers.lifecycle().settings_reloaded();
+            // Said once the running sandboxes have the listeners the egress policy now
+            // names, so that what follows the line sees the new policy everywhere.
+            auto apply = [](api::SandboxNetwork& network, std::string path) -> asio::awaitable<void> {
+              co_await network.egress_policy_reloaded();
+              spdlog::info("SIGHUP: configuration reloaded from {}", path);
+            };
+            asio::co_spawn(parts.io, apply(parts.network, config_path), asio::detached);
+          }
           handle_signals(signals, config_path, live_config, parts);
           return;
         }
@@ -568,9 +577,10 @@ int serve(ops::Config config, const std::string& config_path) {
                                    [&] { return containers.execution().probe(); });
 
     asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
-    handle_signals(signals, config_path, live_config,
-                   RunningParts{io, http, containers, e2b_sandboxes, upstream, leases ? &*leases : nullptr,
-                                durability ? &*durability : nullptr, config.cluster_shutdown_grace_sec});
+    handle_signals(
+        signals, config_path, live_config,
+        RunningParts{io, http, containers, e2b_sandboxes, network, upstream, leases ? &*leases : nullptr,
+                     durability ? &*durability : nullptr, config.cluster_shutdown_grace_sec});
 
     std::vector<std::thread> pool;
     for (unsigned i = 1; i < io_threads; ++i) pool.emplace_back([&io] { io.run(); });

@@ -88,6 +88,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Runtime::start(asio::any_io_executor e
     throw SandboxError("this isolation tier cannot restore a checkpoint");
   auto sandbox = co_await launcher_->start(std::move(executor), options);
   if (!options_.trust_dir.empty()) sandbox->set_trust_env();
+  sandbox->set_nameserver(options.nameserver);
   co_return sandbox;
 }
 

@@ -169,6 +169,11 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   // Every command from now on gets kTrustEnv (runtime/trust_bundle.h) where it does not
   // set those names itself: the sandbox has the trust folder. Before the first command.
   void set_trust_env() { trust_env_ = true; }
+  // The resolver its /etc/resolv.conf names (SandboxOptions::nameserver; empty: none),
+  // set by Runtime::start: whoever serves the sandbox's network serves one there exactly
+  // when it is named, whatever a reload of the policy changed since the start.
+  void set_nameserver(std::string address) { nameserver_ = std::move(address); }
+  const std::string& nameserver() const { return nameserver_; }
   asio::any_io_executor executor() const { return executor_; }
   bool running() const { return state_ == State::kRunning; }
   pid_t pid() const { return pid1_; }  // host pid of PID 1
@@ -286,6 +291,7 @@ class Sandbox : public std::enable_shared_from_this<Sandbox> {
   Strand strand_;
   std::string name_;
   bool trust_env_ = false;
+  std::string nameserver_;
   bool processes_invisible_to_host_ = false;  // set_processes_invisible_to_host
   bool binds_folders_inside_ = false;         // set_binds_folders_inside
   asio::posix::stream_descriptor control_;

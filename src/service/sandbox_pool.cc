@@ -150,7 +150,13 @@ asio::awaitable<void> SandboxPool::refill() {
 }
 
 std::shared_ptr<Slot> SandboxPool::claim(const ContainerPaths& paths, std::string_view container_id) {
+  // A spare started under another network plan (a reload since gave sandboxes a resolver,
+  // or took it away: /etc/resolv.conf is written at the start) is not handed out: the
+  // container gets a sandbox started now instead.
+  runtime::SandboxOptions plan;
+  if (network_) network_->plan(plan);
   std::shared_ptr<Slot> slot;
+  std::vector<std::shared_ptr<Slot>> stale;
   {
     std::lock_guard lock(mutex_);
     while (!ready_.empty() && !slot) {
@@ -160,8 +166,14 @@ std::shared_ptr<Slot> SandboxPool::claim(const ContainerPaths& paths, std::strin
         slot->sandbox.reset();
         free_.push_back(slot);
         slot.reset();
+      } else if (slot->sandbox->nameserver() != plan.nameserver) {
+        stale.push_back(std::move(slot));
       }
     }
+  }
+  for (auto& old : stale) {
+    auto sandbox = std::move(old->sandbox);
+    asio::co_spawn(io_, stop_and_release(std::move(sandbox), std::move(old)), asio::detached);
   }
   // Refill a little later: starting a sandbox migrates a process between cgroups, which
   // on cgroup v1 stalls every fork on the host for a moment (the claimed sandbox is
