@@ -35,15 +35,21 @@ namespace egress {
 // X free on this host now (another run of this suite may hold ports 80 and 443 of its own
 // addresses at the same time).
 std::string outside_ip(int x, int host) { return "127.1." + std::to_string(x) + "." + std::to_string(host); }
-bool port_free(const std::string& ip, uint16_t port) {
+// A socket bound to ip:port, or -1 when another holds that port.
+int bind_port(const std::string& ip, uint16_t port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(port);
   inet_pton(AF_INET, ip.c_str(), &address.sin_addr);
-  const bool free = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) return fd;
   close(fd);
-  return free;
+  return -1;
+}
+bool port_free(const std::string& ip, uint16_t port) {
+  const int fd = bind_port(ip, port);
+  if (fd >= 0) close(fd);
+  return fd >= 0;
 }
 
 // A DNS server of the test's own on 127.0.0.1: the names of the test's outside.
@@ -224,7 +230,11 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
     sh("cat " + (*dir / "cert.pem").string() + " " + (*dir / "key.pem").string() + " > " +
        (*dir / "both.pem").string());
     ca = new std::string(sh("cat " + (*dir / "cert.pem").string()));
-    for (int x = getpid() % 200; !allowed_ip; x = (x + 1) % 250)
+    // X is this process's while it holds port 9 of 127.1.X.24 (a bind is atomic: two runs
+    // that both found X's web ports free a moment ago do not both take it).
+    for (int x = getpid() % 200; !allowed_ip; x = (x + 1) % 250) {
+      const int reservation = egress::bind_port(egress::outside_ip(x, 24), 9);
+      if (reservation < 0) continue;
       if (egress::port_free(egress::outside_ip(x, 21), 80) &&
           egress::port_free(egress::outside_ip(x, 21), 443) &&
           egress::port_free(egress::outside_ip(x, 22), 80) &&
@@ -233,7 +243,11 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
         allowed_ip = new std::string(egress::outside_ip(x, 21));
         unlisted_ip = new std::string(egress::outside_ip(x, 22));
         index_ip = new std::string(egress::outside_ip(x, 23));
+        outside_reservation = reservation;
+      } else {
+        close(reservation);
       }
+    }
     start_web("allowed", *allowed_ip, 80, "-");
     start_web("allowed-tls", *allowed_ip, 443, (*dir / "both.pem").string());
     start_web("unlisted", *unlisted_ip, 80, "-");
@@ -276,6 +290,7 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
     delete unlisted_ip;
     delete index_ip;
     delete skip_reason;
+    close(outside_reservation);
   }
   static void start_web(const std::string& name, const std::string& address, int port,
                         const std::string& cert) {
@@ -368,6 +383,7 @@ class EgressTest : public ::testing::TestWithParam<EgressTier> {
   static inline fs::path* dir = nullptr;
   static inline std::string *allowed_ip = nullptr, *unlisted_ip = nullptr, *index_ip = nullptr;
   static inline std::string* ca = nullptr;
+  static inline int outside_reservation = -1;
   static inline std::vector<pid_t>* web_pids = nullptr;
   static inline TcpEcho* echo = nullptr;
   static inline egress::HoldServer* hold = nullptr;
