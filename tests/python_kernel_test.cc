@@ -260,16 +260,20 @@ const std::string kForge =
     "    data = json.dumps(message).encode()\n"
     "    write_all(struct.pack('>I', len(data)) + data)\n";
 
-// Within 64 MiB of `before` (what freed memory the allocator keeps), given a few
-// seconds to settle.
+// What an attack may add to the server's RSS at its peak.
 constexpr long kRssSlackKib = 64 * 1024;
+// Within 80 MiB of `before`, given a few seconds to settle: the 64 MiB of freed memory
+// the allocator may keep (app/memory_release.h, kFreeMemoryKept: it is handed back only
+// past that), and 16 MiB for what the server holds live after the attack (its records,
+// logs, caches) and what the allocator cannot hand back between live blocks.
+constexpr long kRssSettledSlackKib = 80 * 1024;
 void expect_rss_back_near(pid_t pid, long before) {
   long after = rss_kib(pid);
-  for (int i = 0; i < 50 && after - before >= kRssSlackKib; ++i) {
+  for (int i = 0; i < 50 && after - before >= kRssSettledSlackKib; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     after = rss_kib(pid);
   }
-  EXPECT_LT(after - before, kRssSlackKib) << "RSS " << before << " -> " << after << " KiB";
+  EXPECT_LT(after - before, kRssSettledSlackKib) << "RSS " << before << " -> " << after << " KiB";
 }
 
 // Bob's `echo ok` and /health, again and again while it lives, each checked.
