@@ -150,8 +150,10 @@ void SandboxNetwork::plan(runtime::SandboxOptions& options) const {
     options.hosts_entries.push_back(address + "\t" + targets_[i].name);
     options.listeners.push_back({address, targets_[i].port});
   }
-  options.nameserver = gives_resolver() ? kNameserverAddress : "";
+  options.nameserver = nameserver();
 }
+
+std::string SandboxNetwork::nameserver() const { return gives_resolver() ? kNameserverAddress : ""; }
 
 bool SandboxNetwork::gives_resolver() const { return peers_ || !config_.get()->egress_policy().closed(); }
 

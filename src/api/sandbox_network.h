@@ -123,6 +123,7 @@ class SandboxNetwork : public service::SandboxNetworking {
 
   // The /etc/hosts lines and listeners every sandbox is started with.
   void plan(runtime::SandboxOptions& options) const override;
+  std::string nameserver() const override;
 
   // Takes the started sandbox's listeners and serves them until it stops.
   asio::awaitable<std::shared_ptr<service::NetworkLink>> attach(

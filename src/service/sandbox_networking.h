@@ -7,6 +7,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <memory>
+#include <string>
 
 #include "runtime/runtime.h"
 #include "runtime/sandbox.h"
@@ -28,6 +29,8 @@ class SandboxNetworking {
   virtual ~SandboxNetworking() = default;
   // The /etc/hosts lines and listeners every sandbox is started with.
   virtual void plan(runtime::SandboxOptions& options) const = 0;
+  // The resolver a sandbox started now is given (plan()'s nameserver; empty: none).
+  virtual std::string nameserver() const = 0;
   // Takes the started sandbox's listeners and serves them until it stops. Completes once
   // everything the sandbox may reach is listening (its resolver and its peers' listeners
   // included), so its first command never finds a name or an address missing that a

@@ -153,8 +153,7 @@ std::shared_ptr<Slot> SandboxPool::claim(const ContainerPaths& paths, std::strin
   // A spare started under another network plan (a reload since gave sandboxes a resolver,
   // or took it away: /etc/resolv.conf is written at the start) is not handed out: the
   // container gets a sandbox started now instead.
-  runtime::SandboxOptions plan;
-  if (network_) network_->plan(plan);
+  const std::string nameserver = network_ ? network_->nameserver() : "";
   std::shared_ptr<Slot> slot;
   std::vector<std::shared_ptr<Slot>> stale;
   {
@@ -166,7 +165,7 @@ std::shared_ptr<Slot> SandboxPool::claim(const ContainerPaths& paths, std::strin
         slot->sandbox.reset();
         free_.push_back(slot);
         slot.reset();
-      } else if (slot->sandbox->nameserver() != plan.nameserver) {
+      } else if (slot->sandbox->nameserver() != nameserver) {
         stale.push_back(std::move(slot));
       }
     }
